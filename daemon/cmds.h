@@ -1,0 +1,15 @@
+/* Subcommands of the ebb binary. Each returns the process exit status (0 success, 1 failure,
+ * 2 usage error or not implemented); only main() exits. */
+#ifndef EBB_DAEMON_CMDS_H
+#define EBB_DAEMON_CMDS_H
+
+int ebb_cmd_serve(int argc, char **argv);
+int ebb_cmd_run(int argc, char **argv);
+int ebb_cmd_info(int argc, char **argv);
+int ebb_cmd_tokenize(int argc, char **argv);
+int ebb_cmd_detokenize(int argc, char **argv);
+int ebb_cmd_bench(int argc, char **argv);
+int ebb_cmd_pack(int argc, char **argv);
+int ebb_cmd_perplexity(int argc, char **argv);
+
+#endif

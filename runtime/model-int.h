@@ -1,0 +1,51 @@
+/* Private to runtime/: hyper-parameters read from GGUF metadata and the backend interface that
+ * the reference and OpenCL forward passes implement. */
+#ifndef EBB_RUNTIME_MODEL_INT_H
+#define EBB_RUNTIME_MODEL_INT_H
+
+#include "model.h"
+
+enum ebb__rope_kind {
+    EBB__ROPE_NORMAL = 0, /* pairs (2i, 2i+1): llama */
+    EBB__ROPE_NEOX = 1,   /* pairs (i, i + d/2): gemma, qwen */
+};
+
+struct ebb__hparams {
+    char arch[32];
+    uint32_t n_layer;
+    uint32_t n_embd;     /* model width */
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;   /* key/value length per head */
+    uint32_t n_ff;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t n_rot;      /* rotary dims per head */
+    float rope_base;
+    float rope_scale;    /* linear scaling factor (1 = none) */
+    enum ebb__rope_kind rope_kind;
+    float rms_eps;
+    bool tied_output;    /* output head reuses token_embd */
+};
+
+/* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
+struct ebb__backend_i {
+    const char *name;
+    ebb_err (*eval)(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                    struct ebb_model_out *out, struct ebb_diag *diag);
+    void (*free)(void *ctx);
+};
+
+/* Backend constructors. Each looks up the standard GGUF tensor names itself (token_embd.weight,
+ * blk.N.attn_q.weight, ...), allocates its KV cache for n_ctx x n_seq once, and on success
+ * writes its interface and context. g outlives the backend. */
+ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
+                             const struct ebb_model_params *p, uint32_t n_ctx,
+                             const struct ebb__backend_i **iface, void **ctx,
+                             struct ebb_diag *diag);
+ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
+                            const struct ebb_model_params *p, uint32_t n_ctx,
+                            const struct ebb__backend_i **iface, void **ctx,
+                            struct ebb_diag *diag);
+
+#endif
