@@ -1,7 +1,8 @@
 /* GGUF v2/v3 reader. The file is mmapped read-only; every count, length, offset and size is
  * checked against the file size with overflow-safe arithmetic before use, so a malformed or
  * hostile file yields EBB_EFORMAT (or EBB_EUNSUPPORTED) with a message, never a crash or an
- * allocation larger than the file. All returned pointers stay valid until ebb_gguf_close(). */
+ * allocation out of proportion to the file (the index is at most a few times the size of the
+ * metadata it describes). All returned pointers stay valid until ebb_gguf_close(). */
 #ifndef EBB_RUNTIME_GGUF_H
 #define EBB_RUNTIME_GGUF_H
 
@@ -57,6 +58,13 @@ struct ebb_ggml_type_info {
 /* Returns the table entry for a ggml type id, or NULL for a type ebb does not know. */
 const struct ebb_ggml_type_info *ebb_ggml_type_info(uint32_t type);
 
+/* Returns the ggml name of any ggml type id ebb knows of, supported or not ("IQ2_XXS"), or NULL
+ * for an id it has never heard of. */
+const char *ebb_ggml_type_name(uint32_t type);
+
+/* Returns the short name of a metadata value type ("u32", "string", "array"), or "?". */
+const char *ebb_gguf_vtype_name(uint32_t type);
+
 /* Bytes of a row of n elements of type; EBB_EFORMAT if n is not a whole number of blocks or the
  * type is unknown, EBB_EOVERFLOW on overflow. */
 ebb_err ebb_ggml_row_bytes(uint32_t type, uint64_t n, uint64_t *out);
@@ -77,14 +85,14 @@ struct ebb_gguf_arr {
 };
 
 struct ebb_gguf_tensor {
-    const char *name;      /* NUL-terminated copy */
-    uint32_t n_dims;       /* 1..4 */
-    uint64_t ne[4];        /* elements per dimension, ne[0] fastest; unused dims are 1 */
-    uint32_t type;         /* enum ebb_ggml_type */
-    uint64_t offset;       /* from the start of the data section */
-    uint64_t size;         /* bytes */
+    const char *name; /* NUL-terminated copy */
+    uint32_t n_dims;  /* 1..4 */
+    uint64_t ne[4];   /* elements per dimension, ne[0] fastest; unused dims are 1 */
+    uint32_t type;    /* enum ebb_ggml_type */
+    uint64_t offset;  /* from the start of the data section */
+    uint64_t size;    /* bytes */
     uint64_t n_elements;
-    const void *data;      /* inside the mapping */
+    const void *data; /* inside the mapping */
 };
 
 struct ebb_gguf;
@@ -109,7 +117,9 @@ uint32_t ebb_gguf_alignment(const struct ebb_gguf *g);
 
 /* Metadata, by index (0..n_kv-1) or by key. */
 uint64_t ebb_gguf_n_kv(const struct ebb_gguf *g);
+/* Keys are non-empty and hold no control bytes (NUL included). NULL if i >= n_kv. */
 const char *ebb_gguf_kv_key(const struct ebb_gguf *g, uint64_t i); /* NUL-terminated copy */
+/* (enum ebb_gguf_vtype)-1 if i >= n_kv. */
 enum ebb_gguf_vtype ebb_gguf_kv_type(const struct ebb_gguf *g, uint64_t i);
 /* Index of key or -1. */
 int64_t ebb_gguf_find_kv(const struct ebb_gguf *g, const char *key);
@@ -126,6 +136,9 @@ ebb_err ebb_gguf_get_arr(const struct ebb_gguf *g, const char *key, struct ebb_g
 /* Same by index. */
 ebb_err ebb_gguf_kv_str(const struct ebb_gguf *g, uint64_t i, struct ebb_str *out);
 ebb_err ebb_gguf_kv_arr(const struct ebb_gguf *g, uint64_t i, struct ebb_gguf_arr *out);
+/* Any non-negative integer value as u64 (EBB_ERANGE if negative, EBB_EINVAL if not an integer;
+ * EBB_ERANGE also for i >= n_kv). */
+ebb_err ebb_gguf_kv_u64(const struct ebb_gguf *g, uint64_t i, uint64_t *out);
 
 /* Array element accessors; i must be < arr->n (checked: EBB_ERANGE). Numeric accessors convert
  * from any numeric element type. */
@@ -134,7 +147,9 @@ ebb_err ebb_gguf_arr_i64(const struct ebb_gguf_arr *a, uint64_t i, int64_t *out)
 ebb_err ebb_gguf_arr_str(const struct ebb_gguf_arr *a, uint64_t i, struct ebb_str *out);
 ebb_err ebb_gguf_arr_sub(const struct ebb_gguf_arr *a, uint64_t i, struct ebb_gguf_arr *out);
 
-/* Tensors. */
+/* Tensors, in file order. Each has a known type, every ne >= 1, ne[0] a whole number of blocks,
+ * an aligned offset, and lies inside the file without overlapping another. NULL if i is out of
+ * range. */
 uint64_t ebb_gguf_n_tensors(const struct ebb_gguf *g);
 const struct ebb_gguf_tensor *ebb_gguf_tensor_at(const struct ebb_gguf *g, uint64_t i);
 /* Returns NULL if absent. */

@@ -1,0 +1,435 @@
+/* `ebb info MODEL [--json]`: the facts of a GGUF model, read generically from its metadata
+ * (`<arch>.`-prefixed keys) and its tensor table. */
+#include "cmds.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+#define MAX_LAYERS (1u << 20) /* "blk.N." with a larger N is not counted as a layer */
+#define N_TYPES 64            /* histogram slots; ggml type ids are below this */
+
+/* An integer fact that may be absent, or stored per layer as an array (min and max then). */
+struct ufact {
+    bool present;
+    uint64_t min, max;
+};
+
+struct facts {
+    char arch[64];
+    char name[256];
+    char tok_model[64];
+    char tok_pre[64];
+    bool has_name, has_tok_model, has_tok_pre, chat_template;
+    uint64_t n_params;
+    struct ufact n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx, n_vocab;
+    bool has_rope_base;
+    float rope_base;
+    uint64_t non_layer_bytes, layer_min, layer_max, total_bytes;
+    uint64_t n_layers_seen; /* distinct blk.N with tensors */
+    uint64_t type_count[N_TYPES], type_bytes[N_TYPES];
+    uint64_t other_type_count; /* ids >= N_TYPES (cannot happen for files the reader accepts) */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ebb info [--json] MODEL\n"
+            "\n"
+            "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
+            "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"
+            "and tokenizer, chat template, bytes outside and inside the layers, a histogram of\n"
+            "tensor types, file size and GGUF version. The whole file is validated first; a\n"
+            "malformed file gives exit status 1 and a message naming the problem.\n"
+            "\n"
+            "options:\n"
+            "  --json      print one JSON object instead of text\n"
+            "  -h, --help  show this help\n"
+            "\n"
+            "exit status: 0 success, 1 unreadable or malformed model, 2 usage error\n");
+}
+
+/* Copies s into buf as valid, printable UTF-8: control bytes and bytes that do not start a valid
+ * UTF-8 sequence become '?'. Truncates (at a character boundary) to fit. */
+static void sanitize(const char *s, uint64_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    uint64_t i = 0;
+    while (i < n && o + 1 < cap) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c >= 0x20 && c < 0x7f)
+            len = 1;
+        else if (c >= 0xc2 && c <= 0xdf)
+            len = 2;
+        else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            lo = c == 0xe0 ? 0xa0 : 0x80;
+            hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            lo = c == 0xf0 ? 0x90 : 0x80;
+            hi = c == 0xf4 ? 0x8f : 0xbf;
+        }
+        bool ok = len > 0 && len <= n - i;
+        for (size_t k = 1; ok && k < len; k++) {
+            unsigned char cc = (unsigned char)s[i + k];
+            ok = k == 1 ? (cc >= lo && cc <= hi) : (cc >= 0x80 && cc <= 0xbf);
+        }
+        if (!ok) {
+            buf[o++] = '?';
+            i++;
+            continue;
+        }
+        if (o + len + 1 > cap)
+            break;
+        memcpy(buf + o, s + i, len);
+        o += len;
+        i += len;
+    }
+    buf[o] = '\0';
+}
+
+static bool get_text(const struct ebb_gguf *g, const char *key, char *buf, size_t cap)
+{
+    struct ebb_str s;
+    if (ebb_gguf_get_str(g, key, &s))
+        return false;
+    sanitize(s.p, s.n, buf, cap);
+    return true;
+}
+
+/* Reads `<arch>.<suffix>` as a non-negative integer or an array of them. */
+static struct ufact get_ufact(const struct ebb_gguf *g, const char *arch, const char *suffix)
+{
+    struct ufact f = {0};
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    int64_t i = ebb_gguf_find_kv(g, key);
+    uint64_t v;
+    struct ebb_gguf_arr a;
+    if (i < 0)
+        return f;
+    if (!ebb_gguf_kv_u64(g, (uint64_t)i, &v)) {
+        f = (struct ufact){true, v, v};
+        return f;
+    }
+    if (ebb_gguf_kv_arr(g, (uint64_t)i, &a) || a.n == 0)
+        return f;
+    for (uint64_t k = 0; k < a.n; k++) {
+        int64_t e;
+        if (ebb_gguf_arr_i64(&a, k, &e) || e < 0)
+            return (struct ufact){0};
+        if (!f.present || (uint64_t)e < f.min)
+            f.min = (uint64_t)e;
+        if (!f.present || (uint64_t)e > f.max)
+            f.max = (uint64_t)e;
+        f.present = true;
+    }
+    return f;
+}
+
+/* Layer index of a tensor named "blk.N.<rest>", or -1. */
+static int64_t layer_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    const char *p = name + 4;
+    uint64_t n = 0;
+    if (*p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9') {
+        n = n * 10 + (uint64_t)(*p++ - '0');
+        if (n >= MAX_LAYERS)
+            return -1;
+    }
+    return *p == '.' ? (int64_t)n : -1;
+}
+
+static int gather(const struct ebb_gguf *g, struct facts *f)
+{
+    memset(f, 0, sizeof(*f));
+    if (!get_text(g, "general.architecture", f->arch, sizeof(f->arch)))
+        snprintf(f->arch, sizeof(f->arch), "unknown");
+    f->has_name = get_text(g, "general.name", f->name, sizeof(f->name));
+    f->has_tok_model = get_text(g, "tokenizer.ggml.model", f->tok_model, sizeof(f->tok_model));
+    f->has_tok_pre = get_text(g, "tokenizer.ggml.pre", f->tok_pre, sizeof(f->tok_pre));
+    f->chat_template = ebb_gguf_find_kv(g, "tokenizer.chat_template") >= 0;
+
+    f->n_layer = get_ufact(g, f->arch, "block_count");
+    f->n_embd = get_ufact(g, f->arch, "embedding_length");
+    f->n_head = get_ufact(g, f->arch, "attention.head_count");
+    f->n_head_kv = get_ufact(g, f->arch, "attention.head_count_kv");
+    f->head_dim = get_ufact(g, f->arch, "attention.key_length");
+    if (!f->head_dim.present && f->n_embd.present && f->n_head.present &&
+        f->n_head.min == f->n_head.max && f->n_head.min && f->n_embd.min % f->n_head.min == 0) {
+        uint64_t d = f->n_embd.min / f->n_head.min;
+        f->head_dim = (struct ufact){true, d, d};
+    }
+    f->n_ff = get_ufact(g, f->arch, "feed_forward_length");
+    f->n_ctx = get_ufact(g, f->arch, "context_length");
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.freq_base", f->arch);
+    f->has_rope_base = ebb_gguf_get_f32(g, key, &f->rope_base) == EBB_OK;
+    struct ebb_gguf_arr toks;
+    if (!ebb_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks))
+        f->n_vocab = (struct ufact){true, toks.n, toks.n};
+    else
+        f->n_vocab = get_ufact(g, f->arch, "vocab_size");
+
+    uint64_t nt = ebb_gguf_n_tensors(g);
+    int64_t max_layer = -1;
+    for (uint64_t i = 0; i < nt; i++) {
+        int64_t l = layer_of(ebb_gguf_tensor_at(g, i)->name);
+        if (l > max_layer)
+            max_layer = l;
+    }
+    uint64_t *per_layer = NULL;
+    if (max_layer >= 0 && !(per_layer = calloc((size_t)max_layer + 1, sizeof(*per_layer))))
+        return -1;
+    for (uint64_t i = 0; i < nt; i++) {
+        const struct ebb_gguf_tensor *t = ebb_gguf_tensor_at(g, i);
+        int64_t l = layer_of(t->name);
+        f->n_params += t->n_elements;
+        f->total_bytes += t->size;
+        if (l >= 0)
+            per_layer[l] += t->size;
+        else
+            f->non_layer_bytes += t->size;
+        if (t->type < N_TYPES) {
+            f->type_count[t->type]++;
+            f->type_bytes[t->type] += t->size;
+        } else {
+            f->other_type_count++;
+        }
+    }
+    for (int64_t l = 0; l <= max_layer; l++) {
+        if (!per_layer[l])
+            continue;
+        if (!f->n_layers_seen || per_layer[l] < f->layer_min)
+            f->layer_min = per_layer[l];
+        if (!f->n_layers_seen || per_layer[l] > f->layer_max)
+            f->layer_max = per_layer[l];
+        f->n_layers_seen++;
+    }
+    free(per_layer);
+    return 0;
+}
+
+/* "134.5M" style. */
+static void human(uint64_t n, char *buf, size_t cap)
+{
+    if (n >= 1000000000ull)
+        snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else if (n >= 1000000ull)
+        snprintf(buf, cap, "%.1fM", (double)n / 1e6);
+    else if (n >= 1000ull)
+        snprintf(buf, cap, "%.1fK", (double)n / 1e3);
+    else
+        snprintf(buf, cap, "%" PRIu64, n);
+}
+
+static void print_ufact(FILE *o, const char *label, struct ufact f)
+{
+    fprintf(o, "%-18s", label);
+    if (!f.present)
+        fprintf(o, "-\n");
+    else if (f.min == f.max)
+        fprintf(o, "%" PRIu64 "\n", f.min);
+    else
+        fprintf(o, "%" PRIu64 "..%" PRIu64 " (per layer)\n", f.min, f.max);
+}
+
+static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f)
+{
+    char h[32];
+    char spath[512];
+    sanitize(path, strlen(path), spath, sizeof(spath));
+    fprintf(o, "%-18s%s\n", "file:", spath);
+    fprintf(o,
+            "%-18s%" PRIu64 " bytes, GGUF v%" PRIu32 ", alignment %" PRIu32 ", data at %" PRIu64
+            "\n",
+            "format:", ebb_gguf_file_size(g), ebb_gguf_version(g), ebb_gguf_alignment(g),
+            ebb_gguf_data_offset(g));
+    fprintf(o, "%-18s%s\n", "architecture:", f->arch);
+    fprintf(o, "%-18s%s\n", "name:", f->has_name ? f->name : "-");
+    human(f->n_params, h, sizeof(h));
+    fprintf(o, "%-18s%" PRIu64 " (%s)\n", "parameters:", f->n_params, h);
+    print_ufact(o, "layers:", f->n_layer);
+    print_ufact(o, "embedding:", f->n_embd);
+    print_ufact(o, "heads:", f->n_head);
+    print_ufact(o, "kv heads:", f->n_head_kv);
+    print_ufact(o, "head dim:", f->head_dim);
+    print_ufact(o, "ffn:", f->n_ff);
+    print_ufact(o, "context:", f->n_ctx);
+    if (f->has_rope_base)
+        fprintf(o, "%-18s%g\n", "rope base:", (double)f->rope_base);
+    else
+        fprintf(o, "%-18s-\n", "rope base:");
+    print_ufact(o, "vocab:", f->n_vocab);
+    fprintf(o, "%-18s%s (pre: %s)\n", "tokenizer:", f->has_tok_model ? f->tok_model : "-",
+            f->has_tok_pre ? f->tok_pre : "-");
+    fprintf(o, "%-18s%s\n", "chat template:", f->chat_template ? "yes" : "no");
+    fprintf(o, "%-18s%" PRIu64 " (%" PRIu64 " metadata keys)\n", "tensors:", ebb_gguf_n_tensors(g),
+            ebb_gguf_n_kv(g));
+    fprintf(o, "%-18s%" PRIu64 "\n", "tensor bytes:", f->total_bytes);
+    fprintf(o, "%-18s%" PRIu64 "\n", "non-layer bytes:", f->non_layer_bytes);
+    if (!f->n_layers_seen)
+        fprintf(o, "%-18s-\n", "layer bytes:");
+    else if (f->layer_min == f->layer_max)
+        fprintf(o, "%-18s%" PRIu64 " each (%" PRIu64 " layers)\n", "layer bytes:", f->layer_min,
+                f->n_layers_seen);
+    else
+        fprintf(o, "%-18s%" PRIu64 "..%" PRIu64 " (%" PRIu64 " layers)\n",
+                "layer bytes:", f->layer_min, f->layer_max, f->n_layers_seen);
+    fprintf(o, "types:\n");
+    for (uint32_t t = 0; t < N_TYPES; t++)
+        if (f->type_count[t])
+            fprintf(o, "  %-6s %6" PRIu64 " tensors %12" PRIu64 " bytes\n", ebb_ggml_type_name(t),
+                    f->type_count[t], f->type_bytes[t]);
+}
+
+static json_t *j_ufact(struct ufact f)
+{
+    if (!f.present)
+        return json_null();
+    if (f.min == f.max)
+        return json_integer((json_int_t)f.min);
+    return json_pack("{s:I,s:I}", "min", (json_int_t)f.min, "max", (json_int_t)f.max);
+}
+
+static json_t *j_text(bool has, const char *s)
+{
+    return has ? json_string(s) : json_null();
+}
+
+static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f)
+{
+    char spath[1024];
+    sanitize(path, strlen(path), spath, sizeof(spath));
+    json_t *types = json_object();
+    for (uint32_t t = 0; types && t < N_TYPES; t++)
+        if (f->type_count[t])
+            json_object_set_new(types, ebb_ggml_type_name(t),
+                                json_pack("{s:I,s:I}", "count", (json_int_t)f->type_count[t],
+                                          "bytes", (json_int_t)f->type_bytes[t]));
+    json_t *layer = f->n_layers_seen
+                        ? json_pack("{s:I,s:I,s:I}", "count", (json_int_t)f->n_layers_seen, "min",
+                                    (json_int_t)f->layer_min, "max", (json_int_t)f->layer_max)
+                        : json_null();
+    json_t *root = json_object();
+    if (!root)
+        return -1;
+    struct {
+        const char *k;
+        json_t *v;
+    } fields[] = {
+        {"file", json_string(spath)},
+        {"file_size", json_integer((json_int_t)ebb_gguf_file_size(g))},
+        {"gguf_version", json_integer(ebb_gguf_version(g))},
+        {"alignment", json_integer(ebb_gguf_alignment(g))},
+        {"data_offset", json_integer((json_int_t)ebb_gguf_data_offset(g))},
+        {"n_kv", json_integer((json_int_t)ebb_gguf_n_kv(g))},
+        {"n_tensors", json_integer((json_int_t)ebb_gguf_n_tensors(g))},
+        {"architecture", json_string(f->arch)},
+        {"name", j_text(f->has_name, f->name)},
+        {"n_params", json_integer((json_int_t)f->n_params)},
+        {"n_layer", j_ufact(f->n_layer)},
+        {"n_embd", j_ufact(f->n_embd)},
+        {"n_head", j_ufact(f->n_head)},
+        {"n_head_kv", j_ufact(f->n_head_kv)},
+        {"head_dim", j_ufact(f->head_dim)},
+        {"n_ff", j_ufact(f->n_ff)},
+        {"n_ctx", j_ufact(f->n_ctx)},
+        {"rope_freq_base", f->has_rope_base ? json_real(f->rope_base) : json_null()},
+        {"n_vocab", j_ufact(f->n_vocab)},
+        {"tokenizer", json_pack("{s:o,s:o}", "model", j_text(f->has_tok_model, f->tok_model), "pre",
+                                j_text(f->has_tok_pre, f->tok_pre))},
+        {"chat_template", json_boolean(f->chat_template)},
+        {"tensor_bytes", json_integer((json_int_t)f->total_bytes)},
+        {"non_layer_bytes", json_integer((json_int_t)f->non_layer_bytes)},
+        {"layer_bytes", layer},
+        {"types", types},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (!fields[i].v || json_object_set_new(root, fields[i].k, fields[i].v) != 0)
+            ok = false;
+    if (!ok) {
+        json_decref(root);
+        return -1;
+    }
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!s)
+        return -1;
+    fprintf(o, "%s\n", s);
+    free(s);
+    return 0;
+}
+
+int ebb_cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool json = false;
+    /* `ebb info --devices` (the OpenCL device list) belongs to the OpenCL engineer: parse it
+     * here and call into runtime/cl when that module exists. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--")) {
+            if (i + 2 != argc || path) {
+                usage(stderr);
+                return 2;
+            }
+            path = argv[i + 1];
+            break;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "ebb info: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "ebb info: more than one model given\n");
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "ebb info: no model given\n");
+        usage(stderr);
+        return 2;
+    }
+
+    struct ebb_diag diag = {{0}};
+    struct ebb_gguf *g = NULL;
+    struct facts *f = NULL;
+    int status = 1;
+    ebb_err rc = ebb_gguf_open(path, &g, &diag);
+    if (rc) {
+        fprintf(stderr, "ebb info: %s: %s\n", path, diag.msg[0] ? diag.msg : ebb_err_str(rc));
+        goto out;
+    }
+    if (!(f = malloc(sizeof(*f))) || gather(g, f) != 0) {
+        fprintf(stderr, "ebb info: %s: out of memory\n", path);
+        goto out;
+    }
+    if (json ? print_json(stdout, path, g, f) != 0 : (print_text(stdout, path, g, f), 0)) {
+        fprintf(stderr, "ebb info: %s: cannot build JSON\n", path);
+        goto out;
+    }
+    status = fflush(stdout) == 0 ? 0 : 1;
+out:
+    free(f);
+    ebb_gguf_close(g);
+    return status;
+}
