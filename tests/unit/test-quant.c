@@ -1,0 +1,389 @@
+/* Quantization formats: fp16/bf16 conversion, hand-built blocks of every type (the packing is
+ * written here independently from the layout descriptions in quant.h), quantize/dequantize
+ * round trips, dot products against dequantize-then-multiply, and real and random rows against
+ * the Python gguf package's dequantizer (tests/data/quant/expected.bin, made by
+ * scripts/ref/quant-expect.py). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "quant.h"
+
+#ifndef EBB_TEST_DATA
+#define EBB_TEST_DATA "tests/data"
+#endif
+
+/* A deterministic PRNG for test data (xorshift32). */
+static uint32_t rng_state = 12345;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+static float rndf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rnd() >> 8) / (float)(1u << 24);
+}
+
+static void test_fp16(void **state)
+{
+    (void)state;
+    assert_true(ebb_fp16_to_fp32(0x3c00) == 1.0f);
+    assert_true(ebb_fp16_to_fp32(0xc000) == -2.0f);
+    assert_true(ebb_fp16_to_fp32(0x7bff) == 65504.0f);
+    assert_true(ebb_fp16_to_fp32(0x0001) == 0x1p-24f);
+    assert_true(ebb_fp16_to_fp32(0x0400) == 0x1p-14f);
+    assert_true(isinf(ebb_fp16_to_fp32(0x7c00)) && ebb_fp16_to_fp32(0x7c00) > 0);
+    assert_true(isnan(ebb_fp16_to_fp32(0x7e00)));
+    assert_true(signbit(ebb_fp16_to_fp32(0x8000)));
+    assert_int_equal(ebb_fp32_to_fp16(1.0f), 0x3c00);
+    assert_int_equal(ebb_fp32_to_fp16(65519.0f), 0x7bff); /* rounds down to max */
+    assert_int_equal(ebb_fp32_to_fp16(65520.0f), 0x7c00); /* rounds up to Inf */
+    assert_int_equal(ebb_fp32_to_fp16(0x1p-25f), 0x0000); /* tie to even: zero */
+    assert_int_equal(ebb_fp32_to_fp16(0x1.8p-25f), 0x0001);
+    assert_int_equal(ebb_fp32_to_fp16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    assert_int_equal(ebb_fp32_to_fp16(1.0f + 0x1.8p-11f), 0x3c01);
+    assert_int_equal(ebb_fp32_to_fp16(1.0f + 0x1.8p-10f), 0x3c02); /* tie to even, up */
+    assert_true((ebb_fp32_to_fp16(NAN) & 0x7c00) == 0x7c00 && (ebb_fp32_to_fp16(NAN) & 0x3ff));
+    /* Every finite half survives a round trip through float. */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00)
+            continue;
+        assert_int_equal(ebb_fp32_to_fp16(ebb_fp16_to_fp32((uint16_t)h)), h);
+    }
+    assert_true(ebb_bf16_to_fp32(0x3f80) == 1.0f);
+    assert_true(ebb_bf16_to_fp32(0xc040) == -3.0f);
+    assert_int_equal(ebb_fp32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(ebb_fp32_to_bf16(1.0f + 0x1p-8f), 0x3f80);   /* tie to even */
+    assert_int_equal(ebb_fp32_to_bf16(1.0f + 0x1.8p-7f), 0x3f82); /* tie to even, up */
+}
+
+static void expect_row(uint32_t type, const void *blk, const float *want, int n, float tol)
+{
+    float got[256];
+    assert_int_equal(ebb_quant_dequantize_row(type, blk, got, (uint64_t)n), EBB_OK);
+    for (int i = 0; i < n; i++) {
+        if (fabsf(got[i] - want[i]) > tol) {
+            fail_msg("type %u element %d: got %g want %g", type, i, (double)got[i],
+                     (double)want[i]);
+        }
+    }
+}
+
+static void test_simple_blocks(void **state)
+{
+    (void)state;
+    float want[32];
+    int q[32];
+    for (int i = 0; i < 32; i++)
+        q[i] = (i * 7 + 3) % 32;
+
+    struct ebb_block_q4_0 b40 = {.d = ebb_fp32_to_fp16(0.5f)};
+    for (int j = 0; j < 16; j++)
+        b40.qs[j] = (uint8_t)((q[j] % 16) | (q[j + 16] % 16) << 4);
+    for (int i = 0; i < 32; i++)
+        want[i] = 0.5f * (float)(q[i] % 16 - 8);
+    expect_row(EBB_GGML_Q4_0, &b40, want, 32, 0);
+
+    struct ebb_block_q4_1 b41 = {.d = ebb_fp32_to_fp16(0.25f), .m = ebb_fp32_to_fp16(-1.5f)};
+    memcpy(b41.qs, b40.qs, 16);
+    for (int i = 0; i < 32; i++)
+        want[i] = 0.25f * (float)(q[i] % 16) - 1.5f;
+    expect_row(EBB_GGML_Q4_1, &b41, want, 32, 0);
+
+    struct ebb_block_q5_0 b50 = {.d = ebb_fp32_to_fp16(0.125f)};
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        b50.qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+        qh |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++)
+        b50.qh[k] = (uint8_t)(qh >> (8 * k));
+    for (int i = 0; i < 32; i++)
+        want[i] = 0.125f * (float)(q[i] - 16);
+    expect_row(EBB_GGML_Q5_0, &b50, want, 32, 0);
+
+    struct ebb_block_q5_1 b51 = {.d = ebb_fp32_to_fp16(2.0f), .m = ebb_fp32_to_fp16(3.0f)};
+    memcpy(b51.qh, b50.qh, 4);
+    memcpy(b51.qs, b50.qs, 16);
+    for (int i = 0; i < 32; i++)
+        want[i] = 2.0f * (float)q[i] + 3.0f;
+    expect_row(EBB_GGML_Q5_1, &b51, want, 32, 0);
+
+    struct ebb_block_q8_0 b80 = {.d = ebb_fp32_to_fp16(0.5f)};
+    for (int i = 0; i < 32; i++) {
+        b80.qs[i] = (int8_t)(i * 8 - 128);
+        want[i] = 0.5f * (float)(i * 8 - 128);
+    }
+    expect_row(EBB_GGML_Q8_0, &b80, want, 32, 0);
+}
+
+/* Packs Q4_K/Q5_K six-bit scales and mins as quant.h describes. */
+static void pack_k4_scales(const int *sc, const int *mn, uint8_t *p)
+{
+    memset(p, 0, 12);
+    for (int j = 0; j < 4; j++) {
+        p[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        p[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        p[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+}
+
+static void test_k_blocks(void **state)
+{
+    (void)state;
+    float want[256];
+    int q[256], sc[16], mn[16];
+    for (int i = 0; i < 256; i++)
+        q[i] = (int)(rnd() % 64);
+    for (int g = 0; g < 16; g++) {
+        sc[g] = (int)(rnd() % 64);
+        mn[g] = (int)(rnd() % 64);
+    }
+    sc[5] = 63; /* exercise the top bits of the packed scales */
+    mn[6] = 48;
+
+    /* Q2_K: 4-bit scale and min per group of 16, 2-bit q. */
+    struct ebb_block_q2_k b2 = {.d = ebb_fp32_to_fp16(0.5f), .dmin = ebb_fp32_to_fp16(0.25f)};
+    for (int i = 0; i < 256; i++) {
+        int v = q[i] & 3;
+        b2.qs[32 * (i / 128) + i % 32] |= (uint8_t)(v << (2 * ((i % 128) / 32)));
+        want[i] = 0.5f * (float)(sc[i / 16] & 15) * (float)v - 0.25f * (float)(mn[i / 16] & 15);
+    }
+    for (int g = 0; g < 16; g++)
+        b2.scales[g] = (uint8_t)((sc[g] & 15) | (mn[g] & 15) << 4);
+    expect_row(EBB_GGML_Q2_K, &b2, want, 256, 0);
+
+    /* Q3_K: six-bit signed scales, 2-bit q plus a high bit (clear = subtract 4). */
+    struct ebb_block_q3_k b3 = {.d = ebb_fp32_to_fp16(0.125f)};
+    for (int g = 0; g < 16; g++) {
+        int lo = sc[g] & 15, hi = sc[g] >> 4;
+        if (g < 8)
+            b3.scales[g] |= (uint8_t)lo;
+        else
+            b3.scales[g - 8] |= (uint8_t)(lo << 4);
+        b3.scales[8 + g % 4] |= (uint8_t)(hi << (2 * (g / 4)));
+    }
+    for (int i = 0; i < 256; i++) {
+        int v = q[i] & 3, h = (q[i] >> 2) & 1;
+        b3.qs[32 * (i / 128) + i % 32] |= (uint8_t)(v << (2 * ((i % 128) / 32)));
+        b3.hmask[i % 32] |= (uint8_t)(h << (i / 32));
+        want[i] = 0.125f * (float)(sc[i / 16] - 32) * (float)(v - (h ? 0 : 4));
+    }
+    expect_row(EBB_GGML_Q3_K, &b3, want, 256, 0);
+
+    /* Q4_K: 8 groups of 32. */
+    struct ebb_block_q4_k b4 = {.d = ebb_fp32_to_fp16(0.5f), .dmin = ebb_fp32_to_fp16(0.125f)};
+    pack_k4_scales(sc, mn, b4.scales);
+    for (int j = 0; j < 8; j++) {
+        uint8_t s, m;
+        ebb_quant_k4_scale_min(b4.scales, j, &s, &m);
+        assert_int_equal(s, sc[j]);
+        assert_int_equal(m, mn[j]);
+    }
+    for (int i = 0; i < 256; i++) {
+        int c = i / 64, l = i % 32, hi = (i % 64) / 32, v = q[i] & 15;
+        b4.qs[32 * c + l] |= (uint8_t)(v << (4 * hi));
+        want[i] = 0.5f * (float)sc[i / 32] * (float)v - 0.125f * (float)mn[i / 32];
+    }
+    expect_row(EBB_GGML_Q4_K, &b4, want, 256, 0);
+
+    /* Q5_K: Q4_K plus a fifth bit in qh. */
+    struct ebb_block_q5_k b5 = {.d = ebb_fp32_to_fp16(0.25f), .dmin = ebb_fp32_to_fp16(0.5f)};
+    pack_k4_scales(sc, mn, b5.scales);
+    for (int i = 0; i < 256; i++) {
+        int c = i / 64, l = i % 32, hi = (i % 64) / 32, v = q[i] & 31;
+        b5.qs[32 * c + l] |= (uint8_t)((v & 15) << (4 * hi));
+        b5.qh[l] |= (uint8_t)((v >> 4) << (2 * c + hi));
+        want[i] = 0.25f * (float)sc[i / 32] * (float)v - 0.5f * (float)mn[i / 32];
+    }
+    expect_row(EBB_GGML_Q5_K, &b5, want, 256, 0);
+
+    /* Q6_K: signed 8-bit scales per 16, 6-bit q. */
+    struct ebb_block_q6_k b6 = {.d = ebb_fp32_to_fp16(0.0625f)};
+    for (int g = 0; g < 16; g++)
+        b6.scales[g] = (int8_t)(sc[g] * 4 - 128);
+    for (int i = 0; i < 256; i++) {
+        int half = i / 128, k = (i % 128) / 32, l = i % 32, v = q[i];
+        b6.ql[64 * half + l + 32 * (k & 1)] |= (uint8_t)((v & 15) << (k < 2 ? 0 : 4));
+        b6.qh[32 * half + l] |= (uint8_t)((v >> 4) << (2 * k));
+        want[i] = 0.0625f * (float)b6.scales[i / 16] * (float)(v - 32);
+    }
+    expect_row(EBB_GGML_Q6_K, &b6, want, 256, 0);
+
+    /* Q8_K: fp32 scale, int8 q. */
+    struct ebb_block_q8_k b8 = {.d = 0.03125f};
+    for (int i = 0; i < 256; i++) {
+        b8.qs[i] = (int8_t)(q[i] * 4 - 128);
+        want[i] = 0.03125f * (float)b8.qs[i];
+    }
+    expect_row(EBB_GGML_Q8_K, &b8, want, 256, 0);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    enum { N = 256 };
+    float x[N], y[N];
+    uint8_t buf[N * 4];
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q8_0,
+                              EBB_GGML_F16,  EBB_GGML_BF16, EBB_GGML_F32};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        for (int trial = 0; trial < 20; trial++) {
+            float scale = trial == 0 ? 0.0f : rndf(0.001f, 10.0f);
+            for (int i = 0; i < N; i++)
+                x[i] = scale * rndf(-1.0f, 1.0f) + (trial % 3 == 1 ? scale : 0.0f);
+            assert_int_equal(ebb_quant_quantize_row(types[t], x, buf, N), EBB_OK);
+            assert_int_equal(ebb_quant_dequantize_row(types[t], buf, y, N), EBB_OK);
+            for (int b = 0; b < N / 32; b++) {
+                float lo = x[32 * b], hi = x[32 * b], amax = 0;
+                for (int j = 0; j < 32; j++) {
+                    lo = fminf(lo, x[32 * b + j]);
+                    hi = fmaxf(hi, x[32 * b + j]);
+                    amax = fmaxf(amax, fabsf(x[32 * b + j]));
+                }
+                /* Half a quantization step, plus slack for the fp16 rounding of the scale
+                 * (relative 2^-11 of the largest value) and of Q4_1's min. */
+                float bound;
+                switch (types[t]) {
+                case EBB_GGML_Q4_0:
+                    /* The extreme value maps to -8, so one of the opposite sign can sit a
+                     * whole step beyond +7. */
+                    bound = amax / 8.0f + amax * 2e-3f;
+                    break;
+                case EBB_GGML_Q4_1:
+                    bound = (hi - lo) / 15.0f * 0.5f + amax * 2e-3f;
+                    break;
+                case EBB_GGML_Q8_0:
+                    bound = amax / 127.0f * 0.5f + amax * 1e-3f;
+                    break;
+                case EBB_GGML_F16:
+                    bound = amax * 0x1p-11f;
+                    break;
+                case EBB_GGML_BF16:
+                    bound = amax * 0x1p-8f;
+                    break;
+                default:
+                    bound = 0;
+                }
+                for (int j = 0; j < 32; j++) {
+                    float e = fabsf(x[32 * b + j] - y[32 * b + j]);
+                    if (e > bound)
+                        fail_msg("type %u trial %d elem %d err %g > %g", types[t], trial,
+                                 32 * b + j, (double)e, (double)bound);
+                }
+            }
+        }
+    }
+    assert_int_equal(ebb_quant_quantize_row(EBB_GGML_Q4_K, x, buf, N), EBB_EUNSUPPORTED);
+    assert_int_equal(ebb_quant_quantize_row(EBB_GGML_Q4_0, x, buf, 33), EBB_EINVAL);
+    assert_int_equal(ebb_quant_dequantize_row(EBB_GGML_Q4_K, buf, y, 128), EBB_EINVAL);
+    assert_int_equal(ebb_quant_dequantize_row(99, buf, y, 32), EBB_EUNSUPPORTED);
+    assert_null(ebb_quant_get_dot(99));
+}
+
+struct rec {
+    uint32_t type, n, nbytes;
+    char name[128];
+    uint8_t *raw;
+    float *want;
+};
+
+static uint32_t rd32(FILE *f)
+{
+    uint8_t b[4];
+    assert_int_equal(fread(b, 1, 4, f), 4);
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+/* Compares against gguf.quants.dequantize and checks the dot product on the same rows. */
+static void test_against_gguf_py(void **state)
+{
+    (void)state;
+    const char *path = EBB_TEST_DATA "/quant/expected.bin";
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    char magic[4];
+    assert_int_equal(fread(magic, 1, 4, f), 4);
+    assert_memory_equal(magic, "EBQ1", 4);
+    uint32_t count = rd32(f);
+    assert_true(count >= 20);
+    uint32_t seen[32] = {0};
+    for (uint32_t r = 0; r < count; r++) {
+        struct rec c;
+        c.type = rd32(f);
+        c.n = rd32(f);
+        c.nbytes = rd32(f);
+        uint32_t nl = rd32(f);
+        assert_true(nl < sizeof(c.name) && c.n <= 65536 && c.nbytes <= 4 * 65536);
+        assert_int_equal(fread(c.name, 1, nl, f), nl);
+        c.name[nl] = 0;
+        c.raw = malloc(c.nbytes);
+        c.want = malloc(4 * (size_t)c.n);
+        float *got = malloc(4 * (size_t)c.n);
+        float *x = malloc(4 * (size_t)c.n);
+        assert_non_null(c.raw);
+        assert_non_null(c.want);
+        assert_non_null(got);
+        assert_non_null(x);
+        assert_int_equal(fread(c.raw, 1, c.nbytes, f), c.nbytes);
+        assert_int_equal(fread(c.want, 4, c.n, f), c.n);
+
+        assert_int_equal(ebb_quant_dequantize_row(c.type, c.raw, got, c.n), EBB_OK);
+        float amax = 0;
+        for (uint32_t i = 0; i < c.n; i++)
+            amax = fmaxf(amax, fabsf(c.want[i]));
+        /* numpy may multiply the scale factors in another order: allow a few ulps of the row's
+         * largest value. */
+        float tol = amax * 1e-6f;
+        for (uint32_t i = 0; i < c.n; i++) {
+            if (!(fabsf(got[i] - c.want[i]) <= tol))
+                fail_msg("%s elem %u: got %.9g want %.9g", c.name, i, (double)got[i],
+                         (double)c.want[i]);
+        }
+        /* Dot product against a random vector, versus the float dot of the expected row. */
+        double ref = 0, mag = 0;
+        for (uint32_t i = 0; i < c.n; i++) {
+            x[i] = rndf(-1, 1);
+            ref += (double)c.want[i] * x[i];
+            mag += fabs((double)c.want[i] * x[i]);
+        }
+        float dot;
+        assert_int_equal(ebb_quant_dot_row(c.type, c.raw, x, c.n, &dot), EBB_OK);
+        if (fabs(dot - ref) > 1e-5 * mag + 1e-30)
+            fail_msg("%s dot: got %.9g want %.9g (mag %g)", c.name, (double)dot, ref, mag);
+        seen[c.type & 31]++;
+        free(c.raw);
+        free(c.want);
+        free(got);
+        free(x);
+    }
+    fclose(f);
+    const uint32_t need[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
+                             EBB_GGML_Q8_0, EBB_GGML_Q2_K, EBB_GGML_Q3_K, EBB_GGML_Q4_K,
+                             EBB_GGML_Q5_K, EBB_GGML_Q6_K, EBB_GGML_F16};
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+        assert_true(seen[need[i]] > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp16),
+        cmocka_unit_test(test_simple_blocks),
+        cmocka_unit_test(test_k_blocks),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_against_gguf_py),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
