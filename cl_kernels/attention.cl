@@ -1,0 +1,143 @@
+/* Attention over the half-precision KV cache written by rope_kv (layout per layer:
+ * [kv_base + (kv_head * n_ctx + pos) * HEAD_DIM + d]). Query heads share KV heads in groups of
+ * n_head / n_head_kv (GQA). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
+ * per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per local tile).
+ * Needs ops.cl (wg_sum, wg_max) in the same program. */
+
+#ifndef ATT_CHUNK
+#define ATT_CHUNK 256
+#endif
+#ifndef ATT_TQ
+#define ATT_TQ 16
+#endif
+#ifndef ATT_TK
+#define ATT_TK 32
+#endif
+
+/* Decode, first pass (flash-decoding): work-group (c, h) scores positions
+ * [c * ATT_CHUNK, min(n_kv, (c + 1) * ATT_CHUNK)) of head h and writes the unnormalised partial
+ * output po[h][c][d] with its max and sum of exponentials pml[h][c] = (m, l). Global size
+ * (n_chunks * NORM_WG, n_head), local (NORM_WG, 1). */
+__kernel void attn_decode_part(__global const float *q, __global const half *kc,
+                               __global const half *vc, ulong kv_base, int n_ctx, int n_kv,
+                               int n_head, int n_head_kv, float scale, __global float *po,
+                               __global float2 *pml)
+{
+    __local float qs[HEAD_DIM];
+    __local float sc[ATT_CHUNK];
+    __local float tmp[NORM_WG];
+    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int nc = get_num_groups(0);
+    int hk = h / (n_head / n_head_kv);
+    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
+        qs[d] = q[h * HEAD_DIM + d] * scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    float m = -INFINITY;
+    for (int j = lid; j < pn; j += NORM_WG) {
+        float4 s4 = (float4)(0.0f);
+        for (int d = 0; d < HEAD_DIM; d += 4)
+            s4 += vload_half4(0, kb + (size_t)j * HEAD_DIM + d) * vload4(0, qs + d);
+        float s = s4.x + s4.y + s4.z + s4.w;
+        sc[j] = s;
+        m = fmax(m, s);
+    }
+    m = wg_max(m, tmp);
+    float l = 0.0f;
+    for (int j = lid; j < pn; j += NORM_WG) {
+        float e = exp(sc[j] - m);
+        sc[j] = e;
+        l += e;
+    }
+    l = wg_sum(l, tmp);
+    for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
+        float o = 0.0f;
+        for (int j = 0; j < pn; j++)
+            o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
+        po[((size_t)h * nc + c) * HEAD_DIM + d] = o;
+    }
+    if (lid == 0)
+        pml[h * nc + c] = (float2)(m, l);
+}
+
+/* Decode, second pass: combines the n_chunks partials of each head. Global (HEAD_DIM, n_head). */
+__kernel void attn_decode_reduce(__global const float *po, __global const float2 *pml,
+                                 int n_chunks, __global float *out)
+{
+    int d = get_global_id(0), h = get_global_id(1);
+    float m = -INFINITY;
+    for (int c = 0; c < n_chunks; c++)
+        m = fmax(m, pml[h * n_chunks + c].x);
+    float l = 0.0f, o = 0.0f;
+    for (int c = 0; c < n_chunks; c++) {
+        float2 ml = pml[h * n_chunks + c];
+        float w = exp(ml.x - m);
+        l += w * ml.y;
+        o += w * po[((size_t)h * n_chunks + c) * HEAD_DIM + d];
+    }
+    out[h * HEAD_DIM + d] = o / l;
+}
+
+/* Prefill, causal: query t (position pos0 + t) of head h attends positions 0..pos0 + t. A
+ * work-group of ATT_TQ queries walks the keys in tiles of ATT_TK staged in local memory, each
+ * work-item keeping an online softmax (running max, sum and output) in registers. Q rows are in
+ * qkv (row stride qkv_ld), output rows in out (stride out_ld). Global size
+ * (round_up(n_tok, ATT_TQ), n_head), local (ATT_TQ, 1). */
+__kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const half *kc,
+                           __global const half *vc, ulong kv_base, int n_ctx, int pos0,
+                           int n_tok, int n_head, int n_head_kv, float scale,
+                           __global float *out, int out_ld)
+{
+    __local float4 ks[ATT_TK][HEAD_DIM / 4];
+    __local float4 vs[ATT_TK][HEAD_DIM / 4];
+    int t = get_global_id(0), h = get_global_id(1), lid = get_local_id(0);
+    int hk = h / (n_head / n_head_kv);
+    bool valid = t < n_tok;
+    int qp = pos0 + t;
+    int t_last = min(n_tok, (int)(get_group_id(0) + 1) * ATT_TQ) - 1;
+    int last = pos0 + t_last;
+    float4 q[HEAD_DIM / 4], acc[HEAD_DIM / 4];
+    for (int d = 0; d < HEAD_DIM / 4; d++) {
+        q[d] = valid ? vload4(d, qkv + (size_t)t * qkv_ld + h * HEAD_DIM) * scale : (float4)(0.0f);
+        acc[d] = (float4)(0.0f);
+    }
+    float m = -INFINITY, l = 0.0f;
+    const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    for (int k0 = 0; k0 <= last; k0 += ATT_TK) {
+        for (int e = lid; e < ATT_TK * (HEAD_DIM / 4); e += ATT_TQ) {
+            int j = e / (HEAD_DIM / 4), d = e % (HEAD_DIM / 4);
+            bool in = k0 + j <= last;
+            ks[j][d] = in ? vload_half4(d, kb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
+            vs[j][d] = in ? vload_half4(d, vb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (valid) {
+            int jn = min(ATT_TK, qp - k0 + 1);
+            for (int j = 0; j < jn; j++) {
+                float4 s4 = (float4)(0.0f);
+                for (int d = 0; d < HEAD_DIM / 4; d++)
+                    s4 += q[d] * ks[j][d];
+                float s = s4.x + s4.y + s4.z + s4.w;
+                if (s > m) {
+                    float corr = exp(m - s);
+                    l *= corr;
+                    for (int d = 0; d < HEAD_DIM / 4; d++)
+                        acc[d] *= corr;
+                    m = s;
+                }
+                float p = exp(s - m);
+                l += p;
+                for (int d = 0; d < HEAD_DIM / 4; d++)
+                    acc[d] += p * vs[j][d];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (!valid)
+        return;
+    for (int d = 0; d < HEAD_DIM / 4; d++)
+        vstore4(acc[d] / l, d, out + (size_t)t * out_ld + h * HEAD_DIM);
+}

@@ -1,0 +1,191 @@
+/* Element-wise and row-wise kernels of the forward pass. Activations are rows of floats, one
+ * row per token; the KV cache stores halves through vstore_half (no cl_khr_fp16 needed).
+ * Options: NORM_WG (work-group size of row reductions, a power of two). */
+
+#ifndef NORM_WG
+#define NORM_WG 64
+#endif
+
+/* Sum of v over the work-group (NORM_WG items); every item gets the result. */
+inline float wg_sum(float v, __local float *tmp)
+{
+    int lid = get_local_id(0);
+    tmp[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NORM_WG / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            tmp[lid] += tmp[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = tmp[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+inline float wg_max(float v, __local float *tmp)
+{
+    int lid = get_local_id(0);
+    tmp[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NORM_WG / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            tmp[lid] = fmax(tmp[lid], tmp[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = tmp[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+/* RMSNorm of row t: y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. One work-group per row
+ * (global (NORM_WG, n_tok), local (NORM_WG, 1)); y may alias x. */
+__kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w,
+                      __global float *y, int y_ld, int n, float eps)
+{
+    __local float tmp[NORM_WG];
+    int t = get_global_id(1), lid = get_local_id(0);
+    const __global float *xr = x + (size_t)t * x_ld;
+    float ss = 0.0f;
+    for (int i = lid; i < n; i += NORM_WG)
+        ss += xr[i] * xr[i];
+    ss = wg_sum(ss, tmp);
+    float inv = rsqrt(ss / n + eps);
+    __global float *yr = y + (size_t)t * y_ld;
+    for (int i = lid; i < n; i += NORM_WG)
+        yr[i] = xr[i] * inv * w[i];
+}
+
+/* Rotary embedding of the Q and K heads of row t of qkv (layout per row: n_head heads of
+ * head_dim for Q, then n_head_kv for K, then n_head_kv for V), fused with the KV-cache write:
+ * Q is rotated in place, K is rotated into kc and V copied into vc, as halves, at position
+ * pos0 + t. Cache layout per layer: [kv_base + (h * n_ctx + pos) * head_dim + d].
+ * neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1). Dimensions past n_rot are copied.
+ * Global size (head_dim / 2, n_head + n_head_kv, n_tok). */
+__kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
+                      ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
+                      int head_dim, int n_rot, float base, float freq_scale, int neox)
+{
+    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    int pos = pos0 + t;
+    __global float *row = qkv + (size_t)t * qkv_ld;
+    __global float *v = row + (n_head + h) * head_dim;
+    if (h < n_head)
+        v = row + h * head_dim;
+    int half_rot = n_rot / 2;
+    int i0 = 2 * p, i1 = 2 * p + 1;
+    if (neox && p < half_rot) {
+        i0 = p;
+        i1 = p + half_rot;
+    }
+    float a = v[i0], b = v[i1];
+    if (p < half_rot) {
+        float theta = (float)pos * freq_scale * pow(base, -2.0f * (float)p / (float)n_rot);
+        float c = cos(theta), s = sin(theta);
+        float a2 = a * c - b * s, b2 = a * s + b * c;
+        a = a2;
+        b = b2;
+    }
+    if (h < n_head) {
+        v[i0] = a;
+        v[i1] = b;
+        return;
+    }
+    int hk = h - n_head;
+    size_t off = kv_base + ((size_t)hk * n_ctx + pos) * head_dim;
+    vstore_half(a, off + i0, kc);
+    vstore_half(b, off + i1, kc);
+    const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim;
+    vstore_half(vv[2 * p], off + 2 * p, vc);
+    vstore_half(vv[2 * p + 1], off + 2 * p + 1, vc);
+}
+
+/* SwiGLU: y[t][i] = silu(g[t][i]) * g[t][n + i] (gate and up side by side in one row of 2n, as
+ * the fused gate+up matvec writes them). Global size (n, n_tok). */
+__kernel void swiglu(__global const float *g, int g_ld, __global float *y, int y_ld, int n)
+{
+    int i = get_global_id(0), t = get_global_id(1);
+    const __global float *r = g + (size_t)t * g_ld;
+    float a = r[i];
+    y[(size_t)t * y_ld + i] = a / (1.0f + exp(-a)) * r[n + i];
+}
+
+/* y = a + b over n floats. */
+__kernel void add(__global const float *a, __global const float *b, __global float *y)
+{
+    int i = get_global_id(0);
+    y[i] = a[i] + b[i];
+}
+
+/* Softmax of each row of n floats in place. One work-group per row (global (NORM_WG, rows)). */
+__kernel void softmax(__global float *x, int n)
+{
+    __local float tmp[NORM_WG];
+    int lid = get_local_id(0);
+    __global float *r = x + (size_t)get_global_id(1) * n;
+    float m = -INFINITY;
+    for (int i = lid; i < n; i += NORM_WG)
+        m = fmax(m, r[i]);
+    m = wg_max(m, tmp);
+    float s = 0.0f;
+    for (int i = lid; i < n; i += NORM_WG)
+        s += exp(r[i] - m);
+    s = wg_sum(s, tmp);
+    for (int i = lid; i < n; i += NORM_WG)
+        r[i] = exp(r[i] - m) / s;
+}
+
+/* Inserts (v, id) into the descending list (lv, li) of length k if it belongs there; ties keep
+ * the smaller id first. */
+inline void topk_insert(float *lv, int *li, int k, float v, int id)
+{
+    if (!(v > lv[k - 1] || (v == lv[k - 1] && id < li[k - 1])))
+        return;
+    int j = k - 1;
+    while (j > 0 && (v > lv[j - 1] || (v == lv[j - 1] && id < li[j - 1]))) {
+        lv[j] = lv[j - 1];
+        li[j] = li[j - 1];
+        j--;
+    }
+    lv[j] = v;
+    li[j] = id;
+}
+
+#define TOPK_MAX 64
+
+/* Top-k, first pass: work-item g keeps the k largest of x[g], x[g + G], ... (G = global size)
+ * and writes them to pv/pi[g * k ...]. k <= TOPK_MAX. */
+__kernel void topk_part(__global const float *x, int n, int k, __global float *pv,
+                        __global int *pi)
+{
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+    int g = get_global_id(0), G = get_global_size(0);
+    for (int j = 0; j < k; j++) {
+        lv[j] = -INFINITY;
+        li[j] = 0x7fffffff;
+    }
+    for (int i = g; i < n; i += G)
+        topk_insert(lv, li, k, x[i], i);
+    for (int j = 0; j < k; j++) {
+        pv[g * k + j] = lv[j];
+        pi[g * k + j] = li[j];
+    }
+}
+
+/* Top-k, second pass (one work-item): merges the m * k candidates into the final k. */
+__kernel void topk_merge(__global const float *pv, __global const int *pi, int m, int k,
+                         __global float *ov, __global int *oi)
+{
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+    for (int j = 0; j < k; j++) {
+        lv[j] = -INFINITY;
+        li[j] = 0x7fffffff;
+    }
+    for (int c = 0; c < m * k; c++)
+        topk_insert(lv, li, k, pv[c], pi[c]);
+    for (int j = 0; j < k; j++) {
+        ov[j] = lv[j];
+        oi[j] = li[j];
+    }
+}

@@ -1,0 +1,173 @@
+/* Weight decoders: each returns four consecutive weights W[o][i..i+3] of a row-major weight
+ * (o = output row, i = input column, i a multiple of 4) as float4. The layout prologue that
+ * cl-layout.c generates maps READ_W4(o, i) onto one of these, so kernels never index weights
+ * themselves. "raw" decoders read GGUF blocks as stored in the file (rowb = bytes per row);
+ * "split" decoders read a quant plane (nb = blocks per row) and a float2 (d, m) scale plane,
+ * w = d * q + m, so Q4_0 (m = -8d), Q4_1 and Q8_0 (m = 0) share one decoder per storage. */
+
+#define LD_HALF(p) vload_half(0, (const __global half *)(p))
+
+inline float4 w4_raw_f32(const __global uchar *w, ulong rowb, int o, int i)
+{
+    return vload4(0, (const __global float *)(w + (ulong)o * rowb) + i);
+}
+
+inline float4 w4_raw_f16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    return vload_half4(0, (const __global half *)(w + (ulong)o * rowb) + i);
+}
+
+inline float4 w4_raw_bf16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    ushort4 u = vload4(0, (const __global ushort *)(w + (ulong)o * rowb) + i);
+    return as_float4(convert_uint4(u) << 16);
+}
+
+inline float4 w4_raw_q8_0(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 34;
+    char4 q = vload4(0, (const __global char *)(p + 2 + (i & 31)));
+    return convert_float4(q) * LD_HALF(p);
+}
+
+inline float4 w4_raw_q4_0(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 18;
+    int j = i & 31;
+    uchar4 b = vload4(0, p + 2 + (j & 15));
+    uchar4 q = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    return (convert_float4(q) - 8.0f) * LD_HALF(p);
+}
+
+inline float4 w4_raw_q4_1(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 20;
+    int j = i & 31;
+    uchar4 b = vload4(0, p + 4 + (j & 15));
+    uchar4 q = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    return convert_float4(q) * LD_HALF(p) + LD_HALF(p + 2);
+}
+
+/* Fifth bits of elements j..j+3 of a Q5_0/Q5_1 block: bit j of the little-endian qh. */
+inline float4 q5_hi4(const __global uchar *qh, int j)
+{
+    uint h = (uint)qh[0] | ((uint)qh[1] << 8) | ((uint)qh[2] << 16) | ((uint)qh[3] << 24);
+    uint4 b = (uint4)(h >> j, h >> (j + 1), h >> (j + 2), h >> (j + 3)) & 1u;
+    return convert_float4(b) * 16.0f;
+}
+
+inline float4 w4_raw_q5_0(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 22;
+    int j = i & 31;
+    uchar4 b = vload4(0, p + 6 + (j & 15));
+    uchar4 q = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    return (convert_float4(q) + q5_hi4(p + 2, j) - 16.0f) * LD_HALF(p);
+}
+
+inline float4 w4_raw_q5_1(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 24;
+    int j = i & 31;
+    uchar4 b = vload4(0, p + 8 + (j & 15));
+    uchar4 q = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    return (convert_float4(q) + q5_hi4(p + 4, j)) * LD_HALF(p) + LD_HALF(p + 2);
+}
+
+/* Six-bit scale and min of group g (0..7) of a Q4_K/Q5_K block. */
+inline float2 k4_scale_min(const __global uchar *s, int g)
+{
+    uint sc, mn;
+    if (g < 4) {
+        sc = s[g] & 63;
+        mn = s[g + 4] & 63;
+    } else {
+        sc = (s[g + 4] & 15) | ((s[g - 4] >> 6) << 4);
+        mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
+    }
+    return (float2)((float)sc, (float)mn);
+}
+
+inline float4 w4_raw_q4_k(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 8) * 144;
+    int j = i & 255, c = j >> 6, r = j & 63, l = r & 31;
+    float2 sm = k4_scale_min(p + 4, 2 * c + (r >> 5));
+    uchar4 b = vload4(0, p + 16 + 32 * c + l);
+    uchar4 q = r < 32 ? (b & (uchar)15) : (b >> (uchar)4);
+    return convert_float4(q) * (LD_HALF(p) * sm.x) - LD_HALF(p + 2) * sm.y;
+}
+
+inline float4 w4_raw_q5_k(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 8) * 176;
+    int j = i & 255, c = j >> 6, r = j & 63, l = r & 31, g = 2 * c + (r >> 5);
+    float2 sm = k4_scale_min(p + 4, g);
+    uchar4 b = vload4(0, p + 48 + 32 * c + l);
+    uchar4 q = r < 32 ? (b & (uchar)15) : (b >> (uchar)4);
+    uchar4 h = (vload4(0, p + 16 + l) >> (uchar)g) & (uchar)1;
+    float4 qf = convert_float4(q) + convert_float4(h) * 16.0f;
+    return qf * (LD_HALF(p) * sm.x) - LD_HALF(p + 2) * sm.y;
+}
+
+inline float4 w4_raw_q6_k(const __global uchar *w, ulong rowb, int o, int i)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 8) * 210;
+    int j = i & 255, n = j >> 7, r = j & 127, qd = r >> 5, l = r & 31;
+    uchar4 b = vload4(0, p + n * 64 + l + (qd & 1) * 32);
+    uchar4 lo = qd >= 2 ? (b >> (uchar)4) : (b & (uchar)15);
+    uchar4 hi = (vload4(0, p + 128 + n * 32 + l) >> (uchar)(2 * qd)) & (uchar)3;
+    float sc = (float)((const __global char *)p)[192 + n * 8 + (l >> 4) + 2 * qd];
+    float4 q = convert_float4(lo | (hi << (uchar)4)) - 32.0f;
+    return q * (LD_HALF(p + 208) * sc);
+}
+
+/* Split planes in buffers: 4-bit quants, 16 bytes per block of 32. */
+inline float4 w4_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int i)
+{
+    ulong blk = (ulong)o * nb + (i >> 5);
+    int j = i & 31;
+    uchar4 b = vload4(0, q + blk * 16 + (j & 15));
+    uchar4 v = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    float2 dm = s[blk];
+    return convert_float4(v) * dm.x + dm.y;
+}
+
+/* Split planes in buffers: 8-bit quants, 32 bytes per block of 32. */
+inline float4 w4_split_q8(const __global uchar *q, const __global float2 *s, int nb, int o, int i)
+{
+    ulong blk = (ulong)o * nb + (i >> 5);
+    char4 v = vload4(0, (const __global char *)q + blk * 32 + (i & 31));
+    float2 dm = s[blk];
+    return convert_float4(v) * dm.x + dm.y;
+}
+
+#ifdef EBB_IMAGES
+/* Split planes with the quant plane viewed as an image1d_buffer of RGBA32UI texels (16 bytes):
+ * one texel per 4-bit block, two per 8-bit block. Reads go through the texture path. */
+inline float4 w4_img_q4(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                        int i)
+{
+    int blk = o * nb + (i >> 5);
+    int j = i & 31;
+    uint4 t = read_imageui(q, blk);
+    int c = (j & 15) >> 2;
+    uint word = c == 0 ? t.x : c == 1 ? t.y : c == 2 ? t.z : t.w;
+    uchar4 b = as_uchar4(word);
+    uchar4 v = j < 16 ? (b & (uchar)15) : (b >> (uchar)4);
+    float2 dm = s[blk];
+    return convert_float4(v) * dm.x + dm.y;
+}
+
+inline float4 w4_img_q8(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                        int i)
+{
+    int blk = o * nb + (i >> 5);
+    int j = i & 31;
+    uint4 t = read_imageui(q, 2 * blk + (j >> 4));
+    int c = (j & 15) >> 2;
+    uint word = c == 0 ? t.x : c == 1 ? t.y : c == 2 ? t.z : t.w;
+    float2 dm = s[blk];
+    return convert_float4(as_char4(word)) * dm.x + dm.y;
+}
+#endif

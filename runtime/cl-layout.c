@@ -1,0 +1,407 @@
+/* Weight layouts: choice per device, accessor codegen, placement on the device. */
+#include "cl-layout.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+/* Decoder facts per type: block elements, block bytes, decoder suffix, split kind (0 none,
+ * 4 = 4-bit planes, 8 = 8-bit planes). */
+struct tinfo {
+    uint32_t type, blk, tsize;
+    const char *name, *dec;
+    int split;
+};
+
+static const struct tinfo tinfos[] = {
+    {EBB_GGML_F32, 1, 4, "F32", "f32", 0},        {EBB_GGML_F16, 1, 2, "F16", "f16", 0},
+    {EBB_GGML_BF16, 1, 2, "BF16", "bf16", 0},     {EBB_GGML_Q8_0, 32, 34, "Q8_0", "q8_0", 8},
+    {EBB_GGML_Q4_0, 32, 18, "Q4_0", "q4_0", 4},   {EBB_GGML_Q4_1, 32, 20, "Q4_1", "q4_1", 4},
+    {EBB_GGML_Q5_0, 32, 22, "Q5_0", "q5_0", 0},   {EBB_GGML_Q5_1, 32, 24, "Q5_1", "q5_1", 0},
+    {EBB_GGML_Q4_K, 256, 144, "Q4_K", "q4_k", 0}, {EBB_GGML_Q5_K, 256, 176, "Q5_K", "q5_k", 0},
+    {EBB_GGML_Q6_K, 256, 210, "Q6_K", "q6_k", 0},
+};
+
+static const struct tinfo *tinfo(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(tinfos) / sizeof(tinfos[0]); i++)
+        if (tinfos[i].type == type)
+            return &tinfos[i];
+    return NULL;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+    float f;
+    if (e == 0)
+        f = ldexpf((float)m, -24);
+    else if (e == 31)
+        f = m ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -f : f;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
+{
+    struct ebb_cl_tuning t = {
+        .mv_wg = 1,
+        .mv_rows = 16,
+        .mm_t = 4,
+        .mm_k = 128,
+        .mm_wg = 16,
+        .norm_wg = 16,
+        .att_tq = 8,
+        .att_tk = 32,
+        .att_chunk = 256,
+    };
+    if (di->is_gpu) {
+        /* A warp (NVIDIA 32) or wave (AMD 64) cooperates on one row so that consecutive lanes
+         * read consecutive weights; other GPUs take 32, within every limit we know. */
+        t.mv_wg = di->vendor == EBB_CL_VENDOR_AMD ? 64 : 32;
+        t.mv_rows = 2;
+        t.mm_t = 8;
+        t.mm_wg = 64;
+        t.norm_wg = 64;
+        t.att_tq = 32;
+        t.att_tk = 32;
+        if (di->vendor == EBB_CL_VENDOR_ARM || di->vendor == EBB_CL_VENDOR_APPLE)
+            t.mm_t = 4;
+    }
+    while (t.mv_wg * t.mv_rows > di->max_wg && t.mv_rows > 1)
+        t.mv_rows /= 2;
+    while (t.mm_wg > di->max_wg)
+        t.mm_wg /= 2;
+    while (t.norm_wg > di->max_wg)
+        t.norm_wg /= 2;
+    while (t.att_tq > di->max_wg)
+        t.att_tq /= 2;
+    /* Local memory: matmul stages mm_t x mm_k floats; attention 2 x att_tk x head_dim (up to
+     * 256) floats. Shrink tiles on small-local devices. */
+    while ((uint64_t)t.mm_t * t.mm_k * 4 > di->local_mem / 2 && t.mm_k > 32)
+        t.mm_k /= 2;
+    while ((uint64_t)2 * t.att_tk * 256 * 4 > di->local_mem / 2 && t.att_tk > 4)
+        t.att_tk /= 2;
+    return t;
+}
+
+bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                      uint64_t n_elements)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    if (!ti)
+        return false;
+    if (l->order == EBB_CL_ORDER_RAW)
+        return l->storage == EBB_CL_STORE_BUFFER;
+    if (!ti->split)
+        return false;
+    if (l->storage == EBB_CL_STORE_IMAGE1D) {
+        uint64_t texels = n_elements / 32 * (ti->split == 8 ? 2 : 1);
+        return di->image && texels <= di->image1d_buf_max;
+    }
+    return true;
+}
+
+struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
+                                          uint64_t n_elements)
+{
+    struct ebb_cl_layout raw = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_layout split = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+    struct ebb_cl_layout img = {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT};
+    const char *env = getenv("EBB_CL_LAYOUT");
+    if (env && !strcmp(env, "raw"))
+        return raw;
+    if (env && !strcmp(env, "split") && ebb_cl_layout_ok(di, &split, n_elements))
+        return split;
+    if (env && !strcmp(env, "image") && ebb_cl_layout_ok(di, &img, n_elements))
+        return img;
+    /* CPUs sharing host memory read the file's blocks in place: no copy, and the caches hide
+     * the block layout. GPUs get separate planes so that a warp's loads of quants and of scales
+     * are each contiguous, through the texture path where images exist. */
+    if (!di->is_gpu && di->host_unified)
+        return raw;
+    if (ebb_cl_layout_ok(di, &img, n_elements))
+        return img;
+    if (ebb_cl_layout_ok(di, &split, n_elements))
+        return split;
+    return raw;
+}
+
+const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t cap)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    snprintf(buf, cap, "%s/%s/%s", ti ? ti->name : "?",
+             l->order == EBB_CL_ORDER_RAW ? "raw" : "split",
+             l->storage == EBB_CL_STORE_IMAGE1D ? "image1d" : "buffer");
+    return buf;
+}
+
+ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
+                               char *buf, size_t cap, struct ebb_diag *diag)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    char name[64];
+    if (!ti || (l->order == EBB_CL_ORDER_SPLIT && !ti->split) ||
+        (l->order == EBB_CL_ORDER_RAW && l->storage != EBB_CL_STORE_BUFFER))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "no OpenCL decoder for layout %s",
+                            ebb_cl_layout_name(l, name, sizeof(name)));
+    int n = snprintf(buf, cap,
+                     "/* layout %s */\n"
+                     "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
+                     "#define MM_WG %u\n#define NORM_WG %u\n#define W_BLK %u\n",
+                     ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
+                     tu->mm_k, tu->mm_wg, tu->norm_wg, ti->blk);
+    if (n < 0 || (size_t)n >= cap)
+        return EBB_ERANGE;
+    size_t used = (size_t)n;
+    const char *bits = ti->split == 8 ? "q8" : "q4";
+    if (l->order == EBB_CL_ORDER_RAW)
+        n = snprintf(buf + used, cap - used,
+                     "#define W_ARGS __global const uchar *w_a, ulong w_off\n"
+                     "#define READ_W4(o, i) w4_raw_%s(w_a + w_off, (ulong)(n_in / %u) * %u, "
+                     "(o), (i))\n",
+                     ti->dec, ti->blk, ti->tsize);
+    else if (l->storage == EBB_CL_STORE_BUFFER)
+        n = snprintf(buf + used, cap - used,
+                     "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
+                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    else
+        n = snprintf(buf + used, cap - used,
+                     "#define EBB_IMAGES 1\n"
+                     "#define W_ARGS __read_only image1d_buffer_t w_a, __global const float2 *w_b\n"
+                     "#define READ_W4(o, i) w4_img_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    if (n < 0 || (size_t)n >= cap - used)
+        return EBB_ERANGE;
+    used += (size_t)n;
+    n = snprintf(buf + used, cap - used,
+                 "#define READ_W(o, i) w_pick(READ_W4((o), (i) & ~3), (i) & 3)\n"
+                 "#define READ_X4(x, t, i) vload4(0, (x) + (size_t)(t) * x_ld + (i))\n"
+                 "#define WRITE_Y(y, t, o, v) ((y)[(size_t)(t) * y_ld + (o)] = (v))\n"
+                 "inline float w_pick(float4 v, int k) "
+                 "{ return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }\n");
+    if (n < 0 || (size_t)n >= cap - used)
+        return EBB_ERANGE;
+    return EBB_OK;
+}
+
+/* Rearranges n_out rows of 32-blocks into the quant plane q and the (d, m) plane s. */
+static void split_rows(const struct tinfo *ti, const uint8_t *src, uint64_t n_blocks, uint8_t *q,
+                       float *s)
+{
+    for (uint64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *p = src + b * ti->tsize;
+        float d = half_to_float(rd16(p));
+        if (ti->type == EBB_GGML_Q8_0) {
+            memcpy(q + b * 32, p + 2, 32);
+            s[2 * b] = d;
+            s[2 * b + 1] = 0.0f;
+        } else if (ti->type == EBB_GGML_Q4_0) {
+            memcpy(q + b * 16, p + 2, 16);
+            s[2 * b] = d;
+            s[2 * b + 1] = -8.0f * d;
+        } else {
+            memcpy(q + b * 16, p + 4, 16);
+            s[2 * b] = d;
+            s[2 * b + 1] = half_to_float(rd16(p + 2));
+        }
+    }
+}
+
+static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
+                        struct ebb_diag *diag)
+{
+    if (n > cl->info.max_alloc)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "weight plane of %llu bytes exceeds the device's largest buffer "
+                            "(%llu bytes)",
+                            (unsigned long long)n, (unsigned long long)cl->info.max_alloc);
+    cl_int e = CL_SUCCESS;
+    *out = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n, host, &e);
+    return ebb_cl_check(e, diag, "clCreateBuffer(weight)");
+}
+
+ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
+                          const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
+                          struct ebb_cl_weight *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    const struct tinfo *ti = tinfo(l->type);
+    struct ebb_cl_weight w = {.layout = *l, .n_in = n_in};
+    uint8_t *host = NULL, *qh = NULL;
+    float *sh = NULL;
+    char name[64];
+    if (!ti || !n_in || n_in % ti->blk || n_in % 4)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "weight of %u columns in layout %s", n_in,
+                            ebb_cl_layout_name(l, name, sizeof(name)));
+    uint64_t rowb = (uint64_t)n_in / ti->blk * ti->tsize;
+    for (size_t i = 0; i < n; i++)
+        w.n_out += src[i].n_out;
+    uint64_t total = rowb * w.n_out;
+
+    if (l->order == EBB_CL_ORDER_RAW) {
+        bool contiguous = map && map->buf;
+        const uint8_t *p0 = src[0].data;
+        for (size_t i = 0, r = 0; contiguous && i < n; r += src[i].n_out, i++)
+            contiguous = (const uint8_t *)src[i].data == p0 + r * rowb;
+        if (contiguous && p0 >= map->base && p0 + total <= map->base + map->size) {
+            w.a = map->buf;
+            clRetainMemObject(w.a);
+            w.off = (uint64_t)(p0 - map->base);
+            w.zero_copy = true;
+            goto done;
+        }
+        host = malloc(total);
+        if (!host) {
+            rc = EBB_ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
+            memcpy(host + r * rowb, src[i].data, src[i].n_out * rowb);
+        if ((rc = make_buf(cl, total, host, &w.a, diag)))
+            goto out;
+        w.bytes = total;
+        goto done;
+    }
+
+    uint64_t nb = (uint64_t)w.n_out * (n_in / 32), qb = ti->split == 8 ? 32 : 16;
+    qh = malloc(nb * qb);
+    sh = malloc(nb * 2 * sizeof(float));
+    if (!qh || !sh) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
+        split_rows(ti, src[i].data, (uint64_t)src[i].n_out * (n_in / 32), qh + r * (n_in / 32) * qb,
+                   sh + r * (n_in / 32) * 2);
+    if ((rc = make_buf(cl, nb * qb, qh, &w.a, diag)) ||
+        (rc = make_buf(cl, nb * 2 * sizeof(float), sh, &w.b, diag)))
+        goto out;
+    w.bytes = nb * qb + nb * 2 * sizeof(float);
+    if (l->storage == EBB_CL_STORE_IMAGE1D) {
+        cl_image_format fmt = {CL_RGBA, CL_UNSIGNED_INT32};
+        cl_image_desc desc;
+        memset(&desc, 0, sizeof(desc));
+        desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+        desc.image_width = nb * qb / 16;
+        desc.buffer = w.a;
+        cl_int e = CL_SUCCESS;
+        w.img = clCreateImage(cl->ctx, CL_MEM_READ_ONLY, &fmt, &desc, NULL, &e);
+        if ((rc = ebb_cl_check(e, diag, "clCreateImage(image1d_buffer weight)")))
+            goto out;
+    }
+done:
+    *out = w;
+    memset(&w, 0, sizeof(w));
+out:
+    ebb_cl_weight_fini(&w);
+    free(host);
+    free(qh);
+    free(sh);
+    return rc;
+}
+
+void ebb_cl_weight_fini(struct ebb_cl_weight *w)
+{
+    if (w->img)
+        clReleaseMemObject(w->img);
+    if (w->b)
+        clReleaseMemObject(w->b);
+    if (w->a)
+        clReleaseMemObject(w->a);
+    memset(w, 0, sizeof(*w));
+}
+
+ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_uint first,
+                               struct ebb_diag *diag)
+{
+    cl_int e;
+    if (w->layout.order == EBB_CL_ORDER_RAW) {
+        cl_ulong off = w->off;
+        e = clSetKernelArg(k, first, sizeof(cl_mem), &w->a);
+        if (!e)
+            e = clSetKernelArg(k, first + 1, sizeof(off), &off);
+    } else {
+        const cl_mem *q = w->layout.storage == EBB_CL_STORE_IMAGE1D ? &w->img : &w->a;
+        e = clSetKernelArg(k, first, sizeof(cl_mem), q);
+        if (!e)
+            e = clSetKernelArg(k, first + 1, sizeof(cl_mem), &w->b);
+    }
+    return ebb_cl_check(e, diag, "clSetKernelArg(weight)");
+}
+
+ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                           struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    const char *quant = NULL, *mv = NULL;
+    struct ebb_cl_wprog p = {.layout = *l};
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        goto out;
+    const char *srcs[] = {pro, quant, mv};
+    if ((rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", &p.prog, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)))
+        goto out;
+    *out = p;
+    memset(&p, 0, sizeof(p));
+out:
+    ebb_cl_wprog_fini(&p);
+    if (quant)
+        ebb_cl_source_release(quant);
+    if (mv)
+        ebb_cl_source_release(mv);
+    return rc;
+}
+
+void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
+{
+    if (p->matvec)
+        clReleaseKernel(p->matvec);
+    if (p->matmul)
+        clReleaseKernel(p->matmul);
+    if (p->get_rows)
+        clReleaseKernel(p->get_rows);
+    if (p->prog)
+        clReleaseProgram(p->prog);
+    memset(p, 0, sizeof(p[0]));
+}
+
+ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
+                         cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[512];
+    const char *ops = NULL, *att = NULL;
+    if (!head_dim || head_dim % 4)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
+    snprintf(pro, sizeof(pro),
+             "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
+             "#define ATT_TQ %u\n#define ATT_TK %u\n",
+             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk);
+    if ((rc = ebb_cl_source("ops.cl", &ops, diag)) ||
+        (rc = ebb_cl_source("attention.cl", &att, diag)))
+        goto out;
+    const char *srcs[] = {pro, ops, att};
+    rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", out, diag);
+out:
+    if (ops)
+        ebb_cl_source_release(ops);
+    if (att)
+        ebb_cl_source_release(att);
+    return rc;
+}

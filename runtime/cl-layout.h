@@ -1,0 +1,119 @@
+/* Tensor virtualization for the OpenCL engine (after ML Drift). A weight is a logical matrix
+ * W (n_out rows of n_in, axes OI, I fastest) plus a layout descriptor: which physical objects
+ * hold it and in which element order. Kernels in cl_kernels/ are written once against accessor
+ * macros (READ_W4(o, i), READ_W(o, i), READ_X4(x, t, i), WRITE_Y(y, t, o, v), W_ARGS); the
+ * prologue generated here for a layout resolves them to that layout's address arithmetic when
+ * the program is built, so a layout costs nothing at run time. See docs/ENGINE.md. */
+#ifndef EBB_RUNTIME_CL_LAYOUT_H
+#define EBB_RUNTIME_CL_LAYOUT_H
+
+#include "cl.h"
+
+/* Where the weight's bytes live. */
+enum ebb_cl_storage {
+    EBB_CL_STORE_BUFFER = 0,  /* plain buffers */
+    EBB_CL_STORE_IMAGE1D = 1, /* quant plane read through an image1d_buffer (texture path) */
+};
+
+/* In which order. */
+enum ebb_cl_order {
+    EBB_CL_ORDER_RAW = 0,   /* GGUF blocks exactly as in the file (zero-copy capable) */
+    EBB_CL_ORDER_SPLIT = 1, /* a quant plane (16 or 32 bytes per 32-block) and a float2 (d, m)
+                               scale plane, rows in order; Q4_0, Q4_1, Q8_0 only */
+};
+
+struct ebb_cl_layout {
+    uint32_t type; /* enum ebb_ggml_type */
+    enum ebb_cl_storage storage;
+    enum ebb_cl_order order;
+};
+
+/* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
+struct ebb_cl_tuning {
+    uint32_t mv_wg;   /* work-items per output row in matvec */
+    uint32_t mv_rows; /* output rows per matvec work-group */
+    uint32_t mm_t;    /* tokens per work-item in matmul */
+    uint32_t mm_k;    /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;   /* matmul work-group size */
+    uint32_t norm_wg; /* work-group size of row reductions and attention */
+    uint32_t att_tq, att_tk, att_chunk;
+};
+
+/* A weight placed on the device. */
+struct ebb_cl_weight {
+    struct ebb_cl_layout layout;
+    uint32_t n_in, n_out; /* W is (n_out, n_in) */
+    cl_mem a;             /* raw: the blocks; split: the quant plane */
+    cl_mem b;             /* split: float2 (d, m) per block, (n_out, n_in / 32); raw: NULL */
+    cl_mem img;           /* IMAGE1D: RGBA32UI image1d_buffer view of a */
+    uint64_t off;         /* raw: byte offset of row 0 inside a */
+    uint64_t bytes;       /* device bytes this weight allocated (0 when zero-copy) */
+    bool zero_copy;       /* a is a shared buffer over host memory, not owned */
+};
+
+/* One source of rows for ebb_cl_weight_new: n_out rows in the GGUF file's layout. Several
+ * sources are stacked along O (fused Q/K/V, gate/up). */
+struct ebb_cl_wsrc {
+    const void *data;
+    uint32_t n_out;
+};
+
+/* A device buffer over host memory (CL_MEM_USE_HOST_PTR), e.g. the mmapped GGUF file. */
+struct ebb_cl_hostmap {
+    cl_mem buf;
+    const uint8_t *base;
+    uint64_t size;
+};
+
+/* Tuning for a device: work-group shapes from vendor, CPU vs GPU and local memory. */
+struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di);
+
+/* True if the layout can hold this type on this device (image support and size included). */
+bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                      uint64_t n_elements);
+
+/* The layout the engine uses for a weight of this type on this device. The environment
+ * variable EBB_CL_LAYOUT (raw, split, image) overrides the choice where it is valid. */
+struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
+                                          uint64_t n_elements);
+
+/* "Q4_1/split/image1d" */
+const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t cap);
+
+/* Writes the generated OpenCL prologue that defines the accessor macros for layout l plus the
+ * tuning options; EBB_EUNSUPPORTED for a type/layout pair without decoder. */
+ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
+                               char *buf, size_t cap, struct ebb_diag *diag);
+
+/* Places a weight of n_in columns built from src[0..n) (stacked along O) in layout l. Raw
+ * layouts over a hostmap whose sources are contiguous in it are zero-copy; everything else is
+ * rearranged on the host and copied once. */
+ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
+                          const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
+                          struct ebb_cl_weight *out, struct ebb_diag *diag);
+
+/* Releases what ebb_cl_weight_new created; accepts a zeroed struct. */
+void ebb_cl_weight_fini(struct ebb_cl_weight *w);
+
+/* Sets the two W_ARGS kernel arguments at index first and first + 1. */
+ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_uint first,
+                               struct ebb_diag *diag);
+
+/* A program of the weight kernels (matvec, matmul, get_rows) for one layout. */
+struct ebb_cl_wprog {
+    struct ebb_cl_layout layout;
+    cl_program prog;
+    cl_kernel matvec, matmul, get_rows;
+};
+
+ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                           struct ebb_diag *diag);
+void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
+
+/* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
+ * attention, SwiGLU, add, softmax, top-k) for heads of head_dim (a multiple of 4). */
+ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
+                         cl_program *out, struct ebb_diag *diag);
+
+#endif

@@ -1,0 +1,453 @@
+/* OpenCL device selection, device properties and error names. */
+#include "cl.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EBB__CL_ERRS(X)                                                                            \
+    X(CL_SUCCESS)                                                                                  \
+    X(CL_DEVICE_NOT_FOUND)                                                                         \
+    X(CL_DEVICE_NOT_AVAILABLE)                                                                     \
+    X(CL_COMPILER_NOT_AVAILABLE)                                                                   \
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE)                                                            \
+    X(CL_OUT_OF_RESOURCES)                                                                         \
+    X(CL_OUT_OF_HOST_MEMORY)                                                                       \
+    X(CL_PROFILING_INFO_NOT_AVAILABLE)                                                             \
+    X(CL_MEM_COPY_OVERLAP)                                                                         \
+    X(CL_IMAGE_FORMAT_MISMATCH)                                                                    \
+    X(CL_IMAGE_FORMAT_NOT_SUPPORTED)                                                               \
+    X(CL_BUILD_PROGRAM_FAILURE)                                                                    \
+    X(CL_MAP_FAILURE)                                                                              \
+    X(CL_MISALIGNED_SUB_BUFFER_OFFSET)                                                             \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)                                                \
+    X(CL_COMPILE_PROGRAM_FAILURE)                                                                  \
+    X(CL_LINKER_NOT_AVAILABLE)                                                                     \
+    X(CL_LINK_PROGRAM_FAILURE)                                                                     \
+    X(CL_DEVICE_PARTITION_FAILED)                                                                  \
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE)                                                            \
+    X(CL_INVALID_VALUE)                                                                            \
+    X(CL_INVALID_DEVICE_TYPE)                                                                      \
+    X(CL_INVALID_PLATFORM)                                                                         \
+    X(CL_INVALID_DEVICE)                                                                           \
+    X(CL_INVALID_CONTEXT)                                                                          \
+    X(CL_INVALID_QUEUE_PROPERTIES)                                                                 \
+    X(CL_INVALID_COMMAND_QUEUE)                                                                    \
+    X(CL_INVALID_HOST_PTR)                                                                         \
+    X(CL_INVALID_MEM_OBJECT)                                                                       \
+    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)                                                          \
+    X(CL_INVALID_IMAGE_SIZE)                                                                       \
+    X(CL_INVALID_SAMPLER)                                                                          \
+    X(CL_INVALID_BINARY)                                                                           \
+    X(CL_INVALID_BUILD_OPTIONS)                                                                    \
+    X(CL_INVALID_PROGRAM)                                                                          \
+    X(CL_INVALID_PROGRAM_EXECUTABLE)                                                               \
+    X(CL_INVALID_KERNEL_NAME)                                                                      \
+    X(CL_INVALID_KERNEL_DEFINITION)                                                                \
+    X(CL_INVALID_KERNEL)                                                                           \
+    X(CL_INVALID_ARG_INDEX)                                                                        \
+    X(CL_INVALID_ARG_VALUE)                                                                        \
+    X(CL_INVALID_ARG_SIZE)                                                                         \
+    X(CL_INVALID_KERNEL_ARGS)                                                                      \
+    X(CL_INVALID_WORK_DIMENSION)                                                                   \
+    X(CL_INVALID_WORK_GROUP_SIZE)                                                                  \
+    X(CL_INVALID_WORK_ITEM_SIZE)                                                                   \
+    X(CL_INVALID_GLOBAL_OFFSET)                                                                    \
+    X(CL_INVALID_EVENT_WAIT_LIST)                                                                  \
+    X(CL_INVALID_EVENT)                                                                            \
+    X(CL_INVALID_OPERATION)                                                                        \
+    X(CL_INVALID_GL_OBJECT)                                                                        \
+    X(CL_INVALID_BUFFER_SIZE)                                                                      \
+    X(CL_INVALID_MIP_LEVEL)                                                                        \
+    X(CL_INVALID_GLOBAL_WORK_SIZE)                                                                 \
+    X(CL_INVALID_PROPERTY)                                                                         \
+    X(CL_INVALID_IMAGE_DESCRIPTOR)                                                                 \
+    X(CL_INVALID_COMPILER_OPTIONS)                                                                 \
+    X(CL_INVALID_LINKER_OPTIONS)                                                                   \
+    X(CL_INVALID_DEVICE_PARTITION_COUNT)
+
+const char *ebb_cl_err_name(cl_int e)
+{
+    switch (e) {
+#define EBB__CL_ERR_CASE(n)                                                                        \
+    case n:                                                                                        \
+        return #n;
+        EBB__CL_ERRS(EBB__CL_ERR_CASE)
+#undef EBB__CL_ERR_CASE
+    case -1001:
+        return "CL_PLATFORM_NOT_FOUND_KHR";
+    default:
+        return "CL_UNKNOWN_ERROR";
+    }
+}
+
+ebb_err ebb_cl_check(cl_int e, struct ebb_diag *diag, const char *what)
+{
+    if (e == CL_SUCCESS)
+        return EBB_OK;
+    ebb_err rc = EBB_EDEVICE;
+    if (e == CL_OUT_OF_HOST_MEMORY || e == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+        e == CL_OUT_OF_RESOURCES || e == CL_INVALID_BUFFER_SIZE)
+        rc = EBB_ENOMEM;
+    return ebb_diag_set(diag, rc, "%s: %s (%d)", what, ebb_cl_err_name(e), (int)e);
+}
+
+static void get_str(cl_device_id d, cl_device_info p, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    if (clGetDeviceInfo(d, p, cap, buf, NULL) != CL_SUCCESS)
+        buf[0] = 0;
+    buf[cap - 1] = 0;
+    /* Drivers pad some strings with spaces. */
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == ' ')
+        buf[--n] = 0;
+}
+
+static uint64_t get_u64(cl_device_id d, cl_device_info p)
+{
+    cl_ulong v = 0;
+    clGetDeviceInfo(d, p, sizeof(v), &v, NULL);
+    return v;
+}
+
+static uint32_t get_u32(cl_device_id d, cl_device_info p)
+{
+    cl_uint v = 0;
+    clGetDeviceInfo(d, p, sizeof(v), &v, NULL);
+    return v;
+}
+
+static size_t get_size(cl_device_id d, cl_device_info p)
+{
+    size_t v = 0;
+    clGetDeviceInfo(d, p, sizeof(v), &v, NULL);
+    return v;
+}
+
+static bool contains_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (!n)
+        return true;
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+static void fill_info(cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di,
+                      struct ebb_cl_dev_info *inf)
+{
+    memset(inf, 0, sizeof(*inf));
+    inf->plat_idx = pi;
+    inf->dev_idx = di;
+    get_str(d, CL_DEVICE_NAME, inf->name, sizeof(inf->name));
+    get_str(d, CL_DEVICE_VENDOR, inf->vendor_str, sizeof(inf->vendor_str));
+    get_str(d, CL_DRIVER_VERSION, inf->driver, sizeof(inf->driver));
+    get_str(d, CL_DEVICE_VERSION, inf->version, sizeof(inf->version));
+    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof(inf->platform), inf->platform, NULL))
+        inf->platform[0] = 0;
+    inf->platform[sizeof(inf->platform) - 1] = 0;
+    cl_device_type t = 0;
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(t), &t, NULL);
+    inf->is_gpu = (t & CL_DEVICE_TYPE_GPU) != 0;
+    if (contains_ci(inf->platform, "portable computing") || contains_ci(inf->platform, "pocl"))
+        inf->vendor = EBB_CL_VENDOR_POCL;
+    else if (contains_ci(inf->vendor_str, "nvidia"))
+        inf->vendor = EBB_CL_VENDOR_NVIDIA;
+    else if (contains_ci(inf->vendor_str, "advanced micro") || contains_ci(inf->vendor_str, "amd"))
+        inf->vendor = EBB_CL_VENDOR_AMD;
+    else if (contains_ci(inf->vendor_str, "intel"))
+        inf->vendor = EBB_CL_VENDOR_INTEL;
+    else if (contains_ci(inf->vendor_str, "apple"))
+        inf->vendor = EBB_CL_VENDOR_APPLE;
+    else if (contains_ci(inf->vendor_str, "arm"))
+        inf->vendor = EBB_CL_VENDOR_ARM;
+    inf->global_mem = get_u64(d, CL_DEVICE_GLOBAL_MEM_SIZE);
+    inf->max_alloc = get_u64(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    inf->local_mem = get_u64(d, CL_DEVICE_LOCAL_MEM_SIZE);
+    cl_device_local_mem_type lt = CL_LOCAL;
+    clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_TYPE, sizeof(lt), &lt, NULL);
+    inf->local_is_global = lt == CL_GLOBAL;
+    inf->max_wg = get_size(d, CL_DEVICE_MAX_WORK_GROUP_SIZE);
+    inf->compute_units = get_u32(d, CL_DEVICE_MAX_COMPUTE_UNITS);
+    inf->image = get_u32(d, CL_DEVICE_IMAGE_SUPPORT) != 0;
+    if (inf->image) {
+        inf->image2d_w = get_size(d, CL_DEVICE_IMAGE2D_MAX_WIDTH);
+        inf->image2d_h = get_size(d, CL_DEVICE_IMAGE2D_MAX_HEIGHT);
+        inf->image1d_buf_max = get_size(d, CL_DEVICE_IMAGE_MAX_BUFFER_SIZE);
+    }
+    inf->host_unified = get_u32(d, CL_DEVICE_HOST_UNIFIED_MEMORY) != 0;
+    inf->mem_align = get_u32(d, CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8;
+    size_t n = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &n) == CL_SUCCESS && n) {
+        char *ext = malloc(n + 1);
+        if (ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, n, ext, NULL) == CL_SUCCESS) {
+            ext[n] = 0;
+            inf->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+        }
+        free(ext);
+    }
+}
+
+/* Enumerates all (platform, device) pairs; calls fn for each until it returns true. */
+static ebb_err each_device(bool (*fn)(void *u, cl_platform_id p, cl_device_id d, uint32_t pi,
+                                      uint32_t di),
+                           void *u, struct ebb_diag *diag)
+{
+    cl_uint np = 0;
+    cl_int e = clGetPlatformIDs(0, NULL, &np);
+    if (e == -1001 || np == 0)
+        return ebb_diag_set(diag, EBB_ENOTFOUND, "no OpenCL platform found");
+    if (e)
+        return ebb_cl_check(e, diag, "clGetPlatformIDs");
+    cl_platform_id plats[16];
+    if (np > 16)
+        np = 16;
+    if ((e = clGetPlatformIDs(np, plats, NULL)))
+        return ebb_cl_check(e, diag, "clGetPlatformIDs");
+    for (cl_uint pi = 0; pi < np; pi++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[pi], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) || !nd)
+            continue;
+        cl_device_id devs[32];
+        if (nd > 32)
+            nd = 32;
+        if (clGetDeviceIDs(plats[pi], CL_DEVICE_TYPE_ALL, nd, devs, NULL))
+            continue;
+        for (cl_uint di = 0; di < nd; di++)
+            if (fn(u, plats[pi], devs[di], pi, di))
+                return EBB_OK;
+    }
+    return EBB_OK;
+}
+
+struct pick {
+    const char *spec;
+    int mode; /* 0 = auto GPU pass, 1 = auto any, 2 = indices, 3 = substring */
+    uint32_t want_p, want_d;
+    bool found;
+    cl_platform_id p;
+    cl_device_id d;
+    struct ebb_cl_dev_info info;
+};
+
+static bool pick_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di)
+{
+    struct pick *k = u;
+    struct ebb_cl_dev_info inf;
+    fill_info(p, d, pi, di, &inf);
+    bool ok = false;
+    switch (k->mode) {
+    case 0:
+        ok = inf.is_gpu;
+        break;
+    case 1:
+        ok = true;
+        break;
+    case 2:
+        ok = pi == k->want_p && di == k->want_d;
+        break;
+    default:
+        ok = contains_ci(inf.name, k->spec) || contains_ci(inf.platform, k->spec);
+        break;
+    }
+    if (ok) {
+        k->found = true;
+        k->p = p;
+        k->d = d;
+        k->info = inf;
+    }
+    return ok;
+}
+
+ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    struct pick k = {.spec = spec};
+    unsigned a, b;
+    char tail;
+    if (!spec || !*spec || !strcmp(spec, "auto")) {
+        k.mode = 0;
+        if ((rc = each_device(pick_fn, &k, diag)))
+            return rc;
+        if (!k.found) {
+            k.mode = 1;
+            if ((rc = each_device(pick_fn, &k, diag)))
+                return rc;
+        }
+    } else if (sscanf(spec, "cl:%u:%u%c", &a, &b, &tail) == 2) {
+        k.mode = 2;
+        k.want_p = a;
+        k.want_d = b;
+        if ((rc = each_device(pick_fn, &k, diag)))
+            return rc;
+    } else {
+        k.mode = 3;
+        if ((rc = each_device(pick_fn, &k, diag)))
+            return rc;
+    }
+    if (!k.found)
+        return ebb_diag_set(diag, EBB_ENOTFOUND,
+                            "no OpenCL device matches '%s' (see 'ebb info --devices')",
+                            spec ? spec : "auto");
+
+    struct ebb_cl *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return EBB_ENOMEM;
+    cl->plat = k.p;
+    cl->dev = k.d;
+    cl->info = k.info;
+    cl_int e = CL_SUCCESS;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)k.p, 0};
+    cl->ctx = clCreateContext(props, 1, &k.d, NULL, NULL, &e);
+    if ((rc = ebb_cl_check(e, diag, "clCreateContext")))
+        goto out;
+    cl->q = clCreateCommandQueue(cl->ctx, k.d, 0, &e);
+    if ((rc = ebb_cl_check(e, diag, "clCreateCommandQueue")))
+        goto out;
+    *out = cl;
+    cl = NULL;
+out:
+    ebb_cl_close(cl);
+    return rc;
+}
+
+void ebb_cl_close(struct ebb_cl *cl)
+{
+    if (!cl)
+        return;
+    if (cl->q)
+        clReleaseCommandQueue(cl->q);
+    if (cl->ctx)
+        clReleaseContext(cl->ctx);
+    free(cl);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+struct printer {
+    FILE *f;
+    bool json;
+    unsigned n;
+};
+
+static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di)
+{
+    struct printer *pr = u;
+    struct ebb_cl_dev_info i;
+    fill_info(p, d, pi, di, &i);
+    FILE *f = pr->f;
+    const double mib = 1024.0 * 1024.0;
+    if (pr->json) {
+        fprintf(f, "%s\n  {\"id\": \"cl:%u:%u\", \"platform\": ", pr->n ? "," : "", pi, di);
+        json_str(f, i.platform);
+        fprintf(f, ", \"name\": ");
+        json_str(f, i.name);
+        fprintf(f, ", \"vendor\": ");
+        json_str(f, i.vendor_str);
+        fprintf(f, ", \"driver\": ");
+        json_str(f, i.driver);
+        fprintf(f, ", \"version\": ");
+        json_str(f, i.version);
+        fprintf(f,
+                ", \"type\": \"%s\", \"global_mem\": %llu, \"max_alloc\": %llu, "
+                "\"local_mem\": %llu, \"max_work_group\": %zu, \"compute_units\": %u, "
+                "\"image\": %s, \"image2d_max\": [%zu, %zu], \"image1d_buffer_max\": %zu, "
+                "\"host_unified\": %s, \"fp16\": %s}",
+                i.is_gpu ? "gpu" : "other", (unsigned long long)i.global_mem,
+                (unsigned long long)i.max_alloc, (unsigned long long)i.local_mem, i.max_wg,
+                i.compute_units, i.image ? "true" : "false", i.image2d_w, i.image2d_h,
+                i.image1d_buf_max, i.host_unified ? "true" : "false", i.fp16 ? "true" : "false");
+    } else {
+        fprintf(f, "cl:%u:%u  %s  [%s]  (%s)\n", pi, di, i.name, i.platform,
+                i.is_gpu ? "GPU" : "not GPU");
+        fprintf(f, "        vendor %s, driver %s, %s\n", i.vendor_str, i.driver, i.version);
+        fprintf(f,
+                "        global %.0f MiB, max buffer %.0f MiB, local %.0f KiB%s, "
+                "work-group %zu, %u compute units\n",
+                i.global_mem / mib, i.max_alloc / mib, i.local_mem / 1024.0,
+                i.local_is_global ? " (emulated)" : "", i.max_wg, i.compute_units);
+        if (i.image)
+            fprintf(f, "        images yes: 2d max %zux%zu, 1d buffer max %zu texels\n",
+                    i.image2d_w, i.image2d_h, i.image1d_buf_max);
+        else
+            fprintf(f, "        images no\n");
+        fprintf(f, "        host-unified memory %s, fp16 %s\n", i.host_unified ? "yes" : "no",
+                i.fp16 ? "yes" : "no");
+    }
+    pr->n++;
+    return false;
+}
+
+ebb_err ebb_cl_print_devices(FILE *out, bool json)
+{
+    struct printer pr = {.f = out, .json = json};
+    if (json)
+        fputc('[', out);
+    ebb_err rc = each_device(print_fn, &pr, NULL);
+    if (json)
+        fprintf(out, "%s]\n", pr.n ? "\n" : "");
+    else if (!pr.n)
+        fprintf(out, "no OpenCL devices\n");
+    if (!rc && !pr.n)
+        rc = EBB_ENOTFOUND;
+    return rc;
+}
+
+ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, size_t n,
+                        struct ebb_diag *diag)
+{
+    for (size_t i = 0; i < n; i++) {
+        cl_int e = clSetKernelArg(k, first + (cl_uint)i, a[i].size, a[i].p);
+        if (e) {
+            char name[64] = "?";
+            clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+            name[sizeof(name) - 1] = 0;
+            return ebb_diag_set(diag, EBB_EDEVICE, "clSetKernelArg(%s, %u): %s", name,
+                                first + (unsigned)i, ebb_cl_err_name(e));
+        }
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
+                   const size_t *local, struct ebb_diag *diag)
+{
+    size_t g[3];
+    for (cl_uint i = 0; i < dims; i++) {
+        g[i] = global[i];
+        if (local && g[i] % local[i])
+            g[i] += local[i] - g[i] % local[i];
+        if (!g[i])
+            return EBB_OK;
+    }
+    cl_int e = clEnqueueNDRangeKernel(cl->q, k, dims, NULL, g, local, 0, NULL, NULL);
+    if (e) {
+        char name[64] = "?";
+        clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+        name[sizeof(name) - 1] = 0;
+        return ebb_diag_set(diag, e == CL_OUT_OF_RESOURCES ? EBB_ENOMEM : EBB_EDEVICE,
+                            "enqueue %s: %s", name, ebb_cl_err_name(e));
+    }
+    return EBB_OK;
+}
