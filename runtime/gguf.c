@@ -35,7 +35,9 @@ static void *arena_alloc(struct ebb_gguf *g, uint64_t bytes)
     size_t n = ((size_t)bytes + 15) & ~(size_t)15;
     struct ebb__arena_chunk *c = g->arena;
     if (!c || c->cap - c->used < n) {
-        size_t cap = n > EBB__ARENA_CHUNK ? n : EBB__ARENA_CHUNK;
+        /* Small files get small chunks: the index is proportional to the file. */
+        size_t chunk = g->size < EBB__ARENA_CHUNK ? (size_t)g->size + 1024 : EBB__ARENA_CHUNK;
+        size_t cap = n > chunk ? n : chunk;
         c = malloc(sizeof(*c) + cap);
         if (!c)
             return NULL;

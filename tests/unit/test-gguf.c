@@ -108,7 +108,7 @@ static struct wbuf make(uint32_t version, uint64_t n_kv, const struct wbuf *kvs,
         w_str(&b, t[i].name);
         w_u32(&b, t[i].n_dims);
         for (uint32_t d = 0; d < t[i].n_dims; d++)
-            w_u64(&b, t[i].ne[d]);
+            w_u64(&b, d < 4 ? t[i].ne[d] : 1); /* n_dims 5 gets a fifth 1 */
         w_u32(&b, t[i].type);
         w_u64(&b, t[i].offset);
     }
