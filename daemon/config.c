@@ -1,0 +1,782 @@
+/* Configuration: one table of options drives the file, the environment, flags, printing and
+ * the reload diff. See config.h for the contract. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#ifndef EBB_SYSCONFDIR
+#define EBB_SYSCONFDIR "/etc"
+#endif
+
+enum opt_type {
+    T_STR,    /* char *, non-empty */
+    T_OPTSTR, /* char *, empty = NULL */
+    T_PATH,   /* char *, non-empty, leading ~/ expanded */
+    T_OPTPATH,
+    T_PORT,   /* uint16_t */
+    T_U32,    /* uint32_t in [min, max] */
+    T_SIZE,   /* uint64_t bytes, with K/M/G/T suffixes (powers of 1024) */
+    T_MS,     /* uint32_t milliseconds, written 10s, 500ms, 2m; a bare number is seconds */
+    T_LIST,   /* struct ebb_strlist */
+    T_LEVEL,  /* enum ebb_log_level */
+    T_FORMAT, /* enum ebb_log_format */
+};
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    size_t off;
+    uint32_t min, max;
+    unsigned change;
+    bool secret;
+    const char *arg;
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct ebb_config, f)
+static const struct opt opts[EBB_CFG_N_KEYS] = {
+    [EBB_CFG_HOST] = {"host", T_STR, OFF(host), 0, 0, EBB_CONFIG_CHANGE_LISTEN, false, "ADDR",
+                      "address to listen on (0.0.0.0 or :: for every interface)"},
+    [EBB_CFG_PORT] = {"port", T_PORT, OFF(port), 0, 65535, EBB_CONFIG_CHANGE_LISTEN, false, "PORT",
+                      "TCP port (0 picks a free one)"},
+    [EBB_CFG_MODEL] = {"model", T_OPTPATH, OFF(model), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "FILE",
+                       "GGUF model: a path, or a file name under models_dir"},
+    [EBB_CFG_MODELS_DIR] = {"models_dir", T_PATH, OFF(models_dir), 0, 0, EBB_CONFIG_CHANGE_MODEL,
+                            false, "DIR", "directory of GGUF models"},
+    [EBB_CFG_CACHE_DIR] = {"cache_dir", T_PATH, OFF(cache_dir), 0, 0, EBB_CONFIG_CHANGE_MODEL,
+                           false, "DIR", "cache of compiled kernels"},
+    [EBB_CFG_CTX] = {"ctx", T_U32, OFF(ctx), 0, 1u << 24, EBB_CONFIG_CHANGE_MODEL, false, "N",
+                     "context length per slot (0 = the model's, capped by memory)"},
+    [EBB_CFG_PARALLEL] = {"parallel", T_U32, OFF(parallel), 1, 256, EBB_CONFIG_CHANGE_MODEL, false,
+                          "N", "requests generated at the same time"},
+    [EBB_CFG_QUEUE] = {"queue", T_U32, OFF(queue), 0, 1u << 20, EBB_CONFIG_CHANGE_LIMITS, false,
+                       "N", "requests waiting for a slot before 503"},
+    [EBB_CFG_MAX_BODY] = {"max_body", T_SIZE, OFF(max_body), 0, 0, EBB_CONFIG_CHANGE_LIMITS, false,
+                          "SIZE", "largest request body before 413"},
+    [EBB_CFG_REQUEST_TIMEOUT] = {"request_timeout", T_MS, OFF(request_timeout_ms), 0, 0,
+                                 EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
+                                 "close a connection idle this long (0 = never)"},
+    [EBB_CFG_API_KEY] = {"api_key", T_LIST, OFF(api_keys), 0, 0, EBB_CONFIG_CHANGE_AUTH, true,
+                         "KEYS", "comma-separated accepted API keys (empty = no auth)"},
+    [EBB_CFG_CORS_ORIGIN] = {"cors_origin", T_LIST, OFF(cors_origins), 0, 0, EBB_CONFIG_CHANGE_CORS,
+                             false, "ORIGINS", "comma-separated origins allowed by CORS, or *"},
+    [EBB_CFG_DEVICE] = {"device", T_STR, OFF(device), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "DEV",
+                        "auto, cl:P:D, part of a device name, or ref"},
+    [EBB_CFG_CHAT_TEMPLATE] = {"chat_template", T_STR, OFF(chat_template), 0, 0,
+                               EBB_CONFIG_CHANGE_MODEL, false, "NAME",
+                               "auto (from the model) or a template family name"},
+    [EBB_CFG_LOG_LEVEL] = {"log_level", T_LEVEL, OFF(log_level), 0, 0, EBB_CONFIG_CHANGE_LOG, false,
+                           "LEVEL", "error, warn, info or debug"},
+    [EBB_CFG_LOG_FORMAT] = {"log_format", T_FORMAT, OFF(log_format), 0, 0, EBB_CONFIG_CHANGE_LOG,
+                            false, "FMT", "text or json"},
+    [EBB_CFG_SHUTDOWN_GRACE] = {"shutdown_grace", T_MS, OFF(shutdown_grace_ms), 0, 0,
+                                EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
+                                "time in-flight requests get to finish on SIGTERM"},
+    [EBB_CFG_MEMORY_BUDGET] = {"memory_budget", T_SIZE, OFF(memory_budget), 0, 0,
+                               EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
+                               "memory the weights may keep resident (0 = probe)"},
+    [EBB_CFG_PREFETCH] = {"prefetch", T_U32, OFF(prefetch), 0, 64, EBB_CONFIG_CHANGE_MODEL, false,
+                          "N", "streamed layers read ahead of use"},
+};
+
+#define FIELD(cfg, o, T) ((T *)(void *)((char *)(cfg) + (o)->off))
+#define CFIELD(cfg, o, T) ((const T *)(const void *)((const char *)(cfg) + (o)->off))
+
+/* ---- small helpers ---- */
+
+static void strlist_clear(struct ebb_strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+/* The home directory from $HOME, else the password database; NULL if neither knows. */
+static const char *home_dir(void)
+{
+    const char *h = getenv("HOME");
+    if (h && h[0] == '/')
+        return h;
+    struct passwd *pw = getpwuid(getuid());
+    return pw && pw->pw_dir && pw->pw_dir[0] == '/' ? pw->pw_dir : NULL;
+}
+
+/* "<base>/<tail>" in a new string, where base is $env when it is an absolute path (the first
+ * entry of a colon-separated list, as systemd's *_DIRECTORY variables may be), else
+ * <home>/<home_rel>, else fallback. */
+static char *dir_from(const char *env, const char *home_rel, const char *tail, const char *fallback)
+{
+    char buf[PATH_MAX];
+    const char *e = env ? getenv(env) : NULL;
+    if (e && e[0] == '/') {
+        size_t len = strcspn(e, ":");
+        snprintf(buf, sizeof(buf), "%.*s%s%s", (int)len, e, tail[0] ? "/" : "", tail);
+    } else if (home_rel && home_dir()) {
+        snprintf(buf, sizeof(buf), "%s/%s%s%s", home_dir(), home_rel, tail[0] ? "/" : "", tail);
+    } else {
+        return strdup(fallback);
+    }
+    return strdup(buf);
+}
+
+static bool parse_u64(const char *s, uint64_t *out, const char **end)
+{
+    if (!isdigit((unsigned char)*s))
+        return false;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    *end = s;
+    return true;
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v;
+    const char *e;
+    if (!parse_u64(s, &v, &e))
+        return false;
+    unsigned shift = 0;
+    switch (tolower((unsigned char)*e)) {
+    case 'k':
+        shift = 10;
+        break;
+    case 'm':
+        shift = 20;
+        break;
+    case 'g':
+        shift = 30;
+        break;
+    case 't':
+        shift = 40;
+        break;
+    case 'b':
+    case '\0':
+        break;
+    default:
+        return false;
+    }
+    if (shift) {
+        e++;
+        if (!strcasecmp(e, "ib") || !strcasecmp(e, "b") || !*e)
+            e += strlen(e);
+    } else if (*e == 'b' || *e == 'B') {
+        e++;
+    }
+    if (*e || (shift && v > (UINT64_MAX >> shift)))
+        return false;
+    *out = v << shift;
+    return true;
+}
+
+static bool parse_ms(const char *s, uint32_t *out)
+{
+    uint64_t v;
+    const char *e;
+    if (!parse_u64(s, &v, &e))
+        return false;
+    uint64_t mul;
+    if (!*e || !strcmp(e, "s"))
+        mul = 1000;
+    else if (!strcmp(e, "ms"))
+        mul = 1;
+    else if (!strcmp(e, "m") || !strcmp(e, "min"))
+        mul = 60000;
+    else if (!strcmp(e, "h"))
+        mul = 3600000;
+    else
+        return false;
+    if (v > UINT32_MAX / mul)
+        return false;
+    *out = (uint32_t)(v * mul);
+    return true;
+}
+
+static ebb_err parse_list(const char *s, struct ebb_strlist *out)
+{
+    struct ebb_strlist l = {0};
+    while (*s) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        const char *a = s, *b = s + len;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (b > a) {
+            char **grown = realloc(l.items, (l.n + 1) * sizeof(*grown));
+            if (!grown)
+                goto nomem;
+            l.items = grown;
+            if (!(l.items[l.n] = strndup(a, (size_t)(b - a))))
+                goto nomem;
+            l.n++;
+        }
+        s += len + (comma ? 1 : 0);
+    }
+    *out = l;
+    return EBB_OK;
+nomem:
+    strlist_clear(&l);
+    return EBB_ENOMEM;
+}
+
+/* Parses value for option o into cfg; on a bad value writes the reason to why. */
+static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char *value, char *why,
+                         size_t n)
+{
+    uint64_t u;
+    const char *e;
+    switch (o->type) {
+    case T_STR:
+    case T_PATH:
+    case T_OPTSTR:
+    case T_OPTPATH: {
+        char **dst = FIELD(cfg, o, char *);
+        char *v = NULL;
+        if (!*value && (o->type == T_STR || o->type == T_PATH)) {
+            snprintf(why, n, "must not be empty");
+            return EBB_EINVAL;
+        }
+        bool is_path = o->type == T_PATH || o->type == T_OPTPATH;
+        if (is_path && value[0] == '~' && (value[1] == '/' || !value[1])) {
+            const char *h = home_dir();
+            if (!h) {
+                snprintf(why, n, "'%s': no home directory to expand ~", value);
+                return EBB_EINVAL;
+            }
+            size_t len = strlen(h) + strlen(value);
+            if (!(v = malloc(len)))
+                return EBB_ENOMEM;
+            snprintf(v, len, "%s%s", h, value + 1);
+        } else if (*value && !(v = strdup(value))) {
+            return EBB_ENOMEM;
+        }
+        free(*dst);
+        *dst = v;
+        return EBB_OK;
+    }
+    case T_PORT:
+    case T_U32:
+        if (!parse_u64(value, &u, &e) || *e || u < o->min || u > o->max) {
+            snprintf(why, n, "'%s' is not a whole number in %u..%u", value, o->min, o->max);
+            return EBB_EINVAL;
+        }
+        if (o->type == T_PORT)
+            *FIELD(cfg, o, uint16_t) = (uint16_t)u;
+        else
+            *FIELD(cfg, o, uint32_t) = (uint32_t)u;
+        return EBB_OK;
+    case T_SIZE:
+        if (!parse_size(value, FIELD(cfg, o, uint64_t))) {
+            snprintf(why, n, "'%s' is not a size (bytes, or a number with K, M, G or T)", value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
+    case T_MS:
+        if (!parse_ms(value, FIELD(cfg, o, uint32_t))) {
+            snprintf(why, n, "'%s' is not a duration (seconds, or a number with ms, s, m or h)",
+                     value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
+    case T_LIST: {
+        struct ebb_strlist l;
+        if (parse_list(value, &l))
+            return EBB_ENOMEM;
+        strlist_clear(FIELD(cfg, o, struct ebb_strlist));
+        *FIELD(cfg, o, struct ebb_strlist) = l;
+        return EBB_OK;
+    }
+    case T_LEVEL:
+        if (!ebb_log_level_parse(value, FIELD(cfg, o, enum ebb_log_level))) {
+            snprintf(why, n, "'%s' is not one of error, warn, info, debug", value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
+    case T_FORMAT:
+        if (!ebb_log_format_parse(value, FIELD(cfg, o, enum ebb_log_format))) {
+            snprintf(why, n, "'%s' is not one of text, json", value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
+    }
+    return EBB_EINVAL;
+}
+
+/* The option called name (dashes or underscores), or NULL. */
+static const struct opt *opt_find(const char *name)
+{
+    char canon[64];
+    size_t len = strlen(name);
+    if (len == 0 || len >= sizeof(canon))
+        return NULL;
+    for (size_t i = 0; i <= len; i++)
+        canon[i] = name[i] == '-' ? '_' : name[i];
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++)
+        if (!strcmp(opts[i].name, canon))
+            return &opts[i];
+    return NULL;
+}
+
+/* ---- public API ---- */
+
+ebb_err ebb_config_init(struct ebb_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->port = 8077;
+    cfg->parallel = 4;
+    cfg->queue = 64;
+    cfg->max_body = 4u << 20;
+    cfg->request_timeout_ms = 300000;
+    cfg->log_level = EBB_LOG_INFO;
+    cfg->log_format = EBB_LOG_TEXT;
+    cfg->shutdown_grace_ms = 10000;
+    cfg->prefetch = 1;
+    cfg->host = strdup("127.0.0.1");
+    cfg->device = strdup("auto");
+    cfg->chat_template = strdup("auto");
+    if (getenv("STATE_DIRECTORY") && getenv("STATE_DIRECTORY")[0] == '/')
+        cfg->models_dir = dir_from("STATE_DIRECTORY", NULL, "models", "/var/lib/ebb/models");
+    else
+        cfg->models_dir =
+            dir_from("XDG_DATA_HOME", ".local/share", "ebb/models", "/var/lib/ebb/models");
+    if (getenv("CACHE_DIRECTORY") && getenv("CACHE_DIRECTORY")[0] == '/')
+        cfg->cache_dir = dir_from("CACHE_DIRECTORY", NULL, "", "/var/cache/ebb");
+    else
+        cfg->cache_dir = dir_from("XDG_CACHE_HOME", ".cache", "ebb", "/var/cache/ebb");
+    if (!cfg->host || !cfg->device || !cfg->chat_template || !cfg->models_dir || !cfg->cache_dir)
+        return EBB_ENOMEM;
+    return EBB_OK;
+}
+
+void ebb_config_fini(struct ebb_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
+        const struct opt *o = &opts[i];
+        if (o->type == T_STR || o->type == T_OPTSTR || o->type == T_PATH || o->type == T_OPTPATH)
+            free(*FIELD(cfg, o, char *));
+        else if (o->type == T_LIST)
+            strlist_clear(FIELD(cfg, o, struct ebb_strlist));
+    }
+    free(cfg->config_file);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+bool ebb_config_is_key(const char *name)
+{
+    return name && opt_find(name) != NULL;
+}
+
+const char *ebb_config_key_name(enum ebb_config_key k)
+{
+    return (unsigned)k < EBB_CFG_N_KEYS ? opts[k].name : NULL;
+}
+
+ebb_err ebb_config_set(struct ebb_config *cfg, const char *key, const char *value,
+                       enum ebb_config_source src, int line, struct ebb_diag *diag)
+{
+    const struct opt *o = opt_find(key);
+    char where[PATH_MAX + 32];
+    if (src == EBB_CONFIG_SRC_FILE)
+        snprintf(where, sizeof(where), "%s:%d: %s", cfg->config_file ? cfg->config_file : "config",
+                 line, key);
+    else if (src == EBB_CONFIG_SRC_FLAG)
+        snprintf(where, sizeof(where), "--%s", key);
+    else
+        snprintf(where, sizeof(where), "%s", key);
+    if (!o)
+        return ebb_diag_set(diag, EBB_ENOTFOUND, "%s: unknown option", where);
+    char why[256];
+    ebb_err rc = opt_parse(cfg, o, value ? value : "", why, sizeof(why));
+    if (rc == EBB_ENOMEM)
+        return ebb_diag_set(diag, rc, "%s: out of memory", where);
+    if (rc)
+        return ebb_diag_set(diag, rc, "%s: %s", where, why);
+    size_t k = (size_t)(o - opts);
+    cfg->source[k] = src;
+    cfg->source_line[k] = line;
+    return EBB_OK;
+}
+
+/* State of one ebb_config_load_file: our reader counts physical lines for inih, which itself
+ * passes no line numbers to handlers in the Debian build. */
+struct loader {
+    struct ebb_config *cfg;
+    FILE *fp;
+    struct ebb_diag *diag;
+    ebb_err rc;
+    int err_line; /* line of the first error, 0 if none */
+    int line;     /* line inih read last */
+    char *buf;    /* getline buffer */
+    size_t cap;
+    char raw[256]; /* that line without leading blanks */
+};
+
+static void loader_fail(struct loader *ld, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Records the first error in the file as EBB_EINVAL, prefixed with file and line. */
+static void loader_fail(struct loader *ld, const char *fmt, ...)
+{
+    if (ld->err_line)
+        return; /* the first error is the one reported */
+    ld->err_line = ld->line;
+    ld->rc = EBB_EINVAL;
+    if (ld->diag) {
+        char msg[sizeof(ld->diag->msg)];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        ebb_diag_set(ld->diag, EBB_EINVAL, "%s:%d: %s", ld->cfg->config_file, ld->line, msg);
+    }
+}
+
+/* Gives inih one physical line per call, so that inih's own line numbers (for syntax errors)
+ * match ours. inih cuts lines longer than its buffer into pieces that it would parse as lines of
+ * their own; we hand it an empty line instead (long comments are fine, a long option line is an
+ * error). Also checks section headers, which inih never shows to handlers. */
+static char *loader_read(char *str, int num, void *stream)
+{
+    struct loader *ld = stream;
+    ssize_t len = getline(&ld->buf, &ld->cap, ld->fp);
+    if (len < 0 || num < 2)
+        return NULL;
+    ld->line++;
+    const char *p = ld->buf;
+    while (isspace((unsigned char)*p))
+        p++;
+    snprintf(ld->raw, sizeof(ld->raw), "%s", p);
+    bool comment = *p == '#' || *p == ';';
+    if (len > num - 2 && !comment)
+        loader_fail(ld, "line longer than %d characters", num - 3);
+    if (len > num - 2 || comment) {
+        snprintf(str, (size_t)num, "\n");
+        return str;
+    }
+    if (*p == '[') {
+        size_t nlen = strcspn(p + 1, "]");
+        if (nlen != 5 || strncmp(p + 1, "serve", 5) != 0)
+            loader_fail(ld, "unknown section [%.*s] (options go at the top or under [serve])",
+                        (int)(nlen < 63 ? nlen : 63), p + 1);
+    }
+    memcpy(str, ld->buf, (size_t)len + 1);
+    return str;
+}
+
+/* Splits an indented "key = value ; comment" line the way inih splits others. */
+static bool split_line(char *line, char **key, char **value)
+{
+    char *eq = strpbrk(line, "=:");
+    if (!eq)
+        return false;
+    *eq = '\0';
+    char *k = line, *v = eq + 1;
+    for (char *c = v; *c; c++) {
+        if (*c == ';' && (c == v || isspace((unsigned char)c[-1]))) {
+            *c = '\0';
+            break;
+        }
+    }
+    while (isspace((unsigned char)*k))
+        k++;
+    while (isspace((unsigned char)*v))
+        v++;
+    for (char *e = k + strlen(k); e > k && isspace((unsigned char)e[-1]);)
+        *--e = '\0';
+    for (char *e = v + strlen(v); e > v && isspace((unsigned char)e[-1]);)
+        *--e = '\0';
+    *key = k;
+    *value = v;
+    return *k != '\0';
+}
+
+static int loader_on_kv(void *user, const char *section, const char *name, const char *value)
+{
+    struct loader *ld = user;
+    (void)section; /* unknown sections were rejected by the reader */
+    /* inih takes an indented line after a key as a continuation of that key's value. We have no
+     * multi-line values, and people indent keys under [serve]; so when the physical line does
+     * not start with the key inih names, it is a key line of its own and we split it here. */
+    const char *p = ld->raw;
+    size_t nl = strlen(name);
+    char line[sizeof(ld->raw)], *k, *v;
+    if (strncmp(p, name, nl) != 0 || !strchr(" \t=:", p[nl])) {
+        snprintf(line, sizeof(line), "%s", p);
+        if (!split_line(line, &k, &v)) {
+            loader_fail(ld, "syntax error: expected 'key = value', a comment or [serve]");
+            return 0;
+        }
+        name = k;
+        value = v;
+    }
+    struct ebb_diag d;
+    ebb_err rc = ebb_config_set(ld->cfg, name, value, EBB_CONFIG_SRC_FILE, ld->line, &d);
+    if (rc) {
+        /* d already names file, line and key. */
+        if (!ld->err_line) {
+            ld->err_line = ld->line;
+            ld->rc = rc == EBB_ENOTFOUND ? EBB_EINVAL : rc;
+            if (ld->diag)
+                *ld->diag = d;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+ebb_err ebb_config_load_file(struct ebb_config *cfg, const char *path, struct ebb_diag *diag)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return ebb_diag_set(diag, EBB_ENOENT, "%s: cannot open config file: %s", path,
+                            strerror(errno));
+    char *copy = strdup(path);
+    if (!copy) {
+        fclose(fp);
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    }
+    free(cfg->config_file);
+    cfg->config_file = copy;
+    struct loader ld = {.cfg = cfg, .fp = fp, .diag = diag};
+    int r = ini_parse_stream(loader_read, &ld, loader_on_kv, &ld);
+    bool read_error = ferror(fp);
+    fclose(fp);
+    free(ld.buf);
+    if (read_error)
+        return ebb_diag_set(diag, EBB_EIO, "%s: read error", path);
+    if (ld.err_line && (r <= 0 || ld.err_line <= r))
+        return ld.rc;
+    if (r > 0)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "%s:%d: syntax error: expected 'key = value', a comment or [serve]",
+                            path, r);
+    if (r < 0)
+        return ebb_diag_set(diag, EBB_ENOMEM, "%s: out of memory while parsing", path);
+    return EBB_OK;
+}
+
+ebb_err ebb_config_apply_env(struct ebb_config *cfg, struct ebb_diag *diag)
+{
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
+        char var[80] = "EBB_";
+        for (size_t j = 0; opts[i].name[j] && j + 5 < sizeof(var); j++)
+            var[4 + j] = (char)toupper((unsigned char)opts[i].name[j]);
+        const char *v = getenv(var);
+        if (!v || !*v)
+            continue;
+        char why[256];
+        ebb_err rc = opt_parse(cfg, &opts[i], v, why, sizeof(why));
+        if (rc == EBB_ENOMEM)
+            return ebb_diag_set(diag, rc, "%s: out of memory", var);
+        if (rc)
+            return ebb_diag_set(diag, rc, "%s: %s", var, why);
+        cfg->source[i] = EBB_CONFIG_SRC_ENV;
+        cfg->source_line[i] = 0;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
+                         const struct ebb_config_arg *flags, size_t n_flags, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    const char *env_path = getenv("EBB_CONFIG");
+    if (!config_path && env_path && *env_path)
+        config_path = env_path;
+    if (config_path) {
+        rc = ebb_config_load_file(cfg, config_path, diag);
+    } else {
+        char *user = dir_from("XDG_CONFIG_HOME", ".config", "ebb/ebb.conf", "");
+        const char *cands[] = {user, EBB_SYSCONFDIR "/ebb/ebb.conf"};
+        for (size_t i = 0; i < 2 && !rc; i++) {
+            if (cands[i] && cands[i][0] && access(cands[i], F_OK) == 0) {
+                rc = ebb_config_load_file(cfg, cands[i], diag);
+                break;
+            }
+        }
+        free(user);
+    }
+    if (rc)
+        return rc;
+    if ((rc = ebb_config_apply_env(cfg, diag)))
+        return rc;
+    for (size_t i = 0; i < n_flags; i++) {
+        rc = ebb_config_set(cfg, flags[i].key, flags[i].value, EBB_CONFIG_SRC_FLAG, 0, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
+}
+
+/* Formats option o of cfg as config-file text (secrets masked). */
+static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool mask, char *buf,
+                       size_t n)
+{
+    static const char units[] = "KMGT";
+    buf[0] = '\0';
+    switch (o->type) {
+    case T_STR:
+    case T_OPTSTR:
+    case T_PATH:
+    case T_OPTPATH: {
+        const char *s = *CFIELD(cfg, o, char *);
+        snprintf(buf, n, "%s", s ? s : "");
+        break;
+    }
+    case T_PORT:
+        snprintf(buf, n, "%u", (unsigned)*CFIELD(cfg, o, uint16_t));
+        break;
+    case T_U32:
+        snprintf(buf, n, "%u", (unsigned)*CFIELD(cfg, o, uint32_t));
+        break;
+    case T_SIZE: {
+        uint64_t v = *CFIELD(cfg, o, uint64_t);
+        int u = -1;
+        while (v && u < 3 && (v & 1023) == 0) {
+            v >>= 10;
+            u++;
+        }
+        if (u >= 0)
+            snprintf(buf, n, "%llu%c", (unsigned long long)v, units[u]);
+        else
+            snprintf(buf, n, "%llu", (unsigned long long)v);
+        break;
+    }
+    case T_MS: {
+        uint32_t v = *CFIELD(cfg, o, uint32_t);
+        if (v % 1000)
+            snprintf(buf, n, "%ums", (unsigned)v);
+        else
+            snprintf(buf, n, "%us", (unsigned)(v / 1000));
+        break;
+    }
+    case T_LIST: {
+        const struct ebb_strlist *l = CFIELD(cfg, o, struct ebb_strlist);
+        size_t len = 0;
+        for (size_t i = 0; i < l->n && len + 1 < n; i++) {
+            int k = snprintf(buf + len, n - len, "%s%s", i ? "," : "",
+                             mask && o->secret ? "********" : l->items[i]);
+            len += k > 0 ? (size_t)k : 0;
+        }
+        break;
+    }
+    case T_LEVEL:
+        snprintf(buf, n, "%s", ebb_log_level_name(*CFIELD(cfg, o, enum ebb_log_level)));
+        break;
+    case T_FORMAT:
+        snprintf(buf, n, "%s", ebb_log_format_name(*CFIELD(cfg, o, enum ebb_log_format)));
+        break;
+    }
+}
+
+void ebb_config_print(const struct ebb_config *cfg, FILE *f)
+{
+    fprintf(f, "# ebb effective configuration (precedence: flags > EBB_* > file > defaults)\n");
+    fprintf(f, "# config file: %s\n", cfg->config_file ? cfg->config_file : "(none)");
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
+        char val[1024], src[PATH_MAX + 32];
+        opt_format(cfg, &opts[i], true, val, sizeof(val));
+        switch (cfg->source[i]) {
+        case EBB_CONFIG_SRC_DEFAULT:
+            snprintf(src, sizeof(src), "default");
+            break;
+        case EBB_CONFIG_SRC_FILE:
+            snprintf(src, sizeof(src), "file line %d", cfg->source_line[i]);
+            break;
+        case EBB_CONFIG_SRC_ENV:
+            snprintf(src, sizeof(src), "environment");
+            break;
+        case EBB_CONFIG_SRC_FLAG:
+            snprintf(src, sizeof(src), "flag");
+            break;
+        }
+        fprintf(f, "%-15s = %-32s ; %s\n", opts[i].name, val, src);
+    }
+}
+
+void ebb_config_usage(FILE *f)
+{
+    struct ebb_config def;
+    bool have_def = ebb_config_init(&def) == EBB_OK;
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
+        char flag[64], val[512];
+        snprintf(flag, sizeof(flag), "--%s %s", opts[i].name, opts[i].arg);
+        for (char *p = flag + 2; *p && *p != ' '; p++)
+            if (*p == '_')
+                *p = '-';
+        val[0] = '\0';
+        if (have_def)
+            opt_format(&def, &opts[i], true, val, sizeof(val));
+        fprintf(f, "  %-26s %s%s%s%s\n", flag, opts[i].help, val[0] ? " (default " : "", val,
+                val[0] ? ")" : "");
+    }
+    ebb_config_fini(&def);
+}
+
+ebb_err ebb_config_model_path(const struct ebb_config *cfg, char *buf, size_t n)
+{
+    if (!cfg->model)
+        return EBB_ENOENT;
+    int k;
+    if (strchr(cfg->model, '/')) {
+        k = snprintf(buf, n, "%s", cfg->model);
+    } else {
+        k = snprintf(buf, n, "%s/%s", cfg->models_dir, cfg->model);
+        size_t len = strlen(cfg->model);
+        if (k >= 0 && (size_t)k < n && access(buf, F_OK) != 0 &&
+            (len < 5 || strcmp(cfg->model + len - 5, ".gguf") != 0)) {
+            char alt[PATH_MAX];
+            int k2 = snprintf(alt, sizeof(alt), "%s.gguf", buf);
+            if (k2 > 0 && (size_t)k2 < sizeof(alt) && (size_t)k2 < n && access(alt, F_OK) == 0)
+                k = snprintf(buf, n, "%s", alt);
+        }
+    }
+    return k < 0 || (size_t)k >= n ? EBB_ERANGE : EBB_OK;
+}
+
+unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b)
+{
+    unsigned bits = 0;
+    for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
+        const struct opt *o = &opts[i];
+        bool differ;
+        if (o->type == T_LIST) {
+            const struct ebb_strlist *la = CFIELD(a, o, struct ebb_strlist);
+            const struct ebb_strlist *lb = CFIELD(b, o, struct ebb_strlist);
+            differ = la->n != lb->n;
+            for (size_t j = 0; !differ && j < la->n; j++)
+                differ = strcmp(la->items[j], lb->items[j]) != 0;
+        } else {
+            char va[1024], vb[1024];
+            opt_format(a, o, false, va, sizeof(va));
+            opt_format(b, o, false, vb, sizeof(vb));
+            differ = strcmp(va, vb) != 0;
+        }
+        if (differ)
+            bits |= o->change;
+    }
+    return bits;
+}

@@ -1,0 +1,161 @@
+/* The daemon's configuration: built-in defaults, an INI file (inih), EBB_* environment variables
+ * and command-line flags, with the precedence flags > environment > file > defaults.
+ *
+ * Every option has one name used everywhere: the INI key and the flag are the same words
+ * (`max_body` in the file, `--max-body` on the command line, `EBB_MAX_BODY` in the environment).
+ * The table of options lives in config.c; config/ebb.conf documents each one.
+ *
+ * Not thread-safe: build and read a config on one thread (the loop thread); a reload builds a
+ * new one and swaps it in (see ebb_config_diff). */
+#ifndef EBB_DAEMON_CONFIG_H
+#define EBB_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "daemon/log.h"
+#include "runtime/err.h"
+
+/* A list option (api_key, cors_origin): comma-separated in the file, the environment and flags;
+ * blanks around items are trimmed and empty items dropped. */
+struct ebb_strlist {
+    char **items;
+    size_t n;
+};
+
+/* Where an option's value came from, for --check-config. */
+enum ebb_config_source {
+    EBB_CONFIG_SRC_DEFAULT = 0,
+    EBB_CONFIG_SRC_FILE,
+    EBB_CONFIG_SRC_ENV,
+    EBB_CONFIG_SRC_FLAG,
+};
+
+/* Option indices, in the order of the table in config.c (and of --check-config output). */
+enum ebb_config_key {
+    EBB_CFG_HOST,
+    EBB_CFG_PORT,
+    EBB_CFG_MODEL,
+    EBB_CFG_MODELS_DIR,
+    EBB_CFG_CACHE_DIR,
+    EBB_CFG_CTX,
+    EBB_CFG_PARALLEL,
+    EBB_CFG_QUEUE,
+    EBB_CFG_MAX_BODY,
+    EBB_CFG_REQUEST_TIMEOUT,
+    EBB_CFG_API_KEY,
+    EBB_CFG_CORS_ORIGIN,
+    EBB_CFG_DEVICE,
+    EBB_CFG_CHAT_TEMPLATE,
+    EBB_CFG_LOG_LEVEL,
+    EBB_CFG_LOG_FORMAT,
+    EBB_CFG_SHUTDOWN_GRACE,
+    EBB_CFG_MEMORY_BUDGET,
+    EBB_CFG_PREFETCH,
+    EBB_CFG_N_KEYS
+};
+
+struct ebb_config {
+    char *host;                      /* listen address; "127.0.0.1" */
+    uint16_t port;                   /* 8077; 0 picks a free port */
+    char *model;                     /* GGUF path, or a file name under models_dir; NULL = none */
+    char *models_dir;                /* see ebb_config_init for the default */
+    char *cache_dir;                 /* compiled-kernel cache */
+    uint32_t ctx;                    /* KV length per slot; 0 = the model's, capped by memory */
+    uint32_t parallel;               /* sequence slots served at once; 4 */
+    uint32_t queue;                  /* waiting requests before 503; 64 */
+    uint64_t max_body;               /* bytes of a request body before 413; 4 MiB */
+    uint32_t request_timeout_ms;     /* idle connection timeout; 300 s */
+    struct ebb_strlist api_keys;     /* accepted keys; empty = no auth */
+    struct ebb_strlist cors_origins; /* allowed origins ("*" allowed); empty = no CORS headers */
+    char *device;                    /* "auto", "cl:P:D", a device-name substring, or "ref" */
+    char *chat_template;             /* "auto" (from the GGUF) or a family name */
+    enum ebb_log_level log_level;    /* info */
+    enum ebb_log_format log_format;  /* text */
+    uint32_t shutdown_grace_ms;      /* in-flight requests may finish for this long; 10 s */
+    uint64_t memory_budget;          /* bytes the weights may keep resident; 0 = probe */
+    uint32_t prefetch;               /* streamed layers read ahead; 1 */
+
+    char *config_file; /* the file that was loaded, or NULL */
+    enum ebb_config_source source[EBB_CFG_N_KEYS];
+    int source_line[EBB_CFG_N_KEYS]; /* line in config_file for EBB_CONFIG_SRC_FILE */
+};
+
+/* One command-line flag to apply on top of file and environment. key is an option name with
+ * dashes or underscores ("max-body"), value its text. */
+struct ebb_config_arg {
+    const char *key;
+    const char *value;
+};
+
+/* Fills cfg with the built-in defaults. Paths follow the platform conventions:
+ *   models_dir: $STATE_DIRECTORY/models when systemd sets STATE_DIRECTORY (system service,
+ *               /var/lib/ebb), else $XDG_DATA_HOME/ebb/models, else ~/.local/share/ebb/models;
+ *   cache_dir:  $CACHE_DIRECTORY (systemd, /var/cache/ebb), else $XDG_CACHE_HOME/ebb, else
+ *               ~/.cache/ebb.
+ * Returns EBB_ENOMEM only; on failure cfg is still safe to pass to ebb_config_fini. */
+ebb_err ebb_config_init(struct ebb_config *cfg);
+/* Frees what cfg owns; cfg may then be initialised again. Accepts NULL. */
+void ebb_config_fini(struct ebb_config *cfg);
+
+/* Reads an INI file into cfg. Keys sit at the top of the file or under a [serve] section.
+ * Unknown keys, unknown sections, syntax errors and bad values are errors; diag then reads
+ * "<path>:<line>: <key>: <why>". EBB_ENOENT when the file cannot be opened, EBB_EINVAL for
+ * its content. Options set before the error keep their new values. */
+ebb_err ebb_config_load_file(struct ebb_config *cfg, const char *path, struct ebb_diag *diag);
+
+/* Applies EBB_<KEY> environment variables (EBB_PORT, EBB_API_KEY, EBB_MODELS_DIR, ...).
+ * Variables that are not options (EBB_CONFIG and any other EBB_*) are ignored; a bad value is
+ * EBB_EINVAL with diag "EBB_PORT: <why>". Empty variables count as unset. */
+ebb_err ebb_config_apply_env(struct ebb_config *cfg, struct ebb_diag *diag);
+
+/* Sets one option from text, recording src (and line, for files). key may use dashes. Unknown
+ * keys are EBB_ENOTFOUND, bad values EBB_EINVAL, diag "<key>: <why>". */
+ebb_err ebb_config_set(struct ebb_config *cfg, const char *key, const char *value,
+                       enum ebb_config_source src, int line, struct ebb_diag *diag);
+
+/* The whole precedence chain: defaults, then the config file, then the environment, then flags.
+ * The file is config_path if non-NULL (it must exist), else $EBB_CONFIG if set (must exist),
+ * else the first that exists of $XDG_CONFIG_HOME/ebb/ebb.conf (~/.config/ebb/ebb.conf) and
+ * <sysconfdir>/ebb/ebb.conf; no file at all is fine. Diagnostics name the flag ("--port: ..."),
+ * variable or file line. cfg must be initialised; on failure it holds a partial result and the
+ * caller should fini it. Call it again with the same flags to reload on SIGHUP. */
+ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
+                         const struct ebb_config_arg *flags, size_t n_flags, struct ebb_diag *diag);
+
+/* True if name (dashes or underscores) is an option. */
+bool ebb_config_is_key(const char *name);
+
+/* Writes the effective configuration as INI text with the source of each value in a comment;
+ * api keys are masked. This is what `ebb serve --check-config` prints. */
+void ebb_config_print(const struct ebb_config *cfg, FILE *f);
+
+/* Writes one "  --name VALUE   help (default ...)" line per option, for `ebb serve --help`. */
+void ebb_config_usage(FILE *f);
+
+/* Resolves cfg->model to a path: a value containing '/' is used as is, a bare name is looked
+ * up under models_dir (with ".gguf" appended when the bare name does not exist but that does).
+ * EBB_ENOENT when no model is configured, EBB_ERANGE when buf is too small. */
+ebb_err ebb_config_model_path(const struct ebb_config *cfg, char *buf, size_t n);
+
+/* What a reload must do, from the options that differ between two configs. */
+enum {
+    EBB_CONFIG_CHANGE_LOG = 1u << 0,    /* log_level, log_format: ebb_log_configure */
+    EBB_CONFIG_CHANGE_LIMITS = 1u << 1, /* queue, max_body, request_timeout, shutdown_grace */
+    EBB_CONFIG_CHANGE_AUTH = 1u << 2,   /* api_key */
+    EBB_CONFIG_CHANGE_CORS = 1u << 3,   /* cors_origin */
+    EBB_CONFIG_CHANGE_MODEL = 1u << 4,  /* model, models_dir, ctx, parallel, device,
+                                           chat_template, memory_budget, prefetch, cache_dir:
+                                           load the model again and swap it in */
+    EBB_CONFIG_CHANGE_LISTEN = 1u << 5, /* host, port: cannot apply without a restart */
+};
+
+/* Returns the EBB_CONFIG_CHANGE_* bits of the options whose values differ. */
+unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b);
+
+/* Name of option k ("max_body"), or NULL past the end. */
+const char *ebb_config_key_name(enum ebb_config_key k);
+
+#endif
