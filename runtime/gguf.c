@@ -142,6 +142,20 @@ static ebb_err check_name(struct parser *ps, const char *what, struct ebb_str s,
     return EBB_OK;
 }
 
+/* Names what is being parsed for error messages: "kv 5 'general.name'". Bytes outside printable
+ * ASCII become '?' so that messages are always valid UTF-8 (the API puts them into JSON). */
+static void set_where(struct parser *ps, const char *kind, uint64_t i, struct ebb_str name)
+{
+    char shown[81];
+    size_t n = name.n < sizeof(shown) - 1 ? (size_t)name.n : sizeof(shown) - 1;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)name.p[k];
+        shown[k] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    shown[n] = '\0';
+    snprintf(ps->where, sizeof(ps->where), "%s %" PRIu64 " '%s'", kind, i, shown);
+}
+
 static char *copy_name(struct ebb_gguf *g, struct ebb_str s)
 {
     char *p = arena_alloc(g, s.n + 1);
@@ -250,8 +264,7 @@ static ebb_err parse_kv(struct parser *ps, uint64_t i, struct ebb__gguf_kv *kv)
         rc = check_name(ps, "key", key, EBB__GGUF_MAX_KEY);
     if (rc)
         return rc;
-    snprintf(ps->where, sizeof(ps->where), "kv %" PRIu64 " '%.*s'", i, key.n > 80 ? 80 : (int)key.n,
-             key.p);
+    set_where(ps, "kv", i, key);
     if (!(kv->key = copy_name(ps->g, key)))
         return ebb_diag_set(ps->diag, EBB_ENOMEM, "%s: out of memory", ps->where);
     rc = rd_u32(ps, "value type", &t);
@@ -346,8 +359,7 @@ static ebb_err parse_tinfo(struct parser *ps, uint64_t i, struct ebb_gguf_tensor
         rc = check_name(ps, "name", name, EBB__GGUF_MAX_NAME);
     if (rc)
         return rc;
-    snprintf(ps->where, sizeof(ps->where), "tensor %" PRIu64 " '%.*s'", i,
-             name.n > 80 ? 80 : (int)name.n, name.p);
+    set_where(ps, "tensor", i, name);
     if (!(t->name = copy_name(ps->g, name)))
         return ebb_diag_set(ps->diag, EBB_ENOMEM, "%s: out of memory", ps->where);
     rc = rd_u32(ps, "n_dims", &t->n_dims);
@@ -382,7 +394,7 @@ static ebb_err check_tensor(struct parser *ps, uint64_t i, struct ebb_gguf_tenso
 {
     struct ebb_gguf *g = ps->g;
     const struct ebb_ggml_type_info *ti = ebb_ggml_type_info(t->type);
-    snprintf(ps->where, sizeof(ps->where), "tensor %" PRIu64 " '%.80s'", i, t->name);
+    set_where(ps, "tensor", i, (struct ebb_str){t->name, strlen(t->name)});
     if (!ti) {
         const char *name = ebb_ggml_type_name(t->type);
         if (name)
@@ -440,10 +452,11 @@ static ebb_err check_overlap(struct parser *ps)
         const struct ebb_gguf_tensor *p = by[i - 1], *t = by[i];
         if (p->offset + p->size > t->offset) {
             rc = ebb_diag_set(ps->diag, EBB_EFORMAT,
-                              "tensor '%.80s' data [%" PRIu64 ", %" PRIu64
-                              ") overlaps tensor '%.80s' data [%" PRIu64 ", %" PRIu64 ")",
-                              t->name, t->offset, t->offset + t->size, p->name, p->offset,
-                              p->offset + p->size);
+                              "tensor %" PRIu64 " '%.80s' data [%" PRIu64 ", %" PRIu64
+                              ") overlaps tensor %" PRIu64 " '%.80s' data [%" PRIu64 ", %" PRIu64
+                              ")",
+                              (uint64_t)(t - g->tensors), t->name, t->offset, t->offset + t->size,
+                              (uint64_t)(p - g->tensors), p->name, p->offset, p->offset + p->size);
             break;
         }
     }
@@ -477,9 +490,11 @@ static ebb_err parse(struct ebb_gguf *g, struct ebb_diag *diag)
     struct parser ps = {.g = g, .pos = 0, .diag = diag, .where = "header"};
     uint32_t version;
     uint64_t n_tensors, n_kv;
-    ebb_err rc = need(&ps, EBB__GGUF_HEADER_BYTES, "header");
-    if (rc)
-        return rc;
+    ebb_err rc = EBB_OK;
+    if (g->size < EBB__GGUF_HEADER_BYTES)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "file of %" PRIu64 " bytes is too short for a GGUF header (24 bytes)",
+                            g->size);
     if (memcmp(g->base, "GGUF", 4) != 0)
         return ebb_diag_set(diag, EBB_EFORMAT, "not a GGUF file (bad magic %02x %02x %02x %02x)",
                             g->base[0], g->base[1], g->base[2], g->base[3]);
@@ -584,7 +599,8 @@ ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *
 {
     if (!path || !out)
         return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return ebb_diag_set(diag, e == ENOENT ? EBB_ENOENT : EBB_EIO, "cannot open: %s",

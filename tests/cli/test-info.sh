@@ -59,6 +59,8 @@ bad_file v1.gguf "version 1"
 printf 'GGUF\003\000\000\000\000\000\000\000\000\000\000\020\001\000\000\000\000\000\000\000' \
     > "$tmp/counts.gguf"
 bad_file counts.gguf "cannot fit"
+mkfifo "$tmp/fifo.gguf"
+bad_file fifo.gguf "not a regular file"
 expect_status 1 "$ebb" info "$tmp/missing.gguf"
 grep -qF "cannot open" "$tmp/err" || fail "missing file: $(cat "$tmp/err")"
 expect_status 1 "$ebb" info "$tmp"
