@@ -65,9 +65,11 @@ struct ebb_detok {
     uint32_t n_pending;
 };
 void ebb_detok_init(struct ebb_detok *d);
-/* Appends the piece; writes the newly complete text to out (at most n + 4 bytes are written,
- * so cap >= n + 4 always suffices) and returns its length. Byte sequences that can never form
- * valid UTF-8 are passed through as U+FFFD. */
+/* Appends the piece; writes the newly complete text to out and returns its length. Byte
+ * sequences that can never form valid UTF-8 are passed through as U+FFFD (one per maximal
+ * invalid subpart). For valid UTF-8 at most n + 4 bytes are written, so cap >= n + 4 suffices;
+ * since each invalid byte may grow to 3, cap >= 3 * (n + 3) suffices for any input. Output that
+ * does not fit in cap is dropped, never written past it. */
 size_t ebb_detok_push(struct ebb_detok *d, const char *piece, size_t n, char *out, size_t cap);
 /* Ends the stream: any held incomplete sequence is emitted as U+FFFD; returns bytes written
  * (cap >= 3 suffices). */

@@ -1,0 +1,622 @@
+/* Byte-level BPE ("gpt2" tokenizers): pre-tokenizer splitting written out by hand for each
+ * supported tokenizer.ggml.pre (no regex engine), then rank-ordered merging with a binary heap
+ * over a hash map of merges keyed by token-id pairs. Splitting reproduces llama.cpp's behaviour
+ * exactly, including its lenient UTF-8 decoding and its approximation of `\s+(?!\S)`. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer-int.h"
+#include "unicode.h"
+
+#define OOR 0xFFFFFFFFu /* "code point" past the end of the current piece */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+bool ebb__bpe_merge(const struct ebb_tokenizer *t, int32_t left, int32_t right, uint32_t *rank,
+                    int32_t *result)
+{
+    if (!t->merge_key)
+        return false;
+    uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+    uint32_t i = (uint32_t)mix64(key) & t->merge_mask;
+    for (;;) {
+        uint64_t k = t->merge_key[i];
+        if (k == UINT64_MAX)
+            return false;
+        if (k == key) {
+            *rank = t->merge_rank[i];
+            *result = t->merge_result[i];
+            return true;
+        }
+        i = (i + 1) & t->merge_mask;
+    }
+}
+
+/* GPT-2's byte <-> code point table: printable Latin-1 bytes map to themselves, the others to
+ * U+0100 onwards in byte order. */
+static void byte_tables(struct ebb_tokenizer *t)
+{
+    uint32_t next = 256;
+    for (int i = 0; i < 512; i++)
+        t->cp_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        t->byte_cp[b] = (uint16_t)(self ? (uint32_t)b : next++);
+        t->cp_byte[t->byte_cp[b]] = (int16_t)b;
+        uint8_t u[4];
+        size_t n = ebb_utf8_encode(t->byte_cp[b], u);
+        t->byte_tok[b] = ebb__tok_lookup(t, (const char *)u, n);
+    }
+}
+
+ebb_err ebb__bpe_load(struct ebb_tokenizer *t, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    struct ebb_gguf_arr m;
+    byte_tables(t);
+    ebb_err rc = ebb_gguf_get_arr(g, "tokenizer.ggml.merges", &m);
+    if (rc == EBB_ENOTFOUND)
+        return ebb_diag_set(diag, EBB_EFORMAT, "tokenizer.ggml.merges is missing");
+    if (rc || m.type != EBB_GGUF_STRING)
+        return ebb_diag_set(diag, EBB_EFORMAT, "tokenizer.ggml.merges is not an array of strings");
+    if (m.n > (1u << 24))
+        return ebb_diag_set(diag, EBB_EFORMAT, "tokenizer.ggml.merges has %llu entries",
+                            (unsigned long long)m.n);
+    uint32_t size = 1;
+    while (size < 2 * m.n + 2)
+        size <<= 1;
+    t->merge_key = malloc(sizeof(uint64_t) * size);
+    t->merge_rank = malloc(sizeof(uint32_t) * size);
+    t->merge_result = malloc(sizeof(int32_t) * size);
+    char *cat = NULL;
+    size_t cat_cap = 0;
+    if (!t->merge_key || !t->merge_rank || !t->merge_result)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory for %llu merges",
+                            (unsigned long long)m.n);
+    memset(t->merge_key, 0xff, sizeof(uint64_t) * size);
+    t->merge_mask = size - 1;
+    for (uint32_t r = 0; r < m.n; r++) {
+        struct ebb_str s;
+        if (ebb_gguf_arr_str(&m, r, &s))
+            return ebb_diag_set(diag, EBB_EFORMAT, "merge %u unreadable", r);
+        /* "left right", split at the first space after the first byte. */
+        const char *sp = s.n > 1 ? memchr(s.p + 1, ' ', s.n - 1) : NULL;
+        if (!sp)
+            continue;
+        size_t ln = (size_t)(sp - s.p), rn = s.n - ln - 1;
+        int32_t l = ebb__tok_lookup(t, s.p, ln), rr = ebb__tok_lookup(t, sp + 1, rn);
+        if (l < 0 || rr < 0)
+            continue; /* no symbol can ever carry that text */
+        if (ln + rn > cat_cap) {
+            char *nc = realloc(cat, ln + rn);
+            if (!nc) {
+                free(cat);
+                return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+            }
+            cat = nc;
+            cat_cap = ln + rn;
+        }
+        memcpy(cat, s.p, ln);
+        memcpy(cat + ln, sp + 1, rn);
+        uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)rr;
+        uint32_t i = (uint32_t)mix64(key) & t->merge_mask;
+        while (t->merge_key[i] != UINT64_MAX && t->merge_key[i] != key)
+            i = (i + 1) & t->merge_mask;
+        if (t->merge_key[i] == key)
+            continue; /* the first (lowest) rank of a repeated pair wins */
+        t->merge_key[i] = key;
+        t->merge_rank[i] = r;
+        t->merge_result[i] = ebb__tok_lookup(t, cat, ln + rn);
+        t->n_merges++;
+    }
+    free(cat);
+    return EBB_OK;
+}
+
+ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_t n,
+                             struct ebb__buf *b)
+{
+    ebb_err rc = EBB_OK;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t adv;
+        uint32_t cp = ebb_utf8_decode_lax((const uint8_t *)s + i, n - i, &adv);
+        i += adv;
+        if (cp < 512 && t->cp_byte[cp] >= 0) {
+            char c = (char)t->cp_byte[cp];
+            rc = ebb__buf_put(b, &c, 1);
+            continue;
+        }
+        uint8_t u[4];
+        size_t un = ebb_utf8_encode(cp, u);
+        static const char hex[] = "0123456789abcdef";
+        rc = ebb__buf_put(b, "[UNK_BYTE_0x", 12);
+        for (size_t k = 0; k < un && !rc; k++) {
+            char h[2] = {hex[u[k] >> 4], hex[u[k] & 15]};
+            rc = ebb__buf_put(b, h, 2);
+        }
+        if (!rc)
+            rc = ebb__buf_put(b, s, n);
+        if (!rc)
+            rc = ebb__buf_put(b, "]", 1);
+    }
+    return rc;
+}
+
+/* Piece boundaries as a list of lengths in code points. */
+struct spans {
+    uint32_t *len;
+    size_t n, cap;
+    size_t prev; /* end of the last emitted span (absolute code point index) */
+    bool oom;
+};
+
+static void span_emit(struct spans *s, size_t end)
+{
+    if (end <= s->prev)
+        return;
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        uint32_t *nl = realloc(s->len, ncap * sizeof *nl);
+        if (!nl) {
+            s->oom = true;
+            return;
+        }
+        s->len = nl;
+        s->cap = ncap;
+    }
+    s->len[s->n++] = (uint32_t)(end - s->prev);
+    s->prev = end;
+}
+
+/* The code points and their flags, with the bounds of the piece being split. */
+struct cur {
+    const uint32_t *cp;
+    const uint16_t *fl;
+    size_t ini, end;
+};
+
+static uint32_t CP(const struct cur *c, size_t p)
+{
+    return p >= c->ini && p < c->end ? c->cp[p] : OOR;
+}
+
+static unsigned FL(const struct cur *c, size_t p)
+{
+    return p >= c->ini && p < c->end ? c->fl[p] : 0;
+}
+
+#define IS_L(f) ((f)&EBB_UC_LETTER)
+#define IS_N(f) ((f)&EBB_UC_NUMBER)
+#define IS_WS(f) ((f)&EBB_UC_WHITESPACE)
+
+/* The contraction alternatives 's 't 're 've 'm 'll 'd at p; returns the match length or 0. */
+static size_t contraction(const struct cur *c, size_t p, bool any_case)
+{
+    if (CP(c, p) != '\'' || p + 1 >= c->end)
+        return 0;
+    uint32_t a = CP(c, p + 1), b = p + 2 < c->end ? CP(c, p + 2) : OOR;
+    if (any_case) {
+        a = ebb_unicode_tolower(a);
+        b = b == OOR ? OOR : ebb_unicode_tolower(b);
+    }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        return 3;
+    return 0;
+}
+
+/* Whitespace tail shared by the splitters: `\s+(?!\S)` as "all but the last whitespace when
+ * something follows inside the piece", then `\s+`, else a single code point. */
+static size_t ws_tail(const struct cur *c, size_t pos)
+{
+    size_t k = 0;
+    while (IS_WS(FL(c, pos + k)))
+        k++;
+    if (k > 1 && CP(c, pos + k) != OOR)
+        return pos + k - 1;
+    if (k > 0)
+        return pos + k;
+    return pos + 1;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static void split_gpt2(const struct cur *c, struct spans *o)
+{
+    for (size_t pos = c->ini; pos < c->end;) {
+        uint32_t cp = CP(c, pos);
+        size_t k = contraction(c, pos, false);
+        if (k) {
+            pos += k;
+            span_emit(o, pos);
+            continue;
+        }
+        unsigned f2 = cp == ' ' ? FL(c, pos + 1) : FL(c, pos);
+        if (IS_L(f2) || IS_N(f2) ||
+            (f2 && !(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)))) {
+            unsigned cls = IS_L(f2) ? 1 : IS_N(f2) ? 2 : 3;
+            pos += cp == ' ';
+            for (;;) {
+                unsigned f = FL(c, pos);
+                bool in = cls == 1 ? IS_L(f)
+                          : cls == 2
+                              ? IS_N(f)
+                              : (f && !(f & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)));
+                if (!in)
+                    break;
+                pos++;
+            }
+            span_emit(o, pos);
+            continue;
+        }
+        pos = ws_tail(c, pos);
+        span_emit(o, pos);
+    }
+}
+
+/* Llama 3 (digits_max 3) and Qwen2 (digits_max 1):
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ * \s*[\r\n]+|\s+(?!\S)|\s+ */
+static void split_llama3(const struct cur *c, struct spans *o, size_t digits_max)
+{
+    for (size_t pos = c->ini; pos < c->end;) {
+        uint32_t cp = CP(c, pos);
+        unsigned f = FL(c, pos);
+        size_t k = contraction(c, pos, true);
+        if (k) {
+            pos += k;
+            span_emit(o, pos);
+            continue;
+        }
+        if (!(cp == '\r' || cp == '\n' || IS_N(f)) && (IS_L(f) || IS_L(FL(c, pos + 1)))) {
+            pos++;
+            while (IS_L(FL(c, pos)))
+                pos++;
+            span_emit(o, pos);
+            continue;
+        }
+        if (IS_N(f)) {
+            size_t run = 0;
+            while (IS_N(FL(c, pos))) {
+                pos++;
+                if (++run >= digits_max) {
+                    span_emit(o, pos);
+                    run = 0;
+                }
+            }
+            span_emit(o, pos);
+            continue;
+        }
+        unsigned f2 = cp == ' ' ? FL(c, pos + 1) : f;
+        if (!(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)) && f) {
+            pos += cp == ' ';
+            while (!(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)) && f2)
+                f2 = FL(c, ++pos);
+            while (CP(c, pos) == '\r' || CP(c, pos) == '\n')
+                pos++;
+            span_emit(o, pos);
+            continue;
+        }
+        size_t n = 0, last_rn = 0;
+        while (IS_WS(FL(c, pos + n))) {
+            uint32_t c2 = CP(c, pos + n);
+            if (c2 == '\r' || c2 == '\n')
+                last_rn = pos + n + 1;
+            n++;
+        }
+        if (last_rn) {
+            pos = last_rn;
+            span_emit(o, pos);
+            continue;
+        }
+        pos = ws_tail(c, pos);
+        span_emit(o, pos);
+    }
+}
+
+/* The characters of the default pre-tokenizer's first pattern [\p{P}\$\+<=>\^~\|]. */
+static bool punct_or_listed(uint32_t cp, unsigned f)
+{
+    if (cp < 128)
+        return (f & 0xFF) == EBB_UC_PUNCT || cp == '$' || cp == '+' || cp == '<' || cp == '=' ||
+               cp == '>' || cp == '^' || cp == '~' || cp == '|';
+    return !IS_WS(f) && (f & 0xFF) == EBB_UC_PUNCT;
+}
+
+enum stage {
+    ST_NUM_EACH,  /* \p{N}: every number code point alone */
+    ST_NUM_RUN,   /* \p{N}+ */
+    ST_DIGIT3,    /* [0-9][0-9][0-9] */
+    ST_PUNCT_RUN, /* [\p{P}\$\+<=>\^~\|]+ */
+    ST_GPT2,
+    ST_LLAMA3,
+    ST_QWEN2,
+};
+
+/* A regex stage: matches become pieces and so do the stretches between them. */
+static void split_regex(const struct cur *c, struct spans *o, enum stage st)
+{
+    size_t pos = c->ini;
+    while (pos < c->end) {
+        unsigned f = c->fl[pos];
+        uint32_t cp = c->cp[pos];
+        size_t mlen = 0;
+        switch (st) {
+        case ST_NUM_EACH:
+            mlen = IS_N(f) ? 1 : 0;
+            break;
+        case ST_NUM_RUN:
+            while (pos + mlen < c->end && IS_N(c->fl[pos + mlen]))
+                mlen++;
+            break;
+        case ST_DIGIT3:
+            if (pos + 3 <= c->end && cp >= '0' && cp <= '9' && c->cp[pos + 1] >= '0' &&
+                c->cp[pos + 1] <= '9' && c->cp[pos + 2] >= '0' && c->cp[pos + 2] <= '9')
+                mlen = 3;
+            break;
+        case ST_PUNCT_RUN:
+            while (pos + mlen < c->end && punct_or_listed(c->cp[pos + mlen], c->fl[pos + mlen]))
+                mlen++;
+            break;
+        default:
+            break;
+        }
+        if (mlen) {
+            span_emit(o, pos);
+            pos += mlen;
+            span_emit(o, pos);
+        } else {
+            pos++;
+        }
+    }
+    span_emit(o, c->end);
+}
+
+static const enum stage stages_default[] = {ST_PUNCT_RUN, ST_GPT2, ST_NUM_RUN, ST_DIGIT3};
+static const enum stage stages_gpt2[] = {ST_GPT2};
+static const enum stage stages_smollm[] = {ST_NUM_EACH, ST_GPT2};
+static const enum stage stages_llama3[] = {ST_LLAMA3};
+static const enum stage stages_qwen2[] = {ST_QWEN2};
+
+/* Runs the pre-tokenizer of t over cps[0..n); the pieces come back in *out. */
+static ebb_err pretokenize(const struct ebb_tokenizer *t, const uint32_t *cps, const uint16_t *fl,
+                           size_t n, struct spans *out)
+{
+    const enum stage *st;
+    size_t nst;
+    switch (t->pre) {
+    case EBB__PRE_GPT2:
+        st = stages_gpt2, nst = 1;
+        break;
+    case EBB__PRE_SMOLLM:
+        st = stages_smollm, nst = 2;
+        break;
+    case EBB__PRE_LLAMA3:
+        st = stages_llama3, nst = 1;
+        break;
+    case EBB__PRE_QWEN2:
+        st = stages_qwen2, nst = 1;
+        break;
+    default:
+        st = stages_default, nst = 4;
+        break;
+    }
+    struct spans a = {0}, b = {0};
+    span_emit(&a, n);
+    for (size_t s = 0; s < nst && !a.oom; s++) {
+        b.n = 0;
+        b.prev = 0;
+        size_t start = 0;
+        for (size_t i = 0; i < a.n && !b.oom; i++) {
+            struct cur c = {cps, fl, start, start + a.len[i]};
+            switch (st[s]) {
+            case ST_GPT2:
+                split_gpt2(&c, &b);
+                break;
+            case ST_LLAMA3:
+                split_llama3(&c, &b, 3);
+                break;
+            case ST_QWEN2:
+                split_llama3(&c, &b, 1);
+                break;
+            default:
+                split_regex(&c, &b, st[s]);
+                break;
+            }
+            start = c.end;
+        }
+        struct spans tmp = a;
+        a = b;
+        b = tmp;
+    }
+    free(b.len);
+    if (a.oom) {
+        free(a.len);
+        return EBB_ENOMEM;
+    }
+    *out = a;
+    return EBB_OK;
+}
+
+struct sym {
+    int32_t prev, next;
+    uint32_t start, n; /* bytes of the word */
+    int32_t id;        /* token of the symbol's text, -1 if none */
+};
+
+struct bigram {
+    uint32_t rank;
+    int32_t left, right;
+    uint32_t size;
+};
+
+static bool bg_less(const struct bigram *a, const struct bigram *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(struct bigram *h, size_t *n, struct bigram x)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bg_less(&x, &h[p]))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static struct bigram heap_pop(struct bigram *h, size_t *n)
+{
+    struct bigram top = h[0], x = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const struct bigram *best = &x;
+        if (l < *n && bg_less(&h[l], best))
+            m = l, best = &h[l];
+        if (r < *n && bg_less(&h[r], best))
+            m = r;
+        if (m == i)
+            break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (*n)
+        h[i] = x;
+    return top;
+}
+
+static void add_bigram(const struct ebb_tokenizer *t, struct sym *s, int32_t l, int32_t r,
+                       struct bigram *h, size_t *hn)
+{
+    uint32_t rank;
+    int32_t res;
+    if (l < 0 || r < 0 || s[l].id < 0 || s[r].id < 0)
+        return;
+    if (!ebb__bpe_merge(t, s[l].id, s[r].id, &rank, &res))
+        return;
+    heap_push(h, hn, (struct bigram){rank, l, r, s[l].n + s[r].n});
+}
+
+/* Emits the ids of one symbol whose text is not a token: its bytes' single-character tokens. */
+static void emit_bytes(const struct ebb_tokenizer *t, const uint8_t *w, const struct sym *s,
+                       struct ebb__tok_out *out)
+{
+    for (uint32_t k = 0; k < s->n; k++) {
+        uint8_t b = w[s->start + k];
+        if (t->byte_tok[b] >= 0) {
+            ebb__tok_push(out, t->byte_tok[b]);
+            continue;
+        }
+        uint8_t u[4];
+        size_t un = ebb_utf8_encode(t->byte_cp[b], u);
+        for (size_t j = 0; j < un; j++) {
+            int32_t id = ebb__tok_lookup(t, (const char *)&u[j], 1);
+            if (id >= 0)
+                ebb__tok_push(out, id);
+        }
+    }
+}
+
+/* Merges one pre-token (bytes w[0..n)) and emits its ids. s and h have room for n entries. */
+static void bpe_word(const struct ebb_tokenizer *t, const uint8_t *w, size_t n, struct sym *s,
+                     struct bigram *h, char *enc, struct ebb__tok_out *out)
+{
+    if (t->ignore_merges) {
+        size_t en = 0;
+        for (size_t i = 0; i < n; i++)
+            en += ebb_utf8_encode(t->byte_cp[w[i]], (uint8_t *)enc + en);
+        int32_t id = ebb__tok_lookup(t, enc, en);
+        if (id >= 0) {
+            ebb__tok_push(out, id);
+            return;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        s[i] = (struct sym){(int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1, (uint32_t)i, 1,
+                            t->byte_tok[w[i]]};
+    size_t hn = 0;
+    for (size_t i = 1; i < n; i++)
+        add_bigram(t, s, (int32_t)i - 1, (int32_t)i, h, &hn);
+    while (hn) {
+        struct bigram b = heap_pop(h, &hn);
+        struct sym *l = &s[b.left], *r = &s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
+            continue; /* stale: one side has changed since the pair was queued */
+        uint32_t rank;
+        int32_t res;
+        ebb__bpe_merge(t, l->id, r->id, &rank, &res);
+        l->n += r->n;
+        l->id = res;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            s[r->next].prev = b.left;
+        add_bigram(t, s, l->prev, b.left, h, &hn);
+        add_bigram(t, s, b.left, l->next, h, &hn);
+    }
+    for (int32_t i = 0; i >= 0; i = s[i].next) {
+        if (s[i].id >= 0)
+            ebb__tok_push(out, s[i].id);
+        else
+            emit_bytes(t, w, &s[i], out);
+    }
+}
+
+ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
+                        struct ebb__tok_out *out)
+{
+    ebb_err rc = EBB_OK;
+    struct spans sp = {0};
+    uint32_t *cps = malloc(sizeof(uint32_t) * (len + 1));
+    uint16_t *fl = malloc(sizeof(uint16_t) * (len + 1));
+    uint8_t *word = malloc(4 * len + 4); /* a stray byte re-encodes as 3 */
+    char *enc = malloc(8 * len + 8);
+    struct sym *syms = malloc(sizeof(struct sym) * (4 * len + 4));
+    /* Each merge queues at most two pairs, so a word of n bytes queues fewer than 3n. */
+    struct bigram *heap = malloc(sizeof(struct bigram) * (12 * len + 12));
+    if (!cps || !fl || !word || !enc || !syms || !heap) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t adv;
+        cps[n] = ebb_utf8_decode_lax((const uint8_t *)text + i, len - i, &adv);
+        fl[n] = (uint16_t)ebb_unicode_flags(cps[n]);
+        n++;
+        i += adv;
+    }
+    rc = pretokenize(t, cps, fl, n, &sp);
+    if (rc)
+        goto out;
+    size_t start = 0;
+    for (size_t p = 0; p < sp.n; p++) {
+        /* Pieces are re-encoded from code points, as llama.cpp does: a stray byte becomes
+         * U+FFFD and an overlong form its shortest encoding. */
+        size_t wn = 0;
+        for (size_t i = start; i < start + sp.len[p]; i++)
+            wn += ebb_utf8_encode(cps[i], word + wn);
+        start += sp.len[p];
+        bpe_word(t, word, wn, syms, heap, enc, out);
+    }
+out:
+    free(sp.len);
+    free(cps);
+    free(fl);
+    free(word);
+    free(enc);
+    free(syms);
+    free(heap);
+    return rc;
+}

@@ -1,0 +1,116 @@
+/* Tokenizer internals shared by tokenizer.c (vocabulary, specials, pieces), tok-bpe.c (byte-level
+ * BPE with pre-tokenizers) and tok-spm.c (SentencePiece-style merges). */
+#ifndef EBB_RUNTIME_TOKENIZER_INT_H
+#define EBB_RUNTIME_TOKENIZER_INT_H
+
+#include "tokenizer.h"
+
+/* Token attributes, as llama.cpp derives them from tokenizer.ggml.token_type plus its
+ * name-based fix-ups (a flag set, so fix-ups can add CONTROL or UNUSED). */
+enum {
+    EBB__TA_NORMAL = 1u << 0,
+    EBB__TA_UNKNOWN = 1u << 1,
+    EBB__TA_CONTROL = 1u << 2,
+    EBB__TA_USER_DEFINED = 1u << 3,
+    EBB__TA_BYTE = 1u << 4,
+    EBB__TA_UNUSED = 1u << 5,
+    EBB__TA_UNDEFINED = 1u << 6,
+};
+
+/* Byte-level BPE pre-tokenizers (tokenizer.ggml.pre). */
+enum ebb__bpe_pre {
+    EBB__PRE_DEFAULT = 0, /* "default" or missing */
+    EBB__PRE_GPT2,        /* "gpt-2" and friends */
+    EBB__PRE_SMOLLM,      /* "smollm" (also starcoder-style vocabularies) */
+    EBB__PRE_LLAMA3,      /* "llama3", "llama-bpe", "llama-v3" */
+    EBB__PRE_QWEN2,       /* "qwen2" */
+};
+
+/* Where encoded ids go: ids beyond cap are only counted. */
+struct ebb__tok_out {
+    int32_t *ids;
+    size_t cap;
+    size_t n;
+};
+
+static inline void ebb__tok_push(struct ebb__tok_out *o, int32_t id)
+{
+    if (o->n < o->cap)
+        o->ids[o->n] = id;
+    o->n++;
+}
+
+struct ebb_tokenizer {
+    enum ebb_tok_kind kind;
+    enum ebb__bpe_pre pre;
+    char kind_name[64];
+    uint32_t n_vocab;
+
+    char *text;          /* all token texts back to back */
+    uint32_t *text_off;  /* (n_vocab + 1) offsets into text */
+    float *scores;       /* (n_vocab) SentencePiece scores, 0 when absent */
+    uint8_t *attr;       /* (n_vocab) EBB__TA_* */
+    uint8_t *eog;        /* (n_vocab) 1 for end-of-generation tokens */
+    char *piece;         /* detokenized pieces (special tokens rendered) back to back */
+    uint32_t *piece_off; /* (n_vocab + 1) */
+
+    int32_t *hash; /* (hash_mask + 1) open-addressing table text -> id, -1 empty */
+    uint32_t hash_mask;
+
+    int32_t *specials; /* control, user-defined and unknown tokens, longest text first */
+    uint32_t n_specials;
+
+    int32_t bos, eos, eot, eom, unk;
+    bool add_bos, add_eos, add_space_prefix;
+
+    /* Byte-level BPE. */
+    bool ignore_merges;    /* a pre-token found whole in the vocab skips merging */
+    int32_t byte_tok[256]; /* BPE: id of the byte's GPT-2 character; SPM: <0xNN> (or -1) */
+    uint16_t byte_cp[256]; /* GPT-2 byte -> code point mapping */
+    int16_t cp_byte[512];  /* inverse for code points < 512, -1 otherwise */
+    uint64_t *merge_key;   /* (merge_mask + 1) (left id << 32 | right id), UINT64_MAX empty */
+    uint32_t *merge_rank;
+    int32_t *merge_result; /* id of the merged text, -1 if it is not in the vocab */
+    uint32_t merge_mask;
+    uint32_t n_merges;
+};
+
+/* A growable byte buffer. */
+struct ebb__buf {
+    char *p;
+    size_t n, cap;
+};
+
+/* Appends n bytes; EBB_ENOMEM leaves b as it was. */
+ebb_err ebb__buf_put(struct ebb__buf *b, const void *p, size_t n);
+
+static inline const char *ebb__tok_text(const struct ebb_tokenizer *t, int32_t id, size_t *n)
+{
+    *n = t->text_off[id + 1] - t->text_off[id];
+    return t->text + t->text_off[id];
+}
+
+/* Token id of exactly the bytes s[0..n), or -1. */
+int32_t ebb__tok_lookup(const struct ebb_tokenizer *t, const char *s, size_t n);
+
+/* Looks up the merge of two adjacent ids: rank and resulting id; false if none. */
+bool ebb__bpe_merge(const struct ebb_tokenizer *t, int32_t left, int32_t right, uint32_t *rank,
+                    int32_t *result);
+
+/* Loads tokenizer.ggml.merges and the byte tables for a BPE vocabulary. */
+ebb_err ebb__bpe_load(struct ebb_tokenizer *t, const struct ebb_gguf *g, struct ebb_diag *diag);
+
+/* Encodes one run of raw text (no special tokens inside) with byte-level BPE. */
+ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
+                        struct ebb__tok_out *out);
+
+/* Decodes a byte-level BPE token text into the bytes it stands for, appending to b. Characters
+ * outside the byte mapping are rendered as llama.cpp renders them ("[UNK_BYTE_0x..]"). */
+ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_t n,
+                             struct ebb__buf *b);
+
+/* Encodes one run of raw text with SentencePiece merges; space_prefix adds a leading space. */
+ebb_err ebb__spm_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
+                        bool space_prefix, struct ebb__tok_out *out);
+
+#endif
