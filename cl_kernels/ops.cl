@@ -68,9 +68,7 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __glob
     int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
     int pos = pos0 + t;
     __global float *row = qkv + (size_t)t * qkv_ld;
-    __global float *v = row + (n_head + h) * head_dim;
-    if (h < n_head)
-        v = row + h * head_dim;
+    __global float *v = row + h * head_dim; /* Q heads, then K heads */
     int half_rot = n_rot / 2;
     int i0 = 2 * p, i1 = 2 * p + 1;
     if (neox && p < half_rot) {

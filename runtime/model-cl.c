@@ -1,0 +1,641 @@
+/* The llama forward pass on the OpenCL engine. Weights are placed once at load in the layout
+ * the device profile picks (zero-copy over the mmapped GGUF on host-unified CPUs, split planes
+ * on GPUs), the KV cache and every scratch buffer are allocated once, and an evaluation enqueues
+ * the whole pass without waiting until the requested outputs are read back. */
+#include "model-int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl-layout.h"
+#include "quant.h"
+
+#define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
+#define N_OUT_ROWS 32  /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
+#define TOPK_MAX 64    /* as in ops.cl */
+#define MAX_PROGS 8
+
+struct layer {
+    cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
+    struct ebb_cl_weight qkv[3]; /* (n_head + 2 n_head_kv) * head_dim rows of n_embd: fused
+                                    into qkv[0], or q, k, v separately */
+    uint32_t n_qkv;
+    struct ebb_cl_weight wo;    /* (n_embd, n_head * head_dim) */
+    struct ebb_cl_weight gu[2]; /* (2 n_ff, n_embd) fused gate|up, or gate and up */
+    uint32_t n_gu;
+    struct ebb_cl_weight down; /* (n_embd, n_ff) */
+    cl_mem kc, vc;             /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
+};
+
+struct clm {
+    struct ebb__hparams hp;
+    struct ebb_cl *cl;
+    struct ebb_cl_tuning tu;
+    uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
+    struct ebb_cl_hostmap map;
+    struct ebb_cl_wprog progs[MAX_PROGS];
+    uint32_t n_progs;
+    cl_program ops;
+    cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
+    struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
+    cl_mem output_norm;                /* (n_embd) f32 */
+    struct layer *layers;
+    /* Scratch, allocated once. */
+    cl_mem ids;                /* (N_BATCH) int */
+    cl_mem x, h;               /* (N_BATCH, n_embd) residual stream and normed copy */
+    cl_mem qkv;                /* (N_BATCH, n_qkv) */
+    cl_mem att;                /* (N_BATCH, n_q) */
+    cl_mem gu, ff;             /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
+    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
+    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
+    cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
+    cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+};
+
+static void release(cl_mem *m)
+{
+    if (*m)
+        clReleaseMemObject(*m);
+    *m = NULL;
+}
+
+static void clm_free(void *ctx)
+{
+    struct clm *m = ctx;
+    if (!m)
+        return;
+    if (m->layers) {
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            struct layer *L = &m->layers[l];
+            release(&L->attn_norm);
+            release(&L->ffn_norm);
+            for (int i = 0; i < 3; i++)
+                ebb_cl_weight_fini(&L->qkv[i]);
+            ebb_cl_weight_fini(&L->wo);
+            for (int i = 0; i < 2; i++)
+                ebb_cl_weight_fini(&L->gu[i]);
+            ebb_cl_weight_fini(&L->down);
+            release(&L->kc);
+            release(&L->vc);
+        }
+        free(m->layers);
+    }
+    ebb_cl_weight_fini(&m->embd);
+    ebb_cl_weight_fini(&m->output);
+    release(&m->output_norm);
+    cl_mem *scratch[] = {&m->ids,    &m->x,  &m->h,   &m->qkv, &m->att, &m->gu,  &m->ff, &m->hl,
+                         &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov, &m->toi};
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
+        release(scratch[i]);
+    cl_kernel ks[] = {m->k_norm,     m->k_rope,   m->k_attn_part, m->k_attn_red,
+                      m->k_attn_pre, m->k_swiglu, m->k_topk1,     m->k_topk2};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    if (m->ops)
+        clReleaseProgram(m->ops);
+    for (uint32_t i = 0; i < m->n_progs; i++)
+        ebb_cl_wprog_fini(&m->progs[i]);
+    release(&m->map.buf);
+    free(m->host_logits);
+    ebb_cl_close(m->cl);
+    free(m);
+}
+
+static ebb_err alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
+                     struct ebb_diag *diag)
+{
+    if (bytes > m->cl->info.max_alloc)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "%s needs %zu bytes in one buffer; the device allows %llu (lower "
+                            "--ctx)",
+                            what, bytes, (unsigned long long)m->cl->info.max_alloc);
+    cl_int e = CL_SUCCESS;
+    *out = clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_ENOMEM, "allocating %s (%zu bytes): %s", what, bytes,
+                            ebb_cl_err_name(e));
+    return EBB_OK;
+}
+
+static ebb_err find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
+                    const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
+    if (!t)
+        return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "tensor '%s' has shape [%llu, %llu], expected [%llu, %llu]", name,
+                            (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                            (unsigned long long)n_in, (unsigned long long)n_out);
+    *out = t;
+    return EBB_OK;
+}
+
+/* A norm vector, converted to f32 on the host and copied. */
+static ebb_err place_norm(struct clm *m, const struct ebb_gguf *g, const char *name, cl_mem *out,
+                          struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t;
+    ebb_err rc = find(g, name, m->hp.n_embd, 1, &t, diag);
+    if (rc)
+        return rc;
+    float *f = malloc(sizeof(float) * m->hp.n_embd);
+    if (!f)
+        return EBB_ENOMEM;
+    if ((rc = ebb_quant_dequantize_row(t->type, t->data, f, m->hp.n_embd))) {
+        rc = ebb_diag_set(diag, rc, "tensor '%s': unsupported type %u", name, t->type);
+    } else {
+        cl_int e = CL_SUCCESS;
+        *out = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                              sizeof(float) * m->hp.n_embd, f, &e);
+        rc = ebb_cl_check(e, diag, "clCreateBuffer(norm)");
+    }
+    free(f);
+    return rc;
+}
+
+static ebb_err prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb_cl_wprog **out,
+                        struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < m->n_progs; i++) {
+        const struct ebb_cl_layout *p = &m->progs[i].layout;
+        if (p->type == l->type && p->storage == l->storage && p->order == l->order) {
+            *out = &m->progs[i];
+            return EBB_OK;
+        }
+    }
+    if (m->n_progs == MAX_PROGS)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many weight layouts in one model");
+    ebb_err rc = ebb_cl_wprog_build(m->cl, l, &m->tu, &m->progs[m->n_progs], diag);
+    if (rc)
+        return rc;
+    *out = &m->progs[m->n_progs++];
+    return EBB_OK;
+}
+
+/* Places the weights named names[0..n) (same n_in, stacked along O). Fused into out[0] when
+ * they share a type and either the layout is rearranged anyway or they lie back to back in the
+ * file (zero-copy); otherwise one weight each. Returns the number of weights in *n_out. */
+/* Prefixes diag's message with the tensor name. */
+static ebb_err prefix(struct ebb_diag *diag, ebb_err rc, const char *name)
+{
+    if (!diag)
+        return rc;
+    char tmp[sizeof(diag->msg)];
+    memcpy(tmp, diag->msg, sizeof(tmp));
+    return ebb_diag_set(diag, rc, "placing %s: %.400s", name, tmp);
+}
+
+static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
+                           const uint32_t *rows, uint32_t n, uint32_t n_in,
+                           struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t[3];
+    struct ebb_cl_wsrc src[3];
+    uint64_t total = 0;
+    ebb_err rc;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((rc = find(g, names[i], n_in, rows[i], &t[i], diag)))
+            return rc;
+        src[i].data = t[i]->data;
+        src[i].n_out = rows[i];
+        total += (uint64_t)rows[i] * n_in;
+    }
+    bool same = true;
+    for (uint32_t i = 1; i < n; i++)
+        same = same && t[i]->type == t[0]->type;
+    struct ebb_cl_layout l = ebb_cl_layout_choose(&m->cl->info, t[0]->type, total);
+    bool contiguous = true;
+    for (uint32_t i = 1; i < n; i++)
+        contiguous = contiguous && (const uint8_t *)t[i]->data ==
+                                       (const uint8_t *)t[i - 1]->data + t[i - 1]->size;
+    bool fuse = same && (l.order != EBB_CL_ORDER_RAW || !m->map.buf || contiguous);
+    struct ebb_cl_wprog *p;
+    if (fuse) {
+        *n_out = 1;
+        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, src, n, &m->map, &out[0], diag)))
+            return prefix(diag, rc, names[0]);
+        return prog_for(m, &l, &p, diag);
+    }
+    *n_out = n;
+    for (uint32_t i = 0; i < n; i++) {
+        l = ebb_cl_layout_choose(&m->cl->info, t[i]->type, (uint64_t)rows[i] * n_in);
+        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], 1, &m->map, &out[i], diag)))
+            return prefix(diag, rc, names[i]);
+        if ((rc = prog_for(m, &l, &p, diag)))
+            return rc;
+    }
+    return EBB_OK;
+}
+
+static ebb_err place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    ebb_err rc;
+    uint32_t one;
+    const char *en[] = {"token_embd.weight"};
+    uint32_t vr[] = {hp->n_vocab};
+    if ((rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)) ||
+        (rc = place_norm(m, g, "output_norm.weight", &m->output_norm, diag)))
+        return rc;
+    if (!hp->tied_output) {
+        const char *on[] = {"output.weight"};
+        if ((rc = place_group(m, g, on, vr, 1, hp->n_embd, &m->output, &one, diag)))
+            return rc;
+    }
+    m->layers = calloc(hp->n_layer, sizeof(*m->layers));
+    if (!m->layers)
+        return EBB_ENOMEM;
+    size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * m->n_ctx * hp->head_dim * 2;
+    char nm[6][64];
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        struct layer *L = &m->layers[l];
+        snprintf(nm[0], 64, "blk.%u.attn_norm.weight", l);
+        snprintf(nm[1], 64, "blk.%u.ffn_norm.weight", l);
+        if ((rc = place_norm(m, g, nm[0], &L->attn_norm, diag)) ||
+            (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
+            return rc;
+        snprintf(nm[0], 64, "blk.%u.attn_q.weight", l);
+        snprintf(nm[1], 64, "blk.%u.attn_k.weight", l);
+        snprintf(nm[2], 64, "blk.%u.attn_v.weight", l);
+        const char *qn[] = {nm[0], nm[1], nm[2]};
+        uint32_t qr[] = {m->n_q, m->n_kv, m->n_kv};
+        if ((rc = place_group(m, g, qn, qr, 3, hp->n_embd, L->qkv, &L->n_qkv, diag)))
+            return rc;
+        snprintf(nm[3], 64, "blk.%u.attn_output.weight", l);
+        const char *wn[] = {nm[3]};
+        uint32_t wr[] = {hp->n_embd};
+        if ((rc = place_group(m, g, wn, wr, 1, m->n_q, &L->wo, &one, diag)))
+            return rc;
+        snprintf(nm[4], 64, "blk.%u.ffn_gate.weight", l);
+        snprintf(nm[5], 64, "blk.%u.ffn_up.weight", l);
+        const char *gn[] = {nm[4], nm[5]};
+        uint32_t gr[] = {hp->n_ff, hp->n_ff};
+        if ((rc = place_group(m, g, gn, gr, 2, hp->n_embd, L->gu, &L->n_gu, diag)))
+            return rc;
+        snprintf(nm[0], 64, "blk.%u.ffn_down.weight", l);
+        const char *dn[] = {nm[0]};
+        if ((rc = place_group(m, g, dn, wr, 1, hp->n_ff, &L->down, &one, diag)))
+            return rc;
+        if ((rc = alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
+            (rc = alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
+            return rc;
+    }
+    return EBB_OK;
+}
+
+static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
+{
+    ebb_err rc = ebb_cl_ops_build(m->cl, &m->tu, m->hp.head_dim, &m->ops, diag);
+    if (rc)
+        return rc;
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } ks[] = {{&m->k_norm, "rmsnorm"},
+              {&m->k_rope, "rope_kv"},
+              {&m->k_attn_part, "attn_decode_part"},
+              {&m->k_attn_red, "attn_decode_reduce"},
+              {&m->k_attn_pre, "attn_prefill"},
+              {&m->k_swiglu, "swiglu"},
+              {&m->k_topk1, "topk_part"},
+              {&m->k_topk2, "topk_merge"}};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
+            return rc;
+    return EBB_OK;
+}
+
+static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    size_t f = sizeof(float);
+    uint32_t max_chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
+    ebb_err rc;
+    if ((rc = alloc(m, N_BATCH * sizeof(cl_int), &m->ids, "token ids", diag)) ||
+        (rc = alloc(m, N_BATCH * f * hp->n_embd, &m->x, "activations", diag)) ||
+        (rc = alloc(m, N_BATCH * f * hp->n_embd, &m->h, "activations", diag)) ||
+        (rc = alloc(m, N_BATCH * f * m->n_qkv, &m->qkv, "activations", diag)) ||
+        (rc = alloc(m, N_BATCH * f * m->n_q, &m->att, "activations", diag)) ||
+        (rc = alloc(m, N_BATCH * f * 2 * hp->n_ff, &m->gu, "activations", diag)) ||
+        (rc = alloc(m, N_BATCH * f * hp->n_ff, &m->ff, "activations", diag)) ||
+        (rc = alloc(m, N_OUT_ROWS * f * hp->n_embd, &m->hl, "activations", diag)) ||
+        (rc = alloc(m, N_OUT_ROWS * f * hp->n_vocab, &m->logits, "logits", diag)) ||
+        (rc = alloc(m, f * hp->n_head * max_chunks * hp->head_dim, &m->po, "attention", diag)) ||
+        (rc = alloc(m, 2 * f * hp->n_head * max_chunks, &m->pml, "attention", diag)) ||
+        (rc = alloc(m, f * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
+        (rc = alloc(m, sizeof(cl_int) * TOPK_PARTS * TOPK_MAX, &m->tpi, "top-k", diag)) ||
+        (rc = alloc(m, f * TOPK_MAX, &m->tov, "top-k", diag)) ||
+        (rc = alloc(m, sizeof(cl_int) * TOPK_MAX, &m->toi, "top-k", diag)))
+        return rc;
+    m->host_logits = malloc(f * hp->n_vocab);
+    return m->host_logits ? EBB_OK : EBB_ENOMEM;
+}
+
+/* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
+ * adding res (same shape as y, may be y) when given. matvec for decode, tiled matmul for
+ * prefill. */
+static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                    int y_ld, int y_off, cl_mem res, int nt, struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p;
+    ebb_err rc = prog_for(m, &w->layout, &p, diag);
+    if (rc)
+        return rc;
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    bool mm = nt > 1;
+    cl_kernel k = mm ? p->matmul : p->matvec;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
+                             EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
+                             EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
+        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)))
+        return rc;
+    if (mm) {
+        size_t g[2] = {(size_t)n_out, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
+        size_t l[2] = {m->tu.mm_wg, 1};
+        return ebb_cl_run(m->cl, k, 2, g, l, diag);
+    }
+    size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (size_t)nt};
+    size_t l[2] = {m->tu.mv_wg * m->tu.mv_rows, 1};
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
+/* Several weights stacked along O write side by side into rows of y. */
+static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
+                          int x_ld, cl_mem y, int y_ld, int nt, struct ebb_diag *diag)
+{
+    int off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        ebb_err rc = wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nt, diag);
+        if (rc)
+            return rc;
+        off += (int)w[i].n_out;
+    }
+    return EBB_OK;
+}
+
+static ebb_err rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, struct ebb_diag *diag)
+{
+    int n = (int)m->hp.n_embd;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x), EBB_CL_ARG(n), EBB_CL_ARG(w),  EBB_CL_ARG(y),
+                             EBB_CL_ARG(n), EBB_CL_ARG(n), EBB_CL_ARG(eps)};
+    ebb_err rc = ebb_cl_set_args(m->k_norm, 0, a, 7, diag);
+    size_t g[2] = {m->tu.norm_wg, (size_t)nt}, l[2] = {m->tu.norm_wg, 1};
+    return rc ? rc : ebb_cl_run(m->cl, m->k_norm, 2, g, l, diag);
+}
+
+/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; x is updated in place. */
+static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                     struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    ebb_err rc;
+    int n_embd = (int)hp->n_embd, n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
+    int n_ff = (int)hp->n_ff, n_ff2 = 2 * n_ff;
+    if ((rc = rmsnorm(m, m->x, L->attn_norm, m->h, nt, diag)) ||
+        (rc = wmul_group(m, L->qkv, L->n_qkv, m->h, n_embd, m->qkv, n_qkv, nt, diag)))
+        return rc;
+
+    cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
+    int n_ctx = (int)m->n_ctx, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    int hd = (int)hp->head_dim, n_rot = (int)hp->n_rot, neox = hp->rope_kind == EBB__ROPE_NEOX;
+    float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+    struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                              EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
+                              EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+    size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
+    if ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag)))
+        return rc;
+
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (nt == 1) {
+        int n_kv = pos + 1, nc = (n_kv + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc), EBB_CL_ARG(L->vc),
+                                 EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx), EBB_CL_ARG(n_kv),
+                                 EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),   EBB_CL_ARG(scale),
+                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml)};
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
+                                 EBB_CL_ARG(m->att)};
+        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
+        size_t g2[2] = {hp->head_dim, hp->n_head};
+        if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 11, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)) ||
+            (rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag)))
+            return rc;
+    } else {
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                                 EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                                 EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
+                                 EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
+                                 EBB_CL_ARG(n_q)};
+        size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
+        if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 13, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
+            return rc;
+    }
+    /* Output projection with the residual fused: x = x + Wo att. */
+    if ((rc = wmul(m, &L->wo, m->att, n_q, m->x, n_embd, 0, m->x, nt, diag)) ||
+        (rc = rmsnorm(m, m->x, L->ffn_norm, m->h, nt, diag)) ||
+        (rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, nt, diag)))
+        return rc;
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(m->gu), EBB_CL_ARG(n_ff2), EBB_CL_ARG(m->ff),
+                              EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
+    size_t sg[2] = {hp->n_ff, (size_t)nt};
+    if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
+        return rc;
+    return wmul(m, &L->down, m->ff, n_ff, m->x, n_embd, 0, m->x, nt, diag);
+}
+
+/* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
+static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
+{
+    size_t row = sizeof(float) * m->hp.n_embd;
+    cl_int e = clEnqueueCopyBuffer(m->cl->q, m->h, m->hl, row * r0, 0, row * nr, 0, NULL, NULL);
+    ebb_err rc = ebb_cl_check(e, diag, "copy rows for the output head");
+    if (rc)
+        return rc;
+    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    return wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL, nr, diag);
+}
+
+static ebb_err read(struct clm *m, cl_mem b, size_t off, size_t n, void *dst, struct ebb_diag *diag)
+{
+    cl_int e = clEnqueueReadBuffer(m->cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "reading results");
+}
+
+/* Host top-k over n_vocab logits, for k beyond what the device kernel keeps. */
+static void host_topk(const float *x, uint32_t n, uint32_t k, int32_t *ids, float *vals)
+{
+    for (uint32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < j && !taken; q++)
+                taken = ids[q] == (int32_t)i;
+            if (!taken && (best < 0 || x[i] > x[best]))
+                best = (int32_t)i;
+        }
+        ids[j] = best;
+        vals[j] = x[best];
+    }
+}
+
+static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    ebb_err rc;
+    uint32_t nv = m->hp.n_vocab;
+    if (out->logits && (rc = read(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
+        return rc;
+    if (!out->top_k)
+        return EBB_OK;
+    uint32_t k = out->top_k < nv ? out->top_k : nv;
+    if (k > TOPK_MAX) {
+        float *lg = out->logits ? out->logits : m->host_logits;
+        if (!out->logits && (rc = read(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
+            return rc;
+        host_topk(lg, nv, k, out->top_ids, out->top_logits);
+        return EBB_OK;
+    }
+    int n = (int)nv, kk = (int)k, parts = TOPK_PARTS;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
+                             EBB_CL_ARG(kk),     EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
+    size_t g = TOPK_PARTS, one = 1;
+    if ((rc = ebb_cl_set_args(m->k_topk1, 0, a, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk1, 1, &g, NULL, diag)) ||
+        (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk2, 1, &one, NULL, diag)))
+        return rc;
+    if ((rc = read(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
+        return rc;
+    return read(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
+}
+
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    ebb_err rc = EBB_OK;
+    if (seq >= m->n_seq || !n || !tokens)
+        return ebb_diag_set(diag, EBB_EINVAL, "bad evaluation request (slot %u, %u tokens)", seq,
+                            n);
+    if ((uint64_t)pos + n > m->n_ctx)
+        return ebb_diag_set(diag, EBB_ECTX, "%u tokens at position %u exceed the context of %u", n,
+                            pos, m->n_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
+            return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
+    float one = 1.0f;
+    int n_embd = (int)m->hp.n_embd;
+    for (uint32_t c = 0; c < n; c += N_BATCH) {
+        int nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
+        cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
+                                        tokens + c, 0, NULL, NULL);
+        if ((rc = ebb_cl_check(e, diag, "writing token ids")))
+            goto out;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
+                                 EBB_CL_ARG(one)};
+        struct ebb_cl_wprog *p;
+        size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
+        if ((rc = prog_for(m, &m->embd.layout, &p, diag)) ||
+            (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
+            (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
+            (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
+            goto out;
+        for (uint32_t l = 0; l < m->hp.n_layer; l++)
+            if ((rc = layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag)))
+                goto out;
+        if ((rc = rmsnorm(m, m->x, m->output_norm, m->h, nt, diag)))
+            goto out;
+        if (out && out->logits_all) {
+            for (int r = 0; r < nt; r += N_OUT_ROWS) {
+                int nr = nt - r < N_OUT_ROWS ? nt - r : N_OUT_ROWS;
+                size_t row = sizeof(float) * m->hp.n_vocab;
+                if ((rc = head(m, r, nr, diag)) ||
+                    (rc = read(m, m->logits, 0, row * nr, out->logits_all + (c + r) * m->hp.n_vocab,
+                               diag)))
+                    goto out;
+            }
+        }
+        if (!out || (!out->logits && !out->top_k))
+            continue;
+        if (c + (uint32_t)nt == n && (rc = head(m, nt - 1, 1, diag)))
+            goto out;
+    }
+    if (out && (out->logits || out->top_k))
+        rc = outputs(m, out, diag);
+    else
+        rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
+out:
+    return rc;
+}
+
+static const struct ebb__backend_i clm_iface = {
+    .name = "opencl",
+    .eval = clm_eval,
+    .free = clm_free,
+};
+
+ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
+                            const struct ebb_model_params *p, uint32_t n_ctx,
+                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    struct clm *m = calloc(1, sizeof(*m));
+    if (!m)
+        return EBB_ENOMEM;
+    m->hp = *hp;
+    m->n_ctx = n_ctx;
+    m->n_seq = p->n_seq ? p->n_seq : 1;
+    m->n_q = hp->n_head * hp->head_dim;
+    m->n_kv = hp->n_head_kv * hp->head_dim;
+    m->n_qkv = m->n_q + 2 * m->n_kv;
+    if (strcmp(hp->arch, "llama")) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED, "the OpenCL engine runs 'llama' models, not '%s'",
+                          hp->arch);
+        goto out;
+    }
+    if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||
+        hp->n_ff % 4 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !n_ctx) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "unsupported shape (heads %u/%u, head_dim %u, n_rot %u, n_ctx %u)",
+                          hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, n_ctx);
+        goto out;
+    }
+    if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
+        goto out;
+    m->tu = ebb_cl_tuning_for(&m->cl->info);
+    /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
+    if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
+        cl_int e = CL_SUCCESS;
+        m->map.base = ebb_gguf_base(g);
+        m->map.size = ebb_gguf_file_size(g);
+        m->map.buf = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, m->map.size,
+                                    (void *)m->map.base, &e);
+        if (e)
+            m->map.buf = NULL; /* fall back to copies */
+    }
+    if ((rc = build_kernels(m, diag)) || (rc = place_weights(m, g, diag)) ||
+        (rc = alloc_scratch(m, diag)))
+        goto out;
+    *iface = &clm_iface;
+    *ctx = m;
+    m = NULL;
+out:
+    clm_free(m);
+    return rc;
+}

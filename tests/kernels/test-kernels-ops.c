@@ -1,0 +1,328 @@
+/* Part of test-kernels.c: the kernels of ops.cl and attention.cl. */
+
+static cl_kernel kern(cl_program p, const char *name)
+{
+    cl_kernel k;
+    OK(ebb_cl_kernel(p, name, &k, D));
+    return k;
+}
+
+static float h2f(float f)
+{
+    return ebb_fp16_to_fp32(ebb_fp32_to_fp16(f));
+}
+
+static void test_rmsnorm_swiglu_add_softmax(cl_program p)
+{
+    enum { N = 300, T = 3 };
+    float x[T * N], w[N], y[T * N];
+    for (int i = 0; i < T * N; i++)
+        x[i] = frand() * 3;
+    for (int i = 0; i < N; i++)
+        w[i] = frand();
+    cl_mem xb = buf(sizeof(x), x), wb = buf(sizeof(w), w), yb = buf(sizeof(y), NULL);
+    cl_kernel k = kern(p, "rmsnorm");
+    int n = N;
+    float eps = 1e-5f;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(xb), EBB_CL_ARG(n), EBB_CL_ARG(wb), EBB_CL_ARG(yb),
+                             EBB_CL_ARG(n),  EBB_CL_ARG(n), EBB_CL_ARG(eps)};
+    OK(ebb_cl_set_args(k, 0, a, 7, D));
+    size_t g[2] = {tu.norm_wg, T}, l[2] = {tu.norm_wg, 1};
+    OK(ebb_cl_run(cl, k, 2, g, l, D));
+    rd(yb, sizeof(y), y);
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int i = 0; i < N; i++)
+            ss += (double)x[t * N + i] * x[t * N + i];
+        double inv = 1.0 / sqrt(ss / N + eps);
+        for (int i = 0; i < N; i++) {
+            double ref = x[t * N + i] * inv * w[i];
+            CHECK(fabs(y[t * N + i] - ref) <= 1e-5 * fabs(ref) + 1e-6, "rmsnorm %d %d: %g vs %g", t,
+                  i, y[t * N + i], ref);
+        }
+    }
+    clReleaseKernel(k);
+
+    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 150. */
+    k = kern(p, "swiglu");
+    int two = N, half = N / 2;
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(xb), EBB_CL_ARG(two), EBB_CL_ARG(yb), EBB_CL_ARG(half),
+                             EBB_CL_ARG(half)};
+    OK(ebb_cl_set_args(k, 0, b, 5, D));
+    size_t g2[2] = {N / 2, T};
+    OK(ebb_cl_run(cl, k, 2, g2, NULL, D));
+    rd(yb, sizeof(float) * T * N / 2, y);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < N / 2; i++) {
+            double gt = x[t * N + i], up = x[t * N + N / 2 + i];
+            double ref = gt / (1 + exp(-gt)) * up;
+            CHECK(fabs(y[t * N / 2 + i] - ref) <= 1e-5 * fabs(ref) + 1e-6, "swiglu %d %d", t, i);
+        }
+    clReleaseKernel(k);
+
+    k = kern(p, "add");
+    struct ebb_cl_arg c[] = {EBB_CL_ARG(xb), EBB_CL_ARG(xb), EBB_CL_ARG(yb)};
+    OK(ebb_cl_set_args(k, 0, c, 3, D));
+    size_t g3 = N;
+    OK(ebb_cl_run(cl, k, 1, &g3, NULL, D));
+    rd(yb, sizeof(float) * N, y);
+    for (int i = 0; i < N; i++)
+        CHECK(y[i] == x[i] + x[i], "add %d", i);
+    clReleaseKernel(k);
+
+    k = kern(p, "softmax");
+    struct ebb_cl_arg s[] = {EBB_CL_ARG(xb), EBB_CL_ARG(n)};
+    OK(ebb_cl_set_args(k, 0, s, 2, D));
+    OK(ebb_cl_run(cl, k, 2, g, l, D));
+    rd(xb, sizeof(y), y);
+    for (int t = 0; t < T; t++) {
+        double m = -1e30, sum = 0;
+        for (int i = 0; i < N; i++)
+            m = fmax(m, x[t * N + i]);
+        for (int i = 0; i < N; i++)
+            sum += exp(x[t * N + i] - m);
+        for (int i = 0; i < N; i++) {
+            double ref = exp(x[t * N + i] - m) / sum;
+            CHECK(fabs(y[t * N + i] - ref) <= 1e-5 * ref + 1e-8, "softmax %d %d", t, i);
+        }
+    }
+    clReleaseKernel(k);
+    clReleaseMemObject(xb);
+    clReleaseMemObject(wb);
+    clReleaseMemObject(yb);
+    printf("  rmsnorm, swiglu, add, softmax checked\n");
+}
+
+static void test_topk(cl_program p)
+{
+    enum { N = 5000, K = 8, PARTS = 64 };
+    static float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = frand();
+    x[4000] = 5.0f;
+    x[17] = 5.0f; /* tie: the smaller id comes first */
+    x[2500] = 4.0f;
+    cl_mem xb = buf(sizeof(x), x), pv = buf(sizeof(float) * PARTS * K, NULL);
+    cl_mem pi = buf(sizeof(int) * PARTS * K, NULL), ov = buf(sizeof(float) * K, NULL);
+    cl_mem oi = buf(sizeof(int) * K, NULL);
+    for (int k = 1; k <= K; k += K - 1) {
+        cl_kernel k1 = kern(p, "topk_part"), k2 = kern(p, "topk_merge");
+        int n = N, parts = PARTS;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(xb), EBB_CL_ARG(n), EBB_CL_ARG(k), EBB_CL_ARG(pv),
+                                 EBB_CL_ARG(pi)};
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(pv), EBB_CL_ARG(pi), EBB_CL_ARG(parts),
+                                 EBB_CL_ARG(k),  EBB_CL_ARG(ov), EBB_CL_ARG(oi)};
+        OK(ebb_cl_set_args(k1, 0, a, 5, D));
+        OK(ebb_cl_set_args(k2, 0, b, 6, D));
+        size_t g = PARTS, one = 1;
+        OK(ebb_cl_run(cl, k1, 1, &g, NULL, D));
+        OK(ebb_cl_run(cl, k2, 1, &one, NULL, D));
+        float v[K];
+        int id[K];
+        rd(ov, sizeof(float) * k, v);
+        rd(oi, sizeof(int) * k, id);
+        /* Reference: repeated selection with the same tie rule. */
+        bool used[N] = {0};
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int i = 0; i < N; i++)
+                if (!used[i] && (best < 0 || x[i] > x[best]))
+                    best = i;
+            used[best] = true;
+            CHECK(id[j] == best && v[j] == x[best], "topk k=%d rank %d: id %d (%g) vs %d (%g)", k,
+                  j, id[j], v[j], best, x[best]);
+        }
+        clReleaseKernel(k1);
+        clReleaseKernel(k2);
+    }
+    clReleaseMemObject(xb);
+    clReleaseMemObject(pv);
+    clReleaseMemObject(pi);
+    clReleaseMemObject(ov);
+    clReleaseMemObject(oi);
+    printf("  top-k (k = 1, 8, with a tie) checked\n");
+}
+
+enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
+
+static void test_rope(cl_program p, int neox)
+{
+    enum { T = 3, NROT = 48 };
+    int pos0 = 1000;
+    static float qkv[T * QKV_LD], out[T * QKV_LD];
+    for (int i = 0; i < T * QKV_LD; i++)
+        qkv[i] = frand();
+    size_t cache_n = (size_t)2 * NKV * 1100 * HD;
+    cl_mem qb = buf(sizeof(qkv), qkv), kc = buf(cache_n * 2, NULL), vc = buf(cache_n * 2, NULL);
+    cl_kernel k = kern(p, "rope_kv");
+    cl_ulong base = (cl_ulong)NKV * 1100 * HD; /* second sequence slot */
+    int n_ctx = 1100, nh = NH, nkv = NKV, hd = HD, nrot = NROT, ld = QKV_LD;
+    float fbase = 10000.0f, fscale = 0.5f;
+    struct ebb_cl_arg a[] = {
+        EBB_CL_ARG(qb),    EBB_CL_ARG(ld),    EBB_CL_ARG(kc),     EBB_CL_ARG(vc),  EBB_CL_ARG(base),
+        EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0),  EBB_CL_ARG(nh),     EBB_CL_ARG(nkv), EBB_CL_ARG(hd),
+        EBB_CL_ARG(nrot),  EBB_CL_ARG(fbase), EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+    OK(ebb_cl_set_args(k, 0, a, 14, D));
+    size_t g[3] = {HD / 2, NH + NKV, T};
+    OK(ebb_cl_run(cl, k, 3, g, NULL, D));
+    rd(qb, sizeof(out), out);
+    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+    rd(kc, cache_n * 2, kh);
+    rd(vc, cache_n * 2, vh);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH + NKV; h++) {
+            const float *src = qkv + t * QKV_LD + h * HD;
+            float ref[HD];
+            memcpy(ref, src, sizeof(ref));
+            for (int i = 0; i < NROT / 2; i++) {
+                int i0 = neox ? i : 2 * i, i1 = neox ? i + NROT / 2 : 2 * i + 1;
+                double th = (pos0 + t) * 0.5 * pow(10000.0, -2.0 * i / NROT);
+                ref[i0] = (float)(src[i0] * cos(th) - src[i1] * sin(th));
+                ref[i1] = (float)(src[i0] * sin(th) + src[i1] * cos(th));
+            }
+            for (int d = 0; d < HD; d++) {
+                float got;
+                double tol = 2e-4;
+                if (h < NH) {
+                    got = out[t * QKV_LD + h * HD + d];
+                } else {
+                    size_t off = base + ((size_t)(h - NH) * 1100 + pos0 + t) * HD + d;
+                    got = ebb_fp16_to_fp32(kh[off]);
+                    tol += fabs(ref[d]) / 2048;
+                    float v = ebb_fp16_to_fp32(vh[off]);
+                    float vref = qkv[t * QKV_LD + (h + NKV) * HD + d];
+                    CHECK(v == h2f(vref), "rope v copy t %d h %d d %d: %g vs %g", t, h, d, v, vref);
+                }
+                CHECK(fabs(got - ref[d]) <= tol, "rope neox=%d t %d h %d d %d: %g vs %g", neox, t,
+                      h, d, got, ref[d]);
+            }
+        }
+    free(kh);
+    free(vh);
+    clReleaseKernel(k);
+    clReleaseMemObject(qb);
+    clReleaseMemObject(kc);
+    clReleaseMemObject(vc);
+    printf("  rope_kv (%s) with KV-cache write checked\n", neox ? "neox" : "normal");
+}
+
+/* CPU attention of query q (head h) over positions 0..last of the half cache. */
+static void attn_ref(const float *q, const uint16_t *kh, const uint16_t *vh, size_t base, int h,
+                     int last, float scale, double *o)
+{
+    int hk = h / (NH / NKV);
+    double *s = malloc(sizeof(double) * (last + 1)), m = -1e30, sum = 0;
+    for (int p = 0; p <= last; p++) {
+        double acc = 0;
+        for (int d = 0; d < HD; d++)
+            acc += (double)q[d] * ebb_fp16_to_fp32(kh[base + ((size_t)hk * NCTX + p) * HD + d]);
+        s[p] = acc * scale;
+        m = fmax(m, s[p]);
+    }
+    for (int p = 0; p <= last; p++)
+        sum += (s[p] = exp(s[p] - m));
+    for (int d = 0; d < HD; d++) {
+        double acc = 0;
+        for (int p = 0; p <= last; p++)
+            acc += s[p] * ebb_fp16_to_fp32(vh[base + ((size_t)hk * NCTX + p) * HD + d]);
+        o[d] = acc / sum;
+    }
+    free(s);
+}
+
+static void test_attention(cl_program p)
+{
+    size_t cache_n = (size_t)2 * NKV * NCTX * HD, base = (size_t)NKV * NCTX * HD;
+    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+    for (size_t i = 0; i < cache_n; i++) {
+        kh[i] = ebb_fp32_to_fp16(frand());
+        vh[i] = ebb_fp32_to_fp16(frand());
+    }
+    enum { T = 13 };
+    static float qkv[T * QKV_LD], out[T * NH * HD];
+    for (int i = 0; i < T * QKV_LD; i++)
+        qkv[i] = frand() * 2;
+    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh), qb = buf(sizeof(qkv), qkv);
+    cl_mem ob = buf(sizeof(out), NULL);
+    int max_chunks = (NCTX + tu.att_chunk - 1) / tu.att_chunk;
+    cl_mem po = buf(sizeof(float) * NH * max_chunks * HD, NULL);
+    cl_mem pml = buf(sizeof(float) * 2 * NH * max_chunks, NULL);
+    cl_kernel k1 = kern(p, "attn_decode_part"), k2 = kern(p, "attn_decode_reduce");
+    cl_kernel k3 = kern(p, "attn_prefill");
+    float scale = 1.0f / sqrtf(HD);
+    cl_ulong kvb = base;
+    int n_ctx = NCTX, nh = NH, nkv = NKV;
+    double ref[HD], worst = 0;
+
+    /* Decode at several lengths: one chunk, a full chunk plus one, and almost the context. */
+    int lens[] = {1, 37, tu.att_chunk + 1, NCTX - 3};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        int n_kv = lens[li], nc = (n_kv + tu.att_chunk - 1) / tu.att_chunk;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),  EBB_CL_ARG(kc),    EBB_CL_ARG(vc),
+                                 EBB_CL_ARG(kvb), EBB_CL_ARG(n_ctx), EBB_CL_ARG(n_kv),
+                                 EBB_CL_ARG(nh),  EBB_CL_ARG(nkv),   EBB_CL_ARG(scale),
+                                 EBB_CL_ARG(po),  EBB_CL_ARG(pml)};
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc), EBB_CL_ARG(ob)};
+        OK(ebb_cl_set_args(k1, 0, a, 11, D));
+        OK(ebb_cl_set_args(k2, 0, b, 4, D));
+        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH}, l1[2] = {tu.norm_wg, 1};
+        size_t g2[2] = {HD, NH};
+        OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
+        OK(ebb_cl_run(cl, k2, 2, g2, NULL, D));
+        rd(ob, sizeof(float) * NH * HD, out);
+        for (int h = 0; h < NH; h++) {
+            attn_ref(qkv + h * HD, kh, vh, base, h, n_kv - 1, scale, ref);
+            for (int d = 0; d < HD; d++) {
+                worst = fmax(worst, fabs(out[h * HD + d] - ref[d]));
+                CHECK(fabs(out[h * HD + d] - ref[d]) <= 1e-4, "decode n_kv %d h %d d %d: %g vs %g",
+                      n_kv, h, d, out[h * HD + d], ref[d]);
+            }
+        }
+    }
+    printf("  attention decode (split over KV, chunk %u) max abs err %.2e\n", tu.att_chunk, worst);
+
+    worst = 0;
+    int pos0s[] = {0, 290};
+    for (int pi = 0; pi < 2; pi++) {
+        int pos0 = pos0s[pi], ntok = T, ld = QKV_LD, old = NH * HD;
+        struct ebb_cl_arg c[] = {
+            EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
+            EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
+            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old)};
+        OK(ebb_cl_set_args(k3, 0, c, 13, D));
+        size_t g3[2] = {T, NH}, l3[2] = {tu.att_tq, 1};
+        OK(ebb_cl_run(cl, k3, 2, g3, l3, D));
+        rd(ob, sizeof(out), out);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                attn_ref(qkv + t * QKV_LD + h * HD, kh, vh, base, h, pos0 + t, scale, ref);
+                for (int d = 0; d < HD; d++) {
+                    float got = out[t * NH * HD + h * HD + d];
+                    worst = fmax(worst, fabs(got - ref[d]));
+                    CHECK(fabs(got - ref[d]) <= 1e-4, "prefill pos0 %d t %d h %d d %d: %g vs %g",
+                          pos0, t, h, d, got, ref[d]);
+                }
+            }
+    }
+    printf("  attention prefill (tiled, causal) max abs err %.2e\n", worst);
+    clReleaseKernel(k1);
+    clReleaseKernel(k2);
+    clReleaseKernel(k3);
+    cl_mem ms[] = {kc, vc, qb, ob, po, pml};
+    for (int i = 0; i < 6; i++)
+        clReleaseMemObject(ms[i]);
+    free(kh);
+    free(vh);
+}
+
+static void test_ops(void)
+{
+    cl_program p;
+    OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
+    test_rmsnorm_swiglu_add_softmax(p);
+    test_topk(p);
+    test_rope(p, 0);
+    test_rope(p, 1);
+    test_attention(p);
+    clReleaseProgram(p);
+}

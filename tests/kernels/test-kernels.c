@@ -1,0 +1,263 @@
+/* Every OpenCL kernel against a CPU reference, on whatever OpenCL device exists (PoCL in CI).
+ * Exit 77 (skip) only when no OpenCL device exists at all. Shapes are small so the whole run
+ * takes seconds on two CPU cores. Weight kernels are checked for every type and every layout
+ * the device supports (raw blocks, split planes in buffers, split planes through an
+ * image1d_buffer) against runtime/quant.c's dequantization.
+ *
+ * Error bounds: dot products are compared with |y - ref| <= 1e-4 * sum_i |w_i x_i| + 1e-6, i.e.
+ * relative to the magnitude of the terms (float accumulation in a different order gives
+ * ~n * 2^-24 of that); element-wise results within 1e-5 relative; values stored as halves within
+ * one half ulp (2^-11 relative). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cl-layout.h"
+#include "quant.h"
+
+static int failures;
+static struct ebb_cl *cl;
+static struct ebb_cl_tuning tu;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        struct ebb_diag d_ = {{0}};                                                                \
+        ebb_err rc_ = (expr);                                                                      \
+        if (rc_) {                                                                                 \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, ebb_err_name(rc_),        \
+                    d_.msg);                                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define D (&d_)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float frand(void)
+{
+    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+static cl_mem buf(size_t n, const void *host)
+{
+    cl_int e = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), n,
+                              (void *)host, &e);
+    OK(ebb_cl_check(e, D, "clCreateBuffer"));
+    return m;
+}
+
+static void rd(cl_mem m, size_t n, void *host)
+{
+    OK(ebb_cl_check(clEnqueueReadBuffer(cl->q, m, CL_TRUE, 0, n, host, 0, NULL, NULL), D, "read"));
+}
+
+/* Random rows of a type: quantized from random floats where quant.c can quantize, else random
+ * block bytes with the fp16 scale fields set to small sane values. */
+static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *dst, uint64_t rowb)
+{
+    float *tmp = malloc(n_in * sizeof(float));
+    for (uint32_t o = 0; o < n_out; o++) {
+        for (uint32_t i = 0; i < n_in; i++)
+            tmp[i] = frand();
+        if (ebb_quant_can_quantize(type)) {
+            OK(ebb_quant_quantize_row(type, tmp, dst + o * rowb, n_in));
+            continue;
+        }
+        uint8_t *r = dst + o * rowb;
+        for (uint64_t b = 0; b < rowb; b++)
+            r[b] = (uint8_t)rnd();
+        const struct ebb_ggml_type_info *ti = ebb_ggml_type_info(type);
+        for (uint64_t b = 0; b < rowb / ti->type_size; b++) {
+            uint8_t *blk = r + b * ti->type_size;
+            uint16_t d = ebb_fp32_to_fp16(0.001f + 0.01f * (float)(rnd() % 100) / 100.0f);
+            uint16_t m = ebb_fp32_to_fp16(0.002f * (float)(rnd() % 100) / 100.0f);
+            switch (type) {
+            case EBB_GGML_Q5_0:
+                memcpy(blk, &d, 2);
+                break;
+            case EBB_GGML_Q4_K:
+            case EBB_GGML_Q5_K:
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &m, 2);
+                break;
+            case EBB_GGML_Q6_K:
+                memcpy(blk + 208, &d, 2);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+    free(tmp);
+}
+
+static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, uint32_t n_in)
+{
+    char name[64];
+    ebb_cl_layout_name(l, name, sizeof(name));
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l->type, n_in, &rowb));
+    uint8_t *raw = malloc(rowb * n_out);
+    random_rows(l->type, n_out, n_in, raw, rowb);
+    float *w = malloc(sizeof(float) * n_in * n_out);
+    for (uint32_t o = 0; o < n_out; o++)
+        OK(ebb_quant_dequantize_row(l->type, raw + o * rowb, w + (size_t)o * n_in, n_in));
+
+    /* Two sources stacked along O, as the fused QKV / gate+up weights are placed. */
+    uint32_t n0 = n_out / 3;
+    struct ebb_cl_wsrc src[2] = {{raw, n0}, {raw + n0 * rowb, n_out - n0}};
+    struct ebb_cl_weight wt;
+    OK(ebb_cl_weight_new(cl, l, n_in, src, 2, NULL, &wt, D));
+    struct ebb_cl_wprog p;
+    OK(ebb_cl_wprog_build(cl, l, &tu, &p, D));
+
+    enum { NT = 5 };
+    float *x = malloc(sizeof(float) * NT * n_in), *res = malloc(sizeof(float) * NT * n_out);
+    for (uint32_t i = 0; i < NT * n_in; i++)
+        x[i] = frand();
+    for (uint32_t i = 0; i < NT * n_out; i++)
+        res[i] = frand();
+    cl_mem xb = buf(sizeof(float) * NT * n_in, x), yb = buf(sizeof(float) * NT * n_out, NULL);
+    cl_mem rb = buf(sizeof(float) * NT * n_out, res);
+    float *y = malloc(sizeof(float) * NT * n_out);
+
+    for (int variant = 0; variant < 3; variant++) {
+        /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
+         * residual (in place: y aliases the residual). */
+        int nt = variant == 0 ? 1 : NT;
+        bool with_res = variant > 0;
+        cl_mem yo = variant == 2 ? rb : yb, resb = with_res ? rb : NULL;
+        if (variant == 2)
+            OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
+                                                 res, 0, NULL, NULL),
+                            D, "write"));
+        int ni = (int)n_in, no = (int)n_out, zero = 0, ntok = nt;
+        cl_kernel k = variant == 2 ? p.matmul : p.matvec;
+        OK(ebb_cl_weight_set_args(&wt, k, 0, D));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xb),
+                                 EBB_CL_ARG(ni),   EBB_CL_ARG(yo),   EBB_CL_ARG(no),
+                                 EBB_CL_ARG(zero), EBB_CL_ARG(resb), EBB_CL_ARG(ntok)};
+        OK(ebb_cl_set_args(k, 2, a, variant == 2 ? 9 : 8, D));
+        if (variant == 2) {
+            size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
+            OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        } else {
+            size_t g[2] = {(size_t)n_out * tu.mv_wg, (size_t)nt},
+                   lw[2] = {tu.mv_wg * tu.mv_rows, 1};
+            OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        }
+        rd(yo, sizeof(float) * nt * n_out, y);
+        double worst = 0;
+        for (int t = 0; t < nt; t++)
+            for (uint32_t o = 0; o < n_out; o++) {
+                double ref = with_res ? res[t * n_out + o] : 0, mag = fabs(ref);
+                for (uint32_t i = 0; i < n_in; i++) {
+                    double term = (double)w[(size_t)o * n_in + i] * x[t * n_in + i];
+                    ref += term;
+                    mag += fabs(term);
+                }
+                double err = fabs(y[t * n_out + o] - ref) / (mag + 1e-2);
+                if (err > worst)
+                    worst = err;
+                CHECK(fabs(y[t * n_out + o] - ref) <= 1e-4 * mag + 1e-6,
+                      "%s variant %d t %d o %u: %g vs %g", name, variant, t, o, y[t * n_out + o],
+                      ref);
+            }
+        printf("  %-22s %-7s max rel err %.2e\n", name,
+               variant == 0   ? "matvec"
+               : variant == 1 ? "mv+res"
+                              : "matmul",
+               worst);
+    }
+
+    /* get_rows with a scale, rows picked out of order. */
+    int ids[4] = {(int)n_out - 1, 0, (int)n_out / 2, 1};
+    cl_mem ib = buf(sizeof(ids), ids), gb = buf(sizeof(float) * 4 * n_in, NULL);
+    float scale = 1.5f;
+    int ni = (int)n_in;
+    OK(ebb_cl_weight_set_args(&wt, p.get_rows, 0, D));
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(ib), EBB_CL_ARG(gb), EBB_CL_ARG(scale)};
+    OK(ebb_cl_set_args(p.get_rows, 2, a, 4, D));
+    size_t g[2] = {n_in / 4, 4};
+    OK(ebb_cl_run(cl, p.get_rows, 2, g, NULL, D));
+    float *gr = malloc(sizeof(float) * 4 * n_in);
+    rd(gb, sizeof(float) * 4 * n_in, gr);
+    for (int t = 0; t < 4; t++)
+        for (uint32_t i = 0; i < n_in; i++) {
+            float ref = w[(size_t)ids[t] * n_in + i] * scale;
+            CHECK(fabsf(gr[t * n_in + i] - ref) <= 1e-6f * fabsf(ref) + 1e-7f,
+                  "%s get_rows t %d i %u: %g vs %g", name, t, i, gr[t * n_in + i], ref);
+        }
+    free(gr);
+    clReleaseMemObject(ib);
+    clReleaseMemObject(gb);
+    clReleaseMemObject(xb);
+    clReleaseMemObject(yb);
+    clReleaseMemObject(rb);
+    ebb_cl_wprog_fini(&p);
+    ebb_cl_weight_fini(&wt);
+    free(x);
+    free(y);
+    free(res);
+    free(w);
+    free(raw);
+}
+
+static void test_weights(void)
+{
+    static const uint32_t types[] = {EBB_GGML_F32,  EBB_GGML_F16,  EBB_GGML_BF16, EBB_GGML_Q8_0,
+                                     EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K,
+                                     EBB_GGML_Q5_K, EBB_GGML_Q6_K};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        struct ebb_cl_layout ls[3] = {
+            {types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+            {types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+            {types[i], EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT},
+        };
+        for (int j = 0; j < 3; j++)
+            if (ebb_cl_layout_ok(&cl->info, &ls[j], 512 * 37))
+                test_weight_layout(&ls[j], 37, 512);
+    }
+}
+
+#include "test-kernels-ops.c"
+
+int main(void)
+{
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_cl_open(getenv("EBB_TEST_DEVICE"), &cl, &d);
+    if (rc == EBB_ENOTFOUND && !getenv("EBB_TEST_DEVICE")) {
+        printf("SKIP: no OpenCL device (%s)\n", d.msg);
+        return 77;
+    }
+    if (rc) {
+        fprintf(stderr, "ebb_cl_open: %s\n", d.msg);
+        return 1;
+    }
+    tu = ebb_cl_tuning_for(&cl->info);
+    printf("device: %s (%s)\n", cl->info.name, cl->info.platform);
+    test_weights();
+    test_ops();
+    ebb_cl_close(cl);
+    printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
+    return failures ? 1 : 0;
+}
