@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cl.h"
 #include "gguf.h"
 
 #define MAX_LAYERS (1u << 20) /* "blk.N." with a larger N is not counted as a layer */
@@ -40,6 +41,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ebb info [--json] MODEL\n"
+            "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
             "\n"
             "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
             "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"
@@ -377,11 +379,12 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
 int ebb_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
-    bool json = false;
-    /* `ebb info --devices` (the OpenCL device list) belongs to the OpenCL engineer: parse it
-     * here and call into runtime/cl when that module exists. */
+    bool json = false, devices = false;
+    /* `ebb info --devices`: the OpenCL device list, from runtime/cl. */
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        if (!strcmp(argv[i], "--devices")) {
+            devices = true;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
@@ -404,6 +407,8 @@ int ebb_cmd_info(int argc, char **argv)
             path = argv[i];
         }
     }
+    if (devices)
+        return ebb_cl_print_devices(stdout, json) == EBB_OK ? 0 : 1;
     if (!path) {
         fprintf(stderr, "ebb info: no model given\n");
         usage(stderr);

@@ -157,6 +157,7 @@ static void fill_info(cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di
     cl_device_type t = 0;
     clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(t), &t, NULL);
     inf->is_gpu = (t & CL_DEVICE_TYPE_GPU) != 0;
+    inf->is_cpu = (t & CL_DEVICE_TYPE_CPU) != 0;
     if (contains_ci(inf->platform, "portable computing") || contains_ci(inf->platform, "pocl"))
         inf->vendor = EBB_CL_VENDOR_POCL;
     else if (contains_ci(inf->vendor_str, "nvidia"))
@@ -374,13 +375,18 @@ static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uin
                 "\"local_mem\": %llu, \"max_work_group\": %zu, \"compute_units\": %u, "
                 "\"image\": %s, \"image2d_max\": [%zu, %zu], \"image1d_buffer_max\": %zu, "
                 "\"host_unified\": %s, \"fp16\": %s}",
-                i.is_gpu ? "gpu" : "other", (unsigned long long)i.global_mem,
-                (unsigned long long)i.max_alloc, (unsigned long long)i.local_mem, i.max_wg,
-                i.compute_units, i.image ? "true" : "false", i.image2d_w, i.image2d_h,
-                i.image1d_buf_max, i.host_unified ? "true" : "false", i.fp16 ? "true" : "false");
+                i.is_gpu   ? "gpu"
+                : i.is_cpu ? "cpu"
+                           : "other",
+                (unsigned long long)i.global_mem, (unsigned long long)i.max_alloc,
+                (unsigned long long)i.local_mem, i.max_wg, i.compute_units,
+                i.image ? "true" : "false", i.image2d_w, i.image2d_h, i.image1d_buf_max,
+                i.host_unified ? "true" : "false", i.fp16 ? "true" : "false");
     } else {
         fprintf(f, "cl:%u:%u  %s  [%s]  (%s)\n", pi, di, i.name, i.platform,
-                i.is_gpu ? "GPU" : "not GPU");
+                i.is_gpu   ? "GPU"
+                : i.is_cpu ? "CPU"
+                           : "other");
         fprintf(f, "        vendor %s, driver %s, %s\n", i.vendor_str, i.driver, i.version);
         fprintf(f,
                 "        global %.0f MiB, max buffer %.0f MiB, local %.0f KiB%s, "

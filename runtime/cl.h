@@ -39,6 +39,7 @@ struct ebb_cl_dev_info {
     enum ebb_cl_vendor vendor;
     uint32_t plat_idx, dev_idx;
     bool is_gpu;
+    bool is_cpu;
     uint64_t global_mem;  /* bytes */
     uint64_t max_alloc;   /* largest single buffer, bytes */
     uint64_t local_mem;   /* bytes per work-group */
