@@ -1,9 +1,12 @@
-#!/bin/sh
+#!/bin/bash
 # `ebb info` end to end: the facts of both real models (figures checked against the gguf Python
 # package's GGUFReader), --json output, usage errors, and malformed files (exit 1, one line on
 # stderr naming the file and the problem, nothing on stdout).
 #
 #   test-info.sh EBB_BINARY
+#
+# bash, not sh: under `meson test --setup valgrind` the shell itself runs in memcheck, and dash
+# leaks a string at startup.
 set -u
 
 ebb=$1
