@@ -51,6 +51,7 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --json      print one JSON object instead of text\n"
+            "  --devices   list the OpenCL platforms and devices instead of describing a model\n"
             "  -h, --help  show this help\n"
             "\n"
             "exit status: 0 success, 1 unreadable or malformed model, 2 usage error\n");

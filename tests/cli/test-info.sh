@@ -45,7 +45,7 @@ bad_file() {
 
 # ---- usage ----
 expect_status 0 "$ebb" info --help
-for flag in --json --help; do expect_out "$flag"; done
+for flag in --json --devices --help; do expect_out "$flag"; done
 expect_status 2 "$ebb" info
 expect_status 2 "$ebb" info --bogus x.gguf
 expect_status 2 "$ebb" info a.gguf b.gguf
