@@ -211,10 +211,10 @@ static int32_t detect_first(struct ebb_tokenizer *t, const char *const *names)
 static void detect_specials(struct ebb_tokenizer *t, const struct ebb_gguf *g)
 {
     static const char *const eot_names[] = {"<|eot_id|>",
+                                            "<|endoftext|>", /* before <|im_end|>: SmolLM2 */
                                             "<|im_end|>",
                                             "<|end|>",
                                             "<end_of_turn>",
-                                            "<|endoftext|>",
                                             "<|end_of_text|>",
                                             "<EOT>",
                                             "_<EOT>",
