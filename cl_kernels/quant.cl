@@ -171,3 +171,160 @@ inline float4 w4_img_q8(__read_only image1d_buffer_t q, const __global float2 *s
     return convert_float4(as_char4(word)) * dm.x + dm.y;
 }
 #endif
+
+/* Whole-block dot products for the 32-element block types: sum over block b of row o of
+ * W[o][32b + j] * x[32b + j], with x pointing at the token's row. Decoding a block at once
+ * (one scale load, one 16- or 32-byte quant load) is what matvec uses when the layout prologue
+ * defines W_DOT32. w = d * q + m, so the dot is d * (q . x) + m * sum(x). */
+inline float hsum16(float16 v)
+{
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    return b.x + b.y + b.z + b.w;
+}
+
+inline float dot32_q4(uchar16 q, float d, float m, const __global float *x)
+{
+    float16 x0 = vload16(0, x), x1 = vload16(0, x + 16);
+    float16 s = convert_float16(q & (uchar)15) * x0 + convert_float16(q >> (uchar)4) * x1;
+    return d * hsum16(s) + m * hsum16(x0 + x1);
+}
+
+inline float dot32_q8(char16 q0, char16 q1, float d, float m, const __global float *x)
+{
+    float16 x0 = vload16(0, x), x1 = vload16(0, x + 16);
+    float16 s = convert_float16(q0) * x0 + convert_float16(q1) * x1;
+    return d * hsum16(s) + m * hsum16(x0 + x1);
+}
+
+inline float d32_raw_q4_0(const __global uchar *w, ulong rowb, int o, int b,
+                          const __global float *x)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 18;
+    float d = LD_HALF(p);
+    return dot32_q4(vload16(0, p + 2), d, -8.0f * d, x + b * 32);
+}
+
+inline float d32_raw_q4_1(const __global uchar *w, ulong rowb, int o, int b,
+                          const __global float *x)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 20;
+    return dot32_q4(vload16(0, p + 4), LD_HALF(p), LD_HALF(p + 2), x + b * 32);
+}
+
+inline float d32_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b,
+                          const __global float *x)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 34;
+    const __global char *q = (const __global char *)(p + 2);
+    return dot32_q8(vload16(0, q), vload16(1, q), LD_HALF(p), 0.0f, x + b * 32);
+}
+
+inline float d32_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                          const __global float *x)
+{
+    ulong blk = (ulong)o * nb + b;
+    float2 dm = s[blk];
+    return dot32_q4(vload16(0, q + blk * 16), dm.x, dm.y, x + b * 32);
+}
+
+inline float d32_split_q8(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                          const __global float *x)
+{
+    ulong blk = (ulong)o * nb + b;
+    float2 dm = s[blk];
+    const __global char *c = (const __global char *)q + blk * 32;
+    return dot32_q8(vload16(0, c), vload16(1, c), dm.x, dm.y, x + b * 32);
+}
+
+#ifdef EBB_IMAGES
+inline float d32_img_q4(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                        int b, const __global float *x)
+{
+    int blk = o * nb + b;
+    float2 dm = s[blk];
+    return dot32_q4(as_uchar16(read_imageui(q, blk)), dm.x, dm.y, x + b * 32);
+}
+
+inline float d32_img_q8(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                        int b, const __global float *x)
+{
+    int blk = o * nb + b;
+    float2 dm = s[blk];
+    return dot32_q8(as_char16(read_imageui(q, 2 * blk)), as_char16(read_imageui(q, 2 * blk + 1)),
+                    dm.x, dm.y, x + b * 32);
+}
+#endif
+
+/* Whole-block decode for the tiled matmul (W_DEQ32): block b of row o as two float16 halves
+ * (elements 0..15 and 16..31), reused for every token of the tile. */
+inline void deq32_q4(uchar16 q, float d, float m, float16 *lo, float16 *hi)
+{
+    *lo = convert_float16(q & (uchar)15) * d + m;
+    *hi = convert_float16(q >> (uchar)4) * d + m;
+}
+
+inline void deq32_q8(char16 q0, char16 q1, float d, float m, float16 *lo, float16 *hi)
+{
+    *lo = convert_float16(q0) * d + m;
+    *hi = convert_float16(q1) * d + m;
+}
+
+inline void b32_raw_q4_0(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 18;
+    float d = LD_HALF(p);
+    deq32_q4(vload16(0, p + 2), d, -8.0f * d, lo, hi);
+}
+
+inline void b32_raw_q4_1(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 20;
+    deq32_q4(vload16(0, p + 4), LD_HALF(p), LD_HALF(p + 2), lo, hi);
+}
+
+inline void b32_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 34;
+    const __global char *q = (const __global char *)(p + 2);
+    deq32_q8(vload16(0, q), vload16(1, q), LD_HALF(p), 0.0f, lo, hi);
+}
+
+inline void b32_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                         float16 *lo, float16 *hi)
+{
+    ulong blk = (ulong)o * nb + b;
+    float2 dm = s[blk];
+    deq32_q4(vload16(0, q + blk * 16), dm.x, dm.y, lo, hi);
+}
+
+inline void b32_split_q8(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                         float16 *lo, float16 *hi)
+{
+    ulong blk = (ulong)o * nb + b;
+    float2 dm = s[blk];
+    const __global char *c = (const __global char *)q + blk * 32;
+    deq32_q8(vload16(0, c), vload16(1, c), dm.x, dm.y, lo, hi);
+}
+
+#ifdef EBB_IMAGES
+inline void b32_img_q4(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                       int b, float16 *lo, float16 *hi)
+{
+    int blk = o * nb + b;
+    float2 dm = s[blk];
+    deq32_q4(as_uchar16(read_imageui(q, blk)), dm.x, dm.y, lo, hi);
+}
+
+inline void b32_img_q8(__read_only image1d_buffer_t q, const __global float2 *s, int nb, int o,
+                       int b, float16 *lo, float16 *hi)
+{
+    int blk = o * nb + b;
+    float2 dm = s[blk];
+    deq32_q8(as_char16(read_imageui(q, 2 * blk)), as_char16(read_imageui(q, 2 * blk + 1)), dm.x,
+             dm.y, lo, hi);
+}
+#endif

@@ -183,6 +183,26 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     if (n < 0 || (size_t)n >= cap - used)
         return EBB_ERANGE;
     used += (size_t)n;
+    if (ti->split) {
+        if (l->order == EBB_CL_ORDER_RAW)
+            n = snprintf(buf + used, cap - used,
+                         "#define W_DOT32(o, b, xt) d32_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (xt))\n"
+                         "#define W_DEQ32(o, b, lo, hi) b32_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (lo), (hi))\n",
+                         ti->dec, ti->tsize, ti->dec, ti->tsize);
+        else
+            n = snprintf(buf + used, cap - used,
+                         "#define W_DOT32(o, b, xt) d32_%s_%s(w_a, w_b, n_in / 32, (o), (b), "
+                         "(xt))\n"
+                         "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
+                         "(b), (lo), (hi))\n",
+                         l->storage == EBB_CL_STORE_IMAGE1D ? "img" : "split", bits,
+                         l->storage == EBB_CL_STORE_IMAGE1D ? "img" : "split", bits);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
     n = snprintf(buf + used, cap - used,
                  "#define READ_W(o, i) w_pick(READ_W4((o), (i) & ~3), (i) & 3)\n"
                  "#define READ_X4(x, t, i) vload4(0, (x) + (size_t)(t) * x_ld + (i))\n"
