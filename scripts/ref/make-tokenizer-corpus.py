@@ -293,6 +293,17 @@ def randoms(rng):
     return out
 
 
+# Invalid UTF-8, as hex (JSON strings cannot hold it). Sequences that decode leniently to values
+# past U+10FFFF (F4 90.., F5..F7 leads with continuations) are left out: llama.cpp throws on them.
+BYTE_CASES = [
+    "ff", "61ff62", "80", "8080", "c3", "c328", "e282", "e28228", "f09f98", "f09f9828", "c0af",
+    "e080af", "eda080", "edbfbf", "fe", "fffe", "c3a9ff", "61e282ac62", "efbfbd", "2020ff2020",
+    "48656c6c6fc3", "e28aff", "3c7c696d5f656e647c3eff", "ff3c7c696d5f656e647c3e", "f5", "f8",
+    "fc80", "c1bf", "313233ff343536", "e4bda0e5a5bdff", "f09f9880f09f", "0a0aff0a", "27ff73",
+    "2720ff", "c2a0ff", "ffffffffffff", "61c3", "20c3a9c3", "3cff733e", "e282ac80",
+]
+
+
 def main():
     out_path = sys.argv[1] if len(sys.argv) > 1 else OUT
     rng = random.Random(20261122)
@@ -303,7 +314,8 @@ def main():
         s.encode("utf-8")  # raises on lone surrogates: the corpus must be valid UTF-8
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w", encoding="ascii") as f:
-        json.dump({"version": 1, "count": len(strings), "strings": strings}, f, indent=0,
+        json.dump({"version": 1, "count": len(strings), "strings": strings,
+                   "byte_cases": BYTE_CASES}, f, indent=0,
                   ensure_ascii=True)
         f.write("\n")
     print("%d strings -> %s" % (len(strings), out_path))

@@ -5,6 +5,7 @@ For each model, loads only the vocabulary with llama-cpp-python (vocab_only=True
 tests/data/tokenizer/expect-<name>.json with:
   - plain: ids of every corpus string with add_special=False, parse_special=False;
   - roundtrip: whether llama.cpp's detokenization of those ids gives back the string's bytes;
+  - byte_cases: ids of the corpus's invalid-UTF-8 byte strings (hex in corpus.json);
   - parse_special / add_special: a smaller set (indices into the corpus) tokenized with
     parse_special=True, and with add_special=True;
   - the model's BOS/EOS/EOT ids, add_bos/add_eos flags and end-of-generation ids.
@@ -52,7 +53,9 @@ def main():
     models_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
         "EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
     with open(os.path.join(DATA, "corpus.json"), encoding="utf-8") as f:
-        corpus = json.load(f)["strings"]
+        doc = json.load(f)
+    corpus = doc["strings"]
+    byte_cases = [bytes.fromhex(h) for h in doc["byte_cases"]]
     # The smaller sets: everything that looks like special-token text, plus a spread of others.
     small = [i for i, s in enumerate(corpus) if "<" in s or "[" in s]
     small += [i for i in range(0, len(corpus), 7) if i not in small]
@@ -75,6 +78,7 @@ def main():
             roundtrip.append(detokenize(vocab, ids) == data)
         ps = [tokenize(vocab, corpus[i].encode("utf-8"), False, True) for i in small]
         ad = [tokenize(vocab, corpus[i].encode("utf-8"), True, False) for i in small]
+        bc = [tokenize(vocab, b, False, False) for b in byte_cases]
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         eog = [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, i)]
         control = [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_control(vocab, i)]
@@ -95,6 +99,7 @@ def main():
             "small_indices": small,
             "parse_special": ps,
             "add_special": ad,
+            "byte_cases": bc,
         }
         with open(os.path.join(DATA, "expect-%s.json" % name), "w", encoding="ascii") as f:
             json.dump(out, f, separators=(",", ":"))

@@ -229,6 +229,50 @@ static void special_sets_match(void **state)
     assert_int_equal(b2, 0);
 }
 
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c - 'A' + 10;
+}
+
+/* Invalid UTF-8 is never rejected and gives llama.cpp's ids (BPE: U+FFFD per bad byte;
+ * SentencePiece: byte tokens). */
+static void byte_cases_match(void **state)
+{
+    struct model *m = *state;
+    json_t *hex = json_object_get(corpus, "byte_cases");
+    json_t *exp = json_object_get(m->expect, "byte_cases");
+    assert_int_equal(json_array_size(hex), json_array_size(exp));
+    size_t bad = 0;
+    for (size_t k = 0; k < json_array_size(hex); k++) {
+        const char *h = json_string_value(json_array_get(hex, k));
+        size_t len = strlen(h) / 2, n;
+        char *s = malloc(len + 1);
+        for (size_t i = 0; i < len; i++)
+            s[i] = (char)(hexval(h[2 * i]) << 4 | hexval(h[2 * i + 1]));
+        int32_t *got = encode(m->t, s, len, 0, &n);
+        json_t *e = json_array_get(exp, k);
+        bool same = n == json_array_size(e);
+        for (size_t i = 0; same && i < n; i++)
+            same = got[i] == json_integer_value(json_array_get(e, i));
+        if (!same) {
+            fprintf(stderr, "  byte case %s: ebb", h);
+            for (size_t i = 0; i < n; i++)
+                fprintf(stderr, " %d", got[i]);
+            fprintf(stderr, ", llama.cpp");
+            for (size_t i = 0; i < json_array_size(e); i++)
+                fprintf(stderr, " %d", (int)json_integer_value(json_array_get(e, i)));
+            fputc('\n', stderr);
+            bad++;
+        }
+        free(got);
+        free(s);
+    }
+    fprintf(stderr, "[ info ] %s: invalid UTF-8 cases %zu/%zu match llama.cpp\n",
+            json_string_value(json_object_get(m->expect, "model")), json_array_size(hex) - bad,
+            json_array_size(hex));
+    assert_int_equal(bad, 0);
+}
+
 static void metadata_matches(void **state)
 {
     struct model *m = *state;
@@ -607,13 +651,15 @@ int main(void)
     corpus = load_json("corpus.json");
     const struct CMUnitTest smollm2[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(metadata_matches), cmocka_unit_test(round_trip),
-        cmocka_unit_test(smollm2_specials), cmocka_unit_test(range_error),
+        cmocka_unit_test(byte_cases_match), cmocka_unit_test(metadata_matches),
+        cmocka_unit_test(round_trip),       cmocka_unit_test(smollm2_specials),
+        cmocka_unit_test(range_error),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(metadata_matches), cmocka_unit_test(round_trip),
-        cmocka_unit_test(gemma3_specials),  cmocka_unit_test(range_error),
+        cmocka_unit_test(byte_cases_match), cmocka_unit_test(metadata_matches),
+        cmocka_unit_test(round_trip),       cmocka_unit_test(gemma3_specials),
+        cmocka_unit_test(range_error),
     };
     const struct CMUnitTest other[] = {
         cmocka_unit_test(detok_streaming),
