@@ -155,6 +155,16 @@ enum {
 /* Returns the EBB_CONFIG_CHANGE_* bits of the options whose values differ. */
 unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b);
 
+/* SIGHUP: builds a fresh configuration from the same config_path and flags as at start (the
+ * environment as it is now) and, only if that succeeds, replaces *cfg with it. host and port keep
+ * their running values (the listening socket does not move); if the file asks for others,
+ * EBB_CONFIG_CHANGE_LISTEN is set in *changed and a warning is logged. Also applies log_level
+ * and log_format (ebb_log_configure). On failure *cfg and *changed are untouched and diag says
+ * why: the daemon logs it and keeps running with the old configuration. Loop thread only. */
+ebb_err ebb_config_reload(struct ebb_config *cfg, const char *config_path,
+                          const struct ebb_config_arg *flags, size_t n_flags, unsigned *changed,
+                          struct ebb_diag *diag);
+
 /* Name of option k ("max_body"), or NULL past the end. */
 const char *ebb_config_key_name(enum ebb_config_key k);
 

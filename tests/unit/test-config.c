@@ -435,6 +435,46 @@ static void test_model_path(void **state)
     ebb_config_fini(&c);
 }
 
+static void test_reload(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "%s",
+             write_file("r.conf", "api_key = old\nlog_level = info\nport = 9000\n"));
+    struct ebb_config_arg flags[] = {{"queue", "3"}};
+    struct ebb_config c;
+    struct ebb_diag d = {{0}};
+    unsigned changed = 0;
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, flags, 1, &d), EBB_OK);
+
+    /* Nothing changed. */
+    assert_int_equal(ebb_config_reload(&c, path, flags, 1, &changed, &d), EBB_OK);
+    assert_int_equal(changed, 0);
+
+    /* New key, new level, a port change that cannot apply; the flag still wins. */
+    write_file("r.conf", "api_key = new1,new2\nlog_level = error\nport = 9001\nqueue = 8\n");
+    assert_int_equal(ebb_config_reload(&c, path, flags, 1, &changed, &d), EBB_OK);
+    assert_int_equal(changed,
+                     EBB_CONFIG_CHANGE_AUTH | EBB_CONFIG_CHANGE_LOG | EBB_CONFIG_CHANGE_LISTEN);
+    assert_int_equal(c.api_keys.n, 2);
+    assert_string_equal(c.api_keys.items[0], "new1");
+    assert_int_equal(c.log_level, EBB_LOG_ERROR);
+    assert_int_equal(ebb_log_get_level(), EBB_LOG_ERROR);
+    assert_int_equal(c.port, 9000);
+    assert_int_equal(c.queue, 3);
+
+    /* A broken file leaves the running configuration alone. */
+    write_file("r.conf", "api_key = newer\nport = many\n");
+    changed = 12345;
+    assert_int_equal(ebb_config_reload(&c, path, flags, 1, &changed, &d), EBB_EINVAL);
+    assert_int_equal(changed, 12345);
+    assert_non_null(strstr(d.msg, "r.conf:2: port: 'many'"));
+    assert_string_equal(c.api_keys.items[0], "new1");
+    ebb_log_configure(EBB_LOG_INFO, EBB_LOG_TEXT);
+    ebb_config_fini(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -447,6 +487,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_print_masks_secrets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
