@@ -1,0 +1,265 @@
+/* Private to api/: the server, per-request state, request parsing and OpenAI objects. */
+#ifndef EBB_API_API_INT_H
+#define EBB_API_API_INT_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+
+#include "api.h"
+#include "chat-template.h"
+#include "sampler.h"
+
+/* A growable byte buffer with a cap; growth past cap fails (oom set). */
+struct ebb__abuf {
+    char *p;
+    size_t n, cap, limit;
+    bool oom;
+};
+void ebb__abuf_put(struct ebb__abuf *b, const char *s, size_t n);
+void ebb__abuf_puts(struct ebb__abuf *b, const char *s);
+void ebb__abuf_printf(struct ebb__abuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void ebb__abuf_fini(struct ebb__abuf *b);
+
+/* ---- request parsing (params.c) ---------------------------------------------------------- */
+
+/* A validation failure: HTTP 400 with message naming param. */
+struct ebb__perr {
+    char msg[512];
+    const char *param; /* static string or NULL */
+};
+
+struct ebb__gen_req {
+    json_t *doc; /* owns every string below */
+    bool chat;
+    const char *model;         /* NULL if absent or empty */
+    struct ebb_chat_msg *msgs; /* (n_msgs), chat only; content is owned by doc or parts_buf */
+    size_t n_msgs;
+    char **parts_buf;   /* (n_msgs) concatenated text parts, NULL entries for plain strings */
+    const char *prompt; /* completions: text prompt, or NULL when prompt_ids is used */
+    size_t prompt_len;
+    int32_t *prompt_ids; /* (n_prompt_ids) completions: token-array prompt */
+    size_t n_prompt_ids;
+    const char *suffix;
+    bool echo;
+    bool stream;
+    bool include_usage;
+    bool logprobs;
+    uint32_t top_logprobs;
+    bool max_tokens_set;
+    struct ebb_gen_params gp;
+    struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
+};
+
+/* Parses and validates a chat (chat = true) or completions body. On failure fills err and
+ * returns EBB_EINVAL (EBB_ENOMEM for allocation failures). Unknown fields are ignored. */
+ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
+                           struct ebb__perr *err);
+void ebb__gen_req_fini(struct ebb__gen_req *r);
+
+/* ---- OpenAI objects (objects.c) ---------------------------------------------------------- */
+
+/* {"error":{"message","type","param","code"}} as compact JSON, malloc'd. */
+char *ebb__error_json(const char *message, const char *type, const char *param, const char *code);
+/* The error type OpenAI uses for an HTTP status. */
+const char *ebb__error_type(unsigned status);
+
+/* One token's logprob record as the engine reported it. */
+struct ebb__lp {
+    int32_t id;
+    float logprob;
+    uint32_t n_top;
+    int32_t top_ids[EBB_SAMPLE_MAX_TOP];
+    float top_logprobs[EBB_SAMPLE_MAX_TOP];
+};
+
+/* Chat logprobs.content entries for lps[0..n): [{token, logprob, bytes, top_logprobs}]. */
+json_t *ebb__chat_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp *lps, size_t n);
+/* Completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}. text_offset
+ * starts at offset. */
+json_t *ebb__compl_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp *lps, size_t n,
+                            size_t offset);
+
+/* Appends "data: <compact json>\n\n" for obj (stolen) to b. */
+void ebb__sse_event(struct ebb__abuf *b, json_t *obj);
+
+/* Appends the valid UTF-8 prefix handling for JSON: jansson rejects invalid UTF-8, so text is
+ * made valid (U+FFFD for bad bytes) before it becomes a JSON string. */
+json_t *ebb__json_text(const char *s, size_t n);
+
+/* ---- metrics (metrics.c) ----------------------------------------------------------------- */
+
+enum ebb__ep {
+    EBB__EP_OTHER = 0,
+    EBB__EP_CHAT,
+    EBB__EP_COMPLETIONS,
+    EBB__EP_MODELS,
+    EBB__EP_HEALTH,
+    EBB__EP_METRICS,
+    EBB__EP_TOKENIZE,
+    EBB__EP_DETOKENIZE,
+    EBB__EP_COUNT
+};
+
+#define EBB__N_STATUS 10
+#define EBB__TTFT_BUCKETS 12
+
+struct ebb__metrics {
+    uint64_t requests[EBB__EP_COUNT][EBB__N_STATUS];
+    uint64_t prompt_tokens, cached_tokens, generated_tokens;
+    double prefill_seconds, decode_seconds, queue_seconds;
+    uint64_t ttft_bucket[EBB__TTFT_BUCKETS + 1]; /* cumulative at render time, +Inf last */
+    double ttft_sum;
+    uint64_t ttft_count;
+    uint64_t cancellations, errors, rejected_queue_full;
+    double started_at; /* unix seconds */
+};
+
+void ebb__metrics_request(struct ebb__metrics *m, enum ebb__ep ep, unsigned status);
+void ebb__metrics_ttft(struct ebb__metrics *m, double seconds);
+/* Prometheus text exposition of m plus the scheduler's live gauges. */
+void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_stats *st,
+                         bool loaded, struct ebb__abuf *out);
+
+/* ---- server and requests (server.c, gen.c) ----------------------------------------------- */
+
+enum ebb__watch { EBB__WATCH_IDLE = 0, EBB__WATCH_ACTIVE, EBB__WATCH_CLOSING };
+
+/* Generation state of one request. Fields marked (mu) are shared with the engine thread under
+ * api->mu; the rest belong to the loop thread. */
+struct ebb__gen {
+    char id[48];
+    long long created;
+    bool chat, stream, include_usage, logprobs;
+    uint32_t n_prompt;
+    uint64_t job_id;
+    double t_submit;
+    bool first_token_seen;
+    bool finished; /* the final chunks (or the whole body) are written */
+    char *echo;    /* completions with echo: prompt text to put first */
+    size_t echo_len;
+    /* (mu) written by the engine */
+    struct ebb__abuf pend;
+    struct ebb__lp *pend_lp;
+    size_t n_pend_lp, cap_pend_lp;
+    bool eng_done;
+    struct ebb_sched_result res;
+    /* loop copies swapped in from pend */
+    struct ebb__abuf take;
+    struct ebb__lp *take_lp;
+    size_t n_take_lp, cap_take_lp;
+    /* non-stream accumulation */
+    struct ebb__abuf text;
+    struct ebb__lp *all_lp;
+    size_t n_all_lp, cap_all_lp;
+};
+
+struct ebb__req {
+    struct ebb_api *api;
+    struct MHD_Connection *conn; /* NULL once MHD has finished with the connection */
+    enum ebb__ep ep;
+    char method[8];
+    char path[128];
+    struct ebb__abuf body;
+    bool too_big;
+    bool answered;
+    unsigned status;
+    double t_start;
+    char origin[256]; /* allowed Origin to echo, "" if none */
+    /* generation */
+    struct ebb__gen *gen;
+    bool gen_counted;            /* counted in api->n_gen_conns */
+    bool engine_ref;             /* the engine may still call the sink */
+    bool in_ready;               /* (mu) queued on api->ready */
+    struct ebb__req *ready_next; /* (mu) */
+    bool suspended;
+    bool disconnected;
+    enum ebb__watch watch_state;
+    uv_poll_t watch;      /* client hang-up detection while suspended */
+    struct ebb__abuf out; /* SSE bytes not yet handed to MHD */
+    size_t out_off;
+    double last_out;
+    struct ebb__req *live_prev, *live_next;
+};
+
+struct ebb__fdpoll;
+
+struct ebb_api {
+    uv_loop_t *loop;
+    struct MHD_Daemon *mhd;
+    bool use_epoll;
+    uv_poll_t epoll_watch;
+    bool epoll_started;
+    struct ebb__fdpoll *fdpolls; /* fdset mode: polls of the last MHD_get_fdset */
+    uv_timer_t mhd_timer;
+    uv_timer_t tick;
+    uv_async_t async;
+    bool in_mhd;
+    bool closing;
+    uint16_t port;
+    bool loopback;
+    /* configuration (owned copies) */
+    char *model_id;
+    char *chat_template;
+    size_t max_body;
+    char **api_keys;
+    size_t n_api_keys;
+    char **cors_origins;
+    size_t n_cors_origins;
+    unsigned timeout_s, keepalive_ms;
+    size_t max_stream_buffer;
+    long long model_created;
+    /* model */
+    struct ebb_sched *sched;
+    pthread_mutex_t mu;
+    int load_state; /* (mu) 0 loading, 1 ready, -1 failed */
+    char load_msg[512];
+    bool load_seen; /* the loop has prepared the template for the loaded model */
+    bool ready;     /* loop view: model and template usable */
+    struct ebb_model *model;
+    struct ebb_chat_template tmpl;
+    char tmpl_err[512];
+    int32_t fim_pre, fim_suf, fim_mid;
+    struct ebb__req *ready_head; /* (mu) requests with engine output to process */
+    struct ebb__metrics metrics;
+    struct ebb__req *live; /* requests with a generation in progress */
+    size_t n_gen_conns;    /* connections with a generation whose response is not complete */
+    void (*on_ready)(void *ud, bool ok, const char *msg);
+    void *ud;
+};
+
+double ebb__now(void);
+double ebb__unix_now(void);
+/* Queues a JSON or text response and records its status. body is copied. */
+void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const char *body,
+                size_t len);
+/* Queues an OpenAI error object. */
+void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
+                      const char *code);
+/* Adds the CORS headers for r's origin to a response. */
+void ebb__add_cors(struct ebb__req *r, struct MHD_Response *resp);
+/* Resumes a suspended connection (closing its hang-up watch) and schedules an MHD run. */
+void ebb__resume(struct ebb__req *r);
+/* Suspends r's connection and watches the socket for a client hang-up. */
+void ebb__suspend(struct ebb__req *r);
+/* Schedules MHD_run on the next loop iteration. */
+void ebb__kick(struct ebb_api *a);
+
+/* gen.c: /v1/chat/completions and /v1/completions. Called with the full body; called again
+ * after a resume (r->gen set). */
+void ebb__gen_handle(struct ebb__req *r);
+/* Engine output for r arrived (loop thread, from the async callback). */
+void ebb__gen_pump(struct ebb__req *r);
+/* The keep-alive sweep: an SSE comment for streams idle longer than keepalive_ms. */
+void ebb__gen_keepalive(struct ebb__req *r, double now);
+/* MHD is done with r's connection; cancels the job if it still runs. */
+void ebb__gen_conn_closed(struct ebb__req *r);
+void ebb__gen_free(struct ebb__gen *g);
+/* /tokenize and /detokenize. */
+void ebb__tokenize_handle(struct ebb__req *r, bool detok);
+
+#endif

@@ -1,0 +1,72 @@
+/* The OpenAI-compatible HTTP API: libmicrohttpd driven from a libuv loop (external-select mode),
+ * routing, validation, OpenAI JSON objects and server-sent events. Everything here runs on the
+ * loop thread except the functions documented as thread-safe. Logs go through daemon/log.h
+ * (module "http"), which the binary links. */
+#ifndef EBB_API_API_H
+#define EBB_API_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "err.h"
+#include "scheduler.h"
+
+/* How MHD is driven. epoll: one uv_poll_t on MHD's epoll fd (Linux). fdset: MHD_get_fdset
+ * and a uv_poll_t per socket (portable: macOS, BSD; also selectable on Linux). */
+enum ebb_api_poll { EBB_API_POLL_AUTO = 0, EBB_API_POLL_EPOLL, EBB_API_POLL_FDSET };
+
+struct ebb_api_config {
+    const char *host;        /* numeric address to bind, "127.0.0.1" if NULL */
+    uint16_t port;           /* 0: an ephemeral port (see ebb_api_port) */
+    int listen_fd;           /* >= 0: serve on this already-listening socket (socket activation) */
+    bool listen_fd_loopback; /* that socket is bound to a loopback address */
+    const char *model_id;    /* reported by /v1/models; requests naming another model get 404 */
+    const char *chat_template; /* family name overriding the GGUF's template, or NULL */
+    size_t max_body;           /* bytes; 0 means 4 MiB */
+    char **api_keys;           /* n_api_keys accepted keys; none: no authentication */
+    size_t n_api_keys;
+    char **cors_origins; /* allowed Origin values ("*" allows any) */
+    size_t n_cors_origins;
+    unsigned timeout_s;       /* idle connection timeout; 0 means 60 */
+    unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
+    size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
+    enum ebb_api_poll poll;
+    /* Called on the loop thread once the model is ready to serve (ok) or failed to load or to
+     * get a chat template (msg says why). May be NULL. */
+    void (*on_ready)(void *ud, bool ok, const char *msg);
+    void *ud;
+};
+
+struct ebb_api;
+
+/* Binds and starts listening on loop. The strings and arrays in cfg are copied. */
+ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct ebb_api **out,
+                    struct ebb_diag *diag);
+
+/* Stops listening, ends every connection and frees everything. The scheduler must be freed
+ * first (so no engine callback can arrive). Accepts NULL. */
+void ebb_api_free(struct ebb_api *a);
+
+/* The bound port (useful with port 0). */
+uint16_t ebb_api_port(const struct ebb_api *a);
+
+/* Hands the scheduler to the API before its model is loaded; the API submits jobs to it. */
+void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s);
+
+/* Thread-safe: tells the API the model finished loading (rc EBB_OK) or failed. Suitable as the
+ * scheduler's on_loaded callback with ud = the api. */
+void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg);
+
+/* True once the model failed to load (the daemon then exits with the message logged). */
+bool ebb_api_load_failed(const struct ebb_api *a);
+
+/* Graceful stop, step 1: stop accepting new connections; requests in flight continue. */
+void ebb_api_quiesce(struct ebb_api *a);
+
+/* Generation requests still being answered: a job running, or a response not fully sent. */
+size_t ebb_api_in_flight(const struct ebb_api *a);
+
+#endif

@@ -1,0 +1,327 @@
+/* Chat template recognition and rendering. Each family mirrors its Jinja template exactly,
+ * including its whitespace trimming (Gemma and Llama 3 trim message content). */
+#include "chat-template.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_puts(struct sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+static const struct {
+    const char *name;
+    enum ebb_chat_family family;
+} families[] = {
+    {"chatml", EBB_CHAT_CHATML},
+    {"gemma", EBB_CHAT_GEMMA},
+    {"llama3", EBB_CHAT_LLAMA3},
+    {"mistral", EBB_CHAT_MISTRAL},
+};
+
+const char *ebb_chat_template_names(void)
+{
+    return "chatml, gemma, llama3, mistral";
+}
+
+const char *ebb_chat_family_name(enum ebb_chat_family f)
+{
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        if (families[i].family == f)
+            return families[i].name;
+    }
+    return "?";
+}
+
+ebb_err ebb_chat_template_by_name(const char *name, struct ebb_chat_template *t)
+{
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        if (!strcmp(families[i].name, name)) {
+            memset(t, 0, sizeof(*t));
+            t->family = families[i].family;
+            return EBB_OK;
+        }
+    }
+    return EBB_ENOTFOUND;
+}
+
+static const char *find(const char *s, size_t n, const char *needle)
+{
+    return memmem(s, n, needle, strlen(needle));
+}
+
+/* Finds a hardcoded "<|im_start|>system\n...<|im_end|>" string literal in a ChatML template and
+ * copies its text (Jinja escapes \n, \' and \" undone) as the default system message. */
+static void chatml_default_system(const char *src, size_t n, struct ebb_chat_template *t)
+{
+    static const char *const heads[] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
+    for (size_t h = 0; h < 2; h++) {
+        size_t hl = strlen(heads[h]);
+        for (const char *p = find(src, n, heads[h]); p;
+             p = find(p + hl, n - (size_t)(p + hl - src), heads[h])) {
+            const char *b = p + hl;
+            const char *e = find(b, n - (size_t)(b - src), "<|im_end|>");
+            if (!e || e == b)
+                continue;
+            /* A system message written from a variable has Jinja syntax in between. */
+            if (find(b, (size_t)(e - b), "{{") || find(b, (size_t)(e - b), "'") ||
+                find(b, (size_t)(e - b), "+"))
+                continue;
+            size_t w = 0;
+            for (const char *q = b; q < e && w + 1 < sizeof(t->default_system); q++) {
+                char c = *q;
+                if (c == '\\' && q + 1 < e) {
+                    q++;
+                    c = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q;
+                }
+                t->default_system[w++] = c;
+            }
+            t->default_system[w] = 0;
+            return;
+        }
+    }
+}
+
+ebb_err ebb_chat_template_detect(const char *src, size_t n,
+                                 bool (*has_token)(void *ud, const char *text), void *ud,
+                                 struct ebb_chat_template *t, struct ebb_diag *diag)
+{
+    memset(t, 0, sizeof(*t));
+    if (src) {
+        if (find(src, n, "<|im_start|>")) {
+            t->family = EBB_CHAT_CHATML;
+            chatml_default_system(src, n, t);
+        } else if (find(src, n, "<start_of_turn>")) {
+            t->family = EBB_CHAT_GEMMA;
+        } else if (find(src, n, "<|start_header_id|>")) {
+            t->family = EBB_CHAT_LLAMA3;
+        } else if (find(src, n, "[INST]")) {
+            t->family = EBB_CHAT_MISTRAL;
+        }
+        if (t->family)
+            return EBB_OK;
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "the model's chat template is not one ebb recognises; pass "
+                            "--chat-template with one of: %s",
+                            ebb_chat_template_names());
+    }
+    if (has_token) {
+        if (has_token(ud, "<|im_start|>"))
+            t->family = EBB_CHAT_CHATML;
+        else if (has_token(ud, "<start_of_turn>"))
+            t->family = EBB_CHAT_GEMMA;
+        else if (has_token(ud, "<|start_header_id|>"))
+            t->family = EBB_CHAT_LLAMA3;
+        else if (has_token(ud, "[INST]"))
+            t->family = EBB_CHAT_MISTRAL;
+        if (t->family)
+            return EBB_OK;
+    }
+    return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                        "the model has no chat template and its special tokens match none "
+                        "ebb knows; pass --chat-template with one of: %s",
+                        ebb_chat_template_names());
+}
+
+/* Python's str.strip() on ASCII whitespace, as Jinja's trim filter does. */
+static void trimmed(const char *s, size_t n, const char **b, size_t *len)
+{
+    size_t i = 0, j = n;
+    while (i < j && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' ||
+                     s[i] == '\v'))
+        i++;
+    while (j > i && (s[j - 1] == ' ' || s[j - 1] == '\t' || s[j - 1] == '\n' || s[j - 1] == '\r' ||
+                     s[j - 1] == '\f' || s[j - 1] == '\v'))
+        j--;
+    *b = s + i;
+    *len = j - i;
+}
+
+static bool is_role(const struct ebb_chat_msg *m, const char *r)
+{
+    return !strcmp(m->role, r);
+}
+
+static ebb_err render_chatml(const struct ebb_chat_template *t, const struct ebb_chat_msg *m,
+                             size_t n, struct sbuf *b)
+{
+    if (t->default_system[0] && (n == 0 || !is_role(&m[0], "system"))) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_puts(b, t->default_system);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        sb_puts(b, "<|im_start|>");
+        sb_puts(b, m[i].role);
+        sb_puts(b, "\n");
+        sb_put(b, m[i].content, m[i].len);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    return EBB_OK;
+}
+
+static ebb_err render_gemma(const struct ebb_chat_msg *m, size_t n, struct sbuf *b,
+                            struct ebb_diag *diag)
+{
+    const struct ebb_chat_msg *sys = NULL;
+    if (n && is_role(&m[0], "system")) {
+        sys = &m[0];
+        m++;
+        n--;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool user = is_role(&m[i], "user");
+        if (user != (i % 2 == 0))
+            return ebb_diag_set(diag, EBB_EINVAL,
+                                "conversation roles must alternate user/assistant/user/...");
+        sb_puts(b, "<start_of_turn>");
+        sb_puts(b, is_role(&m[i], "assistant") ? "model" : m[i].role);
+        sb_puts(b, "\n");
+        if (i == 0 && sys) {
+            sb_put(b, sys->content, sys->len);
+            sb_puts(b, "\n\n");
+        }
+        const char *c;
+        size_t cn;
+        trimmed(m[i].content, m[i].len, &c, &cn);
+        sb_put(b, c, cn);
+        sb_puts(b, "<end_of_turn>\n");
+    }
+    return EBB_OK;
+}
+
+static ebb_err render_llama3(const struct ebb_chat_msg *m, size_t n, struct sbuf *b)
+{
+    for (size_t i = 0; i < n; i++) {
+        sb_puts(b, "<|start_header_id|>");
+        sb_puts(b, m[i].role);
+        sb_puts(b, "<|end_header_id|>\n\n");
+        const char *c;
+        size_t cn;
+        trimmed(m[i].content, m[i].len, &c, &cn);
+        sb_put(b, c, cn);
+        sb_puts(b, "<|eot_id|>");
+    }
+    return EBB_OK;
+}
+
+/* Mistral's template has no system role; like its later versions, the system message is put in
+ * front of the first user message. */
+static ebb_err render_mistral(const struct ebb_chat_msg *m, size_t n, struct sbuf *b,
+                              struct ebb_diag *diag)
+{
+    const struct ebb_chat_msg *sys = NULL;
+    if (n && is_role(&m[0], "system")) {
+        sys = &m[0];
+        m++;
+        n--;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool user = is_role(&m[i], "user");
+        if (user != (i % 2 == 0))
+            return ebb_diag_set(diag, EBB_EINVAL,
+                                "conversation roles must alternate user/assistant/user/...");
+        if (user) {
+            sb_puts(b, "[INST] ");
+            if (i == 0 && sys) {
+                sb_put(b, sys->content, sys->len);
+                sb_puts(b, "\n\n");
+            }
+            sb_put(b, m[i].content, m[i].len);
+            sb_puts(b, " [/INST]");
+        } else if (is_role(&m[i], "assistant")) {
+            sb_put(b, m[i].content, m[i].len);
+            sb_puts(b, "</s>");
+        }
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
+                                 size_t n, bool add_generation, char **out, size_t *out_len,
+                                 struct ebb_diag *diag)
+{
+    struct sbuf b = {0};
+    ebb_err rc = EBB_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_role(&msgs[i], "system") && !is_role(&msgs[i], "user") &&
+            !is_role(&msgs[i], "assistant")) {
+            rc = ebb_diag_set(diag, EBB_EINVAL, "unknown role '%s' in messages[%zu]", msgs[i].role,
+                              i);
+            goto out;
+        }
+        if (i > 0 && is_role(&msgs[i], "system") && t->family != EBB_CHAT_CHATML &&
+            t->family != EBB_CHAT_LLAMA3) {
+            rc = ebb_diag_set(diag, EBB_EINVAL,
+                              "the %s chat template accepts a system message only first",
+                              ebb_chat_family_name(t->family));
+            goto out;
+        }
+    }
+    switch (t->family) {
+    case EBB_CHAT_CHATML:
+        rc = render_chatml(t, msgs, n, &b);
+        if (add_generation)
+            sb_puts(&b, "<|im_start|>assistant\n");
+        break;
+    case EBB_CHAT_GEMMA:
+        rc = render_gemma(msgs, n, &b, diag);
+        if (add_generation)
+            sb_puts(&b, "<start_of_turn>model\n");
+        break;
+    case EBB_CHAT_LLAMA3:
+        rc = render_llama3(msgs, n, &b);
+        if (add_generation)
+            sb_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case EBB_CHAT_MISTRAL:
+        rc = render_mistral(msgs, n, &b, diag);
+        break;
+    default:
+        rc = ebb_diag_set(diag, EBB_EINVAL, "no chat template");
+    }
+    if (rc)
+        goto out;
+    if (!b.p)
+        sb_put(&b, "", 0);
+    if (b.oom) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    *out = b.p;
+    *out_len = b.n;
+    b.p = NULL;
+out:
+    free(b.p);
+    return rc;
+}

@@ -1,0 +1,737 @@
+/* /v1/chat/completions and /v1/completions: prompt building, submission to the scheduler, the
+ * engine sink (engine thread), and turning engine output into SSE chunks or one JSON body. */
+#include "api-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "tokenizer.h"
+
+void ebb__req_engine_released(struct ebb__req *r);
+
+void ebb__gen_free(struct ebb__gen *g)
+{
+    if (!g)
+        return;
+    ebb__abuf_fini(&g->pend);
+    ebb__abuf_fini(&g->take);
+    ebb__abuf_fini(&g->text);
+    free(g->pend_lp);
+    free(g->take_lp);
+    free(g->all_lp);
+    free(g->echo);
+    free(g);
+}
+
+static bool lp_push(struct ebb__lp **v, size_t *n, size_t *cap, const struct ebb__lp *e)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        struct ebb__lp *p = realloc(*v, c * sizeof(*p));
+        if (!p)
+            return false;
+        *v = p;
+        *cap = c;
+    }
+    (*v)[(*n)++] = *e;
+    return true;
+}
+
+/* ---- engine thread ---------------------------------------------------------------------- */
+
+static void post(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    if (!r->in_ready) {
+        r->in_ready = true;
+        r->ready_next = a->ready_head;
+        a->ready_head = r;
+    }
+}
+
+static void sink_token(void *ud, const struct ebb_sched_token *t)
+{
+    struct ebb__req *r = ud;
+    struct ebb__gen *g = r->gen;
+    struct ebb_api *a = r->api;
+    pthread_mutex_lock(&a->mu);
+    ebb__abuf_put(&g->pend, t->text, t->len);
+    if (t->info) {
+        struct ebb__lp e = {.id = t->id, .logprob = t->info->logprob, .n_top = t->info->n_top};
+        memcpy(e.top_ids, t->info->top_ids, sizeof(e.top_ids));
+        memcpy(e.top_logprobs, t->info->top_logprobs, sizeof(e.top_logprobs));
+        lp_push(&g->pend_lp, &g->n_pend_lp, &g->cap_pend_lp, &e);
+    }
+    bool wake = g->stream && !r->in_ready;
+    if (wake)
+        post(r);
+    pthread_mutex_unlock(&a->mu);
+    if (wake)
+        uv_async_send(&a->async);
+}
+
+static void sink_done(void *ud, const struct ebb_sched_result *res)
+{
+    struct ebb__req *r = ud;
+    struct ebb_api *a = r->api;
+    pthread_mutex_lock(&a->mu);
+    r->gen->res = *res;
+    r->gen->eng_done = true;
+    post(r);
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->async);
+}
+
+/* ---- loop thread: output ----------------------------------------------------------------- */
+
+static const char *finish_name(enum ebb_finish f)
+{
+    return f == EBB_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *chunk_base(struct ebb__req *r)
+{
+    struct ebb__gen *g = r->gen;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(g->id));
+    json_object_set_new(o, "object",
+                        json_string(g->chat ? "chat.completion.chunk" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(g->created));
+    json_object_set_new(o, "model", json_string(r->api->model_id));
+    json_object_set_new(o, "system_fingerprint", json_string("ebb"));
+    if (g->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* A chunk with one choice; delta_text may be NULL (final chunk), lp may be NULL. */
+static void sse_chunk(struct ebb__req *r, const char *text, size_t n, json_t *lp, bool role,
+                      const char *finish)
+{
+    struct ebb__gen *g = r->gen;
+    json_t *o = chunk_base(r), *ch = json_object(), *arr = json_array();
+    json_object_set_new(ch, "index", json_integer(0));
+    if (g->chat) {
+        json_t *d = json_object();
+        if (role)
+            json_object_set_new(d, "role", json_string("assistant"));
+        if (text)
+            json_object_set_new(d, "content", ebb__json_text(text, n));
+        json_object_set_new(ch, "delta", d);
+    } else {
+        json_object_set_new(ch, "text", ebb__json_text(text ? text : "", text ? n : 0));
+    }
+    json_object_set_new(ch, "logprobs", lp ? lp : json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    ebb__sse_event(&r->out, o);
+}
+
+static json_t *usage(const struct ebb_sched_result *res)
+{
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(res->n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(res->n_gen));
+    json_object_set_new(u, "total_tokens", json_integer(res->n_prompt + res->n_gen));
+    if (res->n_cached) {
+        json_t *d = json_object();
+        json_object_set_new(d, "cached_tokens", json_integer(res->n_cached));
+        json_object_set_new(u, "prompt_tokens_details", d);
+    }
+    return u;
+}
+
+static const struct ebb_tokenizer *tokenizer(struct ebb__req *r)
+{
+    return ebb_model_tokenizer(r->api->model);
+}
+
+static void account(struct ebb__req *r)
+{
+    struct ebb__metrics *m = &r->api->metrics;
+    const struct ebb_sched_result *res = &r->gen->res;
+    m->prompt_tokens += res->n_prompt;
+    m->cached_tokens += res->n_cached;
+    m->generated_tokens += res->n_gen;
+    m->prefill_seconds += res->t_prefill;
+    m->decode_seconds += res->t_decode;
+    m->queue_seconds += res->t_queue;
+    if (res->finish == EBB_FINISH_CANCEL)
+        m->cancellations++;
+    if (res->finish == EBB_FINISH_ERROR)
+        m->errors++;
+    if (res->n_gen && res->finish != EBB_FINISH_ERROR)
+        ebb__metrics_ttft(m, res->t_queue + res->t_prefill);
+}
+
+static void stream_finish(struct ebb__req *r)
+{
+    struct ebb__gen *g = r->gen;
+    const struct ebb_sched_result *res = &g->res;
+    if (res->finish == EBB_FINISH_ERROR || res->finish == EBB_FINISH_CANCEL) {
+        const char *msg = res->finish == EBB_FINISH_ERROR ? res->msg : "the request was cancelled";
+        char *e = ebb__error_json(msg, "server_error", NULL,
+                                  res->finish == EBB_FINISH_ERROR ? "internal_error" : "cancelled");
+        if (e) {
+            ebb__abuf_puts(&r->out, "data: ");
+            ebb__abuf_puts(&r->out, e);
+            ebb__abuf_puts(&r->out, "\n\n");
+            free(e);
+        }
+    } else {
+        sse_chunk(r, g->chat ? NULL : "", 0, NULL, false, finish_name(res->finish));
+        if (g->include_usage) {
+            json_t *o = chunk_base(r);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage(res));
+            ebb__sse_event(&r->out, o);
+        }
+        ebb__abuf_puts(&r->out, "data: [DONE]\n\n");
+    }
+    g->finished = true;
+}
+
+void ebb__gen_pump(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    struct ebb__gen *g = r->gen;
+    pthread_mutex_lock(&a->mu);
+    struct ebb__abuf tb = g->take;
+    g->take = g->pend;
+    g->pend = tb;
+    g->pend.n = 0;
+    struct ebb__lp *tl = g->take_lp;
+    size_t tc = g->cap_take_lp;
+    g->take_lp = g->pend_lp;
+    g->n_take_lp = g->n_pend_lp;
+    g->cap_take_lp = g->cap_pend_lp;
+    g->pend_lp = tl;
+    g->cap_pend_lp = tc;
+    g->n_pend_lp = 0;
+    bool done = g->eng_done;
+    pthread_mutex_unlock(&a->mu);
+
+    bool newly_done = done && r->engine_ref;
+    if (g->stream) {
+        if (r->conn && !r->disconnected && !g->finished) {
+            if (g->take.n || g->n_take_lp) {
+                json_t *lp = NULL;
+                if (g->logprobs) {
+                    json_t *c =
+                        g->chat ? ebb__chat_logprobs(tokenizer(r), g->take_lp, g->n_take_lp) : NULL;
+                    if (g->chat) {
+                        lp = json_object();
+                        json_object_set_new(lp, "content", c);
+                    } else {
+                        lp = ebb__compl_logprobs(tokenizer(r), g->take_lp, g->n_take_lp, 0);
+                    }
+                }
+                sse_chunk(r, g->take.p ? g->take.p : "", g->take.n, lp, false, NULL);
+            }
+            if (done)
+                stream_finish(r);
+            r->last_out = ebb__now();
+            if (r->out.oom) {
+                /* The client reads slower than we generate and the buffer hit its cap. */
+                ebb_log(EBB_LOG_WARN, "http", "%s: client too slow, stream cut", r->path);
+                r->disconnected = true;
+                ebb_sched_cancel(a->sched, g->job_id);
+            }
+            ebb__resume(r);
+        }
+    } else {
+        ebb__abuf_put(&g->text, g->take.p ? g->take.p : "", g->take.n);
+        for (size_t i = 0; i < g->n_take_lp; i++)
+            lp_push(&g->all_lp, &g->n_all_lp, &g->cap_all_lp, &g->take_lp[i]);
+        if (done)
+            ebb__resume(r);
+    }
+    g->take.n = 0;
+    g->n_take_lp = 0;
+    if (newly_done) {
+        account(r);
+        ebb__req_engine_released(r); /* may free r */
+    }
+}
+
+void ebb__gen_keepalive(struct ebb__req *r, double now)
+{
+    struct ebb__gen *g = r->gen;
+    if (!g || !g->stream || g->finished || !r->conn || r->disconnected)
+        return;
+    if ((now - r->last_out) * 1e3 < r->api->keepalive_ms)
+        return;
+    ebb__abuf_puts(&r->out, ": keep-alive\n\n");
+    r->last_out = now;
+    ebb__resume(r);
+}
+
+void ebb__gen_conn_closed(struct ebb__req *r)
+{
+    if (r->engine_ref && r->api->sched)
+        ebb_sched_cancel(r->api->sched, r->gen->job_id);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct ebb__req *r = cls;
+    if (r->disconnected)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t avail = r->out.n - r->out_off;
+    if (avail) {
+        size_t n = avail < max ? avail : max;
+        memcpy(buf, r->out.p + r->out_off, n);
+        r->out_off += n;
+        if (r->out_off == r->out.n)
+            r->out.n = r->out_off = 0;
+        return (ssize_t)n;
+    }
+    if (r->gen->finished)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    ebb__suspend(r);
+    return 0;
+}
+
+/* ---- loop thread: answering ----------------------------------------------------------------- */
+
+static void reply_body(struct ebb__req *r)
+{
+    struct ebb__gen *g = r->gen;
+    const struct ebb_sched_result *res = &g->res;
+    if (res->finish == EBB_FINISH_ERROR) {
+        ebb__reply_error(r, 500, res->msg[0] ? res->msg : "generation failed", NULL,
+                         "internal_error");
+        return;
+    }
+    if (res->finish == EBB_FINISH_CANCEL) {
+        ebb__reply_error(r, 503, "the request was cancelled (server shutting down)", NULL,
+                         "cancelled");
+        return;
+    }
+    json_t *o = json_object(), *ch = json_object(), *arr = json_array();
+    json_object_set_new(o, "id", json_string(g->id));
+    json_object_set_new(o, "object", json_string(g->chat ? "chat.completion" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(g->created));
+    json_object_set_new(o, "model", json_string(r->api->model_id));
+    json_object_set_new(o, "system_fingerprint", json_string("ebb"));
+    json_object_set_new(ch, "index", json_integer(0));
+    const char *text = g->text.p ? g->text.p : "";
+    json_t *lp = json_null();
+    if (g->chat) {
+        json_t *m = json_object();
+        json_object_set_new(m, "role", json_string("assistant"));
+        json_object_set_new(m, "content", ebb__json_text(text, g->text.n));
+        json_object_set_new(ch, "message", m);
+        if (g->logprobs) {
+            lp = json_object();
+            json_object_set_new(lp, "content",
+                                ebb__chat_logprobs(tokenizer(r), g->all_lp, g->n_all_lp));
+        }
+    } else {
+        struct ebb__abuf full = {0};
+        ebb__abuf_put(&full, g->echo ? g->echo : "", g->echo_len);
+        ebb__abuf_put(&full, text, g->text.n);
+        json_object_set_new(ch, "text", ebb__json_text(full.p ? full.p : "", full.n));
+        ebb__abuf_fini(&full);
+        if (g->logprobs)
+            lp = ebb__compl_logprobs(tokenizer(r), g->all_lp, g->n_all_lp, g->echo_len);
+    }
+    json_object_set_new(ch, "logprobs", lp);
+    json_object_set_new(ch, "finish_reason", json_string(finish_name(res->finish)));
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage(res));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) {
+        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+        return;
+    }
+    ebb__reply(r, 200, "application/json", s, strlen(s));
+    free(s);
+}
+
+static void make_id(char *out, size_t cap, const char *prefix)
+{
+    static uint64_t state;
+    if (!state)
+        state = (uint64_t)ebb__unix_now() * 2654435761u ^ (uint64_t)getpid() << 32 ^ 0x9E37u;
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    uint64_t b = state * 0x2545F4914F6CDD1Dull;
+    snprintf(out, cap, "%s-%016llx%08llx", prefix, (unsigned long long)state,
+             (unsigned long long)(b >> 32));
+}
+
+/* Encodes text (with flags) into a malloc'd token array appended after *ids. */
+static ebb_err encode_append(const struct ebb_tokenizer *tok, const char *s, size_t n,
+                             unsigned flags, int32_t **ids, size_t *n_ids)
+{
+    size_t need = 0;
+    ebb_err rc = ebb_tokenizer_encode(tok, s, n, flags, NULL, 0, &need);
+    if (rc && rc != EBB_ERANGE)
+        return rc;
+    int32_t *p = realloc(*ids, sizeof(int32_t) * (*n_ids + need + 1));
+    if (!p)
+        return EBB_ENOMEM;
+    *ids = p;
+    size_t got = 0;
+    rc = ebb_tokenizer_encode(tok, s, n, flags, p + *n_ids, need + 1, &got);
+    if (rc)
+        return rc;
+    *n_ids += got;
+    return EBB_OK;
+}
+
+static ebb_err push_id(int32_t **ids, size_t *n, int32_t id)
+{
+    int32_t *p = realloc(*ids, sizeof(int32_t) * (*n + 1));
+    if (!p)
+        return EBB_ENOMEM;
+    p[(*n)++] = id;
+    *ids = p;
+    return EBB_OK;
+}
+
+/* Builds the prompt tokens. Returns 0 or an HTTP status after replying. */
+static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t **ids,
+                             size_t *n_ids, char **echo, size_t *echo_len)
+{
+    struct ebb_api *a = r->api;
+    const struct ebb_tokenizer *tok = tokenizer(r);
+    struct ebb_diag d = {{0}};
+    ebb_err rc = EBB_OK;
+    if (q->chat) {
+        char *text = NULL;
+        size_t len = 0;
+        rc = ebb_chat_template_render(&a->tmpl, q->msgs, q->n_msgs, true, &text, &len, &d);
+        if (rc) {
+            ebb__reply_error(r, 400, d.msg, "messages", NULL);
+            return 400;
+        }
+        rc = encode_append(tok, text, len, EBB_TOK_ADD_SPECIAL | EBB_TOK_PARSE_SPECIAL, ids, n_ids);
+        free(text);
+    } else if (q->prompt_ids) {
+        uint32_t nv = ebb_tokenizer_n_vocab(tok);
+        for (size_t i = 0; i < q->n_prompt_ids; i++) {
+            if ((uint32_t)q->prompt_ids[i] >= nv) {
+                char msg[128];
+                snprintf(msg, sizeof(msg),
+                         "token id %d in 'prompt' is outside the vocabulary "
+                         "(size %u)",
+                         (int)q->prompt_ids[i], nv);
+                ebb__reply_error(r, 400, msg, "prompt", NULL);
+                return 400;
+            }
+        }
+        *ids = malloc(sizeof(int32_t) * q->n_prompt_ids);
+        if (!*ids)
+            rc = EBB_ENOMEM;
+        else {
+            memcpy(*ids, q->prompt_ids, sizeof(int32_t) * q->n_prompt_ids);
+            *n_ids = q->n_prompt_ids;
+        }
+        if (!rc && q->echo) {
+            struct ebb__abuf b = {0};
+            struct ebb_detok dt;
+            ebb_detok_init(&dt);
+            char tmp[3100];
+            for (size_t i = 0; i < q->n_prompt_ids; i++) {
+                struct ebb_str p = {0};
+                if (ebb_tokenizer_piece(tok, q->prompt_ids[i], false, &p))
+                    continue;
+                size_t pn = p.n > 1000 ? 1000 : (size_t)p.n;
+                ebb__abuf_put(&b, tmp, ebb_detok_push(&dt, p.p, pn, tmp, sizeof(tmp)));
+            }
+            ebb__abuf_put(&b, tmp, ebb_detok_finish(&dt, tmp, sizeof(tmp)));
+            *echo = b.p;
+            *echo_len = b.n;
+        }
+    } else if (q->suffix) {
+        if (a->fim_pre < 0) {
+            ebb__reply_error(r, 400,
+                             "'suffix' needs a model with fill-in-the-middle tokens; this one "
+                             "has none",
+                             "suffix", NULL);
+            return 400;
+        }
+        if (ebb_tokenizer_add_bos(tok) && ebb_tokenizer_bos(tok) >= 0)
+            rc = push_id(ids, n_ids, ebb_tokenizer_bos(tok));
+        if (!rc)
+            rc = push_id(ids, n_ids, a->fim_pre);
+        if (!rc)
+            rc = encode_append(tok, q->prompt, q->prompt_len, 0, ids, n_ids);
+        if (!rc)
+            rc = push_id(ids, n_ids, a->fim_suf);
+        if (!rc)
+            rc = encode_append(tok, q->suffix, strlen(q->suffix), 0, ids, n_ids);
+        if (!rc)
+            rc = push_id(ids, n_ids, a->fim_mid);
+    } else {
+        rc = encode_append(tok, q->prompt, q->prompt_len, EBB_TOK_ADD_SPECIAL, ids, n_ids);
+    }
+    if (!rc && q->echo && !q->prompt_ids && q->prompt) {
+        *echo = malloc(q->prompt_len + 1);
+        if (!*echo)
+            rc = EBB_ENOMEM;
+        else {
+            memcpy(*echo, q->prompt, q->prompt_len);
+            (*echo)[q->prompt_len] = 0;
+            *echo_len = q->prompt_len;
+        }
+    }
+    if (rc) {
+        ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+        return 500;
+    }
+    if (*n_ids == 0) {
+        ebb__reply_error(r, 400, "the prompt is empty", q->chat ? "messages" : "prompt", NULL);
+        return 400;
+    }
+    return 0;
+}
+
+static void gen_start(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    if (!a->ready) {
+        if (a->load_seen)
+            ebb__reply_error(r, 503, a->tmpl_err[0] ? a->tmpl_err : "the model failed to load",
+                             NULL, "model_unavailable");
+        else
+            ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
+        return;
+    }
+    struct ebb__gen_req q;
+    struct ebb__perr pe;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *echo = NULL;
+    size_t echo_len = 0;
+    bool chat = r->ep == EBB__EP_CHAT;
+    ebb_err rc = ebb__gen_req_parse(r->body.p ? r->body.p : "", r->body.n, chat, &q, &pe);
+    if (rc) {
+        if (rc == EBB_EINVAL)
+            ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
+        else
+            ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+        goto out;
+    }
+    if (q.model && strcmp(q.model, a->model_id)) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
+                 q.model, a->model_id);
+        ebb__reply_error(r, 404, msg, "model", "model_not_found");
+        goto out;
+    }
+    uint32_t nv = ebb_model_n_vocab(a->model);
+    for (size_t i = 0; i < q.gp.sampling.n_logit_bias; i++) {
+        if ((uint32_t)q.bias[i].token >= nv) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "'logit_bias' token %d is outside the vocabulary (size %u)",
+                     (int)q.bias[i].token, nv);
+            ebb__reply_error(r, 400, msg, "logit_bias", NULL);
+            goto out;
+        }
+    }
+    if (build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
+        goto out;
+    uint32_t n_ctx = ebb_model_n_ctx(a->model);
+    if (n_ids >= n_ctx) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "This model's maximum context length is %u tokens, but the prompt has %zu "
+                 "tokens (n_prompt_tokens=%zu, n_ctx=%u)",
+                 n_ctx, n_ids, n_ids, n_ctx);
+        ebb__reply_error(r, 400, msg, chat ? "messages" : "prompt", "context_length_exceeded");
+        goto out;
+    }
+    struct ebb__gen *g = calloc(1, sizeof(*g));
+    if (!g) {
+        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+        goto out;
+    }
+    r->gen = g;
+    make_id(g->id, sizeof(g->id), chat ? "chatcmpl" : "cmpl");
+    g->created = (long long)ebb__unix_now();
+    g->chat = chat;
+    g->stream = q.stream;
+    g->include_usage = q.stream && q.include_usage;
+    g->logprobs = q.logprobs;
+    g->n_prompt = (uint32_t)n_ids;
+    g->echo = echo;
+    g->echo_len = echo_len;
+    echo = NULL;
+    g->t_submit = ebb__now();
+    r->out.limit = a->max_stream_buffer;
+    struct ebb_sched_sink sink = {.on_token = sink_token, .on_done = sink_done, .ud = r};
+    struct ebb_diag d = {{0}};
+    r->engine_ref = true; /* before submit: on_done may come at once */
+    rc = ebb_sched_submit(a->sched, ids, (uint32_t)n_ids, &q.gp, &sink, &g->job_id, &d);
+    if (rc) {
+        r->engine_ref = false;
+        if (rc == EBB_EBUSY) {
+            a->metrics.rejected_queue_full++;
+            ebb__reply_error(r, 503, d.msg, NULL, "queue_full");
+        } else if (rc == EBB_ECTX || rc == EBB_EINVAL) {
+            ebb__reply_error(r, 400, d.msg, NULL, NULL);
+        } else {
+            ebb__reply_error(r, 500, d.msg[0] ? d.msg : ebb_err_str(rc), NULL, "internal_error");
+        }
+        goto out;
+    }
+    r->gen_counted = true;
+    a->n_gen_conns++;
+    r->live_next = a->live;
+    if (a->live)
+        a->live->live_prev = r;
+    a->live = r;
+    r->last_out = ebb__now();
+    if (g->stream) {
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, NULL);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        ebb__add_cors(r, resp);
+        if (chat)
+            sse_chunk(r, "", 0, NULL, true, NULL);
+        else if (g->echo_len)
+            sse_chunk(r, g->echo, g->echo_len, NULL, false, NULL);
+        MHD_queue_response(r->conn, 200, resp);
+        MHD_destroy_response(resp);
+        r->answered = true;
+        r->status = 200;
+    } else {
+        ebb__suspend(r);
+    }
+out:
+    free(ids);
+    free(echo);
+    ebb__gen_req_fini(&q);
+}
+
+void ebb__gen_handle(struct ebb__req *r)
+{
+    if (!r->gen) {
+        gen_start(r);
+        return;
+    }
+    if (r->answered)
+        return;
+    pthread_mutex_lock(&r->api->mu);
+    bool done = r->gen->eng_done;
+    pthread_mutex_unlock(&r->api->mu);
+    if (done && !r->engine_ref)
+        reply_body(r);
+    else
+        ebb__suspend(r);
+}
+
+/* ---- /tokenize and /detokenize ------------------------------------------------------------- */
+
+void ebb__tokenize_handle(struct ebb__req *r, bool detok)
+{
+    struct ebb_api *a = r->api;
+    if (!a->ready) {
+        ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
+        return;
+    }
+    const struct ebb_tokenizer *tok = tokenizer(r);
+    json_error_t je;
+    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &je), *o = NULL;
+    char msg[300];
+    if (!json_is_object(doc)) {
+        snprintf(msg, sizeof(msg), "the body must be a JSON object%s%s", doc ? "" : ": ",
+                 doc ? "" : je.text);
+        ebb__reply_error(r, 400, msg, NULL, NULL);
+        goto out;
+    }
+    if (!detok) {
+        json_t *c = json_object_get(doc, "content");
+        json_t *as = json_object_get(doc, "add_special");
+        json_t *ps = json_object_get(doc, "parse_special");
+        json_t *wp = json_object_get(doc, "with_pieces");
+        if (!json_is_string(c)) {
+            ebb__reply_error(r, 400, "'content' must be a string", "content", NULL);
+            goto out;
+        }
+        if ((as && !json_is_boolean(as)) || (ps && !json_is_boolean(ps)) ||
+            (wp && !json_is_boolean(wp))) {
+            ebb__reply_error(r, 400,
+                             "'add_special', 'parse_special' and 'with_pieces' must be "
+                             "booleans",
+                             as && !json_is_boolean(as) ? "add_special" : NULL, NULL);
+            goto out;
+        }
+        unsigned flags = (json_is_true(as) ? EBB_TOK_ADD_SPECIAL : 0) |
+                         (!ps || json_is_true(ps) ? EBB_TOK_PARSE_SPECIAL : 0);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        ebb_err rc =
+            encode_append(tok, json_string_value(c), json_string_length(c), flags, &ids, &n);
+        if (rc) {
+            free(ids);
+            ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+            goto out;
+        }
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n; i++) {
+            if (json_is_true(wp)) {
+                struct ebb_str p = {0};
+                ebb_tokenizer_piece(tok, ids[i], true, &p);
+                json_t *e = json_object();
+                json_object_set_new(e, "id", json_integer(ids[i]));
+                json_object_set_new(e, "piece", ebb__json_text(p.p ? p.p : "", (size_t)p.n));
+                json_array_append_new(arr, e);
+            } else {
+                json_array_append_new(arr, json_integer(ids[i]));
+            }
+        }
+        free(ids);
+        o = json_object();
+        json_object_set_new(o, "tokens", arr);
+    } else {
+        json_t *t = json_object_get(doc, "tokens");
+        if (!json_is_array(t)) {
+            ebb__reply_error(r, 400, "'tokens' must be an array of token ids", "tokens", NULL);
+            goto out;
+        }
+        uint32_t nv = ebb_tokenizer_n_vocab(tok);
+        struct ebb__abuf b = {0};
+        struct ebb_detok dt;
+        ebb_detok_init(&dt);
+        char tmp[3100];
+        for (size_t i = 0; i < json_array_size(t); i++) {
+            json_t *v = json_array_get(t, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= (json_int_t)nv) {
+                ebb__abuf_fini(&b);
+                snprintf(msg, sizeof(msg), "'tokens'[%zu] is not a token id below %u", i, nv);
+                ebb__reply_error(r, 400, msg, "tokens", NULL);
+                goto out;
+            }
+            struct ebb_str p = {0};
+            if (ebb_tokenizer_piece(tok, (int32_t)json_integer_value(v), false, &p))
+                continue;
+            size_t pn = p.n > 1000 ? 1000 : (size_t)p.n;
+            ebb__abuf_put(&b, tmp, ebb_detok_push(&dt, p.p, pn, tmp, sizeof(tmp)));
+        }
+        ebb__abuf_put(&b, tmp, ebb_detok_finish(&dt, tmp, sizeof(tmp)));
+        o = json_object();
+        json_object_set_new(o, "content", ebb__json_text(b.p ? b.p : "", b.n));
+        ebb__abuf_fini(&b);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    ebb__reply(r, 200, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+    free(s);
+out:
+    json_decref(o);
+    json_decref(doc);
+}

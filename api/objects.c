@@ -1,0 +1,242 @@
+/* OpenAI JSON objects shared by the endpoints: errors, logprobs, SSE framing, buffers. */
+#include "api-int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+void ebb__abuf_put(struct ebb__abuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        if (b->limit && cap > b->limit + 1) {
+            if (b->n + n + 1 > b->limit + 1) {
+                b->oom = true;
+                return;
+            }
+            cap = b->limit + 1;
+        }
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void ebb__abuf_puts(struct ebb__abuf *b, const char *s)
+{
+    ebb__abuf_put(b, s, strlen(s));
+}
+
+void ebb__abuf_printf(struct ebb__abuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof(tmp)) {
+        ebb__abuf_put(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    ebb__abuf_put(b, big, (size_t)n);
+    free(big);
+}
+
+void ebb__abuf_fini(struct ebb__abuf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+    b->oom = false;
+}
+
+const char *ebb__error_type(unsigned status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 500:
+    case 503:
+        return "server_error";
+    default:
+        return "invalid_request_error";
+    }
+}
+
+char *ebb__error_json(const char *message, const char *type, const char *param, const char *code)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(message ? message : ""));
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
+    if (!json_object_get(e, "message")) /* the message was not valid UTF-8 */
+        json_object_set_new(e, "message", json_string("error"));
+    json_t *o = json_object();
+    json_object_set_new(o, "error", e);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if the bytes there are not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+json_t *ebb__json_text(const char *s, size_t n)
+{
+    json_t *j = json_stringn(s, n);
+    if (j)
+        return j;
+    struct ebb__abuf b = {0};
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (l == 0) {
+            /* One U+FFFD per maximal invalid subpart: a lead byte and the continuation
+             * bytes that followed it before the sequence broke off. */
+            size_t want = u[i] >= 0xF0 ? 4 : u[i] >= 0xE0 ? 3 : u[i] >= 0xC2 ? 2 : 1;
+            size_t k = 1;
+            while (want <= 4 && k < want && i + k < n && (u[i + k] & 0xC0) == 0x80)
+                k++;
+            if (u[i] > 0xF4)
+                k = 1;
+            ebb__abuf_put(&b, "\xEF\xBF\xBD", 3);
+            i += k;
+        } else {
+            ebb__abuf_put(&b, s + i, l);
+            i += l;
+        }
+    }
+    j = json_stringn(b.p ? b.p : "", b.n);
+    ebb__abuf_fini(&b);
+    return j;
+}
+
+static json_t *piece_text(const struct ebb_tokenizer *tok, int32_t id, json_t **bytes)
+{
+    struct ebb_str p = {0};
+    if (ebb_tokenizer_piece(tok, id, true, &p))
+        p.n = 0;
+    if (bytes) {
+        *bytes = json_array();
+        for (uint64_t i = 0; i < p.n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)p.p[i]));
+    }
+    return ebb__json_text(p.p ? p.p : "", (size_t)p.n);
+}
+
+json_t *ebb__chat_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp *lps, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object(), *bytes;
+        json_object_set_new(e, "token", piece_text(tok, lps[i].id, &bytes));
+        json_object_set_new(e, "logprob", json_real(lps[i].logprob));
+        json_object_set_new(e, "bytes", bytes);
+        json_t *tops = json_array();
+        for (uint32_t k = 0; k < lps[i].n_top; k++) {
+            json_t *t = json_object(), *tb;
+            json_object_set_new(t, "token", piece_text(tok, lps[i].top_ids[k], &tb));
+            json_object_set_new(t, "logprob", json_real(lps[i].top_logprobs[k]));
+            json_object_set_new(t, "bytes", tb);
+            json_array_append_new(tops, t);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(arr, e);
+    }
+    return arr;
+}
+
+json_t *ebb__compl_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp *lps, size_t n,
+                            size_t offset)
+{
+    json_t *o = json_object(), *tokens = json_array(), *tlp = json_array(), *tops = json_array(),
+           *offs = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = piece_text(tok, lps[i].id, NULL);
+        json_array_append_new(offs, json_integer((json_int_t)offset));
+        offset += json_string_length(t);
+        json_array_append_new(tokens, t);
+        json_array_append_new(tlp, json_real(lps[i].logprob));
+        json_t *m = json_object();
+        for (uint32_t k = 0; k < lps[i].n_top; k++) {
+            json_t *kt = piece_text(tok, lps[i].top_ids[k], NULL);
+            if (!json_object_get(m, json_string_value(kt)))
+                json_object_set_new(m, json_string_value(kt), json_real(lps[i].top_logprobs[k]));
+            json_decref(kt);
+        }
+        json_array_append_new(tops, m);
+    }
+    json_object_set_new(o, "tokens", tokens);
+    json_object_set_new(o, "token_logprobs", tlp);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    return o;
+}
+
+void ebb__sse_event(struct ebb__abuf *b, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!s) {
+        b->oom = true;
+        return;
+    }
+    ebb__abuf_puts(b, "data: ");
+    ebb__abuf_puts(b, s);
+    ebb__abuf_puts(b, "\n\n");
+    free(s);
+}

@@ -1,0 +1,375 @@
+/* Request bodies of /v1/chat/completions and /v1/completions: JSON parsing and validation. Every
+ * rejection names the offending parameter, as OpenAI's API does. */
+#include "api-int.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    e->param = param;
+    return EBB_EINVAL;
+}
+
+/* A number in [lo, hi]; absent or null leaves *out alone. */
+static ebb_err get_num(json_t *o, const char *key, double lo, double hi, float *out, bool *set,
+                       struct ebb__perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return EBB_OK;
+    if (!json_is_number(v))
+        return fail(e, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi)
+        return fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = (float)d;
+    if (set)
+        *set = true;
+    return EBB_OK;
+}
+
+static ebb_err get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                       bool *set, struct ebb__perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return EBB_OK;
+    if (!json_is_integer(v))
+        return fail(e, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(e, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+    *out = x;
+    if (set)
+        *set = true;
+    return EBB_OK;
+}
+
+static ebb_err get_bool(json_t *o, const char *key, bool *out, struct ebb__perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return EBB_OK;
+    if (!json_is_boolean(v))
+        return fail(e, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return EBB_OK;
+}
+
+static ebb_err parse_stop(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v))
+        return EBB_OK;
+    json_t *one[1] = {v};
+    json_t **items = one;
+    size_t n = 1;
+    json_t *arr = NULL;
+    if (json_is_array(v)) {
+        arr = v;
+        n = json_array_size(v);
+    } else if (!json_is_string(v)) {
+        return fail(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    if (n > EBB_SCHED_MAX_STOP)
+        return fail(e, "stop", "'stop' allows at most %d sequences", EBB_SCHED_MAX_STOP);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = arr ? json_array_get(arr, i) : items[i];
+        if (!json_is_string(s))
+            return fail(e, "stop", "'stop' must be a string or an array of strings");
+        size_t len = json_string_length(s);
+        if (len >= EBB_SCHED_MAX_STOP_LEN)
+            return fail(e, "stop", "each 'stop' sequence must be shorter than %d bytes",
+                        EBB_SCHED_MAX_STOP_LEN);
+        if (len == 0 || memchr(json_string_value(s), 0, len))
+            continue;
+        r->gp.stop[r->gp.n_stop++] = json_string_value(s);
+    }
+    return EBB_OK;
+}
+
+static ebb_err parse_logit_bias(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v))
+        return EBB_OK;
+    if (!json_is_object(v))
+        return fail(e, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n > 1024)
+        return fail(e, "logit_bias", "'logit_bias' allows at most 1024 entries");
+    if (n == 0)
+        return EBB_OK;
+    r->bias = calloc(n, sizeof(*r->bias));
+    if (!r->bias)
+        return EBB_ENOMEM;
+    const char *key;
+    json_t *val;
+    size_t i = 0;
+    json_object_foreach(v, key, val)
+    {
+        char *end = NULL;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX)
+            return fail(e, "logit_bias", "'logit_bias' keys must be token ids, got '%.64s'", key);
+        if (!json_is_number(val))
+            return fail(e, "logit_bias", "'logit_bias' values must be numbers");
+        double b = json_number_value(val);
+        if (b < -100 || b > 100)
+            return fail(e, "logit_bias", "'logit_bias' values must be between -100 and 100");
+        r->bias[i].token = (int32_t)id;
+        /* OpenAI documents -100 as a ban. */
+        r->bias[i].bias = b <= -100 ? -INFINITY : (float)b;
+        i++;
+    }
+    r->gp.sampling.logit_bias = r->bias;
+    r->gp.sampling.n_logit_bias = i;
+    return EBB_OK;
+}
+
+/* Concatenates the text parts of an array content; other part types are rejected. */
+static ebb_err parse_parts(json_t *c, size_t idx, char **out, size_t *len, struct ebb__perr *e)
+{
+    size_t total = 0, n = json_array_size(c);
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(c, i);
+        json_t *t = json_object_get(p, "type");
+        json_t *txt = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(t) || strcmp(json_string_value(t), "text") ||
+            !json_is_string(txt))
+            return fail(e, "messages",
+                        "messages[%zu].content parts must be {\"type\":\"text\",\"text\":...}",
+                        idx);
+        total += json_string_length(txt);
+    }
+    char *b = malloc(total + 1);
+    if (!b)
+        return EBB_ENOMEM;
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *txt = json_object_get(json_array_get(c, i), "text");
+        memcpy(b + w, json_string_value(txt), json_string_length(txt));
+        w += json_string_length(txt);
+    }
+    b[w] = 0;
+    *out = b;
+    *len = w;
+    return EBB_OK;
+}
+
+static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    json_t *m = json_object_get(o, "messages");
+    if (!m)
+        return fail(e, "messages", "'messages' is required");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return fail(e, "messages", "'messages' must be a non-empty array");
+    size_t n = json_array_size(m);
+    r->msgs = calloc(n, sizeof(*r->msgs));
+    r->parts_buf = calloc(n, sizeof(*r->parts_buf));
+    if (!r->msgs || !r->parts_buf)
+        return EBB_ENOMEM;
+    r->n_msgs = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i);
+        if (!json_is_object(msg))
+            return fail(e, "messages", "messages[%zu] must be an object", i);
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_string(role))
+            return fail(e, "messages", "messages[%zu].role must be a string", i);
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer"))
+            rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return fail(e, "messages",
+                        "messages[%zu].role must be 'system', 'user' or 'assistant', got "
+                        "'%.32s'",
+                        i, rs);
+        r->msgs[i].role = rs;
+        json_t *c = json_object_get(msg, "content");
+        if (json_is_string(c)) {
+            r->msgs[i].content = json_string_value(c);
+            r->msgs[i].len = json_string_length(c);
+        } else if (json_is_array(c)) {
+            ebb_err rc = parse_parts(c, i, &r->parts_buf[i], &r->msgs[i].len, e);
+            if (rc)
+                return rc;
+            r->msgs[i].content = r->parts_buf[i];
+        } else if ((!c || json_is_null(c)) && !strcmp(rs, "assistant")) {
+            r->msgs[i].content = "";
+            r->msgs[i].len = 0;
+        } else {
+            return fail(e, "messages",
+                        "messages[%zu].content must be a string or an array of text parts", i);
+        }
+    }
+    return EBB_OK;
+}
+
+static ebb_err parse_prompt(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    json_t *p = json_object_get(o, "prompt");
+    if (!p || json_is_null(p))
+        return fail(e, "prompt", "'prompt' is required");
+    /* A batch of one prompt is the same as the prompt itself. */
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        r->prompt = json_string_value(p);
+        r->prompt_len = json_string_length(p);
+        return EBB_OK;
+    }
+    if (!json_is_array(p))
+        return fail(e, "prompt", "'prompt' must be a string or an array of token ids");
+    size_t n = json_array_size(p);
+    if (n == 0)
+        return fail(e, "prompt", "'prompt' must not be empty");
+    r->prompt_ids = malloc(sizeof(int32_t) * n);
+    if (!r->prompt_ids)
+        return EBB_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(p, i);
+        if (json_is_string(t) || json_is_array(t))
+            return fail(e, "prompt", "only one prompt per request is supported");
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return fail(e, "prompt", "'prompt' token ids must be non-negative integers");
+        r->prompt_ids[i] = (int32_t)json_integer_value(t);
+    }
+    r->n_prompt_ids = n;
+    return EBB_OK;
+}
+
+ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
+                           struct ebb__perr *e)
+{
+    memset(r, 0, sizeof(*r));
+    memset(e, 0, sizeof(*e));
+    r->chat = chat;
+    ebb_gen_params_defaults(&r->gp);
+    json_error_t je;
+    r->doc = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
+    if (!r->doc)
+        return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                    je.line, je.column);
+    json_t *o = r->doc;
+    if (!json_is_object(o))
+        return fail(e, NULL, "the body must be a JSON object");
+    ebb_err rc = EBB_OK;
+    json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return fail(e, "model", "'model' must be a string");
+        if (json_string_length(model))
+            r->model = json_string_value(model);
+    }
+    long long nn = 1;
+    if ((rc = get_int(o, "n", 1, 1000000, &nn, NULL, e)))
+        return rc;
+    if (nn != 1)
+        return fail(e, "n", "'n' must be 1: only one choice per request is supported");
+    long long mt = 0;
+    bool mt_set = false;
+    if ((rc = get_int(o, "max_tokens", 1, 1 << 30, &mt, &mt_set, e)))
+        return rc;
+    if (chat && (rc = get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &mt_set, e)))
+        return rc;
+    r->max_tokens_set = mt_set;
+    r->gp.max_tokens = mt_set ? (uint32_t)mt : chat ? 0 : 16;
+    struct ebb_sampling *s = &r->gp.sampling;
+    if ((rc = get_num(o, "temperature", 0, 2, &s->temperature, NULL, e)) ||
+        (rc = get_num(o, "top_p", 0, 1, &s->top_p, NULL, e)) ||
+        (rc = get_num(o, "min_p", 0, 1, &s->min_p, NULL, e)) ||
+        (rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, NULL, e)) ||
+        (rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, NULL, e)) ||
+        (rc = get_num(o, "repeat_penalty", 0.01, 10, &s->repeat_penalty, NULL, e)))
+        return rc;
+    long long tk = 0, seed = 0, rl = 0;
+    bool tk_set = false, seed_set = false, rl_set = false;
+    if ((rc = get_int(o, "top_k", 0, 1 << 30, &tk, &tk_set, e)) ||
+        (rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_set, e)) ||
+        (rc = get_int(o, "repeat_last_n", -1, 1 << 20, &rl, &rl_set, e)))
+        return rc;
+    if (tk_set)
+        s->top_k = (int32_t)tk;
+    if (seed_set)
+        s->seed = (uint64_t)seed == EBB_SEED_RANDOM ? 0 : (uint64_t)seed;
+    if (rl_set)
+        s->repeat_last_n = (int32_t)rl;
+    if ((rc = parse_stop(o, r, e)) || (rc = parse_logit_bias(o, r, e)))
+        return rc;
+    if ((rc = get_bool(o, "stream", &r->stream, e)) ||
+        (rc = get_bool(o, "ignore_eos", &r->gp.ignore_eos, e)))
+        return rc;
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return fail(e, "stream_options", "'stream_options' must be an object");
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu))
+            return fail(e, "stream_options", "'stream_options.include_usage' must be a boolean");
+        r->include_usage = json_is_true(iu);
+    }
+    if (chat) {
+        long long tl = 0;
+        bool tl_set = false;
+        if ((rc = get_bool(o, "logprobs", &r->logprobs, e)) ||
+            (rc = get_int(o, "top_logprobs", 0, EBB_SAMPLE_MAX_TOP, &tl, &tl_set, e)))
+            return rc;
+        if (tl_set && tl > 0 && !r->logprobs)
+            return fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
+        r->top_logprobs = (uint32_t)tl;
+        if ((rc = parse_messages(o, r, e)))
+            return rc;
+    } else {
+        long long lp = 0;
+        bool lp_set = false;
+        if ((rc = get_int(o, "logprobs", 0, 5, &lp, &lp_set, e)))
+            return rc;
+        r->logprobs = lp_set;
+        r->top_logprobs = (uint32_t)lp;
+        if ((rc = get_bool(o, "echo", &r->echo, e)))
+            return rc;
+        json_t *sfx = json_object_get(o, "suffix");
+        if (sfx && !json_is_null(sfx)) {
+            if (!json_is_string(sfx))
+                return fail(e, "suffix", "'suffix' must be a string");
+            if (json_string_length(sfx))
+                r->suffix = json_string_value(sfx);
+        }
+        if ((rc = parse_prompt(o, r, e)))
+            return rc;
+    }
+    r->gp.logprobs = r->logprobs;
+    r->gp.n_top_logprobs = r->top_logprobs;
+    return EBB_OK;
+}
+
+void ebb__gen_req_fini(struct ebb__gen_req *r)
+{
+    if (r->parts_buf) {
+        for (size_t i = 0; i < r->n_msgs; i++)
+            free(r->parts_buf[i]);
+    }
+    free(r->parts_buf);
+    free(r->msgs);
+    free(r->prompt_ids);
+    free(r->bias);
+    if (r->doc)
+        json_decref(r->doc);
+    memset(r, 0, sizeof(*r));
+}

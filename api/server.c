@@ -1,0 +1,993 @@
+/* libmicrohttpd inside the libuv loop, connection bookkeeping, routing and the request checks
+ * that come before any handler: Host (DNS rebinding), Origin (CORS), API key, method, size. */
+#include "api-int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "tokenizer.h"
+
+double ebb__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ebb__unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- driving MHD from libuv -------------------------------------------------------------- */
+
+struct ebb__fdpoll {
+    uv_poll_t h;
+    struct ebb_api *api;
+    struct ebb__fdpoll *next;
+};
+
+static void mhd_run(struct ebb_api *a);
+
+static void on_fdpoll_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_fdpoll(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    struct ebb__fdpoll *p = h->data;
+    mhd_run(p->api);
+}
+
+/* fdset mode: replace the polls by one per socket MHD wants watched now. Handles are recreated
+ * each time because MHD may have closed and reused a descriptor number since the last run. */
+static void fdset_update(struct ebb_api *a)
+{
+    while (a->fdpolls) {
+        struct ebb__fdpoll *p = a->fdpolls;
+        a->fdpolls = p->next;
+        uv_close((uv_handle_t *)&p->h, on_fdpoll_closed);
+    }
+    if (a->closing)
+        return;
+    fd_set rs, ws, es;
+    FD_ZERO(&rs);
+    FD_ZERO(&ws);
+    FD_ZERO(&es);
+    MHD_socket max = 0;
+    if (MHD_get_fdset2(a->mhd, &rs, &ws, &es, &max, FD_SETSIZE) != MHD_YES)
+        return;
+    for (MHD_socket fd = 0; fd <= max; fd++) {
+        int ev = 0;
+        if (FD_ISSET(fd, &rs))
+            ev |= UV_READABLE;
+        if (FD_ISSET(fd, &ws))
+            ev |= UV_WRITABLE;
+        if (!ev)
+            continue;
+        struct ebb__fdpoll *p = calloc(1, sizeof(*p));
+        if (!p)
+            continue;
+        p->api = a;
+        p->h.data = p;
+        if (uv_poll_init_socket(a->loop, &p->h, fd)) {
+            free(p);
+            continue;
+        }
+        uv_poll_start(&p->h, ev, on_fdpoll);
+        p->next = a->fdpolls;
+        a->fdpolls = p;
+    }
+}
+
+static void on_mhd_timer(uv_timer_t *t)
+{
+    mhd_run(t->data);
+}
+
+static void reschedule(struct ebb_api *a)
+{
+    if (a->closing)
+        return;
+    if (!a->use_epoll)
+        fdset_update(a);
+    MHD_UNSIGNED_LONG_LONG to = 0;
+    if (MHD_get_timeout(a->mhd, &to) == MHD_YES)
+        uv_timer_start(&a->mhd_timer, on_mhd_timer, to, 0);
+    else
+        uv_timer_stop(&a->mhd_timer);
+}
+
+static void mhd_run(struct ebb_api *a)
+{
+    if (a->in_mhd || a->closing)
+        return;
+    a->in_mhd = true;
+    MHD_run(a->mhd);
+    a->in_mhd = false;
+    reschedule(a);
+}
+
+static void on_epoll(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    mhd_run(h->data);
+}
+
+void ebb__kick(struct ebb_api *a)
+{
+    if (!a->closing)
+        uv_timer_start(&a->mhd_timer, on_mhd_timer, 0, 0);
+}
+
+/* ---- suspension and hang-up detection ---------------------------------------------------- */
+
+static void req_maybe_free(struct ebb__req *r);
+
+static void on_watch_closed(uv_handle_t *h)
+{
+    struct ebb__req *r = h->data;
+    r->watch_state = EBB__WATCH_IDLE;
+    req_maybe_free(r);
+}
+
+static void watch_close(struct ebb__req *r)
+{
+    if (r->watch_state == EBB__WATCH_ACTIVE) {
+        r->watch_state = EBB__WATCH_CLOSING;
+        uv_close((uv_handle_t *)&r->watch, on_watch_closed);
+    }
+}
+
+static void on_watch(uv_poll_t *h, int status, int events)
+{
+    struct ebb__req *r = h->data;
+    bool gone = status < 0 || (events & UV_DISCONNECT);
+    if (!gone && (events & UV_READABLE)) {
+        uv_os_fd_t fd;
+        char c;
+        if (uv_fileno((uv_handle_t *)h, &fd) == 0) {
+            ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                gone = true;
+            else if (n > 0) /* a pipelined request: only a hang-up matters now */
+                uv_poll_start(h, UV_DISCONNECT, on_watch);
+        }
+    }
+    if (!gone)
+        return;
+    ebb_log(EBB_LOG_DEBUG, "http", "client of %s went away", r->path);
+    r->disconnected = true;
+    if (r->gen && r->engine_ref && r->api->sched)
+        ebb_sched_cancel(r->api->sched, r->gen->job_id);
+    ebb__resume(r);
+}
+
+void ebb__suspend(struct ebb__req *r)
+{
+    if (r->suspended || !r->conn)
+        return;
+    MHD_suspend_connection(r->conn);
+    r->suspended = true;
+    if (r->watch_state != EBB__WATCH_IDLE)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return;
+    r->watch.data = r;
+    if (uv_poll_init_socket(r->api->loop, &r->watch, ci->connect_fd))
+        return;
+    r->watch_state = EBB__WATCH_ACTIVE;
+    uv_poll_start(&r->watch, UV_READABLE | UV_DISCONNECT, on_watch);
+}
+
+void ebb__resume(struct ebb__req *r)
+{
+    if (!r->suspended || !r->conn)
+        return;
+    watch_close(r);
+    r->suspended = false;
+    MHD_resume_connection(r->conn);
+    ebb__kick(r->api);
+}
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+void ebb__add_cors(struct ebb__req *r, struct MHD_Response *resp)
+{
+    if (!r->origin[0])
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const char *body,
+                size_t len)
+{
+    if (r->answered || !r->conn)
+        return;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return;
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    ebb__add_cors(r, resp);
+    if (status == 503)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 401)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (status == 405)
+        MHD_add_response_header(resp, "Allow",
+                                r->ep == EBB__EP_CHAT || r->ep == EBB__EP_COMPLETIONS ||
+                                        r->ep == EBB__EP_TOKENIZE || r->ep == EBB__EP_DETOKENIZE
+                                    ? "POST, OPTIONS"
+                                    : "GET, HEAD, OPTIONS");
+    MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->answered = true;
+    r->status = status;
+}
+
+void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
+                      const char *code)
+{
+    char *s = ebb__error_json(message, ebb__error_type(status), param, code);
+    ebb__reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2);
+    free(s);
+}
+
+static void reply_json(struct ebb__req *r, unsigned status, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) {
+        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+        return;
+    }
+    ebb__reply(r, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+/* ---- request life ------------------------------------------------------------------------- */
+
+static void live_unlink(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    if (r->live_prev)
+        r->live_prev->live_next = r->live_next;
+    else if (a->live == r)
+        a->live = r->live_next;
+    if (r->live_next)
+        r->live_next->live_prev = r->live_prev;
+    r->live_prev = r->live_next = NULL;
+}
+
+static void req_maybe_free(struct ebb__req *r)
+{
+    if (r->conn || r->engine_ref || r->watch_state != EBB__WATCH_IDLE)
+        return;
+    live_unlink(r);
+    if (r->gen)
+        ebb__gen_free(r->gen);
+    ebb__abuf_fini(&r->body);
+    ebb__abuf_fini(&r->out);
+    free(r);
+}
+
+/* Called by gen.c once the engine has finished with r. */
+void ebb__req_engine_released(struct ebb__req *r);
+void ebb__req_engine_released(struct ebb__req *r)
+{
+    r->engine_ref = false;
+    live_unlink(r);
+    req_maybe_free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    struct ebb_api *a = cls;
+    struct ebb__req *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->answered)
+        ebb__metrics_request(&a->metrics, r->ep, r->status);
+    struct ebb_log_request lr = {
+        .method = r->method,
+        .path = r->path,
+        .status = (int)r->status,
+        .prompt_tokens = -1,
+        .completion_tokens = -1,
+        .ms = (ebb__now() - r->t_start) * 1e3,
+        .error = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : "connection cut",
+    };
+    if (r->gen) {
+        lr.id = r->gen->id;
+        if (!r->engine_ref) {
+            lr.prompt_tokens = r->gen->res.n_prompt;
+            lr.completion_tokens = r->gen->res.n_gen;
+        }
+    }
+    if ((r->ep != EBB__EP_HEALTH && r->ep != EBB__EP_METRICS) || ebb_log_enabled(EBB_LOG_DEBUG))
+        ebb_log_request(&lr);
+    watch_close(r);
+    r->suspended = false;
+    r->conn = NULL;
+    if (r->gen_counted) {
+        r->gen_counted = false;
+        a->n_gen_conns--;
+    }
+    if (r->gen)
+        ebb__gen_conn_closed(r);
+    req_maybe_free(r);
+}
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+static bool host_is_loopback_name(const char *host)
+{
+    char h[256];
+    snprintf(h, sizeof(h), "%s", host);
+    /* Strip the port: "[::1]:8077", "localhost:8077". */
+    if (h[0] == '[') {
+        char *e = strchr(h, ']');
+        if (!e)
+            return false;
+        *e = 0;
+        return !strcmp(h + 1, "::1");
+    }
+    char *colon = strchr(h, ':');
+    if (colon)
+        *colon = 0;
+    size_t n = strlen(h);
+    if (n && h[n - 1] == '.') /* "localhost." */
+        h[n - 1] = 0;
+    if (!strcasecmp(h, "localhost") ||
+        (strlen(h) > 10 && !strcasecmp(h + strlen(h) - 10, ".localhost")))
+        return true;
+    struct in_addr in;
+    if (inet_pton(AF_INET, h, &in) == 1)
+        return (ntohl(in.s_addr) >> 24) == 127;
+    return false;
+}
+
+static bool key_equal(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char d = na != nb;
+    for (size_t i = 0; i < na; i++)
+        d |= (unsigned char)a[i] ^ (unsigned char)b[i % (nb ? nb : 1)];
+    return d == 0;
+}
+
+static bool authorized(struct ebb_api *a, struct MHD_Connection *c)
+{
+    if (a->n_api_keys == 0)
+        return true;
+    const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!key && auth && !strncasecmp(auth, "Bearer ", 7)) {
+        key = auth + 7;
+        while (*key == ' ')
+            key++;
+    }
+    if (!key)
+        return false;
+    bool ok = false;
+    for (size_t i = 0; i < a->n_api_keys; i++)
+        ok |= key_equal(key, a->api_keys[i]);
+    return ok;
+}
+
+static bool origin_allowed(struct ebb_api *a, const char *origin)
+{
+    for (size_t i = 0; i < a->n_cors_origins; i++) {
+        if (!strcmp(a->cors_origins[i], "*") || !strcasecmp(a->cors_origins[i], origin))
+            return true;
+    }
+    return false;
+}
+
+/* Request headers a browser may send cross-origin: the ones the OpenAI clients use. */
+static bool header_allowed(const char *h, size_t n)
+{
+    static const char *const ok[] = {"authorization", "content-type",        "x-api-key",
+                                     "accept",        "openai-organization", "openai-project",
+                                     "openai-beta",   "user-agent"};
+    if (n >= 11 && !strncasecmp(h, "x-stainless-", 11))
+        return true;
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (strlen(ok[i]) == n && !strncasecmp(h, ok[i], n))
+            return true;
+    }
+    return false;
+}
+
+static void preflight(struct ebb__req *r)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return;
+    ebb__add_cors(r, resp);
+    if (r->origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const char *req_h =
+            MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        char allow[1024] = "Authorization, Content-Type, X-Api-Key";
+        size_t w = strlen(allow);
+        for (const char *p = req_h; p && *p;) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            const char *e = p;
+            while (*e && *e != ',')
+                e++;
+            size_t n = (size_t)(e - p);
+            while (n && p[n - 1] == ' ')
+                n--;
+            if (n && header_allowed(p, n) && w + n + 3 < sizeof(allow)) {
+                memcpy(allow + w, ", ", 2);
+                memcpy(allow + w + 2, p, n);
+                w += n + 2;
+                allow[w] = 0;
+            }
+            p = e;
+        }
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", allow);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
+    MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    r->answered = true;
+    r->status = 204;
+}
+
+/* ---- simple endpoints -------------------------------------------------------------------- */
+
+static json_t *model_object(struct ebb_api *a)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "id", json_string(a->model_id));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(a->model_created));
+    json_object_set_new(m, "owned_by", json_string("ebb"));
+    return m;
+}
+
+static void handle_get(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    switch (r->ep) {
+    case EBB__EP_HEALTH: {
+        json_t *o = json_object();
+        pthread_mutex_lock(&a->mu);
+        int st = a->load_state;
+        pthread_mutex_unlock(&a->mu);
+        if (st == 1 && a->ready) {
+            json_object_set_new(o, "status", json_string("ok"));
+            reply_json(r, 200, o);
+        } else if (st < 0 || (st == 1 && a->load_seen && !a->ready)) {
+            json_object_set_new(o, "status", json_string("error"));
+            json_object_set_new(o, "message",
+                                ebb__json_text(a->tmpl_err[0] ? a->tmpl_err : a->load_msg,
+                                               strlen(a->tmpl_err[0] ? a->tmpl_err : a->load_msg)));
+            reply_json(r, 503, o);
+        } else {
+            json_object_set_new(o, "status", json_string("loading"));
+            reply_json(r, 503, o);
+        }
+        return;
+    }
+    case EBB__EP_MODELS: {
+        const char *id = r->path + strlen("/v1/models");
+        if (*id == '/' && id[1]) {
+            if (strcmp(id + 1, a->model_id)) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "The model '%.200s' does not exist", id + 1);
+                ebb__reply_error(r, 404, msg, "model", "model_not_found");
+                return;
+            }
+            reply_json(r, 200, model_object(a));
+            return;
+        }
+        json_t *o = json_object(), *d = json_array();
+        json_array_append_new(d, model_object(a));
+        json_object_set_new(o, "object", json_string("list"));
+        json_object_set_new(o, "data", d);
+        reply_json(r, 200, o);
+        return;
+    }
+    case EBB__EP_METRICS: {
+        struct ebb_sched_stats st = {0};
+        if (a->sched)
+            ebb_sched_stats(a->sched, &st);
+        struct ebb__abuf b = {0};
+        ebb__metrics_render(&a->metrics, &st, a->ready, &b);
+        ebb__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n);
+        ebb__abuf_fini(&b);
+        return;
+    }
+    default:
+        ebb__reply_error(r, 404, "not found", NULL, "unknown_url");
+    }
+}
+
+/* ---- routing ------------------------------------------------------------------------------- */
+
+static enum ebb__ep route(const char *url, bool *post)
+{
+    *post = true;
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions"))
+        return EBB__EP_CHAT;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))
+        return EBB__EP_COMPLETIONS;
+    if (!strcmp(url, "/tokenize"))
+        return EBB__EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize"))
+        return EBB__EP_DETOKENIZE;
+    *post = false;
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
+        return EBB__EP_MODELS;
+    if (!strcmp(url, "/health"))
+        return EBB__EP_HEALTH;
+    if (!strcmp(url, "/metrics"))
+        return EBB__EP_METRICS;
+    return EBB__EP_OTHER;
+}
+
+/* First call for a request (headers complete). Returns false if the request was answered. */
+static bool check_request(struct ebb__req *r, const char *url, const char *method)
+{
+    struct ebb_api *a = r->api;
+    struct MHD_Connection *c = r->conn;
+    bool post;
+    r->ep = route(url, &post);
+    if (a->loopback) {
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        if (host && !host_is_loopback_name(host)) {
+            ebb__reply_error(r, 403,
+                             "the Host header must name this machine (localhost, 127.0.0.1 "
+                             "or [::1]) while ebb listens on a loopback address",
+                             NULL, "host_not_allowed");
+            return false;
+        }
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin) {
+        if (!origin_allowed(a, origin)) {
+            ebb__reply_error(r, 403, "this Origin is not allowed (see --cors-origin)", NULL,
+                             "origin_not_allowed");
+            return false;
+        }
+        snprintf(r->origin, sizeof(r->origin), "%s", origin);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        preflight(r);
+        return false;
+    }
+    if (r->ep != EBB__EP_HEALTH && !authorized(a, c)) {
+        ebb__reply_error(r, 401, "missing or invalid API key", NULL, "invalid_api_key");
+        return false;
+    }
+    if (r->ep == EBB__EP_OTHER) {
+        char msg[260];
+        snprintf(msg, sizeof(msg), "unknown URL %.100s %.100s", method, url);
+        ebb__reply_error(r, 404, msg, NULL, "unknown_url");
+        return false;
+    }
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (post ? strcmp(method, "POST") : !is_get) {
+        char msg[260];
+        snprintf(msg, sizeof(msg), "method %.16s is not allowed on %.100s", method, url);
+        ebb__reply_error(r, 405, msg, NULL, "method_not_allowed");
+        return false;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > a->max_body) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes (--max-body)",
+                 a->max_body);
+        ebb__reply_error(r, 413, msg, NULL, "request_too_large");
+        return false;
+    }
+    return true;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct ebb_api *a = cls;
+    struct ebb__req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return MHD_NO;
+        r->api = a;
+        r->conn = c;
+        r->t_start = ebb__now();
+        snprintf(r->method, sizeof(r->method), "%s", method);
+        snprintf(r->path, sizeof(r->path), "%s", url);
+        r->body.limit = a->max_body;
+        *con_cls = r;
+        check_request(r, url, method);
+        return MHD_YES;
+    }
+    if (r->answered)
+        return MHD_YES;
+    if (*upload_size) {
+        if (!r->too_big) {
+            ebb__abuf_put(&r->body, upload, *upload_size);
+            if (r->body.oom)
+                r->too_big = true;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->disconnected)
+        return MHD_NO;
+    if (r->too_big) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes (--max-body)",
+                 a->max_body);
+        ebb__reply_error(r, 413, msg, NULL, "request_too_large");
+        return MHD_YES;
+    }
+    switch (r->ep) {
+    case EBB__EP_CHAT:
+    case EBB__EP_COMPLETIONS:
+        ebb__gen_handle(r);
+        break;
+    case EBB__EP_TOKENIZE:
+    case EBB__EP_DETOKENIZE:
+        ebb__tokenize_handle(r, r->ep == EBB__EP_DETOKENIZE);
+        break;
+    default:
+        handle_get(r);
+    }
+    return MHD_YES;
+}
+
+/* ---- engine notifications ------------------------------------------------------------------ */
+
+static bool has_token(void *ud, const char *text)
+{
+    return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
+}
+
+/* The model is loaded: pick the chat template and the fill-in-the-middle tokens. */
+static void prepare_model(struct ebb_api *a)
+{
+    a->load_seen = true;
+    a->model = ebb_sched_model(a->sched);
+    if (!a->model)
+        return;
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(a->model);
+    struct ebb_diag d = {{0}};
+    ebb_err rc;
+    if (a->chat_template) {
+        rc = ebb_chat_template_by_name(a->chat_template, &a->tmpl);
+        if (rc)
+            ebb_diag_set(&d, rc, "unknown --chat-template '%s'; known: %s", a->chat_template,
+                         ebb_chat_template_names());
+    } else {
+        struct ebb_str src = {0};
+        bool have =
+            ebb_gguf_get_str(ebb_model_gguf(a->model), "tokenizer.chat_template", &src) == EBB_OK;
+        rc = ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
+                                      (void *)tok, &a->tmpl, &d);
+    }
+    if (rc) {
+        snprintf(a->tmpl_err, sizeof(a->tmpl_err), "%s", d.msg);
+        ebb_log(EBB_LOG_ERROR, "http", "%s", d.msg);
+        if (a->on_ready)
+            a->on_ready(a->ud, false, a->tmpl_err);
+        return;
+    }
+    static const char *const pre[] = {"<|fim_prefix|>", "<fim_prefix>", "<|fim▁begin|>"};
+    static const char *const suf[] = {"<|fim_suffix|>", "<fim_suffix>", "<|fim▁hole|>"};
+    static const char *const mid[] = {"<|fim_middle|>", "<fim_middle>", "<|fim▁end|>"};
+    a->fim_pre = a->fim_suf = a->fim_mid = -1;
+    for (size_t i = 0; i < 3; i++) {
+        int32_t p = ebb_tokenizer_find(tok, pre[i], strlen(pre[i]));
+        int32_t s = ebb_tokenizer_find(tok, suf[i], strlen(suf[i]));
+        int32_t m = ebb_tokenizer_find(tok, mid[i], strlen(mid[i]));
+        if (p >= 0 && s >= 0 && m >= 0) {
+            a->fim_pre = p;
+            a->fim_suf = s;
+            a->fim_mid = m;
+            break;
+        }
+    }
+    a->ready = true;
+    ebb_log(EBB_LOG_INFO, "http",
+            "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->model_id,
+            ebb_model_device_name(a->model), ebb_model_arch(a->model), ebb_model_n_ctx(a->model),
+            ebb_model_n_seq(a->model), ebb_chat_family_name(a->tmpl.family));
+    if (a->on_ready)
+        a->on_ready(a->ud, true, NULL);
+}
+
+void ebb__req_engine_released(struct ebb__req *r);
+
+static void on_async(uv_async_t *h)
+{
+    struct ebb_api *a = h->data;
+    pthread_mutex_lock(&a->mu);
+    struct ebb__req *list = a->ready_head;
+    a->ready_head = NULL;
+    for (struct ebb__req *r = list; r; r = r->ready_next)
+        r->in_ready = false;
+    int st = a->load_state;
+    pthread_mutex_unlock(&a->mu);
+    if (st != 0 && !a->load_seen) {
+        if (st == 1)
+            prepare_model(a);
+        else {
+            a->load_seen = true;
+            ebb_log(EBB_LOG_ERROR, "http", "cannot load the model: %s", a->load_msg);
+            if (a->on_ready)
+                a->on_ready(a->ud, false, a->load_msg);
+        }
+    }
+    while (list) {
+        struct ebb__req *r = list;
+        list = r->ready_next;
+        r->ready_next = NULL;
+        ebb__gen_pump(r);
+    }
+}
+
+void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg)
+{
+    struct ebb_api *a = api;
+    pthread_mutex_lock(&a->mu);
+    a->load_state = rc ? -1 : 1;
+    if (rc)
+        snprintf(a->load_msg, sizeof(a->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->async);
+}
+
+bool ebb_api_load_failed(const struct ebb_api *a)
+{
+    return a->load_seen && (a->load_state < 0 || !a->ready);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct ebb_api *a = t->data;
+    double now = ebb__now();
+    for (struct ebb__req *r = a->live, *n; r; r = n) {
+        n = r->live_next;
+        ebb__gen_keepalive(r, now);
+    }
+}
+
+/* ---- life ---------------------------------------------------------------------------------- */
+
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static char **duplist(char **v, size_t n)
+{
+    char **o = calloc(n ? n : 1, sizeof(char *));
+    for (size_t i = 0; o && i < n; i++)
+        o[i] = strdup(v[i]);
+    return o;
+}
+
+static void freelist(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    ebb_log(EBB_LOG_DEBUG, "http", "http: %s", msg);
+}
+
+ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct ebb_api **out,
+                    struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    struct ebb_api *a = calloc(1, sizeof(*a));
+    if (!a)
+        return EBB_ENOMEM;
+    a->loop = loop;
+    pthread_mutex_init(&a->mu, NULL);
+    a->model_id = dupstr(cfg->model_id ? cfg->model_id : "model");
+    a->chat_template = dupstr(cfg->chat_template);
+    a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
+    a->api_keys = duplist(cfg->api_keys, cfg->n_api_keys);
+    a->n_api_keys = cfg->n_api_keys;
+    a->cors_origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
+    a->n_cors_origins = cfg->n_cors_origins;
+    a->timeout_s = cfg->timeout_s ? cfg->timeout_s : 60;
+    a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
+    a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    a->metrics.started_at = ebb__unix_now();
+    a->model_created = (long long)a->metrics.started_at;
+    a->fim_pre = a->fim_suf = a->fim_mid = -1;
+    a->use_epoll = cfg->poll != EBB_API_POLL_FDSET;
+#ifndef __linux__
+    a->use_epoll = false;
+#endif
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    const char *host = cfg->host ? cfg->host : "127.0.0.1";
+    unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(cfg->port);
+        a->loopback = (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(cfg->port);
+        flags |= MHD_USE_IPv6;
+        a->loopback = !memcmp(&s6->sin6_addr, &in6addr_loopback, sizeof(struct in6_addr));
+    } else if (!strcmp(host, "localhost")) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(cfg->port);
+        s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a->loopback = true;
+    } else {
+        rc = ebb_diag_set(diag, EBB_EINVAL, "--host '%s' is not a numeric IPv4/IPv6 address", host);
+        goto out;
+    }
+    if (cfg->listen_fd >= 0)
+        a->loopback = cfg->listen_fd_loopback;
+    if (a->use_epoll)
+        flags |= MHD_USE_EPOLL;
+    struct MHD_OptionItem opts[8];
+    size_t no = 0;
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL};
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, a};
+    opts[no++] =
+        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)a->timeout_s, NULL};
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, 1000, NULL};
+    if (cfg->listen_fd >= 0)
+        opts[no++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd, NULL};
+    else
+        opts[no++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    a->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_access, a, MHD_OPTION_ARRAY, opts,
+                              MHD_OPTION_END);
+    if (!a->mhd) {
+        rc = ebb_diag_set(diag, EBB_EIO, "cannot listen on %s port %u: %s", host, cfg->port,
+                          strerror(errno));
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    a->port = di ? di->port : cfg->port;
+    uv_async_init(loop, &a->async, on_async);
+    a->async.data = a;
+    uv_timer_init(loop, &a->mhd_timer);
+    a->mhd_timer.data = a;
+    uv_timer_init(loop, &a->tick);
+    a->tick.data = a;
+    uv_timer_start(&a->tick, on_tick, 250, 250);
+    if (a->use_epoll) {
+        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!ei || uv_poll_init(loop, &a->epoll_watch, ei->epoll_fd)) {
+            rc = ebb_diag_set(diag, EBB_EIO, "cannot watch the HTTP server's epoll descriptor");
+            MHD_stop_daemon(a->mhd);
+            a->mhd = NULL;
+            uv_close((uv_handle_t *)&a->async, NULL);
+            uv_close((uv_handle_t *)&a->mhd_timer, NULL);
+            uv_close((uv_handle_t *)&a->tick, NULL);
+            uv_run(loop, UV_RUN_NOWAIT);
+            goto out;
+        }
+        a->epoll_watch.data = a;
+        uv_poll_start(&a->epoll_watch, UV_READABLE, on_epoll);
+        a->epoll_started = true;
+    }
+    reschedule(a);
+    *out = a;
+    return EBB_OK;
+out:
+    free(a->model_id);
+    free(a->chat_template);
+    freelist(a->api_keys, a->n_api_keys);
+    freelist(a->cors_origins, a->n_cors_origins);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return rc;
+}
+
+uint16_t ebb_api_port(const struct ebb_api *a)
+{
+    return a->port;
+}
+
+void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s)
+{
+    a->sched = s;
+}
+
+void ebb_api_quiesce(struct ebb_api *a)
+{
+    if (a->mhd) {
+        MHD_socket fd = MHD_quiesce_daemon(a->mhd);
+        if (fd != MHD_INVALID_SOCKET)
+            close(fd);
+    }
+}
+
+size_t ebb_api_in_flight(const struct ebb_api *a)
+{
+    size_t n = a->n_gen_conns;
+    for (struct ebb__req *r = a->live; r; r = r->live_next)
+        n += r->conn == NULL;
+    return n;
+}
+
+void ebb_api_free(struct ebb_api *a)
+{
+    if (!a)
+        return;
+    /* The engine is gone: deliver what it posted last, then resume every suspended
+     * connection, as MHD_stop_daemon requires. */
+    on_async(&a->async);
+    for (struct ebb__req *r = a->live; r; r = r->live_next)
+        ebb__resume(r);
+    if (a->mhd) {
+        MHD_run(a->mhd);
+        a->closing = true;
+        MHD_stop_daemon(a->mhd);
+    }
+    a->closing = true;
+    while (a->fdpolls) {
+        struct ebb__fdpoll *p = a->fdpolls;
+        a->fdpolls = p->next;
+        uv_close((uv_handle_t *)&p->h, on_fdpoll_closed);
+    }
+    if (a->epoll_started)
+        uv_close((uv_handle_t *)&a->epoll_watch, NULL);
+    uv_close((uv_handle_t *)&a->async, NULL);
+    uv_close((uv_handle_t *)&a->mhd_timer, NULL);
+    uv_close((uv_handle_t *)&a->tick, NULL);
+    uv_run(a->loop, UV_RUN_NOWAIT);
+    free(a->model_id);
+    free(a->chat_template);
+    freelist(a->api_keys, a->n_api_keys);
+    freelist(a->cors_origins, a->n_cors_origins);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}

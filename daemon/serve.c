@@ -1,0 +1,342 @@
+/* `ebb serve`: configuration, the libuv loop, the HTTP API and the engine thread, signals. */
+#include "cmds.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "api/api.h"
+#include "daemon/config.h"
+#include "daemon/listenfd.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "scheduler.h"
+
+struct serve {
+    uv_loop_t loop;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t grace;
+    struct ebb_api *api;
+    struct ebb_sched *sched;
+    bool stopping;
+    bool cancelled;
+    bool failed;
+    double deadline;
+    uint32_t grace_ms;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ebb serve [-m MODEL] [flags]\n\n"
+            "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models,\n"
+            "/health, /metrics, /tokenize, /detokenize) for one GGUF model.\n\n"
+            "flags (each also settable as EBB_<NAME> or in the config file):\n"
+            "  -m, --model FILE           same as --model\n");
+    ebb_config_usage(f);
+    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n\n"
+               "serve-only flags:\n"
+               "  --config FILE              read this config file\n"
+               "  --check-config             print the effective configuration and exit\n"
+               "  --http-poll MODE           epoll (Linux) or fdset (portable) (default epoll)\n"
+               "  --keepalive-ms N           SSE keep-alive comment interval (default 2000)\n"
+               "  --prefill-chunk N          prompt tokens per engine step (default 128)\n"
+               "  -h, --help                 this help\n\n"
+               "Once listening it prints 'ebb: listening on http://HOST:PORT' on stdout.\n");
+}
+
+static double now_ms(uv_loop_t *l)
+{
+    return (double)uv_now(l);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    struct serve *s = t->data;
+    size_t n = ebb_api_in_flight(s->api);
+    if (n == 0) {
+        uv_stop(&s->loop);
+        return;
+    }
+    if (now_ms(&s->loop) < s->deadline)
+        return;
+    if (!s->cancelled) {
+        ebb_log_warn("serve", "grace period over: cancelling %zu request(s)", n);
+        s->cancelled = true;
+        ebb_sched_cancel_all(s->sched);
+        s->deadline = now_ms(&s->loop) + 2000;
+        return;
+    }
+    uv_stop(&s->loop);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct serve *s = h->data;
+    if (s->stopping) {
+        ebb_log_warn("serve", "second signal: exiting now");
+        uv_stop(&s->loop);
+        return;
+    }
+    s->stopping = true;
+    ebb_log_info("serve", "%s: no new connections; waiting up to %u ms for %zu request(s)",
+                 signum == SIGINT ? "SIGINT" : "SIGTERM", s->grace_ms, ebb_api_in_flight(s->api));
+    ebb_notify_stopping();
+    ebb_api_quiesce(s->api);
+    s->deadline = now_ms(&s->loop) + s->grace_ms;
+    uv_timer_start(&s->grace, on_grace, 0, 50);
+}
+
+static void on_ready(void *ud, bool ok, const char *msg)
+{
+    struct serve *s = ud;
+    if (ok) {
+        ebb_notify_ready("model loaded");
+        return;
+    }
+    ebb_log_error("serve", "%s", msg ? msg : "the model failed to load");
+    s->failed = true;
+    uv_stop(&s->loop);
+}
+
+/* Appends value to a comma-separated accumulator (repeatable list flags). */
+static char *join(char *acc, const char *v)
+{
+    size_t n = acc ? strlen(acc) : 0, m = strlen(v);
+    char *p = realloc(acc, n + m + 2);
+    if (!p)
+        return acc;
+    if (n)
+        p[n++] = ',';
+    memcpy(p + n, v, m + 1);
+    return p;
+}
+
+int ebb_cmd_serve(int argc, char **argv)
+{
+    int ret = 1;
+    struct ebb_config cfg;
+    struct ebb_diag d = {{0}};
+    struct ebb_config_arg *args = calloc((size_t)argc + 2, sizeof(*args));
+    size_t n_args = 0;
+    char *keys = NULL, *origins = NULL;
+    const char *config_path = NULL;
+    bool check = false;
+    enum ebb_api_poll poll = EBB_API_POLL_AUTO;
+    unsigned keepalive_ms = 0, prefill_chunk = 0;
+    struct serve *s = calloc(1, sizeof(*s));
+    bool loop_ok = false;
+    ebb_config_init(&cfg);
+    if (!args || !s)
+        goto out;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            ret = 0;
+            goto out;
+        }
+        if (!strcmp(a, "--check-config")) {
+            check = true;
+            continue;
+        }
+        char name[64];
+        const char *val = NULL;
+        if (!strcmp(a, "-m")) {
+            snprintf(name, sizeof(name), "model");
+        } else if (!strncmp(a, "--", 2)) {
+            const char *eq = strchr(a, '=');
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            if (len >= sizeof(name)) {
+                fprintf(stderr, "ebb serve: unknown flag '%s' (see --help)\n", a);
+                ret = 2;
+                goto out;
+            }
+            memcpy(name, a + 2, len);
+            name[len] = 0;
+            if (eq)
+                val = eq + 1;
+        } else {
+            fprintf(stderr, "ebb serve: unexpected argument '%s' (see --help)\n", a);
+            ret = 2;
+            goto out;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ebb serve: %s needs a value\n", a);
+                ret = 2;
+                goto out;
+            }
+            val = argv[++i];
+        }
+        if (!strcmp(name, "config")) {
+            config_path = val;
+        } else if (!strcmp(name, "http-poll")) {
+            if (!strcmp(val, "epoll"))
+                poll = EBB_API_POLL_EPOLL;
+            else if (!strcmp(val, "fdset"))
+                poll = EBB_API_POLL_FDSET;
+            else {
+                fprintf(stderr, "ebb serve: --http-poll must be epoll or fdset\n");
+                ret = 2;
+                goto out;
+            }
+        } else if (!strcmp(name, "keepalive-ms") || !strcmp(name, "prefill-chunk")) {
+            char *end;
+            unsigned long v = strtoul(val, &end, 10);
+            if (*end || !*val || v == 0 || v > 3600000) {
+                fprintf(stderr, "ebb serve: --%s needs a positive integer\n", name);
+                ret = 2;
+                goto out;
+            }
+            *(name[0] == 'k' ? &keepalive_ms : &prefill_chunk) = (unsigned)v;
+        } else if (!strcmp(name, "api-key") || !strcmp(name, "api_key")) {
+            keys = join(keys, val);
+        } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {
+            origins = join(origins, val);
+        } else if (ebb_config_is_key(name)) {
+            char *k = strdup(name);
+            if (!k)
+                goto out;
+            args[n_args].key = k;
+            args[n_args++].value = val;
+        } else {
+            fprintf(stderr, "ebb serve: unknown flag '--%s' (see --help)\n", name);
+            ret = 2;
+            goto out;
+        }
+    }
+    if (keys) {
+        args[n_args].key = strdup("api-key");
+        args[n_args++].value = keys;
+    }
+    if (origins) {
+        args[n_args].key = strdup("cors-origin");
+        args[n_args++].value = origins;
+    }
+    if (ebb_config_build(&cfg, config_path, args, n_args, &d)) {
+        fprintf(stderr, "ebb serve: %s\n", d.msg);
+        ret = check ? 1 : 2;
+        goto out;
+    }
+    if (check) {
+        ebb_config_print(&cfg, stdout);
+        ret = 0;
+        goto out;
+    }
+    ebb_log_configure(cfg.log_level, cfg.log_format);
+    char path[PATH_MAX];
+    if (ebb_config_model_path(&cfg, path, sizeof(path))) {
+        fprintf(stderr, "ebb serve: no model: pass -m FILE (a path or a name under %s)\n",
+                cfg.models_dir);
+        ret = 2;
+        goto out;
+    }
+    char model_id[256];
+    const char *base = strrchr(path, '/');
+    const char *idsrc = base ? base + 1 : path;
+    size_t idl = strlen(idsrc);
+    if (idl >= sizeof(model_id))
+        idl = sizeof(model_id) - 1;
+    memcpy(model_id, idsrc, idl);
+    model_id[idl] = 0;
+    if (idl > 5 && !strcmp(model_id + idl - 5, ".gguf"))
+        model_id[idl - 5] = 0;
+
+    signal(SIGPIPE, SIG_IGN);
+    struct ebb_listenfd lfd[4];
+    size_t n_lfd = 0;
+    if (ebb_listenfd_take(lfd, 4, &n_lfd, &d)) {
+        fprintf(stderr, "ebb serve: %s\n", d.msg);
+        goto out;
+    }
+    if (uv_loop_init(&s->loop))
+        goto out;
+    loop_ok = true;
+    struct ebb_api_config ac = {
+        .host = cfg.host,
+        .port = cfg.port,
+        .listen_fd = n_lfd ? lfd[0].fd : -1,
+        .model_id = model_id,
+        .chat_template =
+            cfg.chat_template && strcmp(cfg.chat_template, "auto") ? cfg.chat_template : NULL,
+        .max_body = (size_t)cfg.max_body,
+        .api_keys = cfg.api_keys.items,
+        .n_api_keys = cfg.api_keys.n,
+        .cors_origins = cfg.cors_origins.items,
+        .n_cors_origins = cfg.cors_origins.n,
+        .timeout_s = cfg.request_timeout_ms ? (cfg.request_timeout_ms + 999) / 1000 : 0,
+        .keepalive_ms = keepalive_ms,
+        .poll = poll,
+        .on_ready = on_ready,
+        .ud = s,
+    };
+    char where[160];
+    if (n_lfd) {
+        ebb_listenfd_describe(lfd[0].fd, where, sizeof(where), &ac.listen_fd_loopback);
+    }
+    if (ebb_api_new(&s->loop, &ac, &s->api, &d)) {
+        fprintf(stderr, "ebb serve: %s\n", d.msg);
+        goto out;
+    }
+    if (!n_lfd) {
+        bool v6 = strchr(cfg.host, ':') != NULL;
+        snprintf(where, sizeof(where), "%s%s%s:%u", v6 ? "[" : "", cfg.host, v6 ? "]" : "",
+                 ebb_api_port(s->api));
+    }
+    printf("ebb: listening on http://%s\n", where);
+    fflush(stdout);
+    ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path,
+                 cfg.device ? cfg.device : "auto");
+    ebb_notify_status("loading %s", model_id);
+
+    struct ebb_sched_params sp = {
+        .model = {.path = path, .device = cfg.device, .n_ctx = cfg.ctx, .n_seq = cfg.parallel},
+        .queue_cap = cfg.queue,
+        .prefill_chunk = prefill_chunk,
+        .on_loaded = ebb_api_on_loaded,
+        .ud = s->api,
+    };
+    if (ebb_sched_new(&sp, &s->sched, &d)) {
+        fprintf(stderr, "ebb serve: %s\n", d.msg);
+        goto out;
+    }
+    ebb_api_set_sched(s->api, s->sched);
+    s->grace_ms = cfg.shutdown_grace_ms;
+    uv_signal_init(&s->loop, &s->sigint);
+    uv_signal_init(&s->loop, &s->sigterm);
+    s->sigint.data = s->sigterm.data = s;
+    uv_signal_start(&s->sigint, on_signal, SIGINT);
+    uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+    uv_timer_init(&s->loop, &s->grace);
+    s->grace.data = s;
+
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+
+    ret = s->failed ? 1 : 0;
+    ebb_log_info("serve", "stopping");
+    uv_close((uv_handle_t *)&s->sigint, NULL);
+    uv_close((uv_handle_t *)&s->sigterm, NULL);
+    uv_close((uv_handle_t *)&s->grace, NULL);
+out:
+    ebb_sched_free(s ? s->sched : NULL);
+    if (s)
+        ebb_api_free(s->api);
+    if (loop_ok) {
+        uv_run(&s->loop, UV_RUN_NOWAIT);
+        if (uv_loop_close(&s->loop))
+            ebb_log_warn("serve", "the event loop still had handles at exit");
+    }
+    for (size_t i = 0; args && i < n_args; i++)
+        free((char *)args[i].key);
+    free(args);
+    free(keys);
+    free(origins);
+    free(s);
+    ebb_config_fini(&cfg);
+    return ret;
+}

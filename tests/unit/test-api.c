@@ -1,0 +1,418 @@
+/* Pure-C parts of the API: chat templates against jinja2's output, request validation, stop
+ * strings, OpenAI error objects, SSE framing, UTF-8 safety and the metrics text. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api-int.h"
+#include "api/chat-template.h"
+#include "scheduler.h"
+
+/* ---- chat templates ------------------------------------------------------------------------ */
+
+static json_t *load_cases(void)
+{
+    json_error_t je;
+    json_t *doc = json_load_file(EBB_TEST_DATA "/chat-templates/cases.json", 0, &je);
+    if (!doc)
+        fail_msg("cannot read cases.json: %s", je.text);
+    return doc;
+}
+
+static void test_template_detect(void **state)
+{
+    (void)state;
+    json_t *doc = load_cases();
+    const char *name;
+    json_t *t;
+    json_object_foreach(json_object_get(doc, "templates"), name, t)
+    {
+        const char *src = json_string_value(json_object_get(t, "source"));
+        struct ebb_chat_template ct;
+        struct ebb_diag d;
+        assert_int_equal(ebb_chat_template_detect(src, strlen(src), NULL, NULL, &ct, &d), EBB_OK);
+        assert_string_equal(ebb_chat_family_name(ct.family),
+                            json_string_value(json_object_get(t, "family")));
+        if (!strcmp(name, "smollm2.jinja"))
+            assert_string_equal(ct.default_system,
+                                "You are a helpful AI assistant named SmolLM, trained by Hugging "
+                                "Face");
+        if (!strcmp(name, "qwen2.5.jinja"))
+            assert_string_equal(ct.default_system,
+                                "You are Qwen, created by Alibaba Cloud. You are a helpful "
+                                "assistant.");
+    }
+    json_decref(doc);
+
+    struct ebb_chat_template ct;
+    struct ebb_diag d;
+    const char *odd = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}";
+    assert_int_equal(ebb_chat_template_detect(odd, strlen(odd), NULL, NULL, &ct, &d),
+                     EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "chatml, gemma, llama3, mistral"));
+    assert_int_equal(ebb_chat_template_by_name("gemma", &ct), EBB_OK);
+    assert_int_equal(ct.family, EBB_CHAT_GEMMA);
+    assert_int_equal(ebb_chat_template_by_name("jinja", &ct), EBB_ENOTFOUND);
+}
+
+static bool has_start_of_turn(void *ud, const char *text)
+{
+    (void)ud;
+    return !strcmp(text, "<start_of_turn>");
+}
+
+static void test_template_from_tokens(void **state)
+{
+    (void)state;
+    struct ebb_chat_template ct;
+    struct ebb_diag d;
+    assert_int_equal(ebb_chat_template_detect(NULL, 0, has_start_of_turn, NULL, &ct, &d), EBB_OK);
+    assert_int_equal(ct.family, EBB_CHAT_GEMMA);
+    assert_int_equal(ebb_chat_template_detect(NULL, 0, NULL, NULL, &ct, &d), EBB_EUNSUPPORTED);
+}
+
+static void test_template_render(void **state)
+{
+    (void)state;
+    json_t *doc = load_cases();
+    json_t *cases = json_object_get(doc, "cases");
+    size_t i, checked = 0;
+    json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const char *name = json_string_value(json_object_get(c, "template"));
+        json_t *tsrc =
+            json_object_get(json_object_get(json_object_get(doc, "templates"), name), "source");
+        struct ebb_chat_template ct;
+        assert_int_equal(ebb_chat_template_detect(json_string_value(tsrc), json_string_length(tsrc),
+                                                  NULL, NULL, &ct, NULL),
+                         EBB_OK);
+        json_t *msgs = json_object_get(c, "messages");
+        struct ebb_chat_msg m[8];
+        size_t n = json_array_size(msgs);
+        assert_true(n <= 8);
+        for (size_t k = 0; k < n; k++) {
+            json_t *mm = json_array_get(msgs, k);
+            m[k].role = json_string_value(json_object_get(mm, "role"));
+            m[k].content = json_string_value(json_object_get(mm, "content"));
+            m[k].len = strlen(m[k].content);
+        }
+        char *out = NULL;
+        size_t len = 0;
+        struct ebb_diag d;
+        bool agp = json_is_true(json_object_get(c, "add_generation_prompt"));
+        assert_int_equal(ebb_chat_template_render(&ct, m, n, agp, &out, &len, &d), EBB_OK);
+        const char *exp = json_string_value(json_object_get(c, "expected"));
+        if (strcmp(out, exp))
+            fail_msg("%s case %zu:\n got: %s\nwant: %s", name, i, out, exp);
+        assert_int_equal(len, strlen(exp));
+        free(out);
+        checked++;
+    }
+    assert_true(checked >= 30);
+    json_decref(doc);
+}
+
+static void test_template_rejects(void **state)
+{
+    (void)state;
+    struct ebb_chat_template ct;
+    ebb_chat_template_by_name("gemma", &ct);
+    struct ebb_chat_msg m[2] = {{"user", "a", 1}, {"user", "b", 1}};
+    char *out = NULL;
+    size_t len;
+    struct ebb_diag d;
+    assert_int_equal(ebb_chat_template_render(&ct, m, 2, true, &out, &len, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "alternate"));
+    struct ebb_chat_msg bad[1] = {{"tool", "x", 1}};
+    ebb_chat_template_by_name("chatml", &ct);
+    assert_int_equal(ebb_chat_template_render(&ct, bad, 1, true, &out, &len, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "tool"));
+}
+
+/* ---- request validation ---------------------------------------------------------------------- */
+
+static ebb_err parse(const char *body, bool chat, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    return ebb__gen_req_parse(body, strlen(body), chat, r, e);
+}
+
+/* Expects a 400 naming param (NULL: none) for body. */
+static void expect_bad(const char *body, bool chat, const char *param)
+{
+    struct ebb__gen_req r;
+    struct ebb__perr e;
+    ebb_err rc = parse(body, chat, &r, &e);
+    if (rc != EBB_EINVAL)
+        fail_msg("accepted: %s", body);
+    if (param) {
+        if (!e.param || strcmp(e.param, param))
+            fail_msg("%s: param %s, want %s (%s)", body, e.param ? e.param : "null", param, e.msg);
+        assert_non_null(strstr(e.msg, param));
+    } else {
+        assert_null(e.param);
+    }
+    ebb__gen_req_fini(&r);
+}
+
+static void test_params_chat(void **state)
+{
+    (void)state;
+    struct ebb__gen_req r;
+    struct ebb__perr e;
+    const char *ok =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
+        "\"text\":\"b\"}]}],\"max_tokens\":5,\"max_completion_tokens\":7,\"temperature\":0,"
+        "\"top_p\":0.5,\"top_k\":40,\"min_p\":0.1,\"seed\":42,\"stop\":[\"x\",\"yy\"],"
+        "\"presence_penalty\":1,\"frequency_penalty\":-1,\"repeat_penalty\":1.1,"
+        "\"logit_bias\":{\"15\":-100,\"7\":2.5},\"logprobs\":true,\"top_logprobs\":3,\"n\":1,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"unknown_field\":[1,2]}";
+    assert_int_equal(parse(ok, true, &r, &e), EBB_OK);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.n_msgs, 2);
+    assert_string_equal(r.msgs[1].content, "ab");
+    assert_int_equal(r.gp.max_tokens, 7);
+    assert_true(r.gp.sampling.temperature == 0);
+    assert_true(fabsf(r.gp.sampling.top_p - 0.5f) < 1e-6f);
+    assert_int_equal(r.gp.sampling.top_k, 40);
+    assert_int_equal(r.gp.sampling.seed, 42);
+    assert_int_equal(r.gp.n_stop, 2);
+    assert_string_equal(r.gp.stop[1], "yy");
+    assert_int_equal(r.gp.sampling.n_logit_bias, 2);
+    assert_true(isinf(r.bias[0].bias) || isinf(r.bias[1].bias));
+    assert_true(r.logprobs && r.top_logprobs == 3 && r.gp.n_top_logprobs == 3);
+    assert_true(r.stream && r.include_usage);
+    ebb__gen_req_fini(&r);
+
+    /* Defaults: chat has no token limit, seed random, model optional. */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", true, &r, &e),
+                     EBB_OK);
+    assert_null(r.model);
+    assert_int_equal(r.gp.max_tokens, 0);
+    assert_true(r.gp.sampling.seed == EBB_SEED_RANDOM);
+    assert_false(r.stream);
+    ebb__gen_req_fini(&r);
+
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":2}", true, "n");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":\"hot\"}",
+               true, "temperature");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":3}", true,
+               "temperature");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_p\":1.5}", true,
+               "top_p");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":0}", true,
+               "max_tokens");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1.5}", true,
+               "max_tokens");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":[1]}", true,
+               "stop");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+               "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+               true, "stop");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logit_bias\":{\"x\":1}}",
+               true, "logit_bias");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", true,
+               "top_logprobs");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,"
+               "\"top_logprobs\":21}",
+               true, "top_logprobs");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":1}", true,
+               "stream");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"seed\":\"1\"}", true,
+               "seed");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":5}", true,
+               "model");
+    expect_bad("{\"messages\":[]}", true, "messages");
+    expect_bad("{}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true,
+               "messages");
+    expect_bad("{\"messages\":", true, NULL);
+    expect_bad("[1,2]", true, NULL);
+}
+
+static void test_params_completions(void **state)
+{
+    (void)state;
+    struct ebb__gen_req r;
+    struct ebb__perr e;
+    assert_int_equal(parse("{\"prompt\":\"Once\",\"echo\":true,\"logprobs\":2}", false, &r, &e),
+                     EBB_OK);
+    assert_string_equal(r.prompt, "Once");
+    assert_int_equal(r.gp.max_tokens, 16); /* OpenAI's default for completions */
+    assert_true(r.echo && r.logprobs && r.top_logprobs == 2);
+    ebb__gen_req_fini(&r);
+    assert_int_equal(parse("{\"prompt\":[1,2,3],\"max_tokens\":3}", false, &r, &e), EBB_OK);
+    assert_int_equal(r.n_prompt_ids, 3);
+    assert_int_equal(r.prompt_ids[2], 3);
+    ebb__gen_req_fini(&r);
+    assert_int_equal(parse("{\"prompt\":[\"only one\"]}", false, &r, &e), EBB_OK);
+    assert_string_equal(r.prompt, "only one");
+    ebb__gen_req_fini(&r);
+    expect_bad("{}", false, "prompt");
+    expect_bad("{\"prompt\":[\"a\",\"b\"]}", false, "prompt");
+    expect_bad("{\"prompt\":[1,-2]}", false, "prompt");
+    expect_bad("{\"prompt\":{}}", false, "prompt");
+    expect_bad("{\"prompt\":\"x\",\"logprobs\":6}", false, "logprobs");
+    expect_bad("{\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
+    expect_bad("{\"prompt\":\"x\",\"echo\":\"yes\"}", false, "echo");
+}
+
+/* ---- stop strings -----------------------------------------------------------------------------
+ */
+
+/* Feeds pieces through a stopper and returns the released text. */
+static void run_stop(const char *const *stop, uint32_t n_stop, const char *const *pieces, size_t n,
+                     char *out, bool *matched)
+{
+    struct ebb_stopper st;
+    ebb_stopper_init(&st, stop, n_stop);
+    size_t w = 0;
+    *matched = false;
+    for (size_t i = 0; i < n && !*matched; i++)
+        w += ebb_stopper_push(&st, pieces[i], strlen(pieces[i]), out + w, 1024, matched);
+    if (!*matched)
+        w += ebb_stopper_flush(&st, out + w, 1024);
+    out[w] = 0;
+}
+
+static void test_stopper(void **state)
+{
+    (void)state;
+    char out[4096];
+    bool m;
+    const char *stop1[] = {"\n\nUser:"};
+    const char *p1[] = {"Hello", " there", "\n", "\nUs", "er:", " more"};
+    run_stop(stop1, 1, p1, 6, out, &m);
+    assert_true(m);
+    assert_string_equal(out, "Hello there");
+
+    /* A held prefix that turns out not to be a stop is released. */
+    const char *p2[] = {"a\n", "\nUse", "d it"};
+    run_stop(stop1, 1, p2, 3, out, &m);
+    assert_false(m);
+    assert_string_equal(out, "a\n\nUsed it");
+
+    /* The earliest of several stops wins, inside one piece too. */
+    const char *stop3[] = {"END", "ND"};
+    const char *p3[] = {"xxEN", "Dyy"};
+    run_stop(stop3, 2, p3, 2, out, &m);
+    assert_true(m);
+    assert_string_equal(out, "xx");
+
+    /* Held text is never emitted before it is known: check incrementally. */
+    struct ebb_stopper st;
+    const char *stop4[] = {"abc"};
+    ebb_stopper_init(&st, stop4, 1);
+    assert_int_equal(ebb_stopper_push(&st, "xa", 2, out, sizeof(out), &m), 1);
+    assert_int_equal(ebb_stopper_push(&st, "b", 1, out, sizeof(out), &m), 0);
+    assert_int_equal(ebb_stopper_push(&st, "d", 1, out, sizeof(out), &m), 3);
+    assert_memory_equal(out, "abd", 3);
+    /* Multi-byte stop strings never split a character: held text starts at the stop's start. */
+    const char *stop5[] = {"é!"};
+    const char *p5[] = {"caf\xc3\xa9", "?"};
+    run_stop(stop5, 1, p5, 2, out, &m);
+    assert_false(m);
+    assert_string_equal(out, "caf\xc3\xa9?");
+}
+
+/* ---- objects ----------------------------------------------------------------------------------
+ */
+
+static void test_error_object(void **state)
+{
+    (void)state;
+    char *s = ebb__error_json("bad \"thing\"", "invalid_request_error", "top_p", NULL);
+    json_t *o = json_loads(s, 0, NULL);
+    assert_non_null(o);
+    json_t *e = json_object_get(o, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "message")), "bad \"thing\"");
+    assert_string_equal(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+    assert_string_equal(json_string_value(json_object_get(e, "param")), "top_p");
+    assert_true(json_is_null(json_object_get(e, "code")));
+    json_decref(o);
+    free(s);
+    assert_string_equal(ebb__error_type(401), "authentication_error");
+    assert_string_equal(ebb__error_type(404), "invalid_request_error");
+    assert_string_equal(ebb__error_type(503), "server_error");
+}
+
+static void test_sse_and_utf8(void **state)
+{
+    (void)state;
+    struct ebb__abuf b = {0};
+    json_t *o = json_object();
+    json_object_set_new(o, "x",
+                        ebb__json_text("a\xff"
+                                       "b\xe2\x82",
+                                       5));
+    ebb__sse_event(&b, o);
+    assert_string_equal(b.p, "data: {\"x\":\"a\xef\xbf\xbd"
+                             "b\xef\xbf\xbd\"}\n\n");
+    ebb__abuf_fini(&b);
+    /* A capped buffer refuses growth past its limit. */
+    struct ebb__abuf c = {.limit = 8};
+    ebb__abuf_puts(&c, "12345678");
+    assert_false(c.oom);
+    ebb__abuf_puts(&c, "9");
+    assert_true(c.oom);
+    ebb__abuf_fini(&c);
+}
+
+static void test_metrics_text(void **state)
+{
+    (void)state;
+    struct ebb__metrics m = {0};
+    ebb__metrics_request(&m, EBB__EP_CHAT, 200);
+    ebb__metrics_request(&m, EBB__EP_CHAT, 200);
+    ebb__metrics_request(&m, EBB__EP_CHAT, 400);
+    ebb__metrics_ttft(&m, 0.2);
+    ebb__metrics_ttft(&m, 100);
+    struct ebb_sched_stats st = {.queued = 3, .active = 1, .n_slots = 2};
+    struct ebb__abuf b = {0};
+    ebb__metrics_render(&m, &st, true, &b);
+    assert_non_null(
+        strstr(b.p, "ebb_requests_total{endpoint=\"chat_completions\",status=\"200\"} 2\n"));
+    assert_non_null(
+        strstr(b.p, "ebb_requests_total{endpoint=\"chat_completions\",status=\"400\"} 1\n"));
+    assert_non_null(strstr(b.p, "ebb_time_to_first_token_seconds_bucket{le=\"0.25\"} 1\n"));
+    assert_non_null(strstr(b.p, "ebb_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(b.p, "ebb_queue_depth 3\n"));
+    assert_non_null(strstr(b.p, "ebb_active_slots 1\n"));
+    /* Every line is a comment or "name{labels} value". */
+    for (char *line = b.p; *line;) {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (line[0] != '#') {
+            char *sp = memchr(line, ' ', (size_t)(nl - line));
+            assert_non_null(sp);
+            char *end;
+            strtod(sp + 1, &end);
+            assert_ptr_equal(end, nl);
+        }
+        line = nl + 1;
+    }
+    ebb__abuf_fini(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_detect), cmocka_unit_test(test_template_from_tokens),
+        cmocka_unit_test(test_template_render), cmocka_unit_test(test_template_rejects),
+        cmocka_unit_test(test_params_chat),     cmocka_unit_test(test_params_completions),
+        cmocka_unit_test(test_stopper),         cmocka_unit_test(test_error_object),
+        cmocka_unit_test(test_sse_and_utf8),    cmocka_unit_test(test_metrics_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
