@@ -1,0 +1,437 @@
+/* Writes a random-weight GGUF of a real model's shape (Llama family) for benchmarks and
+ * streaming tests: the tokenizer metadata is copied from a real GGUF (padded with unused tokens
+ * up to the shape's vocabulary), weights are random Q4_0 (or Q8_0) blocks scaled so that
+ * activations stay in a sane range through the layers, norms are 1.
+ *
+ *   ebb-gen-model --shape llama3-8b|llama3.2-1b|smollm2-135m --tokenizer-from MODEL.gguf
+ *                 [--type q4_0|q8_0] [--seed N] [--layers N] -o OUT.gguf
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+struct shape {
+    const char *name;
+    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float rope_base;
+    bool tied;
+};
+
+static const struct shape shapes[] = {
+    {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false},
+    {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true},
+    {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true},
+};
+
+/* Little GGUF writer over stdio. */
+struct w {
+    FILE *f;
+    bool err;
+};
+
+static void put(struct w *w, const void *p, size_t n)
+{
+    if (n && fwrite(p, 1, n, w->f) != n)
+        w->err = true;
+}
+static void put_u32(struct w *w, uint32_t v)
+{
+    put(w, &v, 4);
+}
+static void put_u64(struct w *w, uint64_t v)
+{
+    put(w, &v, 8);
+}
+static void put_str(struct w *w, const char *p, uint64_t n)
+{
+    put_u64(w, n);
+    put(w, p, n);
+}
+static void put_cstr(struct w *w, const char *s)
+{
+    put_str(w, s, strlen(s));
+}
+static void kv_u32(struct w *w, const char *k, uint32_t v)
+{
+    put_cstr(w, k);
+    put_u32(w, EBB_GGUF_U32);
+    put_u32(w, v);
+}
+static void kv_f32(struct w *w, const char *k, float v)
+{
+    put_cstr(w, k);
+    put_u32(w, EBB_GGUF_F32);
+    put(w, &v, 4);
+}
+static void kv_str(struct w *w, const char *k, const char *v)
+{
+    put_cstr(w, k);
+    put_u32(w, EBB_GGUF_STRING);
+    put_cstr(w, v);
+}
+
+static size_t vtype_size(enum ebb_gguf_vtype t)
+{
+    switch (t) {
+    case EBB_GGUF_U8:
+    case EBB_GGUF_I8:
+    case EBB_GGUF_BOOL:
+        return 1;
+    case EBB_GGUF_U16:
+    case EBB_GGUF_I16:
+        return 2;
+    case EBB_GGUF_U32:
+    case EBB_GGUF_I32:
+    case EBB_GGUF_F32:
+        return 4;
+    case EBB_GGUF_U64:
+    case EBB_GGUF_I64:
+    case EBB_GGUF_F64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+/* Copies one array value, padding it to n_out elements (strings get "<|ebb_pad_N|>", token
+ * types 5 = unused, scores -1e9... only the first level is padded). */
+static ebb_err copy_arr(struct w *w, const struct ebb_gguf_arr *a, uint64_t n_out, int pad_kind)
+{
+    put_u32(w, a->type);
+    put_u64(w, n_out);
+    for (uint64_t i = 0; i < n_out; i++) {
+        if (a->type == EBB_GGUF_STRING) {
+            struct ebb_str s;
+            char buf[48];
+            if (i < a->n) {
+                ebb_err rc = ebb_gguf_arr_str(a, i, &s);
+                if (rc)
+                    return rc;
+                put_str(w, s.p, s.n);
+            } else {
+                int n = snprintf(buf, sizeof(buf), "<|ebb_pad_%llu|>", (unsigned long long)i);
+                put_str(w, buf, (uint64_t)n);
+            }
+        } else if (a->type == EBB_GGUF_ARRAY) {
+            struct ebb_gguf_arr sub;
+            ebb_err rc = ebb_gguf_arr_sub(a, i, &sub);
+            if (rc)
+                return rc;
+            rc = copy_arr(w, &sub, sub.n, 0);
+            if (rc)
+                return rc;
+        } else {
+            size_t es = vtype_size(a->type);
+            if (i < a->n) {
+                put(w, a->data + i * es, es);
+            } else if (pad_kind == 1 && a->type == EBB_GGUF_I32) {
+                int32_t unused = 5;
+                put(w, &unused, 4);
+            } else if (a->type == EBB_GGUF_F32) {
+                float lo = -1e9f;
+                put(w, &lo, 4);
+            } else {
+                uint64_t zero = 0;
+                put(w, &zero, es);
+            }
+        }
+    }
+    return EBB_OK;
+}
+
+struct tinfo {
+    char name[64];
+    uint32_t n_dims;
+    uint64_t ne[2];
+    uint32_t type;
+    uint64_t offset, size;
+    float scale; /* weight scale; 0 for norms (all ones) */
+};
+
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+    /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    /* Scales here are small positive normals: a simple conversion suffices. */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = (x >> 13) & 0x3ff;
+    if (exp <= 0)
+        return (uint16_t)sign;
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7bff);
+    return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_t bufsz)
+{
+    uint64_t left = t->size;
+    if (t->type == EBB_GGML_F32) {
+        float one = 1.0f;
+        for (uint64_t i = 0; i < t->size / 4; i++)
+            put(w, &one, 4);
+        return;
+    }
+    uint16_t d = f32_to_f16(t->scale);
+    size_t bs = t->type == EBB_GGML_Q4_0 ? 18 : 34;
+    while (left) {
+        size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
+        for (size_t off = 0; off < n; off += bs) {
+            memcpy(buf + off, &d, 2);
+            for (size_t j = 2; j < bs; j += 8) {
+                uint64_t r = rng();
+                size_t m = bs - j < 8 ? bs - j : 8;
+                memcpy(buf + off + j, &r, m);
+            }
+        }
+        put(w, buf, n);
+        left -= n;
+    }
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0]\n"
+               "                     [--seed N] [--layers N] -o OUT.gguf\n"
+               "shapes:");
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        fprintf(f, " %s", shapes[i].name);
+    fprintf(f, "\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    const char *shape_name = NULL, *tok_path = NULL, *out_path = NULL, *type_name = "q4_0";
+    uint64_t seed = 1;
+    long layers = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return usage(stdout) - 2;
+        if (!v)
+            return usage(stderr);
+        if (!strcmp(a, "--shape"))
+            shape_name = v;
+        else if (!strcmp(a, "--tokenizer-from"))
+            tok_path = v;
+        else if (!strcmp(a, "-o"))
+            out_path = v;
+        else if (!strcmp(a, "--type"))
+            type_name = v;
+        else if (!strcmp(a, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--layers"))
+            layers = strtol(v, NULL, 10);
+        else
+            return usage(stderr);
+        i++;
+    }
+    if (!shape_name || !tok_path || !out_path)
+        return usage(stderr);
+    const struct shape *sh = NULL;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        if (!strcmp(shapes[i].name, shape_name))
+            sh = &shapes[i];
+    if (!sh) {
+        fprintf(stderr, "ebb-gen-model: unknown shape '%s'\n", shape_name);
+        return usage(stderr);
+    }
+    uint32_t wtype;
+    if (!strcmp(type_name, "q4_0"))
+        wtype = EBB_GGML_Q4_0;
+    else if (!strcmp(type_name, "q8_0"))
+        wtype = EBB_GGML_Q8_0;
+    else {
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0)\n", type_name);
+        return 2;
+    }
+    uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
+    rng_state = seed;
+
+    struct ebb_diag diag = {{0}};
+    struct ebb_gguf *src = NULL;
+    if (ebb_gguf_open(tok_path, &src, &diag)) {
+        fprintf(stderr, "ebb-gen-model: %s: %s\n", tok_path, diag.msg);
+        return 1;
+    }
+    FILE *f = fopen(out_path, "wb");
+    if (!f) {
+        fprintf(stderr, "ebb-gen-model: %s: %s\n", out_path, strerror(errno));
+        ebb_gguf_close(src);
+        return 1;
+    }
+    struct w w = {f, false};
+
+    /* Tensor list in file order: globals, then layers (contiguous per layer). */
+    uint32_t hd = sh->n_embd / sh->n_head;
+    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + 9 * n_layer;
+    struct tinfo *ts = calloc(n_t, sizeof(*ts));
+    if (!ts)
+        return 1;
+    uint32_t k = 0;
+    const uint32_t bsz = 32, qbytes = wtype == EBB_GGML_Q4_0 ? 18 : 34;
+    const float qvar = wtype == EBB_GGML_Q4_0 ? 21.25f : 5461.5f; /* variance of q - zero */
+#define ADD(nm, n0, n1, ty, sc)                                                                    \
+    do {                                                                                           \
+        struct tinfo *t = &ts[k++];                                                                \
+        snprintf(t->name, sizeof(t->name), "%s", nm);                                              \
+        t->n_dims = ((n1) != 0) ? 2 : 1;                                                           \
+        t->ne[0] = (n0);                                                                           \
+        t->ne[1] = ((n1) != 0) ? (n1) : 1;                                                         \
+        t->type = (ty);                                                                            \
+        t->size =                                                                                  \
+            (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4 : t->ne[0] / bsz * qbytes * t->ne[1];   \
+        t->scale = (sc);                                                                           \
+    } while (0)
+    float embd_scale = 1.0f / sqrtf(qvar);
+    ADD("token_embd.weight", sh->n_embd, sh->n_vocab, wtype, embd_scale);
+    ADD("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
+    if (!sh->tied)
+        ADD("output.weight", sh->n_embd, sh->n_vocab, wtype, 1.0f / sqrtf(qvar * sh->n_embd));
+    for (uint32_t l = 0; l < n_layer; l++) {
+        char nm[64];
+        float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);
+#define L(suffix, n0, n1, ty, sc)                                                                  \
+    snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
+    ADD(nm, n0, n1, ty, sc)
+        L("attn_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
+        L("attn_q.weight", sh->n_embd, sh->n_embd, wtype, se);
+        L("attn_k.weight", sh->n_embd, hd * sh->n_head_kv, wtype, se);
+        L("attn_v.weight", sh->n_embd, hd * sh->n_head_kv, wtype, se);
+        L("attn_output.weight", sh->n_embd, sh->n_embd, wtype, se * 0.5f);
+        L("ffn_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
+        L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
+        L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
+        L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
+#undef L
+    }
+#undef ADD
+    const uint64_t align = 32;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        ts[i].offset = off;
+        off += (ts[i].size + align - 1) / align * align;
+    }
+
+    /* Metadata: our own keys plus every tokenizer.* key of the source, padded to n_vocab. */
+    uint64_t n_src_tok = 0;
+    for (uint64_t i = 0; i < ebb_gguf_n_kv(src); i++)
+        if (!strncmp(ebb_gguf_kv_key(src, i), "tokenizer.", 10))
+            n_src_tok++;
+    char gname[96];
+    snprintf(gname, sizeof(gname), "ebb random %s %s seed %llu", sh->name, type_name,
+             (unsigned long long)seed);
+    put(&w, "GGUF", 4);
+    put_u32(&w, 3);
+    put_u64(&w, k);
+    put_u64(&w, 14 + n_src_tok);
+    kv_str(&w, "general.architecture", "llama");
+    kv_str(&w, "general.name", gname);
+    kv_u32(&w, "general.alignment", (uint32_t)align);
+    kv_u32(&w, "general.file_type", wtype == EBB_GGML_Q4_0 ? 2 : 7);
+    kv_u32(&w, "llama.block_count", n_layer);
+    kv_u32(&w, "llama.context_length", sh->n_ctx);
+    kv_u32(&w, "llama.embedding_length", sh->n_embd);
+    kv_u32(&w, "llama.feed_forward_length", sh->n_ff);
+    kv_u32(&w, "llama.attention.head_count", sh->n_head);
+    kv_u32(&w, "llama.attention.head_count_kv", sh->n_head_kv);
+    kv_f32(&w, "llama.rope.freq_base", sh->rope_base);
+    kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_u32(&w, "llama.vocab_size", sh->n_vocab);
+    kv_u32(&w, "llama.rope.dimension_count", hd);
+    ebb_err rc = EBB_OK;
+    for (uint64_t i = 0; i < ebb_gguf_n_kv(src) && !rc; i++) {
+        const char *key = ebb_gguf_kv_key(src, i);
+        if (strncmp(key, "tokenizer.", 10))
+            continue;
+        enum ebb_gguf_vtype t = ebb_gguf_kv_type(src, i);
+        put_cstr(&w, key);
+        put_u32(&w, t);
+        if (t == EBB_GGUF_STRING) {
+            struct ebb_str s;
+            rc = ebb_gguf_kv_str(src, i, &s);
+            if (!rc)
+                put_str(&w, s.p, s.n);
+        } else if (t == EBB_GGUF_ARRAY) {
+            struct ebb_gguf_arr a;
+            rc = ebb_gguf_kv_arr(src, i, &a);
+            bool per_token = !strcmp(key, "tokenizer.ggml.tokens") ||
+                             !strcmp(key, "tokenizer.ggml.token_type") ||
+                             !strcmp(key, "tokenizer.ggml.scores");
+            uint64_t n = per_token && a.n < sh->n_vocab ? sh->n_vocab : a.n;
+            if (!rc)
+                rc = copy_arr(&w, &a, n, !strcmp(key, "tokenizer.ggml.token_type"));
+        } else {
+            /* Scalars: re-read through the typed getters. */
+            int64_t iv;
+            float fv;
+            bool bv;
+            if (t == EBB_GGUF_BOOL && !ebb_gguf_get_bool(src, key, &bv)) {
+                uint8_t b = bv;
+                put(&w, &b, 1);
+            } else if ((t == EBB_GGUF_F32) && !ebb_gguf_get_f32(src, key, &fv)) {
+                put(&w, &fv, 4);
+            } else if (vtype_size(t) && !ebb_gguf_get_i64(src, key, &iv)) {
+                put(&w, &iv, vtype_size(t)); /* little-endian truncation keeps the value */
+            } else {
+                rc = EBB_EUNSUPPORTED;
+            }
+        }
+        if (rc)
+            fprintf(stderr, "ebb-gen-model: cannot copy key %s: %s\n", key, ebb_err_name(rc));
+    }
+    for (uint32_t i = 0; i < k; i++) {
+        put_cstr(&w, ts[i].name);
+        put_u32(&w, ts[i].n_dims);
+        for (uint32_t d = 0; d < ts[i].n_dims; d++)
+            put_u64(&w, ts[i].ne[d]);
+        put_u32(&w, ts[i].type);
+        put_u64(&w, ts[i].offset);
+    }
+    long pos = ftell(f);
+    static const uint8_t zeros[64];
+    if (pos >= 0)
+        put(&w, zeros, (size_t)((align - (uint64_t)pos % align) % align));
+    size_t bufsz = 8u << 20;
+    uint8_t *buf = malloc(bufsz);
+    if (!buf)
+        rc = EBB_ENOMEM;
+    uint64_t written = 0;
+    for (uint32_t i = 0; i < k && !rc && !w.err; i++) {
+        if (ts[i].offset > written)
+            put(&w, zeros, (size_t)(ts[i].offset - written));
+        write_tensor(&w, &ts[i], buf, bufsz);
+        written = ts[i].offset + ts[i].size;
+    }
+    free(buf);
+    free(ts);
+    ebb_gguf_close(src);
+    if (fclose(f) != 0)
+        w.err = true;
+    if (rc || w.err) {
+        fprintf(stderr, "ebb-gen-model: writing %s failed\n", out_path);
+        remove(out_path);
+        return 1;
+    }
+    fprintf(stderr, "ebb-gen-model: wrote %s (%s, %u layers, %.1f MiB of tensors)\n", out_path,
+            sh->name, n_layer, (double)off / (1 << 20));
+    return 0;
+}
