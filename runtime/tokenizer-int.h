@@ -90,6 +90,11 @@ static inline const char *ebb__tok_text(const struct ebb_tokenizer *t, int32_t i
     return t->text + t->text_off[id];
 }
 
+/* ebb_tokenizer_new with tokenizer.ggml.pre replaced by pre_override (when not NULL); tests use
+ * it to run every pre-tokenizer over one real vocabulary. */
+ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_override,
+                               struct ebb_tokenizer **out, struct ebb_diag *diag);
+
 /* Token id of exactly the bytes s[0..n), or -1. */
 int32_t ebb__tok_lookup(const struct ebb_tokenizer *t, const char *s, size_t n);
 

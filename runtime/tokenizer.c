@@ -493,8 +493,8 @@ static ebb_err spm_byte_tokens(struct ebb_tokenizer *t)
     return EBB_OK;
 }
 
-ebb_err ebb_tokenizer_new(const struct ebb_gguf *g, struct ebb_tokenizer **out,
-                          struct ebb_diag *diag)
+ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_override,
+                               struct ebb_tokenizer **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct ebb_str model = {0}, pre = {0};
@@ -506,6 +506,10 @@ ebb_err ebb_tokenizer_new(const struct ebb_gguf *g, struct ebb_tokenizer **out,
         goto out;
     }
     bool has_pre = !ebb_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    if (pre_override) {
+        pre = (struct ebb_str){pre_override, strlen(pre_override)};
+        has_pre = true;
+    }
     if (str_eq(model, "llama")) {
         t->kind = EBB_TOK_SPM;
         t->bos = 1;
@@ -594,6 +598,12 @@ out:
     }
     *out = t;
     return EBB_OK;
+}
+
+ebb_err ebb_tokenizer_new(const struct ebb_gguf *g, struct ebb_tokenizer **out,
+                          struct ebb_diag *diag)
+{
+    return ebb__tokenizer_new_pre(g, NULL, out, diag);
 }
 
 void ebb_tokenizer_free(struct ebb_tokenizer *t)

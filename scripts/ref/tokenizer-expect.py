@@ -9,6 +9,9 @@ tests/data/tokenizer/expect-<name>.json with:
   - parse_special / add_special: a smaller set (indices into the corpus) tokenized with
     parse_special=True, and with add_special=True;
   - the model's BOS/EOS/EOT ids, add_bos/add_eos flags and end-of-generation ids.
+It also writes expect-smollm2-pre.json: SmolLM2's vocabulary and merges tokenized with the other
+supported pre-tokenizers (llama-bpe, qwen2, gpt-2, default), through metadata-only copies of the
+model with tokenizer.ggml.pre replaced (written to a temporary directory).
 This needs llama-cpp-python; the unit test only reads the files written here.
 
 Usage: python3 scripts/ref/tokenizer-expect.py [MODELS_DIR]
@@ -17,6 +20,7 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
 
 import llama_cpp
 
@@ -49,6 +53,36 @@ def detokenize(vocab, ids):
         cap = -n
 
 
+# Pre-tokenizers checked on SmolLM2's vocabulary and merges with tokenizer.ggml.pre replaced.
+OTHER_PRE = ["llama-bpe", "qwen2", "gpt-2", "default"]
+
+
+def copy_with_pre(src, dst, pre):
+    """Writes a metadata-only copy of src with tokenizer.ggml.pre set to pre."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        v = pre if k == "tokenizer.ggml.pre" else f.contents()
+        t = f.types[0]
+        w.add_key_value(k, v, t, sub_type=f.types[1] if t == GGUFValueType.ARRAY else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def load_vocab(path):
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        sys.exit("cannot load %s" % path)
+    return model, llama_cpp.llama_model_get_vocab(model)
+
+
 def main():
     models_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
         "EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
@@ -64,12 +98,7 @@ def main():
     llama_cpp.llama_backend_init()
     for name, fname in MODELS.items():
         path = os.path.join(models_dir, fname)
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        model = llama_cpp.llama_model_load_from_file(path.encode(), params)
-        if not model:
-            sys.exit("cannot load %s" % path)
-        vocab = llama_cpp.llama_model_get_vocab(model)
+        model, vocab = load_vocab(path)
         plain, roundtrip = [], []
         for s in corpus:
             data = s.encode("utf-8")
@@ -107,6 +136,24 @@ def main():
         llama_cpp.llama_model_free(model)
         print("%s: %d strings, %d small, roundtrip %d/%d, eog %s" % (
             name, len(corpus), len(small), sum(roundtrip), len(roundtrip), eog[:10]))
+
+    # Other pre-tokenizers over SmolLM2's vocabulary.
+    out = {"model": MODELS["smollm2"], "llama_cpp_python_version": llama_cpp.__version__,
+           "pre": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in OTHER_PRE:
+            path = os.path.join(tmp, "vocab-%s.gguf" % pre)
+            copy_with_pre(os.path.join(models_dir, MODELS["smollm2"]), path, pre)
+            model, vocab = load_vocab(path)
+            out["pre"][pre] = {
+                "plain": [tokenize(vocab, s.encode("utf-8"), False, False) for s in corpus],
+                "byte_cases": [tokenize(vocab, b, False, False) for b in byte_cases],
+            }
+            llama_cpp.llama_model_free(model)
+            print("smollm2 vocabulary with pre '%s' recorded" % pre)
+    with open(os.path.join(DATA, "expect-smollm2-pre.json"), "w", encoding="ascii") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
 
 
 if __name__ == "__main__":

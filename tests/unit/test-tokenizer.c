@@ -16,6 +16,7 @@
 
 #include "gguf-writer.h"
 #include "gguf.h"
+#include "tokenizer-int.h"
 #include "tokenizer.h"
 
 #ifndef EBB_TEST_DATA
@@ -441,6 +442,54 @@ static void gemma3_specials(void **state)
     expect_piece(t, 138, false, "  ");
 }
 
+/* The other pre-tokenizers (Llama 3, Qwen2, GPT-2, default) over SmolLM2's vocabulary and
+ * merges, against llama.cpp run on copies of the model with tokenizer.ggml.pre replaced. */
+static void other_pretokenizers(void **state)
+{
+    struct model *m = *state;
+    json_t *all = load_json("expect-smollm2-pre.json");
+    json_t *pres = json_object_get(all, "pre");
+    const char *pre;
+    json_t *e;
+    size_t total_bad = 0, n_pre = 0;
+    json_object_foreach(pres, pre, e)
+    {
+        struct ebb_tokenizer *t = NULL;
+        struct ebb_diag diag;
+        assert_int_equal(ebb__tokenizer_new_pre(m->g, pre, &t, &diag), EBB_OK);
+        struct model mm = *m;
+        mm.t = t;
+        size_t n, bad = check_set(&mm, pre, json_object_get(e, "plain"), NULL, 0, &n);
+        json_t *bc = json_object_get(e, "byte_cases"), *hex = json_object_get(corpus, "byte_cases");
+        size_t bbad = 0;
+        for (size_t k = 0; k < json_array_size(hex); k++) {
+            const char *h = json_string_value(json_array_get(hex, k));
+            size_t len = strlen(h) / 2, gn;
+            char buf[256];
+            for (size_t i = 0; i < len && i < sizeof buf; i++)
+                buf[i] = (char)(hexval(h[2 * i]) << 4 | hexval(h[2 * i + 1]));
+            int32_t *got = encode(t, buf, len, 0, &gn);
+            json_t *w = json_array_get(bc, k);
+            bool same = gn == json_array_size(w);
+            for (size_t i = 0; same && i < gn; i++)
+                same = got[i] == json_integer_value(json_array_get(w, i));
+            bbad += !same;
+            free(got);
+        }
+        fprintf(stderr,
+                "[ info ] SmolLM2 vocabulary, pre '%s' (%s): corpus %zu/%zu, invalid UTF-8 "
+                "%zu/%zu match llama.cpp\n",
+                pre, ebb_tokenizer_kind_name(t), n - bad, n, json_array_size(hex) - bbad,
+                json_array_size(hex));
+        total_bad += bad + bbad;
+        n_pre++;
+        ebb_tokenizer_free(t);
+    }
+    json_decref(all);
+    assert_int_equal(n_pre, 4);
+    assert_int_equal(total_bad, 0);
+}
+
 /* A too-small output array gives EBB_ERANGE and the count needed. */
 static void range_error(void **state)
 {
@@ -650,10 +699,10 @@ int main(void)
 {
     corpus = load_json("corpus.json");
     const struct CMUnitTest smollm2[] = {
-        cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(byte_cases_match), cmocka_unit_test(metadata_matches),
-        cmocka_unit_test(round_trip),       cmocka_unit_test(smollm2_specials),
-        cmocka_unit_test(range_error),
+        cmocka_unit_test(corpus_matches),      cmocka_unit_test(special_sets_match),
+        cmocka_unit_test(byte_cases_match),    cmocka_unit_test(metadata_matches),
+        cmocka_unit_test(round_trip),          cmocka_unit_test(smollm2_specials),
+        cmocka_unit_test(other_pretokenizers), cmocka_unit_test(range_error),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
