@@ -239,6 +239,63 @@ static void test_weights(void)
     }
 }
 
+static int count_files(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "ls '%s' 2>/dev/null | grep -c '\\.bin$'", dir);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = -1;
+        pclose(f);
+    }
+    return n;
+}
+
+/* The binary cache: one file per (source, options, device, driver); a second build of the same
+ * program is a cache hit (no new file), different options make a new entry, and a broken
+ * source fails with EBB_EBUILD and the compiler's log in the message. */
+static void test_program_cache(void)
+{
+    char tmpl[] = "/tmp/ebb-kcache-XXXXXX", dir[600];
+    if (!mkdtemp(tmpl)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    const char *old = getenv("XDG_CACHE_HOME");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_CACHE_HOME", tmpl, 1);
+    snprintf(dir, sizeof(dir), "%s/ebb/kernels", tmpl);
+    const char *src[] = {"__kernel void k(__global float *x) { x[0] = VAL; }\n"};
+    cl_program p = NULL;
+    struct ebb_diag d = {{0}};
+    OK(ebb_cl_program_build(cl, src, 1, "-DVAL=1.0f", &p, D));
+    clReleaseProgram(p);
+    CHECK(count_files(dir) == 1, "cache entries after first build: %d", count_files(dir));
+    OK(ebb_cl_program_build(cl, src, 1, "-DVAL=1.0f", &p, D));
+    clReleaseProgram(p);
+    CHECK(count_files(dir) == 1, "cache entries after a hit: %d", count_files(dir));
+    OK(ebb_cl_program_build(cl, src, 1, "-DVAL=2.0f", &p, D));
+    clReleaseProgram(p);
+    CHECK(count_files(dir) == 2, "cache entries after new options: %d", count_files(dir));
+    const char *bad[] = {"__kernel void k(__global float *x) { x[0] = undefined_name; }\n"};
+    fprintf(stderr, "(an OpenCL build log for a deliberately broken kernel follows)\n");
+    ebb_err rc = ebb_cl_program_build(cl, bad, 1, "", &p, &d);
+    CHECK(rc == EBB_EBUILD && strstr(d.msg, "undefined_name"), "broken kernel: %s, message '%s'",
+          ebb_err_name(rc), d.msg);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
+    if (system(cmd) != 0)
+        CHECK(0, "cleanup");
+    if (saved)
+        setenv("XDG_CACHE_HOME", saved, 1);
+    else
+        unsetenv("XDG_CACHE_HOME");
+    free(saved);
+    printf("  program cache: hit, miss on new options, build log on failure checked\n");
+}
+
 #include "test-kernels-ops.c"
 
 int main(void)
@@ -255,6 +312,7 @@ int main(void)
     }
     tu = ebb_cl_tuning_for(&cl->info);
     printf("device: %s (%s)\n", cl->info.name, cl->info.platform);
+    test_program_cache();
     test_weights();
     test_ops();
     ebb_cl_close(cl);
