@@ -445,6 +445,33 @@ static ebb_err pretokenize(const struct ebb_tokenizer *t, const uint32_t *cps, c
     return EBB_OK;
 }
 
+ebb_err ebb__bpe_split(const struct ebb_tokenizer *t, const char *text, size_t len, uint32_t **lens,
+                       size_t *n)
+{
+    struct spans sp = {0};
+    uint32_t *cps = malloc(sizeof(uint32_t) * (len + 1));
+    uint16_t *fl = malloc(sizeof(uint16_t) * (len + 1));
+    ebb_err rc = EBB_ENOMEM;
+    if (cps && fl) {
+        size_t nc = 0;
+        for (size_t i = 0; i < len;) {
+            size_t adv;
+            cps[nc] = ebb_utf8_decode_lax((const uint8_t *)text + i, len - i, &adv);
+            fl[nc] = (uint16_t)ebb_unicode_flags(cps[nc]);
+            nc++;
+            i += adv;
+        }
+        rc = pretokenize(t, cps, fl, nc, &sp);
+    }
+    free(cps);
+    free(fl);
+    if (!rc) {
+        *lens = sp.len;
+        *n = sp.n;
+    }
+    return rc;
+}
+
 struct sym {
     int32_t prev, next;
     uint32_t start, n; /* bytes of the word */

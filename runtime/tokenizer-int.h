@@ -109,6 +109,11 @@ ebb_err ebb__bpe_load(struct ebb_tokenizer *t, const struct ebb_gguf *g, struct 
 ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
                         struct ebb__tok_out *out);
 
+/* The pre-tokens of text under t's pre-tokenizer, as lengths in code points (malloc'ed, caller
+ * frees); for tests. */
+ebb_err ebb__bpe_split(const struct ebb_tokenizer *t, const char *text, size_t len, uint32_t **lens,
+                       size_t *n);
+
 /* Decodes a byte-level BPE token text into the bytes it stands for, appending to b. Characters
  * outside the byte mapping are rendered as llama.cpp renders them ("[UNK_BYTE_0x..]"). */
 ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_t n,

@@ -490,6 +490,110 @@ static void other_pretokenizers(void **state)
     assert_int_equal(total_bad, 0);
 }
 
+/* Pre-token boundaries of each BPE pre-tokenizer on hand-picked strings; the expected splits are
+ * those of the original Hugging Face regular expressions (Python `regex`), which llama.cpp's
+ * hand-written splitters reproduce. Digit grouping and contraction case only show here: SmolLM2's
+ * merges never join digits. */
+static void pretokenizer_splits(void **state)
+{
+    struct model *m = *state;
+    static const struct {
+        const char *pre, *text, *want; /* want: pieces joined by '/' */
+    } cases[] = {
+        {"llama-bpe", "12345 abc", "123/45/ abc"},
+        {"llama-bpe", "IT'S we'RE they'll", "IT/'S/ we/'RE/ they/'ll"},
+        {"llama-bpe", "x  y   z", "x/ / y/  / z"},
+        {"llama-bpe", "a\n\n  b", "a/\n\n/ / b"},
+        {"llama-bpe", "  \r\n\tfoo", "  \r\n/\tfoo"},
+        {"llama-bpe", "(hello) world!!\n\nok", "(hello/)/ world/!!\n\n/ok"},
+        {"llama-bpe", "1234567", "123/456/7"},
+        {"llama-bpe", "$100.00 + 7", "$/100/./00/ +/ /7"},
+        {"llama-bpe",
+         "caf\xc3\xa9"
+         " na\xc3\xaf"
+         "ve",
+         "caf\xc3\xa9"
+         "/ na\xc3\xaf"
+         "ve"},
+        {"llama-bpe", "end   ", "end/   "},
+        {"llama-bpe", "a1b22c333", "a/1/b/22/c/333"},
+        {"llama-bpe", "don't'", "don/'t/'"},
+        {"llama-bpe", "  leading", " / leading"},
+        {"qwen2", "12345 abc", "1/2/3/4/5/ abc"},
+        {"qwen2", "IT'S we'RE they'll", "IT/'S/ we/'RE/ they/'ll"},
+        {"qwen2", "x  y   z", "x/ / y/  / z"},
+        {"qwen2", "a\n\n  b", "a/\n\n/ / b"},
+        {"qwen2", "  \r\n\tfoo", "  \r\n/\tfoo"},
+        {"qwen2", "(hello) world!!\n\nok", "(hello/)/ world/!!\n\n/ok"},
+        {"qwen2", "1234567", "1/2/3/4/5/6/7"},
+        {"qwen2", "$100.00 + 7", "$/1/0/0/./0/0/ +/ /7"},
+        {"qwen2",
+         "caf\xc3\xa9"
+         " na\xc3\xaf"
+         "ve",
+         "caf\xc3\xa9"
+         "/ na\xc3\xaf"
+         "ve"},
+        {"qwen2", "end   ", "end/   "},
+        {"qwen2", "a1b22c333", "a/1/b/2/2/c/3/3/3"},
+        {"qwen2", "don't'", "don/'t/'"},
+        {"qwen2", "  leading", " / leading"},
+        {"gpt-2", "12345 abc", "12345/ abc"},
+        {"gpt-2", "IT'S we'RE they'll", "IT/'/S/ we/'/RE/ they/'ll"},
+        {"gpt-2", "x  y   z", "x/ / y/  / z"},
+        {"gpt-2", "a\n\n  b", "a/\n\n / b"},
+        {"gpt-2", "  \r\n\tfoo", "  \r\n/\t/foo"},
+        {"gpt-2", "(hello) world!!\n\nok", "(/hello/)/ world/!!/\n/\n/ok"},
+        {"gpt-2", "1234567", "1234567"},
+        {"gpt-2", "$100.00 + 7", "$/100/./00/ +/ 7"},
+        {"gpt-2",
+         "caf\xc3\xa9"
+         " na\xc3\xaf"
+         "ve",
+         "caf\xc3\xa9"
+         "/ na\xc3\xaf"
+         "ve"},
+        {"gpt-2", "end   ", "end/   "},
+        {"gpt-2", "a1b22c333", "a/1/b/22/c/333"},
+        {"gpt-2", "don't'", "don/'t/'"},
+        {"gpt-2", "  leading", " / leading"},
+    };
+    const char *last_pre = NULL;
+    struct ebb_tokenizer *t = NULL;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (!last_pre || strcmp(last_pre, cases[c].pre)) {
+            ebb_tokenizer_free(t);
+            struct ebb_diag diag;
+            assert_int_equal(ebb__tokenizer_new_pre(m->g, cases[c].pre, &t, &diag), EBB_OK);
+            last_pre = cases[c].pre;
+        }
+        const char *s = cases[c].text;
+        uint32_t *lens = NULL;
+        size_t n = 0;
+        assert_int_equal(ebb__bpe_split(t, s, strlen(s), &lens, &n), EBB_OK);
+        char got[256];
+        size_t g = 0, off = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                got[g++] = '/';
+            for (uint32_t k = 0; k < lens[i]; k++) {
+                size_t cl = ((unsigned char)s[off] < 0x80)   ? 1
+                            : ((unsigned char)s[off] < 0xE0) ? 2
+                                                             : 3;
+                memcpy(got + g, s + off, cl);
+                g += cl;
+                off += cl;
+            }
+        }
+        got[g] = '\0';
+        free(lens);
+        if (strcmp(got, cases[c].want))
+            fail_msg("pre '%s': \"%s\" split as \"%s\", want \"%s\"", cases[c].pre, s, got,
+                     cases[c].want);
+    }
+    ebb_tokenizer_free(t);
+}
+
 /* A too-small output array gives EBB_ERANGE and the count needed. */
 static void range_error(void **state)
 {
@@ -702,7 +806,8 @@ int main(void)
         cmocka_unit_test(corpus_matches),      cmocka_unit_test(special_sets_match),
         cmocka_unit_test(byte_cases_match),    cmocka_unit_test(metadata_matches),
         cmocka_unit_test(round_trip),          cmocka_unit_test(smollm2_specials),
-        cmocka_unit_test(other_pretokenizers), cmocka_unit_test(range_error),
+        cmocka_unit_test(other_pretokenizers), cmocka_unit_test(pretokenizer_splits),
+        cmocka_unit_test(range_error),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
