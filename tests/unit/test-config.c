@@ -475,6 +475,64 @@ static void test_reload(void **state)
     ebb_config_fini(&c);
 }
 
+/* Random bytes and random mixes of valid pieces: every file loads or fails with EBB_EINVAL and a
+ * message naming the file; nothing crashes (run under ASan/valgrind by the test setups). */
+static void test_random_files(void **state)
+{
+    (void)state;
+    static const char *const pieces[] = {"port = 8080\n",
+                                         "[serve]\n",
+                                         "[x]\n",
+                                         "  host = ::1\n",
+                                         "api_key = a,b,,\n",
+                                         "; c\n",
+                                         "# c\n",
+                                         "=\n",
+                                         "k\n",
+                                         "max_body = 9T\n",
+                                         "\n",
+                                         "\r\n",
+                                         "\t",
+                                         "model=\n",
+                                         "log_level = debug ; x\n",
+                                         "\xef\xbb\xbf",
+                                         "[",
+                                         "]",
+                                         "shutdown_grace = 4294967296ms\n"};
+    uint32_t seed = 12345;
+    char text[600], path[128];
+    snprintf(path, sizeof(path), "%s/rand.conf", tmpdir);
+    for (int iter = 0; iter < 400; iter++) {
+        size_t n = 0;
+        while (n < 500) {
+            seed = seed * 1664525u + 1013904223u;
+            if (iter % 2) {
+                text[n++] = (char)(seed >> 24 ? seed >> 24 : 1);
+            } else {
+                const char *p = pieces[(seed >> 16) % (sizeof(pieces) / sizeof(pieces[0]))];
+                size_t l = strlen(p);
+                if (n + l >= 500)
+                    break;
+                memcpy(text + n, p, l);
+                n += l;
+            }
+        }
+        text[n] = '\0';
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fwrite(text, 1, n, f);
+        fclose(f);
+        struct ebb_config c;
+        struct ebb_diag d = {{0}};
+        ebb_config_init(&c);
+        ebb_err rc = ebb_config_load_file(&c, path, &d);
+        assert_true(rc == EBB_OK || rc == EBB_EINVAL);
+        if (rc)
+            assert_non_null(strstr(d.msg, path));
+        ebb_config_fini(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +546,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_files, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
