@@ -43,7 +43,8 @@ def main():
             settings.setdefault(k.strip(), []).append(v.strip())
     for k, v in required.items():
         assert settings.get(k) == [v], f"{k}={v} expected, unit has {settings.get(k)}"
-    for k in ("WatchdogSec", "ExecReload", "SupplementaryGroups", "TimeoutStopSec"):
+    for k in ("WatchdogSec", "ExecReload", "SupplementaryGroups", "TimeoutStopSec",
+              "CapabilityBoundingSet"):
         assert k in settings, f"{k}= missing"
     allowed = " ".join(settings.get("DeviceAllow", []))
     for dev in ("char-drm", "char-nvidia-frontend", "char-nvidia-uvm"):
@@ -63,6 +64,15 @@ def main():
         print(f"systemd-analyze verify: rc={r.returncode} output={out!r}")
         assert r.returncode == 0, "systemd-analyze verify failed"
         assert out == "", "systemd-analyze verify printed warnings"
+        # The hardening score: "3.1 OK" when written; 4.0 or worse means something was lost.
+        r = subprocess.run([analyze, "security", "--offline=yes", "--threshold=40",
+                            "./ebb.service"], cwd=d, capture_output=True, text=True, timeout=50)
+        lines = [l for l in r.stdout.splitlines() if "Overall exposure level" in l]
+        print(lines[-1] if lines else r.stdout[-300:] + r.stderr[-300:])
+        if "unrecognized option" in r.stderr:
+            print("systemd-analyze too old for --offline/--threshold (< 250): score not checked")
+        else:
+            assert r.returncode == 0, "exposure level above 4.0"
     print("ok: units verify cleanly")
 
 
