@@ -237,6 +237,12 @@ double ebb__unix_now(void);
 /* Queues a JSON or text response and records its status. body is copied. */
 void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const char *body,
                 size_t len);
+/* Queues obj (stolen) as compact JSON. */
+void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o);
+/* MHD's access handler (routes.c). */
+enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls);
 /* Queues an OpenAI error object. */
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *code);

@@ -1,7 +1,8 @@
 """Starts the real `ebb serve` on 127.0.0.1 with an ephemeral port and SmolLM2.
 
 Environment: EBB_BIN (the binary), EBB_MODELS_DIR (default ~/.local/share/ebb/models),
-EBB_TEST_DEVICE (default "auto"; "ref" selects the plain-C reference backend).
+EBB_TEST_DEVICE (default "auto"; "ref" selects the plain-C reference backend),
+EBB_TEST_HTTP_POLL ("fdset" runs the portable MHD driver instead of epoll).
 """
 import http.client
 import json
@@ -36,6 +37,8 @@ class Server:
         device = os.environ.get("EBB_TEST_DEVICE", "auto")
         self.args = [binary, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
                      "--device", device, *extra]
+        if os.environ.get("EBB_TEST_HTTP_POLL"):  # "fdset" exercises the portable driver
+            self.args += ["--http-poll", os.environ["EBB_TEST_HTTP_POLL"]]
         env = dict(os.environ)
         for k in list(env):
             if k.startswith("EBB_") and k not in ("EBB_MODELS_DIR",):

@@ -1,0 +1,338 @@
+/* Routing and the checks that come before any handler: Host (DNS rebinding), Origin (CORS),
+ * API key, method and body size; the small GET endpoints. */
+#include "api-int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+static bool host_is_loopback_name(const char *host)
+{
+    char h[256];
+    snprintf(h, sizeof(h), "%s", host);
+    /* Strip the port: "[::1]:8077", "localhost:8077". */
+    if (h[0] == '[') {
+        char *e = strchr(h, ']');
+        if (!e)
+            return false;
+        *e = 0;
+        return !strcmp(h + 1, "::1");
+    }
+    char *colon = strchr(h, ':');
+    if (colon)
+        *colon = 0;
+    size_t n = strlen(h);
+    if (n && h[n - 1] == '.') /* "localhost." */
+        h[n - 1] = 0;
+    if (!strcasecmp(h, "localhost") ||
+        (strlen(h) > 10 && !strcasecmp(h + strlen(h) - 10, ".localhost")))
+        return true;
+    struct in_addr in;
+    if (inet_pton(AF_INET, h, &in) == 1)
+        return (ntohl(in.s_addr) >> 24) == 127;
+    return false;
+}
+
+static bool key_equal(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char d = na != nb;
+    for (size_t i = 0; i < na; i++)
+        d |= (unsigned char)a[i] ^ (unsigned char)b[i % (nb ? nb : 1)];
+    return d == 0;
+}
+
+static bool authorized(struct ebb_api *a, struct MHD_Connection *c)
+{
+    if (a->n_api_keys == 0)
+        return true;
+    const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!key && auth && !strncasecmp(auth, "Bearer ", 7)) {
+        key = auth + 7;
+        while (*key == ' ')
+            key++;
+    }
+    if (!key)
+        return false;
+    bool ok = false;
+    for (size_t i = 0; i < a->n_api_keys; i++)
+        ok |= key_equal(key, a->api_keys[i]);
+    return ok;
+}
+
+static bool origin_allowed(struct ebb_api *a, const char *origin)
+{
+    for (size_t i = 0; i < a->n_cors_origins; i++) {
+        if (!strcmp(a->cors_origins[i], "*") || !strcasecmp(a->cors_origins[i], origin))
+            return true;
+    }
+    return false;
+}
+
+/* Request headers a browser may send cross-origin: the ones the OpenAI clients use. */
+static bool header_allowed(const char *h, size_t n)
+{
+    static const char *const ok[] = {"authorization", "content-type",        "x-api-key",
+                                     "accept",        "openai-organization", "openai-project",
+                                     "openai-beta",   "user-agent"};
+    if (n >= 11 && !strncasecmp(h, "x-stainless-", 11))
+        return true;
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (strlen(ok[i]) == n && !strncasecmp(h, ok[i], n))
+            return true;
+    }
+    return false;
+}
+
+static void preflight(struct ebb__req *r)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return;
+    ebb__add_cors(r, resp);
+    if (r->origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const char *req_h =
+            MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        char allow[1024] = "Authorization, Content-Type, X-Api-Key";
+        size_t w = strlen(allow);
+        for (const char *p = req_h; p && *p;) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            const char *e = p;
+            while (*e && *e != ',')
+                e++;
+            size_t n = (size_t)(e - p);
+            while (n && p[n - 1] == ' ')
+                n--;
+            if (n && header_allowed(p, n) && w + n + 3 < sizeof(allow)) {
+                memcpy(allow + w, ", ", 2);
+                memcpy(allow + w + 2, p, n);
+                w += n + 2;
+                allow[w] = 0;
+            }
+            p = e;
+        }
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", allow);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
+    MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    r->answered = true;
+    r->status = 204;
+}
+
+/* ---- simple endpoints -------------------------------------------------------------------- */
+
+static json_t *model_object(struct ebb_api *a)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "id", json_string(a->model_id));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(a->model_created));
+    json_object_set_new(m, "owned_by", json_string("ebb"));
+    return m;
+}
+
+static void handle_get(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    switch (r->ep) {
+    case EBB__EP_HEALTH: {
+        json_t *o = json_object();
+        pthread_mutex_lock(&a->mu);
+        int st = a->load_state;
+        pthread_mutex_unlock(&a->mu);
+        if (st == 1 && a->ready) {
+            json_object_set_new(o, "status", json_string("ok"));
+            ebb__reply_json(r, 200, o);
+        } else if (st < 0 || (st == 1 && a->load_seen && !a->ready)) {
+            json_object_set_new(o, "status", json_string("error"));
+            json_object_set_new(o, "message",
+                                ebb__json_text(a->tmpl_err[0] ? a->tmpl_err : a->load_msg,
+                                               strlen(a->tmpl_err[0] ? a->tmpl_err : a->load_msg)));
+            ebb__reply_json(r, 503, o);
+        } else {
+            json_object_set_new(o, "status", json_string("loading"));
+            ebb__reply_json(r, 503, o);
+        }
+        return;
+    }
+    case EBB__EP_MODELS: {
+        const char *id = r->path + strlen("/v1/models");
+        if (*id == '/' && id[1]) {
+            if (strcmp(id + 1, a->model_id)) {
+                char msg[300];
+                snprintf(msg, sizeof(msg), "The model '%.200s' does not exist", id + 1);
+                ebb__reply_error(r, 404, msg, "model", "model_not_found");
+                return;
+            }
+            ebb__reply_json(r, 200, model_object(a));
+            return;
+        }
+        json_t *o = json_object(), *d = json_array();
+        json_array_append_new(d, model_object(a));
+        json_object_set_new(o, "object", json_string("list"));
+        json_object_set_new(o, "data", d);
+        ebb__reply_json(r, 200, o);
+        return;
+    }
+    case EBB__EP_METRICS: {
+        struct ebb_sched_stats st = {0};
+        if (a->sched)
+            ebb_sched_stats(a->sched, &st);
+        struct ebb__abuf b = {0};
+        ebb__metrics_render(&a->metrics, &st, a->ready, &b);
+        ebb__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n);
+        ebb__abuf_fini(&b);
+        return;
+    }
+    default:
+        ebb__reply_error(r, 404, "not found", NULL, "unknown_url");
+    }
+}
+
+/* ---- routing ------------------------------------------------------------------------------- */
+
+static enum ebb__ep route(const char *url, bool *post)
+{
+    *post = true;
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions"))
+        return EBB__EP_CHAT;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))
+        return EBB__EP_COMPLETIONS;
+    if (!strcmp(url, "/tokenize"))
+        return EBB__EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize"))
+        return EBB__EP_DETOKENIZE;
+    *post = false;
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
+        return EBB__EP_MODELS;
+    if (!strcmp(url, "/health"))
+        return EBB__EP_HEALTH;
+    if (!strcmp(url, "/metrics"))
+        return EBB__EP_METRICS;
+    return EBB__EP_OTHER;
+}
+
+/* First call for a request (headers complete). Returns false if the request was answered. */
+static bool check_request(struct ebb__req *r, const char *url, const char *method)
+{
+    struct ebb_api *a = r->api;
+    struct MHD_Connection *c = r->conn;
+    bool post;
+    r->ep = route(url, &post);
+    if (a->loopback) {
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        if (host && !host_is_loopback_name(host)) {
+            ebb__reply_error(r, 403,
+                             "the Host header must name this machine (localhost, 127.0.0.1 "
+                             "or [::1]) while ebb listens on a loopback address",
+                             NULL, "host_not_allowed");
+            return false;
+        }
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin) {
+        if (!origin_allowed(a, origin)) {
+            ebb__reply_error(r, 403, "this Origin is not allowed (see --cors-origin)", NULL,
+                             "origin_not_allowed");
+            return false;
+        }
+        snprintf(r->origin, sizeof(r->origin), "%s", origin);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        preflight(r);
+        return false;
+    }
+    if (r->ep != EBB__EP_HEALTH && !authorized(a, c)) {
+        ebb__reply_error(r, 401, "missing or invalid API key", NULL, "invalid_api_key");
+        return false;
+    }
+    if (r->ep == EBB__EP_OTHER) {
+        char msg[260];
+        snprintf(msg, sizeof(msg), "unknown URL %.100s %.100s", method, url);
+        ebb__reply_error(r, 404, msg, NULL, "unknown_url");
+        return false;
+    }
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (post ? strcmp(method, "POST") : !is_get) {
+        char msg[260];
+        snprintf(msg, sizeof(msg), "method %.16s is not allowed on %.100s", method, url);
+        ebb__reply_error(r, 405, msg, NULL, "method_not_allowed");
+        return false;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > a->max_body) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes (--max-body)",
+                 a->max_body);
+        ebb__reply_error(r, 413, msg, NULL, "request_too_large");
+        return false;
+    }
+    return true;
+}
+
+enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct ebb_api *a = cls;
+    struct ebb__req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return MHD_NO;
+        r->api = a;
+        r->conn = c;
+        r->t_start = ebb__now();
+        snprintf(r->method, sizeof(r->method), "%s", method);
+        snprintf(r->path, sizeof(r->path), "%s", url);
+        r->body.limit = a->max_body;
+        *con_cls = r;
+        check_request(r, url, method);
+        return MHD_YES;
+    }
+    if (r->answered)
+        return MHD_YES;
+    if (*upload_size) {
+        if (!r->too_big) {
+            ebb__abuf_put(&r->body, upload, *upload_size);
+            if (r->body.oom)
+                r->too_big = true;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->disconnected)
+        return MHD_NO;
+    if (r->too_big) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes (--max-body)",
+                 a->max_body);
+        ebb__reply_error(r, 413, msg, NULL, "request_too_large");
+        return MHD_YES;
+    }
+    switch (r->ep) {
+    case EBB__EP_CHAT:
+    case EBB__EP_COMPLETIONS:
+        ebb__gen_handle(r);
+        break;
+    case EBB__EP_TOKENIZE:
+    case EBB__EP_DETOKENIZE:
+        ebb__tokenize_handle(r, r->ep == EBB__EP_DETOKENIZE);
+        break;
+    default:
+        handle_get(r);
+    }
+    return MHD_YES;
+}
