@@ -607,12 +607,11 @@ ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t 
     struct spans sp = {0};
     uint32_t *cps = malloc(sizeof(uint32_t) * (len + 1));
     uint16_t *fl = malloc(sizeof(uint16_t) * (len + 1));
-    uint8_t *word = malloc(4 * len + 4); /* a stray byte re-encodes as 3 */
-    char *enc = malloc(8 * len + 8);
-    struct sym *syms = malloc(sizeof(struct sym) * (4 * len + 4));
-    /* Each merge queues at most two pairs, so a word of n bytes queues fewer than 3n. */
-    struct bigram *heap = malloc(sizeof(struct bigram) * (12 * len + 12));
-    if (!cps || !fl || !word || !enc || !syms || !heap) {
+    uint8_t *word = NULL;
+    char *enc = NULL;
+    struct sym *syms = NULL;
+    struct bigram *heap = NULL;
+    if (!cps || !fl) {
         rc = EBB_ENOMEM;
         goto out;
     }
@@ -627,6 +626,19 @@ ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t 
     rc = pretokenize(t, cps, fl, n, &sp);
     if (rc)
         goto out;
+    /* Scratch sized for the longest pre-token: up to 4 bytes per code point, 2 bytes of GPT-2
+     * characters per byte, and fewer than 3 queued pairs per byte (each merge queues two). */
+    size_t max_cp = 1;
+    for (size_t p = 0; p < sp.n; p++)
+        max_cp = sp.len[p] > max_cp ? sp.len[p] : max_cp;
+    word = malloc(4 * max_cp);
+    enc = malloc(8 * max_cp);
+    syms = malloc(sizeof(struct sym) * 4 * max_cp);
+    heap = malloc(sizeof(struct bigram) * 12 * max_cp);
+    if (!word || !enc || !syms || !heap) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
     size_t start = 0;
     for (size_t p = 0; p < sp.n; p++) {
         /* Pieces are re-encoded from code points, as llama.cpp does: a stray byte becomes

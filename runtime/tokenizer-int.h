@@ -63,6 +63,12 @@ struct ebb_tokenizer {
     int32_t bos, eos, eot, eom, unk;
     bool add_bos, add_eos, add_space_prefix;
 
+    /* SentencePiece: tokens with U+2581 after their first byte (they limit where long texts
+     * may be cut into independently merged segments); n_inner_ws = -1 when there are too many
+     * to check and texts are merged whole. */
+    int32_t inner_ws[64];
+    int32_t n_inner_ws;
+
     /* Byte-level BPE. */
     bool ignore_merges;    /* a pre-token found whole in the vocab skips merging */
     int32_t byte_tok[256]; /* BPE: id of the byte's GPT-2 character; SPM: <0xNN> (or -1) */

@@ -480,6 +480,20 @@ static ebb_err build_pieces(struct ebb_tokenizer *t)
 
 static ebb_err spm_byte_tokens(struct ebb_tokenizer *t)
 {
+    t->n_inner_ws = 0;
+    for (uint32_t i = 0; i < t->n_vocab && t->n_inner_ws >= 0; i++) {
+        size_t n;
+        const char *s = ebb__tok_text(t, (int32_t)i, &n);
+        for (size_t j = 1; j + 3 <= n; j++) {
+            if (!memcmp(s + j, "\xe2\x96\x81", 3)) {
+                if (t->n_inner_ws == 64)
+                    t->n_inner_ws = -1;
+                else
+                    t->inner_ws[t->n_inner_ws++] = (int32_t)i;
+                break;
+            }
+        }
+    }
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);

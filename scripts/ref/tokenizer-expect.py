@@ -5,6 +5,7 @@ For each model, loads only the vocabulary with llama-cpp-python (vocab_only=True
 tests/data/tokenizer/expect-<name>.json with:
   - plain: ids of every corpus string with add_special=False, parse_special=False;
   - roundtrip: whether llama.cpp's detokenization of those ids gives back the string's bytes;
+  - joined: ids of all corpus strings joined by single spaces (one long text);
   - byte_cases: ids of the corpus's invalid-UTF-8 byte strings (hex in corpus.json);
   - parse_special / add_special: a smaller set (indices into the corpus) tokenized with
     parse_special=True, and with add_special=True;
@@ -108,6 +109,7 @@ def main():
         ps = [tokenize(vocab, corpus[i].encode("utf-8"), False, True) for i in small]
         ad = [tokenize(vocab, corpus[i].encode("utf-8"), True, False) for i in small]
         bc = [tokenize(vocab, b, False, False) for b in byte_cases]
+        joined = tokenize(vocab, " ".join(corpus).encode("utf-8"), False, False)
         n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
         eog = [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, i)]
         control = [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_control(vocab, i)]
@@ -129,6 +131,7 @@ def main():
             "parse_special": ps,
             "add_special": ad,
             "byte_cases": bc,
+            "joined": joined,
         }
         with open(os.path.join(DATA, "expect-%s.json" % name), "w", encoding="ascii") as f:
             json.dump(out, f, separators=(",", ":"))

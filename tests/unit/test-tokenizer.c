@@ -230,6 +230,38 @@ static void special_sets_match(void **state)
     assert_int_equal(b2, 0);
 }
 
+/* All corpus strings joined by spaces: one long text (SentencePiece merges it in segments). */
+static void joined_matches(void **state)
+{
+    struct model *m = *state;
+    json_t *strs = json_object_get(corpus, "strings");
+    size_t total = 0;
+    for (size_t i = 0; i < json_array_size(strs); i++)
+        total += json_string_length(json_array_get(strs, i)) + 1;
+    char *buf = malloc(total + 1);
+    size_t len = 0;
+    for (size_t i = 0; i < json_array_size(strs); i++) {
+        json_t *s = json_array_get(strs, i);
+        if (i)
+            buf[len++] = ' ';
+        memcpy(buf + len, json_string_value(s), json_string_length(s));
+        len += json_string_length(s);
+    }
+    size_t n;
+    int32_t *got = encode(m->t, buf, len, 0, &n);
+    json_t *e = json_object_get(m->expect, "joined");
+    size_t d = 0;
+    while (d < n && d < json_array_size(e) && got[d] == json_integer_value(json_array_get(e, d)))
+        d++;
+    fprintf(stderr, "[ info ] %s: joined corpus (%zu bytes): %zu ids, %s\n",
+            json_string_value(json_object_get(m->expect, "model")), len, n,
+            d == n && n == json_array_size(e) ? "identical to llama.cpp" : "DIFFERENT");
+    assert_int_equal(n, json_array_size(e));
+    assert_int_equal(d, n);
+    free(got);
+    free(buf);
+}
+
 static int hexval(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c - 'A' + 10;
@@ -804,16 +836,16 @@ int main(void)
     corpus = load_json("corpus.json");
     const struct CMUnitTest smollm2[] = {
         cmocka_unit_test(corpus_matches),      cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(byte_cases_match),    cmocka_unit_test(metadata_matches),
-        cmocka_unit_test(round_trip),          cmocka_unit_test(smollm2_specials),
-        cmocka_unit_test(other_pretokenizers), cmocka_unit_test(pretokenizer_splits),
-        cmocka_unit_test(range_error),
+        cmocka_unit_test(byte_cases_match),    cmocka_unit_test(joined_matches),
+        cmocka_unit_test(metadata_matches),    cmocka_unit_test(round_trip),
+        cmocka_unit_test(smollm2_specials),    cmocka_unit_test(other_pretokenizers),
+        cmocka_unit_test(pretokenizer_splits), cmocka_unit_test(range_error),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(byte_cases_match), cmocka_unit_test(metadata_matches),
-        cmocka_unit_test(round_trip),       cmocka_unit_test(gemma3_specials),
-        cmocka_unit_test(range_error),
+        cmocka_unit_test(byte_cases_match), cmocka_unit_test(joined_matches),
+        cmocka_unit_test(metadata_matches), cmocka_unit_test(round_trip),
+        cmocka_unit_test(gemma3_specials),  cmocka_unit_test(range_error),
     };
     const struct CMUnitTest other[] = {
         cmocka_unit_test(detok_streaming),
