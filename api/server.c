@@ -507,7 +507,7 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
     a->n_api_keys = cfg->n_api_keys;
     a->cors_origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
     a->n_cors_origins = cfg->n_cors_origins;
-    a->timeout_s = cfg->timeout_s ? cfg->timeout_s : 60;
+    a->timeout_s = cfg->timeout_s;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
     a->metrics.started_at = ebb__unix_now();
