@@ -30,7 +30,7 @@ struct ebb_api_config {
     size_t n_api_keys;
     char **cors_origins; /* allowed Origin values ("*" allows any) */
     size_t n_cors_origins;
-    unsigned timeout_s;       /* idle connection timeout; 0 means 60 */
+    unsigned timeout_s;       /* idle connection timeout in seconds; 0: none */
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     enum ebb_api_poll poll;
