@@ -87,28 +87,44 @@ uint16_t ebb_fp32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-#define H2F(h) ebb_fp16_to_fp32(h)
+/* Hot-path fp16 conversion for normal numbers and zero, inlined; everything else (subnormal,
+ * Inf, NaN: rare in block scales) goes through the general function. */
+static inline float h2f(uint16_t h)
+{
+    uint32_t exp = (h >> 10) & 0x1f;
+    if (exp == 0 || exp == 0x1f)
+        return ebb_fp16_to_fp32(h);
+    return bits_f32((uint32_t)(h & 0x8000) << 16 | (exp + 112) << 23 | (uint32_t)(h & 0x3ff) << 13);
+}
+#define H2F(h) h2f(h)
 
 /* ---- block dequantizers: one block of the type into y ---- */
 
-static void deq_q4_0(const void *vx, float *y)
+/* The nibble loops first widen to int32 so that the compiler can vectorize the conversion. */
+static inline void deq_q4_0(const void *vx, float *y)
 {
     const struct ebb_block_q4_0 *b = vx;
     float d = H2F(b->d);
-    for (int j = 0; j < EBB_QK4_0 / 2; j++) {
-        y[j] = d * (float)((b->qs[j] & 0x0f) - 8);
-        y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
+    int32_t q[32];
+    for (int j = 0; j < 16; j++) {
+        q[j] = (b->qs[j] & 0x0f) - 8;
+        q[j + 16] = (b->qs[j] >> 4) - 8;
     }
+    for (int j = 0; j < 32; j++)
+        y[j] = d * (float)q[j];
 }
 
-static void deq_q4_1(const void *vx, float *y)
+static inline void deq_q4_1(const void *vx, float *y)
 {
     const struct ebb_block_q4_1 *b = vx;
     float d = H2F(b->d), m = H2F(b->m);
-    for (int j = 0; j < EBB_QK4_1 / 2; j++) {
-        y[j] = d * (float)(b->qs[j] & 0x0f) + m;
-        y[j + 16] = d * (float)(b->qs[j] >> 4) + m;
+    int32_t q[32];
+    for (int j = 0; j < 16; j++) {
+        q[j] = b->qs[j] & 0x0f;
+        q[j + 16] = b->qs[j] >> 4;
     }
+    for (int j = 0; j < 32; j++)
+        y[j] = d * (float)q[j] + m;
 }
 
 static uint32_t le32(const uint8_t *p)
@@ -142,12 +158,15 @@ static void deq_q5_1(const void *vx, float *y)
     }
 }
 
-static void deq_q8_0(const void *vx, float *y)
+static inline void deq_q8_0(const void *vx, float *y)
 {
     const struct ebb_block_q8_0 *b = vx;
     float d = H2F(b->d);
-    for (int j = 0; j < EBB_QK8_0; j++)
-        y[j] = d * (float)b->qs[j];
+    int32_t q[32];
+    for (int j = 0; j < 32; j++)
+        q[j] = b->qs[j];
+    for (int j = 0; j < 32; j++)
+        y[j] = d * (float)q[j];
 }
 
 static void deq_q2_k(const void *vx, float *y)
@@ -284,61 +303,35 @@ static void deq_f32(const void *vx, float *y)
 static float dot_f32(const void *row, const float *x, uint64_t n)
 {
     const float *w = row;
-    float acc[8] = {0};
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8)
+    float acc[8] = {0}, s = 0;
+    uint64_t n8 = n / 8 * 8;
+    for (uint64_t i = 0; i < n8; i += 8)
         for (int k = 0; k < 8; k++)
             acc[k] += w[i + k] * x[i + k];
-    float s = 0;
-    for (; i < n; i++)
+    for (uint64_t i = n8; i < n; i++)
         s += w[i] * x[i];
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    return s;
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
 }
 
-static float dot_q4_0(const void *row, const float *x, uint64_t n)
-{
-    const struct ebb_block_q4_0 *b = row;
-    double sum = 0;
-    for (uint64_t ib = 0; ib < n / EBB_QK4_0; ib++, b++, x += EBB_QK4_0) {
-        float s = 0, sx = 0;
-        for (int j = 0; j < 16; j++) {
-            s += (float)(b->qs[j] & 0x0f) * x[j] + (float)(b->qs[j] >> 4) * x[j + 16];
-            sx += x[j] + x[j + 16];
-        }
-        sum += (double)(H2F(b->d) * (s - 8.0f * sx));
+/* The simple block types: each block is dequantized into 32 floats on the stack and
+ * multiplied into 8 independent accumulators, which the compiler turns into SIMD code and
+ * which keeps the float additions from forming one long dependency chain. */
+#define EBB__DOT_SIMPLE(name, deq, blk_t)                                                          \
+    static float name(const void *row, const float *x, uint64_t n)                                 \
+    {                                                                                              \
+        const blk_t *b = row;                                                                      \
+        float acc[8] = {0}, w[32];                                                                 \
+        for (uint64_t ib = 0; ib < n / 32; ib++, b++, x += 32) {                                   \
+            deq(b, w);                                                                             \
+            for (int j = 0; j < 32; j += 8)                                                        \
+                for (int k = 0; k < 8; k++)                                                        \
+                    acc[k] += w[j + k] * x[j + k];                                                 \
+        }                                                                                          \
+        return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));  \
     }
-    return (float)sum;
-}
-
-static float dot_q4_1(const void *row, const float *x, uint64_t n)
-{
-    const struct ebb_block_q4_1 *b = row;
-    double sum = 0;
-    for (uint64_t ib = 0; ib < n / EBB_QK4_1; ib++, b++, x += EBB_QK4_1) {
-        float s = 0, sx = 0;
-        for (int j = 0; j < 16; j++) {
-            s += (float)(b->qs[j] & 0x0f) * x[j] + (float)(b->qs[j] >> 4) * x[j + 16];
-            sx += x[j] + x[j + 16];
-        }
-        sum += (double)(H2F(b->d) * s + H2F(b->m) * sx);
-    }
-    return (float)sum;
-}
-
-static float dot_q8_0(const void *row, const float *x, uint64_t n)
-{
-    const struct ebb_block_q8_0 *b = row;
-    double sum = 0;
-    for (uint64_t ib = 0; ib < n / EBB_QK8_0; ib++, b++, x += EBB_QK8_0) {
-        float s = 0;
-        for (int j = 0; j < EBB_QK8_0; j++)
-            s += (float)b->qs[j] * x[j];
-        sum += (double)(H2F(b->d) * s);
-    }
-    return (float)sum;
-}
+EBB__DOT_SIMPLE(dot_q4_0, deq_q4_0, struct ebb_block_q4_0)
+EBB__DOT_SIMPLE(dot_q4_1, deq_q4_1, struct ebb_block_q4_1)
+EBB__DOT_SIMPLE(dot_q8_0, deq_q8_0, struct ebb_block_q8_0)
 
 /* Generic: dequantize a block, then dot it. */
 #define EBB__DOT_VIA_DEQ(name, deq, blk, bytes)                                                    \
