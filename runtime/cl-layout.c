@@ -55,7 +55,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     struct ebb_cl_tuning t = {
         .mv_wg = 1,
         .mv_rows = 16,
-        .mm_t = 4,
+        .mm_t = 8,
         .mm_k = 128,
         .mm_wg = 16,
         .norm_wg = 16,
@@ -63,6 +63,8 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .att_tk = 32,
         .att_chunk = 256,
     };
+    /* Local memory that is ordinary memory buys nothing but barriers. */
+    t.mm_local = !di->local_is_global;
     if (di->is_gpu) {
         /* A warp (NVIDIA 32) or wave (AMD 64) cooperates on one row so that consecutive lanes
          * read consecutive weights; other GPUs take 32, within every limit we know. */
@@ -161,9 +163,10 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     int n = snprintf(buf, cap,
                      "/* layout %s */\n"
                      "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
-                     "#define MM_WG %u\n#define NORM_WG %u\n#define W_BLK %u\n",
+                     "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
+                     "#define W_BLK %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
-                     tu->mm_k, tu->mm_wg, tu->norm_wg, ti->blk);
+                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, ti->blk);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EBB__CL_ERRS(X)                                                                            \
     X(CL_SUCCESS)                                                                                  \
@@ -436,9 +437,62 @@ ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, 
     return EBB_OK;
 }
 
+/* EBB_CL_PROFILE=1: every launch waits for its kernel and its wall time is added to a table
+ * by kernel name, printed on stderr at exit. A development aid; it serialises the queue. */
+#define PROF_MAX 32
+static struct {
+    char name[48];
+    double s;
+    unsigned long n;
+} prof[PROF_MAX];
+static int prof_state; /* 0 unknown, 1 off, 2 on */
+
+static void prof_print(void)
+{
+    double total = 0;
+    for (int i = 0; i < PROF_MAX && prof[i].n; i++)
+        total += prof[i].s;
+    for (int i = 0; i < PROF_MAX && prof[i].n; i++)
+        fprintf(stderr, "ebb: profile %-20s %8lu launches %9.3f s %5.1f%%\n", prof[i].name,
+                prof[i].n, prof[i].s, total > 0 ? 100.0 * prof[i].s / total : 0.0);
+}
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void prof_add(cl_kernel k, double s)
+{
+    char name[48] = "?";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+    name[sizeof(name) - 1] = 0;
+    for (int i = 0; i < PROF_MAX; i++) {
+        if (!prof[i].n || !strcmp(prof[i].name, name)) {
+            memcpy(prof[i].name, name, sizeof(name));
+            prof[i].s += s;
+            prof[i].n++;
+            return;
+        }
+    }
+}
+
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag)
 {
+    if (!prof_state) {
+        const char *p = getenv("EBB_CL_PROFILE");
+        prof_state = p && *p && strcmp(p, "0") ? 2 : 1;
+        if (prof_state == 2)
+            atexit(prof_print);
+    }
+    double t0 = 0;
+    if (prof_state == 2) {
+        clFinish(cl->q);
+        t0 = mono_s();
+    }
     size_t g[3];
     for (cl_uint i = 0; i < dims; i++) {
         g[i] = global[i];
@@ -454,6 +508,10 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
         name[sizeof(name) - 1] = 0;
         return ebb_diag_set(diag, e == CL_OUT_OF_RESOURCES ? EBB_ENOMEM : EBB_EDEVICE,
                             "enqueue %s: %s", name, ebb_cl_err_name(e));
+    }
+    if (prof_state == 2) {
+        clFinish(cl->q);
+        prof_add(k, mono_s() - t0);
     }
     return EBB_OK;
 }

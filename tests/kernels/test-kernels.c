@@ -237,6 +237,18 @@ static void test_weights(void)
             if (ebb_cl_layout_ok(&cl->info, &ls[j], 512 * 37))
                 test_weight_layout(&ls[j], 37, 512);
     }
+    /* The other matmul variant (token tile in local memory or read in place) than this device
+     * uses, for a block-decoded type, a generic one and a split layout. */
+    tu.mm_local = !tu.mm_local;
+    printf("  (matmul with MM_LOCAL=%u)\n", tu.mm_local);
+    struct ebb_cl_layout other[] = {
+        {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+        {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+        {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+    };
+    for (int j = 0; j < 3; j++)
+        test_weight_layout(&other[j], 37, 512);
+    tu.mm_local = !tu.mm_local;
 }
 
 static int count_files(const char *dir)
@@ -301,8 +313,12 @@ static void test_program_cache(void)
 int main(void)
 {
     struct ebb_diag d = {{0}};
-    ebb_err rc = ebb_cl_open(getenv("EBB_TEST_DEVICE"), &cl, &d);
-    if (rc == EBB_ENOTFOUND && !getenv("EBB_TEST_DEVICE")) {
+    /* EBB_TEST_DEVICE is shared with the model test, where "ref" means the CPU reference. */
+    const char *dev = getenv("EBB_TEST_DEVICE");
+    if (dev && !strcmp(dev, "ref"))
+        dev = NULL;
+    ebb_err rc = ebb_cl_open(dev, &cl, &d);
+    if (rc == EBB_ENOTFOUND && !dev) {
         printf("SKIP: no OpenCL device (%s)\n", d.msg);
         return 77;
     }
