@@ -626,6 +626,39 @@ static void pretokenizer_splits(void **state)
     ebb_tokenizer_free(t);
 }
 
+/* Random bytes (seeded), with every flag combination: never an error, only valid ids, and the
+ * pieces stream through ebb_detok within the documented room of 3 * (n + 3) bytes. */
+static void random_bytes(void **state)
+{
+    struct model *m = *state;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    const char alphabet[] = "<|>_ \n\tabc'sS0123456789\xe2\x96\x81\xc3\xa9\xf0\x9f\x98\x80";
+    for (int iter = 0; iter < 400; iter++) {
+        char buf[300];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t len = x % sizeof buf;
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            buf[i] = (iter & 1) ? (char)(x >> 24) : alphabet[(x >> 24) % (sizeof alphabet - 1)];
+        }
+        for (unsigned flags = 0; flags < 4; flags++) {
+            size_t n;
+            int32_t *ids = encode(m->t, buf, len, flags, &n);
+            struct ebb_detok d;
+            ebb_detok_init(&d);
+            for (size_t i = 0; i < n; i++) {
+                assert_true(ids[i] >= 0 && (uint32_t)ids[i] < ebb_tokenizer_n_vocab(m->t));
+                struct ebb_str p;
+                assert_int_equal(ebb_tokenizer_piece(m->t, ids[i], true, &p), EBB_OK);
+                char out[1024];
+                assert_true(3 * (p.n + 3) <= sizeof out);
+                ebb_detok_push(&d, p.p, p.n, out, 3 * (p.n + 3));
+            }
+            free(ids);
+        }
+    }
+}
+
 /* A too-small output array gives EBB_ERANGE and the count needed. */
 static void range_error(void **state)
 {
@@ -840,12 +873,14 @@ int main(void)
         cmocka_unit_test(metadata_matches),    cmocka_unit_test(round_trip),
         cmocka_unit_test(smollm2_specials),    cmocka_unit_test(other_pretokenizers),
         cmocka_unit_test(pretokenizer_splits), cmocka_unit_test(range_error),
+        cmocka_unit_test(random_bytes),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
         cmocka_unit_test(byte_cases_match), cmocka_unit_test(joined_matches),
         cmocka_unit_test(metadata_matches), cmocka_unit_test(round_trip),
         cmocka_unit_test(gemma3_specials),  cmocka_unit_test(range_error),
+        cmocka_unit_test(random_bytes),
     };
     const struct CMUnitTest other[] = {
         cmocka_unit_test(detok_streaming),
