@@ -124,6 +124,7 @@ ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_
                              struct ebb__buf *b)
 {
     ebb_err rc = EBB_OK;
+    size_t start = b->n;
     for (size_t i = 0; i < n && !rc;) {
         size_t adv;
         uint32_t cp = ebb_utf8_decode_lax((const uint8_t *)s + i, n - i, &adv);
@@ -136,6 +137,11 @@ ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_
         uint8_t u[4];
         size_t un = ebb_utf8_encode(cp, u);
         static const char hex[] = "0123456789abcdef";
+        /* The marker repeats the whole token text for every such character, so a long hostile
+         * token could grow quadratically: one piece stops at EBB__PIECE_MAX bytes (real tokens
+         * are far shorter and unaffected). */
+        if (b->n - start + 21 + n > EBB__PIECE_MAX)
+            break;
         rc = ebb__buf_put(b, "[UNK_BYTE_0x", 12);
         for (size_t k = 0; k < un && !rc; k++) {
             char h[2] = {hex[u[k] >> 4], hex[u[k] & 15]};

@@ -120,6 +120,8 @@ ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t 
 ebb_err ebb__bpe_split(const struct ebb_tokenizer *t, const char *text, size_t len, uint32_t **lens,
                        size_t *n);
 
+#define EBB__PIECE_MAX 65536 /* bytes of one detokenized piece */
+
 /* Decodes a byte-level BPE token text into the bytes it stands for, appending to b. Characters
  * outside the byte mapping are rendered as llama.cpp renders them ("[UNK_BYTE_0x..]"). */
 ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_t n,

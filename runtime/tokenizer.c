@@ -465,11 +465,14 @@ static ebb_err build_pieces(struct ebb_tokenizer *t)
     t->piece_off = malloc(sizeof(uint32_t) * (t->n_vocab + 1u));
     if (!t->piece_off)
         return EBB_ENOMEM;
+    /* Pieces are about as large as the token texts; a file whose pieces grow far beyond that
+     * is rejected rather than allowed to exhaust memory. */
+    size_t limit = 8 * (size_t)t->text_off[t->n_vocab] + (16u << 20);
     for (uint32_t i = 0; i < t->n_vocab && !rc; i++) {
         t->piece_off[i] = (uint32_t)b.n;
         rc = piece_of(t, (int32_t)i, &b);
-        if (!rc && b.n > UINT32_MAX)
-            rc = EBB_EOVERFLOW;
+        if (!rc && (b.n > UINT32_MAX || b.n > limit))
+            rc = EBB_EFORMAT;
     }
     t->piece_off[t->n_vocab] = (uint32_t)b.n;
     if (!rc)
@@ -602,7 +605,9 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
     if (!rc)
         rc = build_pieces(t);
     if (rc) {
-        ebb_diag_set(diag, rc, "out of memory building the tokenizer");
+        ebb_diag_set(diag, rc,
+                     rc == EBB_EFORMAT ? "detokenized token texts are implausibly large"
+                                       : "out of memory building the tokenizer");
         goto out;
     }
 out:

@@ -864,6 +864,50 @@ static void bad_metadata(void **state)
     ebb_tokenizer_free(NULL);
 }
 
+/* A byte-level BPE vocabulary with a long token of characters outside the byte mapping: its
+ * piece (llama.cpp's "[UNK_BYTE_..]" rendering) is capped instead of growing quadratically. */
+static void hostile_piece(void **state)
+{
+    (void)state;
+    size_t long_n = 3 * 20000;
+    char *longtok = malloc(long_n + 1);
+    for (size_t i = 0; i < long_n; i += 3)
+        memcpy(longtok + i, "\xe4\xb8\xad", 3);
+    longtok[long_n] = '\0';
+    struct wbuf kv = {0};
+    w_kv(&kv, "tokenizer.ggml.model", 8);
+    w_str(&kv, "gpt2");
+    w_kv(&kv, "tokenizer.ggml.pre", 8);
+    w_str(&kv, "smollm");
+    w_kv(&kv, "tokenizer.ggml.tokens", 9);
+    w_u32(&kv, 8);
+    w_u64(&kv, 4);
+    w_str(&kv, "a");
+    w_str(&kv, "b");
+    w_str(&kv, "ab");
+    w_str(&kv, longtok);
+    w_kv(&kv, "tokenizer.ggml.merges", 9);
+    w_u32(&kv, 8);
+    w_u64(&kv, 1);
+    w_str(&kv, "a b");
+    struct wbuf file = make(3, 4, &kv, NULL, 0, 32, 0);
+    free(kv.p);
+    struct ebb_gguf *g = NULL;
+    struct ebb_tokenizer *t = NULL;
+    struct ebb_diag diag;
+    assert_int_equal(ebb_gguf_open_mem(file.p, file.n, &g, &diag), EBB_OK);
+    assert_int_equal(ebb_tokenizer_new(g, &t, &diag), EBB_OK);
+    struct ebb_str p;
+    assert_int_equal(ebb_tokenizer_piece(t, 3, false, &p), EBB_OK);
+    assert_true(p.n > 0 && p.n <= 65536);
+    const int32_t ab[] = {2, 0};
+    expect_ids(t, "aba", 0, ab, 2);
+    ebb_tokenizer_free(t);
+    ebb_gguf_close(g);
+    free(file.p);
+    free(longtok);
+}
+
 int main(void)
 {
     corpus = load_json("corpus.json");
@@ -885,6 +929,7 @@ int main(void)
     const struct CMUnitTest other[] = {
         cmocka_unit_test(detok_streaming),
         cmocka_unit_test(bad_metadata),
+        cmocka_unit_test(hostile_piece),
     };
     int fails =
         cmocka_run_group_tests_name("tokenizer-smollm2", smollm2, setup_smollm2, teardown_model);
