@@ -1,0 +1,340 @@
+/* Stream I/O thread: bytes delivered match the file for every cache mode, cyclic schedules,
+ * prefetch hits after a pause, re-submits that keep matching reads, order errors, truncation,
+ * and read errors that name the layer. With EBB_STREAM_BENCH=FILE.gguf it also measures read
+ * throughput over that model's layers (manual runs; docs/STREAMER.md has the figures). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "pack.h"
+#include "stream-io.h"
+
+#define N_LAYER 7
+#define N_SLOTS 3
+
+static char path[64];
+static struct ebb_stream_layer layers[N_LAYER];
+static uint8_t *file_bytes;
+static size_t file_size;
+
+static uint8_t byte_at(uint64_t off)
+{
+    uint64_t x = off * 0x9E3779B97F4A7C15ull;
+    return (uint8_t)(x >> 56);
+}
+
+/* A file with layers of different sizes at unaligned offsets. */
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(path, sizeof(path), "/tmp/ebb-stream-io-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    uint64_t off = 100;
+    for (int l = 0; l < N_LAYER; l++) {
+        uint64_t size = 5000 + (uint64_t)l * 3001;
+        layers[l] = (struct ebb_stream_layer){.off = off, .size = size, .raw_size = size};
+        off += size + 17;
+    }
+    file_size = (size_t)off;
+    file_bytes = malloc(file_size);
+    for (size_t i = 0; i < file_size; i++)
+        file_bytes[i] = byte_at(i);
+    int ok = write(fd, file_bytes, file_size) == (ssize_t)file_size;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    free(file_bytes);
+    return 0;
+}
+
+struct ring {
+    void *slots[N_SLOTS];
+    size_t size;
+};
+
+static void ring_init(struct ring *r, const struct ebb_stream_layer *ls, uint32_t n)
+{
+    r->size = ebb_stream_io_slot_size(ls, n);
+    for (int i = 0; i < N_SLOTS; i++)
+        assert_int_equal(posix_memalign(&r->slots[i], EBB_STREAM_ALIGN, r->size), 0);
+}
+
+static void ring_fini(struct ring *r)
+{
+    for (int i = 0; i < N_SLOTS; i++)
+        free(r->slots[i]);
+}
+
+static struct ebb_stream_io *open_io(struct ring *r, enum ebb_stream_cache cache, uint32_t pf)
+{
+    struct ebb_stream_io_params p = {.path = path,
+                                     .layers = layers,
+                                     .n_layer = N_LAYER,
+                                     .slots = r->slots,
+                                     .n_slots = N_SLOTS,
+                                     .slot_size = r->size,
+                                     .prefetch = pf,
+                                     .cache = cache};
+    struct ebb_stream_io *io = NULL;
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_stream_io_open(&p, &io, &d);
+    if (rc)
+        fail_msg("open: %s", d.msg);
+    return io;
+}
+
+static void consume(struct ebb_stream_io *io, const uint32_t *sched, uint32_t n, int cycles)
+{
+    struct ebb_diag d = {{0}};
+    for (int c = 0; c < cycles; c++)
+        for (uint32_t i = 0; i < n; i++) {
+            const void *data = NULL;
+            ebb_err rc = ebb_stream_io_acquire(io, sched[i], &data, &d);
+            if (rc)
+                fail_msg("acquire %u: %s", sched[i], d.msg);
+            const struct ebb_stream_layer *L = &layers[sched[i]];
+            assert_memory_equal(data, file_bytes + L->off, L->size);
+            assert_int_equal(ebb_stream_io_release(io, sched[i]), EBB_OK);
+        }
+}
+
+static void every_mode(void **state)
+{
+    (void)state;
+    static const uint32_t sched[] = {1, 3, 4, 6};
+    for (int mode = 0; mode < 3; mode++) {
+        struct ring r;
+        ring_init(&r, layers, N_LAYER);
+        struct ebb_stream_io *io = open_io(&r, (enum ebb_stream_cache)mode, 2);
+        assert_int_equal(ebb_stream_io_submit(io, sched, 4, NULL), EBB_OK);
+        consume(io, sched, 4, 5);
+        struct ebb_stream_io_stats st;
+        ebb_stream_io_stats(io, &st);
+        assert_int_equal(st.hits + st.misses, 20);
+        assert_true(st.layers_read >= 20 && st.layers_read <= 22);
+        uint64_t raw = 0;
+        for (int i = 0; i < 4; i++)
+            raw += layers[sched[i]].size;
+        assert_true(st.bytes_raw >= 5 * raw);
+        if (mode == EBB_STREAM_DIRECT && st.direct)
+            assert_int_equal(st.bytes_read % EBB_STREAM_ALIGN, 0);
+        print_message("mode %d: direct=%d hits %llu misses %llu\n", mode, st.direct,
+                      (unsigned long long)st.hits, (unsigned long long)st.misses);
+        ebb_stream_io_close(io);
+        ring_fini(&r);
+    }
+}
+
+static void prefetch_hits(void **state)
+{
+    (void)state;
+    static const uint32_t sched[] = {0, 2, 5};
+    struct ring r;
+    ring_init(&r, layers, N_LAYER);
+    struct ebb_stream_io *io = open_io(&r, EBB_STREAM_CACHED, 3);
+    assert_int_equal(ebb_stream_io_submit(io, sched, 3, NULL), EBB_OK);
+    usleep(100000); /* the I/O thread fills the three slots meanwhile */
+    consume(io, sched, 3, 1);
+    struct ebb_stream_io_stats st;
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.misses, 0);
+    assert_int_equal(st.stall_ns, 0);
+    /* Holding two layers at once, in order, works. */
+    struct ebb_diag d;
+    const void *a, *b, *c;
+    usleep(50000);
+    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &b, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 5, &c, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &d), EBB_EINVAL); /* all slots held */
+    assert_memory_equal(b, file_bytes + layers[2].off, layers[2].size);
+    assert_int_equal(ebb_stream_io_release(io, 2), EBB_EINVAL); /* 0 is the oldest */
+    assert_int_equal(ebb_stream_io_release(io, 0), EBB_OK);
+    assert_int_equal(ebb_stream_io_release(io, 2), EBB_OK);
+    assert_int_equal(ebb_stream_io_release(io, 5), EBB_OK);
+    assert_int_equal(ebb_stream_io_release(io, 5), EBB_EINVAL); /* nothing held */
+    /* Out of order. */
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "layer 0 is next"));
+    ebb_stream_io_close(io);
+    ring_fini(&r);
+}
+
+static void resubmit(void **state)
+{
+    (void)state;
+    static const uint32_t s1[] = {1, 2}, s2[] = {1, 2, 3}, s3[] = {4, 5};
+    struct ring r;
+    ring_init(&r, layers, N_LAYER);
+    struct ebb_stream_io *io = open_io(&r, EBB_STREAM_CACHED, 3);
+    struct ebb_stream_io_stats st;
+    assert_int_equal(ebb_stream_io_submit(io, s1, 2, NULL), EBB_OK);
+    consume(io, s1, 2, 2);
+    usleep(50000);                                                   /* 1, 2, 1 read ahead */
+    assert_int_equal(ebb_stream_io_submit(io, s2, 3, NULL), EBB_OK); /* keeps 1 and 2 */
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.dropped, 1);
+    consume(io, s2, 3, 2);
+    usleep(50000);
+    assert_int_equal(ebb_stream_io_submit(io, s3, 2, NULL), EBB_OK);
+    consume(io, s3, 2, 3);
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.dropped, 4);
+    /* Submit while holding a layer is refused; an empty schedule reads nothing. */
+    const void *a;
+    usleep(20000);
+    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL), EBB_OK);
+    assert_int_equal(ebb_stream_io_submit(io, s1, 2, NULL), EBB_EBUSY);
+    assert_int_equal(ebb_stream_io_release(io, 4), EBB_OK);
+    assert_int_equal(ebb_stream_io_submit(io, NULL, 0, NULL), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL), EBB_EINVAL);
+    ebb_stream_io_close(io);
+    ring_fini(&r);
+}
+
+static void bad_params(void **state)
+{
+    (void)state;
+    struct ring r;
+    ring_init(&r, layers, N_LAYER);
+    struct ebb_stream_layer past[N_LAYER];
+    memcpy(past, layers, sizeof(past));
+    past[6].size += 100; /* runs past the end of the file */
+    struct ebb_stream_io_params p = {.path = path,
+                                     .layers = past,
+                                     .n_layer = N_LAYER,
+                                     .slots = r.slots,
+                                     .n_slots = N_SLOTS,
+                                     .slot_size = r.size};
+    struct ebb_stream_io *io = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_EFORMAT);
+    assert_non_null(strstr(d.msg, "layer 6"));
+    p.layers = layers;
+    p.slot_size = 4096;
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_EINVAL);
+    p.slot_size = r.size;
+    p.prefetch = N_SLOTS + 1;
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_EINVAL);
+    p.prefetch = 0;
+    p.path = "/nonexistent/x";
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_ENOENT);
+    /* A file that shrinks after open: the read reports the layer and the truncation. */
+    p.path = path;
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);
+    assert_int_equal(truncate(path, (off_t)layers[3].off + 10), 0);
+    static const uint32_t sched[] = {2, 3};
+    assert_int_equal(ebb_stream_io_submit(io, sched, 2, NULL), EBB_OK);
+    const void *a;
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_release(io, 2), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 3, &a, &d), EBB_EFORMAT);
+    assert_non_null(strstr(d.msg, "layer 3"));
+    /* After the error the schedule starts over at its first layer. */
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_OK);
+    assert_memory_equal(a, file_bytes + layers[2].off, layers[2].size);
+    assert_int_equal(ebb_stream_io_release(io, 2), EBB_OK);
+    ebb_stream_io_close(io);
+    ring_fini(&r);
+    /* Restore the file for later tests. */
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(file_bytes, 1, file_size, f), file_size);
+    fclose(f);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Manual measurement: every layer of a GGUF, prefetch 2 of 3 slots, a few passes per mode. */
+static void bench(void **state)
+{
+    (void)state;
+    const char *model = getenv("EBB_STREAM_BENCH");
+    if (!model)
+        skip();
+    struct ebb_gguf *g = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_gguf_open(model, &g, &d), EBB_OK);
+    uint32_t n = 0;
+    assert_int_equal(ebb_pack_gguf_n_layer(g, &n, &d), EBB_OK);
+    struct ebb_stream_layer *ls = calloc(n, sizeof(*ls));
+    uint32_t *sched = calloc(n, sizeof(*sched));
+    assert_int_equal(ebb_pack_gguf_extents(g, n, ls, &d), EBB_OK);
+    ebb_gguf_close(g);
+    for (uint32_t i = 0; i < n; i++)
+        sched[i] = i;
+    const char *env_passes = getenv("EBB_STREAM_BENCH_PASSES");
+    int passes = env_passes ? atoi(env_passes) : 3;
+    struct ring r;
+    ring_init(&r, ls, n);
+    for (int mode = 0; mode < 3; mode++) {
+        struct ebb_stream_io_params p = {.path = model,
+                                         .layers = ls,
+                                         .n_layer = n,
+                                         .slots = r.slots,
+                                         .n_slots = N_SLOTS,
+                                         .slot_size = r.size,
+                                         .prefetch = 2,
+                                         .cache = (enum ebb_stream_cache)mode};
+        struct ebb_stream_io *io = NULL;
+        assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);
+        assert_int_equal(ebb_stream_io_submit(io, sched, n, &d), EBB_OK);
+        double t0 = now_s();
+        uint64_t bytes = 0;
+        for (int c = 0; c < passes; c++)
+            for (uint32_t i = 0; i < n; i++) {
+                const void *a;
+                assert_int_equal(ebb_stream_io_acquire(io, i, &a, &d), EBB_OK);
+                bytes += ls[i].raw_size;
+                assert_int_equal(ebb_stream_io_release(io, i), EBB_OK);
+            }
+        double dt = now_s() - t0;
+        struct ebb_stream_io_stats st;
+        ebb_stream_io_stats(io, &st);
+        print_message("%-8s direct=%d: %u layers x %d passes, %.1f MiB in %.3f s = %.2f GB/s "
+                      "delivered; I/O thread %.2f GB/s; hits %llu misses %llu stall %.3f s\n",
+                      mode == 0   ? "cached"
+                      : mode == 1 ? "direct"
+                                  : "dontneed",
+                      st.direct, n, passes, bytes / 1048576.0, dt, bytes / dt / 1e9,
+                      st.bytes_read / (st.read_ns / 1e9) / 1e9, (unsigned long long)st.hits,
+                      (unsigned long long)st.misses, st.stall_ns / 1e9);
+        ebb_stream_io_close(io);
+    }
+    ring_fini(&r);
+    free(ls);
+    free(sched);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_mode), cmocka_unit_test(prefetch_hits), cmocka_unit_test(resubmit),
+        cmocka_unit_test(bad_params), cmocka_unit_test(bench),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
