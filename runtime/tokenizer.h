@@ -47,7 +47,8 @@ int32_t ebb_tokenizer_find(const struct ebb_tokenizer *t, const char *text, size
 
 /* Encodes len bytes of UTF-8 text into ids[0..cap). Writes the count to *n_out. If cap is too
  * small returns EBB_ERANGE with *n_out set to the count needed (nothing else is guaranteed in
- * ids). Invalid UTF-8 is tokenized byte-wise as llama.cpp does, never rejected. */
+ * ids). Invalid UTF-8 is never rejected; it is tokenized as llama.cpp does (byte-level BPE:
+ * each undecodable byte as U+FFFD; SentencePiece: byte tokens). */
 ebb_err ebb_tokenizer_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
                              unsigned flags, int32_t *ids, size_t cap, size_t *n_out);
 
