@@ -171,8 +171,13 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
         return change(p, in, to, chg);
     }
     if (fit < n) {
+        /* A probe near zero cannot show how deep the deficit is (MemAvailable never goes
+         * negative), so a starved reading sheds at least an eighth per period as well. */
+        uint32_t shed = c->n_layer / 8 ? c->n_layer / 8 : 1;
+        if (in->available_ok && in->available < c->margin / 2 && n - fit < shed)
+            fit = n > shed ? n - shed : 0;
         snprintf(chg->reason, sizeof(chg->reason),
-                 "limit %.0f MiB (%s) holds %u of %u layers: shed %u from the top", limit / MIB,
+                 "limit %.1f MiB (%s) holds %u of %u layers: shed %u from the top", limit / MIB,
                  in->available_ok && (!c->budget || limit < c->budget) ? "available - margin"
                                                                        : "budget",
                  fit, c->n_layer, n - fit);

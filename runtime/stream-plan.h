@@ -101,7 +101,8 @@ uint64_t ebb_stream_plan_total(const struct ebb_stream_planner *p, uint32_t n);
 
 /* One re-plan. Returns true and fills *chg when the resident count changes; the caller applies
  * it at the next layer boundary between steps. Rules: shrink at once when the limit is
- * exceeded or on pressure (pressure sheds at least an eighth of the layers and restarts the
+ * exceeded (by at least an eighth of the layers when the probe reads under half the margin) or
+ * on pressure (pressure sheds at least an eighth of the layers and restarts the
  * hold); grow only after limit - hysteresis has left room for more layers for grow_hold_ns,
  * and only up to the ceiling of an undone growth; judge a growth once grow_min_tokens were
  * generated under it: kept if tok/s beat the previous plan by grow_min_gain (or nothing was

@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "memprobe.h"
 #include "pack.h"
 #include "stream-io.h"
+#include "stream-plan.h"
 
 #define N_LAYER 7
 #define N_SLOTS 3
@@ -262,6 +264,127 @@ static void bad_params(void **state)
     fclose(f);
 }
 
+/* The recipe of docs/STREAMER.md with a fake engine: every token "evaluates" all layers (a
+ * digest of their bytes, resident copies or streamed slots), the planner runs every 8 tokens
+ * on readings from the memory probe's test hook, and plan changes are applied between tokens.
+ * Squeezing the available memory sheds layers within one period, the digest (the "output")
+ * never changes, and the plan grows back after the squeeze ends. */
+static void hook_write(const char *hook, uint64_t avail)
+{
+    FILE *f = fopen(hook, "w");
+    assert_non_null(f);
+    fprintf(f, "available=%llu\n", (unsigned long long)avail);
+    fclose(f);
+}
+
+static void plan_loop(void **state)
+{
+    (void)state;
+    char hook[80];
+    snprintf(hook, sizeof(hook), "%s.hook", path);
+    uint64_t total = 0, lb[N_LAYER];
+    for (int l = 0; l < N_LAYER; l++)
+        total += lb[l] = layers[l].size;
+    struct ring r;
+    ring_init(&r, layers, N_LAYER);
+    uint64_t staging = (uint64_t)N_SLOTS * r.size;
+    hook_write(hook, total + staging + 8192); /* everything fits */
+    setenv("EBB_TEST_MEMPROBE_FILE", hook, 1);
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading rd;
+    assert_int_equal(ebb_memprobe_new(NULL, &mp, NULL), EBB_OK);
+    struct ebb_stream_plan_cfg cfg = {.n_layer = N_LAYER,
+                                      .layer_bytes = lb,
+                                      .staging_bytes = 8192, /* counted as 2 small slots */
+                                      .n_ctx_want = 1,
+                                      .margin = 4096,
+                                      .grow_hold_ns = 2000000000ull,
+                                      .grow_min_tokens = 4};
+    struct ebb_stream_planner pl;
+    struct ebb_stream_inputs in = {0};
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_memprobe_read(mp, &rd), EBB_OK);
+    in.available_ok = rd.available_ok;
+    in.available = rd.available;
+    assert_int_equal(ebb_stream_planner_init(&pl, &cfg, &in, &d), EBB_OK);
+    assert_int_equal(pl.n_resident, N_LAYER);
+    struct ebb_stream_io *io = open_io(&r, EBB_STREAM_CACHED, 2);
+    uint8_t *res[N_LAYER] = {0};
+    uint32_t sched[N_LAYER];
+    uint64_t want = 0;
+    for (int l = 0; l < N_LAYER; l++) {
+        want = want * 31 + ebb_hash64(file_bytes + layers[l].off, layers[l].size, 0);
+        res[l] = malloc(layers[l].size); /* "load" the resident layers */
+        memcpy(res[l], file_bytes + layers[l].off, layers[l].size);
+    }
+    int shrunk_at = -1, grown_at = -1, changes = 0;
+    uint32_t applied = N_LAYER, min_applied = N_LAYER;
+    for (int tok = 0; tok < 120; tok++) {
+        if (tok == 20) /* another program takes memory: half the model's bytes remain for us */
+            hook_write(hook, total / 2);
+        if (tok == 50)
+            hook_write(hook, total + staging + 8192);
+        /* One token: every layer, resident from memory, streamed through the ring. */
+        uint64_t dig = 0;
+        for (uint32_t l = 0; l < N_LAYER; l++) {
+            const uint8_t *data = res[l];
+            if (l >= applied && ebb_stream_io_acquire(io, l, (const void **)&data, &d))
+                fail_msg("token %d layer %u: %s", tok, l, d.msg);
+            dig = dig * 31 + ebb_hash64(data, layers[l].size, 0);
+            if (l >= applied)
+                assert_int_equal(ebb_stream_io_release(io, l), EBB_OK);
+        }
+        assert_int_equal(dig, want);
+        in.tokens++;
+        in.busy_ns += 10000000ull + 5000000ull * (N_LAYER - applied); /* streaming costs */
+        in.now_ns += 250000000ull;
+        if (tok % 8 != 7)
+            continue;
+        /* Re-plan; apply at the boundary between tokens. */
+        assert_int_equal(ebb_memprobe_read(mp, &rd), EBB_OK);
+        in.available_ok = rd.available_ok;
+        in.available = rd.available;
+        in.counted_bytes = ebb_stream_plan_total(&pl, pl.n_resident);
+        /* The hook states what the machine has for the model; what the probe would report is
+         * that minus what the model holds (freeing memory raises MemAvailable). */
+        in.available = rd.available > in.counted_bytes ? rd.available - in.counted_bytes : 0;
+        struct ebb_stream_change chg;
+        if (!ebb_stream_planner_step(&pl, &in, &chg))
+            continue;
+        changes++;
+        print_message("token %d: %u -> %u (%s)\n", tok, chg.from, chg.to, chg.reason);
+        for (uint32_t l = chg.to; l < chg.from; l++) { /* shed from the top */
+            free(res[l]);
+            res[l] = NULL;
+        }
+        for (uint32_t l = chg.from; l < chg.to; l++) { /* grow: load once */
+            res[l] = malloc(layers[l].size);
+            memcpy(res[l], file_bytes + layers[l].off, layers[l].size);
+        }
+        uint32_t n = 0;
+        for (uint32_t l = chg.to; l < N_LAYER; l++)
+            sched[n++] = l;
+        assert_int_equal(ebb_stream_io_submit(io, sched, n, &d), EBB_OK);
+        applied = chg.to;
+        min_applied = applied < min_applied ? applied : min_applied;
+        if (chg.to < chg.from && shrunk_at < 0)
+            shrunk_at = tok;
+        if (chg.to > chg.from)
+            grown_at = tok;
+    }
+    assert_true(shrunk_at >= 20 && shrunk_at < 28); /* within one period */
+    assert_int_equal(min_applied, 3); /* 8192 + 24003 <= 49010 - 4096 < 8192 + 38006 */
+    assert_true(grown_at > 50);
+    assert_int_equal(applied, N_LAYER);
+    for (int l = 0; l < N_LAYER; l++)
+        free(res[l]);
+    ebb_stream_io_close(io);
+    ring_fini(&r);
+    ebb_memprobe_free(mp);
+    unsetenv("EBB_TEST_MEMPROBE_FILE");
+    unlink(hook);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -334,7 +457,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_mode), cmocka_unit_test(prefetch_hits), cmocka_unit_test(resubmit),
-        cmocka_unit_test(bad_params), cmocka_unit_test(bench),
+        cmocka_unit_test(bad_params), cmocka_unit_test(plan_loop),     cmocka_unit_test(bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -244,6 +244,11 @@ static void pressure_sheds(void **state)
     assert_false(step(&p, &in, 11 * SEC, 100000 * MiB, &chg));
     assert_true(step(&p, &in, 13 * SEC, 100000 * MiB, &chg));
     assert_int_equal(chg.to, 16);
+    /* A starved probe (under half the margin free) sheds at least an eighth per period. */
+    assert_true(step(&p, &in, 14 * SEC, 10 * MiB, &chg));
+    assert_int_equal(chg.to, 13); /* limit 2106 + 10 - 100 = 2016 */
+    assert_true(step(&p, &in, 15 * SEC, 10 * MiB, &chg));
+    assert_int_equal(chg.to, 11); /* the limit (1916) alone would keep 12 */
 }
 
 static void parsing(void **state)
