@@ -50,6 +50,11 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
  * first (so no engine callback can arrive). Accepts NULL. */
 void ebb_api_free(struct ebb_api *a);
 
+/* Applies the settings a configuration reload may change on a running server: API keys, CORS
+ * origins, max_body, keepalive_ms and max_stream_buffer (other fields are ignored). Connections
+ * stay open; the next request sees the new values. */
+ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg);
+
 /* The bound port (useful with port 0). */
 uint16_t ebb_api_port(const struct ebb_api *a);
 

@@ -603,6 +603,27 @@ out:
     return rc;
 }
 
+ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
+{
+    char **keys = duplist(cfg->api_keys, cfg->n_api_keys);
+    char **origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
+    if (!keys || !origins) {
+        freelist(keys, cfg->n_api_keys);
+        freelist(origins, cfg->n_cors_origins);
+        return EBB_ENOMEM;
+    }
+    freelist(a->api_keys, a->n_api_keys);
+    freelist(a->cors_origins, a->n_cors_origins);
+    a->api_keys = keys;
+    a->n_api_keys = cfg->n_api_keys;
+    a->cors_origins = origins;
+    a->n_cors_origins = cfg->n_cors_origins;
+    a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
+    a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
+    a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    return EBB_OK;
+}
+
 uint16_t ebb_api_port(const struct ebb_api *a)
 {
     return a->port;

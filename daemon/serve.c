@@ -18,8 +18,13 @@
 
 struct serve {
     uv_loop_t loop;
-    uv_signal_t sigint, sigterm;
-    uv_timer_t grace;
+    uv_signal_t sigint, sigterm, sighup;
+    uv_timer_t grace, watchdog;
+    struct ebb_config *cfg;
+    const char *config_path;
+    const struct ebb_config_arg *args;
+    size_t n_args;
+    unsigned keepalive_ms;
     struct ebb_api *api;
     struct ebb_sched *sched;
     bool stopping;
@@ -91,6 +96,69 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_timer_start(&s->grace, on_grace, 0, 50);
 }
 
+/* Fills the API settings that come from the configuration. */
+static void api_config_from(const struct serve *s, const struct ebb_config *c,
+                            struct ebb_api_config *ac)
+{
+    ac->max_body = (size_t)c->max_body;
+    ac->api_keys = c->api_keys.items;
+    ac->n_api_keys = c->api_keys.n;
+    ac->cors_origins = c->cors_origins.items;
+    ac->n_cors_origins = c->cors_origins.n;
+    ac->keepalive_ms = s->keepalive_ms;
+}
+
+/* SIGHUP: build the configuration again (same flags, file re-read) and apply what can change
+ * while serving: log settings, limits, API keys, CORS. Listen address and model changes need a
+ * restart and are reported. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    struct serve *s = h->data;
+    struct ebb_config *next = calloc(1, sizeof(*next));
+    struct ebb_diag d = {{0}};
+    if (!next)
+        return;
+    ebb_notify_reloading();
+    ebb_config_init(next);
+    if (ebb_config_build(next, s->config_path, s->args, s->n_args, &d)) {
+        ebb_log_error("serve", "reload failed, keeping the running configuration: %s", d.msg);
+        ebb_config_fini(next);
+        free(next);
+        ebb_notify_ready("reload failed");
+        return;
+    }
+    unsigned diff = ebb_config_diff(s->cfg, next);
+    if (diff & EBB_CONFIG_CHANGE_LOG)
+        ebb_log_configure(next->log_level, next->log_format);
+    struct ebb_api_config ac = {0};
+    api_config_from(s, next, &ac);
+    if (ebb_api_reconfigure(s->api, &ac)) {
+        ebb_log_error("serve", "reload failed: out of memory");
+        ebb_config_fini(next);
+        free(next);
+        ebb_notify_ready("reload failed");
+        return;
+    }
+    ebb_sched_set_queue_cap(s->sched, next->queue);
+    s->grace_ms = next->shutdown_grace_ms;
+    if (diff & EBB_CONFIG_CHANGE_MODEL)
+        ebb_log_warn("serve", "reload: model settings changed; they apply after a restart");
+    if (diff & EBB_CONFIG_CHANGE_LISTEN)
+        ebb_log_warn("serve", "reload: host/port changed; they apply after a restart");
+    ebb_log_info("serve", "configuration reloaded");
+    ebb_config_fini(s->cfg);
+    free(s->cfg);
+    s->cfg = next;
+    ebb_notify_ready("configuration reloaded");
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    ebb_notify_watchdog();
+}
+
 static void on_ready(void *ud, bool ok, const char *msg)
 {
     struct serve *s = ud;
@@ -119,7 +187,7 @@ static char *join(char *acc, const char *v)
 int ebb_cmd_serve(int argc, char **argv)
 {
     int ret = 1;
-    struct ebb_config cfg;
+    struct ebb_config *cfgp = calloc(1, sizeof(*cfgp));
     struct ebb_diag d = {{0}};
     struct ebb_config_arg *args = calloc((size_t)argc + 2, sizeof(*args));
     size_t n_args = 0;
@@ -130,9 +198,13 @@ int ebb_cmd_serve(int argc, char **argv)
     unsigned keepalive_ms = 0, prefill_chunk = 0;
     struct serve *s = calloc(1, sizeof(*s));
     bool loop_ok = false;
-    ebb_config_init(&cfg);
-    if (!args || !s)
-        goto out;
+    if (!args || !s || !cfgp) {
+        free(cfgp);
+        free(args);
+        free(s);
+        return 1;
+    }
+    ebb_config_init(cfgp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -218,21 +290,21 @@ int ebb_cmd_serve(int argc, char **argv)
         args[n_args].key = strdup("cors-origin");
         args[n_args++].value = origins;
     }
-    if (ebb_config_build(&cfg, config_path, args, n_args, &d)) {
+    if (ebb_config_build(cfgp, config_path, args, n_args, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
         ret = check ? 1 : 2;
         goto out;
     }
     if (check) {
-        ebb_config_print(&cfg, stdout);
+        ebb_config_print(cfgp, stdout);
         ret = 0;
         goto out;
     }
-    ebb_log_configure(cfg.log_level, cfg.log_format);
+    ebb_log_configure(cfgp->log_level, cfgp->log_format);
     char path[PATH_MAX];
-    if (ebb_config_model_path(&cfg, path, sizeof(path))) {
+    if (ebb_config_model_path(cfgp, path, sizeof(path))) {
         fprintf(stderr, "ebb serve: no model: pass -m FILE (a path or a name under %s)\n",
-                cfg.models_dir);
+                cfgp->models_dir);
         ret = 2;
         goto out;
     }
@@ -258,23 +330,19 @@ int ebb_cmd_serve(int argc, char **argv)
         goto out;
     loop_ok = true;
     struct ebb_api_config ac = {
-        .host = cfg.host,
-        .port = cfg.port,
+        .host = cfgp->host,
+        .port = cfgp->port,
         .listen_fd = n_lfd ? lfd[0].fd : -1,
         .model_id = model_id,
         .chat_template =
-            cfg.chat_template && strcmp(cfg.chat_template, "auto") ? cfg.chat_template : NULL,
-        .max_body = (size_t)cfg.max_body,
-        .api_keys = cfg.api_keys.items,
-        .n_api_keys = cfg.api_keys.n,
-        .cors_origins = cfg.cors_origins.items,
-        .n_cors_origins = cfg.cors_origins.n,
-        .timeout_s = cfg.request_timeout_ms ? (cfg.request_timeout_ms + 999) / 1000 : 0,
-        .keepalive_ms = keepalive_ms,
+            cfgp->chat_template && strcmp(cfgp->chat_template, "auto") ? cfgp->chat_template : NULL,
+        .timeout_s = cfgp->request_timeout_ms ? (cfgp->request_timeout_ms + 999) / 1000 : 0,
         .poll = poll,
         .on_ready = on_ready,
         .ud = s,
     };
+    s->keepalive_ms = keepalive_ms;
+    api_config_from(s, cfgp, &ac);
     char where[160];
     if (n_lfd) {
         ebb_listenfd_describe(lfd[0].fd, where, sizeof(where), &ac.listen_fd_loopback);
@@ -284,19 +352,22 @@ int ebb_cmd_serve(int argc, char **argv)
         goto out;
     }
     if (!n_lfd) {
-        bool v6 = strchr(cfg.host, ':') != NULL;
-        snprintf(where, sizeof(where), "%s%s%s:%u", v6 ? "[" : "", cfg.host, v6 ? "]" : "",
+        bool v6 = strchr(cfgp->host, ':') != NULL;
+        snprintf(where, sizeof(where), "%s%s%s:%u", v6 ? "[" : "", cfgp->host, v6 ? "]" : "",
                  ebb_api_port(s->api));
     }
     printf("ebb: listening on http://%s\n", where);
     fflush(stdout);
     ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path,
-                 cfg.device ? cfg.device : "auto");
+                 cfgp->device ? cfgp->device : "auto");
     ebb_notify_status("loading %s", model_id);
 
     struct ebb_sched_params sp = {
-        .model = {.path = path, .device = cfg.device, .n_ctx = cfg.ctx, .n_seq = cfg.parallel},
-        .queue_cap = cfg.queue,
+        .model = {.path = path,
+                  .device = cfgp->device,
+                  .n_ctx = cfgp->ctx,
+                  .n_seq = cfgp->parallel},
+        .queue_cap = cfgp->queue,
         .prefill_chunk = prefill_chunk,
         .on_loaded = ebb_api_on_loaded,
         .ud = s->api,
@@ -306,7 +377,19 @@ int ebb_cmd_serve(int argc, char **argv)
         goto out;
     }
     ebb_api_set_sched(s->api, s->sched);
-    s->grace_ms = cfg.shutdown_grace_ms;
+    s->grace_ms = cfgp->shutdown_grace_ms;
+    s->cfg = cfgp;
+    s->config_path = config_path;
+    s->args = args;
+    s->n_args = n_args;
+    uv_signal_init(&s->loop, &s->sighup);
+    s->sighup.data = s;
+    uv_signal_start(&s->sighup, on_sighup, SIGHUP);
+    uv_timer_init(&s->loop, &s->watchdog);
+    s->watchdog.data = s;
+    uint64_t wd = ebb_notify_watchdog_usec();
+    if (wd)
+        uv_timer_start(&s->watchdog, on_watchdog, 0, wd / 2000 ? wd / 2000 : 1);
     uv_signal_init(&s->loop, &s->sigint);
     uv_signal_init(&s->loop, &s->sigterm);
     s->sigint.data = s->sigterm.data = s;
@@ -322,6 +405,8 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->grace, NULL);
+    uv_close((uv_handle_t *)&s->sighup, NULL);
+    uv_close((uv_handle_t *)&s->watchdog, NULL);
 out:
     ebb_sched_free(s ? s->sched : NULL);
     if (s)
@@ -336,7 +421,10 @@ out:
     free(args);
     free(keys);
     free(origins);
+    if (s && s->cfg)
+        cfgp = s->cfg;
+    ebb_config_fini(cfgp);
+    free(cfgp);
     free(s);
-    ebb_config_fini(&cfg);
     return ret;
 }

@@ -143,7 +143,9 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     j->t_submit = now_s();
 
     pthread_mutex_lock(&s->mu);
-    if (s->quit || s->n_queued >= s->queue_cap) {
+    /* Jobs queued while slots are free have not been admitted yet; they do not wait. */
+    uint32_t free_slots = s->n_slots - s->n_active;
+    if (s->quit || s->n_queued >= s->queue_cap + free_slots) {
         bool quit = s->quit;
         pthread_mutex_unlock(&s->mu);
         job_free(j);
@@ -189,6 +191,13 @@ void ebb_sched_cancel_all(struct ebb_sched *s)
             atomic_store(&s->slots[i].job->cancel, true);
     }
     pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap)
+{
+    pthread_mutex_lock(&s->mu);
+    s->queue_cap = cap ? cap : 64;
     pthread_mutex_unlock(&s->mu);
 }
 

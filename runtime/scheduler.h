@@ -117,6 +117,9 @@ void ebb_sched_cancel(struct ebb_sched *s, uint64_t job_id);
 /* Cancels every queued and running job (shutdown after the grace period). Thread-safe. */
 void ebb_sched_cancel_all(struct ebb_sched *s);
 
+/* Changes how many jobs may wait (a configuration reload); jobs already queued stay. */
+void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);
+
 struct ebb_sched_stats {
     uint32_t queued;
     uint32_t active;
