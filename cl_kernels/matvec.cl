@@ -45,10 +45,17 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
 #endif
     float4 acc = (float4)(0.0f);
     if (row < n_out) {
-#ifdef W_DOT32
+#if defined(W_DOT32)
         const __global float *xt = x + (size_t)t * x_ld;
         for (int b = lane; b < n_in / 32; b += MV_WG)
             acc.x += W_DOT32(row, b, xt);
+#elif defined(W_DEQ32)
+        const __global float *xt = x + (size_t)t * x_ld;
+        for (int b = lane; b < n_in / 32; b += MV_WG) {
+            float16 lo, hi;
+            W_DEQ32(row, b, &lo, &hi);
+            acc.x += hsum16(lo * vload16(0, xt + b * 32) + hi * vload16(1, xt + b * 32));
+        }
 #else
         for (int i = lane * 4; i < n_in; i += MV_WG * 4)
             acc += READ_W4(row, i) * READ_X4(x, t, i);

@@ -328,3 +328,62 @@ inline void b32_img_q8(__read_only image1d_buffer_t q, const __global float2 *s,
              dm.y, lo, hi);
 }
 #endif
+
+/* Whole 32-element decode for the raw Q5_0 and K-quant blocks (b counts 32-element groups
+ * along the row: for the K-quants group b & 7 of super-block b >> 3). */
+inline void b32_raw_q5_0(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 22;
+    uint h = (uint)p[2] | ((uint)p[3] << 8) | ((uint)p[4] << 16) | ((uint)p[5] << 24);
+    const uint16 sh = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    uchar16 q = vload16(0, p + 6);
+    float d = LD_HALF(p);
+    float16 h0 = convert_float16(((uint16)(h) >> sh) & 1u);
+    float16 h1 = convert_float16(((uint16)(h >> 16) >> sh) & 1u);
+    *lo = (convert_float16(q & (uchar)15) + h0 * 16.0f - 16.0f) * d;
+    *hi = (convert_float16(q >> (uchar)4) + h1 * 16.0f - 16.0f) * d;
+}
+
+inline void b32_raw_q4_k(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 144;
+    int g = b & 7, c = g >> 1;
+    float2 sm = k4_scale_min(p + 4, g);
+    uchar16 q0 = vload16(0, p + 16 + 32 * c), q1 = vload16(1, p + 16 + 32 * c);
+    uchar s = (uchar)((g & 1) * 4);
+    float d = LD_HALF(p) * sm.x, m = LD_HALF(p + 2) * sm.y;
+    *lo = convert_float16((q0 >> s) & (uchar)15) * d - m;
+    *hi = convert_float16((q1 >> s) & (uchar)15) * d - m;
+}
+
+inline void b32_raw_q5_k(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 176;
+    int g = b & 7, c = g >> 1;
+    float2 sm = k4_scale_min(p + 4, g);
+    uchar16 q0 = vload16(0, p + 48 + 32 * c), q1 = vload16(1, p + 48 + 32 * c);
+    uchar16 h0 = (vload16(0, p + 16) >> (uchar)g) & (uchar)1;
+    uchar16 h1 = (vload16(1, p + 16) >> (uchar)g) & (uchar)1;
+    uchar s = (uchar)((g & 1) * 4);
+    float d = LD_HALF(p) * sm.x, m = LD_HALF(p + 2) * sm.y;
+    *lo = convert_float16(((q0 >> s) & (uchar)15) | (h0 << (uchar)4)) * d - m;
+    *hi = convert_float16(((q1 >> s) & (uchar)15) | (h1 << (uchar)4)) * d - m;
+}
+
+inline void b32_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b, float16 *lo,
+                         float16 *hi)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 210;
+    int g = b & 7, n = g >> 2, qd = g & 3;
+    const __global uchar *ql = p + n * 64 + (qd & 1) * 32, *qh = p + 128 + n * 32;
+    uchar s = (uchar)(qd >= 2 ? 4 : 0), hs = (uchar)(2 * qd);
+    uchar16 l0 = (vload16(0, ql) >> s) & (uchar)15, l1 = (vload16(1, ql) >> s) & (uchar)15;
+    uchar16 h0 = (vload16(0, qh) >> hs) & (uchar)3, h1 = (vload16(1, qh) >> hs) & (uchar)3;
+    const __global char *sc = (const __global char *)p + 192 + n * 8 + 2 * qd;
+    float d = LD_HALF(p + 208);
+    *lo = (convert_float16(l0 | (h0 << (uchar)4)) - 32.0f) * (d * (float)sc[0]);
+    *hi = (convert_float16(l1 | (h1 << (uchar)4)) - 32.0f) * (d * (float)sc[1]);
+}

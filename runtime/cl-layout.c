@@ -191,6 +191,17 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     if (n < 0 || (size_t)n >= cap - used)
         return EBB_ERANGE;
     used += (size_t)n;
+    bool b32_only = ti->type == EBB_GGML_Q5_0 || ti->type == EBB_GGML_Q4_K ||
+                    ti->type == EBB_GGML_Q5_K || ti->type == EBB_GGML_Q6_K;
+    if (b32_only) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_DEQ32(o, b, lo, hi) b32_raw_%s(w_a + w_off, "
+                     "(ulong)(n_in / %u) * %u, (o), (b), (lo), (hi))\n",
+                     ti->dec, ti->blk, ti->tsize);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
     if (ti->split) {
         if (l->order == EBB_CL_ORDER_RAW)
             n = snprintf(buf + used, cap - used,
