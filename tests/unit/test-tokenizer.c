@@ -908,8 +908,48 @@ static void hostile_piece(void **state)
     free(longtok);
 }
 
-int main(void)
+/* `test-tokenizer --encode MODEL FILE FLAGS`: encodes records "<byte count>\n<bytes>" from FILE
+ * and prints one line of ids per record; scripts/ref/tokenizer-fuzz-diff.py compares these with
+ * llama.cpp on random strings. */
+static int encode_records(const char *model, const char *file, unsigned flags)
 {
+    struct ebb_gguf *g;
+    struct ebb_tokenizer *t;
+    struct ebb_diag d;
+    if (ebb_gguf_open(model, &g, &d) || ebb_tokenizer_new(g, &t, &d)) {
+        fprintf(stderr, "%s: %s\n", model, d.msg);
+        return 1;
+    }
+    FILE *f = fopen(file, "rb");
+    size_t len;
+    int rc = f ? 0 : 1;
+    while (f && fscanf(f, "%zu", &len) == 1 && fgetc(f) == '\n') {
+        char *b = malloc(len + 1);
+        size_t n, cap = 2 * len + 8;
+        int32_t *ids = malloc(sizeof(int32_t) * cap);
+        if (fread(b, 1, len, f) != len || ebb_tokenizer_encode(t, b, len, flags, ids, cap, &n)) {
+            rc = 1;
+            free(b);
+            free(ids);
+            break;
+        }
+        for (size_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+        free(b);
+        free(ids);
+    }
+    if (f)
+        fclose(f);
+    ebb_tokenizer_free(t);
+    ebb_gguf_close(g);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !strcmp(argv[1], "--encode"))
+        return encode_records(argv[2], argv[3], (unsigned)atoi(argv[4]));
     corpus = load_json("corpus.json");
     const struct CMUnitTest smollm2[] = {
         cmocka_unit_test(corpus_matches),      cmocka_unit_test(special_sets_match),
