@@ -308,6 +308,38 @@ static void test_program_cache(void)
     printf("  program cache: hit, miss on new options, build log on failure checked\n");
 }
 
+/* Device selection by index and by name substring, and a clear error for no match. */
+static void test_device_select(void)
+{
+    struct ebb_diag d = {{0}};
+    char spec[64];
+    snprintf(spec, sizeof(spec), "cl:%u:%u", cl->info.plat_idx, cl->info.dev_idx);
+    struct ebb_cl *c2 = NULL;
+    ebb_err rc = ebb_cl_open(spec, &c2, &d);
+    CHECK(rc == EBB_OK && c2 && !strcmp(c2->info.name, cl->info.name), "open %s: %s", spec, d.msg);
+    ebb_cl_close(c2);
+    c2 = NULL;
+    /* A substring of the name, in other case. */
+    char sub[8] = {0};
+    for (int i = 0; i < 4 && cl->info.name[i]; i++)
+        sub[i] = (char)((cl->info.name[i] >= 'a' && cl->info.name[i] <= 'z') ? cl->info.name[i] - 32
+                                                                             : cl->info.name[i]);
+    rc = ebb_cl_open(sub, &c2, &d);
+    CHECK(rc == EBB_OK && c2, "open by substring '%s': %s", sub, d.msg);
+    ebb_cl_close(c2);
+    c2 = NULL;
+    rc = ebb_cl_open("cl:99:0", &c2, &d);
+    CHECK(rc == EBB_ENOTFOUND && !c2 && strstr(d.msg, "cl:99:0"), "cl:99:0: %s '%s'",
+          ebb_err_name(rc), d.msg);
+    rc = ebb_cl_open("no-such-device-name", &c2, &d);
+    CHECK(rc == EBB_ENOTFOUND && !c2, "bogus name: %s", ebb_err_name(rc));
+    CHECK(!strcmp(ebb_cl_err_name(CL_OUT_OF_RESOURCES), "CL_OUT_OF_RESOURCES") &&
+              ebb_cl_check(CL_MEM_OBJECT_ALLOCATION_FAILURE, &d, "x") == EBB_ENOMEM &&
+              ebb_cl_check(CL_INVALID_KERNEL, &d, "x") == EBB_EDEVICE,
+          "error names");
+    printf("  device selection (index, substring, no match) and error names checked\n");
+}
+
 #include "test-kernels-ops.c"
 
 int main(void)
@@ -328,6 +360,7 @@ int main(void)
     }
     tu = ebb_cl_tuning_for(&cl->info);
     printf("device: %s (%s)\n", cl->info.name, cl->info.platform);
+    test_device_select();
     test_program_cache();
     test_weights();
     test_ops();
