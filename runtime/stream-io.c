@@ -378,7 +378,7 @@ static void restart(struct ebb_stream_io *io)
 }
 
 ebb_err ebb_stream_io_acquire(struct ebb_stream_io *io, uint32_t layer, const void **data,
-                              struct ebb_diag *diag)
+                              uint32_t *slot_out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     pthread_mutex_lock(&io->mu);
@@ -408,6 +408,8 @@ ebb_err ebb_stream_io_acquire(struct ebb_stream_io *io, uint32_t layer, const vo
         goto out;
     }
     *data = io->slots[slot] + io->slot_off[slot];
+    if (slot_out)
+        *slot_out = slot;
     io->next_acq = s + 1;
     pthread_cond_signal(&io->io_cv);
 out:

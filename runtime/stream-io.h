@@ -84,10 +84,12 @@ ebb_err ebb_stream_io_submit(struct ebb_stream_io *io, const uint32_t *layers, u
                              struct ebb_diag *diag);
 
 /* Waits until `layer` (the next one in schedule order) is in its slot and returns a pointer
- * to its first raw byte (valid until release). EBB_EINVAL if layer is not the next scheduled
- * one; EBB_EIO / EBB_EFORMAT (checksum, decode) with the layer named in diag. */
+ * to its first raw byte (valid until release) and, if slot is non-NULL, the slot's index (so
+ * an engine can use views it prepared per slot). EBB_EINVAL if layer is not the next scheduled
+ * one; EBB_EIO / EBB_EFORMAT (checksum, decode) with the layer named in diag; after an error
+ * every slot is released and the schedule starts again at its first layer. */
 ebb_err ebb_stream_io_acquire(struct ebb_stream_io *io, uint32_t layer, const void **data,
-                              struct ebb_diag *diag);
+                              uint32_t *slot, struct ebb_diag *diag);
 
 /* Returns the slot of the oldest acquired layer (which must be `layer`) to the I/O thread. */
 ebb_err ebb_stream_io_release(struct ebb_stream_io *io, uint32_t layer);

@@ -217,7 +217,7 @@ static void through_stream_io(void **state)
         for (int c = 0; c < 2; c++)
             for (uint32_t l = 0; l < 3; l++) {
                 const uint8_t *data;
-                if (ebb_stream_io_acquire(io, l, (const void **)&data, &d))
+                if (ebb_stream_io_acquire(io, l, (const void **)&data, NULL, &d))
                     fail_msg("acquire %u: %s", l, d.msg);
                 for (uint32_t j = 0; j < ebb_pack_info(p)->n_tensors; j++) {
                     const struct ebb_pack_tensor *pt = ebb_pack_tensor_at(p, j);
@@ -249,7 +249,7 @@ static void through_stream_io(void **state)
     static const uint32_t s2[] = {2};
     assert_int_equal(ebb_stream_io_submit(io, s2, 1, &d), EBB_OK);
     const void *data;
-    assert_int_equal(ebb_stream_io_acquire(io, 2, &data, &d), EBB_EFORMAT);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &data, NULL, &d), EBB_EFORMAT);
     assert_non_null(strstr(d.msg, "layer 2: checksum mismatch"));
     ebb_stream_io_close(io);
     for (int i = 0; i < 2; i++)

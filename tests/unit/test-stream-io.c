@@ -109,7 +109,7 @@ static void consume(struct ebb_stream_io *io, const uint32_t *sched, uint32_t n,
     for (int c = 0; c < cycles; c++)
         for (uint32_t i = 0; i < n; i++) {
             const void *data = NULL;
-            ebb_err rc = ebb_stream_io_acquire(io, sched[i], &data, &d);
+            ebb_err rc = ebb_stream_io_acquire(io, sched[i], &data, NULL, &d);
             if (rc)
                 fail_msg("acquire %u: %s", sched[i], d.msg);
             const struct ebb_stream_layer *L = &layers[sched[i]];
@@ -164,10 +164,16 @@ static void prefetch_hits(void **state)
     struct ebb_diag d;
     const void *a, *b, *c;
     usleep(50000);
-    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &d), EBB_OK);
-    assert_int_equal(ebb_stream_io_acquire(io, 2, &b, &d), EBB_OK);
-    assert_int_equal(ebb_stream_io_acquire(io, 5, &c, &d), EBB_OK);
-    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &d), EBB_EINVAL); /* all slots held */
+    uint32_t sa = 9, sb = 9, sc = 9;
+    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &sa, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &b, &sb, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 5, &c, &sc, &d), EBB_OK);
+    /* Positions 3, 4, 5 of the schedule use slots 0, 1, 2. */
+    assert_int_equal(sa, 0);
+    assert_int_equal(sb, 1);
+    assert_int_equal(sc, 2);
+    assert_ptr_equal(c, r.slots[2]); /* cached reads start at the layer itself */
+    assert_int_equal(ebb_stream_io_acquire(io, 0, &a, NULL, &d), EBB_EINVAL); /* all slots held */
     assert_memory_equal(b, file_bytes + layers[2].off, layers[2].size);
     assert_int_equal(ebb_stream_io_release(io, 2), EBB_EINVAL); /* 0 is the oldest */
     assert_int_equal(ebb_stream_io_release(io, 0), EBB_OK);
@@ -175,7 +181,7 @@ static void prefetch_hits(void **state)
     assert_int_equal(ebb_stream_io_release(io, 5), EBB_OK);
     assert_int_equal(ebb_stream_io_release(io, 5), EBB_EINVAL); /* nothing held */
     /* Out of order. */
-    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_EINVAL);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, NULL, &d), EBB_EINVAL);
     assert_non_null(strstr(d.msg, "layer 0 is next"));
     ebb_stream_io_close(io);
     ring_fini(&r);
@@ -204,11 +210,11 @@ static void resubmit(void **state)
     /* Submit while holding a layer is refused; an empty schedule reads nothing. */
     const void *a;
     usleep(20000);
-    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL, NULL), EBB_OK);
     assert_int_equal(ebb_stream_io_submit(io, s1, 2, NULL), EBB_EBUSY);
     assert_int_equal(ebb_stream_io_release(io, 4), EBB_OK);
     assert_int_equal(ebb_stream_io_submit(io, NULL, 0, NULL), EBB_OK);
-    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL), EBB_EINVAL);
+    assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL, NULL), EBB_EINVAL);
     ebb_stream_io_close(io);
     ring_fini(&r);
 }
@@ -247,12 +253,12 @@ static void bad_params(void **state)
     static const uint32_t sched[] = {2, 3};
     assert_int_equal(ebb_stream_io_submit(io, sched, 2, NULL), EBB_OK);
     const void *a;
-    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, NULL, &d), EBB_OK);
     assert_int_equal(ebb_stream_io_release(io, 2), EBB_OK);
-    assert_int_equal(ebb_stream_io_acquire(io, 3, &a, &d), EBB_EFORMAT);
+    assert_int_equal(ebb_stream_io_acquire(io, 3, &a, NULL, &d), EBB_EFORMAT);
     assert_non_null(strstr(d.msg, "layer 3"));
     /* After the error the schedule starts over at its first layer. */
-    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, &d), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 2, &a, NULL, &d), EBB_OK);
     assert_memory_equal(a, file_bytes + layers[2].off, layers[2].size);
     assert_int_equal(ebb_stream_io_release(io, 2), EBB_OK);
     ebb_stream_io_close(io);
@@ -328,7 +334,7 @@ static void plan_loop(void **state)
         uint64_t dig = 0;
         for (uint32_t l = 0; l < N_LAYER; l++) {
             const uint8_t *data = res[l];
-            if (l >= applied && ebb_stream_io_acquire(io, l, (const void **)&data, &d))
+            if (l >= applied && ebb_stream_io_acquire(io, l, (const void **)&data, NULL, &d))
                 fail_msg("token %d layer %u: %s", tok, l, d.msg);
             dig = dig * 31 + ebb_hash64(data, layers[l].size, 0);
             if (l >= applied)
@@ -431,7 +437,7 @@ static void bench(void **state)
         for (int c = 0; c < passes; c++)
             for (uint32_t i = 0; i < n; i++) {
                 const void *a;
-                assert_int_equal(ebb_stream_io_acquire(io, i, &a, &d), EBB_OK);
+                assert_int_equal(ebb_stream_io_acquire(io, i, &a, NULL, &d), EBB_OK);
                 bytes += ls[i].raw_size;
                 assert_int_equal(ebb_stream_io_release(io, i), EBB_OK);
             }
