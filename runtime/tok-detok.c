@@ -1,7 +1,7 @@
 /* Streaming UTF-8-safe detokenization: pieces go in, only whole characters come out. */
-#include <string.h>
-
 #include "tokenizer.h"
+
+#include <string.h>
 
 void ebb_detok_init(struct ebb_detok *d)
 {
