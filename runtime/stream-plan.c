@@ -49,6 +49,8 @@ ebb_err ebb_stream_plan_cfg_check(struct ebb_stream_plan_cfg *c, struct ebb_diag
         c->grow_min_gain = 0.02;
     if (!c->backoff_ns)
         c->backoff_ns = 60000000000ull;
+    if (!c->pressure_gap_ns)
+        c->pressure_gap_ns = 5000000000ull;
     return EBB_OK;
 }
 
@@ -159,7 +161,8 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
     uint64_t limit = ebb_stream_plan_limit(p, in);
     uint32_t fit = ebb_stream_plan_fit(p, limit);
     uint32_t n = p->n_resident;
-    if (in->pressure && n > 0) {
+    if (in->pressure && n > 0 &&
+        (!p->pressure_seen || in->now_ns - p->pressure_at >= c->pressure_gap_ns)) {
         uint32_t shed = c->n_layer / 8 ? c->n_layer / 8 : 1;
         uint32_t to = n > shed ? n - shed : 0;
         if (fit < to)
@@ -168,6 +171,8 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
                  "memory pressure signalled: shed %u layers (limit %.0f MiB)", n - to,
                  limit == UINT64_MAX ? -1.0 : limit / MIB);
         p->trial = false;
+        p->pressure_seen = true;
+        p->pressure_at = in->now_ns;
         return change(p, in, to, chg);
     }
     if (fit < n) {
@@ -210,7 +215,7 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
     uint32_t gfit = ebb_stream_plan_fit(p, glimit);
     if (in->now_ns < p->backoff_until && gfit > p->ceiling)
         gfit = p->ceiling > n ? p->ceiling : n;
-    if (gfit <= n) {
+    if (gfit <= n || in->pressure) {
         p->room_seen = false;
         return false;
     }

@@ -41,6 +41,8 @@ struct ebb_stream_plan_cfg {
     uint32_t grow_min_tokens; /* tokens measured before/after a growth to judge it; 0 = 32 */
     double grow_min_gain;     /* a growth is kept if tok/s rises by this fraction; 0 = 0.02 */
     uint64_t backoff_ns;      /* after an undone growth, no growth above it for this; 0 = 60 s */
+    uint64_t pressure_gap_ns; /* a pressure shed repeats at most this often (PSI avg10 decays
+                                 slowly); 0 = 5 s */
 };
 
 /* What the daemon knows at a re-plan. Counters are cumulative (the planner keeps the deltas). */
@@ -75,6 +77,8 @@ struct ebb_stream_planner {
     uint32_t trial_from;
     uint32_t ceiling; /* no growth above this until backoff_until */
     uint64_t backoff_until;
+    bool pressure_seen;
+    uint64_t pressure_at; /* time of the last pressure shed */
     uint32_t n_changes;
 };
 
@@ -102,11 +106,12 @@ uint64_t ebb_stream_plan_total(const struct ebb_stream_planner *p, uint32_t n);
 /* One re-plan. Returns true and fills *chg when the resident count changes; the caller applies
  * it at the next layer boundary between steps. Rules: shrink at once when the limit is
  * exceeded (by at least an eighth of the layers when the probe reads under half the margin) or
- * on pressure (pressure sheds at least an eighth of the layers and restarts the
- * hold); grow only after limit - hysteresis has left room for more layers for grow_hold_ns,
- * and only up to the ceiling of an undone growth; judge a growth once grow_min_tokens were
- * generated under it: kept if tok/s beat the previous plan by grow_min_gain (or nothing was
- * measured before it), otherwise undone and growth held back for backoff_ns. */
+ * on pressure (pressure sheds at least an eighth of the layers, at most once per
+ * pressure_gap_ns, and blocks growth while it lasts); grow only after limit - hysteresis has left
+ * room for more layers for grow_hold_ns, and only up to the ceiling of an undone growth; judge a
+ * growth once grow_min_tokens were generated under it: kept if tok/s beat the previous plan by
+ * grow_min_gain (or nothing was measured before it), otherwise undone and growth held back for
+ * backoff_ns. */
 bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stream_inputs *in,
                              struct ebb_stream_change *chg);
 

@@ -236,18 +236,20 @@ static void pressure_sheds(void **state)
     assert_true(step(&p, &in, 1 * SEC, 100000 * MiB, &chg));
     assert_int_equal(chg.to, 14); /* an eighth of 16 */
     assert_non_null(strstr(chg.reason, "pressure"));
-    assert_true(step(&p, &in, 2 * SEC, 100000 * MiB, &chg));
+    /* PSI's avg10 stays high for a while: no second shed within the gap, no growth. */
+    assert_false(step(&p, &in, 2 * SEC, 100000 * MiB, &chg));
+    assert_true(step(&p, &in, 6 * SEC, 100000 * MiB, &chg));
     assert_int_equal(chg.to, 12);
     in.pressure = false;
-    /* Grows back only after the hold from the last pressure, then to all 16. */
-    assert_false(step(&p, &in, 3 * SEC, 100000 * MiB, &chg));
-    assert_false(step(&p, &in, 11 * SEC, 100000 * MiB, &chg));
-    assert_true(step(&p, &in, 13 * SEC, 100000 * MiB, &chg));
+    /* Grows back only after the hold (from the first reading without pressure), to all 16. */
+    assert_false(step(&p, &in, 7 * SEC, 100000 * MiB, &chg));
+    assert_false(step(&p, &in, 16 * SEC, 100000 * MiB, &chg));
+    assert_true(step(&p, &in, 17 * SEC, 100000 * MiB, &chg));
     assert_int_equal(chg.to, 16);
     /* A starved probe (under half the margin free) sheds at least an eighth per period. */
-    assert_true(step(&p, &in, 14 * SEC, 10 * MiB, &chg));
+    assert_true(step(&p, &in, 18 * SEC, 10 * MiB, &chg));
     assert_int_equal(chg.to, 13); /* limit 2106 + 10 - 100 = 2016 */
-    assert_true(step(&p, &in, 15 * SEC, 10 * MiB, &chg));
+    assert_true(step(&p, &in, 19 * SEC, 10 * MiB, &chg));
     assert_int_equal(chg.to, 11); /* the limit (1916) alone would keep 12 */
 }
 

@@ -1,0 +1,319 @@
+/* The layer streamer facade: see stream.h. */
+#include "stream.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ebb_stream {
+    char path[1024];
+    struct ebb_stream_layer *layers; /* (n_layer) */
+    uint32_t *sched;                 /* (n_layer) */
+    uint32_t n_layer;
+    struct ebb_stream_planner plan;
+    struct ebb_memprobe *mp;
+    enum ebb_stream_count count;
+    uint32_t prefetch;
+    enum ebb_stream_cache cache;
+    uint64_t t0;
+    size_t slot_size;
+    struct ebb_stream_io *io;
+    /* Mailbox between ebb_stream_probe (any thread) and the engine. */
+    pthread_mutex_t mu;
+    struct ebb_memprobe_reading mail;
+    uint64_t mail_seq, used_seq;
+    bool mail_pressure;
+    /* Report. */
+    uint64_t limit;
+    struct ebb_memprobe_reading last;
+    uint32_t n_shrink, n_grow, n_undo;
+    uint32_t n_events; /* total ever; the ring keeps the last EBB_STREAM_EVENTS */
+    struct ebb_stream_event events[EBB_STREAM_EVENTS];
+};
+
+static uint64_t counted(const struct ebb_stream *s)
+{
+    const struct ebb_stream_planner *p = &s->plan;
+    uint64_t t = ebb_stream_plan_total(p, p->n_resident);
+    if (s->count == EBB_STREAM_COUNT_NOT_WEIGHTS) {
+        uint64_t w = p->cfg.fixed_bytes;
+        for (uint32_t l = 0; l < p->n_resident; l++)
+            w += p->layer_bytes[l];
+        t = t > w ? t - w : 0;
+    }
+    return t;
+}
+
+static void fill_schedule(struct ebb_stream *s, uint32_t *n)
+{
+    *n = 0;
+    for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
+        s->sched[(*n)++] = l;
+}
+
+ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **out,
+                       struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    uint32_t n = p->plan.n_layer;
+    if (!p->path || !p->layers || !n || n > EBB_STREAM_MAX_LAYERS)
+        return ebb_diag_set(diag, EBB_EINVAL, "streamer: no file or layers");
+    struct ebb_stream *s = calloc(1, sizeof(*s));
+    if (!s)
+        return EBB_ENOMEM;
+    pthread_mutex_init(&s->mu, NULL);
+    snprintf(s->path, sizeof(s->path), "%s", p->path);
+    s->n_layer = n;
+    s->count = p->count;
+    s->prefetch = p->prefetch ? p->prefetch : 2;
+    s->cache = p->cache;
+    s->t0 = p->now_ns;
+    s->layers = malloc(sizeof(*s->layers) * n);
+    s->sched = malloc(sizeof(*s->sched) * n);
+    if (!s->layers || !s->sched) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    memcpy(s->layers, p->layers, sizeof(*s->layers) * n);
+    s->slot_size = ebb_stream_io_slot_size(s->layers, n);
+    struct ebb_diag note;
+    if ((rc = ebb_memprobe_new(&p->probe, &s->mp, &note)))
+        goto out;
+    ebb_memprobe_read(s->mp, &s->last);
+    struct ebb_stream_inputs in = {
+        .now_ns = p->now_ns, .available_ok = s->last.available_ok, .available = s->last.available};
+    if ((rc = ebb_stream_planner_init(&s->plan, &p->plan, &in, diag)))
+        goto out;
+    s->limit = ebb_stream_plan_limit(&s->plan, &in);
+    *out = s;
+    s = NULL;
+out:
+    ebb_stream_free(s);
+    return rc;
+}
+
+void ebb_stream_free(struct ebb_stream *s)
+{
+    if (!s)
+        return;
+    ebb_stream_io_close(s->io);
+    ebb_memprobe_free(s->mp);
+    free(s->layers);
+    free(s->sched);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+uint32_t ebb_stream_n_resident(const struct ebb_stream *s)
+{
+    return s->plan.n_resident;
+}
+
+uint32_t ebb_stream_n_ctx(const struct ebb_stream *s)
+{
+    return s->plan.n_ctx;
+}
+
+bool ebb_stream_needs_slots(const struct ebb_stream *s)
+{
+    return !s->io && s->plan.n_resident < s->n_layer;
+}
+
+size_t ebb_stream_slot_size(const struct ebb_stream *s)
+{
+    return s->slot_size;
+}
+
+ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_slots,
+                          struct ebb_diag *diag)
+{
+    if (s->io)
+        return ebb_diag_set(diag, EBB_EINVAL, "streamer: slots already attached");
+    struct ebb_stream_io_params ip = {.path = s->path,
+                                      .layers = s->layers,
+                                      .n_layer = s->n_layer,
+                                      .slots = slots,
+                                      .n_slots = n_slots,
+                                      .slot_size = s->slot_size,
+                                      .prefetch = s->prefetch < n_slots ? s->prefetch : n_slots,
+                                      .cache = s->cache};
+    ebb_err rc = ebb_stream_io_open(&ip, &s->io, diag);
+    if (rc)
+        return rc;
+    uint32_t n;
+    fill_schedule(s, &n);
+    return ebb_stream_io_submit(s->io, s->sched, n, diag);
+}
+
+bool ebb_stream_probe(struct ebb_stream *s)
+{
+    struct ebb_memprobe_reading r;
+    pthread_mutex_lock(&s->mu);
+    ebb_memprobe_read(s->mp, &r); /* under the lock: one reader of the probe set at a time */
+    s->mail = r;
+    s->mail_seq++;
+    s->mail_pressure = s->mail_pressure || r.pressure;
+    pthread_mutex_unlock(&s->mu);
+    return r.pressure;
+}
+
+bool ebb_stream_replan_due(struct ebb_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool due = s->mail_pressure || s->mail_seq != s->used_seq;
+    pthread_mutex_unlock(&s->mu);
+    return due;
+}
+
+bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, uint64_t busy_ns,
+                       bool read_now, struct ebb_stream_change *chg)
+{
+    if (read_now)
+        ebb_stream_probe(s);
+    pthread_mutex_lock(&s->mu);
+    struct ebb_memprobe_reading r = s->mail;
+    bool pressure = s->mail_pressure;
+    bool fresh = s->mail_seq != 0;
+    s->mail_pressure = false;
+    s->used_seq = s->mail_seq;
+    pthread_mutex_unlock(&s->mu);
+    if (!fresh)
+        r = s->last;
+    s->last = r;
+    struct ebb_stream_inputs in = {.now_ns = now_ns,
+                                   .available_ok = r.available_ok,
+                                   .available = r.available,
+                                   .counted_bytes = counted(s),
+                                   .pressure = pressure,
+                                   .tokens = tokens,
+                                   .busy_ns = busy_ns};
+    s->limit = ebb_stream_plan_limit(&s->plan, &in);
+    if (!ebb_stream_planner_step(&s->plan, &in, chg))
+        return false;
+    if (chg->to > chg->from)
+        s->n_grow++;
+    else if (strstr(chg->reason, "undone"))
+        s->n_undo++;
+    else
+        s->n_shrink++;
+    struct ebb_stream_event *e = &s->events[s->n_events++ % EBB_STREAM_EVENTS];
+    e->t_ns = now_ns - s->t0;
+    e->from = chg->from;
+    e->to = chg->to;
+    memcpy(e->reason, chg->reason, sizeof(e->reason));
+    return true;
+}
+
+ebb_err ebb_stream_commit(struct ebb_stream *s, const struct ebb_stream_change *chg,
+                          struct ebb_diag *diag)
+{
+    if (chg->to != s->plan.n_resident)
+        return ebb_diag_set(diag, EBB_EINVAL, "streamer: change to %u is not the plan (%u)",
+                            chg->to, s->plan.n_resident);
+    if (!s->io)
+        return chg->to < s->n_layer
+                   ? ebb_diag_set(diag, EBB_EINVAL, "streamer: attach staging slots first")
+                   : EBB_OK;
+    uint32_t n;
+    fill_schedule(s, &n);
+    return ebb_stream_io_submit(s->io, s->sched, n, diag);
+}
+
+ebb_err ebb_stream_get(struct ebb_stream *s, uint32_t layer, const void **data, uint32_t *slot,
+                       struct ebb_diag *diag)
+{
+    if (!s->io)
+        return ebb_diag_set(diag, EBB_EINVAL, "streamer: layer %u is not streamed", layer);
+    return ebb_stream_io_acquire(s->io, layer, data, slot, diag);
+}
+
+ebb_err ebb_stream_put(struct ebb_stream *s, uint32_t layer)
+{
+    return s->io ? ebb_stream_io_release(s->io, layer) : EBB_EINVAL;
+}
+
+void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->n_resident = s->plan.n_resident;
+    out->n_layer = s->n_layer;
+    out->n_ctx = s->plan.n_ctx;
+    out->limit = s->limit;
+    out->available_ok = s->last.available_ok;
+    out->available = s->last.available;
+    out->pressure = s->last.pressure;
+    for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
+        out->bytes_per_token += s->layers[l].raw_size;
+    if (s->io)
+        ebb_stream_io_stats(s->io, &out->io);
+    out->n_shrink = s->n_shrink;
+    out->n_grow = s->n_grow;
+    out->n_undo = s->n_undo;
+    uint32_t k = s->n_events < EBB_STREAM_EVENTS ? s->n_events : EBB_STREAM_EVENTS;
+    for (uint32_t i = 0; i < k; i++)
+        out->events[i] = s->events[(s->n_events - k + i) % EBB_STREAM_EVENTS];
+    out->n_events = k;
+}
+
+/* Appends to buf like snprintf, tracking the length that would have been needed. */
+static void add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static void add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(*len < cap ? buf + *len : NULL, *len < cap ? cap - *len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len += (size_t)n;
+}
+
+size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf, size_t cap)
+{
+    size_t n = 0;
+    if (cap)
+        buf[0] = 0;
+#define GAUGE(name, help, fmt, v)                                                                  \
+    add(buf, cap, &n, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", v)
+#define COUNTER(name, help, fmt, v)                                                                \
+    add(buf, cap, &n, "# HELP " name " " help "\n# TYPE " name " counter\n" name " " fmt "\n", v)
+    GAUGE("ebb_stream_layers_resident", "Decoder layers resident on the device.", "%u",
+          r->n_resident);
+    GAUGE("ebb_stream_layers_total", "Decoder layers of the model.", "%u", r->n_layer);
+    if (r->limit != UINT64_MAX)
+        GAUGE("ebb_stream_memory_limit_bytes", "The planner's memory limit at the last re-plan.",
+              "%llu", (unsigned long long)r->limit);
+    if (r->available_ok)
+        GAUGE("ebb_stream_memory_available_bytes", "Memory the probes report available.", "%llu",
+              (unsigned long long)r->available);
+    GAUGE("ebb_stream_memory_pressure", "1 while the probes report memory pressure.", "%d",
+          r->pressure ? 1 : 0);
+    GAUGE("ebb_stream_bytes_per_token", "Streamed bytes read per evaluation step.", "%llu",
+          (unsigned long long)r->bytes_per_token);
+    COUNTER("ebb_stream_read_bytes_total", "Bytes read by the streamer's I/O thread.", "%llu",
+            (unsigned long long)r->io.bytes_read);
+    COUNTER("ebb_stream_read_seconds_total", "Time the I/O thread spent reading and checking.",
+            "%.6f", r->io.read_ns / 1e9);
+    COUNTER("ebb_stream_prefetch_hits_total", "Streamed layers that were ready when needed.",
+            "%llu", (unsigned long long)r->io.hits);
+    COUNTER("ebb_stream_prefetch_misses_total", "Streamed layers the compute had to wait for.",
+            "%llu", (unsigned long long)r->io.misses);
+    COUNTER("ebb_stream_stall_seconds_total", "Time the compute waited for streamed layers.",
+            "%.6f", r->io.stall_ns / 1e9);
+#undef GAUGE
+#undef COUNTER
+    add(buf, cap, &n,
+        "# HELP ebb_stream_plan_changes_total Residency plan changes.\n"
+        "# TYPE ebb_stream_plan_changes_total counter\n"
+        "ebb_stream_plan_changes_total{direction=\"shrink\"} %u\n"
+        "ebb_stream_plan_changes_total{direction=\"grow\"} %u\n"
+        "ebb_stream_plan_changes_total{direction=\"undo\"} %u\n",
+        r->n_shrink, r->n_grow, r->n_undo);
+    return n;
+}
