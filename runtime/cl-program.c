@@ -81,7 +81,7 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-static bool cache_dir(char *buf, size_t cap)
+bool ebb_cl_cache_dir(char *buf, size_t cap)
 {
     const char *en = getenv("EBB_KERNEL_CACHE");
     if (en && !strcmp(en, "0"))
@@ -180,7 +180,7 @@ ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t 
     h = fnv1a(h, di->driver, strlen(di->driver));
 
     char dir[900], path[1000];
-    bool cache = cache_dir(dir, sizeof(dir));
+    bool cache = ebb_cl_cache_dir(dir, sizeof(dir));
     if (cache) {
         snprintf(path, sizeof(path), "%s/%016llx.bin", dir, (unsigned long long)h);
         size_t bn = 0;

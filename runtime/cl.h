@@ -96,6 +96,10 @@ void ebb_cl_source_release(const char *src);
 ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t n,
                              const char *options, cl_program *out, struct ebb_diag *diag);
 
+/* Writes the kernel cache directory ($XDG_CACHE_HOME/ebb/kernels or ~/.cache/ebb/kernels),
+ * creating it; false when caching is off (EBB_KERNEL_CACHE=0) or no directory is usable. */
+bool ebb_cl_cache_dir(char *buf, size_t cap);
+
 /* Creates a kernel by name from a built program. */
 ebb_err ebb_cl_kernel(cl_program prog, const char *name, cl_kernel *out, struct ebb_diag *diag);
 

@@ -16,6 +16,7 @@
 #define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
 #define TOPK_MAX 64    /* as in ops.cl */
 #define MAX_PROGS 8
+#define MAX_TYPES 40
 
 struct layer {
     cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
@@ -35,6 +36,8 @@ struct clm {
     struct ebb_cl_tuning tu;
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
     struct ebb_cl_hostmap map;
+    struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
+    bool have_layout[MAX_TYPES];
     struct ebb_cl_wprog progs[MAX_PROGS];
     uint32_t n_progs;
     cl_program ops;
@@ -181,6 +184,22 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb
 /* Places the weights named names[0..n) (same n_in, stacked along O). Fused into out[0] when
  * they share a type and either the layout is rearranged anyway or they lie back to back in the
  * file (zero-copy); otherwise one weight each. Returns the number of weights in *n_out. */
+/* The layout for a weight of t's type: measured once per type per load (ebb_cl_layout_tune,
+ * itself cached on disk) with t as the sample, unless it cannot hold n_elements. */
+static struct ebb_cl_layout pick(struct clm *m, const struct ebb_gguf_tensor *t,
+                                 uint64_t n_elements)
+{
+    uint32_t ty = t->type;
+    if (ty < MAX_TYPES && !m->have_layout[ty]) {
+        m->layout[ty] =
+            ebb_cl_layout_tune(m->cl, &m->tu, ty, (uint32_t)t->ne[0], t->data, (uint32_t)t->ne[1]);
+        m->have_layout[ty] = true;
+    }
+    if (ty < MAX_TYPES && ebb_cl_layout_ok(&m->cl->info, &m->layout[ty], n_elements))
+        return m->layout[ty];
+    return ebb_cl_layout_choose(&m->cl->info, ty, n_elements);
+}
+
 /* Prefixes diag's message with the tensor name. */
 static ebb_err prefix(struct ebb_diag *diag, ebb_err rc, const char *name)
 {
@@ -209,7 +228,7 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
     bool same = true;
     for (uint32_t i = 1; i < n; i++)
         same = same && t[i]->type == t[0]->type;
-    struct ebb_cl_layout l = ebb_cl_layout_choose(&m->cl->info, t[0]->type, total);
+    struct ebb_cl_layout l = pick(m, t[0], total);
     bool contiguous = true;
     for (uint32_t i = 1; i < n; i++)
         contiguous = contiguous && (const uint8_t *)t[i]->data ==
@@ -224,7 +243,7 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
     }
     *n_out = n;
     for (uint32_t i = 0; i < n; i++) {
-        l = ebb_cl_layout_choose(&m->cl->info, t[i]->type, (uint64_t)rows[i] * n_in);
+        l = pick(m, t[i], (uint64_t)rows[i] * n_in);
         if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], 1, &m->map, &out[i], diag)))
             return prefix(diag, rc, names[i]);
         if ((rc = prog_for(m, &l, &p, diag)))

@@ -1,0 +1,142 @@
+/* Layout choice by measurement at first load, cached on disk. */
+#include "cl-layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Seconds per matvec of the sample in layout l; negative on any failure. */
+static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
+                          const struct ebb_cl_layout *l, uint32_t n_in, const void *rows,
+                          uint32_t n_out)
+{
+    double t = -1.0;
+    struct ebb_cl_weight w = {0};
+    struct ebb_cl_wprog p = {0};
+    cl_mem x = NULL, y = NULL;
+    float *xh = malloc(sizeof(float) * n_in);
+    struct ebb_cl_wsrc src = {rows, n_out};
+    cl_int e = CL_SUCCESS;
+    if (!xh || ebb_cl_weight_new(cl, l, n_in, &src, 1, NULL, &w, NULL) ||
+        ebb_cl_wprog_build(cl, l, tu, &p, NULL))
+        goto out;
+    for (uint32_t i = 0; i < n_in; i++)
+        xh[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    x = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(float) * n_in, xh,
+                       &e);
+    if (e)
+        goto out;
+    y = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE, sizeof(float) * n_out, NULL, &e);
+    if (e)
+        goto out;
+    int ni = (int)n_in, no = (int)n_out, zero = 0;
+    cl_mem nul = NULL;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no), EBB_CL_ARG(x),    EBB_CL_ARG(ni),
+                             EBB_CL_ARG(y),  EBB_CL_ARG(no), EBB_CL_ARG(zero), EBB_CL_ARG(nul)};
+    if (ebb_cl_weight_set_args(&w, p.matvec, 0, NULL) || ebb_cl_set_args(p.matvec, 2, a, 8, NULL))
+        goto out;
+    size_t g[2] = {(size_t)n_out * tu->mv_wg, 1}, lw[2] = {tu->mv_wg * tu->mv_rows, 1};
+    enum { WARM = 3, RUNS = 20 };
+    double t0 = 0;
+    for (int r = 0; r < WARM + RUNS; r++) {
+        if (r == WARM) {
+            if (clFinish(cl->q))
+                goto out;
+            t0 = now_s();
+        }
+        if (ebb_cl_run(cl, p.matvec, 2, g, lw, NULL))
+            goto out;
+    }
+    if (clFinish(cl->q))
+        goto out;
+    t = (now_s() - t0) / RUNS;
+out:
+    if (x)
+        clReleaseMemObject(x);
+    if (y)
+        clReleaseMemObject(y);
+    ebb_cl_wprog_fini(&p);
+    ebb_cl_weight_fini(&w);
+    free(xh);
+    return t;
+}
+
+static const char *const order_names[] = {"raw", "split", "image"};
+
+struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
+                                        uint32_t type, uint32_t n_in, const void *rows,
+                                        uint32_t n_out)
+{
+    const struct ebb_cl_dev_info *di = &cl->info;
+    uint64_t n_el = (uint64_t)n_in * n_out;
+    struct ebb_cl_layout def = ebb_cl_layout_choose(di, type, n_el);
+    struct ebb_cl_layout cand[3] = {
+        {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+        {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+        {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT},
+    };
+    int n_ok = 0;
+    for (int i = 0; i < 3; i++)
+        n_ok += ebb_cl_layout_ok(di, &cand[i], n_el);
+    if (!di->is_gpu || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
+        return def;
+
+    char dir[900], path[1000], line[16] = {0};
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, di->name, strlen(di->name));
+    h = fnv(h, di->platform, strlen(di->platform));
+    h = fnv(h, di->driver, strlen(di->driver));
+    uint32_t key[3] = {type, n_in, n_out};
+    h = fnv(h, key, sizeof(key));
+    bool cache = ebb_cl_cache_dir(dir, sizeof(dir));
+    if (cache) {
+        snprintf(path, sizeof(path), "%s/layout-%016llx.txt", dir, (unsigned long long)h);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            bool got = fgets(line, sizeof(line), f) != NULL;
+            fclose(f);
+            for (int i = 0; got && i < 3; i++)
+                if (!strncmp(line, order_names[i], strlen(order_names[i])) &&
+                    ebb_cl_layout_ok(di, &cand[i], n_el))
+                    return cand[i];
+        }
+    }
+    int best = -1;
+    double best_t = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!ebb_cl_layout_ok(di, &cand[i], n_el))
+            continue;
+        double t = time_layout(cl, tu, &cand[i], n_in, rows, n_out);
+        if (t > 0 && (best < 0 || t < best_t)) {
+            best = i;
+            best_t = t;
+        }
+    }
+    if (best < 0)
+        return def;
+    if (cache) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%s\n", order_names[best]);
+            fclose(f);
+        }
+    }
+    return cand[best];
+}
