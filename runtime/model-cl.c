@@ -56,7 +56,12 @@ struct clm {
     cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
     cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
     float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+    struct ebb__backend_i iface;
+    char name[160]; /* "opencl (device name)" */
 };
+
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag);
 
 static void release(cl_mem *m)
 {
@@ -603,12 +608,6 @@ out:
     return rc;
 }
 
-static const struct ebb__backend_i clm_iface = {
-    .name = "opencl",
-    .eval = clm_eval,
-    .free = clm_free,
-};
-
 ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
                             const struct ebb_model_params *p, uint32_t n_ctx,
                             const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
@@ -651,7 +650,11 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
     if ((rc = build_kernels(m, diag)) || (rc = place_weights(m, g, diag)) ||
         (rc = alloc_scratch(m, diag)))
         goto out;
-    *iface = &clm_iface;
+    snprintf(m->name, sizeof(m->name), "opencl (%s)", m->cl->info.name);
+    m->iface.name = m->name;
+    m->iface.eval = clm_eval;
+    m->iface.free = clm_free;
+    *iface = &m->iface;
     *ctx = m;
     m = NULL;
 out:
