@@ -512,6 +512,8 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
     a->metrics.started_at = ebb__unix_now();
     a->model_created = (long long)a->metrics.started_at;
+    a->on_ready = cfg->on_ready;
+    a->ud = cfg->ud;
     a->fim_pre = a->fim_suf = a->fim_mid = -1;
     a->use_epoll = cfg->poll != EBB_API_POLL_FDSET;
 #ifndef __linux__
