@@ -292,8 +292,14 @@ static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
         return;
     }
     if (!sl->prefilled) {
+        /* The last prompt token is always evaluated on its own, so its logits come from the
+         * same single-token path whether or not the slot reused cached KV entries: devices
+         * whose batched and single-token kernels round differently then still give the same
+         * text for the same request and seed. */
         uint32_t left = j->n_prompt - sl->n_kv;
-        uint32_t n = left < s->prefill_chunk ? left : s->prefill_chunk;
+        uint32_t n = left > 1 ? left - 1 : 1;
+        if (n > s->prefill_chunk)
+            n = s->prefill_chunk;
         struct ebb_model_out out = {0};
         if (n == left)
             out.logits = sl->logits;
