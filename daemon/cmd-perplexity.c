@@ -33,8 +33,8 @@ static void ppl_usage(FILE *f)
                "      --ctx N        window length in tokens (default 512)\n"
                "      --chunks N     score only the first N windows (default: all)\n"
                "      --json         print one JSON object (ppl, windows, tokens) instead\n"
-               "      --device D     compute device: auto, cl:P:D, a name substring, or ref\n"
-               "                     (default auto)\n"
+               "      --device D     compute device: auto, cl:P:D, a name substring, ref or\n"
+               "                     ref-q8 (see ebb run --help) (default auto)\n"
                "  -h, --help         show this help\n"
                "\n"
                "exit status: 0 success, 1 model, file or device error, 2 usage error\n");

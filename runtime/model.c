@@ -174,7 +174,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     }
 
     const char *dev = p->device ? p->device : "auto";
-    if (!strcmp(dev, "ref")) {
+    if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
         rc = ebb__ref_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else if (ebb__cl_backend_new) {
         rc = ebb__cl_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);

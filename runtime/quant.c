@@ -540,3 +540,105 @@ ebb_err ebb_quant_quantize_row(uint32_t type, const float *src, void *dst, uint6
     }
     return EBB_OK;
 }
+
+/* ---- llama.cpp-style quantized activations ---- */
+
+void ebb_quant_q8_act_row(const float *x, uint64_t n, struct ebb_q8_act *out)
+{
+    for (uint64_t ib = 0; ib < n / 32; ib++, x += 32, out++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        /* As llama.cpp's x86 SIMD path: scale by 127 / max, round half to even. */
+        float d = amax / 127.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            out->q[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += out->q[j];
+        }
+        out->d = ebb_fp16_to_fp32(ebb_fp32_to_fp16(d));
+        out->s = ebb_fp16_to_fp32(ebb_fp32_to_fp16(d * (float)sum));
+    }
+}
+
+bool ebb_quant_q8_act_supported(uint32_t type)
+{
+    return type == EBB_GGML_Q4_0 || type == EBB_GGML_Q4_1 || type == EBB_GGML_Q5_0 ||
+           type == EBB_GGML_Q5_1 || type == EBB_GGML_Q8_0;
+}
+
+/* The integer weights of one 32-block (offset removed for the symmetric types), its scale and
+ * its min (0 for the symmetric types). */
+static void int_block(uint32_t type, const uint8_t *p, int32_t *q, float *d, float *m)
+{
+    uint32_t qh;
+    *m = 0;
+    switch (type) {
+    case EBB_GGML_Q4_0: {
+        const struct ebb_block_q4_0 *b = (const void *)p;
+        *d = H2F(b->d);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (b->qs[j] & 0x0f) - 8;
+            q[j + 16] = (b->qs[j] >> 4) - 8;
+        }
+        break;
+    }
+    case EBB_GGML_Q4_1: {
+        const struct ebb_block_q4_1 *b = (const void *)p;
+        *d = H2F(b->d);
+        *m = H2F(b->m);
+        for (int j = 0; j < 16; j++) {
+            q[j] = b->qs[j] & 0x0f;
+            q[j + 16] = b->qs[j] >> 4;
+        }
+        break;
+    }
+    case EBB_GGML_Q5_0: {
+        const struct ebb_block_q5_0 *b = (const void *)p;
+        *d = H2F(b->d);
+        qh = le32(b->qh);
+        for (int j = 0; j < 16; j++) {
+            q[j] = ((b->qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4) - 16;
+            q[j + 16] = ((b->qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4) - 16;
+        }
+        break;
+    }
+    case EBB_GGML_Q5_1: {
+        const struct ebb_block_q5_1 *b = (const void *)p;
+        *d = H2F(b->d);
+        *m = H2F(b->m);
+        qh = le32(b->qh);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (b->qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            q[j + 16] = (b->qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        }
+        break;
+    }
+    default: { /* EBB_GGML_Q8_0 */
+        const struct ebb_block_q8_0 *b = (const void *)p;
+        *d = H2F(b->d);
+        for (int j = 0; j < 32; j++)
+            q[j] = b->qs[j];
+        break;
+    }
+    }
+}
+
+float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_act *x, uint64_t n)
+{
+    const struct qtype *t = find_qtype(type);
+    const uint8_t *p = row;
+    float sum = 0, summ = 0;
+    int32_t q[32];
+    for (uint64_t ib = 0; ib < n / 32; ib++, p += t->bytes, x++) {
+        float d, m;
+        int_block(type, p, q, &d, &m);
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += q[j] * x->q[j];
+        sum += d * x->d * (float)isum;
+        summ += m * x->s;
+    }
+    return sum + summ;
+}

@@ -149,4 +149,25 @@ ebb_quant_dot_fn ebb_quant_get_dot(uint32_t type);
  * element. EBB_EUNSUPPORTED for types ebb_quant_can_quantize() rejects. */
 ebb_err ebb_quant_quantize_row(uint32_t type, const float *src, void *dst, uint64_t n);
 
+/* Activation quantization as llama.cpp's CPU backend does it before a quantized matrix product
+ * (Q8_0/Q8_1): per block of 32, d = max|x| / 127 and q = round(x / d); the stored d and the
+ * block sum s = d * sum(q) are rounded to fp16. The reference backend's "ref-q8" mode uses this
+ * to reproduce llama.cpp's numbers closely; the default reference keeps activations in fp32. */
+struct ebb_q8_act {
+    float d; /* fp16-rounded scale */
+    float s; /* fp16-rounded d * sum(q) (used by the Q*_1 types) */
+    int8_t q[32];
+};
+
+/* Quantizes n floats (a multiple of 32) into n / 32 blocks. */
+void ebb_quant_q8_act_row(const float *x, uint64_t n, struct ebb_q8_act *out);
+
+/* True for the weight types ebb_quant_dot_q8_act handles: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. */
+bool ebb_quant_q8_act_supported(uint32_t type);
+
+/* Dot product of a weight row with quantized activations, as llama.cpp computes it: per block
+ * d_w * d_x * sum(q_w * q_x) (+ m_w * s_x for the Q*_1 types), summed in float. The caller
+ * guarantees a supported type and n a multiple of 32. */
+float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_act *x, uint64_t n);
+
 #endif

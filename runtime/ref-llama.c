@@ -8,7 +8,12 @@
  * with every token of the batch (prefill). Activations are fp32. Everything is allocated in
  * ebb__ref_backend_new: buffers for up to BATCH tokens at a time and the KV cache for
  * n_ctx x n_seq. Output rows are split between up to two threads (EBB_REF_THREADS=1 turns the
- * helper thread off). */
+ * helper thread off).
+ *
+ * Device "ref-q8" switches on llama.cpp's CPU numerics, to tell its rounding apart from real
+ * differences: activations are quantized to Q8 before each quantized matrix product, the KV
+ * cache holds fp16 values, and the query and the attention weights are rounded to fp16 before
+ * their products with K and V (llama.cpp's defaults without flash attention). */
 #include "model-int.h"
 
 #include <math.h>
@@ -45,8 +50,9 @@ struct layer {
 /* One matrix product job, split by output rows between the caller and the helper thread. */
 struct job {
     const struct wmat *w;
-    const float *x; /* (n, n_in) */
-    float *y;       /* (n, n_out) */
+    const float *x;                /* (n, n_in) */
+    const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
+    float *y;                      /* (n, n_out) */
     uint32_t n;
 };
 
@@ -72,6 +78,8 @@ struct ref {
     float *att;       /* (n_ctx) attention scores of one head */
     float *logits;    /* (BATCH, n_vocab) */
     float *rowbuf[2]; /* (max n_in) one dequantized weight row per thread */
+    bool q8;          /* llama.cpp numerics (device "ref-q8") */
+    struct ebb_q8_act *xact; /* (BATCH, max n_in / 32) quantized activations */
     /* Helper thread. */
     int n_threads;
     pthread_t th;
@@ -104,6 +112,12 @@ static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_
     const struct wmat *w = j->w;
     for (uint32_t o = o0; o < o1; o++) {
         const uint8_t *row = w->data + (uint64_t)o * w->row_bytes;
+        if (j->xact) {
+            for (uint32_t t = 0; t < j->n; t++)
+                j->y[(uint64_t)t * w->n_out + o] = ebb_quant_dot_q8_act(
+                    w->type, row, j->xact + (uint64_t)t * (w->n_in / 32), w->n_in);
+            continue;
+        }
         if (j->n == 1) {
             j->y[o] = w->dot(row, j->x, w->n_in);
             continue;
@@ -141,7 +155,13 @@ static void *helper_main(void *arg)
 /* y (n, n_out) = x (n, n_in) @ W^T. */
 static void matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
 {
-    struct job j = {w, x, y, n};
+    struct job j = {w, x, NULL, y, n};
+    if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
+        for (uint32_t t = 0; t < n; t++)
+            ebb_quant_q8_act_row(x + (uint64_t)t * w->n_in, w->n_in,
+                                 r->xact + (uint64_t)t * (w->n_in / 32));
+        j.xact = r->xact;
+    }
     if (r->n_threads < 2 || w->n_out < 64) {
         matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
         return;
@@ -186,6 +206,12 @@ static void rope(const struct ref *r, float *v, uint32_t pos)
     }
 }
 
+/* Rounds through fp16 in ref-q8 mode. */
+static float f16r(const struct ref *r, float x)
+{
+    return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
+}
+
 static float silu(float x)
 {
     return x / (1.0f + expf(-x));
@@ -225,8 +251,13 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
                 rope(r, r->q + (uint64_t)t * QD + h * HD, pos + t);
             for (uint32_t h = 0; h < NKV; h++)
                 rope(r, r->k + (uint64_t)t * KVD + h * HD, pos + t);
-            memcpy(kc + (uint64_t)(pos + t) * KVD, r->k + (uint64_t)t * KVD, KVD * sizeof(float));
-            memcpy(vc + (uint64_t)(pos + t) * KVD, r->v + (uint64_t)t * KVD, KVD * sizeof(float));
+            for (uint32_t i = 0; i < KVD; i++) {
+                kc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->k[(uint64_t)t * KVD + i]);
+                vc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->v[(uint64_t)t * KVD + i]);
+            }
+            if (r->q8)
+                for (uint32_t i = 0; i < QD; i++)
+                    r->q[(uint64_t)t * QD + i] = f16r(r, r->q[(uint64_t)t * QD + i]);
         }
 
         /* Causal attention: token t sees positions 0..pos+t; query head h reads KV head
@@ -250,7 +281,7 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
                 float *o = r->xb + (uint64_t)t * QD + h * HD;
                 memset(o, 0, HD * sizeof(float));
                 for (uint32_t p = 0; p < n_kv; p++) {
-                    float a = r->att[p] / sum;
+                    float a = f16r(r, r->att[p] / sum);
                     const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
                     for (uint32_t i = 0; i < HD; i++)
                         o[i] += a * vp[i];
@@ -366,11 +397,18 @@ static void ref_free(void *ctx)
     free(r->logits);
     free(r->rowbuf[0]);
     free(r->rowbuf[1]);
+    free(r->xact);
     free(r);
 }
 
 static const struct ebb__backend_i ref_iface = {
     .name = "ref (plain C)",
+    .eval = ref_eval,
+    .free = ref_free,
+};
+
+static const struct ebb__backend_i ref_q8_iface = {
+    .name = "ref-q8 (plain C, llama.cpp CPU numerics)",
     .eval = ref_eval,
     .free = ref_free,
 };
@@ -494,6 +532,11 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
     r->logits = alloc_floats((uint64_t)BATCH * V, &fail);
     r->rowbuf[0] = alloc_floats(max_in, &fail);
     r->rowbuf[1] = alloc_floats(max_in, &fail);
+    r->q8 = p->device && !strcmp(p->device, "ref-q8");
+    if (r->q8) {
+        r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
+        fail |= r->xact == NULL;
+    }
     if (fail) {
         rc = ebb_diag_set(diag, EBB_ENOMEM,
                           "reference backend: out of memory for a %u-token "
@@ -531,7 +574,7 @@ out:
         ref_free(r);
         return rc;
     }
-    *iface = &ref_iface;
+    *iface = r->q8 ? &ref_q8_iface : &ref_iface;
     *ctx = r;
     return EBB_OK;
 }

@@ -6,6 +6,8 @@ the whole text is tokenized once (BOS only if the model's metadata asks for it),
 floor(n_tokens / n_ctx) windows of n_ctx tokens; each window is evaluated from an empty KV
 cache, its first token replaced by BOS if the model adds BOS; the positions j = n_ctx/2 ..
 n_ctx-2 of each window are scored by -log softmax(logits[j])[token[j+1]]; PPL = exp(mean).
+`running` holds the value after each window, as the tool prints it, so a test can check a
+prefix of the windows.
 
 Usage: scripts/ref/perplexity-expect.py MODEL TEXT CTX [CTX...] > tests/data/perplexity/x.json
 """
@@ -31,6 +33,7 @@ def main():
         n_chunk = len(toks) // n_ctx
         first = n_ctx // 2
         nll, count = 0.0, 0
+        running = []
         for c in range(n_chunk):
             chunk = list(toks[c * n_ctx:(c + 1) * n_ctx])
             if add_bos:
@@ -44,9 +47,10 @@ def main():
                 lse = mx + math.log(np.exp(row - mx).sum())
                 nll += lse - row[chunk[j + 1]]
                 count += 1
+            running.append(math.exp(nll / count))
         results.append({"n_ctx": n_ctx, "n_tokens": len(toks), "n_chunks": n_chunk,
                         "n_scored": count, "add_bos": bool(add_bos),
-                        "ppl": math.exp(nll / count)})
+                        "ppl": math.exp(nll / count), "running": running})
         print(f"ctx {n_ctx}: {len(toks)} tokens, {n_chunk} chunks, ppl {math.exp(nll/count):.4f}",
               file=sys.stderr)
         del llm

@@ -376,6 +376,51 @@ static void test_against_gguf_py(void **state)
         assert_true(seen[need[i]] > 0);
 }
 
+/* llama.cpp-style Q8 activations: the block scale and sum, and dot products that stay within
+ * the activation rounding of the float result. */
+static void test_q8_act(void **state)
+{
+    (void)state;
+    enum { N = 128 };
+    float x[N], w[N], y[N];
+    uint8_t buf[N * 2];
+    struct ebb_q8_act a[N / 32];
+    for (int i = 0; i < N; i++) {
+        x[i] = rndf(-3, 3);
+        w[i] = rndf(-1, 1);
+    }
+    x[5] = 0;
+    ebb_quant_q8_act_row(x, N, a);
+    for (int b = 0; b < N / 32; b++) {
+        float amax = 0;
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        for (int j = 0; j < 32; j++) {
+            sum += a[b].q[j];
+            assert_true(fabsf(a[b].q[j] * amax / 127.0f - x[32 * b + j]) <= amax / 254.0f * 1.01f);
+        }
+        assert_true(fabsf(a[b].d - amax / 127.0f) <= amax / 127.0f * 0x1p-10f);
+        assert_true(fabsf(a[b].s - a[b].d * (float)sum) <=
+                    fabsf(a[b].d * (float)sum) * 0x1p-10f + 1e-6f);
+    }
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q8_0};
+    for (size_t t = 0; t < 3; t++) {
+        assert_true(ebb_quant_q8_act_supported(types[t]));
+        assert_int_equal(ebb_quant_quantize_row(types[t], w, buf, N), EBB_OK);
+        assert_int_equal(ebb_quant_dequantize_row(types[t], buf, y, N), EBB_OK);
+        double ref = 0, mag = 0;
+        for (int i = 0; i < N; i++) {
+            ref += (double)y[i] * x[i];
+            mag += fabs((double)y[i]) * 3.0 / 254.0; /* worst-case activation rounding */
+        }
+        float got = ebb_quant_dot_q8_act(types[t], buf, a, N);
+        if (fabs(got - ref) > mag)
+            fail_msg("type %u: q8 dot %g, float dot %g, bound %g", types[t], (double)got, ref, mag);
+    }
+    assert_false(ebb_quant_q8_act_supported(EBB_GGML_Q4_K));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_k_blocks),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_against_gguf_py),
+        cmocka_unit_test(test_q8_act),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
