@@ -37,8 +37,9 @@ struct ebb_stream_io {
     uint32_t *sched;
     uint32_t n_sched;
     uint64_t base, next_read, next_acq, next_rel;
-    uint64_t *slot_seq; /* position whose read completed into the slot; UINT64_MAX = none */
-    uint64_t *slot_off; /* first raw byte inside the slot */
+    uint64_t *slot_seq;   /* position whose read completed into the slot; UINT64_MAX = none */
+    uint64_t *slot_off;   /* first raw byte inside the slot */
+    uint32_t *slot_layer; /* whose bytes the slot holds (valid after a good read); UINT32_MAX */
     ebb_err *slot_err;
     char (*slot_msg)[160];
     struct ebb_stream_io_stats st;
@@ -159,6 +160,15 @@ static void *io_main(void *arg)
             continue;
         }
         uint32_t li = layer_at(io, s), slot = (uint32_t)(s % io->n_slots);
+        if (io->slot_layer[slot] == li && !io->slot_err[slot]) {
+            /* The slot still holds this layer (as many slots as streamed layers): no read. */
+            io->st.reused++;
+            io->slot_seq[slot] = s;
+            io->next_read = s + 1;
+            pthread_cond_broadcast(&io->done_cv);
+            continue;
+        }
+        io->slot_layer[slot] = UINT32_MAX;
         io->busy = true;
         pthread_mutex_unlock(&io->mu);
         uint64_t off = 0;
@@ -166,6 +176,7 @@ static void *io_main(void *arg)
         ebb_err rc = read_layer(io, li, io->slots[slot], &off, msg, sizeof(msg));
         pthread_mutex_lock(&io->mu);
         io->busy = false;
+        io->slot_layer[slot] = rc ? UINT32_MAX : li;
         io->slot_seq[slot] = s;
         io->slot_off[slot] = off;
         io->slot_err[slot] = rc;
@@ -259,10 +270,11 @@ ebb_err ebb_stream_io_open(const struct ebb_stream_io_params *p, struct ebb_stre
     io->slots = malloc(sizeof(*io->slots) * p->n_slots);
     io->slot_seq = malloc(sizeof(*io->slot_seq) * p->n_slots);
     io->slot_off = calloc(p->n_slots, sizeof(*io->slot_off));
+    io->slot_layer = malloc(sizeof(*io->slot_layer) * p->n_slots);
     io->slot_err = calloc(p->n_slots, sizeof(*io->slot_err));
     io->slot_msg = calloc(p->n_slots, sizeof(*io->slot_msg));
     if (!io->layers || !io->sched || !io->slots || !io->slot_seq || !io->slot_off ||
-        !io->slot_err || !io->slot_msg) {
+        !io->slot_layer || !io->slot_err || !io->slot_msg) {
         rc = EBB_ENOMEM;
         goto out;
     }
@@ -270,6 +282,7 @@ ebb_err ebb_stream_io_open(const struct ebb_stream_io_params *p, struct ebb_stre
     for (uint32_t i = 0; i < p->n_slots; i++) {
         io->slots[i] = p->slots[i];
         io->slot_seq[i] = UINT64_MAX;
+        io->slot_layer[i] = UINT32_MAX;
     }
     uint64_t max_stored = 0;
     for (uint32_t i = 0; i < p->n_layer; i++)
@@ -318,6 +331,7 @@ void ebb_stream_io_close(struct ebb_stream_io *io)
     free(io->slots);
     free(io->slot_seq);
     free(io->slot_off);
+    free(io->slot_layer);
     free(io->slot_err);
     free(io->slot_msg);
     pthread_cond_destroy(&io->io_cv);
@@ -372,8 +386,10 @@ static void restart(struct ebb_stream_io *io)
     wait_idle(io);
     io->next_acq = io->next_read = io->next_rel = io->next_read + io->n_slots;
     io->base = io->next_acq;
-    for (uint32_t i = 0; i < io->n_slots; i++)
+    for (uint32_t i = 0; i < io->n_slots; i++) {
         io->slot_seq[i] = UINT64_MAX;
+        io->slot_layer[i] = UINT32_MAX;
+    }
     pthread_cond_signal(&io->io_cv);
 }
 

@@ -6,7 +6,12 @@
  * the forward pass uses them (the schedule then repeats for every following step until the
  * next submit), then for each streamed layer ebb_stream_io_acquire() (blocks only when its read
  * is not done yet: a prefetch miss, its wait counted as stall time) and, when the device no
- * longer reads the slot, ebb_stream_io_release(). Nothing is allocated per token. */
+ * longer reads the slot, ebb_stream_io_release(). Nothing is allocated per token.
+ *
+ * Position s of the schedule always uses slot s % n_slots, and a slot that still holds the
+ * layer it is about to receive is not read again. So with as many slots as streamed layers (or
+ * a multiple), the slots become a host-memory tier: each layer is read once, and every later
+ * step costs no I/O (on a discrete GPU: only the pinned host-to-device copy). */
 #ifndef EBB_RUNTIME_STREAM_IO_H
 #define EBB_RUNTIME_STREAM_IO_H
 
@@ -60,6 +65,7 @@ struct ebb_stream_io_stats {
     uint64_t misses;     /* acquires that had to wait */
     uint64_t stall_ns;   /* total wait in acquire */
     uint64_t dropped;    /* reads thrown away by a submit that changed the schedule */
+    uint64_t reused;     /* reads skipped: the slot still held that layer */
     bool direct;         /* O_DIRECT is in effect */
 };
 

@@ -118,6 +118,19 @@ static void consume(struct ebb_stream_io *io, const uint32_t *sched, uint32_t n,
         }
 }
 
+/* Waits (up to 5 s) until the I/O thread has completed n reads (reuses included). */
+static void wait_reads(struct ebb_stream_io *io, uint64_t n)
+{
+    struct ebb_stream_io_stats st;
+    for (int i = 0; i < 5000; i++) {
+        ebb_stream_io_stats(io, &st);
+        if (st.layers_read + st.reused >= n)
+            return;
+        usleep(1000);
+    }
+    fail_msg("the I/O thread did not complete %llu reads", (unsigned long long)n);
+}
+
 static void every_mode(void **state)
 {
     (void)state;
@@ -153,7 +166,7 @@ static void prefetch_hits(void **state)
     ring_init(&r, layers, N_LAYER);
     struct ebb_stream_io *io = open_io(&r, EBB_STREAM_CACHED, 3);
     assert_int_equal(ebb_stream_io_submit(io, sched, 3, NULL), EBB_OK);
-    usleep(100000); /* the I/O thread fills the three slots meanwhile */
+    wait_reads(io, 3); /* the I/O thread fills the three slots meanwhile */
     consume(io, sched, 3, 1);
     struct ebb_stream_io_stats st;
     ebb_stream_io_stats(io, &st);
@@ -163,7 +176,7 @@ static void prefetch_hits(void **state)
     /* Holding two layers at once, in order, works. */
     struct ebb_diag d;
     const void *a, *b, *c;
-    usleep(50000);
+    wait_reads(io, 6);
     uint32_t sa = 9, sb = 9, sc = 9;
     assert_int_equal(ebb_stream_io_acquire(io, 0, &a, &sa, &d), EBB_OK);
     assert_int_equal(ebb_stream_io_acquire(io, 2, &b, &sb, &d), EBB_OK);
@@ -197,12 +210,12 @@ static void resubmit(void **state)
     struct ebb_stream_io_stats st;
     assert_int_equal(ebb_stream_io_submit(io, s1, 2, NULL), EBB_OK);
     consume(io, s1, 2, 2);
-    usleep(50000);                                                   /* 1, 2, 1 read ahead */
+    wait_reads(io, 7);                                               /* 1, 2, 1 read ahead */
     assert_int_equal(ebb_stream_io_submit(io, s2, 3, NULL), EBB_OK); /* keeps 1 and 2 */
     ebb_stream_io_stats(io, &st);
     assert_int_equal(st.dropped, 1);
     consume(io, s2, 3, 2);
-    usleep(50000);
+    wait_reads(io, 14); /* 3 reused and 1, 2, 3 read ahead */
     assert_int_equal(ebb_stream_io_submit(io, s3, 2, NULL), EBB_OK);
     consume(io, s3, 2, 3);
     ebb_stream_io_stats(io, &st);
@@ -215,6 +228,30 @@ static void resubmit(void **state)
     assert_int_equal(ebb_stream_io_release(io, 4), EBB_OK);
     assert_int_equal(ebb_stream_io_submit(io, NULL, 0, NULL), EBB_OK);
     assert_int_equal(ebb_stream_io_acquire(io, 4, &a, NULL, NULL), EBB_EINVAL);
+    ebb_stream_io_close(io);
+    ring_fini(&r);
+}
+
+/* As many slots as streamed layers: each layer is read once, later steps reuse the slots. */
+static void slots_as_tier(void **state)
+{
+    (void)state;
+    static const uint32_t s1[] = {2, 4, 5}, s2[] = {0, 4, 6};
+    struct ring r;
+    ring_init(&r, layers, N_LAYER);
+    struct ebb_stream_io *io = open_io(&r, EBB_STREAM_DIRECT, 3);
+    struct ebb_stream_io_stats st;
+    assert_int_equal(ebb_stream_io_submit(io, s1, 3, NULL), EBB_OK);
+    consume(io, s1, 3, 4);
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.layers_read, 3);
+    assert_true(st.reused >= 9);
+    /* A new schedule: only the slot whose layer stays in place (4, position 1) is reused. */
+    usleep(20000);
+    assert_int_equal(ebb_stream_io_submit(io, s2, 3, NULL), EBB_OK);
+    consume(io, s2, 3, 3);
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.layers_read, 5);
     ebb_stream_io_close(io);
     ring_fini(&r);
 }
@@ -483,8 +520,10 @@ static void bench(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(every_mode), cmocka_unit_test(prefetch_hits), cmocka_unit_test(resubmit),
-        cmocka_unit_test(bad_params), cmocka_unit_test(plan_loop),     cmocka_unit_test(bench),
+        cmocka_unit_test(every_mode), cmocka_unit_test(prefetch_hits),
+        cmocka_unit_test(resubmit),   cmocka_unit_test(slots_as_tier),
+        cmocka_unit_test(bad_params), cmocka_unit_test(plan_loop),
+        cmocka_unit_test(bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
