@@ -416,3 +416,48 @@ def test_metrics_parseable(server, client):
     assert metric(text, "ebb_prefill_seconds_total") > 0
     assert metric(text, "ebb_time_to_first_token_seconds_count") > 0
     assert metric(text, "ebb_slots") == 4
+
+
+# ---- long prefill: keep-alives and cancellation within one chunk --------------------------------
+
+LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 90  # about 900 tokens
+
+
+def test_keepalive_during_prefill(make_server):
+    s = make_server("--keepalive-ms", "100", "--prefill-chunk", "32", "--ctx", "2048")
+    t0 = time.time()
+    events, comments, _ = sse_events(s, "/v1/completions", {
+        "prompt": LONG_PROMPT, "max_tokens": 2, "stream": True})
+    took = time.time() - t0
+    print(f"prefill stream took {took:.2f} s with {len(comments)} keep-alive comments")
+    assert events[-1] == "[DONE]"
+    if took > 0.5:  # a fast device may finish the prompt before the first keep-alive is due
+        assert comments and all(c == ": keep-alive" for c in comments), (took, comments)
+
+
+def test_cancel_during_prefill(make_server):
+    s = make_server("--prefill-chunk", "16", "--ctx", "2048", "--parallel", "1")
+    # How long the whole prompt takes on this device.
+    t0 = time.time()
+    st, _, _ = s.request("POST", "/v1/completions", {"prompt": LONG_PROMPT + " again",
+                                                     "max_tokens": 1})
+    full = time.time() - t0
+    assert st == 200
+    before = metric(s.metrics(), "ebb_cancellations_total")
+    raw = json.dumps({"prompt": "Other text. " + LONG_PROMPT, "max_tokens": 5}).encode()
+    k = socket.create_connection(("127.0.0.1", s.port))
+    k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n"
+              b"Content-Type: application/json\r\n\r\n" % len(raw) + raw)
+    time.sleep(min(0.2, full / 4))
+    k.close()  # a non-streaming request: the hang-up is seen while the connection waits
+    t1 = time.time()
+    while metric(s.metrics(), "ebb_cancellations_total") == before and time.time() - t1 < 30:
+        time.sleep(0.01)
+    cancel_after = time.time() - t1
+    print(f"whole prompt {full:.2f} s; cancelled {cancel_after * 1e3:.0f} ms after the hang-up")
+    assert metric(s.metrics(), "ebb_cancellations_total") == before + 1
+    # Cancelled within about one 16-token chunk, far sooner than the rest of the prompt.
+    assert cancel_after < max(0.5, full / 2), (cancel_after, full)
+    t2 = time.time()
+    st, _, _ = s.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1})
+    assert st == 200 and time.time() - t2 < max(1.0, full / 2)
