@@ -1,7 +1,9 @@
 /* The streamer's I/O thread: see stream-io.h. Schedule positions are numbered by a monotonic
- * sequence s (position s uses layer sched[(s - base) % n_sched] and slot s % n_slots); three
+ * sequence s (position s uses layer sched[(s - base) % n_sched] and slot s % ring, where ring is
+ * n_slots, or its largest multiple of n_sched when there are at least as many slots as
+ * scheduled layers, so that a layer keeps its slot from step to step); three
  * cursors move forward: next_read (I/O thread), next_acq and next_rel (compute thread). The
- * I/O thread may read position s once s < next_acq + prefetch and s < next_rel + n_slots. */
+ * I/O thread may read position s once s < next_acq + prefetch and s < next_rel + ring. */
 #include "stream-io.h"
 
 #include <errno.h>
@@ -24,6 +26,7 @@ struct ebb_stream_io {
     uint32_t n_layer;
     uint8_t **slots;
     uint32_t n_slots, prefetch;
+    uint32_t ring; /* slots in use by the current schedule (see the top of the file) */
     size_t slot_size;
     uint8_t *scratch; /* compressed layers land here before decoding */
     size_t scratch_size;
@@ -155,11 +158,11 @@ static void *io_main(void *arg)
     pthread_mutex_lock(&io->mu);
     while (!io->stop) {
         uint64_t s = io->next_read;
-        if (!io->n_sched || s >= io->next_acq + io->prefetch || s >= io->next_rel + io->n_slots) {
+        if (!io->n_sched || s >= io->next_acq + io->prefetch || s >= io->next_rel + io->ring) {
             pthread_cond_wait(&io->io_cv, &io->mu);
             continue;
         }
-        uint32_t li = layer_at(io, s), slot = (uint32_t)(s % io->n_slots);
+        uint32_t li = layer_at(io, s), slot = (uint32_t)(s % io->ring);
         if (io->slot_layer[slot] == li && !io->slot_err[slot]) {
             /* The slot still holds this layer (as many slots as streamed layers): no read. */
             io->st.reused++;
@@ -263,6 +266,7 @@ ebb_err ebb_stream_io_open(const struct ebb_stream_io_params *p, struct ebb_stre
     io->st.direct = io->direct;
     io->n_layer = p->n_layer;
     io->n_slots = p->n_slots;
+    io->ring = p->n_slots;
     io->prefetch = p->prefetch ? p->prefetch : p->n_slots;
     io->slot_size = p->slot_size;
     io->layers = malloc(sizeof(*io->layers) * p->n_layer);
@@ -362,14 +366,16 @@ ebb_err ebb_stream_io_submit(struct ebb_stream_io *io, const uint32_t *layers, u
     }
     wait_idle(io);
     /* Keep the reads that the new schedule starts with, in order. */
+    uint32_t ring = n && io->n_slots >= n ? io->n_slots / n * n : io->n_slots;
     uint64_t keep = 0, ahead = io->next_read - io->next_acq;
-    while (io->n_sched && keep < ahead && keep < n &&
+    while (io->n_sched && ring == io->ring && keep < ahead && keep < n &&
            layer_at(io, io->next_acq + keep) == layers[keep] &&
-           !io->slot_err[(io->next_acq + keep) % io->n_slots])
+           !io->slot_err[(io->next_acq + keep) % io->ring])
         keep++;
     io->st.dropped += ahead - keep;
     for (uint64_t k = keep; k < ahead; k++)
-        io->slot_seq[(io->next_acq + k) % io->n_slots] = UINT64_MAX;
+        io->slot_seq[(io->next_acq + k) % io->ring] = UINT64_MAX;
+    io->ring = ring;
     memcpy(io->sched, layers, sizeof(*layers) * n);
     io->n_sched = n;
     io->base = io->next_acq;
@@ -404,11 +410,11 @@ ebb_err ebb_stream_io_acquire(struct ebb_stream_io *io, uint32_t layer, const vo
                           io->n_sched ? (int)layer_at(io, s) : -1);
         goto out;
     }
-    if (s >= io->next_rel + io->n_slots) {
+    if (s >= io->next_rel + io->ring) {
         rc = ebb_diag_set(diag, EBB_EINVAL, "stream-io: every slot is acquired; release first");
         goto out;
     }
-    uint32_t slot = (uint32_t)(s % io->n_slots);
+    uint32_t slot = (uint32_t)(s % io->ring);
     if (io->slot_seq[slot] == s) {
         io->st.hits++;
     } else {

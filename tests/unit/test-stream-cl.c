@@ -1,7 +1,8 @@
 /* The two staging paths of docs/STREAMER.md on a real OpenCL device (PoCL in CI; skipped with
  * exit 77 when there is none): (1) unified memory: the slot buffer itself (CL_MEM_USE_HOST_PTR
  * over the slot) is the kernel's weight buffer, unmapped while the device reads it and mapped
- * (WRITE_INVALIDATE) while the I/O thread owns it; (2) discrete: slots are pinned
+ * (CL_MAP_WRITE, not INVALIDATE: a slot that still holds its layer is reused) while the I/O
+ * thread owns it; (2) discrete: slots are pinned
  * (CL_MEM_ALLOC_HOST_PTR, mapped once) and each layer is copied into one of two device buffers
  * with a non-blocking write, the slot released once the copy's event completes. A kernel copies
  * every streamed layer out and the bytes are compared with the file. */
@@ -122,8 +123,7 @@ static void unified(void **state)
         buf[i] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, ss, host[i], &e);
         CK(e);
         /* Owned by the I/O thread: mapped for writing. */
-        void *p = clEnqueueMapBuffer(q, buf[i], CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, ss, 0,
-                                     NULL, NULL, &e);
+        void *p = clEnqueueMapBuffer(q, buf[i], CL_TRUE, CL_MAP_WRITE, 0, ss, 0, NULL, NULL, &e);
         CK(e);
         assert_ptr_equal(p, host[i]); /* USE_HOST_PTR maps to the host memory itself */
     }
@@ -154,8 +154,8 @@ static void unified(void **state)
                 check_out(out, sched[i]);
                 CK(clWaitForEvents(1, &done));
                 clReleaseEvent(done);
-                void *m = clEnqueueMapBuffer(q, buf[slot], CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION,
-                                             0, ss, 0, NULL, NULL, &e);
+                void *m = clEnqueueMapBuffer(q, buf[slot], CL_TRUE, CL_MAP_WRITE, 0, ss, 0, NULL,
+                                             NULL, &e);
                 CK(e);
                 assert_ptr_equal(m, host[slot]);
                 assert_int_equal(ebb_stream_io_release(io, sched[i]), EBB_OK);

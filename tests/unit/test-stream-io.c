@@ -203,19 +203,19 @@ static void prefetch_hits(void **state)
 static void resubmit(void **state)
 {
     (void)state;
-    static const uint32_t s1[] = {1, 2}, s2[] = {1, 2, 3}, s3[] = {4, 5};
+    static const uint32_t s1[] = {1, 2, 3}, s2[] = {1, 2, 5}, s3[] = {4, 5};
     struct ring r;
     ring_init(&r, layers, N_LAYER);
     struct ebb_stream_io *io = open_io(&r, EBB_STREAM_CACHED, 3);
     struct ebb_stream_io_stats st;
-    assert_int_equal(ebb_stream_io_submit(io, s1, 2, NULL), EBB_OK);
-    consume(io, s1, 2, 2);
-    wait_reads(io, 7);                                               /* 1, 2, 1 read ahead */
+    assert_int_equal(ebb_stream_io_submit(io, s1, 3, NULL), EBB_OK);
+    consume(io, s1, 3, 2);
+    wait_reads(io, 9); /* positions 6, 7, 8 (layers 1, 2, 3) ready ahead */
     assert_int_equal(ebb_stream_io_submit(io, s2, 3, NULL), EBB_OK); /* keeps 1 and 2 */
     ebb_stream_io_stats(io, &st);
     assert_int_equal(st.dropped, 1);
     consume(io, s2, 3, 2);
-    wait_reads(io, 14); /* 3 reused and 1, 2, 3 read ahead */
+    wait_reads(io, 16); /* position 8 again, then up to 14 */
     assert_int_equal(ebb_stream_io_submit(io, s3, 2, NULL), EBB_OK);
     consume(io, s3, 2, 3);
     ebb_stream_io_stats(io, &st);
@@ -252,6 +252,12 @@ static void slots_as_tier(void **state)
     consume(io, s2, 3, 3);
     ebb_stream_io_stats(io, &st);
     assert_int_equal(st.layers_read, 5);
+    /* Two layers on three slots: two slots are used, so each layer still keeps its slot. */
+    static const uint32_t s3[] = {3, 1};
+    assert_int_equal(ebb_stream_io_submit(io, s3, 2, NULL), EBB_OK);
+    consume(io, s3, 2, 4);
+    ebb_stream_io_stats(io, &st);
+    assert_int_equal(st.layers_read, 7);
     ebb_stream_io_close(io);
     ring_fini(&r);
 }
