@@ -94,7 +94,8 @@ static uint64_t align_to(uint64_t v, uint64_t a)
 }
 
 /* Orders tensors into groups; fills entries (group, off) and per-group raw sizes. */
-static ebb_err plan_groups(const struct ebb_gguf *g, uint32_t n_layer, struct ebb__pack_tensor *ts,
+static ebb_err plan_groups(const struct ebb_gguf *g, uint32_t n_layer,
+                           const struct ebb_pack_write_opts *o, struct ebb__pack_tensor *ts,
                            uint64_t *order, struct ebb__pack_group *gs, struct ebb_diag *diag)
 {
     uint64_t nt = ebb_gguf_n_tensors(g), k = 0;
@@ -127,7 +128,8 @@ static ebb_err plan_groups(const struct ebb_gguf *g, uint32_t n_layer, struct eb
                 e->group = grp;
                 memcpy(e->ne, t->ne, sizeof(e->ne));
                 e->off = align_to(gs[grp].raw, EBB_PACK_TENSOR_ALIGN);
-                e->size = t->size;
+                uint64_t cs = o->conv ? o->conv->size(o->conv_ctx, t) : 0;
+                e->size = cs ? cs : t->size;
                 gs[grp].raw = e->off + e->size;
                 order[k++] = i;
             }
@@ -178,9 +180,16 @@ ebb_err ebb_pack_write(const struct ebb_gguf *g, const char *path,
         o = &defaults;
     const char *layout = o->layout ? o->layout : EBB_PACK_LAYOUT_GGUF_RAW;
     const char *dev = o->device_kind ? o->device_kind : "any";
-    if (strcmp(layout, EBB_PACK_LAYOUT_GGUF_RAW))
-        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "layout '%s': only '%s' can be written so far",
+    bool raw = !strcmp(layout, EBB_PACK_LAYOUT_GGUF_RAW);
+    if (!raw && !o->conv)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "layout '%s' needs the engine's converter; without one only '%s' "
+                            "can be written",
                             layout, EBB_PACK_LAYOUT_GGUF_RAW);
+    if (raw && o->conv)
+        return ebb_diag_set(diag, EBB_EINVAL, "a converter changes the bytes: name its layout");
+    if (strlen(layout) >= 64)
+        return ebb_diag_set(diag, EBB_EINVAL, "layout name too long");
     if (strlen(dev) >= 64 || strlen(path) + 5 > sizeof(tmp))
         return ebb_diag_set(diag, EBB_EINVAL, "device kind or output path too long");
     if ((rc = ebb_pack_gguf_n_layer(g, &n_layer, diag)))
@@ -192,7 +201,7 @@ ebb_err ebb_pack_write(const struct ebb_gguf *g, const char *path,
         rc = EBB_ENOMEM;
         goto out;
     }
-    if ((rc = plan_groups(g, n_layer, ts, order, gs, diag)))
+    if ((rc = plan_groups(g, n_layer, o, ts, order, gs, diag)))
         goto out;
     uint64_t gbytes = (uint64_t)(n_layer + 1) * sizeof(*gs), tbytes = nt * sizeof(*ts);
     uint64_t pos = align_to(EBB__PACK_HDR + gbytes + tbytes, EBB_STREAM_ALIGN), max_raw = 0;
@@ -217,8 +226,15 @@ ebb_err ebb_pack_write(const struct ebb_gguf *g, const char *path,
     for (uint32_t i = 0; i <= n_layer; i++) {
         struct ebb__pack_group *G = &gs[i];
         memset(blob, 0, (size_t)G->raw);
-        for (uint32_t k = G->first_tensor; k < G->first_tensor + G->n_tensors; k++)
-            memcpy(blob + ts[k].off, ebb_gguf_tensor_at(g, order[k])->data, (size_t)ts[k].size);
+        for (uint32_t k = G->first_tensor; k < G->first_tensor + G->n_tensors; k++) {
+            const struct ebb_gguf_tensor *t = ebb_gguf_tensor_at(g, order[k]);
+            if (o->conv && o->conv->size(o->conv_ctx, t)) {
+                if ((rc = o->conv->convert(o->conv_ctx, t, blob + ts[k].off, diag)))
+                    goto out_unlink;
+            } else {
+                memcpy(blob + ts[k].off, t->data, (size_t)ts[k].size);
+            }
+        }
         const uint8_t *src = blob;
         G->stored = G->raw;
         G->codec = EBB_STREAM_CODEC_RAW;
@@ -262,7 +278,7 @@ ebb_err ebb_pack_write(const struct ebb_gguf *g, const char *path,
     uint8_t *dir = malloc(gbytes + tbytes);
     if (!dir) {
         rc = EBB_ENOMEM;
-        goto out;
+        goto out_unlink;
     }
     memcpy(dir, gs, gbytes);
     memcpy(dir + gbytes, ts, tbytes);
@@ -284,6 +300,7 @@ ebb_err ebb_pack_write(const struct ebb_gguf *g, const char *path,
     goto out;
 io_err:
     rc = ebb_diag_set(diag, EBB_EIO, "writing '%s' failed: %s", tmp, strerror(errno));
+out_unlink:
     unlink(tmp);
 out:
     if (fd >= 0)

@@ -49,11 +49,23 @@ struct ebb_pack_expect {
  * before the data section). */
 void ebb_pack_expect_from_gguf(const struct ebb_gguf *g, struct ebb_pack_expect *out);
 
+/* The engine's rewrite of tensors into its device layout, so that a pack holds exactly the
+ * bytes the device buffers need (no conversion when streaming). size() returns a tensor's bytes
+ * in the layout, 0 to store it unchanged; convert() writes those bytes to dst. Both are called
+ * from the writing thread only. */
+struct ebb_pack_convert_i {
+    uint64_t (*size)(void *ctx, const struct ebb_gguf_tensor *t);
+    ebb_err (*convert)(void *ctx, const struct ebb_gguf_tensor *t, void *dst,
+                       struct ebb_diag *diag);
+};
+
 struct ebb_pack_write_opts {
-    const char *layout;      /* NULL = "gguf-raw", the only layout written so far */
+    const char *layout;      /* NULL = "gguf-raw" (the GGUF bytes); any other name needs conv */
     const char *device_kind; /* NULL = "any" */
     bool zstd;
-    int level; /* zstd level, 0 = 3 */
+    int level;                             /* zstd level, 0 = 3 */
+    const struct ebb_pack_convert_i *conv; /* NULL for gguf-raw */
+    void *conv_ctx;
 };
 
 struct ebb_pack_write_stats {

@@ -309,6 +309,79 @@ static void refusals(void **state)
     ebb_gguf_close(g);
 }
 
+/* A toy device layout: attn_q tensors are stored byte-inverted with 64 bytes of 0xEE after
+ * them; every other tensor unchanged. */
+static uint64_t toy_size(void *ctx, const struct ebb_gguf_tensor *t)
+{
+    (void)ctx;
+    return strstr(t->name, "attn_q") ? t->size + 64 : 0;
+}
+
+static ebb_err toy_convert(void *ctx, const struct ebb_gguf_tensor *t, void *dst,
+                           struct ebb_diag *diag)
+{
+    (*(int *)ctx)++;
+    if (strstr(t->name, "blk.2.") && getenv("EBB_TEST_TOY_FAIL"))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "toy: cannot convert %s", t->name);
+    const uint8_t *src = t->data;
+    uint8_t *d = dst;
+    for (uint64_t i = 0; i < t->size; i++)
+        d[i] = (uint8_t)~src[i];
+    memset(d + t->size, 0xEE, 64);
+    return EBB_OK;
+}
+
+static void converter(void **state)
+{
+    (void)state;
+    write_tiny();
+    struct ebb_gguf *g = NULL;
+    struct ebb_pack *p = NULL;
+    struct ebb_diag d = {{0}};
+    struct ebb_pack_write_stats st;
+    static const struct ebb_pack_convert_i toy = {toy_size, toy_convert};
+    int calls = 0;
+    struct ebb_pack_write_opts o = {.layout = "toy-inverted", .conv = &toy, .conv_ctx = &calls};
+    assert_int_equal(ebb_gguf_open(gpath, &g, &d), EBB_OK);
+    assert_int_equal(ebb_pack_write(g, ppath, &o, &st, &d), EBB_OK);
+    assert_int_equal(calls, 3);
+    struct ebb_pack_expect want;
+    ebb_pack_expect_from_gguf(g, &want);
+    want.layout = "toy-inverted";
+    assert_int_equal(ebb_pack_open(ppath, &want, &p, &d), EBB_OK);
+    const struct ebb_pack_tensor *q = ebb_pack_find_tensor(p, "blk.1.attn_q.weight");
+    const struct ebb_gguf_tensor *gq = ebb_gguf_find_tensor(g, "blk.1.attn_q.weight");
+    assert_int_equal(q->size, gq->size + 64);
+    struct ebb_stream_layer L;
+    assert_int_equal(ebb_pack_group(p, 1, &L), EBB_OK);
+    uint8_t *buf = malloc(L.raw_size);
+    assert_int_equal(ebb_pack_read_group(p, 1, buf, L.raw_size, &d), EBB_OK);
+    for (uint64_t i = 0; i < gq->size; i++)
+        assert_int_equal(buf[q->off + i], (uint8_t) ~((const uint8_t *)gq->data)[i]);
+    assert_int_equal(buf[q->off + gq->size + 63], 0xEE);
+    const struct ebb_pack_tensor *f = ebb_pack_find_tensor(p, "blk.1.ffn_down.weight");
+    assert_memory_equal(buf + f->off, ebb_gguf_find_tensor(g, f->name)->data, f->size);
+    free(buf);
+    ebb_pack_close(p);
+    /* A failing converter leaves no file behind; a layout without converter is refused. */
+    unlink(ppath);
+    setenv("EBB_TEST_TOY_FAIL", "1", 1);
+    assert_int_equal(ebb_pack_write(g, ppath, &o, &st, &d), EBB_EUNSUPPORTED);
+    unsetenv("EBB_TEST_TOY_FAIL");
+    assert_non_null(strstr(d.msg, "toy: cannot convert blk.2.attn_q.weight"));
+    char tmp[160];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", ppath);
+    assert_int_equal(access(ppath, F_OK), -1);
+    assert_int_equal(access(tmp, F_OK), -1);
+    o.conv = NULL;
+    assert_int_equal(ebb_pack_write(g, ppath, &o, &st, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "needs the engine's converter"));
+    o.conv = &toy;
+    o.layout = NULL;
+    assert_int_equal(ebb_pack_write(g, ppath, &o, &st, &d), EBB_EINVAL);
+    ebb_gguf_close(g);
+}
+
 static void smollm2(void **state)
 {
     (void)state;
@@ -367,7 +440,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hash_vectors),      cmocka_unit_test(tiny_round_trip),
         cmocka_unit_test(through_stream_io), cmocka_unit_test(refusals),
-        cmocka_unit_test(smollm2),
+        cmocka_unit_test(converter),         cmocka_unit_test(smollm2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
