@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #if defined(__APPLE__)
+#include <dispatch/dispatch.h>
 #include <mach/mach.h>
+#include <stdatomic.h>
 #include <sys/sysctl.h>
 #endif
 
@@ -37,6 +39,12 @@ struct ebb_memprobe {
     bool dev_set;
     uint64_t dev_total, dev_free;
     char desc[256];
+#if defined(__APPLE__)
+    /* The memory-pressure dispatch source sets mac_pressure from its own serial queue. */
+    dispatch_queue_t dq;
+    dispatch_source_t ds;
+    atomic_int mac_pressure;
+#endif
 };
 
 static ssize_t read_text(const struct ebb_memprobe *mp, const char *path, char *buf, size_t cap)
@@ -224,6 +232,48 @@ out:
     mp->nvdev = NULL;
 }
 
+#if defined(__APPLE__)
+static void mac_pressure_event(void *ctx)
+{
+    struct ebb_memprobe *mp = ctx;
+    unsigned long f = dispatch_source_get_data(mp->ds);
+    atomic_store(&mp->mac_pressure,
+                 (f & (DISPATCH_MEMORYPRESSURE_WARN | DISPATCH_MEMORYPRESSURE_CRITICAL)) ? 1 : 0);
+}
+
+static void mac_noop(void *ctx)
+{
+    (void)ctx;
+}
+
+static void mac_watch(struct ebb_memprobe *mp)
+{
+    mp->dq = dispatch_queue_create("ebb.memprobe", NULL);
+    if (!mp->dq)
+        return;
+    mp->ds = dispatch_source_create(DISPATCH_SOURCE_TYPE_MEMORYPRESSURE, 0,
+                                    DISPATCH_MEMORYPRESSURE_NORMAL | DISPATCH_MEMORYPRESSURE_WARN |
+                                        DISPATCH_MEMORYPRESSURE_CRITICAL,
+                                    mp->dq);
+    if (!mp->ds)
+        return;
+    dispatch_set_context(mp->ds, mp);
+    dispatch_source_set_event_handler_f(mp->ds, mac_pressure_event);
+    dispatch_resume(mp->ds);
+}
+
+static void mac_unwatch(struct ebb_memprobe *mp)
+{
+    if (mp->ds) {
+        dispatch_source_cancel(mp->ds);
+        dispatch_sync_f(mp->dq, NULL, mac_noop); /* a handler in flight has finished */
+        dispatch_release(mp->ds);
+    }
+    if (mp->dq)
+        dispatch_release(mp->dq);
+}
+#endif
+
 ebb_err ebb_memprobe_new(const struct ebb_memprobe_params *p, struct ebb_memprobe **out,
                          struct ebb_diag *diag)
 {
@@ -253,11 +303,14 @@ ebb_err ebb_memprobe_new(const struct ebb_memprobe_params *p, struct ebb_memprob
     mp->have_psi = read_text(mp, "/proc/pressure/memory", buf, sizeof(buf)) > 0;
     if (p->pci_bus_id || p->uuid)
         nvml_open(mp, p, diag);
+#if defined(__APPLE__)
+    mac_watch(mp);
+#endif
     snprintf(mp->desc, sizeof(mp->desc), "%s%s%s%s%s%s", mp->have_meminfo ? "meminfo " : "",
              mp->cg_dir[0] ? "cgroup2 " : "", mp->have_psi || mp->cg_dir[0] ? "psi " : "",
              mp->nvdev ? "nvml " : "",
 #if defined(__APPLE__)
-             "host_statistics64 ",
+             "host_statistics64 dispatch-pressure ",
 #else
              "",
 #endif
@@ -270,6 +323,9 @@ void ebb_memprobe_free(struct ebb_memprobe *mp)
 {
     if (!mp)
         return;
+#if defined(__APPLE__)
+    mac_unwatch(mp);
+#endif
     if (mp->nvml) {
         if (mp->nv_shutdown)
             mp->nv_shutdown();
@@ -396,6 +452,8 @@ ebb_err ebb_memprobe_read(struct ebb_memprobe *mp, struct ebb_memprobe_reading *
         r.host_ok = true;
 #if defined(__APPLE__)
     read_darwin(&r);
+    if (atomic_load(&mp->mac_pressure))
+        r.pressure = true;
 #endif
     read_cgroup(mp, &r);
     if (!r.psi_ok && mp->have_psi && read_text(mp, "/proc/pressure/memory", buf, sizeof(buf)) > 0 &&

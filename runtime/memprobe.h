@@ -6,7 +6,9 @@
  * (/proc/self/cgroup -> /sys/fs/cgroup/<path>/memory.max, memory.current, memory.stat
  * inactive_file); PSI (the cgroup's memory.pressure, else /proc/pressure/memory); NVIDIA device
  * memory through NVML loaded with dlopen and matched by PCI bus id or UUID; a device free-memory
- * value passed in by the caller (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64.
+ * value passed in by the caller (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64
+ * and the memory-pressure dispatch source (warn/critical set `pressure`; compiled only on
+ * __APPLE__ and not yet run on a Mac).
  *
  * Test hook: when the environment variable EBB_TEST_MEMPROBE_FILE names a file, every probe
  * re-reads it and its `key=value` lines override the readings (see ebb_memprobe_read). */
