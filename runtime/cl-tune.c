@@ -1,6 +1,8 @@
 /* Layout choice by measurement at first load, cached on disk. */
 #include "cl-layout.h"
 
+#include "gguf.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,9 +34,20 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
     struct ebb_cl_wprog p = {0};
     cl_mem x = NULL, y = NULL;
     float *xh = malloc(sizeof(float) * n_in);
-    struct ebb_cl_wsrc src = {rows, n_out};
+    /* The sample is stacked onto itself up to about 32 MiB, so that the timing measures reading
+     * weights rather than launching a kernel. */
+    struct ebb_cl_wsrc src[64];
+    uint64_t rowb = 0, k = 1;
+    if (ebb_ggml_row_bytes(l->type, n_in, &rowb) == EBB_OK && rowb)
+        k = (32ull << 20) / (rowb * n_out);
+    k = k < 1 ? 1 : k > 64 ? 64 : k;
+    while (k * n_out > (1u << 30))
+        k--;
+    for (uint64_t i = 0; i < k; i++)
+        src[i] = (struct ebb_cl_wsrc){rows, n_out};
+    n_out *= (uint32_t)k;
     cl_int e = CL_SUCCESS;
-    if (!xh || ebb_cl_weight_new(cl, l, n_in, &src, 1, NULL, &w, NULL) ||
+    if (!xh || ebb_cl_weight_new(cl, l, n_in, src, (size_t)k, NULL, &w, NULL) ||
         ebb_cl_wprog_build(cl, l, tu, &p, NULL))
         goto out;
     for (uint32_t i = 0; i < n_in; i++)
