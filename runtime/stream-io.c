@@ -376,7 +376,8 @@ ebb_err ebb_stream_io_submit(struct ebb_stream_io *io, const uint32_t *layers, u
     for (uint64_t k = keep; k < ahead; k++)
         io->slot_seq[(io->next_acq + k) % io->ring] = UINT64_MAX;
     io->ring = ring;
-    memcpy(io->sched, layers, sizeof(*layers) * n);
+    if (n)
+        memcpy(io->sched, layers, sizeof(*layers) * n);
     io->n_sched = n;
     io->base = io->next_acq;
     io->next_read = io->next_acq + keep;

@@ -116,6 +116,11 @@ uint32_t ebb_stream_n_ctx(const struct ebb_stream *s)
     return s->plan.n_ctx;
 }
 
+uint64_t ebb_stream_layer_size(const struct ebb_stream *s, uint32_t layer)
+{
+    return layer < s->n_layer ? s->layers[layer].raw_size : 0;
+}
+
 bool ebb_stream_needs_slots(const struct ebb_stream *s)
 {
     return !s->io && s->plan.n_resident < s->n_layer;

@@ -73,6 +73,9 @@ static inline bool ebb_stream_is_resident(const struct ebb_stream *s, uint32_t l
     return layer < ebb_stream_n_resident(s);
 }
 
+/* Raw bytes of a layer as streamed (its extent's raw_size); 0 for an unknown layer. */
+uint64_t ebb_stream_layer_size(const struct ebb_stream *s, uint32_t layer);
+
 /* True while some layer is streamed and no slots are attached yet. */
 bool ebb_stream_needs_slots(const struct ebb_stream *s);
 

@@ -21,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stream-cl.h"
 #include "stream-io.h"
+#include "stream.h"
 
 #define N_LAYER 5
 #define N_SLOTS 3
@@ -32,12 +34,15 @@ static uint32_t *file_words;
 static struct ebb_stream_layer layers[N_LAYER];
 static cl_context ctx;
 static cl_command_queue q;
-static cl_kernel k_copy;
+static cl_kernel k_copy, k_sum;
+static cl_device_id the_dev;
 static cl_program prog;
 
 static const char *src =
     "__kernel void copy(__global const uint *w, uint off, __global uint *out)\n"
-    "{ size_t i = get_global_id(0); out[i] = w[off + i]; }\n";
+    "{ size_t i = get_global_id(0); out[i] = w[off + i]; }\n"
+    "__kernel void lsum(__global const uint *w, uint off, uint n, __global uint *out, uint idx)\n"
+    "{ uint s = 0; for (uint i = 0; i < n; i++) s += w[off + i] * (i + 1); out[idx] = s; }\n";
 
 #define CK(e) assert_int_equal((e), CL_SUCCESS)
 
@@ -65,6 +70,8 @@ static int setup(void **state)
     if (clBuildProgram(prog, 1, &dev, "", NULL, NULL) != CL_SUCCESS)
         return -1;
     k_copy = clCreateKernel(prog, "copy", &e);
+    k_sum = clCreateKernel(prog, "lsum", &e);
+    the_dev = dev;
     /* A file of N_LAYER layers of WORDS words, at 4-byte aligned, page-unaligned offsets. */
     snprintf(path, sizeof(path), "/tmp/ebb-stream-cl-XXXXXX");
     int fd = mkstemp(path);
@@ -87,6 +94,7 @@ static int teardown(void **state)
     unlink(path);
     free(file_words);
     clReleaseKernel(k_copy);
+    clReleaseKernel(k_sum);
     clReleaseProgram(prog);
     clReleaseCommandQueue(q);
     clReleaseContext(ctx);
@@ -176,7 +184,7 @@ static void discrete(void **state)
     (void)state;
     cl_int e;
     size_t ss = ebb_stream_io_slot_size(layers, N_LAYER);
-    void *pinned[N_SLOTS];
+    void *pinned[N_SLOTS], *mapped[N_SLOTS];
     cl_mem pbuf[N_SLOTS], dev[2];
     /* Pinned staging: allocated by the driver, mapped once for the model's lifetime; only its
      * host pointer is used (as the source of writes), never the buffer object in a kernel. */
@@ -187,6 +195,7 @@ static void discrete(void **state)
         uint8_t *p = clEnqueueMapBuffer(q, pbuf[i], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
                                         ss + 4096, 0, NULL, NULL, &e);
         CK(e);
+        mapped[i] = p;
         pinned[i] = p + (4096 - (uintptr_t)p % 4096) % 4096;
     }
     for (int i = 0; i < 2; i++) {
@@ -230,9 +239,134 @@ static void discrete(void **state)
         clReleaseMemObject(dev[i]);
     }
     ebb_stream_io_close(io);
-    for (int i = 0; i < N_SLOTS; i++)
-        clReleaseMemObject(pbuf[i]); /* a mapped buffer may be released; the mapping goes too */
+    for (int i = 0; i < N_SLOTS; i++) {
+        CK(clEnqueueUnmapMemObject(q, pbuf[i], mapped[i], 0, NULL, NULL));
+        CK(clFinish(q));
+        clReleaseMemObject(pbuf[i]);
+    }
     clReleaseMemObject(out);
+}
+
+/* A fake forward pass over the streamer facade and stream-cl: each layer's kernel sums its
+ * words (resident buffer, or the view stream-cl hands out), over steps before and after a plan
+ * change; every sum must match the file. */
+static void run_sum(cl_mem w, uint32_t off_words, cl_mem out, uint32_t idx)
+{
+    uint32_t n = WORDS;
+    size_t g = 1;
+    CK(clSetKernelArg(k_sum, 0, sizeof(w), &w));
+    CK(clSetKernelArg(k_sum, 1, sizeof(off_words), &off_words));
+    CK(clSetKernelArg(k_sum, 2, sizeof(n), &n));
+    CK(clSetKernelArg(k_sum, 3, sizeof(out), &out));
+    CK(clSetKernelArg(k_sum, 4, sizeof(idx), &idx));
+    CK(clEnqueueNDRangeKernel(q, k_sum, 1, NULL, &g, NULL, 0, NULL, NULL));
+}
+
+static void engine(bool unified)
+{
+    char hook[96];
+    snprintf(hook, sizeof(hook), "%s.hook", path);
+    FILE *f = fopen(hook, "w");
+    assert_non_null(f);
+    fputs("available=1G\n", f);
+    fclose(f);
+    setenv("EBB_TEST_MEMPROBE_FILE", hook, 1);
+    uint64_t lb[N_LAYER];
+    for (int l = 0; l < N_LAYER; l++)
+        lb[l] = WORDS * 4;
+    struct ebb_stream_params sp = {.path = path,
+                                   .layers = layers,
+                                   .plan = {.n_layer = N_LAYER,
+                                            .layer_bytes = lb,
+                                            .staging_bytes = 8192,
+                                            .n_ctx_want = 1,
+                                            .margin = 4096,
+                                            .budget = 8192 + 2 * WORDS * 4 + 100},
+                                   .prefetch = 2,
+                                   .cache = unified ? EBB_STREAM_DIRECT : EBB_STREAM_CACHED};
+    struct ebb_stream *s = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_stream_new(&sp, &s, &d), EBB_OK);
+    assert_int_equal(ebb_stream_n_resident(s), 2);
+    struct ebb_stream_cl_params cp = {.ctx = ctx,
+                                      .dev = the_dev,
+                                      .q = q,
+                                      .unified = unified,
+                                      .n_slots = 3,
+                                      .slot_size = ebb_stream_slot_size(s),
+                                      .layer_size = WORDS * 4};
+    struct ebb_stream_cl *sc = NULL;
+    if (ebb_stream_cl_new(&cp, &sc, &d))
+        fail_msg("%s", d.msg);
+    assert_true(ebb_stream_needs_slots(s));
+    assert_int_equal(ebb_stream_attach(s, ebb_stream_cl_slots(sc), 3, &d), EBB_OK);
+    cl_int e;
+    cl_mem res[N_LAYER], out = clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, 4 * N_LAYER, NULL, &e);
+    uint32_t want[N_LAYER];
+    for (int l = 0; l < N_LAYER; l++) {
+        const uint32_t *w = (const uint32_t *)((const uint8_t *)file_words + layers[l].off);
+        res[l] =
+            clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, WORDS * 4, (void *)w, &e);
+        CK(e);
+        want[l] = 0;
+        for (uint32_t i = 0; i < WORDS; i++)
+            want[l] += w[i] * (i + 1);
+    }
+    for (int step = 0; step < 8; step++) {
+        if (step == 4) { /* pressure: the plan sheds a layer between steps */
+            f = fopen(hook, "w");
+            fputs("available=1G\npressure=1\n", f);
+            fclose(f);
+            struct ebb_stream_change chg;
+            assert_int_equal(ebb_stream_cl_finish(sc, s, &d), EBB_OK);
+            assert_true(ebb_stream_replan(s, 1000000000ull, 64, 1000000000ull, true, &chg));
+            assert_int_equal(chg.to, 1);
+            assert_int_equal(ebb_stream_commit(s, &chg, &d), EBB_OK);
+        }
+        uint32_t zero[N_LAYER] = {0}, got[N_LAYER];
+        CK(clEnqueueWriteBuffer(q, out, CL_TRUE, 0, sizeof(zero), zero, 0, NULL, NULL));
+        for (uint32_t l = 0; l < N_LAYER; l++) {
+            if (ebb_stream_is_resident(s, l)) {
+                run_sum(res[l], 0, out, l);
+                continue;
+            }
+            uint32_t v;
+            size_t off;
+            if (ebb_stream_cl_begin(sc, s, l, &v, &off, &d))
+                fail_msg("begin %u: %s", l, d.msg);
+            assert_true(v < ebb_stream_cl_n_views(sc));
+            run_sum(ebb_stream_cl_view(sc, v), (uint32_t)(off / 4), out, l);
+            assert_int_equal(ebb_stream_cl_end(sc, s, l, &d), EBB_OK);
+        }
+        CK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL));
+        assert_int_equal(ebb_stream_cl_finish(sc, s, &d), EBB_OK);
+        assert_memory_equal(got, want, sizeof(want));
+    }
+    struct ebb_stream_report r;
+    ebb_stream_report(s, &r);
+    print_message("%s: resident %u, hits %llu misses %llu reused %llu\n",
+                  unified ? "unified" : "discrete", r.n_resident, (unsigned long long)r.io.hits,
+                  (unsigned long long)r.io.misses, (unsigned long long)r.io.reused);
+    assert_int_equal(r.io.hits + r.io.misses, 4 * 3 + 4 * 4);
+    ebb_stream_free(s); /* stops the I/O thread, which writes into the slots */
+    ebb_stream_cl_free(sc);
+    for (int l = 0; l < N_LAYER; l++)
+        clReleaseMemObject(res[l]);
+    clReleaseMemObject(out);
+    unsetenv("EBB_TEST_MEMPROBE_FILE");
+    unlink(hook);
+}
+
+static void engine_unified(void **state)
+{
+    (void)state;
+    engine(true);
+}
+
+static void engine_discrete(void **state)
+{
+    (void)state;
+    engine(false);
 }
 
 static double now_s(void)
@@ -271,7 +405,7 @@ static void bench(void **state)
     assert_true(ns >= 2);
     cl_int e;
     size_t ss = ebb_stream_io_slot_size(ls, n);
-    void **pinned = calloc(ns, sizeof(*pinned));
+    void **pinned = calloc(ns, sizeof(*pinned)), **mapped = calloc(ns, sizeof(*mapped));
     cl_mem *pbuf = calloc(ns, sizeof(*pbuf)), dev[2];
     for (uint32_t i = 0; i < ns; i++) {
         pbuf[i] =
@@ -280,6 +414,7 @@ static void bench(void **state)
         uint8_t *p = clEnqueueMapBuffer(q, pbuf[i], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
                                         ss + 4096, 0, NULL, NULL, &e);
         CK(e);
+        mapped[i] = p;
         pinned[i] = p + (4096 - (uintptr_t)p % 4096) % 4096;
     }
     for (int i = 0; i < 2; i++) {
@@ -348,12 +483,110 @@ static void bench(void **state)
     }
     for (int i = 0; i < 2; i++)
         clReleaseMemObject(dev[i]);
-    for (uint32_t i = 0; i < ns; i++)
+    for (uint32_t i = 0; i < ns; i++) {
+        CK(clEnqueueUnmapMemObject(q, pbuf[i], mapped[i], 0, NULL, NULL));
+        CK(clFinish(q));
         clReleaseMemObject(pbuf[i]);
+    }
+    free(mapped);
     free(pinned);
     free(pbuf);
     free(ls);
     free(sched);
+}
+
+/* Manual: EBB_STREAM_CL_ENGINE_BENCH=FILE runs the fake forward pass through the facade and
+ * stream-cl with every layer streamed (layers of EBB_STREAM_CL_LAYER bytes, default 32 MiB),
+ * with a ring of 3 slots and with a slot per layer, on the discrete path (unified devices take
+ * the unified one), and prints GB/s of streamed weights per step. */
+static void engine_bench(void **state)
+{
+    (void)state;
+    const char *file = getenv("EBB_STREAM_CL_ENGINE_BENCH");
+    if (!file)
+        skip();
+    const char *ls_env = getenv("EBB_STREAM_CL_LAYER");
+    uint64_t lsz = ls_env ? strtoull(ls_env, NULL, 10) : 32ull << 20;
+    FILE *f = fopen(file, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    uint32_t n = (uint32_t)((uint64_t)ftell(f) / lsz);
+    fclose(f);
+    struct ebb_stream_layer *ls = calloc(n, sizeof(*ls));
+    uint64_t *lb = calloc(n, sizeof(*lb));
+    for (uint32_t l = 0; l < n; l++) {
+        ls[l] = (struct ebb_stream_layer){.off = l * lsz, .size = lsz, .raw_size = lsz};
+        lb[l] = lsz;
+    }
+    cl_bool unified_mem = CL_FALSE;
+    clGetDeviceInfo(the_dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified_mem), &unified_mem,
+                    NULL);
+    cl_int e;
+    cl_mem out = clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, 4 * n, NULL, &e);
+    uint32_t slot_counts[2] = {3, n};
+    for (int t = 0; t < 2; t++) {
+        struct ebb_stream_params sp = {.path = file,
+                                       .layers = ls,
+                                       .plan = {.n_layer = n,
+                                                .layer_bytes = lb,
+                                                .staging_bytes = 1,
+                                                .n_ctx_want = 1,
+                                                .margin = 1,
+                                                .budget = 2},
+                                       .prefetch = 2};
+        struct ebb_stream *s = NULL;
+        struct ebb_stream_cl *sc = NULL;
+        struct ebb_diag d = {{0}};
+        assert_int_equal(ebb_stream_new(&sp, &s, &d), EBB_OK);
+        assert_int_equal(ebb_stream_n_resident(s), 0);
+        struct ebb_stream_cl_params cp = {.ctx = ctx,
+                                          .dev = the_dev,
+                                          .q = q,
+                                          .unified = unified_mem != CL_FALSE,
+                                          .n_slots = slot_counts[t],
+                                          .slot_size = ebb_stream_slot_size(s),
+                                          .layer_size = lsz};
+        if (ebb_stream_cl_new(&cp, &sc, &d))
+            fail_msg("%s", d.msg);
+        assert_int_equal(ebb_stream_attach(s, ebb_stream_cl_slots(sc), slot_counts[t], &d), EBB_OK);
+        double t0 = 0, t1;
+        int steps = t ? 8 : 3;
+        for (int step = 0; step <= steps; step++) {
+            if (step == 1)
+                t0 = now_s(); /* the first step fills the slots */
+            for (uint32_t l = 0; l < n; l++) {
+                uint32_t v;
+                size_t off;
+                assert_int_equal(ebb_stream_cl_begin(sc, s, l, &v, &off, &d), EBB_OK);
+                uint32_t one = 1, idx = l, offw = (uint32_t)(off / 4);
+                cl_mem w = ebb_stream_cl_view(sc, v);
+                size_t g = 1;
+                CK(clSetKernelArg(k_sum, 0, sizeof(w), &w));
+                CK(clSetKernelArg(k_sum, 1, sizeof(offw), &offw));
+                CK(clSetKernelArg(k_sum, 2, sizeof(one), &one));
+                CK(clSetKernelArg(k_sum, 3, sizeof(out), &out));
+                CK(clSetKernelArg(k_sum, 4, sizeof(idx), &idx));
+                CK(clEnqueueNDRangeKernel(q, k_sum, 1, NULL, &g, NULL, 0, NULL, NULL));
+                assert_int_equal(ebb_stream_cl_end(sc, s, l, &d), EBB_OK);
+            }
+            CK(clFinish(q));
+            assert_int_equal(ebb_stream_cl_finish(sc, s, &d), EBB_OK);
+        }
+        t1 = now_s();
+        struct ebb_stream_report r;
+        ebb_stream_report(s, &r);
+        print_message("%s, %u slots: %u layers of %.1f MiB streamed per step, %.1f ms per step "
+                      "= %.2f GB/s; read %llu reused %llu misses %llu stall %.3f s\n",
+                      cp.unified ? "unified" : "discrete", slot_counts[t], n, lsz / 1048576.0,
+                      (t1 - t0) / steps * 1e3, (double)steps * n * lsz / (t1 - t0) / 1e9,
+                      (unsigned long long)r.io.layers_read, (unsigned long long)r.io.reused,
+                      (unsigned long long)r.io.misses, r.io.stall_ns / 1e9);
+        ebb_stream_free(s);
+        ebb_stream_cl_free(sc);
+    }
+    clReleaseMemObject(out);
+    free(ls);
+    free(lb);
 }
 
 int main(void)
@@ -364,9 +597,9 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(unified),
-        cmocka_unit_test(discrete),
-        cmocka_unit_test(bench),
+        cmocka_unit_test(unified),        cmocka_unit_test(discrete),
+        cmocka_unit_test(engine_unified), cmocka_unit_test(engine_discrete),
+        cmocka_unit_test(bench),          cmocka_unit_test(engine_bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
