@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""`ebb perplexity` against llama.cpp's value (tests/data/perplexity/smollm2.json, made by
+scripts/ref/perplexity-expect.py): within 1% on the same text and window length.
+
+Usage: test-perplexity.py EBB DATA_DIR CTX CHUNKS   (CHUNKS 0 = all windows)
+Environment: EBB_MODELS_DIR (default ~/.local/share/ebb/models; skipped when the model is
+absent), EBB_TEST_DEVICE (default ref).
+"""
+import json
+import os
+import subprocess
+import sys
+
+TOL = 0.01
+
+
+def main():
+    ebb, data, ctx, chunks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    models = os.environ.get("EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print(f"skip: {model} not found")
+        return 77
+    exp = json.load(open(os.path.join(data, "perplexity", "smollm2.json")))
+    res = next(r for r in exp["results"] if r["n_ctx"] == ctx)
+    want = res["ppl"] if chunks == 0 else res["running"][chunks - 1]
+    cmd = [ebb, "perplexity", "-m", model, "-f", os.path.join(data, "perplexity", "coriolanus.txt"),
+           "--ctx", str(ctx), "--json", "--device", os.environ.get("EBB_TEST_DEVICE", "ref")]
+    if chunks:
+        cmd += ["--chunks", str(chunks)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stderr)
+        return 1
+    got = json.loads(out.stdout)
+    n_chunks = chunks or res["n_chunks"]
+    assert got["n_tokens"] == res["n_tokens"], (got["n_tokens"], res["n_tokens"])
+    assert got["n_chunks"] == n_chunks, (got["n_chunks"], n_chunks)
+    rel = abs(got["ppl"] - want) / want
+    print(f"ctx {ctx}, {n_chunks} windows: ebb {got['ppl']:.4f}, llama.cpp {want:.4f}, "
+          f"relative difference {100 * rel:.3f}% (limit {100 * TOL:.0f}%), {got['ms'] / 1e3:.1f} s")
+    return 0 if rel <= TOL else 1
+
+
+sys.exit(main())

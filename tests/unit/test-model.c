@@ -1,0 +1,315 @@
+/* Model-level test against llama.cpp (tests/data/generation/smollm2.json, made by
+ * scripts/ref/generation-expect.py with llama-cpp-python): first-step logits and greedy
+ * 64-token continuations of raw prompts, plus the model API's error handling.
+ *
+ * Environment:
+ *   EBB_MODELS_DIR     where SmolLM2-135M-Instruct.Q4_1.gguf lives (default
+ *                      ~/.local/share/ebb/models); the test is skipped if it is absent.
+ *   EBB_TEST_DEVICE    backend to test: "ref" (default) or any --device value (e.g. "auto",
+ *                      "cl:0:0"), so the OpenCL engine is checked against the same data.
+ *   EBB_TEST_PROMPTS   how many of the committed prompts to run (default 4; "all").
+ *
+ * Tolerances, from measurements of the fp32 reference ("ref") against the committed llama.cpp
+ * data (24 prompts; see scripts/ref/numpy-llama.py for an independent fp64 numpy forward pass
+ * that agrees with "ref" to 1e-4):
+ *   LOGIT_TOL     max |ours - llama.cpp| over llama.cpp's first-step top-100 logits (and over
+ *                 all logits of prompt 0). Measured worst: 1.17 (prompt 7), typically 0.3-0.6.
+ *                 The gap is llama.cpp's own rounding: its CPU path quantizes activations to
+ *                 Q8_0/Q8_1 before every quantized matvec and keeps K, V, the query and the
+ *                 attention weights in fp16; "ref-q8", which does the same, lands within ~0.3
+ *                 of llama.cpp where fp32 is ~0.6 away (prompt 7, top-5 logits).
+ *   CENTERED_TOL  the same after removing the mean difference over the top 100 (a common
+ *                 offset changes no probability). Measured worst: 0.66.
+ *   MARGIN_TOL    a greedy divergence is accepted only at a step where llama.cpp's top-2 logit
+ *                 margin is below this. 0.5 is the largest the issue allows; measured
+ *                 divergences all happened at llama.cpp margins <= 0.33, and the change of a
+ *                 top-2 difference between the implementations reached 0.55 (prompt 0 step 5:
+ *                 llama.cpp +0.33 for one token, ours +0.22 for the other), so a flip near 0.5
+ *                 is plausible for rounding alone while a larger margin would point at a bug.
+ *                 The divergence step itself is where the margin is checked: before it both
+ *                 produced the same tokens. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "model.h"
+
+#define LOGIT_TOL 1.5f
+#define CENTERED_TOL 1.0f
+#define MARGIN_TOL 0.5f
+
+#ifndef EBB_TEST_DATA
+#define EBB_TEST_DATA "tests/data"
+#endif
+
+static char model_path[1024];
+static const char *device = "ref";
+static json_t *expect;
+static struct ebb_model *model;
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *dir = getenv("EBB_MODELS_DIR");
+    const char *home = getenv("HOME");
+    if (dir)
+        snprintf(model_path, sizeof(model_path), "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else
+        snprintf(model_path, sizeof(model_path),
+                 "%s/.local/share/ebb/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    if (getenv("EBB_TEST_DEVICE"))
+        device = getenv("EBB_TEST_DEVICE");
+    json_error_t err;
+    expect = json_load_file(EBB_TEST_DATA "/generation/smollm2.json", 0, &err);
+    if (!expect) {
+        fprintf(stderr, "cannot read expected data: %s\n", err.text);
+        return -1;
+    }
+    FILE *f = fopen(model_path, "rb");
+    if (!f)
+        return 0; /* the tests skip */
+    fclose(f);
+    struct ebb_model_params p = {.path = model_path, .device = device, .n_ctx = 256, .n_seq = 1};
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_model_open(&p, &model, &d);
+    if (rc) {
+        fprintf(stderr, "ebb_model_open(%s, device %s): %s: %s\n", model_path, device,
+                ebb_err_name(rc), d.msg);
+        return -1;
+    }
+    fprintf(stderr, "# model %s on %s\n", ebb_model_arch(model), ebb_model_device_name(model));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ebb_model_close(model);
+    json_decref(expect);
+    return 0;
+}
+
+static size_t n_prompts(void)
+{
+    size_t n = json_array_size(json_object_get(expect, "cases"));
+    const char *e = getenv("EBB_TEST_PROMPTS");
+    if (e && !strcmp(e, "all"))
+        return n;
+    size_t want = e ? (size_t)atoi(e) : 4;
+    return want < n ? want : n;
+}
+
+static void ids_of(json_t *arr, int32_t *out, size_t *n, size_t cap)
+{
+    *n = json_array_size(arr);
+    assert_true(*n <= cap);
+    for (size_t i = 0; i < *n; i++)
+        out[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+}
+
+/* First-step logits: the full vector of prompt 0 from the .bin, and the top 100 of every
+ * prompt that runs. */
+static void test_first_logits(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    uint32_t V = ebb_model_n_vocab(model);
+    float *ours = malloc(sizeof(float) * V), *ref = malloc(sizeof(float) * V);
+    assert_non_null(ours);
+    assert_non_null(ref);
+    FILE *f = fopen(EBB_TEST_DATA "/generation/smollm2-logits0.bin", "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(ref, sizeof(float), V, f), V);
+    fclose(f);
+
+    json_t *cases = json_object_get(expect, "cases");
+    float worst = 0, worst_c = 0;
+    for (size_t c = 0; c < n_prompts(); c++) {
+        json_t *cs = json_array_get(cases, c);
+        int32_t toks[256];
+        size_t n;
+        ids_of(json_object_get(cs, "prompt_ids"), toks, &n, 256);
+        struct ebb_model_out out = {.logits = ours};
+        struct ebb_diag d = {{0}};
+        ebb_err rc = ebb_model_eval(model, 0, toks, (uint32_t)n, 0, &out, &d);
+        if (rc)
+            fail_msg("eval: %s", d.msg);
+        float maxd = 0;
+        if (c == 0) {
+            double sum = 0;
+            for (uint32_t i = 0; i < V; i++) {
+                float e = fabsf(ours[i] - ref[i]);
+                maxd = e > maxd ? e : maxd;
+                sum += e;
+            }
+            fprintf(stderr, "# prompt 0 full logits: max |diff| %.4f mean |diff| %.5f\n",
+                    (double)maxd, sum / V);
+        }
+        json_t *first = json_object_get(cs, "first");
+        json_t *tid = json_object_get(first, "top_ids"), *tl = json_object_get(first, "top_logits");
+        uint32_t am = 0;
+        for (uint32_t i = 1; i < V; i++)
+            am = ours[i] > ours[am] ? i : am;
+        /* Over llama.cpp's top 100: the raw difference, and the difference once the mean offset
+         * is removed (a common offset does not change any probability). */
+        size_t nt = json_array_size(tid);
+        double mean = 0;
+        for (size_t i = 0; i < nt; i++) {
+            int64_t id = json_integer_value(json_array_get(tid, i));
+            float e = ours[id] - (float)json_real_value(json_array_get(tl, i));
+            maxd = fabsf(e) > maxd ? fabsf(e) : maxd;
+            mean += e / (double)nt;
+        }
+        float cmax = 0;
+        for (size_t i = 0; i < nt; i++) {
+            int64_t id = json_integer_value(json_array_get(tid, i));
+            float e = ours[id] - (float)json_real_value(json_array_get(tl, i)) - (float)mean;
+            cmax = fabsf(e) > cmax ? fabsf(e) : cmax;
+        }
+        fprintf(stderr,
+                "# prompt %2zu: max |diff| %.4f, mean diff %+.4f, max |diff - mean| %.4f; "
+                "llama.cpp top-2 margin %.4f\n",
+                c, (double)maxd, mean, (double)cmax,
+                json_real_value(json_array_get(json_object_get(cs, "margins"), 0)));
+        worst = maxd > worst ? maxd : worst;
+        worst_c = cmax > worst_c ? cmax : worst_c;
+        if (maxd > LOGIT_TOL)
+            fail_msg("prompt %zu: logits differ by %.4f > %.2f", c, (double)maxd,
+                     (double)LOGIT_TOL);
+        if (cmax > CENTERED_TOL)
+            fail_msg("prompt %zu: logits differ by %.4f > %.2f after removing the mean offset", c,
+                     (double)cmax, (double)CENTERED_TOL);
+        assert_int_equal(am, json_integer_value(json_array_get(tid, 0)));
+    }
+    fprintf(stderr,
+            "# worst first-step logit difference %.4f (tolerance %.2f), %.4f without the mean "
+            "offset (tolerance %.2f)\n",
+            (double)worst, (double)LOGIT_TOL, (double)worst_c, (double)CENTERED_TOL);
+    free(ours);
+    free(ref);
+}
+
+static void test_greedy_ids(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    json_t *cases = json_object_get(expect, "cases");
+    int exact = 0, accepted = 0;
+    for (size_t c = 0; c < n_prompts(); c++) {
+        json_t *cs = json_array_get(cases, c);
+        int32_t toks[256], want[128];
+        size_t n, n_gen;
+        ids_of(json_object_get(cs, "prompt_ids"), toks, &n, 256);
+        ids_of(json_object_get(cs, "ids"), want, &n_gen, 128);
+        json_t *margins = json_object_get(cs, "margins");
+        int32_t top_ids[2];
+        float top_logits[2];
+        struct ebb_model_out out = {.top_k = 2, .top_ids = top_ids, .top_logits = top_logits};
+        struct ebb_diag d = {{0}};
+        uint32_t pos = 0;
+        ebb_err rc = ebb_model_eval(model, 0, toks, (uint32_t)n, pos, &out, &d);
+        if (rc)
+            fail_msg("eval: %s", d.msg);
+        pos += (uint32_t)n;
+        size_t step;
+        for (step = 0; step < n_gen; step++) {
+            int32_t tok = top_ids[0];
+            if (tok != want[step])
+                break;
+            rc = ebb_model_eval(model, 0, &tok, 1, pos++, &out, &d);
+            if (rc)
+                fail_msg("eval: %s", d.msg);
+        }
+        if (step == n_gen) {
+            exact++;
+            continue;
+        }
+        double m = json_real_value(json_array_get(margins, step));
+        fprintf(stderr,
+                "# prompt %zu diverges at step %zu: ours %d (margin %.4f), llama.cpp %d "
+                "(margin %.4f)\n",
+                c, step, top_ids[0], (double)(top_logits[0] - top_logits[1]), want[step], m);
+        if (!(m < MARGIN_TOL))
+            fail_msg("prompt %zu diverges at step %zu where llama.cpp's margin %.4f >= %.2f", c,
+                     step, m, (double)MARGIN_TOL);
+        accepted++;
+    }
+    fprintf(stderr,
+            "# greedy: %d of %zu prompts identical for all steps, %d diverge at a near "
+            "tie\n",
+            exact, n_prompts(), accepted);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct ebb_model *m = NULL;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_params p = {.path = "/nonexistent/x.gguf", .device = "ref"};
+    assert_int_not_equal(ebb_model_open(&p, &m, &d), EBB_OK);
+    assert_null(m);
+    assert_true(strlen(d.msg) > 0);
+    if (!model)
+        skip();
+    assert_string_equal(ebb_model_arch(model), "llama");
+    assert_int_equal(ebb_model_n_ctx(model), 256);
+    assert_int_equal(ebb_model_n_seq(model), 1);
+    assert_int_equal(ebb_model_n_vocab(model), 49152);
+    int32_t t[2] = {1, 2};
+    assert_int_equal(ebb_model_eval(model, 0, t, 2, 255, NULL, &d), EBB_ECTX);
+    assert_int_equal(ebb_model_eval(model, 1, t, 1, 0, NULL, &d), EBB_EINVAL);
+    int32_t bad = 49152;
+    assert_int_equal(ebb_model_eval(model, 0, &bad, 1, 0, NULL, &d), EBB_EINVAL);
+    assert_int_equal(ebb_model_eval(model, 0, t, 0, 0, NULL, &d), EBB_EINVAL);
+}
+
+/* Prefill in one call and token by token give the same next-token logits (the KV cache and
+ * positions are right), and a second slot is independent of the first. */
+static void test_prefill_vs_decode(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    uint32_t V = ebb_model_n_vocab(model);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_non_null(a);
+    assert_non_null(b);
+    int32_t toks[70];
+    for (int i = 0; i < 70; i++)
+        toks[i] = 100 + i * 37;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_out oa = {.logits = a}, ob = {.logits = b};
+    assert_int_equal(ebb_model_eval(model, 0, toks, 70, 0, &oa, &d), EBB_OK);
+    for (uint32_t i = 0; i < 70; i++)
+        assert_int_equal(ebb_model_eval(model, 0, &toks[i], 1, i, &ob, &d), EBB_OK);
+    float maxd = 0;
+    for (uint32_t i = 0; i < V; i++)
+        maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
+    fprintf(stderr, "# prefill vs token-by-token: max |diff| %.5f\n", (double)maxd);
+    assert_true(maxd < 0.01f);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_first_logits),
+        cmocka_unit_test(test_greedy_ids),
+        cmocka_unit_test(test_prefill_vs_decode),
+    };
+    if (getenv("EBB_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
