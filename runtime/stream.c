@@ -152,6 +152,13 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
 }
 
+void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t free_bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    ebb_memprobe_set_device(s->mp, total, free_bytes);
+    pthread_mutex_unlock(&s->mu);
+}
+
 bool ebb_stream_probe(struct ebb_stream *s)
 {
     struct ebb_memprobe_reading r;

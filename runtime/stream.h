@@ -86,6 +86,10 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
                           struct ebb_diag *diag);
 size_t ebb_stream_slot_size(const struct ebb_stream *s);
 
+/* Any thread: the device's free memory as the engine reads it itself (AMD's
+ * CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, in bytes), used where NVML gives none. */
+void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t free_bytes);
+
 /* Any thread: reads the probes into a mailbox for the next ebb_stream_replan. Returns true
  * when the reading signals pressure (the engine should re-plan before its next step). */
 bool ebb_stream_probe(struct ebb_stream *s);

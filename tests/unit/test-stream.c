@@ -133,6 +133,7 @@ static void facade(void **state)
     assert_int_equal(ebb_stream_commit(s, &chg, &d), EBB_OK);
     for (int i = 0; i < 3; i++)
         run_step(s);
+    ebb_stream_set_device_memory(s, 1 << 30, 1 << 29); /* host device: no effect on the plan */
     /* Pressure: the engine's own 64-token re-plan reads it (read_now). */
     say("available=1M\npressure=1\n");
     assert_true(ebb_stream_replan(s, 3000000000ull, 64, 1000000000ull, true, &chg));
