@@ -54,6 +54,8 @@ struct ebb_stream_io_params {
     size_t slot_size;
     uint32_t prefetch; /* layers read ahead of the consumer, 1..n_slots (0 = n_slots) */
     enum ebb_stream_cache cache;
+    uint32_t n_threads; /* threads sharing each layer's read (in chunks of >= 1 MiB): 0 or 1 =
+                           the I/O thread alone; more help page-cache copies and NVMe queues */
 };
 
 struct ebb_stream_io_stats {

@@ -17,6 +17,7 @@ struct ebb_stream {
     enum ebb_stream_count count;
     uint32_t prefetch;
     enum ebb_stream_cache cache;
+    uint32_t io_threads;
     uint64_t t0;
     size_t slot_size;
     struct ebb_stream_io *io;
@@ -69,6 +70,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     s->count = p->count;
     s->prefetch = p->prefetch ? p->prefetch : 2;
     s->cache = p->cache;
+    s->io_threads = p->io_threads;
     s->t0 = p->now_ns;
     s->layers = malloc(sizeof(*s->layers) * n);
     s->sched = malloc(sizeof(*s->sched) * n);
@@ -143,7 +145,8 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
                                       .n_slots = n_slots,
                                       .slot_size = s->slot_size,
                                       .prefetch = s->prefetch < n_slots ? s->prefetch : n_slots,
-                                      .cache = s->cache};
+                                      .cache = s->cache,
+                                      .n_threads = s->io_threads};
     ebb_err rc = ebb_stream_io_open(&ip, &s->io, diag);
     if (rc)
         return rc;

@@ -32,6 +32,7 @@ struct ebb_stream_params {
     enum ebb_stream_count count;
     uint32_t prefetch;           /* layers read ahead (default 2) */
     enum ebb_stream_cache cache; /* default cached */
+    uint32_t io_threads;         /* threads per layer read (ebb_stream_io_params.n_threads) */
     uint64_t now_ns;             /* monotonic clock at open */
 };
 

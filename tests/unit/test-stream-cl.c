@@ -429,6 +429,9 @@ static void bench(void **state)
         CK(clEnqueueWriteBuffer(q, dev[i % 2], CL_FALSE, 0, lsz, pinned[0], 0, NULL, NULL));
     CK(clFinish(q));
     double h2d = 2.0 * n * lsz / (now_s() - t0) / 1e9;
+    const char *th_env = getenv("EBB_STREAM_CL_THREADS");
+    uint32_t threads = th_env ? (uint32_t)atoi(th_env) : 1;
+    print_message("reader threads: %u\n", threads);
     for (int mode = 0; mode < 3; mode++) {
         struct ebb_stream_io_params p = {.path = file,
                                          .layers = ls,
@@ -437,7 +440,8 @@ static void bench(void **state)
                                          .n_slots = ns,
                                          .slot_size = ss,
                                          .prefetch = 2,
-                                         .cache = (enum ebb_stream_cache)mode};
+                                         .cache = (enum ebb_stream_cache)mode,
+                                         .n_threads = threads};
         struct ebb_stream_io *io = NULL;
         struct ebb_diag d = {{0}};
         assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);

@@ -262,6 +262,81 @@ static void slots_as_tier(void **state)
     ring_fini(&r);
 }
 
+/* Layers large enough to be split over reader threads: bytes intact in every mode, and a file
+ * that ends inside a chunk is reported for the right layer. */
+static void parallel_reads(void **state)
+{
+    (void)state;
+    char big[64];
+    snprintf(big, sizeof(big), "/tmp/ebb-stream-par-XXXXXX");
+    int fd = mkstemp(big);
+    assert_true(fd >= 0);
+    struct ebb_stream_layer ls[3];
+    uint64_t off = 777;
+    for (int l = 0; l < 3; l++) {
+        uint64_t size = (5u << 20) + 12345 * (uint64_t)l;
+        ls[l] = (struct ebb_stream_layer){.off = off, .size = size, .raw_size = size};
+        off += size + 99;
+    }
+    uint8_t *bytes = malloc(off);
+    for (uint64_t i = 0; i < off; i++)
+        bytes[i] = byte_at(i * 3 + 1);
+    assert_int_equal(write(fd, bytes, off), (ssize_t)off);
+    close(fd);
+    void *slots[2];
+    size_t ss = ebb_stream_io_slot_size(ls, 3);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(posix_memalign(&slots[i], EBB_STREAM_ALIGN, ss), 0);
+    static const uint32_t sched[] = {0, 1, 2};
+    struct ebb_diag d = {{0}};
+    for (int mode = 0; mode < 3; mode++) {
+        struct ebb_stream_io_params p = {.path = big,
+                                         .layers = ls,
+                                         .n_layer = 3,
+                                         .slots = slots,
+                                         .n_slots = 2,
+                                         .slot_size = ss,
+                                         .cache = (enum ebb_stream_cache)mode,
+                                         .n_threads = 3};
+        struct ebb_stream_io *io = NULL;
+        assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);
+        assert_int_equal(ebb_stream_io_submit(io, sched, 3, &d), EBB_OK);
+        for (int c = 0; c < 2; c++)
+            for (uint32_t l = 0; l < 3; l++) {
+                const void *data;
+                if (ebb_stream_io_acquire(io, l, &data, NULL, &d))
+                    fail_msg("layer %u: %s", l, d.msg);
+                assert_memory_equal(data, bytes + ls[l].off, ls[l].size);
+                assert_int_equal(ebb_stream_io_release(io, l), EBB_OK);
+            }
+        ebb_stream_io_close(io);
+    }
+    /* The file shrinks after open and now ends 3 MiB into layer 1. */
+    struct ebb_stream_io_params p = {.path = big,
+                                     .layers = ls,
+                                     .n_layer = 2,
+                                     .slots = slots,
+                                     .n_slots = 2,
+                                     .slot_size = ss,
+                                     .prefetch = 1,
+                                     .n_threads = 4};
+    struct ebb_stream_io *io = NULL;
+    assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);
+    assert_int_equal(truncate(big, (off_t)(ls[1].off + (3u << 20))), 0);
+    assert_int_equal(ebb_stream_io_submit(io, sched, 2, &d), EBB_OK);
+    const void *data;
+    assert_int_equal(ebb_stream_io_acquire(io, 0, &data, NULL, &d), EBB_OK);
+    assert_memory_equal(data, bytes + ls[0].off, ls[0].size);
+    assert_int_equal(ebb_stream_io_release(io, 0), EBB_OK);
+    assert_int_equal(ebb_stream_io_acquire(io, 1, &data, NULL, &d), EBB_EFORMAT);
+    assert_non_null(strstr(d.msg, "layer 1: file ends 3145728 bytes into"));
+    ebb_stream_io_close(io);
+    for (int i = 0; i < 2; i++)
+        free(slots[i]);
+    free(bytes);
+    unlink(big);
+}
+
 static void bad_params(void **state)
 {
     (void)state;
@@ -475,6 +550,9 @@ static void bench(void **state)
     int passes = env_passes ? atoi(env_passes) : 3;
     struct ring r;
     ring_init(&r, ls, n);
+    const char *th_env = getenv("EBB_STREAM_BENCH_THREADS");
+    uint32_t threads = th_env ? (uint32_t)atoi(th_env) : 1;
+    print_message("reader threads: %u\n", threads);
     for (int mode = 0; mode < 3; mode++) {
         struct ebb_stream_io_params p = {.path = model,
                                          .layers = ls,
@@ -483,7 +561,8 @@ static void bench(void **state)
                                          .n_slots = N_SLOTS,
                                          .slot_size = r.size,
                                          .prefetch = 2,
-                                         .cache = (enum ebb_stream_cache)mode};
+                                         .cache = (enum ebb_stream_cache)mode,
+                                         .n_threads = threads};
         struct ebb_stream_io *io = NULL;
         assert_int_equal(ebb_stream_io_open(&p, &io, &d), EBB_OK);
         assert_int_equal(ebb_stream_io_submit(io, sched, n, &d), EBB_OK);
@@ -526,10 +605,10 @@ static void bench(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(every_mode), cmocka_unit_test(prefetch_hits),
-        cmocka_unit_test(resubmit),   cmocka_unit_test(slots_as_tier),
-        cmocka_unit_test(bad_params), cmocka_unit_test(plan_loop),
-        cmocka_unit_test(bench),
+        cmocka_unit_test(every_mode),     cmocka_unit_test(prefetch_hits),
+        cmocka_unit_test(resubmit),       cmocka_unit_test(slots_as_tier),
+        cmocka_unit_test(parallel_reads), cmocka_unit_test(bad_params),
+        cmocka_unit_test(plan_loop),      cmocka_unit_test(bench),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
