@@ -28,14 +28,18 @@
 #define MM_LOCAL 1
 #endif
 
-/* y[t][y_off + o] = (res ? res[t][y_off + o] : 0) + scale * sum_i W[o][i] x[t][i], for one token
- * t = get_global_id(1). res may alias y (each element is read, then written, by one work-item).
- * Global size (n_out * MV_WG, n_tok), local (MV_WG * rows, 1). */
+/* y[t][y_off + o] = (res ? res[t][y_off + o] : 0) + sum_i W[o][i] x'[t][i], for one token
+ * t = get_global_id(1), where x' = x, or with nw given, x' = rmsnorm(x) * nw (eps): the RMS norm
+ * of the input row is folded into the product, W (x * nw) / rms(x), which saves the norm's
+ * launch in decode. res may alias y (each element is read, then written, by one work-item).
+ * Global size (n_out * MV_WG, n_tok), local (MV_WG * MV_ROWS, 1). */
 __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld,
-                     __global float *y, int y_ld, int y_off, __global const float *res)
+                     __global float *y, int y_ld, int y_off, __global const float *res,
+                     __global const float *nw, float eps)
 {
     int row = get_global_id(0) / MV_WG;
     int t = get_global_id(1);
+    const __global float *xt = x + (size_t)t * x_ld;
 #if MV_WG > 1
     int lane = get_local_id(0) % MV_WG;
     int slot = get_local_id(0) / MV_WG;
@@ -43,25 +47,59 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
 #else
     int lane = 0;
 #endif
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0.0f;
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
+            float4 v = vload4(0, xt + i);
+            ss += dot(v, v);
+        }
+#if MV_WG > 1
+        red[slot * MV_WG + lane] = ss;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = MV_WG / 2; s > 0; s >>= 1) {
+            if (lane < s)
+                red[slot * MV_WG + lane] += red[slot * MV_WG + lane + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        ss = red[slot * MV_WG];
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        inv = rsqrt(ss / n_in + eps);
+    }
     float4 acc = (float4)(0.0f);
     if (row < n_out) {
+#if defined(W_DEQ32)
+        if (nw) {
+            for (int b = lane; b < n_in / 32; b += MV_WG) {
+                float16 lo, hi;
+                W_DEQ32(row, b, &lo, &hi);
+                float16 x0 = vload16(0, xt + b * 32) * vload16(0, nw + b * 32);
+                float16 x1 = vload16(1, xt + b * 32) * vload16(1, nw + b * 32);
+                acc.x += hsum16(lo * x0 + hi * x1);
+            }
+        } else {
 #if defined(W_DOT32)
-        const __global float *xt = x + (size_t)t * x_ld;
-        for (int b = lane; b < n_in / 32; b += MV_WG)
-            acc.x += W_DOT32(row, b, xt);
-#elif defined(W_DEQ32)
-        const __global float *xt = x + (size_t)t * x_ld;
-        for (int b = lane; b < n_in / 32; b += MV_WG) {
-            float16 lo, hi;
-            W_DEQ32(row, b, &lo, &hi);
-            acc.x += hsum16(lo * vload16(0, xt + b * 32) + hi * vload16(1, xt + b * 32));
+            for (int b = lane; b < n_in / 32; b += MV_WG)
+                acc.x += W_DOT32(row, b, xt);
+#else
+            for (int b = lane; b < n_in / 32; b += MV_WG) {
+                float16 lo, hi;
+                W_DEQ32(row, b, &lo, &hi);
+                acc.x += hsum16(lo * vload16(0, xt + b * 32) + hi * vload16(1, xt + b * 32));
+            }
+#endif
         }
 #else
-        for (int i = lane * 4; i < n_in; i += MV_WG * 4)
-            acc += READ_W4(row, i) * READ_X4(x, t, i);
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
+            float4 xv = READ_X4(x, t, i);
+            if (nw)
+                xv *= vload4(0, nw + i);
+            acc += READ_W4(row, i) * xv;
+        }
 #endif
     }
-    float sum = acc.x + acc.y + acc.z + acc.w;
+    float sum = (acc.x + acc.y + acc.z + acc.w) * inv;
 #if MV_WG > 1
     red[slot * MV_WG + lane] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -363,9 +363,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
 
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
  * adding res (same shape as y, may be y) when given. matvec for decode, tiled matmul for
- * prefill. */
+ * prefill. With nw (decode only), x is RMS-normed and scaled by nw inside the product. */
 static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
-                    int y_ld, int y_off, cl_mem res, int nt, struct ebb_diag *diag)
+                    int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag)
 {
     struct ebb_cl_wprog *p;
     ebb_err rc = prog_for(m, &w->layout, &p, diag);
@@ -377,8 +377,11 @@ static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int 
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps)};
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
-        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)))
+        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
+        (!mm && (rc = ebb_cl_set_args(k, 10, an, 2, diag))))
         return rc;
     if (mm) {
         size_t g[2] = {(size_t)n_out, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
@@ -392,11 +395,11 @@ static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int 
 
 /* Several weights stacked along O write side by side into rows of y. */
 static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
-                          int x_ld, cl_mem y, int y_ld, int nt, struct ebb_diag *diag)
+                          int x_ld, cl_mem y, int y_ld, cl_mem nw, int nt, struct ebb_diag *diag)
 {
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {
-        ebb_err rc = wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nt, diag);
+        ebb_err rc = wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
         if (rc)
             return rc;
         off += (int)w[i].n_out;
@@ -423,8 +426,14 @@ static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt,
     ebb_err rc;
     int n_embd = (int)hp->n_embd, n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
     int n_ff = (int)hp->n_ff, n_ff2 = 2 * n_ff;
-    if ((rc = rmsnorm(m, m->x, L->attn_norm, m->h, nt, diag)) ||
-        (rc = wmul_group(m, L->qkv, L->n_qkv, m->h, n_embd, m->qkv, n_qkv, nt, diag)))
+    /* Decode folds each RMS norm into the product that consumes it (one launch less each);
+     * prefill normalises once for the whole token tile. */
+    bool fold = nt == 1;
+    if (fold)
+        rc = wmul_group(m, L->qkv, L->n_qkv, m->x, n_embd, m->qkv, n_qkv, L->attn_norm, nt, diag);
+    else if (!(rc = rmsnorm(m, m->x, L->attn_norm, m->h, nt, diag)))
+        rc = wmul_group(m, L->qkv, L->n_qkv, m->h, n_embd, m->qkv, n_qkv, NULL, nt, diag);
+    if (rc)
         return rc;
 
     cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
@@ -469,9 +478,13 @@ static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt,
             return rc;
     }
     /* Output projection with the residual fused: x = x + Wo att. */
-    if ((rc = wmul(m, &L->wo, m->att, n_q, m->x, n_embd, 0, m->x, nt, diag)) ||
-        (rc = rmsnorm(m, m->x, L->ffn_norm, m->h, nt, diag)) ||
-        (rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, nt, diag)))
+    if ((rc = wmul(m, &L->wo, m->att, n_q, m->x, n_embd, 0, m->x, NULL, nt, diag)))
+        return rc;
+    if (fold)
+        rc = wmul_group(m, L->gu, L->n_gu, m->x, n_embd, m->gu, n_ff2, L->ffn_norm, nt, diag);
+    else if (!(rc = rmsnorm(m, m->x, L->ffn_norm, m->h, nt, diag)))
+        rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, NULL, nt, diag);
+    if (rc)
         return rc;
     struct ebb_cl_arg sa[] = {EBB_CL_ARG(m->gu), EBB_CL_ARG(n_ff2), EBB_CL_ARG(m->ff),
                               EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
@@ -479,7 +492,7 @@ static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt,
     if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
         return rc;
-    return wmul(m, &L->down, m->ff, n_ff, m->x, n_embd, 0, m->x, nt, diag);
+    return wmul(m, &L->down, m->ff, n_ff, m->x, n_embd, 0, m->x, NULL, nt, diag);
 }
 
 /* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
@@ -491,7 +504,16 @@ static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
     if (rc)
         return rc;
     const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
-    return wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL, nr, diag);
+    return wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL, NULL, nr,
+                diag);
+}
+
+/* Logits of a single decoded token straight from the residual row, the final norm folded in. */
+static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
+{
+    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    return wmul(m, w, m->x, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
+                m->output_norm, 1, diag);
 }
 
 static ebb_err read(struct clm *m, cl_mem b, size_t off, size_t n, void *dst, struct ebb_diag *diag)
@@ -583,6 +605,12 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
         for (uint32_t l = 0; l < m->hp.n_layer; l++)
             if ((rc = layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag)))
                 goto out;
+        bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
+        if (nt == 1 && !(out && out->logits_all)) {
+            if (want_last && (rc = head_decode(m, diag)))
+                goto out;
+            continue;
+        }
         if ((rc = rmsnorm(m, m->x, m->output_norm, m->h, nt, diag)))
             goto out;
         if (out && out->logits_all) {
@@ -595,9 +623,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
                     goto out;
             }
         }
-        if (!out || (!out->logits && !out->top_k))
-            continue;
-        if (c + (uint32_t)nt == n && (rc = head(m, nt - 1, 1, diag)))
+        if (want_last && (rc = head(m, nt - 1, 1, diag)))
             goto out;
     }
     if (out && (out->logits || out->top_k))

@@ -140,13 +140,21 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     cl_mem rb = buf(sizeof(float) * NT * n_out, res);
     float *y = malloc(sizeof(float) * NT * n_out);
 
-    for (int variant = 0; variant < 3; variant++) {
+    /* Norm weights for the folded RMS norm (variant 3). */
+    float *nwh = malloc(sizeof(float) * n_in);
+    for (uint32_t i = 0; i < n_in; i++)
+        nwh[i] = 0.5f + frand();
+    cl_mem nwb = buf(sizeof(float) * n_in, nwh);
+    const float eps = 1e-5f;
+    for (int variant = 0; variant < 4; variant++) {
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
-         * residual (in place: y aliases the residual). */
+         * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
+         * folded in (x' = x / rms(x) * nw) plus residual. */
         int nt = variant == 0 ? 1 : NT;
-        bool with_res = variant > 0;
+        bool with_res = variant > 0, norm = variant == 3;
         cl_mem yo = variant == 2 ? rb : yb, resb = with_res ? rb : NULL;
-        if (variant == 2)
+        cl_mem nwarg = norm ? nwb : NULL;
+        if (variant >= 2)
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
                                                  res, 0, NULL, NULL),
                             D, "write"));
@@ -156,22 +164,33 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xb),
                                  EBB_CL_ARG(ni),   EBB_CL_ARG(yo),   EBB_CL_ARG(no),
                                  EBB_CL_ARG(zero), EBB_CL_ARG(resb), EBB_CL_ARG(ntok)};
-        OK(ebb_cl_set_args(k, 2, a, variant == 2 ? 9 : 8, D));
+        struct ebb_cl_arg an[] = {EBB_CL_ARG(nwarg), EBB_CL_ARG(eps)};
         if (variant == 2) {
+            OK(ebb_cl_set_args(k, 2, a, 9, D));
             size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
         } else {
+            OK(ebb_cl_set_args(k, 2, a, 8, D));
+            OK(ebb_cl_set_args(k, 10, an, 2, D));
             size_t g[2] = {(size_t)n_out * tu.mv_wg, (size_t)nt},
                    lw[2] = {tu.mv_wg * tu.mv_rows, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
         }
         rd(yo, sizeof(float) * nt * n_out, y);
         double worst = 0;
-        for (int t = 0; t < nt; t++)
+        for (int t = 0; t < nt; t++) {
+            double inv = 1.0;
+            if (norm) {
+                double ss = 0;
+                for (uint32_t i = 0; i < n_in; i++)
+                    ss += (double)x[t * n_in + i] * x[t * n_in + i];
+                inv = 1.0 / sqrt(ss / n_in + eps);
+            }
             for (uint32_t o = 0; o < n_out; o++) {
                 double ref = with_res ? res[t * n_out + o] : 0, mag = fabs(ref);
                 for (uint32_t i = 0; i < n_in; i++) {
-                    double term = (double)w[(size_t)o * n_in + i] * x[t * n_in + i];
+                    double xi = norm ? x[t * n_in + i] * inv * nwh[i] : x[t * n_in + i];
+                    double term = (double)w[(size_t)o * n_in + i] * xi;
                     ref += term;
                     mag += fabs(term);
                 }
@@ -182,12 +201,12 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       "%s variant %d t %d o %u: %g vs %g", name, variant, t, o, y[t * n_out + o],
                       ref);
             }
-        printf("  %-22s %-7s max rel err %.2e\n", name,
-               variant == 0   ? "matvec"
-               : variant == 1 ? "mv+res"
-                              : "matmul",
-               worst);
+        }
+        static const char *const vname[] = {"matvec", "mv+res", "matmul", "mv+norm"};
+        printf("  %-22s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
+    clReleaseMemObject(nwb);
+    free(nwh);
 
     /* get_rows with a scale, rows picked out of order. */
     int ids[4] = {(int)n_out - 1, 0, (int)n_out / 2, 1};
