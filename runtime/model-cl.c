@@ -453,18 +453,19 @@ static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt,
     float scale = 1.0f / sqrtf((float)hp->head_dim);
     if (nt == 1) {
         int n_kv = pos + 1, nc = (n_kv + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc), EBB_CL_ARG(L->vc),
-                                 EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx), EBB_CL_ARG(n_kv),
-                                 EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),   EBB_CL_ARG(scale),
-                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml)};
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
+                                 EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),  EBB_CL_ARG(n_kv),
+                                 EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),
+                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(m->att)};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                  EBB_CL_ARG(m->att)};
         size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head};
-        if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 11, diag)) ||
-            (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)) ||
-            (rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
-            (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag)))
+        if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 12, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)))
+            return rc;
+        if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
+                       (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag))))
             return rc;
     } else {
         struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
