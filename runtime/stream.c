@@ -19,6 +19,7 @@ struct ebb_stream {
     enum ebb_stream_cache cache;
     uint32_t io_threads;
     uint64_t t0;
+    uint32_t n_slots;
     size_t slot_size;
     struct ebb_stream_io *io;
     /* Mailbox between ebb_stream_probe (any thread) and the engine. */
@@ -150,6 +151,7 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     ebb_err rc = ebb_stream_io_open(&ip, &s->io, diag);
     if (rc)
         return rc;
+    s->n_slots = n_slots;
     uint32_t n;
     fill_schedule(s, &n);
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
@@ -255,6 +257,12 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->n_resident = s->plan.n_resident;
     out->n_layer = s->n_layer;
     out->n_ctx = s->plan.n_ctx;
+    out->budget = s->plan.cfg.budget;
+    out->mode = s->plan.cfg.mode;
+    out->cache = s->cache;
+    out->prefetch = s->prefetch;
+    out->n_slots = s->n_slots;
+    out->io_threads = s->io_threads ? s->io_threads : 1;
     out->limit = s->limit;
     out->available_ok = s->last.available_ok;
     out->available = s->last.available;
@@ -287,6 +295,58 @@ static void add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         *len += (size_t)n;
+}
+
+/* Appends s as a JSON string (our reasons are ASCII; quotes, backslashes, controls escaped). */
+static void add_str(char *buf, size_t cap, size_t *len, const char *s)
+{
+    add(buf, cap, len, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            add(buf, cap, len, "\\%c", c);
+        else if (c < 0x20)
+            add(buf, cap, len, "\\u%04x", c);
+        else
+            add(buf, cap, len, "%c", c);
+    }
+    add(buf, cap, len, "\"");
+}
+
+size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size_t cap)
+{
+    static const char *const caches[] = {"cached", "direct", "dontneed"};
+    size_t n = 0;
+    if (cap)
+        buf[0] = 0;
+    double gbps = r->io.read_ns ? r->io.bytes_read / (r->io.read_ns / 1e9) / 1e9 : 0;
+    add(buf, cap, &n,
+        "{\"layers_resident\":%u,\"layers_total\":%u,\"n_ctx\":%u,\"budget_bytes\":%llu,"
+        "\"mode\":\"%s\",\"cache\":\"%s\",\"prefetch\":%u,\"slots\":%u,\"io_threads\":%u,",
+        r->n_resident, r->n_layer, r->n_ctx, (unsigned long long)r->budget,
+        ebb_stream_mode_name(r->mode), (unsigned)r->cache < 3 ? caches[r->cache] : "?", r->prefetch,
+        r->n_slots, r->io_threads);
+    if (r->limit != UINT64_MAX)
+        add(buf, cap, &n, "\"limit_bytes\":%llu,", (unsigned long long)r->limit);
+    if (r->available_ok)
+        add(buf, cap, &n, "\"available_bytes\":%llu,", (unsigned long long)r->available);
+    add(buf, cap, &n,
+        "\"pressure\":%s,\"bytes_per_token\":%llu,\"read_bytes\":%llu,\"read_gbps\":%.3f,"
+        "\"layers_read\":%llu,\"reused\":%llu,\"prefetch_hits\":%llu,"
+        "\"prefetch_misses\":%llu,\"stall_seconds\":%.6f,\"plan_changes\":[",
+        r->pressure ? "true" : "false", (unsigned long long)r->bytes_per_token,
+        (unsigned long long)r->io.bytes_read, gbps, (unsigned long long)r->io.layers_read,
+        (unsigned long long)r->io.reused, (unsigned long long)r->io.hits,
+        (unsigned long long)r->io.misses, r->io.stall_ns / 1e9);
+    for (uint32_t i = 0; i < r->n_events; i++) {
+        const struct ebb_stream_event *e = &r->events[i];
+        add(buf, cap, &n, "%s{\"t\":%.3f,\"from\":%u,\"to\":%u,\"reason\":", i ? "," : "",
+            e->t_ns / 1e9, e->from, e->to);
+        add_str(buf, cap, &n, e->reason);
+        add(buf, cap, &n, "}");
+    }
+    add(buf, cap, &n, "]}");
+    return n;
 }
 
 size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf, size_t cap)

@@ -48,7 +48,11 @@ struct ebb_stream_event {
 /* Everything /metrics and `ebb run --json` show (docs/STREAMER.md, "What to expose"). */
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;
-    uint64_t limit; /* at the last re-plan; UINT64_MAX = none */
+    uint64_t budget; /* configured, 0 = auto */
+    enum ebb_stream_mode mode;
+    enum ebb_stream_cache cache;
+    uint32_t prefetch, n_slots, io_threads; /* n_slots 0 until slots are attached */
+    uint64_t limit;                         /* at the last re-plan; UINT64_MAX = none */
     bool available_ok;
     uint64_t available; /* last probe reading */
     bool pressure;
@@ -118,6 +122,10 @@ ebb_err ebb_stream_put(struct ebb_stream *s, uint32_t layer);
 
 /* A snapshot for reports (engine thread, or any thread while the engine is quiet). */
 void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out);
+
+/* The report as one JSON object for `ebb run --json` / `ebb bench --json` (keys in
+ * docs/STREAMER.md); returns the length it needed (like snprintf). */
+size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size_t cap);
 
 /* Prometheus text of a report (the metric names of docs/STREAMER.md); returns the length it
  * needed (like snprintf: output truncated when >= cap). */

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,27 @@ static void facade(void **state)
     assert_non_null(strstr(text, "\nebb_stream_memory_pressure 1\n"));
     assert_non_null(strstr(text, "ebb_stream_plan_changes_total{direction=\"shrink\"} 2\n"));
     assert_non_null(strstr(text, "# TYPE ebb_stream_prefetch_misses_total counter\n"));
+    /* The JSON object parses and carries the same facts. */
+    char js[4096];
+    size_t jn = ebb_stream_report_json(&r, js, sizeof(js));
+    assert_true(jn < sizeof(js));
+    json_error_t je;
+    json_t *j = json_loads(js, 0, &je);
+    if (!j)
+        fail_msg("bad JSON (%s): %s", je.text, js);
+    assert_int_equal(json_integer_value(json_object_get(j, "layers_resident")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "layers_total")), N_LAYER);
+    assert_int_equal(json_integer_value(json_object_get(j, "slots")), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "mode")), "context");
+    assert_string_equal(json_string_value(json_object_get(j, "cache")), "cached");
+    assert_true(json_is_true(json_object_get(j, "pressure")));
+    assert_int_equal(json_integer_value(json_object_get(j, "bytes_per_token")), 7 * LAYER);
+    json_t *ev = json_object_get(j, "plan_changes");
+    assert_int_equal(json_array_size(ev), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(ev, 1), "to")), 1);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_array_get(ev, 1), "reason")), "pressure"));
+    json_decref(j);
     char small[32];
     assert_int_equal(ebb_stream_report_prometheus(&r, small, sizeof(small)), n);
     assert_int_equal(strlen(small), sizeof(small) - 1);
