@@ -31,11 +31,13 @@
 /* y[t][y_off + o] = (res ? res[t][y_off + o] : 0) + sum_i W[o][i] x'[t][i], for one token
  * t = get_global_id(1), where x' = x, or with nw given, x' = rmsnorm(x) * nw (eps): the RMS norm
  * of the input row is folded into the product, W (x * nw) / rms(x), which saves the norm's
- * launch in decode. res may alias y (each element is read, then written, by one work-item).
+ * launch in decode. With glu, each row of x holds 2 n_in values [gate | up] and
+ * x' = silu(gate) * up (SwiGLU folded into the down projection; x_ld spans both halves).
+ * res may alias y (each element is read, then written, by one work-item).
  * Global size (n_out * MV_WG, n_tok), local (MV_WG * MV_ROWS, 1). */
 __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld,
                      __global float *y, int y_ld, int y_off, __global const float *res,
-                     __global const float *nw, float eps)
+                     __global const float *nw, float eps, int glu)
 {
     int row = get_global_id(0) / MV_WG;
     int t = get_global_id(1);
@@ -70,12 +72,19 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
     float4 acc = (float4)(0.0f);
     if (row < n_out) {
 #if defined(W_DEQ32)
-        if (nw) {
+        if (nw || glu) {
             for (int b = lane; b < n_in / 32; b += MV_WG) {
                 float16 lo, hi;
                 W_DEQ32(row, b, &lo, &hi);
-                float16 x0 = vload16(0, xt + b * 32) * vload16(0, nw + b * 32);
-                float16 x1 = vload16(1, xt + b * 32) * vload16(1, nw + b * 32);
+                float16 x0 = vload16(0, xt + b * 32), x1 = vload16(1, xt + b * 32);
+                if (nw) {
+                    x0 *= vload16(0, nw + b * 32);
+                    x1 *= vload16(1, nw + b * 32);
+                }
+                if (glu) {
+                    x0 = x0 / (1.0f + exp(-x0)) * vload16(0, xt + n_in + b * 32);
+                    x1 = x1 / (1.0f + exp(-x1)) * vload16(1, xt + n_in + b * 32);
+                }
                 acc.x += hsum16(lo * x0 + hi * x1);
             }
         } else {
@@ -95,6 +104,8 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             float4 xv = READ_X4(x, t, i);
             if (nw)
                 xv *= vload4(0, nw + i);
+            if (glu)
+                xv = xv / (1.0f + exp(-xv)) * vload4(0, xt + n_in + i);
             acc += READ_W4(row, i) * xv;
         }
 #endif

@@ -62,10 +62,10 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
     int ni = (int)n_in, no = (int)n_out, zero = 0;
     cl_mem nul = NULL;
     float eps = 1e-5f;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),  EBB_CL_ARG(no), EBB_CL_ARG(x),    EBB_CL_ARG(ni),
-                             EBB_CL_ARG(y),   EBB_CL_ARG(no), EBB_CL_ARG(zero), EBB_CL_ARG(nul),
-                             EBB_CL_ARG(nul), EBB_CL_ARG(eps)};
-    if (ebb_cl_weight_set_args(&w, p.matvec, 0, NULL) || ebb_cl_set_args(p.matvec, 2, a, 10, NULL))
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),  EBB_CL_ARG(no),  EBB_CL_ARG(x),    EBB_CL_ARG(ni),
+                             EBB_CL_ARG(y),   EBB_CL_ARG(no),  EBB_CL_ARG(zero), EBB_CL_ARG(nul),
+                             EBB_CL_ARG(nul), EBB_CL_ARG(eps), EBB_CL_ARG(zero)};
+    if (ebb_cl_weight_set_args(&w, p.matvec, 0, NULL) || ebb_cl_set_args(p.matvec, 2, a, 11, NULL))
         goto out;
     size_t g[2] = {(size_t)n_out * tu->mv_wg, 1}, lw[2] = {tu->mv_wg * tu->mv_rows, 1};
     enum { WARM = 3, RUNS = 20 };

@@ -364,8 +364,20 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
  * adding res (same shape as y, may be y) when given. matvec for decode, tiled matmul for
  * prefill. With nw (decode only), x is RMS-normed and scaled by nw inside the product. */
+static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                        int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
+                        struct ebb_diag *diag);
+
 static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                     int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag)
+{
+    return wmul_glu(m, w, x, x_ld, y, y_ld, y_off, res, nw, 0, nt, diag);
+}
+
+/* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
+static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                        int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
+                        struct ebb_diag *diag)
 {
     struct ebb_cl_wprog *p;
     ebb_err rc = prog_for(m, &w->layout, &p, diag);
@@ -378,10 +390,10 @@ static ebb_err wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int 
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
     float eps = m->hp.rms_eps;
-    struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps)};
+    struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
         (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
-        (!mm && (rc = ebb_cl_set_args(k, 10, an, 2, diag))))
+        (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
     if (mm) {
         size_t g[2] = {(size_t)n_out, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
@@ -487,6 +499,8 @@ static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt,
         rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, NULL, nt, diag);
     if (rc)
         return rc;
+    if (fold) /* SwiGLU folded into the down projection */
+        return wmul_glu(m, &L->down, m->gu, n_ff2, m->x, n_embd, 0, m->x, NULL, 1, nt, diag);
     struct ebb_cl_arg sa[] = {EBB_CL_ARG(m->gu), EBB_CL_ARG(n_ff2), EBB_CL_ARG(m->ff),
                               EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
     size_t sg[2] = {hp->n_ff, (size_t)nt};

@@ -146,32 +146,40 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         nwh[i] = 0.5f + frand();
     cl_mem nwb = buf(sizeof(float) * n_in, nwh);
     const float eps = 1e-5f;
-    for (int variant = 0; variant < 4; variant++) {
+    /* Rows of [gate | up] for the folded SwiGLU (variant 4). */
+    float *xg = malloc(sizeof(float) * NT * 2 * n_in);
+    for (uint32_t i = 0; i < NT * 2 * n_in; i++)
+        xg[i] = 2.0f * frand();
+    cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
+    for (int variant = 0; variant < 5; variant++) {
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
-         * folded in (x' = x / rms(x) * nw) plus residual. */
+         * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
+         * folded in (x' = silu(gate) * up from rows of [gate | up]) plus residual. */
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
+        int glu = variant == 4;
         cl_mem yo = variant == 2 ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
         if (variant >= 2)
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
                                                  res, 0, NULL, NULL),
                             D, "write"));
-        int ni = (int)n_in, no = (int)n_out, zero = 0, ntok = nt;
+        int ni = (int)n_in, no = (int)n_out, zero = 0, ntok = nt, xld = glu ? 2 * ni : ni;
+        cl_mem xin = glu ? xgb : xb;
         cl_kernel k = variant == 2 ? p.matmul : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xb),
-                                 EBB_CL_ARG(ni),   EBB_CL_ARG(yo),   EBB_CL_ARG(no),
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
+                                 EBB_CL_ARG(xld),  EBB_CL_ARG(yo),   EBB_CL_ARG(no),
                                  EBB_CL_ARG(zero), EBB_CL_ARG(resb), EBB_CL_ARG(ntok)};
-        struct ebb_cl_arg an[] = {EBB_CL_ARG(nwarg), EBB_CL_ARG(eps)};
+        struct ebb_cl_arg an[] = {EBB_CL_ARG(nwarg), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
         if (variant == 2) {
             OK(ebb_cl_set_args(k, 2, a, 9, D));
             size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
         } else {
             OK(ebb_cl_set_args(k, 2, a, 8, D));
-            OK(ebb_cl_set_args(k, 10, an, 2, D));
+            OK(ebb_cl_set_args(k, 10, an, 3, D));
             size_t g[2] = {(size_t)n_out * tu.mv_wg, (size_t)nt},
                    lw[2] = {tu.mv_wg * tu.mv_rows, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
@@ -190,6 +198,10 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                 double ref = with_res ? res[t * n_out + o] : 0, mag = fabs(ref);
                 for (uint32_t i = 0; i < n_in; i++) {
                     double xi = norm ? x[t * n_in + i] * inv * nwh[i] : x[t * n_in + i];
+                    if (glu) {
+                        double gt = xg[t * 2 * n_in + i], up = xg[t * 2 * n_in + n_in + i];
+                        xi = gt / (1.0 + exp(-gt)) * up;
+                    }
                     double term = (double)w[(size_t)o * n_in + i] * xi;
                     ref += term;
                     mag += fabs(term);
@@ -202,11 +214,13 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       ref);
             }
         }
-        static const char *const vname[] = {"matvec", "mv+res", "matmul", "mv+norm"};
+        static const char *const vname[] = {"matvec", "mv+res", "matmul", "mv+norm", "mv+glu"};
         printf("  %-22s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
+    clReleaseMemObject(xgb);
     free(nwh);
+    free(xg);
 
     /* get_rows with a scale, rows picked out of order. */
     int ids[4] = {(int)n_out - 1, 0, (int)n_out / 2, 1};
