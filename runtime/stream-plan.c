@@ -235,6 +235,14 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
     return change(p, in, gfit, chg);
 }
 
+uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uint64_t host_limit,
+                                    uint32_t min_slots)
+{
+    if (n_streamed > min_slots && slot_size && host_limit / slot_size >= n_streamed)
+        return n_streamed;
+    return min_slots;
+}
+
 void ebb_stream_plan_bitmap(const struct ebb_stream_planner *p, uint64_t *words, size_t n_words)
 {
     memset(words, 0, n_words * sizeof(*words));

@@ -115,6 +115,12 @@ uint64_t ebb_stream_plan_total(const struct ebb_stream_planner *p, uint32_t n);
 bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stream_inputs *in,
                              struct ebb_stream_change *chg);
 
+/* Staging slots for a discrete GPU's pinned host memory: n_streamed (a tier: each streamed
+ * layer read once and kept, see docs/STREAMER.md) when that many slots fit host_limit, else
+ * min_slots (a ring; a partial tier would not keep layers in place). */
+uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uint64_t host_limit,
+                                    uint32_t min_slots);
+
 /* Resident bitmap: bit l of words[l / 64] set when layer l is resident. */
 void ebb_stream_plan_bitmap(const struct ebb_stream_planner *p, uint64_t *words, size_t n_words);
 

@@ -253,6 +253,15 @@ static void pressure_sheds(void **state)
     assert_int_equal(chg.to, 11); /* the limit (1916) alone would keep 12 */
 }
 
+static void host_slots(void **state)
+{
+    (void)state;
+    assert_int_equal(ebb_stream_plan_host_slots(32, 40 * MiB, 1279 * MiB, 3), 3);  /* ring */
+    assert_int_equal(ebb_stream_plan_host_slots(32, 40 * MiB, 1280 * MiB, 3), 32); /* tier */
+    assert_int_equal(ebb_stream_plan_host_slots(2, 40 * MiB, 9000 * MiB, 3), 3);
+    assert_int_equal(ebb_stream_plan_host_slots(32, 0, 9000 * MiB, 3), 3);
+}
+
 static void parsing(void **state)
 {
     (void)state;
@@ -289,13 +298,10 @@ static void parsing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(initial_counts),
-        cmocka_unit_test(modes_and_probe),
-        cmocka_unit_test(non_uniform_prefix),
-        cmocka_unit_test(shrink_then_grow),
-        cmocka_unit_test(growth_undone),
-        cmocka_unit_test(pressure_sheds),
-        cmocka_unit_test(parsing),
+        cmocka_unit_test(initial_counts),     cmocka_unit_test(modes_and_probe),
+        cmocka_unit_test(non_uniform_prefix), cmocka_unit_test(shrink_then_grow),
+        cmocka_unit_test(growth_undone),      cmocka_unit_test(pressure_sheds),
+        cmocka_unit_test(host_slots),         cmocka_unit_test(parsing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
