@@ -3,7 +3,7 @@
  * unified and the discrete staging paths. A kernel reduces every layer's bytes, read from its
  * resident buffer or from the view stream-cl hands out, and each step's per-layer results must
  * equal the same reduction of the GGUF's bytes on the host. Skips (77) without the model or an
- * OpenCL device. */
+ * OpenCL device. EBB_STREAM_MODEL=FILE.gguf runs it on another model (manual). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -254,8 +254,10 @@ static void from_packs(void **state)
 
 int main(void)
 {
-    const char *env = getenv("EBB_MODELS_DIR");
-    if (env)
+    const char *env = getenv("EBB_MODELS_DIR"), *other = getenv("EBB_STREAM_MODEL");
+    if (other) /* manual runs on another model, e.g. the generated 1B */
+        snprintf(model, sizeof(model), "%s", other);
+    else if (env)
         snprintf(model, sizeof(model), "%s/SmolLM2-135M-Instruct.Q4_1.gguf", env);
     else
         snprintf(model, sizeof(model), "%s/.local/share/ebb/models/SmolLM2-135M-Instruct.Q4_1.gguf",
