@@ -320,7 +320,7 @@ int ebb_cmd_run(int argc, char **argv)
     const char *stop = "length";
     size_t n_gen = 0;
     uint32_t pos = (uint32_t)n_prompt;
-    for (;;) {
+    while (n_gen < n_gen_max) {
         int32_t t;
         rc = n_cand ? ebb_sampler_sample_candidates(smp, cand_ids, cand_logits, n_cand, &t, NULL)
                     : ebb_sampler_sample(smp, logits, &t, NULL);
@@ -342,17 +342,15 @@ int ebb_cmd_run(int argc, char **argv)
             fflush(stdout);
         }
         text_len += w;
-        if (n_gen == (size_t)o.n_predict)
-            break;
-        if (n_gen == n_gen_max) {
-            stop = "context";
-            break;
-        }
+        if (n_gen == n_gen_max)
+            break; /* no forward pass for a token nobody will read */
         if ((rc = ebb_model_eval(m, 0, &t, 1, pos++, &out, &d))) {
             fprintf(stderr, "\nebb run: decode failed: %s\n", d.msg);
             goto out;
         }
     }
+    if (strcmp(stop, "eog") && n_gen < (size_t)o.n_predict)
+        stop = "context";
     size_t w = ebb_detok_finish(&dt, text + text_len, text_cap - text_len);
     if (!o.json && w)
         fwrite(text + text_len, 1, w, stdout);
