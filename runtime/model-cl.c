@@ -537,20 +537,22 @@ static ebb_err read(struct clm *m, cl_mem b, size_t off, size_t n, void *dst, st
     return ebb_cl_check(e, diag, "reading results");
 }
 
-/* Host top-k over n_vocab logits, for k beyond what the device kernel keeps. */
+/* Host top-k over n_vocab logits, for k beyond what the device kernel keeps: one pass with
+ * insertion into the sorted list, ties to the smaller id as on the device. */
 static void host_topk(const float *x, uint32_t n, uint32_t k, int32_t *ids, float *vals)
 {
-    for (uint32_t j = 0; j < k; j++) {
-        int32_t best = -1;
-        for (uint32_t i = 0; i < n; i++) {
-            bool taken = false;
-            for (uint32_t q = 0; q < j && !taken; q++)
-                taken = ids[q] == (int32_t)i;
-            if (!taken && (best < 0 || x[i] > x[best]))
-                best = (int32_t)i;
+    uint32_t have = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (have == k && !(x[i] > vals[k - 1]))
+            continue;
+        uint32_t j = have < k ? have++ : k - 1;
+        while (j > 0 && x[i] > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
         }
-        ids[j] = best;
-        vals[j] = x[best];
+        vals[j] = x[i];
+        ids[j] = (int32_t)i;
     }
 }
 

@@ -112,6 +112,28 @@ int main(void)
         CHECK(ids[j] == best && vals[j] == a[best], "top-k rank %d: %d vs %d", j, ids[j], best);
     }
 
+    /* 2b. k beyond the device kernel's 64: the host path, same contract. */
+    enum { BIGK = 100 };
+    int32_t bids[BIGK];
+    float bvals[BIGK];
+    struct ebb_model_out ob = {.top_k = BIGK, .top_ids = bids, .top_logits = bvals};
+    rc = ebb_model_eval(cl, 0, prompt, 5, 0, &ob, &d);
+    CHECK(!rc, "eval with top_k %d: %s", BIGK, d.msg);
+    for (int j = 0; !rc && j < BIGK; j++) {
+        bool ok = bvals[j] == a[bids[j]];
+        if (j > 0)
+            ok = ok &&
+                 (bvals[j] < bvals[j - 1] || (bvals[j] == bvals[j - 1] && bids[j] > bids[j - 1]));
+        CHECK(ok, "top-%d rank %d: id %d value %g", BIGK, j, bids[j], bvals[j]);
+    }
+    if (!rc) {
+        int above = 0; /* nothing outside the list may beat its last entry */
+        for (uint32_t i = 0; i < nv; i++)
+            above += a[i] > bvals[BIGK - 1];
+        CHECK(above <= BIGK - 1, "%d logits above the %d-th", above, BIGK);
+        CHECK(bids[0] == ids[0] && bids[7] == ids[7], "host and device top-k disagree");
+    }
+
     /* 3. Prefill in one call (chunks of 128 + 22 inside) vs three calls (100 + 49 + 1). */
     if (!eval(cl, 1, toks, N, 0, NULL, all1) && !eval(cl, 1, toks, 100, 0, NULL, all2) &&
         !eval(cl, 1, toks + 100, 49, 100, NULL, all2 + (size_t)100 * nv) &&
