@@ -84,6 +84,11 @@ json_t *ebb__chat_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp
 json_t *ebb__compl_logprobs(const struct ebb_tokenizer *tok, const struct ebb__lp *lps, size_t n,
                             size_t offset);
 
+/* True if s[0..n) is valid UTF-8. */
+bool ebb__utf8_valid(const char *s, size_t n);
+/* Appends s[0..n) (valid UTF-8) as a JSON string literal, quotes included. */
+void ebb__json_escape(struct ebb__abuf *b, const char *s, size_t n);
+
 /* Appends "data: <compact json>\n\n" for obj (stolen) to b. */
 void ebb__sse_event(struct ebb__abuf *b, json_t *obj);
 
@@ -139,8 +144,9 @@ struct ebb__gen {
     uint64_t job_id;
     double t_submit;
     bool first_token_seen;
-    bool finished; /* the final chunks (or the whole body) are written */
-    char *echo;    /* completions with echo: prompt text to put first */
+    bool finished;        /* the final chunks (or the whole body) are written */
+    char chunk_head[640]; /* "data: {...,"choices":[{"index":0,"delta":{"content":" */
+    char *echo;           /* completions with echo: prompt text to put first */
     size_t echo_len;
     /* (mu) written by the engine */
     struct ebb__abuf pend;

@@ -195,6 +195,35 @@ static void stream_finish(struct ebb__req *r)
     g->finished = true;
 }
 
+/* A content chunk without logprobs, written straight into the output buffer from a prefix
+ * built once per request: a streaming token then costs no allocation once the buffer has
+ * grown. Returns false (nothing written) if text is not valid UTF-8. */
+static bool sse_text_chunk(struct ebb__req *r, const char *text, size_t n)
+{
+    struct ebb__gen *g = r->gen;
+    if (!ebb__utf8_valid(text, n))
+        return false;
+    if (!g->chunk_head[0]) {
+        char *id = json_dumps(json_string(g->id), JSON_ENCODE_ANY), *model = NULL;
+        json_t *m = json_string(r->api->model_id);
+        model = json_dumps(m, JSON_ENCODE_ANY);
+        json_decref(m);
+        snprintf(g->chunk_head, sizeof(g->chunk_head),
+                 "data: {\"id\":%s,\"object\":\"%s\",\"created\":%lld,\"model\":%s,"
+                 "\"system_fingerprint\":\"ebb\",%s\"choices\":[{\"index\":0,%s",
+                 id ? id : "\"\"", g->chat ? "chat.completion.chunk" : "text_completion",
+                 g->created, model ? model : "\"\"", g->include_usage ? "\"usage\":null," : "",
+                 g->chat ? "\"delta\":{\"content\":" : "\"text\":");
+        free(id);
+        free(model);
+    }
+    ebb__abuf_puts(&r->out, g->chunk_head);
+    ebb__json_escape(&r->out, text, n);
+    ebb__abuf_puts(&r->out, g->chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+                                    : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    return true;
+}
+
 void ebb__gen_pump(struct ebb__req *r)
 {
     struct ebb_api *a = r->api;
@@ -230,7 +259,9 @@ void ebb__gen_pump(struct ebb__req *r)
                         lp = ebb__compl_logprobs(tokenizer(r), g->take_lp, g->n_take_lp, 0);
                     }
                 }
-                sse_chunk(r, g->take.p ? g->take.p : "", g->take.n, lp, false, NULL);
+                const char *t = g->take.p ? g->take.p : "";
+                if (lp || !sse_text_chunk(r, t, g->take.n))
+                    sse_chunk(r, t, g->take.n, lp, false, NULL);
             }
             if (done)
                 stream_finish(r);

@@ -135,6 +135,69 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+bool ebb__utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t l = utf8_seq(u + i, n - i);
+        if (!l)
+            return false;
+        i += l;
+    }
+    return true;
+}
+
+void ebb__json_escape(struct ebb__abuf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    ebb__abuf_put(b, "\"", 1);
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        ebb__abuf_put(b, s + start, i - start);
+        char e[6] = {'\\', 0};
+        size_t el = 2;
+        switch (c) {
+        case '"':
+            e[1] = '"';
+            break;
+        case '\\':
+            e[1] = '\\';
+            break;
+        case '\n':
+            e[1] = 'n';
+            break;
+        case '\r':
+            e[1] = 'r';
+            break;
+        case '\t':
+            e[1] = 't';
+            break;
+        case '\b':
+            e[1] = 'b';
+            break;
+        case '\f':
+            e[1] = 'f';
+            break;
+        default:
+            memcpy(e + 1, "u00", 3);
+            e[4] = hex[c >> 4];
+            e[5] = hex[c & 15];
+            el = 6;
+        }
+        ebb__abuf_put(b, e, el);
+        start = i + 1;
+    }
+    ebb__abuf_put(b, s + start, n - start);
+    ebb__abuf_put(b, "\"", 1);
+}
+
 json_t *ebb__json_text(const char *s, size_t n)
 {
     json_t *j = json_stringn(s, n);

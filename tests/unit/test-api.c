@@ -369,6 +369,32 @@ static void test_sse_and_utf8(void **state)
     ebb__abuf_fini(&c);
 }
 
+static void test_json_escape(void **state)
+{
+    (void)state;
+    const char *cases[] = {"plain",
+                           "q\"uote\\back",
+                           "nl\n\r\t\b\f",
+                           "\x01\x1f ctl",
+                           "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80",
+                           ""};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ebb__abuf b = {0};
+        assert_true(ebb__utf8_valid(cases[i], strlen(cases[i])));
+        ebb__json_escape(&b, cases[i], strlen(cases[i]));
+        json_error_t je;
+        json_t *v = json_loads(b.p, JSON_DECODE_ANY, &je);
+        if (!v)
+            fail_msg("%s: %s", b.p, je.text);
+        assert_string_equal(json_string_value(v), cases[i]);
+        json_decref(v);
+        ebb__abuf_fini(&b);
+    }
+    assert_false(ebb__utf8_valid("a\xc3", 2));
+    assert_false(ebb__utf8_valid("\xed\xa0\x80", 3)); /* a surrogate */
+    assert_false(ebb__utf8_valid("\xc0\xaf", 2));     /* overlong */
+}
+
 static void test_metrics_text(void **state)
 {
     (void)state;
@@ -412,7 +438,8 @@ int main(void)
         cmocka_unit_test(test_template_render), cmocka_unit_test(test_template_rejects),
         cmocka_unit_test(test_params_chat),     cmocka_unit_test(test_params_completions),
         cmocka_unit_test(test_stopper),         cmocka_unit_test(test_error_object),
-        cmocka_unit_test(test_sse_and_utf8),    cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_sse_and_utf8),    cmocka_unit_test(test_json_escape),
+        cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
