@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "api/api.h"
+#include "api/chat-template.h"
 #include "daemon/config.h"
 #include "daemon/listenfd.h"
 #include "daemon/log.h"
@@ -298,6 +299,14 @@ int ebb_cmd_serve(int argc, char **argv)
     if (check) {
         ebb_config_print(cfgp, stdout);
         ret = 0;
+        goto out;
+    }
+    struct ebb_chat_template tmpl;
+    if (cfgp->chat_template && strcmp(cfgp->chat_template, "auto") &&
+        ebb_chat_template_by_name(cfgp->chat_template, &tmpl)) {
+        fprintf(stderr, "ebb serve: unknown --chat-template '%s'; known: auto, %s\n",
+                cfgp->chat_template, ebb_chat_template_names());
+        ret = 2;
         goto out;
     }
     ebb_log_configure(cfgp->log_level, cfgp->log_format);
