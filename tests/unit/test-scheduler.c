@@ -1,0 +1,443 @@
+/* The scheduler against a fake model (defined here, so no model file or device is needed):
+ * generation limits, end-of-generation, stop strings through the engine, fair interleaving of
+ * slots, cancellation within one prefill chunk, the queue limit, prefix reuse, shutdown. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scheduler.h"
+#include "tokenizer.h"
+
+/* ---- fake model: token t >= 1 reads as the letter 'a' + (t - 1) % 26; token 0 ends
+ * generation. The most likely next token after t is t % 5 + 1 (a b c d e a b ...), unless
+ * eog_at says to end at that position. ------------------------------------------------------- */
+
+#define N_VOCAB 32
+#define N_CTX 256
+
+struct ebb_model {
+    uint32_t n_seq;
+};
+static struct ebb_model fake = {0};
+static atomic_uint evals, eval_tokens;
+static atomic_uint eog_at; /* position whose logits favour token 0; 0: never */
+static atomic_int eval_delay_us;
+static atomic_bool hold; /* evaluation waits while set (queue tests) */
+
+ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
+                       struct ebb_diag *diag)
+{
+    (void)diag;
+    fake.n_seq = p->n_seq;
+    *out = &fake;
+    return EBB_OK;
+}
+void ebb_model_close(struct ebb_model *m)
+{
+    (void)m;
+}
+const struct ebb_tokenizer *ebb_model_tokenizer(const struct ebb_model *m)
+{
+    return (const struct ebb_tokenizer *)m;
+}
+uint32_t ebb_model_n_ctx(const struct ebb_model *m)
+{
+    (void)m;
+    return N_CTX;
+}
+uint32_t ebb_model_n_vocab(const struct ebb_model *m)
+{
+    (void)m;
+    return N_VOCAB;
+}
+
+ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    (void)m;
+    (void)seq;
+    (void)diag;
+    while (atomic_load(&hold))
+        usleep(1000);
+    if (atomic_load(&eval_delay_us))
+        usleep((useconds_t)atomic_load(&eval_delay_us));
+    atomic_fetch_add(&evals, 1);
+    atomic_fetch_add(&eval_tokens, n);
+    if (pos + n > N_CTX)
+        return EBB_ECTX;
+    if (out->logits) {
+        for (uint32_t i = 0; i < N_VOCAB; i++)
+            out->logits[i] = 0;
+        int32_t last = tokens[n - 1];
+        int32_t next = last % 5 + 1;
+        if (atomic_load(&eog_at) && pos + n >= atomic_load(&eog_at))
+            next = 0;
+        out->logits[next] = 10;
+    }
+    return EBB_OK;
+}
+
+bool ebb_tokenizer_is_eog(const struct ebb_tokenizer *t, int32_t id)
+{
+    (void)t;
+    return id == 0;
+}
+
+static const char letters[] = "abcdefghijklmnopqrstuvwxyz";
+
+ebb_err ebb_tokenizer_piece(const struct ebb_tokenizer *t, int32_t id, bool render_special,
+                            struct ebb_str *out)
+{
+    (void)t;
+    (void)render_special;
+    if (id <= 0) {
+        out->p = "";
+        out->n = 0;
+    } else {
+        out->p = &letters[(id - 1) % 26];
+        out->n = 1;
+    }
+    return EBB_OK;
+}
+
+void ebb_detok_init(struct ebb_detok *d)
+{
+    memset(d, 0, sizeof(*d));
+}
+size_t ebb_detok_push(struct ebb_detok *d, const char *piece, size_t n, char *out, size_t cap)
+{
+    (void)d;
+    if (n > cap)
+        n = cap;
+    memcpy(out, piece, n);
+    return n;
+}
+size_t ebb_detok_finish(struct ebb_detok *d, char *out, size_t cap)
+{
+    (void)d;
+    (void)out;
+    (void)cap;
+    return 0;
+}
+
+/* ---- a sink that records everything --------------------------------------------------------- */
+
+static atomic_uint seq_counter;
+
+struct rec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char text[1024];
+    size_t n_text;
+    unsigned order[512]; /* global sequence number of each token */
+    unsigned n_tok;
+    unsigned n_prefill_calls;
+    bool done;
+    struct ebb_sched_result res;
+    struct ebb_sched *s;
+    uint64_t id;
+    bool cancel_on_prefill;
+};
+
+static void on_prefill(void *ud, uint32_t done, uint32_t total)
+{
+    struct rec *r = ud;
+    (void)done;
+    (void)total;
+    r->n_prefill_calls++;
+    if (r->cancel_on_prefill && r->n_prefill_calls == 1)
+        ebb_sched_cancel(r->s, r->id);
+}
+
+static void on_token(void *ud, const struct ebb_sched_token *t)
+{
+    struct rec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    memcpy(r->text + r->n_text, t->text, t->len);
+    r->n_text += t->len;
+    r->text[r->n_text] = 0;
+    if (r->n_tok < 512)
+        r->order[r->n_tok++] = atomic_fetch_add(&seq_counter, 1);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_done(void *ud, const struct ebb_sched_result *res)
+{
+    struct rec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    r->res = *res;
+    r->done = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rec_init(struct rec *r, struct ebb_sched *s)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->s = s;
+}
+
+static void rec_wait(struct rec *r)
+{
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static atomic_bool loaded;
+static void on_loaded(void *ud, ebb_err rc, const char *msg)
+{
+    (void)ud;
+    (void)msg;
+    assert_int_equal(rc, EBB_OK);
+    atomic_store(&loaded, true);
+}
+
+static struct ebb_sched *start(uint32_t slots, uint32_t queue, uint32_t chunk)
+{
+    struct ebb_sched_params p = {.model = {.path = "fake", .n_seq = slots},
+                                 .queue_cap = queue,
+                                 .prefill_chunk = chunk,
+                                 .on_loaded = on_loaded};
+    struct ebb_sched *s = NULL;
+    atomic_store(&loaded, false);
+    assert_int_equal(ebb_sched_new(&p, &s, NULL), EBB_OK);
+    while (!atomic_load(&loaded))
+        usleep(1000);
+    assert_non_null(ebb_sched_model(s));
+    atomic_store(&eog_at, 0);
+    atomic_store(&eval_delay_us, 0);
+    atomic_store(&hold, false);
+    return s;
+}
+
+static ebb_err submit(struct ebb_sched *s, struct rec *r, const int32_t *prompt, uint32_t n,
+                      const struct ebb_gen_params *gp)
+{
+    struct ebb_sched_sink sink = {
+        .on_prefill = on_prefill, .on_token = on_token, .on_done = on_done, .ud = r};
+    return ebb_sched_submit(s, prompt, n, gp, &sink, &r->id, NULL);
+}
+
+static struct ebb_gen_params greedy(uint32_t max_tokens)
+{
+    struct ebb_gen_params gp;
+    ebb_gen_params_defaults(&gp);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = max_tokens;
+    return gp;
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+static void test_length_and_eog(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    struct rec r;
+    rec_init(&r, s);
+    int32_t prompt[3] = {7, 8, 5}; /* last token 5 -> next 1 ('a') */
+    struct ebb_gen_params gp = greedy(7);
+    assert_int_equal(submit(s, &r, prompt, 3, &gp), EBB_OK);
+    rec_wait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_LENGTH);
+    assert_int_equal(r.res.n_gen, 7);
+    assert_int_equal(r.res.n_prompt, 3);
+    assert_string_equal(r.text, "abcdeab");
+
+    atomic_store(&eog_at, 6); /* positions 3, 4 give tokens, then end of generation */
+    struct rec r2;
+    rec_init(&r2, s);
+    int32_t p2[3] = {9, 9, 5};
+    gp = greedy(0);
+    assert_int_equal(submit(s, &r2, p2, 3, &gp), EBB_OK);
+    rec_wait(&r2);
+    assert_int_equal(r2.res.finish, EBB_FINISH_STOP);
+    assert_string_equal(r2.text, "abc");
+    assert_int_equal(r2.res.n_gen, 4); /* three letters and the end-of-generation token */
+    ebb_sched_free(s);
+}
+
+static void test_stop_string(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    struct rec r;
+    rec_init(&r, s);
+    int32_t prompt[2] = {1, 5};
+    struct ebb_gen_params gp = greedy(20);
+    gp.n_stop = 2;
+    gp.stop[0] = "zz";
+    gp.stop[1] = "dea";
+    assert_int_equal(submit(s, &r, prompt, 2, &gp), EBB_OK);
+    rec_wait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_STOP);
+    assert_string_equal(r.text, "abc");
+    assert_int_equal(r.res.n_gen, 6); /* a b c d e a: the stop completes at the sixth token */
+    ebb_sched_free(s);
+}
+
+static void test_fair_interleaving(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(2, 4, 8);
+    atomic_store(&hold, true); /* both jobs start in the same engine turn */
+    struct rec a, b;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    int32_t pa[2] = {3, 5}, pb[2] = {4, 5};
+    struct ebb_gen_params gp = greedy(10);
+    assert_int_equal(submit(s, &a, pa, 2, &gp), EBB_OK);
+    assert_int_equal(submit(s, &b, pb, 2, &gp), EBB_OK);
+    usleep(20000);
+    atomic_store(&hold, false);
+    rec_wait(&a);
+    rec_wait(&b);
+    assert_int_equal(a.n_tok, 10);
+    assert_int_equal(b.n_tok, 10);
+    /* Each turn gives every active slot one step: from the moment both produce tokens until
+     * one of them is done, their tokens alternate strictly. */
+    char seq[20];
+    unsigned ia = 0, ib = 0;
+    for (unsigned k = 0; k < 20; k++)
+        seq[k] = ib >= 10 || (ia < 10 && a.order[ia] < b.order[ib]) ? (ia++, 'a') : (ib++, 'b');
+    unsigned first = 0, last = 19;
+    while (seq[first] == seq[0])
+        first++;
+    while (seq[last] == seq[19])
+        last--;
+    assert_true(first <= 2 && last >= 17); /* at most a step's lag at either end */
+    for (unsigned k = first; k < last; k++)
+        assert_true(seq[k] != seq[k + 1]);
+    ebb_sched_free(s);
+}
+
+static void test_cancel_during_prefill(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 10);
+    int32_t prompt[200];
+    for (int i = 0; i < 200; i++)
+        prompt[i] = 1 + i % 20;
+    struct rec r;
+    rec_init(&r, s);
+    r.cancel_on_prefill = true; /* cancel right after the first 10-token chunk */
+    atomic_store(&evals, 0);
+    struct ebb_gen_params gp = greedy(5);
+    assert_int_equal(submit(s, &r, prompt, 200, &gp), EBB_OK);
+    rec_wait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(r.n_prefill_calls, 1);
+    assert_int_equal(atomic_load(&evals), 1);
+    assert_int_equal(r.n_tok, 0);
+    ebb_sched_free(s);
+}
+
+static void test_queue_limit_and_cancel_queued(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 1, 8);
+    atomic_store(&hold, true);
+    int32_t prompt[2] = {2, 3};
+    struct ebb_gen_params gp = greedy(3);
+    struct rec r[3];
+    for (int i = 0; i < 3; i++)
+        rec_init(&r[i], s);
+    assert_int_equal(submit(s, &r[0], prompt, 2, &gp), EBB_OK);
+    usleep(20000); /* r[0] takes the slot */
+    assert_int_equal(submit(s, &r[1], prompt, 2, &gp), EBB_OK);
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.queued, 1);
+    assert_int_equal(st.active, 1);
+    assert_int_equal(submit(s, &r[2], prompt, 2, &gp), EBB_EBUSY);
+    ebb_sched_cancel(s, r[1].id); /* a queued job ends without running */
+    atomic_store(&hold, false);
+    rec_wait(&r[1]);
+    assert_int_equal(r[1].res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(r[1].n_tok, 0);
+    rec_wait(&r[0]);
+    assert_int_equal(r[0].res.finish, EBB_FINISH_LENGTH);
+    ebb_sched_free(s);
+}
+
+static void test_prefix_reuse_and_limits(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++)
+        prompt[i] = 1 + i % 7;
+    struct ebb_gen_params gp = greedy(4);
+    struct rec a, b;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    assert_int_equal(submit(s, &a, prompt, 20, &gp), EBB_OK);
+    rec_wait(&a);
+    assert_int_equal(a.res.n_cached, 0);
+    atomic_store(&eval_tokens, 0);
+    assert_int_equal(submit(s, &b, prompt, 20, &gp), EBB_OK);
+    rec_wait(&b);
+    assert_int_equal(b.res.n_cached, 19);
+    assert_string_equal(a.text, b.text);
+    /* One prompt token and three decode steps: the cache saved the rest. */
+    assert_int_equal(atomic_load(&eval_tokens), 4);
+
+    int32_t big[N_CTX];
+    for (int i = 0; i < N_CTX; i++)
+        big[i] = 1;
+    struct rec c;
+    rec_init(&c, s);
+    assert_int_equal(submit(s, &c, big, N_CTX, &gp), EBB_ECTX);
+    big[0] = N_VOCAB;
+    assert_int_equal(submit(s, &c, big, 4, &gp), EBB_EINVAL);
+    ebb_sched_free(s);
+}
+
+static void test_shutdown_cancels(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    atomic_store(&eval_delay_us, 2000);
+    int32_t prompt[2] = {2, 3};
+    struct ebb_gen_params gp = greedy(0);
+    gp.ignore_eos = true;
+    struct rec r[3];
+    for (int i = 0; i < 3; i++) {
+        rec_init(&r[i], s);
+        assert_int_equal(submit(s, &r[i], prompt, 2, &gp), EBB_OK);
+    }
+    usleep(20000);
+    ebb_sched_free(s); /* running and queued jobs all get on_done */
+    for (int i = 0; i < 3; i++) {
+        assert_true(r[i].done);
+        assert_int_equal(r[i].res.finish, EBB_FINISH_CANCEL);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_length_and_eog),
+        cmocka_unit_test(test_stop_string),
+        cmocka_unit_test(test_fair_interleaving),
+        cmocka_unit_test(test_cancel_during_prefill),
+        cmocka_unit_test(test_queue_limit_and_cancel_queued),
+        cmocka_unit_test(test_prefix_reuse_and_limits),
+        cmocka_unit_test(test_shutdown_cancels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
