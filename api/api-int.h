@@ -176,6 +176,7 @@ struct ebb__req {
     unsigned status;
     double t_start;
     char origin[256]; /* allowed Origin to echo, "" if none */
+    char remote[64];  /* client address for the request log */
     /* generation */
     struct ebb__gen *gen;
     bool gen_counted;            /* counted in api->n_gen_conns */

@@ -298,6 +298,17 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         snprintf(r->method, sizeof(r->method), "%s", method);
         snprintf(r->path, sizeof(r->path), "%s", url);
         r->body.limit = a->max_body;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
+                          r->remote, sizeof(r->remote));
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+                          r->remote, sizeof(r->remote));
+        }
         *con_cls = r;
         check_request(r, url, method);
         return MHD_YES;

@@ -320,6 +320,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         .completion_tokens = -1,
         .ms = (ebb__now() - r->t_start) * 1e3,
         .error = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL : "connection cut",
+        .remote = r->remote[0] ? r->remote : NULL,
     };
     if (r->gen) {
         lr.id = r->gen->id;
