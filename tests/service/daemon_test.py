@@ -239,7 +239,7 @@ def test_sigterm_stream(ebb, home):
     d.wait_listening()
     d.wait_healthy()
     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
-    body = {"model": "x", "stream": True, "max_tokens": 4000, "temperature": 0,
+    body = {"stream": True, "max_tokens": 4000, "temperature": 0,
             "messages": [{"role": "user", "content": "Count from 1 to 10000, one per line."}]}
     c.request("POST", "/v1/chat/completions", body=json.dumps(body),
               headers={"Content-Type": "application/json"})
