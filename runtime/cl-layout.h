@@ -30,13 +30,14 @@ struct ebb_cl_layout {
 
 /* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
 struct ebb_cl_tuning {
-    uint32_t mv_wg;    /* work-items per output row in matvec */
-    uint32_t mv_rows;  /* output rows per matvec work-group */
-    uint32_t mm_t;     /* tokens per work-item in matmul */
-    uint32_t mm_k;     /* input chunk staged in local memory by matmul */
-    uint32_t mm_wg;    /* matmul work-group size */
-    uint32_t mm_local; /* 1: matmul stages the token tile in local memory */
-    uint32_t norm_wg;  /* work-group size of row reductions and attention */
+    uint32_t mv_wg;     /* work-items per output row in matvec */
+    uint32_t mv_rows;   /* output rows per matvec work-group */
+    uint32_t mm_t;      /* tokens per work-item in matmul */
+    uint32_t mm_k;      /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;     /* matmul work-group size */
+    uint32_t mm_local;  /* 1: matmul stages the token tile in local memory */
+    uint32_t norm_wg;   /* work-group size of row reductions and attention */
+    uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
 
