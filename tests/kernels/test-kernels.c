@@ -270,10 +270,13 @@ static void test_weights(void)
             if (ebb_cl_layout_ok(&cl->info, &ls[j], 512 * 37))
                 test_weight_layout(&ls[j], 37, 512);
     }
-    /* The other matmul variant (token tile in local memory or read in place) than this device
-     * uses, for a block-decoded type, a generic one and a split layout. */
+    /* The other matmul variant (token tile in local memory or read in place) and the other
+     * decoder granularity than this device uses, for a 32-block type, a K-quant and a split
+     * layout. */
     tu.mm_local = !tu.mm_local;
-    printf("  (matmul with MM_LOCAL=%u)\n", tu.mm_local);
+    tu.block_dec = !tu.block_dec;
+    printf("  (matmul with MM_LOCAL=%u, block decoders %s)\n", tu.mm_local,
+           tu.block_dec ? "on" : "off");
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
@@ -282,6 +285,7 @@ static void test_weights(void)
     for (int j = 0; j < 3; j++)
         test_weight_layout(&other[j], 37, 512);
     tu.mm_local = !tu.mm_local;
+    tu.block_dec = !tu.block_dec;
 }
 
 static int count_files(const char *dir)
