@@ -86,6 +86,13 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         if (di->vendor == EBB_CL_VENDOR_ARM || di->vendor == EBB_CL_VENDOR_APPLE)
             t.mm_t = 4;
     }
+    /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
+    const char *mv = getenv("EBB_CL_MV");
+    unsigned mw = 0, mr = 0;
+    if (mv && sscanf(mv, "%u,%u", &mw, &mr) == 2 && mw && !(mw & (mw - 1)) && mr) {
+        t.mv_wg = mw;
+        t.mv_rows = mr;
+    }
     while (t.mv_wg * t.mv_rows > di->max_wg && t.mv_rows > 1)
         t.mv_rows /= 2;
     while (t.mm_wg > di->max_wg)
