@@ -22,7 +22,7 @@ static int not_yet(const char *name)
 /* Weak fallbacks let the binary link while a subcommand's module is still being written; each
  * real implementation in its own file replaces these. */
 #define EBB__FALLBACK(fn, name)                                                                    \
-    __attribute__((weak)) int fn(int argc, char **argv)                                           \
+    __attribute__((weak)) int fn(int argc, char **argv)                                            \
     {                                                                                              \
         (void)argc;                                                                                \
         (void)argv;                                                                                \
