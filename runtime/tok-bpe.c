@@ -495,39 +495,7 @@ static bool bg_less(const struct bigram *a, const struct bigram *b)
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(struct bigram *h, size_t *n, struct bigram x)
-{
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_less(&x, &h[p]))
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static struct bigram heap_pop(struct bigram *h, size_t *n)
-{
-    struct bigram top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const struct bigram *best = &x;
-        if (l < *n && bg_less(&h[l], best))
-            m = l, best = &h[l];
-        if (r < *n && bg_less(&h[r], best))
-            m = r;
-        if (m == i)
-            break;
-        h[i] = h[m];
-        i = m;
-    }
-    if (*n)
-        h[i] = x;
-    return top;
-}
+EBB__HEAP_DEFINE(heap, struct bigram, bg_less)
 
 static void add_bigram(const struct ebb_tokenizer *t, struct sym *s, int32_t l, int32_t r,
                        struct bigram *h, size_t *hn)
@@ -538,7 +506,7 @@ static void add_bigram(const struct ebb_tokenizer *t, struct sym *s, int32_t l, 
         return;
     if (!ebb__bpe_merge(t, s[l].id, s[r].id, &rank, &res))
         return;
-    heap_push(h, hn, (struct bigram){rank, l, r, s[l].n + s[r].n});
+    heap_insert(h, hn, (struct bigram){rank, l, r, s[l].n + s[r].n});
 }
 
 /* Emits the ids of one symbol whose text is not a token: its bytes' single-character tokens. */

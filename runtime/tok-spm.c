@@ -25,6 +25,8 @@ static bool bg_before(const struct bigram *a, const struct bigram *b)
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
+EBB__HEAP_DEFINE(heap, struct bigram, bg_before)
+
 /* A growable binary heap; a failed growth sets oom and drops the pair. */
 struct heap {
     struct bigram *h;
@@ -44,37 +46,7 @@ static void heap_push(struct heap *hp, struct bigram x)
         hp->h = nh;
         hp->cap = ncap;
     }
-    struct bigram *h = hp->h;
-    size_t i = hp->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&x, &h[p]))
-            break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static struct bigram heap_pop(struct bigram *h, size_t *n)
-{
-    struct bigram top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const struct bigram *best = &x;
-        if (l < *n && bg_before(&h[l], best))
-            m = l, best = &h[l];
-        if (r < *n && bg_before(&h[r], best))
-            m = r;
-        if (m == i)
-            break;
-        h[i] = h[m];
-        i = m;
-    }
-    if (*n)
-        h[i] = x;
-    return top;
+    heap_insert(hp->h, &hp->n, x);
 }
 
 static void add_bigram(const struct ebb_tokenizer *t, const char *text, const struct sym *s,

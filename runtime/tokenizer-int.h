@@ -131,4 +131,42 @@ ebb_err ebb__bpe_decode_text(const struct ebb_tokenizer *t, const char *s, size_
 ebb_err ebb__spm_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
                         bool space_prefix, struct ebb__tok_out *out);
 
+/* Binary heap helpers over an array of `type`, ordered by `before(const type *, const type *)`
+ * (the element that must pop first is "before"). Both tokenizers keep their merge candidates
+ * in one; each file instantiates it for its own pair type and ordering. `name##_insert` places
+ * x into a heap that already has room for it at index *n and grows *n. */
+#define EBB__HEAP_DEFINE(name, type, before)                                                       \
+    static void name##_insert(type *h, size_t *n, type x)                                          \
+    {                                                                                              \
+        size_t i = (*n)++;                                                                         \
+        while (i > 0) {                                                                            \
+            size_t p = (i - 1) / 2;                                                                \
+            if (!before(&x, &h[p]))                                                                \
+                break;                                                                             \
+            h[i] = h[p];                                                                           \
+            i = p;                                                                                 \
+        }                                                                                          \
+        h[i] = x;                                                                                  \
+    }                                                                                              \
+    static type name##_pop(type *h, size_t *n)                                                     \
+    {                                                                                              \
+        type top = h[0], x = h[--(*n)];                                                            \
+        size_t i = 0;                                                                              \
+        for (;;) {                                                                                 \
+            size_t l = 2 * i + 1, r = l + 1, m = i;                                                \
+            const type *best = &x;                                                                 \
+            if (l < *n && before(&h[l], best))                                                     \
+                m = l, best = &h[l];                                                               \
+            if (r < *n && before(&h[r], best))                                                     \
+                m = r;                                                                             \
+            if (m == i)                                                                            \
+                break;                                                                             \
+            h[i] = h[m];                                                                           \
+            i = m;                                                                                 \
+        }                                                                                          \
+        if (*n)                                                                                    \
+            h[i] = x;                                                                              \
+        return top;                                                                                \
+    }
+
 #endif
