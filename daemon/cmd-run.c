@@ -13,6 +13,7 @@
 
 #include "model.h"
 #include "sampler.h"
+#include "stream-opts.h"
 #include "tokenizer.h"
 
 static void run_usage(FILE *f)
@@ -47,13 +48,15 @@ static void run_usage(FILE *f)
             "                          (default auto)\n"
             "      --ctx N             context length in tokens (default: the model's, capped\n"
             "                          at 4096)\n"
+            "%s"
             "  -h, --help              show this help\n"
             "\n"
             "Sampling applies, in llama.cpp's order: repeat penalty, top-k, top-p, min-p,\n"
             "temperature.\n"
             "\n"
             "exit status: 0 success, 1 model, prompt or device error (e.g. the prompt does not\n"
-            "fit in the context), 2 usage error\n");
+            "fit in the context), 2 usage error\n",
+            ebb_stream_opts_usage);
 }
 
 static double now_ms(void)
@@ -100,6 +103,7 @@ struct run_opts {
     long long n_predict, ctx;
     bool chat, json;
     struct ebb_sampling sp;
+    struct ebb_model_params stream; /* the streamer fields only */
 };
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
@@ -120,6 +124,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
         {"help", no_argument, NULL, 'h'},
+        EBB_STREAM_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof(*o));
@@ -182,6 +187,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         case 'h':
             run_usage(stdout);
             return 0;
+        case EBB_SOPT_BUDGET:
+        case EBB_SOPT_PREFETCH:
+        case EBB_SOPT_MODE:
+        case EBB_SOPT_PACK:
+        case EBB_SOPT_RESIDENCY:
+        case EBB_SOPT_IO:
+        case EBB_SOPT_THREADS:
+            ok = ebb_stream_opt_apply(c, optarg, &o->stream);
+            break;
         case ':':
             fprintf(stderr, "ebb run: option '%s' needs a value\n", argv[optind - 1]);
             return 2;
@@ -222,8 +236,11 @@ int ebb_cmd_run(int argc, char **argv)
     struct ebb_diag d = {{0}};
     ebb_err rc;
 
-    struct ebb_model_params mp = {
-        .path = o.model, .device = o.device, .n_ctx = (uint32_t)o.ctx, .n_seq = 1};
+    struct ebb_model_params mp = o.stream;
+    mp.path = o.model;
+    mp.device = o.device;
+    mp.n_ctx = (uint32_t)o.ctx;
+    mp.n_seq = 1;
     if ((rc = ebb_model_open(&mp, &m, &d))) {
         fprintf(stderr, "ebb run: cannot load '%s': %s\n", o.model,
                 d.msg[0] ? d.msg : ebb_err_str(rc));
@@ -368,6 +385,12 @@ int ebb_cmd_run(int argc, char **argv)
             ebb_model_arch(m), ebb_model_device_name(m), n_prompt, t_prefill, pf_tps, n_gen,
             t_decode, dec_tps, stop);
 
+    uint64_t peak = ebb_peak_rss();
+    char sj[8192];
+    bool streaming = ebb_model_stream_json(m, sj, sizeof(sj)) > 0;
+    if (streaming)
+        fprintf(stderr, "ebb run: stream %s\n", sj);
+    fprintf(stderr, "ebb run: peak RSS %.1f MiB\n", (double)peak / (1 << 20));
     if (o.json) {
         json_t *ids = json_array(), *pids = json_array();
         for (size_t i = 0; i < n_gen; i++)
@@ -384,6 +407,9 @@ int ebb_cmd_run(int argc, char **argv)
             "prefill_tok_s", pf_tps, "decode_ms", t_decode, "decode_tok_s", dec_tps);
         if (!j)
             goto oom;
+        json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)peak));
+        if (streaming)
+            json_object_set_new(j, "stream", json_loads(sj, 0, NULL));
         json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         printf("\n");
         json_decref(j);

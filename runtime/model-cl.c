@@ -5,11 +5,16 @@
 #include "model-int.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cl-layout.h"
+#include "pack.h"
 #include "quant.h"
+#include "stream-cl.h"
 
 #define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
 #define N_OUT_ROWS 32  /* rows of the logits scratch (logits_all runs in groups of this) */
@@ -17,6 +22,7 @@
 #define TOPK_MAX 64    /* as in ops.cl */
 #define MAX_PROGS 8
 #define MAX_TYPES 40
+#define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
 
 struct layer {
     cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
@@ -56,6 +62,19 @@ struct clm {
     cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
     cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
     float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+    /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
+    const struct ebb_gguf *g;
+    struct ebb_stream *st;
+    struct ebb_stream_cl *sc; /* staging, once some layer is streamed */
+    struct layer *tmpl;       /* (n_layer) each layer's weights as streamed: a = NULL, off
+                                 relative to the layer's first byte */
+    uint32_t n_slots;
+    size_t max_layer;
+    bool unified;
+    uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */
+    pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
+    bool snap_init;
+    struct ebb_stream_report snap;
     struct ebb__backend_i iface;
     char name[160]; /* "opencl (device name)" */
 };
@@ -75,6 +94,13 @@ static void clm_free(void *ctx)
     struct clm *m = ctx;
     if (!m)
         return;
+    if (m->sc && m->st)
+        ebb_stream_cl_finish(m->sc, m->st, NULL);
+    ebb_stream_free(m->st); /* stops the I/O thread before its slots go */
+    ebb_stream_cl_free(m->sc);
+    free(m->tmpl);
+    if (m->snap_init)
+        pthread_mutex_destroy(&m->snap_mu);
     if (m->layers) {
         for (uint32_t l = 0; l < m->hp.n_layer; l++) {
             struct layer *L = &m->layers[l];
@@ -257,6 +283,51 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
     return EBB_OK;
 }
 
+/* The weight matrices of decoder layer l (norms and KV cache are placed apart). */
+static ebb_err place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                           struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    struct layer *L = &m->layers[l];
+    char nm[6][64];
+    uint32_t one;
+    ebb_err rc;
+    snprintf(nm[0], 64, "blk.%u.attn_q.weight", l);
+    snprintf(nm[1], 64, "blk.%u.attn_k.weight", l);
+    snprintf(nm[2], 64, "blk.%u.attn_v.weight", l);
+    const char *qn[] = {nm[0], nm[1], nm[2]};
+    uint32_t qr[] = {m->n_q, m->n_kv, m->n_kv};
+    if ((rc = place_group(m, g, qn, qr, 3, hp->n_embd, L->qkv, &L->n_qkv, diag)))
+        return rc;
+    snprintf(nm[3], 64, "blk.%u.attn_output.weight", l);
+    const char *wn[] = {nm[3]};
+    uint32_t wr[] = {hp->n_embd};
+    if ((rc = place_group(m, g, wn, wr, 1, m->n_q, &L->wo, &one, diag)))
+        return rc;
+    snprintf(nm[4], 64, "blk.%u.ffn_gate.weight", l);
+    snprintf(nm[5], 64, "blk.%u.ffn_up.weight", l);
+    const char *gn[] = {nm[4], nm[5]};
+    uint32_t gr[] = {hp->n_ff, hp->n_ff};
+    if ((rc = place_group(m, g, gn, gr, 2, hp->n_embd, L->gu, &L->n_gu, diag)))
+        return rc;
+    snprintf(nm[0], 64, "blk.%u.ffn_down.weight", l);
+    const char *dn[] = {nm[0]};
+    return place_group(m, g, dn, wr, 1, hp->n_ff, &L->down, &one, diag);
+}
+
+/* Releases the weight matrices of layer l (it becomes streamed). */
+static void drop_layer(struct clm *m, uint32_t l)
+{
+    struct layer *L = &m->layers[l];
+    for (int i = 0; i < 3; i++)
+        ebb_cl_weight_fini(&L->qkv[i]);
+    ebb_cl_weight_fini(&L->wo);
+    for (int i = 0; i < 2; i++)
+        ebb_cl_weight_fini(&L->gu[i]);
+    ebb_cl_weight_fini(&L->down);
+    L->n_qkv = L->n_gu = 0;
+}
+
 static ebb_err place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
@@ -276,35 +347,16 @@ static ebb_err place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb
     if (!m->layers)
         return EBB_ENOMEM;
     size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * m->n_ctx * hp->head_dim * 2;
-    char nm[6][64];
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct layer *L = &m->layers[l];
+        char nm[2][64];
         snprintf(nm[0], 64, "blk.%u.attn_norm.weight", l);
         snprintf(nm[1], 64, "blk.%u.ffn_norm.weight", l);
         if ((rc = place_norm(m, g, nm[0], &L->attn_norm, diag)) ||
             (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
             return rc;
-        snprintf(nm[0], 64, "blk.%u.attn_q.weight", l);
-        snprintf(nm[1], 64, "blk.%u.attn_k.weight", l);
-        snprintf(nm[2], 64, "blk.%u.attn_v.weight", l);
-        const char *qn[] = {nm[0], nm[1], nm[2]};
-        uint32_t qr[] = {m->n_q, m->n_kv, m->n_kv};
-        if ((rc = place_group(m, g, qn, qr, 3, hp->n_embd, L->qkv, &L->n_qkv, diag)))
-            return rc;
-        snprintf(nm[3], 64, "blk.%u.attn_output.weight", l);
-        const char *wn[] = {nm[3]};
-        uint32_t wr[] = {hp->n_embd};
-        if ((rc = place_group(m, g, wn, wr, 1, m->n_q, &L->wo, &one, diag)))
-            return rc;
-        snprintf(nm[4], 64, "blk.%u.ffn_gate.weight", l);
-        snprintf(nm[5], 64, "blk.%u.ffn_up.weight", l);
-        const char *gn[] = {nm[4], nm[5]};
-        uint32_t gr[] = {hp->n_ff, hp->n_ff};
-        if ((rc = place_group(m, g, gn, gr, 2, hp->n_embd, L->gu, &L->n_gu, diag)))
-            return rc;
-        snprintf(nm[0], 64, "blk.%u.ffn_down.weight", l);
-        const char *dn[] = {nm[0]};
-        if ((rc = place_group(m, g, dn, wr, 1, hp->n_ff, &L->down, &one, diag)))
+        /* Streamed layers keep only their norms and KV cache on the device. */
+        if ((!m->st || ebb_stream_is_resident(m->st, l)) && (rc = place_layer(m, g, l, diag)))
             return rc;
         if ((rc = alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
             (rc = alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
@@ -588,6 +640,316 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     return read(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
 }
 
+/* ---- Layer streamer glue (docs/STREAMER.md, "Integration recipe") ---- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Raw-layout weights over a streamed layer's bytes: offs[i] is tensor names[i]'s offset from
+ * the layer's first byte. Fused into one weight when they share a type and lie back to back. */
+static ebb_err tmpl_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
+                          const uint64_t *offs, const uint32_t *rows, uint32_t n, uint32_t n_in,
+                          struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t[3];
+    ebb_err rc;
+    bool fuse = true;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((rc = find(g, names[i], n_in, rows[i], &t[i], diag)))
+            return rc;
+        if (i)
+            fuse = fuse && t[i]->type == t[0]->type && offs[i] == offs[i - 1] + t[i - 1]->size;
+    }
+    *n_out = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ebb_cl_weight *w = &out[*n_out];
+        if (fuse && i) {
+            w = &out[0];
+            w->n_out += rows[i];
+            continue;
+        }
+        memset(w, 0, sizeof(*w));
+        w->layout = (struct ebb_cl_layout){
+            .type = t[i]->type, .storage = EBB_CL_STORE_BUFFER, .order = EBB_CL_ORDER_RAW};
+        w->n_in = n_in;
+        w->n_out = rows[i];
+        w->off = offs[i];
+        (*n_out)++;
+    }
+    for (uint32_t i = 0; i < *n_out; i++)
+        if (!ebb_cl_layout_ok(&m->cl->info, &out[i].layout, (uint64_t)out[i].n_in * out[i].n_out))
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                                "tensor '%s' (type %u) cannot be streamed in the raw layout on "
+                                "this device",
+                                names[0], t[0]->type);
+    return EBB_OK;
+}
+
+/* Offsets of a layer's tensors inside its streamed bytes: from the pack's directory, or from
+ * the GGUF (tensor file offset minus the extent's start). */
+static ebb_err tmpl_offs(const struct ebb_gguf *g, const struct ebb_pack *pk,
+                         const struct ebb_stream_layer *ext, const char *const *names, uint32_t n,
+                         uint64_t *offs, struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (pk) {
+            const struct ebb_pack_tensor *pt = ebb_pack_find_tensor(pk, names[i]);
+            if (!pt)
+                return ebb_diag_set(diag, EBB_EFORMAT, "the pack has no tensor '%s'", names[i]);
+            offs[i] = pt->off;
+        } else {
+            const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, names[i]);
+            if (!t)
+                return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", names[i]);
+            offs[i] =
+                (uint64_t)((const uint8_t *)t->data - (const uint8_t *)ebb_gguf_base(g)) - ext->off;
+        }
+    }
+    return EBB_OK;
+}
+
+static ebb_err build_tmpl(struct clm *m, const struct ebb_gguf *g, const struct ebb_pack *pk,
+                          const struct ebb_stream_layer *ext, uint32_t l, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    struct layer *T = &m->tmpl[l];
+    char nm[7][64];
+    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                         "ffn_gate", "ffn_up", "ffn_down"};
+    const char *np[7];
+    for (int i = 0; i < 7; i++) {
+        snprintf(nm[i], 64, "blk.%u.%s.weight", l, sfx[i]);
+        np[i] = nm[i];
+    }
+    uint64_t offs[7];
+    uint32_t one, qr[] = {m->n_q, m->n_kv, m->n_kv}, wr[] = {hp->n_embd},
+                  gr[] = {hp->n_ff, hp->n_ff};
+    ebb_err rc;
+    if ((rc = tmpl_offs(g, pk, ext, np, 7, offs, diag)) ||
+        (rc = tmpl_group(m, g, np, offs, qr, 3, hp->n_embd, T->qkv, &T->n_qkv, diag)) ||
+        (rc = tmpl_group(m, g, np + 3, offs + 3, wr, 1, m->n_q, &T->wo, &one, diag)) ||
+        (rc = tmpl_group(m, g, np + 4, offs + 4, gr, 2, hp->n_embd, T->gu, &T->n_gu, diag)) ||
+        (rc = tmpl_group(m, g, np + 6, offs + 6, wr, 1, hp->n_ff, &T->down, &one, diag)))
+        return rc;
+    return EBB_OK;
+}
+
+static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
+{
+    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
+    return t ? t->size : 0;
+}
+
+/* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
+ * streamed form of every layer, the initial plan. Sets m->n_ctx to the planned context. */
+static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
+                           const struct ebb_model_params *p, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    const char *env = getenv("EBB_TEST_RESIDENCY");
+    bool forced = p->residency_forced || p->residency > 0 || (env && *env);
+    double frac = env && *env ? strtod(env, NULL) : p->residency;
+    if (!p->memory_budget && !p->memory_budget_auto && !forced)
+        return EBB_OK;
+    uint32_t n_layer = hp->n_layer;
+    ebb_err rc = EBB_OK;
+    struct ebb_pack *pk = NULL;
+    struct ebb_stream_layer *ext = calloc(n_layer, sizeof(*ext));
+    uint64_t *lb = calloc(n_layer, sizeof(*lb));
+    m->tmpl = calloc(n_layer, sizeof(*m->tmpl));
+    if (!ext || !lb || !m->tmpl) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    if (p->pack_path) {
+        struct ebb_pack_expect want;
+        ebb_pack_expect_from_gguf(g, &want);
+        want.layout = EBB_PACK_LAYOUT_GGUF_RAW;
+        if ((rc = ebb_pack_open(p->pack_path, &want, &pk, diag)))
+            goto out;
+        if (ebb_pack_info(pk)->n_layer != n_layer) {
+            rc = ebb_diag_set(diag, EBB_EINVAL, "pack '%s' holds %u layers, the model %u",
+                              p->pack_path, ebb_pack_info(pk)->n_layer, n_layer);
+            goto out;
+        }
+        for (uint32_t l = 0; l < n_layer && !rc; l++)
+            rc = ebb_pack_group(pk, l, &ext[l]);
+        if (rc) {
+            rc = ebb_diag_set(diag, rc, "pack '%s': bad layer extent", p->pack_path);
+            goto out;
+        }
+    } else if ((rc = ebb_pack_gguf_extents(g, n_layer, ext, diag))) {
+        goto out;
+    }
+    for (uint32_t l = 0; l < n_layer; l++) {
+        if ((rc = build_tmpl(m, g, pk, &ext[l], l, diag)))
+            goto out;
+        lb[l] = ext[l].raw_size;
+        if (ext[l].raw_size > m->max_layer)
+            m->max_layer = (size_t)ext[l].raw_size;
+    }
+    m->unified = m->cl->info.host_unified || m->cl->info.is_cpu;
+    uint32_t prefetch = p->prefetch ? p->prefetch : 2;
+    m->n_slots = prefetch + 1;
+    size_t slot = ebb_stream_io_slot_size(ext, n_layer);
+    size_t f = sizeof(float), nb = N_BATCH;
+    uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
+                       N_OUT_ROWS * f * (hp->n_embd + 2 * (uint64_t)hp->n_vocab);
+    struct ebb_stream_plan_cfg cfg = {
+        .n_layer = n_layer,
+        .layer_bytes = lb,
+        .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
+                       f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
+        .runtime_bytes = scratch + (32u << 20), /* plus programs and queues */
+        .staging_bytes = (uint64_t)m->n_slots * slot + (m->unified ? 0 : 2 * m->max_layer),
+        .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
+        .n_ctx_want = m->n_ctx,
+        .mode = EBB_STREAM_BALANCED,
+        .budget = p->memory_budget_auto ? 0 : p->memory_budget,
+    };
+    if (p->residency_mode && (rc = ebb_stream_mode_parse(p->residency_mode, &cfg.mode))) {
+        rc = ebb_diag_set(diag, rc, "bad residency mode '%s' (speed, balanced, context)",
+                          p->residency_mode);
+        goto out;
+    }
+    if (forced) { /* a budget that holds exactly round(frac * n_layer) layers */
+        double r = frac < 0 ? 0 : frac > 1 ? 1 : frac;
+        uint32_t n = (uint32_t)(r * n_layer + 0.5);
+        cfg.mode = EBB_STREAM_CONTEXT;
+        cfg.budget = cfg.fixed_bytes + cfg.runtime_bytes + cfg.kv_per_token * cfg.n_ctx_want +
+                     (n < n_layer ? cfg.staging_bytes : 0);
+        for (uint32_t l = 0; l < n; l++)
+            cfg.budget += lb[l];
+    }
+    struct ebb_stream_params sp = {
+        .path = p->pack_path ? p->pack_path : p->path,
+        .layers = ext,
+        .plan = cfg,
+        .probe = {.discrete = !m->unified},
+        .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
+        .prefetch = prefetch,
+        .io_threads = p->stream_threads,
+        .now_ns = now_ns(),
+    };
+    if (p->stream_cache && (rc = ebb_stream_cache_parse(p->stream_cache, &sp.cache))) {
+        rc = ebb_diag_set(diag, rc, "bad stream cache mode '%s' (cached, direct, dontneed)",
+                          p->stream_cache);
+        goto out;
+    }
+    if ((rc = ebb_stream_new(&sp, &m->st, diag)))
+        goto out;
+    m->n_ctx = ebb_stream_n_ctx(m->st);
+    m->next_tick = REPLAN_TOKENS;
+out:
+    ebb_pack_close(pk);
+    free(ext);
+    free(lb);
+    return rc;
+}
+
+static void stream_snapshot(struct clm *m)
+{
+    pthread_mutex_lock(&m->snap_mu);
+    ebb_stream_report(m->st, &m->snap);
+    pthread_mutex_unlock(&m->snap_mu);
+}
+
+static bool clm_stream_report(void *ctx, struct ebb_stream_report *out)
+{
+    struct clm *m = ctx;
+    if (!m->st)
+        return false;
+    pthread_mutex_lock(&m->snap_mu);
+    *out = m->snap;
+    pthread_mutex_unlock(&m->snap_mu);
+    return true;
+}
+
+static bool clm_stream_probe(void *ctx)
+{
+    struct clm *m = ctx;
+    return m->st && ebb_stream_probe(m->st);
+}
+
+/* Staging slots, the first time some layer is streamed. */
+static ebb_err ensure_slots(struct clm *m, struct ebb_diag *diag)
+{
+    if (m->sc || !ebb_stream_needs_slots(m->st))
+        return EBB_OK;
+    struct ebb_stream_cl_params cp = {.ctx = m->cl->ctx,
+                                      .dev = m->cl->dev,
+                                      .q = m->cl->q,
+                                      .unified = m->unified,
+                                      .n_slots = m->n_slots,
+                                      .slot_size = ebb_stream_slot_size(m->st),
+                                      .layer_size = m->max_layer};
+    ebb_err rc = ebb_stream_cl_new(&cp, &m->sc, diag);
+    if (!rc)
+        rc = ebb_stream_attach(m->st, ebb_stream_cl_slots(m->sc), m->n_slots, diag);
+    return rc;
+}
+
+/* Between evaluations: re-plans on the 64-token tick or a posted probe reading, and moves
+ * layers (the device is idle here: every evaluation ends with its queue finished). */
+static ebb_err stream_between(struct clm *m, struct ebb_diag *diag)
+{
+    bool tick = m->tokens >= m->next_tick;
+    if (!tick && !ebb_stream_replan_due(m->st))
+        return EBB_OK;
+    if (tick)
+        m->next_tick = m->tokens + REPLAN_TOKENS;
+    struct ebb_stream_change chg;
+    if (!ebb_stream_replan(m->st, now_ns(), m->tokens, m->busy_ns, tick, &chg))
+        return EBB_OK;
+    ebb_err rc = EBB_OK;
+    for (uint32_t l = chg.to; l < chg.from; l++) /* shrink */
+        drop_layer(m, l);
+    for (uint32_t l = chg.from; l < chg.to && !rc; l++) /* grow */
+        rc = place_layer(m, m->g, l, diag);
+    if (rc) {
+        for (uint32_t l = chg.from; l < chg.to; l++)
+            drop_layer(m, l);
+        return rc;
+    }
+    if ((rc = ebb_stream_commit(m->st, &chg, diag)) || (rc = ensure_slots(m, diag)))
+        return rc;
+    fprintf(stderr, "ebb: stream plan %u -> %u resident layers: %s\n", chg.from, chg.to,
+            chg.reason);
+    return EBB_OK;
+}
+
+/* A streamed layer: its weights read from the view the streamer hands over. */
+static ebb_err streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+                              struct ebb_diag *diag)
+{
+    uint32_t v;
+    size_t off;
+    ebb_err rc = ebb_stream_cl_begin(m->sc, m->st, l, &v, &off, diag);
+    if (rc)
+        return rc;
+    cl_mem view = ebb_stream_cl_view(m->sc, v);
+    const struct layer *T = &m->tmpl[l];
+    struct layer S = m->layers[l]; /* norms and KV cache stay resident */
+    S.n_qkv = T->n_qkv;
+    S.n_gu = T->n_gu;
+    struct ebb_cl_weight *dst[] = {&S.qkv[0], &S.qkv[1], &S.qkv[2], &S.wo,
+                                   &S.gu[0],  &S.gu[1],  &S.down};
+    const struct ebb_cl_weight *src[] = {&T->qkv[0], &T->qkv[1], &T->qkv[2], &T->wo,
+                                         &T->gu[0],  &T->gu[1],  &T->down};
+    for (int i = 0; i < 7; i++) {
+        *dst[i] = *src[i];
+        dst[i]->a = view;
+        dst[i]->off += off;
+    }
+    rc = layer(m, &S, seq, nt, pos, diag);
+    ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
+    return rc ? rc : rc2;
+}
+
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag)
 {
@@ -602,6 +964,9 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
             return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
+    uint64_t t0 = m->st ? now_ns() : 0;
+    if (m->st && (rc = stream_between(m, diag)))
+        goto out;
     float one = 1.0f;
     int n_embd = (int)m->hp.n_embd;
     for (uint32_t c = 0; c < n; c += N_BATCH) {
@@ -619,9 +984,14 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
             (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
             goto out;
-        for (uint32_t l = 0; l < m->hp.n_layer; l++)
-            if ((rc = layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag)))
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            if (!m->st || ebb_stream_is_resident(m->st, l))
+                rc = layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
+            else
+                rc = streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
+            if (rc)
                 goto out;
+        }
         bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
         if (nt == 1 && !(out && out->logits_all)) {
             if (want_last && (rc = head_decode(m, diag)))
@@ -648,6 +1018,13 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     else
         rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
 out:
+    if (m->st) {
+        ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
+        rc = rc ? rc : rf;
+        m->tokens += n;
+        m->busy_ns += now_ns() - t0;
+        stream_snapshot(m);
+    }
     return rc;
 }
 
@@ -661,6 +1038,12 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
         return EBB_ENOMEM;
     m->hp = *hp;
     m->n_ctx = n_ctx;
+    m->g = g;
+    if (pthread_mutex_init(&m->snap_mu, NULL)) {
+        free(m);
+        return EBB_ENOMEM;
+    }
+    m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
@@ -690,9 +1073,17 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
         if (e)
             m->map.buf = NULL; /* fall back to copies */
     }
-    if ((rc = build_kernels(m, diag)) || (rc = place_weights(m, g, diag)) ||
-        (rc = alloc_scratch(m, diag)))
+    if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
+        (rc = place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
         goto out;
+    if (m->st) {
+        if ((rc = ensure_slots(m, diag)))
+            goto out;
+        stream_snapshot(m);
+        m->iface.stream_report = clm_stream_report;
+        m->iface.stream_probe = clm_stream_probe;
+        m->iface.n_ctx = m->n_ctx;
+    }
     snprintf(m->name, sizeof(m->name), "opencl (%s)", m->cl->info.name);
     m->iface.name = m->name;
     m->iface.eval = clm_eval;

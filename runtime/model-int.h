@@ -4,6 +4,7 @@
 #define EBB_RUNTIME_MODEL_INT_H
 
 #include "model.h"
+#include "stream.h"
 
 enum ebb__rope_kind {
     EBB__ROPE_NORMAL = 0, /* pairs (2i, 2i+1): llama */
@@ -13,19 +14,19 @@ enum ebb__rope_kind {
 struct ebb__hparams {
     char arch[32];
     uint32_t n_layer;
-    uint32_t n_embd;     /* model width */
+    uint32_t n_embd; /* model width */
     uint32_t n_head;
     uint32_t n_head_kv;
-    uint32_t head_dim;   /* key/value length per head */
+    uint32_t head_dim; /* key/value length per head */
     uint32_t n_ff;
     uint32_t n_vocab;
     uint32_t n_ctx_train;
-    uint32_t n_rot;      /* rotary dims per head */
+    uint32_t n_rot; /* rotary dims per head */
     float rope_base;
-    float rope_scale;    /* linear scaling factor (1 = none) */
+    float rope_scale; /* linear scaling factor (1 = none) */
     enum ebb__rope_kind rope_kind;
     float rms_eps;
-    bool tied_output;    /* output head reuses token_embd */
+    bool tied_output; /* output head reuses token_embd */
 };
 
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
@@ -34,6 +35,12 @@ struct ebb__backend_i {
     ebb_err (*eval)(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                     struct ebb_model_out *out, struct ebb_diag *diag);
     void (*free)(void *ctx);
+    /* Optional (NULL/0 in backends without a layer streamer). */
+    uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
+    /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */
+    bool (*stream_report)(void *ctx, struct ebb_stream_report *out);
+    /* Any thread: reads the memory probes for the next re-plan; true on pressure. */
+    bool (*stream_probe)(void *ctx);
 };
 
 /* Backend constructors. Each looks up the standard GGUF tensor names itself (token_embd.weight,
@@ -45,7 +52,6 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
                              struct ebb_diag *diag);
 ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
                             const struct ebb_model_params *p, uint32_t n_ctx,
-                            const struct ebb__backend_i **iface, void **ctx,
-                            struct ebb_diag *diag);
+                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag);
 
 #endif

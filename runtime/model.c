@@ -187,6 +187,8 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     if (rc)
         goto out;
     snprintf(m->device, sizeof(m->device), "%s", m->iface->name ? m->iface->name : dev);
+    if (m->iface->n_ctx)
+        m->n_ctx = m->iface->n_ctx;
 out:
     if (rc) {
         ebb_model_close(m);
@@ -261,4 +263,35 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
         return ebb_diag_set(diag, EBB_EINVAL, "top_k %u > vocabulary", out->top_k);
     struct ebb_model_out none = {0};
     return m->iface->eval(m->ctx, seq, tokens, n, pos, out ? out : &none, diag);
+}
+
+bool ebb_model_streaming(const struct ebb_model *m)
+{
+    struct ebb_stream_report r;
+    return m->iface->stream_report && m->iface->stream_report(m->ctx, &r);
+}
+
+size_t ebb_model_stream_json(const struct ebb_model *m, char *buf, size_t cap)
+{
+    struct ebb_stream_report r;
+    if (cap)
+        buf[0] = 0;
+    if (!m->iface->stream_report || !m->iface->stream_report(m->ctx, &r))
+        return 0;
+    return ebb_stream_report_json(&r, buf, cap);
+}
+
+size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t cap)
+{
+    struct ebb_stream_report r;
+    if (cap)
+        buf[0] = 0;
+    if (!m->iface->stream_report || !m->iface->stream_report(m->ctx, &r))
+        return 0;
+    return ebb_stream_report_prometheus(&r, buf, cap);
+}
+
+bool ebb_model_stream_probe(struct ebb_model *m)
+{
+    return m->iface->stream_probe && m->iface->stream_probe(m->ctx);
 }

@@ -1,0 +1,74 @@
+#include "stream-opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream-plan.h"
+
+const char ebb_stream_opts_usage[] =
+    "      --memory-budget SIZE|auto  stream decoder layers so that weights + KV + buffers\n"
+    "                          fit SIZE (256M, 1.5G, ...) or what the memory probes allow;\n"
+    "                          default: no streaming\n"
+    "      --prefetch N        streamed layers read ahead (default 2)\n"
+    "      --residency-mode M  speed, balanced (default) or context: KV reserve vs layers\n"
+    "      --pack FILE         stream from a pack made by `ebb pack` instead of the GGUF\n"
+    "      --residency F       tests: force this fraction of layers resident (0..1)\n"
+    "      --stream-io MODE    cached (default), direct (O_DIRECT) or dontneed\n"
+    "      --stream-threads N  reader threads per streamed layer (default 1)\n";
+
+bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
+{
+    char *end = NULL;
+    switch (c) {
+    case EBB_SOPT_BUDGET:
+        if (!strcmp(arg, "auto")) {
+            mp->memory_budget_auto = true;
+            return true;
+        }
+        return ebb_stream_budget_parse(arg, &mp->memory_budget) == EBB_OK;
+    case EBB_SOPT_PREFETCH: {
+        unsigned long v = strtoul(arg, &end, 10);
+        mp->prefetch = (uint32_t)v;
+        return end != arg && !*end && v >= 1 && v <= 64;
+    }
+    case EBB_SOPT_MODE: {
+        enum ebb_stream_mode md;
+        mp->residency_mode = arg;
+        return ebb_stream_mode_parse(arg, &md) == EBB_OK;
+    }
+    case EBB_SOPT_PACK:
+        mp->pack_path = arg;
+        return *arg != 0;
+    case EBB_SOPT_RESIDENCY: {
+        double v = strtod(arg, &end);
+        mp->residency = v;
+        mp->residency_forced = true;
+        return end != arg && !*end && v >= 0 && v <= 1;
+    }
+    case EBB_SOPT_IO:
+        mp->stream_cache = arg;
+        return !strcmp(arg, "cached") || !strcmp(arg, "direct") || !strcmp(arg, "dontneed");
+    case EBB_SOPT_THREADS: {
+        unsigned long v = strtoul(arg, &end, 10);
+        mp->stream_threads = (uint32_t)v;
+        return end != arg && !*end && v >= 1 && v <= 64;
+    }
+    default:
+        return false;
+    }
+}
+
+uint64_t ebb_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
