@@ -185,6 +185,8 @@ struct ebb__req {
     struct ebb__req *ready_next; /* (mu) */
     bool suspended;
     bool disconnected;
+    bool parked; /* waiting for ebb_api_hold(false) */
+    struct ebb__req *park_prev, *park_next;
     enum ebb__watch watch_state;
     uv_poll_t watch;      /* client hang-up detection while suspended */
     struct ebb__abuf out; /* SSE bytes not yet handed to MHD */
@@ -233,8 +235,10 @@ struct ebb_api {
     int32_t fim_pre, fim_suf, fim_mid;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;
-    struct ebb__req *live; /* requests with a generation in progress */
-    size_t n_gen_conns;    /* connections with a generation whose response is not complete */
+    struct ebb__req *live;   /* requests with a generation in progress */
+    bool hold;               /* a model swap is pending: new generations wait */
+    struct ebb__req *parked; /* suspended until the hold ends */
+    size_t n_gen_conns;      /* connections with a generation whose response is not complete */
     void (*on_ready)(void *ud, bool ok, const char *msg);
     void *ud;
 };
@@ -259,6 +263,8 @@ void ebb__add_cors(struct ebb__req *r, struct MHD_Response *resp);
 void ebb__resume(struct ebb__req *r);
 /* Suspends r's connection and watches the socket for a client hang-up. */
 void ebb__suspend(struct ebb__req *r);
+/* Suspends r until the hold on new generations ends (ebb_api_hold). */
+void ebb__park(struct ebb__req *r);
 /* Schedules MHD_run on the next loop iteration. */
 void ebb__kick(struct ebb_api *a);
 

@@ -68,6 +68,18 @@ void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg);
 /* True once the model failed to load (the daemon then exits with the message logged). */
 bool ebb_api_load_failed(const struct ebb_api *a);
 
+/* Model swap, step 1: while held, new generation requests wait (their connections suspended)
+ * instead of reaching the engine; releasing the hold lets them continue on whatever model is
+ * then served. Requests already submitted are not affected. */
+void ebb_api_hold(struct ebb_api *a, bool hold);
+
+/* Model swap, step 2, with nothing in flight (ebb_api_in_flight() == 0) and requests held:
+ * picks m's chat template (chat_template: a family name, or NULL to detect it from the GGUF)
+ * and from now on serves m under model_id. The caller then makes the scheduler use m. On
+ * error (no usable template) nothing changes. */
+ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
+                          const char *chat_template, struct ebb_diag *diag);
+
 /* Graceful stop, step 1: stop accepting new connections; requests in flight continue. */
 void ebb_api_quiesce(struct ebb_api *a);
 

@@ -539,6 +539,10 @@ static void gen_start(struct ebb__req *r)
             ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
         return;
     }
+    if (a->hold) {
+        ebb__park(r);
+        return;
+    }
     struct ebb__gen_req q;
     struct ebb__perr pe;
     int32_t *ids = NULL;

@@ -292,6 +292,50 @@ static void req_maybe_free(struct ebb__req *r)
     free(r);
 }
 
+static void park_unlink(struct ebb__req *r)
+{
+    if (!r->parked)
+        return;
+    if (r->park_prev)
+        r->park_prev->park_next = r->park_next;
+    else
+        r->api->parked = r->park_next;
+    if (r->park_next)
+        r->park_next->park_prev = r->park_prev;
+    r->park_prev = r->park_next = NULL;
+    r->parked = false;
+}
+
+void ebb__park(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    if (r->disconnected) {
+        ebb__reply_error(r, 503, "the model is being replaced", NULL, "model_loading");
+        return;
+    }
+    if (!r->parked) {
+        r->parked = true;
+        r->park_prev = NULL;
+        r->park_next = a->parked;
+        if (a->parked)
+            a->parked->park_prev = r;
+        a->parked = r;
+    }
+    ebb__suspend(r);
+}
+
+void ebb_api_hold(struct ebb_api *a, bool hold)
+{
+    a->hold = hold;
+    if (hold)
+        return;
+    while (a->parked) {
+        struct ebb__req *r = a->parked;
+        park_unlink(r);
+        ebb__resume(r); /* MHD calls the handler again, which starts the generation */
+    }
+}
+
 /* Called by gen.c once the engine has finished with r. */
 void ebb__req_engine_released(struct ebb__req *r);
 void ebb__req_engine_released(struct ebb__req *r)
@@ -310,6 +354,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r)
         return;
     *con_cls = NULL;
+    park_unlink(r);
     if (r->answered)
         ebb__metrics_request(&a->metrics, r->ep, r->status);
     struct ebb_log_request lr = {
@@ -350,35 +395,27 @@ static bool has_token(void *ud, const char *text)
     return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
 }
 
-/* The model is loaded: pick the chat template and the fill-in-the-middle tokens. */
-static void prepare_model(struct ebb_api *a)
+/* Picks m's chat template (a family name, or NULL to detect it) and fill-in-the-middle tokens
+ * into a's fields; on error nothing changes and diag says why. */
+static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *chat_template,
+                         struct ebb_diag *diag)
 {
-    a->load_seen = true;
-    a->model = ebb_sched_model(a->sched);
-    if (!a->model)
-        return;
-    const struct ebb_tokenizer *tok = ebb_model_tokenizer(a->model);
-    struct ebb_diag d = {{0}};
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
+    struct ebb_chat_template tmpl;
     ebb_err rc;
-    if (a->chat_template) {
-        rc = ebb_chat_template_by_name(a->chat_template, &a->tmpl);
+    if (chat_template) {
+        rc = ebb_chat_template_by_name(chat_template, &tmpl);
         if (rc)
-            ebb_diag_set(&d, rc, "unknown --chat-template '%s'; known: %s", a->chat_template,
+            ebb_diag_set(diag, rc, "unknown --chat-template '%s'; known: %s", chat_template,
                          ebb_chat_template_names());
     } else {
         struct ebb_str src = {0};
-        bool have =
-            ebb_gguf_get_str(ebb_model_gguf(a->model), "tokenizer.chat_template", &src) == EBB_OK;
+        bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
         rc = ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
-                                      (void *)tok, &a->tmpl, &d);
+                                      (void *)tok, &tmpl, diag);
     }
-    if (rc) {
-        snprintf(a->tmpl_err, sizeof(a->tmpl_err), "%s", d.msg);
-        ebb_log(EBB_LOG_ERROR, "http", "%s", d.msg);
-        if (a->on_ready)
-            a->on_ready(a->ud, false, a->tmpl_err);
-        return;
-    }
+    if (rc)
+        return rc;
     static const char *const pre[] = {"<|fim_prefix|>", "<fim_prefix>", "<|fim▁begin|>"};
     static const char *const suf[] = {"<|fim_suffix|>", "<fim_suffix>", "<|fim▁hole|>"};
     static const char *const mid[] = {"<|fim_middle|>", "<fim_middle>", "<|fim▁end|>"};
@@ -386,21 +423,73 @@ static void prepare_model(struct ebb_api *a)
     for (size_t i = 0; i < 3; i++) {
         int32_t p = ebb_tokenizer_find(tok, pre[i], strlen(pre[i]));
         int32_t s = ebb_tokenizer_find(tok, suf[i], strlen(suf[i]));
-        int32_t m = ebb_tokenizer_find(tok, mid[i], strlen(mid[i]));
-        if (p >= 0 && s >= 0 && m >= 0) {
+        int32_t mi = ebb_tokenizer_find(tok, mid[i], strlen(mid[i]));
+        if (p >= 0 && s >= 0 && mi >= 0) {
             a->fim_pre = p;
             a->fim_suf = s;
-            a->fim_mid = m;
+            a->fim_mid = mi;
             break;
         }
     }
-    a->ready = true;
+    a->tmpl = tmpl;
+    a->model = m;
+    return EBB_OK;
+}
+
+static void log_ready(struct ebb_api *a)
+{
     ebb_log(EBB_LOG_INFO, "http",
             "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->model_id,
             ebb_model_device_name(a->model), ebb_model_arch(a->model), ebb_model_n_ctx(a->model),
             ebb_model_n_seq(a->model), ebb_chat_family_name(a->tmpl.family));
+}
+
+/* The model is loaded: pick the chat template and the fill-in-the-middle tokens. */
+static void prepare_model(struct ebb_api *a)
+{
+    a->load_seen = true;
+    struct ebb_model *m = ebb_sched_model(a->sched);
+    if (!m)
+        return;
+    struct ebb_diag d = {{0}};
+    if (use_model(a, m, a->chat_template, &d)) {
+        snprintf(a->tmpl_err, sizeof(a->tmpl_err), "%s", d.msg);
+        ebb_log(EBB_LOG_ERROR, "http", "%s", d.msg);
+        if (a->on_ready)
+            a->on_ready(a->ud, false, a->tmpl_err);
+        return;
+    }
+    a->ready = true;
+    log_ready(a);
     if (a->on_ready)
         a->on_ready(a->ud, true, NULL);
+}
+
+ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
+                          const char *chat_template, struct ebb_diag *diag)
+{
+    char *id = strdup(model_id ? model_id : "model");
+    char *ct = chat_template ? strdup(chat_template) : NULL;
+    if (!id || (chat_template && !ct)) {
+        free(id);
+        free(ct);
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    }
+    ebb_err rc = use_model(a, m, ct, diag);
+    if (rc) {
+        free(id);
+        free(ct);
+        return rc;
+    }
+    free(a->model_id);
+    a->model_id = id;
+    free(a->chat_template);
+    a->chat_template = ct;
+    a->model_created = (long long)ebb__unix_now();
+    a->tmpl_err[0] = 0;
+    a->ready = true;
+    log_ready(a);
+    return EBB_OK;
 }
 
 void ebb__req_engine_released(struct ebb__req *r);

@@ -15,6 +15,7 @@
 #include "daemon/listenfd.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/serve-int.h"
 #include "scheduler.h"
 
 struct serve {
@@ -33,6 +34,13 @@ struct serve {
     bool failed;
     double deadline;
     uint32_t grace_ms;
+    /* model swap on SIGHUP: loaded on s->loader's thread, swapped in once nothing is in flight */
+    struct ebb__loader loader;
+    uv_timer_t swap_timer;
+    struct ebb_model *swap_model; /* loaded, waiting for in-flight requests to finish */
+    double swap_t0;
+    bool model_failed; /* the last reload could not load its model: the next SIGHUP retries */
+    char cur_id[256];  /* the model served */
 };
 
 static void usage(FILE *f)
@@ -53,6 +61,21 @@ static void usage(FILE *f)
                "  --prefill-chunk N          prompt tokens per engine step (default 128)\n"
                "  -h, --help                 this help\n\n"
                "Once listening it prints 'ebb: listening on http://HOST:PORT' on stdout.\n");
+}
+
+/* The id /v1/models reports: the file name without ".gguf". */
+static void model_id_of(const char *path, char *id, size_t n)
+{
+    const char *base = strrchr(path, '/');
+    snprintf(id, n, "%s", base ? base + 1 : path);
+    size_t l = strlen(id);
+    if (l > 5 && !strcmp(id + l - 5, ".gguf"))
+        id[l - 5] = 0;
+}
+
+static const char *template_of(const struct ebb_config *c)
+{
+    return c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template : NULL;
 }
 
 static double now_ms(uv_loop_t *l)
@@ -92,6 +115,13 @@ static void on_signal(uv_signal_t *h, int signum)
     ebb_log_info("serve", "%s: no new connections; waiting up to %u ms for %zu request(s)",
                  signum == SIGINT ? "SIGINT" : "SIGTERM", s->grace_ms, ebb_api_in_flight(s->api));
     ebb_notify_stopping();
+    if (s->swap_model) {
+        ebb_log_warn("serve", "shutting down: the model loaded for the reload is dropped");
+        uv_timer_stop(&s->swap_timer);
+        ebb_model_close(s->swap_model);
+        s->swap_model = NULL;
+        ebb_api_hold(s->api, false);
+    }
     ebb_api_quiesce(s->api);
     s->deadline = now_ms(&s->loop) + s->grace_ms;
     uv_timer_start(&s->grace, on_grace, 0, 50);
@@ -109,9 +139,105 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->keepalive_ms = s->keepalive_ms;
 }
 
+/* Swap, step 3 (timer, loop thread): once no request is in flight, point the API and then the
+ * engine at the new model and close the old one. */
+static void on_swap_timer(uv_timer_t *t)
+{
+    struct serve *s = t->data;
+    struct ebb_sched_stats st = {0};
+    ebb_sched_stats(s->sched, &st);
+    if (ebb_api_in_flight(s->api) || st.queued || st.active)
+        return;
+    uv_timer_stop(t);
+    struct ebb_model *nm = s->swap_model, *old = ebb_sched_model(s->sched);
+    struct ebb_diag d = {{0}};
+    s->swap_model = NULL;
+    const char *id = s->loader.model_id;
+    ebb_err rc = ebb_api_set_model(s->api, nm, id, template_of(s->cfg), &d);
+    if (!rc) {
+        rc = ebb_sched_swap_model(s->sched, nm, &old, &d);
+        if (rc) {
+            struct ebb_diag d2 = {{0}};
+            ebb_api_set_model(s->api, old, s->cur_id, template_of(s->cfg), &d2);
+        }
+    }
+    if (rc) {
+        ebb_log_error("serve", "reload: cannot serve %s (%s); still serving %s", id, d.msg,
+                      s->cur_id);
+        ebb_model_close(nm);
+        s->model_failed = true;
+        ebb_api_hold(s->api, false);
+        ebb_notify_ready("reload failed: still serving the previous model");
+        return;
+    }
+    ebb_model_close(old);
+    ebb_log_info("serve", "now serving %s (was %s); swapped after %.0f ms of draining", id,
+                 s->cur_id, now_ms(&s->loop) - s->swap_t0);
+    snprintf(s->cur_id, sizeof(s->cur_id), "%s", id);
+    s->model_failed = false;
+    ebb_api_hold(s->api, false);
+    ebb_notify_ready("model loaded");
+}
+
+/* Swap, step 2 (loop thread): the loader thread finished. On success new generations wait
+ * while those in flight finish on the old model. */
+static void on_model_loaded(struct ebb__loader *l)
+{
+    struct serve *s = l->ud;
+    if (l->rc || !l->model) {
+        ebb_log_error("serve", "reload: cannot load %s: %s; still serving %s", l->path, l->msg,
+                      s->cur_id);
+        s->model_failed = true;
+        ebb_notify_ready("reload failed: still serving the previous model");
+        return;
+    }
+    if (s->stopping) {
+        ebb_model_close(l->model);
+        l->model = NULL;
+        return;
+    }
+    s->swap_model = l->model;
+    l->model = NULL;
+    s->swap_t0 = now_ms(&s->loop);
+    ebb_log_info("serve", "loaded %s in %.1f s; swapping it in once %zu request(s) finish",
+                 l->model_id, l->secs, ebb_api_in_flight(s->api));
+    ebb_notify_status("swapping in %s", l->model_id);
+    ebb_api_hold(s->api, true);
+    uv_timer_start(&s->swap_timer, on_swap_timer, 0, 10);
+}
+
+/* Swap, step 1: starts loading the configured model on the loader thread while the current one
+ * keeps serving. Returns true when a load started. */
+static bool reload_model(struct serve *s)
+{
+    char path[PATH_MAX], id[256];
+    const struct ebb_config *c = s->cfg;
+    if (ebb_config_model_path(c, path, sizeof(path))) {
+        ebb_log_error("serve", "reload: no model configured; still serving %s", s->cur_id);
+        return false;
+    }
+    if (s->loader.busy || s->swap_model) {
+        ebb_log_warn("serve", "reload: a model load is already in progress; send SIGHUP again "
+                              "once it is done");
+        return false;
+    }
+    model_id_of(path, id, sizeof(id));
+    struct ebb_model_params mp = {
+        .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
+    if (ebb__loader_start(&s->loader, &mp, id)) {
+        ebb_log_error("serve", "reload: cannot start loading %s", path);
+        return false;
+    }
+    ebb_log_info("serve", "reload: loading %s on device %s while %s keeps serving", path,
+                 c->device ? c->device : "auto", s->cur_id);
+    ebb_notify_status("loading %s", id);
+    return true;
+}
+
 /* SIGHUP: build the configuration again (same flags, file re-read) and apply what can change
- * while serving: log settings, limits, API keys, CORS. Listen address and model changes need a
- * restart and are reported. */
+ * while serving: log settings, limits, API keys, CORS at once; a changed model (path, device,
+ * ctx, parallel, ...) is loaded next to the running one and swapped in. Listen address changes
+ * need a restart and are reported. */
 static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)signum;
@@ -143,15 +269,26 @@ static void on_sighup(uv_signal_t *h, int signum)
     }
     ebb_sched_set_queue_cap(s->sched, next->queue);
     s->grace_ms = next->shutdown_grace_ms;
-    if (diff & EBB_CONFIG_CHANGE_MODEL)
-        ebb_log_warn("serve", "reload: model settings changed; they apply after a restart");
     if (diff & EBB_CONFIG_CHANGE_LISTEN)
         ebb_log_warn("serve", "reload: host/port changed; they apply after a restart");
+    bool load = (diff & EBB_CONFIG_CHANGE_MODEL) || s->model_failed;
     ebb_log_info("serve", "configuration reloaded");
     ebb_config_fini(s->cfg);
     free(s->cfg);
     s->cfg = next;
+    if (load && !s->stopping && reload_model(s))
+        return; /* READY=1 comes once the new model serves, or the load failed */
     ebb_notify_ready("configuration reloaded");
+}
+
+/* Engine thread, before the first model open: read the weights with progress. */
+static void warm_before_open(void *ud, const struct ebb_model_params *mp)
+{
+    (void)ud;
+    char what[300];
+    ebb__serve_what(mp->path, what, sizeof(what));
+    ebb__serve_warm(mp->path, what);
+    ebb_notify_status("%s: opening on the device", what);
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -318,15 +455,8 @@ int ebb_cmd_serve(int argc, char **argv)
         goto out;
     }
     char model_id[256];
-    const char *base = strrchr(path, '/');
-    const char *idsrc = base ? base + 1 : path;
-    size_t idl = strlen(idsrc);
-    if (idl >= sizeof(model_id))
-        idl = sizeof(model_id) - 1;
-    memcpy(model_id, idsrc, idl);
-    model_id[idl] = 0;
-    if (idl > 5 && !strcmp(model_id + idl - 5, ".gguf"))
-        model_id[idl - 5] = 0;
+    model_id_of(path, model_id, sizeof(model_id));
+    snprintf(s->cur_id, sizeof(s->cur_id), "%s", model_id);
 
     signal(SIGPIPE, SIG_IGN);
     struct ebb_listenfd lfd[4];
@@ -380,6 +510,7 @@ int ebb_cmd_serve(int argc, char **argv)
         .prefill_chunk = prefill_chunk,
         .on_loaded = ebb_api_on_loaded,
         .ud = s->api,
+        .before_open = warm_before_open,
     };
     if (ebb_sched_new(&sp, &s->sched, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
@@ -406,6 +537,12 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_timer_init(&s->loop, &s->grace);
     s->grace.data = s;
+    uv_timer_init(&s->loop, &s->swap_timer);
+    s->swap_timer.data = s;
+    s->loader.done = on_model_loaded;
+    s->loader.ud = s;
+    if (ebb__loader_init(&s->loader, &s->loop))
+        goto out;
 
     uv_run(&s->loop, UV_RUN_DEFAULT);
 
@@ -416,7 +553,12 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_close((uv_handle_t *)&s->grace, NULL);
     uv_close((uv_handle_t *)&s->sighup, NULL);
     uv_close((uv_handle_t *)&s->watchdog, NULL);
+    uv_close((uv_handle_t *)&s->swap_timer, NULL);
+    ebb_model_close(s->swap_model);
+    s->swap_model = NULL;
 out:
+    if (s)
+        ebb__loader_fini(&s->loader);
     ebb_sched_free(s ? s->sched : NULL);
     if (s)
         ebb_api_free(s->api);

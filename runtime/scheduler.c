@@ -56,6 +56,13 @@ struct ebb_sched {
     char *path, *device;
     void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
     void *ud;
+    void (*before_open)(void *ud, const struct ebb_model_params *mp);
+    /* model swap (mu): the caller waits on swap_cv until the engine clears swap_pending */
+    pthread_cond_t swap_cv;
+    bool swap_pending;
+    struct ebb_model *swap_to, *swap_old;
+    ebb_err swap_rc;
+    char swap_msg[128];
     struct slot *slots; /* (n_slots) engine-thread owned except slot.job, which mu guards */
     uint32_t n_slots;
     char *text_buf; /* scratch for released text */
@@ -421,11 +428,75 @@ static struct job *admit(struct ebb_sched *s)
     return dead;
 }
 
+/* Engine thread, mu held, no job queued or running: switches to s->swap_to with freshly sized
+ * slots. Allocates everything first so that a failure leaves the old model in place. */
+static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
+{
+    struct ebb_model *nm = s->swap_to;
+    uint32_t n = ebb_model_n_seq(nm), n_ctx = ebb_model_n_ctx(nm), n_vocab = ebb_model_n_vocab(nm);
+    struct slot *ns = calloc(n ? n : 1, sizeof(*ns));
+    bool ok = ns != NULL && n >= 1;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        ns[i].kv_tokens = malloc(sizeof(int32_t) * n_ctx);
+        ns[i].logits = malloc(sizeof(float) * n_vocab);
+        ok = ns[i].kv_tokens && ns[i].logits;
+    }
+    if (!ok) {
+        for (uint32_t i = 0; ns && i < n; i++) {
+            free(ns[i].kv_tokens);
+            free(ns[i].logits);
+        }
+        free(ns);
+        s->swap_rc = EBB_ENOMEM;
+        snprintf(s->swap_msg, sizeof(s->swap_msg), "out of memory for the new model's slots");
+    } else {
+        for (uint32_t i = 0; i < s->n_slots; i++) {
+            free(s->slots[i].kv_tokens);
+            free(s->slots[i].logits);
+        }
+        free(s->slots);
+        s->slots = ns;
+        s->n_slots = n;
+        s->swap_old = *m;
+        *m = nm;
+        atomic_store(&s->model, nm);
+        s->swap_rc = EBB_OK;
+    }
+    s->swap_pending = false;
+    pthread_cond_broadcast(&s->swap_cv);
+}
+
+ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct ebb_model **old,
+                             struct ebb_diag *diag)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->quit || !atomic_load(&s->model) || s->n_active || s->q_head) {
+        pthread_mutex_unlock(&s->mu);
+        return ebb_diag_set(diag, EBB_EBUSY, "the engine is busy or has no model yet");
+    }
+    s->swap_to = m;
+    s->swap_old = NULL;
+    s->swap_pending = true;
+    pthread_cond_signal(&s->cv);
+    while (s->swap_pending)
+        pthread_cond_wait(&s->swap_cv, &s->mu);
+    ebb_err rc = s->swap_rc;
+    if (rc)
+        ebb_diag_set(diag, rc, "%s", s->swap_msg);
+    else
+        *old = s->swap_old;
+    s->swap_to = s->swap_old = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static void *engine_main(void *arg)
 {
     struct ebb_sched *s = arg;
     struct ebb_diag diag = {{0}};
     struct ebb_model *m = NULL;
+    if (s->before_open)
+        s->before_open(s->ud, &s->mp);
     ebb_err rc = ebb_model_open(&s->mp, &m, &diag);
     if (!rc) {
         uint32_t n_ctx = ebb_model_n_ctx(m), n_vocab = ebb_model_n_vocab(m);
@@ -456,12 +527,16 @@ static void *engine_main(void *arg)
             for (struct job *j = s->q_head; j; j = j->next)
                 atomic_store(&j->cancel, true);
         }
+        if (s->swap_pending && m && s->n_active == 0 && !s->q_head)
+            engine_swap(s, &m);
         if (m)
             dead = admit(s);
         bool quit = s->quit;
         while (!quit && !dead && s->n_active == 0 && (!s->q_head || !m)) {
             pthread_cond_wait(&s->cv, &s->mu);
             quit = s->quit;
+            if (s->swap_pending && m && s->n_active == 0 && !s->q_head)
+                engine_swap(s, &m);
             if (m)
                 dead = admit(s);
         }
@@ -511,6 +586,7 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : 128;
     s->on_loaded = p->on_loaded;
     s->ud = p->ud;
+    s->before_open = p->before_open;
     s->path = p->model.path ? strdup(p->model.path) : NULL;
     s->device = p->model.device ? strdup(p->model.device) : NULL;
     s->mp.path = s->path;
@@ -530,6 +606,7 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->swap_cv, NULL);
     if (pthread_create(&s->thread, NULL, engine_main, s)) {
         ebb_diag_set(diag, EBB_ENOMEM, "cannot start the engine thread");
         s->thread_started = false;
@@ -559,6 +636,7 @@ void ebb_sched_free(struct ebb_sched *s)
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->swap_cv);
     free(s->slots);
     free(s->text_buf);
     free(s->path);

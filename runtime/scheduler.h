@@ -84,6 +84,9 @@ struct ebb_sched_params {
      * (msg says why). */
     void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
     void *ud;
+    /* If set, called on the engine thread just before it opens the model (ud as above), for
+     * work such as reading the weights into the page cache with progress reports. */
+    void (*before_open)(void *ud, const struct ebb_model_params *mp);
 };
 
 struct ebb_sched;
@@ -116,6 +119,15 @@ void ebb_sched_cancel(struct ebb_sched *s, uint64_t job_id);
 
 /* Cancels every queued and running job (shutdown after the grace period). Thread-safe. */
 void ebb_sched_cancel_all(struct ebb_sched *s);
+
+/* Replaces the model between engine steps. Only while the first model is loaded and no job is
+ * queued or running (else EBB_EBUSY): the caller holds new requests back and waits for
+ * ebb_sched_stats to show none. The engine thread switches to m, sizes its slots for m (n_seq
+ * slots, n_ctx, n_vocab) and forgets cached prefixes; *old receives the previous model, which
+ * the caller closes. Blocks until the engine thread has done it. On error nothing changes and
+ * m stays the caller's. Call from the thread that called _new. */
+ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct ebb_model **old,
+                             struct ebb_diag *diag);
 
 /* Changes how many jobs may wait (a configuration reload); jobs already queued stay. */
 void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);

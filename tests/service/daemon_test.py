@@ -8,6 +8,10 @@
   sighup-key    SIGHUP swaps the API key without a restart and without dropping a keep-alive
                 connection
   sigterm-stream  SIGTERM during a stream ends the stream cleanly and exits 0 within the grace
+  sighup-model  SIGHUP with another model file in the config: the new model is loaded while the
+                old one serves, a stream in flight finishes on the old one, then the new one
+                serves on the same listening socket and keep-alive connection; a model that
+                cannot be loaded keeps the old one
 
 Skips (77) when the model is missing or `ebb serve` is not implemented.
 
@@ -41,13 +45,14 @@ def models_dir():
 class Daemon:
     """ebb serve on an ephemeral port, its stderr collected in the background."""
 
-    def __init__(self, ebb, args, env_extra=None, pass_fds=(), wrapper=None, home=None):
+    def __init__(self, ebb, args, env_extra=None, pass_fds=(), wrapper=None, home=None,
+                 model=MODEL):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("EBB_", "LISTEN_", "WATCHDOG_", "NOTIFY_"))}
         env["XDG_CONFIG_HOME"] = home  # no user config file
         env["EBB_MODELS_DIR"] = models_dir()
         env.update(env_extra or {})
-        cmd = [ebb, "serve", "-m", MODEL] + args
+        cmd = [ebb, "serve"] + (["-m", model] if model else []) + args
         if wrapper:
             cmd = wrapper + cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
@@ -269,7 +274,116 @@ def test_sigterm_stream(ebb, home):
     print("ok: SIGTERM mid-stream ended the stream cleanly and exited 0 within the grace")
 
 
+def stream_start(port, model, max_tokens):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {"stream": True, "max_tokens": max_tokens, "temperature": 0, "model": model,
+            "messages": [{"role": "user", "content": "Count from 1 to 100, one per line."}]}
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    return c, r
+
+
+def stream_events(r, n=None):
+    """Reads data: events (all, or the next n)."""
+    out = []
+    while n is None or len(out) < n:
+        line = r.readline()
+        if not line:
+            break
+        line = line.decode().strip()
+        if line.startswith("data: "):
+            out.append(line[6:])
+    return out
+
+
+def model_ids(c):
+    st, body = request(c, "GET", "/v1/models")
+    assert st == 200, st
+    return [m["id"] for m in json.loads(body)["data"]]
+
+
+def test_sighup_model(ebb, home):
+    mdir = os.path.join(home, "models")
+    os.mkdir(mdir)
+    real = os.path.join(models_dir(), MODEL)
+    os.symlink(real, os.path.join(mdir, MODEL))
+    os.symlink(real, os.path.join(mdir, "smol-copy.gguf"))
+    with open(os.path.join(mdir, "broken.gguf"), "wb") as f:
+        f.write(b"GGUF" + b"\0" * 60)
+    conf = os.path.join(home, "ebb.conf")
+    with open(conf, "w") as f:
+        f.write(f"model = {MODEL}\n")
+    n = NotifyListener(home)
+    d = Daemon(ebb, ["--port", "0", "--config", conf],
+               {"NOTIFY_SOCKET": n.path, "EBB_MODELS_DIR": mdir}, home=home, model=None)
+    d.wait_listening()
+    assert n.wait_for("READY=1", LOAD_TIMEOUT), "no READY=1:\n" + "".join(d.err)
+    old_id = MODEL[:-5]
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)  # kept alive throughout
+    assert model_ids(c) == [old_id]
+    pid, port = d.proc.pid, d.port
+
+    # A stream in flight on the old model while the new one loads and is swapped in.
+    sc, sr = stream_start(port, old_id, 60)
+    first = stream_events(sr, 2)
+    n.msgs.clear()
+    with open(conf, "w") as f:
+        f.write("model = smol-copy.gguf\n")
+    t_hup = time.time()
+    d.proc.send_signal(signal.SIGHUP)
+    rest = stream_events(sr)
+    events = first + rest
+    assert events[-1] == "[DONE]", f"the stream in flight did not finish: {events[-3:]}"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(ch["model"] == old_id for ch in chunks), "a chunk of the old stream changed model"
+    text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
+    assert text.strip(), "the stream in flight produced no text"
+    m = n.wait_for("READY=1", LOAD_TIMEOUT)
+    t_ready = time.time() - t_hup
+    assert m, "no READY=1 after the reload:\n" + "".join(d.err)
+    statuses = [x[1] for x in n.msgs]
+    print(f"notify messages during the reload: {statuses}")
+    assert any("STATUS=loading smol-copy" in x for x in statuses), statuses
+    ids = model_ids(c)  # the keep-alive connection opened before the reload
+    assert ids == ["smol-copy"], ids
+    st, body = request(c, "POST", "/v1/chat/completions", body={
+        "model": "smol-copy", "max_tokens": 8, "temperature": 0,
+        "messages": [{"role": "user", "content": "Say hello."}]})
+    assert st == 200, (st, body)
+    reply = json.loads(body)
+    assert reply["model"] == "smol-copy" and reply["choices"][0]["message"]["content"], reply
+    st, _ = request(c, "POST", "/v1/chat/completions", body={
+        "model": old_id, "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+    assert st == 404, st
+    log = "".join(d.err)
+    assert "[progress] loading smol-copy.gguf" in log, log
+    print(f"swapped to smol-copy {t_ready:.2f} s after SIGHUP; stream in flight: {len(events)} "
+          f"events ending in [DONE]; keep-alive connection, pid {pid}, port {port} unchanged")
+
+    # A model that cannot be loaded: the old one keeps serving.
+    n.msgs.clear()
+    with open(conf, "w") as f:
+        f.write("model = broken.gguf\n")
+    d.proc.send_signal(signal.SIGHUP)
+    m = n.wait_for("READY=1", LOAD_TIMEOUT)
+    assert m, "no READY=1 after the failed reload"
+    assert "reload failed" in m, m
+    assert model_ids(c) == ["smol-copy"]
+    st, body = request(c, "POST", "/v1/completions",
+                       body={"prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    assert st == 200, (st, body)
+    log = "".join(d.err)
+    assert "cannot load" in log and "broken.gguf" in log, log
+    assert d.proc.poll() is None and d.proc.pid == pid
+    assert d.stop() == 0
+    print("ok: SIGHUP loaded and swapped in another model on the same socket; "
+          "a broken model kept the old one")
+
+
 TESTS = {
+    "sighup-model": test_sighup_model,
     "notify": test_notify,
     "watchdog": test_watchdog,
     "listen-fds": test_listen_fds,

@@ -1,6 +1,7 @@
 /* The scheduler against a fake model (defined here, so no model file or device is needed):
  * generation limits, end-of-generation, stop strings through the engine, fair interleaving of
- * slots, cancellation within one prefill chunk, the queue limit, prefix reuse, shutdown. */
+ * slots, cancellation within one prefill chunk, the queue limit, prefix reuse, shutdown, model
+ * swap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +55,10 @@ uint32_t ebb_model_n_ctx(const struct ebb_model *m)
 {
     (void)m;
     return N_CTX;
+}
+uint32_t ebb_model_n_seq(const struct ebb_model *m)
+{
+    return m->n_seq;
 }
 uint32_t ebb_model_n_vocab(const struct ebb_model *m)
 {
@@ -428,6 +433,47 @@ static void test_shutdown_cancels(void **state)
     }
 }
 
+/* A model swap waits for an idle engine, resizes the slots and forgets cached prefixes. */
+static void test_swap_model(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    static struct ebb_model other = {.n_seq = 3};
+    int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
+    struct ebb_gen_params gp = greedy(3);
+    struct rec a, b, c;
+    rec_init(&a, s);
+    atomic_store(&hold, true);
+    assert_int_equal(submit(s, &a, prompt, 6, &gp), EBB_OK);
+    struct ebb_model *old = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_sched_swap_model(s, &other, &old, &d), EBB_EBUSY); /* a job runs */
+    assert_null(old);
+    atomic_store(&hold, false);
+    rec_wait(&a);
+    assert_int_equal(a.res.finish, EBB_FINISH_LENGTH);
+    struct ebb_sched_stats st;
+    do {
+        usleep(1000);
+        ebb_sched_stats(s, &st);
+    } while (st.active || st.queued);
+    assert_int_equal(ebb_sched_swap_model(s, &other, &old, &d), EBB_OK);
+    assert_ptr_equal(old, &fake);
+    assert_ptr_equal(ebb_sched_model(s), &other);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.n_slots, 3);
+    rec_init(&b, s);
+    assert_int_equal(submit(s, &b, prompt, 6, &gp), EBB_OK);
+    rec_wait(&b);
+    assert_int_equal(b.res.n_cached, 0); /* the old model's KV entries are gone */
+    assert_string_equal(a.text, b.text);
+    rec_init(&c, s);
+    assert_int_equal(submit(s, &c, prompt, 6, &gp), EBB_OK);
+    rec_wait(&c);
+    assert_int_equal(c.res.n_cached, 5);
+    ebb_sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -438,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_queue_limit_and_cancel_queued),
         cmocka_unit_test(test_prefix_reuse_and_limits),
         cmocka_unit_test(test_shutdown_cancels),
+        cmocka_unit_test(test_swap_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

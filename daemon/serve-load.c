@@ -1,0 +1,167 @@
+/* Reading the weights with progress, and loading a replacement model on its own thread. */
+#include "daemon/serve-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/notify.h"
+
+#define WARM_STEP ((uint64_t)64 << 20)
+#define WARM_BUF ((size_t)1 << 20)
+
+void ebb__serve_what(const char *path, char *buf, size_t n)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t l = strlen(base);
+    if (n < 9)
+        return;
+    if (l > n - 9) /* keep the end of a very long name */
+        base += l - (n - 9);
+    memcpy(buf, "loading ", 8);
+    memcpy(buf + 8, base, strlen(base) + 1);
+}
+
+void ebb__serve_warm(const char *path, const char *what)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *buf = NULL;
+    if (fd < 0) {
+        ebb_log_debug("serve", "%s: %s", path, strerror(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0)
+        goto out;
+    buf = malloc(WARM_BUF);
+    if (!buf)
+        goto out;
+    uint64_t total = (uint64_t)st.st_size, done = 0;
+    struct ebb_log_progress p;
+    ebb_log_progress_begin(&p, what, total);
+    ebb_notify_status("%s: 0%%", what);
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+    while (done < total) {
+        uint64_t step = total - done < WARM_STEP ? total - done : WARM_STEP;
+#ifdef POSIX_FADV_WILLNEED
+        /* The next step is already on its way while this one is read. */
+        if (done + step < total)
+            posix_fadvise(fd, (off_t)(done + step), (off_t)WARM_STEP, POSIX_FADV_WILLNEED);
+#endif
+        uint64_t end = done + step;
+        while (done < end) {
+            size_t want = end - done < WARM_BUF ? (size_t)(end - done) : WARM_BUF;
+            ssize_t got = pread(fd, buf, want, (off_t)done);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0) {
+                ebb_log_debug("serve", "%s: read stopped at %llu bytes", path,
+                              (unsigned long long)done);
+                goto end;
+            }
+            done += (uint64_t)got;
+        }
+        if (ebb_log_progress_update(&p, done)) {
+            char line[256];
+            ebb_log_progress_format(&p, line, sizeof(line));
+            ebb_notify_status("%s", line);
+        }
+    }
+end:
+    ebb_log_progress_end(&p);
+out:
+    free(buf);
+    close(fd);
+}
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *loader_main(void *arg)
+{
+    struct ebb__loader *l = arg;
+    struct ebb_diag d = {{0}};
+    char what[300];
+    double t0 = mono();
+    ebb__serve_what(l->path, what, sizeof(what));
+    ebb__serve_warm(l->path, what);
+    ebb_notify_status("%s: opening on the device", what);
+    l->model = NULL;
+    l->rc = ebb_model_open(&l->mp, &l->model, &d);
+    size_t ml = l->rc ? strnlen(d.msg, sizeof(l->msg) - 1) : 0;
+    memcpy(l->msg, d.msg, ml);
+    l->msg[ml] = 0;
+    l->secs = mono() - t0;
+    uv_async_send(&l->async);
+    return NULL;
+}
+
+static void on_loader_async(uv_async_t *h)
+{
+    struct ebb__loader *l = h->data;
+    if (!l->busy)
+        return;
+    pthread_join(l->thread, NULL);
+    l->busy = false;
+    if (l->done)
+        l->done(l);
+}
+
+ebb_err ebb__loader_init(struct ebb__loader *l, uv_loop_t *loop)
+{
+    l->async.data = l;
+    if (uv_async_init(loop, &l->async, on_loader_async))
+        return EBB_ENOMEM;
+    l->inited = true;
+    return EBB_OK;
+}
+
+ebb_err ebb__loader_start(struct ebb__loader *l, const struct ebb_model_params *mp,
+                          const char *model_id)
+{
+    if (l->busy)
+        return EBB_EBUSY;
+    if (snprintf(l->path, sizeof(l->path), "%s", mp->path) >= (int)sizeof(l->path))
+        return EBB_EINVAL;
+    snprintf(l->device, sizeof(l->device), "%s", mp->device ? mp->device : "auto");
+    snprintf(l->model_id, sizeof(l->model_id), "%s", model_id);
+    l->mp = *mp;
+    l->mp.path = l->path;
+    l->mp.device = l->device;
+    l->model = NULL;
+    l->rc = EBB_OK;
+    l->msg[0] = 0;
+    l->busy = true;
+    if (pthread_create(&l->thread, NULL, loader_main, l)) {
+        l->busy = false;
+        return EBB_ENOMEM;
+    }
+    return EBB_OK;
+}
+
+void ebb__loader_fini(struct ebb__loader *l)
+{
+    if (l->busy) {
+        pthread_join(l->thread, NULL);
+        l->busy = false;
+        ebb_model_close(l->model);
+        l->model = NULL;
+    }
+    if (l->inited) {
+        uv_close((uv_handle_t *)&l->async, NULL);
+        l->inited = false;
+    }
+}
