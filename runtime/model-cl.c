@@ -72,6 +72,7 @@ struct clm {
     size_t max_layer;
     bool unified;
     uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */
+    uint32_t replan_tokens;              /* re-plan period (REPLAN_TOKENS) */
     pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
     bool snap_init;
     struct ebb_stream_report snap;
@@ -840,10 +841,15 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
                           p->stream_cache);
         goto out;
     }
+    /* Tuning and test knobs: the re-plan period in tokens, the growth hold time. */
+    const char *ev = getenv("EBB_STREAM_REPLAN_TOKENS");
+    m->replan_tokens = ev && atoi(ev) > 0 ? (uint32_t)atoi(ev) : REPLAN_TOKENS;
+    if ((ev = getenv("EBB_STREAM_GROW_HOLD_MS")) && atoi(ev) > 0)
+        sp.plan.grow_hold_ns = (uint64_t)atoi(ev) * 1000000u;
     if ((rc = ebb_stream_new(&sp, &m->st, diag)))
         goto out;
     m->n_ctx = ebb_stream_n_ctx(m->st);
-    m->next_tick = REPLAN_TOKENS;
+    m->next_tick = m->replan_tokens;
 out:
     ebb_pack_close(pk);
     free(ext);
@@ -901,7 +907,7 @@ static ebb_err stream_between(struct clm *m, struct ebb_diag *diag)
     if (!tick && !ebb_stream_replan_due(m->st))
         return EBB_OK;
     if (tick)
-        m->next_tick = m->tokens + REPLAN_TOKENS;
+        m->next_tick = m->tokens + m->replan_tokens;
     struct ebb_stream_change chg;
     if (!ebb_stream_replan(m->st, now_ns(), m->tokens, m->busy_ns, tick, &chg))
         return EBB_OK;
@@ -915,7 +921,7 @@ static ebb_err stream_between(struct clm *m, struct ebb_diag *diag)
             drop_layer(m, l);
         return rc;
     }
-    if ((rc = ebb_stream_commit(m->st, &chg, diag)) || (rc = ensure_slots(m, diag)))
+    if ((rc = ensure_slots(m, diag)) || (rc = ebb_stream_commit(m->st, &chg, diag)))
         return rc;
     fprintf(stderr, "ebb: stream plan %u -> %u resident layers: %s\n", chg.from, chg.to,
             chg.reason);
