@@ -191,6 +191,16 @@ static void handle_get(struct ebb__req *r)
             ebb_sched_stats(a->sched, &st);
         struct ebb__abuf b = {0};
         ebb__metrics_render(&a->metrics, &st, a->ready, &b);
+        if (a->ready && a->model && ebb_model_streaming(a->model)) {
+            /* the layer streamer's ebb_stream_* metrics (docs/STREAMER.md) */
+            size_t need = ebb_model_stream_prometheus(a->model, NULL, 0);
+            char *sp = need ? malloc(need + 1) : NULL;
+            if (sp) {
+                ebb_model_stream_prometheus(a->model, sp, need + 1);
+                ebb__abuf_puts(&b, sp);
+                free(sp);
+            }
+        }
         ebb__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n);
         ebb__abuf_fini(&b);
         return;

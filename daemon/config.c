@@ -4,13 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
-
 
 #ifndef EBB_SYSCONFDIR
 #define EBB_SYSCONFDIR "/etc"
@@ -82,9 +82,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                 "time in-flight requests get to finish on SIGTERM"},
     [EBB_CFG_MEMORY_BUDGET] = {"memory_budget", T_SIZE, OFF(memory_budget), 0, 0,
                                EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
-                               "memory the weights may keep resident (0 = probe)"},
+                               "weights + KV + buffers for layer streaming: a size, auto (from "
+                               "the memory probes and the cgroup limit) or 0 (no streaming)"},
     [EBB_CFG_PREFETCH] = {"prefetch", T_U32, OFF(prefetch), 0, 64, EBB_CONFIG_CHANGE_MODEL, false,
-                          "N", "streamed layers read ahead of use"},
+                          "N", "streamed layers read ahead of use (0 = the streamer's default)"},
 };
 
 #define FIELD(cfg, o, T) ((T *)(void *)((char *)(cfg) + (o)->off))
@@ -283,6 +284,10 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
             *FIELD(cfg, o, uint32_t) = (uint32_t)u;
         return EBB_OK;
     case T_SIZE:
+        if (o->off == offsetof(struct ebb_config, memory_budget) && !strcmp(value, "auto")) {
+            *FIELD(cfg, o, uint64_t) = EBB_CONFIG_BUDGET_AUTO;
+            return EBB_OK;
+        }
         if (!parse_size(value, FIELD(cfg, o, uint64_t))) {
             snprintf(why, n, "'%s' is not a size (bytes, or a number with K, M, G or T)", value);
             return EBB_EINVAL;
@@ -347,7 +352,7 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->log_level = EBB_LOG_INFO;
     cfg->log_format = EBB_LOG_TEXT;
     cfg->shutdown_grace_ms = 10000;
-    cfg->prefetch = 1;
+    cfg->prefetch = 2;
     cfg->host = strdup("127.0.0.1");
     cfg->device = strdup("auto");
     cfg->chat_template = strdup("auto");
@@ -492,6 +497,10 @@ static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool m
         break;
     case T_SIZE: {
         uint64_t v = *CFIELD(cfg, o, uint64_t);
+        if (v == EBB_CONFIG_BUDGET_AUTO) {
+            snprintf(buf, n, "auto");
+            break;
+        }
         int u = -1;
         while (v && u < 3 && (v & 1023) == 0) {
             v >>= 10;

@@ -57,6 +57,9 @@ enum ebb_config_key {
     EBB_CFG_N_KEYS
 };
 
+/* memory_budget = auto */
+#define EBB_CONFIG_BUDGET_AUTO UINT64_MAX
+
 struct ebb_config {
     char *host;                      /* listen address; "127.0.0.1" */
     uint16_t port;                   /* 8077; 0 picks a free port */
@@ -75,8 +78,9 @@ struct ebb_config {
     enum ebb_log_level log_level;    /* info */
     enum ebb_log_format log_format;  /* text */
     uint32_t shutdown_grace_ms;      /* in-flight requests may finish for this long; 10 s */
-    uint64_t memory_budget;          /* bytes the weights may keep resident; 0 = probe */
-    uint32_t prefetch;               /* streamed layers read ahead; 1 */
+    uint64_t memory_budget;          /* layer streaming budget in bytes; 0 = no streaming,
+                                        EBB_CONFIG_BUDGET_AUTO = from the memory probes */
+    uint32_t prefetch;               /* streamed layers read ahead; 2 */
 
     char *config_file; /* the file that was loaded, or NULL */
     enum ebb_config_source source[EBB_CFG_N_KEYS];

@@ -21,7 +21,7 @@
 struct serve {
     uv_loop_t loop;
     uv_signal_t sigint, sigterm, sighup;
-    uv_timer_t grace, watchdog;
+    uv_timer_t grace, watchdog, probe;
     struct ebb_config *cfg;
     const char *config_path;
     const struct ebb_config_arg *args;
@@ -76,6 +76,19 @@ static void model_id_of(const char *path, char *id, size_t n)
 static const char *template_of(const struct ebb_config *c)
 {
     return c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template : NULL;
+}
+
+/* The model settings of a configuration (the strings stay c's). */
+static struct ebb_model_params model_params_of(const struct ebb_config *c, const char *path)
+{
+    struct ebb_model_params mp = {
+        .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
+    mp.prefetch = c->prefetch;
+    if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
+        mp.memory_budget_auto = true;
+    else
+        mp.memory_budget = c->memory_budget;
+    return mp;
 }
 
 static double now_ms(uv_loop_t *l)
@@ -222,8 +235,7 @@ static bool reload_model(struct serve *s)
         return false;
     }
     model_id_of(path, id, sizeof(id));
-    struct ebb_model_params mp = {
-        .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
+    struct ebb_model_params mp = model_params_of(c, path);
     if (ebb__loader_start(&s->loader, &mp, id)) {
         ebb_log_error("serve", "reload: cannot start loading %s", path);
         return false;
@@ -289,6 +301,15 @@ static void warm_before_open(void *ud, const struct ebb_model_params *mp)
     ebb__serve_what(mp->path, what, sizeof(what));
     ebb__serve_warm(mp->path, what);
     ebb_notify_status("%s: opening on the device", what);
+}
+
+/* Every 2 s: the layer streamer re-reads the memory probes (free memory, cgroup limit). */
+static void on_probe(uv_timer_t *t)
+{
+    struct serve *s = t->data;
+    struct ebb_model *m = ebb_sched_model(s->sched);
+    if (m && ebb_model_streaming(m))
+        ebb_model_stream_probe(m);
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -502,10 +523,7 @@ int ebb_cmd_serve(int argc, char **argv)
     ebb_notify_status("loading %s", model_id);
 
     struct ebb_sched_params sp = {
-        .model = {.path = path,
-                  .device = cfgp->device,
-                  .n_ctx = cfgp->ctx,
-                  .n_seq = cfgp->parallel},
+        .model = model_params_of(cfgp, path),
         .queue_cap = cfgp->queue,
         .prefill_chunk = prefill_chunk,
         .on_loaded = ebb_api_on_loaded,
@@ -539,6 +557,9 @@ int ebb_cmd_serve(int argc, char **argv)
     s->grace.data = s;
     uv_timer_init(&s->loop, &s->swap_timer);
     s->swap_timer.data = s;
+    uv_timer_init(&s->loop, &s->probe);
+    s->probe.data = s;
+    uv_timer_start(&s->probe, on_probe, 2000, 2000);
     s->loader.done = on_model_loaded;
     s->loader.ud = s;
     if (ebb__loader_init(&s->loader, &s->loop))
@@ -554,6 +575,7 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_close((uv_handle_t *)&s->sighup, NULL);
     uv_close((uv_handle_t *)&s->watchdog, NULL);
     uv_close((uv_handle_t *)&s->swap_timer, NULL);
+    uv_close((uv_handle_t *)&s->probe, NULL);
     ebb_model_close(s->swap_model);
     s->swap_model = NULL;
 out:
