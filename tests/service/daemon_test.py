@@ -8,6 +8,7 @@
   sighup-key    SIGHUP swaps the API key without a restart and without dropping a keep-alive
                 connection
   sigterm-stream  SIGTERM during a stream ends the stream cleanly and exits 0 within the grace
+  second-signal  a second SIGTERM during the grace period exits at once
   sighup-model  SIGHUP with another model file in the config: the new model is loaded while the
                 old one serves, a stream in flight finishes on the old one, then the new one
                 serves on the same listening socket and keep-alive connection; a model that
@@ -274,10 +275,31 @@ def test_sigterm_stream(ebb, home):
     print("ok: SIGTERM mid-stream ended the stream cleanly and exited 0 within the grace")
 
 
+def test_second_signal(ebb, home):
+    d = Daemon(ebb, ["--port", "0", "--shutdown-grace", "60s"], home=home)
+    d.wait_listening()
+    d.wait_healthy()
+    c, r = stream_start(d.port, None, 4000)
+    assert len(stream_events(r, 2)) == 2
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert d.proc.poll() is None, "exited before the grace period with a stream in flight"
+    t = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    rc = d.proc.wait(10)
+    elapsed = time.time() - t
+    print(f"second SIGTERM: exit {rc} after {elapsed:.2f} s (grace 60 s)")
+    assert elapsed < 3.0, elapsed
+    assert "second signal" in "".join(d.err)
+    print("ok: a second signal exits at once")
+
+
 def stream_start(port, model, max_tokens):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    body = {"stream": True, "max_tokens": max_tokens, "temperature": 0, "model": model,
+    body = {"stream": True, "max_tokens": max_tokens, "temperature": 0,
             "messages": [{"role": "user", "content": "Count from 1 to 100, one per line."}]}
+    if model:
+        body["model"] = model
     c.request("POST", "/v1/chat/completions", body=json.dumps(body),
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
@@ -383,6 +405,7 @@ def test_sighup_model(ebb, home):
 
 
 TESTS = {
+    "second-signal": test_second_signal,
     "sighup-model": test_sighup_model,
     "notify": test_notify,
     "watchdog": test_watchdog,
