@@ -294,10 +294,10 @@ def test_second_signal(ebb, home):
     print("ok: a second signal exits at once")
 
 
-def stream_start(port, model, max_tokens):
+def stream_start(port, model, max_tokens, prompt="Count from 1 to 100, one per line."):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = {"stream": True, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": "Count from 1 to 100, one per line."}]}
+            "messages": [{"role": "user", "content": prompt}]}
     if model:
         body["model"] = model
     c.request("POST", "/v1/chat/completions", body=json.dumps(body),
@@ -384,6 +384,40 @@ def test_sighup_model(ebb, home):
     print(f"swapped to smol-copy {t_ready:.2f} s after SIGHUP; stream in flight: {len(events)} "
           f"events ending in [DONE]; keep-alive connection, pid {pid}, port {port} unchanged")
 
+    # A request that arrives while a stream drains waits for the swap and is served by the new
+    # model (slow the stream down with a long generation, and keep it going past the load).
+    with open(conf, "w") as f:
+        f.write(f"model = {MODEL}\n")
+    box = {}
+
+    def read_stream():
+        box["events"] = stream_events(sr)
+        box["t_end"] = time.time()
+    sc, sr = stream_start(port, "smol-copy", 250, "Count from 1 to 1000, one per line.")
+    th = threading.Thread(target=read_stream, daemon=True)
+    th.start()
+    n.msgs.clear()
+    swaps = "".join(d.err).count("swapping it in once")
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + LOAD_TIMEOUT
+    while time.time() < deadline and "".join(d.err).count("swapping it in once") == swaps:
+        time.sleep(0.05)
+    assert "".join(d.err).count("swapping it in once") > swaps, "".join(d.err)
+    assert th.is_alive(), "the stream ended before the new model was loaded"
+    c2 = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    t_req = time.time()
+    st, rb = request(c2, "POST", "/v1/completions",
+                     body={"prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    t_done = time.time()
+    th.join(120)
+    assert st == 200, (st, rb)
+    assert json.loads(rb)["model"] == old_id, rb
+    assert box["events"][-1] == "[DONE]", box["events"][-2:]
+    assert box["t_end"] <= t_done, "the waiting request was answered before the stream ended"
+    print(f"a request sent during the drain waited {t_done - t_req:.2f} s, was answered by "
+          f"{old_id} after the stream in flight ({len(box['events'])} events) ended")
+    assert n.wait_for("READY=1", 10)
+
     # A model that cannot be loaded: the old one keeps serving.
     n.msgs.clear()
     with open(conf, "w") as f:
@@ -392,7 +426,7 @@ def test_sighup_model(ebb, home):
     m = n.wait_for("READY=1", LOAD_TIMEOUT)
     assert m, "no READY=1 after the failed reload"
     assert "reload failed" in m, m
-    assert model_ids(c) == ["smol-copy"]
+    assert model_ids(c) == [old_id]
     st, body = request(c, "POST", "/v1/completions",
                        body={"prompt": "Hello", "max_tokens": 4, "temperature": 0})
     assert st == 200, (st, body)
