@@ -798,14 +798,16 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
     m->n_slots = prefetch + 1;
     size_t slot = ebb_stream_io_slot_size(ext, n_layer);
     size_t f = sizeof(float), nb = N_BATCH;
+    /* alloc_scratch's buffers (attention partials and top-k are small) + host logits */
     uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
-                       N_OUT_ROWS * f * (hp->n_embd + 2 * (uint64_t)hp->n_vocab);
+                       N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
+                       f * (uint64_t)hp->n_vocab;
     struct ebb_stream_plan_cfg cfg = {
         .n_layer = n_layer,
         .layer_bytes = lb,
         .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
                        f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
-        .runtime_bytes = scratch + (32u << 20), /* plus programs and queues */
+        .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
         .staging_bytes = (uint64_t)m->n_slots * slot + (m->unified ? 0 : 2 * m->max_layer),
         .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
         .n_ctx_want = m->n_ctx,
