@@ -169,7 +169,7 @@ static void on_swap_timer(uv_timer_t *t)
     ebb_err rc = ebb_api_set_model(s->api, nm, id, template_of(s->cfg), &d);
     if (!rc) {
         rc = ebb_sched_swap_model(s->sched, nm, &old, &d);
-        if (rc) {
+        if (rc && old) {
             struct ebb_diag d2 = {{0}};
             ebb_api_set_model(s->api, old, s->cur_id, template_of(s->cfg), &d2);
         }
@@ -227,6 +227,11 @@ static bool reload_model(struct serve *s)
     const struct ebb_config *c = s->cfg;
     if (ebb_config_model_path(c, path, sizeof(path))) {
         ebb_log_error("serve", "reload: no model configured; still serving %s", s->cur_id);
+        return false;
+    }
+    if (!ebb_sched_model(s->sched)) {
+        ebb_log_warn("serve", "reload: the first model is still loading; send SIGHUP again once "
+                              "it serves to change the model");
         return false;
     }
     if (s->loader.busy || s->swap_model) {
