@@ -289,7 +289,9 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
             return EBB_OK;
         }
         if (!parse_size(value, FIELD(cfg, o, uint64_t))) {
-            snprintf(why, n, "'%s' is not a size (bytes, or a number with K, M, G or T)", value);
+            bool budget = o->off == offsetof(struct ebb_config, memory_budget);
+            snprintf(why, n, "'%s' is not a size (bytes, or a number with K, M, G or T%s)", value,
+                     budget ? "; or auto" : "");
             return EBB_EINVAL;
         }
         return EBB_OK;

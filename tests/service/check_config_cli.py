@@ -59,6 +59,16 @@ def main():
                            env_extra={"EBB_PORT": "high"}, home=home)
         assert rc == 1 and "EBB_PORT" in err, (rc, err)
 
+        with open(bad, "w") as f:
+            f.write("memory_budget = auto\nprefetch = 3\n")
+        rc, out, err = run(ebb, ["--config", bad, "--check-config"], home=home)
+        lines = {l.split("=")[0].strip(): l for l in out.splitlines() if "=" in l}
+        assert rc == 0 and lines["memory_budget"].split("=")[1].split()[0] == "auto", (rc, out)
+        assert lines["prefetch"].split("=")[1].split()[0] == "3", out
+        rc, out, err = run(ebb, ["--config", bad, "--check-config", "--memory-budget", "lots"],
+                           home=home)
+        assert rc == 1 and "memory-budget" in err and "lots" in err and "auto" in err, (rc, err)
+
         rc, out, err = run(ebb, ["--config", os.path.join(home, "missing.conf"),
                                  "--check-config"], home=home)
         assert rc == 1 and "missing.conf" in err, (rc, err)

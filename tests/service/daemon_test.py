@@ -8,6 +8,8 @@
   sighup-key    SIGHUP swaps the API key without a restart and without dropping a keep-alive
                 connection
   sigterm-stream  SIGTERM during a stream ends the stream cleanly and exits 0 within the grace
+  memory-budget  memory_budget from the config file streams the model; /metrics shows the
+                streamer's ebb_stream_* metrics
   second-signal  a second SIGTERM during the grace period exits at once
   sighup-model  SIGHUP with another model file in the config: the new model is loaded while the
                 old one serves, a stream in flight finishes on the old one, then the new one
@@ -275,6 +277,32 @@ def test_sigterm_stream(ebb, home):
     print("ok: SIGTERM mid-stream ended the stream cleanly and exited 0 within the grace")
 
 
+def test_memory_budget(ebb, home):
+    conf = os.path.join(home, "ebb.conf")
+    with open(conf, "w") as f:
+        f.write("memory_budget = 300M\nprefetch = 2\nctx = 512\nparallel = 1\n")
+    d = Daemon(ebb, ["--port", "0", "--config", conf], home=home)
+    d.wait_listening()
+    d.wait_healthy()
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    st, body = request(c, "POST", "/v1/completions",
+                       body={"prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    assert st == 200, (st, body)
+    st, body = request(c, "GET", "/metrics")
+    assert st == 200
+    m = {}
+    for line in body.decode().splitlines():
+        if line.startswith("ebb_stream_") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    print({k: m[k] for k in ("ebb_stream_layers_total", "ebb_stream_layers_resident",
+                             "ebb_stream_memory_limit_bytes") if k in m})
+    assert m.get("ebb_stream_layers_total") == 30, m
+    assert m.get("ebb_stream_memory_limit_bytes") == 300 * 2**20, m
+    assert d.stop() == 0
+    print("ok: memory_budget reaches the streamer; its metrics are on /metrics")
+
+
 def test_second_signal(ebb, home):
     d = Daemon(ebb, ["--port", "0", "--shutdown-grace", "60s"], home=home)
     d.wait_listening()
@@ -439,6 +467,7 @@ def test_sighup_model(ebb, home):
 
 
 TESTS = {
+    "memory-budget": test_memory_budget,
     "second-signal": test_second_signal,
     "sighup-model": test_sighup_model,
     "notify": test_notify,
