@@ -111,6 +111,7 @@ int ebb_cmd_bench(int argc, char **argv)
     int status = 1;
     struct ebb_model *m = NULL;
     int32_t *ids = NULL;
+    float *lgs = NULL; /* top logit of each generated token (exact comparisons in tests) */
     struct ebb_diag d = {{0}};
     ebb_err rc;
     double t0 = now_ms();
@@ -127,7 +128,8 @@ int ebb_cmd_bench(int argc, char **argv)
         goto out;
     }
     ids = malloc(sizeof(int32_t) * (n_prompt + n_gen));
-    if (!ids)
+    lgs = malloc(sizeof(float) * n_gen);
+    if (!ids || !lgs)
         goto out;
     for (unsigned long i = 0; i < n_prompt; i++) /* a fixed, varied synthetic prompt */
         ids[i] = (int32_t)((1000 + i * 7919u) % V);
@@ -139,12 +141,14 @@ int ebb_cmd_bench(int argc, char **argv)
         goto fail;
     double t_prefill = now_ms() - t1;
     ids[n_prompt] = top;
+    lgs[0] = top_logit;
     double t2 = now_ms();
     for (unsigned long i = 1; i < n_gen; i++) {
         uint32_t pos = (uint32_t)(n_prompt + i - 1);
         if ((rc = ebb_model_eval(m, 0, &ids[pos], 1, pos, &out, &d)))
             goto fail;
         ids[pos + 1] = top;
+        lgs[i] = top_logit;
     }
     double t_decode = now_ms() - t2;
     double pf = 1e3 * (double)n_prompt / t_prefill;
@@ -153,15 +157,18 @@ int ebb_cmd_bench(int argc, char **argv)
     char sj[8192];
     json_t *st = ebb_model_stream_json(m, sj, sizeof(sj)) ? json_loads(sj, 0, NULL) : NULL;
     if (json) {
-        json_t *jt = json_array();
-        for (unsigned long i = 0; i < n_gen; i++)
+        json_t *jt = json_array(), *jl = json_array();
+        for (unsigned long i = 0; i < n_gen; i++) {
             json_array_append_new(jt, json_integer(ids[n_prompt + i]));
+            json_array_append_new(jl, json_real(lgs[i]));
+        }
         json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:o}",
                               "model", mp.path, "device", ebb_model_device_name(m), "prompt_tokens",
                               (json_int_t)n_prompt, "gen_tokens", (json_int_t)n_gen, "n_ctx",
                               (json_int_t)ebb_model_n_ctx(m), "load_ms", t_load, "prefill_ms",
                               t_prefill, "prefill_tok_s", pf, "decode_ms", t_decode, "decode_tok_s",
                               dec, "peak_rss_bytes", (json_int_t)peak, "tokens", jt);
+        json_object_set_new(j, "top_logits", jl);
         if (st)
             json_object_set(j, "stream", st);
         json_dumpf(j, stdout, JSON_COMPACT);
@@ -196,6 +203,7 @@ fail:
     fprintf(stderr, "ebb bench: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
 out:
     free(ids);
+    free(lgs);
     ebb_model_close(m);
     return status;
 }
