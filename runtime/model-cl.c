@@ -794,6 +794,9 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
             m->max_layer = (size_t)ext[l].raw_size;
     }
     m->unified = m->cl->info.host_unified || m->cl->info.is_cpu;
+    const char *dv = getenv("EBB_TEST_STREAM_DISCRETE"); /* tests: the discrete-GPU staging */
+    if (dv && *dv == '1')
+        m->unified = false;
     uint32_t prefetch = p->prefetch ? p->prefetch : 2;
     m->n_slots = prefetch + 1;
     size_t slot = ebb_stream_io_slot_size(ext, n_layer);

@@ -60,6 +60,13 @@ def main():
                     assert st["layers_read"] > 0 and st["bytes_per_token"] > 0, st
                 else:
                     assert st["layers_read"] == 0 and st["slots"] == 0, st
+        # the discrete-GPU staging (pinned slots, async copies into two device buffers) on
+        # this device too
+        denv = dict(env, EBB_TEST_STREAM_DISCRETE="1")
+        for r in ("0", "0.5"):
+            j = run(["--residency", r], denv)
+            print("discrete staging, residency %s: %d resident" % (r, j["stream"]["layers_resident"]))
+            assert j["tokens"] == ref, "discrete staging at %s: %s != %s" % (r, j["tokens"], ref)
         b = subprocess.run([EBB, "bench", "-m", MODEL, "--prompt-tokens", "8", "--gen-tokens", "4",
                             "--residency", "0.5", "--json"], env=env, capture_output=True,
                            text=True)
