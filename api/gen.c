@@ -204,9 +204,9 @@ static bool sse_text_chunk(struct ebb__req *r, const char *text, size_t n)
     if (!ebb__utf8_valid(text, n))
         return false;
     if (!g->chunk_head[0]) {
-        char *id = json_dumps(json_string(g->id), JSON_ENCODE_ANY), *model = NULL;
-        json_t *m = json_string(r->api->model_id);
-        model = json_dumps(m, JSON_ENCODE_ANY);
+        json_t *jid = json_string(g->id), *m = json_string(r->api->model_id);
+        char *id = json_dumps(jid, JSON_ENCODE_ANY), *model = json_dumps(m, JSON_ENCODE_ANY);
+        json_decref(jid);
         json_decref(m);
         snprintf(g->chunk_head, sizeof(g->chunk_head),
                  "data: {\"id\":%s,\"object\":\"%s\",\"created\":%lld,\"model\":%s,"
