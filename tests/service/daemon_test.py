@@ -415,7 +415,7 @@ def test_sighup_model(ebb, home):
     # A request that arrives while a stream drains waits for the swap and is served by the new
     # model (slow the stream down with a long generation, and keep it going past the load).
     with open(conf, "w") as f:
-        f.write(f"model = {MODEL}\n")
+        f.write(f"model = {MODEL}\nparallel = 2\n")
     box = {}
 
     def read_stream():
@@ -445,11 +445,14 @@ def test_sighup_model(ebb, home):
     print(f"a request sent during the drain waited {t_done - t_req:.2f} s, was answered by "
           f"{old_id} after the stream in flight ({len(box['events'])} events) ended")
     assert n.wait_for("READY=1", 10)
+    st, body = request(c, "GET", "/metrics")
+    slots = [l for l in body.decode().splitlines() if l.startswith("ebb_slots ")]
+    assert slots == ["ebb_slots 2"], slots  # parallel changed with the model: 2 slots now
 
     # A model that cannot be loaded: the old one keeps serving.
     n.msgs.clear()
     with open(conf, "w") as f:
-        f.write("model = broken.gguf\n")
+        f.write("model = broken.gguf\nparallel = 2\n")
     d.proc.send_signal(signal.SIGHUP)
     m = n.wait_for("READY=1", LOAD_TIMEOUT)
     assert m, "no READY=1 after the failed reload"
