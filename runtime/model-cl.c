@@ -2,83 +2,14 @@
  * the device profile picks (zero-copy over the mmapped GGUF on host-unified CPUs, split planes
  * on GPUs), the KV cache and every scratch buffer are allocated once, and an evaluation enqueues
  * the whole pass without waiting until the requested outputs are read back. */
-#include "model-int.h"
+#include "model-cl-int.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "cl-layout.h"
-#include "pack.h"
 #include "quant.h"
-#include "stream-cl.h"
-
-#define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
-#define N_OUT_ROWS 32  /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
-#define TOPK_MAX 64    /* as in ops.cl */
-#define MAX_PROGS 8
-#define MAX_TYPES 40
-#define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
-
-struct layer {
-    cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
-    struct ebb_cl_weight qkv[3]; /* (n_head + 2 n_head_kv) * head_dim rows of n_embd: fused
-                                    into qkv[0], or q, k, v separately */
-    uint32_t n_qkv;
-    struct ebb_cl_weight wo;    /* (n_embd, n_head * head_dim) */
-    struct ebb_cl_weight gu[2]; /* (2 n_ff, n_embd) fused gate|up, or gate and up */
-    uint32_t n_gu;
-    struct ebb_cl_weight down; /* (n_embd, n_ff) */
-    cl_mem kc, vc;             /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
-};
-
-struct clm {
-    struct ebb__hparams hp;
-    struct ebb_cl *cl;
-    struct ebb_cl_tuning tu;
-    uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
-    struct ebb_cl_hostmap map;
-    struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
-    bool have_layout[MAX_TYPES];
-    struct ebb_cl_wprog progs[MAX_PROGS];
-    uint32_t n_progs;
-    cl_program ops;
-    cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
-    struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
-    cl_mem output_norm;                /* (n_embd) f32 */
-    struct layer *layers;
-    /* Scratch, allocated once. */
-    cl_mem ids;                /* (N_BATCH) int */
-    cl_mem x, h;               /* (N_BATCH, n_embd) residual stream and normed copy */
-    cl_mem qkv;                /* (N_BATCH, n_qkv) */
-    cl_mem att;                /* (N_BATCH, n_q) */
-    cl_mem gu, ff;             /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
-    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
-    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
-    cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
-    cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
-    float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
-    /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
-    const struct ebb_gguf *g;
-    struct ebb_stream *st;
-    struct ebb_stream_cl *sc; /* staging, once some layer is streamed */
-    struct layer *tmpl;       /* (n_layer) each layer's weights as streamed: a = NULL, off
-                                 relative to the layer's first byte */
-    uint32_t n_slots;
-    size_t max_layer;
-    bool unified;
-    uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */
-    uint32_t replan_tokens;              /* re-plan period (REPLAN_TOKENS) */
-    pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
-    bool snap_init;
-    struct ebb_stream_report snap;
-    struct ebb__backend_i iface;
-    char name[160]; /* "opencl (device name)" */
-};
 
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag);
@@ -156,8 +87,8 @@ static ebb_err alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
     return EBB_OK;
 }
 
-static ebb_err find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
-                    const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
+ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
+                      const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
 {
     const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
     if (!t)
@@ -176,7 +107,7 @@ static ebb_err place_norm(struct clm *m, const struct ebb_gguf *g, const char *n
                           struct ebb_diag *diag)
 {
     const struct ebb_gguf_tensor *t;
-    ebb_err rc = find(g, name, m->hp.n_embd, 1, &t, diag);
+    ebb_err rc = ebb__clm_find(g, name, m->hp.n_embd, 1, &t, diag);
     if (rc)
         return rc;
     float *f = malloc(sizeof(float) * m->hp.n_embd);
@@ -251,7 +182,7 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
     uint64_t total = 0;
     ebb_err rc;
     for (uint32_t i = 0; i < n; i++) {
-        if ((rc = find(g, names[i], n_in, rows[i], &t[i], diag)))
+        if ((rc = ebb__clm_find(g, names[i], n_in, rows[i], &t[i], diag)))
             return rc;
         src[i].data = t[i]->data;
         src[i].n_out = rows[i];
@@ -285,8 +216,8 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
 }
 
 /* The weight matrices of decoder layer l (norms and KV cache are placed apart). */
-static ebb_err place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
-                           struct ebb_diag *diag)
+ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                             struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     struct layer *L = &m->layers[l];
@@ -317,7 +248,7 @@ static ebb_err place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
 }
 
 /* Releases the weight matrices of layer l (it becomes streamed). */
-static void drop_layer(struct clm *m, uint32_t l)
+void ebb__clm_drop_layer(struct clm *m, uint32_t l)
 {
     struct layer *L = &m->layers[l];
     for (int i = 0; i < 3; i++)
@@ -357,7 +288,8 @@ static ebb_err place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb
             (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
             return rc;
         /* Streamed layers keep only their norms and KV cache on the device. */
-        if ((!m->st || ebb_stream_is_resident(m->st, l)) && (rc = place_layer(m, g, l, diag)))
+        if ((!m->st || ebb_stream_is_resident(m->st, l)) &&
+            (rc = ebb__clm_place_layer(m, g, l, diag)))
             return rc;
         if ((rc = alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
             (rc = alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
@@ -484,8 +416,8 @@ static ebb_err rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, stru
 }
 
 /* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; x is updated in place. */
-static ebb_err layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
-                     struct ebb_diag *diag)
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                       struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
@@ -641,326 +573,6 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     return read(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
 }
 
-/* ---- Layer streamer glue (docs/STREAMER.md, "Integration recipe") ---- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Raw-layout weights over a streamed layer's bytes: offs[i] is tensor names[i]'s offset from
- * the layer's first byte. Fused into one weight when they share a type and lie back to back. */
-static ebb_err tmpl_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
-                          const uint64_t *offs, const uint32_t *rows, uint32_t n, uint32_t n_in,
-                          struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
-{
-    const struct ebb_gguf_tensor *t[3];
-    ebb_err rc;
-    bool fuse = true;
-    for (uint32_t i = 0; i < n; i++) {
-        if ((rc = find(g, names[i], n_in, rows[i], &t[i], diag)))
-            return rc;
-        if (i)
-            fuse = fuse && t[i]->type == t[0]->type && offs[i] == offs[i - 1] + t[i - 1]->size;
-    }
-    *n_out = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        struct ebb_cl_weight *w = &out[*n_out];
-        if (fuse && i) {
-            w = &out[0];
-            w->n_out += rows[i];
-            continue;
-        }
-        memset(w, 0, sizeof(*w));
-        w->layout = (struct ebb_cl_layout){
-            .type = t[i]->type, .storage = EBB_CL_STORE_BUFFER, .order = EBB_CL_ORDER_RAW};
-        w->n_in = n_in;
-        w->n_out = rows[i];
-        w->off = offs[i];
-        (*n_out)++;
-    }
-    for (uint32_t i = 0; i < *n_out; i++)
-        if (!ebb_cl_layout_ok(&m->cl->info, &out[i].layout, (uint64_t)out[i].n_in * out[i].n_out))
-            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                                "tensor '%s' (type %u) cannot be streamed in the raw layout on "
-                                "this device",
-                                names[0], t[0]->type);
-    return EBB_OK;
-}
-
-/* Offsets of a layer's tensors inside its streamed bytes: from the pack's directory, or from
- * the GGUF (tensor file offset minus the extent's start). */
-static ebb_err tmpl_offs(const struct ebb_gguf *g, const struct ebb_pack *pk,
-                         const struct ebb_stream_layer *ext, const char *const *names, uint32_t n,
-                         uint64_t *offs, struct ebb_diag *diag)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        if (pk) {
-            const struct ebb_pack_tensor *pt = ebb_pack_find_tensor(pk, names[i]);
-            if (!pt)
-                return ebb_diag_set(diag, EBB_EFORMAT, "the pack has no tensor '%s'", names[i]);
-            offs[i] = pt->off;
-        } else {
-            const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, names[i]);
-            if (!t)
-                return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", names[i]);
-            offs[i] =
-                (uint64_t)((const uint8_t *)t->data - (const uint8_t *)ebb_gguf_base(g)) - ext->off;
-        }
-    }
-    return EBB_OK;
-}
-
-static ebb_err build_tmpl(struct clm *m, const struct ebb_gguf *g, const struct ebb_pack *pk,
-                          const struct ebb_stream_layer *ext, uint32_t l, struct ebb_diag *diag)
-{
-    const struct ebb__hparams *hp = &m->hp;
-    struct layer *T = &m->tmpl[l];
-    char nm[7][64];
-    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                         "ffn_gate", "ffn_up", "ffn_down"};
-    const char *np[7];
-    for (int i = 0; i < 7; i++) {
-        snprintf(nm[i], 64, "blk.%u.%s.weight", l, sfx[i]);
-        np[i] = nm[i];
-    }
-    uint64_t offs[7];
-    uint32_t one, qr[] = {m->n_q, m->n_kv, m->n_kv}, wr[] = {hp->n_embd},
-                  gr[] = {hp->n_ff, hp->n_ff};
-    ebb_err rc;
-    if ((rc = tmpl_offs(g, pk, ext, np, 7, offs, diag)) ||
-        (rc = tmpl_group(m, g, np, offs, qr, 3, hp->n_embd, T->qkv, &T->n_qkv, diag)) ||
-        (rc = tmpl_group(m, g, np + 3, offs + 3, wr, 1, m->n_q, &T->wo, &one, diag)) ||
-        (rc = tmpl_group(m, g, np + 4, offs + 4, gr, 2, hp->n_embd, T->gu, &T->n_gu, diag)) ||
-        (rc = tmpl_group(m, g, np + 6, offs + 6, wr, 1, hp->n_ff, &T->down, &one, diag)))
-        return rc;
-    return EBB_OK;
-}
-
-static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
-{
-    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
-    return t ? t->size : 0;
-}
-
-/* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
- * streamed form of every layer, the initial plan. Sets m->n_ctx to the planned context. */
-static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
-                           const struct ebb_model_params *p, struct ebb_diag *diag)
-{
-    const struct ebb__hparams *hp = &m->hp;
-    const char *env = getenv("EBB_TEST_RESIDENCY");
-    bool forced = p->residency_forced || p->residency > 0 || (env && *env);
-    double frac = env && *env ? strtod(env, NULL) : p->residency;
-    if (!p->memory_budget && !p->memory_budget_auto && !forced)
-        return EBB_OK;
-    uint32_t n_layer = hp->n_layer;
-    ebb_err rc = EBB_OK;
-    struct ebb_pack *pk = NULL;
-    struct ebb_stream_layer *ext = calloc(n_layer, sizeof(*ext));
-    uint64_t *lb = calloc(n_layer, sizeof(*lb));
-    m->tmpl = calloc(n_layer, sizeof(*m->tmpl));
-    if (!ext || !lb || !m->tmpl) {
-        rc = EBB_ENOMEM;
-        goto out;
-    }
-    if (p->pack_path) {
-        struct ebb_pack_expect want;
-        ebb_pack_expect_from_gguf(g, &want);
-        want.layout = EBB_PACK_LAYOUT_GGUF_RAW;
-        if ((rc = ebb_pack_open(p->pack_path, &want, &pk, diag)))
-            goto out;
-        if (ebb_pack_info(pk)->n_layer != n_layer) {
-            rc = ebb_diag_set(diag, EBB_EINVAL, "pack '%s' holds %u layers, the model %u",
-                              p->pack_path, ebb_pack_info(pk)->n_layer, n_layer);
-            goto out;
-        }
-        for (uint32_t l = 0; l < n_layer && !rc; l++)
-            rc = ebb_pack_group(pk, l, &ext[l]);
-        if (rc) {
-            rc = ebb_diag_set(diag, rc, "pack '%s': bad layer extent", p->pack_path);
-            goto out;
-        }
-    } else if ((rc = ebb_pack_gguf_extents(g, n_layer, ext, diag))) {
-        goto out;
-    }
-    for (uint32_t l = 0; l < n_layer; l++) {
-        if ((rc = build_tmpl(m, g, pk, &ext[l], l, diag)))
-            goto out;
-        lb[l] = ext[l].raw_size;
-        if (ext[l].raw_size > m->max_layer)
-            m->max_layer = (size_t)ext[l].raw_size;
-    }
-    m->unified = m->cl->info.host_unified || m->cl->info.is_cpu;
-    const char *dv = getenv("EBB_TEST_STREAM_DISCRETE"); /* tests: the discrete-GPU staging */
-    if (dv && *dv == '1')
-        m->unified = false;
-    uint32_t prefetch = p->prefetch ? p->prefetch : 2;
-    m->n_slots = prefetch + 1;
-    size_t slot = ebb_stream_io_slot_size(ext, n_layer);
-    size_t f = sizeof(float), nb = N_BATCH;
-    /* alloc_scratch's buffers (attention partials and top-k are small) + host logits */
-    uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
-                       N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
-                       f * (uint64_t)hp->n_vocab;
-    struct ebb_stream_plan_cfg cfg = {
-        .n_layer = n_layer,
-        .layer_bytes = lb,
-        .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
-                       f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
-        .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
-        .staging_bytes = (uint64_t)m->n_slots * slot + (m->unified ? 0 : 2 * m->max_layer),
-        .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
-        .n_ctx_want = m->n_ctx,
-        .mode = EBB_STREAM_BALANCED,
-        .budget = p->memory_budget_auto ? 0 : p->memory_budget,
-    };
-    if (p->residency_mode && (rc = ebb_stream_mode_parse(p->residency_mode, &cfg.mode))) {
-        rc = ebb_diag_set(diag, rc, "bad residency mode '%s' (speed, balanced, context)",
-                          p->residency_mode);
-        goto out;
-    }
-    if (forced) { /* a budget that holds exactly round(frac * n_layer) layers */
-        double r = frac < 0 ? 0 : frac > 1 ? 1 : frac;
-        uint32_t n = (uint32_t)(r * n_layer + 0.5);
-        cfg.mode = EBB_STREAM_CONTEXT;
-        cfg.budget = cfg.fixed_bytes + cfg.runtime_bytes + cfg.kv_per_token * cfg.n_ctx_want +
-                     (n < n_layer ? cfg.staging_bytes : 0);
-        for (uint32_t l = 0; l < n; l++)
-            cfg.budget += lb[l];
-    }
-    struct ebb_stream_params sp = {
-        .path = p->pack_path ? p->pack_path : p->path,
-        .layers = ext,
-        .plan = cfg,
-        .probe = {.discrete = !m->unified},
-        .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
-        .prefetch = prefetch,
-        .io_threads = p->stream_threads,
-        .now_ns = now_ns(),
-    };
-    if (p->stream_cache && (rc = ebb_stream_cache_parse(p->stream_cache, &sp.cache))) {
-        rc = ebb_diag_set(diag, rc, "bad stream cache mode '%s' (cached, direct, dontneed)",
-                          p->stream_cache);
-        goto out;
-    }
-    /* Tuning and test knobs: the re-plan period in tokens, the growth hold time. */
-    const char *ev = getenv("EBB_STREAM_REPLAN_TOKENS");
-    m->replan_tokens = ev && atoi(ev) > 0 ? (uint32_t)atoi(ev) : REPLAN_TOKENS;
-    if ((ev = getenv("EBB_STREAM_GROW_HOLD_MS")) && atoi(ev) > 0)
-        sp.plan.grow_hold_ns = (uint64_t)atoi(ev) * 1000000u;
-    if ((rc = ebb_stream_new(&sp, &m->st, diag)))
-        goto out;
-    m->n_ctx = ebb_stream_n_ctx(m->st);
-    m->next_tick = m->replan_tokens;
-out:
-    ebb_pack_close(pk);
-    free(ext);
-    free(lb);
-    return rc;
-}
-
-static void stream_snapshot(struct clm *m)
-{
-    pthread_mutex_lock(&m->snap_mu);
-    ebb_stream_report(m->st, &m->snap);
-    pthread_mutex_unlock(&m->snap_mu);
-}
-
-static bool clm_stream_report(void *ctx, struct ebb_stream_report *out)
-{
-    struct clm *m = ctx;
-    if (!m->st)
-        return false;
-    pthread_mutex_lock(&m->snap_mu);
-    *out = m->snap;
-    pthread_mutex_unlock(&m->snap_mu);
-    return true;
-}
-
-static bool clm_stream_probe(void *ctx)
-{
-    struct clm *m = ctx;
-    return m->st && ebb_stream_probe(m->st);
-}
-
-/* Staging slots, the first time some layer is streamed. */
-static ebb_err ensure_slots(struct clm *m, struct ebb_diag *diag)
-{
-    if (m->sc || !ebb_stream_needs_slots(m->st))
-        return EBB_OK;
-    struct ebb_stream_cl_params cp = {.ctx = m->cl->ctx,
-                                      .dev = m->cl->dev,
-                                      .q = m->cl->q,
-                                      .unified = m->unified,
-                                      .n_slots = m->n_slots,
-                                      .slot_size = ebb_stream_slot_size(m->st),
-                                      .layer_size = m->max_layer};
-    ebb_err rc = ebb_stream_cl_new(&cp, &m->sc, diag);
-    if (!rc)
-        rc = ebb_stream_attach(m->st, ebb_stream_cl_slots(m->sc), m->n_slots, diag);
-    return rc;
-}
-
-/* Between evaluations: re-plans on the 64-token tick or a posted probe reading, and moves
- * layers (the device is idle here: every evaluation ends with its queue finished). */
-static ebb_err stream_between(struct clm *m, struct ebb_diag *diag)
-{
-    bool tick = m->tokens >= m->next_tick;
-    if (!tick && !ebb_stream_replan_due(m->st))
-        return EBB_OK;
-    if (tick)
-        m->next_tick = m->tokens + m->replan_tokens;
-    struct ebb_stream_change chg;
-    if (!ebb_stream_replan(m->st, now_ns(), m->tokens, m->busy_ns, tick, &chg))
-        return EBB_OK;
-    ebb_err rc = EBB_OK;
-    for (uint32_t l = chg.to; l < chg.from; l++) /* shrink */
-        drop_layer(m, l);
-    for (uint32_t l = chg.from; l < chg.to && !rc; l++) /* grow */
-        rc = place_layer(m, m->g, l, diag);
-    if (rc) {
-        for (uint32_t l = chg.from; l < chg.to; l++)
-            drop_layer(m, l);
-        return rc;
-    }
-    if ((rc = ensure_slots(m, diag)) || (rc = ebb_stream_commit(m->st, &chg, diag)))
-        return rc;
-    fprintf(stderr, "ebb: stream plan %u -> %u resident layers: %s\n", chg.from, chg.to,
-            chg.reason);
-    return EBB_OK;
-}
-
-/* A streamed layer: its weights read from the view the streamer hands over. */
-static ebb_err streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
-                              struct ebb_diag *diag)
-{
-    uint32_t v;
-    size_t off;
-    ebb_err rc = ebb_stream_cl_begin(m->sc, m->st, l, &v, &off, diag);
-    if (rc)
-        return rc;
-    cl_mem view = ebb_stream_cl_view(m->sc, v);
-    const struct layer *T = &m->tmpl[l];
-    struct layer S = m->layers[l]; /* norms and KV cache stay resident */
-    S.n_qkv = T->n_qkv;
-    S.n_gu = T->n_gu;
-    struct ebb_cl_weight *dst[] = {&S.qkv[0], &S.qkv[1], &S.qkv[2], &S.wo,
-                                   &S.gu[0],  &S.gu[1],  &S.down};
-    const struct ebb_cl_weight *src[] = {&T->qkv[0], &T->qkv[1], &T->qkv[2], &T->wo,
-                                         &T->gu[0],  &T->gu[1],  &T->down};
-    for (int i = 0; i < 7; i++) {
-        *dst[i] = *src[i];
-        dst[i]->a = view;
-        dst[i]->off += off;
-    }
-    rc = layer(m, &S, seq, nt, pos, diag);
-    ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
-    return rc ? rc : rc2;
-}
-
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag)
 {
@@ -975,8 +587,8 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
             return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
-    uint64_t t0 = m->st ? now_ns() : 0;
-    if (m->st && (rc = stream_between(m, diag)))
+    uint64_t t0 = m->st ? ebb__clm_now_ns() : 0;
+    if (m->st && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
     float one = 1.0f;
     int n_embd = (int)m->hp.n_embd;
@@ -997,9 +609,9 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             goto out;
         for (uint32_t l = 0; l < m->hp.n_layer; l++) {
             if (!m->st || ebb_stream_is_resident(m->st, l))
-                rc = layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
+                rc = ebb__clm_layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
             else
-                rc = streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
+                rc = ebb__clm_streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
             if (rc)
                 goto out;
         }
@@ -1033,8 +645,8 @@ out:
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
         rc = rc ? rc : rf;
         m->tokens += n;
-        m->busy_ns += now_ns() - t0;
-        stream_snapshot(m);
+        m->busy_ns += ebb__clm_now_ns() - t0;
+        ebb__clm_stream_snapshot(m);
     }
     return rc;
 }
@@ -1084,15 +696,15 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
         if (e)
             m->map.buf = NULL; /* fall back to copies */
     }
-    if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
+    if ((rc = build_kernels(m, diag)) || (rc = ebb__clm_stream_open(m, g, p, diag)) ||
         (rc = place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
         goto out;
     if (m->st) {
-        if ((rc = ensure_slots(m, diag)))
+        if ((rc = ebb__clm_ensure_slots(m, diag)))
             goto out;
-        stream_snapshot(m);
-        m->iface.stream_report = clm_stream_report;
-        m->iface.stream_probe = clm_stream_probe;
+        ebb__clm_stream_snapshot(m);
+        m->iface.stream_report = ebb__clm_stream_report;
+        m->iface.stream_probe = ebb__clm_stream_probe;
         m->iface.n_ctx = m->n_ctx;
     }
     snprintf(m->name, sizeof(m->name), "opencl (%s)", m->cl->info.name);

@@ -1,0 +1,106 @@
+/* Private to the OpenCL forward pass (model-cl.c) and its layer-streamer glue
+ * (model-cl-stream.c): the engine's state and the functions the two files share. */
+#ifndef EBB_RUNTIME_MODEL_CL_INT_H
+#define EBB_RUNTIME_MODEL_CL_INT_H
+
+#include <pthread.h>
+
+#include "cl-layout.h"
+#include "model-int.h"
+#include "stream-cl.h"
+
+#define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
+#define N_OUT_ROWS 32  /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
+#define TOPK_MAX 64    /* as in ops.cl */
+#define MAX_PROGS 8
+#define MAX_TYPES 40
+#define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
+
+struct layer {
+    cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
+    struct ebb_cl_weight qkv[3]; /* (n_head + 2 n_head_kv) * head_dim rows of n_embd: fused
+                                    into qkv[0], or q, k, v separately */
+    uint32_t n_qkv;
+    struct ebb_cl_weight wo;    /* (n_embd, n_head * head_dim) */
+    struct ebb_cl_weight gu[2]; /* (2 n_ff, n_embd) fused gate|up, or gate and up */
+    uint32_t n_gu;
+    struct ebb_cl_weight down; /* (n_embd, n_ff) */
+    cl_mem kc, vc;             /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
+};
+
+struct clm {
+    struct ebb__hparams hp;
+    struct ebb_cl *cl;
+    struct ebb_cl_tuning tu;
+    uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
+    struct ebb_cl_hostmap map;
+    struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
+    bool have_layout[MAX_TYPES];
+    struct ebb_cl_wprog progs[MAX_PROGS];
+    uint32_t n_progs;
+    cl_program ops;
+    cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
+    struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
+    cl_mem output_norm;                /* (n_embd) f32 */
+    struct layer *layers;
+    /* Scratch, allocated once. */
+    cl_mem ids;                /* (N_BATCH) int */
+    cl_mem x, h;               /* (N_BATCH, n_embd) residual stream and normed copy */
+    cl_mem qkv;                /* (N_BATCH, n_qkv) */
+    cl_mem att;                /* (N_BATCH, n_q) */
+    cl_mem gu, ff;             /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
+    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
+    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
+    cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
+    cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+    /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
+    const struct ebb_gguf *g;
+    struct ebb_stream *st;
+    struct ebb_stream_cl *sc; /* staging, once some layer is streamed */
+    struct layer *tmpl;       /* (n_layer) each layer's weights as streamed: a = NULL, off
+                                 relative to the layer's first byte */
+    uint32_t n_slots;
+    size_t max_layer;
+    bool unified;
+    uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */
+    uint32_t replan_tokens;              /* re-plan period (REPLAN_TOKENS) */
+    pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
+    bool snap_init;
+    struct ebb_stream_report snap;
+    struct ebb__backend_i iface;
+    char name[160]; /* "opencl (device name)" */
+};
+
+/* model-cl.c */
+ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
+                      const struct ebb_gguf_tensor **out, struct ebb_diag *diag);
+/* Places / releases the weight matrices of decoder layer l (norms and KV cache apart). */
+ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                             struct ebb_diag *diag);
+void ebb__clm_drop_layer(struct clm *m, uint32_t l);
+/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                       struct ebb_diag *diag);
+
+/* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
+uint64_t ebb__clm_now_ns(void);
+/* Opens the streamer when a budget or a forced residency is set (else leaves m->st NULL);
+ * sets m->n_ctx to the planned context. Before the weights are placed. */
+ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
+                             const struct ebb_model_params *p, struct ebb_diag *diag);
+/* Creates and attaches the staging slots the first time some layer is streamed. */
+ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
+/* Between evaluations: re-plans when due and moves layers. */
+ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
+/* A streamed layer through the view the streamer hands over. */
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+                                struct ebb_diag *diag);
+/* Refreshes the report snapshot other threads read. */
+void ebb__clm_stream_snapshot(struct clm *m);
+/* The backend interface's stream_report / stream_probe. */
+bool ebb__clm_stream_report(void *ctx, struct ebb_stream_report *out);
+bool ebb__clm_stream_probe(void *ctx);
+
+#endif
