@@ -387,3 +387,84 @@ inline void b32_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b, floa
     *lo = (convert_float16(l0 | (h0 << (uchar)4)) - 32.0f) * (d * (float)sc[0]);
     *hi = (convert_float16(l1 | (h1 << (uchar)4)) - 32.0f) * (d * (float)sc[1]);
 }
+
+#ifdef EBB_IMAGES2D
+/* Split planes in two image2d objects (cl-layout.c places them): the quant plane as RGBA32UI
+ * texels (one per 4-bit block, two per 8-bit block, tpr texels per weight row) and the scale
+ * plane as RGBA half texels holding (d, m) of two consecutive blocks of a row (ceil(nb / 2)
+ * texels per row). Where a plane is exactly tpr texels wide, weight row o is image row o; a
+ * plane R * tpr wide holds R weight rows side by side (tall matrices: embeddings, output heads);
+ * a plane narrower than tpr wraps each weight row over ceil(tpr / width) image rows, padded. */
+inline int2 i2d_pos(int w, int tpr, int o, int t)
+{
+    if (w == tpr)
+        return (int2)(t, o);
+    uint pitch = w > tpr ? (uint)tpr : (uint)((tpr + w - 1) / w * w);
+    uint l = (uint)o * pitch + (uint)t;
+    return (int2)((int)(l % (uint)w), (int)(l / (uint)w));
+}
+
+inline uint4 i2d_q(__read_only image2d_t q, int tpr, int o, int t)
+{
+    return read_imageui(q, i2d_pos(get_image_width(q), tpr, o, t));
+}
+
+/* (d, m) of block b of row o (nb blocks per row). */
+inline float2 i2d_dm(__read_only image2d_t s, int nb, int o, int b)
+{
+    float4 v = read_imagef(s, i2d_pos(get_image_width(s), (nb + 1) >> 1, o, b >> 1));
+    return (b & 1) ? v.zw : v.xy;
+}
+
+inline float4 w4_i2d_q4(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int i)
+{
+    int b = i >> 5, j = i & 31;
+    uint4 t = i2d_q(q, nb, o, b);
+    int c = (j & 15) >> 2;
+    uint word = c == 0 ? t.x : c == 1 ? t.y : c == 2 ? t.z : t.w;
+    uchar4 u = as_uchar4(word);
+    uchar4 v = j < 16 ? (u & (uchar)15) : (u >> (uchar)4);
+    float2 dm = i2d_dm(s, nb, o, b);
+    return convert_float4(v) * dm.x + dm.y;
+}
+
+inline float4 w4_i2d_q8(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int i)
+{
+    int b = i >> 5, j = i & 31;
+    uint4 t = i2d_q(q, 2 * nb, o, 2 * b + (j >> 4));
+    int c = (j & 15) >> 2;
+    uint word = c == 0 ? t.x : c == 1 ? t.y : c == 2 ? t.z : t.w;
+    float2 dm = i2d_dm(s, nb, o, b);
+    return convert_float4(as_char4(word)) * dm.x + dm.y;
+}
+
+inline float d32_i2d_q4(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int b,
+                        const __global float *x)
+{
+    float2 dm = i2d_dm(s, nb, o, b);
+    return dot32_q4(as_uchar16(i2d_q(q, nb, o, b)), dm.x, dm.y, x + b * 32);
+}
+
+inline float d32_i2d_q8(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int b,
+                        const __global float *x)
+{
+    float2 dm = i2d_dm(s, nb, o, b);
+    return dot32_q8(as_char16(i2d_q(q, 2 * nb, o, 2 * b)),
+                    as_char16(i2d_q(q, 2 * nb, o, 2 * b + 1)), dm.x, dm.y, x + b * 32);
+}
+
+inline void b32_i2d_q4(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int b,
+                       float16 *lo, float16 *hi)
+{
+    float2 dm = i2d_dm(s, nb, o, b);
+    deq32_q4(as_uchar16(i2d_q(q, nb, o, b)), dm.x, dm.y, lo, hi);
+}
+
+inline void b32_i2d_q8(__read_only image2d_t q, __read_only image2d_t s, int nb, int o, int b,
+                       float16 *lo, float16 *hi)
+{
+    float2 dm = i2d_dm(s, nb, o, b);
+    deq32_q8(as_char16(i2d_q(q, 2 * nb, o, 2 * b)), as_char16(i2d_q(q, 2 * nb, o, 2 * b + 1)),
+             dm.x, dm.y, lo, hi);
+}
+#endif

@@ -50,6 +50,34 @@ static uint16_t rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
+/* fp32 -> fp16 bits, round to nearest even; exact for the scales it is given (fp16 values and
+ * Q4_0's -8d). */
+static uint16_t float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t s = (x >> 16) & 0x8000u, e = (x >> 23) & 255, m = x & 0x7fffffu;
+    if (e == 255)
+        return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+    int32_t he = (int32_t)e - 127 + 15;
+    if (he >= 31)
+        return (uint16_t)(s | 0x7c00u);
+    if (he <= 0) {
+        if (he < -10)
+            return (uint16_t)s;
+        m |= 0x800000u;
+        uint32_t sh = (uint32_t)(14 - he), r = m >> sh, rem = m & ((1u << sh) - 1),
+                 half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++; /* a carry into the exponent is the right result, up to infinity */
+    return (uint16_t)(s | r);
+}
+
 struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
 {
     struct ebb_cl_tuning t = {
@@ -124,7 +152,75 @@ bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layo
         uint64_t texels = n_elements / 32 * (ti->split == 8 ? 2 : 1);
         return di->image && texels <= di->image1d_buf_max;
     }
+    if (l->storage == EBB_CL_STORE_IMAGE2D) {
+        size_t w, h;
+        ebb_cl_image2d_limits(di, &w, &h);
+        uint64_t texels = n_elements / 32 * (ti->split == 8 ? 2 : 1);
+        return di->image && w && h && texels <= (uint64_t)w * h;
+    }
     return true;
+}
+
+void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *h)
+{
+    *w = di->image ? di->image2d_w : 0;
+    *h = di->image ? di->image2d_h : 0;
+    const char *env = getenv("EBB_CL_IMAGE2D_MAX");
+    unsigned long ew = 0, eh = 0;
+    if (env) {
+        char *end = NULL;
+        ew = strtoul(env, &end, 10);
+        if (end && *end == ',')
+            eh = strtoul(end + 1, NULL, 10);
+    }
+    if (ew && ew < *w)
+        *w = ew;
+    if (eh && eh < *h)
+        *h = eh;
+}
+
+bool ebb_cl_image2d_shape(uint64_t tpr, uint64_t n_rows, size_t w_max, size_t h_max, size_t *w,
+                          size_t *h)
+{
+    if (!tpr || !n_rows || !w_max || !h_max)
+        return false;
+    if (tpr <= w_max) {
+        uint64_t r = (n_rows + h_max - 1) / h_max; /* rows side by side */
+        if (r * tpr > w_max)
+            return false;
+        *w = (size_t)(r * tpr);
+        *h = (size_t)((n_rows + r - 1) / r);
+        return true;
+    }
+    uint64_t k = (tpr + w_max - 1) / w_max; /* image rows per weight row */
+    if (n_rows * k > h_max)
+        return false;
+    *w = (size_t)((tpr + k - 1) / k);
+    *h = (size_t)(n_rows * k);
+    return true;
+}
+
+/* Texels per weight row of the quant and scale planes of an image2d weight. */
+static void i2d_tpr(const struct tinfo *ti, uint32_t n_in, uint64_t *q, uint64_t *s)
+{
+    uint64_t nb = n_in / 32;
+    *q = nb * (ti->split == 8 ? 2 : 1);
+    *s = (nb + 1) / 2;
+}
+
+bool ebb_cl_layout_fits(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                        uint32_t n_in, uint32_t n_out)
+{
+    if (!ebb_cl_layout_ok(di, l, (uint64_t)n_in * n_out))
+        return false;
+    if (l->storage != EBB_CL_STORE_IMAGE2D)
+        return true;
+    size_t wm, hm, w, h;
+    uint64_t tq, ts;
+    ebb_cl_image2d_limits(di, &wm, &hm);
+    i2d_tpr(tinfo(l->type), n_in, &tq, &ts);
+    return n_in % 32 == 0 && ebb_cl_image2d_shape(tq, n_out, wm, hm, &w, &h) &&
+           ebb_cl_image2d_shape(ts, n_out, wm, hm, &w, &h);
 }
 
 struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
@@ -133,7 +229,10 @@ struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint
     struct ebb_cl_layout raw = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     struct ebb_cl_layout split = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
     struct ebb_cl_layout img = {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT};
+    struct ebb_cl_layout img2d = {type, EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT};
     const char *env = getenv("EBB_CL_LAYOUT");
+    if (env && !strcmp(env, "image2d") && ebb_cl_layout_ok(di, &img2d, n_elements))
+        return img2d;
     if (env && !strcmp(env, "raw"))
         return raw;
     if (env && !strcmp(env, "split") && ebb_cl_layout_ok(di, &split, n_elements))
@@ -162,7 +261,9 @@ const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t 
     const struct tinfo *ti = tinfo(l->type);
     snprintf(buf, cap, "%s/%s/%s", ti ? ti->name : "?",
              l->order == EBB_CL_ORDER_RAW ? "raw" : "split",
-             l->storage == EBB_CL_STORE_IMAGE1D ? "image1d" : "buffer");
+             l->storage == EBB_CL_STORE_IMAGE1D   ? "image1d"
+             : l->storage == EBB_CL_STORE_IMAGE2D ? "image2d"
+                                                  : "buffer");
     return buf;
 }
 
@@ -198,11 +299,17 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
                      "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n",
                      bits);
-    else
+    else if (l->storage == EBB_CL_STORE_IMAGE1D)
         n = snprintf(buf + used, cap - used,
                      "#define EBB_IMAGES 1\n"
                      "#define W_ARGS __read_only image1d_buffer_t w_a, __global const float2 *w_b\n"
                      "#define READ_W4(o, i) w4_img_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    else
+        n = snprintf(buf + used, cap - used,
+                     "#define EBB_IMAGES2D 1\n"
+                     "#define W_ARGS __read_only image2d_t w_a, __read_only image2d_t w_b\n"
+                     "#define READ_W4(o, i) w4_i2d_%s(w_a, w_b, n_in / 32, (o), (i))\n",
                      bits);
     if (n < 0 || (size_t)n >= cap - used)
         return EBB_ERANGE;
@@ -219,6 +326,9 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         used += (size_t)n;
     }
     if (ti->split && tu->block_dec) {
+        const char *sto = l->storage == EBB_CL_STORE_IMAGE1D   ? "img"
+                          : l->storage == EBB_CL_STORE_IMAGE2D ? "i2d"
+                                                               : "split";
         if (l->order == EBB_CL_ORDER_RAW)
             n = snprintf(buf + used, cap - used,
                          "#define W_DOT32(o, b, xt) d32_raw_%s(w_a + w_off, "
@@ -232,8 +342,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "(xt))\n"
                          "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
                          "(b), (lo), (hi))\n",
-                         l->storage == EBB_CL_STORE_IMAGE1D ? "img" : "split", bits,
-                         l->storage == EBB_CL_STORE_IMAGE1D ? "img" : "split", bits);
+                         sto, bits, sto, bits);
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -285,6 +394,63 @@ static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
     return ebb_cl_check(e, diag, "clCreateBuffer(weight)");
 }
 
+/* One image2d of n_rows rows of tpr texels of tsize bytes from row-major host texels src,
+ * mapped as ebb_cl_image2d_shape says (row o starts at linear texel o * pitch). */
+static ebb_err make_image2d(struct ebb_cl *cl, cl_channel_type ct, size_t tsize, uint64_t tpr,
+                            uint64_t n_rows, const uint8_t *src, cl_mem *out, uint32_t dims[2],
+                            struct ebb_diag *diag)
+{
+    size_t wm, hm, w, h;
+    ebb_cl_image2d_limits(&cl->info, &wm, &hm);
+    if (!ebb_cl_image2d_shape(tpr, n_rows, wm, hm, &w, &h))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "weight plane exceeds image2d limits");
+    uint64_t pitch = w >= tpr ? tpr : (tpr + w - 1) / w * w;
+    uint8_t *img = calloc((size_t)w * h, tsize);
+    if (!img)
+        return EBB_ENOMEM;
+    for (uint64_t o = 0; o < n_rows; o++)
+        memcpy(img + o * pitch * tsize, src + o * tpr * tsize, tpr * tsize);
+    cl_image_format fmt = {CL_RGBA, ct};
+    cl_image_desc desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+    desc.image_width = w;
+    desc.image_height = h;
+    cl_int e = CL_SUCCESS;
+    *out = clCreateImage(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, &fmt, &desc, img, &e);
+    free(img);
+    dims[0] = (uint32_t)w;
+    dims[1] = (uint32_t)h;
+    return ebb_cl_check(e, diag, "clCreateImage(image2d weight)");
+}
+
+/* The image2d planes of a split weight from its quant plane q and (d, m) plane s. */
+static ebb_err place_image2d(struct ebb_cl *cl, const struct tinfo *ti, uint32_t n_in,
+                             const uint8_t *q, const float *s, struct ebb_cl_weight *w,
+                             struct ebb_diag *diag)
+{
+    uint64_t tq, ts, nb = n_in / 32;
+    i2d_tpr(ti, n_in, &tq, &ts);
+    /* (d, m) of blocks 2k and 2k + 1 of a row as four halves; an odd row's last half-texel is
+     * zero. */
+    uint16_t *sh = calloc((size_t)(ts * w->n_out), 8);
+    if (!sh)
+        return EBB_ENOMEM;
+    for (uint64_t o = 0; o < w->n_out; o++)
+        for (uint64_t b = 0; b < nb; b++)
+            for (int c = 0; c < 2; c++)
+                sh[o * ts * 4 + b * 2 + (uint64_t)c] =
+                    float_to_half(s[2 * (o * nb + b) + (uint64_t)c]);
+    ebb_err rc = make_image2d(cl, CL_UNSIGNED_INT32, 16, tq, w->n_out, q, &w->a, &w->i2d[0], diag);
+    if (!rc)
+        rc = make_image2d(cl, CL_HALF_FLOAT, 8, ts, w->n_out, (const uint8_t *)sh, &w->b,
+                          &w->i2d[2], diag);
+    free(sh);
+    if (!rc)
+        w->bytes = (uint64_t)w->i2d[0] * w->i2d[1] * 16 + (uint64_t)w->i2d[2] * w->i2d[3] * 8;
+    return rc;
+}
+
 ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
                           const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
                           struct ebb_cl_weight *out, struct ebb_diag *diag)
@@ -328,6 +494,22 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
         goto done;
     }
 
+    if (l->storage == EBB_CL_STORE_IMAGE2D && !ebb_cl_layout_fits(&cl->info, l, n_in, w.n_out)) {
+        /* The shape does not fit the image2d limits: the same planes in an image1d_buffer, or
+         * in buffers. */
+        size_t wm, hm;
+        ebb_cl_image2d_limits(&cl->info, &wm, &hm);
+        w.layout.storage = EBB_CL_STORE_IMAGE1D;
+        if (!ebb_cl_layout_ok(&cl->info, &w.layout, (uint64_t)n_in * w.n_out))
+            w.layout.storage = EBB_CL_STORE_BUFFER;
+        const char *env = getenv("EBB_CL_LAYOUT");
+        if (env && !strcmp(env, "image2d"))
+            fprintf(stderr,
+                    "ebb: a %s weight of %u x %u does not fit image2d limits %zu x %zu; "
+                    "placed as %s\n",
+                    ti->name, w.n_out, n_in, wm, hm,
+                    ebb_cl_layout_name(&w.layout, name, sizeof(name)));
+    }
     uint64_t nb = (uint64_t)w.n_out * (n_in / 32), qb = ti->split == 8 ? 32 : 16;
     qh = malloc(nb * qb);
     sh = malloc(nb * 2 * sizeof(float));
@@ -338,11 +520,16 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
     for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
         split_rows(ti, src[i].data, (uint64_t)src[i].n_out * (n_in / 32), qh + r * (n_in / 32) * qb,
                    sh + r * (n_in / 32) * 2);
+    if (w.layout.storage == EBB_CL_STORE_IMAGE2D) {
+        if ((rc = place_image2d(cl, ti, n_in, qh, sh, &w, diag)))
+            goto out;
+        goto done;
+    }
     if ((rc = make_buf(cl, nb * qb, qh, &w.a, diag)) ||
         (rc = make_buf(cl, nb * 2 * sizeof(float), sh, &w.b, diag)))
         goto out;
     w.bytes = nb * qb + nb * 2 * sizeof(float);
-    if (l->storage == EBB_CL_STORE_IMAGE1D) {
+    if (w.layout.storage == EBB_CL_STORE_IMAGE1D) {
         cl_image_format fmt = {CL_RGBA, CL_UNSIGNED_INT32};
         cl_image_desc desc;
         memset(&desc, 0, sizeof(desc));

@@ -13,6 +13,10 @@
 enum ebb_cl_storage {
     EBB_CL_STORE_BUFFER = 0,  /* plain buffers */
     EBB_CL_STORE_IMAGE1D = 1, /* quant plane read through an image1d_buffer (texture path) */
+    EBB_CL_STORE_IMAGE2D = 2, /* split planes in two image2d objects: RGBA32UI quants, RGBA
+                                 half scales ((d, m) of two blocks per texel); weight rows are
+                                 image rows, wrapped over several image rows when wider than the
+                                 device allows, several side by side when taller */
 };
 
 /* In which order. */
@@ -45,12 +49,14 @@ struct ebb_cl_tuning {
 struct ebb_cl_weight {
     struct ebb_cl_layout layout;
     uint32_t n_in, n_out; /* W is (n_out, n_in) */
-    cl_mem a;             /* raw: the blocks; split: the quant plane */
-    cl_mem b;             /* split: float2 (d, m) per block, (n_out, n_in / 32); raw: NULL */
+    cl_mem a;             /* raw: the blocks; split: the quant plane (IMAGE2D: its image2d) */
+    cl_mem b;             /* split: float2 (d, m) per block, (n_out, n_in / 32); raw: NULL;
+                             IMAGE2D: the image2d of half (d, m) pairs */
     cl_mem img;           /* IMAGE1D: RGBA32UI image1d_buffer view of a */
     uint64_t off;         /* raw: byte offset of row 0 inside a */
     uint64_t bytes;       /* device bytes this weight allocated (0 when zero-copy) */
     bool zero_copy;       /* a is a shared buffer over host memory, not owned */
+    uint32_t i2d[4];      /* IMAGE2D: quant image width, height; scale image width, height */
 };
 
 /* One source of rows for ebb_cl_weight_new: n_out rows in the GGUF file's layout. Several
@@ -70,12 +76,33 @@ struct ebb_cl_hostmap {
 /* Tuning for a device: work-group shapes from vendor, CPU vs GPU and local memory. */
 struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di);
 
-/* True if the layout can hold this type on this device (image support and size included). */
+/* True if the layout can hold this type on this device (image support and size included; for
+ * IMAGE2D only the total capacity, as the shape is unknown: ebb_cl_weight_new checks the shape
+ * and falls back, see there). */
 bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
                       uint64_t n_elements);
 
+/* The image2d limits the layouts use: the device's CL_DEVICE_IMAGE2D_MAX_WIDTH/HEIGHT (0 without
+ * image support), lowered by EBB_CL_IMAGE2D_MAX=W[,H] (tests and experiments: forces rows to
+ * wrap or to be packed side by side). */
+void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *h);
+
+/* Size of the image2d holding a plane of n_rows weight rows of tpr texels each within limits
+ * (w_max, h_max): tpr x n_rows when it fits; R = ceil(n_rows / h_max) rows side by side
+ * (R * tpr wide) when the rows are too many; each row wrapped over K = ceil(tpr / w_max) image
+ * rows (ceil(tpr / K) wide) when a row is too wide. false when neither fits. The kernels
+ * (quant.cl i2d_pos) derive the same mapping from the image's width. */
+bool ebb_cl_image2d_shape(uint64_t tpr, uint64_t n_rows, size_t w_max, size_t h_max, size_t *w,
+                          size_t *h);
+
+/* Like ebb_cl_layout_ok for an exact shape: for IMAGE2D also that both planes of an
+ * (n_out, n_in) weight fit the image2d limits. */
+bool ebb_cl_layout_fits(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                        uint32_t n_in, uint32_t n_out);
+
 /* The layout the engine uses for a weight of this type on this device. The environment
- * variable EBB_CL_LAYOUT (raw, split, image) overrides the choice where it is valid. */
+ * variable EBB_CL_LAYOUT (raw, split, image = split image1d_buffer, image2d) overrides the choice
+ * where it is valid. */
 struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
                                           uint64_t n_elements);
 
@@ -88,7 +115,7 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
                                         uint32_t type, uint32_t n_in, const void *rows,
                                         uint32_t n_out);
 
-/* "Q4_1/split/image1d" */
+/* "Q4_1/split/image1d", "Q8_0/split/image2d" */
 const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t cap);
 
 /* Writes the generated OpenCL prologue that defines the accessor macros for layout l plus the
@@ -98,7 +125,9 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
 
 /* Places a weight of n_in columns built from src[0..n) (stacked along O) in layout l. Raw
  * layouts over a hostmap whose sources are contiguous in it are zero-copy; everything else is
- * rearranged on the host and copied once. */
+ * rearranged on the host and copied once. An IMAGE2D layout whose shape does not fit the
+ * device's image2d limits (ebb_cl_layout_fits) is placed split in an image1d_buffer, or in
+ * buffers, instead: out->layout says which (a note on stderr when EBB_CL_LAYOUT asked for it). */
 ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
                           const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
                           struct ebb_cl_weight *out, struct ebb_diag *diag);

@@ -47,8 +47,9 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
         src[i] = (struct ebb_cl_wsrc){rows, n_out};
     n_out *= (uint32_t)k;
     cl_int e = CL_SUCCESS;
+    /* An image2d weight that did not fit is placed in another layout: not this candidate. */
     if (!xh || ebb_cl_weight_new(cl, l, n_in, src, (size_t)k, NULL, &w, NULL) ||
-        ebb_cl_wprog_build(cl, l, tu, &p, NULL))
+        w.layout.storage != l->storage || ebb_cl_wprog_build(cl, l, tu, &p, NULL))
         goto out;
     for (uint32_t i = 0; i < n_in; i++)
         xh[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
@@ -93,7 +94,8 @@ out:
     return t;
 }
 
-static const char *const order_names[] = {"raw", "split", "image"};
+enum { N_CAND = 4 };
+static const char *const order_names[N_CAND] = {"raw", "split", "image", "image2d"};
 
 struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
                                         uint32_t type, uint32_t n_in, const void *rows,
@@ -102,14 +104,15 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     const struct ebb_cl_dev_info *di = &cl->info;
     uint64_t n_el = (uint64_t)n_in * n_out;
     struct ebb_cl_layout def = ebb_cl_layout_choose(di, type, n_el);
-    struct ebb_cl_layout cand[3] = {
+    struct ebb_cl_layout cand[N_CAND] = {
         {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
         {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT},
+        {type, EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT},
     };
     int n_ok = 0;
-    for (int i = 0; i < 3; i++)
-        n_ok += ebb_cl_layout_ok(di, &cand[i], n_el);
+    for (int i = 0; i < N_CAND; i++)
+        n_ok += ebb_cl_layout_fits(di, &cand[i], n_in, n_out);
     if (!di->is_gpu || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
         return def;
 
@@ -127,16 +130,16 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
         if (f) {
             bool got = fgets(line, sizeof(line), f) != NULL;
             fclose(f);
-            for (int i = 0; got && i < 3; i++)
-                if (!strncmp(line, order_names[i], strlen(order_names[i])) &&
-                    ebb_cl_layout_ok(di, &cand[i], n_el))
+            line[strcspn(line, "\r\n")] = 0;
+            for (int i = 0; got && i < N_CAND; i++)
+                if (!strcmp(line, order_names[i]) && ebb_cl_layout_fits(di, &cand[i], n_in, n_out))
                     return cand[i];
         }
     }
     int best = -1;
     double best_t = 0;
-    for (int i = 0; i < 3; i++) {
-        if (!ebb_cl_layout_ok(di, &cand[i], n_el))
+    for (int i = 0; i < N_CAND; i++) {
+        if (!ebb_cl_layout_fits(di, &cand[i], n_in, n_out))
             continue;
         double t = time_layout(cl, tu, &cand[i], n_in, rows, n_out);
         if (t > 0 && (best < 0 || t < best_t)) {

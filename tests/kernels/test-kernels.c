@@ -2,7 +2,8 @@
  * Exit 77 (skip) only when no OpenCL device exists at all. Shapes are small so the whole run
  * takes seconds on two CPU cores. Weight kernels are checked for every type and every layout
  * the device supports (raw blocks, split planes in buffers, split planes through an
- * image1d_buffer) against runtime/quant.c's dequantization.
+ * image1d_buffer, split planes in image2d objects, also wrapped and packed under lowered image2d
+ * limits) against runtime/quant.c's dequantization.
  *
  * Error bounds: dot products are compared with |y - ref| <= 1e-4 * sum_i |w_i x_i| + 1e-6, i.e.
  * relative to the magnitude of the terms (float accumulation in a different order gives
@@ -110,10 +111,12 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
     free(tmp);
 }
 
+/* The layout and image2d geometry test_weight_layout last placed its weight in. */
+static struct ebb_cl_weight last_placed;
+
 static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, uint32_t n_in)
 {
     char name[64];
-    ebb_cl_layout_name(l, name, sizeof(name));
     uint64_t rowb = 0;
     OK(ebb_ggml_row_bytes(l->type, n_in, &rowb));
     uint8_t *raw = malloc(rowb * n_out);
@@ -127,8 +130,14 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     struct ebb_cl_wsrc src[2] = {{raw, n0}, {raw + n0 * rowb, n_out - n0}};
     struct ebb_cl_weight wt;
     OK(ebb_cl_weight_new(cl, l, n_in, src, 2, NULL, &wt, D));
+    /* An image2d layout that does not fit is placed in another one: test what was placed. */
+    ebb_cl_layout_name(&wt.layout, name, sizeof(name));
+    last_placed = wt;
+    if (wt.layout.storage == EBB_CL_STORE_IMAGE2D)
+        snprintf(name + strlen(name), sizeof(name) - strlen(name), " %ux%u+%ux%u", wt.i2d[0],
+                 wt.i2d[1], wt.i2d[2], wt.i2d[3]);
     struct ebb_cl_wprog p;
-    OK(ebb_cl_wprog_build(cl, l, &tu, &p, D));
+    OK(ebb_cl_wprog_build(cl, &wt.layout, &tu, &p, D));
 
     enum { NT = 5 };
     float *x = malloc(sizeof(float) * NT * n_in), *res = malloc(sizeof(float) * NT * n_out);
@@ -215,7 +224,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
             }
         }
         static const char *const vname[] = {"matvec", "mv+res", "matmul", "mv+norm", "mv+glu"};
-        printf("  %-22s %-7s max rel err %.2e\n", name, vname[variant], worst);
+        printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
     clReleaseMemObject(xgb);
@@ -255,21 +264,57 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     free(raw);
 }
 
+/* image2d placement under image2d limits lowered by EBB_CL_IMAGE2D_MAX (the device's are far
+ * larger than these shapes): 37 rows of 544 inputs (17 blocks, so a row's last scale texel is
+ * half used) wrapped over several image rows, packed several rows side by side, and neither
+ * possible (then placed in another layout, still checked). */
+static void test_image2d_shapes(void)
+{
+    if (!cl->info.image) {
+        printf("  image2d: no image support, skipped\n");
+        return;
+    }
+    static const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q8_0};
+    static const char *const lim[] = {"5", "512,8", "4,8"};
+    const uint32_t n_out = 37, n_in = 544;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        for (int k = 0; k < 3; k++) {
+            setenv("EBB_CL_IMAGE2D_MAX", lim[k], 1);
+            struct ebb_cl_layout l = {types[i], EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT};
+            test_weight_layout(&l, n_out, n_in);
+            uint32_t tq = n_in / 32 * (types[i] == EBB_GGML_Q8_0 ? 2 : 1);
+            const uint32_t *g = last_placed.i2d;
+            bool is2d = last_placed.layout.storage == EBB_CL_STORE_IMAGE2D;
+            if (k == 0)
+                CHECK(is2d && g[0] <= 5 && g[0] < tq && g[1] == n_out * ((tq + g[0] - 1) / g[0]) &&
+                          g[2] <= 5 && g[3] == 2 * n_out,
+                      "limit %s: not wrapped: %ux%u + %ux%u", lim[k], g[0], g[1], g[2], g[3]);
+            else if (k == 1)
+                CHECK(is2d && g[0] == 5 * tq && g[1] == 8 && g[2] == 5 * 9 && g[3] == 8,
+                      "limit %s: not packed: %ux%u + %ux%u", lim[k], g[0], g[1], g[2], g[3]);
+            else
+                CHECK(!is2d, "limit %s: placed as image2d %ux%u", lim[k], g[0], g[1]);
+            unsetenv("EBB_CL_IMAGE2D_MAX");
+        }
+}
+
 static void test_weights(void)
 {
     static const uint32_t types[] = {EBB_GGML_F32,  EBB_GGML_F16,  EBB_GGML_BF16, EBB_GGML_Q8_0,
                                      EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K,
                                      EBB_GGML_Q5_K, EBB_GGML_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        struct ebb_cl_layout ls[3] = {
+        struct ebb_cl_layout ls[4] = {
             {types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
             {types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
             {types[i], EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT},
+            {types[i], EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT},
         };
-        for (int j = 0; j < 3; j++)
-            if (ebb_cl_layout_ok(&cl->info, &ls[j], 512 * 37))
+        for (int j = 0; j < 4; j++)
+            if (ebb_cl_layout_fits(&cl->info, &ls[j], 512, 37))
                 test_weight_layout(&ls[j], 37, 512);
     }
+    test_image2d_shapes();
     /* The other matmul variant (token tile in local memory or read in place) and the other
      * decoder granularity than this device uses, for a 32-block type, a K-quant and a split
      * layout. */
@@ -284,6 +329,7 @@ static void test_weights(void)
     };
     for (int j = 0; j < 3; j++)
         test_weight_layout(&other[j], 37, 512);
+    test_image2d_shapes();
     tu.mm_local = !tu.mm_local;
     tu.block_dec = !tu.block_dec;
 }
