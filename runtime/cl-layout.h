@@ -109,8 +109,10 @@ struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint
 /* Like ebb_cl_layout_choose, but on GPUs with more than one valid layout for the type, times
  * matvec over a sample weight (rows: n_out rows of n_in in the file's layout) in each and takes
  * the fastest. The choice is cached per device, driver, type and shape in the kernel cache
- * directory, so only the first load measures. Falls back to ebb_cl_layout_choose() on CPUs (the
- * zero-copy raw layout wins there), with EBB_CL_LAYOUT set, or on any error. */
+ * directory, so only the first load measures. The candidates are raw, split buffer, split
+ * image1d_buffer and split image2d, where ebb_cl_layout_fits() says so. Falls back to
+ * ebb_cl_layout_choose() on CPUs (the zero-copy raw layout wins there; EBB_CL_TUNE=1 measures
+ * anyway, for tests), with EBB_CL_LAYOUT set, or on any error. */
 struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
                                         uint32_t type, uint32_t n_in, const void *rows,
                                         uint32_t n_out);

@@ -113,7 +113,10 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     int n_ok = 0;
     for (int i = 0; i < N_CAND; i++)
         n_ok += ebb_cl_layout_fits(di, &cand[i], n_in, n_out);
-    if (!di->is_gpu || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
+    /* EBB_CL_TUNE=1 measures on CPUs too (tests of this function on PoCL). */
+    const char *force = getenv("EBB_CL_TUNE");
+    bool measure = di->is_gpu || (force && !strcmp(force, "1"));
+    if (!measure || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
         return def;
 
     char dir[900], path[1000], line[16] = {0};

@@ -423,6 +423,104 @@ static void test_device_select(void)
     printf("  device selection (index, substring, no match) and error names checked\n");
 }
 
+/* Reads the one layout-*.txt answer of ebb_cl_layout_tune in dir into line ("" if none); with
+ * put, overwrites it with put first. */
+static void tune_answer(const char *dir, const char *put, char *line, size_t cap)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "ls '%s'/layout-*.txt 2>/dev/null | head -n 1", dir);
+    FILE *p = popen(cmd, "r"), *f;
+    char path[700] = {0};
+    line[0] = 0;
+    if (!p)
+        return;
+    if (!fgets(path, sizeof(path), p))
+        path[0] = 0;
+    pclose(p);
+    path[strcspn(path, "\n")] = 0;
+    if (!path[0])
+        return;
+    if (put && (f = fopen(path, "w"))) {
+        fputs(put, f);
+        fclose(f);
+    }
+    if ((f = fopen(path, "r"))) {
+        if (!fgets(line, (int)cap, f))
+            line[0] = 0;
+        fclose(f);
+    }
+    line[strcspn(line, "\n")] = 0;
+}
+
+/* ebb_cl_layout_tune, forced to measure on this device (EBB_CL_TUNE=1; GPUs always do): the
+ * answer is a layout that fits, written to the cache under its name, and a cached answer is read
+ * back exactly (image2d is not taken for image, nor image for image2d), unless it no longer fits
+ * the image2d limits. */
+static void test_tune(void)
+{
+    char tmpl[] = "/tmp/ebb-tune-XXXXXX", dir[600], line[32], name[64];
+    if (!mkdtemp(tmpl)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    const char *old = getenv("XDG_CACHE_HOME");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_CACHE_HOME", tmpl, 1);
+    setenv("EBB_CL_TUNE", "1", 1);
+    snprintf(dir, sizeof(dir), "%s/ebb/kernels", tmpl);
+    const uint32_t n_in = 512, n_out = 64, type = EBB_GGML_Q4_0;
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(type, n_in, &rowb));
+    uint8_t *rows = malloc(rowb * n_out);
+    random_rows(type, n_out, n_in, rows, rowb);
+    struct ebb_cl_layout l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+    tune_answer(dir, NULL, line, sizeof(line));
+    static const char *const names[] = {"raw", "split", "image", "image2d"};
+    static const enum ebb_cl_storage sto[] = {EBB_CL_STORE_BUFFER, EBB_CL_STORE_BUFFER,
+                                              EBB_CL_STORE_IMAGE1D, EBB_CL_STORE_IMAGE2D};
+    int k = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(line, names[i]))
+            k = i;
+    CHECK(k >= 0 && l.type == type && l.storage == sto[k] &&
+              (l.order == EBB_CL_ORDER_RAW) == (k == 0) &&
+              ebb_cl_layout_fits(&cl->info, &l, n_in, n_out),
+          "tune chose %s, cached '%s'", ebb_cl_layout_name(&l, name, sizeof(name)), line);
+    printf("  tune (forced) chose %s\n", ebb_cl_layout_name(&l, name, sizeof(name)));
+    if (cl->info.image) {
+        tune_answer(dir, "image2d\n", line, sizeof(line));
+        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        CHECK(l.storage == EBB_CL_STORE_IMAGE2D && l.order == EBB_CL_ORDER_SPLIT,
+              "cached image2d read as %s", ebb_cl_layout_name(&l, name, sizeof(name)));
+        tune_answer(dir, "image\n", line, sizeof(line));
+        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        CHECK(l.storage == EBB_CL_STORE_IMAGE1D && l.order == EBB_CL_ORDER_SPLIT,
+              "cached image read as %s", ebb_cl_layout_name(&l, name, sizeof(name)));
+        /* A cached image2d answer that no longer fits is measured again without it. */
+        tune_answer(dir, "image2d\n", line, sizeof(line));
+        setenv("EBB_CL_IMAGE2D_MAX", "4,8", 1);
+        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        unsetenv("EBB_CL_IMAGE2D_MAX");
+        tune_answer(dir, NULL, line, sizeof(line));
+        CHECK(l.storage != EBB_CL_STORE_IMAGE2D && strcmp(line, "image2d"),
+              "image2d kept under limits 4x8: %s, cached '%s'",
+              ebb_cl_layout_name(&l, name, sizeof(name)), line);
+        printf("  tune cache: image2d / image answers read back exactly, image2d dropped when it "
+               "no longer fits\n");
+    }
+    free(rows);
+    unsetenv("EBB_CL_TUNE");
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
+    if (system(cmd) != 0)
+        CHECK(0, "cleanup");
+    if (saved)
+        setenv("XDG_CACHE_HOME", saved, 1);
+    else
+        unsetenv("XDG_CACHE_HOME");
+    free(saved);
+}
+
 #include "test-kernels-ops.c"
 
 int main(void)
@@ -446,6 +544,7 @@ int main(void)
     test_device_select();
     test_program_cache();
     test_weights();
+    test_tune();
     test_ops();
     ebb_cl_close(cl);
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
