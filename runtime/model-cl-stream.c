@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pack.h"
 
@@ -271,6 +273,29 @@ ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag)
     return rc;
 }
 
+/* A shed layer whose weights were zero-copy over the mmapped GGUF: drops its file pages from
+ * the process (they are clean, so a later growth faults them in again), so the footprint
+ * shrinks at once instead of when the kernel reclaims them. */
+static void release_pages(struct clm *m, uint32_t l)
+{
+    if (!m->map.buf)
+        return;
+    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                         "ffn_gate", "ffn_up", "ffn_down"};
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < 7; i++) {
+        char nm[64];
+        snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx[i]);
+        const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm);
+        if (!t)
+            continue;
+        uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+        uintptr_t e = ((uintptr_t)t->data + (uintptr_t)t->size) & ~(pg - 1);
+        if (e > a)
+            madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+}
+
 /* Between evaluations: re-plans on the 64-token tick or a posted probe reading, and moves
  * layers (the device is idle here: every evaluation ends with its queue finished). */
 ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
@@ -284,8 +309,10 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
     if (!ebb_stream_replan(m->st, ebb__clm_now_ns(), m->tokens, m->busy_ns, tick, &chg))
         return EBB_OK;
     ebb_err rc = EBB_OK;
-    for (uint32_t l = chg.to; l < chg.from; l++) /* shrink */
+    for (uint32_t l = chg.to; l < chg.from; l++) { /* shrink */
         ebb__clm_drop_layer(m, l);
+        release_pages(m, l);
+    }
     for (uint32_t l = chg.from; l < chg.to && !rc; l++) /* grow */
         rc = ebb__clm_place_layer(m, m->g, l, diag);
     if (rc) {
