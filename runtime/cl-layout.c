@@ -223,6 +223,31 @@ bool ebb_cl_layout_fits(const struct ebb_cl_dev_info *di, const struct ebb_cl_la
            ebb_cl_image2d_shape(ts, n_out, wm, hm, &w, &h);
 }
 
+/* With EBB_CL_LAYOUT=image2d: says on stderr, once per type and shape in a row, that a weight
+ * of that type (n_out x n_in, or n_out elements when n_in is 0) cannot be an image2d within the
+ * limits w x h (0 x 0: no image support) and where it goes instead. */
+static void note_image2d(uint32_t type, uint64_t n_out, uint32_t n_in, size_t w, size_t h,
+                         const char *instead)
+{
+    static uint64_t last[3];
+    if (last[0] == type + 1 && last[1] == n_out && last[2] == n_in)
+        return;
+    last[0] = type + 1;
+    last[1] = n_out;
+    last[2] = n_in;
+    const struct tinfo *ti = tinfo(type);
+    if (n_in)
+        fprintf(stderr,
+                "ebb: EBB_CL_LAYOUT=image2d: a %s weight of %llu x %u does not fit the "
+                "image2d limits %zu x %zu; placed as %s\n",
+                ti ? ti->name : "?", (unsigned long long)n_out, n_in, w, h, instead);
+    else
+        fprintf(stderr,
+                "ebb: EBB_CL_LAYOUT=image2d: not possible for a %s weight of %llu "
+                "elements (image2d limits %zu x %zu); %s layout used\n",
+                ti ? ti->name : "?", (unsigned long long)n_out, w, h, instead);
+}
+
 struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
                                           uint64_t n_elements)
 {
@@ -231,8 +256,13 @@ struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint
     struct ebb_cl_layout img = {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT};
     struct ebb_cl_layout img2d = {type, EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT};
     const char *env = getenv("EBB_CL_LAYOUT");
-    if (env && !strcmp(env, "image2d") && ebb_cl_layout_ok(di, &img2d, n_elements))
-        return img2d;
+    if (env && !strcmp(env, "image2d")) {
+        if (ebb_cl_layout_ok(di, &img2d, n_elements))
+            return img2d;
+        size_t w, h;
+        ebb_cl_image2d_limits(di, &w, &h);
+        note_image2d(type, n_elements, 0, w, h, "the default");
+    }
     if (env && !strcmp(env, "raw"))
         return raw;
     if (env && !strcmp(env, "split") && ebb_cl_layout_ok(di, &split, n_elements))
@@ -504,11 +534,8 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
             w.layout.storage = EBB_CL_STORE_BUFFER;
         const char *env = getenv("EBB_CL_LAYOUT");
         if (env && !strcmp(env, "image2d"))
-            fprintf(stderr,
-                    "ebb: a %s weight of %u x %u does not fit image2d limits %zu x %zu; "
-                    "placed as %s\n",
-                    ti->name, w.n_out, n_in, wm, hm,
-                    ebb_cl_layout_name(&w.layout, name, sizeof(name)));
+            note_image2d(l->type, w.n_out, n_in, wm, hm,
+                         ebb_cl_layout_name(&w.layout, name, sizeof(name)));
     }
     uint64_t nb = (uint64_t)w.n_out * (n_in / 32), qb = ti->split == 8 ? 32 : 16;
     qh = malloc(nb * qb);
