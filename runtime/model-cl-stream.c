@@ -114,6 +114,24 @@ static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
     return t ? t->size : 0;
 }
 
+/* Discrete GPUs: the host tier of docs/STREAMER.md ("Slots as a host tier"): as many pinned
+ * slots as streamed layers when host memory (MemAvailable/cgroup, minus 256 MiB) holds them,
+ * so each layer is read from the file once and later steps only copy it to the device; else the
+ * ring of min_slots. */
+static uint32_t host_slots(uint32_t n_streamed, size_t slot, uint32_t min_slots)
+{
+    struct ebb_memprobe_params hq = {.discrete = false};
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    uint64_t limit = 0, keep = 256u << 20;
+    if (ebb_memprobe_new(&hq, &mp, NULL) == EBB_OK) {
+        if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok && r.available > keep)
+            limit = r.available - keep;
+        ebb_memprobe_free(mp);
+    }
+    return ebb_stream_plan_host_slots(n_streamed, slot, limit, min_slots);
+}
+
 /* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
  * streamed form of every layer, the initial plan. Sets m->n_ctx to the planned context. */
 ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
@@ -224,6 +242,8 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         goto out;
     m->n_ctx = ebb_stream_n_ctx(m->st);
     m->next_tick = m->replan_tokens;
+    if (!m->unified) /* discrete: a pinned slot per streamed layer where host memory allows */
+        m->n_slots = host_slots(n_layer - ebb_stream_n_resident(m->st), slot, m->n_slots);
 out:
     ebb_pack_close(pk);
     free(ext);

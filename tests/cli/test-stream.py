@@ -61,12 +61,16 @@ def main():
                 else:
                     assert st["layers_read"] == 0 and st["slots"] == 0, st
         # the discrete-GPU staging (pinned slots, async copies into two device buffers) on
-        # this device too
+        # this device too, as a host tier since the probe file says there is room
         denv = dict(env, EBB_TEST_STREAM_DISCRETE="1")
         for r in ("0", "0.5"):
             j = run(["--residency", r], denv)
             print("discrete staging, residency %s: %d resident" % (r, j["stream"]["layers_resident"]))
             assert j["tokens"] == ref, "discrete staging at %s: %s != %s" % (r, j["tokens"], ref)
+            # host tier: a pinned slot per streamed layer, each read from the file once
+            n_str = j["stream"]["layers_total"] - j["stream"]["layers_resident"]
+            assert j["stream"]["slots"] == n_str, j["stream"]
+            assert j["stream"]["layers_read"] == n_str and j["stream"]["reused"] > 0, j["stream"]
         b = subprocess.run([EBB, "bench", "-m", MODEL, "--prompt-tokens", "8", "--gen-tokens", "4",
                             "--residency", "0.5", "--json"], env=env, capture_output=True,
                            text=True)
