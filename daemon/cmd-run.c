@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "daemon/warm.h"
 #include "model.h"
 #include "sampler.h"
 #include "stream-opts.h"
@@ -241,6 +243,11 @@ int ebb_cmd_run(int argc, char **argv)
     mp.device = o.device;
     mp.n_ctx = (uint32_t)o.ctx;
     mp.n_seq = 1;
+    if (isatty(STDERR_FILENO)) { /* a live "loading NAME: 40% (..., MB/s)" line */
+        char what[128];
+        ebb_warm_what(o.model, what, sizeof(what));
+        ebb_warm_file(o.model, what);
+    }
     if ((rc = ebb_model_open(&mp, &m, &d))) {
         fprintf(stderr, "ebb run: cannot load '%s': %s\n", o.model,
                 d.msg[0] ? d.msg : ebb_err_str(rc));

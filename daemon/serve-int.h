@@ -10,16 +10,7 @@
 #include <uv.h>
 
 #include "model.h"
-
-/* Reads the file at path once, in 64 MiB steps with posix_fadvise(WILLNEED) ahead, so that the
- * model open that follows finds its weights in the page cache. Reports progress ("<what>: 40%
- * (36.0 of 90.1 MB, 410.3 MB/s)") in the log, as a live line on a terminal and as systemd
- * STATUS= lines. Errors are logged at debug level and otherwise ignored: the open reports them.
- * Any thread. */
-void ebb__serve_warm(const char *path, const char *what);
-
-/* Makes "loading NAME" from a model path for progress lines (buf always terminated). */
-void ebb__serve_what(const char *path, char *buf, size_t n);
+#include "daemon/warm.h"
 
 /* A model opened on a thread of its own while the running one keeps serving. */
 struct ebb__loader {

@@ -13,76 +13,6 @@
 #include "daemon/log.h"
 #include "daemon/notify.h"
 
-#define WARM_STEP ((uint64_t)64 << 20)
-#define WARM_BUF ((size_t)1 << 20)
-
-void ebb__serve_what(const char *path, char *buf, size_t n)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    size_t l = strlen(base);
-    if (n < 9)
-        return;
-    if (l > n - 9) /* keep the end of a very long name */
-        base += l - (n - 9);
-    memcpy(buf, "loading ", 8);
-    memcpy(buf + 8, base, strlen(base) + 1);
-}
-
-void ebb__serve_warm(const char *path, const char *what)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    char *buf = NULL;
-    if (fd < 0) {
-        ebb_log_debug("serve", "%s: %s", path, strerror(errno));
-        return;
-    }
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0)
-        goto out;
-    buf = malloc(WARM_BUF);
-    if (!buf)
-        goto out;
-    uint64_t total = (uint64_t)st.st_size, done = 0;
-    struct ebb_log_progress p;
-    ebb_log_progress_begin(&p, what, total);
-    ebb_notify_status("%s: 0%%", what);
-#ifdef POSIX_FADV_SEQUENTIAL
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-#endif
-    while (done < total) {
-        uint64_t step = total - done < WARM_STEP ? total - done : WARM_STEP;
-#ifdef POSIX_FADV_WILLNEED
-        /* The next step is already on its way while this one is read. */
-        if (done + step < total)
-            posix_fadvise(fd, (off_t)(done + step), (off_t)WARM_STEP, POSIX_FADV_WILLNEED);
-#endif
-        uint64_t end = done + step;
-        while (done < end) {
-            size_t want = end - done < WARM_BUF ? (size_t)(end - done) : WARM_BUF;
-            ssize_t got = pread(fd, buf, want, (off_t)done);
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got <= 0) {
-                ebb_log_debug("serve", "%s: read stopped at %llu bytes", path,
-                              (unsigned long long)done);
-                goto end;
-            }
-            done += (uint64_t)got;
-        }
-        if (ebb_log_progress_update(&p, done)) {
-            char line[256];
-            ebb_log_progress_format(&p, line, sizeof(line));
-            ebb_notify_status("%s", line);
-        }
-    }
-end:
-    ebb_log_progress_end(&p);
-out:
-    free(buf);
-    close(fd);
-}
-
 static double mono(void)
 {
     struct timespec ts;
@@ -96,8 +26,8 @@ static void *loader_main(void *arg)
     struct ebb_diag d = {{0}};
     char what[300];
     double t0 = mono();
-    ebb__serve_what(l->path, what, sizeof(what));
-    ebb__serve_warm(l->path, what);
+    ebb_warm_what(l->path, what, sizeof(what));
+    ebb_warm_file(l->path, what);
     ebb_notify_status("%s: opening on the device", what);
     l->model = NULL;
     l->rc = ebb_model_open(&l->mp, &l->model, &d);

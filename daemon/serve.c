@@ -303,8 +303,8 @@ static void warm_before_open(void *ud, const struct ebb_model_params *mp)
 {
     (void)ud;
     char what[300];
-    ebb__serve_what(mp->path, what, sizeof(what));
-    ebb__serve_warm(mp->path, what);
+    ebb_warm_what(mp->path, what, sizeof(what));
+    ebb_warm_file(mp->path, what);
     ebb_notify_status("%s: opening on the device", what);
 }
 
