@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memprobe.h"
 #include "model-int.h"
 
 /* The OpenCL backend lives in another library that may not be linked into every binary (unit
@@ -13,9 +14,32 @@
  * way and report the missing backend instead of failing to link. */
 #pragma weak ebb__cl_backend_new
 
-/* The default context when none is asked for: the model's training context, capped so that a
- * model with a huge context does not claim gigabytes of KV cache by default. */
+/* The default context when none is asked for is the model's training context capped here, so
+ * that a model with a huge context does not claim gigabytes of KV cache by default, and capped
+ * by memory (default_ctx). */
 #define DEFAULT_CTX_CAP 4096
+
+/* The default context: the model's training context, capped at DEFAULT_CTX_CAP and so that the
+ * KV cache of all slots (fp16 on the OpenCL engine, fp32 on the reference: counted as 4 bytes)
+ * takes at most half of the memory the host can give without swapping (MemAvailable, or the
+ * cgroup's limit when lower). Where no probe answers, only the fixed cap applies. Never below
+ * 256 tokens: a smaller context is a configuration error better reported by the allocation. */
+static uint32_t default_ctx(const struct ebb__hparams *hp, uint32_t n_seq)
+{
+    uint32_t n = hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP;
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    if (ebb_memprobe_new(&(struct ebb_memprobe_params){0}, &mp, NULL))
+        return n;
+    if (!ebb_memprobe_read(mp, &r) && r.available_ok) {
+        uint64_t per_tok = (uint64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim * 4 * n_seq;
+        uint64_t fit = per_tok ? r.available / 2 / per_tok : n;
+        if (fit < n)
+            n = fit < 256 ? 256 : (uint32_t)(fit - fit % 256);
+    }
+    ebb_memprobe_free(mp);
+    return n;
+}
 
 struct ebb_model {
     struct ebb_gguf *g;
@@ -162,7 +186,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     }
     m->n_ctx = p->n_ctx;
     if (!m->n_ctx)
-        m->n_ctx = m->hp.n_ctx_train < DEFAULT_CTX_CAP ? m->hp.n_ctx_train : DEFAULT_CTX_CAP;
+        m->n_ctx = default_ctx(&m->hp, m->n_seq);
     if (m->n_ctx > m->hp.n_ctx_train && m->hp.rope_scale == 1.0f) {
         /* Longer than trained is allowed (llama.cpp allows it too) but usually degrades. */
         fprintf(stderr, "ebb: warning: context %u exceeds the model's training context %u\n",

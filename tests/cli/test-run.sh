@@ -99,5 +99,13 @@ assert "Paris" in got["text"], got["text"]
 assert got["stop"] == "eog", got["stop"]
 PY
 
+# The default context is capped by memory: with the probe reporting 100 MB available, SmolLM2's
+# KV cache (46080 bytes a token, counted at 4 bytes an element) may take 50 MB: 1024 tokens.
+echo available=100M > "$tmp/probe"
+long=$(printf 'word %.0s' $(seq 1500))
+EBB_TEST_MEMPROBE_FILE=$tmp/probe expect_status 1 "$ebb" run -m "$smol" -p "$long" -n 1 \
+    --device "$dev"
+grep -q "the context holds 1024" "$tmp/err" || fail "memory-capped context: $(head -c 300 "$tmp/err")"
+
 [ "$fails" -eq 0 ] && echo "ok" || echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
