@@ -1,5 +1,5 @@
 /* Subcommands of the ebb binary. Each returns the process exit status (0 success, 1 failure,
- * 2 usage error or not implemented); only main() exits. */
+ * 2 usage error); only main() exits. */
 #ifndef EBB_DAEMON_CMDS_H
 #define EBB_DAEMON_CMDS_H
 

@@ -13,30 +13,6 @@ struct subcmd {
     const char *summary;
 };
 
-static int not_yet(const char *name)
-{
-    fprintf(stderr, "ebb %s: not yet implemented\n", name);
-    return 2;
-}
-
-/* Weak fallbacks let the binary link while a subcommand's module is still being written; each
- * real implementation in its own file replaces these. */
-#define EBB__FALLBACK(fn, name)                                                                    \
-    __attribute__((weak)) int fn(int argc, char **argv)                                            \
-    {                                                                                              \
-        (void)argc;                                                                                \
-        (void)argv;                                                                                \
-        return not_yet(name);                                                                      \
-    }
-EBB__FALLBACK(ebb_cmd_serve, "serve")
-EBB__FALLBACK(ebb_cmd_run, "run")
-EBB__FALLBACK(ebb_cmd_info, "info")
-EBB__FALLBACK(ebb_cmd_tokenize, "tokenize")
-EBB__FALLBACK(ebb_cmd_detokenize, "detokenize")
-EBB__FALLBACK(ebb_cmd_bench, "bench")
-EBB__FALLBACK(ebb_cmd_pack, "pack")
-EBB__FALLBACK(ebb_cmd_perplexity, "perplexity")
-
 static const struct subcmd subcmds[] = {
     {"serve", ebb_cmd_serve, "serve the OpenAI-compatible HTTP API (default 127.0.0.1:8077)"},
     {"run", ebb_cmd_run, "generate text from a prompt on the command line"},
