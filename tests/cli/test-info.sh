@@ -10,28 +10,7 @@
 set -u
 
 ebb=$1
-models=${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-
-# expect_status WANT CMD...: runs CMD with stdout/stderr to $tmp/out, $tmp/err.
-expect_status() {
-    want=$1
-    shift
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    got=$?
-    [ "$got" -eq "$want" ] || fail "$* exited $got, want $want: $(head -c 300 "$tmp/err")"
-}
-
-expect_out() {
-    grep -qF -- "$1" "$tmp/out" || fail "stdout lacks '$1'"
-}
+. "$(dirname "$0")/lib.sh"
 
 # bad_file NAME SUBSTRING: ebb info on $tmp/NAME fails with one stderr line naming it.
 bad_file() {
@@ -70,8 +49,6 @@ expect_status 1 "$ebb" info "$tmp"
 grep -qF "not a regular file" "$tmp/err" || fail "directory: $(cat "$tmp/err")"
 
 # ---- real models ----
-smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
-gemma=$models/gemma-3-270m-q4_k_m.gguf
 checked=0
 if [ -f "$smol" ]; then
     checked=$((checked + 1))

@@ -7,31 +7,7 @@
 set -u
 
 ebb=$1
-models=${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}
-smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
-gemma=$models/gemma-3-270m-q4_k_m.gguf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-
-# expect_status WANT CMD...: runs CMD with stdout/stderr to $tmp/out, $tmp/err.
-expect_status() {
-    local want=$1 got
-    shift
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    got=$?
-    [ "$got" -eq "$want" ] || fail "$* exited $got, want $want: $(head -c 300 "$tmp/err")"
-}
-
-# expect_err TEXT: the last command's stderr contains TEXT.
-expect_err() {
-    grep -qF -- "$1" "$tmp/err" || fail "stderr lacks '$1': $(head -c 300 "$tmp/err")"
-}
+. "$(dirname "$0")/lib.sh"
 
 for f in "$smol" "$gemma"; do
     [ -f "$f" ] || { echo "missing model $f (set EBB_MODELS_DIR)"; exit 1; }

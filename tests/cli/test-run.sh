@@ -9,27 +9,9 @@ set -u
 
 ebb=$1
 data=$2
-models=${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}
-smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+. "$(dirname "$0")/lib.sh"
+
 dev=${EBB_TEST_DEVICE:-ref}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-
-# expect_status WANT CMD...: runs CMD with stdout/stderr to $tmp/out, $tmp/err.
-expect_status() {
-    local want=$1 got
-    shift
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    got=$?
-    [ "$got" -eq "$want" ] || fail "$* exited $got, want $want: $(head -c 300 "$tmp/err")"
-}
-
 [ -f "$smol" ] || { echo "skip: missing model $smol (set EBB_MODELS_DIR)"; exit 77; }
 
 expect_status 0 "$ebb" run --help

@@ -7,26 +7,7 @@
 set -u
 
 ebb=$1
-models=${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}
-smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
-gemma=$models/gemma-3-270m-q4_k_m.gguf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
-
-# expect_status WANT CMD...: runs CMD with stdout/stderr to $tmp/out, $tmp/err.
-expect_status() {
-    local want=$1 got
-    shift
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    got=$?
-    [ "$got" -eq "$want" ] || fail "$* exited $got, want $want: $(head -c 300 "$tmp/err")"
-}
+. "$(dirname "$0")/lib.sh"
 
 # expect_line WANT CMD...: CMD succeeds and prints exactly the line WANT.
 expect_line() {
