@@ -10,7 +10,7 @@
 #include "stream-cl.h"
 
 #define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
-#define N_OUT_ROWS 32  /* rows of the logits scratch (logits_all runs in groups of this) */
+#define N_OUT_ROWS 16  /* rows of the logits scratch (logits_all runs in groups of this) */
 #define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
 #define TOPK_MAX 64    /* as in ops.cl */
 #define MAX_PROGS 8
