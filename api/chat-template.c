@@ -190,20 +190,36 @@ static ebb_err render_chatml(const struct ebb_chat_template *t, const struct ebb
     return EBB_OK;
 }
 
+/* Templates without a system role (Gemma, Mistral) take a leading system message apart and
+ * put it in front of the first user message. */
+static const struct ebb_chat_msg *take_system(const struct ebb_chat_msg **m, size_t *n)
+{
+    if (!*n || !is_role(&(*m)[0], "system"))
+        return NULL;
+    const struct ebb_chat_msg *sys = &(*m)[0];
+    (*m)++;
+    (*n)--;
+    return sys;
+}
+
+/* The same templates require user/assistant turns to alternate, starting with the user. */
+static ebb_err check_alternating(const struct ebb_chat_msg *m, size_t n, struct ebb_diag *diag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (is_role(&m[i], "user") != (i % 2 == 0))
+            return ebb_diag_set(diag, EBB_EINVAL,
+                                "conversation roles must alternate user/assistant/user/...");
+    return EBB_OK;
+}
+
 static ebb_err render_gemma(const struct ebb_chat_msg *m, size_t n, struct sbuf *b,
                             struct ebb_diag *diag)
 {
-    const struct ebb_chat_msg *sys = NULL;
-    if (n && is_role(&m[0], "system")) {
-        sys = &m[0];
-        m++;
-        n--;
-    }
+    const struct ebb_chat_msg *sys = take_system(&m, &n);
+    ebb_err rc = check_alternating(m, n, diag);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) {
-        bool user = is_role(&m[i], "user");
-        if (user != (i % 2 == 0))
-            return ebb_diag_set(diag, EBB_EINVAL,
-                                "conversation roles must alternate user/assistant/user/...");
         sb_puts(b, "<start_of_turn>");
         sb_puts(b, is_role(&m[i], "assistant") ? "model" : m[i].role);
         sb_puts(b, "\n");
@@ -240,18 +256,12 @@ static ebb_err render_llama3(const struct ebb_chat_msg *m, size_t n, struct sbuf
 static ebb_err render_mistral(const struct ebb_chat_msg *m, size_t n, struct sbuf *b,
                               struct ebb_diag *diag)
 {
-    const struct ebb_chat_msg *sys = NULL;
-    if (n && is_role(&m[0], "system")) {
-        sys = &m[0];
-        m++;
-        n--;
-    }
+    const struct ebb_chat_msg *sys = take_system(&m, &n);
+    ebb_err rc = check_alternating(m, n, diag);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < n; i++) {
-        bool user = is_role(&m[i], "user");
-        if (user != (i % 2 == 0))
-            return ebb_diag_set(diag, EBB_EINVAL,
-                                "conversation roles must alternate user/assistant/user/...");
-        if (user) {
+        if (i % 2 == 0) { /* a user turn: the roles alternate */
             sb_puts(b, "[INST] ");
             if (i == 0 && sys) {
                 sb_put(b, sys->content, sys->len);
