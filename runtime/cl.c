@@ -142,6 +142,74 @@ static bool contains_ci(const char *hay, const char *needle)
     return false;
 }
 
+/* Extension queries by value, so that older headers need not define them. */
+#define EBB__CL_DEVICE_UUID_KHR 0x106A
+#define EBB__CL_DEVICE_PCI_BUS_INFO_KHR 0x410F
+#define EBB__CL_DEVICE_PCI_BUS_ID_NV 0x4008
+#define EBB__CL_DEVICE_PCI_SLOT_ID_NV 0x4009
+#define EBB__CL_DEVICE_PCI_DOMAIN_ID_NV 0x400A
+#define EBB__CL_DEVICE_TOPOLOGY_AMD 0x4037
+#define EBB__CL_DEVICE_GLOBAL_FREE_MEMORY_AMD 0x4039
+
+/* The PCI address and UUID of a device (see ebb_cl_dev_info), from whichever extension the
+ * driver lists. */
+static void fill_identity(cl_device_id d, const char *ext, struct ebb_cl_dev_info *inf)
+{
+    cl_uint bus[4] = {0}; /* domain, bus, device, function */
+    bool have_bus = false;
+    if (strstr(ext, "cl_khr_pci_bus_info"))
+        have_bus = clGetDeviceInfo(d, EBB__CL_DEVICE_PCI_BUS_INFO_KHR, sizeof(bus), bus, NULL) ==
+                   CL_SUCCESS;
+    if (!have_bus && strstr(ext, "cl_nv_device_attribute_query")) {
+        cl_uint b = 0, slot = 0, dom = 0;
+        if (clGetDeviceInfo(d, EBB__CL_DEVICE_PCI_BUS_ID_NV, sizeof(b), &b, NULL) == CL_SUCCESS &&
+            clGetDeviceInfo(d, EBB__CL_DEVICE_PCI_SLOT_ID_NV, sizeof(slot), &slot, NULL) ==
+                CL_SUCCESS) {
+            if (clGetDeviceInfo(d, EBB__CL_DEVICE_PCI_DOMAIN_ID_NV, sizeof(dom), &dom, NULL))
+                dom = 0; /* older drivers: domain 0 */
+            /* the slot id packs the PCI device number above the 3-bit function number */
+            bus[0] = dom, bus[1] = b, bus[2] = slot >> 3, bus[3] = slot & 7;
+            have_bus = true;
+        }
+    }
+    if (!have_bus && strstr(ext, "cl_amd_device_attribute_query")) {
+        unsigned char topo[24] = {0}; /* type (cl_uint), 17 unused bytes, bus, device, function */
+        cl_uint type = 0;
+        if (clGetDeviceInfo(d, EBB__CL_DEVICE_TOPOLOGY_AMD, sizeof(topo), topo, NULL) ==
+            CL_SUCCESS) {
+            memcpy(&type, topo, sizeof(type));
+            if (type == 1) { /* CL_DEVICE_TOPOLOGY_TYPE_PCIE_AMD */
+                bus[1] = topo[21], bus[2] = topo[22], bus[3] = topo[23];
+                have_bus = true;
+            }
+        }
+    }
+    if (have_bus && bus[1] < 256 && bus[2] < 32 && bus[3] < 8 && bus[0] < 65536)
+        snprintf(inf->pci_bus_id, sizeof(inf->pci_bus_id), "%04x:%02x:%02x.%x", bus[0], bus[1],
+                 bus[2], bus[3]);
+    unsigned char u[16];
+    if (inf->vendor == EBB_CL_VENDOR_NVIDIA && strstr(ext, "cl_khr_device_uuid") &&
+        clGetDeviceInfo(d, EBB__CL_DEVICE_UUID_KHR, sizeof(u), u, NULL) == CL_SUCCESS) {
+        char *o = inf->uuid;
+        o += sprintf(o, "GPU-");
+        for (int i = 0; i < 16; i++)
+            o += sprintf(o, "%02x%s", u[i], i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
+    }
+    inf->amd_free_mem = strstr(ext, "cl_amd_device_attribute_query") != NULL;
+}
+
+bool ebb_cl_free_memory(const struct ebb_cl *cl, uint64_t *free_bytes)
+{
+    size_t kib[2] = {0, 0}; /* total free, largest free block; KiB */
+    if (!cl->info.amd_free_mem ||
+        clGetDeviceInfo(cl->dev, EBB__CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, sizeof(kib), kib, NULL) !=
+            CL_SUCCESS ||
+        !kib[0])
+        return false;
+    *free_bytes = (uint64_t)kib[0] * 1024u;
+    return true;
+}
+
 static void fill_info(cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di,
                       struct ebb_cl_dev_info *inf)
 {
@@ -193,6 +261,7 @@ static void fill_info(cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di
         if (ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, n, ext, NULL) == CL_SUCCESS) {
             ext[n] = 0;
             inf->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+            fill_identity(d, ext, inf);
         }
         free(ext);
     }
@@ -375,14 +444,14 @@ static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uin
                 ", \"type\": \"%s\", \"global_mem\": %llu, \"max_alloc\": %llu, "
                 "\"local_mem\": %llu, \"max_work_group\": %zu, \"compute_units\": %u, "
                 "\"image\": %s, \"image2d_max\": [%zu, %zu], \"image1d_buffer_max\": %zu, "
-                "\"host_unified\": %s, \"fp16\": %s}",
+                "\"host_unified\": %s, \"fp16\": %s, \"pci_bus_id\": \"%s\", \"uuid\": \"%s\"}",
                 i.is_gpu   ? "gpu"
                 : i.is_cpu ? "cpu"
                            : "other",
                 (unsigned long long)i.global_mem, (unsigned long long)i.max_alloc,
                 (unsigned long long)i.local_mem, i.max_wg, i.compute_units,
                 i.image ? "true" : "false", i.image2d_w, i.image2d_h, i.image1d_buf_max,
-                i.host_unified ? "true" : "false", i.fp16 ? "true" : "false");
+                i.host_unified ? "true" : "false", i.fp16 ? "true" : "false", i.pci_bus_id, i.uuid);
     } else {
         fprintf(f, "cl:%u:%u  %s  [%s]  (%s)\n", pi, di, i.name, i.platform,
                 i.is_gpu   ? "GPU"
@@ -401,6 +470,9 @@ static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uin
             fprintf(f, "        images no\n");
         fprintf(f, "        host-unified memory %s, fp16 %s\n", i.host_unified ? "yes" : "no",
                 i.fp16 ? "yes" : "no");
+        if (i.pci_bus_id[0] || i.uuid[0])
+            fprintf(f, "        pci %s%s%s\n", i.pci_bus_id[0] ? i.pci_bus_id : "?",
+                    i.uuid[0] ? ", uuid " : "", i.uuid);
     }
     pr->n++;
     return false;

@@ -52,6 +52,13 @@ struct ebb_cl_dev_info {
     bool host_unified;      /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     bool fp16;              /* cl_khr_fp16 */
     uint32_t mem_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes */
+    /* Identity for matching the device in other APIs (NVML): the PCI address as
+     * "dddd:bb:dd.f" (cl_khr_pci_bus_info, NVIDIA's or AMD's attribute queries) and the
+     * cl_khr_device_uuid UUID as NVML spells it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+     * NVIDIA only); empty strings when the driver offers neither. */
+    char pci_bus_id[16];
+    char uuid[48];
+    bool amd_free_mem; /* cl_amd_device_attribute_query: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD */
 };
 
 struct ebb_cl {
@@ -81,6 +88,10 @@ void ebb_cl_close(struct ebb_cl *cl);
 /* Lists every platform and device with the properties above, as text or as one JSON array.
  * Returns EBB_ENOTFOUND (after printing an empty list) when no OpenCL platform exists. */
 ebb_err ebb_cl_print_devices(FILE *out, bool json);
+
+/* The device's free memory as the driver reports it (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD,
+ * KiB converted to bytes); false where the driver offers no such query. */
+bool ebb_cl_free_memory(const struct ebb_cl *cl, uint64_t *free_bytes);
 
 /* Looks up an OpenCL source file by name ("matvec.cl"): the embedded copy, or with the
  * kernels_from_disk build option the file in the source tree, read at each call. *out stays

@@ -42,7 +42,7 @@ struct ebb_memprobe_reading {
     bool dev_ok;         /* device memory (NVML, or the caller's value) */
     uint64_t dev_total;  /* bytes */
     uint64_t dev_free;   /* bytes */
-    const char *dev_src; /* "nvml", "caller", or NULL */
+    const char *dev_src; /* "nvml", "driver" (dev_read), "caller", or NULL */
 
     bool pressure;   /* PSI full avg10 >= 1% or some avg10 >= 10%, or forced by the test hook */
     bool overridden; /* the test hook file was read */
@@ -62,6 +62,11 @@ struct ebb_memprobe_params {
      * optional) or UUID ("GPU-..."); NULL for none. Copied. */
     const char *pci_bus_id;
     const char *uuid;
+    /* The driver's own free-memory query (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD), called on
+     * every read where NVML has no value; NULL for none. May be called from any thread that
+     * reads the probes. */
+    bool (*dev_read)(void *u, uint64_t *total, uint64_t *free_bytes);
+    void *dev_u;
     /* Prefix for /proc and /sys paths (tests build a fake tree); NULL or "" for the real one. */
     const char *root;
 };

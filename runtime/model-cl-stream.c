@@ -114,22 +114,42 @@ static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
     return t ? t->size : 0;
 }
 
-/* Discrete GPUs: the host tier of docs/STREAMER.md ("Slots as a host tier"): as many pinned
- * slots as streamed layers when host memory (MemAvailable/cgroup, minus 256 MiB) holds them,
- * so each layer is read from the file once and later steps only copy it to the device; else the
- * ring of min_slots. */
-static uint32_t host_slots(uint32_t n_streamed, size_t slot, uint32_t min_slots)
+/* Discrete GPUs: pinned host staging is planned against host memory (MemAvailable and the
+ * cgroup limit, minus 256 MiB kept free), apart from the device budget. A slot per streamed
+ * layer (the host tier of docs/STREAMER.md, "Slots as a host tier": each layer read from the
+ * file once, later steps only copy it to the device) where that fits, else the ring of
+ * min_slots; EBB_ENOMEM with a message when layers are streamed and not even the ring fits. */
+static ebb_err host_slots(uint32_t n_streamed, size_t slot, uint32_t min_slots, uint32_t *out,
+                          struct ebb_diag *diag)
 {
     struct ebb_memprobe_params hq = {.discrete = false};
     struct ebb_memprobe *mp = NULL;
     struct ebb_memprobe_reading r;
-    uint64_t limit = 0, keep = 256u << 20;
+    uint64_t limit = UINT64_MAX, keep = 256u << 20;
     if (ebb_memprobe_new(&hq, &mp, NULL) == EBB_OK) {
-        if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok && r.available > keep)
-            limit = r.available - keep;
+        if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok)
+            limit = r.available > keep ? r.available - keep : 0;
         ebb_memprobe_free(mp);
     }
-    return ebb_stream_plan_host_slots(n_streamed, slot, limit, min_slots);
+    if (n_streamed && limit / slot < min_slots)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "pinned host staging for the streamed layers needs %.0f MiB (%u slots "
+                            "of %.1f MiB) but the host has %.0f MiB to spare; lower --prefetch or "
+                            "free host memory",
+                            (double)min_slots * slot / (1 << 20), min_slots,
+                            (double)slot / (1 << 20), (double)limit / (1 << 20));
+    *out = ebb_stream_plan_host_slots(n_streamed, slot, limit, min_slots);
+    return EBB_OK;
+}
+
+/* The probes' device-memory hook: the driver's own free-memory query (AMD). */
+static bool dev_read(void *u, uint64_t *total, uint64_t *free_bytes)
+{
+    const struct ebb_cl *cl = u;
+    if (!ebb_cl_free_memory(cl, free_bytes))
+        return false;
+    *total = cl->info.global_mem;
+    return true;
 }
 
 /* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
@@ -198,7 +218,9 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
                        f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
         .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
-        .staging_bytes = (uint64_t)m->n_slots * slot + (m->unified ? 0 : 2 * m->max_layer),
+        /* in the device's memory: the mapped slots (unified), or the two device buffers the
+         * streamed layers are copied into (discrete; the pinned slots are host memory) */
+        .staging_bytes = m->unified ? (uint64_t)m->n_slots * slot : 2 * (uint64_t)m->max_layer,
         .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
         .n_ctx_want = m->n_ctx,
         .mode = EBB_STREAM_BALANCED,
@@ -222,7 +244,13 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         .path = p->pack_path ? p->pack_path : p->path,
         .layers = ext,
         .plan = cfg,
-        .probe = {.discrete = !m->unified},
+        .probe = {.discrete = !m->unified,
+                  /* NVML finds the GPU by UUID or PCI address; the driver hook serves AMD */
+                  .pci_bus_id =
+                      !m->unified && m->cl->info.pci_bus_id[0] ? m->cl->info.pci_bus_id : NULL,
+                  .uuid = !m->unified && m->cl->info.uuid[0] ? m->cl->info.uuid : NULL,
+                  .dev_read = m->unified ? NULL : dev_read,
+                  .dev_u = m->cl},
         .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
         .prefetch = prefetch,
         .io_threads = p->stream_threads,
@@ -242,8 +270,9 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         goto out;
     m->n_ctx = ebb_stream_n_ctx(m->st);
     m->next_tick = m->replan_tokens;
-    if (!m->unified) /* discrete: a pinned slot per streamed layer where host memory allows */
-        m->n_slots = host_slots(n_layer - ebb_stream_n_resident(m->st), slot, m->n_slots);
+    if (!m->unified && (rc = host_slots(n_layer - ebb_stream_n_resident(m->st), slot, m->n_slots,
+                                        &m->n_slots, diag)))
+        goto out;
 out:
     ebb_pack_close(pk);
     free(ext);

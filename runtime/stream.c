@@ -18,6 +18,7 @@ struct ebb_stream {
     uint32_t prefetch;
     enum ebb_stream_cache cache;
     uint32_t io_threads;
+    bool discrete; /* the probes read device memory */
     uint64_t t0;
     uint32_t n_slots;
     size_t slot_size;
@@ -72,6 +73,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     s->prefetch = p->prefetch ? p->prefetch : 2;
     s->cache = p->cache;
     s->io_threads = p->io_threads;
+    s->discrete = p->probe.discrete;
     s->t0 = p->now_ns;
     s->layers = malloc(sizeof(*s->layers) * n);
     s->sched = malloc(sizeof(*s->sched) * n);
@@ -266,6 +268,15 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->limit = s->limit;
     out->available_ok = s->last.available_ok;
     out->available = s->last.available;
+    out->available_src = !s->last.available_ok ? "none"
+                         : s->last.overridden  ? "test-hook"
+                         : s->discrete         ? (s->last.dev_src ? s->last.dev_src : "none")
+                                               : "host";
+    snprintf(out->probes, sizeof(out->probes), "%s", ebb_memprobe_describe(s->mp));
+    size_t pl = strlen(out->probes);
+    if (pl && out->probes[pl - 1] == ' ')
+        out->probes[pl - 1] = 0;
+    out->staging_bytes = (uint64_t)s->n_slots * s->slot_size;
     out->pressure = s->last.pressure;
     for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
         out->bytes_per_token += s->layers[l].raw_size;
@@ -330,6 +341,11 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
         add(buf, cap, &n, "\"limit_bytes\":%llu,", (unsigned long long)r->limit);
     if (r->available_ok)
         add(buf, cap, &n, "\"available_bytes\":%llu,", (unsigned long long)r->available);
+    add(buf, cap, &n, "\"available_source\":");
+    add_str(buf, cap, &n, r->available_src ? r->available_src : "none");
+    add(buf, cap, &n, ",\"probes\":");
+    add_str(buf, cap, &n, r->probes);
+    add(buf, cap, &n, ",\"staging_bytes\":%llu,", (unsigned long long)r->staging_bytes);
     add(buf, cap, &n,
         "\"pressure\":%s,\"bytes_per_token\":%llu,\"read_bytes\":%llu,\"read_gbps\":%.3f,"
         "\"layers_read\":%llu,\"reused\":%llu,\"prefetch_hits\":%llu,"
@@ -367,6 +383,8 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
     if (r->available_ok)
         GAUGE("ebb_stream_memory_available_bytes", "Memory the probes report available.", "%llu",
               (unsigned long long)r->available);
+    GAUGE("ebb_stream_staging_bytes", "Host memory of the streamer's staging slots.", "%llu",
+          (unsigned long long)r->staging_bytes);
     GAUGE("ebb_stream_memory_pressure", "1 while the probes report memory pressure.", "%d",
           r->pressure ? 1 : 0);
     GAUGE("ebb_stream_bytes_per_token", "Streamed bytes read per evaluation step.", "%llu",

@@ -54,7 +54,11 @@ struct ebb_stream_report {
     uint32_t prefetch, n_slots, io_threads; /* n_slots 0 until slots are attached */
     uint64_t limit;                         /* at the last re-plan; UINT64_MAX = none */
     bool available_ok;
-    uint64_t available; /* last probe reading */
+    uint64_t available;        /* last probe reading */
+    const char *available_src; /* "host" (MemAvailable/cgroup), "nvml", "driver", "caller",
+                                  "test-hook", or "none" */
+    char probes[64];           /* the live probes (ebb_memprobe_describe) */
+    uint64_t staging_bytes;    /* host memory of the attached staging slots */
     bool pressure;
     uint64_t bytes_per_token; /* streamed raw bytes per step */
     struct ebb_stream_io_stats io;

@@ -1,5 +1,7 @@
 /* Memory probes: parsers, a fake /proc + /sys tree (cgroup v2 with and without a limit, v1
- * only, nothing at all), the caller's device value, NVML absent, and the test hook file. */
+ * only, nothing at all), the caller's device value and the driver hook, NVML absent and a stand-in
+ * NVML (tests/unit/fake-nvml, named by EBB_NVML_LIBRARY) found by PCI bus id or UUID, and the
+ * test hook file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,6 +181,107 @@ static void device_value(void **state)
     ebb_memprobe_free(mp);
 }
 
+static bool fake_driver(void *u, uint64_t *total, uint64_t *free_bytes)
+{
+    int *calls = u;
+    (*calls)++;
+    if (*calls > 2) /* the driver stops answering: the reading says unavailable */
+        return false;
+    *total = 4096 * MiB;
+    *free_bytes = (uint64_t)*calls * 1000 * MiB;
+    return true;
+}
+
+static void driver_hook(void **state)
+{
+    (void)state;
+    put("/proc/meminfo", meminfo);
+    int calls = 0;
+    struct ebb_memprobe_params p = {
+        .root = root, .discrete = true, .dev_read = fake_driver, .dev_u = &calls};
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    assert_int_equal(ebb_memprobe_new(&p, &mp, NULL), EBB_OK);
+    assert_non_null(strstr(ebb_memprobe_describe(mp), "driver"));
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_true(r.dev_ok && r.available_ok);
+    assert_string_equal(r.dev_src, "driver");
+    assert_int_equal(r.available, 1000 * MiB);
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.available, 2000 * MiB); /* read again each time */
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_false(r.available_ok);
+    ebb_memprobe_set_device(mp, 4096 * MiB, 700 * MiB); /* the caller's value is the fallback */
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_string_equal(r.dev_src, "caller");
+    assert_int_equal(r.available, 700 * MiB);
+    ebb_memprobe_free(mp);
+}
+
+/* The stand-in NVML (path in FAKE_NVML_PATH, set by meson): found by bus id and by UUID, its
+ * free memory decides on a discrete device, a wrong id or a failing init leaves the device
+ * probe unavailable with a note that says why. */
+static void fake_nvml(void **state)
+{
+    (void)state;
+    const char *lib = getenv("FAKE_NVML_PATH");
+    if (!lib || !*lib) {
+        print_message("FAKE_NVML_PATH not set: stand-in NVML not built here\n");
+        skip();
+    }
+    setenv("EBB_NVML_LIBRARY", lib, 1);
+    put("/proc/meminfo", meminfo);
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    struct ebb_diag d = {{0}};
+    setenv("FAKE_NVML_BUS", "0000:65:00.0", 1);
+    setenv("FAKE_NVML_FREE_MIB", "5000", 1);
+    struct ebb_memprobe_params p = {.root = root, .discrete = true, .pci_bus_id = "0000:65:00.0"};
+    assert_int_equal(ebb_memprobe_new(&p, &mp, &d), EBB_OK);
+    assert_non_null(strstr(ebb_memprobe_describe(mp), "nvml"));
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_true(r.dev_ok && r.available_ok);
+    assert_string_equal(r.dev_src, "nvml");
+    assert_int_equal(r.dev_total, 8192 * MiB);
+    assert_int_equal(r.available, 5000 * MiB);
+    setenv("FAKE_NVML_FREE_MIB", "1234", 1); /* every read asks NVML again */
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.available, 1234 * MiB);
+    ebb_memprobe_free(mp);
+    /* By UUID when the bus id does not match. */
+    p.pci_bus_id = "0000:66:00.0";
+    p.uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    assert_int_equal(ebb_memprobe_new(&p, &mp, &d), EBB_OK);
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_string_equal(r.dev_src, "nvml");
+    ebb_memprobe_free(mp);
+    /* Neither matches: no device reading, and the note names the reason. */
+    p.uuid = "GPU-ffffffff-1111-2222-3333-444444444444";
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(ebb_memprobe_new(&p, &mp, &d), EBB_OK);
+    assert_non_null(strstr(d.msg, "no NVML device"));
+    assert_null(strstr(ebb_memprobe_describe(mp), "nvml"));
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_false(r.dev_ok);
+    assert_false(r.available_ok);
+    ebb_memprobe_free(mp);
+    /* Init fails. */
+    setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+    p.pci_bus_id = "0000:65:00.0";
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(ebb_memprobe_new(&p, &mp, &d), EBB_OK);
+    assert_non_null(strstr(d.msg, "nvmlInit_v2 failed"));
+    ebb_memprobe_free(mp);
+    unsetenv("FAKE_NVML_INIT_FAIL");
+    /* A path that is not there. */
+    setenv("EBB_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(ebb_memprobe_new(&p, &mp, &d), EBB_OK);
+    assert_non_null(strstr(d.msg, "not found"));
+    ebb_memprobe_free(mp);
+    unsetenv("EBB_NVML_LIBRARY");
+}
+
 static void test_hook(void **state)
 {
     (void)state;
@@ -237,6 +340,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(fake_cgroup, setup, teardown),
         cmocka_unit_test_setup_teardown(nothing_there, setup, teardown),
         cmocka_unit_test_setup_teardown(device_value, setup, teardown),
+        cmocka_unit_test_setup_teardown(driver_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(fake_nvml, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hook, setup, teardown),
         cmocka_unit_test(real_system),
     };
