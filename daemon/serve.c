@@ -67,7 +67,8 @@ static void usage(FILE *f)
 static void model_id_of(const char *path, char *id, size_t n)
 {
     const char *base = strrchr(path, '/');
-    snprintf(id, n, "%s", base ? base + 1 : path);
+    if (snprintf(id, n, "%s", base ? base + 1 : path) >= (int)n)
+        id[n - 1] = 0; /* a very long name is cut (snprintf did); said for -Wformat-truncation */
     size_t l = strlen(id);
     if (l > 5 && !strcmp(id + l - 5, ".gguf"))
         id[l - 5] = 0;

@@ -21,6 +21,34 @@ static void release(cl_mem *m)
     *m = NULL;
 }
 
+/* meson -Dstreamer=false builds the plain path alone (EBB_STREAMER 0): every streamer branch
+ * below is then compiled out, which is the baseline the streamer's cost at 100% residency is
+ * measured against (docs/PERFORMANCE.md). */
+#ifndef EBB_STREAMER
+#define EBB_STREAMER 1
+#endif
+#if EBB_STREAMER
+#define STREAMING(m) ((m)->st != NULL)
+#else
+#define STREAMING(m) false
+#endif
+
+static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
+                           const struct ebb_model_params *p, struct ebb_diag *diag)
+{
+#if EBB_STREAMER
+    return ebb__clm_stream_open(m, g, p, diag);
+#else
+    (void)m, (void)g;
+    if (p->memory_budget || p->memory_budget_auto || p->residency_forced || p->residency > 0 ||
+        p->pack_path)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "this ebb was built without the layer streamer (-Dstreamer=false): "
+                            "--memory-budget, --residency and --pack are not available");
+    return EBB_OK;
+#endif
+}
+
 static void clm_free(void *ctx)
 {
     struct clm *m = ctx;
@@ -197,7 +225,7 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
         contiguous = contiguous && (const uint8_t *)t[i]->data ==
                                        (const uint8_t *)t[i - 1]->data + t[i - 1]->size;
     bool fuse = same && (l.order != EBB_CL_ORDER_RAW || !m->map.buf || contiguous);
-    struct ebb_cl_wprog *p;
+    struct ebb_cl_wprog *p = NULL;
     if (fuse) {
         *n_out = 1;
         if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, src, n, &m->map, &out[0], diag)))
@@ -288,7 +316,7 @@ static ebb_err place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb
             (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
             return rc;
         /* Streamed layers keep only their norms and KV cache on the device. */
-        if ((!m->st || ebb_stream_is_resident(m->st, l)) &&
+        if ((!STREAMING(m) || ebb_stream_is_resident(m->st, l)) &&
             (rc = ebb__clm_place_layer(m, g, l, diag)))
             return rc;
         if ((rc = alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
@@ -364,7 +392,7 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
                         struct ebb_diag *diag)
 {
-    struct ebb_cl_wprog *p;
+    struct ebb_cl_wprog *p = NULL;
     ebb_err rc = prog_for(m, &w->layout, &p, diag);
     if (rc)
         return rc;
@@ -587,8 +615,8 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
             return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
-    uint64_t t0 = m->st ? ebb__clm_now_ns() : 0;
-    if (m->st && (rc = ebb__clm_stream_between(m, diag)))
+    uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
+    if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
     float one = 1.0f;
     int n_embd = (int)m->hp.n_embd;
@@ -600,7 +628,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             goto out;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
                                  EBB_CL_ARG(one)};
-        struct ebb_cl_wprog *p;
+        struct ebb_cl_wprog *p = NULL;
         size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
         if ((rc = prog_for(m, &m->embd.layout, &p, diag)) ||
             (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
@@ -608,7 +636,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
             goto out;
         for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-            if (!m->st || ebb_stream_is_resident(m->st, l))
+            if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
                 rc = ebb__clm_layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
             else
                 rc = ebb__clm_streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
@@ -641,7 +669,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     else
         rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
 out:
-    if (m->st) {
+    if (STREAMING(m)) {
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
         rc = rc ? rc : rf;
         m->tokens += n;
@@ -696,10 +724,10 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
         if (e)
             m->map.buf = NULL; /* fall back to copies */
     }
-    if ((rc = build_kernels(m, diag)) || (rc = ebb__clm_stream_open(m, g, p, diag)) ||
+    if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
         (rc = place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
         goto out;
-    if (m->st) {
+    if (STREAMING(m)) {
         if ((rc = ebb__clm_ensure_slots(m, diag)))
             goto out;
         ebb__clm_stream_snapshot(m);
