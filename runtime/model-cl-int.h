@@ -62,6 +62,7 @@ struct clm {
     struct layer *tmpl;       /* (n_layer) each layer's weights as streamed: a = NULL, off
                                  relative to the layer's first byte */
     uint32_t n_slots;
+    uint32_t ring_slots; /* prefetch + 1: the fewest slots streaming works with */
     size_t max_layer;
     bool unified;
     uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */

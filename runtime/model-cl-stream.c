@@ -205,7 +205,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     if (dv && *dv == '1')
         m->unified = false;
     uint32_t prefetch = p->prefetch ? p->prefetch : 2;
-    m->n_slots = prefetch + 1;
+    m->n_slots = m->ring_slots = prefetch + 1;
     size_t slot = ebb_stream_io_slot_size(ext, n_layer);
     size_t f = sizeof(float), nb = N_BATCH;
     /* alloc_scratch's buffers (attention partials and top-k are small) + host logits */
@@ -355,9 +355,23 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
     if (tick)
         m->next_tick = m->tokens + m->replan_tokens;
     struct ebb_stream_change chg;
-    if (!ebb_stream_replan(m->st, ebb__clm_now_ns(), m->tokens, m->busy_ns, tick, &chg))
-        return EBB_OK;
+    bool change = ebb_stream_replan(m->st, ebb__clm_now_ns(), m->tokens, m->busy_ns, tick, &chg);
     ebb_err rc = EBB_OK;
+    /* Discrete GPUs: host pressure gives back the pinned host tier (the device plan follows
+     * device memory); the slots are free here, every evaluation ends with them returned. */
+    if (ebb_stream_take_host_pressure(m->st) && m->sc && m->n_slots > m->ring_slots) {
+        uint32_t from = m->n_slots;
+        ebb_stream_detach(m->st);
+        ebb_stream_cl_free(m->sc);
+        m->sc = NULL;
+        m->n_slots = m->ring_slots;
+        if ((rc = ebb__clm_ensure_slots(m, diag)))
+            return rc;
+        fprintf(stderr, "ebb: stream staging %u -> %u pinned slots: host memory pressure\n", from,
+                m->n_slots);
+    }
+    if (!change)
+        return EBB_OK;
     for (uint32_t l = chg.to; l < chg.from; l++) { /* shrink */
         ebb__clm_drop_layer(m, l);
         release_pages(m, l);

@@ -28,6 +28,9 @@ struct ebb_stream {
     struct ebb_memprobe_reading mail;
     uint64_t mail_seq, used_seq;
     bool mail_pressure;
+    bool host_pressure; /* discrete: host pressure seen by a re-plan, not yet taken */
+    uint32_t n_staging_shrink;
+    struct ebb_stream_io_stats io_before; /* counters of I/O threads that were detached */
     /* Report. */
     uint64_t limit;
     struct ebb_memprobe_reading last;
@@ -159,6 +162,36 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
 }
 
+void ebb_stream_detach(struct ebb_stream *s)
+{
+    if (!s->io)
+        return;
+    struct ebb_stream_io_stats st;
+    ebb_stream_io_stats(s->io, &st);
+    ebb_stream_io_close(s->io);
+    s->io = NULL;
+    s->n_slots = 0;
+    s->n_staging_shrink++;
+    struct ebb_stream_io_stats *b = &s->io_before;
+    b->layers_read += st.layers_read;
+    b->bytes_read += st.bytes_read;
+    b->bytes_raw += st.bytes_raw;
+    b->read_ns += st.read_ns;
+    b->hits += st.hits;
+    b->misses += st.misses;
+    b->stall_ns += st.stall_ns;
+    b->dropped += st.dropped;
+    b->reused += st.reused;
+    b->direct = st.direct;
+}
+
+bool ebb_stream_take_host_pressure(struct ebb_stream *s)
+{
+    bool p = s->host_pressure;
+    s->host_pressure = false;
+    return p;
+}
+
 void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t free_bytes)
 {
     pthread_mutex_lock(&s->mu);
@@ -201,6 +234,10 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
+    if (s->discrete) { /* host pressure is not about the device's memory: see stream.h */
+        s->host_pressure = s->host_pressure || pressure;
+        pressure = false;
+    }
     struct ebb_stream_inputs in = {.now_ns = now_ns,
                                    .available_ok = r.available_ok,
                                    .available = r.available,
@@ -280,8 +317,22 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->pressure = s->last.pressure;
     for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
         out->bytes_per_token += s->layers[l].raw_size;
-    if (s->io)
-        ebb_stream_io_stats(s->io, &out->io);
+    out->io = s->io_before;
+    if (s->io) {
+        struct ebb_stream_io_stats st;
+        ebb_stream_io_stats(s->io, &st);
+        out->io.layers_read += st.layers_read;
+        out->io.bytes_read += st.bytes_read;
+        out->io.bytes_raw += st.bytes_raw;
+        out->io.read_ns += st.read_ns;
+        out->io.hits += st.hits;
+        out->io.misses += st.misses;
+        out->io.stall_ns += st.stall_ns;
+        out->io.dropped += st.dropped;
+        out->io.reused += st.reused;
+        out->io.direct = st.direct;
+    }
+    out->n_staging_shrink = s->n_staging_shrink;
     out->n_shrink = s->n_shrink;
     out->n_grow = s->n_grow;
     out->n_undo = s->n_undo;
@@ -349,11 +400,12 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
     add(buf, cap, &n,
         "\"pressure\":%s,\"bytes_per_token\":%llu,\"read_bytes\":%llu,\"read_gbps\":%.3f,"
         "\"layers_read\":%llu,\"reused\":%llu,\"prefetch_hits\":%llu,"
-        "\"prefetch_misses\":%llu,\"stall_seconds\":%.6f,\"plan_changes\":[",
+        "\"prefetch_misses\":%llu,\"stall_seconds\":%.6f,\"staging_shrinks\":%u,"
+        "\"plan_changes\":[",
         r->pressure ? "true" : "false", (unsigned long long)r->bytes_per_token,
         (unsigned long long)r->io.bytes_read, gbps, (unsigned long long)r->io.layers_read,
         (unsigned long long)r->io.reused, (unsigned long long)r->io.hits,
-        (unsigned long long)r->io.misses, r->io.stall_ns / 1e9);
+        (unsigned long long)r->io.misses, r->io.stall_ns / 1e9, r->n_staging_shrink);
     for (uint32_t i = 0; i < r->n_events; i++) {
         const struct ebb_stream_event *e = &r->events[i];
         add(buf, cap, &n, "%s{\"t\":%.3f,\"from\":%u,\"to\":%u,\"reason\":", i ? "," : "",
@@ -406,7 +458,11 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
         "# TYPE ebb_stream_plan_changes_total counter\n"
         "ebb_stream_plan_changes_total{direction=\"shrink\"} %u\n"
         "ebb_stream_plan_changes_total{direction=\"grow\"} %u\n"
-        "ebb_stream_plan_changes_total{direction=\"undo\"} %u\n",
-        r->n_shrink, r->n_grow, r->n_undo);
+        "ebb_stream_plan_changes_total{direction=\"undo\"} %u\n"
+        "# HELP ebb_stream_staging_shrinks_total Pinned staging given back under host memory "
+        "pressure.\n"
+        "# TYPE ebb_stream_staging_shrinks_total counter\n"
+        "ebb_stream_staging_shrinks_total %u\n",
+        r->n_shrink, r->n_grow, r->n_undo, r->n_staging_shrink);
     return n;
 }

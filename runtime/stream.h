@@ -63,7 +63,8 @@ struct ebb_stream_report {
     uint64_t bytes_per_token; /* streamed raw bytes per step */
     struct ebb_stream_io_stats io;
     uint32_t n_shrink, n_grow, n_undo;
-    uint32_t n_events;                                 /* valid entries of events[] */
+    uint32_t n_staging_shrink; /* pinned staging given back under host pressure */
+    uint32_t n_events;         /* valid entries of events[] */
     struct ebb_stream_event events[EBB_STREAM_EVENTS]; /* oldest first */
 };
 
@@ -94,6 +95,16 @@ bool ebb_stream_needs_slots(const struct ebb_stream *s);
 ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_slots,
                           struct ebb_diag *diag);
 size_t ebb_stream_slot_size(const struct ebb_stream *s);
+
+/* Engine thread, between steps, every slot given back (ebb_stream_cl_finish): stops the I/O
+ * thread and forgets the slots, keeping the counters, so that ebb_stream_attach can take a new
+ * set (fewer pinned slots under host-memory pressure). */
+void ebb_stream_detach(struct ebb_stream *s);
+
+/* Engine thread: true once after a re-plan that saw host-memory pressure on a discrete device.
+ * There the plan follows the device's memory, so host pressure does not shed layers; the
+ * engine answers it by giving back pinned staging beyond the ring. */
+bool ebb_stream_take_host_pressure(struct ebb_stream *s);
 
 /* Any thread: the device's free memory as the engine reads it itself (AMD's
  * CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, in bytes), used where NVML gives none. */

@@ -2,7 +2,10 @@
 """Layer streamer under changing memory (issue 6): `ebb run` generates greedily while this test
 rewrites the probe override file (EBB_TEST_MEMPROBE_FILE). The plan must shrink within one
 re-plan period after available memory drops, the text must equal an unpressured run, and the
-plan must grow back once memory returns. Usage: test-stream-pressure.py EBB [MODELS_DIR]"""
+plan must grow back once memory returns. Then the discrete-GPU staging
+(EBB_TEST_STREAM_DISCRETE=1) at 50% residency: host memory pressure must give back the pinned
+host tier (one slot per streamed layer -> the ring) without shedding device layers, the text
+unchanged. Usage: test-stream-pressure.py EBB [MODELS_DIR]"""
 import json
 import os
 import subprocess
@@ -19,9 +22,10 @@ N = 64
 PROMPT = "Write a short story about a lighthouse keeper."
 
 
-def run(env, probe, pressure):
+def run(env, probe, pressure, extra=("--memory-budget", "8G"), low="available=120M\n",
+        until="stream plan 30 -> "):
     args = [EBB, "run", "-m", MODEL, "-p", PROMPT, "-n", str(N), "--temp", "0",
-            "--memory-budget", "8G", "--chat"]
+            "--chat"] + list(extra)
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     log, out = [], []
 
@@ -40,10 +44,10 @@ def run(env, probe, pressure):
         n = len(b"".join(out))
         if pressure and "low" not in marks and n > 40:
             with open(probe, "w") as f:
-                f.write("available=120M\n")
+                f.write(low)
             marks["low"] = (time.monotonic(), n)
         if pressure and "low" in marks and "high" not in marks and \
-                any("stream plan 30 -> " in l for _, l in log):
+                any(until in l for _, l in log):
             with open(probe, "w") as f:
                 f.write("available=64G\n")
             marks["high"] = (time.monotonic(), n)
@@ -95,6 +99,31 @@ def main():
         assert text == ref, "output changed under pressure:\n%r\nvs\n%r" % (text, ref)
         print("OK: output unchanged (%d chars), plan changes: %s" %
               (len(text), [(c["from"], c["to"]) for c in ch]))
+
+        # Discrete staging: host pressure shrinks the pinned tier, not the device plan.
+        with open(probe, "w") as f:
+            f.write("available=64G\n")
+        denv = dict(env, EBB_TEST_STREAM_DISCRETE="1")
+        rc, text, log, marks = run(denv, probe, True, ("--residency", "0.5"),
+                                   "available=64G\npressure=1\n", "pinned slots")
+        for _, l in log:
+            if not l.startswith("ebb run: stream {"):
+                print(l)
+        assert rc == 0, "discrete run failed"
+        assert "low" in marks, "generation ended before the pressure was applied"
+        summary = [l for _, l in log if l.startswith("ebb run: stream {")]
+        assert summary, "no stream summary"
+        st = json.loads(summary[0][len("ebb run: stream "):])
+        staging = [l for _, l in log if "pinned slots: host memory pressure" in l]
+        assert staging == ["ebb: stream staging 15 -> 3 pinned slots: host memory pressure"], \
+            staging
+        assert not any("stream plan" in l for _, l in log), "host pressure shed device layers"
+        assert st["layers_resident"] == 15 and st["slots"] == 3, st
+        assert st["staging_shrinks"] == 1, st
+        assert st["plan_changes"] == [], st["plan_changes"]
+        assert text == ref, "output changed:\n%r\nvs\n%r" % (text, ref)
+        print("OK: discrete staging 15 -> 3 pinned slots under host pressure, 15/30 layers "
+              "still resident, output unchanged")
     return 0
 
 
