@@ -207,6 +207,56 @@ __kernel void matmul(W_ARGS, int n_in, int n_out, __global const float *x, int x
     }
 }
 
+/* Prefill on GPUs: matvec's cooperative rows (MV_WG work-items share an output row, so that
+ * consecutive work-items read consecutive weight bytes) with MM_T tokens per work-item, so each
+ * decoded float4 of weights serves MM_T tokens from registers. The tiled matmul above gives one
+ * row to each work-item, which on a GPU makes neighbouring work-items read bytes a whole row
+ * apart. Same arguments and result as matmul. Global size (n_out * MV_WG, ceil(n_tok / MM_T)),
+ * local (MV_WG * MV_ROWS, 1). */
+__kernel void matmul_coop(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld,
+                          __global float *y, int y_ld, int y_off, __global const float *res,
+                          int n_tok)
+{
+    int row = get_global_id(0) / MV_WG;
+    int t0 = get_global_id(1) * MM_T;
+#if MV_WG > 1
+    int lane = get_local_id(0) % MV_WG;
+    int slot = get_local_id(0) / MV_WG;
+    __local float red[MV_WG * MV_ROWS];
+#else
+    int lane = 0;
+#endif
+    float acc[MM_T];
+    for (int t = 0; t < MM_T; t++)
+        acc[t] = 0.0f;
+    if (row < n_out) {
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
+            float4 w = READ_W4(row, i);
+            for (int t = 0; t < MM_T; t++)
+                acc[t] += dot(w, READ_X4(x, min(t0 + t, n_tok - 1), i));
+        }
+    }
+    for (int t = 0; t < MM_T; t++) {
+        float sum = acc[t];
+#if MV_WG > 1
+        red[slot * MV_WG + lane] = sum;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = MV_WG / 2; s > 0; s >>= 1) {
+            if (lane < s)
+                red[slot * MV_WG + lane] += red[slot * MV_WG + lane + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        sum = red[slot * MV_WG];
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        if (lane == 0 && row < n_out && t0 + t < n_tok) {
+            if (res)
+                sum += res[(size_t)(t0 + t) * y_ld + y_off + row];
+            WRITE_Y(y, t0 + t, y_off + row, sum);
+        }
+    }
+}
+
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */
 __kernel void get_rows(W_ARGS, int n_in, __global const int *ids, __global float *y, float scale)
 {

@@ -102,9 +102,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     /* Local memory that is ordinary memory buys nothing but barriers. */
     t.mm_local = !di->local_is_global;
     if (di->is_gpu) {
-        /* A warp (NVIDIA 32) or wave (AMD 64) cooperates on one row so that consecutive lanes
-         * read consecutive weights; other GPUs take 32, within every limit we know. */
-        t.mv_wg = di->vendor == EBB_CL_VENDOR_AMD ? 64 : 32;
+        /* Work-items sharing one row, so that consecutive lanes read consecutive weights: a
+         * wave on AMD (64); two warps on NVIDIA (64; H100, 3 runs each: Llama-3-8B-shape Q4_0
+         * decode 67.0-67.2 tok/s vs 62.0-62.3 with 32, SmolLM2-shape 625-639 vs 543-549);
+         * other GPUs take 32, within every limit we know. */
+        t.mv_wg = di->vendor == EBB_CL_VENDOR_AMD || di->vendor == EBB_CL_VENDOR_NVIDIA ? 64 : 32;
         t.mv_rows = 2;
         t.mm_t = 8;
         t.mm_wg = 64;
@@ -113,7 +115,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.att_tk = 32;
         if (di->vendor == EBB_CL_VENDOR_ARM || di->vendor == EBB_CL_VENDOR_APPLE)
             t.mm_t = 4;
+        /* The tiled matmul gives each work-item a row of its own, so a warp's loads are a row
+         * apart; sharing rows as matvec does is what GPUs want (docs/ENGINE.md). */
+        t.mm_coop = 1;
     }
+    /* EBB_CL_MM=tile|coop overrides the prefill kernel (for measurements and tests). */
+    const char *mm = getenv("EBB_CL_MM");
+    if (mm && (!strcmp(mm, "tile") || !strcmp(mm, "coop")))
+        t.mm_coop = !strcmp(mm, "coop");
     /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
     const char *mv = getenv("EBB_CL_MV");
     unsigned mw = 0, mr = 0;
@@ -624,6 +633,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
     if ((rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)))
         goto out;
     *out = p;
@@ -643,6 +653,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matvec);
     if (p->matmul)
         clReleaseKernel(p->matmul);
+    if (p->matmul_coop)
+        clReleaseKernel(p->matmul_coop);
     if (p->get_rows)
         clReleaseKernel(p->get_rows);
     if (p->prog)

@@ -397,8 +397,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (rc)
         return rc;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    bool mm = nt > 1;
-    cl_kernel k = mm ? p->matmul : p->matvec;
+    bool mm = nt > 1, coop = mm && m->tu.mm_coop;
+    cl_kernel k = !mm ? p->matvec : coop ? p->matmul_coop : p->matmul;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
@@ -408,6 +408,11 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
         (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
         (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
+    if (coop) {
+        size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
+        size_t l[2] = {m->tu.mv_wg * m->tu.mv_rows, 1};
+        return ebb_cl_run(m->cl, k, 2, g, l, diag);
+    }
     if (mm) {
         size_t g[2] = {(size_t)n_out, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
         size_t l[2] = {m->tu.mm_wg, 1};

@@ -160,15 +160,17 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 5; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
-         * folded in (x' = silu(gate) * up from rows of [gate | up]) plus residual. */
+         * folded in (x' = silu(gate) * up from rows of [gate | up]) plus residual; 5: the
+         * GPUs' prefill kernel matmul_coop, as variant 2. */
+        bool mm = variant == 2 || variant == 5;
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
         int glu = variant == 4;
-        cl_mem yo = variant == 2 ? rb : yb, resb = with_res ? rb : NULL;
+        cl_mem yo = mm ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
         if (variant >= 2)
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
@@ -176,7 +178,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                             D, "write"));
         int ni = (int)n_in, no = (int)n_out, zero = 0, ntok = nt, xld = glu ? 2 * ni : ni;
         cl_mem xin = glu ? xgb : xb;
-        cl_kernel k = variant == 2 ? p.matmul : p.matvec;
+        cl_kernel k = variant == 2 ? p.matmul : variant == 5 ? p.matmul_coop : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
                                  EBB_CL_ARG(xld),  EBB_CL_ARG(yo),   EBB_CL_ARG(no),
@@ -185,6 +187,11 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         if (variant == 2) {
             OK(ebb_cl_set_args(k, 2, a, 9, D));
             size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
+            OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        } else if (variant == 5) {
+            OK(ebb_cl_set_args(k, 2, a, 9, D));
+            size_t g[2] = {(size_t)n_out * tu.mv_wg, (nt + tu.mm_t - 1) / tu.mm_t},
+                   lw[2] = {tu.mv_wg * tu.mv_rows, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
         } else {
             OK(ebb_cl_set_args(k, 2, a, 8, D));
@@ -223,7 +230,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       ref);
             }
         }
-        static const char *const vname[] = {"matvec", "mv+res", "matmul", "mv+norm", "mv+glu"};
+        static const char *const vname[] = {"matvec",  "mv+res", "matmul",
+                                            "mv+norm", "mv+glu", "mm-coop"};
         printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
@@ -318,10 +326,15 @@ static void test_weights(void)
     /* The other matmul variant (token tile in local memory or read in place) and the other
      * decoder granularity than this device uses, for a 32-block type, a K-quant and a split
      * layout. */
+    /* ...and the other row sharing: a GPU's 32 work-items per row (the reductions of matvec and
+     * matmul_coop) on a CPU, one per row on a GPU. */
+    struct ebb_cl_tuning keep = tu;
     tu.mm_local = !tu.mm_local;
     tu.block_dec = !tu.block_dec;
-    printf("  (matmul with MM_LOCAL=%u, block decoders %s)\n", tu.mm_local,
-           tu.block_dec ? "on" : "off");
+    tu.mv_wg = tu.mv_wg > 1 ? 1 : 32;
+    tu.mv_rows = 2;
+    printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row)\n",
+           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg);
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
@@ -330,8 +343,7 @@ static void test_weights(void)
     for (int j = 0; j < 3; j++)
         test_weight_layout(&other[j], 37, 512);
     test_image2d_shapes();
-    tu.mm_local = !tu.mm_local;
-    tu.block_dec = !tu.block_dec;
+    tu = keep;
 }
 
 static int count_files(const char *dir)
