@@ -257,6 +257,72 @@ __kernel void matmul_coop(W_ARGS, int n_in, int n_out, __global const float *x, 
     }
 }
 
+/* Prefill on GPUs for longer prompts: a GEMM tile. A work-group of 256 work-items covers 64
+ * rows and 64 tokens; per step of 32 inputs it decodes the rows' weights once into local memory
+ * (eight neighbouring work-items read one row's 32 weights) and stages the tokens' inputs
+ * beside them, then each work-item accumulates a 4 x 4 block of rows x tokens from local
+ * memory. A weight is read from global memory once per 64 tokens instead of once per MM_T.
+ * Same arguments and result as matmul. Global size (256 * ceil(n_out / 64), ceil(n_tok / 64)),
+ * local (256, 1). */
+#define GM_T 64 /* rows and tokens of a tile */
+#define GM_K 32 /* inputs per step */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+matmul_gemm(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+            int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local float4 ws[GM_K][GM_T / 4]; /* ws[k][r/4].s(r%4) = W[row0 + r][k0 + k] */
+    __local float4 xs[GM_K][GM_T / 4]; /* xs[k][t/4].s(t%4) = x[t0 + t][k0 + k] */
+    int lid = get_local_id(0);
+    int row0 = get_group_id(0) * GM_T, t0 = get_group_id(1) * GM_T;
+    int ty = lid / 16, tx = lid % 16; /* this work-item's rows ty*4.., tokens tx*4.. */
+    float4 acc[4];
+    for (int j = 0; j < 4; j++)
+        acc[j] = (float4)(0.0f);
+    __local float *wsf = (__local float *)ws, *xsf = (__local float *)xs;
+    for (int k0 = 0; k0 < n_in; k0 += GM_K) {
+        /* 64 rows x 8 float4 of weights and 64 tokens x 8 float4 of inputs: two of each per
+         * work-item; e / 8 is the row (token), e % 8 the float4 within the step. */
+        for (int e = lid; e < GM_T * (GM_K / 4); e += 256) {
+            int r = e / (GM_K / 4), i = (e % (GM_K / 4)) * 4;
+            bool in = k0 + i < n_in;
+            float4 w = in ? READ_W4(min(row0 + r, n_out - 1), k0 + i) : (float4)(0.0f);
+            float4 v = in ? READ_X4(x, min(t0 + r, n_tok - 1), k0 + i) : (float4)(0.0f);
+            wsf[(i + 0) * GM_T + r] = w.x;
+            wsf[(i + 1) * GM_T + r] = w.y;
+            wsf[(i + 2) * GM_T + r] = w.z;
+            wsf[(i + 3) * GM_T + r] = w.w;
+            xsf[(i + 0) * GM_T + r] = v.x;
+            xsf[(i + 1) * GM_T + r] = v.y;
+            xsf[(i + 2) * GM_T + r] = v.z;
+            xsf[(i + 3) * GM_T + r] = v.w;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < GM_K; k++) {
+            float4 a = ws[k][ty], b = xs[k][tx];
+            acc[0] += a.x * b;
+            acc[1] += a.y * b;
+            acc[2] += a.z * b;
+            acc[3] += a.w * b;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int j = 0; j < 4; j++) {
+        int row = row0 + ty * 4 + j;
+        if (row >= n_out)
+            break;
+        float v4[4] = {acc[j].x, acc[j].y, acc[j].z, acc[j].w};
+        for (int q = 0; q < 4; q++) {
+            int t = t0 + tx * 4 + q;
+            if (t >= n_tok)
+                break;
+            float v = v4[q];
+            if (res)
+                v += res[(size_t)t * y_ld + y_off + row];
+            WRITE_Y(y, t, y_off + row, v);
+        }
+    }
+}
+
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */
 __kernel void get_rows(W_ARGS, int n_in, __global const int *ids, __global float *y, float scale)
 {

@@ -118,11 +118,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         /* The tiled matmul gives each work-item a row of its own, so a warp's loads are a row
          * apart; sharing rows as matvec does is what GPUs want (docs/ENGINE.md). */
         t.mm_coop = 1;
+        t.mm_gemm_min = di->max_wg >= 256 ? 32 : 0;
     }
-    /* EBB_CL_MM=tile|coop overrides the prefill kernel (for measurements and tests). */
+    /* EBB_CL_MM=tile|coop|gemm overrides the prefill kernel (for measurements and tests). */
     const char *mm = getenv("EBB_CL_MM");
-    if (mm && (!strcmp(mm, "tile") || !strcmp(mm, "coop")))
-        t.mm_coop = !strcmp(mm, "coop");
+    if (mm && (!strcmp(mm, "tile") || !strcmp(mm, "coop") || !strcmp(mm, "gemm"))) {
+        t.mm_coop = strcmp(mm, "tile") != 0;
+        t.mm_gemm_min = !strcmp(mm, "gemm") && di->max_wg >= 256 ? 2 : 0;
+    }
     /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
     const char *mv = getenv("EBB_CL_MV");
     unsigned mw = 0, mr = 0;
@@ -420,6 +423,16 @@ static void split_rows(const struct tinfo *ti, const uint8_t *src, uint64_t n_bl
     }
 }
 
+/* A blocking upload. Weights are written this way rather than with CL_MEM_COPY_HOST_PTR, with
+ * which a driver may keep its own host copy and upload at first use (NVIDIA: the first
+ * evaluation of the 8B shape took ~0.9 s more, and peak RSS held the model twice). */
+static ebb_err write_now(struct ebb_cl *cl, cl_mem buf, uint64_t off, uint64_t n, const void *src,
+                         struct ebb_diag *diag)
+{
+    cl_int e = clEnqueueWriteBuffer(cl->q, buf, CL_TRUE, off, n, src, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "uploading a weight");
+}
+
 static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
                         struct ebb_diag *diag)
 {
@@ -429,8 +442,11 @@ static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
                             "(%llu bytes)",
                             (unsigned long long)n, (unsigned long long)cl->info.max_alloc);
     cl_int e = CL_SUCCESS;
-    *out = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n, host, &e);
-    return ebb_cl_check(e, diag, "clCreateBuffer(weight)");
+    *out = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY, n, NULL, &e);
+    ebb_err rc = ebb_cl_check(e, diag, "clCreateBuffer(weight)");
+    if (!rc && host)
+        rc = write_now(cl, *out, 0, n, host, diag);
+    return rc;
 }
 
 /* One image2d of n_rows rows of tpr texels of tsize bytes from row-major host texels src,
@@ -497,7 +513,7 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
     ebb_err rc = EBB_OK;
     const struct tinfo *ti = tinfo(l->type);
     struct ebb_cl_weight w = {.layout = *l, .n_in = n_in};
-    uint8_t *host = NULL, *qh = NULL;
+    uint8_t *qh = NULL;
     float *sh = NULL;
     char name[64];
     if (!ti || !n_in || n_in % ti->blk || n_in % 4)
@@ -520,14 +536,12 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
             w.zero_copy = true;
             goto done;
         }
-        host = malloc(total);
-        if (!host) {
-            rc = EBB_ENOMEM;
+        /* A copy: the sources go straight to the device, stacked, without a host copy. */
+        if ((rc = make_buf(cl, total, NULL, &w.a, diag)))
             goto out;
-        }
-        for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
-            memcpy(host + r * rowb, src[i].data, src[i].n_out * rowb);
-        if ((rc = make_buf(cl, total, host, &w.a, diag)))
+        for (size_t i = 0, r = 0; i < n && !rc; r += src[i].n_out, i++)
+            rc = write_now(cl, w.a, r * rowb, src[i].n_out * rowb, src[i].data, diag);
+        if (rc)
             goto out;
         w.bytes = total;
         goto done;
@@ -582,7 +596,6 @@ done:
     memset(&w, 0, sizeof(w));
 out:
     ebb_cl_weight_fini(&w);
-    free(host);
     free(qh);
     free(sh);
     return rc;
@@ -634,6 +647,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)))
         goto out;
     *out = p;
@@ -655,6 +669,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul);
     if (p->matmul_coop)
         clReleaseKernel(p->matmul_coop);
+    if (p->matmul_gemm)
+        clReleaseKernel(p->matmul_gemm);
     if (p->get_rows)
         clReleaseKernel(p->get_rows);
     if (p->prog)

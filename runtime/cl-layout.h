@@ -34,16 +34,18 @@ struct ebb_cl_layout {
 
 /* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
 struct ebb_cl_tuning {
-    uint32_t mv_wg;     /* work-items per output row in matvec */
-    uint32_t mv_rows;   /* output rows per matvec work-group */
-    uint32_t mm_t;      /* tokens per work-item in matmul */
-    uint32_t mm_k;      /* input chunk staged in local memory by matmul */
-    uint32_t mm_wg;     /* matmul work-group size */
-    uint32_t mm_local;  /* 1: matmul stages the token tile in local memory */
-    uint32_t mm_coop;   /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
-                           tokens each) instead of the tiled matmul: GPUs */
-    uint32_t norm_wg;   /* work-group size of row reductions and attention */
-    uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
+    uint32_t mv_wg;       /* work-items per output row in matvec */
+    uint32_t mv_rows;     /* output rows per matvec work-group */
+    uint32_t mm_t;        /* tokens per work-item in matmul */
+    uint32_t mm_k;        /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;       /* matmul work-group size */
+    uint32_t mm_local;    /* 1: matmul stages the token tile in local memory */
+    uint32_t mm_coop;     /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
+                             tokens each) instead of the tiled matmul: GPUs */
+    uint32_t mm_gemm_min; /* prefills of at least this many tokens run matmul_gemm (64 x 64
+                             tiles in local memory); 0 = never */
+    uint32_t norm_wg;     /* work-group size of row reductions and attention */
+    uint32_t block_dec;   /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
 
@@ -147,7 +149,7 @@ ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_ui
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
-    cl_kernel matvec, matmul, matmul_coop, get_rows;
+    cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows;
 };
 
 ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "quant.h"
 
@@ -201,6 +203,20 @@ static ebb_err prefix(struct ebb_diag *diag, ebb_err rc, const char *name)
     return ebb_diag_set(diag, rc, "placing %s: %.400s", name, tmp);
 }
 
+/* A tensor now copied to a device with memory of its own: its mmapped file pages leave the
+ * process (they are clean; a later growth of the streamer's plan faults them in again), so the
+ * footprint does not hold the model twice. Unified-memory devices read weights in place. */
+static void drop_file_pages(const struct clm *m, const struct ebb_gguf_tensor *t)
+{
+    if (m->cl->info.host_unified || m->cl->info.is_cpu)
+        return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+    uintptr_t e = ((uintptr_t)t->data + (uintptr_t)t->size) & ~(pg - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
                            const uint32_t *rows, uint32_t n, uint32_t n_in,
                            struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
@@ -230,6 +246,9 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
         *n_out = 1;
         if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, src, n, &m->map, &out[0], diag)))
             return prefix(diag, rc, names[0]);
+        if (!out[0].zero_copy)
+            for (uint32_t i = 0; i < n; i++)
+                drop_file_pages(m, t[i]);
         return prog_for(m, &l, &p, diag);
     }
     *n_out = n;
@@ -237,6 +256,8 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
         l = pick(m, t[i], (uint64_t)rows[i] * n_in);
         if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], 1, &m->map, &out[i], diag)))
             return prefix(diag, rc, names[i]);
+        if (!out[i].zero_copy)
+            drop_file_pages(m, t[i]);
         if ((rc = prog_for(m, &l, &p, diag)))
             return rc;
     }
@@ -397,8 +418,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (rc)
         return rc;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    bool mm = nt > 1, coop = mm && m->tu.mm_coop;
-    cl_kernel k = !mm ? p->matvec : coop ? p->matmul_coop : p->matmul;
+    bool mm = nt > 1, gemm = mm && m->tu.mm_gemm_min && (uint32_t)nt >= m->tu.mm_gemm_min,
+         coop = mm && !gemm && m->tu.mm_coop;
+    cl_kernel k = !mm ? p->matvec : gemm ? p->matmul_gemm : coop ? p->matmul_coop : p->matmul;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
@@ -408,6 +430,11 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
         (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
         (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
+    if (gemm) {
+        size_t g[2] = {256 * (size_t)((n_out + 63) / 64), (size_t)(nt + 63) / 64};
+        size_t l[2] = {256, 1};
+        return ebb_cl_run(m->cl, k, 2, g, l, diag);
+    }
     if (coop) {
         size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
         size_t l[2] = {m->tu.mv_wg * m->tu.mv_rows, 1};
@@ -549,7 +576,8 @@ static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
                 m->output_norm, 1, diag);
 }
 
-static ebb_err read(struct clm *m, cl_mem b, size_t off, size_t n, void *dst, struct ebb_diag *diag)
+static ebb_err read_back(struct clm *m, cl_mem b, size_t off, size_t n, void *dst,
+                         struct ebb_diag *diag)
 {
     cl_int e = clEnqueueReadBuffer(m->cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
     return ebb_cl_check(e, diag, "reading results");
@@ -578,14 +606,14 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
 {
     ebb_err rc;
     uint32_t nv = m->hp.n_vocab;
-    if (out->logits && (rc = read(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
+    if (out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
         return rc;
     if (!out->top_k)
         return EBB_OK;
     uint32_t k = out->top_k < nv ? out->top_k : nv;
     if (k > TOPK_MAX) {
         float *lg = out->logits ? out->logits : m->host_logits;
-        if (!out->logits && (rc = read(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
+        if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
             return rc;
         host_topk(lg, nv, k, out->top_ids, out->top_logits);
         return EBB_OK;
@@ -601,9 +629,9 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
         (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_topk2, 1, &one, NULL, diag)))
         return rc;
-    if ((rc = read(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
+    if ((rc = read_back(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
         return rc;
-    return read(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
+    return read_back(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
 }
 
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
@@ -661,8 +689,8 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
                 int nr = nt - r < N_OUT_ROWS ? nt - r : N_OUT_ROWS;
                 size_t row = sizeof(float) * m->hp.n_vocab;
                 if ((rc = head(m, r, nr, diag)) ||
-                    (rc = read(m, m->logits, 0, row * nr, out->logits_all + (c + r) * m->hp.n_vocab,
-                               diag)))
+                    (rc = read_back(m, m->logits, 0, row * nr,
+                                    out->logits_all + (c + r) * m->hp.n_vocab, diag)))
                     goto out;
             }
         }

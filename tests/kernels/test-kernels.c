@@ -160,13 +160,14 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 6; variant++) {
+    for (int variant = 0; variant < 7; variant++) {
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
          * folded in (x' = silu(gate) * up from rows of [gate | up]) plus residual; 5: the
-         * GPUs' prefill kernel matmul_coop, as variant 2. */
-        bool mm = variant == 2 || variant == 5;
+         * GPUs' prefill kernel matmul_coop, as variant 2; 6: matmul_gemm (64 x 64 tiles, a
+         * partial tile of both rows and tokens here), as variant 2. */
+        bool mm = variant == 2 || variant >= 5;
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
         int glu = variant == 4;
@@ -178,7 +179,10 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                             D, "write"));
         int ni = (int)n_in, no = (int)n_out, zero = 0, ntok = nt, xld = glu ? 2 * ni : ni;
         cl_mem xin = glu ? xgb : xb;
-        cl_kernel k = variant == 2 ? p.matmul : variant == 5 ? p.matmul_coop : p.matvec;
+        cl_kernel k = variant == 2   ? p.matmul
+                      : variant == 5 ? p.matmul_coop
+                      : variant == 6 ? p.matmul_gemm
+                                     : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
                                  EBB_CL_ARG(xld),  EBB_CL_ARG(yo),   EBB_CL_ARG(no),
@@ -187,6 +191,11 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         if (variant == 2) {
             OK(ebb_cl_set_args(k, 2, a, 9, D));
             size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
+            OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        } else if (variant == 6) {
+            OK(ebb_cl_set_args(k, 2, a, 9, D));
+            size_t g[2] = {256 * (size_t)((n_out + 63) / 64), (size_t)(nt + 63) / 64},
+                   lw[2] = {256, 1};
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
         } else if (variant == 5) {
             OK(ebb_cl_set_args(k, 2, a, 9, D));
@@ -230,8 +239,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       ref);
             }
         }
-        static const char *const vname[] = {"matvec",  "mv+res", "matmul",
-                                            "mv+norm", "mv+glu", "mm-coop"};
+        static const char *const vname[] = {"matvec", "mv+res",  "matmul", "mv+norm",
+                                            "mv+glu", "mm-coop", "mm-gemm"};
         printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
