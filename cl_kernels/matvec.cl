@@ -27,6 +27,42 @@
 #ifndef MM_LOCAL
 #define MM_LOCAL 1
 #endif
+#ifndef MV_FLAT
+#define MV_FLAT 0
+#endif
+
+/* One quarter of a 4-bit block in matvec's W_Q16 path: quant bytes 4k..4k+3 (word vk) against
+ * inputs 4k.. and 4k+16.. of block b, the norm and SwiGLU folds applied. Written out (not a
+ * loop over an array) so that the words stay in registers. */
+#define Q16_STEP(vk, k)                                                                            \
+    do {                                                                                           \
+        int i_ = b * 32 + (k) * 4;                                                                 \
+        float4 x0_ = READ_X4(x, t, i_), x1_ = READ_X4(x, t, i_ + 16);                              \
+        if (nw) {                                                                                  \
+            x0_ *= vload4(0, nw + i_);                                                             \
+            x1_ *= vload4(0, nw + i_ + 16);                                                        \
+        }                                                                                          \
+        if (glu) {                                                                                 \
+            x0_ = x0_ / (1.0f + exp(-x0_)) * vload4(0, xt + n_in + i_);                            \
+            x1_ = x1_ / (1.0f + exp(-x1_)) * vload4(0, xt + n_in + i_ + 16);                       \
+        }                                                                                          \
+        uchar4 q_ = as_uchar4(vk);                                                                 \
+        s4 += convert_float4(q_ & (uchar)15) * x0_ + convert_float4(q_ >> (uchar)4) * x1_;         \
+        xs += x0_ + x1_;                                                                           \
+    } while (0)
+
+#ifndef MV_XLOCAL
+#define MV_XLOCAL 0
+#endif
+#define XL_CH 1024 /* inputs per staged chunk (MV_XLOCAL) */
+/* The same from the staged chunk: float4 k and k + 4 of block bb. */
+#define XL_STEP(vk, k)                                                                             \
+    do {                                                                                           \
+        float4 x0_ = xl[(k) * XL_B + bb], x1_ = xl[((k) + 4) * XL_B + bb];                         \
+        uchar4 q_ = as_uchar4(vk);                                                                 \
+        s4 += convert_float4(q_ & (uchar)15) * x0_ + convert_float4(q_ >> (uchar)4) * x1_;         \
+        xs += x0_ + x1_;                                                                           \
+    } while (0)
 
 /* y[t][y_off + o] = (res ? res[t][y_off + o] : 0) + sum_i W[o][i] x'[t][i], for one token
  * t = get_global_id(1), where x' = x, or with nw given, x' = rmsnorm(x) * nw (eps): the RMS norm
@@ -48,6 +84,9 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
     __local float red[MV_WG * MV_ROWS];
 #else
     int lane = 0;
+#endif
+#if defined(W_Q16) && MV_XLOCAL
+    __local float4 xl[XL_CH / 4];
 #endif
     float inv = 1.0f;
     if (nw) {
@@ -99,6 +138,21 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             }
 #endif
         }
+#elif defined(W_Q16) && MV_XLOCAL
+        /* staged below, outside the row test: every work-item takes part in the staging */
+#elif defined(W_Q16)
+        /* 4-bit 32-blocks on GPUs: a whole block per work-item and step (see q16_split_q4). */
+        for (int b = lane; b < n_in / 32; b += MV_WG) {
+            uint4 v;
+            float2 dm;
+            W_Q16(row, b, &v, &dm);
+            float4 s4 = (float4)(0.0f), xs = (float4)(0.0f);
+            Q16_STEP(v.s0, 0);
+            Q16_STEP(v.s1, 1);
+            Q16_STEP(v.s2, 2);
+            Q16_STEP(v.s3, 3);
+            acc += dm.x * s4 + dm.y * xs;
+        }
 #else
         for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
             float4 xv = READ_X4(x, t, i);
@@ -110,8 +164,63 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
         }
 #endif
     }
+#if defined(W_Q16) && MV_XLOCAL
+    /* The work-group's MV_ROWS rows share x: chunks of XL_CH inputs (after the norm and SwiGLU
+     * folds) are staged in local memory, float4 k of block bb at xl[k * XL_B + bb], so that
+     * work-items taking neighbouring blocks read neighbouring local words. */
+    {
+        const int XL_B = XL_CH / 32;
+        int nl = MV_WG * MV_ROWS, lid = get_local_id(0);
+        for (int c0 = 0; c0 < n_in; c0 += XL_CH) {
+            for (int e = lid; e < XL_CH / 4; e += nl) {
+                int i = c0 + e * 4;
+                float4 v = (float4)(0.0f);
+                if (i < n_in) {
+                    v = READ_X4(x, t, i);
+                    if (nw)
+                        v *= vload4(0, nw + i);
+                    if (glu)
+                        v = v / (1.0f + exp(-v)) * vload4(0, xt + n_in + i);
+                }
+                xl[(e % 8) * XL_B + e / 8] = v;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            int nb_c = min(XL_B, (n_in - c0) / 32);
+            if (row < n_out) {
+                for (int bb = lane; bb < nb_c; bb += MV_WG) {
+                    uint4 v;
+                    float2 dm;
+                    W_Q16(row, c0 / 32 + bb, &v, &dm);
+                    float4 s4 = (float4)(0.0f), xs = (float4)(0.0f);
+                    XL_STEP(v.s0, 0);
+                    XL_STEP(v.s1, 1);
+                    XL_STEP(v.s2, 2);
+                    XL_STEP(v.s3, 3);
+                    acc += dm.x * s4 + dm.y * xs;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+#endif
     float sum = (acc.x + acc.y + acc.z + acc.w) * inv;
-#if MV_WG > 1
+#if MV_WG > 1 && MV_FLAT && MV_WG > 8
+    /* Two rounds: eight work-items add MV_WG / 8 partials each, then one adds the eight. */
+    red[slot * MV_WG + lane] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane < 8) {
+        float s8 = 0.0f;
+        for (int k = lane; k < MV_WG; k += 8)
+            s8 += red[slot * MV_WG + k];
+        red[slot * MV_WG + lane] = s8;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane != 0)
+        return;
+    sum = 0.0f;
+    for (int k = 0; k < 8; k++)
+        sum += red[slot * MV_WG + k];
+#elif MV_WG > 1
     red[slot * MV_WG + lane] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = MV_WG / 2; s > 0; s >>= 1) {

@@ -39,6 +39,35 @@ inline float4 w4_raw_q4_0(const __global uchar *w, ulong rowb, int o, int i)
     return (convert_float4(q) - 8.0f) * LD_HALF(p);
 }
 
+/* A whole 4-bit 32-block for GPUs: its 16 quant bytes as a uint4 (byte k: weight k in the low
+ * nibble, weight k + 16 in the high one) and (d, m) with w = d q + m. The split plane gives one
+ * aligned 16-byte load per block, so a work-item keeps 24 bytes of weights in flight per step;
+ * raw Q4_0 blocks are only 2-byte aligned (eight 16-bit loads), raw Q4_1 4-byte aligned. */
+inline void q16_raw_q4_0(const __global uchar *w, ulong rowb, int o, int b, uint4 *v, float2 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 18;
+    ushort8 u = vload8(0, (const __global ushort *)(p + 2));
+    *v = (uint4)((uint)u.s0 | ((uint)u.s1 << 16), (uint)u.s2 | ((uint)u.s3 << 16),
+                 (uint)u.s4 | ((uint)u.s5 << 16), (uint)u.s6 | ((uint)u.s7 << 16));
+    float d = LD_HALF(p);
+    *dm = (float2)(d, -8.0f * d);
+}
+
+inline void q16_raw_q4_1(const __global uchar *w, ulong rowb, int o, int b, uint4 *v, float2 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 20;
+    *v = vload4(0, (const __global uint *)(p + 4));
+    *dm = (float2)(LD_HALF(p), LD_HALF(p + 2));
+}
+
+inline void q16_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                         uint4 *v, float2 *dm)
+{
+    ulong blk = (ulong)o * nb + b;
+    *v = ((const __global uint4 *)q)[blk];
+    *dm = s[blk];
+}
+
 inline float4 w4_raw_q4_1(const __global uchar *w, ulong rowb, int o, int i)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 20;

@@ -108,6 +108,18 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
          * other GPUs take 32, within every limit we know. */
         t.mv_wg = di->vendor == EBB_CL_VENDOR_AMD || di->vendor == EBB_CL_VENDOR_NVIDIA ? 64 : 32;
         t.mv_rows = 2;
+        if (di->vendor == EBB_CL_VENDOR_NVIDIA) {
+            /* 4-bit blocks a whole block per work-item, x staged in local memory for 16 rows of
+             * 16 work-items, partials added in two rounds (H200, decode, tok/s: Llama-3-8B shape
+             * Q4_0 157-158 vs 71 before, Llama-3.2-1B shape 607-616 vs 336, SmolLM2 shape
+             * 764-837 vs 700-756; docs/ENGINE.md). Other GPUs keep the shapes above until
+             * measured there (EBB_CL_MV=16,16 EBB_CL_MVQ16=1 EBB_CL_MVXL=1 tries them). */
+            t.mv_wg = 16;
+            t.mv_rows = 16;
+            t.mv_q16 = 1;
+            t.mv_xlocal = 1;
+            t.mv_flat = 1;
+        }
         t.mm_t = 8;
         t.mm_wg = 64;
         t.norm_wg = 64;
@@ -126,6 +138,16 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mm_coop = strcmp(mm, "tile") != 0;
         t.mm_gemm_min = !strcmp(mm, "gemm") && di->max_wg >= 256 ? 2 : 0;
     }
+    /* EBB_CL_MVQ16=0|1 and EBB_CL_MVRED=tree|flat override the matvec variants. */
+    const char *mq = getenv("EBB_CL_MVQ16");
+    if (mq && (*mq == '0' || *mq == '1'))
+        t.mv_q16 = (uint32_t)(*mq - '0');
+    const char *xl = getenv("EBB_CL_MVXL");
+    if (xl && (*xl == '0' || *xl == '1'))
+        t.mv_xlocal = (uint32_t)(*xl - '0');
+    const char *red = getenv("EBB_CL_MVRED");
+    if (red && (!strcmp(red, "tree") || !strcmp(red, "flat")))
+        t.mv_flat = !strcmp(red, "flat");
     /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
     const char *mv = getenv("EBB_CL_MV");
     unsigned mw = 0, mr = 0;
@@ -322,10 +344,11 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "/* layout %s */\n"
                      "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
                      "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
-                     "#define BLOCK_DEC %u\n"
+                     "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
                      "#define W_BLK %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
-                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, ti->blk);
+                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
+                     tu->mv_xlocal, ti->blk);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -385,6 +408,20 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
                          "(b), (lo), (hi))\n",
                          sto, bits, sto, bits);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (ti->split == 4 && tu->mv_q16 && !tu->block_dec && l->storage == EBB_CL_STORE_BUFFER) {
+        if (l->order == EBB_CL_ORDER_RAW)
+            n = snprintf(buf + used, cap - used,
+                         "#define W_Q16(o, b, v, dm) q16_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (v), (dm))\n",
+                         ti->dec, ti->tsize);
+        else
+            n = snprintf(buf + used, cap - used,
+                         "#define W_Q16(o, b, v, dm) q16_split_q4(w_a, w_b, n_in / 32, (o), (b), "
+                         "(v), (dm))\n");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;

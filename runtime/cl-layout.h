@@ -42,6 +42,11 @@ struct ebb_cl_tuning {
     uint32_t mm_local;    /* 1: matmul stages the token tile in local memory */
     uint32_t mm_coop;     /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
                              tokens each) instead of the tiled matmul: GPUs */
+    uint32_t mv_q16;      /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
+                             GPUs, where block_dec is off) */
+    uint32_t mv_xlocal;   /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
+                             local memory */
+    uint32_t mv_flat;     /* 1: matvec reduces a row's partials in two rounds, not a tree */
     uint32_t mm_gemm_min; /* prefills of at least this many tokens run matmul_gemm (64 x 64
                              tiles in local memory); 0 = never */
     uint32_t norm_wg;     /* work-group size of row reductions and attention */

@@ -126,6 +126,17 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     h = fnv(h, di->driver, strlen(di->driver));
     uint32_t key[3] = {type, n_in, n_out};
     h = fnv(h, key, sizeof(key));
+    /* The kernels and their shapes decide the timings: a cached answer from other kernels
+     * (an older ebb, or EBB_CL_* overrides) must not be reused. */
+    h = fnv(h, tu, sizeof(*tu));
+    const char *srcs[] = {"quant.cl", "matvec.cl"};
+    for (int i = 0; i < 2; i++) {
+        const char *src = NULL;
+        if (ebb_cl_source(srcs[i], &src, NULL) == EBB_OK) {
+            h = fnv(h, src, strlen(src));
+            ebb_cl_source_release(src);
+        }
+    }
     bool cache = ebb_cl_cache_dir(dir, sizeof(dir));
     if (cache) {
         snprintf(path, sizeof(path), "%s/layout-%016llx.txt", dir, (unsigned long long)h);
@@ -140,11 +151,13 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
         }
     }
     int best = -1;
-    double best_t = 0;
+    double best_t = 0, raw_t = 0;
     for (int i = 0; i < N_CAND; i++) {
         if (!ebb_cl_layout_fits(di, &cand[i], n_in, n_out))
             continue;
         double t = time_layout(cl, tu, &cand[i], n_in, rows, n_out);
+        if (i == 0)
+            raw_t = t;
         if (t > 0 && (best < 0 || t < best_t)) {
             best = i;
             best_t = t;
@@ -152,6 +165,10 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     }
     if (best < 0)
         return def;
+    /* Raw needs no rearrangement at load (and is zero-copy where memory is shared): it wins
+     * unless another layout is clearly faster. */
+    if (best != 0 && raw_t > 0 && raw_t <= best_t * 1.05)
+        best = 0;
     if (cache) {
         FILE *f = fopen(path, "w");
         if (f) {

@@ -342,14 +342,20 @@ static void test_weights(void)
     tu.block_dec = !tu.block_dec;
     tu.mv_wg = tu.mv_wg > 1 ? 1 : 32;
     tu.mv_rows = 2;
-    printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row)\n",
-           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg);
+    tu.mv_q16 = !tu.mv_q16;   /* a whole 4-bit block per work-item, GPU style, */
+    tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory */
+    tu.mv_flat = !tu.mv_flat; /* and the other reduction */
+    printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
+           "whole-block q4 %u, flat reduction %u)\n",
+           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_flat);
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+        {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+        {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
     };
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 5; j++)
         test_weight_layout(&other[j], 37, 512);
     test_image2d_shapes();
     tu = keep;
