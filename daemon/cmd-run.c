@@ -12,7 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/chat-template.h"
 #include "daemon/warm.h"
+#include "gguf.h"
 #include "model.h"
 #include "sampler.h"
 #include "stream-opts.h"
@@ -40,8 +42,12 @@ static void run_usage(FILE *f)
             "      --repeat-penalty R  penalise tokens of the last 64 (prompt included);\n"
             "                          1 = off (default 1.0)\n"
             "      --seed S            sampling seed for reproducible output (default random)\n"
-            "      --chat              wrap the prompt in a ChatML user turn (<|im_start|>user\n"
-            "                          ... <|im_end|><|im_start|>assistant)\n"
+            "      --chat              render the prompt as a user turn with the model's chat\n"
+            "                          template (tokenizer.chat_template, recognised as the\n"
+            "                          server does) and open the assistant's turn\n"
+            "      --chat-template NAME  with --chat: use this family instead (chatml, gemma,\n"
+            "                          llama3, mistral)\n"
+            "      --system TEXT       with --chat: a system message first\n"
             "      --json              print one JSON object at the end (tokens, text,\n"
             "                          prompt_tokens, timings) instead of streaming\n"
             "      --device D          compute device: auto, cl:P:D, a name substring, ref (the\n"
@@ -88,20 +94,49 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
     return true;
 }
 
-/* The ChatML wrapping used by --chat until the chat-template module exists: one user turn and
- * the opening of the assistant's. */
-static char *chatml(const char *prompt)
+static bool has_token(void *ud, const char *text)
 {
-    static const char pre[] = "<|im_start|>user\n", post[] = "<|im_end|>\n<|im_start|>assistant\n";
-    size_t n = strlen(prompt);
-    char *s = malloc(sizeof(pre) + n + sizeof(post));
-    if (s)
-        sprintf(s, "%s%s%s", pre, prompt, post);
-    return s;
+    return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
+}
+
+/* --chat: the prompt (after an optional system message) as a user turn in the model's chat
+ * template, or the named family's, with the assistant's turn opened. Returns a malloc'd string,
+ * or NULL with the reason printed. */
+static char *chat_prompt(struct ebb_model *m, const char *family, const char *system,
+                         const char *prompt)
+{
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
+    struct ebb_chat_template t;
+    struct ebb_diag d = {{0}};
+    ebb_err rc;
+    if (family) {
+        if ((rc = ebb_chat_template_by_name(family, &t)))
+            ebb_diag_set(&d, rc, "unknown --chat-template '%s'; known: %s", family,
+                         ebb_chat_template_names());
+    } else {
+        struct ebb_str src = {0};
+        bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
+        rc = ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
+                                      (void *)tok, &t, &d);
+    }
+    struct ebb_chat_msg msgs[2];
+    size_t n = 0;
+    if (system)
+        msgs[n++] = (struct ebb_chat_msg){"system", system, strlen(system)};
+    msgs[n++] = (struct ebb_chat_msg){"user", prompt, strlen(prompt)};
+    char *out = NULL;
+    size_t len = 0;
+    if (!rc)
+        rc = ebb_chat_template_render(&t, msgs, n, true, &out, &len, &d);
+    if (rc) {
+        fprintf(stderr, "ebb run: --chat: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
+        return NULL;
+    }
+    return out;
 }
 
 struct run_opts {
-    const char *model, *prompt, *device;
+    const char *model, *prompt, *device, *chat_template, *system;
     long long n_predict, ctx;
     bool chat, json;
     struct ebb_sampling sp;
@@ -110,7 +145,20 @@ struct run_opts {
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
-    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_CHAT, O_JSON, O_DEV, O_CTX };
+    enum {
+        O_TEMP = 256,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_SEED,
+        O_REP,
+        O_CHAT,
+        O_JSON,
+        O_DEV,
+        O_CTX,
+        O_TMPL,
+        O_SYS
+    };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},
@@ -122,6 +170,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         {"seed", required_argument, NULL, O_SEED},
         {"repeat-penalty", required_argument, NULL, O_REP},
         {"chat", no_argument, NULL, O_CHAT},
+        {"chat-template", required_argument, NULL, O_TMPL},
+        {"system", required_argument, NULL, O_SYS},
         {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
@@ -177,6 +227,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         case O_CHAT:
             o->chat = true;
             break;
+        case O_TMPL:
+            o->chat_template = optarg;
+            break;
+        case O_SYS:
+            o->system = optarg;
+            break;
         case O_JSON:
             o->json = true;
             break;
@@ -217,6 +273,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (!o->model || !o->prompt) {
         fprintf(stderr, "ebb run: -m MODEL and -p PROMPT are required (see ebb run --help)\n");
+        return 2;
+    }
+    if (!o->chat && (o->chat_template || o->system)) {
+        fprintf(stderr, "ebb run: --chat-template and --system need --chat\n");
         return 2;
     }
     return -1; /* go on */
@@ -261,11 +321,8 @@ int ebb_cmd_run(int argc, char **argv)
     const char *text_in = o.prompt;
     unsigned flags = EBB_TOK_ADD_SPECIAL;
     if (o.chat) {
-        if (ebb_tokenizer_find(tok, "<|im_start|>", 12) < 0)
-            fprintf(stderr, "ebb run: warning: the model has no <|im_start|> token; --chat "
-                            "uses ChatML anyway\n");
-        if (!(wrapped = chatml(o.prompt)))
-            goto oom;
+        if (!(wrapped = chat_prompt(m, o.chat_template, o.system, o.prompt)))
+            goto out;
         text_in = wrapped;
         flags |= EBB_TOK_PARSE_SPECIAL;
     }

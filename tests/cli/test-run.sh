@@ -16,7 +16,7 @@ dev=${EBB_TEST_DEVICE:-ref}
 
 expect_status 0 "$ebb" run --help
 for flag in -m -p -n --temp --top-k --top-p --min-p --seed --repeat-penalty --chat --json \
-    --device --ctx; do
+    --device --ctx --chat-template --system; do
     grep -q -- "$flag" "$tmp/out" || fail "--help does not document $flag"
 done
 
@@ -24,6 +24,10 @@ expect_status 2 "$ebb" run -m "$smol"
 expect_status 2 "$ebb" run -m "$smol" -p hi --temp abc
 expect_status 2 "$ebb" run -m "$smol" -p hi --top-p 1.5
 expect_status 2 "$ebb" run -m "$smol" -p hi --bogus
+expect_status 2 "$ebb" run -m "$smol" -p hi --system "be brief"
+grep -q -- "--system need --chat" "$tmp/err" || fail "--system without --chat: $(cat "$tmp/err")"
+expect_status 1 "$ebb" run -m "$smol" -p hi --chat --chat-template nope --device "$dev"
+grep -q "unknown --chat-template 'nope'" "$tmp/err" || fail "bad --chat-template: $(cat "$tmp/err")"
 expect_status 1 "$ebb" run -m "$tmp/none.gguf" -p hi --device "$dev"
 expect_status 1 "$ebb" run -m "$smol" -p "$(printf 'word %.0s' $(seq 40))" --ctx 16 --device "$dev"
 grep -q "context" "$tmp/err" || fail "too-long prompt error does not mention the context"
@@ -70,9 +74,10 @@ grep -q '"tokens":\[\]' "$tmp/out" || fail "-n 0 generated tokens: $(cat "$tmp/o
 expect_status 0 "$ebb" run -m "$smol" -p "$prompt" -n 50 --temp 0 --json --device "$dev" --ctx 8
 grep -q '"stop":"context"' "$tmp/out" || fail "--ctx 8 did not stop at the context"
 
-# --chat wraps in ChatML: the prompt starts with <|im_start|> (id 1) and generation ends at EOG.
+# --chat renders the model's own template (SmolLM2: ChatML with its default system message):
+# the prompt is <|im_start|> (id 1) ... and generation ends at EOG.
 expect_status 0 "$ebb" run -m "$smol" -p "What is the capital of France?" --chat -n 24 --temp 0 \
-    --json --device "$dev" --ctx 64
+    --json --device "$dev" --ctx 128
 python3 - "$tmp/out" <<'PY' || fail "--chat check"
 import json, sys
 got = json.load(open(sys.argv[1]))
@@ -80,6 +85,29 @@ assert got["prompt_ids"][0] == 1, got["prompt_ids"]
 assert "Paris" in got["text"], got["text"]
 assert got["stop"] == "eog", got["stop"]
 PY
+ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' "$tmp/out")
+"$ebb" detokenize -m "$smol" --special "$ids" > "$tmp/rendered" || fail "detokenize"
+grep -q "^<|im_start|>system$" "$tmp/rendered" && grep -q "SmolLM" "$tmp/rendered" ||
+    fail "--chat did not render SmolLM2's default system message: $(cat "$tmp/rendered")"
+# --system replaces it, and the ids are exactly the ChatML text tokenized with specials.
+expect_status 0 "$ebb" run -m "$smol" -p "What is the capital of France?" --chat \
+    --system "Answer in one word." -n 1 --temp 0 --json --device "$dev" --ctx 128
+printf '<|im_start|>system\nAnswer in one word.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n' > "$tmp/want.txt"
+"$ebb" tokenize -m "$smol" --special --add-special --json - < "$tmp/want.txt" > "$tmp/want.json" ||
+    fail "tokenize"
+python3 - "$tmp/out" "$tmp/want.json" <<'PY' || fail "--chat --system ids"
+import json, sys
+got = json.load(open(sys.argv[1]))["prompt_ids"]
+want = json.load(open(sys.argv[2]))
+assert got == want, (got, want)
+PY
+# A named family overrides the model's: llama3 headers around the same turn.
+expect_status 0 "$ebb" run -m "$smol" -p "Hi" --chat --chat-template llama3 -n 1 --temp 0 \
+    --json --device "$dev" --ctx 128
+ids=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompt_ids"])))' "$tmp/out")
+"$ebb" detokenize -m "$smol" --special "$ids" > "$tmp/rendered" || fail "detokenize"
+grep -q "<|start_header_id|>user<|end_header_id|>" "$tmp/rendered" ||
+    fail "--chat-template llama3 not used: $(cat "$tmp/rendered")"
 
 # The default context is capped by memory: with the probe reporting 100 MB available, SmolLM2's
 # KV cache (46080 bytes a token, counted at 4 bytes an element) may take 50 MB: 1024 tokens.
