@@ -733,8 +733,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
     if (strcmp(hp->arch, "llama")) {
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED, "the OpenCL engine runs 'llama' models, not '%s'",
-                          hp->arch);
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "the OpenCL engine runs 'llama' models, not '%s'%s", hp->arch,
+                          hp->gemma3 ? " (the plain-C reference does: --device ref)" : "");
         goto out;
     }
     if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||

@@ -27,7 +27,20 @@ struct ebb__hparams {
     enum ebb__rope_kind rope_kind;
     float rms_eps;
     bool tied_output; /* output head reuses token_embd */
+    /* Gemma 3 (arch "gemma3"; false/0 elsewhere): embeddings scaled by sqrt(n_embd), RMS norms
+     * of each head's q and k, norms after the attention and feed-forward blocks, GELU (tanh)
+     * gating, and local layers with a sliding window and their own rope base. */
+    bool gemma3;
+    uint32_t swa;         /* window of the local layers, in positions (0 = every layer global) */
+    uint32_t swa_pattern; /* layer l is global when (l + 1) % swa_pattern == 0 */
+    float rope_base_swa;  /* rope base of the local layers (the global ones use rope_base) */
 };
+
+/* True when layer l of a Gemma 3 model attends through the sliding window. */
+static inline bool ebb__layer_is_swa(const struct ebb__hparams *hp, uint32_t l)
+{
+    return hp->gemma3 && hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0;
+}
 
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
 struct ebb__backend_i {

@@ -148,6 +148,15 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
             return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.scaling.factor");
     }
     hp->rope_kind = !strcmp(a, "llama") ? EBB__ROPE_NORMAL : EBB__ROPE_NEOX;
+    if (!strcmp(a, "gemma3")) {
+        /* Five local layers to one global, local rope base 10000: fixed by the architecture
+         * (as llama.cpp has them), not stored in the file. */
+        hp->gemma3 = true;
+        hp->swa_pattern = 6;
+        hp->rope_base_swa = 10000.0f;
+        if ((rc = get_u32(g, a, "attention.sliding_window", false, &hp->swa, diag)))
+            return rc;
+    }
 
     const struct ebb_gguf_tensor *emb = ebb_gguf_find_tensor(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[0] != hp->n_embd)

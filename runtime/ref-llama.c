@@ -1,7 +1,11 @@
 /* The reference forward pass of the llama family in plain C, the yardstick the OpenCL engine is
  * tested against. Read it top to bottom like llama2.c: per layer RMSNorm, Q/K/V projections,
  * RoPE, grouped-query attention over the KV cache, output projection and residual, RMSNorm,
- * SwiGLU feed-forward and residual; then the final norm and the output head.
+ * SwiGLU feed-forward and residual; then the final norm and the output head. Gemma 3 adds, on
+ * the same skeleton: embeddings scaled by sqrt(n_embd), an RMS norm of each q and k head, norms
+ * of the attention and feed-forward outputs before their residual adds, GELU (tanh) instead of
+ * SiLU in the gate, and local layers that attend to the last `swa` positions only, with a rope
+ * base of their own.
  *
  * Weights stay in the mmapped file in their quantized form; matrix-vector products go through
  * runtime/quant's row dot products (decode) or dequantize each weight row once and multiply it
@@ -45,6 +49,10 @@ struct layer {
     struct wmat gate; /* (n_ff, n_embd) */
     struct wmat up;   /* (n_ff, n_embd) */
     struct wmat down; /* (n_embd, n_ff) */
+    /* Gemma 3 only (NULL otherwise). */
+    float *q_norm, *k_norm; /* (head_dim) */
+    float *post_attn_norm;  /* (n_embd) */
+    float *post_ffn_norm;   /* (n_embd) */
 };
 
 /* One matrix product job, split by output rows between the caller and the helper thread. */
@@ -67,6 +75,8 @@ struct ref {
     float *v_cache;       /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
     float *rope_cos;      /* (n_ctx, n_rot / 2) */
     float *rope_sin;      /* (n_ctx, n_rot / 2) */
+    float *rope_cos_swa;  /* Gemma 3's local layers: the same with rope_base_swa */
+    float *rope_sin_swa;
     /* Activations for up to BATCH tokens. */
     float *x;         /* (BATCH, n_embd) residual stream */
     float *xb;        /* (BATCH, max(n_embd, n_head * head_dim)) normed input / attention out */
@@ -192,11 +202,11 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
 
 /* Rotates pairs of v (one head) by the angles of position pos: (2i, 2i+1) for the llama
  * ordering, (i, i + n_rot/2) for NeoX. Dimensions past n_rot are left alone. */
-static void rope(const struct ref *r, float *v, uint32_t pos)
+static void rope(const struct ref *r, float *v, uint32_t pos, bool swa)
 {
     uint32_t half = r->hp.n_rot / 2;
-    const float *c = r->rope_cos + (uint64_t)pos * half;
-    const float *s = r->rope_sin + (uint64_t)pos * half;
+    const float *c = (swa ? r->rope_cos_swa : r->rope_cos) + (uint64_t)pos * half;
+    const float *s = (swa ? r->rope_sin_swa : r->rope_sin) + (uint64_t)pos * half;
     for (uint32_t i = 0; i < half; i++) {
         uint32_t a = r->hp.rope_kind == EBB__ROPE_NORMAL ? 2 * i : i;
         uint32_t b = r->hp.rope_kind == EBB__ROPE_NORMAL ? 2 * i + 1 : i + half;
@@ -217,6 +227,12 @@ static float silu(float x)
     return x / (1.0f + expf(-x));
 }
 
+/* GELU, tanh approximation (Gemma's gate). */
+static float gelu(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
 /* ---- the forward pass for n <= BATCH tokens ---- */
 
 static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
@@ -227,11 +243,16 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
     const uint32_t QD = NH * HD, KVD = NKV * HD, FF = hp->n_ff;
     const float att_scale = 1.0f / sqrtf((float)HD);
 
-    /* Token embeddings: dequantized rows of token_embd. */
+    /* Token embeddings: dequantized rows of token_embd (Gemma: times sqrt(n_embd)). */
     for (uint32_t t = 0; t < n; t++)
         ebb_quant_dequantize_row(r->tok_embd.type,
                                  r->tok_embd.data + (uint64_t)tokens[t] * r->tok_embd.row_bytes,
                                  r->x + (uint64_t)t * D, D);
+    if (hp->gemma3) {
+        float sc = sqrtf((float)D);
+        for (uint64_t i = 0; i < (uint64_t)n * D; i++)
+            r->x[i] *= sc;
+    }
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct layer *L = &r->layers[l];
@@ -244,13 +265,25 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
         matmul(r, &L->wq, r->xb, r->q, n);
         matmul(r, &L->wk, r->xb, r->k, n);
         matmul(r, &L->wv, r->xb, r->v, n);
+        bool swa = ebb__layer_is_swa(hp, l);
 
-        /* RoPE on q and k, then k and v into the cache at their positions. */
+        /* (Gemma: RMS norm of each q and k head.) RoPE on q and k, then k and v into the cache
+         * at their positions. */
         for (uint32_t t = 0; t < n; t++) {
+            if (L->q_norm) {
+                for (uint32_t h = 0; h < NH; h++) {
+                    float *qh = r->q + (uint64_t)t * QD + h * HD;
+                    rmsnorm(qh, qh, L->q_norm, HD, hp->rms_eps);
+                }
+                for (uint32_t h = 0; h < NKV; h++) {
+                    float *kh = r->k + (uint64_t)t * KVD + h * HD;
+                    rmsnorm(kh, kh, L->k_norm, HD, hp->rms_eps);
+                }
+            }
             for (uint32_t h = 0; h < NH; h++)
-                rope(r, r->q + (uint64_t)t * QD + h * HD, pos + t);
+                rope(r, r->q + (uint64_t)t * QD + h * HD, pos + t, swa);
             for (uint32_t h = 0; h < NKV; h++)
-                rope(r, r->k + (uint64_t)t * KVD + h * HD, pos + t);
+                rope(r, r->k + (uint64_t)t * KVD + h * HD, pos + t, swa);
             for (uint32_t i = 0; i < KVD; i++) {
                 kc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->k[(uint64_t)t * KVD + i]);
                 vc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->v[(uint64_t)t * KVD + i]);
@@ -260,27 +293,29 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
                     r->q[(uint64_t)t * QD + i] = f16r(r, r->q[(uint64_t)t * QD + i]);
         }
 
-        /* Causal attention: token t sees positions 0..pos+t; query head h reads KV head
-         * h / (NH / NKV). The result goes to xb (n, QD). */
+        /* Causal attention: token t sees positions p0..pos+t, p0 = 0 or, in a local layer, the
+         * last swa positions; query head h reads KV head h / (NH / NKV). The result goes to xb
+         * (n, QD). */
         for (uint32_t t = 0; t < n; t++) {
             uint32_t n_kv = pos + t + 1;
+            uint32_t p0 = swa && n_kv > hp->swa ? n_kv - hp->swa : 0;
             for (uint32_t h = 0; h < NH; h++) {
                 const float *qh = r->q + (uint64_t)t * QD + h * HD;
                 uint32_t kvh = h / (NH / NKV);
                 float mx = -INFINITY;
-                for (uint32_t p = 0; p < n_kv; p++) {
+                for (uint32_t p = p0; p < n_kv; p++) {
                     float s = dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
                     r->att[p] = s;
                     mx = s > mx ? s : mx;
                 }
                 float sum = 0;
-                for (uint32_t p = 0; p < n_kv; p++) {
+                for (uint32_t p = p0; p < n_kv; p++) {
                     r->att[p] = expf(r->att[p] - mx);
                     sum += r->att[p];
                 }
                 float *o = r->xb + (uint64_t)t * QD + h * HD;
                 memset(o, 0, HD * sizeof(float));
-                for (uint32_t p = 0; p < n_kv; p++) {
+                for (uint32_t p = p0; p < n_kv; p++) {
                     float a = f16r(r, r->att[p] / sum);
                     const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
                     for (uint32_t i = 0; i < HD; i++)
@@ -289,8 +324,13 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
             }
         }
 
-        /* Output projection and residual: x += xb @ Wo. q is free now and holds the product. */
+        /* Output projection and residual: x += xb @ Wo (Gemma: its RMS norm). q is free now
+         * and holds the product. */
         matmul(r, &L->wo, r->xb, r->q, n);
+        if (L->post_attn_norm)
+            for (uint32_t t = 0; t < n; t++)
+                rmsnorm(r->q + (uint64_t)t * D, r->q + (uint64_t)t * D, L->post_attn_norm, D,
+                        hp->rms_eps);
         for (uint64_t i = 0; i < (uint64_t)n * D; i++)
             r->x[i] += r->q[i];
 
@@ -300,8 +340,12 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
         matmul(r, &L->gate, r->xb, r->hb, n);
         matmul(r, &L->up, r->xb, r->hb2, n);
         for (uint64_t i = 0; i < (uint64_t)n * FF; i++)
-            r->hb[i] = silu(r->hb[i]) * r->hb2[i];
+            r->hb[i] = (hp->gemma3 ? gelu(r->hb[i]) : silu(r->hb[i])) * r->hb2[i];
         matmul(r, &L->down, r->hb, r->q, n);
+        if (L->post_ffn_norm)
+            for (uint32_t t = 0; t < n; t++)
+                rmsnorm(r->q + (uint64_t)t * D, r->q + (uint64_t)t * D, L->post_ffn_norm, D,
+                        hp->rms_eps);
         for (uint64_t i = 0; i < (uint64_t)n * D; i++)
             r->x[i] += r->q[i];
     }
@@ -378,6 +422,10 @@ static void ref_free(void *ctx)
         for (uint32_t l = 0; l < r->hp.n_layer; l++) {
             free(r->layers[l].attn_norm);
             free(r->layers[l].ffn_norm);
+            free(r->layers[l].q_norm);
+            free(r->layers[l].k_norm);
+            free(r->layers[l].post_attn_norm);
+            free(r->layers[l].post_ffn_norm);
         }
     }
     free(r->layers);
@@ -386,6 +434,8 @@ static void ref_free(void *ctx)
     free(r->v_cache);
     free(r->rope_cos);
     free(r->rope_sin);
+    free(r->rope_cos_swa);
+    free(r->rope_sin_swa);
     free(r->x);
     free(r->xb);
     free(r->q);
@@ -472,10 +522,10 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
                              const struct ebb_model_params *p, uint32_t n_ctx,
                              const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
 {
-    if (strcmp(hp->arch, "llama"))
+    if (strcmp(hp->arch, "llama") && !hp->gemma3)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                            "the reference backend runs the llama "
-                            "architecture, not '%s'",
+                            "the reference backend runs the llama and gemma3 architectures, not "
+                            "'%s'",
                             hp->arch);
     ebb_err rc = EBB_OK;
     struct ref *r = calloc(1, sizeof(*r));
@@ -511,6 +561,12 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
             (rc = get_mat(g, EBB__T("ffn_up.weight"), D, FF, &L->up, diag)) ||
             (rc = get_mat(g, EBB__T("ffn_down.weight"), FF, D, &L->down, diag)))
             goto out;
+        if (hp->gemma3 &&
+            ((rc = get_vec(g, EBB__T("attn_q_norm.weight"), hp->head_dim, &L->q_norm, diag)) ||
+             (rc = get_vec(g, EBB__T("attn_k_norm.weight"), hp->head_dim, &L->k_norm, diag)) ||
+             (rc = get_vec(g, EBB__T("post_attention_norm.weight"), D, &L->post_attn_norm, diag)) ||
+             (rc = get_vec(g, EBB__T("post_ffw_norm.weight"), D, &L->post_ffn_norm, diag))))
+            goto out;
 #undef EBB__T
     }
 
@@ -521,6 +577,10 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
     r->v_cache = alloc_floats(kv, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+    if (hp->gemma3) {
+        r->rope_cos_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+        r->rope_sin_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+    }
     r->x = alloc_floats((uint64_t)BATCH * D, &fail);
     r->xb = alloc_floats((uint64_t)BATCH * wide, &fail);
     r->q = alloc_floats((uint64_t)BATCH * wide, &fail);
@@ -545,7 +605,8 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
         goto out;
     }
 
-    /* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot). */
+    /* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot); Gemma's local
+     * layers use their own base and no scaling. */
     uint32_t half = hp->n_rot / 2;
     for (uint32_t pos = 0; pos < n_ctx; pos++) {
         for (uint32_t i = 0; i < half; i++) {
@@ -553,6 +614,11 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
                            pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
             r->rope_cos[(uint64_t)pos * half + i] = (float)cos(theta);
             r->rope_sin[(uint64_t)pos * half + i] = (float)sin(theta);
+            if (r->rope_cos_swa) {
+                double ts = (double)pos * pow((double)hp->rope_base_swa, -2.0 * i / hp->n_rot);
+                r->rope_cos_swa[(uint64_t)pos * half + i] = (float)cos(ts);
+                r->rope_sin_swa[(uint64_t)pos * half + i] = (float)sin(ts);
+            }
         }
     }
 
