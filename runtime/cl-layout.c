@@ -2,8 +2,10 @@
 #include "cl-layout.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gguf.h"
 
@@ -470,6 +472,58 @@ static ebb_err write_now(struct ebb_cl *cl, cl_mem buf, uint64_t off, uint64_t n
     return ebb_cl_check(e, diag, "uploading a weight");
 }
 
+/* split_rows over several threads for large weights (the 8B shape's gate+up is 3.7M blocks):
+ * the rearrangement is independent per block. EBB_CL_SPLIT_THREADS caps the count (tests). */
+struct split_job {
+    const struct tinfo *ti;
+    const uint8_t *src;
+    uint64_t n_blocks;
+    uint8_t *q;
+    float *s;
+};
+
+static void *split_thread(void *arg)
+{
+    struct split_job *j = arg;
+    split_rows(j->ti, j->src, j->n_blocks, j->q, j->s);
+    return NULL;
+}
+
+static void split_rows_par(const struct tinfo *ti, const uint8_t *src, uint64_t n_blocks,
+                           uint8_t *q, float *s)
+{
+    enum { MAX_T = 8 };
+    uint64_t qb = ti->split == 8 ? 32 : 16;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nc > MAX_T ? MAX_T : nc < 1 ? 1 : (int)nc;
+    const char *env = getenv("EBB_CL_SPLIT_THREADS");
+    if (env && atoi(env) > 0 && atoi(env) < nt)
+        nt = atoi(env);
+    uint64_t min_blocks = env ? 1 : (1u << 18);
+    if (nt < 2 || n_blocks < min_blocks * 2) {
+        split_rows(ti, src, n_blocks, q, s);
+        return;
+    }
+    pthread_t th[MAX_T];
+    struct split_job jobs[MAX_T];
+    bool started[MAX_T] = {false};
+    uint64_t per = (n_blocks + (uint64_t)nt - 1) / (uint64_t)nt;
+    for (int i = 0; i < nt; i++) {
+        uint64_t b0 = per * (uint64_t)i, b1 = b0 + per < n_blocks ? b0 + per : n_blocks;
+        jobs[i] = (struct split_job){ti, src + b0 * ti->tsize, b1 > b0 ? b1 - b0 : 0, q + b0 * qb,
+                                     s + b0 * 2};
+        if (i > 0 && jobs[i].n_blocks)
+            started[i] = pthread_create(&th[i], NULL, split_thread, &jobs[i]) == 0;
+    }
+    split_thread(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else if (jobs[i].n_blocks)
+            split_thread(&jobs[i]); /* the thread could not start: do its part here */
+    }
+}
+
 static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
                         struct ebb_diag *diag)
 {
@@ -605,8 +659,8 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
         goto out;
     }
     for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
-        split_rows(ti, src[i].data, (uint64_t)src[i].n_out * (n_in / 32), qh + r * (n_in / 32) * qb,
-                   sh + r * (n_in / 32) * 2);
+        split_rows_par(ti, src[i].data, (uint64_t)src[i].n_out * (n_in / 32),
+                       qh + r * (n_in / 32) * qb, sh + r * (n_in / 32) * 2);
     if (w.layout.storage == EBB_CL_STORE_IMAGE2D) {
         if ((rc = place_image2d(cl, ti, n_in, qh, sh, &w, diag)))
             goto out;
