@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
+#include "model.h"
+#include "tokenizer.h"
+
 struct sbuf {
     char *p;
     size_t n, cap;
@@ -334,4 +338,25 @@ ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct
 out:
     free(b.p);
     return rc;
+}
+
+static bool has_token(void *ud, const char *text)
+{
+    return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
+}
+
+ebb_err ebb_chat_template_for_model(const struct ebb_model *m, const char *name,
+                                    struct ebb_chat_template *t, struct ebb_diag *diag)
+{
+    if (name) {
+        ebb_err rc = ebb_chat_template_by_name(name, t);
+        if (rc)
+            ebb_diag_set(diag, rc, "unknown --chat-template '%s'; known: %s", name,
+                         ebb_chat_template_names());
+        return rc;
+    }
+    struct ebb_str src = {0};
+    bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
+    return ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
+                                    (void *)ebb_model_tokenizer(m), t, diag);
 }

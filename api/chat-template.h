@@ -44,6 +44,14 @@ ebb_err ebb_chat_template_detect(const char *src, size_t n,
                                  bool (*has_token)(void *ud, const char *text), void *ud,
                                  struct ebb_chat_template *t, struct ebb_diag *diag);
 
+struct ebb_model;
+
+/* The template for model m: the family `name` when given (EBB_ENOTFOUND with a message naming
+ * the known ones), else recognised from its tokenizer.chat_template, or from its special tokens
+ * when it has none (ebb_chat_template_detect). */
+ebb_err ebb_chat_template_for_model(const struct ebb_model *m, const char *name,
+                                    struct ebb_chat_template *t, struct ebb_diag *diag);
+
 /* Renders msgs into a newly malloc'd NUL-terminated string (*out, *out_len). add_generation
  * adds the assistant header at the end. EBB_EINVAL with a message for conversations the
  * template rejects (unknown role, roles that do not alternate where the family requires it). */

@@ -390,11 +390,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- engine notifications ------------------------------------------------------------------ */
 
-static bool has_token(void *ud, const char *text)
-{
-    return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
-}
-
 /* Picks m's chat template (a family name, or NULL to detect it) and fill-in-the-middle tokens
  * into a's fields; on error nothing changes and diag says why. */
 static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *chat_template,
@@ -402,18 +397,7 @@ static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *cha
 {
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
     struct ebb_chat_template tmpl;
-    ebb_err rc;
-    if (chat_template) {
-        rc = ebb_chat_template_by_name(chat_template, &tmpl);
-        if (rc)
-            ebb_diag_set(diag, rc, "unknown --chat-template '%s'; known: %s", chat_template,
-                         ebb_chat_template_names());
-    } else {
-        struct ebb_str src = {0};
-        bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
-        rc = ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
-                                      (void *)tok, &tmpl, diag);
-    }
+    ebb_err rc = ebb_chat_template_for_model(m, chat_template, &tmpl, diag);
     if (rc)
         return rc;
     static const char *const pre[] = {"<|fim_prefix|>", "<fim_prefix>", "<|fim▁begin|>"};

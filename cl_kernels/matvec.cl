@@ -31,21 +31,62 @@
 #define MV_FLAT 0
 #endif
 
+/* matvec's input x'[i..i+3] from x[i..i+3] (v): times the folded norm weight nw, and with glu
+ * silu(v) * up, the up half of the row at xt + n_in. X_IN4(i) reads and folds in one. */
+inline float4 x_in4(float4 v, const __global float *xt, const __global float *nw, int glu,
+                    int n_in, int i)
+{
+    if (nw)
+        v *= vload4(0, nw + i);
+    if (glu)
+        v = v / (1.0f + exp(-v)) * vload4(0, xt + n_in + i);
+    return v;
+}
+#define X_IN4(i) x_in4(READ_X4(x, t, (i)), xt, nw, glu, n_in, (i))
+
+#if MV_WG > 1
+/* The sum of v over the MV_WG work-items that share a row, returned to each of them. red holds
+ * the row's MV_WG partials; every work-item of the work-group must call it (barriers). A tree,
+ * or with MV_FLAT two rounds: eight work-items add MV_WG / 8 partials each, then all add the
+ * eight. */
+inline float row_sum(__local float *red, int lane, float v)
+{
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if MV_FLAT && MV_WG > 8
+    if (lane < 8) {
+        float s8 = 0.0f;
+        for (int k = lane; k < MV_WG; k += 8)
+            s8 += red[k];
+        red[lane] = s8; /* only this work-item read red[lane] */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++)
+        sum += red[k];
+#else
+    for (int s = MV_WG / 2; s > 0; s >>= 1) {
+        if (lane < s)
+            red[lane] += red[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float sum = red[0];
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE); /* red is free again */
+    return sum;
+}
+#define ROW_SUM(v) row_sum(red + slot * MV_WG, lane, (v))
+#else
+#define ROW_SUM(v) (v)
+#endif
+
 /* One quarter of a 4-bit block in matvec's W_Q16 path: quant bytes 4k..4k+3 (word vk) against
  * inputs 4k.. and 4k+16.. of block b, the norm and SwiGLU folds applied. Written out (not a
  * loop over an array) so that the words stay in registers. */
 #define Q16_STEP(vk, k)                                                                            \
     do {                                                                                           \
         int i_ = b * 32 + (k) * 4;                                                                 \
-        float4 x0_ = READ_X4(x, t, i_), x1_ = READ_X4(x, t, i_ + 16);                              \
-        if (nw) {                                                                                  \
-            x0_ *= vload4(0, nw + i_);                                                             \
-            x1_ *= vload4(0, nw + i_ + 16);                                                        \
-        }                                                                                          \
-        if (glu) {                                                                                 \
-            x0_ = x0_ / (1.0f + exp(-x0_)) * vload4(0, xt + n_in + i_);                            \
-            x1_ = x1_ / (1.0f + exp(-x1_)) * vload4(0, xt + n_in + i_ + 16);                       \
-        }                                                                                          \
+        float4 x0_ = X_IN4(i_), x1_ = X_IN4(i_ + 16);                                              \
         uchar4 q_ = as_uchar4(vk);                                                                 \
         s4 += convert_float4(q_ & (uchar)15) * x0_ + convert_float4(q_ >> (uchar)4) * x1_;         \
         xs += x0_ + x1_;                                                                           \
@@ -95,18 +136,7 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             float4 v = vload4(0, xt + i);
             ss += dot(v, v);
         }
-#if MV_WG > 1
-        red[slot * MV_WG + lane] = ss;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int s = MV_WG / 2; s > 0; s >>= 1) {
-            if (lane < s)
-                red[slot * MV_WG + lane] += red[slot * MV_WG + lane + s];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        ss = red[slot * MV_WG];
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-        inv = rsqrt(ss / n_in + eps);
+        inv = rsqrt(ROW_SUM(ss) / n_in + eps);
     }
     float4 acc = (float4)(0.0f);
     if (row < n_out) {
@@ -154,14 +184,8 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             acc += dm.x * s4 + dm.y * xs;
         }
 #else
-        for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
-            float4 xv = READ_X4(x, t, i);
-            if (nw)
-                xv *= vload4(0, nw + i);
-            if (glu)
-                xv = xv / (1.0f + exp(-xv)) * vload4(0, xt + n_in + i);
-            acc += READ_W4(row, i) * xv;
-        }
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4)
+            acc += READ_W4(row, i) * X_IN4(i);
 #endif
     }
 #if defined(W_Q16) && MV_XLOCAL
@@ -174,15 +198,7 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
         for (int c0 = 0; c0 < n_in; c0 += XL_CH) {
             for (int e = lid; e < XL_CH / 4; e += nl) {
                 int i = c0 + e * 4;
-                float4 v = (float4)(0.0f);
-                if (i < n_in) {
-                    v = READ_X4(x, t, i);
-                    if (nw)
-                        v *= vload4(0, nw + i);
-                    if (glu)
-                        v = v / (1.0f + exp(-v)) * vload4(0, xt + n_in + i);
-                }
-                xl[(e % 8) * XL_B + e / 8] = v;
+                xl[(e % 8) * XL_B + e / 8] = i < n_in ? X_IN4(i) : (float4)(0.0f);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             int nb_c = min(XL_B, (n_in - c0) / 32);
@@ -203,36 +219,8 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
         }
     }
 #endif
-    float sum = (acc.x + acc.y + acc.z + acc.w) * inv;
-#if MV_WG > 1 && MV_FLAT && MV_WG > 8
-    /* Two rounds: eight work-items add MV_WG / 8 partials each, then one adds the eight. */
-    red[slot * MV_WG + lane] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane < 8) {
-        float s8 = 0.0f;
-        for (int k = lane; k < MV_WG; k += 8)
-            s8 += red[slot * MV_WG + k];
-        red[slot * MV_WG + lane] = s8;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane != 0)
-        return;
-    sum = 0.0f;
-    for (int k = 0; k < 8; k++)
-        sum += red[slot * MV_WG + k];
-#elif MV_WG > 1
-    red[slot * MV_WG + lane] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = MV_WG / 2; s > 0; s >>= 1) {
-        if (lane < s)
-            red[slot * MV_WG + lane] += red[slot * MV_WG + lane + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lane != 0)
-        return;
-    sum = red[slot * MV_WG];
-#endif
-    if (row >= n_out)
+    float sum = ROW_SUM((acc.x + acc.y + acc.z + acc.w) * inv);
+    if (lane != 0 || row >= n_out)
         return;
     if (res)
         sum += res[(size_t)t * y_ld + y_off + row];
@@ -346,18 +334,7 @@ __kernel void matmul_coop(W_ARGS, int n_in, int n_out, __global const float *x, 
         }
     }
     for (int t = 0; t < MM_T; t++) {
-        float sum = acc[t];
-#if MV_WG > 1
-        red[slot * MV_WG + lane] = sum;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int s = MV_WG / 2; s > 0; s >>= 1) {
-            if (lane < s)
-                red[slot * MV_WG + lane] += red[slot * MV_WG + lane + s];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        sum = red[slot * MV_WG];
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
+        float sum = ROW_SUM(acc[t]);
         if (lane == 0 && row < n_out && t0 + t < n_tok) {
             if (res)
                 sum += res[(size_t)(t0 + t) * y_ld + y_off + row];

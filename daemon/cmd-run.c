@@ -14,7 +14,6 @@
 
 #include "api/chat-template.h"
 #include "daemon/warm.h"
-#include "gguf.h"
 #include "model.h"
 #include "sampler.h"
 #include "stream-opts.h"
@@ -94,31 +93,15 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
     return true;
 }
 
-static bool has_token(void *ud, const char *text)
-{
-    return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
-}
-
 /* --chat: the prompt (after an optional system message) as a user turn in the model's chat
  * template, or the named family's, with the assistant's turn opened. Returns a malloc'd string,
  * or NULL with the reason printed. */
 static char *chat_prompt(struct ebb_model *m, const char *family, const char *system,
                          const char *prompt)
 {
-    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
     struct ebb_chat_template t;
     struct ebb_diag d = {{0}};
-    ebb_err rc;
-    if (family) {
-        if ((rc = ebb_chat_template_by_name(family, &t)))
-            ebb_diag_set(&d, rc, "unknown --chat-template '%s'; known: %s", family,
-                         ebb_chat_template_names());
-    } else {
-        struct ebb_str src = {0};
-        bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
-        rc = ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
-                                      (void *)tok, &t, &d);
-    }
+    ebb_err rc = ebb_chat_template_for_model(m, family, &t, &d);
     struct ebb_chat_msg msgs[2];
     size_t n = 0;
     if (system)

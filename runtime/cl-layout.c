@@ -793,3 +793,25 @@ out:
         ebb_cl_source_release(att);
     return rc;
 }
+
+void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
+                          uint32_t nt, size_t g[2], size_t l[2])
+{
+    size_t by_t = (nt + tu->mm_t - 1) / tu->mm_t;
+    switch (k) {
+    case EBB_CL_WK_GEMM:
+        g[0] = 256 * (size_t)((n_out + 63) / 64), g[1] = (nt + 63) / 64;
+        l[0] = 256;
+        break;
+    case EBB_CL_WK_MATMUL:
+        g[0] = n_out, g[1] = by_t;
+        l[0] = tu->mm_wg;
+        break;
+    case EBB_CL_WK_COOP:
+    case EBB_CL_WK_MATVEC:
+        g[0] = (size_t)n_out * tu->mv_wg, g[1] = k == EBB_CL_WK_COOP ? by_t : nt;
+        l[0] = (size_t)tu->mv_wg * tu->mv_rows;
+        break;
+    }
+    l[1] = 1;
+}

@@ -150,6 +150,17 @@ void ebb_cl_weight_fini(struct ebb_cl_weight *w);
 ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_uint first,
                                struct ebb_diag *diag);
 
+/* The weight kernels of a program, and their launch shape for n_out rows and nt tokens (global
+ * and local sizes, 2 dimensions; the one place that knows them). */
+enum ebb_cl_wkernel {
+    EBB_CL_WK_MATVEC = 0, /* matvec: (n_out * MV_WG, nt), (MV_WG * MV_ROWS, 1) */
+    EBB_CL_WK_MATMUL,     /* tiled matmul: (n_out, nt / MM_T), (MM_WG, 1) */
+    EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
+    EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
+};
+void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
+                          uint32_t nt, size_t g[2], size_t l[2]);
+
 /* A program of the weight kernels (matvec, matmul, get_rows) for one layout. */
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;

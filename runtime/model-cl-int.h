@@ -89,6 +89,10 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
 uint64_t ebb__clm_now_ns(void);
 /* Opens the streamer when a budget or a forced residency is set (else leaves m->st NULL);
  * sets m->n_ctx to the planned context. Before the weights are placed. */
+/* Drops a tensor's mmapped file pages from the process (madvise DONTNEED over the whole pages
+ * inside it; they are clean and fault in again when read). */
+void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
+
 ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
                              const struct ebb_model_params *p, struct ebb_diag *diag);
 /* Creates and attaches the staging slots the first time some layer is streamed. */

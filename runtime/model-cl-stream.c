@@ -6,9 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "pack.h"
 
@@ -331,17 +329,12 @@ static void release_pages(struct clm *m, uint32_t l)
         return;
     const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                          "ffn_gate", "ffn_up", "ffn_down"};
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < 7; i++) {
         char nm[64];
         snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx[i]);
         const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm);
-        if (!t)
-            continue;
-        uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
-        uintptr_t e = ((uintptr_t)t->data + (uintptr_t)t->size) & ~(pg - 1);
-        if (e > a)
-            madvise((void *)a, e - a, MADV_DONTNEED);
+        if (t)
+            ebb__clm_drop_pages(t);
     }
 }
 

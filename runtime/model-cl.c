@@ -208,8 +208,12 @@ static ebb_err prefix(struct ebb_diag *diag, ebb_err rc, const char *name)
  * footprint does not hold the model twice. Unified-memory devices read weights in place. */
 static void drop_file_pages(const struct clm *m, const struct ebb_gguf_tensor *t)
 {
-    if (m->cl->info.host_unified || m->cl->info.is_cpu)
-        return;
+    if (!m->cl->info.host_unified && !m->cl->info.is_cpu)
+        ebb__clm_drop_pages(t);
+}
+
+void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t)
+{
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
     uintptr_t e = ((uintptr_t)t->data + (uintptr_t)t->size) & ~(pg - 1);
@@ -418,9 +422,13 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (rc)
         return rc;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    bool mm = nt > 1, gemm = mm && m->tu.mm_gemm_min && (uint32_t)nt >= m->tu.mm_gemm_min,
-         coop = mm && !gemm && m->tu.mm_coop;
-    cl_kernel k = !mm ? p->matvec : gemm ? p->matmul_gemm : coop ? p->matmul_coop : p->matmul;
+    bool mm = nt > 1;
+    enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
+                               : m->tu.mm_gemm_min && (uint32_t)nt >= m->tu.mm_gemm_min
+                                   ? EBB_CL_WK_GEMM
+                               : m->tu.mm_coop ? EBB_CL_WK_COOP
+                                               : EBB_CL_WK_MATMUL;
+    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm}, k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
@@ -430,23 +438,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
         (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
         (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
-    if (gemm) {
-        size_t g[2] = {256 * (size_t)((n_out + 63) / 64), (size_t)(nt + 63) / 64};
-        size_t l[2] = {256, 1};
-        return ebb_cl_run(m->cl, k, 2, g, l, diag);
-    }
-    if (coop) {
-        size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
-        size_t l[2] = {m->tu.mv_wg * m->tu.mv_rows, 1};
-        return ebb_cl_run(m->cl, k, 2, g, l, diag);
-    }
-    if (mm) {
-        size_t g[2] = {(size_t)n_out, (nt + m->tu.mm_t - 1) / m->tu.mm_t};
-        size_t l[2] = {m->tu.mm_wg, 1};
-        return ebb_cl_run(m->cl, k, 2, g, l, diag);
-    }
-    size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (size_t)nt};
-    size_t l[2] = {m->tu.mv_wg * m->tu.mv_rows, 1};
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 

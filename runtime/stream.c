@@ -162,27 +162,35 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
 }
 
-void ebb_stream_detach(struct ebb_stream *s)
+/* The counters of detached I/O threads plus the live one's. */
+static void io_totals(const struct ebb_stream *s, struct ebb_stream_io_stats *out)
 {
+    *out = s->io_before;
     if (!s->io)
         return;
     struct ebb_stream_io_stats st;
     ebb_stream_io_stats(s->io, &st);
+    out->layers_read += st.layers_read;
+    out->bytes_read += st.bytes_read;
+    out->bytes_raw += st.bytes_raw;
+    out->read_ns += st.read_ns;
+    out->hits += st.hits;
+    out->misses += st.misses;
+    out->stall_ns += st.stall_ns;
+    out->dropped += st.dropped;
+    out->reused += st.reused;
+    out->direct = st.direct;
+}
+
+void ebb_stream_detach(struct ebb_stream *s)
+{
+    if (!s->io)
+        return;
+    io_totals(s, &s->io_before);
     ebb_stream_io_close(s->io);
     s->io = NULL;
     s->n_slots = 0;
     s->n_staging_shrink++;
-    struct ebb_stream_io_stats *b = &s->io_before;
-    b->layers_read += st.layers_read;
-    b->bytes_read += st.bytes_read;
-    b->bytes_raw += st.bytes_raw;
-    b->read_ns += st.read_ns;
-    b->hits += st.hits;
-    b->misses += st.misses;
-    b->stall_ns += st.stall_ns;
-    b->dropped += st.dropped;
-    b->reused += st.reused;
-    b->direct = st.direct;
 }
 
 bool ebb_stream_take_host_pressure(struct ebb_stream *s)
@@ -317,21 +325,7 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->pressure = s->last.pressure;
     for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
         out->bytes_per_token += s->layers[l].raw_size;
-    out->io = s->io_before;
-    if (s->io) {
-        struct ebb_stream_io_stats st;
-        ebb_stream_io_stats(s->io, &st);
-        out->io.layers_read += st.layers_read;
-        out->io.bytes_read += st.bytes_read;
-        out->io.bytes_raw += st.bytes_raw;
-        out->io.read_ns += st.read_ns;
-        out->io.hits += st.hits;
-        out->io.misses += st.misses;
-        out->io.stall_ns += st.stall_ns;
-        out->io.dropped += st.dropped;
-        out->io.reused += st.reused;
-        out->io.direct = st.direct;
-    }
+    io_totals(s, &out->io);
     out->n_staging_shrink = s->n_staging_shrink;
     out->n_shrink = s->n_shrink;
     out->n_grow = s->n_grow;

@@ -48,6 +48,32 @@ N_GEN = 64
 TOP = 100
 
 
+def greedy(llm, toks, n_gen, top=TOP):
+    """Evaluates toks, then n_gen greedy steps: the chosen ids, llama.cpp's top-2 margin at each
+    step, the first step's top-`top` logits with statistics, and its full logits vector."""
+    llm.reset()
+    llm.eval(toks)
+    ids, margins, first, full = [], [], None, None
+    for step in range(n_gen):
+        # With logits_all=False llama.cpp outputs only the batch's last token: row 0.
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
+                                       shape=(llm.n_vocab(),)).astype(np.float32)
+        order = np.argsort(-logits, kind="stable")
+        tok = int(order[0])
+        margins.append(float(logits[order[0]] - logits[order[1]]))
+        ids.append(tok)
+        if step == 0:
+            first = {
+                "top_ids": [int(i) for i in order[:top]],
+                "top_logits": [float(logits[i]) for i in order[:top]],
+                "mean": float(logits.mean()), "std": float(logits.std()),
+                "min": float(logits.min()), "max": float(logits.max()),
+            }
+            full = logits.copy()
+        llm.eval([tok])
+    return ids, margins, first, full
+
+
 def main():
     model, out = sys.argv[1], sys.argv[2]
     llm = Llama(model_path=model, n_ctx=256, n_batch=256, logits_all=False, n_threads=2,
@@ -56,28 +82,9 @@ def main():
     full0 = None
     for pi, prompt in enumerate(PROMPTS):
         toks = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
-        llm.reset()
-        llm.eval(toks)
-        ids, margins = [], []
-        first = None
-        for step in range(N_GEN):
-            # With logits_all=False llama.cpp outputs only the batch's last token: row 0.
-            logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
-                                           shape=(llm.n_vocab(),)).astype(np.float32)
-            order = np.argsort(-logits, kind="stable")
-            tok = int(order[0])
-            margins.append(float(logits[order[0]] - logits[order[1]]))
-            ids.append(tok)
-            if step == 0:
-                first = {
-                    "top_ids": [int(i) for i in order[:TOP]],
-                    "top_logits": [float(logits[i]) for i in order[:TOP]],
-                    "mean": float(logits.mean()), "std": float(logits.std()),
-                    "min": float(logits.min()), "max": float(logits.max()),
-                }
-                if pi == 0:
-                    full0 = logits.copy()
-            llm.eval([tok])
+        ids, margins, first, full = greedy(llm, toks, N_GEN)
+        if pi == 0:
+            full0 = full
         cases.append({"prompt": prompt, "prompt_ids": [int(t) for t in toks], "ids": ids,
                       "margins": [round(m, 5) for m in margins], "first": first})
         print(f"{pi}: {prompt[:30]!r} -> {llm.detokenize(ids)[:60]!r} min margin "
@@ -90,4 +97,5 @@ def main():
     full0.astype("<f4").tofile(out.replace(".json", "") + "-logits0.bin")
 
 
-main()
+if __name__ == "__main__":
+    main()

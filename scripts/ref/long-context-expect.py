@@ -7,43 +7,32 @@ generation-expect.py (one case, no full logits file), the chosen ids, the per-st
 margins and the first step's top-100 logits, plus the context the test must open.
 
 Usage: scripts/ref/long-context-expect.py MODEL OUT.json N_TOKENS"""
+import importlib.util
 import json
 import os
 import sys
 
-import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("generation_expect",
+                                               os.path.join(HERE, "generation-expect.py"))
+generation_expect = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generation_expect)
+
 N_GEN = 16
-TOP = 100
 
 
 def main():
     model, out, n_tok = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    here = os.path.dirname(os.path.abspath(__file__))
-    text = open(os.path.join(here, "..", "..", "tests", "data", "perplexity", "coriolanus.txt"),
+    text = open(os.path.join(HERE, "..", "..", "tests", "data", "perplexity", "coriolanus.txt"),
                 encoding="utf-8").read()
     n_ctx = 1 << (n_tok + N_GEN).bit_length()
     llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=n_ctx, logits_all=False, n_threads=2,
                 verbose=False)
     toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)[:n_tok]
-    llm.reset()
-    llm.eval(toks)
-    ids, margins, first = [], [], None
-    for step in range(N_GEN):
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
-                                       shape=(llm.n_vocab(),)).astype(np.float32)
-        order = np.argsort(-logits, kind="stable")
-        tok = int(order[0])
-        margins.append(float(logits[order[0]] - logits[order[1]]))
-        ids.append(tok)
-        if step == 0:
-            first = {"top_ids": [int(i) for i in order[:TOP]],
-                     "top_logits": [float(logits[i]) for i in order[:TOP]],
-                     "mean": float(logits.mean()), "std": float(logits.std()),
-                     "min": float(logits.min()), "max": float(logits.max())}
-        llm.eval([tok])
+    ids, margins, first, _ = generation_expect.greedy(llm, toks, N_GEN)
     case = {"prompt": "coriolanus.txt, first %d tokens" % n_tok,
             "prompt_ids": [int(t) for t in toks], "ids": ids,
             "margins": [round(m, 5) for m in margins], "first": first}

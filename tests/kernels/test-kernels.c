@@ -188,27 +188,17 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                                  EBB_CL_ARG(xld),  EBB_CL_ARG(yo),   EBB_CL_ARG(no),
                                  EBB_CL_ARG(zero), EBB_CL_ARG(resb), EBB_CL_ARG(ntok)};
         struct ebb_cl_arg an[] = {EBB_CL_ARG(nwarg), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
-        if (variant == 2) {
-            OK(ebb_cl_set_args(k, 2, a, 9, D));
-            size_t g[2] = {n_out, (nt + tu.mm_t - 1) / tu.mm_t}, lw[2] = {tu.mm_wg, 1};
-            OK(ebb_cl_run(cl, k, 2, g, lw, D));
-        } else if (variant == 6) {
-            OK(ebb_cl_set_args(k, 2, a, 9, D));
-            size_t g[2] = {256 * (size_t)((n_out + 63) / 64), (size_t)(nt + 63) / 64},
-                   lw[2] = {256, 1};
-            OK(ebb_cl_run(cl, k, 2, g, lw, D));
-        } else if (variant == 5) {
-            OK(ebb_cl_set_args(k, 2, a, 9, D));
-            size_t g[2] = {(size_t)n_out * tu.mv_wg, (nt + tu.mm_t - 1) / tu.mm_t},
-                   lw[2] = {tu.mv_wg * tu.mv_rows, 1};
-            OK(ebb_cl_run(cl, k, 2, g, lw, D));
-        } else {
-            OK(ebb_cl_set_args(k, 2, a, 8, D));
+        OK(ebb_cl_set_args(k, 2, a, mm ? 9 : 8, D));
+        if (!mm)
             OK(ebb_cl_set_args(k, 10, an, 3, D));
-            size_t g[2] = {(size_t)n_out * tu.mv_wg, (size_t)nt},
-                   lw[2] = {tu.mv_wg * tu.mv_rows, 1};
-            OK(ebb_cl_run(cl, k, 2, g, lw, D));
-        }
+        size_t g[2], lw[2];
+        ebb_cl_wkernel_shape(&tu,
+                             variant == 2   ? EBB_CL_WK_MATMUL
+                             : variant == 5 ? EBB_CL_WK_COOP
+                             : variant == 6 ? EBB_CL_WK_GEMM
+                                            : EBB_CL_WK_MATVEC,
+                             n_out, (uint32_t)nt, g, lw);
+        OK(ebb_cl_run(cl, k, 2, g, lw, D));
         rd(yo, sizeof(float) * nt * n_out, y);
         double worst = 0;
         for (int t = 0; t < nt; t++) {
@@ -358,6 +348,11 @@ static void test_weights(void)
     for (int j = 0; j < 5; j++)
         test_weight_layout(&other[j], 37, 512);
     test_image2d_shapes();
+    /* The other reduction of a shared row's partials, on two of them. */
+    tu.mv_flat = !tu.mv_flat;
+    printf("  (flat reduction %u)\n", tu.mv_flat);
+    test_weight_layout(&other[1], 37, 512);
+    test_weight_layout(&other[3], 37, 512);
     tu = keep;
 }
 
