@@ -8,7 +8,7 @@
 
 #include "api.h"
 #include "chat-template.h"
-#include "sampler.h"
+#include "sched/sampler.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
-#include "tokenizer.h"
+#include "base/log.h"
+#include "tokenizer/tokenizer.h"
 
 double ebb__now(void)
 {

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "daemon/log.h"
-#include "runtime/err.h"
+#include "base/log.h"
+#include "base/err.h"
 
 /* A list option (api_key, cors_origin): comma-separated in the file, the environment and flags;
  * blanks around items are trimmed and empty items dropped. */

@@ -3,7 +3,7 @@
  * takes seconds on two CPU cores. Weight kernels are checked for every type and every layout
  * the device supports (raw blocks, split planes in buffers, split planes through an
  * image1d_buffer, split planes in image2d objects, also wrapped and packed under lowered image2d
- * limits) against runtime/quant.c's dequantization.
+ * limits) against runtime/quant/quant.c's dequantization.
  *
  * Error bounds: dot products are compared with |y - ref| <= 1e-4 * sum_i |w_i x_i| + 1e-6, i.e.
  * relative to the magnitude of the terms (float accumulation in a different order gives
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl-layout.h"
-#include "quant.h"
+#include "cl/cl-layout.h"
+#include "quant/quant.h"
 
 static int failures;
 static struct ebb_cl *cl;

@@ -1,4 +1,4 @@
-/* The OpenCL forward pass (runtime/model-cl.c) on the real SmolLM2, against the reference
+/* The OpenCL forward pass (runtime/model/model-cl.c) on the real SmolLM2, against the reference
  * backend and against itself: prompt logits vs "ref" within 0.05 (both keep activations in
  * fp32; observed ~0.01), device top-k equal to the logits' own order, prefill split across
  * chunks and calls equal to one call within 0.02, slots that do not disturb each other (bit
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 static int failures;
 

@@ -47,7 +47,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "model.h"
+#include "model/model.h"
 
 #define LOGIT_TOL 1.5f
 #define CENTERED_TOL 1.0f

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "err.h"
+#include "base/err.h"
 
 enum ebb_cl_vendor {
     EBB_CL_VENDOR_OTHER = 0,

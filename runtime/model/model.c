@@ -6,13 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memprobe.h"
+#include "stream/memprobe.h"
 #include "model-int.h"
-
-/* The OpenCL backend lives in another library that may not be linked into every binary (unit
- * tests of the reference backend link without it); a weak reference lets model.c build either
- * way and report the missing backend instead of failing to link. */
-#pragma weak ebb__cl_backend_new
 
 /* The default context when none is asked for is the model's training context capped here, so
  * that a model with a huge context does not claim gigabytes of KV cache by default, and capped
@@ -209,13 +204,8 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     const char *dev = p->device ? p->device : "auto";
     if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
         rc = ebb__ref_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
-    } else if (ebb__cl_backend_new) {
-        rc = ebb__cl_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
-        rc = ebb_diag_set(diag, EBB_ENOTIMPL,
-                          "device '%s': this binary has no OpenCL backend "
-                          "(use --device ref for the CPU reference)",
-                          dev);
+        rc = ebb__cl_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     }
     if (rc)
         goto out;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 /* Decoder facts per type: block elements, block bytes, decoder suffix, split kind (0 none,
  * 4 = 4-bit planes, 8 = 8-bit planes). */

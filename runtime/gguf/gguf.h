@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 /* Metadata value types as stored in the file. */
 enum ebb_gguf_vtype {

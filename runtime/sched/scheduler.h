@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "model.h"
+#include "base/err.h"
+#include "model/model.h"
 #include "sampler.h"
 
 #define EBB_SCHED_MAX_STOP 4

@@ -12,8 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "gguf.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
 
 /* Elements per block. */
 #define EBB_QK4_0 32

@@ -4,7 +4,7 @@
 #define EBB_RUNTIME_MODEL_INT_H
 
 #include "model.h"
-#include "stream.h"
+#include "stream/stream.h"
 
 enum ebb__rope_kind {
     EBB__ROPE_NORMAL = 0, /* pairs (2i, 2i+1): llama */

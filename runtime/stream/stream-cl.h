@@ -13,7 +13,7 @@
 #ifndef EBB_RUNTIME_STREAM_CL_H
 #define EBB_RUNTIME_STREAM_CL_H
 
-#include "cl.h"
+#include "cl/cl.h"
 #include "stream.h"
 
 struct ebb_stream_cl_params {

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 /* Adds bias to a token's logit before anything else; bias = -INFINITY bans the token. */
 struct ebb_logit_bias {

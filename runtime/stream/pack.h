@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "gguf.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
 #include "stream-io.h"
 
 #define EBB_PACK_LAYOUT_GGUF_RAW "gguf-raw"

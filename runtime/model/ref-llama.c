@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 
 #define BATCH 64 /* tokens per prefill pass; longer inputs are processed in pieces */
 

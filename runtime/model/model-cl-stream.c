@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pack.h"
+#include "stream/pack.h"
 
 uint64_t ebb__clm_now_ns(void)
 {

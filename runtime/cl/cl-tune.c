@@ -1,7 +1,7 @@
 /* Layout choice by measurement at first load, cached on disk. */
 #include "cl-layout.h"
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdlib.h>
 #include <string.h>

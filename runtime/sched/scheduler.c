@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 struct job {
     uint64_t id;

@@ -5,9 +5,9 @@
 
 #include <pthread.h>
 
-#include "cl-layout.h"
+#include "cl/cl-layout.h"
 #include "model-int.h"
-#include "stream-cl.h"
+#include "stream/stream-cl.h"
 
 #define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
 #define N_OUT_ROWS 16  /* rows of the logits scratch (logits_all runs in groups of this) */

@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 struct ebb_model_params {
     const char *path;   /* GGUF file */

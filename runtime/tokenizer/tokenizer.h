@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "gguf.h"
+#include "base/err.h"
+#include "gguf/gguf.h"
 
 enum ebb_tok_kind {
     EBB_TOK_BPE = 1, /* "gpt2" */
