@@ -120,6 +120,10 @@ ebb_err ebb_config_apply_env(struct ebb_config *cfg, struct ebb_diag *diag);
 ebb_err ebb_config_set(struct ebb_config *cfg, const char *key, const char *value,
                        enum ebb_config_source src, int line, struct ebb_diag *diag);
 
+/* $XDG_CONFIG_HOME/ebb/ebb.conf, else ~/.config/ebb/ebb.conf, else ""; malloc'd (NULL when out
+ * of memory). */
+char *ebb_config_user_file(void);
+
 /* The whole precedence chain: defaults, then the config file, then the environment, then flags.
  * The file is config_path if non-NULL (it must exist), else $EBB_CONFIG if set (must exist),
  * else the first that exists of $XDG_CONFIG_HOME/ebb/ebb.conf (~/.config/ebb/ebb.conf) and

@@ -78,6 +78,15 @@ static inline uint64_t ebb__gguf_rd64(const uint8_t *p)
 /* Bytes of one fixed-size value of type t; 0 for STRING, ARRAY and unknown types. */
 uint32_t ebb__gguf_vtype_size(uint32_t t);
 
+/* An integer of any stored width, with its sign. */
+struct ebb__gguf_ival {
+    bool neg;
+    uint64_t mag; /* |value|; for negative values mag = -(value) as unsigned */
+};
+
+/* Reads an integer value of GGUF type t at p; false when t is not an integer type. */
+bool ebb__gguf_read_int(uint32_t t, const uint8_t *p, struct ebb__gguf_ival *v);
+
 /* FNV-1a over n bytes; the hash tables use it for keys and tensor names. */
 uint64_t ebb__gguf_hash(const char *s, size_t n);
 

@@ -473,12 +473,12 @@ static ebb_err read_alignment(struct parser *ps)
     int64_t i = ebb_gguf_find_kv(g, "general.alignment");
     if (i < 0)
         return EBB_OK;
-    uint32_t a;
-    ebb_err rc = ebb_gguf_get_u32(g, "general.alignment", &a);
-    if (rc == EBB_EINVAL)
+    struct ebb__gguf_ival v;
+    if (!ebb__gguf_read_int(g->kv[i].type, g->kv[i].val, &v))
         return ebb_diag_set(ps->diag, EBB_EFORMAT, "general.alignment has type %s, not an integer",
                             ebb_gguf_vtype_name(g->kv[i].type));
-    if (rc || a == 0 || (a & (a - 1)))
+    uint32_t a = v.neg || v.mag > UINT32_MAX ? 0 : (uint32_t)v.mag;
+    if (a == 0 || (a & (a - 1)))
         return ebb_diag_set(ps->diag, EBB_EFORMAT,
                             "general.alignment is not a nonzero 32-bit power of two");
     g->alignment = a;

@@ -1,5 +1,6 @@
-/* Private to the OpenCL forward pass (model-cl.c) and its layer-streamer glue
- * (model-cl-stream.c): the engine's state and the functions the two files share. */
+/* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
+ * files share. Calls go one way: model-cl.c -> model-cl-stream.c -> model-cl-layer.c ->
+ * model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -8,6 +9,18 @@
 #include "cl/cl-layout.h"
 #include "model-int.h"
 #include "stream/stream-cl.h"
+
+/* meson -Dstreamer=false builds the plain path alone (EBB_STREAMER 0): every streamer branch
+ * below is then compiled out, which is the baseline the streamer's cost at 100% residency is
+ * measured against (docs/PERFORMANCE.md). */
+#ifndef EBB_STREAMER
+#define EBB_STREAMER 1
+#endif
+#if EBB_STREAMER
+#define STREAMING(m) ((m)->st != NULL)
+#else
+#define STREAMING(m) false
+#endif
 
 #define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
 #define N_OUT_ROWS 16  /* rows of the logits scratch (logits_all runs in groups of this) */
@@ -74,13 +87,33 @@ struct clm {
     char name[160]; /* "opencl (device name)" */
 };
 
-/* model-cl.c */
+/* model-cl-place.c */
+/* One device buffer of bytes, failing with a message that names what when it is too large. */
+ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
+                       struct ebb_diag *diag);
+/* The weight kernels' program for layout l (built on first use). */
+ebb_err ebb__clm_prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb_cl_wprog **out,
+                          struct ebb_diag *diag);
+/* Every weight, norm and KV cache at load (streamed layers: norms and KV cache only). */
+ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag);
 ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
                       const struct ebb_gguf_tensor **out, struct ebb_diag *diag);
 /* Places / releases the weight matrices of decoder layer l (norms and KV cache apart). */
 ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
                              struct ebb_diag *diag);
 void ebb__clm_drop_layer(struct clm *m, uint32_t l);
+/* Drops a tensor's mmapped file pages from the process (madvise DONTNEED over the whole pages
+ * inside it; they are clean and fault in again when read). */
+void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
+
+/* model-cl-layer.c */
+/* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
+ * adding res when given; with nw (decode only) x is RMS-normed and scaled by nw inside. */
+ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                      int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag);
+/* y = rmsnorm(x) * w over nt rows of n_embd. */
+ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
+                         struct ebb_diag *diag);
 /* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
                        struct ebb_diag *diag);
@@ -89,10 +122,6 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
 uint64_t ebb__clm_now_ns(void);
 /* Opens the streamer when a budget or a forced residency is set (else leaves m->st NULL);
  * sets m->n_ctx to the planned context. Before the weights are placed. */
-/* Drops a tensor's mmapped file pages from the process (madvise DONTNEED over the whole pages
- * inside it; they are clean and fault in again when read). */
-void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
-
 ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
                              const struct ebb_model_params *p, struct ebb_diag *diag);
 /* Creates and attaches the staging slots the first time some layer is streamed. */

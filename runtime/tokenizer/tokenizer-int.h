@@ -104,6 +104,9 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
 /* Token id of exactly the bytes s[0..n), or -1. */
 int32_t ebb__tok_lookup(const struct ebb_tokenizer *t, const char *s, size_t n);
 
+/* Inserts id into t->hash under its text; a later duplicate replaces an earlier one. */
+void ebb__tok_hash_insert(struct ebb_tokenizer *t, int32_t id);
+
 /* Looks up the merge of two adjacent ids: rank and resulting id; false if none. */
 bool ebb__bpe_merge(const struct ebb_tokenizer *t, int32_t left, int32_t right, uint32_t *rank,
                     int32_t *result);

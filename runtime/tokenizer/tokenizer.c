@@ -1,4 +1,4 @@
-/* Tokenizer construction from GGUF metadata, vocabulary lookup, special-token handling and the
+/* Tokenizer construction from GGUF metadata, special-token handling and the
  * encode entry point. The rules for defaults, special-token detection and the splitting of text
  * around special tokens follow llama.cpp's llama-vocab so that ids match it exactly. */
 #include "tokenizer.h"
@@ -8,57 +8,6 @@
 #include <string.h>
 
 #include "tokenizer-int.h"
-
-/* 64-bit FNV-1a, finished with a multiply-xorshift so the low bits mix well. */
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
-int32_t ebb__tok_lookup(const struct ebb_tokenizer *t, const char *s, size_t n)
-{
-    uint32_t i = (uint32_t)hash_bytes(s, n) & t->hash_mask;
-    for (;;) {
-        int32_t id = t->hash[i];
-        if (id < 0)
-            return -1;
-        size_t tn;
-        const char *tp = ebb__tok_text(t, id, &tn);
-        if (tn == n && !memcmp(tp, s, n))
-            return id;
-        i = (i + 1) & t->hash_mask;
-    }
-}
-
-/* Inserts id under its text; a later duplicate replaces an earlier one, as in llama.cpp. */
-static void hash_insert(struct ebb_tokenizer *t, int32_t id)
-{
-    size_t n;
-    const char *s = ebb__tok_text(t, id, &n);
-    uint32_t i = (uint32_t)hash_bytes(s, n) & t->hash_mask;
-    for (;;) {
-        int32_t cur = t->hash[i];
-        if (cur < 0) {
-            t->hash[i] = id;
-            return;
-        }
-        size_t cn;
-        const char *cs = ebb__tok_text(t, cur, &cn);
-        if (cn == n && !memcmp(cs, s, n)) {
-            t->hash[i] = id;
-            return;
-        }
-        i = (i + 1) & t->hash_mask;
-    }
-}
 
 static bool str_eq(struct ebb_str s, const char *lit)
 {
@@ -175,7 +124,7 @@ static ebb_err load_vocab(struct ebb_tokenizer *t, const struct ebb_gguf *g, str
     }
     t->text_off[n] = off;
     for (uint32_t i = 0; i < n; i++)
-        hash_insert(t, (int32_t)i);
+        ebb__tok_hash_insert(t, (int32_t)i);
     return EBB_OK;
 }
 
@@ -397,27 +346,6 @@ static ebb_err build_specials(struct ebb_tokenizer *t)
         t->specials[i] = tmp[i].id;
     t->n_specials = n;
     free(tmp);
-    return EBB_OK;
-}
-
-ebb_err ebb__buf_put(struct ebb__buf *b, const void *p, size_t n)
-{
-    if (n > b->cap - b->n) {
-        size_t ncap = b->cap ? b->cap : 256;
-        while (ncap - b->n < n) {
-            if (ncap > SIZE_MAX / 2)
-                return EBB_ENOMEM;
-            ncap *= 2;
-        }
-        char *np = realloc(b->p, ncap);
-        if (!np)
-            return EBB_ENOMEM;
-        b->p = np;
-        b->cap = ncap;
-    }
-    if (n)
-        memcpy(b->p + b->n, p, n);
-    b->n += n;
     return EBB_OK;
 }
 
