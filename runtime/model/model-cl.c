@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag);
 
