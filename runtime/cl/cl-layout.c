@@ -133,6 +133,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
          * apart; sharing rows as matvec does is what GPUs want (docs/ENGINE.md). */
         t.mm_coop = 1;
         t.mm_gemm_min = di->max_wg >= 256 ? 32 : 0;
+        if (di->vendor == EBB_CL_VENDOR_NVIDIA) {
+            /* Decode with 8-bit inputs: dp4a over 4-bit weights, a warp per row, 8 rows per
+             * work-group (H100, Llama-3-8B-shape Q4_0 decode; docs/ENGINE.md). */
+            t.mv_q8 = 1;
+            t.mv_ptx = 1;
+            t.mv_wg = 32;
+            t.mv_rows = 8;
+        }
     }
     /* EBB_CL_MM=tile|coop|gemm overrides the prefill kernel (for measurements and tests). */
     const char *mm = getenv("EBB_CL_MM");
@@ -150,6 +158,18 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *red = getenv("EBB_CL_MVRED");
     if (red && (!strcmp(red, "tree") || !strcmp(red, "flat")))
         t.mv_flat = !strcmp(red, "flat");
+    /* EBB_CL_MVQ8=0|1 and EBB_CL_PTX=0|1 override the 8-bit input path and inline PTX (PTX is
+     * NVIDIA's alone). */
+    const char *q8 = getenv("EBB_CL_MVQ8");
+    if (q8 && (*q8 == '0' || *q8 == '1'))
+        t.mv_q8 = (uint32_t)(*q8 - '0');
+    const char *ptx = getenv("EBB_CL_PTX");
+    if (ptx && (*ptx == '0' || *ptx == '1'))
+        t.mv_ptx = (uint32_t)(*ptx - '0');
+    if (di->vendor != EBB_CL_VENDOR_NVIDIA)
+        t.mv_ptx = 0;
+    if (di->max_wg < EBB_CL_Q8_WG)
+        t.mv_q8 = 0;
     /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
     const char *mv = getenv("EBB_CL_MV");
     unsigned mw = 0, mr = 0;
@@ -333,6 +353,13 @@ const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t 
     return buf;
 }
 
+bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    return ti && ti->split == 4 && tu->mv_q16 && !tu->block_dec &&
+           l->storage == EBB_CL_STORE_BUFFER;
+}
+
 ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
                                char *buf, size_t cap, struct ebb_diag *diag)
 {
@@ -347,10 +374,11 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
                      "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
                      "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
-                     "#define W_BLK %u\n",
+                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
                      tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
-                     tu->mv_xlocal, ti->blk);
+                     tu->mv_xlocal, ti->blk, tu->mv_ptx,
+                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -414,7 +442,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
             return EBB_ERANGE;
         used += (size_t)n;
     }
-    if (ti->split == 4 && tu->mv_q16 && !tu->block_dec && l->storage == EBB_CL_STORE_BUFFER) {
+    if (ebb_cl_layout_has_q16(l, tu)) {
         if (l->order == EBB_CL_ORDER_RAW)
             n = snprintf(buf + used, cap - used,
                          "#define W_Q16(o, b, v, dm) q16_raw_%s(w_a + w_off, "
@@ -727,19 +755,21 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *quant = NULL, *mv = NULL;
+    const char *quant = NULL, *mv = NULL, *q8 = NULL;
     struct ebb_cl_wprog p = {.layout = *l};
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
-        (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("matvec.cl", &mv, diag)))
         goto out;
-    const char *srcs[] = {pro, quant, mv};
-    if ((rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", &p.prog, diag)) ||
+    const char *srcs[] = {pro, quant, q8, mv};
+    if ((rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
-        (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)))
+        (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
+        (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -749,6 +779,8 @@ out:
         ebb_cl_source_release(quant);
     if (mv)
         ebb_cl_source_release(mv);
+    if (q8)
+        ebb_cl_source_release(q8);
     return rc;
 }
 
@@ -764,6 +796,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_gemm);
     if (p->get_rows)
         clReleaseKernel(p->get_rows);
+    if (p->matvec_q8)
+        clReleaseKernel(p->matvec_q8);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -774,23 +808,27 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
 {
     ebb_err rc = EBB_OK;
     char pro[512];
-    const char *ops = NULL, *att = NULL;
+    const char *ops = NULL, *att = NULL, *q8 = NULL;
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
     snprintf(pro, sizeof(pro),
              "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
-             "#define ATT_TQ %u\n#define ATT_TK %u\n",
-             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk);
+             "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n%s",
+             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
+             tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("ops.cl", &ops, diag)) ||
-        (rc = ebb_cl_source("attention.cl", &att, diag)))
+        (rc = ebb_cl_source("attention.cl", &att, diag)) ||
+        (rc = ebb_cl_source("q8.cl", &q8, diag)))
         goto out;
-    const char *srcs[] = {pro, ops, att};
-    rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, ops, att, q8};
+    rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", out, diag);
 out:
     if (ops)
         ebb_cl_source_release(ops);
     if (att)
         ebb_cl_source_release(att);
+    if (q8)
+        ebb_cl_source_release(q8);
     return rc;
 }
 

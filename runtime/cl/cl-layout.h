@@ -49,10 +49,17 @@ struct ebb_cl_tuning {
     uint32_t mv_flat;     /* 1: matvec reduces a row's partials in two rounds, not a tree */
     uint32_t mm_gemm_min; /* prefills of at least this many tokens run matmul_gemm (64 x 64
                              tiles in local memory); 0 = never */
+    uint32_t mv_q8;       /* 1: decode quantizes a product's input to int8 blocks once
+                             (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
+                             mv_q16 and a device work-group of EBB_CL_Q8_WG */
+    uint32_t mv_ptx;      /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
     uint32_t norm_wg;     /* work-group size of row reductions and attention */
     uint32_t block_dec;   /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
+
+/* Work-group size of quantize_x8 (q8.cl). */
+#define EBB_CL_Q8_WG 256
 
 /* A weight placed on the device. */
 struct ebb_cl_weight {
@@ -161,11 +168,16 @@ enum ebb_cl_wkernel {
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
 
-/* A program of the weight kernels (matvec, matmul, get_rows) for one layout. */
+/* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
+bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
+/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (4-bit
+ * weights against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16, else
+ * NULL. */
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
-    cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows;
+    cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
 };
 
 ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
@@ -174,7 +186,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 
 /* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
- * attention, SwiGLU, add, softmax, top-k) for heads of head_dim (a multiple of 4). */
+ * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of
+ * head_dim (a multiple of 4). */
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag);
 

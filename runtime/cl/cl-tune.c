@@ -24,7 +24,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-/* Seconds per matvec of the sample in layout l; negative on any failure. */
+/* Seconds per matvec of the sample in layout l (the kernel decode runs for it: matvec_q8 where
+ * the layout has one, its input quantization being the same for every layout); negative on any
+ * failure. */
 static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
                           const struct ebb_cl_layout *l, uint32_t n_in, const void *rows,
                           uint32_t n_out)
@@ -32,7 +34,7 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
     double t = -1.0;
     struct ebb_cl_weight w = {0};
     struct ebb_cl_wprog p = {0};
-    cl_mem x = NULL, y = NULL;
+    cl_mem x = NULL, y = NULL, xq = NULL, xd = NULL;
     float *xh = malloc(sizeof(float) * n_in);
     /* The sample is stacked onto itself up to about 32 MiB, so that the timing measures reading
      * weights rather than launching a kernel. */
@@ -66,8 +68,25 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
     struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),  EBB_CL_ARG(no),  EBB_CL_ARG(x),    EBB_CL_ARG(ni),
                              EBB_CL_ARG(y),   EBB_CL_ARG(no),  EBB_CL_ARG(zero), EBB_CL_ARG(nul),
                              EBB_CL_ARG(nul), EBB_CL_ARG(eps), EBB_CL_ARG(zero)};
-    if (ebb_cl_weight_set_args(&w, p.matvec, 0, NULL) || ebb_cl_set_args(p.matvec, 2, a, 11, NULL))
+    cl_kernel k_mv = p.matvec_q8 ? p.matvec_q8 : p.matvec;
+    if (p.matvec_q8) {
+        /* int8 input of zeros with unit scales: the timing does not depend on the values */
+        xq = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE, n_in, NULL, &e);
+        if (!e)
+            xd = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE, sizeof(float) * 2 * (n_in / 32), NULL,
+                                &e);
+        uint8_t zb = 0;
+        if (e || clEnqueueFillBuffer(cl->q, xq, &zb, 1, 0, n_in, 0, NULL, NULL) ||
+            clEnqueueFillBuffer(cl->q, xd, &zb, 1, 0, sizeof(float) * 2 * (n_in / 32), 0, NULL,
+                                NULL))
+            goto out;
+        struct ebb_cl_arg aq[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),   EBB_CL_ARG(xq), EBB_CL_ARG(xd),
+                                  EBB_CL_ARG(y),  EBB_CL_ARG(zero), EBB_CL_ARG(nul)};
+        if (ebb_cl_weight_set_args(&w, k_mv, 0, NULL) || ebb_cl_set_args(k_mv, 2, aq, 7, NULL))
+            goto out;
+    } else if (ebb_cl_weight_set_args(&w, k_mv, 0, NULL) || ebb_cl_set_args(k_mv, 2, a, 11, NULL)) {
         goto out;
+    }
     size_t g[2] = {(size_t)n_out * tu->mv_wg, 1}, lw[2] = {tu->mv_wg * tu->mv_rows, 1};
     enum { WARM = 3, RUNS = 20 };
     double t0 = 0;
@@ -77,7 +96,7 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
                 goto out;
             t0 = now_s();
         }
-        if (ebb_cl_run(cl, p.matvec, 2, g, lw, NULL))
+        if (ebb_cl_run(cl, k_mv, 2, g, lw, NULL))
             goto out;
     }
     if (clFinish(cl->q))
@@ -88,6 +107,10 @@ out:
         clReleaseMemObject(x);
     if (y)
         clReleaseMemObject(y);
+    if (xq)
+        clReleaseMemObject(xq);
+    if (xd)
+        clReleaseMemObject(xd);
     ebb_cl_wprog_fini(&p);
     ebb_cl_weight_fini(&w);
     free(xh);
@@ -129,8 +152,8 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     /* The kernels and their shapes decide the timings: a cached answer from other kernels
      * (an older ebb, or EBB_CL_* overrides) must not be reused. */
     h = fnv(h, tu, sizeof(*tu));
-    const char *srcs[] = {"quant.cl", "matvec.cl"};
-    for (int i = 0; i < 2; i++) {
+    const char *srcs[] = {"quant.cl", "q8.cl", "matvec.cl"};
+    for (int i = 0; i < 3; i++) {
         const char *src = NULL;
         if (ebb_cl_source(srcs[i], &src, NULL) == EBB_OK) {
             h = fnv(h, src, strlen(src));

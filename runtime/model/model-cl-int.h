@@ -54,6 +54,7 @@ struct clm {
     uint32_t n_progs;
     cl_program ops;
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
+    cl_kernel k_q8;                    /* quantize_x8, with tu.mv_q8 */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     cl_mem output_norm;                /* (n_embd) f32 */
     struct layer *layers;
@@ -67,6 +68,8 @@ struct clm {
     cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
     cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
     cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    cl_mem xq, xd;             /* with tu.mv_q8: a decode product's input as int8 (widest
+                                  n_in) and its per-32 (d, d * sum) float2 */
     float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
     /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
     const struct ebb_gguf *g;
@@ -84,7 +87,7 @@ struct clm {
     bool snap_init;
     struct ebb_stream_report snap;
     struct ebb__backend_i iface;
-    char name[160]; /* "opencl (device name)" */
+    char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
 
 /* model-cl-place.c */

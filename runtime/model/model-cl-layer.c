@@ -17,6 +17,29 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
     return wmul_glu(m, w, x, x_ld, y, y_ld, y_off, res, nw, 0, nt, diag);
 }
 
+/* Decode's product for 4-bit weights with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm
+ * and SwiGLU into x and quantizes it once, matvec_q8 multiplies in integers. */
+static ebb_err wmul_q8(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
+                       cl_mem y, int y_off, cl_mem res, cl_mem nw, int glu, struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
+                              EBB_CL_ARG(glu), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
+    size_t qg = ((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
+                             EBB_CL_ARG(m->xd), EBB_CL_ARG(y),     EBB_CL_ARG(y_off),
+                             EBB_CL_ARG(res)};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_q8, 0, qa, 7, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_q8, 1, &qg, &ql, diag)) ||
+        (rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
@@ -26,6 +49,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     ebb_err rc = ebb__clm_prog_for(m, &w->layout, &p, diag);
     if (rc)
         return rc;
+    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0)
+        return wmul_q8(m, w, p->matvec_q8, x, y, y_off, res, nw, glu, diag);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC

@@ -66,12 +66,13 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->embd);
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
-    cl_mem *scratch[] = {&m->ids,    &m->x,  &m->h,   &m->qkv, &m->att, &m->gu,  &m->ff, &m->hl,
-                         &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov, &m->toi};
+    cl_mem *scratch[] = {&m->ids, &m->x,   &m->h,      &m->qkv, &m->att, &m->gu,
+                         &m->ff,  &m->hl,  &m->logits, &m->po,  &m->pml, &m->tpv,
+                         &m->tpi, &m->tov, &m->toi,    &m->xq,  &m->xd};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
-    cl_kernel ks[] = {m->k_norm,     m->k_rope,   m->k_attn_part, m->k_attn_red,
-                      m->k_attn_pre, m->k_swiglu, m->k_topk1,     m->k_topk2};
+    cl_kernel ks[] = {m->k_norm,   m->k_rope,  m->k_attn_part, m->k_attn_red, m->k_attn_pre,
+                      m->k_swiglu, m->k_topk1, m->k_topk2,     m->k_q8};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -104,6 +105,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;
+    if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
+        return rc;
     return EBB_OK;
 }
 
@@ -130,6 +133,13 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         (rc = ebb__clm_alloc(m, f * TOPK_MAX, &m->tov, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
+    if (m->tu.mv_q8) {
+        size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+        wide = wide > m->n_q ? wide : m->n_q;
+        if ((rc = ebb__clm_alloc(m, wide, &m->xq, "8-bit inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs", diag)))
+            return rc;
+    }
     m->host_logits = malloc(f * hp->n_vocab);
     return m->host_logits ? EBB_OK : EBB_ENOMEM;
 }
@@ -348,7 +358,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
         m->iface.stream_probe = ebb__clm_stream_probe;
         m->iface.n_ctx = m->n_ctx;
     }
-    snprintf(m->name, sizeof(m->name), "opencl (%s)", m->cl->info.name);
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s)", m->cl->info.name,
+             m->k_q8 ? ", 8-bit decode inputs" : "");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.free = clm_free;
