@@ -246,6 +246,26 @@ def test_error_classes(server):
     assert re.search(r"n_prompt_tokens=\d+", err["message"]) and "n_ctx=1024" in err["message"]
 
 
+def test_unsupported_fields_rejected(server, client):
+    # Fields ebb does not implement are a 400 naming them rather than a different answer.
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for field, value in [("tools", [tool]), ("tool_choice", "required"),
+                         ("response_format", {"type": "json_object"}),
+                         ("grammar", "root ::= \"a\""), ("reasoning_effort", "high")]:
+        expect_error(server, 400, "POST", "/v1/chat/completions",
+                     {"messages": CHAT, field: value}, param=field)
+    expect_error(server, 400, "POST", "/v1/completions", {"prompt": "x", "best_of": 2},
+                 param="best_of")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_ID, messages=CHAT, tools=[tool])
+    assert e.value.body["param"] == "tools"
+    # Neutral values and fields that cannot change the answer are accepted.
+    r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=2, tools=[],
+                                       response_format={"type": "text"}, user="u", store=False,
+                                       metadata={"k": "v"}, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 def test_openai_client_maps_errors(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=5)

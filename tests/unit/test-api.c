@@ -237,6 +237,42 @@ static void test_params_chat(void **state)
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true,
                "messages");
+    /* Fields ebb does not implement: rejected unless they cannot change the answer. */
+    static const char *const unsupported[][2] = {
+        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+        {"tool_choice", "\"required\""},
+        {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
+        {"functions", "[{\"name\":\"f\"}]"},
+        {"function_call", "{\"name\":\"f\"}"},
+        {"response_format", "{\"type\":\"json_object\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"grammar", "\"root ::= [a]\""},
+        {"json_schema", "{}"},
+        {"audio", "{\"voice\":\"x\"}"},
+        {"modalities", "[\"text\",\"audio\"]"},
+        {"web_search_options", "{}"},
+        {"reasoning_effort", "\"high\""},
+        {"mirostat", "2"},
+        {"typical_p", "0.5"},
+        {"n_predict", "5"},
+    };
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"%s\":%s}",
+                 unsupported[i][0], unsupported[i][1]);
+        expect_bad(body, true, unsupported[i][0]);
+    }
+    /* Their neutral values, and fields that cannot change the answer, are accepted. */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":"
+                           "\"text\"},\"grammar\":\"\",\"modalities\":[\"text\"],\"mirostat\":0,"
+                           "\"typical_p\":1,\"json_schema\":null,\"user\":\"u\",\"store\":false,"
+                           "\"metadata\":{\"a\":\"b\"},\"parallel_tool_calls\":true,"
+                           "\"service_tier\":\"auto\",\"prompt_cache_key\":\"k\"}",
+                           true, &r, &e),
+                     EBB_OK);
+    ebb__gen_req_fini(&r);
     expect_bad("{\"messages\":", true, NULL);
     expect_bad("[1,2]", true, NULL);
 }
@@ -266,6 +302,11 @@ static void test_params_completions(void **state)
     expect_bad("{\"prompt\":\"x\",\"logprobs\":6}", false, "logprobs");
     expect_bad("{\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
     expect_bad("{\"prompt\":\"x\",\"echo\":\"yes\"}", false, "echo");
+    expect_bad("{\"prompt\":\"x\",\"best_of\":3}", false, "best_of");
+    expect_bad("{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\"}", false, "grammar");
+    assert_int_equal(parse("{\"prompt\":\"x\",\"best_of\":1,\"tools\":[1]}", false, &r, &e),
+                     EBB_OK);
+    ebb__gen_req_fini(&r);
 }
 
 /* ---- stop strings -----------------------------------------------------------------------------
