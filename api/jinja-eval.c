@@ -129,6 +129,8 @@ static struct jv get_item(struct jctx *c, struct jv obj, struct jv key)
         struct jv *v = ebb__jv_dict_get(obj, key);
         if (v)
             return *v;
+    } else if (obj.t == JV_LIST && obj.u.l->gen) {
+        ebb__jinja_fail(c, "'generator' object is not subscriptable");
     } else if (obj.t == JV_LIST && (key.t == JV_INT || key.t == JV_BOOL)) {
         int64_t i = norm_index(key.t == JV_INT ? key.u.i : key.u.b, obj.u.l->n, &ok);
         if (ok)
@@ -173,7 +175,7 @@ static struct jv do_slice(struct jctx *c, struct jv obj, struct jv a, struct jv 
         ebb__jinja_fail(c, "slice step must be an integer");
     if (step == 0)
         ebb__jinja_fail(c, "slice step cannot be zero");
-    if (obj.t == JV_LIST) {
+    if (obj.t == JV_LIST && !obj.u.l->gen) {
         int64_t n = (int64_t)obj.u.l->n;
         int64_t i = slice_bound(c, a, n, step, true), e = slice_bound(c, b, n, step, false);
         struct jv r = ebb__jv_list(c, 0);
@@ -249,6 +251,49 @@ static struct jv repeat(struct jctx *c, struct jv seq, int64_t k)
     return r;
 }
 
+/* HTML escaping as markupsafe does it. */
+static void escape_into(struct jbuf *b, const struct jstr *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        switch (s->p[i]) {
+        case '&':
+            ebb__jbuf_puts(b, "&amp;");
+            break;
+        case '<':
+            ebb__jbuf_puts(b, "&lt;");
+            break;
+        case '>':
+            ebb__jbuf_puts(b, "&gt;");
+            break;
+        case '"':
+            ebb__jbuf_puts(b, "&#34;");
+            break;
+        case '\'':
+            ebb__jbuf_puts(b, "&#39;");
+            break;
+        default:
+            ebb__jbuf_put(b, s->p + i, 1);
+        }
+    }
+}
+
+/* Markup + str escapes the plain side and stays Markup (templates hit this after |safe). */
+static struct jv markup_concat(struct jctx *c, struct jv a, struct jv b)
+{
+    struct jbuf buf = {.c = c};
+    if (a.u.s->safe)
+        ebb__jbuf_put(&buf, a.u.s->p, a.u.s->n);
+    else
+        escape_into(&buf, a.u.s);
+    if (b.u.s->safe)
+        ebb__jbuf_put(&buf, b.u.s->p, b.u.s->n);
+    else
+        escape_into(&buf, b.u.s);
+    struct jv r = ebb__jbuf_take(&buf);
+    r.u.s->safe = true;
+    return r;
+}
+
 static struct jv arith(struct jctx *c, const char *op, struct jv a, struct jv b)
 {
     if (op[0] == '~') {
@@ -257,7 +302,10 @@ static struct jv arith(struct jctx *c, const char *op, struct jv a, struct jv b)
         ebb__jv_to_str(&buf, b);
         return ebb__jbuf_take(&buf);
     }
-    if (op[0] == '+' && a.t == b.t && (a.t == JV_STR || a.t == JV_LIST)) {
+    if (op[0] == '+' && a.t == b.t &&
+        (a.t == JV_STR || (a.t == JV_LIST && !a.u.l->gen && !b.u.l->gen))) {
+        if (a.t == JV_STR && (a.u.s->safe || b.u.s->safe))
+            return markup_concat(c, a, b);
         if (a.t == JV_STR) {
             struct jbuf buf = {.c = c};
             ebb__jbuf_put(&buf, a.u.s->p, a.u.s->n);
@@ -537,6 +585,8 @@ static struct jv eval(struct jctx *c, struct env *e, const struct jx *x)
         struct jcall call;
         eval_args(c, e, x, &call);
         c->line = x->line;
+        if (!x->filter)
+            ebb__jinja_fail_err(c, EBB_EUNSUPPORTED, "unknown filter '%s'", x->name);
         return x->filter->fn(c, v, &call);
     }
     case JX_TEST: {
@@ -544,6 +594,8 @@ static struct jv eval(struct jctx *c, struct env *e, const struct jx *x)
         struct jcall call;
         eval_args(c, e, x, &call);
         c->line = x->line;
+        if (!x->test)
+            ebb__jinja_fail_err(c, EBB_EUNSUPPORTED, "unknown test '%s'", x->name);
         return jv_bool(x->test->fn(c, v, &call) != x->negate);
     }
     case JX_NOT:

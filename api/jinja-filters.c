@@ -213,7 +213,12 @@ static struct jv f_string(struct jctx *c, struct jv v, struct jcall *call)
 static struct jv f_safe(struct jctx *c, struct jv v, struct jcall *call)
 {
     (void)call;
-    return ebb__jv_string(c, v);
+    if (v.t == JV_STR && v.u.s->safe)
+        return v;
+    struct jv s = ebb__jv_string(c, v);
+    struct jv r = ebb__jv_str(c, s.u.s->p, s.u.s->n);
+    r.u.s->safe = true;
+    return r;
 }
 
 static struct jv f_indent(struct jctx *c, struct jv v, struct jcall *call)
@@ -328,6 +333,8 @@ static struct jv f_length(struct jctx *c, struct jv v, struct jcall *call)
     case JV_STR:
         return jv_int((int64_t)ebb__utf8_len(v.u.s->p, v.u.s->n));
     case JV_LIST:
+        if (v.u.l->gen)
+            break;
         return jv_int((int64_t)v.u.l->n);
     case JV_DICT:
         if (!v.u.d->ns)
@@ -390,6 +397,8 @@ static struct jv f_items(struct jctx *c, struct jv v, struct jcall *call)
 static struct jv f_list(struct jctx *c, struct jv v, struct jcall *call)
 {
     (void)call;
+    if (v.t == JV_UNDEF)
+        ebb__jinja_fail(c, "list: '%s' is undefined", v.u.undef ? v.u.undef : "value");
     struct jv s = seq(c, v, "list");
     struct jv l = ebb__jv_list(c, s.u.l->n);
     for (size_t i = 0; i < s.u.l->n; i++)
@@ -407,6 +416,8 @@ static struct jv f_first(struct jctx *c, struct jv v, struct jcall *call)
 static struct jv f_last(struct jctx *c, struct jv v, struct jcall *call)
 {
     (void)call;
+    if (v.t == JV_LIST && v.u.l->gen)
+        ebb__jinja_fail(c, "last: 'generator' object is not reversible");
     struct jv s = seq(c, v, "last");
     return s.u.l->n ? s.u.l->v[s.u.l->n - 1] : jv_undef("last item");
 }
@@ -425,6 +436,7 @@ static struct jv f_reverse(struct jctx *c, struct jv v, struct jcall *call)
     struct jv l = ebb__jv_list(c, s.u.l->n);
     for (size_t i = s.u.l->n; i-- > 0;)
         ebb__jv_push(c, l, s.u.l->v[i]);
+    l.u.l->gen = v.t == JV_LIST; /* reversed() of a list is an iterator */
     return l;
 }
 
@@ -523,6 +535,7 @@ static struct jv f_unique(struct jctx *c, struct jv v, struct jcall *call)
             ebb__jv_push(c, out, s.u.l->v[i]);
         }
     }
+    out.u.l->gen = true;
     return out;
 }
 
@@ -574,7 +587,8 @@ static struct jv f_sum(struct jctx *c, struct jv v, struct jcall *call)
 static struct jv select_common(struct jctx *c, struct jv v, struct jcall *call, bool attr,
                                bool keep)
 {
-    struct jv s = seq(c, v, attr ? "selectattr" : "select");
+    struct jv s =
+        ebb__jv_truthy(v) ? seq(c, v, attr ? "selectattr" : "select") : ebb__jv_list(c, 0);
     size_t first = attr ? 1 : 0;
     const char *aname = attr ? cstr(c, arg(call, 0, NULL, jv_none()), "the attribute") : NULL;
     const char *test = call->n_pos > first ? cstr(c, call->pos[first], "the test name") : NULL;
@@ -587,6 +601,7 @@ static struct jv select_common(struct jctx *c, struct jv v, struct jcall *call, 
         if (ok == keep)
             ebb__jv_push(c, out, s.u.l->v[i]);
     }
+    out.u.l->gen = true;
     return out;
 }
 
@@ -609,8 +624,9 @@ static struct jv f_rejectattr(struct jctx *c, struct jv v, struct jcall *call)
 
 static struct jv f_map(struct jctx *c, struct jv v, struct jcall *call)
 {
-    struct jv s = seq(c, v, "map");
+    struct jv s = ebb__jv_truthy(v) ? seq(c, v, "map") : ebb__jv_list(c, 0);
     struct jv out = ebb__jv_list(c, s.u.l->n);
+    out.u.l->gen = true;
     struct jv attr = arg(call, 99, "attribute", jv_none());
     if (attr.t == JV_STR) {
         struct jv def = arg(call, 99, "default", jv_undef(attr.u.s->p));
@@ -827,7 +843,7 @@ TEST(iterable)
 TEST(sequence)
 {
     (void)c, (void)call;
-    return v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns);
+    return v.t == JV_STR || (v.t == JV_LIST && !v.u.l->gen) || (v.t == JV_DICT && !v.u.d->ns);
 }
 TEST(callable)
 {

@@ -39,13 +39,15 @@ enum jv_type {
 
 struct jstr {
     size_t n;
-    char p[]; /* n bytes of UTF-8 and a NUL */
+    bool safe; /* markupsafe's Markup (the safe filter): '+' HTML-escapes plain strings added */
+    char p[];  /* n bytes of UTF-8 and a NUL */
 };
 
 struct jv;
 struct jlist {
     size_t n, cap;
     struct jv *v;
+    bool gen; /* a generator in Python (select, map, ...): no len(), no JSON, always true */
 };
 
 /* Ordered like a Python dict. A namespace() is a dict whose attributes `set` may assign. */

@@ -18,7 +18,25 @@ struct parser {
     ebb_err rc;
     jmp_buf fail;
     unsigned depth;
+    unsigned in_if; /* inside an if statement's condition or branches */
+    /* Unknown filters and tests. Jinja2 refuses them when it compiles the template, except
+     * inside if statements and conditional expressions, where they fail only if evaluated; ebb
+     * does the same so templates that guard an extension filter still load. */
+    struct unknown {
+        int line;
+        const char *what, *name;
+        bool cond;
+    } unknown[16];
+    size_t n_unknown;
 };
+
+static void note_unknown(struct parser *P, int line, const char *what, const char *name)
+{
+    if (P->n_unknown < sizeof(P->unknown) / sizeof(P->unknown[0]))
+        P->unknown[P->n_unknown++] = (struct unknown){line, what, name, P->in_if > 0};
+    else if (!P->in_if)
+        P->unknown[0] = (struct unknown){line, what, name, false};
+}
 
 static _Noreturn void perr(struct parser *P, ebb_err rc, int line, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -338,7 +356,7 @@ static struct jx *parse_filter(struct parser *P, struct jx *x)
     f->name = name;
     f->filter = ebb__jinja_filter(name);
     if (!f->filter)
-        perr(P, EBB_EUNSUPPORTED, line, "unknown filter '%s'", name);
+        note_unknown(P, line, "filter", name);
     if (is_op(cur(P), "(")) {
         next(P);
         parse_args(P, f);
@@ -364,7 +382,7 @@ static struct jx *parse_filter_expr(struct parser *P, struct jx *x)
             te->name = expect_name(P, "a test name");
             te->test = ebb__jinja_test(te->name);
             if (!te->test)
-                perr(P, EBB_EUNSUPPORTED, t->line, "unknown test '%s'", te->name);
+                note_unknown(P, t->line, "test", te->name);
             const struct jtok *u = cur(P);
             if (is_op(u, "(")) {
                 next(P);
@@ -535,8 +553,12 @@ static struct jx *parse_or(struct parser *P)
 static struct jx *parse_expr(struct parser *P, bool with_cond)
 {
     enter(P);
+    size_t first_unknown = P->n_unknown;
     struct jx *x = parse_or(P);
     while (with_cond && is_name(cur(P), "if")) {
+        for (size_t i = first_unknown; i < P->n_unknown; i++)
+            P->unknown[i].cond = true;
+        P->in_if++;
         struct jx *c = node(P, JX_COND, next(P)->line);
         c->a = parse_or(P); /* condition */
         c->b = x;
@@ -544,6 +566,7 @@ static struct jx *parse_expr(struct parser *P, bool with_cond)
             next(P);
             c->c = parse_expr(P, true);
         }
+        P->in_if--;
         x = c;
     }
     P->depth--;
@@ -642,6 +665,7 @@ static struct js *parse_tag(struct parser *P, const char *const *ends, int *whic
     if (is_name(t, "if")) {
         static const char *const e[] = {"elif", "else", "endif", NULL};
         s = stmt(P, JS_IF, line);
+        P->in_if++;
         s->e = parse_tuple(P, true);
         expect_block_end(P);
         s->body = parse_body(P, e, &w, line, "if");
@@ -660,6 +684,7 @@ static struct js *parse_tag(struct parser *P, const char *const *ends, int *whic
             expect_block_end(P);
             tail->orelse = parse_body(P, e2, &w, line, "if");
         }
+        P->in_if--;
     } else if (is_name(t, "for")) {
         static const char *const e[] = {"else", "endfor", NULL};
         s = stmt(P, JS_FOR, line);
@@ -818,6 +843,17 @@ static struct js *parse_body(struct parser *P, const char *const *ends, int *whi
     }
 }
 
+static ebb_err parse_root(struct parser *P, struct ebb_jinja *t, struct ebb_diag *diag)
+{
+    int w;
+    t->root = parse_body(P, NULL, &w, 0, NULL);
+    for (size_t i = 0; i < P->n_unknown; i++)
+        if (!P->unknown[i].cond)
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED, "chat template line %d: unknown %s '%s'",
+                                P->unknown[i].line, P->unknown[i].what, P->unknown[i].name);
+    return EBB_OK;
+}
+
 ebb_err ebb__jinja_parse_toks(struct ebb_jinja *t, const struct jtoks *toks, struct ebb_diag *diag)
 {
     /* On the heap: longjmp leaves locals of this frame indeterminate. */
@@ -827,13 +863,11 @@ ebb_err ebb__jinja_parse_toks(struct ebb_jinja *t, const struct jtoks *toks, str
     P->toks = toks;
     P->a = &t->arena;
     P->diag = diag;
-    ebb_err rc = EBB_OK;
-    if (setjmp(P->fail)) {
+    ebb_err rc;
+    if (setjmp(P->fail))
         rc = P->rc ? P->rc : EBB_EINVAL;
-    } else {
-        int w;
-        t->root = parse_body(P, NULL, &w, 0, NULL);
-    }
+    else
+        rc = parse_root(P, t, diag);
     free(P);
     return rc;
 }

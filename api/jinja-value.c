@@ -212,7 +212,7 @@ const char *ebb__jv_type_name(struct jv v)
     case JV_STR:
         return "str";
     case JV_LIST:
-        return "list";
+        return v.u.l->gen ? "generator" : "list";
     case JV_DICT:
         return v.u.d->ns ? "Namespace" : "dict";
     case JV_FUNC:
@@ -237,7 +237,7 @@ bool ebb__jv_truthy(struct jv v)
     case JV_STR:
         return v.u.s->n != 0;
     case JV_LIST:
-        return v.u.l->n != 0;
+        return v.u.l->gen || v.u.l->n != 0;
     case JV_DICT:
         return v.u.d->ns || v.u.d->n != 0;
     default:
@@ -271,6 +271,8 @@ bool ebb__jv_equal(struct jv a, struct jv b)
     case JV_STR:
         return a.u.s->n == b.u.s->n && !memcmp(a.u.s->p, b.u.s->p, a.u.s->n);
     case JV_LIST:
+        if (a.u.l->gen || b.u.l->gen)
+            return a.u.l == b.u.l;
         if (a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -492,6 +494,10 @@ void ebb__jv_repr(struct jbuf *b, struct jv v)
         repr_str(b, v.u.s->p, v.u.s->n);
         return;
     case JV_LIST:
+        if (v.u.l->gen) {
+            ebb__jbuf_puts(b, "<generator object>");
+            return;
+        }
         ebb__jbuf_puts(b, "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
@@ -642,6 +648,8 @@ void ebb__jv_to_json(struct jbuf *b, struct jv v, int indent, const char *item_s
         json_str(b, v.u.s->p, v.u.s->n);
         return;
     case JV_LIST:
+        if (v.u.l->gen)
+            break;
         if (!v.u.l->n) {
             ebb__jbuf_puts(b, "[]");
             return;
