@@ -548,6 +548,7 @@ static struct jv eval(struct jctx *c, struct env *e, const struct jx *x)
         struct jv l = ebb__jv_list(c, x->n_args);
         for (size_t i = 0; i < x->n_args; i++)
             ebb__jv_push(c, l, eval(c, e, x->args[i]));
+        l.u.l->tuple = x->kind == JX_TUPLE;
         return l;
     }
     case JX_DICT: {

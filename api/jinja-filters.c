@@ -378,6 +378,7 @@ static struct jv pair(struct jctx *c, struct jv k, struct jv v)
     struct jv p = ebb__jv_list(c, 2);
     ebb__jv_push(c, p, k);
     ebb__jv_push(c, p, v);
+    p.u.l->tuple = true;
     return p;
 }
 

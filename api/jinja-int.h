@@ -47,7 +47,8 @@ struct jv;
 struct jlist {
     size_t n, cap;
     struct jv *v;
-    bool gen; /* a generator in Python (select, map, ...): no len(), no JSON, always true */
+    bool tuple; /* a Python tuple: prints as (a, b) */
+    bool gen;   /* a generator in Python (select, map, ...): no len(), no JSON, always true */
 };
 
 /* Ordered like a Python dict. A namespace() is a dict whose attributes `set` may assign. */

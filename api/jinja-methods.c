@@ -470,6 +470,7 @@ METHOD(items)
         struct jv p = ebb__jv_list(c, 2);
         ebb__jv_push(c, p, self.u.d->k[i]);
         ebb__jv_push(c, p, self.u.d->v[i]);
+        p.u.l->tuple = true;
         ebb__jv_push(c, l, p);
     }
     return l;

@@ -273,6 +273,8 @@ bool ebb__jv_equal(struct jv a, struct jv b)
     case JV_LIST:
         if (a.u.l->gen || b.u.l->gen)
             return a.u.l == b.u.l;
+        if (a.u.l->tuple != b.u.l->tuple)
+            return false;
         if (a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -498,13 +500,13 @@ void ebb__jv_repr(struct jbuf *b, struct jv v)
             ebb__jbuf_puts(b, "<generator object>");
             return;
         }
-        ebb__jbuf_puts(b, "[");
+        ebb__jbuf_puts(b, v.u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
                 ebb__jbuf_puts(b, ", ");
             ebb__jv_repr(b, v.u.l->v[i]);
         }
-        ebb__jbuf_puts(b, "]");
+        ebb__jbuf_puts(b, !v.u.l->tuple ? "]" : v.u.l->n == 1 ? ",)" : ")");
         return;
     case JV_DICT:
         ebb__jbuf_puts(b, v.u.d->ns ? "<Namespace {" : "{");

@@ -106,8 +106,114 @@ def make_env():
     return env
 
 
+# Small templates, one construct or a few each, for tests/unit/test-jinja.c. Variables: x a dict,
+# xs a list, s a string, n an int, none_v None.
+VARS = {'x': {'b': 1, 'a': [1, 2.5, 'é'], 'name': 'Ann'}, 'xs': [3, 1, 2],
+        's': '  Hello, World  ', 'n': 7, 'none_v': None,
+        'msgs': [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b'},
+                 {'role': 'user', 'content': 'c', 'extra': True}]}
+CONSTRUCTS = [
+    '{% if n > 5 %}big{% elif n > 2 %}mid{% else %}small{% endif %}',
+    '{% if n < 5 %}a{% elif n == 7 %}b{% else %}c{% endif %}',
+    '{% for m in msgs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}'
+    '{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}',
+    '{% for m in msgs %}{{ loop.previtem.role if loop.previtem is defined else "-" }}'
+    '{{ loop.nextitem is defined }};{% endfor %}',
+    '{% for m in [] %}x{% else %}empty{% endfor %}',
+    '{% for m in msgs if m.role == "user" %}{{ loop.index }}:{{ m.content }}/{{ loop.length }} '
+    '{% endfor %}',
+    '{% for m in msgs | selectattr("role", "equalto", "user") %}{{ m.content }}{% endfor %}',
+    '{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}',
+    '{% for k in x %}{{ k }}{% endfor %}{% for ch in "héllo" %}[{{ ch }}]{% endfor %}',
+    '{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 4 %}{% break %}'
+    '{% endif %}{{ i }}{% endfor %}',
+    '{% set a = 1 %}{% for i in xs %}{% set a = a + i %}{% endfor %}{{ a }}',
+    '{% set ns = namespace(total=0, seen=[]) %}{% for i in xs %}{% set ns.total = ns.total + i %}'
+    '{% endfor %}{{ ns.total }}',
+    '{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (1, "x") %}{{ t[1] }}',
+    '{% set block | upper %}inner {{ n }}{% endset %}[{{ block }}]',
+    '{% macro greet(name, punct="!") %}Hi {{ name }}{{ punct }}{% endmacro %}'
+    '{{ greet("Bo") }} {{ greet("Al", punct="?") }} {{ greet(name="Cy") }}',
+    '{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}inside {{ n }}{% endcall %}',
+    '{% macro v() %}{{ varargs | length }}{{ kwargs.k }}{% endmacro %}{{ v(1, 2, k=3) }}',
+    '{% filter upper %}shout {{ s | trim }}{% endfilter %}',
+    'a  \n  {%- if true -%}  b  {%- endif -%}  \n c',
+    'line1\n    {% if true %}\n    kept\n    {% endif %}\nend',
+    'x {%+ if true %}y{% endif +%}\nz',
+    '{# comment #}a\n{# another -#}  b{{- " c " -}}  d',
+    '{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 + 2 * 3 }}'
+    ' {{ 0.1 + 0.2 }} {{ 1e-5 }} {{ 3.0 }} {{ 1e20 }} {{ 10 / 4 }} {{ 2.5 * 2 }}',
+    '{{ "a" ~ 1 ~ none ~ true }} {{ "ab" * 3 }} {{ [1] + [2] }} {{ "x" + "y" }}',
+    '{{ 1 < 2 < 3 }} {{ 1 == 1.0 }} {{ "a" < "b" }} {{ [1, 2] < [1, 3] }} {{ true == 1 }}',
+    '{{ "ell" in s }} {{ 2 in xs }} {{ "b" in x }} {{ "z" not in x }} {{ 9 not in xs }}',
+    '{{ x is mapping }} {{ xs is iterable }} {{ s is string }} {{ n is number }}'
+    ' {{ n is integer }} {{ none_v is none }} {{ nope is defined }} {{ nope is undefined }}'
+    ' {{ xs is sequence }} {{ x is sequence }} {{ n is odd }} {{ n is even }}'
+    ' {{ n is divisibleby 7 }} {{ true is boolean }} {{ 1.5 is float }} {{ s is not none }}',
+    '{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ "xxhixx".strip("x") }}'
+    '|{{ s.split(",") }}|{{ " a  b ".split() }}|{{ "a,b,c".split(",", 1) }}'
+    '|{{ "a,b,c".rsplit(",", 1) }}',
+    '{{ s.startswith("  He") }} {{ s.endswith("d  ") }} {{ "ab".startswith(("x", "a")) }}'
+    ' {{ s.replace("l", "L") }} {{ s.upper() }} {{ s.lower() }} {{ "hello world".title() }}'
+    ' {{ "hello".capitalize() }} {{ s.find("o") }} {{ s.count("l") }} {{ "-".join(["a", "b"]) }}',
+    '{{ "{} and {}".format("a", 1) }} {{ "{0}{0}{name}".format("z", name="n") }}',
+    '{{ x.get("b") }} {{ x.get("zz", "dflt") }} {{ x.get("zz") }} {{ x.keys() | list }}'
+    ' {{ x.values() | list | length }} {{ x["name"] }} {{ x.name }} {{ x.missing is defined }}',
+    '{{ s | trim }}|{{ s | length }}|{{ "é" | length }}|{{ xs | join(",") }}'
+    '|{{ msgs | map(attribute="role") | join(" ") }}|{{ xs | sort }}|{{ xs | sort(reverse=true) }}'
+    '|{{ ["b", "A", "a"] | sort }}|{{ [1, 2, 1, 3] | unique | list }}|{{ xs | first }}'
+    '|{{ xs | last }}|{{ xs | max }}|{{ xs | min }}|{{ xs | sum }}|{{ xs | reverse | list }}',
+    '{{ nope | default("d") }}|{{ "" | default("e", true) }}|{{ none_v | default("f") }}'
+    '|{{ "5" | int + 1 }}|{{ "x" | int }}|{{ 3.7 | int }}|{{ 2 | float }}|{{ n | string }}'
+    '|{{ "Ab" | upper }}{{ "Ab" | lower }}|{{ "a b" | title }}|{{ "ab" | capitalize }}'
+    '|{{ "aXbX" | replace("X", "-") }}|{{ x | dictsort }}|{{ x | items | list | length }}',
+    '{{ msgs | selectattr("extra") | list | length }}'
+    '|{{ msgs | rejectattr("role", "equalto", "user") | map(attribute="content") | list }}'
+    '|{{ xs | select("odd") | list }}|{{ xs | reject("odd") | list }}'
+    '|{{ ["a", "b"] | map("upper") | list }}|{{ msgs | map(attribute="nope", default="z") | list }}',
+    '{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ "é\\n\\"\\t" | tojson }}'
+    '|{{ "é" | tojson(ensure_ascii=True) }}|{{ [1, none, true, 1.5] | tojson }}'
+    '|{{ x | tojson(separators=(",", ":")) }}|{{ {"b": 1, "a": 2} | tojson(sort_keys=true) }}',
+    '{{ "a\nb\n\nc" | indent(2) }}|{{ "a\nb" | indent(4, first=true) }}'
+    '|{{ "a\n\nb" | indent(2, blank=true) }}',
+    '{{ s[2:7] }}|{{ s[::-1] }}|{{ xs[1:] }}|{{ xs[-1] }}|{{ xs[::2] }}|{{ "héllo"[1:3] }}'
+    '|{{ "héllo"[-2:] }}|{{ xs[5] is defined }}',
+    '{{ strftime_now("%Y-%m-%d %d %b %Y") }}',
+    '{{ bos_token }}{{ eos_token }}',
+    '{{ x }}|{{ xs }}|{{ none_v }}|{{ true }}|{{ "it\'s" }}|{{ [s] }}|{{ {"k": none} }}',
+    '{{ "<b>" | safe + "<i>" }}|{{ "<" + "x" }}',
+    '{{ (xs | map("string") | list) }}{{ xs | map("string") | join }}',
+    '{% if xs | selectattr("nope") %}gen-is-true{% endif %}',
+    '{{ n if n > 3 else "small" }}|{{ "yes" if nope }}|{{ none_v or "alt" }}|{{ 0 and 1 }}',
+    '{{ -n }} {{ +n }} {{ not n }} {{ not none_v }}',
+    '{{ raise_exception("bad conversation") }}',
+    '{{ xs.append(4) }}',
+    '{{ nope.attr }}',
+    '{{ "a" + 1 }}',
+    '{{ none_v | length }}',
+    '{{ xs | selectattr("x") | length }}',
+    '{% if false %}{{ s | from_json }}{% endif %}guarded',
+    '{% for m in none_v %}{% endfor %}',
+    '{{ 1 / 0 }}',
+]
+
+
 def main():
     src_dir = sys.argv[1]
+    env0 = make_env()
+    out = []
+    for src in CONSTRUCTS:
+        case = {'template': src}
+        try:
+            case['output'] = env0.from_string(src).render(bos_token=BOS, eos_token=EOS,
+                                                           **VARS)
+        except Exception as e:
+            case['error'] = f'{type(e).__name__}: {e}'
+        out.append(case)
+    with open(os.path.join(HERE, 'constructs.json'), 'w') as f:
+        json.dump({'vars': VARS, 'bos_token': BOS, 'eos_token': EOS, 'cases': out}, f, indent=1,
+                  ensure_ascii=False)
+        f.write('\n')
     os.makedirs(OUT, exist_ok=True)
     env = make_env()
     with open(os.path.join(OUT, 'conversations.json'), 'w') as f:
