@@ -171,6 +171,39 @@ static ebb_err parse_parts(json_t *c, size_t idx, char **out, size_t *len, struc
     return EBB_OK;
 }
 
+/* The tool fields of a message the chat template receives: tool_calls (an array of
+ * {id, type, function: {name, arguments}}), tool_call_id and name. */
+static ebb_err check_tool_fields(json_t *msg, size_t i, struct ebb__perr *e)
+{
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (calls && !json_is_null(calls)) {
+        if (!json_is_array(calls))
+            return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            json_t *name = json_object_get(fn, "name");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_object(fn) || !json_is_string(name) || !json_string_length(name))
+                return fail(e, "messages",
+                            "messages[%zu].tool_calls[%zu].function.name must be a non-empty "
+                            "string",
+                            i, k);
+            if (args && !json_is_string(args) && !json_is_object(args))
+                return fail(e, "messages",
+                            "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                            "string or an object",
+                            i, k);
+        }
+    }
+    static const char *const strs[] = {"tool_call_id", "name"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *v = json_object_get(msg, strs[k]);
+        if (v && !json_is_null(v) && !json_is_string(v))
+            return fail(e, "messages", "messages[%zu].%s must be a string", i, strs[k]);
+    }
+    return EBB_OK;
+}
+
 static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
 {
     json_t *m = json_object_get(o, "messages");
@@ -194,18 +227,23 @@ static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__per
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
+            strcmp(rs, "tool"))
             return fail(e, "messages",
-                        "messages[%zu].role must be 'system', 'user' or 'assistant', got "
-                        "'%.32s'",
+                        "messages[%zu].role must be 'system', 'user', 'assistant' or 'tool', "
+                        "got '%.32s'",
                         i, rs);
         r->msgs[i].role = rs;
+        r->msgs[i].msg = msg;
+        ebb_err rc = check_tool_fields(msg, i, e);
+        if (rc)
+            return rc;
         json_t *c = json_object_get(msg, "content");
         if (json_is_string(c)) {
             r->msgs[i].content = json_string_value(c);
             r->msgs[i].len = json_string_length(c);
         } else if (json_is_array(c)) {
-            ebb_err rc = parse_parts(c, i, &r->parts_buf[i], &r->msgs[i].len, e);
+            rc = parse_parts(c, i, &r->parts_buf[i], &r->msgs[i].len, e);
             if (rc)
                 return rc;
             r->msgs[i].content = r->parts_buf[i];

@@ -266,6 +266,48 @@ def test_unsupported_fields_rejected(server, client):
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
+SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def test_chat_template_from_gguf_with_tool_history(server, client):
+    # SmolLM2's own template (tokenizer.chat_template) is interpreted; tool results and
+    # assistant tool calls in the history reach it. Its template prints role and content only.
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "get_weather",
+                                          "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18 degrees"},
+            {"role": "user", "content": "Thanks"}]
+    r = client.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=1,
+                                       temperature=0)
+    text = (f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n"
+            "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+            "<|im_start|>assistant\n<|im_end|>\n"
+            "<|im_start|>tool\n18 degrees<|im_end|>\n"
+            "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n")
+    st, _, data = server.request("POST", "/tokenize",
+                                 {"content": text, "add_special": True, "parse_special": True})
+    assert st == 200, data
+    assert r.usage.prompt_tokens == len(json.loads(data)["tokens"])
+    # A malformed tool call is a 400 naming messages.
+    expect_error(server, 400, "POST", "/v1/chat/completions",
+                 {"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]},
+                 param="messages")
+
+
+def test_builtin_template_on_request(make_server):
+    # --chat-template NAME replaces the model's own template; the built-in families know no
+    # tool role, so such a conversation is a 400 and the daemon keeps serving.
+    s = make_server("--chat-template", "chatml")
+    err, _ = expect_error(s, 400, "POST", "/v1/chat/completions",
+                          {"messages": [{"role": "tool", "content": "x"}], "max_tokens": 1},
+                          param="messages")
+    assert "tool" in err["message"]
+    st, _, data = s.request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1})
+    assert st == 200, data
+
+
 def test_openai_client_maps_errors(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=5)
