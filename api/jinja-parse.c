@@ -18,7 +18,8 @@ struct parser {
     ebb_err rc;
     jmp_buf fail;
     unsigned depth;
-    unsigned in_if; /* inside an if statement's condition or branches */
+    unsigned blocks; /* nested statement bodies */
+    unsigned in_if;  /* inside an if statement's condition or branches */
     /* Unknown filters and tests. Jinja2 refuses them when it compiles the template, except
      * inside if statements and conditional expressions, where they fail only if evaluated; ebb
      * does the same so templates that guard an extension filter still load. */
@@ -808,6 +809,8 @@ static struct js *parse_body(struct parser *P, const char *const *ends, int *whi
                              const char *opener)
 {
     struct js *head = NULL, **tail = &head;
+    if (++P->blocks > MAX_NEST)
+        perr(P, EBB_EUNSUPPORTED, open_line, "blocks nested deeper than %d", MAX_NEST);
     for (;;) {
         const struct jtok *t = next(P);
         struct js *s = NULL;
@@ -815,6 +818,7 @@ static struct js *parse_body(struct parser *P, const char *const *ends, int *whi
             if (ends)
                 perr(P, EBB_EINVAL, open_line, "'%s' is never closed (expected '%s')", opener,
                      ends[0]);
+            P->blocks--;
             return head;
         }
         if (t->type == JT_TEXT) {
@@ -833,8 +837,10 @@ static struct js *parse_body(struct parser *P, const char *const *ends, int *whi
         } else if (t->type == JT_BLOCK_BEGIN) {
             bool done = false;
             s = parse_tag(P, ends, which, &done);
-            if (done)
+            if (done) {
+                P->blocks--;
                 return head;
+            }
         } else {
             perr(P, EBB_EINVAL, t->line, "unexpected token");
         }

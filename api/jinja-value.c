@@ -489,8 +489,10 @@ static void repr_str(struct jbuf *b, const char *s, size_t n)
     ebb__jbuf_put(b, &q, 1);
 }
 
-void ebb__jv_repr(struct jbuf *b, struct jv v)
+static void repr_at(struct jbuf *b, struct jv v, int level)
 {
+    if (level > 100)
+        ebb__jinja_fail(b->c, "a value nested deeper than 100 levels (or containing itself)");
     switch (v.t) {
     case JV_STR:
         repr_str(b, v.u.s->p, v.u.s->n);
@@ -504,7 +506,7 @@ void ebb__jv_repr(struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
                 ebb__jbuf_puts(b, ", ");
-            ebb__jv_repr(b, v.u.l->v[i]);
+            repr_at(b, v.u.l->v[i], level + 1);
         }
         ebb__jbuf_puts(b, !v.u.l->tuple ? "]" : v.u.l->n == 1 ? ",)" : ")");
         return;
@@ -513,15 +515,20 @@ void ebb__jv_repr(struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i)
                 ebb__jbuf_puts(b, ", ");
-            ebb__jv_repr(b, v.u.d->k[i]);
+            repr_at(b, v.u.d->k[i], level + 1);
             ebb__jbuf_puts(b, ": ");
-            ebb__jv_repr(b, v.u.d->v[i]);
+            repr_at(b, v.u.d->v[i], level + 1);
         }
         ebb__jbuf_puts(b, v.u.d->ns ? "}>" : "}");
         return;
     default:
         ebb__jv_to_str(b, v);
     }
+}
+
+void ebb__jv_repr(struct jbuf *b, struct jv v)
+{
+    repr_at(b, v, 0);
 }
 
 void ebb__jv_to_str(struct jbuf *b, struct jv v)
