@@ -8,7 +8,7 @@
 
 #include "api.h"
 #include "chat-template.h"
-#include "sampler.h"
+#include "sched/sampler.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {
@@ -199,7 +199,17 @@ struct ebb__req {
 
 struct ebb__fdpoll;
 
+/* What server.c calls in the files above it (routes.c, gen.c); api.c fills it. */
+struct ebb__handlers {
+    MHD_AccessHandlerCallback on_access; /* ebb__on_access */
+    void (*gen_pump)(struct ebb__req *r);
+    void (*gen_keepalive)(struct ebb__req *r, double now);
+    void (*gen_conn_closed)(struct ebb__req *r);
+    void (*gen_free)(struct ebb__gen *g);
+};
+
 struct ebb_api {
+    const struct ebb__handlers *h;
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
     bool use_epoll;
@@ -269,6 +279,9 @@ void ebb__suspend(struct ebb__req *r);
 void ebb__park(struct ebb__req *r);
 /* Schedules MHD_run on the next loop iteration. */
 void ebb__kick(struct ebb_api *a);
+/* ebb_api_new's body (server.c): h names the routes' and the generator's entry points. */
+ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
+                        const struct ebb__handlers *h, struct ebb_api **out, struct ebb_diag *diag);
 
 /* gen.c: /v1/chat/completions and /v1/completions. Called with the full body; called again
  * after a resume (r->gen set). */

@@ -1,6 +1,6 @@
 /* The OpenAI-compatible HTTP API: libmicrohttpd driven from a libuv loop (external-select mode),
  * routing, validation, OpenAI JSON objects and server-sent events. Everything here runs on the
- * loop thread except the functions documented as thread-safe. Logs go through daemon/log.h
+ * loop thread except the functions documented as thread-safe. Logs go through runtime/base/log.h
  * (module "http"), which the binary links. */
 #ifndef EBB_API_API_H
 #define EBB_API_API_H
@@ -11,8 +11,8 @@
 
 #include <uv.h>
 
-#include "err.h"
-#include "scheduler.h"
+#include "base/err.h"
+#include "sched/scheduler.h"
 
 /* How MHD is driven. epoll: one uv_poll_t on MHD's epoll fd (Linux). fdset: MHD_get_fdset
  * and a uv_poll_t per socket (portable: macOS, BSD; also selectable on Linux). */

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "jinja.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 struct sbuf {
     char *p;

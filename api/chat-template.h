@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "err.h"
+#include "base/err.h"
 
 struct ebb_jinja;
 

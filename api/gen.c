@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
-#include "tokenizer.h"
+#include "base/log.h"
+#include "tokenizer/tokenizer.h"
 
 void ebb__req_engine_released(struct ebb__req *r);
 

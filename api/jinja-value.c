@@ -3,6 +3,7 @@
 #include "jinja-int.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,40 @@ void ebb__jarena_fini(struct jarena *a)
     }
     a->head = NULL;
     a->used = 0;
+}
+
+/* ---- render errors and memory ----------------------------------------------------------- */
+
+static _Noreturn void vfail(struct jctx *c, ebb_err err, const char *fmt, va_list ap)
+{
+    char msg[300];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    snprintf(c->msg, sizeof(c->msg), "chat template line %d: %s", c->line, msg);
+    c->err = err;
+    longjmp(c->fail, 1);
+}
+
+_Noreturn void ebb__jinja_fail(struct jctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, EBB_EINVAL, fmt, ap);
+}
+
+_Noreturn void ebb__jinja_fail_err(struct jctx *c, ebb_err err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, err, fmt, ap);
+}
+
+void *ebb__jinja_alloc(struct jctx *c, size_t n)
+{
+    void *p = ebb__jarena_alloc(&c->arena, n);
+    if (!p)
+        ebb__jinja_fail_err(c, EBB_ERANGE, "the template needs more than %zu MiB of memory",
+                            c->arena.limit >> 20);
+    return p;
 }
 
 /* ---- constructors --------------------------------------------------------------------------- */

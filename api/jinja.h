@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "err.h"
+#include "base/err.h"
 
 struct ebb_jinja;
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 void ebb__abuf_put(struct ebb__abuf *b, const char *s, size_t n)
 {

@@ -1,5 +1,7 @@
 /* libmicrohttpd inside the libuv loop (an epoll driver and a portable fdset driver), request
- * life (suspend/resume, hang-up detection, freeing), engine notifications, start and stop. */
+ * life (suspend/resume, hang-up detection, freeing), responses, engine notifications, start and
+ * stop. The routes and the generator sit above this file: it reaches them only through the
+ * handler table api.c passes in (struct ebb__handlers), never by name. */
 #include "api-int.h"
 
 #include <arpa/inet.h>
@@ -15,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
-#include "tokenizer.h"
+#include "base/log.h"
+#include "tokenizer/tokenizer.h"
 
 double ebb__now(void)
 {
@@ -286,7 +288,7 @@ static void req_maybe_free(struct ebb__req *r)
         return;
     live_unlink(r);
     if (r->gen)
-        ebb__gen_free(r->gen);
+        r->api->h->gen_free(r->gen);
     ebb__abuf_fini(&r->body);
     ebb__abuf_fini(&r->out);
     free(r);
@@ -384,7 +386,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         a->n_gen_conns--;
     }
     if (r->gen)
-        ebb__gen_conn_closed(r);
+        a->h->gen_conn_closed(r);
     req_maybe_free(r);
 }
 
@@ -505,7 +507,7 @@ static void on_async(uv_async_t *h)
         struct ebb__req *r = list;
         list = r->ready_next;
         r->ready_next = NULL;
-        ebb__gen_pump(r);
+        a->h->gen_pump(r);
     }
 }
 
@@ -531,7 +533,7 @@ static void on_tick(uv_timer_t *t)
     double now = ebb__now();
     for (struct ebb__req *r = a->live, *n; r; r = n) {
         n = r->live_next;
-        ebb__gen_keepalive(r, now);
+        a->h->gen_keepalive(r, now);
     }
 }
 
@@ -568,14 +570,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     ebb_log(EBB_LOG_DEBUG, "http", "http: %s", msg);
 }
 
-ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct ebb_api **out,
-                    struct ebb_diag *diag)
+ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
+                        const struct ebb__handlers *h, struct ebb_api **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct ebb_api *a = calloc(1, sizeof(*a));
     if (!a)
         return EBB_ENOMEM;
     a->loop = loop;
+    a->h = h;
     pthread_mutex_init(&a->mu, NULL);
     a->model_id = dupstr(cfg->model_id ? cfg->model_id : "model");
     a->chat_template = dupstr(cfg->chat_template);
@@ -637,7 +640,7 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
     else
         opts[no++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    a->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, ebb__on_access, a, MHD_OPTION_ARRAY,
+    a->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, a->h->on_access, a, MHD_OPTION_ARRAY,
                               opts, MHD_OPTION_END);
     if (!a->mhd) {
         rc = ebb_diag_set(diag, EBB_EIO, "cannot listen on %s port %u: %s", host, cfg->port,

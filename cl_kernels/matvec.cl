@@ -10,7 +10,8 @@
  * options from the device profile:
  *   MV_WG  work-items that share one output row in matvec (1 on CPUs, a warp/wave on GPUs)
  *   MM_T   tokens per work-item in matmul (register tile), MM_K input chunk held in local
- *   MM_LOCAL  1: stage the token tile in local memory (GPUs); 0: read it in place (CPUs). */
+ *   MM_LOCAL  1: stage the token tile in local memory (GPUs); 0: read it in place (CPUs).
+ *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built. */
 
 #ifndef MV_WG
 #define MV_WG 1
@@ -29,6 +30,9 @@
 #endif
 #ifndef MV_FLAT
 #define MV_FLAT 0
+#endif
+#ifndef MV_Q8
+#define MV_Q8 0
 #endif
 
 /* matvec's input x'[i..i+3] from x[i..i+3] (v): times the folded norm weight nw, and with glu
@@ -226,6 +230,72 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
         sum += res[(size_t)t * y_ld + y_off + row];
     WRITE_Y(y, t, y_off + row, sum);
 }
+
+#if defined(W_Q16) && MV_Q8
+/* The int dot product of 4-bit block v (uint4: byte j holds elements j (low nibble) and j + 16
+ * (high)) with the int8 block at xw (eight words, word j holds elements 4j..4j+3). */
+inline int q4q8_dot(uint4 v, const __global int4 *xw)
+{
+    int4 x0 = xw[0], x1 = xw[1];
+    const uint m = 0x0F0F0F0Fu;
+    int s = dot4_us(v.s0 & m, x0.s0, 0);
+    s = dot4_us((v.s0 >> 4) & m, x1.s0, s);
+    s = dot4_us(v.s1 & m, x0.s1, s);
+    s = dot4_us((v.s1 >> 4) & m, x1.s1, s);
+    s = dot4_us(v.s2 & m, x0.s2, s);
+    s = dot4_us((v.s2 >> 4) & m, x1.s2, s);
+    s = dot4_us(v.s3 & m, x0.s3, s);
+    return dot4_us((v.s3 >> 4) & m, x1.s3, s);
+}
+
+/* matvec of one token for 4-bit 32-block weights with its input already quantized by
+ * quantize_x8 (xq int8, xd per-block (d, d * sum)): y[y_off + o] = (res ? res[y_off + o] : 0)
+ * + sum_b d_w xd.x * dot(q_w, xq) + m_w * xd.y. The norm and SwiGLU folds happened in
+ * quantize_x8. Global size (n_out * MV_WG, 1), local (MV_WG * MV_ROWS, 1). */
+__kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
+                        __global const float2 *xd, __global float *y, int y_off,
+                        __global const float *res)
+{
+    int row = get_global_id(0) / MV_WG;
+    int lane = get_local_id(0) % MV_WG;
+#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
+    int slot = get_local_id(0) / MV_WG;
+    __local float red[MV_WG * MV_ROWS];
+#endif
+    float acc = 0.0f;
+    if (row < n_out) {
+        int nb = n_in / 32, b = lane;
+        /* two blocks per step: two weight loads in flight */
+        for (; b + MV_WG < nb; b += 2 * MV_WG) {
+            uint4 v0, v1;
+            float2 dm0, dm1;
+            W_Q16(row, b, &v0, &dm0);
+            W_Q16(row, b + MV_WG, &v1, &dm1);
+            float2 d0 = xd[b], d1 = xd[b + MV_WG];
+            int s0 = q4q8_dot(v0, xq + 2 * b), s1 = q4q8_dot(v1, xq + 2 * (b + MV_WG));
+            acc += dm0.x * d0.x * (float)s0 + dm0.y * d0.y;
+            acc += dm1.x * d1.x * (float)s1 + dm1.y * d1.y;
+        }
+        if (b < nb) {
+            uint4 v0;
+            float2 dm0;
+            W_Q16(row, b, &v0, &dm0);
+            float2 d0 = xd[b];
+            acc += dm0.x * d0.x * (float)q4q8_dot(v0, xq + 2 * b) + dm0.y * d0.y;
+        }
+    }
+#if MV_PTX && MV_WG == 32
+    float sum = warp_sum(acc);
+#else
+    float sum = ROW_SUM(acc);
+#endif
+    if (lane != 0 || row >= n_out)
+        return;
+    if (res)
+        sum += res[y_off + row];
+    y[y_off + row] = sum;
+}
+#endif
 
 /* Tiled matrix-matrix product for prefill: the same result as matvec for n_tok tokens. A
  * work-group of MM_WG work-items covers MM_WG output rows and MM_T tokens; the tokens' input

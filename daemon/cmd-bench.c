@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "stream-opts.h"
 
 static void bench_usage(FILE *f)

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl.h"
-#include "gguf.h"
+#include "cl/cl.h"
+#include "gguf/gguf.h"
 
 #define MAX_LAYERS (1u << 20) /* "blk.N." with a larger N is not counted as a layer */
 #define N_TYPES 64            /* histogram slots; ggml type ids are below this */

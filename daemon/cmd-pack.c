@@ -1,5 +1,5 @@
-/* `ebb pack`: writes a model's weights regrouped per layer for streaming (runtime/pack.h), and
- * with --verify reads every group of an existing pack back through its checksums. */
+/* `ebb pack`: writes a model's weights regrouped per layer for streaming (runtime/stream/pack.h),
+ * and with --verify reads every group of an existing pack back through its checksums. */
 #include "cmds.h"
 
 #include <stdbool.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "pack.h"
+#include "gguf/gguf.h"
+#include "stream/pack.h"
 
 static void pack_usage(FILE *f)
 {

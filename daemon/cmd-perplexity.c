@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
-#include "tokenizer.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 static void ppl_usage(FILE *f)
 {

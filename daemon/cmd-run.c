@@ -14,10 +14,10 @@
 
 #include "api/chat-template.h"
 #include "daemon/warm.h"
-#include "model.h"
-#include "sampler.h"
+#include "model/model.h"
+#include "sched/sampler.h"
 #include "stream-opts.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static void run_usage(FILE *f)
 {

@@ -1,5 +1,7 @@
-/* Reading a config file with inih, with line numbers and error messages of our own. See
- * config.h for the contract of ebb_config_load_file. */
+/* Reading a config file with inih, with line numbers and error messages of our own, and the whole
+ * precedence chain (ebb_config_build: file, environment, flags) and its reload on SIGHUP. See
+ * config.h for the contracts. The option table and its parsers are config.c's; this file only calls
+ * ebb_config_set. */
 #include "config.h"
 
 #include <ctype.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -168,5 +171,73 @@ ebb_err ebb_config_load_file(struct ebb_config *cfg, const char *path, struct eb
                             path, r);
     if (r < 0)
         return ebb_diag_set(diag, EBB_ENOMEM, "%s: out of memory while parsing", path);
+    return EBB_OK;
+}
+
+ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
+                         const struct ebb_config_arg *flags, size_t n_flags, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    const char *env_path = getenv("EBB_CONFIG");
+    if (!config_path && env_path && *env_path)
+        config_path = env_path;
+    if (config_path) {
+        rc = ebb_config_load_file(cfg, config_path, diag);
+    } else {
+        char *user = ebb_config_user_file();
+        const char *cands[] = {user, EBB_SYSCONFDIR "/ebb/ebb.conf"};
+        for (size_t i = 0; i < 2 && !rc; i++) {
+            if (cands[i] && cands[i][0] && access(cands[i], F_OK) == 0) {
+                rc = ebb_config_load_file(cfg, cands[i], diag);
+                break;
+            }
+        }
+        free(user);
+    }
+    if (rc)
+        return rc;
+    if ((rc = ebb_config_apply_env(cfg, diag)))
+        return rc;
+    for (size_t i = 0; i < n_flags; i++) {
+        rc = ebb_config_set(cfg, flags[i].key, flags[i].value, EBB_CONFIG_SRC_FLAG, 0, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb_config_reload(struct ebb_config *cfg, const char *config_path,
+                          const struct ebb_config_arg *flags, size_t n_flags, unsigned *changed,
+                          struct ebb_diag *diag)
+{
+    struct ebb_config next;
+    ebb_err rc = ebb_config_init(&next);
+    if (!rc)
+        rc = ebb_config_build(&next, config_path, flags, n_flags, diag);
+    if (rc) {
+        ebb_config_fini(&next);
+        return rc;
+    }
+    unsigned bits = ebb_config_diff(cfg, &next);
+    if (bits & EBB_CONFIG_CHANGE_LISTEN) {
+        ebb_log_warn("config",
+                     "host/port changed to %s:%u: restart ebb to listen there; still "
+                     "serving on %s:%u",
+                     next.host, (unsigned)next.port, cfg->host, (unsigned)cfg->port);
+        /* Keep what the socket really is. */
+        char *h = next.host;
+        next.host = cfg->host;
+        cfg->host = h;
+        next.port = cfg->port;
+        next.source[EBB_CFG_HOST] = cfg->source[EBB_CFG_HOST];
+        next.source[EBB_CFG_PORT] = cfg->source[EBB_CFG_PORT];
+        next.source_line[EBB_CFG_HOST] = cfg->source_line[EBB_CFG_HOST];
+        next.source_line[EBB_CFG_PORT] = cfg->source_line[EBB_CFG_PORT];
+    }
+    if (bits & EBB_CONFIG_CHANGE_LOG)
+        ebb_log_configure(next.log_level, next.log_format);
+    ebb_config_fini(cfg);
+    *cfg = next;
+    *changed = bits;
     return EBB_OK;
 }

@@ -444,36 +444,9 @@ ebb_err ebb_config_apply_env(struct ebb_config *cfg, struct ebb_diag *diag)
     return EBB_OK;
 }
 
-ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
-                         const struct ebb_config_arg *flags, size_t n_flags, struct ebb_diag *diag)
+char *ebb_config_user_file(void)
 {
-    ebb_err rc = EBB_OK;
-    const char *env_path = getenv("EBB_CONFIG");
-    if (!config_path && env_path && *env_path)
-        config_path = env_path;
-    if (config_path) {
-        rc = ebb_config_load_file(cfg, config_path, diag);
-    } else {
-        char *user = dir_from("XDG_CONFIG_HOME", ".config", "ebb/ebb.conf", "");
-        const char *cands[] = {user, EBB_SYSCONFDIR "/ebb/ebb.conf"};
-        for (size_t i = 0; i < 2 && !rc; i++) {
-            if (cands[i] && cands[i][0] && access(cands[i], F_OK) == 0) {
-                rc = ebb_config_load_file(cfg, cands[i], diag);
-                break;
-            }
-        }
-        free(user);
-    }
-    if (rc)
-        return rc;
-    if ((rc = ebb_config_apply_env(cfg, diag)))
-        return rc;
-    for (size_t i = 0; i < n_flags; i++) {
-        rc = ebb_config_set(cfg, flags[i].key, flags[i].value, EBB_CONFIG_SRC_FLAG, 0, diag);
-        if (rc)
-            return rc;
-    }
-    return EBB_OK;
+    return dir_from("XDG_CONFIG_HOME", ".config", "ebb/ebb.conf", "");
 }
 
 /* Formats option o of cfg as config-file text (secrets masked). */
@@ -628,40 +601,4 @@ unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b)
             bits |= o->change;
     }
     return bits;
-}
-
-ebb_err ebb_config_reload(struct ebb_config *cfg, const char *config_path,
-                          const struct ebb_config_arg *flags, size_t n_flags, unsigned *changed,
-                          struct ebb_diag *diag)
-{
-    struct ebb_config next;
-    ebb_err rc = ebb_config_init(&next);
-    if (!rc)
-        rc = ebb_config_build(&next, config_path, flags, n_flags, diag);
-    if (rc) {
-        ebb_config_fini(&next);
-        return rc;
-    }
-    unsigned bits = ebb_config_diff(cfg, &next);
-    if (bits & EBB_CONFIG_CHANGE_LISTEN) {
-        ebb_log_warn("config",
-                     "host/port changed to %s:%u: restart ebb to listen there; still "
-                     "serving on %s:%u",
-                     next.host, (unsigned)next.port, cfg->host, (unsigned)cfg->port);
-        /* Keep what the socket really is. */
-        char *h = next.host;
-        next.host = cfg->host;
-        cfg->host = h;
-        next.port = cfg->port;
-        next.source[EBB_CFG_HOST] = cfg->source[EBB_CFG_HOST];
-        next.source[EBB_CFG_PORT] = cfg->source[EBB_CFG_PORT];
-        next.source_line[EBB_CFG_HOST] = cfg->source_line[EBB_CFG_HOST];
-        next.source_line[EBB_CFG_PORT] = cfg->source_line[EBB_CFG_PORT];
-    }
-    if (bits & EBB_CONFIG_CHANGE_LOG)
-        ebb_log_configure(next.log_level, next.log_format);
-    ebb_config_fini(cfg);
-    *cfg = next;
-    *changed = bits;
-    return EBB_OK;
 }

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "daemon/log.h"
-#include "runtime/err.h"
+#include "base/log.h"
+#include "base/err.h"
 
 /* A list option (api_key, cors_origin): comma-separated in the file, the environment and flags;
  * blanks around items are trimmed and empty items dropped. */
@@ -119,6 +119,10 @@ ebb_err ebb_config_apply_env(struct ebb_config *cfg, struct ebb_diag *diag);
  * keys are EBB_ENOTFOUND, bad values EBB_EINVAL, diag "<key>: <why>". */
 ebb_err ebb_config_set(struct ebb_config *cfg, const char *key, const char *value,
                        enum ebb_config_source src, int line, struct ebb_diag *diag);
+
+/* $XDG_CONFIG_HOME/ebb/ebb.conf, else ~/.config/ebb/ebb.conf, else ""; malloc'd (NULL when out
+ * of memory). */
+char *ebb_config_user_file(void);
 
 /* The whole precedence chain: defaults, then the config file, then the environment, then flags.
  * The file is config_path if non-NULL (it must exist), else $EBB_CONFIG if set (must exist),

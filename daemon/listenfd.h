@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/err.h"
+#include "base/err.h"
 
 #define EBB_LISTENFD_START 3
 

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/err.h"
+#include "base/err.h"
 
 /* True when NOTIFY_SOCKET is set, i.e. systemd (or a test) is listening. */
 bool ebb_notify_enabled(void);

@@ -9,7 +9,7 @@
 
 #include <uv.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "daemon/warm.h"
 
 /* A model opened on a thread of its own while the running one keeps serving. */

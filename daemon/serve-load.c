@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "base/log.h"
 #include "daemon/notify.h"
 
 static double mono(void)

@@ -13,10 +13,10 @@
 #include "api/chat-template.h"
 #include "daemon/config.h"
 #include "daemon/listenfd.h"
-#include "daemon/log.h"
+#include "base/log.h"
 #include "daemon/notify.h"
 #include "daemon/serve-int.h"
-#include "scheduler.h"
+#include "sched/scheduler.h"
 
 struct serve {
     uv_loop_t loop;

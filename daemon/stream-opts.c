@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stream-plan.h"
+#include "stream/stream-plan.h"
 
 const char ebb_stream_opts_usage[] =
     "      --memory-budget SIZE|auto  stream decoder layers so that weights + KV + buffers\n"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "base/log.h"
 #include "daemon/notify.h"
 
 #define WARM_STEP ((uint64_t)64 << 20)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates runtime/unicode-data.c: compact Unicode tables for the tokenizers' pre-tokenizers.
+"""Generates runtime/tokenizer/unicode-data.c: compact Unicode tables for the tokenizers' pre-tokenizers.
 
 The tables come from Python's own unicodedata module, so the output depends only on the Python
 version that runs this script (its Unicode version is written into the file header). Tables:
@@ -8,7 +8,7 @@ version that runs this script (its Unicode version is written into the file head
   - the White_Space code points;
   - simple lowercase mappings (code point -> single lowercase code point).
 
-Usage: python3 scripts/gen-unicode-data.py > runtime/unicode-data.c
+Usage: python3 scripts/gen-unicode-data.py > runtime/tokenizer/unicode-data.c
 
 Run it with Python 3.13 (Unicode 15.1): that is the Unicode version of llama.cpp's own tables, and
 the tokenizer tests compare ids with llama.cpp, so the category of every code point must agree.

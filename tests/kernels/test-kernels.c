@@ -3,7 +3,7 @@
  * takes seconds on two CPU cores. Weight kernels are checked for every type and every layout
  * the device supports (raw blocks, split planes in buffers, split planes through an
  * image1d_buffer, split planes in image2d objects, also wrapped and packed under lowered image2d
- * limits) against runtime/quant.c's dequantization.
+ * limits) against runtime/quant/quant.c's dequantization.
  *
  * Error bounds: dot products are compared with |y - ref| <= 1e-4 * sum_i |w_i x_i| + 1e-6, i.e.
  * relative to the magnitude of the terms (float accumulation in a different order gives
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl-layout.h"
-#include "quant.h"
+#include "cl/cl-layout.h"
+#include "quant/quant.h"
 
 static int failures;
 static struct ebb_cl *cl;
@@ -113,6 +113,100 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
 
 /* The layout and image2d geometry test_weight_layout last placed its weight in. */
 static struct ebb_cl_weight last_placed;
+
+/* matvec_q8 after quantize_x8 (the 8-bit input decode path, tuning mv_q8) for weight wt with
+ * dequantized rows w: plain, with the RMS norm folded in, and with SwiGLU folded in, each with a
+ * residual. The input is rounded to int8 per 32-block, so the result may differ from the exact
+ * product by at most sum_i |w_i| * d_b / 2 (d_b = the block's max |x'| / 127, times 1 / rms with
+ * the norm): the bound checked, plus the float tolerance above. */
+static void test_matvec_q8(const char *name, const struct ebb_cl_weight *wt,
+                           const struct ebb_cl_wprog *p, const float *w)
+{
+    uint32_t n_in = wt->n_in, n_out = wt->n_out;
+    cl_program ops;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &tu, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8", &kq, D));
+    float *xg = malloc(sizeof(float) * 2 * n_in), *nw = malloc(sizeof(float) * n_in);
+    float *res = malloc(sizeof(float) * n_out), *y = malloc(sizeof(float) * n_out);
+    float *xp = malloc(sizeof(float) * n_in);
+    for (uint32_t i = 0; i < 2 * n_in; i++)
+        xg[i] = 2.0f * frand();
+    for (uint32_t i = 0; i < n_in; i++)
+        nw[i] = 0.5f + frand();
+    for (uint32_t o = 0; o < n_out; o++)
+        res[o] = frand();
+    cl_mem xb = buf(sizeof(float) * 2 * n_in, xg), nwb = buf(sizeof(float) * n_in, nw);
+    cl_mem rb = buf(sizeof(float) * n_out, res), yb = buf(sizeof(float) * n_out, NULL);
+    cl_mem xq = buf(n_in, NULL), xd = buf(sizeof(float) * 2 * (n_in / 32), NULL);
+    const float eps = 1e-5f;
+    for (int variant = 0; variant < 3; variant++) {
+        int glu = variant == 2, ni = (int)n_in, no = (int)n_out, zero = 0;
+        cl_mem nwarg = variant == 1 ? nwb : NULL;
+        double inv = 1.0;
+        if (variant == 1) {
+            double ss = 0;
+            for (uint32_t i = 0; i < n_in; i++)
+                ss += (double)xg[i] * xg[i];
+            inv = 1.0 / sqrt(ss / n_in + eps);
+        }
+        for (uint32_t i = 0; i < n_in; i++) {
+            double v = variant == 1 ? (double)xg[i] * nw[i] : xg[i];
+            if (glu)
+                v = v / (1.0 + exp(-v)) * xg[n_in + i];
+            xp[i] = (float)v;
+        }
+        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni),  EBB_CL_ARG(nwarg),
+                                  EBB_CL_ARG(eps), EBB_CL_ARG(glu), EBB_CL_ARG(xq),
+                                  EBB_CL_ARG(xd)};
+        size_t qg = (n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+        OK(ebb_cl_set_args(kq, 0, qa, 7, D));
+        OK(ebb_cl_run(cl, kq, 1, &qg, &ql, D));
+        OK(ebb_cl_check(
+            clEnqueueWriteBuffer(cl->q, yb, CL_TRUE, 0, sizeof(float) * n_out, res, 0, NULL, NULL),
+            D, "write"));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),   EBB_CL_ARG(xq), EBB_CL_ARG(xd),
+                                 EBB_CL_ARG(yb), EBB_CL_ARG(zero), EBB_CL_ARG(yb)};
+        OK(ebb_cl_weight_set_args(wt, p->matvec_q8, 0, D));
+        OK(ebb_cl_set_args(p->matvec_q8, 2, a, 7, D));
+        size_t g[2], lw[2];
+        ebb_cl_wkernel_shape(&tu, EBB_CL_WK_MATVEC, n_out, 1, g, lw);
+        OK(ebb_cl_run(cl, p->matvec_q8, 2, g, lw, D));
+        rd(yb, sizeof(float) * n_out, y);
+        double worst = 0;
+        for (uint32_t o = 0; o < n_out; o++) {
+            double ref = res[o], mag = fabs(ref), qerr = 0;
+            for (uint32_t b = 0; b < n_in / 32; b++) {
+                double amax = 0, wabs = 0;
+                for (uint32_t i = b * 32; i < b * 32 + 32; i++) {
+                    double term = (double)w[(size_t)o * n_in + i] * xp[i] * inv;
+                    ref += term;
+                    mag += fabs(term);
+                    amax = fmax(amax, fabs(xp[i]));
+                    wabs += fabs(w[(size_t)o * n_in + i]);
+                }
+                qerr += wabs * amax / 127.0 * 0.51 * inv;
+            }
+            double bound = qerr + 1e-4 * mag + 1e-6, err = fabs(y[o] - ref);
+            if (err / bound > worst)
+                worst = err / bound;
+            CHECK(err <= bound, "%s matvec_q8 variant %d o %u: %g vs %g (bound %g)", name, variant,
+                  o, y[o], ref, bound);
+        }
+        static const char *const vname[] = {"q8", "q8+norm", "q8+glu"};
+        printf("  %-34s %-7s max err / bound %.2f\n", name, vname[variant], worst);
+    }
+    cl_mem ms[] = {xb, nwb, rb, yb, xq, xd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    clReleaseKernel(kq);
+    clReleaseProgram(ops);
+    free(xg);
+    free(nw);
+    free(res);
+    free(y);
+    free(xp);
+}
 
 static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, uint32_t n_in)
 {
@@ -237,6 +331,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     clReleaseMemObject(xgb);
     free(nwh);
     free(xg);
+    if (p.matvec_q8)
+        test_matvec_q8(name, &wt, &p, w);
 
     /* get_rows with a scale, rows picked out of order. */
     int ids[4] = {(int)n_out - 1, 0, (int)n_out / 2, 1};
@@ -333,11 +429,12 @@ static void test_weights(void)
     tu.mv_wg = tu.mv_wg > 1 ? 1 : 32;
     tu.mv_rows = 2;
     tu.mv_q16 = !tu.mv_q16;   /* a whole 4-bit block per work-item, GPU style, */
-    tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory */
+    tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory, */
+    tu.mv_q8 = tu.mv_q16;     /* and 8-bit inputs for decode (matvec_q8) */
     tu.mv_flat = !tu.mv_flat; /* and the other reduction */
     printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
-           "whole-block q4 %u, flat reduction %u)\n",
-           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_flat);
+           "whole-block q4 %u, 8-bit inputs %u, flat reduction %u)\n",
+           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat);
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},

@@ -14,7 +14,7 @@
 
 #include "api/api-int.h"
 #include "api/chat-template.h"
-#include "scheduler.h"
+#include "sched/scheduler.h"
 
 /* ---- chat templates ------------------------------------------------------------------------ */
 

@@ -5,7 +5,7 @@
 
 #include <cmocka.h>
 
-#include "err.h"
+#include "base/err.h"
 
 static void test_names(void **state)
 {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "gguf-writer.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 /* ---- helpers ---- */
 

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "memprobe.h"
+#include "stream/memprobe.h"
 
 #define MiB (1024ull * 1024)
 

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "model.h"
+#include "model/model.h"
 
 static char g_model[1024];
 static char g_probe[] = "/tmp/ebb-test-model-stream-XXXXXX";

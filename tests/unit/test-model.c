@@ -47,7 +47,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "model.h"
+#include "model/model.h"
 
 #define LOGIT_TOL 1.5f
 #define CENTERED_TOL 1.0f
@@ -325,7 +325,11 @@ static void test_prefill_vs_decode(void **state)
     for (uint32_t i = 0; i < V; i++)
         maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
     fprintf(stderr, "# prefill vs token-by-token: max |diff| %.5f\n", (double)maxd);
-    assert_true(maxd < 0.01f);
+    /* Decode with 8-bit inputs (OpenCL on NVIDIA by default) rounds every product's input, as
+     * llama.cpp does: the bound is then the one held against llama.cpp's logits (CENTERED_TOL;
+     * 70 such steps measured 0.55 on PoCL with EBB_CL_MVQ16=1 EBB_CL_MVQ8=1). */
+    bool q8 = strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL;
+    assert_true(maxd < (q8 ? CENTERED_TOL : 0.01f));
     free(a);
     free(b);
 }
@@ -414,11 +418,20 @@ static void test_tiny_model(void **state)
     struct ebb_model_out o1 = {.logits = last};
     assert_true(V <= 256);
     assert_int_equal(ebb_model_eval(m, 0, ids, 7, 0, &o1, &d), EBB_OK);
+    /* Decode with 8-bit inputs: each product's input rounded to 1/254 of its block's largest
+     * value, which the tiny model (64-wide, random weights, logits up to ~7) feels far more
+     * than fp16 storage: 0.33 measured on PoCL with EBB_CL_MVQ16=1 EBB_CL_MVQ8=1. The kernel
+     * tests hold matvec_q8 to its exact rounding bound; this only catches gross errors. */
+    bool q8 = strstr(ebb_model_device_name(m), "8-bit decode inputs") != NULL;
+    float dtol = q8 ? 0.6f : tol, dmax = 0;
     for (uint32_t i = 7; i < n; i++) {
         assert_int_equal(ebb_model_eval(m, 0, &ids[i], 1, i, &o1, &d), EBB_OK);
         for (uint32_t k = 0; k < V; k++)
-            assert_true(fabsf(last[k] - want[(size_t)i * V + k]) <= tol);
+            dmax = fmaxf(dmax, fabsf(last[k] - want[(size_t)i * V + k]));
     }
+    fprintf(stderr, "# tiny model, decoded one by one: max |diff| %.2e (tolerance %.2e)\n",
+            (double)dmax, (double)dtol);
+    assert_true(dmax <= dtol);
     ebb_model_close(m);
     free(want);
     free(got);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "gguf-writer.h"
-#include "pack.h"
+#include "stream/pack.h"
 
 static char dir[64], gpath[128], ppath[128];
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 
 #ifndef EBB_TEST_DATA
 #define EBB_TEST_DATA "tests/data"

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "sampler.h"
+#include "sched/sampler.h"
 
 static struct ebb_sampler *make(const struct ebb_sampling *p, uint32_t n_vocab)
 {

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scheduler.h"
-#include "tokenizer.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- fake model: token t >= 1 reads as the letter 'a' + (t - 1) % 26; token 0 ends
  * generation. The most likely next token after t is t % 5 + 1 (a b c d e a b ...), unless

@@ -21,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "stream-cl.h"
-#include "stream-io.h"
-#include "stream.h"
+#include "stream/stream-cl.h"
+#include "stream/stream-io.h"
+#include "stream/stream.h"
 
 #define N_LAYER 5
 #define N_SLOTS 3

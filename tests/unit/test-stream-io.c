@@ -16,11 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "memprobe.h"
-#include "pack.h"
-#include "stream-io.h"
-#include "stream-plan.h"
+#include "gguf/gguf.h"
+#include "stream/memprobe.h"
+#include "stream/pack.h"
+#include "stream/stream-io.h"
+#include "stream/stream-plan.h"
 
 #define N_LAYER 7
 #define N_SLOTS 3

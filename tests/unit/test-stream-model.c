@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pack.h"
-#include "stream-cl.h"
-#include "stream.h"
+#include "stream/pack.h"
+#include "stream/stream-cl.h"
+#include "stream/stream.h"
 
 #define PARTS 256 /* work-items per layer reduction */
 

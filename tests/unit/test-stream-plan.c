@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "stream-plan.h"
+#include "stream/stream-plan.h"
 
 #define MiB (1024ull * 1024)
 #define SEC 1000000000ull

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stream.h"
+#include "stream/stream.h"
 
 #define N_LAYER 8
 #define LAYER 20000

@@ -15,9 +15,9 @@
 #include <jansson.h>
 
 #include "gguf-writer.h"
-#include "gguf.h"
-#include "tokenizer-int.h"
-#include "tokenizer.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer-int.h"
+#include "tokenizer/tokenizer.h"
 
 #ifndef EBB_TEST_DATA
 #error "EBB_TEST_DATA must name tests/data"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One device call on the GPU machine (docs/PERFORMANCE.md): builds llama.cpp's CUDA llama-bench
+# in the background (from .llama-src, if carried), writes random-weight 8B- and 1B-shape Q4_0
+# GGUFs, runs the kernel tests, then `ebb bench` (default tuning and the variants in
+# EBB_VARIANTS, decode only) and llama-bench on the same files. Logs go to $OUT (or /tmp/out).
+# Usage (device): source .device-carry/env.sh; bash bench/gpu-decode.sh
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+log=$out/bench.log
+carry=.device-carry
+models=/tmp/models
+mkdir -p "$models"
+say() { echo "== $*" | tee -a "$log"; }
+
+if [ -d .llama-src ] && [ ! -f /tmp/lb.done ]; then
+    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j12 llama-bench \
+      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
+fi
+for s in llama3-8b llama3.2-1b; do
+    [ -f "$models/$s.gguf" ] ||
+        ebb-gen-model --shape "$s" --tokenizer-from "$carry/tok.gguf" --type q4_0 \
+            -o "$models/$s.gguf" >>"$log" 2>&1 &
+done
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
+say "kernel tests"
+XDG_CACHE_HOME=/tmp/cache timeout 300 test-kernels >"$out/kernels.log" 2>&1
+echo "test-kernels exit $?: $(tail -1 "$out/kernels.log")" | tee -a "$log"
+grep -E "q8|8-bit" "$out/kernels.log" | head -8 >>"$log"
+wait
+export XDG_CACHE_HOME=/tmp/cache
+for s in llama3-8b llama3.2-1b; do
+    m=$models/$s.gguf
+    say "ebb $s pp512 tg128 (default tuning)"
+    timeout 240 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 2>&1 | tail -6 | tee -a "$log"
+    say "ebb $s tg128, EBB_CL_MVQ8=0 (float inputs)"
+    EBB_CL_MVQ8=0 timeout 240 ebb bench -m "$m" --prompt-tokens 16 --gen-tokens 128 2>&1 |
+        grep -iE "decode|device" | tee -a "$log"
+done
+for v in ${EBB_VARIANTS:-}; do
+    say "ebb llama3-8b tg128 with $v"
+    env $v timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 16 \
+        --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
+done
+if [ -d .llama-src ]; then
+    say "waiting for llama-bench"
+    for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
+    if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+        for s in llama3-8b llama3.2-1b; do
+            say "llama.cpp CUDA $s"
+            timeout 200 /tmp/lb/bin/llama-bench -m "$models/$s.gguf" -p 512 -n 128 -r 3 \
+                -ngl 99 -fa 1 2>&1 | grep -E "^\|" | tee -a "$log"
+        done
+    else
+        say "llama-bench did not build"; tail -20 /tmp/lb.log >>"$log"
+    fi
+fi

@@ -1,0 +1,125 @@
+/* 8-bit activations for decode (tuning mv_q8): the input of a matvec, after the norm and SwiGLU
+ * folds, is quantized once per product into int8 blocks of 32 with a float scale, so that
+ * matvec_q8 reads 36 bytes of input per block instead of 128 and multiplies 4-bit weights by
+ * 8-bit inputs four at a time in integers. llama.cpp's CUDA decode quantizes its activations the
+ * same way (q8_1 blocks of 32). Options from the prologue:
+ *   MV_PTX  1: NVIDIA inline PTX (dp4a, warp shuffles); 0: portable OpenCL C
+ *   Q8_WG   work-group size of quantize_x8 (a multiple of 32) */
+
+#ifndef MV_PTX
+#define MV_PTX 0
+#endif
+#ifndef Q8_WG
+#define Q8_WG 256
+#endif
+
+/* c + the dot product of the four unsigned bytes of a with the four signed bytes of b. */
+inline int dot4_us(uint a, int b, int c)
+{
+#if MV_PTX
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    uchar4 ua = as_uchar4(a);
+    char4 sb = as_char4(b);
+    return c + (int)ua.x * sb.x + (int)ua.y * sb.y + (int)ua.z * sb.z + (int)ua.w * sb.w;
+#endif
+}
+
+#if MV_PTX
+/* v combined over the 32 lanes of a warp (butterfly: every lane gets the result). */
+inline float warp_max(float v)
+{
+    for (int s = 16; s > 0; s >>= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=f"(o)
+                     : "f"(v), "r"(s));
+        v = fmax(v, o);
+    }
+    return v;
+}
+inline float warp_sum(float v)
+{
+    for (int s = 16; s > 0; s >>= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=f"(o)
+                     : "f"(v), "r"(s));
+        v += o;
+    }
+    return v;
+}
+#endif
+
+#ifdef Q8_QUANTIZE
+/* The 32 work-items lid & ~31 .. lid | 31 combine v (max when is_max, else sum); every one of
+ * them gets the result. red holds Q8_WG floats; all work-items of the group must call it. */
+inline float block32(__local float *red, int lid, float v, int is_max)
+{
+#if MV_PTX
+    (void)red, (void)lid;
+    return is_max ? warp_max(v) : warp_sum(v);
+#else
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 16; s > 0; s >>= 1) {
+        float o = (lid & 31) < s ? red[lid + s] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ((lid & 31) < s)
+            red[lid] = is_max ? fmax(red[lid], o) : red[lid] + o;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = red[lid & ~31];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+/* xq[i] = round(x'[i] / d_b) and xd[b] = (d_b * inv, d_b * inv * sum of block b's xq), where x'
+ * is matvec's folded input of row 0 of x (x * nw with nw given; silu(gate) * up with glu, x
+ * holding [gate | up]), d_b = max |x'| over block b / 127, and inv = 1 / rms(x) with nw given
+ * (else 1), so that sum_i W[o][i] x'[i] / rms = sum_b d_w,b xd[b].x sum q_w xq + m_w,b xd[b].y
+ * for 4-bit weights q_w d_w + m_w. One work-item per input; n_in a multiple of 32. Every
+ * work-group adds up the squares of the whole row itself, which costs a re-read of a row that
+ * is in cache and saves a launch. Global size (round_up(n_in, Q8_WG)), local (Q8_WG). */
+__kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void
+quantize_x8(__global const float *x, int n_in, __global const float *nw, float eps, int glu,
+            __global char *xq, __global float2 *xd)
+{
+    __local float red[Q8_WG];
+    int i = get_global_id(0), lid = get_local_id(0);
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0.0f;
+        for (int j = lid * 4; j < n_in; j += Q8_WG * 4) {
+            float4 v = vload4(0, x + j);
+            ss += dot(v, v);
+        }
+        red[lid] = ss;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = Q8_WG / 2; s > 0; s >>= 1) {
+            if (lid < s)
+                red[lid] += red[lid + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        inv = rsqrt(red[0] / n_in + eps);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    bool in = i < n_in;
+    float v = in ? x[i] : 0.0f;
+    if (in && nw)
+        v *= nw[i];
+    if (in && glu)
+        v = v / (1.0f + exp(-v)) * x[n_in + i];
+    float d = block32(red, lid, fabs(v), 1) / 127.0f;
+    int q = d > 0.0f ? convert_int_rte(v / d) : 0;
+    float s = block32(red, lid, (float)q, 0);
+    if (!in)
+        return;
+    xq[i] = (char)q;
+    if ((i & 31) == 0)
+        xd[i / 32] = (float2)(d * inv, d * inv * s);
+}
+#endif

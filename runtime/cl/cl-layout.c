@@ -1,0 +1,855 @@
+/* Weight layouts: choice per device, accessor codegen, placement on the device. */
+#include "cl-layout.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+
+/* Decoder facts per type: block elements, block bytes, decoder suffix, split kind (0 none,
+ * 4 = 4-bit planes, 8 = 8-bit planes). */
+struct tinfo {
+    uint32_t type, blk, tsize;
+    const char *name, *dec;
+    int split;
+};
+
+static const struct tinfo tinfos[] = {
+    {EBB_GGML_F32, 1, 4, "F32", "f32", 0},        {EBB_GGML_F16, 1, 2, "F16", "f16", 0},
+    {EBB_GGML_BF16, 1, 2, "BF16", "bf16", 0},     {EBB_GGML_Q8_0, 32, 34, "Q8_0", "q8_0", 8},
+    {EBB_GGML_Q4_0, 32, 18, "Q4_0", "q4_0", 4},   {EBB_GGML_Q4_1, 32, 20, "Q4_1", "q4_1", 4},
+    {EBB_GGML_Q5_0, 32, 22, "Q5_0", "q5_0", 0},   {EBB_GGML_Q5_1, 32, 24, "Q5_1", "q5_1", 0},
+    {EBB_GGML_Q4_K, 256, 144, "Q4_K", "q4_k", 0}, {EBB_GGML_Q5_K, 256, 176, "Q5_K", "q5_k", 0},
+    {EBB_GGML_Q6_K, 256, 210, "Q6_K", "q6_k", 0},
+};
+
+static const struct tinfo *tinfo(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(tinfos) / sizeof(tinfos[0]); i++)
+        if (tinfos[i].type == type)
+            return &tinfos[i];
+    return NULL;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+    float f;
+    if (e == 0)
+        f = ldexpf((float)m, -24);
+    else if (e == 31)
+        f = m ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(m | 1024), (int)e - 25);
+    return s ? -f : f;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+/* fp32 -> fp16 bits, round to nearest even; exact for the scales it is given (fp16 values and
+ * Q4_0's -8d). */
+static uint16_t float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t s = (x >> 16) & 0x8000u, e = (x >> 23) & 255, m = x & 0x7fffffu;
+    if (e == 255)
+        return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+    int32_t he = (int32_t)e - 127 + 15;
+    if (he >= 31)
+        return (uint16_t)(s | 0x7c00u);
+    if (he <= 0) {
+        if (he < -10)
+            return (uint16_t)s;
+        m |= 0x800000u;
+        uint32_t sh = (uint32_t)(14 - he), r = m >> sh, rem = m & ((1u << sh) - 1),
+                 half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++; /* a carry into the exponent is the right result, up to infinity */
+    return (uint16_t)(s | r);
+}
+
+struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
+{
+    struct ebb_cl_tuning t = {
+        .mv_wg = 1,
+        .mv_rows = 16,
+        .mm_t = 8,
+        .mm_k = 128,
+        .mm_wg = 16,
+        .norm_wg = 16,
+        .att_tq = 8,
+        .att_tk = 32,
+        .att_chunk = 256,
+    };
+    /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
+     * (vector registers, 5x on PoCL), a loss on GPUs (H100, Llama-3-8B-shaped Q4_0 decode:
+     * 15.6 tok/s with it, 66 without), where four-at-a-time decoding keeps registers free and
+     * a warp's loads contiguous. EBB_CL_BLOCKDEC=0/1 overrides. */
+    t.block_dec = di->is_gpu ? 0 : 1;
+    const char *bd = getenv("EBB_CL_BLOCKDEC");
+    if (bd && (*bd == '0' || *bd == '1'))
+        t.block_dec = (uint32_t)(*bd - '0');
+    /* Local memory that is ordinary memory buys nothing but barriers. */
+    t.mm_local = !di->local_is_global;
+    if (di->is_gpu) {
+        /* Work-items sharing one row, so that consecutive lanes read consecutive weights: a
+         * wave on AMD (64); two warps on NVIDIA (64; H100, 3 runs each: Llama-3-8B-shape Q4_0
+         * decode 67.0-67.2 tok/s vs 62.0-62.3 with 32, SmolLM2-shape 625-639 vs 543-549);
+         * other GPUs take 32, within every limit we know. */
+        t.mv_wg = di->vendor == EBB_CL_VENDOR_AMD || di->vendor == EBB_CL_VENDOR_NVIDIA ? 64 : 32;
+        t.mv_rows = 2;
+        if (di->vendor == EBB_CL_VENDOR_NVIDIA) {
+            /* 4-bit blocks a whole block per work-item, x staged in local memory for 16 rows of
+             * 16 work-items, partials added in two rounds (H200, decode, tok/s: Llama-3-8B shape
+             * Q4_0 157-158 vs 71 before, Llama-3.2-1B shape 607-616 vs 336, SmolLM2 shape
+             * 764-837 vs 700-756; docs/ENGINE.md). Other GPUs keep the shapes above until
+             * measured there (EBB_CL_MV=16,16 EBB_CL_MVQ16=1 EBB_CL_MVXL=1 tries them). */
+            t.mv_wg = 16;
+            t.mv_rows = 16;
+            t.mv_q16 = 1;
+            t.mv_xlocal = 1;
+            t.mv_flat = 1;
+        }
+        t.mm_t = 8;
+        t.mm_wg = 64;
+        t.norm_wg = 64;
+        t.att_tq = 32;
+        t.att_tk = 32;
+        if (di->vendor == EBB_CL_VENDOR_ARM || di->vendor == EBB_CL_VENDOR_APPLE)
+            t.mm_t = 4;
+        /* The tiled matmul gives each work-item a row of its own, so a warp's loads are a row
+         * apart; sharing rows as matvec does is what GPUs want (docs/ENGINE.md). */
+        t.mm_coop = 1;
+        t.mm_gemm_min = di->max_wg >= 256 ? 32 : 0;
+        if (di->vendor == EBB_CL_VENDOR_NVIDIA) {
+            /* Decode with 8-bit inputs: dp4a over 4-bit weights, a warp per row, 8 rows per
+             * work-group (H100, Llama-3-8B-shape Q4_0 decode; docs/ENGINE.md). */
+            t.mv_q8 = 1;
+            t.mv_ptx = 1;
+            t.mv_wg = 32;
+            t.mv_rows = 8;
+        }
+    }
+    /* EBB_CL_MM=tile|coop|gemm overrides the prefill kernel (for measurements and tests). */
+    const char *mm = getenv("EBB_CL_MM");
+    if (mm && (!strcmp(mm, "tile") || !strcmp(mm, "coop") || !strcmp(mm, "gemm"))) {
+        t.mm_coop = strcmp(mm, "tile") != 0;
+        t.mm_gemm_min = !strcmp(mm, "gemm") && di->max_wg >= 256 ? 2 : 0;
+    }
+    /* EBB_CL_MVQ16=0|1 and EBB_CL_MVRED=tree|flat override the matvec variants. */
+    const char *mq = getenv("EBB_CL_MVQ16");
+    if (mq && (*mq == '0' || *mq == '1'))
+        t.mv_q16 = (uint32_t)(*mq - '0');
+    const char *xl = getenv("EBB_CL_MVXL");
+    if (xl && (*xl == '0' || *xl == '1'))
+        t.mv_xlocal = (uint32_t)(*xl - '0');
+    const char *red = getenv("EBB_CL_MVRED");
+    if (red && (!strcmp(red, "tree") || !strcmp(red, "flat")))
+        t.mv_flat = !strcmp(red, "flat");
+    /* EBB_CL_MVQ8=0|1 and EBB_CL_PTX=0|1 override the 8-bit input path and inline PTX (PTX is
+     * NVIDIA's alone). */
+    const char *q8 = getenv("EBB_CL_MVQ8");
+    if (q8 && (*q8 == '0' || *q8 == '1'))
+        t.mv_q8 = (uint32_t)(*q8 - '0');
+    const char *ptx = getenv("EBB_CL_PTX");
+    if (ptx && (*ptx == '0' || *ptx == '1'))
+        t.mv_ptx = (uint32_t)(*ptx - '0');
+    if (di->vendor != EBB_CL_VENDOR_NVIDIA)
+        t.mv_ptx = 0;
+    if (di->max_wg < EBB_CL_Q8_WG)
+        t.mv_q8 = 0;
+    /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
+    const char *mv = getenv("EBB_CL_MV");
+    unsigned mw = 0, mr = 0;
+    if (mv && sscanf(mv, "%u,%u", &mw, &mr) == 2 && mw && !(mw & (mw - 1)) && mr) {
+        t.mv_wg = mw;
+        t.mv_rows = mr;
+    }
+    while (t.mv_wg * t.mv_rows > di->max_wg && t.mv_rows > 1)
+        t.mv_rows /= 2;
+    while (t.mm_wg > di->max_wg)
+        t.mm_wg /= 2;
+    while (t.norm_wg > di->max_wg)
+        t.norm_wg /= 2;
+    while (t.att_tq > di->max_wg)
+        t.att_tq /= 2;
+    /* Local memory: matmul stages mm_t x mm_k floats; attention 2 x att_tk x head_dim (up to
+     * 256) floats. Shrink tiles on small-local devices. */
+    while ((uint64_t)t.mm_t * t.mm_k * 4 > di->local_mem / 2 && t.mm_k > 32)
+        t.mm_k /= 2;
+    while ((uint64_t)2 * t.att_tk * 256 * 4 > di->local_mem / 2 && t.att_tk > 4)
+        t.att_tk /= 2;
+    return t;
+}
+
+bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                      uint64_t n_elements)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    if (!ti)
+        return false;
+    if (l->order == EBB_CL_ORDER_RAW)
+        return l->storage == EBB_CL_STORE_BUFFER;
+    if (!ti->split)
+        return false;
+    if (l->storage == EBB_CL_STORE_IMAGE1D) {
+        uint64_t texels = n_elements / 32 * (ti->split == 8 ? 2 : 1);
+        return di->image && texels <= di->image1d_buf_max;
+    }
+    if (l->storage == EBB_CL_STORE_IMAGE2D) {
+        size_t w, h;
+        ebb_cl_image2d_limits(di, &w, &h);
+        uint64_t texels = n_elements / 32 * (ti->split == 8 ? 2 : 1);
+        return di->image && w && h && texels <= (uint64_t)w * h;
+    }
+    return true;
+}
+
+void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *h)
+{
+    *w = di->image ? di->image2d_w : 0;
+    *h = di->image ? di->image2d_h : 0;
+    const char *env = getenv("EBB_CL_IMAGE2D_MAX");
+    unsigned long ew = 0, eh = 0;
+    if (env) {
+        char *end = NULL;
+        ew = strtoul(env, &end, 10);
+        if (end && *end == ',')
+            eh = strtoul(end + 1, NULL, 10);
+    }
+    if (ew && ew < *w)
+        *w = ew;
+    if (eh && eh < *h)
+        *h = eh;
+}
+
+bool ebb_cl_image2d_shape(uint64_t tpr, uint64_t n_rows, size_t w_max, size_t h_max, size_t *w,
+                          size_t *h)
+{
+    if (!tpr || !n_rows || !w_max || !h_max)
+        return false;
+    if (tpr <= w_max) {
+        uint64_t r = (n_rows + h_max - 1) / h_max; /* rows side by side */
+        if (r * tpr > w_max)
+            return false;
+        *w = (size_t)(r * tpr);
+        *h = (size_t)((n_rows + r - 1) / r);
+        return true;
+    }
+    uint64_t k = (tpr + w_max - 1) / w_max; /* image rows per weight row */
+    if (n_rows * k > h_max)
+        return false;
+    *w = (size_t)((tpr + k - 1) / k);
+    *h = (size_t)(n_rows * k);
+    return true;
+}
+
+/* Texels per weight row of the quant and scale planes of an image2d weight. */
+static void i2d_tpr(const struct tinfo *ti, uint32_t n_in, uint64_t *q, uint64_t *s)
+{
+    uint64_t nb = n_in / 32;
+    *q = nb * (ti->split == 8 ? 2 : 1);
+    *s = (nb + 1) / 2;
+}
+
+bool ebb_cl_layout_fits(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                        uint32_t n_in, uint32_t n_out)
+{
+    if (!ebb_cl_layout_ok(di, l, (uint64_t)n_in * n_out))
+        return false;
+    if (l->storage != EBB_CL_STORE_IMAGE2D)
+        return true;
+    size_t wm, hm, w, h;
+    uint64_t tq, ts;
+    ebb_cl_image2d_limits(di, &wm, &hm);
+    i2d_tpr(tinfo(l->type), n_in, &tq, &ts);
+    return n_in % 32 == 0 && ebb_cl_image2d_shape(tq, n_out, wm, hm, &w, &h) &&
+           ebb_cl_image2d_shape(ts, n_out, wm, hm, &w, &h);
+}
+
+/* With EBB_CL_LAYOUT=image2d: says on stderr, once per type and shape in a row, that a weight
+ * of that type (n_out x n_in, or n_out elements when n_in is 0) cannot be an image2d within the
+ * limits w x h (0 x 0: no image support) and where it goes instead. */
+static void note_image2d(uint32_t type, uint64_t n_out, uint32_t n_in, size_t w, size_t h,
+                         const char *instead)
+{
+    static uint64_t last[3];
+    if (last[0] == type + 1 && last[1] == n_out && last[2] == n_in)
+        return;
+    last[0] = type + 1;
+    last[1] = n_out;
+    last[2] = n_in;
+    const struct tinfo *ti = tinfo(type);
+    if (n_in)
+        fprintf(stderr,
+                "ebb: EBB_CL_LAYOUT=image2d: a %s weight of %llu x %u does not fit the "
+                "image2d limits %zu x %zu; placed as %s\n",
+                ti ? ti->name : "?", (unsigned long long)n_out, n_in, w, h, instead);
+    else
+        fprintf(stderr,
+                "ebb: EBB_CL_LAYOUT=image2d: not possible for a %s weight of %llu "
+                "elements (image2d limits %zu x %zu); %s layout used\n",
+                ti ? ti->name : "?", (unsigned long long)n_out, w, h, instead);
+}
+
+struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
+                                          uint64_t n_elements)
+{
+    struct ebb_cl_layout raw = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_layout split = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+    struct ebb_cl_layout img = {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT};
+    struct ebb_cl_layout img2d = {type, EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT};
+    const char *env = getenv("EBB_CL_LAYOUT");
+    if (env && !strcmp(env, "image2d")) {
+        if (ebb_cl_layout_ok(di, &img2d, n_elements))
+            return img2d;
+        size_t w, h;
+        ebb_cl_image2d_limits(di, &w, &h);
+        note_image2d(type, n_elements, 0, w, h, "the default");
+    }
+    if (env && !strcmp(env, "raw"))
+        return raw;
+    if (env && !strcmp(env, "split") && ebb_cl_layout_ok(di, &split, n_elements))
+        return split;
+    if (env && !strcmp(env, "image") && ebb_cl_layout_ok(di, &img, n_elements))
+        return img;
+    /* CPUs sharing host memory read the file's blocks in place: no copy, and the caches hide
+     * the block layout. GPUs get separate planes so that a warp's loads of quants and of scales
+     * are each contiguous, through the texture path where images exist. */
+    if (!di->is_gpu && di->host_unified)
+        return raw;
+    /* Measured on an H100 (NVIDIA OpenCL 3.0, driver 580), SmolLM2 Q4_1 decode: raw blocks 432
+     * tok/s, split planes 380, image1d 375; the whole-block decoders make the file's layout the
+     * fastest there, so NVIDIA keeps it (copied once, fused Q/K/V and gate/up). */
+    if (di->vendor == EBB_CL_VENDOR_NVIDIA)
+        return raw;
+    if (ebb_cl_layout_ok(di, &img, n_elements))
+        return img;
+    if (ebb_cl_layout_ok(di, &split, n_elements))
+        return split;
+    return raw;
+}
+
+const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t cap)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    snprintf(buf, cap, "%s/%s/%s", ti ? ti->name : "?",
+             l->order == EBB_CL_ORDER_RAW ? "raw" : "split",
+             l->storage == EBB_CL_STORE_IMAGE1D   ? "image1d"
+             : l->storage == EBB_CL_STORE_IMAGE2D ? "image2d"
+                                                  : "buffer");
+    return buf;
+}
+
+bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    return ti && ti->split == 4 && tu->mv_q16 && !tu->block_dec &&
+           l->storage == EBB_CL_STORE_BUFFER;
+}
+
+ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
+                               char *buf, size_t cap, struct ebb_diag *diag)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    char name[64];
+    if (!ti || (l->order == EBB_CL_ORDER_SPLIT && !ti->split) ||
+        (l->order == EBB_CL_ORDER_RAW && l->storage != EBB_CL_STORE_BUFFER))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "no OpenCL decoder for layout %s",
+                            ebb_cl_layout_name(l, name, sizeof(name)));
+    int n = snprintf(buf, cap,
+                     "/* layout %s */\n"
+                     "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
+                     "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
+                     "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
+                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n",
+                     ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
+                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
+                     tu->mv_xlocal, ti->blk, tu->mv_ptx,
+                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u);
+    if (n < 0 || (size_t)n >= cap)
+        return EBB_ERANGE;
+    size_t used = (size_t)n;
+    const char *bits = ti->split == 8 ? "q8" : "q4";
+    if (l->order == EBB_CL_ORDER_RAW)
+        n = snprintf(buf + used, cap - used,
+                     "#define W_ARGS __global const uchar *w_a, ulong w_off\n"
+                     "#define READ_W4(o, i) w4_raw_%s(w_a + w_off, (ulong)(n_in / %u) * %u, "
+                     "(o), (i))\n",
+                     ti->dec, ti->blk, ti->tsize);
+    else if (l->storage == EBB_CL_STORE_BUFFER)
+        n = snprintf(buf + used, cap - used,
+                     "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
+                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    else if (l->storage == EBB_CL_STORE_IMAGE1D)
+        n = snprintf(buf + used, cap - used,
+                     "#define EBB_IMAGES 1\n"
+                     "#define W_ARGS __read_only image1d_buffer_t w_a, __global const float2 *w_b\n"
+                     "#define READ_W4(o, i) w4_img_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    else
+        n = snprintf(buf + used, cap - used,
+                     "#define EBB_IMAGES2D 1\n"
+                     "#define W_ARGS __read_only image2d_t w_a, __read_only image2d_t w_b\n"
+                     "#define READ_W4(o, i) w4_i2d_%s(w_a, w_b, n_in / 32, (o), (i))\n",
+                     bits);
+    if (n < 0 || (size_t)n >= cap - used)
+        return EBB_ERANGE;
+    used += (size_t)n;
+    bool b32_only = ti->type == EBB_GGML_Q5_0 || ti->type == EBB_GGML_Q4_K ||
+                    ti->type == EBB_GGML_Q5_K || ti->type == EBB_GGML_Q6_K;
+    if (b32_only && tu->block_dec) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_DEQ32(o, b, lo, hi) b32_raw_%s(w_a + w_off, "
+                     "(ulong)(n_in / %u) * %u, (o), (b), (lo), (hi))\n",
+                     ti->dec, ti->blk, ti->tsize);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (ti->split && tu->block_dec) {
+        const char *sto = l->storage == EBB_CL_STORE_IMAGE1D   ? "img"
+                          : l->storage == EBB_CL_STORE_IMAGE2D ? "i2d"
+                                                               : "split";
+        if (l->order == EBB_CL_ORDER_RAW)
+            n = snprintf(buf + used, cap - used,
+                         "#define W_DOT32(o, b, xt) d32_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (xt))\n"
+                         "#define W_DEQ32(o, b, lo, hi) b32_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (lo), (hi))\n",
+                         ti->dec, ti->tsize, ti->dec, ti->tsize);
+        else
+            n = snprintf(buf + used, cap - used,
+                         "#define W_DOT32(o, b, xt) d32_%s_%s(w_a, w_b, n_in / 32, (o), (b), "
+                         "(xt))\n"
+                         "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
+                         "(b), (lo), (hi))\n",
+                         sto, bits, sto, bits);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (ebb_cl_layout_has_q16(l, tu)) {
+        if (l->order == EBB_CL_ORDER_RAW)
+            n = snprintf(buf + used, cap - used,
+                         "#define W_Q16(o, b, v, dm) q16_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (v), (dm))\n",
+                         ti->dec, ti->tsize);
+        else
+            n = snprintf(buf + used, cap - used,
+                         "#define W_Q16(o, b, v, dm) q16_split_q4(w_a, w_b, n_in / 32, (o), (b), "
+                         "(v), (dm))\n");
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    n = snprintf(buf + used, cap - used,
+                 "#define READ_W(o, i) w_pick(READ_W4((o), (i) & ~3), (i) & 3)\n"
+                 "#define READ_X4(x, t, i) vload4(0, (x) + (size_t)(t) * x_ld + (i))\n"
+                 "#define WRITE_Y(y, t, o, v) ((y)[(size_t)(t) * y_ld + (o)] = (v))\n"
+                 "inline float w_pick(float4 v, int k) "
+                 "{ return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }\n");
+    if (n < 0 || (size_t)n >= cap - used)
+        return EBB_ERANGE;
+    return EBB_OK;
+}
+
+/* Rearranges n_out rows of 32-blocks into the quant plane q and the (d, m) plane s. */
+static void split_rows(const struct tinfo *ti, const uint8_t *src, uint64_t n_blocks, uint8_t *q,
+                       float *s)
+{
+    for (uint64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *p = src + b * ti->tsize;
+        float d = half_to_float(rd16(p));
+        if (ti->type == EBB_GGML_Q8_0) {
+            memcpy(q + b * 32, p + 2, 32);
+            s[2 * b] = d;
+            s[2 * b + 1] = 0.0f;
+        } else if (ti->type == EBB_GGML_Q4_0) {
+            memcpy(q + b * 16, p + 2, 16);
+            s[2 * b] = d;
+            s[2 * b + 1] = -8.0f * d;
+        } else {
+            memcpy(q + b * 16, p + 4, 16);
+            s[2 * b] = d;
+            s[2 * b + 1] = half_to_float(rd16(p + 2));
+        }
+    }
+}
+
+/* A blocking upload. Weights are written this way rather than with CL_MEM_COPY_HOST_PTR, with
+ * which a driver may keep its own host copy and upload at first use (NVIDIA: the first
+ * evaluation of the 8B shape took ~0.9 s more, and peak RSS held the model twice). */
+static ebb_err write_now(struct ebb_cl *cl, cl_mem buf, uint64_t off, uint64_t n, const void *src,
+                         struct ebb_diag *diag)
+{
+    cl_int e = clEnqueueWriteBuffer(cl->q, buf, CL_TRUE, off, n, src, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "uploading a weight");
+}
+
+/* split_rows over several threads for large weights (the 8B shape's gate+up is 3.7M blocks):
+ * the rearrangement is independent per block. EBB_CL_SPLIT_THREADS caps the count (tests). */
+struct split_job {
+    const struct tinfo *ti;
+    const uint8_t *src;
+    uint64_t n_blocks;
+    uint8_t *q;
+    float *s;
+};
+
+static void *split_thread(void *arg)
+{
+    struct split_job *j = arg;
+    split_rows(j->ti, j->src, j->n_blocks, j->q, j->s);
+    return NULL;
+}
+
+static void split_rows_par(const struct tinfo *ti, const uint8_t *src, uint64_t n_blocks,
+                           uint8_t *q, float *s)
+{
+    enum { MAX_T = 8 };
+    uint64_t qb = ti->split == 8 ? 32 : 16;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nc > MAX_T ? MAX_T : nc < 1 ? 1 : (int)nc;
+    const char *env = getenv("EBB_CL_SPLIT_THREADS");
+    if (env && atoi(env) > 0 && atoi(env) < nt)
+        nt = atoi(env);
+    uint64_t min_blocks = env ? 1 : (1u << 18);
+    if (nt < 2 || n_blocks < min_blocks * 2) {
+        split_rows(ti, src, n_blocks, q, s);
+        return;
+    }
+    pthread_t th[MAX_T];
+    struct split_job jobs[MAX_T];
+    bool started[MAX_T] = {false};
+    uint64_t per = (n_blocks + (uint64_t)nt - 1) / (uint64_t)nt;
+    for (int i = 0; i < nt; i++) {
+        uint64_t b0 = per * (uint64_t)i, b1 = b0 + per < n_blocks ? b0 + per : n_blocks;
+        jobs[i] = (struct split_job){ti, src + b0 * ti->tsize, b1 > b0 ? b1 - b0 : 0, q + b0 * qb,
+                                     s + b0 * 2};
+        if (i > 0 && jobs[i].n_blocks)
+            started[i] = pthread_create(&th[i], NULL, split_thread, &jobs[i]) == 0;
+    }
+    split_thread(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else if (jobs[i].n_blocks)
+            split_thread(&jobs[i]); /* the thread could not start: do its part here */
+    }
+}
+
+static ebb_err make_buf(struct ebb_cl *cl, uint64_t n, void *host, cl_mem *out,
+                        struct ebb_diag *diag)
+{
+    if (n > cl->info.max_alloc)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "weight plane of %llu bytes exceeds the device's largest buffer "
+                            "(%llu bytes)",
+                            (unsigned long long)n, (unsigned long long)cl->info.max_alloc);
+    cl_int e = CL_SUCCESS;
+    *out = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY, n, NULL, &e);
+    ebb_err rc = ebb_cl_check(e, diag, "clCreateBuffer(weight)");
+    if (!rc && host)
+        rc = write_now(cl, *out, 0, n, host, diag);
+    return rc;
+}
+
+/* One image2d of n_rows rows of tpr texels of tsize bytes from row-major host texels src,
+ * mapped as ebb_cl_image2d_shape says (row o starts at linear texel o * pitch). */
+static ebb_err make_image2d(struct ebb_cl *cl, cl_channel_type ct, size_t tsize, uint64_t tpr,
+                            uint64_t n_rows, const uint8_t *src, cl_mem *out, uint32_t dims[2],
+                            struct ebb_diag *diag)
+{
+    size_t wm, hm, w, h;
+    ebb_cl_image2d_limits(&cl->info, &wm, &hm);
+    if (!ebb_cl_image2d_shape(tpr, n_rows, wm, hm, &w, &h))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "weight plane exceeds image2d limits");
+    uint64_t pitch = w >= tpr ? tpr : (tpr + w - 1) / w * w;
+    uint8_t *img = calloc((size_t)w * h, tsize);
+    if (!img)
+        return EBB_ENOMEM;
+    for (uint64_t o = 0; o < n_rows; o++)
+        memcpy(img + o * pitch * tsize, src + o * tpr * tsize, tpr * tsize);
+    cl_image_format fmt = {CL_RGBA, ct};
+    cl_image_desc desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+    desc.image_width = w;
+    desc.image_height = h;
+    cl_int e = CL_SUCCESS;
+    *out = clCreateImage(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, &fmt, &desc, img, &e);
+    free(img);
+    dims[0] = (uint32_t)w;
+    dims[1] = (uint32_t)h;
+    return ebb_cl_check(e, diag, "clCreateImage(image2d weight)");
+}
+
+/* The image2d planes of a split weight from its quant plane q and (d, m) plane s. */
+static ebb_err place_image2d(struct ebb_cl *cl, const struct tinfo *ti, uint32_t n_in,
+                             const uint8_t *q, const float *s, struct ebb_cl_weight *w,
+                             struct ebb_diag *diag)
+{
+    uint64_t tq, ts, nb = n_in / 32;
+    i2d_tpr(ti, n_in, &tq, &ts);
+    /* (d, m) of blocks 2k and 2k + 1 of a row as four halves; an odd row's last half-texel is
+     * zero. */
+    uint16_t *sh = calloc((size_t)(ts * w->n_out), 8);
+    if (!sh)
+        return EBB_ENOMEM;
+    for (uint64_t o = 0; o < w->n_out; o++)
+        for (uint64_t b = 0; b < nb; b++)
+            for (int c = 0; c < 2; c++)
+                sh[o * ts * 4 + b * 2 + (uint64_t)c] =
+                    float_to_half(s[2 * (o * nb + b) + (uint64_t)c]);
+    ebb_err rc = make_image2d(cl, CL_UNSIGNED_INT32, 16, tq, w->n_out, q, &w->a, &w->i2d[0], diag);
+    if (!rc)
+        rc = make_image2d(cl, CL_HALF_FLOAT, 8, ts, w->n_out, (const uint8_t *)sh, &w->b,
+                          &w->i2d[2], diag);
+    free(sh);
+    if (!rc)
+        w->bytes = (uint64_t)w->i2d[0] * w->i2d[1] * 16 + (uint64_t)w->i2d[2] * w->i2d[3] * 8;
+    return rc;
+}
+
+ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
+                          const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
+                          struct ebb_cl_weight *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    const struct tinfo *ti = tinfo(l->type);
+    struct ebb_cl_weight w = {.layout = *l, .n_in = n_in};
+    uint8_t *qh = NULL;
+    float *sh = NULL;
+    char name[64];
+    if (!ti || !n_in || n_in % ti->blk || n_in % 4)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "weight of %u columns in layout %s", n_in,
+                            ebb_cl_layout_name(l, name, sizeof(name)));
+    uint64_t rowb = (uint64_t)n_in / ti->blk * ti->tsize;
+    for (size_t i = 0; i < n; i++)
+        w.n_out += src[i].n_out;
+    uint64_t total = rowb * w.n_out;
+
+    if (l->order == EBB_CL_ORDER_RAW) {
+        bool contiguous = map && map->buf;
+        const uint8_t *p0 = src[0].data;
+        for (size_t i = 0, r = 0; contiguous && i < n; r += src[i].n_out, i++)
+            contiguous = (const uint8_t *)src[i].data == p0 + r * rowb;
+        if (contiguous && p0 >= map->base && p0 + total <= map->base + map->size) {
+            w.a = map->buf;
+            clRetainMemObject(w.a);
+            w.off = (uint64_t)(p0 - map->base);
+            w.zero_copy = true;
+            goto done;
+        }
+        /* A copy: the sources go straight to the device, stacked, without a host copy. */
+        if ((rc = make_buf(cl, total, NULL, &w.a, diag)))
+            goto out;
+        for (size_t i = 0, r = 0; i < n && !rc; r += src[i].n_out, i++)
+            rc = write_now(cl, w.a, r * rowb, src[i].n_out * rowb, src[i].data, diag);
+        if (rc)
+            goto out;
+        w.bytes = total;
+        goto done;
+    }
+
+    if (l->storage == EBB_CL_STORE_IMAGE2D && !ebb_cl_layout_fits(&cl->info, l, n_in, w.n_out)) {
+        /* The shape does not fit the image2d limits: the same planes in an image1d_buffer, or
+         * in buffers. */
+        size_t wm, hm;
+        ebb_cl_image2d_limits(&cl->info, &wm, &hm);
+        w.layout.storage = EBB_CL_STORE_IMAGE1D;
+        if (!ebb_cl_layout_ok(&cl->info, &w.layout, (uint64_t)n_in * w.n_out))
+            w.layout.storage = EBB_CL_STORE_BUFFER;
+        const char *env = getenv("EBB_CL_LAYOUT");
+        if (env && !strcmp(env, "image2d"))
+            note_image2d(l->type, w.n_out, n_in, wm, hm,
+                         ebb_cl_layout_name(&w.layout, name, sizeof(name)));
+    }
+    uint64_t nb = (uint64_t)w.n_out * (n_in / 32), qb = ti->split == 8 ? 32 : 16;
+    qh = malloc(nb * qb);
+    sh = malloc(nb * 2 * sizeof(float));
+    if (!qh || !sh) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0, r = 0; i < n; r += src[i].n_out, i++)
+        split_rows_par(ti, src[i].data, (uint64_t)src[i].n_out * (n_in / 32),
+                       qh + r * (n_in / 32) * qb, sh + r * (n_in / 32) * 2);
+    if (w.layout.storage == EBB_CL_STORE_IMAGE2D) {
+        if ((rc = place_image2d(cl, ti, n_in, qh, sh, &w, diag)))
+            goto out;
+        goto done;
+    }
+    if ((rc = make_buf(cl, nb * qb, qh, &w.a, diag)) ||
+        (rc = make_buf(cl, nb * 2 * sizeof(float), sh, &w.b, diag)))
+        goto out;
+    w.bytes = nb * qb + nb * 2 * sizeof(float);
+    if (w.layout.storage == EBB_CL_STORE_IMAGE1D) {
+        cl_image_format fmt = {CL_RGBA, CL_UNSIGNED_INT32};
+        cl_image_desc desc;
+        memset(&desc, 0, sizeof(desc));
+        desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+        desc.image_width = nb * qb / 16;
+        desc.buffer = w.a;
+        cl_int e = CL_SUCCESS;
+        w.img = clCreateImage(cl->ctx, CL_MEM_READ_ONLY, &fmt, &desc, NULL, &e);
+        if ((rc = ebb_cl_check(e, diag, "clCreateImage(image1d_buffer weight)")))
+            goto out;
+    }
+done:
+    *out = w;
+    memset(&w, 0, sizeof(w));
+out:
+    ebb_cl_weight_fini(&w);
+    free(qh);
+    free(sh);
+    return rc;
+}
+
+void ebb_cl_weight_fini(struct ebb_cl_weight *w)
+{
+    if (w->img)
+        clReleaseMemObject(w->img);
+    if (w->b)
+        clReleaseMemObject(w->b);
+    if (w->a)
+        clReleaseMemObject(w->a);
+    memset(w, 0, sizeof(*w));
+}
+
+ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_uint first,
+                               struct ebb_diag *diag)
+{
+    cl_int e;
+    if (w->layout.order == EBB_CL_ORDER_RAW) {
+        cl_ulong off = w->off;
+        e = clSetKernelArg(k, first, sizeof(cl_mem), &w->a);
+        if (!e)
+            e = clSetKernelArg(k, first + 1, sizeof(off), &off);
+    } else {
+        const cl_mem *q = w->layout.storage == EBB_CL_STORE_IMAGE1D ? &w->img : &w->a;
+        e = clSetKernelArg(k, first, sizeof(cl_mem), q);
+        if (!e)
+            e = clSetKernelArg(k, first + 1, sizeof(cl_mem), &w->b);
+    }
+    return ebb_cl_check(e, diag, "clSetKernelArg(weight)");
+}
+
+ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                           struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    const char *quant = NULL, *mv = NULL, *q8 = NULL;
+    struct ebb_cl_wprog p = {.layout = *l};
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        goto out;
+    const char *srcs[] = {pro, quant, q8, mv};
+    if ((rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", &p.prog, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
+        (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))))
+        goto out;
+    *out = p;
+    memset(&p, 0, sizeof(p));
+out:
+    ebb_cl_wprog_fini(&p);
+    if (quant)
+        ebb_cl_source_release(quant);
+    if (mv)
+        ebb_cl_source_release(mv);
+    if (q8)
+        ebb_cl_source_release(q8);
+    return rc;
+}
+
+void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
+{
+    if (p->matvec)
+        clReleaseKernel(p->matvec);
+    if (p->matmul)
+        clReleaseKernel(p->matmul);
+    if (p->matmul_coop)
+        clReleaseKernel(p->matmul_coop);
+    if (p->matmul_gemm)
+        clReleaseKernel(p->matmul_gemm);
+    if (p->get_rows)
+        clReleaseKernel(p->get_rows);
+    if (p->matvec_q8)
+        clReleaseKernel(p->matvec_q8);
+    if (p->prog)
+        clReleaseProgram(p->prog);
+    memset(p, 0, sizeof(p[0]));
+}
+
+ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
+                         cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[512];
+    const char *ops = NULL, *att = NULL, *q8 = NULL;
+    if (!head_dim || head_dim % 4)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
+    snprintf(pro, sizeof(pro),
+             "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
+             "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n%s",
+             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
+             tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
+    if ((rc = ebb_cl_source("ops.cl", &ops, diag)) ||
+        (rc = ebb_cl_source("attention.cl", &att, diag)) ||
+        (rc = ebb_cl_source("q8.cl", &q8, diag)))
+        goto out;
+    const char *srcs[] = {pro, ops, att, q8};
+    rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", out, diag);
+out:
+    if (ops)
+        ebb_cl_source_release(ops);
+    if (att)
+        ebb_cl_source_release(att);
+    if (q8)
+        ebb_cl_source_release(q8);
+    return rc;
+}
+
+void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
+                          uint32_t nt, size_t g[2], size_t l[2])
+{
+    size_t by_t = (nt + tu->mm_t - 1) / tu->mm_t;
+    switch (k) {
+    case EBB_CL_WK_GEMM:
+        g[0] = 256 * (size_t)((n_out + 63) / 64), g[1] = (nt + 63) / 64;
+        l[0] = 256;
+        break;
+    case EBB_CL_WK_MATMUL:
+        g[0] = n_out, g[1] = by_t;
+        l[0] = tu->mm_wg;
+        break;
+    case EBB_CL_WK_COOP:
+    case EBB_CL_WK_MATVEC:
+        g[0] = (size_t)n_out * tu->mv_wg, g[1] = k == EBB_CL_WK_COOP ? by_t : nt;
+        l[0] = (size_t)tu->mv_wg * tu->mv_rows;
+        break;
+    }
+    l[1] = 1;
+}

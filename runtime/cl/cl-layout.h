@@ -1,0 +1,194 @@
+/* Tensor virtualization for the OpenCL engine (after ML Drift). A weight is a logical matrix
+ * W (n_out rows of n_in, axes OI, I fastest) plus a layout descriptor: which physical objects
+ * hold it and in which element order. Kernels in cl_kernels/ are written once against accessor
+ * macros (READ_W4(o, i), READ_W(o, i), READ_X4(x, t, i), WRITE_Y(y, t, o, v), W_ARGS); the
+ * prologue generated here for a layout resolves them to that layout's address arithmetic when
+ * the program is built, so a layout costs nothing at run time. See docs/ENGINE.md. */
+#ifndef EBB_RUNTIME_CL_LAYOUT_H
+#define EBB_RUNTIME_CL_LAYOUT_H
+
+#include "cl.h"
+
+/* Where the weight's bytes live. */
+enum ebb_cl_storage {
+    EBB_CL_STORE_BUFFER = 0,  /* plain buffers */
+    EBB_CL_STORE_IMAGE1D = 1, /* quant plane read through an image1d_buffer (texture path) */
+    EBB_CL_STORE_IMAGE2D = 2, /* split planes in two image2d objects: RGBA32UI quants, RGBA
+                                 half scales ((d, m) of two blocks per texel); weight rows are
+                                 image rows, wrapped over several image rows when wider than the
+                                 device allows, several side by side when taller */
+};
+
+/* In which order. */
+enum ebb_cl_order {
+    EBB_CL_ORDER_RAW = 0,   /* GGUF blocks exactly as in the file (zero-copy capable) */
+    EBB_CL_ORDER_SPLIT = 1, /* a quant plane (16 or 32 bytes per 32-block) and a float2 (d, m)
+                               scale plane, rows in order; Q4_0, Q4_1, Q8_0 only */
+};
+
+struct ebb_cl_layout {
+    uint32_t type; /* enum ebb_ggml_type */
+    enum ebb_cl_storage storage;
+    enum ebb_cl_order order;
+};
+
+/* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
+struct ebb_cl_tuning {
+    uint32_t mv_wg;       /* work-items per output row in matvec */
+    uint32_t mv_rows;     /* output rows per matvec work-group */
+    uint32_t mm_t;        /* tokens per work-item in matmul */
+    uint32_t mm_k;        /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;       /* matmul work-group size */
+    uint32_t mm_local;    /* 1: matmul stages the token tile in local memory */
+    uint32_t mm_coop;     /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
+                             tokens each) instead of the tiled matmul: GPUs */
+    uint32_t mv_q16;      /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
+                             GPUs, where block_dec is off) */
+    uint32_t mv_xlocal;   /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
+                             local memory */
+    uint32_t mv_flat;     /* 1: matvec reduces a row's partials in two rounds, not a tree */
+    uint32_t mm_gemm_min; /* prefills of at least this many tokens run matmul_gemm (64 x 64
+                             tiles in local memory); 0 = never */
+    uint32_t mv_q8;       /* 1: decode quantizes a product's input to int8 blocks once
+                             (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
+                             mv_q16 and a device work-group of EBB_CL_Q8_WG */
+    uint32_t mv_ptx;      /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t norm_wg;     /* work-group size of row reductions and attention */
+    uint32_t block_dec;   /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
+    uint32_t att_tq, att_tk, att_chunk;
+};
+
+/* Work-group size of quantize_x8 (q8.cl). */
+#define EBB_CL_Q8_WG 256
+
+/* A weight placed on the device. */
+struct ebb_cl_weight {
+    struct ebb_cl_layout layout;
+    uint32_t n_in, n_out; /* W is (n_out, n_in) */
+    cl_mem a;             /* raw: the blocks; split: the quant plane (IMAGE2D: its image2d) */
+    cl_mem b;             /* split: float2 (d, m) per block, (n_out, n_in / 32); raw: NULL;
+                             IMAGE2D: the image2d of half (d, m) pairs */
+    cl_mem img;           /* IMAGE1D: RGBA32UI image1d_buffer view of a */
+    uint64_t off;         /* raw: byte offset of row 0 inside a */
+    uint64_t bytes;       /* device bytes this weight allocated (0 when zero-copy) */
+    bool zero_copy;       /* a is a shared buffer over host memory, not owned */
+    uint32_t i2d[4];      /* IMAGE2D: quant image width, height; scale image width, height */
+};
+
+/* One source of rows for ebb_cl_weight_new: n_out rows in the GGUF file's layout. Several
+ * sources are stacked along O (fused Q/K/V, gate/up). */
+struct ebb_cl_wsrc {
+    const void *data;
+    uint32_t n_out;
+};
+
+/* A device buffer over host memory (CL_MEM_USE_HOST_PTR), e.g. the mmapped GGUF file. */
+struct ebb_cl_hostmap {
+    cl_mem buf;
+    const uint8_t *base;
+    uint64_t size;
+};
+
+/* Tuning for a device: work-group shapes from vendor, CPU vs GPU and local memory. */
+struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di);
+
+/* True if the layout can hold this type on this device (image support and size included; for
+ * IMAGE2D only the total capacity, as the shape is unknown: ebb_cl_weight_new checks the shape
+ * and falls back, see there). */
+bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                      uint64_t n_elements);
+
+/* The image2d limits the layouts use: the device's CL_DEVICE_IMAGE2D_MAX_WIDTH/HEIGHT (0 without
+ * image support), lowered by EBB_CL_IMAGE2D_MAX=W[,H] (tests and experiments: forces rows to
+ * wrap or to be packed side by side). */
+void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *h);
+
+/* Size of the image2d holding a plane of n_rows weight rows of tpr texels each within limits
+ * (w_max, h_max): tpr x n_rows when it fits; R = ceil(n_rows / h_max) rows side by side
+ * (R * tpr wide) when the rows are too many; each row wrapped over K = ceil(tpr / w_max) image
+ * rows (ceil(tpr / K) wide) when a row is too wide. false when neither fits. The kernels
+ * (quant.cl i2d_pos) derive the same mapping from the image's width. */
+bool ebb_cl_image2d_shape(uint64_t tpr, uint64_t n_rows, size_t w_max, size_t h_max, size_t *w,
+                          size_t *h);
+
+/* Like ebb_cl_layout_ok for an exact shape: for IMAGE2D also that both planes of an
+ * (n_out, n_in) weight fit the image2d limits. */
+bool ebb_cl_layout_fits(const struct ebb_cl_dev_info *di, const struct ebb_cl_layout *l,
+                        uint32_t n_in, uint32_t n_out);
+
+/* The layout the engine uses for a weight of this type on this device. The environment
+ * variable EBB_CL_LAYOUT (raw, split, image = split image1d_buffer, image2d) overrides the choice
+ * where it is valid. */
+struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint32_t type,
+                                          uint64_t n_elements);
+
+/* Like ebb_cl_layout_choose, but on GPUs with more than one valid layout for the type, times
+ * matvec over a sample weight (rows: n_out rows of n_in in the file's layout) in each and takes
+ * the fastest. The choice is cached per device, driver, type and shape in the kernel cache
+ * directory, so only the first load measures. The candidates are raw, split buffer, split
+ * image1d_buffer and split image2d, where ebb_cl_layout_fits() says so. Falls back to
+ * ebb_cl_layout_choose() on CPUs (the zero-copy raw layout wins there; EBB_CL_TUNE=1 measures
+ * anyway, for tests), with EBB_CL_LAYOUT set, or on any error. */
+struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
+                                        uint32_t type, uint32_t n_in, const void *rows,
+                                        uint32_t n_out);
+
+/* "Q4_1/split/image1d", "Q8_0/split/image2d" */
+const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t cap);
+
+/* Writes the generated OpenCL prologue that defines the accessor macros for layout l plus the
+ * tuning options; EBB_EUNSUPPORTED for a type/layout pair without decoder. */
+ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
+                               char *buf, size_t cap, struct ebb_diag *diag);
+
+/* Places a weight of n_in columns built from src[0..n) (stacked along O) in layout l. Raw
+ * layouts over a hostmap whose sources are contiguous in it are zero-copy; everything else is
+ * rearranged on the host and copied once. An IMAGE2D layout whose shape does not fit the
+ * device's image2d limits (ebb_cl_layout_fits) is placed split in an image1d_buffer, or in
+ * buffers, instead: out->layout says which (a note on stderr when EBB_CL_LAYOUT asked for it). */
+ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint32_t n_in,
+                          const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
+                          struct ebb_cl_weight *out, struct ebb_diag *diag);
+
+/* Releases what ebb_cl_weight_new created; accepts a zeroed struct. */
+void ebb_cl_weight_fini(struct ebb_cl_weight *w);
+
+/* Sets the two W_ARGS kernel arguments at index first and first + 1. */
+ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_uint first,
+                               struct ebb_diag *diag);
+
+/* The weight kernels of a program, and their launch shape for n_out rows and nt tokens (global
+ * and local sizes, 2 dimensions; the one place that knows them). */
+enum ebb_cl_wkernel {
+    EBB_CL_WK_MATVEC = 0, /* matvec: (n_out * MV_WG, nt), (MV_WG * MV_ROWS, 1) */
+    EBB_CL_WK_MATMUL,     /* tiled matmul: (n_out, nt / MM_T), (MM_WG, 1) */
+    EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
+    EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
+};
+void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
+                          uint32_t nt, size_t g[2], size_t l[2]);
+
+/* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
+bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
+/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (4-bit
+ * weights against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16, else
+ * NULL. */
+struct ebb_cl_wprog {
+    struct ebb_cl_layout layout;
+    cl_program prog;
+    cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
+};
+
+ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                           struct ebb_diag *diag);
+void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
+
+/* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
+ * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of
+ * head_dim (a multiple of 4). */
+ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
+                         cl_program *out, struct ebb_diag *diag);
+
+#endif

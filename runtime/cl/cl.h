@@ -1,0 +1,134 @@
+/* OpenCL runtime: device selection, the device properties the engine specializes on, program
+ * builds with an on-disk binary cache, and OpenCL error names. One struct ebb_cl owns a context
+ * and an in-order queue on one device; it is used from one thread (the engine thread). */
+#ifndef EBB_RUNTIME_CL_H
+#define EBB_RUNTIME_CL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#ifndef CL_USE_DEPRECATED_OPENCL_1_2_APIS
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
+#endif
+#include <CL/cl.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/err.h"
+
+enum ebb_cl_vendor {
+    EBB_CL_VENDOR_OTHER = 0,
+    EBB_CL_VENDOR_NVIDIA,
+    EBB_CL_VENDOR_AMD,
+    EBB_CL_VENDOR_INTEL,
+    EBB_CL_VENDOR_APPLE,
+    EBB_CL_VENDOR_ARM,
+    EBB_CL_VENDOR_POCL,
+};
+
+/* The device facts the engine's layout and kernel choices depend on. */
+struct ebb_cl_dev_info {
+    char name[128];
+    char vendor_str[128];
+    char platform[128];
+    char driver[128];  /* CL_DRIVER_VERSION */
+    char version[128]; /* CL_DEVICE_VERSION */
+    enum ebb_cl_vendor vendor;
+    uint32_t plat_idx, dev_idx;
+    bool is_gpu;
+    bool is_cpu;
+    uint64_t global_mem;  /* bytes */
+    uint64_t max_alloc;   /* largest single buffer, bytes */
+    uint64_t local_mem;   /* bytes per work-group */
+    bool local_is_global; /* CL_GLOBAL local memory (CPU devices): tiling through it buys nothing */
+    size_t max_wg;        /* max work-group size */
+    uint32_t compute_units;
+    bool image; /* image support */
+    size_t image2d_w, image2d_h;
+    size_t image1d_buf_max; /* texels of an image1d_buffer */
+    bool host_unified;      /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+    bool fp16;              /* cl_khr_fp16 */
+    uint32_t mem_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes */
+    /* Identity for matching the device in other APIs (NVML): the PCI address as
+     * "dddd:bb:dd.f" (cl_khr_pci_bus_info, NVIDIA's or AMD's attribute queries) and the
+     * cl_khr_device_uuid UUID as NVML spells it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+     * NVIDIA only); empty strings when the driver offers neither. */
+    char pci_bus_id[16];
+    char uuid[48];
+    bool amd_free_mem; /* cl_amd_device_attribute_query: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD */
+};
+
+struct ebb_cl {
+    cl_platform_id plat;
+    cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
+    struct ebb_cl_dev_info info;
+};
+
+/* Returns the symbolic name of an OpenCL error code ("CL_OUT_OF_RESOURCES"). */
+const char *ebb_cl_err_name(cl_int e);
+
+/* If e is not CL_SUCCESS, writes "<what>: <CL name>" to diag and returns an ebb error
+ * (EBB_ENOMEM for allocation failures, EBB_EDEVICE otherwise); returns EBB_OK for CL_SUCCESS. */
+ebb_err ebb_cl_check(cl_int e, struct ebb_diag *diag, const char *what);
+
+/* Opens a device. spec: NULL or "auto" = first GPU of any platform, else the first device of
+ * any kind; "cl:P:D" = platform P, device D (indices as ebb_cl_print_devices lists them); any
+ * other string = first device whose name or platform name contains it (case-insensitive).
+ * EBB_ENOTFOUND with a message when nothing matches. */
+ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag);
+
+/* Releases the queue and context; accepts NULL. */
+void ebb_cl_close(struct ebb_cl *cl);
+
+/* Lists every platform and device with the properties above, as text or as one JSON array.
+ * Returns EBB_ENOTFOUND (after printing an empty list) when no OpenCL platform exists. */
+ebb_err ebb_cl_print_devices(FILE *out, bool json);
+
+/* The device's free memory as the driver reports it (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD,
+ * KiB converted to bytes); false where the driver offers no such query. */
+bool ebb_cl_free_memory(const struct ebb_cl *cl, uint64_t *free_bytes);
+
+/* Looks up an OpenCL source file by name ("matvec.cl"): the embedded copy, or with the
+ * kernels_from_disk build option the file in the source tree, read at each call. *out stays
+ * valid until ebb_cl_source_release(). */
+ebb_err ebb_cl_source(const char *name, const char **out, struct ebb_diag *diag);
+void ebb_cl_source_release(const char *src);
+
+/* Builds a program from the concatenation of srcs[0..n) with options, for cl's device. A
+ * binary cache in $XDG_CACHE_HOME/ebb/kernels (default ~/.cache/ebb/kernels; EBB_KERNEL_CACHE=0
+ * disables it) is keyed by a hash of the sources, options, device name, device version and
+ * driver version, so any change rebuilds. On a failed build the log is in diag (truncated) and
+ * on stderr (whole), and EBB_EBUILD is returned. */
+ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t n,
+                             const char *options, cl_program *out, struct ebb_diag *diag);
+
+/* Writes the kernel cache directory ($XDG_CACHE_HOME/ebb/kernels or ~/.cache/ebb/kernels),
+ * creating it; false when caching is off (EBB_KERNEL_CACHE=0) or no directory is usable. */
+bool ebb_cl_cache_dir(char *buf, size_t cap);
+
+/* Creates a kernel by name from a built program. */
+ebb_err ebb_cl_kernel(cl_program prog, const char *name, cl_kernel *out, struct ebb_diag *diag);
+
+/* A kernel argument for ebb_cl_set_args: EBB_CL_ARG(var) passes sizeof(var) and &var, so a
+ * NULL cl_mem variable passes a NULL buffer. */
+struct ebb_cl_arg {
+    size_t size;
+    const void *p;
+};
+#define EBB_CL_ARG(v) ((struct ebb_cl_arg){sizeof(v), &(v)})
+
+/* Sets args a[0..n) at indices first, first + 1, ... */
+ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, size_t n,
+                        struct ebb_diag *diag);
+
+/* Enqueues k over dims dimensions; global sizes are rounded up to multiples of local (when
+ * local is non-NULL). Does not wait. */
+ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
+                   const size_t *local, struct ebb_diag *diag);
+
+#endif

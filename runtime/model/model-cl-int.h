@@ -1,0 +1,143 @@
+/* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
+ * files share. Calls go one way: model-cl.c -> model-cl-stream.c -> model-cl-layer.c ->
+ * model-cl-place.c. */
+#ifndef EBB_RUNTIME_MODEL_CL_INT_H
+#define EBB_RUNTIME_MODEL_CL_INT_H
+
+#include <pthread.h>
+
+#include "cl/cl-layout.h"
+#include "model-int.h"
+#include "stream/stream-cl.h"
+
+/* meson -Dstreamer=false builds the plain path alone (EBB_STREAMER 0): every streamer branch
+ * below is then compiled out, which is the baseline the streamer's cost at 100% residency is
+ * measured against (docs/PERFORMANCE.md). */
+#ifndef EBB_STREAMER
+#define EBB_STREAMER 1
+#endif
+#if EBB_STREAMER
+#define STREAMING(m) ((m)->st != NULL)
+#else
+#define STREAMING(m) false
+#endif
+
+#define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
+#define N_OUT_ROWS 16  /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
+#define TOPK_MAX 64    /* as in ops.cl */
+#define MAX_PROGS 8
+#define MAX_TYPES 40
+#define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
+
+struct layer {
+    cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
+    struct ebb_cl_weight qkv[3]; /* (n_head + 2 n_head_kv) * head_dim rows of n_embd: fused
+                                    into qkv[0], or q, k, v separately */
+    uint32_t n_qkv;
+    struct ebb_cl_weight wo;    /* (n_embd, n_head * head_dim) */
+    struct ebb_cl_weight gu[2]; /* (2 n_ff, n_embd) fused gate|up, or gate and up */
+    uint32_t n_gu;
+    struct ebb_cl_weight down; /* (n_embd, n_ff) */
+    cl_mem kc, vc;             /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
+};
+
+struct clm {
+    struct ebb__hparams hp;
+    struct ebb_cl *cl;
+    struct ebb_cl_tuning tu;
+    uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
+    struct ebb_cl_hostmap map;
+    struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
+    bool have_layout[MAX_TYPES];
+    struct ebb_cl_wprog progs[MAX_PROGS];
+    uint32_t n_progs;
+    cl_program ops;
+    cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
+    cl_kernel k_q8;                    /* quantize_x8, with tu.mv_q8 */
+    struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
+    cl_mem output_norm;                /* (n_embd) f32 */
+    struct layer *layers;
+    /* Scratch, allocated once. */
+    cl_mem ids;                /* (N_BATCH) int */
+    cl_mem x, h;               /* (N_BATCH, n_embd) residual stream and normed copy */
+    cl_mem qkv;                /* (N_BATCH, n_qkv) */
+    cl_mem att;                /* (N_BATCH, n_q) */
+    cl_mem gu, ff;             /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
+    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
+    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
+    cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
+    cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    cl_mem xq, xd;             /* with tu.mv_q8: a decode product's input as int8 (widest
+                                  n_in) and its per-32 (d, d * sum) float2 */
+    float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+    /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
+    const struct ebb_gguf *g;
+    struct ebb_stream *st;
+    struct ebb_stream_cl *sc; /* staging, once some layer is streamed */
+    struct layer *tmpl;       /* (n_layer) each layer's weights as streamed: a = NULL, off
+                                 relative to the layer's first byte */
+    uint32_t n_slots;
+    uint32_t ring_slots; /* prefetch + 1: the fewest slots streaming works with */
+    size_t max_layer;
+    bool unified;
+    uint64_t tokens, busy_ns, next_tick; /* cumulative, for the planner */
+    uint32_t replan_tokens;              /* re-plan period (REPLAN_TOKENS) */
+    pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
+    bool snap_init;
+    struct ebb_stream_report snap;
+    struct ebb__backend_i iface;
+    char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
+};
+
+/* model-cl-place.c */
+/* One device buffer of bytes, failing with a message that names what when it is too large. */
+ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
+                       struct ebb_diag *diag);
+/* The weight kernels' program for layout l (built on first use). */
+ebb_err ebb__clm_prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb_cl_wprog **out,
+                          struct ebb_diag *diag);
+/* Every weight, norm and KV cache at load (streamed layers: norms and KV cache only). */
+ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag);
+ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
+                      const struct ebb_gguf_tensor **out, struct ebb_diag *diag);
+/* Places / releases the weight matrices of decoder layer l (norms and KV cache apart). */
+ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                             struct ebb_diag *diag);
+void ebb__clm_drop_layer(struct clm *m, uint32_t l);
+/* Drops a tensor's mmapped file pages from the process (madvise DONTNEED over the whole pages
+ * inside it; they are clean and fault in again when read). */
+void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
+
+/* model-cl-layer.c */
+/* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
+ * adding res when given; with nw (decode only) x is RMS-normed and scaled by nw inside. */
+ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                      int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag);
+/* y = rmsnorm(x) * w over nt rows of n_embd. */
+ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
+                         struct ebb_diag *diag);
+/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                       struct ebb_diag *diag);
+
+/* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
+uint64_t ebb__clm_now_ns(void);
+/* Opens the streamer when a budget or a forced residency is set (else leaves m->st NULL);
+ * sets m->n_ctx to the planned context. Before the weights are placed. */
+ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
+                             const struct ebb_model_params *p, struct ebb_diag *diag);
+/* Creates and attaches the staging slots the first time some layer is streamed. */
+ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
+/* Between evaluations: re-plans when due and moves layers. */
+ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
+/* A streamed layer through the view the streamer hands over. */
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+                                struct ebb_diag *diag);
+/* Refreshes the report snapshot other threads read. */
+void ebb__clm_stream_snapshot(struct clm *m);
+/* The backend interface's stream_report / stream_probe. */
+bool ebb__clm_stream_report(void *ctx, struct ebb_stream_report *out);
+bool ebb__clm_stream_probe(void *ctx);
+
+#endif

@@ -1,0 +1,179 @@
+/* One decoder layer of the llama forward pass on OpenCL, and the weight products it is made of
+ * (matvec for decode with the RMS norm and SwiGLU folded in, tiled matmul or GEMM for prefill). */
+#include "model-cl-int.h"
+
+#include <math.h>
+
+/* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
+ * adding res (same shape as y, may be y) when given. matvec for decode, tiled matmul for
+ * prefill. With nw (decode only), x is RMS-normed and scaled by nw inside the product. */
+static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                        int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
+                        struct ebb_diag *diag);
+
+ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                      int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag)
+{
+    return wmul_glu(m, w, x, x_ld, y, y_ld, y_off, res, nw, 0, nt, diag);
+}
+
+/* Decode's product for 4-bit weights with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm
+ * and SwiGLU into x and quantizes it once, matvec_q8 multiplies in integers. */
+static ebb_err wmul_q8(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
+                       cl_mem y, int y_off, cl_mem res, cl_mem nw, int glu, struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
+                              EBB_CL_ARG(glu), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
+    size_t qg = ((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
+                             EBB_CL_ARG(m->xd), EBB_CL_ARG(y),     EBB_CL_ARG(y_off),
+                             EBB_CL_ARG(res)};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_q8, 0, qa, 7, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_q8, 1, &qg, &ql, diag)) ||
+        (rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
+/* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
+static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
+                        int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
+                        struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p = NULL;
+    ebb_err rc = ebb__clm_prog_for(m, &w->layout, &p, diag);
+    if (rc)
+        return rc;
+    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0)
+        return wmul_q8(m, w, p->matvec_q8, x, y, y_off, res, nw, glu, diag);
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    bool mm = nt > 1;
+    enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
+                               : m->tu.mm_gemm_min && (uint32_t)nt >= m->tu.mm_gemm_min
+                                   ? EBB_CL_WK_GEMM
+                               : m->tu.mm_coop ? EBB_CL_WK_COOP
+                                               : EBB_CL_WK_MATMUL;
+    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm}, k = ks[kind];
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
+                             EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
+                             EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
+        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
+        (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
+/* Several weights stacked along O write side by side into rows of y. */
+static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
+                          int x_ld, cl_mem y, int y_ld, cl_mem nw, int nt, struct ebb_diag *diag)
+{
+    int off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        ebb_err rc = ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
+        if (rc)
+            return rc;
+        off += (int)w[i].n_out;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, struct ebb_diag *diag)
+{
+    int n = (int)m->hp.n_embd;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x), EBB_CL_ARG(n), EBB_CL_ARG(w),  EBB_CL_ARG(y),
+                             EBB_CL_ARG(n), EBB_CL_ARG(n), EBB_CL_ARG(eps)};
+    ebb_err rc = ebb_cl_set_args(m->k_norm, 0, a, 7, diag);
+    size_t g[2] = {m->tu.norm_wg, (size_t)nt}, l[2] = {m->tu.norm_wg, 1};
+    return rc ? rc : ebb_cl_run(m->cl, m->k_norm, 2, g, l, diag);
+}
+
+/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                       struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    ebb_err rc;
+    int n_embd = (int)hp->n_embd, n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
+    int n_ff = (int)hp->n_ff, n_ff2 = 2 * n_ff;
+    /* Decode folds each RMS norm into the product that consumes it (one launch less each);
+     * prefill normalises once for the whole token tile. */
+    bool fold = nt == 1;
+    if (fold)
+        rc = wmul_group(m, L->qkv, L->n_qkv, m->x, n_embd, m->qkv, n_qkv, L->attn_norm, nt, diag);
+    else if (!(rc = ebb__clm_rmsnorm(m, m->x, L->attn_norm, m->h, nt, diag)))
+        rc = wmul_group(m, L->qkv, L->n_qkv, m->h, n_embd, m->qkv, n_qkv, NULL, nt, diag);
+    if (rc)
+        return rc;
+
+    cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
+    int n_ctx = (int)m->n_ctx, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    int hd = (int)hp->head_dim, n_rot = (int)hp->n_rot, neox = hp->rope_kind == EBB__ROPE_NEOX;
+    float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+    struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                              EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
+                              EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+    size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
+    if ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag)))
+        return rc;
+
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (nt == 1) {
+        int n_kv = pos + 1, nc = (n_kv + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
+                                 EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),  EBB_CL_ARG(n_kv),
+                                 EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),
+                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(m->att)};
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
+                                 EBB_CL_ARG(m->att)};
+        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
+        size_t g2[2] = {hp->head_dim, hp->n_head};
+        if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 12, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)))
+            return rc;
+        if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
+                       (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag))))
+            return rc;
+    } else {
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                                 EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                                 EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
+                                 EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
+                                 EBB_CL_ARG(n_q)};
+        size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
+        if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 13, diag)) ||
+            (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
+            return rc;
+    }
+    /* Output projection with the residual fused: x = x + Wo att. */
+    if ((rc = ebb__clm_wmul(m, &L->wo, m->att, n_q, m->x, n_embd, 0, m->x, NULL, nt, diag)))
+        return rc;
+    if (fold)
+        rc = wmul_group(m, L->gu, L->n_gu, m->x, n_embd, m->gu, n_ff2, L->ffn_norm, nt, diag);
+    else if (!(rc = ebb__clm_rmsnorm(m, m->x, L->ffn_norm, m->h, nt, diag)))
+        rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, NULL, nt, diag);
+    if (rc)
+        return rc;
+    if (fold) /* SwiGLU folded into the down projection */
+        return wmul_glu(m, &L->down, m->gu, n_ff2, m->x, n_embd, 0, m->x, NULL, 1, nt, diag);
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(m->gu), EBB_CL_ARG(n_ff2), EBB_CL_ARG(m->ff),
+                              EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
+    size_t sg[2] = {hp->n_ff, (size_t)nt};
+    if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
+        return rc;
+    return ebb__clm_wmul(m, &L->down, m->ff, n_ff, m->x, n_embd, 0, m->x, NULL, nt, diag);
+}

@@ -1,0 +1,263 @@
+/* Weight placement for the OpenCL forward pass: each weight once at load, in the layout the
+ * device profile picks (zero-copy over the mmapped GGUF on host-unified CPUs, split planes on
+ * GPUs), with its kernels' program; norms as f32; the KV cache. The streamer (model-cl-stream.c)
+ * places and drops whole layers through ebb__clm_place_layer / ebb__clm_drop_layer. */
+#include "model-cl-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "quant/quant.h"
+
+ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
+                       struct ebb_diag *diag)
+{
+    if (bytes > m->cl->info.max_alloc)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "%s needs %zu bytes in one buffer; the device allows %llu (lower "
+                            "--ctx)",
+                            what, bytes, (unsigned long long)m->cl->info.max_alloc);
+    cl_int e = CL_SUCCESS;
+    *out = clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_ENOMEM, "allocating %s (%zu bytes): %s", what, bytes,
+                            ebb_cl_err_name(e));
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
+                      const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
+    if (!t)
+        return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "tensor '%s' has shape [%llu, %llu], expected [%llu, %llu]", name,
+                            (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                            (unsigned long long)n_in, (unsigned long long)n_out);
+    *out = t;
+    return EBB_OK;
+}
+
+/* A norm vector, converted to f32 on the host and copied. */
+static ebb_err place_norm(struct clm *m, const struct ebb_gguf *g, const char *name, cl_mem *out,
+                          struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t;
+    ebb_err rc = ebb__clm_find(g, name, m->hp.n_embd, 1, &t, diag);
+    if (rc)
+        return rc;
+    float *f = malloc(sizeof(float) * m->hp.n_embd);
+    if (!f)
+        return EBB_ENOMEM;
+    if ((rc = ebb_quant_dequantize_row(t->type, t->data, f, m->hp.n_embd))) {
+        rc = ebb_diag_set(diag, rc, "tensor '%s': unsupported type %u", name, t->type);
+    } else {
+        cl_int e = CL_SUCCESS;
+        *out = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                              sizeof(float) * m->hp.n_embd, f, &e);
+        rc = ebb_cl_check(e, diag, "clCreateBuffer(norm)");
+    }
+    free(f);
+    return rc;
+}
+
+ebb_err ebb__clm_prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb_cl_wprog **out,
+                          struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < m->n_progs; i++) {
+        const struct ebb_cl_layout *p = &m->progs[i].layout;
+        if (p->type == l->type && p->storage == l->storage && p->order == l->order) {
+            *out = &m->progs[i];
+            return EBB_OK;
+        }
+    }
+    if (m->n_progs == MAX_PROGS)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many weight layouts in one model");
+    ebb_err rc = ebb_cl_wprog_build(m->cl, l, &m->tu, &m->progs[m->n_progs], diag);
+    if (rc)
+        return rc;
+    *out = &m->progs[m->n_progs++];
+    return EBB_OK;
+}
+
+/* Places the weights named names[0..n) (same n_in, stacked along O). Fused into out[0] when
+ * they share a type and either the layout is rearranged anyway or they lie back to back in the
+ * file (zero-copy); otherwise one weight each. Returns the number of weights in *n_out. */
+/* The layout for a weight of t's type: measured once per type per load (ebb_cl_layout_tune,
+ * itself cached on disk) with t as the sample, unless it cannot hold n_elements. */
+static struct ebb_cl_layout pick(struct clm *m, const struct ebb_gguf_tensor *t,
+                                 uint64_t n_elements)
+{
+    uint32_t ty = t->type;
+    if (ty < MAX_TYPES && !m->have_layout[ty]) {
+        m->layout[ty] =
+            ebb_cl_layout_tune(m->cl, &m->tu, ty, (uint32_t)t->ne[0], t->data, (uint32_t)t->ne[1]);
+        m->have_layout[ty] = true;
+    }
+    if (ty < MAX_TYPES && ebb_cl_layout_ok(&m->cl->info, &m->layout[ty], n_elements))
+        return m->layout[ty];
+    return ebb_cl_layout_choose(&m->cl->info, ty, n_elements);
+}
+
+/* Prefixes diag's message with the tensor name. */
+static ebb_err prefix(struct ebb_diag *diag, ebb_err rc, const char *name)
+{
+    if (!diag)
+        return rc;
+    char tmp[sizeof(diag->msg)];
+    memcpy(tmp, diag->msg, sizeof(tmp));
+    return ebb_diag_set(diag, rc, "placing %s: %.400s", name, tmp);
+}
+
+/* A tensor now copied to a device with memory of its own: its mmapped file pages leave the
+ * process (they are clean; a later growth of the streamer's plan faults them in again), so the
+ * footprint does not hold the model twice. Unified-memory devices read weights in place. */
+static void drop_file_pages(const struct clm *m, const struct ebb_gguf_tensor *t)
+{
+    if (!m->cl->info.host_unified && !m->cl->info.is_cpu)
+        ebb__clm_drop_pages(t);
+}
+
+void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+    uintptr_t e = ((uintptr_t)t->data + (uintptr_t)t->size) & ~(pg - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
+                           const uint32_t *rows, uint32_t n, uint32_t n_in,
+                           struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t[3];
+    struct ebb_cl_wsrc src[3];
+    uint64_t total = 0;
+    ebb_err rc;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((rc = ebb__clm_find(g, names[i], n_in, rows[i], &t[i], diag)))
+            return rc;
+        src[i].data = t[i]->data;
+        src[i].n_out = rows[i];
+        total += (uint64_t)rows[i] * n_in;
+    }
+    bool same = true;
+    for (uint32_t i = 1; i < n; i++)
+        same = same && t[i]->type == t[0]->type;
+    struct ebb_cl_layout l = pick(m, t[0], total);
+    bool contiguous = true;
+    for (uint32_t i = 1; i < n; i++)
+        contiguous = contiguous && (const uint8_t *)t[i]->data ==
+                                       (const uint8_t *)t[i - 1]->data + t[i - 1]->size;
+    bool fuse = same && (l.order != EBB_CL_ORDER_RAW || !m->map.buf || contiguous);
+    struct ebb_cl_wprog *p = NULL;
+    if (fuse) {
+        *n_out = 1;
+        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, src, n, &m->map, &out[0], diag)))
+            return prefix(diag, rc, names[0]);
+        if (!out[0].zero_copy)
+            for (uint32_t i = 0; i < n; i++)
+                drop_file_pages(m, t[i]);
+        return ebb__clm_prog_for(m, &l, &p, diag);
+    }
+    *n_out = n;
+    for (uint32_t i = 0; i < n; i++) {
+        l = pick(m, t[i], (uint64_t)rows[i] * n_in);
+        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], 1, &m->map, &out[i], diag)))
+            return prefix(diag, rc, names[i]);
+        if (!out[i].zero_copy)
+            drop_file_pages(m, t[i]);
+        if ((rc = ebb__clm_prog_for(m, &l, &p, diag)))
+            return rc;
+    }
+    return EBB_OK;
+}
+
+/* The weight matrices of decoder layer l (norms and KV cache are placed apart). */
+ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                             struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    struct layer *L = &m->layers[l];
+    char nm[6][64];
+    uint32_t one;
+    ebb_err rc;
+    snprintf(nm[0], 64, "blk.%u.attn_q.weight", l);
+    snprintf(nm[1], 64, "blk.%u.attn_k.weight", l);
+    snprintf(nm[2], 64, "blk.%u.attn_v.weight", l);
+    const char *qn[] = {nm[0], nm[1], nm[2]};
+    uint32_t qr[] = {m->n_q, m->n_kv, m->n_kv};
+    if ((rc = place_group(m, g, qn, qr, 3, hp->n_embd, L->qkv, &L->n_qkv, diag)))
+        return rc;
+    snprintf(nm[3], 64, "blk.%u.attn_output.weight", l);
+    const char *wn[] = {nm[3]};
+    uint32_t wr[] = {hp->n_embd};
+    if ((rc = place_group(m, g, wn, wr, 1, m->n_q, &L->wo, &one, diag)))
+        return rc;
+    snprintf(nm[4], 64, "blk.%u.ffn_gate.weight", l);
+    snprintf(nm[5], 64, "blk.%u.ffn_up.weight", l);
+    const char *gn[] = {nm[4], nm[5]};
+    uint32_t gr[] = {hp->n_ff, hp->n_ff};
+    if ((rc = place_group(m, g, gn, gr, 2, hp->n_embd, L->gu, &L->n_gu, diag)))
+        return rc;
+    snprintf(nm[0], 64, "blk.%u.ffn_down.weight", l);
+    const char *dn[] = {nm[0]};
+    return place_group(m, g, dn, wr, 1, hp->n_ff, &L->down, &one, diag);
+}
+
+/* Releases the weight matrices of layer l (it becomes streamed). */
+void ebb__clm_drop_layer(struct clm *m, uint32_t l)
+{
+    struct layer *L = &m->layers[l];
+    for (int i = 0; i < 3; i++)
+        ebb_cl_weight_fini(&L->qkv[i]);
+    ebb_cl_weight_fini(&L->wo);
+    for (int i = 0; i < 2; i++)
+        ebb_cl_weight_fini(&L->gu[i]);
+    ebb_cl_weight_fini(&L->down);
+    L->n_qkv = L->n_gu = 0;
+}
+
+ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    ebb_err rc;
+    uint32_t one;
+    const char *en[] = {"token_embd.weight"};
+    uint32_t vr[] = {hp->n_vocab};
+    if ((rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)) ||
+        (rc = place_norm(m, g, "output_norm.weight", &m->output_norm, diag)))
+        return rc;
+    if (!hp->tied_output) {
+        const char *on[] = {"output.weight"};
+        if ((rc = place_group(m, g, on, vr, 1, hp->n_embd, &m->output, &one, diag)))
+            return rc;
+    }
+    m->layers = calloc(hp->n_layer, sizeof(*m->layers));
+    if (!m->layers)
+        return EBB_ENOMEM;
+    size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * m->n_ctx * hp->head_dim * 2;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        struct layer *L = &m->layers[l];
+        char nm[2][64];
+        snprintf(nm[0], 64, "blk.%u.attn_norm.weight", l);
+        snprintf(nm[1], 64, "blk.%u.ffn_norm.weight", l);
+        if ((rc = place_norm(m, g, nm[0], &L->attn_norm, diag)) ||
+            (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
+            return rc;
+        /* Streamed layers keep only their norms and KV cache on the device. */
+        if ((!STREAMING(m) || ebb_stream_is_resident(m->st, l)) &&
+            (rc = ebb__clm_place_layer(m, g, l, diag)))
+            return rc;
+        if ((rc = ebb__clm_alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
+            (rc = ebb__clm_alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
+            return rc;
+    }
+    return EBB_OK;
+}

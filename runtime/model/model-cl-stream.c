@@ -1,0 +1,412 @@
+/* The layer streamer in the OpenCL forward pass (docs/STREAMER.md, "Integration recipe" and
+ * "In the engine"): opening the streamer, the streamed form of each layer, staging slots,
+ * re-planning between evaluations, the per-layer hand-over and the report snapshot. */
+#include "model-cl-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stream/pack.h"
+
+uint64_t ebb__clm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Raw-layout weights over a streamed layer's bytes: offs[i] is tensor names[i]'s offset from
+ * the layer's first byte. Fused into one weight when they share a type and lie back to back. */
+static ebb_err tmpl_group(struct clm *m, const struct ebb_gguf *g, const char *const *names,
+                          const uint64_t *offs, const uint32_t *rows, uint32_t n, uint32_t n_in,
+                          struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
+{
+    const struct ebb_gguf_tensor *t[3];
+    ebb_err rc;
+    bool fuse = true;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((rc = ebb__clm_find(g, names[i], n_in, rows[i], &t[i], diag)))
+            return rc;
+        if (i)
+            fuse = fuse && t[i]->type == t[0]->type && offs[i] == offs[i - 1] + t[i - 1]->size;
+    }
+    *n_out = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ebb_cl_weight *w = &out[*n_out];
+        if (fuse && i) {
+            w = &out[0];
+            w->n_out += rows[i];
+            continue;
+        }
+        memset(w, 0, sizeof(*w));
+        w->layout = (struct ebb_cl_layout){
+            .type = t[i]->type, .storage = EBB_CL_STORE_BUFFER, .order = EBB_CL_ORDER_RAW};
+        w->n_in = n_in;
+        w->n_out = rows[i];
+        w->off = offs[i];
+        (*n_out)++;
+    }
+    for (uint32_t i = 0; i < *n_out; i++)
+        if (!ebb_cl_layout_ok(&m->cl->info, &out[i].layout, (uint64_t)out[i].n_in * out[i].n_out))
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                                "tensor '%s' (type %u) cannot be streamed in the raw layout on "
+                                "this device",
+                                names[0], t[0]->type);
+    return EBB_OK;
+}
+
+/* Offsets of a layer's tensors inside its streamed bytes: from the pack's directory, or from
+ * the GGUF (tensor file offset minus the extent's start). */
+static ebb_err tmpl_offs(const struct ebb_gguf *g, const struct ebb_pack *pk,
+                         const struct ebb_stream_layer *ext, const char *const *names, uint32_t n,
+                         uint64_t *offs, struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (pk) {
+            const struct ebb_pack_tensor *pt = ebb_pack_find_tensor(pk, names[i]);
+            if (!pt)
+                return ebb_diag_set(diag, EBB_EFORMAT, "the pack has no tensor '%s'", names[i]);
+            offs[i] = pt->off;
+        } else {
+            const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, names[i]);
+            if (!t)
+                return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", names[i]);
+            offs[i] =
+                (uint64_t)((const uint8_t *)t->data - (const uint8_t *)ebb_gguf_base(g)) - ext->off;
+        }
+    }
+    return EBB_OK;
+}
+
+static ebb_err build_tmpl(struct clm *m, const struct ebb_gguf *g, const struct ebb_pack *pk,
+                          const struct ebb_stream_layer *ext, uint32_t l, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    struct layer *T = &m->tmpl[l];
+    char nm[7][64];
+    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                         "ffn_gate", "ffn_up", "ffn_down"};
+    const char *np[7];
+    for (int i = 0; i < 7; i++) {
+        snprintf(nm[i], 64, "blk.%u.%s.weight", l, sfx[i]);
+        np[i] = nm[i];
+    }
+    uint64_t offs[7];
+    uint32_t one, qr[] = {m->n_q, m->n_kv, m->n_kv}, wr[] = {hp->n_embd},
+                  gr[] = {hp->n_ff, hp->n_ff};
+    ebb_err rc;
+    if ((rc = tmpl_offs(g, pk, ext, np, 7, offs, diag)) ||
+        (rc = tmpl_group(m, g, np, offs, qr, 3, hp->n_embd, T->qkv, &T->n_qkv, diag)) ||
+        (rc = tmpl_group(m, g, np + 3, offs + 3, wr, 1, m->n_q, &T->wo, &one, diag)) ||
+        (rc = tmpl_group(m, g, np + 4, offs + 4, gr, 2, hp->n_embd, T->gu, &T->n_gu, diag)) ||
+        (rc = tmpl_group(m, g, np + 6, offs + 6, wr, 1, hp->n_ff, &T->down, &one, diag)))
+        return rc;
+    return EBB_OK;
+}
+
+static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
+{
+    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
+    return t ? t->size : 0;
+}
+
+/* Discrete GPUs: pinned host staging is planned against host memory (MemAvailable and the
+ * cgroup limit, minus 256 MiB kept free), apart from the device budget. A slot per streamed
+ * layer (the host tier of docs/STREAMER.md, "Slots as a host tier": each layer read from the
+ * file once, later steps only copy it to the device) where that fits, else the ring of
+ * min_slots; EBB_ENOMEM with a message when layers are streamed and not even the ring fits. */
+static ebb_err host_slots(uint32_t n_streamed, size_t slot, uint32_t min_slots, uint32_t *out,
+                          struct ebb_diag *diag)
+{
+    struct ebb_memprobe_params hq = {.discrete = false};
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    uint64_t limit = UINT64_MAX, keep = 256u << 20;
+    if (ebb_memprobe_new(&hq, &mp, NULL) == EBB_OK) {
+        if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok)
+            limit = r.available > keep ? r.available - keep : 0;
+        ebb_memprobe_free(mp);
+    }
+    if (n_streamed && limit / slot < min_slots)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "pinned host staging for the streamed layers needs %.0f MiB (%u slots "
+                            "of %.1f MiB) but the host has %.0f MiB to spare; lower --prefetch or "
+                            "free host memory",
+                            (double)min_slots * slot / (1 << 20), min_slots,
+                            (double)slot / (1 << 20), (double)limit / (1 << 20));
+    *out = ebb_stream_plan_host_slots(n_streamed, slot, limit, min_slots);
+    return EBB_OK;
+}
+
+/* The probes' device-memory hook: the driver's own free-memory query (AMD). */
+static bool dev_read(void *u, uint64_t *total, uint64_t *free_bytes)
+{
+    const struct ebb_cl *cl = u;
+    if (!ebb_cl_free_memory(cl, free_bytes))
+        return false;
+    *total = cl->info.global_mem;
+    return true;
+}
+
+/* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
+ * streamed form of every layer, the initial plan. Sets m->n_ctx to the planned context. */
+ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
+                             const struct ebb_model_params *p, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    const char *env = getenv("EBB_TEST_RESIDENCY");
+    bool forced = p->residency_forced || p->residency > 0 || (env && *env);
+    double frac = env && *env ? strtod(env, NULL) : p->residency;
+    if (!p->memory_budget && !p->memory_budget_auto && !forced)
+        return EBB_OK;
+    uint32_t n_layer = hp->n_layer;
+    ebb_err rc = EBB_OK;
+    struct ebb_pack *pk = NULL;
+    struct ebb_stream_layer *ext = calloc(n_layer, sizeof(*ext));
+    uint64_t *lb = calloc(n_layer, sizeof(*lb));
+    m->tmpl = calloc(n_layer, sizeof(*m->tmpl));
+    if (!ext || !lb || !m->tmpl) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    if (p->pack_path) {
+        struct ebb_pack_expect want;
+        ebb_pack_expect_from_gguf(g, &want);
+        want.layout = EBB_PACK_LAYOUT_GGUF_RAW;
+        if ((rc = ebb_pack_open(p->pack_path, &want, &pk, diag)))
+            goto out;
+        if (ebb_pack_info(pk)->n_layer != n_layer) {
+            rc = ebb_diag_set(diag, EBB_EINVAL, "pack '%s' holds %u layers, the model %u",
+                              p->pack_path, ebb_pack_info(pk)->n_layer, n_layer);
+            goto out;
+        }
+        for (uint32_t l = 0; l < n_layer && !rc; l++)
+            rc = ebb_pack_group(pk, l, &ext[l]);
+        if (rc) {
+            rc = ebb_diag_set(diag, rc, "pack '%s': bad layer extent", p->pack_path);
+            goto out;
+        }
+    } else if ((rc = ebb_pack_gguf_extents(g, n_layer, ext, diag))) {
+        goto out;
+    }
+    for (uint32_t l = 0; l < n_layer; l++) {
+        if ((rc = build_tmpl(m, g, pk, &ext[l], l, diag)))
+            goto out;
+        lb[l] = ext[l].raw_size;
+        if (ext[l].raw_size > m->max_layer)
+            m->max_layer = (size_t)ext[l].raw_size;
+    }
+    m->unified = m->cl->info.host_unified || m->cl->info.is_cpu;
+    const char *dv = getenv("EBB_TEST_STREAM_DISCRETE"); /* tests: the discrete-GPU staging */
+    if (dv && *dv == '1')
+        m->unified = false;
+    uint32_t prefetch = p->prefetch ? p->prefetch : 2;
+    m->n_slots = m->ring_slots = prefetch + 1;
+    size_t slot = ebb_stream_io_slot_size(ext, n_layer);
+    size_t f = sizeof(float), nb = N_BATCH;
+    /* alloc_scratch's buffers (attention partials and top-k are small) + host logits */
+    uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
+                       N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
+                       f * (uint64_t)hp->n_vocab;
+    struct ebb_stream_plan_cfg cfg = {
+        .n_layer = n_layer,
+        .layer_bytes = lb,
+        .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
+                       f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
+        .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
+        /* in the device's memory: the mapped slots (unified), or the two device buffers the
+         * streamed layers are copied into (discrete; the pinned slots are host memory) */
+        .staging_bytes = m->unified ? (uint64_t)m->n_slots * slot : 2 * (uint64_t)m->max_layer,
+        .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
+        .n_ctx_want = m->n_ctx,
+        .mode = EBB_STREAM_BALANCED,
+        .budget = p->memory_budget_auto ? 0 : p->memory_budget,
+    };
+    if (p->residency_mode && (rc = ebb_stream_mode_parse(p->residency_mode, &cfg.mode))) {
+        rc = ebb_diag_set(diag, rc, "bad residency mode '%s' (speed, balanced, context)",
+                          p->residency_mode);
+        goto out;
+    }
+    if (forced) { /* a budget that holds exactly round(frac * n_layer) layers */
+        double r = frac < 0 ? 0 : frac > 1 ? 1 : frac;
+        uint32_t n = (uint32_t)(r * n_layer + 0.5);
+        cfg.mode = EBB_STREAM_CONTEXT;
+        cfg.budget = cfg.fixed_bytes + cfg.runtime_bytes + cfg.kv_per_token * cfg.n_ctx_want +
+                     (n < n_layer ? cfg.staging_bytes : 0);
+        for (uint32_t l = 0; l < n; l++)
+            cfg.budget += lb[l];
+    }
+    struct ebb_stream_params sp = {
+        .path = p->pack_path ? p->pack_path : p->path,
+        .layers = ext,
+        .plan = cfg,
+        .probe = {.discrete = !m->unified,
+                  /* NVML finds the GPU by UUID or PCI address; the driver hook serves AMD */
+                  .pci_bus_id =
+                      !m->unified && m->cl->info.pci_bus_id[0] ? m->cl->info.pci_bus_id : NULL,
+                  .uuid = !m->unified && m->cl->info.uuid[0] ? m->cl->info.uuid : NULL,
+                  .dev_read = m->unified ? NULL : dev_read,
+                  .dev_u = m->cl},
+        .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
+        .prefetch = prefetch,
+        .io_threads = p->stream_threads,
+        .now_ns = ebb__clm_now_ns(),
+    };
+    if (p->stream_cache && (rc = ebb_stream_cache_parse(p->stream_cache, &sp.cache))) {
+        rc = ebb_diag_set(diag, rc, "bad stream cache mode '%s' (cached, direct, dontneed)",
+                          p->stream_cache);
+        goto out;
+    }
+    /* Tuning and test knobs: the re-plan period in tokens, the growth hold time. */
+    const char *ev = getenv("EBB_STREAM_REPLAN_TOKENS");
+    m->replan_tokens = ev && atoi(ev) > 0 ? (uint32_t)atoi(ev) : REPLAN_TOKENS;
+    if ((ev = getenv("EBB_STREAM_GROW_HOLD_MS")) && atoi(ev) > 0)
+        sp.plan.grow_hold_ns = (uint64_t)atoi(ev) * 1000000u;
+    if ((rc = ebb_stream_new(&sp, &m->st, diag)))
+        goto out;
+    m->n_ctx = ebb_stream_n_ctx(m->st);
+    m->next_tick = m->replan_tokens;
+    if (!m->unified && (rc = host_slots(n_layer - ebb_stream_n_resident(m->st), slot, m->n_slots,
+                                        &m->n_slots, diag)))
+        goto out;
+out:
+    ebb_pack_close(pk);
+    free(ext);
+    free(lb);
+    return rc;
+}
+
+void ebb__clm_stream_snapshot(struct clm *m)
+{
+    pthread_mutex_lock(&m->snap_mu);
+    ebb_stream_report(m->st, &m->snap);
+    pthread_mutex_unlock(&m->snap_mu);
+}
+
+bool ebb__clm_stream_report(void *ctx, struct ebb_stream_report *out)
+{
+    struct clm *m = ctx;
+    if (!m->st)
+        return false;
+    pthread_mutex_lock(&m->snap_mu);
+    *out = m->snap;
+    pthread_mutex_unlock(&m->snap_mu);
+    return true;
+}
+
+bool ebb__clm_stream_probe(void *ctx)
+{
+    struct clm *m = ctx;
+    return m->st && ebb_stream_probe(m->st);
+}
+
+/* Staging slots, the first time some layer is streamed. */
+ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag)
+{
+    if (m->sc || !ebb_stream_needs_slots(m->st))
+        return EBB_OK;
+    struct ebb_stream_cl_params cp = {.ctx = m->cl->ctx,
+                                      .dev = m->cl->dev,
+                                      .q = m->cl->q,
+                                      .unified = m->unified,
+                                      .n_slots = m->n_slots,
+                                      .slot_size = ebb_stream_slot_size(m->st),
+                                      .layer_size = m->max_layer};
+    ebb_err rc = ebb_stream_cl_new(&cp, &m->sc, diag);
+    if (!rc)
+        rc = ebb_stream_attach(m->st, ebb_stream_cl_slots(m->sc), m->n_slots, diag);
+    return rc;
+}
+
+/* A shed layer whose weights were zero-copy over the mmapped GGUF: drops its file pages from
+ * the process (they are clean, so a later growth faults them in again), so the footprint
+ * shrinks at once instead of when the kernel reclaims them. */
+static void release_pages(struct clm *m, uint32_t l)
+{
+    if (!m->map.buf)
+        return;
+    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                         "ffn_gate", "ffn_up", "ffn_down"};
+    for (int i = 0; i < 7; i++) {
+        char nm[64];
+        snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx[i]);
+        const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm);
+        if (t)
+            ebb__clm_drop_pages(t);
+    }
+}
+
+/* Between evaluations: re-plans on the 64-token tick or a posted probe reading, and moves
+ * layers (the device is idle here: every evaluation ends with its queue finished). */
+ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
+{
+    bool tick = m->tokens >= m->next_tick;
+    if (!tick && !ebb_stream_replan_due(m->st))
+        return EBB_OK;
+    if (tick)
+        m->next_tick = m->tokens + m->replan_tokens;
+    struct ebb_stream_change chg;
+    bool change = ebb_stream_replan(m->st, ebb__clm_now_ns(), m->tokens, m->busy_ns, tick, &chg);
+    ebb_err rc = EBB_OK;
+    /* Discrete GPUs: host pressure gives back the pinned host tier (the device plan follows
+     * device memory); the slots are free here, every evaluation ends with them returned. */
+    if (ebb_stream_take_host_pressure(m->st) && m->sc && m->n_slots > m->ring_slots) {
+        uint32_t from = m->n_slots;
+        ebb_stream_detach(m->st);
+        ebb_stream_cl_free(m->sc);
+        m->sc = NULL;
+        m->n_slots = m->ring_slots;
+        if ((rc = ebb__clm_ensure_slots(m, diag)))
+            return rc;
+        fprintf(stderr, "ebb: stream staging %u -> %u pinned slots: host memory pressure\n", from,
+                m->n_slots);
+    }
+    if (!change)
+        return EBB_OK;
+    for (uint32_t l = chg.to; l < chg.from; l++) { /* shrink */
+        ebb__clm_drop_layer(m, l);
+        release_pages(m, l);
+    }
+    for (uint32_t l = chg.from; l < chg.to && !rc; l++) /* grow */
+        rc = ebb__clm_place_layer(m, m->g, l, diag);
+    if (rc) {
+        for (uint32_t l = chg.from; l < chg.to; l++)
+            ebb__clm_drop_layer(m, l);
+        return rc;
+    }
+    if ((rc = ebb__clm_ensure_slots(m, diag)) || (rc = ebb_stream_commit(m->st, &chg, diag)))
+        return rc;
+    fprintf(stderr, "ebb: stream plan %u -> %u resident layers: %s\n", chg.from, chg.to,
+            chg.reason);
+    return EBB_OK;
+}
+
+/* A streamed layer: its weights read from the view the streamer hands over. */
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+                                struct ebb_diag *diag)
+{
+    uint32_t v;
+    size_t off;
+    ebb_err rc = ebb_stream_cl_begin(m->sc, m->st, l, &v, &off, diag);
+    if (rc)
+        return rc;
+    cl_mem view = ebb_stream_cl_view(m->sc, v);
+    const struct layer *T = &m->tmpl[l];
+    struct layer S = m->layers[l]; /* norms and KV cache stay resident */
+    S.n_qkv = T->n_qkv;
+    S.n_gu = T->n_gu;
+    struct ebb_cl_weight *dst[] = {&S.qkv[0], &S.qkv[1], &S.qkv[2], &S.wo,
+                                   &S.gu[0],  &S.gu[1],  &S.down};
+    const struct ebb_cl_weight *src[] = {&T->qkv[0], &T->qkv[1], &T->qkv[2], &T->wo,
+                                         &T->gu[0],  &T->gu[1],  &T->down};
+    for (int i = 0; i < 7; i++) {
+        *dst[i] = *src[i];
+        dst[i]->a = view;
+        dst[i]->off += off;
+    }
+    rc = ebb__clm_layer(m, &S, seq, nt, pos, diag);
+    ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
+    return rc ? rc : rc2;
+}

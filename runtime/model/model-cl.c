@@ -1,0 +1,372 @@
+/* The llama forward pass on the OpenCL engine: the backend's life (open, kernels, scratch, free)
+ * and an evaluation (embedding, layers, output head, top-k). Weights are placed by
+ * model-cl-place.c, a layer is computed by model-cl-layer.c, streamed layers go through
+ * model-cl-stream.c. The KV cache and every scratch buffer are allocated once, and an evaluation
+ * enqueues the whole pass without waiting until the requested outputs are read back. */
+#include "model-cl-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag);
+
+static void release(cl_mem *m)
+{
+    if (*m)
+        clReleaseMemObject(*m);
+    *m = NULL;
+}
+
+static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
+                           const struct ebb_model_params *p, struct ebb_diag *diag)
+{
+#if EBB_STREAMER
+    return ebb__clm_stream_open(m, g, p, diag);
+#else
+    (void)m, (void)g;
+    if (p->memory_budget || p->memory_budget_auto || p->residency_forced || p->residency > 0 ||
+        p->pack_path)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "this ebb was built without the layer streamer (-Dstreamer=false): "
+                            "--memory-budget, --residency and --pack are not available");
+    return EBB_OK;
+#endif
+}
+
+static void clm_free(void *ctx)
+{
+    struct clm *m = ctx;
+    if (!m)
+        return;
+    if (m->sc && m->st)
+        ebb_stream_cl_finish(m->sc, m->st, NULL);
+    ebb_stream_free(m->st); /* stops the I/O thread before its slots go */
+    ebb_stream_cl_free(m->sc);
+    free(m->tmpl);
+    if (m->snap_init)
+        pthread_mutex_destroy(&m->snap_mu);
+    if (m->layers) {
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            struct layer *L = &m->layers[l];
+            release(&L->attn_norm);
+            release(&L->ffn_norm);
+            for (int i = 0; i < 3; i++)
+                ebb_cl_weight_fini(&L->qkv[i]);
+            ebb_cl_weight_fini(&L->wo);
+            for (int i = 0; i < 2; i++)
+                ebb_cl_weight_fini(&L->gu[i]);
+            ebb_cl_weight_fini(&L->down);
+            release(&L->kc);
+            release(&L->vc);
+        }
+        free(m->layers);
+    }
+    ebb_cl_weight_fini(&m->embd);
+    ebb_cl_weight_fini(&m->output);
+    release(&m->output_norm);
+    cl_mem *scratch[] = {&m->ids, &m->x,   &m->h,      &m->qkv, &m->att, &m->gu,
+                         &m->ff,  &m->hl,  &m->logits, &m->po,  &m->pml, &m->tpv,
+                         &m->tpi, &m->tov, &m->toi,    &m->xq,  &m->xd};
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
+        release(scratch[i]);
+    cl_kernel ks[] = {m->k_norm,   m->k_rope,  m->k_attn_part, m->k_attn_red, m->k_attn_pre,
+                      m->k_swiglu, m->k_topk1, m->k_topk2,     m->k_q8};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    if (m->ops)
+        clReleaseProgram(m->ops);
+    for (uint32_t i = 0; i < m->n_progs; i++)
+        ebb_cl_wprog_fini(&m->progs[i]);
+    release(&m->map.buf);
+    free(m->host_logits);
+    ebb_cl_close(m->cl);
+    free(m);
+}
+
+static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
+{
+    ebb_err rc = ebb_cl_ops_build(m->cl, &m->tu, m->hp.head_dim, &m->ops, diag);
+    if (rc)
+        return rc;
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } ks[] = {{&m->k_norm, "rmsnorm"},
+              {&m->k_rope, "rope_kv"},
+              {&m->k_attn_part, "attn_decode_part"},
+              {&m->k_attn_red, "attn_decode_reduce"},
+              {&m->k_attn_pre, "attn_prefill"},
+              {&m->k_swiglu, "swiglu"},
+              {&m->k_topk1, "topk_part"},
+              {&m->k_topk2, "topk_merge"}};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
+            return rc;
+    if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
+        return rc;
+    return EBB_OK;
+}
+
+static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    size_t f = sizeof(float);
+    uint32_t max_chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
+    ebb_err rc;
+    if ((rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->ids, "token ids", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->x, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->h, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * m->n_qkv, &m->qkv, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * m->n_q, &m->att, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * 2 * hp->n_ff, &m->gu, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_ff, &m->ff, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_embd, &m->hl, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_vocab, &m->logits, "logits", diag)) ||
+        (rc = ebb__clm_alloc(m, f * hp->n_head * max_chunks * hp->head_dim, &m->po, "attention",
+                             diag)) ||
+        (rc = ebb__clm_alloc(m, 2 * f * hp->n_head * max_chunks, &m->pml, "attention", diag)) ||
+        (rc = ebb__clm_alloc(m, f * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_PARTS * TOPK_MAX, &m->tpi, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, f * TOPK_MAX, &m->tov, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_MAX, &m->toi, "top-k", diag)))
+        return rc;
+    if (m->tu.mv_q8) {
+        size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+        wide = wide > m->n_q ? wide : m->n_q;
+        if ((rc = ebb__clm_alloc(m, wide, &m->xq, "8-bit inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs", diag)))
+            return rc;
+    }
+    m->host_logits = malloc(f * hp->n_vocab);
+    return m->host_logits ? EBB_OK : EBB_ENOMEM;
+}
+
+/* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
+static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
+{
+    size_t row = sizeof(float) * m->hp.n_embd;
+    cl_int e = clEnqueueCopyBuffer(m->cl->q, m->h, m->hl, row * r0, 0, row * nr, 0, NULL, NULL);
+    ebb_err rc = ebb_cl_check(e, diag, "copy rows for the output head");
+    if (rc)
+        return rc;
+    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    return ebb__clm_wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
+                         NULL, nr, diag);
+}
+
+/* Logits of a single decoded token straight from the residual row, the final norm folded in. */
+static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
+{
+    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    return ebb__clm_wmul(m, w, m->x, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
+                         m->output_norm, 1, diag);
+}
+
+static ebb_err read_back(struct clm *m, cl_mem b, size_t off, size_t n, void *dst,
+                         struct ebb_diag *diag)
+{
+    cl_int e = clEnqueueReadBuffer(m->cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "reading results");
+}
+
+/* Host top-k over n_vocab logits, for k beyond what the device kernel keeps: one pass with
+ * insertion into the sorted list, ties to the smaller id as on the device. */
+static void host_topk(const float *x, uint32_t n, uint32_t k, int32_t *ids, float *vals)
+{
+    uint32_t have = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (have == k && !(x[i] > vals[k - 1]))
+            continue;
+        uint32_t j = have < k ? have++ : k - 1;
+        while (j > 0 && x[i] > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = x[i];
+        ids[j] = (int32_t)i;
+    }
+}
+
+static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    ebb_err rc;
+    uint32_t nv = m->hp.n_vocab;
+    if (out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
+        return rc;
+    if (!out->top_k)
+        return EBB_OK;
+    uint32_t k = out->top_k < nv ? out->top_k : nv;
+    if (k > TOPK_MAX) {
+        float *lg = out->logits ? out->logits : m->host_logits;
+        if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
+            return rc;
+        host_topk(lg, nv, k, out->top_ids, out->top_logits);
+        return EBB_OK;
+    }
+    int n = (int)nv, kk = (int)k, parts = TOPK_PARTS;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
+                             EBB_CL_ARG(kk),     EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
+    size_t g = TOPK_PARTS, one = 1;
+    if ((rc = ebb_cl_set_args(m->k_topk1, 0, a, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk1, 1, &g, NULL, diag)) ||
+        (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk2, 1, &one, NULL, diag)))
+        return rc;
+    if ((rc = read_back(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
+        return rc;
+    return read_back(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
+}
+
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    ebb_err rc = EBB_OK;
+    if (seq >= m->n_seq || !n || !tokens)
+        return ebb_diag_set(diag, EBB_EINVAL, "bad evaluation request (slot %u, %u tokens)", seq,
+                            n);
+    if ((uint64_t)pos + n > m->n_ctx)
+        return ebb_diag_set(diag, EBB_ECTX, "%u tokens at position %u exceed the context of %u", n,
+                            pos, m->n_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
+            return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
+    uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
+    if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
+        goto out;
+    float one = 1.0f;
+    int n_embd = (int)m->hp.n_embd;
+    for (uint32_t c = 0; c < n; c += N_BATCH) {
+        int nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
+        cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
+                                        tokens + c, 0, NULL, NULL);
+        if ((rc = ebb_cl_check(e, diag, "writing token ids")))
+            goto out;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
+                                 EBB_CL_ARG(one)};
+        struct ebb_cl_wprog *p = NULL;
+        size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
+        if ((rc = ebb__clm_prog_for(m, &m->embd.layout, &p, diag)) ||
+            (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
+            (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
+            (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
+            goto out;
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
+                rc = ebb__clm_layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
+            else
+                rc = ebb__clm_streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
+            if (rc)
+                goto out;
+        }
+        bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
+        if (nt == 1 && !(out && out->logits_all)) {
+            if (want_last && (rc = head_decode(m, diag)))
+                goto out;
+            continue;
+        }
+        if ((rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->h, nt, diag)))
+            goto out;
+        if (out && out->logits_all) {
+            for (int r = 0; r < nt; r += N_OUT_ROWS) {
+                int nr = nt - r < N_OUT_ROWS ? nt - r : N_OUT_ROWS;
+                size_t row = sizeof(float) * m->hp.n_vocab;
+                if ((rc = head(m, r, nr, diag)) ||
+                    (rc = read_back(m, m->logits, 0, row * nr,
+                                    out->logits_all + (c + r) * m->hp.n_vocab, diag)))
+                    goto out;
+            }
+        }
+        if (want_last && (rc = head(m, nt - 1, 1, diag)))
+            goto out;
+    }
+    if (out && (out->logits || out->top_k))
+        rc = outputs(m, out, diag);
+    else
+        rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
+out:
+    if (STREAMING(m)) {
+        ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
+        rc = rc ? rc : rf;
+        m->tokens += n;
+        m->busy_ns += ebb__clm_now_ns() - t0;
+        ebb__clm_stream_snapshot(m);
+    }
+    return rc;
+}
+
+ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
+                            const struct ebb_model_params *p, uint32_t n_ctx,
+                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    struct clm *m = calloc(1, sizeof(*m));
+    if (!m)
+        return EBB_ENOMEM;
+    m->hp = *hp;
+    m->n_ctx = n_ctx;
+    m->g = g;
+    if (pthread_mutex_init(&m->snap_mu, NULL)) {
+        free(m);
+        return EBB_ENOMEM;
+    }
+    m->snap_init = true;
+    m->n_seq = p->n_seq ? p->n_seq : 1;
+    m->n_q = hp->n_head * hp->head_dim;
+    m->n_kv = hp->n_head_kv * hp->head_dim;
+    m->n_qkv = m->n_q + 2 * m->n_kv;
+    if (strcmp(hp->arch, "llama")) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "the OpenCL engine runs 'llama' models, not '%s'%s", hp->arch,
+                          hp->gemma3 ? " (the plain-C reference does: --device ref)" : "");
+        goto out;
+    }
+    if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||
+        hp->n_ff % 4 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !n_ctx) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "unsupported shape (heads %u/%u, head_dim %u, n_rot %u, n_ctx %u)",
+                          hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, n_ctx);
+        goto out;
+    }
+    if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
+        goto out;
+    m->tu = ebb_cl_tuning_for(&m->cl->info);
+    /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
+    if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
+        cl_int e = CL_SUCCESS;
+        m->map.base = ebb_gguf_base(g);
+        m->map.size = ebb_gguf_file_size(g);
+        m->map.buf = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, m->map.size,
+                                    (void *)m->map.base, &e);
+        if (e)
+            m->map.buf = NULL; /* fall back to copies */
+    }
+    if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
+        (rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
+        goto out;
+    if (STREAMING(m)) {
+        if ((rc = ebb__clm_ensure_slots(m, diag)))
+            goto out;
+        ebb__clm_stream_snapshot(m);
+        m->iface.stream_report = ebb__clm_stream_report;
+        m->iface.stream_probe = ebb__clm_stream_probe;
+        m->iface.n_ctx = m->n_ctx;
+    }
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s)", m->cl->info.name,
+             m->k_q8 ? ", 8-bit decode inputs" : "");
+    m->iface.name = m->name;
+    m->iface.eval = clm_eval;
+    m->iface.free = clm_free;
+    *iface = &m->iface;
+    *ctx = m;
+    m = NULL;
+out:
+    clm_free(m);
+    return rc;
+}

@@ -1,0 +1,81 @@
+/* A loaded model: GGUF weights placed on a compute device, the tokenizer, and a KV cache for
+ * n_seq sequence slots allocated once at open. The forward pass runs on the OpenCL engine
+ * (runtime/cl) or, with device "ref", on the plain-C reference used to check it. */
+#ifndef EBB_RUNTIME_MODEL_H
+#define EBB_RUNTIME_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+struct ebb_model_params {
+    const char *path;   /* GGUF file */
+    const char *device; /* "auto" (NULL too), "cl:P:D", a device-name substring, or "ref" */
+    uint32_t n_ctx;     /* KV length per slot; 0 = the model's context length capped by memory */
+    uint32_t n_seq;     /* sequence slots, >= 1 (0 means 1) */
+    /* Layer streamer (docs/STREAMER.md). Fields added at the end; zero = off. */
+    uint64_t memory_budget;     /* bytes for weights + KV + runtime; 0 = no streaming (plain path)
+                                   unless memory_budget_auto */
+    bool memory_budget_auto;    /* budget from the memory probes alone (--memory-budget auto) */
+    uint32_t prefetch;          /* layers read ahead (0 = 2) */
+    const char *residency_mode; /* "speed", "balanced" (NULL), "context" */
+    const char *pack_path;      /* stream from this pack (ebb pack) instead of the GGUF */
+    const char *stream_cache;   /* "cached" (NULL), "direct", "dontneed" */
+    uint32_t stream_threads;    /* reader threads per layer (0 = 1) */
+    double residency;           /* tests: > 0 forces round(residency * n_layer) resident
+                                   layers (use residency_forced for 0); the env variable
+                                   EBB_TEST_RESIDENCY does the same */
+    bool residency_forced;
+};
+
+struct ebb_model;
+
+/* Opens the model. Errors name the problem (bad file, unsupported architecture or tensor type,
+ * device not found, not enough memory for n_ctx). */
+ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
+                       struct ebb_diag *diag);
+/* Frees everything; accepts NULL. */
+void ebb_model_close(struct ebb_model *m);
+
+const struct ebb_gguf *ebb_model_gguf(const struct ebb_model *m);
+const struct ebb_tokenizer *ebb_model_tokenizer(const struct ebb_model *m);
+const char *ebb_model_arch(const struct ebb_model *m);        /* "llama" */
+const char *ebb_model_device_name(const struct ebb_model *m); /* for logs */
+uint32_t ebb_model_n_ctx(const struct ebb_model *m);
+uint32_t ebb_model_n_seq(const struct ebb_model *m);
+uint32_t ebb_model_n_vocab(const struct ebb_model *m);
+
+/* What ebb_model_eval returns for the last evaluated token (and optionally all of them). */
+struct ebb_model_out {
+    float *logits;     /* if non-NULL: n_vocab logits of the last token */
+    float *logits_all; /* if non-NULL: n * n_vocab logits, one row per evaluated token */
+    uint32_t top_k;    /* if > 0: the top_k largest logits of the last token, computed on the
+                          device, written to top_ids/top_logits in descending order */
+    int32_t *top_ids;
+    float *top_logits;
+};
+
+/* Evaluates tokens[0..n) of slot seq at positions pos..pos+n-1, overwriting that slot's KV
+ * entries from pos on, and fills the requested outputs. pos + n > n_ctx is EBB_ECTX. Not
+ * thread-safe: one caller (the engine thread) at a time. Allocates nothing per call. */
+/* Layer streamer state. True when the model was opened with a memory budget (or a forced
+ * residency) and a streamer runs; false on the plain path. */
+bool ebb_model_streaming(const struct ebb_model *m);
+/* Any thread: the streamer report as the JSON object of docs/STREAMER.md / as Prometheus text
+ * (the ebb_stream_* metrics), from a snapshot the engine refreshes after each evaluation.
+ * Return the length needed (like snprintf); 0 (and buf "" when cap > 0) when not streaming. */
+size_t ebb_model_stream_json(const struct ebb_model *m, char *buf, size_t cap);
+size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t cap);
+/* Any thread (the daemon's 2 s timer): reads the memory probes; the engine re-plans before its
+ * next evaluation. Returns true on memory pressure (wake the engine). False when not
+ * streaming. */
+bool ebb_model_stream_probe(struct ebb_model *m);
+
+ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag);
+
+#endif

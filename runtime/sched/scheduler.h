@@ -1,0 +1,164 @@
+/* The engine thread and its request queue. A scheduler owns one model (opened on its own thread,
+ * after the caller is already serving, so health checks can answer "loading"), a FIFO queue of
+ * submitted jobs bounded by queue_cap, and n_seq sequence slots. Each turn of the engine loop
+ * gives every active slot one step: a prefill chunk of at most prefill_chunk tokens, or one
+ * decoded token. That interleaving keeps slots fair and bounds how long a cancel waits.
+ *
+ * Results go out through a sink whose callbacks run on the engine thread: they must be short
+ * and must not call back into the scheduler except ebb_sched_cancel. Text handed to the sink is
+ * already detokenized, never splits a UTF-8 character, and has stop strings removed (text that
+ * could be the start of a stop string is held back until it is known not to be). */
+#ifndef EBB_RUNTIME_SCHEDULER_H
+#define EBB_RUNTIME_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/model.h"
+#include "sampler.h"
+
+#define EBB_SCHED_MAX_STOP 4
+#define EBB_SCHED_MAX_STOP_LEN 256
+
+/* What a job asks of the engine besides its prompt. */
+struct ebb_gen_params {
+    uint32_t max_tokens;          /* 0: until the context is full */
+    struct ebb_sampling sampling; /* copied at submit (logit_bias included) */
+    uint32_t n_top_logprobs;      /* alternatives per token, <= EBB_SAMPLE_MAX_TOP */
+    bool logprobs;                /* report the chosen token's logprob (and n_top_logprobs) */
+    bool ignore_eos;              /* keep generating past end-of-generation tokens */
+    uint32_t n_stop;
+    const char *stop[EBB_SCHED_MAX_STOP]; /* NUL-terminated, copied at submit, non-empty */
+};
+
+/* Fills p with the defaults: sampler defaults, no limit, no logprobs, no stop strings. */
+void ebb_gen_params_defaults(struct ebb_gen_params *p);
+
+enum ebb_finish {
+    EBB_FINISH_NONE = 0,
+    EBB_FINISH_STOP,   /* end-of-generation token or a stop string */
+    EBB_FINISH_LENGTH, /* max_tokens or the end of the context */
+    EBB_FINISH_CANCEL, /* ebb_sched_cancel or shutdown */
+    EBB_FINISH_ERROR,  /* the engine failed; see err and msg */
+};
+
+/* One generated token as the sink sees it. */
+struct ebb_sched_token {
+    const char *text; /* newly released text; may be empty (held back or a partial character) */
+    size_t len;
+    int32_t id;                         /* the sampled token */
+    const struct ebb_sample_info *info; /* logprobs, or NULL if the job did not ask */
+};
+
+struct ebb_sched_result {
+    enum ebb_finish finish;
+    ebb_err err;       /* EBB_OK unless finish is EBB_FINISH_ERROR */
+    char msg[256];     /* for errors */
+    uint32_t n_prompt; /* prompt tokens */
+    uint32_t n_cached; /* prompt tokens whose KV entries were reused from the slot's last job */
+    uint32_t n_gen;    /* generated tokens (including a final end-of-generation token) */
+    double t_queue;    /* seconds waiting for a slot */
+    double t_prefill;  /* seconds of prompt evaluation */
+    double t_decode;   /* seconds from the first generated token to the end */
+};
+
+/* Callbacks on the engine thread. on_start comes once when the job leaves the queue, on_token
+ * for each generated token, on_done exactly once at the end (also for cancelled jobs and at
+ * shutdown); after on_done the scheduler never touches ud again. Any of the first two may be
+ * NULL. on_keepalive, if set, is called about every keepalive_ms during a long prefill. */
+struct ebb_sched_sink {
+    void (*on_start)(void *ud);
+    void (*on_prefill)(void *ud, uint32_t done, uint32_t total);
+    void (*on_token)(void *ud, const struct ebb_sched_token *tok);
+    void (*on_done)(void *ud, const struct ebb_sched_result *res);
+    void *ud;
+};
+
+struct ebb_sched_params {
+    struct ebb_model_params model; /* strings are copied */
+    uint32_t queue_cap;            /* jobs waiting for a slot; 0 means 64 */
+    uint32_t prefill_chunk;        /* tokens per prefill step; 0 means 128 */
+    /* Called once on the engine thread when the model is open (rc EBB_OK) or failed to open
+     * (msg says why). */
+    void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
+    void *ud;
+    /* If set, called on the engine thread just before it opens the model (ud as above), for
+     * work such as reading the weights into the page cache with progress reports. */
+    void (*before_open)(void *ud, const struct ebb_model_params *mp);
+};
+
+struct ebb_sched;
+
+/* Starts the engine thread, which opens the model and then serves jobs. Returns once the
+ * thread runs; loading continues in the background. */
+ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
+                      struct ebb_diag *diag);
+
+/* Cancels every job (each gets on_done with EBB_FINISH_CANCEL), stops and joins the engine
+ * thread and closes the model. Accepts NULL. Call from the thread that called _new. */
+void ebb_sched_free(struct ebb_sched *s);
+
+/* The model once on_loaded reported success, else NULL. Its tokenizer and GGUF metadata may be
+ * read from any thread; evaluation belongs to the engine thread. */
+struct ebb_model *ebb_sched_model(struct ebb_sched *s);
+
+/* Queues a job. prompt (n_prompt >= 1 tokens) and p are copied. On success writes a job id for
+ * ebb_sched_cancel; the sink's on_done will be called exactly once, possibly before this
+ * returns to the caller's next statement (on another thread). Errors, with no callback:
+ * EBB_EBUSY queue full, EBB_ECTX prompt does not fit the context, EBB_EINVAL bad params or no
+ * model yet, EBB_ENOMEM. Thread-safe. */
+ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_prompt,
+                         const struct ebb_gen_params *p, const struct ebb_sched_sink *sink,
+                         uint64_t *job_id, struct ebb_diag *diag);
+
+/* Asks a job to stop: a queued job ends at once, a running one within one engine step (one
+ * prefill chunk or one token). Unknown or finished ids are ignored. Thread-safe. */
+void ebb_sched_cancel(struct ebb_sched *s, uint64_t job_id);
+
+/* Cancels every queued and running job (shutdown after the grace period). Thread-safe. */
+void ebb_sched_cancel_all(struct ebb_sched *s);
+
+/* Replaces the model between engine steps. Only while the first model is loaded and no job is
+ * queued or running (else EBB_EBUSY): the caller holds new requests back and waits for
+ * ebb_sched_stats to show none. The engine thread switches to m, sizes its slots for m (n_seq
+ * slots, n_ctx, n_vocab) and forgets cached prefixes; *old receives the previous model, which
+ * the caller closes. Blocks until the engine thread has done it. On error nothing changes and
+ * m stays the caller's. Call from the thread that called _new. */
+ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct ebb_model **old,
+                             struct ebb_diag *diag);
+
+/* Changes how many jobs may wait (a configuration reload); jobs already queued stay. */
+void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);
+
+struct ebb_sched_stats {
+    uint32_t queued;
+    uint32_t active;
+    uint32_t n_slots;
+};
+
+/* A consistent snapshot of the queue. Thread-safe. */
+void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out);
+
+/* Stop-string matcher used by the engine, public for tests. Feed text pieces; it releases the
+ * text that cannot be part of a stop string and reports when one matched. */
+struct ebb_stopper {
+    const char *stop[EBB_SCHED_MAX_STOP];
+    size_t stop_len[EBB_SCHED_MAX_STOP];
+    uint32_t n_stop;
+    char held[EBB_SCHED_MAX_STOP_LEN];
+    size_t n_held;
+};
+
+/* stop strings must stay alive while the stopper is used; each is 1..MAX_STOP_LEN-1 bytes. */
+void ebb_stopper_init(struct ebb_stopper *st, const char *const *stop, uint32_t n_stop);
+/* Appends text; writes the releasable text to out (cap >= n + EBB_SCHED_MAX_STOP_LEN always
+ * suffices), sets *matched when a stop string completed (text from its start on is dropped).
+ * Returns bytes written. */
+size_t ebb_stopper_push(struct ebb_stopper *st, const char *text, size_t n, char *out, size_t cap,
+                        bool *matched);
+/* Releases whatever is held (generation ended for another reason). Returns bytes written. */
+size_t ebb_stopper_flush(struct ebb_stopper *st, char *out, size_t cap);
+
+#endif
