@@ -323,7 +323,10 @@ static ebb_err lex_tag(struct lexer *L, bool block, bool *line_starting)
             len = 1;
         if (!len) {
             char what[64];
-            snprintf(what, sizeof(what), "unexpected character '%c' in a tag", ch);
+            if (ch > 0x20 && ch < 0x7f)
+                snprintf(what, sizeof(what), "unexpected character '%c' in a tag", ch);
+            else
+                snprintf(what, sizeof(what), "unexpected byte 0x%02x in a tag", (unsigned char)ch);
             return lex_fail(L, what);
         }
         if (ch == '(' || ch == '[' || ch == '{')

@@ -67,6 +67,17 @@ static _Noreturn void vfail(struct jctx *c, ebb_err err, const char *fmt, va_lis
     char msg[300];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     snprintf(c->msg, sizeof(c->msg), "chat template line %d: %s", c->line, msg);
+    /* A cut can split a UTF-8 character (a raise_exception text, say): drop the partial one, so
+     * the message stays valid JSON text. */
+    size_t n = strlen(c->msg), k = n;
+    while (k > 0 && ((unsigned char)c->msg[k - 1] & 0xc0) == 0x80 && n - k < 3)
+        k--;
+    if (k > 0 && (unsigned char)c->msg[k - 1] >= 0xc0) {
+        unsigned char lead = (unsigned char)c->msg[k - 1];
+        size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+        if (n - (k - 1) < want)
+            c->msg[k - 1] = 0;
+    }
     c->err = err;
     longjmp(c->fail, 1);
 }
