@@ -56,7 +56,9 @@ struct ebb__gen_req {
 };
 
 /* Parses and validates a chat (chat = true) or completions body. On failure fills err and
- * returns EBB_EINVAL (EBB_ENOMEM for allocation failures). Unknown fields are ignored. */
+ * returns EBB_EINVAL (EBB_ENOMEM for allocation failures). Unknown fields are ignored; fields ebb
+ * does not implement that would change the answer (tools, response_format, grammar, ...) are
+ * rejected unless they hold their neutral value. */
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *err);
 void ebb__gen_req_fini(struct ebb__gen_req *r);

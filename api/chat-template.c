@@ -1,5 +1,6 @@
-/* Chat template recognition and rendering. Each family mirrors its Jinja template exactly,
- * including its whitespace trimming (Gemma and Llama 3 trim message content). */
+/* Chat templates: the model's own Jinja template through the interpreter, or a built-in family
+ * that mirrors its Jinja template exactly, including its whitespace trimming (Gemma and Llama 3
+ * trim message content). */
 #include "chat-template.h"
 
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "jinja.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,6 +62,8 @@ const char *ebb_chat_template_names(void)
 
 const char *ebb_chat_family_name(enum ebb_chat_family f)
 {
+    if (f == EBB_CHAT_JINJA)
+        return "the model's own (Jinja)";
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
         if (families[i].family == f)
             return families[i].name;
@@ -281,13 +285,146 @@ static ebb_err render_mistral(const struct ebb_chat_msg *m, size_t n, struct sbu
     return EBB_OK;
 }
 
+ebb_err ebb_chat_template_from_source(const char *src, size_t n, const char *bos, const char *eos,
+                                      bool strip_bos, struct ebb_chat_template *t,
+                                      struct ebb_diag *diag)
+{
+    memset(t, 0, sizeof(*t));
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_jinja_parse(src, n, &t->jinja, &d);
+    if (rc)
+        return ebb_diag_set(diag, rc,
+                            "the model's chat template cannot be used: %s; pass --chat-template "
+                            "with one of: %s",
+                            d.msg, ebb_chat_template_names());
+    t->family = EBB_CHAT_JINJA;
+    snprintf(t->bos_token, sizeof(t->bos_token), "%s", bos ? bos : "");
+    snprintf(t->eos_token, sizeof(t->eos_token), "%s", eos ? eos : "");
+    t->strip_bos = strip_bos;
+    return EBB_OK;
+}
+
+void ebb_chat_template_fini(struct ebb_chat_template *t)
+{
+    if (!t)
+        return;
+    ebb_jinja_free(t->jinja);
+    memset(t, 0, sizeof(*t));
+}
+
+/* A copy of tool_calls with each function.arguments that is a JSON string holding an object
+ * replaced by that object, as chat templates expect (they apply tojson or iterate items). */
+static json_t *tool_calls_for_template(const json_t *calls)
+{
+    json_t *out = json_deep_copy(calls);
+    if (!out || !json_is_array(out))
+        return out;
+    for (size_t i = 0; i < json_array_size(out); i++) {
+        json_t *fn = json_object_get(json_array_get(out, i), "function");
+        json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_string(args))
+            continue;
+        json_t *parsed = json_loadb(json_string_value(args), json_string_length(args),
+                                    JSON_REJECT_DUPLICATES, NULL);
+        if (json_is_object(parsed))
+            json_object_set_new(fn, "arguments", parsed);
+        else
+            json_decref(parsed);
+    }
+    return out;
+}
+
+/* The messages as the template sees them: role and content first as the request has them, then
+ * the message's other fields in their order. */
+static json_t *messages_json(const struct ebb_chat_msg *msgs, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *m = json_object();
+        if (!m || json_array_append_new(arr, m)) {
+            json_decref(arr);
+            return NULL;
+        }
+        json_object_set_new(m, "role", json_string(msgs[i].role));
+        json_object_set_new(m, "content", json_stringn(msgs[i].content, msgs[i].len));
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)msgs[i].msg, key, val)
+        {
+            if (!strcmp(key, "role") || !strcmp(key, "content"))
+                continue;
+            json_object_set_new(m, key,
+                                !strcmp(key, "tool_calls") ? tool_calls_for_template(val)
+                                                           : json_deep_copy(val));
+        }
+    }
+    return arr;
+}
+
+static ebb_err render_jinja(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
+                            size_t n, const json_t *tools, bool add_generation, char **out,
+                            size_t *out_len, struct ebb_diag *diag)
+{
+    /* What transformers passes: tools and documents are always there, None when not given. */
+    json_t *vars = json_object();
+    json_t *m = messages_json(msgs, n);
+    if (!vars || !m) {
+        json_decref(vars);
+        json_decref(m);
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory rendering the chat template");
+    }
+    json_object_set_new(vars, "messages", m);
+    json_object_set_new(vars, "tools", tools ? json_deep_copy(tools) : json_null());
+    json_object_set_new(vars, "documents", json_null());
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation));
+    json_object_set_new(vars, "bos_token", json_string(t->bos_token));
+    json_object_set_new(vars, "eos_token", json_string(t->eos_token));
+    struct ebb_jinja_limits lim = {.max_output = 8u << 20, .max_memory = 128u << 20};
+    char *text = NULL;
+    size_t len = 0;
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_jinja_render(t->jinja, vars, NULL, &lim, &text, &len, &d);
+    json_decref(vars);
+    if (rc)
+        return ebb_diag_set(diag, rc == EBB_ENOMEM ? rc : EBB_EINVAL,
+                            "the model's chat template failed on this conversation: %s", d.msg);
+    size_t bl = strlen(t->bos_token);
+    if (t->strip_bos && bl && len >= bl && !memcmp(text, t->bos_token, bl)) {
+        memmove(text, text + bl, len - bl + 1);
+        len -= bl;
+    }
+    *out = text;
+    *out_len = len;
+    return EBB_OK;
+}
+
 ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
                                  size_t n, bool add_generation, char **out, size_t *out_len,
                                  struct ebb_diag *diag)
 {
+    return ebb_chat_template_render_tools(t, msgs, n, NULL, add_generation, out, out_len, diag);
+}
+
+ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
+                                       const struct ebb_chat_msg *msgs, size_t n,
+                                       const json_t *tools, bool add_generation, char **out,
+                                       size_t *out_len, struct ebb_diag *diag)
+{
+    if (t->family == EBB_CHAT_JINJA)
+        return render_jinja(t, msgs, n, tools, add_generation, out, out_len, diag);
+    if (json_array_size(tools))
+        return ebb_diag_set(diag, EBB_EINVAL, "the built-in %s chat template cannot render tools",
+                            ebb_chat_family_name(t->family));
     struct sbuf b = {0};
     ebb_err rc = EBB_OK;
     for (size_t i = 0; i < n; i++) {
+        if (json_array_size(json_object_get(msgs[i].msg, "tool_calls"))) {
+            rc = ebb_diag_set(diag, EBB_EINVAL,
+                              "the built-in %s chat template cannot render the tool calls in "
+                              "messages[%zu]",
+                              ebb_chat_family_name(t->family), i);
+            goto out;
+        }
         if (!is_role(&msgs[i], "system") && !is_role(&msgs[i], "user") &&
             !is_role(&msgs[i], "assistant")) {
             rc = ebb_diag_set(diag, EBB_EINVAL, "unknown role '%s' in messages[%zu]", msgs[i].role,
@@ -345,6 +482,17 @@ static bool has_token(void *ud, const char *text)
     return ebb_tokenizer_find(ud, text, strlen(text)) >= 0;
 }
 
+/* The text of a special token (its piece with specials rendered), "" if none. */
+static void token_text(const struct ebb_tokenizer *tok, int32_t id, char *buf, size_t n)
+{
+    struct ebb_str s = {0};
+    buf[0] = 0;
+    if (id >= 0 && ebb_tokenizer_piece(tok, id, true, &s) == EBB_OK && (size_t)s.n < n) {
+        memcpy(buf, s.p, (size_t)s.n);
+        buf[s.n] = 0;
+    }
+}
+
 ebb_err ebb_chat_template_for_model(const struct ebb_model *m, const char *name,
                                     struct ebb_chat_template *t, struct ebb_diag *diag)
 {
@@ -356,7 +504,13 @@ ebb_err ebb_chat_template_for_model(const struct ebb_model *m, const char *name,
         return rc;
     }
     struct ebb_str src = {0};
-    bool have = ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK;
-    return ebb_chat_template_detect(have ? src.p : NULL, have ? (size_t)src.n : 0, has_token,
-                                    (void *)ebb_model_tokenizer(m), t, diag);
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
+    if (ebb_gguf_get_str(ebb_model_gguf(m), "tokenizer.chat_template", &src) == EBB_OK) {
+        char bos[128] = "", eos[128] = "";
+        token_text(tok, ebb_tokenizer_bos(tok), bos, sizeof(bos));
+        token_text(tok, ebb_tokenizer_eos(tok), eos, sizeof(eos));
+        return ebb_chat_template_from_source(src.p, (size_t)src.n, bos, eos,
+                                             ebb_tokenizer_add_bos(tok), t, diag);
+    }
+    return ebb_chat_template_detect(NULL, 0, has_token, (void *)tok, t, diag);
 }

@@ -171,6 +171,39 @@ static ebb_err parse_parts(json_t *c, size_t idx, char **out, size_t *len, struc
     return EBB_OK;
 }
 
+/* The tool fields of a message the chat template receives: tool_calls (an array of
+ * {id, type, function: {name, arguments}}), tool_call_id and name. */
+static ebb_err check_tool_fields(json_t *msg, size_t i, struct ebb__perr *e)
+{
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (calls && !json_is_null(calls)) {
+        if (!json_is_array(calls))
+            return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
+        for (size_t k = 0; k < json_array_size(calls); k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            json_t *name = json_object_get(fn, "name");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_object(fn) || !json_is_string(name) || !json_string_length(name))
+                return fail(e, "messages",
+                            "messages[%zu].tool_calls[%zu].function.name must be a non-empty "
+                            "string",
+                            i, k);
+            if (args && !json_is_string(args) && !json_is_object(args))
+                return fail(e, "messages",
+                            "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                            "string or an object",
+                            i, k);
+        }
+    }
+    static const char *const strs[] = {"tool_call_id", "name"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *v = json_object_get(msg, strs[k]);
+        if (v && !json_is_null(v) && !json_is_string(v))
+            return fail(e, "messages", "messages[%zu].%s must be a string", i, strs[k]);
+    }
+    return EBB_OK;
+}
+
 static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
 {
     json_t *m = json_object_get(o, "messages");
@@ -194,18 +227,23 @@ static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__per
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
+            strcmp(rs, "tool"))
             return fail(e, "messages",
-                        "messages[%zu].role must be 'system', 'user' or 'assistant', got "
-                        "'%.32s'",
+                        "messages[%zu].role must be 'system', 'user', 'assistant' or 'tool', "
+                        "got '%.32s'",
                         i, rs);
         r->msgs[i].role = rs;
+        r->msgs[i].msg = msg;
+        ebb_err rc = check_tool_fields(msg, i, e);
+        if (rc)
+            return rc;
         json_t *c = json_object_get(msg, "content");
         if (json_is_string(c)) {
             r->msgs[i].content = json_string_value(c);
             r->msgs[i].len = json_string_length(c);
         } else if (json_is_array(c)) {
-            ebb_err rc = parse_parts(c, i, &r->parts_buf[i], &r->msgs[i].len, e);
+            rc = parse_parts(c, i, &r->parts_buf[i], &r->msgs[i].len, e);
             if (rc)
                 return rc;
             r->msgs[i].content = r->parts_buf[i];
@@ -254,6 +292,98 @@ static ebb_err parse_prompt(json_t *o, struct ebb__gen_req *r, struct ebb__perr 
     return EBB_OK;
 }
 
+/* What a field ebb does not implement may hold without changing the answer. */
+enum neutral {
+    NEU_NONE,        /* only null or absent */
+    NEU_EMPTY_ARRAY, /* [] */
+    NEU_EMPTY_STR,   /* "" */
+    NEU_TOOL_CHOICE, /* "none" or "auto" (no tools are offered, so no call can be made) */
+    NEU_TEXT_FORMAT, /* {"type": "text"} */
+    NEU_TEXT_ONLY,   /* ["text"] */
+    NEU_ZERO,        /* the number 0 */
+    NEU_ONE,         /* the number 1 */
+};
+
+/* Request fields ebb does not implement and that would change the answer if honoured: any
+ * value other than the neutral one is a 400 naming the field, rather than silently giving a
+ * different answer than the client asked for. Fields that cannot change the answer (user,
+ * metadata, store, ...) are ignored; docs/API.md lists both. */
+static const struct {
+    const char *key;
+    enum neutral neutral;
+    unsigned char where; /* 1 chat, 2 completions, 3 both */
+    const char *why;
+} unsupported[] = {
+    {"tools", NEU_EMPTY_ARRAY, 1, "tool calling is not supported yet"},
+    {"tool_choice", NEU_TOOL_CHOICE, 1, "tool calling is not supported yet"},
+    {"functions", NEU_EMPTY_ARRAY, 1, "function calling is not supported yet"},
+    {"function_call", NEU_TOOL_CHOICE, 1, "function calling is not supported yet"},
+    {"response_format", NEU_TEXT_FORMAT, 1,
+     "only {\"type\": \"text\"} is supported (no constrained JSON output yet)"},
+    {"audio", NEU_NONE, 1, "audio output is not supported"},
+    {"modalities", NEU_TEXT_ONLY, 1, "only [\"text\"] is supported"},
+    {"web_search_options", NEU_NONE, 1, "web search is not supported"},
+    {"reasoning_effort", NEU_NONE, 1, "reasoning effort is not supported"},
+    {"verbosity", NEU_NONE, 1, "verbosity is not supported"},
+    {"best_of", NEU_ONE, 2, "only one candidate per prompt is supported"},
+    /* llama.cpp server extensions some clients send. */
+    {"grammar", NEU_EMPTY_STR, 3, "grammars are not supported yet"},
+    {"json_schema", NEU_NONE, 3, "JSON schemas are not supported yet"},
+    {"mirostat", NEU_ZERO, 3, "mirostat sampling is not supported"},
+    {"typical_p", NEU_ONE, 3, "typical sampling is not supported"},
+    {"tfs_z", NEU_ONE, 3, "tail-free sampling is not supported"},
+    {"xtc_probability", NEU_ZERO, 3, "XTC sampling is not supported"},
+    {"dry_multiplier", NEU_ZERO, 3, "DRY sampling is not supported"},
+    {"dynatemp_range", NEU_ZERO, 3, "dynamic temperature is not supported"},
+    {"n_probs", NEU_ZERO, 3, "use 'logprobs' and 'top_logprobs'"},
+    {"n_predict", NEU_NONE, 3, "use 'max_tokens'"},
+};
+
+static bool is_neutral(json_t *v, enum neutral k)
+{
+    if (json_is_null(v))
+        return true;
+    switch (k) {
+    case NEU_NONE:
+        return false;
+    case NEU_EMPTY_ARRAY:
+        return json_is_array(v) && json_array_size(v) == 0;
+    case NEU_EMPTY_STR:
+        return json_is_string(v) && json_string_length(v) == 0;
+    case NEU_TOOL_CHOICE:
+        return json_is_string(v) &&
+               (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"));
+    case NEU_TEXT_FORMAT: {
+        json_t *t = json_object_get(v, "type");
+        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) &&
+               !strcmp(json_string_value(t), "text");
+    }
+    case NEU_TEXT_ONLY: {
+        json_t *t = json_array_get(v, 0);
+        return json_is_array(v) && json_array_size(v) == 1 && json_is_string(t) &&
+               !strcmp(json_string_value(t), "text");
+    }
+    case NEU_ZERO:
+        return json_is_number(v) && json_number_value(v) == 0;
+    case NEU_ONE:
+        return json_is_number(v) && json_number_value(v) == 1;
+    }
+    return false;
+}
+
+static ebb_err check_unsupported(json_t *o, bool chat, struct ebb__perr *e)
+{
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        if (!(unsupported[i].where & (chat ? 1 : 2)))
+            continue;
+        json_t *v = json_object_get(o, unsupported[i].key);
+        if (v && !is_neutral(v, unsupported[i].neutral))
+            return fail(e, unsupported[i].key, "'%s' is not supported: %s", unsupported[i].key,
+                        unsupported[i].why);
+    }
+    return EBB_OK;
+}
+
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *e)
 {
@@ -269,7 +399,9 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
     json_t *o = r->doc;
     if (!json_is_object(o))
         return fail(e, NULL, "the body must be a JSON object");
-    ebb_err rc = EBB_OK;
+    ebb_err rc = check_unsupported(o, chat, e);
+    if (rc)
+        return rc;
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))

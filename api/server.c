@@ -417,6 +417,9 @@ static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *cha
             break;
         }
     }
+    /* Requests render their prompt on this (the loop) thread before they are submitted, so no
+     * render can be using the template replaced here. */
+    ebb_chat_template_fini(&a->tmpl);
     a->tmpl = tmpl;
     a->model = m;
     return EBB_OK;
@@ -756,6 +759,7 @@ void ebb_api_free(struct ebb_api *a)
     uv_close((uv_handle_t *)&a->mhd_timer, NULL);
     uv_close((uv_handle_t *)&a->tick, NULL);
     uv_run(a->loop, UV_RUN_NOWAIT);
+    ebb_chat_template_fini(&a->tmpl);
     free(a->model_id);
     free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);

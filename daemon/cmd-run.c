@@ -42,10 +42,10 @@ static void run_usage(FILE *f)
             "                          1 = off (default 1.0)\n"
             "      --seed S            sampling seed for reproducible output (default random)\n"
             "      --chat              render the prompt as a user turn with the model's chat\n"
-            "                          template (tokenizer.chat_template, recognised as the\n"
-            "                          server does) and open the assistant's turn\n"
-            "      --chat-template NAME  with --chat: use this family instead (chatml, gemma,\n"
-            "                          llama3, mistral)\n"
+            "                          template (its tokenizer.chat_template, interpreted as\n"
+            "                          the server does) and open the assistant's turn\n"
+            "      --chat-template NAME  with --chat: use this built-in family instead (chatml,\n"
+            "                          gemma, llama3, mistral)\n"
             "      --system TEXT       with --chat: a system message first\n"
             "      --json              print one JSON object at the end (tokens, text,\n"
             "                          prompt_tokens, timings) instead of streaming\n"
@@ -105,12 +105,13 @@ static char *chat_prompt(struct ebb_model *m, const char *family, const char *sy
     struct ebb_chat_msg msgs[2];
     size_t n = 0;
     if (system)
-        msgs[n++] = (struct ebb_chat_msg){"system", system, strlen(system)};
-    msgs[n++] = (struct ebb_chat_msg){"user", prompt, strlen(prompt)};
+        msgs[n++] = (struct ebb_chat_msg){"system", system, strlen(system), NULL};
+    msgs[n++] = (struct ebb_chat_msg){"user", prompt, strlen(prompt), NULL};
     char *out = NULL;
     size_t len = 0;
     if (!rc)
         rc = ebb_chat_template_render(&t, msgs, n, true, &out, &len, &d);
+    ebb_chat_template_fini(&t);
     if (rc) {
         fprintf(stderr, "ebb run: --chat: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
         return NULL;

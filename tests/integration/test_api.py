@@ -246,6 +246,68 @@ def test_error_classes(server):
     assert re.search(r"n_prompt_tokens=\d+", err["message"]) and "n_ctx=1024" in err["message"]
 
 
+def test_unsupported_fields_rejected(server, client):
+    # Fields ebb does not implement are a 400 naming them rather than a different answer.
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for field, value in [("tools", [tool]), ("tool_choice", "required"),
+                         ("response_format", {"type": "json_object"}),
+                         ("grammar", "root ::= \"a\""), ("reasoning_effort", "high")]:
+        expect_error(server, 400, "POST", "/v1/chat/completions",
+                     {"messages": CHAT, field: value}, param=field)
+    expect_error(server, 400, "POST", "/v1/completions", {"prompt": "x", "best_of": 2},
+                 param="best_of")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_ID, messages=CHAT, tools=[tool])
+    assert e.value.body["param"] == "tools"
+    # Neutral values and fields that cannot change the answer are accepted.
+    r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=2, tools=[],
+                                       response_format={"type": "text"}, user="u", store=False,
+                                       metadata={"k": "v"}, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def test_chat_template_from_gguf_with_tool_history(server, client):
+    # SmolLM2's own template (tokenizer.chat_template) is interpreted; tool results and
+    # assistant tool calls in the history reach it. Its template prints role and content only.
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "get_weather",
+                                          "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18 degrees"},
+            {"role": "user", "content": "Thanks"}]
+    r = client.chat.completions.create(model=MODEL_ID, messages=msgs, max_tokens=1,
+                                       temperature=0)
+    text = (f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n"
+            "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+            "<|im_start|>assistant\n<|im_end|>\n"
+            "<|im_start|>tool\n18 degrees<|im_end|>\n"
+            "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n")
+    st, _, data = server.request("POST", "/tokenize",
+                                 {"content": text, "add_special": True, "parse_special": True})
+    assert st == 200, data
+    assert r.usage.prompt_tokens == len(json.loads(data)["tokens"])
+    # A malformed tool call is a 400 naming messages.
+    expect_error(server, 400, "POST", "/v1/chat/completions",
+                 {"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]},
+                 param="messages")
+
+
+def test_builtin_template_on_request(make_server):
+    # --chat-template NAME replaces the model's own template; the built-in families know no
+    # tool role, so such a conversation is a 400 and the daemon keeps serving.
+    s = make_server("--chat-template", "chatml")
+    err, _ = expect_error(s, 400, "POST", "/v1/chat/completions",
+                          {"messages": [{"role": "tool", "content": "x"}], "max_tokens": 1},
+                          param="messages")
+    assert "tool" in err["message"]
+    st, _, data = s.request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1})
+    assert st == 200, data
+
+
 def test_openai_client_maps_errors(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_ID, messages=CHAT, temperature=5)

@@ -104,6 +104,7 @@ static void test_template_render(void **state)
             m[k].role = json_string_value(json_object_get(mm, "role"));
             m[k].content = json_string_value(json_object_get(mm, "content"));
             m[k].len = strlen(m[k].content);
+            m[k].msg = mm;
         }
         char *out = NULL;
         size_t len = 0;
@@ -115,6 +116,18 @@ static void test_template_render(void **state)
             fail_msg("%s case %zu:\n got: %s\nwant: %s", name, i, out, exp);
         assert_int_equal(len, strlen(exp));
         free(out);
+        /* The same template through the Jinja interpreter gives the same text. */
+        struct ebb_chat_template jt;
+        assert_int_equal(ebb_chat_template_from_source(json_string_value(tsrc),
+                                                       json_string_length(tsrc), "", "</s>", false,
+                                                       &jt, &d),
+                         EBB_OK);
+        assert_int_equal(jt.family, EBB_CHAT_JINJA);
+        assert_int_equal(ebb_chat_template_render(&jt, m, n, agp, &out, &len, &d), EBB_OK);
+        if (strcmp(out, exp))
+            fail_msg("%s case %zu (jinja):\n got: %s\nwant: %s", name, i, out, exp);
+        free(out);
+        ebb_chat_template_fini(&jt);
         checked++;
     }
     assert_true(checked >= 30);
@@ -126,16 +139,80 @@ static void test_template_rejects(void **state)
     (void)state;
     struct ebb_chat_template ct;
     ebb_chat_template_by_name("gemma", &ct);
-    struct ebb_chat_msg m[2] = {{"user", "a", 1}, {"user", "b", 1}};
+    struct ebb_chat_msg m[2] = {{"user", "a", 1, NULL}, {"user", "b", 1, NULL}};
     char *out = NULL;
     size_t len;
     struct ebb_diag d;
     assert_int_equal(ebb_chat_template_render(&ct, m, 2, true, &out, &len, &d), EBB_EINVAL);
     assert_non_null(strstr(d.msg, "alternate"));
-    struct ebb_chat_msg bad[1] = {{"tool", "x", 1}};
+    struct ebb_chat_msg bad[1] = {{"tool", "x", 1, NULL}};
     ebb_chat_template_by_name("chatml", &ct);
     assert_int_equal(ebb_chat_template_render(&ct, bad, 1, true, &out, &len, &d), EBB_EINVAL);
     assert_non_null(strstr(d.msg, "tool"));
+    /* A built-in family cannot render tool calls or tools. */
+    json_t *call = json_loads("{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\","
+                              "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}",
+                              0, NULL);
+    struct ebb_chat_msg tc[1] = {{"assistant", "", 0, call}};
+    assert_int_equal(ebb_chat_template_render(&ct, tc, 1, true, &out, &len, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "tool calls"));
+    json_decref(call);
+}
+
+/* The model's own template: messages with tool calls and tool results pass through (arguments
+ * given as a JSON string arrive as an object), tools are passed, a leading BOS text is dropped
+ * when the tokenizer adds BOS itself, and failures name the template line. */
+static void test_template_jinja(void **state)
+{
+    (void)state;
+    const char *src = "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}"
+                      "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}"
+                      "{% endif %}{% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %};"
+                      "{% endfor %}{{ tools | map(attribute='function.name') | join(',') if tools "
+                      "else 'no tools' }}{% if add_generation_prompt %}>{{ eos_token }}{% endif %}";
+    struct ebb_chat_template t;
+    struct ebb_diag d;
+    assert_int_equal(ebb_chat_template_from_source(src, strlen(src), "<s>", "</s>", true, &t, &d),
+                     EBB_OK);
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},"
+                              "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+                              "\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                              "\"arguments\":\"{\\\"a\\\": 1}\"}}]},"
+                              "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]",
+                              0, NULL);
+    assert_non_null(msgs);
+    struct ebb_chat_msg m[3] = {{"user", "hi", 2, json_array_get(msgs, 0)},
+                                {"assistant", "", 0, json_array_get(msgs, 1)},
+                                {"tool", "42", 2, json_array_get(msgs, 2)}};
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 0, NULL);
+    char *out = NULL;
+    size_t len;
+    assert_int_equal(ebb_chat_template_render_tools(&t, m, 3, tools, true, &out, &len, &d), EBB_OK);
+    assert_string_equal(out, "user:hi;assistant:{\"a\": 1};tool:42(c1);f></s>");
+    free(out);
+    t.strip_bos = false;
+    assert_int_equal(ebb_chat_template_render(&t, m, 1, false, &out, &len, &d), EBB_OK);
+    assert_string_equal(out, "<s>user:hi;no tools");
+    free(out);
+    ebb_chat_template_fini(&t);
+    json_decref(tools);
+    json_decref(msgs);
+
+    const char *bad = "{% for m in messages %}\n{{ m.content | frobnicate }}{% endfor %}";
+    assert_int_equal(ebb_chat_template_from_source(bad, strlen(bad), "", "", false, &t, &d),
+                     EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "line 2"));
+    assert_non_null(strstr(d.msg, "frobnicate"));
+    assert_non_null(strstr(d.msg, "--chat-template"));
+    const char *raises = "{% if messages[0].role != 'user' %}\n\n"
+                         "{{ raise_exception('Conversations must start with a user') }}{% endif %}";
+    assert_int_equal(ebb_chat_template_from_source(raises, strlen(raises), "", "", false, &t, &d),
+                     EBB_OK);
+    struct ebb_chat_msg sys[1] = {{"system", "s", 1, NULL}};
+    assert_int_equal(ebb_chat_template_render(&t, sys, 1, true, &out, &len, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "line 3"));
+    assert_non_null(strstr(d.msg, "Conversations must start with a user"));
+    ebb_chat_template_fini(&t);
 }
 
 /* ---- request validation ---------------------------------------------------------------------- */
@@ -233,10 +310,60 @@ static void test_params_chat(void **state)
                "model");
     expect_bad("{\"messages\":[]}", true, "messages");
     expect_bad("{}", true, "messages");
-    expect_bad("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", true, "messages");
+    expect_bad("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}", true,
+               "messages");
+    expect_bad("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":5}]}", true,
+               "messages");
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+                           "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{"
+                           "\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                           "\"tool_call_id\":\"c\",\"content\":\"r\"}]}",
+                           true, &r, &e),
+                     EBB_OK);
+    assert_string_equal(r.msgs[1].role, "tool");
+    assert_non_null(r.msgs[0].msg);
+    ebb__gen_req_fini(&r);
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true,
                "messages");
+    /* Fields ebb does not implement: rejected unless they cannot change the answer. */
+    static const char *const unsupported[][2] = {
+        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
+        {"tool_choice", "\"required\""},
+        {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
+        {"functions", "[{\"name\":\"f\"}]"},
+        {"function_call", "{\"name\":\"f\"}"},
+        {"response_format", "{\"type\":\"json_object\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
+        {"grammar", "\"root ::= [a]\""},
+        {"json_schema", "{}"},
+        {"audio", "{\"voice\":\"x\"}"},
+        {"modalities", "[\"text\",\"audio\"]"},
+        {"web_search_options", "{}"},
+        {"reasoning_effort", "\"high\""},
+        {"mirostat", "2"},
+        {"typical_p", "0.5"},
+        {"n_predict", "5"},
+    };
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"%s\":%s}",
+                 unsupported[i][0], unsupported[i][1]);
+        expect_bad(body, true, unsupported[i][0]);
+    }
+    /* Their neutral values, and fields that cannot change the answer, are accepted. */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":"
+                           "\"text\"},\"grammar\":\"\",\"modalities\":[\"text\"],\"mirostat\":0,"
+                           "\"typical_p\":1,\"json_schema\":null,\"user\":\"u\",\"store\":false,"
+                           "\"metadata\":{\"a\":\"b\"},\"parallel_tool_calls\":true,"
+                           "\"service_tier\":\"auto\",\"prompt_cache_key\":\"k\"}",
+                           true, &r, &e),
+                     EBB_OK);
+    ebb__gen_req_fini(&r);
     expect_bad("{\"messages\":", true, NULL);
     expect_bad("[1,2]", true, NULL);
 }
@@ -266,6 +393,11 @@ static void test_params_completions(void **state)
     expect_bad("{\"prompt\":\"x\",\"logprobs\":6}", false, "logprobs");
     expect_bad("{\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
     expect_bad("{\"prompt\":\"x\",\"echo\":\"yes\"}", false, "echo");
+    expect_bad("{\"prompt\":\"x\",\"best_of\":3}", false, "best_of");
+    expect_bad("{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\"}", false, "grammar");
+    assert_int_equal(parse("{\"prompt\":\"x\",\"best_of\":1,\"tools\":[1]}", false, &r, &e),
+                     EBB_OK);
+    ebb__gen_req_fini(&r);
 }
 
 /* ---- stop strings -----------------------------------------------------------------------------
@@ -434,12 +566,12 @@ static void test_metrics_text(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_template_detect), cmocka_unit_test(test_template_from_tokens),
-        cmocka_unit_test(test_template_render), cmocka_unit_test(test_template_rejects),
-        cmocka_unit_test(test_params_chat),     cmocka_unit_test(test_params_completions),
-        cmocka_unit_test(test_stopper),         cmocka_unit_test(test_error_object),
-        cmocka_unit_test(test_sse_and_utf8),    cmocka_unit_test(test_json_escape),
-        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_template_detect),    cmocka_unit_test(test_template_from_tokens),
+        cmocka_unit_test(test_template_render),    cmocka_unit_test(test_template_rejects),
+        cmocka_unit_test(test_template_jinja),     cmocka_unit_test(test_params_chat),
+        cmocka_unit_test(test_params_completions), cmocka_unit_test(test_stopper),
+        cmocka_unit_test(test_error_object),       cmocka_unit_test(test_sse_and_utf8),
+        cmocka_unit_test(test_json_escape),        cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
