@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on the GPU machine (docs/PERFORMANCE.md): builds llama.cpp's CUDA llama-bench
-# in the background (from .llama-src, if carried), writes random-weight 8B- and 1B-shape Q4_0
+# in the background (from .llama-src, if carried; skip with EBB_NO_LLAMA=1), writes random-weight 8B- and 1B-shape Q4_0
 # GGUFs, runs the kernel tests, then `ebb bench` (default tuning and the variants in
 # EBB_VARIANTS, decode only) and llama-bench on the same files. Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-decode.sh
@@ -13,7 +13,7 @@ models=/tmp/models
 mkdir -p "$models"
 say() { echo "== $*" | tee -a "$log"; }
 
-if [ -d .llama-src ] && [ ! -f /tmp/lb.done ]; then
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/lb.done ]; then
     setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
@@ -36,16 +36,22 @@ for s in llama3-8b llama3.2-1b; do
     m=$models/$s.gguf
     say "ebb $s pp512 tg128 (default tuning)"
     timeout 240 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 2>&1 | tail -6 | tee -a "$log"
-    say "ebb $s tg128, EBB_CL_MVQ8=0 (float inputs)"
-    EBB_CL_MVQ8=0 timeout 240 ebb bench -m "$m" --prompt-tokens 16 --gen-tokens 128 2>&1 |
-        grep -iE "decode|device" | tee -a "$log"
+    say "ebb $s tg128 after a 16-token prompt (default tuning)"
+    timeout 240 ebb bench -m "$m" --prompt-tokens 16 --gen-tokens 128 2>&1 |
+        grep -iE "decode" | tee -a "$log"
 done
+# EBB_VARIANTS: decode after 16 prompt tokens; EBB_PP_VARIANTS: pp512 + tg128 (8B shape).
 for v in ${EBB_VARIANTS:-}; do
-    say "ebb llama3-8b tg128 with $v"
+    say "ebb llama3-8b tg128 after 16 with $v"
     env $v timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 16 \
         --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
 done
-if [ -d .llama-src ]; then
+for v in ${EBB_PP_VARIANTS:-}; do
+    say "ebb llama3-8b pp512 tg128 with $v"
+    env $v timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 512 \
+        --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
+done
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
     for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
     if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then

@@ -139,6 +139,8 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
+            /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe. */
+            t.mm_mma = 1;
             t.mv_wg = 32;
             t.mv_rows = 4;
         }
@@ -167,10 +169,21 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
+    const char *mma = getenv("EBB_CL_MMA");
+    if (mma && (*mma == '0' || *mma == '1'))
+        t.mm_mma = (uint32_t)(*mma - '0');
     if (di->vendor != EBB_CL_VENDOR_NVIDIA)
         t.mv_ptx = 0;
+    if (di->max_wg < 256)
+        t.mm_mma = 0;
     if (di->max_wg < EBB_CL_Q8_WG)
         t.mv_q8 = 0;
+    /* EBB_CL_ATT_CHUNK=N (a power of two, 32..1024) overrides decode attention's positions per
+     * work-group. */
+    const char *ac = getenv("EBB_CL_ATT_CHUNK");
+    unsigned acn = ac ? (unsigned)atoi(ac) : 0;
+    if (acn >= 32 && acn <= 1024 && !(acn & (acn - 1)))
+        t.att_chunk = acn;
     /* EBB_CL_MV=WG,ROWS overrides the matvec shape (for measurements; WG a power of two). */
     const char *mv = getenv("EBB_CL_MV");
     unsigned mw = 0, mr = 0;
@@ -375,11 +388,11 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
                      "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
                      "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
-                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n",
+                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
                      tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
                      tu->mv_xlocal, ti->blk, tu->mv_ptx,
-                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u);
+                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -756,21 +769,23 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *quant = NULL, *mv = NULL, *q8 = NULL;
+    const char *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL;
     struct ebb_cl_wprog p = {.layout = *l};
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
-        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)) ||
+        (rc = ebb_cl_source("matvec.cl", &mv, diag)))
         goto out;
-    const char *srcs[] = {pro, quant, q8, mv};
-    if ((rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", &p.prog, diag)) ||
+    const char *srcs[] = {pro, quant, q8, mma, mv};
+    if ((rc = ebb_cl_program_build(cl, srcs, 5, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
-         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))))
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
+        (tu->mm_mma && (rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -782,6 +797,8 @@ out:
         ebb_cl_source_release(mv);
     if (q8)
         ebb_cl_source_release(q8);
+    if (mma)
+        ebb_cl_source_release(mma);
     return rc;
 }
 
@@ -799,6 +816,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->get_rows);
     if (p->matvec_q8)
         clReleaseKernel(p->matvec_q8);
+    if (p->matmul_mma)
+        clReleaseKernel(p->matmul_mma);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -853,4 +872,75 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         break;
     }
     l[1] = 1;
+}
+
+/* IEEE half bits of a small integer (|v| < 2048). */
+static uint16_t half_of_int(int v)
+{
+    if (!v)
+        return 0;
+    unsigned a = (unsigned)(v < 0 ? -v : v), e = 0;
+    while ((a >> e) > 1)
+        e++;
+    unsigned mant = (a << (10 - e)) & 0x3ffu;
+    return (uint16_t)((v < 0 ? 0x8000u : 0u) | ((e + 15) << 10) | mant);
+}
+
+bool ebb_cl_mma_probe(struct ebb_cl *cl)
+{
+    /* A = rows m of k - m / 2 (as halves: small integers, exact), B = columns n of (k + n) % 5;
+     * the products and sums are exact in f32 too. */
+    uint16_t ah[16 * 16], bh[8 * 16];
+    float want[16 * 8], got[16 * 8];
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 16; k++)
+            ah[m * 16 + k] = half_of_int(k - m / 2);
+    for (int n = 0; n < 8; n++)
+        for (int k = 0; k < 16; k++)
+            bh[n * 16 + k] = half_of_int((k + n) % 5);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            float s = 0.0f;
+            for (int k = 0; k < 16; k++)
+                s += (float)(k - m / 2) * (float)((k + n) % 5);
+            want[m * 8 + n] = s;
+        }
+    const char *src = NULL;
+    if (ebb_cl_source("mma.cl", &src, NULL))
+        return false;
+    const char *srcs[] = {"#define MV_PTX 1\n#define MMA_PROBE 1\n", src};
+    cl_program prog = NULL;
+    cl_kernel k = NULL;
+    cl_mem ab = NULL, bb = NULL, cb = NULL;
+    bool ok = false;
+    cl_int e = CL_SUCCESS;
+    if (ebb_cl_program_build(cl, srcs, 2, "", &prog, NULL) ||
+        ebb_cl_kernel(prog, "mma_probe", &k, NULL))
+        goto out;
+    ab = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(ah), ah, &e);
+    if (!e)
+        bb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(bh), bh, &e);
+    if (!e)
+        cb = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, sizeof(got), NULL, &e);
+    if (e)
+        goto out;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(ab), EBB_CL_ARG(bb), EBB_CL_ARG(cb)};
+    size_t g = 32;
+    if (ebb_cl_set_args(k, 0, a, 3, NULL) || ebb_cl_run(cl, k, 1, &g, &g, NULL) ||
+        clEnqueueReadBuffer(cl->q, cb, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL))
+        goto out;
+    ok = !memcmp(got, want, sizeof(got));
+out:
+    if (ab)
+        clReleaseMemObject(ab);
+    if (bb)
+        clReleaseMemObject(bb);
+    if (cb)
+        clReleaseMemObject(cb);
+    if (k)
+        clReleaseKernel(k);
+    if (prog)
+        clReleaseProgram(prog);
+    ebb_cl_source_release(src);
+    return ok;
 }

@@ -53,6 +53,9 @@ struct ebb_cl_tuning {
                              (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
                              mv_q16 and a device work-group of EBB_CL_Q8_WG */
     uint32_t mv_ptx;      /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t mm_mma;      /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
+                             mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
+                             stand-in otherwise (tests) */
     uint32_t norm_wg;     /* work-group size of row reductions and attention */
     uint32_t block_dec;   /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
@@ -178,7 +181,13 @@ struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
+    cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
 };
+
+/* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result
+ * against the CPU: true when this device's tensor-core path may be used. The program is cached
+ * like every other; the run takes microseconds. */
+bool ebb_cl_mma_probe(struct ebb_cl *cl);
 
 ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,

@@ -337,6 +337,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
+    if (m->tu.mm_mma && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
+        m->tu.mm_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;

@@ -254,14 +254,18 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 7; variant++) {
+    for (int variant = 0; variant < 8; variant++) {
+        if (variant == 7 && !p.matmul_mma)
+            break;
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
          * folded in (x' = silu(gate) * up from rows of [gate | up]) plus residual; 5: the
          * GPUs' prefill kernel matmul_coop, as variant 2; 6: matmul_gemm (64 x 64 tiles, a
-         * partial tile of both rows and tokens here), as variant 2. */
+         * partial tile of both rows and tokens here), as variant 2; 7: matmul_mma (the same
+         * tiles on tensor cores, inputs rounded to f16: bound 2e-3 of the terms' magnitude). */
         bool mm = variant == 2 || variant >= 5;
+        double rel = variant == 7 ? 2e-3 : 1e-4;
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
         int glu = variant == 4;
@@ -276,6 +280,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         cl_kernel k = variant == 2   ? p.matmul
                       : variant == 5 ? p.matmul_coop
                       : variant == 6 ? p.matmul_gemm
+                      : variant == 7 ? p.matmul_mma
                                      : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
@@ -289,7 +294,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         ebb_cl_wkernel_shape(&tu,
                              variant == 2   ? EBB_CL_WK_MATMUL
                              : variant == 5 ? EBB_CL_WK_COOP
-                             : variant == 6 ? EBB_CL_WK_GEMM
+                             : variant >= 6 ? EBB_CL_WK_GEMM
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
         OK(ebb_cl_run(cl, k, 2, g, lw, D));
@@ -318,13 +323,13 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                 double err = fabs(y[t * n_out + o] - ref) / (mag + 1e-2);
                 if (err > worst)
                     worst = err;
-                CHECK(fabs(y[t * n_out + o] - ref) <= 1e-4 * mag + 1e-6,
+                CHECK(fabs(y[t * n_out + o] - ref) <= rel * mag + 1e-6,
                       "%s variant %d t %d o %u: %g vs %g", name, variant, t, o, y[t * n_out + o],
                       ref);
             }
         }
-        static const char *const vname[] = {"matvec", "mv+res",  "matmul", "mv+norm",
-                                            "mv+glu", "mm-coop", "mm-gemm"};
+        static const char *const vname[] = {"matvec", "mv+res",  "matmul",  "mv+norm",
+                                            "mv+glu", "mm-coop", "mm-gemm", "mm-mma"};
         printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
@@ -431,6 +436,7 @@ static void test_weights(void)
     tu.mv_q16 = !tu.mv_q16;   /* a whole 4-bit block per work-item, GPU style, */
     tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory, */
     tu.mv_q8 = tu.mv_q16;     /* and 8-bit inputs for decode (matvec_q8) */
+    tu.mm_mma = !tu.mm_mma;   /* prefill tiles on tensor cores (their stand-in on CPUs) */
     tu.mv_flat = !tu.mv_flat; /* and the other reduction */
     printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
            "whole-block q4 %u, 8-bit inputs %u, flat reduction %u)\n",
@@ -660,6 +666,13 @@ int main(void)
     }
     tu = ebb_cl_tuning_for(&cl->info);
     printf("device: %s (%s)\n", cl->info.name, cl->info.platform);
+    if (tu.mm_mma && tu.mv_ptx) {
+        /* NVIDIA: the tensor-core probe must pass on the GPUs we run (sm_80 and later). */
+        bool ok = ebb_cl_mma_probe(cl);
+        printf("tensor-core probe (mma.sync through PTX): %s\n", ok ? "passed" : "failed");
+        CHECK(ok, "the mma.sync probe failed on %s", cl->info.name);
+        tu.mm_mma = ok;
+    }
     test_device_select();
     test_program_cache();
     test_weights();
