@@ -444,7 +444,6 @@ static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *cha
     ebb_chat_template_fini(&a->tmpl);
     a->tmpl = tmpl;
     a->model = m;
-    resolve_defaults(a);
     return EBB_OK;
 }
 
@@ -472,6 +471,7 @@ static void prepare_model(struct ebb_api *a)
         return;
     }
     a->ready = true;
+    resolve_defaults(a);
     log_ready(a);
     if (a->on_ready)
         a->on_ready(a->ud, true, NULL);
@@ -500,6 +500,7 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
     a->model_created = (long long)ebb__unix_now();
     a->tmpl_err[0] = 0;
     a->ready = true;
+    resolve_defaults(a);
     log_ready(a);
     return EBB_OK;
 }

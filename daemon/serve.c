@@ -255,9 +255,9 @@ static bool reload_model(struct serve *s)
 }
 
 /* SIGHUP: build the configuration again (same flags, file re-read) and apply what can change
- * while serving: log settings, limits, API keys, CORS, generation defaults at once; a changed model (path, device,
- * ctx, parallel, ...) is loaded next to the running one and swapped in. Listen address changes
- * need a restart and are reported. */
+ * while serving: log settings, limits, API keys, CORS, generation defaults at once; a changed
+ * model (path, device, ctx, parallel, ...) is loaded next to the running one and swapped in.
+ * Listen address changes need a restart and are reported. */
 static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)signum;
