@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "chat-template.h"
+#include "defaults.h"
 #include "sched/sampler.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
@@ -51,7 +52,8 @@ struct ebb__gen_req {
     bool logprobs;
     uint32_t top_logprobs;
     bool max_tokens_set;
-    struct ebb_gen_params gp;
+    unsigned sent; /* EBB_DEF_BIT of each sampling field the request set (api/defaults.h) */
+    struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
 };
 
@@ -233,6 +235,8 @@ struct ebb_api {
     size_t n_cors_origins;
     unsigned timeout_s, keepalive_ms;
     size_t max_stream_buffer;
+    struct ebb_sampling_set cfg_defaults; /* configured generation defaults */
+    bool ignore_model_sampling;
     long long model_created;
     /* model */
     struct ebb_sched *sched;
@@ -243,6 +247,7 @@ struct ebb_api {
     bool ready;     /* loop view: model and template usable */
     struct ebb_model *model;
     struct ebb_chat_template tmpl;
+    struct ebb_gen_defaults gen_defaults; /* resolved for model under the configuration */
     char tmpl_err[512];
     int32_t fim_pre, fim_suf, fim_mid;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */

@@ -11,6 +11,7 @@
 
 #include <uv.h>
 
+#include "api/defaults.h"
 #include "base/err.h"
 #include "sched/scheduler.h"
 
@@ -34,6 +35,10 @@ struct ebb_api_config {
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     enum ebb_api_poll poll;
+    /* Generation defaults: the configured ones (copied; NULL: none), and whether to skip the
+     * model's own general.sampling.* recommendations (api/defaults.h has the resolution). */
+    const struct ebb_sampling_set *generation;
+    bool ignore_model_sampling;
     /* Called on the loop thread once the model is ready to serve (ok) or failed to load or to
      * get a chat template (msg says why). May be NULL. */
     void (*on_ready)(void *ud, bool ok, const char *msg);
@@ -51,8 +56,8 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
 void ebb_api_free(struct ebb_api *a);
 
 /* Applies the settings a configuration reload may change on a running server: API keys, CORS
- * origins, max_body, keepalive_ms and max_stream_buffer (other fields are ignored). Connections
- * stay open; the next request sees the new values. */
+ * origins, max_body, keepalive_ms, max_stream_buffer, generation and ignore_model_sampling
+ * (other fields are ignored). Connections stay open; the next request sees the new values. */
 ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg);
 
 /* The bound port (useful with port 0). */
@@ -75,8 +80,8 @@ void ebb_api_hold(struct ebb_api *a, bool hold);
 
 /* Model swap, step 2, with nothing in flight (ebb_api_in_flight() == 0) and requests held:
  * picks m's chat template (chat_template: a family name, or NULL to detect it from the GGUF)
- * and from now on serves m under model_id. The caller then makes the scheduler use m. On
- * error (no usable template) nothing changes. */
+ * and generation defaults, and from now on serves m under model_id. The caller then makes the
+ * scheduler use m. On error (no usable template) nothing changes. */
 ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
                           const char *chat_template, struct ebb_diag *diag);
 

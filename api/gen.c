@@ -565,6 +565,9 @@ static void gen_start(struct ebb__req *r)
         ebb__reply_error(r, 404, msg, "model", "model_not_found");
         goto out;
     }
+    /* The fields the request left out take the model's, the configured or the built-in
+     * defaults (api/defaults.h). */
+    ebb_defaults_apply(&a->gen_defaults, q.sent, &q.gp.sampling);
     uint32_t nv = ebb_model_n_vocab(a->model);
     for (size_t i = 0; i < q.gp.sampling.n_logit_bias; i++) {
         if ((uint32_t)q.bias[i].token >= nv) {

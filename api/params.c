@@ -422,26 +422,37 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         return rc;
     r->max_tokens_set = mt_set;
     r->gp.max_tokens = mt_set ? (uint32_t)mt : chat ? 0 : 16;
+    /* The sampling fields with defaults: their names and ranges come from the one table in
+     * defaults.c; the fields sent are remembered, since the defaults fill only the others. */
     struct ebb_sampling *s = &r->gp.sampling;
-    if ((rc = get_num(o, "temperature", 0, 2, &s->temperature, NULL, e)) ||
-        (rc = get_num(o, "top_p", 0, 1, &s->top_p, NULL, e)) ||
-        (rc = get_num(o, "min_p", 0, 1, &s->min_p, NULL, e)) ||
-        (rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, NULL, e)) ||
-        (rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, NULL, e)) ||
-        (rc = get_num(o, "repeat_penalty", 0.01, 10, &s->repeat_penalty, NULL, e)))
+    for (int i = 0; i < EBB_DEF_N_FIELDS; i++) {
+        enum ebb_defaults_field f = (enum ebb_defaults_field)i;
+        const char *key = ebb_defaults_field_name(f);
+        double lo, hi;
+        bool integer, set = false;
+        ebb_defaults_range(f, &lo, &hi, &integer);
+        if (integer) {
+            long long x = 0;
+            rc = get_int(o, key, (long long)lo, (long long)hi, &x, &set, e);
+            if (set)
+                ebb_defaults_set(s, f, (double)x);
+        } else {
+            float x = 0;
+            rc = get_num(o, key, lo, hi, &x, &set, e);
+            if (set)
+                ebb_defaults_set(s, f, x);
+        }
+        if (rc)
+            return rc;
+        if (set)
+            r->sent |= EBB_DEF_BIT(f);
+    }
+    long long seed = 0;
+    bool seed_set = false;
+    if ((rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_set, e)))
         return rc;
-    long long tk = 0, seed = 0, rl = 0;
-    bool tk_set = false, seed_set = false, rl_set = false;
-    if ((rc = get_int(o, "top_k", 0, 1 << 30, &tk, &tk_set, e)) ||
-        (rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_set, e)) ||
-        (rc = get_int(o, "repeat_last_n", -1, 1 << 20, &rl, &rl_set, e)))
-        return rc;
-    if (tk_set)
-        s->top_k = (int32_t)tk;
     if (seed_set)
         s->seed = (uint64_t)seed == EBB_SEED_RANDOM ? 0 : (uint64_t)seed;
-    if (rl_set)
-        s->repeat_last_n = (int32_t)rl;
     if ((rc = parse_stop(o, r, e)) || (rc = parse_logit_bias(o, r, e)))
         return rc;
     if ((rc = get_bool(o, "stream", &r->stream, e)) ||

@@ -139,6 +139,12 @@ static json_t *model_object(struct ebb_api *a)
     json_object_set_new(m, "object", json_string("model"));
     json_object_set_new(m, "created", json_integer(a->model_created));
     json_object_set_new(m, "owned_by", json_string("ebb"));
+    /* ebb's extension: the generation defaults of the loaded model and where each came from. */
+    if (a->ready && a->model) {
+        json_t *ext = ebb_defaults_json(&a->gen_defaults);
+        if (ext)
+            json_object_set_new(m, "ebb", ext);
+    }
     return m;
 }
 

@@ -258,7 +258,8 @@ void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, 
 
 void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o)
 {
-    char *s = json_dumps(o, JSON_COMPACT);
+    /* 15 digits: a default such as 0.8 prints as 0.8, not 0.80000000000000004. */
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(o);
     if (!s) {
         ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
@@ -392,6 +393,27 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- engine notifications ------------------------------------------------------------------ */
 
+/* The generation defaults of the served model under the configured ones; the GGUF keys that
+ * cannot be used are logged. */
+static void resolve_defaults(struct ebb_api *a)
+{
+    const struct ebb_gguf *g = a->ignore_model_sampling ? NULL : ebb_model_gguf(a->model);
+    ebb_defaults_resolve(g, &a->cfg_defaults, &a->gen_defaults);
+    for (size_t i = 0; i < a->gen_defaults.n_notes; i++)
+        ebb_log(EBB_LOG_WARN, "http", "model %s: %s", a->model_id, a->gen_defaults.notes[i]);
+    char line[512];
+    size_t w = 0;
+    for (int f = 0; f < EBB_DEF_N_FIELDS && w < sizeof(line); f++) {
+        char v[32];
+        ebb_defaults_format(&a->gen_defaults.v, (enum ebb_defaults_field)f, v, sizeof(v));
+        int k = snprintf(line + w, sizeof(line) - w, "%s%s %s (%s)", f ? ", " : "",
+                         ebb_defaults_field_name((enum ebb_defaults_field)f), v,
+                         ebb_defaults_source_name(a->gen_defaults.src[f]));
+        w += k > 0 ? (size_t)k : 0;
+    }
+    ebb_log(EBB_LOG_INFO, "http", "generation defaults: %s", line);
+}
+
 /* Picks m's chat template (a family name, or NULL to detect it) and fill-in-the-middle tokens
  * into a's fields; on error nothing changes and diag says why. */
 static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *chat_template,
@@ -449,6 +471,7 @@ static void prepare_model(struct ebb_api *a)
         return;
     }
     a->ready = true;
+    resolve_defaults(a);
     log_ready(a);
     if (a->on_ready)
         a->on_ready(a->ud, true, NULL);
@@ -477,6 +500,7 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
     a->model_created = (long long)ebb__unix_now();
     a->tmpl_err[0] = 0;
     a->ready = true;
+    resolve_defaults(a);
     log_ready(a);
     return EBB_OK;
 }
@@ -559,6 +583,18 @@ static void freelist(char **v, size_t n)
     free(v);
 }
 
+/* The configured generation defaults of cfg (not yet resolved against a model). */
+static void set_generation(struct ebb_api *a, const struct ebb_api_config *cfg)
+{
+    if (cfg->generation) {
+        a->cfg_defaults = *cfg->generation;
+    } else {
+        a->cfg_defaults.mask = 0;
+        ebb_defaults_builtin(&a->cfg_defaults.v);
+    }
+    a->ignore_model_sampling = cfg->ignore_model_sampling;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -590,6 +626,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->timeout_s = cfg->timeout_s;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    set_generation(a, cfg);
     a->metrics.started_at = ebb__unix_now();
     a->model_created = (long long)a->metrics.started_at;
     a->on_ready = cfg->on_ready;
@@ -703,6 +740,9 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    set_generation(a, cfg);
+    if (a->model)
+        resolve_defaults(a);
     return EBB_OK;
 }
 

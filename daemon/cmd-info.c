@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/defaults.h"
 #include "cl/cl.h"
+#include "daemon/config.h"
 #include "gguf/gguf.h"
 
 #define MAX_LAYERS (1u << 20) /* "blk.N." with a larger N is not counted as a layer */
@@ -40,7 +42,7 @@ struct facts {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ebb info [--json] MODEL\n"
+            "usage: ebb info [--json] [--config FILE] MODEL\n"
             "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
             "\n"
             "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
@@ -49,12 +51,19 @@ static void usage(FILE *f)
             "tensor types, file size and GGUF version. The whole file is validated first; a\n"
             "malformed file gives exit status 1 and a message naming the problem.\n"
             "\n"
+            "Also the generation defaults ebb serve and ebb run use with this model for the\n"
+            "sampling fields a request does not send, and where each comes from: gguf (the\n"
+            "model's general.sampling.* keys), config (the [generation] section of the config\n"
+            "file, or EBB_TEMPERATURE, ...) or builtin.\n"
+            "\n"
             "options:\n"
             "  --json      print one JSON object instead of text\n"
+            "  --config FILE  the config file for the generation defaults (default as for ebb\n"
+            "              serve: $EBB_CONFIG, ~/.config/ebb/ebb.conf, /etc/ebb/ebb.conf)\n"
             "  --devices   list the OpenCL platforms and devices instead of describing a model\n"
             "  -h, --help  show this help\n"
             "\n"
-            "exit status: 0 success, 1 unreadable or malformed model, 2 usage error\n");
+            "exit status: 0 success, 1 unreadable or malformed model or config, 2 usage error\n");
 }
 
 /* Copies s into buf as valid, printable UTF-8: control bytes and bytes that do not start a valid
@@ -298,6 +307,22 @@ static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, cons
                     f->type_count[t], f->type_bytes[t]);
 }
 
+/* The generation defaults of the model under the configuration, with their sources. */
+static void print_defaults(FILE *o, const struct ebb_gen_defaults *gd)
+{
+    fprintf(o, "generation defaults (for fields a request does not send)%s:\n",
+            gd->model_sampling ? "" : ", model_sampling = false");
+    for (int i = 0; i < EBB_DEF_N_FIELDS; i++) {
+        enum ebb_defaults_field f = (enum ebb_defaults_field)i;
+        char v[32];
+        ebb_defaults_format(&gd->v, f, v, sizeof(v));
+        fprintf(o, "  %-18s %-8s %s\n", ebb_defaults_field_name(f), v,
+                ebb_defaults_source_name(gd->src[f]));
+    }
+    for (size_t i = 0; i < gd->n_notes; i++)
+        fprintf(o, "  note: %s\n", gd->notes[i]);
+}
+
 static json_t *j_ufact(struct ufact f)
 {
     if (!f.present)
@@ -312,7 +337,8 @@ static json_t *j_text(bool has, const char *s)
     return has ? json_string(s) : json_null();
 }
 
-static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f)
+static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f,
+                      const struct ebb_gen_defaults *gd)
 {
     char spath[1024];
     sanitize(path, strlen(path), spath, sizeof(spath));
@@ -364,11 +390,16 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (!fields[i].v || json_object_set_new(root, fields[i].k, fields[i].v) != 0)
             ok = false;
+    /* generation_defaults, model_sampling, model_sampling_notes: as /v1/models's ebb object */
+    json_t *defaults = ebb_defaults_json(gd);
+    if (!defaults || json_object_update(root, defaults) != 0)
+        ok = false;
+    json_decref(defaults);
     if (!ok) {
         json_decref(root);
         return -1;
     }
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(root);
     if (!s)
         return -1;
@@ -379,7 +410,7 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
 
 int ebb_cmd_info(int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *path = NULL, *config = NULL;
     bool json = false, devices = false;
     /* `ebb info --devices`: the OpenCL device list, from runtime/cl. */
     for (int i = 1; i < argc; i++) {
@@ -390,6 +421,12 @@ int ebb_cmd_info(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ebb info: --config needs a file\n");
+                return 2;
+            }
+            config = argv[++i];
         } else if (!strcmp(argv[i], "--")) {
             if (i + 2 != argc || path) {
                 usage(stderr);
@@ -420,7 +457,15 @@ int ebb_cmd_info(int argc, char **argv)
     struct ebb_gguf *g = NULL;
     struct facts *f = NULL;
     int status = 1;
-    ebb_err rc = ebb_gguf_open(path, &g, &diag);
+    struct ebb_gen_defaults gd;
+    /* The configuration as ebb serve reads it (file, EBB_* variables), for its [generation]. */
+    struct ebb_config cfg;
+    ebb_err rc = ebb_config_init(&cfg);
+    if (rc || (rc = ebb_config_build(&cfg, config, NULL, 0, &diag))) {
+        fprintf(stderr, "ebb info: %s\n", diag.msg[0] ? diag.msg : ebb_err_str(rc));
+        goto out;
+    }
+    rc = ebb_gguf_open(path, &g, &diag);
     if (rc) {
         fprintf(stderr, "ebb info: %s: %s\n", path, diag.msg[0] ? diag.msg : ebb_err_str(rc));
         goto out;
@@ -429,7 +474,9 @@ int ebb_cmd_info(int argc, char **argv)
         fprintf(stderr, "ebb info: %s: out of memory\n", path);
         goto out;
     }
-    if (json ? print_json(stdout, path, g, f) != 0 : (print_text(stdout, path, g, f), 0)) {
+    ebb_defaults_resolve(cfg.model_sampling ? g : NULL, &cfg.generation, &gd);
+    if (json ? print_json(stdout, path, g, f, &gd) != 0
+             : (print_text(stdout, path, g, f), print_defaults(stdout, &gd), 0)) {
         fprintf(stderr, "ebb info: %s: cannot build JSON\n", path);
         goto out;
     }
@@ -437,5 +484,6 @@ int ebb_cmd_info(int argc, char **argv)
 out:
     free(f);
     ebb_gguf_close(g);
+    ebb_config_fini(&cfg);
     return status;
 }

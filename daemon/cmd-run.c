@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "api/chat-template.h"
+#include "api/defaults.h"
+#include "daemon/config.h"
 #include "daemon/warm.h"
 #include "model/model.h"
 #include "sched/sampler.h"
@@ -33,14 +35,18 @@ static void run_usage(FILE *f)
             "  -m, --model MODEL       GGUF file (required)\n"
             "  -p, --prompt PROMPT     prompt text (required)\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+            "      --temp T            temperature, 0..2; 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
             "      --top-p P           nucleus sampling; 1 = off (default 0.95)\n"
             "      --min-p P           drop tokens below P x the best one's probability;\n"
             "                          0 = off (default 0.05)\n"
-            "      --repeat-penalty R  penalise tokens of the last 64 (prompt included);\n"
-            "                          1 = off (default 1.0)\n"
+            "      --repeat-penalty R  penalise tokens of the last --repeat-last-n (prompt\n"
+            "                          included); 1 = off (default 1.0)\n"
+            "      --repeat-last-n N   window of the penalties; -1 = all (default 64)\n"
+            "      --presence-penalty X, --frequency-penalty X\n"
+            "                          OpenAI's penalties, -2..2 (default 0)\n"
             "      --seed S            sampling seed for reproducible output (default random)\n"
+            "      --config FILE       read the [generation] defaults from this file\n"
             "      --chat              render the prompt as a user turn with the model's chat\n"
             "                          template (its tokenizer.chat_template, interpreted as\n"
             "                          the server does) and open the assistant's turn\n"
@@ -59,10 +65,15 @@ static void run_usage(FILE *f)
             "  -h, --help              show this help\n"
             "\n"
             "Sampling applies, in llama.cpp's order: repeat penalty, top-k, top-p, min-p,\n"
-            "temperature.\n"
+            "temperature. A sampling flag not given takes the same default as a request to\n"
+            "ebb serve that leaves the field out: the model's own general.sampling.* value,\n"
+            "else the config file's [generation] value (or EBB_TEMPERATURE, ...), else the\n"
+            "default shown above. The config file is --config FILE, else $EBB_CONFIG, else\n"
+            "~/.config/ebb/ebb.conf or /etc/ebb/ebb.conf, as for ebb serve; ebb info MODEL\n"
+            "shows the resolved defaults.\n"
             "\n"
-            "exit status: 0 success, 1 model, prompt or device error (e.g. the prompt does not\n"
-            "fit in the context), 2 usage error\n",
+            "exit status: 0 success, 1 model, prompt, config or device error (e.g. the prompt\n"
+            "does not fit in the context), 2 usage error\n",
             ebb_stream_opts_usage);
 }
 
@@ -73,16 +84,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !isfinite(v))
-        return false;
-    *out = (float)v;
-    return true;
-}
-
 static bool parse_long(const char *s, long long lo, long long hi, long long *out)
 {
     char *end;
@@ -91,6 +92,38 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
         return false;
     *out = v;
     return true;
+}
+
+/* The sampling settings used and where each came from ("flag", or the defaults' source), as
+ * JSON for --json; also printed on stderr. NULL when out of memory. */
+static json_t *sampling_summary(const struct ebb_sampling *s, unsigned sent,
+                                const struct ebb_gen_defaults *gd)
+{
+    json_t *j = json_object();
+    char line[512];
+    size_t w = 0;
+    for (int i = 0; j && i < EBB_DEF_N_FIELDS; i++) {
+        enum ebb_defaults_field f = (enum ebb_defaults_field)i;
+        const char *src = sent & EBB_DEF_BIT(f) ? "flag" : ebb_defaults_source_name(gd->src[f]);
+        char v[32];
+        ebb_defaults_format(s, f, v, sizeof(v));
+        json_t *val = f == EBB_DEF_TOP_K || f == EBB_DEF_REPEAT_LAST_N
+                          ? json_integer((json_int_t)ebb_defaults_get(s, f))
+                          : json_real(strtod(v, NULL));
+        if (json_object_set_new(j, ebb_defaults_field_name(f),
+                                json_pack("{s:o, s:s}", "value", val, "source", src))) {
+            json_decref(j);
+            return NULL;
+        }
+        if (w < sizeof(line)) {
+            int k = snprintf(line + w, sizeof(line) - w, "%s%s %s (%s)", i ? ", " : "",
+                             ebb_defaults_field_name(f), v, src);
+            w += k > 0 ? (size_t)k : 0;
+        }
+    }
+    if (j)
+        fprintf(stderr, "ebb run: sampling: %s\n", line);
+    return j;
 }
 
 /* --chat: the prompt (after an optional system message) as a user turn in the model's chat
@@ -120,12 +153,25 @@ static char *chat_prompt(struct ebb_model *m, const char *family, const char *sy
 }
 
 struct run_opts {
-    const char *model, *prompt, *device, *chat_template, *system;
+    const char *model, *prompt, *device, *chat_template, *system, *config;
     long long n_predict, ctx;
     bool chat, json;
     struct ebb_sampling sp;
+    unsigned sent; /* EBB_DEF_BIT of each sampling flag given; the others take the defaults */
     struct ebb_model_params stream; /* the streamer fields only */
 };
+
+/* A sampling flag: the same field names, ranges and parser as the config file and requests. */
+static bool sampling_flag(struct run_opts *o, enum ebb_defaults_field f, const char *text)
+{
+    struct ebb_sampling_set set = {.v = o->sp, .mask = 0};
+    char why[128];
+    if (ebb_defaults_parse(&set, f, text, why, sizeof(why)))
+        return false;
+    o->sp = set.v;
+    o->sent |= EBB_DEF_BIT(f);
+    return true;
+}
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
@@ -141,7 +187,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         O_DEV,
         O_CTX,
         O_TMPL,
-        O_SYS
+        O_SYS,
+        O_LASTN,
+        O_PRES,
+        O_FREQ,
+        O_CONFIG
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -153,6 +203,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         {"min-p", required_argument, NULL, O_MINP},
         {"seed", required_argument, NULL, O_SEED},
         {"repeat-penalty", required_argument, NULL, O_REP},
+        {"repeat-last-n", required_argument, NULL, O_LASTN},
+        {"presence-penalty", required_argument, NULL, O_PRES},
+        {"frequency-penalty", required_argument, NULL, O_FREQ},
+        {"config", required_argument, NULL, O_CONFIG},
         {"chat", no_argument, NULL, O_CHAT},
         {"chat-template", required_argument, NULL, O_TMPL},
         {"system", required_argument, NULL, O_SYS},
@@ -166,12 +220,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     memset(o, 0, sizeof(*o));
     o->n_predict = 128;
     o->device = "auto";
-    ebb_sampling_defaults(&o->sp);
-    o->sp.temperature = 0.8f;
-    o->sp.top_k = 40;
-    o->sp.top_p = 0.95f;
-    o->sp.min_p = 0.05f;
-    o->sp.repeat_last_n = 64;
+    ebb_sampling_defaults(&o->sp); /* fields no flag sets are resolved once the model is open */
     optind = 1;
     opterr = 0;
     int c;
@@ -189,24 +238,35 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             ok = parse_long(optarg, 0, 1 << 20, &o->n_predict);
             break;
         case O_TEMP:
-            ok = parse_float(optarg, &o->sp.temperature);
+            ok = sampling_flag(o, EBB_DEF_TEMPERATURE, optarg);
             break;
         case O_TOPK:
-            ok = parse_long(optarg, 0, INT32_MAX, &v);
-            o->sp.top_k = (int32_t)v;
+            ok = sampling_flag(o, EBB_DEF_TOP_K, optarg);
             break;
         case O_TOPP:
-            ok = parse_float(optarg, &o->sp.top_p) && o->sp.top_p >= 0 && o->sp.top_p <= 1;
+            ok = sampling_flag(o, EBB_DEF_TOP_P, optarg);
             break;
         case O_MINP:
-            ok = parse_float(optarg, &o->sp.min_p) && o->sp.min_p >= 0 && o->sp.min_p <= 1;
+            ok = sampling_flag(o, EBB_DEF_MIN_P, optarg);
+            break;
+        case O_LASTN:
+            ok = sampling_flag(o, EBB_DEF_REPEAT_LAST_N, optarg);
+            break;
+        case O_PRES:
+            ok = sampling_flag(o, EBB_DEF_PRESENCE_PENALTY, optarg);
+            break;
+        case O_FREQ:
+            ok = sampling_flag(o, EBB_DEF_FREQUENCY_PENALTY, optarg);
+            break;
+        case O_CONFIG:
+            o->config = optarg;
             break;
         case O_SEED:
             ok = parse_long(optarg, 0, INT64_MAX, &v);
             o->sp.seed = (uint64_t)v;
             break;
         case O_REP:
-            ok = parse_float(optarg, &o->sp.repeat_penalty) && o->sp.repeat_penalty > 0;
+            ok = sampling_flag(o, EBB_DEF_REPEAT_PENALTY, optarg);
             break;
         case O_CHAT:
             o->chat = true;
@@ -281,6 +341,17 @@ int ebb_cmd_run(int argc, char **argv)
     char *text = NULL, *wrapped = NULL;
     struct ebb_diag d = {{0}};
     ebb_err rc;
+    struct ebb_gen_defaults gd;
+    json_t *jsampling = NULL;
+
+    /* The configuration as ebb serve would read it (file and EBB_* variables; ebb run's own
+     * flags are the request's fields), for its generation defaults. */
+    struct ebb_config cfg;
+    if ((rc = ebb_config_init(&cfg)) || (rc = ebb_config_build(&cfg, o.config, NULL, 0, &d))) {
+        fprintf(stderr, "ebb run: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
+        ebb_config_fini(&cfg);
+        return 1;
+    }
 
     struct ebb_model_params mp = o.stream;
     mp.path = o.model;
@@ -299,6 +370,14 @@ int ebb_cmd_run(int argc, char **argv)
     }
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
     const uint32_t V = ebb_model_n_vocab(m), n_ctx = ebb_model_n_ctx(m);
+
+    /* Sampling fields no flag set: the same resolution as the server's (api/defaults.h). */
+    ebb_defaults_resolve(cfg.model_sampling ? ebb_model_gguf(m) : NULL, &cfg.generation, &gd);
+    ebb_defaults_apply(&gd, o.sent, &o.sp);
+    for (size_t i = 0; i < gd.n_notes; i++)
+        fprintf(stderr, "ebb run: note: %s\n", gd.notes[i]);
+    if (!(jsampling = sampling_summary(&o.sp, o.sent, &gd)))
+        goto oom;
 
     /* Prompt tokens: raw text with BOS per the metadata; --chat also parses the template's
      * special tokens. */
@@ -458,7 +537,9 @@ int ebb_cmd_run(int argc, char **argv)
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)peak));
         if (streaming)
             json_object_set_new(j, "stream", json_loads(sj, 0, NULL));
-        json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_object_set_new(j, "sampling", jsampling);
+        jsampling = NULL;
+        json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
         printf("\n");
         json_decref(j);
     }
@@ -476,5 +557,7 @@ out:
     free(wrapped);
     ebb_sampler_free(smp);
     ebb_model_close(m);
+    json_decref(jsampling);
+    ebb_config_fini(&cfg);
     return status;
 }

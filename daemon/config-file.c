@@ -74,8 +74,12 @@ static char *loader_read(char *str, int num, void *stream)
     }
     if (*p == '[') {
         size_t nlen = strcspn(p + 1, "]");
-        if (nlen != 5 || strncmp(p + 1, "serve", 5) != 0)
-            loader_fail(ld, "unknown section [%.*s] (options go at the top or under [serve])",
+        bool known = (nlen == 5 && !strncmp(p + 1, "serve", 5)) ||
+                     (nlen == 10 && !strncmp(p + 1, "generation", 10));
+        if (!known)
+            loader_fail(ld,
+                        "unknown section [%.*s] (options go at the top or under [serve]; "
+                        "generation defaults under [generation])",
                         (int)(nlen < 63 ? nlen : 63), p + 1);
     }
     memcpy(str, ld->buf, (size_t)len + 1);
@@ -112,7 +116,6 @@ static bool split_line(char *line, char **key, char **value)
 static int loader_on_kv(void *user, const char *section, const char *name, const char *value)
 {
     struct loader *ld = user;
-    (void)section; /* unknown sections were rejected by the reader */
     /* inih takes an indented line after a key as a continuation of that key's value. We have no
      * multi-line values, and people indent keys under [serve]; so when the physical line does
      * not start with the key inih names, it is a key line of its own and we split it here. */
@@ -122,11 +125,23 @@ static int loader_on_kv(void *user, const char *section, const char *name, const
     if (strncmp(p, name, nl) != 0 || !strchr(" \t=:", p[nl])) {
         snprintf(line, sizeof(line), "%s", p);
         if (!split_line(line, &k, &v)) {
-            loader_fail(ld, "syntax error: expected 'key = value', a comment or [serve]");
+            loader_fail(ld, "syntax error: expected 'key = value', a comment or a [section]");
             return 0;
         }
         name = k;
         value = v;
+    }
+    /* Each option has its section: the generation defaults under [generation], the others at
+     * the top or under [serve] (inih calls the top "", and our reader rejected other names). */
+    const char *want = ebb_config_key_section(name);
+    const char *here = section && *section ? section : "serve";
+    if (want && strcmp(want, here)) {
+        if (!strcmp(want, "generation"))
+            loader_fail(ld, "%s: belongs under [generation]", name);
+        else
+            loader_fail(ld, "%s: belongs at the top of the file or under [serve], not [%s]", name,
+                        here);
+        return 0;
     }
     struct ebb_diag d;
     ebb_err rc = ebb_config_set(ld->cfg, name, value, EBB_CONFIG_SRC_FILE, ld->line, &d);
@@ -167,7 +182,7 @@ ebb_err ebb_config_load_file(struct ebb_config *cfg, const char *path, struct eb
         return ld.rc;
     if (r > 0)
         return ebb_diag_set(diag, EBB_EINVAL,
-                            "%s:%d: syntax error: expected 'key = value', a comment or [serve]",
+                            "%s:%d: syntax error: expected 'key = value', a comment or a [section]",
                             path, r);
     if (r < 0)
         return ebb_diag_set(diag, EBB_ENOMEM, "%s: out of memory while parsing", path);

@@ -28,6 +28,8 @@ enum opt_type {
     T_LIST,   /* struct ebb_strlist */
     T_LEVEL,  /* enum ebb_log_level */
     T_FORMAT, /* enum ebb_log_format */
+    T_GEN,    /* a generation default: field `min` of a struct ebb_sampling_set */
+    T_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 */
 };
 
 struct opt {
@@ -39,6 +41,7 @@ struct opt {
     bool secret;
     const char *arg;
     const char *help;
+    const char *section; /* NULL: the top of the file or [serve] */
 };
 
 #define OFF(f) offsetof(struct ebb_config, f)
@@ -86,6 +89,30 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                "the memory probes and the cgroup limit) or 0 (no streaming)"},
     [EBB_CFG_PREFETCH] = {"prefetch", T_U32, OFF(prefetch), 0, 64, EBB_CONFIG_CHANGE_MODEL, false,
                           "N", "streamed layers read ahead of use (0 = the streamer's default)"},
+/* [generation]: what a request that does not send the field gets, unless the model's GGUF
+ * recommends a value (api/defaults.h). The names are the request fields'. */
+#define GEN(k, name, field, arg, help)                                                             \
+    [k] = {name, T_GEN, OFF(generation), field, 0, EBB_CONFIG_CHANGE_GENERATION, false,            \
+           arg,  help,  "generation"}
+    GEN(EBB_CFG_TEMPERATURE, "temperature", EBB_DEF_TEMPERATURE, "T",
+        "default sampling temperature (0 = greedy)"),
+    GEN(EBB_CFG_TOP_K, "top_k", EBB_DEF_TOP_K, "K", "default top-k (0 = off)"),
+    GEN(EBB_CFG_TOP_P, "top_p", EBB_DEF_TOP_P, "P", "default top-p (1 = off)"),
+    GEN(EBB_CFG_MIN_P, "min_p", EBB_DEF_MIN_P, "P", "default min-p (0 = off)"),
+    GEN(EBB_CFG_REPEAT_PENALTY, "repeat_penalty", EBB_DEF_REPEAT_PENALTY, "R",
+        "default repeat penalty (1 = off)"),
+    GEN(EBB_CFG_REPEAT_LAST_N, "repeat_last_n", EBB_DEF_REPEAT_LAST_N, "N",
+        "default window of the penalties in tokens (-1 = all)"),
+    GEN(EBB_CFG_PRESENCE_PENALTY, "presence_penalty", EBB_DEF_PRESENCE_PENALTY, "X",
+        "default presence penalty"),
+    GEN(EBB_CFG_FREQUENCY_PENALTY, "frequency_penalty", EBB_DEF_FREQUENCY_PENALTY, "X",
+        "default frequency penalty"),
+#undef GEN
+    [EBB_CFG_MODEL_SAMPLING] = {"model_sampling", T_BOOL, OFF(model_sampling), 0, 0,
+                                EBB_CONFIG_CHANGE_GENERATION, false, "BOOL",
+                                "true: a model's general.sampling.* values come before the "
+                                "defaults above; false: they are ignored",
+                                "generation"},
 };
 
 #define FIELD(cfg, o, T) ((T *)(void *)((char *)(cfg) + (o)->off))
@@ -322,6 +349,21 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
             return EBB_EINVAL;
         }
         return EBB_OK;
+    case T_GEN:
+        return ebb_defaults_parse(FIELD(cfg, o, struct ebb_sampling_set),
+                                  (enum ebb_defaults_field)o->min, value, why, n);
+    case T_BOOL: {
+        static const char *const yes[] = {"true", "yes", "on", "1"};
+        static const char *const no[] = {"false", "no", "off", "0"};
+        for (size_t i = 0; i < 4; i++) {
+            if (!strcasecmp(value, yes[i]) || !strcasecmp(value, no[i])) {
+                *FIELD(cfg, o, bool) = !strcasecmp(value, yes[i]);
+                return EBB_OK;
+            }
+        }
+        snprintf(why, n, "'%s' is not one of true, false (or yes, no, on, off, 1, 0)", value);
+        return EBB_EINVAL;
+    }
     }
     return EBB_EINVAL;
 }
@@ -355,6 +397,9 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->log_format = EBB_LOG_TEXT;
     cfg->shutdown_grace_ms = 10000;
     cfg->prefetch = 2;
+    ebb_defaults_builtin(&cfg->generation.v);
+    cfg->generation.mask = 0;
+    cfg->model_sampling = true;
     cfg->host = strdup("127.0.0.1");
     cfg->device = strdup("auto");
     cfg->chat_template = strdup("auto");
@@ -390,6 +435,12 @@ void ebb_config_fini(struct ebb_config *cfg)
 bool ebb_config_is_key(const char *name)
 {
     return name && opt_find(name) != NULL;
+}
+
+const char *ebb_config_key_section(const char *name)
+{
+    const struct opt *o = name ? opt_find(name) : NULL;
+    return !o ? NULL : o->section ? o->section : "serve";
 }
 
 const char *ebb_config_key_name(enum ebb_config_key k)
@@ -511,6 +562,13 @@ static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool m
     case T_FORMAT:
         snprintf(buf, n, "%s", ebb_log_format_name(*CFIELD(cfg, o, enum ebb_log_format)));
         break;
+    case T_GEN:
+        ebb_defaults_format(&CFIELD(cfg, o, struct ebb_sampling_set)->v,
+                            (enum ebb_defaults_field)o->min, buf, n);
+        break;
+    case T_BOOL:
+        snprintf(buf, n, "%s", *CFIELD(cfg, o, bool) ? "true" : "false");
+        break;
     }
 }
 
@@ -520,6 +578,13 @@ void ebb_config_print(const struct ebb_config *cfg, FILE *f)
     fprintf(f, "# config file: %s\n", cfg->config_file ? cfg->config_file : "(none)");
     for (size_t i = 0; i < EBB_CFG_N_KEYS; i++) {
         char val[1024], src[PATH_MAX + 32];
+        /* A section header where the section changes, so the output reads back as a file. */
+        if (opts[i].section && (i == 0 || opts[i - 1].section != opts[i].section)) {
+            fprintf(f, "[%s]\n", opts[i].section);
+            if (!strcmp(opts[i].section, "generation"))
+                fprintf(f, "# a model's own general.sampling.* values come first unless "
+                           "model_sampling = false\n");
+        }
         opt_format(cfg, &opts[i], true, val, sizeof(val));
         switch (cfg->source[i]) {
         case EBB_CONFIG_SRC_DEFAULT:

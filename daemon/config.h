@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "api/defaults.h"
 #include "base/log.h"
 #include "base/err.h"
 
@@ -54,6 +55,16 @@ enum ebb_config_key {
     EBB_CFG_SHUTDOWN_GRACE,
     EBB_CFG_MEMORY_BUDGET,
     EBB_CFG_PREFETCH,
+    /* [generation]: defaults for the sampling fields a request does not send (api/defaults.h) */
+    EBB_CFG_TEMPERATURE,
+    EBB_CFG_TOP_K,
+    EBB_CFG_TOP_P,
+    EBB_CFG_MIN_P,
+    EBB_CFG_REPEAT_PENALTY,
+    EBB_CFG_REPEAT_LAST_N,
+    EBB_CFG_PRESENCE_PENALTY,
+    EBB_CFG_FREQUENCY_PENALTY,
+    EBB_CFG_MODEL_SAMPLING,
     EBB_CFG_N_KEYS
 };
 
@@ -81,6 +92,11 @@ struct ebb_config {
     uint64_t memory_budget;          /* layer streaming budget in bytes; 0 = no streaming,
                                         EBB_CONFIG_BUDGET_AUTO = from the memory probes */
     uint32_t prefetch;               /* streamed layers read ahead; 2 */
+    /* [generation]: the configured defaults (a bit in generation.mask for each one set by the
+     * file, the environment or a flag; v holds the built-in values of the others), and whether
+     * a model's own general.sampling.* recommendations come first (true). */
+    struct ebb_sampling_set generation;
+    bool model_sampling;
 
     char *config_file; /* the file that was loaded, or NULL */
     enum ebb_config_source source[EBB_CFG_N_KEYS];
@@ -104,8 +120,9 @@ ebb_err ebb_config_init(struct ebb_config *cfg);
 /* Frees what cfg owns; cfg may then be initialised again. Accepts NULL. */
 void ebb_config_fini(struct ebb_config *cfg);
 
-/* Reads an INI file into cfg. Keys sit at the top of the file or under a [serve] section.
- * Unknown keys, unknown sections, syntax errors and bad values are errors; diag then reads
+/* Reads an INI file into cfg. Keys sit at the top of the file or under a [serve] section, except
+ * the generation defaults, which go under [generation]. Unknown keys, unknown sections, a key
+ * under the wrong section, syntax errors and bad values are errors; diag then reads
  * "<path>:<line>: <key>: <why>". EBB_ENOENT when the file cannot be opened, EBB_EINVAL for
  * its content. Options set before the error keep their new values. */
 ebb_err ebb_config_load_file(struct ebb_config *cfg, const char *path, struct ebb_diag *diag);
@@ -136,6 +153,10 @@ ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
 /* True if name (dashes or underscores) is an option. */
 bool ebb_config_is_key(const char *name);
 
+/* The file section option name belongs to: "generation" for the generation defaults, "serve"
+ * (which also means the top of the file) for the others, NULL if name is no option. */
+const char *ebb_config_key_section(const char *name);
+
 /* Writes the effective configuration as INI text with the source of each value in a comment;
  * api keys are masked. This is what `ebb serve --check-config` prints. */
 void ebb_config_print(const struct ebb_config *cfg, FILE *f);
@@ -150,14 +171,15 @@ ebb_err ebb_config_model_path(const struct ebb_config *cfg, char *buf, size_t n)
 
 /* What a reload must do, from the options that differ between two configs. */
 enum {
-    EBB_CONFIG_CHANGE_LOG = 1u << 0,    /* log_level, log_format: ebb_log_configure */
-    EBB_CONFIG_CHANGE_LIMITS = 1u << 1, /* queue, max_body, request_timeout, shutdown_grace */
-    EBB_CONFIG_CHANGE_AUTH = 1u << 2,   /* api_key */
-    EBB_CONFIG_CHANGE_CORS = 1u << 3,   /* cors_origin */
-    EBB_CONFIG_CHANGE_MODEL = 1u << 4,  /* model, models_dir, ctx, parallel, device,
-                                           chat_template, memory_budget, prefetch, cache_dir:
-                                           load the model again and swap it in */
-    EBB_CONFIG_CHANGE_LISTEN = 1u << 5, /* host, port: cannot apply without a restart */
+    EBB_CONFIG_CHANGE_LOG = 1u << 0,        /* log_level, log_format: ebb_log_configure */
+    EBB_CONFIG_CHANGE_LIMITS = 1u << 1,     /* queue, max_body, request_timeout, shutdown_grace */
+    EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
+    EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
+    EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, parallel, device,
+                                               chat_template, memory_budget, prefetch, cache_dir:
+                                               load the model again and swap it in */
+    EBB_CONFIG_CHANGE_LISTEN = 1u << 5,     /* host, port: cannot apply without a restart */
+    EBB_CONFIG_CHANGE_GENERATION = 1u << 6, /* [generation]: ebb_api_reconfigure */
 };
 
 /* Returns the EBB_CONFIG_CHANGE_* bits of the options whose values differ. */

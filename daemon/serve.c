@@ -151,6 +151,8 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->cors_origins = c->cors_origins.items;
     ac->n_cors_origins = c->cors_origins.n;
     ac->keepalive_ms = s->keepalive_ms;
+    ac->generation = &c->generation;
+    ac->ignore_model_sampling = !c->model_sampling;
 }
 
 /* Swap, step 3 (timer, loop thread): once no request is in flight, point the API and then the
@@ -253,9 +255,9 @@ static bool reload_model(struct serve *s)
 }
 
 /* SIGHUP: build the configuration again (same flags, file re-read) and apply what can change
- * while serving: log settings, limits, API keys, CORS at once; a changed model (path, device,
- * ctx, parallel, ...) is loaded next to the running one and swapped in. Listen address changes
- * need a restart and are reported. */
+ * while serving: log settings, limits, API keys, CORS, generation defaults at once; a changed
+ * model (path, device, ctx, parallel, ...) is loaded next to the running one and swapped in.
+ * Listen address changes need a restart and are reported. */
 static void on_sighup(uv_signal_t *h, int signum)
 {
     (void)signum;

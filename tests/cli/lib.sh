@@ -4,6 +4,13 @@ models=${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}
 smol=$models/SmolLM2-135M-Instruct.Q4_1.gguf
 gemma=$models/gemma-3-270m-q4_k_m.gguf
 tmp=$(mktemp -d)
+# The generation defaults of ebb run and ebb info read the config file and EBB_* variables as
+# ebb serve does: none of the caller's may change what the tests see.
+export EBB_CONFIG=/dev/null
+unset EBB_TEMPERATURE EBB_TOP_K EBB_TOP_P EBB_MIN_P EBB_REPEAT_PENALTY EBB_REPEAT_LAST_N \
+    EBB_PRESENCE_PENALTY EBB_FREQUENCY_PENALTY EBB_MODEL_SAMPLING
+# scripts/gguf-set-kv.py: a copy of a model with metadata keys set.
+set_kv="$(cd "$(dirname "$0")/../.." && pwd)/scripts/gguf-set-kv.py"
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 

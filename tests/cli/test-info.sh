@@ -24,7 +24,7 @@ bad_file() {
 
 # ---- usage ----
 expect_status 0 "$ebb" info --help
-for flag in --json --devices --help; do expect_out "$flag"; done
+for flag in --json --devices --config --help; do expect_out "$flag"; done
 expect_status 2 "$ebb" info
 expect_status 2 "$ebb" info --bogus x.gguf
 expect_status 2 "$ebb" info a.gguf b.gguf
@@ -78,6 +78,50 @@ bad = {k: (j.get(k), v) for k, v in want.items() if j.get(k) != v}
 if bad:
     sys.exit('mismatch: %r' % bad)
 PY
+    # Generation defaults: SmolLM2 recommends none, so the built-in ones (llama-server's).
+    expect_status 0 "$ebb" info "$smol"
+    expect_out "generation defaults (for fields a request does not send):"
+    expect_out "  temperature        0.8      builtin"
+    expect_out "  top_k              40       builtin"
+    expect_out "  min_p              0.05     builtin"
+    # A copy that recommends its own (general.sampling.*, as llama.cpp reads them): those win
+    # over the built-in ones; a sampler ebb does not have is noted and not used.
+    python3 "$set_kv" "$smol" "$tmp/rec.gguf" general.sampling.temp=f32:0.6 \
+        general.sampling.top_k=u32:20 general.sampling.min_p=f64:0 \
+        general.sampling.mirostat=i32:2 || fail "gguf-set-kv"
+    expect_status 0 "$ebb" info "$tmp/rec.gguf"
+    expect_out "  temperature        0.6      gguf"
+    expect_out "  top_k              20       gguf"
+    expect_out "  min_p              0        gguf"
+    expect_out "  top_p              0.95     builtin"
+    expect_out "  note: general.sampling.mirostat = 2: ebb has no mirostat sampler; not used"
+    # The config file's [generation] beats the built-in values, the model's beat the config's,
+    # unless model_sampling is off.
+    printf '[generation]\ntemperature = 0.3\ntop_p = 0.5\n' > "$tmp/g.conf"
+    expect_status 0 "$ebb" info --config "$tmp/g.conf" "$tmp/rec.gguf"
+    expect_out "  temperature        0.6      gguf"
+    expect_out "  top_p              0.5      config"
+    EBB_MODEL_SAMPLING=false expect_status 0 "$ebb" info --config "$tmp/g.conf" "$tmp/rec.gguf"
+    expect_out "  temperature        0.3      config"
+    expect_out "  top_k              40       builtin"
+    EBB_CONFIG=$tmp/g.conf expect_status 0 "$ebb" info --json "$tmp/rec.gguf"
+    python3 - "$tmp/out" <<'PY' || fail "generation defaults in --json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+d = j["generation_defaults"]
+assert d["temperature"] == {"value": 0.6, "source": "gguf"}, d
+assert d["top_p"] == {"value": 0.5, "source": "config"}, d
+assert d["repeat_last_n"] == {"value": 64, "source": "builtin"}, d
+assert j["model_sampling"] is True and len(j["model_sampling_notes"]) == 1, j
+PY
+    # A bad value in the config names file, line and key.
+    printf '[generation]\n\ntop_k = many\n' > "$tmp/bad.conf"
+    expect_status 1 "$ebb" info --config "$tmp/bad.conf" "$smol"
+    expect_err "ebb info: $tmp/bad.conf:3: top_k: 'many' is not a whole number between 0 and"
+    printf 'temperature = 0.5\n' > "$tmp/bad.conf"
+    expect_status 1 "$ebb" info --config "$tmp/bad.conf" "$smol"
+    expect_err "$tmp/bad.conf:1: temperature: belongs under [generation]"
+    rm -f "$tmp/rec.gguf"
     # The same file cut short by one byte: the last tensor runs past the end.
     head -c 98362431 "$smol" > "$tmp/cut.gguf"
     bad_file cut.gguf "past end of file (size 98362431)"

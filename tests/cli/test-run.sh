@@ -15,14 +15,17 @@ dev=${EBB_TEST_DEVICE:-ref}
 [ -f "$smol" ] || { echo "skip: missing model $smol (set EBB_MODELS_DIR)"; exit 77; }
 
 expect_status 0 "$ebb" run --help
-for flag in -m -p -n --temp --top-k --top-p --min-p --seed --repeat-penalty --chat --json \
-    --device --ctx --chat-template --system; do
+for flag in -m -p -n --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n \
+    --presence-penalty --frequency-penalty --config --chat --json --device --ctx --chat-template \
+    --system; do
     grep -q -- "$flag" "$tmp/out" || fail "--help does not document $flag"
 done
 
 expect_status 2 "$ebb" run -m "$smol"
 expect_status 2 "$ebb" run -m "$smol" -p hi --temp abc
 expect_status 2 "$ebb" run -m "$smol" -p hi --top-p 1.5
+expect_status 2 "$ebb" run -m "$smol" -p hi --temp 2.5
+expect_status 2 "$ebb" run -m "$smol" -p hi --repeat-last-n -2
 expect_status 2 "$ebb" run -m "$smol" -p hi --bogus
 expect_status 2 "$ebb" run -m "$smol" -p hi --system "be brief"
 grep -q -- "--system need --chat" "$tmp/err" || fail "--system without --chat: $(cat "$tmp/err")"
@@ -67,6 +70,61 @@ run_sampled() {
 a=$(run_sampled 42)
 b=$(run_sampled 42)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "seed 42 gave '$a' then '$b'"
+
+# Generation defaults, resolved as the server resolves them (api/defaults.h): a flag wins, then
+# the model's general.sampling.*, then the config file's [generation], then the built-in values.
+# Observed through top_k: 1 makes any temperature greedy. The control first: at temperature 1.5
+# with the built-in top_k 40, at least one of three seeds leaves the greedy path.
+tokens() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$1"; }
+source_of() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sampling"][sys.argv[2]]["source"])' "$1" "$2"
+}
+story() { # story MODEL SEED [flags]: 6 tokens of "Once upon a time" at temperature 1.5
+    local m=$1 s=$2
+    shift 2
+    "$ebb" run -m "$m" -p "Once upon a time" -n 6 --temp 1.5 --seed "$s" --json --device "$dev" \
+        --ctx 64 "$@" > "$tmp/story.json" 2> "$tmp/err" || fail "story $m $s $*: $(cat "$tmp/err")"
+    tokens "$tmp/story.json"
+}
+expect_status 0 "$ebb" run -m "$smol" -p "Once upon a time" -n 6 --temp 0 --json --device "$dev" \
+    --ctx 64
+greedy=$(tokens "$tmp/out")
+[ "$(source_of "$tmp/out" temperature)" = flag ] || fail "--temp not reported as a flag"
+[ "$(source_of "$tmp/out" top_k)" = builtin ] || fail "top_k not builtin: $(cat "$tmp/out")"
+control=""
+for s in 1 2 3; do control="$control $(story "$smol" $s)"; done
+control2=$(story "$smol" 2)
+[ "$control" != " $greedy $greedy $greedy" ] || fail "control: temperature 1.5 stayed greedy"
+# A model that recommends top_k 1 (and temperature 0.7, overridden by --temp).
+python3 "$set_kv" "$smol" "$tmp/rec.gguf" general.sampling.top_k=i32:1 \
+    general.sampling.temp=f32:0.7 || fail "gguf-set-kv"
+for s in 1 2 3; do
+    got=$(story "$tmp/rec.gguf" $s)
+    [ "$got" = "$greedy" ] || fail "general.sampling.top_k 1 not applied (seed $s): $got"
+done
+[ "$(source_of "$tmp/story.json" top_k)" = gguf ] || fail "top_k source: $(cat "$tmp/story.json")"
+[ "$(source_of "$tmp/story.json" temperature)" = flag ] || fail "--temp did not win over the GGUF"
+# A flag wins over the model's value: --top-k 40 gives the control's tokens again.
+again=""
+for s in 1 2 3; do again="$again $(story "$tmp/rec.gguf" $s --top-k 40)"; done
+[ "$again" = "$control" ] || fail "--top-k 40 over the GGUF's 1: '$again', want '$control'"
+# The config file's [generation] over the built-in value; the model's over the config's, unless
+# model_sampling = false.
+printf '[generation]\ntop_k = 1\n' > "$tmp/k1.conf"
+got=$(story "$smol" 2 --config "$tmp/k1.conf")
+[ "$got" = "$greedy" ] || fail "config top_k 1 not applied: $got"
+[ "$(source_of "$tmp/story.json" top_k)" = config ] || fail "top_k source with the config"
+printf '[generation]\ntop_k = 40\nmodel_sampling = false\n' > "$tmp/k40.conf"
+got=$(EBB_CONFIG=$tmp/k40.conf story "$tmp/rec.gguf" 2)
+[ "$got" = "$control2" ] || fail "model_sampling = false: $got, want $control2"
+EBB_MODEL_SAMPLING=true EBB_CONFIG=$tmp/k40.conf story "$tmp/rec.gguf" 2 > /dev/null
+[ "$(source_of "$tmp/story.json" top_k)" = gguf ] || fail "EBB_MODEL_SAMPLING=true over the file"
+# A bad config value is an error that names the file, line and key.
+printf '[generation]\ntemperature = hot\n' > "$tmp/bad.conf"
+expect_status 1 "$ebb" run -m "$smol" -p hi --config "$tmp/bad.conf" --device "$dev"
+grep -qF "$tmp/bad.conf:2: temperature: 'hot' is not a number between 0 and 2" "$tmp/err" ||
+    fail "bad config: $(cat "$tmp/err")"
+rm -f "$tmp/rec.gguf"
 
 # -n 0 generates nothing; a small context stops generation with stop "context".
 expect_status 0 "$ebb" run -m "$smol" -p "$prompt" -n 0 --json --device "$dev" --ctx 64

@@ -69,6 +69,25 @@ def main():
                            home=home)
         assert rc == 1 and "memory-budget" in err and "lots" in err and "auto" in err, (rc, err)
 
+        # [generation]: a bad value names file, line and key; good ones print under the header.
+        with open(bad, "w") as f:
+            f.write("port = 9000\n[generation]\ntemperature = 0.2\nmin_p = 3\n")
+        rc, out, err = run(ebb, ["--config", bad, "--check-config"], home=home)
+        assert rc == 1 and f"{bad}:4: min_p: '3' is not a number between 0 and 1" in err, (rc, err)
+        with open(bad, "w") as f:
+            f.write("[generation]\ntemperature = 0.2\n")
+        rc, out, err = run(ebb, ["--config", bad, "--check-config", "--top-k", "5"],
+                           env_extra={"EBB_TOP_P": "0.9"}, home=home)
+        assert rc == 0, (rc, err)
+        gen = out.split("[generation]\n", 1)[1]
+        lines = {l.split("=")[0].strip(): l for l in gen.splitlines() if "=" in l and
+                 not l.startswith("#")}
+        assert lines["temperature"].split("=")[1].split()[0] == "0.2" and "file line 2" in \
+            lines["temperature"], gen
+        assert lines["top_k"].split("=")[1].split()[0] == "5" and "flag" in lines["top_k"], gen
+        assert lines["top_p"].split("=")[1].split()[0] == "0.9", gen
+        assert lines["min_p"].split("=")[1].split()[0] == "0.05" and "default" in lines["min_p"]
+
         rc, out, err = run(ebb, ["--config", os.path.join(home, "missing.conf"),
                                  "--check-config"], home=home)
         assert rc == 1 and "missing.conf" in err, (rc, err)

@@ -268,15 +268,31 @@ static void test_params_chat(void **state)
     assert_true(isinf(r.bias[0].bias) || isinf(r.bias[1].bias));
     assert_true(r.logprobs && r.top_logprobs == 3 && r.gp.n_top_logprobs == 3);
     assert_true(r.stream && r.include_usage);
+    /* Every sampling field with a default was sent except repeat_last_n: the generation
+     * defaults (api/defaults.h) fill only that one. */
+    assert_int_equal(r.sent, EBB_DEF_ALL & ~EBB_DEF_BIT(EBB_DEF_REPEAT_LAST_N));
+    assert_true(fabsf(r.gp.sampling.repeat_penalty - 1.1f) < 1e-6f);
+    assert_true(r.gp.sampling.frequency_penalty == -1);
     ebb__gen_req_fini(&r);
 
-    /* Defaults: chat has no token limit, seed random, model optional. */
+    /* Defaults: chat has no token limit, seed random, model optional, no sampling field sent. */
     assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", true, &r, &e),
                      EBB_OK);
     assert_null(r.model);
     assert_int_equal(r.gp.max_tokens, 0);
     assert_true(r.gp.sampling.seed == EBB_SEED_RANDOM);
     assert_false(r.stream);
+    assert_int_equal(r.sent, 0);
+    ebb__gen_req_fini(&r);
+
+    /* A field sent with the value a default would give is still sent (temperature 1 means 1);
+     * null counts as absent. */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"temperature\":1,\"top_k\":0,\"top_p\":null}",
+                           true, &r, &e),
+                     EBB_OK);
+    assert_int_equal(r.sent, EBB_DEF_BIT(EBB_DEF_TEMPERATURE) | EBB_DEF_BIT(EBB_DEF_TOP_K));
+    assert_true(r.gp.sampling.temperature == 1 && r.gp.sampling.top_k == 0);
     ebb__gen_req_fini(&r);
 
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":2}", true, "n");

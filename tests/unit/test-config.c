@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,18 +19,39 @@
 static char tmpdir[64];
 
 static const char *const env_vars[] = {
-    "EBB_HOST",           "EBB_PORT",
-    "EBB_MODEL",          "EBB_MODELS_DIR",
-    "EBB_CACHE_DIR",      "EBB_CTX",
-    "EBB_PARALLEL",       "EBB_QUEUE",
-    "EBB_MAX_BODY",       "EBB_REQUEST_TIMEOUT",
-    "EBB_API_KEY",        "EBB_CORS_ORIGIN",
-    "EBB_DEVICE",         "EBB_CHAT_TEMPLATE",
-    "EBB_LOG_LEVEL",      "EBB_LOG_FORMAT",
-    "EBB_SHUTDOWN_GRACE", "EBB_MEMORY_BUDGET",
-    "EBB_PREFETCH",       "EBB_CONFIG",
-    "STATE_DIRECTORY",    "CACHE_DIRECTORY",
-    "XDG_DATA_HOME",      "XDG_CACHE_HOME",
+    "EBB_HOST",
+    "EBB_PORT",
+    "EBB_MODEL",
+    "EBB_MODELS_DIR",
+    "EBB_CACHE_DIR",
+    "EBB_CTX",
+    "EBB_PARALLEL",
+    "EBB_QUEUE",
+    "EBB_MAX_BODY",
+    "EBB_REQUEST_TIMEOUT",
+    "EBB_API_KEY",
+    "EBB_CORS_ORIGIN",
+    "EBB_DEVICE",
+    "EBB_CHAT_TEMPLATE",
+    "EBB_LOG_LEVEL",
+    "EBB_LOG_FORMAT",
+    "EBB_SHUTDOWN_GRACE",
+    "EBB_MEMORY_BUDGET",
+    "EBB_PREFETCH",
+    "EBB_CONFIG",
+    "EBB_TEMPERATURE",
+    "EBB_TOP_K",
+    "EBB_TOP_P",
+    "EBB_MIN_P",
+    "EBB_REPEAT_PENALTY",
+    "EBB_REPEAT_LAST_N",
+    "EBB_PRESENCE_PENALTY",
+    "EBB_FREQUENCY_PENALTY",
+    "EBB_MODEL_SAMPLING",
+    "STATE_DIRECTORY",
+    "CACHE_DIRECTORY",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
 };
 
 /* Every test starts from a clean environment whose config search finds nothing. */
@@ -410,6 +432,138 @@ static void test_diff(void **state)
     ebb_config_fini(&b);
 }
 
+/* Where needle starts in text; fails the test when it is absent. */
+static size_t offset_of(const char *text, const char *needle)
+{
+    const char *p = strstr(text, needle);
+    if (!p)
+        fail_msg("'%s' not in:\n%s", needle, text);
+    return (size_t)(p - text);
+}
+
+/* The [generation] section: the file, EBB_* variables and flags set the configured generation
+ * defaults (with the usual precedence), bad values and misplaced keys name key and line. */
+static void test_generation(void **state)
+{
+    (void)state;
+    struct ebb_config c;
+    struct ebb_diag d = {{0}};
+    ebb_config_init(&c);
+    assert_int_equal(c.generation.mask, 0);
+    assert_true(c.model_sampling);
+    assert_true(fabsf(c.generation.v.temperature - 0.8f) < 1e-6f);
+    ebb_config_fini(&c);
+
+    char path[128];
+    snprintf(path, sizeof(path), "%s",
+             write_file("g.conf", "port = 1000\n"
+                                  "[generation]\n"
+                                  "temperature = 0.2\n"
+                                  "  top_k = 10\n"
+                                  "repeat_last_n = -1 ; the whole history\n"
+                                  "model_sampling = off\n"
+                                  "[serve]\n"
+                                  "queue = 3\n"));
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_load_file(&c, path, &d), EBB_OK);
+    assert_int_equal(c.port, 1000);
+    assert_int_equal(c.queue, 3);
+    assert_true(fabsf(c.generation.v.temperature - 0.2f) < 1e-6f);
+    assert_int_equal(c.generation.v.top_k, 10);
+    assert_int_equal(c.generation.v.repeat_last_n, -1);
+    assert_false(c.model_sampling);
+    assert_int_equal(c.generation.mask, EBB_DEF_BIT(EBB_DEF_TEMPERATURE) |
+                                            EBB_DEF_BIT(EBB_DEF_TOP_K) |
+                                            EBB_DEF_BIT(EBB_DEF_REPEAT_LAST_N));
+    assert_int_equal(c.source[EBB_CFG_TOP_K], EBB_CONFIG_SRC_FILE);
+    assert_int_equal(c.source_line[EBB_CFG_TOP_K], 4);
+    assert_int_equal(c.source[EBB_CFG_TOP_P], EBB_CONFIG_SRC_DEFAULT);
+    /* The configured values resolve over the built-in ones. */
+    struct ebb_gen_defaults gd;
+    ebb_defaults_resolve(NULL, &c.generation, &gd);
+    assert_int_equal(gd.v.top_k, 10);
+    assert_int_equal(gd.src[EBB_DEF_TOP_K], EBB_DEF_SRC_CONFIG);
+    assert_true(fabsf(gd.v.top_p - 0.95f) < 1e-6f);
+    assert_int_equal(gd.src[EBB_DEF_TOP_P], EBB_DEF_SRC_BUILTIN);
+    /* --check-config prints them under a [generation] header, so the output reads back. */
+    /* A copy: GCC 12 takes pointers into open_memstream's buffer for dangling ones. */
+    char *printed = print_to_string(&c), *text = strdup(printed);
+    free(printed);
+    assert_non_null(text);
+    size_t at_gen = offset_of(text, "[generation]\n");
+    assert_true(at_gen < offset_of(text, "temperature     = 0.2 "));
+    assert_true(at_gen < offset_of(text, "; file line 3"));
+    assert_true(offset_of(text, "queue") < at_gen);
+    free(text);
+    ebb_config_fini(&c);
+
+    /* Precedence as for every option: flag > environment > file. */
+    struct ebb_config_arg flags[] = {{"top-p", "0.5"}, {"temperature", "1"}};
+    setenv("EBB_TEMPERATURE", "0.3", 1);
+    setenv("EBB_MIN_P", "0", 1);
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, flags, 2, &d), EBB_OK);
+    assert_true(c.generation.v.temperature == 1.0f);
+    assert_true(fabsf(c.generation.v.top_p - 0.5f) < 1e-6f);
+    assert_true(c.generation.v.min_p == 0.0f);
+    assert_int_equal(c.generation.v.top_k, 10);
+    assert_int_equal(c.source[EBB_CFG_TEMPERATURE], EBB_CONFIG_SRC_FLAG);
+    assert_int_equal(c.source[EBB_CFG_MIN_P], EBB_CONFIG_SRC_ENV);
+    assert_true(c.generation.mask & EBB_DEF_BIT(EBB_DEF_MIN_P));
+    ebb_config_fini(&c);
+    unsetenv("EBB_MIN_P");
+
+    setenv("EBB_TEMPERATURE", "warm", 1);
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, NULL, 0, &d), EBB_EINVAL);
+    assert_string_equal(d.msg, "EBB_TEMPERATURE: 'warm' is not a number between 0 and 2");
+    ebb_config_fini(&c);
+    unsetenv("EBB_TEMPERATURE");
+    struct ebb_config_arg bad[] = {{"top-k", "-3"}};
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, bad, 1, &d), EBB_EINVAL);
+    assert_string_equal(d.msg, "--top-k: '-3' is not a whole number between 0 and 1073741824");
+    ebb_config_fini(&c);
+
+    /* Bad values and misplaced keys in the file name the key and the line. */
+    expect_file_error("[generation]\n# comment\ntemperature = hot\n", EBB_EINVAL,
+                      "bad.conf:3: temperature: 'hot' is not a number between 0 and 2");
+    expect_file_error("[generation]\ntop_p = 1.5\n", EBB_EINVAL,
+                      "bad.conf:2: top_p: '1.5' is not a number between 0 and 1");
+    expect_file_error("[generation]\ntop_k = 4.5\n", EBB_EINVAL,
+                      ":2: top_k: '4.5' is not a whole number between 0 and 1073741824");
+    expect_file_error("[generation]\nrepeat_penalty = 0\n", EBB_EINVAL,
+                      ":2: repeat_penalty: '0' is not a number between 0.01 and 10");
+    expect_file_error("[generation]\nmodel_sampling = maybe\n", EBB_EINVAL,
+                      ":2: model_sampling: 'maybe' is not one of true, false");
+    expect_file_error("port = 1\ntemperature = 0.5\n", EBB_EINVAL,
+                      "bad.conf:2: temperature: belongs under [generation]");
+    expect_file_error("[serve]\nmin_p = 0.1\n", EBB_EINVAL,
+                      ":2: min_p: belongs under [generation]");
+    expect_file_error(
+        "[generation]\nport = 1\n", EBB_EINVAL,
+        ":2: port: belongs at the top of the file or under [serve], not [generation]");
+    expect_file_error("[generation]\ntemp = 1\n", EBB_EINVAL, ":2: temp: unknown option");
+    expect_file_error("[sampling]\ntemperature = 1\n", EBB_EINVAL,
+                      ":1: unknown section [sampling]");
+
+    /* A reload sees a changed default. */
+    struct ebb_config a, b;
+    ebb_config_init(&a);
+    ebb_config_init(&b);
+    ebb_config_set(&b, "min_p", "0.1", EBB_CONFIG_SRC_FILE, 1, &d);
+    assert_int_equal(ebb_config_diff(&a, &b), EBB_CONFIG_CHANGE_GENERATION);
+    ebb_config_fini(&b);
+    ebb_config_init(&b);
+    ebb_config_set(&b, "model_sampling", "no", EBB_CONFIG_SRC_FILE, 1, &d);
+    assert_int_equal(ebb_config_diff(&a, &b), EBB_CONFIG_CHANGE_GENERATION);
+    ebb_config_fini(&a);
+    ebb_config_fini(&b);
+    assert_string_equal(ebb_config_key_section("top-k"), "generation");
+    assert_string_equal(ebb_config_key_section("port"), "serve");
+    assert_null(ebb_config_key_section("bogus"));
+}
+
 static void test_model_path(void **state)
 {
     (void)state;
@@ -544,6 +698,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_precedence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_print_masks_secrets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diff, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_files, setup, teardown),
