@@ -484,74 +484,91 @@ matmul_gemm(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __gl
 }
 
 #if MM_MMA
-/* Prefill on tensor cores (NVIDIA, after the start-up probe): matmul_gemm's 64 x 64 tile of rows
- * x tokens, the weights decoded through READ_W4 and the tokens' inputs both staged in local
- * memory as halves (rows of MA_KP: 32 inputs and 8 halves of padding, which spreads a warp's
- * fragment loads over the banks), and each of the 8 warps multiplying 16 rows by 32 tokens
- * with mma.sync m16n8k16 (f16 inputs, f32 accumulation; mma.cl has the fragment layouts).
- * Without MV_PTX the same tiles are added up from the staged halves one by one: the kernel
- * tests run that on CPUs. Same arguments, result (within f16 rounding of the inputs) and launch
- * shape as matmul_gemm. */
+/* Prefill on tensor cores (NVIDIA, after the start-up probe): a tile of MA_R rows x MA_T tokens
+ * (128 x 128: one prefill chunk of the engine reads each weight once), the weights decoded
+ * through READ_W4 and the tokens' inputs both staged in local memory as halves (rows of MA_KP:
+ * 32 inputs and 8 halves of padding, which spreads a warp's fragment loads over the banks), and
+ * each of the 8 warps multiplying 32 rows by 64 tokens with mma.sync m16n8k16 (f16 inputs, f32
+ * accumulation; mma.cl has the fragment layouts). Without MV_PTX the same tiles are added up
+ * from the staged halves one by one: the kernel tests run that on CPUs. Same arguments and
+ * result (within f16 rounding of the inputs) as matmul_gemm. Global size
+ * (256 * ceil(n_out / MA_R), ceil(n_tok / MA_T)), local (256, 1). */
 #define MA_KP 40
+#define MA_R 128
+#define MA_T 128
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
 matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
            int y_ld, int y_off, __global const float *res, int n_tok)
 {
-    __local uint ws[GM_T * MA_KP / 2]; /* half W[row0 + r][k0 + k] at r * MA_KP + k */
-    __local uint xs[GM_T * MA_KP / 2]; /* half x[t0 + t][k0 + k] at t * MA_KP + k */
+    __local uint ws[MA_R * MA_KP / 2]; /* half W[row0 + r][k0 + k] at r * MA_KP + k */
+    __local uint xs[MA_T * MA_KP / 2]; /* half x[t0 + t][k0 + k] at t * MA_KP + k */
     __local half *wh = (__local half *)ws, *xh = (__local half *)xs;
     int lid = get_local_id(0);
-    int row0 = get_group_id(0) * GM_T, t0 = get_group_id(1) * GM_T;
+    int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
     int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int rw = (warp & 3) * 16, tw = (warp >> 2) * 32; /* the warp's 16 rows and 32 tokens */
-    float acc[4][4];
-    for (int j = 0; j < 4; j++)
-        for (int e = 0; e < 4; e++)
-            acc[j][e] = 0.0f;
+    int rw = (warp & 3) * 32, tw = (warp >> 2) * 64; /* the warp's 32 rows and 64 tokens */
+    float acc[2][8][4];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
     for (int k0 = 0; k0 < n_in; k0 += GM_K) {
-        for (int e = lid; e < GM_T * (GM_K / 4); e += 256) {
+        for (int e = lid; e < MA_R * (GM_K / 4); e += 256) {
             int r = e / (GM_K / 4), i = (e % (GM_K / 4)) * 4;
             bool in = k0 + i < n_in;
             float4 w = in ? READ_W4(min(row0 + r, n_out - 1), k0 + i) : (float4)(0.0f);
-            float4 v = in ? READ_X4(x, min(t0 + r, n_tok - 1), k0 + i) : (float4)(0.0f);
             vstore_half4_rte(w, 0, wh + r * MA_KP + i);
-            vstore_half4_rte(v, 0, xh + r * MA_KP + i);
+        }
+        for (int e = lid; e < MA_T * (GM_K / 4); e += 256) {
+            int t = e / (GM_K / 4), i = (e % (GM_K / 4)) * 4;
+            bool in = k0 + i < n_in;
+            float4 v = in ? READ_X4(x, min(t0 + t, n_tok - 1), k0 + i) : (float4)(0.0f);
+            vstore_half4_rte(v, 0, xh + t * MA_KP + i);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #if MV_PTX
         for (int kk = 0; kk < GM_K; kk += 16) {
             int ka = kk / 2 + q; /* the register of halves kk + 2q, kk + 2q + 1 */
-            uint a0 = ws[(rw + g) * (MA_KP / 2) + ka], a1 = ws[(rw + g + 8) * (MA_KP / 2) + ka];
-            uint a2 = ws[(rw + g) * (MA_KP / 2) + ka + 4];
-            uint a3 = ws[(rw + g + 8) * (MA_KP / 2) + ka + 4];
-            for (int j = 0; j < 4; j++) {
+            uint a[2][4];
+            for (int i = 0; i < 2; i++) {
+                int r = rw + i * 16 + g;
+                a[i][0] = ws[r * (MA_KP / 2) + ka];
+                a[i][1] = ws[(r + 8) * (MA_KP / 2) + ka];
+                a[i][2] = ws[r * (MA_KP / 2) + ka + 4];
+                a[i][3] = ws[(r + 8) * (MA_KP / 2) + ka + 4];
+            }
+            for (int j = 0; j < 8; j++) {
                 int n = tw + j * 8 + g;
-                mma_f16(acc[j], a0, a1, a2, a3, xs[n * (MA_KP / 2) + ka],
-                        xs[n * (MA_KP / 2) + ka + 4]);
+                uint b0 = xs[n * (MA_KP / 2) + ka], b1 = xs[n * (MA_KP / 2) + ka + 4];
+                mma_f16(acc[0][j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
+                mma_f16(acc[1][j], a[1][0], a[1][1], a[1][2], a[1][3], b0, b1);
             }
         }
 #else
-        for (int j = 0; j < 4; j++)
-            for (int e = 0; e < 4; e++) {
-                int r = rw + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
-                float s = 0.0f;
-                for (int k = 0; k < GM_K; k++)
-                    s += vload_half(r * MA_KP + k, wh) * vload_half(t * MA_KP + k, xh);
-                acc[j][e] += s;
-            }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 8; j++)
+                for (int e = 0; e < 4; e++) {
+                    int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
+                    float s = 0.0f;
+                    for (int k = 0; k < GM_K; k++)
+                        s += vload_half(r * MA_KP + k, wh) * vload_half(t * MA_KP + k, xh);
+                    acc[i][j][e] += s;
+                }
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (int j = 0; j < 4; j++)
-        for (int e = 0; e < 4; e++) {
-            int row = row0 + rw + g + (e >> 1) * 8, t = t0 + tw + j * 8 + 2 * q + (e & 1);
-            if (row >= n_out || t >= n_tok)
-                continue;
-            float v = acc[j][e];
-            if (res)
-                v += res[(size_t)t * y_ld + y_off + row];
-            WRITE_Y(y, t, y_off + row, v);
-        }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
+                int t = t0 + tw + j * 8 + 2 * q + (e & 1);
+                if (row >= n_out || t >= n_tok)
+                    continue;
+                float v = acc[i][j][e];
+                if (res)
+                    v += res[(size_t)t * y_ld + y_off + row];
+                WRITE_Y(y, t, y_off + row, v);
+            }
 }
 #endif
 

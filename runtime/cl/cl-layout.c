@@ -864,6 +864,10 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         g[0] = 256 * (size_t)((n_out + 63) / 64), g[1] = (nt + 63) / 64;
         l[0] = 256;
         break;
+    case EBB_CL_WK_MMA:
+        g[0] = 256 * (size_t)((n_out + 127) / 128), g[1] = (nt + 127) / 128;
+        l[0] = 256;
+        break;
     case EBB_CL_WK_MATMUL:
         g[0] = n_out, g[1] = by_t;
         l[0] = tu->mm_wg;

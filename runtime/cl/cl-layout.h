@@ -167,6 +167,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MATMUL,     /* tiled matmul: (n_out, nt / MM_T), (MM_WG, 1) */
     EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
     EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
+    EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / 128, nt / 128), (256, 1) */
 };
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);

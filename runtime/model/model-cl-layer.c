@@ -58,8 +58,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                    ? EBB_CL_WK_GEMM
                                : m->tu.mm_coop ? EBB_CL_WK_COOP
                                                : EBB_CL_WK_MATMUL;
-    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop,
-                      p->matmul_mma ? p->matmul_mma : p->matmul_gemm},
+    if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
+        kind = EBB_CL_WK_MMA;
+    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm, p->matmul_mma},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),

@@ -294,7 +294,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         ebb_cl_wkernel_shape(&tu,
                              variant == 2   ? EBB_CL_WK_MATMUL
                              : variant == 5 ? EBB_CL_WK_COOP
-                             : variant >= 6 ? EBB_CL_WK_GEMM
+                             : variant == 6 ? EBB_CL_WK_GEMM
+                             : variant == 7 ? EBB_CL_WK_MMA
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
         OK(ebb_cl_run(cl, k, 2, g, lw, D));
