@@ -118,6 +118,19 @@ ebb_err ebb__bpe_load(struct ebb_tokenizer *t, const struct ebb_gguf *g, struct 
 ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t len,
                         struct ebb__tok_out *out);
 
+/* Piece boundaries as a list of lengths in code points. */
+struct ebb__spans {
+    uint32_t *len;
+    size_t n, cap;
+    size_t prev; /* end of the last emitted span (absolute code point index) */
+    bool oom;
+};
+
+/* Runs t's pre-tokenizer over the code points cps[0..n) (fl: their ebb_unicode_flags); the
+ * pieces come back in *out (out->len malloc'ed, caller frees). */
+ebb_err ebb__pretokenize(const struct ebb_tokenizer *t, const uint32_t *cps, const uint16_t *fl,
+                         size_t n, struct ebb__spans *out);
+
 /* The pre-tokens of text under t's pre-tokenizer, as lengths in code points (malloc'ed, caller
  * frees); for tests. */
 ebb_err ebb__bpe_split(const struct ebb_tokenizer *t, const char *text, size_t len, uint32_t **lens,
