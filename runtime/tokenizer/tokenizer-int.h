@@ -24,6 +24,7 @@ enum ebb__bpe_pre {
     EBB__PRE_SMOLLM,      /* "smollm" (also starcoder-style vocabularies) */
     EBB__PRE_LLAMA3,      /* "llama3", "llama-bpe", "llama-v3" */
     EBB__PRE_QWEN2,       /* "qwen2" */
+    EBB__PRE_GEMMA4,      /* tokenizer.ggml.model "gemma4": spaces as U+2581, newline runs apart */
 };
 
 /* Where encoded ids go: ids beyond cap are only counted. */
@@ -71,6 +72,7 @@ struct ebb_tokenizer {
 
     /* Byte-level BPE. */
     bool ignore_merges;    /* a pre-token found whole in the vocab skips merging */
+    bool raw_bpe;          /* merges over raw UTF-8 characters, <0xNN> byte tokens (gemma4) */
     int32_t byte_tok[256]; /* BPE: id of the byte's GPT-2 character; SPM: <0xNN> (or -1) */
     uint16_t byte_cp[256]; /* GPT-2 byte -> code point mapping */
     int16_t cp_byte[512];  /* inverse for code points < 512, -1 otherwise */

@@ -15,6 +15,61 @@ static bool str_eq(struct ebb_str s, const char *lit)
     return s.n == n && !memcmp(s.p, lit, n);
 }
 
+enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2 };
+
+/* tokenizer.ggml.pre values and the pre-tokenizer each selects, as llama.cpp maps them: names
+ * that share a regular expression share an entry kind. PF_IGNORE_MERGES: a pre-token that is a
+ * token itself is not merged; PF_ADD_BOS: BOS is added unless the GGUF says otherwise. The first
+ * entry is what a missing tokenizer.ggml.pre means. */
+struct pre_name {
+    const char *name;
+    enum ebb__bpe_pre pre;
+    unsigned flags;
+};
+
+static const struct pre_name pre_names[] = {
+    {"default", EBB__PRE_DEFAULT, 0},
+    {"llama3", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"llama-v3", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"llama-bpe", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"falcon3", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"falcon-h1", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"pixtral", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"midm-2.0", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"lfm2", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"dbrx", EBB__PRE_LLAMA3, 0},
+    {"smaug-bpe", EBB__PRE_LLAMA3, 0},
+    {"qwen2", EBB__PRE_QWEN2, 0},
+    {"deepseek-r1-qwen", EBB__PRE_QWEN2, 0},
+    {"stablelm2", EBB__PRE_QWEN2, 0},
+    {"megrez", EBB__PRE_QWEN2, 0},
+    {"hunyuan", EBB__PRE_QWEN2, 0},
+    {"grok-2", EBB__PRE_QWEN2, 0},
+    {"smollm", EBB__PRE_SMOLLM, 0},
+    {"starcoder", EBB__PRE_SMOLLM, 0},
+    {"refact", EBB__PRE_SMOLLM, 0},
+    {"command-r", EBB__PRE_SMOLLM, 0},
+    {"codeshell", EBB__PRE_SMOLLM, 0},
+    {"exaone", EBB__PRE_SMOLLM, 0},
+    {"minerva-7b", EBB__PRE_SMOLLM, 0},
+    {"gpt-2", EBB__PRE_GPT2, 0},
+    {"gpt2", EBB__PRE_GPT2, 0},
+    {"phi-2", EBB__PRE_GPT2, 0},
+    {"mpt", EBB__PRE_GPT2, 0},
+    {"olmo", EBB__PRE_GPT2, 0},
+    {"jais", EBB__PRE_GPT2, 0},
+    {"exaone4", EBB__PRE_GPT2, 0},
+    {"roberta-bpe", EBB__PRE_GPT2, 0},
+};
+
+static const struct pre_name *find_pre(struct ebb_str pre)
+{
+    for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++)
+        if (str_eq(pre, pre_names[i].name))
+            return &pre_names[i];
+    return NULL;
+}
+
 static int32_t find_cstr(const struct ebb_tokenizer *t, const char *s)
 {
     return ebb__tok_lookup(t, s, strlen(s));
@@ -463,39 +518,34 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
         t->add_bos = true;
         t->add_space_prefix = true;
         snprintf(t->kind_name, sizeof t->kind_name, "llama (spm)");
-    } else if (str_eq(model, "gpt2")) {
+    } else if (str_eq(model, "gpt2") || str_eq(model, "gemma4")) {
         t->kind = EBB_TOK_BPE;
-        t->bos = 11;
-        t->eos = 11;
-        t->unk = -1;
-        if (!has_pre || str_eq(pre, "default")) {
-            t->pre = EBB__PRE_DEFAULT;
-        } else if (str_eq(pre, "smollm") || str_eq(pre, "starcoder") || str_eq(pre, "refact") ||
-                   str_eq(pre, "command-r") || str_eq(pre, "codeshell") || str_eq(pre, "exaone") ||
-                   str_eq(pre, "minerva-7b")) {
-            t->pre = EBB__PRE_SMOLLM;
-        } else if (str_eq(pre, "llama3") || str_eq(pre, "llama-v3") || str_eq(pre, "llama-bpe") ||
-                   str_eq(pre, "falcon3")) {
-            t->pre = EBB__PRE_LLAMA3;
-            t->ignore_merges = true;
-            t->add_bos = true;
-        } else if (str_eq(pre, "qwen2") || str_eq(pre, "deepseek-r1-qwen") ||
-                   str_eq(pre, "stablelm2")) {
-            t->pre = EBB__PRE_QWEN2;
-        } else if (str_eq(pre, "gpt-2") || str_eq(pre, "gpt2") || str_eq(pre, "phi-2") ||
-                   str_eq(pre, "mpt") || str_eq(pre, "olmo") || str_eq(pre, "exaone4") ||
-                   str_eq(pre, "roberta-bpe")) {
-            t->pre = EBB__PRE_GPT2;
+        t->bos = t->eos = t->unk = -1;
+        if (str_eq(model, "gemma4")) {
+            pre = (struct ebb_str){"gemma4", 6}; /* llama.cpp ignores tokenizer.ggml.pre here */
+            has_pre = true;
         } else {
-            rc = ebb_diag_set(diag, EBB_EUNSUPPORTED, "unsupported pre-tokenizer '%.*s'",
+            t->bos = t->eos = 11;
+        }
+        const struct pre_name *pn = has_pre ? find_pre(pre) : &pre_names[0];
+        if (!pn) {
+            rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                              "unsupported pre-tokenizer: tokenizer.ggml.pre = '%.*s' (see "
+                              "docs/TOKENIZERS.md for the supported ones)",
                               (int)(pre.n > 64 ? 64 : pre.n), pre.p);
             goto out;
         }
-        snprintf(t->kind_name, sizeof t->kind_name, "gpt2 (%.*s)",
+        t->pre = pn->pre;
+        t->ignore_merges = pn->flags & PF_IGNORE_MERGES;
+        t->add_bos = pn->flags & PF_ADD_BOS;
+        t->raw_bpe = pn->pre == EBB__PRE_GEMMA4;
+        snprintf(t->kind_name, sizeof t->kind_name, "%.*s (%.*s)", (int)model.n, model.p,
                  has_pre ? (int)(pre.n > 40 ? 40 : pre.n) : 7, has_pre ? pre.p : "default");
     } else {
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED, "unsupported tokenizer model '%.*s'",
-                          (int)(model.n > 64 ? 64 : model.n), model.p);
+        rc = ebb_diag_set(
+            diag, EBB_EUNSUPPORTED,
+            "unsupported tokenizer: tokenizer.ggml.model = '%.*s' (see docs/TOKENIZERS.md)",
+            (int)(model.n > 64 ? 64 : model.n), model.p);
         goto out;
     }
     t->eot = t->eom = -1;

@@ -1,0 +1,283 @@
+/* Tokenizer conformance against llama.cpp's reference vocabularies: every
+ * models/ggml-vocab-<name>.gguf that comes with a .gguf.inp (test strings, each followed by a
+ * "__ggml_vocab_test__" marker line) and a .gguf.out (the expected ids of each string, one line
+ * per string) is loaded, each string is encoded without BOS/EOS and without parsing special
+ * tokens (as llama.cpp's test-tokenizer-0 does) and compared with the expected ids. Then the ids
+ * are detokenized and compared with the string (round trip). scripts/fetch-vocabs.sh puts the
+ * files in $EBB_VOCABS_DIR (default ~/.cache/ebb/vocabs); the test fails without them.
+ *
+ * Each vocabulary is declared below as supported (every string must match and round-trip) or
+ * unsupported (loading must fail with EBB_EUNSUPPORTED and a message naming the metadata key
+ * that is not supported). A vocabulary not declared fails the test, so a new file is noticed.
+ * Prints one line per vocabulary with its pass counts. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer-int.h"
+#include "tokenizer/tokenizer.h"
+
+#define MARKER "\n__ggml_vocab_test__\n"
+
+struct decl {
+    const char *name;
+    bool supported;
+    const char *why; /* for unsupported vocabularies: the key the load error must name */
+};
+
+static const struct decl decls[] = {
+    {"bert-bge", false, "tokenizer.ggml.model"},
+    {"command-r", true, NULL},
+    {"deepseek-coder", false, "tokenizer.ggml.pre"},
+    {"deepseek-llm", false, "tokenizer.ggml.pre"},
+    {"falcon", false, "tokenizer.ggml.pre"},
+    {"gemma-4", false, "tokenizer.ggml.pre"},
+    {"gpt-2", true, NULL},
+    {"llama-bpe", true, NULL},
+    {"llama-spm", true, NULL},
+    {"mpt", true, NULL},
+    {"phi-3", true, NULL},
+    {"qwen2", true, NULL},
+    {"qwen35", false, "tokenizer.ggml.pre"},
+    {"refact", true, NULL},
+    {"starcoder", true, NULL},
+};
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *p = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *np = realloc(p, cap);
+            if (!np) {
+                free(p);
+                fclose(f);
+                return NULL;
+            }
+            p = np;
+        }
+        size_t r = fread(p + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    p[len] = 0;
+    *n = len;
+    return p;
+}
+
+/* Parses one line of the .out file into ids; returns the count (at most cap). */
+static size_t parse_ids(const char *line, const char *end, int32_t *ids, size_t cap)
+{
+    size_t n = 0;
+    while (line < end && n < cap) {
+        while (line < end && *line == ' ')
+            line++;
+        if (line >= end)
+            break;
+        char *e;
+        long v = strtol(line, &e, 10);
+        if (e == line)
+            break;
+        ids[n++] = (int32_t)v;
+        line = e;
+    }
+    return n;
+}
+
+struct counts {
+    unsigned strings, pass, roundtrip;
+};
+
+/* Detokenizes ids and compares with the text; SentencePiece vocabularies that add a space
+ * prefix drop the leading space the prefix became, as llama.cpp's detokenizer does. */
+static bool round_trip(const struct ebb_tokenizer *t, bool strip_prefix, const int32_t *ids,
+                       size_t n, const char *text, size_t len)
+{
+    char *buf = malloc(65536);
+    size_t bn = 0;
+    bool ok = buf != NULL;
+    for (size_t i = 0; i < n && ok; i++) {
+        struct ebb_str p;
+        if (ebb_tokenizer_piece(t, ids[i], false, &p) || bn + p.n > 65536) {
+            ok = false;
+            break;
+        }
+        memcpy(buf + bn, p.p, p.n);
+        bn += p.n;
+    }
+    const char *s = buf;
+    if (ok && strip_prefix && bn && s[0] == ' ')
+        s++, bn--;
+    ok = ok && bn == len && !memcmp(s, text, len);
+    free(buf);
+    return ok;
+}
+
+static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
+{
+    char path[2048];
+    struct ebb_diag diag = {{0}};
+    struct ebb_gguf *g = NULL;
+    struct ebb_tokenizer *t = NULL;
+    char *inp = NULL, *out = NULL;
+    int32_t *ids = malloc(sizeof(int32_t) * 65536), *want = malloc(sizeof(int32_t) * 65536);
+    int failed = 0;
+    size_t inp_n, out_n;
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", dir, d->name);
+    if (!ids || !want || ebb_gguf_open(path, &g, &diag)) {
+        printf("%-16s cannot open %s: %s\n", d->name, path, diag.msg);
+        failed = 1;
+        goto out;
+    }
+    ebb_err rc = ebb_tokenizer_new(g, &t, &diag);
+    if (!d->supported) {
+        if (rc != EBB_EUNSUPPORTED || !strstr(diag.msg, d->why)) {
+            printf("%-16s declared unsupported, but loading gave %s (%s)\n", d->name,
+                   ebb_err_name(rc), diag.msg);
+            failed = 1;
+        } else {
+            printf("%-16s unsupported: %s\n", d->name, diag.msg);
+        }
+        goto out;
+    }
+    if (rc) {
+        printf("%-16s load failed: %s: %s\n", d->name, ebb_err_name(rc), diag.msg);
+        failed = 1;
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", dir, d->name);
+    inp = slurp(path, &inp_n);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.out", dir, d->name);
+    out = slurp(path, &out_n);
+    if (!inp || !out) {
+        printf("%-16s missing .inp/.out next to the vocabulary\n", d->name);
+        failed = 1;
+        goto out;
+    }
+    bool strip = ebb_tokenizer_kind(t) == EBB_TOK_SPM;
+    const char *s = inp, *s_end = inp + inp_n, *o = out, *o_end = out + out_n;
+    while (s < s_end) {
+        const char *m = strstr(s, MARKER);
+        size_t len = m ? (size_t)(m - s) : (size_t)(s_end - s);
+        const char *nl = memchr(o, '\n', (size_t)(o_end - o));
+        const char *le = nl ? nl : o_end;
+        if (o >= o_end) {
+            printf("%-16s .out has fewer lines than .inp has strings\n", d->name);
+            failed = 1;
+            break;
+        }
+        size_t nw = parse_ids(o, le, want, 65536), n = 0;
+        c->strings++;
+        rc = ebb_tokenizer_encode(t, s, len, 0, ids, 65536, &n);
+        bool ok = !rc && n == nw && !memcmp(ids, want, n * sizeof *ids);
+        if (ok) {
+            c->pass++;
+        } else {
+            failed = 1;
+            printf("%-16s string %u '%.*s' mismatch\n  want:", d->name, c->strings,
+                   (int)(len > 60 ? 60 : len), s);
+            for (size_t i = 0; i < nw; i++)
+                printf(" %d", want[i]);
+            printf("\n  got: ");
+            for (size_t i = 0; i < n && i < 65536; i++)
+                printf(" %d", ids[i]);
+            printf("\n");
+        }
+        if (!rc && round_trip(t, strip && t->add_space_prefix, ids, n, s, len)) {
+            c->roundtrip++;
+        } else {
+            failed = 1;
+            printf("%-16s string %u '%.*s' does not round-trip\n", d->name, c->strings,
+                   (int)(len > 60 ? 60 : len), s);
+        }
+        o = nl ? nl + 1 : o_end;
+        if (!m)
+            break;
+        s = m + strlen(MARKER);
+    }
+    printf("%-16s %-22s %u/%u strings match, %u/%u round-trip\n", d->name,
+           ebb_tokenizer_kind_name(t), c->pass, c->strings, c->roundtrip, c->strings);
+out:
+    ebb_tokenizer_free(t);
+    ebb_gguf_close(g);
+    free(inp);
+    free(out);
+    free(ids);
+    free(want);
+    return failed;
+}
+
+static const struct decl *find_decl(const char *name)
+{
+    for (size_t i = 0; i < sizeof decls / sizeof decls[0]; i++)
+        if (!strcmp(decls[i].name, name))
+            return &decls[i];
+    return NULL;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = getenv("EBB_VOCABS_DIR");
+    char dflt[1024];
+    if (!dir || !*dir) {
+        const char *home = getenv("HOME");
+        snprintf(dflt, sizeof dflt, "%s/.cache/ebb/vocabs", home ? home : ".");
+        dir = dflt;
+    }
+    DIR *dd = opendir(dir);
+    if (!dd) {
+        fprintf(stderr, "cannot open %s: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR\n",
+                dir);
+        return 1;
+    }
+    /* Sorted names, so the report reads the same on every machine. */
+    char names[64][128];
+    int n_vocabs = 0, failed = 0;
+    for (struct dirent *de; (de = readdir(dd));) {
+        const char *nm = de->d_name;
+        size_t l = strlen(nm);
+        if (strncmp(nm, "ggml-vocab-", 11) || l < 20 || l - 20 >= sizeof names[0] ||
+            strcmp(nm + l - 9, ".gguf.inp"))
+            continue;
+        if (n_vocabs == 64) {
+            fprintf(stderr, "more than 64 vocabularies in %s\n", dir);
+            closedir(dd);
+            return 1;
+        }
+        snprintf(names[n_vocabs++], sizeof names[0], "%.*s", (int)(l - 20), nm + 11);
+    }
+    closedir(dd);
+    qsort(names, (size_t)n_vocabs, sizeof names[0], cmp_name);
+    for (int i = 0; i < n_vocabs; i++) {
+        if (argc > 1 && strcmp(argv[1], names[i]))
+            continue;
+        const struct decl *d = find_decl(names[i]);
+        if (!d) {
+            printf("%-16s not declared in test-vocabs.c: declare it supported or not\n", names[i]);
+            failed = 1;
+            continue;
+        }
+        struct counts c = {0};
+        failed |= check_vocab(dir, d, &c);
+    }
+    if (n_vocabs == 0) {
+        fprintf(stderr, "no ggml-vocab-*.gguf.inp in %s\n", dir);
+        return 1;
+    }
+    printf("%s\n", failed ? "FAILED" : "all declared vocabularies conform");
+    return failed;
+}
