@@ -118,9 +118,12 @@ static void split_gpt2(const struct cur *c, struct ebb__spans *o)
 
 /* Llama 3 (digits_max 3) and Qwen2 (digits_max 1):
  * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
- * \s*[\r\n]+|\s+(?!\S)|\s+ */
-static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digits_max)
+ * \s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen 3.5 (marks) reads [\p{L}\p{M}] for \p{L} in the letter run and the punctuation run. */
+static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digits_max, bool marks)
 {
+    const unsigned lm = EBB_UC_LETTER | (marks ? EBB_UC_MARK : 0);
+    const unsigned wlmn = EBB_UC_WHITESPACE | EBB_UC_NUMBER | lm;
     for (size_t pos = c->ini; pos < c->end;) {
         uint32_t cp = CP(c, pos);
         unsigned f = FL(c, pos);
@@ -130,9 +133,9 @@ static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digit
             span_emit(o, pos);
             continue;
         }
-        if (!(cp == '\r' || cp == '\n' || IS_N(f)) && (IS_L(f) || IS_L(FL(c, pos + 1)))) {
+        if (!(cp == '\r' || cp == '\n' || IS_N(f)) && ((f & lm) || (FL(c, pos + 1) & lm))) {
             pos++;
-            while (IS_L(FL(c, pos)))
+            while (FL(c, pos) & lm)
                 pos++;
             span_emit(o, pos);
             continue;
@@ -150,9 +153,9 @@ static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digit
             continue;
         }
         unsigned f2 = cp == ' ' ? FL(c, pos + 1) : f;
-        if (!(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)) && f) {
+        if (!(f2 & wlmn) && f) {
             pos += cp == ' ';
-            while (!(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)) && f2)
+            while (!(f2 & wlmn) && f2)
                 f2 = FL(c, ++pos);
             while (CP(c, pos) == '\r' || CP(c, pos) == '\n')
                 pos++;
@@ -176,53 +179,173 @@ static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digit
     }
 }
 
-/* The characters of the default pre-tokenizer's first pattern [\p{P}\$\+<=>\^~\|]. */
-static bool punct_or_listed(uint32_t cp, unsigned f)
-{
-    if (cp < 128)
-        return (f & 0xFF) == EBB_UC_PUNCT || cp == '$' || cp == '+' || cp == '<' || cp == '=' ||
-               cp == '>' || cp == '^' || cp == '~' || cp == '|';
-    return !IS_WS(f) && (f & 0xFF) == EBB_UC_PUNCT;
-}
-
-enum stage {
-    ST_NUM_EACH,  /* \p{N}: every number code point alone */
-    ST_NUM_RUN,   /* \p{N}+ */
-    ST_DIGIT3,    /* [0-9][0-9][0-9] */
-    ST_PUNCT_RUN, /* [\p{P}\$\+<=>\^~\|]+ */
-    ST_GPT2,
-    ST_LLAMA3,
-    ST_QWEN2,
+/* A code point range, both ends included. */
+struct cp_range {
+    uint32_t lo, hi;
 };
 
-/* A regex stage: matches become pieces and so do the stretches between them. */
-static void split_regex(const struct cur *c, struct ebb__spans *o, enum stage st)
+static bool in_ranges(const struct cp_range *r, size_t n, uint32_t cp)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].hi < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && r[lo].lo <= cp;
+}
+
+/* DeepSeek LLM's letter class: the cased letters its tokenizer.json lists by range. */
+static const struct cp_range deepseek_letters[] = {
+    {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},
+    {0xD8, 0xF6},       {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},
+    {0x295, 0x2AF},     {0x370, 0x373},     {0x376, 0x377},     {0x37B, 0x37D},
+    {0x37F, 0x37F},     {0x386, 0x386},     {0x388, 0x38A},     {0x38C, 0x38C},
+    {0x38E, 0x3A1},     {0x3A3, 0x3F5},     {0x3F7, 0x481},     {0x48A, 0x52F},
+    {0x531, 0x556},     {0x10A0, 0x10C5},   {0x13A0, 0x13F5},   {0x13F8, 0x13FD},
+    {0x1C90, 0x1CBA},   {0x1CBD, 0x1CBF},   {0x1D00, 0x1D2B},   {0x1D6B, 0x1D77},
+    {0x1D79, 0x1D9A},   {0x1E00, 0x1F15},   {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},
+    {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F59},   {0x1F5B, 0x1F5B},
+    {0x1F5D, 0x1F5D},   {0x1F5F, 0x1F7D},   {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},
+    {0x1FD6, 0x1FDB},   {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},
+    {0x2102, 0x2102},   {0x2107, 0x2107},   {0x210A, 0x2113},   {0x2115, 0x2115},
+    {0x2119, 0x211D},   {0x2124, 0x2124},   {0x2126, 0x2126},   {0x2128, 0x2128},
+    {0x212A, 0x212D},   {0x212F, 0x2134},   {0x2139, 0x2139},   {0x213C, 0x213F},
+    {0x2145, 0x2149},   {0x214E, 0x214E},   {0x2183, 0x2184},   {0x2C00, 0x2C7B},
+    {0x2C7E, 0x2CE4},   {0x2CEB, 0x2CEE},   {0x2CF2, 0x2CF3},   {0xA640, 0xA66D},
+    {0xA680, 0xA69B},   {0xA722, 0xA76F},   {0xA771, 0xA787},   {0xA78B, 0xA78E},
+    {0xAB70, 0xABBF},   {0xFB00, 0xFB06},   {0xFB13, 0xFB17},   {0xFF21, 0xFF3A},
+    {0xFF41, 0xFF5A},   {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943}};
+
+/* Han, the range below it from U+0800, and Hangul: [一-龥ࠀ-一가-퟿]. */
+static const struct cp_range cjk[] = {{0x800, 0x9FA5}, {0xAC00, 0xD7FF}};
+
+/* DeepSeek LLM's punctuation class: ASCII punctuation and symbols, their full-width forms,
+ * quotation marks and the ideographic comma and full stop: [!-/:-~！-／：-～‘-‟　-。]. */
+static const struct cp_range deepseek_punct[] = {{0x21, 0x2F},     {0x3A, 0x7E},
+                                                 {0x2018, 0x201F}, {0x3000, 0x3002},
+                                                 {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}};
+
+/* Character classes of the expressions below. An explicit code point range never matches a
+ * non-ASCII whitespace character (llama.cpp sees those as one whitespace stand-in). */
+enum cls {
+    CL_NUM,       /* \p{N} */
+    CL_LETTER,    /* \p{L} */
+    CL_PUNCT,     /* \p{P} */
+    CL_PUNCT_SYM, /* [\p{P}\$\+<=>\^~\|] */
+    CL_PUNCT_BT,  /* [\p{P}\$\+<=>\^~\|`] */
+    CL_DIGIT,     /* [0-9] */
+    CL_CR_LF,     /* [\r\n] */
+    CL_CJK,
+    CL_DS_LETTER,
+    CL_DS_PUNCT,
+};
+
+static bool cls_has(enum cls k, uint32_t cp, unsigned f)
+{
+    bool ascii_sym = cp == '$' || cp == '+' || cp == '<' || cp == '=' || cp == '>' || cp == '^' ||
+                     cp == '~' || cp == '|';
+    bool ws = cp > 0x7F && IS_WS(f);
+    switch (k) {
+    case CL_NUM:
+        return IS_N(f) && !ws;
+    case CL_LETTER:
+        return IS_L(f) && !ws;
+    case CL_PUNCT:
+        return (f & 0xFF) == EBB_UC_PUNCT && !ws;
+    case CL_PUNCT_SYM:
+        return ((f & 0xFF) == EBB_UC_PUNCT && !ws) || ascii_sym;
+    case CL_PUNCT_BT:
+        return ((f & 0xFF) == EBB_UC_PUNCT && !ws) || ascii_sym || cp == '`';
+    case CL_DIGIT:
+        return cp >= '0' && cp <= '9';
+    case CL_CR_LF:
+        return cp == '\r' || cp == '\n';
+    case CL_CJK:
+        return !ws && in_ranges(cjk, sizeof cjk / sizeof cjk[0], cp);
+    case CL_DS_LETTER:
+        return !ws && in_ranges(deepseek_letters,
+                                sizeof deepseek_letters / sizeof deepseek_letters[0], cp);
+    case CL_DS_PUNCT:
+        return !ws &&
+               in_ranges(deepseek_punct, sizeof deepseek_punct / sizeof deepseek_punct[0], cp);
+    }
+    return false;
+}
+
+static bool CLS(const struct cur *c, size_t p, enum cls k)
+{
+    return p >= c->ini && p < c->end && cls_has(k, c->cp[p], c->fl[p]);
+}
+
+/* One expression of a pre-tokenizer. */
+enum op {
+    OP_ONE,      /* X: each code point of the class alone */
+    OP_RUN,      /* X+ */
+    OP_WS_RUN,   /* \s?X+ */
+    OP_DIGIT3,   /* [0-9][0-9][0-9] */
+    OP_TRAIL_WS, /* \s+$ */
+    OP_NEWLINES, /* [^\n]+|[\n]+ */
+    OP_GPT2,     /* the GPT-2 expression (split_gpt2) */
+    OP_LLAMA3,   /* split_llama3 with up to 3 digits */
+    OP_QWEN2,    /* split_llama3 with single digits */
+    OP_QWEN35,   /* split_llama3 with single digits and marks in letter runs */
+};
+
+struct stage {
+    enum op op;
+    enum cls cls;
+};
+
+/* Length of the match of stage st at pos, 0 if none. */
+static size_t match_at(const struct cur *c, size_t pos, const struct stage *st)
+{
+    size_t k = 0;
+    switch (st->op) {
+    case OP_ONE:
+        return CLS(c, pos, st->cls);
+    case OP_RUN:
+        while (CLS(c, pos + k, st->cls))
+            k++;
+        return k;
+    case OP_WS_RUN:
+        k = IS_WS(FL(c, pos)) && CLS(c, pos + 1, st->cls);
+        if (!k && !CLS(c, pos, st->cls))
+            return 0;
+        while (CLS(c, pos + k, st->cls))
+            k++;
+        return k;
+    case OP_DIGIT3:
+        return CLS(c, pos, CL_DIGIT) && CLS(c, pos + 1, CL_DIGIT) && CLS(c, pos + 2, CL_DIGIT) ? 3
+                                                                                               : 0;
+    default:
+        return 0;
+    }
+}
+
+/* An expression stage: matches become pieces and so do the stretches between them. */
+static void split_regex(const struct cur *c, struct ebb__spans *o, const struct stage *st)
 {
     size_t pos = c->ini;
+    if (st->op == OP_TRAIL_WS || st->op == OP_NEWLINES) {
+        /* \s+$ cuts off the trailing whitespace; [^\n]+|[\n]+ cuts between newline runs and
+         * the rest. */
+        size_t tail = c->end;
+        while (st->op == OP_TRAIL_WS && tail > c->ini && IS_WS(c->fl[tail - 1]))
+            tail--;
+        for (pos = c->ini + 1; st->op == OP_NEWLINES && pos < c->end; pos++)
+            if ((c->cp[pos] == '\n') != (c->cp[pos - 1] == '\n'))
+                span_emit(o, pos);
+        span_emit(o, tail);
+        span_emit(o, c->end);
+        return;
+    }
     while (pos < c->end) {
-        unsigned f = c->fl[pos];
-        uint32_t cp = c->cp[pos];
-        size_t mlen = 0;
-        switch (st) {
-        case ST_NUM_EACH:
-            mlen = IS_N(f) ? 1 : 0;
-            break;
-        case ST_NUM_RUN:
-            while (pos + mlen < c->end && IS_N(c->fl[pos + mlen]))
-                mlen++;
-            break;
-        case ST_DIGIT3:
-            if (pos + 3 <= c->end && cp >= '0' && cp <= '9' && c->cp[pos + 1] >= '0' &&
-                c->cp[pos + 1] <= '9' && c->cp[pos + 2] >= '0' && c->cp[pos + 2] <= '9')
-                mlen = 3;
-            break;
-        case ST_PUNCT_RUN:
-            while (pos + mlen < c->end && punct_or_listed(c->cp[pos + mlen], c->fl[pos + mlen]))
-                mlen++;
-            break;
-        default:
-            break;
-        }
+        size_t mlen = match_at(c, pos, st);
         if (mlen) {
             span_emit(o, pos);
             pos += mlen;
@@ -234,35 +357,65 @@ static void split_regex(const struct cur *c, struct ebb__spans *o, enum stage st
     span_emit(o, c->end);
 }
 
-static const enum stage stages_default[] = {ST_PUNCT_RUN, ST_GPT2, ST_NUM_RUN, ST_DIGIT3};
-static const enum stage stages_gpt2[] = {ST_GPT2};
-static const enum stage stages_smollm[] = {ST_NUM_EACH, ST_GPT2};
-static const enum stage stages_llama3[] = {ST_LLAMA3};
-static const enum stage stages_qwen2[] = {ST_QWEN2};
+#define S(op, cls)                                                                                 \
+    {                                                                                              \
+        OP_##op, CL_##cls                                                                          \
+    }
+static const struct stage st_default[] = {S(RUN, PUNCT_SYM), S(GPT2, NUM), S(RUN, NUM),
+                                          S(DIGIT3, DIGIT)};
+static const struct stage st_falcon[] = {S(RUN, PUNCT_BT), S(GPT2, NUM), S(DIGIT3, DIGIT)};
+static const struct stage st_gpt2[] = {S(GPT2, NUM)};
+static const struct stage st_smollm[] = {S(ONE, NUM), S(GPT2, NUM)};
+static const struct stage st_llama3[] = {S(LLAMA3, NUM)};
+static const struct stage st_qwen2[] = {S(QWEN2, NUM)};
+static const struct stage st_qwen35[] = {S(QWEN35, NUM)};
+static const struct stage st_ds_coder[] = {S(ONE, CR_LF), S(WS_RUN, LETTER), S(WS_RUN, PUNCT),
+                                           S(RUN, CJK), S(ONE, NUM)};
+static const struct stage st_ds_llm[] = {S(ONE, CR_LF),       S(WS_RUN, DS_LETTER),
+                                         S(WS_RUN, DS_PUNCT), S(TRAIL_WS, NUM),
+                                         S(RUN, CJK),         S(RUN, NUM)};
+static const struct stage st_gemma4[] = {S(NEWLINES, NUM)};
+#undef S
 
-/* Runs the pre-tokenizer of t over cps[0..n); the pieces come back in *out. */
+/* The expressions of each pre-tokenizer, applied in order. */
+static const struct {
+    const struct stage *st;
+    size_t n;
+} pre_stages[] = {
+#define P(e, a) [EBB__PRE_##e] = {a, sizeof a / sizeof a[0]}
+    P(DEFAULT, st_default), P(FALCON, st_falcon),           P(GPT2, st_gpt2),
+    P(SMOLLM, st_smollm),   P(LLAMA3, st_llama3),           P(QWEN2, st_qwen2),
+    P(QWEN35, st_qwen35),   P(DEEPSEEK_CODER, st_ds_coder), P(DEEPSEEK_LLM, st_ds_llm),
+    P(GEMMA4, st_gemma4),
+#undef P
+};
+
+static void run_stage(const struct cur *c, struct ebb__spans *o, const struct stage *st)
+{
+    switch (st->op) {
+    case OP_GPT2:
+        split_gpt2(c, o);
+        break;
+    case OP_LLAMA3:
+        split_llama3(c, o, 3, false);
+        break;
+    case OP_QWEN2:
+        split_llama3(c, o, 1, false);
+        break;
+    case OP_QWEN35:
+        split_llama3(c, o, 1, true);
+        break;
+    default:
+        split_regex(c, o, st);
+        break;
+    }
+}
+
 ebb_err ebb__pretokenize(const struct ebb_tokenizer *t, const uint32_t *cps, const uint16_t *fl,
                          size_t n, struct ebb__spans *out)
 {
-    const enum stage *st;
-    size_t nst;
-    switch (t->pre) {
-    case EBB__PRE_GPT2:
-        st = stages_gpt2, nst = 1;
-        break;
-    case EBB__PRE_SMOLLM:
-        st = stages_smollm, nst = 2;
-        break;
-    case EBB__PRE_LLAMA3:
-        st = stages_llama3, nst = 1;
-        break;
-    case EBB__PRE_QWEN2:
-        st = stages_qwen2, nst = 1;
-        break;
-    default:
-        st = stages_default, nst = 4;
-        break;
-    }
+    const struct stage *st = pre_stages[t->pre].st;
+    size_t nst = pre_stages[t->pre].n;
     struct ebb__spans a = {0}, b = {0};
     span_emit(&a, n);
     for (size_t s = 0; s < nst && !a.oom; s++) {
@@ -271,20 +424,7 @@ ebb_err ebb__pretokenize(const struct ebb_tokenizer *t, const uint32_t *cps, con
         size_t start = 0;
         for (size_t i = 0; i < a.n && !b.oom; i++) {
             struct cur c = {cps, fl, start, start + a.len[i]};
-            switch (st[s]) {
-            case ST_GPT2:
-                split_gpt2(&c, &b);
-                break;
-            case ST_LLAMA3:
-                split_llama3(&c, &b, 3);
-                break;
-            case ST_QWEN2:
-                split_llama3(&c, &b, 1);
-                break;
-            default:
-                split_regex(&c, &b, st[s]);
-                break;
-            }
+            run_stage(&c, &b, &st[s]);
             start = c.end;
         }
         struct ebb__spans tmp = a;

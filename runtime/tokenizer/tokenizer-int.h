@@ -24,7 +24,11 @@ enum ebb__bpe_pre {
     EBB__PRE_SMOLLM,      /* "smollm" (also starcoder-style vocabularies) */
     EBB__PRE_LLAMA3,      /* "llama3", "llama-bpe", "llama-v3" */
     EBB__PRE_QWEN2,       /* "qwen2" */
-    EBB__PRE_GEMMA4,      /* tokenizer.ggml.model "gemma4": spaces as U+2581, newline runs apart */
+    EBB__PRE_QWEN35,      /* "qwen35" */
+    EBB__PRE_FALCON,      /* "falcon" */
+    EBB__PRE_DEEPSEEK_LLM,
+    EBB__PRE_DEEPSEEK_CODER,
+    EBB__PRE_GEMMA4, /* tokenizer.ggml.model "gemma4": spaces as U+2581, newline runs apart */
 };
 
 /* Where encoded ids go: ids beyond cap are only counted. */

@@ -30,9 +30,9 @@ struct decl {
 static const struct decl decls[] = {
     {"bert-bge", false, "tokenizer.ggml.model"},
     {"command-r", true, NULL},
-    {"deepseek-coder", false, "tokenizer.ggml.pre"},
-    {"deepseek-llm", false, "tokenizer.ggml.pre"},
-    {"falcon", false, "tokenizer.ggml.pre"},
+    {"deepseek-coder", true, NULL},
+    {"deepseek-llm", true, NULL},
+    {"falcon", true, NULL},
     {"gemma-4", false, "tokenizer.ggml.pre"},
     {"gpt-2", true, NULL},
     {"llama-bpe", true, NULL},
@@ -40,7 +40,7 @@ static const struct decl decls[] = {
     {"mpt", true, NULL},
     {"phi-3", true, NULL},
     {"qwen2", true, NULL},
-    {"qwen35", false, "tokenizer.ggml.pre"},
+    {"qwen35", true, NULL},
     {"refact", true, NULL},
     {"starcoder", true, NULL},
 };
