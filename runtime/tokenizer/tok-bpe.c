@@ -1,6 +1,7 @@
 /* Byte-level BPE ("gpt2" tokenizers): the text is cut into pre-tokens (tok-pre.c), then each
  * pre-token is merged in rank order with a binary heap over a hash map of merges keyed by
  * token-id pairs. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,11 @@ static void byte_tables(struct ebb_tokenizer *t)
         uint8_t u[4];
         size_t n = ebb_utf8_encode(t->byte_cp[b], u);
         t->byte_tok[b] = ebb__tok_lookup(t, (const char *)u, n);
+        if (t->raw_bpe) { /* bytes without a token of their own fall back to <0xNN> */
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            t->byte_tok[b] = ebb__tok_lookup(t, name, 6);
+        }
     }
 }
 
@@ -189,8 +195,9 @@ static void emit_bytes(const struct ebb_tokenizer *t, const uint8_t *w, const st
 {
     for (uint32_t k = 0; k < s->n; k++) {
         uint8_t b = w[s->start + k];
-        if (t->byte_tok[b] >= 0) {
-            ebb__tok_push(out, t->byte_tok[b]);
+        if (t->byte_tok[b] >= 0 || t->raw_bpe) {
+            if (t->byte_tok[b] >= 0)
+                ebb__tok_push(out, t->byte_tok[b]);
             continue;
         }
         uint8_t u[4];
@@ -217,11 +224,33 @@ static void bpe_word(const struct ebb_tokenizer *t, const uint8_t *w, size_t n, 
             return;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        s[i] = (struct sym){(int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1, (uint32_t)i, 1,
-                            t->byte_tok[w[i]]};
+    size_t ns = 0;
+    if (t->raw_bpe) {
+        /* Gemma 4: a run of newlines that is a token stays whole; the symbols are UTF-8
+         * characters as their lead bytes announce them. */
+        size_t nl = 0;
+        while (nl < n && w[nl] == '\n')
+            nl++;
+        int32_t id = nl == n ? ebb__tok_lookup(t, (const char *)w, n) : -1;
+        if (id >= 0) {
+            ebb__tok_push(out, id);
+            return;
+        }
+        for (size_t i = 0; i < n; ns++) {
+            size_t cl = ebb_utf8_len(w[i]);
+            cl = cl < n - i ? cl : n - i;
+            s[ns] = (struct sym){(int32_t)ns - 1, (int32_t)ns + 1, (uint32_t)i, (uint32_t)cl,
+                                 ebb__tok_lookup(t, (const char *)w + i, cl)};
+            i += cl;
+        }
+        s[ns - 1].next = -1;
+    } else {
+        for (ns = 0; ns < n; ns++)
+            s[ns] = (struct sym){(int32_t)ns - 1, ns + 1 < n ? (int32_t)ns + 1 : -1, (uint32_t)ns,
+                                 1, t->byte_tok[w[ns]]};
+    }
     size_t hn = 0;
-    for (size_t i = 1; i < n; i++)
+    for (size_t i = 1; i < ns; i++)
         add_bigram(t, s, (int32_t)i - 1, (int32_t)i, h, &hn);
     while (hn) {
         struct bigram b = heap_pop(h, &hn);
@@ -267,6 +296,8 @@ ebb_err ebb__bpe_encode(const struct ebb_tokenizer *t, const char *text, size_t 
     for (size_t i = 0; i < len;) {
         size_t adv;
         cps[n] = ebb_utf8_decode_lax((const uint8_t *)text + i, len - i, &adv);
+        if (t->raw_bpe && cps[n] == ' ')
+            cps[n] = 0x2581; /* SentencePiece-style vocabularies spell a space U+2581 */
         fl[n] = (uint16_t)ebb_unicode_flags(cps[n]);
         n++;
         i += adv;

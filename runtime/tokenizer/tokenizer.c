@@ -49,6 +49,7 @@ static const struct pre_name pre_names[] = {
     {"falcon", EBB__PRE_FALCON, 0},
     {"deepseek-llm", EBB__PRE_DEEPSEEK_LLM, 0},
     {"deepseek-coder", EBB__PRE_DEEPSEEK_CODER, 0},
+    {"gemma4", EBB__PRE_GEMMA4, PF_ADD_BOS},
     {"smollm", EBB__PRE_SMOLLM, 0},
     {"starcoder", EBB__PRE_SMOLLM, 0},
     {"refact", EBB__PRE_SMOLLM, 0},
@@ -417,7 +418,7 @@ static ebb_err piece_of(const struct ebb_tokenizer *t, int32_t id, struct ebb__b
     if (a & (EBB__TA_UNKNOWN | EBB__TA_CONTROL | EBB__TA_USER_DEFINED))
         return ebb__buf_put(b, s, n);
     if (a & EBB__TA_NORMAL) {
-        if (t->kind == EBB_TOK_BPE)
+        if (t->kind == EBB_TOK_BPE && !t->raw_bpe)
             return ebb__bpe_decode_text(t, s, n, b);
         ebb_err rc = EBB_OK;
         for (size_t i = 0; i < n && !rc; i++) {
@@ -575,6 +576,8 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
         t->add_bos = b;
     if (!ebb_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b))
         t->add_eos = b;
+    if (t->pre == EBB__PRE_GEMMA4)
+        t->add_bos = true; /* as llama.cpp does, whatever the GGUF says */
     if (t->add_bos && t->bos < 0)
         t->add_bos = false;
     if (t->add_eos && t->eos < 0)

@@ -33,7 +33,7 @@ static const struct decl decls[] = {
     {"deepseek-coder", true, NULL},
     {"deepseek-llm", true, NULL},
     {"falcon", true, NULL},
-    {"gemma-4", false, "tokenizer.ggml.pre"},
+    {"gemma-4", true, NULL},
     {"gpt-2", true, NULL},
     {"llama-bpe", true, NULL},
     {"llama-spm", true, NULL},
