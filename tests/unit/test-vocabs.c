@@ -25,24 +25,26 @@ struct decl {
     const char *name;
     bool supported;
     const char *why; /* for unsupported vocabularies: the key the load error must name */
+    bool add_bos;    /* whether llama.cpp adds BOS with add_special (from the GGUF's
+                      * add_bos_token, else its default for the tokenizer and pre-tokenizer) */
 };
 
 static const struct decl decls[] = {
-    {"bert-bge", false, "tokenizer.ggml.model"},
-    {"command-r", true, NULL},
-    {"deepseek-coder", true, NULL},
-    {"deepseek-llm", true, NULL},
-    {"falcon", true, NULL},
-    {"gemma-4", true, NULL},
-    {"gpt-2", true, NULL},
-    {"llama-bpe", true, NULL},
-    {"llama-spm", true, NULL},
-    {"mpt", true, NULL},
-    {"phi-3", true, NULL},
-    {"qwen2", true, NULL},
-    {"qwen35", true, NULL},
-    {"refact", true, NULL},
-    {"starcoder", true, NULL},
+    {"bert-bge", false, "tokenizer.ggml.model", false},
+    {"command-r", true, NULL, true},
+    {"deepseek-coder", true, NULL, true},
+    {"deepseek-llm", true, NULL, true},
+    {"falcon", true, NULL, false},
+    {"gemma-4", true, NULL, true},
+    {"gpt-2", true, NULL, false},
+    {"llama-bpe", true, NULL, true},
+    {"llama-spm", true, NULL, true},
+    {"mpt", true, NULL, false},
+    {"phi-3", true, NULL, true},
+    {"qwen2", true, NULL, false},
+    {"qwen35", true, NULL, false},
+    {"refact", true, NULL, false},
+    {"starcoder", true, NULL, false},
 };
 
 static char *slurp(const char *path, size_t *n)
@@ -120,6 +122,52 @@ static bool round_trip(const struct ebb_tokenizer *t, bool strip_prefix, const i
     ok = ok && bn == len && !memcmp(s, text, len);
     free(buf);
     return ok;
+}
+
+static bool has_id(const int32_t *ids, size_t n, int32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+/* BOS/EOS as add_special asks, and special tokens: the EOS token's text inside a string is that
+ * token with parse_special and plain text without it (when it is a control token). Returns the
+ * number of failed checks. */
+static int check_specials(const struct ebb_tokenizer *t, const struct decl *d, int32_t *ids,
+                          size_t cap)
+{
+    int bad = 0;
+    size_t n = 0;
+    int32_t bos = ebb_tokenizer_bos(t), eos = ebb_tokenizer_eos(t);
+    if (ebb_tokenizer_add_bos(t) != d->add_bos || ebb_tokenizer_add_eos(t)) {
+        printf("%-16s add_bos %d add_eos %d, llama.cpp has %d 0\n", d->name,
+               ebb_tokenizer_add_bos(t), ebb_tokenizer_add_eos(t), d->add_bos);
+        bad++;
+    }
+    if (ebb_tokenizer_encode(t, "Hi", 2, EBB_TOK_ADD_SPECIAL, ids, cap, &n) || n == 0 ||
+        (ids[0] == bos) != d->add_bos) {
+        printf("%-16s add_special: BOS %s\n", d->name, d->add_bos ? "missing" : "added");
+        bad++;
+    }
+    struct ebb_str e;
+    if (eos < 0 || ebb_tokenizer_piece(t, eos, true, &e) || e.n == 0 || e.n > 200)
+        return bad;
+    char text[256];
+    int tn = snprintf(text, sizeof text, "Hi%.*s there", (int)e.n, e.p);
+    bool control = ebb_tokenizer_piece(t, eos, false, &e) == EBB_OK && e.n == 0;
+    if (ebb_tokenizer_encode(t, text, (size_t)tn, EBB_TOK_PARSE_SPECIAL, ids, cap, &n) ||
+        !has_id(ids, n, eos)) {
+        printf("%-16s parse_special: '%s' does not give EOS %d\n", d->name, text, eos);
+        bad++;
+    }
+    if (control &&
+        (ebb_tokenizer_encode(t, text, (size_t)tn, 0, ids, cap, &n) || has_id(ids, n, eos))) {
+        printf("%-16s without parse_special '%s' gives EOS %d\n", d->name, text, eos);
+        bad++;
+    }
+    return bad;
 }
 
 static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
@@ -204,8 +252,11 @@ static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
             break;
         s = m + strlen(MARKER);
     }
-    printf("%-16s %-22s %u/%u strings match, %u/%u round-trip\n", d->name,
-           ebb_tokenizer_kind_name(t), c->pass, c->strings, c->roundtrip, c->strings);
+    int bad_special = check_specials(t, d, ids, 65536);
+    failed |= bad_special != 0;
+    printf("%-16s %-22s %u/%u strings match, %u/%u round-trip, specials %s\n", d->name,
+           ebb_tokenizer_kind_name(t), c->pass, c->strings, c->roundtrip, c->strings,
+           bad_special ? "FAIL" : "ok");
 out:
     ebb_tokenizer_free(t);
     ebb_gguf_close(g);
