@@ -536,7 +536,7 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
         if (!pn) {
             rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
                               "unsupported pre-tokenizer: tokenizer.ggml.pre = '%.*s' (see "
-                              "docs/TOKENIZERS.md for the supported ones)",
+                              "docs/TOKENIZER.md for the supported ones)",
                               (int)(pre.n > 64 ? 64 : pre.n), pre.p);
             goto out;
         }
@@ -549,7 +549,7 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
     } else {
         rc = ebb_diag_set(
             diag, EBB_EUNSUPPORTED,
-            "unsupported tokenizer: tokenizer.ggml.model = '%.*s' (see docs/TOKENIZERS.md)",
+            "unsupported tokenizer: tokenizer.ggml.model = '%.*s' (see docs/TOKENIZER.md)",
             (int)(model.n > 64 ? 64 : model.n), model.p);
         goto out;
     }
