@@ -245,33 +245,37 @@ enum cls {
     CL_DS_PUNCT,
 };
 
+static bool ascii_sym(uint32_t cp)
+{
+    return cp == '$' || cp == '+' || cp == '<' || cp == '=' || cp == '>' || cp == '^' ||
+           cp == '~' || cp == '|';
+}
+
 static bool cls_has(enum cls k, uint32_t cp, unsigned f)
 {
-    bool ascii_sym = cp == '$' || cp == '+' || cp == '<' || cp == '=' || cp == '>' || cp == '^' ||
-                     cp == '~' || cp == '|';
-    bool ws = cp > 0x7F && IS_WS(f);
     switch (k) {
-    case CL_NUM:
-        return IS_N(f) && !ws;
+    case CL_NUM: /* no whitespace is a number, letter or punctuation */
+        return IS_N(f);
     case CL_LETTER:
-        return IS_L(f) && !ws;
+        return IS_L(f);
     case CL_PUNCT:
-        return (f & 0xFF) == EBB_UC_PUNCT && !ws;
+        return (f & 0xFF) == EBB_UC_PUNCT;
     case CL_PUNCT_SYM:
-        return ((f & 0xFF) == EBB_UC_PUNCT && !ws) || ascii_sym;
+        return (f & 0xFF) == EBB_UC_PUNCT || ascii_sym(cp);
     case CL_PUNCT_BT:
-        return ((f & 0xFF) == EBB_UC_PUNCT && !ws) || ascii_sym || cp == '`';
+        return (f & 0xFF) == EBB_UC_PUNCT || ascii_sym(cp) || cp == '`';
     case CL_DIGIT:
         return cp >= '0' && cp <= '9';
     case CL_CR_LF:
         return cp == '\r' || cp == '\n';
     case CL_CJK:
-        return !ws && in_ranges(cjk, sizeof cjk / sizeof cjk[0], cp);
+        return cp >= 0x800 && !IS_WS(f) && in_ranges(cjk, sizeof cjk / sizeof cjk[0], cp);
     case CL_DS_LETTER:
-        return !ws && in_ranges(deepseek_letters,
-                                sizeof deepseek_letters / sizeof deepseek_letters[0], cp);
+        return cp >= 0x41 && !(cp > 0x7F && IS_WS(f)) &&
+               in_ranges(deepseek_letters, sizeof deepseek_letters / sizeof deepseek_letters[0],
+                         cp);
     case CL_DS_PUNCT:
-        return !ws &&
+        return cp >= 0x21 && !(cp > 0x7F && IS_WS(f)) &&
                in_ranges(deepseek_punct, sizeof deepseek_punct / sizeof deepseek_punct[0], cp);
     }
     return false;
