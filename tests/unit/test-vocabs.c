@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer/tokenizer-int.h"
 #include "tokenizer/tokenizer.h"
 
@@ -122,6 +123,54 @@ static bool round_trip(const struct ebb_tokenizer *t, bool strip_prefix, const i
     ok = ok && bn == len && !memcmp(s, text, len);
     free(buf);
     return ok;
+}
+
+/* Code points the random strings are drawn from: ASCII letters, digits and punctuation, every
+ * kind of whitespace and newline runs, Latin with accents and combining marks, Greek, Cyrillic,
+ * CJK, Hangul, full-width forms, ideographic punctuation, emoji and a noncharacter. */
+static const uint32_t fuzz_cps[] = {
+    'a',    'Z',    'q',    '0',    '7',     '9',     ' ',     ' ',     ' ',    '\n',   '\n',
+    '\r',   '\t',   '\'',   '.',    ',',     '!',     '$',     '`',     '<',    '/',    '_',
+    0x0B,   0x0C,   0x85,   0xA0,   0xB5,    0xC4,    0xE9,    0x301,   0x308,  0x3A9,  0x3B1,
+    0x416,  0x44F,  0x5D0,  0x627,  0x663,   0x905,   0x93F,   0xE01,   0x1680, 0x2003, 0x2019,
+    0x2028, 0x3000, 0x3001, 0x3042, 0x30A2,  0x4E00,  0x6F22,  0x9FA5,  0xAC00, 0xD55C, 0xFF01,
+    0xFF21, 0xFF41, 0xFFFD, 0xFDD0, 0x1F600, 0x1F999, 0x10400, 0x1D11E,
+};
+
+/* Seeded random strings of those code points: encoding must succeed and detokenize back to the
+ * string where the vocabulary has a token for every byte (llama.cpp drops a byte it has no
+ * token for, and so does ebb). Returns the number of failures (at most 3 are printed). */
+static int fuzz_round_trip(const struct ebb_tokenizer *t, const struct decl *d, bool strip,
+                           int32_t *ids, size_t cap, int *n_covered)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int bad = 0;
+    char text[256];
+    for (int k = 0; k < 300; k++) {
+        size_t len = 0;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int ncp = (int)(x % 40) + 1;
+        for (int i = 0; i < ncp; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint32_t cp = fuzz_cps[x % (sizeof fuzz_cps / sizeof fuzz_cps[0])];
+            uint8_t u[4];
+            size_t un = ebb_utf8_encode(cp, u);
+            memcpy(text + len, u, un);
+            len += un;
+        }
+        size_t n = 0;
+        bool covered = true; /* byte-level BPE: every byte has a token (falcon lacks 0x0B) */
+        for (size_t i = 0; i < len && t->kind == EBB_TOK_BPE && !t->raw_bpe; i++)
+            covered = covered && t->byte_tok[(uint8_t)text[i]] >= 0;
+        *n_covered += covered;
+        if (ebb_tokenizer_encode(t, text, len, 0, ids, cap, &n) ||
+            (covered && !round_trip(t, strip, ids, n, text, len))) {
+            if (bad++ < 3)
+                printf("%-16s random string %d '%.*s' does not round-trip\n", d->name, k, (int)len,
+                       text);
+        }
+    }
+    return bad;
 }
 
 static bool has_id(const int32_t *ids, size_t n, int32_t id)
@@ -252,11 +301,15 @@ static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
             break;
         s = m + strlen(MARKER);
     }
+    int n_cov = 0;
+    int bad_fuzz = fuzz_round_trip(t, d, strip && t->add_space_prefix, ids, 65536, &n_cov);
+    failed |= bad_fuzz != 0;
     int bad_special = check_specials(t, d, ids, 65536);
     failed |= bad_special != 0;
-    printf("%-16s %-22s %u/%u strings match, %u/%u round-trip, specials %s\n", d->name,
-           ebb_tokenizer_kind_name(t), c->pass, c->strings, c->roundtrip, c->strings,
-           bad_special ? "FAIL" : "ok");
+    printf("%-16s %-22s %u/%u strings match, %u/%u round-trip, %d/%d random round-trip, "
+           "specials %s\n",
+           d->name, ebb_tokenizer_kind_name(t), c->pass, c->strings, c->roundtrip, c->strings,
+           n_cov - bad_fuzz, n_cov, bad_special ? "FAIL" : "ok");
 out:
     ebb_tokenizer_free(t);
     ebb_gguf_close(g);
