@@ -84,6 +84,10 @@ static ebb_err partition(const struct ebb_tokenizer *t, const char *text, size_t
                 if (!rc)
                     rc = frag_add(&g, &gn, &gcap, (struct frag){pos, sn, id});
                 cur = pos + sn;
+                if (t->attr[id] & EBB__TA_RSTRIP) /* C isspace, as llama.cpp */
+                    while (cur < end &&
+                           (text[cur] == ' ' || (text[cur] >= '\t' && text[cur] <= '\r')))
+                        cur++;
                 m = cur < end ? memmem(text + cur, end - cur, s, sn) : NULL;
             }
             if (!rc && cur < end)

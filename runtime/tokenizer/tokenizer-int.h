@@ -15,6 +15,7 @@ enum {
     EBB__TA_BYTE = 1u << 4,
     EBB__TA_UNUSED = 1u << 5,
     EBB__TA_UNDEFINED = 1u << 6,
+    EBB__TA_RSTRIP = 1u << 7, /* whitespace after the special token is dropped (Phi-3) */
 };
 
 /* Byte-level BPE pre-tokenizers (tokenizer.ggml.pre). */

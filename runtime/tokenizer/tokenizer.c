@@ -3,6 +3,7 @@
  * around special tokens follow llama.cpp's llama-vocab so that ids match it exactly. */
 #include "tokenizer.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,6 +372,42 @@ static void detect_specials(struct ebb_tokenizer *t, const struct ebb_gguf *g)
     }
 }
 
+/* True when s contains the lowercase ASCII word w, ignoring the case of s. */
+static bool contains_lower(struct ebb_str s, const char *w)
+{
+    size_t n = strlen(w);
+    for (size_t i = 0; i + n <= s.n; i++) {
+        size_t k = 0;
+        while (k < n && tolower((unsigned char)s.p[i + k]) == w[k])
+            k++;
+        if (k == n)
+            return true;
+    }
+    return false;
+}
+
+/* Phi-3 models (general.name containing "phi-3" or "phi3", as llama.cpp decides) drop the
+ * whitespace that follows a special token: every special token but <unk>, <s> and
+ * <|endoftext|> gets the RSTRIP attribute, </s> too. */
+static void strip_by_name(struct ebb_tokenizer *t, const struct ebb_gguf *g)
+{
+    struct ebb_str name;
+    if (ebb_gguf_get_str(g, "general.name", &name) ||
+        !(contains_lower(name, "phi-3") || contains_lower(name, "phi3")))
+        return;
+    for (uint32_t i = 0; i < t->n_specials; i++)
+        t->attr[t->specials[i]] |= EBB__TA_RSTRIP;
+    int32_t id = find_cstr(t, "</s>");
+    if (id >= 0)
+        t->attr[id] |= EBB__TA_RSTRIP;
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (size_t k = 0; k < 3; k++) {
+        id = find_cstr(t, keep[k]);
+        if (id >= 0)
+            t->attr[id] &= (uint8_t)~EBB__TA_RSTRIP;
+    }
+}
+
 struct len_id {
     uint32_t len;
     int32_t id;
@@ -585,6 +622,8 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
 
     detect_specials(t, g);
     rc = build_specials(t);
+    if (!rc)
+        strip_by_name(t, g);
     if (!rc && t->kind == EBB_TOK_SPM)
         rc = spm_byte_tokens(t);
     if (!rc)

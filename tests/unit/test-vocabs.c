@@ -28,24 +28,25 @@ struct decl {
     const char *why; /* for unsupported vocabularies: the key the load error must name */
     bool add_bos;    /* whether llama.cpp adds BOS with add_special (from the GGUF's
                       * add_bos_token, else its default for the tokenizer and pre-tokenizer) */
+    bool rstrip;     /* special tokens drop the whitespace after them (Phi-3) */
 };
 
 static const struct decl decls[] = {
-    {"bert-bge", false, "tokenizer.ggml.model", false},
-    {"command-r", true, NULL, true},
-    {"deepseek-coder", true, NULL, true},
-    {"deepseek-llm", true, NULL, true},
-    {"falcon", true, NULL, false},
-    {"gemma-4", true, NULL, true},
-    {"gpt-2", true, NULL, false},
-    {"llama-bpe", true, NULL, true},
-    {"llama-spm", true, NULL, true},
-    {"mpt", true, NULL, false},
-    {"phi-3", true, NULL, true},
-    {"qwen2", true, NULL, false},
-    {"qwen35", true, NULL, false},
-    {"refact", true, NULL, false},
-    {"starcoder", true, NULL, false},
+    {"bert-bge", false, "tokenizer.ggml.model", false, false},
+    {"command-r", true, NULL, true, false},
+    {"deepseek-coder", true, NULL, true, false},
+    {"deepseek-llm", true, NULL, true, false},
+    {"falcon", true, NULL, false, false},
+    {"gemma-4", true, NULL, true, false},
+    {"gpt-2", true, NULL, false, false},
+    {"llama-bpe", true, NULL, true, false},
+    {"llama-spm", true, NULL, true, false},
+    {"mpt", true, NULL, false, false},
+    {"phi-3", true, NULL, true, true},
+    {"qwen2", true, NULL, false, false},
+    {"qwen35", true, NULL, false, false},
+    {"refact", true, NULL, false, false},
+    {"starcoder", true, NULL, false, false},
 };
 
 static char *slurp(const char *path, size_t *n)
@@ -219,6 +220,41 @@ static int check_specials(const struct ebb_tokenizer *t, const struct decl *d, i
     return bad;
 }
 
+/* Whether "TOK\n Hi" and "TOKHi" give the same ids with parse_special (TOK: the text of tok). */
+static int same_after(const struct ebb_tokenizer *t, int32_t tok, int32_t *ids, size_t cap)
+{
+    struct ebb_str e;
+    if (tok < 0 || ebb_tokenizer_piece(t, tok, true, &e) || e.n == 0 || e.n > 100)
+        return -1;
+    char a[128], b[128];
+    int32_t ib[256];
+    int an = snprintf(a, sizeof a, "%.*s\n Hi", (int)e.n, e.p);
+    int bn = snprintf(b, sizeof b, "%.*sHi", (int)e.n, e.p);
+    size_t na = 0, nb = 0;
+    if (ebb_tokenizer_encode(t, a, (size_t)an, EBB_TOK_PARSE_SPECIAL, ids, cap, &na) ||
+        ebb_tokenizer_encode(t, b, (size_t)bn, EBB_TOK_PARSE_SPECIAL, ib, 256, &nb))
+        return -1;
+    return na == nb && !memcmp(ids, ib, na * sizeof *ids);
+}
+
+/* Phi-3 (llama.cpp decides by general.name) drops the whitespace after every special token
+ * but <unk>, <s> and <|endoftext|>; other vocabularies keep it. */
+static int check_rstrip(const struct ebb_tokenizer *t, const struct decl *d, int32_t *ids,
+                        size_t cap)
+{
+    int32_t tok = d->rstrip ? ebb_tokenizer_find(t, "<|end|>", 7) : ebb_tokenizer_eos(t);
+    int same = same_after(t, tok, ids, cap);
+    int kept = d->rstrip ? same_after(t, ebb_tokenizer_find(t, "<|endoftext|>", 13), ids, cap) : 0;
+    if (same != (int)d->rstrip || kept != 0) {
+        printf("%-16s whitespace after special token %d %s\n", d->name, tok,
+               same < 0 || kept < 0 ? "cannot be checked"
+               : d->rstrip          ? "is not dropped (or is after <|endoftext|>)"
+                                    : "is dropped");
+        return 1;
+    }
+    return 0;
+}
+
 static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
 {
     char path[2048];
@@ -304,7 +340,7 @@ static int check_vocab(const char *dir, const struct decl *d, struct counts *c)
     int n_cov = 0;
     int bad_fuzz = fuzz_round_trip(t, d, strip && t->add_space_prefix, ids, 65536, &n_cov);
     failed |= bad_fuzz != 0;
-    int bad_special = check_specials(t, d, ids, 65536);
+    int bad_special = check_specials(t, d, ids, 65536) + check_rstrip(t, d, ids, 65536);
     failed |= bad_special != 0;
     printf("%-16s %-22s %u/%u strings match, %u/%u round-trip, %d/%d random round-trip, "
            "specials %s\n",
