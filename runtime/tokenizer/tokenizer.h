@@ -1,7 +1,7 @@
 /* Tokenizers read from GGUF metadata: byte-level BPE (tokenizer.ggml.model "gpt2", with the
- * pre-tokenizer named by tokenizer.ggml.pre) and SentencePiece-style ("llama": scores, byte
- * fallback). Encoding matches llama.cpp's llama_tokenize for the same flags. A tokenizer is
- * immutable after creation and may be used from any thread. */
+ * pre-tokenizer named by tokenizer.ggml.pre), BPE over raw UTF-8 ("gemma4") and
+ * SentencePiece-style ("llama": scores, byte fallback). Encoding matches llama.cpp's llama_tokenize
+ * for the same flags. A tokenizer is immutable after creation and may be used from any thread. */
 #ifndef EBB_RUNTIME_TOKENIZER_H
 #define EBB_RUNTIME_TOKENIZER_H
 
@@ -13,7 +13,7 @@
 #include "gguf/gguf.h"
 
 enum ebb_tok_kind {
-    EBB_TOK_BPE = 1, /* "gpt2" */
+    EBB_TOK_BPE = 1, /* "gpt2", "gemma4" */
     EBB_TOK_SPM = 2, /* "llama" */
 };
 
