@@ -356,6 +356,37 @@ out:
     return failed;
 }
 
+/* A pre-tokenizer ebb does not implement (on the gpt-2 vocabulary) fails to load with an error
+ * that names tokenizer.ggml.pre and the value, never a guessed split. */
+static int check_unknown_pre(const char *dir)
+{
+    char path[2048];
+    struct ebb_diag diag = {{0}};
+    struct ebb_gguf *g = NULL;
+    struct ebb_tokenizer *t = NULL;
+    int bad = 0;
+    snprintf(path, sizeof path, "%s/ggml-vocab-gpt-2.gguf", dir);
+    if (ebb_gguf_open(path, &g, &diag))
+        return printf("cannot open %s: %s\n", path, diag.msg), 1;
+    const char *pres[] = {"tekken", "gpt-4o", "deepseek-v3", "no-such-pre"};
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "tokenizer.ggml.pre = '%s'", pres[i]);
+        ebb_err rc = ebb__tokenizer_new_pre(g, pres[i], &t, &diag);
+        if (rc != EBB_EUNSUPPORTED || !strstr(diag.msg, want)) {
+            printf("pre-tokenizer '%s': loading gave %s (%s), not a clear error\n", pres[i],
+                   ebb_err_name(rc), rc ? diag.msg : "");
+            bad = 1;
+        }
+        if (!rc)
+            ebb_tokenizer_free(t);
+    }
+    ebb_gguf_close(g);
+    if (!bad)
+        printf("unknown pre-tokenizers are refused: %s\n", diag.msg);
+    return bad;
+}
+
 static const struct decl *find_decl(const char *name)
 {
     for (size_t i = 0; i < sizeof decls / sizeof decls[0]; i++)
@@ -418,6 +449,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "no ggml-vocab-*.gguf.inp in %s\n", dir);
         return 1;
     }
+    if (argc < 2)
+        failed |= check_unknown_pre(dir);
     printf("%s\n", failed ? "FAILED" : "all declared vocabularies conform");
     return failed;
 }
