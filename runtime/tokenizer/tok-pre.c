@@ -179,6 +179,105 @@ static void split_llama3(const struct cur *c, struct ebb__spans *o, size_t digit
     }
 }
 
+/* Classes of the case-aware letter runs below, as llama.cpp evaluates them: its regex engine
+ * sees every non-ASCII letter as one stand-in character, so "upper" is a letter other than a-z
+ * and "lower" a letter other than A-Z (a non-ASCII letter is both). */
+static bool up_at(const struct cur *c, size_t p)
+{
+    uint32_t cp = CP(c, p);
+    return IS_L(FL(c, p)) && !(cp >= 'a' && cp <= 'z');
+}
+
+static bool low_at(const struct cur *c, size_t p)
+{
+    uint32_t cp = CP(c, p);
+    return IS_L(FL(c, p)) && !(cp >= 'A' && cp <= 'Z');
+}
+
+/* [^\r\n\p{L}\p{N}] */
+static bool prefix_at(const struct cur *c, size_t p)
+{
+    uint32_t cp = CP(c, p);
+    return cp != OOR && cp != '\r' && cp != '\n' && !IS_L(FL(c, p)) && !IS_N(FL(c, p));
+}
+
+/* The letter alternatives [^\r\n\p{L}\p{N}]?UPPER*LOWER+ and [^\r\n\p{L}\p{N}]?UPPER+LOWER* at
+ * pos, with the backtracking a regex engine does (the longest UPPER run that leaves a LOWER
+ * character after it); returns the end of the match or 0. */
+static size_t cased_word(const struct cur *c, size_t pos)
+{
+    size_t q = pos + prefix_at(c, pos), u = 0;
+    while (up_at(c, q + u))
+        u++;
+    size_t k = u; /* the UPPER run is given back one character at a time */
+    bool low = low_at(c, q + k);
+    while (!low && k > 0)
+        low = low_at(c, q + --k);
+    if (low) { /* UPPER*LOWER+ */
+        size_t e = q + k;
+        while (low_at(c, e))
+            e++;
+        return e;
+    }
+    if (u == 0) /* UPPER+LOWER* needs an upper character */
+        return 0;
+    size_t e = q + u;
+    while (low_at(c, e))
+        e++;
+    return e;
+}
+
+/* Tekken (digits_max 1, no contractions) and GPT-4o / Llama 4 (digits_max 3, contractions):
+ * [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(CONTRACTION)?|
+ * [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(CONTRACTION)?|
+ * \p{N}{1,N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with the cases read as llama.cpp reads them (up_at, low_at; no marks). */
+static void split_cased(const struct cur *c, struct ebb__spans *o, size_t digits_max,
+                        bool contractions)
+{
+    for (size_t pos = c->ini; pos < c->end;) {
+        uint32_t cp = CP(c, pos);
+        unsigned f = FL(c, pos);
+        size_t e = cased_word(c, pos);
+        if (e) {
+            pos = e + (contractions ? contraction(c, e, true) : 0);
+            span_emit(o, pos);
+            continue;
+        }
+        if (IS_N(f)) {
+            for (size_t run = 0; run < digits_max && IS_N(FL(c, pos)); run++)
+                pos++;
+            span_emit(o, pos);
+            continue;
+        }
+        unsigned f2 = cp == ' ' ? FL(c, pos + 1) : f;
+        if (f2 && !(f2 & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER))) {
+            pos += cp == ' ';
+            while (!(FL(c, pos) & (EBB_UC_WHITESPACE | EBB_UC_LETTER | EBB_UC_NUMBER)) &&
+                   FL(c, pos))
+                pos++;
+            while (CP(c, pos) == '\r' || CP(c, pos) == '\n' || CP(c, pos) == '/')
+                pos++;
+            span_emit(o, pos);
+            continue;
+        }
+        size_t n = 0, last_rn = 0;
+        while (IS_WS(FL(c, pos + n))) {
+            uint32_t c2 = CP(c, pos + n);
+            if (c2 == '\r' || c2 == '\n')
+                last_rn = pos + n + 1;
+            n++;
+        }
+        if (last_rn) {
+            pos = last_rn;
+            span_emit(o, pos);
+            continue;
+        }
+        pos = ws_tail(c, pos);
+        span_emit(o, pos);
+    }
+}
+
 /* A code point range, both ends included. */
 struct cp_range {
     uint32_t lo, hi;
@@ -298,6 +397,8 @@ enum op {
     OP_LLAMA3,   /* split_llama3 with up to 3 digits */
     OP_QWEN2,    /* split_llama3 with single digits */
     OP_QWEN35,   /* split_llama3 with single digits and marks in letter runs */
+    OP_TEKKEN,   /* split_cased with single digits */
+    OP_GPT4O,    /* split_cased with up to 3 digits and contractions */
 };
 
 struct stage {
@@ -373,6 +474,8 @@ static const struct stage st_smollm[] = {S(ONE, NUM), S(GPT2, NUM)};
 static const struct stage st_llama3[] = {S(LLAMA3, NUM)};
 static const struct stage st_qwen2[] = {S(QWEN2, NUM)};
 static const struct stage st_qwen35[] = {S(QWEN35, NUM)};
+static const struct stage st_tekken[] = {S(TEKKEN, NUM)};
+static const struct stage st_gpt4o[] = {S(GPT4O, NUM)};
 static const struct stage st_ds_coder[] = {S(ONE, CR_LF), S(WS_RUN, LETTER), S(WS_RUN, PUNCT),
                                            S(RUN, CJK), S(ONE, NUM)};
 static const struct stage st_ds_llm[] = {S(ONE, CR_LF),       S(WS_RUN, DS_LETTER),
@@ -390,7 +493,7 @@ static const struct {
     P(DEFAULT, st_default), P(FALCON, st_falcon),           P(GPT2, st_gpt2),
     P(SMOLLM, st_smollm),   P(LLAMA3, st_llama3),           P(QWEN2, st_qwen2),
     P(QWEN35, st_qwen35),   P(DEEPSEEK_CODER, st_ds_coder), P(DEEPSEEK_LLM, st_ds_llm),
-    P(GEMMA4, st_gemma4),
+    P(GEMMA4, st_gemma4),   P(TEKKEN, st_tekken),           P(GPT4O, st_gpt4o),
 #undef P
 };
 
@@ -408,6 +511,12 @@ static void run_stage(const struct cur *c, struct ebb__spans *o, const struct st
         break;
     case OP_QWEN35:
         split_llama3(c, o, 1, true);
+        break;
+    case OP_TEKKEN:
+        split_cased(c, o, 1, false);
+        break;
+    case OP_GPT4O:
+        split_cased(c, o, 3, true);
         break;
     default:
         split_regex(c, o, st);

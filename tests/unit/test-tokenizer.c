@@ -522,6 +522,53 @@ static void other_pretokenizers(void **state)
     assert_int_equal(total_bad, 0);
 }
 
+/* Tekken and GPT-4o / Llama 4 have no reference vocabulary with llama.cpp's ids here; their
+ * pre-token boundaries over the corpus are checked against llama.cpp's regular expressions run the
+ * way llama.cpp runs them (tests/data/tokenizer/split-expect.py), on SmolLM2's vocabulary. */
+static void emulated_splits(void **state)
+{
+    struct model *m = *state;
+    json_t *all = load_json("expect-split.json");
+    json_t *pres = json_object_get(all, "pre"), *strs = json_object_get(corpus, "strings");
+    const char *pre;
+    json_t *e;
+    size_t total_bad = 0, n_pre = 0;
+    json_object_foreach(pres, pre, e)
+    {
+        struct ebb_tokenizer *t = NULL;
+        struct ebb_diag diag;
+        assert_int_equal(ebb__tokenizer_new_pre(m->g, pre, &t, &diag), EBB_OK);
+        size_t bad = 0;
+        for (size_t k = 0; k < json_array_size(strs); k++) {
+            json_t *js = json_array_get(strs, k), *w = json_array_get(e, k);
+            uint32_t *lens = NULL;
+            size_t n = 0;
+            assert_int_equal(
+                ebb__bpe_split(t, json_string_value(js), json_string_length(js), &lens, &n),
+                EBB_OK);
+            bool same = n == json_array_size(w);
+            for (size_t i = 0; same && i < n; i++)
+                same = lens[i] == json_integer_value(json_array_get(w, i));
+            if (!same && bad++ < 3) {
+                fprintf(stderr, "[ FAIL ] pre '%s' splits corpus string %zu '", pre, k);
+                print_escaped(json_string_value(js), json_string_length(js), 80);
+                fprintf(stderr, "' differently\n");
+            }
+            free(lens);
+        }
+        fprintf(stderr,
+                "[ info ] pre '%s': %zu/%zu corpus strings split as llama.cpp's "
+                "expression does\n",
+                pre, json_array_size(strs) - bad, json_array_size(strs));
+        total_bad += bad;
+        n_pre++;
+        ebb_tokenizer_free(t);
+    }
+    json_decref(all);
+    assert_int_equal(n_pre, 2);
+    assert_int_equal(total_bad, 0);
+}
+
 /* Pre-token boundaries of each BPE pre-tokenizer on hand-picked strings; the expected splits are
  * those of the original Hugging Face regular expressions (Python `regex`), which llama.cpp's
  * hand-written splitters reproduce. Digit grouping and contraction case only show here: SmolLM2's
@@ -952,12 +999,12 @@ int main(int argc, char **argv)
         return encode_records(argv[2], argv[3], (unsigned)atoi(argv[4]));
     corpus = load_json("corpus.json");
     const struct CMUnitTest smollm2[] = {
-        cmocka_unit_test(corpus_matches),      cmocka_unit_test(special_sets_match),
-        cmocka_unit_test(byte_cases_match),    cmocka_unit_test(joined_matches),
-        cmocka_unit_test(metadata_matches),    cmocka_unit_test(round_trip),
-        cmocka_unit_test(smollm2_specials),    cmocka_unit_test(other_pretokenizers),
-        cmocka_unit_test(pretokenizer_splits), cmocka_unit_test(range_error),
-        cmocka_unit_test(random_bytes),
+        cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
+        cmocka_unit_test(byte_cases_match), cmocka_unit_test(joined_matches),
+        cmocka_unit_test(metadata_matches), cmocka_unit_test(round_trip),
+        cmocka_unit_test(smollm2_specials), cmocka_unit_test(other_pretokenizers),
+        cmocka_unit_test(emulated_splits),  cmocka_unit_test(pretokenizer_splits),
+        cmocka_unit_test(range_error),      cmocka_unit_test(random_bytes),
     };
     const struct CMUnitTest gemma3[] = {
         cmocka_unit_test(corpus_matches),   cmocka_unit_test(special_sets_match),
