@@ -323,6 +323,9 @@ static const struct cp_range deepseek_letters[] = {
 /* Han, the range below it from U+0800, and Hangul: [一-龥ࠀ-一가-퟿]. */
 static const struct cp_range cjk[] = {{0x800, 0x9FA5}, {0xAC00, 0xD7FF}};
 
+/* Han, Hiragana and Katakana: [一-龥぀-ゟ゠-ヿ]. */
+static const struct cp_range kana_han[] = {{0x3040, 0x30FF}, {0x4E00, 0x9FA5}};
+
 /* DeepSeek LLM's punctuation class: ASCII punctuation and symbols, their full-width forms,
  * quotation marks and the ideographic comma and full stop: [!-/:-~！-／：-～‘-‟　-。]. */
 static const struct cp_range deepseek_punct[] = {{0x21, 0x2F},     {0x3A, 0x7E},
@@ -342,6 +345,7 @@ enum cls {
     CL_CJK,
     CL_DS_LETTER,
     CL_DS_PUNCT,
+    CL_KANA_HAN, /* [一-龥぀-ゟ゠-ヿ] */
 };
 
 static bool ascii_sym(uint32_t cp)
@@ -373,6 +377,8 @@ static bool cls_has(enum cls k, uint32_t cp, unsigned f)
         return cp >= 0x41 && !(cp > 0x7F && IS_WS(f)) &&
                in_ranges(deepseek_letters, sizeof deepseek_letters / sizeof deepseek_letters[0],
                          cp);
+    case CL_KANA_HAN:
+        return cp >= 0x3040 && in_ranges(kana_han, sizeof kana_han / sizeof kana_han[0], cp);
     case CL_DS_PUNCT:
         return cp >= 0x21 && !(cp > 0x7F && IS_WS(f)) &&
                in_ranges(deepseek_punct, sizeof deepseek_punct / sizeof deepseek_punct[0], cp);
@@ -391,6 +397,8 @@ enum op {
     OP_RUN,      /* X+ */
     OP_WS_RUN,   /* \s?X+ */
     OP_DIGIT3,   /* [0-9][0-9][0-9] */
+    OP_NUM3,     /* \p{N}{1,3} */
+    OP_DSV3,     /* DeepSeek V3's word expression (match_dsv3) */
     OP_TRAIL_WS, /* \s+$ */
     OP_NEWLINES, /* [^\n]+|[\n]+ */
     OP_GPT2,     /* the GPT-2 expression (split_gpt2) */
@@ -405,6 +413,57 @@ struct stage {
     enum op op;
     enum cls cls;
 };
+
+/* \p{P} or \p{S} */
+static bool punct_sym(unsigned f)
+{
+    return (f & 0xFF) == EBB_UC_PUNCT || (f & 0xFF) == EBB_UC_SYMBOL;
+}
+
+/* DeepSeek V3's third expression at pos (0: no match):
+ * [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
+ *  ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t match_dsv3(const struct cur *c, size_t pos)
+{
+    uint32_t cp = CP(c, pos);
+    unsigned f = FL(c, pos);
+    size_t k = 0;
+    bool ascii_letter = CP(c, pos + 1) < 128 && IS_L(FL(c, pos + 1));
+    if (cp < 128 && punct_sym(f) && ascii_letter) {
+        k = 1;
+        while (CP(c, pos + k) < 128 && IS_L(FL(c, pos + k)))
+            k++;
+        return k;
+    }
+    const unsigned lm = EBB_UC_LETTER | EBB_UC_MARK;
+    bool pre = f && cp != '\r' && cp != '\n' && !IS_L(f) && !punct_sym(f);
+    if ((pre && (FL(c, pos + 1) & lm)) || (f & lm)) {
+        k = 1;
+        while (FL(c, pos + k) & lm)
+            k++;
+        return k;
+    }
+    unsigned f2 = cp == ' ' ? FL(c, pos + 1) : f;
+    if (punct_sym(f2)) {
+        k = cp == ' ';
+        while (punct_sym(FL(c, pos + k)))
+            k++;
+        while (CP(c, pos + k) == '\r' || CP(c, pos + k) == '\n')
+            k++;
+        return k;
+    }
+    size_t n = 0, last_rn = 0;
+    while (IS_WS(FL(c, pos + n))) {
+        if (CP(c, pos + n) == '\r' || CP(c, pos + n) == '\n')
+            last_rn = n + 1;
+        n++;
+    }
+    if (last_rn)
+        return last_rn;
+    if (n > 1 && CP(c, pos + n) != OOR)
+        return n - 1;
+    return n;
+}
 
 /* Length of the match of stage st at pos, 0 if none. */
 static size_t match_at(const struct cur *c, size_t pos, const struct stage *st)
@@ -424,6 +483,12 @@ static size_t match_at(const struct cur *c, size_t pos, const struct stage *st)
         while (CLS(c, pos + k, st->cls))
             k++;
         return k;
+    case OP_NUM3:
+        while (k < 3 && IS_N(FL(c, pos + k)))
+            k++;
+        return k;
+    case OP_DSV3:
+        return match_dsv3(c, pos);
     case OP_DIGIT3:
         return CLS(c, pos, CL_DIGIT) && CLS(c, pos + 1, CL_DIGIT) && CLS(c, pos + 2, CL_DIGIT) ? 3
                                                                                                : 0;
@@ -482,6 +547,7 @@ static const struct stage st_ds_llm[] = {S(ONE, CR_LF),       S(WS_RUN, DS_LETTE
                                          S(WS_RUN, DS_PUNCT), S(TRAIL_WS, NUM),
                                          S(RUN, CJK),         S(RUN, NUM)};
 static const struct stage st_gemma4[] = {S(NEWLINES, NUM)};
+static const struct stage st_dsv3[] = {S(NUM3, NUM), S(RUN, KANA_HAN), S(DSV3, NUM)};
 #undef S
 
 /* The expressions of each pre-tokenizer, applied in order. */
@@ -494,6 +560,7 @@ static const struct {
     P(SMOLLM, st_smollm),   P(LLAMA3, st_llama3),           P(QWEN2, st_qwen2),
     P(QWEN35, st_qwen35),   P(DEEPSEEK_CODER, st_ds_coder), P(DEEPSEEK_LLM, st_ds_llm),
     P(GEMMA4, st_gemma4),   P(TEKKEN, st_tekken),           P(GPT4O, st_gpt4o),
+    P(DEEPSEEK3, st_dsv3),
 #undef P
 };
 

@@ -29,9 +29,10 @@ enum ebb__bpe_pre {
     EBB__PRE_FALCON,      /* "falcon" */
     EBB__PRE_DEEPSEEK_LLM,
     EBB__PRE_DEEPSEEK_CODER,
-    EBB__PRE_TEKKEN, /* "tekken" (Mistral Nemo, Small 3) */
-    EBB__PRE_GPT4O,  /* "gpt-4o", "llama4" */
-    EBB__PRE_GEMMA4, /* tokenizer.ggml.model "gemma4": spaces as U+2581, newline runs apart */
+    EBB__PRE_TEKKEN,    /* "tekken" (Mistral Nemo, Small 3) */
+    EBB__PRE_GPT4O,     /* "gpt-4o", "llama4" */
+    EBB__PRE_DEEPSEEK3, /* "deepseek-v3" */
+    EBB__PRE_GEMMA4,    /* tokenizer.ggml.model "gemma4": spaces as U+2581, newline runs apart */
 };
 
 /* Where encoded ids go: ids beyond cap are only counted. */

@@ -16,11 +16,12 @@ static bool str_eq(struct ebb_str s, const char *lit)
     return s.n == n && !memcmp(s.p, lit, n);
 }
 
-enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2 };
+enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2, PF_NO_BOS = 4 };
 
 /* tokenizer.ggml.pre values and the pre-tokenizer each selects, as llama.cpp maps them: names
  * that share a regular expression share an entry kind. PF_IGNORE_MERGES: a pre-token that is a
- * token itself is not merged; PF_ADD_BOS: BOS is added unless the GGUF says otherwise. The first
+ * token itself is not merged; PF_ADD_BOS: BOS is added unless the GGUF says otherwise; PF_NO_BOS:
+ * no BOS token unless the GGUF names one. The first
  * entry is what a missing tokenizer.ggml.pre means. */
 struct pre_name {
     const char *name;
@@ -39,6 +40,9 @@ static const struct pre_name pre_names[] = {
     {"midm-2.0", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
     {"lfm2", EBB__PRE_LLAMA3, PF_IGNORE_MERGES | PF_ADD_BOS},
     {"dbrx", EBB__PRE_LLAMA3, 0},
+    {"chatglm-bpe", EBB__PRE_LLAMA3, PF_NO_BOS},
+    {"glm4", EBB__PRE_LLAMA3, PF_NO_BOS | PF_IGNORE_MERGES},
+    {"glm5", EBB__PRE_LLAMA3, PF_NO_BOS | PF_IGNORE_MERGES},
     {"smaug-bpe", EBB__PRE_LLAMA3, 0},
     {"qwen2", EBB__PRE_QWEN2, 0},
     {"deepseek-r1-qwen", EBB__PRE_QWEN2, 0},
@@ -50,6 +54,7 @@ static const struct pre_name pre_names[] = {
     {"falcon", EBB__PRE_FALCON, 0},
     {"deepseek-llm", EBB__PRE_DEEPSEEK_LLM, 0},
     {"deepseek-coder", EBB__PRE_DEEPSEEK_CODER, 0},
+    {"deepseek-v3", EBB__PRE_DEEPSEEK3, 0},
     {"gemma4", EBB__PRE_GEMMA4, PF_ADD_BOS},
     {"tekken", EBB__PRE_TEKKEN, PF_IGNORE_MERGES | PF_ADD_BOS},
     {"gpt-4o", EBB__PRE_GPT4O, 0},
@@ -583,6 +588,8 @@ ebb_err ebb__tokenizer_new_pre(const struct ebb_gguf *g, const char *pre_overrid
         t->pre = pn->pre;
         t->ignore_merges = pn->flags & PF_IGNORE_MERGES;
         t->add_bos = pn->flags & PF_ADD_BOS;
+        if (pn->flags & PF_NO_BOS)
+            t->bos = -1;
         t->raw_bpe = pn->pre == EBB__PRE_GEMMA4;
         snprintf(t->kind_name, sizeof t->kind_name, "%.*s (%.*s)", (int)model.n, model.p,
                  has_pre ? (int)(pre.n > 40 ? 40 : pre.n) : 7, has_pre ? pre.p : "default");

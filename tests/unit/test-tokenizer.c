@@ -522,9 +522,10 @@ static void other_pretokenizers(void **state)
     assert_int_equal(total_bad, 0);
 }
 
-/* Tekken and GPT-4o / Llama 4 have no reference vocabulary with llama.cpp's ids here; their
- * pre-token boundaries over the corpus are checked against llama.cpp's regular expressions run the
- * way llama.cpp runs them (tests/data/tokenizer/split-expect.py), on SmolLM2's vocabulary. */
+/* Tekken, GPT-4o / Llama 4 and DeepSeek V3 have no reference vocabulary with llama.cpp's ids here;
+ * their pre-token boundaries over the corpus are checked against llama.cpp's regular expressions
+ * run the way llama.cpp runs them (tests/data/tokenizer/split-expect.py), on SmolLM2's vocabulary.
+ */
 static void emulated_splits(void **state)
 {
     struct model *m = *state;
@@ -538,9 +539,13 @@ static void emulated_splits(void **state)
         struct ebb_tokenizer *t = NULL;
         struct ebb_diag diag;
         assert_int_equal(ebb__tokenizer_new_pre(m->g, pre, &t, &diag), EBB_OK);
-        size_t bad = 0;
+        size_t bad = 0, skipped = 0;
         for (size_t k = 0; k < json_array_size(strs); k++) {
             json_t *js = json_array_get(strs, k), *w = json_array_get(e, k);
+            if (json_is_null(w)) { /* a code point the generator's Unicode lacks */
+                skipped++;
+                continue;
+            }
             uint32_t *lens = NULL;
             size_t n = 0;
             assert_int_equal(
@@ -557,15 +562,16 @@ static void emulated_splits(void **state)
             free(lens);
         }
         fprintf(stderr,
-                "[ info ] pre '%s': %zu/%zu corpus strings split as llama.cpp's "
-                "expression does\n",
-                pre, json_array_size(strs) - bad, json_array_size(strs));
+                "[ info ] pre '%s': %zu/%zu corpus strings split as llama.cpp's expression does "
+                "(%zu with code points the generator's Unicode lacks not checked)\n",
+                pre, json_array_size(strs) - skipped - bad, json_array_size(strs) - skipped,
+                skipped);
         total_bad += bad;
         n_pre++;
         ebb_tokenizer_free(t);
     }
     json_decref(all);
-    assert_int_equal(n_pre, 2);
+    assert_int_equal(n_pre, 3);
     assert_int_equal(total_bad, 0);
 }
 

@@ -368,7 +368,7 @@ static int check_unknown_pre(const char *dir)
     snprintf(path, sizeof path, "%s/ggml-vocab-gpt-2.gguf", dir);
     if (ebb_gguf_open(path, &g, &diag))
         return printf("cannot open %s: %s\n", path, diag.msg), 1;
-    const char *pres[] = {"deepseek-v3", "chatglm-bpe", "kimi-k2", "no-such-pre"};
+    const char *pres[] = {"kimi-k2", "seed-coder", "bloom", "no-such-pre"};
     for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "tokenizer.ggml.pre = '%s'", pres[i]);
