@@ -571,7 +571,7 @@ static void emulated_splits(void **state)
         ebb_tokenizer_free(t);
     }
     json_decref(all);
-    assert_int_equal(n_pre, 5);
+    assert_int_equal(n_pre, 7);
     assert_int_equal(total_bad, 0);
 }
 

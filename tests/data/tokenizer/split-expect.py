@@ -98,6 +98,17 @@ EXPRESSIONS = {
         ("c", rb"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n" + L + P + S + rb"]?[" +
          L + M + rb"]+| ?[" + P + S + rb"]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
     ],
+    # LLAMA_VOCAB_PRE_TYPE_QWEN35 (llama.cpp has a hand-written splitter for this expression)
+    "qwen35": [("c", rb"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n" + L +
+                N + rb"]?[" + L + M + rb"]+|[" + N + rb"]| ?[^\s" + L + M + N +
+                rb"]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")],
+    # LLAMA_VOCAB_PRE_TYPE_FALCON (the second expression is GPT-2's, hand-written in llama.cpp)
+    "falcon": [
+        ("c", rb"[" + P + rb"\$\+<=>\^~\|`]+"),
+        ("c", rb"'s|'t|'re|'ve|'m|'ll|'d| ?[" + L + rb"]+| ?[" + N + rb"]+| ?[^\s" + L + N +
+         rb"]+|\s+(?!\S)"),
+        ("c", rb"[0-9][0-9][0-9]"),
+    ],
     # LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_CODER
     "deepseek-coder": [
         ("w", "[\r\n]"),
