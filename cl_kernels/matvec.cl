@@ -485,17 +485,47 @@ matmul_gemm(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __gl
 
 #if MM_MMA
 /* Prefill on tensor cores (NVIDIA, after the start-up probe): a tile of MA_R rows x MA_T tokens
- * (128 x 128: one prefill chunk of the engine reads each weight once), the weights decoded
- * through READ_W4 and the tokens' inputs both staged in local memory as halves (rows of MA_KP:
- * 32 inputs and 8 halves of padding, which spreads a warp's fragment loads over the banks), and
- * each of the 8 warps multiplying 32 rows by 64 tokens with mma.sync m16n8k16 (f16 inputs, f32
- * accumulation; mma.cl has the fragment layouts). Without MV_PTX the same tiles are added up
- * from the staged halves one by one: the kernel tests run that on CPUs. Same arguments and
- * result (within f16 rounding of the inputs) as matmul_gemm. Global size
+ * (64 or 128 each), MA_K inputs per step: each step the weights, decoded through READ_W4, and
+ * the tokens' inputs are staged in local memory as halves (rows of MA_KP: MA_K halves and 8 of
+ * padding, which spreads a warp's fragment loads over the banks), then each of the 8 warps
+ * (4 x 2) multiplies MA_R / 4 rows by MA_T / 2 tokens with mma.sync m16n8k16 (f16 inputs, f32
+ * accumulation; mma.cl has the fragment layouts). With MA_PF the next step's global loads are
+ * issued into registers before this step's products, so their latency hides behind them. The
+ * tuning picks the shape (ebb_cl_tuning_for). Without MV_PTX the same tiles are added up from the
+ * staged halves one by one: the kernel tests run that on CPUs. Same arguments and result
+ * (within f16 rounding of the inputs) as matmul_gemm. Global size
  * (256 * ceil(n_out / MA_R), ceil(n_tok / MA_T)), local (256, 1). */
-#define MA_KP 40
-#define MA_R 128
-#define MA_T 128
+#ifndef MA_R
+#define MA_R 64
+#endif
+#ifndef MA_T
+#define MA_T 64
+#endif
+#ifndef MA_K
+#define MA_K 32
+#endif
+#ifndef MA_PF
+#define MA_PF 0
+#endif
+#define MA_KP (MA_K + 8)                  /* halves per staged row */
+#define MA_MI (MA_R / 64)                 /* 16-row fragments per warp */
+#define MA_NJ (MA_T / 16)                 /* 8-token fragments per warp */
+#define MA_WN (MA_R * (MA_K / 4) / 256)   /* weight float4s each work-item stages per step */
+#define MA_XN (MA_T * (MA_K / 4) / 256)   /* input float4s each work-item stages per step */
+/* Loads the step at k0 into the work-item's registers (zeros past n_in). */
+#define MA_LOAD(k0)                                                                              \
+    do {                                                                                         \
+        for (int u = 0; u < MA_WN; u++) {                                                        \
+            int e = lid + u * 256, r = e / (MA_K / 4), i = (e % (MA_K / 4)) * 4;                 \
+            wr[u] = (k0) + i < n_in ? READ_W4(min(row0 + r, n_out - 1), (k0) + i)               \
+                                    : (float4)(0.0f);                                            \
+        }                                                                                        \
+        for (int u = 0; u < MA_XN; u++) {                                                        \
+            int e = lid + u * 256, t = e / (MA_K / 4), i = (e % (MA_K / 4)) * 4;                 \
+            xr[u] = (k0) + i < n_in ? READ_X4(x, min(t0 + t, n_tok - 1), (k0) + i)              \
+                                    : (float4)(0.0f);                                            \
+        }                                                                                        \
+    } while (0)
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
 matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
            int y_ld, int y_off, __global const float *res, int n_tok)
@@ -506,59 +536,66 @@ matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     int lid = get_local_id(0);
     int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
     int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int rw = (warp & 3) * 32, tw = (warp >> 2) * 64; /* the warp's 32 rows and 64 tokens */
-    float acc[2][8][4];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 8; j++)
+    int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2); /* the warp's rows, tokens */
+    float acc[MA_MI][MA_NJ][4];
+    float4 wr[MA_WN], xr[MA_XN];
+    for (int i = 0; i < MA_MI; i++)
+        for (int j = 0; j < MA_NJ; j++)
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
-    for (int k0 = 0; k0 < n_in; k0 += GM_K) {
-        for (int e = lid; e < MA_R * (GM_K / 4); e += 256) {
-            int r = e / (GM_K / 4), i = (e % (GM_K / 4)) * 4;
-            bool in = k0 + i < n_in;
-            float4 w = in ? READ_W4(min(row0 + r, n_out - 1), k0 + i) : (float4)(0.0f);
-            vstore_half4_rte(w, 0, wh + r * MA_KP + i);
+#if MA_PF
+    MA_LOAD(0);
+#endif
+    for (int k0 = 0; k0 < n_in; k0 += MA_K) {
+#if !MA_PF
+        MA_LOAD(k0);
+#endif
+        for (int u = 0; u < MA_WN; u++) {
+            int e = lid + u * 256;
+            vstore_half4_rte(wr[u], 0, wh + (e / (MA_K / 4)) * MA_KP + (e % (MA_K / 4)) * 4);
         }
-        for (int e = lid; e < MA_T * (GM_K / 4); e += 256) {
-            int t = e / (GM_K / 4), i = (e % (GM_K / 4)) * 4;
-            bool in = k0 + i < n_in;
-            float4 v = in ? READ_X4(x, min(t0 + t, n_tok - 1), k0 + i) : (float4)(0.0f);
-            vstore_half4_rte(v, 0, xh + t * MA_KP + i);
+        for (int u = 0; u < MA_XN; u++) {
+            int e = lid + u * 256;
+            vstore_half4_rte(xr[u], 0, xh + (e / (MA_K / 4)) * MA_KP + (e % (MA_K / 4)) * 4);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#if MA_PF
+        if (k0 + MA_K < n_in)
+            MA_LOAD(k0 + MA_K); /* the next step's loads fly while the tensor cores work */
+#endif
 #if MV_PTX
-        for (int kk = 0; kk < GM_K; kk += 16) {
+        for (int kk = 0; kk < MA_K; kk += 16) {
             int ka = kk / 2 + q; /* the register of halves kk + 2q, kk + 2q + 1 */
-            uint a[2][4];
-            for (int i = 0; i < 2; i++) {
+            uint a[MA_MI][4];
+            for (int i = 0; i < MA_MI; i++) {
                 int r = rw + i * 16 + g;
                 a[i][0] = ws[r * (MA_KP / 2) + ka];
                 a[i][1] = ws[(r + 8) * (MA_KP / 2) + ka];
                 a[i][2] = ws[r * (MA_KP / 2) + ka + 4];
                 a[i][3] = ws[(r + 8) * (MA_KP / 2) + ka + 4];
             }
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < MA_NJ; j++) {
                 int n = tw + j * 8 + g;
                 uint b0 = xs[n * (MA_KP / 2) + ka], b1 = xs[n * (MA_KP / 2) + ka + 4];
-                mma_f16(acc[0][j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
-                mma_f16(acc[1][j], a[1][0], a[1][1], a[1][2], a[1][3], b0, b1);
+                for (int i = 0; i < MA_MI; i++)
+                    mma_f16(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b0, b1);
             }
         }
 #else
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 8; j++)
+        for (int i = 0; i < MA_MI; i++)
+            for (int j = 0; j < MA_NJ; j++)
                 for (int e = 0; e < 4; e++) {
                     int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
                     float s = 0.0f;
-                    for (int k = 0; k < GM_K; k++)
+                    for (int k = 0; k < MA_K; k++)
                         s += vload_half(r * MA_KP + k, wh) * vload_half(t * MA_KP + k, xh);
                     acc[i][j][e] += s;
                 }
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 8; j++)
+    for (int i = 0; i < MA_MI; i++)
+        for (int j = 0; j < MA_NJ; j++)
             for (int e = 0; e < 4; e++) {
                 int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
                 int t = t0 + tw + j * 8 + 2 * q + (e & 1);

@@ -92,6 +92,9 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .att_tq = 8,
         .att_tk = 32,
         .att_chunk = 256,
+        .mma_r = 64,
+        .mma_t = 64,
+        .mma_k = 32,
     };
     /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
      * (vector registers, 5x on PoCL), a loss on GPUs (H100, Llama-3-8B-shaped Q4_0 decode:
@@ -142,8 +145,12 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
-            /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe. */
+            /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe, in
+             * 64 x 64 tiles of 32 inputs a step, the next step's loads issued before this
+             * step's products (H100, 8B pp512: 2046 tok/s; without the early loads 1974, 64
+             * inputs a step 1998, 128 1539, 128 x 64 tiles 1315, 64 x 128 1800). */
             t.mm_mma = 1;
+            t.mma_pf = 1;
             t.mv_wg = 32;
             t.mv_rows = 4;
         }
@@ -172,6 +179,20 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
+    /* EBB_CL_MMA_TILE=R,T[,K[,PF]]: matmul_mma's tile (rows and tokens 64 or 128, K 32, 64 or
+     * 128 inputs per step, PF 1 to load the next step during this one; H100, 8B pp512: 64 x 64
+     * x 32 1934 tok/s, 128 x 128 x 32 1362). */
+    const char *mt = getenv("EBB_CL_MMA_TILE");
+    unsigned v[4] = {t.mma_r, t.mma_t, t.mma_k, t.mma_pf};
+    if (mt && sscanf(mt, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 2 &&
+        (v[0] == 64 || v[0] == 128) && (v[1] == 64 || v[1] == 128) &&
+        (v[2] == 32 || v[2] == 64 || v[2] == 128) && v[3] <= 1 &&
+        (v[0] + v[1]) * (v[2] + 8) * 2 <= 48 * 1024) { /* the tiles fit 48 KiB of local memory */
+        t.mma_r = v[0];
+        t.mma_t = v[1];
+        t.mma_k = v[2];
+        t.mma_pf = v[3];
+    }
     const char *mma = getenv("EBB_CL_MMA");
     if (mma && (*mma == '0' || *mma == '1'))
         t.mm_mma = (uint32_t)(*mma - '0');
@@ -391,11 +412,13 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
                      "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
                      "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
-                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n",
+                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
+                     "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
                      tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
                      tu->mv_xlocal, ti->blk, tu->mv_ptx,
-                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma);
+                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
+                     tu->mma_t, tu->mma_k, tu->mma_pf);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -865,7 +888,8 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         l[0] = 256;
         break;
     case EBB_CL_WK_MMA:
-        g[0] = 256 * (size_t)((n_out + 127) / 128), g[1] = (nt + 127) / 128;
+        g[0] = 256 * (size_t)((n_out + tu->mma_r - 1) / tu->mma_r);
+        g[1] = (nt + tu->mma_t - 1) / tu->mma_t;
         l[0] = 256;
         break;
     case EBB_CL_WK_MATMUL:

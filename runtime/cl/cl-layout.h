@@ -34,30 +34,33 @@ struct ebb_cl_layout {
 
 /* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
 struct ebb_cl_tuning {
-    uint32_t mv_wg;       /* work-items per output row in matvec */
-    uint32_t mv_rows;     /* output rows per matvec work-group */
-    uint32_t mm_t;        /* tokens per work-item in matmul */
-    uint32_t mm_k;        /* input chunk staged in local memory by matmul */
-    uint32_t mm_wg;       /* matmul work-group size */
-    uint32_t mm_local;    /* 1: matmul stages the token tile in local memory */
-    uint32_t mm_coop;     /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
-                             tokens each) instead of the tiled matmul: GPUs */
-    uint32_t mv_q16;      /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
-                             GPUs, where block_dec is off) */
-    uint32_t mv_xlocal;   /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
-                             local memory */
-    uint32_t mv_flat;     /* 1: matvec reduces a row's partials in two rounds, not a tree */
-    uint32_t mm_gemm_min; /* prefills of at least this many tokens run matmul_gemm (64 x 64
-                             tiles in local memory); 0 = never */
-    uint32_t mv_q8;       /* 1: decode quantizes a product's input to int8 blocks once
-                             (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
-                             mv_q16 and a device work-group of EBB_CL_Q8_WG */
-    uint32_t mv_ptx;      /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
-    uint32_t mm_mma;      /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
-                             mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
-                             stand-in otherwise (tests) */
-    uint32_t norm_wg;     /* work-group size of row reductions and attention */
-    uint32_t block_dec;   /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
+    uint32_t mv_wg;        /* work-items per output row in matvec */
+    uint32_t mv_rows;      /* output rows per matvec work-group */
+    uint32_t mm_t;         /* tokens per work-item in matmul */
+    uint32_t mm_k;         /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;        /* matmul work-group size */
+    uint32_t mm_local;     /* 1: matmul stages the token tile in local memory */
+    uint32_t mm_coop;      /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
+                              tokens each) instead of the tiled matmul: GPUs */
+    uint32_t mv_q16;       /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
+                              GPUs, where block_dec is off) */
+    uint32_t mv_xlocal;    /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
+                              local memory */
+    uint32_t mv_flat;      /* 1: matvec reduces a row's partials in two rounds, not a tree */
+    uint32_t mm_gemm_min;  /* prefills of at least this many tokens run matmul_gemm (64 x 64
+                              tiles in local memory); 0 = never */
+    uint32_t mv_q8;        /* 1: decode quantizes a product's input to int8 blocks once
+                              (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
+                              mv_q16 and a device work-group of EBB_CL_Q8_WG */
+    uint32_t mv_ptx;       /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t mm_mma;       /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
+                              mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
+                              stand-in otherwise (tests) */
+    uint32_t mma_r, mma_t; /* matmul_mma's tile: rows, tokens (64 or 128 each) */
+    uint32_t mma_k;        /* matmul_mma's inputs per step (32, 64 or 128) */
+    uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
+    uint32_t norm_wg;      /* work-group size of row reductions and attention */
+    uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
 
@@ -167,7 +170,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MATMUL,     /* tiled matmul: (n_out, nt / MM_T), (MM_WG, 1) */
     EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
     EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
-    EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / 128, nt / 128), (256, 1) */
+    EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / mma_r, nt / mma_t), (256, 1) */
 };
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
