@@ -46,10 +46,12 @@ struct ebb__gnode {
 };
 
 /* Where a multi-byte UTF-8 character stands: acc holds its bits so far, need the continuation
- * bytes still missing (0: at a character boundary). */
+ * bytes still missing (0: at a character boundary), min the smallest code point its length may
+ * encode (shorter forms are overlong, invalid UTF-8). */
 struct ebb__utf {
     uint32_t acc;
     uint32_t need;
+    uint32_t min;
 };
 
 #define EBB__GNODE_CAP (1u << 17)

@@ -144,13 +144,13 @@ uint32_t ebb__grammar_step(struct ebb_grammar_state *st, const int32_t *in, uint
     uint32_t n = 0;
     if (u->need == 0) {
         if (b < 0x80) {
-            u->acc = b;
+            *u = (struct ebb__utf){b, 0, 0};
         } else if (b >= 0xC2 && b <= 0xDF) {
-            *u = (struct ebb__utf){b & 0x1Fu, 1};
+            *u = (struct ebb__utf){b & 0x1Fu, 1, 0x80};
         } else if (b >= 0xE0 && b <= 0xEF) {
-            *u = (struct ebb__utf){b & 0x0Fu, 2};
+            *u = (struct ebb__utf){b & 0x0Fu, 2, 0x800};
         } else if (b >= 0xF0 && b <= 0xF4) {
-            *u = (struct ebb__utf){b & 0x07u, 3};
+            *u = (struct ebb__utf){b & 0x07u, 3, 0x10000};
         } else {
             return 0;
         }
@@ -160,10 +160,17 @@ uint32_t ebb__grammar_step(struct ebb_grammar_state *st, const int32_t *in, uint
         u->acc = (u->acc << 6) | (b & 0x3Fu);
         u->need--;
     }
+    if (u->need == 0 &&
+        (u->acc < u->min || u->acc > 0x10FFFF || (u->acc >= 0xD800 && u->acc <= 0xDFFF)))
+        return 0;
     const struct ebb_grammar *g = st->g;
     struct ebb__gnode *a = st->arena[st->cur];
     if (u->need) { /* mid-character: keep the stacks some completion could still satisfy */
         uint32_t lo = u->acc << (6 * u->need), hi = lo | ((1u << (6 * u->need)) - 1);
+        if (hi < u->min || lo > 0x10FFFF || (lo >= 0xD800 && hi <= 0xDFFF))
+            return 0; /* overlong, beyond Unicode, or a surrogate */
+        if (lo < u->min)
+            lo = u->min;
         for (uint32_t i = 0; i < n_in; i++) {
             if (in[i] >= 0 && char_match_span(g, &g->elems[a[in[i]].pos], lo, hi))
                 out[n++] = in[i];
@@ -225,7 +232,7 @@ ebb_err ebb_grammar_state_reset(struct ebb_grammar_state *st, const struct ebb_g
     st->cur = 0;
     st->nn = 0;
     st->overflow = false;
-    st->utf = (struct ebb__utf){0, 0};
+    st->utf = (struct ebb__utf){0, 0, 0};
     uint32_t n = 0;
     int32_t *set = st->scratch;
     uint32_t a0 = g->rule_alt0[g->root];

@@ -119,6 +119,12 @@ static void test_classes(void **state)
     check("root ::= .", (const char *[]){"a", "é", "😀", "\n", NULL},
           (const char *[]){"", "ab", "\xff", NULL});
     check("root ::= [α-ω]+", (const char *[]){"αβω", NULL}, (const char *[]){"a", "Ω", NULL});
+    /* Only valid UTF-8: overlong forms (a model once spelt 'r' as E0 81 B2 to slip past a
+     * literal), surrogates and code points past U+10FFFF are refused. */
+    check("root ::= \"r\"", (const char *[]){"r", NULL},
+          (const char *[]){"\xe0\x81\xb2", "\xc1\xb2", "\xf0\x80\x81\xb2", NULL});
+    check("root ::= .", (const char *[]){"\xed\x9f\xbf", "\xf4\x8f\xbf\xbf", NULL},
+          (const char *[]){"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80", NULL});
 }
 
 static void test_json_like(void **state)
