@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RULES 65536
+#define MAX_RULES 16384
 #define MAX_ELEMS (1u << 22)
 #define MAX_REPEAT 1024
 #define MAX_NEST 256

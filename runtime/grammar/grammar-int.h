@@ -55,6 +55,11 @@ struct ebb__utf {
 };
 
 #define EBB__GNODE_CAP (1u << 17)
+/* Expansion work allowed for one byte (or the start), and nested references expanded at once:
+ * an ambiguous grammar (`x x x ... x` with `x ::= "" | ""`) could otherwise take exponential
+ * time finding the same few stacks, or a deep chain of rules exhaust the thread's stack. */
+#define EBB__GMAX_WORK 200000u
+#define EBB__GMAX_EXPAND 1024u
 #define EBB__GMAX_TOKEN 256 /* longest token piece the trie holds (bytes) */
 
 struct ebb_grammar_state {
@@ -70,6 +75,7 @@ struct ebb_grammar_state {
     uint32_t *remap;  /* (EBB__GNODE_CAP) compaction: new id of an old node, valid if stamp */
     uint32_t *stamp;  /* (EBB__GNODE_CAP) */
     uint32_t gen;
+    uint32_t work; /* expansion steps for the current byte */
     bool overflow; /* a limit was hit during the current walk */
 };
 

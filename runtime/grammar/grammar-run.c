@@ -78,11 +78,19 @@ static void push(struct ebb_grammar_state *st, int32_t *out, uint32_t *n, int64_
  * a character element on top, or is complete. Terminates because left recursion was rejected
  * at compile time. */
 static void expand(struct ebb_grammar_state *st, uint32_t pos, int32_t parent, int32_t *out,
-                   uint32_t *n)
+                   uint32_t *n, uint32_t nest)
 {
     const struct ebb_grammar *g = st->g;
     struct ebb__gnode *a = st->arena[st->cur];
+    if (nest > EBB__GMAX_EXPAND) {
+        st->overflow = true;
+        return;
+    }
     for (;;) {
+        if (++st->work > EBB__GMAX_WORK) {
+            st->overflow = true;
+            return;
+        }
         const struct ebb__gelem *e = &g->elems[pos];
         if (is_end(e)) {
             if (parent < 0) {
@@ -111,7 +119,7 @@ static void expand(struct ebb_grammar_state *st, uint32_t pos, int32_t parent, i
         }
         uint32_t a0 = g->rule_alt0[e->a], na = g->rule_nalt[e->a];
         for (uint32_t i = 0; i < na && !st->overflow; i++)
-            expand(st, g->alts[a0 + i], ret, out, n);
+            expand(st, g->alts[a0 + i], ret, out, n, nest + 1);
         return;
     }
 }
@@ -177,12 +185,13 @@ uint32_t ebb__grammar_step(struct ebb_grammar_state *st, const int32_t *in, uint
         }
         return n;
     }
+    st->work = 0;
     for (uint32_t i = 0; i < n_in && !st->overflow; i++) {
         if (in[i] < 0)
             continue;
         const struct ebb__gnode *top = &a[in[i]];
         if (char_match(g, &g->elems[top->pos], u->acc))
-            expand(st, top->pos + 1, top->parent, out, &n);
+            expand(st, top->pos + 1, top->parent, out, &n, 0);
     }
     return n;
 }
@@ -232,16 +241,19 @@ ebb_err ebb_grammar_state_reset(struct ebb_grammar_state *st, const struct ebb_g
     st->cur = 0;
     st->nn = 0;
     st->overflow = false;
+    st->work = 0;
     st->utf = (struct ebb__utf){0, 0, 0};
     uint32_t n = 0;
     int32_t *set = st->scratch;
     uint32_t a0 = g->rule_alt0[g->root];
-    for (uint32_t i = 0; i < g->rule_nalt[g->root]; i++)
-        expand(st, g->alts[a0 + i], -1, set, &n);
+    for (uint32_t i = 0; i < g->rule_nalt[g->root] && !st->overflow; i++)
+        expand(st, g->alts[a0 + i], -1, set, &n, 0);
     if (st->overflow)
-        return ebb_diag_set(diag, EBB_ERANGE,
-                            "the grammar needs more than %d parse stacks or %d nested rules",
-                            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
+        return ebb_diag_set(
+            diag, EBB_ERANGE,
+            "the grammar exceeds the limits (%d parse stacks, %d nested rules, bounded "
+            "work per character)",
+            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
     commit(st, set, n);
     return EBB_OK;
 }
@@ -285,9 +297,11 @@ ebb_err ebb_grammar_state_advance(struct ebb_grammar_state *st, const uint8_t *b
     uint32_t k = run(st, bytes, n, &set, &u);
     if (st->overflow) {
         st->nn = st->n_committed;
-        return ebb_diag_set(diag, EBB_ERANGE,
-                            "the grammar needs more than %d parse stacks or %d nested rules",
-                            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
+        return ebb_diag_set(
+            diag, EBB_ERANGE,
+            "the grammar exceeds the limits (%d parse stacks, %d nested rules, bounded "
+            "work per character)",
+            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
     }
     if (k == 0) {
         st->nn = st->n_committed;

@@ -191,9 +191,11 @@ ebb_err ebb_grammar_mask(struct ebb_grammar_state *st, const struct ebb_token_tr
     walk(st, t, 0, st->stacks, st->n_stacks, st->utf, 0, allowed);
     st->nn = st->n_committed;
     if (st->overflow)
-        return ebb_diag_set(diag, EBB_ERANGE,
-                            "the grammar needs more than %d parse stacks or %d nested rules",
-                            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
+        return ebb_diag_set(
+            diag, EBB_ERANGE,
+            "the grammar exceeds the limits (%d parse stacks, %d nested rules, bounded "
+            "work per character)",
+            EBB_GRAMMAR_MAX_STACKS, EBB_GRAMMAR_MAX_DEPTH);
     if (ebb_grammar_state_can_end(st)) {
         for (uint32_t i = 0; i < t->n_eog; i++)
             allowed[t->eog[i] >> 3] |= (uint8_t)(1u << (t->eog[i] & 7));

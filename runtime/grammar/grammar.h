@@ -5,8 +5,9 @@
  * walking the trie with all stacks at once and pruning a subtree as soon as no stack survives.
  *
  * Memory and work are bounded: a state preallocates its stack nodes, and more than
- * EBB_GRAMMAR_MAX_STACKS parse stacks or stacks deeper than EBB_GRAMMAR_MAX_DEPTH are an error,
- * never unbounded growth; left recursion, which would make expansion loop, is rejected when the
+ * EBB_GRAMMAR_MAX_STACKS parse stacks, stacks deeper than EBB_GRAMMAR_MAX_DEPTH or too much
+ * expansion work for one character (an ambiguous grammar) are an error (EBB_ERANGE), never
+ * unbounded growth or time; left recursion, which would make expansion loop, is rejected when the
  * grammar is compiled. Compiled grammars and tries are immutable and may be shared between
  * threads; a state belongs to one sequence. */
 #ifndef EBB_RUNTIME_GRAMMAR_H

@@ -195,6 +195,31 @@ static void test_limits(void **state)
     assert_true(rc == EBB_OK || rc == EBB_ERANGE);
     ebb_grammar_state_free(st);
     ebb_grammar_free(g);
+    /* exponentially many ways to derive the same stack: bounded work, an error, no hang */
+    char src[600] = "root ::=";
+    for (int k = 0; k < 60; k++)
+        strcat(src, " x");
+    strcat(src, " \"z\"\nx ::= \"\" | \"\"");
+    g = compile(src);
+    assert_int_equal(ebb_grammar_state_new(&st), EBB_OK);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_grammar_state_reset(st, g, &d), EBB_ERANGE);
+    assert_non_null(strstr(d.msg, "limits"));
+    ebb_grammar_state_free(st);
+    ebb_grammar_free(g);
+    /* a long chain of rules that consume nothing is bounded too */
+    size_t cap = 2000 * 24;
+    char *chain = malloc(cap);
+    size_t o = (size_t)snprintf(chain, cap, "root ::= r0\n");
+    for (int k = 0; k < 1999; k++)
+        o += (size_t)snprintf(chain + o, cap - o, "r%d ::= r%d\n", k, k + 1);
+    snprintf(chain + o, cap - o, "r1999 ::= \"z\"\n");
+    g = compile(chain);
+    free(chain);
+    assert_int_equal(ebb_grammar_state_new(&st), EBB_OK);
+    assert_int_equal(ebb_grammar_state_reset(st, g, NULL), EBB_ERANGE);
+    ebb_grammar_state_free(st);
+    ebb_grammar_free(g);
     /* deep nesting of a non-tail rule is bounded */
     g = compile("root ::= \"(\" root \")\" | \"x\"");
     assert_int_equal(ebb_grammar_state_new(&st), EBB_OK);
