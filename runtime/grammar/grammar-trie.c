@@ -7,16 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Nodes are stored in depth-first pre-order: a node's first child, if any, is the next node,
+ * and its subtree ends at `end`, where its next sibling (if any) begins. A full walk therefore
+ * reads the array front to back. */
 struct tnode {
-    uint32_t first_child; /* 0: none (node 0 is the root, never a child) */
-    uint32_t next_sibling;
+    uint32_t end;     /* one past the last node of this subtree */
     int32_t tok_head; /* first token ending here, -1 if none; more through tok_next */
     uint8_t byte;
 };
 
 struct ebb_token_trie {
     struct tnode *nodes; /* (n_nodes) */
-    uint32_t n_nodes, cap_nodes;
+    uint32_t n_nodes;
     int32_t *tok_next;   /* (n_vocab) next token with the same bytes, -1 at the end */
     uint32_t *piece_off; /* (n_vocab + 1) token i's bytes are bytes[piece_off[i] .. [i + 1]) */
     uint8_t *bytes;
@@ -25,45 +27,69 @@ struct ebb_token_trie {
     uint32_t n_vocab;
 };
 
-static uint32_t child(struct ebb_token_trie *t, uint32_t parent, uint8_t b)
+struct key {
+    const uint8_t *p;
+    uint32_t len;
+    int32_t id;
+};
+
+static int by_bytes(const void *pa, const void *pb)
 {
-    uint32_t *link = &t->nodes[parent].first_child;
-    while (*link && t->nodes[*link].byte < b)
-        link = &t->nodes[*link].next_sibling;
-    if (*link && t->nodes[*link].byte == b)
-        return *link;
-    if (t->n_nodes == t->cap_nodes) {
-        uint32_t nc = t->cap_nodes * 2;
-        struct tnode *nn = realloc(t->nodes, sizeof(*nn) * nc);
-        if (!nn)
-            return 0;
-        t->nodes = nn;
-        t->cap_nodes = nc;
-        link = &t->nodes[parent].first_child; /* the array moved: find the link again */
-        while (*link && t->nodes[*link].byte < b)
-            link = &t->nodes[*link].next_sibling;
+    const struct key *a = pa, *b = pb;
+    int c = memcmp(a->p, b->p, a->len < b->len ? a->len : b->len);
+    if (c)
+        return c;
+    return a->len != b->len ? (a->len < b->len ? -1 : 1) : (a->id < b->id ? -1 : a->id > b->id);
+}
+
+/* Lays the sorted pieces out in pre-order: each token shares its longest common prefix with the
+ * one before it, so only the rest becomes new nodes, appended in order. */
+static void build_nodes(struct ebb_token_trie *t, const struct key *order, uint32_t n)
+{
+    uint32_t path[EBB__GMAX_TOKEN + 1]; /* node at each depth of the current token */
+    uint32_t depth = 0;
+    t->nodes[0] = (struct tnode){.end = 0, .tok_head = -1, .byte = 0};
+    t->n_nodes = 1;
+    path[0] = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        int32_t id = order[k].id;
+        const uint8_t *p = order[k].p;
+        uint32_t len = order[k].len, lcp = 0;
+        if (k) {
+            const uint8_t *q = order[k - 1].p;
+            uint32_t lq = order[k - 1].len;
+            while (lcp < len && lcp < lq && p[lcp] == q[lcp])
+                lcp++;
+        }
+        for (; depth > lcp; depth--) /* close the subtrees the new token leaves */
+            t->nodes[path[depth]].end = t->n_nodes;
+        for (; depth < len; depth++) {
+            t->nodes[t->n_nodes] = (struct tnode){.end = 0, .tok_head = -1, .byte = p[depth]};
+            path[depth + 1] = t->n_nodes++;
+        }
+        uint32_t node = path[len];
+        t->tok_next[id] = t->nodes[node].tok_head;
+        t->nodes[node].tok_head = id;
     }
-    uint32_t id = t->n_nodes++;
-    t->nodes[id] =
-        (struct tnode){.first_child = 0, .next_sibling = *link, .tok_head = -1, .byte = b};
-    *link = id;
-    return id;
+    for (; depth > 0; depth--)
+        t->nodes[path[depth]].end = t->n_nodes;
+    t->nodes[0].end = t->n_nodes;
 }
 
 ebb_err ebb_token_trie_new(const struct ebb_tokenizer *tok, struct ebb_token_trie **out,
                            struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
-    uint32_t nv = ebb_tokenizer_n_vocab(tok);
+    uint32_t nv = ebb_tokenizer_n_vocab(tok), n_in = 0;
+    struct key *order = NULL;
     struct ebb_token_trie *t = calloc(1, sizeof(*t));
     if (!t)
         return EBB_ENOMEM;
     t->n_vocab = nv;
-    t->cap_nodes = 1024;
-    t->nodes = malloc(sizeof(*t->nodes) * t->cap_nodes);
     t->tok_next = malloc(sizeof(int32_t) * (nv ? nv : 1));
     t->piece_off = malloc(sizeof(uint32_t) * (nv + 1));
     t->eog = malloc(sizeof(int32_t) * (nv ? nv : 1));
+    order = malloc(sizeof(*order) * (nv ? nv : 1));
     size_t total = 0;
     for (uint32_t i = 0; i < nv; i++) {
         struct ebb_str p = {0};
@@ -71,12 +97,12 @@ ebb_err ebb_token_trie_new(const struct ebb_tokenizer *tok, struct ebb_token_tri
             total += p.n;
     }
     t->bytes = malloc(total ? total : 1);
-    if (!t->nodes || !t->tok_next || !t->piece_off || !t->eog || !t->bytes) {
+    t->nodes = malloc(sizeof(*t->nodes) * (total + 1));
+    if (!t->nodes || !t->tok_next || !t->piece_off || !t->eog || !t->bytes || !order ||
+        total >= UINT32_MAX) {
         rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory for the token trie");
         goto out;
     }
-    t->nodes[0] = (struct tnode){.first_child = 0, .next_sibling = 0, .tok_head = -1};
-    t->n_nodes = 1;
     uint32_t off = 0;
     for (uint32_t i = 0; i < nv; i++) {
         t->piece_off[i] = off;
@@ -89,20 +115,14 @@ ebb_err ebb_token_trie_new(const struct ebb_tokenizer *tok, struct ebb_token_tri
             continue;
         memcpy(t->bytes + off, p.p, (size_t)p.n);
         off += (uint32_t)p.n;
-        uint32_t node = 0;
-        for (size_t k = 0; k < (size_t)p.n; k++) {
-            node = child(t, node, (uint8_t)p.p[k]);
-            if (!node) {
-                rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory for the token trie");
-                goto out;
-            }
-        }
-        t->tok_next[i] = t->nodes[node].tok_head;
-        t->nodes[node].tok_head = (int32_t)i;
+        order[n_in++] = (struct key){t->bytes + t->piece_off[i], (uint32_t)p.n, (int32_t)i};
     }
     t->piece_off[nv] = off;
+    qsort(order, n_in, sizeof(*order), by_bytes);
+    build_nodes(t, order, n_in);
     *out = t;
 out:
+    free(order);
     if (rc)
         ebb_token_trie_free(t);
     return rc;
@@ -167,15 +187,14 @@ static void walk(struct ebb_grammar_state *st, const struct ebb_token_trie *t, u
                  const int32_t *in, uint32_t n, struct ebb__utf u, uint32_t level, uint8_t *allowed)
 {
     int32_t *out = st->scratch + (size_t)(level + 2) * EBB_GRAMMAR_MAX_STACKS;
-    for (uint32_t c = t->nodes[node].first_child; c && !st->overflow;
-         c = t->nodes[c].next_sibling) {
+    for (uint32_t c = node + 1; c < t->nodes[node].end && !st->overflow; c = t->nodes[c].end) {
         uint32_t mark = st->nn;
         struct ebb__utf cu = u;
         uint32_t k = ebb__grammar_step(st, in, n, &cu, t->nodes[c].byte, out);
         if (k) {
             for (int32_t id = t->nodes[c].tok_head; id >= 0; id = t->tok_next[id])
                 allowed[id >> 3] |= (uint8_t)(1u << (id & 7));
-            if (t->nodes[c].first_child && level + 1 < EBB__GMAX_TOKEN)
+            if (t->nodes[c].end > c + 1 && level + 1 < EBB__GMAX_TOKEN)
                 walk(st, t, c, out, k, cu, level + 1, allowed);
         }
         st->nn = mark;
