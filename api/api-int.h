@@ -91,6 +91,7 @@ struct ebb__gen_req {
     struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
     struct ebb__tool_req tools;  /* chat only */
+    char *grammar; /* GBNF from response_format, json_schema or grammar; NULL if none */
 };
 
 /* Parses and validates a chat (chat = true) or completions body. On failure fills err and
@@ -100,6 +101,9 @@ struct ebb__gen_req {
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *err);
 void ebb__gen_req_fini(struct ebb__gen_req *r);
+/* params-format.c: response_format, json_schema and grammar -> r->grammar (at most one of them;
+ * an unsupported schema keyword or a malformed field fails naming it). */
+ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e);
 
 /* ---- OpenAI objects (objects.c) ---------------------------------------------------------- */
 

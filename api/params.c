@@ -317,8 +317,6 @@ static const struct {
     {"functions", NEU_EMPTY_ARRAY, 1, "the legacy 'functions' are not supported; use 'tools'"},
     {"function_call", NEU_TOOL_CHOICE, 1,
      "the legacy 'function_call' is not supported; use 'tool_choice'"},
-    {"response_format", NEU_TEXT_FORMAT, 1,
-     "only {\"type\": \"text\"} is supported (no constrained JSON output yet)"},
     {"audio", NEU_NONE, 1, "audio output is not supported"},
     {"modalities", NEU_TEXT_ONLY, 1, "only [\"text\"] is supported"},
     {"web_search_options", NEU_NONE, 1, "web search is not supported"},
@@ -326,8 +324,6 @@ static const struct {
     {"verbosity", NEU_NONE, 1, "verbosity is not supported"},
     {"best_of", NEU_ONE, 2, "only one candidate per prompt is supported"},
     /* llama.cpp server extensions some clients send. */
-    {"grammar", NEU_EMPTY_STR, 3, "grammars are not supported yet"},
-    {"json_schema", NEU_NONE, 3, "JSON schemas are not supported yet"},
     {"mirostat", NEU_ZERO, 3, "mirostat sampling is not supported"},
     {"typical_p", NEU_ONE, 3, "typical sampling is not supported"},
     {"tfs_z", NEU_ONE, 3, "tail-free sampling is not supported"},
@@ -496,6 +492,9 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if ((rc = parse_prompt(o, r, e)))
             return rc;
     }
+    if ((rc = ebb__parse_structured(o, r, e)))
+        return rc;
+    r->gp.grammar = r->grammar;
     r->gp.logprobs = r->logprobs;
     r->gp.n_top_logprobs = r->top_logprobs;
     return EBB_OK;
@@ -511,6 +510,7 @@ void ebb__gen_req_fini(struct ebb__gen_req *r)
     free(r->msgs);
     free(r->prompt_ids);
     free(r->bias);
+    free(r->grammar);
     if (r->doc)
         json_decref(r->doc);
     memset(r, 0, sizeof(*r));

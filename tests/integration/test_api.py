@@ -250,8 +250,8 @@ def test_unsupported_fields_rejected(server, client):
     # Fields ebb does not implement are a 400 naming them rather than a different answer.
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     for field, value in [("functions", [tool["function"]]),
-                         ("response_format", {"type": "json_object"}),
-                         ("grammar", "root ::= \"a\""), ("reasoning_effort", "high")]:
+                         ("response_format", {"type": "xml"}),
+                         ("grammar", "root ::= \"a"), ("reasoning_effort", "high")]:
         expect_error(server, 400, "POST", "/v1/chat/completions",
                      {"messages": CHAT, field: value}, param=field)
     expect_error(server, 400, "POST", "/v1/completions", {"prompt": "x", "best_of": 2},
