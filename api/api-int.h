@@ -62,6 +62,13 @@ json_t *ebb__tool_calls_json(const struct ebb_tool_result *res);
  * CALL_ARGS; NULL for content. */
 json_t *ebb__tool_delta(const struct ebb_tool_ev *ev);
 
+/* The GBNF grammar (*out, malloc'd) that admits only calls for tool_choice required or named:
+ * the format f's markup around call objects whose arguments follow each tool's parameters
+ * schema; up to four calls for required with parallel_tool_calls, one otherwise. A schema the
+ * converter cannot enforce is EBB_EINVAL with e naming the tool. */
+ebb_err ebb__tool_grammar(const struct ebb__tool_req *t, enum ebb_tool_format f, char **out,
+                          struct ebb__perr *e);
+
 /* Renders a chat prompt (with the generation header) offering tools (NULL: none): through the
  * template itself when it knows tools, else with the fallback tools-render.c describes. Errors
  * as ebb_chat_template_render. */

@@ -600,6 +600,33 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
     return 0;
 }
 
+/* tool_choice required or named: decoding constrained to calls. Returns 0 or the HTTP status
+ * after replying. */
+static unsigned tools_constrain(struct ebb__req *r, struct ebb__gen_req *q)
+{
+    if (q->tools.choice != EBB__TC_REQUIRED && q->tools.choice != EBB__TC_NAMED)
+        return 0;
+    if (q->grammar) {
+        ebb__reply_error(r, 400,
+                         "'tool_choice' that requires a call cannot be combined with "
+                         "'response_format', 'json_schema' or 'grammar'",
+                         "tool_choice", NULL);
+        return 400;
+    }
+    struct ebb__perr pe = {{0}, NULL};
+    ebb_err rc = ebb__tool_grammar(&q->tools, r->api->tmpl.tool_format, &q->grammar, &pe);
+    if (rc == EBB_EINVAL) {
+        ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
+        return 400;
+    }
+    if (rc) {
+        ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+        return 500;
+    }
+    q->gp.grammar = q->grammar;
+    return 0;
+}
+
 /* Turns on the tool-call parser for r's output. */
 static ebb_err tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
 {
@@ -668,7 +695,7 @@ static void gen_start(struct ebb__req *r)
             goto out;
         }
     }
-    if (build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
+    if (tools_constrain(r, &q) || build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
         goto out;
     uint32_t n_ctx = ebb_model_n_ctx(a->model);
     if (n_ids >= n_ctx) {

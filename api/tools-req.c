@@ -5,7 +5,10 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "json-schema.h"
 
 static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -228,12 +231,87 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
                         "among 'tools'",
                         t->name);
     }
-    if (t->choice == EBB__TC_REQUIRED || t->choice == EBB__TC_NAMED)
-        return fail(e, "tool_choice",
-                    "'tool_choice' %s is not implemented yet (it needs constrained decoding); use "
-                    "'auto' or 'none'",
-                    t->choice == EBB__TC_REQUIRED ? "'required'" : "naming a function");
     return EBB_OK;
+}
+
+/* ---- constrained calls ---------------------------------------------------------------------- */
+
+/* The rule tc-<i> for one call of tools[i]: the format's call object with the function's name
+ * and arguments that follow its parameters schema (any object when it has none). */
+static ebb_err call_rule(json_t *fn, size_t i, enum ebb_tool_format f, struct ebb_gbnf_builder *b,
+                         struct ebb__perr *e)
+{
+    json_t *params = json_object_get(fn, "parameters"), *any = NULL;
+    if (!json_is_object(params) || !json_object_size(params))
+        params = any = json_pack("{ss}", "type", "object");
+    if (!params)
+        return EBB_ENOMEM;
+    char rule[40];
+    snprintf(rule, sizeof(rule), "tc-%zu-args", i);
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_json_schema_to_gbnf(params, rule, b, &d);
+    json_decref(any);
+    if (rc == EBB_ENOMEM)
+        return rc;
+    if (rc)
+        return fail(e, "tools",
+                    "tools[%zu].function.parameters cannot constrain the call 'tool_choice' asks "
+                    "for: %s",
+                    i, d.msg);
+    /* Names are letters, digits, '_' and '-' (checked at parse), safe inside a GBNF literal. */
+    ebb_gbnf_printf(b, "tc-%zu ::= \"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" %s \"}\"\n", i,
+                    json_string_value(json_object_get(fn, "name")),
+                    f == EBB_TOOL_LLAMA3 ? "parameters" : "arguments", rule);
+    return EBB_OK;
+}
+
+ebb_err ebb__tool_grammar(const struct ebb__tool_req *t, enum ebb_tool_format f, char **out,
+                          struct ebb__perr *e)
+{
+    struct ebb_gbnf_builder b;
+    ebb_gbnf_builder_init(&b);
+    ebb_err rc = EBB_OK;
+    for (size_t i = 0; i < json_array_size(t->tools); i++) {
+        json_t *fn = json_object_get(json_array_get(t->tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (t->choice == EBB__TC_NAMED && strcmp(name, t->name))
+            continue;
+        if ((rc = call_rule(fn, i, f, &b, e)))
+            goto out;
+    }
+    /* tc-call: any of the allowed tools' calls. */
+    ebb_gbnf_printf(&b, "tc-call ::= ");
+    bool first = true;
+    for (size_t i = 0; i < json_array_size(t->tools); i++) {
+        const char *name = json_string_value(
+            json_object_get(json_object_get(json_array_get(t->tools, i), "function"), "name"));
+        if (t->choice == EBB__TC_NAMED && strcmp(name, t->name))
+            continue;
+        ebb_gbnf_printf(&b, "%stc-%zu", first ? "" : " | ", i);
+        first = false;
+    }
+    /* Up to four calls when parallel calls are allowed, one otherwise. The markup is the one the
+     * parser reads for f; llama3 and mistral calls are bare JSON (their markers are control
+     * tokens, which a grammar over token text cannot produce). */
+    unsigned more = t->parallel && t->choice == EBB__TC_REQUIRED ? 3 : 0;
+    if (f == EBB_TOOL_HERMES)
+        ebb_gbnf_printf(&b,
+                        "\ntc-one ::= \"<tool_call>\\n\" tc-call \"\\n</tool_call>\"\n"
+                        "root ::= tc-one ( \"\\n\" tc-one ){0,%u}\n",
+                        more);
+    else if (f == EBB_TOOL_LLAMA3)
+        ebb_gbnf_printf(&b, "\nroot ::= tc-call ( \"; \" tc-call ){0,%u}\n", more);
+    else
+        ebb_gbnf_printf(&b, "\nroot ::= \"[\" tc-call ( \", \" tc-call ){0,%u} \"]\"\n", more);
+    if (b.oom) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    *out = b.text;
+    b.text = NULL;
+out:
+    ebb_gbnf_builder_fini(&b);
+    return rc;
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */

@@ -134,3 +134,66 @@ def test_bad_tool_definitions(server, client, tools, extra, param, words):
     assert words in e.value.body["message"]
     st, _, _ = server.request("GET", "/health")
     assert st == 200
+
+
+def strict(tool):
+    t = json.loads(json.dumps(tool))
+    t["function"]["strict"] = True
+    return t
+
+
+def test_required_call_round_trip(client):
+    # tool_choice "required": decoding is constrained to a call whose arguments follow the
+    # tool's schema, so even SmolLM2 calls; then the result goes back and it answers in text.
+    r = client.chat.completions.create(model=MODEL_ID, messages=[
+        {"role": "user", "content": "What is the weather in Paris?"}], tools=TOOLS,
+        tool_choice="required", parallel_tool_calls=False, max_tokens=100, temperature=0)
+    ch = r.choices[0]
+    calls = check_calls(ch.message, ch.finish_reason)
+    assert len(calls) == 1 and ch.finish_reason == "tool_calls"
+    assert ch.message.content is None
+    args = json.loads(calls[0].function.arguments)
+    if calls[0].function.name == "get_weather":
+        assert isinstance(args["city"], str)  # "city" is required by the schema
+    history = [{"role": "user", "content": "What is the weather in Paris?"},
+               ch.message.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": calls[0].id, "content": "18 C, clear"}]
+    r2 = client.chat.completions.create(model=MODEL_ID, messages=history, tools=TOOLS,
+                                        max_tokens=30, temperature=0)
+    assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    check_calls(r2.choices[0].message, r2.choices[0].finish_reason)
+
+
+def test_named_call_streamed_through_sdk_helper(client):
+    # A named function, streamed, through client.chat.completions.stream (strict tools, so the
+    # SDK parses each call's arguments itself): the events and the final completion agree.
+    tools = [strict(WEATHER), strict(TIME)]
+    kw = dict(model=MODEL_ID, messages=[{"role": "user", "content": "What time is it in UTC?"}],
+              tools=tools, tool_choice={"type": "function", "function": {"name": "get_time"}},
+              max_tokens=100, temperature=0)
+    done_args = []
+    with client.chat.completions.stream(**kw) as stream:
+        for ev in stream:
+            if ev.type == "tool_calls.function.arguments.done":
+                assert ev.name == "get_time"
+                done_args.append(ev.parsed_arguments)
+            if ev.type == "content.delta":
+                assert "<tool_call" not in ev.delta
+        final = stream.get_final_completion()
+    ch = final.choices[0]
+    calls = check_calls(ch.message, ch.finish_reason, tools)
+    assert [c.function.name for c in calls] == ["get_time"]
+    assert calls[0].function.parsed_arguments == json.loads(calls[0].function.arguments)
+    assert done_args == [calls[0].function.parsed_arguments]
+    # The same request without streaming gives the same call.
+    r = client.chat.completions.create(**kw)
+    assert [(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls] == \
+        [(c.function.name, c.function.arguments) for c in calls]
+
+
+def test_required_with_other_constraints_rejected(server):
+    st, _, data = server.request("POST", "/v1/chat/completions", {
+        "messages": ASK, "tools": TOOLS, "tool_choice": "required",
+        "response_format": {"type": "json_object"}})
+    assert st == 400, data
+    assert json.loads(data)["error"]["param"] == "tool_choice"

@@ -14,6 +14,7 @@
 
 #include "api/api-int.h"
 #include "api/tools.h"
+#include "grammar/grammar.h"
 
 static json_t *weather_tools(void)
 {
@@ -401,6 +402,117 @@ static void test_request_fields(void **state)
     expect_bad("\"functions\":[{\"name\":\"f\"}]", "functions", "use 'tools'");
 }
 
+/* ---- constrained calls ---------------------------------------------------------------------- */
+
+static bool accepts(struct ebb_grammar *g, const char *text)
+{
+    struct ebb_grammar_state *st = NULL;
+    assert_int_equal(ebb_grammar_state_new(&st), EBB_OK);
+    assert_int_equal(ebb_grammar_state_reset(st, g, NULL), EBB_OK);
+    bool ok = ebb_grammar_state_advance(st, (const uint8_t *)text, strlen(text), NULL) == EBB_OK &&
+              ebb_grammar_state_can_end(st);
+    ebb_grammar_state_free(st);
+    return ok;
+}
+
+/* The grammar for tool_choice (a JSON value) in format f, compiled. */
+static struct ebb_grammar *call_grammar(const char *tool_choice, bool parallel,
+                                        enum ebb_tool_format f, struct ebb__gen_req *r)
+{
+    char body[1024];
+    snprintf(
+        body, sizeof(body),
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" TOOL(
+            "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+            "\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}") "," TOOL("{\"name\":\"get_"
+                                                                                  "time\"}") "],"
+                                                                                             "\"too"
+                                                                                             "l_"
+                                                                                             "choic"
+                                                                                             "e\":%"
+                                                                                             "s,"
+                                                                                             "\"par"
+                                                                                             "allel"
+                                                                                             "_tool"
+                                                                                             "_call"
+                                                                                             "s\":%"
+                                                                                             "s}",
+        tool_choice, parallel ? "true" : "false");
+    struct ebb__perr e;
+    assert_int_equal(ebb__gen_req_parse(body, strlen(body), true, r, &e), EBB_OK);
+    char *gbnf = NULL;
+    assert_int_equal(ebb__tool_grammar(&r->tools, f, &gbnf, &e), EBB_OK);
+    struct ebb_grammar *g = NULL;
+    struct ebb_diag d = {{0}};
+    if (ebb_grammar_compile(gbnf, strlen(gbnf), "root", &g, &d))
+        fail_msg("the tool grammar does not compile: %s\n%s", d.msg, gbnf);
+    free(gbnf);
+    return g;
+}
+
+/* Text the grammar admits must parse back into the calls it spells. */
+static void admitted_parses(struct ebb_grammar *g, struct ebb__gen_req *r, enum ebb_tool_format f,
+                            const char *text, size_t n_calls)
+{
+    if (!accepts(g, text))
+        fail_msg("the grammar rejects %s", text);
+    struct ebb_tool_parser_opts o = {.format = f, .tools = r->tools.tools};
+    struct ebb_tool_result res;
+    assert_int_equal(ebb_tools_parse(&o, text, strlen(text), &res), EBB_OK);
+    assert_int_equal(res.n_calls, n_calls);
+    assert_null(res.content);
+    ebb_tool_result_fini(&res);
+}
+
+static void test_call_grammar(void **state)
+{
+    (void)state;
+    struct ebb__gen_req r;
+    struct ebb_grammar *g = call_grammar("\"required\"", true, EBB_TOOL_HERMES, &r);
+    const char *w = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                    "\"Paris\"}}\n</tool_call>";
+    admitted_parses(g, &r, EBB_TOOL_HERMES, w, 1);
+    char two[512];
+    snprintf(two, sizeof(two),
+             "%s\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", w);
+    admitted_parses(g, &r, EBB_TOOL_HERMES, two, 2);
+    assert_false(accepts(g, "Sure!"));
+    assert_false(accepts(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n"
+                            "</tool_call>")); /* city is required */
+    assert_false(accepts(g, "<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n"
+                            "</tool_call>"));
+    ebb_grammar_free(g);
+    ebb__gen_req_fini(&r);
+
+    /* A named function: only its calls, and one at most. */
+    g = call_grammar("{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}", true,
+                     EBB_TOOL_HERMES, &r);
+    admitted_parses(g, &r, EBB_TOOL_HERMES,
+                    "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}\n"
+                    "</tool_call>",
+                    1);
+    assert_false(accepts(g, w));
+    assert_false(accepts(g, two));
+    ebb_grammar_free(g);
+    ebb__gen_req_fini(&r);
+
+    /* Llama 3 and Mistral calls are bare JSON the generic rule reads. */
+    g = call_grammar("\"required\"", false, EBB_TOOL_LLAMA3, &r);
+    admitted_parses(g, &r, EBB_TOOL_LLAMA3,
+                    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", 1);
+    assert_false(accepts(g, "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": "
+                            "\"get_time\", \"parameters\": {}}"));
+    ebb_grammar_free(g);
+    ebb__gen_req_fini(&r);
+    g = call_grammar("\"required\"", true, EBB_TOOL_MISTRAL, &r);
+    admitted_parses(g, &r, EBB_TOOL_MISTRAL,
+                    "[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+                    "\"arguments\": {\"city\": \"Lyon\"}}]",
+                    2);
+    ebb_grammar_free(g);
+    ebb__gen_req_fini(&r);
+}
+
 /* ---- the prompt fallback ------------------------------------------------------------------- */
 
 static void test_render_fallback(void **state)
@@ -456,7 +568,7 @@ int main(void)
         cmocka_unit_test(test_llama3),          cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_stream_pieces),   cmocka_unit_test(test_stream_holds_marker),
         cmocka_unit_test(test_max_calls),       cmocka_unit_test(test_request_fields),
-        cmocka_unit_test(test_render_fallback),
+        cmocka_unit_test(test_render_fallback), cmocka_unit_test(test_call_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
