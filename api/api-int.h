@@ -354,4 +354,12 @@ void ebb__gen_free(struct ebb__gen *g);
 /* /tokenize and /detokenize. */
 void ebb__tokenize_handle(struct ebb__req *r, bool detok);
 
+/* gen.c's steps for tools. tool_choice required or named: builds the call grammar into q (its
+ * grammar and gp.grammar); returns 0, or the HTTP status after replying (400 for a schema that
+ * cannot be enforced or a second constraint). */
+unsigned ebb__tools_constrain(struct ebb__req *r, struct ebb__gen_req *q);
+/* Turns on the tool-call parser for r's output (r->gen set): the tools reference, the call
+ * limit, the control tokens of the markup, and for streams the incremental parser. */
+ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t);
+
 #endif

@@ -600,51 +600,6 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
     return 0;
 }
 
-/* tool_choice required or named: decoding constrained to calls. Returns 0 or the HTTP status
- * after replying. */
-static unsigned tools_constrain(struct ebb__req *r, struct ebb__gen_req *q)
-{
-    if (q->tools.choice != EBB__TC_REQUIRED && q->tools.choice != EBB__TC_NAMED)
-        return 0;
-    if (q->grammar) {
-        ebb__reply_error(r, 400,
-                         "'tool_choice' that requires a call cannot be combined with "
-                         "'response_format', 'json_schema' or 'grammar'",
-                         "tool_choice", NULL);
-        return 400;
-    }
-    struct ebb__perr pe = {{0}, NULL};
-    ebb_err rc = ebb__tool_grammar(&q->tools, r->api->tmpl.tool_format, &q->grammar, &pe);
-    if (rc == EBB_EINVAL) {
-        ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
-        return 400;
-    }
-    if (rc) {
-        ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
-        return 500;
-    }
-    q->gp.grammar = q->grammar;
-    return 0;
-}
-
-/* Turns on the tool-call parser for r's output. */
-static ebb_err tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
-{
-    struct ebb__gen *g = r->gen;
-    g->tools = json_incref(t->tools);
-    g->max_calls = t->parallel ? 0 : 1;
-    g->mark_id[0] = g->mark_id[1] = -1;
-    const char *const *marks = ebb_tool_format_marker_tokens(r->api->tmpl.tool_format);
-    for (int k = 0; k < 2 && marks[k]; k++) {
-        g->mark_id[k] = ebb_tokenizer_find(tokenizer(r), marks[k], strlen(marks[k]));
-        g->mark[k] = g->mark_id[k] >= 0 ? marks[k] : NULL;
-    }
-    if (!g->stream)
-        return EBB_OK;
-    struct ebb_tool_parser_opts po = tool_opts(r);
-    return ebb_tool_stream_new(&po, &g->tp);
-}
-
 static void gen_start(struct ebb__req *r)
 {
     struct ebb_api *a = r->api;
@@ -695,7 +650,7 @@ static void gen_start(struct ebb__req *r)
             goto out;
         }
     }
-    if (tools_constrain(r, &q) || build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
+    if (ebb__tools_constrain(r, &q) || build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
         goto out;
     uint32_t n_ctx = ebb_model_n_ctx(a->model);
     if (n_ids >= n_ctx) {
@@ -723,7 +678,7 @@ static void gen_start(struct ebb__req *r)
     g->echo = echo;
     g->echo_len = echo_len;
     echo = NULL;
-    if (chat && q.tools.choice != EBB__TC_NONE && tools_setup(r, &q.tools)) {
+    if (chat && q.tools.choice != EBB__TC_NONE && ebb__tools_setup(r, &q.tools)) {
         ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
         goto out;
     }

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "json-schema.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -312,6 +314,55 @@ ebb_err ebb__tool_grammar(const struct ebb__tool_req *t, enum ebb_tool_format f,
 out:
     ebb_gbnf_builder_fini(&b);
     return rc;
+}
+
+/* ---- per request ------------------------------------------------------------------------- */
+
+/* tool_choice required or named: decoding constrained to calls. Returns 0 or the HTTP status
+ * after replying. */
+unsigned ebb__tools_constrain(struct ebb__req *r, struct ebb__gen_req *q)
+{
+    if (q->tools.choice != EBB__TC_REQUIRED && q->tools.choice != EBB__TC_NAMED)
+        return 0;
+    if (q->grammar) {
+        ebb__reply_error(r, 400,
+                         "'tool_choice' that requires a call cannot be combined with "
+                         "'response_format', 'json_schema' or 'grammar'",
+                         "tool_choice", NULL);
+        return 400;
+    }
+    struct ebb__perr pe = {{0}, NULL};
+    ebb_err rc = ebb__tool_grammar(&q->tools, r->api->tmpl.tool_format, &q->grammar, &pe);
+    if (rc == EBB_EINVAL) {
+        ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
+        return 400;
+    }
+    if (rc) {
+        ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+        return 500;
+    }
+    q->gp.grammar = q->grammar;
+    return 0;
+}
+
+/* Turns on the tool-call parser for r's output. */
+ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
+{
+    struct ebb__gen *g = r->gen;
+    g->tools = json_incref(t->tools);
+    g->max_calls = t->parallel ? 0 : 1;
+    g->mark_id[0] = g->mark_id[1] = -1;
+    const char *const *marks = ebb_tool_format_marker_tokens(r->api->tmpl.tool_format);
+    for (int k = 0; k < 2 && marks[k]; k++) {
+        g->mark_id[k] =
+            ebb_tokenizer_find(ebb_model_tokenizer(r->api->model), marks[k], strlen(marks[k]));
+        g->mark[k] = g->mark_id[k] >= 0 ? marks[k] : NULL;
+    }
+    if (!g->stream)
+        return EBB_OK;
+    struct ebb_tool_parser_opts po = {
+        .format = r->api->tmpl.tool_format, .tools = g->tools, .max_calls = g->max_calls};
+    return ebb_tool_stream_new(&po, &g->tp);
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */
