@@ -417,7 +417,11 @@ static void gen_object(struct conv *c, const json_t *s, const char *path, const 
         new_rule(c, vr, sizeof(vr));
         sub_path(p2, sizeof(p2), path, ".properties.%.100s", key);
         gen(c, v, p2, vr, depth + 1);
-        char *kj = json_dumps(json_string(key), JSON_ENCODE_ANY);
+        json_t *kjs = json_string(key);
+        char *kj = kjs ? json_dumps(kjs, JSON_ENCODE_ANY) : NULL;
+        json_decref(kjs);
+        if (!kj)
+            c->b->oom = true;
         /* kv ::= "\"key\"" ws ":" ws value ws */
         for (int first = 1; first >= 0; first--) {
             ebb_gbnf_printf(c->b, "%s-%u ::= %s", c->root, base + 1 + 2 * (unsigned)i + !first,

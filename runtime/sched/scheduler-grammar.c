@@ -4,11 +4,21 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 ebb_err ebb__sgram_begin(struct ebb__sgram *sg, const struct ebb_grammar *g, uint32_t n_vocab,
                          struct ebb_diag *diag)
 {
     sg->active = false;
+    sg->n_sampled = sg->n_masked = 0;
+    sg->t_grammar = 0;
     if (!g)
         return EBB_OK;
     if (sg->n_vocab != n_vocab) {
@@ -33,9 +43,11 @@ ebb_err ebb__sgram_sample(struct ebb__sgram *sg, const struct ebb_token_trie *tr
                           struct ebb_sampler *smp, float *logits, int32_t *token,
                           struct ebb_sample_info *info, struct ebb_diag *diag)
 {
+    double t0 = now_s(), t_draw = 0;
     memcpy(sg->raw, logits, sizeof(float) * sg->n_vocab);
     int32_t id;
     ebb_err rc = ebb_sampler_sample(smp, logits, &id, info);
+    t_draw = now_s() - t0;
     sg->n_sampled++;
     if (rc || !ebb_grammar_token_allowed(sg->st, trie, id)) {
         sg->n_masked++;
@@ -53,6 +65,8 @@ ebb_err ebb__sgram_sample(struct ebb__sgram *sg, const struct ebb_token_trie *tr
     rc = ebb_grammar_accept_token(sg->st, trie, id, diag);
     if (rc)
         return rc;
+    /* everything but the first draw, which an unconstrained job pays too */
+    sg->t_grammar += now_s() - t0 - t_draw;
     *token = id;
     return EBB_OK;
 }

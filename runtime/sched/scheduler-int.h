@@ -12,8 +12,10 @@ struct ebb__sgram {
     float *raw;       /* (n_vocab) the logits as the model gave them, for a masked second draw */
     uint8_t *allowed; /* ((n_vocab + 7) / 8) the next-token mask */
     uint32_t n_vocab;
-    bool active;                  /* the slot's current job has a grammar */
-    uint64_t n_sampled, n_masked; /* tokens sampled, and how many needed the full mask */
+    bool active; /* the slot's current job has a grammar */
+    /* this job: tokens sampled, how many needed the full mask, seconds in grammar work */
+    uint64_t n_sampled, n_masked;
+    double t_grammar;
 };
 
 /* Starts grammar g for a job on a vocabulary of n_vocab tokens (g NULL: no grammar). */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -257,6 +258,14 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
         sl->res.t_prefill = t - sl->t_start;
     ebb_sampler_free(sl->smp);
     sl->smp = NULL;
+    if (sl->gram.active) {
+        ebb_log(EBB_LOG_DEBUG, "grammar",
+                "%llu tokens, %llu needed the full mask, %.2f ms in the grammar (%.3f ms/token)",
+                (unsigned long long)sl->gram.n_sampled, (unsigned long long)sl->gram.n_masked,
+                sl->gram.t_grammar * 1e3,
+                sl->gram.n_sampled ? sl->gram.t_grammar * 1e3 / (double)sl->gram.n_sampled : 0.0);
+        sl->gram.active = false;
+    }
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
     s->n_active--;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <time.h>
 
 #include "grammar/grammar.h"
 
@@ -352,6 +353,22 @@ static void test_mask_any_text(void **state)
     assert_int_equal(ebb_grammar_state_reset(st, g, NULL), EBB_OK);
     uint32_t n = check_mask(v, st);
     fprintf(stderr, "[ info ] .* allows %u of %u tokens\n", n, ebb_token_trie_n_vocab(v->trie));
+    /* the cost of the worst case, a walk over the whole trie, and of one token check */
+    uint8_t *bits = malloc((ebb_token_trie_n_vocab(v->trie) + 7) / 8);
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(ebb_grammar_mask(st, v->trie, bits, NULL), EBB_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint32_t ok = 0;
+    for (int32_t i = 0; i < 10000; i++)
+        ok += ebb_grammar_token_allowed(st, v->trie, i);
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    fprintf(stderr, "[ info ] full mask %.2f ms, one token check %.2f us (%u)\n",
+            ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / 10,
+            ((double)(t2.tv_sec - t1.tv_sec) * 1e6 + (double)(t2.tv_nsec - t1.tv_nsec) / 1e3) / 1e4,
+            ok);
+    free(bits);
     assert_true(n > 48000);
     int32_t eos = ebb_tokenizer_eos(v->tok);
     assert_true(ebb_grammar_token_allowed(st, v->trie, eos));
