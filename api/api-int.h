@@ -10,6 +10,7 @@
 #include "chat-template.h"
 #include "defaults.h"
 #include "sched/sampler.h"
+#include "tools.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {
@@ -34,6 +35,47 @@ struct ebb__perr {
     const char *param; /* static string or NULL */
 };
 
+/* ---- tools (tools-req.c, tools-render.c) ------------------------------------------------ */
+
+enum ebb__tool_choice {
+    EBB__TC_NONE = 0, /* no tools, or tool_choice "none": plain text, output not parsed */
+    EBB__TC_AUTO,     /* the model may call the tools */
+    EBB__TC_REQUIRED, /* it must call one */
+    EBB__TC_NAMED,    /* it must call the named one */
+};
+
+struct ebb__tool_req {
+    json_t *tools; /* the validated tools array (borrowed from the request), NULL if none */
+    enum ebb__tool_choice choice;
+    const char *name; /* EBB__TC_NAMED */
+    bool parallel;    /* parallel_tool_calls (default true) */
+};
+
+/* Validates tools, tool_choice and parallel_tool_calls of the request object o into t. On
+ * failure fills e (param names the field) and returns EBB_EINVAL. */
+ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr *e);
+
+/* message.tool_calls for a parsed answer: [{id, type, function: {name, arguments}}]. */
+json_t *ebb__tool_calls_json(const struct ebb_tool_result *res);
+/* The chat delta for a call event: {"tool_calls": [{index, id, type, function: {name,
+ * arguments: ""}}]} for CALL_BEGIN, {"tool_calls": [{index, function: {arguments}}]} for
+ * CALL_ARGS; NULL for content. */
+json_t *ebb__tool_delta(const struct ebb_tool_ev *ev);
+
+/* The GBNF grammar (*out, malloc'd) that admits only calls for tool_choice required or named:
+ * the format f's markup around call objects whose arguments follow each tool's parameters
+ * schema; up to four calls for required with parallel_tool_calls, one otherwise. A schema the
+ * converter cannot enforce is EBB_EINVAL with e naming the tool. */
+ebb_err ebb__tool_grammar(const struct ebb__tool_req *t, enum ebb_tool_format f, char **out,
+                          struct ebb__perr *e);
+
+/* Renders a chat prompt (with the generation header) offering tools (NULL: none): through the
+ * template itself when it knows tools, else with the fallback tools-render.c describes. Errors
+ * as ebb_chat_template_render. */
+ebb_err ebb__tools_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
+                          size_t n, const json_t *tools, char **out, size_t *out_len,
+                          struct ebb_diag *diag);
+
 struct ebb__gen_req {
     json_t *doc; /* owns every string below */
     bool chat;
@@ -55,6 +97,7 @@ struct ebb__gen_req {
     unsigned sent; /* EBB_DEF_BIT of each sampling field the request set (api/defaults.h) */
     struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
+    struct ebb__tool_req tools;  /* chat only */
     char *grammar; /* GBNF from response_format, json_schema or grammar; NULL if none */
 };
 
@@ -156,6 +199,12 @@ struct ebb__gen {
     char chunk_head[640]; /* "data: {...,"choices":[{"index":0,"delta":{"content":" */
     char *echo;           /* completions with echo: prompt text to put first */
     size_t echo_len;
+    /* tool calls: the output goes through the parser when tools are offered */
+    struct ebb_tool_stream *tp;
+    json_t *tools;       /* the offered tools (a reference), NULL when tp is */
+    size_t max_calls;    /* 1 without parallel_tool_calls, else 0 */
+    int32_t mark_id[2];  /* control tokens of the call markup (-1: none), for sink_token */
+    const char *mark[2]; /* their texts */
     /* (mu) written by the engine */
     struct ebb__abuf pend;
     struct ebb__lp *pend_lp;
@@ -304,5 +353,13 @@ void ebb__gen_conn_closed(struct ebb__req *r);
 void ebb__gen_free(struct ebb__gen *g);
 /* /tokenize and /detokenize. */
 void ebb__tokenize_handle(struct ebb__req *r, bool detok);
+
+/* gen.c's steps for tools. tool_choice required or named: builds the call grammar into q (its
+ * grammar and gp.grammar); returns 0, or the HTTP status after replying (400 for a schema that
+ * cannot be enforced or a second constraint). */
+unsigned ebb__tools_constrain(struct ebb__req *r, struct ebb__gen_req *q);
+/* Turns on the tool-call parser for r's output (r->gen set): the tools reference, the call
+ * limit, the control tokens of the markup, and for streams the incremental parser. */
+ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t);
 
 #endif

@@ -297,7 +297,7 @@ enum neutral {
     NEU_NONE,        /* only null or absent */
     NEU_EMPTY_ARRAY, /* [] */
     NEU_EMPTY_STR,   /* "" */
-    NEU_TOOL_CHOICE, /* "none" or "auto" (no tools are offered, so no call can be made) */
+    NEU_TOOL_CHOICE, /* "none" or "auto" (no functions are offered, so no call can be made) */
     NEU_TEXT_FORMAT, /* {"type": "text"} */
     NEU_TEXT_ONLY,   /* ["text"] */
     NEU_ZERO,        /* the number 0 */
@@ -314,10 +314,9 @@ static const struct {
     unsigned char where; /* 1 chat, 2 completions, 3 both */
     const char *why;
 } unsupported[] = {
-    {"tools", NEU_EMPTY_ARRAY, 1, "tool calling is not supported yet"},
-    {"tool_choice", NEU_TOOL_CHOICE, 1, "tool calling is not supported yet"},
-    {"functions", NEU_EMPTY_ARRAY, 1, "function calling is not supported yet"},
-    {"function_call", NEU_TOOL_CHOICE, 1, "function calling is not supported yet"},
+    {"functions", NEU_EMPTY_ARRAY, 1, "the legacy 'functions' are not supported; use 'tools'"},
+    {"function_call", NEU_TOOL_CHOICE, 1,
+     "the legacy 'function_call' is not supported; use 'tool_choice'"},
     {"audio", NEU_NONE, 1, "audio output is not supported"},
     {"modalities", NEU_TEXT_ONLY, 1, "only [\"text\"] is supported"},
     {"web_search_options", NEU_NONE, 1, "web search is not supported"},
@@ -472,7 +471,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if (tl_set && tl > 0 && !r->logprobs)
             return fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
         r->top_logprobs = (uint32_t)tl;
-        if ((rc = parse_messages(o, r, e)))
+        if ((rc = parse_messages(o, r, e)) || (rc = ebb__tool_req_parse(o, &r->tools, e)))
             return rc;
     } else {
         long long lp = 0;
