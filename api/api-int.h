@@ -65,6 +65,13 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
                            struct ebb__perr *err);
 void ebb__gen_req_fini(struct ebb__gen_req *r);
 
+/* ---- jansson's allocator (jsonmem.c) ----------------------------------------------------- */
+
+/* Makes jansson allocate through ebb__json_alloc_failed's record (once, before any JSON). */
+void ebb__json_alloc_init(void);
+/* True if a jansson allocation failed on this thread since the last clear; clear resets. */
+bool ebb__json_alloc_failed(bool clear);
+
 /* ---- OpenAI objects (objects.c) ---------------------------------------------------------- */
 
 /* {"error":{"message","type","param","code"}} as compact JSON, malloc'd. */
@@ -187,6 +194,7 @@ struct ebb__req {
     char path[128];
     struct ebb__abuf body;
     bool too_big;
+    bool body_nomem; /* too_big because memory ran out, not max_body */
     bool answered;
     unsigned status;
     double t_start;

@@ -442,6 +442,10 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         char *text = NULL;
         size_t len = 0;
         rc = ebb_chat_template_render(&a->tmpl, q->msgs, q->n_msgs, true, &text, &len, &d);
+        if (rc == EBB_ENOMEM || (rc && ebb__json_alloc_failed(false))) {
+            ebb__reply_error(r, 503, d.msg[0] ? d.msg : "out of memory", NULL, "out_of_memory");
+            return 503;
+        }
         if (rc) {
             ebb__reply_error(r, 400, d.msg, "messages", NULL);
             return 400;

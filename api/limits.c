@@ -317,6 +317,7 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
         *upload_size = 0;
         return MHD_YES;
     }
+    ebb__json_alloc_failed(true); /* ebb__reply_json checks what this request's work left */
     struct ebb__conn *c = conn_of(mc);
     bool first = *con_cls == NULL;
     if (c && first) {
@@ -329,7 +330,25 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     } else if (c && *upload_size == 0) {
         c->phase = EBB__PHASE_BUSY; /* the whole body is in: no deadline while it is served */
     }
-    return a->h->on_access(cls, mc, url, method, version, upload, upload_size, con_cls);
+    enum MHD_Result ret =
+        a->h->on_access(cls, mc, url, method, version, upload, upload_size, con_cls);
+    if (ret == MHD_NO && first && !*con_cls) {
+        /* The handler could not even allocate the request: answer 503 rather than drop the
+         * connection without a word. */
+        static const char body[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                   "\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}";
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        MHD_add_response_header(resp, "Retry-After", "1");
+        MHD_add_response_header(resp, "Connection", "close");
+        ret = MHD_queue_response(mc, 503, resp);
+        MHD_destroy_response(resp);
+        *con_cls = ebb__limits_refused;
+    }
+    return ret;
 }
 
 void ebb__limits_request_done(struct MHD_Connection *mc)

@@ -261,8 +261,10 @@ void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o)
     /* 15 digits: a default such as 0.8 prints as 0.8, not 0.80000000000000004. */
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(o);
-    if (!s) {
-        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+    /* A failed jansson allocation since this call began may have left a key out of o. */
+    if (!s || ebb__json_alloc_failed(true)) {
+        free(s);
+        ebb__reply_error(r, 503, "out of memory", NULL, "out_of_memory");
         return;
     }
     ebb__reply(r, status, "application/json", s, strlen(s));
@@ -533,6 +535,7 @@ static void on_async(uv_async_t *h)
         struct ebb__req *r = list;
         list = r->ready_next;
         r->ready_next = NULL;
+        ebb__json_alloc_failed(true);
         a->h->gen_pump(r);
     }
 }
@@ -614,6 +617,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
                         const struct ebb__handlers *h, struct ebb_api **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
+    ebb__json_alloc_init();
     struct ebb_api *a = calloc(1, sizeof(*a));
     if (!a)
         return EBB_ENOMEM;

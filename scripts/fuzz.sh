@@ -28,7 +28,7 @@ vocab="runtime/gguf/gguf.c runtime/gguf/gguf-get.c runtime/gguf/gguf-types.c
   runtime/tokenizer/unicode-data.c runtime/tokenizer/unicode.c"
 case $target in
 request)
-    src="api/params.c api/defaults.c api/chat-template.c api/objects.c
+    src="api/params.c api/jsonmem.c api/defaults.c api/chat-template.c api/objects.c
       runtime/sched/scheduler-stop.c runtime/sched/sampler.c tests/fuzz/fuzz-model-stub.c $jinja $vocab"
     export EBB_FUZZ_TEMPLATE="${EBB_FUZZ_TEMPLATE:-$root/tests/data/chat-templates/qwen2.5.jinja}" ;;
 jinja) src="$jinja" ;;
