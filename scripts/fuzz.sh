@@ -33,7 +33,7 @@ request)
     export EBB_FUZZ_TEMPLATE="${EBB_FUZZ_TEMPLATE:-$root/tests/data/chat-templates/qwen2.5.jinja}" ;;
 jinja) src="$jinja" ;;
 tokenize | output)
-    src="api/objects.c $vocab"
+    src="api/objects.c api/jsonmem.c $vocab"
     gguf=${EBB_FUZZ_GGUF:-$EBB_MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf}
     [ -f "$gguf" ] || { echo "fuzz.sh: no vocabulary at $gguf, skipping"; exit 77; } ;;
 *) echo "fuzz.sh: unknown target $target" >&2; exit 2 ;;
