@@ -112,6 +112,13 @@ void ebb__gen_req_fini(struct ebb__gen_req *r);
  * an unsupported schema keyword or a malformed field fails naming it). */
 ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e);
 
+/* ---- jansson's allocator (jsonmem.c) ----------------------------------------------------- */
+
+/* Makes jansson allocate through ebb__json_alloc_failed's record (once, before any JSON). */
+void ebb__json_alloc_init(void);
+/* True if a jansson allocation failed on this thread since the last clear; clear resets. */
+bool ebb__json_alloc_failed(bool clear);
+
 /* ---- OpenAI objects (objects.c) ---------------------------------------------------------- */
 
 /* {"error":{"message","type","param","code"}} as compact JSON, malloc'd. */
@@ -161,6 +168,15 @@ enum ebb__ep {
     EBB__EP_COUNT
 };
 
+/* Why the edge limits (limits.c) refused or closed a connection. */
+enum ebb__refusal {
+    EBB__REFUSE_CLIENT = 0,     /* over max_connections_per_client */
+    EBB__REFUSE_GLOBAL,         /* over max_connections */
+    EBB__REFUSE_HEADER_TIMEOUT, /* no complete request head within header_timeout */
+    EBB__REFUSE_BODY_TIMEOUT,   /* no complete body within body_timeout */
+    EBB__REFUSE_N
+};
+
 #define EBB__N_STATUS 10
 #define EBB__TTFT_BUCKETS 12
 
@@ -172,6 +188,8 @@ struct ebb__metrics {
     double ttft_sum;
     uint64_t ttft_count;
     uint64_t cancellations, errors, rejected_queue_full;
+    uint64_t refused[EBB__REFUSE_N]; /* connections and requests refused by the edge limits */
+    size_t open_connections;
     double started_at; /* unix seconds */
 };
 
@@ -229,6 +247,7 @@ struct ebb__req {
     char path[128];
     struct ebb__abuf body;
     bool too_big;
+    bool body_nomem; /* too_big because memory ran out, not max_body */
     bool answered;
     unsigned status;
     double t_start;
@@ -253,6 +272,59 @@ struct ebb__req {
 };
 
 struct ebb__fdpoll;
+
+/* ---- edge limits (limits.c): phase deadlines and connection caps ------------------------- */
+
+enum ebb__phase { EBB__PHASE_HEADER = 0, EBB__PHASE_BODY, EBB__PHASE_BUSY };
+
+/* One open connection (MHD's socket context), from accept to close. */
+struct ebb__conn {
+    int fd;
+    enum ebb__phase phase;
+    double t_phase;  /* monotonic seconds when phase began */
+    unsigned excess; /* accepted over a cap (enum ebb__refusal + 1): /health only; 0 if not */
+    bool close_now;  /* shut down at the next sweep (a headroom connection was answered) */
+    bool shut;       /* shut down already; MHD closes it */
+    uint8_t key[16], key_len; /* client address bytes (4 or 16), 0: not counted per address */
+    struct ebb__conn *prev, *next;
+};
+
+/* Open connections of one client address. */
+struct ebb__addr {
+    uint8_t key[16], len;
+    unsigned n;
+};
+
+struct ebb__limits {
+    double header_s, body_s;            /* phase deadlines; 0: none */
+    unsigned max_conns, max_per_client; /* 0: no cap */
+    struct ebb__conn *conns;
+    size_t n_conns;
+    struct ebb__addr *addrs; /* (n_addrs) addresses with open connections */
+    size_t n_addrs, cap_addrs;
+    double last_log[EBB__REFUSE_N];
+    uint64_t pending_log[EBB__REFUSE_N];
+};
+
+/* The con_cls of a request the limits answered (never an ebb__req). */
+extern void *const ebb__limits_refused;
+/* Takes the deadlines and caps of cfg (at start and on reload). */
+void ebb__limits_set(struct ebb__limits *l, const struct ebb_api_config *cfg);
+void ebb__limits_fini(struct ebb__limits *l);
+/* MHD's accept policy (cls: the api): closes connections past the caps' headroom. */
+enum MHD_Result ebb__limits_accept(void *cls, const struct sockaddr *sa, socklen_t len);
+/* MHD's connection notification (cls: the api): tracks each connection. */
+void ebb__limits_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code);
+/* MHD's access handler (cls: the api): moves the connection through its phases, answers the
+ * requests of connections over a cap (except /health), then calls api->h->on_access. */
+enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const char *url,
+                                   const char *method, const char *version, const char *upload,
+                                   size_t *upload_size, void **con_cls);
+/* A request of mc is complete: the connection waits for the next one (header phase). */
+void ebb__limits_request_done(struct MHD_Connection *mc);
+/* Shuts down the sockets past their deadline; true if it shut any (then run MHD). */
+bool ebb__limits_sweep(struct ebb_api *a);
 
 /* What server.c calls in the files above it (routes.c, gen.c); api.c fills it. */
 struct ebb__handlers {
@@ -309,6 +381,7 @@ struct ebb_api {
     bool hold;               /* a model swap is pending: new generations wait */
     struct ebb__req *parked; /* suspended until the hold ends */
     size_t n_gen_conns;      /* connections with a generation whose response is not complete */
+    struct ebb__limits limits;
     void (*on_ready)(void *ud, bool ok, const char *msg);
     void *ud;
 };

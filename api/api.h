@@ -31,7 +31,13 @@ struct ebb_api_config {
     size_t n_api_keys;
     char **cors_origins; /* allowed Origin values ("*" allows any) */
     size_t n_cors_origins;
-    unsigned timeout_s;       /* idle connection timeout in seconds; 0: none */
+    unsigned timeout_s; /* idle connection timeout in seconds; 0: none */
+    /* Edge limits (api/limits.c): the time a client gets to send its request head (also the
+     * keep-alive idle time) and then its body, in ms (0: none); the open connections allowed
+     * from one client address and in all (0: no cap). Past a cap a small headroom still answers
+     * /health. */
+    unsigned header_timeout_ms, body_timeout_ms;
+    unsigned max_connections, max_connections_per_client;
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     enum ebb_api_poll poll;
@@ -56,7 +62,8 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
 void ebb_api_free(struct ebb_api *a);
 
 /* Applies the settings a configuration reload may change on a running server: API keys, CORS
- * origins, max_body, keepalive_ms, max_stream_buffer, generation and ignore_model_sampling
+ * origins, max_body, keepalive_ms, max_stream_buffer, the edge limits (header and body
+ * timeouts, connection caps), generation and ignore_model_sampling
  * (other fields are ignored). Connections stay open; the next request sees the new values. */
 ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg);
 

@@ -69,7 +69,8 @@ static void sink_token(void *ud, const struct ebb_sched_token *t)
         struct ebb__lp e = {.id = t->id, .logprob = t->info->logprob, .n_top = t->info->n_top};
         memcpy(e.top_ids, t->info->top_ids, sizeof(e.top_ids));
         memcpy(e.top_logprobs, t->info->top_logprobs, sizeof(e.top_logprobs));
-        lp_push(&g->pend_lp, &g->n_pend_lp, &g->cap_pend_lp, &e);
+        if (!lp_push(&g->pend_lp, &g->n_pend_lp, &g->cap_pend_lp, &e))
+            g->pend.oom = true; /* output lost: the loop fails the request */
     }
     bool wake = g->stream && !r->in_ready;
     if (wake)
@@ -297,6 +298,9 @@ void ebb__gen_pump(struct ebb__req *r)
     g->n_pend_lp = 0;
     bool done = g->eng_done;
     pthread_mutex_unlock(&a->mu);
+    /* The engine's output did not all fit in memory: the answer would miss text. */
+    bool lost = g->take.oom;
+    g->take.oom = false;
 
     bool newly_done = done && r->engine_ref;
     if (g->stream) {
@@ -324,9 +328,11 @@ void ebb__gen_pump(struct ebb__req *r)
             if (done)
                 stream_finish(r);
             r->last_out = ebb__now();
-            if (r->out.oom) {
-                /* The client reads slower than we generate and the buffer hit its cap. */
-                ebb_log(EBB_LOG_WARN, "http", "%s: client too slow, stream cut", r->path);
+            if (r->out.oom || lost) {
+                /* The client reads slower than we generate and the buffer hit its cap, or
+                 * memory ran out. */
+                ebb_log(EBB_LOG_WARN, "http", "%s: %s, stream cut", r->path,
+                        lost ? "out of memory" : "client too slow");
                 r->disconnected = true;
                 ebb_sched_cancel(a->sched, g->job_id);
             }
@@ -335,7 +341,10 @@ void ebb__gen_pump(struct ebb__req *r)
     } else {
         ebb__abuf_put(&g->text, g->take.p ? g->take.p : "", g->take.n);
         for (size_t i = 0; i < g->n_take_lp; i++)
-            lp_push(&g->all_lp, &g->n_all_lp, &g->cap_all_lp, &g->take_lp[i]);
+            if (!lp_push(&g->all_lp, &g->n_all_lp, &g->cap_all_lp, &g->take_lp[i]))
+                lost = true;
+        if (lost)
+            g->text.oom = true; /* reply_body answers 503 */
         if (done)
             ebb__resume(r);
     }
@@ -402,6 +411,11 @@ static void reply_body(struct ebb__req *r)
                          "cancelled");
         return;
     }
+    if (g->text.oom) {
+        ebb__reply_error(r, 503, "out of memory while collecting the answer", NULL,
+                         "out_of_memory");
+        return;
+    }
     json_t *o = json_object(), *ch = json_object(), *arr = json_array();
     json_object_set_new(o, "id", json_string(g->id));
     json_object_set_new(o, "object", json_string(g->chat ? "chat.completion" : "text_completion"));
@@ -450,8 +464,10 @@ static void reply_body(struct ebb__req *r)
     json_object_set_new(o, "usage", usage(res));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    if (!s) {
-        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+    /* jansson leaves keys out when an allocation fails (api/jsonmem.c). */
+    if (!s || ebb__json_alloc_failed(true)) {
+        free(s);
+        ebb__reply_error(r, 503, "out of memory", NULL, "out_of_memory");
         return;
     }
     ebb__reply(r, 200, "application/json", s, strlen(s));
@@ -514,6 +530,10 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         size_t len = 0;
         const json_t *tools = q->tools.choice != EBB__TC_NONE ? q->tools.tools : NULL;
         rc = ebb__tools_render(&a->tmpl, q->msgs, q->n_msgs, tools, &text, &len, &d);
+        if (rc == EBB_ENOMEM || (rc && ebb__json_alloc_failed(false))) {
+            ebb__reply_error(r, 503, d.msg[0] ? d.msg : "out of memory", NULL, "out_of_memory");
+            return 503;
+        }
         if (rc) {
             ebb__reply_error(r, 400, d.msg, "messages", NULL);
             return 400;

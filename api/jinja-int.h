@@ -18,6 +18,7 @@
 struct jarena {
     struct jchunk *head;
     size_t used, limit;
+    bool nomem; /* the last NULL came from malloc, not from the limit */
 };
 void *ebb__jarena_alloc(struct jarena *a, size_t n); /* zeroed; NULL past the limit */
 void ebb__jarena_fini(struct jarena *a);

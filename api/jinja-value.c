@@ -27,6 +27,7 @@ void *ebb__jarena_alloc(struct jarena *a, size_t n)
         if (a->limit && (a->used + size > a->limit || size > a->limit))
             return NULL;
         c = malloc(sizeof(*c) + size);
+        a->nomem = !c;
         if (!c)
             return NULL;
         c->size = size;
@@ -99,6 +100,8 @@ _Noreturn void ebb__jinja_fail_err(struct jctx *c, ebb_err err, const char *fmt,
 void *ebb__jinja_alloc(struct jctx *c, size_t n)
 {
     void *p = ebb__jarena_alloc(&c->arena, n);
+    if (!p && c->arena.nomem)
+        ebb__jinja_fail_err(c, EBB_ENOMEM, "out of memory rendering the chat template");
     if (!p)
         ebb__jinja_fail_err(c, EBB_ERANGE, "the template needs more than %zu MiB of memory",
                             c->arena.limit >> 20);

@@ -94,6 +94,19 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "ebb_engine_errors_total %llu\n",
                      (unsigned long long)m->cancellations,
                      (unsigned long long)m->rejected_queue_full, (unsigned long long)m->errors);
+    static const char *const refusal[EBB__REFUSE_N] = {"per_client", "global", "header_timeout",
+                                                       "body_timeout"};
+    ebb__abuf_puts(o, "# HELP ebb_http_refused_total Connections refused or closed by the edge "
+                      "limits (connection caps, phase deadlines).\n"
+                      "# TYPE ebb_http_refused_total counter\n");
+    for (int k = 0; k < EBB__REFUSE_N; k++)
+        ebb__abuf_printf(o, "ebb_http_refused_total{reason=\"%s\"} %llu\n", refusal[k],
+                         (unsigned long long)m->refused[k]);
+    ebb__abuf_printf(o,
+                     "# HELP ebb_http_connections Open HTTP connections.\n"
+                     "# TYPE ebb_http_connections gauge\n"
+                     "ebb_http_connections %zu\n",
+                     m->open_connections);
     ebb__abuf_printf(o,
                      "# HELP ebb_queue_depth Requests waiting for a slot.\n"
                      "# TYPE ebb_queue_depth gauge\n"

@@ -387,7 +387,14 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
     r->chat = chat;
     ebb_gen_params_defaults(&r->gp);
     json_error_t je;
+    ebb__json_alloc_failed(true);
     r->doc = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
+    /* An allocation that failed during the parse may have cut a string short, or made a
+     * valid body look malformed (jansson api/jsonmem.c). */
+    if (ebb__json_alloc_failed(true)) {
+        fail(e, NULL, "out of memory while parsing the body");
+        return EBB_ENOMEM;
+    }
     if (!r->doc)
         return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
                     je.line, je.column);

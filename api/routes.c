@@ -333,15 +333,24 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     if (*upload_size) {
         if (!r->too_big) {
+            size_t had = r->body.n;
             ebb__abuf_put(&r->body, upload, *upload_size);
-            if (r->body.oom)
+            if (r->body.oom) {
                 r->too_big = true;
+                /* Within max_body, the buffer could not grow: out of memory, not too big. */
+                r->body_nomem = had + *upload_size <= a->max_body;
+            }
         }
         *upload_size = 0;
         return MHD_YES;
     }
     if (r->disconnected)
         return MHD_NO;
+    if (r->body_nomem) {
+        ebb__reply_error(r, 503, "out of memory while reading the request body", NULL,
+                         "out_of_memory");
+        return MHD_YES;
+    }
     if (r->too_big) {
         char msg[160];
         snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes (--max-body)",

@@ -261,8 +261,10 @@ void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o)
     /* 15 digits: a default such as 0.8 prints as 0.8, not 0.80000000000000004. */
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(o);
-    if (!s) {
-        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+    /* A failed jansson allocation since this call began may have left a key out of o. */
+    if (!s || ebb__json_alloc_failed(true)) {
+        free(s);
+        ebb__reply_error(r, 503, "out of memory", NULL, "out_of_memory");
         return;
     }
     ebb__reply(r, status, "application/json", s, strlen(s));
@@ -351,9 +353,11 @@ void ebb__req_engine_released(struct ebb__req *r)
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     struct ebb_api *a = cls;
     struct ebb__req *r = *con_cls;
+    ebb__limits_request_done(c);
+    if (r == ebb__limits_refused)
+        *con_cls = r = NULL;
     if (!r)
         return;
     *con_cls = NULL;
@@ -531,6 +535,7 @@ static void on_async(uv_async_t *h)
         struct ebb__req *r = list;
         list = r->ready_next;
         r->ready_next = NULL;
+        ebb__json_alloc_failed(true);
         a->h->gen_pump(r);
     }
 }
@@ -559,6 +564,8 @@ static void on_tick(uv_timer_t *t)
         n = r->live_next;
         a->h->gen_keepalive(r, now);
     }
+    if (ebb__limits_sweep(a))
+        ebb__kick(a); /* MHD reads the end of the shut sockets and frees them */
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -610,6 +617,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
                         const struct ebb__handlers *h, struct ebb_api **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
+    ebb__json_alloc_init();
     struct ebb_api *a = calloc(1, sizeof(*a));
     if (!a)
         return EBB_ENOMEM;
@@ -624,6 +632,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->cors_origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
     a->n_cors_origins = cfg->n_cors_origins;
     a->timeout_s = cfg->timeout_s;
+    ebb__limits_set(&a->limits, cfg);
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
     set_generation(a, cfg);
@@ -665,20 +674,24 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
         a->loopback = cfg->listen_fd_loopback;
     if (a->use_epoll)
         flags |= MHD_USE_EPOLL;
-    struct MHD_OptionItem opts[8];
+    struct MHD_OptionItem opts[10];
     size_t no = 0;
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL};
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, a};
     opts[no++] =
         (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)a->timeout_s, NULL};
-    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, 1000, NULL};
+    /* The caps are limits.c's (they keep /health answerable): MHD's own only bounds descriptors. */
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                         a->use_epoll ? 1 << 16 : FD_SETSIZE - 16, NULL};
+    opts[no++] =
+        (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)ebb__limits_notify, a};
     if (cfg->listen_fd >= 0)
         opts[no++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd, NULL};
     else
         opts[no++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    a->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, a->h->on_access, a, MHD_OPTION_ARRAY,
-                              opts, MHD_OPTION_END);
+    a->mhd = MHD_start_daemon(flags, cfg->port, ebb__limits_accept, a, ebb__limits_access, a,
+                              MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!a->mhd) {
         rc = ebb_diag_set(diag, EBB_EIO, "cannot listen on %s port %u: %s", host, cfg->port,
                           strerror(errno));
@@ -740,6 +753,7 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    ebb__limits_set(&a->limits, cfg);
     set_generation(a, cfg);
     if (a->model)
         resolve_defaults(a);
@@ -800,6 +814,7 @@ void ebb_api_free(struct ebb_api *a)
     uv_close((uv_handle_t *)&a->tick, NULL);
     uv_run(a->loop, UV_RUN_NOWAIT);
     ebb_chat_template_fini(&a->tmpl);
+    ebb__limits_fini(&a->limits);
     free(a->model_id);
     free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);

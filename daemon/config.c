@@ -67,6 +67,23 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_REQUEST_TIMEOUT] = {"request_timeout", T_MS, OFF(request_timeout_ms), 0, 0,
                                  EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
                                  "close a connection idle this long (0 = never)"},
+    [EBB_CFG_HEADER_TIMEOUT] = {"header_timeout", T_MS, OFF(header_timeout_ms), 0, 0,
+                                EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
+                                "close a connection that has not sent a whole request head "
+                                "this long after connecting or after its last answer (0 = never)"},
+    [EBB_CFG_BODY_TIMEOUT] = {"body_timeout", T_MS, OFF(body_timeout_ms), 0, 0,
+                              EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
+                              "close a connection whose request body is not all in this long "
+                              "after its head (0 = never)"},
+    [EBB_CFG_MAX_CONNECTIONS] = {"max_connections", T_U32, OFF(max_connections), 0, 1u << 16,
+                                 EBB_CONFIG_CHANGE_LIMITS, false, "N",
+                                 "open connections served; past it only /health is answered "
+                                 "(0 = no cap)"},
+    [EBB_CFG_MAX_CONNECTIONS_PER_CLIENT] = {"max_connections_per_client", T_U32,
+                                            OFF(max_connections_per_client), 0, 1u << 16,
+                                            EBB_CONFIG_CHANGE_LIMITS, false, "N",
+                                            "open connections served per client address; past "
+                                            "it only /health is answered (0 = no cap)"},
     [EBB_CFG_API_KEY] = {"api_key", T_LIST, OFF(api_keys), 0, 0, EBB_CONFIG_CHANGE_AUTH, true,
                          "KEYS", "comma-separated accepted API keys (empty = no auth)"},
     [EBB_CFG_CORS_ORIGIN] = {"cors_origin", T_LIST, OFF(cors_origins), 0, 0, EBB_CONFIG_CHANGE_CORS,
@@ -393,6 +410,10 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->queue = 64;
     cfg->max_body = 4u << 20;
     cfg->request_timeout_ms = 300000;
+    cfg->header_timeout_ms = 15000;
+    cfg->body_timeout_ms = 30000;
+    cfg->max_connections = 512;
+    cfg->max_connections_per_client = 256;
     cfg->log_level = EBB_LOG_INFO;
     cfg->log_format = EBB_LOG_TEXT;
     cfg->shutdown_grace_ms = 10000;

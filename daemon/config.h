@@ -46,6 +46,10 @@ enum ebb_config_key {
     EBB_CFG_QUEUE,
     EBB_CFG_MAX_BODY,
     EBB_CFG_REQUEST_TIMEOUT,
+    EBB_CFG_HEADER_TIMEOUT,
+    EBB_CFG_BODY_TIMEOUT,
+    EBB_CFG_MAX_CONNECTIONS,
+    EBB_CFG_MAX_CONNECTIONS_PER_CLIENT,
     EBB_CFG_API_KEY,
     EBB_CFG_CORS_ORIGIN,
     EBB_CFG_DEVICE,
@@ -92,6 +96,11 @@ struct ebb_config {
     uint64_t memory_budget;          /* layer streaming budget in bytes; 0 = no streaming,
                                         EBB_CONFIG_BUDGET_AUTO = from the memory probes */
     uint32_t prefetch;               /* streamed layers read ahead; 2 */
+    /* Edge limits (api/limits.c): the time to send a request head, also the keep-alive idle
+     * time (15 s), then the body (30 s); the open connections served in all (512) and per client
+     * address (256), past which only /health is answered. */
+    uint32_t header_timeout_ms, body_timeout_ms;
+    uint32_t max_connections, max_connections_per_client;
     /* [generation]: the configured defaults (a bit in generation.mask for each one set by the
      * file, the environment or a flag; v holds the built-in values of the others), and whether
      * a model's own general.sampling.* recommendations come first (true). */
@@ -172,7 +181,9 @@ ebb_err ebb_config_model_path(const struct ebb_config *cfg, char *buf, size_t n)
 /* What a reload must do, from the options that differ between two configs. */
 enum {
     EBB_CONFIG_CHANGE_LOG = 1u << 0,        /* log_level, log_format: ebb_log_configure */
-    EBB_CONFIG_CHANGE_LIMITS = 1u << 1,     /* queue, max_body, request_timeout, shutdown_grace */
+    EBB_CONFIG_CHANGE_LIMITS = 1u << 1,     /* queue, max_body, request_timeout, shutdown_grace,
+                                               header_timeout, body_timeout, max_connections,
+                                               max_connections_per_client */
     EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
     EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
     EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, parallel, device,

@@ -146,6 +146,10 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
                             struct ebb_api_config *ac)
 {
     ac->max_body = (size_t)c->max_body;
+    ac->header_timeout_ms = c->header_timeout_ms;
+    ac->body_timeout_ms = c->body_timeout_ms;
+    ac->max_connections = c->max_connections;
+    ac->max_connections_per_client = c->max_connections_per_client;
     ac->api_keys = c->api_keys.items;
     ac->n_api_keys = c->api_keys.n;
     ac->cors_origins = c->cors_origins.items;

@@ -1,0 +1,398 @@
+/* Hostile clients at the edge: a deadline on each phase of a request before the daemon works on
+ * it (headers, then body), a cap on the connections of one client address and on all of them,
+ * and /health kept reachable under every cap.
+ *
+ * libmicrohttpd's own connection timeout counts inactivity, so a client that sends one byte a
+ * second never trips it; its per-address limit refuses at accept, before the request line says
+ * whether it is a health check. So each connection is tracked here (MHD's connection
+ * notifications) with the phase it is in and when that phase began, the tick sweep shuts down
+ * the socket of one past its deadline (MHD then sees the end of the stream and frees it), and
+ * the caps are applied in two steps:
+ *   - up to the cap, connections are served normally;
+ *   - past it, a small headroom is still accepted (EBB__LIMITS_RESERVE more in all,
+ *     EBB__LIMITS_CLIENT_RESERVE more per address) whose connections must send their headers
+ *     within EBB__LIMITS_RESERVE_HEADER_S, are answered only on /health (anything else: 429 for
+ *     the per-address cap, 503 for the global one) and are closed after that one answer;
+ *   - past the headroom, connections are closed at accept.
+ * A slow or idle client can thus hold a headroom slot for two seconds at most, and a health
+ * probe that comes while a client sits at its cap, or the server at its cap, is still answered.
+ * An idle keep-alive connection waiting for its next request is in the header phase: it gets
+ * header_timeout to start it. */
+#include "api-int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/log.h"
+
+#define EBB__LIMITS_RESERVE 16
+#define EBB__LIMITS_CLIENT_RESERVE 4
+#define EBB__LIMITS_RESERVE_HEADER_S 2.0
+#define EBB__LIMITS_LOG_EVERY_S 10.0
+
+/* A request the limits answered themselves: MHD's later calls for it are swallowed. */
+static char refused_req;
+void *const ebb__limits_refused = &refused_req;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ebb__limits_set(struct ebb__limits *l, const struct ebb_api_config *cfg)
+{
+    l->header_s = (double)cfg->header_timeout_ms / 1e3;
+    l->body_s = (double)cfg->body_timeout_ms / 1e3;
+    l->max_conns = cfg->max_connections;
+    l->max_per_client = cfg->max_connections_per_client;
+}
+
+void ebb__limits_fini(struct ebb__limits *l)
+{
+    while (l->conns) {
+        struct ebb__conn *c = l->conns;
+        l->conns = c->next;
+        free(c);
+    }
+    free(l->addrs);
+    l->addrs = NULL;
+    l->n_addrs = l->cap_addrs = 0;
+}
+
+/* ---- client addresses ---------------------------------------------------------------------- */
+
+/* The address bytes of sa (4 or 16; a v4-mapped IPv6 address counts as its IPv4 one), 0 for
+ * families without one (the connection is then not counted per address). */
+static size_t addr_key(const struct sockaddr *sa, uint8_t key[16])
+{
+    if (!sa)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        memcpy(key, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+        return 4;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const uint8_t *b = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12)) {
+            memcpy(key, b + 12, 4);
+            return 4;
+        }
+        memcpy(key, b, 16);
+        return 16;
+    }
+    return 0;
+}
+
+static void addr_text(const uint8_t *key, size_t len, char *out, size_t cap)
+{
+    if (!inet_ntop(len == 4 ? AF_INET : AF_INET6, key, out, (socklen_t)cap))
+        snprintf(out, cap, "?");
+}
+
+/* The entry of key, or NULL. The table holds one entry per address with open connections; a
+ * linear scan is enough for the few hundred a cap allows. */
+static struct ebb__addr *addr_find(struct ebb__limits *l, const uint8_t *key, size_t len)
+{
+    for (size_t i = 0; i < l->n_addrs; i++)
+        if (l->addrs[i].len == len && !memcmp(l->addrs[i].key, key, len))
+            return &l->addrs[i];
+    return NULL;
+}
+
+static struct ebb__addr *addr_add(struct ebb__limits *l, const uint8_t *key, size_t len)
+{
+    struct ebb__addr *e = addr_find(l, key, len);
+    if (e)
+        return e;
+    if (l->n_addrs == l->cap_addrs) {
+        size_t cap = l->cap_addrs ? l->cap_addrs * 2 : 16;
+        struct ebb__addr *p = realloc(l->addrs, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        l->addrs = p;
+        l->cap_addrs = cap;
+    }
+    e = &l->addrs[l->n_addrs++];
+    memset(e, 0, sizeof(*e));
+    memcpy(e->key, key, len);
+    e->len = (uint8_t)len;
+    return e;
+}
+
+static void addr_release(struct ebb__limits *l, const uint8_t *key, size_t len)
+{
+    struct ebb__addr *e = addr_find(l, key, len);
+    if (!e)
+        return;
+    if (e->n > 0)
+        e->n--;
+    if (e->n == 0)
+        *e = l->addrs[--l->n_addrs];
+}
+
+/* ---- the log line of each cap and timeout, at most one per kind every 10 s ----------------- */
+
+static const char *const refusal_what[EBB__REFUSE_N] = {
+    [EBB__REFUSE_CLIENT] = "connections from one client address over max_connections_per_client",
+    [EBB__REFUSE_GLOBAL] = "connections over max_connections",
+    [EBB__REFUSE_HEADER_TIMEOUT] = "connections closed after header_timeout without a complete "
+                                   "request head",
+    [EBB__REFUSE_BODY_TIMEOUT] = "connections closed after body_timeout without a complete "
+                                 "request body",
+};
+
+static void note(struct ebb_api *a, enum ebb__refusal k, const char *detail)
+{
+    struct ebb__limits *l = &a->limits;
+    a->metrics.refused[k]++;
+    l->pending_log[k]++;
+    double now = mono_now();
+    if (l->last_log[k] && now - l->last_log[k] < EBB__LIMITS_LOG_EVERY_S)
+        return;
+    ebb_log(EBB_LOG_WARN, "http", "%llu %s in the last %.0f s (%s; /health is still answered)",
+            (unsigned long long)l->pending_log[k], refusal_what[k],
+            l->last_log[k] ? now - l->last_log[k] : 0.0, detail);
+    l->last_log[k] = now;
+    l->pending_log[k] = 0;
+}
+
+/* ---- MHD callbacks -------------------------------------------------------------------------- */
+
+enum MHD_Result ebb__limits_accept(void *cls, const struct sockaddr *sa, socklen_t len)
+{
+    (void)len;
+    struct ebb_api *a = cls;
+    struct ebb__limits *l = &a->limits;
+    char detail[160];
+    if (l->max_conns && l->n_conns >= (size_t)l->max_conns + EBB__LIMITS_RESERVE) {
+        snprintf(detail, sizeof(detail), "%zu open, max_connections %u: closed at accept",
+                 l->n_conns, l->max_conns);
+        note(a, EBB__REFUSE_GLOBAL, detail);
+        return MHD_NO;
+    }
+    uint8_t key[16];
+    size_t klen = addr_key(sa, key);
+    struct ebb__addr *e = klen ? addr_find(l, key, klen) : NULL;
+    if (e && l->max_per_client && e->n >= l->max_per_client + EBB__LIMITS_CLIENT_RESERVE) {
+        char who[64];
+        addr_text(key, klen, who, sizeof(who));
+        snprintf(detail, sizeof(detail),
+                 "%s has %u open, max_connections_per_client %u: closed "
+                 "at accept",
+                 who, e->n, l->max_per_client);
+        note(a, EBB__REFUSE_CLIENT, detail);
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **socket_context)
+{
+    struct ebb__limits *l = &a->limits;
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct ebb__conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        /* Untracked, it would escape every deadline: refuse it instead. */
+        if (fi)
+            shutdown(fi->connect_fd, SHUT_RDWR);
+        return;
+    }
+    c->fd = fi ? fi->connect_fd : -1;
+    c->t_phase = mono_now();
+    c->key_len = (uint8_t)addr_key(ai ? ai->client_addr : NULL, c->key);
+    if (c->key_len) {
+        struct ebb__addr *e = addr_add(l, c->key, c->key_len);
+        if (!e) {
+            free(c);
+            if (fi)
+                shutdown(fi->connect_fd, SHUT_RDWR);
+            return;
+        }
+        e->n++;
+        if (l->max_per_client && e->n > l->max_per_client)
+            c->excess = EBB__REFUSE_CLIENT + 1;
+    }
+    l->n_conns++;
+    a->metrics.open_connections = l->n_conns;
+    if (!c->excess && l->max_conns && l->n_conns > l->max_conns)
+        c->excess = EBB__REFUSE_GLOBAL + 1;
+    c->next = l->conns;
+    if (l->conns)
+        l->conns->prev = c;
+    l->conns = c;
+    *socket_context = c;
+}
+
+static void conn_closed(struct ebb_api *a, void **socket_context)
+{
+    struct ebb__limits *l = &a->limits;
+    struct ebb__conn *c = *socket_context;
+    if (!c)
+        return;
+    *socket_context = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (c->key_len)
+        addr_release(l, c->key, c->key_len);
+    l->n_conns--;
+    a->metrics.open_connections = l->n_conns;
+    free(c);
+}
+
+void ebb__limits_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        conn_started(cls, mc, socket_context);
+    else
+        conn_closed(cls, socket_context);
+}
+
+static struct ebb__conn *conn_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Answers a request on a connection accepted over a cap, and closes the connection after it. */
+static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, struct ebb__conn *c,
+                              const char *url)
+{
+    struct ebb__limits *l = &a->limits;
+    enum ebb__refusal k = (enum ebb__refusal)(c->excess - 1);
+    bool client = k == EBB__REFUSE_CLIENT;
+    char msg[200], detail[160], who[64] = "?";
+    if (c->key_len)
+        addr_text(c->key, c->key_len, who, sizeof(who));
+    if (client) {
+        snprintf(msg, sizeof(msg),
+                 "too many connections from this address (max_connections_per_client %u)",
+                 l->max_per_client);
+        snprintf(detail, sizeof(detail), "%s: %.60s answered 429", who, url);
+    } else {
+        snprintf(msg, sizeof(msg), "the server has too many connections (max_connections %u)",
+                 l->max_conns);
+        snprintf(detail, sizeof(detail), "%zu open; %s: %.60s answered 503", l->n_conns, who, url);
+    }
+    note(a, k, detail);
+    unsigned status = client ? 429 : 503;
+    char *body = ebb__error_json(msg, ebb__error_type(status), NULL,
+                                 client ? "too_many_connections" : "server_busy");
+    const char *s = body ? body : "{}";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Retry-After", "1");
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const char *url,
+                                   const char *method, const char *version, const char *upload,
+                                   size_t *upload_size, void **con_cls)
+{
+    struct ebb_api *a = cls;
+    if (*con_cls == ebb__limits_refused) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    ebb__json_alloc_failed(true); /* ebb__reply_json checks what this request's work left */
+    struct ebb__conn *c = conn_of(mc);
+    bool first = *con_cls == NULL;
+    if (c && first) {
+        c->phase = EBB__PHASE_BODY;
+        c->t_phase = mono_now();
+        if (c->excess && strcmp(url, "/health")) {
+            *con_cls = ebb__limits_refused;
+            return refuse(a, mc, c, url);
+        }
+    } else if (c && *upload_size == 0) {
+        c->phase = EBB__PHASE_BUSY; /* the whole body is in: no deadline while it is served */
+    }
+    enum MHD_Result ret =
+        a->h->on_access(cls, mc, url, method, version, upload, upload_size, con_cls);
+    if (ret == MHD_NO && first && !*con_cls) {
+        /* The handler could not even allocate the request: answer 503 rather than drop the
+         * connection without a word. */
+        static const char body[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                   "\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}";
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        MHD_add_response_header(resp, "Retry-After", "1");
+        MHD_add_response_header(resp, "Connection", "close");
+        ret = MHD_queue_response(mc, 503, resp);
+        MHD_destroy_response(resp);
+        *con_cls = ebb__limits_refused;
+    }
+    return ret;
+}
+
+void ebb__limits_request_done(struct MHD_Connection *mc)
+{
+    struct ebb__conn *c = mc ? conn_of(mc) : NULL;
+    if (!c)
+        return;
+    c->phase = EBB__PHASE_HEADER;
+    c->t_phase = mono_now();
+    if (c->excess) /* one answer per headroom connection */
+        c->close_now = true;
+}
+
+bool ebb__limits_sweep(struct ebb_api *a)
+{
+    struct ebb__limits *l = &a->limits;
+    bool closed = false;
+    double now = mono_now();
+    for (struct ebb__conn *c = l->conns; c; c = c->next) {
+        if (c->shut || c->fd < 0)
+            continue;
+        double limit = 0;
+        enum ebb__refusal k = EBB__REFUSE_HEADER_TIMEOUT;
+        if (c->phase == EBB__PHASE_HEADER) {
+            limit = c->excess ? EBB__LIMITS_RESERVE_HEADER_S : l->header_s;
+            if (l->header_s && l->header_s < limit)
+                limit = l->header_s;
+        } else if (c->phase == EBB__PHASE_BODY) {
+            limit = l->body_s;
+            k = EBB__REFUSE_BODY_TIMEOUT;
+        }
+        bool late = limit > 0 && now - c->t_phase > limit;
+        if (!late && !c->close_now)
+            continue;
+        if (late && !c->close_now) {
+            char who[64] = "?", detail[120];
+            if (c->key_len)
+                addr_text(c->key, c->key_len, who, sizeof(who));
+            snprintf(detail, sizeof(detail), "last from %s after %.1f s", who, now - c->t_phase);
+            note(a, k, detail);
+        }
+        shutdown(c->fd, SHUT_RDWR);
+        c->shut = true;
+        closed = true;
+    }
+    return closed;
+}
