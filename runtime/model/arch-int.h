@@ -47,7 +47,6 @@ struct ebb__hparams {
     /* Still read by the backends while they move to the descriptions (set by model.c). */
     uint8_t rope_kind; /* enum ebb__rope */
     bool tied_output;  /* output head reuses token_embd */
-    bool gemma3;
 };
 
 /* ---- 1. hyper-parameters ---- */

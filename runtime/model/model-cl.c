@@ -301,10 +301,12 @@ out:
     return rc;
 }
 
-ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
-                            const struct ebb_model_params *p, uint32_t n_ctx,
-                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
+ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                            const struct ebb_gguf *g, const struct ebb_model_params *p,
+                            uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                            struct ebb_diag *diag)
 {
+    (void)a;
     ebb_err rc = EBB_OK;
     struct clm *m = calloc(1, sizeof(*m));
     if (!m)
@@ -322,9 +324,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
     if (strcmp(hp->arch, "llama")) {
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                          "the OpenCL engine runs 'llama' models, not '%s'%s", hp->arch,
-                          hp->gemma3 ? " (the plain-C reference does: --device ref)" : "");
+        rc = ebb_diag_set(
+            diag, EBB_EUNSUPPORTED, "the OpenCL engine runs 'llama' models, not '%s'%s", hp->arch,
+            strcmp(hp->arch, "gemma3") ? "" : " (the plain-C reference does: --device ref)");
         goto out;
     }
     if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||

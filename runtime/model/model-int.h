@@ -7,12 +7,6 @@
 #include "model.h"
 #include "stream/stream.h"
 
-/* True when layer l of a Gemma 3 model attends through the sliding window. */
-static inline bool ebb__layer_is_swa(const struct ebb__hparams *hp, uint32_t l)
-{
-    return hp->gemma3 && hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0;
-}
-
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
 struct ebb__backend_i {
     const char *name;
@@ -27,15 +21,16 @@ struct ebb__backend_i {
     bool (*stream_probe)(void *ctx);
 };
 
-/* Backend constructors. Each looks up the standard GGUF tensor names itself (token_embd.weight,
- * blk.N.attn_q.weight, ...), allocates its KV cache for n_ctx x n_seq once, and on success
- * writes its interface and context. g outlives the backend. */
-ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
-                             const struct ebb_model_params *p, uint32_t n_ctx,
-                             const struct ebb__backend_i **iface, void **ctx,
+/* Backend constructors. Each runs family a's description (checked against g by the caller),
+ * finds its tensors through it, allocates its KV cache for n_ctx x n_seq once, and on success
+ * writes its interface and context. a is static; g outlives the backend. */
+ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, const struct ebb_model_params *p,
+                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
                              struct ebb_diag *diag);
-ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
-                            const struct ebb_model_params *p, uint32_t n_ctx,
-                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag);
+ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                            const struct ebb_gguf *g, const struct ebb_model_params *p,
+                            uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                            struct ebb_diag *diag);
 
 #endif

@@ -63,7 +63,6 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
     if ((rc = ebb__arch_check(*arch, hp, g, diag)))
         return rc;
     hp->rope_kind = !strcmp(hp->arch, "llama") ? EBB__ROPE_NORMAL : EBB__ROPE_NEOX;
-    hp->gemma3 = !strcmp(hp->arch, "gemma3");
     hp->tied_output = ebb_gguf_find_tensor(g, "output.weight") == NULL;
     return EBB_OK;
 }
@@ -106,9 +105,9 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
 
     const char *dev = p->device ? p->device : "auto";
     if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
-        rc = ebb__ref_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
-        rc = ebb__cl_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     }
     if (rc)
         goto out;
