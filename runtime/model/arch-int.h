@@ -44,9 +44,6 @@ struct ebb__hparams {
     uint32_t swa;
     uint32_t swa_pattern;
     float rope_base_swa;
-    /* Still read by the backends while they move to the descriptions (set by model.c). */
-    uint8_t rope_kind; /* enum ebb__rope */
-    bool tied_output;  /* output head reuses token_embd */
 };
 
 /* ---- 1. hyper-parameters ---- */

@@ -62,8 +62,6 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
                             hp->n_vocab, ebb_tokenizer_n_vocab(tok));
     if ((rc = ebb__arch_check(*arch, hp, g, diag)))
         return rc;
-    hp->rope_kind = !strcmp(hp->arch, "llama") ? EBB__ROPE_NORMAL : EBB__ROPE_NEOX;
-    hp->tied_output = ebb_gguf_find_tensor(g, "output.weight") == NULL;
     return EBB_OK;
 }
 

@@ -15,6 +15,7 @@
 
 #include "gguf-writer.h"
 #include "model/arch-int.h"
+#include "model/model-cl-int.h"
 
 static void model_path(char *buf, size_t cap, const char *file)
 {
@@ -308,12 +309,53 @@ static void test_bad_description(void **state)
     free_built(&b);
 }
 
+/* The OpenCL engine compiles llama's layer into its five fused steps (the kernel sequence of
+ * the hand-written pass) and refuses gemma3, naming the first op it has no kernel for. */
+static void test_cl_plan(void **state)
+{
+    (void)state;
+    struct ebb__hparams hp = {.n_layer = 2,
+                              .n_embd = 8,
+                              .n_head = 2,
+                              .n_head_kv = 1,
+                              .head_dim = 4,
+                              .n_ff = 16,
+                              .n_vocab = 10};
+    struct clm_plan p;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb__clm_plan(&ebb__arch_llama, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 5);
+    assert_int_equal(p.n_norms, 2);
+    assert_int_equal(p.n_groups, 4);
+    const struct clm_step *s = p.steps;
+    assert_true(s[0].kind == CLM_PROJ && s[0].in == CLM_X && s[0].out == CLM_QKV &&
+                s[0].norm == 0 && !s[0].res && !s[0].glu);
+    assert_int_equal(p.groups[s[0].group].n, 3);
+    assert_true(s[1].kind == CLM_ATTN && !s[1].neox);
+    assert_true(s[2].kind == CLM_PROJ && s[2].in == CLM_ATT && s[2].out == CLM_X && s[2].norm < 0 &&
+                s[2].res);
+    assert_true(s[3].kind == CLM_PROJ && s[3].out == CLM_GU && s[3].norm == 1);
+    assert_int_equal(p.groups[s[3].group].n, 2);
+    assert_true(s[4].kind == CLM_PROJ && s[4].in == CLM_GU && s[4].out == CLM_X && s[4].glu &&
+                s[4].res);
+    assert_false(p.embd_scale);
+    assert_int_equal(ebb__clm_plan(&ebb__arch_gemma3, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "gemma3's layer op 4 (head_norm)"));
+    assert_non_null(strstr(d.msg, "--device ref"));
+    /* llama with a window (a family that declared one) is refused too. */
+    hp.swa = 4;
+    hp.swa_pattern = 2;
+    assert_int_equal(ebb__clm_plan(&ebb__arch_llama, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "sliding-window"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2),       cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_tiny_families), cmocka_unit_test(test_missing_and_misshapen),
         cmocka_unit_test(test_unknown_arch),  cmocka_unit_test(test_bad_description),
+        cmocka_unit_test(test_cl_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
