@@ -1,5 +1,6 @@
-/* `ebb serve` internals shared by serve.c and serve-load.c: reading the weights with progress
- * and loading a replacement model on a thread of its own (SIGHUP with a changed model). */
+/* `ebb serve` internals shared by serve.c, serve-opts.c and serve-load.c: the command line
+ * parsed into options, and loading a replacement model on a thread of its own (SIGHUP with a
+ * changed model). */
 #ifndef EBB_DAEMON_SERVE_INT_H
 #define EBB_DAEMON_SERVE_INT_H
 
@@ -9,8 +10,30 @@
 
 #include <uv.h>
 
-#include "model/model.h"
+#include "api/api.h"
+#include "daemon/config.h"
 #include "daemon/warm.h"
+#include "model/model.h"
+
+/* The command line (serve-opts.c). Config keys given as flags go to args, applied by
+ * ebb_config_build over the file and the environment (also again on SIGHUP). */
+struct ebb__serve_opts {
+    const char *config_path; /* --config */
+    bool check;              /* --check-config */
+    bool help;               /* --help (usage printed) */
+    enum ebb_api_poll poll;  /* --http-poll */
+    unsigned keepalive_ms, prefill_chunk;
+    struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
+                                    or origins */
+    size_t n_args;
+    char *keys, *origins; /* every --api-key / --cors-origin, comma-joined */
+};
+
+/* Parses argv into o. Returns 0 (o->help set when --help printed the usage), 1 when out of
+ * memory, 2 on a usage error (the reason printed on stderr). Release o with
+ * ebb__serve_opts_fini whatever the result. */
+int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o);
+void ebb__serve_opts_fini(struct ebb__serve_opts *o);
 
 /* A model opened on a thread of its own while the running one keeps serving. */
 struct ebb__loader {

@@ -41,27 +41,8 @@ struct serve {
     double swap_t0;
     bool model_failed; /* the last reload could not load its model: the next SIGHUP retries */
     char cur_id[256];  /* the model served */
+    bool loop_ok;      /* loop initialised (closed by serve_free) */
 };
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ebb serve [-m MODEL] [flags]\n\n"
-            "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models,\n"
-            "/health, /metrics, /tokenize, /detokenize) for one GGUF model.\n\n"
-            "flags (each also settable as EBB_<NAME> or in the config file):\n"
-            "  -m, --model FILE           same as --model\n");
-    ebb_config_usage(f);
-    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n\n"
-               "serve-only flags:\n"
-               "  --config FILE              read this config file\n"
-               "  --check-config             print the effective configuration and exit\n"
-               "  --http-poll MODE           epoll (Linux) or fdset (portable) (default epoll)\n"
-               "  --keepalive-ms N           SSE keep-alive comment interval (default 2000)\n"
-               "  --prefill-chunk N          prompt tokens per engine step (default 128)\n"
-               "  -h, --help                 this help\n\n"
-               "Once listening it prints 'ebb: listening on http://HOST:PORT' on stdout.\n");
-}
 
 /* The id /v1/models reports: the file name without ".gguf". */
 static void model_id_of(const char *path, char *id, size_t n)
@@ -342,216 +323,110 @@ static void on_ready(void *ud, bool ok, const char *msg)
     uv_stop(&s->loop);
 }
 
-/* Appends value to a comma-separated accumulator (repeatable list flags). */
-static char *join(char *acc, const char *v)
+/* The configuration from the file, the environment and the flags, checked; --check-config
+ * prints it. Writes the model's path. Returns -1 to go on, else the exit status. */
+static int configure(const struct ebb__serve_opts *o, struct ebb_config *cfg, char *path,
+                     size_t cap)
 {
-    size_t n = acc ? strlen(acc) : 0, m = strlen(v);
-    char *p = realloc(acc, n + m + 2);
-    if (!p)
-        return acc;
-    if (n)
-        p[n++] = ',';
-    memcpy(p + n, v, m + 1);
-    return p;
-}
-
-int ebb_cmd_serve(int argc, char **argv)
-{
-    int ret = 1;
-    struct ebb_config *cfgp = calloc(1, sizeof(*cfgp));
     struct ebb_diag d = {{0}};
-    struct ebb_config_arg *args = calloc((size_t)argc + 2, sizeof(*args));
-    size_t n_args = 0;
-    char *keys = NULL, *origins = NULL;
-    const char *config_path = NULL;
-    bool check = false;
-    enum ebb_api_poll poll = EBB_API_POLL_AUTO;
-    unsigned keepalive_ms = 0, prefill_chunk = 0;
-    struct serve *s = calloc(1, sizeof(*s));
-    bool loop_ok = false;
-    if (!args || !s || !cfgp) {
-        free(cfgp);
-        free(args);
-        free(s);
-        return 1;
-    }
-    ebb_config_init(cfgp);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            ret = 0;
-            goto out;
-        }
-        if (!strcmp(a, "--check-config")) {
-            check = true;
-            continue;
-        }
-        char name[64];
-        const char *val = NULL;
-        if (!strcmp(a, "-m")) {
-            snprintf(name, sizeof(name), "model");
-        } else if (!strncmp(a, "--", 2)) {
-            const char *eq = strchr(a, '=');
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            if (len >= sizeof(name)) {
-                fprintf(stderr, "ebb serve: unknown flag '%s' (see --help)\n", a);
-                ret = 2;
-                goto out;
-            }
-            memcpy(name, a + 2, len);
-            name[len] = 0;
-            if (eq)
-                val = eq + 1;
-        } else {
-            fprintf(stderr, "ebb serve: unexpected argument '%s' (see --help)\n", a);
-            ret = 2;
-            goto out;
-        }
-        if (!val) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ebb serve: %s needs a value\n", a);
-                ret = 2;
-                goto out;
-            }
-            val = argv[++i];
-        }
-        if (!strcmp(name, "config")) {
-            config_path = val;
-        } else if (!strcmp(name, "http-poll")) {
-            if (!strcmp(val, "epoll"))
-                poll = EBB_API_POLL_EPOLL;
-            else if (!strcmp(val, "fdset"))
-                poll = EBB_API_POLL_FDSET;
-            else {
-                fprintf(stderr, "ebb serve: --http-poll must be epoll or fdset\n");
-                ret = 2;
-                goto out;
-            }
-        } else if (!strcmp(name, "keepalive-ms") || !strcmp(name, "prefill-chunk")) {
-            char *end;
-            unsigned long v = strtoul(val, &end, 10);
-            if (*end || !*val || v == 0 || v > 3600000) {
-                fprintf(stderr, "ebb serve: --%s needs a positive integer\n", name);
-                ret = 2;
-                goto out;
-            }
-            *(name[0] == 'k' ? &keepalive_ms : &prefill_chunk) = (unsigned)v;
-        } else if (!strcmp(name, "api-key") || !strcmp(name, "api_key")) {
-            keys = join(keys, val);
-        } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {
-            origins = join(origins, val);
-        } else if (ebb_config_is_key(name)) {
-            char *k = strdup(name);
-            if (!k)
-                goto out;
-            args[n_args].key = k;
-            args[n_args++].value = val;
-        } else {
-            fprintf(stderr, "ebb serve: unknown flag '--%s' (see --help)\n", name);
-            ret = 2;
-            goto out;
-        }
-    }
-    if (keys) {
-        args[n_args].key = strdup("api-key");
-        args[n_args++].value = keys;
-    }
-    if (origins) {
-        args[n_args].key = strdup("cors-origin");
-        args[n_args++].value = origins;
-    }
-    if (ebb_config_build(cfgp, config_path, args, n_args, &d)) {
+    if (ebb_config_build(cfg, o->config_path, o->args, o->n_args, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
-        ret = check ? 1 : 2;
-        goto out;
+        return o->check ? 1 : 2;
     }
-    if (check) {
-        ebb_config_print(cfgp, stdout);
-        ret = 0;
-        goto out;
+    if (o->check) {
+        ebb_config_print(cfg, stdout);
+        return 0;
     }
     struct ebb_chat_template tmpl;
-    if (cfgp->chat_template && strcmp(cfgp->chat_template, "auto") &&
-        ebb_chat_template_by_name(cfgp->chat_template, &tmpl)) {
+    if (cfg->chat_template && strcmp(cfg->chat_template, "auto") &&
+        ebb_chat_template_by_name(cfg->chat_template, &tmpl)) {
         fprintf(stderr, "ebb serve: unknown --chat-template '%s'; known: auto, %s\n",
-                cfgp->chat_template, ebb_chat_template_names());
-        ret = 2;
-        goto out;
+                cfg->chat_template, ebb_chat_template_names());
+        return 2;
     }
-    ebb_log_configure(cfgp->log_level, cfgp->log_format);
-    char path[PATH_MAX];
-    if (ebb_config_model_path(cfgp, path, sizeof(path))) {
+    ebb_log_configure(cfg->log_level, cfg->log_format);
+    if (ebb_config_model_path(cfg, path, cap)) {
         fprintf(stderr, "ebb serve: no model: pass -m FILE (a path or a name under %s)\n",
-                cfgp->models_dir);
-        ret = 2;
-        goto out;
+                cfg->models_dir);
+        return 2;
     }
-    char model_id[256];
-    model_id_of(path, model_id, sizeof(model_id));
-    snprintf(s->cur_id, sizeof(s->cur_id), "%s", model_id);
+    return -1;
+}
 
-    signal(SIGPIPE, SIG_IGN);
+/* The loop and the HTTP API on the inherited socket (socket activation) or a bound one, then
+ * "listening on" on stdout. model_id must live as long as the API. */
+static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const char *path,
+                      const char *model_id)
+{
+    const struct ebb_config *cfg = s->cfg;
+    struct ebb_diag d = {{0}};
     struct ebb_listenfd lfd[4];
     size_t n_lfd = 0;
     if (ebb_listenfd_take(lfd, 4, &n_lfd, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
-        goto out;
+        return false;
     }
     if (uv_loop_init(&s->loop))
-        goto out;
-    loop_ok = true;
+        return false;
+    s->loop_ok = true;
     struct ebb_api_config ac = {
-        .host = cfgp->host,
-        .port = cfgp->port,
+        .host = cfg->host,
+        .port = cfg->port,
         .listen_fd = n_lfd ? lfd[0].fd : -1,
         .model_id = model_id,
-        .chat_template =
-            cfgp->chat_template && strcmp(cfgp->chat_template, "auto") ? cfgp->chat_template : NULL,
-        .timeout_s = cfgp->request_timeout_ms ? (cfgp->request_timeout_ms + 999) / 1000 : 0,
-        .poll = poll,
+        .chat_template = template_of(cfg),
+        .timeout_s = cfg->request_timeout_ms ? (cfg->request_timeout_ms + 999) / 1000 : 0,
+        .poll = o->poll,
         .on_ready = on_ready,
         .ud = s,
     };
-    s->keepalive_ms = keepalive_ms;
-    api_config_from(s, cfgp, &ac);
+    s->keepalive_ms = o->keepalive_ms;
+    api_config_from(s, cfg, &ac);
     char where[160];
-    if (n_lfd) {
+    if (n_lfd)
         ebb_listenfd_describe(lfd[0].fd, where, sizeof(where), &ac.listen_fd_loopback);
-    }
     if (ebb_api_new(&s->loop, &ac, &s->api, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
-        goto out;
+        return false;
     }
     if (!n_lfd) {
-        bool v6 = strchr(cfgp->host, ':') != NULL;
-        snprintf(where, sizeof(where), "%s%s%s:%u", v6 ? "[" : "", cfgp->host, v6 ? "]" : "",
+        bool v6 = strchr(cfg->host, ':') != NULL;
+        snprintf(where, sizeof(where), "%s%s%s:%u", v6 ? "[" : "", cfg->host, v6 ? "]" : "",
                  ebb_api_port(s->api));
     }
     printf("ebb: listening on http://%s\n", where);
     fflush(stdout);
     ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path,
-                 cfgp->device ? cfgp->device : "auto");
+                 cfg->device ? cfg->device : "auto");
     ebb_notify_status("loading %s", model_id);
+    return true;
+}
 
+/* The engine thread, which loads the model (after the socket listens) and then runs steps. */
+static bool start_engine(struct serve *s, const struct ebb__serve_opts *o, const char *path)
+{
+    struct ebb_diag d = {{0}};
     struct ebb_sched_params sp = {
-        .model = model_params_of(cfgp, path),
-        .queue_cap = cfgp->queue,
-        .prefill_chunk = prefill_chunk,
+        .model = model_params_of(s->cfg, path),
+        .queue_cap = s->cfg->queue,
+        .prefill_chunk = o->prefill_chunk,
         .on_loaded = ebb_api_on_loaded,
         .ud = s->api,
         .before_open = warm_before_open,
     };
     if (ebb_sched_new(&sp, &s->sched, &d)) {
         fprintf(stderr, "ebb serve: %s\n", d.msg);
-        goto out;
+        return false;
     }
     ebb_api_set_sched(s->api, s->sched);
-    s->grace_ms = cfgp->shutdown_grace_ms;
-    s->cfg = cfgp;
-    s->config_path = config_path;
-    s->args = args;
-    s->n_args = n_args;
+    return true;
+}
+
+/* Signals (SIGHUP reload, SIGINT/SIGTERM drain), the watchdog, grace, swap and probe timers,
+ * and the model loader for swaps. */
+static bool start_handles(struct serve *s)
+{
+    s->grace_ms = s->cfg->shutdown_grace_ms;
     uv_signal_init(&s->loop, &s->sighup);
     s->sighup.data = s;
     uv_signal_start(&s->sighup, on_sighup, SIGHUP);
@@ -574,13 +449,11 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_timer_start(&s->probe, on_probe, 2000, 2000);
     s->loader.done = on_model_loaded;
     s->loader.ud = s;
-    if (ebb__loader_init(&s->loader, &s->loop))
-        goto out;
+    return ebb__loader_init(&s->loader, &s->loop) == EBB_OK;
+}
 
-    uv_run(&s->loop, UV_RUN_DEFAULT);
-
-    ret = s->failed ? 1 : 0;
-    ebb_log_info("serve", "stopping");
+static void close_handles(struct serve *s)
+{
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->grace, NULL);
@@ -590,26 +463,62 @@ int ebb_cmd_serve(int argc, char **argv)
     uv_close((uv_handle_t *)&s->probe, NULL);
     ebb_model_close(s->swap_model);
     s->swap_model = NULL;
-out:
-    if (s)
-        ebb__loader_fini(&s->loader);
-    ebb_sched_free(s ? s->sched : NULL);
-    if (s)
-        ebb_api_free(s->api);
-    if (loop_ok) {
+}
+
+/* Configures, listens, starts the engine and runs the loop until a signal drains it or the
+ * model fails to load. Returns the exit status. */
+static int serve(struct serve *s, const struct ebb__serve_opts *o)
+{
+    char path[PATH_MAX];
+    int ret = configure(o, s->cfg, path, sizeof(path));
+    if (ret >= 0)
+        return ret;
+    char model_id[256];
+    model_id_of(path, model_id, sizeof(model_id));
+    snprintf(s->cur_id, sizeof(s->cur_id), "%s", model_id);
+    signal(SIGPIPE, SIG_IGN);
+    if (!start_api(s, o, path, model_id) || !start_engine(s, o, path) || !start_handles(s))
+        return 1;
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    ebb_log_info("serve", "stopping");
+    close_handles(s);
+    return s->failed ? 1 : 0;
+}
+
+/* Releases what serve() built, in reverse order, whatever point it reached. */
+static void serve_free(struct serve *s)
+{
+    ebb__loader_fini(&s->loader);
+    ebb_sched_free(s->sched);
+    ebb_api_free(s->api);
+    if (s->loop_ok) {
         uv_run(&s->loop, UV_RUN_NOWAIT);
         if (uv_loop_close(&s->loop))
             ebb_log_warn("serve", "the event loop still had handles at exit");
     }
-    for (size_t i = 0; args && i < n_args; i++)
-        free((char *)args[i].key);
-    free(args);
-    free(keys);
-    free(origins);
-    if (s && s->cfg)
-        cfgp = s->cfg;
-    ebb_config_fini(cfgp);
-    free(cfgp);
+    ebb_config_fini(s->cfg);
+    free(s->cfg);
     free(s);
+}
+
+int ebb_cmd_serve(int argc, char **argv)
+{
+    struct ebb__serve_opts o;
+    int ret = ebb__serve_parse(argc, argv, &o);
+    struct serve *s = NULL;
+    if (ret || o.help)
+        goto out;
+    ret = 1;
+    if (!(s = calloc(1, sizeof(*s))) || !(s->cfg = calloc(1, sizeof(*s->cfg))))
+        goto out;
+    ebb_config_init(s->cfg);
+    s->config_path = o.config_path;
+    s->args = o.args;
+    s->n_args = o.n_args;
+    ret = serve(s, &o);
+out:
+    if (s)
+        serve_free(s);
+    ebb__serve_opts_fini(&o);
     return ret;
 }

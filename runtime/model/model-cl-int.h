@@ -1,6 +1,6 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
- * files share. Calls go one way: model-cl.c -> model-cl-stream.c -> model-cl-layer.c ->
- * model-cl-place.c. */
+ * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
+ * model-cl-stream.c -> model-cl-layer.c -> model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -30,19 +30,67 @@
 #define MAX_TYPES 40
 #define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
 
+#define MAX_GROUPS 8 /* weight groups per layer */
+#define GROUP_MAX 3  /* weights per group */
+#define MAX_NORMS 8  /* norm vectors per layer */
+#define MAX_STEPS 16 /* steps per layer */
+
+/* The family's description compiled for this engine (model-cl-plan.c): the layer program as a
+ * short list of fused steps, the same for every layer, and the tensors they read. */
+enum clm_buf {
+    CLM_X,   /* m->x (N_BATCH, n_embd): the residual stream */
+    CLM_QKV, /* m->qkv (N_BATCH, n_q + 2 n_kv): q | k | v */
+    CLM_ATT, /* m->att (N_BATCH, n_q) */
+    CLM_GU,  /* m->gu (N_BATCH, 2 n_ff): gate | up */
+};
+
+enum clm_step_kind {
+    CLM_PROJ, /* out (+)= group @ in: decode folds the norm or the SwiGLU into the product,
+                 prefill runs them as kernels of their own first */
+    CLM_ATTN, /* rope_kv (rotates q and k in CLM_QKV, stores k and v) and attention into
+                 CLM_ATT */
+};
+
+struct clm_step {
+    uint8_t kind;    /* enum clm_step_kind */
+    uint8_t in, out; /* enum clm_buf */
+    uint8_t group;   /* CLM_PROJ: index into plan.groups and layer.w */
+    int8_t norm;     /* CLM_PROJ: RMS norm of in first (index into plan.norms), or -1 */
+    bool glu;        /* CLM_PROJ: in is gate | up, SwiGLU first */
+    bool res;        /* CLM_PROJ: the product is added to out (the residual) */
+    bool neox;       /* CLM_ATTN: rope on split halves */
+};
+
+/* Tensors stacked along their outputs into one buffer (q|k|v, gate|up), fused on placement
+ * when they can be. */
+struct clm_group {
+    int16_t t[GROUP_MAX]; /* the family's tensor indices */
+    uint32_t n;
+};
+
+struct clm_plan {
+    struct clm_step steps[MAX_STEPS];
+    uint32_t n_steps;
+    struct clm_group groups[MAX_GROUPS];
+    uint32_t n_groups;
+    int16_t norms[MAX_NORMS]; /* per-layer (n_embd) norm vectors */
+    uint32_t n_norms;
+    int16_t embd;     /* the input's get_rows tensor */
+    bool embd_scale;  /* input: times sqrt(n_embd) */
+    int16_t out_norm; /* output: the final norm's vector */
+    int16_t output;   /* output: the head's matrix */
+};
+
 struct layer {
-    cl_mem attn_norm, ffn_norm;  /* (n_embd) f32 */
-    struct ebb_cl_weight qkv[3]; /* (n_head + 2 n_head_kv) * head_dim rows of n_embd: fused
-                                    into qkv[0], or q, k, v separately */
-    uint32_t n_qkv;
-    struct ebb_cl_weight wo;    /* (n_embd, n_head * head_dim) */
-    struct ebb_cl_weight gu[2]; /* (2 n_ff, n_embd) fused gate|up, or gate and up */
-    uint32_t n_gu;
-    struct ebb_cl_weight down; /* (n_embd, n_ff) */
-    cl_mem kc, vc;             /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
+    cl_mem norm[MAX_NORMS];                        /* (n_embd) f32, plan.norms */
+    struct ebb_cl_weight w[MAX_GROUPS][GROUP_MAX]; /* group g fused into w[g][0], or one each */
+    uint32_t n_w[MAX_GROUPS];
+    cl_mem kc, vc; /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
 };
 
 struct clm {
+    const struct ebb__arch *a;
+    struct clm_plan plan;
     struct ebb__hparams hp;
     struct ebb_cl *cl;
     struct ebb_cl_tuning tu;
@@ -56,6 +104,8 @@ struct clm {
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
     cl_kernel k_q8;                    /* quantize_x8, with tu.mv_q8 */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
+    bool tied;                         /* the head reads embd */
+    float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
     cl_mem output_norm;                /* (n_embd) f32 */
     struct layer *layers;
     /* Scratch, allocated once. */
@@ -89,6 +139,12 @@ struct clm {
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
+
+/* model-cl-plan.c */
+/* Compiles a's programs into plan for this engine; EBB_EUNSUPPORTED naming the first op (or
+ * feature) it has no kernels for. */
+ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                      struct clm_plan *plan, struct ebb_diag *diag);
 
 /* model-cl-place.c */
 /* One device buffer of bytes, failing with a message that names what when it is too large. */

@@ -1,5 +1,6 @@
-/* One decoder layer of the llama forward pass on OpenCL, and the weight products it is made of
- * (matvec for decode with the RMS norm and SwiGLU folded in, tiled matmul or GEMM for prefill). */
+/* One decoder layer on OpenCL, as the steps the family's description compiled to
+ * (model-cl-plan.c), and the weight products they are made of (matvec for decode with the RMS
+ * norm and SwiGLU folded in, tiled matmul or GEMM for prefill). */
 #include "model-cl-int.h"
 
 #include <math.h>
@@ -101,27 +102,74 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, st
     return rc ? rc : ebb_cl_run(m->cl, m->k_norm, 2, g, l, diag);
 }
 
-/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
-                       struct ebb_diag *diag)
+/* The rows of an engine buffer and their stride. */
+static void buf_of(struct clm *m, uint8_t b, cl_mem *mem, int *ld)
+{
+    switch ((enum clm_buf)b) {
+    default:
+    case CLM_X:
+        *mem = m->x, *ld = (int)m->hp.n_embd;
+        break;
+    case CLM_QKV:
+        *mem = m->qkv, *ld = (int)m->n_qkv;
+        break;
+    case CLM_ATT:
+        *mem = m->att, *ld = (int)m->n_q;
+        break;
+    case CLM_GU:
+        *mem = m->gu, *ld = 2 * (int)m->hp.n_ff;
+        break;
+    }
+}
+
+/* A CLM_PROJ step. Decode folds the RMS norm (into each product of the group) or the SwiGLU
+ * (into the product) and adds the residual inside; prefill normalises into m->h or gates into
+ * m->ff once for the whole token tile first. */
+static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                    struct ebb_diag *diag)
+{
+    cl_mem in, out;
+    int in_ld, out_ld, n_embd = (int)m->hp.n_embd, n_ff = (int)m->hp.n_ff;
+    buf_of(m, s->in, &in, &in_ld);
+    buf_of(m, s->out, &out, &out_ld);
+    const struct ebb_cl_weight *w = L->w[s->group];
+    uint32_t n_w = L->n_w[s->group];
+    cl_mem res = s->res ? out : NULL;
+    bool fold = nt == 1;
+    ebb_err rc;
+    if (s->norm >= 0) {
+        cl_mem nw = L->norm[s->norm];
+        if (fold)
+            return wmul_group(m, w, n_w, in, in_ld, out, out_ld, nw, nt, diag);
+        if ((rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag)))
+            return rc;
+        return wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
+    }
+    if (!s->glu)
+        return ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
+    if (fold) /* SwiGLU folded into the product */
+        return wmul_glu(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, 1, nt, diag);
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(in), EBB_CL_ARG(in_ld), EBB_CL_ARG(m->ff),
+                              EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
+    size_t sg[2] = {m->hp.n_ff, (size_t)nt};
+    if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
+        return rc;
+    return ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
+}
+
+/* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
+ * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
+ * one). */
+static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                      bool is_neox, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
-    int n_embd = (int)hp->n_embd, n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
-    int n_ff = (int)hp->n_ff, n_ff2 = 2 * n_ff;
-    /* Decode folds each RMS norm into the product that consumes it (one launch less each);
-     * prefill normalises once for the whole token tile. */
-    bool fold = nt == 1;
-    if (fold)
-        rc = wmul_group(m, L->qkv, L->n_qkv, m->x, n_embd, m->qkv, n_qkv, L->attn_norm, nt, diag);
-    else if (!(rc = ebb__clm_rmsnorm(m, m->x, L->attn_norm, m->h, nt, diag)))
-        rc = wmul_group(m, L->qkv, L->n_qkv, m->h, n_embd, m->qkv, n_qkv, NULL, nt, diag);
-    if (rc)
-        return rc;
-
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
     cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
     int n_ctx = (int)m->n_ctx, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
-    int hd = (int)hp->head_dim, n_rot = (int)hp->n_rot, neox = hp->rope_kind == EBB__ROPE_NEOX;
+    int hd = (int)hp->head_dim, n_rot = (int)hp->n_rot, neox = is_neox;
     float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
@@ -150,33 +198,31 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
         if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
                        (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag))))
             return rc;
-    } else {
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
-                                 EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
-                                 EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
-                                 EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
-                                 EBB_CL_ARG(n_q)};
-        size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-        if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 13, diag)) ||
-            (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
+        return EBB_OK;
+    }
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                             EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                             EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
+                             EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
+                             EBB_CL_ARG(n_q)};
+    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
+    if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 13, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
+        return rc;
+    return EBB_OK;
+}
+
+/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq: the compiled steps of the
+ * family's layer program (model-cl-plan.c); x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+                       struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < m->plan.n_steps; i++) {
+        const struct clm_step *s = &m->plan.steps[i];
+        ebb_err rc = s->kind == CLM_ATTN ? attend(m, L, seq, nt, pos, s->neox, diag)
+                                         : proj(m, L, s, nt, diag);
+        if (rc)
             return rc;
     }
-    /* Output projection with the residual fused: x = x + Wo att. */
-    if ((rc = ebb__clm_wmul(m, &L->wo, m->att, n_q, m->x, n_embd, 0, m->x, NULL, nt, diag)))
-        return rc;
-    if (fold)
-        rc = wmul_group(m, L->gu, L->n_gu, m->x, n_embd, m->gu, n_ff2, L->ffn_norm, nt, diag);
-    else if (!(rc = ebb__clm_rmsnorm(m, m->x, L->ffn_norm, m->h, nt, diag)))
-        rc = wmul_group(m, L->gu, L->n_gu, m->h, n_embd, m->gu, n_ff2, NULL, nt, diag);
-    if (rc)
-        return rc;
-    if (fold) /* SwiGLU folded into the down projection */
-        return wmul_glu(m, &L->down, m->gu, n_ff2, m->x, n_embd, 0, m->x, NULL, 1, nt, diag);
-    struct ebb_cl_arg sa[] = {EBB_CL_ARG(m->gu), EBB_CL_ARG(n_ff2), EBB_CL_ARG(m->ff),
-                              EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
-    size_t sg[2] = {hp->n_ff, (size_t)nt};
-    if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
-        return rc;
-    return ebb__clm_wmul(m, &L->down, m->ff, n_ff, m->x, n_embd, 0, m->x, NULL, nt, diag);
+    return EBB_OK;
 }

@@ -4,6 +4,7 @@
  * places and drops whole layers through ebb__clm_place_layer / ebb__clm_drop_layer. */
 #include "model-cl-int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,8 +137,8 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
                            const uint32_t *rows, uint32_t n, uint32_t n_in,
                            struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
 {
-    const struct ebb_gguf_tensor *t[3];
-    struct ebb_cl_wsrc src[3];
+    const struct ebb_gguf_tensor *t[GROUP_MAX] = {NULL};
+    struct ebb_cl_wsrc src[GROUP_MAX];
     uint64_t total = 0;
     ebb_err rc;
     for (uint32_t i = 0; i < n; i++) {
@@ -179,78 +180,95 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
     return EBB_OK;
 }
 
+/* Weight group gi of layer l (the plan's tensors stacked along their outputs). */
+static ebb_err place_plan_group(struct clm *m, const struct ebb_gguf *g, uint32_t gi, uint32_t l,
+                                struct ebb_diag *diag)
+{
+    const struct clm_group *G = &m->plan.groups[gi];
+    char nm[GROUP_MAX][96];
+    const char *names[GROUP_MAX];
+    uint32_t rows[GROUP_MAX];
+    for (uint32_t i = 0; i < G->n; i++) {
+        ebb__arch_tensor_name(m->a, (uint32_t)G->t[i], l, nm[i], sizeof(nm[i]));
+        names[i] = nm[i];
+        rows[i] = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1);
+    }
+    uint32_t n_in = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[0]].ne0);
+    struct layer *L = &m->layers[l];
+    return place_group(m, g, names, rows, G->n, n_in, L->w[gi], &L->n_w[gi], diag);
+}
+
 /* The weight matrices of decoder layer l (norms and KV cache are placed apart). */
 ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l,
                              struct ebb_diag *diag)
 {
-    const struct ebb__hparams *hp = &m->hp;
-    struct layer *L = &m->layers[l];
-    char nm[6][64];
-    uint32_t one;
-    ebb_err rc;
-    snprintf(nm[0], 64, "blk.%u.attn_q.weight", l);
-    snprintf(nm[1], 64, "blk.%u.attn_k.weight", l);
-    snprintf(nm[2], 64, "blk.%u.attn_v.weight", l);
-    const char *qn[] = {nm[0], nm[1], nm[2]};
-    uint32_t qr[] = {m->n_q, m->n_kv, m->n_kv};
-    if ((rc = place_group(m, g, qn, qr, 3, hp->n_embd, L->qkv, &L->n_qkv, diag)))
-        return rc;
-    snprintf(nm[3], 64, "blk.%u.attn_output.weight", l);
-    const char *wn[] = {nm[3]};
-    uint32_t wr[] = {hp->n_embd};
-    if ((rc = place_group(m, g, wn, wr, 1, m->n_q, &L->wo, &one, diag)))
-        return rc;
-    snprintf(nm[4], 64, "blk.%u.ffn_gate.weight", l);
-    snprintf(nm[5], 64, "blk.%u.ffn_up.weight", l);
-    const char *gn[] = {nm[4], nm[5]};
-    uint32_t gr[] = {hp->n_ff, hp->n_ff};
-    if ((rc = place_group(m, g, gn, gr, 2, hp->n_embd, L->gu, &L->n_gu, diag)))
-        return rc;
-    snprintf(nm[0], 64, "blk.%u.ffn_down.weight", l);
-    const char *dn[] = {nm[0]};
-    return place_group(m, g, dn, wr, 1, hp->n_ff, &L->down, &one, diag);
+    for (uint32_t gi = 0; gi < m->plan.n_groups; gi++) {
+        ebb_err rc = place_plan_group(m, g, gi, l, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
 }
 
 /* Releases the weight matrices of layer l (it becomes streamed). */
 void ebb__clm_drop_layer(struct clm *m, uint32_t l)
 {
     struct layer *L = &m->layers[l];
-    for (int i = 0; i < 3; i++)
-        ebb_cl_weight_fini(&L->qkv[i]);
-    ebb_cl_weight_fini(&L->wo);
-    for (int i = 0; i < 2; i++)
-        ebb_cl_weight_fini(&L->gu[i]);
-    ebb_cl_weight_fini(&L->down);
-    L->n_qkv = L->n_gu = 0;
+    for (uint32_t gi = 0; gi < MAX_GROUPS; gi++) {
+        for (int i = 0; i < GROUP_MAX; i++)
+            ebb_cl_weight_fini(&L->w[gi][i]);
+        L->n_w[gi] = 0;
+    }
+}
+
+/* A norm vector of the plan (tensor t of layer l). */
+static ebb_err place_plan_norm(struct clm *m, const struct ebb_gguf *g, int16_t t, uint32_t l,
+                               cl_mem *out, struct ebb_diag *diag)
+{
+    char nm[96];
+    ebb__arch_tensor_name(m->a, (uint32_t)t, l, nm, sizeof(nm));
+    return place_norm(m, g, nm, out, diag);
+}
+
+/* The embeddings and the output head: the input's get_rows tensor, and the output's matrix,
+ * which is the same tensor when the family's fallback ties them. */
+static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    const struct ebb_gguf_tensor *te, *to;
+    ebb_err rc;
+    uint32_t one, vr[] = {hp->n_vocab};
+    if ((rc = ebb__arch_tensor(m->a, hp, g, (uint32_t)m->plan.embd, 0, &te, diag)) ||
+        (rc = ebb__arch_tensor(m->a, hp, g, (uint32_t)m->plan.output, 0, &to, diag)))
+        return rc;
+    if (!te || !to)
+        return ebb_diag_set(diag, EBB_EFORMAT, "no token embeddings or output head");
+    m->tied = te == to;
+    m->embd_scale = m->plan.embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    const char *en[] = {te->name}, *on[] = {to->name};
+    if ((rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)) ||
+        (rc = place_plan_norm(m, g, m->plan.out_norm, 0, &m->output_norm, diag)))
+        return rc;
+    if (!m->tied && (rc = place_group(m, g, on, vr, 1, hp->n_embd, &m->output, &one, diag)))
+        return rc;
+    return EBB_OK;
 }
 
 ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
-    uint32_t one;
-    const char *en[] = {"token_embd.weight"};
-    uint32_t vr[] = {hp->n_vocab};
-    if ((rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)) ||
-        (rc = place_norm(m, g, "output_norm.weight", &m->output_norm, diag)))
+    if ((rc = place_ends(m, g, diag)))
         return rc;
-    if (!hp->tied_output) {
-        const char *on[] = {"output.weight"};
-        if ((rc = place_group(m, g, on, vr, 1, hp->n_embd, &m->output, &one, diag)))
-            return rc;
-    }
     m->layers = calloc(hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
         return EBB_ENOMEM;
     size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * m->n_ctx * hp->head_dim * 2;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct layer *L = &m->layers[l];
-        char nm[2][64];
-        snprintf(nm[0], 64, "blk.%u.attn_norm.weight", l);
-        snprintf(nm[1], 64, "blk.%u.ffn_norm.weight", l);
-        if ((rc = place_norm(m, g, nm[0], &L->attn_norm, diag)) ||
-            (rc = place_norm(m, g, nm[1], &L->ffn_norm, diag)))
-            return rc;
+        for (uint32_t k = 0; k < m->plan.n_norms; k++)
+            if ((rc = place_plan_norm(m, g, m->plan.norms[k], l, &L->norm[k], diag)))
+                return rc;
         /* Streamed layers keep only their norms and KV cache on the device. */
         if ((!STREAMING(m) || ebb_stream_is_resident(m->st, l)) &&
             (rc = ebb__clm_place_layer(m, g, l, diag)))

@@ -23,7 +23,7 @@ static ebb_err tmpl_group(struct clm *m, const struct ebb_gguf *g, const char *c
                           const uint64_t *offs, const uint32_t *rows, uint32_t n, uint32_t n_in,
                           struct ebb_cl_weight *out, uint32_t *n_out, struct ebb_diag *diag)
 {
-    const struct ebb_gguf_tensor *t[3];
+    const struct ebb_gguf_tensor *t[GROUP_MAX] = {NULL};
     ebb_err rc;
     bool fuse = true;
     for (uint32_t i = 0; i < n; i++) {
@@ -80,30 +80,38 @@ static ebb_err tmpl_offs(const struct ebb_gguf *g, const struct ebb_pack *pk,
     return EBB_OK;
 }
 
+/* The GGUF names of layer l's weight matrices, group after group, and how many. */
+static uint32_t layer_weight_names(const struct clm *m, uint32_t l,
+                                   char nm[MAX_GROUPS * GROUP_MAX][96])
+{
+    uint32_t n = 0;
+    for (uint32_t gi = 0; gi < m->plan.n_groups; gi++)
+        for (uint32_t i = 0; i < m->plan.groups[gi].n; i++)
+            ebb__arch_tensor_name(m->a, (uint32_t)m->plan.groups[gi].t[i], l, nm[n++], 96);
+    return n;
+}
+
 static ebb_err build_tmpl(struct clm *m, const struct ebb_gguf *g, const struct ebb_pack *pk,
                           const struct ebb_stream_layer *ext, uint32_t l, struct ebb_diag *diag)
 {
-    const struct ebb__hparams *hp = &m->hp;
     struct layer *T = &m->tmpl[l];
-    char nm[7][64];
-    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                         "ffn_gate", "ffn_up", "ffn_down"};
-    const char *np[7];
-    for (int i = 0; i < 7; i++) {
-        snprintf(nm[i], 64, "blk.%u.%s.weight", l, sfx[i]);
+    char nm[MAX_GROUPS * GROUP_MAX][96];
+    const char *np[MAX_GROUPS * GROUP_MAX];
+    uint64_t offs[MAX_GROUPS * GROUP_MAX];
+    uint32_t n = layer_weight_names(m, l, nm);
+    for (uint32_t i = 0; i < n; i++)
         np[i] = nm[i];
+    ebb_err rc = tmpl_offs(g, pk, ext, np, n, offs, diag);
+    for (uint32_t gi = 0, k = 0; gi < m->plan.n_groups && !rc; gi++) {
+        const struct clm_group *G = &m->plan.groups[gi];
+        uint32_t rows[GROUP_MAX];
+        for (uint32_t i = 0; i < G->n; i++)
+            rows[i] = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1);
+        uint32_t n_in = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[0]].ne0);
+        rc = tmpl_group(m, g, np + k, offs + k, rows, G->n, n_in, T->w[gi], &T->n_w[gi], diag);
+        k += G->n;
     }
-    uint64_t offs[7];
-    uint32_t one, qr[] = {m->n_q, m->n_kv, m->n_kv}, wr[] = {hp->n_embd},
-                  gr[] = {hp->n_ff, hp->n_ff};
-    ebb_err rc;
-    if ((rc = tmpl_offs(g, pk, ext, np, 7, offs, diag)) ||
-        (rc = tmpl_group(m, g, np, offs, qr, 3, hp->n_embd, T->qkv, &T->n_qkv, diag)) ||
-        (rc = tmpl_group(m, g, np + 3, offs + 3, wr, 1, m->n_q, &T->wo, &one, diag)) ||
-        (rc = tmpl_group(m, g, np + 4, offs + 4, gr, 2, hp->n_embd, T->gu, &T->n_gu, diag)) ||
-        (rc = tmpl_group(m, g, np + 6, offs + 6, wr, 1, hp->n_ff, &T->down, &one, diag)))
-        return rc;
-    return EBB_OK;
+    return rc;
 }
 
 static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
@@ -210,11 +218,14 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
                        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
                        f * (uint64_t)hp->n_vocab;
+    char en[96], on[96];
+    ebb__arch_tensor_name(m->a, (uint32_t)m->plan.embd, 0, en, sizeof(en));
+    ebb__arch_tensor_name(m->a, (uint32_t)m->plan.output, 0, on, sizeof(on));
     struct ebb_stream_plan_cfg cfg = {
         .n_layer = n_layer,
         .layer_bytes = lb,
-        .fixed_bytes = tensor_bytes(g, "token_embd.weight") + tensor_bytes(g, "output.weight") +
-                       f * hp->n_embd * (1 + 2 * (uint64_t)n_layer),
+        .fixed_bytes = tensor_bytes(g, en) + tensor_bytes(g, on) +
+                       f * hp->n_embd * (1 + (uint64_t)m->plan.n_norms * n_layer),
         .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
         /* in the device's memory: the mapped slots (unified), or the two device buffers the
          * streamed layers are copied into (discrete; the pinned slots are host memory) */
@@ -327,12 +338,10 @@ static void release_pages(struct clm *m, uint32_t l)
 {
     if (!m->map.buf)
         return;
-    const char *sfx[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                         "ffn_gate", "ffn_up", "ffn_down"};
-    for (int i = 0; i < 7; i++) {
-        char nm[64];
-        snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx[i]);
-        const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm);
+    char nm[MAX_GROUPS * GROUP_MAX][96];
+    uint32_t n = layer_weight_names(m, l, nm);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm[i]);
         if (t)
             ebb__clm_drop_pages(t);
     }
@@ -395,16 +404,13 @@ ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt,
     cl_mem view = ebb_stream_cl_view(m->sc, v);
     const struct layer *T = &m->tmpl[l];
     struct layer S = m->layers[l]; /* norms and KV cache stay resident */
-    S.n_qkv = T->n_qkv;
-    S.n_gu = T->n_gu;
-    struct ebb_cl_weight *dst[] = {&S.qkv[0], &S.qkv[1], &S.qkv[2], &S.wo,
-                                   &S.gu[0],  &S.gu[1],  &S.down};
-    const struct ebb_cl_weight *src[] = {&T->qkv[0], &T->qkv[1], &T->qkv[2], &T->wo,
-                                         &T->gu[0],  &T->gu[1],  &T->down};
-    for (int i = 0; i < 7; i++) {
-        *dst[i] = *src[i];
-        dst[i]->a = view;
-        dst[i]->off += off;
+    for (uint32_t gi = 0; gi < m->plan.n_groups; gi++) {
+        S.n_w[gi] = T->n_w[gi];
+        for (uint32_t i = 0; i < T->n_w[gi]; i++) {
+            S.w[gi][i] = T->w[gi][i];
+            S.w[gi][i].a = view;
+            S.w[gi][i].off += off;
+        }
     }
     rc = ebb__clm_layer(m, &S, seq, nt, pos, diag);
     ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);

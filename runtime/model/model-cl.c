@@ -1,8 +1,9 @@
-/* The llama forward pass on the OpenCL engine: the backend's life (open, kernels, scratch, free)
- * and an evaluation (embedding, layers, output head, top-k). Weights are placed by
- * model-cl-place.c, a layer is computed by model-cl-layer.c, streamed layers go through
- * model-cl-stream.c. The KV cache and every scratch buffer are allocated once, and an evaluation
- * enqueues the whole pass without waiting until the requested outputs are read back. */
+/* The forward pass on the OpenCL engine: the backend's life (open, kernels, scratch, free) and
+ * an evaluation (embedding, layers, output head, top-k). The family's description is compiled
+ * into the engine's steps by model-cl-plan.c, weights are placed by model-cl-place.c, a layer
+ * is computed by model-cl-layer.c, streamed layers go through model-cl-stream.c. The KV cache and
+ * every scratch buffer are allocated once, and an evaluation enqueues the whole pass without
+ * waiting until the requested outputs are read back. */
 #include "model-cl-int.h"
 
 #include <stdio.h>
@@ -50,14 +51,11 @@ static void clm_free(void *ctx)
     if (m->layers) {
         for (uint32_t l = 0; l < m->hp.n_layer; l++) {
             struct layer *L = &m->layers[l];
-            release(&L->attn_norm);
-            release(&L->ffn_norm);
-            for (int i = 0; i < 3; i++)
-                ebb_cl_weight_fini(&L->qkv[i]);
-            ebb_cl_weight_fini(&L->wo);
-            for (int i = 0; i < 2; i++)
-                ebb_cl_weight_fini(&L->gu[i]);
-            ebb_cl_weight_fini(&L->down);
+            for (int k = 0; k < MAX_NORMS; k++)
+                release(&L->norm[k]);
+            for (int gi = 0; gi < MAX_GROUPS; gi++)
+                for (int i = 0; i < GROUP_MAX; i++)
+                    ebb_cl_weight_fini(&L->w[gi][i]);
             release(&L->kc);
             release(&L->vc);
         }
@@ -152,7 +150,7 @@ static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
     ebb_err rc = ebb_cl_check(e, diag, "copy rows for the output head");
     if (rc)
         return rc;
-    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
     return ebb__clm_wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
                          NULL, nr, diag);
 }
@@ -160,7 +158,7 @@ static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
 /* Logits of a single decoded token straight from the residual row, the final norm folded in. */
 static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
 {
-    const struct ebb_cl_weight *w = m->hp.tied_output ? &m->embd : &m->output;
+    const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
     return ebb__clm_wmul(m, w, m->x, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
                          m->output_norm, 1, diag);
 }
@@ -240,7 +238,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
-    float one = 1.0f;
+    float scale = m->embd_scale;
     int n_embd = (int)m->hp.n_embd;
     for (uint32_t c = 0; c < n; c += N_BATCH) {
         int nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
@@ -249,7 +247,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
         if ((rc = ebb_cl_check(e, diag, "writing token ids")))
             goto out;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
-                                 EBB_CL_ARG(one)};
+                                 EBB_CL_ARG(scale)};
         struct ebb_cl_wprog *p = NULL;
         size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
         if ((rc = ebb__clm_prog_for(m, &m->embd.layout, &p, diag)) ||
@@ -301,14 +299,16 @@ out:
     return rc;
 }
 
-ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
-                            const struct ebb_model_params *p, uint32_t n_ctx,
-                            const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
+ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                            const struct ebb_gguf *g, const struct ebb_model_params *p,
+                            uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                            struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct clm *m = calloc(1, sizeof(*m));
     if (!m)
         return EBB_ENOMEM;
+    m->a = a;
     m->hp = *hp;
     m->n_ctx = n_ctx;
     m->g = g;
@@ -321,12 +321,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
-    if (strcmp(hp->arch, "llama")) {
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                          "the OpenCL engine runs 'llama' models, not '%s'%s", hp->arch,
-                          hp->gemma3 ? " (the plain-C reference does: --device ref)" : "");
+    if ((rc = ebb__clm_plan(a, hp, &m->plan, diag)))
         goto out;
-    }
     if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||
         hp->n_ff % 4 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !n_ctx) {
         rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,

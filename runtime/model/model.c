@@ -1,5 +1,5 @@
-/* Model loading: GGUF file, hyper-parameters from the `<arch>.` metadata keys, tokenizer,
- * context length, and the choice of forward-pass backend. */
+/* Model loading: GGUF file, the family's description and hyper-parameters (arch-int.h),
+ * tokenizer, context length, and the choice of forward-pass backend. */
 #include "model.h"
 
 #include <stdio.h>
@@ -39,6 +39,7 @@ static uint32_t default_ctx(const struct ebb__hparams *hp, uint32_t n_seq)
 struct ebb_model {
     struct ebb_gguf *g;
     struct ebb_tokenizer *tok;
+    const struct ebb__arch *arch;
     struct ebb__hparams hp;
     uint32_t n_ctx;
     uint32_t n_seq;
@@ -47,121 +48,20 @@ struct ebb_model {
     char device[128];
 };
 
-/* Reads `<arch>.<suffix>` as u32; missing keys keep *out (a default) unless required. */
-static ebb_err get_u32(const struct ebb_gguf *g, const char *arch, const char *suffix,
-                       bool required, uint32_t *out, struct ebb_diag *diag)
-{
-    char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    ebb_err rc = ebb_gguf_get_u32(g, key, out);
-    if (rc == EBB_ENOTFOUND && !required)
-        return EBB_OK;
-    if (rc)
-        return ebb_diag_set(diag, rc == EBB_ENOTFOUND ? EBB_EFORMAT : rc, "metadata key %s: %s",
-                            key, ebb_err_str(rc));
-    return EBB_OK;
-}
-
-static ebb_err get_f32(const struct ebb_gguf *g, const char *arch, const char *suffix, float *out,
-                       struct ebb_diag *diag)
-{
-    char key[128];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    ebb_err rc = ebb_gguf_get_f32(g, key, out);
-    if (rc == EBB_ENOTFOUND)
-        return EBB_OK;
-    if (rc)
-        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
-    return EBB_OK;
-}
-
-/* Fills hp from g's metadata and the token embedding's shape, with llama.cpp's defaults for
- * optional keys. */
+/* Hyper-parameters through the family's description (arch-int.h), the description checked
+ * against the file's tensors, and the vocabulary against the tokenizer's. */
 static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer *tok,
-                            struct ebb__hparams *hp, struct ebb_diag *diag)
+                            const struct ebb__arch **arch, struct ebb__hparams *hp,
+                            struct ebb_diag *diag)
 {
     ebb_err rc;
-    struct ebb_str arch;
-    memset(hp, 0, sizeof(*hp));
-    rc = ebb_gguf_get_str(g, "general.architecture", &arch);
-    if (rc)
-        return ebb_diag_set(diag, EBB_EFORMAT, "missing general.architecture");
-    if (arch.n == 0 || arch.n >= sizeof(hp->arch))
-        return ebb_diag_set(diag, EBB_EFORMAT, "bad general.architecture");
-    memcpy(hp->arch, arch.p, arch.n);
-    hp->arch[arch.n] = 0;
-    const char *a = hp->arch;
-
-    if ((rc = get_u32(g, a, "block_count", true, &hp->n_layer, diag)) ||
-        (rc = get_u32(g, a, "embedding_length", true, &hp->n_embd, diag)) ||
-        (rc = get_u32(g, a, "attention.head_count", true, &hp->n_head, diag)) ||
-        (rc = get_u32(g, a, "feed_forward_length", true, &hp->n_ff, diag)))
+    if ((rc = ebb__arch_read_hparams(g, arch, hp, diag)))
         return rc;
-    if (!hp->n_layer || !hp->n_embd || !hp->n_head || !hp->n_ff || hp->n_layer > 1024 ||
-        hp->n_head > 1024 || hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22))
-        return ebb_diag_set(diag, EBB_EFORMAT, "implausible model dimensions");
-    hp->n_head_kv = hp->n_head;
-    hp->head_dim = hp->n_embd / hp->n_head;
-    hp->n_ctx_train = 2048;
-    if ((rc = get_u32(g, a, "attention.head_count_kv", false, &hp->n_head_kv, diag)) ||
-        (rc = get_u32(g, a, "attention.key_length", false, &hp->head_dim, diag)) ||
-        (rc = get_u32(g, a, "context_length", false, &hp->n_ctx_train, diag)))
-        return rc;
-    uint32_t v_len = hp->head_dim;
-    if ((rc = get_u32(g, a, "attention.value_length", false, &v_len, diag)))
-        return rc;
-    if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || !hp->head_dim || hp->head_dim > 1024 ||
-        v_len != hp->head_dim)
-        return ebb_diag_set(diag, EBB_EFORMAT,
-                            "unsupported attention shape: %u heads, %u kv "
-                            "heads, key length %u, value length %u",
-                            hp->n_head, hp->n_head_kv, hp->head_dim, v_len);
-    hp->n_rot = hp->head_dim;
-    if ((rc = get_u32(g, a, "rope.dimension_count", false, &hp->n_rot, diag)))
-        return rc;
-    if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.dimension_count %u", hp->n_rot);
-    hp->rope_base = 10000.0f;
-    hp->rope_scale = 1.0f;
-    hp->rms_eps = 1e-5f;
-    if ((rc = get_f32(g, a, "rope.freq_base", &hp->rope_base, diag)) ||
-        (rc = get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps, diag)))
-        return rc;
-    /* Linear rope scaling: positions are divided by the factor. Other scaling types change
-     * the frequencies in ways the backends do not implement yet. */
-    struct ebb_str stype = {0};
-    char key[128];
-    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
-    if (ebb_gguf_get_str(g, key, &stype) == EBB_OK &&
-        !(stype.n == 4 && !memcmp(stype.p, "none", 4))) {
-        if (!(stype.n == 6 && !memcmp(stype.p, "linear", 6)))
-            return ebb_diag_set(diag, EBB_EUNSUPPORTED, "rope scaling type '%.*s'", (int)stype.n,
-                                stype.p);
-        if ((rc = get_f32(g, a, "rope.scaling.factor", &hp->rope_scale, diag)))
-            return rc;
-        if (!(hp->rope_scale > 0))
-            return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.scaling.factor");
-    }
-    hp->rope_kind = !strcmp(a, "llama") ? EBB__ROPE_NORMAL : EBB__ROPE_NEOX;
-    if (!strcmp(a, "gemma3")) {
-        /* Five local layers to one global, local rope base 10000: fixed by the architecture
-         * (as llama.cpp has them), not stored in the file. */
-        hp->gemma3 = true;
-        hp->swa_pattern = 6;
-        hp->rope_base_swa = 10000.0f;
-        if ((rc = get_u32(g, a, "attention.sliding_window", false, &hp->swa, diag)))
-            return rc;
-    }
-
-    const struct ebb_gguf_tensor *emb = ebb_gguf_find_tensor(g, "token_embd.weight");
-    if (!emb || emb->n_dims != 2 || emb->ne[0] != hp->n_embd)
-        return ebb_diag_set(diag, EBB_EFORMAT, "token_embd.weight missing or not (%u, vocab)",
-                            hp->n_embd);
-    hp->n_vocab = (uint32_t)emb->ne[1];
     if (hp->n_vocab != ebb_tokenizer_n_vocab(tok))
         return ebb_diag_set(diag, EBB_EFORMAT, "token_embd has %u rows, tokenizer %u tokens",
                             hp->n_vocab, ebb_tokenizer_n_vocab(tok));
-    hp->tied_output = ebb_gguf_find_tensor(g, "output.weight") == NULL;
+    if ((rc = ebb__arch_check(*arch, hp, g, diag)))
+        return rc;
     return EBB_OK;
 }
 
@@ -180,7 +80,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         goto out;
     if ((rc = ebb_tokenizer_new(m->g, &m->tok, diag)))
         goto out;
-    if ((rc = read_hparams(m->g, m->tok, &m->hp, diag)))
+    if ((rc = read_hparams(m->g, m->tok, &m->arch, &m->hp, diag)))
         goto out;
 
     m->n_seq = p->n_seq ? p->n_seq : 1;
@@ -203,9 +103,9 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
 
     const char *dev = p->device ? p->device : "auto";
     if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
-        rc = ebb__ref_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
-        rc = ebb__cl_backend_new(&m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     }
     if (rc)
         goto out;

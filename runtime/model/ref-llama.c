@@ -1,11 +1,8 @@
-/* The reference forward pass of the llama family in plain C, the yardstick the OpenCL engine is
- * tested against. Read it top to bottom like llama2.c: per layer RMSNorm, Q/K/V projections,
- * RoPE, grouped-query attention over the KV cache, output projection and residual, RMSNorm,
- * SwiGLU feed-forward and residual; then the final norm and the output head. Gemma 3 adds, on
- * the same skeleton: embeddings scaled by sqrt(n_embd), an RMS norm of each q and k head, norms
- * of the attention and feed-forward outputs before their residual adds, GELU (tanh) instead of
- * SiLU in the gate, and local layers that attend to the last `swa` positions only, with a rope
- * base of their own.
+/* The reference forward pass in plain C, the yardstick the OpenCL engine is tested against. It
+ * runs a family's description (arch-int.h) op by op, each op over all tokens of the batch, in
+ * the order the family file lists them: the input program (token rows into the residual
+ * stream), the layer program once per layer, then the output program on the rows whose logits
+ * are wanted. Every op is a short function below that reads like llama2.c.
  *
  * Weights stay in the mmapped file in their quantized form; matrix-vector products go through
  * runtime/quant's row dot products (decode) or dequantize each weight row once and multiply it
@@ -39,20 +36,12 @@ struct wmat {
     ebb_quant_dot_fn dot;
 };
 
-struct layer {
-    float *attn_norm; /* (n_embd) */
-    struct wmat wq;   /* (n_head * head_dim, n_embd) */
-    struct wmat wk;   /* (n_head_kv * head_dim, n_embd) */
-    struct wmat wv;   /* (n_head_kv * head_dim, n_embd) */
-    struct wmat wo;   /* (n_embd, n_head * head_dim) */
-    float *ffn_norm;  /* (n_embd) */
-    struct wmat gate; /* (n_ff, n_embd) */
-    struct wmat up;   /* (n_ff, n_embd) */
-    struct wmat down; /* (n_embd, n_ff) */
-    /* Gemma 3 only (NULL otherwise). */
-    float *q_norm, *k_norm; /* (head_dim) */
-    float *post_attn_norm;  /* (n_embd) */
-    float *post_ffn_norm;   /* (n_embd) */
+/* A declared tensor as the reference holds it: matrices stay quantized in the mapping, vectors
+ * (norm weights) are dequantized once. */
+struct rtensor {
+    struct wmat m; /* (ne1, ne0) when a matrix */
+    float *v;      /* (ne0) when a vector */
+    bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
 };
 
 /* One matrix product job, split by output rows between the caller and the helper thread. */
@@ -65,31 +54,23 @@ struct job {
 };
 
 struct ref {
+    const struct ebb__arch *a;
     struct ebb__hparams hp;
     uint32_t n_ctx, n_seq;
-    struct wmat tok_embd; /* (n_vocab, n_embd) */
-    struct wmat output;   /* (n_vocab, n_embd), token_embd when tied */
-    float *out_norm;      /* (n_embd) */
-    struct layer *layers; /* (n_layer) */
-    float *k_cache;       /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;       /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *rope_cos;      /* (n_ctx, n_rot / 2) */
-    float *rope_sin;      /* (n_ctx, n_rot / 2) */
-    float *rope_cos_swa;  /* Gemma 3's local layers: the same with rope_base_swa */
+    struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
+    float *k_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
+    float *v_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
+    float *rope_cos;     /* (n_ctx, n_rot / 2) */
+    float *rope_sin;     /* (n_ctx, n_rot / 2) */
+    float *rope_cos_swa; /* windowed layers with a rope base of their own: the same with it */
     float *rope_sin_swa;
     /* Activations for up to BATCH tokens. */
-    float *x;         /* (BATCH, n_embd) residual stream */
-    float *xb;        /* (BATCH, max(n_embd, n_head * head_dim)) normed input / attention out */
-    float *q;         /* (BATCH, n_head * head_dim) */
-    float *k;         /* (BATCH, n_head_kv * head_dim) */
-    float *v;         /* (BATCH, n_head_kv * head_dim) */
-    float *hb;        /* (BATCH, n_ff) gate, then the SwiGLU product */
-    float *hb2;       /* (BATCH, n_ff) up */
-    float *att;       /* (n_ctx) attention scores of one head */
-    float *logits;    /* (BATCH, n_vocab) */
-    float *rowbuf[2]; /* (max n_in) one dequantized weight row per thread */
-    bool q8;          /* llama.cpp numerics (device "ref-q8") */
-    struct ebb_q8_act *xact; /* (BATCH, max n_in / 32) quantized activations */
+    float *buf[EBB__N_BUF];     /* (BATCH, width[b]) the description's buffers */
+    uint32_t width[EBB__N_BUF]; /* ebb__arch_buf_width */
+    float *att;                 /* (n_ctx) attention scores of one head */
+    float *rowbuf[2];           /* (max n_in) one dequantized weight row per thread */
+    bool q8;                    /* llama.cpp numerics (device "ref-q8") */
+    struct ebb_q8_act *xact;    /* (BATCH, max n_in / 32) quantized activations */
     /* Helper thread. */
     int n_threads;
     pthread_t th;
@@ -202,14 +183,14 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
 
 /* Rotates pairs of v (one head) by the angles of position pos: (2i, 2i+1) for the llama
  * ordering, (i, i + n_rot/2) for NeoX. Dimensions past n_rot are left alone. */
-static void rope(const struct ref *r, float *v, uint32_t pos, bool swa)
+static void rope(const struct ref *r, float *v, uint32_t pos, bool swa, enum ebb__rope kind)
 {
     uint32_t half = r->hp.n_rot / 2;
     const float *c = (swa ? r->rope_cos_swa : r->rope_cos) + (uint64_t)pos * half;
     const float *s = (swa ? r->rope_sin_swa : r->rope_sin) + (uint64_t)pos * half;
     for (uint32_t i = 0; i < half; i++) {
-        uint32_t a = r->hp.rope_kind == EBB__ROPE_NORMAL ? 2 * i : i;
-        uint32_t b = r->hp.rope_kind == EBB__ROPE_NORMAL ? 2 * i + 1 : i + half;
+        uint32_t a = kind == EBB__ROPE_NORMAL ? 2 * i : i;
+        uint32_t b = kind == EBB__ROPE_NORMAL ? 2 * i + 1 : i + half;
         float x0 = v[a], x1 = v[b];
         v[a] = x0 * c[i] - x1 * s[i];
         v[b] = x0 * s[i] + x1 * c[i];
@@ -233,129 +214,156 @@ static float gelu(float x)
     return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
 }
 
+/* ---- the ops of a description, each over the n tokens of the batch ---- */
+
+/* What one op works on: rows of the batch, from row0 (the output program's first wanted row),
+ * of layer l at positions pos.., slot seq. */
+struct step {
+    const int32_t *tokens;
+    uint32_t seq, n, pos, l, row0;
+};
+
+static float *rows(const struct ref *r, uint8_t b, const struct step *s)
+{
+    return r->buf[b] + (uint64_t)s->row0 * r->width[b];
+}
+
+/* Attention: keys b and values c of the batch into the cache at their positions, then token t
+ * sees positions p0..pos+t, p0 = 0 or, in a windowed layer, the last `window` positions; query
+ * head h reads KV head h / (NH / NKV). Writes dst (n, n_head * head_dim). */
+static void attention(struct ref *r, const struct ebb__op *op, const struct step *s)
+{
+    const struct ebb__hparams *hp = &r->hp;
+    const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const uint32_t QD = NH * HD, KVD = NKV * HD;
+    const float att_scale = 1.0f / sqrtf((float)HD);
+    float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
+    float *kc = r->k_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
+    float *vc = r->v_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
+    uint32_t window = ebb__arch_window(hp, s->l);
+    for (uint32_t t = 0; t < s->n; t++) {
+        for (uint32_t i = 0; i < KVD; i++) {
+            kc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, k[(uint64_t)t * KVD + i]);
+            vc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, v[(uint64_t)t * KVD + i]);
+        }
+        if (r->q8)
+            for (uint32_t i = 0; i < QD; i++)
+                q[(uint64_t)t * QD + i] = f16r(r, q[(uint64_t)t * QD + i]);
+    }
+    for (uint32_t t = 0; t < s->n; t++) {
+        uint32_t n_kv = s->pos + t + 1;
+        uint32_t p0 = window && n_kv > window ? n_kv - window : 0;
+        for (uint32_t h = 0; h < NH; h++) {
+            const float *qh = q + (uint64_t)t * QD + h * HD;
+            uint32_t kvh = h / (NH / NKV);
+            float mx = -INFINITY;
+            for (uint32_t p = p0; p < n_kv; p++) {
+                float sc = dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
+                r->att[p] = sc;
+                mx = sc > mx ? sc : mx;
+            }
+            float sum = 0;
+            for (uint32_t p = p0; p < n_kv; p++) {
+                r->att[p] = expf(r->att[p] - mx);
+                sum += r->att[p];
+            }
+            float *o = rows(r, op->dst, s) + (uint64_t)t * QD + h * HD;
+            memset(o, 0, HD * sizeof(float));
+            for (uint32_t p = p0; p < n_kv; p++) {
+                float a = f16r(r, r->att[p] / sum);
+                const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
+                for (uint32_t i = 0; i < HD; i++)
+                    o[i] += a * vp[i];
+            }
+        }
+    }
+}
+
+static const struct rtensor *tensor(const struct ref *r, int16_t t, uint32_t l)
+{
+    bool per_layer = r->a->tensors[t].flags & EBB__T_LAYER;
+    return &r->t[(per_layer ? (uint64_t)(l + 1) * r->a->n_tensors : 0) + (uint32_t)t];
+}
+
+static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s)
+{
+    const struct rtensor *w = op->t >= 0 ? tensor(r, op->t, s->l) : NULL;
+    if (w && !w->present)
+        return; /* an optional tensor the file does not have */
+    const uint32_t wd = r->width[op->dst], HD = r->hp.head_dim;
+    const uint64_t nd = (uint64_t)s->n * wd;
+    const float eps = r->hp.rms_eps;
+    float *d = rows(r, op->dst, s), *a = rows(r, op->a, s), *b = rows(r, op->b, s);
+    switch ((enum ebb__op_kind)op->kind) {
+    case EBB__OP_GET_ROWS:
+        for (uint32_t t = 0; t < s->n; t++)
+            ebb_quant_dequantize_row(w->m.type, w->m.data + (uint64_t)s->tokens[t] * w->m.row_bytes,
+                                     d + (uint64_t)t * wd, wd);
+        break;
+    case EBB__OP_SCALE: {
+        float sc = sqrtf((float)r->hp.n_embd); /* EBB__SCALE_SQRT_EMBD, the only factor */
+        for (uint64_t i = 0; i < nd; i++)
+            d[i] *= sc;
+        break;
+    }
+    case EBB__OP_RMS_NORM:
+        for (uint32_t t = 0; t < s->n; t++)
+            rmsnorm(d + (uint64_t)t * wd, a + (uint64_t)t * wd, w->v, wd, eps);
+        break;
+    case EBB__OP_HEAD_NORM:
+        for (uint64_t h = 0; h < nd / HD; h++)
+            rmsnorm(d + h * HD, a + h * HD, w->v, HD, eps);
+        break;
+    case EBB__OP_MATMUL:
+        matmul(r, &w->m, a, d, s->n);
+        break;
+    case EBB__OP_ROPE: {
+        bool swa = ebb__arch_window(&r->hp, s->l) && r->rope_cos_swa;
+        if (d != a)
+            memcpy(d, a, nd * sizeof(float));
+        for (uint32_t t = 0; t < s->n; t++)
+            for (uint32_t h = 0; h < wd / HD; h++)
+                rope(r, d + (uint64_t)t * wd + h * HD, s->pos + t, swa, op->arg);
+        break;
+    }
+    case EBB__OP_ATTENTION:
+        attention(r, op, s);
+        break;
+    case EBB__OP_GLU:
+        for (uint64_t i = 0; i < nd; i++)
+            d[i] = (op->arg == EBB__ACT_GELU_TANH ? gelu(a[i]) : silu(a[i])) * b[i];
+        break;
+    case EBB__OP_ADD:
+        for (uint64_t i = 0; i < nd; i++)
+            d[i] += a[i];
+        break;
+    case EBB__N_OP:
+        break;
+    }
+}
+
+static void run_prog(struct ref *r, const struct ebb__op *ops, uint32_t n_ops, struct step *s)
+{
+    for (uint32_t i = 0; i < n_ops; i++)
+        run_op(r, &ops[i], s);
+}
+
 /* ---- the forward pass for n <= BATCH tokens ---- */
 
+/* Runs the description; the logits land in rows first..n-1 of LOGITS (first = 0 with
+ * all_logits, else n - 1). */
 static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                     bool all_logits)
 {
-    const struct ebb__hparams *hp = &r->hp;
-    const uint32_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const uint32_t QD = NH * HD, KVD = NKV * HD, FF = hp->n_ff;
-    const float att_scale = 1.0f / sqrtf((float)HD);
-
-    /* Token embeddings: dequantized rows of token_embd (Gemma: times sqrt(n_embd)). */
-    for (uint32_t t = 0; t < n; t++)
-        ebb_quant_dequantize_row(r->tok_embd.type,
-                                 r->tok_embd.data + (uint64_t)tokens[t] * r->tok_embd.row_bytes,
-                                 r->x + (uint64_t)t * D, D);
-    if (hp->gemma3) {
-        float sc = sqrtf((float)D);
-        for (uint64_t i = 0; i < (uint64_t)n * D; i++)
-            r->x[i] *= sc;
-    }
-
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const struct layer *L = &r->layers[l];
-        float *kc = r->k_cache + ((uint64_t)l * r->n_seq + seq) * r->n_ctx * KVD;
-        float *vc = r->v_cache + ((uint64_t)l * r->n_seq + seq) * r->n_ctx * KVD;
-
-        /* Attention block: xb = norm(x); q, k, v = xb @ Wq, Wk, Wv. */
-        for (uint32_t t = 0; t < n; t++)
-            rmsnorm(r->xb + (uint64_t)t * D, r->x + (uint64_t)t * D, L->attn_norm, D, hp->rms_eps);
-        matmul(r, &L->wq, r->xb, r->q, n);
-        matmul(r, &L->wk, r->xb, r->k, n);
-        matmul(r, &L->wv, r->xb, r->v, n);
-        bool swa = ebb__layer_is_swa(hp, l);
-
-        /* (Gemma: RMS norm of each q and k head.) RoPE on q and k, then k and v into the cache
-         * at their positions. */
-        for (uint32_t t = 0; t < n; t++) {
-            if (L->q_norm) {
-                for (uint32_t h = 0; h < NH; h++) {
-                    float *qh = r->q + (uint64_t)t * QD + h * HD;
-                    rmsnorm(qh, qh, L->q_norm, HD, hp->rms_eps);
-                }
-                for (uint32_t h = 0; h < NKV; h++) {
-                    float *kh = r->k + (uint64_t)t * KVD + h * HD;
-                    rmsnorm(kh, kh, L->k_norm, HD, hp->rms_eps);
-                }
-            }
-            for (uint32_t h = 0; h < NH; h++)
-                rope(r, r->q + (uint64_t)t * QD + h * HD, pos + t, swa);
-            for (uint32_t h = 0; h < NKV; h++)
-                rope(r, r->k + (uint64_t)t * KVD + h * HD, pos + t, swa);
-            for (uint32_t i = 0; i < KVD; i++) {
-                kc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->k[(uint64_t)t * KVD + i]);
-                vc[(uint64_t)(pos + t) * KVD + i] = f16r(r, r->v[(uint64_t)t * KVD + i]);
-            }
-            if (r->q8)
-                for (uint32_t i = 0; i < QD; i++)
-                    r->q[(uint64_t)t * QD + i] = f16r(r, r->q[(uint64_t)t * QD + i]);
-        }
-
-        /* Causal attention: token t sees positions p0..pos+t, p0 = 0 or, in a local layer, the
-         * last swa positions; query head h reads KV head h / (NH / NKV). The result goes to xb
-         * (n, QD). */
-        for (uint32_t t = 0; t < n; t++) {
-            uint32_t n_kv = pos + t + 1;
-            uint32_t p0 = swa && n_kv > hp->swa ? n_kv - hp->swa : 0;
-            for (uint32_t h = 0; h < NH; h++) {
-                const float *qh = r->q + (uint64_t)t * QD + h * HD;
-                uint32_t kvh = h / (NH / NKV);
-                float mx = -INFINITY;
-                for (uint32_t p = p0; p < n_kv; p++) {
-                    float s = dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
-                    r->att[p] = s;
-                    mx = s > mx ? s : mx;
-                }
-                float sum = 0;
-                for (uint32_t p = p0; p < n_kv; p++) {
-                    r->att[p] = expf(r->att[p] - mx);
-                    sum += r->att[p];
-                }
-                float *o = r->xb + (uint64_t)t * QD + h * HD;
-                memset(o, 0, HD * sizeof(float));
-                for (uint32_t p = p0; p < n_kv; p++) {
-                    float a = f16r(r, r->att[p] / sum);
-                    const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
-                    for (uint32_t i = 0; i < HD; i++)
-                        o[i] += a * vp[i];
-                }
-            }
-        }
-
-        /* Output projection and residual: x += xb @ Wo (Gemma: its RMS norm). q is free now
-         * and holds the product. */
-        matmul(r, &L->wo, r->xb, r->q, n);
-        if (L->post_attn_norm)
-            for (uint32_t t = 0; t < n; t++)
-                rmsnorm(r->q + (uint64_t)t * D, r->q + (uint64_t)t * D, L->post_attn_norm, D,
-                        hp->rms_eps);
-        for (uint64_t i = 0; i < (uint64_t)n * D; i++)
-            r->x[i] += r->q[i];
-
-        /* Feed-forward block: x += (silu(xb @ Wgate) * (xb @ Wup)) @ Wdown, xb = norm(x). */
-        for (uint32_t t = 0; t < n; t++)
-            rmsnorm(r->xb + (uint64_t)t * D, r->x + (uint64_t)t * D, L->ffn_norm, D, hp->rms_eps);
-        matmul(r, &L->gate, r->xb, r->hb, n);
-        matmul(r, &L->up, r->xb, r->hb2, n);
-        for (uint64_t i = 0; i < (uint64_t)n * FF; i++)
-            r->hb[i] = (hp->gemma3 ? gelu(r->hb[i]) : silu(r->hb[i])) * r->hb2[i];
-        matmul(r, &L->down, r->hb, r->q, n);
-        if (L->post_ffn_norm)
-            for (uint32_t t = 0; t < n; t++)
-                rmsnorm(r->q + (uint64_t)t * D, r->q + (uint64_t)t * D, L->post_ffn_norm, D,
-                        hp->rms_eps);
-        for (uint64_t i = 0; i < (uint64_t)n * D; i++)
-            r->x[i] += r->q[i];
-    }
-
-    /* Final norm and the output head, for every token or only the last one. */
-    uint32_t first = all_logits ? 0 : n - 1;
-    for (uint32_t t = first; t < n; t++)
-        rmsnorm(r->xb + (uint64_t)(t - first) * D, r->x + (uint64_t)t * D, r->out_norm, D,
-                hp->rms_eps);
-    matmul(r, &r->output, r->xb, r->logits, n - first);
+    const struct ebb__arch *a = r->a;
+    struct step s = {tokens, seq, n, pos, 0, 0};
+    run_prog(r, a->input, a->n_input, &s);
+    for (s.l = 0; s.l < r->hp.n_layer; s.l++)
+        run_prog(r, a->layer, a->n_layer_ops, &s);
+    s.l = 0;
+    s.row0 = all_logits ? 0 : n - 1;
+    s.n = n - s.row0;
+    run_prog(r, a->output, a->n_output, &s);
 }
 
 /* The k largest of v[0..n) into ids/vals, descending (ties: lower id first). */
@@ -386,11 +394,11 @@ static ebb_err ref_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
         uint32_t c = n - done < BATCH ? n - done : BATCH;
         bool last = done + c == n;
         forward(r, seq, tokens + done, c, pos + done, want_all);
+        const float *logits = r->buf[EBB__BUF_LOGITS];
         if (want_all)
-            memcpy(out->logits_all + (uint64_t)done * V, r->logits,
-                   (uint64_t)c * V * sizeof(float));
+            memcpy(out->logits_all + (uint64_t)done * V, logits, (uint64_t)c * V * sizeof(float));
         if (last) {
-            const float *lg = r->logits + (want_all ? (uint64_t)(c - 1) * V : 0);
+            const float *lg = logits + (uint64_t)(c - 1) * V;
             if (out->logits)
                 memcpy(out->logits, lg, V * sizeof(float));
             if (out->top_k)
@@ -418,33 +426,19 @@ static void ref_free(void *ctx)
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
     }
-    if (r->layers) {
-        for (uint32_t l = 0; l < r->hp.n_layer; l++) {
-            free(r->layers[l].attn_norm);
-            free(r->layers[l].ffn_norm);
-            free(r->layers[l].q_norm);
-            free(r->layers[l].k_norm);
-            free(r->layers[l].post_attn_norm);
-            free(r->layers[l].post_ffn_norm);
-        }
-    }
-    free(r->layers);
-    free(r->out_norm);
+    if (r->t)
+        for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++)
+            free(r->t[i].v);
+    free(r->t);
     free(r->k_cache);
     free(r->v_cache);
     free(r->rope_cos);
     free(r->rope_sin);
     free(r->rope_cos_swa);
     free(r->rope_sin_swa);
-    free(r->x);
-    free(r->xb);
-    free(r->q);
-    free(r->k);
-    free(r->v);
-    free(r->hb);
-    free(r->hb2);
+    for (int b = 0; b < EBB__N_BUF; b++)
+        free(r->buf[b]);
     free(r->att);
-    free(r->logits);
     free(r->rowbuf[0]);
     free(r->rowbuf[1]);
     free(r->xact);
@@ -463,51 +457,76 @@ static const struct ebb__backend_i ref_q8_iface = {
     .free = ref_free,
 };
 
-/* Finds tensor `name` with shape (n_in, n_out) in a type the dot products support. */
-static ebb_err get_mat(const struct ebb_gguf *g, const char *name, uint32_t n_in, uint32_t n_out,
-                       struct wmat *w, struct ebb_diag *diag)
+/* A matrix (ne[0] = n_in per row, ne[1] = n_out rows) in a type the dot products support. */
+static ebb_err get_mat(const struct ebb_gguf_tensor *t, struct wmat *w, struct ebb_diag *diag)
 {
-    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
-    if (!t)
-        return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s missing", name);
-    if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
-        return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s has shape (%llu, %llu), want (%u, %u)",
-                            name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], n_in,
-                            n_out);
+    uint32_t n_in = (uint32_t)t->ne[0];
     if (!ebb_quant_supported(t->type) || ebb_ggml_row_bytes(t->type, n_in, &w->row_bytes))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED,
                             "tensor %s: type %u not supported by the "
                             "reference backend",
-                            name, t->type);
+                            t->name, t->type);
     w->data = t->data;
     w->type = t->type;
     w->n_in = n_in;
-    w->n_out = n_out;
+    w->n_out = (uint32_t)t->ne[1];
     w->dot = ebb_quant_get_dot(t->type);
     return EBB_OK;
 }
 
-/* Dequantizes a 1-D tensor of n elements into a new float array. */
-static ebb_err get_vec(const struct ebb_gguf *g, const char *name, uint32_t n, float **out,
-                       struct ebb_diag *diag)
+/* A vector dequantized into a new float array. */
+static ebb_err get_vec(const struct ebb_gguf_tensor *t, float **out, struct ebb_diag *diag)
 {
-    const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
-    if (!t)
-        return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s missing", name);
-    if (t->n_elements != n)
-        return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s has %llu elements, want %u", name,
-                            (unsigned long long)t->n_elements, n);
-    float *v = malloc(sizeof(float) * n);
+    float *v = malloc(sizeof(float) * t->n_elements);
     if (!v)
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
-    ebb_err rc = ebb_quant_dequantize_row(t->type, t->data, v, n);
+    ebb_err rc = ebb_quant_dequantize_row(t->type, t->data, v, t->n_elements);
     if (rc) {
         free(v);
-        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "tensor %s: type %u not supported", name,
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "tensor %s: type %u not supported", t->name,
                             t->type);
     }
     *out = v;
     return EBB_OK;
+}
+
+/* Every declared tensor of every layer: matrices by reference into the mapping, vectors
+ * dequantized. */
+static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    const struct ebb__arch *a = r->a;
+    r->t = calloc((uint64_t)(r->hp.n_layer + 1) * a->n_tensors, sizeof(*r->t));
+    if (!r->t)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        bool per_layer = a->tensors[i].flags & EBB__T_LAYER;
+        for (uint32_t l = 0; l < (per_layer ? r->hp.n_layer : 1); l++) {
+            struct rtensor *rt = (struct rtensor *)tensor(r, (int16_t)i, l);
+            const struct ebb_gguf_tensor *gt;
+            ebb_err rc = ebb__arch_tensor(a, &r->hp, g, i, l, &gt, diag);
+            if (!rc && gt)
+                rc = a->tensors[i].ne1 == EBB__DIM_1 ? get_vec(gt, &rt->v, diag)
+                                                     : get_mat(gt, &rt->m, diag);
+            if (rc)
+                return rc;
+            rt->present = gt != NULL;
+        }
+    }
+    return EBB_OK;
+}
+
+/* The widest input of any matrix product (the dequantized row and 8-bit input buffers). */
+static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hparams *hp)
+{
+    const struct ebb__op *progs[] = {a->input, a->layer, a->output};
+    uint32_t n[] = {a->n_input, a->n_layer_ops, a->n_output}, m = 1;
+    for (int p = 0; p < 3; p++)
+        for (uint32_t i = 0; i < n[p]; i++)
+            if (progs[p][i].kind == EBB__OP_MATMUL) {
+                uint32_t w = (uint32_t)ebb__arch_dim(hp, a->tensors[progs[p][i].t].ne0);
+                m = w > m ? w : m;
+            }
+    return m;
 }
 
 static void *alloc_floats(uint64_t n, bool *fail)
@@ -518,78 +537,76 @@ static void *alloc_floats(uint64_t n, bool *fail)
     return p;
 }
 
-ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_gguf *g,
-                             const struct ebb_model_params *p, uint32_t n_ctx,
-                             const struct ebb__backend_i **iface, void **ctx, struct ebb_diag *diag)
+/* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot); windowed layers with a
+ * base of their own use it and no scaling. */
+static void rope_tables(struct ref *r)
 {
-    if (strcmp(hp->arch, "llama") && !hp->gemma3)
-        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                            "the reference backend runs the llama and gemma3 architectures, not "
-                            "'%s'",
-                            hp->arch);
+    const struct ebb__hparams *hp = &r->hp;
+    uint32_t half = hp->n_rot / 2;
+    for (uint32_t pos = 0; pos < r->n_ctx; pos++) {
+        for (uint32_t i = 0; i < half; i++) {
+            double theta = (double)pos / hp->rope_scale *
+                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
+            r->rope_cos[(uint64_t)pos * half + i] = (float)cos(theta);
+            r->rope_sin[(uint64_t)pos * half + i] = (float)sin(theta);
+            if (r->rope_cos_swa) {
+                double ts = (double)pos * pow((double)hp->rope_base_swa, -2.0 * i / hp->n_rot);
+                r->rope_cos_swa[(uint64_t)pos * half + i] = (float)cos(ts);
+                r->rope_sin_swa[(uint64_t)pos * half + i] = (float)sin(ts);
+            }
+        }
+    }
+}
+
+static void start_helper(struct ref *r)
+{
+    r->n_threads = 2;
+    const char *env = getenv("EBB_REF_THREADS");
+    if (env && atoi(env) == 1)
+        r->n_threads = 1;
+    if (r->n_threads > 1) {
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_cond_init(&r->cv, NULL);
+        if (pthread_create(&r->th, NULL, helper_main, r)) {
+            pthread_mutex_destroy(&r->mu);
+            pthread_cond_destroy(&r->cv);
+            r->n_threads = 1;
+        }
+    }
+}
+
+ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, const struct ebb_model_params *p,
+                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                             struct ebb_diag *diag)
+{
     ebb_err rc = EBB_OK;
     struct ref *r = calloc(1, sizeof(*r));
     if (!r)
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    r->a = a;
     r->hp = *hp;
     r->n_ctx = n_ctx;
     r->n_seq = p->n_seq ? p->n_seq : 1;
-    const uint32_t D = hp->n_embd, QD = hp->n_head * hp->head_dim;
-    const uint32_t KVD = hp->n_head_kv * hp->head_dim, FF = hp->n_ff, V = hp->n_vocab;
-    char name[96];
-
-    r->layers = calloc(hp->n_layer, sizeof(*r->layers));
-    if (!r->layers) {
-        rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    if ((rc = load_tensors(r, g, diag)))
         goto out;
-    }
-    if ((rc = get_mat(g, "token_embd.weight", D, V, &r->tok_embd, diag)) ||
-        (rc = get_mat(g, hp->tied_output ? "token_embd.weight" : "output.weight", D, V, &r->output,
-                      diag)) ||
-        (rc = get_vec(g, "output_norm.weight", D, &r->out_norm, diag)))
-        goto out;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        struct layer *L = &r->layers[l];
-#define EBB__T(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix, l), name)
-        if ((rc = get_vec(g, EBB__T("attn_norm.weight"), D, &L->attn_norm, diag)) ||
-            (rc = get_mat(g, EBB__T("attn_q.weight"), D, QD, &L->wq, diag)) ||
-            (rc = get_mat(g, EBB__T("attn_k.weight"), D, KVD, &L->wk, diag)) ||
-            (rc = get_mat(g, EBB__T("attn_v.weight"), D, KVD, &L->wv, diag)) ||
-            (rc = get_mat(g, EBB__T("attn_output.weight"), QD, D, &L->wo, diag)) ||
-            (rc = get_vec(g, EBB__T("ffn_norm.weight"), D, &L->ffn_norm, diag)) ||
-            (rc = get_mat(g, EBB__T("ffn_gate.weight"), D, FF, &L->gate, diag)) ||
-            (rc = get_mat(g, EBB__T("ffn_up.weight"), D, FF, &L->up, diag)) ||
-            (rc = get_mat(g, EBB__T("ffn_down.weight"), FF, D, &L->down, diag)))
-            goto out;
-        if (hp->gemma3 &&
-            ((rc = get_vec(g, EBB__T("attn_q_norm.weight"), hp->head_dim, &L->q_norm, diag)) ||
-             (rc = get_vec(g, EBB__T("attn_k_norm.weight"), hp->head_dim, &L->k_norm, diag)) ||
-             (rc = get_vec(g, EBB__T("post_attention_norm.weight"), D, &L->post_attn_norm, diag)) ||
-             (rc = get_vec(g, EBB__T("post_ffw_norm.weight"), D, &L->post_ffn_norm, diag))))
-            goto out;
-#undef EBB__T
-    }
 
     bool fail = false;
+    const uint32_t KVD = hp->n_head_kv * hp->head_dim, max_in = max_matmul_in(a, hp);
     uint64_t kv = (uint64_t)hp->n_layer * r->n_seq * n_ctx * KVD;
-    uint32_t wide = QD > D ? QD : D, max_in = FF > wide ? FF : wide;
     r->k_cache = alloc_floats(kv, &fail);
     r->v_cache = alloc_floats(kv, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
-    if (hp->gemma3) {
+    if (hp->swa && hp->swa_pattern && hp->rope_base_swa > 0) {
         r->rope_cos_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
         r->rope_sin_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     }
-    r->x = alloc_floats((uint64_t)BATCH * D, &fail);
-    r->xb = alloc_floats((uint64_t)BATCH * wide, &fail);
-    r->q = alloc_floats((uint64_t)BATCH * wide, &fail);
-    r->k = alloc_floats((uint64_t)BATCH * KVD, &fail);
-    r->v = alloc_floats((uint64_t)BATCH * KVD, &fail);
-    r->hb = alloc_floats((uint64_t)BATCH * FF, &fail);
-    r->hb2 = alloc_floats((uint64_t)BATCH * FF, &fail);
+    for (int b = 0; b < EBB__N_BUF; b++) {
+        r->width[b] = ebb__arch_buf_width(hp, b);
+        r->buf[b] = alloc_floats((uint64_t)BATCH * r->width[b], &fail);
+    }
     r->att = alloc_floats(n_ctx, &fail);
-    r->logits = alloc_floats((uint64_t)BATCH * V, &fail);
     r->rowbuf[0] = alloc_floats(max_in, &fail);
     r->rowbuf[1] = alloc_floats(max_in, &fail);
     r->q8 = p->device && !strcmp(p->device, "ref-q8");
@@ -604,37 +621,8 @@ ebb_err ebb__ref_backend_new(const struct ebb__hparams *hp, const struct ebb_ggu
                           n_ctx, 2.0 * (double)kv * sizeof(float) / 1048576.0);
         goto out;
     }
-
-    /* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot); Gemma's local
-     * layers use their own base and no scaling. */
-    uint32_t half = hp->n_rot / 2;
-    for (uint32_t pos = 0; pos < n_ctx; pos++) {
-        for (uint32_t i = 0; i < half; i++) {
-            double theta = (double)pos / hp->rope_scale *
-                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
-            r->rope_cos[(uint64_t)pos * half + i] = (float)cos(theta);
-            r->rope_sin[(uint64_t)pos * half + i] = (float)sin(theta);
-            if (r->rope_cos_swa) {
-                double ts = (double)pos * pow((double)hp->rope_base_swa, -2.0 * i / hp->n_rot);
-                r->rope_cos_swa[(uint64_t)pos * half + i] = (float)cos(ts);
-                r->rope_sin_swa[(uint64_t)pos * half + i] = (float)sin(ts);
-            }
-        }
-    }
-
-    r->n_threads = 2;
-    const char *env = getenv("EBB_REF_THREADS");
-    if (env && atoi(env) == 1)
-        r->n_threads = 1;
-    if (r->n_threads > 1) {
-        pthread_mutex_init(&r->mu, NULL);
-        pthread_cond_init(&r->cv, NULL);
-        if (pthread_create(&r->th, NULL, helper_main, r)) {
-            pthread_mutex_destroy(&r->mu);
-            pthread_cond_destroy(&r->cv);
-            r->n_threads = 1;
-        }
-    }
+    rope_tables(r);
+    start_helper(r);
 out:
     if (rc) {
         ref_free(r);

@@ -1,0 +1,162 @@
+/* `ebb serve`'s command line: the serve-only flags, every config key as --key VALUE or
+ * --key=VALUE (checked and applied later by ebb_config_build, with the file and the
+ * environment), and the help text. */
+#include "daemon/serve-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/config.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ebb serve [-m MODEL] [flags]\n\n"
+            "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models,\n"
+            "/health, /metrics, /tokenize, /detokenize) for one GGUF model.\n\n"
+            "flags (each also settable as EBB_<NAME> or in the config file):\n"
+            "  -m, --model FILE           same as --model\n");
+    ebb_config_usage(f);
+    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n\n"
+               "serve-only flags:\n"
+               "  --config FILE              read this config file\n"
+               "  --check-config             print the effective configuration and exit\n"
+               "  --http-poll MODE           epoll (Linux) or fdset (portable) (default epoll)\n"
+               "  --keepalive-ms N           SSE keep-alive comment interval (default 2000)\n"
+               "  --prefill-chunk N          prompt tokens per engine step (default 128)\n"
+               "  -h, --help                 this help\n\n"
+               "Once listening it prints 'ebb: listening on http://HOST:PORT' on stdout.\n");
+}
+
+/* Appends value to a comma-separated accumulator (repeatable list flags). */
+static char *join(char *acc, const char *v)
+{
+    size_t n = acc ? strlen(acc) : 0, m = strlen(v);
+    char *p = realloc(acc, n + m + 2);
+    if (!p)
+        return acc;
+    if (n)
+        p[n++] = ',';
+    memcpy(p + n, v, m + 1);
+    return p;
+}
+
+/* Splits argv[*i] into a flag name and its value (the rest after '=', or the next argument).
+ * Returns 0, or 2 with the reason printed. */
+static int flag_of(int argc, char **argv, int *i, char *name, size_t cap, const char **val)
+{
+    const char *a = argv[*i];
+    *val = NULL;
+    if (!strcmp(a, "-m")) {
+        snprintf(name, cap, "model");
+    } else if (!strncmp(a, "--", 2)) {
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (len >= cap) {
+            fprintf(stderr, "ebb serve: unknown flag '%s' (see --help)\n", a);
+            return 2;
+        }
+        memcpy(name, a + 2, len);
+        name[len] = 0;
+        if (eq)
+            *val = eq + 1;
+    } else {
+        fprintf(stderr, "ebb serve: unexpected argument '%s' (see --help)\n", a);
+        return 2;
+    }
+    if (!*val) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "ebb serve: %s needs a value\n", a);
+            return 2;
+        }
+        *val = argv[++*i];
+    }
+    return 0;
+}
+
+/* One flag with its value. Returns 0, 1 (out of memory) or 2 (usage, printed). */
+static int apply_flag(struct ebb__serve_opts *o, const char *name, const char *val)
+{
+    if (!strcmp(name, "config")) {
+        o->config_path = val;
+    } else if (!strcmp(name, "http-poll")) {
+        if (!strcmp(val, "epoll"))
+            o->poll = EBB_API_POLL_EPOLL;
+        else if (!strcmp(val, "fdset"))
+            o->poll = EBB_API_POLL_FDSET;
+        else {
+            fprintf(stderr, "ebb serve: --http-poll must be epoll or fdset\n");
+            return 2;
+        }
+    } else if (!strcmp(name, "keepalive-ms") || !strcmp(name, "prefill-chunk")) {
+        char *end;
+        unsigned long v = strtoul(val, &end, 10);
+        if (*end || !*val || v == 0 || v > 3600000) {
+            fprintf(stderr, "ebb serve: --%s needs a positive integer\n", name);
+            return 2;
+        }
+        *(name[0] == 'k' ? &o->keepalive_ms : &o->prefill_chunk) = (unsigned)v;
+    } else if (!strcmp(name, "api-key") || !strcmp(name, "api_key")) {
+        o->keys = join(o->keys, val);
+    } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {
+        o->origins = join(o->origins, val);
+    } else if (ebb_config_is_key(name)) {
+        char *k = strdup(name);
+        if (!k)
+            return 1;
+        o->args[o->n_args].key = k;
+        o->args[o->n_args++].value = val;
+    } else {
+        fprintf(stderr, "ebb serve: unknown flag '--%s' (see --help)\n", name);
+        return 2;
+    }
+    return 0;
+}
+
+int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->poll = EBB_API_POLL_AUTO;
+    if (!(o->args = calloc((size_t)argc + 2, sizeof(*o->args))))
+        return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            o->help = true;
+            return 0;
+        }
+        if (!strcmp(a, "--check-config")) {
+            o->check = true;
+            continue;
+        }
+        char name[64];
+        const char *val;
+        int rc = flag_of(argc, argv, &i, name, sizeof(name), &val);
+        if (!rc)
+            rc = apply_flag(o, name, val);
+        if (rc)
+            return rc;
+    }
+    /* The repeatable lists go to the configuration as one comma-separated value each. */
+    if (o->keys) {
+        o->args[o->n_args].key = strdup("api-key");
+        o->args[o->n_args++].value = o->keys;
+    }
+    if (o->origins) {
+        o->args[o->n_args].key = strdup("cors-origin");
+        o->args[o->n_args++].value = o->origins;
+    }
+    return 0;
+}
+
+void ebb__serve_opts_fini(struct ebb__serve_opts *o)
+{
+    for (size_t i = 0; o->args && i < o->n_args; i++)
+        free((char *)o->args[i].key);
+    free(o->args);
+    free(o->keys);
+    free(o->origins);
+    memset(o, 0, sizeof(*o));
+}

@@ -1,0 +1,279 @@
+/* Private to runtime/model: the architecture interface. A model family is one file
+ * (arch-<family>.c) of plain data in three parts, always in this order:
+ *   1. its hyper-parameters: which `<arch>.<key>` GGUF metadata keys fill which field of
+ *      struct ebb__hparams, with defaults, plus the constants its architecture fixes;
+ *   2. its tensors: GGUF name, shape in hyper-parameter terms, per layer or global, optional;
+ *   3. its forward pass as short programs of engine ops over named activation buffers: the
+ *      input (token rows into X), one decoder layer (run for every layer), the output (X into
+ *      LOGITS).
+ * Both backends run the same description: the plain-C reference (ref-llama.c) interprets the
+ * ops one by one; the OpenCL engine (model-cl-plan.c) compiles them at load into its fused
+ * kernel sequence and refuses, naming the op, a description it has no kernels for. Adding a
+ * family adds a file and a line in arch.c's list; adding an op touches both backends.
+ * docs/ENGINE.md, "What a new family must provide", says the same for a reader. */
+#ifndef EBB_RUNTIME_MODEL_ARCH_INT_H
+#define EBB_RUNTIME_MODEL_ARCH_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+
+/* Hyper-parameters: filled from the family's key table (then the derived defaults below), and
+ * checked for plausibility by ebb__arch_read_hparams. */
+struct ebb__hparams {
+    char arch[32]; /* general.architecture */
+    uint32_t n_layer;
+    uint32_t n_embd; /* model width */
+    uint32_t n_head;
+    uint32_t n_head_kv;  /* derived default: n_head */
+    uint32_t head_dim;   /* key length per head; derived default: n_embd / n_head */
+    uint32_t head_dim_v; /* value length per head (must equal head_dim); derived: head_dim */
+    uint32_t n_ff;
+    uint32_t n_vocab; /* rows of the input program's GET_ROWS tensor */
+    uint32_t n_ctx_train;
+    uint32_t n_rot; /* rotary dims per head; derived default: head_dim */
+    float rope_base;
+    float rope_scale; /* linear scaling factor (1 = none; rope.scaling.*, read by the engine) */
+    float rms_eps;
+    /* Sliding-window attention: layer l attends to the last `swa` positions only when swa and
+     * swa_pattern are set and (l + 1) % swa_pattern != 0 (ebb__arch_window); such local layers
+     * rotate with rope_base_swa (when set) and no linear scaling. */
+    uint32_t swa;
+    uint32_t swa_pattern;
+    float rope_base_swa;
+};
+
+/* ---- 1. hyper-parameters ---- */
+
+enum ebb__key_type { EBB__KEY_U32, EBB__KEY_F32 };
+
+enum ebb__key_flags {
+    EBB__KEY_REQUIRED = 1, /* missing key: the model does not load */
+    EBB__KEY_DERIVED = 2,  /* missing key: the engine derives the field (see the struct) */
+};
+
+struct ebb__key {
+    const char *key; /* after "<arch>."; NULL: a constant the architecture fixes */
+    uint8_t type;    /* enum ebb__key_type */
+    uint8_t flags;   /* enum ebb__key_flags */
+    uint16_t off;    /* offsetof(struct ebb__hparams, field) */
+    float def;       /* the field when the key is missing (neither flag), or the constant */
+};
+
+#define EBB__KEY_U32_(k, field, fl, d)                                                             \
+    {                                                                                              \
+        (k), EBB__KEY_U32, (fl), (uint16_t)offsetof(struct ebb__hparams, field), (d)               \
+    }
+#define EBB__KEY_F32_(k, field, fl, d)                                                             \
+    {                                                                                              \
+        (k), EBB__KEY_F32, (fl), (uint16_t)offsetof(struct ebb__hparams, field), (d)               \
+    }
+/* A key that must be there / one that falls back to def / one the engine derives / a constant. */
+#define EBB__U32_REQUIRED(k, field) EBB__KEY_U32_(k, field, EBB__KEY_REQUIRED, 0)
+#define EBB__U32(k, field, d) EBB__KEY_U32_(k, field, 0, d)
+#define EBB__U32_DERIVED(k, field) EBB__KEY_U32_(k, field, EBB__KEY_DERIVED, 0)
+#define EBB__F32(k, field, d) EBB__KEY_F32_(k, field, 0, d)
+#define EBB__U32_CONST(field, v) EBB__KEY_U32_(NULL, field, 0, v)
+#define EBB__F32_CONST(field, v) EBB__KEY_F32_(NULL, field, 0, v)
+
+/* ---- 2. tensors ---- */
+
+/* A tensor dimension in hyper-parameter terms. */
+enum ebb__dim {
+    EBB__DIM_1,     /* 1: the second dimension of a vector */
+    EBB__DIM_EMBD,  /* n_embd */
+    EBB__DIM_VOCAB, /* n_vocab */
+    EBB__DIM_Q,     /* n_head * head_dim */
+    EBB__DIM_KV,    /* n_head_kv * head_dim */
+    EBB__DIM_FF,    /* n_ff */
+    EBB__DIM_HEAD,  /* head_dim */
+    EBB__N_DIM
+};
+
+enum ebb__tensor_flags {
+    EBB__T_LAYER = 1,    /* one per layer: GGUF's "blk.<layer>.<name>" */
+    EBB__T_OPTIONAL = 2, /* may be missing: then `fallback` is used, or ops using it are skipped */
+};
+
+struct ebb__tensor {
+    const char *name; /* GGUF name ("output_norm.weight"; per layer "attn_q.weight") */
+    uint8_t ne0, ne1; /* enum ebb__dim: ne0 is the row length (a matrix's input) */
+    uint8_t flags;    /* enum ebb__tensor_flags */
+    int8_t fallback;  /* an optional tensor's stand-in (index in the same table), or -1 */
+};
+
+#define EBB__TENSOR(name, ne0, ne1)                                                                \
+    {                                                                                              \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, 0, -1                                              \
+    }
+#define EBB__LAYER_TENSOR(name, ne0, ne1)                                                          \
+    {                                                                                              \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_LAYER, -1                                   \
+    }
+#define EBB__TENSOR_OR(name, ne0, ne1, fb)                                                         \
+    {                                                                                              \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_OPTIONAL, (int8_t)(fb)                      \
+    }
+
+/* ---- 3. the forward pass ---- */
+
+/* Activation buffers: rows of one token each, width in hyper-parameter terms. */
+enum ebb__buf {
+    EBB__BUF_X,      /* (n_embd) the residual stream */
+    EBB__BUF_CUR,    /* (n_embd) a normed copy of X, a block's input */
+    EBB__BUF_Q,      /* (n_head * head_dim) */
+    EBB__BUF_K,      /* (n_head_kv * head_dim) */
+    EBB__BUF_V,      /* (n_head_kv * head_dim) */
+    EBB__BUF_ATT,    /* (n_head * head_dim) attention output */
+    EBB__BUF_GATE,   /* (n_ff) */
+    EBB__BUF_UP,     /* (n_ff) */
+    EBB__BUF_OUT,    /* (n_embd) a block's output before its residual add */
+    EBB__BUF_LOGITS, /* (n_vocab) */
+    EBB__N_BUF
+};
+
+enum ebb__op_kind {
+    EBB__OP_GET_ROWS,  /* dst = rows of tensor t for the tokens' ids (input program) */
+    EBB__OP_SCALE,     /* dst *= the factor named by arg (enum ebb__scale) */
+    EBB__OP_RMS_NORM,  /* dst = rmsnorm(a) * t, per row (eps: rms_eps); dst may be a */
+    EBB__OP_HEAD_NORM, /* dst = rmsnorm of each head_dim slice of a, times t (q/k norm) */
+    EBB__OP_MATMUL,    /* dst = a @ t^T (t: (ne0 = width of a, ne1 = width of dst)) */
+    EBB__OP_ROPE,      /* dst = a rotated per head by position (arg: enum ebb__rope) */
+    EBB__OP_ATTENTION, /* dst = causal attention of queries a over the KV cache, after
+                          storing keys b and values c at the tokens' positions; grouped
+                          heads, scale 1/sqrt(head_dim), the layer's window (ebb__arch_window) */
+    EBB__OP_GLU,       /* dst = act(a) * b (arg: enum ebb__act) */
+    EBB__OP_ADD,       /* dst += a */
+    EBB__N_OP
+};
+
+enum ebb__rope {
+    EBB__ROPE_NORMAL, /* pairs (2i, 2i+1): llama */
+    EBB__ROPE_NEOX,   /* pairs (i, i + n_rot/2): gemma, qwen */
+};
+
+enum ebb__act {
+    EBB__ACT_SILU,      /* SwiGLU */
+    EBB__ACT_GELU_TANH, /* GeGLU with GELU's tanh approximation */
+};
+
+enum ebb__scale {
+    EBB__SCALE_SQRT_EMBD, /* sqrt(n_embd) */
+};
+
+struct ebb__op {
+    uint8_t kind;    /* enum ebb__op_kind */
+    uint8_t dst;     /* enum ebb__buf */
+    uint8_t a, b, c; /* enum ebb__buf: operands */
+    uint8_t arg;     /* the op's enum argument */
+    int16_t t;       /* tensor index in the family's table, or -1 */
+};
+
+/* The ops, as a family file writes them (buffers by their short name: X, CUR, Q, ...). */
+#define EBB__B(name) EBB__BUF_##name
+#define EBB__GET_ROWS(dst, t)                                                                      \
+    {                                                                                              \
+        EBB__OP_GET_ROWS, EBB__B(dst), 0, 0, 0, 0, (t)                                             \
+    }
+#define EBB__SCALE(dst, by)                                                                        \
+    {                                                                                              \
+        EBB__OP_SCALE, EBB__B(dst), EBB__B(dst), 0, 0, EBB__SCALE_##by, -1                         \
+    }
+#define EBB__RMS_NORM(dst, a, t)                                                                   \
+    {                                                                                              \
+        EBB__OP_RMS_NORM, EBB__B(dst), EBB__B(a), 0, 0, 0, (t)                                     \
+    }
+#define EBB__HEAD_NORM(dst, a, t)                                                                  \
+    {                                                                                              \
+        EBB__OP_HEAD_NORM, EBB__B(dst), EBB__B(a), 0, 0, 0, (t)                                    \
+    }
+#define EBB__MATMUL(dst, a, t)                                                                     \
+    {                                                                                              \
+        EBB__OP_MATMUL, EBB__B(dst), EBB__B(a), 0, 0, 0, (t)                                       \
+    }
+#define EBB__ROPE(dst, a, kind)                                                                    \
+    {                                                                                              \
+        EBB__OP_ROPE, EBB__B(dst), EBB__B(a), 0, 0, EBB__ROPE_##kind, -1                           \
+    }
+#define EBB__ATTENTION(dst, q, k, v)                                                               \
+    {                                                                                              \
+        EBB__OP_ATTENTION, EBB__B(dst), EBB__B(q), EBB__B(k), EBB__B(v), 0, -1                     \
+    }
+#define EBB__GLU(dst, gate, up, act)                                                               \
+    {                                                                                              \
+        EBB__OP_GLU, EBB__B(dst), EBB__B(gate), EBB__B(up), 0, EBB__ACT_##act, -1                  \
+    }
+#define EBB__ADD(dst, a)                                                                           \
+    {                                                                                              \
+        EBB__OP_ADD, EBB__B(dst), EBB__B(a), 0, 0, 0, -1                                           \
+    }
+
+/* A whole family. */
+struct ebb__arch {
+    const char *name; /* general.architecture */
+    const struct ebb__key *keys;
+    uint32_t n_keys;
+    const struct ebb__tensor *tensors;
+    uint32_t n_tensors;
+    const struct ebb__op *input; /* token ids -> X; starts with GET_ROWS */
+    uint32_t n_input;
+    const struct ebb__op *layer; /* X -> X, once per layer */
+    uint32_t n_layer_ops;
+    const struct ebb__op *output; /* X -> LOGITS */
+    uint32_t n_output;
+};
+
+#define EBB__LIST(a) (a), (uint32_t)(sizeof(a) / sizeof((a)[0]))
+
+/* The families (arch-<family>.c). */
+extern const struct ebb__arch ebb__arch_llama;
+extern const struct ebb__arch ebb__arch_gemma3;
+
+/* ---- arch.c: what the backends use to run a description ---- */
+
+/* The family named `name` (general.architecture), or NULL. */
+const struct ebb__arch *ebb__arch_find(const char *name);
+/* The families' names, comma separated, for messages. */
+const char *ebb__arch_names(void);
+
+/* Reads general.architecture, finds the family and fills hp from its key table, the derived
+ * defaults and the engine's own keys (rope.scaling.*); n_vocab from the input's GET_ROWS
+ * tensor. Errors name the key or the unsupported value. */
+ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch **arch,
+                               struct ebb__hparams *hp, struct ebb_diag *diag);
+
+/* The value of a dimension / the width of a buffer for hp. */
+uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d);
+uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b);
+
+/* The attention window of layer l in positions, 0 for a global layer. */
+static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t l)
+{
+    return hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0 ? hp->swa : 0;
+}
+
+/* The GGUF name of tensor t (of layer l when per layer) into buf. */
+void ebb__arch_tensor_name(const struct ebb__arch *a, uint32_t t, uint32_t l, char *buf,
+                           size_t cap);
+
+/* Finds tensor t of layer l in g and checks its shape: *out is the file's tensor, the
+ * fallback's when an optional tensor is missing, or NULL when it is missing with none (the ops
+ * that use it are skipped). */
+ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                         const struct ebb_gguf *g, uint32_t t, uint32_t l,
+                         const struct ebb_gguf_tensor **out, struct ebb_diag *diag);
+
+/* Checks a description against hp and g: every tensor of every layer present with its shape
+ * (or optional), every op's operands of matching widths (a MATMUL's tensor maps the width of a
+ * to the width of dst, a norm's tensor is as wide as what it scales), the programs' shape
+ * (input starts with GET_ROWS into X, output ends in LOGITS). */
+ebb_err ebb__arch_check(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                        const struct ebb_gguf *g, struct ebb_diag *diag);
+
+/* The op kind's name ("rms_norm", "matmul", ...), for messages. */
+const char *ebb__arch_op_name(enum ebb__op_kind k);
+
+#endif

@@ -1,0 +1,357 @@
+/* The architecture interface's shared half: the list of families, hyper-parameters from a
+ * family's key table, tensor lookup by declaration, and the load-time check of a description
+ * against a file. */
+#include "arch-int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3};
+#define N_FAMILIES (sizeof(families) / sizeof(families[0]))
+
+const struct ebb__arch *ebb__arch_find(const char *name)
+{
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (!strcmp(families[i]->name, name))
+            return families[i];
+    return NULL;
+}
+
+const char *ebb__arch_names(void)
+{
+    static char names[256];
+    if (!names[0]) {
+        size_t n = 0;
+        for (size_t i = 0; i < N_FAMILIES && n < sizeof(names); i++)
+            n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", i ? ", " : "",
+                                  families[i]->name);
+    }
+    return names;
+}
+
+const char *ebb__arch_op_name(enum ebb__op_kind k)
+{
+    static const char *const names[EBB__N_OP] = {
+        [EBB__OP_GET_ROWS] = "get_rows",
+        [EBB__OP_SCALE] = "scale",
+        [EBB__OP_RMS_NORM] = "rms_norm",
+        [EBB__OP_HEAD_NORM] = "head_norm",
+        [EBB__OP_MATMUL] = "matmul",
+        [EBB__OP_ROPE] = "rope",
+        [EBB__OP_ATTENTION] = "attention",
+        [EBB__OP_GLU] = "glu",
+        [EBB__OP_ADD] = "add",
+    };
+    return (unsigned)k < EBB__N_OP ? names[k] : "?";
+}
+
+uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d)
+{
+    switch (d) {
+    case EBB__DIM_1:
+        return 1;
+    case EBB__DIM_EMBD:
+        return hp->n_embd;
+    case EBB__DIM_VOCAB:
+        return hp->n_vocab;
+    case EBB__DIM_Q:
+        return (uint64_t)hp->n_head * hp->head_dim;
+    case EBB__DIM_KV:
+        return (uint64_t)hp->n_head_kv * hp->head_dim;
+    case EBB__DIM_FF:
+        return hp->n_ff;
+    case EBB__DIM_HEAD:
+        return hp->head_dim;
+    default:
+        return 0;
+    }
+}
+
+uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b)
+{
+    static const uint8_t dims[EBB__N_BUF] = {
+        [EBB__BUF_X] = EBB__DIM_EMBD,   [EBB__BUF_CUR] = EBB__DIM_EMBD,
+        [EBB__BUF_Q] = EBB__DIM_Q,      [EBB__BUF_K] = EBB__DIM_KV,
+        [EBB__BUF_V] = EBB__DIM_KV,     [EBB__BUF_ATT] = EBB__DIM_Q,
+        [EBB__BUF_GATE] = EBB__DIM_FF,  [EBB__BUF_UP] = EBB__DIM_FF,
+        [EBB__BUF_OUT] = EBB__DIM_EMBD, [EBB__BUF_LOGITS] = EBB__DIM_VOCAB,
+    };
+    return (unsigned)b < EBB__N_BUF ? (uint32_t)ebb__arch_dim(hp, dims[b]) : 0;
+}
+
+/* ---- hyper-parameters ---- */
+
+/* Reads one entry of a key table into hp; *missing says the key was absent. */
+static ebb_err read_key(const struct ebb_gguf *g, const char *arch, const struct ebb__key *k,
+                        struct ebb__hparams *hp, bool *missing, struct ebb_diag *diag)
+{
+    void *field = (char *)hp + k->off;
+    *missing = false;
+    if (!k->key) {
+        if (k->type == EBB__KEY_U32)
+            *(uint32_t *)field = (uint32_t)k->def;
+        else
+            *(float *)field = k->def;
+        return EBB_OK;
+    }
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", arch, k->key);
+    ebb_err rc = k->type == EBB__KEY_U32 ? ebb_gguf_get_u32(g, key, (uint32_t *)field)
+                                         : ebb_gguf_get_f32(g, key, (float *)field);
+    if (rc == EBB_ENOTFOUND) {
+        if (k->flags & EBB__KEY_REQUIRED)
+            return ebb_diag_set(diag, EBB_EFORMAT, "metadata key %s: %s", key, ebb_err_str(rc));
+        *missing = true;
+        if (k->type == EBB__KEY_U32)
+            *(uint32_t *)field = (uint32_t)k->def;
+        else
+            *(float *)field = k->def;
+        return EBB_OK;
+    }
+    if (rc)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    return EBB_OK;
+}
+
+/* The engine's defaults for keys a family marks derived, in dependency order. */
+static void derive(struct ebb__hparams *hp, size_t off)
+{
+    if (off == offsetof(struct ebb__hparams, n_head_kv))
+        hp->n_head_kv = hp->n_head;
+    else if (off == offsetof(struct ebb__hparams, head_dim))
+        hp->head_dim = hp->n_embd / hp->n_head;
+    else if (off == offsetof(struct ebb__hparams, head_dim_v))
+        hp->head_dim_v = hp->head_dim;
+    else if (off == offsetof(struct ebb__hparams, n_rot))
+        hp->n_rot = hp->head_dim;
+}
+
+/* Linear rope scaling (positions divided by the factor), an engine feature every family gets.
+ * Other scaling types change the frequencies in ways the backends do not implement yet. */
+static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
+                                 struct ebb_diag *diag)
+{
+    struct ebb_str stype = {0};
+    char key[128];
+    hp->rope_scale = 1.0f;
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", hp->arch);
+    if (ebb_gguf_get_str(g, key, &stype) || (stype.n == 4 && !memcmp(stype.p, "none", 4)))
+        return EBB_OK;
+    if (!(stype.n == 6 && !memcmp(stype.p, "linear", 6)))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "rope scaling type '%.*s'", (int)stype.n,
+                            stype.p);
+    snprintf(key, sizeof(key), "%s.rope.scaling.factor", hp->arch);
+    ebb_err rc = ebb_gguf_get_f32(g, key, &hp->rope_scale);
+    if (rc && rc != EBB_ENOTFOUND)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    if (!(hp->rope_scale > 0))
+        return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.scaling.factor");
+    return EBB_OK;
+}
+
+/* The shapes every backend relies on. */
+static ebb_err check_hparams(const struct ebb__hparams *hp, struct ebb_diag *diag)
+{
+    if (!hp->n_layer || !hp->n_embd || !hp->n_head || !hp->n_ff || hp->n_layer > 1024 ||
+        hp->n_head > 1024 || hp->n_embd > (1u << 20) || hp->n_ff > (1u << 22))
+        return ebb_diag_set(diag, EBB_EFORMAT, "implausible model dimensions");
+    if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || !hp->head_dim || hp->head_dim > 1024 ||
+        hp->head_dim_v != hp->head_dim)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "unsupported attention shape: %u heads, %u kv "
+                            "heads, key length %u, value length %u",
+                            hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.dimension_count %u", hp->n_rot);
+    return EBB_OK;
+}
+
+ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch **arch,
+                               struct ebb__hparams *hp, struct ebb_diag *diag)
+{
+    struct ebb_str name;
+    memset(hp, 0, sizeof(*hp));
+    if (ebb_gguf_get_str(g, "general.architecture", &name))
+        return ebb_diag_set(diag, EBB_EFORMAT, "missing general.architecture");
+    if (name.n == 0 || name.n >= sizeof(hp->arch))
+        return ebb_diag_set(diag, EBB_EFORMAT, "bad general.architecture");
+    memcpy(hp->arch, name.p, name.n);
+    hp->arch[name.n] = 0;
+    const struct ebb__arch *a = ebb__arch_find(hp->arch);
+    if (!a)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "architecture '%s' is not supported (%s)",
+                            hp->arch, ebb__arch_names());
+
+    bool missing[64] = {false};
+    if (a->n_keys > 64)
+        return ebb_diag_set(diag, EBB_EINVAL, "family %s: too many keys", a->name);
+    ebb_err rc;
+    for (uint32_t i = 0; i < a->n_keys; i++)
+        if ((rc = read_key(g, a->name, &a->keys[i], hp, &missing[i], diag)))
+            return rc;
+    if (!hp->n_head)
+        return ebb_diag_set(diag, EBB_EFORMAT, "implausible model dimensions");
+    const size_t order[] = {
+        offsetof(struct ebb__hparams, n_head_kv), offsetof(struct ebb__hparams, head_dim),
+        offsetof(struct ebb__hparams, head_dim_v), offsetof(struct ebb__hparams, n_rot)};
+    for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++)
+        for (uint32_t i = 0; i < a->n_keys; i++)
+            if (a->keys[i].off == order[o] && missing[i] && (a->keys[i].flags & EBB__KEY_DERIVED))
+                derive(hp, order[o]);
+    if ((rc = check_hparams(hp, diag)) || (rc = read_rope_scaling(g, hp, diag)))
+        return rc;
+
+    /* The vocabulary is the row count of the tensor the input program reads tokens from. */
+    if (!a->n_input || a->input[0].kind != EBB__OP_GET_ROWS || a->input[0].t < 0 ||
+        (uint32_t)a->input[0].t >= a->n_tensors)
+        return ebb_diag_set(diag, EBB_EINVAL, "family %s: the input does not start with get_rows",
+                            a->name);
+    const struct ebb__tensor *et = &a->tensors[a->input[0].t];
+    const struct ebb_gguf_tensor *emb = ebb_gguf_find_tensor(g, et->name);
+    if (!emb || emb->n_dims != 2 || emb->ne[0] != ebb__arch_dim(hp, et->ne0) ||
+        emb->ne[1] > UINT32_MAX || !emb->ne[1])
+        return ebb_diag_set(diag, EBB_EFORMAT, "%s missing or not (%llu, vocab)", et->name,
+                            (unsigned long long)ebb__arch_dim(hp, et->ne0));
+    hp->n_vocab = (uint32_t)emb->ne[1];
+    *arch = a;
+    return EBB_OK;
+}
+
+/* ---- tensors ---- */
+
+void ebb__arch_tensor_name(const struct ebb__arch *a, uint32_t t, uint32_t l, char *buf, size_t cap)
+{
+    const struct ebb__tensor *d = &a->tensors[t];
+    if (d->flags & EBB__T_LAYER)
+        snprintf(buf, cap, "blk.%u.%s", l, d->name);
+    else
+        snprintf(buf, cap, "%s", d->name);
+}
+
+ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                         const struct ebb_gguf *g, uint32_t t, uint32_t l,
+                         const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
+{
+    char name[96];
+    const struct ebb__tensor *d = &a->tensors[t];
+    ebb__arch_tensor_name(a, t, l, name, sizeof(name));
+    const struct ebb_gguf_tensor *gt = ebb_gguf_find_tensor(g, name);
+    if (!gt) {
+        if (!(d->flags & EBB__T_OPTIONAL))
+            return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s missing", name);
+        if (d->fallback < 0 || (uint32_t)d->fallback == t) {
+            *out = NULL;
+            return EBB_OK;
+        }
+        return ebb__arch_tensor(a, hp, g, (uint32_t)d->fallback, l, out, diag);
+    }
+    uint64_t ne0 = ebb__arch_dim(hp, d->ne0), ne1 = ebb__arch_dim(hp, d->ne1);
+    bool vec = d->ne1 == EBB__DIM_1;
+    bool ok = vec ? gt->n_elements == ne0 : gt->n_dims == 2 && gt->ne[0] == ne0 && gt->ne[1] == ne1;
+    if (!ok)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "tensor %s has shape (%llu, %llu), want (%llu, %llu)", name,
+                            (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1],
+                            (unsigned long long)ne0, (unsigned long long)ne1);
+    *out = gt;
+    return EBB_OK;
+}
+
+/* ---- the programs ---- */
+
+/* Checks one op's operands; prog names the program for messages. */
+static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                        const struct ebb__op *op, const char *prog, uint32_t i,
+                        struct ebb_diag *diag)
+{
+    const char *on = ebb__arch_op_name(op->kind);
+    if (op->kind >= EBB__N_OP || op->dst >= EBB__N_BUF || op->a >= EBB__N_BUF ||
+        op->b >= EBB__N_BUF || op->c >= EBB__N_BUF ||
+        (op->t >= 0 && (uint32_t)op->t >= a->n_tensors))
+        return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u is malformed", a->name, prog, i);
+    bool needs_t = op->kind == EBB__OP_GET_ROWS || op->kind == EBB__OP_RMS_NORM ||
+                   op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL;
+    if (needs_t != (op->t >= 0))
+        return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u (%s) %s a tensor", a->name, prog,
+                            i, on, needs_t ? "needs" : "takes no");
+    uint64_t wd = ebb__arch_buf_width(hp, op->dst), wa = ebb__arch_buf_width(hp, op->a);
+    uint64_t ne0 = 0, ne1 = 0;
+    if (op->t >= 0) {
+        ne0 = ebb__arch_dim(hp, a->tensors[op->t].ne0);
+        ne1 = ebb__arch_dim(hp, a->tensors[op->t].ne1);
+    }
+    bool ok = true;
+    switch (op->kind) {
+    case EBB__OP_GET_ROWS:
+        ok = ne0 == wd;
+        break;
+    case EBB__OP_RMS_NORM:
+        ok = wa == wd && ne0 == wd && ne1 == 1;
+        break;
+    case EBB__OP_HEAD_NORM:
+        ok = wa == wd && ne0 == hp->head_dim && ne1 == 1 && wd % hp->head_dim == 0;
+        break;
+    case EBB__OP_MATMUL:
+        ok = ne0 == wa && ne1 == wd;
+        break;
+    case EBB__OP_ROPE:
+        ok = wa == wd && wd % hp->head_dim == 0;
+        break;
+    case EBB__OP_ATTENTION:
+        ok = wa == wd && wa == ebb__arch_dim(hp, EBB__DIM_Q) &&
+             ebb__arch_buf_width(hp, op->b) == ebb__arch_dim(hp, EBB__DIM_KV) &&
+             ebb__arch_buf_width(hp, op->c) == ebb__arch_dim(hp, EBB__DIM_KV);
+        break;
+    case EBB__OP_GLU:
+        ok = wa == wd && ebb__arch_buf_width(hp, op->b) == wd && op->arg <= EBB__ACT_GELU_TANH;
+        break;
+    case EBB__OP_ADD:
+        ok = wa == wd;
+        break;
+    case EBB__OP_SCALE:
+        ok = op->arg == EBB__SCALE_SQRT_EMBD;
+        break;
+    }
+    if (!ok)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "family %s: %s op %u (%s) has operands of mismatched widths", a->name,
+                            prog, i, on);
+    return EBB_OK;
+}
+
+static ebb_err check_prog(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                          const struct ebb__op *ops, uint32_t n, const char *prog,
+                          struct ebb_diag *diag)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        ebb_err rc = check_op(a, hp, &ops[i], prog, i, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__arch_check(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                        const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    ebb_err rc;
+    if (!a->n_input || a->input[0].kind != EBB__OP_GET_ROWS || a->input[0].dst != EBB__BUF_X ||
+        !a->n_output || a->output[a->n_output - 1].dst != EBB__BUF_LOGITS || !a->n_layer_ops)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "family %s: the input must start with get_rows into X and the output "
+                            "end in LOGITS",
+                            a->name);
+    if ((rc = check_prog(a, hp, a->input, a->n_input, "input", diag)) ||
+        (rc = check_prog(a, hp, a->layer, a->n_layer_ops, "layer", diag)) ||
+        (rc = check_prog(a, hp, a->output, a->n_output, "output", diag)))
+        return rc;
+    for (uint32_t t = 0; t < a->n_tensors; t++) {
+        uint32_t n = a->tensors[t].flags & EBB__T_LAYER ? hp->n_layer : 1;
+        for (uint32_t l = 0; l < n; l++) {
+            const struct ebb_gguf_tensor *gt;
+            if ((rc = ebb__arch_tensor(a, hp, g, t, l, &gt, diag)))
+                return rc;
+        }
+    }
+    return EBB_OK;
+}

@@ -1,0 +1,154 @@
+/* The family's description compiled for the OpenCL engine, once at load: runs of ops are
+ * matched to the engine's fused steps, so an evaluation enqueues the same kernels a
+ * hand-written forward pass would (decode folds each RMS norm and the SwiGLU into the product
+ * that consumes it, adds the residual inside the product; prefill runs norm and SwiGLU
+ * kernels over the token tile). The patterns:
+ *   rms_norm(CUR, X) matmul(Q, CUR) matmul(K, CUR) matmul(V, CUR)  -> proj X -> q|k|v
+ *   rms_norm(CUR, X) matmul(GATE, CUR) matmul(UP, CUR)             -> proj X -> gate|up
+ *   rope(Q) rope(K) attention(ATT, Q, K, V)                         -> attn (rope_kv, attention)
+ *   matmul(OUT, ATT) add(X, OUT)                                    -> proj ATT -> X, residual
+ *   glu(GATE, GATE, UP, silu) matmul(OUT, GATE) add(X, OUT)         -> proj gate|up -> X, SwiGLU
+ * and, around the layers, get_rows(X) [scale(X, sqrt_embd)] and rms_norm(CUR, X)
+ * matmul(LOGITS, CUR). An op outside them is refused with its name: the engine has no kernel
+ * for it yet (adding one means a pattern here and a step in model-cl-layer.c). */
+#include "model-cl-int.h"
+
+#define OP(i) (&ops[i])
+
+static bool is(const struct ebb__op *o, enum ebb__op_kind k, enum ebb__buf dst, enum ebb__buf a)
+{
+    return o->kind == k && o->dst == dst && o->a == a;
+}
+
+static ebb_err refuse(const struct ebb__arch *a, const char *prog, uint32_t i,
+                      const struct ebb__op *o, const char *why, struct ebb_diag *diag)
+{
+    return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                        "the OpenCL engine cannot run %s's %s op %u (%s%s); the plain-C "
+                        "reference does: --device ref",
+                        a->name, prog, i, ebb__arch_op_name(o->kind), why);
+}
+
+static ebb_err add_group(struct clm_plan *p, const struct ebb__op *ops, uint32_t n, uint8_t *out,
+                         struct ebb_diag *diag)
+{
+    if (p->n_groups == MAX_GROUPS || n > GROUP_MAX)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many weight groups in one layer");
+    struct clm_group *g = &p->groups[p->n_groups];
+    g->n = n;
+    for (uint32_t i = 0; i < n; i++)
+        g->t[i] = ops[i].t;
+    *out = (uint8_t)p->n_groups++;
+    return EBB_OK;
+}
+
+static ebb_err add_step(struct clm_plan *p, struct clm_step s, struct ebb_diag *diag)
+{
+    if (p->n_steps == MAX_STEPS)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many steps in one layer");
+    p->steps[p->n_steps++] = s;
+    return EBB_OK;
+}
+
+/* rms_norm(CUR, X) then the products of CUR into q|k|v or gate|up. Returns the ops used. */
+static uint32_t match_norm_proj(const struct ebb__op *ops, uint32_t n, struct clm_step *s,
+                                uint32_t *n_mm)
+{
+    static const uint8_t qkv[] = {EBB__BUF_Q, EBB__BUF_K, EBB__BUF_V};
+    static const uint8_t gu[] = {EBB__BUF_GATE, EBB__BUF_UP};
+    if (n < 2 || !is(OP(0), EBB__OP_RMS_NORM, EBB__BUF_CUR, EBB__BUF_X))
+        return 0;
+    const uint8_t *want[] = {qkv, gu};
+    uint32_t len[] = {3, 2};
+    uint8_t outs[] = {CLM_QKV, CLM_GU};
+    for (int k = 0; k < 2; k++) {
+        uint32_t j = 0;
+        while (j < len[k] && 1 + j < n && is(OP(1 + j), EBB__OP_MATMUL, want[k][j], EBB__BUF_CUR))
+            j++;
+        if (j == len[k]) {
+            *s = (struct clm_step){.kind = CLM_PROJ, .in = CLM_X, .out = outs[k]};
+            *n_mm = j;
+            return 1 + j;
+        }
+    }
+    return 0;
+}
+
+static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct ebb_diag *diag)
+{
+    const struct ebb__op *all = a->layer;
+    uint32_t n = a->n_layer_ops;
+    ebb_err rc = EBB_OK;
+    for (uint32_t i = 0; i < n && !rc;) {
+        const struct ebb__op *ops = all + i;
+        struct clm_step s;
+        uint32_t n_mm;
+        if (match_norm_proj(ops, n - i, &s, &n_mm)) {
+            if (p->n_norms == MAX_NORMS)
+                return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many norms in one layer");
+            s.norm = (int8_t)p->n_norms;
+            p->norms[p->n_norms++] = OP(0)->t;
+            if (!(rc = add_group(p, OP(1), n_mm, &s.group, diag)))
+                rc = add_step(p, s, diag);
+            i += 1 + n_mm;
+        } else if (n - i >= 3 && is(OP(0), EBB__OP_ROPE, EBB__BUF_Q, EBB__BUF_Q) &&
+                   is(OP(1), EBB__OP_ROPE, EBB__BUF_K, EBB__BUF_K) && OP(0)->arg == OP(1)->arg &&
+                   is(OP(2), EBB__OP_ATTENTION, EBB__BUF_ATT, EBB__BUF_Q) &&
+                   OP(2)->b == EBB__BUF_K && OP(2)->c == EBB__BUF_V) {
+            s = (struct clm_step){.kind = CLM_ATTN, .neox = OP(0)->arg == EBB__ROPE_NEOX};
+            rc = add_step(p, s, diag);
+            i += 3;
+        } else if (n - i >= 2 && is(OP(0), EBB__OP_MATMUL, EBB__BUF_OUT, EBB__BUF_ATT) &&
+                   is(OP(1), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT)) {
+            s = (struct clm_step){
+                .kind = CLM_PROJ, .in = CLM_ATT, .out = CLM_X, .norm = -1, .res = true};
+            if (!(rc = add_group(p, OP(0), 1, &s.group, diag)))
+                rc = add_step(p, s, diag);
+            i += 2;
+        } else if (n - i >= 3 && is(OP(0), EBB__OP_GLU, EBB__BUF_GATE, EBB__BUF_GATE) &&
+                   OP(0)->b == EBB__BUF_UP && OP(0)->arg == EBB__ACT_SILU &&
+                   is(OP(1), EBB__OP_MATMUL, EBB__BUF_OUT, EBB__BUF_GATE) &&
+                   is(OP(2), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT)) {
+            s = (struct clm_step){
+                .kind = CLM_PROJ, .in = CLM_GU, .out = CLM_X, .norm = -1, .glu = true, .res = true};
+            if (!(rc = add_group(p, OP(1), 1, &s.group, diag)))
+                rc = add_step(p, s, diag);
+            i += 3;
+        } else {
+            const char *why = OP(0)->kind == EBB__OP_GLU && OP(0)->arg != EBB__ACT_SILU
+                                  ? ", an activation other than SiLU"
+                                  : "";
+            return refuse(a, "layer", i, OP(0), why, diag);
+        }
+    }
+    return rc;
+}
+
+ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp, struct clm_plan *p,
+                      struct ebb_diag *diag)
+{
+    *p = (struct clm_plan){0};
+    const struct ebb__op *ops = a->input;
+    uint32_t n = a->n_input;
+    p->embd = OP(0)->t;
+    if (n > 1 && is(OP(1), EBB__OP_SCALE, EBB__BUF_X, EBB__BUF_X) &&
+        OP(1)->arg == EBB__SCALE_SQRT_EMBD)
+        p->embd_scale = true;
+    uint32_t used = p->embd_scale ? 2 : 1;
+    if (n > used)
+        return refuse(a, "input", used, OP(used), "", diag);
+    ops = a->output;
+    n = a->n_output;
+    if (n != 2 || !is(OP(0), EBB__OP_RMS_NORM, EBB__BUF_CUR, EBB__BUF_X) ||
+        !is(OP(1), EBB__OP_MATMUL, EBB__BUF_LOGITS, EBB__BUF_CUR))
+        return refuse(a, "output", 0, OP(0), ", not a norm and the head", diag);
+    p->out_norm = OP(0)->t;
+    p->output = OP(1)->t;
+    ebb_err rc = plan_layer(a, p, diag);
+    if (!rc && hp->swa && hp->swa_pattern)
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "the OpenCL engine cannot run %s's sliding-window attention; the "
+                          "plain-C reference does: --device ref",
+                          a->name);
+    return rc;
+}

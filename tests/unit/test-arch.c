@@ -1,0 +1,361 @@
+/* The family descriptions (runtime/model/arch-*.c) against the real GGUFs: hyper-parameters as
+ * the files give them, every declared tensor present with its shape, and every tensor of the
+ * file claimed by exactly one declaration (a description that forgets a tensor fails here).
+ * Then the checks themselves on small GGUFs written from the descriptions: a missing tensor, a
+ * wrong shape, an unknown architecture, a malformed description. The real models come from
+ * $EBB_MODELS_DIR (default ~/.local/share/ebb/models); their tests skip without them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gguf-writer.h"
+#include "model/arch-int.h"
+#include "model/model-cl-int.h"
+
+static void model_path(char *buf, size_t cap, const char *file)
+{
+    const char *dir = getenv("EBB_MODELS_DIR"), *home = getenv("HOME");
+    if (dir)
+        snprintf(buf, cap, "%s/%s", dir, file);
+    else
+        snprintf(buf, cap, "%s/.local/share/ebb/models/%s", home ? home : "", file);
+}
+
+/* Opens a real model, or skips the test when it is not there. */
+static struct ebb_gguf *open_real(const char *file)
+{
+    char path[1024];
+    model_path(path, sizeof(path), file);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        print_message("no model at %s\n", path);
+        skip();
+    }
+    fclose(f);
+    struct ebb_gguf *g = NULL;
+    struct ebb_diag d = {{0}};
+    if (ebb_gguf_open(path, &g, &d))
+        fail_msg("%s: %s", path, d.msg);
+    return g;
+}
+
+/* Every tensor of g is claimed by exactly one declaration of a (for some layer), and the
+ * declarations resolve with their shapes. */
+static void check_claims(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                         const struct ebb_gguf *g)
+{
+    uint64_t n = ebb_gguf_n_tensors(g);
+    uint32_t *claims = calloc(n, sizeof(*claims));
+    assert_non_null(claims);
+    char name[96];
+    for (uint32_t t = 0; t < a->n_tensors; t++) {
+        uint32_t nl = a->tensors[t].flags & EBB__T_LAYER ? hp->n_layer : 1;
+        for (uint32_t l = 0; l < nl; l++) {
+            ebb__arch_tensor_name(a, t, l, name, sizeof(name));
+            const struct ebb_gguf_tensor *gt = NULL;
+            struct ebb_diag d = {{0}};
+            if (ebb__arch_tensor(a, hp, g, t, l, &gt, &d))
+                fail_msg("%s: %s", a->name, d.msg);
+            for (uint64_t i = 0; i < n; i++)
+                if (!strcmp(ebb_gguf_tensor_at(g, i)->name, name))
+                    claims[i]++;
+        }
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (claims[i] != 1)
+            fail_msg("%s: tensor %s claimed %u times", a->name, ebb_gguf_tensor_at(g, i)->name,
+                     claims[i]);
+    free(claims);
+}
+
+static void test_smollm2(void **state)
+{
+    (void)state;
+    struct ebb_gguf *g = open_real("SmolLM2-135M-Instruct.Q4_1.gguf");
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb__arch_read_hparams(g, &a, &hp, &d), EBB_OK);
+    assert_ptr_equal(a, &ebb__arch_llama);
+    assert_string_equal(hp.arch, "llama");
+    assert_int_equal(hp.n_layer, 30);
+    assert_int_equal(hp.n_embd, 576);
+    assert_int_equal(hp.n_head, 9);
+    assert_int_equal(hp.n_head_kv, 3);
+    assert_int_equal(hp.head_dim, 64); /* derived: the file has no key_length */
+    assert_int_equal(hp.head_dim_v, 64);
+    assert_int_equal(hp.n_rot, 64);
+    assert_int_equal(hp.n_ff, 1536);
+    assert_int_equal(hp.n_vocab, 49152);
+    assert_int_equal(hp.n_ctx_train, 8192);
+    assert_true(hp.rope_base == 100000.0f);
+    assert_true(hp.rope_scale == 1.0f);
+    assert_int_equal(hp.swa, 0);
+    assert_int_equal(ebb__arch_window(&hp, 5), 0);
+    assert_int_equal(ebb__arch_check(a, &hp, g, &d), EBB_OK);
+    check_claims(a, &hp, g);
+    /* output.weight is absent: the head falls back to the token embeddings. */
+    const struct ebb_gguf_tensor *out = NULL;
+    assert_null(ebb_gguf_find_tensor(g, "output.weight"));
+    for (uint32_t t = 0; t < a->n_tensors; t++)
+        if (!strcmp(a->tensors[t].name, "output.weight"))
+            assert_int_equal(ebb__arch_tensor(a, &hp, g, t, 0, &out, &d), EBB_OK);
+    assert_ptr_equal(out, ebb_gguf_find_tensor(g, "token_embd.weight"));
+    ebb_gguf_close(g);
+}
+
+static void test_gemma3(void **state)
+{
+    (void)state;
+    struct ebb_gguf *g = open_real("gemma-3-270m-q4_k_m.gguf");
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb__arch_read_hparams(g, &a, &hp, &d), EBB_OK);
+    assert_ptr_equal(a, &ebb__arch_gemma3);
+    assert_int_equal(hp.n_layer, 18);
+    assert_int_equal(hp.n_embd, 640);
+    assert_int_equal(hp.n_head, 4);
+    assert_int_equal(hp.n_head_kv, 1);
+    assert_int_equal(hp.head_dim, 256); /* from key_length, not n_embd / n_head */
+    assert_int_equal(hp.n_ff, 2048);
+    assert_int_equal(hp.n_vocab, 262144);
+    assert_true(hp.rope_base == 1000000.0f);
+    assert_true(hp.rms_eps == 1e-6f);
+    /* The window from the file, the pattern and local rope base fixed by the family. */
+    assert_int_equal(hp.swa, 512);
+    assert_int_equal(hp.swa_pattern, 6);
+    assert_true(hp.rope_base_swa == 10000.0f);
+    assert_int_equal(ebb__arch_window(&hp, 0), 512);
+    assert_int_equal(ebb__arch_window(&hp, 5), 0);
+    assert_int_equal(ebb__arch_window(&hp, 11), 0);
+    assert_int_equal(ebb__arch_window(&hp, 12), 512);
+    assert_int_equal(ebb__arch_check(a, &hp, g, &d), EBB_OK);
+    check_claims(a, &hp, g);
+    ebb_gguf_close(g);
+}
+
+/* ---- small files written from a description ---- */
+
+/* Tiny llama-shaped hyper-parameters. */
+static const uint32_t T_LAYER = 2, T_EMBD = 8, T_HEAD = 2, T_HEAD_KV = 1, T_FF = 16, T_VOCAB = 10;
+
+struct built {
+    struct wbuf img;
+    struct ebb_gguf *g;
+};
+
+static uint64_t tiny_dim(uint8_t d)
+{
+    const uint64_t v[EBB__N_DIM] = {
+        [EBB__DIM_1] = 1,
+        [EBB__DIM_EMBD] = T_EMBD,
+        [EBB__DIM_VOCAB] = T_VOCAB,
+        [EBB__DIM_Q] = T_EMBD,
+        [EBB__DIM_KV] = T_EMBD / T_HEAD * T_HEAD_KV,
+        [EBB__DIM_FF] = T_FF,
+        [EBB__DIM_HEAD] = T_EMBD / T_HEAD,
+    };
+    return v[d];
+}
+
+static void kv_u32(struct wbuf *kv, const char *arch, const char *key, uint32_t v)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    w_kv(kv, k, 4);
+    w_u32(kv, v);
+}
+
+/* A GGUF with a's tensors in f32 (drop: a tensor name to leave out, bad: one whose second
+ * dimension is off by one) and the hyper-parameter keys above. */
+static struct built build(const struct ebb__arch *a, const char *arch_name, const char *drop,
+                          const char *bad)
+{
+    struct wbuf kv = {0};
+    w_kv(&kv, "general.architecture", 8);
+    w_str(&kv, arch_name);
+    kv_u32(&kv, arch_name, "block_count", T_LAYER);
+    kv_u32(&kv, arch_name, "embedding_length", T_EMBD);
+    kv_u32(&kv, arch_name, "attention.head_count", T_HEAD);
+    kv_u32(&kv, arch_name, "attention.head_count_kv", T_HEAD_KV);
+    kv_u32(&kv, arch_name, "feed_forward_length", T_FF);
+    static struct tinfo ti[64];
+    static char names[64][96];
+    uint32_t n = 0;
+    uint64_t off = 0;
+    for (uint32_t t = 0; t < a->n_tensors; t++) {
+        uint32_t nl = a->tensors[t].flags & EBB__T_LAYER ? T_LAYER : 1;
+        for (uint32_t l = 0; l < nl; l++) {
+            ebb__arch_tensor_name(a, t, l, names[n], sizeof(names[n]));
+            if ((drop && !strcmp(names[n], drop)) || (a->tensors[t].flags & EBB__T_OPTIONAL))
+                continue;
+            uint64_t ne0 = tiny_dim(a->tensors[t].ne0), ne1 = tiny_dim(a->tensors[t].ne1);
+            if (bad && !strcmp(names[n], bad))
+                ne1++;
+            ti[n] = (struct tinfo){names[n], ne1 == 1 ? 1 : 2, {ne0, ne1, 1, 1}, 0, off};
+            off += (ne0 * ne1 * 4 + 31) / 32 * 32;
+            n++;
+        }
+    }
+    struct built b = {make(3, 6, &kv, ti, n, 32, off), NULL};
+    free(kv.p);
+    return b;
+}
+
+/* Parses the written image. */
+static ebb_err open_built(struct built *b, struct ebb_diag *d)
+{
+    return ebb_gguf_open_mem(b->img.p, b->img.n, &b->g, d);
+}
+
+static void free_built(struct built *b)
+{
+    ebb_gguf_close(b->g);
+    free(b->img.p);
+}
+
+static void test_tiny_families(void **state)
+{
+    (void)state;
+    const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3};
+    for (size_t i = 0; i < 2; i++) {
+        struct built b = build(fams[i], fams[i]->name, NULL, NULL);
+        struct ebb_diag d = {{0}};
+        assert_int_equal(open_built(&b, &d), EBB_OK);
+        const struct ebb__arch *a = NULL;
+        struct ebb__hparams hp;
+        if (ebb__arch_read_hparams(b.g, &a, &hp, &d))
+            fail_msg("%s: %s", fams[i]->name, d.msg);
+        assert_ptr_equal(a, fams[i]);
+        assert_int_equal(hp.head_dim, T_EMBD / T_HEAD);
+        assert_int_equal(hp.n_vocab, T_VOCAB);
+        if (ebb__arch_check(a, &hp, b.g, &d))
+            fail_msg("%s: %s", fams[i]->name, d.msg);
+        check_claims(a, &hp, b.g);
+        free_built(&b);
+    }
+}
+
+static void expect_check_fails(const char *drop, const char *bad, const char *want)
+{
+    struct built b = build(&ebb__arch_gemma3, "gemma3", drop, bad);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EFORMAT);
+    if (!strstr(d.msg, want))
+        fail_msg("message '%s' lacks '%s'", d.msg, want);
+    free_built(&b);
+}
+
+static void test_missing_and_misshapen(void **state)
+{
+    (void)state;
+    expect_check_fails("blk.1.attn_k_norm.weight", NULL, "tensor blk.1.attn_k_norm.weight missing");
+    expect_check_fails(NULL, "blk.0.ffn_up.weight", "tensor blk.0.ffn_up.weight has shape (8, 17)");
+}
+
+static void test_unknown_arch(void **state)
+{
+    (void)state;
+    struct built b = build(&ebb__arch_llama, "mamba", NULL, NULL);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "'mamba'"));
+    assert_non_null(strstr(d.msg, "llama, gemma3"));
+    assert_null(a);
+    assert_null(ebb__arch_find("mamba"));
+    free_built(&b);
+}
+
+/* A description whose ops do not fit its own tensors is refused at load, naming the op. */
+static void test_bad_description(void **state)
+{
+    (void)state;
+    struct built b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    struct ebb__op layer[32];
+    assert_true(a->n_layer_ops <= 32);
+    memcpy(layer, a->layer, a->n_layer_ops * sizeof(layer[0]));
+    struct ebb__arch bad = *a;
+    bad.layer = layer;
+    /* Wq applied to the attention output's width is fine (both n_embd here); writing the
+     * up projection into K (n_kv wide) is not. */
+    for (uint32_t i = 0; i < bad.n_layer_ops; i++)
+        if (layer[i].kind == EBB__OP_MATMUL && layer[i].dst == EBB__BUF_UP)
+            layer[i].dst = EBB__BUF_K;
+    assert_int_equal(ebb__arch_check(&bad, &hp, b.g, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "layer op 11 (matmul) has operands of mismatched widths"));
+    /* A norm without its tensor. */
+    memcpy(layer, a->layer, a->n_layer_ops * sizeof(layer[0]));
+    layer[0].t = -1;
+    assert_int_equal(ebb__arch_check(&bad, &hp, b.g, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "layer op 0 (rms_norm) needs a tensor"));
+    free_built(&b);
+}
+
+/* The OpenCL engine compiles llama's layer into its five fused steps (the kernel sequence of
+ * the hand-written pass) and refuses gemma3, naming the first op it has no kernel for. */
+static void test_cl_plan(void **state)
+{
+    (void)state;
+    struct ebb__hparams hp = {.n_layer = 2,
+                              .n_embd = 8,
+                              .n_head = 2,
+                              .n_head_kv = 1,
+                              .head_dim = 4,
+                              .n_ff = 16,
+                              .n_vocab = 10};
+    struct clm_plan p;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb__clm_plan(&ebb__arch_llama, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 5);
+    assert_int_equal(p.n_norms, 2);
+    assert_int_equal(p.n_groups, 4);
+    const struct clm_step *s = p.steps;
+    assert_true(s[0].kind == CLM_PROJ && s[0].in == CLM_X && s[0].out == CLM_QKV &&
+                s[0].norm == 0 && !s[0].res && !s[0].glu);
+    assert_int_equal(p.groups[s[0].group].n, 3);
+    assert_true(s[1].kind == CLM_ATTN && !s[1].neox);
+    assert_true(s[2].kind == CLM_PROJ && s[2].in == CLM_ATT && s[2].out == CLM_X && s[2].norm < 0 &&
+                s[2].res);
+    assert_true(s[3].kind == CLM_PROJ && s[3].out == CLM_GU && s[3].norm == 1);
+    assert_int_equal(p.groups[s[3].group].n, 2);
+    assert_true(s[4].kind == CLM_PROJ && s[4].in == CLM_GU && s[4].out == CLM_X && s[4].glu &&
+                s[4].res);
+    assert_false(p.embd_scale);
+    assert_int_equal(ebb__clm_plan(&ebb__arch_gemma3, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "gemma3's layer op 4 (head_norm)"));
+    assert_non_null(strstr(d.msg, "--device ref"));
+    /* llama with a window (a family that declared one) is refused too. */
+    hp.swa = 4;
+    hp.swa_pattern = 2;
+    assert_int_equal(ebb__clm_plan(&ebb__arch_llama, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "sliding-window"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_smollm2),       cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_tiny_families), cmocka_unit_test(test_missing_and_misshapen),
+        cmocka_unit_test(test_unknown_arch),  cmocka_unit_test(test_bad_description),
+        cmocka_unit_test(test_cl_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
