@@ -235,8 +235,21 @@ static float gelu(float x)
 
 /* ---- the forward pass for n <= BATCH tokens ---- */
 
+/* Embedding output mode: adds the final-normed hidden state of each of the n tokens in x to
+ * sum (n_embd). */
+static void hidden_sum(struct ref *r, uint32_t n, float *sum)
+{
+    const uint32_t D = r->hp.n_embd;
+    for (uint32_t t = 0; t < n; t++) {
+        rmsnorm(r->xb, r->x + (uint64_t)t * D, r->out_norm, D, r->hp.rms_eps);
+        for (uint32_t i = 0; i < D; i++)
+            sum[i] += r->xb[i];
+    }
+}
+
+/* head: run the output head (false when only the hidden states are wanted). */
 static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
-                    bool all_logits)
+                    bool all_logits, float *hsum, bool head)
 {
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
@@ -350,6 +363,10 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
             r->x[i] += r->q[i];
     }
 
+    if (hsum)
+        hidden_sum(r, n, hsum);
+    if (!head)
+        return;
     /* Final norm and the output head, for every token or only the last one. */
     uint32_t first = all_logits ? 0 : n - 1;
     for (uint32_t t = first; t < n; t++)
@@ -382,10 +399,15 @@ static ebb_err ref_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     struct ref *r = ctx;
     const uint32_t V = r->hp.n_vocab;
     bool want_all = out->logits_all != NULL;
+    bool head = want_all || out->logits || out->top_k || !out->hidden_sum;
     for (uint32_t done = 0; done < n;) {
         uint32_t c = n - done < BATCH ? n - done : BATCH;
         bool last = done + c == n;
-        forward(r, seq, tokens + done, c, pos + done, want_all);
+        forward(r, seq, tokens + done, c, pos + done, want_all, out->hidden_sum, head);
+        if (!head) {
+            done += c;
+            continue;
+        }
         if (want_all)
             memcpy(out->logits_all + (uint64_t)done * V, r->logits,
                    (uint64_t)c * V * sizeof(float));
