@@ -10,6 +10,7 @@
 #include "chat-template.h"
 #include "defaults.h"
 #include "sched/sampler.h"
+#include "tools.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {
@@ -34,6 +35,40 @@ struct ebb__perr {
     const char *param; /* static string or NULL */
 };
 
+/* ---- tools (tools-req.c, tools-render.c) ------------------------------------------------ */
+
+enum ebb__tool_choice {
+    EBB__TC_NONE = 0, /* no tools, or tool_choice "none": plain text, output not parsed */
+    EBB__TC_AUTO,     /* the model may call the tools */
+    EBB__TC_REQUIRED, /* it must call one */
+    EBB__TC_NAMED,    /* it must call the named one */
+};
+
+struct ebb__tool_req {
+    json_t *tools; /* the validated tools array (borrowed from the request), NULL if none */
+    enum ebb__tool_choice choice;
+    const char *name; /* EBB__TC_NAMED */
+    bool parallel;    /* parallel_tool_calls (default true) */
+};
+
+/* Validates tools, tool_choice and parallel_tool_calls of the request object o into t. On
+ * failure fills e (param names the field) and returns EBB_EINVAL. */
+ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr *e);
+
+/* message.tool_calls for a parsed answer: [{id, type, function: {name, arguments}}]. */
+json_t *ebb__tool_calls_json(const struct ebb_tool_result *res);
+/* The chat delta for a call event: {"tool_calls": [{index, id, type, function: {name,
+ * arguments: ""}}]} for CALL_BEGIN, {"tool_calls": [{index, function: {arguments}}]} for
+ * CALL_ARGS; NULL for content. */
+json_t *ebb__tool_delta(const struct ebb_tool_ev *ev);
+
+/* Renders a chat prompt (with the generation header) offering tools (NULL: none): through the
+ * template itself when it knows tools, else with the fallback tools-render.c describes. Errors
+ * as ebb_chat_template_render. */
+ebb_err ebb__tools_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
+                          size_t n, const json_t *tools, char **out, size_t *out_len,
+                          struct ebb_diag *diag);
+
 struct ebb__gen_req {
     json_t *doc; /* owns every string below */
     bool chat;
@@ -55,6 +90,8 @@ struct ebb__gen_req {
     unsigned sent; /* EBB_DEF_BIT of each sampling field the request set (api/defaults.h) */
     struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
+    struct ebb__tool_req tools;  /* chat only */
+    char *grammar; /* GBNF from response_format, json_schema or grammar; NULL if none */
 };
 
 /* Parses and validates a chat (chat = true) or completions body. On failure fills err and
@@ -64,6 +101,9 @@ struct ebb__gen_req {
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *err);
 void ebb__gen_req_fini(struct ebb__gen_req *r);
+/* params-format.c: response_format, json_schema and grammar -> r->grammar (at most one of them;
+ * an unsupported schema keyword or a malformed field fails naming it). */
+ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e);
 
 /* ---- OpenAI objects (objects.c) ---------------------------------------------------------- */
 
@@ -172,6 +212,12 @@ struct ebb__gen {
     size_t echo_len;
     const struct ebb__gen_fmt *fmt; /* NULL: OpenAI chat/completions */
     void *ext;                      /* fmt's state, freed with the generation */
+    /* tool calls: the output goes through the parser when tools are offered */
+    struct ebb_tool_stream *tp;
+    json_t *tools;       /* the offered tools (a reference), NULL when tp is */
+    size_t max_calls;    /* 1 without parallel_tool_calls, else 0 */
+    int32_t mark_id[2];  /* control tokens of the call markup (-1: none), for sink_token */
+    const char *mark[2]; /* their texts */
     /* (mu) written by the engine */
     struct ebb__abuf pend;
     struct ebb__lp *pend_lp;

@@ -298,6 +298,10 @@ ebb_err ebb_chat_template_from_source(const char *src, size_t n, const char *bos
                             "with one of: %s",
                             d.msg, ebb_chat_template_names());
     t->family = EBB_CHAT_JINJA;
+    for (size_t i = 0; i + 5 <= n && !t->tools_native; i++)
+        t->tools_native = !memcmp(src + i, "tools", 5);
+    if (t->tools_native)
+        t->tool_format = ebb_tool_format_detect(src, n);
     snprintf(t->bos_token, sizeof(t->bos_token), "%s", bos ? bos : "");
     snprintf(t->eos_token, sizeof(t->eos_token), "%s", eos ? eos : "");
     t->strip_bos = strip_bos;

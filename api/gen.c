@@ -25,6 +25,8 @@ void ebb__gen_free(struct ebb__gen *g)
     free(g->take_lp);
     free(g->all_lp);
     free(g->echo);
+    ebb_tool_stream_free(g->tp);
+    json_decref(g->tools);
     free(g);
 }
 
@@ -61,6 +63,10 @@ static void sink_token(void *ud, const struct ebb_sched_token *t)
     struct ebb_api *a = r->api;
     pthread_mutex_lock(&a->mu);
     ebb__abuf_put(&g->pend, t->text, t->len);
+    /* Control tokens have no text, but the tool parser needs the ones that open a call. */
+    for (int k = 0; k < 2; k++)
+        if (g->mark[k] && t->id == g->mark_id[k])
+            ebb__abuf_puts(&g->pend, g->mark[k]);
     if (t->info) {
         struct ebb__lp e = {.id = t->id, .logprob = t->info->logprob, .n_top = t->info->n_top};
         memcpy(e.top_ids, t->info->top_ids, sizeof(e.top_ids));
@@ -94,6 +100,18 @@ static const char *finish_name(enum ebb_finish f)
     return f == EBB_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* "tool_calls" when the model ended its turn after calling tools. */
+static const char *finish_of(const struct ebb__gen *g, size_t n_calls)
+{
+    return g->res.finish == EBB_FINISH_STOP && n_calls ? "tool_calls" : finish_name(g->res.finish);
+}
+
+static struct ebb_tool_parser_opts tool_opts(struct ebb__req *r)
+{
+    return (struct ebb_tool_parser_opts){
+        .format = r->api->tmpl.tool_format, .tools = r->gen->tools, .max_calls = r->gen->max_calls};
+}
+
 static json_t *chunk_base(struct ebb__req *r)
 {
     struct ebb__gen *g = r->gen;
@@ -109,15 +127,16 @@ static json_t *chunk_base(struct ebb__req *r)
     return o;
 }
 
-/* A chunk with one choice; delta_text may be NULL (final chunk), lp may be NULL. */
-static void sse_chunk(struct ebb__req *r, const char *text, size_t n, json_t *lp, bool role,
-                      const char *finish)
+/* A chunk with one choice; delta_text may be NULL (final chunk), lp may be NULL. delta (chat
+ * only, stolen), when given, is the whole delta. */
+static void sse_delta_chunk(struct ebb__req *r, json_t *delta, const char *text, size_t n,
+                            json_t *lp, bool role, const char *finish)
 {
     struct ebb__gen *g = r->gen;
     json_t *o = chunk_base(r), *ch = json_object(), *arr = json_array();
     json_object_set_new(ch, "index", json_integer(0));
     if (g->chat) {
-        json_t *d = json_object();
+        json_t *d = delta ? delta : json_object();
         if (role)
             json_object_set_new(d, "role", json_string("assistant"));
         if (text)
@@ -131,6 +150,12 @@ static void sse_chunk(struct ebb__req *r, const char *text, size_t n, json_t *lp
     json_array_append_new(arr, ch);
     json_object_set_new(o, "choices", arr);
     ebb__sse_event(&r->out, o);
+}
+
+static void sse_chunk(struct ebb__req *r, const char *text, size_t n, json_t *lp, bool role,
+                      const char *finish)
+{
+    sse_delta_chunk(r, NULL, text, n, lp, role, finish);
 }
 
 static json_t *usage(const struct ebb_sched_result *res)
@@ -185,7 +210,8 @@ static void stream_finish(struct ebb__req *r)
             free(e);
         }
     } else {
-        sse_chunk(r, g->chat ? NULL : "", 0, NULL, false, finish_name(res->finish));
+        size_t n_calls = g->tp ? ebb_tool_stream_n_calls(g->tp) : 0;
+        sse_chunk(r, g->chat ? NULL : "", 0, NULL, false, finish_of(g, n_calls));
         if (g->include_usage) {
             json_t *o = chunk_base(r);
             json_object_set_new(o, "choices", json_array());
@@ -224,6 +250,34 @@ static bool sse_text_chunk(struct ebb__req *r, const char *text, size_t n)
     ebb__abuf_puts(&r->out, g->chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                                     : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     return true;
+}
+
+static ebb_err tool_event(void *ud, const struct ebb_tool_ev *ev)
+{
+    struct ebb__req *r = ud;
+    if (ev->kind == EBB_TOOL_EV_CONTENT) {
+        if (!sse_text_chunk(r, ev->text, ev->len))
+            sse_chunk(r, ev->text, ev->len, NULL, false, NULL);
+        return EBB_OK;
+    }
+    json_t *d = ebb__tool_delta(ev);
+    if (!d)
+        return EBB_ENOMEM;
+    sse_delta_chunk(r, d, NULL, 0, NULL, false, NULL);
+    return EBB_OK;
+}
+
+/* Streams text through the tool parser: content as content deltas, calls as tool_calls deltas,
+ * markup never; logprobs (lp, stolen) go in a chunk of their own. */
+static void stream_tools(struct ebb__req *r, const char *t, size_t n, json_t *lp, bool final)
+{
+    struct ebb__gen *g = r->gen;
+    ebb_err rc = final ? ebb_tool_stream_finish(g->tp, tool_event, r)
+                       : ebb_tool_stream_feed(g->tp, t, n, tool_event, r);
+    if (lp)
+        sse_chunk(r, NULL, 0, lp, false, NULL);
+    if (rc)
+        r->out.oom = true; /* cut the stream like a buffer overflow */
 }
 
 void ebb__gen_pump(struct ebb__req *r)
@@ -268,9 +322,13 @@ void ebb__gen_pump(struct ebb__req *r)
                     }
                 }
                 const char *t = g->take.p ? g->take.p : "";
-                if (lp || !sse_text_chunk(r, t, g->take.n))
+                if (g->tp)
+                    stream_tools(r, t, g->take.n, lp, false);
+                else if (lp || !sse_text_chunk(r, t, g->take.n))
                     sse_chunk(r, t, g->take.n, lp, false, NULL);
             }
+            if (done && g->tp && !g->fmt)
+                stream_tools(r, "", 0, NULL, true);
             if (done && !g->fmt)
                 stream_finish(r);
             r->last_out = ebb__now();
@@ -361,10 +419,23 @@ static void reply_body(struct ebb__req *r)
     json_object_set_new(ch, "index", json_integer(0));
     const char *text = g->text.p ? g->text.p : "";
     json_t *lp = json_null();
+    const char *finish = finish_name(res->finish);
     if (g->chat) {
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", ebb__json_text(text, g->text.n));
+        struct ebb_tool_result tr = {0};
+        struct ebb_tool_parser_opts po = tool_opts(r);
+        if (g->tools && !ebb_tools_parse(&po, text, g->text.n, &tr)) {
+            json_object_set_new(m, "content",
+                                tr.content ? ebb__json_text(tr.content, tr.content_len)
+                                           : json_null());
+            if (tr.n_calls)
+                json_object_set_new(m, "tool_calls", ebb__tool_calls_json(&tr));
+            finish = finish_of(g, tr.n_calls);
+            ebb_tool_result_fini(&tr);
+        } else {
+            json_object_set_new(m, "content", ebb__json_text(text, g->text.n));
+        }
         json_object_set_new(ch, "message", m);
         if (g->logprobs) {
             lp = json_object();
@@ -381,7 +452,7 @@ static void reply_body(struct ebb__req *r)
             lp = ebb__compl_logprobs(tokenizer(r), g->all_lp, g->n_all_lp, g->echo_len);
     }
     json_object_set_new(ch, "logprobs", lp);
-    json_object_set_new(ch, "finish_reason", json_string(finish_name(res->finish)));
+    json_object_set_new(ch, "finish_reason", json_string(finish));
     json_array_append_new(arr, ch);
     json_object_set_new(o, "choices", arr);
     json_object_set_new(o, "usage", usage(res));
@@ -449,7 +520,8 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
     if (q->chat) {
         char *text = NULL;
         size_t len = 0;
-        rc = ebb_chat_template_render(&a->tmpl, q->msgs, q->n_msgs, true, &text, &len, &d);
+        const json_t *tools = q->tools.choice != EBB__TC_NONE ? q->tools.tools : NULL;
+        rc = ebb__tools_render(&a->tmpl, q->msgs, q->n_msgs, tools, &text, &len, &d);
         if (rc) {
             ebb__reply_error(r, 400, d.msg, "messages", NULL);
             return 400;
@@ -534,6 +606,24 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         return 400;
     }
     return 0;
+}
+
+/* Turns on the tool-call parser for r's output. */
+static ebb_err tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
+{
+    struct ebb__gen *g = r->gen;
+    g->tools = json_incref(t->tools);
+    g->max_calls = t->parallel ? 0 : 1;
+    g->mark_id[0] = g->mark_id[1] = -1;
+    const char *const *marks = ebb_tool_format_marker_tokens(r->api->tmpl.tool_format);
+    for (int k = 0; k < 2 && marks[k]; k++) {
+        g->mark_id[k] = ebb_tokenizer_find(tokenizer(r), marks[k], strlen(marks[k]));
+        g->mark[k] = g->mark_id[k] >= 0 ? marks[k] : NULL;
+    }
+    if (!g->stream)
+        return EBB_OK;
+    struct ebb_tool_parser_opts po = tool_opts(r);
+    return ebb_tool_stream_new(&po, &g->tp);
 }
 
 bool ebb__gen_ready(struct ebb__req *r)
@@ -657,6 +747,14 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
     g->echo = echo;
     g->echo_len = echo_len;
     echo = NULL;
+    if (q->chat && q->tools.choice != EBB__TC_NONE) {
+        r->gen = g; /* tools_setup reads it; r owns g from here on */
+        if (tools_setup(r, &q->tools)) {
+            ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+            g = NULL;
+            goto out;
+        }
+    }
     ebb__gen_submit(r, g, ids, (uint32_t)n_ids, &q->gp);
     g = NULL;
 out:

@@ -297,7 +297,7 @@ enum neutral {
     NEU_NONE,        /* only null or absent */
     NEU_EMPTY_ARRAY, /* [] */
     NEU_EMPTY_STR,   /* "" */
-    NEU_TOOL_CHOICE, /* "none" or "auto" (no tools are offered, so no call can be made) */
+    NEU_TOOL_CHOICE, /* "none" or "auto" (no functions are offered, so no call can be made) */
     NEU_TEXT_FORMAT, /* {"type": "text"} */
     NEU_TEXT_ONLY,   /* ["text"] */
     NEU_ZERO,        /* the number 0 */
@@ -314,12 +314,9 @@ static const struct {
     unsigned char where; /* 1 chat, 2 completions, 3 both */
     const char *why;
 } unsupported[] = {
-    {"tools", NEU_EMPTY_ARRAY, 1, "tool calling is not supported yet"},
-    {"tool_choice", NEU_TOOL_CHOICE, 1, "tool calling is not supported yet"},
-    {"functions", NEU_EMPTY_ARRAY, 1, "function calling is not supported yet"},
-    {"function_call", NEU_TOOL_CHOICE, 1, "function calling is not supported yet"},
-    {"response_format", NEU_TEXT_FORMAT, 1,
-     "only {\"type\": \"text\"} is supported (no constrained JSON output yet)"},
+    {"functions", NEU_EMPTY_ARRAY, 1, "the legacy 'functions' are not supported; use 'tools'"},
+    {"function_call", NEU_TOOL_CHOICE, 1,
+     "the legacy 'function_call' is not supported; use 'tool_choice'"},
     {"audio", NEU_NONE, 1, "audio output is not supported"},
     {"modalities", NEU_TEXT_ONLY, 1, "only [\"text\"] is supported"},
     {"web_search_options", NEU_NONE, 1, "web search is not supported"},
@@ -327,8 +324,6 @@ static const struct {
     {"verbosity", NEU_NONE, 1, "verbosity is not supported"},
     {"best_of", NEU_ONE, 2, "only one candidate per prompt is supported"},
     /* llama.cpp server extensions some clients send. */
-    {"grammar", NEU_EMPTY_STR, 3, "grammars are not supported yet"},
-    {"json_schema", NEU_NONE, 3, "JSON schemas are not supported yet"},
     {"mirostat", NEU_ZERO, 3, "mirostat sampling is not supported"},
     {"typical_p", NEU_ONE, 3, "typical sampling is not supported"},
     {"tfs_z", NEU_ONE, 3, "tail-free sampling is not supported"},
@@ -476,7 +471,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if (tl_set && tl > 0 && !r->logprobs)
             return fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
         r->top_logprobs = (uint32_t)tl;
-        if ((rc = parse_messages(o, r, e)))
+        if ((rc = parse_messages(o, r, e)) || (rc = ebb__tool_req_parse(o, &r->tools, e)))
             return rc;
     } else {
         long long lp = 0;
@@ -497,6 +492,9 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if ((rc = parse_prompt(o, r, e)))
             return rc;
     }
+    if ((rc = ebb__parse_structured(o, r, e)))
+        return rc;
+    r->gp.grammar = r->grammar;
     r->gp.logprobs = r->logprobs;
     r->gp.n_top_logprobs = r->top_logprobs;
     return EBB_OK;
@@ -512,6 +510,7 @@ void ebb__gen_req_fini(struct ebb__gen_req *r)
     free(r->msgs);
     free(r->prompt_ids);
     free(r->bias);
+    free(r->grammar);
     if (r->doc)
         json_decref(r->doc);
     memset(r, 0, sizeof(*r));

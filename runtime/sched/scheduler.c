@@ -1,5 +1,6 @@
 /* The engine thread: opens the model, then loops giving every active slot one step per turn. */
 #include "scheduler.h"
+#include "scheduler-int.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 struct job {
@@ -17,6 +19,7 @@ struct job {
     struct ebb_gen_params gp;
     char stop_buf[EBB_SCHED_MAX_STOP][EBB_SCHED_MAX_STOP_LEN];
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias), owned copy */
+    struct ebb_grammar *grammar; /* compiled gp.grammar, or NULL */
     uint32_t *embed_len;         /* (gp.n_embed), owned copy */
     struct ebb_sched_sink sink;
     atomic_bool cancel;
@@ -30,6 +33,7 @@ struct slot {
     uint32_t n_kv;
     float *logits; /* (n_vocab) of the last evaluated token */
     struct ebb_sampler *smp;
+    struct ebb__sgram gram; /* grammar jobs: buffers made on the first, kept for the next */
     struct ebb_detok detok;
     struct ebb_stopper stopper;
     uint32_t n_gen;
@@ -69,6 +73,7 @@ struct ebb_sched {
     uint32_t n_slots;
     char *text_buf; /* scratch for released text */
     size_t text_cap;
+    struct ebb_token_trie *trie; /* engine thread: the model's token trie, built on first use */
 };
 
 static double now_s(void)
@@ -86,6 +91,7 @@ static void job_free(struct job *j)
         return;
     free(j->prompt);
     free(j->bias);
+    ebb_grammar_free(j->grammar);
     free(j->embed_len);
     free(j);
 }
@@ -174,6 +180,15 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
         memcpy(j->bias, p->sampling.logit_bias, sizeof(*j->bias) * p->sampling.n_logit_bias);
     }
     j->gp.sampling.logit_bias = j->bias;
+    j->gp.grammar = NULL;
+    if (p->grammar) {
+        ebb_err grc =
+            ebb_grammar_compile(p->grammar, strlen(p->grammar), "root", &j->grammar, diag);
+        if (grc) {
+            job_free(j);
+            return grc;
+        }
+    }
     j->sink = *sink;
     atomic_init(&j->cancel, false);
     j->t_submit = now_s();
@@ -341,6 +356,10 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
     ebb_err rc = ebb_sampler_new(&j->gp.sampling, ebb_model_n_vocab(m), &sl->smp, diag);
     if (rc)
         return rc;
+    if (j->grammar && !s->trie && (rc = ebb_token_trie_new(ebb_model_tokenizer(m), &s->trie, diag)))
+        return rc;
+    if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, ebb_model_n_vocab(m), diag)))
+        return rc;
     /* Reuse the KV entries of the longest common prefix with this slot's previous job; at least
      * one prompt token is evaluated so that there are logits to sample from. */
     uint32_t pfx = 0;
@@ -359,7 +378,6 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
         ebb_sampler_accept(sl->smp, j->prompt[i]);
     if (j->sink.on_start)
         j->sink.on_start(j->sink.ud);
-    (void)s;
     return EBB_OK;
 }
 
@@ -421,8 +439,15 @@ static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
     struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
     int32_t id;
-    ebb_err rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL);
-    if (rc) {
+    ebb_err rc;
+    if (sl->gram.active) {
+        rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
+                               j->gp.logprobs ? &info : NULL, &diag);
+        if (rc) {
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+            return;
+        }
+    } else if ((rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL))) {
         slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
         return;
     }
@@ -452,8 +477,10 @@ static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
     char *rel = buf + 4096;
     size_t rel_cap = s->text_cap - 4096;
     size_t w2 = ebb_stopper_push(&sl->stopper, buf, w, rel, rel_cap, &matched);
-    bool at_end =
-        sl->n_gen >= (j->gp.max_tokens ? j->gp.max_tokens : UINT32_MAX) || sl->n_kv >= n_ctx;
+    /* A complete grammar that allows nothing more ends the job like a stop string. */
+    bool g_done = ebb__sgram_done(&sl->gram);
+    bool at_end = g_done || sl->n_gen >= (j->gp.max_tokens ? j->gp.max_tokens : UINT32_MAX) ||
+                  sl->n_kv >= n_ctx;
     if (!matched && at_end) {
         size_t w3 = ebb_detok_finish(&sl->detok, buf, 4096);
         bool m2 = false;
@@ -463,7 +490,7 @@ static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
             w2 += ebb_stopper_flush(&sl->stopper, rel + w2, rel_cap - w2);
     }
     emit(sl, rel, w2, id, pi);
-    if (matched) {
+    if (matched || g_done) {
         slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
         return;
     }
@@ -542,8 +569,11 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
         for (uint32_t i = 0; i < s->n_slots; i++) {
             free(s->slots[i].kv_tokens);
             free(s->slots[i].logits);
+            ebb__sgram_fini(&s->slots[i].gram);
         }
         free(s->slots);
+        ebb_token_trie_free(s->trie);
+        s->trie = NULL;
         s->slots = ns;
         s->n_slots = n;
         s->swap_old = *m;
@@ -722,7 +752,9 @@ void ebb_sched_free(struct ebb_sched *s)
     for (uint32_t i = 0; i < s->n_slots; i++) {
         free(s->slots[i].kv_tokens);
         free(s->slots[i].logits);
+        ebb__sgram_fini(&s->slots[i].gram);
     }
+    ebb_token_trie_free(s->trie);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->swap_cv);

@@ -31,6 +31,11 @@ struct ebb_gen_params {
     bool ignore_eos;              /* keep generating past end-of-generation tokens */
     uint32_t n_stop;
     const char *stop[EBB_SCHED_MAX_STOP]; /* NUL-terminated, copied at submit, non-empty */
+    /* GBNF grammar (start rule "root") the output must follow, or NULL. Compiled at submit
+     * (a syntax error is EBB_EINVAL naming line and column); tokens it does not allow are masked
+     * before sampling, end-of-generation tokens are allowed only where the grammar can end, and
+     * the job finishes (EBB_FINISH_STOP) once the grammar is complete and allows nothing more. */
+    const char *grammar;
     /* Embedding job (n_embed > 0): nothing is sampled. The prompt is n_embed inputs end to end,
      * input i being embed_len[i] tokens (1..n_ctx; copied at submit), each evaluated from
      * position 0 of the slot in prefill chunks like a prompt. embed_out (n_embed x

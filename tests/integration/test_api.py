@@ -249,16 +249,16 @@ def test_error_classes(server):
 def test_unsupported_fields_rejected(server, client):
     # Fields ebb does not implement are a 400 naming them rather than a different answer.
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    for field, value in [("tools", [tool]), ("tool_choice", "required"),
-                         ("response_format", {"type": "json_object"}),
-                         ("grammar", "root ::= \"a\""), ("reasoning_effort", "high")]:
+    for field, value in [("functions", [tool["function"]]),
+                         ("response_format", {"type": "xml"}),
+                         ("grammar", "root ::= \"a"), ("reasoning_effort", "high")]:
         expect_error(server, 400, "POST", "/v1/chat/completions",
                      {"messages": CHAT, field: value}, param=field)
     expect_error(server, 400, "POST", "/v1/completions", {"prompt": "x", "best_of": 2},
                  param="best_of")
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL_ID, messages=CHAT, tools=[tool])
-    assert e.value.body["param"] == "tools"
+        client.chat.completions.create(model=MODEL_ID, messages=CHAT, functions=[tool["function"]])
+    assert e.value.body["param"] == "functions"
     # Neutral values and fields that cannot change the answer are accepted.
     r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=2, tools=[],
                                        response_format={"type": "text"}, user="u", store=False,
@@ -270,8 +270,9 @@ SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging F
 
 
 def test_chat_template_from_gguf_with_tool_history(server, client):
-    # SmolLM2's own template (tokenizer.chat_template) is interpreted; tool results and
-    # assistant tool calls in the history reach it. Its template prints role and content only.
+    # SmolLM2's own template (tokenizer.chat_template) is interpreted. It knows no tools, so
+    # the history's tool call and tool result reach it rewritten (docs/API.md): the call as
+    # <tool_call> markup in the assistant turn, the result as a user turn of <tool_response>.
     msgs = [{"role": "user", "content": "Weather in Paris?"},
             {"role": "assistant", "content": None,
              "tool_calls": [{"id": "c1", "type": "function",
@@ -283,8 +284,10 @@ def test_chat_template_from_gguf_with_tool_history(server, client):
                                        temperature=0)
     text = (f"<|im_start|>system\n{SMOL_SYSTEM}<|im_end|>\n"
             "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
-            "<|im_start|>assistant\n<|im_end|>\n"
-            "<|im_start|>tool\n18 degrees<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n"
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+            "</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n18 degrees\n</tool_response><|im_end|>\n"
             "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n")
     st, _, data = server.request("POST", "/tokenize",
                                  {"content": text, "add_special": True, "parse_special": True})
@@ -298,12 +301,12 @@ def test_chat_template_from_gguf_with_tool_history(server, client):
 
 def test_builtin_template_on_request(make_server):
     # --chat-template NAME replaces the model's own template; the built-in families know no
-    # tool role, so such a conversation is a 400 and the daemon keeps serving.
+    # tool role, so a tool result reaches them as a user turn of <tool_response> (the fallback
+    # of docs/API.md).
     s = make_server("--chat-template", "chatml")
-    err, _ = expect_error(s, 400, "POST", "/v1/chat/completions",
-                          {"messages": [{"role": "tool", "content": "x"}], "max_tokens": 1},
-                          param="messages")
-    assert "tool" in err["message"]
+    st, _, data = s.request("POST", "/v1/chat/completions",
+                            {"messages": [{"role": "tool", "content": "x"}], "max_tokens": 1})
+    assert st == 200, data
     st, _, data = s.request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1})
     assert st == 200, data
 

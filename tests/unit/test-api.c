@@ -346,15 +346,16 @@ static void test_params_chat(void **state)
                "messages");
     /* Fields ebb does not implement: rejected unless they cannot change the answer. */
     static const char *const unsupported[][2] = {
-        {"tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"},
         {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
         {"functions", "[{\"name\":\"f\"}]"},
         {"function_call", "{\"name\":\"f\"}"},
-        {"response_format", "{\"type\":\"json_object\"}"},
-        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{}}"},
-        {"grammar", "\"root ::= [a]\""},
-        {"json_schema", "{}"},
+        /* structured output: implemented, but malformed or unsupported values are refused */
+        {"response_format", "{\"type\":\"xml\"}"},
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{"
+                            "\"type\":\"array\",\"uniqueItems\":true}}}"},
+        {"grammar", "\"root ::= [a\""},
+        {"json_schema", "{\"type\":\"strng\"}"},
         {"audio", "{\"voice\":\"x\"}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"web_search_options", "{}"},
@@ -410,7 +411,25 @@ static void test_params_completions(void **state)
     expect_bad("{\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
     expect_bad("{\"prompt\":\"x\",\"echo\":\"yes\"}", false, "echo");
     expect_bad("{\"prompt\":\"x\",\"best_of\":3}", false, "best_of");
-    expect_bad("{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\"}", false, "grammar");
+    expect_bad("{\"prompt\":\"x\",\"grammar\":\"root ::= [a\"}", false, "grammar");
+    expect_bad("{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\",\"json_schema\":{}}", false,
+               "grammar");
+    /* structured output becomes one GBNF grammar for the scheduler */
+    assert_int_equal(parse("{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\"}", false, &r, &e),
+                     EBB_OK);
+    assert_string_equal(r.gp.grammar, "root ::= [a]");
+    ebb__gen_req_fini(&r);
+    assert_int_equal(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                           "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":"
+                           "\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}}",
+                           false, &r, &e),
+                     EBB_OK);
+    assert_non_null(strstr(r.gp.grammar, "root ::= \"{\""));
+    ebb__gen_req_fini(&r);
+    assert_int_equal(
+        parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}", false, &r, &e), EBB_OK);
+    assert_null(r.gp.grammar);
+    ebb__gen_req_fini(&r);
     assert_int_equal(parse("{\"prompt\":\"x\",\"best_of\":1,\"tools\":[1]}", false, &r, &e),
                      EBB_OK);
     ebb__gen_req_fini(&r);

@@ -104,6 +104,12 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     return EBB_OK;
 }
 
+uint32_t ebb_tokenizer_n_vocab(const struct ebb_tokenizer *t)
+{
+    (void)t;
+    return N_VOCAB;
+}
+
 bool ebb_tokenizer_is_eog(const struct ebb_tokenizer *t, int32_t id)
 {
     (void)t;
@@ -285,6 +291,42 @@ static void test_length_and_eog(void **state)
     assert_int_equal(r2.res.finish, EBB_FINISH_STOP);
     assert_string_equal(r2.text, "abc");
     assert_int_equal(r2.res.n_gen, 4); /* three letters and the end-of-generation token */
+    ebb_sched_free(s);
+}
+
+/* A grammar overrides the model where they disagree and ends the job once it is complete. */
+static void test_grammar(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    struct rec r;
+    rec_init(&r, s);
+    int32_t prompt[2] = {1, 5}; /* the model wants a b c d e ... */
+    struct ebb_gen_params gp = greedy(20);
+    gp.grammar = "root ::= \"ab\" [x-z] \"d\"";
+    assert_int_equal(submit(s, &r, prompt, 2, &gp), EBB_OK);
+    rec_wait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_STOP);
+    assert_string_equal(r.text, "abxd");
+    assert_int_equal(r.res.n_gen, 4); /* complete after 'd': no end-of-generation token needed */
+
+    /* where the grammar may end or go on, the model's end-of-generation token is allowed */
+    atomic_store(&eog_at, 5);
+    struct rec r2;
+    rec_init(&r2, s);
+    gp.grammar = "root ::= [a-e]+";
+    assert_int_equal(submit(s, &r2, prompt, 2, &gp), EBB_OK);
+    rec_wait(&r2);
+    assert_int_equal(r2.res.finish, EBB_FINISH_STOP);
+    assert_string_equal(r2.text, "abc");
+
+    struct rec r3;
+    rec_init(&r3, s);
+    struct ebb_diag d = {{0}};
+    struct ebb_sched_sink sink = {.on_token = on_token, .on_done = on_done, .ud = &r3};
+    gp.grammar = "root ::= [a-";
+    assert_int_equal(ebb_sched_submit(s, prompt, 2, &gp, &sink, &r3.id, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "line 1"));
     ebb_sched_free(s);
 }
 
@@ -563,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_prefix_reuse_and_limits),
         cmocka_unit_test(test_shutdown_cancels),
         cmocka_unit_test(test_swap_model),
+        cmocka_unit_test(test_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
