@@ -1,7 +1,8 @@
 """/v1/messages (Anthropic's Messages API) through the official anthropic client against the real
 daemon and SmolLM2: a message, a stream (raw event order, and the SDK's stream helper), system
-prompts, stop_sequences, max_tokens, tool_use / tool_result history, authentication by x-api-key,
-and Anthropic-style errors for bad requests."""
+prompts, stop_sequences, max_tokens, a tool_use round trip (non-stream and streamed, results sent
+back as tool_result), authentication by x-api-key, and Anthropic-style errors for bad
+requests."""
 import json
 
 import anthropic
@@ -126,6 +127,56 @@ def test_stop_sequences(aclient):
     assert full.startswith(text + stop), (full, text)
 
 
+WEATHER = {"name": "get_weather", "description": "Get the current weather in a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": ["city"]}}
+# SmolLM2 answers this one with <tool_call> markup at temperature 0 (it is free not to).
+ASK = [{"role": "user", "content": "Call get_weather for Paris."}]
+
+
+def tool_uses(content):
+    """The tool_use blocks of a message, checked: Anthropic-style ids, an offered name, an
+    object input; no call markup left in the text blocks."""
+    uses = [b for b in content if b.type == "tool_use"]
+    for b in uses:
+        assert b.id.startswith("toolu_") and len(b.id) > 10
+        assert b.name == "get_weather"
+        assert isinstance(b.input, dict)
+    for b in content:
+        if b.type == "text":
+            assert "<tool_call>" not in b.text
+    return uses
+
+
+def test_tool_use_round_trip(aclient):
+    kw = dict(model=MODEL_ID, max_tokens=200, messages=ASK, tools=[WEATHER], **GREEDY)
+    m = aclient.messages.create(**kw)
+    uses = tool_uses(m.content)
+    assert (m.stop_reason == "tool_use") == bool(uses), (m.stop_reason, m.content)
+    # Streamed, accumulated by the SDK's stream helper: the same calls and text.
+    with aclient.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    suses = tool_uses(final.content)
+    assert [(b.name, b.input) for b in suses] == [(b.name, b.input) for b in uses]
+    text = "".join(b.text for b in m.content if b.type == "text").strip()
+    stext = "".join(b.text for b in final.content if b.type == "text").strip()
+    assert stext == text
+    assert final.stop_reason == m.stop_reason
+    # The results go back as tool_result blocks (a call a client could have received when the
+    # model made none); the conversation renders and the model answers.
+    assistant = [b.model_dump(exclude_none=True) for b in m.content] if uses else [
+        {"type": "tool_use", "id": "toolu_000000000001", "name": "get_weather",
+         "input": {"city": "Paris"}}]
+    results = [{"type": "tool_result", "tool_use_id": b["id"], "content": "Sunny, 21 C"}
+               for b in assistant if b["type"] == "tool_use"]
+    follow = aclient.messages.create(
+        model=MODEL_ID, max_tokens=24, tools=[WEATHER], **GREEDY,
+        messages=ASK + [{"role": "assistant", "content": assistant},
+                        {"role": "user", "content": results}])
+    assert follow.type == "message" and follow.content
+    assert follow.usage.input_tokens > m.usage.input_tokens
+
+
 def test_tool_history_renders(aclient):
     """An assistant tool_use block and the user's tool_result reach the template as a tool call
     and a tool message; the model then answers in text."""
@@ -165,6 +216,15 @@ def error_of(server, body, headers=None):
     ({"max_tokens": 8, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}},
      "thinking"),
     ({"max_tokens": 8, "messages": HELLO, "tool_choice": {"type": "any"}}, "tool_choice"),
+    ({"max_tokens": 8, "messages": HELLO, "tools": [{"input_schema": {"type": "object"}}]},
+     "name"),
+    ({"max_tokens": 8, "messages": HELLO, "tools": [{"name": "f"}]}, "input_schema"),
+    ({"max_tokens": 8, "messages": HELLO, "tools": [{"type": "web_search_20250305",
+                                                     "name": "web_search"}]}, "web_search"),
+    ({"max_tokens": 8, "messages": HELLO, "tools": [WEATHER],
+      "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
+    ({"max_tokens": 8, "messages": HELLO, "tools": [WEATHER], "tool_choice": {"type": "some"}},
+     "tool_choice"),
     ({"max_tokens": 8, "messages": HELLO, "output_config": {"format": {"type": "json_schema",
                                                                      "schema": {}}}},
      "output_config"),
