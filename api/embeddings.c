@@ -112,7 +112,7 @@ static ebb_err push_text(struct parsed *p, const struct ebb_tokenizer *tok, cons
     if (rc && rc != EBB_ERANGE)
         return rc;
     size_t at = p->n_ids;
-    if (!push_ids(p, NULL, 0) || (need && !grow(p, need + 1)))
+    if (!grow(p, need + 1))
         return EBB_ENOMEM;
     rc = ebb_tokenizer_encode(tok, s, n, EBB_TOK_ADD_SPECIAL, p->ids + at, p->cap_ids - at, &got);
     if (!rc)
