@@ -125,6 +125,9 @@ bool ebb__json_alloc_failed(bool clear);
 char *ebb__error_json(const char *message, const char *type, const char *param, const char *code);
 /* The error type OpenAI uses for an HTTP status. */
 const char *ebb__error_type(unsigned status);
+/* Anthropic's error object for an HTTP status, {"type":"error","error":{"type","message"}}, as
+ * compact JSON, malloc'd (/v1/messages answers its errors in this shape). */
+char *ebb__anthropic_error_json(unsigned status, const char *message);
 
 /* One token's logprob record as the engine reported it. */
 struct ebb__lp {
@@ -165,6 +168,8 @@ enum ebb__ep {
     EBB__EP_METRICS,
     EBB__EP_TOKENIZE,
     EBB__EP_DETOKENIZE,
+    EBB__EP_EMBEDDINGS,
+    EBB__EP_MESSAGES,
     EBB__EP_COUNT
 };
 
@@ -203,6 +208,19 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
 
 enum ebb__watch { EBB__WATCH_IDLE = 0, EBB__WATCH_ACTIVE, EBB__WATCH_CLOSING };
 
+/* A wire format other than OpenAI's chat/completions chunks over the same generation
+ * (messages.c, embeddings.c): gen.c calls these instead of writing its own. All on the loop
+ * thread; ext is the format's per-request state. */
+struct ebb__req;
+struct ebb__gen_fmt {
+    void (*stream_open)(struct ebb__req *r); /* the 200 is being queued: the first events */
+    void (*stream_text)(struct ebb__req *r, const char *text, size_t n); /* released text */
+    void (*stream_end)(struct ebb__req *r); /* the engine is done (gen->res): final events, and
+                                               sets gen->finished */
+    void (*body)(struct ebb__req *r);       /* non-stream: the whole reply (gen->text, res) */
+    void (*free)(void *ext);                /* from ebb__gen_free; ext may be NULL */
+};
+
 /* Generation state of one request. Fields marked (mu) are shared with the engine thread under
  * api->mu; the rest belong to the loop thread. */
 struct ebb__gen {
@@ -217,6 +235,8 @@ struct ebb__gen {
     char chunk_head[640]; /* "data: {...,"choices":[{"index":0,"delta":{"content":" */
     char *echo;           /* completions with echo: prompt text to put first */
     size_t echo_len;
+    const struct ebb__gen_fmt *fmt; /* NULL: OpenAI chat/completions */
+    void *ext;                      /* fmt's state, freed with the generation */
     /* tool calls: the output goes through the parser when tools are offered */
     struct ebb_tool_stream *tp;
     json_t *tools;       /* the offered tools (a reference), NULL when tp is */
@@ -424,6 +444,26 @@ void ebb__gen_keepalive(struct ebb__req *r, double now);
 /* MHD is done with r's connection; cancels the job if it still runs. */
 void ebb__gen_conn_closed(struct ebb__req *r);
 void ebb__gen_free(struct ebb__gen *g);
+/* True when the model is ready for a generation; otherwise r was answered (503) or parked until
+ * a model swap ends. */
+bool ebb__gen_ready(struct ebb__req *r);
+/* Renders and tokenizes q's prompt and submits it as g (fmt and ext set by the caller, the rest
+ * zero; owned from here on, also on failure, when it is freed after an error reply). */
+void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g);
+/* Submits ids as generation g of r (owned by r from here on): registers the request as live
+ * and either queues the stream's headers (fmt->stream_open) or suspends until the body. Replies
+ * with an error when the scheduler refuses the job. */
+void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids, uint32_t n_ids,
+                     const struct ebb_gen_params *gp);
+/* embeddings.c: /v1/embeddings. Called with the full body, and again after a resume. */
+void ebb__embeddings_handle(struct ebb__req *r);
+/* Scales v[0..n) to unit L2 length (a zero vector stays zero). */
+void ebb__embd_normalize(float *v, uint32_t n);
+/* Base64 of n floats as little-endian float32 bytes into out (room for 4 * ceil(4n / 3) + 1
+ * bytes), NUL-terminated; returns the length. */
+size_t ebb__base64_f32(const float *v, uint32_t n, char *out);
+/* messages.c: /v1/messages (Anthropic). Called with the full body, and again after a resume. */
+void ebb__messages_handle(struct ebb__req *r);
 /* /tokenize and /detokenize. */
 void ebb__tokenize_handle(struct ebb__req *r, bool detok);
 

@@ -16,6 +16,8 @@ void ebb__gen_free(struct ebb__gen *g)
 {
     if (!g)
         return;
+    if (g->fmt && g->fmt->free)
+        g->fmt->free(g->ext);
     ebb__abuf_fini(&g->pend);
     ebb__abuf_fini(&g->take);
     ebb__abuf_fini(&g->text);
@@ -305,7 +307,13 @@ void ebb__gen_pump(struct ebb__req *r)
     bool newly_done = done && r->engine_ref;
     if (g->stream) {
         if (r->conn && !r->disconnected && !g->finished) {
-            if (g->take.n || g->n_take_lp) {
+            if (g->fmt) {
+                if (g->take.n)
+                    g->fmt->stream_text(r, g->take.p, g->take.n);
+                if (done)
+                    g->fmt->stream_end(r);
+            }
+            if (!g->fmt && (g->take.n || g->n_take_lp)) {
                 json_t *lp = NULL;
                 if (g->logprobs) {
                     json_t *c =
@@ -323,9 +331,9 @@ void ebb__gen_pump(struct ebb__req *r)
                 else if (lp || !sse_text_chunk(r, t, g->take.n))
                     sse_chunk(r, t, g->take.n, lp, false, NULL);
             }
-            if (done && g->tp)
+            if (done && g->tp && !g->fmt)
                 stream_tools(r, "", 0, NULL, true);
-            if (done)
+            if (done && !g->fmt)
                 stream_finish(r);
             r->last_out = ebb__now();
             if (r->out.oom || lost) {
@@ -620,7 +628,7 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
     return 0;
 }
 
-static void gen_start(struct ebb__req *r)
+bool ebb__gen_ready(struct ebb__req *r)
 {
     struct ebb_api *a = r->api;
     if (!a->ready) {
@@ -629,85 +637,31 @@ static void gen_start(struct ebb__req *r)
                              NULL, "model_unavailable");
         else
             ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
-        return;
+        return false;
     }
     if (a->hold) {
         ebb__park(r);
-        return;
+        return false;
     }
-    struct ebb__gen_req q;
-    struct ebb__perr pe;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    char *echo = NULL;
-    size_t echo_len = 0;
-    bool chat = r->ep == EBB__EP_CHAT;
-    ebb_err rc = ebb__gen_req_parse(r->body.p ? r->body.p : "", r->body.n, chat, &q, &pe);
-    if (rc) {
-        if (rc == EBB_EINVAL)
-            ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
-        else
-            ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
-        goto out;
-    }
-    if (q.model && strcmp(q.model, a->model_id)) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
-                 q.model, a->model_id);
-        ebb__reply_error(r, 404, msg, "model", "model_not_found");
-        goto out;
-    }
-    /* The fields the request left out take the model's, the configured or the built-in
-     * defaults (api/defaults.h). */
-    ebb_defaults_apply(&a->gen_defaults, q.sent, &q.gp.sampling);
-    uint32_t nv = ebb_model_n_vocab(a->model);
-    for (size_t i = 0; i < q.gp.sampling.n_logit_bias; i++) {
-        if ((uint32_t)q.bias[i].token >= nv) {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "'logit_bias' token %d is outside the vocabulary (size %u)",
-                     (int)q.bias[i].token, nv);
-            ebb__reply_error(r, 400, msg, "logit_bias", NULL);
-            goto out;
-        }
-    }
-    if (ebb__tools_constrain(r, &q) || build_prompt(r, &q, &ids, &n_ids, &echo, &echo_len))
-        goto out;
-    uint32_t n_ctx = ebb_model_n_ctx(a->model);
-    if (n_ids >= n_ctx) {
-        char msg[256];
-        snprintf(msg, sizeof(msg),
-                 "This model's maximum context length is %u tokens, but the prompt has %zu "
-                 "tokens (n_prompt_tokens=%zu, n_ctx=%u)",
-                 n_ctx, n_ids, n_ids, n_ctx);
-        ebb__reply_error(r, 400, msg, chat ? "messages" : "prompt", "context_length_exceeded");
-        goto out;
-    }
-    struct ebb__gen *g = calloc(1, sizeof(*g));
-    if (!g) {
-        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
-        goto out;
-    }
+    return true;
+}
+
+void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids, uint32_t n_ids,
+                     const struct ebb_gen_params *gp)
+{
+    struct ebb_api *a = r->api;
     r->gen = g;
-    make_id(g->id, sizeof(g->id), chat ? "chatcmpl" : "cmpl");
-    g->created = (long long)ebb__unix_now();
-    g->chat = chat;
-    g->stream = q.stream;
-    g->include_usage = q.stream && q.include_usage;
-    g->logprobs = q.logprobs;
-    g->n_prompt = (uint32_t)n_ids;
-    g->echo = echo;
-    g->echo_len = echo_len;
-    echo = NULL;
-    if (chat && q.tools.choice != EBB__TC_NONE && ebb__tools_setup(r, &q.tools)) {
-        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
-        goto out;
-    }
+    if (!g->id[0])
+        make_id(g->id, sizeof(g->id), g->chat ? "chatcmpl" : "cmpl");
+    if (!g->created)
+        g->created = (long long)ebb__unix_now();
+    g->n_prompt = n_ids;
     g->t_submit = ebb__now();
     r->out.limit = a->max_stream_buffer;
     struct ebb_sched_sink sink = {.on_token = sink_token, .on_done = sink_done, .ud = r};
     struct ebb_diag d = {{0}};
     r->engine_ref = true; /* before submit: on_done may come at once */
-    rc = ebb_sched_submit(a->sched, ids, (uint32_t)n_ids, &q.gp, &sink, &g->job_id, &d);
+    ebb_err rc = ebb_sched_submit(a->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
     if (rc) {
         r->engine_ref = false;
         if (rc == EBB_EBUSY) {
@@ -718,7 +672,7 @@ static void gen_start(struct ebb__req *r)
         } else {
             ebb__reply_error(r, 500, d.msg[0] ? d.msg : ebb_err_str(rc), NULL, "internal_error");
         }
-        goto out;
+        return;
     }
     r->gen_counted = true;
     a->n_gen_conns++;
@@ -734,7 +688,9 @@ static void gen_start(struct ebb__req *r)
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         ebb__add_cors(r, resp);
-        if (chat)
+        if (g->fmt)
+            g->fmt->stream_open(r);
+        else if (g->chat)
             sse_chunk(r, "", 0, NULL, true, NULL);
         else if (g->echo_len)
             sse_chunk(r, g->echo, g->echo_len, NULL, false, NULL);
@@ -745,9 +701,92 @@ static void gen_start(struct ebb__req *r)
     } else {
         ebb__suspend(r);
     }
+}
+
+void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g)
+{
+    struct ebb_api *a = r->api;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *echo = NULL;
+    size_t echo_len = 0;
+    if (q->model && strcmp(q->model, a->model_id)) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
+                 q->model, a->model_id);
+        ebb__reply_error(r, 404, msg, "model", "model_not_found");
+        goto out;
+    }
+    /* The fields the request left out take the model's, the configured or the built-in
+     * defaults (api/defaults.h). */
+    ebb_defaults_apply(&a->gen_defaults, q->sent, &q->gp.sampling);
+    uint32_t nv = ebb_model_n_vocab(a->model);
+    for (size_t i = 0; i < q->gp.sampling.n_logit_bias; i++) {
+        if ((uint32_t)q->bias[i].token >= nv) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "'logit_bias' token %d is outside the vocabulary (size %u)",
+                     (int)q->bias[i].token, nv);
+            ebb__reply_error(r, 400, msg, "logit_bias", NULL);
+            goto out;
+        }
+    }
+    if (ebb__tools_constrain(r, q) || build_prompt(r, q, &ids, &n_ids, &echo, &echo_len))
+        goto out;
+    uint32_t n_ctx = ebb_model_n_ctx(a->model);
+    if (n_ids >= n_ctx) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "This model's maximum context length is %u tokens, but the prompt has %zu "
+                 "tokens (n_prompt_tokens=%zu, n_ctx=%u)",
+                 n_ctx, n_ids, n_ids, n_ctx);
+        ebb__reply_error(r, 400, msg, q->chat ? "messages" : "prompt", "context_length_exceeded");
+        goto out;
+    }
+    g->chat = q->chat;
+    g->stream = q->stream;
+    g->include_usage = q->stream && q->include_usage;
+    g->logprobs = q->logprobs;
+    g->echo = echo;
+    g->echo_len = echo_len;
+    echo = NULL;
+    if (q->chat && q->tools.choice != EBB__TC_NONE) {
+        r->gen = g; /* ebb__tools_setup reads it; r owns g from here on */
+        if (ebb__tools_setup(r, &q->tools)) {
+            ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+            g = NULL;
+            goto out;
+        }
+    }
+    ebb__gen_submit(r, g, ids, (uint32_t)n_ids, &q->gp);
+    g = NULL;
 out:
+    ebb__gen_free(g);
     free(ids);
     free(echo);
+}
+
+static void gen_start(struct ebb__req *r)
+{
+    if (!ebb__gen_ready(r))
+        return;
+    struct ebb__gen_req q;
+    struct ebb__perr pe;
+    bool chat = r->ep == EBB__EP_CHAT;
+    ebb_err rc = ebb__gen_req_parse(r->body.p ? r->body.p : "", r->body.n, chat, &q, &pe);
+    if (rc) {
+        if (rc == EBB_EINVAL)
+            ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
+        else
+            ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
+        goto out;
+    }
+    struct ebb__gen *g = calloc(1, sizeof(*g));
+    if (!g) {
+        ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+        goto out;
+    }
+    ebb__gen_run(r, &q, g);
+out:
     ebb__gen_req_fini(&q);
 }
 
@@ -762,7 +801,9 @@ void ebb__gen_handle(struct ebb__req *r)
     pthread_mutex_lock(&r->api->mu);
     bool done = r->gen->eng_done;
     pthread_mutex_unlock(&r->api->mu);
-    if (done && !r->engine_ref)
+    if (done && !r->engine_ref && r->gen->fmt)
+        r->gen->fmt->body(r);
+    else if (done && !r->engine_ref)
         reply_body(r);
     else
         ebb__suspend(r);

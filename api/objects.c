@@ -106,6 +106,45 @@ char *ebb__error_json(const char *message, const char *type, const char *param, 
     return s;
 }
 
+char *ebb__anthropic_error_json(unsigned status, const char *message)
+{
+    const char *type;
+    switch (status) {
+    case 401:
+        type = "authentication_error";
+        break;
+    case 403:
+        type = "permission_error";
+        break;
+    case 404:
+        type = "not_found_error";
+        break;
+    case 413:
+        type = "request_too_large";
+        break;
+    case 429:
+        type = "rate_limit_error";
+        break;
+    case 503:
+    case 529:
+        type = "overloaded_error";
+        break;
+    default:
+        type = status >= 500 ? "api_error" : "invalid_request_error";
+    }
+    json_t *e = json_object();
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "message", json_string(message ? message : ""));
+    if (!json_object_get(e, "message")) /* the message was not valid UTF-8 */
+        json_object_set_new(e, "message", json_string("error"));
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("error"));
+    json_object_set_new(o, "error", e);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 if the bytes there are not one. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {

@@ -78,9 +78,17 @@ static bool origin_allowed(struct ebb_api *a, const char *origin)
 /* Request headers a browser may send cross-origin: the ones the OpenAI clients use. */
 static bool header_allowed(const char *h, size_t n)
 {
-    static const char *const ok[] = {"authorization", "content-type",        "x-api-key",
-                                     "accept",        "openai-organization", "openai-project",
-                                     "openai-beta",   "user-agent"};
+    static const char *const ok[] = {"authorization",
+                                     "content-type",
+                                     "x-api-key",
+                                     "accept",
+                                     "openai-organization",
+                                     "openai-project",
+                                     "openai-beta",
+                                     "user-agent",
+                                     "anthropic-version",
+                                     "anthropic-beta",
+                                     "anthropic-dangerous-direct-browser-access"};
     if (n >= 11 && !strncasecmp(h, "x-stainless-", 11))
         return true;
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
@@ -225,6 +233,10 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_CHAT;
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))
         return EBB__EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings"))
+        return EBB__EP_EMBEDDINGS;
+    if (!strcmp(url, "/v1/messages"))
+        return EBB__EP_MESSAGES;
     if (!strcmp(url, "/tokenize"))
         return EBB__EP_TOKENIZE;
     if (!strcmp(url, "/detokenize"))
@@ -362,6 +374,12 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
     case EBB__EP_CHAT:
     case EBB__EP_COMPLETIONS:
         ebb__gen_handle(r);
+        break;
+    case EBB__EP_EMBEDDINGS:
+        ebb__embeddings_handle(r);
+        break;
+    case EBB__EP_MESSAGES:
+        ebb__messages_handle(r);
         break;
     case EBB__EP_TOKENIZE:
     case EBB__EP_DETOKENIZE:

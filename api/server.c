@@ -251,7 +251,9 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *code)
 {
-    char *s = ebb__error_json(message, ebb__error_type(status), param, code);
+    char *s = r->ep == EBB__EP_MESSAGES
+                  ? ebb__anthropic_error_json(status, message)
+                  : ebb__error_json(message, ebb__error_type(status), param, code);
     ebb__reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2);
     free(s);
 }

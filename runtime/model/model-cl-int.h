@@ -121,6 +121,7 @@ struct clm {
     cl_mem xq, xd;             /* with tu.mv_q8: a decode product's input as int8 (widest
                                   n_in) and its per-32 (d, d * sum) float2 */
     float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
+    float *host_h;             /* (N_BATCH, n_embd) normed rows read back for hidden_sum */
     /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
     const struct ebb_gguf *g;
     struct ebb_stream *st;

@@ -80,6 +80,7 @@ static void clm_free(void *ctx)
         ebb_cl_wprog_fini(&m->progs[i]);
     release(&m->map.buf);
     free(m->host_logits);
+    free(m->host_h);
     ebb_cl_close(m->cl);
     free(m);
 }
@@ -139,7 +140,8 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
             return rc;
     }
     m->host_logits = malloc(f * hp->n_vocab);
-    return m->host_logits ? EBB_OK : EBB_ENOMEM;
+    m->host_h = malloc(f * N_BATCH * hp->n_embd);
+    return m->host_logits && m->host_h ? EBB_OK : EBB_ENOMEM;
 }
 
 /* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
@@ -187,6 +189,20 @@ static void host_topk(const float *x, uint32_t n, uint32_t k, int32_t *ids, floa
         vals[j] = x[i];
         ids[j] = (int32_t)i;
     }
+}
+
+/* Embedding output mode: adds the final-normed hidden states of the nt tokens in m->x to sum
+ * (n_embd), summed on the host. */
+static ebb_err hidden_sum(struct clm *m, int nt, float *sum, struct ebb_diag *diag)
+{
+    const uint32_t d = m->hp.n_embd;
+    ebb_err rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->h, nt, diag);
+    if (rc || (rc = read_back(m, m->h, 0, sizeof(float) * d * (size_t)nt, m->host_h, diag)))
+        return rc;
+    for (int t = 0; t < nt; t++)
+        for (uint32_t i = 0; i < d; i++)
+            sum[i] += m->host_h[(size_t)t * d + i];
+    return EBB_OK;
 }
 
 static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
@@ -263,7 +279,11 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             if (rc)
                 goto out;
         }
+        if (out && out->hidden_sum && (rc = hidden_sum(m, nt, out->hidden_sum, diag)))
+            goto out;
         bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
+        if (!want_last && !(out && out->logits_all))
+            continue; /* a prefill chunk or an embedding: no logits */
         if (nt == 1 && !(out && out->logits_all)) {
             if (want_last && (rc = head_decode(m, diag)))
                 goto out;

@@ -167,6 +167,11 @@ uint32_t ebb_model_n_vocab(const struct ebb_model *m)
     return m->hp.n_vocab;
 }
 
+uint32_t ebb_model_n_embd(const struct ebb_model *m)
+{
+    return m->hp.n_embd;
+}
+
 ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                        uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
 {

@@ -48,6 +48,7 @@ const char *ebb_model_device_name(const struct ebb_model *m); /* for logs */
 uint32_t ebb_model_n_ctx(const struct ebb_model *m);
 uint32_t ebb_model_n_seq(const struct ebb_model *m);
 uint32_t ebb_model_n_vocab(const struct ebb_model *m);
+uint32_t ebb_model_n_embd(const struct ebb_model *m); /* width of the hidden state */
 
 /* What ebb_model_eval returns for the last evaluated token (and optionally all of them). */
 struct ebb_model_out {
@@ -57,6 +58,11 @@ struct ebb_model_out {
                           device, written to top_ids/top_logits in descending order */
     int32_t *top_ids;
     float *top_logits;
+    /* Embedding output mode: if non-NULL, n_embd floats (ebb_model_n_embd) to which the hidden
+     * state of every evaluated token after the final norm is added. The caller zeroes it and
+     * divides by the token count (mean pooling), so one sequence may be evaluated in several
+     * calls. With no logit output requested as well, the output head is not run at all. */
+    float *hidden_sum;
 };
 
 /* Evaluates tokens[0..n) of slot seq at positions pos..pos+n-1, overwriting that slot's KV

@@ -350,10 +350,30 @@ static void run_prog(struct ref *r, const struct ebb__op *ops, uint32_t n_ops, s
 
 /* ---- the forward pass for n <= BATCH tokens ---- */
 
+/* Embedding output mode: runs the output program's ops before the one that writes LOGITS (the
+ * final norm) over all n tokens and adds each token's row of their result to sum (n_embd). */
+static void hidden_sum(struct ref *r, struct step *s, float *sum)
+{
+    const struct ebb__arch *a = r->a;
+    int last = -1;
+    for (uint32_t i = 0; i < a->n_output && a->output[i].dst != EBB__BUF_LOGITS; i++) {
+        run_op(r, &a->output[i], s);
+        last = a->output[i].dst;
+    }
+    if (last < 0)
+        return;
+    const uint32_t D = r->hp.n_embd;
+    const float *h = rows(r, (uint8_t)last, s);
+    for (uint32_t t = 0; t < s->n; t++)
+        for (uint32_t i = 0; i < D; i++)
+            sum[i] += h[(uint64_t)t * r->width[last] + i];
+}
+
 /* Runs the description; the logits land in rows first..n-1 of LOGITS (first = 0 with
- * all_logits, else n - 1). */
+ * all_logits, else n - 1). With hsum, the final-normed hidden states of the n tokens are added
+ * to it first; head false skips the output head (an embedding). */
 static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
-                    bool all_logits)
+                    bool all_logits, float *hsum, bool head)
 {
     const struct ebb__arch *a = r->a;
     struct step s = {tokens, seq, n, pos, 0, 0};
@@ -361,6 +381,10 @@ static void forward(struct ref *r, uint32_t seq, const int32_t *tokens, uint32_t
     for (s.l = 0; s.l < r->hp.n_layer; s.l++)
         run_prog(r, a->layer, a->n_layer_ops, &s);
     s.l = 0;
+    if (hsum)
+        hidden_sum(r, &s, hsum);
+    if (!head)
+        return;
     s.row0 = all_logits ? 0 : n - 1;
     s.n = n - s.row0;
     run_prog(r, a->output, a->n_output, &s);
@@ -390,10 +414,15 @@ static ebb_err ref_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     struct ref *r = ctx;
     const uint32_t V = r->hp.n_vocab;
     bool want_all = out->logits_all != NULL;
+    bool head = want_all || out->logits || out->top_k || !out->hidden_sum;
     for (uint32_t done = 0; done < n;) {
         uint32_t c = n - done < BATCH ? n - done : BATCH;
         bool last = done + c == n;
-        forward(r, seq, tokens + done, c, pos + done, want_all);
+        forward(r, seq, tokens + done, c, pos + done, want_all, out->hidden_sum, head);
+        if (!head) {
+            done += c;
+            continue;
+        }
         const float *logits = r->buf[EBB__BUF_LOGITS];
         if (want_all)
             memcpy(out->logits_all + (uint64_t)done * V, logits, (uint64_t)c * V * sizeof(float));

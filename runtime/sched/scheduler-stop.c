@@ -81,8 +81,10 @@ size_t ebb_stopper_push(struct ebb_stopper *st, const char *text, size_t n, char
         if (L > total)
             continue;
         const char *p = memmem(src, total, st->stop[i], L);
-        if (p && (size_t)(p - src) < first)
+        if (p && (size_t)(p - src) < first) {
             first = (size_t)(p - src);
+            st->matched = st->stop[i];
+        }
     }
     if (first != SIZE_MAX) {
         w = first < cap ? first : cap;

@@ -21,6 +21,7 @@ struct job {
     char stop_buf[EBB_SCHED_MAX_STOP][EBB_SCHED_MAX_STOP_LEN];
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias), owned copy */
     struct ebb_grammar *grammar; /* compiled gp.grammar, or NULL */
+    uint32_t *embed_len;         /* (gp.n_embed), owned copy */
     struct ebb_sched_sink sink;
     atomic_bool cancel;
     double t_submit;
@@ -38,6 +39,7 @@ struct slot {
     struct ebb_stopper stopper;
     uint32_t n_gen;
     uint32_t n_cached;
+    uint32_t emb_i, emb_pos, emb_off; /* embedding job: input, position in it, its offset */
     bool prefilled;
     double t_start, t_first;
     struct ebb_sched_result res;
@@ -91,6 +93,7 @@ static void job_free(struct job *j)
     free(j->prompt);
     free(j->bias);
     ebb_grammar_free(j->grammar);
+    free(j->embed_len);
     free(j);
 }
 
@@ -107,6 +110,27 @@ static void job_cancelled(struct job *j, double t_queue)
     job_finish(j, &r);
 }
 
+/* An embedding job's inputs: each 1..n_ctx tokens, together the whole prompt. */
+static ebb_err check_embed(const struct ebb_gen_params *p, uint32_t n_prompt, uint32_t n_ctx,
+                           struct ebb_diag *diag)
+{
+    if (!p->n_embed)
+        return EBB_OK;
+    if (!p->embed_len || !p->embed_out)
+        return ebb_diag_set(diag, EBB_EINVAL, "an embedding job needs its lengths and output");
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < p->n_embed; i++) {
+        if (p->embed_len[i] == 0 || p->embed_len[i] > n_ctx)
+            return ebb_diag_set(diag, EBB_ECTX, "input %u has %u tokens, the context holds %u", i,
+                                p->embed_len[i], n_ctx);
+        sum += p->embed_len[i];
+    }
+    if (sum != n_prompt)
+        return ebb_diag_set(diag, EBB_EINVAL, "the input lengths add up to %llu, not %u",
+                            (unsigned long long)sum, n_prompt);
+    return EBB_OK;
+}
+
 ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_prompt,
                          const struct ebb_gen_params *p, const struct ebb_sched_sink *sink,
                          uint64_t *job_id, struct ebb_diag *diag)
@@ -117,7 +141,7 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     if (n_prompt == 0)
         return ebb_diag_set(diag, EBB_EINVAL, "the prompt is empty");
     uint32_t n_ctx = ebb_model_n_ctx(m);
-    if (n_prompt >= n_ctx)
+    if (n_prompt >= n_ctx && !p->n_embed)
         return ebb_diag_set(diag, EBB_ECTX, "the prompt has %u tokens, the context holds %u",
                             n_prompt, n_ctx);
     uint32_t n_vocab = ebb_model_n_vocab(m);
@@ -128,11 +152,16 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     }
     if (p->n_top_logprobs > EBB_SAMPLE_MAX_TOP || p->n_stop > EBB_SCHED_MAX_STOP)
         return ebb_diag_set(diag, EBB_EINVAL, "too many logprobs or stop strings");
+    ebb_err rc = check_embed(p, n_prompt, n_ctx, diag);
+    if (rc)
+        return rc;
     struct job *j = calloc(1, sizeof(*j));
     if (!j)
         return EBB_ENOMEM;
     j->prompt = malloc(sizeof(int32_t) * n_prompt);
-    if (!j->prompt) {
+    if (p->n_embed && (j->embed_len = malloc(sizeof(uint32_t) * p->n_embed)))
+        memcpy(j->embed_len, p->embed_len, sizeof(uint32_t) * p->n_embed);
+    if (!j->prompt || (p->n_embed && !j->embed_len)) {
         job_free(j);
         return EBB_ENOMEM;
     }
@@ -252,6 +281,10 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
     sl->res.n_prompt = j->n_prompt;
     sl->res.n_cached = sl->n_cached;
     sl->res.n_gen = sl->n_gen;
+    sl->res.stop_index = -1;
+    for (uint32_t i = 0; f == EBB_FINISH_STOP && sl->stopper.matched && i < j->gp.n_stop; i++)
+        if (j->gp.stop[i] == sl->stopper.matched)
+            sl->res.stop_index = (int)i;
     if (sl->prefilled)
         sl->res.t_decode = sl->n_gen ? t - sl->t_first : 0;
     else
@@ -273,10 +306,62 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
     job_finish(j, &sl->res);
 }
 
+/* An embedding job needs every input's hidden states, so nothing cached is reused. */
+static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    sl->n_kv = sl->n_cached = sl->n_gen = 0;
+    sl->emb_i = sl->emb_pos = sl->emb_off = 0;
+    sl->prefilled = false;
+    memset(&sl->res, 0, sizeof(sl->res));
+    ebb_stopper_init(&sl->stopper, NULL, 0);
+    sl->t_start = now_s();
+    sl->res.t_queue = sl->t_start - j->t_submit;
+    memset(j->gp.embed_out, 0, sizeof(float) * j->gp.n_embed * ebb_model_n_embd(m));
+    if (j->sink.on_start)
+        j->sink.on_start(j->sink.ud);
+    return EBB_OK;
+}
+
+/* One step of an embedding job: a chunk of the current input, summed into its output row,
+ * which becomes the mean when the input is complete. */
+static void embed_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    struct ebb_diag diag = {{0}};
+    uint32_t len = j->embed_len[sl->emb_i], d = ebb_model_n_embd(m);
+    uint32_t n = len - sl->emb_pos < s->prefill_chunk ? len - sl->emb_pos : s->prefill_chunk;
+    float *row = j->gp.embed_out + (size_t)sl->emb_i * d;
+    struct ebb_model_out out = {.hidden_sum = row};
+    const int32_t *t = j->prompt + sl->emb_off + sl->emb_pos;
+    ebb_err rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), t, n, sl->emb_pos, &out, &diag);
+    if (rc) {
+        sl->n_kv = 0;
+        slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+        return;
+    }
+    memcpy(sl->kv_tokens + sl->emb_pos, t, sizeof(int32_t) * n);
+    sl->emb_pos += n;
+    sl->n_kv = sl->emb_pos;
+    if (sl->emb_pos == len) {
+        for (uint32_t i = 0; i < d; i++)
+            row[i] /= (float)len;
+        sl->emb_off += len;
+        sl->emb_pos = 0;
+        sl->emb_i++;
+    }
+    if (j->sink.on_prefill)
+        j->sink.on_prefill(j->sink.ud, sl->emb_off + sl->emb_pos, j->n_prompt);
+    if (sl->emb_i == j->gp.n_embed)
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+}
+
 static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
                           struct ebb_diag *diag)
 {
     struct job *j = sl->job;
+    if (j->gp.n_embed)
+        return embed_begin(sl, m);
     ebb_err rc = ebb_sampler_new(&j->gp.sampling, ebb_model_n_vocab(m), &sl->smp, diag);
     if (rc)
         return rc;
@@ -323,6 +408,10 @@ static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
     uint32_t n_ctx = ebb_model_n_ctx(m);
     if (atomic_load(&j->cancel)) {
         slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
+        return;
+    }
+    if (j->gp.n_embed) {
+        embed_step(s, sl, m);
         return;
     }
     if (!sl->prefilled) {

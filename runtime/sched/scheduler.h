@@ -36,6 +36,14 @@ struct ebb_gen_params {
      * before sampling, end-of-generation tokens are allowed only where the grammar can end, and
      * the job finishes (EBB_FINISH_STOP) once the grammar is complete and allows nothing more. */
     const char *grammar;
+    /* Embedding job (n_embed > 0): nothing is sampled. The prompt is n_embed inputs end to end,
+     * input i being embed_len[i] tokens (1..n_ctx; copied at submit), each evaluated from
+     * position 0 of the slot in prefill chunks like a prompt. embed_out (n_embed x
+     * ebb_model_n_embd floats, the caller's, alive until on_done) receives each input's mean
+     * hidden state after the final norm (mean pooling; not normalised). */
+    uint32_t n_embed;
+    const uint32_t *embed_len;
+    float *embed_out;
 };
 
 /* Fills p with the defaults: sampler defaults, no limit, no logprobs, no stop strings. */
@@ -64,6 +72,8 @@ struct ebb_sched_result {
     uint32_t n_prompt; /* prompt tokens */
     uint32_t n_cached; /* prompt tokens whose KV entries were reused from the slot's last job */
     uint32_t n_gen;    /* generated tokens (including a final end-of-generation token) */
+    int stop_index;    /* EBB_FINISH_STOP: the index in gen_params.stop of the stop string that
+                          ended the job, -1 for an end-of-generation token */
     double t_queue;    /* seconds waiting for a slot */
     double t_prefill;  /* seconds of prompt evaluation */
     double t_decode;   /* seconds from the first generated token to the end */
@@ -154,6 +164,7 @@ struct ebb_stopper {
     uint32_t n_stop;
     char held[EBB_SCHED_MAX_STOP_LEN];
     size_t n_held;
+    const char *matched; /* the stop[] entry of the last match, NULL before one */
 };
 
 /* stop strings must stay alive while the stopper is used; each is 1..MAX_STOP_LEN-1 bytes. */

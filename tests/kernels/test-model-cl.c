@@ -161,7 +161,27 @@ int main(void)
     eval(cl, 0, &next, 1, 5, b, NULL);
     CHECK(max_diff(a, b, nv) == 0.0f, "slot 1 disturbed slot 0: %g", max_diff(a, b, nv));
 
-    /* 5. Request errors. */
+    /* 5. Embedding output (hidden_sum): the 150-token sum of final-normed hidden states
+     * (chunks of 128 + 22 inside) against the reference, relative to its norm. */
+    const uint32_t ne = ebb_model_n_embd(cl);
+    float *hc = calloc(ne, sizeof(float)), *hr = calloc(ne, sizeof(float));
+    struct ebb_model_out oc = {.hidden_sum = hc}, orf = {.hidden_sum = hr};
+    rc = ebb_model_eval(cl, 1, toks, N, 0, &oc, &d);
+    CHECK(!rc, "hidden_sum on the device: %s", d.msg);
+    rc = rc ? rc : ebb_model_eval(ref, 0, toks, N, 0, &orf, &d);
+    CHECK(!rc, "hidden_sum on ref: %s", d.msg);
+    if (!rc) {
+        double nr = 0;
+        for (uint32_t i = 0; i < ne; i++)
+            nr += (double)hr[i] * hr[i];
+        float md = max_diff(hc, hr, ne);
+        printf("  hidden sum of %d tokens vs ref: max |diff| %.4f (norm %.1f)\n", N, md, sqrt(nr));
+        CHECK(nr > 0 && md < 0.01f * (float)sqrt(nr), "hidden sum differs by %g", md);
+    }
+    free(hc);
+    free(hr);
+
+    /* 6. Request errors. */
     struct ebb_model_out none = {0};
     rc = ebb_model_eval(cl, 0, toks, 10, 250, &none, &d);
     CHECK(rc == EBB_ECTX, "past the context: %s", ebb_err_name(rc));

@@ -512,6 +512,28 @@ static void test_error_object(void **state)
     assert_string_equal(ebb__error_type(401), "authentication_error");
     assert_string_equal(ebb__error_type(404), "invalid_request_error");
     assert_string_equal(ebb__error_type(503), "server_error");
+
+    /* Anthropic's shape (/v1/messages): {"type":"error","error":{"type","message"}}. */
+    static const struct {
+        unsigned status;
+        const char *type;
+    } an[] = {{400, "invalid_request_error"},
+              {401, "authentication_error"},
+              {404, "not_found_error"},
+              {413, "request_too_large"},
+              {500, "api_error"},
+              {503, "overloaded_error"}};
+    for (size_t i = 0; i < sizeof(an) / sizeof(an[0]); i++) {
+        s = ebb__anthropic_error_json(an[i].status, "why \xff");
+        o = json_loads(s, 0, NULL);
+        assert_non_null(o);
+        assert_string_equal(json_string_value(json_object_get(o, "type")), "error");
+        e = json_object_get(o, "error");
+        assert_string_equal(json_string_value(json_object_get(e, "type")), an[i].type);
+        assert_non_null(json_string_value(json_object_get(e, "message"))); /* valid UTF-8 */
+        json_decref(o);
+        free(s);
+    }
 }
 
 static void test_sse_and_utf8(void **state)
@@ -562,6 +584,68 @@ static void test_json_escape(void **state)
     assert_false(ebb__utf8_valid("\xc0\xaf", 2));     /* overlong */
 }
 
+/* ---- embeddings ------------------------------------------------------------------------------ */
+
+static int b64v(char c)
+{
+    const char *tab = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *p = strchr(tab, c);
+    return c && p ? (int)(p - tab) : -1;
+}
+
+/* Normalisation (unit length, direction kept, zero stays zero, truncation then renormalising)
+ * and base64 of little-endian float32, decoded back to the same bits for every length mod 3. */
+static void test_embeddings_math(void **state)
+{
+    (void)state;
+    float v[5] = {3, 4, 0, 0, 12};
+    ebb__embd_normalize(v, 5);
+    assert_float_equal(v[0], 3.0f / 13, 1e-6);
+    assert_float_equal(v[4], 12.0f / 13, 1e-6);
+    float t[5] = {3, 4, 0, 0, 12};
+    ebb__embd_normalize(t, 2); /* dimensions = 2: the first two, unit length again */
+    assert_float_equal(t[0], 0.6f, 1e-6);
+    assert_float_equal(t[1], 0.8f, 1e-6);
+    float z[3] = {0, 0, 0};
+    ebb__embd_normalize(z, 3);
+    assert_true(z[0] == 0 && z[1] == 0 && z[2] == 0);
+
+    /* "AACAPw==" is 1.0f as little-endian float32 (00 00 80 3f). */
+    char out[64];
+    float one = 1.0f;
+    assert_int_equal(ebb__base64_f32(&one, 1, out), 8);
+    assert_string_equal(out, "AACAPw==");
+    float src[7] = {1.5f, -2.25f, 3.0e-8f, -0.0f, 1e30f, 0.1f, -7.0f};
+    for (uint32_t n = 1; n <= 7; n++) {
+        char b[64];
+        size_t len = ebb__base64_f32(src, n, b);
+        assert_int_equal(len, 4 * ((4 * n + 2) / 3));
+        assert_int_equal(strlen(b), len);
+        uint8_t bytes[32];
+        size_t nb = 0;
+        uint32_t acc = 0;
+        int bits = 0;
+        for (size_t i = 0; i < len && b[i] != '='; i++) {
+            int x = b64v(b[i]);
+            assert_true(x >= 0);
+            acc = acc << 6 | (uint32_t)x;
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                bytes[nb++] = (uint8_t)(acc >> bits);
+            }
+        }
+        assert_int_equal(nb, 4 * n);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t le = (uint32_t)bytes[4 * i] | (uint32_t)bytes[4 * i + 1] << 8 |
+                          (uint32_t)bytes[4 * i + 2] << 16 | (uint32_t)bytes[4 * i + 3] << 24;
+            uint32_t want;
+            memcpy(&want, &src[i], 4);
+            assert_int_equal(le, want);
+        }
+    }
+}
+
 static void test_metrics_text(void **state)
 {
     (void)state;
@@ -607,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_params_completions), cmocka_unit_test(test_stopper),
         cmocka_unit_test(test_error_object),       cmocka_unit_test(test_sse_and_utf8),
         cmocka_unit_test(test_json_escape),        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_embeddings_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

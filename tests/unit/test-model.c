@@ -48,6 +48,7 @@
 #include <jansson.h>
 
 #include "model/model.h"
+#include "quant/quant.h"
 
 #define LOGIT_TOL 1.5f
 #define CENTERED_TOL 1.0f
@@ -334,6 +335,78 @@ static void test_prefill_vs_decode(void **state)
     free(b);
 }
 
+/* Embedding output mode (hidden_sum): the summed final-normed hidden states are what the
+ * output head reads (SmolLM2's head is tied to token_embd, so logit v of a single token is
+ * token_embd[v] . h), the sum over a sequence is the same in one call and in pieces, and asking
+ * for logits as well changes neither. */
+static void test_hidden_sum(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    const struct ebb_gguf_tensor *te =
+        ebb_gguf_find_tensor(ebb_model_gguf(model), "token_embd.weight");
+    const struct ebb_gguf_tensor *out =
+        ebb_gguf_find_tensor(ebb_model_gguf(model), "output.weight");
+    if (!te || out)
+        skip(); /* the check below needs a tied output head */
+    uint32_t D = ebb_model_n_embd(model), V = ebb_model_n_vocab(model);
+    assert_int_equal(te->ne[0], D);
+    float *h = calloc(D, sizeof(float)), *lg = malloc(sizeof(float) * V);
+    float *row = malloc(sizeof(float) * D), *h1 = calloc(D, sizeof(float));
+    float *h2 = calloc(D, sizeof(float));
+    assert_true(h && lg && row && h1 && h2);
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++)
+        toks[i] = 200 + i * 41;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_out o = {0};
+    assert_int_equal(ebb_model_eval(model, 0, toks, 39, 0, &o, &d), EBB_OK);
+    struct ebb_model_out o1 = {.logits = lg, .hidden_sum = h};
+    assert_int_equal(ebb_model_eval(model, 0, &toks[39], 1, 39, &o1, &d), EBB_OK);
+    uint64_t rb = 0;
+    assert_int_equal(ebb_ggml_row_bytes(te->type, D, &rb), EBB_OK);
+    float maxd = 0, mag = 0;
+    for (uint32_t v = 0; v < V; v += 97) {
+        assert_int_equal(
+            ebb_quant_dequantize_row(te->type, (const uint8_t *)te->data + v * rb, row, D), EBB_OK);
+        double dot = 0;
+        for (uint32_t i = 0; i < D; i++)
+            dot += (double)row[i] * h[i];
+        maxd = fmaxf(maxd, fabsf((float)dot - lg[v]));
+        mag = fmaxf(mag, fabsf(lg[v]));
+    }
+    fprintf(stderr,
+            "# hidden state through the tied head vs logits: max |diff| %.2e (|logit| up "
+            "to %.1f)\n",
+            (double)maxd, (double)mag);
+    /* The head's own product rounds its input (8-bit decode inputs, fp16 activations) on some
+     * backends; on "ref" it is fp32 throughout. */
+    assert_true(maxd < (strcmp(device, "ref") ? 0.5f : 1e-3f));
+
+    /* The sum over 40 tokens: one call (embedding only: no head) vs 25 + 15 with logits. */
+    struct ebb_model_out oa = {.hidden_sum = h1};
+    assert_int_equal(ebb_model_eval(model, 0, toks, 40, 0, &oa, &d), EBB_OK);
+    struct ebb_model_out ob = {.hidden_sum = h2, .logits = lg};
+    assert_int_equal(ebb_model_eval(model, 0, toks, 25, 0, &ob, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(model, 0, toks + 25, 15, 25, &ob, &d), EBB_OK);
+    maxd = 0;
+    double norm = 0;
+    for (uint32_t i = 0; i < D; i++) {
+        maxd = fmaxf(maxd, fabsf(h1[i] - h2[i]));
+        norm += (double)h1[i] * h1[i];
+    }
+    fprintf(stderr, "# hidden sum, one call vs two: max |diff| %.2e (norm %.1f)\n", (double)maxd,
+            sqrt(norm));
+    assert_true(norm > 0);
+    assert_true(maxd < (strcmp(device, "ref") ? 0.05f : 1e-3f) * (float)sqrt(norm));
+    free(h);
+    free(h1);
+    free(h2);
+    free(lg);
+    free(row);
+}
+
 static int b64_val(char c)
 {
     if (c >= 'A' && c <= 'Z')
@@ -446,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_first_logits),
         cmocka_unit_test(test_greedy_ids),
         cmocka_unit_test(test_prefill_vs_decode),
+        cmocka_unit_test(test_hidden_sum),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));

@@ -65,6 +65,12 @@ uint32_t ebb_model_n_vocab(const struct ebb_model *m)
     (void)m;
     return N_VOCAB;
 }
+#define N_EMBD 3
+uint32_t ebb_model_n_embd(const struct ebb_model *m)
+{
+    (void)m;
+    return N_EMBD;
+}
 
 ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                        uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
@@ -80,6 +86,12 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     atomic_fetch_add(&eval_tokens, n);
     if (pos + n > N_CTX)
         return EBB_ECTX;
+    /* The hidden state of the token at position p is (token, p, 1). */
+    for (uint32_t i = 0; out->hidden_sum && i < n; i++) {
+        out->hidden_sum[0] += (float)tokens[i];
+        out->hidden_sum[1] += (float)(pos + i);
+        out->hidden_sum[2] += 1;
+    }
     if (out->logits) {
         for (uint32_t i = 0; i < N_VOCAB; i++)
             out->logits[i] = 0;
@@ -334,6 +346,71 @@ static void test_stop_string(void **state)
     assert_int_equal(r.res.finish, EBB_FINISH_STOP);
     assert_string_equal(r.text, "abc");
     assert_int_equal(r.res.n_gen, 6); /* a b c d e a: the stop completes at the sixth token */
+    assert_int_equal(r.res.stop_index, 1);
+    ebb_sched_free(s);
+}
+
+/* Embedding jobs: each input evaluated from position 0 in prefill chunks, its mean hidden state
+ * written to its row, nothing generated; bad lengths rejected; cancellation between chunks;
+ * a generation job in the other slot unaffected. */
+static void test_embed(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(2, 4, 4);
+    struct rec r, g;
+    rec_init(&r, s);
+    rec_init(&g, s);
+    int32_t prompt[13];
+    for (int i = 0; i < 13; i++)
+        prompt[i] = i + 1;
+    uint32_t lens[3] = {3, 9, 1};
+    float out[3 * N_EMBD];
+    for (int i = 0; i < 3 * N_EMBD; i++)
+        out[i] = 99;
+    struct ebb_gen_params gp = greedy(5);
+    gp.n_embed = 3;
+    gp.embed_len = lens;
+    gp.embed_out = out;
+    struct ebb_gen_params gg = greedy(5);
+    int32_t p2[2] = {1, 5};
+    assert_int_equal(submit(s, &g, p2, 2, &gg), EBB_OK);
+    assert_int_equal(submit(s, &r, prompt, 13, &gp), EBB_OK);
+    rec_wait(&r);
+    rec_wait(&g);
+    assert_int_equal(r.res.finish, EBB_FINISH_STOP);
+    assert_int_equal(r.res.n_prompt, 13);
+    assert_int_equal(r.res.n_gen, 0);
+    assert_int_equal(r.n_tok, 0);
+    /* Input 0 = tokens 1..3 at positions 0..2; input 1 = tokens 4..12 at 0..8; input 2 = 13. */
+    const float want[3 * N_EMBD] = {2, 1, 1, 8, 4, 1, 13, 0, 1};
+    for (int i = 0; i < 3 * N_EMBD; i++)
+        assert_true(out[i] == want[i]);
+    assert_int_equal(r.n_prefill_calls, 1 + 3 + 1); /* chunks of 4: 3 | 4 4 1 | 1 */
+    assert_string_equal(g.text, "abcde");
+
+    /* An input longer than the context, lengths that do not add up, no output buffer. */
+    uint32_t big[1] = {N_CTX + 1};
+    static int32_t longp[N_CTX + 1];
+    for (int i = 0; i < N_CTX + 1; i++)
+        longp[i] = 1;
+    gp.n_embed = 1;
+    gp.embed_len = big;
+    assert_int_equal(submit(s, &r, longp, N_CTX + 1, &gp), EBB_ECTX);
+    gp.embed_len = lens;
+    assert_int_equal(submit(s, &r, prompt, 13, &gp), EBB_EINVAL);
+    gp.n_embed = 3;
+    gp.embed_out = NULL;
+    assert_int_equal(submit(s, &r, prompt, 13, &gp), EBB_EINVAL);
+
+    /* Cancelled after its first chunk. */
+    struct rec c;
+    rec_init(&c, s);
+    c.cancel_on_prefill = true;
+    gp.embed_out = out;
+    assert_int_equal(submit(s, &c, prompt, 13, &gp), EBB_OK);
+    rec_wait(&c);
+    assert_int_equal(c.res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(c.n_prefill_calls, 1);
     ebb_sched_free(s);
 }
 
@@ -521,6 +598,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_length_and_eog),
         cmocka_unit_test(test_stop_string),
+        cmocka_unit_test(test_embed),
         cmocka_unit_test(test_fair_interleaving),
         cmocka_unit_test(test_cancel_during_prefill),
         cmocka_unit_test(test_queue_limit_and_cancel_queued),
