@@ -17,7 +17,8 @@
 /* Decode, first pass (flash-decoding): work-group (c, h) scores positions
  * [c * ATT_CHUNK, min(n_kv, (c + 1) * ATT_CHUNK)) of head h and writes the unnormalised partial
  * output po[h][c][d] with its max and sum of exponentials pml[h][c] = (m, l); with a single
- * chunk it writes the normalised result to out[h][d] directly and the reduction is skipped.
+ * chunk it writes the normalised result to out[h][d] directly and the reduction is skipped,
+ * unless out is NULL (attn_decode_reduce_q8 in q8.cl reduces and quantizes even one chunk).
  * Global size (n_chunks * NORM_WG, n_head), local (NORM_WG, 1). */
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                __global const half *vc, ulong kv_base, int n_ctx, int n_kv,
@@ -57,7 +58,7 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
         float o = 0.0f;
         for (int j = 0; j < pn; j++)
             o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
-        if (nc == 1)
+        if (nc == 1 && out)
             out[h * HEAD_DIM + d] = o / l; /* one chunk: no reduction pass needed */
         else
             po[((size_t)h * nc + c) * HEAD_DIM + d] = o;

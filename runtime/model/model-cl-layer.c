@@ -18,27 +18,42 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
     return wmul_glu(m, w, x, x_ld, y, y_ld, y_off, res, nw, 0, nt, diag);
 }
 
-/* Decode's product for 4-bit weights with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm
- * and SwiGLU into x and quantizes it once, matvec_q8 multiplies in integers. */
-static ebb_err wmul_q8(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
-                       cl_mem y, int y_off, cl_mem res, cl_mem nw, int glu, struct ebb_diag *diag)
+/* Decode with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm (nw) and SwiGLU (glu) into
+ * x's first n_in inputs and quantizes them once into m->xq / m->xd ... */
+static ebb_err q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
+                           struct ebb_diag *diag)
 {
-    int n_in = (int)w->n_in, n_out = (int)w->n_out;
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
                               EBB_CL_ARG(glu), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
     size_t qg = ((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+    ebb_err rc = ebb_cl_set_args(m->k_q8, 0, qa, 7, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_q8, 1, &qg, &ql, diag);
+}
+
+/* ... and matvec_q8 (kernel k of w's program) multiplies them in integers. */
+static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem y,
+                         int y_off, cl_mem res, struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
                              EBB_CL_ARG(m->xd), EBB_CL_ARG(y),     EBB_CL_ARG(y_off),
                              EBB_CL_ARG(res)};
     ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_q8, 0, qa, 7, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_q8, 1, &qg, &ql, diag)) ||
-        (rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
         return rc;
     size_t g[2], l[2];
     ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
+/* The matvec_q8 kernel for w when decode can take 8-bit inputs for it, else NULL. */
+static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p = NULL;
+    if (!m->k_q8 || w->n_in % 32 || ebb__clm_prog_for(m, &w->layout, &p, diag))
+        return NULL;
+    return p->matvec_q8;
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
@@ -50,8 +65,11 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     ebb_err rc = ebb__clm_prog_for(m, &w->layout, &p, diag);
     if (rc)
         return rc;
-    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0)
-        return wmul_q8(m, w, p->matvec_q8, x, y, y_off, res, nw, glu, diag);
+    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0) {
+        if ((rc = q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
+            return rc;
+        return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
+    }
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
@@ -77,13 +95,23 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
-/* Several weights stacked along O write side by side into rows of y. */
+/* Several weights stacked along O write side by side into rows of y. Decode with 8-bit inputs
+ * quantizes their shared input once (weights the file keeps apart, e.g. attn_q, attn_k and
+ * attn_v of llama.cpp's converter, which writes them in name order). */
 static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
                           int x_ld, cl_mem y, int y_ld, cl_mem nw, int nt, struct ebb_diag *diag)
 {
+    cl_kernel kq[GROUP_MAX] = {NULL};
+    bool q8 = nt == 1 && n > 1 && n <= GROUP_MAX;
+    for (uint32_t i = 0; q8 && i < n; i++)
+        q8 = (kq[i] = q8_kernel(m, &w[i], NULL)) != NULL && w[i].n_in == w[0].n_in;
+    ebb_err rc;
+    if (q8 && (rc = q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
+        return rc;
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {
-        ebb_err rc = ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
+        rc = q8 ? q8_matvec(m, &w[i], kq[i], y, off, NULL, diag)
+                : ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
         if (rc)
             return rc;
         off += (int)w[i].n_out;
@@ -145,6 +173,10 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
             return rc;
         return wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
     }
+    if (m->att_q8 && s->in == CLM_ATT && nt == 1) { /* attend quantized it (att_q8_ok) */
+        m->att_q8 = false;
+        return q8_matvec(m, &w[0], q8_kernel(m, &w[0], diag), out, 0, res, diag);
+    }
     if (!s->glu)
         return ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
     if (fold) /* SwiGLU folded into the product */
@@ -158,12 +190,28 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     return ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
 }
 
+/* Whether decode's attention (step si) may hand its output to the next step quantized: that
+ * step is a plain product of the attention output (no norm, no SwiGLU) of one weight that takes
+ * 8-bit inputs. */
+static bool att_q8_ok(struct clm *m, const struct layer *L, uint32_t si)
+{
+    if (!m->k_attn_red_q8 || si + 1 >= m->plan.n_steps)
+        return false;
+    const struct clm_step *s = &m->plan.steps[si + 1];
+    if (s->kind != CLM_PROJ || s->in != CLM_ATT || s->norm >= 0 || s->glu || L->n_w[s->group] != 1)
+        return false;
+    const struct ebb_cl_weight *w = &L->w[s->group][0];
+    return w->n_in == m->n_q && q8_kernel(m, w, NULL) != NULL;
+}
+
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
  * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
  * one). */
 static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
-                      bool is_neox, struct ebb_diag *diag)
+                      uint32_t si, struct ebb_diag *diag)
 {
+    bool is_neox = m->plan.steps[si].neox;
+    m->att_q8 = false;
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
     int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
@@ -184,17 +232,30 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
     float scale = 1.0f / sqrtf((float)hp->head_dim);
     if (nt == 1) {
         int n_kv = pos + 1, nc = (n_kv + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+        /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
+         * quantizes the output for it: one launch of quantize_x8 less. */
+        bool q8 = att_q8_ok(m, L, si);
+        cl_mem att = q8 ? NULL : m->att;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
                                  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),  EBB_CL_ARG(n_kv),
                                  EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),
-                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(m->att)};
+                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(att)};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                  EBB_CL_ARG(m->att)};
+        struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
+                                  EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
         size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
-        size_t g2[2] = {hp->head_dim, hp->n_head};
+        size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 12, diag)) ||
             (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)))
             return rc;
+        if (q8) {
+            if ((rc = ebb_cl_set_args(m->k_attn_red_q8, 0, bq, 5, diag)) ||
+                (rc = ebb_cl_run(m->cl, m->k_attn_red_q8, 2, g2, l2, diag)))
+                return rc;
+            m->att_q8 = true;
+            return EBB_OK;
+        }
         if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
                        (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag))))
             return rc;
@@ -219,8 +280,8 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
 {
     for (uint32_t i = 0; i < m->plan.n_steps; i++) {
         const struct clm_step *s = &m->plan.steps[i];
-        ebb_err rc = s->kind == CLM_ATTN ? attend(m, L, seq, nt, pos, s->neox, diag)
-                                         : proj(m, L, s, nt, diag);
+        ebb_err rc =
+            s->kind == CLM_ATTN ? attend(m, L, seq, nt, pos, i, diag) : proj(m, L, s, nt, diag);
         if (rc)
             return rc;
     }

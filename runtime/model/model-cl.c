@@ -70,7 +70,7 @@ static void clm_free(void *ctx)
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {m->k_norm,   m->k_rope,  m->k_attn_part, m->k_attn_red, m->k_attn_pre,
-                      m->k_swiglu, m->k_topk1, m->k_topk2,     m->k_q8};
+                      m->k_swiglu, m->k_topk1, m->k_topk2,     m->k_q8,       m->k_attn_red_q8};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -105,6 +105,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;
     if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
+        return rc;
+    if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
+        (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
         return rc;
     return EBB_OK;
 }
