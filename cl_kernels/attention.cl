@@ -20,6 +20,52 @@
  * chunk it writes the normalised result to out[h][d] directly and the reduction is skipped,
  * unless out is NULL (attn_decode_reduce_q8 in q8.cl reduces and quantizes even one chunk).
  * Global size (n_chunks * NORM_WG, n_head), local (NORM_WG, 1). */
+/* The body of decode's first pass for work-group (c, h): qs holds the scaled query; keys and
+ * values of positions p0.. come from kb / vb, except, with kn, the chunk's last one (the new
+ * token's), whose key and value come from kn / vn in local memory (as the cache holds them). */
+inline void decode_part(__local const float *qs, __local float *sc, __local float *tmp,
+                        const __global half *kb, const __global half *vb, int pn,
+                        __local const half *kn, __local const half *vn, int c, int nc, int h,
+                        __global float *po, __global float2 *pml, __global float *out)
+{
+    int lid = get_local_id(0);
+    float m = -INFINITY;
+    for (int j = lid; j < pn; j += NORM_WG) {
+        float4 s4 = (float4)(0.0f);
+        if (kn && j == pn - 1)
+            for (int d = 0; d < HEAD_DIM; d += 4)
+                s4 += vload_half4(0, kn + d) * vload4(0, qs + d);
+        else
+            for (int d = 0; d < HEAD_DIM; d += 4)
+                s4 += vload_half4(0, kb + (size_t)j * HEAD_DIM + d) * vload4(0, qs + d);
+        float s = s4.x + s4.y + s4.z + s4.w;
+        sc[j] = s;
+        m = fmax(m, s);
+    }
+    m = wg_max(m, tmp);
+    float l = 0.0f;
+    for (int j = lid; j < pn; j += NORM_WG) {
+        float e = exp(sc[j] - m);
+        sc[j] = e;
+        l += e;
+    }
+    l = wg_sum(l, tmp);
+    int pc = kn ? pn - 1 : pn; /* positions read from the cache */
+    for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
+        float o = 0.0f;
+        for (int j = 0; j < pc; j++)
+            o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
+        if (kn)
+            o += sc[pn - 1] * vload_half(d, vn);
+        if (nc == 1 && out)
+            out[h * HEAD_DIM + d] = o / l; /* one chunk: no reduction pass needed */
+        else
+            po[((size_t)h * nc + c) * HEAD_DIM + d] = o;
+    }
+    if (lid == 0)
+        pml[h * nc + c] = (float2)(m, l);
+}
+
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                __global const half *vc, ulong kv_base, int n_ctx, int n_kv,
                                int n_head, int n_head_kv, float scale, __global float *po,
@@ -37,34 +83,58 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
     const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    float m = -INFINITY;
-    for (int j = lid; j < pn; j += NORM_WG) {
-        float4 s4 = (float4)(0.0f);
-        for (int d = 0; d < HEAD_DIM; d += 4)
-            s4 += vload_half4(0, kb + (size_t)j * HEAD_DIM + d) * vload4(0, qs + d);
-        float s = s4.x + s4.y + s4.z + s4.w;
-        sc[j] = s;
-        m = fmax(m, s);
+    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h, po, pml, out);
+}
+
+/* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
+ * work-group rotates its query head from row 0 of qkv (Q heads, K heads, V heads), the last
+ * chunk's work-groups also rotate the key of their KV head and take key and value (rounded to
+ * halves as the cache holds them) from local memory, and the first query head of each KV group
+ * stores them in the cache for the tokens after. Same results as rope_kv then
+ * attn_decode_part, one launch less. */
+__kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __global half *vc,
+                               ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
+                               float scale, __global float *po, __global float2 *pml,
+                               __global float *out, int n_rot, float base, float freq_scale,
+                               int neox)
+{
+    __local float qs[HEAD_DIM];
+    __local float sc[ATT_CHUNK];
+    __local float tmp[NORM_WG];
+    __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
+    __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
+    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int nc = get_num_groups(0), group = n_head / n_head_kv;
+    int hk = h / group, pos = n_kv - 1;
+    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    bool last = c == nc - 1;
+    const __global float *qr = qkv + h * HEAD_DIM, *kr = qkv + (n_head + hk) * HEAD_DIM;
+    const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
+    for (int p = lid; p < HEAD_DIM / 2; p += NORM_WG) {
+        int2 i = rope_pair(p, n_rot, neox);
+        float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale);
+        qs[i.x] = r.x * scale;
+        qs[i.y] = r.y * scale;
+        if (last) {
+            r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale);
+            vstore_half(r.x, i.x, kn);
+            vstore_half(r.y, i.y, kn);
+            vstore_half(vr[2 * p], 2 * p, vn);
+            vstore_half(vr[2 * p + 1], 2 * p + 1, vn);
+        }
     }
-    m = wg_max(m, tmp);
-    float l = 0.0f;
-    for (int j = lid; j < pn; j += NORM_WG) {
-        float e = exp(sc[j] - m);
-        sc[j] = e;
-        l += e;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    if (last && h % group == 0) {
+        size_t off = kv_base + ((size_t)hk * n_ctx + pos) * HEAD_DIM;
+        for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
+            vstore_half(vload_half(d, kn), off + d, kc);
+            vstore_half(vload_half(d, vn), off + d, vc);
+        }
     }
-    l = wg_sum(l, tmp);
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
-        float o = 0.0f;
-        for (int j = 0; j < pn; j++)
-            o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
-        if (nc == 1 && out)
-            out[h * HEAD_DIM + d] = o / l; /* one chunk: no reduction pass needed */
-        else
-            po[((size_t)h * nc + c) * HEAD_DIM + d] = o;
-    }
-    if (lid == 0)
-        pml[h * nc + c] = (float2)(m, l);
+    decode_part(qs, sc, tmp, kb, vb, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h, po, pml,
+                out);
 }
 
 /* Decode, second pass: combines the n_chunks partials of each head. Global (HEAD_DIM, n_head). */

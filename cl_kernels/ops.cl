@@ -61,6 +61,26 @@ __kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w
  * pos0 + t. Cache layout per layer: [kv_base + (h * n_ctx + pos) * head_dim + d].
  * neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1). Dimensions past n_rot are copied.
  * Global size (head_dim / 2, n_head + n_head_kv, n_tok). */
+/* The pair of dimensions rotated by pair index p: (2p, 2p + 1), or with neox (p, p + n_rot / 2)
+ * for p < n_rot / 2. */
+inline int2 rope_pair(int p, int n_rot, int neox)
+{
+    return neox && p < n_rot / 2 ? (int2)(p, p + n_rot / 2) : (int2)(2 * p, 2 * p + 1);
+}
+
+/* (a, b) of pair p rotated for position pos (unchanged past n_rot). */
+inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
+                          float freq_scale)
+{
+    if (p >= n_rot / 2)
+        return (float2)(a, b);
+    /* base^(-2p/n_rot) through exp2/log2: pow is several times slower on CPU devices. */
+    float theta = (float)pos * freq_scale * exp2(-2.0f * (float)p / (float)n_rot * log2(base));
+    float c;
+    float s = sincos(theta, &c);
+    return (float2)(a * c - b * s, a * s + b * c);
+}
+
 __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
                       ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
                       int head_dim, int n_rot, float base, float freq_scale, int neox)
@@ -69,31 +89,17 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __glob
     int pos = pos0 + t;
     __global float *row = qkv + (size_t)t * qkv_ld;
     __global float *v = row + h * head_dim; /* Q heads, then K heads */
-    int half_rot = n_rot / 2;
-    int i0 = 2 * p, i1 = 2 * p + 1;
-    if (neox && p < half_rot) {
-        i0 = p;
-        i1 = p + half_rot;
-    }
-    float a = v[i0], b = v[i1];
-    if (p < half_rot) {
-        /* base^(-2p/n_rot) through exp2/log2: pow is several times slower on CPU devices. */
-        float theta = (float)pos * freq_scale * exp2(-2.0f * (float)p / (float)n_rot * log2(base));
-        float c;
-        float s = sincos(theta, &c);
-        float a2 = a * c - b * s, b2 = a * s + b * c;
-        a = a2;
-        b = b2;
-    }
+    int2 i = rope_pair(p, n_rot, neox);
+    float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale);
     if (h < n_head) {
-        v[i0] = a;
-        v[i1] = b;
+        v[i.x] = r.x;
+        v[i.y] = r.y;
         return;
     }
     int hk = h - n_head;
     size_t off = kv_base + ((size_t)hk * n_ctx + pos) * head_dim;
-    vstore_half(a, off + i0, kc);
-    vstore_half(b, off + i1, kc);
+    vstore_half(r.x, off + i.x, kc);
+    vstore_half(r.y, off + i.y, kc);
     const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim;
     vstore_half(vv[2 * p], off + 2 * p, vc);
     vstore_half(vv[2 * p + 1], off + 2 * p + 1, vc);

@@ -96,6 +96,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .mma_t = 64,
         .mma_k = 32,
         .att_q8 = 1,
+        .att_rope = 1,
     };
     /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
      * (vector registers, 5x on PoCL), a loss on GPUs (H100, Llama-3-8B-shaped Q4_0 decode:
@@ -194,6 +195,9 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mma_k = v[2];
         t.mma_pf = v[3];
     }
+    const char *ar = getenv("EBB_CL_ROPEATT");
+    if (ar && (*ar == '0' || *ar == '1'))
+        t.att_rope = (uint32_t)(*ar - '0');
     const char *aq = getenv("EBB_CL_ATTQ8");
     if (aq && (*aq == '0' || *aq == '1'))
         t.att_q8 = (uint32_t)(*aq - '0');

@@ -58,6 +58,8 @@ struct ebb_cl_tuning {
                               stand-in otherwise (tests) */
     uint32_t mma_r, mma_t; /* matmul_mma's tile: rows, tokens (64 or 128 each) */
     uint32_t mma_k;        /* matmul_mma's inputs per step (32, 64 or 128) */
+    uint32_t att_rope;     /* 1: decode attention rotates the new token's q and k and writes its
+                              k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
     uint32_t att_q8;       /* 1: with mv_q8, decode attention's reduction quantizes its output
                               for the output projection (attn_decode_reduce_q8) */
     uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */

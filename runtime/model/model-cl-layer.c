@@ -206,7 +206,7 @@ static bool att_q8_ok(struct clm *m, const struct layer *L, uint32_t si)
 
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
  * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
- * one). */
+ * one; with tu.att_rope the first decode pass does rope_kv's work itself). */
 static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
                       uint32_t si, struct ebb_diag *diag)
 {
@@ -225,8 +225,9 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
                               EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
-    if ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag)))
+    bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
+    if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
+                        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag))))
         return rc;
 
     float scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -246,8 +247,12 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
         size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
-        if ((rc = ebb_cl_set_args(m->k_attn_part, 0, a, 12, diag)) ||
-            (rc = ebb_cl_run(m->cl, m->k_attn_part, 2, g1, l1, diag)))
+        struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
+                                  EBB_CL_ARG(neox)};
+        cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
+        if ((rc = ebb_cl_set_args(kp, 0, a, 12, diag)) ||
+            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 4, diag))) ||
+            (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
             if ((rc = ebb_cl_set_args(m->k_attn_red_q8, 0, bq, 5, diag)) ||

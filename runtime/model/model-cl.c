@@ -106,6 +106,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
             return rc;
     if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
         return rc;
+    if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
+        return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
         return rc;
