@@ -33,7 +33,7 @@ echo "test-kernels exit $?: $(tail -1 "$out/kernels.log")" | tee -a "$log"
 grep -E "q8|8-bit" "$out/kernels.log" | head -8 >>"$log"
 # EBB_KT_VARIANTS: the kernel tests again under each setting (e.g. EBB_CL_MMA_TILE=64,64,64,1).
 for v in ${EBB_KT_VARIANTS:-}; do
-    env $v XDG_CACHE_HOME=/tmp/cache timeout 300 test-kernels >"$out/kernels-v.log" 2>&1
+    env ${v//,/ } XDG_CACHE_HOME=/tmp/cache timeout 300 test-kernels >"$out/kernels-v.log" 2>&1
     echo "test-kernels with $v exit $?: $(tail -1 "$out/kernels-v.log")" | tee -a "$log"
     grep -E "mm-mma|FAIL" "$out/kernels-v.log" | head -4 >>"$log"
 done
@@ -48,20 +48,26 @@ for s in llama3-8b llama3.2-1b; do
         grep -iE "decode" | tee -a "$log"
 done
 # EBB_VARIANTS: decode after 16 prompt tokens; EBB_PP_VARIANTS: pp512 + tg128 (8B shape);
-# EBB_PP1B_VARIANTS: the same on the 1B shape.
+# EBB_VARIANTS_1B, EBB_PP1B_VARIANTS: the same on the 1B shape. A variant sets several variables
+# joined by commas (EBB_CL_ROPEATT=0,EBB_CL_ATTQ8=0).
 for v in ${EBB_VARIANTS:-}; do
     say "ebb llama3-8b tg128 after 16 with $v"
-    env $v timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 16 \
+    env ${v//,/ } timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 16 \
         --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
 done
 for v in ${EBB_PP_VARIANTS:-}; do
     say "ebb llama3-8b pp512 tg128 with $v"
-    env $v timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 512 \
+    env ${v//,/ } timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 512 \
         --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
+done
+for v in ${EBB_VARIANTS_1B:-}; do
+    say "ebb llama3.2-1b tg128 after 16 with $v"
+    env ${v//,/ } timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 16 \
+        --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
 done
 for v in ${EBB_PP1B_VARIANTS:-}; do
     say "ebb llama3.2-1b pp512 tg128 with $v"
-    env $v timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 512 \
+    env ${v//,/ } timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 512 \
         --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
 done
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
