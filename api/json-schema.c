@@ -234,6 +234,10 @@ static const char *const known[] = {
     "deprecated",
     "readOnly",
     "writeOnly",
+    "discriminator", /* OpenAPI/pydantic: a hint for validators; the alternatives constrain */
+    "contentEncoding",
+    "contentMediaType",
+    "nullable", /* OpenAPI 3.0: the value may also be null */
 };
 
 static bool check_keywords(struct conv *c, const json_t *s, const char *path)
@@ -555,7 +559,25 @@ static void gen(struct conv *c, const json_t *s, const char *path, const char *n
     }
     if (!check_keywords(c, s, path))
         return;
-    json_t *v;
+    json_t *v = json_object_get(s, "nullable");
+    if (v && !json_is_boolean(v)) {
+        cfail(c, EBB_EINVAL, path, "'nullable' must be a boolean");
+        return;
+    }
+    if (json_is_true(v)) { /* name ::= the schema without nullable | null */
+        json_t *inner = json_copy((json_t *)s);
+        if (!inner) {
+            c->b->oom = true;
+            return;
+        }
+        json_object_del(inner, "nullable");
+        char r[128];
+        new_rule(c, r, sizeof(r));
+        ebb_gbnf_printf(c->b, "%s ::= %s | \"null\"\n", name, r);
+        gen(c, inner, path, r, depth + 1);
+        json_decref(inner);
+        return;
+    }
     if ((v = json_object_get(s, "$ref"))) {
         gen_ref(c, s, path, name, depth);
     } else if ((v = json_object_get(s, "const"))) {

@@ -13,20 +13,25 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-ebb_err ebb__sgram_begin(struct ebb__sgram *sg, const struct ebb_grammar *g, uint32_t n_vocab,
-                         struct ebb_diag *diag)
+ebb_err ebb__sgram_begin(struct ebb__sgram *sg, const struct ebb_grammar *g,
+                         const struct ebb_token_trie *trie, uint32_t n_vocab, struct ebb_diag *diag)
 {
     sg->active = false;
     sg->n_sampled = sg->n_masked = 0;
     sg->t_grammar = 0;
     if (!g)
         return EBB_OK;
-    if (sg->n_vocab != n_vocab) {
+    /* The model's output may have more rows than the tokenizer has tokens (padding) or fewer;
+     * the mask covers both, and rows without a token stay banned. */
+    uint32_t n_bits =
+        n_vocab > ebb_token_trie_n_vocab(trie) ? n_vocab : ebb_token_trie_n_vocab(trie);
+    if (sg->n_vocab != n_vocab || sg->n_bits != n_bits) {
         free(sg->raw);
         free(sg->allowed);
         sg->raw = malloc(sizeof(float) * n_vocab);
-        sg->allowed = malloc((n_vocab + 7) / 8);
+        sg->allowed = malloc((n_bits + 7) / 8);
         sg->n_vocab = sg->raw && sg->allowed ? n_vocab : 0;
+        sg->n_bits = n_bits;
         if (!sg->n_vocab)
             return ebb_diag_set(diag, EBB_ENOMEM, "out of memory for the grammar's mask");
     }
@@ -51,6 +56,7 @@ ebb_err ebb__sgram_sample(struct ebb__sgram *sg, const struct ebb_token_trie *tr
     sg->n_sampled++;
     if (rc || !ebb_grammar_token_allowed(sg->st, trie, id)) {
         sg->n_masked++;
+        memset(sg->allowed, 0, (sg->n_bits + 7) / 8);
         rc = ebb_grammar_mask(sg->st, trie, sg->allowed, diag);
         if (rc)
             return rc;

@@ -10,16 +10,19 @@
 struct ebb__sgram {
     struct ebb_grammar_state *st;
     float *raw;       /* (n_vocab) the logits as the model gave them, for a masked second draw */
-    uint8_t *allowed; /* ((n_vocab + 7) / 8) the next-token mask */
-    uint32_t n_vocab;
-    bool active; /* the slot's current job has a grammar */
+    uint8_t *allowed; /* ((n_bits + 7) / 8) the next-token mask */
+    uint32_t n_vocab; /* the model's logits */
+    uint32_t n_bits;  /* the larger of n_vocab and the trie's vocabulary */
+    bool active;      /* the slot's current job has a grammar */
     /* this job: tokens sampled, how many needed the full mask, seconds in grammar work */
     uint64_t n_sampled, n_masked;
     double t_grammar;
 };
 
-/* Starts grammar g for a job on a vocabulary of n_vocab tokens (g NULL: no grammar). */
-ebb_err ebb__sgram_begin(struct ebb__sgram *sg, const struct ebb_grammar *g, uint32_t n_vocab,
+/* Starts grammar g for a job whose model has n_vocab logits, with the tokenizer's trie (g NULL:
+ * no grammar, trie unused). */
+ebb_err ebb__sgram_begin(struct ebb__sgram *sg, const struct ebb_grammar *g,
+                         const struct ebb_token_trie *trie, uint32_t n_vocab,
                          struct ebb_diag *diag);
 
 /* Samples the next token under the grammar and advances it over the token. The sampled token is

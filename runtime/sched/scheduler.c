@@ -367,7 +367,7 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
         return rc;
     if (j->grammar && !s->trie && (rc = ebb_token_trie_new(ebb_model_tokenizer(m), &s->trie, diag)))
         return rc;
-    if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, ebb_model_n_vocab(m), diag)))
+    if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, s->trie, ebb_model_n_vocab(m), diag)))
         return rc;
     /* Reuse the KV entries of the longest common prefix with this slot's previous job; at least
      * one prompt token is evaluated so that there are logits to sample from. */

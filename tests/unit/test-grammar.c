@@ -271,15 +271,15 @@ struct vocab {
     struct ebb_token_trie *trie;
 };
 
-static int vocab_setup(void **state)
+static int open_vocab(void **state, const char *file)
 {
     char path[1024];
     const char *dir = getenv("EBB_MODELS_DIR");
     if (dir && *dir)
-        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
     else
-        snprintf(path, sizeof path, "%s/.local/share/ebb/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                 getenv("HOME") ? getenv("HOME") : "");
+        snprintf(path, sizeof path, "%s/.local/share/ebb/models/%s",
+                 getenv("HOME") ? getenv("HOME") : "", file);
     struct vocab *v = calloc(1, sizeof(*v));
     struct ebb_diag d = {{0}};
     if (ebb_gguf_open(path, &v->gguf, &d)) {
@@ -292,6 +292,17 @@ static int vocab_setup(void **state)
     assert_int_equal(ebb_token_trie_new(v->tok, &v->trie, &d), EBB_OK);
     *state = v;
     return 0;
+}
+
+static int vocab_setup(void **state)
+{
+    return open_vocab(state, "SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+/* Gemma 3: a SentencePiece vocabulary of 262144 tokens ('▁' pieces, byte tokens <0xNN>). */
+static int vocab_setup_gemma(void **state)
+{
+    return open_vocab(state, "gemma-3-270m-q4_k_m.gguf");
 }
 
 static int vocab_teardown(void **state)
@@ -415,6 +426,8 @@ int main(void)
         cmocka_unit_test(test_state_queries),
         cmocka_unit_test_setup_teardown(test_mask_vs_brute_force, vocab_setup, vocab_teardown),
         cmocka_unit_test_setup_teardown(test_mask_any_text, vocab_setup, vocab_teardown),
+        cmocka_unit_test_setup_teardown(test_mask_vs_brute_force, vocab_setup_gemma,
+                                        vocab_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

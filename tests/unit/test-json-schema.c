@@ -170,6 +170,14 @@ static void test_refs_and_combinators(void **state)
     check("{\"allOf\":[{\"type\":\"integer\"}]}", YES("1"), NO("\"1\""));
     check("{}", YES("1", "{\"a\":[]}", "\"s\""), NO("{a}"));
     check("{\"description\":\"anything\",\"title\":\"t\",\"$schema\":\"x\"}", YES("1"), NO("x"));
+    /* OpenAPI's nullable, pydantic's discriminator hint */
+    check("{\"type\":\"integer\",\"nullable\":true}", YES("1", "null"), NO("\"1\""));
+    check("{\"type\":\"integer\",\"nullable\":false}", YES("1"), NO("null"));
+    check("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"}},"
+          "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"b\"},"
+          "\"n\":{\"type\":\"integer\"}},\"required\":[\"k\",\"n\"]}],"
+          "\"discriminator\":{\"propertyName\":\"k\"}}",
+          YES("{\"k\":\"a\"}", "{\"k\":\"b\",\"n\":1}"), NO("{\"k\":\"b\"}", "{\"k\":\"c\"}"));
 }
 
 static void expect_fail(const char *schema_text, ebb_err want, const char *needle)

@@ -104,10 +104,12 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     return EBB_OK;
 }
 
+/* Two fewer tokens than the model has logits, as a model with padded output rows: the grammar
+ * mask must keep the rows without a token banned. */
 uint32_t ebb_tokenizer_n_vocab(const struct ebb_tokenizer *t)
 {
     (void)t;
-    return N_VOCAB;
+    return N_VOCAB - 2;
 }
 
 bool ebb_tokenizer_is_eog(const struct ebb_tokenizer *t, int32_t id)
