@@ -177,6 +177,31 @@ def test_tool_use_round_trip(aclient):
     assert follow.usage.input_tokens > m.usage.input_tokens
 
 
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_tool_choice_forces_a_call(aclient, choice):
+    """tool_choice any / tool constrain decoding to a call (tool_choice required / named on the
+    OpenAI side): the answer is a tool_use with an input that follows the schema."""
+    time_tool = {"name": "get_time", "description": "The current time in a time zone",
+                 "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+    kw = dict(model=MODEL_ID, max_tokens=120, tools=[time_tool, WEATHER], tool_choice=choice,
+              messages=[{"role": "user", "content": "What is the weather like in Paris?"}],
+              **GREEDY)
+    m = aclient.messages.create(**kw)
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use", m.content
+    assert uses and all(b.id.startswith("toolu_") for b in uses)
+    if choice["type"] == "tool":
+        assert all(b.name == "get_weather" for b in uses)
+    for b in uses:
+        assert b.name in ("get_time", "get_weather")
+        if b.name == "get_weather":
+            assert isinstance(b.input.get("city"), str)
+    with aclient.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == \
+        [(b.name, b.input) for b in uses]
+
+
 def test_tool_history_renders(aclient):
     """An assistant tool_use block and the user's tool_result reach the template as a tool call
     and a tool message; the model then answers in text."""
