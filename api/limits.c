@@ -39,6 +39,10 @@
 static char refused_req;
 void *const ebb__limits_refused = &refused_req;
 
+/* The socket context of a connection whose tracking could not be allocated: its request is
+ * answered 503 and the connection closed. */
+static struct ebb__conn untracked = {.fd = -1};
+
 static double mono_now(void)
 {
     struct timespec ts;
@@ -203,9 +207,8 @@ static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **so
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     struct ebb__conn *c = calloc(1, sizeof(*c));
     if (!c) {
-        /* Untracked, it would escape every deadline: refuse it instead. */
-        if (fi)
-            shutdown(fi->connect_fd, SHUT_RDWR);
+        /* Untracked, it would escape every deadline: its request is refused. */
+        *socket_context = &untracked;
         return;
     }
     c->fd = fi ? fi->connect_fd : -1;
@@ -215,8 +218,7 @@ static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **so
         struct ebb__addr *e = addr_add(l, c->key, c->key_len);
         if (!e) {
             free(c);
-            if (fi)
-                shutdown(fi->connect_fd, SHUT_RDWR);
+            *socket_context = &untracked;
             return;
         }
         e->n++;
@@ -238,9 +240,9 @@ static void conn_closed(struct ebb_api *a, void **socket_context)
 {
     struct ebb__limits *l = &a->limits;
     struct ebb__conn *c = *socket_context;
-    if (!c)
-        return;
     *socket_context = NULL;
+    if (!c || c == &untracked)
+        return;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -320,18 +322,21 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     ebb__json_alloc_failed(true); /* ebb__reply_json checks what this request's work left */
     struct ebb__conn *c = conn_of(mc);
     bool first = *con_cls == NULL;
-    if (c && first) {
+    if (c == &untracked) {
+        /* answered below, like a request that cannot be allocated */
+    } else if (c && first) {
         c->phase = EBB__PHASE_BODY;
         c->t_phase = mono_now();
         if (c->excess && strcmp(url, "/health")) {
             *con_cls = ebb__limits_refused;
             return refuse(a, mc, c, url);
         }
-    } else if (c && *upload_size == 0) {
+    } else if (c && c != &untracked && *upload_size == 0) {
         c->phase = EBB__PHASE_BUSY; /* the whole body is in: no deadline while it is served */
     }
-    enum MHD_Result ret =
-        a->h->on_access(cls, mc, url, method, version, upload, upload_size, con_cls);
+    enum MHD_Result ret = c == &untracked && first ? MHD_NO
+                                                   : a->h->on_access(cls, mc, url, method, version,
+                                                                     upload, upload_size, con_cls);
     if (ret == MHD_NO && first && !*con_cls) {
         /* The handler could not even allocate the request: answer 503 rather than drop the
          * connection without a word. */
@@ -354,7 +359,7 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
 void ebb__limits_request_done(struct MHD_Connection *mc)
 {
     struct ebb__conn *c = mc ? conn_of(mc) : NULL;
-    if (!c)
+    if (!c || c == &untracked)
         return;
     c->phase = EBB__PHASE_HEADER;
     c->t_phase = mono_now();
