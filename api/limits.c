@@ -356,11 +356,23 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     return ret;
 }
 
+void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    (void)cls;
+    (void)uri;
+    struct ebb__conn *c = mc ? conn_of(mc) : NULL;
+    if (c && c != &untracked)
+        c->started = true;
+    return NULL;
+}
+
 void ebb__limits_request_done(struct MHD_Connection *mc)
 {
     struct ebb__conn *c = mc ? conn_of(mc) : NULL;
     if (!c || c == &untracked)
         return;
+    c->started = false;
+    c->n_requests++;
     c->phase = EBB__PHASE_HEADER;
     c->t_phase = mono_now();
     if (c->excess) /* one answer per headroom connection */
@@ -388,7 +400,12 @@ bool ebb__limits_sweep(struct ebb_api *a)
         bool late = limit > 0 && now - c->t_phase > limit;
         if (!late && !c->close_now)
             continue;
-        if (late && !c->close_now) {
+        /* A keep-alive connection that has not begun its next request is idle, not slow:
+         * closing it is routine. */
+        bool idle = c->phase == EBB__PHASE_HEADER && c->n_requests && !c->started;
+        if (late && idle)
+            ebb_log(EBB_LOG_DEBUG, "http", "closing an idle keep-alive connection");
+        if (late && !c->close_now && !idle) {
             char who[64] = "?", detail[120];
             if (c->key_len)
                 addr_text(c->key, c->key_len, who, sizeof(who));

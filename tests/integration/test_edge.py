@@ -167,7 +167,8 @@ def test_slow_body_dropped_at_deadline(make_server):
 
 
 def test_per_client_cap_answers_excess_and_health(make_server):
-    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "30s")
+    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s")
+    time.sleep(0.5)  # the server has seen the start-up probes' connections close
     held = [connect(srv) for _ in range(4)]  # at the cap, idle
     time.sleep(0.2)
     # Over the cap: anything but /health is answered 429 and the connection is closed.
@@ -188,14 +189,15 @@ def test_per_client_cap_answers_excess_and_health(make_server):
     except OSError:
         other = None
     assert other in (True, None)
-    # Past the headroom (4 more), connections are closed at accept.
+    # Past the headroom (4 more), connections are closed at accept (or, if the server has not
+    # yet accepted all four when it comes, it is one of them and has 2 s).
     extra = [connect(srv) for _ in range(4)]
     time.sleep(0.2)
     s = connect(srv)
-    assert closed_by_server(s, 2)
+    assert closed_by_server(s, 4)
     # Idle headroom connections lose their slot after 2 s; /health gets through again.
     for e in extra:
-        assert closed_by_server(e, 4)
+        assert closed_by_server(e, 4), srv.stderr()
     assert health(srv)[0] == 200
     # The connections under the cap are still served.
     held[0].sendall(request_bytes(srv, "GET", "/v1/models"))
@@ -219,7 +221,8 @@ def chat_ok_from(server, source):
 
 def test_global_cap_answers_503_but_health(make_server):
     srv = make_server("--max-connections", "6", "--max-connections-per-client", "0",
-                      "--header-timeout", "30s")
+                      "--header-timeout", "300s")
+    time.sleep(0.5)
     held = [connect(srv) for _ in range(6)]
     time.sleep(0.2)
     s = connect(srv)
