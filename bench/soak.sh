@@ -13,7 +13,7 @@
 #
 #   bench/soak.sh [path/to/ebb]      (default build/daemon/ebb)
 #
-# Environment: DURATION (600), WARMUP (120), CONNS (4, wrk connections), STREAMERS (2),
+# Environment: DURATION (600), WARMUP (240), CONNS (4, wrk connections), STREAMERS (2),
 # WRK_MAX_TOKENS (8), PARALLEL (4), EBB_TEST_DEVICE (auto), EBB_MODELS_DIR, OUT (a folder for
 # rss.csv, wrk.txt, streams.txt, daemon.log, summary.txt; default build/soak-DATE).
 set -eu
@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 ebb=${1:-$here/../build/daemon/ebb}
 models=${EBB_MODELS_DIR:-$HOME/.local/share/ebb/models}
 duration=${DURATION:-600}
-warmup=${WARMUP:-120}
+warmup=${WARMUP:-240}
 out=${OUT:-$here/../build/soak-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 conf="$out/ebb.conf"
