@@ -245,7 +245,8 @@ struct ebb__addr {
 };
 
 struct ebb__limits {
-    double header_s, body_s;            /* phase deadlines; 0: none */
+    double header_s, body_s; /* phase deadlines; 0: none */
+    double idle_s;           /* keep-alive wait for the next request (request_timeout); 0: none */
     unsigned max_conns, max_per_client; /* 0: no cap */
     struct ebb__conn *conns;
     size_t n_conns;

@@ -16,8 +16,9 @@
  *   - past the headroom, connections are closed at accept.
  * A slow or idle client can thus hold a headroom slot for two seconds at most, and a health
  * probe that comes while a client sits at its cap, or the server at its cap, is still answered.
- * An idle keep-alive connection waiting for its next request is in the header phase: it gets
- * header_timeout to start it. */
+ * An idle keep-alive connection waiting for its next request may wait request_timeout (counted
+ * from its last answer, so dribbling bytes does not extend it); once MHD has its next request
+ * line, the head has header_timeout. */
 #include "api-int.h"
 
 #include <arpa/inet.h>
@@ -54,6 +55,7 @@ void ebb__limits_set(struct ebb__limits *l, const struct ebb_api_config *cfg)
 {
     l->header_s = (double)cfg->header_timeout_ms / 1e3;
     l->body_s = (double)cfg->body_timeout_ms / 1e3;
+    l->idle_s = (double)cfg->timeout_s;
     l->max_conns = cfg->max_connections;
     l->max_per_client = cfg->max_connections_per_client;
 }
@@ -361,8 +363,11 @@ void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc)
     (void)cls;
     (void)uri;
     struct ebb__conn *c = mc ? conn_of(mc) : NULL;
-    if (c && c != &untracked)
+    if (c && c != &untracked && c->n_requests) {
+        /* A keep-alive connection's next request has begun: its head has header_timeout. */
         c->started = true;
+        c->t_phase = mono_now();
+    }
     return NULL;
 }
 
@@ -389,7 +394,13 @@ bool ebb__limits_sweep(struct ebb_api *a)
             continue;
         double limit = 0;
         enum ebb__refusal k = EBB__REFUSE_HEADER_TIMEOUT;
-        if (c->phase == EBB__PHASE_HEADER) {
+        /* A keep-alive connection that has not begun its next request is idle, not slow: it
+         * may wait request_timeout (then header_timeout more, for a request line begun just
+         * before), counted from its last answer, not from its last byte. */
+        bool idle = c->phase == EBB__PHASE_HEADER && c->n_requests && !c->started;
+        if (idle) {
+            limit = l->idle_s ? l->idle_s + l->header_s : 0;
+        } else if (c->phase == EBB__PHASE_HEADER) {
             limit = c->excess ? EBB__LIMITS_RESERVE_HEADER_S : l->header_s;
             if (l->header_s && l->header_s < limit)
                 limit = l->header_s;
@@ -400,9 +411,6 @@ bool ebb__limits_sweep(struct ebb_api *a)
         bool late = limit > 0 && now - c->t_phase > limit;
         if (!late && !c->close_now)
             continue;
-        /* A keep-alive connection that has not begun its next request is idle, not slow:
-         * closing it is routine. */
-        bool idle = c->phase == EBB__PHASE_HEADER && c->n_requests && !c->started;
         if (late && idle)
             ebb_log(EBB_LOG_DEBUG, "http", "closing an idle keep-alive connection");
         if (late && !c->close_now && !idle) {
