@@ -301,10 +301,12 @@ enum ebb__phase { EBB__PHASE_HEADER = 0, EBB__PHASE_BODY, EBB__PHASE_BUSY };
 struct ebb__conn {
     int fd;
     enum ebb__phase phase;
-    double t_phase;  /* monotonic seconds when phase began */
-    unsigned excess; /* accepted over a cap (enum ebb__refusal + 1): /health only; 0 if not */
-    bool close_now;  /* shut down at the next sweep (a headroom connection was answered) */
-    bool shut;       /* shut down already; MHD closes it */
+    double t_phase;      /* monotonic seconds when phase began */
+    unsigned excess;     /* accepted over a cap (enum ebb__refusal + 1): /health only; 0 if not */
+    bool close_now;      /* shut down at the next sweep (a headroom connection was answered) */
+    bool shut;           /* shut down already; MHD closes it */
+    bool started;        /* the request line of the next request has arrived */
+    unsigned n_requests; /* answered on this connection */
     uint8_t key[16], key_len; /* client address bytes (4 or 16), 0: not counted per address */
     struct ebb__conn *prev, *next;
 };
@@ -316,7 +318,8 @@ struct ebb__addr {
 };
 
 struct ebb__limits {
-    double header_s, body_s;            /* phase deadlines; 0: none */
+    double header_s, body_s; /* phase deadlines; 0: none */
+    double idle_s;           /* keep-alive wait for the next request (request_timeout); 0: none */
     unsigned max_conns, max_per_client; /* 0: no cap */
     struct ebb__conn *conns;
     size_t n_conns;
@@ -341,6 +344,8 @@ void ebb__limits_notify(void *cls, struct MHD_Connection *mc, void **socket_cont
 enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const char *url,
                                    const char *method, const char *version, const char *upload,
                                    size_t *upload_size, void **con_cls);
+/* MHD's URI log callback (cls: the api): the request line has arrived. Returns NULL. */
+void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc);
 /* A request of mc is complete: the connection waits for the next one (header phase). */
 void ebb__limits_request_done(struct MHD_Connection *mc);
 /* Shuts down the sockets past their deadline; true if it shut any (then run MHD). */

@@ -31,11 +31,11 @@ struct ebb_api_config {
     size_t n_api_keys;
     char **cors_origins; /* allowed Origin values ("*" allows any) */
     size_t n_cors_origins;
-    unsigned timeout_s; /* idle connection timeout in seconds; 0: none */
-    /* Edge limits (api/limits.c): the time a client gets to send its request head (also the
-     * keep-alive idle time) and then its body, in ms (0: none); the open connections allowed
-     * from one client address and in all (0: no cap). Past a cap a small headroom still answers
-     * /health. */
+    unsigned timeout_s; /* idle connection timeout in seconds (also the keep-alive wait); 0: none */
+    /* Edge limits (api/limits.c): the time a client gets to send its request head (from accept
+     * or from a keep-alive connection's next request line) and then its body, in ms (0: none); the
+     * open connections allowed from one client address and in all (0: no cap). Past a cap a small
+     * headroom still answers /health. */
     unsigned header_timeout_ms, body_timeout_ms;
     unsigned max_connections, max_connections_per_client;
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */

@@ -386,7 +386,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct ebb__req *r = cls;
-    if (r->disconnected)
+    /* Out of buffer (a slow client or no memory): the last event may be partial, so nothing
+     * more is sent. */
+    if (r->disconnected || r->out.oom)
         return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t avail = r->out.n - r->out_off;
     if (avail) {

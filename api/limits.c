@@ -16,8 +16,9 @@
  *   - past the headroom, connections are closed at accept.
  * A slow or idle client can thus hold a headroom slot for two seconds at most, and a health
  * probe that comes while a client sits at its cap, or the server at its cap, is still answered.
- * An idle keep-alive connection waiting for its next request is in the header phase: it gets
- * header_timeout to start it. */
+ * An idle keep-alive connection waiting for its next request may wait request_timeout (counted
+ * from its last answer, so dribbling bytes does not extend it); once MHD has its next request
+ * line, the head has header_timeout. */
 #include "api-int.h"
 
 #include <arpa/inet.h>
@@ -39,6 +40,10 @@
 static char refused_req;
 void *const ebb__limits_refused = &refused_req;
 
+/* The socket context of a connection whose tracking could not be allocated: its request is
+ * answered 503 and the connection closed. */
+static struct ebb__conn untracked = {.fd = -1};
+
 static double mono_now(void)
 {
     struct timespec ts;
@@ -50,6 +55,7 @@ void ebb__limits_set(struct ebb__limits *l, const struct ebb_api_config *cfg)
 {
     l->header_s = (double)cfg->header_timeout_ms / 1e3;
     l->body_s = (double)cfg->body_timeout_ms / 1e3;
+    l->idle_s = (double)cfg->timeout_s;
     l->max_conns = cfg->max_connections;
     l->max_per_client = cfg->max_connections_per_client;
 }
@@ -203,9 +209,8 @@ static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **so
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     struct ebb__conn *c = calloc(1, sizeof(*c));
     if (!c) {
-        /* Untracked, it would escape every deadline: refuse it instead. */
-        if (fi)
-            shutdown(fi->connect_fd, SHUT_RDWR);
+        /* Untracked, it would escape every deadline: its request is refused. */
+        *socket_context = &untracked;
         return;
     }
     c->fd = fi ? fi->connect_fd : -1;
@@ -215,8 +220,7 @@ static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **so
         struct ebb__addr *e = addr_add(l, c->key, c->key_len);
         if (!e) {
             free(c);
-            if (fi)
-                shutdown(fi->connect_fd, SHUT_RDWR);
+            *socket_context = &untracked;
             return;
         }
         e->n++;
@@ -238,9 +242,9 @@ static void conn_closed(struct ebb_api *a, void **socket_context)
 {
     struct ebb__limits *l = &a->limits;
     struct ebb__conn *c = *socket_context;
-    if (!c)
-        return;
     *socket_context = NULL;
+    if (!c || c == &untracked)
+        return;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -320,18 +324,21 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     ebb__json_alloc_failed(true); /* ebb__reply_json checks what this request's work left */
     struct ebb__conn *c = conn_of(mc);
     bool first = *con_cls == NULL;
-    if (c && first) {
+    if (c == &untracked) {
+        /* answered below, like a request that cannot be allocated */
+    } else if (c && first) {
         c->phase = EBB__PHASE_BODY;
         c->t_phase = mono_now();
         if (c->excess && strcmp(url, "/health")) {
             *con_cls = ebb__limits_refused;
             return refuse(a, mc, c, url);
         }
-    } else if (c && *upload_size == 0) {
+    } else if (c && c != &untracked && *upload_size == 0) {
         c->phase = EBB__PHASE_BUSY; /* the whole body is in: no deadline while it is served */
     }
-    enum MHD_Result ret =
-        a->h->on_access(cls, mc, url, method, version, upload, upload_size, con_cls);
+    enum MHD_Result ret = c == &untracked && first ? MHD_NO
+                                                   : a->h->on_access(cls, mc, url, method, version,
+                                                                     upload, upload_size, con_cls);
     if (ret == MHD_NO && first && !*con_cls) {
         /* The handler could not even allocate the request: answer 503 rather than drop the
          * connection without a word. */
@@ -351,11 +358,26 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     return ret;
 }
 
+void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    (void)cls;
+    (void)uri;
+    struct ebb__conn *c = mc ? conn_of(mc) : NULL;
+    if (c && c != &untracked && c->n_requests) {
+        /* A keep-alive connection's next request has begun: its head has header_timeout. */
+        c->started = true;
+        c->t_phase = mono_now();
+    }
+    return NULL;
+}
+
 void ebb__limits_request_done(struct MHD_Connection *mc)
 {
     struct ebb__conn *c = mc ? conn_of(mc) : NULL;
-    if (!c)
+    if (!c || c == &untracked)
         return;
+    c->started = false;
+    c->n_requests++;
     c->phase = EBB__PHASE_HEADER;
     c->t_phase = mono_now();
     if (c->excess) /* one answer per headroom connection */
@@ -372,7 +394,13 @@ bool ebb__limits_sweep(struct ebb_api *a)
             continue;
         double limit = 0;
         enum ebb__refusal k = EBB__REFUSE_HEADER_TIMEOUT;
-        if (c->phase == EBB__PHASE_HEADER) {
+        /* A keep-alive connection that has not begun its next request is idle, not slow: it
+         * may wait request_timeout (then header_timeout more, for a request line begun just
+         * before), counted from its last answer, not from its last byte. */
+        bool idle = c->phase == EBB__PHASE_HEADER && c->n_requests && !c->started;
+        if (idle) {
+            limit = l->idle_s ? l->idle_s + l->header_s : 0;
+        } else if (c->phase == EBB__PHASE_HEADER) {
             limit = c->excess ? EBB__LIMITS_RESERVE_HEADER_S : l->header_s;
             if (l->header_s && l->header_s < limit)
                 limit = l->header_s;
@@ -383,7 +411,9 @@ bool ebb__limits_sweep(struct ebb_api *a)
         bool late = limit > 0 && now - c->t_phase > limit;
         if (!late && !c->close_now)
             continue;
-        if (late && !c->close_now) {
+        if (late && idle)
+            ebb_log(EBB_LOG_DEBUG, "http", "closing an idle keep-alive connection");
+        if (late && !c->close_now && !idle) {
             char who[64] = "?", detail[120];
             if (c->key_len)
                 addr_text(c->key, c->key_len, who, sizeof(who));

@@ -676,7 +676,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
         a->loopback = cfg->listen_fd_loopback;
     if (a->use_epoll)
         flags |= MHD_USE_EPOLL;
-    struct MHD_OptionItem opts[10];
+    struct MHD_OptionItem opts[12];
     size_t no = 0;
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL};
     opts[no++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, a};
@@ -687,6 +687,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
                                          a->use_epoll ? 1 << 16 : FD_SETSIZE - 16, NULL};
     opts[no++] =
         (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)ebb__limits_notify, a};
+    opts[no++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)ebb__limits_uri, a};
     if (cfg->listen_fd >= 0)
         opts[no++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, cfg->listen_fd, NULL};
     else

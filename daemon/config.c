@@ -70,7 +70,8 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_HEADER_TIMEOUT] = {"header_timeout", T_MS, OFF(header_timeout_ms), 0, 0,
                                 EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
                                 "close a connection that has not sent a whole request head "
-                                "this long after connecting or after its last answer (0 = never)"},
+                                "this long after connecting or after its request line "
+                                "(0 = never)"},
     [EBB_CFG_BODY_TIMEOUT] = {"body_timeout", T_MS, OFF(body_timeout_ms), 0, 0,
                               EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
                               "close a connection whose request body is not all in this long "

@@ -96,8 +96,8 @@ struct ebb_config {
     uint64_t memory_budget;          /* layer streaming budget in bytes; 0 = no streaming,
                                         EBB_CONFIG_BUDGET_AUTO = from the memory probes */
     uint32_t prefetch;               /* streamed layers read ahead; 2 */
-    /* Edge limits (api/limits.c): the time to send a request head, also the keep-alive idle
-     * time (15 s), then the body (30 s); the open connections served in all (512) and per client
+    /* Edge limits (api/limits.c): the time to send a request head (15 s), then the body
+     * (30 s); the open connections served in all (512) and per client
      * address (256), past which only /health is answered. */
     uint32_t header_timeout_ms, body_timeout_ms;
     uint32_t max_connections, max_connections_per_client;

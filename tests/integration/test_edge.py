@@ -75,6 +75,16 @@ def health(server, source="127.0.0.1"):
     return status, body
 
 
+def logged(server, text, wait=3.0):
+    """True once text is in the daemon's stderr (read by a thread, so it may lag a little)."""
+    t0 = time.monotonic()
+    while text not in server.stderr():
+        if time.monotonic() - t0 > wait:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def metric(server, name):
     m = re.search(r"^%s (\d+)$" % re.escape(name), server.metrics(), re.M)
     return int(m.group(1)) if m else None
@@ -119,15 +129,28 @@ def test_slow_header_dropped_at_deadline_normal_served(make_server):
     assert len(closed_at) == len(slow), f"still open: {len(slow) - len(closed_at)}"
     assert all(1.9 <= t <= 4.0 for t in closed_at.values()), sorted(closed_at.values())
     assert metric(srv, 'ebb_http_refused_total{reason="header_timeout"}') >= 20
-    assert "closed after header_timeout" in srv.stderr()
+    assert logged(srv, "closed after header_timeout")
     # A connection that completes its head in time is served normally.
     s = connect(srv)
     s.sendall(request_bytes(srv, "GET", "/health")[:10])
     time.sleep(1)
     s.sendall(request_bytes(srv, "GET", "/health")[10:])
     assert read_response(s)[0] == 200
-    # ...and, kept alive, it is closed once idle for header_timeout.
-    assert closed_by_server(s, 4)
+    # Kept alive, it may idle longer than header_timeout (request_timeout governs that)...
+    assert not closed_by_server(s, 3)
+    s.sendall(request_bytes(srv, "GET", "/health"))
+    assert read_response(s)[0] == 200
+    # ...but once its next request line is in, the rest of the head has header_timeout.
+    s.sendall(b"GET /health HTTP/1.1\r\nHo")
+    t1 = time.monotonic()
+    for _ in range(20):
+        try:
+            s.sendall(b"s")
+        except (ConnectionResetError, BrokenPipeError):
+            break
+        if closed_by_server(s, 0.3):
+            break
+    assert 1.9 <= time.monotonic() - t1 <= 4.0
     for s in slow:
         s.close()
 
@@ -167,7 +190,8 @@ def test_slow_body_dropped_at_deadline(make_server):
 
 
 def test_per_client_cap_answers_excess_and_health(make_server):
-    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "30s")
+    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s")
+    time.sleep(0.5)  # the server has seen the start-up probes' connections close
     held = [connect(srv) for _ in range(4)]  # at the cap, idle
     time.sleep(0.2)
     # Over the cap: anything but /health is answered 429 and the connection is closed.
@@ -188,14 +212,16 @@ def test_per_client_cap_answers_excess_and_health(make_server):
     except OSError:
         other = None
     assert other in (True, None)
-    # Past the headroom (4 more), connections are closed at accept.
+    # Past the headroom (4 more), connections are closed at accept (or, if the server has not
+    # yet accepted all four when it comes, it is one of them and has 2 s).
     extra = [connect(srv) for _ in range(4)]
     time.sleep(0.2)
     s = connect(srv)
-    assert closed_by_server(s, 2)
+    assert closed_by_server(s, 4)
     # Idle headroom connections lose their slot after 2 s; /health gets through again.
     for e in extra:
-        assert closed_by_server(e, 4)
+        assert closed_by_server(e, 4), srv.stderr()
+    time.sleep(0.5)  # the server frees them at its next run
     assert health(srv)[0] == 200
     # The connections under the cap are still served.
     held[0].sendall(request_bytes(srv, "GET", "/v1/models"))
@@ -219,7 +245,8 @@ def chat_ok_from(server, source):
 
 def test_global_cap_answers_503_but_health(make_server):
     srv = make_server("--max-connections", "6", "--max-connections-per-client", "0",
-                      "--header-timeout", "30s")
+                      "--header-timeout", "300s")
+    time.sleep(0.5)
     held = [connect(srv) for _ in range(6)]
     time.sleep(0.2)
     s = connect(srv)
@@ -230,7 +257,7 @@ def test_global_cap_answers_503_but_health(make_server):
     assert closed_by_server(s, 2)
     for _ in range(3):
         assert health(srv)[0] == 200
-    assert "over max_connections" in srv.stderr()
+    assert logged(srv, "over max_connections")
     for h in held:
         h.close()
     time.sleep(0.5)
