@@ -147,6 +147,7 @@ enum ebb__op_kind {
                           heads, scale 1/sqrt(head_dim), the layer's window (ebb__arch_window) */
     EBB__OP_GLU,       /* dst = act(a) * b (arg: enum ebb__act) */
     EBB__OP_ADD,       /* dst += a */
+    EBB__OP_ADD_BIAS,  /* dst = a + t, t a vector as wide as dst added to every row (qwen2) */
     EBB__N_OP
 };
 
@@ -211,6 +212,11 @@ struct ebb__op {
         EBB__OP_ADD, EBB__B(dst), EBB__B(a), 0, 0, 0, -1                                           \
     }
 
+#define EBB__ADD_BIAS(dst, t)                                                                      \
+    {                                                                                              \
+        EBB__OP_ADD_BIAS, EBB__B(dst), EBB__B(dst), 0, 0, 0, (t)                                   \
+    }
+
 /* A whole family. */
 struct ebb__arch {
     const char *name; /* general.architecture */
@@ -231,6 +237,8 @@ struct ebb__arch {
 /* The families (arch-<family>.c). */
 extern const struct ebb__arch ebb__arch_llama;
 extern const struct ebb__arch ebb__arch_gemma3;
+extern const struct ebb__arch ebb__arch_qwen2;
+extern const struct ebb__arch ebb__arch_qwen3;
 
 /* ---- arch.c: what the backends use to run a description ---- */
 

@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3};
+static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3,
+                                                   &ebb__arch_qwen2, &ebb__arch_qwen3};
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
 
 const struct ebb__arch *ebb__arch_find(const char *name)
@@ -41,6 +42,7 @@ const char *ebb__arch_op_name(enum ebb__op_kind k)
         [EBB__OP_ATTENTION] = "attention",
         [EBB__OP_GLU] = "glu",
         [EBB__OP_ADD] = "add",
+        [EBB__OP_ADD_BIAS] = "add_bias",
     };
     return (unsigned)k < EBB__N_OP ? names[k] : "?";
 }
@@ -270,7 +272,8 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         (op->t >= 0 && (uint32_t)op->t >= a->n_tensors))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u is malformed", a->name, prog, i);
     bool needs_t = op->kind == EBB__OP_GET_ROWS || op->kind == EBB__OP_RMS_NORM ||
-                   op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL;
+                   op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL ||
+                   op->kind == EBB__OP_ADD_BIAS;
     if (needs_t != (op->t >= 0))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u (%s) %s a tensor", a->name, prog,
                             i, on, needs_t ? "needs" : "takes no");
@@ -286,6 +289,7 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         ok = ne0 == wd;
         break;
     case EBB__OP_RMS_NORM:
+    case EBB__OP_ADD_BIAS:
         ok = wa == wd && ne0 == wd && ne1 == 1;
         break;
     case EBB__OP_HEAD_NORM:

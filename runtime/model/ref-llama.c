@@ -337,6 +337,10 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         for (uint64_t i = 0; i < nd; i++)
             d[i] += a[i];
         break;
+    case EBB__OP_ADD_BIAS:
+        for (uint64_t i = 0; i < nd; i++)
+            d[i] = a[i] + w->v[i % wd];
+        break;
     case EBB__N_OP:
         break;
     }

@@ -223,8 +223,9 @@ static void free_built(struct built *b)
 static void test_tiny_families(void **state)
 {
     (void)state;
-    const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3};
-    for (size_t i = 0; i < 2; i++) {
+    const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2,
+                                      &ebb__arch_qwen3};
+    for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
         struct built b = build(fams[i], fams[i]->name, NULL, NULL);
         struct ebb_diag d = {{0}};
         assert_int_equal(open_built(&b, &d), EBB_OK);
