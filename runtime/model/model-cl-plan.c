@@ -8,6 +8,8 @@
  *   rope(Q) rope(K) attention(ATT, Q, K, V)                         -> attn (rope_kv, attention)
  *   matmul(OUT, ATT) add(X, OUT)                                    -> proj ATT -> X, residual
  *   glu(GATE, GATE, UP, silu) matmul(OUT, GATE) add(X, OUT)         -> proj gate|up -> X, SwiGLU
+ *   add_bias(Q) add_bias(K) add_bias(V)                             -> bias of q|k|v (qwen2)
+ *   head_norm(Q, Q) head_norm(K, K)                                 -> head_norm of q|k (qwen3)
  * and, around the layers, get_rows(X) [scale(X, sqrt_embd)] and rms_norm(CUR, X)
  * matmul(LOGITS, CUR). An op outside them is refused with its name: the engine has no kernel
  * for it yet (adding one means a pattern here and a step in model-cl-layer.c). */
@@ -114,6 +116,21 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
             if (!(rc = add_group(p, OP(1), 1, &s.group, diag)))
                 rc = add_step(p, s, diag);
             i += 3;
+        } else if (n - i >= 3 && is(OP(0), EBB__OP_ADD_BIAS, EBB__BUF_Q, EBB__BUF_Q) &&
+                   is(OP(1), EBB__OP_ADD_BIAS, EBB__BUF_K, EBB__BUF_K) &&
+                   is(OP(2), EBB__OP_ADD_BIAS, EBB__BUF_V, EBB__BUF_V) && !p->has_bias) {
+            p->has_bias = true;
+            for (int k = 0; k < 3; k++)
+                p->bias[k] = OP(k)->t;
+            rc = add_step(p, (struct clm_step){.kind = CLM_BIAS}, diag);
+            i += 3;
+        } else if (n - i >= 2 && is(OP(0), EBB__OP_HEAD_NORM, EBB__BUF_Q, EBB__BUF_Q) &&
+                   is(OP(1), EBB__OP_HEAD_NORM, EBB__BUF_K, EBB__BUF_K) && !p->has_qk_norm) {
+            p->has_qk_norm = true;
+            p->qk_norm[0] = OP(0)->t;
+            p->qk_norm[1] = OP(1)->t;
+            rc = add_step(p, (struct clm_step){.kind = CLM_HEAD_NORM}, diag);
+            i += 2;
         } else {
             const char *why = OP(0)->kind == EBB__OP_GLU && OP(0)->arg != EBB__ACT_SILU
                                   ? ", an activation other than SiLU"
