@@ -12,7 +12,8 @@
  *
  * Families and their GGUF names (as llama.cpp reads them): llama; qwen2 (Qwen 2/2.5: biases
  * attn_{q,k,v}.bias); qwen3 (attn_{q,k}_norm.weight per head, key_length may exceed
- * embedding_length / head_count). Shapes ending in -tiny are small widths for CI, with an
+ * embedding_length / head_count); phi3 (attn_qkv.weight fused q|k|v, ffn_up.weight fused
+ * gate|up, no ffn_gate). Shapes ending in -tiny are small widths for CI, with an
  * untied output head: a random model with a tied one only ever repeats its last input token
  * (the token's own embedding dominates the residual stream), which would test little.
  */
@@ -26,8 +27,8 @@
 
 #include "gguf/gguf.h"
 
-enum family { LLAMA, QWEN2, QWEN3 };
-static const char *const family_names[] = {"llama", "qwen2", "qwen3"};
+enum family { LLAMA, QWEN2, QWEN3, PHI3 };
+static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3"};
 
 struct shape {
     const char *name;
@@ -49,6 +50,8 @@ static const struct shape shapes[] = {
     {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f},
     {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f},
     {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f},
+    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f},
 };
 
 /* Little GGUF writer over stdio. */
@@ -308,9 +311,10 @@ int main(int argc, char **argv)
 
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
     const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3, rnd = sh->family != LLAMA;
+    const bool phi3 = sh->family == PHI3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
-    uint32_t per_layer = 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
+    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
     uint32_t n_t = 2 + (sh->tied ? 0 : 1) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
@@ -350,6 +354,14 @@ int main(int argc, char **argv)
     snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
     ADD_LO(nm, n0, 0, ty, sc, l0)
         L_LO("attn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        if (phi3) {
+            L("attn_qkv.weight", sh->n_embd, n_q + 2 * n_kv, wtype, se);
+            L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
+            L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+            L("ffn_up.weight", sh->n_embd, 2 * sh->n_ff, wtype, se);
+            L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
+            continue;
+        }
         L("attn_q.weight", sh->n_embd, n_q, wtype, se);
         if (qwen2) {
             L_LO("attn_q.bias", n_q, EBB_GGML_F32, 1.0f, -0.5f);
