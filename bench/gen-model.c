@@ -1,10 +1,21 @@
-/* Writes a random-weight GGUF of a real model's shape (Llama family) for benchmarks and
- * streaming tests: the tokenizer metadata is copied from a real GGUF (padded with unused tokens
- * up to the shape's vocabulary), weights are random Q4_0 (or Q8_0) blocks scaled so that
- * activations stay in a sane range through the layers, norms are 1.
+/* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
+ * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
+ * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0) blocks
+ * scaled so that activations stay in a sane range through the layers. The llama shapes keep
+ * their norms at 1; the other families' norms are random in [0.75, 1.25] and their biases in
+ * [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The output is a
+ * function of the arguments alone (splitmix64 from --seed): CI regenerates the files the
+ * committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape llama3-8b|llama3.2-1b|smollm2-135m --tokenizer-from MODEL.gguf
- *                 [--type q4_0|q8_0] [--seed N] [--layers N] -o OUT.gguf
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0] [--seed N]
+ *                 [--layers N] -o OUT.gguf
+ *
+ * Families and their GGUF names (as llama.cpp reads them): llama; qwen2 (Qwen 2/2.5: biases
+ * attn_{q,k,v}.bias); qwen3 (attn_{q,k}_norm.weight per head, key_length may exceed
+ * embedding_length / head_count); phi3 (attn_qkv.weight fused q|k|v, ffn_up.weight fused
+ * gate|up, no ffn_gate). Shapes ending in -tiny are small widths for CI, with an
+ * untied output head: a random model with a tied one only ever repeats its last input token
+ * (the token's own embedding dominates the residual stream), which would test little.
  */
 #include <errno.h>
 #include <math.h>
@@ -16,17 +27,31 @@
 
 #include "gguf/gguf.h"
 
+enum family { LLAMA, QWEN2, QWEN3, PHI3 };
+static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3"};
+
 struct shape {
     const char *name;
+    uint8_t family; /* enum family */
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_base;
     bool tied;
+    uint32_t head_dim; /* 0: n_embd / n_head, and no key_length key */
+    float rms_eps;     /* 0: 1e-5 */
 };
 
 static const struct shape shapes[] = {
-    {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false},
-    {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true},
-    {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true},
+    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0},
+    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0},
+    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0},
+    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f},
+    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f},
+    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f},
+    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f},
+    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f},
+    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f},
+    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f},
 };
 
 /* Little GGUF writer over stdio. */
@@ -151,7 +176,8 @@ struct tinfo {
     uint64_t ne[2];
     uint32_t type;
     uint64_t offset, size;
-    float scale; /* weight scale; 0 for norms (all ones) */
+    float scale; /* weight scale; F32: 0 all ones, > 0 uniform in [lo, lo + scale) */
+    float lo;
 };
 
 static uint64_t rng_state;
@@ -183,9 +209,12 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
 {
     uint64_t left = t->size;
     if (t->type == EBB_GGML_F32) {
-        float one = 1.0f;
-        for (uint64_t i = 0; i < t->size / 4; i++)
-            put(w, &one, 4);
+        for (uint64_t i = 0; i < t->size / 4; i++) {
+            float v = 1.0f;
+            if (t->scale > 0)
+                v = t->lo + t->scale * (float)(rng() >> 40) / (float)(1u << 24);
+            put(w, &v, 4);
+        }
         return;
     }
     uint16_t d = f32_to_f16(t->scale);
@@ -281,15 +310,21 @@ int main(int argc, char **argv)
     struct w w = {f, false};
 
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
-    uint32_t hd = sh->n_embd / sh->n_head;
-    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + 9 * n_layer;
+    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3, rnd = sh->family != LLAMA;
+    const bool phi3 = sh->family == PHI3;
+    uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
+    uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
+    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
+    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
         return 1;
     uint32_t k = 0;
     const uint32_t bsz = 32, qbytes = wtype == EBB_GGML_Q4_0 ? 18 : 34;
     const float qvar = wtype == EBB_GGML_Q4_0 ? 21.25f : 5461.5f; /* variance of q - zero */
-#define ADD(nm, n0, n1, ty, sc)                                                                    \
+    /* F32 vectors: norms (all ones for llama, else random around 1) and biases. */
+    const float norm_sc = rnd ? 0.5f : 0.0f, norm_lo = 0.75f;
+#define ADD_LO(nm, n0, n1, ty, sc, l0)                                                             \
     do {                                                                                           \
         struct tinfo *t = &ts[k++];                                                                \
         snprintf(t->name, sizeof(t->name), "%s", nm);                                              \
@@ -300,30 +335,59 @@ int main(int argc, char **argv)
         t->size =                                                                                  \
             (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4 : t->ne[0] / bsz * qbytes * t->ne[1];   \
         t->scale = (sc);                                                                           \
+        t->lo = (l0);                                                                              \
     } while (0)
+#define ADD(nm, n0, n1, ty, sc) ADD_LO(nm, n0, n1, ty, sc, 0.0f)
     float embd_scale = 1.0f / sqrtf(qvar);
     ADD("token_embd.weight", sh->n_embd, sh->n_vocab, wtype, embd_scale);
-    ADD("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
+    ADD_LO("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, norm_sc, norm_lo);
     if (!sh->tied)
         ADD("output.weight", sh->n_embd, sh->n_vocab, wtype, 1.0f / sqrtf(qvar * sh->n_embd));
     for (uint32_t l = 0; l < n_layer; l++) {
         char nm[64];
         float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);
+        float sq = 1.0f / sqrtf(qvar * n_q);
 #define L(suffix, n0, n1, ty, sc)                                                                  \
     snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
     ADD(nm, n0, n1, ty, sc)
-        L("attn_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
-        L("attn_q.weight", sh->n_embd, sh->n_embd, wtype, se);
-        L("attn_k.weight", sh->n_embd, hd * sh->n_head_kv, wtype, se);
-        L("attn_v.weight", sh->n_embd, hd * sh->n_head_kv, wtype, se);
-        L("attn_output.weight", sh->n_embd, sh->n_embd, wtype, se * 0.5f);
-        L("ffn_norm.weight", sh->n_embd, 0, EBB_GGML_F32, 0.0f);
+#define L_LO(suffix, n0, ty, sc, l0)                                                               \
+    snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
+    ADD_LO(nm, n0, 0, ty, sc, l0)
+        L_LO("attn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        if (phi3) {
+            L("attn_qkv.weight", sh->n_embd, n_q + 2 * n_kv, wtype, se);
+            L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
+            L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+            L("ffn_up.weight", sh->n_embd, 2 * sh->n_ff, wtype, se);
+            L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
+            continue;
+        }
+        L("attn_q.weight", sh->n_embd, n_q, wtype, se);
+        if (qwen2) {
+            L_LO("attn_q.bias", n_q, EBB_GGML_F32, 1.0f, -0.5f);
+        }
+        L("attn_k.weight", sh->n_embd, n_kv, wtype, se);
+        if (qwen2) {
+            L_LO("attn_k.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
+        }
+        L("attn_v.weight", sh->n_embd, n_kv, wtype, se);
+        if (qwen2) {
+            L_LO("attn_v.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
+        }
+        if (qwen3) {
+            L_LO("attn_q_norm.weight", hd, EBB_GGML_F32, norm_sc, norm_lo);
+            L_LO("attn_k_norm.weight", hd, EBB_GGML_F32, norm_sc, norm_lo);
+        }
+        L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
+        L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
         L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
 #undef L
+#undef L_LO
     }
 #undef ADD
+#undef ADD_LO
     const uint64_t align = 32;
     uint64_t off = 0;
     for (uint32_t i = 0; i < k; i++) {
@@ -342,21 +406,29 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + n_src_tok);
-    kv_str(&w, "general.architecture", "llama");
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + n_src_tok);
+    const char *fam = family_names[sh->family];
+    char kb[96];
+#define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
+    kv_str(&w, "general.architecture", fam);
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
     kv_u32(&w, "general.file_type", wtype == EBB_GGML_Q4_0 ? 2 : 7);
-    kv_u32(&w, "llama.block_count", n_layer);
-    kv_u32(&w, "llama.context_length", sh->n_ctx);
-    kv_u32(&w, "llama.embedding_length", sh->n_embd);
-    kv_u32(&w, "llama.feed_forward_length", sh->n_ff);
-    kv_u32(&w, "llama.attention.head_count", sh->n_head);
-    kv_u32(&w, "llama.attention.head_count_kv", sh->n_head_kv);
-    kv_f32(&w, "llama.rope.freq_base", sh->rope_base);
-    kv_f32(&w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_u32(&w, "llama.vocab_size", sh->n_vocab);
-    kv_u32(&w, "llama.rope.dimension_count", hd);
+    kv_u32(&w, KEY("block_count"), n_layer);
+    kv_u32(&w, KEY("context_length"), sh->n_ctx);
+    kv_u32(&w, KEY("embedding_length"), sh->n_embd);
+    kv_u32(&w, KEY("feed_forward_length"), sh->n_ff);
+    kv_u32(&w, KEY("attention.head_count"), sh->n_head);
+    kv_u32(&w, KEY("attention.head_count_kv"), sh->n_head_kv);
+    kv_f32(&w, KEY("rope.freq_base"), sh->rope_base);
+    kv_f32(&w, KEY("attention.layer_norm_rms_epsilon"), sh->rms_eps > 0 ? sh->rms_eps : 1e-5f);
+    kv_u32(&w, KEY("vocab_size"), sh->n_vocab);
+    kv_u32(&w, KEY("rope.dimension_count"), hd);
+    if (sh->head_dim) {
+        kv_u32(&w, KEY("attention.key_length"), hd);
+        kv_u32(&w, KEY("attention.value_length"), hd);
+    }
+#undef KEY
     ebb_err rc = EBB_OK;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src) && !rc; i++) {
         const char *key = ebb_gguf_kv_key(src, i);

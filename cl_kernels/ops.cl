@@ -122,6 +122,33 @@ __kernel void add(__global const float *a, __global const float *b, __global flo
     y[i] = a[i] + b[i];
 }
 
+/* y[t][i] += b[i]: a bias over the first n columns of each row (qwen2's q | k | v biases).
+ * Global size (n, n_tok). */
+__kernel void add_bias(__global float *y, int y_ld, __global const float *b)
+{
+    int i = get_global_id(0), t = get_global_id(1);
+    y[(size_t)t * y_ld + i] += b[i];
+}
+
+/* RMS norm of each head of row t of qkv in place: the n_head query heads scaled by wq, the
+ * next n_head_kv key heads by wk (both head_dim long); V is left alone. One work-group per
+ * head and row: global (NORM_WG, n_head + n_head_kv, n_tok), local (NORM_WG, 1, 1). */
+__kernel void head_norm(__global float *qkv, int qkv_ld, __global const float *wq,
+                        __global const float *wk, int n_head, int head_dim, float eps)
+{
+    __local float tmp[NORM_WG];
+    int lid = get_local_id(0), h = get_global_id(1), t = get_global_id(2);
+    __global float *v = qkv + (size_t)t * qkv_ld + (size_t)h * head_dim;
+    const __global float *w = h < n_head ? wq : wk;
+    float ss = 0.0f;
+    for (int i = lid; i < head_dim; i += NORM_WG)
+        ss += v[i] * v[i];
+    ss = wg_sum(ss, tmp);
+    float inv = rsqrt(ss / head_dim + eps);
+    for (int i = lid; i < head_dim; i += NORM_WG)
+        v[i] = v[i] * inv * w[i];
+}
+
 /* Softmax of each row of n floats in place. One work-group per row (global (NORM_WG, rows)). */
 __kernel void softmax(__global float *x, int n)
 {

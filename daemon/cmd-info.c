@@ -13,6 +13,7 @@
 #include "cl/cl.h"
 #include "daemon/config.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 #define MAX_LAYERS (1u << 20) /* "blk.N." with a larger N is not counted as a layer */
 #define N_TYPES 64            /* histogram slots; ggml type ids are below this */
@@ -258,6 +259,16 @@ static void print_ufact(FILE *o, const char *label, struct ufact f)
         fprintf(o, "%" PRIu64 "..%" PRIu64 " (per layer)\n", f.min, f.max);
 }
 
+/* {"features": "...", "engines": "..."}, or {"error": "..."} for a file no family runs. */
+static json_t *j_family(const struct ebb_gguf *g)
+{
+    char fam[512], eng[512];
+    struct ebb_diag d = {{0}};
+    if (ebb_model_describe(g, fam, sizeof(fam), eng, sizeof(eng), &d))
+        return json_pack("{s:s}", "error", d.msg);
+    return json_pack("{s:s,s:s}", "features", fam, "engines", eng);
+}
+
 static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f)
 {
     char h[32];
@@ -271,6 +282,15 @@ static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, cons
             ebb_gguf_data_offset(g));
     fprintf(o, "%-18s%s\n", "architecture:", f->arch);
     fprintf(o, "%-18s%s\n", "name:", f->has_name ? f->name : "-");
+    /* The family's description (runtime/model/arch-*.c) and the backends that run it. */
+    char fam[512], eng[512];
+    struct ebb_diag d = {{0}};
+    if (ebb_model_describe(g, fam, sizeof(fam), eng, sizeof(eng), &d)) {
+        fprintf(o, "%-18s%s\n", "family:", d.msg);
+    } else {
+        fprintf(o, "%-18s%s\n", "family:", fam);
+        fprintf(o, "%-18s%s\n", "engines:", eng);
+    }
     human(f->n_params, h, sizeof(h));
     fprintf(o, "%-18s%" PRIu64 " (%s)\n", "parameters:", f->n_params, h);
     print_ufact(o, "layers:", f->n_layer);
@@ -368,6 +388,7 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
         {"n_tensors", json_integer((json_int_t)ebb_gguf_n_tensors(g))},
         {"architecture", json_string(f->arch)},
         {"name", j_text(f->has_name, f->name)},
+        {"family", j_family(g)},
         {"n_params", json_integer((json_int_t)f->n_params)},
         {"n_layer", j_ufact(f->n_layer)},
         {"n_embd", j_ufact(f->n_embd)},

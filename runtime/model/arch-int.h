@@ -90,12 +90,16 @@ enum ebb__dim {
     EBB__DIM_KV,    /* n_head_kv * head_dim */
     EBB__DIM_FF,    /* n_ff */
     EBB__DIM_HEAD,  /* head_dim */
+    EBB__DIM_QKV,   /* (n_head + 2 n_head_kv) * head_dim: a fused q|k|v projection */
+    EBB__DIM_FF2,   /* 2 n_ff: a fused gate|up projection */
     EBB__N_DIM
 };
 
 enum ebb__tensor_flags {
     EBB__T_LAYER = 1,    /* one per layer: GGUF's "blk.<layer>.<name>" */
     EBB__T_OPTIONAL = 2, /* may be missing: then `fallback` is used, or ops using it are skipped */
+    EBB__T_REFUSED = 4,  /* must be missing: the file asks for something no backend implements
+                            (its presence is a load error naming the tensor) */
 };
 
 struct ebb__tensor {
@@ -118,6 +122,12 @@ struct ebb__tensor {
         (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_OPTIONAL, (int8_t)(fb)                      \
     }
 
+/* A tensor whose presence makes the load fail (e.g. Phi-3.5's longrope frequency factors). */
+#define EBB__TENSOR_REFUSED(name)                                                                  \
+    {                                                                                              \
+        (name), EBB__DIM_1, EBB__DIM_1, EBB__T_REFUSED | EBB__T_OPTIONAL, -1                       \
+    }
+
 /* ---- 3. the forward pass ---- */
 
 /* Activation buffers: rows of one token each, width in hyper-parameter terms. */
@@ -132,6 +142,8 @@ enum ebb__buf {
     EBB__BUF_UP,     /* (n_ff) */
     EBB__BUF_OUT,    /* (n_embd) a block's output before its residual add */
     EBB__BUF_LOGITS, /* (n_vocab) */
+    EBB__BUF_QKV,    /* (n_q + 2 n_kv) a fused projection's output, before SPLIT */
+    EBB__BUF_GU,     /* (2 n_ff) a fused gate|up projection's output, before SPLIT */
     EBB__N_BUF
 };
 
@@ -147,6 +159,9 @@ enum ebb__op_kind {
                           heads, scale 1/sqrt(head_dim), the layer's window (ebb__arch_window) */
     EBB__OP_GLU,       /* dst = act(a) * b (arg: enum ebb__act) */
     EBB__OP_ADD,       /* dst += a */
+    EBB__OP_ADD_BIAS,  /* dst = a + t, t a vector as wide as dst added to every row (qwen2) */
+    EBB__OP_SPLIT,     /* dst, b (and c when arg is 3) = consecutive column ranges of a, each
+                          as wide as its buffer (phi3's fused q|k|v and gate|up) */
     EBB__N_OP
 };
 
@@ -211,6 +226,20 @@ struct ebb__op {
         EBB__OP_ADD, EBB__B(dst), EBB__B(a), 0, 0, 0, -1                                           \
     }
 
+#define EBB__ADD_BIAS(dst, t)                                                                      \
+    {                                                                                              \
+        EBB__OP_ADD_BIAS, EBB__B(dst), EBB__B(dst), 0, 0, 0, (t)                                   \
+    }
+
+#define EBB__SPLIT2(a, d0, d1)                                                                     \
+    {                                                                                              \
+        EBB__OP_SPLIT, EBB__B(d0), EBB__B(a), EBB__B(d1), 0, 2, -1                                 \
+    }
+#define EBB__SPLIT3(a, d0, d1, d2)                                                                 \
+    {                                                                                              \
+        EBB__OP_SPLIT, EBB__B(d0), EBB__B(a), EBB__B(d1), EBB__B(d2), 3, -1                        \
+    }
+
 /* A whole family. */
 struct ebb__arch {
     const char *name; /* general.architecture */
@@ -231,6 +260,9 @@ struct ebb__arch {
 /* The families (arch-<family>.c). */
 extern const struct ebb__arch ebb__arch_llama;
 extern const struct ebb__arch ebb__arch_gemma3;
+extern const struct ebb__arch ebb__arch_qwen2;
+extern const struct ebb__arch ebb__arch_qwen3;
+extern const struct ebb__arch ebb__arch_phi3;
 
 /* ---- arch.c: what the backends use to run a description ---- */
 

@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3};
+static const struct ebb__arch *const families[] = {
+    &ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2, &ebb__arch_qwen3, &ebb__arch_phi3};
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
 
 const struct ebb__arch *ebb__arch_find(const char *name)
@@ -41,6 +42,8 @@ const char *ebb__arch_op_name(enum ebb__op_kind k)
         [EBB__OP_ATTENTION] = "attention",
         [EBB__OP_GLU] = "glu",
         [EBB__OP_ADD] = "add",
+        [EBB__OP_ADD_BIAS] = "add_bias",
+        [EBB__OP_SPLIT] = "split",
     };
     return (unsigned)k < EBB__N_OP ? names[k] : "?";
 }
@@ -62,6 +65,10 @@ uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d)
         return hp->n_ff;
     case EBB__DIM_HEAD:
         return hp->head_dim;
+    case EBB__DIM_QKV:
+        return ((uint64_t)hp->n_head + 2ull * hp->n_head_kv) * hp->head_dim;
+    case EBB__DIM_FF2:
+        return 2ull * hp->n_ff;
     default:
         return 0;
     }
@@ -75,6 +82,7 @@ uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b)
         [EBB__BUF_V] = EBB__DIM_KV,     [EBB__BUF_ATT] = EBB__DIM_Q,
         [EBB__BUF_GATE] = EBB__DIM_FF,  [EBB__BUF_UP] = EBB__DIM_FF,
         [EBB__BUF_OUT] = EBB__DIM_EMBD, [EBB__BUF_LOGITS] = EBB__DIM_VOCAB,
+        [EBB__BUF_QKV] = EBB__DIM_QKV,  [EBB__BUF_GU] = EBB__DIM_FF2,
     };
     return (unsigned)b < EBB__N_BUF ? (uint32_t)ebb__arch_dim(hp, dims[b]) : 0;
 }
@@ -236,6 +244,11 @@ ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *h
     const struct ebb__tensor *d = &a->tensors[t];
     ebb__arch_tensor_name(a, t, l, name, sizeof(name));
     const struct ebb_gguf_tensor *gt = ebb_gguf_find_tensor(g, name);
+    if (gt && (d->flags & EBB__T_REFUSED))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "tensor %s: the %s family's file asks for what ebb does not "
+                            "implement yet",
+                            name, a->name);
     if (!gt) {
         if (!(d->flags & EBB__T_OPTIONAL))
             return ebb_diag_set(diag, EBB_EFORMAT, "tensor %s missing", name);
@@ -270,7 +283,8 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         (op->t >= 0 && (uint32_t)op->t >= a->n_tensors))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u is malformed", a->name, prog, i);
     bool needs_t = op->kind == EBB__OP_GET_ROWS || op->kind == EBB__OP_RMS_NORM ||
-                   op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL;
+                   op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL ||
+                   op->kind == EBB__OP_ADD_BIAS;
     if (needs_t != (op->t >= 0))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u (%s) %s a tensor", a->name, prog,
                             i, on, needs_t ? "needs" : "takes no");
@@ -286,6 +300,7 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         ok = ne0 == wd;
         break;
     case EBB__OP_RMS_NORM:
+    case EBB__OP_ADD_BIAS:
         ok = wa == wd && ne0 == wd && ne1 == 1;
         break;
     case EBB__OP_HEAD_NORM:
@@ -311,6 +326,13 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
     case EBB__OP_SCALE:
         ok = op->arg == EBB__SCALE_SQRT_EMBD;
         break;
+    case EBB__OP_SPLIT: {
+        uint64_t sum = wd + ebb__arch_buf_width(hp, op->b);
+        if (op->arg == 3)
+            sum += ebb__arch_buf_width(hp, op->c);
+        ok = (op->arg == 2 || op->arg == 3) && sum == wa;
+        break;
+    }
     }
     if (!ok)
         return ebb_diag_set(diag, EBB_EINVAL,

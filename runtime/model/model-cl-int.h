@@ -45,10 +45,12 @@ enum clm_buf {
 };
 
 enum clm_step_kind {
-    CLM_PROJ, /* out (+)= group @ in: decode folds the norm or the SwiGLU into the product,
-                 prefill runs them as kernels of their own first */
-    CLM_ATTN, /* rope_kv (rotates q and k in CLM_QKV, stores k and v) and attention into
-                 CLM_ATT */
+    CLM_PROJ,      /* out (+)= group @ in: decode folds the norm or the SwiGLU into the product,
+                      prefill runs them as kernels of their own first */
+    CLM_ATTN,      /* rope_kv (rotates q and k in CLM_QKV, stores k and v) and attention into
+                      CLM_ATT */
+    CLM_BIAS,      /* the layer's bias (n_q + 2 n_kv, plan.bias) added to every row of CLM_QKV */
+    CLM_HEAD_NORM, /* RMS norm of each q and k head in CLM_QKV (plan.qk_norm) */
 };
 
 struct clm_step {
@@ -79,6 +81,10 @@ struct clm_plan {
     bool embd_scale;  /* input: times sqrt(n_embd) */
     int16_t out_norm; /* output: the final norm's vector */
     int16_t output;   /* output: the head's matrix */
+    bool has_bias;    /* a CLM_BIAS step: its tensors (q, k, v; optional ones absent: zeros) */
+    int16_t bias[3];
+    bool has_qk_norm; /* a CLM_HEAD_NORM step: its (head_dim) q and k norm tensors */
+    int16_t qk_norm[2];
 };
 
 struct layer {
@@ -86,6 +92,8 @@ struct layer {
     struct ebb_cl_weight w[MAX_GROUPS][GROUP_MAX]; /* group g fused into w[g][0], or one each */
     uint32_t n_w[MAX_GROUPS];
     cl_mem kc, vc; /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
+    cl_mem bias;   /* (n_q + 2 n_kv) f32 with plan.has_bias */
+    cl_mem qn, kn; /* (head_dim) f32 with plan.has_qk_norm */
 };
 
 struct clm {
@@ -107,6 +115,7 @@ struct clm {
     cl_kernel k_attn_rope;             /* attn_decode_rope, with tu.att_rope */
     bool att_q8;                       /* decode: the attention output waits in xq / xd (attend
                                           fused its quantization), not in att */
+    cl_kernel k_bias, k_head_norm;     /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */

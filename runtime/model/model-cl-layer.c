@@ -278,6 +278,32 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
     return EBB_OK;
 }
 
+/* A CLM_BIAS step: the layer's q | k | v bias added to the nt rows of m->qkv. */
+static ebb_err add_bias(struct clm *m, const struct layer *L, int nt, struct ebb_diag *diag)
+{
+    int ld = (int)m->n_qkv;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(ld), EBB_CL_ARG(L->bias)};
+    size_t g[2] = {m->n_qkv, (size_t)nt};
+    ebb_err rc = ebb_cl_set_args(m->k_bias, 0, a, 3, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_bias, 2, g, NULL, diag);
+}
+
+/* A CLM_HEAD_NORM step: each query and key head of the nt rows of m->qkv RMS-normed and
+ * scaled by the layer's q / k norm vector. */
+static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    int ld = (int)m->n_qkv, nh = (int)hp->n_head, hd = (int)hp->head_dim;
+    float eps = hp->rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(ld), EBB_CL_ARG(L->qn),
+                             EBB_CL_ARG(L->kn),  EBB_CL_ARG(nh), EBB_CL_ARG(hd),
+                             EBB_CL_ARG(eps)};
+    size_t g[3] = {m->tu.norm_wg, hp->n_head + hp->n_head_kv, (size_t)nt};
+    size_t l[3] = {m->tu.norm_wg, 1, 1};
+    ebb_err rc = ebb_cl_set_args(m->k_head_norm, 0, a, 7, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
+}
+
 /* One layer for nt tokens at positions pos..pos+nt-1 of slot seq: the compiled steps of the
  * family's layer program (model-cl-plan.c); x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
@@ -285,8 +311,21 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
 {
     for (uint32_t i = 0; i < m->plan.n_steps; i++) {
         const struct clm_step *s = &m->plan.steps[i];
-        ebb_err rc =
-            s->kind == CLM_ATTN ? attend(m, L, seq, nt, pos, i, diag) : proj(m, L, s, nt, diag);
+        ebb_err rc;
+        switch ((enum clm_step_kind)s->kind) {
+        case CLM_ATTN:
+            rc = attend(m, L, seq, nt, pos, i, diag);
+            break;
+        case CLM_BIAS:
+            rc = add_bias(m, L, nt, diag);
+            break;
+        case CLM_HEAD_NORM:
+            rc = head_norm(m, L, nt, diag);
+            break;
+        default:
+            rc = proj(m, L, s, nt, diag);
+            break;
+        }
         if (rc)
             return rc;
     }

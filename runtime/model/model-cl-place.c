@@ -230,6 +230,52 @@ static ebb_err place_plan_norm(struct clm *m, const struct ebb_gguf *g, int16_t 
     return place_norm(m, g, nm, out, diag);
 }
 
+/* Tensors ts[0..n) of layer l (vectors of the family's table) dequantized side by side into
+ * one f32 device vector of `len` floats; an optional tensor the file lacks leaves zeros. */
+static ebb_err place_vecs(struct clm *m, const struct ebb_gguf *g, const int16_t *ts, uint32_t n,
+                          uint32_t l, uint32_t len, cl_mem *out, struct ebb_diag *diag)
+{
+    float *f = calloc(len, sizeof(float));
+    if (!f)
+        return EBB_ENOMEM;
+    ebb_err rc = EBB_OK;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        const struct ebb_gguf_tensor *t = NULL;
+        uint64_t w = ebb__arch_dim(&m->hp, m->a->tensors[ts[i]].ne0);
+        if (off + w > len) {
+            rc = ebb_diag_set(diag, EBB_EINVAL, "vectors wider than %u", len);
+            break;
+        }
+        rc = ebb__arch_tensor(m->a, &m->hp, g, (uint32_t)ts[i], l, &t, diag);
+        if (!rc && t && (rc = ebb_quant_dequantize_row(t->type, t->data, f + off, (uint32_t)w)))
+            rc = ebb_diag_set(diag, rc, "tensor '%s': unsupported type %u", t->name, t->type);
+        off += w;
+    }
+    if (!rc) {
+        cl_int e = CL_SUCCESS;
+        *out = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                              sizeof(float) * len, f, &e);
+        rc = ebb_cl_check(e, diag, "clCreateBuffer(vector)");
+    }
+    free(f);
+    return rc;
+}
+
+/* A layer's bias and q/k norm vectors, where the plan has those steps. */
+static ebb_err place_layer_vecs(struct clm *m, const struct ebb_gguf *g, uint32_t l,
+                                struct layer *L, struct ebb_diag *diag)
+{
+    const struct clm_plan *p = &m->plan;
+    ebb_err rc = EBB_OK;
+    if (p->has_bias)
+        rc = place_vecs(m, g, p->bias, 3, l, m->n_qkv, &L->bias, diag);
+    if (!rc && p->has_qk_norm &&
+        !(rc = place_vecs(m, g, &p->qk_norm[0], 1, l, m->hp.head_dim, &L->qn, diag)))
+        rc = place_vecs(m, g, &p->qk_norm[1], 1, l, m->hp.head_dim, &L->kn, diag);
+    return rc;
+}
+
 /* The embeddings and the output head: the input's get_rows tensor, and the output's matrix,
  * which is the same tensor when the family's fallback ties them. */
 static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
@@ -269,6 +315,8 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
         for (uint32_t k = 0; k < m->plan.n_norms; k++)
             if ((rc = place_plan_norm(m, g, m->plan.norms[k], l, &L->norm[k], diag)))
                 return rc;
+        if ((rc = place_layer_vecs(m, g, l, L, diag)))
+            return rc;
         /* Streamed layers keep only their norms and KV cache on the device. */
         if ((!STREAMING(m) || ebb_stream_is_resident(m->st, l)) &&
             (rc = ebb__clm_place_layer(m, g, l, diag)))

@@ -5,9 +5,12 @@
  * kernels over the token tile). The patterns:
  *   rms_norm(CUR, X) matmul(Q, CUR) matmul(K, CUR) matmul(V, CUR)  -> proj X -> q|k|v
  *   rms_norm(CUR, X) matmul(GATE, CUR) matmul(UP, CUR)             -> proj X -> gate|up
+ *   rms_norm(CUR, X) matmul(QKV or GU, CUR) split(...)              -> the same, one fused weight
  *   rope(Q) rope(K) attention(ATT, Q, K, V)                         -> attn (rope_kv, attention)
  *   matmul(OUT, ATT) add(X, OUT)                                    -> proj ATT -> X, residual
  *   glu(GATE, GATE, UP, silu) matmul(OUT, GATE) add(X, OUT)         -> proj gate|up -> X, SwiGLU
+ *   add_bias(Q) add_bias(K) add_bias(V)                             -> bias of q|k|v (qwen2)
+ *   head_norm(Q, Q) head_norm(K, K)                                 -> head_norm of q|k (qwen3)
  * and, around the layers, get_rows(X) [scale(X, sqrt_embd)] and rms_norm(CUR, X)
  * matmul(LOGITS, CUR). An op outside them is refused with its name: the engine has no kernel
  * for it yet (adding one means a pattern here and a step in model-cl-layer.c). */
@@ -48,6 +51,26 @@ static ebb_err add_step(struct clm_plan *p, struct clm_step s, struct ebb_diag *
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many steps in one layer");
     p->steps[p->n_steps++] = s;
     return EBB_OK;
+}
+
+/* rms_norm(CUR, X), one fused product of CUR into QKV or GU and its split into q, k, v or
+ * gate, up: the same step with a group of one weight (phi3). Returns the ops used. */
+static uint32_t match_norm_fused(const struct ebb__op *ops, uint32_t n, struct clm_step *s)
+{
+    if (n < 3 || !is(OP(0), EBB__OP_RMS_NORM, EBB__BUF_CUR, EBB__BUF_X) ||
+        OP(1)->kind != EBB__OP_MATMUL || OP(1)->a != EBB__BUF_CUR || OP(2)->kind != EBB__OP_SPLIT ||
+        OP(2)->a != OP(1)->dst)
+        return 0;
+    const struct ebb__op *sp = OP(2);
+    if (OP(1)->dst == EBB__BUF_QKV && sp->arg == 3 && sp->dst == EBB__BUF_Q &&
+        sp->b == EBB__BUF_K && sp->c == EBB__BUF_V)
+        *s = (struct clm_step){.kind = CLM_PROJ, .in = CLM_X, .out = CLM_QKV};
+    else if (OP(1)->dst == EBB__BUF_GU && sp->arg == 2 && sp->dst == EBB__BUF_GATE &&
+             sp->b == EBB__BUF_UP)
+        *s = (struct clm_step){.kind = CLM_PROJ, .in = CLM_X, .out = CLM_GU};
+    else
+        return 0;
+    return 3;
 }
 
 /* rms_norm(CUR, X) then the products of CUR into q|k|v or gate|up. Returns the ops used. */
@@ -91,6 +114,14 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
             if (!(rc = add_group(p, OP(1), n_mm, &s.group, diag)))
                 rc = add_step(p, s, diag);
             i += 1 + n_mm;
+        } else if (match_norm_fused(ops, n - i, &s)) {
+            if (p->n_norms == MAX_NORMS)
+                return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many norms in one layer");
+            s.norm = (int8_t)p->n_norms;
+            p->norms[p->n_norms++] = OP(0)->t;
+            if (!(rc = add_group(p, OP(1), 1, &s.group, diag)))
+                rc = add_step(p, s, diag);
+            i += 3;
         } else if (n - i >= 3 && is(OP(0), EBB__OP_ROPE, EBB__BUF_Q, EBB__BUF_Q) &&
                    is(OP(1), EBB__OP_ROPE, EBB__BUF_K, EBB__BUF_K) && OP(0)->arg == OP(1)->arg &&
                    is(OP(2), EBB__OP_ATTENTION, EBB__BUF_ATT, EBB__BUF_Q) &&
@@ -114,6 +145,21 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
             if (!(rc = add_group(p, OP(1), 1, &s.group, diag)))
                 rc = add_step(p, s, diag);
             i += 3;
+        } else if (n - i >= 3 && is(OP(0), EBB__OP_ADD_BIAS, EBB__BUF_Q, EBB__BUF_Q) &&
+                   is(OP(1), EBB__OP_ADD_BIAS, EBB__BUF_K, EBB__BUF_K) &&
+                   is(OP(2), EBB__OP_ADD_BIAS, EBB__BUF_V, EBB__BUF_V) && !p->has_bias) {
+            p->has_bias = true;
+            for (int k = 0; k < 3; k++)
+                p->bias[k] = OP(k)->t;
+            rc = add_step(p, (struct clm_step){.kind = CLM_BIAS}, diag);
+            i += 3;
+        } else if (n - i >= 2 && is(OP(0), EBB__OP_HEAD_NORM, EBB__BUF_Q, EBB__BUF_Q) &&
+                   is(OP(1), EBB__OP_HEAD_NORM, EBB__BUF_K, EBB__BUF_K) && !p->has_qk_norm) {
+            p->has_qk_norm = true;
+            p->qk_norm[0] = OP(0)->t;
+            p->qk_norm[1] = OP(1)->t;
+            rc = add_step(p, (struct clm_step){.kind = CLM_HEAD_NORM}, diag);
+            i += 2;
         } else {
             const char *why = OP(0)->kind == EBB__OP_GLU && OP(0)->arg != EBB__ACT_SILU
                                   ? ", an activation other than SiLU"

@@ -58,6 +58,9 @@ static void clm_free(void *ctx)
                     ebb_cl_weight_fini(&L->w[gi][i]);
             release(&L->kc);
             release(&L->vc);
+            release(&L->bias);
+            release(&L->qn);
+            release(&L->kn);
         }
         free(m->layers);
     }
@@ -69,8 +72,10 @@ static void clm_free(void *ctx)
                          &m->tpi, &m->tov, &m->toi,    &m->xq,  &m->xd};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
-    cl_kernel ks[] = {m->k_norm,   m->k_rope,  m->k_attn_part, m->k_attn_red, m->k_attn_pre,
-                      m->k_swiglu, m->k_topk1, m->k_topk2,     m->k_q8,       m->k_attn_red_q8};
+    cl_kernel ks[] = {m->k_norm,     m->k_rope,   m->k_attn_part, m->k_attn_red,
+                      m->k_attn_pre, m->k_swiglu, m->k_topk1,     m->k_topk2,
+                      m->k_q8,       m->k_bias,   m->k_head_norm, m->k_attn_red_q8,
+                      m->k_attn_rope};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -100,7 +105,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_attn_pre, "attn_prefill"},
               {&m->k_swiglu, "swiglu"},
               {&m->k_topk1, "topk_part"},
-              {&m->k_topk2, "topk_merge"}};
+              {&m->k_topk2, "topk_merge"},
+              {&m->k_bias, "add_bias"},
+              {&m->k_head_norm, "head_norm"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;

@@ -41,6 +41,12 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
 /* Frees everything; accepts NULL. */
 void ebb_model_close(struct ebb_model *m);
 
+/* A GGUF's family in words for `ebb info` (the description's features: "q|k|v bias, rope neox
+ * over 64 dims, SiLU gate, tied output head") and the backends that can run it ("ref, opencl",
+ * or why the OpenCL engine refuses it). Fails as loading would for a file no family runs. */
+ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, char *engines,
+                           size_t ecap, struct ebb_diag *diag);
+
 const struct ebb_gguf *ebb_model_gguf(const struct ebb_model *m);
 const struct ebb_tokenizer *ebb_model_tokenizer(const struct ebb_model *m);
 const char *ebb_model_arch(const struct ebb_model *m);        /* "llama" */

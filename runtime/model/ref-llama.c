@@ -337,6 +337,22 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         for (uint64_t i = 0; i < nd; i++)
             d[i] += a[i];
         break;
+    case EBB__OP_ADD_BIAS:
+        for (uint64_t i = 0; i < nd; i++)
+            d[i] = a[i] + w->v[i % wd];
+        break;
+    case EBB__OP_SPLIT: {
+        const uint8_t parts[3] = {op->dst, op->b, op->c};
+        uint32_t off = 0, wa = r->width[op->a];
+        for (uint32_t k = 0; k < op->arg; k++) {
+            uint32_t wk = r->width[parts[k]];
+            float *pk = rows(r, parts[k], s);
+            for (uint32_t t = 0; t < s->n; t++)
+                memcpy(pk + (uint64_t)t * wk, a + (uint64_t)t * wa + off, wk * sizeof(float));
+            off += wk;
+        }
+        break;
+    }
     case EBB__N_OP:
         break;
     }

@@ -54,6 +54,8 @@ if [ -f "$smol" ]; then
     checked=$((checked + 1))
     expect_status 0 "$ebb" info "$smol"
     for want in "architecture:     llama" "parameters:       134515008 (134.5M)" \
+        "family:           rope normal over 64 dims, SiLU gate, tied output head" \
+        "engines:          ref, opencl" \
         "layers:           30" "embedding:        576" "heads:            9" \
         "kv heads:         3" "head dim:         64" "ffn:              1536" \
         "context:          8192" "rope base:        100000" "vocab:            49152" \

@@ -160,6 +160,8 @@ static uint64_t tiny_dim(uint8_t d)
         [EBB__DIM_KV] = T_EMBD / T_HEAD * T_HEAD_KV,
         [EBB__DIM_FF] = T_FF,
         [EBB__DIM_HEAD] = T_EMBD / T_HEAD,
+        [EBB__DIM_QKV] = T_EMBD + 2 * (T_EMBD / T_HEAD * T_HEAD_KV),
+        [EBB__DIM_FF2] = 2 * T_FF,
     };
     return v[d];
 }
@@ -171,6 +173,9 @@ static void kv_u32(struct wbuf *kv, const char *arch, const char *key, uint32_t 
     w_kv(kv, k, 4);
     w_u32(kv, v);
 }
+
+/* An optional tensor build() writes too (by name), or NULL. */
+static const char *with_optional;
 
 /* A GGUF with a's tensors in f32 (drop: a tensor name to leave out, bad: one whose second
  * dimension is off by one) and the hyper-parameter keys above. */
@@ -193,7 +198,9 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
         uint32_t nl = a->tensors[t].flags & EBB__T_LAYER ? T_LAYER : 1;
         for (uint32_t l = 0; l < nl; l++) {
             ebb__arch_tensor_name(a, t, l, names[n], sizeof(names[n]));
-            if ((drop && !strcmp(names[n], drop)) || (a->tensors[t].flags & EBB__T_OPTIONAL))
+            if ((drop && !strcmp(names[n], drop)) ||
+                ((a->tensors[t].flags & EBB__T_OPTIONAL) &&
+                 !(with_optional && !strcmp(names[n], with_optional))))
                 continue;
             uint64_t ne0 = tiny_dim(a->tensors[t].ne0), ne1 = tiny_dim(a->tensors[t].ne1);
             if (bad && !strcmp(names[n], bad))
@@ -223,8 +230,9 @@ static void free_built(struct built *b)
 static void test_tiny_families(void **state)
 {
     (void)state;
-    const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3};
-    for (size_t i = 0; i < 2; i++) {
+    const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2,
+                                      &ebb__arch_qwen3, &ebb__arch_phi3};
+    for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
         struct built b = build(fams[i], fams[i]->name, NULL, NULL);
         struct ebb_diag d = {{0}};
         assert_int_equal(open_built(&b, &d), EBB_OK);
@@ -261,6 +269,33 @@ static void test_missing_and_misshapen(void **state)
     (void)state;
     expect_check_fails("blk.1.attn_k_norm.weight", NULL, "tensor blk.1.attn_k_norm.weight missing");
     expect_check_fails(NULL, "blk.0.ffn_up.weight", "tensor blk.0.ffn_up.weight has shape (8, 17)");
+}
+
+/* A file with a tensor its family refuses (Phi-3.5's longrope factors) does not load, and the
+ * message names the tensor; qwen2's optional biases are checked for shape when present. */
+static void test_refused_and_optional(void **state)
+{
+    (void)state;
+    with_optional = "rope_factors_long.weight";
+    struct built b = build(&ebb__arch_phi3, "phi3", NULL, NULL);
+    with_optional = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "rope_factors_long.weight"));
+    free_built(&b);
+
+    with_optional = "blk.1.attn_k.bias";
+    b = build(&ebb__arch_qwen2, "qwen2", NULL, "blk.1.attn_k.bias");
+    with_optional = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EFORMAT);
+    assert_non_null(strstr(d.msg, "blk.1.attn_k.bias"));
+    free_built(&b);
 }
 
 static void test_unknown_arch(void **state)
@@ -340,8 +375,25 @@ static void test_cl_plan(void **state)
                 s[4].res);
     assert_false(p.embd_scale);
     assert_int_equal(ebb__clm_plan(&ebb__arch_gemma3, &hp, &p, &d), EBB_EUNSUPPORTED);
-    assert_non_null(strstr(d.msg, "gemma3's layer op 4 (head_norm)"));
+    /* Its q/k head norms compile; the attention output with a norm before its residual does
+     * not. */
+    assert_non_null(strstr(d.msg, "gemma3's layer op 9 (matmul)"));
     assert_non_null(strstr(d.msg, "--device ref"));
+    /* qwen2: llama's steps with the q|k|v bias between the projection and the attention. */
+    assert_int_equal(ebb__clm_plan(&ebb__arch_qwen2, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 6);
+    assert_true(p.steps[0].kind == CLM_PROJ && p.steps[1].kind == CLM_BIAS &&
+                p.steps[2].kind == CLM_ATTN && p.steps[2].neox && p.has_bias);
+    /* qwen3: the head norms there instead. */
+    assert_int_equal(ebb__clm_plan(&ebb__arch_qwen3, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 6);
+    assert_true(p.steps[1].kind == CLM_HEAD_NORM && p.has_qk_norm && !p.has_bias);
+    /* phi3: llama's five steps, the fused weights as groups of one. */
+    assert_int_equal(ebb__clm_plan(&ebb__arch_phi3, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 5);
+    assert_true(p.steps[0].out == CLM_QKV && p.groups[p.steps[0].group].n == 1);
+    assert_true(p.steps[3].out == CLM_GU && p.groups[p.steps[3].group].n == 1);
+    assert_true(p.steps[4].glu && p.steps[4].res);
     /* llama with a window (a family that declared one) is refused too. */
     hp.swa = 4;
     hp.swa_pattern = 2;
@@ -352,10 +404,10 @@ static void test_cl_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_smollm2),       cmocka_unit_test(test_gemma3),
-        cmocka_unit_test(test_tiny_families), cmocka_unit_test(test_missing_and_misshapen),
-        cmocka_unit_test(test_unknown_arch),  cmocka_unit_test(test_bad_description),
-        cmocka_unit_test(test_cl_plan),
+        cmocka_unit_test(test_smollm2),         cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_tiny_families),   cmocka_unit_test(test_missing_and_misshapen),
+        cmocka_unit_test(test_unknown_arch),    cmocka_unit_test(test_refused_and_optional),
+        cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,101 @@
+/* A family's facts for `ebb info`: what its description does (read from its ops, so a new
+ * family is described with nothing to add here) and which backends can run the file. */
+#include "model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "arch-int.h"
+#include "model-cl-int.h"
+
+struct sbuf {
+    char *p;
+    size_t cap, n;
+};
+
+static void add(struct sbuf *b, const char *fmt, ...)
+{
+    if (b->n >= b->cap)
+        return;
+    if (b->n) {
+        int w = snprintf(b->p + b->n, b->cap - b->n, ", ");
+        b->n += w > 0 ? (size_t)w : 0;
+        if (b->n >= b->cap)
+            return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += w > 0 ? (size_t)w : 0;
+}
+
+/* The first op of the layer program of kind k (and, with arg >= 0, that argument), or NULL. */
+static const struct ebb__op *find_op(const struct ebb__arch *a, enum ebb__op_kind k, int arg)
+{
+    for (uint32_t i = 0; i < a->n_layer_ops; i++)
+        if (a->layer[i].kind == k && (arg < 0 || a->layer[i].arg == arg))
+            return &a->layer[i];
+    return NULL;
+}
+
+static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                     const struct ebb_gguf *g, struct sbuf *b)
+{
+    for (uint32_t i = 0; i < a->n_input; i++)
+        if (a->input[i].kind == EBB__OP_SCALE)
+            add(b, "scaled embeddings");
+    if (find_op(a, EBB__OP_SPLIT, 3))
+        add(b, "fused q|k|v");
+    if (find_op(a, EBB__OP_ADD_BIAS, -1))
+        add(b, "q|k|v bias");
+    if (find_op(a, EBB__OP_HEAD_NORM, -1))
+        add(b, "q/k head norms");
+    for (uint32_t i = 0; i < a->n_layer_ops; i++)
+        if (a->layer[i].kind == EBB__OP_RMS_NORM && a->layer[i].dst == EBB__BUF_OUT) {
+            add(b, "post-block norms");
+            break;
+        }
+    const struct ebb__op *r = find_op(a, EBB__OP_ROPE, -1);
+    if (r)
+        add(b, "rope %s over %u dims", r->arg == EBB__ROPE_NEOX ? "neox" : "normal", hp->n_rot);
+    if (hp->rope_scale != 1.0f)
+        add(b, "linear rope scaling x%g", (double)hp->rope_scale);
+    if (find_op(a, EBB__OP_SPLIT, 2))
+        add(b, "fused gate|up");
+    const struct ebb__op *glu = find_op(a, EBB__OP_GLU, -1);
+    if (glu)
+        add(b, "%s gate", glu->arg == EBB__ACT_GELU_TANH ? "GELU-tanh" : "SiLU");
+    if (hp->swa && hp->swa_pattern)
+        add(b, "window %u on %u of %u layers", hp->swa, hp->swa_pattern - 1, hp->swa_pattern);
+    const struct ebb__op *head = &a->output[a->n_output - 1];
+    const struct ebb_gguf_tensor *ht = NULL, *et = NULL;
+    struct ebb_diag d = {{0}};
+    if (head->t >= 0 && !ebb__arch_tensor(a, hp, g, (uint32_t)head->t, 0, &ht, &d) &&
+        !ebb__arch_tensor(a, hp, g, (uint32_t)a->input[0].t, 0, &et, &d))
+        add(b, ht == et ? "tied output head" : "own output head");
+}
+
+ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, char *engines,
+                           size_t ecap, struct ebb_diag *diag)
+{
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    ebb_err rc = ebb__arch_read_hparams(g, &a, &hp, diag);
+    if (!rc)
+        rc = ebb__arch_check(a, &hp, g, diag);
+    if (rc)
+        return rc;
+    struct sbuf b = {family, fcap, 0};
+    if (fcap)
+        family[0] = 0;
+    features(a, &hp, g, &b);
+    struct clm_plan plan;
+    struct ebb_diag d = {{0}};
+    if (ebb__clm_plan(a, &hp, &plan, &d))
+        snprintf(engines, ecap, "ref (opencl refuses: %s)", d.msg);
+    else
+        snprintf(engines, ecap, "ref, opencl");
+    return EBB_OK;
+}
