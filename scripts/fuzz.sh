@@ -24,12 +24,15 @@ jinja="api/jinja-eval.c api/jinja-filters.c api/jinja-lex.c api/jinja-methods.c 
   api/jinja-tests.c api/jinja-value.c"
 vocab="runtime/gguf/gguf.c runtime/gguf/gguf-get.c runtime/gguf/gguf-types.c
   runtime/tokenizer/tok-bpe.c runtime/tokenizer/tok-detok.c runtime/tokenizer/tok-encode.c
-  runtime/tokenizer/tok-spm.c runtime/tokenizer/tok-vocab.c runtime/tokenizer/tokenizer.c
+  runtime/tokenizer/tok-pre.c runtime/tokenizer/tok-spm.c runtime/tokenizer/tok-vocab.c runtime/tokenizer/tokenizer.c
   runtime/tokenizer/unicode-data.c runtime/tokenizer/unicode.c"
 case $target in
 request)
-    src="api/params.c api/jsonmem.c api/defaults.c api/chat-template.c api/objects.c
-      runtime/sched/scheduler-stop.c runtime/sched/sampler.c tests/fuzz/fuzz-model-stub.c $jinja $vocab"
+    src="api/params.c api/params-format.c api/jsonmem.c api/defaults.c api/chat-template.c
+      api/objects.c api/tools.c api/tools-req.c api/tools-render.c api/json-schema.c
+      api/json-schema-regex.c runtime/grammar/gbnf-parse.c runtime/grammar/grammar-run.c
+      runtime/grammar/grammar-trie.c runtime/sched/scheduler-stop.c runtime/sched/sampler.c
+      tests/fuzz/fuzz-model-stub.c $jinja $vocab"
     export EBB_FUZZ_TEMPLATE="${EBB_FUZZ_TEMPLATE:-$root/tests/data/chat-templates/qwen2.5.jinja}" ;;
 jinja) src="$jinja" ;;
 tokenize | output)
