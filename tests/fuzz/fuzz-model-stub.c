@@ -1,6 +1,6 @@
-/* The fuzz targets link api/chat-template.c (and api/tools-req.c) without the model module: the one function that
- * takes a loaded model (ebb_chat_template_for_model) is never called, so its model accessors
- * only have to exist. */
+/* The fuzz targets link api/chat-template.c (and api/tools-req.c) without the model module: the one
+ * function that takes a loaded model (ebb_chat_template_for_model) is never called, so its model
+ * accessors only have to exist. */
 #include <stdlib.h>
 
 #include "model/model.h"
