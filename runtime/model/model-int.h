@@ -13,6 +13,10 @@ struct ebb__backend_i {
     ebb_err (*eval)(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                     struct ebb_model_out *out, struct ebb_diag *diag);
     void (*free)(void *ctx);
+    /* Optional: one forward pass over several slots' tokens (model.h, ebb_model_eval_batch);
+     * the parts are checked. NULL: model.c evaluates them one by one. */
+    ebb_err (*eval_batch)(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                          struct ebb_diag *diag);
     /* Optional (NULL/0 in backends without a layer streamer). */
     uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
     /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */

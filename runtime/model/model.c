@@ -172,12 +172,14 @@ uint32_t ebb_model_n_embd(const struct ebb_model *m)
     return m->hp.n_embd;
 }
 
-ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
-                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
+/* The checks every evaluated part passes before anything runs. */
+static ebb_err check_part(const struct ebb_model *m, uint32_t seq, const int32_t *tokens,
+                          uint32_t n, uint32_t pos, const struct ebb_model_out *out,
+                          struct ebb_diag *diag)
 {
     if (seq >= m->n_seq)
         return ebb_diag_set(diag, EBB_EINVAL, "sequence slot %u of %u", seq, m->n_seq);
-    if (n == 0)
+    if (n == 0 || !tokens)
         return ebb_diag_set(diag, EBB_EINVAL, "no tokens to evaluate");
     if (pos > m->n_ctx || n > m->n_ctx - pos)
         return ebb_diag_set(diag, EBB_ECTX, "positions %u..%u exceed the context of %u", pos,
@@ -189,8 +191,44 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     }
     if (out && out->top_k > m->hp.n_vocab)
         return ebb_diag_set(diag, EBB_EINVAL, "top_k %u > vocabulary", out->top_k);
+    return EBB_OK;
+}
+
+ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    ebb_err rc = check_part(m, seq, tokens, n, pos, out, diag);
+    if (rc)
+        return rc;
     struct ebb_model_out none = {0};
     return m->iface->eval(m->ctx, seq, tokens, n, pos, out ? out : &none, diag);
+}
+
+ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                             struct ebb_diag *diag)
+{
+    if (!n_seqs || !seqs)
+        return ebb_diag_set(diag, EBB_EINVAL, "an empty batch");
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const struct ebb_model_seq *s = &seqs[i];
+        ebb_err rc = check_part(m, s->seq, s->tokens, s->n, s->pos, s->out, diag);
+        if (rc)
+            return rc;
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq == s->seq)
+                return ebb_diag_set(diag, EBB_EINVAL, "slot %u appears twice in a batch", s->seq);
+    }
+    if (n_seqs > 1 && m->iface->eval_batch)
+        return m->iface->eval_batch(m->ctx, seqs, n_seqs, diag);
+    struct ebb_model_out none = {0};
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const struct ebb_model_seq *s = &seqs[i];
+        ebb_err rc =
+            m->iface->eval(m->ctx, s->seq, s->tokens, s->n, s->pos, s->out ? s->out : &none, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
 }
 
 bool ebb_model_streaming(const struct ebb_model *m)

@@ -90,4 +90,25 @@ bool ebb_model_stream_probe(struct ebb_model *m);
 ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                        uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag);
 
+/* One sequence's part of a batched evaluation: tokens[0..n) of slot seq at positions
+ * pos..pos+n-1, with the outputs ebb_model_eval would give it (out NULL: none, a prefill
+ * chunk). */
+struct ebb_model_seq {
+    uint32_t seq;
+    const int32_t *tokens;
+    uint32_t n;
+    uint32_t pos;
+    struct ebb_model_out *out;
+};
+
+/* Continuous batching: evaluates several sequences in one forward pass, so that the weights
+ * are read once for all their rows (decode tokens of many slots and prefill chunks together).
+ * Each slot appears at most once. Results equal separate ebb_model_eval calls up to rounding
+ * (the batched products round differently from the single-token ones). Checks every part as
+ * ebb_model_eval does before evaluating anything; if the pass fails, the KV entries of every
+ * part's slot from its pos on are undefined. Backends without a batched pass evaluate the
+ * parts one after the other. */
+ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                             struct ebb_diag *diag);
+
 #endif
