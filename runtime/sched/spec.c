@@ -8,8 +8,8 @@
 #include <time.h>
 
 /* Acceptance prior and the weight of one draft's outcome in its moving average. */
-#define ACCEPT_PRIOR 0.5
-#define ACCEPT_ALPHA 0.1
+#define ACCEPT_PRIOR 0.6
+#define ACCEPT_ALPHA 0.25
 /* Cost of one more row relative to a one-row pass until passes of two sizes were timed. */
 #define ROW_COST_PRIOR 0.1
 /* Decay of the timing moments per observed pass. */
