@@ -35,6 +35,8 @@ static void bench_usage(FILE *f)
             "                          unchanged); prints drafted/accepted\n"
             "      --draft-max K       with --spec: at most K drafts per pass (default 8)\n"
             "      --draft-fixed       with --spec: always K drafts (no adaptation)\n"
+            "      --draft MODEL       with --spec: drafts from this model of the same tokenizer\n"
+            "                          (greedy, resident on the same device)\n"
             "      --json              one JSON object on stdout\n"
             "%s"
             "  -h, --help              show this help\n",
@@ -101,9 +103,9 @@ out:
 
 /* --spec ngram: greedy decoding through ebb_spec_decode; ids[0..n_prompt] hold the prompt and
  * the first generated token, the others follow. */
-static ebb_err decode_spec(struct ebb_model *m, const struct ebb_spec_params *sp, int32_t *ids,
-                           unsigned long n_prompt, unsigned long n_gen, struct ebb_spec_stats *st,
-                           struct ebb_diag *d)
+static ebb_err decode_spec(struct ebb_model *m, struct ebb_model *dm,
+                           const struct ebb_spec_params *sp, int32_t *ids, unsigned long n_prompt,
+                           unsigned long n_gen, struct ebb_spec_stats *st, struct ebb_diag *d)
 {
     struct ebb_sampling gp;
     ebb_sampling_defaults(&gp);
@@ -114,6 +116,8 @@ static ebb_err decode_spec(struct ebb_model *m, const struct ebb_spec_params *sp
     ebb_err rc = ebb_sampler_new(&gp, ebb_model_n_vocab(m), &smp, d);
     if (!rc)
         rc = ebb_spec_new(sp, ebb_model_n_vocab(m), ebb_model_n_ctx(m), &s, d);
+    if (!rc && dm)
+        rc = ebb_spec_attach_model(s, dm, 0, d);
     if (rc)
         goto out;
     ebb_spec_push(s, ids, (uint32_t)n_prompt + 1);
@@ -133,18 +137,18 @@ out:
     return rc;
 }
 
-static json_t *spec_json(const struct ebb_spec_stats *st)
+static json_t *spec_json(const struct ebb_spec_stats *st, bool draft)
 {
     double rate = st->drafted ? (double)st->accepted / (double)st->drafted : 0;
-    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:i, s:f}", "type", "ngram", "drafted",
-                     (json_int_t)st->drafted, "accepted", (json_int_t)st->accepted, "acceptance",
-                     rate, "passes", (json_int_t)st->passes, "plain_passes", (json_int_t)st->plain,
-                     "k", (int)st->k, "row_cost", st->row_cost);
+    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:i, s:f}", "type", draft ? "draft" : "ngram",
+                     "drafted", (json_int_t)st->drafted, "accepted", (json_int_t)st->accepted,
+                     "acceptance", rate, "passes", (json_int_t)st->passes, "plain_passes",
+                     (json_int_t)st->plain, "k", (int)st->k, "row_cost", st->row_cost);
 }
 
 int ebb_cmd_bench(int argc, char **argv)
 {
-    enum { O_PT = 256, O_GT, O_DEV, O_CTX, O_JSON, O_PF, O_SPEC, O_DMAX, O_DFIXED };
+    enum { O_PT = 256, O_GT, O_DEV, O_CTX, O_JSON, O_PF, O_SPEC, O_DMAX, O_DFIXED, O_DRAFT };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt-tokens", required_argument, NULL, O_PT},
@@ -156,6 +160,7 @@ int ebb_cmd_bench(int argc, char **argv)
         {"spec", required_argument, NULL, O_SPEC},
         {"draft-max", required_argument, NULL, O_DMAX},
         {"draft-fixed", no_argument, NULL, O_DFIXED},
+        {"draft", required_argument, NULL, O_DRAFT},
         {"help", no_argument, NULL, 'h'},
         EBB_STREAM_LONGOPTS,
         {NULL, 0, NULL, 0},
@@ -163,7 +168,7 @@ int ebb_cmd_bench(int argc, char **argv)
     struct ebb_model_params mp = {.device = "auto", .n_seq = 1};
     unsigned long n_prompt = 128, n_gen = 64, ctx = 0;
     bool json = false, spec = false;
-    const char *prompt_file = NULL;
+    const char *prompt_file = NULL, *draft = NULL;
     struct ebb_spec_params sp;
     ebb_spec_params_defaults(&sp);
     optind = 1;
@@ -196,6 +201,9 @@ int ebb_cmd_bench(int argc, char **argv)
             sp.draft_max = (uint32_t)v;
         } else if (c == O_DFIXED) {
             sp.fixed_k = true;
+        } else if (c == O_DRAFT) {
+            draft = optarg;
+            spec = true;
         } else if (c == 'h') {
             bench_usage(stdout);
             return 0;
@@ -231,7 +239,7 @@ int ebb_cmd_bench(int argc, char **argv)
     mp.n_ctx = (uint32_t)(ctx ? ctx : n_prompt + n_gen);
 
     int status = 1;
-    struct ebb_model *m = NULL;
+    struct ebb_model *m = NULL, *dm = NULL;
     int32_t *ids = NULL;
     float *lgs = NULL; /* top logit of each generated token (exact comparisons in tests) */
     struct ebb_diag d = {{0}};
@@ -243,6 +251,15 @@ int ebb_cmd_bench(int argc, char **argv)
         goto out;
     }
     double t_load = now_ms() - t0;
+    if (draft) {
+        struct ebb_model_params dp = {
+            .path = draft, .device = mp.device, .n_ctx = ebb_model_n_ctx(m), .n_seq = 1};
+        if ((rc = ebb_model_open(&dp, &dm, &d))) {
+            fprintf(stderr, "ebb bench: cannot load --draft '%s': %s\n", draft,
+                    d.msg[0] ? d.msg : ebb_err_str(rc));
+            goto out;
+        }
+    }
     uint32_t V = ebb_model_n_vocab(m);
     if (n_prompt + n_gen > ebb_model_n_ctx(m)) {
         fprintf(stderr, "ebb bench: %lu + %lu tokens exceed the context of %u\n", n_prompt, n_gen,
@@ -273,7 +290,7 @@ int ebb_cmd_bench(int argc, char **argv)
     lgs[0] = top_logit;
     double t2 = now_ms();
     struct ebb_spec_stats sst = {0};
-    if (spec && (rc = decode_spec(m, &sp, ids, n_prompt, n_gen, &sst, &d)))
+    if (spec && (rc = decode_spec(m, dm, &sp, ids, n_prompt, n_gen, &sst, &d)))
         goto fail;
     for (unsigned long i = 1; i < n_gen && !spec; i++) {
         uint32_t pos = (uint32_t)(n_prompt + i - 1);
@@ -302,7 +319,7 @@ int ebb_cmd_bench(int argc, char **argv)
                               dec, "peak_rss_bytes", (json_int_t)peak, "tokens", jt);
         if (spec) { /* the verification rows give no top logit per token */
             json_decref(jl);
-            json_object_set_new(j, "spec", spec_json(&sst));
+            json_object_set_new(j, "spec", spec_json(&sst, dm != NULL));
         } else {
             json_object_set_new(j, "top_logits", jl);
         }
@@ -317,9 +334,10 @@ int ebb_cmd_bench(int argc, char **argv)
         printf("prefill    %lu tokens in %.1f ms: %.2f tok/s\n", n_prompt, t_prefill, pf);
         printf("decode     %lu tokens in %.1f ms: %.2f tok/s\n", n_gen - 1, t_decode, dec);
         if (spec)
-            printf("spec       ngram: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "
+            printf("spec       %s: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "
                    "plain; k now %u, row cost %.2f\n",
-                   (unsigned long long)sst.drafted, (unsigned long long)sst.accepted,
+                   dm ? "draft" : "ngram", (unsigned long long)sst.drafted,
+                   (unsigned long long)sst.accepted,
                    sst.drafted ? 100.0 * (double)sst.accepted / (double)sst.drafted : 0.0,
                    (unsigned long long)sst.passes, (unsigned long long)sst.plain, sst.k,
                    sst.row_cost);
@@ -348,6 +366,7 @@ fail:
 out:
     free(ids);
     free(lgs);
+    ebb_model_close(dm);
     ebb_model_close(m);
     return status;
 }

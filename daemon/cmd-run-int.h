@@ -16,7 +16,8 @@ struct ebb__run_opts {
     struct ebb_sampling sp; /* the flags' values over the built-in defaults */
     unsigned sent; /* EBB_DEF_BIT of each sampling flag given; the others take the defaults */
     struct ebb_model_params stream; /* the streamer fields only */
-    bool spec;                      /* --spec ngram: speculative decoding with n-gram drafts */
+    bool spec;                      /* --spec ngram|draft: speculative decoding */
+    const char *draft;              /* --draft MODEL: drafts from this model (--spec draft) */
     struct ebb_spec_params specp;   /* --draft-max, --draft-min, --draft-fixed */
 };
 

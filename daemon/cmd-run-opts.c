@@ -54,6 +54,9 @@ static void run_usage(FILE *f)
             "                          the text so far (n-gram lookup) and verify them in one\n"
             "                          pass; the output is the same as without (see\n"
             "                          docs/STREAMER.md) (default off)\n"
+            "      --draft MODEL       speculative decoding with drafts from a small model of\n"
+            "                          the same tokenizer (its greedy choices), kept resident\n"
+            "                          on the same device (--spec draft)\n"
             "      --draft-max K       with --spec: at most K drafts per pass, 1..64 (default 8)\n"
             "      --draft-min N       with --spec: verify no fewer than N drafts (default 1)\n"
             "      --draft-fixed       with --spec: always K drafts (no adaptation to the\n"
@@ -118,7 +121,8 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         O_SPEC,
         O_DMAX,
         O_DMIN,
-        O_DFIXED
+        O_DFIXED,
+        O_DRAFT
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -144,6 +148,7 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         {"draft-max", required_argument, NULL, O_DMAX},
         {"draft-min", required_argument, NULL, O_DMIN},
         {"draft-fixed", no_argument, NULL, O_DFIXED},
+        {"draft", required_argument, NULL, O_DRAFT},
         {"help", no_argument, NULL, 'h'},
         EBB_STREAM_LONGOPTS,
         {NULL, 0, NULL, 0},
@@ -153,7 +158,7 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
     o->device = "auto";
     ebb_sampling_defaults(&o->sp); /* fields no flag sets are resolved once the model is open */
     ebb_spec_params_defaults(&o->specp);
-    bool spec_flags = false;
+    bool spec_flags = false, spec_draft = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -220,8 +225,13 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
             ok = parse_long(optarg, 1, 1 << 20, &o->ctx);
             break;
         case O_SPEC:
-            ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "off");
-            o->spec = !strcmp(optarg, "ngram");
+            ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "draft") || !strcmp(optarg, "off");
+            o->spec = strcmp(optarg, "off") != 0;
+            spec_draft = !strcmp(optarg, "draft");
+            break;
+        case O_DRAFT:
+            o->draft = optarg;
+            o->spec = true;
             break;
         case O_DMAX:
             ok = parse_long(optarg, 1, EBB_SPEC_DRAFT_CAP, &v);
@@ -275,7 +285,11 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         return 2;
     }
     if (spec_flags && !o->spec) {
-        fprintf(stderr, "ebb run: --draft-max, --draft-min and --draft-fixed need --spec ngram\n");
+        fprintf(stderr, "ebb run: --draft-max, --draft-min and --draft-fixed need --spec\n");
+        return 2;
+    }
+    if (spec_draft && !o->draft) {
+        fprintf(stderr, "ebb run: --spec draft needs --draft MODEL\n");
         return 2;
     }
     if (o->specp.draft_min > o->specp.draft_max) {

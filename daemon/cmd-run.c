@@ -94,7 +94,8 @@ struct run {
     const struct ebb_tokenizer *tok;
     uint32_t n_vocab, n_ctx;
     struct ebb_sampler *smp;
-    struct ebb_spec *spec; /* --spec ngram */
+    struct ebb_spec *spec; /* --spec */
+    struct ebb_model *dm;  /* --draft MODEL */
     json_t *jsampling;     /* the sampling settings and their sources (--json) */
     char *wrapped;         /* --chat: the rendered prompt */
     int32_t *prompt_ids;
@@ -154,6 +155,24 @@ static int load(struct run *r, struct ebb__run_opts *o)
     for (size_t i = 0; i < gd.n_notes; i++)
         fprintf(stderr, "ebb run: note: %s\n", gd.notes[i]);
     return (r->jsampling = sampling_summary(&o->sp, o->sent, &gd)) ? 0 : oom();
+}
+
+/* --draft MODEL: the draft model on the same device with the same context, one slot, attached
+ * to the drafter (which checks that the vocabularies agree). */
+static int load_draft(struct run *r, const struct ebb__run_opts *o)
+{
+    struct ebb_diag d = {{0}};
+    struct ebb_model_params mp = {
+        .path = o->draft, .device = o->device, .n_ctx = r->n_ctx, .n_seq = 1};
+    ebb_err rc = ebb_model_open(&mp, &r->dm, &d);
+    if (!rc)
+        rc = ebb_spec_attach_model(r->spec, r->dm, 0, &d);
+    if (rc) {
+        fprintf(stderr, "ebb run: --draft '%s': %s\n", o->draft,
+                d.msg[0] ? d.msg : ebb_err_str(rc));
+        return 1;
+    }
+    return 0;
 }
 
 /* Prompt tokens: raw text with BOS per the metadata; --chat also parses the template's special
@@ -225,6 +244,8 @@ static int prepare(struct run *r, const struct ebb__run_opts *o)
             return 1;
         }
         ebb_spec_push(r->spec, r->prompt_ids, (uint32_t)r->n_prompt);
+        if (o->draft && load_draft(r, o))
+            return 1;
     }
     r->n_cand = ebb_sampler_n_candidates(r->smp);
     uint32_t nc = r->n_cand ? r->n_cand : 1;
@@ -356,15 +377,16 @@ static json_t *spec_summary(const struct run *r)
                                                  (double)(st.passes + st.plain)
                                            : 0;
     fprintf(stderr,
-            "ebb run: spec ngram: %llu drafted, %llu accepted (%.1f%%), %llu verification passes "
+            "ebb run: spec %s: %llu drafted, %llu accepted (%.1f%%), %llu verification passes "
             "+ %llu plain, %.2f tokens per pass; k now %u (acceptance %.2f, row cost %.2f)\n",
-            (unsigned long long)st.drafted, (unsigned long long)st.accepted, 100 * rate,
-            (unsigned long long)st.passes, (unsigned long long)st.plain, per_pass, st.k,
-            st.accept_ema, st.row_cost);
-    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:f, s:i, s:f}", "type", "ngram", "drafted",
-                     (json_int_t)st.drafted, "accepted", (json_int_t)st.accepted, "acceptance",
-                     rate, "passes", (json_int_t)st.passes, "plain_passes", (json_int_t)st.plain,
-                     "tokens_per_pass", per_pass, "k", (int)st.k, "row_cost", st.row_cost);
+            r->dm ? "draft" : "ngram", (unsigned long long)st.drafted,
+            (unsigned long long)st.accepted, 100 * rate, (unsigned long long)st.passes,
+            (unsigned long long)st.plain, per_pass, st.k, st.accept_ema, st.row_cost);
+    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:f, s:i, s:f}", "type",
+                     r->dm ? "draft" : "ngram", "drafted", (json_int_t)st.drafted, "accepted",
+                     (json_int_t)st.accepted, "acceptance", rate, "passes", (json_int_t)st.passes,
+                     "plain_passes", (json_int_t)st.plain, "tokens_per_pass", per_pass, "k",
+                     (int)st.k, "row_cost", st.row_cost);
 }
 
 /* --json: tokens, text, prompt, stop reason, seed, device, timings, peak RSS, the streamer's
@@ -441,6 +463,7 @@ static void run_fini(struct run *r)
     free(r->wrapped);
     ebb_sampler_free(r->smp);
     ebb_spec_free(r->spec);
+    ebb_model_close(r->dm);
     ebb_model_close(r->m);
     json_decref(r->jsampling);
     ebb_config_fini(&r->cfg);

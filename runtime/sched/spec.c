@@ -29,6 +29,13 @@ struct ebb_spec {
     double accept;              /* moving per-draft acceptance */
     double w, sn, snn, st, snt; /* decayed moments of (rows, seconds) of timed passes */
     uint32_t idle;              /* steps with k at 0 since the last probe */
+    uint64_t dropped;           /* history tokens forgotten (the history is then no longer
+                                   indexed by position) */
+    /* Draft model (ebb_spec_attach_model): its slot holds KV for positions < dm_valid, and
+     * dm_tok[0..dm_n) are the drafts it evaluated at positions dm_base.. in its last call. */
+    struct ebb_model *dm;
+    uint32_t dm_seq, dm_valid, dm_base, dm_n;
+    int32_t *dm_tok; /* (draft_max) */
     struct ebb_spec_stats stats;
 };
 
@@ -89,6 +96,7 @@ void ebb_spec_free(struct ebb_spec *s)
 {
     if (!s)
         return;
+    free(s->dm_tok);
     free(s->hist);
     free(s->batch);
     free(s->rows);
@@ -98,6 +106,8 @@ void ebb_spec_free(struct ebb_spec *s)
 void ebb_spec_reset(struct ebb_spec *s)
 {
     s->hist_len = 0;
+    s->dropped = 0;
+    s->dm_valid = s->dm_base = s->dm_n = 0;
     adapt_reset(s);
     s->k = choose_k(s);
 }
@@ -108,6 +118,7 @@ void ebb_spec_push(struct ebb_spec *s, const int32_t *tokens, uint32_t n)
         if (s->hist_len == s->hist_cap) { /* forget the older half at once: amortised O(1) */
             uint32_t keep = s->hist_cap / 2;
             memmove(s->hist, s->hist + (s->hist_len - keep), sizeof(int32_t) * keep);
+            s->dropped += s->hist_len - keep;
             s->hist_len = keep;
         }
         s->hist[s->hist_len++] = tokens[i];
@@ -115,6 +126,62 @@ void ebb_spec_push(struct ebb_spec *s, const int32_t *tokens, uint32_t n)
 }
 
 /* ---- drafting ---- */
+
+ebb_err ebb_spec_attach_model(struct ebb_spec *s, struct ebb_model *dm, uint32_t seq,
+                              struct ebb_diag *diag)
+{
+    if (dm && ebb_model_n_vocab(dm) != s->n_vocab)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "spec: the draft model has %u tokens, the model %u (they must share "
+                            "the tokenizer)",
+                            ebb_model_n_vocab(dm), s->n_vocab);
+    if (dm && seq >= ebb_model_n_seq(dm))
+        return ebb_diag_set(diag, EBB_EINVAL, "spec: the draft model has no slot %u", seq);
+    if (dm && !s->dm_tok && !(s->dm_tok = malloc(sizeof(int32_t) * s->p.draft_max)))
+        return ebb_diag_set(diag, EBB_ENOMEM, "spec: out of memory");
+    s->dm = dm;
+    s->dm_seq = seq;
+    s->dm_valid = s->dm_base = s->dm_n = 0;
+    return EBB_OK;
+}
+
+/* The draft model's greedy continuation of the history: catch up from the first position
+ * whose cached token differs from the history (at least the last token, for its logits), then
+ * one pass per further draft. Position = history index, so only while nothing was dropped. */
+static uint32_t draft_model(struct ebb_spec *s, int32_t *draft, uint32_t k)
+{
+    uint32_t L = s->hist_len, valid = s->dm_valid;
+    if (s->dropped || !L)
+        return 0;
+    for (uint32_t i = 0; i < s->dm_n && s->dm_base + i == valid; i++)
+        if (valid < L && s->hist[valid] == s->dm_tok[i])
+            valid++;
+    if (valid > L - 1)
+        valid = L - 1;
+    if ((uint64_t)L + k > ebb_model_n_ctx(s->dm))
+        k = L < ebb_model_n_ctx(s->dm) ? ebb_model_n_ctx(s->dm) - L : 0;
+    s->dm_n = 0;
+    s->dm_valid = valid;
+    if (!k)
+        return 0;
+    int32_t top;
+    float top_logit;
+    struct ebb_model_out o = {.top_k = 1, .top_ids = &top, .top_logits = &top_logit};
+    if (ebb_model_eval(s->dm, s->dm_seq, s->hist + valid, L - valid, valid, &o, NULL))
+        return 0;
+    s->dm_valid = L;
+    s->dm_base = L;
+    uint32_t n = 0;
+    for (;;) {
+        draft[n++] = top;
+        if (n == k)
+            break;
+        if (ebb_model_eval(s->dm, s->dm_seq, &top, 1, L + n - 1, &o, NULL))
+            break;
+        s->dm_tok[s->dm_n++] = draft[n - 1];
+    }
+    return n;
+}
 
 uint32_t ebb_spec_draft(struct ebb_spec *s, int32_t *draft, uint32_t cap)
 {
@@ -125,6 +192,10 @@ uint32_t ebb_spec_draft(struct ebb_spec *s, int32_t *draft, uint32_t cap)
     }
     if (cap < k)
         k = cap;
+    if (s->dm) {
+        uint32_t n = k ? draft_model(s, draft, k) : 0;
+        return n < s->p.draft_min ? 0 : n;
+    }
     const int32_t *h = s->hist;
     uint32_t L = s->hist_len;
     if (!k || L < s->p.ngram_min + 1)
@@ -276,13 +347,13 @@ ebb_err ebb_spec_decode(struct ebb_spec *s, struct ebb_model *m, uint32_t seq,
     if (cap > s->p.draft_max)
         cap = s->p.draft_max;
     s->batch[0] = last;
+    double t0 = now_s(); /* drafting counts in the step's cost: a draft model's passes do */
     uint32_t nd = ebb_spec_draft(s, s->batch + 1, cap);
     struct ebb_model_out o = {0};
     if (nd)
         o.logits_all = s->rows;
     else
         o.logits = s->rows;
-    double t0 = now_s();
     ebb_err rc = ebb_model_eval(m, seq, s->batch, nd + 1, pos, &o, diag);
     if (rc)
         return rc;

@@ -70,11 +70,22 @@ void ebb_spec_reset(struct ebb_spec *s);
 /* Appends tokens to the history the drafts come from: the prompt, then each emitted token. */
 void ebb_spec_push(struct ebb_spec *s, const int32_t *tokens, uint32_t n);
 
+/* Drafts from a small model instead of n-grams (`--draft MODEL`): dm's slot seq is the draft
+ * model's own KV for this sequence. Its greedy choices are the drafts, a point-mass draft as
+ * the n-gram's, so verification is unchanged. The vocabularies must have the same size (the
+ * same tokenizer: a draft token means the same text to both). Allocates the draft's logits
+ * scratch here; drafting allocates nothing. dm must outlive s (or be detached with NULL). Each
+ * ebb_spec_draft first catches the draft model up on the tokens it has not seen (those of the
+ * history past the last draft it made that was accepted), then runs k - 1 single-token passes. */
+ebb_err ebb_spec_attach_model(struct ebb_spec *s, struct ebb_model *dm, uint32_t seq,
+                              struct ebb_diag *diag);
+
 /* Proposes up to min(cap, k) tokens to follow the history into draft[0..), returning how many
  * (0: decode this step plainly). The suffix of the history is matched against every earlier
  * position; the longest match (at most ngram_max tokens, at least ngram_min) wins, the most
  * recent among equals, and the tokens that followed it are proposed (where they run into the
- * suffix itself, the match's period repeats). O(history) per call. */
+ * suffix itself, the match's period repeats). O(history) per call. With a draft model, its
+ * greedy continuation instead (0 when its pass fails or the history outgrew the contexts). */
 uint32_t ebb_spec_draft(struct ebb_spec *s, int32_t *draft, uint32_t cap);
 
 /* Verifies drafts against the rows of logits the model gave for [last, draft[0..n_draft))

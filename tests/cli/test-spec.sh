@@ -17,12 +17,12 @@ ebb=$1
 dev=${EBB_TEST_DEVICE:-auto}
 
 expect_status 0 "$ebb" run --help
-for flag in --spec --draft-max --draft-min --draft-fixed; do
+for flag in --spec --draft-max --draft-min --draft-fixed --draft; do
     grep -q -- "$flag" "$tmp/out" || fail "ebb run --help does not document $flag"
 done
 expect_status 2 "$ebb" run -m "$smol" -p hi --spec nope
 expect_status 2 "$ebb" run -m "$smol" -p hi --draft-max 4
-expect_err "need --spec ngram"
+expect_err "need --spec"
 expect_status 2 "$ebb" run -m "$smol" -p hi --spec ngram --draft-max 0
 expect_status 2 "$ebb" run -m "$smol" -p hi --spec ngram --draft-max 4 --draft-min 6
 expect_status 2 "$ebb" bench -m "$smol" --spec nope
@@ -56,7 +56,7 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 what, min_acc = sys.argv[3], int(sys.argv[4])
 assert a["tokens"] == b["tokens"], (what, a["tokens"], b["tokens"])
 assert a["text"] == b["text"] and a["stop"] == b["stop"], what
-assert "spec" not in a and b["spec"]["type"] == "ngram", what
+assert "spec" not in a and b["spec"]["type"] in ("ngram", "draft"), what
 s = b["spec"]
 assert s["accepted"] <= s["drafted"] and s["accepted"] >= min_acc, (what, s)
 print(f'{what}: {len(b["tokens"])} tokens identical; drafted {s["drafted"]}, '
@@ -79,6 +79,20 @@ done
 run_json plain -p "$code" --chat -n 48 --temp 0 --device "$dev"
 run_json spec -p "$code" --chat -n 48 --temp 0 --device "$dev" --spec ngram --draft-fixed
 same_ids plain spec "code edit on $dev" 1
+
+# --draft MODEL with the model itself as the draft: its greedy drafts are the model's own
+# single-token choices, so (ties aside) every one is accepted, and the ids are the same.
+run_json spec -p "$code" --chat -n 48 --temp 0 --device "$dev" --draft "$smol"
+same_ids plain spec "code edit, the model as its own draft, on $dev" 1
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["spec"]; assert s["type"] == "draft" and s["accepted"] >= s["drafted"] - 1, s' \
+    "$tmp/spec.json" || fail "self-draft acceptance"
+expect_status 2 "$ebb" run -m "$smol" -p hi --spec draft
+expect_status 1 "$ebb" run -m "$smol" -p hi --draft "$tmp/none.gguf" --device "$dev"
+expect_err "--draft"
+if [ -f "$gemma" ]; then # another tokenizer: refused with a reason
+    expect_status 1 "$ebb" run -m "$smol" -p hi --draft "$gemma" --device ref
+    expect_err "tokenizer"
+fi
 
 # Sampling with a seed: the same rows and the same draws give the same tokens.
 run_json plain -p "$numbers" -n 32 --temp 0.7 --top-k 20 --seed 7 --device ref-q8

@@ -24,12 +24,25 @@
 struct ebb_model {
     int32_t kv[FCTX];
     uint32_t evals, rows;
+    int32_t skew; /* a draft model that guesses differently: favourite + skew at some places */
 };
 
 uint32_t ebb_model_n_ctx(const struct ebb_model *m)
 {
     (void)m;
     return FCTX;
+}
+
+uint32_t ebb_model_n_vocab(const struct ebb_model *m)
+{
+    (void)m;
+    return FV;
+}
+
+uint32_t ebb_model_n_seq(const struct ebb_model *m)
+{
+    (void)m;
+    return 1;
 }
 
 static float noise(uint32_t a, uint32_t b, uint32_t c)
@@ -47,6 +60,8 @@ static void fake_row(const struct ebb_model *m, uint32_t p, float *row)
 {
     int32_t t = m->kv[p], prev = p ? m->kv[p - 1] : 0;
     int32_t next = p % 13 == 12 ? (t + 7) % FV : t % 5 + 1;
+    if (m->skew && p % 3 == 0)
+        next = (next + m->skew) % FV;
     for (uint32_t v = 0; v < FV; v++)
         row[v] = noise(p, (uint32_t)(t * FV + prev), v);
     row[next] += 5.0f;
@@ -76,6 +91,15 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     }
     if (out->logits)
         fake_row(m, pos + n - 1, out->logits);
+    if (out->top_k) {
+        float row[FV];
+        fake_row(m, pos + n - 1, row);
+        uint32_t b = 0;
+        for (uint32_t v = 1; v < FV; v++)
+            b = row[v] > row[b] ? v : b;
+        out->top_ids[0] = (int32_t)b;
+        out->top_logits[0] = row[b];
+    }
     return EBB_OK;
 }
 
@@ -493,7 +517,8 @@ static uint32_t plain_run(struct ebb_sampler *smp, const int32_t *prompt, uint32
 static uint32_t spec_run(struct ebb_spec *s, struct ebb_sampler *smp, const int32_t *prompt,
                          uint32_t np, uint32_t n_gen, int32_t *gen)
 {
-    struct ebb_model m = {0};
+    static struct ebb_model m;
+    memset(&m, 0, sizeof(m));
     float row[FV];
     struct ebb_model_out o = {.logits = row};
     assert_int_equal(ebb_model_eval(&m, 0, prompt, np, 0, &o, NULL), EBB_OK);
@@ -544,6 +569,43 @@ static void test_decode_identical(void **state)
     decode_case(1.0f, true);
 }
 
+/* A draft model: the same fake (its greedy guesses are the model's own, so every draft is
+ * accepted when greedy) and a skewed one (wrong at every third position); the output equals
+ * plain decoding either way, and the draft model is caught up after rejections. */
+static void test_decode_draft_model(void **state)
+{
+    (void)state;
+    enum { NG = 100 };
+    const int32_t prompt[] = {9, 3, 17, 2};
+    for (int32_t skew = 0; skew < 2; skew++) {
+        for (int temp = 0; temp < 2; temp++) {
+            static struct ebb_model dm;
+            memset(&dm, 0, sizeof(dm));
+            dm.skew = skew;
+            int32_t want[NG], got[NG];
+            struct ebb_sampler *a = make_sampler((float)temp, 0, 1.0f, 5, FV);
+            struct ebb_sampler *b = make_sampler((float)temp, 0, 1.0f, 5, FV);
+            struct ebb_spec *s = make_spec(4, true, FCTX);
+            assert_int_equal(ebb_spec_attach_model(s, &dm, 0, NULL), EBB_OK);
+            plain_run(a, prompt, 4, NG, want);
+            spec_run(s, b, prompt, 4, NG, got);
+            assert_memory_equal(got, want, sizeof(want));
+            struct ebb_spec_stats st;
+            ebb_spec_stats(s, &st);
+            if (!skew && !temp)
+                assert_int_equal(st.accepted, st.drafted);
+            if (skew && !temp)
+                assert_true(st.accepted < st.drafted && st.accepted > st.drafted / 4);
+            /* The draft model never re-evaluates what it has: at most its prompt pass, one
+             * catch-up token and k - 1 drafts per step. */
+            assert_true(dm.rows <= 4 + (st.passes + st.plain) * 5);
+            ebb_spec_free(s);
+            ebb_sampler_free(a);
+            ebb_sampler_free(b);
+        }
+    }
+}
+
 static void test_decode_limits(void **state)
 {
     (void)state;
@@ -587,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_distribution_test_catches_wrong_rule),
         cmocka_unit_test(test_adaptive_k),
         cmocka_unit_test(test_decode_identical),
+        cmocka_unit_test(test_decode_draft_model),
         cmocka_unit_test(test_decode_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
