@@ -75,8 +75,20 @@ struct slot {
     uint32_t n_cached;
     uint32_t emb_i, emb_pos, emb_off; /* embedding job: input, position in it, its offset */
     bool prefilled;
+    int32_t next_tok;         /* decoding: the sampled token this step evaluates */
+    struct ebb_model_out out; /* this step's outputs */
     double t_start, t_first;
+    double t_used; /* when its last job ended (admission prefers the oldest) */
     struct ebb_sched_result res;
+};
+
+/* Counters of the engine's steps, summed by the engine and published under mu. */
+struct ebb__step_stats {
+    uint64_t steps, rows, seqs;        /* passes, tokens evaluated, slots evaluated */
+    uint32_t last_rows, last_seqs;     /* the latest pass */
+    uint64_t jobs;                     /* jobs started */
+    double t_queue;                    /* their seconds in the queue */
+    uint64_t cache_hits, cache_tokens; /* jobs that reused a cached prefix, tokens reused */
 };
 
 struct ebb_sched {
@@ -106,7 +118,10 @@ struct ebb_sched {
     char swap_msg[128];
     struct slot *slots; /* (n_slots) engine-thread owned except slot.job, which mu guards */
     uint32_t n_slots;
-    char *text_buf; /* scratch for released text */
+    struct ebb_model_seq *parts;  /* (n_slots) a step's batch */
+    uint32_t *order;              /* (n_slots) a step's waiting prefills, oldest first */
+    struct ebb__step_stats stats; /* (mu) published after every step */
+    char *text_buf;               /* scratch for released text */
     size_t text_cap;
     struct ebb_token_trie *trie; /* engine thread: the model's token trie, built on first use */
 };
@@ -116,14 +131,8 @@ double ebb__now_s(void);
 void ebb__job_free(struct job *j);
 /* A job that ends before it ran (cancelled in the queue, shutdown). */
 void ebb__job_cancelled(struct job *j, double t_queue);
-/* Starts the slot's job (its prompt's cached prefix, sampler, grammar); on error the caller
- * ends the slot. */
-ebb_err ebb__slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
-                        struct ebb_diag *diag);
-/* One step of the slot: a prefill chunk or one generated token. */
-void ebb__slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m);
-/* Ends the slot's job: frees it from the slot (under mu) and reports the result. */
-void ebb__slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
-                   const char *msg);
-
+/* One engine step: starts newly admitted jobs, then evaluates in one batched pass a token of
+ * every decoding slot and as much prefill as the step's budget (prefill_chunk tokens) allows,
+ * oldest job first; samples, releases text and ends jobs as they finish. Adds to *st. */
+void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st);
 #endif

@@ -44,8 +44,8 @@ void ebb__job_cancelled(struct job *j, double t_queue)
     job_finish(j, &r);
 }
 
-void ebb__slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
-                   const char *msg)
+static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
+                     const char *msg)
 {
     struct job *j = sl->job;
     double t = ebb__now_s();
@@ -74,6 +74,7 @@ void ebb__slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_
                 sl->gram.n_sampled ? sl->gram.t_grammar * 1e3 / (double)sl->gram.n_sampled : 0.0);
         sl->gram.active = false;
     }
+    sl->t_used = t;
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
     s->n_active--;
@@ -98,25 +99,28 @@ static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
     return EBB_OK;
 }
 
-/* One step of an embedding job: a chunk of the current input, summed into its output row,
- * which becomes the mean when the input is complete. */
-static void embed_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+/* An embedding job's part of the step: a chunk of the current input (at most budget tokens),
+ * summed into its output row. */
+static void embed_part(struct slot *sl, struct ebb_model *m, uint32_t n, struct ebb_model_seq *part)
 {
     struct job *j = sl->job;
-    struct ebb_diag diag = {{0}};
+    sl->out = (struct ebb_model_out){.hidden_sum =
+                                         j->gp.embed_out + (size_t)sl->emb_i * ebb_model_n_embd(m)};
+    *part = (struct ebb_model_seq){.tokens = j->prompt + sl->emb_off + sl->emb_pos,
+                                   .n = n,
+                                   .pos = sl->emb_pos,
+                                   .out = &sl->out};
+}
+
+/* After the pass: the row becomes the input's mean once the input is complete. */
+static void embed_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                        const struct ebb_model_seq *p)
+{
+    struct job *j = sl->job;
     uint32_t len = j->embed_len[sl->emb_i], d = ebb_model_n_embd(m);
-    uint32_t n = len - sl->emb_pos < s->prefill_chunk ? len - sl->emb_pos : s->prefill_chunk;
-    float *row = j->gp.embed_out + (size_t)sl->emb_i * d;
-    struct ebb_model_out out = {.hidden_sum = row};
-    const int32_t *t = j->prompt + sl->emb_off + sl->emb_pos;
-    ebb_err rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), t, n, sl->emb_pos, &out, &diag);
-    if (rc) {
-        sl->n_kv = 0;
-        ebb__slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-        return;
-    }
-    memcpy(sl->kv_tokens + sl->emb_pos, t, sizeof(int32_t) * n);
-    sl->emb_pos += n;
+    float *row = sl->out.hidden_sum;
+    memcpy(sl->kv_tokens + sl->emb_pos, p->tokens, sizeof(int32_t) * p->n);
+    sl->emb_pos += p->n;
     sl->n_kv = sl->emb_pos;
     if (sl->emb_pos == len) {
         for (uint32_t i = 0; i < d; i++)
@@ -128,11 +132,11 @@ static void embed_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m
     if (j->sink.on_prefill)
         j->sink.on_prefill(j->sink.ud, sl->emb_off + sl->emb_pos, j->n_prompt);
     if (sl->emb_i == j->gp.n_embed)
-        ebb__slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
 }
 
-ebb_err ebb__slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
-                        struct ebb_diag *diag)
+static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                          struct ebb_diag *diag)
 {
     struct job *j = sl->job;
     if (j->gp.n_embed)
@@ -175,51 +179,14 @@ static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
     j->sink.on_token(j->sink.ud, &t);
 }
 
-/* One step of a slot: a prefill chunk or one generated token. */
-void ebb__slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+/* A decoding slot's turn: samples the next token from the logits of the last pass, releases
+ * its text and checks the ends (end of generation, stop string, grammar complete, max_tokens,
+ * context). Returns true when the job goes on with sl->next_tok to evaluate. */
+static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
 {
     struct job *j = sl->job;
     struct ebb_diag diag = {{0}};
     uint32_t n_ctx = ebb_model_n_ctx(m);
-    if (atomic_load(&j->cancel)) {
-        ebb__slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
-        return;
-    }
-    if (j->gp.n_embed) {
-        embed_step(s, sl, m);
-        return;
-    }
-    if (!sl->prefilled) {
-        /* The last prompt token is always evaluated on its own, so its logits come from the
-         * same single-token path whether or not the slot reused cached KV entries: devices
-         * whose batched and single-token kernels round differently then still give the same
-         * text for the same request and seed. */
-        uint32_t left = j->n_prompt - sl->n_kv;
-        uint32_t n = left > 1 ? left - 1 : 1;
-        if (n > s->prefill_chunk)
-            n = s->prefill_chunk;
-        struct ebb_model_out out = {0};
-        if (n == left)
-            out.logits = sl->logits;
-        ebb_err rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), j->prompt + sl->n_kv, n, sl->n_kv,
-                                    &out, &diag);
-        if (rc) {
-            sl->n_kv = 0;
-            ebb__slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-            return;
-        }
-        memcpy(sl->kv_tokens + sl->n_kv, j->prompt + sl->n_kv, sizeof(int32_t) * n);
-        sl->n_kv += n;
-        if (j->sink.on_prefill)
-            j->sink.on_prefill(j->sink.ud, sl->n_kv, j->n_prompt);
-        if (n == left) {
-            sl->prefilled = true;
-            sl->t_first = ebb__now_s();
-            sl->res.t_prefill = sl->t_first - sl->t_start;
-        }
-        return;
-    }
-
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
     struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
     int32_t id;
@@ -228,12 +195,12 @@ void ebb__slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
         rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
                                j->gp.logprobs ? &info : NULL, &diag);
         if (rc) {
-            ebb__slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-            return;
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+            return false;
         }
     } else if ((rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL))) {
-        ebb__slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
-        return;
+        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
+        return false;
     }
     ebb_sampler_accept(sl->smp, id);
     sl->n_gen++;
@@ -247,8 +214,8 @@ void ebb__slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
         if (!matched)
             w2 += ebb_stopper_flush(&sl->stopper, buf + w + 8 + w2, s->text_cap - w - 8 - w2);
         emit(sl, buf + w + 8, w2, id, pi);
-        ebb__slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
-        return;
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+        return false;
     }
     struct ebb_str piece = {0};
     if (ebb_tokenizer_piece(tok, id, false, &piece))
@@ -275,19 +242,144 @@ void ebb__slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
     }
     emit(sl, rel, w2, id, pi);
     if (matched || g_done) {
-        ebb__slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
-        return;
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+        return false;
     }
     if (at_end) {
-        ebb__slot_end(s, sl, EBB_FINISH_LENGTH, EBB_OK, NULL);
+        slot_end(s, sl, EBB_FINISH_LENGTH, EBB_OK, NULL);
+        return false;
+    }
+    sl->next_tok = id;
+    return true;
+}
+
+/* Phase one of a step for a slot: ends it if cancelled; else fills *part with what it
+ * evaluates this step and returns true. A decoding slot samples first (slot_sample) and
+ * contributes one row; a prefill (or an embedding input) takes up to *budget tokens of the
+ * step's prefill budget and waits when none is left. */
+static bool slot_prepare(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                         uint32_t *budget, struct ebb_model_seq *part)
+{
+    struct job *j = sl->job;
+    if (atomic_load(&j->cancel)) {
+        slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
+        return false;
+    }
+    uint32_t seq = (uint32_t)(sl - s->slots);
+    if (j->gp.n_embed) {
+        uint32_t left = j->embed_len[sl->emb_i] - sl->emb_pos;
+        if (!*budget)
+            return false;
+        uint32_t n = left < *budget ? left : *budget;
+        *budget -= n;
+        embed_part(sl, m, n, part);
+        part->seq = seq;
+        return true;
+    }
+    if (!sl->prefilled) {
+        /* The last prompt token is always evaluated on its own, so its logits come from the
+         * same single-token part whether or not the slot reused cached KV entries. */
+        uint32_t left = j->n_prompt - sl->n_kv;
+        uint32_t n = left > 1 ? left - 1 : 1;
+        if (!*budget)
+            return false;
+        n = n < *budget ? n : *budget;
+        *budget -= n;
+        sl->out = (struct ebb_model_out){.logits = n == left ? sl->logits : NULL};
+        *part = (struct ebb_model_seq){
+            .seq = seq, .tokens = j->prompt + sl->n_kv, .n = n, .pos = sl->n_kv, .out = &sl->out};
+        return true;
+    }
+    if (!slot_sample(s, sl, m))
+        return false;
+    sl->out = (struct ebb_model_out){.logits = sl->logits};
+    *part = (struct ebb_model_seq){
+        .seq = seq, .tokens = &sl->next_tok, .n = 1, .pos = sl->n_kv, .out = &sl->out};
+    return true;
+}
+
+/* Phase two, after a successful pass: the slot's KV now holds its part's tokens. */
+static void slot_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                       const struct ebb_model_seq *p)
+{
+    struct job *j = sl->job;
+    if (j->gp.n_embed) {
+        embed_apply(s, sl, m, p);
         return;
     }
-    struct ebb_model_out out = {.logits = sl->logits};
-    rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), &id, 1, sl->n_kv, &out, &diag);
-    if (rc) {
-        sl->n_kv = 0;
-        ebb__slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+    memcpy(sl->kv_tokens + sl->n_kv, p->tokens, sizeof(int32_t) * p->n);
+    sl->n_kv += p->n;
+    if (sl->prefilled)
         return;
+    if (j->sink.on_prefill)
+        j->sink.on_prefill(j->sink.ud, sl->n_kv, j->n_prompt);
+    if (sl->n_kv == j->n_prompt) {
+        sl->prefilled = true;
+        sl->t_first = ebb__now_s();
+        sl->res.t_prefill = sl->t_first - sl->t_start;
     }
-    sl->kv_tokens[sl->n_kv++] = id;
+}
+
+/* Whether slot a's job came before slot b's (prefill goes in submission order). */
+static bool before(const struct slot *a, const struct slot *b)
+{
+    return a->job->id < b->job->id;
+}
+
+void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st)
+{
+    struct ebb_diag diag = {{0}};
+    /* New jobs start; decoding slots go first (one row each, never held back), then prefills
+     * and embedding inputs, oldest job first, within the step's prefill budget. */
+    uint32_t n_wait = 0, np = 0, budget = s->prefill_chunk;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (!sl->job)
+            continue;
+        if (sl->n_gen == UINT32_MAX) {
+            ebb_err brc = slot_begin(s, sl, m, &diag);
+            if (brc) {
+                sl->n_gen = 0;
+                slot_end(s, sl, EBB_FINISH_ERROR, brc, diag.msg);
+                continue;
+            }
+            st->jobs++;
+            st->t_queue += sl->res.t_queue;
+            st->cache_hits += sl->n_cached > 0;
+            st->cache_tokens += sl->n_cached;
+        }
+        if (sl->prefilled && !sl->job->gp.n_embed) {
+            if (slot_prepare(s, sl, m, &budget, &s->parts[np]))
+                np++;
+            continue;
+        }
+        uint32_t k = n_wait++; /* insertion into the waiting list, oldest first */
+        while (k > 0 && before(sl, &s->slots[s->order[k - 1]])) {
+            s->order[k] = s->order[k - 1];
+            k--;
+        }
+        s->order[k] = i;
+    }
+    for (uint32_t w = 0; w < n_wait; w++)
+        if (slot_prepare(s, &s->slots[s->order[w]], m, &budget, &s->parts[np]))
+            np++;
+    if (!np)
+        return;
+    ebb_err rc = ebb_model_eval_batch(m, s->parts, np, &diag);
+    uint32_t rows = 0;
+    for (uint32_t p = 0; p < np; p++) {
+        struct slot *sl = &s->slots[s->parts[p].seq];
+        rows += s->parts[p].n;
+        if (rc) {
+            sl->n_kv = 0;
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+        } else {
+            slot_apply(s, sl, m, &s->parts[p]);
+        }
+    }
+    st->steps++;
+    st->rows += rows;
+    st->seqs += np;
+    st->last_rows = rows;
+    st->last_seqs = np;
 }

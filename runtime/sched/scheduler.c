@@ -165,6 +165,15 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->queued = s->n_queued;
     out->active = s->n_active;
     out->n_slots = s->n_slots;
+    out->steps = s->stats.steps;
+    out->batch_rows = s->stats.rows;
+    out->batch_seqs = s->stats.seqs;
+    out->last_batch_rows = s->stats.last_rows;
+    out->last_batch_seqs = s->stats.last_seqs;
+    out->jobs_started = s->stats.jobs;
+    out->queue_wait_s = s->stats.t_queue;
+    out->cache_hits = s->stats.cache_hits;
+    out->cache_tokens = s->stats.cache_tokens;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -174,6 +183,30 @@ struct ebb_model *ebb_sched_model(struct ebb_sched *s)
 }
 
 /* ---- engine ------------------------------------------------------------------------------ */
+
+/* The free slot for job j: the one whose cached tokens share the longest prefix with j's
+ * prompt (its KV entries are reused), else the one idle longest, so that recently used
+ * prefixes stay for the requests that resend them. Embedding jobs reuse nothing and take the
+ * slot idle longest. NULL when every slot is busy. */
+static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
+{
+    struct slot *best = NULL;
+    uint32_t best_pfx = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->job)
+            continue;
+        uint32_t pfx = 0;
+        while (!j->gp.n_embed && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
+               sl->kv_tokens[pfx] == j->prompt[pfx])
+            pfx++;
+        if (!best || pfx > best_pfx || (pfx == best_pfx && sl->t_used < best->t_used)) {
+            best = sl;
+            best_pfx = pfx;
+        }
+    }
+    return best;
+}
 
 /* Moves queued jobs into free slots and collects cancelled queued jobs. Called with mu held;
  * returns the cancelled jobs for the caller to finish outside the lock. */
@@ -193,20 +226,21 @@ static struct job *admit(struct ebb_sched *s)
         pp = &j->next;
     }
     s->q_tail = prev;
-    for (uint32_t i = 0; i < s->n_slots && s->q_head; i++) {
-        if (s->slots[i].job)
-            continue;
+    while (s->q_head) {
         struct job *j = s->q_head;
+        struct slot *sl = best_slot(s, j);
+        if (!sl)
+            break;
         s->q_head = j->next;
         if (!s->q_head)
             s->q_tail = NULL;
         j->next = NULL;
         s->n_queued--;
-        s->slots[i].job = j;
+        sl->job = j;
         s->n_active++;
-        s->slots[i].smp = NULL;
-        s->slots[i].prefilled = true; /* marks "not begun": reset in slot_begin */
-        s->slots[i].n_gen = UINT32_MAX;
+        sl->smp = NULL;
+        sl->prefilled = true; /* marks "not begun": reset when the step begins it */
+        sl->n_gen = UINT32_MAX;
     }
     return dead;
 }
@@ -218,7 +252,9 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
     struct ebb_model *nm = s->swap_to;
     uint32_t n = ebb_model_n_seq(nm), n_ctx = ebb_model_n_ctx(nm), n_vocab = ebb_model_n_vocab(nm);
     struct slot *ns = calloc(n ? n : 1, sizeof(*ns));
-    bool ok = ns != NULL && n >= 1;
+    struct ebb_model_seq *np = calloc(n ? n : 1, sizeof(*np));
+    uint32_t *no = calloc(n ? n : 1, sizeof(*no));
+    bool ok = ns != NULL && np != NULL && no != NULL && n >= 1;
     for (uint32_t i = 0; ok && i < n; i++) {
         ns[i].kv_tokens = malloc(sizeof(int32_t) * n_ctx);
         ns[i].logits = malloc(sizeof(float) * n_vocab);
@@ -230,6 +266,8 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
             free(ns[i].logits);
         }
         free(ns);
+        free(np);
+        free(no);
         s->swap_rc = EBB_ENOMEM;
         snprintf(s->swap_msg, sizeof(s->swap_msg), "out of memory for the new model's slots");
     } else {
@@ -239,9 +277,13 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
             ebb__sgram_fini(&s->slots[i].gram);
         }
         free(s->slots);
+        free(s->parts);
+        free(s->order);
         ebb_token_trie_free(s->trie);
         s->trie = NULL;
         s->slots = ns;
+        s->parts = np;
+        s->order = no;
         s->n_slots = n;
         s->swap_old = *m;
         *m = nm;
@@ -281,6 +323,7 @@ static void *engine_main(void *arg)
     struct ebb_sched *s = arg;
     struct ebb_diag diag = {{0}};
     struct ebb_model *m = NULL;
+    struct ebb__step_stats st = {0};
     if (s->before_open)
         s->before_open(s->ud, &s->mp);
     ebb_err rc = ebb_model_open(&s->mp, &m, &diag);
@@ -341,19 +384,11 @@ static void *engine_main(void *arg)
         }
         if (quit && idle && !s->q_head)
             break;
-        for (uint32_t i = 0; m && i < s->n_slots; i++) {
-            struct slot *sl = &s->slots[i];
-            if (!sl->job)
-                continue;
-            if (sl->n_gen == UINT32_MAX) {
-                ebb_err brc = ebb__slot_begin(s, sl, m, &diag);
-                if (brc) {
-                    sl->n_gen = 0;
-                    ebb__slot_end(s, sl, EBB_FINISH_ERROR, brc, diag.msg);
-                    continue;
-                }
-            }
-            ebb__slot_step(s, sl, m);
+        if (m) {
+            ebb__sched_step(s, m, &st);
+            pthread_mutex_lock(&s->mu);
+            s->stats = st;
+            pthread_mutex_unlock(&s->mu);
         }
     }
     return NULL;
@@ -378,12 +413,16 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->mp.path = s->path;
     s->mp.device = s->device;
     s->slots = calloc(s->n_slots, sizeof(*s->slots));
+    s->parts = calloc(s->n_slots, sizeof(*s->parts));
+    s->order = calloc(s->n_slots, sizeof(*s->order));
     s->text_cap = 16384;
     s->text_buf = malloc(s->text_cap);
     atomic_init(&s->model, NULL);
-    if (!s->slots || !s->text_buf || (p->model.path && !s->path) ||
+    if (!s->slots || !s->parts || !s->order || !s->text_buf || (p->model.path && !s->path) ||
         (p->model.device && !s->device)) {
         free(s->slots);
+        free(s->parts);
+        free(s->order);
         free(s->text_buf);
         free(s->path);
         free(s->device);
@@ -426,6 +465,8 @@ void ebb_sched_free(struct ebb_sched *s)
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->swap_cv);
     free(s->slots);
+    free(s->parts);
+    free(s->order);
     free(s->text_buf);
     free(s->path);
     free(s->device);
