@@ -184,13 +184,15 @@ struct ebb_model *ebb_sched_model(struct ebb_sched *s)
 
 /* ---- engine ------------------------------------------------------------------------------ */
 
-/* The free slot for job j: the one whose cached tokens share the longest prefix with j's
- * prompt (its KV entries are reused), else the one idle longest, so that recently used
- * prefixes stay for the requests that resend them. Embedding jobs reuse nothing and take the
- * slot idle longest. NULL when every slot is busy. */
+/* The free slot for job j: among the slots whose cached tokens j's prompt would mostly keep
+ * (it shares at least half of them), the one sharing the longest prefix (its KV entries are
+ * reused); else an empty slot, else the one idle longest. So a request that merely shares a
+ * chat template's opening with a cached conversation does not evict it, and recently used
+ * prefixes stay for the requests that resend them. Embedding jobs reuse nothing. NULL when
+ * every slot is busy. */
 static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
 {
-    struct slot *best = NULL;
+    struct slot *best = NULL, *spare = NULL;
     uint32_t best_pfx = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         struct slot *sl = &s->slots[i];
@@ -200,12 +202,15 @@ static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
         while (!j->gp.n_embed && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
                sl->kv_tokens[pfx] == j->prompt[pfx])
             pfx++;
-        if (!best || pfx > best_pfx || (pfx == best_pfx && sl->t_used < best->t_used)) {
+        if (pfx > 0 && 2 * (uint64_t)pfx >= sl->n_kv && pfx > best_pfx) {
             best = sl;
             best_pfx = pfx;
         }
+        if (!spare || (sl->n_kv == 0) > (spare->n_kv == 0) ||
+            ((sl->n_kv == 0) == (spare->n_kv == 0) && sl->t_used < spare->t_used))
+            spare = sl;
     }
-    return best;
+    return best ? best : spare;
 }
 
 /* Moves queued jobs into free slots and collects cancelled queued jobs. Called with mu held;

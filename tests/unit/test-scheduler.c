@@ -742,6 +742,36 @@ static void test_best_prefix_slot(void **state)
     ebb_sched_free(s);
 }
 
+/* A prompt that shares only a short opening (a chat template's) with a cached conversation
+ * takes another slot rather than evicting it; the conversation resent then reuses its KV. */
+static void test_short_match_keeps_cache(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(2, 4, 64);
+    int32_t pa[40], pb[40], pc[44];
+    for (int i = 0; i < 40; i++) {
+        pa[i] = i < 3 ? 9 : 1 + i % 7;
+        pb[i] = i < 3 ? 9 : 2 + i % 11;
+    }
+    memcpy(pc, pa, sizeof(pa));
+    for (int i = 40; i < 44; i++)
+        pc[i] = 4;
+    struct ebb_gen_params gp = greedy(3);
+    struct rec a, b, c;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    rec_init(&c, s);
+    assert_int_equal(submit(s, &a, pa, 40, &gp), EBB_OK);
+    rec_wait(&a);
+    assert_int_equal(submit(s, &b, pb, 40, &gp), EBB_OK);
+    rec_wait(&b);
+    assert_int_equal(b.res.n_cached, 0); /* the empty slot, not a 3-token reuse */
+    assert_int_equal(submit(s, &c, pc, 44, &gp), EBB_OK);
+    rec_wait(&c);
+    assert_int_equal(c.res.n_cached, 40);
+    ebb_sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -758,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_prefill_budget_interleaves),
         cmocka_unit_test(test_best_prefix_slot),
+        cmocka_unit_test(test_short_match_keeps_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
