@@ -6,6 +6,10 @@
 # tokens at 1, 4, 8, 16 and 32 clients; aggregate tok/s, TTFT p50/p99) and the prefix-reuse
 # check (a ~2000-token prompt resent with ~100 new tokens). With `ebb bench --batch`, the
 # engine's batched decode alone too. Logs go to $OUT (or /tmp/out).
+# llama-server's build also needs .llama-src/scripts/ui-assets.cmake, which
+# ../shared/device/prep-llama-src leaves out (it drops scripts/): copy that one file from the same
+# sdist (vendor/llama.cpp/scripts/); with -DLLAMA_USE_PREBUILT_UI=OFF it embeds no web UI and
+# downloads nothing.
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-serve.sh
 # Environment: EBB_SHAPE (llama3-8b), EBB_LEVELS (1,4,8,16,32), EBB_SERVE_ARGS (extra ebb serve
 # arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined).
@@ -26,7 +30,7 @@ if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/ls.done ]; the
     setsid bash -c 'cmake -B /tmp/ls -S .llama-src -G Ninja -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=ON >/tmp/ls.log 2>&1 && ninja -C /tmp/ls -j14 llama-server \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF >/tmp/ls.log 2>&1 && ninja -C /tmp/ls -j14 llama-server \
       >>/tmp/ls.log 2>&1; echo $? >/tmp/ls.done' </dev/null >/dev/null 2>&1 &
 fi
 [ -f "$m" ] || ebb-gen-model --shape "$shape" --tokenizer-from "$carry/tok.gguf" --type q4_0 \
@@ -36,9 +40,9 @@ py=python3
 $py -c 'import httpx' 2>/dev/null || $py -c 'import aiohttp' 2>/dev/null ||
     say "neither httpx nor aiohttp: load-chat.py cannot run"
 
-wait_http() { # port
-    for _ in $(seq 1 240); do
-        curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null 2>&1 && return 0
+wait_http() { # port: until /health answers 200 (both servers answer 503 while loading)
+    for _ in $(seq 1 360); do
+        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
         sleep 0.5
     done
     return 1
