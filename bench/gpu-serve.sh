@@ -12,7 +12,8 @@
 # downloads nothing.
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-serve.sh
 # Environment: EBB_SHAPE (llama3-8b), EBB_LEVELS (1,4,8,16,32), EBB_SERVE_ARGS (extra ebb serve
-# arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined).
+# arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined), EBB_NO_EBB=1 (llama-server
+# only).
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -26,6 +27,7 @@ mkdir -p "$models"
 say() { echo "== $*" | tee -a "$log"; }
 export XDG_CACHE_HOME=/tmp/cache
 
+[ -f /tmp/ls.done ] && [ "$(cat /tmp/ls.done)" != 0 ] && rm -f /tmp/ls.done # retry a failed build
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/ls.done ]; then
     setsid bash -c 'cmake -B /tmp/ls -S .llama-src -G Ninja -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -48,7 +50,9 @@ wait_http() { # port: until /health answers 200 (both servers answer 503 while l
     return 1
 }
 
-if ebb bench --help 2>&1 | grep -q -- --batch; then
+if [ -n "${EBB_NO_EBB:-}" ]; then
+    : # llama-server only
+elif ebb bench --help 2>&1 | grep -q -- --batch; then
     for b in 1 4 8 16 32; do
         say "ebb bench --batch $b (decode 128 after a 16-token prompt each)"
         timeout 180 ebb bench -m "$m" --batch "$b" --prompt-tokens 16 --gen-tokens 128 2>&1 |
@@ -56,22 +60,25 @@ if ebb bench --help 2>&1 | grep -q -- --batch; then
     done
 fi
 
-say "ebb serve --parallel 32 ${EBB_SERVE_ARGS:-}"
-env ${EBB_SERVE_ENV:+${EBB_SERVE_ENV//,/ }} ebb serve -m "$m" --port 8091 --parallel 32 \
-    --ctx 2560 ${EBB_SERVE_ARGS:-} >"$out/ebb-serve.log" 2>&1 &
-ebb_pid=$!
-if wait_http 8091; then
-    timeout 300 $py bench/load-chat.py --url http://127.0.0.1:8091 --levels "$levels" \
-        --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
-    timeout 120 $py bench/load-chat.py --url http://127.0.0.1:8091 --prefix-reuse 400,20 \
-        --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
-    curl -s http://127.0.0.1:8091/metrics | grep -E "^ebb_(engine_steps|batch|prompt_cache)" |
-        tee -a "$log"
-else
-    say "ebb serve did not come up"; tail -20 "$out/ebb-serve.log" | tee -a "$log"
-fi
-kill "$ebb_pid" 2>/dev/null
-wait "$ebb_pid" 2>/dev/null
+ebb_serve() {
+    say "ebb serve --parallel 32 ${EBB_SERVE_ARGS:-}"
+    env ${EBB_SERVE_ENV:+${EBB_SERVE_ENV//,/ }} ebb serve -m "$m" --port 8091 --parallel 32 \
+        --ctx 2560 ${EBB_SERVE_ARGS:-} >"$out/ebb-serve.log" 2>&1 &
+    ebb_pid=$!
+    if wait_http 8091; then
+        timeout 300 $py bench/load-chat.py --url http://127.0.0.1:8091 --levels "$levels" \
+            --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
+        timeout 120 $py bench/load-chat.py --url http://127.0.0.1:8091 --prefix-reuse 400,20 \
+            --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
+        curl -s http://127.0.0.1:8091/metrics | grep -E "^ebb_(engine_steps|batch|prompt_cache)" |
+            tee -a "$log"
+    else
+        say "ebb serve did not come up"; tail -20 "$out/ebb-serve.log" | tee -a "$log"
+    fi
+    kill "$ebb_pid" 2>/dev/null
+    wait "$ebb_pid" 2>/dev/null
+}
+[ -n "${EBB_NO_EBB:-}" ] || ebb_serve
 
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-server"
