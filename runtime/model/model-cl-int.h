@@ -96,6 +96,23 @@ struct layer {
     cl_mem qn, kn; /* (head_dim) f32 with plan.has_qk_norm */
 };
 
+/* The rows of the chunk being evaluated (at most N_BATCH), as consecutive parts: part i is
+ * rows r0..r0+n-1 of the scratch buffers, tokens of KV slot seq at positions pos..pos+n-1.
+ * Single-slot evaluation is one part at row 0. With more than one part, m->rt holds each
+ * row's (slot, position) and m->dr the decode rows (parts of one row), written once per
+ * chunk. */
+struct clm_part {
+    uint32_t seq;
+    int r0, n, pos;
+};
+
+struct clm_rows {
+    int nt; /* rows in all */
+    uint32_t n_parts;
+    const struct clm_part *parts;
+    int n_dec; /* batched (n_parts > 1): parts of one row, listed in m->dr */
+};
+
 struct clm {
     const struct ebb__arch *a;
     struct clm_plan plan;
@@ -187,8 +204,8 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 /* y = rmsnorm(x) * w over nt rows of n_embd. */
 ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
                          struct ebb_diag *diag);
-/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+/* One layer for the chunk's rows; m->x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
@@ -202,7 +219,7 @@ ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
 /* Between evaluations: re-plans when due and moves layers. */
 ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
 /* A streamed layer through the view the streamer hands over. */
-ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
                                 struct ebb_diag *diag);
 /* Refreshes the report snapshot other threads read. */
 void ebb__clm_stream_snapshot(struct clm *m);

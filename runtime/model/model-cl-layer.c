@@ -278,6 +278,14 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
     return EBB_OK;
 }
 
+/* A CLM_ATTN step over the chunk's rows: one part as attend does for a single slot. */
+static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                           uint32_t si, struct ebb_diag *diag)
+{
+    const struct clm_part *p = &rows->parts[0];
+    return attend(m, L, p->seq, p->n, p->pos, si, diag);
+}
+
 /* A CLM_BIAS step: the layer's q | k | v bias added to the nt rows of m->qkv. */
 static ebb_err add_bias(struct clm *m, const struct layer *L, int nt, struct ebb_diag *diag)
 {
@@ -304,17 +312,18 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct eb
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
-/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq: the compiled steps of the
- * family's layer program (model-cl-plan.c); x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+/* One layer for the chunk's rows: the compiled steps of the family's layer program
+ * (model-cl-plan.c); x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag)
 {
+    int nt = rows->nt;
     for (uint32_t i = 0; i < m->plan.n_steps; i++) {
         const struct clm_step *s = &m->plan.steps[i];
         ebb_err rc;
         switch ((enum clm_step_kind)s->kind) {
         case CLM_ATTN:
-            rc = attend(m, L, seq, nt, pos, i, diag);
+            rc = attend_rows(m, L, rows, i, diag);
             break;
         case CLM_BIAS:
             rc = add_bias(m, L, nt, diag);

@@ -283,11 +283,13 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
             (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
             goto out;
+        struct clm_part part = {.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + c)};
+        struct clm_rows rows = {.nt = nt, .n_parts = 1, .parts = &part};
         for (uint32_t l = 0; l < m->hp.n_layer; l++) {
             if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
-                rc = ebb__clm_layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
+                rc = ebb__clm_layer(m, &m->layers[l], &rows, diag);
             else
-                rc = ebb__clm_streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
+                rc = ebb__clm_streamed_layer(m, l, &rows, diag);
             if (rc)
                 goto out;
         }
