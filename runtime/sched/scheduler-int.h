@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "spec.h"
 
 /* A slot's grammar buffers, allocated on its first grammar job and reused for the next ones
  * (reallocated only when the vocabulary size changes), so sampling allocates nothing. */
@@ -77,6 +78,14 @@ struct slot {
     bool prefilled;
     int32_t next_tok;         /* decoding: the sampled token this step evaluates */
     struct ebb_model_out out; /* this step's outputs */
+    /* Speculative jobs: the drafter (made on the slot's first one, kept), this job's drafts per
+     * pass at most (0: plain), the drafts in the pass just evaluated (its rows are the drafter's
+     * ebb_spec_rows) and the pass's tokens [next_tok, drafts...]; logprobs of a verified pass
+     * (allocated with the drafter). */
+    struct ebb_spec *spec;
+    uint32_t spec_max, n_draft;
+    int32_t spec_tok[EBB_SPEC_DRAFT_CAP + 1];
+    struct ebb_sample_info *spec_info; /* (EBB_SPEC_DRAFT_CAP + 1) */
     double t_start, t_first;
     double t_used; /* when its last job ended (admission prefers the oldest) */
     struct ebb_sched_result res;
@@ -104,6 +113,9 @@ struct ebb_sched {
     uint64_t next_id;
     uint32_t queue_cap;
     uint32_t prefill_chunk;
+    uint32_t spec_max; /* the default of jobs that leave spec_max at -1 */
+    double t_pass;     /* the last step's pass, seconds, and its slot count */
+    uint32_t np_pass;
     struct ebb_model *_Atomic model;
     struct ebb_model_params mp;
     char *path, *device;
@@ -135,4 +147,6 @@ void ebb__job_cancelled(struct job *j, double t_queue);
  * every decoding slot and as much prefill as the step's budget (prefill_chunk tokens) allows,
  * oldest job first; samples, releases text and ends jobs as they finish. Adds to *st. */
 void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st);
+/* Frees a slot's speculative-decoding state (the struct may be reused after). */
+void ebb__slot_spec_fini(struct slot *sl);
 #endif

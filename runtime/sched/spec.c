@@ -325,6 +325,16 @@ void ebb_spec_stats(const struct ebb_spec *s, struct ebb_spec_stats *st)
     st->row_cost = row_cost(s);
 }
 
+float *ebb_spec_rows(struct ebb_spec *s)
+{
+    return s->rows;
+}
+
+uint32_t ebb_spec_draft_max(const struct ebb_spec *s)
+{
+    return s->p.draft_max;
+}
+
 /* ---- one step on its own ---- */
 
 static double now_s(void)

@@ -106,6 +106,12 @@ void ebb_spec_feedback(struct ebb_spec *s, uint32_t drafted, uint32_t accepted, 
 
 void ebb_spec_stats(const struct ebb_spec *s, struct ebb_spec_stats *st);
 
+/* The drafter's scratch for a verification pass's logits rows: (draft_max + 1) x n_vocab floats,
+ * for callers that evaluate the pass themselves (the scheduler's batched step). */
+float *ebb_spec_rows(struct ebb_spec *s);
+/* The draft_max it was made with. */
+uint32_t ebb_spec_draft_max(const struct ebb_spec *s);
+
 /* One decode step of slot seq on its own: `last` (emitted, not yet evaluated) at position pos.
  * Drafts up to max_new - 1 tokens (fewer where the context ends), evaluates [last, drafts] in
  * one pass with a logits row each (or last alone when there are none), verifies them with smp,
