@@ -93,11 +93,12 @@ struct slot {
 
 /* Counters of the engine's steps, summed by the engine and published under mu. */
 struct ebb__step_stats {
-    uint64_t steps, rows, seqs;        /* passes, tokens evaluated, slots evaluated */
-    uint32_t last_rows, last_seqs;     /* the latest pass */
-    uint64_t jobs;                     /* jobs started */
-    double t_queue;                    /* their seconds in the queue */
-    uint64_t cache_hits, cache_tokens; /* jobs that reused a cached prefix, tokens reused */
+    uint64_t steps, rows, seqs;           /* passes, tokens evaluated, slots evaluated */
+    uint32_t last_rows, last_seqs;        /* the latest pass */
+    uint64_t jobs;                        /* jobs started */
+    double t_queue;                       /* their seconds in the queue */
+    uint64_t cache_hits, cache_tokens;    /* jobs that reused a cached prefix, tokens reused */
+    uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
 };
 
 struct ebb_sched {
@@ -116,6 +117,7 @@ struct ebb_sched {
     uint32_t spec_max; /* the default of jobs that leave spec_max at -1 */
     double t_pass;     /* the last step's pass, seconds, and its slot count */
     uint32_t np_pass;
+    uint64_t spec_drafted, spec_accepted; /* this step's, added to the step's stats */
     struct ebb_model *_Atomic model;
     struct ebb_model_params mp;
     char *path, *device;

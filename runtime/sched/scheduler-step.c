@@ -303,6 +303,8 @@ static bool slot_verify(struct ebb_sched *s, struct slot *sl, struct ebb_model *
         return false;
     }
     ebb_spec_feedback(sl->spec, nd, n - 1, s->np_pass == 1 ? s->t_pass : 0);
+    s->spec_drafted += nd;
+    s->spec_accepted += n - 1;
     for (uint32_t i = 0; i < n; i++) {
         sl->n_kv = base + 1 + i;
         if (!slot_take(s, sl, m, out[i], info ? &info[i] : NULL))
@@ -499,4 +501,7 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
     st->seqs += np;
     st->last_rows = rows;
     st->last_seqs = np;
+    st->spec_drafted += s->spec_drafted;
+    st->spec_accepted += s->spec_accepted;
+    s->spec_drafted = s->spec_accepted = 0;
 }

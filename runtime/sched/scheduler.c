@@ -177,6 +177,8 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->queue_wait_s = s->stats.t_queue;
     out->cache_hits = s->stats.cache_hits;
     out->cache_tokens = s->stats.cache_tokens;
+    out->spec_drafted = s->stats.spec_drafted;
+    out->spec_accepted = s->stats.spec_accepted;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -166,6 +166,7 @@ struct ebb_sched_stats {
     uint64_t jobs_started;
     double queue_wait_s;
     uint64_t cache_hits, cache_tokens;
+    uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
 };
 
 /* A consistent snapshot of the queue. Thread-safe. */
