@@ -193,14 +193,13 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *q8 = getenv("EBB_CL_MVQ8");
     if (q8 && (*q8 == '0' || *q8 == '1'))
         t.mv_q8 = (uint32_t)(*q8 - '0');
-    /* EBB_CL_Q8R=N[,R]: products of 2..N rows run matvec_q8r (0: never), R rows per weight
-     * read (4, 8 or 16). */
-    const char *q8r = getenv("EBB_CL_Q8R");
-    unsigned qn = 0, qr = 0;
-    int nq = q8r ? sscanf(q8r, "%u,%u", &qn, &qr) : 0;
-    if (nq >= 1 && qn <= 1024)
+    /* EBB_CL_Q8R=N: products of 2..N rows run matvec_q8r (0: never); EBB_CL_MVR=R its rows per
+     * weight read (4, 8 or 16). */
+    const char *q8r = getenv("EBB_CL_Q8R"), *mvr = getenv("EBB_CL_MVR");
+    unsigned qn = q8r ? (unsigned)atoi(q8r) : 0, qr = mvr ? (unsigned)atoi(mvr) : 0;
+    if (q8r && *q8r >= '0' && *q8r <= '9' && qn <= 1024)
         t.q8r_max = qn;
-    if (nq == 2 && (qr == 4 || qr == 8 || qr == 16))
+    if (qr == 4 || qr == 8 || qr == 16)
         t.mvr = qr;
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
