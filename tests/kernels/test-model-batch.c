@@ -8,8 +8,12 @@
  *   3. bad batches (a slot twice, past the context, a slot out of range) refused.
  * Logits within LOGIT_TOL (the batched products run the tiled matmul where a lone token runs
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
- * top-2 margin is below MARGIN_TOL (a near tie). Usage: test-model-batch [MODEL.gguf] (default
- * SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
+ * top-2 margin is below MARGIN_TOL (a near tie). Where the lone decode quantizes its inputs to
+ * 8 bits (the backend's name says "8-bit decode inputs": NVIDIA's default, or on PoCL with
+ * EBB_CL_BLOCKDEC=0 EBB_CL_MVQ8=1 EBB_CL_MVQ16=1) and the batched rows do not, the bounds are
+ * Q8_LOGIT_TOL and Q8_MARGIN_TOL (PoCL, SmolLM2: decode rows within 0.70, 5 of 8 greedy
+ * sequences identical and 3 diverging at near ties, in 250 s). Usage: test-model-batch [MODEL.gguf]
+ * (default SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,8 @@
 /* Observed on PoCL: SmolLM2 logits within 0.001, the qwen3-tiny model within 1e-5. */
 #define LOGIT_TOL 0.02f
 #define MARGIN_TOL 0.05f
+#define Q8_LOGIT_TOL 1.0f
+#define Q8_MARGIN_TOL 0.5f
 #define N_SEQ 8
 #define N_GEN 32
 
@@ -37,6 +43,7 @@ static int failures;
     } while (0)
 
 static uint32_t nv;
+static float logit_tol = LOGIT_TOL, margin_tol = MARGIN_TOL;
 
 static float max_diff(const float *a, const float *b, size_t n)
 {
@@ -131,14 +138,14 @@ static void test_mixed(struct ebb_model *m)
         const float *a = lg[0] + (size_t)i * nv, *b = lg[1] + (size_t)i * nv;
         float md = max_diff(a, b, nv), margin;
         worst = fmaxf(worst, md);
-        CHECK(md < LOGIT_TOL, "part %d (slot %d, %u rows at %u): logits differ by %g", i, i, len[i],
+        CHECK(md < logit_tol, "part %d (slot %d, %u rows at %u): logits differ by %g", i, i, len[i],
               hist[i], md);
         int32_t am = argmax(a, &margin), bm = argmax(b, &(float){0});
-        CHECK(am == bm || margin < MARGIN_TOL, "part %d: argmax %d alone, %d batched (margin %g)",
+        CHECK(am == bm || margin < margin_tol, "part %d: argmax %d alone, %d batched (margin %g)",
               i, am, bm, margin);
         for (int j = 0; out[0][i].top_k && j < 8; j++) {
             CHECK(tid[0][i][j] == tid[1][i][j] ||
-                      fabsf(tv[0][i][j] - tv[0][i][j < 7 ? j + 1 : j]) < MARGIN_TOL,
+                      fabsf(tv[0][i][j] - tv[0][i][j < 7 ? j + 1 : j]) < margin_tol,
                   "part %d top-k rank %d: %d alone, %d batched", i, j, tid[0][i][j], tid[1][i][j]);
             CHECK(tid[1][i][j] >= 0 && (uint32_t)tid[1][i][j] < nv &&
                       tv[1][i][j] == b[tid[1][i][j]],
@@ -153,7 +160,7 @@ static void test_mixed(struct ebb_model *m)
     printf("  mixed batch of %d parts (194 rows): last-row logits max |diff| %.5f, logits_all "
            "%.5f, hidden sum %.5f (norm %.1f)\n",
            N_SEQ, worst, ma, mh, sqrt(nr));
-    CHECK(ma < LOGIT_TOL, "logits_all differ by %g", ma);
+    CHECK(ma < logit_tol, "logits_all differ by %g", ma);
     CHECK(nr > 0 && mh < 1e-3f * (float)sqrt(nr), "hidden sums differ by %g", mh);
     for (int v = 0; v < 2; v++) {
         free(lg[v]);
@@ -213,10 +220,10 @@ static void test_greedy(struct ebb_model *m)
             same++;
             continue;
         }
-        CHECK(margin[i][s] < MARGIN_TOL,
+        CHECK(margin[i][s] < margin_tol,
               "prompt %d (%u tokens) step %d: %d alone, %d batched, lone top-2 margin %g", i,
               plen[i], s, ids[0][i][s], ids[1][i][s], margin[i][s]);
-        ties += margin[i][s] < MARGIN_TOL;
+        ties += margin[i][s] < margin_tol;
     }
     printf("  greedy, %d prompts x %d steps: %d identical, %d diverge at a near tie\n", N_SEQ,
            N_GEN, same, ties);
@@ -284,6 +291,10 @@ int main(int argc, char **argv)
         return 1;
     }
     nv = ebb_model_n_vocab(m);
+    if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
+        logit_tol = Q8_LOGIT_TOL;
+        margin_tol = Q8_MARGIN_TOL;
+    }
     printf("%s on %s\n", path, ebb_model_device_name(m));
     double t0 = now_s();
     test_mixed(m);
