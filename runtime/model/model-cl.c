@@ -420,16 +420,17 @@ static void batch_chunk(struct clm *m, const struct ebb_model_seq *seqs, uint32_
     *rows = (struct clm_rows){.nt = nt, .n_parts = np, .parts = m->bparts, .n_dec = n_dec};
 }
 
-/* Writes the chunk's tables (blocking: the host arrays are reused by the next chunk). */
+/* Writes the chunk's tables without waiting: the host arrays stay untouched until the queue
+ * has finished (the next chunk waits for it first, and the call ends with it finished). */
 static ebb_err batch_write(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
     cl_command_queue q = m->cl->q;
     size_t nt = (size_t)rows->nt, i4 = sizeof(int32_t);
-    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_TRUE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
+    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_FALSE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
     if (!e && rows->n_parts > 1)
-        e = clEnqueueWriteBuffer(q, m->rt, CL_TRUE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
+        e = clEnqueueWriteBuffer(q, m->rt, CL_FALSE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
     if (!e && rows->n_parts > 1 && rows->n_dec)
-        e = clEnqueueWriteBuffer(q, m->dr, CL_TRUE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
+        e = clEnqueueWriteBuffer(q, m->dr, CL_FALSE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
                                  NULL, NULL);
     return ebb_cl_check(e, diag, "writing the batch's rows");
 }
@@ -579,6 +580,8 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
     uint32_t pi = 0, off = 0;
     while (pi < n_seqs) {
         struct clm_rows rows;
+        if ((pi || off) && (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish")))
+            goto out; /* the previous chunk's table writes read the host arrays */
         batch_chunk(m, seqs, n_seqs, &pi, &off, &rows);
         if ((rc = batch_write(m, &rows, diag)) || (rc = forward(m, &rows, diag)) ||
             (rc = batch_outputs(m, seqs, &rows, diag)))
