@@ -129,6 +129,7 @@ struct clm {
     cl_program ops;
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
     cl_kernel k_q8;                /* quantize_x8, with tu.mv_q8 */
+    cl_kernel k_q8r;               /* quantize_x8_rows, with tu.mv_q8 and tu.q8r_max > 1 */
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
     cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
     bool att_q8;                   /* decode: the attention output waits in xq / xd (attend

@@ -72,11 +72,11 @@ static void clm_free(void *ctx)
                          &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
-    cl_kernel ks[] = {m->k_norm,      m->k_rope,      m->k_attn_part, m->k_attn_red,
-                      m->k_attn_pre,  m->k_swiglu,    m->k_topk1,     m->k_topk2,
-                      m->k_q8,        m->k_bias,      m->k_head_norm, m->k_attn_red_q8,
-                      m->k_attn_rope, m->k_rope_rows, m->k_attn_rows, m->k_attn_red_rows,
-                      m->k_topk1r,    m->k_topk2r};
+    cl_kernel ks[] = {
+        m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
+        m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
+        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -125,6 +125,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
             return rc;
     if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
         return rc;
+    if (m->tu.mv_q8 && m->tu.q8r_max > 1 &&
+        (rc = ebb_cl_kernel(m->ops, "quantize_x8_rows", &m->k_q8r, diag)))
+        return rc;
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
@@ -166,8 +169,12 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
-        if ((rc = ebb__clm_alloc(m, wide, &m->xq, "8-bit inputs", diag)) ||
-            (rc = ebb__clm_alloc(m, 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs", diag)))
+        /* one row for decode; matvec_q8r's batches take up to q8r_max rows */
+        size_t q8_rows =
+            m->tu.q8r_max > 1 ? (m->tu.q8r_max < N_BATCH ? m->tu.q8r_max : N_BATCH) : 1;
+        if ((rc = ebb__clm_alloc(m, q8_rows * wide, &m->xq, "8-bit inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, q8_rows * 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs",
+                                 diag)))
             return rc;
     }
     m->host_logits = malloc(f * hp->n_vocab);

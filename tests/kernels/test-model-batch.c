@@ -6,14 +6,10 @@
  *   2. greedy continuations of 8 prompts of different lengths, prefilled in one batch and
  *      decoded together for 32 steps, against each prompt alone;
  *   3. bad batches (a slot twice, past the context, a slot out of range) refused.
- * Logits within LOGIT_TOL (the batched products run the tiled matmul where a lone token runs
+ * Logits within logit_tol (the batched products run the tiled matmul where a lone token runs
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
- * top-2 margin is below MARGIN_TOL (a near tie). Where the lone decode quantizes its inputs to
- * 8 bits (the backend's name says "8-bit decode inputs": NVIDIA's default, or on PoCL with
- * EBB_CL_BLOCKDEC=0 EBB_CL_MVQ8=1 EBB_CL_MVQ16=1) and the batched rows do not, the bounds are
- * Q8_LOGIT_TOL and Q8_MARGIN_TOL (PoCL, SmolLM2: decode rows within 0.70, 5 of 8 greedy
- * sequences identical and 3 diverging at near ties, in 250 s). Usage: test-model-batch [MODEL.gguf]
- * (default SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
+ * top-2 margin is below margin_tol (a near tie). Usage: test-model-batch [MODEL.gguf] (default
+ * SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +18,11 @@
 
 #include "model/model.h"
 
-/* Observed on PoCL: SmolLM2 logits within 0.001, the qwen3-tiny model within 1e-5. */
-#define LOGIT_TOL 0.02f
-#define MARGIN_TOL 0.05f
-#define Q8_LOGIT_TOL 1.0f
-#define Q8_MARGIN_TOL 0.5f
+/* Observed on PoCL: SmolLM2 logits within 0.001, the qwen3-tiny model within 1e-5. With 8-bit
+ * inputs (the NVIDIA default: a lone token's products quantize its normed input inside
+ * matvec_q8, a batch's quantize the rows the norm kernel wrote, through matvec_q8r), the int8
+ * rounding lands at different points: qwen3-tiny Q4_0 within 0.07. */
+static float logit_tol = 0.02f, margin_tol = 0.05f;
 #define N_SEQ 8
 #define N_GEN 32
 
@@ -43,7 +39,6 @@ static int failures;
     } while (0)
 
 static uint32_t nv;
-static float logit_tol = LOGIT_TOL, margin_tol = MARGIN_TOL;
 
 static float max_diff(const float *a, const float *b, size_t n)
 {
@@ -295,11 +290,11 @@ int main(int argc, char **argv)
         return 1;
     }
     nv = ebb_model_n_vocab(m);
-    if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
-        logit_tol = Q8_LOGIT_TOL;
-        margin_tol = Q8_MARGIN_TOL;
-    }
     printf("%s on %s\n", path, ebb_model_device_name(m));
+    if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
+        logit_tol = 0.15f;
+        margin_tol = 0.3f;
+    }
     double t0 = now_s();
     test_mixed(m);
     double t1 = now_s();
