@@ -160,4 +160,12 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "ebb_prompt_cache_tokens_total %llu\n",
                      (unsigned long long)st->jobs_started, st->queue_wait_s,
                      (unsigned long long)st->cache_hits, (unsigned long long)st->cache_tokens);
+    ebb__abuf_printf(o,
+                     "# HELP ebb_spec_drafted_total Speculative drafts verified.\n"
+                     "# TYPE ebb_spec_drafted_total counter\n"
+                     "ebb_spec_drafted_total %llu\n"
+                     "# HELP ebb_spec_accepted_total Speculative drafts accepted.\n"
+                     "# TYPE ebb_spec_accepted_total counter\n"
+                     "ebb_spec_accepted_total %llu\n",
+                     (unsigned long long)st->spec_drafted, (unsigned long long)st->spec_accepted);
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/spec.h"
+
 static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -379,6 +381,51 @@ static ebb_err check_unsupported(json_t *o, bool chat, struct ebb__perr *e)
     return EBB_OK;
 }
 
+/* ebb's extension "speculative": {"type": "ngram", "max": K} (drafts per pass at most, default
+ * 8), {"type": "none"} or false (off), null or absent (the server's --spec). */
+static ebb_err parse_speculative(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    json_t *sp = json_object_get(o, "speculative");
+    if (!sp || json_is_null(sp))
+        return EBB_OK;
+    if (json_is_false(sp)) {
+        r->gp.spec_max = 0;
+        return EBB_OK;
+    }
+    if (!json_is_object(sp))
+        return fail(e, "speculative",
+                    "'speculative' must be an object such as {\"type\": \"ngram\"}");
+    const char *key;
+    json_t *v;
+    json_object_foreach(sp, key, v)
+    {
+        if (strcmp(key, "type") && strcmp(key, "max"))
+            return fail(e, "speculative", "'speculative.%s' is not a known field (type, max)", key);
+    }
+    json_t *type = json_object_get(sp, "type");
+    if (!json_is_string(type))
+        return fail(e, "speculative", "'speculative.type' must be \"ngram\" or \"none\"");
+    if (!strcmp(json_string_value(type), "none")) {
+        r->gp.spec_max = 0;
+        return EBB_OK;
+    }
+    if (strcmp(json_string_value(type), "ngram"))
+        return fail(e, "speculative",
+                    "'speculative.type' '%s' is not supported (ngram or none; draft models are "
+                    "an ebb run option)",
+                    json_string_value(type));
+    json_t *mx = json_object_get(sp, "max");
+    long long k = 8;
+    if (mx && !json_is_null(mx)) {
+        k = json_is_integer(mx) ? json_integer_value(mx) : -1;
+        if (k < 1 || k > EBB_SPEC_DRAFT_CAP)
+            return fail(e, "speculative", "'speculative.max' must be an integer in 1..%d",
+                        EBB_SPEC_DRAFT_CAP);
+    }
+    r->gp.spec_max = (int32_t)k;
+    return EBB_OK;
+}
+
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *e)
 {
@@ -499,7 +546,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if ((rc = parse_prompt(o, r, e)))
             return rc;
     }
-    if ((rc = ebb__parse_structured(o, r, e)))
+    if ((rc = ebb__parse_structured(o, r, e)) || (rc = parse_speculative(o, r, e)))
         return rc;
     r->gp.grammar = r->grammar;
     r->gp.logprobs = r->logprobs;

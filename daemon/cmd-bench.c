@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include "model/model.h"
+#include "sched/sampler.h"
+#include "sched/spec.h"
 #include "stream-opts.h"
 
 static void bench_usage(FILE *f)
@@ -29,6 +31,14 @@ static void bench_usage(FILE *f)
             "      --gen-tokens N      tokens to decode (default 64)\n"
             "      --device D          compute device (default auto)\n"
             "      --ctx N             context length (default prompt + gen tokens)\n"
+            "      --prompt-file FILE  use this text (tokenized, BOS per the metadata) as the\n"
+            "                          prompt instead of the synthetic one\n"
+            "      --spec ngram        speculative decoding with n-gram drafts (greedy output\n"
+            "                          unchanged); prints drafted/accepted\n"
+            "      --draft-max K       with --spec: at most K drafts per pass (default 8)\n"
+            "      --draft-fixed       with --spec: always K drafts (no adaptation)\n"
+            "      --draft MODEL       with --spec: drafts from this model of the same tokenizer\n"
+            "                          (greedy, resident on the same device)\n"
             "      --batch N           also decode N sequences together (N slots, one batched\n"
             "                          forward pass per step) and report the aggregate tok/s\n"
             "      --json              one JSON object on stdout\n"
@@ -52,6 +62,92 @@ static bool parse_u(const char *s, unsigned long lo, unsigned long hi, unsigned 
         return false;
     *out = v;
     return true;
+}
+
+/* --prompt-file: the file's text tokenized as `ebb run` does a raw prompt, into a malloc'd
+ * array with room for extra more tokens. */
+static ebb_err file_prompt(const struct ebb_model *m, const char *path, unsigned long extra,
+                           int32_t **ids, unsigned long *n, struct ebb_diag *d)
+{
+    ebb_err rc = EBB_OK;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ebb_diag_set(d, EBB_ENOENT, "cannot open --prompt-file '%s'", path);
+    for (;;) {
+        if (len == cap) {
+            char *t = cap < (1 << 20) ? realloc(text, cap = cap ? 2 * cap : 4096) : NULL;
+            if (!t) {
+                rc = ebb_diag_set(d, EBB_ERANGE, "--prompt-file '%s' is over 1 MiB", path);
+                goto out;
+            }
+            text = t;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (!got)
+            break;
+    }
+    size_t n_tok = 0, tcap = len + 8;
+    if (!(*ids = malloc(sizeof(int32_t) * (tcap + extra)))) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
+    rc = ebb_tokenizer_encode(ebb_model_tokenizer(m), text, len, EBB_TOK_ADD_SPECIAL, *ids, tcap,
+                              &n_tok);
+    if (!rc && !n_tok)
+        rc = ebb_diag_set(d, EBB_EINVAL, "--prompt-file '%s' gives no tokens", path);
+    *n = n_tok;
+out:
+    free(text);
+    fclose(f);
+    return rc;
+}
+
+/* --spec ngram: greedy decoding through ebb_spec_decode; ids[0..n_prompt] hold the prompt and
+ * the first generated token, the others follow. */
+static ebb_err decode_spec(struct ebb_model *m, struct ebb_model *dm,
+                           const struct ebb_spec_params *sp, int32_t *ids, unsigned long n_prompt,
+                           unsigned long n_gen, struct ebb_spec_stats *st, struct ebb_diag *d)
+{
+    struct ebb_sampling gp;
+    ebb_sampling_defaults(&gp);
+    gp.temperature = 0;
+    gp.seed = 1;
+    struct ebb_sampler *smp = NULL;
+    struct ebb_spec *s = NULL;
+    ebb_err rc = ebb_sampler_new(&gp, ebb_model_n_vocab(m), &smp, d);
+    if (!rc)
+        rc = ebb_spec_new(sp, ebb_model_n_vocab(m), ebb_model_n_ctx(m), &s, d);
+    if (!rc && dm)
+        rc = ebb_spec_attach_model(s, dm, 0, d);
+    if (rc)
+        goto out;
+    ebb_spec_push(s, ids, (uint32_t)n_prompt + 1);
+    uint32_t pos = (uint32_t)n_prompt;
+    for (unsigned long i = 1; i < n_gen;) {
+        uint32_t n = 0;
+        if ((rc = ebb_spec_decode(s, m, 0, smp, ids[n_prompt + i - 1], pos, (uint32_t)(n_gen - i),
+                                  ids + n_prompt + i, &n, d)))
+            goto out;
+        i += n;
+        pos += n;
+    }
+    ebb_spec_stats(s, st);
+out:
+    ebb_spec_free(s);
+    ebb_sampler_free(smp);
+    return rc;
+}
+
+static json_t *spec_json(const struct ebb_spec_stats *st, bool draft)
+{
+    double rate = st->drafted ? (double)st->accepted / (double)st->drafted : 0;
+    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:i, s:f}", "type", draft ? "draft" : "ngram",
+                     "drafted", (json_int_t)st->drafted, "accepted", (json_int_t)st->accepted,
+                     "acceptance", rate, "passes", (json_int_t)st->passes, "plain_passes",
+                     (json_int_t)st->plain, "k", (int)st->k, "row_cost", st->row_cost);
 }
 
 /* The batched run's figures. */
@@ -115,7 +211,19 @@ out:
 
 int ebb_cmd_bench(int argc, char **argv)
 {
-    enum { O_PT = 256, O_GT, O_DEV, O_CTX, O_JSON, O_BATCH };
+    enum {
+        O_PT = 256,
+        O_GT,
+        O_DEV,
+        O_CTX,
+        O_JSON,
+        O_BATCH,
+        O_PF,
+        O_SPEC,
+        O_DMAX,
+        O_DFIXED,
+        O_DRAFT
+    };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt-tokens", required_argument, NULL, O_PT},
@@ -123,6 +231,11 @@ int ebb_cmd_bench(int argc, char **argv)
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
         {"json", no_argument, NULL, O_JSON},
+        {"prompt-file", required_argument, NULL, O_PF},
+        {"spec", required_argument, NULL, O_SPEC},
+        {"draft-max", required_argument, NULL, O_DMAX},
+        {"draft-fixed", no_argument, NULL, O_DFIXED},
+        {"draft", required_argument, NULL, O_DRAFT},
         {"batch", required_argument, NULL, O_BATCH},
         {"help", no_argument, NULL, 'h'},
         EBB_STREAM_LONGOPTS,
@@ -130,7 +243,10 @@ int ebb_cmd_bench(int argc, char **argv)
     };
     struct ebb_model_params mp = {.device = "auto", .n_seq = 1};
     unsigned long n_prompt = 128, n_gen = 64, ctx = 0, n_batch = 1;
-    bool json = false;
+    bool json = false, spec = false;
+    const char *prompt_file = NULL, *draft = NULL;
+    struct ebb_spec_params sp;
+    ebb_spec_params_defaults(&sp);
     optind = 1;
     opterr = 0;
     int c;
@@ -150,6 +266,20 @@ int ebb_cmd_bench(int argc, char **argv)
             ok = parse_u(optarg, 1, 1 << 20, &ctx);
         } else if (c == O_JSON) {
             json = true;
+        } else if (c == O_PF) {
+            prompt_file = optarg;
+        } else if (c == O_SPEC) {
+            ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "off");
+            spec = !strcmp(optarg, "ngram");
+        } else if (c == O_DMAX) {
+            unsigned long v = 0;
+            ok = parse_u(optarg, 1, EBB_SPEC_DRAFT_CAP, &v);
+            sp.draft_max = (uint32_t)v;
+        } else if (c == O_DFIXED) {
+            sp.fixed_k = true;
+        } else if (c == O_DRAFT) {
+            draft = optarg;
+            spec = true;
         } else if (c == O_BATCH) {
             ok = parse_u(optarg, 1, 256, &n_batch);
         } else if (c == 'h') {
@@ -172,11 +302,27 @@ int ebb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "ebb bench: -m MODEL is required (see ebb bench --help)\n");
         return 2;
     }
+    if (n_batch > 1 && (spec || prompt_file)) {
+        fprintf(stderr, "ebb bench: --batch runs the synthetic prompt without --spec\n");
+        return 2;
+    }
+    if (prompt_file) { /* room for the file's tokens: at most one per byte, plus BOS/EOS */
+        FILE *f = fopen(prompt_file, "rb");
+        long sz = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+        if (f)
+            fclose(f);
+        if (sz < 0 || sz > (1 << 20)) {
+            fprintf(stderr, "ebb bench: cannot read --prompt-file '%s' (or over 1 MiB)\n",
+                    prompt_file);
+            return 1;
+        }
+        n_prompt = (unsigned long)sz + 8;
+    }
     mp.n_ctx = (uint32_t)(ctx ? ctx : n_prompt + n_gen);
     mp.n_seq = (uint32_t)n_batch;
 
     int status = 1;
-    struct ebb_model *m = NULL;
+    struct ebb_model *m = NULL, *dm = NULL;
     int32_t *ids = NULL;
     float *lgs = NULL; /* top logit of each generated token (exact comparisons in tests) */
     struct ebb_diag d = {{0}};
@@ -188,18 +334,34 @@ int ebb_cmd_bench(int argc, char **argv)
         goto out;
     }
     double t_load = now_ms() - t0;
+    if (draft) {
+        struct ebb_model_params dp = {
+            .path = draft, .device = mp.device, .n_ctx = ebb_model_n_ctx(m), .n_seq = 1};
+        if ((rc = ebb_model_open(&dp, &dm, &d))) {
+            fprintf(stderr, "ebb bench: cannot load --draft '%s': %s\n", draft,
+                    d.msg[0] ? d.msg : ebb_err_str(rc));
+            goto out;
+        }
+    }
     uint32_t V = ebb_model_n_vocab(m);
     if (n_prompt + n_gen > ebb_model_n_ctx(m)) {
         fprintf(stderr, "ebb bench: %lu + %lu tokens exceed the context of %u\n", n_prompt, n_gen,
                 ebb_model_n_ctx(m));
         goto out;
     }
-    ids = malloc(sizeof(int32_t) * (n_prompt + n_gen));
+    if (prompt_file) {
+        if ((rc = file_prompt(m, prompt_file, n_gen, &ids, &n_prompt, &d)))
+            goto fail;
+    } else {
+        ids = malloc(sizeof(int32_t) * (n_prompt + n_gen));
+        if (!ids)
+            goto out;
+        for (unsigned long i = 0; i < n_prompt; i++) /* a fixed, varied synthetic prompt */
+            ids[i] = (int32_t)((1000 + i * 7919u) % V);
+    }
     lgs = malloc(sizeof(float) * n_gen);
-    if (!ids || !lgs)
+    if (!lgs)
         goto out;
-    for (unsigned long i = 0; i < n_prompt; i++) /* a fixed, varied synthetic prompt */
-        ids[i] = (int32_t)((1000 + i * 7919u) % V);
     int32_t top;
     float top_logit;
     struct ebb_model_out out = {.top_k = 1, .top_ids = &top, .top_logits = &top_logit};
@@ -210,7 +372,10 @@ int ebb_cmd_bench(int argc, char **argv)
     ids[n_prompt] = top;
     lgs[0] = top_logit;
     double t2 = now_ms();
-    for (unsigned long i = 1; i < n_gen; i++) {
+    struct ebb_spec_stats sst = {0};
+    if (spec && (rc = decode_spec(m, dm, &sp, ids, n_prompt, n_gen, &sst, &d)))
+        goto fail;
+    for (unsigned long i = 1; i < n_gen && !spec; i++) {
         uint32_t pos = (uint32_t)(n_prompt + i - 1);
         if ((rc = ebb_model_eval(m, 0, &ids[pos], 1, pos, &out, &d)))
             goto fail;
@@ -241,7 +406,12 @@ int ebb_cmd_bench(int argc, char **argv)
                               (json_int_t)ebb_model_n_ctx(m), "load_ms", t_load, "prefill_ms",
                               t_prefill, "prefill_tok_s", pf, "decode_ms", t_decode, "decode_tok_s",
                               dec, "peak_rss_bytes", (json_int_t)peak, "tokens", jt);
-        json_object_set_new(j, "top_logits", jl);
+        if (spec) { /* the verification rows give no top logit per token */
+            json_decref(jl);
+            json_object_set_new(j, "spec", spec_json(&sst, dm != NULL));
+        } else {
+            json_object_set_new(j, "top_logits", jl);
+        }
         if (st)
             json_object_set(j, "stream", st);
         if (n_batch > 1)
@@ -259,6 +429,14 @@ int ebb_cmd_bench(int argc, char **argv)
                ebb_model_n_ctx(m));
         printf("prefill    %lu tokens in %.1f ms: %.2f tok/s\n", n_prompt, t_prefill, pf);
         printf("decode     %lu tokens in %.1f ms: %.2f tok/s\n", n_gen - 1, t_decode, dec);
+        if (spec)
+            printf("spec       %s: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "
+                   "plain; k now %u, row cost %.2f\n",
+                   dm ? "draft" : "ngram", (unsigned long long)sst.drafted,
+                   (unsigned long long)sst.accepted,
+                   sst.drafted ? 100.0 * (double)sst.accepted / (double)sst.drafted : 0.0,
+                   (unsigned long long)sst.passes, (unsigned long long)sst.plain, sst.k,
+                   sst.row_cost);
         if (n_batch > 1) {
             printf("batch      %lu sequences together (one forward pass per step)\n", n_batch);
             printf("  prefill  %lu x %lu tokens in %.1f ms: %.2f tok/s\n", n_batch, n_prompt,
@@ -294,6 +472,7 @@ fail:
 out:
     free(ids);
     free(lgs);
+    ebb_model_close(dm);
     ebb_model_close(m);
     return status;
 }

@@ -7,6 +7,7 @@
 
 #include "api/defaults.h"
 #include "model/model.h"
+#include "sched/spec.h"
 
 struct ebb__run_opts {
     const char *model, *prompt, *device, *chat_template, *system, *config;
@@ -15,6 +16,9 @@ struct ebb__run_opts {
     struct ebb_sampling sp; /* the flags' values over the built-in defaults */
     unsigned sent; /* EBB_DEF_BIT of each sampling flag given; the others take the defaults */
     struct ebb_model_params stream; /* the streamer fields only */
+    bool spec;                      /* --spec ngram|draft: speculative decoding */
+    const char *draft;              /* --draft MODEL: drafts from this model (--spec draft) */
+    struct ebb_spec_params specp;   /* --draft-max, --draft-min, --draft-fixed */
 };
 
 /* Parses argv into o (pointing into argv). Returns -1 to go on, else the exit status: 0 after

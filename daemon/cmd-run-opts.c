@@ -50,6 +50,17 @@ static void run_usage(FILE *f)
             "                          (default auto)\n"
             "      --ctx N             context length in tokens (default: the model's, capped\n"
             "                          at 4096)\n"
+            "      --spec ngram        speculative decoding: draft tokens from the prompt and\n"
+            "                          the text so far (n-gram lookup) and verify them in one\n"
+            "                          pass; the output is the same as without (see\n"
+            "                          docs/STREAMER.md) (default off)\n"
+            "      --draft MODEL       speculative decoding with drafts from a small model of\n"
+            "                          the same tokenizer (its greedy choices), kept resident\n"
+            "                          on the same device (--spec draft)\n"
+            "      --draft-max K       with --spec: at most K drafts per pass, 1..64 (default 8)\n"
+            "      --draft-min N       with --spec: verify no fewer than N drafts (default 1)\n"
+            "      --draft-fixed       with --spec: always K drafts (no adaptation to the\n"
+            "                          measured acceptance and pass cost)\n"
             "%s"
             "  -h, --help              show this help\n"
             "\n"
@@ -106,7 +117,12 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         O_LASTN,
         O_PRES,
         O_FREQ,
-        O_CONFIG
+        O_CONFIG,
+        O_SPEC,
+        O_DMAX,
+        O_DMIN,
+        O_DFIXED,
+        O_DRAFT
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -128,6 +144,11 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
+        {"spec", required_argument, NULL, O_SPEC},
+        {"draft-max", required_argument, NULL, O_DMAX},
+        {"draft-min", required_argument, NULL, O_DMIN},
+        {"draft-fixed", no_argument, NULL, O_DFIXED},
+        {"draft", required_argument, NULL, O_DRAFT},
         {"help", no_argument, NULL, 'h'},
         EBB_STREAM_LONGOPTS,
         {NULL, 0, NULL, 0},
@@ -136,6 +157,8 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
     o->n_predict = 128;
     o->device = "auto";
     ebb_sampling_defaults(&o->sp); /* fields no flag sets are resolved once the model is open */
+    ebb_spec_params_defaults(&o->specp);
+    bool spec_flags = false, spec_draft = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -201,6 +224,29 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         case O_CTX:
             ok = parse_long(optarg, 1, 1 << 20, &o->ctx);
             break;
+        case O_SPEC:
+            ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "draft") || !strcmp(optarg, "off");
+            o->spec = strcmp(optarg, "off") != 0;
+            spec_draft = !strcmp(optarg, "draft");
+            break;
+        case O_DRAFT:
+            o->draft = optarg;
+            o->spec = true;
+            break;
+        case O_DMAX:
+            ok = parse_long(optarg, 1, EBB_SPEC_DRAFT_CAP, &v);
+            o->specp.draft_max = (uint32_t)v;
+            spec_flags = true;
+            break;
+        case O_DMIN:
+            ok = parse_long(optarg, 1, EBB_SPEC_DRAFT_CAP, &v);
+            o->specp.draft_min = (uint32_t)v;
+            spec_flags = true;
+            break;
+        case O_DFIXED:
+            o->specp.fixed_k = true;
+            spec_flags = true;
+            break;
         case 'h':
             run_usage(stdout);
             return 0;
@@ -236,6 +282,19 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
     }
     if (!o->chat && (o->chat_template || o->system)) {
         fprintf(stderr, "ebb run: --chat-template and --system need --chat\n");
+        return 2;
+    }
+    if (spec_flags && !o->spec) {
+        fprintf(stderr, "ebb run: --draft-max, --draft-min and --draft-fixed need --spec\n");
+        return 2;
+    }
+    if (spec_draft && !o->draft) {
+        fprintf(stderr, "ebb run: --spec draft needs --draft MODEL\n");
+        return 2;
+    }
+    if (o->specp.draft_min > o->specp.draft_max) {
+        fprintf(stderr, "ebb run: --draft-min %u exceeds --draft-max %u\n", o->specp.draft_min,
+                o->specp.draft_max);
         return 2;
     }
     return -1; /* go on */

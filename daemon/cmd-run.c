@@ -18,6 +18,7 @@
 #include "daemon/warm.h"
 #include "model/model.h"
 #include "sched/sampler.h"
+#include "sched/spec.h"
 #include "stream-opts.h"
 #include "tokenizer/tokenizer.h"
 
@@ -93,8 +94,10 @@ struct run {
     const struct ebb_tokenizer *tok;
     uint32_t n_vocab, n_ctx;
     struct ebb_sampler *smp;
-    json_t *jsampling; /* the sampling settings and their sources (--json) */
-    char *wrapped;     /* --chat: the rendered prompt */
+    struct ebb_spec *spec; /* --spec */
+    struct ebb_model *dm;  /* --draft MODEL */
+    json_t *jsampling;     /* the sampling settings and their sources (--json) */
+    char *wrapped;         /* --chat: the rendered prompt */
     int32_t *prompt_ids;
     size_t n_prompt;
     int32_t *gen; /* (n_gen_max + 1) generated ids */
@@ -152,6 +155,24 @@ static int load(struct run *r, struct ebb__run_opts *o)
     for (size_t i = 0; i < gd.n_notes; i++)
         fprintf(stderr, "ebb run: note: %s\n", gd.notes[i]);
     return (r->jsampling = sampling_summary(&o->sp, o->sent, &gd)) ? 0 : oom();
+}
+
+/* --draft MODEL: the draft model on the same device with the same context, one slot, attached
+ * to the drafter (which checks that the vocabularies agree). */
+static int load_draft(struct run *r, const struct ebb__run_opts *o)
+{
+    struct ebb_diag d = {{0}};
+    struct ebb_model_params mp = {
+        .path = o->draft, .device = o->device, .n_ctx = r->n_ctx, .n_seq = 1};
+    ebb_err rc = ebb_model_open(&mp, &r->dm, &d);
+    if (!rc)
+        rc = ebb_spec_attach_model(r->spec, r->dm, 0, &d);
+    if (rc) {
+        fprintf(stderr, "ebb run: --draft '%s': %s\n", o->draft,
+                d.msg[0] ? d.msg : ebb_err_str(rc));
+        return 1;
+    }
+    return 0;
 }
 
 /* Prompt tokens: raw text with BOS per the metadata; --chat also parses the template's special
@@ -217,6 +238,15 @@ static int prepare(struct run *r, const struct ebb__run_opts *o)
     r->n_gen_max = (size_t)o->n_predict;
     if (r->n_gen_max > r->n_ctx - r->n_prompt)
         r->n_gen_max = r->n_ctx - r->n_prompt;
+    if (o->spec) {
+        if (ebb_spec_new(&o->specp, r->n_vocab, r->n_ctx, &r->spec, &d)) {
+            fprintf(stderr, "ebb run: %s\n", d.msg);
+            return 1;
+        }
+        ebb_spec_push(r->spec, r->prompt_ids, (uint32_t)r->n_prompt);
+        if (o->draft && load_draft(r, o))
+            return 1;
+    }
     r->n_cand = ebb_sampler_n_candidates(r->smp);
     uint32_t nc = r->n_cand ? r->n_cand : 1;
     r->text_cap = (r->n_gen_max + 1) * (max_piece + 4) + 8;
@@ -251,6 +281,42 @@ static void emit(struct run *r, const struct ebb__run_opts *o, struct ebb_detok 
     r->text_len += w;
 }
 
+/* Takes the sampled token t: false at an end-of-generation token, else t is kept and shown. */
+static bool take(struct run *r, const struct ebb__run_opts *o, struct ebb_detok *dt, int32_t t)
+{
+    if (ebb_tokenizer_is_eog(r->tok, t)) {
+        r->stop = "eog";
+        return false;
+    }
+    r->gen[r->n_gen++] = t;
+    emit(r, o, dt, t);
+    return true;
+}
+
+/* --spec: each step evaluates the last token and the drafts in one pass and keeps the tokens
+ * the sampler agrees with (runtime/sched/spec.h); t is the first token, sampled and taken. */
+static int decode_spec(struct run *r, const struct ebb__run_opts *o, struct ebb_detok *dt,
+                       int32_t t, uint32_t pos)
+{
+    struct ebb_diag d = {{0}};
+    int32_t toks[EBB_SPEC_DRAFT_CAP + 1];
+    ebb_spec_push(r->spec, &t, 1);
+    while (r->n_gen < r->n_gen_max) {
+        uint32_t n = 0;
+        if (ebb_spec_decode(r->spec, r->m, 0, r->smp, t, pos, (uint32_t)(r->n_gen_max - r->n_gen),
+                            toks, &n, &d)) {
+            fprintf(stderr, "\nebb run: decode failed: %s\n", d.msg);
+            return 1;
+        }
+        pos += n;
+        for (uint32_t i = 0; i < n; i++)
+            if (!take(r, o, dt, toks[i]))
+                return 0;
+        t = toks[n - 1];
+    }
+    return 0;
+}
+
 /* The prompt's forward pass, then sample, accept and decode until n_gen_max tokens, an
  * end-of-generation token or the context's end. Allocates nothing. */
 static int generate(struct run *r, const struct ebb__run_opts *o)
@@ -267,6 +333,7 @@ static int generate(struct run *r, const struct ebb__run_opts *o)
     ebb_detok_init(&dt);
     r->stop = "length";
     uint32_t pos = (uint32_t)r->n_prompt;
+    int status = 0;
     while (r->n_gen < r->n_gen_max) {
         int32_t t;
         ebb_err rc = r->n_cand ? ebb_sampler_sample_candidates(r->smp, r->cand_ids, r->cand_logits,
@@ -276,20 +343,20 @@ static int generate(struct run *r, const struct ebb__run_opts *o)
             fprintf(stderr, "ebb run: no token can be sampled (all banned)\n");
             return 1;
         }
-        if (ebb_tokenizer_is_eog(r->tok, t)) {
-            r->stop = "eog";
+        ebb_sampler_accept(r->smp, t);
+        if (!take(r, o, &dt, t) || r->n_gen == r->n_gen_max)
+            break; /* no forward pass for a token nobody will read */
+        if (r->spec) {
+            status = decode_spec(r, o, &dt, t, pos);
             break;
         }
-        ebb_sampler_accept(r->smp, t);
-        r->gen[r->n_gen++] = t;
-        emit(r, o, &dt, t);
-        if (r->n_gen == r->n_gen_max)
-            break; /* no forward pass for a token nobody will read */
         if (ebb_model_eval(r->m, 0, &t, 1, pos++, &r->out, &d)) {
             fprintf(stderr, "\nebb run: decode failed: %s\n", d.msg);
             return 1;
         }
     }
+    if (status)
+        return status;
     if (strcmp(r->stop, "eog") && r->n_gen < (size_t)o->n_predict)
         r->stop = "context";
     size_t w = ebb_detok_finish(&dt, r->text + r->text_len, r->text_cap - r->text_len);
@@ -300,9 +367,32 @@ static int generate(struct run *r, const struct ebb__run_opts *o)
     return 0;
 }
 
+/* --spec: the drafts' figures as JSON (for --json), also printed on stderr. */
+static json_t *spec_summary(const struct run *r)
+{
+    struct ebb_spec_stats st;
+    ebb_spec_stats(r->spec, &st);
+    double rate = st.drafted ? (double)st.accepted / (double)st.drafted : 0;
+    double per_pass = st.passes + st.plain ? (double)(st.accepted + st.passes + st.plain) /
+                                                 (double)(st.passes + st.plain)
+                                           : 0;
+    fprintf(stderr,
+            "ebb run: spec %s: %llu drafted, %llu accepted (%.1f%%), %llu verification passes "
+            "+ %llu plain, %.2f tokens per pass; k now %u (acceptance %.2f, row cost %.2f)\n",
+            r->dm ? "draft" : "ngram", (unsigned long long)st.drafted,
+            (unsigned long long)st.accepted, 100 * rate, (unsigned long long)st.passes,
+            (unsigned long long)st.plain, per_pass, st.k, st.accept_ema, st.row_cost);
+    return json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:f, s:i, s:f}", "type",
+                     r->dm ? "draft" : "ngram", "drafted", (json_int_t)st.drafted, "accepted",
+                     (json_int_t)st.accepted, "acceptance", rate, "passes", (json_int_t)st.passes,
+                     "plain_passes", (json_int_t)st.plain, "tokens_per_pass", per_pass, "k",
+                     (int)st.k, "row_cost", st.row_cost);
+}
+
 /* --json: tokens, text, prompt, stop reason, seed, device, timings, peak RSS, the streamer's
  * report and the sampling settings as one object on stdout. */
-static int print_json(struct run *r, double pf_tps, double dec_tps, uint64_t peak, const char *sj)
+static int print_json(struct run *r, double pf_tps, double dec_tps, uint64_t peak, const char *sj,
+                      json_t *jspec)
 {
     json_t *ids = json_array(), *pids = json_array();
     for (size_t i = 0; i < r->n_gen; i++)
@@ -317,13 +407,17 @@ static int print_json(struct run *r, double pf_tps, double dec_tps, uint64_t pea
         r->text, r->text_len, "prompt_tokens", (json_int_t)r->n_prompt, "prompt_ids", pids, "stop",
         r->stop, "seed", jseed, "device", ebb_model_device_name(r->m), "timings", "prefill_ms",
         r->t_prefill, "prefill_tok_s", pf_tps, "decode_ms", r->t_decode, "decode_tok_s", dec_tps);
-    if (!j)
+    if (!j) {
+        json_decref(jspec);
         return oom();
+    }
     json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)peak));
     if (sj)
         json_object_set_new(j, "stream", json_loads(sj, 0, NULL));
     json_object_set_new(j, "sampling", r->jsampling);
     r->jsampling = NULL;
+    if (jspec)
+        json_object_set_new(j, "spec", jspec);
     json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15));
     printf("\n");
     json_decref(j);
@@ -350,7 +444,12 @@ static int report(struct run *r, const struct ebb__run_opts *o)
     if (streaming)
         fprintf(stderr, "ebb run: stream %s\n", sj);
     fprintf(stderr, "ebb run: peak RSS %.1f MiB\n", (double)peak / (1 << 20));
-    return o->json ? print_json(r, pf_tps, dec_tps, peak, streaming ? sj : NULL) : 0;
+    json_t *jspec = r->spec ? spec_summary(r) : NULL;
+    if (!o->json) {
+        json_decref(jspec);
+        return 0;
+    }
+    return print_json(r, pf_tps, dec_tps, peak, streaming ? sj : NULL, jspec);
 }
 
 static void run_fini(struct run *r)
@@ -363,6 +462,8 @@ static void run_fini(struct run *r)
     free(r->text);
     free(r->wrapped);
     ebb_sampler_free(r->smp);
+    ebb_spec_free(r->spec);
+    ebb_model_close(r->dm);
     ebb_model_close(r->m);
     json_decref(r->jsampling);
     ebb_config_fini(&r->cfg);

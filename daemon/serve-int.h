@@ -23,6 +23,8 @@ struct ebb__serve_opts {
     bool help;               /* --help (usage printed) */
     enum ebb_api_poll poll;  /* --http-poll */
     unsigned keepalive_ms, prefill_chunk;
+    bool spec;                   /* --spec ngram: requests speculate unless they say otherwise */
+    unsigned draft_max;          /* --draft-max K (0: 8) */
     struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
                                     or origins */
     size_t n_args;

@@ -25,6 +25,9 @@ static void usage(FILE *f)
                "  --http-poll MODE           epoll (Linux) or fdset (portable) (default epoll)\n"
                "  --keepalive-ms N           SSE keep-alive comment interval (default 2000)\n"
                "  --prefill-chunk N          prompt tokens per engine step (default 128)\n"
+               "  --spec ngram|off           speculative decoding with n-gram drafts for requests\n"
+               "                             that do not set \"speculative\" (default off)\n"
+               "  --draft-max K              drafts per pass at most, 1..64 (default 8)\n"
                "  -h, --help                 this help\n\n"
                "Once listening it prints 'ebb: listening on http://HOST:PORT' on stdout.\n");
 }
@@ -97,6 +100,20 @@ static int apply_flag(struct ebb__serve_opts *o, const char *name, const char *v
             return 2;
         }
         *(name[0] == 'k' ? &o->keepalive_ms : &o->prefill_chunk) = (unsigned)v;
+    } else if (!strcmp(name, "spec")) {
+        if (strcmp(val, "ngram") && strcmp(val, "off")) {
+            fprintf(stderr, "ebb serve: --spec must be ngram or off\n");
+            return 2;
+        }
+        o->spec = !strcmp(val, "ngram");
+    } else if (!strcmp(name, "draft-max")) {
+        char *end;
+        unsigned long v = strtoul(val, &end, 10);
+        if (*end || !*val || v == 0 || v > 64) {
+            fprintf(stderr, "ebb serve: --draft-max needs an integer in 1..64\n");
+            return 2;
+        }
+        o->draft_max = (unsigned)v;
     } else if (!strcmp(name, "api-key") || !strcmp(name, "api_key")) {
         o->keys = join(o->keys, val);
     } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {

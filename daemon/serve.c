@@ -410,6 +410,7 @@ static bool start_engine(struct serve *s, const struct ebb__serve_opts *o, const
         .model = model_params_of(s->cfg, path),
         .queue_cap = s->cfg->queue,
         .prefill_chunk = o->prefill_chunk,
+        .spec_max = o->spec ? (o->draft_max ? o->draft_max : 8) : 0,
         .on_loaded = ebb_api_on_loaded,
         .ud = s->api,
         .before_open = warm_before_open,

@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "spec.h"
 
 /* A slot's grammar buffers, allocated on its first grammar job and reused for the next ones
  * (reallocated only when the vocabulary size changes), so sampling allocates nothing. */
@@ -84,6 +85,14 @@ struct slot {
     int32_t cand_ids[EBB__SCHED_CAND_MAX];
     float cand_logits[EBB__SCHED_CAND_MAX];
     struct ebb_model_out out; /* this step's outputs */
+    /* Speculative jobs: the drafter (made on the slot's first one, kept), this job's drafts per
+     * pass at most (0: plain), the drafts in the pass just evaluated (its rows are the drafter's
+     * ebb_spec_rows) and the pass's tokens [next_tok, drafts...]; logprobs of a verified pass
+     * (allocated with the drafter). */
+    struct ebb_spec *spec;
+    uint32_t spec_max, n_draft;
+    int32_t spec_tok[EBB_SPEC_DRAFT_CAP + 1];
+    struct ebb_sample_info *spec_info; /* (EBB_SPEC_DRAFT_CAP + 1) */
     double t_start, t_first;
     double t_used; /* when its last job ended (admission prefers the oldest) */
     struct ebb_sched_result res;
@@ -91,11 +100,12 @@ struct slot {
 
 /* Counters of the engine's steps, summed by the engine and published under mu. */
 struct ebb__step_stats {
-    uint64_t steps, rows, seqs;        /* passes, tokens evaluated, slots evaluated */
-    uint32_t last_rows, last_seqs;     /* the latest pass */
-    uint64_t jobs;                     /* jobs started */
-    double t_queue;                    /* their seconds in the queue */
-    uint64_t cache_hits, cache_tokens; /* jobs that reused a cached prefix, tokens reused */
+    uint64_t steps, rows, seqs;           /* passes, tokens evaluated, slots evaluated */
+    uint32_t last_rows, last_seqs;        /* the latest pass */
+    uint64_t jobs;                        /* jobs started */
+    double t_queue;                       /* their seconds in the queue */
+    uint64_t cache_hits, cache_tokens;    /* jobs that reused a cached prefix, tokens reused */
+    uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
 };
 
 struct ebb_sched {
@@ -111,6 +121,10 @@ struct ebb_sched {
     uint64_t next_id;
     uint32_t queue_cap;
     uint32_t prefill_chunk;
+    uint32_t spec_max; /* the default of jobs that leave spec_max at -1 */
+    double t_pass;     /* the last step's pass, seconds, and its slot count */
+    uint32_t np_pass;
+    uint64_t spec_drafted, spec_accepted; /* this step's, added to the step's stats */
     struct ebb_model *_Atomic model;
     struct ebb_model_params mp;
     char *path, *device;
@@ -142,4 +156,6 @@ void ebb__job_cancelled(struct job *j, double t_queue);
  * every decoding slot and as much prefill as the step's budget (prefill_chunk tokens) allows,
  * oldest job first; samples, releases text and ends jobs as they finish. Adds to *st. */
 void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st);
+/* Frees a slot's speculative-decoding state (the struct may be reused after). */
+void ebb__slot_spec_fini(struct slot *sl);
 #endif

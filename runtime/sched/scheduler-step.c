@@ -88,6 +88,7 @@ static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
     struct job *j = sl->job;
     sl->n_kv = sl->n_cached = sl->n_gen = 0;
     sl->emb_i = sl->emb_pos = sl->emb_off = 0;
+    sl->spec_max = sl->n_draft = 0;
     sl->prefilled = false;
     memset(&sl->res, 0, sizeof(sl->res));
     ebb_stopper_init(&sl->stopper, NULL, 0);
@@ -135,6 +136,46 @@ static void embed_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *
         slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
 }
 
+void ebb__slot_spec_fini(struct slot *sl)
+{
+    ebb_spec_free(sl->spec);
+    free(sl->spec_info);
+    sl->spec = NULL;
+    sl->spec_info = NULL;
+    sl->spec_max = sl->n_draft = 0;
+}
+
+/* A speculative job (not for grammars: their masks are per token): the slot's drafter, made
+ * or remade when this job wants more drafts per pass than it holds, reset to the prompt. */
+static ebb_err spec_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                          struct ebb_diag *diag)
+{
+    struct job *j = sl->job;
+    int32_t want = j->gp.spec_max < 0 ? (int32_t)s->spec_max : j->gp.spec_max;
+    sl->spec_max = j->grammar || want <= 0 ? 0 : (uint32_t)want;
+    sl->n_draft = 0;
+    if (!sl->spec_max)
+        return EBB_OK;
+    if (sl->spec && ebb_spec_draft_max(sl->spec) < sl->spec_max) {
+        ebb__slot_spec_fini(sl);
+        sl->spec_max = (uint32_t)want;
+    }
+    if (!sl->spec) {
+        struct ebb_spec_params sp;
+        ebb_spec_params_defaults(&sp);
+        sp.draft_max = sl->spec_max;
+        ebb_err rc = ebb_spec_new(&sp, ebb_model_n_vocab(m), ebb_model_n_ctx(m), &sl->spec, diag);
+        if (rc)
+            return rc;
+        sl->spec_info = calloc(EBB_SPEC_DRAFT_CAP + 1, sizeof(*sl->spec_info));
+        if (!sl->spec_info)
+            return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    }
+    ebb_spec_reset(sl->spec);
+    ebb_spec_push(sl->spec, j->prompt, j->n_prompt);
+    return EBB_OK;
+}
+
 static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
                           struct ebb_diag *diag)
 {
@@ -164,6 +205,8 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
     ebb_stopper_init(&sl->stopper, j->gp.stop, j->gp.n_stop);
     for (uint32_t i = 0; i < j->n_prompt; i++)
         ebb_sampler_accept(sl->smp, j->prompt[i]);
+    if ((rc = spec_begin(s, sl, m, diag)))
+        return rc;
     if (j->sink.on_start)
         j->sink.on_start(j->sink.ud);
     return EBB_OK;
@@ -179,36 +222,18 @@ static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
     j->sink.on_token(j->sink.ud, &t);
 }
 
-/* A decoding slot's turn: samples the next token from the logits of the last pass, releases
- * its text and checks the ends (end of generation, stop string, grammar complete, max_tokens,
- * context). Returns true when the job goes on with sl->next_tok to evaluate. */
-static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+/* Takes a sampled token (already accepted by the sampler): releases its text and checks the
+ * ends (end of generation, stop string, grammar complete, max_tokens, context). Returns true
+ * when the job goes on with sl->next_tok = id to evaluate. */
+static bool slot_take(struct ebb_sched *s, struct slot *sl, struct ebb_model *m, int32_t id,
+                      const struct ebb_sample_info *pi)
 {
     struct job *j = sl->job;
-    struct ebb_diag diag = {{0}};
     uint32_t n_ctx = ebb_model_n_ctx(m);
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
-    struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
-    int32_t id;
-    ebb_err rc;
-    if (sl->gram.active) {
-        rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
-                               j->gp.logprobs ? &info : NULL, &diag);
-        if (rc) {
-            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-            return false;
-        }
-    } else if ((rc = sl->n_cand ? ebb_sampler_sample_candidates(sl->smp, sl->cand_ids,
-                                                                sl->cand_logits, sl->n_cand, &id,
-                                                                j->gp.logprobs ? &info : NULL)
-                                : ebb_sampler_sample(sl->smp, sl->logits, &id,
-                                                     j->gp.logprobs ? &info : NULL))) {
-        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
-        return false;
-    }
-    ebb_sampler_accept(sl->smp, id);
     sl->n_gen++;
-    const struct ebb_sample_info *pi = j->gp.logprobs ? &info : NULL;
+    if (sl->spec_max)
+        ebb_spec_push(sl->spec, &id, 1);
     char *buf = s->text_buf;
     if (!j->gp.ignore_eos && ebb_tokenizer_is_eog(tok, id)) {
         size_t w = ebb_detok_finish(&sl->detok, buf, s->text_cap);
@@ -275,6 +300,93 @@ static void want_logits(struct slot *sl)
         sl->out = (struct ebb_model_out){.logits = sl->logits};
 }
 
+/* After a verification pass (sl->n_draft drafts): the sampler keeps the drafts it agrees with
+ * and adds its own next token; each is taken in order as a single step would take it (so
+ * max_tokens, stop strings and end-of-generation cut inside the pass), with the KV length
+ * each would have seen. The rejected drafts' KV entries are overwritten by the next pass. */
+static bool slot_verify(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    uint32_t nd = sl->n_draft, n = 0, base = sl->n_kv - (nd + 1);
+    int32_t out[EBB_SPEC_DRAFT_CAP + 1];
+    struct ebb_sample_info *info = j->gp.logprobs ? sl->spec_info : NULL;
+    for (uint32_t i = 0; info && i <= nd; i++)
+        info[i].n_top = j->gp.n_top_logprobs;
+    sl->n_draft = 0;
+    ebb_err rc = ebb_spec_verify(sl->smp, ebb_spec_rows(sl->spec), ebb_model_n_vocab(m),
+                                 sl->spec_tok + 1, nd, out, &n, info);
+    if (rc) {
+        sl->n_kv = base + 1 + n;
+        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
+        return false;
+    }
+    ebb_spec_feedback(sl->spec, nd, n - 1, s->np_pass == 1 ? s->t_pass : 0);
+    s->spec_drafted += nd;
+    s->spec_accepted += n - 1;
+    for (uint32_t i = 0; i < n; i++) {
+        sl->n_kv = base + 1 + i;
+        if (!slot_take(s, sl, m, out[i], info ? &info[i] : NULL))
+            return false;
+    }
+    return true;
+}
+
+/* A decoding slot's turn: samples the next token from the logits of the last pass (or
+ * verifies the drafts of a speculative pass) and takes it (slot_take). */
+static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    struct ebb_diag diag = {{0}};
+    struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
+    int32_t id;
+    ebb_err rc;
+    if (sl->n_draft)
+        return slot_verify(s, sl, m);
+    if (sl->gram.active) {
+        rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
+                               j->gp.logprobs ? &info : NULL, &diag);
+        if (rc) {
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+            return false;
+        }
+    } else if ((rc = sl->n_cand ? ebb_sampler_sample_candidates(sl->smp, sl->cand_ids,
+                                                                sl->cand_logits, sl->n_cand, &id,
+                                                                j->gp.logprobs ? &info : NULL)
+                                : ebb_sampler_sample(sl->smp, sl->logits, &id,
+                                                     j->gp.logprobs ? &info : NULL))) {
+        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
+        return false;
+    }
+    ebb_sampler_accept(sl->smp, id);
+    if (sl->spec_max)
+        ebb_spec_feedback(sl->spec, 0, 0, s->np_pass == 1 ? s->t_pass : 0);
+    return slot_take(s, sl, m, id, j->gp.logprobs ? &info : NULL);
+}
+
+/* A speculating slot's part: [next_tok, drafts] with a logits row each, the drafts capped so
+ * that the kept tokens never pass max_tokens or the context. False: no drafts this step. */
+static bool spec_part(struct slot *sl, struct ebb_model *m, struct ebb_model_seq *part)
+{
+    struct job *j = sl->job;
+    uint32_t cap = sl->spec_max, n_ctx = ebb_model_n_ctx(m);
+    uint32_t left = j->gp.max_tokens ? j->gp.max_tokens - sl->n_gen : UINT32_MAX;
+    if (left - 1 < cap)
+        cap = left - 1;
+    if (n_ctx - sl->n_kv - 1 < cap)
+        cap = n_ctx - sl->n_kv - 1;
+    uint32_t nd = cap ? ebb_spec_draft(sl->spec, sl->spec_tok + 1, cap) : 0;
+    if (!nd)
+        return false;
+    sl->spec_tok[0] = sl->next_tok;
+    sl->n_draft = nd;
+    sl->out = (struct ebb_model_out){.logits_all = ebb_spec_rows(sl->spec)};
+    part->tokens = sl->spec_tok;
+    part->n = nd + 1;
+    part->pos = sl->n_kv;
+    part->out = &sl->out;
+    return true;
+}
+
 /* Phase one of a step for a slot: ends it if cancelled; else fills *part with what it
  * evaluates this step and returns true. A decoding slot samples first (slot_sample) and
  * contributes one row; a prefill (or an embedding input) takes up to *budget tokens of the
@@ -316,6 +428,10 @@ static bool slot_prepare(struct ebb_sched *s, struct slot *sl, struct ebb_model 
     }
     if (!slot_sample(s, sl, m))
         return false;
+    if (sl->spec_max && spec_part(sl, m, part)) {
+        part->seq = seq;
+        return true;
+    }
     want_logits(sl);
     *part = (struct ebb_model_seq){
         .seq = seq, .tokens = &sl->next_tok, .n = 1, .pos = sl->n_kv, .out = &sl->out};
@@ -389,7 +505,10 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
             np++;
     if (!np)
         return;
+    double t0 = ebb__now_s();
     ebb_err rc = ebb_model_eval_batch(m, s->parts, np, &diag);
+    s->t_pass = ebb__now_s() - t0;
+    s->np_pass = np;
     uint32_t rows = 0;
     for (uint32_t p = 0; p < np; p++) {
         struct slot *sl = &s->slots[s->parts[p].seq];
@@ -406,4 +525,7 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
     st->seqs += np;
     st->last_rows = rows;
     st->last_seqs = np;
+    st->spec_drafted += s->spec_drafted;
+    st->spec_accepted += s->spec_accepted;
+    s->spec_drafted = s->spec_accepted = 0;
 }

@@ -8,6 +8,7 @@ void ebb_gen_params_defaults(struct ebb_gen_params *p)
 {
     memset(p, 0, sizeof(*p));
     ebb_sampling_defaults(&p->sampling);
+    p->spec_max = -1;
 }
 
 /* ---- stop strings ------------------------------------------------------------------------ */

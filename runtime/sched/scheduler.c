@@ -58,6 +58,9 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     }
     if (p->n_top_logprobs > EBB_SAMPLE_MAX_TOP || p->n_stop > EBB_SCHED_MAX_STOP)
         return ebb_diag_set(diag, EBB_EINVAL, "too many logprobs or stop strings");
+    if (p->spec_max < -1 || p->spec_max > EBB_SPEC_DRAFT_CAP)
+        return ebb_diag_set(diag, EBB_EINVAL, "speculative drafts per pass %d outside 1..%d",
+                            (int)p->spec_max, EBB_SPEC_DRAFT_CAP);
     ebb_err rc = check_embed(p, n_prompt, n_ctx, diag);
     if (rc)
         return rc;
@@ -174,6 +177,8 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->queue_wait_s = s->stats.t_queue;
     out->cache_hits = s->stats.cache_hits;
     out->cache_tokens = s->stats.cache_tokens;
+    out->spec_drafted = s->stats.spec_drafted;
+    out->spec_accepted = s->stats.spec_accepted;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -280,6 +285,7 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
             free(s->slots[i].kv_tokens);
             free(s->slots[i].logits);
             ebb__sgram_fini(&s->slots[i].gram);
+            ebb__slot_spec_fini(&s->slots[i]);
         }
         free(s->slots);
         free(s->parts);
@@ -410,6 +416,7 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->mp.n_seq = s->n_slots;
     s->queue_cap = p->queue_cap ? p->queue_cap : 64;
     s->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : 128;
+    s->spec_max = p->spec_max < EBB_SPEC_DRAFT_CAP ? p->spec_max : EBB_SPEC_DRAFT_CAP;
     s->on_loaded = p->on_loaded;
     s->ud = p->ud;
     s->before_open = p->before_open;
@@ -464,6 +471,7 @@ void ebb_sched_free(struct ebb_sched *s)
         free(s->slots[i].kv_tokens);
         free(s->slots[i].logits);
         ebb__sgram_fini(&s->slots[i].gram);
+        ebb__slot_spec_fini(&s->slots[i]);
     }
     ebb_token_trie_free(s->trie);
     pthread_mutex_destroy(&s->mu);

@@ -31,6 +31,10 @@ struct ebb_gen_params {
     uint32_t n_top_logprobs;      /* alternatives per token, <= EBB_SAMPLE_MAX_TOP */
     bool logprobs;                /* report the chosen token's logprob (and n_top_logprobs) */
     bool ignore_eos;              /* keep generating past end-of-generation tokens */
+    /* Speculative decoding with n-gram drafts (docs/STREAMER.md): at most this many drafts per
+     * pass, 1..EBB_SPEC_DRAFT_CAP; 0 off; -1 (the default) the scheduler's spec_max. Output and
+     * usage are the same as without; ignored for grammar and embedding jobs. */
+    int32_t spec_max;
     uint32_t n_stop;
     const char *stop[EBB_SCHED_MAX_STOP]; /* NUL-terminated, copied at submit, non-empty */
     /* GBNF grammar (start rule "root") the output must follow, or NULL. Compiled at submit
@@ -97,6 +101,7 @@ struct ebb_sched_params {
     struct ebb_model_params model; /* strings are copied */
     uint32_t queue_cap;            /* jobs waiting for a slot; 0 means 64 */
     uint32_t prefill_chunk;        /* tokens per prefill step; 0 means 128 */
+    uint32_t spec_max; /* jobs with spec_max -1 draft up to this many n-gram tokens; 0: off */
     /* Called once on the engine thread when the model is open (rc EBB_OK) or failed to open
      * (msg says why). */
     void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
@@ -161,6 +166,7 @@ struct ebb_sched_stats {
     uint64_t jobs_started;
     double queue_wait_s;
     uint64_t cache_hits, cache_tokens;
+    uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
 };
 
 /* A consistent snapshot of the queue. Thread-safe. */

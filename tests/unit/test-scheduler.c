@@ -108,6 +108,16 @@ static ebb_err eval_one(uint32_t seq, const int32_t *tokens, uint32_t n, uint32_
         out->top_logits[k] = lg[best];
         atomic_fetch_add(&topk_rows, 1);
     }
+    /* Speculative passes: a row per token, each as the single-token logits above would be. */
+    for (uint32_t i = 0; out->logits_all && i < n; i++) {
+        float *row = out->logits_all + (size_t)i * N_VOCAB;
+        for (uint32_t v = 0; v < N_VOCAB; v++)
+            row[v] = 0;
+        int32_t nx = tokens[i] % 5 + 1;
+        if (atomic_load(&eog_at) && pos + i + 1 >= atomic_load(&eog_at))
+            nx = 0;
+        row[nx] = 10;
+    }
     return EBB_OK;
 }
 
@@ -287,11 +297,14 @@ static void on_loaded(void *ud, ebb_err rc, const char *msg)
     atomic_store(&loaded, true);
 }
 
+static uint32_t start_spec_max; /* the scheduler's default drafts per pass */
+
 static struct ebb_sched *start(uint32_t slots, uint32_t queue, uint32_t chunk)
 {
     struct ebb_sched_params p = {.model = {.path = "fake", .n_seq = slots},
                                  .queue_cap = queue,
                                  .prefill_chunk = chunk,
+                                 .spec_max = start_spec_max,
                                  .on_loaded = on_loaded};
     struct ebb_sched *s = NULL;
     atomic_store(&loaded, false);
@@ -789,6 +802,85 @@ static void test_short_match_keeps_cache(void **state)
     ebb_sched_free(s);
 }
 
+/* Speculative decoding (n-gram drafts): the same text, token count and finish as plain decoding
+ * in fewer passes; max_tokens, an end-of-generation token and a stop string inside a pass cut
+ * it there; the scheduler's default applies to jobs that leave spec_max at -1. */
+static void run_job(struct ebb_sched *s, struct rec *r, const struct ebb_gen_params *gp)
+{
+    int32_t prompt[2] = {1, 5};
+    rec_init(r, s);
+    assert_int_equal(submit(s, r, prompt, 2, gp), EBB_OK);
+    rec_wait(r);
+}
+
+static void test_speculative(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    /* Passes cost 1 ms whatever their rows, as streamed ones nearly do: the adaptation times
+     * them and drafts the most. */
+    atomic_store(&eval_delay_us, 1000);
+    struct rec plain, spec;
+    struct ebb_gen_params gp = greedy(40);
+    atomic_store(&evals, 0);
+    run_job(s, &plain, &gp);
+    unsigned plain_evals = atomic_load(&evals);
+    gp.spec_max = 8;
+    atomic_store(&evals, 0);
+    run_job(s, &spec, &gp);
+    unsigned spec_evals = atomic_load(&evals);
+    print_message("speculative: %u passes for 40 tokens (plain %u)\n", spec_evals, plain_evals);
+    assert_string_equal(spec.text, plain.text);
+    assert_int_equal(spec.res.n_gen, 40);
+    assert_int_equal(spec.res.finish, EBB_FINISH_LENGTH);
+    assert_true(spec_evals * 3 < plain_evals);
+
+    gp.max_tokens = 7; /* inside a pass of 8 drafts */
+    run_job(s, &spec, &gp);
+    assert_string_equal(spec.text, "abcdeab");
+    assert_int_equal(spec.res.n_gen, 7);
+    assert_int_equal(spec.res.finish, EBB_FINISH_LENGTH);
+
+    gp.max_tokens = 0;
+    atomic_store(&eog_at, 14); /* end of generation well inside a drafted stretch */
+    run_job(s, &plain, &(struct ebb_gen_params){.sampling = gp.sampling, .spec_max = 0});
+    run_job(s, &spec, &gp);
+    assert_string_equal(spec.text, plain.text);
+    assert_int_equal(spec.res.n_gen, plain.res.n_gen);
+    assert_int_equal(spec.res.finish, EBB_FINISH_STOP);
+    atomic_store(&eog_at, 0);
+
+    gp.max_tokens = 30;
+    gp.n_stop = 1;
+    gp.stop[0] = "cdeab";
+    run_job(s, &spec, &gp);
+    assert_string_equal(spec.text, "ab");
+    assert_int_equal(spec.res.n_gen, 7);
+    assert_int_equal(spec.res.stop_index, 0);
+    ebb_sched_free(s);
+
+    /* The scheduler's default: on for a job that says nothing, off for one that says 0. */
+    start_spec_max = 6;
+    s = start(1, 4, 8);
+    atomic_store(&eval_delay_us, 1000);
+    gp = greedy(40);
+    atomic_store(&evals, 0);
+    run_job(s, &spec, &gp);
+    assert_true(atomic_load(&evals) * 3 < plain_evals);
+    gp.spec_max = 0;
+    atomic_store(&evals, 0);
+    run_job(s, &spec, &gp);
+    assert_true(atomic_load(&evals) >= 39); /* a pass per token (the prompt came from cache) */
+    assert_string_equal(spec.text, "abcdeabcdeabcdeabcdeabcdeabcdeabcdeabcde");
+    gp.spec_max = 65;
+    struct rec bad;
+    rec_init(&bad, s);
+    int32_t prompt[2] = {1, 5};
+    assert_int_equal(submit(s, &bad, prompt, 2, &gp), EBB_EINVAL);
+    ebb_sched_free(s);
+    start_spec_max = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -806,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_prefill_budget_interleaves),
         cmocka_unit_test(test_best_prefix_slot),
         cmocka_unit_test(test_short_match_keeps_cache),
+        cmocka_unit_test(test_speculative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
