@@ -148,8 +148,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
-            /* Batches of up to 64 rows through matvec_q8r, 8 rows per weight read. */
+            /* Batches of up to 64 rows through matvec_q8r, 4 rows per weight read (H100, 8B
+             * shape, ebb bench --batch: 8 rows 10.8 ms a step with 4, 11.8 with 8, 12.8 with 16;
+             * 32 rows 31.6, 32.8, 34.6 ms). */
             t.q8r_max = 64;
+            t.mvr = 4;
             /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe, in
              * 64 x 64 tiles of 32 inputs a step, the next step's loads issued before this
              * step's products (H100, 8B pp512: 2046 tok/s; without the early loads 1974, 64
