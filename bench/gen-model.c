@@ -38,20 +38,29 @@ struct shape {
     bool tied;
     uint32_t head_dim; /* 0: n_embd / n_head, and no key_length key */
     float rms_eps;     /* 0: 1e-5 */
+    /* Llama 3.1's rope scaling (0: none): rope_freqs.weight holds the divisors of its formula
+     * for this factor, low/high frequency factors 1 and 4 and this original context. */
+    float rope_factor;
+    uint32_t rope_orig_ctx;
 };
 
 static const struct shape shapes[] = {
-    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0},
-    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0},
-    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0},
-    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f},
-    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f},
-    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f},
-    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f},
-    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f},
-    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f},
-    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f},
-    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f},
+    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0, 0, 0},
+    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0, 0, 0},
+    {"llama3.1-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 0, 0, 8.0f,
+     8192},
+    /* The original context is 64 rather than 8192 so that the divisors change the rotation
+     * within the test prompts' few dozen positions. */
+    {"llama3.1-tiny", LLAMA, 128, 3, 4, 2, 384, 128256, 131072, 500000.0f, false, 0, 0, 8.0f, 64},
+    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f, 0, 0},
+    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f, 0, 0},
+    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0},
+    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f, 0, 0},
+    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0},
+    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0},
+    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0},
 };
 
 /* Little GGUF writer over stdio. */
@@ -178,6 +187,7 @@ struct tinfo {
     uint64_t offset, size;
     float scale; /* weight scale; F32: 0 all ones, > 0 uniform in [lo, lo + scale) */
     float lo;
+    const float *vals; /* F32: these values instead */
 };
 
 static uint64_t rng_state;
@@ -211,7 +221,9 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
     if (t->type == EBB_GGML_F32) {
         for (uint64_t i = 0; i < t->size / 4; i++) {
             float v = 1.0f;
-            if (t->scale > 0)
+            if (t->vals)
+                v = t->vals[i];
+            else if (t->scale > 0)
                 v = t->lo + t->scale * (float)(rng() >> 40) / (float)(1u << 24);
             put(w, &v, 4);
         }
@@ -231,6 +243,22 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
         }
         put(w, buf, n);
         left -= n;
+    }
+}
+
+/* Llama 3.1's frequency divisors for n_rot dimensions (low/high frequency factors 1 and 4). */
+static void llama3_freqs(const struct shape *sh, uint32_t n_rot, float *ff)
+{
+    const double lo = 1.0, hi = 4.0, orig = sh->rope_orig_ctx;
+    for (uint32_t i = 0; i < n_rot / 2; i++) {
+        double wave = 2.0 * M_PI * pow((double)sh->rope_base, 2.0 * i / n_rot);
+        double div = 1.0;
+        if (wave > orig / lo)
+            div = sh->rope_factor;
+        else if (wave >= orig / hi)
+            div = 1.0 / ((1.0 - (orig / wave - lo) / (hi - lo)) / sh->rope_factor +
+                         (orig / wave - lo) / (hi - lo));
+        ff[i] = (float)div;
     }
 }
 
@@ -310,12 +338,13 @@ int main(int argc, char **argv)
     struct w w = {f, false};
 
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
-    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3, rnd = sh->family != LLAMA;
+    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3;
+    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
     const bool phi3 = sh->family == PHI3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
     uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
-    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + per_layer * n_layer;
+    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
         return 1;
@@ -343,6 +372,12 @@ int main(int argc, char **argv)
     ADD_LO("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, norm_sc, norm_lo);
     if (!sh->tied)
         ADD("output.weight", sh->n_embd, sh->n_vocab, wtype, 1.0f / sqrtf(qvar * sh->n_embd));
+    static float rope_ff[512];
+    if (sh->rope_factor > 0 && hd <= 1024) {
+        llama3_freqs(sh, hd, rope_ff);
+        ADD("rope_freqs.weight", hd / 2, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = rope_ff;
+    }
     for (uint32_t l = 0; l < n_layer; l++) {
         char nm[64];
         float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);

@@ -37,6 +37,16 @@ struct ebb__hparams {
     uint32_t n_rot; /* rotary dims per head; derived default: head_dim */
     float rope_base;
     float rope_scale; /* linear scaling factor (1 = none; rope.scaling.*, read by the engine) */
+    /* Llama 3.1's rope scaling (rope.scaling.type = llama3, read by the engine): each rotary
+     * pair's frequency is divided by a factor between 1 and rope_factor, by its wavelength
+     * against the original context (ebb__arch_rope_freqs). A file's rope_freqs.weight, where
+     * its family declares one, gives the divisors directly and wins over these keys. */
+    uint32_t rope_llama3;   /* 1: the keys below were read */
+    float rope_factor;      /* rope.scaling.factor (8 in Llama 3.1) */
+    float rope_low_freq;    /* rope.scaling.low_freq_factor (1) */
+    float rope_high_freq;   /* rope.scaling.high_freq_factor (4) */
+    uint32_t rope_orig_ctx; /* rope.scaling.original_context_length (8192) */
+    uint32_t rope_freqs;    /* 1: some pair's divisor differs from 1 (keys or tensor) */
     float rms_eps;
     /* Sliding-window attention: layer l attends to the last `swa` positions only when swa and
      * swa_pattern are set and (l + 1) % swa_pattern != 0 (ebb__arch_window); such local layers
@@ -92,6 +102,7 @@ enum ebb__dim {
     EBB__DIM_HEAD,  /* head_dim */
     EBB__DIM_QKV,   /* (n_head + 2 n_head_kv) * head_dim: a fused q|k|v projection */
     EBB__DIM_FF2,   /* 2 n_ff: a fused gate|up projection */
+    EBB__DIM_ROT2,  /* n_rot / 2: one per rotary pair (rope_freqs) */
     EBB__N_DIM
 };
 
@@ -286,6 +297,14 @@ static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t 
 {
     return hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0 ? hp->swa : 0;
 }
+
+/* The divisor of each rotary pair's frequency (n_rot / 2 floats into ff): the file's
+ * rope_freqs.weight when the family declares it and the file has it, else computed from
+ * Llama 3.1's rope.scaling keys, else all 1. *scaled says whether any differs from 1. Errors:
+ * a rope_freqs tensor of the wrong size, or a factor that is not a positive finite number. */
+ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, float *ff, bool *scaled,
+                             struct ebb_diag *diag);
 
 /* The GGUF name of tensor t (of layer l when per layer) into buf. */
 void ebb__arch_tensor_name(const struct ebb__arch *a, uint32_t t, uint32_t l, char *buf,

@@ -3,8 +3,11 @@
  * against a file. */
 #include "arch-int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "quant/quant.h"
 
 static const struct ebb__arch *const families[] = {
     &ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2, &ebb__arch_qwen3, &ebb__arch_phi3};
@@ -69,6 +72,8 @@ uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d)
         return ((uint64_t)hp->n_head + 2ull * hp->n_head_kv) * hp->head_dim;
     case EBB__DIM_FF2:
         return 2ull * hp->n_ff;
+    case EBB__DIM_ROT2:
+        return hp->n_rot / 2;
     default:
         return 0;
     }
@@ -134,8 +139,50 @@ static void derive(struct ebb__hparams *hp, size_t off)
         hp->n_rot = hp->head_dim;
 }
 
-/* Linear rope scaling (positions divided by the factor), an engine feature every family gets.
- * Other scaling types change the frequencies in ways the backends do not implement yet. */
+/* An optional f32 key into *v (left alone when missing). */
+static ebb_err get_f32_opt(const struct ebb_gguf *g, const struct ebb__hparams *hp,
+                           const char *suffix, float *v, struct ebb_diag *diag)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", hp->arch, suffix);
+    ebb_err rc = ebb_gguf_get_f32(g, key, v);
+    if (rc && rc != EBB_ENOTFOUND)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    return EBB_OK;
+}
+
+/* Llama 3.1's keys, with its values as defaults. */
+static ebb_err read_llama3_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
+                                   struct ebb_diag *diag)
+{
+    char key[128];
+    hp->rope_llama3 = 1;
+    hp->rope_factor = 8.0f;
+    hp->rope_low_freq = 1.0f;
+    hp->rope_high_freq = 4.0f;
+    hp->rope_orig_ctx = 8192;
+    ebb_err rc;
+    if ((rc = get_f32_opt(g, hp, "rope.scaling.factor", &hp->rope_factor, diag)) ||
+        (rc = get_f32_opt(g, hp, "rope.scaling.low_freq_factor", &hp->rope_low_freq, diag)) ||
+        (rc = get_f32_opt(g, hp, "rope.scaling.high_freq_factor", &hp->rope_high_freq, diag)))
+        return rc;
+    snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", hp->arch);
+    rc = ebb_gguf_get_u32(g, key, &hp->rope_orig_ctx);
+    if (rc && rc != EBB_ENOTFOUND)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    if (!(hp->rope_factor >= 1.0f && hp->rope_factor < 1e6f && hp->rope_low_freq > 0 &&
+          hp->rope_high_freq > hp->rope_low_freq && hp->rope_high_freq < 1e6f &&
+          hp->rope_orig_ctx > 0))
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "bad llama3 rope scaling (factor %g, low %g, high %g, context %u)",
+                            (double)hp->rope_factor, (double)hp->rope_low_freq,
+                            (double)hp->rope_high_freq, hp->rope_orig_ctx);
+    return EBB_OK;
+}
+
+/* Rope scaling, an engine feature every family gets: linear (positions divided by the factor)
+ * and Llama 3.1's per-frequency factors (ebb__arch_rope_freqs). Other types (YaRN, longrope)
+ * change the rotation in ways the backends do not implement yet. */
 static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
                                  struct ebb_diag *diag)
 {
@@ -145,13 +192,14 @@ static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *
     snprintf(key, sizeof(key), "%s.rope.scaling.type", hp->arch);
     if (ebb_gguf_get_str(g, key, &stype) || (stype.n == 4 && !memcmp(stype.p, "none", 4)))
         return EBB_OK;
+    if (stype.n == 6 && !memcmp(stype.p, "llama3", 6))
+        return read_llama3_scaling(g, hp, diag);
     if (!(stype.n == 6 && !memcmp(stype.p, "linear", 6)))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "rope scaling type '%.*s'", (int)stype.n,
                             stype.p);
-    snprintf(key, sizeof(key), "%s.rope.scaling.factor", hp->arch);
-    ebb_err rc = ebb_gguf_get_f32(g, key, &hp->rope_scale);
-    if (rc && rc != EBB_ENOTFOUND)
-        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    ebb_err rc = get_f32_opt(g, hp, "rope.scaling.factor", &hp->rope_scale, diag);
+    if (rc)
+        return rc;
     if (!(hp->rope_scale > 0))
         return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.scaling.factor");
     return EBB_OK;
@@ -221,6 +269,11 @@ ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch 
         return ebb_diag_set(diag, EBB_EFORMAT, "%s missing or not (%llu, vocab)", et->name,
                             (unsigned long long)ebb__arch_dim(hp, et->ne0));
     hp->n_vocab = (uint32_t)emb->ne[1];
+    float ff[512]; /* n_rot <= head_dim <= 1024 (check_hparams) */
+    bool scaled;
+    if ((rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag)))
+        return rc;
+    hp->rope_freqs = scaled;
     *arch = a;
     return EBB_OK;
 }
@@ -267,6 +320,59 @@ ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *h
                             (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1],
                             (unsigned long long)ne0, (unsigned long long)ne1);
     *out = gt;
+    return EBB_OK;
+}
+
+/* ---- rope frequency factors ---- */
+
+/* Llama 3.1's divisors: pairs whose wavelength is shorter than original context / high keep
+ * their frequency, those longer than original context / low are slowed by the whole factor,
+ * and the ones between blend the two by where the wavelength falls. */
+static void llama3_freqs(const struct ebb__hparams *hp, float *ff)
+{
+    const double lo_wave = hp->rope_orig_ctx / (double)hp->rope_low_freq;
+    const double hi_wave = hp->rope_orig_ctx / (double)hp->rope_high_freq;
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        double freq = pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
+        double wave = 2.0 * M_PI / freq;
+        double div = 1.0;
+        if (wave > lo_wave) {
+            div = hp->rope_factor;
+        } else if (wave >= hi_wave) {
+            double smooth = (hp->rope_orig_ctx / wave - hp->rope_low_freq) /
+                            (hp->rope_high_freq - hp->rope_low_freq);
+            div = 1.0 / ((1.0 - smooth) / hp->rope_factor + smooth);
+        }
+        ff[i] = (float)div;
+    }
+}
+
+ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, float *ff, bool *scaled,
+                             struct ebb_diag *diag)
+{
+    const uint32_t n = hp->n_rot / 2;
+    const struct ebb_gguf_tensor *gt = NULL;
+    for (uint32_t t = 0; t < a->n_tensors && !gt; t++)
+        if (!(a->tensors[t].flags & EBB__T_LAYER) &&
+            !strcmp(a->tensors[t].name, "rope_freqs.weight"))
+            gt = ebb_gguf_find_tensor(g, a->tensors[t].name);
+    for (uint32_t i = 0; i < n; i++)
+        ff[i] = 1.0f;
+    if (gt) {
+        if (gt->n_elements != n || ebb_quant_dequantize_row(gt->type, gt->data, ff, n))
+            return ebb_diag_set(diag, EBB_EFORMAT,
+                                "rope_freqs.weight: want %u f32/f16 factors (n_rot / 2)", n);
+    } else if (hp->rope_llama3) {
+        llama3_freqs(hp, ff);
+    }
+    *scaled = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(ff[i] > 0 && isfinite(ff[i])))
+            return ebb_diag_set(diag, EBB_EFORMAT, "rope_freqs.weight: factor %u is %g", i,
+                                (double)ff[i]);
+        *scaled |= ff[i] != 1.0f;
+    }
     return EBB_OK;
 }
 

@@ -582,16 +582,17 @@ static void *alloc_floats(uint64_t n, bool *fail)
     return p;
 }
 
-/* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot); windowed layers with a
- * base of their own use it and no scaling. */
-static void rope_tables(struct ref *r)
+/* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot) / ff_i (ff: the
+ * frequency divisors of Llama 3.1's scaling, else 1); windowed layers with a base of their own
+ * use it and no scaling. */
+static void rope_tables(struct ref *r, const float *ff)
 {
     const struct ebb__hparams *hp = &r->hp;
     uint32_t half = hp->n_rot / 2;
     for (uint32_t pos = 0; pos < r->n_ctx; pos++) {
         for (uint32_t i = 0; i < half; i++) {
             double theta = (double)pos / hp->rope_scale *
-                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
+                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot) / ff[i];
             r->rope_cos[(uint64_t)pos * half + i] = (float)cos(theta);
             r->rope_sin[(uint64_t)pos * half + i] = (float)sin(theta);
             if (r->rope_cos_swa) {
@@ -666,7 +667,16 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
                           n_ctx, 2.0 * (double)kv * sizeof(float) / 1048576.0);
         goto out;
     }
-    rope_tables(r);
+    bool scaled;
+    float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
+    if (!ff || (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag))) {
+        if (!rc)
+            rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+        free(ff);
+        goto out;
+    }
+    rope_tables(r, ff);
+    free(ff);
     start_helper(r);
 out:
     if (rc) {

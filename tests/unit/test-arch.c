@@ -162,6 +162,7 @@ static uint64_t tiny_dim(uint8_t d)
         [EBB__DIM_HEAD] = T_EMBD / T_HEAD,
         [EBB__DIM_QKV] = T_EMBD + 2 * (T_EMBD / T_HEAD * T_HEAD_KV),
         [EBB__DIM_FF2] = 2 * T_FF,
+        [EBB__DIM_ROT2] = T_EMBD / T_HEAD / 2,
     };
     return v[d];
 }
@@ -174,8 +175,10 @@ static void kv_u32(struct wbuf *kv, const char *arch, const char *key, uint32_t 
     w_u32(kv, v);
 }
 
-/* An optional tensor build() writes too (by name), or NULL. */
+/* An optional tensor build() writes too (by name), or NULL; more metadata entries. */
 static const char *with_optional;
+static const struct wbuf *extra_kv;
+static uint32_t n_extra_kv;
 
 /* A GGUF with a's tensors in f32 (drop: a tensor name to leave out, bad: one whose second
  * dimension is off by one) and the hyper-parameter keys above. */
@@ -190,6 +193,8 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
     kv_u32(&kv, arch_name, "attention.head_count", T_HEAD);
     kv_u32(&kv, arch_name, "attention.head_count_kv", T_HEAD_KV);
     kv_u32(&kv, arch_name, "feed_forward_length", T_FF);
+    if (extra_kv)
+        w_bytes(&kv, extra_kv->p, extra_kv->n);
     static struct tinfo ti[64];
     static char names[64][96];
     uint32_t n = 0;
@@ -210,7 +215,7 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
             n++;
         }
     }
-    struct built b = {make(3, 6, &kv, ti, n, 32, off), NULL};
+    struct built b = {make(3, 6 + (extra_kv ? n_extra_kv : 0), &kv, ti, n, 32, off), NULL};
     free(kv.p);
     return b;
 }
@@ -296,6 +301,63 @@ static void test_refused_and_optional(void **state)
     assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EFORMAT);
     assert_non_null(strstr(d.msg, "blk.1.attn_k.bias"));
     free_built(&b);
+}
+
+/* Llama 3.1's rope scaling from its keys (the divisors of its formula), from rope_freqs.weight
+ * when the file has one (the tensor wins), and an unknown scaling type refused. */
+static void test_llama3_rope(void **state)
+{
+    (void)state;
+    struct wbuf kv = {0};
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "llama3");
+    kv_u32(&kv, "llama", "rope.scaling.original_context_length", 1024);
+    extra_kv = &kv;
+    n_extra_kv = 2;
+    struct built b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_true(hp.rope_llama3 && hp.rope_factor == 8.0f && hp.rope_orig_ctx == 1024);
+    assert_true(hp.rope_scale == 1.0f && hp.n_rot == 4);
+    float ff[2];
+    bool scaled = false;
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    assert_true(scaled);
+    /* Pair 0's wavelength 2 pi is below 1024 / 4: kept. Pair 1's, 2 pi 10000^(1/2) = 628, lies
+     * between 1024 / 4 and 1024 / 1: blended, smooth = (1024 / 628.3 - 1) / 3. */
+    double smooth = (1024.0 / (2 * 3.14159265358979 * 100.0) - 1.0) / 3.0;
+    assert_float_equal(ff[0], 1.0f, 1e-6);
+    assert_float_equal(ff[1], 1.0 / ((1.0 - smooth) / 8.0 + smooth), 1e-4);
+    free_built(&b);
+
+    with_optional = "rope_freqs.weight";
+    b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    with_optional = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_OK);
+    const struct ebb_gguf_tensor *gt = ebb_gguf_find_tensor(b.g, "rope_freqs.weight");
+    assert_non_null(gt);
+    float want[2];
+    memcpy(want, gt->data, sizeof(want));
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    assert_memory_equal(ff, want, sizeof(want));
+    free_built(&b);
+
+    kv.n = 0;
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "yarn");
+    n_extra_kv = 1;
+    b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    extra_kv = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "'yarn'"));
+    free_built(&b);
+    free(kv.p);
 }
 
 static void test_unknown_arch(void **state)
@@ -408,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_tiny_families),   cmocka_unit_test(test_missing_and_misshapen),
         cmocka_unit_test(test_unknown_arch),    cmocka_unit_test(test_refused_and_optional),
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
+        cmocka_unit_test(test_llama3_rope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
