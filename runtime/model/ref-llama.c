@@ -15,71 +15,13 @@
  * differences: activations are quantized to Q8 before each quantized matrix product, the KV
  * cache holds fp16 values, and the query and the attention weights are rounded to fp16 before
  * their products with K and V (llama.cpp's defaults without flash attention). */
-#include "model-int.h"
+#include "ref-int.h"
 
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/quant.h"
-
-#define BATCH 64 /* tokens per prefill pass; longer inputs are processed in pieces */
-
-/* A weight matrix of n_out rows of n_in elements, as stored in the file. */
-struct wmat {
-    const uint8_t *data;
-    uint32_t type;
-    uint32_t n_in, n_out;
-    uint64_t row_bytes;
-    ebb_quant_dot_fn dot;
-};
-
-/* A declared tensor as the reference holds it: matrices stay quantized in the mapping, vectors
- * (norm weights) are dequantized once. */
-struct rtensor {
-    struct wmat m; /* (ne1, ne0) when a matrix */
-    float *v;      /* (ne0) when a vector */
-    bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
-};
-
-/* One matrix product job, split by output rows between the caller and the helper thread. */
-struct job {
-    const struct wmat *w;
-    const float *x;                /* (n, n_in) */
-    const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
-    float *y;                      /* (n, n_out) */
-    uint32_t n;
-};
-
-struct ref {
-    const struct ebb__arch *a;
-    struct ebb__hparams hp;
-    uint32_t n_ctx, n_seq;
-    struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
-    float *k_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *rope_cos;     /* (n_ctx, n_rot / 2) */
-    float *rope_sin;     /* (n_ctx, n_rot / 2) */
-    float *rope_cos_swa; /* windowed layers with a rope base of their own: the same with it */
-    float *rope_sin_swa;
-    /* Activations for up to BATCH tokens. */
-    float *buf[EBB__N_BUF];     /* (BATCH, width[b]) the description's buffers */
-    uint32_t width[EBB__N_BUF]; /* ebb__arch_buf_width */
-    float *att;                 /* (n_ctx) attention scores of one head */
-    float *rowbuf[2];           /* (max n_in) one dequantized weight row per thread */
-    bool q8;                    /* llama.cpp numerics (device "ref-q8") */
-    struct ebb_q8_act *xact;    /* (BATCH, max n_in / 32) quantized activations */
-    /* Helper thread. */
-    int n_threads;
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct job job;
-    uint64_t gen, done;
-    bool quit;
-};
+#define BATCH EBB__REF_BATCH
 
 /* ---- matrix products ---- */
 
@@ -143,8 +85,7 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* y (n, n_out) = x (n, n_in) @ W^T. */
-static void matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
+void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
 {
     struct job j = {w, x, NULL, y, n};
     if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
@@ -201,17 +142,6 @@ static void rope(const struct ref *r, float *v, uint32_t pos, bool swa, enum ebb
 static float f16r(const struct ref *r, float x)
 {
     return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
-}
-
-static float silu(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
-/* GELU, tanh approximation (Gemma's gate). */
-static float gelu(float x)
-{
-    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
 }
 
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
@@ -315,7 +245,7 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
             rmsnorm(d + h * HD, a + h * HD, w->v, HD, eps);
         break;
     case EBB__OP_MATMUL:
-        matmul(r, &w->m, a, d, s->n);
+        ebb__ref_matmul(r, &w->m, a, d, s->n);
         break;
     case EBB__OP_ROPE: {
         bool swa = ebb__arch_window(&r->hp, s->l) && r->rope_cos_swa;
@@ -331,7 +261,8 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         break;
     case EBB__OP_GLU:
         for (uint64_t i = 0; i < nd; i++)
-            d[i] = (op->arg == EBB__ACT_GELU_TANH ? gelu(a[i]) : silu(a[i])) * b[i];
+            d[i] =
+                (op->arg == EBB__ACT_GELU_TANH ? ebb__ref_gelu(a[i]) : ebb__ref_silu(a[i])) * b[i];
         break;
     case EBB__OP_ADD:
         for (uint64_t i = 0; i < nd; i++)
