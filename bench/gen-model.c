@@ -13,9 +13,11 @@
  * Families and their GGUF names (as llama.cpp reads them): llama; qwen2 (Qwen 2/2.5: biases
  * attn_{q,k,v}.bias); qwen3 (attn_{q,k}_norm.weight per head, key_length may exceed
  * embedding_length / head_count); phi3 (attn_qkv.weight fused q|k|v, ffn_up.weight fused
- * gate|up, no ffn_gate). Shapes ending in -tiny are small widths for CI, with an
- * untied output head: a random model with a tied one only ever repeats its last input token
- * (the token's own embedding dominates the residual stream), which would test little.
+ * gate|up, no ffn_gate); qwen3moe (qwen3's attention; ffn_gate_inp.weight the f32 router,
+ * ffn_{gate,up,down}_exps.weight stacks of expert_count matrices). Shapes ending in -tiny are small
+ * widths for CI, with an untied output head: a random model with a tied one only ever repeats its
+ * last input token (the token's own embedding dominates the residual stream), which would test
+ * little.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,8 +29,8 @@
 
 #include "gguf/gguf.h"
 
-enum family { LLAMA, QWEN2, QWEN3, PHI3 };
-static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3"};
+enum family { LLAMA, QWEN2, QWEN3, PHI3, QWEN3MOE };
+static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"};
 
 struct shape {
     const char *name;
@@ -42,25 +44,39 @@ struct shape {
      * for this factor, low/high frequency factors 1 and 4 and this original context. */
     float rope_factor;
     uint32_t rope_orig_ctx;
+    /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length. */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
 };
 
 static const struct shape shapes[] = {
-    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0, 0, 0},
-    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0, 0, 0},
+    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0, 0, 0, 0, 0,
+     0},
+    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0, 0, 0, 0, 0,
+     0},
     {"llama3.1-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 0, 0, 8.0f,
-     8192},
+     8192, 0, 0, 0},
     /* The original context is 64 rather than 8192 so that the divisors change the rotation
      * within the test prompts' few dozen positions. */
-    {"llama3.1-tiny", LLAMA, 128, 3, 4, 2, 384, 128256, 131072, 500000.0f, false, 0, 0, 8.0f, 64},
-    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0},
-    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f, 0, 0},
-    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f, 0, 0},
-    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0},
-    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f, 0, 0},
-    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0},
-    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0},
-    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0},
-    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0},
+    {"llama3.1-tiny", LLAMA, 128, 3, 4, 2, 384, 128256, 131072, 500000.0f, false, 0, 0, 8.0f, 64, 0,
+     0, 0},
+    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0, 0},
+    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", QWEN3MOE, 2048, 48, 32, 4, 6144, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0,
+     128, 8, 768},
+    {"qwen3moe-tiny", QWEN3MOE, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 16,
+     4, 96},
+    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0,
+     0},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0},
 };
 
 /* Little GGUF writer over stdio. */
@@ -182,7 +198,7 @@ static ebb_err copy_arr(struct w *w, const struct ebb_gguf_arr *a, uint64_t n_ou
 struct tinfo {
     char name[64];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     uint32_t type;
     uint64_t offset, size;
     float scale; /* weight scale; F32: 0 all ones, > 0 uniform in [lo, lo + scale) */
@@ -338,12 +354,13 @@ int main(int argc, char **argv)
     struct w w = {f, false};
 
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
-    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3;
+    const bool moe = sh->family == QWEN3MOE;
+    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3 || moe;
     const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
     const bool phi3 = sh->family == PHI3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
-    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
+    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0) + (moe ? 1 : 0);
     uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
@@ -367,6 +384,14 @@ int main(int argc, char **argv)
         t->lo = (l0);                                                                              \
     } while (0)
 #define ADD(nm, n0, n1, ty, sc) ADD_LO(nm, n0, n1, ty, sc, 0.0f)
+    /* A stack of n2 matrices (experts). */
+#define ADD3(nm, n0, n1, n2, ty, sc)                                                               \
+    do {                                                                                           \
+        ADD(nm, n0, n1, ty, sc);                                                                   \
+        ts[k - 1].n_dims = 3;                                                                      \
+        ts[k - 1].ne[2] = (n2);                                                                    \
+        ts[k - 1].size *= (n2);                                                                    \
+    } while (0)
     float embd_scale = 1.0f / sqrtf(qvar);
     ADD("token_embd.weight", sh->n_embd, sh->n_vocab, wtype, embd_scale);
     ADD_LO("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, norm_sc, norm_lo);
@@ -415,12 +440,27 @@ int main(int argc, char **argv)
         }
         L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
         L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        if (moe) {
+            /* The router in f32 as the real files have it, its scores of standard deviation
+             * ~2 (decisive but not one-hot); each expert scaled like a dense block. */
+            float rs = 2.0f * sqrtf(3.0f / sh->n_embd), sx = 1.0f / sqrtf(qvar * sh->n_ff_exp);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_gate_inp.weight", l);
+            ADD_LO(nm, sh->n_embd, sh->n_expert, EBB_GGML_F32, 2.0f * rs, -rs);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_gate_exps.weight", l);
+            ADD3(nm, sh->n_embd, sh->n_ff_exp, sh->n_expert, wtype, se);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_up_exps.weight", l);
+            ADD3(nm, sh->n_embd, sh->n_ff_exp, sh->n_expert, wtype, se);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_down_exps.weight", l);
+            ADD3(nm, sh->n_ff_exp, sh->n_embd, sh->n_expert, wtype, sx * 0.5f);
+            continue;
+        }
         L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
 #undef L
 #undef L_LO
     }
+#undef ADD3
 #undef ADD
 #undef ADD_LO
     const uint64_t align = 32;
@@ -441,7 +481,7 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + n_src_tok);
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
@@ -462,6 +502,11 @@ int main(int argc, char **argv)
     if (sh->head_dim) {
         kv_u32(&w, KEY("attention.key_length"), hd);
         kv_u32(&w, KEY("attention.value_length"), hd);
+    }
+    if (moe) {
+        kv_u32(&w, KEY("expert_count"), sh->n_expert);
+        kv_u32(&w, KEY("expert_used_count"), sh->n_expert_used);
+        kv_u32(&w, KEY("expert_feed_forward_length"), sh->n_ff_exp);
     }
 #undef KEY
     ebb_err rc = EBB_OK;

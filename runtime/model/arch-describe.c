@@ -93,6 +93,15 @@ static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
     const struct ebb__op *glu = find_op(a, EBB__OP_GLU, -1);
     if (glu)
         add(b, "%s gate", glu->arg == EBB__ACT_GELU_TANH ? "GELU-tanh" : "SiLU");
+    const struct ebb__op *moe = find_op(a, EBB__OP_MOE, -1);
+    if (moe) {
+        add(b, "%u of %u experts per token (width %u, %s gate, softmax router%s)",
+            hp->n_expert_used, hp->n_expert, hp->n_ff_exp,
+            moe->arg == EBB__ACT_GELU_TANH ? "GELU-tanh" : "SiLU",
+            hp->expert_norm ? ", weights renormalised" : "");
+        if (hp->expert_scale != 0.0f && hp->expert_scale != 1.0f)
+            add(b, "expert weights x%g", (double)hp->expert_scale);
+    }
     if (hp->swa && hp->swa_pattern)
         add(b, "window %u on %u of %u layers", hp->swa, hp->swa_pattern - 1, hp->swa_pattern);
     const struct ebb__op *head = &a->output[a->n_output - 1];

@@ -9,8 +9,9 @@
 
 #include "quant/quant.h"
 
-static const struct ebb__arch *const families[] = {
-    &ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2, &ebb__arch_qwen3, &ebb__arch_phi3};
+static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3,
+                                                   &ebb__arch_qwen2, &ebb__arch_qwen3,
+                                                   &ebb__arch_phi3,  &ebb__arch_qwen3moe};
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
 
 const struct ebb__arch *ebb__arch_find(const char *name)
@@ -47,6 +48,7 @@ const char *ebb__arch_op_name(enum ebb__op_kind k)
         [EBB__OP_ADD] = "add",
         [EBB__OP_ADD_BIAS] = "add_bias",
         [EBB__OP_SPLIT] = "split",
+        [EBB__OP_MOE] = "moe",
     };
     return (unsigned)k < EBB__N_OP ? names[k] : "?";
 }
@@ -74,6 +76,10 @@ uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d)
         return 2ull * hp->n_ff;
     case EBB__DIM_ROT2:
         return hp->n_rot / 2;
+    case EBB__DIM_EXPERT:
+        return hp->n_expert;
+    case EBB__DIM_FF_EXP:
+        return hp->n_ff_exp;
     default:
         return 0;
     }
@@ -94,6 +100,14 @@ uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b)
 
 /* ---- hyper-parameters ---- */
 
+static void set_default(const struct ebb__key *k, void *field)
+{
+    if (k->type == EBB__KEY_F32)
+        *(float *)field = k->def;
+    else
+        *(uint32_t *)field = (uint32_t)k->def;
+}
+
 /* Reads one entry of a key table into hp; *missing says the key was absent. */
 static ebb_err read_key(const struct ebb_gguf *g, const char *arch, const struct ebb__key *k,
                         struct ebb__hparams *hp, bool *missing, struct ebb_diag *diag)
@@ -101,24 +115,24 @@ static ebb_err read_key(const struct ebb_gguf *g, const char *arch, const struct
     void *field = (char *)hp + k->off;
     *missing = false;
     if (!k->key) {
-        if (k->type == EBB__KEY_U32)
-            *(uint32_t *)field = (uint32_t)k->def;
-        else
-            *(float *)field = k->def;
+        set_default(k, field);
         return EBB_OK;
     }
     char key[128];
     snprintf(key, sizeof(key), "%s.%s", arch, k->key);
-    ebb_err rc = k->type == EBB__KEY_U32 ? ebb_gguf_get_u32(g, key, (uint32_t *)field)
-                                         : ebb_gguf_get_f32(g, key, (float *)field);
+    ebb_err rc;
+    bool b = false;
+    if (k->type == EBB__KEY_U32)
+        rc = ebb_gguf_get_u32(g, key, (uint32_t *)field);
+    else if (k->type == EBB__KEY_F32)
+        rc = ebb_gguf_get_f32(g, key, (float *)field);
+    else if (!(rc = ebb_gguf_get_bool(g, key, &b)))
+        *(uint32_t *)field = b;
     if (rc == EBB_ENOTFOUND) {
         if (k->flags & EBB__KEY_REQUIRED)
             return ebb_diag_set(diag, EBB_EFORMAT, "metadata key %s: %s", key, ebb_err_str(rc));
         *missing = true;
-        if (k->type == EBB__KEY_U32)
-            *(uint32_t *)field = (uint32_t)k->def;
-        else
-            *(float *)field = k->def;
+        set_default(k, field);
         return EBB_OK;
     }
     if (rc)
@@ -137,6 +151,8 @@ static void derive(struct ebb__hparams *hp, size_t off)
         hp->head_dim_v = hp->head_dim;
     else if (off == offsetof(struct ebb__hparams, n_rot))
         hp->n_rot = hp->head_dim;
+    else if (off == offsetof(struct ebb__hparams, n_ff_exp))
+        hp->n_ff_exp = hp->n_expert_used ? hp->n_ff / hp->n_expert_used : 0;
 }
 
 /* An optional f32 key into *v (left alone when missing). */
@@ -219,6 +235,13 @@ static ebb_err check_hparams(const struct ebb__hparams *hp, struct ebb_diag *dia
                             hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.dimension_count %u", hp->n_rot);
+    if (hp->n_expert &&
+        (hp->n_expert > EBB__MAX_EXPERT || !hp->n_expert_used || hp->n_expert_used > hp->n_expert ||
+         hp->n_expert_used > EBB__MAX_EXPERT_USED || !hp->n_ff_exp || hp->n_ff_exp > (1u << 22) ||
+         !(hp->expert_scale >= 0) || !isfinite(hp->expert_scale)))
+        return ebb_diag_set(
+            diag, EBB_EFORMAT, "unsupported experts: %u of %u used (at most %u of %u), width %u",
+            hp->n_expert_used, hp->n_expert, EBB__MAX_EXPERT_USED, EBB__MAX_EXPERT, hp->n_ff_exp);
     return EBB_OK;
 }
 
@@ -249,7 +272,8 @@ ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch 
         return ebb_diag_set(diag, EBB_EFORMAT, "implausible model dimensions");
     const size_t order[] = {
         offsetof(struct ebb__hparams, n_head_kv), offsetof(struct ebb__hparams, head_dim),
-        offsetof(struct ebb__hparams, head_dim_v), offsetof(struct ebb__hparams, n_rot)};
+        offsetof(struct ebb__hparams, head_dim_v), offsetof(struct ebb__hparams, n_rot),
+        offsetof(struct ebb__hparams, n_ff_exp)};
     for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++)
         for (uint32_t i = 0; i < a->n_keys; i++)
             if (a->keys[i].off == order[o] && missing[i] && (a->keys[i].flags & EBB__KEY_DERIVED))
@@ -312,8 +336,17 @@ ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *h
         return ebb__arch_tensor(a, hp, g, (uint32_t)d->fallback, l, out, diag);
     }
     uint64_t ne0 = ebb__arch_dim(hp, d->ne0), ne1 = ebb__arch_dim(hp, d->ne1);
-    bool vec = d->ne1 == EBB__DIM_1;
-    bool ok = vec ? gt->n_elements == ne0 : gt->n_dims == 2 && gt->ne[0] == ne0 && gt->ne[1] == ne1;
+    uint64_t ne2 = ebb__arch_dim(hp, d->ne2);
+    bool vec = d->ne1 == EBB__DIM_1, stack = d->ne2 != EBB__DIM_1;
+    bool ok = vec     ? gt->n_elements == ne0
+              : stack ? gt->n_dims == 3 && gt->ne[0] == ne0 && gt->ne[1] == ne1 && gt->ne[2] == ne2
+                      : gt->n_dims == 2 && gt->ne[0] == ne0 && gt->ne[1] == ne1;
+    if (!ok && stack)
+        return ebb_diag_set(
+            diag, EBB_EFORMAT, "tensor %s has shape (%llu, %llu, %llu), want (%llu, %llu, %llu)",
+            name, (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1],
+            (unsigned long long)(gt->n_dims > 2 ? gt->ne[2] : 1), (unsigned long long)ne0,
+            (unsigned long long)ne1, (unsigned long long)ne2);
     if (!ok)
         return ebb_diag_set(diag, EBB_EFORMAT,
                             "tensor %s has shape (%llu, %llu), want (%llu, %llu)", name,
@@ -378,6 +411,23 @@ ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparam
 
 /* ---- the programs ---- */
 
+/* A MOE op's router t and the gate, up, down stacks after it against a (wa wide) and dst. */
+static bool check_moe(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                      const struct ebb__op *op, uint64_t wa, uint64_t wd)
+{
+    if ((uint32_t)op->t + 3 >= a->n_tensors || !hp->n_expert || op->arg > EBB__ACT_GELU_TANH)
+        return false;
+    const struct ebb__tensor *t = &a->tensors[op->t];
+#define DIMS(i, d0, d1, d2)                                                                        \
+    (ebb__arch_dim(hp, t[i].ne0) == (d0) && ebb__arch_dim(hp, t[i].ne1) == (d1) &&                 \
+     ebb__arch_dim(hp, t[i].ne2) == (d2) && (t[i].flags & EBB__T_LAYER) &&                         \
+     !(t[i].flags & EBB__T_OPTIONAL))
+    bool ok = DIMS(0, wa, hp->n_expert, 1) && DIMS(1, wa, hp->n_ff_exp, hp->n_expert) &&
+              DIMS(2, wa, hp->n_ff_exp, hp->n_expert) && DIMS(3, hp->n_ff_exp, wd, hp->n_expert);
+#undef DIMS
+    return ok;
+}
+
 /* Checks one op's operands; prog names the program for messages. */
 static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp,
                         const struct ebb__op *op, const char *prog, uint32_t i,
@@ -390,7 +440,7 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u is malformed", a->name, prog, i);
     bool needs_t = op->kind == EBB__OP_GET_ROWS || op->kind == EBB__OP_RMS_NORM ||
                    op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL ||
-                   op->kind == EBB__OP_ADD_BIAS;
+                   op->kind == EBB__OP_ADD_BIAS || op->kind == EBB__OP_MOE;
     if (needs_t != (op->t >= 0))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u (%s) %s a tensor", a->name, prog,
                             i, on, needs_t ? "needs" : "takes no");
@@ -431,6 +481,9 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         break;
     case EBB__OP_SCALE:
         ok = op->arg == EBB__SCALE_SQRT_EMBD;
+        break;
+    case EBB__OP_MOE:
+        ok = check_moe(a, hp, op, wa, wd);
         break;
     case EBB__OP_SPLIT: {
         uint64_t sum = wd + ebb__arch_buf_width(hp, op->b);

@@ -190,6 +190,10 @@ ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp, 
         return refuse(a, "output", 0, OP(0), ", not a norm and the head", diag);
     p->out_norm = OP(0)->t;
     p->output = OP(1)->t;
+    /* An op no pattern starts with would be reported at the norm before it; name it. */
+    for (uint32_t i = 0; i < a->n_layer_ops; i++)
+        if (a->layer[i].kind == EBB__OP_MOE)
+            return refuse(a, "layer", i, &a->layer[i], ", mixture of experts", diag);
     ebb_err rc = plan_layer(a, p, diag);
     if (!rc && hp->rope_freqs)
         rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,

@@ -11,13 +11,29 @@
 
 #define EBB__REF_BATCH 64 /* tokens per prefill pass; longer inputs are processed in pieces */
 
-/* A weight matrix of n_out rows of n_in elements, as stored in the file. */
+/* A weight matrix of n_out rows of n_in elements, as stored in the file; a 3-D tensor is a
+ * stack of n_mat such matrices (experts), mat_bytes apart (ebb__ref_expert picks one). */
 struct wmat {
     const uint8_t *data;
     uint32_t type;
     uint32_t n_in, n_out;
     uint64_t row_bytes;
     ebb_quant_dot_fn dot;
+    uint32_t n_mat;
+    uint64_t mat_bytes;
+};
+
+/* Scratch of the MOE op (ref-moe.c) for up to EBB__REF_BATCH rows. */
+struct ref_moe {
+    float *logits;  /* (EBB__REF_BATCH, n_expert) router scores, then probabilities */
+    int32_t *ids;   /* (EBB__REF_BATCH, n_expert_used) each row's experts */
+    float *w;       /* (EBB__REF_BATCH, n_expert_used) and their weights */
+    float *x;       /* (EBB__REF_BATCH, n_embd) the rows routed to one expert */
+    float *gate;    /* (EBB__REF_BATCH, n_ff_exp) */
+    float *up;      /* (EBB__REF_BATCH, n_ff_exp) */
+    float *y;       /* (EBB__REF_BATCH, n_embd) one expert's outputs */
+    uint32_t *rows; /* (EBB__REF_BATCH) which rows x holds */
+    float *roww;    /* (EBB__REF_BATCH) and their weights for this expert */
 };
 
 /* A declared tensor as the reference holds it: matrices stay quantized in the mapping, vectors
@@ -55,6 +71,7 @@ struct ref {
     float *rowbuf[2];           /* (max n_in) one dequantized weight row per thread */
     bool q8;                    /* llama.cpp numerics (device "ref-q8") */
     struct ebb_q8_act *xact;    /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
+    struct ref_moe moe;         /* allocated when the layer has a MOE op */
     /* Helper thread. */
     int n_threads;
     pthread_t th;
@@ -67,6 +84,23 @@ struct ref {
 
 /* y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper thread. */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
+
+/* Matrix e of a stack, as a matrix of its own. */
+static inline struct wmat ebb__ref_expert(const struct wmat *stack, uint32_t e)
+{
+    struct wmat w = *stack;
+    w.data += (uint64_t)e * stack->mat_bytes;
+    w.n_mat = 1;
+    return w;
+}
+
+/* ref-moe.c: the MOE op over n rows of a (n, n_embd) into d (n, n_embd); t: the router and the
+ * gate, up and down stacks of the layer, consecutive. The scratch is allocated with the
+ * backend (alloc when the family has a MOE op; free accepts what alloc left). */
+void ebb__ref_moe(struct ref *r, const struct ebb__op *op, const struct rtensor *t, const float *a,
+                  float *d, uint32_t n);
+ebb_err ebb__ref_moe_alloc(struct ref *r, struct ebb_diag *diag);
+void ebb__ref_moe_free(struct ref *r);
 
 static inline float ebb__ref_silu(float x)
 {

@@ -284,6 +284,9 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         }
         break;
     }
+    case EBB__OP_MOE:
+        ebb__ref_moe(r, op, w, a, d, s->n); /* w: the router, then the expert stacks */
+        break;
     case EBB__N_OP:
         break;
     }
@@ -418,6 +421,7 @@ static void ref_free(void *ctx)
     free(r->rowbuf[0]);
     free(r->rowbuf[1]);
     free(r->xact);
+    ebb__ref_moe_free(r);
     free(r);
 }
 
@@ -447,6 +451,8 @@ static ebb_err get_mat(const struct ebb_gguf_tensor *t, struct wmat *w, struct e
     w->n_in = n_in;
     w->n_out = (uint32_t)t->ne[1];
     w->dot = ebb_quant_get_dot(t->type);
+    w->n_mat = t->n_dims == 3 ? (uint32_t)t->ne[2] : 1;
+    w->mat_bytes = w->row_bytes * w->n_out;
     return EBB_OK;
 }
 
@@ -498,9 +504,11 @@ static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hpara
     uint32_t n[] = {a->n_input, a->n_layer_ops, a->n_output}, m = 1;
     for (int p = 0; p < 3; p++)
         for (uint32_t i = 0; i < n[p]; i++)
-            if (progs[p][i].kind == EBB__OP_MATMUL) {
+            if (progs[p][i].kind == EBB__OP_MATMUL || progs[p][i].kind == EBB__OP_MOE) {
                 uint32_t w = (uint32_t)ebb__arch_dim(hp, a->tensors[progs[p][i].t].ne0);
                 m = w > m ? w : m;
+                if (progs[p][i].kind == EBB__OP_MOE)
+                    m = hp->n_ff_exp > m ? hp->n_ff_exp : m; /* the down experts' input */
             }
     return m;
 }
@@ -598,6 +606,9 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
                           n_ctx, 2.0 * (double)kv * sizeof(float) / 1048576.0);
         goto out;
     }
+    for (uint32_t i = 0; i < a->n_layer_ops; i++)
+        if (a->layer[i].kind == EBB__OP_MOE && !r->moe.logits && (rc = ebb__ref_moe_alloc(r, diag)))
+            goto out;
     bool scaled;
     float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
     if (!ff || (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag))) {
