@@ -1,23 +1,27 @@
 /* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
  * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
- * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0) blocks
- * scaled so that activations stay in a sane range through the layers. The llama shapes keep
- * their norms at 1; the other families' norms are random in [0.75, 1.25] and their biases in
- * [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The output is a
- * function of the arguments alone (splitmix64 from --seed): CI regenerates the files the
- * committed llama.cpp data was recorded on, byte for byte.
+ * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, or the
+ * Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
+ * llama shapes keep their norms at 1; the other families' norms are random in [0.75, 1.25] and
+ * their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The
+ * output is a function of the arguments alone (splitmix64 from --seed): CI regenerates the files
+ * the committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0] [--seed N]
- *                 [--layers N] -o OUT.gguf
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q4_k_m]
+ *                 [--seed N] [--layers N] -o OUT.gguf
  *
- * Families and their GGUF names (as llama.cpp reads them): llama; qwen2 (Qwen 2/2.5: biases
- * attn_{q,k,v}.bias); qwen3 (attn_{q,k}_norm.weight per head, key_length may exceed
- * embedding_length / head_count); phi3 (attn_qkv.weight fused q|k|v, ffn_up.weight fused
- * gate|up, no ffn_gate); qwen3moe (qwen3's attention; ffn_gate_inp.weight the f32 router,
- * ffn_{gate,up,down}_exps.weight stacks of expert_count matrices). Shapes ending in -tiny are small
- * widths for CI, with an untied output head: a random model with a tied one only ever repeats its
- * last input token (the token's own embedding dominates the residual stream), which would test
- * little.
+ * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
+ * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
+ * one between; f32 norms and router (rows must be multiples of 256).
+ *
+ * Families and their GGUF names (as llama.cpp reads them): llama (Llama 3.1 shapes with
+ * rope_freqs.weight); qwen2 (Qwen 2/2.5: biases attn_{q,k,v}.bias); qwen3
+ * (attn_{q,k}_norm.weight per head, key_length may exceed embedding_length / head_count); phi3
+ * (attn_qkv.weight fused q|k|v, ffn_up.weight fused gate|up, no ffn_gate); qwen3moe (qwen3's
+ * attention; ffn_gate_inp.weight the f32 router, ffn_{gate,up,down}_exps.weight stacks of
+ * expert_count matrices). Shapes ending in -tiny are small widths for CI, with an untied output
+ * head: a random model with a tied one only ever repeats its last input token (the token's own
+ * embedding dominates the residual stream), which would test little.
  */
 #include <errno.h>
 #include <math.h>
@@ -218,17 +222,62 @@ static uint64_t rng(void)
 
 static uint16_t f32_to_f16(float f)
 {
-    /* Scales here are small positive normals: a simple conversion suffices. */
+    /* Scales here are small and positive: a simple conversion suffices. */
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000;
     int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
     uint32_t mant = (x >> 13) & 0x3ff;
-    if (exp <= 0)
-        return (uint16_t)sign;
+    if (exp <= 0) /* subnormal (the K-quants' small scales): steps of 2^-24, truncated */
+        return (uint16_t)(sign | (uint32_t)(fabsf(f) * 16777216.0f));
     if (exp >= 31)
         return (uint16_t)(sign | 0x7bff);
     return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+/* Elements and bytes per block, and the variance of one element over d^2 when every bit but
+ * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
+ * six-bit sc, m and four-bit q uniform: mean 0), Q6_K (int8 sc times q - 32). */
+struct qinfo {
+    uint32_t type, blk, bytes;
+    float var;
+};
+
+static const struct qinfo qinfos[] = {
+    {EBB_GGML_Q4_0, 32, 18, 21.25f},
+    {EBB_GGML_Q8_0, 32, 34, 5461.5f},
+    {EBB_GGML_Q4_K, 256, 144, 66727.5f},
+    {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
+};
+
+static const struct qinfo *qinfo(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(qinfos) / sizeof(qinfos[0]); i++)
+        if (qinfos[i].type == type)
+            return &qinfos[i];
+    return &qinfos[0];
+}
+
+/* Random K-quant blocks: every byte random, then d (and Q4_K's dmin = 7.5 d) in place. */
+static void write_kquant(struct w *w, const struct tinfo *t, uint16_t d, uint8_t *buf, size_t bufsz)
+{
+    const bool q4 = t->type == EBB_GGML_Q4_K;
+    const size_t bs = q4 ? 144 : 210;
+    uint16_t dmin = f32_to_f16(7.5f * t->scale);
+    for (uint64_t left = t->size; left;) {
+        size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
+        for (size_t off = 0; off < n; off += bs) {
+            for (size_t j = 0; j < bs; j += 8) {
+                uint64_t r = rng();
+                memcpy(buf + off + j, &r, bs - j < 8 ? bs - j : 8);
+            }
+            memcpy(buf + off + (q4 ? 0 : 208), &d, 2);
+            if (q4)
+                memcpy(buf + off + 2, &dmin, 2);
+        }
+        put(w, buf, n);
+        left -= n;
+    }
 }
 
 static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_t bufsz)
@@ -246,6 +295,10 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
         return;
     }
     uint16_t d = f32_to_f16(t->scale);
+    if (t->type == EBB_GGML_Q4_K || t->type == EBB_GGML_Q6_K) {
+        write_kquant(w, t, d, buf, bufsz);
+        return;
+    }
     size_t bs = t->type == EBB_GGML_Q4_0 ? 18 : 34;
     while (left) {
         size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
@@ -280,7 +333,8 @@ static void llama3_freqs(const struct shape *sh, uint32_t n_rot, float *ff)
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0]\n"
+    fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
+               "                     [--type q4_0|q8_0|q4_k_m]\n"
                "                     [--seed N] [--layers N] -o OUT.gguf\n"
                "shapes:");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
@@ -328,12 +382,22 @@ int main(int argc, char **argv)
         return usage(stderr);
     }
     uint32_t wtype;
+    bool mix = false; /* q4_k_m: Q4_K, and Q6_K where llama.cpp's Q4_K_M gives more bits */
     if (!strcmp(type_name, "q4_0"))
         wtype = EBB_GGML_Q4_0;
     else if (!strcmp(type_name, "q8_0"))
         wtype = EBB_GGML_Q8_0;
+    else if (!strcmp(type_name, "q4_k_m"))
+        wtype = EBB_GGML_Q4_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0)\n", type_name);
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q4_k_m)\n", type_name);
+        return 2;
+    }
+    if (mix && (sh->n_embd % 256 ||
+                (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
+                (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
+        fprintf(stderr, "ebb-gen-model: q4_k_m needs rows of multiples of 256 (shape %s)\n",
+                sh->name);
         return 2;
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
@@ -366,8 +430,9 @@ int main(int argc, char **argv)
     if (!ts)
         return 1;
     uint32_t k = 0;
-    const uint32_t bsz = 32, qbytes = wtype == EBB_GGML_Q4_0 ? 18 : 34;
-    const float qvar = wtype == EBB_GGML_Q4_0 ? 21.25f : 5461.5f; /* variance of q - zero */
+    const float qvar = qinfo(wtype)->var;
+    /* A tensor of another type than wtype gets its scale rescaled to the same spread. */
+#define RESCALE(ty) ((ty) == wtype ? 1.0f : sqrtf(qvar / qinfo(ty)->var))
     /* F32 vectors: norms (all ones for llama, else random around 1) and biases. */
     const float norm_sc = rnd ? 0.5f : 0.0f, norm_lo = 0.75f;
 #define ADD_LO(nm, n0, n1, ty, sc, l0)                                                             \
@@ -378,9 +443,9 @@ int main(int argc, char **argv)
         t->ne[0] = (n0);                                                                           \
         t->ne[1] = ((n1) != 0) ? (n1) : 1;                                                         \
         t->type = (ty);                                                                            \
-        t->size =                                                                                  \
-            (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4 : t->ne[0] / bsz * qbytes * t->ne[1];   \
-        t->scale = (sc);                                                                           \
+        t->size = (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4                                   \
+                                       : t->ne[0] / qinfo(ty)->blk * qinfo(ty)->bytes * t->ne[1];  \
+        t->scale = (ty) == EBB_GGML_F32 ? (sc) : (sc)*RESCALE(ty);                                 \
         t->lo = (l0);                                                                              \
     } while (0)
 #define ADD(nm, n0, n1, ty, sc) ADD_LO(nm, n0, n1, ty, sc, 0.0f)
@@ -393,10 +458,11 @@ int main(int argc, char **argv)
         ts[k - 1].size *= (n2);                                                                    \
     } while (0)
     float embd_scale = 1.0f / sqrtf(qvar);
+    const uint32_t hi = mix ? EBB_GGML_Q6_K : wtype; /* the mix's output head */
     ADD("token_embd.weight", sh->n_embd, sh->n_vocab, wtype, embd_scale);
     ADD_LO("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, norm_sc, norm_lo);
     if (!sh->tied)
-        ADD("output.weight", sh->n_embd, sh->n_vocab, wtype, 1.0f / sqrtf(qvar * sh->n_embd));
+        ADD("output.weight", sh->n_embd, sh->n_vocab, hi, 1.0f / sqrtf(qvar * sh->n_embd));
     static float rope_ff[512];
     if (sh->rope_factor > 0 && hd <= 1024) {
         llama3_freqs(sh, hd, rope_ff);
@@ -407,6 +473,11 @@ int main(int argc, char **argv)
         char nm[64];
         float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);
         float sq = 1.0f / sqrtf(qvar * n_q);
+        /* Q4_K_M's attn_v and ffn_down: Q6_K in the first and last eighth of the layers and
+         * every third one between. */
+        const bool more =
+            mix && (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2);
+        const uint32_t vt = more ? EBB_GGML_Q6_K : wtype;
 #define L(suffix, n0, n1, ty, sc)                                                                  \
     snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
     ADD(nm, n0, n1, ty, sc)
@@ -430,7 +501,7 @@ int main(int argc, char **argv)
         if (qwen2) {
             L_LO("attn_k.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
         }
-        L("attn_v.weight", sh->n_embd, n_kv, wtype, se);
+        L("attn_v.weight", sh->n_embd, n_kv, vt, se);
         if (qwen2) {
             L_LO("attn_v.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
         }
@@ -451,15 +522,16 @@ int main(int argc, char **argv)
             snprintf(nm, sizeof(nm), "blk.%u.ffn_up_exps.weight", l);
             ADD3(nm, sh->n_embd, sh->n_ff_exp, sh->n_expert, wtype, se);
             snprintf(nm, sizeof(nm), "blk.%u.ffn_down_exps.weight", l);
-            ADD3(nm, sh->n_ff_exp, sh->n_embd, sh->n_expert, wtype, sx * 0.5f);
+            ADD3(nm, sh->n_ff_exp, sh->n_embd, sh->n_expert, vt, sx * 0.5f);
             continue;
         }
         L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
-        L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
+        L("ffn_down.weight", sh->n_ff, sh->n_embd, vt, sf * 0.5f);
 #undef L
 #undef L_LO
     }
+#undef RESCALE
 #undef ADD3
 #undef ADD
 #undef ADD_LO
@@ -488,7 +560,7 @@ int main(int argc, char **argv)
     kv_str(&w, "general.architecture", fam);
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
-    kv_u32(&w, "general.file_type", wtype == EBB_GGML_Q4_0 ? 2 : 7);
+    kv_u32(&w, "general.file_type", mix ? 15 : wtype == EBB_GGML_Q4_0 ? 2 : 7);
     kv_u32(&w, KEY("block_count"), n_layer);
     kv_u32(&w, KEY("context_length"), sh->n_ctx);
     kv_u32(&w, KEY("embedding_length"), sh->n_embd);
