@@ -51,6 +51,8 @@ enum clm_step_kind {
                       CLM_ATT */
     CLM_BIAS,      /* the layer's bias (n_q + 2 n_kv, plan.bias) added to every row of CLM_QKV */
     CLM_HEAD_NORM, /* RMS norm of each q and k head in CLM_QKV (plan.qk_norm) */
+    CLM_MOE,       /* X += the experts' block of rmsnorm(X) (model-cl-moe.c): router, gate,
+                      up and down stacks in groups group .. group + 3, one weight each */
 };
 
 struct clm_step {
@@ -61,6 +63,22 @@ struct clm_step {
     bool glu;        /* CLM_PROJ: in is gate | up, SwiGLU first */
     bool res;        /* CLM_PROJ: the product is added to out (the residual) */
     bool neox;       /* CLM_ATTN: rope on split halves */
+};
+
+/* model-cl-moe.c's kernels (one program per expert-stack layout) and scratch. */
+struct clm_moe_prog {
+    struct ebb_cl_layout layout;
+    cl_program prog;
+    cl_kernel gather, down;
+};
+
+struct clm_moe {
+    struct clm_moe_prog progs[4];
+    uint32_t n_progs;
+    cl_kernel route; /* moe_route, from progs[0] */
+    cl_mem scores;   /* (N_BATCH, n_expert) router scores */
+    cl_mem ids, w;   /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
+    cl_mem gu;       /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
 };
 
 /* Tensors stacked along their outputs into one buffer (q|k|v, gate|up), fused on placement
@@ -150,6 +168,7 @@ struct clm {
     pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
     bool snap_init;
     struct ebb_stream_report snap;
+    struct clm_moe moe; /* families with a moe op */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
@@ -190,6 +209,13 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 /* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
                        struct ebb_diag *diag);
+
+/* model-cl-moe.c */
+/* A CLM_MOE step over nt rows of m->x (in place). The kernels and scratch are made on the
+ * first call; ebb__clm_moe_fini releases them (accepts an engine that never ran one). */
+ebb_err ebb__clm_moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                     struct ebb_diag *diag);
+void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
 uint64_t ebb__clm_now_ns(void);

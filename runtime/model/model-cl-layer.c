@@ -322,6 +322,9 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
         case CLM_HEAD_NORM:
             rc = head_norm(m, L, nt, diag);
             break;
+        case CLM_MOE:
+            rc = ebb__clm_moe(m, L, s, nt, diag);
+            break;
         default:
             rc = proj(m, L, s, nt, diag);
             break;

@@ -35,7 +35,8 @@ ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in,
     const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
     if (!t)
         return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", name);
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+    /* A stack of matrices (experts) is placed as one of all their rows. */
+    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] != n_out || t->ne[3] != 1)
         return ebb_diag_set(diag, EBB_EFORMAT,
                             "tensor '%s' has shape [%llu, %llu], expected [%llu, %llu]", name,
                             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
@@ -191,7 +192,8 @@ static ebb_err place_plan_group(struct clm *m, const struct ebb_gguf *g, uint32_
     for (uint32_t i = 0; i < G->n; i++) {
         ebb__arch_tensor_name(m->a, (uint32_t)G->t[i], l, nm[i], sizeof(nm[i]));
         names[i] = nm[i];
-        rows[i] = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1);
+        const struct ebb__tensor *d = &m->a->tensors[G->t[i]];
+        rows[i] = (uint32_t)(ebb__arch_dim(&m->hp, d->ne1) * ebb__arch_dim(&m->hp, d->ne2));
     }
     uint32_t n_in = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[0]].ne0);
     struct layer *L = &m->layers[l];

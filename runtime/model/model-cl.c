@@ -81,6 +81,7 @@ static void clm_free(void *ctx)
             clReleaseKernel(ks[i]);
     if (m->ops)
         clReleaseProgram(m->ops);
+    ebb__clm_moe_fini(m);
     for (uint32_t i = 0; i < m->n_progs; i++)
         ebb_cl_wprog_fini(&m->progs[i]);
     release(&m->map.buf);

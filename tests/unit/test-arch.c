@@ -502,12 +502,25 @@ static void test_cl_plan(void **state)
     assert_true(p.steps[0].out == CLM_QKV && p.groups[p.steps[0].group].n == 1);
     assert_true(p.steps[3].out == CLM_GU && p.groups[p.steps[3].group].n == 1);
     assert_true(p.steps[4].glu && p.steps[4].res);
-    /* qwen3moe: refused at its moe op (not at the norm before it), by name. */
+    /* qwen3moe: qwen3's attention steps, then one moe step with its norm and four groups of
+     * one weight (the router, the gate, up and down stacks). */
     hp.n_expert = 4;
     hp.n_expert_used = 2;
     hp.n_ff_exp = 8;
-    assert_int_equal(ebb__clm_plan(&ebb__arch_qwen3moe, &hp, &p, &d), EBB_EUNSUPPORTED);
-    assert_non_null(strstr(d.msg, "qwen3moe's layer op 12 (moe, mixture of experts)"));
+    assert_int_equal(ebb__clm_plan(&ebb__arch_qwen3moe, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 5);
+    assert_true(p.steps[4].kind == CLM_MOE && p.steps[4].norm == 1 && p.steps[4].group == 2);
+    assert_int_equal(p.n_groups, 6);
+    for (int k = 0; k < 4; k++)
+        assert_true(p.groups[2 + k].n == 1 && p.groups[2 + k].t[0] == p.groups[2].t[0] + k);
+    /* A moe op with another activation has no kernel. */
+    struct ebb__op layer[32];
+    memcpy(layer, ebb__arch_qwen3moe.layer, ebb__arch_qwen3moe.n_layer_ops * sizeof(layer[0]));
+    struct ebb__arch gelu_moe = ebb__arch_qwen3moe;
+    gelu_moe.layer = layer;
+    layer[12].arg = EBB__ACT_GELU_TANH;
+    assert_int_equal(ebb__clm_plan(&gelu_moe, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "qwen3moe's layer op 11 (rms_norm)"));
     /* llama with a window (a family that declared one) is refused too. */
     hp.swa = 4;
     hp.swa_pattern = 2;
