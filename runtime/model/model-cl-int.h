@@ -1,6 +1,6 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
- * model-cl-stream.c -> model-cl-layer.c -> model-cl-place.c. */
+ * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -210,11 +210,14 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
                        struct ebb_diag *diag);
 
-/* model-cl-moe.c */
-/* A CLM_MOE step over nt rows of m->x (in place). The kernels and scratch are made on the
- * first call; ebb__clm_moe_fini releases them (accepts an engine that never ran one). */
-ebb_err ebb__clm_moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                     struct ebb_diag *diag);
+/* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
+ * (the kernels and scratch, made on the first call; *scores: where the caller writes the
+ * router's product of the normed rows in m->h), then ebb__clm_moe_experts. ebb__clm_moe_fini
+ * releases what they made (accepts an engine that never ran one). */
+ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
+                             cl_mem *scores, struct ebb_diag *diag);
+ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                             struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */

@@ -304,6 +304,21 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct eb
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
+/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. */
+static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                   struct ebb_diag *diag)
+{
+    cl_mem scores;
+    int n_embd = (int)m->hp.n_embd, n_expert = (int)m->hp.n_expert;
+    ebb_err rc;
+    if ((rc = ebb__clm_moe_prepare(m, L, s, &scores, diag)) ||
+        (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)) ||
+        (rc = ebb__clm_wmul(m, &L->w[s->group][0], m->h, n_embd, scores, n_expert, 0, NULL, NULL,
+                            nt, diag)))
+        return rc;
+    return ebb__clm_moe_experts(m, L, s, nt, diag);
+}
+
 /* One layer for nt tokens at positions pos..pos+nt-1 of slot seq: the compiled steps of the
  * family's layer program (model-cl-plan.c); x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
@@ -323,7 +338,7 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int n
             rc = head_norm(m, L, nt, diag);
             break;
         case CLM_MOE:
-            rc = ebb__clm_moe(m, L, s, nt, diag);
+            rc = moe(m, L, s, nt, diag);
             break;
         default:
             rc = proj(m, L, s, nt, diag);

@@ -1,5 +1,6 @@
 /* The moe step on OpenCL (cl_kernels/moe.cl): the feed-forward block of a mixture-of-experts
- * layer. The input is RMS-normed into m->h, the router's product scores the experts, moe_route
+ * layer. model-cl-layer.c RMS-norms the input into m->h and runs the router's product into the
+ * scores buffer this file provides (ebb__clm_moe_prepare); then (ebb__clm_moe_experts) moe_route
  * keeps each row's top k with their weights on the device (no read-back), moe_gather runs the
  * chosen experts' gate rows and then their up rows (one launch each covering the k experts),
  * and moe_down runs their down rows with the SwiGLU, the weights, the sum over the k experts
@@ -96,27 +97,32 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct
     return ebb_cl_run(m->cl, p->down, 2, g, l, diag);
 }
 
-ebb_err ebb__clm_moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                     struct ebb_diag *diag)
+ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
+                             cl_mem *scores, struct ebb_diag *diag)
+{
+    struct clm_moe_prog *p;
+    ebb_err rc = scratch(m, diag);
+    if (!rc)
+        rc = prog_for(m, &L->w[s->group + 1][0], &p, diag); /* also makes moe_route */
+    *scores = m->moe.scores;
+    return rc;
+}
+
+ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                             struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     struct clm_moe *mo = &m->moe;
-    const struct ebb_cl_weight *router = &L->w[s->group][0], *gate = &L->w[s->group + 1][0];
-    const struct ebb_cl_weight *up = &L->w[s->group + 2][0], *dn = &L->w[s->group + 3][0];
+    const struct ebb_cl_weight *gate = &L->w[s->group + 1][0], *up = &L->w[s->group + 2][0];
+    const struct ebb_cl_weight *dn = &L->w[s->group + 3][0];
     int n_embd = (int)hp->n_embd, n_expert = (int)hp->n_expert, k = (int)hp->n_expert_used;
     int norm = (int)hp->expert_norm, kf = k * (int)hp->n_ff_exp;
     float scale = hp->expert_scale;
-    struct clm_moe_prog *p;
-    ebb_err rc;
-    if ((rc = scratch(m, diag)) || (rc = prog_for(m, gate, &p, diag)) ||
-        (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)) ||
-        (rc =
-             ebb__clm_wmul(m, router, m->h, n_embd, mo->scores, n_expert, 0, NULL, NULL, nt, diag)))
-        return rc;
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(mo->scores), EBB_CL_ARG(n_expert), EBB_CL_ARG(k),
                               EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
                               EBB_CL_ARG(mo->w)};
     size_t rg = (size_t)nt;
+    ebb_err rc;
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
         (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)) ||
         (rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||

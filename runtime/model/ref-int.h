@@ -1,5 +1,6 @@
-/* Private to runtime/model: the reference backend's state (ref-llama.c), shared with the ops
- * that live in files of their own (ref-moe.c). */
+/* Private to runtime/model: the reference backend's state (ref-llama.c), shared with its
+ * matrix products (ref-matmul.c) and the ops that live in files of their own (ref-moe.c).
+ * Calls go one way: ref-llama.c -> ref-moe.c -> ref-matmul.c. */
 #ifndef EBB_RUNTIME_MODEL_REF_INT_H
 #define EBB_RUNTIME_MODEL_REF_INT_H
 
@@ -82,8 +83,25 @@ struct ref {
     bool quit;
 };
 
-/* y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper thread. */
+/* Dot product of n floats, eight partial sums. */
+static inline float ebb__ref_dot_f32(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += a[i + k] * b[i + k];
+    float s = 0;
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
+}
+
+/* ref-matmul.c: y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper thread, which
+ * start_helper starts (unless EBB_REF_THREADS=1) and stop_helper joins. */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
+void ebb__ref_start_helper(struct ref *r);
+void ebb__ref_stop_helper(struct ref *r);
 
 /* Matrix e of a stack, as a matrix of its own. */
 static inline struct wmat ebb__ref_expert(const struct wmat *stack, uint32_t e)
