@@ -124,4 +124,40 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "# TYPE ebb_start_time_seconds gauge\n"
                      "ebb_start_time_seconds %.3f\n",
                      st->queued, st->active, st->n_slots, loaded ? 1 : 0, m->started_at);
+    ebb__abuf_printf(o,
+                     "# HELP ebb_engine_steps_total Batched forward passes of the engine.\n"
+                     "# TYPE ebb_engine_steps_total counter\n"
+                     "ebb_engine_steps_total %llu\n"
+                     "# HELP ebb_batch_tokens_total Tokens evaluated by those passes (divided by "
+                     "the steps: the mean batch size).\n"
+                     "# TYPE ebb_batch_tokens_total counter\n"
+                     "ebb_batch_tokens_total %llu\n"
+                     "# HELP ebb_batch_sequences_total Slots evaluated by those passes.\n"
+                     "# TYPE ebb_batch_sequences_total counter\n"
+                     "ebb_batch_sequences_total %llu\n"
+                     "# HELP ebb_batch_tokens_last Tokens in the latest pass.\n"
+                     "# TYPE ebb_batch_tokens_last gauge\n"
+                     "ebb_batch_tokens_last %u\n"
+                     "# HELP ebb_batch_sequences_last Slots in the latest pass.\n"
+                     "# TYPE ebb_batch_sequences_last gauge\n"
+                     "ebb_batch_sequences_last %u\n",
+                     (unsigned long long)st->steps, (unsigned long long)st->batch_rows,
+                     (unsigned long long)st->batch_seqs, st->last_batch_rows, st->last_batch_seqs);
+    ebb__abuf_printf(o,
+                     "# HELP ebb_jobs_started_total Jobs the engine started (left the queue).\n"
+                     "# TYPE ebb_jobs_started_total counter\n"
+                     "ebb_jobs_started_total %llu\n"
+                     "# HELP ebb_queue_wait_seconds_total Seconds those jobs waited in the "
+                     "queue.\n"
+                     "# TYPE ebb_queue_wait_seconds_total counter\n"
+                     "ebb_queue_wait_seconds_total %.6f\n"
+                     "# HELP ebb_prompt_cache_hits_total Jobs that reused a cached prompt "
+                     "prefix.\n"
+                     "# TYPE ebb_prompt_cache_hits_total counter\n"
+                     "ebb_prompt_cache_hits_total %llu\n"
+                     "# HELP ebb_prompt_cache_tokens_total Prompt tokens reused from the cache.\n"
+                     "# TYPE ebb_prompt_cache_tokens_total counter\n"
+                     "ebb_prompt_cache_tokens_total %llu\n",
+                     (unsigned long long)st->jobs_started, st->queue_wait_s,
+                     (unsigned long long)st->cache_hits, (unsigned long long)st->cache_tokens);
 }

@@ -155,15 +155,75 @@ __kernel void attn_decode_reduce(__global const float *po, __global const float2
     out[h * HEAD_DIM + d] = o / l;
 }
 
+/* Decode rows of a batch (flash-decoding over slots at different depths): z-th decode row
+ * dr[z] of the batch, at position rt[2r + 1] of KV slot rt[2r], attends positions 0..pos in
+ * chunks as attn_decode_part does; its partials go to po / pml at row z (max_nc chunks per
+ * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG, n_head,
+ * n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return at once. */
+__kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const half *kc,
+                               __global const half *vc, __global const int *rt,
+                               __global const int *dr, ulong slot_stride, int n_ctx,
+                               int n_head, int n_head_kv, float scale, __global float *po,
+                               __global float2 *pml, int max_nc, __global float *out,
+                               int out_ld)
+{
+    __local float qs[HEAD_DIM];
+    __local float sc[ATT_CHUNK];
+    __local float tmp[NORM_WG];
+    int c = get_group_id(0), h = get_group_id(1), z = get_group_id(2), lid = get_local_id(0);
+    int r = dr[z], n_kv = rt[2 * r + 1] + 1;
+    int nc = (n_kv + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (c >= nc)
+        return; /* the whole work-group: no barrier is skipped by part of it */
+    int hk = h / (n_head / n_head_kv);
+    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    const __global float *q = qkv + (size_t)r * qkv_ld;
+    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
+        qs[d] = q[h * HEAD_DIM + d] * scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong kv_base = (ulong)rt[2 * r] * slot_stride;
+    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h,
+                po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
+                out + (size_t)r * out_ld);
+}
+
+/* The second pass of attn_decode_rows for rows of more than one chunk. Global (HEAD_DIM,
+ * n_head, n_dec). */
+__kernel void attn_decode_reduce_rows(__global const float *po, __global const float2 *pml,
+                                      __global const int *rt, __global const int *dr,
+                                      int max_nc, __global float *out, int out_ld)
+{
+    int d = get_global_id(0), h = get_global_id(1), z = get_global_id(2);
+    int r = dr[z], n_kv = rt[2 * r + 1] + 1;
+    int nc = (n_kv + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (nc == 1)
+        return;
+    const __global float *pz = po + (size_t)z * get_global_size(1) * max_nc * HEAD_DIM;
+    const __global float2 *mz = pml + (size_t)z * get_global_size(1) * max_nc;
+    float m = -INFINITY;
+    for (int c = 0; c < nc; c++)
+        m = fmax(m, mz[h * nc + c].x);
+    float l = 0.0f, o = 0.0f;
+    for (int c = 0; c < nc; c++) {
+        float2 ml = mz[h * nc + c];
+        float w = exp(ml.x - m);
+        l += w * ml.y;
+        o += w * pz[((size_t)h * nc + c) * HEAD_DIM + d];
+    }
+    out[(size_t)r * out_ld + h * HEAD_DIM + d] = o / l;
+}
+
 /* Prefill, causal: query t (position pos0 + t) of head h attends positions 0..pos0 + t. A
  * work-group of ATT_TQ queries walks the keys in tiles of ATT_TK staged in local memory, each
- * work-item keeping an online softmax (running max, sum and output) in registers. Q rows are in
- * qkv (row stride qkv_ld), output rows in out (stride out_ld). Global size
- * (round_up(n_tok, ATT_TQ), n_head), local (ATT_TQ, 1). */
+ * work-item keeping an online softmax (running max, sum and output) in registers. Q rows are
+ * rows r0.. of qkv (row stride qkv_ld), output rows the same rows of out (stride out_ld).
+ * Global size (round_up(n_tok, ATT_TQ), n_head), local (ATT_TQ, 1). */
 __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const half *kc,
                            __global const half *vc, ulong kv_base, int n_ctx, int pos0,
                            int n_tok, int n_head, int n_head_kv, float scale,
-                           __global float *out, int out_ld)
+                           __global float *out, int out_ld, int r0)
 {
     __local float4 ks[ATT_TK][HEAD_DIM / 4];
     __local float4 vs[ATT_TK][HEAD_DIM / 4];
@@ -175,7 +235,8 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     int last = pos0 + t_last;
     float4 q[HEAD_DIM / 4], acc[HEAD_DIM / 4];
     for (int d = 0; d < HEAD_DIM / 4; d++) {
-        q[d] = valid ? vload4(d, qkv + (size_t)t * qkv_ld + h * HEAD_DIM) * scale : (float4)(0.0f);
+        q[d] = valid ? vload4(d, qkv + (size_t)(r0 + t) * qkv_ld + h * HEAD_DIM) * scale
+                     : (float4)(0.0f);
         acc[d] = (float4)(0.0f);
     }
     float m = -INFINITY, l = 0.0f;
@@ -214,5 +275,5 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     if (!valid)
         return;
     for (int d = 0; d < HEAD_DIM / 4; d++)
-        vstore4(acc[d] / l, d, out + (size_t)t * out_ld + h * HEAD_DIM);
+        vstore4(acc[d] / l, d, out + (size_t)(r0 + t) * out_ld + h * HEAD_DIM);
 }

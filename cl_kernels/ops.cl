@@ -81,13 +81,11 @@ inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float bas
     return (float2)(a * c - b * s, a * s + b * c);
 }
 
-__kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
-                      ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
-                      int head_dim, int n_rot, float base, float freq_scale, int neox)
+/* rope_kv's work for head h of one row at position pos (cache offset kv_base). */
+inline void rope_kv_one(__global float *row, __global half *kc, __global half *vc, ulong kv_base,
+                        int n_ctx, int pos, int p, int h, int n_head, int n_head_kv,
+                        int head_dim, int n_rot, float base, float freq_scale, int neox)
 {
-    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
-    int pos = pos0 + t;
-    __global float *row = qkv + (size_t)t * qkv_ld;
     __global float *v = row + h * head_dim; /* Q heads, then K heads */
     int2 i = rope_pair(p, n_rot, neox);
     float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale);
@@ -103,6 +101,28 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __glob
     const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim;
     vstore_half(vv[2 * p], off + 2 * p, vc);
     vstore_half(vv[2 * p + 1], off + 2 * p + 1, vc);
+}
+
+__kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
+                      ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
+                      int head_dim, int n_rot, float base, float freq_scale, int neox)
+{
+    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, kv_base, n_ctx, pos0 + t, p, h, n_head,
+                n_head_kv, head_dim, n_rot, base, freq_scale, neox);
+}
+
+/* rope_kv for a batch of rows of several slots: row t is at position rt[2t + 1] of KV slot
+ * rt[2t] (cache offset rt[2t] * slot_stride). Global size (head_dim / 2, n_head + n_head_kv,
+ * n_rows). */
+__kernel void rope_kv_rows(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
+                           __global const int *rt, ulong slot_stride, int n_ctx, int n_head,
+                           int n_head_kv, int head_dim, int n_rot, float base, float freq_scale,
+                           int neox)
+{
+    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, (ulong)rt[2 * t] * slot_stride, n_ctx,
+                rt[2 * t + 1], p, h, n_head, n_head_kv, head_dim, n_rot, base, freq_scale, neox);
 }
 
 /* SwiGLU: y[t][i] = silu(g[t][i]) * g[t][n + i] (gate and up side by side in one row of 2n, as

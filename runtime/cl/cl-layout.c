@@ -163,6 +163,18 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mm_coop = strcmp(mm, "tile") != 0;
         t.mm_gemm_min = !strcmp(mm, "gemm") && di->max_wg >= 256 ? 2 : 0;
     }
+    /* Small batches (continuous batching's decode steps of 2..64 rows) run matmul_coop below
+     * mm_gemm_min rows (each weight read once per MM_T rows: a matvec over MM_T rows at once)
+     * and the GEMM (or matmul_mma) from there. EBB_CL_GEMM_MIN=N moves that threshold (0:
+     * never the GEMM) and EBB_CL_MM_T=N (1..32, a power of two) the rows per coop/tiled
+     * work-item, so the two can be compared at each batch size on a GPU. */
+    const char *gm = getenv("EBB_CL_GEMM_MIN");
+    if (gm && *gm >= '0' && *gm <= '9' && di->max_wg >= 256)
+        t.mm_gemm_min = (uint32_t)atoi(gm);
+    const char *mtn = getenv("EBB_CL_MM_T");
+    unsigned mtv = mtn ? (unsigned)atoi(mtn) : 0;
+    if (mtv >= 1 && mtv <= 32 && !(mtv & (mtv - 1)))
+        t.mm_t = mtv;
     /* EBB_CL_MVQ16=0|1 and EBB_CL_MVRED=tree|flat override the matvec variants. */
     const char *mq = getenv("EBB_CL_MVQ16");
     if (mq && (*mq == '0' || *mq == '1'))

@@ -114,6 +114,24 @@ struct layer {
     cl_mem qn, kn; /* (head_dim) f32 with plan.has_qk_norm */
 };
 
+/* The rows of the chunk being evaluated (at most N_BATCH), as consecutive parts: part i is
+ * rows r0..r0+n-1 of the scratch buffers, tokens of KV slot seq at positions pos..pos+n-1.
+ * Single-slot evaluation is one part at row 0. With more than one part, m->rt holds each
+ * row's (slot, position) and m->dr the decode rows (parts of one row), written once per
+ * chunk. */
+struct clm_part {
+    uint32_t seq;
+    int r0, n, pos;
+    uint32_t src, off; /* batched: the request part (ebb_model_seq) and the first of its rows */
+};
+
+struct clm_rows {
+    int nt; /* rows in all */
+    uint32_t n_parts;
+    const struct clm_part *parts;
+    int n_dec; /* batched (n_parts > 1): parts of one row, listed in m->dr */
+};
+
 struct clm {
     const struct ebb__arch *a;
     struct clm_plan plan;
@@ -128,31 +146,41 @@ struct clm {
     uint32_t n_progs;
     cl_program ops;
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
-    cl_kernel k_q8;                    /* quantize_x8, with tu.mv_q8 */
-    cl_kernel k_attn_red_q8;           /* attn_decode_reduce_q8, with tu.mv_q8 */
-    cl_kernel k_attn_rope;             /* attn_decode_rope, with tu.att_rope */
-    bool att_q8;                       /* decode: the attention output waits in xq / xd (attend
-                                          fused its quantization), not in att */
-    cl_kernel k_bias, k_head_norm;     /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */
+    cl_kernel k_q8;                /* quantize_x8, with tu.mv_q8 */
+    cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
+    cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
+    bool att_q8;                   /* decode: the attention output waits in xq / xd (attend
+                                      fused its quantization), not in att */
+    cl_kernel k_bias, k_head_norm; /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */
+    cl_kernel k_rope_rows, k_attn_rows, k_attn_red_rows; /* batched: per-row slot and position */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
     cl_mem output_norm;                /* (n_embd) f32 */
     struct layer *layers;
     /* Scratch, allocated once. */
-    cl_mem ids;                /* (N_BATCH) int */
-    cl_mem x, h;               /* (N_BATCH, n_embd) residual stream and normed copy */
-    cl_mem qkv;                /* (N_BATCH, n_qkv) */
-    cl_mem att;                /* (N_BATCH, n_q) */
-    cl_mem gu, ff;             /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
-    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
-    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
-    cl_mem po, pml;            /* (n_head, max_chunks, head_dim), (n_head, max_chunks) float2 */
-    cl_mem tpv, tpi, tov, toi; /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
-    cl_mem xq, xd;             /* with tu.mv_q8: a decode product's input as int8 (widest
-                                  n_in) and its per-32 (d, d * sum) float2 */
-    float *host_logits;        /* (n_vocab) for host top-k beyond TOPK_MAX */
-    float *host_h;             /* (N_BATCH, n_embd) normed rows read back for hidden_sum */
+    cl_mem ids;                 /* (N_BATCH) int */
+    cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */
+    cl_mem qkv;                 /* (N_BATCH, n_qkv) */
+    cl_mem att;                 /* (N_BATCH, n_q) */
+    cl_mem gu, ff;              /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
+    cl_mem hl;                  /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
+    cl_mem logits;              /* (N_OUT_ROWS, n_vocab) */
+    cl_mem po, pml;             /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
+                                   max_chunks) float2 */
+    cl_mem tpv, tpi, tov, toi;  /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
+                                   n_in) and its per-32 (d, d * sum) float2 */
+    cl_mem rt, dr;              /* batched: (N_BATCH) int2 (KV slot, position) per row, (n_dec_max)
+                                   int decode rows */
+    uint32_t max_chunks;        /* decode attention chunks of a full context */
+    uint32_t n_dec_max;         /* decode rows a chunk can hold (min(n_seq, N_BATCH)); po and pml
+                                   hold this many rows' partials */
+    int32_t *host_ids;          /* (N_BATCH) batched: the chunk's token ids */
+    int32_t *host_rt, *host_dr; /* (2 N_BATCH), (N_BATCH): what rt and dr receive */
+    struct clm_part *bparts;    /* (n_seq) the chunk's parts */
+    float *host_logits;         /* (n_vocab) for host top-k beyond TOPK_MAX */
+    float *host_h;              /* (N_BATCH, n_embd) normed rows read back for hidden_sum */
     /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
     const struct ebb_gguf *g;
     struct ebb_stream *st;
@@ -206,8 +234,8 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 /* y = rmsnorm(x) * w over nt rows of n_embd. */
 ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
                          struct ebb_diag *diag);
-/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq; m->x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+/* One layer for the chunk's rows; m->x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
 
 /* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
@@ -231,7 +259,7 @@ ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
 /* Between evaluations: re-plans when due and moves layers. */
 ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
 /* A streamed layer through the view the streamer hands over. */
-ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
                                 struct ebb_diag *diag);
 /* Refreshes the report snapshot other threads read. */
 void ebb__clm_stream_snapshot(struct clm *m);

@@ -266,16 +266,109 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
             return rc;
         return EBB_OK;
     }
+    int r0 = 0;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
-                             EBB_CL_ARG(n_q)};
+                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
     size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-    if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 13, diag)) ||
+    if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 14, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
         return rc;
     return EBB_OK;
+}
+
+/* Prefill attention of part p's rows of a batch (their keys and values already stored). */
+static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const struct clm_part *p,
+                                   struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)m->n_ctx;
+    int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, pos = p->pos, nt = p->n, r0 = p->r0;
+    cl_ulong kv_base = (cl_ulong)p->seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
+                             EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
+                             EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
+                             EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
+                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
+    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
+    ebb_err rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 14, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag);
+}
+
+/* Decode attention of every one-row part of a batch (slots at different depths) in one
+ * flash-decoding launch over (chunk, head, decode row), reduced in one more. */
+static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                                  struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    int max_nc = 1, chunk = (int)m->tu.att_chunk;
+    for (uint32_t i = 0; i < rows->n_parts; i++) {
+        const struct clm_part *p = &rows->parts[i];
+        int nc = (p->pos + 1 + chunk - 1) / chunk;
+        if (p->n == 1 && nc > max_nc)
+            max_nc = nc;
+    }
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)m->n_ctx;
+    int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, stride_nc = (int)m->max_chunks;
+    cl_ulong slot = (cl_ulong)hp->n_head_kv * m->n_ctx * hp->head_dim;
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    struct ebb_cl_arg a[] = {
+        EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),     EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
+        EBB_CL_ARG(m->rt),  EBB_CL_ARG(m->dr),     EBB_CL_ARG(slot),   EBB_CL_ARG(n_ctx),
+        EBB_CL_ARG(nh),     EBB_CL_ARG(nkv),       EBB_CL_ARG(scale),  EBB_CL_ARG(m->po),
+        EBB_CL_ARG(m->pml), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att), EBB_CL_ARG(n_q)};
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
+                             EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
+                             EBB_CL_ARG(n_q)};
+    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head, (size_t)rows->n_dec};
+    size_t l1[3] = {m->tu.norm_wg, 1, 1};
+    size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 16, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_attn_rows, 3, g1, l1, diag)))
+        return rc;
+    if (max_nc == 1)
+        return EBB_OK; /* every row wrote its result itself */
+    if ((rc = ebb_cl_set_args(m->k_attn_red_rows, 0, b, 7, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, m->k_attn_red_rows, 3, g2, NULL, diag);
+}
+
+/* A CLM_ATTN step over the chunk's rows. One part: as attend does for a single slot. Several
+ * (a batch): rope_kv_rows rotates every row at its own position and stores its key and value
+ * in its slot's cache, then parts of two rows or more attend as prefill, and the one-row parts
+ * (decode rows of many slots) in one batched launch. */
+static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                           uint32_t si, struct ebb_diag *diag)
+{
+    if (rows->n_parts == 1) {
+        const struct clm_part *p = &rows->parts[0];
+        return attend(m, L, p->seq, p->n, p->pos, si, diag);
+    }
+    const struct ebb__hparams *hp = &m->hp;
+    m->att_q8 = false;
+    int n_qkv = (int)m->n_qkv, n_ctx = (int)m->n_ctx, nh = (int)hp->n_head;
+    int nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim, n_rot = (int)hp->n_rot;
+    int neox = m->plan.steps[si].neox;
+    float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+    cl_ulong slot = (cl_ulong)hp->n_head_kv * m->n_ctx * hp->head_dim;
+    struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv), EBB_CL_ARG(L->kc),
+                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt), EBB_CL_ARG(slot),
+                              EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
+                              EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+    size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)rows->nt};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 14, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, NULL, diag)))
+        return rc;
+    for (uint32_t i = 0; i < rows->n_parts; i++)
+        if (rows->parts[i].n > 1 && (rc = attend_prefill_part(m, L, &rows->parts[i], diag)))
+            return rc;
+    return rows->n_dec ? attend_decode_rows(m, L, rows, diag) : EBB_OK;
 }
 
 /* A CLM_BIAS step: the layer's q | k | v bias added to the nt rows of m->qkv. */
@@ -319,17 +412,18 @@ static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *
     return ebb__clm_moe_experts(m, L, s, nt, diag);
 }
 
-/* One layer for nt tokens at positions pos..pos+nt-1 of slot seq: the compiled steps of the
- * family's layer program (model-cl-plan.c); x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, uint32_t seq, int nt, int pos,
+/* One layer for the chunk's rows: the compiled steps of the family's layer program
+ * (model-cl-plan.c); x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag)
 {
+    int nt = rows->nt;
     for (uint32_t i = 0; i < m->plan.n_steps; i++) {
         const struct clm_step *s = &m->plan.steps[i];
         ebb_err rc;
         switch ((enum clm_step_kind)s->kind) {
         case CLM_ATTN:
-            rc = attend(m, L, seq, nt, pos, i, diag);
+            rc = attend_rows(m, L, rows, i, diag);
             break;
         case CLM_BIAS:
             rc = add_bias(m, L, nt, diag);

@@ -394,7 +394,7 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
 }
 
 /* A streamed layer: its weights read from the view the streamer hands over. */
-ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt, int pos,
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
                                 struct ebb_diag *diag)
 {
     uint32_t v;
@@ -413,7 +413,7 @@ ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, uint32_t seq, int nt,
             S.w[gi][i].off += off;
         }
     }
-    rc = ebb__clm_layer(m, &S, seq, nt, pos, diag);
+    rc = ebb__clm_layer(m, &S, rows, diag);
     ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
     return rc ? rc : rc2;
 }

@@ -67,15 +67,15 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->embd);
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
-    cl_mem *scratch[] = {&m->ids, &m->x,   &m->h,      &m->qkv, &m->att, &m->gu,
-                         &m->ff,  &m->hl,  &m->logits, &m->po,  &m->pml, &m->tpv,
-                         &m->tpi, &m->tov, &m->toi,    &m->xq,  &m->xd};
+    cl_mem *scratch[] = {&m->ids, &m->x,      &m->h,  &m->qkv, &m->att, &m->gu,  &m->ff,
+                         &m->hl,  &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov,
+                         &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
-    cl_kernel ks[] = {m->k_norm,     m->k_rope,   m->k_attn_part, m->k_attn_red,
-                      m->k_attn_pre, m->k_swiglu, m->k_topk1,     m->k_topk2,
-                      m->k_q8,       m->k_bias,   m->k_head_norm, m->k_attn_red_q8,
-                      m->k_attn_rope};
+    cl_kernel ks[] = {m->k_norm,      m->k_rope,      m->k_attn_part, m->k_attn_red,
+                      m->k_attn_pre,  m->k_swiglu,    m->k_topk1,     m->k_topk2,
+                      m->k_q8,        m->k_bias,      m->k_head_norm, m->k_attn_red_q8,
+                      m->k_attn_rope, m->k_rope_rows, m->k_attn_rows, m->k_attn_red_rows};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -87,6 +87,10 @@ static void clm_free(void *ctx)
     release(&m->map.buf);
     free(m->host_logits);
     free(m->host_h);
+    free(m->host_ids);
+    free(m->host_rt);
+    free(m->host_dr);
+    free(m->bparts);
     ebb_cl_close(m->cl);
     free(m);
 }
@@ -108,7 +112,10 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_topk1, "topk_part"},
               {&m->k_topk2, "topk_merge"},
               {&m->k_bias, "add_bias"},
-              {&m->k_head_norm, "head_norm"}};
+              {&m->k_head_norm, "head_norm"},
+              {&m->k_rope_rows, "rope_kv_rows"},
+              {&m->k_attn_rows, "attn_decode_rows"},
+              {&m->k_attn_red_rows, "attn_decode_reduce_rows"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;
@@ -127,6 +134,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     const struct ebb__hparams *hp = &m->hp;
     size_t f = sizeof(float);
     uint32_t max_chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
+    size_t rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH; /* decode rows a chunk can hold */
+    m->max_chunks = max_chunks;
+    m->n_dec_max = (uint32_t)rows;
     ebb_err rc;
     if ((rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->ids, "token ids", diag)) ||
         (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->x, "activations", diag)) ||
@@ -137,9 +147,12 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_ff, &m->ff, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_embd, &m->hl, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_vocab, &m->logits, "logits", diag)) ||
-        (rc = ebb__clm_alloc(m, f * hp->n_head * max_chunks * hp->head_dim, &m->po, "attention",
+        (rc = ebb__clm_alloc(m, rows * f * hp->n_head * max_chunks * hp->head_dim, &m->po,
+                             "attention", diag)) ||
+        (rc = ebb__clm_alloc(m, rows * 2 * f * hp->n_head * max_chunks, &m->pml, "attention",
                              diag)) ||
-        (rc = ebb__clm_alloc(m, 2 * f * hp->n_head * max_chunks, &m->pml, "attention", diag)) ||
+        (rc = ebb__clm_alloc(m, 2 * N_BATCH * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, f * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_PARTS * TOPK_MAX, &m->tpi, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, f * TOPK_MAX, &m->tov, "top-k", diag)) ||
@@ -154,20 +167,37 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * N_BATCH * hp->n_embd);
-    return m->host_logits && m->host_h ? EBB_OK : EBB_ENOMEM;
+    m->host_ids = malloc(sizeof(int32_t) * N_BATCH);
+    m->host_rt = malloc(sizeof(int32_t) * 2 * N_BATCH);
+    m->host_dr = malloc(sizeof(int32_t) * N_BATCH);
+    m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
+    return m->host_logits && m->host_h && m->host_ids && m->host_rt && m->host_dr && m->bparts
+               ? EBB_OK
+               : EBB_ENOMEM;
+}
+
+/* Normed rows h[r0..r0+nr) to rows at..at+nr of the head's input hl. */
+static ebb_err head_copy(struct clm *m, int r0, int at, int nr, struct ebb_diag *diag)
+{
+    size_t row = sizeof(float) * m->hp.n_embd;
+    cl_int e =
+        clEnqueueCopyBuffer(m->cl->q, m->h, m->hl, row * r0, row * at, row * nr, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "copy rows for the output head");
+}
+
+/* Logits of the first nr rows of hl into the logits scratch. */
+static ebb_err head_rows(struct clm *m, int nr, struct ebb_diag *diag)
+{
+    const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
+    return ebb__clm_wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
+                         NULL, nr, diag);
 }
 
 /* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
 static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
 {
-    size_t row = sizeof(float) * m->hp.n_embd;
-    cl_int e = clEnqueueCopyBuffer(m->cl->q, m->h, m->hl, row * r0, 0, row * nr, 0, NULL, NULL);
-    ebb_err rc = ebb_cl_check(e, diag, "copy rows for the output head");
-    if (rc)
-        return rc;
-    const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
-    return ebb__clm_wmul(m, w, m->hl, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
-                         NULL, nr, diag);
+    ebb_err rc = head_copy(m, r0, 0, nr, diag);
+    return rc ? rc : head_rows(m, nr, diag);
 }
 
 /* Logits of a single decoded token straight from the residual row, the final norm folded in. */
@@ -204,6 +234,15 @@ static void host_topk(const float *x, uint32_t n, uint32_t k, int32_t *ids, floa
     }
 }
 
+/* Adds rows r0..r0+n of host_h to sum (n_embd). */
+static void add_rows(const struct clm *m, int r0, int n, float *sum)
+{
+    const uint32_t d = m->hp.n_embd;
+    for (int t = r0; t < r0 + n; t++)
+        for (uint32_t i = 0; i < d; i++)
+            sum[i] += m->host_h[(size_t)t * d + i];
+}
+
 /* Embedding output mode: adds the final-normed hidden states of the nt tokens in m->x to sum
  * (n_embd), summed on the host. */
 static ebb_err hidden_sum(struct clm *m, int nt, float *sum, struct ebb_diag *diag)
@@ -212,28 +251,33 @@ static ebb_err hidden_sum(struct clm *m, int nt, float *sum, struct ebb_diag *di
     ebb_err rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->h, nt, diag);
     if (rc || (rc = read_back(m, m->h, 0, sizeof(float) * d * (size_t)nt, m->host_h, diag)))
         return rc;
-    for (int t = 0; t < nt; t++)
-        for (uint32_t i = 0; i < d; i++)
-            sum[i] += m->host_h[(size_t)t * d + i];
+    add_rows(m, 0, nt, sum);
     return EBB_OK;
 }
 
-static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
+/* The logits and top-k of out from row r of the logits scratch. Rows before r are no longer
+ * needed: the device top-k of r > 0 first copies it to row 0. */
+static ebb_err outputs(struct clm *m, struct ebb_model_out *out, int r, struct ebb_diag *diag)
 {
     ebb_err rc;
     uint32_t nv = m->hp.n_vocab;
-    if (out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
+    size_t row = sizeof(float) * nv, off = row * (size_t)r;
+    if (out->logits && (rc = read_back(m, m->logits, off, row, out->logits, diag)))
         return rc;
     if (!out->top_k)
         return EBB_OK;
     uint32_t k = out->top_k < nv ? out->top_k : nv;
     if (k > TOPK_MAX) {
         float *lg = out->logits ? out->logits : m->host_logits;
-        if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
+        if (!out->logits && (rc = read_back(m, m->logits, off, row, lg, diag)))
             return rc;
         host_topk(lg, nv, k, out->top_ids, out->top_logits);
         return EBB_OK;
     }
+    if (r > 0 && (rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->logits, m->logits, off, 0, row,
+                                                        0, NULL, NULL),
+                                    diag, "copy a row of logits")))
+        return rc;
     int n = (int)nv, kk = (int)k, parts = TOPK_PARTS;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(kk),
                              EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
@@ -248,6 +292,33 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     if ((rc = read_back(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
         return rc;
     return read_back(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
+}
+
+/* The embedding of the token ids in m->ids and every layer, for the chunk's rows: the hidden
+ * states end in m->x. */
+static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    float scale = m->embd_scale;
+    int n_embd = (int)m->hp.n_embd;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
+                             EBB_CL_ARG(scale)};
+    struct ebb_cl_wprog *p = NULL;
+    size_t g[2] = {m->hp.n_embd / 4, (size_t)rows->nt};
+    ebb_err rc;
+    if ((rc = ebb__clm_prog_for(m, &m->embd.layout, &p, diag)) ||
+        (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
+        (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
+        return rc;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
+            rc = ebb__clm_layer(m, &m->layers[l], rows, diag);
+        else
+            rc = ebb__clm_streamed_layer(m, l, rows, diag);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
 }
 
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
@@ -267,31 +338,16 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
-    float scale = m->embd_scale;
-    int n_embd = (int)m->hp.n_embd;
     for (uint32_t c = 0; c < n; c += N_BATCH) {
         int nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
         cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
                                         tokens + c, 0, NULL, NULL);
         if ((rc = ebb_cl_check(e, diag, "writing token ids")))
             goto out;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
-                                 EBB_CL_ARG(scale)};
-        struct ebb_cl_wprog *p = NULL;
-        size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
-        if ((rc = ebb__clm_prog_for(m, &m->embd.layout, &p, diag)) ||
-            (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
-            (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
-            (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
+        struct clm_part part = {.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + c)};
+        struct clm_rows rows = {.nt = nt, .n_parts = 1, .parts = &part};
+        if ((rc = forward(m, &rows, diag)))
             goto out;
-        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-            if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
-                rc = ebb__clm_layer(m, &m->layers[l], seq, nt, (int)(pos + c), diag);
-            else
-                rc = ebb__clm_streamed_layer(m, l, seq, nt, (int)(pos + c), diag);
-            if (rc)
-                goto out;
-        }
         if (out && out->hidden_sum && (rc = hidden_sum(m, nt, out->hidden_sum, diag)))
             goto out;
         bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
@@ -318,7 +374,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             goto out;
     }
     if (out && (out->logits || out->top_k))
-        rc = outputs(m, out, diag);
+        rc = outputs(m, out, 0, diag);
     else
         rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
 out:
@@ -326,6 +382,158 @@ out:
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
         rc = rc ? rc : rf;
         m->tokens += n;
+        m->busy_ns += ebb__clm_now_ns() - t0;
+        ebb__clm_stream_snapshot(m);
+    }
+    return rc;
+}
+
+/* The next chunk of a batch: rows taken in order from the parts, from row *off of part *pi on
+ * (a part may straddle chunks); fills m->bparts and the host tables (token ids, each row's
+ * slot and position, the decode rows) and advances *pi / *off. */
+static void batch_chunk(struct clm *m, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                        uint32_t *pi, uint32_t *off, struct clm_rows *rows)
+{
+    int nt = 0, n_dec = 0;
+    uint32_t np = 0;
+    while (nt < N_BATCH && *pi < n_seqs) {
+        const struct ebb_model_seq *s = &seqs[*pi];
+        int k = (int)(s->n - *off) < N_BATCH - nt ? (int)(s->n - *off) : N_BATCH - nt;
+        struct clm_part *p = &m->bparts[np++];
+        *p = (struct clm_part){
+            .seq = s->seq, .r0 = nt, .n = k, .pos = (int)(s->pos + *off), .src = *pi, .off = *off};
+        memcpy(m->host_ids + nt, s->tokens + *off, sizeof(int32_t) * (size_t)k);
+        for (int r = 0; r < k; r++) {
+            m->host_rt[2 * (nt + r)] = (int32_t)s->seq;
+            m->host_rt[2 * (nt + r) + 1] = p->pos + r;
+        }
+        if (k == 1)
+            m->host_dr[n_dec++] = nt;
+        nt += k;
+        *off += (uint32_t)k;
+        if (*off == s->n) {
+            (*pi)++;
+            *off = 0;
+        }
+    }
+    *rows = (struct clm_rows){.nt = nt, .n_parts = np, .parts = m->bparts, .n_dec = n_dec};
+}
+
+/* Writes the chunk's tables (blocking: the host arrays are reused by the next chunk). */
+static ebb_err batch_write(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    cl_command_queue q = m->cl->q;
+    size_t nt = (size_t)rows->nt, i4 = sizeof(int32_t);
+    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_TRUE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
+    if (!e && rows->n_parts > 1)
+        e = clEnqueueWriteBuffer(q, m->rt, CL_TRUE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
+    if (!e && rows->n_parts > 1 && rows->n_dec)
+        e = clEnqueueWriteBuffer(q, m->dr, CL_TRUE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
+                                 NULL, NULL);
+    return ebb_cl_check(e, diag, "writing the batch's rows");
+}
+
+/* Whether part p of the chunk holds its request's last row and logits of it are wanted. */
+static bool wants_last(const struct ebb_model_seq *seqs, const struct clm_part *p)
+{
+    const struct ebb_model_out *o = seqs[p->src].out;
+    return o && (o->logits || o->top_k) && p->off + (uint32_t)p->n == seqs[p->src].n;
+}
+
+/* The last rows' logits and top-k: the wanted rows gathered into the head's input, the head
+ * run over them in groups of N_OUT_ROWS, each row's results read back to its part. */
+static ebb_err batch_last(struct clm *m, const struct ebb_model_seq *seqs,
+                          const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    const struct clm_part *grp[N_OUT_ROWS];
+    int nr = 0;
+    ebb_err rc;
+    for (uint32_t i = 0; i <= rows->n_parts; i++) {
+        bool flush = i == rows->n_parts || nr == N_OUT_ROWS;
+        if (flush && nr) {
+            if ((rc = head_rows(m, nr, diag)))
+                return rc;
+            for (int j = 0; j < nr; j++)
+                if ((rc = outputs(m, seqs[grp[j]->src].out, j, diag)))
+                    return rc;
+            nr = 0;
+        }
+        if (i == rows->n_parts)
+            break;
+        const struct clm_part *p = &rows->parts[i];
+        if (!wants_last(seqs, p))
+            continue;
+        if ((rc = head_copy(m, p->r0 + p->n - 1, nr, 1, diag)))
+            return rc;
+        grp[nr++] = p;
+    }
+    return EBB_OK;
+}
+
+/* The chunk's outputs for every part: hidden sums, all-row logits, last-row logits. */
+static ebb_err batch_outputs(struct clm *m, const struct ebb_model_seq *seqs,
+                             const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    bool hs = false, lg = false;
+    for (uint32_t i = 0; i < rows->n_parts; i++) {
+        const struct ebb_model_out *o = seqs[rows->parts[i].src].out;
+        hs = hs || (o && o->hidden_sum);
+        lg = lg || (o && o->logits_all) || wants_last(seqs, &rows->parts[i]);
+    }
+    if (!hs && !lg)
+        return EBB_OK;
+    const uint32_t nv = m->hp.n_vocab, d = m->hp.n_embd;
+    ebb_err rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->h, rows->nt, diag);
+    if (!rc && hs)
+        rc = read_back(m, m->h, 0, sizeof(float) * d * (size_t)rows->nt, m->host_h, diag);
+    for (uint32_t i = 0; i < rows->n_parts && !rc; i++) {
+        const struct clm_part *p = &rows->parts[i];
+        struct ebb_model_out *o = seqs[p->src].out;
+        if (o && o->hidden_sum)
+            add_rows(m, p->r0, p->n, o->hidden_sum);
+        for (int r = 0; o && o->logits_all && r < p->n && !rc; r += N_OUT_ROWS) {
+            int n = p->n - r < N_OUT_ROWS ? p->n - r : N_OUT_ROWS;
+            if (!(rc = head(m, p->r0 + r, n, diag)))
+                rc = read_back(m, m->logits, 0, sizeof(float) * nv * (size_t)n,
+                               o->logits_all + (size_t)(p->off + (uint32_t)r) * nv, diag);
+        }
+    }
+    return rc ? rc : batch_last(m, seqs, rows, diag);
+}
+
+/* iface.eval_batch: every part's rows concatenated and evaluated in chunks of N_BATCH rows, each
+ * chunk one forward pass (weights read once for all its rows; docs/ENGINE.md, "The batched
+ * pass"). The parts were checked by model.c. */
+static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                              struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    ebb_err rc = EBB_OK;
+    uint64_t total = 0;
+    if (n_seqs > m->n_seq)
+        return ebb_diag_set(diag, EBB_EINVAL, "%u parts for %u slots", n_seqs, m->n_seq);
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        if (seqs[i].seq >= m->n_seq || !seqs[i].n || (uint64_t)seqs[i].pos + seqs[i].n > m->n_ctx)
+            return ebb_diag_set(diag, EBB_EINVAL, "bad batch part %u (slot %u)", i, seqs[i].seq);
+        total += seqs[i].n;
+    }
+    uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
+    if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
+        goto out;
+    uint32_t pi = 0, off = 0;
+    while (pi < n_seqs) {
+        struct clm_rows rows;
+        batch_chunk(m, seqs, n_seqs, &pi, &off, &rows);
+        if ((rc = batch_write(m, &rows, diag)) || (rc = forward(m, &rows, diag)) ||
+            (rc = batch_outputs(m, seqs, &rows, diag)))
+            goto out;
+    }
+    rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
+out:
+    if (STREAMING(m)) {
+        ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
+        rc = rc ? rc : rf;
+        m->tokens += total;
         m->busy_ns += ebb__clm_now_ns() - t0;
         ebb__clm_stream_snapshot(m);
     }
@@ -393,6 +601,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
              m->k_q8 ? ", 8-bit decode inputs" : "");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
+    m->iface.eval_batch = clm_eval_batch;
     m->iface.free = clm_free;
     *iface = &m->iface;
     *ctx = m;

@@ -1,9 +1,16 @@
-/* Private to runtime/sched: grammar-constrained sampling for one slot (scheduler-grammar.c). */
+/* Private to runtime/sched: the scheduler's jobs, slots and state (scheduler.c: queue, admission,
+ * the engine loop; scheduler-step.c: a slot's steps), and grammar-constrained sampling for one
+ * slot (scheduler-grammar.c). Calls go one way: scheduler.c -> scheduler-step.c ->
+ * scheduler-grammar.c, scheduler-stop.c. */
 #ifndef EBB_RUNTIME_SCHEDULER_INT_H
 #define EBB_RUNTIME_SCHEDULER_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "grammar/grammar.h"
 #include "sampler.h"
+#include "scheduler.h"
 
 /* A slot's grammar buffers, allocated on its first grammar job and reused for the next ones
  * (reallocated only when the vocabulary size changes), so sampling allocates nothing. */
@@ -40,4 +47,92 @@ bool ebb__sgram_done(const struct ebb__sgram *sg);
 /* Frees the buffers; the struct may be reused after. */
 void ebb__sgram_fini(struct ebb__sgram *sg);
 
+struct job {
+    uint64_t id;
+    int32_t *prompt; /* (n_prompt) */
+    uint32_t n_prompt;
+    struct ebb_gen_params gp;
+    char stop_buf[EBB_SCHED_MAX_STOP][EBB_SCHED_MAX_STOP_LEN];
+    struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias), owned copy */
+    struct ebb_grammar *grammar; /* compiled gp.grammar, or NULL */
+    uint32_t *embed_len;         /* (gp.n_embed), owned copy */
+    struct ebb_sched_sink sink;
+    atomic_bool cancel;
+    double t_submit;
+    struct job *next;
+};
+
+struct slot {
+    struct job *job;
+    int32_t *kv_tokens; /* (n_ctx) tokens whose KV entries are valid, in position order */
+    uint32_t n_kv;
+    float *logits; /* (n_vocab) of the last evaluated token */
+    struct ebb_sampler *smp;
+    struct ebb__sgram gram; /* grammar jobs: buffers made on the first, kept for the next */
+    struct ebb_detok detok;
+    struct ebb_stopper stopper;
+    uint32_t n_gen;
+    uint32_t n_cached;
+    uint32_t emb_i, emb_pos, emb_off; /* embedding job: input, position in it, its offset */
+    bool prefilled;
+    int32_t next_tok;         /* decoding: the sampled token this step evaluates */
+    struct ebb_model_out out; /* this step's outputs */
+    double t_start, t_first;
+    double t_used; /* when its last job ended (admission prefers the oldest) */
+    struct ebb_sched_result res;
+};
+
+/* Counters of the engine's steps, summed by the engine and published under mu. */
+struct ebb__step_stats {
+    uint64_t steps, rows, seqs;        /* passes, tokens evaluated, slots evaluated */
+    uint32_t last_rows, last_seqs;     /* the latest pass */
+    uint64_t jobs;                     /* jobs started */
+    double t_queue;                    /* their seconds in the queue */
+    uint64_t cache_hits, cache_tokens; /* jobs that reused a cached prefix, tokens reused */
+};
+
+struct ebb_sched {
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    bool cancel_all;
+    struct job *q_head, *q_tail;
+    uint32_t n_queued;
+    uint32_t n_active;
+    uint64_t next_id;
+    uint32_t queue_cap;
+    uint32_t prefill_chunk;
+    struct ebb_model *_Atomic model;
+    struct ebb_model_params mp;
+    char *path, *device;
+    void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
+    void *ud;
+    void (*before_open)(void *ud, const struct ebb_model_params *mp);
+    /* model swap (mu): the caller waits on swap_cv until the engine clears swap_pending */
+    pthread_cond_t swap_cv;
+    bool swap_pending;
+    struct ebb_model *swap_to, *swap_old;
+    ebb_err swap_rc;
+    char swap_msg[128];
+    struct slot *slots; /* (n_slots) engine-thread owned except slot.job, which mu guards */
+    uint32_t n_slots;
+    struct ebb_model_seq *parts;  /* (n_slots) a step's batch */
+    uint32_t *order;              /* (n_slots) a step's waiting prefills, oldest first */
+    struct ebb__step_stats stats; /* (mu) published after every step */
+    char *text_buf;               /* scratch for released text */
+    size_t text_cap;
+    struct ebb_token_trie *trie; /* engine thread: the model's token trie, built on first use */
+};
+
+/* scheduler-step.c */
+double ebb__now_s(void);
+void ebb__job_free(struct job *j);
+/* A job that ends before it ran (cancelled in the queue, shutdown). */
+void ebb__job_cancelled(struct job *j, double t_queue);
+/* One engine step: starts newly admitted jobs, then evaluates in one batched pass a token of
+ * every decoding slot and as much prefill as the step's budget (prefill_chunk tokens) allows,
+ * oldest job first; samples, releases text and ends jobs as they finish. Adds to *st. */
+void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st);
 #endif

@@ -1,4 +1,5 @@
-/* The engine thread: opens the model, then loops giving every active slot one step per turn. */
+/* The scheduler: the job queue, admission into slots, model swaps and the engine thread, which
+ * opens the model and then loops giving every active slot one step per turn (scheduler-step.c). */
 #include "scheduler.h"
 #include "scheduler-int.h"
 
@@ -13,102 +14,7 @@
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
-struct job {
-    uint64_t id;
-    int32_t *prompt; /* (n_prompt) */
-    uint32_t n_prompt;
-    struct ebb_gen_params gp;
-    char stop_buf[EBB_SCHED_MAX_STOP][EBB_SCHED_MAX_STOP_LEN];
-    struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias), owned copy */
-    struct ebb_grammar *grammar; /* compiled gp.grammar, or NULL */
-    uint32_t *embed_len;         /* (gp.n_embed), owned copy */
-    struct ebb_sched_sink sink;
-    atomic_bool cancel;
-    double t_submit;
-    struct job *next;
-};
-
-struct slot {
-    struct job *job;
-    int32_t *kv_tokens; /* (n_ctx) tokens whose KV entries are valid, in position order */
-    uint32_t n_kv;
-    float *logits; /* (n_vocab) of the last evaluated token */
-    struct ebb_sampler *smp;
-    struct ebb__sgram gram; /* grammar jobs: buffers made on the first, kept for the next */
-    struct ebb_detok detok;
-    struct ebb_stopper stopper;
-    uint32_t n_gen;
-    uint32_t n_cached;
-    uint32_t emb_i, emb_pos, emb_off; /* embedding job: input, position in it, its offset */
-    bool prefilled;
-    double t_start, t_first;
-    struct ebb_sched_result res;
-};
-
-struct ebb_sched {
-    pthread_t thread;
-    bool thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool quit;
-    bool cancel_all;
-    struct job *q_head, *q_tail;
-    uint32_t n_queued;
-    uint32_t n_active;
-    uint64_t next_id;
-    uint32_t queue_cap;
-    uint32_t prefill_chunk;
-    struct ebb_model *_Atomic model;
-    struct ebb_model_params mp;
-    char *path, *device;
-    void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
-    void *ud;
-    void (*before_open)(void *ud, const struct ebb_model_params *mp);
-    /* model swap (mu): the caller waits on swap_cv until the engine clears swap_pending */
-    pthread_cond_t swap_cv;
-    bool swap_pending;
-    struct ebb_model *swap_to, *swap_old;
-    ebb_err swap_rc;
-    char swap_msg[128];
-    struct slot *slots; /* (n_slots) engine-thread owned except slot.job, which mu guards */
-    uint32_t n_slots;
-    char *text_buf; /* scratch for released text */
-    size_t text_cap;
-    struct ebb_token_trie *trie; /* engine thread: the model's token trie, built on first use */
-};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- queue ------------------------------------------------------------------------------- */
-
-static void job_free(struct job *j)
-{
-    if (!j)
-        return;
-    free(j->prompt);
-    free(j->bias);
-    ebb_grammar_free(j->grammar);
-    free(j->embed_len);
-    free(j);
-}
-
-static void job_finish(struct job *j, struct ebb_sched_result *r)
-{
-    j->sink.on_done(j->sink.ud, r);
-    job_free(j);
-}
-
-static void job_cancelled(struct job *j, double t_queue)
-{
-    struct ebb_sched_result r = {.finish = EBB_FINISH_CANCEL, .n_prompt = j->n_prompt};
-    r.t_queue = t_queue;
-    job_finish(j, &r);
-}
 
 /* An embedding job's inputs: each 1..n_ctx tokens, together the whole prompt. */
 static ebb_err check_embed(const struct ebb_gen_params *p, uint32_t n_prompt, uint32_t n_ctx,
@@ -162,7 +68,7 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     if (p->n_embed && (j->embed_len = malloc(sizeof(uint32_t) * p->n_embed)))
         memcpy(j->embed_len, p->embed_len, sizeof(uint32_t) * p->n_embed);
     if (!j->prompt || (p->n_embed && !j->embed_len)) {
-        job_free(j);
+        ebb__job_free(j);
         return EBB_ENOMEM;
     }
     memcpy(j->prompt, prompt, sizeof(int32_t) * n_prompt);
@@ -175,7 +81,7 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     if (p->sampling.n_logit_bias) {
         j->bias = malloc(sizeof(*j->bias) * p->sampling.n_logit_bias);
         if (!j->bias) {
-            job_free(j);
+            ebb__job_free(j);
             return EBB_ENOMEM;
         }
         memcpy(j->bias, p->sampling.logit_bias, sizeof(*j->bias) * p->sampling.n_logit_bias);
@@ -186,13 +92,13 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
         ebb_err grc =
             ebb_grammar_compile(p->grammar, strlen(p->grammar), "root", &j->grammar, diag);
         if (grc) {
-            job_free(j);
+            ebb__job_free(j);
             return grc;
         }
     }
     j->sink = *sink;
     atomic_init(&j->cancel, false);
-    j->t_submit = now_s();
+    j->t_submit = ebb__now_s();
 
     pthread_mutex_lock(&s->mu);
     /* Jobs queued while slots are free have not been admitted yet; they do not wait. */
@@ -200,7 +106,7 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     if (s->quit || s->n_queued >= s->queue_cap + free_slots) {
         bool quit = s->quit;
         pthread_mutex_unlock(&s->mu);
-        job_free(j);
+        ebb__job_free(j);
         return ebb_diag_set(diag, EBB_EBUSY,
                             quit ? "the server is shutting down" : "the request queue is full");
     }
@@ -259,6 +165,15 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->queued = s->n_queued;
     out->active = s->n_active;
     out->n_slots = s->n_slots;
+    out->steps = s->stats.steps;
+    out->batch_rows = s->stats.rows;
+    out->batch_seqs = s->stats.seqs;
+    out->last_batch_rows = s->stats.last_rows;
+    out->last_batch_seqs = s->stats.last_seqs;
+    out->jobs_started = s->stats.jobs;
+    out->queue_wait_s = s->stats.t_queue;
+    out->cache_hits = s->stats.cache_hits;
+    out->cache_tokens = s->stats.cache_tokens;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -269,252 +184,33 @@ struct ebb_model *ebb_sched_model(struct ebb_sched *s)
 
 /* ---- engine ------------------------------------------------------------------------------ */
 
-static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
-                     const char *msg)
+/* The free slot for job j: among the slots whose cached tokens j's prompt would mostly keep
+ * (it shares at least half of them), the one sharing the longest prefix (its KV entries are
+ * reused); else an empty slot, else the one idle longest. So a request that merely shares a
+ * chat template's opening with a cached conversation does not evict it, and recently used
+ * prefixes stay for the requests that resend them. Embedding jobs reuse nothing. NULL when
+ * every slot is busy. */
+static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
 {
-    struct job *j = sl->job;
-    double t = now_s();
-    sl->res.finish = f;
-    sl->res.err = err;
-    if (msg)
-        snprintf(sl->res.msg, sizeof(sl->res.msg), "%s", msg);
-    sl->res.n_prompt = j->n_prompt;
-    sl->res.n_cached = sl->n_cached;
-    sl->res.n_gen = sl->n_gen;
-    sl->res.stop_index = -1;
-    for (uint32_t i = 0; f == EBB_FINISH_STOP && sl->stopper.matched && i < j->gp.n_stop; i++)
-        if (j->gp.stop[i] == sl->stopper.matched)
-            sl->res.stop_index = (int)i;
-    if (sl->prefilled)
-        sl->res.t_decode = sl->n_gen ? t - sl->t_first : 0;
-    else
-        sl->res.t_prefill = t - sl->t_start;
-    ebb_sampler_free(sl->smp);
-    sl->smp = NULL;
-    if (sl->gram.active) {
-        ebb_log(EBB_LOG_DEBUG, "grammar",
-                "%llu tokens, %llu needed the full mask, %.2f ms in the grammar (%.3f ms/token)",
-                (unsigned long long)sl->gram.n_sampled, (unsigned long long)sl->gram.n_masked,
-                sl->gram.t_grammar * 1e3,
-                sl->gram.n_sampled ? sl->gram.t_grammar * 1e3 / (double)sl->gram.n_sampled : 0.0);
-        sl->gram.active = false;
-    }
-    pthread_mutex_lock(&s->mu);
-    sl->job = NULL;
-    s->n_active--;
-    pthread_mutex_unlock(&s->mu);
-    job_finish(j, &sl->res);
-}
-
-/* An embedding job needs every input's hidden states, so nothing cached is reused. */
-static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
-{
-    struct job *j = sl->job;
-    sl->n_kv = sl->n_cached = sl->n_gen = 0;
-    sl->emb_i = sl->emb_pos = sl->emb_off = 0;
-    sl->prefilled = false;
-    memset(&sl->res, 0, sizeof(sl->res));
-    ebb_stopper_init(&sl->stopper, NULL, 0);
-    sl->t_start = now_s();
-    sl->res.t_queue = sl->t_start - j->t_submit;
-    memset(j->gp.embed_out, 0, sizeof(float) * j->gp.n_embed * ebb_model_n_embd(m));
-    if (j->sink.on_start)
-        j->sink.on_start(j->sink.ud);
-    return EBB_OK;
-}
-
-/* One step of an embedding job: a chunk of the current input, summed into its output row,
- * which becomes the mean when the input is complete. */
-static void embed_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
-{
-    struct job *j = sl->job;
-    struct ebb_diag diag = {{0}};
-    uint32_t len = j->embed_len[sl->emb_i], d = ebb_model_n_embd(m);
-    uint32_t n = len - sl->emb_pos < s->prefill_chunk ? len - sl->emb_pos : s->prefill_chunk;
-    float *row = j->gp.embed_out + (size_t)sl->emb_i * d;
-    struct ebb_model_out out = {.hidden_sum = row};
-    const int32_t *t = j->prompt + sl->emb_off + sl->emb_pos;
-    ebb_err rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), t, n, sl->emb_pos, &out, &diag);
-    if (rc) {
-        sl->n_kv = 0;
-        slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-        return;
-    }
-    memcpy(sl->kv_tokens + sl->emb_pos, t, sizeof(int32_t) * n);
-    sl->emb_pos += n;
-    sl->n_kv = sl->emb_pos;
-    if (sl->emb_pos == len) {
-        for (uint32_t i = 0; i < d; i++)
-            row[i] /= (float)len;
-        sl->emb_off += len;
-        sl->emb_pos = 0;
-        sl->emb_i++;
-    }
-    if (j->sink.on_prefill)
-        j->sink.on_prefill(j->sink.ud, sl->emb_off + sl->emb_pos, j->n_prompt);
-    if (sl->emb_i == j->gp.n_embed)
-        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
-}
-
-static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
-                          struct ebb_diag *diag)
-{
-    struct job *j = sl->job;
-    if (j->gp.n_embed)
-        return embed_begin(sl, m);
-    ebb_err rc = ebb_sampler_new(&j->gp.sampling, ebb_model_n_vocab(m), &sl->smp, diag);
-    if (rc)
-        return rc;
-    if (j->grammar && !s->trie && (rc = ebb_token_trie_new(ebb_model_tokenizer(m), &s->trie, diag)))
-        return rc;
-    if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, s->trie, ebb_model_n_vocab(m), diag)))
-        return rc;
-    /* Reuse the KV entries of the longest common prefix with this slot's previous job; at least
-     * one prompt token is evaluated so that there are logits to sample from. */
-    uint32_t pfx = 0;
-    while (pfx < sl->n_kv && pfx + 1 < j->n_prompt && sl->kv_tokens[pfx] == j->prompt[pfx])
-        pfx++;
-    sl->n_kv = pfx;
-    sl->n_cached = pfx;
-    sl->n_gen = 0;
-    sl->prefilled = false;
-    memset(&sl->res, 0, sizeof(sl->res));
-    sl->t_start = now_s();
-    sl->res.t_queue = sl->t_start - j->t_submit;
-    ebb_detok_init(&sl->detok);
-    ebb_stopper_init(&sl->stopper, j->gp.stop, j->gp.n_stop);
-    for (uint32_t i = 0; i < j->n_prompt; i++)
-        ebb_sampler_accept(sl->smp, j->prompt[i]);
-    if (j->sink.on_start)
-        j->sink.on_start(j->sink.ud);
-    return EBB_OK;
-}
-
-static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
-                 const struct ebb_sample_info *info)
-{
-    struct job *j = sl->job;
-    if (!j->sink.on_token)
-        return;
-    struct ebb_sched_token t = {.text = text, .len = n, .id = id, .info = info};
-    j->sink.on_token(j->sink.ud, &t);
-}
-
-/* One step of a slot: a prefill chunk or one generated token. */
-static void slot_step(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
-{
-    struct job *j = sl->job;
-    struct ebb_diag diag = {{0}};
-    uint32_t n_ctx = ebb_model_n_ctx(m);
-    if (atomic_load(&j->cancel)) {
-        slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
-        return;
-    }
-    if (j->gp.n_embed) {
-        embed_step(s, sl, m);
-        return;
-    }
-    if (!sl->prefilled) {
-        /* The last prompt token is always evaluated on its own, so its logits come from the
-         * same single-token path whether or not the slot reused cached KV entries: devices
-         * whose batched and single-token kernels round differently then still give the same
-         * text for the same request and seed. */
-        uint32_t left = j->n_prompt - sl->n_kv;
-        uint32_t n = left > 1 ? left - 1 : 1;
-        if (n > s->prefill_chunk)
-            n = s->prefill_chunk;
-        struct ebb_model_out out = {0};
-        if (n == left)
-            out.logits = sl->logits;
-        ebb_err rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), j->prompt + sl->n_kv, n, sl->n_kv,
-                                    &out, &diag);
-        if (rc) {
-            sl->n_kv = 0;
-            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-            return;
+    struct slot *best = NULL, *spare = NULL;
+    uint32_t best_pfx = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->job)
+            continue;
+        uint32_t pfx = 0;
+        while (!j->gp.n_embed && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
+               sl->kv_tokens[pfx] == j->prompt[pfx])
+            pfx++;
+        if (pfx > 0 && 2 * (uint64_t)pfx >= sl->n_kv && pfx > best_pfx) {
+            best = sl;
+            best_pfx = pfx;
         }
-        memcpy(sl->kv_tokens + sl->n_kv, j->prompt + sl->n_kv, sizeof(int32_t) * n);
-        sl->n_kv += n;
-        if (j->sink.on_prefill)
-            j->sink.on_prefill(j->sink.ud, sl->n_kv, j->n_prompt);
-        if (n == left) {
-            sl->prefilled = true;
-            sl->t_first = now_s();
-            sl->res.t_prefill = sl->t_first - sl->t_start;
-        }
-        return;
+        if (!spare || (sl->n_kv == 0) > (spare->n_kv == 0) ||
+            ((sl->n_kv == 0) == (spare->n_kv == 0) && sl->t_used < spare->t_used))
+            spare = sl;
     }
-
-    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
-    struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
-    int32_t id;
-    ebb_err rc;
-    if (sl->gram.active) {
-        rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
-                               j->gp.logprobs ? &info : NULL, &diag);
-        if (rc) {
-            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-            return;
-        }
-    } else if ((rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL))) {
-        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
-        return;
-    }
-    ebb_sampler_accept(sl->smp, id);
-    sl->n_gen++;
-    const struct ebb_sample_info *pi = j->gp.logprobs ? &info : NULL;
-    char *buf = s->text_buf;
-    if (!j->gp.ignore_eos && ebb_tokenizer_is_eog(tok, id)) {
-        size_t w = ebb_detok_finish(&sl->detok, buf, s->text_cap);
-        bool matched = false;
-        size_t w2 =
-            ebb_stopper_push(&sl->stopper, buf, w, buf + w + 8, s->text_cap - w - 8, &matched);
-        if (!matched)
-            w2 += ebb_stopper_flush(&sl->stopper, buf + w + 8 + w2, s->text_cap - w - 8 - w2);
-        emit(sl, buf + w + 8, w2, id, pi);
-        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
-        return;
-    }
-    struct ebb_str piece = {0};
-    if (ebb_tokenizer_piece(tok, id, false, &piece))
-        piece.n = 0;
-    /* Pieces are short; one is capped at 1 KiB, whose detokenized text (invalid bytes may
-     * triple) fits the first 4 KiB of the scratch buffer; released text goes after it. */
-    size_t pn = piece.n < 1024 ? (size_t)piece.n : 1024;
-    size_t w = ebb_detok_push(&sl->detok, piece.p, pn, buf, 4096);
-    bool matched = false;
-    char *rel = buf + 4096;
-    size_t rel_cap = s->text_cap - 4096;
-    size_t w2 = ebb_stopper_push(&sl->stopper, buf, w, rel, rel_cap, &matched);
-    /* A complete grammar that allows nothing more ends the job like a stop string. */
-    bool g_done = ebb__sgram_done(&sl->gram);
-    bool at_end = g_done || sl->n_gen >= (j->gp.max_tokens ? j->gp.max_tokens : UINT32_MAX) ||
-                  sl->n_kv >= n_ctx;
-    if (!matched && at_end) {
-        size_t w3 = ebb_detok_finish(&sl->detok, buf, 4096);
-        bool m2 = false;
-        w2 += ebb_stopper_push(&sl->stopper, buf, w3, rel + w2, rel_cap - w2, &m2);
-        matched = m2;
-        if (!matched)
-            w2 += ebb_stopper_flush(&sl->stopper, rel + w2, rel_cap - w2);
-    }
-    emit(sl, rel, w2, id, pi);
-    if (matched || g_done) {
-        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
-        return;
-    }
-    if (at_end) {
-        slot_end(s, sl, EBB_FINISH_LENGTH, EBB_OK, NULL);
-        return;
-    }
-    struct ebb_model_out out = {.logits = sl->logits};
-    rc = ebb_model_eval(m, (uint32_t)(sl - s->slots), &id, 1, sl->n_kv, &out, &diag);
-    if (rc) {
-        sl->n_kv = 0;
-        slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
-        return;
-    }
-    sl->kv_tokens[sl->n_kv++] = id;
+    return best ? best : spare;
 }
 
 /* Moves queued jobs into free slots and collects cancelled queued jobs. Called with mu held;
@@ -535,20 +231,21 @@ static struct job *admit(struct ebb_sched *s)
         pp = &j->next;
     }
     s->q_tail = prev;
-    for (uint32_t i = 0; i < s->n_slots && s->q_head; i++) {
-        if (s->slots[i].job)
-            continue;
+    while (s->q_head) {
         struct job *j = s->q_head;
+        struct slot *sl = best_slot(s, j);
+        if (!sl)
+            break;
         s->q_head = j->next;
         if (!s->q_head)
             s->q_tail = NULL;
         j->next = NULL;
         s->n_queued--;
-        s->slots[i].job = j;
+        sl->job = j;
         s->n_active++;
-        s->slots[i].smp = NULL;
-        s->slots[i].prefilled = true; /* marks "not begun": reset in slot_begin */
-        s->slots[i].n_gen = UINT32_MAX;
+        sl->smp = NULL;
+        sl->prefilled = true; /* marks "not begun": reset when the step begins it */
+        sl->n_gen = UINT32_MAX;
     }
     return dead;
 }
@@ -560,7 +257,9 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
     struct ebb_model *nm = s->swap_to;
     uint32_t n = ebb_model_n_seq(nm), n_ctx = ebb_model_n_ctx(nm), n_vocab = ebb_model_n_vocab(nm);
     struct slot *ns = calloc(n ? n : 1, sizeof(*ns));
-    bool ok = ns != NULL && n >= 1;
+    struct ebb_model_seq *np = calloc(n ? n : 1, sizeof(*np));
+    uint32_t *no = calloc(n ? n : 1, sizeof(*no));
+    bool ok = ns != NULL && np != NULL && no != NULL && n >= 1;
     for (uint32_t i = 0; ok && i < n; i++) {
         ns[i].kv_tokens = malloc(sizeof(int32_t) * n_ctx);
         ns[i].logits = malloc(sizeof(float) * n_vocab);
@@ -572,6 +271,8 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
             free(ns[i].logits);
         }
         free(ns);
+        free(np);
+        free(no);
         s->swap_rc = EBB_ENOMEM;
         snprintf(s->swap_msg, sizeof(s->swap_msg), "out of memory for the new model's slots");
     } else {
@@ -581,9 +282,13 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
             ebb__sgram_fini(&s->slots[i].gram);
         }
         free(s->slots);
+        free(s->parts);
+        free(s->order);
         ebb_token_trie_free(s->trie);
         s->trie = NULL;
         s->slots = ns;
+        s->parts = np;
+        s->order = no;
         s->n_slots = n;
         s->swap_old = *m;
         *m = nm;
@@ -623,6 +328,7 @@ static void *engine_main(void *arg)
     struct ebb_sched *s = arg;
     struct ebb_diag diag = {{0}};
     struct ebb_model *m = NULL;
+    struct ebb__step_stats st = {0};
     if (s->before_open)
         s->before_open(s->ud, &s->mp);
     ebb_err rc = ebb_model_open(&s->mp, &m, &diag);
@@ -675,27 +381,19 @@ static void *engine_main(void *arg)
         }
         bool idle = s->n_active == 0;
         pthread_mutex_unlock(&s->mu);
-        double t = now_s();
+        double t = ebb__now_s();
         while (dead) {
             struct job *n = dead->next;
-            job_cancelled(dead, t - dead->t_submit);
+            ebb__job_cancelled(dead, t - dead->t_submit);
             dead = n;
         }
         if (quit && idle && !s->q_head)
             break;
-        for (uint32_t i = 0; m && i < s->n_slots; i++) {
-            struct slot *sl = &s->slots[i];
-            if (!sl->job)
-                continue;
-            if (sl->n_gen == UINT32_MAX) {
-                ebb_err brc = slot_begin(s, sl, m, &diag);
-                if (brc) {
-                    sl->n_gen = 0;
-                    slot_end(s, sl, EBB_FINISH_ERROR, brc, diag.msg);
-                    continue;
-                }
-            }
-            slot_step(s, sl, m);
+        if (m) {
+            ebb__sched_step(s, m, &st);
+            pthread_mutex_lock(&s->mu);
+            s->stats = st;
+            pthread_mutex_unlock(&s->mu);
         }
     }
     return NULL;
@@ -720,12 +418,16 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->mp.path = s->path;
     s->mp.device = s->device;
     s->slots = calloc(s->n_slots, sizeof(*s->slots));
+    s->parts = calloc(s->n_slots, sizeof(*s->parts));
+    s->order = calloc(s->n_slots, sizeof(*s->order));
     s->text_cap = 16384;
     s->text_buf = malloc(s->text_cap);
     atomic_init(&s->model, NULL);
-    if (!s->slots || !s->text_buf || (p->model.path && !s->path) ||
+    if (!s->slots || !s->parts || !s->order || !s->text_buf || (p->model.path && !s->path) ||
         (p->model.device && !s->device)) {
         free(s->slots);
+        free(s->parts);
+        free(s->order);
         free(s->text_buf);
         free(s->path);
         free(s->device);
@@ -768,6 +470,8 @@ void ebb_sched_free(struct ebb_sched *s)
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->swap_cv);
     free(s->slots);
+    free(s->parts);
+    free(s->order);
     free(s->text_buf);
     free(s->path);
     free(s->device);

@@ -1,8 +1,10 @@
 /* The engine thread and its request queue. A scheduler owns one model (opened on its own thread,
  * after the caller is already serving, so health checks can answer "loading"), a FIFO queue of
- * submitted jobs bounded by queue_cap, and n_seq sequence slots. Each turn of the engine loop
- * gives every active slot one step: a prefill chunk of at most prefill_chunk tokens, or one
- * decoded token. That interleaving keeps slots fair and bounds how long a cancel waits.
+ * submitted jobs bounded by queue_cap, and n_seq sequence slots. Each engine step is one
+ * batched forward pass (ebb_model_eval_batch): the next token of every decoding slot together
+ * with at most prefill_chunk tokens of prompts (oldest job first), so a long prefill is chunked
+ * and interleaved with running streams, and a cancel waits at most one step. A queued job goes
+ * to the free slot whose cached tokens share the longest prefix with its prompt.
  *
  * Results go out through a sink whose callbacks run on the engine thread: they must be short
  * and must not call back into the scheduler except ebb_sched_cancel. Text handed to the sink is
@@ -151,6 +153,14 @@ struct ebb_sched_stats {
     uint32_t queued;
     uint32_t active;
     uint32_t n_slots;
+    /* Since start: engine steps (batched passes), the tokens (rows) and slots they evaluated,
+     * and the latest step's; jobs started, their summed seconds in the queue; jobs that reused
+     * a cached prompt prefix and the prompt tokens so reused. */
+    uint64_t steps, batch_rows, batch_seqs;
+    uint32_t last_batch_rows, last_batch_seqs;
+    uint64_t jobs_started;
+    double queue_wait_s;
+    uint64_t cache_hits, cache_tokens;
 };
 
 /* A consistent snapshot of the queue. Thread-safe. */

@@ -285,12 +285,12 @@ static void test_attention(cl_program p)
     worst = 0;
     int pos0s[] = {0, 290};
     for (int pi = 0; pi < 2; pi++) {
-        int pos0 = pos0s[pi], ntok = T, ld = QKV_LD, old = NH * HD;
+        int pos0 = pos0s[pi], ntok = T, ld = QKV_LD, old = NH * HD, r0 = 0;
         struct ebb_cl_arg c[] = {
             EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
             EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
-            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old)};
-        OK(ebb_cl_set_args(k3, 0, c, 13, D));
+            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0)};
+        OK(ebb_cl_set_args(k3, 0, c, 14, D));
         size_t g3[2] = {T, NH}, l3[2] = {tu.att_tq, 1};
         OK(ebb_cl_run(cl, k3, 2, g3, l3, D));
         rd(ob, sizeof(out), out);

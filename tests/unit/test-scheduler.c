@@ -1,7 +1,7 @@
 /* The scheduler against a fake model (defined here, so no model file or device is needed):
  * generation limits, end-of-generation, stop strings through the engine, fair interleaving of
- * slots, cancellation within one prefill chunk, the queue limit, prefix reuse, shutdown, model
- * swap. */
+ * slots, batched steps and the prefill budget, cancellation within one prefill chunk, the queue
+ * limit, prefix reuse and the choice of slot, shutdown, model swap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,17 +72,10 @@ uint32_t ebb_model_n_embd(const struct ebb_model *m)
     return N_EMBD;
 }
 
-ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
-                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
+static ebb_err eval_one(uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out)
 {
-    (void)m;
     (void)seq;
-    (void)diag;
-    while (atomic_load(&hold))
-        usleep(1000);
-    if (atomic_load(&eval_delay_us))
-        usleep((useconds_t)atomic_load(&eval_delay_us));
-    atomic_fetch_add(&evals, 1);
     atomic_fetch_add(&eval_tokens, n);
     if (pos + n > N_CTX)
         return EBB_ECTX;
@@ -100,6 +93,55 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
         if (atomic_load(&eog_at) && pos + n >= atomic_load(&eog_at))
             next = 0;
         out->logits[next] = 10;
+    }
+    return EBB_OK;
+}
+
+/* Every pass (evals counts them) waits while hold is set and for eval_delay_us. */
+static void pass_begins(void)
+{
+    while (atomic_load(&hold))
+        usleep(1000);
+    if (atomic_load(&eval_delay_us))
+        usleep((useconds_t)atomic_load(&eval_delay_us));
+    atomic_fetch_add(&evals, 1);
+}
+
+ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                       uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag)
+{
+    (void)m;
+    (void)diag;
+    pass_begins();
+    struct ebb_model_out none = {0};
+    return eval_one(seq, tokens, n, pos, out ? out : &none);
+}
+
+/* The widest batches seen: slots and tokens in one pass. */
+static atomic_uint max_seqs, max_rows;
+
+ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                             struct ebb_diag *diag)
+{
+    (void)m;
+    (void)diag;
+    pass_begins();
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        for (uint32_t j = 0; j < i; j++)
+            assert_true(seqs[j].seq != seqs[i].seq);
+        rows += seqs[i].n;
+    }
+    if (n_seqs > atomic_load(&max_seqs))
+        atomic_store(&max_seqs, n_seqs);
+    if (rows > atomic_load(&max_rows))
+        atomic_store(&max_rows, rows);
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        struct ebb_model_out none = {0};
+        const struct ebb_model_seq *q = &seqs[i];
+        ebb_err rc = eval_one(q->seq, q->tokens, q->n, q->pos, q->out ? q->out : &none);
+        if (rc)
+            return rc;
     }
     return EBB_OK;
 }
@@ -595,6 +637,141 @@ static void test_swap_model(void **state)
     ebb_sched_free(s);
 }
 
+/* Four streams decode in the same passes: one pass carries a token of each. */
+static void test_batched_decode(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(4, 4, 8);
+    atomic_store(&hold, true); /* all four start in the same step */
+    atomic_store(&max_seqs, 0);
+    struct rec r[4];
+    struct ebb_gen_params gp = greedy(12);
+    int32_t prompt[4][3] = {{1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5, 1}};
+    for (int i = 0; i < 4; i++) {
+        rec_init(&r[i], s);
+        assert_int_equal(submit(s, &r[i], prompt[i], 3, &gp), EBB_OK);
+    }
+    usleep(20000);
+    atomic_store(&evals, 0);
+    atomic_store(&hold, false);
+    for (int i = 0; i < 4; i++) {
+        rec_wait(&r[i]);
+        assert_int_equal(r[i].res.finish, EBB_FINISH_LENGTH);
+        assert_int_equal(r[i].n_tok, 12);
+    }
+    assert_int_equal(atomic_load(&max_seqs), 4);
+    /* Prefill of the first two tokens, the last prompt token, 11 decode steps: 13 passes for
+     * all four together (sequential evaluation would need 52). */
+    assert_true(atomic_load(&evals) <= 14);
+    assert_string_equal(r[0].text, "deabcdeabcde");
+    assert_string_equal(r[3].text, "bcdeabcdeabc");
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_true(st.steps >= 13);
+    assert_true(st.batch_seqs >= 4 * 13);
+    assert_true(st.jobs_started >= 4);
+    ebb_sched_free(s);
+}
+
+/* A long prefill is chunked within the step's budget while another stream keeps decoding: the
+ * short job finishes long before the long prompt is evaluated, and no pass exceeds one decode
+ * row plus the budget. */
+static void test_prefill_budget_interleaves(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(2, 4, 8);
+    atomic_store(&max_rows, 0);
+    atomic_store(&eval_delay_us, 500);
+    struct rec a, b;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    int32_t pa[2] = {1, 2};
+    struct ebb_gen_params gp = greedy(20);
+    assert_int_equal(submit(s, &a, pa, 2, &gp), EBB_OK);
+    while (atomic_load(&seq_counter) == 0 || a.n_tok == 0)
+        usleep(1000);
+    int32_t pb[200];
+    for (int i = 0; i < 200; i++)
+        pb[i] = 1 + i % 9;
+    assert_int_equal(submit(s, &b, pb, 200, &gp), EBB_OK);
+    rec_wait(&a);
+    unsigned prefill_calls = b.n_prefill_calls;
+    assert_int_equal(a.n_tok, 20);
+    assert_true(prefill_calls < 25); /* 200 tokens take 25 chunks of 8 */
+    rec_wait(&b);
+    assert_int_equal(b.n_tok, 20);
+    assert_true(atomic_load(&max_rows) <= 9);
+    ebb_sched_free(s);
+}
+
+/* A job goes to the idle slot holding the longest prefix of its prompt, not the first free
+ * one; the metrics count the hit. */
+static void test_best_prefix_slot(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(3, 4, 64);
+    int32_t p1[30], p2[30], p3[34];
+    for (int i = 0; i < 30; i++) {
+        p1[i] = 1 + i % 7;
+        p2[i] = 2 + i % 11;
+    }
+    memcpy(p3, p2, sizeof(p2));
+    for (int i = 30; i < 34; i++)
+        p3[i] = 3;
+    struct ebb_gen_params gp = greedy(3);
+    struct rec a, b, c;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    rec_init(&c, s);
+    atomic_store(&hold, true); /* a and b start together, in slots 0 and 1 */
+    assert_int_equal(submit(s, &a, p1, 30, &gp), EBB_OK);
+    assert_int_equal(submit(s, &b, p2, 30, &gp), EBB_OK);
+    usleep(20000);
+    atomic_store(&hold, false);
+    rec_wait(&a);
+    rec_wait(&b);
+    struct ebb_sched_stats st0, st;
+    ebb_sched_stats(s, &st0);
+    assert_int_equal(submit(s, &c, p3, 34, &gp), EBB_OK);
+    rec_wait(&c);
+    /* b's slot holds p2 and the 2 tokens it decoded before its last one: 30 reused */
+    assert_int_equal(c.res.n_cached, 30);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.cache_hits - st0.cache_hits, 1);
+    assert_int_equal(st.cache_tokens - st0.cache_tokens, 30);
+    ebb_sched_free(s);
+}
+
+/* A prompt that shares only a short opening (a chat template's) with a cached conversation
+ * takes another slot rather than evicting it; the conversation resent then reuses its KV. */
+static void test_short_match_keeps_cache(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(2, 4, 64);
+    int32_t pa[40], pb[40], pc[44];
+    for (int i = 0; i < 40; i++) {
+        pa[i] = i < 3 ? 9 : 1 + i % 7;
+        pb[i] = i < 3 ? 9 : 2 + i % 11;
+    }
+    memcpy(pc, pa, sizeof(pa));
+    for (int i = 40; i < 44; i++)
+        pc[i] = 4;
+    struct ebb_gen_params gp = greedy(3);
+    struct rec a, b, c;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    rec_init(&c, s);
+    assert_int_equal(submit(s, &a, pa, 40, &gp), EBB_OK);
+    rec_wait(&a);
+    assert_int_equal(submit(s, &b, pb, 40, &gp), EBB_OK);
+    rec_wait(&b);
+    assert_int_equal(b.res.n_cached, 0); /* the empty slot, not a 3-token reuse */
+    assert_int_equal(submit(s, &c, pc, 44, &gp), EBB_OK);
+    rec_wait(&c);
+    assert_int_equal(c.res.n_cached, 40);
+    ebb_sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +785,10 @@ int main(void)
         cmocka_unit_test(test_shutdown_cancels),
         cmocka_unit_test(test_swap_model),
         cmocka_unit_test(test_grammar),
+        cmocka_unit_test(test_batched_decode),
+        cmocka_unit_test(test_prefill_budget_interleaves),
+        cmocka_unit_test(test_best_prefix_slot),
+        cmocka_unit_test(test_short_match_keeps_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One device call on the GPU machine (docs/PERFORMANCE.md, "Many clients"): builds llama.cpp's
+# CUDA llama-server in the background (from .llama-src, carried; skip with EBB_NO_LLAMA=1),
+# writes a random-weight 8B-shape Q4_0 GGUF, then drives `ebb serve --parallel 32` and
+# `llama-server -np 32` on the same file with bench/load-chat.py (streamed chat requests of 128
+# tokens at 1, 4, 8, 16 and 32 clients; aggregate tok/s, TTFT p50/p99) and the prefix-reuse
+# check (a ~2000-token prompt resent with ~100 new tokens). With `ebb bench --batch`, the
+# engine's batched decode alone too. Logs go to $OUT (or /tmp/out).
+# llama-server's build also needs .llama-src/scripts/ui-assets.cmake, which
+# ../shared/device/prep-llama-src leaves out (it drops scripts/): copy that one file from the same
+# sdist (vendor/llama.cpp/scripts/); with -DLLAMA_USE_PREBUILT_UI=OFF it embeds no web UI and
+# downloads nothing.
+# Usage (device): source .device-carry/env.sh; bash bench/gpu-serve.sh
+# Environment: EBB_SHAPE (llama3-8b), EBB_LEVELS (1,4,8,16,32), EBB_SERVE_ARGS (extra ebb serve
+# arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined), EBB_NO_EBB=1 (llama-server
+# only).
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+log=$out/serve.log
+carry=.device-carry
+models=/tmp/models
+shape=${EBB_SHAPE:-llama3-8b}
+levels=${EBB_LEVELS:-1,4,8,16,32}
+m=$models/$shape.gguf
+mkdir -p "$models"
+say() { echo "== $*" | tee -a "$log"; }
+export XDG_CACHE_HOME=/tmp/cache
+
+[ -f /tmp/ls.done ] && [ "$(cat /tmp/ls.done)" != 0 ] && rm -f /tmp/ls.done # retry a failed build
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/ls.done ]; then
+    setsid bash -c 'cmake -B /tmp/ls -S .llama-src -G Ninja -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF >/tmp/ls.log 2>&1 && ninja -C /tmp/ls -j14 llama-server \
+      >>/tmp/ls.log 2>&1; echo $? >/tmp/ls.done' </dev/null >/dev/null 2>&1 &
+fi
+[ -f "$m" ] || ebb-gen-model --shape "$shape" --tokenizer-from "$carry/tok.gguf" --type q4_0 \
+    -o "$m" >>"$log" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
+py=python3
+$py -c 'import httpx' 2>/dev/null || $py -c 'import aiohttp' 2>/dev/null ||
+    say "neither httpx nor aiohttp: load-chat.py cannot run"
+
+wait_http() { # port: until /health answers 200 (both servers answer 503 while loading)
+    for _ in $(seq 1 360); do
+        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+if [ -n "${EBB_NO_EBB:-}" ]; then
+    : # llama-server only
+elif ebb bench --help 2>&1 | grep -q -- --batch; then
+    for b in 1 4 8 16 32; do
+        say "ebb bench --batch $b (decode 128 after a 16-token prompt each)"
+        timeout 180 ebb bench -m "$m" --batch "$b" --prompt-tokens 16 --gen-tokens 128 2>&1 |
+            tail -4 | tee -a "$log"
+    done
+fi
+
+ebb_serve() {
+    say "ebb serve --parallel 32 ${EBB_SERVE_ARGS:-}"
+    env ${EBB_SERVE_ENV:+${EBB_SERVE_ENV//,/ }} ebb serve -m "$m" --port 8091 --parallel 32 \
+        --ctx 2560 ${EBB_SERVE_ARGS:-} >"$out/ebb-serve.log" 2>&1 &
+    ebb_pid=$!
+    if wait_http 8091; then
+        timeout 300 $py bench/load-chat.py --url http://127.0.0.1:8091 --levels "$levels" \
+            --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
+        timeout 120 $py bench/load-chat.py --url http://127.0.0.1:8091 --prefix-reuse 400,20 \
+            --label ebb --json "$out/load.json" 2>&1 | tee -a "$log"
+        curl -s http://127.0.0.1:8091/metrics | grep -E "^ebb_(engine_steps|batch|prompt_cache)" |
+            tee -a "$log"
+    else
+        say "ebb serve did not come up"; tail -20 "$out/ebb-serve.log" | tee -a "$log"
+    fi
+    kill "$ebb_pid" 2>/dev/null
+    wait "$ebb_pid" 2>/dev/null
+}
+[ -n "${EBB_NO_EBB:-}" ] || ebb_serve
+
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
+    say "waiting for llama-server"
+    for _ in $(seq 1 150); do [ -f /tmp/ls.done ] && break; sleep 4; done
+    if [ "$(cat /tmp/ls.done 2>/dev/null)" = 0 ]; then
+        say "llama-server -np 32 (CUDA, -ngl 99, flash attention auto)"
+        /tmp/ls/bin/llama-server -m "$m" --port 8092 -np 32 -c $((32 * 2560)) -ngl 99 \
+            >"$out/llama-server.log" 2>&1 &
+        ls_pid=$!
+        if wait_http 8092; then
+            timeout 300 $py bench/load-chat.py --url http://127.0.0.1:8092 --levels "$levels" \
+                --label llama-server --json "$out/load.json" 2>&1 | tee -a "$log"
+            timeout 120 $py bench/load-chat.py --url http://127.0.0.1:8092 \
+                --prefix-reuse 400,20 --label llama-server --json "$out/load.json" 2>&1 |
+                tee -a "$log"
+        else
+            say "llama-server did not come up"; tail -20 "$out/llama-server.log" | tee -a "$log"
+        fi
+        kill "$ls_pid" 2>/dev/null
+    else
+        say "llama-server build failed or timed out"; grep -A20 FAILED /tmp/ls.log | head -40 >>"$log"
+        tail -5 /tmp/ls.log >>"$log"
+    fi
+fi
+say "done"

@@ -1,0 +1,385 @@
+/* The engine's steps for one slot: starting a job (prefix reuse, sampler, grammar), a prefill
+ * chunk or one decoded token (sampling, detokenizing, stop strings), an embedding chunk, and
+ * the end of a job. */
+#include "scheduler.h"
+#include "scheduler-int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
+
+double ebb__now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ebb__job_free(struct job *j)
+{
+    if (!j)
+        return;
+    free(j->prompt);
+    free(j->bias);
+    ebb_grammar_free(j->grammar);
+    free(j->embed_len);
+    free(j);
+}
+
+static void job_finish(struct job *j, struct ebb_sched_result *r)
+{
+    j->sink.on_done(j->sink.ud, r);
+    ebb__job_free(j);
+}
+
+void ebb__job_cancelled(struct job *j, double t_queue)
+{
+    struct ebb_sched_result r = {.finish = EBB_FINISH_CANCEL, .n_prompt = j->n_prompt};
+    r.t_queue = t_queue;
+    job_finish(j, &r);
+}
+
+static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
+                     const char *msg)
+{
+    struct job *j = sl->job;
+    double t = ebb__now_s();
+    sl->res.finish = f;
+    sl->res.err = err;
+    if (msg)
+        snprintf(sl->res.msg, sizeof(sl->res.msg), "%s", msg);
+    sl->res.n_prompt = j->n_prompt;
+    sl->res.n_cached = sl->n_cached;
+    sl->res.n_gen = sl->n_gen;
+    sl->res.stop_index = -1;
+    for (uint32_t i = 0; f == EBB_FINISH_STOP && sl->stopper.matched && i < j->gp.n_stop; i++)
+        if (j->gp.stop[i] == sl->stopper.matched)
+            sl->res.stop_index = (int)i;
+    if (sl->prefilled)
+        sl->res.t_decode = sl->n_gen ? t - sl->t_first : 0;
+    else
+        sl->res.t_prefill = t - sl->t_start;
+    ebb_sampler_free(sl->smp);
+    sl->smp = NULL;
+    if (sl->gram.active) {
+        ebb_log(EBB_LOG_DEBUG, "grammar",
+                "%llu tokens, %llu needed the full mask, %.2f ms in the grammar (%.3f ms/token)",
+                (unsigned long long)sl->gram.n_sampled, (unsigned long long)sl->gram.n_masked,
+                sl->gram.t_grammar * 1e3,
+                sl->gram.n_sampled ? sl->gram.t_grammar * 1e3 / (double)sl->gram.n_sampled : 0.0);
+        sl->gram.active = false;
+    }
+    sl->t_used = t;
+    pthread_mutex_lock(&s->mu);
+    sl->job = NULL;
+    s->n_active--;
+    pthread_mutex_unlock(&s->mu);
+    job_finish(j, &sl->res);
+}
+
+/* An embedding job needs every input's hidden states, so nothing cached is reused. */
+static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    sl->n_kv = sl->n_cached = sl->n_gen = 0;
+    sl->emb_i = sl->emb_pos = sl->emb_off = 0;
+    sl->prefilled = false;
+    memset(&sl->res, 0, sizeof(sl->res));
+    ebb_stopper_init(&sl->stopper, NULL, 0);
+    sl->t_start = ebb__now_s();
+    sl->res.t_queue = sl->t_start - j->t_submit;
+    memset(j->gp.embed_out, 0, sizeof(float) * j->gp.n_embed * ebb_model_n_embd(m));
+    if (j->sink.on_start)
+        j->sink.on_start(j->sink.ud);
+    return EBB_OK;
+}
+
+/* An embedding job's part of the step: a chunk of the current input (at most budget tokens),
+ * summed into its output row. */
+static void embed_part(struct slot *sl, struct ebb_model *m, uint32_t n, struct ebb_model_seq *part)
+{
+    struct job *j = sl->job;
+    sl->out = (struct ebb_model_out){.hidden_sum =
+                                         j->gp.embed_out + (size_t)sl->emb_i * ebb_model_n_embd(m)};
+    *part = (struct ebb_model_seq){.tokens = j->prompt + sl->emb_off + sl->emb_pos,
+                                   .n = n,
+                                   .pos = sl->emb_pos,
+                                   .out = &sl->out};
+}
+
+/* After the pass: the row becomes the input's mean once the input is complete. */
+static void embed_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                        const struct ebb_model_seq *p)
+{
+    struct job *j = sl->job;
+    uint32_t len = j->embed_len[sl->emb_i], d = ebb_model_n_embd(m);
+    float *row = sl->out.hidden_sum;
+    memcpy(sl->kv_tokens + sl->emb_pos, p->tokens, sizeof(int32_t) * p->n);
+    sl->emb_pos += p->n;
+    sl->n_kv = sl->emb_pos;
+    if (sl->emb_pos == len) {
+        for (uint32_t i = 0; i < d; i++)
+            row[i] /= (float)len;
+        sl->emb_off += len;
+        sl->emb_pos = 0;
+        sl->emb_i++;
+    }
+    if (j->sink.on_prefill)
+        j->sink.on_prefill(j->sink.ud, sl->emb_off + sl->emb_pos, j->n_prompt);
+    if (sl->emb_i == j->gp.n_embed)
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+}
+
+static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                          struct ebb_diag *diag)
+{
+    struct job *j = sl->job;
+    if (j->gp.n_embed)
+        return embed_begin(sl, m);
+    ebb_err rc = ebb_sampler_new(&j->gp.sampling, ebb_model_n_vocab(m), &sl->smp, diag);
+    if (rc)
+        return rc;
+    if (j->grammar && !s->trie && (rc = ebb_token_trie_new(ebb_model_tokenizer(m), &s->trie, diag)))
+        return rc;
+    if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, s->trie, ebb_model_n_vocab(m), diag)))
+        return rc;
+    /* Reuse the KV entries of the longest common prefix with this slot's previous job; at least
+     * one prompt token is evaluated so that there are logits to sample from. */
+    uint32_t pfx = 0;
+    while (pfx < sl->n_kv && pfx + 1 < j->n_prompt && sl->kv_tokens[pfx] == j->prompt[pfx])
+        pfx++;
+    sl->n_kv = pfx;
+    sl->n_cached = pfx;
+    sl->n_gen = 0;
+    sl->prefilled = false;
+    memset(&sl->res, 0, sizeof(sl->res));
+    sl->t_start = ebb__now_s();
+    sl->res.t_queue = sl->t_start - j->t_submit;
+    ebb_detok_init(&sl->detok);
+    ebb_stopper_init(&sl->stopper, j->gp.stop, j->gp.n_stop);
+    for (uint32_t i = 0; i < j->n_prompt; i++)
+        ebb_sampler_accept(sl->smp, j->prompt[i]);
+    if (j->sink.on_start)
+        j->sink.on_start(j->sink.ud);
+    return EBB_OK;
+}
+
+static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
+                 const struct ebb_sample_info *info)
+{
+    struct job *j = sl->job;
+    if (!j->sink.on_token)
+        return;
+    struct ebb_sched_token t = {.text = text, .len = n, .id = id, .info = info};
+    j->sink.on_token(j->sink.ud, &t);
+}
+
+/* A decoding slot's turn: samples the next token from the logits of the last pass, releases
+ * its text and checks the ends (end of generation, stop string, grammar complete, max_tokens,
+ * context). Returns true when the job goes on with sl->next_tok to evaluate. */
+static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
+{
+    struct job *j = sl->job;
+    struct ebb_diag diag = {{0}};
+    uint32_t n_ctx = ebb_model_n_ctx(m);
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
+    struct ebb_sample_info info = {.n_top = j->gp.n_top_logprobs};
+    int32_t id;
+    ebb_err rc;
+    if (sl->gram.active) {
+        rc = ebb__sgram_sample(&sl->gram, s->trie, sl->smp, sl->logits, &id,
+                               j->gp.logprobs ? &info : NULL, &diag);
+        if (rc) {
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+            return false;
+        }
+    } else if ((rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL))) {
+        slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
+        return false;
+    }
+    ebb_sampler_accept(sl->smp, id);
+    sl->n_gen++;
+    const struct ebb_sample_info *pi = j->gp.logprobs ? &info : NULL;
+    char *buf = s->text_buf;
+    if (!j->gp.ignore_eos && ebb_tokenizer_is_eog(tok, id)) {
+        size_t w = ebb_detok_finish(&sl->detok, buf, s->text_cap);
+        bool matched = false;
+        size_t w2 =
+            ebb_stopper_push(&sl->stopper, buf, w, buf + w + 8, s->text_cap - w - 8, &matched);
+        if (!matched)
+            w2 += ebb_stopper_flush(&sl->stopper, buf + w + 8 + w2, s->text_cap - w - 8 - w2);
+        emit(sl, buf + w + 8, w2, id, pi);
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+        return false;
+    }
+    struct ebb_str piece = {0};
+    if (ebb_tokenizer_piece(tok, id, false, &piece))
+        piece.n = 0;
+    /* Pieces are short; one is capped at 1 KiB, whose detokenized text (invalid bytes may
+     * triple) fits the first 4 KiB of the scratch buffer; released text goes after it. */
+    size_t pn = piece.n < 1024 ? (size_t)piece.n : 1024;
+    size_t w = ebb_detok_push(&sl->detok, piece.p, pn, buf, 4096);
+    bool matched = false;
+    char *rel = buf + 4096;
+    size_t rel_cap = s->text_cap - 4096;
+    size_t w2 = ebb_stopper_push(&sl->stopper, buf, w, rel, rel_cap, &matched);
+    /* A complete grammar that allows nothing more ends the job like a stop string. */
+    bool g_done = ebb__sgram_done(&sl->gram);
+    bool at_end = g_done || sl->n_gen >= (j->gp.max_tokens ? j->gp.max_tokens : UINT32_MAX) ||
+                  sl->n_kv >= n_ctx;
+    if (!matched && at_end) {
+        size_t w3 = ebb_detok_finish(&sl->detok, buf, 4096);
+        bool m2 = false;
+        w2 += ebb_stopper_push(&sl->stopper, buf, w3, rel + w2, rel_cap - w2, &m2);
+        matched = m2;
+        if (!matched)
+            w2 += ebb_stopper_flush(&sl->stopper, rel + w2, rel_cap - w2);
+    }
+    emit(sl, rel, w2, id, pi);
+    if (matched || g_done) {
+        slot_end(s, sl, EBB_FINISH_STOP, EBB_OK, NULL);
+        return false;
+    }
+    if (at_end) {
+        slot_end(s, sl, EBB_FINISH_LENGTH, EBB_OK, NULL);
+        return false;
+    }
+    sl->next_tok = id;
+    return true;
+}
+
+/* Phase one of a step for a slot: ends it if cancelled; else fills *part with what it
+ * evaluates this step and returns true. A decoding slot samples first (slot_sample) and
+ * contributes one row; a prefill (or an embedding input) takes up to *budget tokens of the
+ * step's prefill budget and waits when none is left. */
+static bool slot_prepare(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                         uint32_t *budget, struct ebb_model_seq *part)
+{
+    struct job *j = sl->job;
+    if (atomic_load(&j->cancel)) {
+        slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
+        return false;
+    }
+    uint32_t seq = (uint32_t)(sl - s->slots);
+    if (j->gp.n_embed) {
+        uint32_t left = j->embed_len[sl->emb_i] - sl->emb_pos;
+        if (!*budget)
+            return false;
+        uint32_t n = left < *budget ? left : *budget;
+        *budget -= n;
+        embed_part(sl, m, n, part);
+        part->seq = seq;
+        return true;
+    }
+    if (!sl->prefilled) {
+        /* The last prompt token is always evaluated on its own, so its logits come from the
+         * same single-token part whether or not the slot reused cached KV entries. */
+        uint32_t left = j->n_prompt - sl->n_kv;
+        uint32_t n = left > 1 ? left - 1 : 1;
+        if (!*budget)
+            return false;
+        n = n < *budget ? n : *budget;
+        *budget -= n;
+        sl->out = (struct ebb_model_out){.logits = n == left ? sl->logits : NULL};
+        *part = (struct ebb_model_seq){
+            .seq = seq, .tokens = j->prompt + sl->n_kv, .n = n, .pos = sl->n_kv, .out = &sl->out};
+        return true;
+    }
+    if (!slot_sample(s, sl, m))
+        return false;
+    sl->out = (struct ebb_model_out){.logits = sl->logits};
+    *part = (struct ebb_model_seq){
+        .seq = seq, .tokens = &sl->next_tok, .n = 1, .pos = sl->n_kv, .out = &sl->out};
+    return true;
+}
+
+/* Phase two, after a successful pass: the slot's KV now holds its part's tokens. */
+static void slot_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                       const struct ebb_model_seq *p)
+{
+    struct job *j = sl->job;
+    if (j->gp.n_embed) {
+        embed_apply(s, sl, m, p);
+        return;
+    }
+    memcpy(sl->kv_tokens + sl->n_kv, p->tokens, sizeof(int32_t) * p->n);
+    sl->n_kv += p->n;
+    if (sl->prefilled)
+        return;
+    if (j->sink.on_prefill)
+        j->sink.on_prefill(j->sink.ud, sl->n_kv, j->n_prompt);
+    if (sl->n_kv == j->n_prompt) {
+        sl->prefilled = true;
+        sl->t_first = ebb__now_s();
+        sl->res.t_prefill = sl->t_first - sl->t_start;
+    }
+}
+
+/* Whether slot a's job came before slot b's (prefill goes in submission order). */
+static bool before(const struct slot *a, const struct slot *b)
+{
+    return a->job->id < b->job->id;
+}
+
+void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st)
+{
+    struct ebb_diag diag = {{0}};
+    /* New jobs start; decoding slots go first (one row each, never held back), then prefills
+     * and embedding inputs, oldest job first, within the step's prefill budget. */
+    uint32_t n_wait = 0, np = 0, budget = s->prefill_chunk;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (!sl->job)
+            continue;
+        if (sl->n_gen == UINT32_MAX) {
+            ebb_err brc = slot_begin(s, sl, m, &diag);
+            if (brc) {
+                sl->n_gen = 0;
+                slot_end(s, sl, EBB_FINISH_ERROR, brc, diag.msg);
+                continue;
+            }
+            st->jobs++;
+            st->t_queue += sl->res.t_queue;
+            st->cache_hits += sl->n_cached > 0;
+            st->cache_tokens += sl->n_cached;
+        }
+        if (sl->prefilled && !sl->job->gp.n_embed) {
+            if (slot_prepare(s, sl, m, &budget, &s->parts[np]))
+                np++;
+            continue;
+        }
+        uint32_t k = n_wait++; /* insertion into the waiting list, oldest first */
+        while (k > 0 && before(sl, &s->slots[s->order[k - 1]])) {
+            s->order[k] = s->order[k - 1];
+            k--;
+        }
+        s->order[k] = i;
+    }
+    for (uint32_t w = 0; w < n_wait; w++)
+        if (slot_prepare(s, &s->slots[s->order[w]], m, &budget, &s->parts[np]))
+            np++;
+    if (!np)
+        return;
+    ebb_err rc = ebb_model_eval_batch(m, s->parts, np, &diag);
+    uint32_t rows = 0;
+    for (uint32_t p = 0; p < np; p++) {
+        struct slot *sl = &s->slots[s->parts[p].seq];
+        rows += s->parts[p].n;
+        if (rc) {
+            sl->n_kv = 0;
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+        } else {
+            slot_apply(s, sl, m, &s->parts[p]);
+        }
+    }
+    st->steps++;
+    st->rows += rows;
+    st->seqs += np;
+    st->last_rows = rows;
+    st->last_seqs = np;
+}
