@@ -156,7 +156,8 @@ struct clm {
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
-    cl_mem output_norm;                /* (n_embd) f32 */
+    cl_mem rope_ff;     /* (n_rot / 2) rope frequency divisors (Llama 3.1's scaling), or NULL */
+    cl_mem output_norm; /* (n_embd) f32 */
     struct layer *layers;
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */

@@ -223,10 +223,10 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                               EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(m->rope_ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
     bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
-    if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
+    if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 15, diag)) ||
                         (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag))))
         return rc;
 
@@ -248,10 +248,10 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
-                                  EBB_CL_ARG(neox)};
+                                  EBB_CL_ARG(neox), EBB_CL_ARG(m->rope_ff)};
         cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
         if ((rc = ebb_cl_set_args(kp, 0, a, 12, diag)) ||
-            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 4, diag))) ||
+            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 5, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
@@ -359,10 +359,10 @@ static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct cl
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt), EBB_CL_ARG(slot),
                               EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(m->rope_ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)rows->nt};
     ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 14, diag)) ||
+    if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 15, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, NULL, diag)))
         return rc;
     for (uint32_t i = 0; i < rows->n_parts; i++)

@@ -302,11 +302,25 @@ static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_di
     return EBB_OK;
 }
 
+/* Llama 3.1's rope frequency divisors (ebb__arch_rope_freqs), when they are not all 1. */
+static ebb_err place_rope_freqs(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    float ff[512]; /* n_rot <= head_dim <= 1024 */
+    bool scaled = false;
+    ebb_err rc = ebb__arch_rope_freqs(m->a, &m->hp, g, ff, &scaled, diag);
+    if (rc || !scaled)
+        return rc;
+    cl_int e = CL_SUCCESS;
+    m->rope_ff = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                sizeof(float) * (m->hp.n_rot / 2), ff, &e);
+    return ebb_cl_check(e, diag, "clCreateBuffer(rope_freqs)");
+}
+
 ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
-    if ((rc = place_ends(m, g, diag)))
+    if ((rc = place_ends(m, g, diag)) || (rc = place_rope_freqs(m, g, diag)))
         return rc;
     m->layers = calloc(hp->n_layer, sizeof(*m->layers));
     if (!m->layers)

@@ -216,11 +216,6 @@ ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp, 
     p->out_norm = OP(0)->t;
     p->output = OP(1)->t;
     ebb_err rc = plan_layer(a, p, diag);
-    if (!rc && hp->rope_freqs)
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                          "the OpenCL engine cannot run %s's rope frequency factors (Llama 3.1 "
-                          "scaling) yet; the plain-C reference does: --device ref",
-                          a->name);
     if (!rc && hp->swa && hp->swa_pattern)
         rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
                           "the OpenCL engine cannot run %s's sliding-window attention; the "
