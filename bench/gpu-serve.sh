@@ -13,7 +13,7 @@
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-serve.sh
 # Environment: EBB_SHAPE (llama3-8b), EBB_LEVELS (1,4,8,16,32), EBB_SERVE_ARGS (extra ebb serve
 # arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined), EBB_NO_EBB=1 (llama-server
-# only).
+# only), EBB_BATCH_VARIANTS (see below).
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -57,6 +57,14 @@ elif ebb bench --help 2>&1 | grep -q -- --batch; then
         say "ebb bench --batch $b (decode 128 after a 16-token prompt each)"
         timeout 180 ebb bench -m "$m" --batch "$b" --prompt-tokens 16 --gen-tokens 128 2>&1 |
             tail -4 | tee -a "$log"
+    done
+    # EBB_BATCH_VARIANTS: settings (comma-joined variables) tried at batches of 8 and 32.
+    for v in ${EBB_BATCH_VARIANTS:-}; do
+        for b in 8 32; do
+            say "ebb bench --batch $b with $v"
+            env ${v//,/ } timeout 180 ebb bench -m "$m" --batch "$b" --prompt-tokens 16 \
+                --gen-tokens 128 2>&1 | grep -E "aggregate" | tee -a "$log"
+        done
     done
 fi
 

@@ -11,7 +11,8 @@
  *   MV_WG  work-items that share one output row in matvec (1 on CPUs, a warp/wave on GPUs)
  *   MM_T   tokens per work-item in matmul (register tile), MM_K input chunk held in local
  *   MM_LOCAL  1: stage the token tile in local memory (GPUs); 0: read it in place (CPUs).
- *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built.
+ *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built, and
+ *          matvec_q8r, the same over MVR token rows at once.
  *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built. */
 
 #ifndef MV_WG
@@ -298,6 +299,58 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     if (res)
         sum += res[y_off + row];
     y[y_off + row] = sum;
+}
+#ifndef MVR
+#define MVR 8
+#endif
+/* matvec_q8 over up to MVR token rows at once (continuous batching's small batches, short
+ * prefills): each 4-bit weight block is loaded and unpacked once for all the rows, so a step
+ * of MVR rows reads the weights once, as one decode token does. The rows come from
+ * quantize_x8_rows: row t's bytes at xq + t * n_in, its scales at xd + t * n_in / 32; y and res
+ * rows are y_ld apart (res may alias y). Global size (n_out * MV_WG, ceil(n_tok / MVR)), local
+ * as matvec_q8. */
+__kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
+                         __global const float2 *xd, __global float *y, int y_ld, int y_off,
+                         __global const float *res, int n_tok)
+{
+    int row = get_global_id(0) / MV_WG;
+    int lane = get_local_id(0) % MV_WG;
+    int t0 = get_global_id(1) * MVR, nr = min(MVR, n_tok - t0);
+#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
+    int slot = get_local_id(0) / MV_WG;
+    __local float red[MV_WG * MV_ROWS];
+#endif
+    int nb = n_in / 32, xs = n_in / 16;
+    const __global int4 *xq0 = xq + (size_t)t0 * xs;
+    const __global float2 *xd0 = xd + (size_t)t0 * nb;
+    float acc[MVR];
+    for (int r = 0; r < MVR; r++)
+        acc[r] = 0.0f;
+    if (row < n_out) {
+        for (int b = lane; b < nb; b += MV_WG) {
+            uint4 v;
+            float2 dm;
+            W_Q16(row, b, &v, &dm);
+            for (int r = 0; r < MVR; r++) {
+                if (r < nr) {
+                    float2 d = xd0[(size_t)r * nb + b];
+                    int s = q4q8_dot(v, xq0 + (size_t)r * xs + 2 * b);
+                    acc[r] += dm.x * d.x * (float)s + dm.y * d.y;
+                }
+            }
+        }
+    }
+    for (int r = 0; r < MVR; r++) {
+#if MV_PTX && MV_WG == 32
+        float sum = warp_sum(acc[r]);
+#else
+        float sum = ROW_SUM(acc[r]);
+#endif
+        if (lane == 0 && row < n_out && r < nr) {
+            size_t o = (size_t)(t0 + r) * y_ld + y_off + row;
+            y[o] = res ? res[o] + sum : sum;
+        }
+    }
 }
 #endif
 

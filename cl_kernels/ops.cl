@@ -248,3 +248,45 @@ __kernel void topk_merge(__global const float *pv, __global const int *pi, int m
         oi[j] = li[j];
     }
 }
+
+/* topk_part for several rows of n logits at once (the batched pass's last rows): row r =
+ * get_global_id(1) of x, its partials at pv/pi[(r * G + g) * k ...] (G = get_global_size(0)).
+ * Global size (G, n_rows). */
+__kernel void topk_part_rows(__global const float *x, int n, int k, __global float *pv,
+                             __global int *pi)
+{
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+    int g = get_global_id(0), G = get_global_size(0), r = get_global_id(1);
+    const __global float *xr = x + (size_t)r * n;
+    for (int j = 0; j < k; j++) {
+        lv[j] = -INFINITY;
+        li[j] = 0x7fffffff;
+    }
+    for (int i = g; i < n; i += G)
+        topk_insert(lv, li, k, xr[i], i);
+    size_t o = ((size_t)r * G + g) * k;
+    for (int j = 0; j < k; j++) {
+        pv[o + j] = lv[j];
+        pi[o + j] = li[j];
+    }
+}
+
+/* topk_merge for row get_global_id(0): its m * k candidates into ov/oi[r * k ...]. */
+__kernel void topk_merge_rows(__global const float *pv, __global const int *pi, int m, int k,
+                              __global float *ov, __global int *oi)
+{
+    float lv[TOPK_MAX];
+    int li[TOPK_MAX];
+    int r = get_global_id(0);
+    for (int j = 0; j < k; j++) {
+        lv[j] = -INFINITY;
+        li[j] = 0x7fffffff;
+    }
+    for (int c = 0; c < m * k; c++)
+        topk_insert(lv, li, k, pv[(size_t)r * m * k + c], pi[(size_t)r * m * k + c]);
+    for (int j = 0; j < k; j++) {
+        ov[r * k + j] = lv[j];
+        oi[r * k + j] = li[j];
+    }
+}

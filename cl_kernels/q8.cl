@@ -77,18 +77,16 @@ inline float block32(__local float *red, int lid, float v, int is_max)
 #endif
 }
 
-/* xq[i] = round(x'[i] / d_b) and xd[b] = (d_b * inv, d_b * inv * sum of block b's xq), where x'
+/* quantize_x8: xq[i] = round(x'[i] / d_b) and xd[b] = (d_b * inv, d_b * inv * sum of block b's xq), where x'
  * is matvec's folded input of row 0 of x (x * nw with nw given; silu(gate) * up with glu, x
  * holding [gate | up]), d_b = max |x'| over block b / 127, and inv = 1 / rms(x) with nw given
  * (else 1), so that sum_i W[o][i] x'[i] / rms = sum_b d_w,b xd[b].x sum q_w xq + m_w,b xd[b].y
  * for 4-bit weights q_w d_w + m_w. One work-item per input; n_in a multiple of 32. Every
  * work-group adds up the squares of the whole row itself, which costs a re-read of a row that
  * is in cache and saves a launch. Global size (round_up(n_in, Q8_WG)), local (Q8_WG). */
-__kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void
-quantize_x8(__global const float *x, int n_in, __global const float *nw, float eps, int glu,
-            __global char *xq, __global float2 *xd)
+inline void quantize_row(const __global float *x, int n_in, const __global float *nw, float eps,
+                         int glu, __global char *xq, __global float2 *xd, __local float *red)
 {
-    __local float red[Q8_WG];
     int i = get_global_id(0), lid = get_local_id(0);
     float inv = 1.0f;
     if (nw) {
@@ -121,6 +119,27 @@ quantize_x8(__global const float *x, int n_in, __global const float *nw, float e
     xq[i] = (char)q;
     if ((i & 31) == 0)
         xd[i / 32] = (float2)(d * inv, d * inv * s);
+}
+
+__kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void
+quantize_x8(__global const float *x, int n_in, __global const float *nw, float eps, int glu,
+            __global char *xq, __global float2 *xd)
+{
+    __local float red[Q8_WG];
+    quantize_row(x, n_in, nw, eps, glu, xq, xd, red);
+}
+
+/* quantize_x8 for the n rows of x (stride x_ld) given by the global size's second dimension,
+ * without norm or SwiGLU (the batched path runs them first): row t's bytes at xq + t * n_in,
+ * its blocks' scales at xd + t * n_in / 32, as matvec_q8r reads them. Global size
+ * (round_up(n_in, Q8_WG), n), local (Q8_WG, 1). */
+__kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void
+quantize_x8_rows(__global const float *x, int x_ld, int n_in, __global char *xq,
+                 __global float2 *xd)
+{
+    __local float red[Q8_WG];
+    size_t t = get_global_id(1);
+    quantize_row(x + t * x_ld, n_in, NULL, 0.0f, 0, xq + t * n_in, xd + t * (n_in / 32), red);
 }
 
 /* Decode attention's second pass with the output projection's quantization fused in: the

@@ -97,6 +97,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .mma_k = 32,
         .att_q8 = 1,
         .att_rope = 1,
+        .mvr = 8,
     };
     /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
      * (vector registers, 5x on PoCL), a loss on GPUs (H100, Llama-3-8B-shaped Q4_0 decode:
@@ -147,6 +148,8 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
+            /* Batches of up to 64 rows through matvec_q8r, 8 rows per weight read. */
+            t.q8r_max = 64;
             /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe, in
              * 64 x 64 tiles of 32 inputs a step, the next step's loads issued before this
              * step's products (H100, 8B pp512: 2046 tok/s; without the early loads 1974, 64
@@ -190,6 +193,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *q8 = getenv("EBB_CL_MVQ8");
     if (q8 && (*q8 == '0' || *q8 == '1'))
         t.mv_q8 = (uint32_t)(*q8 - '0');
+    /* EBB_CL_Q8R=N: products of 2..N rows run matvec_q8r (0: never); EBB_CL_MVR=R its rows per
+     * weight read (4, 8 or 16). */
+    const char *q8r = getenv("EBB_CL_Q8R"), *mvr = getenv("EBB_CL_MVR");
+    unsigned qn = q8r ? (unsigned)atoi(q8r) : 0, qr = mvr ? (unsigned)atoi(mvr) : 0;
+    if (q8r && *q8r >= '0' && *q8r <= '9' && qn <= 1024)
+        t.q8r_max = qn;
+    if (qr == 4 || qr == 8 || qr == 16)
+        t.mvr = qr;
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
@@ -433,12 +444,13 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
                      "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
                      "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
-                     "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n",
+                     "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
+                     "#define MVR %u\n",
                      ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
                      tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
                      tu->mv_xlocal, ti->blk, tu->mv_ptx,
                      tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
-                     tu->mma_t, tu->mma_k, tu->mma_pf);
+                     tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -830,7 +842,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
-         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
+         ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
         (tu->mm_mma && (rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag))))
         goto out;
     *out = p;
@@ -862,6 +875,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->get_rows);
     if (p->matvec_q8)
         clReleaseKernel(p->matvec_q8);
+    if (p->matvec_q8r)
+        clReleaseKernel(p->matvec_q8r);
     if (p->matmul_mma)
         clReleaseKernel(p->matmul_mma);
     if (p->prog)

@@ -53,6 +53,10 @@ struct ebb_cl_tuning {
                               (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
                               mv_q16 and a device work-group of EBB_CL_Q8_WG */
     uint32_t mv_ptx;       /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t q8r_max;      /* with mv_q8: products of 2..q8r_max token rows quantize their
+                              inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
+                              weight read, instead of the tiled kernels; 0 = never */
+    uint32_t mvr;          /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
     uint32_t mm_mma;       /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
                               mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
                               stand-in otherwise (tests) */
@@ -189,6 +193,7 @@ struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
+    cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
 };
 

@@ -147,12 +147,14 @@ struct clm {
     cl_program ops;
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
     cl_kernel k_q8;                /* quantize_x8, with tu.mv_q8 */
+    cl_kernel k_q8r;               /* quantize_x8_rows, with tu.mv_q8 and tu.q8r_max > 1 */
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
     cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
     bool att_q8;                   /* decode: the attention output waits in xq / xd (attend
                                       fused its quantization), not in att */
     cl_kernel k_bias, k_head_norm; /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */
     cl_kernel k_rope_rows, k_attn_rows, k_attn_red_rows; /* batched: per-row slot and position */
+    cl_kernel k_topk1r, k_topk2r;                        /* batched: top-k of several rows */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
@@ -169,7 +171,8 @@ struct clm {
     cl_mem logits;              /* (N_OUT_ROWS, n_vocab) */
     cl_mem po, pml;             /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
                                    max_chunks) float2 */
-    cl_mem tpv, tpi, tov, toi;  /* top-k partials (TOPK_PARTS * TOPK_MAX) and results */
+    cl_mem tpv, tpi, tov, toi;  /* top-k partials (N_OUT_ROWS, TOPK_PARTS * TOPK_MAX) and
+                                   results (N_OUT_ROWS, TOPK_MAX) */
     cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
                                    n_in) and its per-32 (d, d * sum) float2 */
     cl_mem rt, dr;              /* batched: (N_BATCH) int2 (KV slot, position) per row, (n_dec_max)
@@ -177,6 +180,8 @@ struct clm {
     uint32_t max_chunks;        /* decode attention chunks of a full context */
     uint32_t n_dec_max;         /* decode rows a chunk can hold (min(n_seq, N_BATCH)); po and pml
                                    hold this many rows' partials */
+    int32_t *host_ti;           /* (N_OUT_ROWS, TOPK_MAX) batched: top-k ids read back */
+    float *host_tv;             /* (N_OUT_ROWS, TOPK_MAX) and their logits */
     int32_t *host_ids;          /* (N_BATCH) batched: the chunk's token ids */
     int32_t *host_rt, *host_dr; /* (2 N_BATCH), (N_BATCH): what rt and dr receive */
     struct clm_part *bparts;    /* (n_seq) the chunk's parts */

@@ -56,6 +56,33 @@ static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct 
     return p->matvec_q8;
 }
 
+/* A product of 2..tu.q8r_max token rows with 8-bit inputs: the rows quantized once
+ * (quantize_x8_rows into m->xq / m->xd, one row after another), then matvec_q8r reads each
+ * weight block once per MVR rows. */
+static ebb_err q8r_product(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
+                           int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
+                           struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    struct ebb_cl_arg qa[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in), EBB_CL_ARG(m->xq),
+                              EBB_CL_ARG(m->xd)};
+    size_t qg[2] = {((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, (size_t)nt};
+    size_t ql[2] = {EBB_CL_Q8_WG, 1};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_q8r, 0, qa, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_q8r, 2, qg, ql, diag)))
+        return rc;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
+                             EBB_CL_ARG(m->xd), EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
+                             EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    g[1] = ((size_t)nt + m->tu.mvr - 1) / m->tu.mvr;
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
@@ -70,6 +97,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
+    if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && !nw && !glu &&
+        w->n_in % 32 == 0)
+        return q8r_product(m, w, p->matvec_q8r, x, x_ld, y, y_ld, y_off, res, nt, diag);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC

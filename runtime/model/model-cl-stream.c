@@ -215,10 +215,14 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     m->n_slots = m->ring_slots = prefetch + 1;
     size_t slot = ebb_stream_io_slot_size(ext, n_layer);
     size_t f = sizeof(float), nb = N_BATCH;
-    /* alloc_scratch's buffers (attention partials and top-k are small) + host logits */
+    /* alloc_scratch's buffers (top-k is small) + host logits ... */
+    /* ... and decode attention's partials, for up to min(n_seq, N_BATCH) batched rows */
+    uint64_t dec_rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH;
+    uint64_t chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
     uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
                        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
-                       f * (uint64_t)hp->n_vocab;
+                       f * (uint64_t)hp->n_vocab +
+                       dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2);
     char en[96], on[96];
     ebb__arch_tensor_name(m->a, (uint32_t)m->plan.embd, 0, en, sizeof(en));
     ebb__arch_tensor_name(m->a, (uint32_t)m->plan.output, 0, on, sizeof(on));

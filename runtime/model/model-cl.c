@@ -73,10 +73,11 @@ static void clm_free(void *ctx)
                          &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
-    cl_kernel ks[] = {m->k_norm,      m->k_rope,      m->k_attn_part, m->k_attn_red,
-                      m->k_attn_pre,  m->k_swiglu,    m->k_topk1,     m->k_topk2,
-                      m->k_q8,        m->k_bias,      m->k_head_norm, m->k_attn_red_q8,
-                      m->k_attn_rope, m->k_rope_rows, m->k_attn_rows, m->k_attn_red_rows};
+    cl_kernel ks[] = {
+        m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
+        m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
+        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -89,6 +90,8 @@ static void clm_free(void *ctx)
     free(m->host_logits);
     free(m->host_h);
     free(m->host_ids);
+    free(m->host_ti);
+    free(m->host_tv);
     free(m->host_rt);
     free(m->host_dr);
     free(m->bparts);
@@ -112,6 +115,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_swiglu, "swiglu"},
               {&m->k_topk1, "topk_part"},
               {&m->k_topk2, "topk_merge"},
+              {&m->k_topk1r, "topk_part_rows"},
+              {&m->k_topk2r, "topk_merge_rows"},
               {&m->k_bias, "add_bias"},
               {&m->k_head_norm, "head_norm"},
               {&m->k_rope_rows, "rope_kv_rows"},
@@ -121,6 +126,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;
     if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
+        return rc;
+    if (m->tu.mv_q8 && m->tu.q8r_max > 1 &&
+        (rc = ebb_cl_kernel(m->ops, "quantize_x8_rows", &m->k_q8r, diag)))
         return rc;
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
         return rc;
@@ -154,25 +162,33 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, 2 * N_BATCH * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
-        (rc = ebb__clm_alloc(m, f * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_PARTS * TOPK_MAX, &m->tpi, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, f * TOPK_MAX, &m->tov, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, sizeof(cl_int) * TOPK_MAX, &m->toi, "top-k", diag)))
+        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_PARTS * TOPK_MAX, &m->tpi,
+                             "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_MAX, &m->tov, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
-        if ((rc = ebb__clm_alloc(m, wide, &m->xq, "8-bit inputs", diag)) ||
-            (rc = ebb__clm_alloc(m, 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs", diag)))
+        /* one row for decode; matvec_q8r's batches take up to q8r_max rows */
+        size_t q8_rows =
+            m->tu.q8r_max > 1 ? (m->tu.q8r_max < N_BATCH ? m->tu.q8r_max : N_BATCH) : 1;
+        if ((rc = ebb__clm_alloc(m, q8_rows * wide, &m->xq, "8-bit inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, q8_rows * 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs",
+                                 diag)))
             return rc;
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * N_BATCH * hp->n_embd);
     m->host_ids = malloc(sizeof(int32_t) * N_BATCH);
+    m->host_ti = malloc(sizeof(int32_t) * N_OUT_ROWS * TOPK_MAX);
+    m->host_tv = malloc(f * N_OUT_ROWS * TOPK_MAX);
     m->host_rt = malloc(sizeof(int32_t) * 2 * N_BATCH);
     m->host_dr = malloc(sizeof(int32_t) * N_BATCH);
     m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
-    return m->host_logits && m->host_h && m->host_ids && m->host_rt && m->host_dr && m->bparts
+    return m->host_logits && m->host_h && m->host_ids && m->host_rt && m->host_dr && m->bparts &&
+                   m->host_ti && m->host_tv
                ? EBB_OK
                : EBB_ENOMEM;
 }
@@ -256,29 +272,22 @@ static ebb_err hidden_sum(struct clm *m, int nt, float *sum, struct ebb_diag *di
     return EBB_OK;
 }
 
-/* The logits and top-k of out from row r of the logits scratch. Rows before r are no longer
- * needed: the device top-k of r > 0 first copies it to row 0. */
-static ebb_err outputs(struct clm *m, struct ebb_model_out *out, int r, struct ebb_diag *diag)
+static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
 {
     ebb_err rc;
     uint32_t nv = m->hp.n_vocab;
-    size_t row = sizeof(float) * nv, off = row * (size_t)r;
-    if (out->logits && (rc = read_back(m, m->logits, off, row, out->logits, diag)))
+    if (out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, out->logits, diag)))
         return rc;
     if (!out->top_k)
         return EBB_OK;
     uint32_t k = out->top_k < nv ? out->top_k : nv;
     if (k > TOPK_MAX) {
         float *lg = out->logits ? out->logits : m->host_logits;
-        if (!out->logits && (rc = read_back(m, m->logits, off, row, lg, diag)))
+        if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
             return rc;
         host_topk(lg, nv, k, out->top_ids, out->top_logits);
         return EBB_OK;
     }
-    if (r > 0 && (rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->logits, m->logits, off, 0, row,
-                                                        0, NULL, NULL),
-                                    diag, "copy a row of logits")))
-        return rc;
     int n = (int)nv, kk = (int)k, parts = TOPK_PARTS;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(kk),
                              EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
@@ -375,7 +384,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             goto out;
     }
     if (out && (out->logits || out->top_k))
-        rc = outputs(m, out, 0, diag);
+        rc = outputs(m, out, diag);
     else
         rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
 out:
@@ -420,16 +429,17 @@ static void batch_chunk(struct clm *m, const struct ebb_model_seq *seqs, uint32_
     *rows = (struct clm_rows){.nt = nt, .n_parts = np, .parts = m->bparts, .n_dec = n_dec};
 }
 
-/* Writes the chunk's tables (blocking: the host arrays are reused by the next chunk). */
+/* Writes the chunk's tables without waiting: the host arrays stay untouched until the queue
+ * has finished (the next chunk waits for it first, and the call ends with it finished). */
 static ebb_err batch_write(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
     cl_command_queue q = m->cl->q;
     size_t nt = (size_t)rows->nt, i4 = sizeof(int32_t);
-    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_TRUE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
+    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_FALSE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
     if (!e && rows->n_parts > 1)
-        e = clEnqueueWriteBuffer(q, m->rt, CL_TRUE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
+        e = clEnqueueWriteBuffer(q, m->rt, CL_FALSE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
     if (!e && rows->n_parts > 1 && rows->n_dec)
-        e = clEnqueueWriteBuffer(q, m->dr, CL_TRUE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
+        e = clEnqueueWriteBuffer(q, m->dr, CL_FALSE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
                                  NULL, NULL);
     return ebb_cl_check(e, diag, "writing the batch's rows");
 }
@@ -441,34 +451,89 @@ static bool wants_last(const struct ebb_model_seq *seqs, const struct clm_part *
     return o && (o->logits || o->top_k) && p->off + (uint32_t)p->n == seqs[p->src].n;
 }
 
-/* The last rows' logits and top-k: the wanted rows gathered into the head's input, the head
- * run over them in groups of N_OUT_ROWS, each row's results read back to its part. */
+/* The device top-k (k <= TOPK_MAX) of the first nr rows of the logits scratch in one pass
+ * pair, read back without waiting into host_tv / host_ti (nr rows of k). */
+static ebb_err topk_rows(struct clm *m, int nr, int k, struct ebb_diag *diag)
+{
+    int n = (int)m->hp.n_vocab, parts = TOPK_PARTS;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(k),
+                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
+                             EBB_CL_ARG(k),      EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
+    size_t g[2] = {TOPK_PARTS, (size_t)nr}, g2 = (size_t)nr, bytes = 4 * (size_t)nr * k;
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_topk1r, 0, a, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk1r, 2, g, NULL, diag)) ||
+        (rc = ebb_cl_set_args(m->k_topk2r, 0, b, 6, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk2r, 1, &g2, NULL, diag)))
+        return rc;
+    cl_int e = clEnqueueReadBuffer(m->cl->q, m->toi, CL_FALSE, 0, bytes, m->host_ti, 0, NULL, NULL);
+    if (!e)
+        e = clEnqueueReadBuffer(m->cl->q, m->tov, CL_FALSE, 0, bytes, m->host_tv, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "reading top-k");
+}
+
+/* The head over the nr rows gathered in hl for parts grp, and their outputs: logits read back
+ * without waiting, one device top-k pass pair for all rows (the largest k asked: a top-k list
+ * begins with every shorter one), one wait; top-k beyond TOPK_MAX on the host as alone. */
+static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
+                           const struct clm_part *const *grp, int nr, struct ebb_diag *diag)
+{
+    uint32_t nv = m->hp.n_vocab;
+    size_t row = sizeof(float) * nv;
+    int kk = 0;
+    ebb_err rc = head_rows(m, nr, diag);
+    for (int j = 0; j < nr && !rc; j++) {
+        struct ebb_model_out *o = seqs[grp[j]->src].out;
+        uint32_t k = o->top_k < nv ? o->top_k : nv;
+        if (k <= TOPK_MAX && (int)k > kk)
+            kk = (int)k;
+        if (o->logits)
+            rc = ebb_cl_check(clEnqueueReadBuffer(m->cl->q, m->logits, CL_FALSE, row * j, row,
+                                                  o->logits, 0, NULL, NULL),
+                              diag, "reading logits");
+    }
+    if (rc || (kk && (rc = topk_rows(m, nr, kk, diag))) ||
+        (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish")))
+        return rc;
+    for (int j = 0; j < nr; j++) {
+        struct ebb_model_out *o = seqs[grp[j]->src].out;
+        uint32_t k = o->top_k < nv ? o->top_k : nv;
+        if (k && k <= TOPK_MAX) {
+            memcpy(o->top_ids, m->host_ti + (size_t)j * kk, sizeof(int32_t) * k);
+            memcpy(o->top_logits, m->host_tv + (size_t)j * kk, sizeof(float) * k);
+        } else if (k) {
+            float *lg = o->logits ? o->logits : m->host_logits;
+            if (!o->logits && (rc = read_back(m, m->logits, row * j, row, lg, diag)))
+                return rc;
+            host_topk(lg, nv, k, o->top_ids, o->top_logits);
+        }
+    }
+    return EBB_OK;
+}
+
+/* The last rows' logits and top-k: the wanted rows gathered into the head's input, in groups
+ * of N_OUT_ROWS. */
 static ebb_err batch_last(struct clm *m, const struct ebb_model_seq *seqs,
                           const struct clm_rows *rows, struct ebb_diag *diag)
 {
     const struct clm_part *grp[N_OUT_ROWS];
     int nr = 0;
     ebb_err rc;
-    for (uint32_t i = 0; i <= rows->n_parts; i++) {
-        bool flush = i == rows->n_parts || nr == N_OUT_ROWS;
-        if (flush && nr) {
-            if ((rc = head_rows(m, nr, diag)))
-                return rc;
-            for (int j = 0; j < nr; j++)
-                if ((rc = outputs(m, seqs[grp[j]->src].out, j, diag)))
-                    return rc;
-            nr = 0;
-        }
-        if (i == rows->n_parts)
-            break;
+    for (uint32_t i = 0; i < rows->n_parts; i++) {
         const struct clm_part *p = &rows->parts[i];
         if (!wants_last(seqs, p))
             continue;
         if ((rc = head_copy(m, p->r0 + p->n - 1, nr, 1, diag)))
             return rc;
         grp[nr++] = p;
+        if (nr == N_OUT_ROWS) {
+            if ((rc = batch_group(m, seqs, grp, nr, diag)))
+                return rc;
+            nr = 0;
+        }
     }
-    return EBB_OK;
+    return nr ? batch_group(m, seqs, grp, nr, diag) : EBB_OK;
 }
 
 /* The chunk's outputs for every part: hidden sums, all-row logits, last-row logits. */
@@ -524,6 +589,8 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
     uint32_t pi = 0, off = 0;
     while (pi < n_seqs) {
         struct clm_rows rows;
+        if ((pi || off) && (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish")))
+            goto out; /* the previous chunk's table writes read the host arrays */
         batch_chunk(m, seqs, n_seqs, &pi, &off, &rows);
         if ((rc = batch_write(m, &rows, diag)) || (rc = forward(m, &rows, diag)) ||
             (rc = batch_outputs(m, seqs, &rows, diag)))

@@ -47,6 +47,10 @@ bool ebb__sgram_done(const struct ebb__sgram *sg);
 /* Frees the buffers; the struct may be reused after. */
 void ebb__sgram_fini(struct ebb__sgram *sg);
 
+/* Candidates a slot may ask the pass for instead of the whole logit vector (the OpenCL
+ * engine's device top-k keeps at most 64). */
+#define EBB__SCHED_CAND_MAX 64
+
 struct job {
     uint64_t id;
     int32_t *prompt; /* (n_prompt) */
@@ -75,7 +79,10 @@ struct slot {
     uint32_t n_cached;
     uint32_t emb_i, emb_pos, emb_off; /* embedding job: input, position in it, its offset */
     bool prefilled;
-    int32_t next_tok;         /* decoding: the sampled token this step evaluates */
+    int32_t next_tok; /* decoding: the sampled token this step evaluates */
+    uint32_t n_cand;  /* > 0: the pass returns this many top candidates, not logits */
+    int32_t cand_ids[EBB__SCHED_CAND_MAX];
+    float cand_logits[EBB__SCHED_CAND_MAX];
     struct ebb_model_out out; /* this step's outputs */
     double t_start, t_first;
     double t_used; /* when its last job ended (admission prefers the oldest) */

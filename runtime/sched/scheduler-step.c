@@ -198,7 +198,11 @@ static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *
             slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
             return false;
         }
-    } else if ((rc = ebb_sampler_sample(sl->smp, sl->logits, &id, j->gp.logprobs ? &info : NULL))) {
+    } else if ((rc = sl->n_cand ? ebb_sampler_sample_candidates(sl->smp, sl->cand_ids,
+                                                                sl->cand_logits, sl->n_cand, &id,
+                                                                j->gp.logprobs ? &info : NULL)
+                                : ebb_sampler_sample(sl->smp, sl->logits, &id,
+                                                     j->gp.logprobs ? &info : NULL))) {
         slot_end(s, sl, EBB_FINISH_ERROR, rc, "sampling failed: every token is banned");
         return false;
     }
@@ -253,6 +257,24 @@ static bool slot_sample(struct ebb_sched *s, struct slot *sl, struct ebb_model *
     return true;
 }
 
+/* The outputs a slot's next token is sampled from: the top candidates when the sampler can
+ * work from them (greedy, or a top_k of at most EBB__SCHED_CAND_MAX, and no penalty, bias,
+ * grammar or logprobs, which need the whole vector), so the pass reads back a few values
+ * instead of n_vocab logits; else the logits. */
+static void want_logits(struct slot *sl)
+{
+    const struct job *j = sl->job;
+    uint32_t k = 0;
+    if (!j->gp.logprobs && !sl->gram.active && !ebb_sampler_needs_full_logits(sl->smp))
+        k = ebb_sampler_n_candidates(sl->smp);
+    sl->n_cand = k <= EBB__SCHED_CAND_MAX ? k : 0;
+    if (sl->n_cand)
+        sl->out = (struct ebb_model_out){
+            .top_k = sl->n_cand, .top_ids = sl->cand_ids, .top_logits = sl->cand_logits};
+    else
+        sl->out = (struct ebb_model_out){.logits = sl->logits};
+}
+
 /* Phase one of a step for a slot: ends it if cancelled; else fills *part with what it
  * evaluates this step and returns true. A decoding slot samples first (slot_sample) and
  * contributes one row; a prefill (or an embedding input) takes up to *budget tokens of the
@@ -285,14 +307,16 @@ static bool slot_prepare(struct ebb_sched *s, struct slot *sl, struct ebb_model 
             return false;
         n = n < *budget ? n : *budget;
         *budget -= n;
-        sl->out = (struct ebb_model_out){.logits = n == left ? sl->logits : NULL};
+        sl->out = (struct ebb_model_out){0};
+        if (n == left)
+            want_logits(sl);
         *part = (struct ebb_model_seq){
             .seq = seq, .tokens = j->prompt + sl->n_kv, .n = n, .pos = sl->n_kv, .out = &sl->out};
         return true;
     }
     if (!slot_sample(s, sl, m))
         return false;
-    sl->out = (struct ebb_model_out){.logits = sl->logits};
+    want_logits(sl);
     *part = (struct ebb_model_seq){
         .seq = seq, .tokens = &sl->next_tok, .n = 1, .pos = sl->n_kv, .out = &sl->out};
     return true;

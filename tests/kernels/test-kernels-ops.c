@@ -326,6 +326,108 @@ static void test_attention(cl_program p)
     free(vh);
 }
 
+/* The batched pass's kernels (several slots at their own positions): rope_kv_rows against
+ * rope_kv run row by row (bit for bit), attn_decode_rows + attn_decode_reduce_rows against the
+ * CPU attention of each listed row in its slot, rows left out of the list untouched. */
+static void test_attention_rows(cl_program p)
+{
+    enum { T = 5, ND = 4 };
+    size_t stride = (size_t)NKV * NCTX * HD, cache_n = 2 * stride;
+    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2), *k2 = malloc(cache_n * 2);
+    for (size_t i = 0; i < cache_n; i++) {
+        kh[i] = ebb_fp32_to_fp16(frand());
+        vh[i] = ebb_fp32_to_fp16(frand());
+    }
+    static float qkv[T * QKV_LD], q1[T * QKV_LD], q2[T * QKV_LD], out[T * NH * HD];
+    for (int i = 0; i < T * QKV_LD; i++)
+        qkv[i] = frand() * 2;
+    int rt[2 * T] = {1, 0, 0, 37, 1, (int)tu.att_chunk + 1, 0, NCTX - 3, 1, 5};
+    int dr[ND] = {0, 2, 3, 4}; /* row 1 is not a decode row */
+    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh), qb = buf(sizeof(qkv), qkv);
+    cl_mem kc2 = buf(cache_n * 2, kh), vc2 = buf(cache_n * 2, vh), qb2 = buf(sizeof(qkv), qkv);
+    cl_mem rtb = buf(sizeof(rt), rt), drb = buf(sizeof(dr), dr);
+    for (size_t i = 0; i < T * NH * HD; i++)
+        out[i] = -7.0f;
+    cl_mem ob = buf(sizeof(out), out);
+    int max_nc = (NCTX + tu.att_chunk - 1) / tu.att_chunk;
+    cl_mem po = buf(sizeof(float) * ND * NH * max_nc * HD, NULL);
+    cl_mem pml = buf(sizeof(float) * 2 * ND * NH * max_nc, NULL);
+    cl_kernel kr = kern(p, "rope_kv_rows"), k1 = kern(p, "rope_kv");
+    int n_ctx = NCTX, nh = NH, nkv = NKV, hd = HD, nrot = HD, ld = QKV_LD, neox = 0, old = NH * HD;
+    float base = 10000.0f, fs = 1.0f, scale = 1.0f / sqrtf(HD);
+    cl_ulong sl = stride;
+    cl_mem no_ff = NULL; /* no rope frequency divisors */
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),  EBB_CL_ARG(ld),   EBB_CL_ARG(kc),    EBB_CL_ARG(vc),
+                             EBB_CL_ARG(rtb), EBB_CL_ARG(sl),   EBB_CL_ARG(n_ctx), EBB_CL_ARG(nh),
+                             EBB_CL_ARG(nkv), EBB_CL_ARG(hd),   EBB_CL_ARG(nrot),  EBB_CL_ARG(base),
+                             EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
+    OK(ebb_cl_set_args(kr, 0, a, 15, D));
+    size_t g[3] = {HD / 2, NH + NKV, T};
+    OK(ebb_cl_run(cl, kr, 3, g, NULL, D));
+    for (int t = 0; t < T; t++) { /* rope_kv on one row at a time, from a sub-range copy */
+        cl_mem one = buf(sizeof(float) * QKV_LD, qkv + t * QKV_LD);
+        cl_ulong kvb = (cl_ulong)rt[2 * t] * stride;
+        int pos = rt[2 * t + 1];
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(one), EBB_CL_ARG(ld),   EBB_CL_ARG(kc2),
+                                 EBB_CL_ARG(vc2), EBB_CL_ARG(kvb),  EBB_CL_ARG(n_ctx),
+                                 EBB_CL_ARG(pos), EBB_CL_ARG(nh),   EBB_CL_ARG(nkv),
+                                 EBB_CL_ARG(hd),  EBB_CL_ARG(nrot), EBB_CL_ARG(base),
+                                 EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
+        size_t g1[3] = {HD / 2, NH + NKV, 1};
+        OK(ebb_cl_set_args(k1, 0, b, 15, D));
+        OK(ebb_cl_run(cl, k1, 3, g1, NULL, D));
+        rd(one, sizeof(float) * QKV_LD, q2 + t * QKV_LD);
+        clReleaseMemObject(one);
+    }
+    rd(qb, sizeof(q1), q1);
+    CHECK(!memcmp(q1, q2, sizeof(q1)), "rope_kv_rows: rotated q differs from rope_kv's");
+    rd(kc, cache_n * 2, kh);
+    rd(kc2, cache_n * 2, k2);
+    CHECK(!memcmp(kh, k2, cache_n * 2), "rope_kv_rows: stored keys differ from rope_kv's");
+    rd(vc, cache_n * 2, vh);
+
+    cl_kernel ka = kern(p, "attn_decode_rows"), kb = kern(p, "attn_decode_reduce_rows");
+    struct ebb_cl_arg c[] = {
+        EBB_CL_ARG(qb),  EBB_CL_ARG(ld),     EBB_CL_ARG(kc),    EBB_CL_ARG(vc),
+        EBB_CL_ARG(rtb), EBB_CL_ARG(drb),    EBB_CL_ARG(sl),    EBB_CL_ARG(n_ctx),
+        EBB_CL_ARG(nh),  EBB_CL_ARG(nkv),    EBB_CL_ARG(scale), EBB_CL_ARG(po),
+        EBB_CL_ARG(pml), EBB_CL_ARG(max_nc), EBB_CL_ARG(ob),    EBB_CL_ARG(old)};
+    struct ebb_cl_arg e[] = {EBB_CL_ARG(po),     EBB_CL_ARG(pml), EBB_CL_ARG(rtb), EBB_CL_ARG(drb),
+                             EBB_CL_ARG(max_nc), EBB_CL_ARG(ob),  EBB_CL_ARG(old)};
+    OK(ebb_cl_set_args(ka, 0, c, 16, D));
+    OK(ebb_cl_set_args(kb, 0, e, 7, D));
+    size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH, ND}, la[3] = {tu.norm_wg, 1, 1};
+    size_t gb[3] = {HD, NH, ND};
+    OK(ebb_cl_run(cl, ka, 3, ga, la, D));
+    OK(ebb_cl_run(cl, kb, 3, gb, NULL, D));
+    rd(ob, sizeof(out), out);
+    double ref[HD], worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            bool listed = t != 1;
+            if (listed)
+                attn_ref(q1 + t * QKV_LD + h * HD, kh, vh, (size_t)rt[2 * t] * stride, h,
+                         rt[2 * t + 1], scale, ref);
+            for (int d = 0; d < HD; d++) {
+                float got = out[(t * NH + h) * HD + d];
+                double want = listed ? ref[d] : -7.0;
+                worst = fmax(worst, fabs(got - want));
+                CHECK(fabs(got - want) <= 1e-4, "decode rows: row %d h %d d %d: %g vs %g", t, h, d,
+                      got, want);
+            }
+        }
+    printf("  attention decode rows (slots at own depths) max abs err %.2e\n", worst);
+    cl_kernel ks[] = {kr, k1, ka, kb};
+    for (int i = 0; i < 4; i++)
+        clReleaseKernel(ks[i]);
+    cl_mem ms[] = {kc, vc, qb, kc2, vc2, qb2, rtb, drb, ob, po, pml};
+    for (int i = 0; i < 11; i++)
+        clReleaseMemObject(ms[i]);
+    free(kh);
+    free(vh);
+    free(k2);
+}
+
 static void test_ops(void)
 {
     cl_program p;
@@ -336,5 +438,6 @@ static void test_ops(void)
     test_rope(p, 1, false);
     test_rope(p, 0, true);
     test_attention(p);
+    test_attention_rows(p);
     clReleaseProgram(p);
 }

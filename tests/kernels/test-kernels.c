@@ -111,6 +111,88 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
     free(tmp);
 }
 
+/* matvec_q8r after quantize_x8_rows (continuous batching's small batches): nt token rows at
+ * once, MVR rows per weight read, each row against the same bound as matvec_q8's plain case,
+ * with a residual; row counts below, at and above MVR and not a multiple of it. */
+static void test_matvec_q8r(const char *name, const struct ebb_cl_weight *wt,
+                            const struct ebb_cl_wprog *p, const float *w)
+{
+    uint32_t n_in = wt->n_in, n_out = wt->n_out;
+    const uint32_t max_nt = 2 * tu.mvr + 3;
+    cl_program ops;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &tu, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8_rows", &kq, D));
+    int x_ld = (int)n_in + 8, y_ld = (int)n_out + 4;
+    float *x = malloc(sizeof(float) * max_nt * x_ld), *res = malloc(sizeof(float) * max_nt * y_ld);
+    float *y = malloc(sizeof(float) * max_nt * y_ld);
+    for (size_t i = 0; i < (size_t)max_nt * x_ld; i++)
+        x[i] = 2.0f * frand();
+    for (size_t i = 0; i < (size_t)max_nt * y_ld; i++)
+        res[i] = frand();
+    cl_mem xb = buf(sizeof(float) * max_nt * x_ld, x);
+    cl_mem yb = buf(sizeof(float) * max_nt * y_ld, NULL);
+    cl_mem xq = buf((size_t)max_nt * n_in, NULL);
+    cl_mem xd = buf(sizeof(float) * 2 * max_nt * (n_in / 32), NULL);
+    const uint32_t counts[] = {2, tu.mvr, tu.mvr + 1, max_nt};
+    double worst = 0;
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        int nt = (int)counts[c], ni = (int)n_in, no = (int)n_out, zero = 0;
+        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb), EBB_CL_ARG(x_ld), EBB_CL_ARG(ni), EBB_CL_ARG(xq),
+                                  EBB_CL_ARG(xd)};
+        size_t qg[2] = {(n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, (size_t)nt};
+        size_t ql[2] = {EBB_CL_Q8_WG, 1};
+        OK(ebb_cl_set_args(kq, 0, qa, 5, D));
+        OK(ebb_cl_run(cl, kq, 2, qg, ql, D));
+        OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, yb, CL_TRUE, 0, sizeof(float) * nt * y_ld, res,
+                                             0, NULL, NULL),
+                        D, "write"));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no), EBB_CL_ARG(xq),
+                                 EBB_CL_ARG(xd),   EBB_CL_ARG(yb), EBB_CL_ARG(y_ld),
+                                 EBB_CL_ARG(zero), EBB_CL_ARG(yb), EBB_CL_ARG(nt)};
+        OK(ebb_cl_weight_set_args(wt, p->matvec_q8r, 0, D));
+        OK(ebb_cl_set_args(p->matvec_q8r, 2, a, 9, D));
+        size_t g[2], lw[2];
+        ebb_cl_wkernel_shape(&tu, EBB_CL_WK_MATVEC, n_out, 1, g, lw);
+        g[1] = ((size_t)nt + tu.mvr - 1) / tu.mvr;
+        OK(ebb_cl_run(cl, p->matvec_q8r, 2, g, lw, D));
+        rd(yb, sizeof(float) * nt * y_ld, y);
+        for (int t = 0; t < nt; t++) {
+            const float *xt = x + (size_t)t * x_ld;
+            for (uint32_t o = 0; o < n_out; o++) {
+                double ref = res[(size_t)t * y_ld + o], mag = fabs(ref), qerr = 0;
+                for (uint32_t b = 0; b < n_in / 32; b++) {
+                    double amax = 0, wabs = 0;
+                    for (uint32_t i = b * 32; i < b * 32 + 32; i++) {
+                        double term = (double)w[(size_t)o * n_in + i] * xt[i];
+                        ref += term;
+                        mag += fabs(term);
+                        amax = fmax(amax, fabs(xt[i]));
+                        wabs += fabs(w[(size_t)o * n_in + i]);
+                    }
+                    qerr += wabs * amax / 127.0 * 0.51;
+                }
+                double bound = qerr + 1e-4 * mag + 1e-6;
+                double err = fabs(y[(size_t)t * y_ld + o] - ref);
+                if (err / bound > worst)
+                    worst = err / bound;
+                CHECK(err <= bound, "%s matvec_q8r %d rows: row %d o %u: %g vs %g (bound %g)", name,
+                      nt, t, o, y[(size_t)t * y_ld + o], ref, bound);
+            }
+        }
+    }
+    printf("  %-34s q8 rows max err / bound %.2f (2..%u rows, %u per read)\n", name, worst, max_nt,
+           tu.mvr);
+    cl_mem ms[] = {xb, yb, xq, xd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    clReleaseKernel(kq);
+    clReleaseProgram(ops);
+    free(x);
+    free(res);
+    free(y);
+}
+
 /* The layout and image2d geometry test_weight_layout last placed its weight in. */
 static struct ebb_cl_weight last_placed;
 
@@ -339,6 +421,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     free(xg);
     if (p.matvec_q8)
         test_matvec_q8(name, &wt, &p, w);
+    if (p.matvec_q8r)
+        test_matvec_q8r(name, &wt, &p, w);
 
     /* get_rows with a scale, rows picked out of order. */
     int ids[4] = {(int)n_out - 1, 0, (int)n_out / 2, 1};

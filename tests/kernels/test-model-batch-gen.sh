@@ -3,9 +3,9 @@
 # regenerates it with ebb-gen-model from the qwen2 vocabulary of scripts/fetch-vocabs.sh
 # ($EBB_VOCABS_DIR, default ~/.cache/ebb/vocabs; missing is a failure, as for the family tests)
 # and runs test-model-batch on it.
-# Usage: test-model-batch-gen.sh EBB-GEN-MODEL TEST-MODEL-BATCH WORKDIR
+# Usage: test-model-batch-gen.sh EBB-GEN-MODEL TEST-MODEL-BATCH WORKDIR [TYPE (q8_0)]
 set -e
-gen=$1 test=$2 work=$3
+gen=$1 test=$2 work=$3 type=${4:-q8_0}
 vocab=${EBB_VOCABS_DIR:-$HOME/.cache/ebb/vocabs}/ggml-vocab-qwen2.gguf
 if [ ! -f "$vocab" ]; then
     echo "missing $vocab: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR" >&2
@@ -13,5 +13,5 @@ if [ ! -f "$vocab" ]; then
 fi
 mkdir -p "$work"
 model=$work/qwen3-tiny-batch.gguf
-"$gen" --shape qwen3-tiny --tokenizer-from "$vocab" --type q8_0 --seed 1 -o "$model"
+"$gen" --shape qwen3-tiny --tokenizer-from "$vocab" --type "$type" --seed 1 -o "$model"
 exec "$test" "$model"

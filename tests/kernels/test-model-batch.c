@@ -6,9 +6,9 @@
  *   2. greedy continuations of 8 prompts of different lengths, prefilled in one batch and
  *      decoded together for 32 steps, against each prompt alone;
  *   3. bad batches (a slot twice, past the context, a slot out of range) refused.
- * Logits within LOGIT_TOL (the batched products run the tiled matmul where a lone token runs
+ * Logits within logit_tol (the batched products run the tiled matmul where a lone token runs
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
- * top-2 margin is below MARGIN_TOL (a near tie). Usage: test-model-batch [MODEL.gguf] (default
+ * top-2 margin is below margin_tol (a near tie). Usage: test-model-batch [MODEL.gguf] (default
  * SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
 #include <math.h>
 #include <stdio.h>
@@ -18,9 +18,11 @@
 
 #include "model/model.h"
 
-/* Observed on PoCL: SmolLM2 logits within 0.001, the qwen3-tiny model within 1e-5. */
-#define LOGIT_TOL 0.02f
-#define MARGIN_TOL 0.05f
+/* Observed on PoCL: SmolLM2 logits within 0.001, the qwen3-tiny model within 1e-5. With 8-bit
+ * inputs (the NVIDIA default: a lone token's products quantize its normed input inside
+ * matvec_q8, a batch's quantize the rows the norm kernel wrote, through matvec_q8r), the int8
+ * rounding lands at different points: qwen3-tiny Q4_0 within 0.07. */
+static float logit_tol = 0.02f, margin_tol = 0.05f;
 #define N_SEQ 8
 #define N_GEN 32
 
@@ -88,8 +90,8 @@ static void test_mixed(struct ebb_model *m)
     const uint32_t ne = ebb_model_n_embd(m);
     int32_t toks[N_SEQ][140];
     float *lg[2], *all[2], *hs[2];
-    int32_t tid[2][N_SEQ][8];
-    float tv[2][N_SEQ][8];
+    static int32_t tid[2][N_SEQ][100];
+    static float tv[2][N_SEQ][100];
     struct ebb_model_out out[2][N_SEQ];
     struct ebb_model_seq parts[N_SEQ];
     for (int v = 0; v < 2; v++) {
@@ -98,8 +100,11 @@ static void test_mixed(struct ebb_model *m)
         hs[v] = calloc(ne, sizeof(float));
         for (int i = 0; i < N_SEQ; i++) {
             out[v][i] = (struct ebb_model_out){.logits = lg[v] + (size_t)i * nv};
-            if (i % 3 == 1) /* device top-k on rows other than the head's first */
-                out[v][i].top_k = 8, out[v][i].top_ids = tid[v][i], out[v][i].top_logits = tv[v][i];
+            if (i % 3 == 1) { /* top-k on rows other than the first (100: the host's) */
+                out[v][i].top_k = i == 4 ? 100 : 8;
+                out[v][i].top_ids = tid[v][i];
+                out[v][i].top_logits = tv[v][i];
+            }
         }
         out[v][2].logits_all = all[v];
         out[v][7].logits_all = all[v] + (size_t)40 * nv;
@@ -131,14 +136,15 @@ static void test_mixed(struct ebb_model *m)
         const float *a = lg[0] + (size_t)i * nv, *b = lg[1] + (size_t)i * nv;
         float md = max_diff(a, b, nv), margin;
         worst = fmaxf(worst, md);
-        CHECK(md < LOGIT_TOL, "part %d (slot %d, %u rows at %u): logits differ by %g", i, i, len[i],
+        CHECK(md < logit_tol, "part %d (slot %d, %u rows at %u): logits differ by %g", i, i, len[i],
               hist[i], md);
         int32_t am = argmax(a, &margin), bm = argmax(b, &(float){0});
-        CHECK(am == bm || margin < MARGIN_TOL, "part %d: argmax %d alone, %d batched (margin %g)",
+        CHECK(am == bm || margin < margin_tol, "part %d: argmax %d alone, %d batched (margin %g)",
               i, am, bm, margin);
-        for (int j = 0; out[0][i].top_k && j < 8; j++) {
-            CHECK(tid[0][i][j] == tid[1][i][j] ||
-                      fabsf(tv[0][i][j] - tv[0][i][j < 7 ? j + 1 : j]) < MARGIN_TOL,
+        for (int j = 0; j < (int)out[0][i].top_k; j++) {
+            int nx = j + 1 < (int)out[0][i].top_k ? j + 1 : j, pv = j > 0 ? j - 1 : j;
+            CHECK(tid[0][i][j] == tid[1][i][j] || fabsf(tv[0][i][j] - tv[0][i][nx]) < margin_tol ||
+                      fabsf(tv[0][i][j] - tv[0][i][pv]) < margin_tol,
                   "part %d top-k rank %d: %d alone, %d batched", i, j, tid[0][i][j], tid[1][i][j]);
             CHECK(tid[1][i][j] >= 0 && (uint32_t)tid[1][i][j] < nv &&
                       tv[1][i][j] == b[tid[1][i][j]],
@@ -153,7 +159,7 @@ static void test_mixed(struct ebb_model *m)
     printf("  mixed batch of %d parts (194 rows): last-row logits max |diff| %.5f, logits_all "
            "%.5f, hidden sum %.5f (norm %.1f)\n",
            N_SEQ, worst, ma, mh, sqrt(nr));
-    CHECK(ma < LOGIT_TOL, "logits_all differ by %g", ma);
+    CHECK(ma < logit_tol, "logits_all differ by %g", ma);
     CHECK(nr > 0 && mh < 1e-3f * (float)sqrt(nr), "hidden sums differ by %g", mh);
     for (int v = 0; v < 2; v++) {
         free(lg[v]);
@@ -213,10 +219,10 @@ static void test_greedy(struct ebb_model *m)
             same++;
             continue;
         }
-        CHECK(margin[i][s] < MARGIN_TOL,
+        CHECK(margin[i][s] < margin_tol,
               "prompt %d (%u tokens) step %d: %d alone, %d batched, lone top-2 margin %g", i,
               plen[i], s, ids[0][i][s], ids[1][i][s], margin[i][s]);
-        ties += margin[i][s] < MARGIN_TOL;
+        ties += margin[i][s] < margin_tol;
     }
     printf("  greedy, %d prompts x %d steps: %d identical, %d diverge at a near tie\n", N_SEQ,
            N_GEN, same, ties);
@@ -285,6 +291,10 @@ int main(int argc, char **argv)
     }
     nv = ebb_model_n_vocab(m);
     printf("%s on %s\n", path, ebb_model_device_name(m));
+    if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
+        logit_tol = 0.15f;
+        margin_tol = 0.3f;
+    }
     double t0 = now_s();
     test_mixed(m);
     double t1 = now_s();

@@ -87,11 +87,14 @@ int main(void)
         toks[i] = (int32_t)((i * 7919 + 13) % 20000);
     const int32_t prompt[5] = {504, 3575, 282, 4649, 314}; /* "The capital of France is" */
 
-    /* 1. Against the reference. */
+    /* 1. Against the reference. With 8-bit inputs (the NVIDIA default), products of up to
+     * tu.q8r_max rows (this prompt, the 49-token chunk below) quantize their inputs to int8 as
+     * llama.cpp's CUDA backend does: SmolLM2 logits within 0.72 of the fp32 reference. */
+    bool q8 = strstr(ebb_model_device_name(cl), "8-bit decode inputs") != NULL;
     if (!eval(cl, 0, prompt, 5, 0, a, NULL) && !eval(ref, 0, prompt, 5, 0, b, NULL)) {
         float md = max_diff(a, b, nv);
         printf("  logits vs ref: max |diff| %.5f\n", md);
-        CHECK(md < 0.05f, "logits vs ref differ by %g", md);
+        CHECK(md < (q8 ? 1.0f : 0.05f), "logits vs ref differ by %g", md);
     } else {
         failures++;
     }
@@ -142,11 +145,10 @@ int main(void)
         !eval(cl, 1, toks + 149, 1, 149, NULL, all2 + (size_t)149 * nv)) {
         float md = max_diff(all1, all2, (size_t)(N - 1) * nv);
         float mdl = max_diff(all1 + (size_t)(N - 1) * nv, all2 + (size_t)(N - 1) * nv, nv);
-        bool q8 = strstr(ebb_model_device_name(cl), "8-bit decode inputs") != NULL;
         printf("  %d-token prefill, one call vs three: max |diff| %.5f, last token (decode%s) "
                "%.5f\n",
                N, md, q8 ? ", 8-bit inputs" : "", mdl);
-        CHECK(md < 0.02f, "chunked prefill differs by %g", md);
+        CHECK(md < (q8 ? 1.0f : 0.02f), "chunked prefill differs by %g", md);
         CHECK(mdl < (q8 ? 0.5f : 0.02f), "decode of the last token differs by %g", mdl);
     } else {
         failures++;

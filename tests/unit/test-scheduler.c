@@ -33,7 +33,8 @@ static struct ebb_model fake = {0};
 static atomic_uint evals, eval_tokens;
 static atomic_uint eog_at; /* position whose logits favour token 0; 0: never */
 static atomic_int eval_delay_us;
-static atomic_bool hold; /* evaluation waits while set (queue tests) */
+static atomic_bool hold;      /* evaluation waits while set (queue tests) */
+static atomic_uint topk_rows; /* candidates handed out instead of logits */
 
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
                        struct ebb_diag *diag)
@@ -85,14 +86,27 @@ static ebb_err eval_one(uint32_t seq, const int32_t *tokens, uint32_t n, uint32_
         out->hidden_sum[1] += (float)(pos + i);
         out->hidden_sum[2] += 1;
     }
-    if (out->logits) {
-        for (uint32_t i = 0; i < N_VOCAB; i++)
-            out->logits[i] = 0;
-        int32_t last = tokens[n - 1];
-        int32_t next = last % 5 + 1;
-        if (atomic_load(&eog_at) && pos + n >= atomic_load(&eog_at))
-            next = 0;
-        out->logits[next] = 10;
+    float lg[N_VOCAB] = {0};
+    int32_t last = tokens[n - 1];
+    int32_t next = last % 5 + 1;
+    if (atomic_load(&eog_at) && pos + n >= atomic_load(&eog_at))
+        next = 0;
+    lg[next] = 10;
+    if (out->logits)
+        memcpy(out->logits, lg, sizeof(lg));
+    /* top_k: the largest first, ties to the smaller id, as the engines give them */
+    for (uint32_t k = 0; k < out->top_k; k++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < N_VOCAB; i++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < k; q++)
+                taken = taken || out->top_ids[q] == i;
+            if (!taken && (best < 0 || lg[i] > lg[best]))
+                best = i;
+        }
+        out->top_ids[k] = best;
+        out->top_logits[k] = lg[best];
+        atomic_fetch_add(&topk_rows, 1);
     }
     return EBB_OK;
 }
@@ -653,6 +667,7 @@ static void test_batched_decode(void **state)
     }
     usleep(20000);
     atomic_store(&evals, 0);
+    atomic_store(&topk_rows, 0);
     atomic_store(&hold, false);
     for (int i = 0; i < 4; i++) {
         rec_wait(&r[i]);
@@ -660,6 +675,8 @@ static void test_batched_decode(void **state)
         assert_int_equal(r[i].n_tok, 12);
     }
     assert_int_equal(atomic_load(&max_seqs), 4);
+    /* greedy needs one candidate per row, not the logits: 12 tokens sampled per stream */
+    assert_int_equal(atomic_load(&topk_rows), 4 * 12);
     /* Prefill of the first two tokens, the last prompt token, 11 decode steps: 13 passes for
      * all four together (sequential evaluation would need 52). */
     assert_true(atomic_load(&evals) <= 14);
