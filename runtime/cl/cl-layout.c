@@ -916,6 +916,26 @@ out:
     return rc;
 }
 
+ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                         const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    const char *quant = NULL, *moe = NULL;
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("moe.cl", &moe, diag)))
+        goto out;
+    const char *srcs[] = {pro, quant, moe};
+    rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", out, diag);
+out:
+    if (quant)
+        ebb_cl_source_release(quant);
+    if (moe)
+        ebb_cl_source_release(moe);
+    return rc;
+}
+
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2])
 {
