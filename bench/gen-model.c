@@ -1,21 +1,27 @@
 /* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
  * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
- * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0) blocks
- * scaled so that activations stay in a sane range through the layers. The llama shapes keep
- * their norms at 1; the other families' norms are random in [0.75, 1.25] and their biases in
- * [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The output is a
- * function of the arguments alone (splitmix64 from --seed): CI regenerates the files the
- * committed llama.cpp data was recorded on, byte for byte.
+ * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, or the
+ * Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
+ * llama shapes keep their norms at 1; the other families' norms are random in [0.75, 1.25] and
+ * their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The
+ * output is a function of the arguments alone (splitmix64 from --seed): CI regenerates the files
+ * the committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0] [--seed N]
- *                 [--layers N] -o OUT.gguf
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q4_k_m]
+ *                 [--seed N] [--layers N] -o OUT.gguf
  *
- * Families and their GGUF names (as llama.cpp reads them): llama; qwen2 (Qwen 2/2.5: biases
- * attn_{q,k,v}.bias); qwen3 (attn_{q,k}_norm.weight per head, key_length may exceed
- * embedding_length / head_count); phi3 (attn_qkv.weight fused q|k|v, ffn_up.weight fused
- * gate|up, no ffn_gate). Shapes ending in -tiny are small widths for CI, with an
- * untied output head: a random model with a tied one only ever repeats its last input token
- * (the token's own embedding dominates the residual stream), which would test little.
+ * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
+ * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
+ * one between; f32 norms and router (rows must be multiples of 256).
+ *
+ * Families and their GGUF names (as llama.cpp reads them): llama (Llama 3.1 shapes with
+ * rope_freqs.weight); qwen2 (Qwen 2/2.5: biases attn_{q,k,v}.bias); qwen3
+ * (attn_{q,k}_norm.weight per head, key_length may exceed embedding_length / head_count); phi3
+ * (attn_qkv.weight fused q|k|v, ffn_up.weight fused gate|up, no ffn_gate); qwen3moe (qwen3's
+ * attention; ffn_gate_inp.weight the f32 router, ffn_{gate,up,down}_exps.weight stacks of
+ * expert_count matrices). Shapes ending in -tiny are small widths for CI, with an untied output
+ * head: a random model with a tied one only ever repeats its last input token (the token's own
+ * embedding dominates the residual stream), which would test little.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,8 +33,8 @@
 
 #include "gguf/gguf.h"
 
-enum family { LLAMA, QWEN2, QWEN3, PHI3 };
-static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3"};
+enum family { LLAMA, QWEN2, QWEN3, PHI3, QWEN3MOE };
+static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"};
 
 struct shape {
     const char *name;
@@ -38,20 +44,43 @@ struct shape {
     bool tied;
     uint32_t head_dim; /* 0: n_embd / n_head, and no key_length key */
     float rms_eps;     /* 0: 1e-5 */
+    /* Llama 3.1's rope scaling (0: none): rope_freqs.weight holds the divisors of its formula
+     * for this factor, low/high frequency factors 1 and 4 and this original context. */
+    float rope_factor;
+    uint32_t rope_orig_ctx;
+    /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length. */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
 };
 
 static const struct shape shapes[] = {
-    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0},
-    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0},
-    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0},
-    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f},
-    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f},
-    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f},
-    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f},
-    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f},
-    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f},
-    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f},
-    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f},
+    {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0, 0, 0, 0, 0,
+     0},
+    {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0, 0, 0, 0, 0,
+     0},
+    {"llama3.1-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 0, 0, 8.0f,
+     8192, 0, 0, 0},
+    /* The original context is 64 rather than 8192 so that the divisors change the rotation
+     * within the test prompts' few dozen positions. */
+    {"llama3.1-tiny", LLAMA, 128, 3, 4, 2, 384, 128256, 131072, 500000.0f, false, 0, 0, 8.0f, 64, 0,
+     0, 0},
+    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0, 0},
+    {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0, 0, 0,
+     0},
+    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", QWEN3MOE, 2048, 48, 32, 4, 6144, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0,
+     128, 8, 768},
+    {"qwen3moe-tiny", QWEN3MOE, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 16,
+     4, 96},
+    {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0,
+     0},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0},
 };
 
 /* Little GGUF writer over stdio. */
@@ -173,11 +202,12 @@ static ebb_err copy_arr(struct w *w, const struct ebb_gguf_arr *a, uint64_t n_ou
 struct tinfo {
     char name[64];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     uint32_t type;
     uint64_t offset, size;
     float scale; /* weight scale; F32: 0 all ones, > 0 uniform in [lo, lo + scale) */
     float lo;
+    const float *vals; /* F32: these values instead */
 };
 
 static uint64_t rng_state;
@@ -192,17 +222,62 @@ static uint64_t rng(void)
 
 static uint16_t f32_to_f16(float f)
 {
-    /* Scales here are small positive normals: a simple conversion suffices. */
+    /* Scales here are small and positive: a simple conversion suffices. */
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000;
     int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
     uint32_t mant = (x >> 13) & 0x3ff;
-    if (exp <= 0)
-        return (uint16_t)sign;
+    if (exp <= 0) /* subnormal (the K-quants' small scales): steps of 2^-24, truncated */
+        return (uint16_t)(sign | (uint32_t)(fabsf(f) * 16777216.0f));
     if (exp >= 31)
         return (uint16_t)(sign | 0x7bff);
     return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+/* Elements and bytes per block, and the variance of one element over d^2 when every bit but
+ * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
+ * six-bit sc, m and four-bit q uniform: mean 0), Q6_K (int8 sc times q - 32). */
+struct qinfo {
+    uint32_t type, blk, bytes;
+    float var;
+};
+
+static const struct qinfo qinfos[] = {
+    {EBB_GGML_Q4_0, 32, 18, 21.25f},
+    {EBB_GGML_Q8_0, 32, 34, 5461.5f},
+    {EBB_GGML_Q4_K, 256, 144, 66727.5f},
+    {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
+};
+
+static const struct qinfo *qinfo(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(qinfos) / sizeof(qinfos[0]); i++)
+        if (qinfos[i].type == type)
+            return &qinfos[i];
+    return &qinfos[0];
+}
+
+/* Random K-quant blocks: every byte random, then d (and Q4_K's dmin = 7.5 d) in place. */
+static void write_kquant(struct w *w, const struct tinfo *t, uint16_t d, uint8_t *buf, size_t bufsz)
+{
+    const bool q4 = t->type == EBB_GGML_Q4_K;
+    const size_t bs = q4 ? 144 : 210;
+    uint16_t dmin = f32_to_f16(7.5f * t->scale);
+    for (uint64_t left = t->size; left;) {
+        size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
+        for (size_t off = 0; off < n; off += bs) {
+            for (size_t j = 0; j < bs; j += 8) {
+                uint64_t r = rng();
+                memcpy(buf + off + j, &r, bs - j < 8 ? bs - j : 8);
+            }
+            memcpy(buf + off + (q4 ? 0 : 208), &d, 2);
+            if (q4)
+                memcpy(buf + off + 2, &dmin, 2);
+        }
+        put(w, buf, n);
+        left -= n;
+    }
 }
 
 static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_t bufsz)
@@ -211,13 +286,19 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
     if (t->type == EBB_GGML_F32) {
         for (uint64_t i = 0; i < t->size / 4; i++) {
             float v = 1.0f;
-            if (t->scale > 0)
+            if (t->vals)
+                v = t->vals[i];
+            else if (t->scale > 0)
                 v = t->lo + t->scale * (float)(rng() >> 40) / (float)(1u << 24);
             put(w, &v, 4);
         }
         return;
     }
     uint16_t d = f32_to_f16(t->scale);
+    if (t->type == EBB_GGML_Q4_K || t->type == EBB_GGML_Q6_K) {
+        write_kquant(w, t, d, buf, bufsz);
+        return;
+    }
     size_t bs = t->type == EBB_GGML_Q4_0 ? 18 : 34;
     while (left) {
         size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
@@ -234,9 +315,26 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
     }
 }
 
+/* Llama 3.1's frequency divisors for n_rot dimensions (low/high frequency factors 1 and 4). */
+static void llama3_freqs(const struct shape *sh, uint32_t n_rot, float *ff)
+{
+    const double lo = 1.0, hi = 4.0, orig = sh->rope_orig_ctx;
+    for (uint32_t i = 0; i < n_rot / 2; i++) {
+        double wave = 2.0 * M_PI * pow((double)sh->rope_base, 2.0 * i / n_rot);
+        double div = 1.0;
+        if (wave > orig / lo)
+            div = sh->rope_factor;
+        else if (wave >= orig / hi)
+            div = 1.0 / ((1.0 - (orig / wave - lo) / (hi - lo)) / sh->rope_factor +
+                         (orig / wave - lo) / (hi - lo));
+        ff[i] = (float)div;
+    }
+}
+
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0]\n"
+    fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
+               "                     [--type q4_0|q8_0|q4_k_m]\n"
                "                     [--seed N] [--layers N] -o OUT.gguf\n"
                "shapes:");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
@@ -284,12 +382,22 @@ int main(int argc, char **argv)
         return usage(stderr);
     }
     uint32_t wtype;
+    bool mix = false; /* q4_k_m: Q4_K, and Q6_K where llama.cpp's Q4_K_M gives more bits */
     if (!strcmp(type_name, "q4_0"))
         wtype = EBB_GGML_Q4_0;
     else if (!strcmp(type_name, "q8_0"))
         wtype = EBB_GGML_Q8_0;
+    else if (!strcmp(type_name, "q4_k_m"))
+        wtype = EBB_GGML_Q4_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0)\n", type_name);
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q4_k_m)\n", type_name);
+        return 2;
+    }
+    if (mix && (sh->n_embd % 256 ||
+                (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
+                (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
+        fprintf(stderr, "ebb-gen-model: q4_k_m needs rows of multiples of 256 (shape %s)\n",
+                sh->name);
         return 2;
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
@@ -310,18 +418,21 @@ int main(int argc, char **argv)
     struct w w = {f, false};
 
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
-    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3, rnd = sh->family != LLAMA;
+    const bool moe = sh->family == QWEN3MOE;
+    const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3 || moe;
+    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
     const bool phi3 = sh->family == PHI3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
-    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0);
-    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + per_layer * n_layer;
+    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0) + (moe ? 1 : 0);
+    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
         return 1;
     uint32_t k = 0;
-    const uint32_t bsz = 32, qbytes = wtype == EBB_GGML_Q4_0 ? 18 : 34;
-    const float qvar = wtype == EBB_GGML_Q4_0 ? 21.25f : 5461.5f; /* variance of q - zero */
+    const float qvar = qinfo(wtype)->var;
+    /* A tensor of another type than wtype gets its scale rescaled to the same spread. */
+#define RESCALE(ty) ((ty) == wtype ? 1.0f : sqrtf(qvar / qinfo(ty)->var))
     /* F32 vectors: norms (all ones for llama, else random around 1) and biases. */
     const float norm_sc = rnd ? 0.5f : 0.0f, norm_lo = 0.75f;
 #define ADD_LO(nm, n0, n1, ty, sc, l0)                                                             \
@@ -332,21 +443,41 @@ int main(int argc, char **argv)
         t->ne[0] = (n0);                                                                           \
         t->ne[1] = ((n1) != 0) ? (n1) : 1;                                                         \
         t->type = (ty);                                                                            \
-        t->size =                                                                                  \
-            (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4 : t->ne[0] / bsz * qbytes * t->ne[1];   \
-        t->scale = (sc);                                                                           \
+        t->size = (ty) == EBB_GGML_F32 ? t->ne[0] * t->ne[1] * 4                                   \
+                                       : t->ne[0] / qinfo(ty)->blk * qinfo(ty)->bytes * t->ne[1];  \
+        t->scale = (ty) == EBB_GGML_F32 ? (sc) : (sc)*RESCALE(ty);                                 \
         t->lo = (l0);                                                                              \
     } while (0)
 #define ADD(nm, n0, n1, ty, sc) ADD_LO(nm, n0, n1, ty, sc, 0.0f)
+    /* A stack of n2 matrices (experts). */
+#define ADD3(nm, n0, n1, n2, ty, sc)                                                               \
+    do {                                                                                           \
+        ADD(nm, n0, n1, ty, sc);                                                                   \
+        ts[k - 1].n_dims = 3;                                                                      \
+        ts[k - 1].ne[2] = (n2);                                                                    \
+        ts[k - 1].size *= (n2);                                                                    \
+    } while (0)
     float embd_scale = 1.0f / sqrtf(qvar);
+    const uint32_t hi = mix ? EBB_GGML_Q6_K : wtype; /* the mix's output head */
     ADD("token_embd.weight", sh->n_embd, sh->n_vocab, wtype, embd_scale);
     ADD_LO("output_norm.weight", sh->n_embd, 0, EBB_GGML_F32, norm_sc, norm_lo);
     if (!sh->tied)
-        ADD("output.weight", sh->n_embd, sh->n_vocab, wtype, 1.0f / sqrtf(qvar * sh->n_embd));
+        ADD("output.weight", sh->n_embd, sh->n_vocab, hi, 1.0f / sqrtf(qvar * sh->n_embd));
+    static float rope_ff[512];
+    if (sh->rope_factor > 0 && hd <= 1024) {
+        llama3_freqs(sh, hd, rope_ff);
+        ADD("rope_freqs.weight", hd / 2, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = rope_ff;
+    }
     for (uint32_t l = 0; l < n_layer; l++) {
         char nm[64];
         float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);
         float sq = 1.0f / sqrtf(qvar * n_q);
+        /* Q4_K_M's attn_v and ffn_down: Q6_K in the first and last eighth of the layers and
+         * every third one between. */
+        const bool more =
+            mix && (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2);
+        const uint32_t vt = more ? EBB_GGML_Q6_K : wtype;
 #define L(suffix, n0, n1, ty, sc)                                                                  \
     snprintf(nm, sizeof(nm), "blk.%u.%s", l, suffix);                                              \
     ADD(nm, n0, n1, ty, sc)
@@ -370,7 +501,7 @@ int main(int argc, char **argv)
         if (qwen2) {
             L_LO("attn_k.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
         }
-        L("attn_v.weight", sh->n_embd, n_kv, wtype, se);
+        L("attn_v.weight", sh->n_embd, n_kv, vt, se);
         if (qwen2) {
             L_LO("attn_v.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
         }
@@ -380,12 +511,28 @@ int main(int argc, char **argv)
         }
         L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
         L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        if (moe) {
+            /* The router in f32 as the real files have it, its scores of standard deviation
+             * ~2 (decisive but not one-hot); each expert scaled like a dense block. */
+            float rs = 2.0f * sqrtf(3.0f / sh->n_embd), sx = 1.0f / sqrtf(qvar * sh->n_ff_exp);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_gate_inp.weight", l);
+            ADD_LO(nm, sh->n_embd, sh->n_expert, EBB_GGML_F32, 2.0f * rs, -rs);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_gate_exps.weight", l);
+            ADD3(nm, sh->n_embd, sh->n_ff_exp, sh->n_expert, wtype, se);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_up_exps.weight", l);
+            ADD3(nm, sh->n_embd, sh->n_ff_exp, sh->n_expert, wtype, se);
+            snprintf(nm, sizeof(nm), "blk.%u.ffn_down_exps.weight", l);
+            ADD3(nm, sh->n_ff_exp, sh->n_embd, sh->n_expert, vt, sx * 0.5f);
+            continue;
+        }
         L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
-        L("ffn_down.weight", sh->n_ff, sh->n_embd, wtype, sf * 0.5f);
+        L("ffn_down.weight", sh->n_ff, sh->n_embd, vt, sf * 0.5f);
 #undef L
 #undef L_LO
     }
+#undef RESCALE
+#undef ADD3
 #undef ADD
 #undef ADD_LO
     const uint64_t align = 32;
@@ -406,14 +553,14 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + n_src_tok);
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
     kv_str(&w, "general.architecture", fam);
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
-    kv_u32(&w, "general.file_type", wtype == EBB_GGML_Q4_0 ? 2 : 7);
+    kv_u32(&w, "general.file_type", mix ? 15 : wtype == EBB_GGML_Q4_0 ? 2 : 7);
     kv_u32(&w, KEY("block_count"), n_layer);
     kv_u32(&w, KEY("context_length"), sh->n_ctx);
     kv_u32(&w, KEY("embedding_length"), sh->n_embd);
@@ -427,6 +574,11 @@ int main(int argc, char **argv)
     if (sh->head_dim) {
         kv_u32(&w, KEY("attention.key_length"), hd);
         kv_u32(&w, KEY("attention.value_length"), hd);
+    }
+    if (moe) {
+        kv_u32(&w, KEY("expert_count"), sh->n_expert);
+        kv_u32(&w, KEY("expert_used_count"), sh->n_expert_used);
+        kv_u32(&w, KEY("expert_feed_forward_length"), sh->n_ff_exp);
     }
 #undef KEY
     ebb_err rc = EBB_OK;

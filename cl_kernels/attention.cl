@@ -96,7 +96,7 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
                                float scale, __global float *po, __global float2 *pml,
                                __global float *out, int n_rot, float base, float freq_scale,
-                               int neox)
+                               int neox, __global const float *ff)
 {
     __local float qs[HEAD_DIM];
     __local float sc[ATT_CHUNK];
@@ -112,11 +112,11 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
     for (int p = lid; p < HEAD_DIM / 2; p += NORM_WG) {
         int2 i = rope_pair(p, n_rot, neox);
-        float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale);
+        float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale, ff);
         qs[i.x] = r.x * scale;
         qs[i.y] = r.y * scale;
         if (last) {
-            r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale);
+            r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale, ff);
             vstore_half(r.x, i.x, kn);
             vstore_half(r.y, i.y, kn);
             vstore_half(vr[2 * p], 2 * p, vn);

@@ -68,14 +68,17 @@ inline int2 rope_pair(int p, int n_rot, int neox)
     return neox && p < n_rot / 2 ? (int2)(p, p + n_rot / 2) : (int2)(2 * p, 2 * p + 1);
 }
 
-/* (a, b) of pair p rotated for position pos (unchanged past n_rot). */
+/* (a, b) of pair p rotated for position pos (unchanged past n_rot). ff, when given, holds each
+ * pair's frequency divisor (Llama 3.1's rope scaling, n_rot / 2 floats). */
 inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
-                          float freq_scale)
+                          float freq_scale, __global const float *ff)
 {
     if (p >= n_rot / 2)
         return (float2)(a, b);
     /* base^(-2p/n_rot) through exp2/log2: pow is several times slower on CPU devices. */
     float theta = (float)pos * freq_scale * exp2(-2.0f * (float)p / (float)n_rot * log2(base));
+    if (ff)
+        theta /= ff[p];
     float c;
     float s = sincos(theta, &c);
     return (float2)(a * c - b * s, a * s + b * c);
@@ -84,11 +87,12 @@ inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float bas
 /* rope_kv's work for head h of one row at position pos (cache offset kv_base). */
 inline void rope_kv_one(__global float *row, __global half *kc, __global half *vc, ulong kv_base,
                         int n_ctx, int pos, int p, int h, int n_head, int n_head_kv,
-                        int head_dim, int n_rot, float base, float freq_scale, int neox)
+                        int head_dim, int n_rot, float base, float freq_scale, int neox,
+                        __global const float *ff)
 {
     __global float *v = row + h * head_dim; /* Q heads, then K heads */
     int2 i = rope_pair(p, n_rot, neox);
-    float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale);
+    float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale, ff);
     if (h < n_head) {
         v[i.x] = r.x;
         v[i.y] = r.y;
@@ -105,11 +109,12 @@ inline void rope_kv_one(__global float *row, __global half *kc, __global half *v
 
 __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
                       ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
-                      int head_dim, int n_rot, float base, float freq_scale, int neox)
+                      int head_dim, int n_rot, float base, float freq_scale, int neox,
+                      __global const float *ff)
 {
     int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
     rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, kv_base, n_ctx, pos0 + t, p, h, n_head,
-                n_head_kv, head_dim, n_rot, base, freq_scale, neox);
+                n_head_kv, head_dim, n_rot, base, freq_scale, neox, ff);
 }
 
 /* rope_kv for a batch of rows of several slots: row t is at position rt[2t + 1] of KV slot
@@ -118,11 +123,12 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __glob
 __kernel void rope_kv_rows(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
                            __global const int *rt, ulong slot_stride, int n_ctx, int n_head,
                            int n_head_kv, int head_dim, int n_rot, float base, float freq_scale,
-                           int neox)
+                           int neox, __global const float *ff)
 {
     int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
     rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, (ulong)rt[2 * t] * slot_stride, n_ctx,
-                rt[2 * t + 1], p, h, n_head, n_head_kv, head_dim, n_rot, base, freq_scale, neox);
+                rt[2 * t + 1], p, h, n_head, n_head_kv, head_dim, n_rot, base, freq_scale, neox,
+                ff);
 }
 
 /* SwiGLU: y[t][i] = silu(g[t][i]) * g[t][n + i] (gate and up side by side in one row of 2n, as

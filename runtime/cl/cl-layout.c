@@ -148,8 +148,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
-            /* Batches of up to 64 rows through matvec_q8r, 8 rows per weight read. */
+            /* Batches of up to 64 rows through matvec_q8r, 4 rows per weight read (H100, 8B
+             * shape, ebb bench --batch: 8 rows 10.8 ms a step with 4, 11.8 with 8, 12.8 with 16;
+             * 32 rows 31.6, 32.8, 34.6 ms). */
             t.q8r_max = 64;
+            t.mvr = 4;
             /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe, in
              * 64 x 64 tiles of 32 inputs a step, the next step's loads issued before this
              * step's products (H100, 8B pp512: 2046 tok/s; without the early loads 1974, 64
@@ -910,6 +913,26 @@ out:
         ebb_cl_source_release(att);
     if (q8)
         ebb_cl_source_release(q8);
+    return rc;
+}
+
+ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                         const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    const char *quant = NULL, *moe = NULL;
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("moe.cl", &moe, diag)))
+        goto out;
+    const char *srcs[] = {pro, quant, moe};
+    rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", out, diag);
+out:
+    if (quant)
+        ebb_cl_source_release(quant);
+    if (moe)
+        ebb_cl_source_release(moe);
     return rc;
 }
 

@@ -207,6 +207,11 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            struct ebb_diag *diag);
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 
+/* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down) for expert
+ * stacks placed in layout l (one weight of n_expert x rows-per-expert rows). */
+ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                         const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
+
 /* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
  * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of
  * head_dim (a multiple of 4). */

@@ -40,6 +40,31 @@ static const struct ebb__op *find_op(const struct ebb__arch *a, enum ebb__op_kin
     return NULL;
 }
 
+/* Llama 3.1's rope scaling: the keys when the file has them, the divisors' range either way
+ * (from rope_freqs.weight when present). */
+static void rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                       const struct ebb_gguf *g, struct sbuf *b)
+{
+    float ff[512];
+    bool scaled = false;
+    struct ebb_diag d = {{0}};
+    if (hp->n_rot / 2 > 512 || ebb__arch_rope_freqs(a, hp, g, ff, &scaled, &d))
+        return;
+    if (hp->rope_llama3)
+        add(b, "llama3 rope scaling x%g (low %g, high %g, original context %u)",
+            (double)hp->rope_factor, (double)hp->rope_low_freq, (double)hp->rope_high_freq,
+            hp->rope_orig_ctx);
+    if (!scaled)
+        return;
+    float lo = ff[0], hi = ff[0];
+    for (uint32_t i = 1; i < hp->n_rot / 2; i++) {
+        lo = ff[i] < lo ? ff[i] : lo;
+        hi = ff[i] > hi ? ff[i] : hi;
+    }
+    add(b, "rope frequency divisors %.3g-%.3g%s", (double)lo, (double)hi,
+        ebb_gguf_find_tensor(g, "rope_freqs.weight") ? " (rope_freqs.weight)" : "");
+}
+
 static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
                      const struct ebb_gguf *g, struct sbuf *b)
 {
@@ -62,11 +87,21 @@ static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
         add(b, "rope %s over %u dims", r->arg == EBB__ROPE_NEOX ? "neox" : "normal", hp->n_rot);
     if (hp->rope_scale != 1.0f)
         add(b, "linear rope scaling x%g", (double)hp->rope_scale);
+    rope_freqs(a, hp, g, b);
     if (find_op(a, EBB__OP_SPLIT, 2))
         add(b, "fused gate|up");
     const struct ebb__op *glu = find_op(a, EBB__OP_GLU, -1);
     if (glu)
         add(b, "%s gate", glu->arg == EBB__ACT_GELU_TANH ? "GELU-tanh" : "SiLU");
+    const struct ebb__op *moe = find_op(a, EBB__OP_MOE, -1);
+    if (moe) {
+        add(b, "%u of %u experts per token (width %u, %s gate, softmax router%s)",
+            hp->n_expert_used, hp->n_expert, hp->n_ff_exp,
+            moe->arg == EBB__ACT_GELU_TANH ? "GELU-tanh" : "SiLU",
+            hp->expert_norm ? ", weights renormalised" : "");
+        if (hp->expert_scale != 0.0f && hp->expert_scale != 1.0f)
+            add(b, "expert weights x%g", (double)hp->expert_scale);
+    }
     if (hp->swa && hp->swa_pattern)
         add(b, "window %u on %u of %u layers", hp->swa, hp->swa_pattern - 1, hp->swa_pattern);
     const struct ebb__op *head = &a->output[a->n_output - 1];

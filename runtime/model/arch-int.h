@@ -37,6 +37,16 @@ struct ebb__hparams {
     uint32_t n_rot; /* rotary dims per head; derived default: head_dim */
     float rope_base;
     float rope_scale; /* linear scaling factor (1 = none; rope.scaling.*, read by the engine) */
+    /* Llama 3.1's rope scaling (rope.scaling.type = llama3, read by the engine): each rotary
+     * pair's frequency is divided by a factor between 1 and rope_factor, by its wavelength
+     * against the original context (ebb__arch_rope_freqs). A file's rope_freqs.weight, where
+     * its family declares one, gives the divisors directly and wins over these keys. */
+    uint32_t rope_llama3;   /* 1: the keys below were read */
+    float rope_factor;      /* rope.scaling.factor (8 in Llama 3.1) */
+    float rope_low_freq;    /* rope.scaling.low_freq_factor (1) */
+    float rope_high_freq;   /* rope.scaling.high_freq_factor (4) */
+    uint32_t rope_orig_ctx; /* rope.scaling.original_context_length (8192) */
+    uint32_t rope_freqs;    /* 1: some pair's divisor differs from 1 (keys or tensor) */
     float rms_eps;
     /* Sliding-window attention: layer l attends to the last `swa` positions only when swa and
      * swa_pattern are set and (l + 1) % swa_pattern != 0 (ebb__arch_window); such local layers
@@ -44,11 +54,21 @@ struct ebb__hparams {
     uint32_t swa;
     uint32_t swa_pattern;
     float rope_base_swa;
+    /* Mixture of experts (the MOE op): a router picks n_expert_used of n_expert feed-forward
+     * blocks of width n_ff_exp per token. */
+    uint32_t n_expert;      /* expert_count */
+    uint32_t n_expert_used; /* expert_used_count: k, at most EBB__MAX_EXPERT_USED */
+    uint32_t n_ff_exp;      /* expert_feed_forward_length; derived default: n_ff / k */
+    uint32_t expert_norm;   /* expert_weights_norm: the k weights renormalised to sum 1 */
+    float expert_scale;     /* expert_weights_scale: the k weights multiplied by it (0: 1) */
 };
+
+#define EBB__MAX_EXPERT 1024
+#define EBB__MAX_EXPERT_USED 64
 
 /* ---- 1. hyper-parameters ---- */
 
-enum ebb__key_type { EBB__KEY_U32, EBB__KEY_F32 };
+enum ebb__key_type { EBB__KEY_U32, EBB__KEY_F32, EBB__KEY_BOOL /* into a uint32_t, 0 or 1 */ };
 
 enum ebb__key_flags {
     EBB__KEY_REQUIRED = 1, /* missing key: the model does not load */
@@ -76,6 +96,10 @@ struct ebb__key {
 #define EBB__U32(k, field, d) EBB__KEY_U32_(k, field, 0, d)
 #define EBB__U32_DERIVED(k, field) EBB__KEY_U32_(k, field, EBB__KEY_DERIVED, 0)
 #define EBB__F32(k, field, d) EBB__KEY_F32_(k, field, 0, d)
+#define EBB__BOOL(k, field, d)                                                                     \
+    {                                                                                              \
+        (k), EBB__KEY_BOOL, 0, (uint16_t)offsetof(struct ebb__hparams, field), (d)                 \
+    }
 #define EBB__U32_CONST(field, v) EBB__KEY_U32_(NULL, field, 0, v)
 #define EBB__F32_CONST(field, v) EBB__KEY_F32_(NULL, field, 0, v)
 
@@ -83,15 +107,18 @@ struct ebb__key {
 
 /* A tensor dimension in hyper-parameter terms. */
 enum ebb__dim {
-    EBB__DIM_1,     /* 1: the second dimension of a vector */
-    EBB__DIM_EMBD,  /* n_embd */
-    EBB__DIM_VOCAB, /* n_vocab */
-    EBB__DIM_Q,     /* n_head * head_dim */
-    EBB__DIM_KV,    /* n_head_kv * head_dim */
-    EBB__DIM_FF,    /* n_ff */
-    EBB__DIM_HEAD,  /* head_dim */
-    EBB__DIM_QKV,   /* (n_head + 2 n_head_kv) * head_dim: a fused q|k|v projection */
-    EBB__DIM_FF2,   /* 2 n_ff: a fused gate|up projection */
+    EBB__DIM_1,      /* 1: the second dimension of a vector */
+    EBB__DIM_EMBD,   /* n_embd */
+    EBB__DIM_VOCAB,  /* n_vocab */
+    EBB__DIM_Q,      /* n_head * head_dim */
+    EBB__DIM_KV,     /* n_head_kv * head_dim */
+    EBB__DIM_FF,     /* n_ff */
+    EBB__DIM_HEAD,   /* head_dim */
+    EBB__DIM_QKV,    /* (n_head + 2 n_head_kv) * head_dim: a fused q|k|v projection */
+    EBB__DIM_FF2,    /* 2 n_ff: a fused gate|up projection */
+    EBB__DIM_ROT2,   /* n_rot / 2: one per rotary pair (rope_freqs) */
+    EBB__DIM_EXPERT, /* n_expert */
+    EBB__DIM_FF_EXP, /* n_ff_exp: one expert's feed-forward width */
     EBB__N_DIM
 };
 
@@ -107,25 +134,32 @@ struct ebb__tensor {
     uint8_t ne0, ne1; /* enum ebb__dim: ne0 is the row length (a matrix's input) */
     uint8_t flags;    /* enum ebb__tensor_flags */
     int8_t fallback;  /* an optional tensor's stand-in (index in the same table), or -1 */
+    uint8_t ne2;      /* enum ebb__dim: EBB__DIM_1 (2-D), or a stack of ne2 matrices (experts) */
 };
 
 #define EBB__TENSOR(name, ne0, ne1)                                                                \
     {                                                                                              \
-        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, 0, -1                                              \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, 0, -1, EBB__DIM_1                                  \
     }
 #define EBB__LAYER_TENSOR(name, ne0, ne1)                                                          \
     {                                                                                              \
-        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_LAYER, -1                                   \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_LAYER, -1, EBB__DIM_1                       \
     }
 #define EBB__TENSOR_OR(name, ne0, ne1, fb)                                                         \
     {                                                                                              \
-        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_OPTIONAL, (int8_t)(fb)                      \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_OPTIONAL, (int8_t)(fb), EBB__DIM_1          \
+    }
+
+/* Per layer, a stack of ne2 matrices of (ne0, ne1), each addressable on its own (experts). */
+#define EBB__LAYER_TENSOR3(name, ne0, ne1, ne2)                                                    \
+    {                                                                                              \
+        (name), EBB__DIM_##ne0, EBB__DIM_##ne1, EBB__T_LAYER, -1, EBB__DIM_##ne2                   \
     }
 
 /* A tensor whose presence makes the load fail (e.g. Phi-3.5's longrope frequency factors). */
 #define EBB__TENSOR_REFUSED(name)                                                                  \
     {                                                                                              \
-        (name), EBB__DIM_1, EBB__DIM_1, EBB__T_REFUSED | EBB__T_OPTIONAL, -1                       \
+        (name), EBB__DIM_1, EBB__DIM_1, EBB__T_REFUSED | EBB__T_OPTIONAL, -1, EBB__DIM_1           \
     }
 
 /* ---- 3. the forward pass ---- */
@@ -162,6 +196,15 @@ enum ebb__op_kind {
     EBB__OP_ADD_BIAS,  /* dst = a + t, t a vector as wide as dst added to every row (qwen2) */
     EBB__OP_SPLIT,     /* dst, b (and c when arg is 3) = consecutive column ranges of a, each
                           as wide as its buffer (phi3's fused q|k|v and gate|up) */
+    EBB__OP_MOE,       /* dst = a mixture-of-experts feed-forward block of a, per row: the
+                          router t (n_embd -> n_expert) scores the experts, softmax, the top
+                          n_expert_used are kept (ties: lower id), their probabilities
+                          renormalised (expert_norm) and scaled (expert_scale); dst = sum of
+                          weight_e * down_e(act(gate_e a) * up_e a) over them (arg: enum
+                          ebb__act). The experts are the three tensors declared right after t,
+                          in the order gate, up, down: stacks (n_embd, n_ff_exp, n_expert) and
+                          (n_ff_exp, n_embd, n_expert) of which only the chosen matrices are
+                          read. */
     EBB__N_OP
 };
 
@@ -231,6 +274,12 @@ struct ebb__op {
         EBB__OP_ADD_BIAS, EBB__B(dst), EBB__B(dst), 0, 0, 0, (t)                                   \
     }
 
+/* router: the router tensor's index; gate, up and down experts follow it in the table. */
+#define EBB__MOE(dst, a, router, act)                                                              \
+    {                                                                                              \
+        EBB__OP_MOE, EBB__B(dst), EBB__B(a), 0, 0, EBB__ACT_##act, (router)                        \
+    }
+
 #define EBB__SPLIT2(a, d0, d1)                                                                     \
     {                                                                                              \
         EBB__OP_SPLIT, EBB__B(d0), EBB__B(a), EBB__B(d1), 0, 2, -1                                 \
@@ -263,6 +312,7 @@ extern const struct ebb__arch ebb__arch_gemma3;
 extern const struct ebb__arch ebb__arch_qwen2;
 extern const struct ebb__arch ebb__arch_qwen3;
 extern const struct ebb__arch ebb__arch_phi3;
+extern const struct ebb__arch ebb__arch_qwen3moe;
 
 /* ---- arch.c: what the backends use to run a description ---- */
 
@@ -286,6 +336,14 @@ static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t 
 {
     return hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0 ? hp->swa : 0;
 }
+
+/* The divisor of each rotary pair's frequency (n_rot / 2 floats into ff): the file's
+ * rope_freqs.weight when the family declares it and the file has it, else computed from
+ * Llama 3.1's rope.scaling keys, else all 1. *scaled says whether any differs from 1. Errors:
+ * a rope_freqs tensor of the wrong size, or a factor that is not a positive finite number. */
+ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, float *ff, bool *scaled,
+                             struct ebb_diag *diag);
 
 /* The GGUF name of tensor t (of layer l when per layer) into buf. */
 void ebb__arch_tensor_name(const struct ebb__arch *a, uint32_t t, uint32_t l, char *buf,

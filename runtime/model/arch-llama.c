@@ -1,6 +1,7 @@
-/* The llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral without its window): pre-norm
+/* The llama family (Llama 2/3/3.1, SmolLM2, TinyLlama, Mistral without its window): pre-norm
  * decoder layers with grouped-query attention, rotary positions on adjacent pairs and a SwiGLU
- * feed-forward block; the output head may reuse the token embeddings. */
+ * feed-forward block; the output head may reuse the token embeddings. Llama 3.1's files carry
+ * their rope frequency factors as rope_freqs.weight. */
 #include "arch-int.h"
 
 /* 1. Hyper-parameters: `llama.<key>`. */
@@ -23,6 +24,7 @@ enum {
     TOKEN_EMBD,
     OUTPUT_NORM,
     OUTPUT,
+    ROPE_FREQS,
     ATTN_NORM,
     ATTN_Q,
     ATTN_K,
@@ -38,6 +40,8 @@ static const struct ebb__tensor tensors[] = {
     [TOKEN_EMBD] = EBB__TENSOR("token_embd.weight", EMBD, VOCAB),
     [OUTPUT_NORM] = EBB__TENSOR("output_norm.weight", EMBD, 1),
     [OUTPUT] = EBB__TENSOR_OR("output.weight", EMBD, VOCAB, TOKEN_EMBD), /* tied when missing */
+    /* Llama 3.1: each rotary pair's frequency divisor (ebb__arch_rope_freqs applies it). */
+    [ROPE_FREQS] = EBB__TENSOR_OR("rope_freqs.weight", ROT2, 1, -1),
     [ATTN_NORM] = EBB__LAYER_TENSOR("attn_norm.weight", EMBD, 1),
     [ATTN_Q] = EBB__LAYER_TENSOR("attn_q.weight", EMBD, Q),
     [ATTN_K] = EBB__LAYER_TENSOR("attn_k.weight", EMBD, KV),

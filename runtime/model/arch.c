@@ -3,11 +3,15 @@
  * against a file. */
 #include "arch-int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static const struct ebb__arch *const families[] = {
-    &ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2, &ebb__arch_qwen3, &ebb__arch_phi3};
+#include "quant/quant.h"
+
+static const struct ebb__arch *const families[] = {&ebb__arch_llama, &ebb__arch_gemma3,
+                                                   &ebb__arch_qwen2, &ebb__arch_qwen3,
+                                                   &ebb__arch_phi3,  &ebb__arch_qwen3moe};
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
 
 const struct ebb__arch *ebb__arch_find(const char *name)
@@ -44,6 +48,7 @@ const char *ebb__arch_op_name(enum ebb__op_kind k)
         [EBB__OP_ADD] = "add",
         [EBB__OP_ADD_BIAS] = "add_bias",
         [EBB__OP_SPLIT] = "split",
+        [EBB__OP_MOE] = "moe",
     };
     return (unsigned)k < EBB__N_OP ? names[k] : "?";
 }
@@ -69,6 +74,12 @@ uint64_t ebb__arch_dim(const struct ebb__hparams *hp, enum ebb__dim d)
         return ((uint64_t)hp->n_head + 2ull * hp->n_head_kv) * hp->head_dim;
     case EBB__DIM_FF2:
         return 2ull * hp->n_ff;
+    case EBB__DIM_ROT2:
+        return hp->n_rot / 2;
+    case EBB__DIM_EXPERT:
+        return hp->n_expert;
+    case EBB__DIM_FF_EXP:
+        return hp->n_ff_exp;
     default:
         return 0;
     }
@@ -89,6 +100,14 @@ uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b)
 
 /* ---- hyper-parameters ---- */
 
+static void set_default(const struct ebb__key *k, void *field)
+{
+    if (k->type == EBB__KEY_F32)
+        *(float *)field = k->def;
+    else
+        *(uint32_t *)field = (uint32_t)k->def;
+}
+
 /* Reads one entry of a key table into hp; *missing says the key was absent. */
 static ebb_err read_key(const struct ebb_gguf *g, const char *arch, const struct ebb__key *k,
                         struct ebb__hparams *hp, bool *missing, struct ebb_diag *diag)
@@ -96,24 +115,24 @@ static ebb_err read_key(const struct ebb_gguf *g, const char *arch, const struct
     void *field = (char *)hp + k->off;
     *missing = false;
     if (!k->key) {
-        if (k->type == EBB__KEY_U32)
-            *(uint32_t *)field = (uint32_t)k->def;
-        else
-            *(float *)field = k->def;
+        set_default(k, field);
         return EBB_OK;
     }
     char key[128];
     snprintf(key, sizeof(key), "%s.%s", arch, k->key);
-    ebb_err rc = k->type == EBB__KEY_U32 ? ebb_gguf_get_u32(g, key, (uint32_t *)field)
-                                         : ebb_gguf_get_f32(g, key, (float *)field);
+    ebb_err rc;
+    bool b = false;
+    if (k->type == EBB__KEY_U32)
+        rc = ebb_gguf_get_u32(g, key, (uint32_t *)field);
+    else if (k->type == EBB__KEY_F32)
+        rc = ebb_gguf_get_f32(g, key, (float *)field);
+    else if (!(rc = ebb_gguf_get_bool(g, key, &b)))
+        *(uint32_t *)field = b;
     if (rc == EBB_ENOTFOUND) {
         if (k->flags & EBB__KEY_REQUIRED)
             return ebb_diag_set(diag, EBB_EFORMAT, "metadata key %s: %s", key, ebb_err_str(rc));
         *missing = true;
-        if (k->type == EBB__KEY_U32)
-            *(uint32_t *)field = (uint32_t)k->def;
-        else
-            *(float *)field = k->def;
+        set_default(k, field);
         return EBB_OK;
     }
     if (rc)
@@ -132,10 +151,54 @@ static void derive(struct ebb__hparams *hp, size_t off)
         hp->head_dim_v = hp->head_dim;
     else if (off == offsetof(struct ebb__hparams, n_rot))
         hp->n_rot = hp->head_dim;
+    else if (off == offsetof(struct ebb__hparams, n_ff_exp))
+        hp->n_ff_exp = hp->n_expert_used ? hp->n_ff / hp->n_expert_used : 0;
 }
 
-/* Linear rope scaling (positions divided by the factor), an engine feature every family gets.
- * Other scaling types change the frequencies in ways the backends do not implement yet. */
+/* An optional f32 key into *v (left alone when missing). */
+static ebb_err get_f32_opt(const struct ebb_gguf *g, const struct ebb__hparams *hp,
+                           const char *suffix, float *v, struct ebb_diag *diag)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", hp->arch, suffix);
+    ebb_err rc = ebb_gguf_get_f32(g, key, v);
+    if (rc && rc != EBB_ENOTFOUND)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    return EBB_OK;
+}
+
+/* Llama 3.1's keys, with its values as defaults. */
+static ebb_err read_llama3_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
+                                   struct ebb_diag *diag)
+{
+    char key[128];
+    hp->rope_llama3 = 1;
+    hp->rope_factor = 8.0f;
+    hp->rope_low_freq = 1.0f;
+    hp->rope_high_freq = 4.0f;
+    hp->rope_orig_ctx = 8192;
+    ebb_err rc;
+    if ((rc = get_f32_opt(g, hp, "rope.scaling.factor", &hp->rope_factor, diag)) ||
+        (rc = get_f32_opt(g, hp, "rope.scaling.low_freq_factor", &hp->rope_low_freq, diag)) ||
+        (rc = get_f32_opt(g, hp, "rope.scaling.high_freq_factor", &hp->rope_high_freq, diag)))
+        return rc;
+    snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", hp->arch);
+    rc = ebb_gguf_get_u32(g, key, &hp->rope_orig_ctx);
+    if (rc && rc != EBB_ENOTFOUND)
+        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    if (!(hp->rope_factor >= 1.0f && hp->rope_factor < 1e6f && hp->rope_low_freq > 0 &&
+          hp->rope_high_freq > hp->rope_low_freq && hp->rope_high_freq < 1e6f &&
+          hp->rope_orig_ctx > 0))
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "bad llama3 rope scaling (factor %g, low %g, high %g, context %u)",
+                            (double)hp->rope_factor, (double)hp->rope_low_freq,
+                            (double)hp->rope_high_freq, hp->rope_orig_ctx);
+    return EBB_OK;
+}
+
+/* Rope scaling, an engine feature every family gets: linear (positions divided by the factor)
+ * and Llama 3.1's per-frequency factors (ebb__arch_rope_freqs). Other types (YaRN, longrope)
+ * change the rotation in ways the backends do not implement yet. */
 static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
                                  struct ebb_diag *diag)
 {
@@ -145,13 +208,14 @@ static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *
     snprintf(key, sizeof(key), "%s.rope.scaling.type", hp->arch);
     if (ebb_gguf_get_str(g, key, &stype) || (stype.n == 4 && !memcmp(stype.p, "none", 4)))
         return EBB_OK;
+    if (stype.n == 6 && !memcmp(stype.p, "llama3", 6))
+        return read_llama3_scaling(g, hp, diag);
     if (!(stype.n == 6 && !memcmp(stype.p, "linear", 6)))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "rope scaling type '%.*s'", (int)stype.n,
                             stype.p);
-    snprintf(key, sizeof(key), "%s.rope.scaling.factor", hp->arch);
-    ebb_err rc = ebb_gguf_get_f32(g, key, &hp->rope_scale);
-    if (rc && rc != EBB_ENOTFOUND)
-        return ebb_diag_set(diag, rc, "metadata key %s: %s", key, ebb_err_str(rc));
+    ebb_err rc = get_f32_opt(g, hp, "rope.scaling.factor", &hp->rope_scale, diag);
+    if (rc)
+        return rc;
     if (!(hp->rope_scale > 0))
         return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.scaling.factor");
     return EBB_OK;
@@ -171,6 +235,13 @@ static ebb_err check_hparams(const struct ebb__hparams *hp, struct ebb_diag *dia
                             hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ebb_diag_set(diag, EBB_EFORMAT, "bad rope.dimension_count %u", hp->n_rot);
+    if (hp->n_expert &&
+        (hp->n_expert > EBB__MAX_EXPERT || !hp->n_expert_used || hp->n_expert_used > hp->n_expert ||
+         hp->n_expert_used > EBB__MAX_EXPERT_USED || !hp->n_ff_exp || hp->n_ff_exp > (1u << 22) ||
+         !(hp->expert_scale >= 0) || !isfinite(hp->expert_scale)))
+        return ebb_diag_set(
+            diag, EBB_EFORMAT, "unsupported experts: %u of %u used (at most %u of %u), width %u",
+            hp->n_expert_used, hp->n_expert, EBB__MAX_EXPERT_USED, EBB__MAX_EXPERT, hp->n_ff_exp);
     return EBB_OK;
 }
 
@@ -201,7 +272,8 @@ ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch 
         return ebb_diag_set(diag, EBB_EFORMAT, "implausible model dimensions");
     const size_t order[] = {
         offsetof(struct ebb__hparams, n_head_kv), offsetof(struct ebb__hparams, head_dim),
-        offsetof(struct ebb__hparams, head_dim_v), offsetof(struct ebb__hparams, n_rot)};
+        offsetof(struct ebb__hparams, head_dim_v), offsetof(struct ebb__hparams, n_rot),
+        offsetof(struct ebb__hparams, n_ff_exp)};
     for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++)
         for (uint32_t i = 0; i < a->n_keys; i++)
             if (a->keys[i].off == order[o] && missing[i] && (a->keys[i].flags & EBB__KEY_DERIVED))
@@ -221,6 +293,11 @@ ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch 
         return ebb_diag_set(diag, EBB_EFORMAT, "%s missing or not (%llu, vocab)", et->name,
                             (unsigned long long)ebb__arch_dim(hp, et->ne0));
     hp->n_vocab = (uint32_t)emb->ne[1];
+    float ff[512]; /* n_rot <= head_dim <= 1024 (check_hparams) */
+    bool scaled;
+    if ((rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag)))
+        return rc;
+    hp->rope_freqs = scaled;
     *arch = a;
     return EBB_OK;
 }
@@ -259,8 +336,17 @@ ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *h
         return ebb__arch_tensor(a, hp, g, (uint32_t)d->fallback, l, out, diag);
     }
     uint64_t ne0 = ebb__arch_dim(hp, d->ne0), ne1 = ebb__arch_dim(hp, d->ne1);
-    bool vec = d->ne1 == EBB__DIM_1;
-    bool ok = vec ? gt->n_elements == ne0 : gt->n_dims == 2 && gt->ne[0] == ne0 && gt->ne[1] == ne1;
+    uint64_t ne2 = ebb__arch_dim(hp, d->ne2);
+    bool vec = d->ne1 == EBB__DIM_1, stack = d->ne2 != EBB__DIM_1;
+    bool ok = vec     ? gt->n_elements == ne0
+              : stack ? gt->n_dims == 3 && gt->ne[0] == ne0 && gt->ne[1] == ne1 && gt->ne[2] == ne2
+                      : gt->n_dims == 2 && gt->ne[0] == ne0 && gt->ne[1] == ne1;
+    if (!ok && stack)
+        return ebb_diag_set(
+            diag, EBB_EFORMAT, "tensor %s has shape (%llu, %llu, %llu), want (%llu, %llu, %llu)",
+            name, (unsigned long long)gt->ne[0], (unsigned long long)gt->ne[1],
+            (unsigned long long)(gt->n_dims > 2 ? gt->ne[2] : 1), (unsigned long long)ne0,
+            (unsigned long long)ne1, (unsigned long long)ne2);
     if (!ok)
         return ebb_diag_set(diag, EBB_EFORMAT,
                             "tensor %s has shape (%llu, %llu), want (%llu, %llu)", name,
@@ -270,7 +356,77 @@ ebb_err ebb__arch_tensor(const struct ebb__arch *a, const struct ebb__hparams *h
     return EBB_OK;
 }
 
+/* ---- rope frequency factors ---- */
+
+/* Llama 3.1's divisors: pairs whose wavelength is shorter than original context / high keep
+ * their frequency, those longer than original context / low are slowed by the whole factor,
+ * and the ones between blend the two by where the wavelength falls. */
+static void llama3_freqs(const struct ebb__hparams *hp, float *ff)
+{
+    const double lo_wave = hp->rope_orig_ctx / (double)hp->rope_low_freq;
+    const double hi_wave = hp->rope_orig_ctx / (double)hp->rope_high_freq;
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        double freq = pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
+        double wave = 2.0 * M_PI / freq;
+        double div = 1.0;
+        if (wave > lo_wave) {
+            div = hp->rope_factor;
+        } else if (wave >= hi_wave) {
+            double smooth = (hp->rope_orig_ctx / wave - hp->rope_low_freq) /
+                            (hp->rope_high_freq - hp->rope_low_freq);
+            div = 1.0 / ((1.0 - smooth) / hp->rope_factor + smooth);
+        }
+        ff[i] = (float)div;
+    }
+}
+
+ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, float *ff, bool *scaled,
+                             struct ebb_diag *diag)
+{
+    const uint32_t n = hp->n_rot / 2;
+    const struct ebb_gguf_tensor *gt = NULL;
+    for (uint32_t t = 0; t < a->n_tensors && !gt; t++)
+        if (!(a->tensors[t].flags & EBB__T_LAYER) &&
+            !strcmp(a->tensors[t].name, "rope_freqs.weight"))
+            gt = ebb_gguf_find_tensor(g, a->tensors[t].name);
+    for (uint32_t i = 0; i < n; i++)
+        ff[i] = 1.0f;
+    if (gt) {
+        if (gt->n_elements != n || ebb_quant_dequantize_row(gt->type, gt->data, ff, n))
+            return ebb_diag_set(diag, EBB_EFORMAT,
+                                "rope_freqs.weight: want %u f32/f16 factors (n_rot / 2)", n);
+    } else if (hp->rope_llama3) {
+        llama3_freqs(hp, ff);
+    }
+    *scaled = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(ff[i] > 0 && isfinite(ff[i])))
+            return ebb_diag_set(diag, EBB_EFORMAT, "rope_freqs.weight: factor %u is %g", i,
+                                (double)ff[i]);
+        *scaled |= ff[i] != 1.0f;
+    }
+    return EBB_OK;
+}
+
 /* ---- the programs ---- */
+
+/* A MOE op's router t and the gate, up, down stacks after it against a (wa wide) and dst. */
+static bool check_moe(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                      const struct ebb__op *op, uint64_t wa, uint64_t wd)
+{
+    if ((uint32_t)op->t + 3 >= a->n_tensors || !hp->n_expert || op->arg > EBB__ACT_GELU_TANH)
+        return false;
+    const struct ebb__tensor *t = &a->tensors[op->t];
+#define DIMS(i, d0, d1, d2)                                                                        \
+    (ebb__arch_dim(hp, t[i].ne0) == (d0) && ebb__arch_dim(hp, t[i].ne1) == (d1) &&                 \
+     ebb__arch_dim(hp, t[i].ne2) == (d2) && (t[i].flags & EBB__T_LAYER) &&                         \
+     !(t[i].flags & EBB__T_OPTIONAL))
+    bool ok = DIMS(0, wa, hp->n_expert, 1) && DIMS(1, wa, hp->n_ff_exp, hp->n_expert) &&
+              DIMS(2, wa, hp->n_ff_exp, hp->n_expert) && DIMS(3, hp->n_ff_exp, wd, hp->n_expert);
+#undef DIMS
+    return ok;
+}
 
 /* Checks one op's operands; prog names the program for messages. */
 static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp,
@@ -284,7 +440,7 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u is malformed", a->name, prog, i);
     bool needs_t = op->kind == EBB__OP_GET_ROWS || op->kind == EBB__OP_RMS_NORM ||
                    op->kind == EBB__OP_HEAD_NORM || op->kind == EBB__OP_MATMUL ||
-                   op->kind == EBB__OP_ADD_BIAS;
+                   op->kind == EBB__OP_ADD_BIAS || op->kind == EBB__OP_MOE;
     if (needs_t != (op->t >= 0))
         return ebb_diag_set(diag, EBB_EINVAL, "family %s: %s op %u (%s) %s a tensor", a->name, prog,
                             i, on, needs_t ? "needs" : "takes no");
@@ -325,6 +481,9 @@ static ebb_err check_op(const struct ebb__arch *a, const struct ebb__hparams *hp
         break;
     case EBB__OP_SCALE:
         ok = op->arg == EBB__SCALE_SQRT_EMBD;
+        break;
+    case EBB__OP_MOE:
+        ok = check_moe(a, hp, op, wa, wd);
         break;
     case EBB__OP_SPLIT: {
         uint64_t sum = wd + ebb__arch_buf_width(hp, op->b);

@@ -1,6 +1,6 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
- * model-cl-stream.c -> model-cl-layer.c -> model-cl-place.c. */
+ * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -51,6 +51,8 @@ enum clm_step_kind {
                       CLM_ATT */
     CLM_BIAS,      /* the layer's bias (n_q + 2 n_kv, plan.bias) added to every row of CLM_QKV */
     CLM_HEAD_NORM, /* RMS norm of each q and k head in CLM_QKV (plan.qk_norm) */
+    CLM_MOE,       /* X += the experts' block of rmsnorm(X) (model-cl-moe.c): router, gate,
+                      up and down stacks in groups group .. group + 3, one weight each */
 };
 
 struct clm_step {
@@ -61,6 +63,22 @@ struct clm_step {
     bool glu;        /* CLM_PROJ: in is gate | up, SwiGLU first */
     bool res;        /* CLM_PROJ: the product is added to out (the residual) */
     bool neox;       /* CLM_ATTN: rope on split halves */
+};
+
+/* model-cl-moe.c's kernels (one program per expert-stack layout) and scratch. */
+struct clm_moe_prog {
+    struct ebb_cl_layout layout;
+    cl_program prog;
+    cl_kernel gather, down;
+};
+
+struct clm_moe {
+    struct clm_moe_prog progs[4];
+    uint32_t n_progs;
+    cl_kernel route; /* moe_route, from progs[0] */
+    cl_mem scores;   /* (N_BATCH, n_expert) router scores */
+    cl_mem ids, w;   /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
+    cl_mem gu;       /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
 };
 
 /* Tensors stacked along their outputs into one buffer (q|k|v, gate|up), fused on placement
@@ -140,7 +158,8 @@ struct clm {
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
-    cl_mem output_norm;                /* (n_embd) f32 */
+    cl_mem rope_ff;     /* (n_rot / 2) rope frequency divisors (Llama 3.1's scaling), or NULL */
+    cl_mem output_norm; /* (n_embd) f32 */
     struct layer *layers;
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */
@@ -183,6 +202,7 @@ struct clm {
     pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
     bool snap_init;
     struct ebb_stream_report snap;
+    struct clm_moe moe; /* families with a moe op */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
@@ -223,6 +243,16 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 /* One layer for the chunk's rows; m->x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
+
+/* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
+ * (the kernels and scratch, made on the first call; *scores: where the caller writes the
+ * router's product of the normed rows in m->h), then ebb__clm_moe_experts. ebb__clm_moe_fini
+ * releases what they made (accepts an engine that never ran one). */
+ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
+                             cl_mem *scores, struct ebb_diag *diag);
+ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                             struct ebb_diag *diag);
+void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
 uint64_t ebb__clm_now_ns(void);

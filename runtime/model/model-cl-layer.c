@@ -253,10 +253,10 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                               EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(m->rope_ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
     bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
-    if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 14, diag)) ||
+    if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 15, diag)) ||
                         (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag))))
         return rc;
 
@@ -278,10 +278,10 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
-                                  EBB_CL_ARG(neox)};
+                                  EBB_CL_ARG(neox), EBB_CL_ARG(m->rope_ff)};
         cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
         if ((rc = ebb_cl_set_args(kp, 0, a, 12, diag)) ||
-            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 4, diag))) ||
+            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 5, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
@@ -389,10 +389,10 @@ static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct cl
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt), EBB_CL_ARG(slot),
                               EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(m->rope_ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)rows->nt};
     ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 14, diag)) ||
+    if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 15, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, NULL, diag)))
         return rc;
     for (uint32_t i = 0; i < rows->n_parts; i++)
@@ -427,6 +427,21 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct eb
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
+/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. */
+static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                   struct ebb_diag *diag)
+{
+    cl_mem scores;
+    int n_embd = (int)m->hp.n_embd, n_expert = (int)m->hp.n_expert;
+    ebb_err rc;
+    if ((rc = ebb__clm_moe_prepare(m, L, s, &scores, diag)) ||
+        (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)) ||
+        (rc = ebb__clm_wmul(m, &L->w[s->group][0], m->h, n_embd, scores, n_expert, 0, NULL, NULL,
+                            nt, diag)))
+        return rc;
+    return ebb__clm_moe_experts(m, L, s, nt, diag);
+}
+
 /* One layer for the chunk's rows: the compiled steps of the family's layer program
  * (model-cl-plan.c); x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
@@ -445,6 +460,9 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
             break;
         case CLM_HEAD_NORM:
             rc = head_norm(m, L, nt, diag);
+            break;
+        case CLM_MOE:
+            rc = moe(m, L, s, nt, diag);
             break;
         default:
             rc = proj(m, L, s, nt, diag);

@@ -35,7 +35,8 @@ ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in,
     const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(g, name);
     if (!t)
         return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s' is missing", name);
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+    /* A stack of matrices (experts) is placed as one of all their rows. */
+    if (t->ne[0] != n_in || t->ne[1] * t->ne[2] != n_out || t->ne[3] != 1)
         return ebb_diag_set(diag, EBB_EFORMAT,
                             "tensor '%s' has shape [%llu, %llu], expected [%llu, %llu]", name,
                             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
@@ -191,7 +192,8 @@ static ebb_err place_plan_group(struct clm *m, const struct ebb_gguf *g, uint32_
     for (uint32_t i = 0; i < G->n; i++) {
         ebb__arch_tensor_name(m->a, (uint32_t)G->t[i], l, nm[i], sizeof(nm[i]));
         names[i] = nm[i];
-        rows[i] = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1);
+        const struct ebb__tensor *d = &m->a->tensors[G->t[i]];
+        rows[i] = (uint32_t)(ebb__arch_dim(&m->hp, d->ne1) * ebb__arch_dim(&m->hp, d->ne2));
     }
     uint32_t n_in = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[0]].ne0);
     struct layer *L = &m->layers[l];
@@ -300,11 +302,25 @@ static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_di
     return EBB_OK;
 }
 
+/* Llama 3.1's rope frequency divisors (ebb__arch_rope_freqs), when they are not all 1. */
+static ebb_err place_rope_freqs(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    float ff[512]; /* n_rot <= head_dim <= 1024 */
+    bool scaled = false;
+    ebb_err rc = ebb__arch_rope_freqs(m->a, &m->hp, g, ff, &scaled, diag);
+    if (rc || !scaled)
+        return rc;
+    cl_int e = CL_SUCCESS;
+    m->rope_ff = clCreateBuffer(m->cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                sizeof(float) * (m->hp.n_rot / 2), ff, &e);
+    return ebb_cl_check(e, diag, "clCreateBuffer(rope_freqs)");
+}
+
 ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
-    if ((rc = place_ends(m, g, diag)))
+    if ((rc = place_ends(m, g, diag)) || (rc = place_rope_freqs(m, g, diag)))
         return rc;
     m->layers = calloc(hp->n_layer, sizeof(*m->layers));
     if (!m->layers)

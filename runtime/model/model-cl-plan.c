@@ -11,6 +11,7 @@
  *   glu(GATE, GATE, UP, silu) matmul(OUT, GATE) add(X, OUT)         -> proj gate|up -> X, SwiGLU
  *   add_bias(Q) add_bias(K) add_bias(V)                             -> bias of q|k|v (qwen2)
  *   head_norm(Q, Q) head_norm(K, K)                                 -> head_norm of q|k (qwen3)
+ *   rms_norm(CUR, X) moe(OUT, CUR, silu) add(X, OUT)                -> moe (qwen3moe)
  * and, around the layers, get_rows(X) [scale(X, sqrt_embd)] and rms_norm(CUR, X)
  * matmul(LOGITS, CUR). An op outside them is refused with its name: the engine has no kernel
  * for it yet (adding one means a pattern here and a step in model-cl-layer.c). */
@@ -73,6 +74,28 @@ static uint32_t match_norm_fused(const struct ebb__op *ops, uint32_t n, struct c
     return 3;
 }
 
+/* rms_norm(CUR, X) moe(OUT, CUR, silu) add(X, OUT): the experts' block, its router and three
+ * stacks as four groups of one weight (model-cl-moe.c). Returns the ops used, 0 if no match. */
+static uint32_t match_moe(struct clm_plan *p, const struct ebb__op *ops, uint32_t n,
+                          struct clm_step *s, struct ebb_diag *diag, ebb_err *rc)
+{
+    if (n < 3 || !is(OP(0), EBB__OP_RMS_NORM, EBB__BUF_CUR, EBB__BUF_X) ||
+        !is(OP(1), EBB__OP_MOE, EBB__BUF_OUT, EBB__BUF_CUR) || OP(1)->arg != EBB__ACT_SILU ||
+        !is(OP(2), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT))
+        return 0;
+    if (p->n_norms == MAX_NORMS || p->n_groups + 4 > MAX_GROUPS) {
+        *rc = ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many weights in one layer");
+        return 3;
+    }
+    *s = (struct clm_step){
+        .kind = CLM_MOE, .norm = (int8_t)p->n_norms, .group = (uint8_t)p->n_groups};
+    p->norms[p->n_norms++] = OP(0)->t;
+    for (int k = 0; k < 4; k++) /* the router, then the gate, up and down stacks */
+        p->groups[p->n_groups++] = (struct clm_group){.t = {(int16_t)(OP(1)->t + k)}, .n = 1};
+    *rc = add_step(p, *s, diag);
+    return 3;
+}
+
 /* rms_norm(CUR, X) then the products of CUR into q|k|v or gate|up. Returns the ops used. */
 static uint32_t match_norm_proj(const struct ebb__op *ops, uint32_t n, struct clm_step *s,
                                 uint32_t *n_mm)
@@ -105,8 +128,10 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
     for (uint32_t i = 0; i < n && !rc;) {
         const struct ebb__op *ops = all + i;
         struct clm_step s;
-        uint32_t n_mm;
-        if (match_norm_proj(ops, n - i, &s, &n_mm)) {
+        uint32_t n_mm, used;
+        if ((used = match_moe(p, ops, n - i, &s, diag, &rc))) {
+            i += used;
+        } else if (match_norm_proj(ops, n - i, &s, &n_mm)) {
             if (p->n_norms == MAX_NORMS)
                 return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many norms in one layer");
             s.norm = (int8_t)p->n_norms;

@@ -106,7 +106,8 @@ static ebb_err build_tmpl(struct clm *m, const struct ebb_gguf *g, const struct 
         const struct clm_group *G = &m->plan.groups[gi];
         uint32_t rows[GROUP_MAX];
         for (uint32_t i = 0; i < G->n; i++)
-            rows[i] = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1);
+            rows[i] = (uint32_t)(ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne1) *
+                                 ebb__arch_dim(&m->hp, m->a->tensors[G->t[i]].ne2));
         uint32_t n_in = (uint32_t)ebb__arch_dim(&m->hp, m->a->tensors[G->t[0]].ne0);
         rc = tmpl_group(m, g, np + k, offs + k, rows, G->n, n_in, T->w[gi], &T->n_w[gi], diag);
         k += G->n;

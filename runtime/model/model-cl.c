@@ -67,6 +67,7 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->embd);
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
+    release(&m->rope_ff);
     cl_mem *scratch[] = {&m->ids, &m->x,      &m->h,  &m->qkv, &m->att, &m->gu,  &m->ff,
                          &m->hl,  &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov,
                          &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr};
@@ -82,6 +83,7 @@ static void clm_free(void *ctx)
             clReleaseKernel(ks[i]);
     if (m->ops)
         clReleaseProgram(m->ops);
+    ebb__clm_moe_fini(m);
     for (uint32_t i = 0; i < m->n_progs; i++)
         ebb_cl_wprog_fini(&m->progs[i]);
     release(&m->map.buf);

@@ -15,159 +15,13 @@
  * differences: activations are quantized to Q8 before each quantized matrix product, the KV
  * cache holds fp16 values, and the query and the attention weights are rounded to fp16 before
  * their products with K and V (llama.cpp's defaults without flash attention). */
-#include "model-int.h"
+#include "ref-int.h"
 
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/quant.h"
-
-#define BATCH 64 /* tokens per prefill pass; longer inputs are processed in pieces */
-
-/* A weight matrix of n_out rows of n_in elements, as stored in the file. */
-struct wmat {
-    const uint8_t *data;
-    uint32_t type;
-    uint32_t n_in, n_out;
-    uint64_t row_bytes;
-    ebb_quant_dot_fn dot;
-};
-
-/* A declared tensor as the reference holds it: matrices stay quantized in the mapping, vectors
- * (norm weights) are dequantized once. */
-struct rtensor {
-    struct wmat m; /* (ne1, ne0) when a matrix */
-    float *v;      /* (ne0) when a vector */
-    bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
-};
-
-/* One matrix product job, split by output rows between the caller and the helper thread. */
-struct job {
-    const struct wmat *w;
-    const float *x;                /* (n, n_in) */
-    const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
-    float *y;                      /* (n, n_out) */
-    uint32_t n;
-};
-
-struct ref {
-    const struct ebb__arch *a;
-    struct ebb__hparams hp;
-    uint32_t n_ctx, n_seq;
-    struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
-    float *k_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *rope_cos;     /* (n_ctx, n_rot / 2) */
-    float *rope_sin;     /* (n_ctx, n_rot / 2) */
-    float *rope_cos_swa; /* windowed layers with a rope base of their own: the same with it */
-    float *rope_sin_swa;
-    /* Activations for up to BATCH tokens. */
-    float *buf[EBB__N_BUF];     /* (BATCH, width[b]) the description's buffers */
-    uint32_t width[EBB__N_BUF]; /* ebb__arch_buf_width */
-    float *att;                 /* (n_ctx) attention scores of one head */
-    float *rowbuf[2];           /* (max n_in) one dequantized weight row per thread */
-    bool q8;                    /* llama.cpp numerics (device "ref-q8") */
-    struct ebb_q8_act *xact;    /* (BATCH, max n_in / 32) quantized activations */
-    /* Helper thread. */
-    int n_threads;
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct job job;
-    uint64_t gen, done;
-    bool quit;
-};
-
-/* ---- matrix products ---- */
-
-static float dot_f32(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += a[i + k] * b[i + k];
-    float s = 0;
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
-}
-
-/* y[t][o] = W[o] . x[t] for rows o in [o0, o1). One token: the quantized dot directly. More:
- * dequantize each row once and reuse it for every token. */
-static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_t o1)
-{
-    const struct wmat *w = j->w;
-    for (uint32_t o = o0; o < o1; o++) {
-        const uint8_t *row = w->data + (uint64_t)o * w->row_bytes;
-        if (j->xact) {
-            for (uint32_t t = 0; t < j->n; t++)
-                j->y[(uint64_t)t * w->n_out + o] = ebb_quant_dot_q8_act(
-                    w->type, row, j->xact + (uint64_t)t * (w->n_in / 32), w->n_in);
-            continue;
-        }
-        if (j->n == 1) {
-            j->y[o] = w->dot(row, j->x, w->n_in);
-            continue;
-        }
-        ebb_quant_dequantize_row(w->type, row, rowbuf, w->n_in);
-        for (uint32_t t = 0; t < j->n; t++)
-            j->y[(uint64_t)t * w->n_out + o] =
-                dot_f32(rowbuf, j->x + (uint64_t)t * w->n_in, w->n_in);
-    }
-}
-
-static void *helper_main(void *arg)
-{
-    struct ref *r = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&r->mu);
-    for (;;) {
-        while (r->gen == seen && !r->quit)
-            pthread_cond_wait(&r->cv, &r->mu);
-        if (r->quit)
-            break;
-        seen = r->gen;
-        struct job j = r->job;
-        pthread_mutex_unlock(&r->mu);
-        uint32_t mid = j.w->n_out / 2;
-        matmul_rows(&j, r->rowbuf[1], mid, j.w->n_out);
-        pthread_mutex_lock(&r->mu);
-        r->done = seen;
-        pthread_cond_broadcast(&r->cv);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
-}
-
-/* y (n, n_out) = x (n, n_in) @ W^T. */
-static void matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
-{
-    struct job j = {w, x, NULL, y, n};
-    if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
-        for (uint32_t t = 0; t < n; t++)
-            ebb_quant_q8_act_row(x + (uint64_t)t * w->n_in, w->n_in,
-                                 r->xact + (uint64_t)t * (w->n_in / 32));
-        j.xact = r->xact;
-    }
-    if (r->n_threads < 2 || w->n_out < 64) {
-        matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
-        return;
-    }
-    pthread_mutex_lock(&r->mu);
-    r->job = j;
-    r->gen++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    matmul_rows(&j, r->rowbuf[0], 0, w->n_out / 2);
-    pthread_mutex_lock(&r->mu);
-    while (r->done != r->gen)
-        pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
-}
+#define BATCH EBB__REF_BATCH
 
 /* ---- small ops ---- */
 
@@ -201,17 +55,6 @@ static void rope(const struct ref *r, float *v, uint32_t pos, bool swa, enum ebb
 static float f16r(const struct ref *r, float x)
 {
     return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
-}
-
-static float silu(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
-/* GELU, tanh approximation (Gemma's gate). */
-static float gelu(float x)
-{
-    return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
 }
 
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
@@ -258,7 +101,7 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
             uint32_t kvh = h / (NH / NKV);
             float mx = -INFINITY;
             for (uint32_t p = p0; p < n_kv; p++) {
-                float sc = dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
+                float sc = ebb__ref_dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
                 r->att[p] = sc;
                 mx = sc > mx ? sc : mx;
             }
@@ -315,7 +158,7 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
             rmsnorm(d + h * HD, a + h * HD, w->v, HD, eps);
         break;
     case EBB__OP_MATMUL:
-        matmul(r, &w->m, a, d, s->n);
+        ebb__ref_matmul(r, &w->m, a, d, s->n);
         break;
     case EBB__OP_ROPE: {
         bool swa = ebb__arch_window(&r->hp, s->l) && r->rope_cos_swa;
@@ -331,7 +174,8 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         break;
     case EBB__OP_GLU:
         for (uint64_t i = 0; i < nd; i++)
-            d[i] = (op->arg == EBB__ACT_GELU_TANH ? gelu(a[i]) : silu(a[i])) * b[i];
+            d[i] =
+                (op->arg == EBB__ACT_GELU_TANH ? ebb__ref_gelu(a[i]) : ebb__ref_silu(a[i])) * b[i];
         break;
     case EBB__OP_ADD:
         for (uint64_t i = 0; i < nd; i++)
@@ -353,6 +197,9 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         }
         break;
     }
+    case EBB__OP_MOE:
+        ebb__ref_moe(r, op, w, a, d, s->n); /* w: the router, then the expert stacks */
+        break;
     case EBB__N_OP:
         break;
     }
@@ -462,15 +309,7 @@ static void ref_free(void *ctx)
     struct ref *r = ctx;
     if (!r)
         return;
-    if (r->n_threads > 1) {
-        pthread_mutex_lock(&r->mu);
-        r->quit = true;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-        pthread_join(r->th, NULL);
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->cv);
-    }
+    ebb__ref_stop_helper(r);
     if (r->t)
         for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++)
             free(r->t[i].v);
@@ -487,6 +326,7 @@ static void ref_free(void *ctx)
     free(r->rowbuf[0]);
     free(r->rowbuf[1]);
     free(r->xact);
+    ebb__ref_moe_free(r);
     free(r);
 }
 
@@ -516,6 +356,8 @@ static ebb_err get_mat(const struct ebb_gguf_tensor *t, struct wmat *w, struct e
     w->n_in = n_in;
     w->n_out = (uint32_t)t->ne[1];
     w->dot = ebb_quant_get_dot(t->type);
+    w->n_mat = t->n_dims == 3 ? (uint32_t)t->ne[2] : 1;
+    w->mat_bytes = w->row_bytes * w->n_out;
     return EBB_OK;
 }
 
@@ -567,9 +409,11 @@ static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hpara
     uint32_t n[] = {a->n_input, a->n_layer_ops, a->n_output}, m = 1;
     for (int p = 0; p < 3; p++)
         for (uint32_t i = 0; i < n[p]; i++)
-            if (progs[p][i].kind == EBB__OP_MATMUL) {
+            if (progs[p][i].kind == EBB__OP_MATMUL || progs[p][i].kind == EBB__OP_MOE) {
                 uint32_t w = (uint32_t)ebb__arch_dim(hp, a->tensors[progs[p][i].t].ne0);
                 m = w > m ? w : m;
+                if (progs[p][i].kind == EBB__OP_MOE)
+                    m = hp->n_ff_exp > m ? hp->n_ff_exp : m; /* the down experts' input */
             }
     return m;
 }
@@ -582,16 +426,17 @@ static void *alloc_floats(uint64_t n, bool *fail)
     return p;
 }
 
-/* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot); windowed layers with a
- * base of their own use it and no scaling. */
-static void rope_tables(struct ref *r)
+/* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot) / ff_i (ff: the
+ * frequency divisors of Llama 3.1's scaling, else 1); windowed layers with a base of their own
+ * use it and no scaling. */
+static void rope_tables(struct ref *r, const float *ff)
 {
     const struct ebb__hparams *hp = &r->hp;
     uint32_t half = hp->n_rot / 2;
     for (uint32_t pos = 0; pos < r->n_ctx; pos++) {
         for (uint32_t i = 0; i < half; i++) {
             double theta = (double)pos / hp->rope_scale *
-                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot);
+                           pow((double)hp->rope_base, -2.0 * i / (double)hp->n_rot) / ff[i];
             r->rope_cos[(uint64_t)pos * half + i] = (float)cos(theta);
             r->rope_sin[(uint64_t)pos * half + i] = (float)sin(theta);
             if (r->rope_cos_swa) {
@@ -599,23 +444,6 @@ static void rope_tables(struct ref *r)
                 r->rope_cos_swa[(uint64_t)pos * half + i] = (float)cos(ts);
                 r->rope_sin_swa[(uint64_t)pos * half + i] = (float)sin(ts);
             }
-        }
-    }
-}
-
-static void start_helper(struct ref *r)
-{
-    r->n_threads = 2;
-    const char *env = getenv("EBB_REF_THREADS");
-    if (env && atoi(env) == 1)
-        r->n_threads = 1;
-    if (r->n_threads > 1) {
-        pthread_mutex_init(&r->mu, NULL);
-        pthread_cond_init(&r->cv, NULL);
-        if (pthread_create(&r->th, NULL, helper_main, r)) {
-            pthread_mutex_destroy(&r->mu);
-            pthread_cond_destroy(&r->cv);
-            r->n_threads = 1;
         }
     }
 }
@@ -666,8 +494,20 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
                           n_ctx, 2.0 * (double)kv * sizeof(float) / 1048576.0);
         goto out;
     }
-    rope_tables(r);
-    start_helper(r);
+    for (uint32_t i = 0; i < a->n_layer_ops; i++)
+        if (a->layer[i].kind == EBB__OP_MOE && !r->moe.logits && (rc = ebb__ref_moe_alloc(r, diag)))
+            goto out;
+    bool scaled;
+    float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
+    if (!ff || (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag))) {
+        if (!rc)
+            rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+        free(ff);
+        goto out;
+    }
+    rope_tables(r, ff);
+    free(ff);
+    ebb__ref_start_helper(r);
 out:
     if (rc) {
         ref_free(r);

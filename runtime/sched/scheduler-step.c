@@ -282,6 +282,24 @@ static bool slot_take(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
     return true;
 }
 
+/* The outputs a slot's next token is sampled from: the top candidates when the sampler can
+ * work from them (greedy, or a top_k of at most EBB__SCHED_CAND_MAX, and no penalty, bias,
+ * grammar or logprobs, which need the whole vector), so the pass reads back a few values
+ * instead of n_vocab logits; else the logits. */
+static void want_logits(struct slot *sl)
+{
+    const struct job *j = sl->job;
+    uint32_t k = 0;
+    if (!j->gp.logprobs && !sl->gram.active && !ebb_sampler_needs_full_logits(sl->smp))
+        k = ebb_sampler_n_candidates(sl->smp);
+    sl->n_cand = k <= EBB__SCHED_CAND_MAX ? k : 0;
+    if (sl->n_cand)
+        sl->out = (struct ebb_model_out){
+            .top_k = sl->n_cand, .top_ids = sl->cand_ids, .top_logits = sl->cand_logits};
+    else
+        sl->out = (struct ebb_model_out){.logits = sl->logits};
+}
+
 /* After a verification pass (sl->n_draft drafts): the sampler keeps the drafts it agrees with
  * and adds its own next token; each is taken in order as a single step would take it (so
  * max_tokens, stop strings and end-of-generation cut inside the pass), with the KV length
@@ -367,24 +385,6 @@ static bool spec_part(struct slot *sl, struct ebb_model *m, struct ebb_model_seq
     part->pos = sl->n_kv;
     part->out = &sl->out;
     return true;
-}
-
-/* The outputs a slot's next token is sampled from: the top candidates when the sampler can
- * work from them (greedy, or a top_k of at most EBB__SCHED_CAND_MAX, and no penalty, bias,
- * grammar or logprobs, which need the whole vector), so the pass reads back a few values
- * instead of n_vocab logits; else the logits. */
-static void want_logits(struct slot *sl)
-{
-    const struct job *j = sl->job;
-    uint32_t k = 0;
-    if (!j->gp.logprobs && !sl->gram.active && !ebb_sampler_needs_full_logits(sl->smp))
-        k = ebb_sampler_n_candidates(sl->smp);
-    sl->n_cand = k <= EBB__SCHED_CAND_MAX ? k : 0;
-    if (sl->n_cand)
-        sl->out = (struct ebb_model_out){
-            .top_k = sl->n_cand, .top_ids = sl->cand_ids, .top_logits = sl->cand_logits};
-    else
-        sl->out = (struct ebb_model_out){.logits = sl->logits};
 }
 
 /* Phase one of a step for a slot: ends it if cancelled; else fills *part with what it

@@ -34,6 +34,12 @@ TYPE = "q8_0"
 # on qwen2-tiny, qwen3-tiny, phi3-tiny: first-step top-40 logits within 0.031 (0.030 without the
 # mean offset), greedy divergences only where llama.cpp's margin was <= 0.03.
 TOLERANCES = {"logit": 0.1, "centered": 0.1, "margin": 0.1}
+# Mixture-of-experts shapes: where two experts' router probabilities nearly tie for the k-th
+# place, rounding alone can pick the other one for a token in a layer, which moves that
+# token's logits by more than rounding would. Measured on qwen3moe-tiny: ebb's fp32 reference
+# within 0.119 (prompt 5, one such flip; 0.023 elsewhere), its llama.cpp-numerics mode
+# (ref-q8) within 0.019 and identical to 4 decimals on 9 of 12 prompts.
+MOE_TOLERANCES = {"logit": 0.25, "centered": 0.25, "margin": 0.1}
 
 
 def load_generation_expect():
@@ -72,7 +78,8 @@ def main():
                    "gen": {"shape": shape, "tokenizer": os.path.basename(vocab), "type": TYPE,
                            "seed": seed, "sha256": sha},
                    "llama_cpp_python": llama_cpp.__version__, "n_gen": N_GEN,
-                   "tolerances": TOLERANCES, "cases": cases},
+                   "tolerances": MOE_TOLERANCES if "moe" in arch else TOLERANCES,
+                   "cases": cases},
                   f, indent=1)
         f.write("\n")
 

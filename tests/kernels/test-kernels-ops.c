@@ -145,7 +145,9 @@ static void test_topk(cl_program p)
 
 enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
 
-static void test_rope(cl_program p, int neox)
+/* rope_kv for both pair orders; with ff, each pair's frequency divided by its factor (Llama
+ * 3.1's scaling: 1 to 8 here). */
+static void test_rope(cl_program p, int neox, bool with_ff)
 {
     enum { T = 3, NROT = 48 };
     int pos0 = 1000;
@@ -157,12 +159,16 @@ static void test_rope(cl_program p, int neox)
     cl_kernel k = kern(p, "rope_kv");
     cl_ulong base = (cl_ulong)NKV * 1100 * HD; /* second sequence slot */
     int n_ctx = 1100, nh = NH, nkv = NKV, hd = HD, nrot = NROT, ld = QKV_LD;
-    float fbase = 10000.0f, fscale = 0.5f;
-    struct ebb_cl_arg a[] = {
-        EBB_CL_ARG(qb),    EBB_CL_ARG(ld),    EBB_CL_ARG(kc),     EBB_CL_ARG(vc),  EBB_CL_ARG(base),
-        EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0),  EBB_CL_ARG(nh),     EBB_CL_ARG(nkv), EBB_CL_ARG(hd),
-        EBB_CL_ARG(nrot),  EBB_CL_ARG(fbase), EBB_CL_ARG(fscale), EBB_CL_ARG(neox)};
-    OK(ebb_cl_set_args(k, 0, a, 14, D));
+    float fbase = 10000.0f, fscale = 0.5f, ffh[NROT / 2];
+    for (int i = 0; i < NROT / 2; i++)
+        ffh[i] = 1.0f + 7.0f * (float)i / (NROT / 2 - 1);
+    cl_mem ff = with_ff ? buf(sizeof(ffh), ffh) : NULL;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),     EBB_CL_ARG(ld),   EBB_CL_ARG(kc),
+                             EBB_CL_ARG(vc),     EBB_CL_ARG(base), EBB_CL_ARG(n_ctx),
+                             EBB_CL_ARG(pos0),   EBB_CL_ARG(nh),   EBB_CL_ARG(nkv),
+                             EBB_CL_ARG(hd),     EBB_CL_ARG(nrot), EBB_CL_ARG(fbase),
+                             EBB_CL_ARG(fscale), EBB_CL_ARG(neox), EBB_CL_ARG(ff)};
+    OK(ebb_cl_set_args(k, 0, a, 15, D));
     size_t g[3] = {HD / 2, NH + NKV, T};
     OK(ebb_cl_run(cl, k, 3, g, NULL, D));
     rd(qb, sizeof(out), out);
@@ -176,7 +182,8 @@ static void test_rope(cl_program p, int neox)
             memcpy(ref, src, sizeof(ref));
             for (int i = 0; i < NROT / 2; i++) {
                 int i0 = neox ? i : 2 * i, i1 = neox ? i + NROT / 2 : 2 * i + 1;
-                double th = (pos0 + t) * 0.5 * pow(10000.0, -2.0 * i / NROT);
+                double th =
+                    (pos0 + t) * 0.5 * pow(10000.0, -2.0 * i / NROT) / (with_ff ? ffh[i] : 1.0);
                 ref[i0] = (float)(src[i0] * cos(th) - src[i1] * sin(th));
                 ref[i1] = (float)(src[i0] * sin(th) + src[i1] * cos(th));
             }
@@ -203,7 +210,10 @@ static void test_rope(cl_program p, int neox)
     clReleaseMemObject(qb);
     clReleaseMemObject(kc);
     clReleaseMemObject(vc);
-    printf("  rope_kv (%s) with KV-cache write checked\n", neox ? "neox" : "normal");
+    if (ff)
+        clReleaseMemObject(ff);
+    printf("  rope_kv (%s%s) with KV-cache write checked\n", neox ? "neox" : "normal",
+           with_ff ? ", frequency divisors" : "");
 }
 
 /* CPU attention of query q (head h) over positions 0..last of the half cache. */
@@ -346,23 +356,25 @@ static void test_attention_rows(cl_program p)
     int n_ctx = NCTX, nh = NH, nkv = NKV, hd = HD, nrot = HD, ld = QKV_LD, neox = 0, old = NH * HD;
     float base = 10000.0f, fs = 1.0f, scale = 1.0f / sqrtf(HD);
     cl_ulong sl = stride;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),  EBB_CL_ARG(ld),  EBB_CL_ARG(kc),    EBB_CL_ARG(vc),
-                             EBB_CL_ARG(rtb), EBB_CL_ARG(sl),  EBB_CL_ARG(n_ctx), EBB_CL_ARG(nh),
-                             EBB_CL_ARG(nkv), EBB_CL_ARG(hd),  EBB_CL_ARG(nrot),  EBB_CL_ARG(base),
-                             EBB_CL_ARG(fs),  EBB_CL_ARG(neox)};
-    OK(ebb_cl_set_args(kr, 0, a, 14, D));
+    cl_mem no_ff = NULL; /* no rope frequency divisors */
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),  EBB_CL_ARG(ld),   EBB_CL_ARG(kc),    EBB_CL_ARG(vc),
+                             EBB_CL_ARG(rtb), EBB_CL_ARG(sl),   EBB_CL_ARG(n_ctx), EBB_CL_ARG(nh),
+                             EBB_CL_ARG(nkv), EBB_CL_ARG(hd),   EBB_CL_ARG(nrot),  EBB_CL_ARG(base),
+                             EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
+    OK(ebb_cl_set_args(kr, 0, a, 15, D));
     size_t g[3] = {HD / 2, NH + NKV, T};
     OK(ebb_cl_run(cl, kr, 3, g, NULL, D));
     for (int t = 0; t < T; t++) { /* rope_kv on one row at a time, from a sub-range copy */
         cl_mem one = buf(sizeof(float) * QKV_LD, qkv + t * QKV_LD);
         cl_ulong kvb = (cl_ulong)rt[2 * t] * stride;
         int pos = rt[2 * t + 1];
-        struct ebb_cl_arg b[] = {
-            EBB_CL_ARG(one),   EBB_CL_ARG(ld),   EBB_CL_ARG(kc2), EBB_CL_ARG(vc2), EBB_CL_ARG(kvb),
-            EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos),  EBB_CL_ARG(nh),  EBB_CL_ARG(nkv), EBB_CL_ARG(hd),
-            EBB_CL_ARG(nrot),  EBB_CL_ARG(base), EBB_CL_ARG(fs),  EBB_CL_ARG(neox)};
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(one), EBB_CL_ARG(ld),   EBB_CL_ARG(kc2),
+                                 EBB_CL_ARG(vc2), EBB_CL_ARG(kvb),  EBB_CL_ARG(n_ctx),
+                                 EBB_CL_ARG(pos), EBB_CL_ARG(nh),   EBB_CL_ARG(nkv),
+                                 EBB_CL_ARG(hd),  EBB_CL_ARG(nrot), EBB_CL_ARG(base),
+                                 EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
         size_t g1[3] = {HD / 2, NH + NKV, 1};
-        OK(ebb_cl_set_args(k1, 0, b, 14, D));
+        OK(ebb_cl_set_args(k1, 0, b, 15, D));
         OK(ebb_cl_run(cl, k1, 3, g1, NULL, D));
         rd(one, sizeof(float) * QKV_LD, q2 + t * QKV_LD);
         clReleaseMemObject(one);
@@ -422,8 +434,9 @@ static void test_ops(void)
     OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
     test_rmsnorm_swiglu_add_softmax(p);
     test_topk(p);
-    test_rope(p, 0);
-    test_rope(p, 1);
+    test_rope(p, 0, false);
+    test_rope(p, 1, false);
+    test_rope(p, 0, true);
     test_attention(p);
     test_attention_rows(p);
     clReleaseProgram(p);

@@ -732,6 +732,7 @@ static void test_tune(void)
 }
 
 #include "test-kernels-ops.c"
+#include "test-kernels-moe.c"
 
 int main(void)
 {
@@ -763,6 +764,7 @@ int main(void)
     test_weights();
     test_tune();
     test_ops();
+    test_moe();
     ebb_cl_close(cl);
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;

@@ -144,6 +144,8 @@ static void test_gemma3(void **state)
 
 /* Tiny llama-shaped hyper-parameters. */
 static const uint32_t T_LAYER = 2, T_EMBD = 8, T_HEAD = 2, T_HEAD_KV = 1, T_FF = 16, T_VOCAB = 10;
+static const uint32_t T_EXPERT = 4, T_EXPERT_USED = 2, T_FF_EXP = 8; /* families with experts */
+static uint32_t used_count = T_EXPERT_USED, expert_count = T_EXPERT; /* as build() writes them */
 
 struct built {
     struct wbuf img;
@@ -162,6 +164,9 @@ static uint64_t tiny_dim(uint8_t d)
         [EBB__DIM_HEAD] = T_EMBD / T_HEAD,
         [EBB__DIM_QKV] = T_EMBD + 2 * (T_EMBD / T_HEAD * T_HEAD_KV),
         [EBB__DIM_FF2] = 2 * T_FF,
+        [EBB__DIM_ROT2] = T_EMBD / T_HEAD / 2,
+        [EBB__DIM_EXPERT] = T_EXPERT,
+        [EBB__DIM_FF_EXP] = T_FF_EXP,
     };
     return v[d];
 }
@@ -174,8 +179,10 @@ static void kv_u32(struct wbuf *kv, const char *arch, const char *key, uint32_t 
     w_u32(kv, v);
 }
 
-/* An optional tensor build() writes too (by name), or NULL. */
+/* An optional tensor build() writes too (by name), or NULL; more metadata entries. */
 static const char *with_optional;
+static const struct wbuf *extra_kv;
+static uint32_t n_extra_kv;
 
 /* A GGUF with a's tensors in f32 (drop: a tensor name to leave out, bad: one whose second
  * dimension is off by one) and the hyper-parameter keys above. */
@@ -190,6 +197,11 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
     kv_u32(&kv, arch_name, "attention.head_count", T_HEAD);
     kv_u32(&kv, arch_name, "attention.head_count_kv", T_HEAD_KV);
     kv_u32(&kv, arch_name, "feed_forward_length", T_FF);
+    kv_u32(&kv, arch_name, "expert_count", expert_count);
+    kv_u32(&kv, arch_name, "expert_used_count", used_count);
+    kv_u32(&kv, arch_name, "expert_feed_forward_length", T_FF_EXP);
+    if (extra_kv)
+        w_bytes(&kv, extra_kv->p, extra_kv->n);
     static struct tinfo ti[64];
     static char names[64][96];
     uint32_t n = 0;
@@ -203,14 +215,21 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
                  !(with_optional && !strcmp(names[n], with_optional))))
                 continue;
             uint64_t ne0 = tiny_dim(a->tensors[t].ne0), ne1 = tiny_dim(a->tensors[t].ne1);
+            uint64_t ne2 = tiny_dim(a->tensors[t].ne2);
             if (bad && !strcmp(names[n], bad))
                 ne1++;
-            ti[n] = (struct tinfo){names[n], ne1 == 1 ? 1 : 2, {ne0, ne1, 1, 1}, 0, off};
-            off += (ne0 * ne1 * 4 + 31) / 32 * 32;
+            ti[n] = (struct tinfo){names[n],
+                                   ne2 > 1    ? 3
+                                   : ne1 == 1 ? 1
+                                              : 2,
+                                   {ne0, ne1, ne2, 1},
+                                   0,
+                                   off};
+            off += (ne0 * ne1 * ne2 * 4 + 31) / 32 * 32;
             n++;
         }
     }
-    struct built b = {make(3, 6, &kv, ti, n, 32, off), NULL};
+    struct built b = {make(3, 9 + (extra_kv ? n_extra_kv : 0), &kv, ti, n, 32, off), NULL};
     free(kv.p);
     return b;
 }
@@ -231,7 +250,7 @@ static void test_tiny_families(void **state)
 {
     (void)state;
     const struct ebb__arch *fams[] = {&ebb__arch_llama, &ebb__arch_gemma3, &ebb__arch_qwen2,
-                                      &ebb__arch_qwen3, &ebb__arch_phi3};
+                                      &ebb__arch_qwen3, &ebb__arch_phi3,   &ebb__arch_qwen3moe};
     for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
         struct built b = build(fams[i], fams[i]->name, NULL, NULL);
         struct ebb_diag d = {{0}};
@@ -296,6 +315,95 @@ static void test_refused_and_optional(void **state)
     assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EFORMAT);
     assert_non_null(strstr(d.msg, "blk.1.attn_k.bias"));
     free_built(&b);
+}
+
+/* Llama 3.1's rope scaling from its keys (the divisors of its formula), from rope_freqs.weight
+ * when the file has one (the tensor wins), and an unknown scaling type refused. */
+static void test_llama3_rope(void **state)
+{
+    (void)state;
+    struct wbuf kv = {0};
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "llama3");
+    kv_u32(&kv, "llama", "rope.scaling.original_context_length", 1024);
+    extra_kv = &kv;
+    n_extra_kv = 2;
+    struct built b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_true(hp.rope_llama3 && hp.rope_factor == 8.0f && hp.rope_orig_ctx == 1024);
+    assert_true(hp.rope_scale == 1.0f && hp.n_rot == 4);
+    float ff[2];
+    bool scaled = false;
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    assert_true(scaled);
+    /* Pair 0's wavelength 2 pi is below 1024 / 4: kept. Pair 1's, 2 pi 10000^(1/2) = 628, lies
+     * between 1024 / 4 and 1024 / 1: blended, smooth = (1024 / 628.3 - 1) / 3. */
+    double smooth = (1024.0 / (2 * 3.14159265358979 * 100.0) - 1.0) / 3.0;
+    assert_float_equal(ff[0], 1.0f, 1e-6);
+    assert_float_equal(ff[1], 1.0 / ((1.0 - smooth) / 8.0 + smooth), 1e-4);
+    free_built(&b);
+
+    with_optional = "rope_freqs.weight";
+    b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    with_optional = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_OK);
+    const struct ebb_gguf_tensor *gt = ebb_gguf_find_tensor(b.g, "rope_freqs.weight");
+    assert_non_null(gt);
+    float want[2];
+    memcpy(want, gt->data, sizeof(want));
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    assert_memory_equal(ff, want, sizeof(want));
+    free_built(&b);
+
+    kv.n = 0;
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "yarn");
+    n_extra_kv = 1;
+    b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    extra_kv = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "'yarn'"));
+    free_built(&b);
+    free(kv.p);
+}
+
+/* qwen3moe's hyper-parameters (n_ff_exp derived from n_ff / k when the key is missing), its
+ * expert stacks checked as 3-D shapes, and implausible expert counts refused. */
+static void test_experts(void **state)
+{
+    (void)state;
+    struct built b = build(&ebb__arch_qwen3moe, "qwen3moe", NULL, "blk.1.ffn_up_exps.weight");
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_true(hp.n_expert == T_EXPERT && hp.n_expert_used == T_EXPERT_USED &&
+                hp.n_ff_exp == T_FF_EXP && hp.expert_norm == 1 && hp.expert_scale == 0.0f);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EFORMAT);
+    if (!strstr(d.msg, "blk.1.ffn_up_exps.weight has shape (8, 9, 4), want (8, 8, 4)"))
+        fail_msg("message '%s'", d.msg);
+    free_built(&b);
+
+    /* 5 of 4 experts; a used count past the backends' bound. */
+    for (int i = 0; i < 2; i++) {
+        used_count = i ? EBB__MAX_EXPERT_USED + 1 : 5;
+        expert_count = i ? 1000 : 4;
+        b = build(&ebb__arch_qwen3moe, "qwen3moe", NULL, NULL);
+        used_count = T_EXPERT_USED;
+        expert_count = T_EXPERT;
+        assert_int_equal(open_built(&b, &d), EBB_OK);
+        assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EFORMAT);
+        assert_non_null(strstr(d.msg, "unsupported experts"));
+        free_built(&b);
+    }
 }
 
 static void test_unknown_arch(void **state)
@@ -394,6 +502,25 @@ static void test_cl_plan(void **state)
     assert_true(p.steps[0].out == CLM_QKV && p.groups[p.steps[0].group].n == 1);
     assert_true(p.steps[3].out == CLM_GU && p.groups[p.steps[3].group].n == 1);
     assert_true(p.steps[4].glu && p.steps[4].res);
+    /* qwen3moe: qwen3's attention steps, then one moe step with its norm and four groups of
+     * one weight (the router, the gate, up and down stacks). */
+    hp.n_expert = 4;
+    hp.n_expert_used = 2;
+    hp.n_ff_exp = 8;
+    assert_int_equal(ebb__clm_plan(&ebb__arch_qwen3moe, &hp, &p, &d), EBB_OK);
+    assert_int_equal(p.n_steps, 5);
+    assert_true(p.steps[4].kind == CLM_MOE && p.steps[4].norm == 1 && p.steps[4].group == 2);
+    assert_int_equal(p.n_groups, 6);
+    for (int k = 0; k < 4; k++)
+        assert_true(p.groups[2 + k].n == 1 && p.groups[2 + k].t[0] == p.groups[2].t[0] + k);
+    /* A moe op with another activation has no kernel. */
+    struct ebb__op layer[32];
+    memcpy(layer, ebb__arch_qwen3moe.layer, ebb__arch_qwen3moe.n_layer_ops * sizeof(layer[0]));
+    struct ebb__arch gelu_moe = ebb__arch_qwen3moe;
+    gelu_moe.layer = layer;
+    layer[12].arg = EBB__ACT_GELU_TANH;
+    assert_int_equal(ebb__clm_plan(&gelu_moe, &hp, &p, &d), EBB_EUNSUPPORTED);
+    assert_non_null(strstr(d.msg, "qwen3moe's layer op 11 (rms_norm)"));
     /* llama with a window (a family that declared one) is refused too. */
     hp.swa = 4;
     hp.swa_pattern = 2;
@@ -408,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_tiny_families),   cmocka_unit_test(test_missing_and_misshapen),
         cmocka_unit_test(test_unknown_arch),    cmocka_unit_test(test_refused_and_optional),
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
+        cmocka_unit_test(test_llama3_rope),     cmocka_unit_test(test_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

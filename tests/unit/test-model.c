@@ -10,6 +10,7 @@
  *   EBB_TEST_DEVICE    backend to test: "ref" (default) or any --device value (e.g. "auto",
  *                      "cl:0:0"), so the OpenCL engine is checked against the same data.
  *   EBB_TEST_PROMPTS   how many of the committed prompts to run (default 8; "all").
+ *   EBB_TEST_TOL       overrides the logit bounds (logit and centered) the data sets.
  *   EBB_TEST_GEN       which committed data: "smollm2" (default), "gemma3" (Gemma 3 270M,
  *                      the same script), "gemma3-long" (Gemma 3 on a 900-token prompt, past
  *                      its 512-position sliding window; scripts/ref/long-context-expect.py,
@@ -104,6 +105,9 @@ static int setup(void **state)
         logit_tol = (float)json_number_value(json_object_get(tol, "logit"));
         centered_tol = (float)json_number_value(json_object_get(tol, "centered"));
         margin_tol = (float)json_number_value(json_object_get(tol, "margin"));
+    }
+    if (getenv("EBB_TEST_TOL")) { /* a tighter logit bound than the data's, e.g. for ref-q8 */
+        logit_tol = centered_tol = (float)atof(getenv("EBB_TEST_TOL"));
     }
     if (json_integer_value(json_object_get(expect, "n_ctx")) > 0)
         test_ctx = (uint32_t)json_integer_value(json_object_get(expect, "n_ctx"));
@@ -225,7 +229,11 @@ static void test_first_logits(void **state)
         if (cmax > centered_tol)
             fail_msg("prompt %zu: logits differ by %.4f > %.2f after removing the mean offset", c,
                      (double)cmax, (double)centered_tol);
-        assert_int_equal(am, json_integer_value(json_array_get(tid, 0)));
+        /* The argmax may differ only at a near tie (the greedy test's rule for step 0). */
+        double m0 = json_real_value(json_array_get(json_object_get(cs, "margins"), 0));
+        if (am != json_integer_value(json_array_get(tid, 0)) && !(m0 < margin_tol))
+            fail_msg("prompt %zu: argmax %u, llama.cpp's %lld at margin %.4f >= %.2f", c, am,
+                     (long long)json_integer_value(json_array_get(tid, 0)), m0, (double)margin_tol);
     }
     fprintf(stderr,
             "# worst first-step logit difference %.4f (tolerance %.2f), %.4f without the mean "

@@ -1,0 +1,120 @@
+/* Mixture-of-experts kernels (the description's moe op, runtime/model/arch-int.h). An expert
+ * stack (n_expert matrices of n_rows rows of n_in) is placed as one weight of n_expert * n_rows
+ * rows: expert e's row r is row e * n_rows + r. The router's choice for each token (k expert ids
+ * and weights, moe_route) stays on the device, and the products read only the chosen experts'
+ * rows: moe_gather for the gate and up stacks, moe_down for the down stack with the SwiGLU, the
+ * weights and the sum over the k experts folded in. Built after the weight layout's prologue
+ * and quant.cl, as matvec.cl is (READ_W4 reads W's rows whatever the layout). */
+
+#ifndef MV_WG
+#define MV_WG 1
+#endif
+#define MOE_MAX_K 64 /* EBB__MAX_EXPERT_USED */
+
+/* Sum of v over the MV_WG work-items of a work-group, returned to each (all must call). */
+inline float moe_sum(__local float *red, int lane, float v)
+{
+#if MV_WG > 1
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = MV_WG / 2; s > 0; s >>= 1) {
+        if (lane < s)
+            red[lane] += red[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float sum = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return sum;
+#else
+    return v;
+#endif
+}
+
+/* Per token t = get_global_id(0): softmax of its n_expert router scores, the k best (ties: the
+ * lower id first), their probabilities renormalised to sum 1 with norm (the sum clamped below
+ * at 2^-14) and multiplied by scale unless it is 0 or 1. ids and w are (n_tok, k). */
+__kernel void moe_route(__global const float *scores, int n_expert, int k, int norm, float scale,
+                        __global int *ids, __global float *w)
+{
+    int t = get_global_id(0);
+    const __global float *s = scores + (size_t)t * n_expert;
+    float mx = s[0];
+    for (int e = 1; e < n_expert; e++)
+        mx = fmax(mx, s[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < n_expert; e++)
+        sum += exp(s[e] - mx);
+    int bi[MOE_MAX_K];
+    float bv[MOE_MAX_K];
+    int m = 0;
+    for (int e = 0; e < n_expert; e++) {
+        float p = exp(s[e] - mx) / sum;
+        if (m == k && !(p > bv[m - 1]))
+            continue;
+        int i = m < k ? m++ : m - 1;
+        while (i > 0 && p > bv[i - 1]) {
+            bi[i] = bi[i - 1];
+            bv[i] = bv[i - 1];
+            i--;
+        }
+        bi[i] = e;
+        bv[i] = p;
+    }
+    float tot = 0.0f;
+    for (int j = 0; j < k; j++)
+        tot += bv[j];
+    float f = norm ? 1.0f / fmax(tot, 6.103515625e-5f) : 1.0f;
+    if (scale != 0.0f && scale != 1.0f)
+        f *= scale;
+    for (int j = 0; j < k; j++) {
+        ids[(size_t)t * k + j] = bi[j];
+        w[(size_t)t * k + j] = bv[j] * f;
+    }
+}
+
+/* y[t][y_off + o] = sum_i W[ids[t][j] * n_rows + r][i] x[t][i], o = j * n_rows + r < k * n_rows:
+ * the k chosen experts' rows of a gate or up stack, side by side. Global (k * n_rows * MV_WG,
+ * n_tok), local (MV_WG, 1). */
+__kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int *ids,
+                         __global const float *x, int x_ld, __global float *y, int y_ld,
+                         int y_off)
+{
+    int o = get_global_id(0) / MV_WG, t = get_global_id(1), lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    int j = o / n_rows, r = o % n_rows;
+    int row = ids[(size_t)t * k + j] * n_rows + r;
+    const __global float *xt = x + (size_t)t * x_ld;
+    float4 acc = (float4)(0.0f);
+    for (int i = lane * 4; i < n_in; i += MV_WG * 4)
+        acc += READ_W4(row, i) * vload4(0, xt + i);
+    float sum = moe_sum(red, lane, acc.x + acc.y + acc.z + acc.w);
+    if (lane == 0)
+        y[(size_t)t * y_ld + y_off + o] = sum;
+}
+
+/* y[t][o] = (res ? res[t][o] : 0) + sum_j w[t][j] sum_i W[ids[t][j] * n_out + o][i] h_j[i],
+ * h_j = silu(g[t][j n_in + i]) * g[t][(k + j) n_in + i]: the down stack over the k experts'
+ * gate (first k * n_in values of a row of g) and up (the next k * n_in) outputs, weighted and
+ * summed, the residual added. res may alias y. Global (n_out * MV_WG, n_tok), local (MV_WG, 1). */
+__kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
+                       __global const float *wts, __global const float *g, int g_ld,
+                       __global float *y, int y_ld, __global const float *res)
+{
+    int o = get_global_id(0) / MV_WG, t = get_global_id(1), lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    const __global float *gt = g + (size_t)t * g_ld;
+    float out = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int row = ids[(size_t)t * k + j] * n_out + o;
+        const __global float *gj = gt + j * n_in, *uj = gt + (k + j) * n_in;
+        float4 acc = (float4)(0.0f);
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4) {
+            float4 a = vload4(0, gj + i);
+            acc += READ_W4(row, i) * (a / (1.0f + exp(-a)) * vload4(0, uj + i));
+        }
+        out += wts[(size_t)t * k + j] * (acc.x + acc.y + acc.z + acc.w);
+    }
+    float sum = moe_sum(red, lane, out);
+    if (lane == 0)
+        y[(size_t)t * y_ld + o] = (res ? res[(size_t)t * y_ld + o] : 0.0f) + sum;
+}

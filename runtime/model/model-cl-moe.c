@@ -1,0 +1,152 @@
+/* The moe step on OpenCL (cl_kernels/moe.cl): the feed-forward block of a mixture-of-experts
+ * layer. model-cl-layer.c RMS-norms the input into m->h and runs the router's product into the
+ * scores buffer this file provides (ebb__clm_moe_prepare); then (ebb__clm_moe_experts) moe_route
+ * keeps each row's top k with their weights on the device (no read-back), moe_gather runs the
+ * chosen experts' gate rows and then their up rows (one launch each covering the k experts),
+ * and moe_down runs their down rows with the SwiGLU, the weights, the sum over the k experts
+ * and the residual add folded in. Only the chosen experts' rows are read. Each expert stack is
+ * one weight of n_expert x rows rows (placed like any other, model-cl-place.c). */
+#include "model-cl-int.h"
+
+/* The moe.cl program for w's layout, built on first use. */
+static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
+                        struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    for (uint32_t i = 0; i < mo->n_progs; i++) {
+        const struct ebb_cl_layout *l = &mo->progs[i].layout;
+        if (l->type == w->layout.type && l->storage == w->layout.storage &&
+            l->order == w->layout.order) {
+            *out = &mo->progs[i];
+            return EBB_OK;
+        }
+    }
+    if (mo->n_progs == sizeof(mo->progs) / sizeof(mo->progs[0]))
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "too many expert weight layouts");
+    struct clm_moe_prog *p = &mo->progs[mo->n_progs];
+    ebb_err rc = ebb_cl_moe_build(m->cl, &w->layout, &m->tu, &p->prog, diag);
+    if (rc)
+        return rc;
+    p->layout = w->layout;
+    mo->n_progs++;
+    if ((rc = ebb_cl_kernel(p->prog, "moe_gather", &p->gather, diag)) ||
+        (rc = ebb_cl_kernel(p->prog, "moe_down", &p->down, diag)) ||
+        (!mo->route && (rc = ebb_cl_kernel(p->prog, "moe_route", &mo->route, diag))))
+        return rc;
+    *out = p;
+    return EBB_OK;
+}
+
+/* The scratch, once. */
+static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    if (mo->gu)
+        return EBB_OK;
+    const struct ebb__hparams *hp = &m->hp;
+    size_t f = sizeof(float), k = hp->n_expert_used;
+    ebb_err rc;
+    if ((rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_expert, &mo->scores, "router scores", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int) * k, &mo->ids, "expert ids", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * k, &mo->w, "expert weights", diag)) ||
+        (rc = ebb__clm_alloc(m, N_BATCH * f * 2 * k * hp->n_ff_exp, &mo->gu, "expert outputs",
+                             diag)))
+        return rc;
+    return EBB_OK;
+}
+
+/* y[.., y_off..] = the k chosen experts' rows of stack w times x (rows of x_ld). */
+static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, int y_off,
+                      int nt, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *p;
+    ebb_err rc = prog_for(m, w, &p, diag);
+    if (rc)
+        return rc;
+    int n_in = (int)w->n_in, rows = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
+    int y_ld = 2 * k * rows;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(rows), EBB_CL_ARG(k),
+                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(x),    EBB_CL_ARG(x_ld),
+                             EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+    size_t g[2] = {(size_t)k * rows * m->tu.mv_wg, (size_t)nt}, l[2] = {m->tu.mv_wg, 1};
+    if ((rc = ebb_cl_weight_set_args(w, p->gather, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->gather, 2, a, 9, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, p->gather, 2, g, l, diag);
+}
+
+/* m->x += the weighted sum of the chosen experts' down rows over their SwiGLU outputs. */
+static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *p;
+    ebb_err rc = prog_for(m, w, &p, diag);
+    if (rc)
+        return rc;
+    int n_in = (int)m->hp.n_ff_exp, n_out = (int)m->hp.n_embd, k = (int)m->hp.n_expert_used;
+    int g_ld = 2 * k * n_in;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(n_out), EBB_CL_ARG(k),
+                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(mo->w), EBB_CL_ARG(mo->gu),
+                             EBB_CL_ARG(g_ld),    EBB_CL_ARG(m->x),  EBB_CL_ARG(n_out),
+                             EBB_CL_ARG(m->x)};
+    size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (size_t)nt}, l[2] = {m->tu.mv_wg, 1};
+    if ((rc = ebb_cl_weight_set_args(w, p->down, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->down, 2, a, 10, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, p->down, 2, g, l, diag);
+}
+
+ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
+                             cl_mem *scores, struct ebb_diag *diag)
+{
+    struct clm_moe_prog *p;
+    ebb_err rc = scratch(m, diag);
+    if (!rc)
+        rc = prog_for(m, &L->w[s->group + 1][0], &p, diag); /* also makes moe_route */
+    *scores = m->moe.scores;
+    return rc;
+}
+
+ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                             struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    struct clm_moe *mo = &m->moe;
+    const struct ebb_cl_weight *gate = &L->w[s->group + 1][0], *up = &L->w[s->group + 2][0];
+    const struct ebb_cl_weight *dn = &L->w[s->group + 3][0];
+    int n_embd = (int)hp->n_embd, n_expert = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    int norm = (int)hp->expert_norm, kf = k * (int)hp->n_ff_exp;
+    float scale = hp->expert_scale;
+    struct ebb_cl_arg ra[] = {EBB_CL_ARG(mo->scores), EBB_CL_ARG(n_expert), EBB_CL_ARG(k),
+                              EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
+                              EBB_CL_ARG(mo->w)};
+    size_t rg = (size_t)nt;
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
+        (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)) ||
+        (rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
+        (rc = gather(m, up, m->h, n_embd, kf, nt, diag)))
+        return rc;
+    return down(m, dn, nt, diag);
+}
+
+void ebb__clm_moe_fini(struct clm *m)
+{
+    struct clm_moe *mo = &m->moe;
+    for (uint32_t i = 0; i < mo->n_progs; i++) {
+        if (mo->progs[i].gather)
+            clReleaseKernel(mo->progs[i].gather);
+        if (mo->progs[i].down)
+            clReleaseKernel(mo->progs[i].down);
+        if (mo->progs[i].prog)
+            clReleaseProgram(mo->progs[i].prog);
+    }
+    if (mo->route)
+        clReleaseKernel(mo->route);
+    cl_mem ms[] = {mo->scores, mo->ids, mo->w, mo->gu};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        if (ms[i])
+            clReleaseMemObject(ms[i]);
+    *mo = (struct clm_moe){0};
+}
