@@ -29,6 +29,8 @@ struct ebb_spec {
     double accept;              /* moving per-draft acceptance */
     double w, sn, snn, st, snt; /* decayed moments of (rows, seconds) of timed passes */
     uint32_t idle;              /* steps with k at 0 since the last probe */
+    uint64_t timed[2];          /* pass sizes (rows 1..128) timed once already: the first pass
+                                   of a size may build kernels or buffers, so it is not timed */
     uint64_t dropped;           /* history tokens forgotten (the history is then no longer
                                    indexed by position) */
     /* Draft model (ebb_spec_attach_model): its slot holds KV for positions < dm_valid, and
@@ -306,7 +308,11 @@ void ebb_spec_feedback(struct ebb_spec *s, uint32_t drafted, uint32_t accepted, 
     } else {
         s->stats.plain++;
     }
-    if (seconds > 0 && isfinite(seconds)) {
+    uint32_t rows = drafted + 1, w = (rows - 1) / 64 % 2;
+    uint64_t bit = 1ull << ((rows - 1) % 64);
+    bool first = !(s->timed[w] & bit);
+    s->timed[w] |= bit;
+    if (!first && seconds > 0 && isfinite(seconds)) {
         double n = (double)drafted + 1.0;
         s->w = s->w * COST_DECAY + 1.0;
         s->sn = s->sn * COST_DECAY + n;

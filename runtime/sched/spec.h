@@ -100,7 +100,8 @@ ebb_err ebb_spec_verify(struct ebb_sampler *smp, float *rows, uint32_t n_vocab,
                         struct ebb_sample_info *info);
 
 /* Tells the adaptation what a pass gave: drafted drafts, accepted of them, and (if > 0) the
- * seconds a pass of drafted + 1 rows took. Counts only passes with drafted > 0 as passes; a
+ * seconds a pass of drafted + 1 rows took (the first pass of each size is not timed: it may
+ * include building kernels or buffers). Counts only passes with drafted > 0 as passes; a
  * pass with none counts as plain (its time still feeds the cost model). */
 void ebb_spec_feedback(struct ebb_spec *s, uint32_t drafted, uint32_t accepted, double seconds);
 
