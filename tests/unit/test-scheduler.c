@@ -691,8 +691,9 @@ static void test_batched_decode(void **state)
     /* greedy needs one candidate per row, not the logits: 12 tokens sampled per stream */
     assert_int_equal(atomic_load(&topk_rows), 4 * 12);
     /* Prefill of the first two tokens, the last prompt token, 11 decode steps: 13 passes for
-     * all four together (sequential evaluation would need 52). */
-    assert_true(atomic_load(&evals) <= 14);
+     * all four together (sequential evaluation would need 52); a job submitted just after the
+     * engine woke for the first one starts a step later. */
+    assert_true(atomic_load(&evals) <= 17);
     assert_string_equal(r[0].text, "deabcdeabcde");
     assert_string_equal(r[3].text, "bcdeabcdeabc");
     struct ebb_sched_stats st;
