@@ -60,7 +60,7 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
                       int nt, struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
-    struct clm_moe_prog *p;
+    struct clm_moe_prog *p = NULL;
     ebb_err rc = prog_for(m, w, &p, diag);
     if (rc)
         return rc;
@@ -80,7 +80,7 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
-    struct clm_moe_prog *p;
+    struct clm_moe_prog *p = NULL;
     ebb_err rc = prog_for(m, w, &p, diag);
     if (rc)
         return rc;
@@ -100,7 +100,7 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
                              cl_mem *scores, struct ebb_diag *diag)
 {
-    struct clm_moe_prog *p;
+    struct clm_moe_prog *p = NULL;
     ebb_err rc = scratch(m, diag);
     if (!rc)
         rc = prog_for(m, &L->w[s->group + 1][0], &p, diag); /* also makes moe_route */
