@@ -383,6 +383,45 @@ def test_eight_concurrent_streams(server, client):
     assert all(r is not None and r[1] == "length" for r in results), results
 
 
+def test_batched_steps_and_prompt_cache_metrics(server, client):
+    """Concurrent streams share engine steps (more slots than passes), and a prompt resent at
+    temperature 0 reuses its cached prefix and gives the same text as the cold run."""
+    before = server.metrics()
+    results = [None] * 4
+
+    def run(i):
+        r = client.completions.create(model=MODEL_ID, prompt=f"List {i + 2} fruits:",
+                                      max_tokens=16, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        results[i] = r.usage.completion_tokens
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results == [16] * 4, results
+    after = server.metrics()
+    steps = metric(after, "ebb_engine_steps_total") - metric(before, "ebb_engine_steps_total")
+    seqs = metric(after, "ebb_batch_sequences_total") - metric(before, "ebb_batch_sequences_total")
+    rows = metric(after, "ebb_batch_tokens_total") - metric(before, "ebb_batch_tokens_total")
+    assert steps > 0 and rows >= seqs >= 4 * 15, (steps, seqs, rows)
+    assert seqs > steps, (seqs, steps)  # on average more than one slot per pass
+    for name in ("ebb_batch_tokens_last", "ebb_batch_sequences_last", "ebb_jobs_started_total",
+                 "ebb_queue_wait_seconds_total"):
+        assert re.search(rf"^{name} ", after, re.M), name
+
+    prompt = "The history of the lighthouse keeper's family, told from the beginning:" * 3
+    cold = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
+    hits = metric(server.metrics(), "ebb_prompt_cache_hits_total")
+    reused = metric(server.metrics(), "ebb_prompt_cache_tokens_total")
+    warm = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
+    assert warm.choices[0].text == cold.choices[0].text
+    m = server.metrics()
+    assert metric(m, "ebb_prompt_cache_hits_total") == hits + 1
+    assert metric(m, "ebb_prompt_cache_tokens_total") >= reused + cold.usage.prompt_tokens - 1
+
+
 def test_queue_full_503(make_server):
     s = make_server("--parallel", "1", "--queue", "1")
     body = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True, "stream": True}

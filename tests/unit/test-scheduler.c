@@ -882,6 +882,43 @@ static void test_speculative(void **state)
     start_spec_max = 0;
 }
 
+/* A job cancelled mid-prefill inside a busy batch leaves at the next step, and the streams
+ * decoding beside it go on unchanged (their text is what they give alone). */
+static void test_cancel_inside_batch(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(3, 4, 8);
+    atomic_store(&eval_delay_us, 300);
+    int32_t pa[3] = {1, 2, 3}, pb[3] = {2, 3, 4}, pc[120];
+    for (int i = 0; i < 120; i++)
+        pc[i] = 1 + i % 13;
+    struct ebb_gen_params gp = greedy(30);
+    struct rec a, b, c;
+    rec_init(&a, s);
+    rec_init(&b, s);
+    rec_init(&c, s);
+    assert_int_equal(submit(s, &a, pa, 3, &gp), EBB_OK);
+    assert_int_equal(submit(s, &b, pb, 3, &gp), EBB_OK);
+    while (a.n_tok < 3 || b.n_tok < 3)
+        usleep(1000);
+    c.cancel_on_prefill = true; /* cancels itself after its first 8-token chunk */
+    assert_int_equal(submit(s, &c, pc, 120, &gp), EBB_OK);
+    rec_wait(&c);
+    assert_int_equal(c.res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(c.n_prefill_calls, 1);
+    assert_int_equal(c.n_tok, 0);
+    rec_wait(&a);
+    rec_wait(&b);
+    assert_int_equal(a.res.finish, EBB_FINISH_LENGTH);
+    assert_int_equal(b.res.finish, EBB_FINISH_LENGTH);
+    assert_string_equal(a.text, "deabcdeabcdeabcdeabcdeabcdeabc");
+    assert_string_equal(b.text, "eabcdeabcdeabcdeabcdeabcdeabcd");
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.active, 0);
+    ebb_sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -899,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_prefill_budget_interleaves),
         cmocka_unit_test(test_best_prefix_slot),
         cmocka_unit_test(test_short_match_keeps_cache),
+        cmocka_unit_test(test_cancel_inside_batch),
         cmocka_unit_test(test_speculative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
