@@ -310,3 +310,178 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     for (int d = 0; d < HEAD_DIM / 4; d++)
         vstore4(acc[d] / l, d, out + (size_t)(r0 + t) * out_ld + h * HEAD_DIM);
 }
+
+#if defined(ATT_MMA) && ATT_MMA && MV_PTX && HEAD_DIM % 16 == 0 && HEAD_DIM <= 128
+/* Prefill attention on tensor cores (flash attention through PTX mma.sync, f16 inputs and f32
+ * accumulation): a work-group of 4 warps takes 64 queries of one head, 16 a warp, and walks the
+ * keys in tiles of 64 staged in local memory as halves (keys as rows; values transposed, a row
+ * per dimension, so that both are read as B fragments with 32-bit loads). A warp's scores
+ * S = Q K^T (16 x 64) stay in registers, are masked (causal) and turned into probabilities
+ * with a running max per query row (quads of lanes share a row: shuffles), and then serve
+ * directly as the A fragments of O += P V (the C layout of two 8-key tiles is the A layout of
+ * one 16-key step). Same arguments and results as attn_prefill; global size
+ * (ceil(n_tok / 64) * 128, n_head), local (128, 1). Keys past the work-group's last query are
+ * staged as zeros (the cache may hold anything there). */
+#define FA_KT 64              /* keys per tile */
+#define FA_KP (HEAD_DIM + 8)  /* halves per staged key row */
+#define FA_VP (FA_KT + 8)     /* halves per staged value column */
+#define FA_DS (HEAD_DIM / 16) /* 16-wide steps over a head */
+#define FA_DN (HEAD_DIM / 8)  /* 8-wide output tiles of a head */
+
+inline float fa_shfl_xor(float v, int m)
+{
+    float o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+    return o;
+}
+
+inline uint fa_h2(float lo, float hi)
+{
+    uint d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
+attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
+                 __global const half *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
+                 int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0)
+{
+    __local uint ks[FA_KT * FA_KP / 2]; /* half K[k0 + j][d] at j * FA_KP + d */
+    __local uint vt[HEAD_DIM * FA_VP / 2]; /* half V[k0 + j][d] at d * FA_VP + j */
+    __local ushort *vth = (__local ushort *)vt;
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int h = get_group_id(1), hk = h / (n_head / n_head_kv);
+    int t0 = get_group_id(0) * 64, tw = t0 + warp * 16;
+    int n_keys = pos0 + min(n_tok, t0 + 64); /* keys the work-group's queries see */
+    /* This lane's two query rows (g and g + 8 of the warp's 16) and their positions. */
+    int qa = min(tw + g, n_tok - 1), qb = min(tw + g + 8, n_tok - 1);
+    int pa = pos0 + tw + g, pb = pos0 + tw + g + 8;
+    const __global float *qra = qkv + (size_t)(r0 + qa) * qkv_ld + h * HEAD_DIM;
+    const __global float *qrb = qkv + (size_t)(r0 + qb) * qkv_ld + h * HEAD_DIM;
+    uint qf[FA_DS][4];
+#pragma unroll
+    for (int s = 0; s < FA_DS; s++) {
+        int d = s * 16 + 2 * q;
+        qf[s][0] = fa_h2(qra[d] * scale, qra[d + 1] * scale);
+        qf[s][1] = fa_h2(qrb[d] * scale, qrb[d + 1] * scale);
+        qf[s][2] = fa_h2(qra[d + 8] * scale, qra[d + 9] * scale);
+        qf[s][3] = fa_h2(qrb[d + 8] * scale, qrb[d + 9] * scale);
+    }
+    float o[FA_DN][4];
+#pragma unroll
+    for (int n = 0; n < FA_DN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[n][e] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+    const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    for (int k0 = 0; k0 < n_keys; k0 += FA_KT) {
+        /* Stage 64 keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
+        for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
+            int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
+            uint4 kv4 = (uint4)(0), vv4 = (uint4)(0);
+            if (k0 + j < n_keys) {
+                kv4 = vload4(0, (const __global uint *)(kb + (size_t)(k0 + j) * HEAD_DIM + d));
+                vv4 = vload4(0, (const __global uint *)(vb + (size_t)(k0 + j) * HEAD_DIM + d));
+            }
+            vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
+            uint vw[4] = {vv4.x, vv4.y, vv4.z, vv4.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                vth[(d + 2 * i) * FA_VP + j] = (ushort)(vw[i] & 0xffffu);
+                vth[(d + 2 * i + 1) * FA_VP + j] = (ushort)(vw[i] >> 16);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 <= pos0 + tw + 15) { /* some of the warp's queries see this tile */
+            float sc[FA_KT / 8][4];
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = 0.0f;
+                int kr = (n * 8 + g) * (FA_KP / 2) + q;
+#pragma unroll
+                for (int s = 0; s < FA_DS; s++) {
+                    uint b0 = ks[kr + s * 8], b1 = ks[kr + s * 8 + 4];
+                    MMA_F16(sc[n], qf[s][0], qf[s][1], qf[s][2], qf[s][3], b0, b1);
+                }
+            }
+            /* Causal mask and the running max of rows g (a) and g + 8 (b). */
+            float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int kp = k0 + n * 8 + 2 * q + e;
+                    if (kp > pa)
+                        sc[n][e] = -INFINITY;
+                    if (kp > pb)
+                        sc[n][2 + e] = -INFINITY;
+                    xa = fmax(xa, sc[n][e]);
+                    xb = fmax(xb, sc[n][2 + e]);
+                }
+            xa = fmax(xa, fa_shfl_xor(xa, 1));
+            xa = fmax(xa, fa_shfl_xor(xa, 2));
+            xb = fmax(xb, fa_shfl_xor(xb, 1));
+            xb = fmax(xb, fa_shfl_xor(xb, 2));
+            float na = fmax(ma, xa), nb = fmax(mb, xb);
+            /* A row that has seen no key yet keeps -inf: its factor and probabilities are 0. */
+            float ca = na == -INFINITY ? 0.0f : exp(ma - na);
+            float cb = nb == -INFINITY ? 0.0f : exp(mb - nb);
+            ma = na;
+            mb = nb;
+            la *= ca;
+            lb *= cb;
+#pragma unroll
+            for (int n = 0; n < FA_DN; n++) {
+                o[n][0] *= ca;
+                o[n][1] *= ca;
+                o[n][2] *= cb;
+                o[n][3] *= cb;
+            }
+            uint pf[FA_KT / 8][2]; /* probabilities as halves: rows a and b of each 8-key tile */
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++) {
+                float p0 = na == -INFINITY ? 0.0f : exp(sc[n][0] - na);
+                float p1 = na == -INFINITY ? 0.0f : exp(sc[n][1] - na);
+                float p2 = nb == -INFINITY ? 0.0f : exp(sc[n][2] - nb);
+                float p3 = nb == -INFINITY ? 0.0f : exp(sc[n][3] - nb);
+                la += p0 + p1;
+                lb += p2 + p3;
+                pf[n][0] = fa_h2(p0, p1);
+                pf[n][1] = fa_h2(p2, p3);
+            }
+            /* O += P V: 16-key steps, the A fragment from two 8-key tiles of P. */
+#pragma unroll
+            for (int kk = 0; kk < FA_KT / 16; kk++) {
+                uint a0 = pf[2 * kk][0], a1 = pf[2 * kk][1];
+                uint a2 = pf[2 * kk + 1][0], a3 = pf[2 * kk + 1][1];
+#pragma unroll
+                for (int n = 0; n < FA_DN; n++) {
+                    int vr = (n * 8 + g) * (FA_VP / 2) + kk * 8 + q;
+                    MMA_F16(o[n], a0, a1, a2, a3, vt[vr], vt[vr + 4]);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    la += fa_shfl_xor(la, 1);
+    la += fa_shfl_xor(la, 2);
+    lb += fa_shfl_xor(lb, 1);
+    lb += fa_shfl_xor(lb, 2);
+    bool wa = tw + g < n_tok, wb = tw + g + 8 < n_tok;
+    __global float *oa = out + (size_t)(r0 + tw + g) * out_ld + h * HEAD_DIM;
+    __global float *ob = out + (size_t)(r0 + tw + g + 8) * out_ld + h * HEAD_DIM;
+#pragma unroll
+    for (int n = 0; n < FA_DN; n++) {
+        int d = n * 8 + 2 * q;
+        if (wa)
+            vstore2((float2)(o[n][0] / la, o[n][1] / la), 0, oa + d);
+        if (wb)
+            vstore2((float2)(o[n][2] / lb, o[n][3] / lb), 0, ob + d);
+    }
+}
+#endif

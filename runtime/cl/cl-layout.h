@@ -71,6 +71,8 @@ struct ebb_cl_tuning {
     uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
     uint32_t att_gqa;      /* 1: a decode attention work-group serves every query head of its
                               KV head (keys and values read once for the group) */
+    uint32_t att_mma;      /* 1: prefill attention on tensor cores (attn_prefill_mma, with
+                              mv_ptx after the mma probe, head dimensions 16..128) */
     uint32_t att_g;        /* query heads per decode attention work-group (ATT_G): 1, or the
                               model's group when att_gqa allows it (set by the engine) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */

@@ -235,6 +235,21 @@ static bool att_q8_ok(struct clm *m, const struct layer *L, uint32_t si)
     return w->n_in == m->n_q && q8_kernel(m, w, NULL) != NULL;
 }
 
+/* Prefill attention of nt queries with attn_prefill's 14 arguments: on tensor cores
+ * (attn_prefill_mma, 64 queries a work-group of 128) where built, else attn_prefill. */
+static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int nt,
+                                 struct ebb_diag *diag)
+{
+    cl_kernel k = m->k_attn_pre_mma ? m->k_attn_pre_mma : m->k_attn_pre;
+    size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
+    if (m->k_attn_pre_mma) {
+        g[0] = ((size_t)nt + 63) / 64 * 128;
+        l[0] = 128;
+    }
+    ebb_err rc = ebb_cl_set_args(k, 0, a, 14, diag);
+    return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
  * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
  * one; with tu.att_rope the first decode pass does rope_kv's work itself). */
@@ -304,11 +319,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
-    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-    if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 14, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
-        return rc;
-    return EBB_OK;
+    return prefill_attention(m, a, nt, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -325,9 +336,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
-    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-    ebb_err rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 14, diag);
-    return rc ? rc : ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag);
+    return prefill_attention(m, a, nt, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one

@@ -77,7 +77,7 @@ static void clm_free(void *ctx)
         m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
         m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
         m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r};
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_attn_pre_mma};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -143,6 +143,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         (rc = ebb_cl_kernel(m->ops, "quantize_x8_rows", &m->k_q8r, diag)))
         return rc;
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
+        return rc;
+    if (m->tu.att_mma && m->tu.mv_ptx && m->hp.head_dim % 16 == 0 && m->hp.head_dim <= 128 &&
+        (rc = ebb_cl_kernel(m->ops, "attn_prefill_mma", &m->k_attn_pre_mma, diag)))
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
@@ -654,8 +657,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
-    if (m->tu.mm_mma && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
-        m->tu.mm_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
+    if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
+        m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;
