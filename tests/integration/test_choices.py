@@ -4,6 +4,8 @@
 seeds (choice i draws as a one-choice request with seed + i), the prompt evaluated once and
 copied (ebb_kv_copies_total), and the limits."""
 import json
+import socket
+import time
 
 import pytest
 
@@ -121,3 +123,25 @@ def test_bad_n(server, n):
     for path, body in (("/v1/chat/completions", {"messages": CHAT}),
                        ("/v1/completions", {"prompt": "hi"})):
         expect_error(server, 400, "POST", path, {**body, "n": n}, param="n")
+
+
+def test_disconnect_frees_every_slot(server, client):
+    before = metric(server.metrics(), "ebb_cancellations_total")
+    body = json.dumps({"messages": CHAT, "max_tokens": 400, "stream": True, "n": 3,
+                       "ignore_eos": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                 + body)
+    got = b""
+    while got.count(b"data: ") < 8:  # the three role chunks, then tokens
+        got += sock.recv(4096)
+    assert metric(server.metrics(), "ebb_active_slots") == 3
+    sock.close()
+    t0 = time.time()
+    while time.time() - t0 < 10 and metric(server.metrics(), "ebb_active_slots") > 0:
+        time.sleep(0.05)
+    assert metric(server.metrics(), "ebb_active_slots") == 0
+    assert metric(server.metrics(), "ebb_cancellations_total") == before + 1
+    r = client.chat.completions.create(model=MODEL_ID, messages=CHAT, max_tokens=2, n=4)
+    assert len(r.choices) == 4
