@@ -14,56 +14,85 @@
 #define ATT_TK 32
 #endif
 
-/* Decode, first pass (flash-decoding): work-group (c, h) scores positions
- * [c * ATT_CHUNK, min(n_kv, (c + 1) * ATT_CHUNK)) of head h and writes the unnormalised partial
- * output po[h][c][d] with its max and sum of exponentials pml[h][c] = (m, l); with a single
- * chunk it writes the normalised result to out[h][d] directly and the reduction is skipped,
- * unless out is NULL (attn_decode_reduce_q8 in q8.cl reduces and quantizes even one chunk).
- * Global size (n_chunks * NORM_WG, n_head), local (NORM_WG, 1). */
-/* The body of decode's first pass for work-group (c, h): qs holds the scaled query; keys and
- * values of positions p0.. come from kb / vb, except, with kn, the chunk's last one (the new
- * token's), whose key and value come from kn / vn in local memory (as the cache holds them). */
+#ifndef ATT_G
+#define ATT_G 1
+#endif
+
+/* Decode, first pass (flash-decoding): work-group (c, hg) scores positions
+ * [c * ATT_CHUNK, min(n_kv, (c + 1) * ATT_CHUNK)) for the ATT_G query heads h0 = hg * ATT_G ..
+ * (1, or every query head of one KV head, which then reads its keys and values once for all of
+ * them) and writes, per head h, the unnormalised partial output po[h][c][d] with its max and sum
+ * of exponentials pml[h][c] = (m, l); with a single chunk it writes the normalised result to
+ * out[h][d] directly and the reduction is skipped, unless out is NULL (attn_decode_reduce_q8 in
+ * q8.cl reduces and quantizes even one chunk).
+ * Global size (n_chunks * NORM_WG, n_head / ATT_G), local (NORM_WG, 1). */
+/* The body of decode's first pass for work-group (c, heads h0..): qs holds the scaled queries
+ * (ATT_G rows of HEAD_DIM); keys and values of positions p0.. come from kb / vb, except, with
+ * kn, the chunk's last one (the new token's), whose key and value come from kn / vn in local
+ * memory (as the cache holds them). sc holds ATT_G rows of ATT_CHUNK scores. */
 inline void decode_part(__local const float *qs, __local float *sc, __local float *tmp,
                         const __global half *kb, const __global half *vb, int pn,
-                        __local const half *kn, __local const half *vn, int c, int nc, int h,
+                        __local const half *kn, __local const half *vn, int c, int nc, int h0,
                         __global float *po, __global float2 *pml, __global float *out)
 {
     int lid = get_local_id(0);
-    float m = -INFINITY;
+    float m[ATT_G], l[ATT_G];
+    for (int g = 0; g < ATT_G; g++)
+        m[g] = -INFINITY;
     for (int j = lid; j < pn; j += NORM_WG) {
-        float4 s4 = (float4)(0.0f);
-        if (kn && j == pn - 1)
-            for (int d = 0; d < HEAD_DIM; d += 4)
-                s4 += vload_half4(0, kn + d) * vload4(0, qs + d);
-        else
-            for (int d = 0; d < HEAD_DIM; d += 4)
-                s4 += vload_half4(0, kb + (size_t)j * HEAD_DIM + d) * vload4(0, qs + d);
-        float s = s4.x + s4.y + s4.z + s4.w;
-        sc[j] = s;
-        m = fmax(m, s);
+        float4 s4[ATT_G];
+        for (int g = 0; g < ATT_G; g++)
+            s4[g] = (float4)(0.0f);
+        bool own = kn && j == pn - 1;
+        for (int d = 0; d < HEAD_DIM; d += 4) {
+            float4 k4 = own ? vload_half4(0, kn + d) : vload_half4(0, kb + (size_t)j * HEAD_DIM + d);
+            for (int g = 0; g < ATT_G; g++)
+                s4[g] += k4 * vload4(0, qs + g * HEAD_DIM + d);
+        }
+        for (int g = 0; g < ATT_G; g++) {
+            float s = s4[g].x + s4[g].y + s4[g].z + s4[g].w;
+            sc[g * ATT_CHUNK + j] = s;
+            m[g] = fmax(m[g], s);
+        }
     }
-    m = wg_max(m, tmp);
-    float l = 0.0f;
-    for (int j = lid; j < pn; j += NORM_WG) {
-        float e = exp(sc[j] - m);
-        sc[j] = e;
-        l += e;
+    for (int g = 0; g < ATT_G; g++) {
+        m[g] = wg_max(m[g], tmp);
+        l[g] = 0.0f;
     }
-    l = wg_sum(l, tmp);
+    for (int j = lid; j < pn; j += NORM_WG)
+        for (int g = 0; g < ATT_G; g++) {
+            float e = exp(sc[g * ATT_CHUNK + j] - m[g]);
+            sc[g * ATT_CHUNK + j] = e;
+            l[g] += e;
+        }
+    for (int g = 0; g < ATT_G; g++)
+        l[g] = wg_sum(l[g], tmp);
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
     for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
-        float o = 0.0f;
-        for (int j = 0; j < pc; j++)
-            o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
-        if (kn)
-            o += sc[pn - 1] * vload_half(d, vn);
-        if (nc == 1 && out)
-            out[h * HEAD_DIM + d] = o / l; /* one chunk: no reduction pass needed */
-        else
-            po[((size_t)h * nc + c) * HEAD_DIM + d] = o;
+        float o[ATT_G];
+        for (int g = 0; g < ATT_G; g++)
+            o[g] = 0.0f;
+        for (int j = 0; j < pc; j++) {
+            float v = vload_half(0, vb + (size_t)j * HEAD_DIM + d);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + j] * v;
+        }
+        if (kn) {
+            float v = vload_half(d, vn);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + pn - 1] * v;
+        }
+        for (int g = 0; g < ATT_G; g++) {
+            int h = h0 + g;
+            if (nc == 1 && out)
+                out[h * HEAD_DIM + d] = o[g] / l[g]; /* one chunk: no reduction pass needed */
+            else
+                po[((size_t)h * nc + c) * HEAD_DIM + d] = o[g];
+        }
     }
     if (lid == 0)
-        pml[h * nc + c] = (float2)(m, l);
+        for (int g = 0; g < ATT_G; g++)
+            pml[(h0 + g) * nc + c] = (float2)(m[g], l[g]);
 }
 
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
@@ -71,26 +100,26 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, __global float *out)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
-    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0);
-    int hk = h / (n_head / n_head_kv);
+    int hk = h0 / (n_head / n_head_kv);
     int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
-        qs[d] = q[h * HEAD_DIM + d] * scale;
+    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
+        qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
     const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h, po, pml, out);
+    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
- * work-group rotates its query head from row 0 of qkv (Q heads, K heads, V heads), the last
+ * work-group rotates its query heads from row 0 of qkv (Q heads, K heads, V heads), the last
  * chunk's work-groups also rotate the key of their KV head and take key and value (rounded to
- * halves as the cache holds them) from local memory, and the first query head of each KV group
- * stores them in the cache for the tokens after. Same results as rope_kv then
+ * halves as the cache holds them) from local memory, and the work-group of the first query head
+ * of each KV group stores them in the cache for the tokens after. Same results as rope_kv then
  * attn_decode_part, one launch less. */
 __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __global half *vc,
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
@@ -98,24 +127,26 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                __global float *out, int n_rot, float base, float freq_scale,
                                int neox, __global const float *ff)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
     __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
     __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
-    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
-    int hk = h / group, pos = n_kv - 1;
+    int hk = h0 / group, pos = n_kv - 1;
     int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     bool last = c == nc - 1;
-    const __global float *qr = qkv + h * HEAD_DIM, *kr = qkv + (n_head + hk) * HEAD_DIM;
+    const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
-    for (int p = lid; p < HEAD_DIM / 2; p += NORM_WG) {
+    for (int e = lid; e < ATT_G * (HEAD_DIM / 2); e += NORM_WG) {
+        int g = e / (HEAD_DIM / 2), p = e % (HEAD_DIM / 2);
+        const __global float *qr = qkv + (h0 + g) * HEAD_DIM;
         int2 i = rope_pair(p, n_rot, neox);
         float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale, ff);
-        qs[i.x] = r.x * scale;
-        qs[i.y] = r.y * scale;
-        if (last) {
+        qs[g * HEAD_DIM + i.x] = r.x * scale;
+        qs[g * HEAD_DIM + i.y] = r.y * scale;
+        if (last && g == 0) {
             r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale, ff);
             vstore_half(r.x, i.x, kn);
             vstore_half(r.y, i.y, kn);
@@ -126,14 +157,14 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
     const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    if (last && h % group == 0) {
+    if (last && h0 % group == 0) {
         size_t off = kv_base + ((size_t)hk * n_ctx + pos) * HEAD_DIM;
         for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
             vstore_half(vload_half(d, kn), off + d, kc);
             vstore_half(vload_half(d, vn), off + d, vc);
         }
     }
-    decode_part(qs, sc, tmp, kb, vb, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h, po, pml,
+    decode_part(qs, sc, tmp, kb, vb, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h0, po, pml,
                 out);
 }
 
@@ -158,8 +189,9 @@ __kernel void attn_decode_reduce(__global const float *po, __global const float2
 /* Decode rows of a batch (flash-decoding over slots at different depths): z-th decode row
  * dr[z] of the batch, at position rt[2r + 1] of KV slot rt[2r], attends positions 0..pos in
  * chunks as attn_decode_part does; its partials go to po / pml at row z (max_nc chunks per
- * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG, n_head,
- * n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return at once. */
+ * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG,
+ * n_head / ATT_G, n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return
+ * at once. */
 __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const half *kc,
                                __global const half *vc, __global const int *rt,
                                __global const int *dr, ulong slot_stride, int n_ctx,
@@ -167,24 +199,25 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
                                __global float2 *pml, int max_nc, __global float *out,
                                int out_ld)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
-    int c = get_group_id(0), h = get_group_id(1), z = get_group_id(2), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, z = get_group_id(2);
+    int lid = get_local_id(0);
     int r = dr[z], n_kv = rt[2 * r + 1] + 1;
     int nc = (n_kv + ATT_CHUNK - 1) / ATT_CHUNK;
     if (c >= nc)
         return; /* the whole work-group: no barrier is skipped by part of it */
-    int hk = h / (n_head / n_head_kv);
+    int hk = h0 / (n_head / n_head_kv);
     int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     const __global float *q = qkv + (size_t)r * qkv_ld;
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
-        qs[d] = q[h * HEAD_DIM + d] * scale;
+    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
+        qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
     const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
     const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h,
+    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }

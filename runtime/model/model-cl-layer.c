@@ -109,7 +109,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm, p->matmul_mma},
+    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm,
+                      m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
@@ -275,7 +276,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                  EBB_CL_ARG(m->att)};
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
-        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
+        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head / m->tu.att_g};
+        size_t l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox), EBB_CL_ARG(m->rope_ff)};
@@ -353,7 +355,7 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
                              EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q)};
-    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head, (size_t)rows->n_dec};
+    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
     size_t l1[3] = {m->tu.norm_wg, 1, 1};
     size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
     ebb_err rc;

@@ -144,6 +144,8 @@ static void test_topk(cl_program p)
 }
 
 enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
+/* Query heads per decode attention work-group of a tuning (0 counts as 1). */
+#define ATT_G_OF(t) ((t).att_g > 1 ? (t).att_g : 1u)
 
 /* rope_kv for both pair orders; with ff, each pair's frequency divided by its factor (Llama
  * 3.1's scaling: 1 to 8 here). */
@@ -275,7 +277,7 @@ static void test_attention(cl_program p)
         struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc), EBB_CL_ARG(ob)};
         OK(ebb_cl_set_args(k1, 0, a, 12, D));
         OK(ebb_cl_set_args(k2, 0, b, 4, D));
-        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH}, l1[2] = {tu.norm_wg, 1};
+        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH / ATT_G_OF(tu)}, l1[2] = {tu.norm_wg, 1};
         size_t g2[2] = {HD, NH};
         OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
         if (nc > 1) /* one chunk writes the result itself */
@@ -290,7 +292,9 @@ static void test_attention(cl_program p)
             }
         }
     }
-    printf("  attention decode (split over KV, chunk %u) max abs err %.2e\n", tu.att_chunk, worst);
+    printf("  attention decode (split over KV, chunk %u, %u heads a work-group) max abs err "
+           "%.2e\n",
+           tu.att_chunk, ATT_G_OF(tu), worst);
 
     worst = 0;
     int pos0s[] = {0, 290};
@@ -396,7 +400,8 @@ static void test_attention_rows(cl_program p)
                              EBB_CL_ARG(max_nc), EBB_CL_ARG(ob),  EBB_CL_ARG(old)};
     OK(ebb_cl_set_args(ka, 0, c, 16, D));
     OK(ebb_cl_set_args(kb, 0, e, 7, D));
-    size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH, ND}, la[3] = {tu.norm_wg, 1, 1};
+    size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH / ATT_G_OF(tu), ND};
+    size_t la[3] = {tu.norm_wg, 1, 1};
     size_t gb[3] = {HD, NH, ND};
     OK(ebb_cl_run(cl, ka, 3, ga, la, D));
     OK(ebb_cl_run(cl, kb, 3, gb, NULL, D));
@@ -431,6 +436,9 @@ static void test_attention_rows(cl_program p)
 static void test_ops(void)
 {
     cl_program p;
+    /* Decode attention with a work-group per query head, then per KV head (GQA groups of 2). */
+    struct ebb_cl_tuning keep = tu;
+    tu.att_g = 1;
     OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
     test_rmsnorm_swiglu_add_softmax(p);
     test_topk(p);
@@ -440,4 +448,10 @@ static void test_ops(void)
     test_attention(p);
     test_attention_rows(p);
     clReleaseProgram(p);
+    tu.att_g = NH / NKV;
+    OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
+    test_attention(p);
+    test_attention_rows(p);
+    clReleaseProgram(p);
+    tu = keep;
 }
