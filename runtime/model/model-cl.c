@@ -623,6 +623,32 @@ out:
     return rc;
 }
 
+/* Slot src's K and V entries of positions 0..n-1 into slot dst's, layer by layer, by copies on
+ * the engine's in-order queue (so every later pass sees them). A layer's cache is (n_seq,
+ * n_head_kv, n_ctx, head_dim) halves: one rectangle per cache, a row per KV head, each n
+ * positions long. Streamed layers keep their caches resident, so every layer is here. */
+static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half);
+    size_t so[3] = {0, (size_t)src * m->hp.n_head_kv, 0};
+    size_t dso[3] = {0, (size_t)dst * m->hp.n_head_kv, 0};
+    size_t region[3] = {row * n, m->hp.n_head_kv, 1};
+    size_t pitch = row * m->n_ctx;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        cl_mem c[2] = {L->kc, L->vc};
+        for (int k = 0; k < 2; k++) {
+            ebb_err rc = ebb_cl_check(clEnqueueCopyBufferRect(m->cl->q, c[k], c[k], so, dso, region,
+                                                              pitch, 0, pitch, 0, 0, NULL, NULL),
+                                      diag, "clEnqueueCopyBufferRect (KV copy)");
+            if (rc)
+                return rc;
+        }
+    }
+    return EBB_OK;
+}
+
 ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
                             const struct ebb_gguf *g, const struct ebb_model_params *p,
                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
@@ -685,6 +711,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;
+    m->iface.kv_copy = clm_kv_copy;
     m->iface.free = clm_free;
     *iface = &m->iface;
     *ctx = m;
