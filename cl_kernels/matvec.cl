@@ -733,7 +733,30 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
-#ifdef W_Q16
+#if defined(W_SPLIT4)
+    /* Split 4-bit planes in buffers: this row's quant words (4 a block) and (d, m) pairs, read
+     * with vector loads from pointers set up once (the generic accessors' per-element address
+     * arithmetic and byte loads were most of matmul_mma's instructions). */
+    uint qv[MB_EW / 8];
+    float2 dm;
+    const __global uint *wq = (const __global uint *)w_a + (size_t)wrow * (n_in / 32) * 4 + we / 8;
+    const __global float2 *wdm = w_b + (size_t)wrow * (n_in / 32);
+#if MB_EW == 16
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        uint2 w2_ = *(const __global uint2 *)(wq + (k0) / 8);                                      \
+        qv[0] = w2_.x;                                                                             \
+        qv[1] = w2_.y;                                                                             \
+        dm = wdm[(k0) / 32];                                                                       \
+    } while (0)
+#else
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        qv[0] = wq[(k0) / 8];                                                                      \
+        dm = wdm[(k0) / 32];                                                                       \
+    } while (0)
+#endif
+#elif defined(W_Q16)
     /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
      * work-item's MB_EW / 8 words hold elements we / 2.. and 16 + we / 2.. */
     uint qv[MB_EW / 8];
@@ -756,18 +779,21 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     } while (0)
 #endif
     float4 xv[MB_EX / 4];
+    /* The token row as float4s (rows of x_ld floats, a multiple of 4, from the buffer's start:
+     * 16-byte aligned), so that each is one vector load. */
+    const __global float4 *xp = (const __global float4 *)(x + (size_t)xtok * x_ld + xe);
 #define MB_LOADX(k0)                                                                               \
     do {                                                                                           \
         _Pragma("unroll")                                                                          \
         for (int u = 0; u < MB_EX / 4; u++)                                                        \
-            xv[u] = (k0) + xe + 4 * u < n_in ? READ_X4(x, xtok, (k0) + xe + 4 * u) : (float4)(0.0f); \
+            xv[u] = (k0) + xe + 4 * u < n_in ? xp[(k0) / 4 + u] : (float4)(0.0f);                 \
     } while (0)
     MB_LOADW(0);
     MB_LOADX(0);
     for (int k0 = 0, s = 0; k0 < n_in; k0 += 32, s ^= 1) {
         /* Stage this step's registers into buffer s. */
         __local uint *wl = ws[s] + wr * MB_KW, *xl = xs[s] + xr * MB_KW;
-#if defined(W_Q16) && MV_PTX
+#if (defined(W_SPLIT4) || defined(W_Q16)) && MV_PTX
         {
             uint d2 = mb_h2(dm.x, dm.x), m2 = mb_h2(dm.y, dm.y);
             #pragma unroll
@@ -782,7 +808,7 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 vstore2(h2, 0, wl + (16 + e) / 2);
             }
         }
-#elif defined(W_Q16)
+#elif defined(W_SPLIT4) || defined(W_Q16)
         {
             __local half *wh = (__local half *)wl;
             #pragma unroll

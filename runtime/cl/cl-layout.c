@@ -165,6 +165,10 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * inputs a step 1998, 128 1539, 128 x 64 tiles 1315, 64 x 128 1800). */
             t.mm_mma = 1;
             t.mma_pf = 1;
+            /* matmul_mmb for those tiles: split 4-bit weights and the inputs read with
+             * vector loads from pointers set up once (H100, pp512: 8B 2981 tok/s against
+             * matmul_mma's 2758, 1B 14081 against 12345; docs/PERFORMANCE.md). */
+            t.mma_v = 2;
             /* Prefill attention on tensor cores too (attn_prefill_mma; H100, 8B pp512 2752
              * tok/s against 2074 with attn_prefill, a 4096-token prompt 2454 against 825). */
             t.att_mma = 1;
@@ -217,15 +221,15 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
     /* EBB_CL_MMA_TILE=R,T[,K[,PF]]: matmul_mma's tile (rows and tokens 64 or 128, K 32, 64 or
-     * 128 inputs per step, PF 1 to load the next step during this one; H100, 8B pp512: 64 x 64
-     * x 32 1934 tok/s, 128 x 128 x 32 1362). */
+     * 128 inputs per step, PF 1 to load the next step during this one; tokens may also be 32;
+     * H100, 8B pp512: 64 x 64 x 32 1934 tok/s, 128 x 128 x 32 1362). */
     const char *mt = getenv("EBB_CL_MMA_TILE");
     unsigned v[4] = {t.mma_r, t.mma_t, t.mma_k, t.mma_pf};
     char mts[32] = ""; /* "x" separates as "," does (128x64: scripts split settings on ",") */
     for (size_t i = 0; mt && mt[i] && i + 1 < sizeof(mts); i++)
         mts[i] = mt[i] == 'x' ? ',' : mt[i];
     if (mt && sscanf(mts, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 2 &&
-        (v[0] == 64 || v[0] == 128) && (v[1] == 64 || v[1] == 128) &&
+        (v[0] == 64 || v[0] == 128) && (v[1] == 32 || v[1] == 64 || v[1] == 128) &&
         (v[2] == 32 || v[2] == 64 || v[2] == 128) && v[3] <= 1 &&
         (v[0] + v[1]) * (v[2] + 8) * 2 <= 48 * 1024) { /* the tiles fit 48 KiB of local memory */
         t.mma_r = v[0];
@@ -490,8 +494,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     else if (l->storage == EBB_CL_STORE_BUFFER)
         n = snprintf(buf + used, cap - used,
                      "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
-                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n",
-                     bits);
+                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n%s",
+                     bits, ti->split == 4 ? "#define W_SPLIT4 1\n" : "");
     else if (l->storage == EBB_CL_STORE_IMAGE1D)
         n = snprintf(buf + used, cap - used,
                      "#define EBB_IMAGES 1\n"

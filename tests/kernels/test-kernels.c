@@ -578,7 +578,7 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     OK(ebb_cl_weight_new(cl, l, N_IN, src, 1, NULL, &wt, D));
     char name[64];
     ebb_cl_layout_name(&wt.layout, name, sizeof(name));
-    static const uint32_t shapes[][2] = {{64, 64}, {128, 64}, {64, 128}, {128, 128}};
+    static const uint32_t shapes[][2] = {{64, 64}, {128, 64}, {64, 128}, {128, 128}, {64, 32}};
     cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x), rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         t.mm_mma = 1;
