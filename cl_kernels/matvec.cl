@@ -663,23 +663,29 @@ matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #endif
 
 #if MM_MMA
-/* matmul_mmb: matmul_mma's product reorganised for fewer staging instructions per tensor-core
- * product (selected by tuning mma_v = 2). A work-group of 8 warps computes MA_R rows x MA_T
- * tokens (64 or 128 each) in steps of one 32-input block, the warps 4 (rows) x 2 (tokens), so
- * a warp holds (MA_R / 4) x (MA_T / 2) outputs: 32 x 32 with the 128 x 64 tile, twice the
- * products per fragment load of matmul_mma's 16 x 32. Local memory holds two steps (double
- * buffered: one barrier a step), and the next step's global loads fly during this step's
- * products. Whole 4-bit blocks (W_Q16) are staged from their quant words: with PTX, nibbles
- * become halves by byte permutes and one f16x2 multiply-add per pair (exact: d and m are
- * halves in the file, q - 8 a small integer); other layouts go through READ_W4. */
-#define MB_KP 40               /* halves per staged row: 32 and 8 of padding (conflict-free) */
+/* matmul_mmb: matmul_mma's product reorganised for fewer instructions per tensor-core product
+ * (tuning mma_v = 2). A work-group of 8 warps computes MA_R rows x MA_T tokens (64 or 128
+ * rows, 32..128 tokens) in steps of MB_K inputs (one or two 32-blocks: MA_K 32, or 64 and
+ * more), the warps 4 (rows) x 2 (tokens), so a warp holds (MA_R / 4) x (MA_T / 2) outputs.
+ * Local memory holds two steps (double buffered: one barrier a step), and the next step's
+ * global loads fly during this step's products. Split 4-bit planes (W_SPLIT4) and the inputs
+ * are read with vector loads from pointers set up once; with PTX, nibbles become halves by
+ * byte permutes and one f16x2 multiply-add per pair (exact: d and m are halves in the file,
+ * q - 8 a small integer); other 4-bit layouts come through W_Q16, the rest through READ_W4. */
+#if MA_K >= 64
+#define MB_K 64
+#else
+#define MB_K 32
+#endif
+#define MB_KB (MB_K / 32)      /* 32-blocks a step */
+#define MB_KP (MB_K + 8)       /* halves per staged row, 8 of padding (conflict-free) */
 #define MB_KW (MB_KP / 2)      /* the same in words */
 #define MB_MI (MA_R / 64)      /* 16-row fragments per warp */
 #define MB_NJ (MA_T / 16)      /* 8-token fragments per warp */
-#define MB_TPR (256 / MA_R)    /* work-items staging one weight row (2 or 4) */
-#define MB_EW (32 / MB_TPR)    /* weight elements each stages (16 or 8) */
-#define MB_TPT (256 / MA_T)    /* work-items staging one token row */
-#define MB_EX (32 / MB_TPT)    /* inputs each stages (16 or 8) */
+#define MB_TPR (256 / MA_R)    /* work-items staging one weight row's block (2 or 4) */
+#define MB_EW (32 / MB_TPR)    /* elements of a block each stages (16 or 8) */
+#define MB_TPT (256 / MA_T)    /* work-items staging one token row's block */
+#define MB_EX (32 / MB_TPT)    /* inputs of a block each stages (16, 8 or 4) */
 
 #if MV_PTX
 inline uint mb_prmt(uint a, uint b, uint sel)
@@ -721,84 +727,95 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
     int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2);
-    /* What this work-item stages: weight row wr, elements we..; token row xr, inputs xe.. */
+    /* What this work-item stages of each block: weight row wr, elements we..; token row xr,
+     * inputs xe.. */
     int wr = lid / MB_TPR, we = (lid % MB_TPR) * MB_EW;
     int xr = lid / MB_TPT, xe = (lid % MB_TPT) * MB_EX;
-    int wrow = min(row0 + wr, n_out - 1), xtok = min(t0 + xr, n_tok - 1);
+    int wrow = min(row0 + wr, n_out - 1), xtok = min(t0 + xr, n_tok - 1), nb = n_in / 32;
     float acc[MB_MI][MB_NJ][4];
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < MB_MI; i++)
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < MB_NJ; j++)
-            #pragma unroll
+#pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
+#if defined(W_SPLIT4) || defined(W_Q16)
+    /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
+     * work-item's MB_EW / 8 words of each block hold elements we / 2.. and 16 + we / 2.. */
+    uint qv[MB_KB][MB_EW / 8];
+    float2 dm[MB_KB];
+#endif
 #if defined(W_SPLIT4)
     /* Split 4-bit planes in buffers: this row's quant words (4 a block) and (d, m) pairs, read
      * with vector loads from pointers set up once (the generic accessors' per-element address
-     * arithmetic and byte loads were most of matmul_mma's instructions). */
-    uint qv[MB_EW / 8];
-    float2 dm;
-    const __global uint *wq = (const __global uint *)w_a + (size_t)wrow * (n_in / 32) * 4 + we / 8;
-    const __global float2 *wdm = w_b + (size_t)wrow * (n_in / 32);
+     * arithmetic and byte loads were most of matmul_mma's instructions). Blocks past n_in are
+     * zeros (d = m = 0). */
+    const __global uint *wq = (const __global uint *)w_a + (size_t)wrow * nb * 4 + we / 8;
+    const __global float2 *wdm = w_b + (size_t)wrow * nb;
 #if MB_EW == 16
-#define MB_LOADW(k0)                                                                               \
+#define MB_LOADW1(b, kb)                                                                           \
     do {                                                                                           \
-        uint2 w2_ = *(const __global uint2 *)(wq + (k0) / 8);                                      \
-        qv[0] = w2_.x;                                                                             \
-        qv[1] = w2_.y;                                                                             \
-        dm = wdm[(k0) / 32];                                                                       \
+        uint2 w2_ = (b) < nb ? *(const __global uint2 *)(wq + (b) * 4) : (uint2)(0);               \
+        qv[kb][0] = w2_.x;                                                                         \
+        qv[kb][1] = w2_.y;                                                                         \
+        dm[kb] = (b) < nb ? wdm[b] : (float2)(0.0f);                                               \
     } while (0)
 #else
-#define MB_LOADW(k0)                                                                               \
+#define MB_LOADW1(b, kb)                                                                           \
     do {                                                                                           \
-        qv[0] = wq[(k0) / 8];                                                                      \
-        dm = wdm[(k0) / 32];                                                                       \
+        qv[kb][0] = (b) < nb ? wq[(b) * 4] : 0u;                                                   \
+        dm[kb] = (b) < nb ? wdm[b] : (float2)(0.0f);                                               \
     } while (0)
 #endif
 #elif defined(W_Q16)
-    /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
-     * work-item's MB_EW / 8 words hold elements we / 2.. and 16 + we / 2.. */
-    uint qv[MB_EW / 8];
-    float2 dm;
-#define MB_LOADW(k0)                                                                               \
+#define MB_LOADW1(b, kb)                                                                           \
     do {                                                                                           \
-        uint4 v_;                                                                                  \
-        W_Q16(wrow, (k0) / 32, &v_, &dm);                                                          \
+        uint4 v_ = (uint4)(0);                                                                     \
+        float2 dm_ = (float2)(0.0f);                                                               \
+        if ((b) < nb)                                                                              \
+            W_Q16(wrow, (b), &v_, &dm_);                                                           \
+        dm[kb] = dm_;                                                                              \
         _Pragma("unroll")                                                                          \
         for (int u = 0; u < MB_EW / 8; u++)                                                        \
-            qv[u] = mb_word(v_, we / 8 + u);                                                       \
+            qv[kb][u] = mb_word(v_, we / 8 + u);                                                   \
     } while (0)
 #else
-    float4 wv[MB_EW / 4];
-#define MB_LOADW(k0)                                                                               \
+    float4 wv[MB_KB][MB_EW / 4];
+#define MB_LOADW1(b, kb)                                                                           \
     do {                                                                                           \
         _Pragma("unroll")                                                                          \
         for (int u = 0; u < MB_EW / 4; u++)                                                        \
-            wv[u] = (k0) + we + 4 * u < n_in ? READ_W4(wrow, (k0) + we + 4 * u) : (float4)(0.0f); \
+            wv[kb][u] = (b) * 32 + we + 4 * u < n_in ? READ_W4(wrow, (b) * 32 + we + 4 * u)        \
+                                                      : (float4)(0.0f);                            \
     } while (0)
 #endif
-    float4 xv[MB_EX / 4];
+    float4 xv[MB_KB][MB_EX / 4];
     /* The token row as float4s (rows of x_ld floats, a multiple of 4, from the buffer's start:
      * 16-byte aligned), so that each is one vector load. */
     const __global float4 *xp = (const __global float4 *)(x + (size_t)xtok * x_ld + xe);
-#define MB_LOADX(k0)                                                                               \
+#define MB_LOAD(k0)                                                                                \
     do {                                                                                           \
         _Pragma("unroll")                                                                          \
-        for (int u = 0; u < MB_EX / 4; u++)                                                        \
-            xv[u] = (k0) + xe + 4 * u < n_in ? xp[(k0) / 4 + u] : (float4)(0.0f);                 \
+        for (int kb = 0; kb < MB_KB; kb++) {                                                       \
+            int b_ = (k0) / 32 + kb;                                                               \
+            MB_LOADW1(b_, kb);                                                                     \
+            _Pragma("unroll")                                                                      \
+            for (int u = 0; u < MB_EX / 4; u++)                                                    \
+                xv[kb][u] = b_ * 32 + xe + 4 * u < n_in ? xp[b_ * 8 + u] : (float4)(0.0f);         \
+        }                                                                                          \
     } while (0)
-    MB_LOADW(0);
-    MB_LOADX(0);
-    for (int k0 = 0, s = 0; k0 < n_in; k0 += 32, s ^= 1) {
-        /* Stage this step's registers into buffer s. */
-        __local uint *wl = ws[s] + wr * MB_KW, *xl = xs[s] + xr * MB_KW;
+    MB_LOAD(0);
+    for (int k0 = 0, s = 0; k0 < n_in; k0 += MB_K, s ^= 1) {
+        /* Stage this step's registers into buffer s, block kb at halves kb * 32 of each row. */
+#pragma unroll
+        for (int kb = 0; kb < MB_KB; kb++) {
+            __local uint *wl = ws[s] + wr * MB_KW + kb * 16, *xl = xs[s] + xr * MB_KW + kb * 16;
 #if (defined(W_SPLIT4) || defined(W_Q16)) && MV_PTX
-        {
-            uint d2 = mb_h2(dm.x, dm.x), m2 = mb_h2(dm.y, dm.y);
-            #pragma unroll
+            uint d2 = mb_h2(dm[kb].x, dm[kb].x), m2 = mb_h2(dm[kb].y, dm[kb].y);
+#pragma unroll
             for (int u = 0; u < MB_EW / 8; u++) {
-                uint lo = qv[u] & 0x0F0F0F0Fu, hi = (qv[u] >> 4) & 0x0F0F0F0Fu;
+                uint lo = qv[kb][u] & 0x0F0F0F0Fu, hi = (qv[kb][u] >> 4) & 0x0F0F0F0Fu;
                 int e = we / 2 + 4 * u; /* element of the word's first byte */
                 uint2 l2 = (uint2)(mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2),
                                    mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2));
@@ -807,45 +824,42 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 vstore2(l2, 0, wl + e / 2);
                 vstore2(h2, 0, wl + (16 + e) / 2);
             }
-        }
 #elif defined(W_SPLIT4) || defined(W_Q16)
-        {
             __local half *wh = (__local half *)wl;
-            #pragma unroll
+#pragma unroll
             for (int u = 0; u < MB_EW / 8; u++) {
-                uchar4 b = as_uchar4(qv[u]);
+                uchar4 bq = as_uchar4(qv[kb][u]);
                 int e = we / 2 + 4 * u;
-                vstore_half4_rte(convert_float4(b & (uchar)15) * dm.x + dm.y, 0, wh + e);
-                vstore_half4_rte(convert_float4(b >> (uchar)4) * dm.x + dm.y, 0, wh + 16 + e);
+                vstore_half4_rte(convert_float4(bq & (uchar)15) * dm[kb].x + dm[kb].y, 0, wh + e);
+                vstore_half4_rte(convert_float4(bq >> (uchar)4) * dm[kb].x + dm[kb].y, 0,
+                                 wh + 16 + e);
             }
-        }
 #else
-        #pragma unroll
-        for (int u = 0; u < MB_EW / 4; u++)
-            vstore_half4_rte(wv[u], 0, (__local half *)wl + we + 4 * u);
+#pragma unroll
+            for (int u = 0; u < MB_EW / 4; u++)
+                vstore_half4_rte(wv[kb][u], 0, (__local half *)wl + we + 4 * u);
 #endif
 #if MV_PTX
-        #pragma unroll
-        for (int u = 0; u < MB_EX / 4; u++)
-            vstore2((uint2)(mb_h2(xv[u].x, xv[u].y), mb_h2(xv[u].z, xv[u].w)), 0,
-                    xl + (xe + 4 * u) / 2);
+#pragma unroll
+            for (int u = 0; u < MB_EX / 4; u++)
+                vstore2((uint2)(mb_h2(xv[kb][u].x, xv[kb][u].y), mb_h2(xv[kb][u].z, xv[kb][u].w)),
+                        0, xl + (xe + 4 * u) / 2);
 #else
-        #pragma unroll
-        for (int u = 0; u < MB_EX / 4; u++)
-            vstore_half4_rte(xv[u], 0, (__local half *)xl + xe + 4 * u);
+#pragma unroll
+            for (int u = 0; u < MB_EX / 4; u++)
+                vstore_half4_rte(xv[kb][u], 0, (__local half *)xl + xe + 4 * u);
 #endif
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + 32 < n_in) { /* the next step's loads fly during this step's products */
-            MB_LOADW(k0 + 32);
-            MB_LOADX(k0 + 32);
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + MB_K < n_in) /* the next step's loads fly during this step's products */
+            MB_LOAD(k0 + MB_K);
         const __local uint *wsb = ws[s], *xsb = xs[s];
 #if MV_PTX
-        #pragma unroll
-        for (int kk = 0; kk < 32; kk += 16) {
+#pragma unroll
+        for (int kk = 0; kk < MB_K; kk += 16) {
             int ka = kk / 2 + q;
             uint a[MB_MI][4];
-            #pragma unroll
+#pragma unroll
             for (int i = 0; i < MB_MI; i++) {
                 int r = rw + i * 16 + g;
                 a[i][0] = wsb[r * MB_KW + ka];
@@ -853,11 +867,11 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 a[i][2] = wsb[r * MB_KW + ka + 4];
                 a[i][3] = wsb[(r + 8) * MB_KW + ka + 4];
             }
-            #pragma unroll
+#pragma unroll
             for (int j = 0; j < MB_NJ; j++) {
                 int n = tw + j * 8 + g;
                 uint b0 = xsb[n * MB_KW + ka], b1 = xsb[n * MB_KW + ka + 4];
-                #pragma unroll
+#pragma unroll
                 for (int i = 0; i < MB_MI; i++)
                     MMA_F16(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b0, b1);
             }
@@ -865,26 +879,23 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #else
         {
             const __local half *wh = (const __local half *)wsb, *xh = (const __local half *)xsb;
-            #pragma unroll
             for (int i = 0; i < MB_MI; i++)
-                #pragma unroll
                 for (int j = 0; j < MB_NJ; j++)
-                    #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
                         float sum = 0.0f;
-                        for (int k = 0; k < 32; k++)
+                        for (int k = 0; k < MB_K; k++)
                             sum += vload_half(r * MB_KP + k, wh) * vload_half(t * MB_KP + k, xh);
                         acc[i][j][e] += sum;
                     }
         }
 #endif
     }
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < MB_MI; i++)
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < MB_NJ; j++)
-            #pragma unroll
+#pragma unroll
             for (int e = 0; e < 4; e++) {
                 int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
                 int t = t0 + tw + j * 8 + 2 * q + (e & 1);
@@ -896,8 +907,8 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 WRITE_Y(y, t, y_off + row, v);
             }
 }
-#undef MB_LOADW
-#undef MB_LOADX
+#undef MB_LOADW1
+#undef MB_LOAD
 #endif
 
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */

@@ -169,6 +169,9 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * vector loads from pointers set up once (H100, pp512: 8B 2981 tok/s against
              * matmul_mma's 2758, 1B 14081 against 12345; docs/PERFORMANCE.md). */
             t.mma_v = 2;
+            /* Two 32-blocks a step (half the barriers; H100 pp512: 8B 3106 tok/s against 2982
+             * with one, 1B 14365 against 13791; 128 x 64 tiles 2567, 64 x 128 2805). */
+            t.mma_k = 64;
             /* Prefill attention on tensor cores too (attn_prefill_mma; H100, 8B pp512 2752
              * tok/s against 2074 with attn_prefill, a 4096-token prompt 2454 against 825). */
             t.att_mma = 1;

@@ -493,7 +493,7 @@ static void test_image2d_shapes(void)
         }
 }
 
-static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t);
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in);
 
 static void test_weights(void)
 {
@@ -551,16 +551,18 @@ static void test_weights(void)
     struct ebb_cl_tuning tq = tu;
     tq.mv_q16 = 1;
     tq.block_dec = 0;
-    test_mma_tiles(&other[4], tq);
-    test_mma_tiles(&other[1], tu);
+    test_mma_tiles(&other[4], tq, 288); /* 9 blocks: a partial step of 64 inputs */
+    test_mma_tiles(&other[1], tu, 256);
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) over several tiles of rows and tokens, partial
- * ones at both ends and 8 steps of inputs, with each tile shape: residual added in place, inputs
- * rounded to f16 (bound 2e-3 of the terms' magnitude). On CPUs this runs their stand-in. */
-static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t)
+ * ones at both ends and n_in inputs (8 or 9 blocks), with each tile shape: residual added in place,
+ * inputs rounded to f16 (bound 2e-3 of the terms' magnitude). On CPUs this runs their stand-in. */
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in)
 {
-    enum { N_OUT = 200, N_IN = 256, NTOK = 70 };
+    enum { N_OUT = 200, NTOK = 70, N_IN_MAX = 512 };
+    const uint32_t n_in_ = n_in < N_IN_MAX ? n_in : N_IN_MAX;
+#define N_IN n_in_
     uint64_t rowb = 0;
     OK(ebb_ggml_row_bytes(l->type, N_IN, &rowb));
     uint8_t *raw = malloc(rowb * N_OUT);
@@ -578,13 +580,14 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     OK(ebb_cl_weight_new(cl, l, N_IN, src, 1, NULL, &wt, D));
     char name[64];
     ebb_cl_layout_name(&wt.layout, name, sizeof(name));
-    static const uint32_t shapes[][2] = {{64, 64}, {128, 64}, {64, 128}, {128, 128}, {64, 32}};
+    static const uint32_t shapes[][3] = {{64, 64, 32}, {128, 64, 32}, {64, 128, 32}, {128, 128, 32},
+                                         {64, 32, 32}, {64, 64, 64},  {128, 64, 64}};
     cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x), rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         t.mm_mma = 1;
         t.mma_r = shapes[si][0];
         t.mma_t = shapes[si][1];
-        t.mma_k = 32;
+        t.mma_k = shapes[si][2];
         struct ebb_cl_wprog p;
         OK(ebb_cl_wprog_build(cl, &wt.layout, &t, &p, D));
         for (int v = 0; v < 2; v++) {
@@ -613,12 +616,12 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
                     }
                     double err = fabs(y[tk * N_OUT + o] - ref);
                     worst = fmax(worst, err / (mag + 1e-2));
-                    CHECK(err <= 2e-3 * mag + 1e-6, "%s %s %ux%u t %d o %u: %g vs %g", name,
-                          v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, tk, o,
+                    CHECK(err <= 2e-3 * mag + 1e-6, "%s %s %ux%ux%u t %d o %u: %g vs %g", name,
+                          v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, t.mma_k, tk, o,
                           y[tk * N_OUT + o], ref);
                 }
-            printf("  %-34s %s %3ux%-3u %d tokens max rel err %.2e\n", name,
-                   v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, NTOK, worst);
+            printf("  %-34s %s %3ux%-3ux%-3u %d tokens max rel err %.2e\n", name,
+                   v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, t.mma_k, NTOK, worst);
         }
         ebb_cl_wprog_fini(&p);
     }
@@ -630,6 +633,7 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     free(x);
     free(res);
     free(y);
+#undef N_IN
 }
 
 static int count_files(const char *dir)
