@@ -795,6 +795,19 @@ out:
     return rc;
 }
 
+uint64_t ebb_cl_weight_read_bytes(const struct ebb_cl_weight *w)
+{
+    const struct tinfo *ti = tinfo(w->layout.type);
+    if (!ti)
+        return 0;
+    if (w->layout.order == EBB_CL_ORDER_RAW)
+        return (uint64_t)w->n_in / ti->blk * ti->tsize * w->n_out;
+    /* split: 16 or 32 quant bytes per 32-block, and its (d, m) as floats, or as halves in an
+     * image2d */
+    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32), qb = ti->split == 8 ? 32 : 16;
+    return nb * (qb + (w->layout.storage == EBB_CL_STORE_IMAGE2D ? 4 : 8));
+}
+
 void ebb_cl_weight_fini(struct ebb_cl_weight *w)
 {
     if (w->img)

@@ -164,6 +164,10 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
                           const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
                           struct ebb_cl_weight *out, struct ebb_diag *diag);
 
+/* The bytes a product reads of the whole weight in its layout (both planes of a split one); a
+ * placed weight or a template with only its layout and shape set. */
+uint64_t ebb_cl_weight_read_bytes(const struct ebb_cl_weight *w);
+
 /* Releases what ebb_cl_weight_new created; accepts a zeroed struct. */
 void ebb_cl_weight_fini(struct ebb_cl_weight *w);
 

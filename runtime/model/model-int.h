@@ -17,6 +17,10 @@ struct ebb__backend_i {
      * the parts are checked. NULL: model.c evaluates them one by one. */
     ebb_err (*eval_batch)(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
                           struct ebb_diag *diag);
+    /* Optional: model.h's ebb_model_counters; NULL: the backend counts nothing. */
+    bool (*counters)(void *ctx, struct ebb_model_counters *out);
+    /* model.h's ebb_model_decode_bytes (required). */
+    void (*decode_bytes)(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out);
     /* Optional (NULL/0 in backends without a layer streamer). */
     uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
     /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */
