@@ -107,6 +107,25 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *bd = getenv("EBB_CL_BLOCKDEC");
     if (bd && (*bd == '0' || *bd == '1'))
         t.block_dec = (uint32_t)(*bd - '0');
+    /* Folding the norm and SwiGLU into decode's products saves two launches a layer on GPUs,
+     * where the per-row recomputation is spare arithmetic; on CPUs it costs a norm per output
+     * row and, in the down projection, n_ff exponentials per row (PoCL, SmolLM2 decode: see
+     * docs/PERFORMANCE.md). EBB_CL_MVFOLD=0/1 overrides. */
+    t.mv_fold = di->is_cpu ? 0 : 1;
+    const char *fo = getenv("EBB_CL_MVFOLD");
+    if (fo && (*fo == '0' || *fo == '1'))
+        t.mv_fold = (uint32_t)(*fo - '0');
+    /* CPUs: decode's products through matvec_cpu, 4 rows per work-item sharing each input
+     * block, 16-wide accumulators (PoCL, SmolLM2 decode: docs/PERFORMANCE.md). EBB_CL_MVCPU=0/1
+     * and EBB_CL_MVCPU_R=1|2|4|8 override. */
+    t.mv_cpu = di->is_cpu ? 1 : 0;
+    t.mv_cpu_r = 4;
+    const char *mc = getenv("EBB_CL_MVCPU"), *mcr = getenv("EBB_CL_MVCPU_R");
+    if (mc && (*mc == '0' || *mc == '1'))
+        t.mv_cpu = (uint32_t)(*mc - '0');
+    unsigned mcrv = mcr ? (unsigned)atoi(mcr) : 0;
+    if (mcrv == 1 || mcrv == 2 || mcrv == 4 || mcrv == 8)
+        t.mv_cpu_r = mcrv;
     /* Local memory that is ordinary memory buys nothing but barriers. */
     t.mm_local = !di->local_is_global;
     if (di->is_gpu) {
@@ -425,6 +444,14 @@ const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t 
     return buf;
 }
 
+bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    bool b32_only = ti && (ti->type == EBB_GGML_Q5_0 || ti->type == EBB_GGML_Q4_K ||
+                           ti->type == EBB_GGML_Q5_K || ti->type == EBB_GGML_Q6_K);
+    return ti && tu->block_dec && (b32_only || ti->split);
+}
+
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
 {
     const struct tinfo *ti = tinfo(l->type);
@@ -441,19 +468,19 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         (l->order == EBB_CL_ORDER_RAW && l->storage != EBB_CL_STORE_BUFFER))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "no OpenCL decoder for layout %s",
                             ebb_cl_layout_name(l, name, sizeof(name)));
-    int n = snprintf(buf, cap,
-                     "/* layout %s */\n"
-                     "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
-                     "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
-                     "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
-                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
-                     "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
-                     "#define MVR %u\n",
-                     ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
-                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
-                     tu->mv_xlocal, ti->blk, tu->mv_ptx,
-                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
-                     tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr);
+    int n = snprintf(
+        buf, cap,
+        "/* layout %s */\n"
+        "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
+        "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
+        "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
+        "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
+        "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
+        "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n",
+        ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
+        tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
+        tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
+        tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -860,7 +887,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
-        (tu->mm_mma && (rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag))))
+        (tu->mm_mma && (rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag))) ||
+        (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -889,6 +918,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_gemm);
     if (p->get_rows)
         clReleaseKernel(p->get_rows);
+    if (p->matvec_cpu)
+        clReleaseKernel(p->matvec_cpu);
     if (p->matvec_q8)
         clReleaseKernel(p->matvec_q8);
     if (p->matvec_q8r)
@@ -967,6 +998,12 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         g[0] = n_out, g[1] = by_t;
         l[0] = tu->mm_wg;
         break;
+    case EBB_CL_WK_MVCPU: {
+        size_t r = tu->mv_cpu_r ? tu->mv_cpu_r : 4;
+        g[0] = (n_out + r - 1) / r, g[1] = nt;
+        l[0] = tu->mv_rows;
+        break;
+    }
     case EBB_CL_WK_COOP:
     case EBB_CL_WK_MATVEC:
         g[0] = (size_t)n_out * tu->mv_wg, g[1] = k == EBB_CL_WK_COOP ? by_t : nt;

@@ -67,6 +67,12 @@ struct ebb_cl_tuning {
     uint32_t att_q8;       /* 1: with mv_q8, decode attention's reduction quantizes its output
                               for the output projection (attn_decode_reduce_q8) */
     uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
+    uint32_t mv_fold;      /* 1: decode folds the RMS norm and SwiGLU into each product (one
+                              launch each less: GPUs); 0: rmsnorm / swiglu run once per token
+                              first (CPUs, where a folded product recomputes them per row) */
+    uint32_t mv_cpu;       /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
+                              accumulators) where the layout has W_DEQ32: CPUs */
+    uint32_t mv_cpu_r;     /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */
     uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
@@ -183,9 +189,13 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
     EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
     EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / mma_r, nt / mma_t), (256, 1) */
+    EBB_CL_WK_MVCPU,      /* matvec_cpu: (n_out / mv_cpu_r, nt), (MV_ROWS, 1) */
 };
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
+
+/* True when layout l has the whole-32-block decoder (W_DEQ32) under tuning tu. */
+bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
@@ -199,6 +209,7 @@ struct ebb_cl_wprog {
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
     cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
+    cl_kernel matvec_cpu; /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

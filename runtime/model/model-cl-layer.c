@@ -109,7 +109,10 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm, p->matmul_mma},
+    if (kind == EBB_CL_WK_MATVEC && p->matvec_cpu)
+        kind = EBB_CL_WK_MVCPU;
+    cl_kernel ks[] = {p->matvec,      p->matmul,     p->matmul_coop,
+                      p->matmul_gemm, p->matmul_mma, p->matvec_cpu},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
@@ -193,7 +196,7 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     const struct ebb_cl_weight *w = L->w[s->group];
     uint32_t n_w = L->n_w[s->group];
     cl_mem res = s->res ? out : NULL;
-    bool fold = nt == 1;
+    bool fold = nt == 1 && (m->tu.mv_fold || m->k_q8);
     ebb_err rc;
     if (s->norm >= 0) {
         cl_mem nw = L->norm[s->norm];

@@ -221,6 +221,10 @@ static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
 static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
 {
     const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
+    if (!m->tu.mv_fold && !m->k_q8) { /* CPUs: the norm once, not once per vocabulary row */
+        ebb_err rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->hl, 1, diag);
+        return rc ? rc : head_rows(m, 1, diag);
+    }
     return ebb__clm_wmul(m, w, m->x, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
                          m->output_norm, 1, diag);
 }

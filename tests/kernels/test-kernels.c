@@ -336,9 +336,12 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 8; variant++) {
-        if (variant == 7 && !p.matmul_mma)
-            break;
+    for (int vi = 0; vi < 12; vi++) {
+        if ((vi == 7 && !p.matmul_mma) || (vi >= 8 && !p.matvec_cpu))
+            continue;
+        /* 8..11: matvec_cpu (CPUs' decode kernel) as variants 0, 1, 3 and 4 */
+        bool cpu = vi >= 8;
+        int variant = cpu ? (int[]){0, 1, 3, 4}[vi - 8] : vi;
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
@@ -353,7 +356,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         int glu = variant == 4;
         cl_mem yo = mm ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
-        if (variant >= 2)
+        if (vi >= 2) /* the matmul variants wrote their results over it */
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
                                                  res, 0, NULL, NULL),
                             D, "write"));
@@ -363,6 +366,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       : variant == 5 ? p.matmul_coop
                       : variant == 6 ? p.matmul_gemm
                       : variant == 7 ? p.matmul_mma
+                      : cpu          ? p.matvec_cpu
                                      : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
@@ -378,6 +382,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                              : variant == 5 ? EBB_CL_WK_COOP
                              : variant == 6 ? EBB_CL_WK_GEMM
                              : variant == 7 ? EBB_CL_WK_MMA
+                             : cpu          ? EBB_CL_WK_MVCPU
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
         OK(ebb_cl_run(cl, k, 2, g, lw, D));
@@ -413,7 +418,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         }
         static const char *const vname[] = {"matvec", "mv+res",  "matmul",  "mv+norm",
                                             "mv+glu", "mm-coop", "mm-gemm", "mm-mma"};
-        printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
+        printf("  %-34s %-7s%s max rel err %.2e\n", name, vname[variant], cpu ? " (cpu)" : "",
+               worst);
     }
     clReleaseMemObject(nwb);
     clReleaseMemObject(xgb);
@@ -522,10 +528,13 @@ static void test_weights(void)
     tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory, */
     tu.mv_q8 = tu.mv_q16;     /* and 8-bit inputs for decode (matvec_q8) */
     tu.mm_mma = !tu.mm_mma;   /* prefill tiles on tensor cores (their stand-in on CPUs) */
-    tu.mv_flat = !tu.mv_flat; /* and the other reduction */
+    tu.mv_flat = !tu.mv_flat; /* and the other reduction, */
+    tu.mv_cpu = !tu.mv_cpu;   /* and matvec_cpu where the device's own tuning has none, */
+    tu.mv_cpu_r = 8;          /* 8 rows per work-item (37 rows: a partial last one) */
     printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
-           "whole-block q4 %u, 8-bit inputs %u, flat reduction %u)\n",
-           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat);
+           "whole-block q4 %u, 8-bit inputs %u, flat reduction %u, matvec_cpu %u x %u rows)\n",
+           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat,
+           tu.mv_cpu, tu.mv_cpu_r);
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
@@ -541,6 +550,16 @@ static void test_weights(void)
     printf("  (flat reduction %u)\n", tu.mv_flat);
     test_weight_layout(&other[1], 37, 512);
     test_weight_layout(&other[3], 37, 512);
+    tu = keep;
+    /* matvec_cpu with the other row counts per work-item (37 rows: the last one partial). */
+    for (uint32_t r = 1; tu.mv_cpu && tu.block_dec && r <= 8; r *= 2) {
+        if (r == keep.mv_cpu_r)
+            continue;
+        tu.mv_cpu_r = r;
+        printf("  (matvec_cpu %u rows per work-item)\n", r);
+        test_weight_layout(&other[0], 37, 512);
+        test_weight_layout(&other[1], 37, 512);
+    }
     tu = keep;
 }
 
