@@ -107,10 +107,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *bd = getenv("EBB_CL_BLOCKDEC");
     if (bd && (*bd == '0' || *bd == '1'))
         t.block_dec = (uint32_t)(*bd - '0');
-    /* Folding the norm and SwiGLU into decode's products saves two launches a layer on GPUs,
-     * where the per-row recomputation is spare arithmetic; on CPUs it costs a norm per output
-     * row and, in the down projection, n_ff exponentials per row (PoCL, SmolLM2 decode: see
-     * docs/PERFORMANCE.md). EBB_CL_MVFOLD=0/1 overrides. */
+    /* Folding the norm and SwiGLU into decode's products saves launches on GPUs, where the
+     * per-row recomputation is spare arithmetic; on CPUs it costs n_ff exponentials per row of
+     * the down projection and a norm per row of the output head (PoCL, SmolLM2 decode:
+     * docs/PERFORMANCE.md), so there they run once per token first (the layers' norms stay
+     * folded where matvec_cpu shares them over its rows). EBB_CL_MVFOLD=0/1 overrides. */
     t.mv_fold = di->is_cpu ? 0 : 1;
     const char *fo = getenv("EBB_CL_MVFOLD");
     if (fo && (*fo == '0' || *fo == '1'))
@@ -126,6 +127,13 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     unsigned mcrv = mcr ? (unsigned)atoi(mcr) : 0;
     if (mcrv == 1 || mcrv == 2 || mcrv == 4 || mcrv == 8)
         t.mv_cpu_r = mcrv;
+    /* CPUs: the top-k over the vocabulary on the host (a read-back is a copy there, and the
+     * device passes took 1-2 ms a token on PoCL for SmolLM2's 49152 logits). EBB_CL_TOPKHOST=0/1
+     * overrides. */
+    t.topk_host = di->is_cpu ? 1 : 0;
+    const char *th = getenv("EBB_CL_TOPKHOST");
+    if (th && (*th == '0' || *th == '1'))
+        t.topk_host = (uint32_t)(*th - '0');
     /* Local memory that is ordinary memory buys nothing but barriers. */
     t.mm_local = !di->local_is_global;
     if (di->is_gpu) {

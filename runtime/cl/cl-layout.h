@@ -68,11 +68,14 @@ struct ebb_cl_tuning {
                               for the output projection (attn_decode_reduce_q8) */
     uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
     uint32_t mv_fold;      /* 1: decode folds the RMS norm and SwiGLU into each product (one
-                              launch each less: GPUs); 0: rmsnorm / swiglu run once per token
-                              first (CPUs, where a folded product recomputes them per row) */
+                              launch each less: GPUs); 0: swiglu and the output head's rmsnorm
+                              run once per token first (CPUs, where a folded product recomputes
+                              them per row; with mv_cpu the layers' norms stay folded) */
     uint32_t mv_cpu;       /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
                               accumulators) where the layout has W_DEQ32: CPUs */
     uint32_t mv_cpu_r;     /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
+    uint32_t topk_host;    /* 1: top-k of the logits on the host after reading them back (CPUs:
+                              a read is a copy, cheaper than the device passes) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */
     uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;

@@ -196,11 +196,14 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     const struct ebb_cl_weight *w = L->w[s->group];
     uint32_t n_w = L->n_w[s->group];
     cl_mem res = s->res ? out : NULL;
+    /* CPUs (mv_cpu): matvec_cpu's work-items share the norm over MV_CPU_R rows, so it stays
+     * folded; SwiGLU's exponentials would be recomputed per work-item, so it runs first. */
     bool fold = nt == 1 && (m->tu.mv_fold || m->k_q8);
+    bool fold_norm = fold || (nt == 1 && m->tu.mv_cpu);
     ebb_err rc;
     if (s->norm >= 0) {
         cl_mem nw = L->norm[s->norm];
-        if (fold)
+        if (fold_norm)
             return wmul_group(m, w, n_w, in, in_ld, out, out_ld, nw, nt, diag);
         if ((rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag)))
             return rc;

@@ -284,7 +284,7 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     if (!out->top_k)
         return EBB_OK;
     uint32_t k = out->top_k < nv ? out->top_k : nv;
-    if (k > TOPK_MAX) {
+    if (k > TOPK_MAX || m->tu.topk_host) {
         float *lg = out->logits ? out->logits : m->host_logits;
         if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
             return rc;
@@ -483,7 +483,8 @@ static ebb_err topk_rows(struct clm *m, int nr, int k, struct ebb_diag *diag)
 
 /* The head over the nr rows gathered in hl for parts grp, and their outputs: logits read back
  * without waiting, one device top-k pass pair for all rows (the largest k asked: a top-k list
- * begins with every shorter one), one wait; top-k beyond TOPK_MAX on the host as alone. */
+ * begins with every shorter one), one wait; top-k beyond TOPK_MAX (or all of it with
+ * tu.topk_host) on the host as alone. */
 static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
                            const struct clm_part *const *grp, int nr, struct ebb_diag *diag)
 {
@@ -494,7 +495,7 @@ static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
     for (int j = 0; j < nr && !rc; j++) {
         struct ebb_model_out *o = seqs[grp[j]->src].out;
         uint32_t k = o->top_k < nv ? o->top_k : nv;
-        if (k <= TOPK_MAX && (int)k > kk)
+        if (k <= TOPK_MAX && (int)k > kk && !m->tu.topk_host)
             kk = (int)k;
         if (o->logits)
             rc = ebb_cl_check(clEnqueueReadBuffer(m->cl->q, m->logits, CL_FALSE, row * j, row,
@@ -506,7 +507,7 @@ static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
     for (int j = 0; j < nr; j++) {
         struct ebb_model_out *o = seqs[grp[j]->src].out;
         uint32_t k = o->top_k < nv ? o->top_k : nv;
-        if (k && k <= TOPK_MAX) {
+        if (k && k <= TOPK_MAX && !m->tu.topk_host) {
             memcpy(o->top_ids, m->host_ti + (size_t)j * kk, sizeof(int32_t) * k);
             memcpy(o->top_logits, m->host_tv + (size_t)j * kk, sizeof(float) * k);
         } else if (k) {
