@@ -620,6 +620,60 @@ static void test_program_cache(void)
     printf("  program cache: hit, miss on new options, build log on failure checked\n");
 }
 
+/* quant.cl's half conversions for CPU devices (MV_CPU: cpu_half behind LD_HALF, cpu_half4)
+ * against the host's on all 65536 halves, NaN as NaN; the same built into a program of this
+ * device, whatever its own tuning. */
+static void test_cpu_half(void)
+{
+    const char *quant = NULL;
+    OK(ebb_cl_source("quant.cl", &quant, D));
+    const char *k = "__kernel void halves(__global const ushort *h, __global float *f,\n"
+                    "                     __global float *f4) {\n"
+                    "    int i = get_global_id(0);\n"
+                    "    f[i] = LD_HALF(h + i);\n"
+                    "    if (i % 4 == 0) vstore4(cpu_half4(vload4(i / 4, h)), i / 4, f4);\n"
+                    "}\n";
+    const char *srcs[] = {"#define MV_CPU 1\n", quant, k};
+    cl_program prog = NULL;
+    cl_kernel kh = NULL;
+    OK(ebb_cl_program_build(cl, srcs, 3, "", &prog, D));
+    ebb_cl_source_release(quant);
+    OK(ebb_cl_kernel(prog, "halves", &kh, D));
+    enum { N = 65536 };
+    uint16_t *h = malloc(sizeof(uint16_t) * N);
+    float *f = malloc(sizeof(float) * N), *f4 = malloc(sizeof(float) * N);
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    cl_mem hb = buf(sizeof(uint16_t) * N, h), fb = buf(sizeof(float) * N, NULL);
+    cl_mem f4b = buf(sizeof(float) * N, NULL);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(hb), EBB_CL_ARG(fb), EBB_CL_ARG(f4b)};
+    size_t g = N;
+    OK(ebb_cl_set_args(kh, 0, a, 3, D));
+    OK(ebb_cl_run(cl, kh, 1, &g, NULL, D));
+    rd(fb, sizeof(float) * N, f);
+    rd(f4b, sizeof(float) * N, f4);
+    int bad = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        float want = ebb_fp16_to_fp32((uint16_t)i);
+        for (int v = 0; v < 2; v++) {
+            float got = v ? f4[i] : f[i];
+            bool same = isnan(want) ? isnan(got) : memcmp(&got, &want, sizeof(float)) == 0;
+            if (!same && bad++ < 5)
+                CHECK(0, "cpu_half%s(0x%04x) = %a, want %a", v ? "4" : "", i, got, want);
+        }
+    }
+    CHECK(bad == 0, "%d half conversions differ", bad);
+    printf("  cpu_half / cpu_half4: all 65536 halves as the host converts them\n");
+    clReleaseMemObject(hb);
+    clReleaseMemObject(fb);
+    clReleaseMemObject(f4b);
+    clReleaseKernel(kh);
+    clReleaseProgram(prog);
+    free(h);
+    free(f);
+    free(f4);
+}
+
 /* Device selection by index and by name substring, and a clear error for no match. */
 static void test_device_select(void)
 {
@@ -780,6 +834,7 @@ int main(void)
     }
     test_device_select();
     test_program_cache();
+    test_cpu_half();
     test_weights();
     test_tune();
     test_ops();
