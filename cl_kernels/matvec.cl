@@ -721,7 +721,7 @@ __kernel void matvec_cpu(W_ARGS, int n_in, int n_out, __global const float *x, i
         for (int r = 0; r < MV_CPU_R; r++) {
             float16 lo, hi;
             W_DEQ32(r0 + min(r, last), b, &lo, &hi);
-            acc[r] += lo * x0 + hi * x1;
+            acc[r] = mad(hi, x1, mad(lo, x0, acc[r])); /* two FMAs, no separate add */
         }
     }
 #pragma unroll
