@@ -4,11 +4,12 @@
 # run` (and, with EBB_BASE=another ebb binary, the same with that one: a before/after pair in
 # the same sitting) and one llama.cpp measurement, so that a shared machine's load falls on all
 # of them alike. Needs `pip install llama-cpp-python` for the llama.cpp half (skipped with a
-# note when it is missing).
-# Usage: [EBB_BASE=OLD_EBB] [ROUNDS=N] bench/decode-vs-llamacpp.sh EBB_BINARY MODEL [N_TOKENS] [DEVICE]
+# note when it is missing). LLAMA_THREADS: llama.cpp's threads (default 2; its threads wait for
+# each other by spinning, which a loaded machine punishes: 1 is the fairer figure there).
+# Usage: [EBB_BASE=OLD_EBB] [ROUNDS=N] [LLAMA_THREADS=T] bench/decode-vs-llamacpp.sh EBB_BINARY MODEL [N_TOKENS] [DEVICE]
 set -euo pipefail
 ebb=$1 model=$2 n=${3:-128} dev=${4:-auto}
-base=${EBB_BASE:-} rounds=${ROUNDS:-2}
+base=${EBB_BASE:-} rounds=${ROUNDS:-2} threads=${LLAMA_THREADS:-2}
 prompt="The history of the printing press begins"
 echo "date: $(date -u +%FT%TZ)  host: $(uname -n)  cores: $(nproc)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "commit: $(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo unknown)"
@@ -20,11 +21,11 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r, load $(cut -d' ' -f1 /proc/loadavg)"
     ebb_run "ebb run" "$ebb"
     [ -z "$base" ] || ebb_run "ebb run (EBB_BASE)" "$base"
-    python3 - "$model" "$n" "$prompt" <<'PY' || echo "llama.cpp: llama-cpp-python not available"
+    python3 - "$model" "$n" "$prompt" "$threads" <<'PY' || echo "llama.cpp: llama-cpp-python not available"
 import sys, time
 from llama_cpp import Llama
-model, n, prompt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-llm = Llama(model_path=model, n_ctx=512, n_threads=2, verbose=False)
+model, n, prompt, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+llm = Llama(model_path=model, n_ctx=512, n_threads=threads, verbose=False)
 for _ in range(2):  # the first pass warms up
     llm.reset()
     toks = llm.tokenize(prompt.encode(), add_bos=False)
@@ -34,6 +35,6 @@ for _ in range(2):  # the first pass warms up
         tok = llm.sample(temp=0.0)
         llm.eval([tok]); got += 1
     t2 = time.perf_counter()
-print(f"llama.cpp (CPU, 2 threads): prefill {len(toks)/(t1-t0):.1f} tok/s, decode {got/(t2-t1):.1f} tok/s")
+print(f"llama.cpp (CPU, {threads} threads): prefill {len(toks)/(t1-t0):.1f} tok/s, decode {got/(t2-t1):.1f} tok/s")
 PY
 done

@@ -280,6 +280,12 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mv_rows /= 2;
     while (t.mm_wg > di->max_wg)
         t.mm_wg /= 2;
+    /* EBB_CL_NORM_WG=N (a power of two, 1..256) overrides the work-group of row reductions
+     * and decode attention. */
+    const char *nwg = getenv("EBB_CL_NORM_WG");
+    unsigned nwv = nwg ? (unsigned)atoi(nwg) : 0;
+    if (nwv >= 1 && nwv <= 256 && !(nwv & (nwv - 1)))
+        t.norm_wg = nwv;
     while (t.norm_wg > di->max_wg)
         t.norm_wg /= 2;
     while (t.att_tq > di->max_wg)
