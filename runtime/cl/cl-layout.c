@@ -958,8 +958,7 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
              "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
              "#define MV_CPU %u\n%s",
              tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
-             tu->mv_cpu,
-             tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
+             tu->mv_cpu, tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("ops.cl", &ops, diag)) ||
         (rc = ebb_cl_source("attention.cl", &att, diag)) ||
         (rc = ebb_cl_source("q8.cl", &q8, diag)))
