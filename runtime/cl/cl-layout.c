@@ -124,6 +124,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *mc = getenv("EBB_CL_MVCPU"), *mcr = getenv("EBB_CL_MVCPU_R");
     if (mc && (*mc == '0' || *mc == '1'))
         t.mv_cpu = (uint32_t)(*mc - '0');
+    /* Products of 2..4 token rows (batched decode steps of a few slots) also run matvec_cpu,
+     * once per row: PoCL, SmolLM2, ebb bench --batch 4, aggregate decode 51-55 tok/s against
+     * 34-38 through the tiled matmul; at 8 rows the matmul wins (75-77 against 44-62).
+     * EBB_CL_MVCPU_MAX=N overrides (0: never). */
+    const char *mcm = getenv("EBB_CL_MVCPU_MAX");
+    t.mvcpu_max = t.mv_cpu ? 4 : 0;
+    if (t.mv_cpu && mcm && *mcm >= '0' && *mcm <= '9')
+        t.mvcpu_max = (uint32_t)atoi(mcm);
     unsigned mcrv = mcr ? (unsigned)atoi(mcr) : 0;
     if (mcrv == 1 || mcrv == 2 || mcrv == 4 || mcrv == 8)
         t.mv_cpu_r = mcrv;

@@ -74,6 +74,8 @@ struct ebb_cl_tuning {
     uint32_t mv_cpu;       /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
                               accumulators) where the layout has W_DEQ32: CPUs */
     uint32_t mv_cpu_r;     /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
+    uint32_t mvcpu_max;    /* with mv_cpu: products of up to this many token rows run matvec_cpu
+                              once per row instead of the tiled matmul (batched decode steps) */
     uint32_t topk_host;    /* 1: top-k of the logits on the host after reading them back (CPUs:
                               a read is a copy, cheaper than the device passes) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */

@@ -109,8 +109,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    if (kind == EBB_CL_WK_MATVEC && p->matvec_cpu)
+    if (p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
         kind = EBB_CL_WK_MVCPU;
+    bool mv = kind == EBB_CL_WK_MATVEC || kind == EBB_CL_WK_MVCPU; /* matvec's arguments */
     cl_kernel ks[] = {p->matvec,      p->matmul,     p->matmul_coop,
                       p->matmul_gemm, p->matmul_mma, p->matvec_cpu},
               k = ks[kind];
@@ -120,8 +121,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
-        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
-        (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
+        (rc = ebb_cl_set_args(k, 2, a, mv ? 8 : 9, diag)) ||
+        (mv && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
     size_t g[2], l[2];
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
