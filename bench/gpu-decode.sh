@@ -2,7 +2,9 @@
 # One device call on the GPU machine (docs/PERFORMANCE.md): builds llama.cpp's CUDA llama-bench
 # in the background (from .llama-src, if carried; skip with EBB_NO_LLAMA=1), writes random-weight 8B- and 1B-shape Q4_0
 # GGUFs, runs the kernel tests, then `ebb bench` (default tuning and the variants in
-# EBB_VARIANTS, decode only) and llama-bench on the same files. Logs go to $OUT (or /tmp/out).
+# EBB_VARIANTS, decode only; every figure the median of 3 runs after a warm-up, `-r 3`, with its
+# range) and llama-bench on the same files, both also at a depth of 4096 tokens (tg128 @ d4096).
+# Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-decode.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}
@@ -41,11 +43,16 @@ wait
 export XDG_CACHE_HOME=/tmp/cache
 for s in llama3-8b llama3.2-1b; do
     m=$models/$s.gguf
-    say "ebb $s pp512 tg128 (default tuning)"
-    timeout 240 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 2>&1 | tail -6 | tee -a "$log"
-    say "ebb $s tg128 after a 16-token prompt (default tuning)"
-    timeout 240 ebb bench -m "$m" --prompt-tokens 16 --gen-tokens 128 2>&1 |
-        grep -iE "decode" | tee -a "$log"
+    say "ebb $s pp512 tg128 (default tuning, -r 3)"
+    timeout 240 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 -r 3 2>&1 | tail -8 |
+        tee -a "$log"
+    say "ebb $s tg128 after a 16-token prompt (default tuning, -r 3)"
+    timeout 240 ebb bench -m "$m" --prompt-tokens 16 --gen-tokens 128 -r 3 2>&1 |
+        grep -iE "decode|traffic|launches" | tee -a "$log"
+    # llama-bench's pp512 / tg128 @ d4096: 4096 tokens of context first, then each measured
+    say "ebb $s pp512 tg128 at depth 4096 (default tuning, -r 3)"
+    timeout 300 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 -r 3 -d 4096 2>&1 |
+        grep -iE "depth|prefill|decode|traffic|launches" | tee -a "$log"
 done
 # EBB_VARIANTS: decode after 16 prompt tokens; EBB_PP_VARIANTS: pp512 + tg128 (8B shape);
 # EBB_VARIANTS_1B, EBB_PP1B_VARIANTS: the same on the 1B shape. A variant sets several variables
@@ -53,22 +60,22 @@ done
 for v in ${EBB_VARIANTS:-}; do
     say "ebb llama3-8b tg128 after 16 with $v"
     env ${v//,/ } timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 16 \
-        --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
+        --gen-tokens 128 -r 3 2>&1 | grep -iE "decode" | tee -a "$log"
 done
 for v in ${EBB_PP_VARIANTS:-}; do
     say "ebb llama3-8b pp512 tg128 with $v"
     env ${v//,/ } timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 512 \
-        --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
+        --gen-tokens 128 -r 3 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
 done
 for v in ${EBB_VARIANTS_1B:-}; do
     say "ebb llama3.2-1b tg128 after 16 with $v"
     env ${v//,/ } timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 16 \
-        --gen-tokens 128 2>&1 | grep -iE "decode" | tee -a "$log"
+        --gen-tokens 128 -r 3 2>&1 | grep -iE "decode" | tee -a "$log"
 done
 for v in ${EBB_PP1B_VARIANTS:-}; do
     say "ebb llama3.2-1b pp512 tg128 with $v"
     env ${v//,/ } timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 512 \
-        --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
+        --gen-tokens 128 -r 3 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
 done
 # EBB_PROFILE_PP=1: per-kernel times of the 8B pp512 (EBB_CL_PROFILE, every launch waited for).
 if [ -n "${EBB_PROFILE_PP:-}" ]; then
@@ -91,6 +98,9 @@ if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
             say "llama.cpp CUDA $s"
             timeout 200 /tmp/lb/bin/llama-bench -m "$models/$s.gguf" -p 512 -n 128 -r 3 \
                 -ngl 99 -fa 1 2>&1 | grep -E "^\|" | tee -a "$log"
+            say "llama.cpp CUDA $s at depth 4096"
+            timeout 300 /tmp/lb/bin/llama-bench -m "$models/$s.gguf" -p 512 -n 128 -r 3 \
+                -d 4096 -ngl 99 -fa 1 2>&1 | grep -E "^\||error" | tee -a "$log"
         done
         if [ -n "${EBB_DEPTH:-}" ]; then
             say "llama.cpp CUDA llama3-8b tg128 at depth $EBB_DEPTH"

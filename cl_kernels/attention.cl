@@ -14,6 +14,32 @@
 #define ATT_TK 32
 #endif
 
+#if defined(MV_CPU) && MV_CPU
+/* CPU devices (tu.mv_cpu): the cache's halves converted in a few integer operations, exactly
+ * (quant.cl's cpu_half / cpu_half4); PoCL without cl_khr_fp16 turns each vload_half into some
+ * twenty scalar instructions. */
+inline float kv_half(uint h)
+{
+    uint e = h & 0x7fffu;
+    float f = e < 0x400u ? (float)e * 0x1p-24f
+                         : as_float(e >= 0x7c00u ? (e << 13) | 0x7f800000u : (e << 13) + 0x38000000u);
+    return as_float(as_uint(f) | ((h & 0x8000u) << 16));
+}
+
+inline float4 kv_half4(ushort4 h)
+{
+    uint4 u = convert_uint4(h), e = u & 0x7fffu;
+    uint4 bits = select((e << 13) + 0x38000000u, (e << 13) | 0x7f800000u, e >= 0x7c00u);
+    float4 f = select(as_float4(bits), convert_float4(e) * 0x1p-24f, e < 0x400u);
+    return as_float4(as_uint4(f) | ((u & 0x8000u) << 16));
+}
+#define KV4(i, p) kv_half4(vload4((i), (const __global ushort *)(p)))
+#define KV1(p) kv_half(*(const __global ushort *)(p))
+#else
+#define KV4(i, p) vload_half4((i), (p))
+#define KV1(p) vload_half(0, (p))
+#endif
+
 #ifndef ATT_G
 #define ATT_G 1
 #endif
@@ -45,7 +71,7 @@ inline void decode_part(__local const float *qs, __local float *sc, __local floa
             s4[g] = (float4)(0.0f);
         bool own = kn && j == pn - 1;
         for (int d = 0; d < HEAD_DIM; d += 4) {
-            float4 k4 = own ? vload_half4(0, kn + d) : vload_half4(0, kb + (size_t)j * HEAD_DIM + d);
+            float4 k4 = own ? vload_half4(0, kn + d) : KV4(0, kb + (size_t)j * HEAD_DIM + d);
             for (int g = 0; g < ATT_G; g++)
                 s4[g] += k4 * vload4(0, qs + g * HEAD_DIM + d);
         }
@@ -73,7 +99,7 @@ inline void decode_part(__local const float *qs, __local float *sc, __local floa
         for (int g = 0; g < ATT_G; g++)
             o[g] = 0.0f;
         for (int j = 0; j < pc; j++) {
-            float v = vload_half(0, vb + (size_t)j * HEAD_DIM + d);
+            float v = KV1(vb + (size_t)j * HEAD_DIM + d);
             for (int g = 0; g < ATT_G; g++)
                 o[g] += sc[g * ATT_CHUNK + j] * v;
         }
@@ -279,8 +305,8 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
         for (int e = lid; e < ATT_TK * (HEAD_DIM / 4); e += ATT_TQ) {
             int j = e / (HEAD_DIM / 4), d = e % (HEAD_DIM / 4);
             bool in = k0 + j <= last;
-            ks[j][d] = in ? vload_half4(d, kb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
-            vs[j][d] = in ? vload_half4(d, vb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
+            ks[j][d] = in ? KV4(d, kb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
+            vs[j][d] = in ? KV4(d, vb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (valid) {

@@ -920,3 +920,67 @@ __kernel void get_rows(W_ARGS, int n_in, __global const int *ids, __global float
         return;
     vstore4(READ_W4(ids[t], i) * scale, 0, y + (size_t)t * n_in + i);
 }
+
+#ifndef MV_CPU
+#define MV_CPU 0
+#endif
+#ifndef MV_CPU_R
+#define MV_CPU_R 4
+#endif
+#if defined(W_DEQ32) && MV_CPU
+/* matvec for CPU devices (PoCL): matvec's arguments and result, shaped for vector units
+ * rather than warps. Each work-item takes MV_CPU_R consecutive rows; a 32-block of the input
+ * is read once for all of them, and each row keeps a 16-wide accumulator that is summed
+ * across its lanes once at the end (not once per block). The norm and SwiGLU folds are applied
+ * per block as matvec does (decode on CPUs runs them as kernels of their own, tu.mv_fold 0).
+ * Global size (ceil(n_out / MV_CPU_R), n_tok) rounded up to the local size. */
+__kernel void matvec_cpu(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld,
+                         __global float *y, int y_ld, int y_off, __global const float *res,
+                         __global const float *nw, float eps, int glu)
+{
+    int r0 = get_global_id(0) * MV_CPU_R, t = get_global_id(1);
+    if (r0 >= n_out)
+        return;
+    const __global float *xt = x + (size_t)t * x_ld;
+    int last = min(MV_CPU_R, n_out - r0) - 1; /* rows past n_out repeat the last one */
+    float inv = 1.0f;
+    if (nw) {
+        float16 ss = (float16)(0.0f);
+        for (int b = 0; b < n_in / 16; b++) {
+            float16 v = vload16(b, xt);
+            ss += v * v;
+        }
+        inv = rsqrt(hsum16(ss) / n_in + eps);
+    }
+    float16 acc[MV_CPU_R];
+#pragma unroll
+    for (int r = 0; r < MV_CPU_R; r++)
+        acc[r] = (float16)(0.0f);
+    for (int b = 0; b < n_in / 32; b++) {
+        float16 x0 = vload16(0, xt + b * 32), x1 = vload16(1, xt + b * 32);
+        if (nw) {
+            x0 *= vload16(0, nw + b * 32);
+            x1 *= vload16(1, nw + b * 32);
+        }
+        if (glu) {
+            x0 = x0 / (1.0f + exp(-x0)) * vload16(0, xt + n_in + b * 32);
+            x1 = x1 / (1.0f + exp(-x1)) * vload16(1, xt + n_in + b * 32);
+        }
+#pragma unroll
+        for (int r = 0; r < MV_CPU_R; r++) {
+            float16 lo, hi;
+            W_DEQ32(r0 + min(r, last), b, &lo, &hi);
+            acc[r] = mad(hi, x1, mad(lo, x0, acc[r])); /* two FMAs, no separate add */
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MV_CPU_R; r++) {
+        if (r > last)
+            break;
+        float sum = hsum16(acc[r]) * inv;
+        if (res)
+            sum += res[(size_t)t * y_ld + y_off + r0 + r];
+        WRITE_Y(y, t, y_off + r0 + r, sum);
+    }
+}
+#endif

@@ -1,13 +1,18 @@
 /* ebb bench: prefill and decode speed of a model on a synthetic prompt, with the layer
  * streamer's figures (resident layers, streamed bytes per token, read throughput, prefetch
  * hits/misses/stall) and the peak RSS. Greedy decoding, so the generated ids are reproducible
- * and printed with --json (tests compare them across residencies). With --batch N, N slots
- * then prefill and decode together through ebb_model_eval_batch (continuous batching's
+ * and printed with --json (tests compare them across residencies). With -r N, a warm-up run and
+ * N measured ones (median and spread); with -d N, N tokens of context first, then prefill and
+ * decode both measured at that depth (llama-bench's pp/tg "@ dN"). Decode's bytes per token
+ * (weights as the engine reads them, KV at that depth) give its achieved bandwidth; the OpenCL
+ * engine's counters give kernels and host synchronisations per decoded token. With --batch N,
+ * N slots then prefill and decode together through ebb_model_eval_batch (continuous batching's
  * aggregate speed, next to the single stream's). */
 #include "cmds.h"
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +29,15 @@ static void bench_usage(FILE *f)
             "usage: ebb bench -m MODEL [options]\n"
             "\n"
             "Evaluates a synthetic prompt, then decodes greedily, and prints prefill and decode\n"
-            "tokens/s, the layer streamer's figures and the peak RSS.\n"
+            "tokens/s, decode's bytes per token and bandwidth, kernels and host syncs per\n"
+            "decoded token (OpenCL), the layer streamer's figures and the peak RSS.\n"
             "\n"
             "  -m, --model MODEL       GGUF file (required)\n"
             "      --prompt-tokens N   prompt length (default 128)\n"
             "      --gen-tokens N      tokens to decode (default 64)\n"
             "      --device D          compute device (default auto)\n"
-            "      --ctx N             context length (default prompt + gen tokens)\n"
+            "      --ctx N             context length (default prompt + gen tokens; with\n"
+            "                          --depth, depth + the larger of the two)\n"
             "      --prompt-file FILE  use this text (tokenized, BOS per the metadata) as the\n"
             "                          prompt instead of the synthetic one\n"
             "      --spec ngram        speculative decoding with n-gram drafts (greedy output\n"
@@ -41,6 +48,11 @@ static void bench_usage(FILE *f)
             "                          (greedy, resident on the same device)\n"
             "      --batch N           also decode N sequences together (N slots, one batched\n"
             "                          forward pass per step) and report the aggregate tok/s\n"
+            "  -r, --repetitions N     a warm-up run, then N measured runs: median and spread\n"
+            "                          (default: one run, no warm-up)\n"
+            "  -d, --depth N           evaluate N tokens of context first, then measure prefill\n"
+            "                          and decode each from position N (default: none; decode\n"
+            "                          follows the prompt)\n"
             "      --json              one JSON object on stdout\n"
             "%s"
             "  -h, --help              show this help\n",
@@ -150,6 +162,93 @@ static json_t *spec_json(const struct ebb_spec_stats *st, bool draft)
                      (json_int_t)st->plain, "k", (int)st->k, "row_cost", st->row_cost);
 }
 
+/* The model and the buffers of the single-stream runs. */
+struct bench {
+    struct ebb_model *m, *dm;
+    int32_t *ids; /* (n_prompt + n_gen) the prompt, then the generated tokens */
+    float *lgs;   /* (n_gen) top logit of each generated token (exact comparisons in tests) */
+    unsigned long n_prompt, n_gen;
+    uint32_t depth; /* -d: positions of context before the prompt (0: none) */
+    uint32_t dpos;  /* position of the first decoded token */
+    bool spec;
+    struct ebb_spec_params sp;
+    struct ebb_spec_stats sst;
+    struct ebb_model_counters dec; /* summed over the measured runs' decodes */
+};
+
+/* One run: the prompt at position depth (timed), then n_gen - 1 greedy steps from position
+ * dpos (timed), each fed the previous step's token. With counted, the decode's launches and
+ * synchronisations are added to b->dec. */
+static ebb_err run_once(struct bench *b, bool counted, double *prefill_ms, double *decode_ms,
+                        struct ebb_diag *d)
+{
+    int32_t top;
+    float top_logit;
+    struct ebb_model_out out = {.top_k = 1, .top_ids = &top, .top_logits = &top_logit};
+    double t0 = now_ms();
+    ebb_err rc = ebb_model_eval(b->m, 0, b->ids, (uint32_t)b->n_prompt, b->depth, &out, d);
+    if (rc)
+        return rc;
+    *prefill_ms = now_ms() - t0;
+    b->ids[b->n_prompt] = top;
+    b->lgs[0] = top_logit;
+    struct ebb_model_counters c0, c1;
+    ebb_model_counters(b->m, &c0);
+    t0 = now_ms();
+    if (b->spec &&
+        (rc = decode_spec(b->m, b->dm, &b->sp, b->ids, b->n_prompt, b->n_gen, &b->sst, d)))
+        return rc;
+    for (unsigned long i = 1; i < b->n_gen && !b->spec; i++) {
+        unsigned long at = b->n_prompt + i - 1;
+        if ((rc = ebb_model_eval(b->m, 0, &b->ids[at], 1, b->dpos + (uint32_t)i - 1, &out, d)))
+            return rc;
+        b->ids[at + 1] = top;
+        b->lgs[i] = top_logit;
+    }
+    *decode_ms = now_ms() - t0;
+    ebb_model_counters(b->m, &c1);
+    if (counted) {
+        b->dec.launches += c1.launches - c0.launches;
+        b->dec.syncs += c1.syncs - c0.syncs;
+    }
+    return EBB_OK;
+}
+
+/* Median, extremes and sample standard deviation of n values (v is reordered). */
+struct spread {
+    double median, min, max, sd;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static struct spread spread_of(double *v, unsigned long n)
+{
+    struct spread s = {0};
+    if (!n)
+        return s;
+    qsort(v, n, sizeof(*v), cmp_double);
+    s.min = v[0];
+    s.max = v[n - 1];
+    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    double mean = 0, ss = 0;
+    for (unsigned long i = 0; i < n; i++)
+        mean += v[i] / (double)n;
+    for (unsigned long i = 0; i < n; i++)
+        ss += (v[i] - mean) * (v[i] - mean);
+    s.sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0;
+    return s;
+}
+
+static json_t *spread_json(const struct spread *s)
+{
+    return json_pack("{s:f, s:f, s:f, s:f}", "median", s->median, "min", s->min, "max", s->max,
+                     "stddev", s->sd);
+}
+
 /* The batched run's figures. */
 struct batch_res {
     double prefill_ms, decode_ms;
@@ -209,6 +308,221 @@ out:
     return rc;
 }
 
+/* The measured figures, for the two reports. */
+struct report {
+    const char *path;
+    double t_load;
+    unsigned long reps;
+    struct spread pf, dec; /* tok/s over the runs */
+    struct spread pf_ms, dec_ms;
+    double *pf_runs, *dec_runs; /* (reps) tok/s of each run, in run order */
+    uint64_t bytes_w, bytes_kv; /* per decoded token, averaged over the decode's positions */
+    double gbps;                /* (bytes_w + bytes_kv) per token over the median token time */
+    bool counted;               /* the backend counts launches and syncs */
+    double launches, syncs;     /* per decoded token */
+    unsigned long n_batch;
+    struct batch_res br;
+};
+
+/* Decode's bytes per token, averaged over the positions it decoded at, and the bandwidth at
+ * the median decode speed (not with --spec, whose passes verify several rows). */
+static void decode_traffic(const struct bench *b, struct report *r)
+{
+    unsigned long steps = b->n_gen - 1;
+    if (!steps || b->spec)
+        return;
+    uint64_t w = 0, kv = 0;
+    for (unsigned long i = 0; i < steps; i++) {
+        struct ebb_model_decode_bytes db;
+        ebb_model_decode_bytes(b->m, b->dpos + (uint32_t)i, &db);
+        w += db.weights;
+        kv += db.kv;
+    }
+    r->bytes_w = w / steps;
+    r->bytes_kv = kv / steps;
+    r->gbps = (double)(r->bytes_w + r->bytes_kv) * r->dec.median / 1e9;
+}
+
+static void report_json(const struct bench *b, const struct report *r, json_t *st)
+{
+    const unsigned long n_gen = b->n_gen, n_prompt = b->n_prompt, n_batch = r->n_batch;
+    double steps = n_gen > 1 ? (double)(n_gen - 1) : 1;
+    json_t *jt = json_array(), *jl = json_array(), *jp = json_array(), *jd = json_array();
+    for (unsigned long i = 0; i < n_gen; i++) {
+        json_array_append_new(jt, json_integer(b->ids[n_prompt + i]));
+        json_array_append_new(jl, json_real(b->lgs[i]));
+    }
+    for (unsigned long i = 0; i < r->reps; i++) {
+        json_array_append_new(jp, json_real(r->pf_runs[i]));
+        json_array_append_new(jd, json_real(r->dec_runs[i]));
+    }
+    json_t *j = json_pack(
+        "{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:I, s:b, s:I, s:I, s:o, "
+        "s:o, s:o, s:o}",
+        "model", r->path, "device", ebb_model_device_name(b->m), "prompt_tokens",
+        (json_int_t)n_prompt, "gen_tokens", (json_int_t)n_gen, "n_ctx",
+        (json_int_t)ebb_model_n_ctx(b->m), "load_ms", r->t_load, "prefill_ms", r->pf_ms.median,
+        "prefill_tok_s", r->pf.median, "decode_ms", r->dec_ms.median, "decode_tok_s", r->dec.median,
+        "peak_rss_bytes", (json_int_t)ebb_peak_rss(), "tokens", jt, "repetitions",
+        (json_int_t)r->reps, "warmup", r->reps > 1 || b->depth, "depth", (json_int_t)b->depth,
+        "decode_depth", (json_int_t)b->dpos, "prefill_tok_s_runs", jp, "decode_tok_s_runs", jd,
+        "prefill_stats", spread_json(&r->pf), "decode_stats", spread_json(&r->dec));
+    if (n_gen > 1 && !b->spec)
+        json_object_set_new(j, "decode_bytes",
+                            json_pack("{s:I, s:I, s:I, s:f}", "weights", (json_int_t)r->bytes_w,
+                                      "kv", (json_int_t)r->bytes_kv, "per_token",
+                                      (json_int_t)(r->bytes_w + r->bytes_kv), "gb_s", r->gbps));
+    if (r->counted && n_gen > 1)
+        json_object_set_new(j, "decode_counters",
+                            json_pack("{s:f, s:f}", "launches_per_token", r->launches,
+                                      "syncs_per_token", r->syncs));
+    if (b->spec) { /* the verification rows give no top logit per token */
+        json_decref(jl);
+        json_object_set_new(j, "spec", spec_json(&b->sst, b->dm != NULL));
+    } else {
+        json_object_set_new(j, "top_logits", jl);
+    }
+    if (st)
+        json_object_set(j, "stream", st);
+    const struct batch_res *br = &r->br;
+    double bpf = br->prefill_ms > 0 ? 1e3 * (double)(n_prompt * n_batch) / br->prefill_ms : 0;
+    double bdec = br->decode_ms > 0 ? 1e3 * steps * (double)n_batch / br->decode_ms : 0;
+    if (n_batch > 1)
+        json_object_set_new(j, "batch",
+                            json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:I}", "n",
+                                      (json_int_t)n_batch, "prefill_ms", br->prefill_ms,
+                                      "prefill_tok_s", bpf, "decode_ms", br->decode_ms,
+                                      "decode_tok_s", bdec, "step_ms", br->decode_ms / steps,
+                                      "slot0_same_tokens", (json_int_t)br->same));
+    json_dumpf(j, stdout, JSON_COMPACT);
+    printf("\n");
+    json_decref(j);
+}
+
+/* " (median of 3: 10.20-10.90, sd 0.31)" after a figure measured more than once. */
+static void print_spread(const struct spread *s, unsigned long reps)
+{
+    if (reps > 1)
+        printf(" (median of %lu: %.2f-%.2f, sd %.2f)", reps, s->min, s->max, s->sd);
+    printf("\n");
+}
+
+static void report_text(const struct bench *b, const struct report *r, json_t *st)
+{
+    const unsigned long n_gen = b->n_gen, n_prompt = b->n_prompt, n_batch = r->n_batch;
+    double steps = n_gen > 1 ? (double)(n_gen - 1) : 1;
+    printf("model      %s on %s (ctx %u)\n", r->path, ebb_model_device_name(b->m),
+           ebb_model_n_ctx(b->m));
+    if (b->depth)
+        printf("depth      %u tokens of context before the prompt and the decode\n", b->depth);
+    printf("prefill    %lu tokens in %.1f ms: %.2f tok/s", n_prompt, r->pf_ms.median, r->pf.median);
+    print_spread(&r->pf, r->reps);
+    printf("decode     %lu tokens in %.1f ms: %.2f tok/s", n_gen - 1, r->dec_ms.median,
+           r->dec.median);
+    print_spread(&r->dec, r->reps);
+    if (n_gen > 1 && !b->spec)
+        printf("traffic    %.2f MiB per decoded token (weights %.2f, KV %.2f): %.2f GB/s\n",
+               (double)(r->bytes_w + r->bytes_kv) / (1 << 20), (double)r->bytes_w / (1 << 20),
+               (double)r->bytes_kv / (1 << 20), r->gbps);
+    if (r->counted && n_gen > 1)
+        printf("launches   %.1f kernels and %.2f host syncs per decoded token\n", r->launches,
+               r->syncs);
+    const struct ebb_spec_stats *sst = &b->sst;
+    if (b->spec)
+        printf("spec       %s: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "
+               "plain; k now %u, row cost %.2f\n",
+               b->dm ? "draft" : "ngram", (unsigned long long)sst->drafted,
+               (unsigned long long)sst->accepted,
+               sst->drafted ? 100.0 * (double)sst->accepted / (double)sst->drafted : 0.0,
+               (unsigned long long)sst->passes, (unsigned long long)sst->plain, sst->k,
+               sst->row_cost);
+    if (n_batch > 1) {
+        const struct batch_res *br = &r->br;
+        double bpf = br->prefill_ms > 0 ? 1e3 * (double)(n_prompt * n_batch) / br->prefill_ms : 0;
+        double bdec = br->decode_ms > 0 ? 1e3 * steps * (double)n_batch / br->decode_ms : 0;
+        printf("batch      %lu sequences together (one forward pass per step)\n", n_batch);
+        printf("  prefill  %lu x %lu tokens in %.1f ms: %.2f tok/s\n", n_batch, n_prompt,
+               br->prefill_ms, bpf);
+        printf("  decode   %lu steps of %lu tokens in %.1f ms: %.2f tok/s aggregate, %.2f "
+               "ms per step (%.2fx the single stream)\n",
+               n_gen - 1, n_batch, br->decode_ms, bdec, br->decode_ms / steps,
+               r->dec.median > 0 ? bdec / r->dec.median : 0);
+        printf("  slot 0   %u of %lu tokens as the single stream's\n", br->same, n_gen);
+    }
+    if (st) {
+        printf("resident   %lld of %lld layers\n",
+               (long long)json_integer_value(json_object_get(st, "layers_resident")),
+               (long long)json_integer_value(json_object_get(st, "layers_total")));
+        printf("streamed   %.1f MiB per token, read %.2f GB/s (%.1f MiB total)\n",
+               (double)json_integer_value(json_object_get(st, "bytes_per_token")) / (1 << 20),
+               json_number_value(json_object_get(st, "read_gbps")),
+               (double)json_integer_value(json_object_get(st, "read_bytes")) / (1 << 20));
+        printf("prefetch   %lld hits, %lld misses, %.3f s stalled\n",
+               (long long)json_integer_value(json_object_get(st, "prefetch_hits")),
+               (long long)json_integer_value(json_object_get(st, "prefetch_misses")),
+               json_number_value(json_object_get(st, "stall_seconds")));
+    } else {
+        printf("resident   all layers (no memory budget: plain path)\n");
+    }
+    printf("peak RSS   %.1f MiB\n", (double)ebb_peak_rss() / (1 << 20));
+}
+
+/* -d: depth tokens of a second synthetic sequence at positions 0.., evaluated once (the runs
+ * write their KV entries from position depth on only). */
+static ebb_err eval_depth(struct bench *b, struct ebb_diag *d)
+{
+    uint32_t V = ebb_model_n_vocab(b->m);
+    int32_t *ctx = malloc(sizeof(int32_t) * b->depth);
+    if (!ctx)
+        return EBB_ENOMEM;
+    for (uint32_t i = 0; i < b->depth; i++)
+        ctx[i] = (int32_t)((3000 + i * 104723u) % V);
+    ebb_err rc = ebb_model_eval(b->m, 0, ctx, b->depth, 0, NULL, d);
+    free(ctx);
+    return rc;
+}
+
+/* The warm-up (with -r or -d) and the measured runs, their spread, traffic and counters. */
+static ebb_err measure(struct bench *b, struct report *r, struct ebb_diag *d)
+{
+    double pms, dms;
+    ebb_err rc;
+    if (b->depth && (rc = eval_depth(b, d)))
+        return rc;
+    if ((r->reps > 1 || b->depth) && (rc = run_once(b, false, &pms, &dms, d)))
+        return rc;
+    double *v = calloc(4 * r->reps, sizeof(double));
+    if (!v)
+        return EBB_ENOMEM;
+    double *pf_ms = v + 2 * r->reps, *dec_ms = v + 3 * r->reps;
+    r->pf_runs = v;
+    r->dec_runs = v + r->reps;
+    for (unsigned long i = 0; i < r->reps; i++) {
+        if ((rc = run_once(b, true, &pf_ms[i], &dec_ms[i], d)))
+            return rc;
+        r->pf_runs[i] = 1e3 * (double)b->n_prompt / pf_ms[i];
+        r->dec_runs[i] = b->n_gen > 1 ? 1e3 * (double)(b->n_gen - 1) / dec_ms[i] : 0;
+    }
+    double *tmp = malloc(sizeof(double) * 2 * r->reps);
+    if (!tmp)
+        return EBB_ENOMEM;
+    memcpy(tmp, r->pf_runs, sizeof(double) * 2 * r->reps); /* spread_of sorts its copy */
+    r->pf = spread_of(tmp, r->reps);
+    r->dec = spread_of(tmp + r->reps, r->reps);
+    free(tmp);
+    r->pf_ms = spread_of(pf_ms, r->reps);
+    r->dec_ms = spread_of(dec_ms, r->reps);
+    decode_traffic(b, r);
+    struct ebb_model_counters c;
+    r->counted = ebb_model_counters(b->m, &c);
+    double tokens = (double)(b->n_gen - 1) * (double)r->reps;
+    if (r->counted && tokens > 0) {
+        r->launches = (double)b->dec.launches / tokens;
+        r->syncs = (double)b->dec.syncs / tokens;
+    }
+    return EBB_OK;
+}
+
 int ebb_cmd_bench(int argc, char **argv)
 {
     enum {
@@ -237,20 +551,22 @@ int ebb_cmd_bench(int argc, char **argv)
         {"draft-fixed", no_argument, NULL, O_DFIXED},
         {"draft", required_argument, NULL, O_DRAFT},
         {"batch", required_argument, NULL, O_BATCH},
+        {"repetitions", required_argument, NULL, 'r'},
+        {"depth", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         EBB_STREAM_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct ebb_model_params mp = {.device = "auto", .n_seq = 1};
-    unsigned long n_prompt = 128, n_gen = 64, ctx = 0, n_batch = 1;
+    unsigned long n_prompt = 128, n_gen = 64, ctx = 0, n_batch = 1, reps = 1, depth = 0;
     bool json = false, spec = false;
     const char *prompt_file = NULL, *draft = NULL;
-    struct ebb_spec_params sp;
-    ebb_spec_params_defaults(&sp);
+    struct bench b = {0};
+    ebb_spec_params_defaults(&b.sp);
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:r:d:h", longs, NULL)) != -1) {
         bool ok = true;
         if (ebb_stream_opt_is(c)) {
             ok = ebb_stream_opt_apply(c, optarg, &mp);
@@ -274,14 +590,18 @@ int ebb_cmd_bench(int argc, char **argv)
         } else if (c == O_DMAX) {
             unsigned long v = 0;
             ok = parse_u(optarg, 1, EBB_SPEC_DRAFT_CAP, &v);
-            sp.draft_max = (uint32_t)v;
+            b.sp.draft_max = (uint32_t)v;
         } else if (c == O_DFIXED) {
-            sp.fixed_k = true;
+            b.sp.fixed_k = true;
         } else if (c == O_DRAFT) {
             draft = optarg;
             spec = true;
         } else if (c == O_BATCH) {
             ok = parse_u(optarg, 1, 256, &n_batch);
+        } else if (c == 'r') {
+            ok = parse_u(optarg, 1, 1000, &reps);
+        } else if (c == 'd') {
+            ok = parse_u(optarg, 1, 1 << 20, &depth);
         } else if (c == 'h') {
             bench_usage(stdout);
             return 0;
@@ -306,6 +626,10 @@ int ebb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "ebb bench: --batch runs the synthetic prompt without --spec\n");
         return 2;
     }
+    if (depth && (spec || prompt_file || n_batch > 1)) {
+        fprintf(stderr, "ebb bench: --depth runs the synthetic prompt without --spec or --batch\n");
+        return 2;
+    }
     if (prompt_file) { /* room for the file's tokens: at most one per byte, plus BOS/EOS */
         FILE *f = fopen(prompt_file, "rb");
         long sz = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
@@ -318,161 +642,78 @@ int ebb_cmd_bench(int argc, char **argv)
         }
         n_prompt = (unsigned long)sz + 8;
     }
-    mp.n_ctx = (uint32_t)(ctx ? ctx : n_prompt + n_gen);
+    /* With a depth, prefill and decode each start at position depth. */
+    unsigned long need = depth ? depth + (n_prompt > n_gen ? n_prompt : n_gen) : n_prompt + n_gen;
+    mp.n_ctx = (uint32_t)(ctx ? ctx : need);
     mp.n_seq = (uint32_t)n_batch;
 
     int status = 1;
-    struct ebb_model *m = NULL, *dm = NULL;
-    int32_t *ids = NULL;
-    float *lgs = NULL; /* top logit of each generated token (exact comparisons in tests) */
+    struct report r = {.path = mp.path, .reps = reps, .n_batch = n_batch};
     struct ebb_diag d = {{0}};
     ebb_err rc;
     double t0 = now_ms();
-    if ((rc = ebb_model_open(&mp, &m, &d))) {
+    if ((rc = ebb_model_open(&mp, &b.m, &d))) {
         fprintf(stderr, "ebb bench: cannot load '%s': %s\n", mp.path,
                 d.msg[0] ? d.msg : ebb_err_str(rc));
         goto out;
     }
-    double t_load = now_ms() - t0;
+    r.t_load = now_ms() - t0;
     if (draft) {
         struct ebb_model_params dp = {
-            .path = draft, .device = mp.device, .n_ctx = ebb_model_n_ctx(m), .n_seq = 1};
-        if ((rc = ebb_model_open(&dp, &dm, &d))) {
+            .path = draft, .device = mp.device, .n_ctx = ebb_model_n_ctx(b.m), .n_seq = 1};
+        if ((rc = ebb_model_open(&dp, &b.dm, &d))) {
             fprintf(stderr, "ebb bench: cannot load --draft '%s': %s\n", draft,
                     d.msg[0] ? d.msg : ebb_err_str(rc));
             goto out;
         }
     }
-    uint32_t V = ebb_model_n_vocab(m);
-    if (n_prompt + n_gen > ebb_model_n_ctx(m)) {
-        fprintf(stderr, "ebb bench: %lu + %lu tokens exceed the context of %u\n", n_prompt, n_gen,
-                ebb_model_n_ctx(m));
+    uint32_t V = ebb_model_n_vocab(b.m);
+    if (need > ebb_model_n_ctx(b.m)) {
+        fprintf(stderr,
+                "ebb bench: %lu tokens (depth %lu, prompt %lu, decode %lu) exceed the "
+                "context of %u\n",
+                need, depth, n_prompt, n_gen, ebb_model_n_ctx(b.m));
         goto out;
     }
     if (prompt_file) {
-        if ((rc = file_prompt(m, prompt_file, n_gen, &ids, &n_prompt, &d)))
+        if ((rc = file_prompt(b.m, prompt_file, n_gen, &b.ids, &n_prompt, &d)))
             goto fail;
     } else {
-        ids = malloc(sizeof(int32_t) * (n_prompt + n_gen));
-        if (!ids)
+        b.ids = malloc(sizeof(int32_t) * (n_prompt + n_gen));
+        if (!b.ids)
             goto out;
         for (unsigned long i = 0; i < n_prompt; i++) /* a fixed, varied synthetic prompt */
-            ids[i] = (int32_t)((1000 + i * 7919u) % V);
+            b.ids[i] = (int32_t)((1000 + i * 7919u) % V);
     }
-    lgs = malloc(sizeof(float) * n_gen);
-    if (!lgs)
+    b.lgs = malloc(sizeof(float) * n_gen);
+    if (!b.lgs)
         goto out;
-    int32_t top;
-    float top_logit;
-    struct ebb_model_out out = {.top_k = 1, .top_ids = &top, .top_logits = &top_logit};
-    double t1 = now_ms();
-    if ((rc = ebb_model_eval(m, 0, ids, (uint32_t)n_prompt, 0, &out, &d)))
+    b.n_prompt = n_prompt;
+    b.n_gen = n_gen;
+    b.depth = (uint32_t)depth;
+    b.dpos = depth ? (uint32_t)depth : (uint32_t)n_prompt;
+    b.spec = spec;
+    if ((rc = measure(&b, &r, &d)))
         goto fail;
-    double t_prefill = now_ms() - t1;
-    ids[n_prompt] = top;
-    lgs[0] = top_logit;
-    double t2 = now_ms();
-    struct ebb_spec_stats sst = {0};
-    if (spec && (rc = decode_spec(m, dm, &sp, ids, n_prompt, n_gen, &sst, &d)))
+    if (n_batch > 1 &&
+        (rc = bench_batch(b.m, (uint32_t)n_batch, n_prompt, n_gen, b.ids, &r.br, &d)))
         goto fail;
-    for (unsigned long i = 1; i < n_gen && !spec; i++) {
-        uint32_t pos = (uint32_t)(n_prompt + i - 1);
-        if ((rc = ebb_model_eval(m, 0, &ids[pos], 1, pos, &out, &d)))
-            goto fail;
-        ids[pos + 1] = top;
-        lgs[i] = top_logit;
-    }
-    double t_decode = now_ms() - t2;
-    double pf = 1e3 * (double)n_prompt / t_prefill;
-    double dec = n_gen > 1 ? 1e3 * (double)(n_gen - 1) / t_decode : 0;
-    struct batch_res br = {0};
-    if (n_batch > 1 && (rc = bench_batch(m, (uint32_t)n_batch, n_prompt, n_gen, ids, &br, &d)))
-        goto fail;
-    double steps = n_gen > 1 ? (double)(n_gen - 1) : 1;
-    double bpf = br.prefill_ms > 0 ? 1e3 * (double)(n_prompt * n_batch) / br.prefill_ms : 0;
-    double bdec = br.decode_ms > 0 ? 1e3 * steps * (double)n_batch / br.decode_ms : 0;
-    uint64_t peak = ebb_peak_rss();
     char sj[8192];
-    json_t *st = ebb_model_stream_json(m, sj, sizeof(sj)) ? json_loads(sj, 0, NULL) : NULL;
-    if (json) {
-        json_t *jt = json_array(), *jl = json_array();
-        for (unsigned long i = 0; i < n_gen; i++) {
-            json_array_append_new(jt, json_integer(ids[n_prompt + i]));
-            json_array_append_new(jl, json_real(lgs[i]));
-        }
-        json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:o}",
-                              "model", mp.path, "device", ebb_model_device_name(m), "prompt_tokens",
-                              (json_int_t)n_prompt, "gen_tokens", (json_int_t)n_gen, "n_ctx",
-                              (json_int_t)ebb_model_n_ctx(m), "load_ms", t_load, "prefill_ms",
-                              t_prefill, "prefill_tok_s", pf, "decode_ms", t_decode, "decode_tok_s",
-                              dec, "peak_rss_bytes", (json_int_t)peak, "tokens", jt);
-        if (spec) { /* the verification rows give no top logit per token */
-            json_decref(jl);
-            json_object_set_new(j, "spec", spec_json(&sst, dm != NULL));
-        } else {
-            json_object_set_new(j, "top_logits", jl);
-        }
-        if (st)
-            json_object_set(j, "stream", st);
-        if (n_batch > 1)
-            json_object_set_new(j, "batch",
-                                json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:I}", "n",
-                                          (json_int_t)n_batch, "prefill_ms", br.prefill_ms,
-                                          "prefill_tok_s", bpf, "decode_ms", br.decode_ms,
-                                          "decode_tok_s", bdec, "step_ms", br.decode_ms / steps,
-                                          "slot0_same_tokens", (json_int_t)br.same));
-        json_dumpf(j, stdout, JSON_COMPACT);
-        printf("\n");
-        json_decref(j);
-    } else {
-        printf("model      %s on %s (ctx %u)\n", mp.path, ebb_model_device_name(m),
-               ebb_model_n_ctx(m));
-        printf("prefill    %lu tokens in %.1f ms: %.2f tok/s\n", n_prompt, t_prefill, pf);
-        printf("decode     %lu tokens in %.1f ms: %.2f tok/s\n", n_gen - 1, t_decode, dec);
-        if (spec)
-            printf("spec       %s: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "
-                   "plain; k now %u, row cost %.2f\n",
-                   dm ? "draft" : "ngram", (unsigned long long)sst.drafted,
-                   (unsigned long long)sst.accepted,
-                   sst.drafted ? 100.0 * (double)sst.accepted / (double)sst.drafted : 0.0,
-                   (unsigned long long)sst.passes, (unsigned long long)sst.plain, sst.k,
-                   sst.row_cost);
-        if (n_batch > 1) {
-            printf("batch      %lu sequences together (one forward pass per step)\n", n_batch);
-            printf("  prefill  %lu x %lu tokens in %.1f ms: %.2f tok/s\n", n_batch, n_prompt,
-                   br.prefill_ms, bpf);
-            printf("  decode   %lu steps of %lu tokens in %.1f ms: %.2f tok/s aggregate, %.2f "
-                   "ms per step (%.2fx the single stream)\n",
-                   n_gen - 1, n_batch, br.decode_ms, bdec, br.decode_ms / steps,
-                   dec > 0 ? bdec / dec : 0);
-            printf("  slot 0   %u of %lu tokens as the single stream's\n", br.same, n_gen);
-        }
-        if (st) {
-            printf("resident   %lld of %lld layers\n",
-                   (long long)json_integer_value(json_object_get(st, "layers_resident")),
-                   (long long)json_integer_value(json_object_get(st, "layers_total")));
-            printf("streamed   %.1f MiB per token, read %.2f GB/s (%.1f MiB total)\n",
-                   (double)json_integer_value(json_object_get(st, "bytes_per_token")) / (1 << 20),
-                   json_number_value(json_object_get(st, "read_gbps")),
-                   (double)json_integer_value(json_object_get(st, "read_bytes")) / (1 << 20));
-            printf("prefetch   %lld hits, %lld misses, %.3f s stalled\n",
-                   (long long)json_integer_value(json_object_get(st, "prefetch_hits")),
-                   (long long)json_integer_value(json_object_get(st, "prefetch_misses")),
-                   json_number_value(json_object_get(st, "stall_seconds")));
-        } else {
-            printf("resident   all layers (no memory budget: plain path)\n");
-        }
-        printf("peak RSS   %.1f MiB\n", (double)peak / (1 << 20));
-    }
+    json_t *st = ebb_model_stream_json(b.m, sj, sizeof(sj)) ? json_loads(sj, 0, NULL) : NULL;
+    if (json)
+        report_json(&b, &r, st);
+    else
+        report_text(&b, &r, st);
     json_decref(st);
     status = 0;
     goto out;
 fail:
     fprintf(stderr, "ebb bench: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
 out:
-    free(ids);
-    free(lgs);
-    ebb_model_close(dm);
-    ebb_model_close(m);
+    free(r.pf_runs);
+    free(b.ids);
+    free(b.lgs);
+    ebb_model_close(b.dm);
+    ebb_model_close(b.m);
     return status;
 }

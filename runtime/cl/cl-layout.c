@@ -108,6 +108,41 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *bd = getenv("EBB_CL_BLOCKDEC");
     if (bd && (*bd == '0' || *bd == '1'))
         t.block_dec = (uint32_t)(*bd - '0');
+    /* Folding the norm and SwiGLU into decode's products saves launches on GPUs, where the
+     * per-row recomputation is spare arithmetic; on CPUs it costs n_ff exponentials per row of
+     * the down projection and a norm per row of the output head (PoCL, SmolLM2 decode:
+     * docs/PERFORMANCE.md), so there they run once per token first (the layers' norms stay
+     * folded where matvec_cpu shares them over its rows). EBB_CL_MVFOLD=0/1 overrides. */
+    t.mv_fold = di->is_cpu ? 0 : 1;
+    const char *fo = getenv("EBB_CL_MVFOLD");
+    if (fo && (*fo == '0' || *fo == '1'))
+        t.mv_fold = (uint32_t)(*fo - '0');
+    /* CPUs: decode's products through matvec_cpu, 4 rows per work-item sharing each input
+     * block, 16-wide accumulators (PoCL, SmolLM2 decode: docs/PERFORMANCE.md). EBB_CL_MVCPU=0/1
+     * and EBB_CL_MVCPU_R=1|2|4|8 override. */
+    t.mv_cpu = di->is_cpu ? 1 : 0;
+    t.mv_cpu_r = 4;
+    const char *mc = getenv("EBB_CL_MVCPU"), *mcr = getenv("EBB_CL_MVCPU_R");
+    if (mc && (*mc == '0' || *mc == '1'))
+        t.mv_cpu = (uint32_t)(*mc - '0');
+    /* Products of 2..4 token rows (batched decode steps of a few slots) also run matvec_cpu,
+     * once per row: PoCL, SmolLM2, ebb bench --batch 4, aggregate decode 51-55 tok/s against
+     * 34-38 through the tiled matmul; at 8 rows the matmul wins (75-77 against 44-62).
+     * EBB_CL_MVCPU_MAX=N overrides (0: never). */
+    const char *mcm = getenv("EBB_CL_MVCPU_MAX");
+    t.mvcpu_max = t.mv_cpu ? 4 : 0;
+    if (t.mv_cpu && mcm && *mcm >= '0' && *mcm <= '9')
+        t.mvcpu_max = (uint32_t)atoi(mcm);
+    unsigned mcrv = mcr ? (unsigned)atoi(mcr) : 0;
+    if (mcrv == 1 || mcrv == 2 || mcrv == 4 || mcrv == 8)
+        t.mv_cpu_r = mcrv;
+    /* CPUs: the top-k over the vocabulary on the host (a read-back is a copy there, and the
+     * device passes took 1-2 ms a token on PoCL for SmolLM2's 49152 logits). EBB_CL_TOPKHOST=0/1
+     * overrides. */
+    t.topk_host = di->is_cpu ? 1 : 0;
+    const char *th = getenv("EBB_CL_TOPKHOST");
+    if (th && (*th == '0' || *th == '1'))
+        t.topk_host = (uint32_t)(*th - '0');
     /* Local memory that is ordinary memory buys nothing but barriers. */
     t.mm_local = !di->local_is_global;
     if (di->is_gpu) {
@@ -283,6 +318,12 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mv_rows /= 2;
     while (t.mm_wg > di->max_wg)
         t.mm_wg /= 2;
+    /* EBB_CL_NORM_WG=N (a power of two, 1..256) overrides the work-group of row reductions
+     * and decode attention. */
+    const char *nwg = getenv("EBB_CL_NORM_WG");
+    unsigned nwv = nwg ? (unsigned)atoi(nwg) : 0;
+    if (nwv >= 1 && nwv <= 256 && !(nwv & (nwv - 1)))
+        t.norm_wg = nwv;
     while (t.norm_wg > di->max_wg)
         t.norm_wg /= 2;
     while (t.att_tq > di->max_wg)
@@ -455,6 +496,14 @@ const char *ebb_cl_layout_name(const struct ebb_cl_layout *l, char *buf, size_t 
     return buf;
 }
 
+bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    const struct tinfo *ti = tinfo(l->type);
+    bool b32_only = ti && (ti->type == EBB_GGML_Q5_0 || ti->type == EBB_GGML_Q4_K ||
+                           ti->type == EBB_GGML_Q5_K || ti->type == EBB_GGML_Q6_K);
+    return ti && tu->block_dec && (b32_only || ti->split);
+}
+
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
 {
     const struct tinfo *ti = tinfo(l->type);
@@ -471,19 +520,19 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         (l->order == EBB_CL_ORDER_RAW && l->storage != EBB_CL_STORE_BUFFER))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "no OpenCL decoder for layout %s",
                             ebb_cl_layout_name(l, name, sizeof(name)));
-    int n = snprintf(buf, cap,
-                     "/* layout %s */\n"
-                     "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
-                     "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
-                     "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
-                     "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
-                     "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
-                     "#define MVR %u\n",
-                     ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t,
-                     tu->mm_k, tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat,
-                     tu->mv_xlocal, ti->blk, tu->mv_ptx,
-                     tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
-                     tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr);
+    int n = snprintf(
+        buf, cap,
+        "/* layout %s */\n"
+        "#define MV_WG %u\n#define MV_ROWS %u\n#define MM_T %u\n#define MM_K %u\n"
+        "#define MM_WG %u\n#define MM_LOCAL %u\n#define NORM_WG %u\n"
+        "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
+        "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
+        "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
+        "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n",
+        ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
+        tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
+        tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
+        tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -825,6 +874,19 @@ out:
     return rc;
 }
 
+uint64_t ebb_cl_weight_read_bytes(const struct ebb_cl_weight *w)
+{
+    const struct tinfo *ti = tinfo(w->layout.type);
+    if (!ti)
+        return 0;
+    if (w->layout.order == EBB_CL_ORDER_RAW)
+        return (uint64_t)w->n_in / ti->blk * ti->tsize * w->n_out;
+    /* split: 16 or 32 quant bytes per 32-block, and its (d, m) as floats, or as halves in an
+     * image2d */
+    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32), qb = ti->split == 8 ? 32 : 16;
+    return nb * (qb + (w->layout.storage == EBB_CL_STORE_IMAGE2D ? 4 : 8));
+}
+
 void ebb_cl_weight_fini(struct ebb_cl_weight *w)
 {
     if (w->img)
@@ -878,7 +940,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
-                        (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))))
+                        (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
+        (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -907,6 +971,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_gemm);
     if (p->get_rows)
         clReleaseKernel(p->get_rows);
+    if (p->matvec_cpu)
+        clReleaseKernel(p->matvec_cpu);
     if (p->matvec_q8)
         clReleaseKernel(p->matvec_q8);
     if (p->matvec_q8r)
@@ -931,9 +997,9 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
     snprintf(pro, sizeof(pro),
              "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
              "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
-             "#define ATT_G %u\n#define ATT_MMA %u\n%s",
+             "#define ATT_G %u\n#define ATT_MMA %u\n#define MV_CPU %u\n%s",
              tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
-             tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
+             tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
              tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("ops.cl", &ops, diag)) ||
         (rc = ebb_cl_source("attention.cl", &att, diag)) ||
@@ -991,6 +1057,12 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         g[0] = n_out, g[1] = by_t;
         l[0] = tu->mm_wg;
         break;
+    case EBB_CL_WK_MVCPU: {
+        size_t r = tu->mv_cpu_r ? tu->mv_cpu_r : 4;
+        g[0] = (n_out + r - 1) / r, g[1] = nt;
+        l[0] = tu->mv_rows;
+        break;
+    }
     case EBB_CL_WK_COOP:
     case EBB_CL_WK_MATVEC:
         g[0] = (size_t)n_out * tu->mv_wg, g[1] = k == EBB_CL_WK_COOP ? by_t : nt;

@@ -75,6 +75,17 @@ struct ebb_cl_tuning {
                               mv_ptx after the mma probe, head dimensions 16..128) */
     uint32_t att_g;        /* query heads per decode attention work-group (ATT_G): 1, or the
                               model's group when att_gqa allows it (set by the engine) */
+    uint32_t mv_fold;      /* 1: decode folds the RMS norm and SwiGLU into each product (one
+                              launch each less: GPUs); 0: swiglu and the output head's rmsnorm
+                              run once per token first (CPUs, where a folded product recomputes
+                              them per row; with mv_cpu the layers' norms stay folded) */
+    uint32_t mv_cpu;       /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
+                              accumulators) where the layout has W_DEQ32: CPUs */
+    uint32_t mv_cpu_r;     /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
+    uint32_t mvcpu_max;    /* with mv_cpu: products of up to this many token rows run matvec_cpu
+                              once per row instead of the tiled matmul (batched decode steps) */
+    uint32_t topk_host;    /* 1: top-k of the logits on the host after reading them back (CPUs:
+                              a read is a copy, cheaper than the device passes) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */
     uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
@@ -172,6 +183,10 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
                           const struct ebb_cl_wsrc *src, size_t n, const struct ebb_cl_hostmap *map,
                           struct ebb_cl_weight *out, struct ebb_diag *diag);
 
+/* The bytes a product reads of the whole weight in its layout (both planes of a split one); a
+ * placed weight or a template with only its layout and shape set. */
+uint64_t ebb_cl_weight_read_bytes(const struct ebb_cl_weight *w);
+
 /* Releases what ebb_cl_weight_new created; accepts a zeroed struct. */
 void ebb_cl_weight_fini(struct ebb_cl_weight *w);
 
@@ -187,9 +202,13 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_COOP,       /* matmul_coop: (n_out * MV_WG, nt / MM_T), (MV_WG * MV_ROWS, 1) */
     EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
     EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / mma_r, nt / mma_t), (256, 1) */
+    EBB_CL_WK_MVCPU,      /* matvec_cpu: (n_out / mv_cpu_r, nt), (MV_ROWS, 1) */
 };
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
+
+/* True when layout l has the whole-32-block decoder (W_DEQ32) under tuning tu. */
+bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
@@ -204,6 +223,7 @@ struct ebb_cl_wprog {
     cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mmb; /* with tu->mm_mma, else NULL */
+    cl_kernel matvec_cpu; /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

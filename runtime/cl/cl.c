@@ -581,9 +581,24 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
         return ebb_diag_set(diag, e == CL_OUT_OF_RESOURCES ? EBB_ENOMEM : EBB_EDEVICE,
                             "enqueue %s: %s", name, ebb_cl_err_name(e));
     }
+    cl->n_launch++;
     if (prof_state == 2) {
         clFinish(cl->q);
         prof_add(k, mono_s() - t0);
     }
     return EBB_OK;
+}
+
+ebb_err ebb_cl_finish(struct ebb_cl *cl, struct ebb_diag *diag)
+{
+    cl->n_sync++;
+    return ebb_cl_check(clFinish(cl->q), diag, "clFinish");
+}
+
+ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst,
+                    struct ebb_diag *diag)
+{
+    cl->n_sync++;
+    cl_int e = clEnqueueReadBuffer(cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    return ebb_cl_check(e, diag, "reading results");
 }

@@ -67,6 +67,10 @@ struct ebb_cl {
     cl_context ctx;
     cl_command_queue q;
     struct ebb_cl_dev_info info;
+    /* What the engine asked of the queue since open, for `ebb bench` (plain increments on the
+     * engine thread, nothing allocated): kernels enqueued by ebb_cl_run, and host
+     * synchronisations through ebb_cl_finish and ebb_cl_read (blocking reads). */
+    uint64_t n_launch, n_sync;
 };
 
 /* Returns the symbolic name of an OpenCL error code ("CL_OUT_OF_RESOURCES"). */
@@ -126,8 +130,16 @@ struct ebb_cl_arg {
 ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, size_t n,
                         struct ebb_diag *diag);
 
+/* clFinish on cl's queue, counted in n_sync. */
+ebb_err ebb_cl_finish(struct ebb_cl *cl, struct ebb_diag *diag);
+
+/* A blocking read of n bytes at off of b into dst (after everything enqueued before it),
+ * counted in n_sync. */
+ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst,
+                    struct ebb_diag *diag);
+
 /* Enqueues k over dims dimensions; global sizes are rounded up to multiples of local (when
- * local is non-NULL). Does not wait. */
+ * local is non-NULL). Does not wait. Counted in n_launch. */
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag);
 

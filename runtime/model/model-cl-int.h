@@ -233,6 +233,10 @@ void ebb__clm_drop_layer(struct clm *m, uint32_t l);
  * inside it; they are clean and fault in again when read). */
 void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
 
+/* The backend interface's decode_bytes (model.h, ebb_model_decode_bytes): the weights as
+ * placed (streamed layers as their templates), the experts a token uses, fp16 KV. */
+void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out);
+
 /* model-cl-layer.c */
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
  * adding res when given; with nw (decode only) x is RMS-normed and scaled by nw inside. */

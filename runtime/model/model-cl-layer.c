@@ -109,8 +109,15 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm,
-                      m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma},
+    if (p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
+        kind = EBB_CL_WK_MVCPU;
+    bool mv = kind == EBB_CL_WK_MATVEC || kind == EBB_CL_WK_MVCPU; /* matvec's arguments */
+    cl_kernel ks[] = {p->matvec,
+                      p->matmul,
+                      p->matmul_coop,
+                      p->matmul_gemm,
+                      m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma,
+                      p->matvec_cpu},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
@@ -118,8 +125,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg an[] = {EBB_CL_ARG(nw), EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) ||
-        (rc = ebb_cl_set_args(k, 2, a, mm ? 9 : 8, diag)) ||
-        (!mm && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
+        (rc = ebb_cl_set_args(k, 2, a, mv ? 8 : 9, diag)) ||
+        (mv && (rc = ebb_cl_set_args(k, 10, an, 3, diag))))
         return rc;
     size_t g[2], l[2];
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
@@ -194,11 +201,14 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     const struct ebb_cl_weight *w = L->w[s->group];
     uint32_t n_w = L->n_w[s->group];
     cl_mem res = s->res ? out : NULL;
-    bool fold = nt == 1;
+    /* CPUs (mv_cpu): matvec_cpu's work-items share the norm over MV_CPU_R rows, so it stays
+     * folded; SwiGLU's exponentials would be recomputed per work-item, so it runs first. */
+    bool fold = nt == 1 && (m->tu.mv_fold || m->k_q8);
+    bool fold_norm = fold || (nt == 1 && m->tu.mv_cpu);
     ebb_err rc;
     if (s->norm >= 0) {
         cl_mem nw = L->norm[s->norm];
-        if (fold)
+        if (fold_norm)
             return wmul_group(m, w, n_w, in, in_ld, out, out_ld, nw, nt, diag);
         if ((rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag)))
             return rc;

@@ -343,3 +343,40 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
     }
     return EBB_OK;
 }
+
+/* Bytes one decoded token reads of layer l's weight group gi: every weight of the group, an
+ * expert stack (a CLM_MOE step's groups after its router) only for the experts used. */
+static uint64_t group_bytes(const struct clm *m, const struct layer *L, uint32_t gi)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < L->n_w[gi]; i++)
+        b += ebb_cl_weight_read_bytes(&L->w[gi][i]);
+    for (uint32_t si = 0; si < m->plan.n_steps; si++) {
+        const struct clm_step *s = &m->plan.steps[si];
+        if (s->kind == CLM_MOE && gi > s->group && gi <= s->group + 3u && m->hp.n_expert)
+            return b / m->hp.n_expert * m->hp.n_expert_used;
+    }
+    return b;
+}
+
+void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out)
+{
+    const struct clm *m = ctx;
+    const struct ebb__hparams *hp = &m->hp;
+    const uint64_t f = sizeof(float);
+    uint64_t w = ebb_cl_weight_read_bytes(&m->embd) / hp->n_vocab; /* the token's row */
+    w += f * hp->n_embd + ebb_cl_weight_read_bytes(m->tied ? &m->embd : &m->output);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        if (!L->n_w[0] && m->tmpl) /* streamed: the weights as the streamer hands them over */
+            L = &m->tmpl[l];
+        for (uint32_t gi = 0; gi < m->plan.n_groups; gi++)
+            w += group_bytes(m, L, gi);
+        w += f * hp->n_embd * m->plan.n_norms;
+        w += m->plan.has_bias ? f * m->n_qkv : 0;
+        w += m->plan.has_qk_norm ? 2 * f * hp->head_dim : 0;
+    }
+    out->weights = w;
+    /* keys and values of depth + 1 positions, fp16, every layer */
+    out->kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * ((uint64_t)depth + 1);
+}

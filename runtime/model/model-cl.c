@@ -236,6 +236,10 @@ static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
 static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
 {
     const struct ebb_cl_weight *w = m->tied ? &m->embd : &m->output;
+    if (!m->tu.mv_fold && !m->k_q8) { /* CPUs: the norm once, not once per vocabulary row */
+        ebb_err rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->hl, 1, diag);
+        return rc ? rc : head_rows(m, 1, diag);
+    }
     return ebb__clm_wmul(m, w, m->x, (int)m->hp.n_embd, m->logits, (int)m->hp.n_vocab, 0, NULL,
                          m->output_norm, 1, diag);
 }
@@ -243,8 +247,7 @@ static ebb_err head_decode(struct clm *m, struct ebb_diag *diag)
 static ebb_err read_back(struct clm *m, cl_mem b, size_t off, size_t n, void *dst,
                          struct ebb_diag *diag)
 {
-    cl_int e = clEnqueueReadBuffer(m->cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
-    return ebb_cl_check(e, diag, "reading results");
+    return ebb_cl_read(m->cl, b, off, n, dst, diag);
 }
 
 /* Host top-k over n_vocab logits, for k beyond what the device kernel keeps: one pass with
@@ -296,7 +299,7 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     if (!out->top_k)
         return EBB_OK;
     uint32_t k = out->top_k < nv ? out->top_k : nv;
-    if (k > TOPK_MAX) {
+    if (k > TOPK_MAX || m->tu.topk_host) {
         float *lg = out->logits ? out->logits : m->host_logits;
         if (!out->logits && (rc = read_back(m, m->logits, 0, sizeof(float) * nv, lg, diag)))
             return rc;
@@ -314,9 +317,14 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
         (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_topk2, 1, &one, NULL, diag)))
         return rc;
-    if ((rc = read_back(m, m->toi, 0, sizeof(int32_t) * k, out->top_ids, diag)))
+    /* The ids without waiting, the logits after them with one wait for both. */
+    cl_int e = clEnqueueReadBuffer(m->cl->q, m->toi, CL_FALSE, 0, sizeof(int32_t) * k, out->top_ids,
+                                   0, NULL, NULL);
+    if ((rc = ebb_cl_check(e, diag, "reading top-k")))
         return rc;
-    return read_back(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag);
+    if ((rc = read_back(m, m->tov, 0, sizeof(float) * k, out->top_logits, diag)))
+        clFinish(m->cl->q); /* the ids' read must not land after the call */
+    return rc;
 }
 
 /* The embedding of the token ids in m->ids and every layer, for the chunk's rows: the hidden
@@ -401,7 +409,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     if (out && (out->logits || out->top_k))
         rc = outputs(m, out, diag);
     else
-        rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
+        rc = ebb_cl_finish(m->cl, diag);
 out:
     if (STREAMING(m)) {
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
@@ -490,7 +498,8 @@ static ebb_err topk_rows(struct clm *m, int nr, int k, struct ebb_diag *diag)
 
 /* The head over the nr rows gathered in hl for parts grp, and their outputs: logits read back
  * without waiting, one device top-k pass pair for all rows (the largest k asked: a top-k list
- * begins with every shorter one), one wait; top-k beyond TOPK_MAX on the host as alone. */
+ * begins with every shorter one), one wait; top-k beyond TOPK_MAX (or all of it with
+ * tu.topk_host) on the host as alone. */
 static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
                            const struct clm_part *const *grp, int nr, struct ebb_diag *diag)
 {
@@ -501,20 +510,19 @@ static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
     for (int j = 0; j < nr && !rc; j++) {
         struct ebb_model_out *o = seqs[grp[j]->src].out;
         uint32_t k = o->top_k < nv ? o->top_k : nv;
-        if (k <= TOPK_MAX && (int)k > kk)
+        if (k <= TOPK_MAX && (int)k > kk && !m->tu.topk_host)
             kk = (int)k;
         if (o->logits)
             rc = ebb_cl_check(clEnqueueReadBuffer(m->cl->q, m->logits, CL_FALSE, row * j, row,
                                                   o->logits, 0, NULL, NULL),
                               diag, "reading logits");
     }
-    if (rc || (kk && (rc = topk_rows(m, nr, kk, diag))) ||
-        (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish")))
+    if (rc || (kk && (rc = topk_rows(m, nr, kk, diag))) || (rc = ebb_cl_finish(m->cl, diag)))
         return rc;
     for (int j = 0; j < nr; j++) {
         struct ebb_model_out *o = seqs[grp[j]->src].out;
         uint32_t k = o->top_k < nv ? o->top_k : nv;
-        if (k && k <= TOPK_MAX) {
+        if (k && k <= TOPK_MAX && !m->tu.topk_host) {
             memcpy(o->top_ids, m->host_ti + (size_t)j * kk, sizeof(int32_t) * k);
             memcpy(o->top_logits, m->host_tv + (size_t)j * kk, sizeof(float) * k);
         } else if (k) {
@@ -604,14 +612,14 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
     uint32_t pi = 0, off = 0;
     while (pi < n_seqs) {
         struct clm_rows rows;
-        if ((pi || off) && (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish")))
+        if ((pi || off) && (rc = ebb_cl_finish(m->cl, diag)))
             goto out; /* the previous chunk's table writes read the host arrays */
         batch_chunk(m, seqs, n_seqs, &pi, &off, &rows);
         if ((rc = batch_write(m, &rows, diag)) || (rc = forward(m, &rows, diag)) ||
             (rc = batch_outputs(m, seqs, &rows, diag)))
             goto out;
     }
-    rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish");
+    rc = ebb_cl_finish(m->cl, diag);
 out:
     if (STREAMING(m)) {
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
@@ -647,6 +655,15 @@ static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
         }
     }
     return EBB_OK;
+}
+
+/* iface.counters: kernels enqueued and host synchronisations, the streamer's waits included. */
+static bool clm_counters(void *ctx, struct ebb_model_counters *out)
+{
+    const struct clm *m = ctx;
+    out->launches = m->cl->n_launch;
+    out->syncs = m->cl->n_sync + ebb_stream_cl_waits(m->sc);
+    return true;
 }
 
 ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
@@ -713,6 +730,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->iface.eval_batch = clm_eval_batch;
     m->iface.kv_copy = clm_kv_copy;
     m->iface.free = clm_free;
+    m->iface.counters = clm_counters;
+    m->iface.decode_bytes = ebb__clm_decode_bytes;
     *iface = &m->iface;
     *ctx = m;
     m = NULL;

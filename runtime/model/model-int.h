@@ -20,6 +20,10 @@ struct ebb__backend_i {
     /* Copies positions 0..n-1 of slot src's KV entries to slot dst (model.h,
      * ebb_model_kv_copy); the arguments are checked, src != dst, n >= 1. */
     ebb_err (*kv_copy)(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag);
+    /* Optional: model.h's ebb_model_counters; NULL: the backend counts nothing. */
+    bool (*counters)(void *ctx, struct ebb_model_counters *out);
+    /* model.h's ebb_model_decode_bytes (required). */
+    void (*decode_bytes)(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out);
     /* Optional (NULL/0 in backends without a layer streamer). */
     uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
     /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */

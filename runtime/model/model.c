@@ -248,6 +248,20 @@ ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint3
     return m->iface->kv_copy(m->ctx, src, dst, n, diag);
 }
 
+bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *out)
+{
+    *out = (struct ebb_model_counters){0};
+    return m->iface->counters && m->iface->counters(m->ctx, out);
+}
+
+void ebb_model_decode_bytes(const struct ebb_model *m, uint32_t depth,
+                            struct ebb_model_decode_bytes *out)
+{
+    *out = (struct ebb_model_decode_bytes){0};
+    if (m->iface->decode_bytes)
+        m->iface->decode_bytes(m->ctx, depth, out);
+}
+
 bool ebb_model_streaming(const struct ebb_model *m)
 {
     struct ebb_stream_report r;

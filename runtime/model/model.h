@@ -101,6 +101,28 @@ struct ebb_model_seq {
     struct ebb_model_out *out;
 };
 
+/* What the backend counted since open, for `ebb bench`: kernels launched and host
+ * synchronisations (queue drains, blocking reads, waits for streamed layers). Cheap counters
+ * kept by the OpenCL engine; false (and *out zeroed) for a backend that counts nothing (the
+ * reference). Engine thread. */
+struct ebb_model_counters {
+    uint64_t launches;
+    uint64_t syncs;
+};
+bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *out);
+
+/* Bytes one decoded token (one slot, one row) reads, as the backend holds them: the weights
+ * (every layer's tensors in the layout the backend reads, the experts a token uses of a
+ * mixture, the final norm and the output head; the one embedding row) and the KV cache of
+ * `depth` earlier positions plus its own, in every layer (windowed layers at most their
+ * window). Decode bandwidth is their sum divided by a token's time. */
+struct ebb_model_decode_bytes {
+    uint64_t weights;
+    uint64_t kv;
+};
+void ebb_model_decode_bytes(const struct ebb_model *m, uint32_t depth,
+                            struct ebb_model_decode_bytes *out);
+
 /* Continuous batching: evaluates several sequences in one forward pass, so that the weights
  * are read once for all their rows (decode tokens of many slots and prefill chunks together).
  * Each slot appears at most once. Results equal separate ebb_model_eval calls up to rounding

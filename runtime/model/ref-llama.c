@@ -345,11 +345,51 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     return EBB_OK;
 }
 
+/* Bytes op reads of its tensor for one token of layer l: a matrix whole (GET_ROWS one row, a
+ * MOE op its router and the experts used of the stacks after it), a vector as floats. */
+static uint64_t op_bytes(const struct ref *r, const struct ebb__op *op, uint32_t l)
+{
+    const struct rtensor *w = op->t >= 0 ? tensor(r, op->t, l) : NULL;
+    if (!w || !w->present)
+        return 0;
+    if (w->v)
+        return sizeof(float) * ebb__arch_dim(&r->hp, r->a->tensors[op->t].ne0);
+    if (op->kind == EBB__OP_GET_ROWS)
+        return w->m.row_bytes;
+    uint64_t b = w->m.mat_bytes * w->m.n_mat;
+    for (int16_t e = 1; op->kind == EBB__OP_MOE && e <= 3; e++)
+        b += tensor(r, (int16_t)(op->t + e), l)->m.mat_bytes * r->hp.n_expert_used;
+    return b;
+}
+
+/* iface.decode_bytes: the tensors as the file holds them, the KV cache in floats. */
+static void ref_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out)
+{
+    const struct ref *r = ctx;
+    const struct ebb__arch *a = r->a;
+    uint64_t w = 0, kv = 0, row = 2 * sizeof(float) * r->hp.n_head_kv * r->hp.head_dim;
+    for (uint32_t i = 0; i < a->n_input; i++)
+        w += op_bytes(r, &a->input[i], 0);
+    for (uint32_t i = 0; i < a->n_output; i++)
+        w += op_bytes(r, &a->output[i], 0);
+    for (uint32_t l = 0; l < r->hp.n_layer; l++) {
+        uint64_t win = ebb__arch_window(&r->hp, l), n = (uint64_t)depth + 1;
+        for (uint32_t i = 0; i < a->n_layer_ops; i++) {
+            w += op_bytes(r, &a->layer[i], l);
+            if (a->layer[i].kind == EBB__OP_ATTENTION)
+                kv += row * (win && win < n ? win : n);
+        }
+    }
+    out->weights = w;
+    out->kv = kv;
+}
+
 static const struct ebb__backend_i ref_iface = {
     .name = "ref (plain C)",
     .eval = ref_eval,
     .free = ref_free,
     .kv_copy = ref_kv_copy,
+    .decode_bytes = ref_decode_bytes,
 };
 
 static const struct ebb__backend_i ref_q8_iface = {
@@ -357,6 +397,7 @@ static const struct ebb__backend_i ref_q8_iface = {
     .eval = ref_eval,
     .free = ref_free,
     .kv_copy = ref_kv_copy,
+    .decode_bytes = ref_decode_bytes,
 };
 
 /* A matrix (ne[0] = n_in per row, ne[1] = n_out rows) in a type the dot products support. */

@@ -29,6 +29,7 @@ struct ebb_stream_cl {
     cl_event cur_copy;
     struct fifo_ent *fifo; /* (n_slots) */
     uint32_t head, count;
+    uint64_t waits; /* host waits for a layer's event (ebb_stream_cl_waits) */
 };
 
 static ebb_err clerr(struct ebb_diag *diag, cl_int e, const char *what)
@@ -191,6 +192,7 @@ static ebb_err pop(struct ebb_stream_cl *sc, struct ebb_stream *s, bool wait, bo
         return EBB_OK;
     struct fifo_ent *f = &sc->fifo[sc->head];
     cl_int st = CL_COMPLETE;
+    sc->waits += wait;
     cl_int e =
         wait ? clWaitForEvents(1, &f->ev)
              : clGetEventInfo(f->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL);
@@ -304,4 +306,9 @@ ebb_err ebb_stream_cl_finish(struct ebb_stream_cl *sc, struct ebb_stream *s, str
         if ((rc = pop(sc, s, true, &popped, diag)))
             return rc;
     return EBB_OK;
+}
+
+uint64_t ebb_stream_cl_waits(const struct ebb_stream_cl *sc)
+{
+    return sc ? sc->waits : 0;
 }

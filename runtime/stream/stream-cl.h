@@ -58,4 +58,7 @@ ebb_err ebb_stream_cl_end(struct ebb_stream_cl *sc, struct ebb_stream *s, uint32
  * evaluation, before a plan change, before freeing). */
 ebb_err ebb_stream_cl_finish(struct ebb_stream_cl *sc, struct ebb_stream *s, struct ebb_diag *diag);
 
+/* Host waits (clWaitForEvents) for streamed layers since creation; 0 for NULL. */
+uint64_t ebb_stream_cl_waits(const struct ebb_stream_cl *sc);
+
 #endif

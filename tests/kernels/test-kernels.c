@@ -336,9 +336,12 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 9; variant++) {
-        if (variant >= 7 && !p.matmul_mma)
-            break;
+    for (int vi = 0; vi < 13; vi++) {
+        if ((vi >= 7 && vi <= 8 && !p.matmul_mma) || (vi >= 9 && !p.matvec_cpu))
+            continue;
+        /* 9..12: matvec_cpu (CPUs' decode kernel) as variants 0, 1, 3 and 4 */
+        bool cpu = vi >= 9;
+        int variant = cpu ? (int[]){0, 1, 3, 4}[vi - 9] : vi;
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
@@ -354,7 +357,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         int glu = variant == 4;
         cl_mem yo = mm ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
-        if (variant >= 2)
+        if (vi >= 2) /* the matmul variants wrote their results over it */
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * NT * n_out,
                                                  res, 0, NULL, NULL),
                             D, "write"));
@@ -365,6 +368,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       : variant == 6 ? p.matmul_gemm
                       : variant == 7 ? p.matmul_mma
                       : variant == 8 ? p.matmul_mmb
+                      : cpu          ? p.matvec_cpu
                                      : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
@@ -380,6 +384,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                              : variant == 5 ? EBB_CL_WK_COOP
                              : variant == 6 ? EBB_CL_WK_GEMM
                              : variant >= 7 ? EBB_CL_WK_MMA
+                             : cpu          ? EBB_CL_WK_MVCPU
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
         OK(ebb_cl_run(cl, k, 2, g, lw, D));
@@ -415,7 +420,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
         }
         static const char *const vname[] = {"matvec",  "mv+res",  "matmul", "mv+norm", "mv+glu",
                                             "mm-coop", "mm-gemm", "mm-mma", "mm-mmb"};
-        printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
+        printf("  %-34s %-7s%s max rel err %.2e\n", name, vname[variant], cpu ? " (cpu)" : "",
+               worst);
     }
     clReleaseMemObject(nwb);
     clReleaseMemObject(xgb);
@@ -526,10 +532,13 @@ static void test_weights(void)
     tu.mv_xlocal = tu.mv_q16; /* with x staged in local memory, */
     tu.mv_q8 = tu.mv_q16;     /* and 8-bit inputs for decode (matvec_q8) */
     tu.mm_mma = !tu.mm_mma;   /* prefill tiles on tensor cores (their stand-in on CPUs) */
-    tu.mv_flat = !tu.mv_flat; /* and the other reduction */
+    tu.mv_flat = !tu.mv_flat; /* and the other reduction, */
+    tu.mv_cpu = !tu.mv_cpu;   /* and matvec_cpu where the device's own tuning has none, */
+    tu.mv_cpu_r = 8;          /* 8 rows per work-item (37 rows: a partial last one) */
     printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
-           "whole-block q4 %u, 8-bit inputs %u, flat reduction %u)\n",
-           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat);
+           "whole-block q4 %u, 8-bit inputs %u, flat reduction %u, matvec_cpu %u x %u rows)\n",
+           tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat,
+           tu.mv_cpu, tu.mv_cpu_r);
     struct ebb_cl_layout other[] = {
         {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
@@ -545,6 +554,16 @@ static void test_weights(void)
     printf("  (flat reduction %u)\n", tu.mv_flat);
     test_weight_layout(&other[1], 37, 512);
     test_weight_layout(&other[3], 37, 512);
+    tu = keep;
+    /* matvec_cpu with the other row counts per work-item (37 rows: the last one partial). */
+    for (uint32_t r = 1; tu.mv_cpu && tu.block_dec && r <= 8; r *= 2) {
+        if (r == keep.mv_cpu_r)
+            continue;
+        tu.mv_cpu_r = r;
+        printf("  (matvec_cpu %u rows per work-item)\n", r);
+        test_weight_layout(&other[0], 37, 512);
+        test_weight_layout(&other[1], 37, 512);
+    }
     tu = keep;
     /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
      * (W_Q16: whole-block q4 on, block decoders off), and a K-quant through READ_W4. */
@@ -691,6 +710,60 @@ static void test_program_cache(void)
         unsetenv("XDG_CACHE_HOME");
     free(saved);
     printf("  program cache: hit, miss on new options, build log on failure checked\n");
+}
+
+/* quant.cl's half conversions for CPU devices (MV_CPU: cpu_half behind LD_HALF, cpu_half4)
+ * against the host's on all 65536 halves, NaN as NaN; the same built into a program of this
+ * device, whatever its own tuning. */
+static void test_cpu_half(void)
+{
+    const char *quant = NULL;
+    OK(ebb_cl_source("quant.cl", &quant, D));
+    const char *k = "__kernel void halves(__global const ushort *h, __global float *f,\n"
+                    "                     __global float *f4) {\n"
+                    "    int i = get_global_id(0);\n"
+                    "    f[i] = LD_HALF(h + i);\n"
+                    "    if (i % 4 == 0) vstore4(cpu_half4(vload4(i / 4, h)), i / 4, f4);\n"
+                    "}\n";
+    const char *srcs[] = {"#define MV_CPU 1\n", quant, k};
+    cl_program prog = NULL;
+    cl_kernel kh = NULL;
+    OK(ebb_cl_program_build(cl, srcs, 3, "", &prog, D));
+    ebb_cl_source_release(quant);
+    OK(ebb_cl_kernel(prog, "halves", &kh, D));
+    enum { N = 65536 };
+    uint16_t *h = malloc(sizeof(uint16_t) * N);
+    float *f = malloc(sizeof(float) * N), *f4 = malloc(sizeof(float) * N);
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    cl_mem hb = buf(sizeof(uint16_t) * N, h), fb = buf(sizeof(float) * N, NULL);
+    cl_mem f4b = buf(sizeof(float) * N, NULL);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(hb), EBB_CL_ARG(fb), EBB_CL_ARG(f4b)};
+    size_t g = N;
+    OK(ebb_cl_set_args(kh, 0, a, 3, D));
+    OK(ebb_cl_run(cl, kh, 1, &g, NULL, D));
+    rd(fb, sizeof(float) * N, f);
+    rd(f4b, sizeof(float) * N, f4);
+    int bad = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        float want = ebb_fp16_to_fp32((uint16_t)i);
+        for (int v = 0; v < 2; v++) {
+            float got = v ? f4[i] : f[i];
+            bool same = isnan(want) ? isnan(got) : memcmp(&got, &want, sizeof(float)) == 0;
+            if (!same && bad++ < 5)
+                CHECK(0, "cpu_half%s(0x%04x) = %a, want %a", v ? "4" : "", i, got, want);
+        }
+    }
+    CHECK(bad == 0, "%d half conversions differ", bad);
+    printf("  cpu_half / cpu_half4: all 65536 halves as the host converts them\n");
+    clReleaseMemObject(hb);
+    clReleaseMemObject(fb);
+    clReleaseMemObject(f4b);
+    clReleaseKernel(kh);
+    clReleaseProgram(prog);
+    free(h);
+    free(f);
+    free(f4);
 }
 
 /* Device selection by index and by name substring, and a clear error for no match. */
@@ -853,6 +926,7 @@ int main(void)
     }
     test_device_select();
     test_program_cache();
+    test_cpu_half();
     test_weights();
     test_tune();
     test_ops();
