@@ -77,7 +77,8 @@ static void clm_free(void *ctx)
         m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
         m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
         m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r};
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_geglu,
+        m->k_norm_add};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -113,6 +114,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_attn_red, "attn_decode_reduce"},
               {&m->k_attn_pre, "attn_prefill"},
               {&m->k_swiglu, "swiglu"},
+              {&m->k_geglu, "geglu"},
+              {&m->k_norm_add, "rmsnorm_add"},
               {&m->k_topk1, "topk_part"},
               {&m->k_topk2, "topk_merge"},
               {&m->k_topk1r, "topk_part_rows"},
@@ -630,7 +633,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
-    if ((rc = ebb__clm_plan(a, hp, &m->plan, diag)))
+    if ((rc = ebb__clm_plan(a, &m->plan, diag)))
         goto out;
     if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||
         hp->n_ff % 4 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !n_ctx) {
