@@ -171,6 +171,12 @@ struct clm {
     cl_mem output_norm; /* (n_embd) f32 */
     struct layer *layers;
     bool kv_ring; /* windowed layers keep a ring of their window's positions (kv_layout) */
+    /* With a ring (model-cl.c, "Rings"): every slot's evaluated token ids (n_seq, n_ctx), and
+     * per slot one past the highest position written since its last evaluation from 0. */
+    int32_t *ring_toks;
+    uint32_t *ring_top;
+    uint32_t ring_len, ring_win; /* the rings' positions and the window they serve */
+    uint64_t ring_replays;       /* evaluations that had to rebuild a slot's rings first */
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */
     cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */

@@ -96,6 +96,8 @@ static void clm_free(void *ctx)
     free(m->host_rt);
     free(m->host_dr);
     free(m->bparts);
+    free(m->ring_toks);
+    free(m->ring_top);
     ebb_cl_close(m->cl);
     free(m);
 }
@@ -190,6 +192,19 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     m->host_rt = malloc(sizeof(int32_t) * 2 * N_BATCH);
     m->host_dr = malloc(sizeof(int32_t) * N_BATCH);
     m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        if (L->kv_len < m->n_ctx) {
+            m->ring_len = L->kv_len;
+            m->ring_win = L->win;
+        }
+    }
+    if (m->ring_len) {
+        m->ring_toks = calloc((size_t)m->n_seq * m->n_ctx, sizeof(int32_t));
+        m->ring_top = calloc(m->n_seq, sizeof(uint32_t));
+        if (!m->ring_toks || !m->ring_top)
+            return EBB_ENOMEM;
+    }
     return m->host_logits && m->host_h && m->host_ids && m->host_rt && m->host_dr && m->bparts &&
                    m->host_ti && m->host_tv
                ? EBB_OK
@@ -334,6 +349,43 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
     return EBB_OK;
 }
 
+/* Rings. A windowed layer whose cache is a ring of ring_len = window + N_BATCH positions
+ * (kv_layout) holds, of the positions before an evaluation at pos, those from ring_top - ring_len
+ * on: ring_top is one past the highest position written since the slot's last evaluation from
+ * 0, and positions are written contiguously from 0, so nothing aliasing them was written since.
+ * Continuing (or rolling back up to N_BATCH positions, as speculative decoding does) finds the
+ * window there. A caller that goes back further (the scheduler reusing a shorter prefix of a
+ * longer previous sequence) would find keys overwritten: the slot's tokens 0..pos-1, kept here,
+ * are then evaluated again first, as llama.cpp re-processes a prompt its sliding-window cache
+ * cannot serve. */
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag);
+
+/* Before an evaluation of slot seq at pos: rebuilds its rings when they lost part of the
+ * window behind pos. */
+static ebb_err ring_before(struct clm *m, uint32_t seq, uint32_t pos, struct ebb_diag *diag)
+{
+    if (!m->ring_toks || !pos)
+        return EBB_OK;
+    uint64_t need = pos >= m->ring_win ? pos - m->ring_win + 1 : 0;
+    if (need + m->ring_len >= m->ring_top[seq])
+        return EBB_OK;
+    m->ring_replays++;
+    return clm_eval(m, seq, m->ring_toks + (size_t)seq * m->n_ctx, pos, 0, NULL, diag);
+}
+
+/* Keeps the ids of an evaluation of slot seq at pos (checked against n_ctx) for ring_before. */
+static void ring_record(struct clm *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                        uint32_t pos)
+{
+    if (!m->ring_toks)
+        return;
+    int32_t *dst = m->ring_toks + (size_t)seq * m->n_ctx + pos;
+    if (dst != tokens)
+        memcpy(dst, tokens, sizeof(int32_t) * n);
+    m->ring_top[seq] = !pos || pos + n > m->ring_top[seq] ? pos + n : m->ring_top[seq];
+}
+
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag)
 {
@@ -348,6 +400,9 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
             return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
+    if ((rc = ring_before(m, seq, pos, diag)))
+        return rc;
+    ring_record(m, seq, tokens, n, pos);
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
@@ -586,6 +641,11 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
             return ebb_diag_set(diag, EBB_EINVAL, "bad batch part %u (slot %u)", i, seqs[i].seq);
         total += seqs[i].n;
     }
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))
+            return rc;
+        ring_record(m, seqs[i].seq, seqs[i].tokens, seqs[i].n, seqs[i].pos);
+    }
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
@@ -630,6 +690,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     }
     m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
+    const char *ring = getenv("EBB_CL_KV_RING"); /* 0: windowed layers keep the whole context */
+    m->kv_ring = !ring || strcmp(ring, "0");
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;

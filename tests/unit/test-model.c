@@ -537,6 +537,49 @@ static void test_tiny_model(void **state)
     json_decref(j);
 }
 
+/* A prompt longer than a sliding window (gemma3-long's 640 tokens, window 512), evaluated
+ * again in the same slot from a shorter prefix, as the scheduler does when it reuses a cached
+ * prefix: the last token's logits are those of the evaluation from 0. On OpenCL the local
+ * layers' caches are rings of window + 128 positions, so after 16 more tokens the slot's first
+ * positions are overwritten: going back to position 100 must rebuild them, going back to 600
+ * (within the ring) need not. */
+static void test_window_reuse(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    static int32_t toks[MAX_PROMPT];
+    size_t n;
+    ids_of(json_object_get(json_array_get(json_object_get(expect, "cases"), 0), "prompt_ids"), toks,
+           &n, MAX_PROMPT);
+    if (strcmp(ebb_model_arch(model), "gemma3") || n < 640 || ebb_model_n_ctx(model) < n + 16)
+        skip();
+    uint32_t V = ebb_model_n_vocab(model);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_non_null(a);
+    assert_non_null(b);
+    struct ebb_diag d = {{0}};
+    struct ebb_model_out oa = {.logits = a}, ob = {.logits = b};
+    assert_int_equal(ebb_model_eval(model, 0, toks, (uint32_t)n, 0, &oa, &d), EBB_OK);
+    const uint32_t from[] = {100, 600};
+    for (int k = 0; k < 2; k++) {
+        for (uint32_t i = 0; i < 16; i++) /* 16 more tokens: the rings wrap */
+            assert_int_equal(ebb_model_eval(model, 0, &toks[i], 1, (uint32_t)n + i, NULL, &d),
+                             EBB_OK);
+        assert_int_equal(
+            ebb_model_eval(model, 0, toks + from[k], (uint32_t)n - from[k], from[k], &ob, &d),
+            EBB_OK);
+        float maxd = 0;
+        for (uint32_t i = 0; i < V; i++)
+            maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
+        fprintf(stderr, "# prompt again from position %u: max |diff| %.5f\n", from[k],
+                (double)maxd);
+        assert_true(maxd < 0.01f);
+    }
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -546,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_greedy_ids),
         cmocka_unit_test(test_prefill_vs_decode),
         cmocka_unit_test(test_hidden_sum),
+        cmocka_unit_test(test_window_reuse),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));
