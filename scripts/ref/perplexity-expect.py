@@ -9,12 +9,7 @@ n_ctx-2 of each window are scored by -log softmax(logits[j])[token[j+1]]; PPL = 
 `running` holds the value after each window, as the tool prints it, so a test can check a
 prefix of the windows.
 
-Usage: scripts/ref/perplexity-expect.py [--incremental] MODEL TEXT CTX [CTX...] > x.json
-
---incremental evaluates each window's first half in one batch and then one token at a time,
-reading the last token's logits after each step, instead of one batch with every logit kept:
-llama-cpp-python 0.3.36 crashes while loading Gemma 3 with logits_all=True (its sliding-window
-cache), so tests/data/perplexity/gemma3.json was made this way.
+Usage: scripts/ref/perplexity-expect.py MODEL TEXT CTX [CTX...] > tests/data/perplexity/x.json
 """
 import json
 import math
@@ -25,16 +20,12 @@ from llama_cpp import Llama
 
 
 def main():
-    args = sys.argv[1:]
-    incremental = bool(args) and args[0] == "--incremental"
-    if incremental:
-        args = args[1:]
-    model, text_path = args[0], args[1]
-    ctxs = [int(c) for c in args[2:]] or [128]
+    model, text_path = sys.argv[1], sys.argv[2]
+    ctxs = [int(c) for c in sys.argv[3:]] or [128]
     text = open(text_path, encoding="utf-8").read()
     results = []
     for n_ctx in ctxs:
-        llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=n_ctx, logits_all=not incremental,
+        llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=n_ctx, logits_all=True,
                     n_threads=2, verbose=False)
         add_bos = llm._model.add_bos_token() if hasattr(llm._model, "add_bos_token") else False
         toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
@@ -48,16 +39,8 @@ def main():
             if add_bos:
                 chunk[0] = bos
             llm.reset()
-            if incremental:
-                llm.eval(chunk[:first + 1])
-                rows = [np.asarray(llm.scores[first], dtype=np.float64)]
-                for j in range(first + 1, n_ctx - 1):
-                    llm.eval([chunk[j]])
-                    rows.append(np.asarray(llm.scores[j], dtype=np.float64))
-                scores = {first + i: r for i, r in enumerate(rows)}
-            else:
-                llm.eval(chunk)
-                scores = np.asarray(llm.scores[:n_ctx], dtype=np.float64)
+            llm.eval(chunk)
+            scores = np.asarray(llm.scores[:n_ctx], dtype=np.float64)
             for j in range(first, n_ctx - 1):
                 row = scores[j]
                 mx = row.max()
