@@ -11,6 +11,7 @@
  *                      "cl:0:0"), so the OpenCL engine is checked against the same data.
  *   EBB_TEST_PROMPTS   how many of the committed prompts to run (default 8; "all").
  *   EBB_TEST_TOL       overrides the logit bounds (logit and centered) the data sets.
+ *   EBB_TEST_STEPS     greedy steps checked per prompt (default: all the data has).
  *   EBB_TEST_GEN       which committed data: "smollm2" (default), "gemma3" (Gemma 3 270M,
  *                      the same script), "gemma3-long" (Gemma 3 on a 900-token prompt, past
  *                      its 512-position sliding window; scripts/ref/long-context-expect.py,
@@ -257,6 +258,8 @@ static void test_greedy_ids(void **state)
         size_t n, n_gen;
         ids_of(json_object_get(cs, "prompt_ids"), toks, &n, MAX_PROMPT);
         ids_of(json_object_get(cs, "ids"), want, &n_gen, 128);
+        if (getenv("EBB_TEST_STEPS") && (size_t)atoi(getenv("EBB_TEST_STEPS")) < n_gen)
+            n_gen = (size_t)atoi(getenv("EBB_TEST_STEPS"));
         json_t *margins = json_object_get(cs, "margins");
         int32_t top_ids[2];
         float top_logits[2];
