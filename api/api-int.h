@@ -98,7 +98,8 @@ struct ebb__gen_req {
     struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
     struct ebb__tool_req tools;  /* chat only */
-    char *grammar; /* GBNF from response_format, json_schema or grammar; NULL if none */
+    char *grammar;      /* GBNF from response_format, json_schema or grammar; NULL if none */
+    uint32_t n_choices; /* n, 1..EBB_SCHED_MAX_CHOICES (gen.c checks it against the slots) */
 };
 
 /* Parses and validates a chat (chat = true) or completions body. On failure fills err and
@@ -221,6 +222,27 @@ struct ebb__gen_fmt {
     void (*free)(void *ext);                /* from ebb__gen_free; ext may be NULL */
 };
 
+/* One choice's output (a request has one unless it asked for n). Fields marked (mu) are shared
+ * with the engine thread under api->mu; the rest belong to the loop thread. */
+struct ebb__gen_choice {
+    /* (mu) written by the engine */
+    struct ebb__abuf pend;
+    struct ebb__lp *pend_lp;
+    size_t n_pend_lp, cap_pend_lp;
+    bool ended;                  /* several choices: this one ended, with res */
+    struct ebb_sched_result res; /* several choices: its own finish and n_gen */
+    /* loop copies swapped in from pend */
+    struct ebb__abuf take;
+    struct ebb__lp *take_lp;
+    size_t n_take_lp, cap_take_lp;
+    bool end_sent; /* stream: its finish chunk is written */
+    /* non-stream accumulation */
+    struct ebb__abuf text;
+    struct ebb__lp *all_lp;
+    size_t n_all_lp, cap_all_lp;
+    struct ebb_tool_stream *tp; /* streams with tools: the incremental parser of its output */
+};
+
 /* Generation state of one request. Fields marked (mu) are shared with the engine thread under
  * api->mu; the rest belong to the loop thread. */
 struct ebb__gen {
@@ -232,31 +254,24 @@ struct ebb__gen {
     double t_submit;
     bool first_token_seen;
     bool finished;        /* the final chunks (or the whole body) are written */
-    char chunk_head[640]; /* "data: {...,"choices":[{"index":0,"delta":{"content":" */
+    char chunk_head[640]; /* "data: {...,"choices":[{"index": */
     char *echo;           /* completions with echo: prompt text to put first */
     size_t echo_len;
     const struct ebb__gen_fmt *fmt; /* NULL: OpenAI chat/completions */
     void *ext;                      /* fmt's state, freed with the generation */
     /* tool calls: the output goes through the parser when tools are offered */
-    struct ebb_tool_stream *tp;
-    json_t *tools;       /* the offered tools (a reference), NULL when tp is */
+    json_t *tools;       /* the offered tools (a reference), NULL if none */
     size_t max_calls;    /* 1 without parallel_tool_calls, else 0 */
     int32_t mark_id[2];  /* control tokens of the call markup (-1: none), for sink_token */
     const char *mark[2]; /* their texts */
+    uint32_t cur;        /* the choice whose output the tool parser is writing */
     /* (mu) written by the engine */
-    struct ebb__abuf pend;
-    struct ebb__lp *pend_lp;
-    size_t n_pend_lp, cap_pend_lp;
     bool eng_done;
-    struct ebb_sched_result res;
-    /* loop copies swapped in from pend */
-    struct ebb__abuf take;
-    struct ebb__lp *take_lp;
-    size_t n_take_lp, cap_take_lp;
-    /* non-stream accumulation */
-    struct ebb__abuf text;
-    struct ebb__lp *all_lp;
-    size_t n_all_lp, cap_all_lp;
+    struct ebb_sched_result res; /* the job's: n_gen summed over the choices */
+    /* The choices' outputs, n_ch >= 1 (ch points to one when there is a single choice). */
+    struct ebb__gen_choice *ch;
+    uint32_t n_ch;
+    struct ebb__gen_choice one;
 };
 
 struct ebb__req {
@@ -449,6 +464,8 @@ void ebb__gen_keepalive(struct ebb__req *r, double now);
 /* MHD is done with r's connection; cancels the job if it still runs. */
 void ebb__gen_conn_closed(struct ebb__req *r);
 void ebb__gen_free(struct ebb__gen *g);
+/* A zeroed generation with n_choices (>= 1) outputs; NULL when out of memory. */
+struct ebb__gen *ebb__gen_new(uint32_t n_choices);
 /* True when the model is ready for a generation; otherwise r was answered (503) or parked until
  * a model swap ends. */
 bool ebb__gen_ready(struct ebb__req *r);

@@ -316,7 +316,7 @@ static void embd_start(struct ebb__req *r)
         return;
     struct parsed p = {0};
     struct embd *e = calloc(1, sizeof(*e));
-    struct ebb__gen *g = calloc(1, sizeof(*g));
+    struct ebb__gen *g = ebb__gen_new(1);
     json_error_t je;
     json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_REJECT_DUPLICATES, &je);
     if (!e || !g) {

@@ -12,20 +12,39 @@
 
 void ebb__req_engine_released(struct ebb__req *r);
 
+struct ebb__gen *ebb__gen_new(uint32_t n_choices)
+{
+    struct ebb__gen *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->n_ch = n_choices ? n_choices : 1;
+    g->ch = g->n_ch == 1 ? &g->one : calloc(g->n_ch, sizeof(*g->ch));
+    if (!g->ch) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
 void ebb__gen_free(struct ebb__gen *g)
 {
     if (!g)
         return;
     if (g->fmt && g->fmt->free)
         g->fmt->free(g->ext);
-    ebb__abuf_fini(&g->pend);
-    ebb__abuf_fini(&g->take);
-    ebb__abuf_fini(&g->text);
-    free(g->pend_lp);
-    free(g->take_lp);
-    free(g->all_lp);
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        struct ebb__gen_choice *c = &g->ch[i];
+        ebb__abuf_fini(&c->pend);
+        ebb__abuf_fini(&c->take);
+        ebb__abuf_fini(&c->text);
+        free(c->pend_lp);
+        free(c->take_lp);
+        free(c->all_lp);
+        ebb_tool_stream_free(c->tp);
+    }
+    if (g->ch != &g->one)
+        free(g->ch);
     free(g->echo);
-    ebb_tool_stream_free(g->tp);
     json_decref(g->tools);
     free(g);
 }
@@ -61,19 +80,39 @@ static void sink_token(void *ud, const struct ebb_sched_token *t)
     struct ebb__req *r = ud;
     struct ebb__gen *g = r->gen;
     struct ebb_api *a = r->api;
+    struct ebb__gen_choice *c = &g->ch[t->choice < g->n_ch ? t->choice : 0];
     pthread_mutex_lock(&a->mu);
-    ebb__abuf_put(&g->pend, t->text, t->len);
+    ebb__abuf_put(&c->pend, t->text, t->len);
     /* Control tokens have no text, but the tool parser needs the ones that open a call. */
     for (int k = 0; k < 2; k++)
         if (g->mark[k] && t->id == g->mark_id[k])
-            ebb__abuf_puts(&g->pend, g->mark[k]);
+            ebb__abuf_puts(&c->pend, g->mark[k]);
     if (t->info) {
         struct ebb__lp e = {.id = t->id, .logprob = t->info->logprob, .n_top = t->info->n_top};
         memcpy(e.top_ids, t->info->top_ids, sizeof(e.top_ids));
         memcpy(e.top_logprobs, t->info->top_logprobs, sizeof(e.top_logprobs));
-        if (!lp_push(&g->pend_lp, &g->n_pend_lp, &g->cap_pend_lp, &e))
-            g->pend.oom = true; /* output lost: the loop fails the request */
+        if (!lp_push(&c->pend_lp, &c->n_pend_lp, &c->cap_pend_lp, &e))
+            c->pend.oom = true; /* output lost: the loop fails the request */
     }
+    bool wake = g->stream && !r->in_ready;
+    if (wake)
+        post(r);
+    pthread_mutex_unlock(&a->mu);
+    if (wake)
+        uv_async_send(&a->async);
+}
+
+/* One of several choices ended: a stream sends its finish chunk at the next pump. */
+static void sink_choice(void *ud, const struct ebb_sched_result *res)
+{
+    struct ebb__req *r = ud;
+    struct ebb__gen *g = r->gen;
+    struct ebb_api *a = r->api;
+    if (res->choice >= g->n_ch)
+        return;
+    pthread_mutex_lock(&a->mu);
+    g->ch[res->choice].res = *res;
+    g->ch[res->choice].ended = true;
     bool wake = g->stream && !r->in_ready;
     if (wake)
         post(r);
@@ -101,10 +140,17 @@ static const char *finish_name(enum ebb_finish f)
     return f == EBB_FINISH_LENGTH ? "length" : "stop";
 }
 
-/* "tool_calls" when the model ended its turn after calling tools. */
-static const char *finish_of(const struct ebb__gen *g, size_t n_calls)
+/* Choice i's own result: the job's when there is one choice. */
+static const struct ebb_sched_result *choice_res(const struct ebb__gen *g, uint32_t i)
 {
-    return g->res.finish == EBB_FINISH_STOP && n_calls ? "tool_calls" : finish_name(g->res.finish);
+    return g->n_ch > 1 ? &g->ch[i].res : &g->res;
+}
+
+/* "tool_calls" when the model ended its turn after calling tools. */
+static const char *finish_of(const struct ebb__gen *g, uint32_t i, size_t n_calls)
+{
+    enum ebb_finish f = choice_res(g, i)->finish;
+    return f == EBB_FINISH_STOP && n_calls ? "tool_calls" : finish_name(f);
 }
 
 static struct ebb_tool_parser_opts tool_opts(struct ebb__req *r)
@@ -128,14 +174,14 @@ static json_t *chunk_base(struct ebb__req *r)
     return o;
 }
 
-/* A chunk with one choice; delta_text may be NULL (final chunk), lp may be NULL. delta (chat
+/* A chunk for choice idx; delta_text may be NULL (final chunk), lp may be NULL. delta (chat
  * only, stolen), when given, is the whole delta. */
-static void sse_delta_chunk(struct ebb__req *r, json_t *delta, const char *text, size_t n,
-                            json_t *lp, bool role, const char *finish)
+static void sse_delta_chunk(struct ebb__req *r, uint32_t idx, json_t *delta, const char *text,
+                            size_t n, json_t *lp, bool role, const char *finish)
 {
     struct ebb__gen *g = r->gen;
     json_t *o = chunk_base(r), *ch = json_object(), *arr = json_array();
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(idx));
     if (g->chat) {
         json_t *d = delta ? delta : json_object();
         if (role)
@@ -153,10 +199,10 @@ static void sse_delta_chunk(struct ebb__req *r, json_t *delta, const char *text,
     ebb__sse_event(&r->out, o);
 }
 
-static void sse_chunk(struct ebb__req *r, const char *text, size_t n, json_t *lp, bool role,
-                      const char *finish)
+static void sse_chunk(struct ebb__req *r, uint32_t idx, const char *text, size_t n, json_t *lp,
+                      bool role, const char *finish)
 {
-    sse_delta_chunk(r, NULL, text, n, lp, role, finish);
+    sse_delta_chunk(r, idx, NULL, text, n, lp, role, finish);
 }
 
 static json_t *usage(const struct ebb_sched_result *res)
@@ -196,6 +242,16 @@ static void account(struct ebb__req *r)
         ebb__metrics_ttft(m, res->t_queue + res->t_prefill);
 }
 
+/* Choice i's finish chunk (after its tool parser's last events). */
+static void stream_choice_end(struct ebb__req *r, uint32_t i)
+{
+    struct ebb__gen *g = r->gen;
+    struct ebb__gen_choice *c = &g->ch[i];
+    size_t n_calls = c->tp ? ebb_tool_stream_n_calls(c->tp) : 0;
+    sse_chunk(r, i, g->chat ? NULL : "", 0, NULL, false, finish_of(g, i, n_calls));
+    c->end_sent = true;
+}
+
 static void stream_finish(struct ebb__req *r)
 {
     struct ebb__gen *g = r->gen;
@@ -211,8 +267,9 @@ static void stream_finish(struct ebb__req *r)
             free(e);
         }
     } else {
-        size_t n_calls = g->tp ? ebb_tool_stream_n_calls(g->tp) : 0;
-        sse_chunk(r, g->chat ? NULL : "", 0, NULL, false, finish_of(g, n_calls));
+        for (uint32_t i = 0; i < g->n_ch; i++)
+            if (!g->ch[i].end_sent)
+                stream_choice_end(r, i);
         if (g->include_usage) {
             json_t *o = chunk_base(r);
             json_object_set_new(o, "choices", json_array());
@@ -224,10 +281,10 @@ static void stream_finish(struct ebb__req *r)
     g->finished = true;
 }
 
-/* A content chunk without logprobs, written straight into the output buffer from a prefix
- * built once per request: a streaming token then costs no allocation once the buffer has
- * grown. Returns false (nothing written) if text is not valid UTF-8. */
-static bool sse_text_chunk(struct ebb__req *r, const char *text, size_t n)
+/* A content chunk of choice idx without logprobs, written straight into the output buffer
+ * from a prefix built once per request: a streaming token then costs no allocation once the
+ * buffer has grown. Returns false (nothing written) if text is not valid UTF-8. */
+static bool sse_text_chunk(struct ebb__req *r, uint32_t idx, const char *text, size_t n)
 {
     struct ebb__gen *g = r->gen;
     if (!ebb__utf8_valid(text, n))
@@ -239,100 +296,140 @@ static bool sse_text_chunk(struct ebb__req *r, const char *text, size_t n)
         json_decref(m);
         snprintf(g->chunk_head, sizeof(g->chunk_head),
                  "data: {\"id\":%s,\"object\":\"%s\",\"created\":%lld,\"model\":%s,"
-                 "\"system_fingerprint\":\"ebb\",%s\"choices\":[{\"index\":0,%s",
+                 "\"system_fingerprint\":\"ebb\",%s\"choices\":[{\"index\":",
                  id ? id : "\"\"", g->chat ? "chat.completion.chunk" : "text_completion",
-                 g->created, model ? model : "\"\"", g->include_usage ? "\"usage\":null," : "",
-                 g->chat ? "\"delta\":{\"content\":" : "\"text\":");
+                 g->created, model ? model : "\"\"", g->include_usage ? "\"usage\":null," : "");
         free(id);
         free(model);
     }
     ebb__abuf_puts(&r->out, g->chunk_head);
+    ebb__abuf_printf(&r->out, "%u%s", idx, g->chat ? ",\"delta\":{\"content\":" : ",\"text\":");
     ebb__json_escape(&r->out, text, n);
     ebb__abuf_puts(&r->out, g->chat ? "},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                                     : ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     return true;
 }
 
+/* A tool parser's event for choice r->gen->cur. */
 static ebb_err tool_event(void *ud, const struct ebb_tool_ev *ev)
 {
     struct ebb__req *r = ud;
+    uint32_t idx = r->gen->cur;
     if (ev->kind == EBB_TOOL_EV_CONTENT) {
-        if (!sse_text_chunk(r, ev->text, ev->len))
-            sse_chunk(r, ev->text, ev->len, NULL, false, NULL);
+        if (!sse_text_chunk(r, idx, ev->text, ev->len))
+            sse_chunk(r, idx, ev->text, ev->len, NULL, false, NULL);
         return EBB_OK;
     }
     json_t *d = ebb__tool_delta(ev);
     if (!d)
         return EBB_ENOMEM;
-    sse_delta_chunk(r, d, NULL, 0, NULL, false, NULL);
+    sse_delta_chunk(r, idx, d, NULL, 0, NULL, false, NULL);
     return EBB_OK;
 }
 
-/* Streams text through the tool parser: content as content deltas, calls as tool_calls deltas,
- * markup never; logprobs (lp, stolen) go in a chunk of their own. */
-static void stream_tools(struct ebb__req *r, const char *t, size_t n, json_t *lp, bool final)
+/* Streams choice i's text through its tool parser: content as content deltas, calls as
+ * tool_calls deltas, markup never; logprobs (lp, stolen) go in a chunk of their own. */
+static void stream_tools(struct ebb__req *r, uint32_t i, const char *t, size_t n, json_t *lp,
+                         bool final)
 {
     struct ebb__gen *g = r->gen;
-    ebb_err rc = final ? ebb_tool_stream_finish(g->tp, tool_event, r)
-                       : ebb_tool_stream_feed(g->tp, t, n, tool_event, r);
+    struct ebb_tool_stream *tp = g->ch[i].tp;
+    g->cur = i;
+    ebb_err rc = final ? ebb_tool_stream_finish(tp, tool_event, r)
+                       : ebb_tool_stream_feed(tp, t, n, tool_event, r);
     if (lp)
-        sse_chunk(r, NULL, 0, lp, false, NULL);
+        sse_chunk(r, i, NULL, 0, lp, false, NULL);
     if (rc)
         r->out.oom = true; /* cut the stream like a buffer overflow */
+}
+
+/* Choice i's new output as chunks (its text and logprobs taken from the engine). */
+static void stream_choice(struct ebb__req *r, uint32_t i)
+{
+    struct ebb__gen *g = r->gen;
+    struct ebb__gen_choice *c = &g->ch[i];
+    if (!c->take.n && !c->n_take_lp)
+        return;
+    json_t *lp = NULL;
+    if (g->logprobs) {
+        if (g->chat) {
+            lp = json_object();
+            json_object_set_new(lp, "content",
+                                ebb__chat_logprobs(tokenizer(r), c->take_lp, c->n_take_lp));
+        } else {
+            lp = ebb__compl_logprobs(tokenizer(r), c->take_lp, c->n_take_lp, 0);
+        }
+    }
+    const char *t = c->take.p ? c->take.p : "";
+    if (c->tp)
+        stream_tools(r, i, t, c->take.n, lp, false);
+    else if (lp || !sse_text_chunk(r, i, t, c->take.n))
+        sse_chunk(r, i, t, c->take.n, lp, false, NULL);
+}
+
+/* Under api->mu: choice c's pending output becomes its take (the buffers swap). */
+static void take_pending(struct ebb__gen_choice *c)
+{
+    struct ebb__abuf tb = c->take;
+    c->take = c->pend;
+    c->pend = tb;
+    c->pend.n = 0;
+    struct ebb__lp *tl = c->take_lp;
+    size_t tc = c->cap_take_lp;
+    c->take_lp = c->pend_lp;
+    c->n_take_lp = c->n_pend_lp;
+    c->cap_take_lp = c->cap_pend_lp;
+    c->pend_lp = tl;
+    c->cap_pend_lp = tc;
+    c->n_pend_lp = 0;
 }
 
 void ebb__gen_pump(struct ebb__req *r)
 {
     struct ebb_api *a = r->api;
     struct ebb__gen *g = r->gen;
+    bool ended[EBB_SCHED_MAX_CHOICES] = {false};
     pthread_mutex_lock(&a->mu);
-    struct ebb__abuf tb = g->take;
-    g->take = g->pend;
-    g->pend = tb;
-    g->pend.n = 0;
-    struct ebb__lp *tl = g->take_lp;
-    size_t tc = g->cap_take_lp;
-    g->take_lp = g->pend_lp;
-    g->n_take_lp = g->n_pend_lp;
-    g->cap_take_lp = g->cap_pend_lp;
-    g->pend_lp = tl;
-    g->cap_pend_lp = tc;
-    g->n_pend_lp = 0;
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        take_pending(&g->ch[i]);
+        ended[i] = g->ch[i].ended;
+    }
     bool done = g->eng_done;
     pthread_mutex_unlock(&a->mu);
     /* The engine's output did not all fit in memory: the answer would miss text. */
-    bool lost = g->take.oom;
-    g->take.oom = false;
+    bool lost = false;
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        lost = lost || g->ch[i].take.oom;
+        g->ch[i].take.oom = false;
+    }
 
     bool newly_done = done && r->engine_ref;
     if (g->stream) {
         if (r->conn && !r->disconnected && !g->finished) {
             if (g->fmt) {
-                if (g->take.n)
-                    g->fmt->stream_text(r, g->take.p, g->take.n);
+                if (g->ch[0].take.n)
+                    g->fmt->stream_text(r, g->ch[0].take.p, g->ch[0].take.n);
                 if (done)
                     g->fmt->stream_end(r);
             }
-            if (!g->fmt && (g->take.n || g->n_take_lp)) {
-                json_t *lp = NULL;
-                if (g->logprobs) {
-                    json_t *c =
-                        g->chat ? ebb__chat_logprobs(tokenizer(r), g->take_lp, g->n_take_lp) : NULL;
-                    if (g->chat) {
-                        lp = json_object();
-                        json_object_set_new(lp, "content", c);
-                    } else {
-                        lp = ebb__compl_logprobs(tokenizer(r), g->take_lp, g->n_take_lp, 0);
-                    }
-                }
-                const char *t = g->take.p ? g->take.p : "";
-                if (g->tp)
-                    stream_tools(r, t, g->take.n, lp, false);
-                else if (lp || !sse_text_chunk(r, t, g->take.n))
-                    sse_chunk(r, t, g->take.n, lp, false, NULL);
+            for (uint32_t i = 0; !g->fmt && i < g->n_ch; i++) {
+                struct ebb__gen_choice *c = &g->ch[i];
+                stream_choice(r, i);
+                /* A choice that ended (several choices: on its own; else with the job) closes
+                 * its parser; one that stopped or hit its length sends its finish chunk now. */
+                bool end = g->n_ch > 1 ? ended[i] : done;
+                if (!end || c->end_sent)
+                    continue;
+                if (c->tp)
+                    stream_tools(r, i, "", 0, NULL, true);
+                enum ebb_finish f = choice_res(g, i)->finish;
+                if (g->n_ch == 1)
+                    continue; /* stream_finish ends the one choice */
+                if (f != EBB_FINISH_ERROR && f != EBB_FINISH_CANCEL)
+                    stream_choice_end(r, i);
+                else
+                    c->end_sent = true; /* the request ends with an error event */
             }
-            if (done && g->tp && !g->fmt)
-                stream_tools(r, "", 0, NULL, true);
             if (done && !g->fmt)
                 stream_finish(r);
             r->last_out = ebb__now();
@@ -347,17 +444,24 @@ void ebb__gen_pump(struct ebb__req *r)
             ebb__resume(r);
         }
     } else {
-        ebb__abuf_put(&g->text, g->take.p ? g->take.p : "", g->take.n);
-        for (size_t i = 0; i < g->n_take_lp; i++)
-            if (!lp_push(&g->all_lp, &g->n_all_lp, &g->cap_all_lp, &g->take_lp[i]))
+        for (uint32_t i = 0; i < g->n_ch; i++) {
+            struct ebb__gen_choice *c = &g->ch[i];
+            ebb__abuf_put(&c->text, c->take.p ? c->take.p : "", c->take.n);
+            for (size_t k = 0; k < c->n_take_lp; k++)
+                if (!lp_push(&c->all_lp, &c->n_all_lp, &c->cap_all_lp, &c->take_lp[k]))
+                    lost = true;
+            if (c->text.oom)
                 lost = true;
+        }
         if (lost)
-            g->text.oom = true; /* reply_body answers 503 */
+            g->ch[0].text.oom = true; /* reply_body answers 503 */
         if (done)
             ebb__resume(r);
     }
-    g->take.n = 0;
-    g->n_take_lp = 0;
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        g->ch[i].take.n = 0;
+        g->ch[i].n_take_lp = 0;
+    }
     if (newly_done) {
         account(r);
         ebb__req_engine_released(r); /* may free r */
@@ -407,6 +511,52 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* ---- loop thread: answering ----------------------------------------------------------------- */
 
+/* Choice i of a finished non-stream request as an OpenAI choice object. */
+static json_t *choice_json(struct ebb__req *r, uint32_t i)
+{
+    struct ebb__gen *g = r->gen;
+    struct ebb__gen_choice *c = &g->ch[i];
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(i));
+    const char *text = c->text.p ? c->text.p : "";
+    json_t *lp = json_null();
+    const char *finish = finish_of(g, i, 0);
+    if (g->chat) {
+        json_t *m = json_object();
+        json_object_set_new(m, "role", json_string("assistant"));
+        struct ebb_tool_result tr = {0};
+        struct ebb_tool_parser_opts po = tool_opts(r);
+        if (g->tools && !ebb_tools_parse(&po, text, c->text.n, &tr)) {
+            json_object_set_new(m, "content",
+                                tr.content ? ebb__json_text(tr.content, tr.content_len)
+                                           : json_null());
+            if (tr.n_calls)
+                json_object_set_new(m, "tool_calls", ebb__tool_calls_json(&tr));
+            finish = finish_of(g, i, tr.n_calls);
+            ebb_tool_result_fini(&tr);
+        } else {
+            json_object_set_new(m, "content", ebb__json_text(text, c->text.n));
+        }
+        json_object_set_new(ch, "message", m);
+        if (g->logprobs) {
+            lp = json_object();
+            json_object_set_new(lp, "content",
+                                ebb__chat_logprobs(tokenizer(r), c->all_lp, c->n_all_lp));
+        }
+    } else {
+        struct ebb__abuf full = {0};
+        ebb__abuf_put(&full, g->echo ? g->echo : "", g->echo_len);
+        ebb__abuf_put(&full, text, c->text.n);
+        json_object_set_new(ch, "text", ebb__json_text(full.p ? full.p : "", full.n));
+        ebb__abuf_fini(&full);
+        if (g->logprobs)
+            lp = ebb__compl_logprobs(tokenizer(r), c->all_lp, c->n_all_lp, g->echo_len);
+    }
+    json_object_set_new(ch, "logprobs", lp);
+    json_object_set_new(ch, "finish_reason", json_string(finish));
+    return ch;
+}
+
 static void reply_body(struct ebb__req *r)
 {
     struct ebb__gen *g = r->gen;
@@ -421,55 +571,19 @@ static void reply_body(struct ebb__req *r)
                          "cancelled");
         return;
     }
-    if (g->text.oom) {
+    if (g->ch[0].text.oom) {
         ebb__reply_error(r, 503, "out of memory while collecting the answer", NULL,
                          "out_of_memory");
         return;
     }
-    json_t *o = json_object(), *ch = json_object(), *arr = json_array();
+    json_t *o = json_object(), *arr = json_array();
     json_object_set_new(o, "id", json_string(g->id));
     json_object_set_new(o, "object", json_string(g->chat ? "chat.completion" : "text_completion"));
     json_object_set_new(o, "created", json_integer(g->created));
     json_object_set_new(o, "model", json_string(r->api->model_id));
     json_object_set_new(o, "system_fingerprint", json_string("ebb"));
-    json_object_set_new(ch, "index", json_integer(0));
-    const char *text = g->text.p ? g->text.p : "";
-    json_t *lp = json_null();
-    const char *finish = finish_name(res->finish);
-    if (g->chat) {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("assistant"));
-        struct ebb_tool_result tr = {0};
-        struct ebb_tool_parser_opts po = tool_opts(r);
-        if (g->tools && !ebb_tools_parse(&po, text, g->text.n, &tr)) {
-            json_object_set_new(m, "content",
-                                tr.content ? ebb__json_text(tr.content, tr.content_len)
-                                           : json_null());
-            if (tr.n_calls)
-                json_object_set_new(m, "tool_calls", ebb__tool_calls_json(&tr));
-            finish = finish_of(g, tr.n_calls);
-            ebb_tool_result_fini(&tr);
-        } else {
-            json_object_set_new(m, "content", ebb__json_text(text, g->text.n));
-        }
-        json_object_set_new(ch, "message", m);
-        if (g->logprobs) {
-            lp = json_object();
-            json_object_set_new(lp, "content",
-                                ebb__chat_logprobs(tokenizer(r), g->all_lp, g->n_all_lp));
-        }
-    } else {
-        struct ebb__abuf full = {0};
-        ebb__abuf_put(&full, g->echo ? g->echo : "", g->echo_len);
-        ebb__abuf_put(&full, text, g->text.n);
-        json_object_set_new(ch, "text", ebb__json_text(full.p ? full.p : "", full.n));
-        ebb__abuf_fini(&full);
-        if (g->logprobs)
-            lp = ebb__compl_logprobs(tokenizer(r), g->all_lp, g->n_all_lp, g->echo_len);
-    }
-    json_object_set_new(ch, "logprobs", lp);
-    json_object_set_new(ch, "finish_reason", json_string(finish));
-    json_array_append_new(arr, ch);
+    for (uint32_t i = 0; i < g->n_ch; i++)
+        json_array_append_new(arr, choice_json(r, i));
     json_object_set_new(o, "choices", arr);
     json_object_set_new(o, "usage", usage(res));
     char *s = json_dumps(o, JSON_COMPACT);
@@ -660,7 +774,8 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
     g->n_prompt = n_ids;
     g->t_submit = ebb__now();
     r->out.limit = a->max_stream_buffer;
-    struct ebb_sched_sink sink = {.on_token = sink_token, .on_done = sink_done, .ud = r};
+    struct ebb_sched_sink sink = {
+        .on_token = sink_token, .on_choice = sink_choice, .on_done = sink_done, .ud = r};
     struct ebb_diag d = {{0}};
     r->engine_ref = true; /* before submit: on_done may come at once */
     ebb_err rc = ebb_sched_submit(a->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
@@ -692,10 +807,12 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
         ebb__add_cors(r, resp);
         if (g->fmt)
             g->fmt->stream_open(r);
-        else if (g->chat)
-            sse_chunk(r, "", 0, NULL, true, NULL);
-        else if (g->echo_len)
-            sse_chunk(r, g->echo, g->echo_len, NULL, false, NULL);
+        for (uint32_t i = 0; !g->fmt && i < g->n_ch; i++) {
+            if (g->chat)
+                sse_chunk(r, i, "", 0, NULL, true, NULL);
+            else if (g->echo_len)
+                sse_chunk(r, i, g->echo, g->echo_len, NULL, false, NULL);
+        }
         MHD_queue_response(r->conn, 200, resp);
         MHD_destroy_response(resp);
         r->answered = true;
@@ -717,6 +834,16 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
         snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
                  q->model, a->model_id);
         ebb__reply_error(r, 404, msg, "model", "model_not_found");
+        goto out;
+    }
+    uint32_t n_slots = ebb_model_n_seq(a->model);
+    if (q->n_choices > n_slots) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "'n' is %u, but this server decodes at most %u sequences at once (--parallel "
+                 "%u): ask for at most %u choices",
+                 q->n_choices, n_slots, n_slots, n_slots);
+        ebb__reply_error(r, 400, msg, "n", NULL);
         goto out;
     }
     /* The fields the request left out take the model's, the configured or the built-in
@@ -782,7 +909,7 @@ static void gen_start(struct ebb__req *r)
             ebb__reply_error(r, 500, ebb_err_str(rc), NULL, "internal_error");
         goto out;
     }
-    struct ebb__gen *g = calloc(1, sizeof(*g));
+    struct ebb__gen *g = ebb__gen_new(q.n_choices);
     if (!g) {
         ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
         goto out;

@@ -510,14 +510,15 @@ static void msg_body(struct ebb__req *r)
     json_t *content = json_array();
     struct ebb_tool_result tr = {0};
     struct ebb_tool_parser_opts po = tool_opts(r);
-    if (g->tools && !ebb_tools_parse(&po, g->text.p ? g->text.p : "", g->text.n, &tr)) {
+    if (g->tools &&
+        !ebb_tools_parse(&po, g->ch[0].text.p ? g->ch[0].text.p : "", g->ch[0].text.n, &tr)) {
         if (tr.content && tr.content_len)
             json_array_append_new(content, text_block(tr.content, tr.content_len));
         for (size_t i = 0; i < tr.n_calls; i++)
             json_array_append_new(
                 content, tool_use_block(tr.calls[i].id, tr.calls[i].name, tr.calls[i].arguments));
-    } else if (g->text.n) {
-        json_array_append_new(content, text_block(g->text.p, g->text.n));
+    } else if (g->ch[0].text.n) {
+        json_array_append_new(content, text_block(g->ch[0].text.p, g->ch[0].text.n));
     }
     const char *seq;
     const char *reason = stop_reason(&g->res, st, tr.n_calls, &seq);
@@ -620,14 +621,14 @@ static void msg_stream_open(struct ebb__req *r)
     json_t *o = typed("message_start");
     json_object_set_new(o, "message", message(r, json_array(), NULL, NULL));
     event(r, "message_start", o);
-    if (g->tp) {
+    if (g->ch[0].tp) {
         /* With tools the first block may be a tool_use: blocks open as the parser decides.
          * The parser gen.c set up is replaced by one giving Anthropic-style ids. */
         struct ebb_tool_parser_opts po = tool_opts(r);
         struct ebb_tool_stream *tp = NULL;
         if (!ebb_tool_stream_new(&po, &tp)) {
-            ebb_tool_stream_free(g->tp);
-            g->tp = tp;
+            ebb_tool_stream_free(g->ch[0].tp);
+            g->ch[0].tp = tp;
         }
     } else {
         block_start(r, text_block("", 0), false);
@@ -638,8 +639,8 @@ static void msg_stream_open(struct ebb__req *r)
 static void msg_stream_text(struct ebb__req *r, const char *text, size_t n)
 {
     struct ebb__gen *g = r->gen;
-    if (g->tp)
-        ebb_tool_stream_feed(g->tp, text, n, tool_event, r);
+    if (g->ch[0].tp)
+        ebb_tool_stream_feed(g->ch[0].tp, text, n, tool_event, r);
     else
         text_delta(r, text, n);
 }
@@ -657,11 +658,11 @@ static void msg_stream_end(struct ebb__req *r)
         free(s);
         return;
     }
-    if (g->tp)
-        ebb_tool_stream_finish(g->tp, tool_event, r);
+    if (g->ch[0].tp)
+        ebb_tool_stream_finish(g->ch[0].tp, tool_event, r);
     block_stop(r);
     const char *seq;
-    size_t n_calls = g->tp ? ebb_tool_stream_n_calls(g->tp) : 0;
+    size_t n_calls = g->ch[0].tp ? ebb_tool_stream_n_calls(g->ch[0].tp) : 0;
     const char *reason = stop_reason(&g->res, st, n_calls, &seq);
     json_t *o = typed("message_delta"), *d = json_object();
     json_object_set_new(d, "stop_reason", json_string(reason));
@@ -701,7 +702,7 @@ static void msg_start(struct ebb__req *r)
     struct ebb__gen_req q;
     struct ebb__perr pe;
     struct msg *st = calloc(1, sizeof(*st));
-    struct ebb__gen *g = calloc(1, sizeof(*g));
+    struct ebb__gen *g = ebb__gen_new(1);
     ebb_err rc =
         st && g ? msg_parse(r->body.p ? r->body.p : "", r->body.n, &q, st, &pe) : EBB_ENOMEM;
     if (rc) {

@@ -168,4 +168,10 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "# TYPE ebb_spec_accepted_total counter\n"
                      "ebb_spec_accepted_total %llu\n",
                      (unsigned long long)st->spec_drafted, (unsigned long long)st->spec_accepted);
+    ebb__abuf_printf(o,
+                     "# HELP ebb_kv_copies_total Prompts copied into another choice's slot "
+                     "(requests with n > 1).\n"
+                     "# TYPE ebb_kv_copies_total counter\n"
+                     "ebb_kv_copies_total %llu\n",
+                     (unsigned long long)st->kv_copies);
 }

@@ -458,11 +458,12 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if (json_string_length(model))
             r->model = json_string_value(model);
     }
+    /* Choices: the cap here, the server's slots in gen.c (they depend on --parallel). */
     long long nn = 1;
-    if ((rc = get_int(o, "n", 1, 1000000, &nn, NULL, e)))
+    if ((rc = get_int(o, "n", 1, EBB_SCHED_MAX_CHOICES, &nn, NULL, e)))
         return rc;
-    if (nn != 1)
-        return fail(e, "n", "'n' must be 1: only one choice per request is supported");
+    r->n_choices = (uint32_t)nn;
+    r->gp.n_choices = r->n_choices;
     long long mt = 0;
     bool mt_set = false;
     if ((rc = get_int(o, "max_tokens", 1, 1 << 30, &mt, &mt_set, e)))

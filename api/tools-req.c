@@ -362,7 +362,12 @@ ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
         return EBB_OK;
     struct ebb_tool_parser_opts po = {
         .format = r->api->tmpl.tool_format, .tools = g->tools, .max_calls = g->max_calls};
-    return ebb_tool_stream_new(&po, &g->tp);
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        ebb_err rc = ebb_tool_stream_new(&po, &g->ch[i].tp);
+        if (rc)
+            return rc;
+    }
+    return EBB_OK;
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */

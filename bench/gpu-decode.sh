@@ -70,6 +70,19 @@ for v in ${EBB_PP1B_VARIANTS:-}; do
     env ${v//,/ } timeout 240 ebb bench -m "$models/llama3.2-1b.gguf" --prompt-tokens 512 \
         --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
 done
+# EBB_PROFILE_PP=1: per-kernel times of the 8B pp512 (EBB_CL_PROFILE, every launch waited for).
+if [ -n "${EBB_PROFILE_PP:-}" ]; then
+    say "ebb llama3-8b pp512 per-kernel profile"
+    EBB_CL_PROFILE=1 timeout 240 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens 512 \
+        --gen-tokens 4 >"$out/profile-pp.log" 2>&1
+    grep -iE "prefill|%" "$out/profile-pp.log" | head -24 | tee -a "$log"
+fi
+# EBB_DEPTH=N: decode after N tokens of context (8B), ebb and llama-bench -d N.
+if [ -n "${EBB_DEPTH:-}" ]; then
+    say "ebb llama3-8b tg128 after a ${EBB_DEPTH}-token prompt"
+    timeout 300 ebb bench -m "$models/llama3-8b.gguf" --prompt-tokens "$EBB_DEPTH" \
+        --gen-tokens 128 2>&1 | grep -iE "prefill|decode" | tee -a "$log"
+fi
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
     for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
@@ -79,6 +92,11 @@ if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
             timeout 200 /tmp/lb/bin/llama-bench -m "$models/$s.gguf" -p 512 -n 128 -r 3 \
                 -ngl 99 -fa 1 2>&1 | grep -E "^\|" | tee -a "$log"
         done
+        if [ -n "${EBB_DEPTH:-}" ]; then
+            say "llama.cpp CUDA llama3-8b tg128 at depth $EBB_DEPTH"
+            timeout 200 /tmp/lb/bin/llama-bench -m "$models/llama3-8b.gguf" -p 0 -n 128 \
+                -d "$EBB_DEPTH" -r 3 -ngl 99 -fa 1 2>&1 | grep -E "^\|" | tee -a "$log"
+        fi
     else
         say "llama-bench did not build"; tail -20 /tmp/lb.log >>"$log"
     fi

@@ -3,7 +3,7 @@
  * cache holds: the context, or a sliding window's ring). Query heads share KV heads in groups of
  * n_head / n_head_kv (GQA). win > 0 is a sliding window: the query at position p attends to
  * positions p - win + 1 .. p only (the ring must hold them: n_ctx >= win + the queries of a
- * launch - 1). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
+ * launch - 1; attn_prefill_mma has neither: the engine runs attn_prefill for such layers). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
  * per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per local tile).
  * Needs ops.cl (wg_sum, wg_max) in the same program. */
 
@@ -17,68 +17,101 @@
 #define ATT_TK 32
 #endif
 
-/* Decode, first pass (flash-decoding): work-group (c, h) scores positions
- * [f + c * ATT_CHUNK, min(n_kv, f + (c + 1) * ATT_CHUNK)) of head h (f = att_first(n_kv, win)) and writes the unnormalised partial
- * output po[h][c][d] with its max and sum of exponentials pml[h][c] = (m, l); with a single
- * chunk it writes the normalised result to out[h][d] directly and the reduction is skipped,
- * unless out is NULL (attn_decode_reduce_q8 in q8.cl reduces and quantizes even one chunk).
- * Global size (n_chunks * NORM_WG, n_head), local (NORM_WG, 1). */
+#ifndef ATT_G
+#define ATT_G 1
+#endif
+
 /* The first position a query at position n_kv - 1 attends to. */
 inline int att_first(int n_kv, int win)
 {
     return win > 0 && n_kv > win ? n_kv - win : 0;
 }
 
-/* The body of decode's first pass for work-group (c, h): qs holds the scaled query; keys and
- * values of positions p0..p0 + pn - 1 come from the KV head's cache kh / vh (n_ctx positions,
- * position p at p % n_ctx), except, with kn, the chunk's last one (the new token's), whose key
- * and value come from kn / vn in local memory (as the cache holds them). */
+/* Decode, first pass (flash-decoding): work-group (c, hg) scores positions
+ * [f + c * ATT_CHUNK, min(n_kv, f + (c + 1) * ATT_CHUNK)) (f = att_first(n_kv, win)) for the
+ * ATT_G query heads h0 = hg * ATT_G ..
+ * (1, or every query head of one KV head, which then reads its keys and values once for all of
+ * them) and writes, per head h, the unnormalised partial output po[h][c][d] with its max and sum
+ * of exponentials pml[h][c] = (m, l); with a single chunk it writes the normalised result to
+ * out[h][d] directly and the reduction is skipped, unless out is NULL (attn_decode_reduce_q8 in
+ * q8.cl reduces and quantizes even one chunk).
+ * Global size (n_chunks * NORM_WG, n_head / ATT_G), local (NORM_WG, 1). */
+/* The body of decode's first pass for work-group (c, heads h0..): qs holds the scaled queries
+ * (ATT_G rows of HEAD_DIM); keys and values of positions p0..p0 + pn - 1 come from the KV
+ * head's cache kh / vh (n_ctx positions, position p at p % n_ctx), except, with kn, the chunk's
+ * last one (the new token's), whose key and value come from kn / vn in local memory (as the
+ * cache holds them). sc holds ATT_G rows of ATT_CHUNK scores. */
 inline void decode_part(__local const float *qs, __local float *sc, __local float *tmp,
                         const __global half *kh, const __global half *vh, int p0, int n_ctx,
                         int pn, __local const half *kn, __local const half *vn, int c, int nc,
-                        int h, __global float *po, __global float2 *pml, __global float *out)
+                        int h0, __global float *po, __global float2 *pml, __global float *out)
 {
     int lid = get_local_id(0);
-    float m = -INFINITY;
+    float m[ATT_G], l[ATT_G];
+    for (int g = 0; g < ATT_G; g++)
+        m[g] = -INFINITY;
     for (int j = lid; j < pn; j += NORM_WG) {
-        float4 s4 = (float4)(0.0f);
+        float4 s4[ATT_G];
+        for (int g = 0; g < ATT_G; g++)
+            s4[g] = (float4)(0.0f);
+        bool own = kn && j == pn - 1;
         const __global half *kb = kh + (size_t)((p0 + j) % n_ctx) * HEAD_DIM;
-        if (kn && j == pn - 1)
-            for (int d = 0; d < HEAD_DIM; d += 4)
-                s4 += vload_half4(0, kn + d) * vload4(0, qs + d);
-        else
-            for (int d = 0; d < HEAD_DIM; d += 4)
-                s4 += vload_half4(0, kb + d) * vload4(0, qs + d);
-        float s = s4.x + s4.y + s4.z + s4.w;
-        sc[j] = s;
-        m = fmax(m, s);
+        for (int d = 0; d < HEAD_DIM; d += 4) {
+            float4 k4 = own ? vload_half4(0, kn + d) : vload_half4(0, kb + d);
+            for (int g = 0; g < ATT_G; g++)
+                s4[g] += k4 * vload4(0, qs + g * HEAD_DIM + d);
+        }
+        for (int g = 0; g < ATT_G; g++) {
+            float s = s4[g].x + s4[g].y + s4[g].z + s4[g].w;
+            sc[g * ATT_CHUNK + j] = s;
+            m[g] = fmax(m[g], s);
+        }
     }
-    m = wg_max(m, tmp);
-    float l = 0.0f;
-    for (int j = lid; j < pn; j += NORM_WG) {
-        float e = exp(sc[j] - m);
-        sc[j] = e;
-        l += e;
+    for (int g = 0; g < ATT_G; g++) {
+        m[g] = wg_max(m[g], tmp);
+        l[g] = 0.0f;
     }
-    l = wg_sum(l, tmp);
+    for (int j = lid; j < pn; j += NORM_WG)
+        for (int g = 0; g < ATT_G; g++) {
+            float e = exp(sc[g * ATT_CHUNK + j] - m[g]);
+            sc[g * ATT_CHUNK + j] = e;
+            l[g] += e;
+        }
+    for (int g = 0; g < ATT_G; g++)
+        l[g] = wg_sum(l[g], tmp);
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
     int s0 = p0 % n_ctx, n1 = min(pc, n_ctx - s0); /* before and after the ring wraps */
     const __global half *vb = vh + (size_t)s0 * HEAD_DIM;
     for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
-        float o = 0.0f;
-        for (int j = 0; j < n1; j++)
-            o += sc[j] * vload_half(0, vb + (size_t)j * HEAD_DIM + d);
-        for (int j = n1; j < pc; j++)
-            o += sc[j] * vload_half(0, vh + (size_t)(j - n1) * HEAD_DIM + d);
-        if (kn)
-            o += sc[pn - 1] * vload_half(d, vn);
-        if (nc == 1 && out)
-            out[h * HEAD_DIM + d] = o / l; /* one chunk: no reduction pass needed */
-        else
-            po[((size_t)h * nc + c) * HEAD_DIM + d] = o;
+        float o[ATT_G];
+        for (int g = 0; g < ATT_G; g++)
+            o[g] = 0.0f;
+        for (int j = 0; j < n1; j++) {
+            float v = vload_half(0, vb + (size_t)j * HEAD_DIM + d);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + j] * v;
+        }
+        for (int j = n1; j < pc; j++) {
+            float v = vload_half(0, vh + (size_t)(j - n1) * HEAD_DIM + d);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + j] * v;
+        }
+        if (kn) {
+            float v = vload_half(d, vn);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + pn - 1] * v;
+        }
+        for (int g = 0; g < ATT_G; g++) {
+            int h = h0 + g;
+            if (nc == 1 && out)
+                out[h * HEAD_DIM + d] = o[g] / l[g]; /* one chunk: no reduction pass needed */
+            else
+                po[((size_t)h * nc + c) * HEAD_DIM + d] = o[g];
+        }
     }
     if (lid == 0)
-        pml[h * nc + c] = (float2)(m, l);
+        for (int g = 0; g < ATT_G; g++)
+            pml[(h0 + g) * nc + c] = (float2)(m[g], l[g]);
 }
 
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
@@ -86,26 +119,26 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, __global float *out, int win)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
-    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0);
-    int hk = h / (n_head / n_head_kv);
+    int hk = h0 / (n_head / n_head_kv);
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
-        qs[d] = q[h * HEAD_DIM + d] * scale;
+    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
+        qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h, po, pml, out);
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
- * work-group rotates its query head from row 0 of qkv (Q heads, K heads, V heads), the last
+ * work-group rotates its query heads from row 0 of qkv (Q heads, K heads, V heads), the last
  * chunk's work-groups also rotate the key of their KV head and take key and value (rounded to
- * halves as the cache holds them) from local memory, and the first query head of each KV group
- * stores them in the cache for the tokens after. Same results as rope_kv then
+ * halves as the cache holds them) from local memory, and the work-group of the first query head
+ * of each KV group stores them in the cache for the tokens after. Same results as rope_kv then
  * attn_decode_part, one launch less. */
 __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __global half *vc,
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
@@ -113,24 +146,26 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                __global float *out, int n_rot, float base, float freq_scale,
                                int neox, __global const float *ff, int win)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
     __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
     __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
-    int c = get_group_id(0), h = get_group_id(1), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
-    int hk = h / group, pos = n_kv - 1;
+    int hk = h0 / group, pos = n_kv - 1;
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     bool last = c == nc - 1;
-    const __global float *qr = qkv + h * HEAD_DIM, *kr = qkv + (n_head + hk) * HEAD_DIM;
+    const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
-    for (int p = lid; p < HEAD_DIM / 2; p += NORM_WG) {
+    for (int e = lid; e < ATT_G * (HEAD_DIM / 2); e += NORM_WG) {
+        int g = e / (HEAD_DIM / 2), p = e % (HEAD_DIM / 2);
+        const __global float *qr = qkv + (h0 + g) * HEAD_DIM;
         int2 i = rope_pair(p, n_rot, neox);
         float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale, ff);
-        qs[i.x] = r.x * scale;
-        qs[i.y] = r.y * scale;
-        if (last) {
+        qs[g * HEAD_DIM + i.x] = r.x * scale;
+        qs[g * HEAD_DIM + i.y] = r.y * scale;
+        if (last && g == 0) {
             r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale, ff);
             vstore_half(r.x, i.x, kn);
             vstore_half(r.y, i.y, kn);
@@ -141,14 +176,14 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    if (last && h % group == 0) {
+    if (last && h0 % group == 0) {
         size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * HEAD_DIM;
         for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
             vstore_half(vload_half(d, kn), off + d, kc);
             vstore_half(vload_half(d, vn), off + d, vc);
         }
     }
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h,
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h0,
                 po, pml, out);
 }
 
@@ -173,8 +208,9 @@ __kernel void attn_decode_reduce(__global const float *po, __global const float2
 /* Decode rows of a batch (flash-decoding over slots at different depths): z-th decode row
  * dr[z] of the batch, at position rt[2r + 1] of KV slot rt[2r], attends positions 0..pos in
  * chunks as attn_decode_part does; its partials go to po / pml at row z (max_nc chunks per
- * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG, n_head,
- * n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return at once. */
+ * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG,
+ * n_head / ATT_G, n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return
+ * at once. */
 __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const half *kc,
                                __global const half *vc, __global const int *rt,
                                __global const int *dr, ulong slot_stride, int n_ctx,
@@ -182,24 +218,25 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
                                __global float2 *pml, int max_nc, __global float *out,
                                int out_ld, int win)
 {
-    __local float qs[HEAD_DIM];
-    __local float sc[ATT_CHUNK];
+    __local float qs[ATT_G * HEAD_DIM];
+    __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
-    int c = get_group_id(0), h = get_group_id(1), z = get_group_id(2), lid = get_local_id(0);
+    int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, z = get_group_id(2);
+    int lid = get_local_id(0);
     int r = dr[z], n_kv = rt[2 * r + 1] + 1, f = att_first(n_kv, win);
     int nc = (n_kv - f + ATT_CHUNK - 1) / ATT_CHUNK;
     if (c >= nc)
         return; /* the whole work-group: no barrier is skipped by part of it */
-    int hk = h / (n_head / n_head_kv);
+    int hk = h0 / (n_head / n_head_kv);
     int p0 = f + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     const __global float *q = qkv + (size_t)r * qkv_ld;
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG)
-        qs[d] = q[h * HEAD_DIM + d] * scale;
+    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
+        qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
     const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h,
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }
@@ -295,3 +332,178 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     for (int d = 0; d < HEAD_DIM / 4; d++)
         vstore4(acc[d] / l, d, out + (size_t)(r0 + t) * out_ld + h * HEAD_DIM);
 }
+
+#if defined(ATT_MMA) && ATT_MMA && MV_PTX && HEAD_DIM % 16 == 0 && HEAD_DIM <= 128
+/* Prefill attention on tensor cores (flash attention through PTX mma.sync, f16 inputs and f32
+ * accumulation): a work-group of 4 warps takes 64 queries of one head, 16 a warp, and walks the
+ * keys in tiles of 64 staged in local memory as halves (keys as rows; values transposed, a row
+ * per dimension, so that both are read as B fragments with 32-bit loads). A warp's scores
+ * S = Q K^T (16 x 64) stay in registers, are masked (causal) and turned into probabilities
+ * with a running max per query row (quads of lanes share a row: shuffles), and then serve
+ * directly as the A fragments of O += P V (the C layout of two 8-key tiles is the A layout of
+ * one 16-key step). Same arguments and results as attn_prefill; global size
+ * (ceil(n_tok / 64) * 128, n_head), local (128, 1). Keys past the work-group's last query are
+ * staged as zeros (the cache may hold anything there). */
+#define FA_KT 64              /* keys per tile */
+#define FA_KP (HEAD_DIM + 8)  /* halves per staged key row */
+#define FA_VP (FA_KT + 8)     /* halves per staged value column */
+#define FA_DS (HEAD_DIM / 16) /* 16-wide steps over a head */
+#define FA_DN (HEAD_DIM / 8)  /* 8-wide output tiles of a head */
+
+inline float fa_shfl_xor(float v, int m)
+{
+    float o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+    return o;
+}
+
+inline uint fa_h2(float lo, float hi)
+{
+    uint d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
+attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
+                 __global const half *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
+                 int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0)
+{
+    __local uint ks[FA_KT * FA_KP / 2]; /* half K[k0 + j][d] at j * FA_KP + d */
+    __local uint vt[HEAD_DIM * FA_VP / 2]; /* half V[k0 + j][d] at d * FA_VP + j */
+    __local ushort *vth = (__local ushort *)vt;
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int h = get_group_id(1), hk = h / (n_head / n_head_kv);
+    int t0 = get_group_id(0) * 64, tw = t0 + warp * 16;
+    int n_keys = pos0 + min(n_tok, t0 + 64); /* keys the work-group's queries see */
+    /* This lane's two query rows (g and g + 8 of the warp's 16) and their positions. */
+    int qa = min(tw + g, n_tok - 1), qb = min(tw + g + 8, n_tok - 1);
+    int pa = pos0 + tw + g, pb = pos0 + tw + g + 8;
+    const __global float *qra = qkv + (size_t)(r0 + qa) * qkv_ld + h * HEAD_DIM;
+    const __global float *qrb = qkv + (size_t)(r0 + qb) * qkv_ld + h * HEAD_DIM;
+    uint qf[FA_DS][4];
+#pragma unroll
+    for (int s = 0; s < FA_DS; s++) {
+        int d = s * 16 + 2 * q;
+        qf[s][0] = fa_h2(qra[d] * scale, qra[d + 1] * scale);
+        qf[s][1] = fa_h2(qrb[d] * scale, qrb[d + 1] * scale);
+        qf[s][2] = fa_h2(qra[d + 8] * scale, qra[d + 9] * scale);
+        qf[s][3] = fa_h2(qrb[d + 8] * scale, qrb[d + 9] * scale);
+    }
+    float o[FA_DN][4];
+#pragma unroll
+    for (int n = 0; n < FA_DN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[n][e] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+    const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    for (int k0 = 0; k0 < n_keys; k0 += FA_KT) {
+        /* Stage 64 keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
+        for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
+            int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
+            uint4 kv4 = (uint4)(0), vv4 = (uint4)(0);
+            if (k0 + j < n_keys) {
+                kv4 = vload4(0, (const __global uint *)(kb + (size_t)(k0 + j) * HEAD_DIM + d));
+                vv4 = vload4(0, (const __global uint *)(vb + (size_t)(k0 + j) * HEAD_DIM + d));
+            }
+            vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
+            uint vw[4] = {vv4.x, vv4.y, vv4.z, vv4.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                vth[(d + 2 * i) * FA_VP + j] = (ushort)(vw[i] & 0xffffu);
+                vth[(d + 2 * i + 1) * FA_VP + j] = (ushort)(vw[i] >> 16);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 <= pos0 + tw + 15) { /* some of the warp's queries see this tile */
+            float sc[FA_KT / 8][4];
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[n][e] = 0.0f;
+                int kr = (n * 8 + g) * (FA_KP / 2) + q;
+#pragma unroll
+                for (int s = 0; s < FA_DS; s++) {
+                    uint b0 = ks[kr + s * 8], b1 = ks[kr + s * 8 + 4];
+                    MMA_F16(sc[n], qf[s][0], qf[s][1], qf[s][2], qf[s][3], b0, b1);
+                }
+            }
+            /* Causal mask and the running max of rows g (a) and g + 8 (b). */
+            float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int kp = k0 + n * 8 + 2 * q + e;
+                    if (kp > pa)
+                        sc[n][e] = -INFINITY;
+                    if (kp > pb)
+                        sc[n][2 + e] = -INFINITY;
+                    xa = fmax(xa, sc[n][e]);
+                    xb = fmax(xb, sc[n][2 + e]);
+                }
+            xa = fmax(xa, fa_shfl_xor(xa, 1));
+            xa = fmax(xa, fa_shfl_xor(xa, 2));
+            xb = fmax(xb, fa_shfl_xor(xb, 1));
+            xb = fmax(xb, fa_shfl_xor(xb, 2));
+            float na = fmax(ma, xa), nb = fmax(mb, xb);
+            /* A row that has seen no key yet keeps -inf: its factor and probabilities are 0. */
+            float ca = na == -INFINITY ? 0.0f : exp(ma - na);
+            float cb = nb == -INFINITY ? 0.0f : exp(mb - nb);
+            ma = na;
+            mb = nb;
+            la *= ca;
+            lb *= cb;
+#pragma unroll
+            for (int n = 0; n < FA_DN; n++) {
+                o[n][0] *= ca;
+                o[n][1] *= ca;
+                o[n][2] *= cb;
+                o[n][3] *= cb;
+            }
+            uint pf[FA_KT / 8][2]; /* probabilities as halves: rows a and b of each 8-key tile */
+#pragma unroll
+            for (int n = 0; n < FA_KT / 8; n++) {
+                float p0 = na == -INFINITY ? 0.0f : exp(sc[n][0] - na);
+                float p1 = na == -INFINITY ? 0.0f : exp(sc[n][1] - na);
+                float p2 = nb == -INFINITY ? 0.0f : exp(sc[n][2] - nb);
+                float p3 = nb == -INFINITY ? 0.0f : exp(sc[n][3] - nb);
+                la += p0 + p1;
+                lb += p2 + p3;
+                pf[n][0] = fa_h2(p0, p1);
+                pf[n][1] = fa_h2(p2, p3);
+            }
+            /* O += P V: 16-key steps, the A fragment from two 8-key tiles of P. */
+#pragma unroll
+            for (int kk = 0; kk < FA_KT / 16; kk++) {
+                uint a0 = pf[2 * kk][0], a1 = pf[2 * kk][1];
+                uint a2 = pf[2 * kk + 1][0], a3 = pf[2 * kk + 1][1];
+#pragma unroll
+                for (int n = 0; n < FA_DN; n++) {
+                    int vr = (n * 8 + g) * (FA_VP / 2) + kk * 8 + q;
+                    MMA_F16(o[n], a0, a1, a2, a3, vt[vr], vt[vr + 4]);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    la += fa_shfl_xor(la, 1);
+    la += fa_shfl_xor(la, 2);
+    lb += fa_shfl_xor(lb, 1);
+    lb += fa_shfl_xor(lb, 2);
+    bool wa = tw + g < n_tok, wb = tw + g + 8 < n_tok;
+    __global float *oa = out + (size_t)(r0 + tw + g) * out_ld + h * HEAD_DIM;
+    __global float *ob = out + (size_t)(r0 + tw + g + 8) * out_ld + h * HEAD_DIM;
+#pragma unroll
+    for (int n = 0; n < FA_DN; n++) {
+        int d = n * 8 + 2 * q;
+        if (wa)
+            vstore2((float2)(o[n][0] / la, o[n][1] / la), 0, oa + d);
+        if (wb)
+            vstore2((float2)(o[n][2] / lb, o[n][3] / lb), 0, ob + d);
+    }
+}
+#endif

@@ -663,6 +663,244 @@ matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 }
 #endif
 
+#if MM_MMA
+/* matmul_mmb: matmul_mma's product reorganised for fewer staging instructions per tensor-core
+ * product (selected by tuning mma_v = 2). A work-group of 8 warps computes MA_R rows x MA_T
+ * tokens (64 or 128 each) in steps of one 32-input block, the warps 4 (rows) x 2 (tokens), so
+ * a warp holds (MA_R / 4) x (MA_T / 2) outputs: 32 x 32 with the 128 x 64 tile, twice the
+ * products per fragment load of matmul_mma's 16 x 32. Local memory holds two steps (double
+ * buffered: one barrier a step), and the next step's global loads fly during this step's
+ * products. Whole 4-bit blocks (W_Q16) are staged from their quant words: with PTX, nibbles
+ * become halves by byte permutes and one f16x2 multiply-add per pair (exact: d and m are
+ * halves in the file, q - 8 a small integer); other layouts go through READ_W4. */
+#define MB_KP 40               /* halves per staged row: 32 and 8 of padding (conflict-free) */
+#define MB_KW (MB_KP / 2)      /* the same in words */
+#define MB_MI (MA_R / 64)      /* 16-row fragments per warp */
+#define MB_NJ (MA_T / 16)      /* 8-token fragments per warp */
+#define MB_TPR (256 / MA_R)    /* work-items staging one weight row (2 or 4) */
+#define MB_EW (32 / MB_TPR)    /* weight elements each stages (16 or 8) */
+#define MB_TPT (256 / MA_T)    /* work-items staging one token row */
+#define MB_EX (32 / MB_TPT)    /* inputs each stages (16 or 8) */
+
+#if MV_PTX
+inline uint mb_prmt(uint a, uint b, uint sel)
+{
+    uint d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* Two halves (lo: element 2i, hi: 2i + 1) of a * d + m from nibble pairs n (as half2 1024 + q). */
+inline uint mb_deq2(uint n, uint d2, uint m2)
+{
+    uint q, w;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(q) : "r"(n), "r"(0x64006400u));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(w) : "r"(q), "r"(d2), "r"(m2));
+    return w;
+}
+
+inline uint mb_h2(float lo, float hi)
+{
+    uint d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#endif
+
+inline uint mb_word(uint4 v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local uint ws[2][MA_R * MB_KW]; /* halves W[row0 + r][k0 + k] at r * MB_KP + k */
+    __local uint xs[2][MA_T * MB_KW]; /* halves x[t0 + t][k0 + k] at t * MB_KP + k */
+    int lid = get_local_id(0);
+    int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
+    int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2);
+    /* What this work-item stages: weight row wr, elements we..; token row xr, inputs xe.. */
+    int wr = lid / MB_TPR, we = (lid % MB_TPR) * MB_EW;
+    int xr = lid / MB_TPT, xe = (lid % MB_TPT) * MB_EX;
+    int wrow = min(row0 + wr, n_out - 1), xtok = min(t0 + xr, n_tok - 1);
+    float acc[MB_MI][MB_NJ][4];
+    #pragma unroll
+    for (int i = 0; i < MB_MI; i++)
+        #pragma unroll
+        for (int j = 0; j < MB_NJ; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+#if defined(W_SPLIT4)
+    /* Split 4-bit planes in buffers: this row's quant words (4 a block) and (d, m) pairs, read
+     * with vector loads from pointers set up once (the generic accessors' per-element address
+     * arithmetic and byte loads were most of matmul_mma's instructions). */
+    uint qv[MB_EW / 8];
+    float2 dm;
+    const __global uint *wq = (const __global uint *)w_a + (size_t)wrow * (n_in / 32) * 4 + we / 8;
+    const __global float2 *wdm = w_b + (size_t)wrow * (n_in / 32);
+#if MB_EW == 16
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        uint2 w2_ = *(const __global uint2 *)(wq + (k0) / 8);                                      \
+        qv[0] = w2_.x;                                                                             \
+        qv[1] = w2_.y;                                                                             \
+        dm = wdm[(k0) / 32];                                                                       \
+    } while (0)
+#else
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        qv[0] = wq[(k0) / 8];                                                                      \
+        dm = wdm[(k0) / 32];                                                                       \
+    } while (0)
+#endif
+#elif defined(W_Q16)
+    /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
+     * work-item's MB_EW / 8 words hold elements we / 2.. and 16 + we / 2.. */
+    uint qv[MB_EW / 8];
+    float2 dm;
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        uint4 v_;                                                                                  \
+        W_Q16(wrow, (k0) / 32, &v_, &dm);                                                          \
+        _Pragma("unroll")                                                                          \
+        for (int u = 0; u < MB_EW / 8; u++)                                                        \
+            qv[u] = mb_word(v_, we / 8 + u);                                                       \
+    } while (0)
+#else
+    float4 wv[MB_EW / 4];
+#define MB_LOADW(k0)                                                                               \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int u = 0; u < MB_EW / 4; u++)                                                        \
+            wv[u] = (k0) + we + 4 * u < n_in ? READ_W4(wrow, (k0) + we + 4 * u) : (float4)(0.0f); \
+    } while (0)
+#endif
+    float4 xv[MB_EX / 4];
+    /* The token row as float4s (rows of x_ld floats, a multiple of 4, from the buffer's start:
+     * 16-byte aligned), so that each is one vector load. */
+    const __global float4 *xp = (const __global float4 *)(x + (size_t)xtok * x_ld + xe);
+#define MB_LOADX(k0)                                                                               \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int u = 0; u < MB_EX / 4; u++)                                                        \
+            xv[u] = (k0) + xe + 4 * u < n_in ? xp[(k0) / 4 + u] : (float4)(0.0f);                 \
+    } while (0)
+    MB_LOADW(0);
+    MB_LOADX(0);
+    for (int k0 = 0, s = 0; k0 < n_in; k0 += 32, s ^= 1) {
+        /* Stage this step's registers into buffer s. */
+        __local uint *wl = ws[s] + wr * MB_KW, *xl = xs[s] + xr * MB_KW;
+#if (defined(W_SPLIT4) || defined(W_Q16)) && MV_PTX
+        {
+            uint d2 = mb_h2(dm.x, dm.x), m2 = mb_h2(dm.y, dm.y);
+            #pragma unroll
+            for (int u = 0; u < MB_EW / 8; u++) {
+                uint lo = qv[u] & 0x0F0F0F0Fu, hi = (qv[u] >> 4) & 0x0F0F0F0Fu;
+                int e = we / 2 + 4 * u; /* element of the word's first byte */
+                uint2 l2 = (uint2)(mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2),
+                                   mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2));
+                uint2 h2 = (uint2)(mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), d2, m2),
+                                   mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), d2, m2));
+                vstore2(l2, 0, wl + e / 2);
+                vstore2(h2, 0, wl + (16 + e) / 2);
+            }
+        }
+#elif defined(W_SPLIT4) || defined(W_Q16)
+        {
+            __local half *wh = (__local half *)wl;
+            #pragma unroll
+            for (int u = 0; u < MB_EW / 8; u++) {
+                uchar4 b = as_uchar4(qv[u]);
+                int e = we / 2 + 4 * u;
+                vstore_half4_rte(convert_float4(b & (uchar)15) * dm.x + dm.y, 0, wh + e);
+                vstore_half4_rte(convert_float4(b >> (uchar)4) * dm.x + dm.y, 0, wh + 16 + e);
+            }
+        }
+#else
+        #pragma unroll
+        for (int u = 0; u < MB_EW / 4; u++)
+            vstore_half4_rte(wv[u], 0, (__local half *)wl + we + 4 * u);
+#endif
+#if MV_PTX
+        #pragma unroll
+        for (int u = 0; u < MB_EX / 4; u++)
+            vstore2((uint2)(mb_h2(xv[u].x, xv[u].y), mb_h2(xv[u].z, xv[u].w)), 0,
+                    xl + (xe + 4 * u) / 2);
+#else
+        #pragma unroll
+        for (int u = 0; u < MB_EX / 4; u++)
+            vstore_half4_rte(xv[u], 0, (__local half *)xl + xe + 4 * u);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + 32 < n_in) { /* the next step's loads fly during this step's products */
+            MB_LOADW(k0 + 32);
+            MB_LOADX(k0 + 32);
+        }
+        const __local uint *wsb = ws[s], *xsb = xs[s];
+#if MV_PTX
+        #pragma unroll
+        for (int kk = 0; kk < 32; kk += 16) {
+            int ka = kk / 2 + q;
+            uint a[MB_MI][4];
+            #pragma unroll
+            for (int i = 0; i < MB_MI; i++) {
+                int r = rw + i * 16 + g;
+                a[i][0] = wsb[r * MB_KW + ka];
+                a[i][1] = wsb[(r + 8) * MB_KW + ka];
+                a[i][2] = wsb[r * MB_KW + ka + 4];
+                a[i][3] = wsb[(r + 8) * MB_KW + ka + 4];
+            }
+            #pragma unroll
+            for (int j = 0; j < MB_NJ; j++) {
+                int n = tw + j * 8 + g;
+                uint b0 = xsb[n * MB_KW + ka], b1 = xsb[n * MB_KW + ka + 4];
+                #pragma unroll
+                for (int i = 0; i < MB_MI; i++)
+                    MMA_F16(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b0, b1);
+            }
+        }
+#else
+        {
+            const __local half *wh = (const __local half *)wsb, *xh = (const __local half *)xsb;
+            #pragma unroll
+            for (int i = 0; i < MB_MI; i++)
+                #pragma unroll
+                for (int j = 0; j < MB_NJ; j++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
+                        float sum = 0.0f;
+                        for (int k = 0; k < 32; k++)
+                            sum += vload_half(r * MB_KP + k, wh) * vload_half(t * MB_KP + k, xh);
+                        acc[i][j][e] += sum;
+                    }
+        }
+#endif
+    }
+    #pragma unroll
+    for (int i = 0; i < MB_MI; i++)
+        #pragma unroll
+        for (int j = 0; j < MB_NJ; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
+                int t = t0 + tw + j * 8 + 2 * q + (e & 1);
+                if (row >= n_out || t >= n_tok)
+                    continue;
+                float v = acc[i][j][e];
+                if (res)
+                    v += res[(size_t)t * y_ld + y_off + row];
+                WRITE_Y(y, t, y_off + row, v);
+            }
+}
+#undef MB_LOADW
+#undef MB_LOADX
+#endif
+
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */
 __kernel void get_rows(W_ARGS, int n_in, __global const int *ids, __global float *y, float scale)
 {

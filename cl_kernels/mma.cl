@@ -26,6 +26,15 @@ inline void mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint 
     c[2] = d2;
     c[3] = d3;
 }
+
+/* The same as a statement on four accumulator lvalues (no pointer to the accumulators, which
+ * would put them in memory when the compiler does not inline). */
+#define MMA_F16(c, a0, a1, a2, a3, b0, b1)                                                       \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "                           \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"          \
+                 : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3])                       \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"((c)[0]),           \
+                   "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
 #endif
 
 #ifdef MMA_PROBE

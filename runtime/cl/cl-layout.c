@@ -95,6 +95,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .mma_r = 64,
         .mma_t = 64,
         .mma_k = 32,
+        .mma_v = 1,
         .att_q8 = 1,
         .att_rope = 1,
         .mvr = 8,
@@ -136,6 +137,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         /* Decode attention in chunks of 64 positions: 4x the work-groups of 256 (H100, 8B
          * shape, decode after a 512-token prompt: 251 tok/s vs 194 with 256, 241 with 128). */
         t.att_chunk = 64;
+        /* A decode attention work-group serves every query head of its KV head, which reads
+         * the cache once for the group (H100, 8B shape (groups of 4), decode after a 4096-token
+         * prompt: 242.0 tok/s against 176.9 a head per work-group; after 16: 293-309 either way,
+         * within the run's noise). */
+        t.att_gqa = 1;
         if (di->vendor == EBB_CL_VENDOR_ARM || di->vendor == EBB_CL_VENDOR_APPLE)
             t.mm_t = 4;
         /* The tiled matmul gives each work-item a row of its own, so a warp's loads are a row
@@ -159,6 +165,13 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * inputs a step 1998, 128 1539, 128 x 64 tiles 1315, 64 x 128 1800). */
             t.mm_mma = 1;
             t.mma_pf = 1;
+            /* matmul_mmb for those tiles: split 4-bit weights and the inputs read with
+             * vector loads from pointers set up once (H100, pp512: 8B 2981 tok/s against
+             * matmul_mma's 2758, 1B 14081 against 12345; docs/PERFORMANCE.md). */
+            t.mma_v = 2;
+            /* Prefill attention on tensor cores too (attn_prefill_mma; H100, 8B pp512 2752
+             * tok/s against 2074 with attn_prefill, a 4096-token prompt 2454 against 825). */
+            t.att_mma = 1;
             t.mv_wg = 32;
             t.mv_rows = 4;
         }
@@ -208,12 +221,15 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
     /* EBB_CL_MMA_TILE=R,T[,K[,PF]]: matmul_mma's tile (rows and tokens 64 or 128, K 32, 64 or
-     * 128 inputs per step, PF 1 to load the next step during this one; H100, 8B pp512: 64 x 64
-     * x 32 1934 tok/s, 128 x 128 x 32 1362). */
+     * 128 inputs per step, PF 1 to load the next step during this one; tokens may also be 32;
+     * H100, 8B pp512: 64 x 64 x 32 1934 tok/s, 128 x 128 x 32 1362). */
     const char *mt = getenv("EBB_CL_MMA_TILE");
     unsigned v[4] = {t.mma_r, t.mma_t, t.mma_k, t.mma_pf};
-    if (mt && sscanf(mt, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 2 &&
-        (v[0] == 64 || v[0] == 128) && (v[1] == 64 || v[1] == 128) &&
+    char mts[32] = ""; /* "x" separates as "," does (128x64: scripts split settings on ",") */
+    for (size_t i = 0; mt && mt[i] && i + 1 < sizeof(mts); i++)
+        mts[i] = mt[i] == 'x' ? ',' : mt[i];
+    if (mt && sscanf(mts, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 2 &&
+        (v[0] == 64 || v[0] == 128) && (v[1] == 32 || v[1] == 64 || v[1] == 128) &&
         (v[2] == 32 || v[2] == 64 || v[2] == 128) && v[3] <= 1 &&
         (v[0] + v[1]) * (v[2] + 8) * 2 <= 48 * 1024) { /* the tiles fit 48 KiB of local memory */
         t.mma_r = v[0];
@@ -224,12 +240,23 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *ar = getenv("EBB_CL_ROPEATT");
     if (ar && (*ar == '0' || *ar == '1'))
         t.att_rope = (uint32_t)(*ar - '0');
+    const char *am = getenv("EBB_CL_ATTMMA");
+    if (am && (*am == '0' || *am == '1'))
+        t.att_mma = (uint32_t)(*am - '0');
+    const char *ag = getenv("EBB_CL_ATTGQA");
+    if (ag && (*ag == '0' || *ag == '1'))
+        t.att_gqa = (uint32_t)(*ag - '0');
     const char *aq = getenv("EBB_CL_ATTQ8");
     if (aq && (*aq == '0' || *aq == '1'))
         t.att_q8 = (uint32_t)(*aq - '0');
     const char *mma = getenv("EBB_CL_MMA");
     if (mma && (*mma == '0' || *mma == '1'))
         t.mm_mma = (uint32_t)(*mma - '0');
+    /* EBB_CL_MMA=2: matmul_mmb instead of matmul_mma for the tensor-core tiles. */
+    if (mma && *mma == '2') {
+        t.mm_mma = 1;
+        t.mma_v = 2;
+    }
     if (di->vendor != EBB_CL_VENDOR_NVIDIA)
         t.mv_ptx = 0;
     if (di->max_wg < 256)
@@ -467,8 +494,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     else if (l->storage == EBB_CL_STORE_BUFFER)
         n = snprintf(buf + used, cap - used,
                      "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
-                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n",
-                     bits);
+                     "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n%s",
+                     bits, ti->split == 4 ? "#define W_SPLIT4 1\n" : "");
     else if (l->storage == EBB_CL_STORE_IMAGE1D)
         n = snprintf(buf + used, cap - used,
                      "#define EBB_IMAGES 1\n"
@@ -848,7 +875,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
-        (tu->mm_mma && (rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag))))
+        (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
+                        (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -885,6 +913,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matvec_q8r);
     if (p->matmul_mma)
         clReleaseKernel(p->matmul_mma);
+    if (p->matmul_mmb)
+        clReleaseKernel(p->matmul_mmb);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -895,23 +925,27 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
 {
     ebb_err rc = EBB_OK;
     char pro[512];
-    const char *act = NULL, *ops = NULL, *att = NULL, *q8 = NULL;
+    const char *act = NULL, *ops = NULL, *att = NULL, *q8 = NULL, *mma = NULL;
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
     snprintf(pro, sizeof(pro),
              "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
-             "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n%s",
+             "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
+             "#define ATT_G %u\n#define ATT_MMA %u\n%s",
              tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
+             tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
              tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("act.cl", &act, diag)) || (rc = ebb_cl_source("ops.cl", &ops, diag)) ||
         (rc = ebb_cl_source("attention.cl", &att, diag)) ||
-        (rc = ebb_cl_source("q8.cl", &q8, diag)))
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)))
         goto out;
-    const char *srcs[] = {pro, act, ops, att, q8};
-    rc = ebb_cl_program_build(cl, srcs, 5, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, act, ops, mma, att, q8};
+    rc = ebb_cl_program_build(cl, srcs, 6, "-cl-mad-enable", out, diag);
 out:
     if (act)
         ebb_cl_source_release(act);
+    if (mma)
+        ebb_cl_source_release(mma);
     if (ops)
         ebb_cl_source_release(ops);
     if (att)

@@ -62,11 +62,19 @@ struct ebb_cl_tuning {
                               stand-in otherwise (tests) */
     uint32_t mma_r, mma_t; /* matmul_mma's tile: rows, tokens (64 or 128 each) */
     uint32_t mma_k;        /* matmul_mma's inputs per step (32, 64 or 128) */
+    uint32_t mma_v;        /* prefill GEMM on tensor cores: 1 matmul_mma, 2 matmul_mmb (the
+                              same tiles, 8 warps as 4 x 2, double-buffered steps of 32) */
     uint32_t att_rope;     /* 1: decode attention rotates the new token's q and k and writes its
                               k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
     uint32_t att_q8;       /* 1: with mv_q8, decode attention's reduction quantizes its output
                               for the output projection (attn_decode_reduce_q8) */
     uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
+    uint32_t att_gqa;      /* 1: a decode attention work-group serves every query head of its
+                              KV head (keys and values read once for the group) */
+    uint32_t att_mma;      /* 1: prefill attention on tensor cores (attn_prefill_mma, with
+                              mv_ptx after the mma probe, head dimensions 16..128) */
+    uint32_t att_g;        /* query heads per decode attention work-group (ATT_G): 1, or the
+                              model's group when att_gqa allows it (set by the engine) */
     uint32_t norm_wg;      /* work-group size of row reductions and attention */
     uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
@@ -195,6 +203,7 @@ struct ebb_cl_wprog {
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
     cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mmb; /* with tu->mm_mma, else NULL */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

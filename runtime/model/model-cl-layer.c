@@ -109,7 +109,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm, p->matmul_mma},
+    cl_kernel ks[] = {p->matvec, p->matmul, p->matmul_coop, p->matmul_gemm,
+                      m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
@@ -287,6 +288,23 @@ static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
     return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
 }
 
+/* Prefill attention of nt queries with attn_prefill's 15 arguments (the window last): on
+ * tensor cores (attn_prefill_mma, 64 queries a work-group of 128, the first 14) where built and
+ * the layer has neither a window nor a ring, else attn_prefill. */
+static ebb_err prefill_attention(struct clm *m, const struct layer *L, const struct ebb_cl_arg *a,
+                                 int nt, struct ebb_diag *diag)
+{
+    bool mma = m->k_attn_pre_mma && !L->win && L->kv_len == m->n_ctx;
+    cl_kernel k = mma ? m->k_attn_pre_mma : m->k_attn_pre;
+    size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
+    if (mma) {
+        g[0] = ((size_t)nt + 63) / 64 * 128;
+        l[0] = 128;
+    }
+    ebb_err rc = ebb_cl_set_args(k, 0, a, mma ? 14 : 15, diag);
+    return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
  * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
  * one; with tu.att_rope the first decode pass does rope_kv's work itself). */
@@ -331,7 +349,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                  EBB_CL_ARG(m->att)};
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
-        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head}, l1[2] = {m->tu.norm_wg, 1};
+        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head / m->tu.att_g};
+        size_t l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
@@ -358,11 +377,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-    if ((rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 15, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag)))
-        return rc;
-    return EBB_OK;
+    return prefill_attention(m, L, a, nt, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -379,9 +394,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    size_t g[2] = {(size_t)nt, hp->n_head}, l[2] = {m->tu.att_tq, 1};
-    ebb_err rc = ebb_cl_set_args(m->k_attn_pre, 0, a, 15, diag);
-    return rc ? rc : ebb_cl_run(m->cl, m->k_attn_pre, 2, g, l, diag);
+    return prefill_attention(m, L, a, nt, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one
@@ -410,7 +423,7 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
                              EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),   EBB_CL_ARG(win)};
-    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head, (size_t)rows->n_dec};
+    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
     size_t l1[3] = {m->tu.norm_wg, 1, 1};
     size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
     ebb_err rc;

@@ -77,8 +77,8 @@ static void clm_free(void *ctx)
         m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
         m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
         m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_geglu,
-        m->k_norm_add};
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_attn_pre_mma,
+        m->k_geglu,     m->k_norm_add};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -102,8 +102,20 @@ static void clm_free(void *ctx)
     free(m);
 }
 
+/* Query heads per decode attention work-group: the whole GQA group where the tuning asks for
+ * it and its queries and scores fit a quarter of local memory, else 1. */
+static uint32_t att_group(const struct clm *m)
+{
+    uint32_t nh = m->hp.n_head, nkv = m->hp.n_head_kv, g = nkv ? nh / nkv : 1;
+    uint64_t bytes = (uint64_t)g * (m->hp.head_dim + m->tu.att_chunk) * sizeof(float);
+    if (!m->tu.att_gqa || !nkv || nh % nkv || g < 2 || g > 8 || bytes > m->cl->info.local_mem / 4)
+        return 1;
+    return g;
+}
+
 static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
 {
+    m->tu.att_g = att_group(m);
     ebb_err rc = ebb_cl_ops_build(m->cl, &m->tu, m->hp.head_dim, &m->ops, diag);
     if (rc)
         return rc;
@@ -136,6 +148,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         (rc = ebb_cl_kernel(m->ops, "quantize_x8_rows", &m->k_q8r, diag)))
         return rc;
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
+        return rc;
+    if (m->tu.att_mma && m->tu.mv_ptx && m->hp.head_dim % 16 == 0 && m->hp.head_dim <= 128 &&
+        (rc = ebb_cl_kernel(m->ops, "attn_prefill_mma", &m->k_attn_pre_mma, diag)))
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
@@ -671,6 +686,41 @@ out:
     return rc;
 }
 
+/* Slot src's K and V entries of positions 0..n-1 into slot dst's, layer by layer, by copies on
+ * the engine's in-order queue (so every later pass sees them). A layer's cache is (n_seq,
+ * n_head_kv, kv_len, head_dim) halves: one rectangle per cache, a row per KV head, each n
+ * positions long, or for a ring (kv_len < n_ctx) the whole ring, whatever positions it holds;
+ * dst then takes src's ring state and token ids, so that its next evaluation rebuilds its rings
+ * (ring_before) if src's no longer held the window behind n. Streamed layers keep their caches
+ * resident, so every layer is here. */
+static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half);
+    size_t so[3] = {0, (size_t)src * m->hp.n_head_kv, 0};
+    size_t dso[3] = {0, (size_t)dst * m->hp.n_head_kv, 0};
+    if (m->ring_toks) {
+        memcpy(m->ring_toks + (size_t)dst * m->n_ctx, m->ring_toks + (size_t)src * m->n_ctx,
+               sizeof(int32_t) * n);
+        m->ring_top[dst] = m->ring_top[src];
+    }
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        bool ring = L->kv_len < m->n_ctx;
+        size_t region[3] = {row * (ring ? L->kv_len : n), m->hp.n_head_kv, 1};
+        size_t pitch = row * L->kv_len;
+        cl_mem c[2] = {L->kc, L->vc};
+        for (int k = 0; k < 2; k++) {
+            ebb_err rc = ebb_cl_check(clEnqueueCopyBufferRect(m->cl->q, c[k], c[k], so, dso, region,
+                                                              pitch, 0, pitch, 0, 0, NULL, NULL),
+                                      diag, "clEnqueueCopyBufferRect (KV copy)");
+            if (rc)
+                return rc;
+        }
+    }
+    return EBB_OK;
+}
+
 ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
                             const struct ebb_gguf *g, const struct ebb_model_params *p,
                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
@@ -707,8 +757,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
-    if (m->tu.mm_mma && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
-        m->tu.mm_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
+    if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
+        m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;
@@ -735,6 +785,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;
+    m->iface.kv_copy = clm_kv_copy;
     m->iface.free = clm_free;
     *iface = &m->iface;
     *ctx = m;

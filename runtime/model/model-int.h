@@ -17,6 +17,9 @@ struct ebb__backend_i {
      * the parts are checked. NULL: model.c evaluates them one by one. */
     ebb_err (*eval_batch)(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
                           struct ebb_diag *diag);
+    /* Copies positions 0..n-1 of slot src's KV entries to slot dst (model.h,
+     * ebb_model_kv_copy); the arguments are checked, src != dst, n >= 1. */
+    ebb_err (*kv_copy)(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag);
     /* Optional (NULL/0 in backends without a layer streamer). */
     uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
     /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */

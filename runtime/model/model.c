@@ -231,6 +231,23 @@ ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *se
     return EBB_OK;
 }
 
+ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint32_t n,
+                          struct ebb_diag *diag)
+{
+    if (src >= m->n_seq || dst >= m->n_seq)
+        return ebb_diag_set(diag, EBB_EINVAL, "KV copy between slots %u and %u of %u", src, dst,
+                            m->n_seq);
+    if (n > m->n_ctx)
+        return ebb_diag_set(diag, EBB_ECTX, "KV copy of %u positions, the context holds %u", n,
+                            m->n_ctx);
+    if (src == dst || n == 0)
+        return EBB_OK;
+    if (!m->iface->kv_copy)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "the %s backend cannot copy KV entries",
+                            m->device);
+    return m->iface->kv_copy(m->ctx, src, dst, n, diag);
+}
+
 bool ebb_model_streaming(const struct ebb_model *m)
 {
     struct ebb_stream_report r;

@@ -111,4 +111,12 @@ struct ebb_model_seq {
 ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *seqs, uint32_t n_seqs,
                              struct ebb_diag *diag);
 
+/* Copies the KV entries of positions 0..n-1 of slot src into slot dst, on the device and
+ * without evaluating anything, so that dst continues from position n exactly as src would (the
+ * n choices of one request share their prompt this way). dst's entries from n on are left as
+ * they were. src == dst or n == 0 does nothing; n > n_ctx is EBB_ECTX. Engine thread only, like
+ * ebb_model_eval; the copy is ordered before every later evaluation. */
+ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint32_t n,
+                          struct ebb_diag *diag);
+
 #endif

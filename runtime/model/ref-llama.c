@@ -330,16 +330,33 @@ static void ref_free(void *ctx)
     free(r);
 }
 
+/* Each layer's K and V rows of positions 0..n-1, from slot src's region to dst's. */
+static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
+{
+    (void)diag;
+    struct ref *r = ctx;
+    const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
+    for (uint32_t l = 0; l < r->hp.n_layer; l++) {
+        uint64_t s = ((uint64_t)l * r->n_seq + src) * r->n_ctx * KVD;
+        uint64_t d = ((uint64_t)l * r->n_seq + dst) * r->n_ctx * KVD;
+        memcpy(r->k_cache + d, r->k_cache + s, sizeof(float) * n * KVD);
+        memcpy(r->v_cache + d, r->v_cache + s, sizeof(float) * n * KVD);
+    }
+    return EBB_OK;
+}
+
 static const struct ebb__backend_i ref_iface = {
     .name = "ref (plain C)",
     .eval = ref_eval,
     .free = ref_free,
+    .kv_copy = ref_kv_copy,
 };
 
 static const struct ebb__backend_i ref_q8_iface = {
     .name = "ref-q8 (plain C, llama.cpp CPU numerics)",
     .eval = ref_eval,
     .free = ref_free,
+    .kv_copy = ref_kv_copy,
 };
 
 /* A matrix (ne[0] = n_in per row, ne[1] = n_out rows) in a type the dot products support. */

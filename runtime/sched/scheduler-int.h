@@ -65,10 +65,17 @@ struct job {
     atomic_bool cancel;
     double t_submit;
     struct job *next;
+    /* Choices (gp.n_choices, >= 1), each in a slot of its own; the job ends with the last. */
+    uint32_t n_choices, n_live;
+    bool forked;                 /* choice 0's prompt KV is in the other choices' slots */
+    enum ebb_finish src_end;     /* choice 0 ended before that (its finish), else NONE */
+    struct ebb_sched_result agg; /* several choices: what on_done gets, summed as they end */
 };
 
 struct slot {
     struct job *job;
+    uint32_t choice;    /* which of its job's choices the slot runs; > 0 waits for choice 0's
+                           prompt (prefilled false) until the copy of its KV entries */
     int32_t *kv_tokens; /* (n_ctx) tokens whose KV entries are valid, in position order */
     uint32_t n_kv;
     float *logits; /* (n_vocab) of the last evaluated token */
@@ -106,6 +113,7 @@ struct ebb__step_stats {
     double t_queue;                       /* their seconds in the queue */
     uint64_t cache_hits, cache_tokens;    /* jobs that reused a cached prefix, tokens reused */
     uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
+    uint64_t kv_copies;                   /* prompts copied into other choices' slots */
 };
 
 struct ebb_sched {

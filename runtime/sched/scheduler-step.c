@@ -31,7 +31,7 @@ void ebb__job_free(struct job *j)
     free(j);
 }
 
-static void job_finish(struct job *j, struct ebb_sched_result *r)
+static void job_finish(struct job *j, const struct ebb_sched_result *r)
 {
     j->sink.on_done(j->sink.ud, r);
     ebb__job_free(j);
@@ -42,6 +42,47 @@ void ebb__job_cancelled(struct job *j, double t_queue)
     struct ebb_sched_result r = {.finish = EBB_FINISH_CANCEL, .n_prompt = j->n_prompt};
     r.t_queue = t_queue;
     job_finish(j, &r);
+}
+
+/* One choice of job j ended with result r: a single-choice job ends with it; otherwise r goes
+ * to on_choice and into the job's result, and the job ends with its last choice. */
+static void choice_end(struct job *j, const struct ebb_sched_result *r)
+{
+    if (j->n_choices == 1) {
+        job_finish(j, r);
+        return;
+    }
+    if (j->sink.on_choice)
+        j->sink.on_choice(j->sink.ud, r);
+    struct ebb_sched_result *a = &j->agg;
+    if (r->choice == 0) {
+        enum ebb_finish f = a->finish;
+        a->finish = r->finish;
+        if (f == EBB_FINISH_ERROR || (f == EBB_FINISH_CANCEL && r->finish != EBB_FINISH_ERROR))
+            a->finish = f; /* a failed or cancelled choice ended first */
+        else if (r->finish == EBB_FINISH_ERROR) {
+            a->err = r->err;
+            snprintf(a->msg, sizeof(a->msg), "%s", r->msg);
+        }
+        a->n_prompt = r->n_prompt;
+        a->n_cached = r->n_cached;
+        a->stop_index = r->stop_index;
+        a->t_queue = r->t_queue;
+        a->t_prefill = r->t_prefill;
+        if (!j->forked)
+            j->src_end = r->finish; /* the other choices, still waiting, end as it did */
+    } else if (r->finish == EBB_FINISH_ERROR && a->finish != EBB_FINISH_ERROR) {
+        a->finish = EBB_FINISH_ERROR;
+        a->err = r->err;
+        snprintf(a->msg, sizeof(a->msg), "%s", r->msg);
+    } else if (r->finish == EBB_FINISH_CANCEL && a->finish != EBB_FINISH_ERROR) {
+        a->finish = EBB_FINISH_CANCEL;
+    }
+    a->n_gen += r->n_gen;
+    if (r->t_decode > a->t_decode)
+        a->t_decode = r->t_decode;
+    if (--j->n_live == 0)
+        job_finish(j, a);
 }
 
 static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, ebb_err err,
@@ -56,6 +97,7 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
     sl->res.n_prompt = j->n_prompt;
     sl->res.n_cached = sl->n_cached;
     sl->res.n_gen = sl->n_gen;
+    sl->res.choice = sl->choice;
     sl->res.stop_index = -1;
     for (uint32_t i = 0; f == EBB_FINISH_STOP && sl->stopper.matched && i < j->gp.n_stop; i++)
         if (j->gp.stop[i] == sl->stopper.matched)
@@ -79,7 +121,7 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
     sl->job = NULL;
     s->n_active--;
     pthread_mutex_unlock(&s->mu);
-    job_finish(j, &sl->res);
+    choice_end(j, &sl->res);
 }
 
 /* An embedding job needs every input's hidden states, so nothing cached is reused. */
@@ -182,7 +224,11 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
     struct job *j = sl->job;
     if (j->gp.n_embed)
         return embed_begin(sl, m);
-    ebb_err rc = ebb_sampler_new(&j->gp.sampling, ebb_model_n_vocab(m), &sl->smp, diag);
+    /* Choice i draws with seed + i (a drawn seed stays drawn: each sampler draws its own). */
+    struct ebb_sampling sp = j->gp.sampling;
+    if (sp.seed != EBB_SEED_RANDOM && (sp.seed += sl->choice) == EBB_SEED_RANDOM)
+        sp.seed = 0; /* as the API maps the seed -1 */
+    ebb_err rc = ebb_sampler_new(&sp, ebb_model_n_vocab(m), &sl->smp, diag);
     if (rc)
         return rc;
     if (j->grammar && !s->trie && (rc = ebb_token_trie_new(ebb_model_tokenizer(m), &s->trie, diag)))
@@ -190,11 +236,14 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
     if ((rc = ebb__sgram_begin(&sl->gram, j->grammar, s->trie, ebb_model_n_vocab(m), diag)))
         return rc;
     /* Reuse the KV entries of the longest common prefix with this slot's previous job; at least
-     * one prompt token is evaluated so that there are logits to sample from. */
+     * one prompt token is evaluated so that there are logits to sample from. The other choices
+     * get theirs copied from choice 0's slot; until then their KV entries stay as they are. */
     uint32_t pfx = 0;
-    while (pfx < sl->n_kv && pfx + 1 < j->n_prompt && sl->kv_tokens[pfx] == j->prompt[pfx])
+    while (!sl->choice && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
+           sl->kv_tokens[pfx] == j->prompt[pfx])
         pfx++;
-    sl->n_kv = pfx;
+    if (!sl->choice)
+        sl->n_kv = pfx;
     sl->n_cached = pfx;
     sl->n_gen = 0;
     sl->prefilled = false;
@@ -207,9 +256,45 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
         ebb_sampler_accept(sl->smp, j->prompt[i]);
     if ((rc = spec_begin(s, sl, m, diag)))
         return rc;
-    if (j->sink.on_start)
+    if (j->sink.on_start && !sl->choice)
         j->sink.on_start(j->sink.ud);
     return EBB_OK;
+}
+
+/* Choice 0's slot src has evaluated the prompt: every other choice of its job still waiting
+ * gets a copy of the prompt's KV entries and of the last token's outputs (logits or
+ * candidates, as choice 0 asked: the choices sample alike), and decodes from the next step. */
+static void fork_choices(struct ebb_sched *s, struct slot *src, struct ebb_model *m,
+                         struct ebb__step_stats *st)
+{
+    struct job *j = src->job;
+    uint32_t n = j->n_prompt, from = (uint32_t)(src - s->slots);
+    j->forked = true;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->job != j || sl == src)
+            continue;
+        struct ebb_diag diag = {{0}};
+        ebb_err rc = ebb_model_kv_copy(m, from, i, n, &diag);
+        if (rc) {
+            sl->n_kv = 0;
+            slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
+            continue;
+        }
+        st->kv_copies++;
+        memcpy(sl->kv_tokens, src->kv_tokens, sizeof(int32_t) * n);
+        sl->n_kv = n;
+        sl->n_cand = src->n_cand;
+        if (src->n_cand) {
+            memcpy(sl->cand_ids, src->cand_ids, sizeof(int32_t) * src->n_cand);
+            memcpy(sl->cand_logits, src->cand_logits, sizeof(float) * src->n_cand);
+        } else {
+            memcpy(sl->logits, src->logits, sizeof(float) * ebb_model_n_vocab(m));
+        }
+        sl->prefilled = true;
+        sl->t_first = ebb__now_s();
+        sl->res.t_prefill = sl->t_first - sl->t_start;
+    }
 }
 
 static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
@@ -218,7 +303,8 @@ static void emit(struct slot *sl, const char *text, size_t n, int32_t id,
     struct job *j = sl->job;
     if (!j->sink.on_token)
         return;
-    struct ebb_sched_token t = {.text = text, .len = n, .id = id, .info = info};
+    struct ebb_sched_token t = {
+        .text = text, .len = n, .id = id, .info = info, .choice = sl->choice};
     j->sink.on_token(j->sink.ud, &t);
 }
 
@@ -440,7 +526,7 @@ static bool slot_prepare(struct ebb_sched *s, struct slot *sl, struct ebb_model 
 
 /* Phase two, after a successful pass: the slot's KV now holds its part's tokens. */
 static void slot_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
-                       const struct ebb_model_seq *p)
+                       const struct ebb_model_seq *p, struct ebb__step_stats *st)
 {
     struct job *j = sl->job;
     if (j->gp.n_embed) {
@@ -457,6 +543,8 @@ static void slot_apply(struct ebb_sched *s, struct slot *sl, struct ebb_model *m
         sl->prefilled = true;
         sl->t_first = ebb__now_s();
         sl->res.t_prefill = sl->t_first - sl->t_start;
+        if (j->n_choices > 1)
+            fork_choices(s, sl, m, st);
     }
 }
 
@@ -483,10 +571,23 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
                 slot_end(s, sl, EBB_FINISH_ERROR, brc, diag.msg);
                 continue;
             }
-            st->jobs++;
-            st->t_queue += sl->res.t_queue;
-            st->cache_hits += sl->n_cached > 0;
-            st->cache_tokens += sl->n_cached;
+            if (!sl->choice) {
+                st->jobs++;
+                st->t_queue += sl->res.t_queue;
+                st->cache_hits += sl->n_cached > 0;
+                st->cache_tokens += sl->n_cached;
+            }
+        }
+        if (sl->choice && !sl->prefilled) {
+            /* Waits for choice 0's prompt, or ends as choice 0 did before it was copied. */
+            struct job *j = sl->job;
+            if (atomic_load(&j->cancel))
+                slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
+            else if (j->src_end == EBB_FINISH_ERROR)
+                slot_end(s, sl, EBB_FINISH_ERROR, j->agg.err, j->agg.msg);
+            else if (j->src_end != EBB_FINISH_NONE)
+                slot_end(s, sl, EBB_FINISH_CANCEL, EBB_OK, NULL);
+            continue;
         }
         if (sl->prefilled && !sl->job->gp.n_embed) {
             if (slot_prepare(s, sl, m, &budget, &s->parts[np]))
@@ -517,7 +618,7 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
             sl->n_kv = 0;
             slot_end(s, sl, EBB_FINISH_ERROR, rc, diag.msg);
         } else {
-            slot_apply(s, sl, m, &s->parts[p]);
+            slot_apply(s, sl, m, &s->parts[p], st);
         }
     }
     st->steps++;

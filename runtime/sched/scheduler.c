@@ -64,6 +64,14 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
     ebb_err rc = check_embed(p, n_prompt, n_ctx, diag);
     if (rc)
         return rc;
+    uint32_t n_choices = p->n_choices ? p->n_choices : 1;
+    if (n_choices > EBB_SCHED_MAX_CHOICES || n_choices > s->n_slots)
+        return ebb_diag_set(
+            diag, EBB_EINVAL, "%u choices need as many slots; at most %u here (--parallel %u)",
+            n_choices, s->n_slots < EBB_SCHED_MAX_CHOICES ? s->n_slots : EBB_SCHED_MAX_CHOICES,
+            s->n_slots);
+    if (n_choices > 1 && p->n_embed)
+        return ebb_diag_set(diag, EBB_EINVAL, "an embedding job has one choice");
     struct job *j = calloc(1, sizeof(*j));
     if (!j)
         return EBB_ENOMEM;
@@ -100,6 +108,8 @@ ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_
         }
     }
     j->sink = *sink;
+    j->n_choices = j->n_live = n_choices;
+    j->gp.n_choices = n_choices;
     atomic_init(&j->cancel, false);
     j->t_submit = ebb__now_s();
 
@@ -179,6 +189,7 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->cache_tokens = s->stats.cache_tokens;
     out->spec_drafted = s->stats.spec_drafted;
     out->spec_accepted = s->stats.spec_accepted;
+    out->kv_copies = s->stats.kv_copies;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -193,9 +204,10 @@ struct ebb_model *ebb_sched_model(struct ebb_sched *s)
  * (it shares at least half of them), the one sharing the longest prefix (its KV entries are
  * reused); else an empty slot, else the one idle longest. So a request that merely shares a
  * chat template's opening with a cached conversation does not evict it, and recently used
- * prefixes stay for the requests that resend them. Embedding jobs reuse nothing. NULL when
- * every slot is busy. */
-static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
+ * prefixes stay for the requests that resend them. Embedding jobs reuse nothing, and neither
+ * do a job's other choices (reuse false: their KV entries are copied from the first's). NULL
+ * when every slot is busy. */
+static struct slot *best_slot(struct ebb_sched *s, const struct job *j, bool reuse)
 {
     struct slot *best = NULL, *spare = NULL;
     uint32_t best_pfx = 0;
@@ -204,7 +216,7 @@ static struct slot *best_slot(struct ebb_sched *s, const struct job *j)
         if (sl->job)
             continue;
         uint32_t pfx = 0;
-        while (!j->gp.n_embed && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
+        while (reuse && !j->gp.n_embed && pfx < sl->n_kv && pfx + 1 < j->n_prompt &&
                sl->kv_tokens[pfx] == j->prompt[pfx])
             pfx++;
         if (pfx > 0 && 2 * (uint64_t)pfx >= sl->n_kv && pfx > best_pfx) {
@@ -236,21 +248,24 @@ static struct job *admit(struct ebb_sched *s)
         pp = &j->next;
     }
     s->q_tail = prev;
-    while (s->q_head) {
+    /* In order: a job with several choices waits until that many slots are free, and the jobs
+     * behind it wait too (none overtakes it). */
+    while (s->q_head && s->n_slots - s->n_active >= s->q_head->n_choices) {
         struct job *j = s->q_head;
-        struct slot *sl = best_slot(s, j);
-        if (!sl)
-            break;
         s->q_head = j->next;
         if (!s->q_head)
             s->q_tail = NULL;
         j->next = NULL;
         s->n_queued--;
-        sl->job = j;
-        s->n_active++;
-        sl->smp = NULL;
-        sl->prefilled = true; /* marks "not begun": reset when the step begins it */
-        sl->n_gen = UINT32_MAX;
+        for (uint32_t c = 0; c < j->n_choices; c++) {
+            struct slot *sl = best_slot(s, j, c == 0);
+            sl->job = j;
+            sl->choice = c;
+            s->n_active++;
+            sl->smp = NULL;
+            sl->prefilled = true; /* marks "not begun": reset when the step begins it */
+            sl->n_gen = UINT32_MAX;
+        }
     }
     return dead;
 }

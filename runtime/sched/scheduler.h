@@ -23,6 +23,7 @@
 
 #define EBB_SCHED_MAX_STOP 4
 #define EBB_SCHED_MAX_STOP_LEN 256
+#define EBB_SCHED_MAX_CHOICES 16 /* choices of one job (OpenAI's n) at most */
 
 /* What a job asks of the engine besides its prompt. */
 struct ebb_gen_params {
@@ -50,6 +51,15 @@ struct ebb_gen_params {
     uint32_t n_embed;
     const uint32_t *embed_len;
     float *embed_out;
+    /* Choices (OpenAI's n; 0 means 1), at most EBB_SCHED_MAX_CHOICES and the scheduler's
+     * slots; a job waits in the queue until that many slots are free. The prompt is evaluated
+     * once, in the first choice's slot (reusing its cached prefix), then its KV entries are
+     * copied into the other choices' slots (ebb_model_kv_copy) and every choice samples from
+     * the prompt's last logits with a sampler of its own: with a fixed seed, choice i's is
+     * seed + i (a request with that seed and one choice draws the same). Each choice then
+     * decodes in its own slot and ends on its own (stop strings, max_tokens, grammar and
+     * speculative drafts apply per choice). Not for embedding jobs. */
+    uint32_t n_choices;
 };
 
 /* Fills p with the defaults: sampler defaults, no limit, no logprobs, no stop strings. */
@@ -69,6 +79,7 @@ struct ebb_sched_token {
     size_t len;
     int32_t id;                         /* the sampled token */
     const struct ebb_sample_info *info; /* logprobs, or NULL if the job did not ask */
+    uint32_t choice;                    /* the choice it belongs to, 0..n_choices-1 */
 };
 
 struct ebb_sched_result {
@@ -83,16 +94,24 @@ struct ebb_sched_result {
     double t_queue;    /* seconds waiting for a slot */
     double t_prefill;  /* seconds of prompt evaluation */
     double t_decode;   /* seconds from the first generated token to the end */
+    uint32_t choice;   /* on_choice: which choice ended */
 };
 
 /* Callbacks on the engine thread. on_start comes once when the job leaves the queue, on_token
  * for each generated token, on_done exactly once at the end (also for cancelled jobs and at
- * shutdown); after on_done the scheduler never touches ud again. Any of the first two may be
- * NULL. on_keepalive, if set, is called about every keepalive_ms during a long prefill. */
+ * shutdown); after on_done the scheduler never touches ud again. on_start, on_prefill,
+ * on_token and on_choice may be NULL.
+ *
+ * A job with several choices: on_token says which choice each token belongs to; on_choice, if
+ * set, comes once for each choice as it ends (its finish, n_gen, stop_index and timings; not
+ * for a job cancelled while queued), then on_done once for the job: n_gen summed over the
+ * choices, n_prompt and n_cached counted once, finish EBB_FINISH_ERROR if a choice failed (its
+ * err and msg), else EBB_FINISH_CANCEL if a choice was cancelled, else choice 0's. */
 struct ebb_sched_sink {
     void (*on_start)(void *ud);
     void (*on_prefill)(void *ud, uint32_t done, uint32_t total);
     void (*on_token)(void *ud, const struct ebb_sched_token *tok);
+    void (*on_choice)(void *ud, const struct ebb_sched_result *res);
     void (*on_done)(void *ud, const struct ebb_sched_result *res);
     void *ud;
 };
@@ -129,8 +148,8 @@ struct ebb_model *ebb_sched_model(struct ebb_sched *s);
 /* Queues a job. prompt (n_prompt >= 1 tokens) and p are copied. On success writes a job id for
  * ebb_sched_cancel; the sink's on_done will be called exactly once, possibly before this
  * returns to the caller's next statement (on another thread). Errors, with no callback:
- * EBB_EBUSY queue full, EBB_ECTX prompt does not fit the context, EBB_EINVAL bad params or no
- * model yet, EBB_ENOMEM. Thread-safe. */
+ * EBB_EBUSY queue full, EBB_ECTX prompt does not fit the context, EBB_EINVAL bad params (more
+ * choices than slots, among others) or no model yet, EBB_ENOMEM. Thread-safe. */
 ebb_err ebb_sched_submit(struct ebb_sched *s, const int32_t *prompt, uint32_t n_prompt,
                          const struct ebb_gen_params *p, const struct ebb_sched_sink *sink,
                          uint64_t *job_id, struct ebb_diag *diag);
@@ -156,7 +175,7 @@ void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);
 
 struct ebb_sched_stats {
     uint32_t queued;
-    uint32_t active;
+    uint32_t active; /* busy slots (a job with n choices holds n) */
     uint32_t n_slots;
     /* Since start: engine steps (batched passes), the tokens (rows) and slots they evaluated,
      * and the latest step's; jobs started, their summed seconds in the queue; jobs that reused
@@ -167,6 +186,7 @@ struct ebb_sched_stats {
     double queue_wait_s;
     uint64_t cache_hits, cache_tokens;
     uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
+    uint64_t kv_copies; /* a prompt's KV entries copied into another choice's slot */
 };
 
 /* A consistent snapshot of the queue. Thread-safe. */

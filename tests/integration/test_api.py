@@ -218,7 +218,7 @@ def test_error_classes(server):
                  {"messages": CHAT, "temperature": "warm"}, param="temperature")
     expect_error(server, 400, "POST", "/v1/chat/completions",
                  {"messages": CHAT, "top_p": 2}, param="top_p")
-    expect_error(server, 400, "POST", "/v1/chat/completions", {"messages": CHAT, "n": 2},
+    expect_error(server, 400, "POST", "/v1/chat/completions", {"messages": CHAT, "n": 5},
                  param="n")
     expect_error(server, 400, "POST", "/v1/chat/completions",
                  {"messages": CHAT, "max_tokens": -1}, param="max_tokens")

@@ -185,6 +185,8 @@ static void test_topk(cl_program p)
 }
 
 enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
+/* Query heads per decode attention work-group of a tuning (0 counts as 1). */
+#define ATT_G_OF(t) ((t).att_g > 1 ? (t).att_g : 1u)
 
 /* rope_kv for both pair orders; with ff, each pair's frequency divided by its factor (Llama
  * 3.1's scaling: 1 to 8 here). */
@@ -339,7 +341,7 @@ static void test_attention(cl_program p)
         struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc), EBB_CL_ARG(ob)};
         OK(ebb_cl_set_args(k1, 0, a, 13, D));
         OK(ebb_cl_set_args(k2, 0, b, 4, D));
-        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH}, l1[2] = {tu.norm_wg, 1};
+        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH / ATT_G_OF(tu)}, l1[2] = {tu.norm_wg, 1};
         size_t g2[2] = {HD, NH};
         OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
         if (nc > 1) /* one chunk writes the result itself */
@@ -355,8 +357,9 @@ static void test_attention(cl_program p)
             }
         }
     }
-    printf("  attention decode (split over KV, chunk %u; windows, rings) max abs err %.2e\n",
-           tu.att_chunk, worst);
+    printf("  attention decode (split over KV, chunk %u, %u heads a work-group; windows, rings) "
+           "max abs err %.2e\n",
+           tu.att_chunk, ATT_G_OF(tu), worst);
 
     /* Prefill from position 0 and 290; through a window of 5 (most queries see only part of
      * the positions before them) and of 100 in a ring of 150 >= 100 + T - 1 positions, the
@@ -398,6 +401,68 @@ static void test_attention(cl_program p)
         clReleaseMemObject(ms[i]);
     free(kh);
     free(vh);
+}
+
+/* attn_prefill_mma (tensor cores, PTX devices only) against the reference: 100 queries (two
+ * work-groups, the second partial) from positions 0 and 290 (several key tiles, the last
+ * partial), with inputs and probabilities rounded to f16: absolute bound 4e-3. */
+static void test_attention_mma(cl_program p)
+{
+    cl_int e = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(p, "attn_prefill_mma", &e);
+    if (!k) {
+        printf("  attention prefill on tensor cores: not built on this device\n");
+        return;
+    }
+    enum { T = 100 };
+    size_t cache_n = (size_t)2 * NKV * NCTX * HD, base = (size_t)NKV * NCTX * HD;
+    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+    for (size_t i = 0; i < cache_n; i++) {
+        kh[i] = ebb_fp32_to_fp16(frand());
+        vh[i] = ebb_fp32_to_fp16(frand());
+    }
+    float *qkv = malloc(sizeof(float) * T * QKV_LD), *out = malloc(sizeof(float) * T * NH * HD);
+    for (int i = 0; i < T * QKV_LD; i++)
+        qkv[i] = frand() * 2;
+    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
+    cl_mem qb = buf(sizeof(float) * T * QKV_LD, qkv), ob = buf(sizeof(float) * T * NH * HD, NULL);
+    float scale = 1.0f / sqrtf(HD);
+    cl_ulong kvb = base;
+    int n_ctx = NCTX, nh = NH, nkv = NKV;
+    double ref[HD], worst = 0;
+    int pos0s[] = {0, 290};
+    for (int pi = 0; pi < 2; pi++) {
+        int pos0 = pos0s[pi], ntok = T, ld = QKV_LD, old = NH * HD, r0 = 0;
+        struct ebb_cl_arg c[] = {
+            EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
+            EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
+            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0)};
+        OK(ebb_cl_set_args(k, 0, c, 14, D));
+        size_t g[2] = {(T + 63) / 64 * 128, NH}, l[2] = {128, 1};
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
+        rd(ob, sizeof(float) * T * NH * HD, out);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                attn_ref_win(qkv + t * QKV_LD + h * HD, kh, vh, base, h, 0, pos0 + t, NCTX, scale,
+                             ref);
+                for (int d = 0; d < HD; d++) {
+                    float got = out[t * NH * HD + h * HD + d];
+                    worst = fmax(worst, fabs(got - ref[d]));
+                    CHECK(fabs(got - ref[d]) <= 4e-3,
+                          "prefill mma pos0 %d t %d h %d d %d: %g vs %g", pos0, t, h, d, got,
+                          ref[d]);
+                }
+            }
+    }
+    printf("  attention prefill on tensor cores (%d queries) max abs err %.2e\n", T, worst);
+    clReleaseKernel(k);
+    cl_mem ms[] = {kc, vc, qb, ob};
+    for (int i = 0; i < 4; i++)
+        clReleaseMemObject(ms[i]);
+    free(kh);
+    free(vh);
+    free(qkv);
+    free(out);
 }
 
 /* The batched pass's kernels (several slots at their own positions): rope_kv_rows against
@@ -477,7 +542,8 @@ static void test_attention_rows(cl_program p)
                                  EBB_CL_ARG(old), EBB_CL_ARG(win)};
         OK(ebb_cl_set_args(ka, 0, c, 17, D));
         OK(ebb_cl_set_args(kb, 0, e, 8, D));
-        size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH, ND}, la[3] = {tu.norm_wg, 1, 1};
+        size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH / ATT_G_OF(tu), ND},
+               la[3] = {tu.norm_wg, 1, 1};
         size_t gb[3] = {HD, NH, ND};
         OK(ebb_cl_run(cl, ka, 3, ga, la, D));
         OK(ebb_cl_run(cl, kb, 3, gb, NULL, D));
@@ -513,6 +579,9 @@ static void test_attention_rows(cl_program p)
 static void test_ops(void)
 {
     cl_program p;
+    /* Decode attention with a work-group per query head, then per KV head (GQA groups of 2). */
+    struct ebb_cl_tuning keep = tu;
+    tu.att_g = 1;
     OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
     test_rmsnorm_swiglu_add_softmax(p);
     test_topk(p);
@@ -522,4 +591,12 @@ static void test_ops(void)
     test_attention(p);
     test_attention_rows(p);
     clReleaseProgram(p);
+    tu.att_g = NH / NKV;
+    tu.att_mma = 1; /* built where the device runs PTX */
+    OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
+    test_attention(p);
+    test_attention_rows(p);
+    test_attention_mma(p);
+    clReleaseProgram(p);
+    tu = keep;
 }

@@ -344,8 +344,8 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int variant = 0; variant < 9; variant++) {
-        if (variant == 7 && !p.matmul_mma)
+    for (int variant = 0; variant < 10; variant++) {
+        if ((variant == 7 || variant == 8) && !p.matmul_mma)
             continue;
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
@@ -354,12 +354,14 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
          * GPUs' prefill kernel matmul_coop, as variant 2; 6: matmul_gemm (64 x 64 tiles, a
          * partial tile of both rows and tokens here), as variant 2; 7: matmul_mma (the same
          * tiles on tensor cores, inputs rounded to f16: bound 2e-3 of the terms' magnitude);
-         * 8: variant 4 with GeGLU (x' = gelu_tanh(gate) * up, glu 2). */
-        bool mm = variant == 2 || (variant >= 5 && variant <= 7);
-        double rel = variant == 7 ? 2e-3 : 1e-4;
+         * 8: matmul_mmb (the same products, reorganised), as 7; 9: variant 4 with GeGLU
+         * (x' = gelu_tanh(gate) * up, glu 2). */
+        bool tc = variant == 7 || variant == 8;
+        bool mm = variant == 2 || (variant >= 5 && variant <= 8);
+        double rel = tc ? 2e-3 : 1e-4;
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
-        int glu = variant == 4 ? 1 : variant == 8 ? 2 : 0;
+        int glu = variant == 4 ? 1 : variant == 9 ? 2 : 0;
         cl_mem yo = mm ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
         if (variant >= 2)
@@ -372,6 +374,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                       : variant == 5 ? p.matmul_coop
                       : variant == 6 ? p.matmul_gemm
                       : variant == 7 ? p.matmul_mma
+                      : variant == 8 ? p.matmul_mmb
                                      : p.matvec;
         OK(ebb_cl_weight_set_args(&wt, k, 0, D));
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no),   EBB_CL_ARG(xin),
@@ -386,7 +389,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                              variant == 2   ? EBB_CL_WK_MATMUL
                              : variant == 5 ? EBB_CL_WK_COOP
                              : variant == 6 ? EBB_CL_WK_GEMM
-                             : variant == 7 ? EBB_CL_WK_MMA
+                             : tc           ? EBB_CL_WK_MMA
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
         OK(ebb_cl_run(cl, k, 2, g, lw, D));
@@ -421,7 +424,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
             }
         }
         static const char *const vname[] = {"matvec",  "mv+res",  "matmul", "mv+norm", "mv+glu",
-                                            "mm-coop", "mm-gemm", "mm-mma", "mv+gelu"};
+                                            "mm-coop", "mm-gemm", "mm-mma", "mm-mmb",  "mv+gelu"};
         printf("  %-34s %-7s max rel err %.2e\n", name, vname[variant], worst);
     }
     clReleaseMemObject(nwb);
@@ -500,6 +503,8 @@ static void test_image2d_shapes(void)
         }
 }
 
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t);
+
 static void test_weights(void)
 {
     static const uint32_t types[] = {EBB_GGML_F32,  EBB_GGML_F16,  EBB_GGML_BF16, EBB_GGML_Q8_0,
@@ -551,6 +556,90 @@ static void test_weights(void)
     test_weight_layout(&other[1], 37, 512);
     test_weight_layout(&other[3], 37, 512);
     tu = keep;
+    /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
+     * (W_Q16: whole-block q4 on, block decoders off), and a K-quant through READ_W4. */
+    struct ebb_cl_tuning tq = tu;
+    tq.mv_q16 = 1;
+    tq.block_dec = 0;
+    test_mma_tiles(&other[4], tq);
+    test_mma_tiles(&other[1], tu);
+}
+
+/* The tensor-core GEMMs (matmul_mma, matmul_mmb) over several tiles of rows and tokens, partial
+ * ones at both ends and 8 steps of inputs, with each tile shape: residual added in place, inputs
+ * rounded to f16 (bound 2e-3 of the terms' magnitude). On CPUs this runs their stand-in. */
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t)
+{
+    enum { N_OUT = 200, N_IN = 256, NTOK = 70 };
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l->type, N_IN, &rowb));
+    uint8_t *raw = malloc(rowb * N_OUT);
+    random_rows(l->type, N_OUT, N_IN, raw, rowb);
+    float *w = malloc(sizeof(float) * N_IN * N_OUT), *x = malloc(sizeof(float) * NTOK * N_IN);
+    float *res = malloc(sizeof(float) * NTOK * N_OUT), *y = malloc(sizeof(float) * NTOK * N_OUT);
+    for (uint32_t o = 0; o < N_OUT; o++)
+        OK(ebb_quant_dequantize_row(l->type, raw + o * rowb, w + (size_t)o * N_IN, N_IN));
+    for (uint32_t i = 0; i < NTOK * N_IN; i++)
+        x[i] = frand();
+    for (uint32_t i = 0; i < NTOK * N_OUT; i++)
+        res[i] = frand();
+    struct ebb_cl_wsrc src[1] = {{raw, N_OUT}};
+    struct ebb_cl_weight wt;
+    OK(ebb_cl_weight_new(cl, l, N_IN, src, 1, NULL, &wt, D));
+    char name[64];
+    ebb_cl_layout_name(&wt.layout, name, sizeof(name));
+    static const uint32_t shapes[][2] = {{64, 64}, {128, 64}, {64, 128}, {128, 128}, {64, 32}};
+    cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x), rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        t.mm_mma = 1;
+        t.mma_r = shapes[si][0];
+        t.mma_t = shapes[si][1];
+        t.mma_k = 32;
+        struct ebb_cl_wprog p;
+        OK(ebb_cl_wprog_build(cl, &wt.layout, &t, &p, D));
+        for (int v = 0; v < 2; v++) {
+            cl_kernel k = v ? p.matmul_mmb : p.matmul_mma;
+            OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0,
+                                                 sizeof(float) * NTOK * N_OUT, res, 0, NULL, NULL),
+                            D, "write"));
+            int ni = N_IN, no = N_OUT, zero = 0, nt = NTOK;
+            struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no), EBB_CL_ARG(xb),
+                                     EBB_CL_ARG(ni),   EBB_CL_ARG(rb), EBB_CL_ARG(no),
+                                     EBB_CL_ARG(zero), EBB_CL_ARG(rb), EBB_CL_ARG(nt)};
+            OK(ebb_cl_weight_set_args(&wt, k, 0, D));
+            OK(ebb_cl_set_args(k, 2, a, 9, D));
+            size_t g[2], lw[2];
+            ebb_cl_wkernel_shape(&t, EBB_CL_WK_MMA, N_OUT, NTOK, g, lw);
+            OK(ebb_cl_run(cl, k, 2, g, lw, D));
+            rd(rb, sizeof(float) * NTOK * N_OUT, y);
+            double worst = 0;
+            for (int tk = 0; tk < NTOK; tk++)
+                for (uint32_t o = 0; o < N_OUT; o++) {
+                    double ref = res[tk * N_OUT + o], mag = fabs(ref);
+                    for (uint32_t i = 0; i < N_IN; i++) {
+                        double term = (double)w[(size_t)o * N_IN + i] * x[tk * N_IN + i];
+                        ref += term;
+                        mag += fabs(term);
+                    }
+                    double err = fabs(y[tk * N_OUT + o] - ref);
+                    worst = fmax(worst, err / (mag + 1e-2));
+                    CHECK(err <= 2e-3 * mag + 1e-6, "%s %s %ux%u t %d o %u: %g vs %g", name,
+                          v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, tk, o,
+                          y[tk * N_OUT + o], ref);
+                }
+            printf("  %-34s %s %3ux%-3u %d tokens max rel err %.2e\n", name,
+                   v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, NTOK, worst);
+        }
+        ebb_cl_wprog_fini(&p);
+    }
+    clReleaseMemObject(xb);
+    clReleaseMemObject(rb);
+    ebb_cl_weight_fini(&wt);
+    free(raw);
+    free(w);
+    free(x);
+    free(res);
+    free(y);
 }
 
 static int count_files(const char *dir)

@@ -183,7 +183,39 @@ int main(void)
     free(hc);
     free(hr);
 
-    /* 6. Request errors. */
+    /* 6. KV copy (ebb_model_kv_copy): the prompt prefilled in slot 0, copied into slot 1 (which
+     * holds the 150 tokens above), continues greedily in slot 1 exactly as in slot 0. */
+    enum { NG = 8 };
+    float *ga = malloc(sizeof(float) * nv * NG), *gb = malloc(sizeof(float) * nv * NG);
+    int32_t ia[NG], ib[NG];
+    rc = eval(cl, 0, prompt, 5, 0, a, NULL);
+    rc = rc ? rc : ebb_model_kv_copy(cl, 0, 1, 5, &d);
+    CHECK(!rc, "KV copy: %s", d.msg);
+    for (int s = 0; !rc && s < 2; s++) {
+        int32_t t = 0;
+        for (uint32_t i = 1; i < nv; i++)
+            t = a[i] > a[t] ? (int32_t)i : t;
+        for (int i = 0; !rc && i < NG; i++) {
+            float *row = (s ? gb : ga) + (size_t)i * nv;
+            (s ? ib : ia)[i] = t;
+            rc = eval(cl, (uint32_t)s, &t, 1, 5 + (uint32_t)i, row, NULL);
+            t = 0;
+            for (uint32_t k = 1; k < nv; k++)
+                t = row[k] > row[t] ? (int32_t)k : t;
+        }
+    }
+    if (!rc) {
+        CHECK(!memcmp(ia, ib, sizeof(ia)), "greedy ids differ after the KV copy");
+        CHECK(max_diff(ga, gb, (size_t)nv * NG) == 0.0f, "logits after the KV copy differ by %g",
+              max_diff(ga, gb, (size_t)nv * NG));
+        printf("  KV copy of 5 positions: %d greedy tokens equal in both slots\n", NG);
+    }
+    rc = ebb_model_kv_copy(cl, 0, 2, 5, &d);
+    CHECK(rc == EBB_EINVAL, "KV copy to slot 2 of 2: %s", ebb_err_name(rc));
+    free(ga);
+    free(gb);
+
+    /* 7. Request errors. */
     struct ebb_model_out none = {0};
     rc = ebb_model_eval(cl, 0, toks, 10, 250, &none, &d);
     CHECK(rc == EBB_ECTX, "past the context: %s", ebb_err_name(rc));

@@ -295,7 +295,16 @@ static void test_params_chat(void **state)
     assert_true(r.gp.sampling.temperature == 1 && r.gp.sampling.top_k == 0);
     ebb__gen_req_fini(&r);
 
-    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":2}", true, "n");
+    /* n: 1..EBB_SCHED_MAX_CHOICES here (the server's slots are checked at submission). */
+    assert_int_equal(
+        parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3}", true, &r, &e),
+        EBB_OK);
+    assert_int_equal(r.n_choices, 3);
+    assert_int_equal(r.gp.n_choices, 3);
+    ebb__gen_req_fini(&r);
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":17}", true, "n");
+    expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":0}", true, "n");
+    expect_bad("{\"prompt\":\"hi\",\"n\":1.5}", false, "n");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":\"hot\"}",
                true, "temperature");
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":3}", true,

@@ -581,20 +581,137 @@ static void test_window_reuse(void **state)
                 (double)maxd);
         assert_true(maxd < 0.01f);
     }
+    /* ebb_model_kv_copy with rings: slot 0 past the prompt (the rings wrapped), its first 600
+     * and then its first 100 positions copied into slot 1, which evaluates the rest of the
+     * prompt: the first finds the window in the copied rings, the second must rebuild them. */
+    struct ebb_model *m2 = NULL;
+    struct ebb_model_params p2 = {
+        .path = model_path, .device = device, .n_ctx = ebb_model_n_ctx(model), .n_seq = 2};
+    if (ebb_model_open(&p2, &m2, &d))
+        fail_msg("open with 2 slots: %s", d.msg);
+    assert_int_equal(ebb_model_eval(m2, 0, toks, (uint32_t)n, 0, NULL, &d), EBB_OK);
+    for (uint32_t i = 0; i < 16; i++)
+        assert_int_equal(ebb_model_eval(m2, 0, &toks[i], 1, (uint32_t)n + i, NULL, &d), EBB_OK);
+    const uint32_t upto[] = {600, 100};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ebb_model_kv_copy(m2, 0, 1, upto[k], &d), EBB_OK);
+        assert_int_equal(
+            ebb_model_eval(m2, 1, toks + upto[k], (uint32_t)n - upto[k], upto[k], &ob, &d), EBB_OK);
+        float maxd = 0;
+        for (uint32_t i = 0; i < V; i++)
+            maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
+        fprintf(stderr,
+                "# first %u positions copied to another slot, the rest evaluated there: "
+                "max |diff| %.5f\n",
+                upto[k], (double)maxd);
+        assert_true(maxd < 0.01f);
+    }
+    ebb_model_close(m2);
     free(a);
     free(b);
+}
+
+static int32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return (int32_t)b;
+}
+
+/* Greedy continuation of n tokens in slot seq from position pos, the first token being first;
+ * writes the ids and the logits of every step (n rows of V). */
+static void greedy_from(struct ebb_model *m, uint32_t seq, uint32_t pos, int32_t first, uint32_t n,
+                        int32_t *ids, float *rows)
+{
+    uint32_t V = ebb_model_n_vocab(m);
+    struct ebb_diag d = {{0}};
+    int32_t t = first;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ebb_model_out o = {.logits = rows + (size_t)i * V};
+        assert_int_equal(ebb_model_eval(m, seq, &t, 1, pos + i, &o, &d), EBB_OK);
+        ids[i] = t;
+        t = argmax(rows + (size_t)i * V, V);
+    }
+}
+
+/* ebb_model_kv_copy: a prompt prefilled in slot 0 and copied into slot 2 (which held another
+ * sequence) continues greedily in slot 2 exactly as in slot 0, logits bit for bit; a partial
+ * copy continues the same once the destination evaluates the rest; the arguments are checked.
+ * On the tiny model, so it runs without the real models, on whichever backend EBB_TEST_DEVICE
+ * names. */
+static void test_kv_copy(void **state)
+{
+    (void)state;
+    struct ebb_model *m = NULL;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_params p = {
+        .path = EBB_TEST_DATA "/model/tiny-llama.gguf", .device = device, .n_ctx = 0, .n_seq = 3};
+    if (ebb_model_open(&p, &m, &d))
+        fail_msg("open tiny model: %s", d.msg);
+    enum { NP = 9, NG = 12 };
+    uint32_t V = ebb_model_n_vocab(m);
+    int32_t prompt[NP], junk[NP + 4];
+    for (uint32_t i = 0; i < NP; i++)
+        prompt[i] = (int32_t)((i * 31 + 5) % V);
+    for (uint32_t i = 0; i < NP + 4; i++)
+        junk[i] = (int32_t)((i * 17 + 40) % V);
+    float *last = malloc(sizeof(float) * V), *ra = malloc(sizeof(float) * V * NG),
+          *rb = malloc(sizeof(float) * V * NG);
+    assert_non_null(last);
+    assert_non_null(ra);
+    assert_non_null(rb);
+    int32_t ia[NG], ib[NG];
+    struct ebb_model_out o = {.logits = last};
+    assert_int_equal(ebb_model_eval(m, 2, junk, NP + 4, 0, NULL, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(m, 0, prompt, NP, 0, &o, &d), EBB_OK);
+    int32_t first = argmax(last, V);
+    /* Without the copy slot 2 continues its own sequence: the check below can fail. */
+    greedy_from(m, 2, NP, first, 1, ib, rb);
+    greedy_from(m, 0, NP, first, 1, ia, ra);
+    assert_true(memcmp(ra, rb, sizeof(float) * V) != 0);
+
+    assert_int_equal(ebb_model_kv_copy(m, 0, 2, NP, &d), EBB_OK);
+    greedy_from(m, 0, NP, first, NG, ia, ra);
+    greedy_from(m, 2, NP, first, NG, ib, rb);
+    assert_memory_equal(ia, ib, sizeof(ia));
+    assert_memory_equal(ra, rb, sizeof(float) * V * NG);
+
+    /* A partial copy: 5 positions, the destination evaluates the other 4 itself. Its logits
+     * come from a 4-token part instead of a 9-token one, so they match within rounding. */
+    assert_int_equal(ebb_model_eval(m, 1, junk, NP + 4, 0, NULL, &d), EBB_OK);
+    assert_int_equal(ebb_model_kv_copy(m, 0, 1, 5, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(m, 1, prompt + 5, NP - 5, 5, &o, &d), EBB_OK);
+    assert_int_equal(argmax(last, V), first);
+    greedy_from(m, 1, NP, first, NG, ib, rb);
+    assert_memory_equal(ia, ib, sizeof(ia));
+    float md = 0;
+    for (size_t i = 0; i < (size_t)V * NG; i++)
+        md = fmaxf(md, fabsf(ra[i] - rb[i]));
+    fprintf(stderr, "# KV copy of 5 of 9 positions, then 4 evaluated: max |diff| %.2e\n",
+            (double)md);
+    assert_true(md < (strcmp(device, "ref") ? 0.6f : 1e-4f));
+
+    /* Arguments. */
+    assert_int_equal(ebb_model_kv_copy(m, 0, 3, 1, &d), EBB_EINVAL);
+    assert_int_equal(ebb_model_kv_copy(m, 3, 0, 1, &d), EBB_EINVAL);
+    assert_int_equal(ebb_model_kv_copy(m, 0, 1, ebb_model_n_ctx(m) + 1, &d), EBB_ECTX);
+    assert_int_equal(ebb_model_kv_copy(m, 1, 1, 4, &d), EBB_OK);
+    assert_int_equal(ebb_model_kv_copy(m, 0, 1, 0, &d), EBB_OK);
+    ebb_model_close(m);
+    free(last);
+    free(ra);
+    free(rb);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_tiny_model),
-        cmocka_unit_test(test_first_logits),
-        cmocka_unit_test(test_greedy_ids),
-        cmocka_unit_test(test_prefill_vs_decode),
-        cmocka_unit_test(test_hidden_sum),
-        cmocka_unit_test(test_window_reuse),
+        cmocka_unit_test(test_errors),     cmocka_unit_test(test_tiny_model),
+        cmocka_unit_test(test_kv_copy),    cmocka_unit_test(test_first_logits),
+        cmocka_unit_test(test_greedy_ids), cmocka_unit_test(test_prefill_vs_decode),
+        cmocka_unit_test(test_hidden_sum), cmocka_unit_test(test_window_reuse),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));

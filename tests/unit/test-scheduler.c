@@ -73,13 +73,38 @@ uint32_t ebb_model_n_embd(const struct ebb_model *m)
     return N_EMBD;
 }
 
+/* Each slot's KV entries as tokens: kv_len[seq] valid positions. Evaluating at a position past
+ * them (a hole: KV entries the slot never got) fails and is counted; ebb_model_kv_copy copies
+ * them. Written only by the engine thread; read by the tests once jobs are done. */
+#define MAX_SEQ 8
+static int32_t kv[MAX_SEQ][N_CTX];
+static uint32_t kv_len[MAX_SEQ];
+static atomic_uint kv_holes, kv_copies;
+
+ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint32_t n,
+                          struct ebb_diag *diag)
+{
+    (void)diag;
+    if (src >= m->n_seq || dst >= m->n_seq || n > N_CTX || n > kv_len[src])
+        return EBB_EINVAL;
+    memcpy(kv[dst], kv[src], sizeof(int32_t) * n);
+    kv_len[dst] = n;
+    atomic_fetch_add(&kv_copies, 1);
+    return EBB_OK;
+}
+
 static ebb_err eval_one(uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out)
 {
-    (void)seq;
     atomic_fetch_add(&eval_tokens, n);
     if (pos + n > N_CTX)
         return EBB_ECTX;
+    if (seq >= MAX_SEQ || pos > kv_len[seq]) {
+        atomic_fetch_add(&kv_holes, 1);
+        return EBB_EINVAL;
+    }
+    memcpy(kv[seq] + pos, tokens, sizeof(int32_t) * n);
+    kv_len[seq] = pos + n;
     /* The hidden state of the token at position p is (token, p, 1). */
     for (uint32_t i = 0; out->hidden_sum && i < n; i++) {
         out->hidden_sum[0] += (float)tokens[i];
@@ -307,6 +332,7 @@ static struct ebb_sched *start(uint32_t slots, uint32_t queue, uint32_t chunk)
                                  .spec_max = start_spec_max,
                                  .on_loaded = on_loaded};
     struct ebb_sched *s = NULL;
+    assert_true(slots <= MAX_SEQ);
     atomic_store(&loaded, false);
     assert_int_equal(ebb_sched_new(&p, &s, NULL), EBB_OK);
     while (!atomic_load(&loaded))
@@ -919,6 +945,351 @@ static void test_cancel_inside_batch(void **state)
     ebb_sched_free(s);
 }
 
+/* ---- several choices (n) ------------------------------------------------------------------ */
+
+/* A sink for a job with several choices: each choice's text and result. */
+struct mrec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char text[EBB_SCHED_MAX_CHOICES][256];
+    size_t n_text[EBB_SCHED_MAX_CHOICES];
+    struct ebb_sched_result ch[EBB_SCHED_MAX_CHOICES];
+    unsigned n_choice_calls, n_tok, n_start;
+    bool done;
+    struct ebb_sched_result res;
+    uint64_t id;
+};
+
+static void m_on_start(void *ud)
+{
+    struct mrec *r = ud;
+    r->n_start++;
+}
+
+static void m_on_token(void *ud, const struct ebb_sched_token *t)
+{
+    struct mrec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    assert_true(t->choice < EBB_SCHED_MAX_CHOICES);
+    if (r->n_text[t->choice] + t->len < sizeof(r->text[0])) {
+        memcpy(r->text[t->choice] + r->n_text[t->choice], t->text, t->len);
+        r->n_text[t->choice] += t->len;
+    }
+    r->n_tok++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void m_on_choice(void *ud, const struct ebb_sched_result *res)
+{
+    struct mrec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    assert_true(res->choice < EBB_SCHED_MAX_CHOICES);
+    r->ch[res->choice] = *res;
+    r->n_choice_calls++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void m_on_done(void *ud, const struct ebb_sched_result *res)
+{
+    struct mrec *r = ud;
+    pthread_mutex_lock(&r->mu);
+    r->res = *res;
+    r->done = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static ebb_err msubmit(struct ebb_sched *s, struct mrec *r, const int32_t *prompt, uint32_t n,
+                       const struct ebb_gen_params *gp)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    struct ebb_sched_sink sink = {.on_start = m_on_start,
+                                  .on_token = m_on_token,
+                                  .on_choice = m_on_choice,
+                                  .on_done = m_on_done,
+                                  .ud = r};
+    return ebb_sched_submit(s, prompt, n, gp, &sink, &r->id, NULL);
+}
+
+static void mwait(struct mrec *r)
+{
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Greedy with n = 3: three texts equal to the one-choice text; the prompt is evaluated once
+ * (token count of the passes) and copied twice into the other slots, whose KV entries then hold
+ * it; on_choice once per choice, n_gen summed in on_done, n_prompt counted once. */
+static void test_choices_greedy(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(4, 4, 8);
+    enum { P = 20, G = 6 };
+    int32_t pa[P], pb[P];
+    for (int i = 0; i < P; i++) {
+        pa[i] = 1 + (i * 7) % 20;
+        pb[i] = 2 + (i * 11) % 19;
+    }
+    pa[P - 1] = pb[P - 1] = 5; /* the same last token: the same continuation "abcdea" */
+    pb[0] = 25;                /* and no prefix shared with pa's cached entries */
+    struct rec one;
+    rec_init(&one, s);
+    struct ebb_gen_params gp = greedy(G);
+    assert_int_equal(submit(s, &one, pa, P, &gp), EBB_OK);
+    rec_wait(&one);
+    assert_string_equal(one.text, "abcdea");
+
+    atomic_store(&eval_tokens, 0);
+    atomic_store(&kv_copies, 0);
+    atomic_store(&kv_holes, 0);
+    gp.n_choices = 3;
+    struct mrec r;
+    assert_int_equal(msubmit(s, &r, pb, P, &gp), EBB_OK);
+    mwait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_LENGTH);
+    assert_int_equal(r.n_start, 1);
+    assert_int_equal(r.n_choice_calls, 3);
+    for (int c = 0; c < 3; c++) {
+        r.text[c][r.n_text[c]] = 0;
+        assert_string_equal(r.text[c], one.text);
+        assert_int_equal(r.ch[c].choice, c);
+        assert_int_equal(r.ch[c].finish, EBB_FINISH_LENGTH);
+        assert_int_equal(r.ch[c].n_gen, G);
+    }
+    assert_int_equal(r.res.n_gen, 3 * G);
+    assert_int_equal(r.res.n_prompt, P);
+    assert_int_equal(r.res.n_cached, 0);
+    /* The prompt once, then G - 1 decoded tokens per choice (the last one is not evaluated). */
+    assert_int_equal(atomic_load(&eval_tokens), P + 3 * (G - 1));
+    assert_int_equal(atomic_load(&kv_copies), 2);
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    unsigned with_prompt = 0;
+    for (int q = 0; q < 4; q++)
+        with_prompt += kv_len[q] >= P && !memcmp(kv[q], pb, sizeof(pb));
+    assert_int_equal(with_prompt, 3);
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.kv_copies, 2);
+    assert_int_equal(st.active, 0);
+    assert_int_equal(st.jobs_started, 2);
+
+    /* The prompt again: choice 0 reuses its cached entries (all but the last token). */
+    atomic_store(&eval_tokens, 0);
+    assert_int_equal(msubmit(s, &r, pb, P, &gp), EBB_OK);
+    mwait(&r);
+    assert_int_equal(r.res.n_cached, P - 1);
+    assert_int_equal(atomic_load(&eval_tokens), 1 + 3 * (G - 1));
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_free(s);
+}
+
+/* Sampling with a seed: the choices differ, the same request gives the same choices again,
+ * and choice i draws what a one-choice request with seed + i draws. With a stop string each
+ * choice ends on its own. */
+static void test_choices_seeded(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(3, 4, 8);
+    int32_t prompt[4] = {3, 1, 4, 5};
+    struct ebb_gen_params gp = greedy(16);
+    gp.sampling.temperature = 5; /* the favourite has about 19% */
+    gp.sampling.top_k = 0;
+    gp.sampling.top_p = 1;
+    gp.sampling.min_p = 0;
+    gp.sampling.seed = 1234;
+    gp.ignore_eos = true;
+    gp.n_choices = 3;
+    struct mrec a, b;
+    assert_int_equal(msubmit(s, &a, prompt, 4, &gp), EBB_OK);
+    mwait(&a);
+    assert_int_equal(msubmit(s, &b, prompt, 4, &gp), EBB_OK);
+    mwait(&b);
+    for (int c = 0; c < 3; c++) {
+        a.text[c][a.n_text[c]] = 0;
+        b.text[c][b.n_text[c]] = 0;
+        print_message("choice %d: %s\n", c, a.text[c]);
+        assert_string_equal(a.text[c], b.text[c]);
+    }
+    assert_true(strcmp(a.text[0], a.text[1]) && strcmp(a.text[1], a.text[2]) &&
+                strcmp(a.text[0], a.text[2]));
+    for (int c = 0; c < 3; c++) {
+        struct ebb_gen_params g1 = gp;
+        g1.n_choices = 1;
+        g1.sampling.seed = 1234 + (uint64_t)c;
+        struct rec one;
+        rec_init(&one, s);
+        assert_int_equal(submit(s, &one, prompt, 4, &g1), EBB_OK);
+        rec_wait(&one);
+        assert_string_equal(one.text, a.text[c]);
+    }
+
+    gp.max_tokens = 40;
+    gp.n_stop = 1;
+    gp.stop[0] = "c";
+    assert_int_equal(msubmit(s, &a, prompt, 4, &gp), EBB_OK);
+    mwait(&a);
+    uint32_t sum = 0;
+    bool differ = false;
+    for (int c = 0; c < 3; c++) {
+        a.text[c][a.n_text[c]] = 0;
+        print_message("choice %d until 'c': %s (%u tokens)\n", c, a.text[c], a.ch[c].n_gen);
+        assert_null(strchr(a.text[c], 'c'));
+        assert_int_equal(a.ch[c].finish, EBB_FINISH_STOP);
+        assert_int_equal(a.ch[c].stop_index, 0);
+        sum += a.ch[c].n_gen;
+        differ = differ || a.ch[c].n_gen != a.ch[0].n_gen;
+    }
+    assert_true(differ);
+    assert_int_equal(a.res.n_gen, sum);
+    assert_int_equal(a.res.finish, EBB_FINISH_STOP);
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_free(s);
+}
+
+/* Cancelling a job frees all its slots: while it waits for its prompt, and while its choices
+ * decode. The slots then serve a job of as many choices again. */
+static void test_choices_cancel(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(3, 4, 4);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = 1 + i % 17;
+    struct ebb_gen_params gp = greedy(200);
+    gp.n_choices = 3;
+    struct mrec r;
+    struct ebb_sched_stats st;
+
+    /* During the prompt (10 chunks of 4): the two waiting choices end with it. */
+    atomic_store(&eval_delay_us, 2000);
+    assert_int_equal(msubmit(s, &r, prompt, 40, &gp), EBB_OK);
+    do {
+        usleep(1000);
+        ebb_sched_stats(s, &st);
+    } while (st.active < 3);
+    ebb_sched_cancel(s, r.id);
+    mwait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(r.n_choice_calls, 3);
+    assert_int_equal(r.n_tok, 0);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.active, 0);
+    assert_int_equal(st.kv_copies, 0);
+
+    /* While decoding. */
+    atomic_store(&eval_delay_us, 500);
+    assert_int_equal(msubmit(s, &r, prompt, 40, &gp), EBB_OK);
+    while (__atomic_load_n(&r.n_tok, __ATOMIC_SEQ_CST) < 9)
+        usleep(1000);
+    ebb_sched_cancel(s, r.id);
+    mwait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_CANCEL);
+    assert_int_equal(r.n_choice_calls, 3);
+    for (int c = 0; c < 3; c++) {
+        assert_int_equal(r.ch[c].finish, EBB_FINISH_CANCEL);
+        assert_true(r.ch[c].n_gen > 0 && r.ch[c].n_gen < 200);
+    }
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.active, 0);
+
+    atomic_store(&eval_delay_us, 0);
+    gp.max_tokens = 3;
+    assert_int_equal(msubmit(s, &r, prompt, 40, &gp), EBB_OK);
+    mwait(&r);
+    assert_int_equal(r.res.finish, EBB_FINISH_LENGTH);
+    assert_int_equal(r.res.n_gen, 9);
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_free(s);
+}
+
+/* More choices than slots, or than the cap, and embedding jobs with several are refused; a job
+ * of n choices waits until n slots are free, and the jobs behind it wait too. Grammar and
+ * speculative drafts work per choice. */
+static void test_choices_admission(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(3, 4, 8);
+    int32_t prompt[2] = {1, 5};
+    struct ebb_gen_params gp = greedy(4);
+    struct mrec r;
+    struct ebb_diag d = {{0}};
+    struct ebb_sched_sink sink = {.on_done = m_on_done, .ud = &r};
+    gp.n_choices = 4;
+    assert_int_equal(ebb_sched_submit(s, prompt, 2, &gp, &sink, &r.id, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "4 choices"));
+    gp.n_choices = EBB_SCHED_MAX_CHOICES + 1;
+    assert_int_equal(ebb_sched_submit(s, prompt, 2, &gp, &sink, &r.id, &d), EBB_EINVAL);
+    float out[N_EMBD];
+    uint32_t len[1] = {2};
+    struct ebb_gen_params ge = gp;
+    ge.n_choices = 2;
+    ge.n_embed = 1;
+    ge.embed_len = len;
+    ge.embed_out = out;
+    assert_int_equal(ebb_sched_submit(s, prompt, 2, &ge, &sink, &r.id, &d), EBB_EINVAL);
+
+    /* One slot busy (a held pass): a 3-choice job and a one-choice job behind it wait. */
+    struct rec first, last;
+    rec_init(&first, s);
+    rec_init(&last, s);
+    atomic_store(&hold, true);
+    gp.n_choices = 1;
+    assert_int_equal(submit(s, &first, prompt, 2, &gp), EBB_OK);
+    struct ebb_sched_stats st;
+    do {
+        usleep(1000);
+        ebb_sched_stats(s, &st);
+    } while (st.active < 1);
+    gp.n_choices = 3;
+    gp.grammar = "root ::= \"ab\" [x-z] \"d\"";
+    gp.max_tokens = 10;
+    assert_int_equal(msubmit(s, &r, prompt, 2, &gp), EBB_OK);
+    gp.n_choices = 1;
+    gp.grammar = NULL;
+    assert_int_equal(submit(s, &last, prompt, 2, &gp), EBB_OK);
+    /* Two slots are free, yet the one-choice job does not overtake the 3-choice one. */
+    usleep(20000);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.queued, 2);
+    assert_int_equal(st.active, 1);
+    atomic_store(&hold, false);
+    mwait(&r);
+    rec_wait(&first);
+    rec_wait(&last);
+    assert_true(r.res.finish == EBB_FINISH_STOP);
+    for (int c = 0; c < 3; c++) {
+        r.text[c][r.n_text[c]] = 0;
+        assert_string_equal(r.text[c], "abxd");
+    }
+    assert_string_equal(last.text, "abcdeabcde");
+
+    /* Speculative drafts per choice: the same text in fewer passes. */
+    gp = greedy(40);
+    gp.n_choices = 2;
+    atomic_store(&evals, 0);
+    assert_int_equal(msubmit(s, &r, prompt, 2, &gp), EBB_OK);
+    mwait(&r);
+    unsigned plain = atomic_load(&evals);
+    gp.spec_max = 8;
+    struct mrec sp;
+    atomic_store(&evals, 0);
+    assert_int_equal(msubmit(s, &sp, prompt, 2, &gp), EBB_OK);
+    mwait(&sp);
+    print_message("two choices, speculative: %u passes (plain %u)\n", atomic_load(&evals), plain);
+    assert_true(atomic_load(&evals) * 2 < plain);
+    for (int c = 0; c < 2; c++) {
+        r.text[c][r.n_text[c]] = sp.text[c][sp.n_text[c]] = 0;
+        assert_string_equal(sp.text[c], r.text[c]);
+        assert_int_equal(sp.ch[c].n_gen, 40);
+    }
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -938,6 +1309,10 @@ int main(void)
         cmocka_unit_test(test_short_match_keeps_cache),
         cmocka_unit_test(test_cancel_inside_batch),
         cmocka_unit_test(test_speculative),
+        cmocka_unit_test(test_choices_greedy),
+        cmocka_unit_test(test_choices_seeded),
+        cmocka_unit_test(test_choices_cancel),
+        cmocka_unit_test(test_choices_admission),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
