@@ -177,7 +177,6 @@ struct clm {
     int32_t *ring_toks;
     uint32_t *ring_top;
     uint32_t ring_len, ring_win; /* the rings' positions and the window they serve */
-    uint64_t ring_replays;       /* evaluations that had to rebuild a slot's rings first */
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */
     cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */

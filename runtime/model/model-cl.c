@@ -385,7 +385,6 @@ static ebb_err ring_before(struct clm *m, uint32_t seq, uint32_t pos, struct ebb
     uint64_t need = pos >= m->ring_win ? pos - m->ring_win + 1 : 0;
     if (need + m->ring_len >= m->ring_top[seq])
         return EBB_OK;
-    m->ring_replays++;
     return clm_eval(m, seq, m->ring_toks + (size_t)seq * m->n_ctx, pos, 0, NULL, diag);
 }
 
