@@ -1,6 +1,9 @@
 /* Attention over the half-precision KV cache written by rope_kv (layout per layer:
- * [kv_base + (kv_head * n_ctx + pos) * HEAD_DIM + d]). Query heads share KV heads in groups of
- * n_head / n_head_kv (GQA). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
+ * [kv_base + (kv_head * n_ctx + pos % n_ctx) * HEAD_DIM + d], n_ctx the positions the layer's
+ * cache holds: the context, or a sliding window's ring). Query heads share KV heads in groups of
+ * n_head / n_head_kv (GQA). win > 0 is a sliding window: the query at position p attends to
+ * positions p - win + 1 .. p only (the ring must hold them: n_ctx >= win + the queries of a
+ * launch - 1; attn_prefill_mma has neither: the engine runs attn_prefill for such layers). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
  * per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per local tile).
  * Needs ops.cl (wg_sum, wg_max) in the same program. */
 
@@ -44,8 +47,15 @@ inline float4 kv_half4(ushort4 h)
 #define ATT_G 1
 #endif
 
+/* The first position a query at position n_kv - 1 attends to. */
+inline int att_first(int n_kv, int win)
+{
+    return win > 0 && n_kv > win ? n_kv - win : 0;
+}
+
 /* Decode, first pass (flash-decoding): work-group (c, hg) scores positions
- * [c * ATT_CHUNK, min(n_kv, (c + 1) * ATT_CHUNK)) for the ATT_G query heads h0 = hg * ATT_G ..
+ * [f + c * ATT_CHUNK, min(n_kv, f + (c + 1) * ATT_CHUNK)) (f = att_first(n_kv, win)) for the
+ * ATT_G query heads h0 = hg * ATT_G ..
  * (1, or every query head of one KV head, which then reads its keys and values once for all of
  * them) and writes, per head h, the unnormalised partial output po[h][c][d] with its max and sum
  * of exponentials pml[h][c] = (m, l); with a single chunk it writes the normalised result to
@@ -53,13 +63,14 @@ inline float4 kv_half4(ushort4 h)
  * q8.cl reduces and quantizes even one chunk).
  * Global size (n_chunks * NORM_WG, n_head / ATT_G), local (NORM_WG, 1). */
 /* The body of decode's first pass for work-group (c, heads h0..): qs holds the scaled queries
- * (ATT_G rows of HEAD_DIM); keys and values of positions p0.. come from kb / vb, except, with
- * kn, the chunk's last one (the new token's), whose key and value come from kn / vn in local
- * memory (as the cache holds them). sc holds ATT_G rows of ATT_CHUNK scores. */
+ * (ATT_G rows of HEAD_DIM); keys and values of positions p0..p0 + pn - 1 come from the KV
+ * head's cache kh / vh (n_ctx positions, position p at p % n_ctx), except, with kn, the chunk's
+ * last one (the new token's), whose key and value come from kn / vn in local memory (as the
+ * cache holds them). sc holds ATT_G rows of ATT_CHUNK scores. */
 inline void decode_part(__local const float *qs, __local float *sc, __local float *tmp,
-                        const __global half *kb, const __global half *vb, int pn,
-                        __local const half *kn, __local const half *vn, int c, int nc, int h0,
-                        __global float *po, __global float2 *pml, __global float *out)
+                        const __global half *kh, const __global half *vh, int p0, int n_ctx,
+                        int pn, __local const half *kn, __local const half *vn, int c, int nc,
+                        int h0, __global float *po, __global float2 *pml, __global float *out)
 {
     int lid = get_local_id(0);
     float m[ATT_G], l[ATT_G];
@@ -70,8 +81,9 @@ inline void decode_part(__local const float *qs, __local float *sc, __local floa
         for (int g = 0; g < ATT_G; g++)
             s4[g] = (float4)(0.0f);
         bool own = kn && j == pn - 1;
+        const __global half *kb = kh + (size_t)((p0 + j) % n_ctx) * HEAD_DIM;
         for (int d = 0; d < HEAD_DIM; d += 4) {
-            float4 k4 = own ? vload_half4(0, kn + d) : KV4(0, kb + (size_t)j * HEAD_DIM + d);
+            float4 k4 = own ? vload_half4(0, kn + d) : KV4(0, kb + d);
             for (int g = 0; g < ATT_G; g++)
                 s4[g] += k4 * vload4(0, qs + g * HEAD_DIM + d);
         }
@@ -94,12 +106,19 @@ inline void decode_part(__local const float *qs, __local float *sc, __local floa
     for (int g = 0; g < ATT_G; g++)
         l[g] = wg_sum(l[g], tmp);
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
+    int s0 = p0 % n_ctx, n1 = min(pc, n_ctx - s0); /* before and after the ring wraps */
+    const __global half *vb = vh + (size_t)s0 * HEAD_DIM;
     for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
         float o[ATT_G];
         for (int g = 0; g < ATT_G; g++)
             o[g] = 0.0f;
-        for (int j = 0; j < pc; j++) {
+        for (int j = 0; j < n1; j++) {
             float v = KV1(vb + (size_t)j * HEAD_DIM + d);
+            for (int g = 0; g < ATT_G; g++)
+                o[g] += sc[g * ATT_CHUNK + j] * v;
+        }
+        for (int j = n1; j < pc; j++) {
+            float v = KV1(vh + (size_t)(j - n1) * HEAD_DIM + d);
             for (int g = 0; g < ATT_G; g++)
                 o[g] += sc[g * ATT_CHUNK + j] * v;
         }
@@ -124,7 +143,7 @@ inline void decode_part(__local const float *qs, __local float *sc, __local floa
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                __global const half *vc, ulong kv_base, int n_ctx, int n_kv,
                                int n_head, int n_head_kv, float scale, __global float *po,
-                               __global float2 *pml, __global float *out)
+                               __global float2 *pml, __global float *out, int win)
 {
     __local float qs[ATT_G * HEAD_DIM];
     __local float sc[ATT_G * ATT_CHUNK];
@@ -132,13 +151,13 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0);
     int hk = h0 / (n_head / n_head_kv);
-    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
         qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h0, po, pml, out);
+    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
@@ -151,7 +170,7 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
                                float scale, __global float *po, __global float2 *pml,
                                __global float *out, int n_rot, float base, float freq_scale,
-                               int neox, __global const float *ff)
+                               int neox, __global const float *ff, int win)
 {
     __local float qs[ATT_G * HEAD_DIM];
     __local float sc[ATT_G * ATT_CHUNK];
@@ -161,7 +180,7 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
     int hk = h0 / group, pos = n_kv - 1;
-    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     bool last = c == nc - 1;
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
@@ -181,17 +200,17 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
+    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     if (last && h0 % group == 0) {
-        size_t off = kv_base + ((size_t)hk * n_ctx + pos) * HEAD_DIM;
+        size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * HEAD_DIM;
         for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
             vstore_half(vload_half(d, kn), off + d, kc);
             vstore_half(vload_half(d, vn), off + d, vc);
         }
     }
-    decode_part(qs, sc, tmp, kb, vb, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h0, po, pml,
-                out);
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h0,
+                po, pml, out);
 }
 
 /* Decode, second pass: combines the n_chunks partials of each head. Global (HEAD_DIM, n_head). */
@@ -223,27 +242,27 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
                                __global const int *dr, ulong slot_stride, int n_ctx,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, int max_nc, __global float *out,
-                               int out_ld)
+                               int out_ld, int win)
 {
     __local float qs[ATT_G * HEAD_DIM];
     __local float sc[ATT_G * ATT_CHUNK];
     __local float tmp[NORM_WG];
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, z = get_group_id(2);
     int lid = get_local_id(0);
-    int r = dr[z], n_kv = rt[2 * r + 1] + 1;
-    int nc = (n_kv + ATT_CHUNK - 1) / ATT_CHUNK;
+    int r = dr[z], n_kv = rt[2 * r + 1] + 1, f = att_first(n_kv, win);
+    int nc = (n_kv - f + ATT_CHUNK - 1) / ATT_CHUNK;
     if (c >= nc)
         return; /* the whole work-group: no barrier is skipped by part of it */
     int hk = h0 / (n_head / n_head_kv);
-    int p0 = c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
+    int p0 = f + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     const __global float *q = qkv + (size_t)r * qkv_ld;
     for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
         qs[e] = q[h0 * HEAD_DIM + e] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
-    const __global half *kb = kc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    const __global half *vb = vc + kv_base + ((size_t)hk * n_ctx + p0) * HEAD_DIM;
-    decode_part(qs, sc, tmp, kb, vb, pn, NULL, NULL, c, nc, h0,
+    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }
@@ -252,11 +271,11 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
  * n_head, n_dec). */
 __kernel void attn_decode_reduce_rows(__global const float *po, __global const float2 *pml,
                                       __global const int *rt, __global const int *dr,
-                                      int max_nc, __global float *out, int out_ld)
+                                      int max_nc, __global float *out, int out_ld, int win)
 {
     int d = get_global_id(0), h = get_global_id(1), z = get_global_id(2);
     int r = dr[z], n_kv = rt[2 * r + 1] + 1;
-    int nc = (n_kv + ATT_CHUNK - 1) / ATT_CHUNK;
+    int nc = (n_kv - att_first(n_kv, win) + ATT_CHUNK - 1) / ATT_CHUNK;
     if (nc == 1)
         return;
     const __global float *pz = po + (size_t)z * get_global_size(1) * max_nc * HEAD_DIM;
@@ -274,7 +293,8 @@ __kernel void attn_decode_reduce_rows(__global const float *po, __global const f
     out[(size_t)r * out_ld + h * HEAD_DIM + d] = o / l;
 }
 
-/* Prefill, causal: query t (position pos0 + t) of head h attends positions 0..pos0 + t. A
+/* Prefill, causal: query t (position pos0 + t) of head h attends positions 0..pos0 + t (with
+ * win, att_first(pos0 + t + 1, win)..pos0 + t). A
  * work-group of ATT_TQ queries walks the keys in tiles of ATT_TK staged in local memory, each
  * work-item keeping an online softmax (running max, sum and output) in registers. Q rows are
  * rows r0.. of qkv (row stride qkv_ld), output rows the same rows of out (stride out_ld).
@@ -282,7 +302,7 @@ __kernel void attn_decode_reduce_rows(__global const float *po, __global const f
 __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const half *kc,
                            __global const half *vc, ulong kv_base, int n_ctx, int pos0,
                            int n_tok, int n_head, int n_head_kv, float scale,
-                           __global float *out, int out_ld, int r0)
+                           __global float *out, int out_ld, int r0, int win)
 {
     __local float4 ks[ATT_TK][HEAD_DIM / 4];
     __local float4 vs[ATT_TK][HEAD_DIM / 4];
@@ -291,7 +311,8 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     bool valid = t < n_tok;
     int qp = pos0 + t;
     int t_last = min(n_tok, (int)(get_group_id(0) + 1) * ATT_TQ) - 1;
-    int last = pos0 + t_last;
+    int last = pos0 + t_last, qf = att_first(qp + 1, win);
+    int first = att_first(pos0 + (int)get_group_id(0) * ATT_TQ + 1, win); /* the group's */
     float4 q[HEAD_DIM / 4], acc[HEAD_DIM / 4];
     for (int d = 0; d < HEAD_DIM / 4; d++) {
         q[d] = valid ? vload4(d, qkv + (size_t)(r0 + t) * qkv_ld + h * HEAD_DIM) * scale
@@ -301,17 +322,18 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
     float m = -INFINITY, l = 0.0f;
     const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    for (int k0 = 0; k0 <= last; k0 += ATT_TK) {
+    for (int k0 = first; k0 <= last; k0 += ATT_TK) {
         for (int e = lid; e < ATT_TK * (HEAD_DIM / 4); e += ATT_TQ) {
             int j = e / (HEAD_DIM / 4), d = e % (HEAD_DIM / 4);
             bool in = k0 + j <= last;
-            ks[j][d] = in ? KV4(d, kb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
-            vs[j][d] = in ? KV4(d, vb + (size_t)(k0 + j) * HEAD_DIM) : (float4)(0.0f);
+            size_t at = (size_t)((k0 + j) % n_ctx) * HEAD_DIM;
+            ks[j][d] = in ? KV4(d, kb + at) : (float4)(0.0f);
+            vs[j][d] = in ? KV4(d, vb + at) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (valid) {
             int jn = min(ATT_TK, qp - k0 + 1);
-            for (int j = 0; j < jn; j++) {
+            for (int j = max(0, qf - k0); j < jn; j++) {
                 float4 s4 = (float4)(0.0f);
                 for (int d = 0; d < HEAD_DIM / 4; d++)
                     s4 += q[d] * ks[j][d];

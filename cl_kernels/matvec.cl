@@ -41,14 +41,14 @@
 #endif
 
 /* matvec's input x'[i..i+3] from x[i..i+3] (v): times the folded norm weight nw, and with glu
- * silu(v) * up, the up half of the row at xt + n_in. X_IN4(i) reads and folds in one. */
+ * act(v) * up, the up half of the row at xt + n_in (act.cl: glu 1 SiLU, 2 GELU). X_IN4(i) reads and folds in one. */
 inline float4 x_in4(float4 v, const __global float *xt, const __global float *nw, int glu,
                     int n_in, int i)
 {
     if (nw)
         v *= vload4(0, nw + i);
     if (glu)
-        v = v / (1.0f + exp(-v)) * vload4(0, xt + n_in + i);
+        v = glu_act4(v, glu) * vload4(0, xt + n_in + i);
     return v;
 }
 #define X_IN4(i) x_in4(READ_X4(x, t, (i)), xt, nw, glu, n_in, (i))
@@ -118,7 +118,8 @@ inline float row_sum(__local float *red, int lane, float v)
  * t = get_global_id(1), where x' = x, or with nw given, x' = rmsnorm(x) * nw (eps): the RMS norm
  * of the input row is folded into the product, W (x * nw) / rms(x), which saves the norm's
  * launch in decode. With glu, each row of x holds 2 n_in values [gate | up] and
- * x' = silu(gate) * up (SwiGLU folded into the down projection; x_ld spans both halves).
+ * x' = act(gate) * up (SwiGLU or GeGLU folded into the down projection; x_ld spans both
+ * halves).
  * res may alias y (each element is read, then written, by one work-item).
  * Global size (n_out * MV_WG, n_tok), local (MV_WG * MV_ROWS, 1). */
 __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld,
@@ -160,8 +161,8 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
                     x1 *= vload16(1, nw + b * 32);
                 }
                 if (glu) {
-                    x0 = x0 / (1.0f + exp(-x0)) * vload16(0, xt + n_in + b * 32);
-                    x1 = x1 / (1.0f + exp(-x1)) * vload16(1, xt + n_in + b * 32);
+                    x0 = glu_act16(x0, glu) * vload16(0, xt + n_in + b * 32);
+                    x1 = glu_act16(x1, glu) * vload16(1, xt + n_in + b * 32);
                 }
                 acc.x += hsum16(lo * x0 + hi * x1);
             }

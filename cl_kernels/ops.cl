@@ -55,10 +55,30 @@ __kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w
         yr[i] = xr[i] * inv * w[i];
 }
 
+/* Post-norm residual add (Gemma's norms of a block's output): y[t] += x[t] /
+ * sqrt(mean(x[t]^2) + eps) * w. One work-group per row, as rmsnorm; y must not alias x. */
+__kernel void rmsnorm_add(__global const float *x, int x_ld, __global const float *w,
+                          __global float *y, int y_ld, int n, float eps)
+{
+    __local float tmp[NORM_WG];
+    int t = get_global_id(1), lid = get_local_id(0);
+    const __global float *xr = x + (size_t)t * x_ld;
+    float ss = 0.0f;
+    for (int i = lid; i < n; i += NORM_WG)
+        ss += xr[i] * xr[i];
+    ss = wg_sum(ss, tmp);
+    float inv = rsqrt(ss / n + eps);
+    __global float *yr = y + (size_t)t * y_ld;
+    for (int i = lid; i < n; i += NORM_WG)
+        yr[i] += xr[i] * inv * w[i];
+}
+
 /* Rotary embedding of the Q and K heads of row t of qkv (layout per row: n_head heads of
  * head_dim for Q, then n_head_kv for K, then n_head_kv for V), fused with the KV-cache write:
  * Q is rotated in place, K is rotated into kc and V copied into vc, as halves, at position
- * pos0 + t. Cache layout per layer: [kv_base + (h * n_ctx + pos) * head_dim + d].
+ * pos0 + t. Cache layout per layer: [kv_base + (h * n_ctx + pos % n_ctx) * head_dim + d]: a
+ * layer whose cache holds fewer positions than the context (a sliding window's ring) keeps the
+ * last n_ctx of them.
  * neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1). Dimensions past n_rot are copied.
  * Global size (head_dim / 2, n_head + n_head_kv, n_tok). */
 /* The pair of dimensions rotated by pair index p: (2p, 2p + 1), or with neox (p, p + n_rot / 2)
@@ -99,7 +119,7 @@ inline void rope_kv_one(__global float *row, __global half *kc, __global half *v
         return;
     }
     int hk = h - n_head;
-    size_t off = kv_base + ((size_t)hk * n_ctx + pos) * head_dim;
+    size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * head_dim;
     vstore_half(r.x, off + i.x, kc);
     vstore_half(r.y, off + i.y, kc);
     const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim;
@@ -139,6 +159,15 @@ __kernel void swiglu(__global const float *g, int g_ld, __global float *y, int y
     const __global float *r = g + (size_t)t * g_ld;
     float a = r[i];
     y[(size_t)t * y_ld + i] = a / (1.0f + exp(-a)) * r[n + i];
+}
+
+/* GeGLU: y[t][i] = gelu_tanh(g[t][i]) * g[t][n + i] (act.cl), swiglu's layout. Global size
+ * (n, n_tok). */
+__kernel void geglu(__global const float *g, int g_ld, __global float *y, int y_ld, int n)
+{
+    int i = get_global_id(0), t = get_global_id(1);
+    const __global float *r = g + (size_t)t * g_ld;
+    y[(size_t)t * y_ld + i] = gelu_tanh(r[i]) * r[n + i];
 }
 
 /* y = a + b over n floats. */

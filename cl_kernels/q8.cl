@@ -78,7 +78,7 @@ inline float block32(__local float *red, int lid, float v, int is_max)
 }
 
 /* quantize_x8: xq[i] = round(x'[i] / d_b) and xd[b] = (d_b * inv, d_b * inv * sum of block b's xq), where x'
- * is matvec's folded input of row 0 of x (x * nw with nw given; silu(gate) * up with glu, x
+ * is matvec's folded input of row 0 of x (x * nw with nw given; act(gate) * up with glu, x
  * holding [gate | up]), d_b = max |x'| over block b / 127, and inv = 1 / rms(x) with nw given
  * (else 1), so that sum_i W[o][i] x'[i] / rms = sum_b d_w,b xd[b].x sum q_w xq + m_w,b xd[b].y
  * for 4-bit weights q_w d_w + m_w. One work-item per input; n_in a multiple of 32. Every
@@ -110,7 +110,7 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
     if (in && nw)
         v *= nw[i];
     if (in && glu)
-        v = v / (1.0f + exp(-v)) * x[n_in + i];
+        v = glu_act(v, glu) * x[n_in + i];
     float d = block32(red, lid, fabs(v), 1) / 127.0f;
     int q = d > 0.0f ? convert_int_rte(v / d) : 0;
     float s = block32(red, lid, (float)q, 0);

@@ -128,7 +128,7 @@ ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, 
     features(a, &hp, g, &b);
     struct clm_plan plan;
     struct ebb_diag d = {{0}};
-    if (ebb__clm_plan(a, &hp, &plan, &d))
+    if (ebb__clm_plan(a, &plan, &d))
         snprintf(engines, ecap, "ref (opencl refuses: %s)", d.msg);
     else
         snprintf(engines, ecap, "ref, opencl");

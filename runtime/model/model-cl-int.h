@@ -55,12 +55,17 @@ enum clm_step_kind {
                       up and down stacks in groups group .. group + 3, one weight each */
 };
 
+/* A gated product's activation, as the kernels take it (act.cl). */
+enum clm_glu { CLM_GLU_NONE, CLM_GLU_SILU, CLM_GLU_GELU };
+
 struct clm_step {
     uint8_t kind;    /* enum clm_step_kind */
     uint8_t in, out; /* enum clm_buf */
     uint8_t group;   /* CLM_PROJ: index into plan.groups and layer.w */
     int8_t norm;     /* CLM_PROJ: RMS norm of in first (index into plan.norms), or -1 */
-    bool glu;        /* CLM_PROJ: in is gate | up, SwiGLU first */
+    uint8_t post;    /* CLM_PROJ with res: 1 + the index into plan.norms of an RMS norm of the
+                        product before it is added to out, 0 none (Gemma's post-block norms) */
+    uint8_t glu;     /* CLM_PROJ: enum clm_glu; in is gate | up, act(gate) * up first */
     bool res;        /* CLM_PROJ: the product is added to out (the residual) */
     bool neox;       /* CLM_ATTN: rope on split halves */
 };
@@ -109,9 +114,12 @@ struct layer {
     cl_mem norm[MAX_NORMS];                        /* (n_embd) f32, plan.norms */
     struct ebb_cl_weight w[MAX_GROUPS][GROUP_MAX]; /* group g fused into w[g][0], or one each */
     uint32_t n_w[MAX_GROUPS];
-    cl_mem kc, vc; /* (n_seq, n_head_kv, n_ctx, head_dim) halves */
-    cl_mem bias;   /* (n_q + 2 n_kv) f32 with plan.has_bias */
-    cl_mem qn, kn; /* (head_dim) f32 with plan.has_qk_norm */
+    cl_mem kc, vc;   /* (n_seq, n_head_kv, kv_len, head_dim) halves */
+    uint32_t win;    /* sliding window (positions attended), 0: the whole context */
+    uint32_t kv_len; /* positions the cache holds per slot and head: n_ctx, or a windowed
+                        layer's ring (position p at p % kv_len) */
+    cl_mem bias;     /* (n_q + 2 n_kv) f32 with plan.has_bias */
+    cl_mem qn, kn;   /* (head_dim) f32 with plan.has_qk_norm */
 };
 
 /* The rows of the chunk being evaluated (at most N_BATCH), as consecutive parts: part i is
@@ -146,6 +154,7 @@ struct clm {
     uint32_t n_progs;
     cl_program ops;
     cl_kernel k_norm, k_rope, k_attn_part, k_attn_red, k_attn_pre, k_swiglu, k_topk1, k_topk2;
+    cl_kernel k_geglu, k_norm_add; /* GeGLU, the post-block norm's residual add (gemma3) */
     cl_kernel k_q8;                /* quantize_x8, with tu.mv_q8 */
     cl_kernel k_q8r;               /* quantize_x8_rows, with tu.mv_q8 and tu.q8r_max > 1 */
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
@@ -162,6 +171,12 @@ struct clm {
     cl_mem rope_ff;     /* (n_rot / 2) rope frequency divisors (Llama 3.1's scaling), or NULL */
     cl_mem output_norm; /* (n_embd) f32 */
     struct layer *layers;
+    bool kv_ring; /* windowed layers keep a ring of their window's positions (kv_layout) */
+    /* With a ring (model-cl.c, "Rings"): every slot's evaluated token ids (n_seq, n_ctx), and
+     * per slot one past the highest position written since its last evaluation from 0. */
+    int32_t *ring_toks;
+    uint32_t *ring_top;
+    uint32_t ring_len, ring_win; /* the rings' positions and the window they serve */
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */
     cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */
@@ -209,10 +224,9 @@ struct clm {
 };
 
 /* model-cl-plan.c */
-/* Compiles a's programs into plan for this engine; EBB_EUNSUPPORTED naming the first op (or
- * feature) it has no kernels for. */
-ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp,
-                      struct clm_plan *plan, struct ebb_diag *diag);
+/* Compiles a's programs into plan for this engine; EBB_EUNSUPPORTED naming the first op it
+ * has no kernels for. */
+ebb_err ebb__clm_plan(const struct ebb__arch *a, struct clm_plan *plan, struct ebb_diag *diag);
 
 /* model-cl-place.c */
 /* One device buffer of bytes, failing with a message that names what when it is too large. */

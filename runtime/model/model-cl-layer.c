@@ -188,16 +188,47 @@ static void buf_of(struct clm *m, uint8_t b, cl_mem *mem, int *ld)
     }
 }
 
-/* A CLM_PROJ step. Decode folds the RMS norm (into each product of the group) or the SwiGLU
- * (into the product) and adds the residual inside; prefill normalises into m->h or gates into
- * m->ff once for the whole token tile first. */
+/* y[t] += rmsnorm(x[t]) * w over nt rows of n_embd (x and y distinct). */
+static ebb_err rmsnorm_add(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
+                           struct ebb_diag *diag)
+{
+    int n = (int)m->hp.n_embd;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x), EBB_CL_ARG(n), EBB_CL_ARG(w),  EBB_CL_ARG(y),
+                             EBB_CL_ARG(n), EBB_CL_ARG(n), EBB_CL_ARG(eps)};
+    ebb_err rc = ebb_cl_set_args(m->k_norm_add, 0, a, 7, diag);
+    size_t g[2] = {m->tu.norm_wg, (size_t)nt}, l[2] = {m->tu.norm_wg, 1};
+    return rc ? rc : ebb_cl_run(m->cl, m->k_norm_add, 2, g, l, diag);
+}
+
+static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                          struct ebb_diag *diag);
+
+/* A CLM_PROJ step. Decode folds the RMS norm (into each product of the group) or the gate
+ * activation (into the product) and adds the residual inside; prefill normalises into m->h or
+ * gates into m->ff once for the whole token tile first. With a post norm (Gemma) the product
+ * goes to m->h (free again: the norm's rows were consumed by the step before), and
+ * rmsnorm_add adds its norm to the residual. */
 static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                     struct ebb_diag *diag)
+{
+    if (!s->post)
+        return proj_inner(m, L, s, nt, diag);
+    struct clm_step t = *s;
+    t.res = false;
+    ebb_err rc = proj_inner(m, L, &t, nt, diag);
+    return rc ? rc : rmsnorm_add(m, m->h, L->norm[s->post - 1], m->x, nt, diag);
+}
+
+static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                          struct ebb_diag *diag)
 {
     cl_mem in, out;
     int in_ld, out_ld, n_embd = (int)m->hp.n_embd, n_ff = (int)m->hp.n_ff;
     buf_of(m, s->in, &in, &in_ld);
     buf_of(m, s->out, &out, &out_ld);
+    if (s->post) /* the product alone, into h (proj adds its norm to out) */
+        out = m->h, out_ld = n_embd;
     const struct ebb_cl_weight *w = L->w[s->group];
     uint32_t n_w = L->n_w[s->group];
     cl_mem res = s->res ? out : NULL;
@@ -220,13 +251,14 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     }
     if (!s->glu)
         return ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
-    if (fold) /* SwiGLU folded into the product */
-        return wmul_glu(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, 1, nt, diag);
+    if (fold) /* SwiGLU / GeGLU folded into the product */
+        return wmul_glu(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, s->glu, nt, diag);
+    cl_kernel kg = s->glu == CLM_GLU_GELU ? m->k_geglu : m->k_swiglu;
     struct ebb_cl_arg sa[] = {EBB_CL_ARG(in), EBB_CL_ARG(in_ld), EBB_CL_ARG(m->ff),
                               EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};
     size_t sg[2] = {m->hp.n_ff, (size_t)nt};
-    if ((rc = ebb_cl_set_args(m->k_swiglu, 0, sa, 5, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_swiglu, 2, sg, NULL, diag)))
+    if ((rc = ebb_cl_set_args(kg, 0, sa, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, kg, 2, sg, NULL, diag)))
         return rc;
     return ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
 }
@@ -245,18 +277,41 @@ static bool att_q8_ok(struct clm *m, const struct layer *L, uint32_t si)
     return w->n_in == m->n_q && q8_kernel(m, w, NULL) != NULL;
 }
 
-/* Prefill attention of nt queries with attn_prefill's 14 arguments: on tensor cores
- * (attn_prefill_mma, 64 queries a work-group of 128) where built, else attn_prefill. */
-static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int nt,
-                                 struct ebb_diag *diag)
+/* Layer L's rope: its base, position factor and frequency divisors (a windowed layer with a
+ * base of its own: that base, no scaling, as the reference has it). */
+static void rope_of(struct clm *m, const struct layer *L, float *base, float *fscale, cl_mem *ff)
 {
-    cl_kernel k = m->k_attn_pre_mma ? m->k_attn_pre_mma : m->k_attn_pre;
+    const struct ebb__hparams *hp = &m->hp;
+    if (L->win && hp->rope_base_swa > 0) {
+        *base = hp->rope_base_swa, *fscale = 1.0f, *ff = NULL;
+        return;
+    }
+    *base = hp->rope_base;
+    *fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+    *ff = m->rope_ff;
+}
+
+/* The decode attention chunks of a query at position n_kv - 1 in layer L. */
+static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
+{
+    int first = L->win && (uint32_t)n_kv > L->win ? n_kv - (int)L->win : 0;
+    return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+}
+
+/* Prefill attention of nt queries with attn_prefill's 15 arguments (the window last): on
+ * tensor cores (attn_prefill_mma, 64 queries a work-group of 128, the first 14) where built and
+ * the layer has neither a window nor a ring, else attn_prefill. */
+static ebb_err prefill_attention(struct clm *m, const struct layer *L, const struct ebb_cl_arg *a,
+                                 int nt, struct ebb_diag *diag)
+{
+    bool mma = m->k_attn_pre_mma && !L->win && L->kv_len == m->n_ctx;
+    cl_kernel k = mma ? m->k_attn_pre_mma : m->k_attn_pre;
     size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
-    if (m->k_attn_pre_mma) {
+    if (mma) {
         g[0] = ((size_t)nt + 63) / 64 * 128;
         l[0] = 128;
     }
-    ebb_err rc = ebb_cl_set_args(k, 0, a, 14, diag);
+    ebb_err rc = ebb_cl_set_args(k, 0, a, mma ? 14 : 15, diag);
     return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
@@ -270,16 +325,18 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
     m->att_q8 = false;
     const struct ebb__hparams *hp = &m->hp;
     ebb_err rc;
-    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q;
-    cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
-    int n_ctx = (int)m->n_ctx, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, win = (int)L->win;
+    cl_ulong kv_base = (cl_ulong)seq * hp->n_head_kv * L->kv_len * hp->head_dim;
+    int n_ctx = (int)L->kv_len, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
     int hd = (int)hp->head_dim, n_rot = (int)hp->n_rot, neox = is_neox;
-    float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+    float base, fscale;
+    cl_mem ff;
+    rope_of(m, L, &base, &fscale, &ff);
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                               EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(m->rope_ff)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
     bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
     if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 15, diag)) ||
@@ -288,7 +345,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
 
     float scale = 1.0f / sqrtf((float)hp->head_dim);
     if (nt == 1) {
-        int n_kv = pos + 1, nc = (n_kv + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+        int n_kv = pos + 1, nc = att_chunks(m, L, n_kv);
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
          * quantizes the output for it: one launch of quantize_x8 less. */
         bool q8 = att_q8_ok(m, L, si);
@@ -296,7 +353,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
                                  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),  EBB_CL_ARG(n_kv),
                                  EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),
-                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(att)};
+                                 EBB_CL_ARG(m->po),   EBB_CL_ARG(m->pml), EBB_CL_ARG(att),
+                                 EBB_CL_ARG(win)};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                  EBB_CL_ARG(m->att)};
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
@@ -305,10 +363,10 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         size_t l1[2] = {m->tu.norm_wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
-                                  EBB_CL_ARG(neox), EBB_CL_ARG(m->rope_ff)};
+                                  EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
         cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
-        if ((rc = ebb_cl_set_args(kp, 0, a, 12, diag)) ||
-            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 5, diag))) ||
+        if ((rc = ebb_cl_set_args(kp, 0, a, fused_rope ? 12 : 13, diag)) ||
+            (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 6, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
@@ -328,8 +386,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
-                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
-    return prefill_attention(m, a, nt, diag);
+                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
+    return prefill_attention(m, L, a, nt, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -337,16 +395,16 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                                    struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
-    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)m->n_ctx;
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)L->kv_len, win = (int)L->win;
     int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, pos = p->pos, nt = p->n, r0 = p->r0;
-    cl_ulong kv_base = (cl_ulong)p->seq * hp->n_head_kv * m->n_ctx * hp->head_dim;
+    cl_ulong kv_base = (cl_ulong)p->seq * hp->n_head_kv * L->kv_len * hp->head_dim;
     float scale = 1.0f / sqrtf((float)hp->head_dim);
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
-                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0)};
-    return prefill_attention(m, a, nt, diag);
+                             EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
+    return prefill_attention(m, L, a, nt, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one
@@ -355,35 +413,36 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
                                   struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
-    int max_nc = 1, chunk = (int)m->tu.att_chunk;
+    int max_nc = 1;
     for (uint32_t i = 0; i < rows->n_parts; i++) {
         const struct clm_part *p = &rows->parts[i];
-        int nc = (p->pos + 1 + chunk - 1) / chunk;
+        int nc = att_chunks(m, L, p->pos + 1);
         if (p->n == 1 && nc > max_nc)
             max_nc = nc;
     }
-    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)m->n_ctx;
+    int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)L->kv_len, win = (int)L->win;
     int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, stride_nc = (int)m->max_chunks;
-    cl_ulong slot = (cl_ulong)hp->n_head_kv * m->n_ctx * hp->head_dim;
+    cl_ulong slot = (cl_ulong)hp->n_head_kv * L->kv_len * hp->head_dim;
     float scale = 1.0f / sqrtf((float)hp->head_dim);
-    struct ebb_cl_arg a[] = {
-        EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),     EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
-        EBB_CL_ARG(m->rt),  EBB_CL_ARG(m->dr),     EBB_CL_ARG(slot),   EBB_CL_ARG(n_ctx),
-        EBB_CL_ARG(nh),     EBB_CL_ARG(nkv),       EBB_CL_ARG(scale),  EBB_CL_ARG(m->po),
-        EBB_CL_ARG(m->pml), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att), EBB_CL_ARG(n_q)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),     EBB_CL_ARG(L->kc),
+                             EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt),     EBB_CL_ARG(m->dr),
+                             EBB_CL_ARG(slot),   EBB_CL_ARG(n_ctx),     EBB_CL_ARG(nh),
+                             EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),     EBB_CL_ARG(m->po),
+                             EBB_CL_ARG(m->pml), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
+                             EBB_CL_ARG(n_q),    EBB_CL_ARG(win)};
     struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
                              EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
-                             EBB_CL_ARG(n_q)};
+                             EBB_CL_ARG(n_q),   EBB_CL_ARG(win)};
     size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
     size_t l1[3] = {m->tu.norm_wg, 1, 1};
     size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
     ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 16, diag)) ||
+    if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 17, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_attn_rows, 3, g1, l1, diag)))
         return rc;
     if (max_nc == 1)
         return EBB_OK; /* every row wrote its result itself */
-    if ((rc = ebb_cl_set_args(m->k_attn_red_rows, 0, b, 7, diag)))
+    if ((rc = ebb_cl_set_args(m->k_attn_red_rows, 0, b, 8, diag)))
         return rc;
     return ebb_cl_run(m->cl, m->k_attn_red_rows, 3, g2, NULL, diag);
 }
@@ -401,16 +460,18 @@ static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct cl
     }
     const struct ebb__hparams *hp = &m->hp;
     m->att_q8 = false;
-    int n_qkv = (int)m->n_qkv, n_ctx = (int)m->n_ctx, nh = (int)hp->n_head;
+    int n_qkv = (int)m->n_qkv, n_ctx = (int)L->kv_len, nh = (int)hp->n_head;
     int nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim, n_rot = (int)hp->n_rot;
     int neox = m->plan.steps[si].neox;
-    float base = hp->rope_base, fscale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
-    cl_ulong slot = (cl_ulong)hp->n_head_kv * m->n_ctx * hp->head_dim;
+    float base, fscale;
+    cl_mem ff;
+    rope_of(m, L, &base, &fscale, &ff);
+    cl_ulong slot = (cl_ulong)hp->n_head_kv * L->kv_len * hp->head_dim;
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv), EBB_CL_ARG(L->kc),
                               EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt), EBB_CL_ARG(slot),
                               EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
-                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(m->rope_ff)};
+                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(ff)};
     size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)rows->nt};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 15, diag)) ||

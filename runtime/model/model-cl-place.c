@@ -316,6 +316,18 @@ static ebb_err place_rope_freqs(struct clm *m, const struct ebb_gguf *g, struct 
     return ebb_cl_check(e, diag, "clCreateBuffer(rope_freqs)");
 }
 
+/* Layer l's window and the positions its KV cache holds: the whole context, or for a windowed
+ * layer KV_RING positions (the window and one chunk of rows, so that a chunk's queries still
+ * find the window behind its first row after its own keys are stored, and a rollback of up to
+ * N_BATCH positions finds the keys it needs) when that is shorter. */
+static void kv_layout(struct clm *m, uint32_t l, struct layer *L)
+{
+    L->win = ebb__arch_window(&m->hp, l);
+    L->kv_len = m->n_ctx;
+    if (L->win && m->kv_ring && (uint64_t)L->win + N_BATCH < m->n_ctx)
+        L->kv_len = L->win + N_BATCH;
+}
+
 ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
@@ -325,9 +337,10 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
     m->layers = calloc(hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
         return EBB_ENOMEM;
-    size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * m->n_ctx * hp->head_dim * 2;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct layer *L = &m->layers[l];
+        kv_layout(m, l, L);
+        size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * L->kv_len * hp->head_dim * 2;
         for (uint32_t k = 0; k < m->plan.n_norms; k++)
             if ((rc = place_plan_norm(m, g, m->plan.norms[k], l, &L->norm[k], diag)))
                 return rc;

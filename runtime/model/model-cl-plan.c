@@ -1,16 +1,24 @@
 /* The family's description compiled for the OpenCL engine, once at load: runs of ops are
  * matched to the engine's fused steps, so an evaluation enqueues the same kernels a
- * hand-written forward pass would (decode folds each RMS norm and the SwiGLU into the product
- * that consumes it, adds the residual inside the product; prefill runs norm and SwiGLU
- * kernels over the token tile). The patterns:
+ * hand-written forward pass would (decode folds each RMS norm and the gate activation into the
+ * product that consumes it, adds the residual inside the product; prefill runs norm and
+ * SwiGLU / GeGLU kernels over the token tile). The patterns:
  *   rms_norm(CUR, X) matmul(Q, CUR) matmul(K, CUR) matmul(V, CUR)  -> proj X -> q|k|v
  *   rms_norm(CUR, X) matmul(GATE, CUR) matmul(UP, CUR)             -> proj X -> gate|up
  *   rms_norm(CUR, X) matmul(QKV or GU, CUR) split(...)              -> the same, one fused weight
- *   rope(Q) rope(K) attention(ATT, Q, K, V)                         -> attn (rope_kv, attention)
+ *   rope(Q) rope(K) attention(ATT, Q, K, V)                         -> attn (rope_kv, attention;
+ *                                                                      windowed layers: their
+ *                                                                      window, rope base, ring)
  *   matmul(OUT, ATT) add(X, OUT)                                    -> proj ATT -> X, residual
- *   glu(GATE, GATE, UP, silu) matmul(OUT, GATE) add(X, OUT)         -> proj gate|up -> X, SwiGLU
+ *   matmul(OUT, ATT) rms_norm(OUT, OUT) add(X, OUT)                 -> proj ATT -> h, then
+ *                                                                      rmsnorm_add h -> X (gemma3)
+ *   glu(GATE, GATE, UP, silu|gelu) matmul(OUT, GATE) add(X, OUT)    -> proj gate|up -> X, the
+ *                                                                      gate folded (SwiGLU/GeGLU)
+ *   glu(...) matmul(OUT, GATE) rms_norm(OUT, OUT) add(X, OUT)       -> the same into h, then
+ *                                                                      rmsnorm_add h -> X (gemma3)
  *   add_bias(Q) add_bias(K) add_bias(V)                             -> bias of q|k|v (qwen2)
- *   head_norm(Q, Q) head_norm(K, K)                                 -> head_norm of q|k (qwen3)
+ *   head_norm(Q, Q) head_norm(K, K)                                 -> head_norm of q|k (qwen3,
+ *                                                                      gemma3)
  *   rms_norm(CUR, X) moe(OUT, CUR, silu) add(X, OUT)                -> moe (qwen3moe)
  * and, around the layers, get_rows(X) [scale(X, sqrt_embd)] and rms_norm(CUR, X)
  * matmul(LOGITS, CUR). An op outside them is refused with its name: the engine has no kernel
@@ -120,6 +128,23 @@ static uint32_t match_norm_proj(const struct ebb__op *ops, uint32_t n, struct cl
     return 0;
 }
 
+/* The end of a block at ops: add(X, OUT), or rms_norm(OUT, OUT) add(X, OUT) (a norm of the
+ * block's output before the residual add, whose vector goes to p->norms; *post = 1 + its
+ * index). Returns the ops used, 0 if neither. */
+static uint32_t match_residual(struct clm_plan *p, const struct ebb__op *ops, uint32_t n,
+                               uint8_t *post)
+{
+    *post = 0;
+    if (n >= 1 && is(OP(0), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT))
+        return 1;
+    if (n < 2 || !is(OP(0), EBB__OP_RMS_NORM, EBB__BUF_OUT, EBB__BUF_OUT) ||
+        !is(OP(1), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT) || p->n_norms == MAX_NORMS)
+        return 0;
+    p->norms[p->n_norms++] = OP(0)->t;
+    *post = (uint8_t)p->n_norms;
+    return 2;
+}
+
 static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct ebb_diag *diag)
 {
     const struct ebb__op *all = a->layer;
@@ -129,6 +154,7 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
         const struct ebb__op *ops = all + i;
         struct clm_step s;
         uint32_t n_mm, used;
+        uint8_t post;
         if ((used = match_moe(p, ops, n - i, &s, diag, &rc))) {
             i += used;
         } else if (match_norm_proj(ops, n - i, &s, &n_mm)) {
@@ -155,21 +181,32 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
             rc = add_step(p, s, diag);
             i += 3;
         } else if (n - i >= 2 && is(OP(0), EBB__OP_MATMUL, EBB__BUF_OUT, EBB__BUF_ATT) &&
-                   is(OP(1), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT)) {
-            s = (struct clm_step){
-                .kind = CLM_PROJ, .in = CLM_ATT, .out = CLM_X, .norm = -1, .res = true};
+                   (used = match_residual(p, OP(1), n - i - 1, &post))) {
+            s = (struct clm_step){.kind = CLM_PROJ,
+                                  .in = CLM_ATT,
+                                  .out = CLM_X,
+                                  .norm = -1,
+                                  .post = post,
+                                  .res = true};
             if (!(rc = add_group(p, OP(0), 1, &s.group, diag)))
                 rc = add_step(p, s, diag);
-            i += 2;
+            i += 1 + used;
         } else if (n - i >= 3 && is(OP(0), EBB__OP_GLU, EBB__BUF_GATE, EBB__BUF_GATE) &&
-                   OP(0)->b == EBB__BUF_UP && OP(0)->arg == EBB__ACT_SILU &&
+                   OP(0)->b == EBB__BUF_UP &&
+                   (OP(0)->arg == EBB__ACT_SILU || OP(0)->arg == EBB__ACT_GELU_TANH) &&
                    is(OP(1), EBB__OP_MATMUL, EBB__BUF_OUT, EBB__BUF_GATE) &&
-                   is(OP(2), EBB__OP_ADD, EBB__BUF_X, EBB__BUF_OUT)) {
-            s = (struct clm_step){
-                .kind = CLM_PROJ, .in = CLM_GU, .out = CLM_X, .norm = -1, .glu = true, .res = true};
+                   (used = match_residual(p, OP(2), n - i - 2, &post))) {
+            s = (struct clm_step){.kind = CLM_PROJ,
+                                  .in = CLM_GU,
+                                  .out = CLM_X,
+                                  .norm = -1,
+                                  .post = post,
+                                  .glu = OP(0)->arg == EBB__ACT_GELU_TANH ? CLM_GLU_GELU
+                                                                          : CLM_GLU_SILU,
+                                  .res = true};
             if (!(rc = add_group(p, OP(1), 1, &s.group, diag)))
                 rc = add_step(p, s, diag);
-            i += 3;
+            i += 2 + used;
         } else if (n - i >= 3 && is(OP(0), EBB__OP_ADD_BIAS, EBB__BUF_Q, EBB__BUF_Q) &&
                    is(OP(1), EBB__OP_ADD_BIAS, EBB__BUF_K, EBB__BUF_K) &&
                    is(OP(2), EBB__OP_ADD_BIAS, EBB__BUF_V, EBB__BUF_V) && !p->has_bias) {
@@ -186,17 +223,13 @@ static ebb_err plan_layer(const struct ebb__arch *a, struct clm_plan *p, struct 
             rc = add_step(p, (struct clm_step){.kind = CLM_HEAD_NORM}, diag);
             i += 2;
         } else {
-            const char *why = OP(0)->kind == EBB__OP_GLU && OP(0)->arg != EBB__ACT_SILU
-                                  ? ", an activation other than SiLU"
-                                  : "";
-            return refuse(a, "layer", i, OP(0), why, diag);
+            return refuse(a, "layer", i, OP(0), "", diag);
         }
     }
     return rc;
 }
 
-ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp, struct clm_plan *p,
-                      struct ebb_diag *diag)
+ebb_err ebb__clm_plan(const struct ebb__arch *a, struct clm_plan *p, struct ebb_diag *diag)
 {
     *p = (struct clm_plan){0};
     const struct ebb__op *ops = a->input;
@@ -215,11 +248,5 @@ ebb_err ebb__clm_plan(const struct ebb__arch *a, const struct ebb__hparams *hp, 
         return refuse(a, "output", 0, OP(0), ", not a norm and the head", diag);
     p->out_norm = OP(0)->t;
     p->output = OP(1)->t;
-    ebb_err rc = plan_layer(a, p, diag);
-    if (!rc && hp->swa && hp->swa_pattern)
-        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                          "the OpenCL engine cannot run %s's sliding-window attention; the "
-                          "plain-C reference does: --device ref",
-                          a->name);
-    return rc;
+    return plan_layer(a, p, diag); /* windows are per layer: struct layer (model-cl-place.c) */
 }

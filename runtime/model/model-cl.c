@@ -77,7 +77,8 @@ static void clm_free(void *ctx)
         m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
         m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
         m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_attn_pre_mma};
+        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_attn_pre_mma,
+        m->k_geglu,     m->k_norm_add};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -95,6 +96,8 @@ static void clm_free(void *ctx)
     free(m->host_rt);
     free(m->host_dr);
     free(m->bparts);
+    free(m->ring_toks);
+    free(m->ring_top);
     ebb_cl_close(m->cl);
     free(m);
 }
@@ -125,6 +128,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_attn_red, "attn_decode_reduce"},
               {&m->k_attn_pre, "attn_prefill"},
               {&m->k_swiglu, "swiglu"},
+              {&m->k_geglu, "geglu"},
+              {&m->k_norm_add, "rmsnorm_add"},
               {&m->k_topk1, "topk_part"},
               {&m->k_topk2, "topk_merge"},
               {&m->k_topk1r, "topk_part_rows"},
@@ -202,6 +207,19 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     m->host_rt = malloc(sizeof(int32_t) * 2 * N_BATCH);
     m->host_dr = malloc(sizeof(int32_t) * N_BATCH);
     m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        if (L->kv_len < m->n_ctx) {
+            m->ring_len = L->kv_len;
+            m->ring_win = L->win;
+        }
+    }
+    if (m->ring_len) {
+        m->ring_toks = calloc((size_t)m->n_seq * m->n_ctx, sizeof(int32_t));
+        m->ring_top = calloc(m->n_seq, sizeof(uint32_t));
+        if (!m->ring_toks || !m->ring_top)
+            return EBB_ENOMEM;
+    }
     return m->host_logits && m->host_h && m->host_ids && m->host_rt && m->host_dr && m->bparts &&
                    m->host_ti && m->host_tv
                ? EBB_OK
@@ -354,6 +372,42 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
     return EBB_OK;
 }
 
+/* Rings. A windowed layer whose cache is a ring of ring_len = window + N_BATCH positions
+ * (kv_layout) holds, of the positions before an evaluation at pos, those from ring_top - ring_len
+ * on: ring_top is one past the highest position written since the slot's last evaluation from
+ * 0, and positions are written contiguously from 0, so nothing aliasing them was written since.
+ * Continuing (or rolling back up to N_BATCH positions, as speculative decoding does) finds the
+ * window there. A caller that goes back further (the scheduler reusing a shorter prefix of a
+ * longer previous sequence) would find keys overwritten: the slot's tokens 0..pos-1, kept here,
+ * are then evaluated again first, as llama.cpp re-processes a prompt its sliding-window cache
+ * cannot serve. */
+static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
+                        struct ebb_model_out *out, struct ebb_diag *diag);
+
+/* Before an evaluation of slot seq at pos: rebuilds its rings when they lost part of the
+ * window behind pos. */
+static ebb_err ring_before(struct clm *m, uint32_t seq, uint32_t pos, struct ebb_diag *diag)
+{
+    if (!m->ring_toks || !pos)
+        return EBB_OK;
+    uint64_t need = pos >= m->ring_win ? pos - m->ring_win + 1 : 0;
+    if (need + m->ring_len >= m->ring_top[seq])
+        return EBB_OK;
+    return clm_eval(m, seq, m->ring_toks + (size_t)seq * m->n_ctx, pos, 0, NULL, diag);
+}
+
+/* Keeps the ids of an evaluation of slot seq at pos (checked against n_ctx) for ring_before. */
+static void ring_record(struct clm *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                        uint32_t pos)
+{
+    if (!m->ring_toks)
+        return;
+    int32_t *dst = m->ring_toks + (size_t)seq * m->n_ctx + pos;
+    if (dst != tokens)
+        memcpy(dst, tokens, sizeof(int32_t) * n);
+    m->ring_top[seq] = !pos || pos + n > m->ring_top[seq] ? pos + n : m->ring_top[seq];
+}
+
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag)
 {
@@ -368,6 +422,9 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->hp.n_vocab)
             return ebb_diag_set(diag, EBB_EINVAL, "token id %d out of range", (int)tokens[i]);
+    if ((rc = ring_before(m, seq, pos, diag)))
+        return rc;
+    ring_record(m, seq, tokens, n, pos);
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
@@ -606,6 +663,11 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
             return ebb_diag_set(diag, EBB_EINVAL, "bad batch part %u (slot %u)", i, seqs[i].seq);
         total += seqs[i].n;
     }
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))
+            return rc;
+        ring_record(m, seqs[i].seq, seqs[i].tokens, seqs[i].n, seqs[i].pos);
+    }
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
@@ -633,18 +695,27 @@ out:
 
 /* Slot src's K and V entries of positions 0..n-1 into slot dst's, layer by layer, by copies on
  * the engine's in-order queue (so every later pass sees them). A layer's cache is (n_seq,
- * n_head_kv, n_ctx, head_dim) halves: one rectangle per cache, a row per KV head, each n
- * positions long. Streamed layers keep their caches resident, so every layer is here. */
+ * n_head_kv, kv_len, head_dim) halves: one rectangle per cache, a row per KV head, each n
+ * positions long, or for a ring (kv_len < n_ctx) the whole ring, whatever positions it holds;
+ * dst then takes src's ring state and token ids, so that its next evaluation rebuilds its rings
+ * (ring_before) if src's no longer held the window behind n. Streamed layers keep their caches
+ * resident, so every layer is here. */
 static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
 {
     struct clm *m = ctx;
     const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half);
     size_t so[3] = {0, (size_t)src * m->hp.n_head_kv, 0};
     size_t dso[3] = {0, (size_t)dst * m->hp.n_head_kv, 0};
-    size_t region[3] = {row * n, m->hp.n_head_kv, 1};
-    size_t pitch = row * m->n_ctx;
+    if (m->ring_toks) {
+        memcpy(m->ring_toks + (size_t)dst * m->n_ctx, m->ring_toks + (size_t)src * m->n_ctx,
+               sizeof(int32_t) * n);
+        m->ring_top[dst] = m->ring_top[src];
+    }
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const struct layer *L = &m->layers[l];
+        bool ring = L->kv_len < m->n_ctx;
+        size_t region[3] = {row * (ring ? L->kv_len : n), m->hp.n_head_kv, 1};
+        size_t pitch = row * L->kv_len;
         cl_mem c[2] = {L->kc, L->vc};
         for (int k = 0; k < 2; k++) {
             ebb_err rc = ebb_cl_check(clEnqueueCopyBufferRect(m->cl->q, c[k], c[k], so, dso, region,
@@ -685,10 +756,12 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     }
     m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
+    const char *ring = getenv("EBB_CL_KV_RING"); /* 0: windowed layers keep the whole context */
+    m->kv_ring = !ring || strcmp(ring, "0");
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
-    if ((rc = ebb__clm_plan(a, hp, &m->plan, diag)))
+    if ((rc = ebb__clm_plan(a, &m->plan, diag)))
         goto out;
     if (!hp->n_head_kv || hp->n_head % hp->n_head_kv || hp->head_dim % 4 || hp->n_embd % 4 ||
         hp->n_ff % 4 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !n_ctx) {

@@ -150,6 +150,7 @@ if bad:
 PY
     expect_status 0 "$ebb" info "$gemma"
     expect_out "layer bytes:      3596288..3995648 (18 layers)"
+    expect_out "engines:          ref, opencl" # the OpenCL engine runs gemma3 too
 fi
 [ "$checked" -gt 0 ] || echo "note: no real models in $models; only malformed files checked"
 

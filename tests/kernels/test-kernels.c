@@ -18,6 +18,14 @@
 #include "cl/cl-layout.h"
 #include "quant/quant.h"
 
+/* The gate activations of act.cl in double: glu 1 SiLU, 2 GELU (tanh). */
+static double glu_ref(double v, int glu)
+{
+    if (glu == 2)
+        return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    return v / (1.0 + exp(-v));
+}
+
 static int failures;
 static struct ebb_cl *cl;
 static struct ebb_cl_tuning tu;
@@ -222,8 +230,8 @@ static void test_matvec_q8(const char *name, const struct ebb_cl_weight *wt,
     cl_mem rb = buf(sizeof(float) * n_out, res), yb = buf(sizeof(float) * n_out, NULL);
     cl_mem xq = buf(n_in, NULL), xd = buf(sizeof(float) * 2 * (n_in / 32), NULL);
     const float eps = 1e-5f;
-    for (int variant = 0; variant < 3; variant++) {
-        int glu = variant == 2, ni = (int)n_in, no = (int)n_out, zero = 0;
+    for (int variant = 0; variant < 4; variant++) { /* 3: GeGLU (glu 2) */
+        int glu = variant >= 2 ? variant - 1 : 0, ni = (int)n_in, no = (int)n_out, zero = 0;
         cl_mem nwarg = variant == 1 ? nwb : NULL;
         double inv = 1.0;
         if (variant == 1) {
@@ -235,7 +243,7 @@ static void test_matvec_q8(const char *name, const struct ebb_cl_weight *wt,
         for (uint32_t i = 0; i < n_in; i++) {
             double v = variant == 1 ? (double)xg[i] * nw[i] : xg[i];
             if (glu)
-                v = v / (1.0 + exp(-v)) * xg[n_in + i];
+                v = glu_ref(v, glu) * xg[n_in + i];
             xp[i] = (float)v;
         }
         struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni),  EBB_CL_ARG(nwarg),
@@ -275,7 +283,7 @@ static void test_matvec_q8(const char *name, const struct ebb_cl_weight *wt,
             CHECK(err <= bound, "%s matvec_q8 variant %d o %u: %g vs %g (bound %g)", name, variant,
                   o, y[o], ref, bound);
         }
-        static const char *const vname[] = {"q8", "q8+norm", "q8+glu"};
+        static const char *const vname[] = {"q8", "q8+norm", "q8+glu", "q8+gelu"};
         printf("  %-34s %-7s max err / bound %.2f\n", name, vname[variant], worst);
     }
     cl_mem ms[] = {xb, nwb, rb, yb, xq, xd};
@@ -336,12 +344,12 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
     for (uint32_t i = 0; i < NT * 2 * n_in; i++)
         xg[i] = 2.0f * frand();
     cl_mem xgb = buf(sizeof(float) * NT * 2 * n_in, xg);
-    for (int vi = 0; vi < 13; vi++) {
-        if ((vi >= 7 && vi <= 8 && !p.matmul_mma) || (vi >= 9 && !p.matvec_cpu))
+    for (int vi = 0; vi < 14; vi++) {
+        if ((vi >= 7 && vi <= 8 && !p.matmul_mma) || (vi >= 10 && !p.matvec_cpu))
             continue;
-        /* 9..12: matvec_cpu (CPUs' decode kernel) as variants 0, 1, 3 and 4 */
-        bool cpu = vi >= 9;
-        int variant = cpu ? (int[]){0, 1, 3, 4}[vi - 9] : vi;
+        /* 10..13: matvec_cpu (CPUs' decode kernel) as variants 0, 1, 3 and 4 */
+        bool cpu = vi >= 10;
+        int variant = cpu ? (int[]){0, 1, 3, 4}[vi - 10] : vi;
         /* 0: matvec of one token; 1: matvec of NT tokens plus residual; 2: matmul with
          * residual (in place: y aliases the residual); 3: matvec of NT tokens with the RMS norm
          * folded in (x' = x / rms(x) * nw) plus residual; 4: matvec of NT tokens with SwiGLU
@@ -349,12 +357,14 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
          * GPUs' prefill kernel matmul_coop, as variant 2; 6: matmul_gemm (64 x 64 tiles, a
          * partial tile of both rows and tokens here), as variant 2; 7: matmul_mma (the same
          * tiles on tensor cores, inputs rounded to f16: bound 2e-3 of the terms' magnitude);
-         * 8: matmul_mmb (the same products, reorganised), as 7. */
-        bool mm = variant == 2 || variant >= 5;
-        double rel = variant >= 7 ? 2e-3 : 1e-4;
+         * 8: matmul_mmb (the same products, reorganised), as 7; 9: variant 4 with GeGLU
+         * (x' = gelu_tanh(gate) * up, glu 2). */
+        bool tc = variant == 7 || variant == 8;
+        bool mm = variant == 2 || (variant >= 5 && variant <= 8);
+        double rel = tc ? 2e-3 : 1e-4;
         int nt = variant == 0 ? 1 : NT;
         bool with_res = variant > 0, norm = variant == 3;
-        int glu = variant == 4;
+        int glu = variant == 4 ? 1 : variant == 9 ? 2 : 0;
         cl_mem yo = mm ? rb : yb, resb = with_res ? rb : NULL;
         cl_mem nwarg = norm ? nwb : NULL;
         if (vi >= 2) /* the matmul variants wrote their results over it */
@@ -383,7 +393,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                              variant == 2   ? EBB_CL_WK_MATMUL
                              : variant == 5 ? EBB_CL_WK_COOP
                              : variant == 6 ? EBB_CL_WK_GEMM
-                             : variant >= 7 ? EBB_CL_WK_MMA
+                             : tc           ? EBB_CL_WK_MMA
                              : cpu          ? EBB_CL_WK_MVCPU
                                             : EBB_CL_WK_MATVEC,
                              n_out, (uint32_t)nt, g, lw);
@@ -404,7 +414,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
                     double xi = norm ? x[t * n_in + i] * inv * nwh[i] : x[t * n_in + i];
                     if (glu) {
                         double gt = xg[t * 2 * n_in + i], up = xg[t * 2 * n_in + n_in + i];
-                        xi = gt / (1.0 + exp(-gt)) * up;
+                        xi = glu_ref(gt, glu) * up;
                     }
                     double term = (double)w[(size_t)o * n_in + i] * xi;
                     ref += term;
@@ -419,7 +429,7 @@ static void test_weight_layout(const struct ebb_cl_layout *l, uint32_t n_out, ui
             }
         }
         static const char *const vname[] = {"matvec",  "mv+res",  "matmul", "mv+norm", "mv+glu",
-                                            "mm-coop", "mm-gemm", "mm-mma", "mm-mmb"};
+                                            "mm-coop", "mm-gemm", "mm-mma", "mm-mmb",  "mv+gelu"};
         printf("  %-34s %-7s%s max rel err %.2e\n", name, vname[variant], cpu ? " (cpu)" : "",
                worst);
     }

@@ -2,7 +2,9 @@
 """`ebb perplexity` against llama.cpp's value (tests/data/perplexity/smollm2.json, made by
 scripts/ref/perplexity-expect.py): within 1% on the same text and window length.
 
-Usage: test-perplexity.py EBB DATA_DIR CTX CHUNKS   (CHUNKS 0 = all windows)
+Usage: test-perplexity.py EBB DATA_DIR CTX CHUNKS [MODEL NAME]   (CHUNKS 0 = all windows;
+MODEL the file in EBB_MODELS_DIR, default SmolLM2-135M-Instruct.Q4_1.gguf, with llama.cpp's
+values in DATA_DIR/perplexity/NAME.json, default smollm2)
 Environment: EBB_MODELS_DIR (default ~/.local/share/ebb/models; skipped when the model is
 absent), EBB_TEST_DEVICE (default ref).
 """
@@ -16,12 +18,14 @@ TOL = 0.01
 
 def main():
     ebb, data, ctx, chunks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    name = sys.argv[5] if len(sys.argv) > 5 else "SmolLM2-135M-Instruct.Q4_1.gguf"
+    ref = sys.argv[6] if len(sys.argv) > 6 else "smollm2"
     models = os.environ.get("EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
-    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    model = os.path.join(models, name)
     if not os.path.exists(model):
         print(f"skip: {model} not found")
         return 77
-    exp = json.load(open(os.path.join(data, "perplexity", "smollm2.json")))
+    exp = json.load(open(os.path.join(data, "perplexity", ref + ".json")))
     res = next(r for r in exp["results"] if r["n_ctx"] == ctx)
     want = res["ppl"] if chunks == 0 else res["running"][chunks - 1]
     cmd = [ebb, "perplexity", "-m", model, "-f", os.path.join(data, "perplexity", "coriolanus.txt"),

@@ -11,6 +11,7 @@
  *                      "cl:0:0"), so the OpenCL engine is checked against the same data.
  *   EBB_TEST_PROMPTS   how many of the committed prompts to run (default 8; "all").
  *   EBB_TEST_TOL       overrides the logit bounds (logit and centered) the data sets.
+ *   EBB_TEST_STEPS     greedy steps checked per prompt (default: all the data has).
  *   EBB_TEST_GEN       which committed data: "smollm2" (default), "gemma3" (Gemma 3 270M,
  *                      the same script), "gemma3-long" (Gemma 3 on a 900-token prompt, past
  *                      its 512-position sliding window; scripts/ref/long-context-expect.py,
@@ -257,6 +258,8 @@ static void test_greedy_ids(void **state)
         size_t n, n_gen;
         ids_of(json_object_get(cs, "prompt_ids"), toks, &n, MAX_PROMPT);
         ids_of(json_object_get(cs, "ids"), want, &n_gen, 128);
+        if (getenv("EBB_TEST_STEPS") && (size_t)atoi(getenv("EBB_TEST_STEPS")) < n_gen)
+            n_gen = (size_t)atoi(getenv("EBB_TEST_STEPS"));
         json_t *margins = json_object_get(cs, "margins");
         int32_t top_ids[2];
         float top_logits[2];
@@ -350,7 +353,13 @@ static void test_prefill_vs_decode(void **state)
      * llama.cpp does: the bound is then the one held against llama.cpp's logits (centered_tol;
      * 70 such steps measured 0.55 on PoCL with EBB_CL_MVQ16=1 EBB_CL_MVQ8=1). */
     bool q8 = strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL;
-    assert_true(maxd < (q8 ? centered_tol : 0.01f));
+    /* Gemma 3 on OpenCL: decode (folded norms, split attention) and prefill (norm kernels,
+     * tiled attention) each sit about 0.01 from the reference's fp32 sums (0.009 and 0.014 on
+     * PoCL, where the reference's own two paths agree within 3e-5) and 0.0107 from each other:
+     * the bound is 0.02 there. */
+    bool gemma_cl = !strcmp(ebb_model_arch(model), "gemma3") && strcmp(device, "ref") &&
+                    strcmp(device, "ref-q8");
+    assert_true(maxd < (q8 ? centered_tol : gemma_cl ? 0.02f : 0.01f));
     free(a);
     free(b);
 }
@@ -531,6 +540,77 @@ static void test_tiny_model(void **state)
     json_decref(j);
 }
 
+/* A prompt longer than a sliding window (gemma3-long's 640 tokens, window 512), evaluated
+ * again in the same slot from a shorter prefix, as the scheduler does when it reuses a cached
+ * prefix: the last token's logits are those of the evaluation from 0. On OpenCL the local
+ * layers' caches are rings of window + 128 positions, so after 16 more tokens the slot's first
+ * positions are overwritten: going back to position 100 must rebuild them, going back to 600
+ * (within the ring) need not. */
+static void test_window_reuse(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    static int32_t toks[MAX_PROMPT];
+    size_t n;
+    ids_of(json_object_get(json_array_get(json_object_get(expect, "cases"), 0), "prompt_ids"), toks,
+           &n, MAX_PROMPT);
+    if (strcmp(ebb_model_arch(model), "gemma3") || n < 640 || ebb_model_n_ctx(model) < n + 16)
+        skip();
+    if (!strncmp(device, "ref", 3))
+        skip(); /* full caches, nothing to rebuild, and minutes of plain-C prefill */
+    uint32_t V = ebb_model_n_vocab(model);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_non_null(a);
+    assert_non_null(b);
+    struct ebb_diag d = {{0}};
+    struct ebb_model_out oa = {.logits = a}, ob = {.logits = b};
+    assert_int_equal(ebb_model_eval(model, 0, toks, (uint32_t)n, 0, &oa, &d), EBB_OK);
+    const uint32_t from[] = {100, 600};
+    for (int k = 0; k < 2; k++) {
+        for (uint32_t i = 0; i < 16; i++) /* 16 more tokens: the rings wrap */
+            assert_int_equal(ebb_model_eval(model, 0, &toks[i], 1, (uint32_t)n + i, NULL, &d),
+                             EBB_OK);
+        assert_int_equal(
+            ebb_model_eval(model, 0, toks + from[k], (uint32_t)n - from[k], from[k], &ob, &d),
+            EBB_OK);
+        float maxd = 0;
+        for (uint32_t i = 0; i < V; i++)
+            maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
+        fprintf(stderr, "# prompt again from position %u: max |diff| %.5f\n", from[k],
+                (double)maxd);
+        assert_true(maxd < 0.01f);
+    }
+    /* ebb_model_kv_copy with rings: slot 0 past the prompt (the rings wrapped), its first 600
+     * and then its first 100 positions copied into slot 1, which evaluates the rest of the
+     * prompt: the first finds the window in the copied rings, the second must rebuild them. */
+    struct ebb_model *m2 = NULL;
+    struct ebb_model_params p2 = {
+        .path = model_path, .device = device, .n_ctx = ebb_model_n_ctx(model), .n_seq = 2};
+    if (ebb_model_open(&p2, &m2, &d))
+        fail_msg("open with 2 slots: %s", d.msg);
+    assert_int_equal(ebb_model_eval(m2, 0, toks, (uint32_t)n, 0, NULL, &d), EBB_OK);
+    for (uint32_t i = 0; i < 16; i++)
+        assert_int_equal(ebb_model_eval(m2, 0, &toks[i], 1, (uint32_t)n + i, NULL, &d), EBB_OK);
+    const uint32_t upto[] = {600, 100};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ebb_model_kv_copy(m2, 0, 1, upto[k], &d), EBB_OK);
+        assert_int_equal(
+            ebb_model_eval(m2, 1, toks + upto[k], (uint32_t)n - upto[k], upto[k], &ob, &d), EBB_OK);
+        float maxd = 0;
+        for (uint32_t i = 0; i < V; i++)
+            maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
+        fprintf(stderr,
+                "# first %u positions copied to another slot, the rest evaluated there: "
+                "max |diff| %.5f\n",
+                upto[k], (double)maxd);
+        assert_true(maxd < 0.01f);
+    }
+    ebb_model_close(m2);
+    free(a);
+    free(b);
+}
+
 static int32_t argmax(const float *x, uint32_t n)
 {
     uint32_t b = 0;
@@ -631,7 +711,7 @@ int main(void)
         cmocka_unit_test(test_errors),     cmocka_unit_test(test_tiny_model),
         cmocka_unit_test(test_kv_copy),    cmocka_unit_test(test_first_logits),
         cmocka_unit_test(test_greedy_ids), cmocka_unit_test(test_prefill_vs_decode),
-        cmocka_unit_test(test_hidden_sum),
+        cmocka_unit_test(test_hidden_sum), cmocka_unit_test(test_window_reuse),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));

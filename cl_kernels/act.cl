@@ -1,0 +1,35 @@
+/* Gate activations of the gated feed-forward products (GLU): glu selects the function, as the
+ * engine passes it to swiglu / geglu's callers, matvec's fold and quantize_x8: 1 is SiLU
+ * (SwiGLU: llama, qwen, phi3), 2 is GELU with the tanh approximation (GeGLU: Gemma). Both the
+ * weight programs and the ops program include this file first. */
+
+inline float gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+inline float4 gelu_tanh4(float4 x)
+{
+    return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+inline float16 gelu_tanh16(float16 x)
+{
+    return 0.5f * x * (1.0f + tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+/* act(v) for glu 1 (SiLU) or 2 (GELU, tanh). */
+inline float glu_act(float v, int glu)
+{
+    return glu == 2 ? gelu_tanh(v) : v / (1.0f + exp(-v));
+}
+
+inline float4 glu_act4(float4 v, int glu)
+{
+    return glu == 2 ? gelu_tanh4(v) : v / (1.0f + exp(-v));
+}
+
+inline float16 glu_act16(float16 v, int glu)
+{
+    return glu == 2 ? gelu_tanh16(v) : v / (1.0f + exp(-v));
+}
