@@ -19,7 +19,9 @@
  * (attn_{q,k}_norm.weight per head, key_length may exceed embedding_length / head_count); phi3
  * (attn_qkv.weight fused q|k|v, ffn_up.weight fused gate|up, no ffn_gate); qwen3moe (qwen3's
  * attention; ffn_gate_inp.weight the f32 router, ffn_{gate,up,down}_exps.weight stacks of
- * expert_count matrices). Shapes ending in -tiny are small widths for CI, with an untied output
+ * expert_count matrices); gemma3 (qwen3's head norms plus post_attention_norm and
+ * post_ffw_norm, attention.sliding_window; the architecture fixes five local layers to one
+ * global). Shapes ending in -tiny are small widths for CI, with an untied output
  * head: a random model with a tied one only ever repeats its last input token (the token's own
  * embedding dominates the residual stream), which would test little.
  */
@@ -33,8 +35,8 @@
 
 #include "gguf/gguf.h"
 
-enum family { LLAMA, QWEN2, QWEN3, PHI3, QWEN3MOE };
-static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"};
+enum family { LLAMA, QWEN2, QWEN3, PHI3, QWEN3MOE, GEMMA3 };
+static const char *const family_names[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3"};
 
 struct shape {
     const char *name;
@@ -50,37 +52,47 @@ struct shape {
     uint32_t rope_orig_ctx;
     /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length. */
     uint32_t n_expert, n_expert_used, n_ff_exp;
+    uint32_t swa; /* gemma3: attention.sliding_window (five local layers to one global) */
 };
 
 static const struct shape shapes[] = {
     {"llama3-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, false, 0, 0, 0, 0, 0, 0,
-     0},
+     0, 0},
     {"llama3.2-1b", LLAMA, 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, 0, 0, 0, 0, 0, 0,
-     0},
+     0, 0},
     {"llama3.1-8b", LLAMA, 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 0, 0, 8.0f,
-     8192, 0, 0, 0},
+     8192, 0, 0, 0, 0},
     /* The original context is 64 rather than 8192 so that the divisors change the rotation
      * within the test prompts' few dozen positions. */
     {"llama3.1-tiny", LLAMA, 128, 3, 4, 2, 384, 128256, 131072, 500000.0f, false, 0, 0, 8.0f, 64, 0,
-     0, 0},
-    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0, 0, 0, 0},
+     0, 0, 0},
+    {"smollm2-135m", LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, 0, 0, 0, 0, 0, 0, 0,
+     0},
     {"qwen2.5-0.5b", QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1e6f, true, 0, 1e-6f, 0, 0, 0, 0,
-     0},
+     0, 0},
     {"qwen2.5-7b", QWEN2, 3584, 28, 28, 4, 18944, 152064, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0,
+     0, 0},
+    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0, 0,
      0},
-    {"qwen2-tiny", QWEN2, 128, 3, 4, 2, 384, 151936, 32768, 1e6f, false, 0, 1e-6f, 0, 0, 0, 0, 0},
     {"qwen3-0.6b", QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1e6f, true, 128, 1e-6f, 0, 0, 0, 0,
-     0},
+     0, 0},
     {"qwen3-8b", QWEN3, 4096, 36, 32, 8, 12288, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0, 0, 0,
+     0, 0},
+    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
      0},
-    {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0},
     {"qwen3-30b-a3b", QWEN3MOE, 2048, 48, 32, 4, 6144, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0,
-     128, 8, 768},
+     128, 8, 768, 0},
     {"qwen3moe-tiny", QWEN3MOE, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 16,
-     4, 96},
+     4, 96, 0},
     {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0,
+     0, 0},
+    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0,
      0},
-    {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0},
+    /* Gemma 3 4B's text model (head_dim 256, window 1024) and a small one for checks. */
+    {"gemma3-4b", GEMMA3, 2560, 34, 8, 4, 10240, 262144, 131072, 1e6f, true, 256, 1e-6f, 0, 0, 0, 0,
+     0, 1024},
+    {"gemma3-tiny", GEMMA3, 128, 7, 4, 1, 384, 262144, 32768, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
+     16},
 };
 
 /* Little GGUF writer over stdio. */
@@ -421,10 +433,12 @@ int main(int argc, char **argv)
     const bool moe = sh->family == QWEN3MOE;
     const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3 || moe;
     const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
-    const bool phi3 = sh->family == PHI3;
+    const bool phi3 = sh->family == PHI3, gemma3 = sh->family == GEMMA3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
-    uint32_t per_layer = phi3 ? 6 : 9 + (qwen2 ? 3 : 0) + (qwen3 ? 2 : 0) + (moe ? 1 : 0);
+    uint32_t per_layer =
+        phi3 ? 6
+             : 9 + (qwen2 ? 3 : 0) + (qwen3 || gemma3 ? 2 : 0) + (moe ? 1 : 0) + (gemma3 ? 2 : 0);
     uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
@@ -505,11 +519,14 @@ int main(int argc, char **argv)
         if (qwen2) {
             L_LO("attn_v.bias", n_kv, EBB_GGML_F32, 1.0f, -0.5f);
         }
-        if (qwen3) {
+        if (qwen3 || gemma3) {
             L_LO("attn_q_norm.weight", hd, EBB_GGML_F32, norm_sc, norm_lo);
             L_LO("attn_k_norm.weight", hd, EBB_GGML_F32, norm_sc, norm_lo);
         }
         L("attn_output.weight", n_q, sh->n_embd, wtype, sq * 0.5f);
+        if (gemma3) { /* the norms of the blocks' outputs, before their residual adds */
+            L_LO("post_attention_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        }
         L_LO("ffn_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
         if (moe) {
             /* The router in f32 as the real files have it, its scores of standard deviation
@@ -528,6 +545,9 @@ int main(int argc, char **argv)
         L("ffn_gate.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_up.weight", sh->n_embd, sh->n_ff, wtype, se);
         L("ffn_down.weight", sh->n_ff, sh->n_embd, vt, sf * 0.5f);
+        if (gemma3) {
+            L_LO("post_ffw_norm.weight", sh->n_embd, EBB_GGML_F32, norm_sc, norm_lo);
+        }
 #undef L
 #undef L_LO
     }
@@ -553,7 +573,7 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + n_src_tok);
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
@@ -580,6 +600,8 @@ int main(int argc, char **argv)
         kv_u32(&w, KEY("expert_used_count"), sh->n_expert_used);
         kv_u32(&w, KEY("expert_feed_forward_length"), sh->n_ff_exp);
     }
+    if (sh->swa)
+        kv_u32(&w, KEY("attention.sliding_window"), sh->swa);
 #undef KEY
     ebb_err rc = EBB_OK;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src) && !rc; i++) {
