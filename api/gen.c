@@ -75,6 +75,19 @@ static void post(struct ebb__req *r)
     }
 }
 
+/* Releases a->mu, which the caller holds, after queueing a streamed request for the loop
+ * thread (once: a request already queued is not woken again). */
+static void unlock_wake_stream(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    bool wake = r->gen->stream && !r->in_ready;
+    if (wake)
+        post(r);
+    pthread_mutex_unlock(&a->mu);
+    if (wake)
+        uv_async_send(&a->async);
+}
+
 static void sink_token(void *ud, const struct ebb_sched_token *t)
 {
     struct ebb__req *r = ud;
@@ -94,12 +107,7 @@ static void sink_token(void *ud, const struct ebb_sched_token *t)
         if (!lp_push(&c->pend_lp, &c->n_pend_lp, &c->cap_pend_lp, &e))
             c->pend.oom = true; /* output lost: the loop fails the request */
     }
-    bool wake = g->stream && !r->in_ready;
-    if (wake)
-        post(r);
-    pthread_mutex_unlock(&a->mu);
-    if (wake)
-        uv_async_send(&a->async);
+    unlock_wake_stream(r);
 }
 
 /* One of several choices ended: a stream sends its finish chunk at the next pump. */
@@ -113,12 +121,7 @@ static void sink_choice(void *ud, const struct ebb_sched_result *res)
     pthread_mutex_lock(&a->mu);
     g->ch[res->choice].res = *res;
     g->ch[res->choice].ended = true;
-    bool wake = g->stream && !r->in_ready;
-    if (wake)
-        post(r);
-    pthread_mutex_unlock(&a->mu);
-    if (wake)
-        uv_async_send(&a->async);
+    unlock_wake_stream(r);
 }
 
 static void sink_done(void *ud, const struct ebb_sched_result *res)

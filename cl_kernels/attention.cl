@@ -18,26 +18,9 @@
 #endif
 
 #if defined(MV_CPU) && MV_CPU
-/* CPU devices (tu.mv_cpu): the cache's halves converted in a few integer operations, exactly
- * (quant.cl's cpu_half / cpu_half4); PoCL without cl_khr_fp16 turns each vload_half into some
- * twenty scalar instructions. */
-inline float kv_half(uint h)
-{
-    uint e = h & 0x7fffu;
-    float f = e < 0x400u ? (float)e * 0x1p-24f
-                         : as_float(e >= 0x7c00u ? (e << 13) | 0x7f800000u : (e << 13) + 0x38000000u);
-    return as_float(as_uint(f) | ((h & 0x8000u) << 16));
-}
-
-inline float4 kv_half4(ushort4 h)
-{
-    uint4 u = convert_uint4(h), e = u & 0x7fffu;
-    uint4 bits = select((e << 13) + 0x38000000u, (e << 13) | 0x7f800000u, e >= 0x7c00u);
-    float4 f = select(as_float4(bits), convert_float4(e) * 0x1p-24f, e < 0x400u);
-    return as_float4(as_uint4(f) | ((u & 0x8000u) << 16));
-}
-#define KV4(i, p) kv_half4(vload4((i), (const __global ushort *)(p)))
-#define KV1(p) kv_half(*(const __global ushort *)(p))
+/* CPU devices: the cache's halves through half.cl's exact integer conversion. */
+#define KV4(i, p) cpu_half4(vload4((i), (const __global ushort *)(p)))
+#define KV1(p) cpu_half(*(const __global ushort *)(p))
 #else
 #define KV4(i, p) vload_half4((i), (p))
 #define KV1(p) vload_half(0, (p))

@@ -561,6 +561,42 @@ matmul_gemm(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __gl
 #ifndef MA_PF
 #define MA_PF 0
 #endif
+/* Shared by matmul_mma and matmul_mmb. A warp's outputs, acc[i][j][e] of its (MA_R / 64) x
+ * (MA_T / 16) fragments (row rw + 16 i + g (+ 8), token tw + 8 j + 2 q (+ 1)), of the
+ * work-group's tile at row0, t0. MMA_STANDIN: without PTX, their products over the staged
+ * halves wh, xh (rows of KP halves, K inputs) computed directly, the tests' stand-in for
+ * mma.sync on CPUs. MMA_STORE: written to y with the residual added. */
+#define MMA_STANDIN(acc, wh, xh, KP, K)                                                            \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < MA_R / 64; i_++)                                                     \
+            for (int j_ = 0; j_ < MA_T / 16; j_++)                                                 \
+                for (int e_ = 0; e_ < 4; e_++) {                                                   \
+                    int r_ = rw + i_ * 16 + g + (e_ >> 1) * 8;                                     \
+                    int t_ = tw + j_ * 8 + 2 * q + (e_ & 1);                                       \
+                    float s_ = 0.0f;                                                               \
+                    for (int k_ = 0; k_ < (K); k_++)                                               \
+                        s_ += vload_half(r_ * (KP) + k_, wh) * vload_half(t_ * (KP) + k_, xh);     \
+                    acc[i_][j_][e_] += s_;                                                         \
+                }                                                                                  \
+    } while (0)
+#define MMA_STORE(acc)                                                                             \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int i_ = 0; i_ < MA_R / 64; i_++)                                                     \
+            _Pragma("unroll")                                                                      \
+            for (int j_ = 0; j_ < MA_T / 16; j_++)                                                 \
+                _Pragma("unroll")                                                                  \
+                for (int e_ = 0; e_ < 4; e_++) {                                                   \
+                    int row_ = row0 + rw + i_ * 16 + g + (e_ >> 1) * 8;                            \
+                    int t_ = t0 + tw + j_ * 8 + 2 * q + (e_ & 1);                                  \
+                    if (row_ < n_out && t_ < n_tok) {                                              \
+                        float v_ = acc[i_][j_][e_];                                                \
+                        if (res)                                                                   \
+                            v_ += res[(size_t)t_ * y_ld + y_off + row_];                           \
+                        WRITE_Y(y, t_, y_off + row_, v_);                                          \
+                    }                                                                              \
+                }                                                                                  \
+    } while (0)
 #define MA_KP (MA_K + 8)                  /* halves per staged row */
 #define MA_MI (MA_R / 64)                 /* 16-row fragments per warp */
 #define MA_NJ (MA_T / 16)                 /* 8-token fragments per warp */
@@ -636,30 +672,11 @@ matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             }
         }
 #else
-        for (int i = 0; i < MA_MI; i++)
-            for (int j = 0; j < MA_NJ; j++)
-                for (int e = 0; e < 4; e++) {
-                    int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
-                    float s = 0.0f;
-                    for (int k = 0; k < MA_K; k++)
-                        s += vload_half(r * MA_KP + k, wh) * vload_half(t * MA_KP + k, xh);
-                    acc[i][j][e] += s;
-                }
+        MMA_STANDIN(acc, wh, xh, MA_KP, MA_K);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (int i = 0; i < MA_MI; i++)
-        for (int j = 0; j < MA_NJ; j++)
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
-                int t = t0 + tw + j * 8 + 2 * q + (e & 1);
-                if (row >= n_out || t >= n_tok)
-                    continue;
-                float v = acc[i][j][e];
-                if (res)
-                    v += res[(size_t)t * y_ld + y_off + row];
-                WRITE_Y(y, t, y_off + row, v);
-            }
+    MMA_STORE(acc);
 }
 #endif
 
@@ -880,33 +897,11 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #else
         {
             const __local half *wh = (const __local half *)wsb, *xh = (const __local half *)xsb;
-            for (int i = 0; i < MB_MI; i++)
-                for (int j = 0; j < MB_NJ; j++)
-                    for (int e = 0; e < 4; e++) {
-                        int r = rw + i * 16 + g + (e >> 1) * 8, t = tw + j * 8 + 2 * q + (e & 1);
-                        float sum = 0.0f;
-                        for (int k = 0; k < MB_K; k++)
-                            sum += vload_half(r * MB_KP + k, wh) * vload_half(t * MB_KP + k, xh);
-                        acc[i][j][e] += sum;
-                    }
+            MMA_STANDIN(acc, wh, xh, MB_KP, MB_K);
         }
 #endif
     }
-#pragma unroll
-    for (int i = 0; i < MB_MI; i++)
-#pragma unroll
-        for (int j = 0; j < MB_NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + rw + i * 16 + g + (e >> 1) * 8;
-                int t = t0 + tw + j * 8 + 2 * q + (e & 1);
-                if (row >= n_out || t >= n_tok)
-                    continue;
-                float v = acc[i][j][e];
-                if (res)
-                    v += res[(size_t)t * y_ld + y_off + row];
-                WRITE_Y(y, t, y_off + row, v);
-            }
+    MMA_STORE(acc);
 }
 #undef MB_LOADW1
 #undef MB_LOAD

@@ -37,12 +37,12 @@ inline float wg_max(float v, __local float *tmp)
     return r;
 }
 
-/* RMSNorm of row t: y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. One work-group per row
- * (global (NORM_WG, n_tok), local (NORM_WG, 1)); y may alias x. */
-__kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w,
-                      __global float *y, int y_ld, int n, float eps)
+/* The RMS norm of row t of x times w, stored into row t of y or (add) added to it. One
+ * work-group per row; tmp holds NORM_WG floats. */
+inline void rmsnorm_row(__global const float *x, int x_ld, __global const float *w,
+                        __global float *y, int y_ld, int n, float eps, bool add,
+                        __local float *tmp)
 {
-    __local float tmp[NORM_WG];
     int t = get_global_id(1), lid = get_local_id(0);
     const __global float *xr = x + (size_t)t * x_ld;
     float ss = 0.0f;
@@ -52,7 +52,16 @@ __kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w
     float inv = rsqrt(ss / n + eps);
     __global float *yr = y + (size_t)t * y_ld;
     for (int i = lid; i < n; i += NORM_WG)
-        yr[i] = xr[i] * inv * w[i];
+        yr[i] = (add ? yr[i] : 0.0f) + xr[i] * inv * w[i];
+}
+
+/* RMSNorm of row t: y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. One work-group per row
+ * (global (NORM_WG, n_tok), local (NORM_WG, 1)); y may alias x. */
+__kernel void rmsnorm(__global const float *x, int x_ld, __global const float *w,
+                      __global float *y, int y_ld, int n, float eps)
+{
+    __local float tmp[NORM_WG];
+    rmsnorm_row(x, x_ld, w, y, y_ld, n, eps, false, tmp);
 }
 
 /* Post-norm residual add (Gemma's norms of a block's output): y[t] += x[t] /
@@ -61,16 +70,7 @@ __kernel void rmsnorm_add(__global const float *x, int x_ld, __global const floa
                           __global float *y, int y_ld, int n, float eps)
 {
     __local float tmp[NORM_WG];
-    int t = get_global_id(1), lid = get_local_id(0);
-    const __global float *xr = x + (size_t)t * x_ld;
-    float ss = 0.0f;
-    for (int i = lid; i < n; i += NORM_WG)
-        ss += xr[i] * xr[i];
-    ss = wg_sum(ss, tmp);
-    float inv = rsqrt(ss / n + eps);
-    __global float *yr = y + (size_t)t * y_ld;
-    for (int i = lid; i < n; i += NORM_WG)
-        yr[i] += xr[i] * inv * w[i];
+    rmsnorm_row(x, x_ld, w, y, y_ld, n, eps, true, tmp);
 }
 
 /* Rotary embedding of the Q and K heads of row t of qkv (layout per row: n_head heads of

@@ -8,26 +8,8 @@
 #define LD_HALF(p) vload_half(0, (const __global half *)(p))
 
 #if defined(MV_CPU) && MV_CPU
-/* CPU devices (tu.mv_cpu): PoCL without cl_khr_fp16 turns each vload_half into some twenty
- * scalar instructions, more than the vector work of a block; this conversion is as exact
- * (subnormals, infinities, NaN) in a few integer operations. Scale halves are 2-byte aligned
- * in every block type. */
-inline float cpu_half(uint h)
-{
-    uint e = h & 0x7fffu;
-    float f = e < 0x400u ? (float)e * 0x1p-24f
-                         : as_float(e >= 0x7c00u ? (e << 13) | 0x7f800000u : (e << 13) + 0x38000000u);
-    return as_float(as_uint(f) | ((h & 0x8000u) << 16));
-}
-
-/* The same for four halves at once (attention.cl keeps a copy for the KV cache). */
-inline float4 cpu_half4(ushort4 h)
-{
-    uint4 u = convert_uint4(h), e = u & 0x7fffu;
-    uint4 bits = select((e << 13) + 0x38000000u, (e << 13) | 0x7f800000u, e >= 0x7c00u);
-    float4 f = select(as_float4(bits), convert_float4(e) * 0x1p-24f, e < 0x400u);
-    return as_float4(as_uint4(f) | ((u & 0x8000u) << 16));
-}
+/* CPU devices: half.cl's exact integer conversion (scale halves are 2-byte aligned in every
+ * block type). */
 #undef LD_HALF
 #define LD_HALF(p) cpu_half(*(const __global ushort *)(p))
 #endif

@@ -922,16 +922,17 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *act = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL;
+    const char *act = NULL, *half = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL;
     struct ebb_cl_wprog p = {.layout = *l};
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("act.cl", &act, diag)) ||
+        (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
         (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)) ||
         (rc = ebb_cl_source("matvec.cl", &mv, diag)))
         goto out;
-    const char *srcs[] = {pro, act, quant, q8, mma, mv};
-    if ((rc = ebb_cl_program_build(cl, srcs, 6, "-cl-mad-enable", &p.prog, diag)) ||
+    const char *srcs[] = {pro, act, half, quant, q8, mma, mv};
+    if ((rc = ebb_cl_program_build(cl, srcs, 7, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
@@ -951,6 +952,8 @@ out:
     ebb_cl_wprog_fini(&p);
     if (act)
         ebb_cl_source_release(act);
+    if (half)
+        ebb_cl_source_release(half);
     if (quant)
         ebb_cl_source_release(quant);
     if (mv)
@@ -994,7 +997,7 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
 {
     ebb_err rc = EBB_OK;
     char pro[512];
-    const char *act = NULL, *ops = NULL, *att = NULL, *q8 = NULL, *mma = NULL;
+    const char *act = NULL, *half = NULL, *ops = NULL, *att = NULL, *q8 = NULL, *mma = NULL;
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
     snprintf(pro, sizeof(pro),
@@ -1004,15 +1007,19 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
              tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
              tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
              tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
-    if ((rc = ebb_cl_source("act.cl", &act, diag)) || (rc = ebb_cl_source("ops.cl", &ops, diag)) ||
+    if ((rc = ebb_cl_source("act.cl", &act, diag)) ||
+        (rc = ebb_cl_source("half.cl", &half, diag)) ||
+        (rc = ebb_cl_source("ops.cl", &ops, diag)) ||
         (rc = ebb_cl_source("attention.cl", &att, diag)) ||
         (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)))
         goto out;
-    const char *srcs[] = {pro, act, ops, mma, att, q8};
-    rc = ebb_cl_program_build(cl, srcs, 6, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, act, half, ops, mma, att, q8};
+    rc = ebb_cl_program_build(cl, srcs, 7, "-cl-mad-enable", out, diag);
 out:
     if (act)
         ebb_cl_source_release(act);
+    if (half)
+        ebb_cl_source_release(half);
     if (mma)
         ebb_cl_source_release(mma);
     if (ops)
@@ -1029,14 +1036,17 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *quant = NULL, *moe = NULL;
+    const char *half = NULL, *quant = NULL, *moe = NULL;
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
         (rc = ebb_cl_source("moe.cl", &moe, diag)))
         goto out;
-    const char *srcs[] = {pro, quant, moe};
-    rc = ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, half, quant, moe};
+    rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", out, diag);
 out:
+    if (half)
+        ebb_cl_source_release(half);
     if (quant)
         ebb_cl_source_release(quant);
     if (moe)

@@ -152,8 +152,8 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     /* The kernels and their shapes decide the timings: a cached answer from other kernels
      * (an older ebb, or EBB_CL_* overrides) must not be reused. */
     h = fnv(h, tu, sizeof(*tu));
-    const char *srcs[] = {"act.cl", "quant.cl", "q8.cl", "mma.cl", "matvec.cl"};
-    for (int i = 0; i < 5; i++) {
+    const char *srcs[] = {"act.cl", "half.cl", "quant.cl", "q8.cl", "mma.cl", "matvec.cl"};
+    for (int i = 0; i < 6; i++) {
         const char *src = NULL;
         if (ebb_cl_source(srcs[i], &src, NULL) == EBB_OK) {
             h = fnv(h, src, strlen(src));

@@ -157,15 +157,22 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
     return EBB_OK;
 }
 
-ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, struct ebb_diag *diag)
+/* rmsnorm or rmsnorm_add (k) over nt rows of n_embd. */
+static ebb_err norm_rows(struct clm *m, cl_kernel k, cl_mem x, cl_mem w, cl_mem y, int nt,
+                         struct ebb_diag *diag)
 {
     int n = (int)m->hp.n_embd;
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(x), EBB_CL_ARG(n), EBB_CL_ARG(w),  EBB_CL_ARG(y),
                              EBB_CL_ARG(n), EBB_CL_ARG(n), EBB_CL_ARG(eps)};
-    ebb_err rc = ebb_cl_set_args(m->k_norm, 0, a, 7, diag);
+    ebb_err rc = ebb_cl_set_args(k, 0, a, 7, diag);
     size_t g[2] = {m->tu.norm_wg, (size_t)nt}, l[2] = {m->tu.norm_wg, 1};
-    return rc ? rc : ebb_cl_run(m->cl, m->k_norm, 2, g, l, diag);
+    return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
+ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt, struct ebb_diag *diag)
+{
+    return norm_rows(m, m->k_norm, x, w, y, nt, diag);
 }
 
 /* The rows of an engine buffer and their stride. */
@@ -192,13 +199,7 @@ static void buf_of(struct clm *m, uint8_t b, cl_mem *mem, int *ld)
 static ebb_err rmsnorm_add(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
                            struct ebb_diag *diag)
 {
-    int n = (int)m->hp.n_embd;
-    float eps = m->hp.rms_eps;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(x), EBB_CL_ARG(n), EBB_CL_ARG(w),  EBB_CL_ARG(y),
-                             EBB_CL_ARG(n), EBB_CL_ARG(n), EBB_CL_ARG(eps)};
-    ebb_err rc = ebb_cl_set_args(m->k_norm_add, 0, a, 7, diag);
-    size_t g[2] = {m->tu.norm_wg, (size_t)nt}, l[2] = {m->tu.norm_wg, 1};
-    return rc ? rc : ebb_cl_run(m->cl, m->k_norm_add, 2, g, l, diag);
+    return norm_rows(m, m->k_norm_add, x, w, y, nt, diag);
 }
 
 static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,

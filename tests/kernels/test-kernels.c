@@ -722,12 +722,13 @@ static void test_program_cache(void)
     printf("  program cache: hit, miss on new options, build log on failure checked\n");
 }
 
-/* quant.cl's half conversions for CPU devices (MV_CPU: cpu_half behind LD_HALF, cpu_half4)
+/* half.cl's conversions for CPU devices (MV_CPU: cpu_half behind quant.cl's LD_HALF, cpu_half4)
  * against the host's on all 65536 halves, NaN as NaN; the same built into a program of this
  * device, whatever its own tuning. */
 static void test_cpu_half(void)
 {
-    const char *quant = NULL;
+    const char *half = NULL, *quant = NULL;
+    OK(ebb_cl_source("half.cl", &half, D));
     OK(ebb_cl_source("quant.cl", &quant, D));
     const char *k = "__kernel void halves(__global const ushort *h, __global float *f,\n"
                     "                     __global float *f4) {\n"
@@ -735,10 +736,11 @@ static void test_cpu_half(void)
                     "    f[i] = LD_HALF(h + i);\n"
                     "    if (i % 4 == 0) vstore4(cpu_half4(vload4(i / 4, h)), i / 4, f4);\n"
                     "}\n";
-    const char *srcs[] = {"#define MV_CPU 1\n", quant, k};
+    const char *srcs[] = {"#define MV_CPU 1\n", half, quant, k};
     cl_program prog = NULL;
     cl_kernel kh = NULL;
-    OK(ebb_cl_program_build(cl, srcs, 3, "", &prog, D));
+    OK(ebb_cl_program_build(cl, srcs, 4, "", &prog, D));
+    ebb_cl_source_release(half);
     ebb_cl_source_release(quant);
     OK(ebb_cl_kernel(prog, "halves", &kh, D));
     enum { N = 65536 };
