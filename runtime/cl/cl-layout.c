@@ -255,6 +255,13 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.q8r_max = qn;
     if (qr == 4 || qr == 8 || qr == 16)
         t.mvr = qr;
+    /* The other block types of the files (K-quants, Q8_0, Q5_0/Q5_1) on int8 inputs too, in
+     * their raw blocks (kq8.cl), wherever mv_q8 is on; EBB_CL_KQ8=0 keeps them on the float
+     * matvec (for measurements: both in one device call). */
+    t.kq8 = 1;
+    const char *kq = getenv("EBB_CL_KQ8");
+    if (kq && (*kq == '0' || *kq == '1'))
+        t.kq8 = (uint32_t)(*kq - '0');
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
@@ -511,6 +518,15 @@ bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
+bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    uint32_t t = l->type;
+    bool kt = t == EBB_GGML_Q8_0 || t == EBB_GGML_Q5_0 || t == EBB_GGML_Q5_1 ||
+              t == EBB_GGML_Q4_K || t == EBB_GGML_Q5_K || t == EBB_GGML_Q6_K;
+    return kt && tu->mv_q8 && tu->kq8 && l->order == EBB_CL_ORDER_RAW &&
+           l->storage == EBB_CL_STORE_BUFFER;
+}
+
 ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
                                char *buf, size_t cap, struct ebb_diag *diag)
 {
@@ -592,6 +608,15 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
                          "(b), (lo), (hi))\n",
                          sto, bits, sto, bits);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (ebb_cl_layout_has_kq8(l, tu)) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_KQ8(o, b, xq, xd) kq8_raw_%s(w_a + w_off, "
+                     "(ulong)(n_in / %u) * %u, (o), (b), (xq), (xd))\n",
+                     ti->dec, ti->blk, ti->tsize);
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -922,17 +947,18 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *act = NULL, *half = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL;
+    const char *act = NULL, *half = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL,
+               *kq8 = NULL;
     struct ebb_cl_wprog p = {.layout = *l};
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("act.cl", &act, diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
         (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)) ||
-        (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        (rc = ebb_cl_source("matvec.cl", &mv, diag)) || (rc = ebb_cl_source("kq8.cl", &kq8, diag)))
         goto out;
-    const char *srcs[] = {pro, act, half, quant, q8, mma, mv};
-    if ((rc = ebb_cl_program_build(cl, srcs, 7, "-cl-mad-enable", &p.prog, diag)) ||
+    const char *srcs[] = {pro, act, half, quant, q8, mma, mv, kq8};
+    if ((rc = ebb_cl_program_build(cl, srcs, 8, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
@@ -941,6 +967,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
+        (ebb_cl_layout_has_kq8(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
@@ -962,6 +990,8 @@ out:
         ebb_cl_source_release(q8);
     if (mma)
         ebb_cl_source_release(mma);
+    if (kq8)
+        ebb_cl_source_release(kq8);
     return rc;
 }
 

@@ -53,6 +53,8 @@ struct ebb_cl_tuning {
                               (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
                               mv_q16 and a device work-group of EBB_CL_Q8_WG */
     uint32_t mv_ptx;       /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t kq8;          /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
+                              Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
     uint32_t q8r_max;      /* with mv_q8: products of 2..q8r_max token rows quantize their
                               inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
                               weight read, instead of the tiled kernels; 0 = never */
@@ -213,9 +215,13 @@ bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
-/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (4-bit
- * weights against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16, else
- * NULL. */
+/* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,
+ * Q5_1, Q4_K, Q5_K or Q6_K blocks in a buffer, with tu->mv_q8 and tu->kq8. */
+bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
+/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (weights
+ * against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16 (4-bit
+ * blocks, matvec.cl) or W_KQ8 (kq8.cl), else NULL; matvec_q8r with W_Q16 only. */
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;

@@ -103,6 +103,7 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
             case EBB_GGML_Q5_0:
                 memcpy(blk, &d, 2);
                 break;
+            case EBB_GGML_Q5_1:
             case EBB_GGML_Q4_K:
             case EBB_GGML_Q5_K:
                 memcpy(blk, &d, 2);
@@ -573,6 +574,33 @@ static void test_weights(void)
         printf("  (matvec_cpu %u rows per work-item)\n", r);
         test_weight_layout(&other[0], 37, 512);
         test_weight_layout(&other[1], 37, 512);
+    }
+    tu = keep;
+    /* 8-bit-input decode of the other raw block types (kq8.cl's matvec_q8, checked by
+     * test_matvec_q8 against the dequantized rows) with one work-item per row and with 8
+     * (the two-groups-a-step loop, its tail, idle lanes and the row reduction): 544 inputs (17
+     * groups, not a multiple of 256) for the 32-block types, 768 (3 super-blocks) for the
+     * K-quants, 37 rows. */
+    static const uint32_t kq_types[] = {EBB_GGML_Q8_0, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
+                                        EBB_GGML_Q4_K, EBB_GGML_Q5_K, EBB_GGML_Q6_K};
+    static const uint32_t kq_wg[] = {1, 8};
+    for (size_t k = 0; k < sizeof(kq_wg) / sizeof(kq_wg[0]); k++) {
+        tu = keep;
+        tu.mv_q8 = 1;
+        tu.kq8 = 1;
+        tu.mv_wg = kq_wg[k];
+        tu.mv_rows = kq_wg[k] > 1 ? 4 : keep.mv_rows;
+        printf("  (8-bit inputs for the other block types, %u work-items per row)\n", tu.mv_wg);
+        for (size_t i = 0; i < sizeof(kq_types) / sizeof(kq_types[0]); i++) {
+            struct ebb_cl_layout l = {kq_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+            uint32_t n_in = ebb_ggml_type_info(kq_types[i])->block_size == 256 ? 768 : 544;
+            struct ebb_cl_wprog p;
+            OK(ebb_cl_wprog_build(cl, &l, &tu, &p, D));
+            CHECK(p.matvec_q8 != NULL && p.matvec_q8r == NULL, "kq8: %s has no matvec_q8",
+                  ebb_ggml_type_info(kq_types[i])->name);
+            ebb_cl_wprog_fini(&p);
+            test_weight_layout(&l, 37, n_in);
+        }
     }
     tu = keep;
     /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
