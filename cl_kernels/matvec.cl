@@ -13,7 +13,8 @@
  *   MM_LOCAL  1: stage the token tile in local memory (GPUs); 0: read it in place (CPUs).
  *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built, and
  *          matvec_q8r, the same over MVR token rows at once.
- *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built. */
+ *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built.
+ *   W_RD8(o, i)     optional: float8 of W[o][i..i+7] (raw F16 / BF16 rows, tuning mv_h8). */
 
 #ifndef MV_WG
 #define MV_WG 1
@@ -193,6 +194,16 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             Q16_STEP(v.s3, 3);
             acc += dm.x * s4 + dm.y * xs;
         }
+#elif defined(W_RD8)
+        /* F16 / BF16 rows: eight weights (16 bytes) per work-item and step; where n_in % 8 is
+         * 4, the work-item that reaches the last four inputs takes them four at a time. */
+        int i = lane * 8;
+        for (; i + 8 <= n_in; i += MV_WG * 8) {
+            float8 wv = W_RD8(row, i);
+            acc += wv.lo * X_IN4(i) + wv.hi * X_IN4(i + 4);
+        }
+        if (i < n_in)
+            acc += READ_W4(row, i) * X_IN4(i);
 #else
         for (int i = lane * 4; i < n_in; i += MV_WG * 4)
             acc += READ_W4(row, i) * X_IN4(i);

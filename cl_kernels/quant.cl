@@ -30,6 +30,19 @@ inline float4 w4_raw_bf16(const __global uchar *w, ulong rowb, int o, int i)
     return as_float4(convert_uint4(u) << 16);
 }
 
+/* Eight consecutive weights W[o][i..i+7] of a raw F16 / BF16 row (i a multiple of 8): matvec's
+ * W_RD8, one 16-byte load per work-item and step. */
+inline float8 w8_raw_f16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    return vload_half8(0, (const __global half *)(w + (ulong)o * rowb) + i);
+}
+
+inline float8 w8_raw_bf16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    ushort8 u = vload8(0, (const __global ushort *)(w + (ulong)o * rowb) + i);
+    return as_float8(convert_uint8(u) << 16);
+}
+
 inline float4 w4_raw_q8_0(const __global uchar *w, ulong rowb, int o, int i)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 34;

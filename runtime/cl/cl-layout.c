@@ -262,6 +262,12 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *kq = getenv("EBB_CL_KQ8");
     if (kq && (*kq == '0' || *kq == '1'))
         t.kq8 = (uint32_t)(*kq - '0');
+    /* F16 / BF16 rows in matvec eight weights (16 bytes) per work-item and step instead of
+     * four; EBB_CL_MVH8=0 gives back the four (for measurements). */
+    t.mv_h8 = 1;
+    const char *h8 = getenv("EBB_CL_MVH8");
+    if (h8 && (*h8 == '0' || *h8 == '1'))
+        t.mv_h8 = (uint32_t)(*h8 - '0');
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
@@ -608,6 +614,15 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "#define W_DEQ32(o, b, lo, hi) b32_%s_%s(w_a, w_b, n_in / 32, (o), "
                          "(b), (lo), (hi))\n",
                          sto, bits, sto, bits);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (tu->mv_h8 && l->order == EBB_CL_ORDER_RAW &&
+        (ti->type == EBB_GGML_F16 || ti->type == EBB_GGML_BF16)) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_RD8(o, i) w8_raw_%s(w_a + w_off, (ulong)n_in * 2, (o), (i))\n",
+                     ti->dec);
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;

@@ -53,6 +53,7 @@ struct ebb_cl_tuning {
                               (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
                               mv_q16 and a device work-group of EBB_CL_Q8_WG */
     uint32_t mv_ptx;       /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t mv_h8;        /* 1: matvec reads raw F16 / BF16 rows eight weights a step (W_RD8) */
     uint32_t kq8;          /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
                               Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
     uint32_t q8r_max;      /* with mv_q8: products of 2..q8r_max token rows quantize their

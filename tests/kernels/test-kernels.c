@@ -601,6 +601,12 @@ static void test_weights(void)
             ebb_cl_wprog_fini(&p);
             test_weight_layout(&l, 37, n_in);
         }
+        /* F16 / BF16 rows eight weights a step (W_RD8), 516 inputs: the last four alone. */
+        static const uint32_t h_types[] = {EBB_GGML_F16, EBB_GGML_BF16};
+        for (size_t i = 0; i < 2; i++) {
+            struct ebb_cl_layout l = {h_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+            test_weight_layout(&l, 37, 516);
+        }
     }
     tu = keep;
     /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
