@@ -13,7 +13,7 @@
  * The prologue defines W_KQ8(o, b, xq, xd) (the contribution of group b of row o) for these raw
  * layouts. Alignment: Q5_1, Q4_K and Q5_K blocks are read in 4-byte words (their sizes are
  * multiples of 4; the host runs this only where the weight's offset is too), Q8_0, Q5_0 and
- * Q6_K in 2-byte ones. A work-item reads its group's bytes with a few vector loads; the MV_WG
+ * Q6_K in 2-byte ones. moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. A work-item reads its group's bytes with a few vector loads; the MV_WG
  * work-items of a row take consecutive groups, so a warp's loads cover consecutive bytes of the
  * row (two work-items share each 32-byte quant run of a 4-bit K-quant pair). */
 
@@ -159,6 +159,7 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
     return LD_HALF(p + 208) * xd[b].x * (float)s;
 }
 
+#if defined(ROW_SUM) /* the weight program (matvec.cl before this file); moe.cl has its own */
 /* matvec_q8 for these types: y[y_off + o] = (res ? res[y_off + o] : 0) + sum over the 32-groups
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same
  * arguments, global and local sizes as the 4-bit matvec_q8 in matvec.cl (the two are never in
@@ -195,5 +196,6 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         sum += res[y_off + row];
     y[y_off + row] = sum;
 }
+#endif
 
 #endif

@@ -1081,15 +1081,20 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *half = NULL, *quant = NULL, *moe = NULL;
+    const char *half = NULL, *quant = NULL, *moe = NULL, *q8 = NULL, *kq8 = NULL;
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("kq8.cl", &kq8, diag)) ||
         (rc = ebb_cl_source("moe.cl", &moe, diag)))
         goto out;
-    const char *srcs[] = {pro, half, quant, moe};
-    rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, half, quant, q8, kq8, moe};
+    rc = ebb_cl_program_build(cl, srcs, 6, "-cl-mad-enable", out, diag);
 out:
+    if (q8)
+        ebb_cl_source_release(q8);
+    if (kq8)
+        ebb_cl_source_release(kq8);
     if (half)
         ebb_cl_source_release(half);
     if (quant)

@@ -243,8 +243,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            struct ebb_diag *diag);
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 
-/* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down) for expert
- * stacks placed in layout l (one weight of n_expert x rows-per-expert rows). */
+/* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down, and
+ * moe_gather_q8 / moe_down_q8 where ebb_cl_layout_has_kq8) for expert stacks placed in layout l
+ * (one weight of n_expert x rows-per-expert rows). */
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
 

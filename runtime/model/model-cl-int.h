@@ -75,6 +75,7 @@ struct clm_moe_prog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel gather, down;
+    cl_kernel gather_q8, down_q8; /* decode on 8-bit inputs, where the layout has kq8 */
 };
 
 struct clm_moe {
@@ -254,6 +255,10 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
 /* model-cl-layer.c */
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
  * adding res when given; with nw (decode only) x is RMS-normed and scaled by nw inside. */
+/* Decode with 8-bit inputs (tu.mv_q8, m->k_q8): x's first n_in values, the RMS norm (nw) and
+ * SwiGLU / GeGLU (glu; x holds [gate | up]) folded, quantized once into m->xq / m->xd. */
+ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
+                             struct ebb_diag *diag);
 ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                       int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag);
 /* y = rmsnorm(x) * w over nt rows of n_embd. */

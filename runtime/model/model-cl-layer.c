@@ -20,8 +20,8 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 
 /* Decode with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm (nw) and SwiGLU (glu) into
  * x's first n_in inputs and quantizes them once into m->xq / m->xd ... */
-static ebb_err q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
-                           struct ebb_diag *diag)
+ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
+                             struct ebb_diag *diag)
 {
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
@@ -95,7 +95,7 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     /* (w->off % 4: the 4-byte loads of some raw blocks; file offsets are that aligned unless a
      * file sets general.alignment below 4.) */
     if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0 && w->off % 4 == 0) {
-        if ((rc = q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
+        if ((rc = ebb__clm_q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
@@ -146,7 +146,7 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
     for (uint32_t i = 0; q8 && i < n; i++)
         q8 = (kq[i] = q8_kernel(m, &w[i], NULL)) != NULL && w[i].n_in == w[0].n_in;
     ebb_err rc;
-    if (q8 && (rc = q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
+    if (q8 && (rc = ebb__clm_q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
         return rc;
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {

@@ -191,6 +191,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
+        /* the k experts' SwiGLU outputs of a MoE layer, quantized together for moe_down_q8 */
+        size_t moe_w = (size_t)hp->n_expert_used * hp->n_ff_exp;
+        wide = wide > moe_w ? wide : moe_w;
         /* one row for decode; matvec_q8r's batches take up to q8r_max rows */
         size_t q8_rows =
             m->tu.q8r_max > 1 ? (m->tu.q8r_max < N_BATCH ? m->tu.q8r_max : N_BATCH) : 1;
