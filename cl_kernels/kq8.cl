@@ -11,9 +11,10 @@
  *   Q4_K/Q5_K  w = d sc q - dmin mn (6-bit sc, mn)  d sc xd.x (q . xq) - dmin mn xd.y
  *   Q6_K  w = d sc16 (q - 32), an int8 scale per 16  d xd.x (sc0 (q . xq)[0..15] + sc1 (...)[16..31])
  * The prologue defines W_KQ8(o, b, xq, xd) (the contribution of group b of row o) for these raw
- * layouts. Alignment: Q5_1, Q4_K and Q5_K blocks are read in 4-byte words (their sizes are
- * multiples of 4; the host runs this only where the weight's offset is too), Q8_0, Q5_0 and
- * Q6_K in 2-byte ones. moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. A work-item reads its group's bytes with a few vector loads; the MV_WG
+ * layouts. Alignment: Q4_K and Q5_K quants are read in 16-byte vectors (their block sizes
+ * and quant offsets are multiples of 16), Q5_1 blocks and the K-quant scales in 4-byte words
+ * (the host runs this only where the weight's offset is a multiple of 16), Q8_0, Q5_0 and Q6_K
+ * in 2-byte ones. moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. A work-item reads its group's bytes with a few vector loads; the MV_WG
  * work-items of a row take consecutive groups, so a warp's loads cover consecutive bytes of the
  * row (two work-items share each 32-byte quant run of a 4-bit K-quant pair). */
 
@@ -67,6 +68,26 @@ inline uint8 kq8_ld_a2(const __global uchar *p)
 inline uint8 kq8_ld_a4(const __global uchar *p)
 {
     return vload8(0, (const __global uint *)p);
+}
+/* ... and 16-byte aligned (two 16-byte loads where vload8 may give eight 4-byte ones). */
+inline uint8 kq8_ld_a16(const __global uchar *p)
+{
+    const __global uint4 *v = (const __global uint4 *)p;
+    return (uint8)(v[0], v[1]);
+}
+
+/* Six-bit scale and min of group g of a Q4_K/Q5_K block from its 12 scale bytes at s (4-byte
+ * aligned), read as three words and picked without branches (k4_scale_min's bytes: for g < 4
+ * the low six bits of bytes g and g + 4, else four bits of byte g + 4 and the top two of bytes
+ * g - 4 and g). */
+inline float2 kq8_k4_sm(const __global uchar *s, int g)
+{
+    uint3 w = vload3(0, (const __global uint *)s);
+    uint j = 8u * (uint)(g & 3);
+    uint b0 = (w.x >> j) & 255u, b1 = (w.y >> j) & 255u, b2 = (w.z >> j) & 255u;
+    uint sc = g < 4 ? b0 & 63u : (b2 & 15u) | ((b0 >> 6) << 4);
+    uint mn = g < 4 ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4);
+    return (float2)((float)sc, (float)mn);
 }
 
 /* Bits 0..3 of h moved to bit 4 of bytes 0..3 (the fifth bits of four 5-bit quants). */
@@ -124,9 +145,9 @@ inline float kq8_raw_q4_k(const __global uchar *w, ulong rowb, int o, int b,
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 144;
     int g = b & 7;
-    uint8 v = kq8_ld_a4(p + 16 + 32 * (g >> 1));
+    uint8 v = kq8_ld_a16(p + 16 + 32 * (g >> 1));
     uint8 q = (v >> (uint)(4 * (g & 1))) & 0x0F0F0F0Fu;
-    float2 sm = k4_scale_min(p + 4, g), dx = xd[b];
+    float2 sm = kq8_k4_sm(p + 4, g), dx = xd[b];
     int s = kq8_dot_us(q, kq8_x(xq, b));
     return LD_HALF(p) * sm.x * dx.x * (float)s - LD_HALF(p + 2) * sm.y * dx.y;
 }
@@ -136,9 +157,9 @@ inline float kq8_raw_q5_k(const __global uchar *w, ulong rowb, int o, int b,
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 176;
     int g = b & 7;
-    uint8 v = kq8_ld_a4(p + 48 + 32 * (g >> 1)), h = kq8_ld_a4(p + 16);
+    uint8 v = kq8_ld_a16(p + 48 + 32 * (g >> 1)), h = kq8_ld_a16(p + 16);
     uint8 q = ((v >> (uint)(4 * (g & 1))) & 0x0F0F0F0Fu) | (((h >> (uint)g) & 0x01010101u) << 4);
-    float2 sm = k4_scale_min(p + 4, g), dx = xd[b];
+    float2 sm = kq8_k4_sm(p + 4, g), dx = xd[b];
     int s = kq8_dot_us(q, kq8_x(xq, b));
     return LD_HALF(p) * sm.x * dx.x * (float)s - LD_HALF(p + 2) * sm.y * dx.y;
 }

@@ -51,7 +51,7 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
 static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct ebb_diag *diag)
 {
     struct ebb_cl_wprog *p = NULL;
-    if (!m->k_q8 || w->n_in % 32 || w->off % 4 || ebb__clm_prog_for(m, &w->layout, &p, diag))
+    if (!m->k_q8 || w->n_in % 32 || w->off % 16 || ebb__clm_prog_for(m, &w->layout, &p, diag))
         return NULL;
     return p->matvec_q8;
 }
@@ -92,9 +92,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     ebb_err rc = ebb__clm_prog_for(m, &w->layout, &p, diag);
     if (rc)
         return rc;
-    /* (w->off % 4: the 4-byte loads of some raw blocks; file offsets are that aligned unless a
-     * file sets general.alignment below 4.) */
-    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0 && w->off % 4 == 0) {
+    /* (w->off % 16: kq8.cl's 16-byte loads of K-quant blocks; file offsets are that aligned
+     * unless a file sets general.alignment below 16.) */
+    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0 && w->off % 16 == 0) {
         if ((rc = ebb__clm_q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);

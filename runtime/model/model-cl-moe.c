@@ -95,7 +95,7 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struc
         ebb_err rc = prog_for(m, w[i], &p[i], diag);
         if (rc)
             return rc;
-        if (!p[i]->gather_q8 || w[i]->off % 4)
+        if (!p[i]->gather_q8 || w[i]->off % 16)
             return EBB_EUNSUPPORTED;
     }
     ebb_err rc = ebb__clm_q8_quantize(m, m->h, n_embd, NULL, 0, diag);
