@@ -14,9 +14,10 @@
  * layouts. Alignment: Q4_K and Q5_K quants are read in 16-byte vectors (their block sizes
  * and quant offsets are multiples of 16), Q5_1 blocks and the K-quant scales in 4-byte words
  * (the host runs this only where the weight's offset is a multiple of 16), Q8_0, Q5_0 and Q6_K
- * in 2-byte ones. moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. A work-item reads its group's bytes with a few vector loads; the MV_WG
- * work-items of a row take consecutive groups, so a warp's loads cover consecutive bytes of the
- * row (two work-items share each 32-byte quant run of a 4-bit K-quant pair). */
+ * in 2-byte ones (16 loads per 32 bytes: the likely limit of those types on GPUs, not yet
+ * measured there). The MV_WG work-items of a row take consecutive groups, so a warp's loads
+ * cover consecutive bytes of the row (two work-items share each 32-byte quant run of a 4-bit
+ * K-quant pair). moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. */
 
 #if defined(W_KQ8)
 
