@@ -102,6 +102,11 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && !nw && !glu &&
         w->n_in % 32 == 0)
         return q8r_product(m, w, p->matvec_q8r, x, x_ld, y, y_ld, y_off, res, nt, diag);
+    /* Longer products of 4-bit weights on tensor cores with the weights loaded straight into
+     * the fragments: one tile for small batches, the second (mmp) for prefill. */
+    bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
+               w->n_in % 32 == 0;
+    bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
@@ -111,7 +116,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    if (p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
+    if (mms)
+        kind = mmp ? EBB_CL_WK_MMP : EBB_CL_WK_MMS;
+    if (!mms && p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
         kind = EBB_CL_WK_MVCPU;
     bool mv = kind == EBB_CL_WK_MATVEC || kind == EBB_CL_WK_MVCPU; /* matvec's arguments */
     cl_kernel ks[] = {p->matvec,
@@ -119,7 +126,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                       p->matmul_coop,
                       p->matmul_gemm,
                       m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma,
-                      p->matvec_cpu},
+                      p->matvec_cpu,
+                      p->matmul_mms,
+                      p->matmul_mmp},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
