@@ -1,6 +1,6 @@
 /* The reference's matrix products: quantized row dot products for one token, dequantized rows
- * reused over the tokens of a batch, output rows split between the caller and one helper
- * thread. */
+ * reused over the tokens of a batch, output rows split between the caller and its helper
+ * threads. */
 #include "ref-int.h"
 
 #include <stdlib.h>
@@ -29,9 +29,17 @@ static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_
     }
 }
 
+/* Output rows of part i of n parts. */
+static void part_rows(uint32_t n_out, int i, int n, uint32_t *o0, uint32_t *o1)
+{
+    *o0 = (uint32_t)((uint64_t)n_out * (uint32_t)i / (uint32_t)n);
+    *o1 = (uint32_t)((uint64_t)n_out * (uint32_t)(i + 1) / (uint32_t)n);
+}
+
 static void *helper_main(void *arg)
 {
-    struct ref *r = arg;
+    const struct ref_helper *h = arg;
+    struct ref *r = h->r;
     uint64_t seen = 0;
     pthread_mutex_lock(&r->mu);
     for (;;) {
@@ -42,11 +50,12 @@ static void *helper_main(void *arg)
         seen = r->gen;
         struct job j = r->job;
         pthread_mutex_unlock(&r->mu);
-        uint32_t mid = j.w->n_out / 2;
-        matmul_rows(&j, r->rowbuf[1], mid, j.w->n_out);
+        uint32_t o0, o1;
+        part_rows(j.w->n_out, h->i, r->n_threads, &o0, &o1);
+        matmul_rows(&j, r->rowbuf[h->i], o0, o1);
         pthread_mutex_lock(&r->mu);
-        r->done = seen;
-        pthread_cond_broadcast(&r->cv);
+        if (++r->n_done == r->n_threads - 1)
+            pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -67,31 +76,41 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
     }
     pthread_mutex_lock(&r->mu);
     r->job = j;
+    r->n_done = 0;
     r->gen++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    matmul_rows(&j, r->rowbuf[0], 0, w->n_out / 2);
+    uint32_t o0, o1;
+    part_rows(w->n_out, 0, r->n_threads, &o0, &o1);
+    matmul_rows(&j, r->rowbuf[0], o0, o1);
     pthread_mutex_lock(&r->mu);
-    while (r->done != r->gen)
+    while (r->n_done != r->n_threads - 1)
         pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
 }
 
-void ebb__ref_start_helper(struct ref *r)
+void ebb__ref_start_helper(struct ref *r, int n_threads)
 {
-    r->n_threads = 2;
-    const char *env = getenv("EBB_REF_THREADS");
-    if (env && atoi(env) == 1)
-        r->n_threads = 1;
-    if (r->n_threads > 1) {
-        pthread_mutex_init(&r->mu, NULL);
-        pthread_cond_init(&r->cv, NULL);
-        if (pthread_create(&r->th, NULL, helper_main, r)) {
-            pthread_mutex_destroy(&r->mu);
-            pthread_cond_destroy(&r->cv);
-            r->n_threads = 1;
-        }
+    if (n_threads > EBB__REF_MAX_THREADS)
+        n_threads = EBB__REF_MAX_THREADS;
+    r->n_threads = 1;
+    if (n_threads < 2)
+        return;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    int started = 0;
+    for (int i = 1; i < n_threads; i++) {
+        r->helper[i] = (struct ref_helper){r, i};
+        if (pthread_create(&r->th[i], NULL, helper_main, &r->helper[i]))
+            break;
+        started = i;
     }
+    /* Helpers read n_threads only after a job is posted, which happens after this store. */
+    r->n_threads = started + 1;
+    if (started)
+        return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
 }
 
 void ebb__ref_stop_helper(struct ref *r)
@@ -101,7 +120,8 @@ void ebb__ref_stop_helper(struct ref *r)
         r->quit = true;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
-        pthread_join(r->th, NULL);
+        for (int i = 1; i < r->n_threads; i++)
+            pthread_join(r->th[i], NULL);
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
     }
