@@ -17,6 +17,8 @@ enum {
     EBB_SOPT_RESIDENCY,
     EBB_SOPT_IO,
     EBB_SOPT_THREADS,
+    EBB_SOPT_HOST_LAYERS,
+    EBB_SOPT_HOST_THREADS,
 };
 
 #define EBB_STREAM_LONGOPTS                                                                        \
@@ -26,6 +28,8 @@ enum {
         {"pack", required_argument, NULL, EBB_SOPT_PACK},                                          \
         {"residency", required_argument, NULL, EBB_SOPT_RESIDENCY},                                \
         {"stream-io", required_argument, NULL, EBB_SOPT_IO},                                       \
+        {"host-layers", required_argument, NULL, EBB_SOPT_HOST_LAYERS},                            \
+        {"host-threads", required_argument, NULL, EBB_SOPT_HOST_THREADS},                          \
     {                                                                                              \
         "stream-threads", required_argument, NULL, EBB_SOPT_THREADS                                \
     }
@@ -36,7 +40,7 @@ extern const char ebb_stream_opts_usage[];
 /* True if c is one of the EBB_SOPT_* options. */
 static inline bool ebb_stream_opt_is(int c)
 {
-    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_THREADS;
+    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_HOST_THREADS;
 }
 
 /* Applies option c with value arg to mp's streamer fields; false on a bad value. */

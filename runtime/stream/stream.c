@@ -392,6 +392,9 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
         r->n_resident, r->n_layer, r->n_host, r->n_ctx, (unsigned long long)r->budget,
         ebb_stream_mode_name(r->mode), (unsigned)r->cache < 3 ? caches[r->cache] : "?", r->prefetch,
         r->n_slots, r->io_threads);
+    if (r->n_host)
+        add(buf, cap, &n, "\"host_threads\":%u,\"host_seconds\":%.6f,\"host_steps\":%llu,",
+            r->host_threads, r->host_ns / 1e9, (unsigned long long)r->host_steps);
     if (r->limit != UINT64_MAX)
         add(buf, cap, &n, "\"limit_bytes\":%llu,", (unsigned long long)r->limit);
     if (r->available_ok)

@@ -51,6 +51,10 @@ struct ebb_stream_event {
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;
     uint32_t n_host; /* layers computed on the host (the last ones); streamed: the rest */
+    /* Filled by the engine: host threads, and time spent in host layers (with the activations'
+     * trips over the link) over host_steps evaluations that ran them. */
+    uint32_t host_threads;
+    uint64_t host_ns, host_steps;
     uint64_t budget; /* configured, 0 = auto */
     enum ebb_stream_mode mode;
     enum ebb_stream_cache cache;
