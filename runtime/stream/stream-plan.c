@@ -250,7 +250,7 @@ uint32_t ebb_stream_plan_place(uint32_t n_layer, uint32_t n_resident, uint32_t n
         n_resident = n_layer;
     if (n_host > n_layer - n_resident)
         n_host = n_layer - n_resident;
-    for (uint32_t l = 0; l < n_layer; l++)
+    for (uint32_t l = 0; kinds && l < n_layer; l++)
         kinds[l] = l < n_resident          ? EBB_STREAM_PLACE_RESIDENT
                    : l >= n_layer - n_host ? EBB_STREAM_PLACE_HOST
                                            : EBB_STREAM_PLACE_STREAMED;

@@ -128,9 +128,9 @@ enum ebb_stream_place {
     EBB_STREAM_PLACE_HOST = 2,     /* computed by the host's cores from the mapped file */
 };
 
-/* The three-way placement of n_layer layers into kinds[0..n_layer): the first n_resident
- * resident, the last n_host of the others on the host (never a resident one), the rest
- * streamed. Returns the host layers placed (min(n_host, n_layer - n_resident)). */
+/* The three-way placement of n_layer layers into kinds[0..n_layer) (kinds may be NULL): the
+ * first n_resident resident, the last n_host of the others on the host (never a resident one),
+ * the rest streamed. Returns the host layers placed (min(n_host, n_layer - n_resident)). */
 uint32_t ebb_stream_plan_place(uint32_t n_layer, uint32_t n_resident, uint32_t n_host,
                                uint8_t *kinds);
 

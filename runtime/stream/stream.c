@@ -96,8 +96,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     if ((rc = ebb_stream_planner_init(&s->plan, &p->plan, &in, diag)))
         goto out;
     s->limit = ebb_stream_plan_limit(&s->plan, &in);
-    uint32_t off = n - s->plan.n_resident;
-    s->first_host = n - (p->n_host < off ? p->n_host : off);
+    s->first_host = n - ebb_stream_plan_place(n, s->plan.n_resident, p->n_host, NULL);
     *out = s;
     s = NULL;
 out:
