@@ -114,6 +114,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_HOST_THREADS] = {"host_threads", T_U32, OFF(host_threads), 0, 64,
                               EBB_CONFIG_CHANGE_MODEL, false, "N",
                               "threads for host layers (0 = the physical cores minus one)"},
+    [EBB_CFG_HOST_Q8] = {"host_q8", T_BOOL, OFF(host_q8), 0, 0, EBB_CONFIG_CHANGE_MODEL, false,
+                         "BOOL",
+                         "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "
+                         "Q4_0 products) instead of the reference's fp32"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
  * recommends a value (api/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \

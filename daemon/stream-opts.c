@@ -18,7 +18,9 @@ const char ebb_stream_opts_usage[] =
     "      --stream-threads N  reader threads per streamed layer (default 1)\n"
     "      --host-layers N     compute the last N non-resident layers on the host's cores\n"
     "                          instead of streaming them (default 0)\n"
-    "      --host-threads N    threads for host layers (default: physical cores - 1)\n";
+    "      --host-threads N    threads for host layers (default: physical cores - 1)\n"
+    "      --host-q8           host layers with 8-bit activations (llama.cpp's CPU numerics;\n"
+    "                          AVX2 Q4_0 products) instead of the reference's fp32\n";
 
 bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
 {
@@ -62,6 +64,9 @@ bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
         mp->host_layers = (uint32_t)v;
         return end != arg && !*end && *arg != '-' && v <= 4096;
     }
+    case EBB_SOPT_HOST_Q8:
+        mp->host_q8 = true;
+        return true;
     case EBB_SOPT_HOST_THREADS: {
         unsigned long v = strtoul(arg, &end, 10);
         mp->host_threads = (uint32_t)v;

@@ -207,7 +207,7 @@ static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct
     if (!m->host_x)
         return EBB_ENOMEM;
     ebb_err rc = ebb__ref_host_new(m->a, &m->hp, m->g, m->n_ctx, m->n_seq, m->first_host,
-                                   threads < 1 ? 1 : threads, &m->host, diag);
+                                   threads < 1 ? 1 : threads, p->host_q8, &m->host, diag);
     if (rc)
         return ebb_diag_set(diag, rc, "host layers: %.400s", diag ? diag->msg : "");
     for (uint32_t l = m->first_host; l < m->hp.n_layer; l++) {
@@ -222,8 +222,9 @@ static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct
             }
         }
     }
-    fprintf(stderr, "ebb: %u host layers (%u..%u) on %d threads\n", m->hp.n_layer - m->first_host,
-            m->first_host, m->hp.n_layer - 1, ebb__ref_host_threads(m->host));
+    fprintf(stderr, "ebb: %u host layers (%u..%u) on %d threads%s\n", m->hp.n_layer - m->first_host,
+            m->first_host, m->hp.n_layer - 1, ebb__ref_host_threads(m->host),
+            p->host_q8 ? ", 8-bit activations" : "");
     return EBB_OK;
 }
 

@@ -35,6 +35,8 @@ struct ebb_model_params {
      * file instead of streamed; host_threads threads (0 = the physical cores minus one). */
     uint32_t host_layers;
     uint32_t host_threads;
+    bool host_q8; /* host layers with llama.cpp's CPU numerics (device "ref-q8"): 8-bit
+                     activations (AVX2 Q4_0 dots), fp16 KV; default the reference's fp32 */
 };
 
 struct ebb_model;

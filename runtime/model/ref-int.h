@@ -46,9 +46,13 @@ struct rtensor {
     bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
 };
 
+/* A weight row times 8-bit activations (ebb_quant_dot_q8_act's contract, one type). */
+typedef float (*ebb__ref_dot_q8_fn)(const void *row, const struct ebb_q8_act *x, uint64_t n);
+
 /* One matrix product job, split by output rows between the caller and the helper threads. */
 struct job {
     const struct wmat *w;
+    ebb__ref_dot_q8_fn dot_q8;     /* with xact: a fast path for w's type, or NULL */
     const float *x;                /* (n, n_in) */
     const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
     float *y;                      /* (n, n_out) */
@@ -81,6 +85,7 @@ struct ref {
     float *att;                          /* (n_ctx) attention scores of one head */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
+    bool fast;                           /* host layers: SIMD 8-bit dots where the CPU has them */
     struct ebb_q8_act *xact;             /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
     struct ref_moe moe;                  /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
@@ -115,6 +120,10 @@ static inline float ebb__ref_dot_f32(const float *a, const float *b, uint32_t n)
  * exist for each) and stop_helper joins. The reference backend asks for 2 (1 with
  * EBB_REF_THREADS=1). */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
+/* A SIMD Q4_0 row times 8-bit activations giving exactly ebb_quant_dot_q8_act's result (the
+ * integer sums are exact, the float steps the same in the same order), or NULL when this CPU or
+ * build has none (x86-64 with AVX2 only). */
+ebb__ref_dot_q8_fn ebb__ref_fast_dot_q4_0(void);
 void ebb__ref_start_helper(struct ref *r, int n_threads);
 void ebb__ref_stop_helper(struct ref *r);
 

@@ -604,14 +604,16 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
 
 ebb_err ebb__ref_host_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
                           const struct ebb_gguf *g, uint32_t n_ctx, uint32_t n_seq, uint32_t l0,
-                          int n_threads, struct ebb__ref_host **out, struct ebb_diag *diag)
+                          int n_threads, bool q8, struct ebb__ref_host **out, struct ebb_diag *diag)
 {
-    struct ebb_model_params p = {.n_seq = n_seq};
+    struct ebb_model_params p = {.n_seq = n_seq, .device = q8 ? "ref-q8" : NULL};
     struct ref *r;
     ebb_err rc = ref_new(a, hp, g, &p, n_ctx, l0, n_threads, &r, diag);
-    if (!rc)
-        *out = (struct ebb__ref_host *)r;
-    return rc;
+    if (rc)
+        return rc;
+    r->fast = true;
+    *out = (struct ebb__ref_host *)r;
+    return EBB_OK;
 }
 
 void ebb__ref_host_free(struct ebb__ref_host *h)

@@ -1,7 +1,8 @@
 /* Host layers (the hybrid placement, docs/STREAMER.md "Host layers") on the OpenCL engine: with
  * every layer streamed, some or all of the last layers computed on the host's cores give the
  * same greedy ids as none, through a prefill, decode steps, a KV copy to another slot and a
- * batched step of two slots; the report counts them. SmolLM2 on whatever device exists (PoCL in
+ * batched step of two slots; the report counts them; 8-bit host layers agree with themselves
+ * across thread counts. SmolLM2 on whatever device exists (PoCL in
  * CI). Skipped (77) without the model or an OpenCL device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,7 +37,15 @@ static int32_t greedy(struct ebb_model *m, uint32_t seq, const int32_t *t, uint3
     return top;
 }
 
+static void run_q8(uint32_t host_layers, double residency, uint32_t threads, bool q8,
+                   struct run *r);
+
 static void run_with(uint32_t host_layers, double residency, struct run *r)
+{
+    run_q8(host_layers, residency, 2, false, r);
+}
+
+static void run_q8(uint32_t host_layers, double residency, uint32_t threads, bool q8, struct run *r)
 {
     struct ebb_model_params p = {.path = g_model,
                                  .n_ctx = 64,
@@ -44,7 +53,8 @@ static void run_with(uint32_t host_layers, double residency, struct run *r)
                                  .residency = residency,
                                  .residency_forced = true,
                                  .host_layers = host_layers,
-                                 .host_threads = 2};
+                                 .host_threads = threads,
+                                 .host_q8 = q8};
     struct ebb_model *m = NULL;
     struct ebb_diag d = {{0}};
     assert_int_equal(ebb_model_open(&p, &m, &d), EBB_OK);
@@ -103,6 +113,22 @@ static void test_host_layers_same_ids(void **state)
     }
 }
 
+/* 8-bit host layers (llama.cpp's CPU numerics) differ from the engine's numerics, so their ids
+ * are compared with themselves: the same for 1 and 3 threads, and the batched step agrees
+ * with the single-slot steps' continuation of each slot. */
+static void test_host_q8_consistent(void **state)
+{
+    (void)state;
+    static struct run one, three;
+    run_q8(12, 0, 1, true, &one);
+    run_q8(12, 0, 3, true, &three);
+    assert_non_null(strstr(three.json, "\"layers_host\":12,\"n_ctx\""));
+    assert_non_null(strstr(three.json, "\"host_threads\":3,"));
+    assert_memory_equal(one.ids, three.ids, sizeof(one.ids));
+    assert_memory_equal(one.copy, three.copy, sizeof(one.copy));
+    assert_memory_equal(one.batch, three.batch, sizeof(one.batch));
+}
+
 /* --host-layers without the streamer is refused with a message. */
 static void test_needs_streamer(void **state)
 {
@@ -131,6 +157,7 @@ int main(void)
     fclose(f);
     unsetenv("EBB_TEST_RESIDENCY");
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_host_layers_same_ids),
+                                       cmocka_unit_test(test_host_q8_consistent),
                                        cmocka_unit_test(test_needs_streamer)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
