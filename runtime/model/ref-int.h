@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "model-int.h"
 #include "quant/quant.h"
@@ -95,10 +96,13 @@ struct ref {
     struct ref_helper helper[EBB__REF_MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct job job;
-    uint64_t gen;
-    int n_done; /* helpers done with job gen */
-    bool quit;
+    struct job job;           /* written before gen moves on, read after */
+    _Atomic uint64_t gen;     /* bumped for each job (and at quit) */
+    _Atomic int n_done;       /* helpers done with job gen */
+    _Atomic int sleepers;     /* helpers waiting on cv for the next job */
+    _Atomic bool main_sleeps; /* the caller waits on cv for the helpers */
+    _Atomic bool quit;
+    int spins; /* polls before sleeping: host engines spin between products, the backend not */
 };
 
 /* Dot product of n floats, eight partial sums. */

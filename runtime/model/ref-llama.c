@@ -511,10 +511,12 @@ static void rope_tables(struct ref *r, const float *ff)
 }
 
 /* The engine for layers l0..n_layer-1 (their KV cache; every layer's tensors are found) with
- * n_threads threads per product. */
+ * n_threads threads per product; host engines (host) take the SIMD dots and keep their helpers
+ * polling between products. */
 static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
                        const struct ebb_gguf *g, const struct ebb_model_params *p, uint32_t n_ctx,
-                       uint32_t l0, int n_threads, struct ref **out, struct ebb_diag *diag)
+                       uint32_t l0, int n_threads, bool host, struct ref **out,
+                       struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct ref *r = calloc(1, sizeof(*r));
@@ -575,6 +577,12 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     rope_tables(r, ff);
     free(ff);
+    r->fast = host;
+    /* Host engines poll briefly (2000 pauses, some 0.1 ms) between a layer's products
+     * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than
+     * threads). */
+    const char *sp = getenv("EBB_HOST_SPINS");
+    r->spins = !host ? 0 : sp && *sp ? atoi(sp) : 2000;
     ebb__ref_start_helper(r, n_threads);
 out:
     if (rc) {
@@ -592,7 +600,7 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
 {
     const char *env = getenv("EBB_REF_THREADS");
     struct ref *r;
-    ebb_err rc = ref_new(a, hp, g, p, n_ctx, 0, env && atoi(env) == 1 ? 1 : 2, &r, diag);
+    ebb_err rc = ref_new(a, hp, g, p, n_ctx, 0, env && atoi(env) == 1 ? 1 : 2, false, &r, diag);
     if (rc)
         return rc;
     *iface = r->q8 ? &ref_q8_iface : &ref_iface;
@@ -608,10 +616,9 @@ ebb_err ebb__ref_host_new(const struct ebb__arch *a, const struct ebb__hparams *
 {
     struct ebb_model_params p = {.n_seq = n_seq, .device = q8 ? "ref-q8" : NULL};
     struct ref *r;
-    ebb_err rc = ref_new(a, hp, g, &p, n_ctx, l0, n_threads, &r, diag);
+    ebb_err rc = ref_new(a, hp, g, &p, n_ctx, l0, n_threads, true, &r, diag);
     if (rc)
         return rc;
-    r->fast = true;
     *out = (struct ebb__ref_host *)r;
     return EBB_OK;
 }

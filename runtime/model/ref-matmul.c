@@ -94,28 +94,47 @@ static void part_rows(uint32_t n_out, int i, int n, uint32_t *o0, uint32_t *o1)
     *o1 = (uint32_t)((uint64_t)n_out * (uint32_t)(i + 1) / (uint32_t)n);
 }
 
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Helpers poll gen r->spins times, then sleep on cv (counted in sleepers, so that the caller
+ * knows to wake them); the last helper done wakes the caller if it sleeps. Every flag is
+ * sequentially consistent, so a sleeper either sees the new gen before waiting or is woken. */
 static void *helper_main(void *arg)
 {
     const struct ref_helper *h = arg;
     struct ref *r = h->r;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&r->mu);
+    uint64_t seen = 0, g;
     for (;;) {
-        while (r->gen == seen && !r->quit)
-            pthread_cond_wait(&r->cv, &r->mu);
-        if (r->quit)
+        int k = 0;
+        while ((g = atomic_load(&r->gen)) == seen && k++ < r->spins)
+            relax();
+        if (g == seen) {
+            pthread_mutex_lock(&r->mu);
+            atomic_fetch_add(&r->sleepers, 1);
+            while ((g = atomic_load(&r->gen)) == seen)
+                pthread_cond_wait(&r->cv, &r->mu);
+            atomic_fetch_sub(&r->sleepers, 1);
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (atomic_load(&r->quit))
             break;
-        seen = r->gen;
+        seen = g;
         struct job j = r->job;
-        pthread_mutex_unlock(&r->mu);
         uint32_t o0, o1;
         part_rows(j.w->n_out, h->i, r->n_threads, &o0, &o1);
         matmul_rows(&j, r->rowbuf[h->i], o0, o1);
-        pthread_mutex_lock(&r->mu);
-        if (++r->n_done == r->n_threads - 1)
+        if (atomic_fetch_add(&r->n_done, 1) + 1 == r->n_threads - 1 &&
+            atomic_load(&r->main_sleeps)) {
+            pthread_mutex_lock(&r->mu);
             pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+        }
     }
-    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
@@ -134,18 +153,26 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
         return;
     }
-    pthread_mutex_lock(&r->mu);
     r->job = j;
-    r->n_done = 0;
-    r->gen++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->n_done, 0);
+    atomic_fetch_add(&r->gen, 1);
+    if (atomic_load(&r->sleepers)) {
+        pthread_mutex_lock(&r->mu);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
     uint32_t o0, o1;
     part_rows(w->n_out, 0, r->n_threads, &o0, &o1);
     matmul_rows(&j, r->rowbuf[0], o0, o1);
+    for (int k = 0; atomic_load(&r->n_done) != r->n_threads - 1 && k < r->spins; k++)
+        relax();
+    if (atomic_load(&r->n_done) == r->n_threads - 1)
+        return;
     pthread_mutex_lock(&r->mu);
-    while (r->n_done != r->n_threads - 1)
+    atomic_store(&r->main_sleeps, true);
+    while (atomic_load(&r->n_done) != r->n_threads - 1)
         pthread_cond_wait(&r->cv, &r->mu);
+    atomic_store(&r->main_sleeps, false);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -176,8 +203,9 @@ void ebb__ref_start_helper(struct ref *r, int n_threads)
 void ebb__ref_stop_helper(struct ref *r)
 {
     if (r->n_threads > 1) {
+        atomic_store(&r->quit, true);
+        atomic_fetch_add(&r->gen, 1);
         pthread_mutex_lock(&r->mu);
-        r->quit = true;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
         for (int i = 1; i < r->n_threads; i++)
