@@ -219,6 +219,11 @@ struct clm {
     pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
     bool snap_init;
     struct ebb_stream_report snap;
+    /* Host layers (docs/STREAMER.md, "Host layers"): layers first_host.. run on the host. */
+    struct ebb__ref_host *host;
+    uint32_t first_host; /* n_layer when none */
+    float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
+    uint64_t host_ns, host_steps;
     struct clm_moe moe; /* families with a moe op */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
@@ -288,6 +293,9 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
 ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
 /* Between evaluations: re-plans when due and moves layers. */
 ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
+/* Host layers first_host..n_layer-1 for the chunk's rows: the residual rows read back, each
+ * layer run on the host (ebb__ref_host_layer), the rows written back. */
+ebb_err ebb__clm_host_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag);
 /* A streamed layer through the view the streamer hands over. */
 ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
                                 struct ebb_diag *diag);
