@@ -66,6 +66,7 @@ static struct ebb_model_params model_params_of(const struct ebb_config *c, const
     struct ebb_model_params mp = {
         .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
     mp.prefetch = c->prefetch;
+    mp.prompt_cache = c->prompt_cache;
     if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
         mp.memory_budget_auto = true;
     else
