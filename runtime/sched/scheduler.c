@@ -373,6 +373,12 @@ static void *engine_main(void *arg)
         }
         if (!rc && ebb__pcache_init(&s->pc, ebb_model_kv_store_len(m)))
             ebb_log(EBB_LOG_WARN, "sched", "no prompt cache: out of memory for its index");
+        if (!rc && s->pc.cap) {
+            st.pc_bytes = ebb_model_kv_store_bytes(m);
+            pthread_mutex_lock(&s->mu);
+            s->stats = st;
+            pthread_mutex_unlock(&s->mu);
+        }
         if (rc) {
             ebb_model_close(m);
             m = NULL;
