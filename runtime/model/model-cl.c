@@ -772,10 +772,10 @@ static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
             size_t co[3] = {0, (size_t)seq * nh, 0};
             size_t po[3] = {row * at, (2 * (size_t)l + k) * nh, 0};
             size_t cp = row * L->kv_len, pp = row * m->pc_len;
-            cl_int e = save ? clEnqueueCopyBufferRect(m->cl->q, c[k], m->pc, co, po, region, cp,
-                                                      0, pp, 0, 0, NULL, NULL)
-                            : clEnqueueCopyBufferRect(m->cl->q, m->pc, c[k], po, co, region, pp,
-                                                      0, cp, 0, 0, NULL, NULL);
+            cl_int e = save ? clEnqueueCopyBufferRect(m->cl->q, c[k], m->pc, co, po, region, cp, 0,
+                                                      pp, 0, 0, NULL, NULL)
+                            : clEnqueueCopyBufferRect(m->cl->q, m->pc, c[k], po, co, region, pp, 0,
+                                                      cp, 0, 0, NULL, NULL);
             ebb_err rc = ebb_cl_check(e, diag, "clEnqueueCopyBufferRect (prompt cache)");
             if (rc)
                 return rc;

@@ -352,8 +352,8 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
 static ebb_err ref_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag)
 {
     struct ref *r = ctx;
-    const uint64_t per = 2 * sizeof(float) * (uint64_t)r->hp.n_layer * r->hp.n_head_kv *
-                         r->hp.head_dim;
+    const uint64_t per =
+        2 * sizeof(float) * (uint64_t)r->hp.n_layer * r->hp.n_head_kv * r->hp.head_dim;
     uint64_t n = per ? bytes / per : 0;
     n = n < UINT32_MAX ? n : UINT32_MAX;
     if (!n)

@@ -24,8 +24,8 @@ struct ebb__pcache_entry {
 };
 
 struct ebb__pcache {
-    int32_t *tok; /* (cap) the token id at each store position */
-    uint32_t cap; /* the store's positions */
+    int32_t *tok;                                /* (cap) the token id at each store position */
+    uint32_t cap;                                /* the store's positions */
     struct ebb__pcache_entry e[EBB__PCACHE_MAX]; /* (n_e) by offset */
     uint32_t n_e;
     uint64_t tick;
