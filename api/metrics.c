@@ -174,4 +174,32 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "# TYPE ebb_kv_copies_total counter\n"
                      "ebb_kv_copies_total %llu\n",
                      (unsigned long long)st->kv_copies);
+    ebb__abuf_printf(
+        o,
+        "# HELP ebb_prompt_store_hits_total Jobs whose prompt prefix came from the prompt-cache "
+        "store (also in ebb_prompt_cache_hits_total).\n"
+        "# TYPE ebb_prompt_store_hits_total counter\n"
+        "ebb_prompt_store_hits_total %llu\n"
+        "# HELP ebb_prompt_store_tokens_total Prompt tokens reused from the store.\n"
+        "# TYPE ebb_prompt_store_tokens_total counter\n"
+        "ebb_prompt_store_tokens_total %llu\n"
+        "# HELP ebb_prompt_store_saves_total Slot sequences saved into the store.\n"
+        "# TYPE ebb_prompt_store_saves_total counter\n"
+        "ebb_prompt_store_saves_total %llu\n"
+        "# HELP ebb_prompt_store_evictions_total Store entries evicted to make room.\n"
+        "# TYPE ebb_prompt_store_evictions_total counter\n"
+        "ebb_prompt_store_evictions_total %llu\n"
+        "# HELP ebb_prompt_store_entries Prefixes the store holds.\n"
+        "# TYPE ebb_prompt_store_entries gauge\n"
+        "ebb_prompt_store_entries %u\n"
+        "# HELP ebb_prompt_store_bytes_used Bytes of KV entries the store holds.\n"
+        "# TYPE ebb_prompt_store_bytes_used gauge\n"
+        "ebb_prompt_store_bytes_used %llu\n"
+        "# HELP ebb_prompt_store_bytes Bytes of the store (--prompt-cache; 0: none).\n"
+        "# TYPE ebb_prompt_store_bytes gauge\n"
+        "ebb_prompt_store_bytes %llu\n",
+        (unsigned long long)st->store_hits, (unsigned long long)st->store_tokens,
+        (unsigned long long)st->store_saves, (unsigned long long)st->store_evictions,
+        st->store_entries, (unsigned long long)st->store_bytes_used,
+        (unsigned long long)st->store_bytes);
 }

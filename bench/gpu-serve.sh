@@ -4,7 +4,8 @@
 # writes a random-weight 8B-shape Q4_0 GGUF, then drives `ebb serve --parallel 32` and
 # `llama-server -np 32` on the same file with bench/load-chat.py (streamed chat requests of 128
 # tokens at 1, 4, 8, 16 and 32 clients; aggregate tok/s, TTFT p50/p99) and the prefix-reuse
-# check (a ~2000-token prompt resent with ~100 new tokens). With `ebb bench --batch`, the
+# check (a ~2000-token prompt resent with ~100 new tokens), then the prompt-cache store
+# (bench/prompt-store.sh: alternating conversations on one slot, store on and off). With `ebb bench --batch`, the
 # engine's batched decode alone too. Logs go to $OUT (or /tmp/out).
 # llama-server's build also needs .llama-src/scripts/ui-assets.cmake, which
 # ../shared/device/prep-llama-src leaves out (it drops scripts/): copy that one file from the same
@@ -13,7 +14,7 @@
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-serve.sh
 # Environment: EBB_SHAPE (llama3-8b), EBB_LEVELS (1,4,8,16,32), EBB_SERVE_ARGS (extra ebb serve
 # arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined), EBB_NO_EBB=1 (llama-server
-# only), EBB_BATCH_VARIANTS (see below).
+# only), EBB_BATCH_VARIANTS (see below), EBB_NO_STORE=1 / EBB_STORE_CONV (the store's run).
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -87,6 +88,13 @@ ebb_serve() {
     wait "$ebb_pid" 2>/dev/null
 }
 [ -n "${EBB_NO_EBB:-}" ] || ebb_serve
+# The prompt-cache store: 3 conversations resending their history to a 1-slot server, with
+# --prompt-cache 256M and 0 (skip with EBB_NO_STORE=1; EBB_STORE_CONV sets K,N,R).
+if [ -z "${EBB_NO_EBB:-}" ] && [ -z "${EBB_NO_STORE:-}" ]; then
+    say "prompt-cache store: bench/prompt-store.sh ${EBB_STORE_CONV:-3,800,4}"
+    PY=$py OUT=$out timeout 900 bash bench/prompt-store.sh "$m" "${EBB_STORE_CONV:-3,800,4}" 2>&1 |
+        grep -E "conversations:|^ebb_prompt_store_(hits|tokens|bytes)|^==" | tee -a "$log"
+fi
 
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-server"

@@ -7,6 +7,13 @@ and the script reports the aggregate output tokens per second over the level's w
 the time to first token (p50 / p99 over all requests of the level). Tokens are counted from
 the usage the final chunk carries (stream_options.include_usage), else from the content chunks.
 
+With --conversations K,N,R it measures the prompt-cache store (docs/PERFORMANCE.md): K chat
+conversations take turns, R rounds each; a conversation opens with a document of N numbers and
+each round adds a question and resends the whole history (with the answers so far), as a chat
+client does. Against a server with one slot, every resend finds the slot holding another
+conversation, so only a store of evicted prefixes can spare the prefill. Prints the time to
+first token of the first round (cold) and of the resends (median, p90).
+
 With --prefix-reuse N,M it instead measures the prompt cache: a prompt of N numbers (about
 2 tokens each) is sent, then sent again with M more numbers at the end, and the time to first
 token of each (and the prompt sizes the server reports) are printed.
@@ -14,6 +21,7 @@ token of each (and the prompt sizes the server reports) are printed.
 Uses httpx (async) or aiohttp, whichever is installed. Usage:
   load-chat.py --url http://127.0.0.1:8077 --levels 1,4,8,16,32 [--tokens 128] [--json out.json]
   load-chat.py --url http://127.0.0.1:8077 --prefix-reuse 1000,50
+  load-chat.py --url http://127.0.0.1:8077 --conversations 3,400,4
 """
 import argparse
 import asyncio
@@ -37,9 +45,10 @@ def body(args, client, rnd, text=None):
     # A distinct opening per client and round, so no request is a cache hit of another's.
     if text is None:
         text = f"Client {client}, request {rnd}: {args.prompt}"
+    msgs = text if isinstance(text, list) else [{"role": "user", "content": text}]
     return {
         "model": args.model,
-        "messages": [{"role": "user", "content": text}],
+        "messages": msgs,
         "max_tokens": args.tokens,
         "temperature": 0,
         "stream": True,
@@ -68,6 +77,7 @@ def parse_events(buf, st):
                 st["prompt_tokens"] = obj["usage"].get("prompt_tokens")
             for ch in obj.get("choices") or []:
                 delta = ch.get("delta") or {}
+                st["text"] = st.get("text", "") + (delta.get("content") or "")
                 if delta.get("content"):
                     if st["ttft"] is None:
                         st["ttft"] = time.perf_counter() - st["t0"]
@@ -160,6 +170,65 @@ async def prefix_reuse(args, n, more):
              "ttft_s": st["ttft"]} for lbl, st in out]
 
 
+def one_stdlib(args, client, rnd, text):
+    """One streamed request with http.client (sequential modes need no async client)."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlparse(args.url)
+    st = {"t0": time.perf_counter(), "ttft": None, "chunks": 0, "usage": None}
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=args.timeout)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body(args, client, rnd, text)),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    buf = bytearray()
+    while True:
+        part = r.read1(65536)
+        if not part:
+            break
+        buf += part.replace(b"\r\n", b"\n")
+        if parse_events(buf, st):
+            break
+    c.close()
+    return st
+
+
+async def conversations(args, k, n, rounds):
+    """K conversations in turn, each resending its history with a new question per round."""
+    hist = []
+    for c in range(k):
+        doc = " ".join(str(1000 * (c + 1) + i) for i in range(n))
+        hist.append([{"role": "user", "content": f"Document {c}: {doc}\nSummarise it."}])
+    cold, warm = [], []
+
+    async def run(one, s):
+        for r in range(rounds):
+            for c in range(k):
+                if r:
+                    hist[c].append({"role": "user", "content": f"Question {r}: and number {r}?"})
+                st = await one(s, args, c, r, list(hist[c]))
+                hist[c].append({"role": "assistant", "content": st.get("text", "")})
+                (warm if r else cold).append(st["ttft"])
+                print(f"{args.label:>12} conversation {c} round {r}: prompt "
+                      f"{st.get('prompt_tokens')} tokens, TTFT {st['ttft'] * 1e3:8.1f} ms",
+                      flush=True)
+
+    async def one_sync(_s, a, c, r, text):
+        return one_stdlib(a, c, r, text)
+
+    await run(one_sync, None)
+    warm.sort()
+    p90 = warm[min(len(warm) - 1, int(round(0.9 * (len(warm) - 1))))]
+    row = {"label": args.label, "conversations": k, "doc_numbers": n, "rounds": rounds,
+           "ttft_cold_median_s": statistics.median(cold),
+           "ttft_resend_median_s": statistics.median(warm), "ttft_resend_p90_s": p90}
+    print(f"{args.label:>12} conversations: TTFT cold median {row['ttft_cold_median_s'] * 1e3:.1f} "
+          f"ms, resends median {row['ttft_resend_median_s'] * 1e3:.1f} ms p90 {p90 * 1e3:.1f} ms "
+          f"({len(warm)} resends)", flush=True)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default="http://127.0.0.1:8077")
@@ -172,12 +241,21 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     ap.add_argument("--prefix-reuse", help="N,M: prompt-cache test (see above) instead of load")
+    ap.add_argument("--conversations", help="K,N,R: prompt-cache store test (see above)")
     args = ap.parse_args()
-    if httpx is None and aiohttp is None:
+    if httpx is None and aiohttp is None and not args.conversations:
         sys.exit("load-chat.py needs httpx or aiohttp")
     if not args.model:
         with urllib.request.urlopen(args.url + "/v1/models", timeout=30) as r:
             args.model = json.load(r)["data"][0]["id"]
+    if args.conversations:
+        k, n, rounds = (int(x) for x in args.conversations.split(","))
+        args.tokens = min(args.tokens, 16)
+        row = asyncio.run(conversations(args, k, n, rounds))
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return
     if args.prefix_reuse:
         n, more = (int(x) for x in args.prefix_reuse.split(","))
         args.tokens = 4

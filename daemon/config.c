@@ -105,6 +105,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
                                "weights + KV + buffers for layer streaming: a size, auto (from "
                                "the memory probes and the cgroup limit) or 0 (no streaming)"},
+    [EBB_CFG_PROMPT_CACHE] = {"prompt_cache", T_SIZE, OFF(prompt_cache), 0, 0,
+                              EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
+                              "device memory for KV prefixes evicted from the slots, reused by "
+                              "later prompts that start alike (0 = none)"},
     [EBB_CFG_PREFETCH] = {"prefetch", T_U32, OFF(prefetch), 0, 64, EBB_CONFIG_CHANGE_MODEL, false,
                           "N", "streamed layers read ahead of use (0 = the streamer's default)"},
     [EBB_CFG_HOST_LAYERS] = {"host_layers", T_U32, OFF(host_layers), 0, 4096,
@@ -430,6 +434,7 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->log_format = EBB_LOG_TEXT;
     cfg->shutdown_grace_ms = 10000;
     cfg->prefetch = 2;
+    cfg->prompt_cache = 256u << 20;
     ebb_defaults_builtin(&cfg->generation.v);
     cfg->generation.mask = 0;
     cfg->model_sampling = true;

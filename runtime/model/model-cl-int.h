@@ -178,6 +178,10 @@ struct clm {
     int32_t *ring_toks;
     uint32_t *ring_top;
     uint32_t ring_len, ring_win; /* the rings' positions and the window they serve */
+    /* Prompt-cache store (model-cl.c, clm_kv_store_new): (n_layer, 2, n_head_kv, pc_len,
+     * head_dim) halves, K then V of each layer; pc_len 0: none. */
+    cl_mem pc;
+    uint32_t pc_len;
     /* Scratch, allocated once. */
     cl_mem ids;                 /* (N_BATCH) int */
     cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */

@@ -91,6 +91,7 @@ static void clm_free(void *ctx)
     for (uint32_t i = 0; i < m->n_progs; i++)
         ebb_cl_wprog_fini(&m->progs[i]);
     release(&m->map.buf);
+    release(&m->pc);
     free(m->host_logits);
     free(m->host_h);
     free(m->host_ids);
@@ -738,6 +739,64 @@ static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     return EBB_OK;
 }
 
+/* The prompt-cache store: one buffer of as many positions of every layer's K and V as bytes
+ * (and the device's largest buffer) allows, laid out like one slot of pc_len positions per
+ * layer so that an entry's positions are a rectangle of n_head_kv rows. Windowed layers whose
+ * caches are rings hold only their window, not positions 0..n-1 of a prefix, so a model with
+ * rings keeps no store (EBB_CL_KV_RING=0 gives its windowed layers whole caches, and a store);
+ * neither does one with host layers (--host-layers), whose caches the host engine holds. */
+static ebb_err clm_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    if (m->ring_len)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "windowed layers keep rings of their window (EBB_CL_KV_RING=0 keeps "
+                            "whole caches)");
+    if (m->host)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "host layers keep their KV cache on the host");
+    const uint64_t per =
+        2 * (uint64_t)m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim * sizeof(cl_half);
+    if (bytes > m->cl->info.max_alloc)
+        bytes = m->cl->info.max_alloc;
+    uint64_t n = per ? bytes / per : 0;
+    n = n < UINT32_MAX ? n : UINT32_MAX;
+    if (!n)
+        return EBB_OK;
+    ebb_err rc = ebb__clm_alloc(m, (size_t)(n * per), &m->pc, "the prompt cache", diag);
+    if (rc)
+        return rc;
+    m->pc_len = (uint32_t)n;
+    *n_pos = m->pc_len;
+    return EBB_OK;
+}
+
+/* Slot seq's positions 0..n-1 of every layer to store positions at..at+n-1 (save) or back,
+ * one rectangle copy per layer and cache on the engine's in-order queue. */
+static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at, uint32_t n,
+                                 struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half), nh = m->hp.n_head_kv;
+    size_t region[3] = {row * n, nh, 1};
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct layer *L = &m->layers[l];
+        cl_mem c[2] = {L->kc, L->vc};
+        for (size_t k = 0; k < 2; k++) {
+            size_t co[3] = {0, (size_t)seq * nh, 0};
+            size_t po[3] = {row * at, (2 * (size_t)l + k) * nh, 0};
+            size_t cp = row * L->kv_len, pp = row * m->pc_len;
+            cl_int e = save ? clEnqueueCopyBufferRect(m->cl->q, c[k], m->pc, co, po, region, cp, 0,
+                                                      pp, 0, 0, NULL, NULL)
+                            : clEnqueueCopyBufferRect(m->cl->q, m->pc, c[k], po, co, region, pp, 0,
+                                                      cp, 0, 0, NULL, NULL);
+            ebb_err rc = ebb_cl_check(e, diag, "clEnqueueCopyBufferRect (prompt cache)");
+            if (rc)
+                return rc;
+        }
+    }
+    return EBB_OK;
+}
+
 /* iface.counters: kernels enqueued and host synchronisations, the streamer's waits included. */
 static bool clm_counters(void *ctx, struct ebb_model_counters *out)
 {
@@ -813,6 +872,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;
     m->iface.kv_copy = clm_kv_copy;
+    m->iface.kv_store_new = clm_kv_store_new;
+    m->iface.kv_store_xfer = clm_kv_store_xfer;
     m->iface.free = clm_free;
     m->iface.counters = clm_counters;
     m->iface.decode_bytes = ebb__clm_decode_bytes;

@@ -20,6 +20,14 @@ struct ebb__backend_i {
     /* Copies positions 0..n-1 of slot src's KV entries to slot dst (model.h,
      * ebb_model_kv_copy); the arguments are checked, src != dst, n >= 1. */
     ebb_err (*kv_copy)(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag);
+    /* Optional: the prompt-cache store (model.h, ebb_model_kv_save). kv_store_new allocates,
+     * once, a store of at most bytes and writes the positions it holds (left as it is when none
+     * fit); EBB_EUNSUPPORTED when the backend cannot keep one for this model. kv_store_xfer
+     * copies slot seq's positions 0..n-1 to store positions at..at+n-1 (save) or back (load);
+     * the arguments are checked. */
+    ebb_err (*kv_store_new)(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag);
+    ebb_err (*kv_store_xfer)(void *ctx, bool save, uint32_t seq, uint32_t at, uint32_t n,
+                             struct ebb_diag *diag);
     /* Optional: model.h's ebb_model_counters; NULL: the backend counts nothing. */
     bool (*counters)(void *ctx, struct ebb_model_counters *out);
     /* model.h's ebb_model_decode_bytes (required). */

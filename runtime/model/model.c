@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "stream/memprobe.h"
 #include "model-int.h"
 
@@ -43,6 +44,8 @@ struct ebb_model {
     struct ebb__hparams hp;
     uint32_t n_ctx;
     uint32_t n_seq;
+    uint32_t pc_len; /* prompt-cache store positions */
+    uint64_t pc_bytes;
     const struct ebb__backend_i *iface;
     void *ctx;
     char device[128];
@@ -112,6 +115,19 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     snprintf(m->device, sizeof(m->device), "%s", m->iface->name ? m->iface->name : dev);
     if (m->iface->n_ctx)
         m->n_ctx = m->iface->n_ctx;
+    if (p->prompt_cache && m->iface->kv_store_new) {
+        struct ebb_diag d2 = {{0}};
+        rc = m->iface->kv_store_new(m->ctx, p->prompt_cache, &m->pc_len, &d2);
+        if (rc == EBB_EUNSUPPORTED) {
+            ebb_log(EBB_LOG_INFO, "model", "no prompt cache: %s", d2.msg);
+            rc = EBB_OK;
+        } else if (rc) {
+            rc = ebb_diag_set(diag, rc, "%s", d2.msg);
+            goto out;
+        }
+        m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim *
+                      (strncmp(dev, "ref", 3) ? 2 : 4);
+    }
 out:
     if (rc) {
         ebb_model_close(m);
@@ -291,4 +307,41 @@ size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t 
 bool ebb_model_stream_probe(struct ebb_model *m)
 {
     return m->iface->stream_probe && m->iface->stream_probe(m->ctx);
+}
+
+uint32_t ebb_model_kv_store_len(const struct ebb_model *m)
+{
+    return m->pc_len;
+}
+
+uint64_t ebb_model_kv_store_bytes(const struct ebb_model *m)
+{
+    return m->pc_bytes;
+}
+
+static ebb_err kv_store_xfer(struct ebb_model *m, bool save, uint32_t seq, uint32_t at, uint32_t n,
+                             struct ebb_diag *diag)
+{
+    if (seq >= m->n_seq)
+        return ebb_diag_set(diag, EBB_EINVAL, "KV store copy with slot %u of %u", seq, m->n_seq);
+    if (n > m->n_ctx || (uint64_t)at + n > m->pc_len)
+        return ebb_diag_set(diag, EBB_ECTX,
+                            "KV store copy of %u positions at %u; the store holds %u, the "
+                            "context %u",
+                            n, at, m->pc_len, m->n_ctx);
+    if (!n)
+        return EBB_OK;
+    return m->iface->kv_store_xfer(m->ctx, save, seq, at, n, diag);
+}
+
+ebb_err ebb_model_kv_save(struct ebb_model *m, uint32_t seq, uint32_t n, uint32_t at,
+                          struct ebb_diag *diag)
+{
+    return kv_store_xfer(m, true, seq, at, n, diag);
+}
+
+ebb_err ebb_model_kv_load(struct ebb_model *m, uint32_t at, uint32_t n, uint32_t seq,
+                          struct ebb_diag *diag)
+{
+    return kv_store_xfer(m, false, seq, at, n, diag);
 }

@@ -37,6 +37,9 @@ struct ebb_model_params {
     uint32_t host_threads;
     bool host_q8; /* host layers with llama.cpp's CPU numerics (device "ref-q8"): 8-bit
                      activations (AVX2 Q4_0 dots), fp16 KV; default the reference's fp32 */
+    /* Prompt-cache store (ebb_model_kv_save): at most this many bytes of KV positions, kept in
+     * device memory (host memory on the reference), allocated once at open; 0 = none. */
+    uint64_t prompt_cache;
 };
 
 struct ebb_model;
@@ -146,6 +149,25 @@ ebb_err ebb_model_eval_batch(struct ebb_model *m, const struct ebb_model_seq *se
  * they were. src == dst or n == 0 does nothing; n > n_ctx is EBB_ECTX. Engine thread only, like
  * ebb_model_eval; the copy is ordered before every later evaluation. */
 ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint32_t n,
+                          struct ebb_diag *diag);
+
+/* The prompt-cache store: a pool of KV positions of every layer beside the slots' caches,
+ * allocated once at open (ebb_model_params.prompt_cache bytes), in device memory with copies
+ * on the device (host memory on the reference backend). Its positions are numbered
+ * 0..ebb_model_kv_store_len-1; which ones hold what is the caller's business (the scheduler
+ * keeps evicted prompt prefixes there). Not kept (length 0) where the backend cannot keep one:
+ * the OpenCL engine with windowed layers whose caches are rings. */
+uint32_t ebb_model_kv_store_len(const struct ebb_model *m);
+/* Bytes the store took (0: none). */
+uint64_t ebb_model_kv_store_bytes(const struct ebb_model *m);
+/* Copies slot seq's KV entries of positions 0..n-1 to store positions at..at+n-1 (save), or
+ * store positions at..at+n-1 into slot seq's positions 0..n-1 (load), after which the slot
+ * continues from position n as if it had evaluated the saved tokens. at + n past the store or
+ * n past the context is EBB_ECTX; n == 0 does nothing. Engine thread only, ordered like
+ * ebb_model_kv_copy. */
+ebb_err ebb_model_kv_save(struct ebb_model *m, uint32_t seq, uint32_t n, uint32_t at,
+                          struct ebb_diag *diag);
+ebb_err ebb_model_kv_load(struct ebb_model *m, uint32_t at, uint32_t n, uint32_t seq,
                           struct ebb_diag *diag);
 
 #endif

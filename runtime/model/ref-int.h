@@ -76,6 +76,8 @@ struct ref {
     struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
     float *k_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
     float *v_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
+    float *pc_k, *pc_v;  /* prompt-cache store: (n_layer, pc_len, n_head_kv * head_dim) */
+    uint32_t pc_len;     /* positions the store holds, 0: none */
     float *rope_cos;     /* (n_ctx, n_rot / 2) */
     float *rope_sin;     /* (n_ctx, n_rot / 2) */
     float *rope_cos_swa; /* windowed layers with a rope base of their own: the same with it */

@@ -320,6 +320,8 @@ static void ref_free(void *ctx)
     free(r->t);
     free(r->k_cache);
     free(r->v_cache);
+    free(r->pc_k);
+    free(r->pc_v);
     free(r->rope_cos);
     free(r->rope_sin);
     free(r->rope_cos_swa);
@@ -345,6 +347,49 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
         uint64_t d = ((uint64_t)l * r->n_seq + dst) * r->n_ctx * KVD;
         memcpy(r->k_cache + d, r->k_cache + s, sizeof(float) * n * KVD);
         memcpy(r->v_cache + d, r->v_cache + s, sizeof(float) * n * KVD);
+    }
+    return EBB_OK;
+}
+
+/* The prompt-cache store in host memory: as many positions of every layer's K and V rows (fp32)
+ * as bytes allows, allocated here once. */
+static ebb_err ref_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag)
+{
+    struct ref *r = ctx;
+    const uint64_t NL = r->hp.n_layer - r->l0; /* layers with a KV cache */
+    const uint64_t per = 2 * sizeof(float) * NL * r->hp.n_head_kv * r->hp.head_dim;
+    uint64_t n = per ? bytes / per : 0;
+    n = n < UINT32_MAX ? n : UINT32_MAX;
+    if (!n)
+        return EBB_OK;
+    const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
+    r->pc_k = malloc(sizeof(float) * NL * n * KVD);
+    r->pc_v = malloc(sizeof(float) * NL * n * KVD);
+    if (!r->pc_k || !r->pc_v) {
+        free(r->pc_k);
+        free(r->pc_v);
+        r->pc_k = r->pc_v = NULL;
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory for a prompt cache of %llu bytes",
+                            (unsigned long long)bytes);
+    }
+    r->pc_len = (uint32_t)n;
+    *n_pos = r->pc_len;
+    return EBB_OK;
+}
+
+/* Positions 0..n-1 of slot seq to store positions at..at+n-1 (save) or back (load). */
+static ebb_err ref_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at, uint32_t n,
+                                 struct ebb_diag *diag)
+{
+    (void)diag;
+    struct ref *r = ctx;
+    const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
+    for (uint32_t l = 0; l < r->hp.n_layer - r->l0; l++) {
+        uint64_t c = ((uint64_t)l * r->n_seq + seq) * r->n_ctx * KVD;
+        uint64_t p = ((uint64_t)l * r->pc_len + at) * KVD;
+        float *ck = r->k_cache + c, *cv = r->v_cache + c, *pk = r->pc_k + p, *pv = r->pc_v + p;
+        memcpy(save ? pk : ck, save ? ck : pk, sizeof(float) * n * KVD);
+        memcpy(save ? pv : cv, save ? cv : pv, sizeof(float) * n * KVD);
     }
     return EBB_OK;
 }
@@ -393,6 +438,8 @@ static const struct ebb__backend_i ref_iface = {
     .eval = ref_eval,
     .free = ref_free,
     .kv_copy = ref_kv_copy,
+    .kv_store_new = ref_kv_store_new,
+    .kv_store_xfer = ref_kv_store_xfer,
     .decode_bytes = ref_decode_bytes,
 };
 
@@ -401,6 +448,8 @@ static const struct ebb__backend_i ref_q8_iface = {
     .eval = ref_eval,
     .free = ref_free,
     .kv_copy = ref_kv_copy,
+    .kv_store_new = ref_kv_store_new,
+    .kv_store_xfer = ref_kv_store_xfer,
     .decode_bytes = ref_decode_bytes,
 };
 

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "grammar/grammar.h"
+#include "prompt-cache.h"
 #include "sampler.h"
 #include "scheduler.h"
 #include "spec.h"
@@ -114,6 +115,11 @@ struct ebb__step_stats {
     uint64_t cache_hits, cache_tokens;    /* jobs that reused a cached prefix, tokens reused */
     uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
     uint64_t kv_copies;                   /* prompts copied into other choices' slots */
+    /* the prompt-cache store: hits, tokens reused, saves, evictions (since start), entries,
+     * bytes they hold, and the store's bytes */
+    uint64_t pc_hits, pc_tokens, pc_saves, pc_evictions;
+    uint32_t pc_entries;
+    uint64_t pc_bytes_used, pc_bytes;
 };
 
 struct ebb_sched {
@@ -153,6 +159,7 @@ struct ebb_sched {
     char *text_buf;               /* scratch for released text */
     size_t text_cap;
     struct ebb_token_trie *trie; /* engine thread: the model's token trie, built on first use */
+    struct ebb__pcache pc;       /* engine thread: the prompt-cache store's index */
 };
 
 /* scheduler-step.c */

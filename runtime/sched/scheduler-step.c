@@ -124,10 +124,55 @@ static void slot_end(struct ebb_sched *s, struct slot *sl, enum ebb_finish f, eb
     choice_end(j, &sl->res);
 }
 
+/* Prompt cache: before slot sl's KV entries from position keep on are overwritten, its
+ * sequence (prompt and generated tokens) goes into the store if at least EBB__PCACHE_MIN of its
+ * tokens would be lost; a failed copy forgets the entry. */
+static void pc_save(struct ebb_sched *s, struct slot *sl, struct ebb_model *m, uint32_t keep)
+{
+    uint32_t at;
+    if ((uint64_t)sl->n_kv < (uint64_t)keep + EBB__PCACHE_MIN ||
+        !ebb__pcache_put(&s->pc, sl->kv_tokens, sl->n_kv, &at))
+        return;
+    struct ebb_diag d = {{0}};
+    if (ebb_model_kv_save(m, (uint32_t)(sl - s->slots), sl->n_kv, at, &d)) {
+        ebb__pcache_drop(&s->pc, at);
+        ebb_log(EBB_LOG_WARN, "sched", "prompt cache: saving %u positions failed: %s", sl->n_kv,
+                d.msg);
+    }
+}
+
+/* Prompt cache: the prefix of job j's prompt to reuse in slot sl, which shares pfx tokens with
+ * it. A store entry sharing more (at most n_prompt - 1) is copied into the slot, after the
+ * slot's own sequence was saved if it is about to be lost. Returns the prefix length. */
+static uint32_t pc_reuse(struct ebb_sched *s, struct slot *sl, struct ebb_model *m,
+                         const struct job *j, uint32_t pfx)
+{
+    uint32_t spfx = 0;
+    int e = ebb__pcache_match(&s->pc, j->prompt, j->n_prompt, j->n_prompt - 1, &spfx);
+    if (e >= 0 && spfx > pfx)
+        s->pc.e[e].used = ++s->pc.tick; /* evicted last by the save below */
+    pc_save(s, sl, m, pfx);
+    if (spfx <= pfx)
+        return pfx;
+    e = ebb__pcache_match(&s->pc, j->prompt, j->n_prompt, j->n_prompt - 1, &spfx);
+    if (e < 0 || spfx <= pfx)
+        return pfx;
+    struct ebb_diag d = {{0}};
+    if (ebb_model_kv_load(m, s->pc.e[e].off, spfx, (uint32_t)(sl - s->slots), &d)) {
+        ebb_log(EBB_LOG_WARN, "sched", "prompt cache: loading %u positions failed: %s", spfx,
+                d.msg);
+        return 0; /* the slot's entries may be partly overwritten */
+    }
+    memcpy(sl->kv_tokens, s->pc.tok + s->pc.e[e].off, sizeof(int32_t) * spfx);
+    ebb__pcache_hit(&s->pc, e, spfx);
+    return spfx;
+}
+
 /* An embedding job needs every input's hidden states, so nothing cached is reused. */
-static ebb_err embed_begin(struct slot *sl, struct ebb_model *m)
+static ebb_err embed_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model *m)
 {
     struct job *j = sl->job;
+    pc_save(s, sl, m, 0);
     sl->n_kv = sl->n_cached = sl->n_gen = 0;
     sl->emb_i = sl->emb_pos = sl->emb_off = 0;
     sl->spec_max = sl->n_draft = 0;
@@ -223,7 +268,7 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
 {
     struct job *j = sl->job;
     if (j->gp.n_embed)
-        return embed_begin(sl, m);
+        return embed_begin(s, sl, m);
     /* Choice i draws with seed + i (a drawn seed stays drawn: each sampler draws its own). */
     struct ebb_sampling sp = j->gp.sampling;
     if (sp.seed != EBB_SEED_RANDOM && (sp.seed += sl->choice) == EBB_SEED_RANDOM)
@@ -243,7 +288,9 @@ static ebb_err slot_begin(struct ebb_sched *s, struct slot *sl, struct ebb_model
            sl->kv_tokens[pfx] == j->prompt[pfx])
         pfx++;
     if (!sl->choice)
-        sl->n_kv = pfx;
+        sl->n_kv = pfx = pc_reuse(s, sl, m, j, pfx);
+    else
+        pc_save(s, sl, m, 0); /* its entries are about to be replaced by choice 0's */
     sl->n_cached = pfx;
     sl->n_gen = 0;
     sl->prefilled = false;
@@ -554,6 +601,20 @@ static bool before(const struct slot *a, const struct slot *b)
     return a->job->id < b->job->id;
 }
 
+/* The prompt-cache store's figures into the step's stats. */
+static void pc_stats(const struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st)
+{
+    const struct ebb__pcache *pc = &s->pc;
+    uint64_t bytes = pc->cap ? ebb_model_kv_store_bytes(m) : 0;
+    st->pc_hits = pc->hits;
+    st->pc_tokens = pc->hit_tokens;
+    st->pc_saves = pc->saves;
+    st->pc_evictions = pc->evictions;
+    st->pc_entries = pc->n_e;
+    st->pc_bytes = bytes;
+    st->pc_bytes_used = pc->cap ? bytes / pc->cap * ebb__pcache_used(pc) : 0;
+}
+
 void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_stats *st)
 {
     struct ebb_diag diag = {{0}};
@@ -604,6 +665,7 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
     for (uint32_t w = 0; w < n_wait; w++)
         if (slot_prepare(s, &s->slots[s->order[w]], m, &budget, &s->parts[np]))
             np++;
+    pc_stats(s, m, st);
     if (!np)
         return;
     double t0 = ebb__now_s();

@@ -190,6 +190,13 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     out->spec_drafted = s->stats.spec_drafted;
     out->spec_accepted = s->stats.spec_accepted;
     out->kv_copies = s->stats.kv_copies;
+    out->store_hits = s->stats.pc_hits;
+    out->store_tokens = s->stats.pc_tokens;
+    out->store_saves = s->stats.pc_saves;
+    out->store_evictions = s->stats.pc_evictions;
+    out->store_entries = s->stats.pc_entries;
+    out->store_bytes_used = s->stats.pc_bytes_used;
+    out->store_bytes = s->stats.pc_bytes;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -307,6 +314,9 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
         free(s->order);
         ebb_token_trie_free(s->trie);
         s->trie = NULL;
+        ebb__pcache_fini(&s->pc);
+        if (ebb__pcache_init(&s->pc, ebb_model_kv_store_len(nm)))
+            ebb_log(EBB_LOG_WARN, "sched", "no prompt cache: out of memory for its index");
         s->slots = ns;
         s->parts = np;
         s->order = no;
@@ -360,6 +370,14 @@ static void *engine_main(void *arg)
             s->slots[i].logits = malloc(sizeof(float) * n_vocab);
             if (!s->slots[i].kv_tokens || !s->slots[i].logits)
                 rc = ebb_diag_set(&diag, EBB_ENOMEM, "out of memory for the slots");
+        }
+        if (!rc && ebb__pcache_init(&s->pc, ebb_model_kv_store_len(m)))
+            ebb_log(EBB_LOG_WARN, "sched", "no prompt cache: out of memory for its index");
+        if (!rc && s->pc.cap) {
+            st.pc_bytes = ebb_model_kv_store_bytes(m);
+            pthread_mutex_lock(&s->mu);
+            s->stats = st;
+            pthread_mutex_unlock(&s->mu);
         }
         if (rc) {
             ebb_model_close(m);
@@ -489,6 +507,7 @@ void ebb_sched_free(struct ebb_sched *s)
         ebb__slot_spec_fini(&s->slots[i]);
     }
     ebb_token_trie_free(s->trie);
+    ebb__pcache_fini(&s->pc);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->swap_cv);

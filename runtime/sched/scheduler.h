@@ -4,7 +4,11 @@
  * batched forward pass (ebb_model_eval_batch): the next token of every decoding slot together
  * with at most prefill_chunk tokens of prompts (oldest job first), so a long prefill is chunked
  * and interleaved with running streams, and a cancel waits at most one step. A queued job goes
- * to the free slot whose cached tokens share the longest prefix with its prompt.
+ * to the free slot whose cached tokens share the longest prefix with its prompt. A slot's
+ * sequence about to be overwritten goes into the model's prompt-cache store (at least
+ * EBB__PCACHE_MIN tokens of it lost; least recently used entries evicted to make room), and a
+ * job whose prompt shares a longer prefix with a store entry than with its slot gets that
+ * entry's KV entries copied into the slot, so only the rest of the prompt is evaluated.
  *
  * Results go out through a sink whose callbacks run on the engine thread: they must be short
  * and must not call back into the scheduler except ebb_sched_cancel. Text handed to the sink is
@@ -187,6 +191,12 @@ struct ebb_sched_stats {
     uint64_t cache_hits, cache_tokens;
     uint64_t spec_drafted, spec_accepted; /* speculative drafts verified, and accepted */
     uint64_t kv_copies; /* a prompt's KV entries copied into another choice's slot */
+    /* The prompt-cache store (docs/ARCHITECTURE.md): jobs whose prefix came from it and the
+     * tokens so reused (also counted in cache_hits and cache_tokens), sequences saved into it,
+     * entries evicted to make room; entries held now, the bytes they hold and the store's. */
+    uint64_t store_hits, store_tokens, store_saves, store_evictions;
+    uint32_t store_entries;
+    uint64_t store_bytes_used, store_bytes;
 };
 
 /* A consistent snapshot of the queue. Thread-safe. */

@@ -705,13 +705,93 @@ static void test_kv_copy(void **state)
     free(rb);
 }
 
+/* The prompt-cache store: a prompt saved from slot 0 into the store, slot 0 overwritten by
+ * another sequence, then the prompt loaded back continues greedily exactly as a cold slot that
+ * evaluated it (logits bit for bit); a partial load continues the same once the rest is
+ * evaluated; a store too small for one position is none; the arguments are checked. */
+static void test_kv_store(void **state)
+{
+    (void)state;
+    struct ebb_model *m = NULL;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_params p = {.path = EBB_TEST_DATA "/model/tiny-llama.gguf",
+                                 .device = device,
+                                 .n_ctx = 0,
+                                 .n_seq = 2,
+                                 .prompt_cache = 1};
+    if (ebb_model_open(&p, &m, &d))
+        fail_msg("open tiny model: %s", d.msg);
+    assert_int_equal(ebb_model_kv_store_len(m), 0);
+    assert_int_equal(ebb_model_kv_store_bytes(m), 0);
+    assert_int_equal(ebb_model_kv_save(m, 0, 1, 0, &d), EBB_ECTX);
+    ebb_model_close(m);
+    p.prompt_cache = 1 << 20;
+    if (ebb_model_open(&p, &m, &d))
+        fail_msg("open tiny model: %s", d.msg);
+    uint32_t len = ebb_model_kv_store_len(m);
+    assert_true(len >= 64);
+    assert_true(ebb_model_kv_store_bytes(m) <= 1 << 20);
+    enum { NP = 9, NG = 12, AT = 17 };
+    uint32_t V = ebb_model_n_vocab(m);
+    int32_t prompt[NP], junk[NP + 4];
+    for (uint32_t i = 0; i < NP; i++)
+        prompt[i] = (int32_t)((i * 31 + 5) % V);
+    for (uint32_t i = 0; i < NP + 4; i++)
+        junk[i] = (int32_t)((i * 17 + 40) % V);
+    float *last = malloc(sizeof(float) * V), *ra = malloc(sizeof(float) * V * NG),
+          *rb = malloc(sizeof(float) * V * NG);
+    assert_non_null(last);
+    assert_non_null(ra);
+    assert_non_null(rb);
+    int32_t ia[NG], ib[NG];
+    struct ebb_model_out o = {.logits = last};
+    assert_int_equal(ebb_model_eval(m, 0, prompt, NP, 0, &o, &d), EBB_OK);
+    int32_t first = argmax(last, V);
+    assert_int_equal(ebb_model_kv_save(m, 0, NP, AT, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(m, 0, junk, NP + 4, 0, NULL, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(m, 1, prompt, NP, 0, NULL, &d), EBB_OK);
+    greedy_from(m, 1, NP, first, NG, ia, ra);
+    /* Without the load slot 0 continues the junk: the check below can fail. */
+    greedy_from(m, 0, NP, first, 1, ib, rb);
+    assert_true(memcmp(ra, rb, sizeof(float) * V) != 0);
+    assert_int_equal(ebb_model_kv_load(m, AT, NP, 0, &d), EBB_OK);
+    greedy_from(m, 0, NP, first, NG, ib, rb);
+    assert_memory_equal(ia, ib, sizeof(ia));
+    assert_memory_equal(ra, rb, sizeof(float) * V * NG);
+
+    /* A partial load: 5 positions, the slot evaluates the other 4 itself. */
+    assert_int_equal(ebb_model_eval(m, 0, junk, NP + 4, 0, NULL, &d), EBB_OK);
+    assert_int_equal(ebb_model_kv_load(m, AT, 5, 0, &d), EBB_OK);
+    assert_int_equal(ebb_model_eval(m, 0, prompt + 5, NP - 5, 5, &o, &d), EBB_OK);
+    assert_int_equal(argmax(last, V), first);
+    greedy_from(m, 0, NP, first, NG, ib, rb);
+    assert_memory_equal(ia, ib, sizeof(ia));
+
+    /* Arguments. */
+    assert_int_equal(ebb_model_kv_save(m, 2, 1, 0, &d), EBB_EINVAL);
+    assert_int_equal(ebb_model_kv_load(m, 0, 1, 2, &d), EBB_EINVAL);
+    assert_int_equal(ebb_model_kv_save(m, 0, 2, len - 1, &d), EBB_ECTX);
+    assert_int_equal(ebb_model_kv_load(m, len, 1, 0, &d), EBB_ECTX);
+    assert_int_equal(ebb_model_kv_save(m, 0, ebb_model_n_ctx(m) + 1, 0, &d), EBB_ECTX);
+    assert_int_equal(ebb_model_kv_save(m, 0, 0, len, &d), EBB_OK);
+    ebb_model_close(m);
+    free(last);
+    free(ra);
+    free(rb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_errors),     cmocka_unit_test(test_tiny_model),
-        cmocka_unit_test(test_kv_copy),    cmocka_unit_test(test_first_logits),
-        cmocka_unit_test(test_greedy_ids), cmocka_unit_test(test_prefill_vs_decode),
-        cmocka_unit_test(test_hidden_sum), cmocka_unit_test(test_window_reuse),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tiny_model),
+        cmocka_unit_test(test_kv_copy),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_first_logits),
+        cmocka_unit_test(test_greedy_ids),
+        cmocka_unit_test(test_prefill_vs_decode),
+        cmocka_unit_test(test_hidden_sum),
+        cmocka_unit_test(test_window_reuse),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));

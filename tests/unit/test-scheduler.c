@@ -93,6 +93,42 @@ ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint3
     return EBB_OK;
 }
 
+/* The prompt-cache store: store_len positions (0: none; set before start), each holding the
+ * token whose KV entry it is. */
+#define STORE_MAX 512
+static uint32_t store_len;
+static int32_t store[STORE_MAX];
+
+uint32_t ebb_model_kv_store_len(const struct ebb_model *m)
+{
+    (void)m;
+    return store_len;
+}
+uint64_t ebb_model_kv_store_bytes(const struct ebb_model *m)
+{
+    (void)m;
+    return (uint64_t)store_len * 100;
+}
+ebb_err ebb_model_kv_save(struct ebb_model *m, uint32_t seq, uint32_t n, uint32_t at,
+                          struct ebb_diag *diag)
+{
+    (void)diag;
+    if (seq >= m->n_seq || n > kv_len[seq] || at + n > store_len)
+        return EBB_EINVAL;
+    memcpy(store + at, kv[seq], sizeof(int32_t) * n);
+    return EBB_OK;
+}
+ebb_err ebb_model_kv_load(struct ebb_model *m, uint32_t at, uint32_t n, uint32_t seq,
+                          struct ebb_diag *diag)
+{
+    (void)diag;
+    if (seq >= m->n_seq || at + n > store_len)
+        return EBB_EINVAL;
+    memcpy(kv[seq], store + at, sizeof(int32_t) * n);
+    kv_len[seq] = n;
+    return EBB_OK;
+}
+
 static ebb_err eval_one(uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out)
 {
@@ -626,6 +662,127 @@ static void test_prefix_reuse_and_limits(void **state)
     big[0] = N_VOCAB;
     assert_int_equal(submit(s, &c, big, 4, &gp), EBB_EINVAL);
     ebb_sched_free(s);
+}
+
+/* 40 prompt tokens, k picks a different first token for each conversation; tail > 0 appends
+ * tail tokens no decode step produces (ids above 5). */
+static uint32_t conv(int32_t *p, int k, uint32_t tail)
+{
+    for (uint32_t i = 0; i < 40; i++)
+        p[i] = 1 + (int32_t)((i * 3 + (uint32_t)k * 7) % 29);
+    for (uint32_t i = 0; i < tail; i++)
+        p[40 + i] = 20 + (int32_t)(i % 9);
+    return 40 + tail;
+}
+
+/* Runs one greedy job of 4 tokens to the end. */
+static void store_job(struct ebb_sched *s, struct rec *r, const int32_t *p, uint32_t n)
+{
+    struct ebb_gen_params gp = greedy(4);
+    rec_init(r, s);
+    assert_int_equal(submit(s, r, p, n, &gp), EBB_OK);
+    rec_wait(r);
+    assert_int_equal(r->res.finish, EBB_FINISH_LENGTH);
+}
+
+/* One slot, A then B (A's sequence goes into the store) then A with a new tail: A's prefix
+ * comes from the store, only the tail is evaluated, and the text is the cold run's. */
+static void test_store_reuse(void **state)
+{
+    (void)state;
+    int32_t a[48], b[48];
+    uint32_t na = conv(a, 0, 5), nb = conv(b, 1, 0);
+    store_len = 0;
+    struct ebb_sched *s = start(1, 4, 16);
+    struct rec cold, r1, r2, r3;
+    store_job(s, &cold, a, na);
+    ebb_sched_free(s);
+
+    store_len = 200;
+    s = start(1, 4, 16);
+    store_job(s, &r1, a, 40);
+    store_job(s, &r2, b, nb);
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.store_saves, 1);
+    assert_int_equal(st.store_entries, 1);
+    assert_int_equal(st.store_bytes_used, 43 * 100); /* 40 + 3 evaluated generated tokens */
+    assert_int_equal(st.store_bytes, 200 * 100);
+    assert_int_equal(st.store_hits, 0);
+    atomic_store(&eval_tokens, 0);
+    store_job(s, &r3, a, na);
+    assert_int_equal(r3.res.n_cached, 40);
+    assert_string_equal(r3.text, cold.text);
+    assert_int_equal(atomic_load(&eval_tokens), 5 + 3); /* the tail, then three decode steps */
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.store_hits, 1);
+    assert_int_equal(st.store_tokens, 40);
+    assert_int_equal(st.cache_tokens, 40);
+    assert_int_equal(st.store_saves, 2); /* B's sequence went in when A came back */
+    ebb_sched_free(s);
+    store_len = 0;
+}
+
+/* With room for two sequences, the least recently used one is evicted; a hit makes an entry
+ * recent. */
+static void test_store_lru(void **state)
+{
+    (void)state;
+    int32_t p[5][48];
+    for (int k = 0; k < 5; k++)
+        conv(p[k], k, 0);
+    store_len = 100; /* two sequences of 43 positions */
+    struct ebb_sched *s = start(1, 4, 16);
+    struct rec r[8];
+    store_job(s, &r[0], p[0], 40);
+    store_job(s, &r[1], p[1], 40); /* store: A */
+    store_job(s, &r[2], p[2], 40); /* store: A B */
+    store_job(s, &r[3], p[3], 40); /* store: B C (A evicted) */
+    struct ebb_sched_stats st;
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.store_evictions, 1);
+    assert_int_equal(st.store_entries, 2);
+    int32_t bt[48];
+    uint32_t nbt = conv(bt, 1, 3);
+    store_job(s, &r[4], bt, nbt); /* B hit; D saved, evicting C (B is protected) */
+    assert_int_equal(r[4].res.n_cached, 40);
+    store_job(s, &r[5], p[0], 40); /* A was evicted: nothing reused */
+    assert_int_equal(r[5].res.n_cached, 0);
+    store_job(s, &r[6], p[2], 40); /* C was evicted too */
+    assert_int_equal(r[6].res.n_cached, 0);
+    ebb_sched_stats(s, &st);
+    assert_int_equal(st.store_hits, 1);
+    assert_int_equal(st.store_evictions, 4);
+    assert_int_equal(atomic_load(&kv_holes), 0);
+    ebb_sched_free(s);
+    store_len = 0;
+}
+
+/* No store (length 0) keeps nothing; a sequence larger than the store is not kept. */
+static void test_store_budget(void **state)
+{
+    (void)state;
+    int32_t a[48], b[48];
+    uint32_t na = conv(a, 0, 2), nb = conv(b, 1, 0);
+    uint32_t lens[2] = {0, 30};
+    for (int i = 0; i < 2; i++) {
+        store_len = lens[i];
+        struct ebb_sched *s = start(1, 4, 16);
+        struct rec r[3];
+        store_job(s, &r[0], a, 40);
+        store_job(s, &r[1], b, nb);
+        store_job(s, &r[2], a, na);
+        assert_int_equal(r[2].res.n_cached, 0);
+        struct ebb_sched_stats st;
+        ebb_sched_stats(s, &st);
+        assert_int_equal(st.store_saves, 0);
+        assert_int_equal(st.store_hits, 0);
+        assert_int_equal(st.store_entries, 0);
+        assert_int_equal(st.store_bytes, (uint64_t)lens[i] * 100);
+        ebb_sched_free(s);
+    }
+    store_len = 0;
 }
 
 static void test_shutdown_cancels(void **state)
@@ -1300,6 +1457,9 @@ int main(void)
         cmocka_unit_test(test_cancel_during_prefill),
         cmocka_unit_test(test_queue_limit_and_cancel_queued),
         cmocka_unit_test(test_prefix_reuse_and_limits),
+        cmocka_unit_test(test_store_reuse),
+        cmocka_unit_test(test_store_lru),
+        cmocka_unit_test(test_store_budget),
         cmocka_unit_test(test_shutdown_cancels),
         cmocka_unit_test(test_swap_model),
         cmocka_unit_test(test_grammar),
