@@ -16,7 +16,7 @@ port=${EBB_PORT:-8093}
 out=${OUT:-/tmp/out}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for cache in 256M 0; do
+for cache in ${EBB_STORE_SIZE:-256M} 0; do
     echo "== ebb serve --parallel 1 --prompt-cache $cache ${EBB_SERVE_ARGS:-}"
     "$ebb" serve -m "$model" --port "$port" --parallel 1 --ctx 4096 --device "${EBB_DEVICE:-auto}" \
         --prompt-cache "$cache" ${EBB_SERVE_ARGS:-} >"$out/prompt-store-$cache.log" 2>&1 &
