@@ -8,7 +8,10 @@
  * the committed llama.cpp data was recorded on, byte for byte.
  *
  *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q4_k_m]
- *                 [--seed N] [--layers N] -o OUT.gguf
+ *                 [--seed N] [--layers N] [--chat-template FILE] -o OUT.gguf
+ *
+ * --chat-template stores FILE's text as tokenizer.chat_template (in place of the source's, if it
+ * has one); without it the source's template, if any, is copied like its other tokenizer keys.
  *
  * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
  * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
@@ -343,11 +346,49 @@ static void llama3_freqs(const struct shape *sh, uint32_t n_rot, float *ff)
     }
 }
 
+/* A whole text file, NUL-terminated (NULL with a message on failure or an embedded NUL). */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "ebb-gen-model: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - 1 - n, f);
+        if (n < cap - 1)
+            break;
+        char *q = cap > SIZE_MAX / 2 ? NULL : realloc(p, cap * 2);
+        if (!q) {
+            free(p);
+            p = NULL;
+            break;
+        }
+        p = q;
+        cap *= 2;
+    }
+    bool bad = !p || ferror(f);
+    fclose(f);
+    if (!bad) {
+        p[n] = '\0';
+        bad = strlen(p) != n;
+    }
+    if (bad) {
+        fprintf(stderr, "ebb-gen-model: %s: cannot read a text file\n", path);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
                "                     [--type q4_0|q8_0|q4_k_m]\n"
-               "                     [--seed N] [--layers N] -o OUT.gguf\n"
+               "                     [--seed N] [--layers N] [--chat-template FILE]\n"
+               "                     -o OUT.gguf\n"
                "shapes:");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         fprintf(f, " %s", shapes[i].name);
@@ -358,6 +399,7 @@ static int usage(FILE *f)
 int main(int argc, char **argv)
 {
     const char *shape_name = NULL, *tok_path = NULL, *out_path = NULL, *type_name = "q4_0";
+    const char *tmpl_path = NULL;
     uint64_t seed = 1;
     long layers = -1;
     for (int i = 1; i < argc; i++) {
@@ -379,6 +421,8 @@ int main(int argc, char **argv)
             seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--layers"))
             layers = strtol(v, NULL, 10);
+        else if (!strcmp(a, "--chat-template"))
+            tmpl_path = v;
         else
             return usage(stderr);
         i++;
@@ -414,17 +458,22 @@ int main(int argc, char **argv)
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
     rng_state = seed;
+    char *tmpl = NULL;
+    if (tmpl_path && !(tmpl = read_text(tmpl_path)))
+        return 1;
 
     struct ebb_diag diag = {{0}};
     struct ebb_gguf *src = NULL;
     if (ebb_gguf_open(tok_path, &src, &diag)) {
         fprintf(stderr, "ebb-gen-model: %s: %s\n", tok_path, diag.msg);
+        free(tmpl);
         return 1;
     }
     FILE *f = fopen(out_path, "wb");
     if (!f) {
         fprintf(stderr, "ebb-gen-model: %s: %s\n", out_path, strerror(errno));
         ebb_gguf_close(src);
+        free(tmpl);
         return 1;
     }
     struct w w = {f, false};
@@ -565,7 +614,8 @@ int main(int argc, char **argv)
     /* Metadata: our own keys plus every tokenizer.* key of the source, padded to n_vocab. */
     uint64_t n_src_tok = 0;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src); i++)
-        if (!strncmp(ebb_gguf_kv_key(src, i), "tokenizer.", 10))
+        if (!strncmp(ebb_gguf_kv_key(src, i), "tokenizer.", 10) &&
+            !(tmpl && !strcmp(ebb_gguf_kv_key(src, i), "tokenizer.chat_template")))
             n_src_tok++;
     char gname[96];
     snprintf(gname, sizeof(gname), "ebb random %s %s seed %llu", sh->name, type_name,
@@ -573,7 +623,8 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + n_src_tok);
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + (tmpl ? 1 : 0) +
+                    n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
@@ -603,10 +654,12 @@ int main(int argc, char **argv)
     if (sh->swa)
         kv_u32(&w, KEY("attention.sliding_window"), sh->swa);
 #undef KEY
+    if (tmpl)
+        kv_str(&w, "tokenizer.chat_template", tmpl);
     ebb_err rc = EBB_OK;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src) && !rc; i++) {
         const char *key = ebb_gguf_kv_key(src, i);
-        if (strncmp(key, "tokenizer.", 10))
+        if (strncmp(key, "tokenizer.", 10) || (tmpl && !strcmp(key, "tokenizer.chat_template")))
             continue;
         enum ebb_gguf_vtype t = ebb_gguf_kv_type(src, i);
         put_cstr(&w, key);
@@ -669,6 +722,7 @@ int main(int argc, char **argv)
     }
     free(buf);
     free(ts);
+    free(tmpl);
     ebb_gguf_close(src);
     if (fclose(f) != 0)
         w.err = true;
