@@ -24,9 +24,10 @@
  * attention; ffn_gate_inp.weight the f32 router, ffn_{gate,up,down}_exps.weight stacks of
  * expert_count matrices); gemma3 (qwen3's head norms plus post_attention_norm and
  * post_ffw_norm, attention.sliding_window; the architecture fixes five local layers to one
- * global). Shapes ending in -tiny are small widths for CI, with an untied output
- * head: a random model with a tied one only ever repeats its last input token (the token's own
- * embedding dominates the residual stream), which would test little.
+ * global); Mistral is llama with attention.sliding_window (every layer windowed). Shapes ending in
+ * -tiny are small widths for CI, with an untied output head: a random model with a tied one only
+ * ever repeats its last input token (the token's own embedding dominates the residual stream),
+ * which would test little.
  */
 #include <errno.h>
 #include <math.h>
@@ -55,7 +56,9 @@ struct shape {
     uint32_t rope_orig_ctx;
     /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length. */
     uint32_t n_expert, n_expert_used, n_ff_exp;
-    uint32_t swa; /* gemma3: attention.sliding_window (five local layers to one global) */
+    /* attention.sliding_window: gemma3's five local layers to one global; llama (Mistral)
+     * every layer. */
+    uint32_t swa;
 };
 
 static const struct shape shapes[] = {
@@ -94,6 +97,12 @@ static const struct shape shapes[] = {
     /* Gemma 3 4B's text model (head_dim 256, window 1024) and a small one for checks. */
     {"gemma3-4b", GEMMA3, 2560, 34, 8, 4, 10240, 262144, 131072, 1e6f, true, 256, 1e-6f, 0, 0, 0, 0,
      0, 1024},
+    /* Mistral 7B v0.1 (window 4096 on every layer, SentencePiece vocabulary of 32000) and a small
+     * one whose 16-position window a test prompt crosses. */
+    {"mistral-7b", LLAMA, 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0f, false, 0, 0, 0, 0, 0, 0,
+     0, 4096},
+    {"mistral-tiny", LLAMA, 128, 3, 4, 2, 384, 32000, 32768, 10000.0f, false, 0, 0, 0, 0, 0, 0, 0,
+     16},
     {"gemma3-tiny", GEMMA3, 128, 7, 4, 1, 384, 262144, 32768, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
      16},
 };
@@ -481,7 +490,7 @@ int main(int argc, char **argv)
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
     const bool moe = sh->family == QWEN3MOE;
     const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3 || moe;
-    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
+    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0 || sh->swa;
     const bool phi3 = sh->family == PHI3, gemma3 = sh->family == GEMMA3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;

@@ -104,6 +104,8 @@ static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     if (hp->swa && hp->swa_pattern)
         add(b, "window %u on %u of %u layers", hp->swa, hp->swa_pattern - 1, hp->swa_pattern);
+    else if (hp->swa)
+        add(b, "window %u on all layers", hp->swa);
     const struct ebb__op *head = &a->output[a->n_output - 1];
     const struct ebb_gguf_tensor *ht = NULL, *et = NULL;
     struct ebb_diag d = {{0}};

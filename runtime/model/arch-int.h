@@ -48,9 +48,11 @@ struct ebb__hparams {
     uint32_t rope_orig_ctx; /* rope.scaling.original_context_length (8192) */
     uint32_t rope_freqs;    /* 1: some pair's divisor differs from 1 (keys or tensor) */
     float rms_eps;
-    /* Sliding-window attention: layer l attends to the last `swa` positions only when swa and
-     * swa_pattern are set and (l + 1) % swa_pattern != 0 (ebb__arch_window); such local layers
-     * rotate with rope_base_swa (when set) and no linear scaling. */
+    /* Sliding-window attention: with swa set, layer l attends to the last `swa` positions only
+     * (ebb__arch_window): every layer when swa_pattern is 0 (Mistral), else the layers with
+     * (l + 1) % swa_pattern != 0 (Gemma 3's five local layers to one global). Windowed layers
+     * rotate with rope_base_swa and no linear scaling when rope_base_swa is set, else with the
+     * model's own rope. */
     uint32_t swa;
     uint32_t swa_pattern;
     float rope_base_swa;
@@ -334,7 +336,7 @@ uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b);
 /* The attention window of layer l in positions, 0 for a global layer. */
 static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t l)
 {
-    return hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0 ? hp->swa : 0;
+    return hp->swa && (!hp->swa_pattern || (l + 1) % hp->swa_pattern != 0) ? hp->swa : 0;
 }
 
 /* The divisor of each rotary pair's frequency (n_rot / 2 floats into ff): the file's

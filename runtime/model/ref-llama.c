@@ -529,7 +529,7 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
     r->v_cache = alloc_floats(kv, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
-    if (hp->swa && hp->swa_pattern && hp->rope_base_swa > 0) {
+    if (hp->swa && hp->rope_base_swa > 0) {
         r->rope_cos_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
         r->rope_sin_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     }
