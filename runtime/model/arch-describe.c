@@ -114,6 +114,53 @@ static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
         add(b, ht == et ? "tied output head" : "own output head");
 }
 
+ebb_err ebb_model_facts(const struct ebb_gguf *g, struct ebb_model_facts *f, struct ebb_diag *diag)
+{
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    ebb_err rc = ebb__arch_read_hparams(g, &a, &hp, diag);
+    if (!rc)
+        rc = ebb__arch_check(a, &hp, g, diag);
+    if (rc)
+        return rc;
+    memset(f, 0, sizeof(*f));
+    f->n_layer = hp.n_layer;
+    f->window = hp.swa;
+    for (uint32_t l = 0; l < hp.n_layer; l++)
+        f->n_local += ebb__arch_window(&hp, l) != 0;
+    f->rope_base = hp.rope_base;
+    f->rope_base_local = hp.swa && hp.rope_base_swa > 0 ? hp.rope_base_swa : hp.rope_base;
+    if (find_op(a, EBB__OP_MOE, -1)) {
+        f->n_expert = hp.n_expert;
+        f->n_expert_used = hp.n_expert_used;
+        f->n_ff_exp = hp.n_ff_exp;
+    }
+    f->rope_scaling = "none";
+    f->rope_factor = 1.0f;
+    float ff[512];
+    bool scaled = false;
+    struct ebb_diag d = {{0}};
+    if (hp.rope_llama3) {
+        f->rope_scaling = "llama3";
+        f->rope_factor = hp.rope_factor;
+        f->rope_orig_ctx = hp.rope_orig_ctx;
+    } else if (hp.n_rot / 2 <= 512 && !ebb__arch_rope_freqs(a, &hp, g, ff, &scaled, &d) && scaled) {
+        f->rope_scaling = "freqs";
+    } else if (hp.rope_scale != 1.0f) {
+        f->rope_scaling = "linear";
+        f->rope_factor = hp.rope_scale;
+    }
+    return EBB_OK;
+}
+
+bool ebb_model_layer_is_local(const struct ebb_gguf *g, uint32_t l)
+{
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    struct ebb_diag d = {{0}};
+    return !ebb__arch_read_hparams(g, &a, &hp, &d) && l < hp.n_layer && ebb__arch_window(&hp, l);
+}
+
 ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, char *engines,
                            size_t ecap, struct ebb_diag *diag)
 {
