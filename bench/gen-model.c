@@ -94,6 +94,16 @@ static const struct shape shapes[] = {
      0, 0},
     {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0,
      0},
+    /* Phi-3.5 mini's longrope (a phi3 shape with rope_orig_ctx): rope_factors_short.weight and
+     * rope_factors_long.weight (divisors rising from 1 to 1.1 and to 64 over the rotary pairs),
+     * rope.scaling.original_context_length and rope.scaling.attn_factor (sqrt(1 + ln(s) /
+     * ln(original context)), s = context / original context, as llama.cpp's converter writes); the
+     * tiny one's original context is 64, so a context above 64 runs the long factors and one of 64
+     * or less the short ones. */
+    {"phi3.5-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 131072, 10000.0f, false, 0, 1e-5f, 0, 4096,
+     0, 0, 0, 0},
+    {"phi3.5-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 64, 0, 0, 0,
+     0},
     /* Gemma 3 4B's text model (head_dim 256, window 1024) and a small one for checks. */
     {"gemma3-4b", GEMMA3, 2560, 34, 8, 4, 10240, 262144, 131072, 1e6f, true, 256, 1e-6f, 0, 0, 0, 0,
      0, 1024},
@@ -497,7 +507,9 @@ int main(int argc, char **argv)
     uint32_t per_layer =
         phi3 ? 6
              : 9 + (qwen2 ? 3 : 0) + (qwen3 || gemma3 ? 2 : 0) + (moe ? 1 : 0) + (gemma3 ? 2 : 0);
-    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
+    const bool longrope = phi3 && sh->rope_orig_ctx > 0;
+    uint32_t n_t =
+        2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + (longrope ? 2 : 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
         return 1;
@@ -540,6 +552,19 @@ int main(int argc, char **argv)
         llama3_freqs(sh, hd, rope_ff);
         ADD("rope_freqs.weight", hd / 2, 0, EBB_GGML_F32, 0.0f);
         ts[k - 1].vals = rope_ff;
+    }
+    static float lr_short[512], lr_long[512];
+    if (longrope && hd <= 1024) {
+        uint32_t n = hd / 2;
+        for (uint32_t i = 0; i < n; i++) {
+            float t = n > 1 ? (float)i / (float)(n - 1) : 0.0f;
+            lr_short[i] = 1.0f + 0.1f * t;
+            lr_long[i] = 1.0f + 63.0f * t * t;
+        }
+        ADD("rope_factors_long.weight", n, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = lr_long;
+        ADD("rope_factors_short.weight", n, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = lr_short;
     }
     for (uint32_t l = 0; l < n_layer; l++) {
         char nm[64];
@@ -633,7 +658,7 @@ int main(int argc, char **argv)
     put_u32(&w, 3);
     put_u64(&w, k);
     put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + (tmpl ? 1 : 0) +
-                    n_src_tok);
+                    (longrope ? 2 : 0) + n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
@@ -662,6 +687,12 @@ int main(int argc, char **argv)
     }
     if (sh->swa)
         kv_u32(&w, KEY("attention.sliding_window"), sh->swa);
+    if (longrope) { /* the attention factor as llama.cpp's converter writes it */
+        double s = (double)sh->n_ctx / sh->rope_orig_ctx;
+        kv_u32(&w, KEY("rope.scaling.original_context_length"), sh->rope_orig_ctx);
+        kv_f32(&w, KEY("rope.scaling.attn_factor"),
+               s > 1 ? (float)sqrt(1.0 + log(s) / log((double)sh->rope_orig_ctx)) : 1.0f);
+    }
 #undef KEY
     if (tmpl)
         kv_str(&w, "tokenizer.chat_template", tmpl);

@@ -299,6 +299,11 @@ static void print_family_facts(FILE *o, const struct ebb_gguf *g)
                 "rope scaling:", (double)mf.rope_factor, mf.rope_orig_ctx);
     else if (!strcmp(mf.rope_scaling, "linear"))
         fprintf(o, "%-18slinear x%g\n", "rope scaling:", (double)mf.rope_factor);
+    else if (!strcmp(mf.rope_scaling, "longrope"))
+        fprintf(o,
+                "%-18slongrope (short factors up to context %" PRIu32
+                ", long above; attention factor %.4g)\n",
+                "rope scaling:", mf.rope_orig_ctx, (double)mf.attn_factor);
     else if (!strcmp(mf.rope_scaling, "freqs"))
         fprintf(o, "%-18sfrequency divisors (rope_freqs.weight)\n", "rope scaling:");
     else
@@ -329,9 +334,10 @@ static void j_family_facts(const struct ebb_gguf *g, json_t *fam)
                                                 (json_int_t)mf.n_ff_exp)
                                     : json_null());
     json_object_set_new(fam, "rope_scaling",
-                        json_pack("{s:s,s:f,s:I}", "type", mf.rope_scaling, "factor",
+                        json_pack("{s:s,s:f,s:I,s:f}", "type", mf.rope_scaling, "factor",
                                   (double)mf.rope_factor, "original_context",
-                                  (json_int_t)mf.rope_orig_ctx));
+                                  (json_int_t)mf.rope_orig_ctx, "attn_factor",
+                                  (double)mf.attn_factor));
 }
 
 /* {"features": "...", "engines": "...", "layer_types", "experts", "rope_scaling"}, or

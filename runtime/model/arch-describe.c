@@ -50,6 +50,26 @@ static void rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
     struct ebb_diag d = {{0}};
     if (hp->n_rot / 2 > 512 || ebb__arch_rope_freqs(a, hp, g, ff, &scaled, &d))
         return;
+    if (hp->rope_longrope) {
+        struct ebb__hparams h = *hp;
+        float lo[2], hi[2];
+        for (int set = 0; set < 2; set++) {
+            h.n_ctx_run = set ? UINT32_MAX : 0;
+            if (ebb__arch_rope_freqs(a, &h, g, ff, &scaled, &d))
+                return;
+            lo[set] = hi[set] = ff[0];
+            for (uint32_t i = 1; i < hp->n_rot / 2; i++) {
+                lo[set] = ff[i] < lo[set] ? ff[i] : lo[set];
+                hi[set] = ff[i] > hi[set] ? ff[i] : hi[set];
+            }
+        }
+        add(b,
+            "longrope (divisors %.3g-%.3g up to context %u, %.3g-%.3g above; attention factor "
+            "%.4g)",
+            (double)lo[0], (double)hi[0], hp->rope_orig_ctx, (double)lo[1], (double)hi[1],
+            (double)hp->attn_factor);
+        return;
+    }
     if (hp->rope_llama3)
         add(b, "llama3 rope scaling x%g (low %g, high %g, original context %u)",
             (double)hp->rope_factor, (double)hp->rope_low_freq, (double)hp->rope_high_freq,
@@ -140,7 +160,11 @@ ebb_err ebb_model_facts(const struct ebb_gguf *g, struct ebb_model_facts *f, str
     float ff[512];
     bool scaled = false;
     struct ebb_diag d = {{0}};
-    if (hp.rope_llama3) {
+    f->attn_factor = hp.attn_factor;
+    if (hp.rope_longrope) {
+        f->rope_scaling = "longrope";
+        f->rope_orig_ctx = hp.rope_orig_ctx;
+    } else if (hp.rope_llama3) {
         f->rope_scaling = "llama3";
         f->rope_factor = hp.rope_factor;
         f->rope_orig_ctx = hp.rope_orig_ctx;

@@ -41,6 +41,15 @@ struct ebb__hparams {
      * pair's frequency is divided by a factor between 1 and rope_factor, by its wavelength
      * against the original context (ebb__arch_rope_freqs). A file's rope_freqs.weight, where
      * its family declares one, gives the divisors directly and wins over these keys. */
+    /* Phi-3.5's longrope: rope_factors_long.weight / rope_factors_short.weight are divisors as
+     * rope_freqs.weight is, the long ones when the backend's context n_ctx_run exceeds
+     * rope_orig_ctx (rope.scaling.original_context_length), as llama.cpp chooses; attn_factor
+     * (rope.scaling.attn_factor, else sqrt(1 + ln(s) / ln(rope_orig_ctx)) with s =
+     * n_ctx_train / rope_orig_ctx, 1 for s <= 1) scales the rotated q and k, so the attention
+     * logits by attn_factor^2 (the backends fold it into the softmax scale). */
+    uint32_t rope_longrope; /* 1: the file has the factors */
+    float attn_factor;      /* 1 unless longrope */
+    uint32_t n_ctx_run;     /* the backend's context (0: the short factors) */
     uint32_t rope_llama3;   /* 1: the keys below were read */
     float rope_factor;      /* rope.scaling.factor (8 in Llama 3.1) */
     float rope_low_freq;    /* rope.scaling.low_freq_factor (1) */
@@ -340,7 +349,8 @@ static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t 
 }
 
 /* The divisor of each rotary pair's frequency (n_rot / 2 floats into ff): the file's
- * rope_freqs.weight when the family declares it and the file has it, else computed from
+ * rope_freqs.weight when the family declares it and the file has it (or, for longrope, its
+ * rope_factors_long or _short.weight by hp->n_ctx_run), else computed from
  * Llama 3.1's rope.scaling keys, else all 1. *scaled says whether any differs from 1. Errors:
  * a rope_freqs tensor of the wrong size, or a factor that is not a positive finite number. */
 ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,

@@ -79,7 +79,8 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const uint32_t QD = NH * HD, KVD = NKV * HD;
-    const float att_scale = 1.0f / sqrtf((float)HD);
+    /* longrope's attention factor scales the rotated q and k: the logits by its square. */
+    const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
     float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
     float *kc = r->k_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
     float *vc = r->v_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
@@ -517,6 +518,7 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
     r->a = a;
     r->hp = *hp;
+    r->hp.n_ctx_run = n_ctx; /* longrope: the factor set for this context */
     r->n_ctx = n_ctx;
     r->n_seq = p->n_seq ? p->n_seq : 1;
     if ((rc = load_tensors(r, g, diag)))
@@ -557,7 +559,7 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
             goto out;
     bool scaled;
     float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
-    if (!ff || (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag))) {
+    if (!ff || (rc = ebb__arch_rope_freqs(a, &r->hp, g, ff, &scaled, diag))) {
         if (!rc)
             rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
         free(ff);

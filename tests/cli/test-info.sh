@@ -7,7 +7,7 @@
 #
 # With ebb-gen-model, the family facts (layer types, experts, rope scaling) of small written
 # files: mistral-tiny (window on every layer) and copies with linear and llama3 rope scaling
-# keys, llama3.1-tiny (rope_freqs.weight), qwen3moe-tiny (experts). They take their vocabulary
+# keys, llama3.1-tiny (rope_freqs.weight), qwen3moe-tiny (experts), phi3.5-tiny (longrope). They take their vocabulary
 # from llama.cpp's llama-spm vocab ($EBB_VOCABS_DIR, scripts/fetch-vocabs.sh); its absence is a
 # failure.
 #
@@ -167,7 +167,8 @@ import json, sys
 f = json.load(open(sys.argv[1]))['family']
 want = {'layer_types': {'local': 15, 'global': 3, 'window': 512, 'rope_base': 1e6,
                         'rope_base_local': 1e4, 'global_layers': [5, 11, 17]},
-        'experts': None, 'rope_scaling': {'type': 'none', 'factor': 1.0, 'original_context': 0}}
+        'experts': None,
+        'rope_scaling': {'type': 'none', 'factor': 1.0, 'original_context': 0, 'attn_factor': 1.0}}
 bad = {k: (f.get(k), v) for k, v in want.items() if f.get(k) != v}
 if bad:
     sys.exit('mismatch: %r' % bad)
@@ -180,7 +181,7 @@ if [ -n "$gen_model" ]; then
     if [ ! -f "$vocab" ]; then
         fail "missing $vocab: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR"
     else
-        for shape in mistral-tiny llama3.1-tiny qwen3moe-tiny; do
+        for shape in mistral-tiny llama3.1-tiny qwen3moe-tiny phi3.5-tiny; do
             "$gen_model" --shape $shape --tokenizer-from "$vocab" --type q8_0 \
                 -o "$tmp/$shape.gguf" 2> /dev/null || fail "ebb-gen-model $shape"
         done
@@ -214,7 +215,10 @@ bad = {k: (f.get(k), v) for k, v in want.items() if f.get(k) != v}
 if bad:
     sys.exit('mismatch: %r' % bad)
 PY
-        echo "ok  family facts of mistral-tiny, llama3.1-tiny, qwen3moe-tiny"
+        expect_status 0 "$ebb" info "$tmp/phi3.5-tiny.gguf"
+        expect_out "rope scaling:     longrope (short factors up to context 64, long above; attention factor 1.414)"
+        expect_out "longrope (divisors 1-1.1 up to context 64, 1-64 above; attention factor 1.414)"
+        echo "ok  family facts of mistral-tiny, llama3.1-tiny, qwen3moe-tiny, phi3.5-tiny"
     fi
 fi
 [ "$checked" -gt 0 ] || echo "note: no real models in $models; only malformed files checked"
