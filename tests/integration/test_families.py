@@ -4,7 +4,11 @@ vocab GGUFs, scripts/fetch-vocabs.sh; Gemma 3's from the real Gemma 3 270M file)
 family's real chat template stored in the GGUF (llama.cpp's models/templates,
 scripts/fetch-chat-templates.sh).
 
-For each family it checks, through the official openai client:
+The families: llama (Llama 3.1's rope divisors), qwen2, qwen3, qwen3moe, gemma3, phi3, and
+two variants: mistral (llama with a 16-position sliding window, crossed by the prompt) and
+phi3.5 (longrope; the server's context of 512 runs the long factors).
+
+For each it checks, through the official openai client:
 - the prompt the daemon built is the template's rendering by jinja2 the way Hugging Face
   transformers renders it: usage.prompt_tokens equals the length of /tokenize of that rendering
   (a leading BOS text dropped where the tokenizer adds BOS, as docs/API.md says), and the greedy
@@ -59,7 +63,14 @@ FAMILIES = {
                "<end_of_turn>"),
     "phi3": ("phi3-tiny", "ggml-vocab-phi-3.gguf", "microsoft-Phi-3.5-mini-instruct.jinja",
              "<|end|>"),
+    # llama with Mistral's sliding window (16 positions, which the prompt exceeds) and longrope
+    # phi3 (a context of 512 runs the long factors).
+    "mistral": ("mistral-tiny", "ggml-vocab-llama-spm.gguf",
+                "mistralai-Mistral-Nemo-Instruct-2407.jinja", "</s>"),
+    "phi3.5": ("phi3.5-tiny", "ggml-vocab-phi-3.gguf", "microsoft-Phi-3.5-mini-instruct.jinja",
+               "<|end|>"),
 }
+ARCH = {"mistral": "llama", "phi3.5": "phi3"}
 
 MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."},
             {"role": "assistant", "content": "Red, orange and yellow."},
@@ -169,7 +180,7 @@ def test_family_chat(family, workdir):
     meta = gguf_meta(model, {"general.architecture", "tokenizer.ggml.tokens",
                              "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                              "tokenizer.chat_template"})
-    assert meta["general.architecture"] == family
+    assert meta["general.architecture"] == ARCH.get(family, family)
     with open(tmpl_file) as f:
         template = f.read()
     assert meta["tokenizer.chat_template"] == template
