@@ -265,8 +265,12 @@ static void global_layers(const struct ebb_gguf *g, const struct ebb_model_facts
 {
     size_t n = 0;
     buf[0] = 0;
-    for (uint32_t l = 0; l < mf->n_layer && n + 16 < cap; l++)
+    for (uint32_t l = 0; l < mf->n_layer; l++)
         if (!ebb_model_layer_is_local(g, l)) {
+            if (n + 20 >= cap) { /* room for ", ..." */
+                snprintf(buf + n, cap - n, ", ...");
+                return;
+            }
             int w = snprintf(buf + n, cap - n, "%s%" PRIu32, n ? ", " : "", l);
             n += w > 0 ? (size_t)w : 0;
         }
