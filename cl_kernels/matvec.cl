@@ -13,7 +13,8 @@
  *   MM_LOCAL  1: stage the token tile in local memory (GPUs); 0: read it in place (CPUs).
  *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built, and
  *          matvec_q8r, the same over MVR token rows at once.
- *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built. */
+ *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built.
+ *   W_RD8(o, i)     optional: float8 of W[o][i..i+7] (raw F16 / BF16 rows, tuning mv_h8). */
 
 #ifndef MV_WG
 #define MV_WG 1
@@ -193,6 +194,16 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
             Q16_STEP(v.s3, 3);
             acc += dm.x * s4 + dm.y * xs;
         }
+#elif defined(W_RD8)
+        /* F16 / BF16 rows: eight weights (16 bytes) per work-item and step; where n_in % 8 is
+         * 4, the work-item that reaches the last four inputs takes them four at a time. */
+        int i = lane * 8;
+        for (; i + 8 <= n_in; i += MV_WG * 8) {
+            float8 wv = W_RD8(row, i);
+            acc += wv.lo * X_IN4(i) + wv.hi * X_IN4(i + 4);
+        }
+        if (i < n_in)
+            acc += READ_W4(row, i) * X_IN4(i);
 #else
         for (int i = lane * 4; i < n_in; i += MV_WG * 4)
             acc += READ_W4(row, i) * X_IN4(i);
@@ -905,6 +916,201 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 }
 #undef MB_LOADW1
 #undef MB_LOAD
+#endif
+
+#if MM_MMA && defined(W_QW)
+/* matmul_mms: products of a few token rows (continuous batching's decode steps, 2..MS_T tokens
+ * a work-group) on tensor cores, each weight read once for the work-group's tokens. A work-group
+ * of MS_W warps takes 16 MS_MI rows and MS_T tokens; the warps split the inputs (warp w takes
+ * MS_KB 32-blocks from MS_KB w, then from MS_KB (w + MS_W), ...), so that a product of few
+ * rows still has enough warps in flight to keep the memory busy, and their partial sums meet in local
+ * memory at the end (halving rounds). No staging: each work-item loads the weight words of its
+ * own fragments (W_QW) and its tokens' inputs straight into registers. The trick that allows
+ * it: a product is a sum over k, so the tensor core's k order may be any permutation applied to
+ * both operands. Lane (g, q) loads quant bytes 4q..4q+3 of rows g and g + 8, which hold weights
+ * 4q..4q+3 (low nibbles) and 16 + 4q.. (high); PTX's fragment layout (mma.cl) gives the lane
+ * k = 2q, 2q + 1, 2q + 8, 2q + 9 of each 16-wide half, so those k are taken to mean weights
+ * 4q..4q+3 (first half) and 16 + 4q.. (second), and the B fragment's inputs follow the same
+ * map: one float4 of the token's row per half (inputs 4q..4q+3 as b0 = (4q, 4q + 1),
+ * b1 = (4q + 2, 4q + 3)). Without PTX (the tests on CPUs) each work-item computes its fragment
+ * elements directly from whole blocks. Same arguments and result (within f16 rounding) as
+ * matmul. Global size (32 MS_W ceil(n_out / (16 MS_MI)), ceil(n_tok / MS_T)), local
+ * (32 MS_W, 1). */
+#ifndef MS_T
+#define MS_T 32
+#endif
+#ifndef MS_MI
+#define MS_MI 1
+#endif
+#ifndef MS_W
+#define MS_W 8
+#endif
+#ifndef MS_KB
+#define MS_KB 2 /* 32-blocks a warp loads at once */
+#endif
+#define MS_NJ (MS_T / 8)  /* 8-token fragments */
+#define MS_R (16 * MS_MI) /* rows of a work-group */
+#if !MV_PTX
+/* f rounded to the nearest f16 (ties to even), for the stand-in. */
+inline float ms_f16(float f)
+{
+    float a = fabs(f);
+    if (a == 0.0f || a >= 65520.0f)
+        return a == 0.0f ? f : copysign(INFINITY, f);
+    float ulp = a < 0x1p-14f ? 0x1p-24f : ldexp(1.0f, ilogb(a) - 10);
+    return rint(f / ulp) * ulp;
+}
+#endif
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T]; /* upper half's sums [row][tok] */
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int row0 = get_group_id(0) * MS_R, t0 = get_group_id(1) * MS_T, nb = n_in / 32;
+    float acc[MS_MI][MS_NJ][4];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+        for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    /* This lane's rows (g and g + 8 of each 16) and tokens (g of each 8), clamped: the extra
+     * rows and tokens of a partial tile compute copies that are never written. */
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = min(row0 + 16 * i + g, n_out - 1);
+        wrow[i][1] = min(row0 + 16 * i + g + 8, n_out - 1);
+    }
+    const __global float *xt[MS_NJ];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++)
+        xt[j] = x + (size_t)min(t0 + 8 * j + g, n_tok - 1) * x_ld;
+    for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
+#if MV_PTX
+        /* All of the step's loads first (blocks past n_in read the last block, their scales
+         * zeroed), so that they are in flight together; then the products. */
+        uint v[MS_KB][MS_MI][2];
+        float2 dm[MS_KB][MS_MI][2];
+        float4 xv[MS_KB][MS_NJ][2];
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = min(b0 + bb, nb - 1);
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    W_QW(wrow[i][r], b, q, &v[bb][i][r], &dm[bb][i][r]);
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    xv[bb][j][h] = *(const __global float4 *)(xt[j] + b * 32 + 16 * h + 4 * q);
+        }
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            bool in = b0 + bb < nb;
+            uint a[MS_MI][2][4]; /* [row group][half of the block][a0..a3] */
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
+                    float2 f = in ? dm[bb][i][r] : (float2)(0.0f);
+                    uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
+                    uint lo = v[bb][i][r] & 0x0F0F0F0Fu, hi = (v[bb][i][r] >> 4) & 0x0F0F0F0Fu;
+                    a[i][0][r] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2);
+                    a[i][0][r + 2] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2);
+                    a[i][1][r] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), d2, m2);
+                    a[i][1][r + 2] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), d2, m2);
+                }
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float4 x4 = in ? xv[bb][j][h] : (float4)(0.0f);
+                    uint b0r = mb_h2(x4.x, x4.y), b1r = mb_h2(x4.z, x4.w);
+#pragma unroll
+                    for (int i = 0; i < MS_MI; i++)
+                        MMA_F16(acc[i][j], a[i][h][0], a[i][h][1], a[i][h][2], a[i][h][3], b0r,
+                                b1r);
+                }
+        }
+#else
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = b0 + bb;
+            if (b >= nb)
+                break;
+            /* The stand-in: this lane's fragment elements (rows g, g + 8; tokens 2q, 2q + 1 of
+             * each 8) over the whole block, from W_Q16's 16 bytes, weights and inputs rounded
+             * to f16 as the tensor cores take them. */
+            for (int i = 0; i < MS_MI; i++)
+                for (int r = 0; r < 2; r++) {
+                    uint4 v;
+                    float2 dm;
+                    W_Q16(wrow[i][r], b, &v, &dm);
+                    float w[32];
+                    for (int k = 0; k < 16; k++) {
+                        uint byte = (mb_word(v, k / 4) >> (8 * (k % 4))) & 0xFFu;
+                        w[k] = ms_f16((float)(byte & 15u) * dm.x + dm.y);
+                        w[k + 16] = ms_f16((float)(byte >> 4) * dm.x + dm.y);
+                    }
+                    for (int j = 0; j < MS_NJ; j++)
+                        for (int c = 0; c < 2; c++) {
+                            const __global float *xr =
+                                x + (size_t)min(t0 + 8 * j + 2 * q + c, n_tok - 1) * x_ld + b * 32;
+                            float s = 0.0f;
+                            for (int k = 0; k < 32; k++)
+                                s += w[k] * ms_f16(xr[k]);
+                            acc[i][j][2 * r + c] += s;
+                        }
+                }
+        }
+#endif
+    }
+    /* The warps' partial sums meet in halving rounds: the upper half of the warps still
+     * holding sums writes them, the lower half adds them. */
+#pragma unroll
+    for (int half_w = MS_W / 2; half_w >= 1; half_w /= 2) {
+        if (warp >= half_w && warp < 2 * half_w)
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        part[warp - half_w]
+                            [(16 * i + g + (e >> 1) * 8) * MS_T + 8 * j + 2 * q + (e & 1)] =
+                                acc[i][j][e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (warp < half_w)
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[i][j][e] +=
+                            part[warp][(16 * i + g + (e >> 1) * 8) * MS_T + 8 * j + 2 * q + (e & 1)];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + 16 * i + g + (e >> 1) * 8, tok = t0 + 8 * j + 2 * q + (e & 1);
+                    if (row < n_out && tok < n_tok) {
+                        float v = acc[i][j][e];
+                        if (res)
+                            v += res[(size_t)tok * y_ld + y_off + row];
+                        WRITE_Y(y, tok, y_off + row, v);
+                    }
+                }
+}
 #endif
 
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */

@@ -4,7 +4,9 @@
  * and weights, moe_route) stays on the device, and the products read only the chosen experts'
  * rows: moe_gather for the gate and up stacks, moe_down for the down stack with the SwiGLU, the
  * weights and the sum over the k experts folded in. Built after the weight layout's prologue
- * and quant.cl, as matvec.cl is (READ_W4 reads W's rows whatever the layout). */
+ * and quant.cl, as matvec.cl is (READ_W4 reads W's rows whatever the layout); q8.cl and kq8.cl
+ * come before it for the decode kernels on 8-bit inputs (moe_gather_q8, moe_down_q8, where the
+ * layout has W_KQ8). */
 
 #ifndef MV_WG
 #define MV_WG 1
@@ -118,3 +120,62 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
     if (lane == 0)
         y[(size_t)t * y_ld + o] = (res ? res[(size_t)t * y_ld + o] : 0.0f) + sum;
 }
+
+#if defined(W_KQ8)
+/* The row sum of v for the q8 kernels below: warp shuffles where a row is one warp. */
+inline float moe_sum_q8(__local float *red, int lane, float v)
+{
+#if MV_PTX && MV_WG == 32
+    (void)red, (void)lane;
+    return warp_sum(v);
+#else
+    return moe_sum(red, lane, v);
+#endif
+}
+
+/* moe_gather for one token (decode) on 8-bit inputs: x quantized once by quantize_x8 (xq, xd),
+ * the chosen experts' rows in kq8.cl's integer group dots (W_KQ8). y[y_off + o] as moe_gather's
+ * row 0. Global (k * n_rows * MV_WG, 1), local (MV_WG, 1). */
+__kernel void moe_gather_q8(W_ARGS, int n_in, int n_rows, int k, __global const int *ids,
+                            __global const int4 *xq, __global const float2 *xd,
+                            __global float *y, int y_off)
+{
+    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    int j = o / n_rows, r = o % n_rows;
+    int row = ids[j] * n_rows + r;
+    float acc = 0.0f;
+    for (int b = lane; b < n_in / 32; b += MV_WG)
+        acc += W_KQ8(row, b, xq, xd);
+    float sum = moe_sum_q8(red, lane, acc);
+    if (lane == 0)
+        y[y_off + o] = sum;
+}
+
+/* moe_down for one token on 8-bit inputs: the k experts' SwiGLU outputs quantized once by
+ * quantize_x8 over the whole [gate | up] row (glu 1, k * n_in inputs: expert j's blocks start
+ * at j * n_in / 32). y[o] = (res ? res[o] : 0) + sum_j w[j] (row ids[j] * n_out + o . h_j).
+ * res may alias y. Global (n_out * MV_WG, 1), local (MV_WG, 1). */
+__kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
+                          __global const float *wts, __global const int4 *xq,
+                          __global const float2 *xd, __global float *y,
+                          __global const float *res)
+{
+    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    int nb = n_in / 32;
+    float out = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int row = ids[j] * n_out + o;
+        const __global int4 *xqj = xq + (size_t)j * 2 * nb;
+        const __global float2 *xdj = xd + (size_t)j * nb;
+        float acc = 0.0f;
+        for (int b = lane; b < nb; b += MV_WG)
+            acc += W_KQ8(row, b, xqj, xdj);
+        out += wts[j] * acc;
+    }
+    float sum = moe_sum_q8(red, lane, out);
+    if (lane == 0)
+        y[o] = (res ? res[o] : 0.0f) + sum;
+}
+#endif

@@ -30,6 +30,19 @@ inline float4 w4_raw_bf16(const __global uchar *w, ulong rowb, int o, int i)
     return as_float4(convert_uint4(u) << 16);
 }
 
+/* Eight consecutive weights W[o][i..i+7] of a raw F16 / BF16 row (i a multiple of 8): matvec's
+ * W_RD8, one 16-byte load per work-item and step. */
+inline float8 w8_raw_f16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    return vload_half8(0, (const __global half *)(w + (ulong)o * rowb) + i);
+}
+
+inline float8 w8_raw_bf16(const __global uchar *w, ulong rowb, int o, int i)
+{
+    ushort8 u = vload8(0, (const __global ushort *)(w + (ulong)o * rowb) + i);
+    return as_float8(convert_uint8(u) << 16);
+}
+
 inline float4 w4_raw_q8_0(const __global uchar *w, ulong rowb, int o, int i)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(i >> 5) * 34;
@@ -72,6 +85,35 @@ inline void q16_split_q4(const __global uchar *q, const __global float2 *s, int 
 {
     ulong blk = (ulong)o * nb + b;
     *v = ((const __global uint4 *)q)[blk];
+    *dm = s[blk];
+}
+
+/* One word of a 4-bit 32-block for the tensor-core fragments of matmul_mms: quant bytes
+ * 4k..4k+3 of row o's block b (weights 4k.. in the low nibbles, 4k + 16.. in the high ones),
+ * and (d, m) with w = d q + m. */
+inline void qw_raw_q4_0(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v,
+                        float2 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 18;
+    ushort2 u = vload2(0, (const __global ushort *)(p + 2 + 4 * k));
+    *v = (uint)u.x | ((uint)u.y << 16);
+    float d = LD_HALF(p);
+    *dm = (float2)(d, -8.0f * d);
+}
+
+inline void qw_raw_q4_1(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v,
+                        float2 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 20;
+    *v = *(const __global uint *)(p + 4 + 4 * k);
+    *dm = (float2)(LD_HALF(p), LD_HALF(p + 2));
+}
+
+inline void qw_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
+                        int k, uint *v, float2 *dm)
+{
+    ulong blk = (ulong)o * nb + b;
+    *v = ((const __global uint *)q)[blk * 4 + k];
     *dm = s[blk];
 }
 

@@ -450,9 +450,21 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
         printf("  slot 0   %u of %lu tokens as the single stream's\n", br->same, n_gen);
     }
     if (st) {
-        printf("resident   %lld of %lld layers\n",
-               (long long)json_integer_value(json_object_get(st, "layers_resident")),
-               (long long)json_integer_value(json_object_get(st, "layers_total")));
+        long long nr = json_integer_value(json_object_get(st, "layers_resident"));
+        long long nl = json_integer_value(json_object_get(st, "layers_total"));
+        long long nh = json_integer_value(json_object_get(st, "layers_host"));
+        printf("resident   %lld of %lld layers\n", nr, nl);
+        printf("placement  %lld resident, %lld streamed, %lld host\n", nr, nl - nr - nh, nh);
+        if (nh)
+            printf("host       %lld layers on %lld threads: %.3f s in %lld steps (%.2f ms a "
+                   "step, rows over the link included)\n",
+                   nh, (long long)json_integer_value(json_object_get(st, "host_threads")),
+                   json_number_value(json_object_get(st, "host_seconds")),
+                   (long long)json_integer_value(json_object_get(st, "host_steps")),
+                   json_integer_value(json_object_get(st, "host_steps"))
+                       ? 1e3 * json_number_value(json_object_get(st, "host_seconds")) /
+                             (double)json_integer_value(json_object_get(st, "host_steps"))
+                       : 0.0);
         printf("streamed   %.1f MiB per token, read %.2f GB/s (%.1f MiB total)\n",
                (double)json_integer_value(json_object_get(st, "bytes_per_token")) / (1 << 20),
                json_number_value(json_object_get(st, "read_gbps")),

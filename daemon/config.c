@@ -107,6 +107,17 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                "the memory probes and the cgroup limit) or 0 (no streaming)"},
     [EBB_CFG_PREFETCH] = {"prefetch", T_U32, OFF(prefetch), 0, 64, EBB_CONFIG_CHANGE_MODEL, false,
                           "N", "streamed layers read ahead of use (0 = the streamer's default)"},
+    [EBB_CFG_HOST_LAYERS] = {"host_layers", T_U32, OFF(host_layers), 0, 4096,
+                             EBB_CONFIG_CHANGE_MODEL, false, "N",
+                             "with layer streaming: compute the last N non-resident layers on the "
+                             "host's cores instead of streaming them (0 = none)"},
+    [EBB_CFG_HOST_THREADS] = {"host_threads", T_U32, OFF(host_threads), 0, 64,
+                              EBB_CONFIG_CHANGE_MODEL, false, "N",
+                              "threads for host layers (0 = the physical cores minus one)"},
+    [EBB_CFG_HOST_Q8] = {"host_q8", T_BOOL, OFF(host_q8), 0, 0, EBB_CONFIG_CHANGE_MODEL, false,
+                         "BOOL",
+                         "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "
+                         "Q4_0 products) instead of the reference's fp32"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
  * recommends a value (api/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \

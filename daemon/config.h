@@ -59,6 +59,9 @@ enum ebb_config_key {
     EBB_CFG_SHUTDOWN_GRACE,
     EBB_CFG_MEMORY_BUDGET,
     EBB_CFG_PREFETCH,
+    EBB_CFG_HOST_LAYERS,
+    EBB_CFG_HOST_THREADS,
+    EBB_CFG_HOST_Q8,
     /* [generation]: defaults for the sampling fields a request does not send (api/defaults.h) */
     EBB_CFG_TEMPERATURE,
     EBB_CFG_TOP_K,
@@ -96,6 +99,9 @@ struct ebb_config {
     uint64_t memory_budget;          /* layer streaming budget in bytes; 0 = no streaming,
                                         EBB_CONFIG_BUDGET_AUTO = from the memory probes */
     uint32_t prefetch;               /* streamed layers read ahead; 2 */
+    uint32_t host_layers;            /* the last N non-resident layers on the host's cores; 0 */
+    uint32_t host_threads;           /* their threads; 0 = the physical cores minus one */
+    bool host_q8;                    /* host layers with 8-bit activations; false */
     /* Edge limits (api/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client
      * address (256), past which only /health is answered. */

@@ -66,6 +66,9 @@ static struct ebb_model_params model_params_of(const struct ebb_config *c, const
     struct ebb_model_params mp = {
         .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
     mp.prefetch = c->prefetch;
+    mp.host_layers = c->host_layers;
+    mp.host_threads = c->host_threads;
+    mp.host_q8 = c->host_q8;
     if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
         mp.memory_budget_auto = true;
     else

@@ -15,7 +15,12 @@ const char ebb_stream_opts_usage[] =
     "      --pack FILE         stream from a pack made by `ebb pack` instead of the GGUF\n"
     "      --residency F       tests: force this fraction of layers resident (0..1)\n"
     "      --stream-io MODE    cached (default), direct (O_DIRECT) or dontneed\n"
-    "      --stream-threads N  reader threads per streamed layer (default 1)\n";
+    "      --stream-threads N  reader threads per streamed layer (default 1)\n"
+    "      --host-layers N     compute the last N non-resident layers on the host's cores\n"
+    "                          instead of streaming them (default 0)\n"
+    "      --host-threads N    threads for host layers (default: physical cores - 1)\n"
+    "      --host-q8           host layers with 8-bit activations (llama.cpp's CPU numerics;\n"
+    "                          AVX2 Q4_0 products) instead of the reference's fp32\n";
 
 bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
 {
@@ -52,6 +57,19 @@ bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
     case EBB_SOPT_THREADS: {
         unsigned long v = strtoul(arg, &end, 10);
         mp->stream_threads = (uint32_t)v;
+        return end != arg && !*end && v >= 1 && v <= 64;
+    }
+    case EBB_SOPT_HOST_LAYERS: {
+        unsigned long v = strtoul(arg, &end, 10);
+        mp->host_layers = (uint32_t)v;
+        return end != arg && !*end && *arg != '-' && v <= 4096;
+    }
+    case EBB_SOPT_HOST_Q8:
+        mp->host_q8 = true;
+        return true;
+    case EBB_SOPT_HOST_THREADS: {
+        unsigned long v = strtoul(arg, &end, 10);
+        mp->host_threads = (uint32_t)v;
         return end != arg && !*end && v >= 1 && v <= 64;
     }
     default:

@@ -17,6 +17,9 @@ enum {
     EBB_SOPT_RESIDENCY,
     EBB_SOPT_IO,
     EBB_SOPT_THREADS,
+    EBB_SOPT_HOST_LAYERS,
+    EBB_SOPT_HOST_THREADS,
+    EBB_SOPT_HOST_Q8,
 };
 
 #define EBB_STREAM_LONGOPTS                                                                        \
@@ -26,6 +29,9 @@ enum {
         {"pack", required_argument, NULL, EBB_SOPT_PACK},                                          \
         {"residency", required_argument, NULL, EBB_SOPT_RESIDENCY},                                \
         {"stream-io", required_argument, NULL, EBB_SOPT_IO},                                       \
+        {"host-layers", required_argument, NULL, EBB_SOPT_HOST_LAYERS},                            \
+        {"host-threads", required_argument, NULL, EBB_SOPT_HOST_THREADS},                          \
+        {"host-q8", no_argument, NULL, EBB_SOPT_HOST_Q8},                                          \
     {                                                                                              \
         "stream-threads", required_argument, NULL, EBB_SOPT_THREADS                                \
     }
@@ -36,10 +42,11 @@ extern const char ebb_stream_opts_usage[];
 /* True if c is one of the EBB_SOPT_* options. */
 static inline bool ebb_stream_opt_is(int c)
 {
-    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_THREADS;
+    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_HOST_Q8;
 }
 
-/* Applies option c with value arg to mp's streamer fields; false on a bad value. */
+/* Applies option c with value arg (NULL for a flag) to mp's streamer fields; false on a bad
+ * value. */
 bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp);
 
 /* Peak resident set size of this process (VmHWM of /proc/self/status) in bytes; 0 if unknown. */

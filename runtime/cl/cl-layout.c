@@ -80,6 +80,27 @@ static uint16_t float_to_half(float f)
     return (uint16_t)(s | r);
 }
 
+/* A matmul_mms tile from "T,MI[,W[,KB]]" (x may separate as , does): tokens 8..64, 16-row
+ * groups 1, 2 or 4, warps 1..32 (a power of two), 32-blocks loaded at once 1, 2 or 4, the warps'
+ * partial sums within 48 KiB of local memory. Left unchanged when v is absent or invalid. */
+static void mms_tile_env(const char *v, const struct ebb_cl_dev_info *di, uint32_t *tt,
+                         uint32_t *mi, uint32_t *w, uint32_t *kb)
+{
+    unsigned a = 0, b = 0, c = *w, d = *kb;
+    char buf[32] = "";
+    for (size_t i = 0; v && v[i] && i + 1 < sizeof(buf); i++)
+        buf[i] = v[i] == 'x' ? ',' : v[i];
+    if (v && sscanf(buf, "%u,%u,%u,%u", &a, &b, &c, &d) >= 2 &&
+        (a == 8 || a == 16 || a == 32 || a == 64) && (b == 1 || b == 2 || b == 4) && c >= 1 &&
+        c <= 32 && !(c & (c - 1)) && (d == 1 || d == 2 || d == 4) &&
+        (size_t)(c > 1 ? c / 2 : 1) * 16 * b * a * 4 <= 48 * 1024 && 32 * c <= di->max_wg) {
+        *tt = a;
+        *mi = b;
+        *w = c;
+        *kb = d;
+    }
+}
+
 struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
 {
     struct ebb_cl_tuning t = {
@@ -96,6 +117,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .mma_t = 64,
         .mma_k = 32,
         .mma_v = 1,
+        .mms_t = 32,
+        .mms_mi = 1,
+        .mms_w = 8,
+        .mms_kb = 2,
+        .mmp_t = 32,
+        .mmp_mi = 4,
+        .mmp_w = 4,
+        .mmp_kb = 2,
         .att_q8 = 1,
         .att_rope = 1,
         .mvr = 8,
@@ -189,11 +218,23 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * tok/s; 64 x 4 244.9; float inputs 16 x 16 114.6; docs/PERFORMANCE.md). */
             t.mv_q8 = 1;
             t.mv_ptx = 1;
-            /* Batches of up to 64 rows through matvec_q8r, 4 rows per weight read (H100, 8B
+            /* Batches of up to 8 rows through matvec_q8r, 4 rows per weight read (H100, 8B
              * shape, ebb bench --batch: 8 rows 10.8 ms a step with 4, 11.8 with 8, 12.8 with 16;
-             * 32 rows 31.6, 32.8, 34.6 ms). */
-            t.q8r_max = 64;
+             * 32 rows 31.6, 32.8, 34.6 ms; longer batches go to matmul_mms below). */
+            t.q8r_max = 8;
             t.mvr = 4;
+            /* Longer products of 4-bit weights through matmul_mms (tensor cores, each warp's
+             * weights loaded straight into its fragments, the inputs split over the warps):
+             * 9..31 rows with 16 tokens x 32 rows x 8 warps a work-group, from 32 rows (prefill)
+             * 32 tokens x 64 rows x 4 warps (H100, 8B shape Q4_0: ebb bench --batch 16 9.4 ms a
+             * step against matvec_q8r's 17.2, --batch 64 19.1 against 57.0; pp512 5541 tok/s
+             * against matmul_mmb's 3095; 4 rows 7.3 ms with matvec_q8r, 9.1 with matmul_mms). */
+            t.mms_max = 1u << 20;
+            t.mms_big = 32;
+            t.mms_t = 16;
+            t.mms_mi = 2;
+            t.mms_w = 8;
+            t.mms_kb = 2;
             /* Prefill GEMM on tensor cores (mma.sync), once the device passes the probe, in
              * 64 x 64 tiles of 32 inputs a step, the next step's loads issued before this
              * step's products (H100, 8B pp512: 2046 tok/s; without the early loads 1974, 64
@@ -255,6 +296,19 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.q8r_max = qn;
     if (qr == 4 || qr == 8 || qr == 16)
         t.mvr = qr;
+    /* The other block types of the files (K-quants, Q8_0, Q5_0/Q5_1) on int8 inputs too, in
+     * their raw blocks (kq8.cl), wherever mv_q8 is on; EBB_CL_KQ8=0 keeps them on the float
+     * matvec (for measurements: both in one device call). */
+    t.kq8 = 1;
+    const char *kq = getenv("EBB_CL_KQ8");
+    if (kq && (*kq == '0' || *kq == '1'))
+        t.kq8 = (uint32_t)(*kq - '0');
+    /* F16 / BF16 rows in matvec eight weights (16 bytes) per work-item and step instead of
+     * four; EBB_CL_MVH8=0 gives back the four (for measurements). */
+    t.mv_h8 = 1;
+    const char *h8 = getenv("EBB_CL_MVH8");
+    if (h8 && (*h8 == '0' || *h8 == '1'))
+        t.mv_h8 = (uint32_t)(*h8 - '0');
     const char *ptx = getenv("EBB_CL_PTX");
     if (ptx && (*ptx == '0' || *ptx == '1'))
         t.mv_ptx = (uint32_t)(*ptx - '0');
@@ -295,6 +349,18 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mm_mma = 1;
         t.mma_v = 2;
     }
+    /* EBB_CL_MMS=N: products of 2..N token rows run matmul_mms (tensor cores, weights read
+     * once per MS_T tokens; 0: never); EBB_CL_MMS_TILE=T,MI[,W[,KB]] its tokens (8, 16, 32 or 64)
+     * and 16-row groups (1, 2 or 4) per work-group, and its warps (1 to 32, a power of two; their
+     * partial sums must fit 48 KiB of local memory), and the 32-blocks a warp loads at once (1, 2,
+     * 4). */
+    const char *ms = getenv("EBB_CL_MMS"), *mb = getenv("EBB_CL_MMS_BIG");
+    if (ms && *ms >= '0' && *ms <= '9' && atoi(ms) <= 1 << 20)
+        t.mms_max = (uint32_t)atoi(ms);
+    if (mb && *mb >= '0' && *mb <= '9' && atoi(mb) <= 1 << 20)
+        t.mms_big = (uint32_t)atoi(mb);
+    mms_tile_env(getenv("EBB_CL_MMS_TILE"), di, &t.mms_t, &t.mms_mi, &t.mms_w, &t.mms_kb);
+    mms_tile_env(getenv("EBB_CL_MMP_TILE"), di, &t.mmp_t, &t.mmp_mi, &t.mmp_w, &t.mmp_kb);
     if (di->vendor != EBB_CL_VENDOR_NVIDIA)
         t.mv_ptx = 0;
     if (di->max_wg < 256)
@@ -511,6 +577,15 @@ bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
+bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    uint32_t t = l->type;
+    bool kt = t == EBB_GGML_Q8_0 || t == EBB_GGML_Q5_0 || t == EBB_GGML_Q5_1 ||
+              t == EBB_GGML_Q4_K || t == EBB_GGML_Q5_K || t == EBB_GGML_Q6_K;
+    return kt && tu->mv_q8 && tu->kq8 && l->order == EBB_CL_ORDER_RAW &&
+           l->storage == EBB_CL_STORE_BUFFER;
+}
+
 ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
                                char *buf, size_t cap, struct ebb_diag *diag)
 {
@@ -528,11 +603,14 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define BLOCK_DEC %u\n#define MV_FLAT %u\n#define MV_XLOCAL %u\n"
         "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
-        "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n",
+        "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
+        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
-        tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4);
+        tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
+        tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
+        tu->mms_kb ? tu->mms_kb : 2);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -596,16 +674,38 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
             return EBB_ERANGE;
         used += (size_t)n;
     }
+    if (tu->mv_h8 && l->order == EBB_CL_ORDER_RAW &&
+        (ti->type == EBB_GGML_F16 || ti->type == EBB_GGML_BF16)) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_RD8(o, i) w8_raw_%s(w_a + w_off, (ulong)n_in * 2, (o), (i))\n",
+                     ti->dec);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
+    if (ebb_cl_layout_has_kq8(l, tu)) {
+        n = snprintf(buf + used, cap - used,
+                     "#define W_KQ8(o, b, xq, xd) kq8_raw_%s(w_a + w_off, "
+                     "(ulong)(n_in / %u) * %u, (o), (b), (xq), (xd))\n",
+                     ti->dec, ti->blk, ti->tsize);
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
     if (ebb_cl_layout_has_q16(l, tu)) {
         if (l->order == EBB_CL_ORDER_RAW)
             n = snprintf(buf + used, cap - used,
                          "#define W_Q16(o, b, v, dm) q16_raw_%s(w_a + w_off, "
-                         "(ulong)(n_in / 32) * %u, (o), (b), (v), (dm))\n",
-                         ti->dec, ti->tsize);
+                         "(ulong)(n_in / 32) * %u, (o), (b), (v), (dm))\n"
+                         "#define W_QW(o, b, k, v, dm) qw_raw_%s(w_a + w_off, "
+                         "(ulong)(n_in / 32) * %u, (o), (b), (k), (v), (dm))\n",
+                         ti->dec, ti->tsize, ti->dec, ti->tsize);
         else
             n = snprintf(buf + used, cap - used,
                          "#define W_Q16(o, b, v, dm) q16_split_q4(w_a, w_b, n_in / 32, (o), (b), "
-                         "(v), (dm))\n");
+                         "(v), (dm))\n"
+                         "#define W_QW(o, b, k, v, dm) qw_split_q4(w_a, w_b, n_in / 32, (o), (b), "
+                         "(k), (v), (dm))\n");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -922,17 +1022,18 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *act = NULL, *half = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL;
+    const char *act = NULL, *half = NULL, *quant = NULL, *mv = NULL, *q8 = NULL, *mma = NULL,
+               *kq8 = NULL;
     struct ebb_cl_wprog p = {.layout = *l};
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("act.cl", &act, diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
         (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)) ||
-        (rc = ebb_cl_source("matvec.cl", &mv, diag)))
+        (rc = ebb_cl_source("matvec.cl", &mv, diag)) || (rc = ebb_cl_source("kq8.cl", &kq8, diag)))
         goto out;
-    const char *srcs[] = {pro, act, half, quant, q8, mma, mv};
-    if ((rc = ebb_cl_program_build(cl, srcs, 7, "-cl-mad-enable", &p.prog, diag)) ||
+    const char *srcs[] = {pro, act, half, quant, q8, mma, mv, kq8};
+    if ((rc = ebb_cl_program_build(cl, srcs, 8, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
@@ -941,11 +1042,32 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
+        (ebb_cl_layout_has_kq8(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
+        (tu->mm_mma && ebb_cl_layout_has_q16(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
+    /* matmul_mms's second tile for the longer products (prefill): the same sources built again
+     * with its shape; the kernel keeps its program alive. */
+    if (p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max) {
+        struct ebb_cl_tuning t2 = *tu;
+        t2.mms_t = tu->mmp_t;
+        t2.mms_mi = tu->mmp_mi;
+        t2.mms_w = tu->mmp_w;
+        t2.mms_kb = tu->mmp_kb;
+        cl_program p2 = NULL;
+        if ((rc = ebb_cl_layout_prologue(l, &t2, pro, sizeof(pro), diag)) ||
+            (rc = ebb_cl_program_build(cl, srcs, 8, "-cl-mad-enable", &p2, diag)))
+            goto out;
+        rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
+        clReleaseProgram(p2);
+        if (rc)
+            goto out;
+    }
     *out = p;
     memset(&p, 0, sizeof(p));
 out:
@@ -962,6 +1084,8 @@ out:
         ebb_cl_source_release(q8);
     if (mma)
         ebb_cl_source_release(mma);
+    if (kq8)
+        ebb_cl_source_release(kq8);
     return rc;
 }
 
@@ -987,6 +1111,10 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mma);
     if (p->matmul_mmb)
         clReleaseKernel(p->matmul_mmb);
+    if (p->matmul_mms)
+        clReleaseKernel(p->matmul_mms);
+    if (p->matmul_mmp)
+        clReleaseKernel(p->matmul_mmp);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -1036,15 +1164,20 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     ebb_err rc = EBB_OK;
     char pro[2048];
-    const char *half = NULL, *quant = NULL, *moe = NULL;
+    const char *half = NULL, *quant = NULL, *moe = NULL, *q8 = NULL, *kq8 = NULL;
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("quant.cl", &quant, diag)) ||
+        (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("kq8.cl", &kq8, diag)) ||
         (rc = ebb_cl_source("moe.cl", &moe, diag)))
         goto out;
-    const char *srcs[] = {pro, half, quant, moe};
-    rc = ebb_cl_program_build(cl, srcs, 4, "-cl-mad-enable", out, diag);
+    const char *srcs[] = {pro, half, quant, q8, kq8, moe};
+    rc = ebb_cl_program_build(cl, srcs, 6, "-cl-mad-enable", out, diag);
 out:
+    if (q8)
+        ebb_cl_source_release(q8);
+    if (kq8)
+        ebb_cl_source_release(kq8);
     if (half)
         ebb_cl_source_release(half);
     if (quant)
@@ -1068,6 +1201,17 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         g[1] = (nt + tu->mma_t - 1) / tu->mma_t;
         l[0] = 256;
         break;
+    case EBB_CL_WK_MMS:
+    case EBB_CL_WK_MMP: {
+        bool pf = k == EBB_CL_WK_MMP;
+        uint32_t mi = pf ? tu->mmp_mi : tu->mms_mi, tt = pf ? tu->mmp_t : tu->mms_t,
+                 w = pf ? tu->mmp_w : tu->mms_w;
+        size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
+        size_t wg = 32 * (size_t)(w ? w : 8);
+        g[0] = wg * ((n_out + r - 1) / r), g[1] = (nt + t - 1) / t;
+        l[0] = wg;
+        break;
+    }
     case EBB_CL_WK_MATMUL:
         g[0] = n_out, g[1] = by_t;
         l[0] = tu->mm_wg;

@@ -34,60 +34,73 @@ struct ebb_cl_layout {
 
 /* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
 struct ebb_cl_tuning {
-    uint32_t mv_wg;        /* work-items per output row in matvec */
-    uint32_t mv_rows;      /* output rows per matvec work-group */
-    uint32_t mm_t;         /* tokens per work-item in matmul */
-    uint32_t mm_k;         /* input chunk staged in local memory by matmul */
-    uint32_t mm_wg;        /* matmul work-group size */
-    uint32_t mm_local;     /* 1: matmul stages the token tile in local memory */
-    uint32_t mm_coop;      /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
-                              tokens each) instead of the tiled matmul: GPUs */
-    uint32_t mv_q16;       /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
-                              GPUs, where block_dec is off) */
-    uint32_t mv_xlocal;    /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
-                              local memory */
-    uint32_t mv_flat;      /* 1: matvec reduces a row's partials in two rounds, not a tree */
-    uint32_t mm_gemm_min;  /* prefills of at least this many tokens run matmul_gemm (64 x 64
-                              tiles in local memory); 0 = never */
-    uint32_t mv_q8;        /* 1: decode quantizes a product's input to int8 blocks once
-                              (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
-                              mv_q16 and a device work-group of EBB_CL_Q8_WG */
-    uint32_t mv_ptx;       /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
-    uint32_t q8r_max;      /* with mv_q8: products of 2..q8r_max token rows quantize their
-                              inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
-                              weight read, instead of the tiled kernels; 0 = never */
-    uint32_t mvr;          /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
-    uint32_t mm_mma;       /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
-                              mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
-                              stand-in otherwise (tests) */
-    uint32_t mma_r, mma_t; /* matmul_mma's tile: rows, tokens (64 or 128 each) */
-    uint32_t mma_k;        /* matmul_mma's inputs per step (32, 64 or 128) */
-    uint32_t mma_v;        /* prefill GEMM on tensor cores: 1 matmul_mma, 2 matmul_mmb (the
-                              same tiles, 8 warps as 4 x 2, double-buffered steps of 32) */
-    uint32_t att_rope;     /* 1: decode attention rotates the new token's q and k and writes its
-                              k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
-    uint32_t att_q8;       /* 1: with mv_q8, decode attention's reduction quantizes its output
-                              for the output projection (attn_decode_reduce_q8) */
-    uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
-    uint32_t att_gqa;      /* 1: a decode attention work-group serves every query head of its
-                              KV head (keys and values read once for the group) */
-    uint32_t att_mma;      /* 1: prefill attention on tensor cores (attn_prefill_mma, with
-                              mv_ptx after the mma probe, head dimensions 16..128) */
-    uint32_t att_g;        /* query heads per decode attention work-group (ATT_G): 1, or the
-                              model's group when att_gqa allows it (set by the engine) */
-    uint32_t mv_fold;      /* 1: decode folds the RMS norm and SwiGLU into each product (one
-                              launch each less: GPUs); 0: swiglu and the output head's rmsnorm
-                              run once per token first (CPUs, where a folded product recomputes
-                              them per row; with mv_cpu the layers' norms stay folded) */
-    uint32_t mv_cpu;       /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
-                              accumulators) where the layout has W_DEQ32: CPUs */
-    uint32_t mv_cpu_r;     /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
-    uint32_t mvcpu_max;    /* with mv_cpu: products of up to this many token rows run matvec_cpu
-                              once per row instead of the tiled matmul (batched decode steps) */
-    uint32_t topk_host;    /* 1: top-k of the logits on the host after reading them back (CPUs:
-                              a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;      /* work-group size of row reductions and attention */
-    uint32_t block_dec;    /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
+    uint32_t mv_wg;         /* work-items per output row in matvec */
+    uint32_t mv_rows;       /* output rows per matvec work-group */
+    uint32_t mm_t;          /* tokens per work-item in matmul */
+    uint32_t mm_k;          /* input chunk staged in local memory by matmul */
+    uint32_t mm_wg;         /* matmul work-group size */
+    uint32_t mm_local;      /* 1: matmul stages the token tile in local memory */
+    uint32_t mm_coop;       /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
+                               tokens each) instead of the tiled matmul: GPUs */
+    uint32_t mv_q16;        /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
+                               GPUs, where block_dec is off) */
+    uint32_t mv_xlocal;     /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
+                               local memory */
+    uint32_t mv_flat;       /* 1: matvec reduces a row's partials in two rounds, not a tree */
+    uint32_t mm_gemm_min;   /* prefills of at least this many tokens run matmul_gemm (64 x 64
+                               tiles in local memory); 0 = never */
+    uint32_t mv_q8;         /* 1: decode quantizes a product's input to int8 blocks once
+                               (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
+                               mv_q16 and a device work-group of EBB_CL_Q8_WG */
+    uint32_t mv_ptx;        /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t mv_h8;         /* 1: matvec reads raw F16 / BF16 rows eight weights a step (W_RD8) */
+    uint32_t kq8;           /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
+                               Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
+    uint32_t q8r_max;       /* with mv_q8: products of 2..q8r_max token rows quantize their
+                               inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
+                               weight read, instead of the tiled kernels; 0 = never */
+    uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
+    uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
+                               mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
+                               stand-in otherwise (tests) */
+    uint32_t mma_r, mma_t;  /* matmul_mma's tile: rows, tokens (64 or 128 each) */
+    uint32_t mma_k;         /* matmul_mma's inputs per step (32, 64 or 128) */
+    uint32_t mma_v;         /* prefill GEMM on tensor cores: 1 matmul_mma, 2 matmul_mmb (the
+                               same tiles, 8 warps as 4 x 2, double-buffered steps of 32) */
+    uint32_t mms_max;       /* with mm_mma: products of 2..mms_max token rows of 4-bit weights
+                               run matmul_mms (tensor cores, weights loaded straight into
+                               fragments, the inputs split over 8 warps); 0 = never */
+    uint32_t mms_t, mms_mi; /* matmul_mms's tokens (8..64) and 16-row groups (1, 2, 4) per
+                               work-group */
+    uint32_t mms_w;         /* matmul_mms's warps per work-group (4..32), splitting the inputs */
+    uint32_t mms_kb;        /* matmul_mms's 32-blocks loaded at once per warp (1, 2, 4) */
+    uint32_t mms_big;       /* products of mms_big..mms_max rows run matmul_mms built with the
+                               second tile mmp_* (matmul_mmp: prefill); 0 = never */
+    uint32_t mmp_t, mmp_mi, mmp_w, mmp_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
+    uint32_t att_rope;  /* 1: decode attention rotates the new token's q and k and writes its
+                           k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
+    uint32_t att_q8;    /* 1: with mv_q8, decode attention's reduction quantizes its output
+                           for the output projection (attn_decode_reduce_q8) */
+    uint32_t mma_pf;    /* 1: matmul_mma loads the next step during this one's products */
+    uint32_t att_gqa;   /* 1: a decode attention work-group serves every query head of its
+                           KV head (keys and values read once for the group) */
+    uint32_t att_mma;   /* 1: prefill attention on tensor cores (attn_prefill_mma, with
+                           mv_ptx after the mma probe, head dimensions 16..128) */
+    uint32_t att_g;     /* query heads per decode attention work-group (ATT_G): 1, or the
+                           model's group when att_gqa allows it (set by the engine) */
+    uint32_t mv_fold;   /* 1: decode folds the RMS norm and SwiGLU into each product (one
+                           launch each less: GPUs); 0: swiglu and the output head's rmsnorm
+                           run once per token first (CPUs, where a folded product recomputes
+                           them per row; with mv_cpu the layers' norms stay folded) */
+    uint32_t mv_cpu;    /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
+                           accumulators) where the layout has W_DEQ32: CPUs */
+    uint32_t mv_cpu_r;  /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
+    uint32_t mvcpu_max; /* with mv_cpu: products of up to this many token rows run matvec_cpu
+                           once per row instead of the tiled matmul (batched decode steps) */
+    uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
+                           a read is a copy, cheaper than the device passes) */
+    uint32_t norm_wg;   /* work-group size of row reductions and attention */
+    uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
 
@@ -203,6 +216,9 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_GEMM,       /* matmul_gemm: (256 * n_out / 64, nt / 64), (256, 1) */
     EBB_CL_WK_MMA,        /* matmul_mma: (256 * n_out / mma_r, nt / mma_t), (256, 1) */
     EBB_CL_WK_MVCPU,      /* matvec_cpu: (n_out / mv_cpu_r, nt), (MV_ROWS, 1) */
+    EBB_CL_WK_MMS,        /* matmul_mms: (32 mms_w n_out / (16 mms_mi), nt / mms_t),
+                             (32 mms_w, 1) */
+    EBB_CL_WK_MMP,        /* matmul_mms with the mmp_* tile (the same with mmp_*) */
 };
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
@@ -213,9 +229,13 @@ bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
-/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (4-bit
- * weights against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16, else
- * NULL. */
+/* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,
+ * Q5_1, Q4_K, Q5_K or Q6_K blocks in a buffer, with tu->mv_q8 and tu->kq8. */
+bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
+/* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (weights
+ * against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16 (4-bit
+ * blocks, matvec.cl) or W_KQ8 (kq8.cl), else NULL; matvec_q8r with W_Q16 only. */
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
@@ -223,6 +243,8 @@ struct ebb_cl_wprog {
     cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mmb; /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mms; /* with tu->mm_mma where the layout has W_Q16, else NULL */
+    cl_kernel matmul_mmp; /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
     cl_kernel matvec_cpu; /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };
 
@@ -236,8 +258,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            struct ebb_diag *diag);
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 
-/* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down) for expert
- * stacks placed in layout l (one weight of n_expert x rows-per-expert rows). */
+/* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down, and
+ * moe_gather_q8 / moe_down_q8 where ebb_cl_layout_has_kq8) for expert stacks placed in layout l
+ * (one weight of n_expert x rows-per-expert rows). */
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
 

@@ -75,6 +75,7 @@ struct clm_moe_prog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel gather, down;
+    cl_kernel gather_q8, down_q8; /* decode on 8-bit inputs, where the layout has kq8 */
 };
 
 struct clm_moe {
@@ -218,6 +219,11 @@ struct clm {
     pthread_mutex_t snap_mu;             /* guards snap (read by other threads) */
     bool snap_init;
     struct ebb_stream_report snap;
+    /* Host layers (docs/STREAMER.md, "Host layers"): layers first_host.. run on the host. */
+    struct ebb__ref_host *host;
+    uint32_t first_host; /* n_layer when none */
+    float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
+    uint64_t host_ns, host_steps;
     struct clm_moe moe; /* families with a moe op */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
@@ -254,6 +260,10 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
 /* model-cl-layer.c */
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),
  * adding res when given; with nw (decode only) x is RMS-normed and scaled by nw inside. */
+/* Decode with 8-bit inputs (tu.mv_q8, m->k_q8): x's first n_in values, the RMS norm (nw) and
+ * SwiGLU / GeGLU (glu; x holds [gate | up]) folded, quantized once into m->xq / m->xd. */
+ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
+                             struct ebb_diag *diag);
 ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                       int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag);
 /* y = rmsnorm(x) * w over nt rows of n_embd. */
@@ -283,6 +293,9 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
 ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag);
 /* Between evaluations: re-plans when due and moves layers. */
 ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
+/* Host layers first_host..n_layer-1 for the chunk's rows: the residual rows read back, each
+ * layer run on the host (ebb__ref_host_layer), the rows written back. */
+ebb_err ebb__clm_host_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag);
 /* A streamed layer through the view the streamer hands over. */
 ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
                                 struct ebb_diag *diag);

@@ -20,8 +20,8 @@ ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 
 /* Decode with 8-bit inputs (tu.mv_q8): quantize_x8 folds the norm (nw) and SwiGLU (glu) into
  * x's first n_in inputs and quantizes them once into m->xq / m->xd ... */
-static ebb_err q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
-                           struct ebb_diag *diag)
+ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
+                             struct ebb_diag *diag)
 {
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
@@ -51,7 +51,7 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
 static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct ebb_diag *diag)
 {
     struct ebb_cl_wprog *p = NULL;
-    if (!m->k_q8 || w->n_in % 32 || ebb__clm_prog_for(m, &w->layout, &p, diag))
+    if (!m->k_q8 || w->n_in % 32 || w->off % 16 || ebb__clm_prog_for(m, &w->layout, &p, diag))
         return NULL;
     return p->matvec_q8;
 }
@@ -92,14 +92,21 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     ebb_err rc = ebb__clm_prog_for(m, &w->layout, &p, diag);
     if (rc)
         return rc;
-    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0) {
-        if ((rc = q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
+    /* (w->off % 16: kq8.cl's 16-byte loads of K-quant blocks; file offsets are that aligned
+     * unless a file sets general.alignment below 16.) */
+    if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0 && w->off % 16 == 0) {
+        if ((rc = ebb__clm_q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
     if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && !nw && !glu &&
         w->n_in % 32 == 0)
         return q8r_product(m, w, p->matvec_q8r, x, x_ld, y, y_ld, y_off, res, nt, diag);
+    /* Longer products of 4-bit weights on tensor cores with the weights loaded straight into
+     * the fragments: one tile for small batches, the second (mmp) for prefill. */
+    bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
+               w->n_in % 32 == 0;
+    bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
@@ -109,7 +116,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                                                : EBB_CL_WK_MATMUL;
     if (kind == EBB_CL_WK_GEMM && p->matmul_mma)
         kind = EBB_CL_WK_MMA;
-    if (p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
+    if (mms)
+        kind = mmp ? EBB_CL_WK_MMP : EBB_CL_WK_MMS;
+    if (!mms && p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
         kind = EBB_CL_WK_MVCPU;
     bool mv = kind == EBB_CL_WK_MATVEC || kind == EBB_CL_WK_MVCPU; /* matvec's arguments */
     cl_kernel ks[] = {p->matvec,
@@ -117,7 +126,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                       p->matmul_coop,
                       p->matmul_gemm,
                       m->tu.mma_v == 2 ? p->matmul_mmb : p->matmul_mma,
-                      p->matvec_cpu},
+                      p->matvec_cpu,
+                      p->matmul_mms,
+                      p->matmul_mmp},
               k = ks[kind];
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(x),
                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
@@ -144,7 +155,7 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
     for (uint32_t i = 0; q8 && i < n; i++)
         q8 = (kq[i] = q8_kernel(m, &w[i], NULL)) != NULL && w[i].n_in == w[0].n_in;
     ebb_err rc;
-    if (q8 && (rc = q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
+    if (q8 && (rc = ebb__clm_q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
         return rc;
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {

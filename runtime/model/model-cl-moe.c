@@ -33,6 +33,10 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm
         (rc = ebb_cl_kernel(p->prog, "moe_down", &p->down, diag)) ||
         (!mo->route && (rc = ebb_cl_kernel(p->prog, "moe_route", &mo->route, diag))))
         return rc;
+    if (ebb_cl_layout_has_kq8(&w->layout, &m->tu) &&
+        ((rc = ebb_cl_kernel(p->prog, "moe_gather_q8", &p->gather_q8, diag)) ||
+         (rc = ebb_cl_kernel(p->prog, "moe_down_q8", &p->down_q8, diag))))
+        return rc;
     *out = p;
     return EBB_OK;
 }
@@ -74,6 +78,48 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
         (rc = ebb_cl_set_args(p->gather, 2, a, 9, diag)))
         return rc;
     return ebb_cl_run(m->cl, p->gather, 2, g, l, diag);
+}
+
+/* Decode (one token) on 8-bit inputs, where the three stacks' layouts have kq8 (kq8.cl):
+ * m->h quantized once for the gate and up gathers, then the k experts' SwiGLU outputs quantized
+ * together for the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not
+ * apply, so that the float kernels take it. */
+static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *p[3];
+    int n_embd = (int)m->hp.n_embd, f = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
+    if (!m->k_q8 || n_embd % 32 || f % 32)
+        return EBB_EUNSUPPORTED;
+    for (int i = 0; i < 3; i++) {
+        ebb_err rc = prog_for(m, w[i], &p[i], diag);
+        if (rc)
+            return rc;
+        if (!p[i]->gather_q8 || w[i]->off % 16)
+            return EBB_EUNSUPPORTED;
+    }
+    ebb_err rc = ebb__clm_q8_quantize(m, m->h, n_embd, NULL, 0, diag);
+    size_t l[2] = {m->tu.mv_wg, 1};
+    for (int i = 0; i < 2 && !rc; i++) {
+        int y_off = i * k * f;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),  EBB_CL_ARG(f),     EBB_CL_ARG(k),
+                                 EBB_CL_ARG(mo->ids), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd),
+                                 EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_off)};
+        size_t g[2] = {(size_t)k * f * m->tu.mv_wg, 1};
+        if (!(rc = ebb_cl_weight_set_args(w[i], p[i]->gather_q8, 0, diag)) &&
+            !(rc = ebb_cl_set_args(p[i]->gather_q8, 2, a, 8, diag)))
+            rc = ebb_cl_run(m->cl, p[i]->gather_q8, 2, g, l, diag);
+    }
+    if (rc || (rc = ebb__clm_q8_quantize(m, mo->gu, k * f, NULL, 1, diag)))
+        return rc;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(f),       EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
+                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(mo->w),  EBB_CL_ARG(m->xq),
+                             EBB_CL_ARG(m->xd),   EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x)};
+    size_t g[2] = {(size_t)n_embd * m->tu.mv_wg, 1};
+    if ((rc = ebb_cl_weight_set_args(w[2], p[2]->down_q8, 0, diag)) ||
+        (rc = ebb_cl_set_args(p[2]->down_q8, 2, a, 9, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, p[2]->down_q8, 2, g, l, diag);
 }
 
 /* m->x += the weighted sum of the chosen experts' down rows over their SwiGLU outputs. */
@@ -124,8 +170,15 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     size_t rg = (size_t)nt;
     ebb_err rc;
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
-        (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)) ||
-        (rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
+        (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)))
+        return rc;
+    if (nt == 1) {
+        const struct ebb_cl_weight *ws[3] = {gate, up, dn};
+        rc = experts_q8(m, ws, diag);
+        if (rc != EBB_EUNSUPPORTED)
+            return rc;
+    }
+    if ((rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
         (rc = gather(m, up, m->h, n_embd, kf, nt, diag)))
         return rc;
     return down(m, dn, nt, diag);
@@ -139,6 +192,10 @@ void ebb__clm_moe_fini(struct clm *m)
             clReleaseKernel(mo->progs[i].gather);
         if (mo->progs[i].down)
             clReleaseKernel(mo->progs[i].down);
+        if (mo->progs[i].gather_q8)
+            clReleaseKernel(mo->progs[i].gather_q8);
+        if (mo->progs[i].down_q8)
+            clReleaseKernel(mo->progs[i].down_q8);
         if (mo->progs[i].prog)
             clReleaseProgram(mo->progs[i].prog);
     }

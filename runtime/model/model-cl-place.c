@@ -350,6 +350,8 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
         if ((!STREAMING(m) || ebb_stream_is_resident(m->st, l)) &&
             (rc = ebb__clm_place_layer(m, g, l, diag)))
             return rc;
+        if (l >= m->first_host)
+            continue; /* a host layer: its cache is the host's (ebb__ref_host_new) */
         if ((rc = ebb__clm_alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
             (rc = ebb__clm_alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
             return rc;

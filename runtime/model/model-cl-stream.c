@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stream/pack.h"
 
@@ -159,6 +161,73 @@ static bool dev_read(void *u, uint64_t *total, uint64_t *free_bytes)
     return true;
 }
 
+/* The physical cores of this machine (distinct package and core ids of the online CPUs), or
+ * the online CPUs when sysfs does not say. */
+static int physical_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    enum { MAX_CPUS = 1024 };
+    static uint32_t seen[MAX_CPUS];
+    int n_seen = 0;
+    for (long c = 0; c < n && c < MAX_CPUS; c++) {
+        char path[128];
+        unsigned pkg = 0, core = 0;
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id",
+                 c);
+        FILE *f = fopen(path, "r");
+        bool ok = f && fscanf(f, "%u", &pkg) == 1;
+        if (f)
+            fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/core_id", c);
+        f = fopen(path, "r");
+        ok = ok && f && fscanf(f, "%u", &core) == 1;
+        if (f)
+            fclose(f);
+        if (!ok)
+            return n > 0 ? (int)n : 1;
+        uint32_t id = pkg << 16 | (core & 0xffff);
+        bool dup = false;
+        for (int i = 0; i < n_seen && !dup; i++)
+            dup = seen[i] == id;
+        if (!dup)
+            seen[n_seen++] = id;
+    }
+    return n_seen > 0 ? n_seen : 1;
+}
+
+/* The host layers the streamer placed (ebb_stream_first_host): the host engine with their KV
+ * cache, the rows' buffer, and their file pages asked for ahead (they are read in place). */
+static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct ebb_diag *diag)
+{
+    m->first_host = ebb_stream_first_host(m->st);
+    if (m->first_host >= m->hp.n_layer)
+        return EBB_OK;
+    int threads = p->host_threads ? (int)p->host_threads : physical_cores() - 1;
+    m->host_x = malloc(sizeof(float) * N_BATCH * m->hp.n_embd);
+    if (!m->host_x)
+        return EBB_ENOMEM;
+    ebb_err rc = ebb__ref_host_new(m->a, &m->hp, m->g, m->n_ctx, m->n_seq, m->first_host,
+                                   threads < 1 ? 1 : threads, p->host_q8, &m->host, diag);
+    if (rc)
+        return ebb_diag_set(diag, rc, "host layers: %.400s", diag ? diag->msg : "");
+    for (uint32_t l = m->first_host; l < m->hp.n_layer; l++) {
+        char nm[MAX_GROUPS * GROUP_MAX][96];
+        uint32_t n = layer_weight_names(m, l, nm);
+        for (uint32_t i = 0; i < n; i++) {
+            const struct ebb_gguf_tensor *t = ebb_gguf_find_tensor(m->g, nm[i]);
+            uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+            if (t && t->size) {
+                uintptr_t a = (uintptr_t)t->data & ~(pg - 1);
+                madvise((void *)a, (uintptr_t)t->data + t->size - a, MADV_WILLNEED);
+            }
+        }
+    }
+    fprintf(stderr, "ebb: %u host layers (%u..%u) on %d threads%s\n", m->hp.n_layer - m->first_host,
+            m->first_host, m->hp.n_layer - 1, ebb__ref_host_threads(m->host),
+            p->host_q8 ? ", 8-bit activations" : "");
+    return EBB_OK;
+}
+
 /* Opens the streamer when a memory budget (or a forced residency) is set: extents, the
  * streamed form of every layer, the initial plan. Sets m->n_ctx to the planned context. */
 ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
@@ -169,7 +238,10 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     bool forced = p->residency_forced || p->residency > 0 || (env && *env);
     double frac = env && *env ? strtod(env, NULL) : p->residency;
     if (!p->memory_budget && !p->memory_budget_auto && !forced)
-        return EBB_OK;
+        return p->host_layers ? ebb_diag_set(diag, EBB_EINVAL,
+                                             "--host-layers needs the layer streamer "
+                                             "(--memory-budget or --residency)")
+                              : EBB_OK;
     uint32_t n_layer = hp->n_layer;
     ebb_err rc = EBB_OK;
     struct ebb_pack *pk = NULL;
@@ -269,6 +341,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         .prefetch = prefetch,
         .io_threads = p->stream_threads,
         .now_ns = ebb__clm_now_ns(),
+        .n_host = p->host_layers,
     };
     if (p->stream_cache && (rc = ebb_stream_cache_parse(p->stream_cache, &sp.cache))) {
         rc = ebb_diag_set(diag, rc, "bad stream cache mode '%s' (cached, direct, dontneed)",
@@ -285,6 +358,8 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     m->n_ctx = ebb_stream_n_ctx(m->st);
     m->hp.n_ctx_run = m->n_ctx;
     m->next_tick = m->replan_tokens;
+    if ((rc = open_host(m, p, diag)))
+        goto out;
     if (!m->unified && (rc = host_slots(n_layer - ebb_stream_n_resident(m->st), slot, m->n_slots,
                                         &m->n_slots, diag)))
         goto out;
@@ -299,6 +374,9 @@ void ebb__clm_stream_snapshot(struct clm *m)
 {
     pthread_mutex_lock(&m->snap_mu);
     ebb_stream_report(m->st, &m->snap);
+    m->snap.host_threads = m->host ? (uint32_t)ebb__ref_host_threads(m->host) : 0;
+    m->snap.host_ns = m->host_ns;
+    m->snap.host_steps = m->host_steps;
     pthread_mutex_unlock(&m->snap_mu);
 }
 
@@ -380,14 +458,17 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
     }
     if (!change)
         return EBB_OK;
-    for (uint32_t l = chg.to; l < chg.from; l++) { /* shrink */
+    /* Host layers stay on the host whatever the count: their pages are read in place. */
+    uint32_t from = chg.from < m->first_host ? chg.from : m->first_host;
+    uint32_t to = chg.to < m->first_host ? chg.to : m->first_host;
+    for (uint32_t l = to; l < from; l++) { /* shrink */
         ebb__clm_drop_layer(m, l);
         release_pages(m, l);
     }
-    for (uint32_t l = chg.from; l < chg.to && !rc; l++) /* grow */
+    for (uint32_t l = from; l < to && !rc; l++) /* grow */
         rc = ebb__clm_place_layer(m, m->g, l, diag);
     if (rc) {
-        for (uint32_t l = chg.from; l < chg.to; l++)
+        for (uint32_t l = from; l < to; l++)
             ebb__clm_drop_layer(m, l);
         return rc;
     }
@@ -421,4 +502,29 @@ ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows
     rc = ebb__clm_layer(m, &S, rows, diag);
     ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
     return rc ? rc : rc2;
+}
+
+ebb_err ebb__clm_host_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    uint64_t t0 = ebb__clm_now_ns();
+    size_t bytes = sizeof(float) * (size_t)rows->nt * m->hp.n_embd;
+    /* The blocking read waits for the device's layers before it; the streamer's I/O thread
+     * goes on filling slots for the next step meanwhile. */
+    ebb_err rc = ebb_cl_check(
+        clEnqueueReadBuffer(m->cl->q, m->x, CL_TRUE, 0, bytes, m->host_x, 0, NULL, NULL), diag,
+        "reading the rows for the host layers");
+    for (uint32_t i = 0; i < rows->n_parts && !rc; i++) {
+        const struct clm_part *p = &rows->parts[i];
+        float *x = m->host_x + (size_t)p->r0 * m->hp.n_embd;
+        for (uint32_t l = m->first_host; l < m->hp.n_layer && !rc; l++)
+            rc = ebb__ref_host_layer(m->host, l, p->seq, (uint32_t)p->pos, x, (uint32_t)p->n, diag);
+    }
+    /* Not blocking: host_x is next written by the read of a later call, queued after this. */
+    if (!rc)
+        rc = ebb_cl_check(
+            clEnqueueWriteBuffer(m->cl->q, m->x, CL_FALSE, 0, bytes, m->host_x, 0, NULL, NULL),
+            diag, "writing the rows back from the host layers");
+    m->host_ns += ebb__clm_now_ns() - t0;
+    m->host_steps++;
+    return rc;
 }

@@ -28,10 +28,11 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
 #else
     (void)m, (void)g;
     if (p->memory_budget || p->memory_budget_auto || p->residency_forced || p->residency > 0 ||
-        p->pack_path)
+        p->pack_path || p->host_layers)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED,
                             "this ebb was built without the layer streamer (-Dstreamer=false): "
-                            "--memory-budget, --residency and --pack are not available");
+                            "--memory-budget, --residency, --pack and --host-layers are not "
+                            "available");
     return EBB_OK;
 #endif
 }
@@ -44,6 +45,8 @@ static void clm_free(void *ctx)
     if (m->sc && m->st)
         ebb_stream_cl_finish(m->sc, m->st, NULL);
     ebb_stream_free(m->st); /* stops the I/O thread before its slots go */
+    ebb__ref_host_free(m->host);
+    free(m->host_x);
     ebb_stream_cl_free(m->sc);
     free(m->tmpl);
     if (m->snap_init)
@@ -191,6 +194,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
+        /* the k experts' SwiGLU outputs of a MoE layer, quantized together for moe_down_q8 */
+        size_t moe_w = (size_t)hp->n_expert_used * hp->n_ff_exp;
+        wide = wide > moe_w ? wide : moe_w;
         /* one row for decode; matvec_q8r's batches take up to q8r_max rows */
         size_t q8_rows =
             m->tu.q8r_max > 1 ? (m->tu.q8r_max < N_BATCH ? m->tu.q8r_max : N_BATCH) : 1;
@@ -362,6 +368,8 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
         (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
         return rc;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        if (STREAMING(m) && l == m->first_host)
+            return ebb__clm_host_layers(m, rows, diag); /* the rest, on the host */
         if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
             rc = ebb__clm_layer(m, &m->layers[l], rows, diag);
         else
@@ -711,7 +719,9 @@ static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
                sizeof(int32_t) * n);
         m->ring_top[dst] = m->ring_top[src];
     }
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    if (m->host)
+        ebb__ref_host_kv_copy(m->host, src, dst, n);
+    for (uint32_t l = 0; l < m->first_host; l++) { /* host layers: no device cache */
         const struct layer *L = &m->layers[l];
         bool ring = L->kv_len < m->n_ctx;
         size_t region[3] = {row * (ring ? L->kv_len : n), m->hp.n_head_kv, 1};
@@ -757,6 +767,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     }
     m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
+    m->first_host = hp->n_layer; /* no host layers unless the streamer places some */
     const char *ring = getenv("EBB_CL_KV_RING"); /* 0: windowed layers keep the whole context */
     m->kv_ring = !ring || strcmp(ring, "0");
     m->n_q = hp->n_head * hp->head_dim;

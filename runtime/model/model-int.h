@@ -44,4 +44,26 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
                             struct ebb_diag *diag);
 
+/* Host layers (the OpenCL engine's hybrid placement, docs/STREAMER.md "Host layers"): the
+ * reference forward pass (ref-llama.c) run one decoder layer at a time on the host, its
+ * weights read in place from the mmapped file, with a KV cache of its own (fp32, host memory,
+ * allocated once) for layers l0..n_layer-1 only, and n_threads threads per matrix product. The
+ * result of a layer is what the reference backend computes for it (the same code; the thread
+ * count does not change it), or with q8 what device "ref-q8" computes (llama.cpp's CPU
+ * numerics: 8-bit activations, fp16 KV; Q4_0 products through AVX2 where the CPU has it). One
+ * thread calls these at a time. */
+struct ebb__ref_host;
+ebb_err ebb__ref_host_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                          const struct ebb_gguf *g, uint32_t n_ctx, uint32_t n_seq, uint32_t l0,
+                          int n_threads, bool q8, struct ebb__ref_host **out,
+                          struct ebb_diag *diag);
+void ebb__ref_host_free(struct ebb__ref_host *h); /* accepts NULL */
+int ebb__ref_host_threads(const struct ebb__ref_host *h);
+/* Layer l (>= l0) over x, n rows of n_embd floats updated in place: tokens of slot seq at
+ * positions pos..pos+n-1, whose keys and values it stores in its cache. */
+ebb_err ebb__ref_host_layer(struct ebb__ref_host *h, uint32_t l, uint32_t seq, uint32_t pos,
+                            float *x, uint32_t n, struct ebb_diag *diag);
+/* Positions 0..n-1 of slot src's host KV rows to slot dst's (checked by the caller). */
+ebb_err ebb__ref_host_kv_copy(struct ebb__ref_host *h, uint32_t src, uint32_t dst, uint32_t n);
+
 #endif

@@ -30,6 +30,13 @@ struct ebb_model_params {
                                    layers (use residency_forced for 0); the env variable
                                    EBB_TEST_RESIDENCY does the same */
     bool residency_forced;
+    /* Hybrid placement (docs/STREAMER.md, "Host layers"): with the streamer on, the last
+     * host_layers layers not resident at load are computed on the host's cores from the mapped
+     * file instead of streamed; host_threads threads (0 = the physical cores minus one). */
+    uint32_t host_layers;
+    uint32_t host_threads;
+    bool host_q8; /* host layers with llama.cpp's CPU numerics (device "ref-q8"): 8-bit
+                     activations (AVX2 Q4_0 dots), fp16 KV; default the reference's fp32 */
 };
 
 struct ebb_model;

@@ -6,11 +6,13 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "model-int.h"
 #include "quant/quant.h"
 
-#define EBB__REF_BATCH 64 /* tokens per prefill pass; longer inputs are processed in pieces */
+#define EBB__REF_BATCH 64       /* tokens per prefill pass; longer inputs are processed in pieces */
+#define EBB__REF_MAX_THREADS 64 /* threads of one matrix product (the caller and helpers) */
 
 /* A weight matrix of n_out rows of n_in elements, as stored in the file; a 3-D tensor is a
  * stack of n_mat such matrices (experts), mat_bytes apart (ebb__ref_expert picks one). */
@@ -45,42 +47,62 @@ struct rtensor {
     bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
 };
 
-/* One matrix product job, split by output rows between the caller and the helper thread. */
+/* A weight row times 8-bit activations (ebb_quant_dot_q8_act's contract, one type). */
+typedef float (*ebb__ref_dot_q8_fn)(const void *row, const struct ebb_q8_act *x, uint64_t n);
+
+/* One matrix product job, split by output rows between the caller and the helper threads. */
 struct job {
     const struct wmat *w;
+    ebb__ref_dot_q8_fn dot_q8;     /* with xact: a fast path for w's type, or NULL */
     const float *x;                /* (n, n_in) */
     const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
     float *y;                      /* (n, n_out) */
     uint32_t n;
 };
 
+struct ref;
+
+/* What a helper thread is started with: its engine and its part of each product. */
+struct ref_helper {
+    struct ref *r;
+    int i;
+};
+
 struct ref {
     const struct ebb__arch *a;
     struct ebb__hparams hp;
     uint32_t n_ctx, n_seq;
+    uint32_t l0;         /* first layer with a KV cache: 0, or a host-layer engine's first */
     struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
-    float *k_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;      /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
+    float *k_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
+    float *v_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
     float *rope_cos;     /* (n_ctx, n_rot / 2) */
     float *rope_sin;     /* (n_ctx, n_rot / 2) */
     float *rope_cos_swa; /* windowed layers with a rope base of their own: the same with it */
     float *rope_sin_swa;
     /* Activations for up to EBB__REF_BATCH tokens. */
-    float *buf[EBB__N_BUF];     /* (EBB__REF_BATCH, width[b]) the description's buffers */
-    uint32_t width[EBB__N_BUF]; /* ebb__arch_buf_width */
-    float *att;                 /* (n_ctx) attention scores of one head */
-    float *rowbuf[2];           /* (max n_in) one dequantized weight row per thread */
-    bool q8;                    /* llama.cpp numerics (device "ref-q8") */
-    struct ebb_q8_act *xact;    /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
-    struct ref_moe moe;         /* allocated when the layer has a MOE op */
-    /* Helper thread. */
+    float *buf[EBB__N_BUF];              /* (EBB__REF_BATCH, width[b]) the description's buffers */
+    uint32_t width[EBB__N_BUF];          /* ebb__arch_buf_width */
+    float *att;                          /* (n_ctx) attention scores of one head */
+    float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
+    bool q8;                             /* llama.cpp numerics (device "ref-q8") */
+    bool fast;                           /* host layers: SIMD 8-bit dots where the CPU has them */
+    struct ebb_q8_act *xact;             /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
+    struct ref_moe moe;                  /* allocated when the layer has a MOE op */
+    /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
+     * rows (the caller part 0), so the results do not depend on the thread count. */
     int n_threads;
-    pthread_t th;
+    pthread_t th[EBB__REF_MAX_THREADS];
+    struct ref_helper helper[EBB__REF_MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct job job;
-    uint64_t gen, done;
-    bool quit;
+    struct job job;           /* written before gen moves on, read after */
+    _Atomic uint64_t gen;     /* bumped for each job (and at quit) */
+    _Atomic int n_done;       /* helpers done with job gen */
+    _Atomic int sleepers;     /* helpers waiting on cv for the next job */
+    _Atomic bool main_sleeps; /* the caller waits on cv for the helpers */
+    _Atomic bool quit;
+    int spins; /* polls before sleeping: host engines spin between products, the backend not */
 };
 
 /* Dot product of n floats, eight partial sums. */
@@ -97,10 +119,16 @@ static inline float ebb__ref_dot_f32(const float *a, const float *b, uint32_t n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s;
 }
 
-/* ref-matmul.c: y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper thread, which
- * start_helper starts (unless EBB_REF_THREADS=1) and stop_helper joins. */
+/* ref-matmul.c: y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper threads, which
+ * start_helper starts (n_threads in all, the caller included; n_threads 1 none; rowbuf[i] must
+ * exist for each) and stop_helper joins. The reference backend asks for 2 (1 with
+ * EBB_REF_THREADS=1). */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
-void ebb__ref_start_helper(struct ref *r);
+/* A SIMD Q4_0 row times 8-bit activations giving exactly ebb_quant_dot_q8_act's result (the
+ * integer sums are exact, the float steps the same in the same order), or NULL when this CPU or
+ * build has none (x86-64 with AVX2 only). */
+ebb__ref_dot_q8_fn ebb__ref_fast_dot_q4_0(void);
+void ebb__ref_start_helper(struct ref *r, int n_threads);
 void ebb__ref_stop_helper(struct ref *r);
 
 /* Matrix e of a stack, as a matrix of its own. */

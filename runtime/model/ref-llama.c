@@ -11,6 +11,10 @@
  * n_ctx x n_seq. Output rows are split between up to two threads (EBB_REF_THREADS=1 turns the
  * helper thread off).
  *
+ * The same code runs single layers for the OpenCL engine's host layers (ebb__ref_host_*, the
+ * hybrid placement of docs/STREAMER.md): one engine for layers l0..n_layer-1 with a KV cache
+ * for those alone, and as many threads per product as the engine asks for.
+ *
  * Device "ref-q8" switches on llama.cpp's CPU numerics, to tell its rounding apart from real
  * differences: activations are quantized to Q8 before each quantized matrix product, the KV
  * cache holds fp16 values, and the query and the attention weights are rounded to fp16 before
@@ -82,8 +86,8 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     /* longrope's attention factor scales the rotated q and k: the logits by its square. */
     const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
     float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
-    float *kc = r->k_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
-    float *vc = r->v_cache + ((uint64_t)s->l * r->n_seq + s->seq) * r->n_ctx * KVD;
+    float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
+    float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     uint32_t window = ebb__arch_window(hp, s->l);
     for (uint32_t t = 0; t < s->n; t++) {
         for (uint32_t i = 0; i < KVD; i++) {
@@ -324,8 +328,8 @@ static void ref_free(void *ctx)
     for (int b = 0; b < EBB__N_BUF; b++)
         free(r->buf[b]);
     free(r->att);
-    free(r->rowbuf[0]);
-    free(r->rowbuf[1]);
+    for (int i = 0; i < EBB__REF_MAX_THREADS; i++)
+        free(r->rowbuf[i]);
     free(r->xact);
     ebb__ref_moe_free(r);
     free(r);
@@ -337,7 +341,7 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     (void)diag;
     struct ref *r = ctx;
     const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
-    for (uint32_t l = 0; l < r->hp.n_layer; l++) {
+    for (uint32_t l = 0; l < r->hp.n_layer - r->l0; l++) {
         uint64_t s = ((uint64_t)l * r->n_seq + src) * r->n_ctx * KVD;
         uint64_t d = ((uint64_t)l * r->n_seq + dst) * r->n_ctx * KVD;
         memcpy(r->k_cache + d, r->k_cache + s, sizeof(float) * n * KVD);
@@ -507,10 +511,13 @@ static void rope_tables(struct ref *r, const float *ff)
     }
 }
 
-ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
-                             const struct ebb_gguf *g, const struct ebb_model_params *p,
-                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
-                             struct ebb_diag *diag)
+/* The engine for layers l0..n_layer-1 (their KV cache; every layer's tensors are found) with
+ * n_threads threads per product; host engines (host) take the SIMD dots and keep their helpers
+ * polling between products. */
+static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                       const struct ebb_gguf *g, const struct ebb_model_params *p, uint32_t n_ctx,
+                       uint32_t l0, int n_threads, bool host, struct ref **out,
+                       struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct ref *r = calloc(1, sizeof(*r));
@@ -521,14 +528,15 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
     r->hp.n_ctx_run = n_ctx; /* longrope: the factor set for this context */
     r->n_ctx = n_ctx;
     r->n_seq = p->n_seq ? p->n_seq : 1;
+    r->l0 = l0 < hp->n_layer ? l0 : hp->n_layer;
     if ((rc = load_tensors(r, g, diag)))
         goto out;
 
     bool fail = false;
     const uint32_t KVD = hp->n_head_kv * hp->head_dim, max_in = max_matmul_in(a, hp);
-    uint64_t kv = (uint64_t)hp->n_layer * r->n_seq * n_ctx * KVD;
-    r->k_cache = alloc_floats(kv, &fail);
-    r->v_cache = alloc_floats(kv, &fail);
+    uint64_t kv = (uint64_t)(hp->n_layer - r->l0) * r->n_seq * n_ctx * KVD;
+    r->k_cache = alloc_floats(kv ? kv : 1, &fail);
+    r->v_cache = alloc_floats(kv ? kv : 1, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     if (hp->swa && hp->rope_base_swa > 0) {
@@ -540,8 +548,12 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
         r->buf[b] = alloc_floats((uint64_t)BATCH * r->width[b], &fail);
     }
     r->att = alloc_floats(n_ctx, &fail);
-    r->rowbuf[0] = alloc_floats(max_in, &fail);
-    r->rowbuf[1] = alloc_floats(max_in, &fail);
+    if (n_threads < 1)
+        n_threads = 1;
+    if (n_threads > EBB__REF_MAX_THREADS)
+        n_threads = EBB__REF_MAX_THREADS;
+    for (int i = 0; i < n_threads; i++)
+        r->rowbuf[i] = alloc_floats(max_in, &fail);
     r->q8 = p->device && !strcmp(p->device, "ref-q8");
     if (r->q8) {
         r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
@@ -567,13 +579,82 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
     }
     rope_tables(r, ff);
     free(ff);
-    ebb__ref_start_helper(r);
+    r->fast = host;
+    /* Host engines poll briefly (2000 pauses, some 0.1 ms) between a layer's products
+     * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than
+     * threads). */
+    const char *sp = getenv("EBB_HOST_SPINS");
+    r->spins = !host ? 0 : sp && *sp ? atoi(sp) : 2000;
+    ebb__ref_start_helper(r, n_threads);
 out:
     if (rc) {
         ref_free(r);
         return rc;
     }
+    *out = r;
+    return EBB_OK;
+}
+
+ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                             const struct ebb_gguf *g, const struct ebb_model_params *p,
+                             uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                             struct ebb_diag *diag)
+{
+    const char *env = getenv("EBB_REF_THREADS");
+    struct ref *r;
+    ebb_err rc = ref_new(a, hp, g, p, n_ctx, 0, env && atoi(env) == 1 ? 1 : 2, false, &r, diag);
+    if (rc)
+        return rc;
     *iface = r->q8 ? &ref_q8_iface : &ref_iface;
     *ctx = r;
     return EBB_OK;
+}
+
+/* ---- host layers of the OpenCL engine (model-int.h) ---- */
+
+ebb_err ebb__ref_host_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                          const struct ebb_gguf *g, uint32_t n_ctx, uint32_t n_seq, uint32_t l0,
+                          int n_threads, bool q8, struct ebb__ref_host **out, struct ebb_diag *diag)
+{
+    struct ebb_model_params p = {.n_seq = n_seq, .device = q8 ? "ref-q8" : NULL};
+    struct ref *r;
+    ebb_err rc = ref_new(a, hp, g, &p, n_ctx, l0, n_threads, true, &r, diag);
+    if (rc)
+        return rc;
+    *out = (struct ebb__ref_host *)r;
+    return EBB_OK;
+}
+
+void ebb__ref_host_free(struct ebb__ref_host *h)
+{
+    ref_free(h);
+}
+
+int ebb__ref_host_threads(const struct ebb__ref_host *h)
+{
+    return ((const struct ref *)h)->n_threads;
+}
+
+ebb_err ebb__ref_host_layer(struct ebb__ref_host *h, uint32_t l, uint32_t seq, uint32_t pos,
+                            float *x, uint32_t n, struct ebb_diag *diag)
+{
+    struct ref *r = (struct ref *)h;
+    const uint32_t D = r->hp.n_embd;
+    if (l < r->l0 || l >= r->hp.n_layer || seq >= r->n_seq || (uint64_t)pos + n > r->n_ctx)
+        return ebb_diag_set(diag, EBB_EINVAL, "host layer %u: bad request (slot %u, %u at %u)", l,
+                            seq, n, pos);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t c = n - done < BATCH ? n - done : BATCH;
+        struct step s = {NULL, seq, c, pos + done, l, 0};
+        memcpy(r->buf[EBB__BUF_X], x + (uint64_t)done * D, sizeof(float) * c * D);
+        run_prog(r, r->a->layer, r->a->n_layer_ops, &s);
+        memcpy(x + (uint64_t)done * D, r->buf[EBB__BUF_X], sizeof(float) * c * D);
+        done += c;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__ref_host_kv_copy(struct ebb__ref_host *h, uint32_t src, uint32_t dst, uint32_t n)
+{
+    return ref_kv_copy(h, src, dst, n, NULL);
 }

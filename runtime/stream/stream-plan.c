@@ -243,6 +243,39 @@ uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uin
     return min_slots;
 }
 
+uint32_t ebb_stream_plan_place(uint32_t n_layer, uint32_t n_resident, uint32_t n_host,
+                               uint8_t *kinds)
+{
+    if (n_resident > n_layer)
+        n_resident = n_layer;
+    if (n_host > n_layer - n_resident)
+        n_host = n_layer - n_resident;
+    for (uint32_t l = 0; kinds && l < n_layer; l++)
+        kinds[l] = l < n_resident          ? EBB_STREAM_PLACE_RESIDENT
+                   : l >= n_layer - n_host ? EBB_STREAM_PLACE_HOST
+                                           : EBB_STREAM_PLACE_STREAMED;
+    return n_host;
+}
+
+uint32_t ebb_stream_plan_host_count(uint32_t n_off, double link_ms, double host_ms,
+                                    uint32_t prefetch)
+{
+    if (!(link_ms > 0) || !(host_ms > 0))
+        return 0;
+    uint32_t best = 0;
+    double best_ms = n_off * link_ms;
+    for (uint32_t h = 1; h <= n_off; h++) {
+        uint32_t ahead = n_off - h < prefetch ? n_off - h : prefetch;
+        double overlap = ahead * link_ms < h * host_ms ? ahead * link_ms : h * host_ms;
+        double ms = (n_off - h) * link_ms + h * host_ms - overlap;
+        if (ms < best_ms) {
+            best_ms = ms;
+            best = h;
+        }
+    }
+    return best;
+}
+
 void ebb_stream_plan_bitmap(const struct ebb_stream_planner *p, uint64_t *words, size_t n_words)
 {
     memset(words, 0, n_words * sizeof(*words));

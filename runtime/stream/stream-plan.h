@@ -121,6 +121,27 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
 uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uint64_t host_limit,
                                     uint32_t min_slots);
 
+/* Where a decoder layer runs (the hybrid placement, docs/STREAMER.md "Host layers"). */
+enum ebb_stream_place {
+    EBB_STREAM_PLACE_RESIDENT = 0, /* weights on the device */
+    EBB_STREAM_PLACE_STREAMED = 1, /* copied over the link into a staging slot every step */
+    EBB_STREAM_PLACE_HOST = 2,     /* computed by the host's cores from the mapped file */
+};
+
+/* The three-way placement of n_layer layers into kinds[0..n_layer) (kinds may be NULL): the
+ * first n_resident resident, the last n_host of the others on the host (never a resident one),
+ * the rest streamed. Returns the host layers placed (min(n_host, n_layer - n_resident)). */
+uint32_t ebb_stream_plan_place(uint32_t n_layer, uint32_t n_resident, uint32_t n_host,
+                               uint8_t *kinds);
+
+/* The host layers (of n_off layers off the device) that make a step cheapest, from measured
+ * milliseconds per layer: link_ms to copy a streamed layer, host_ms to compute one on the
+ * host. A step costs (n_off - h) link_ms + h host_ms, less the copies of the next step's first
+ * streamed layers (at most prefetch of them) that overlap the host's part. 0 when either rate
+ * is unknown (<= 0). */
+uint32_t ebb_stream_plan_host_count(uint32_t n_off, double link_ms, double host_ms,
+                                    uint32_t prefetch);
+
 /* Resident bitmap: bit l of words[l / 64] set when layer l is resident. */
 void ebb_stream_plan_bitmap(const struct ebb_stream_planner *p, uint64_t *words, size_t n_words);
 

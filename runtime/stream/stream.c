@@ -12,6 +12,7 @@ struct ebb_stream {
     struct ebb_stream_layer *layers; /* (n_layer) */
     uint32_t *sched;                 /* (n_layer) */
     uint32_t n_layer;
+    uint32_t first_host; /* layers first_host..n_layer-1 run on the host */
     struct ebb_stream_planner plan;
     struct ebb_memprobe *mp;
     enum ebb_stream_count count;
@@ -55,7 +56,7 @@ static uint64_t counted(const struct ebb_stream *s)
 static void fill_schedule(struct ebb_stream *s, uint32_t *n)
 {
     *n = 0;
-    for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
+    for (uint32_t l = s->plan.n_resident; l < s->first_host; l++)
         s->sched[(*n)++] = l;
 }
 
@@ -95,6 +96,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     if ((rc = ebb_stream_planner_init(&s->plan, &p->plan, &in, diag)))
         goto out;
     s->limit = ebb_stream_plan_limit(&s->plan, &in);
+    s->first_host = n - ebb_stream_plan_place(n, s->plan.n_resident, p->n_host, NULL);
     *out = s;
     s = NULL;
 out:
@@ -119,6 +121,11 @@ uint32_t ebb_stream_n_resident(const struct ebb_stream *s)
     return s->plan.n_resident;
 }
 
+uint32_t ebb_stream_first_host(const struct ebb_stream *s)
+{
+    return s->first_host;
+}
+
 uint32_t ebb_stream_n_ctx(const struct ebb_stream *s)
 {
     return s->plan.n_ctx;
@@ -131,7 +138,7 @@ uint64_t ebb_stream_layer_size(const struct ebb_stream *s, uint32_t layer)
 
 bool ebb_stream_needs_slots(const struct ebb_stream *s)
 {
-    return !s->io && s->plan.n_resident < s->n_layer;
+    return !s->io && s->plan.n_resident < s->first_host;
 }
 
 size_t ebb_stream_slot_size(const struct ebb_stream *s)
@@ -277,7 +284,7 @@ ebb_err ebb_stream_commit(struct ebb_stream *s, const struct ebb_stream_change *
         return ebb_diag_set(diag, EBB_EINVAL, "streamer: change to %u is not the plan (%u)",
                             chg->to, s->plan.n_resident);
     if (!s->io)
-        return chg->to < s->n_layer
+        return chg->to < s->first_host
                    ? ebb_diag_set(diag, EBB_EINVAL, "streamer: attach staging slots first")
                    : EBB_OK;
     uint32_t n;
@@ -301,8 +308,9 @@ ebb_err ebb_stream_put(struct ebb_stream *s, uint32_t layer)
 void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
 {
     memset(out, 0, sizeof(*out));
-    out->n_resident = s->plan.n_resident;
+    out->n_resident = s->plan.n_resident < s->first_host ? s->plan.n_resident : s->first_host;
     out->n_layer = s->n_layer;
+    out->n_host = s->n_layer - s->first_host;
     out->n_ctx = s->plan.n_ctx;
     out->budget = s->plan.cfg.budget;
     out->mode = s->plan.cfg.mode;
@@ -323,7 +331,7 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
         out->probes[pl - 1] = 0;
     out->staging_bytes = (uint64_t)s->n_slots * s->slot_size;
     out->pressure = s->last.pressure;
-    for (uint32_t l = s->plan.n_resident; l < s->n_layer; l++)
+    for (uint32_t l = s->plan.n_resident; l < s->first_host; l++)
         out->bytes_per_token += s->layers[l].raw_size;
     io_totals(s, &out->io);
     out->n_staging_shrink = s->n_staging_shrink;
@@ -377,11 +385,15 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
         buf[0] = 0;
     double gbps = r->io.read_ns ? r->io.bytes_read / (r->io.read_ns / 1e9) / 1e9 : 0;
     add(buf, cap, &n,
-        "{\"layers_resident\":%u,\"layers_total\":%u,\"n_ctx\":%u,\"budget_bytes\":%llu,"
+        "{\"layers_resident\":%u,\"layers_total\":%u,\"layers_host\":%u,\"n_ctx\":%u,"
+        "\"budget_bytes\":%llu,"
         "\"mode\":\"%s\",\"cache\":\"%s\",\"prefetch\":%u,\"slots\":%u,\"io_threads\":%u,",
-        r->n_resident, r->n_layer, r->n_ctx, (unsigned long long)r->budget,
+        r->n_resident, r->n_layer, r->n_host, r->n_ctx, (unsigned long long)r->budget,
         ebb_stream_mode_name(r->mode), (unsigned)r->cache < 3 ? caches[r->cache] : "?", r->prefetch,
         r->n_slots, r->io_threads);
+    if (r->n_host)
+        add(buf, cap, &n, "\"host_threads\":%u,\"host_seconds\":%.6f,\"host_steps\":%llu,",
+            r->host_threads, r->host_ns / 1e9, (unsigned long long)r->host_steps);
     if (r->limit != UINT64_MAX)
         add(buf, cap, &n, "\"limit_bytes\":%llu,", (unsigned long long)r->limit);
     if (r->available_ok)
@@ -423,6 +435,8 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
     GAUGE("ebb_stream_layers_resident", "Decoder layers resident on the device.", "%u",
           r->n_resident);
     GAUGE("ebb_stream_layers_total", "Decoder layers of the model.", "%u", r->n_layer);
+    GAUGE("ebb_stream_layers_host", "Decoder layers computed on the host's cores.", "%u",
+          r->n_host);
     if (r->limit != UINT64_MAX)
         GAUGE("ebb_stream_memory_limit_bytes", "The planner's memory limit at the last re-plan.",
               "%llu", (unsigned long long)r->limit);

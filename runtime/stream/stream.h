@@ -34,6 +34,8 @@ struct ebb_stream_params {
     enum ebb_stream_cache cache; /* default cached */
     uint32_t io_threads;         /* threads per layer read (ebb_stream_io_params.n_threads) */
     uint64_t now_ns;             /* monotonic clock at open */
+    uint32_t n_host; /* the last n_host layers not resident at open are computed on the host
+                        (never streamed) for the streamer's whole life; 0 = none */
 };
 
 /* One plan change, kept for reports. */
@@ -48,6 +50,11 @@ struct ebb_stream_event {
 /* Everything /metrics and `ebb run --json` show (docs/STREAMER.md, "What to expose"). */
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;
+    uint32_t n_host; /* layers computed on the host (the last ones); streamed: the rest */
+    /* Filled by the engine: host threads, and time spent in host layers (with the activations'
+     * trips over the link) over host_steps evaluations that ran them. */
+    uint32_t host_threads;
+    uint64_t host_ns, host_steps;
     uint64_t budget; /* configured, 0 = auto */
     enum ebb_stream_mode mode;
     enum ebb_stream_cache cache;
@@ -78,9 +85,17 @@ void ebb_stream_free(struct ebb_stream *s);
 
 uint32_t ebb_stream_n_resident(const struct ebb_stream *s);
 uint32_t ebb_stream_n_ctx(const struct ebb_stream *s);
+/* The first host layer (n_layer when none): layers from it on run on the host, whatever the
+ * resident count becomes later. */
+uint32_t ebb_stream_first_host(const struct ebb_stream *s);
+/* Layer l's place now (enum ebb_stream_place). */
+static inline bool ebb_stream_is_host(const struct ebb_stream *s, uint32_t layer)
+{
+    return layer >= ebb_stream_first_host(s);
+}
 static inline bool ebb_stream_is_resident(const struct ebb_stream *s, uint32_t layer)
 {
-    return layer < ebb_stream_n_resident(s);
+    return layer < ebb_stream_n_resident(s) && !ebb_stream_is_host(s, layer);
 }
 
 /* Raw bytes of a layer as streamed (its extent's raw_size); 0 for an unknown layer. */

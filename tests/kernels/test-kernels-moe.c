@@ -103,6 +103,111 @@ static double silu_d(double a)
     return a / (1.0 + exp(-a));
 }
 
+/* quantize_x8 of n values of x (glu: x holds [gate | up], n each) into xq / xd. */
+static void moe_quantize(cl_kernel kq, cl_mem x, int n, int glu, cl_mem xq, cl_mem xd)
+{
+    cl_mem nul = NULL;
+    float eps = 1e-5f;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n),  EBB_CL_ARG(nul), EBB_CL_ARG(eps),
+                             EBB_CL_ARG(glu), EBB_CL_ARG(xq), EBB_CL_ARG(xd)};
+    size_t g = ((size_t)n + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, l = EBB_CL_Q8_WG;
+    OK(ebb_cl_set_args(kq, 0, a, 7, D));
+    OK(ebb_cl_run(cl, kq, 1, &g, &l, D));
+}
+
+/* The input rounding bound of a product on 8-bit inputs (as test_matvec_q8's): per block of 32,
+ * sum |w| * max |x| / 127 / 2, plus the float tolerance. */
+static double q8_bound(const float *w, const double *x, int n, double *ref, double *mag)
+{
+    double q = 0;
+    *ref = 0, *mag = 0;
+    for (int b = 0; b < n / 32; b++) {
+        double amax = 0, wabs = 0;
+        for (int i = b * 32; i < b * 32 + 32; i++) {
+            *ref += w[i] * x[i];
+            *mag += fabs(w[i] * x[i]);
+            amax = fmax(amax, fabs(x[i]));
+            wabs += fabs(w[i]);
+        }
+        q += wabs * amax / 127.0 * 0.51;
+    }
+    return q;
+}
+
+/* moe_gather_q8 and moe_down_q8 (decode, token 0 of x and h) after quantize_x8, against the
+ * dequantized stacks within the input rounding bound. */
+static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weight *gw,
+                        const struct ebb_cl_weight *dw, const float *g, const float *dn,
+                        const int *ids, const float *wts, const float *x, const float *h)
+{
+    cl_program ops;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &tu, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8", &kq, D));
+    cl_mem xb = buf(sizeof(float) * MOE_D, (void *)x), ib = buf(sizeof(int) * MOE_K, (void *)ids);
+    cl_mem wb = buf(sizeof(float) * MOE_K, (void *)wts);
+    cl_mem hb = buf(sizeof(float) * 2 * MOE_K * MOE_F, (void *)h);
+    cl_mem yb = buf(sizeof(float) * MOE_K * MOE_F, NULL), ob = buf(sizeof(float) * MOE_D, NULL);
+    cl_mem xq = buf(MOE_K * MOE_F, NULL), xd = buf(sizeof(float) * 2 * MOE_K * MOE_F / 32, NULL);
+    int n_in = MOE_D, rows = MOE_F, kk = MOE_K, y_off = 0;
+    moe_quantize(kq, xb, MOE_D, 0, xq, xd);
+    cl_kernel k = kern(p, "moe_gather_q8");
+    OK(ebb_cl_weight_set_args(gw, k, 0, D));
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk), EBB_CL_ARG(ib),
+                             EBB_CL_ARG(xq),   EBB_CL_ARG(xd),   EBB_CL_ARG(yb), EBB_CL_ARG(y_off)};
+    OK(ebb_cl_set_args(k, 2, a, 8, D));
+    size_t gs[2] = {(size_t)MOE_K * MOE_F * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
+    OK(ebb_cl_run(cl, k, 2, gs, ls, D));
+    static float y[MOE_K * MOE_F];
+    rd(yb, sizeof(y), y);
+    double xs[2 * MOE_K * MOE_F], worst = 0;
+    for (int i = 0; i < MOE_D; i++)
+        xs[i] = x[i];
+    for (int o = 0; o < MOE_K * MOE_F; o++) {
+        const float *wr = g + ((size_t)ids[o / MOE_F] * MOE_F + o % MOE_F) * MOE_D;
+        double ref, mag, bound = q8_bound(wr, xs, MOE_D, &ref, &mag) + 1e-4 * mag + 1e-6;
+        worst = fmax(worst, fabs(y[o] - ref) / bound);
+        CHECK(fabs(y[o] - ref) <= bound, "moe_gather_q8 %s o %d: %g vs %g (bound %g)", name, o,
+              y[o], ref, bound);
+    }
+    clReleaseKernel(k);
+    /* Down: the k experts' SwiGLU outputs quantized together (glu 1 over k * F inputs). */
+    moe_quantize(kq, hb, MOE_K * MOE_F, 1, xq, xd);
+    int dn_in = MOE_F, dn_out = MOE_D;
+    cl_mem nul = NULL;
+    k = kern(p, "moe_down_q8");
+    OK(ebb_cl_weight_set_args(dw, k, 0, D));
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(ib),    EBB_CL_ARG(wb),     EBB_CL_ARG(xq),
+                             EBB_CL_ARG(xd),    EBB_CL_ARG(ob),     EBB_CL_ARG(nul)};
+    OK(ebb_cl_set_args(k, 2, b, 9, D));
+    size_t gd[2] = {(size_t)MOE_D * tu.mv_wg, 1};
+    OK(ebb_cl_run(cl, k, 2, gd, ls, D));
+    float out[MOE_D];
+    rd(ob, sizeof(out), out);
+    for (int i = 0; i < MOE_K * MOE_F; i++)
+        xs[i] = silu_d(h[i]) * h[MOE_K * MOE_F + i];
+    for (int o = 0; o < MOE_D; o++) {
+        double ref = 0, bound = 1e-6;
+        for (int j = 0; j < MOE_K; j++) {
+            const float *wr = dn + ((size_t)ids[j] * MOE_D + o) * MOE_F;
+            double r, mg, q = q8_bound(wr, xs + j * MOE_F, MOE_F, &r, &mg);
+            ref += wts[j] * r;
+            bound += fabs(wts[j]) * (q + 1e-4 * mg);
+        }
+        worst = fmax(worst, fabs(out[o] - ref) / bound);
+        CHECK(fabs(out[o] - ref) <= bound, "moe_down_q8 %s o %d: %g vs %g (bound %g)", name, o,
+              out[o], ref, bound);
+    }
+    clReleaseKernel(k);
+    cl_mem ms[] = {xb, ib, wb, hb, yb, ob, xq, xd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    clReleaseKernel(kq);
+    clReleaseProgram(ops);
+    printf("  moe_gather_q8 / moe_down_q8 (%s) max err / bound %.2f\n", name, worst);
+}
+
 /* The gate product of the routed experts, then down over [gate | up] rows with the weights. */
 static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const float *wts)
 {
@@ -176,6 +281,8 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
                   "moe_down %s t %d o %d: %g vs %g", name, t, o, out[t * MOE_D + o], ref);
         }
     clReleaseKernel(k);
+    if (ebb_cl_layout_has_kq8(&gw.layout, &tu))
+        test_moe_q8(p, name, &gw, &dw, g, dn, ids, wts, x, h);
     clReleaseProgram(p);
     cl_mem ms[] = {xb, ib, wb, hb, yb, rb};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
@@ -214,5 +321,16 @@ static void test_moe(void)
     printf("  (%u work-items per row)\n", tu.mv_wg);
     test_moe_layout(&ls[0], ids, w);
     test_moe_layout(&ls[2], ids, w);
+    /* Decode on 8-bit inputs (moe_gather_q8, moe_down_q8) for the K-quants and Q8_0, with both
+     * row sharings. */
+    for (int r = 0; r < 2; r++) {
+        tu = keep;
+        tu.mv_q8 = 1;
+        tu.kq8 = 1;
+        tu.mv_wg = r ? (keep.mv_wg > 1 ? 1 : 32) : keep.mv_wg;
+        printf("  (8-bit inputs, %u work-items per row)\n", tu.mv_wg);
+        for (size_t i = 0; i < 3; i++)
+            test_moe_layout(&ls[i], ids, w);
+    }
     tu = keep;
 }

@@ -103,6 +103,7 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
             case EBB_GGML_Q5_0:
                 memcpy(blk, &d, 2);
                 break;
+            case EBB_GGML_Q5_1:
             case EBB_GGML_Q4_K:
             case EBB_GGML_Q5_K:
                 memcpy(blk, &d, 2);
@@ -509,7 +510,8 @@ static void test_image2d_shapes(void)
         }
 }
 
-static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in);
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
+                           bool mms_only);
 
 static void test_weights(void)
 {
@@ -575,19 +577,56 @@ static void test_weights(void)
         test_weight_layout(&other[1], 37, 512);
     }
     tu = keep;
+    /* 8-bit-input decode of the other raw block types (kq8.cl's matvec_q8, checked by
+     * test_matvec_q8 against the dequantized rows) with one work-item per row and with 8
+     * (the two-groups-a-step loop, its tail, idle lanes and the row reduction): 544 inputs (17
+     * groups, not a multiple of 256) for the 32-block types, 768 (3 super-blocks) for the
+     * K-quants, 37 rows. */
+    static const uint32_t kq_types[] = {EBB_GGML_Q8_0, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
+                                        EBB_GGML_Q4_K, EBB_GGML_Q5_K, EBB_GGML_Q6_K};
+    static const uint32_t kq_wg[] = {1, 8};
+    for (size_t k = 0; k < sizeof(kq_wg) / sizeof(kq_wg[0]); k++) {
+        tu = keep;
+        tu.mv_q8 = 1;
+        tu.kq8 = 1;
+        tu.mv_wg = kq_wg[k];
+        tu.mv_rows = kq_wg[k] > 1 ? 4 : keep.mv_rows;
+        printf("  (8-bit inputs for the other block types, %u work-items per row)\n", tu.mv_wg);
+        for (size_t i = 0; i < sizeof(kq_types) / sizeof(kq_types[0]); i++) {
+            struct ebb_cl_layout l = {kq_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+            uint32_t n_in = ebb_ggml_type_info(kq_types[i])->block_size == 256 ? 768 : 544;
+            struct ebb_cl_wprog p;
+            OK(ebb_cl_wprog_build(cl, &l, &tu, &p, D));
+            CHECK(p.matvec_q8 != NULL && p.matvec_q8r == NULL, "kq8: %s has no matvec_q8",
+                  ebb_ggml_type_info(kq_types[i])->name);
+            ebb_cl_wprog_fini(&p);
+            test_weight_layout(&l, 37, n_in);
+        }
+        /* F16 / BF16 rows eight weights a step (W_RD8), 516 inputs: the last four alone. */
+        static const uint32_t h_types[] = {EBB_GGML_F16, EBB_GGML_BF16};
+        for (size_t i = 0; i < 2; i++) {
+            struct ebb_cl_layout l = {h_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+            test_weight_layout(&l, 37, 516);
+        }
+    }
+    tu = keep;
     /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
      * (W_Q16: whole-block q4 on, block decoders off), and a K-quant through READ_W4. */
     struct ebb_cl_tuning tq = tu;
     tq.mv_q16 = 1;
     tq.block_dec = 0;
-    test_mma_tiles(&other[4], tq, 288); /* 9 blocks: a partial step of 64 inputs */
-    test_mma_tiles(&other[1], tu, 256);
+    test_mma_tiles(&other[4], tq, 288, false); /* 9 blocks: a partial step of 64 inputs */
+    test_mma_tiles(&other[1], tu, 256, false);
+    test_mma_tiles(&other[3], tq, 288, true); /* matmul_mms on raw Q4_0 (NVIDIA's layout) */
+    test_mma_tiles(&other[0], tq, 288, true); /* and raw Q4_1 */
 }
 
-/* The tensor-core GEMMs (matmul_mma, matmul_mmb) over several tiles of rows and tokens, partial
- * ones at both ends and n_in inputs (8 or 9 blocks), with each tile shape: residual added in place,
- * inputs rounded to f16 (bound 2e-3 of the terms' magnitude). On CPUs this runs their stand-in. */
-static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in)
+/* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
+ * mms_only) over several tiles of rows and tokens, partial ones at both ends and n_in inputs (8 or
+ * 9 blocks), with each tile shape: residual added in place, inputs rounded to f16 (bound 2e-3 of
+ * the terms' magnitude). On CPUs this runs their stand-in. */
+static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
+                           bool mms_only)
 {
     enum { N_OUT = 200, NTOK = 70, N_IN_MAX = 512 };
     const uint32_t n_in_ = n_in < N_IN_MAX ? n_in : N_IN_MAX;
@@ -612,15 +651,36 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     static const uint32_t shapes[][3] = {{64, 64, 32}, {128, 64, 32}, {64, 128, 32}, {128, 128, 32},
                                          {64, 32, 32}, {64, 64, 64},  {128, 64, 64}};
     cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x), rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
-    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+    /* matmul_mms's tiles after the GEMMs' (shapes index 7..): tokens, 16-row groups. */
+    static const uint32_t ms_shapes[][3] = {{32, 1, 8}, {16, 1, 32}, {8, 1, 4},
+                                            {16, 2, 8}, {32, 4, 4},  {64, 1, 1}};
+    const size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
+    for (size_t si = 0; si < n_shapes + sizeof(ms_shapes) / sizeof(ms_shapes[0]); si++) {
+        bool ms = si >= n_shapes;
+        if (mms_only && (!ms || si > n_shapes + 1))
+            continue; /* the layout's words: two tiles suffice */
+        if (ms) {
+            t.mms_t = ms_shapes[si - n_shapes][0];
+            t.mms_mi = ms_shapes[si - n_shapes][1];
+            t.mms_w = ms_shapes[si - n_shapes][2];
+        }
         t.mm_mma = 1;
-        t.mma_r = shapes[si][0];
-        t.mma_t = shapes[si][1];
-        t.mma_k = shapes[si][2];
+        if (!ms) {
+            t.mma_r = shapes[si][0];
+            t.mma_t = shapes[si][1];
+            t.mma_k = shapes[si][2];
+        }
         struct ebb_cl_wprog p;
         OK(ebb_cl_wprog_build(cl, &wt.layout, &t, &p, D));
-        for (int v = 0; v < 2; v++) {
-            cl_kernel k = v ? p.matmul_mmb : p.matmul_mma;
+        if (ms && !p.matmul_mms) { /* matmul_mms is built for 4-bit layouts with W_Q16 */
+            ebb_cl_wprog_fini(&p);
+            break;
+        }
+        for (int v = ms ? 2 : 0; v < (ms ? 3 : 2); v++) {
+            cl_kernel k = v == 2 ? p.matmul_mms : v ? p.matmul_mmb : p.matmul_mma;
+            const char *kn = v == 2 ? "matmul_mms" : v ? "matmul_mmb" : "matmul_mma";
+            uint32_t sr = v == 2 ? 16 * t.mms_mi : t.mma_r, st = v == 2 ? t.mms_t : t.mma_t,
+                     sk = v == 2 ? t.mms_w : t.mma_k;
             OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0,
                                                  sizeof(float) * NTOK * N_OUT, res, 0, NULL, NULL),
                             D, "write"));
@@ -631,7 +691,7 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
             OK(ebb_cl_weight_set_args(&wt, k, 0, D));
             OK(ebb_cl_set_args(k, 2, a, 9, D));
             size_t g[2], lw[2];
-            ebb_cl_wkernel_shape(&t, EBB_CL_WK_MMA, N_OUT, NTOK, g, lw);
+            ebb_cl_wkernel_shape(&t, v == 2 ? EBB_CL_WK_MMS : EBB_CL_WK_MMA, N_OUT, NTOK, g, lw);
             OK(ebb_cl_run(cl, k, 2, g, lw, D));
             rd(rb, sizeof(float) * NTOK * N_OUT, y);
             double worst = 0;
@@ -645,12 +705,11 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
                     }
                     double err = fabs(y[tk * N_OUT + o] - ref);
                     worst = fmax(worst, err / (mag + 1e-2));
-                    CHECK(err <= 2e-3 * mag + 1e-6, "%s %s %ux%ux%u t %d o %u: %g vs %g", name,
-                          v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, t.mma_k, tk, o,
-                          y[tk * N_OUT + o], ref);
+                    CHECK(err <= 2e-3 * mag + 1e-6, "%s %s %ux%ux%u t %d o %u: %g vs %g", name, kn,
+                          sr, st, sk, tk, o, y[tk * N_OUT + o], ref);
                 }
-            printf("  %-34s %s %3ux%-3ux%-3u %d tokens max rel err %.2e\n", name,
-                   v ? "matmul_mmb" : "matmul_mma", t.mma_r, t.mma_t, t.mma_k, NTOK, worst);
+            printf("  %-34s %s %3ux%-3ux%-3u %d tokens max rel err %.2e\n", name, kn, sr, st, sk,
+                   NTOK, worst);
         }
         ebb_cl_wprog_fini(&p);
     }

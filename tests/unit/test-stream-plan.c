@@ -70,6 +70,55 @@ static void initial_counts(void **state)
     assert_false(ebb_stream_plan_resident(&p, 3));
 }
 
+/* The three-way placement under a budget: the planner's resident count, then the last layers
+ * of the rest on the host, never a resident one; and the host count chosen from rates. */
+static void three_way(void **state)
+{
+    (void)state;
+    struct ebb_stream_plan_cfg c = base_cfg();
+    struct ebb_stream_planner p;
+    struct ebb_stream_inputs in = {0};
+    struct ebb_diag d;
+    uint8_t k[16];
+    c.budget = 1024 * MiB; /* 3 resident (initial_counts) */
+    assert_int_equal(ebb_stream_planner_init(&p, &c, &in, &d), EBB_OK);
+    assert_int_equal(ebb_stream_plan_place(16, p.n_resident, 5, k), 5);
+    for (int l = 0; l < 16; l++)
+        assert_int_equal(k[l], l < 3    ? EBB_STREAM_PLACE_RESIDENT
+                               : l < 11 ? EBB_STREAM_PLACE_STREAMED
+                                        : EBB_STREAM_PLACE_HOST);
+    /* More host layers than layers off the device: all of those, none resident taken. */
+    assert_int_equal(ebb_stream_plan_place(16, p.n_resident, 40, k), 13);
+    assert_int_equal(k[2], EBB_STREAM_PLACE_RESIDENT);
+    assert_int_equal(k[3], EBB_STREAM_PLACE_HOST);
+    /* A tighter budget moves the boundary; the host keeps the tail. */
+    c.budget = 806 * MiB; /* 706 + 100: 1 resident */
+    assert_int_equal(ebb_stream_planner_init(&p, &c, &in, &d), EBB_OK);
+    assert_int_equal(p.n_resident, 1);
+    assert_int_equal(ebb_stream_plan_place(16, p.n_resident, 4, k), 4);
+    assert_int_equal(k[0], EBB_STREAM_PLACE_RESIDENT);
+    assert_int_equal(k[1], EBB_STREAM_PLACE_STREAMED);
+    assert_int_equal(k[11], EBB_STREAM_PLACE_STREAMED);
+    assert_int_equal(k[12], EBB_STREAM_PLACE_HOST);
+    /* Everything resident: no host layer. */
+    assert_int_equal(ebb_stream_plan_place(16, 16, 4, k), 0);
+    assert_int_equal(k[15], EBB_STREAM_PLACE_RESIDENT);
+    assert_int_equal(ebb_stream_plan_place(16, 0, 0, k), 0);
+    assert_int_equal(k[15], EBB_STREAM_PLACE_STREAMED);
+
+    /* Host count from rates (10 layers off the device, prefetch 2); unknown rates: none. */
+    assert_int_equal(ebb_stream_plan_host_count(10, 2.0, 0, 2), 0);
+    assert_int_equal(ebb_stream_plan_host_count(10, 0, 1.0, 2), 0);
+    /* Host faster than the link: all but the prefetch depth, whose copies the host's part
+     * hides (h = 8: 2 x 2 + 8 x 1 - 4 = 8 ms; h = 10: 10 ms). */
+    assert_int_equal(ebb_stream_plan_host_count(10, 2.0, 1.0, 2), 8);
+    /* Host 1.5x slower than the link: h host layers cost 3h and hide min(2, 10-h) copies of 2
+     * ms: h = 2 gives 8 x 2 + 6 - 4 = 18 < 20, h = 1: 18 + 3 - 3 = 18 too (first kept). */
+    assert_int_equal(ebb_stream_plan_host_count(10, 2.0, 3.0, 2), 1);
+    /* Host 3x slower: h = 1 costs 18 + 6 - 4 = 20, no better than none. */
+    assert_int_equal(ebb_stream_plan_host_count(10, 2.0, 6.0, 2), 0);
+}
+
 static void modes_and_probe(void **state)
 {
     (void)state;
@@ -302,6 +351,7 @@ int main(void)
         cmocka_unit_test(non_uniform_prefix), cmocka_unit_test(shrink_then_grow),
         cmocka_unit_test(growth_undone),      cmocka_unit_test(pressure_sheds),
         cmocka_unit_test(host_slots),         cmocka_unit_test(parsing),
+        cmocka_unit_test(three_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
