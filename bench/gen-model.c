@@ -8,7 +8,10 @@
  * the committed llama.cpp data was recorded on, byte for byte.
  *
  *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q4_k_m]
- *                 [--seed N] [--layers N] -o OUT.gguf
+ *                 [--seed N] [--layers N] [--chat-template FILE] -o OUT.gguf
+ *
+ * --chat-template stores FILE's text as tokenizer.chat_template (in place of the source's, if it
+ * has one); without it the source's template, if any, is copied like its other tokenizer keys.
  *
  * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
  * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
@@ -21,9 +24,10 @@
  * attention; ffn_gate_inp.weight the f32 router, ffn_{gate,up,down}_exps.weight stacks of
  * expert_count matrices); gemma3 (qwen3's head norms plus post_attention_norm and
  * post_ffw_norm, attention.sliding_window; the architecture fixes five local layers to one
- * global). Shapes ending in -tiny are small widths for CI, with an untied output
- * head: a random model with a tied one only ever repeats its last input token (the token's own
- * embedding dominates the residual stream), which would test little.
+ * global); Mistral is llama with attention.sliding_window (every layer windowed). Shapes ending in
+ * -tiny are small widths for CI, with an untied output head: a random model with a tied one only
+ * ever repeats its last input token (the token's own embedding dominates the residual stream),
+ * which would test little.
  */
 #include <errno.h>
 #include <math.h>
@@ -52,7 +56,9 @@ struct shape {
     uint32_t rope_orig_ctx;
     /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length. */
     uint32_t n_expert, n_expert_used, n_ff_exp;
-    uint32_t swa; /* gemma3: attention.sliding_window (five local layers to one global) */
+    /* attention.sliding_window: gemma3's five local layers to one global; llama (Mistral)
+     * every layer. */
+    uint32_t swa;
 };
 
 static const struct shape shapes[] = {
@@ -88,9 +94,25 @@ static const struct shape shapes[] = {
      0, 0},
     {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0,
      0},
+    /* Phi-3.5 mini's longrope (a phi3 shape with rope_orig_ctx): rope_factors_short.weight and
+     * rope_factors_long.weight (divisors rising from 1 to 1.1 and to 64 over the rotary pairs),
+     * rope.scaling.original_context_length and rope.scaling.attn_factor (sqrt(1 + ln(s) /
+     * ln(original context)), s = context / original context, as llama.cpp's converter writes); the
+     * tiny one's original context is 64, so a context above 64 runs the long factors and one of 64
+     * or less the short ones. */
+    {"phi3.5-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 131072, 10000.0f, false, 0, 1e-5f, 0, 4096,
+     0, 0, 0, 0},
+    {"phi3.5-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 64, 0, 0, 0,
+     0},
     /* Gemma 3 4B's text model (head_dim 256, window 1024) and a small one for checks. */
     {"gemma3-4b", GEMMA3, 2560, 34, 8, 4, 10240, 262144, 131072, 1e6f, true, 256, 1e-6f, 0, 0, 0, 0,
      0, 1024},
+    /* Mistral 7B v0.1 (window 4096 on every layer, SentencePiece vocabulary of 32000) and a small
+     * one whose 16-position window a test prompt crosses. */
+    {"mistral-7b", LLAMA, 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0f, false, 0, 0, 0, 0, 0, 0,
+     0, 4096},
+    {"mistral-tiny", LLAMA, 128, 3, 4, 2, 384, 32000, 32768, 10000.0f, false, 0, 0, 0, 0, 0, 0, 0,
+     16},
     {"gemma3-tiny", GEMMA3, 128, 7, 4, 1, 384, 262144, 32768, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
      16},
 };
@@ -343,11 +365,49 @@ static void llama3_freqs(const struct shape *sh, uint32_t n_rot, float *ff)
     }
 }
 
+/* A whole text file, NUL-terminated (NULL with a message on failure or an embedded NUL). */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "ebb-gen-model: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - 1 - n, f);
+        if (n < cap - 1)
+            break;
+        char *q = cap > SIZE_MAX / 2 ? NULL : realloc(p, cap * 2);
+        if (!q) {
+            free(p);
+            p = NULL;
+            break;
+        }
+        p = q;
+        cap *= 2;
+    }
+    bool bad = !p || ferror(f);
+    fclose(f);
+    if (!bad) {
+        p[n] = '\0';
+        bad = strlen(p) != n;
+    }
+    if (bad) {
+        fprintf(stderr, "ebb-gen-model: %s: cannot read a text file\n", path);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
                "                     [--type q4_0|q8_0|q4_k_m]\n"
-               "                     [--seed N] [--layers N] -o OUT.gguf\n"
+               "                     [--seed N] [--layers N] [--chat-template FILE]\n"
+               "                     -o OUT.gguf\n"
                "shapes:");
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         fprintf(f, " %s", shapes[i].name);
@@ -358,6 +418,7 @@ static int usage(FILE *f)
 int main(int argc, char **argv)
 {
     const char *shape_name = NULL, *tok_path = NULL, *out_path = NULL, *type_name = "q4_0";
+    const char *tmpl_path = NULL;
     uint64_t seed = 1;
     long layers = -1;
     for (int i = 1; i < argc; i++) {
@@ -379,6 +440,8 @@ int main(int argc, char **argv)
             seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--layers"))
             layers = strtol(v, NULL, 10);
+        else if (!strcmp(a, "--chat-template"))
+            tmpl_path = v;
         else
             return usage(stderr);
         i++;
@@ -414,17 +477,22 @@ int main(int argc, char **argv)
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
     rng_state = seed;
+    char *tmpl = NULL;
+    if (tmpl_path && !(tmpl = read_text(tmpl_path)))
+        return 1;
 
     struct ebb_diag diag = {{0}};
     struct ebb_gguf *src = NULL;
     if (ebb_gguf_open(tok_path, &src, &diag)) {
         fprintf(stderr, "ebb-gen-model: %s: %s\n", tok_path, diag.msg);
+        free(tmpl);
         return 1;
     }
     FILE *f = fopen(out_path, "wb");
     if (!f) {
         fprintf(stderr, "ebb-gen-model: %s: %s\n", out_path, strerror(errno));
         ebb_gguf_close(src);
+        free(tmpl);
         return 1;
     }
     struct w w = {f, false};
@@ -432,14 +500,16 @@ int main(int argc, char **argv)
     /* Tensor list in file order: globals, then layers (contiguous per layer). */
     const bool moe = sh->family == QWEN3MOE;
     const bool qwen2 = sh->family == QWEN2, qwen3 = sh->family == QWEN3 || moe;
-    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0;
+    const bool rnd = sh->family != LLAMA || sh->rope_factor > 0 || sh->swa;
     const bool phi3 = sh->family == PHI3, gemma3 = sh->family == GEMMA3;
     uint32_t hd = sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
     uint32_t n_q = hd * sh->n_head, n_kv = hd * sh->n_head_kv;
     uint32_t per_layer =
         phi3 ? 6
              : 9 + (qwen2 ? 3 : 0) + (qwen3 || gemma3 ? 2 : 0) + (moe ? 1 : 0) + (gemma3 ? 2 : 0);
-    uint32_t n_t = 2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + per_layer * n_layer;
+    const bool longrope = phi3 && sh->rope_orig_ctx > 0;
+    uint32_t n_t =
+        2 + (sh->tied ? 0 : 1) + (sh->rope_factor > 0) + (longrope ? 2 : 0) + per_layer * n_layer;
     struct tinfo *ts = calloc(n_t, sizeof(*ts));
     if (!ts)
         return 1;
@@ -482,6 +552,19 @@ int main(int argc, char **argv)
         llama3_freqs(sh, hd, rope_ff);
         ADD("rope_freqs.weight", hd / 2, 0, EBB_GGML_F32, 0.0f);
         ts[k - 1].vals = rope_ff;
+    }
+    static float lr_short[512], lr_long[512];
+    if (longrope && hd <= 1024) {
+        uint32_t n = hd / 2;
+        for (uint32_t i = 0; i < n; i++) {
+            float t = n > 1 ? (float)i / (float)(n - 1) : 0.0f;
+            lr_short[i] = 1.0f + 0.1f * t;
+            lr_long[i] = 1.0f + 63.0f * t * t;
+        }
+        ADD("rope_factors_long.weight", n, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = lr_long;
+        ADD("rope_factors_short.weight", n, 0, EBB_GGML_F32, 0.0f);
+        ts[k - 1].vals = lr_short;
     }
     for (uint32_t l = 0; l < n_layer; l++) {
         char nm[64];
@@ -565,7 +648,8 @@ int main(int argc, char **argv)
     /* Metadata: our own keys plus every tokenizer.* key of the source, padded to n_vocab. */
     uint64_t n_src_tok = 0;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src); i++)
-        if (!strncmp(ebb_gguf_kv_key(src, i), "tokenizer.", 10))
+        if (!strncmp(ebb_gguf_kv_key(src, i), "tokenizer.", 10) &&
+            !(tmpl && !strcmp(ebb_gguf_kv_key(src, i), "tokenizer.chat_template")))
             n_src_tok++;
     char gname[96];
     snprintf(gname, sizeof(gname), "ebb random %s %s seed %llu", sh->name, type_name,
@@ -573,7 +657,8 @@ int main(int argc, char **argv)
     put(&w, "GGUF", 4);
     put_u32(&w, 3);
     put_u64(&w, k);
-    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + n_src_tok);
+    put_u64(&w, 14 + (sh->head_dim ? 2 : 0) + (moe ? 3 : 0) + (sh->swa ? 1 : 0) + (tmpl ? 1 : 0) +
+                    (longrope ? 2 : 0) + n_src_tok);
     const char *fam = family_names[sh->family];
     char kb[96];
 #define KEY(suffix) (snprintf(kb, sizeof(kb), "%s.%s", fam, suffix), kb)
@@ -602,11 +687,19 @@ int main(int argc, char **argv)
     }
     if (sh->swa)
         kv_u32(&w, KEY("attention.sliding_window"), sh->swa);
+    if (longrope) { /* the attention factor as llama.cpp's converter writes it */
+        double s = (double)sh->n_ctx / sh->rope_orig_ctx;
+        kv_u32(&w, KEY("rope.scaling.original_context_length"), sh->rope_orig_ctx);
+        kv_f32(&w, KEY("rope.scaling.attn_factor"),
+               s > 1 ? (float)sqrt(1.0 + log(s) / log((double)sh->rope_orig_ctx)) : 1.0f);
+    }
 #undef KEY
+    if (tmpl)
+        kv_str(&w, "tokenizer.chat_template", tmpl);
     ebb_err rc = EBB_OK;
     for (uint64_t i = 0; i < ebb_gguf_n_kv(src) && !rc; i++) {
         const char *key = ebb_gguf_kv_key(src, i);
-        if (strncmp(key, "tokenizer.", 10))
+        if (strncmp(key, "tokenizer.", 10) || (tmpl && !strcmp(key, "tokenizer.chat_template")))
             continue;
         enum ebb_gguf_vtype t = ebb_gguf_kv_type(src, i);
         put_cstr(&w, key);
@@ -669,6 +762,7 @@ int main(int argc, char **argv)
     }
     free(buf);
     free(ts);
+    free(tmpl);
     ebb_gguf_close(src);
     if (fclose(f) != 0)
         w.err = true;

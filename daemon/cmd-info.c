@@ -259,14 +259,102 @@ static void print_ufact(FILE *o, const char *label, struct ufact f)
         fprintf(o, "%" PRIu64 "..%" PRIu64 " (per layer)\n", f.min, f.max);
 }
 
-/* {"features": "...", "engines": "..."}, or {"error": "..."} for a file no family runs. */
+/* The global (unwindowed) layers' indices, "5, 11, 17", when some layers are local. */
+static void global_layers(const struct ebb_gguf *g, const struct ebb_model_facts *mf, char *buf,
+                          size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (uint32_t l = 0; l < mf->n_layer; l++)
+        if (!ebb_model_layer_is_local(g, l)) {
+            if (n + 20 >= cap) { /* room for ", ..." */
+                snprintf(buf + n, cap - n, ", ...");
+                return;
+            }
+            int w = snprintf(buf + n, cap - n, "%s%" PRIu32, n ? ", " : "", l);
+            n += w > 0 ? (size_t)w : 0;
+        }
+}
+
+/* The facts of ebb_model_facts as text lines: layer types, experts, rope scaling. */
+static void print_family_facts(FILE *o, const struct ebb_gguf *g)
+{
+    struct ebb_model_facts mf;
+    struct ebb_diag d = {{0}};
+    if (ebb_model_facts(g, &mf, &d))
+        return;
+    char loc[96] = "", glob[160] = "", gl[128];
+    if (mf.n_local)
+        snprintf(loc, sizeof(loc), "%" PRIu32 " local (window %" PRIu32 ", rope base %g)",
+                 mf.n_local, mf.window, (double)mf.rope_base_local);
+    if (mf.n_local && mf.n_local < mf.n_layer) {
+        global_layers(g, &mf, gl, sizeof(gl));
+        snprintf(glob, sizeof(glob), ", %" PRIu32 " global (layers %s)", mf.n_layer - mf.n_local,
+                 gl);
+    } else if (!mf.n_local) {
+        snprintf(glob, sizeof(glob), "%" PRIu32 " global", mf.n_layer);
+    }
+    fprintf(o, "%-18s%s%s\n", "layer types:", loc, glob);
+    if (mf.n_expert)
+        fprintf(o, "%-18s%" PRIu32 " of %" PRIu32 " per token (width %" PRIu32 ")\n",
+                "experts:", mf.n_expert_used, mf.n_expert, mf.n_ff_exp);
+    if (!strcmp(mf.rope_scaling, "llama3"))
+        fprintf(o, "%-18sllama3 x%g (original context %" PRIu32 ")\n",
+                "rope scaling:", (double)mf.rope_factor, mf.rope_orig_ctx);
+    else if (!strcmp(mf.rope_scaling, "linear"))
+        fprintf(o, "%-18slinear x%g\n", "rope scaling:", (double)mf.rope_factor);
+    else if (!strcmp(mf.rope_scaling, "longrope"))
+        fprintf(o,
+                "%-18slongrope (short factors up to context %" PRIu32
+                ", long above; attention factor %.4g)\n",
+                "rope scaling:", mf.rope_orig_ctx, (double)mf.attn_factor);
+    else if (!strcmp(mf.rope_scaling, "freqs"))
+        fprintf(o, "%-18sfrequency divisors (rope_freqs.weight)\n", "rope scaling:");
+    else
+        fprintf(o, "%-18snone\n", "rope scaling:");
+}
+
+/* The same as JSON: {"layer_types": {...}, "experts": {...} | null, "rope_scaling": {...}}
+ * members added to the family object. */
+static void j_family_facts(const struct ebb_gguf *g, json_t *fam)
+{
+    struct ebb_model_facts mf;
+    struct ebb_diag d = {{0}};
+    if (!fam || ebb_model_facts(g, &mf, &d))
+        return;
+    json_t *glob = json_array();
+    for (uint32_t l = 0; l < mf.n_layer && glob; l++)
+        if (!ebb_model_layer_is_local(g, l))
+            json_array_append_new(glob, json_integer(l));
+    json_object_set_new(fam, "layer_types",
+                        json_pack("{s:I,s:I,s:I,s:f,s:f,s:o}", "local", (json_int_t)mf.n_local,
+                                  "global", (json_int_t)(mf.n_layer - mf.n_local), "window",
+                                  (json_int_t)mf.window, "rope_base", (double)mf.rope_base,
+                                  "rope_base_local", (double)mf.rope_base_local, "global_layers",
+                                  glob ? glob : json_null()));
+    json_object_set_new(fam, "experts",
+                        mf.n_expert ? json_pack("{s:I,s:I,s:I}", "count", (json_int_t)mf.n_expert,
+                                                "used", (json_int_t)mf.n_expert_used, "width",
+                                                (json_int_t)mf.n_ff_exp)
+                                    : json_null());
+    json_object_set_new(fam, "rope_scaling",
+                        json_pack("{s:s,s:f,s:I,s:f}", "type", mf.rope_scaling, "factor",
+                                  (double)mf.rope_factor, "original_context",
+                                  (json_int_t)mf.rope_orig_ctx, "attn_factor",
+                                  (double)mf.attn_factor));
+}
+
+/* {"features": "...", "engines": "...", "layer_types", "experts", "rope_scaling"}, or
+ * {"error": "..."} for a file no family runs. */
 static json_t *j_family(const struct ebb_gguf *g)
 {
     char fam[512], eng[512];
     struct ebb_diag d = {{0}};
     if (ebb_model_describe(g, fam, sizeof(fam), eng, sizeof(eng), &d))
         return json_pack("{s:s}", "error", d.msg);
-    return json_pack("{s:s,s:s}", "features", fam, "engines", eng);
+    json_t *j = json_pack("{s:s,s:s}", "features", fam, "engines", eng);
+    j_family_facts(g, j);
+    return j;
 }
 
 static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f)
@@ -290,6 +378,7 @@ static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, cons
     } else {
         fprintf(o, "%-18s%s\n", "family:", fam);
         fprintf(o, "%-18s%s\n", "engines:", eng);
+        print_family_facts(o, g);
     }
     human(f->n_params, h, sizeof(h));
     fprintf(o, "%-18s%" PRIu64 " (%s)\n", "parameters:", f->n_params, h);

@@ -50,6 +50,26 @@ static void rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,
     struct ebb_diag d = {{0}};
     if (hp->n_rot / 2 > 512 || ebb__arch_rope_freqs(a, hp, g, ff, &scaled, &d))
         return;
+    if (hp->rope_longrope) {
+        struct ebb__hparams h = *hp;
+        float lo[2], hi[2];
+        for (int set = 0; set < 2; set++) {
+            h.n_ctx_run = set ? UINT32_MAX : 0;
+            if (ebb__arch_rope_freqs(a, &h, g, ff, &scaled, &d))
+                return;
+            lo[set] = hi[set] = ff[0];
+            for (uint32_t i = 1; i < hp->n_rot / 2; i++) {
+                lo[set] = ff[i] < lo[set] ? ff[i] : lo[set];
+                hi[set] = ff[i] > hi[set] ? ff[i] : hi[set];
+            }
+        }
+        add(b,
+            "longrope (divisors %.3g-%.3g up to context %u, %.3g-%.3g above; attention factor "
+            "%.4g)",
+            (double)lo[0], (double)hi[0], hp->rope_orig_ctx, (double)lo[1], (double)hi[1],
+            (double)hp->attn_factor);
+        return;
+    }
     if (hp->rope_llama3)
         add(b, "llama3 rope scaling x%g (low %g, high %g, original context %u)",
             (double)hp->rope_factor, (double)hp->rope_low_freq, (double)hp->rope_high_freq,
@@ -104,12 +124,65 @@ static void features(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     if (hp->swa && hp->swa_pattern)
         add(b, "window %u on %u of %u layers", hp->swa, hp->swa_pattern - 1, hp->swa_pattern);
+    else if (hp->swa)
+        add(b, "window %u on all layers", hp->swa);
     const struct ebb__op *head = &a->output[a->n_output - 1];
     const struct ebb_gguf_tensor *ht = NULL, *et = NULL;
     struct ebb_diag d = {{0}};
     if (head->t >= 0 && !ebb__arch_tensor(a, hp, g, (uint32_t)head->t, 0, &ht, &d) &&
         !ebb__arch_tensor(a, hp, g, (uint32_t)a->input[0].t, 0, &et, &d))
         add(b, ht == et ? "tied output head" : "own output head");
+}
+
+ebb_err ebb_model_facts(const struct ebb_gguf *g, struct ebb_model_facts *f, struct ebb_diag *diag)
+{
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    ebb_err rc = ebb__arch_read_hparams(g, &a, &hp, diag);
+    if (!rc)
+        rc = ebb__arch_check(a, &hp, g, diag);
+    if (rc)
+        return rc;
+    memset(f, 0, sizeof(*f));
+    f->n_layer = hp.n_layer;
+    f->window = hp.swa;
+    for (uint32_t l = 0; l < hp.n_layer; l++)
+        f->n_local += ebb__arch_window(&hp, l) != 0;
+    f->rope_base = hp.rope_base;
+    f->rope_base_local = hp.swa && hp.rope_base_swa > 0 ? hp.rope_base_swa : hp.rope_base;
+    if (find_op(a, EBB__OP_MOE, -1)) {
+        f->n_expert = hp.n_expert;
+        f->n_expert_used = hp.n_expert_used;
+        f->n_ff_exp = hp.n_ff_exp;
+    }
+    f->rope_scaling = "none";
+    f->rope_factor = 1.0f;
+    float ff[512];
+    bool scaled = false;
+    struct ebb_diag d = {{0}};
+    f->attn_factor = hp.attn_factor;
+    if (hp.rope_longrope) {
+        f->rope_scaling = "longrope";
+        f->rope_orig_ctx = hp.rope_orig_ctx;
+    } else if (hp.rope_llama3) {
+        f->rope_scaling = "llama3";
+        f->rope_factor = hp.rope_factor;
+        f->rope_orig_ctx = hp.rope_orig_ctx;
+    } else if (hp.n_rot / 2 <= 512 && !ebb__arch_rope_freqs(a, &hp, g, ff, &scaled, &d) && scaled) {
+        f->rope_scaling = "freqs";
+    } else if (hp.rope_scale != 1.0f) {
+        f->rope_scaling = "linear";
+        f->rope_factor = hp.rope_scale;
+    }
+    return EBB_OK;
+}
+
+bool ebb_model_layer_is_local(const struct ebb_gguf *g, uint32_t l)
+{
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    struct ebb_diag d = {{0}};
+    return !ebb__arch_read_hparams(g, &a, &hp, &d) && l < hp.n_layer && ebb__arch_window(&hp, l);
 }
 
 ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, char *engines,

@@ -41,6 +41,15 @@ struct ebb__hparams {
      * pair's frequency is divided by a factor between 1 and rope_factor, by its wavelength
      * against the original context (ebb__arch_rope_freqs). A file's rope_freqs.weight, where
      * its family declares one, gives the divisors directly and wins over these keys. */
+    /* Phi-3.5's longrope: rope_factors_long.weight / rope_factors_short.weight are divisors as
+     * rope_freqs.weight is, the long ones when the backend's context n_ctx_run exceeds
+     * rope_orig_ctx (rope.scaling.original_context_length), as llama.cpp chooses; attn_factor
+     * (rope.scaling.attn_factor, else sqrt(1 + ln(s) / ln(rope_orig_ctx)) with s =
+     * n_ctx_train / rope_orig_ctx, 1 for s <= 1) scales the rotated q and k, so the attention
+     * logits by attn_factor^2 (the backends fold it into the softmax scale). */
+    uint32_t rope_longrope; /* 1: the file has the factors */
+    float attn_factor;      /* 1 unless longrope */
+    uint32_t n_ctx_run;     /* the backend's context (0: the short factors) */
     uint32_t rope_llama3;   /* 1: the keys below were read */
     float rope_factor;      /* rope.scaling.factor (8 in Llama 3.1) */
     float rope_low_freq;    /* rope.scaling.low_freq_factor (1) */
@@ -48,9 +57,11 @@ struct ebb__hparams {
     uint32_t rope_orig_ctx; /* rope.scaling.original_context_length (8192) */
     uint32_t rope_freqs;    /* 1: some pair's divisor differs from 1 (keys or tensor) */
     float rms_eps;
-    /* Sliding-window attention: layer l attends to the last `swa` positions only when swa and
-     * swa_pattern are set and (l + 1) % swa_pattern != 0 (ebb__arch_window); such local layers
-     * rotate with rope_base_swa (when set) and no linear scaling. */
+    /* Sliding-window attention: with swa set, layer l attends to the last `swa` positions only
+     * (ebb__arch_window): every layer when swa_pattern is 0 (Mistral), else the layers with
+     * (l + 1) % swa_pattern != 0 (Gemma 3's five local layers to one global). Windowed layers
+     * rotate with rope_base_swa and no linear scaling when rope_base_swa is set, else with the
+     * model's own rope. */
     uint32_t swa;
     uint32_t swa_pattern;
     float rope_base_swa;
@@ -334,11 +345,12 @@ uint32_t ebb__arch_buf_width(const struct ebb__hparams *hp, enum ebb__buf b);
 /* The attention window of layer l in positions, 0 for a global layer. */
 static inline uint32_t ebb__arch_window(const struct ebb__hparams *hp, uint32_t l)
 {
-    return hp->swa && hp->swa_pattern && (l + 1) % hp->swa_pattern != 0 ? hp->swa : 0;
+    return hp->swa && (!hp->swa_pattern || (l + 1) % hp->swa_pattern != 0) ? hp->swa : 0;
 }
 
 /* The divisor of each rotary pair's frequency (n_rot / 2 floats into ff): the file's
- * rope_freqs.weight when the family declares it and the file has it, else computed from
+ * rope_freqs.weight when the family declares it and the file has it (or, for longrope, its
+ * rope_factors_long or _short.weight by hp->n_ctx_run), else computed from
  * Llama 3.1's rope.scaling keys, else all 1. *scaled says whether any differs from 1. Errors:
  * a rope_freqs tensor of the wrong size, or a factor that is not a positive finite number. */
 ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparams *hp,

@@ -1,7 +1,8 @@
-/* The llama family (Llama 2/3/3.1, SmolLM2, TinyLlama, Mistral without its window): pre-norm
+/* The llama family (Llama 2/3/3.1, SmolLM2, TinyLlama, Mistral): pre-norm
  * decoder layers with grouped-query attention, rotary positions on adjacent pairs and a SwiGLU
  * feed-forward block; the output head may reuse the token embeddings. Llama 3.1's files carry
- * their rope frequency factors as rope_freqs.weight. */
+ * their rope frequency factors as rope_freqs.weight; Mistral's (when the file sets
+ * attention.sliding_window) attend in every layer to that many last positions only. */
 #include "arch-int.h"
 
 /* 1. Hyper-parameters: `llama.<key>`. */
@@ -17,6 +18,7 @@ static const struct ebb__key keys[] = {
     EBB__U32_DERIVED("rope.dimension_count", n_rot),
     EBB__F32("rope.freq_base", rope_base, 10000.0f),
     EBB__F32("attention.layer_norm_rms_epsilon", rms_eps, 1e-5f),
+    EBB__U32("attention.sliding_window", swa, 0), /* 0: none; else on every layer */
 };
 
 /* 2. Tensors. */

@@ -2,7 +2,9 @@
  * skeleton with the query, key and value projections fused into one tensor and the gate and
  * up projections into another (gate first), rotary positions on split halves (NeoX), an untied
  * output head. The GGUF's sliding-window key is not read: llama.cpp runs Phi-3 with global
- * attention too. The long-context variants' per-frequency factors (longrope) are refused. */
+ * attention too. The long-context variants (Phi-3.5, Phi-3 128k) carry longrope's per-pair
+ * frequency divisors as rope_factors_long/short.weight (the engine picks a set by context and
+ * applies the attention factor: arch-int.h, rope_longrope). */
 #include "arch-int.h"
 
 /* 1. Hyper-parameters: `phi3.<key>`. */
@@ -39,8 +41,8 @@ static const struct ebb__tensor tensors[] = {
     [TOKEN_EMBD] = EBB__TENSOR("token_embd.weight", EMBD, VOCAB),
     [OUTPUT_NORM] = EBB__TENSOR("output_norm.weight", EMBD, 1),
     [OUTPUT] = EBB__TENSOR_OR("output.weight", EMBD, VOCAB, TOKEN_EMBD),
-    [ROPE_FACTORS_LONG] = EBB__TENSOR_REFUSED("rope_factors_long.weight"),
-    [ROPE_FACTORS_SHORT] = EBB__TENSOR_REFUSED("rope_factors_short.weight"),
+    [ROPE_FACTORS_LONG] = EBB__TENSOR_OR("rope_factors_long.weight", ROT2, 1, -1),
+    [ROPE_FACTORS_SHORT] = EBB__TENSOR_OR("rope_factors_short.weight", ROT2, 1, -1),
     [ATTN_NORM] = EBB__LAYER_TENSOR("attn_norm.weight", EMBD, 1),
     [ATTN_QKV] = EBB__LAYER_TENSOR("attn_qkv.weight", EMBD, QKV),
     [ATTN_OUTPUT] = EBB__LAYER_TENSOR("attn_output.weight", Q, EMBD),

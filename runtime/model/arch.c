@@ -196,9 +196,51 @@ static ebb_err read_llama3_scaling(const struct ebb_gguf *g, struct ebb__hparams
     return EBB_OK;
 }
 
+/* Phi-3.5's longrope, for a family that declares rope_factors_long.weight and whose file has it
+ * (with rope_factors_short.weight): the original context and the attention factor. */
+static ebb_err read_longrope(const struct ebb__arch *a, const struct ebb_gguf *g,
+                             struct ebb__hparams *hp, struct ebb_diag *diag)
+{
+    hp->attn_factor = 1.0f;
+    hp->n_ctx_run = 0;
+    bool declared = false;
+    for (uint32_t t = 0; t < a->n_tensors; t++)
+        declared |= !strcmp(a->tensors[t].name, "rope_factors_long.weight");
+    const bool has_long = ebb_gguf_find_tensor(g, "rope_factors_long.weight") != NULL;
+    const bool has_short = ebb_gguf_find_tensor(g, "rope_factors_short.weight") != NULL;
+    if (!declared || (!has_long && !has_short)) {
+        if (hp->rope_longrope)
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                                "rope scaling type longrope without rope_factors tensors%s",
+                                declared ? "" : " (not for this family)");
+        return EBB_OK;
+    }
+    if (!has_long || !has_short)
+        return ebb_diag_set(diag, EBB_EFORMAT,
+                            "longrope: rope_factors_long.weight and rope_factors_short.weight "
+                            "come together");
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", hp->arch);
+    if (ebb_gguf_get_u32(g, key, &hp->rope_orig_ctx) || hp->rope_orig_ctx < 2)
+        return ebb_diag_set(diag, EBB_EFORMAT, "longrope: %s missing or below 2", key);
+    hp->rope_longrope = 1;
+    snprintf(key, sizeof(key), "%s.rope.scaling.attn_factor", hp->arch);
+    float af = 0.0f;
+    if (!ebb_gguf_get_f32(g, key, &af)) {
+        if (!(af > 0 && isfinite(af)))
+            return ebb_diag_set(diag, EBB_EFORMAT, "longrope: %s is %g", key, (double)af);
+        hp->attn_factor = af;
+    } else if (hp->n_ctx_train > hp->rope_orig_ctx) {
+        double s = (double)hp->n_ctx_train / hp->rope_orig_ctx;
+        hp->attn_factor = (float)sqrt(1.0 + log(s) / log((double)hp->rope_orig_ctx));
+    }
+    return EBB_OK;
+}
+
 /* Rope scaling, an engine feature every family gets: linear (positions divided by the factor)
- * and Llama 3.1's per-frequency factors (ebb__arch_rope_freqs). Other types (YaRN, longrope)
- * change the rotation in ways the backends do not implement yet. */
+ * and Llama 3.1's per-frequency factors (ebb__arch_rope_freqs); longrope (or "su") is accepted
+ * here and read from its tensors (read_longrope). Other types (YaRN) change the rotation in
+ * ways the backends do not implement yet. */
 static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *hp,
                                  struct ebb_diag *diag)
 {
@@ -210,6 +252,11 @@ static ebb_err read_rope_scaling(const struct ebb_gguf *g, struct ebb__hparams *
         return EBB_OK;
     if (stype.n == 6 && !memcmp(stype.p, "llama3", 6))
         return read_llama3_scaling(g, hp, diag);
+    if ((stype.n == 8 && !memcmp(stype.p, "longrope", 8)) ||
+        (stype.n == 2 && !memcmp(stype.p, "su", 2))) {
+        hp->rope_longrope = 2; /* the factor tensors must follow (read_longrope) */
+        return EBB_OK;
+    }
     if (!(stype.n == 6 && !memcmp(stype.p, "linear", 6)))
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "rope scaling type '%.*s'", (int)stype.n,
                             stype.p);
@@ -295,9 +342,19 @@ ebb_err ebb__arch_read_hparams(const struct ebb_gguf *g, const struct ebb__arch 
     hp->n_vocab = (uint32_t)emb->ne[1];
     float ff[512]; /* n_rot <= head_dim <= 1024 (check_hparams) */
     bool scaled;
-    if ((rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag)))
+    if ((rc = read_longrope(a, g, hp, diag)) ||
+        (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag)))
         return rc;
     hp->rope_freqs = scaled;
+    if (hp->rope_longrope) { /* both sets checked; either may be the one a backend runs */
+        bool scaled_long;
+        hp->n_ctx_run = UINT32_MAX;
+        rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled_long, diag);
+        hp->n_ctx_run = 0;
+        if (rc)
+            return rc;
+        hp->rope_freqs |= scaled_long;
+    }
     *arch = a;
     return EBB_OK;
 }
@@ -386,24 +443,26 @@ ebb_err ebb__arch_rope_freqs(const struct ebb__arch *a, const struct ebb__hparam
 {
     const uint32_t n = hp->n_rot / 2;
     const struct ebb_gguf_tensor *gt = NULL;
+    const char *want = "rope_freqs.weight";
+    if (hp->rope_longrope)
+        want = hp->n_ctx_run > hp->rope_orig_ctx ? "rope_factors_long.weight"
+                                                 : "rope_factors_short.weight";
     for (uint32_t t = 0; t < a->n_tensors && !gt; t++)
-        if (!(a->tensors[t].flags & EBB__T_LAYER) &&
-            !strcmp(a->tensors[t].name, "rope_freqs.weight"))
+        if (!(a->tensors[t].flags & EBB__T_LAYER) && !strcmp(a->tensors[t].name, want))
             gt = ebb_gguf_find_tensor(g, a->tensors[t].name);
     for (uint32_t i = 0; i < n; i++)
         ff[i] = 1.0f;
     if (gt) {
         if (gt->n_elements != n || ebb_quant_dequantize_row(gt->type, gt->data, ff, n))
-            return ebb_diag_set(diag, EBB_EFORMAT,
-                                "rope_freqs.weight: want %u f32/f16 factors (n_rot / 2)", n);
+            return ebb_diag_set(diag, EBB_EFORMAT, "%s: want %u f32/f16 factors (n_rot / 2)", want,
+                                n);
     } else if (hp->rope_llama3) {
         llama3_freqs(hp, ff);
     }
     *scaled = false;
     for (uint32_t i = 0; i < n; i++) {
         if (!(ff[i] > 0 && isfinite(ff[i])))
-            return ebb_diag_set(diag, EBB_EFORMAT, "rope_freqs.weight: factor %u is %g", i,
-                                (double)ff[i]);
+            return ebb_diag_set(diag, EBB_EFORMAT, "%s: factor %u is %g", want, i, (double)ff[i]);
         *scaled |= ff[i] != 1.0f;
     }
     return EBB_OK;

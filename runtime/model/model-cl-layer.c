@@ -355,7 +355,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                         (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag))))
         return rc;
 
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_factor * hp->attn_factor / sqrtf((float)hp->head_dim); /* longrope */
     if (nt == 1) {
         int n_kv = pos + 1, nc = att_chunks(m, L, n_kv);
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
@@ -410,7 +410,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
     int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)L->kv_len, win = (int)L->win;
     int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, pos = p->pos, nt = p->n, r0 = p->r0;
     cl_ulong kv_base = (cl_ulong)p->seq * hp->n_head_kv * L->kv_len * hp->head_dim;
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_factor * hp->attn_factor / sqrtf((float)hp->head_dim); /* longrope */
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),   EBB_CL_ARG(L->kc),
                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
@@ -435,7 +435,7 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     int n_qkv = (int)m->n_qkv, n_q = (int)m->n_q, n_ctx = (int)L->kv_len, win = (int)L->win;
     int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, stride_nc = (int)m->max_chunks;
     cl_ulong slot = (cl_ulong)hp->n_head_kv * L->kv_len * hp->head_dim;
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    float scale = hp->attn_factor * hp->attn_factor / sqrtf((float)hp->head_dim); /* longrope */
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(n_qkv),     EBB_CL_ARG(L->kc),
                              EBB_CL_ARG(L->vc),  EBB_CL_ARG(m->rt),     EBB_CL_ARG(m->dr),
                              EBB_CL_ARG(slot),   EBB_CL_ARG(n_ctx),     EBB_CL_ARG(nh),

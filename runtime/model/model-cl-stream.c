@@ -356,6 +356,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     if ((rc = ebb_stream_new(&sp, &m->st, diag)))
         goto out;
     m->n_ctx = ebb_stream_n_ctx(m->st);
+    m->hp.n_ctx_run = m->n_ctx;
     m->next_tick = m->replan_tokens;
     if ((rc = open_host(m, p, diag)))
         goto out;

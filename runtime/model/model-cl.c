@@ -817,6 +817,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         return EBB_ENOMEM;
     m->a = a;
     m->hp = *hp;
+    m->hp.n_ctx_run = n_ctx; /* longrope: the factor set for this context */
     m->n_ctx = n_ctx;
     m->g = g;
     if (pthread_mutex_init(&m->snap_mu, NULL)) {

@@ -57,6 +57,30 @@ void ebb_model_close(struct ebb_model *m);
 ebb_err ebb_model_describe(const struct ebb_gguf *g, char *family, size_t fcap, char *engines,
                            size_t ecap, struct ebb_diag *diag);
 
+/* A family's facts for `ebb info` as values: its layer types (local = sliding window), experts
+ * and rope scaling, as the engine reads them from the file. */
+struct ebb_model_facts {
+    uint32_t n_layer;
+    uint32_t window;        /* attention window of the local layers (0: none) */
+    uint32_t n_local;       /* layers with the window; the others attend to the whole context */
+    float rope_base;        /* the global layers' rope base */
+    float rope_base_local;  /* the local layers' (== rope_base when they keep the model's) */
+    uint32_t n_expert;      /* 0: dense */
+    uint32_t n_expert_used; /* experts per token */
+    uint32_t n_ff_exp;      /* an expert's width */
+    /* "none", "linear", "llama3" (keys), "freqs" (rope_freqs.weight) or "longrope" (Phi-3.5's
+     * rope_factors_short/long.weight: the long ones above rope_orig_ctx) */
+    const char *rope_scaling;
+    float rope_factor;      /* linear or llama3 factor (1 otherwise) */
+    uint32_t rope_orig_ctx; /* llama3, longrope: original context (0 otherwise) */
+    float attn_factor;      /* longrope's attention factor (1 otherwise) */
+};
+
+/* Fills f for g; fails as loading would for a file no family runs. ebb_model_layer_is_local
+ * tells whether layer l of g is windowed (false for a file no family runs). */
+ebb_err ebb_model_facts(const struct ebb_gguf *g, struct ebb_model_facts *f, struct ebb_diag *diag);
+bool ebb_model_layer_is_local(const struct ebb_gguf *g, uint32_t l);
+
 const struct ebb_gguf *ebb_model_gguf(const struct ebb_model *m);
 const struct ebb_tokenizer *ebb_model_tokenizer(const struct ebb_model *m);
 const char *ebb_model_arch(const struct ebb_model *m);        /* "llama" */

@@ -83,7 +83,8 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const uint32_t QD = NH * HD, KVD = NKV * HD;
-    const float att_scale = 1.0f / sqrtf((float)HD);
+    /* longrope's attention factor scales the rotated q and k: the logits by its square. */
+    const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
     float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
     float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
@@ -573,6 +574,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
     r->a = a;
     r->hp = *hp;
+    r->hp.n_ctx_run = n_ctx; /* longrope: the factor set for this context */
     r->n_ctx = n_ctx;
     r->n_seq = p->n_seq ? p->n_seq : 1;
     r->l0 = l0 < hp->n_layer ? l0 : hp->n_layer;
@@ -586,7 +588,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     r->v_cache = alloc_floats(kv ? kv : 1, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
-    if (hp->swa && hp->swa_pattern && hp->rope_base_swa > 0) {
+    if (hp->swa && hp->rope_base_swa > 0) {
         r->rope_cos_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
         r->rope_sin_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     }
@@ -618,7 +620,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
             goto out;
     bool scaled;
     float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
-    if (!ff || (rc = ebb__arch_rope_freqs(a, hp, g, ff, &scaled, diag))) {
+    if (!ff || (rc = ebb__arch_rope_freqs(a, &r->hp, g, ff, &scaled, diag))) {
         if (!rc)
             rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
         free(ff);

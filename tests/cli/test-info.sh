@@ -3,13 +3,20 @@
 # package's GGUFReader), --json output, usage errors, and malformed files (exit 1, one line on
 # stderr naming the file and the problem, nothing on stdout).
 #
-#   test-info.sh EBB_BINARY
+#   test-info.sh EBB_BINARY [EBB_GEN_MODEL]
+#
+# With ebb-gen-model, the family facts (layer types, experts, rope scaling) of small written
+# files: mistral-tiny (window on every layer) and copies with linear and llama3 rope scaling
+# keys, llama3.1-tiny (rope_freqs.weight), qwen3moe-tiny (experts), phi3.5-tiny (longrope). They take their vocabulary
+# from llama.cpp's llama-spm vocab ($EBB_VOCABS_DIR, scripts/fetch-vocabs.sh); its absence is a
+# failure.
 #
 # bash, not sh: under `meson test --setup valgrind` the shell itself runs in memcheck, and dash
 # leaks a string at startup.
 set -u
 
 ebb=$1
+gen_model=${2:-}
 . "$(dirname "$0")/lib.sh"
 
 # bad_file NAME SUBSTRING: ebb info on $tmp/NAME fails with one stderr line naming it.
@@ -57,6 +64,7 @@ if [ -f "$smol" ]; then
         "family:           rope normal over 64 dims, SiLU gate, tied output head" \
         "engines:          ref, opencl" \
         "layers:           30" "embedding:        576" "heads:            9" \
+        "layer types:      30 global" "rope scaling:     none" \
         "kv heads:         3" "head dim:         64" "ffn:              1536" \
         "context:          8192" "rope base:        100000" "vocab:            49152" \
         "tokenizer:        gpt2 (pre: smollm)" "chat template:    yes" \
@@ -151,6 +159,67 @@ PY
     expect_status 0 "$ebb" info "$gemma"
     expect_out "layer bytes:      3596288..3995648 (18 layers)"
     expect_out "engines:          ref, opencl" # the OpenCL engine runs gemma3 too
+    expect_out "layer types:      15 local (window 512, rope base 10000), 3 global (layers 5, 11, 17)"
+    expect_out "rope scaling:     none"
+    expect_status 0 "$ebb" info --json "$gemma"
+    python3 - "$tmp/out" <<'PY' || fail "Gemma 3 --json family facts"
+import json, sys
+f = json.load(open(sys.argv[1]))['family']
+want = {'layer_types': {'local': 15, 'global': 3, 'window': 512, 'rope_base': 1e6,
+                        'rope_base_local': 1e4, 'global_layers': [5, 11, 17]},
+        'experts': None,
+        'rope_scaling': {'type': 'none', 'factor': 1.0, 'original_context': 0, 'attn_factor': 1.0}}
+bad = {k: (f.get(k), v) for k, v in want.items() if f.get(k) != v}
+if bad:
+    sys.exit('mismatch: %r' % bad)
+PY
+fi
+
+# ---- family facts of written files ----
+if [ -n "$gen_model" ]; then
+    vocab=${EBB_VOCABS_DIR:-$HOME/.cache/ebb/vocabs}/ggml-vocab-llama-spm.gguf
+    if [ ! -f "$vocab" ]; then
+        fail "missing $vocab: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR"
+    else
+        for shape in mistral-tiny llama3.1-tiny qwen3moe-tiny phi3.5-tiny; do
+            "$gen_model" --shape $shape --tokenizer-from "$vocab" --type q8_0 \
+                -o "$tmp/$shape.gguf" 2> /dev/null || fail "ebb-gen-model $shape"
+        done
+        expect_status 0 "$ebb" info "$tmp/mistral-tiny.gguf"
+        expect_out "layer types:      3 local (window 16, rope base 10000)"
+        expect_out "rope scaling:     none"
+        grep -qF "window 16 on all layers" "$tmp/out" || fail "mistral-tiny: family line"
+        python3 "$set_kv" "$tmp/mistral-tiny.gguf" "$tmp/linear.gguf" \
+            llama.rope.scaling.type=str:linear llama.rope.scaling.factor=f32:4 > /dev/null
+        expect_status 0 "$ebb" info "$tmp/linear.gguf"
+        expect_out "rope scaling:     linear x4"
+        python3 "$set_kv" "$tmp/mistral-tiny.gguf" "$tmp/llama3.gguf" \
+            llama.rope.scaling.type=str:llama3 llama.rope.scaling.factor=f32:8 \
+            llama.rope.scaling.original_context_length=u32:64 > /dev/null
+        expect_status 0 "$ebb" info "$tmp/llama3.gguf"
+        expect_out "rope scaling:     llama3 x8 (original context 64)"
+        expect_status 0 "$ebb" info "$tmp/llama3.1-tiny.gguf"
+        expect_out "layer types:      3 global"
+        expect_out "rope scaling:     frequency divisors (rope_freqs.weight)"
+        ! grep -q "^experts:" "$tmp/out" || fail "llama3.1-tiny: an experts line"
+        expect_status 0 "$ebb" info "$tmp/qwen3moe-tiny.gguf"
+        expect_out "experts:          4 of 16 per token (width 96)"
+        expect_status 0 "$ebb" info --json "$tmp/qwen3moe-tiny.gguf"
+        python3 - "$tmp/out" <<'PY' || fail "qwen3moe-tiny --json family facts"
+import json, sys
+f = json.load(open(sys.argv[1]))['family']
+want = {'experts': {'count': 16, 'used': 4, 'width': 96},
+        'layer_types': {'local': 0, 'global': 3, 'window': 0, 'rope_base': 1e6,
+                        'rope_base_local': 1e6, 'global_layers': [0, 1, 2]}}
+bad = {k: (f.get(k), v) for k, v in want.items() if f.get(k) != v}
+if bad:
+    sys.exit('mismatch: %r' % bad)
+PY
+        expect_status 0 "$ebb" info "$tmp/phi3.5-tiny.gguf"
+        expect_out "rope scaling:     longrope (short factors up to context 64, long above; attention factor 1.414)"
+        expect_out "longrope (divisors 1-1.1 up to context 64, 1-64 above; attention factor 1.414)"
+        echo "ok  family facts of mistral-tiny, llama3.1-tiny, qwen3moe-tiny, phi3.5-tiny"
+    fi
 fi
 [ "$checked" -gt 0 ] || echo "note: no real models in $models; only malformed files checked"
 

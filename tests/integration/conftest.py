@@ -1,4 +1,5 @@
-"""Starts the real `ebb serve` on 127.0.0.1 with an ephemeral port and SmolLM2.
+"""Starts the real `ebb serve` on 127.0.0.1 with an ephemeral port and SmolLM2 (or the model
+file a test names).
 
 Environment: EBB_BIN (the binary), EBB_MODELS_DIR (default ~/.local/share/ebb/models),
 EBB_TEST_DEVICE (default "auto"; "ref" selects the plain-C reference backend),
@@ -27,11 +28,11 @@ class Server:
     """One `ebb serve` process. Reads the bound port from its stdout line
     'ebb: listening on http://127.0.0.1:PORT' and waits for /health to answer 200."""
 
-    def __init__(self, *extra, wait_ready=True):
+    def __init__(self, *extra, wait_ready=True, model=None):
         binary = os.environ.get("EBB_BIN")
         if not binary:
             pytest.skip("EBB_BIN is not set")
-        model = os.path.join(models_dir(), MODEL_FILE)
+        model = model or os.path.join(models_dir(), MODEL_FILE)
         if not os.path.exists(model):
             pytest.skip(f"{model} is missing")
         device = os.environ.get("EBB_TEST_DEVICE", "auto")

@@ -4,6 +4,7 @@
  * Then the checks themselves on small GGUFs written from the descriptions: a missing tensor, a
  * wrong shape, an unknown architecture, a malformed description. The real models come from
  * $EBB_MODELS_DIR (default ~/.local/share/ebb/models); their tests skip without them. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,10 +180,19 @@ static void kv_u32(struct wbuf *kv, const char *arch, const char *key, uint32_t 
     w_u32(kv, v);
 }
 
-/* An optional tensor build() writes too (by name), or NULL; more metadata entries. */
+/* An optional tensor build() writes too (by name; a trailing '*' matches a prefix), or NULL;
+ * more metadata entries. */
 static const char *with_optional;
 static const struct wbuf *extra_kv;
 static uint32_t n_extra_kv;
+
+static bool optional_matches(const char *name)
+{
+    size_t n = strlen(with_optional);
+    if (n && with_optional[n - 1] == '*')
+        return !strncmp(name, with_optional, n - 1);
+    return !strcmp(name, with_optional);
+}
 
 /* A GGUF with a's tensors in f32 (drop: a tensor name to leave out, bad: one whose second
  * dimension is off by one) and the hyper-parameter keys above. */
@@ -212,7 +222,7 @@ static struct built build(const struct ebb__arch *a, const char *arch_name, cons
             ebb__arch_tensor_name(a, t, l, names[n], sizeof(names[n]));
             if ((drop && !strcmp(names[n], drop)) ||
                 ((a->tensors[t].flags & EBB__T_OPTIONAL) &&
-                 !(with_optional && !strcmp(names[n], with_optional))))
+                 !(with_optional && optional_matches(names[n]))))
                 continue;
             uint64_t ne0 = tiny_dim(a->tensors[t].ne0), ne1 = tiny_dim(a->tensors[t].ne1);
             uint64_t ne2 = tiny_dim(a->tensors[t].ne2);
@@ -290,8 +300,9 @@ static void test_missing_and_misshapen(void **state)
     expect_check_fails(NULL, "blk.0.ffn_up.weight", "tensor blk.0.ffn_up.weight has shape (8, 17)");
 }
 
-/* A file with a tensor its family refuses (Phi-3.5's longrope factors) does not load, and the
- * message names the tensor; qwen2's optional biases are checked for shape when present. */
+/* A file with half of Phi-3.5's longrope factors (the long ones without the short) does not
+ * load, and the message names the tensor; qwen2's optional biases are checked for shape when
+ * present. */
 static void test_refused_and_optional(void **state)
 {
     (void)state;
@@ -302,8 +313,7 @@ static void test_refused_and_optional(void **state)
     assert_int_equal(open_built(&b, &d), EBB_OK);
     const struct ebb__arch *a = NULL;
     struct ebb__hparams hp;
-    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
-    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_EUNSUPPORTED);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EFORMAT);
     assert_non_null(strstr(d.msg, "rope_factors_long.weight"));
     free_built(&b);
 
@@ -370,6 +380,79 @@ static void test_llama3_rope(void **state)
     assert_int_equal(open_built(&b, &d), EBB_OK);
     assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EUNSUPPORTED);
     assert_non_null(strstr(d.msg, "'yarn'"));
+    free_built(&b);
+    free(kv.p);
+}
+
+/* Plausible longrope factors in place of build()'s counting pattern (the image is ours). */
+static void set_factors(struct built *b)
+{
+    static const float sf[2] = {1.0f, 1.05f}, lf[2] = {1.5f, 8.0f};
+    const struct ebb_gguf_tensor *st = ebb_gguf_find_tensor(b->g, "rope_factors_short.weight");
+    const struct ebb_gguf_tensor *lt = ebb_gguf_find_tensor(b->g, "rope_factors_long.weight");
+    assert_true(st && lt);
+    memcpy(b->img.p + ((const uint8_t *)st->data - b->img.p), sf, sizeof(sf));
+    memcpy(b->img.p + ((const uint8_t *)lt->data - b->img.p), lf, sizeof(lf));
+}
+
+/* Phi-3.5's longrope: both factor tensors and the original context give the attention factor
+ * sqrt(1 + ln(s) / ln(original)) (s = context / original) unless the file states one, and the
+ * divisors are the short tensor's up to the original context and the long one's above it; the
+ * factors without the original context are refused naming the key. */
+static void test_longrope(void **state)
+{
+    (void)state;
+    struct wbuf kv = {0};
+    kv_u32(&kv, "phi3", "context_length", 4096);
+    kv_u32(&kv, "phi3", "rope.scaling.original_context_length", 64);
+    extra_kv = &kv;
+    n_extra_kv = 2;
+    with_optional = "rope_factors_*";
+    struct built b = build(&ebb__arch_phi3, "phi3", NULL, NULL);
+    struct ebb_diag d = {{0}};
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    const struct ebb__arch *a = NULL;
+    struct ebb__hparams hp;
+    set_factors(&b);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_int_equal(ebb__arch_check(a, &hp, b.g, &d), EBB_OK);
+    assert_true(hp.rope_longrope == 1 && hp.rope_orig_ctx == 64);
+    assert_float_equal(hp.attn_factor, sqrt(1.0 + log(4096.0 / 64.0) / log(64.0)), 1e-6);
+    const struct ebb_gguf_tensor *lt = ebb_gguf_find_tensor(b.g, "rope_factors_long.weight");
+    const struct ebb_gguf_tensor *st = ebb_gguf_find_tensor(b.g, "rope_factors_short.weight");
+    assert_true(lt && st && lt->n_elements == 2 && st->n_elements == 2);
+    float ff[2], want[2];
+    bool scaled;
+    hp.n_ctx_run = 64;
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    memcpy(want, st->data, sizeof(want));
+    assert_memory_equal(ff, want, sizeof(want));
+    hp.n_ctx_run = 65;
+    assert_int_equal(ebb__arch_rope_freqs(a, &hp, b.g, ff, &scaled, &d), EBB_OK);
+    memcpy(want, lt->data, sizeof(want));
+    assert_memory_equal(ff, want, sizeof(want));
+    free_built(&b);
+
+    /* A stated factor wins. */
+    w_kv(&kv, "phi3.rope.scaling.attn_factor", 6);
+    w_f32(&kv, 1.25f);
+    n_extra_kv = 3;
+    b = build(&ebb__arch_phi3, "phi3", NULL, NULL);
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    set_factors(&b);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
+    assert_float_equal(hp.attn_factor, 1.25, 1e-7);
+    free_built(&b);
+
+    kv.n = 0;
+    kv_u32(&kv, "phi3", "context_length", 4096);
+    n_extra_kv = 1;
+    b = build(&ebb__arch_phi3, "phi3", NULL, NULL);
+    with_optional = NULL;
+    extra_kv = NULL;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_EFORMAT);
+    assert_non_null(strstr(d.msg, "phi3.rope.scaling.original_context_length"));
     free_built(&b);
     free(kv.p);
 }
@@ -540,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_unknown_arch),    cmocka_unit_test(test_refused_and_optional),
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
         cmocka_unit_test(test_llama3_rope),     cmocka_unit_test(test_experts),
+        cmocka_unit_test(test_longrope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
