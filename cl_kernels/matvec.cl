@@ -1164,9 +1164,9 @@ __kernel void matvec_cpu(W_ARGS, int n_in, int n_out, __global const float *x, i
             x0 *= vload16(0, nw + b * 32);
             x1 *= vload16(1, nw + b * 32);
         }
-        if (glu) {
-            x0 = x0 / (1.0f + exp(-x0)) * vload16(0, xt + n_in + b * 32);
-            x1 = x1 / (1.0f + exp(-x1)) * vload16(1, xt + n_in + b * 32);
+        if (glu) { /* SiLU (1) or GELU-tanh (2) of the gate, times the up half */
+            x0 = glu_act16(x0, glu) * vload16(0, xt + n_in + b * 32);
+            x1 = glu_act16(x1, glu) * vload16(1, xt + n_in + b * 32);
         }
 #pragma unroll
         for (int r = 0; r < MV_CPU_R; r++) {
