@@ -993,7 +993,7 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
         /* All of the step's loads first (blocks past n_in read the last block, their scales
          * zeroed), so that they are in flight together; then the products. */
         uint v[MS_KB][MS_MI][2];
-        float2 dm[MS_KB][MS_MI][2];
+        float4 dm[MS_KB][MS_MI][2];
         float4 xv[MS_KB][MS_NJ][2];
 #pragma unroll
         for (int bb = 0; bb < MS_KB; bb++) {
@@ -1007,7 +1007,7 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    xv[bb][j][h] = *(const __global float4 *)(xt[j] + b * 32 + 16 * h + 4 * q);
+                    xv[bb][j][h] = *(const __global float4 *)(xt[j] + W_QX(b, h) + 4 * q);
         }
 #pragma unroll
         for (int bb = 0; bb < MS_KB; bb++) {
@@ -1017,13 +1017,14 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             for (int i = 0; i < MS_MI; i++)
 #pragma unroll
                 for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
-                    float2 f = in ? dm[bb][i][r] : (float2)(0.0f);
+                    float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
                     uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
+                    uint e2 = mb_h2(f.z, f.z), n2 = mb_h2(f.w, f.w);
                     uint lo = v[bb][i][r] & 0x0F0F0F0Fu, hi = (v[bb][i][r] >> 4) & 0x0F0F0F0Fu;
                     a[i][0][r] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2);
                     a[i][0][r + 2] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2);
-                    a[i][1][r] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), d2, m2);
-                    a[i][1][r + 2] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), d2, m2);
+                    a[i][1][r] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), e2, n2);
+                    a[i][1][r + 2] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), e2, n2);
                 }
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
@@ -1043,26 +1044,29 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             if (b >= nb)
                 break;
             /* The stand-in: this lane's fragment elements (rows g, g + 8; tokens 2q, 2q + 1 of
-             * each 8) over the whole block, from W_Q16's 16 bytes, weights and inputs rounded
-             * to f16 as the tensor cores take them. */
+             * each 8) over the whole block, from its four words (W_QW), weights and inputs
+             * rounded to f16 as the tensor cores take them. */
             for (int i = 0; i < MS_MI; i++)
                 for (int r = 0; r < 2; r++) {
-                    uint4 v;
-                    float2 dm;
-                    W_Q16(wrow[i][r], b, &v, &dm);
                     float w[32];
-                    for (int k = 0; k < 16; k++) {
-                        uint byte = (mb_word(v, k / 4) >> (8 * (k % 4))) & 0xFFu;
-                        w[k] = ms_f16((float)(byte & 15u) * dm.x + dm.y);
-                        w[k + 16] = ms_f16((float)(byte >> 4) * dm.x + dm.y);
+                    for (int k = 0; k < 4; k++) {
+                        uint v;
+                        float4 dm;
+                        W_QW(wrow[i][r], b, k, &v, &dm);
+                        for (int t = 0; t < 4; t++) {
+                            uint byte = (v >> (8 * t)) & 0xFFu;
+                            w[4 * k + t] = ms_f16((float)(byte & 15u) * dm.x + dm.y);
+                            w[16 + 4 * k + t] = ms_f16((float)(byte >> 4) * dm.z + dm.w);
+                        }
                     }
                     for (int j = 0; j < MS_NJ; j++)
                         for (int c = 0; c < 2; c++) {
                             const __global float *xr =
-                                x + (size_t)min(t0 + 8 * j + 2 * q + c, n_tok - 1) * x_ld + b * 32;
+                                x + (size_t)min(t0 + 8 * j + 2 * q + c, n_tok - 1) * x_ld;
                             float s = 0.0f;
-                            for (int k = 0; k < 32; k++)
-                                s += w[k] * ms_f16(xr[k]);
+                            for (int k = 0; k < 16; k++)
+                                s += w[k] * ms_f16(xr[W_QX(b, 0) + k]) +
+                                     w[16 + k] * ms_f16(xr[W_QX(b, 1) + k]);
                             acc[i][j][2 * r + c] += s;
                         }
                 }

@@ -90,31 +90,35 @@ inline void q16_split_q4(const __global uchar *q, const __global float2 *s, int 
 
 /* One word of a 4-bit 32-block for the tensor-core fragments of matmul_mms: quant bytes
  * 4k..4k+3 of row o's block b (weights 4k.. in the low nibbles, 4k + 16.. in the high ones),
- * and (d, m) with w = d q + m. */
+ * and (d, m) with w = d q + m for the low nibbles (dm.xy) and the high ones (dm.zw): the same
+ * for these types, two sub-blocks' for Q4_K (qw_raw_q4_k). W_QX(b, h) is the input index of
+ * the low (h 0) or high (h 1) nibbles' first weight. */
 inline void qw_raw_q4_0(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v,
-                        float2 *dm)
+                        float4 *dm)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 18;
     ushort2 u = vload2(0, (const __global ushort *)(p + 2 + 4 * k));
     *v = (uint)u.x | ((uint)u.y << 16);
     float d = LD_HALF(p);
-    *dm = (float2)(d, -8.0f * d);
+    *dm = (float4)(d, -8.0f * d, d, -8.0f * d);
 }
 
 inline void qw_raw_q4_1(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v,
-                        float2 *dm)
+                        float4 *dm)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 20;
     *v = *(const __global uint *)(p + 4 + 4 * k);
-    *dm = (float2)(LD_HALF(p), LD_HALF(p + 2));
+    float d = LD_HALF(p), m = LD_HALF(p + 2);
+    *dm = (float4)(d, m, d, m);
 }
 
 inline void qw_split_q4(const __global uchar *q, const __global float2 *s, int nb, int o, int b,
-                        int k, uint *v, float2 *dm)
+                        int k, uint *v, float4 *dm)
 {
     ulong blk = (ulong)o * nb + b;
     *v = ((const __global uint *)q)[blk * 4 + k];
-    *dm = s[blk];
+    float2 f = s[blk];
+    *dm = (float4)(f, f);
 }
 
 inline float4 w4_raw_q4_1(const __global uchar *w, ulong rowb, int o, int i)
@@ -164,6 +168,21 @@ inline float2 k4_scale_min(const __global uchar *s, int g)
         mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
     }
     return (float2)((float)sc, (float)mn);
+}
+
+/* matmul_mms's word of a raw Q4_K row (qw_raw_q4_0 above): its "32-block" b is 16 quant bytes,
+ * whose low nibbles are 16 weights of sub-block 2j and whose high nibbles the same 16 of
+ * sub-block 2j + 1 (super-block b / 8, j = (b / 2) % 4, the half b % 2), each with its own
+ * six-bit scale and min. */
+inline void qw_raw_q4_k(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v,
+                        float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 144;
+    int j = (b >> 1) & 3;
+    *v = *(const __global uint *)(p + 16 + 32 * j + 16 * (b & 1) + 4 * k);
+    float d = LD_HALF(p), dmin = LD_HALF(p + 2);
+    float2 s0 = k4_scale_min(p + 4, 2 * j), s1 = k4_scale_min(p + 4, 2 * j + 1);
+    *dm = (float4)(d * s0.x, -dmin * s0.y, d * s1.x, -dmin * s1.y);
 }
 
 inline float4 w4_raw_q4_k(const __global uchar *w, ulong rowb, int o, int i)

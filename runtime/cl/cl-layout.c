@@ -586,6 +586,13 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
+bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    return ebb_cl_layout_has_q16(l, tu) ||
+           (l->type == EBB_GGML_Q4_K && l->order == EBB_CL_ORDER_RAW &&
+            l->storage == EBB_CL_STORE_BUFFER && !tu->block_dec);
+}
+
 ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu,
                                char *buf, size_t cap, struct ebb_diag *diag)
 {
@@ -706,6 +713,19 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "(v), (dm))\n"
                          "#define W_QW(o, b, k, v, dm) qw_split_q4(w_a, w_b, n_in / 32, (o), (b), "
                          "(k), (v), (dm))\n");
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+        n = snprintf(buf + used, cap - used, "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n");
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    } else if (ebb_cl_layout_has_qw(l, tu)) { /* raw Q4_K: matmul_mms's words only */
+        n = snprintf(buf + used, cap - used,
+                     "#define W_QW(o, b, k, v, dm) qw_raw_q4_k(w_a + w_off, "
+                     "(ulong)(n_in / 256) * 144, (o), (b), (k), (v), (dm))\n"
+                     "#define W_QX(b, h) (((b) >> 3) * 256 + (((b) >> 1) & 3) * 64 + "
+                     "((b) & 1) * 16 + (h) * 32)\n");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -1046,7 +1066,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
-        (tu->mm_mma && ebb_cl_layout_has_q16(l, tu) &&
+        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))

@@ -229,6 +229,10 @@ bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
+/* True when layout l has matmul_mms's word accessors (W_QW, W_QX) under tuning tu: the W_Q16
+ * layouts and raw Q4_K. */
+bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,
  * Q5_1, Q4_K, Q5_K or Q6_K blocks in a buffer, with tu->mv_q8 and tu->kq8. */
 bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
@@ -243,7 +247,7 @@ struct ebb_cl_wprog {
     cl_kernel matvec_q8r; /* with matvec_q8 */
     cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mmb; /* with tu->mm_mma, else NULL */
-    cl_kernel matmul_mms; /* with tu->mm_mma where the layout has W_Q16, else NULL */
+    cl_kernel matmul_mms; /* with tu->mm_mma where the layout has W_QW, else NULL */
     cl_kernel matmul_mmp; /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
     cl_kernel matvec_cpu; /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };

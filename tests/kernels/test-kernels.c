@@ -619,6 +619,8 @@ static void test_weights(void)
     test_mma_tiles(&other[1], tu, 256, false);
     test_mma_tiles(&other[3], tq, 288, true); /* matmul_mms on raw Q4_0 (NVIDIA's layout) */
     test_mma_tiles(&other[0], tq, 288, true); /* and raw Q4_1 */
+    struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
