@@ -590,6 +590,16 @@ matmul_gemm(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __gl
                     acc[i_][j_][e_] += s_;                                                         \
                 }                                                                                  \
     } while (0)
+#define MMA_ZERO(acc, MI, NJ)                                                                      \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int i_ = 0; i_ < (MI); i_++)                                                          \
+            _Pragma("unroll")                                                                      \
+            for (int j_ = 0; j_ < (NJ); j_++)                                                      \
+                _Pragma("unroll")                                                                  \
+                for (int e_ = 0; e_ < 4; e_++)                                                     \
+                    acc[i_][j_][e_] = 0.0f;                                                        \
+    } while (0)
 #define MMA_STORE(acc)                                                                             \
     do {                                                                                           \
         _Pragma("unroll")                                                                          \
@@ -640,10 +650,7 @@ matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2); /* the warp's rows, tokens */
     float acc[MA_MI][MA_NJ][4];
     float4 wr[MA_WN], xr[MA_XN];
-    for (int i = 0; i < MA_MI; i++)
-        for (int j = 0; j < MA_NJ; j++)
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+    MMA_ZERO(acc, MA_MI, MA_NJ);
 #if MA_PF
     MA_LOAD(0);
 #endif
@@ -733,6 +740,17 @@ inline uint mb_deq2(uint n, uint d2, uint m2)
     return w;
 }
 
+/* The halves of a 4-bit word v's low nibbles as d q + m (lo0: bytes 0, 1; lo1: bytes 2, 3) and
+ * of its high nibbles as e q + n (hi0, hi1); d2, m2, e2, n2 are half2 pairs of one value. */
+#define MB_DEQ_WORD(v, d2, m2, e2, n2, lo0, lo1, hi0, hi1)                                         \
+    do {                                                                                           \
+        uint l_ = (v) & 0x0F0F0F0Fu, h_ = ((v) >> 4) & 0x0F0F0F0Fu;                                \
+        lo0 = mb_deq2(mb_prmt(l_, 0x64646464u, 0x5140u), (d2), (m2));                              \
+        lo1 = mb_deq2(mb_prmt(l_, 0x64646464u, 0x7362u), (d2), (m2));                              \
+        hi0 = mb_deq2(mb_prmt(h_, 0x64646464u, 0x5140u), (e2), (n2));                              \
+        hi1 = mb_deq2(mb_prmt(h_, 0x64646464u, 0x7362u), (e2), (n2));                              \
+    } while (0)
+
 inline uint mb_h2(float lo, float hi)
 {
     uint d;
@@ -762,13 +780,7 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     int xr = lid / MB_TPT, xe = (lid % MB_TPT) * MB_EX;
     int wrow = min(row0 + wr, n_out - 1), xtok = min(t0 + xr, n_tok - 1), nb = n_in / 32;
     float acc[MB_MI][MB_NJ][4];
-#pragma unroll
-    for (int i = 0; i < MB_MI; i++)
-#pragma unroll
-        for (int j = 0; j < MB_NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+    MMA_ZERO(acc, MB_MI, MB_NJ);
 #if defined(W_SPLIT4) || defined(W_Q16)
     /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
      * work-item's MB_EW / 8 words of each block hold elements we / 2.. and 16 + we / 2.. */
@@ -844,12 +856,9 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             uint d2 = mb_h2(dm[kb].x, dm[kb].x), m2 = mb_h2(dm[kb].y, dm[kb].y);
 #pragma unroll
             for (int u = 0; u < MB_EW / 8; u++) {
-                uint lo = qv[kb][u] & 0x0F0F0F0Fu, hi = (qv[kb][u] >> 4) & 0x0F0F0F0Fu;
                 int e = we / 2 + 4 * u; /* element of the word's first byte */
-                uint2 l2 = (uint2)(mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2),
-                                   mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2));
-                uint2 h2 = (uint2)(mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), d2, m2),
-                                   mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), d2, m2));
+                uint2 l2, h2;
+                MB_DEQ_WORD(qv[kb][u], d2, m2, d2, m2, l2.x, l2.y, h2.x, h2.y);
                 vstore2(l2, 0, wl + e / 2);
                 vstore2(h2, 0, wl + (16 + e) / 2);
             }
@@ -969,13 +978,7 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int row0 = get_group_id(0) * MS_R, t0 = get_group_id(1) * MS_T, nb = n_in / 32;
     float acc[MS_MI][MS_NJ][4];
-#pragma unroll
-    for (int i = 0; i < MS_MI; i++)
-#pragma unroll
-        for (int j = 0; j < MS_NJ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+    MMA_ZERO(acc, MS_MI, MS_NJ);
     /* This lane's rows (g and g + 8 of each 16) and tokens (g of each 8), clamped: the extra
      * rows and tokens of a partial tile compute copies that are never written. */
     int wrow[MS_MI][2];
@@ -1020,11 +1023,8 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                     float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
                     uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
                     uint e2 = mb_h2(f.z, f.z), n2 = mb_h2(f.w, f.w);
-                    uint lo = v[bb][i][r] & 0x0F0F0F0Fu, hi = (v[bb][i][r] >> 4) & 0x0F0F0F0Fu;
-                    a[i][0][r] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x5140u), d2, m2);
-                    a[i][0][r + 2] = mb_deq2(mb_prmt(lo, 0x64646464u, 0x7362u), d2, m2);
-                    a[i][1][r] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x5140u), e2, n2);
-                    a[i][1][r + 2] = mb_deq2(mb_prmt(hi, 0x64646464u, 0x7362u), e2, n2);
+                    MB_DEQ_WORD(v[bb][i][r], d2, m2, e2, n2, a[i][0][r], a[i][0][r + 2],
+                                a[i][1][r], a[i][1][r + 2]);
                 }
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
