@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Per-kernel profiles on the GPU machine (EBB_CL_PROFILE=1: every launch waited for, its wall
-# time, launch cost included, added up by kernel name): writes shapes with ebb-gen-model (few
-# layers: a layer's profile does not depend on the count) and runs `ebb bench` on each setting.
+# Per-kernel profiles on the GPU machine: EBB_CL_PROFILE=gpu (the default here; the queue's
+# device timestamps: each kernel's time on the device, and the idle time between launches) or
+# EBB_PROFILE_MODE=1 (every launch waited for, its wall time added up by kernel name). Writes
+# shapes with ebb-gen-model (few layers: a layer's profile does not depend on the count) and runs
+# `ebb bench` on each setting.
 # Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-profile.sh
 # Environment: EBB_PROFILES ("shape:type:layers:bench args[:env,...]" entries, space separated;
@@ -25,6 +27,6 @@ for p in $profiles; do
     say "$shape $type $layers layers: ebb bench ${args//,/ } ${envs:-}"
     env "$@" timeout 120 ebb bench -m "$m" ${args//,/ } 2>&1 |
         grep -iE "prefill|decode|step|traffic|kernels" | tee -a "$log"
-    env "$@" EBB_CL_PROFILE=1 timeout 120 ebb bench -m "$m" ${args//,/ } 2>&1 |
+    env "$@" EBB_CL_PROFILE="${EBB_PROFILE_MODE:-gpu}" timeout 120 ebb bench -m "$m" ${args//,/ } 2>&1 |
         grep -E "profile" | sort -k6 -n -r | tee -a "$log"
 done

@@ -249,6 +249,9 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
 }
 
 #if defined(W_Q16) && MV_Q8
+#ifndef MVU
+#define MVU 2 /* matvec_q8's blocks a lane per step */
+#endif
 /* The int dot product of 4-bit block v (uint4: byte j holds elements j (low nibble) and j + 16
  * (high)) with the int8 block at xw (eight words, word j holds elements 4j..4j+3). */
 inline int q4q8_dotx(uint4 v, int4 x0, int4 x1)
@@ -285,18 +288,20 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
-        /* two blocks per step: two weight loads in flight */
-        for (; b + MV_WG < nb; b += 2 * MV_WG) {
-            uint4 v0, v1;
-            float2 dm0, dm1;
-            W_Q16(row, b, &v0, &dm0);
-            W_Q16(row, b + MV_WG, &v1, &dm1);
-            float2 d0 = xd[b], d1 = xd[b + MV_WG];
-            int s0 = q4q8_dot(v0, xq + 2 * b), s1 = q4q8_dot(v1, xq + 2 * (b + MV_WG));
-            acc += dm0.x * d0.x * (float)s0 + dm0.y * d0.y;
-            acc += dm1.x * d1.x * (float)s1 + dm1.y * d1.y;
+        /* MVU blocks a step: all their weight loads issued before the products, so that a
+         * short row (4096 inputs: 4 blocks a lane) waits on memory once or twice, not 4 times */
+        for (; b + (MVU - 1) * MV_WG < nb; b += MVU * MV_WG) {
+            uint4 v[MVU];
+            float2 dm[MVU];
+            for (int u = 0; u < MVU; u++)
+                W_Q16(row, b + u * MV_WG, &v[u], &dm[u]);
+            for (int u = 0; u < MVU; u++) {
+                int bu = b + u * MV_WG;
+                float2 d = xd[bu];
+                acc += dm[u].x * d.x * (float)q4q8_dot(v[u], xq + 2 * bu) + dm[u].y * d.y;
+            }
         }
-        if (b < nb) {
+        for (; b < nb; b += MV_WG) {
             uint4 v0;
             float2 dm0;
             W_Q16(row, b, &v0, &dm0);

@@ -129,6 +129,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .att_rope = 1,
         .mvr = 8,
         .mvo = 1,
+        .mvu = 2,
         .q8r_fold = 1,
     };
     /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
@@ -307,6 +308,10 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *mvo = getenv("EBB_CL_MVO");
     if (mvo && (!strcmp(mvo, "1") || !strcmp(mvo, "2") || !strcmp(mvo, "4")))
         t.mvo = (uint32_t)(*mvo - '0');
+    /* EBB_CL_MVU=U: matvec_q8's blocks a work-item loads per step (1..8). */
+    const char *mvu = getenv("EBB_CL_MVU");
+    if (mvu && *mvu >= '1' && *mvu <= '8' && !mvu[1])
+        t.mvu = (uint32_t)(*mvu - '0');
     /* EBB_CL_Q8RFOLD=0: batches run rmsnorm and swiglu before quantize_x8_rows (measurements). */
     const char *q8f = getenv("EBB_CL_Q8RFOLD");
     if (q8f && (*q8f == '0' || *q8f == '1'))
@@ -626,13 +631,13 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
-        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n",
+        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
         tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
-        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1);
+        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;

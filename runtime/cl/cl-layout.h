@@ -61,6 +61,7 @@ struct ebb_cl_tuning {
                                weight read, instead of the tiled kernels; 0 = never */
     uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
     uint32_t mvo;           /* matvec_q8r's output rows per MV_WG work-items (MVO: 1, 2 or 4) */
+    uint32_t mvu;           /* matvec_q8's 4-bit blocks a work-item loads per step (MVU: 1..8) */
     uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
                                activation into quantize_x8_rows (0: separate launches) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX

@@ -380,7 +380,9 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
     cl->ctx = clCreateContext(props, 1, &k.d, NULL, NULL, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateContext")))
         goto out;
-    cl->q = clCreateCommandQueue(cl->ctx, k.d, 0, &e);
+    const char *prof = getenv("EBB_CL_PROFILE");
+    cl_command_queue_properties qp = prof && !strcmp(prof, "gpu") ? CL_QUEUE_PROFILING_ENABLE : 0;
+    cl->q = clCreateCommandQueue(cl->ctx, k.d, qp, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateCommandQueue")))
         goto out;
     *out = cl;
@@ -390,10 +392,17 @@ out:
     return rc;
 }
 
+static int prof_state; /* the profile's state and drain (below, with ebb_cl_run) */
+static void prof_drain(void);
+
 void ebb_cl_close(struct ebb_cl *cl)
 {
     if (!cl)
         return;
+    if (prof_state == 3 && cl->q) {
+        clFinish(cl->q);
+        prof_drain();
+    }
     if (cl->q)
         clReleaseCommandQueue(cl->q);
     if (cl->ctx)
@@ -510,14 +519,27 @@ ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, 
 }
 
 /* EBB_CL_PROFILE=1: every launch waits for its kernel and its wall time is added to a table
- * by kernel name, printed on stderr at exit. A development aid; it serialises the queue. */
-#define PROF_MAX 32
+ * by kernel name, printed on stderr at exit. A development aid; it serialises the queue.
+ * EBB_CL_PROFILE=gpu: nothing waits; the queue records each launch's start and end on the
+ * device (CL_QUEUE_PROFILING_ENABLE), read at the next wait (ebb_cl_finish, ebb_cl_read, or
+ * every PROF_EV launches), and the table gets each kernel's device time and, apart, the idle
+ * time between consecutive launches (launch gaps and host waits). */
+#define PROF_MAX 48
+#define PROF_EV 4096
 static struct {
     char name[48];
     double s;
     unsigned long n;
 } prof[PROF_MAX];
-static int prof_state; /* 0 unknown, 1 off, 2 on */
+/* prof_state: 0 unknown, 1 off, 2 on (wall), 3 on (device timestamps) */
+static struct {
+    cl_event ev;
+    int slot;
+} prof_ev[PROF_EV];
+static int prof_nev;
+static cl_ulong prof_last_end;
+static double prof_gap_s;
+static unsigned long prof_gap_n;
 
 static void prof_print(void)
 {
@@ -527,6 +549,9 @@ static void prof_print(void)
     for (int i = 0; i < PROF_MAX && prof[i].n; i++)
         fprintf(stderr, "ebb: profile %-20s %8lu launches %9.3f s %5.1f%%\n", prof[i].name,
                 prof[i].n, prof[i].s, total > 0 ? 100.0 * prof[i].s / total : 0.0);
+    if (prof_state == 3)
+        fprintf(stderr, "ebb: profile %-20s %8lu launches %9.3f s (device idle between launches)\n",
+                "(gaps)", prof_gap_n, prof_gap_s);
 }
 
 static double mono_s(void)
@@ -536,19 +561,54 @@ static double mono_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void prof_add(cl_kernel k, double s)
+/* The table slot of kernel k's name (-1 when full). */
+static int prof_slot(cl_kernel k)
 {
     char name[48] = "?";
     clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
     name[sizeof(name) - 1] = 0;
     for (int i = 0; i < PROF_MAX; i++) {
         if (!prof[i].n || !strcmp(prof[i].name, name)) {
-            memcpy(prof[i].name, name, sizeof(name));
-            prof[i].s += s;
-            prof[i].n++;
-            return;
+            if (!prof[i].n)
+                memcpy(prof[i].name, name, sizeof(name));
+            return i;
         }
     }
+    return -1;
+}
+
+static void prof_add(cl_kernel k, double s)
+{
+    int i = prof_slot(k);
+    if (i >= 0) {
+        prof[i].s += s;
+        prof[i].n++;
+    }
+}
+
+/* Device timestamps of the recorded launches into the table (they have all completed or are
+ * waited for here). */
+static void prof_drain(void)
+{
+    if (prof_nev)
+        clWaitForEvents(1, &prof_ev[prof_nev - 1].ev);
+    for (int i = 0; i < prof_nev; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        clGetEventProfilingInfo(prof_ev[i].ev, CL_PROFILING_COMMAND_START, sizeof(t0), &t0, NULL);
+        clGetEventProfilingInfo(prof_ev[i].ev, CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL);
+        clReleaseEvent(prof_ev[i].ev);
+        if (prof_ev[i].slot >= 0 && t1 >= t0) {
+            prof[prof_ev[i].slot].s += (double)(t1 - t0) * 1e-9;
+            prof[prof_ev[i].slot].n++;
+        }
+        if (prof_last_end && t0 > prof_last_end) {
+            prof_gap_s += (double)(t0 - prof_last_end) * 1e-9;
+            prof_gap_n++;
+        }
+        if (t1 > prof_last_end)
+            prof_last_end = t1;
+    }
+    prof_nev = 0;
 }
 
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
@@ -556,8 +616,8 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
 {
     if (!prof_state) {
         const char *p = getenv("EBB_CL_PROFILE");
-        prof_state = p && *p && strcmp(p, "0") ? 2 : 1;
-        if (prof_state == 2)
+        prof_state = p && !strcmp(p, "gpu") ? 3 : p && *p && strcmp(p, "0") ? 2 : 1;
+        if (prof_state >= 2)
             atexit(prof_print);
     }
     double t0 = 0;
@@ -573,7 +633,9 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
         if (!g[i])
             return EBB_OK;
     }
-    cl_int e = clEnqueueNDRangeKernel(cl->q, k, dims, NULL, g, local, 0, NULL, NULL);
+    cl_event ev = NULL;
+    cl_int e = clEnqueueNDRangeKernel(cl->q, k, dims, NULL, g, local, 0, NULL,
+                                      prof_state == 3 ? &ev : NULL);
     if (e) {
         char name[64] = "?";
         clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
@@ -582,6 +644,12 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
                             "enqueue %s: %s", name, ebb_cl_err_name(e));
     }
     cl->n_launch++;
+    if (ev) {
+        if (prof_nev == PROF_EV)
+            prof_drain();
+        prof_ev[prof_nev].ev = ev;
+        prof_ev[prof_nev++].slot = prof_slot(k);
+    }
     if (prof_state == 2) {
         clFinish(cl->q);
         prof_add(k, mono_s() - t0);
@@ -592,7 +660,10 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
 ebb_err ebb_cl_finish(struct ebb_cl *cl, struct ebb_diag *diag)
 {
     cl->n_sync++;
-    return ebb_cl_check(clFinish(cl->q), diag, "clFinish");
+    ebb_err rc = ebb_cl_check(clFinish(cl->q), diag, "clFinish");
+    if (prof_state == 3)
+        prof_drain();
+    return rc;
 }
 
 ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst,
@@ -600,5 +671,7 @@ ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst
 {
     cl->n_sync++;
     cl_int e = clEnqueueReadBuffer(cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    if (prof_state == 3)
+        prof_drain();
     return ebb_cl_check(e, diag, "reading results");
 }

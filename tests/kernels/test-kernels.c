@@ -591,6 +591,11 @@ static void test_weights(void)
     test_weight_layout(&other[1], 37, 512);
     tu.mvo = 4; /* and 4 output rows a warp (37: one row in the last group) */
     test_weight_layout(&other[3], 37, 512);
+    /* matvec_q8 with 3 blocks a lane per step: 100 blocks over 32 lanes, one full step each
+     * and a tail of 4. */
+    tu.mvu = 3;
+    printf("  (matvec_q8: %u blocks a step)\n", tu.mvu);
+    test_weight_layout(&other[4], 37, 3200);
     tu = keep;
     /* matvec_cpu with the other row counts per work-item (37 rows: the last one partial). */
     for (uint32_t r = 1; tu.mv_cpu && tu.block_dec && r <= 8; r *= 2) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call on the GPU machine for the expert cache (issue 15, part 3; docs/STREAMER.md):
+# writes the Qwen3-30B-A3B shape as the Q4_K_M mix with ebb-gen-model, runs `ebb bench` fully
+# resident and with --expert-cache N slots a layer (the attention and shared tensors resident,
+# the experts through the cache), then llama.cpp's llama-bench (CUDA, built in the background
+# from .llama-src when carried; skip with EBB_NO_LLAMA=1) with every expert tensor on the CPU
+# (`-ngl 99 -ot exps=CPU`), the partial offload a user without the memory would run, on the same
+# file. Logs go to $OUT (or /tmp/out).
+# Usage (device): source .device-carry/env.sh; bash bench/gpu-experts.sh
+# Environment: EBB_SLOTS (24 48: slots a layer; 24 is about a quarter of the file's size in
+# device memory with the resident tensors), EBB_PP (512), EBB_TG (128).
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out" /tmp/models
+log=$out/experts.log
+export XDG_CACHE_HOME=/tmp/cache
+say() { echo "== $*" | tee -a "$log"; }
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/lb.done ]; then
+    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j14 llama-bench \
+      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
+fi
+m=/tmp/models/qwen3-30b-a3b-q4_k_m.gguf
+[ -f "$m" ] || ebb-gen-model --shape qwen3-30b-a3b --tokenizer-from .device-carry/tok.gguf \
+    --type q4_k_m -o "$m" >>"$log" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
+say "file $(du -h "$m" | cut -f1)"
+pp=${EBB_PP:-512} tg=${EBB_TG:-128}
+say "ebb bench resident"
+timeout 240 ebb bench -m "$m" --prompt-tokens "$pp" --gen-tokens "$tg" 2>&1 |
+    grep -iE "prefill|decode|traffic|launches|memory" | tee -a "$log"
+for n in ${EBB_SLOTS:-24 48}; do
+    say "ebb bench --expert-cache $n"
+    timeout 300 ebb bench -m "$m" --expert-cache "$n" --prompt-tokens "$pp" --gen-tokens "$tg" \
+        2>&1 | grep -iE "prefill|decode|traffic|launches|expert|memory|error" | tee -a "$log"
+done
+if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
+    say "waiting for llama-bench"
+    for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
+    if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+        say "llama.cpp CUDA, experts on the CPU (-ngl 99 -ot exps=CPU)"
+        timeout 400 /tmp/lb/bin/llama-bench -m "$m" -p "$pp" -n "$tg" -r 1 -ngl 99 -fa 1 \
+            -ot "exps=CPU" 2>&1 | grep -E "^\||error" | tee -a "$log"
+    else
+        say "llama-bench did not build"; tail -20 /tmp/lb.log >>"$log"
+    fi
+fi
