@@ -205,6 +205,8 @@ ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l
                              struct ebb_diag *diag)
 {
     for (uint32_t gi = 0; gi < m->plan.n_groups; gi++) {
+        if (ebb__clm_xc_skips(m, gi))
+            continue; /* the expert cache's slots hold them */
         ebb_err rc = place_plan_group(m, g, gi, l, diag);
         if (rc)
             return rc;

@@ -304,6 +304,12 @@ size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t 
     return ebb_stream_report_prometheus(&r, buf, cap);
 }
 
+bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out)
+{
+    *out = (struct ebb_model_expert_cache){0};
+    return m->iface->expert_cache && m->iface->expert_cache(m->ctx, out);
+}
+
 bool ebb_model_stream_probe(struct ebb_model *m)
 {
     return m->iface->stream_probe && m->iface->stream_probe(m->ctx);
