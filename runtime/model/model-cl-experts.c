@@ -220,10 +220,7 @@ ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *
     struct clm_xc *x = m->xc;
     uint32_t k = x->k;
     size_t n_ids = (size_t)nt * k;
-    ebb_err rc =
-        ebb_cl_check(clEnqueueReadBuffer(m->cl->q, m->moe.ids, CL_TRUE, 0, sizeof(cl_int) * n_ids,
-                                         x->host_ids, 0, NULL, NULL),
-                     diag, "reading the chosen experts");
+    ebb_err rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
     for (size_t r = 0; r < n_ids && !rc; r++)
         if (x->host_ids[r] < 0 || (uint32_t)x->host_ids[r] >= x->n_expert)
             rc = ebb_diag_set(diag, EBB_EINVAL, "expert cache: the router chose expert %d",
@@ -250,7 +247,7 @@ ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *
             }
         }
         /* Earlier passes' copies read the staging: let them finish before it is rewritten. */
-        if (t0 > 0 && (rc = ebb_cl_check(clFinish(m->cl->q), diag, "clFinish(experts)")))
+        if (t0 > 0 && (rc = ebb_cl_finish(m->cl, diag)))
             break;
         x->clock++;
         uint64_t stage_off = 0;

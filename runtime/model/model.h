@@ -168,6 +168,11 @@ struct ebb_model_expert_cache {
 };
 /* Any thread: a snapshot; false when the model has no expert cache. */
 bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out);
+/* Those figures as one JSON object (`ebb run --json`, `ebb bench --json`: key "expert_cache")
+ * or as Prometheus text (ebb_expert_cache_* lines of /metrics); the length needed, like
+ * snprintf; 0 (and buf "") when the model has no expert cache. */
+size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t cap);
+size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, size_t cap);
 
 /* Bytes one decoded token (one slot, one row) reads, as the backend holds them: the weights
  * (every layer's tensors in the layout the backend reads, the experts a token uses of a
