@@ -105,6 +105,11 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     }
 
     const char *dev = p->device ? p->device : "auto";
+    if ((!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) && p->expert_cache) {
+        rc = ebb_diag_set(diag, EBB_EINVAL,
+                          "--expert-cache needs the OpenCL engine (not device '%s')", dev);
+        goto out;
+    }
     if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
         rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
