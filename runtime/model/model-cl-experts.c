@@ -39,7 +39,9 @@ static ebb_err setting(const struct ebb_model_params *p, uint32_t *out, struct e
 {
     const char *env = getenv("EBB_EXPERT_CACHE");
     *out = p->expert_cache;
-    if (env && *env) {
+    if (env && !strcmp(env, "auto")) {
+        *out = EBB_EXPERT_CACHE_AUTO;
+    } else if (env && *env) {
         char *end = NULL;
         unsigned long v = strtoul(env, &end, 10);
         if (end == env || *end || *env == '-' || v > 65536)
@@ -47,6 +49,45 @@ static ebb_err setting(const struct ebb_model_params *p, uint32_t *out, struct e
                                 "EBB_EXPERT_CACHE='%.40s': expected a slot count per layer", env);
         *out = (uint32_t)v;
     }
+    return EBB_OK;
+}
+
+bool ebb__clm_xc_wanted(const struct ebb_model_params *p)
+{
+    uint32_t n = 0;
+    return setting(p, &n, NULL) == EBB_OK && n;
+}
+
+/* Slots per layer that the budget leaves: the budget minus every tensor but the expert stacks
+ * (their sizes in the file), the KV cache and the engine's buffers, over one expert of every
+ * layer; at most n_expert. EBB_ENOMEM with the figures when fewer than k fit. */
+static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t budget,
+                           uint64_t experts, uint64_t per_slot, uint32_t *out,
+                           struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    uint64_t fixed = 0, f = sizeof(float);
+    for (uint64_t i = 0; i < ebb_gguf_n_tensors(g); i++)
+        fixed += ebb_gguf_tensor_at(g, i)->size;
+    fixed = fixed > experts ? fixed - experts : 0;
+    uint64_t kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * m->n_ctx * m->n_seq;
+    uint64_t bufs =
+        N_BATCH * f *
+            (2 * (uint64_t)hp->n_embd + m->n_qkv + m->n_q + 3 * (uint64_t)hp->n_ff + hp->n_expert +
+             2 * hp->n_expert_used + 2 * (uint64_t)hp->n_expert_used * hp->n_ff_exp) +
+        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + (16u << 20);
+    uint64_t used = fixed + kv + bufs;
+    uint64_t n = budget > used ? (budget - used) / per_slot : 0;
+    if (n < hp->n_expert_used)
+        return ebb_diag_set(diag, EBB_ENOMEM,
+                            "--expert-cache auto: a budget of %.1f MiB leaves room for %llu "
+                            "expert slots per layer, fewer than the %u a token uses (other "
+                            "weights %.1f MiB, KV cache %.1f MiB, buffers %.1f MiB; one slot in "
+                            "every layer %.1f MiB)",
+                            (double)budget / (1 << 20), (unsigned long long)n, hp->n_expert_used,
+                            (double)fixed / (1 << 20), (double)kv / (1 << 20),
+                            (double)bufs / (1 << 20), (double)per_slot / (1 << 20));
+    *out = n > hp->n_expert ? hp->n_expert : (uint32_t)n;
     return EBB_OK;
 }
 
@@ -65,7 +106,12 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     if (moe < 0 || !hp->n_expert)
         return ebb_diag_set(diag, EBB_EINVAL, "--expert-cache: the model (%s) has no experts",
                             m->a->name);
-    if (n_slots < hp->n_expert_used || n_slots > hp->n_expert)
+    bool autos = n_slots == EBB_EXPERT_CACHE_AUTO;
+    if (autos && !p->memory_budget)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "--expert-cache auto sizes the cache from --memory-budget SIZE; "
+                            "give one, or a slot count");
+    if (!autos && (n_slots < hp->n_expert_used || n_slots > hp->n_expert))
         return ebb_diag_set(diag, EBB_EINVAL,
                             "--expert-cache %u: a layer needs between %u (experts used per "
                             "token) and %u (its experts) slots",
@@ -73,13 +119,15 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     if (STREAMING(m))
         return ebb_diag_set(diag, EBB_EINVAL,
                             "--expert-cache does not combine with the layer streamer "
-                            "(--memory-budget, --residency) yet");
+                            "(--residency, --memory-budget auto) yet");
+    if (p->pack_path)
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "--expert-cache copies experts from the GGUF, not from a pack");
     struct clm_xc *x = calloc(1, sizeof(*x));
     if (!x)
         return EBB_ENOMEM;
     m->xc = x;
     uint32_t L = hp->n_layer, E = hp->n_expert, k = hp->n_expert_used;
-    x->n_slots = n_slots;
     x->n_layer = L;
     x->n_expert = E;
     x->k = k;
@@ -88,18 +136,15 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->pool = calloc((size_t)L * 3, sizeof(*x->pool));
     x->w = calloc((size_t)L * 3, sizeof(*x->w));
     x->slot_of = malloc(sizeof(int32_t) * L * E);
-    x->expert_in = malloc(sizeof(int32_t) * L * n_slots);
-    x->used = calloc((size_t)L * n_slots, sizeof(uint64_t));
     x->host_ids = malloc(sizeof(int32_t) * N_BATCH * k);
     x->host_sids = malloc(sizeof(int32_t) * N_BATCH * k);
     x->want = calloc(E, 1);
     x->list = malloc(sizeof(uint32_t) * E);
-    if (!x->src || !x->pool || !x->w || !x->slot_of || !x->expert_in || !x->used || !x->host_ids ||
-        !x->host_sids || !x->want || !x->list)
+    if (!x->src || !x->pool || !x->w || !x->slot_of || !x->host_ids || !x->host_sids || !x->want ||
+        !x->list)
         return EBB_ENOMEM;
     memset(x->slot_of, 0xff, sizeof(int32_t) * L * E);
-    memset(x->expert_in, 0xff, sizeof(int32_t) * L * n_slots);
-    uint64_t stage = 0;
+    uint64_t stage = 0, experts = 0;
     for (uint32_t l = 0; l < L; l++) {
         for (uint32_t i = 0; i < 3; i++) {
             const struct clm_group *G = &m->plan.groups[x->g0 + i];
@@ -126,18 +171,32 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
             w->layout = (struct ebb_cl_layout){
                 .type = t->type, .storage = EBB_CL_STORE_BUFFER, .order = EBB_CL_ORDER_RAW};
             w->n_in = n_in;
-            w->n_out = rows * n_slots;
-            if (!ebb_cl_layout_ok(&m->cl->info, &w->layout, (uint64_t)w->n_in * w->n_out))
-                return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                                    "--expert-cache: tensor '%s' (type %u) cannot be read in "
-                                    "the raw layout on this device",
-                                    nm, t->type);
-            if ((rc = ebb__clm_alloc(m, (size_t)(eb * n_slots), &x->pool[l * 3 + i],
-                                     "an expert pool", diag)))
-                return rc;
-            w->a = x->pool[l * 3 + i];
-            w->bytes = eb * n_slots;
+            w->n_out = rows; /* an expert's, until the slots are counted */
+            experts += t->size;
         }
+    }
+    uint64_t per_slot = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * L;
+    if (autos && (rc = from_budget(m, g, p->memory_budget, experts, per_slot, &n_slots, diag)))
+        return rc;
+    x->n_slots = n_slots;
+    x->expert_in = malloc(sizeof(int32_t) * L * n_slots);
+    x->used = calloc((size_t)L * n_slots, sizeof(uint64_t));
+    if (!x->expert_in || !x->used)
+        return EBB_ENOMEM;
+    memset(x->expert_in, 0xff, sizeof(int32_t) * L * n_slots);
+    for (uint32_t j = 0; j < L * 3; j++) {
+        struct ebb_cl_weight *w = &x->w[j];
+        uint64_t eb = x->ebytes[j % 3];
+        w->n_out *= n_slots;
+        if (!ebb_cl_layout_ok(&m->cl->info, &w->layout, (uint64_t)w->n_in * w->n_out))
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                                "--expert-cache: the expert stacks' type (%u) cannot be read in "
+                                "the raw layout on this device",
+                                w->layout.type);
+        if ((rc = ebb__clm_alloc(m, (size_t)(eb * n_slots), &x->pool[j], "an expert pool", diag)))
+            return rc;
+        w->a = x->pool[j];
+        w->bytes = eb * n_slots;
     }
     for (uint32_t i = 0; i < 3; i++)
         stage += x->ebytes[i] * n_slots;
@@ -159,10 +218,10 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.pool_bytes = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * n_slots * L;
     x->st.expert_bytes = x->ebytes[0] + x->ebytes[1] + x->ebytes[2];
     fprintf(stderr,
-            "ebb: expert cache on: %u of %u experts per layer in device slots (%u layers, "
+            "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
             "%.1f MiB of %.1f MiB of experts)\n",
-            n_slots, E, L, (double)x->st.pool_bytes / (1 << 20),
-            (double)x->st.expert_bytes * E * L / (1 << 20));
+            n_slots, E, autos ? ", sized from the budget" : "", L,
+            (double)x->st.pool_bytes / (1 << 20), (double)x->st.expert_bytes * E * L / (1 << 20));
     return EBB_OK;
 }
 
@@ -292,6 +351,12 @@ ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *
     x->st.layer_steps++;
     pthread_mutex_unlock(&m->snap_mu);
     return rc;
+}
+
+uint64_t ebb__clm_xc_token_bytes(const struct clm *m)
+{
+    const struct clm_xc *x = m->xc;
+    return x ? (uint64_t)x->k * (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * x->n_layer : 0;
 }
 
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out)

@@ -299,11 +299,14 @@ ebb_err ebb__clm_moe_run(struct clm *m, const struct ebb_cl_weight *const ws[3],
  * stacks (ebb__clm_xc_skips: true for their groups). ebb__clm_xc_experts runs layer l's experts
  * after moe_route through the cache. */
 struct clm_xc;
+bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag);
 bool ebb__clm_xc_skips(const struct clm *m, uint32_t gi);
 ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag);
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
+/* Bytes of the cached experts a decoded token reads (k experts of every layer); 0 without. */
+uint64_t ebb__clm_xc_token_bytes(const struct clm *m);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */

@@ -393,7 +393,7 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
         w += m->plan.has_bias ? f * m->n_qkv : 0;
         w += m->plan.has_qk_norm ? 2 * f * hp->head_dim : 0;
     }
-    out->weights = w;
+    out->weights = w + ebb__clm_xc_token_bytes(m); /* the expert cache's, from its slots */
     /* keys and values of depth + 1 positions, fp16, every layer */
     out->kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * ((uint64_t)depth + 1);
 }

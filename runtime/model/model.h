@@ -42,10 +42,13 @@ struct ebb_model_params {
     uint64_t prompt_cache;
     /* Expert cache (docs/STREAMER.md, "Experts on demand"): a mixture-of-experts model keeps
      * this many expert slots per layer on the device and copies the experts the router picks
-     * into them from the mapped file (LRU); 0 = off (every expert placed). The environment
-     * variable EBB_EXPERT_CACHE, when set, overrides it. */
+     * into them from the mapped file (LRU); 0 = off (every expert placed);
+     * EBB_EXPERT_CACHE_AUTO: as many as memory_budget leaves after the other weights, the KV
+     * cache and the buffers (the layer streamer then stays off). The environment variable
+     * EBB_EXPERT_CACHE (a count or "auto"), when set, overrides it. */
     uint32_t expert_cache;
 };
+#define EBB_EXPERT_CACHE_AUTO UINT32_MAX
 
 struct ebb_model;
 

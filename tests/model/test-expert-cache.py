@@ -11,13 +11,16 @@ prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_
 with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
 resident run's, and the counters must add up: lookups = hits + misses, bytes copied = misses x
 one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
-evaluations, misses > 0, hits > 0, and with 16 slots no eviction. Bad settings must fail with a
-message naming the problem.
+evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
+its slot count from --memory-budget (too small a budget: an error with the figures; one left
+for about 8 slots: between 5 and 15; 1G: all 16), with the same ids and no layer streamer. Bad
+settings must fail with a message naming the problem.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -68,12 +71,14 @@ def main():
         ("4 slots (env, 8-bit decode)", [], {"EBB_EXPERT_CACHE": "4", "EBB_CL_MVQ8": "1",
                                              "EBB_CL_KQ8": "1"}),
     ]
+    base_ids = {}
     for i, prompt in enumerate(PROMPTS):
         p = run(ebb, model, prompt)
         if p.returncode:
             fail(f"prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
             continue
         base = json.loads(p.stdout)
+        base_ids[i] = base["tokens"]
         if "expert_cache" in base:
             fail(f"prompt {i}: the resident run reports an expert cache")
         q8 = run(ebb, model, prompt, env_add={"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"})
@@ -122,6 +127,34 @@ def main():
                 fail(f"prompt {i}, {name}: a {n_prompt}-token prefill in one pass per layer "
                      f"with {K} slots: {x}")
 
+    # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
+    # from them, one that leaves about 8 slots a layer; a large one holds every expert.
+    p = run(ebb, model, PROMPTS[0], ["--expert-cache", "auto", "--memory-budget", "40M"])
+    m = re.search(r"leaves room for \d+ expert slots per layer, fewer than the 4 a token uses "
+                  r"\(other weights ([\d.]+) MiB, KV cache ([\d.]+) MiB, buffers ([\d.]+) MiB; "
+                  r"one slot in every layer ([\d.]+) MiB\)", p.stderr)
+    if p.returncode == 0 or not m:
+        fail(f"auto with 40M: expected the sizing error, rc {p.returncode}: "
+             f"{p.stderr.strip()[-300:]}")
+    else:
+        other, kv, bufs, slot = (float(v) for v in m.groups())
+        budget = int((other + kv + bufs + 8.5 * slot) * 1024)
+        for args, lo, hi in ((["--memory-budget", f"{budget}K"], 5, 15),
+                             (["--memory-budget", "1G"], N_EXPERT, N_EXPERT)):
+            p = run(ebb, model, PROMPTS[1], ["--expert-cache", "auto", *args])
+            if p.returncode:
+                fail(f"auto {args}: failed: {p.stderr.strip()[-300:]}")
+                continue
+            d = json.loads(p.stdout)
+            x = d.get("expert_cache") or {}
+            print(f"# auto {args}: {x.get('slots')} slots a layer")
+            if not lo <= x.get("slots", 0) <= hi or "sized from the budget" not in p.stderr:
+                fail(f"auto {args}: {x.get('slots')} slots, expected {lo}..{hi}")
+            if "stream" in d:
+                fail(f"auto {args}: the layer streamer is on as well")
+            if d["tokens"] != base_ids[1]:
+                fail(f"auto {args}: greedy ids differ from the resident run's")
+
     # Bad settings: clear errors, no crash.
     subprocess.run([gen_model, "--shape", "qwen3-tiny", "--tokenizer-from", vocab, "--type",
                     "q8_0", "-o", dense], check=True, stdout=subprocess.DEVNULL)
@@ -133,6 +166,9 @@ def main():
         (model, ["--expert-cache", "four"], None, "bad value"),
         (model, ["--expert-cache", "4", "--residency", "0.5"], None, "layer streamer"),
         (model, ["--expert-cache", "4", "--device", "ref"], None, "OpenCL engine"),
+        (model, ["--expert-cache", "auto"], None, "--memory-budget SIZE"),
+        (model, ["--expert-cache", "4", "--memory-budget", "1G", "--host-layers", "1"], None,
+         "--host-layers"),
         (model, [], {"EBB_EXPERT_CACHE": "x4"}, "EBB_EXPERT_CACHE"),
         (dense, ["--expert-cache", "4"], None, "no experts"),
     ]
