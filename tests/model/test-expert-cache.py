@@ -14,7 +14,8 @@ one expert's bytes, evictions = misses - the slots first filled (slots x layers)
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
 for about 8 slots: between 5 and 15; 1G: all 16), with the same ids and no layer streamer. Bad
-settings must fail with a message naming the problem.
+settings must fail with a message naming the problem. `ebb serve` with EBB_EXPERT_CACHE=4
+shows the ebb_expert_cache_* lines in /metrics after a completion.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
@@ -23,6 +24,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 
 STEPS = 16
 N_LAYER, N_EXPERT, K = 3, 16, 4
@@ -42,6 +46,50 @@ def run(ebb, model, prompt, args=(), env_add=None):
                         "--device", "auto", "--ctx", "512", "--json", *args], env=env,
                        capture_output=True, text=True)
     return p
+
+
+def serve_metrics(ebb, model):
+    env = dict(os.environ, EBB_EXPERT_CACHE="4")
+    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in srv.stderr:
+            m = re.search(r"listening on (http://[^\s;]+)", line)
+            if m:
+                url = m.group(1)
+                break
+        if not url:
+            print("ERROR: ebb serve did not say where it listens")
+            return 1
+        threading.Thread(target=lambda: srv.stderr.read(), daemon=True).start()
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
+            {"prompt": "Hello there", "max_tokens": 8, "temperature": 0}).encode(),
+            headers={"content-type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        vals = {k: int(v) for k, v in re.findall(r"^(ebb_expert_cache_\w+) (\d+)$", text, re.M)}
+        print(f"# serve /metrics: {vals}")
+        want = ["slots", "pool_bytes", "lookups_total", "hits_total", "misses_total",
+                "evictions_total", "bytes_copied_total"]
+        if any("ebb_expert_cache_" + w not in vals for w in want):
+            print(f"ERROR: /metrics lacks ebb_expert_cache_* lines: {sorted(vals)}")
+            return 1
+        if (vals["ebb_expert_cache_slots"] != 4 or vals["ebb_expert_cache_misses_total"] <= 0 or
+                vals["ebb_expert_cache_lookups_total"] != vals["ebb_expert_cache_hits_total"] +
+                vals["ebb_expert_cache_misses_total"]):
+            print(f"ERROR: /metrics expert cache figures: {vals}")
+            return 1
+        return 0
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
 
 
 def main():
@@ -126,6 +174,9 @@ def main():
             if slots == K and x["passes"] <= x["layer_steps"] and n_prompt > 1:
                 fail(f"prompt {i}, {name}: a {n_prompt}-token prefill in one pass per layer "
                      f"with {K} slots: {x}")
+
+    # The daemon: EBB_EXPERT_CACHE=4, one completion, the ebb_expert_cache_* lines of /metrics.
+    bad += serve_metrics(ebb, model)
 
     # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
     # from them, one that leaves about 8 slots a layer; a large one holds every expert.
