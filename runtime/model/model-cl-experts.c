@@ -7,7 +7,8 @@
  * (one small upload) in place of the expert ids. A chunk of prefill rows that uses more
  * experts than there are slots runs in passes, each over the rows whose experts fit (a token's
  * k experts always do, n_slots >= k); rows outside a pass carry slot -1, which the kernels
- * skip. Everything is allocated once at load. */
+ * skip. Everything is allocated once at load. model-cl-moe.c drives a layer step
+ * (ebb__clm_xc_begin, then ebb__clm_xc_next and its kernels per pass). */
 #include "model-cl-int.h"
 
 #include <stdio.h>
@@ -32,6 +33,10 @@ struct clm_xc {
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
     struct ebb_model_expert_cache st; /* counters (under m->snap_mu when published) */
+    /* The layer step under way: its layer, rows, the first row of the next pass, figures. */
+    uint32_t l;
+    int nt, t0;
+    struct ebb_model_expert_cache d;
 };
 
 /* The setting: p->expert_cache, or EBB_EXPERT_CACHE when set (tests and the daemon). */
@@ -217,17 +222,14 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.n_layer = L;
     x->st.pool_bytes = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * n_slots * L;
     x->st.expert_bytes = x->ebytes[0] + x->ebytes[1] + x->ebytes[2];
+    m->xc_g0 = x->g0;
+    m->xc_token_bytes = (uint64_t)k * x->st.expert_bytes * L;
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
             "%.1f MiB of %.1f MiB of experts)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
             (double)x->st.pool_bytes / (1 << 20), (double)x->st.expert_bytes * E * L / (1 << 20));
     return EBB_OK;
-}
-
-bool ebb__clm_xc_skips(const struct clm *m, uint32_t gi)
-{
-    return m->xc && gi >= m->xc->g0 && gi < m->xc->g0 + 3;
 }
 
 /* Expert e of layer l into a slot: a free one, else the least recently used one not wanted by
@@ -274,89 +276,105 @@ static ebb_err fetch(struct clm *m, uint32_t l, uint32_t e, uint64_t *stage_off,
     return EBB_OK;
 }
 
-ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag)
+ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
-    uint32_t k = x->k;
-    size_t n_ids = (size_t)nt * k;
+    size_t n_ids = (size_t)nt * x->k;
+    x->l = l;
+    x->nt = nt;
+    x->t0 = 0;
+    x->d = (struct ebb_model_expert_cache){0};
     ebb_err rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
     for (size_t r = 0; r < n_ids && !rc; r++)
         if (x->host_ids[r] < 0 || (uint32_t)x->host_ids[r] >= x->n_expert)
             rc = ebb_diag_set(diag, EBB_EINVAL, "expert cache: the router chose expert %d",
                               x->host_ids[r]);
-    const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
-    uint64_t *used = x->used + (size_t)l * x->n_slots;
-    struct ebb_model_expert_cache d = {0};
-    for (int t0 = 0; t0 < nt && !rc;) {
-        /* The pass: rows t0..t1-1, as many as keep their experts within the slots. */
-        uint32_t n = 0;
-        int t1 = t0;
-        for (; t1 < nt; t1++) {
-            uint32_t add = 0;
-            for (uint32_t j = 0; j < k; j++)
-                add += !x->want[x->host_ids[(size_t)t1 * k + j]];
-            if (n + add > x->n_slots)
-                break;
-            for (uint32_t j = 0; j < k; j++) {
-                int32_t e = x->host_ids[(size_t)t1 * k + j];
-                if (!x->want[e]) {
-                    x->want[e] = 1;
-                    x->list[n++] = (uint32_t)e;
-                }
-            }
-        }
-        /* Earlier passes' copies read the staging: let them finish before it is rewritten. */
-        if (t0 > 0 && (rc = ebb_cl_finish(m->cl, diag)))
-            break;
-        x->clock++;
-        uint64_t stage_off = 0;
-        for (uint32_t i = 0; i < n && !rc; i++) {
-            uint32_t e = x->list[i];
-            d.lookups++;
-            if (slot_of[e] >= 0) {
-                d.hits++;
-            } else {
-                d.misses++;
-                rc = fetch(m, l, e, &stage_off, &d, diag);
-            }
-            if (!rc)
-                used[slot_of[e]] = x->clock;
-        }
-        for (size_t r = 0; r < n_ids; r++) {
-            int t = (int)(r / k);
-            x->host_sids[r] = t >= t0 && t < t1 ? slot_of[x->host_ids[r]] : -1;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            x->want[x->list[i]] = 0;
-        d.passes++;
-        /* Blocking when another pass follows: it rewrites host_sids. */
-        if (!rc)
-            rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, x->sids, t1 < nt ? CL_TRUE : CL_FALSE,
-                                                   0, sizeof(cl_int) * n_ids, x->host_sids, 0, NULL,
-                                                   NULL),
-                              diag, "uploading the expert slot table");
-        if (!rc) {
-            const struct ebb_cl_weight *ws[3] = {&x->w[l * 3], &x->w[l * 3 + 1], &x->w[l * 3 + 2]};
-            rc = ebb__clm_moe_run(m, ws, x->sids, nt, diag);
-        }
-        t0 = t1;
-    }
-    pthread_mutex_lock(&m->snap_mu);
-    x->st.lookups += d.lookups;
-    x->st.hits += d.hits;
-    x->st.misses += d.misses;
-    x->st.bytes_copied += d.bytes_copied;
-    x->st.evictions += d.evictions;
-    x->st.passes += d.passes;
-    x->st.layer_steps++;
-    pthread_mutex_unlock(&m->snap_mu);
     return rc;
 }
 
-uint64_t ebb__clm_xc_token_bytes(const struct clm *m)
+/* The layer step's figures into the counters other threads read. */
+static void publish(struct clm *m)
 {
-    const struct clm_xc *x = m->xc;
-    return x ? (uint64_t)x->k * (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * x->n_layer : 0;
+    struct clm_xc *x = m->xc;
+    pthread_mutex_lock(&m->snap_mu);
+    x->st.lookups += x->d.lookups;
+    x->st.hits += x->d.hits;
+    x->st.misses += x->d.misses;
+    x->st.bytes_copied += x->d.bytes_copied;
+    x->st.evictions += x->d.evictions;
+    x->st.passes += x->d.passes;
+    x->st.layer_steps++;
+    pthread_mutex_unlock(&m->snap_mu);
+}
+
+ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
+                         bool *ready, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    uint32_t k = x->k, l = x->l;
+    int nt = x->nt, t0 = x->t0;
+    size_t n_ids = (size_t)nt * k;
+    *ready = false;
+    if (t0 >= nt) {
+        publish(m);
+        return EBB_OK;
+    }
+    const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
+    uint64_t *used = x->used + (size_t)l * x->n_slots;
+    struct ebb_model_expert_cache *d = &x->d;
+    /* The pass: rows t0..t1-1, as many as keep their experts within the slots. */
+    uint32_t n = 0;
+    int t1 = t0;
+    for (; t1 < nt; t1++) {
+        uint32_t add = 0;
+        for (uint32_t j = 0; j < k; j++)
+            add += !x->want[x->host_ids[(size_t)t1 * k + j]];
+        if (n + add > x->n_slots)
+            break;
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t e = x->host_ids[(size_t)t1 * k + j];
+            if (!x->want[e]) {
+                x->want[e] = 1;
+                x->list[n++] = (uint32_t)e;
+            }
+        }
+    }
+    /* Earlier passes' copies read the staging: let them finish before it is rewritten. */
+    ebb_err rc = t0 > 0 ? ebb_cl_finish(m->cl, diag) : EBB_OK;
+    x->clock++;
+    uint64_t stage_off = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        uint32_t e = x->list[i];
+        d->lookups++;
+        if (slot_of[e] >= 0) {
+            d->hits++;
+        } else {
+            d->misses++;
+            rc = fetch(m, l, e, &stage_off, d, diag);
+        }
+        if (!rc)
+            used[slot_of[e]] = x->clock;
+    }
+    for (size_t r = 0; r < n_ids; r++) {
+        int t = (int)(r / k);
+        x->host_sids[r] = t >= t0 && t < t1 ? slot_of[x->host_ids[r]] : -1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        x->want[x->list[i]] = 0;
+    d->passes++;
+    /* Blocking when another pass follows: it rewrites host_sids. */
+    if (!rc)
+        rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, x->sids, t1 < nt ? CL_TRUE : CL_FALSE, 0,
+                                               sizeof(cl_int) * n_ids, x->host_sids, 0, NULL, NULL),
+                          diag, "uploading the expert slot table");
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < 3; i++)
+        ws[i] = &x->w[l * 3 + i];
+    *sids = x->sids;
+    x->t0 = t1;
+    *ready = true;
+    return EBB_OK;
 }
 
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out)

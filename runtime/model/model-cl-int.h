@@ -228,8 +228,11 @@ struct clm {
     uint32_t first_host; /* n_layer when none */
     float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
     uint64_t host_ns, host_steps;
-    struct clm_moe moe; /* families with a moe op */
-    struct clm_xc *xc;  /* the expert cache (model-cl-experts.c), or NULL */
+    struct clm_moe moe;      /* families with a moe op */
+    struct clm_xc *xc;       /* the expert cache (model-cl-experts.c), or NULL */
+    uint32_t xc_g0;          /* with it: the gate stack's group (placement skips it and the next
+                                two); 0 without */
+    uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
@@ -287,26 +290,22 @@ ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
-/* The three expert stacks ws (gate, up, down) over nt rows of m->h into m->x, the k experts of
- * each row read as rows ids[row * k + j] of each stack (-1: that row skipped), weighted by the
- * router's weights: the kernels after moe_route. */
-ebb_err ebb__clm_moe_run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids, int nt,
-                         struct ebb_diag *diag);
 
 /* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when
  * p->expert_cache or EBB_EXPERT_CACHE asks for it (bad settings fail with a message). Opened
  * after the streamer and before the weights are placed; the placement then skips the expert
- * stacks (ebb__clm_xc_skips: true for their groups). ebb__clm_xc_experts runs layer l's experts
- * after moe_route through the cache. */
+ * stacks (m->xc_g0). A layer step after moe_route: ebb__clm_xc_begin reads layer l's chosen
+ * ids back for nt rows; each ebb__clm_xc_next fills the slots for the next pass and gives the
+ * pool's weights and the slot table the expert kernels read in place of the ids (*ready), until
+ * it returns with *ready false (the step's figures then published). */
 struct clm_xc;
 bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag);
-bool ebb__clm_xc_skips(const struct clm *m, uint32_t gi);
-ebb_err ebb__clm_xc_experts(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
+                         bool *ready, struct ebb_diag *diag);
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
-/* Bytes of the cached experts a decoded token reads (k experts of every layer); 0 without. */
-uint64_t ebb__clm_xc_token_bytes(const struct clm *m);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */

@@ -145,6 +145,25 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, in
     return ebb_cl_run(m->cl, p->down, 2, g, l, diag);
 }
 
+/* The three expert stacks ws (gate, up, down) over nt rows of m->h into m->x, the k experts of
+ * each row read as rows ids[row * k + j] of each stack (-1: that row skipped), weighted by the
+ * router's weights. */
+static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids, int nt,
+                   struct ebb_diag *diag)
+{
+    int n_embd = (int)m->hp.n_embd, kf = (int)(m->hp.n_expert_used * m->hp.n_ff_exp);
+    ebb_err rc;
+    if (nt == 1) {
+        rc = experts_q8(m, ws, ids, diag);
+        if (rc != EBB_EUNSUPPORTED)
+            return rc;
+    }
+    if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
+        (rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag)))
+        return rc;
+    return down(m, ws[2], ids, nt, diag);
+}
+
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
                              cl_mem *scores, struct ebb_diag *diag)
 {
@@ -172,28 +191,20 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
         (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)))
         return rc;
-    /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy). */
-    if (m->xc && !L->n_w[s->group + 1] && L >= m->layers && L < m->layers + hp->n_layer)
-        return ebb__clm_xc_experts(m, (uint32_t)(L - m->layers), nt, diag);
-    const struct ebb_cl_weight *const ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
-                                               &L->w[s->group + 3][0]};
-    return ebb__clm_moe_run(m, ws, mo->ids, nt, diag);
-}
-
-ebb_err ebb__clm_moe_run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids, int nt,
-                         struct ebb_diag *diag)
-{
-    int n_embd = (int)m->hp.n_embd, kf = (int)(m->hp.n_expert_used * m->hp.n_ff_exp);
-    ebb_err rc;
-    if (nt == 1) {
-        rc = experts_q8(m, ws, ids, diag);
-        if (rc != EBB_EUNSUPPORTED)
-            return rc;
-    }
-    if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
-        (rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag)))
+    /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy): its
+     * passes over the pool, through the slot table instead of the ids. */
+    if (m->xc && !L->n_w[s->group + 1] && L >= m->layers && L < m->layers + hp->n_layer) {
+        const struct ebb_cl_weight *ws[3];
+        cl_mem sids;
+        bool ready = false;
+        rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, diag);
+        while (!rc && !(rc = ebb__clm_xc_next(m, ws, &sids, &ready, diag)) && ready)
+            rc = run(m, ws, sids, nt, diag);
         return rc;
-    return down(m, ws[2], ids, nt, diag);
+    }
+    const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
+                                         &L->w[s->group + 3][0]};
+    return run(m, ws, mo->ids, nt, diag);
 }
 
 void ebb__clm_moe_fini(struct clm *m)
