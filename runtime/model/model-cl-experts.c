@@ -183,6 +183,16 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     uint64_t per_slot = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * L;
     if (autos && (rc = from_budget(m, g, p->memory_budget, experts, per_slot, &n_slots, diag)))
         return rc;
+    if (!autos && p->memory_budget) { /* a count and a budget: the count must fit */
+        uint32_t fit = 0;
+        if ((rc = from_budget(m, g, p->memory_budget, experts, per_slot, &fit, diag)))
+            return rc;
+        if (fit < n_slots)
+            return ebb_diag_set(diag, EBB_ENOMEM,
+                                "--expert-cache %u: the budget of %.1f MiB holds %u expert slots "
+                                "per layer (--expert-cache auto takes them)",
+                                n_slots, (double)p->memory_budget / (1 << 20), fit);
+    }
     x->n_slots = n_slots;
     x->expert_in = malloc(sizeof(int32_t) * L * n_slots);
     x->used = calloc((size_t)L * n_slots, sizeof(uint64_t));

@@ -205,6 +205,11 @@ def main():
                 fail(f"auto {args}: the layer streamer is on as well")
             if d["tokens"] != base_ids[1]:
                 fail(f"auto {args}: greedy ids differ from the resident run's")
+        # a count the budget cannot hold
+        p = run(ebb, model, PROMPTS[0], ["--expert-cache", "16", "--memory-budget", f"{budget}K"])
+        if p.returncode == 0 or "expert slots per layer (--expert-cache auto" not in p.stderr:
+            fail(f"16 slots in a budget for about 8: rc {p.returncode}: "
+                 f"{p.stderr.strip()[-300:]}")
 
     # Bad settings: clear errors, no crash.
     subprocess.run([gen_model, "--shape", "qwen3-tiny", "--tokenizer-from", vocab, "--type",
