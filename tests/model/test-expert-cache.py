@@ -14,7 +14,7 @@ one expert's bytes, evictions = misses - the slots first filled (slots x layers)
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
 for about 8 slots: between 5 and 15; 1G: all 16), with the same ids and no layer streamer. Bad
-settings must fail with a message naming the problem. `ebb serve` with EBB_EXPERT_CACHE=4
+settings must fail with a message naming the problem. `ebb serve --expert-cache 4`
 shows the ebb_expert_cache_* lines in /metrics after a completion.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
@@ -49,8 +49,10 @@ def run(ebb, model, prompt, args=(), env_add=None):
 
 
 def serve_metrics(ebb, model):
-    env = dict(os.environ, EBB_EXPERT_CACHE="4")
-    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256"], env=env,
+    env = dict(os.environ)
+    env.pop("EBB_EXPERT_CACHE", None)
+    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256",
+                            "--expert-cache", "4"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = None
@@ -175,7 +177,7 @@ def main():
                 fail(f"prompt {i}, {name}: a {n_prompt}-token prefill in one pass per layer "
                      f"with {K} slots: {x}")
 
-    # The daemon: EBB_EXPERT_CACHE=4, one completion, the ebb_expert_cache_* lines of /metrics.
+    # The daemon: --expert-cache 4, one completion, the ebb_expert_cache_* lines of /metrics.
     bad += serve_metrics(ebb, model)
 
     # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
