@@ -1,6 +1,7 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
- * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-place.c. */
+ * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-experts.c ->
+ * model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
