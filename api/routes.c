@@ -215,6 +215,11 @@ static void handle_get(struct ebb__req *r)
                 free(sp);
             }
         }
+        if (a->ready && a->model) { /* the expert cache's ebb_expert_cache_* (STREAMER.md) */
+            char xp[2048];
+            if (ebb_model_expert_cache_prometheus(a->model, xp, sizeof(xp)))
+                ebb__abuf_puts(&b, xp);
+        }
         ebb__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n);
         ebb__abuf_fini(&b);
         return;

@@ -75,8 +75,9 @@ __kernel void moe_route(__global const float *scores, int n_expert, int k, int n
 }
 
 /* y[t][y_off + o] = sum_i W[ids[t][j] * n_rows + r][i] x[t][i], o = j * n_rows + r < k * n_rows:
- * the k chosen experts' rows of a gate or up stack, side by side. Global (k * n_rows * MV_WG,
- * n_tok), local (MV_WG, 1). */
+ * the k chosen experts' rows of a gate or up stack, side by side. An id of -1 (the expert
+ * cache's rows outside a pass, runtime/model/model-cl-experts.c) gives 0. Global
+ * (k * n_rows * MV_WG, n_tok), local (MV_WG, 1). */
 __kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int *ids,
                          __global const float *x, int x_ld, __global float *y, int y_ld,
                          int y_off)
@@ -84,7 +85,13 @@ __kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int
     int o = get_global_id(0) / MV_WG, t = get_global_id(1), lane = get_local_id(0) % MV_WG;
     __local float red[MV_WG];
     int j = o / n_rows, r = o % n_rows;
-    int row = ids[(size_t)t * k + j] * n_rows + r;
+    int id = ids[(size_t)t * k + j];
+    if (id < 0) { /* the whole work-group: one output */
+        if (lane == 0)
+            y[(size_t)t * y_ld + y_off + o] = 0.0f;
+        return;
+    }
+    int row = id * n_rows + r;
     const __global float *xt = x + (size_t)t * x_ld;
     float4 acc = (float4)(0.0f);
     for (int i = lane * 4; i < n_in; i += MV_WG * 4)
@@ -97,7 +104,8 @@ __kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int
 /* y[t][o] = (res ? res[t][o] : 0) + sum_j w[t][j] sum_i W[ids[t][j] * n_out + o][i] h_j[i],
  * h_j = silu(g[t][j n_in + i]) * g[t][(k + j) n_in + i]: the down stack over the k experts'
  * gate (first k * n_in values of a row of g) and up (the next k * n_in) outputs, weighted and
- * summed, the residual added. res may alias y. Global (n_out * MV_WG, n_tok), local (MV_WG, 1). */
+ * summed, the residual added; an id of -1 is left out of the sum (moe_gather). res may alias y.
+ * Global (n_out * MV_WG, n_tok), local (MV_WG, 1). */
 __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
                        __global const float *wts, __global const float *g, int g_ld,
                        __global float *y, int y_ld, __global const float *res)
@@ -107,7 +115,10 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
     const __global float *gt = g + (size_t)t * g_ld;
     float out = 0.0f;
     for (int j = 0; j < k; j++) {
-        int row = ids[(size_t)t * k + j] * n_out + o;
+        int id = ids[(size_t)t * k + j];
+        if (id < 0)
+            continue;
+        int row = id * n_out + o;
         const __global float *gj = gt + j * n_in, *uj = gt + (k + j) * n_in;
         float4 acc = (float4)(0.0f);
         for (int i = lane * 4; i < n_in; i += MV_WG * 4) {

@@ -384,6 +384,9 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
     }
     if (st)
         json_object_set(j, "stream", st);
+    char xj[1024];
+    if (ebb_model_expert_cache_json(b->m, xj, sizeof(xj)))
+        json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
     const struct batch_res *br = &r->br;
     double bpf = br->prefill_ms > 0 ? 1e3 * (double)(n_prompt * n_batch) / br->prefill_ms : 0;
     double bdec = br->decode_ms > 0 ? 1e3 * steps * (double)n_batch / br->decode_ms : 0;
@@ -476,6 +479,17 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
     } else {
         printf("resident   all layers (no memory budget: plain path)\n");
     }
+    struct ebb_model_expert_cache xc;
+    if (ebb_model_expert_cache(b->m, &xc))
+        printf("experts    cache of %u slots a layer (%.1f MiB): %llu lookups, %llu hits "
+               "(%.1f%%), %llu misses, %llu evictions, %.1f MiB copied, %llu passes in %llu "
+               "layer steps\n",
+               xc.slots, (double)xc.pool_bytes / (1 << 20), (unsigned long long)xc.lookups,
+               (unsigned long long)xc.hits,
+               xc.lookups ? 100.0 * (double)xc.hits / (double)xc.lookups : 0.0,
+               (unsigned long long)xc.misses, (unsigned long long)xc.evictions,
+               (double)xc.bytes_copied / (1 << 20), (unsigned long long)xc.passes,
+               (unsigned long long)xc.layer_steps);
     printf("peak RSS   %.1f MiB\n", (double)ebb_peak_rss() / (1 << 20));
 }
 

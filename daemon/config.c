@@ -118,6 +118,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_HOST_THREADS] = {"host_threads", T_U32, OFF(host_threads), 0, 64,
                               EBB_CONFIG_CHANGE_MODEL, false, "N",
                               "threads for host layers (0 = the physical cores minus one)"},
+    [EBB_CFG_EXPERT_CACHE] = {"expert_cache", T_U32, OFF(expert_cache), 0, 65536,
+                              EBB_CONFIG_CHANGE_MODEL, false, "N",
+                              "mixture-of-experts models: N expert slots per layer on the device, "
+                              "the experts the router picks copied in on demand (0 = off)"},
     [EBB_CFG_HOST_Q8] = {"host_q8", T_BOOL, OFF(host_q8), 0, 0, EBB_CONFIG_CHANGE_MODEL, false,
                          "BOOL",
                          "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "

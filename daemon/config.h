@@ -62,6 +62,7 @@ enum ebb_config_key {
     EBB_CFG_HOST_LAYERS,
     EBB_CFG_HOST_THREADS,
     EBB_CFG_HOST_Q8,
+    EBB_CFG_EXPERT_CACHE,
     EBB_CFG_PROMPT_CACHE,
     /* [generation]: defaults for the sampling fields a request does not send (api/defaults.h) */
     EBB_CFG_TEMPERATURE,
@@ -103,6 +104,7 @@ struct ebb_config {
     uint32_t host_layers;            /* the last N non-resident layers on the host's cores; 0 */
     uint32_t host_threads;           /* their threads; 0 = the physical cores minus one */
     bool host_q8;                    /* host layers with 8-bit activations; false */
+    uint32_t expert_cache;           /* MoE: expert slots per layer on the device; 0 = off */
     uint64_t prompt_cache;           /* bytes of the prompt-cache store; 256 MiB, 0 = none */
     /* Edge limits (api/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client

@@ -20,7 +20,10 @@ const char ebb_stream_opts_usage[] =
     "                          instead of streaming them (default 0)\n"
     "      --host-threads N    threads for host layers (default: physical cores - 1)\n"
     "      --host-q8           host layers with 8-bit activations (llama.cpp's CPU numerics;\n"
-    "                          AVX2 Q4_0 products) instead of the reference's fp32\n";
+    "                          AVX2 Q4_0 products) instead of the reference's fp32\n"
+    "      --expert-cache N|auto  MoE models: N expert slots per layer on the device (auto:\n"
+    "                          what --memory-budget SIZE leaves), the experts the router\n"
+    "                          picks copied in on demand (default off)\n";
 
 bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
 {
@@ -67,6 +70,15 @@ bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
     case EBB_SOPT_HOST_Q8:
         mp->host_q8 = true;
         return true;
+    case EBB_SOPT_EXPERT_CACHE: {
+        if (!strcmp(arg, "auto")) {
+            mp->expert_cache = EBB_EXPERT_CACHE_AUTO;
+            return true;
+        }
+        unsigned long v = strtoul(arg, &end, 10);
+        mp->expert_cache = (uint32_t)v;
+        return end != arg && !*end && *arg != '-' && v >= 1 && v <= 65536;
+    }
     case EBB_SOPT_HOST_THREADS: {
         unsigned long v = strtoul(arg, &end, 10);
         mp->host_threads = (uint32_t)v;

@@ -20,6 +20,7 @@ enum {
     EBB_SOPT_HOST_LAYERS,
     EBB_SOPT_HOST_THREADS,
     EBB_SOPT_HOST_Q8,
+    EBB_SOPT_EXPERT_CACHE,
 };
 
 #define EBB_STREAM_LONGOPTS                                                                        \
@@ -32,6 +33,7 @@ enum {
         {"host-layers", required_argument, NULL, EBB_SOPT_HOST_LAYERS},                            \
         {"host-threads", required_argument, NULL, EBB_SOPT_HOST_THREADS},                          \
         {"host-q8", no_argument, NULL, EBB_SOPT_HOST_Q8},                                          \
+        {"expert-cache", required_argument, NULL, EBB_SOPT_EXPERT_CACHE},                          \
     {                                                                                              \
         "stream-threads", required_argument, NULL, EBB_SOPT_THREADS                                \
     }
@@ -42,7 +44,7 @@ extern const char ebb_stream_opts_usage[];
 /* True if c is one of the EBB_SOPT_* options. */
 static inline bool ebb_stream_opt_is(int c)
 {
-    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_HOST_Q8;
+    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_EXPERT_CACHE;
 }
 
 /* Applies option c with value arg (NULL for a flag) to mp's streamer fields; false on a bad

@@ -1,6 +1,7 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
- * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-place.c. */
+ * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-experts.c ->
+ * model-cl-place.c. */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -228,7 +229,11 @@ struct clm {
     uint32_t first_host; /* n_layer when none */
     float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
     uint64_t host_ns, host_steps;
-    struct clm_moe moe; /* families with a moe op */
+    struct clm_moe moe;      /* families with a moe op */
+    struct clm_xc *xc;       /* the expert cache (model-cl-experts.c), or NULL */
+    uint32_t xc_g0;          /* with it: the gate stack's group (placement skips it and the next
+                                two); 0 without */
+    uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
     struct ebb__backend_i iface;
     char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
 };
@@ -286,6 +291,23 @@ ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
+
+/* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when
+ * p->expert_cache or EBB_EXPERT_CACHE asks for it (bad settings fail with a message). Opened
+ * after the streamer and before the weights are placed; the placement then skips the expert
+ * stacks (m->xc_g0). A layer step after moe_route: ebb__clm_xc_begin reads layer l's chosen
+ * ids back for nt rows; each ebb__clm_xc_next fills the slots for the next pass and gives the
+ * pool's weights and the slot table the expert kernels read in place of the ids (*ready), until
+ * it returns with *ready false (the step's figures then published). */
+struct clm_xc;
+bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
+ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
+                         struct ebb_diag *diag);
+ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
+                         bool *ready, struct ebb_diag *diag);
+bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
+void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
 uint64_t ebb__clm_now_ns(void);

@@ -60,8 +60,8 @@ static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
 }
 
 /* y[.., y_off..] = the k chosen experts' rows of stack w times x (rows of x_ld). */
-static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, int y_off,
-                      int nt, struct ebb_diag *diag)
+static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, cl_mem x, int x_ld,
+                      int y_off, int nt, struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_prog *p = NULL;
@@ -70,9 +70,9 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
         return rc;
     int n_in = (int)w->n_in, rows = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
     int y_ld = 2 * k * rows;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(rows), EBB_CL_ARG(k),
-                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(x),    EBB_CL_ARG(x_ld),
-                             EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),   EBB_CL_ARG(rows), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids),    EBB_CL_ARG(x),    EBB_CL_ARG(x_ld),
+                             EBB_CL_ARG(mo->gu), EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
     size_t g[2] = {(size_t)k * rows * m->tu.mv_wg, (size_t)nt}, l[2] = {m->tu.mv_wg, 1};
     if ((rc = ebb_cl_weight_set_args(w, p->gather, 0, diag)) ||
         (rc = ebb_cl_set_args(p->gather, 2, a, 9, diag)))
@@ -84,7 +84,8 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
  * m->h quantized once for the gate and up gathers, then the k experts' SwiGLU outputs quantized
  * together for the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not
  * apply, so that the float kernels take it. */
-static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struct ebb_diag *diag)
+static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3], cl_mem ids,
+                          struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_prog *p[3];
@@ -102,9 +103,9 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struc
     size_t l[2] = {m->tu.mv_wg, 1};
     for (int i = 0; i < 2 && !rc; i++) {
         int y_off = i * k * f;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),  EBB_CL_ARG(f),     EBB_CL_ARG(k),
-                                 EBB_CL_ARG(mo->ids), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd),
-                                 EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_off)};
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(f),     EBB_CL_ARG(k),
+                                 EBB_CL_ARG(ids),    EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd),
+                                 EBB_CL_ARG(mo->gu), EBB_CL_ARG(y_off)};
         size_t g[2] = {(size_t)k * f * m->tu.mv_wg, 1};
         if (!(rc = ebb_cl_weight_set_args(w[i], p[i]->gather_q8, 0, diag)) &&
             !(rc = ebb_cl_set_args(p[i]->gather_q8, 2, a, 8, diag)))
@@ -112,9 +113,9 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struc
     }
     if (rc || (rc = ebb__clm_q8_quantize(m, mo->gu, k * f, NULL, 1, diag)))
         return rc;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(f),       EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
-                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(mo->w),  EBB_CL_ARG(m->xq),
-                             EBB_CL_ARG(m->xd),   EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(f),     EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids),   EBB_CL_ARG(mo->w),  EBB_CL_ARG(m->xq),
+                             EBB_CL_ARG(m->xd), EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x)};
     size_t g[2] = {(size_t)n_embd * m->tu.mv_wg, 1};
     if ((rc = ebb_cl_weight_set_args(w[2], p[2]->down_q8, 0, diag)) ||
         (rc = ebb_cl_set_args(p[2]->down_q8, 2, a, 9, diag)))
@@ -123,7 +124,8 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struc
 }
 
 /* m->x += the weighted sum of the chosen experts' down rows over their SwiGLU outputs. */
-static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct ebb_diag *diag)
+static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, int nt,
+                    struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_prog *p = NULL;
@@ -132,15 +134,34 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct
         return rc;
     int n_in = (int)m->hp.n_ff_exp, n_out = (int)m->hp.n_embd, k = (int)m->hp.n_expert_used;
     int g_ld = 2 * k * n_in;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(n_out), EBB_CL_ARG(k),
-                             EBB_CL_ARG(mo->ids), EBB_CL_ARG(mo->w), EBB_CL_ARG(mo->gu),
-                             EBB_CL_ARG(g_ld),    EBB_CL_ARG(m->x),  EBB_CL_ARG(n_out),
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids),  EBB_CL_ARG(mo->w), EBB_CL_ARG(mo->gu),
+                             EBB_CL_ARG(g_ld), EBB_CL_ARG(m->x),  EBB_CL_ARG(n_out),
                              EBB_CL_ARG(m->x)};
     size_t g[2] = {(size_t)n_out * m->tu.mv_wg, (size_t)nt}, l[2] = {m->tu.mv_wg, 1};
     if ((rc = ebb_cl_weight_set_args(w, p->down, 0, diag)) ||
         (rc = ebb_cl_set_args(p->down, 2, a, 10, diag)))
         return rc;
     return ebb_cl_run(m->cl, p->down, 2, g, l, diag);
+}
+
+/* The three expert stacks ws (gate, up, down) over nt rows of m->h into m->x, the k experts of
+ * each row read as rows ids[row * k + j] of each stack (-1: that row skipped), weighted by the
+ * router's weights. */
+static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids, int nt,
+                   struct ebb_diag *diag)
+{
+    int n_embd = (int)m->hp.n_embd, kf = (int)(m->hp.n_expert_used * m->hp.n_ff_exp);
+    ebb_err rc;
+    if (nt == 1) {
+        rc = experts_q8(m, ws, ids, diag);
+        if (rc != EBB_EUNSUPPORTED)
+            return rc;
+    }
+    if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
+        (rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag)))
+        return rc;
+    return down(m, ws[2], ids, nt, diag);
 }
 
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
@@ -159,10 +180,8 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
 {
     const struct ebb__hparams *hp = &m->hp;
     struct clm_moe *mo = &m->moe;
-    const struct ebb_cl_weight *gate = &L->w[s->group + 1][0], *up = &L->w[s->group + 2][0];
-    const struct ebb_cl_weight *dn = &L->w[s->group + 3][0];
-    int n_embd = (int)hp->n_embd, n_expert = (int)hp->n_expert, k = (int)hp->n_expert_used;
-    int norm = (int)hp->expert_norm, kf = k * (int)hp->n_ff_exp;
+    int n_expert = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    int norm = (int)hp->expert_norm;
     float scale = hp->expert_scale;
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(mo->scores), EBB_CL_ARG(n_expert), EBB_CL_ARG(k),
                               EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
@@ -172,16 +191,20 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
         (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)))
         return rc;
-    if (nt == 1) {
-        const struct ebb_cl_weight *ws[3] = {gate, up, dn};
-        rc = experts_q8(m, ws, diag);
-        if (rc != EBB_EUNSUPPORTED)
-            return rc;
-    }
-    if ((rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
-        (rc = gather(m, up, m->h, n_embd, kf, nt, diag)))
+    /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy): its
+     * passes over the pool, through the slot table instead of the ids. */
+    if (m->xc && !L->n_w[s->group + 1] && L >= m->layers && L < m->layers + hp->n_layer) {
+        const struct ebb_cl_weight *ws[3];
+        cl_mem sids;
+        bool ready = false;
+        rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, diag);
+        while (!rc && !(rc = ebb__clm_xc_next(m, ws, &sids, &ready, diag)) && ready)
+            rc = run(m, ws, sids, nt, diag);
         return rc;
-    return down(m, dn, nt, diag);
+    }
+    const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
+                                         &L->w[s->group + 3][0]};
+    return run(m, ws, mo->ids, nt, diag);
 }
 
 void ebb__clm_moe_fini(struct clm *m)

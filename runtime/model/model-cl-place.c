@@ -205,6 +205,8 @@ ebb_err ebb__clm_place_layer(struct clm *m, const struct ebb_gguf *g, uint32_t l
                              struct ebb_diag *diag)
 {
     for (uint32_t gi = 0; gi < m->plan.n_groups; gi++) {
+        if (m->xc_g0 && gi >= m->xc_g0 && gi < m->xc_g0 + 3)
+            continue; /* the expert cache's slots hold them */
         ebb_err rc = place_plan_group(m, g, gi, l, diag);
         if (rc)
             return rc;
@@ -391,7 +393,7 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
         w += m->plan.has_bias ? f * m->n_qkv : 0;
         w += m->plan.has_qk_norm ? 2 * f * hp->head_dim : 0;
     }
-    out->weights = w;
+    out->weights = w + m->xc_token_bytes; /* the expert cache's, from its slots */
     /* keys and values of depth + 1 positions, fp16, every layer */
     out->kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * ((uint64_t)depth + 1);
 }

@@ -237,6 +237,12 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     const char *env = getenv("EBB_TEST_RESIDENCY");
     bool forced = p->residency_forced || p->residency > 0 || (env && *env);
     double frac = env && *env ? strtod(env, NULL) : p->residency;
+    /* A byte budget with the expert cache sizes the cache instead (model-cl-experts.c). */
+    if (!forced && p->memory_budget && ebb__clm_xc_wanted(p))
+        return p->host_layers ? ebb_diag_set(diag, EBB_EINVAL,
+                                             "--host-layers does not combine with the expert "
+                                             "cache")
+                              : EBB_OK;
     if (!p->memory_budget && !p->memory_budget_auto && !forced)
         return p->host_layers ? ebb_diag_set(diag, EBB_EINVAL,
                                              "--host-layers needs the layer streamer "

@@ -88,6 +88,7 @@ static void clm_free(void *ctx)
     if (m->ops)
         clReleaseProgram(m->ops);
     ebb__clm_moe_fini(m);
+    ebb__clm_xc_fini(m);
     for (uint32_t i = 0; i < m->n_progs; i++)
         ebb_cl_wprog_fini(&m->progs[i]);
     release(&m->map.buf);
@@ -857,8 +858,11 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
             m->map.buf = NULL; /* fall back to copies */
     }
     if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
-        (rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
+        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_place_weights(m, g, diag)) ||
+        (rc = alloc_scratch(m, diag)))
         goto out;
+    if (m->xc)
+        m->iface.expert_cache = ebb__clm_xc_report;
     if (STREAMING(m)) {
         if ((rc = ebb__clm_ensure_slots(m, diag)))
             goto out;

@@ -38,6 +38,8 @@ struct ebb__backend_i {
     bool (*stream_report)(void *ctx, struct ebb_stream_report *out);
     /* Any thread: reads the memory probes for the next re-plan; true on pressure. */
     bool (*stream_probe)(void *ctx);
+    /* Optional: model.h's ebb_model_expert_cache (thread-safe); false when there is none. */
+    bool (*expert_cache)(void *ctx, struct ebb_model_expert_cache *out);
 };
 
 /* Backend constructors. Each runs family a's description (checked against g by the caller),

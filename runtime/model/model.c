@@ -105,6 +105,11 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     }
 
     const char *dev = p->device ? p->device : "auto";
+    if ((!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) && p->expert_cache) {
+        rc = ebb_diag_set(diag, EBB_EINVAL,
+                          "--expert-cache needs the OpenCL engine (not device '%s')", dev);
+        goto out;
+    }
     if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
         rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
@@ -302,6 +307,59 @@ size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t 
     if (!m->iface->stream_report || !m->iface->stream_report(m->ctx, &r))
         return 0;
     return ebb_stream_report_prometheus(&r, buf, cap);
+}
+
+bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out)
+{
+    *out = (struct ebb_model_expert_cache){0};
+    return m->iface->expert_cache && m->iface->expert_cache(m->ctx, out);
+}
+
+size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t cap)
+{
+    struct ebb_model_expert_cache x;
+    if (cap)
+        buf[0] = 0;
+    if (!ebb_model_expert_cache(m, &x))
+        return 0;
+    int n = snprintf(buf, cap,
+                     "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
+                     "\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu,"
+                     "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu}",
+                     x.slots, x.n_layer, (unsigned long long)x.pool_bytes,
+                     (unsigned long long)x.expert_bytes, (unsigned long long)x.lookups,
+                     (unsigned long long)x.hits, (unsigned long long)x.misses,
+                     (unsigned long long)x.evictions, (unsigned long long)x.bytes_copied,
+                     (unsigned long long)x.passes, (unsigned long long)x.layer_steps);
+    return n > 0 ? (size_t)n : 0;
+}
+
+size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, size_t cap)
+{
+    struct ebb_model_expert_cache x;
+    if (cap)
+        buf[0] = 0;
+    if (!ebb_model_expert_cache(m, &x))
+        return 0;
+#define XG "# TYPE ebb_expert_cache_%s gauge\nebb_expert_cache_%s %llu\n"
+#define XC "# TYPE ebb_expert_cache_%s_total counter\nebb_expert_cache_%s_total %llu\n"
+    int n = snprintf(
+        buf, cap,
+        "# HELP ebb_expert_cache_slots Expert slots per layer on the device.\n" XG
+        "# HELP ebb_expert_cache_pool_bytes Device memory of the expert slots.\n" XG
+        "# HELP ebb_expert_cache_lookups_total Experts looked up (hits + misses).\n" XC
+        "# HELP ebb_expert_cache_hits_total Experts found in their slots.\n" XC
+        "# HELP ebb_expert_cache_misses_total Experts copied into a slot.\n" XC
+        "# HELP ebb_expert_cache_evictions_total Experts that left a slot for another.\n" XC
+        "# HELP ebb_expert_cache_bytes_copied_total Bytes copied into expert slots.\n" XC,
+        "slots", "slots", (unsigned long long)x.slots, "pool_bytes", "pool_bytes",
+        (unsigned long long)x.pool_bytes, "lookups", "lookups", (unsigned long long)x.lookups,
+        "hits", "hits", (unsigned long long)x.hits, "misses", "misses",
+        (unsigned long long)x.misses, "evictions", "evictions", (unsigned long long)x.evictions,
+        "bytes_copied", "bytes_copied", (unsigned long long)x.bytes_copied);
+#undef XG
+#undef XC
+    return n > 0 ? (size_t)n : 0;
 }
 
 bool ebb_model_stream_probe(struct ebb_model *m)

@@ -40,7 +40,15 @@ struct ebb_model_params {
     /* Prompt-cache store (ebb_model_kv_save): at most this many bytes of KV positions, kept in
      * device memory (host memory on the reference), allocated once at open; 0 = none. */
     uint64_t prompt_cache;
+    /* Expert cache (docs/STREAMER.md, "Experts on demand"): a mixture-of-experts model keeps
+     * this many expert slots per layer on the device and copies the experts the router picks
+     * into them from the mapped file (LRU); 0 = off (every expert placed);
+     * EBB_EXPERT_CACHE_AUTO: as many as memory_budget leaves after the other weights, the KV
+     * cache and the buffers (the layer streamer then stays off). The environment variable
+     * EBB_EXPERT_CACHE (a count or "auto"), when set, overrides it. */
+    uint32_t expert_cache;
 };
+#define EBB_EXPERT_CACHE_AUTO UINT32_MAX
 
 struct ebb_model;
 
@@ -144,6 +152,30 @@ struct ebb_model_counters {
     uint64_t syncs;
 };
 bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *out);
+
+/* The expert cache's figures (ebb_model_params.expert_cache). Every MoE layer's pass looks up
+ * each distinct expert its rows chose once: lookups = hits + misses; each miss copies one
+ * expert (its gate, up and down rows: expert_bytes) into a slot, evicting the least recently
+ * used one when none is free. A prefill chunk whose experts do not fit the slots runs in
+ * several passes. */
+struct ebb_model_expert_cache {
+    bool on;
+    uint32_t slots;        /* per layer */
+    uint32_t n_layer;      /* layers whose experts are cached */
+    uint64_t pool_bytes;   /* device memory of the slots, all layers */
+    uint64_t expert_bytes; /* one expert's gate, up and down rows */
+    uint64_t lookups, hits, misses, evictions;
+    uint64_t bytes_copied;
+    uint64_t passes;      /* expert passes run (a layer step is one or more) */
+    uint64_t layer_steps; /* MoE layer evaluations */
+};
+/* Any thread: a snapshot; false when the model has no expert cache. */
+bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out);
+/* Those figures as one JSON object (`ebb run --json`, `ebb bench --json`: key "expert_cache")
+ * or as Prometheus text (ebb_expert_cache_* lines of /metrics); the length needed, like
+ * snprintf; 0 (and buf "") when the model has no expert cache. */
+size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t cap);
+size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, size_t cap);
 
 /* Bytes one decoded token (one slot, one row) reads, as the backend holds them: the weights
  * (every layer's tensors in the layout the backend reads, the experts a token uses of a

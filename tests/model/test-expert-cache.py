@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""The expert cache (--expert-cache, docs/STREAMER.md "Experts on demand") on the OpenCL engine
+(PoCL in CI).
+
+Writes qwen3moe-tiny (3 layers, 16 experts, 4 used per token; random weights, q8_0) with
+ebb-gen-model and the qwen2 vocabulary (scripts/fetch-vocabs.sh, $EBB_VOCABS_DIR; its absence
+is a failure, as for the vocabs test), then runs `ebb run --json` greedily on three prompts, one
+of them longer than a prefill chunk (128 rows), with every expert resident and with the cache
+forced to a few slots per layer: 4 (exactly the experts a token uses: every layer evicts, and
+prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_EXPERT_CACHE
+with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
+resident run's, and the counters must add up: lookups = hits + misses, bytes copied = misses x
+one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
+evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
+its slot count from --memory-budget (too small a budget: an error with the figures; one left
+for about 8 slots: between 5 and 15; 1G: all 16), with the same ids and no layer streamer. Bad
+settings must fail with a message naming the problem. `ebb serve --expert-cache 4`
+shows the ebb_expert_cache_* lines in /metrics after a completion.
+
+Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+STEPS = 16
+N_LAYER, N_EXPERT, K = 3, 16, 4
+PROMPTS = [
+    "The capital of France is",
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nprint(fib(",
+    " ".join(f"Row {i}: the keeper counts the boats that pass the mill, and writes it down."
+             for i in range(10)),
+]
+
+
+def run(ebb, model, prompt, args=(), env_add=None):
+    env = dict(os.environ)
+    env.pop("EBB_EXPERT_CACHE", None)
+    env.update(env_add or {})
+    p = subprocess.run([ebb, "run", "-m", model, "-p", prompt, "-n", str(STEPS), "--temp", "0",
+                        "--device", "auto", "--ctx", "512", "--json", *args], env=env,
+                       capture_output=True, text=True)
+    return p
+
+
+def serve_metrics(ebb, model):
+    env = dict(os.environ)
+    env.pop("EBB_EXPERT_CACHE", None)
+    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256",
+                            "--expert-cache", "4"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in srv.stderr:
+            m = re.search(r"listening on (http://[^\s;]+)", line)
+            if m:
+                url = m.group(1)
+                break
+        if not url:
+            print("ERROR: ebb serve did not say where it listens")
+            return 1
+        threading.Thread(target=lambda: srv.stderr.read(), daemon=True).start()
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
+            {"prompt": "Hello there", "max_tokens": 8, "temperature": 0}).encode(),
+            headers={"content-type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        vals = {k: int(v) for k, v in re.findall(r"^(ebb_expert_cache_\w+) (\d+)$", text, re.M)}
+        print(f"# serve /metrics: {vals}")
+        want = ["slots", "pool_bytes", "lookups_total", "hits_total", "misses_total",
+                "evictions_total", "bytes_copied_total"]
+        if any("ebb_expert_cache_" + w not in vals for w in want):
+            print(f"ERROR: /metrics lacks ebb_expert_cache_* lines: {sorted(vals)}")
+            return 1
+        if (vals["ebb_expert_cache_slots"] != 4 or vals["ebb_expert_cache_misses_total"] <= 0 or
+                vals["ebb_expert_cache_lookups_total"] != vals["ebb_expert_cache_hits_total"] +
+                vals["ebb_expert_cache_misses_total"]):
+            print(f"ERROR: /metrics expert cache figures: {vals}")
+            return 1
+        return 0
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+def main():
+    gen_model, ebb, work = sys.argv[1:4]
+    vocabs = os.environ.get("EBB_VOCABS_DIR") or os.path.expanduser("~/.cache/ebb/vocabs")
+    vocab = os.path.join(vocabs, "ggml-vocab-qwen2.gguf")
+    if not os.path.exists(vocab):
+        print(f"missing {vocab}: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR",
+              file=sys.stderr)
+        return 1
+    os.makedirs(work, exist_ok=True)
+    model = os.path.join(work, "qwen3moe-tiny.gguf")
+    dense = os.path.join(work, "qwen3-tiny.gguf")
+    subprocess.run([gen_model, "--shape", "qwen3moe-tiny", "--tokenizer-from", vocab, "--type",
+                    "q8_0", "-o", model], check=True, stdout=subprocess.DEVNULL)
+    bad = 0
+
+    def fail(msg):
+        nonlocal bad
+        print("ERROR: " + msg)
+        bad += 1
+
+    configs = [
+        ("4 slots", ["--expert-cache", "4"], None),
+        ("8 slots", ["--expert-cache", "8"], None),
+        ("16 slots", ["--expert-cache", "16"], None),
+        ("4 slots (env, 8-bit decode)", [], {"EBB_EXPERT_CACHE": "4", "EBB_CL_MVQ8": "1",
+                                             "EBB_CL_KQ8": "1"}),
+    ]
+    base_ids = {}
+    for i, prompt in enumerate(PROMPTS):
+        p = run(ebb, model, prompt)
+        if p.returncode:
+            fail(f"prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
+            continue
+        base = json.loads(p.stdout)
+        base_ids[i] = base["tokens"]
+        if "expert_cache" in base:
+            fail(f"prompt {i}: the resident run reports an expert cache")
+        q8 = run(ebb, model, prompt, env_add={"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"})
+        base_q8 = json.loads(q8.stdout)["tokens"] if q8.returncode == 0 else None
+        n_prompt = base["prompt_tokens"]
+        # evaluations: the prompt in chunks of 128, then one per generated token but the last
+        n_eval = (n_prompt + 127) // 128 + STEPS - 1
+        print(f"# prompt {i}: {n_prompt} tokens + {STEPS} steps: {base['tokens'][:6]}...")
+        for name, args, env in configs:
+            p = run(ebb, model, prompt, args, env)
+            if p.returncode:
+                fail(f"prompt {i}, {name}: failed: {p.stderr.strip()[-300:]}")
+                continue
+            if "expert cache on" not in p.stderr:
+                fail(f"prompt {i}, {name}: the load log does not say the cache is on")
+            d = json.loads(p.stdout)
+            want = base_q8 if env and "EBB_CL_MVQ8" in env else base["tokens"]
+            if d["tokens"] != want:
+                k = next(j for j, (a, b) in enumerate(zip(d["tokens"], want)) if a != b)
+                fail(f"prompt {i}, {name}: greedy ids differ at step {k}: {d['tokens'][k]} vs "
+                     f"{want[k]}")
+            x = d.get("expert_cache")
+            if not x:
+                fail(f"prompt {i}, {name}: no expert_cache in the report")
+                continue
+            slots = x["slots"]
+            print(f"#   {name}: {x['lookups']} lookups, {x['hits']} hits, {x['misses']} misses, "
+                  f"{x['evictions']} evictions, {x['bytes_copied']} bytes, {x['passes']} passes")
+            if x["lookups"] != x["hits"] + x["misses"]:
+                fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
+            if x["bytes_copied"] != x["misses"] * x["expert_bytes"]:
+                fail(f"prompt {i}, {name}: bytes copied != misses x expert bytes: {x}")
+            if x["misses"] <= 0 or x["hits"] <= 0:
+                fail(f"prompt {i}, {name}: hits and misses should both move: {x}")
+            if x["layer_steps"] != N_LAYER * n_eval:
+                fail(f"prompt {i}, {name}: {x['layer_steps']} layer steps, expected "
+                     f"{N_LAYER * n_eval}")
+            # every layer fills its slots before it evicts (each does, at these settings)
+            if slots < N_EXPERT and x["evictions"] != x["misses"] - slots * N_LAYER:
+                fail(f"prompt {i}, {name}: evictions != misses - {slots} x {N_LAYER}: {x}")
+            if slots == N_EXPERT and (x["evictions"] or x["misses"] > N_EXPERT * N_LAYER):
+                fail(f"prompt {i}, {name}: all experts fit, yet {x}")
+            if slots == K and x["evictions"] <= 0:
+                fail(f"prompt {i}, {name}: {K} slots and no eviction: {x}")
+            if slots == K and x["passes"] <= x["layer_steps"] and n_prompt > 1:
+                fail(f"prompt {i}, {name}: a {n_prompt}-token prefill in one pass per layer "
+                     f"with {K} slots: {x}")
+
+    # The daemon: --expert-cache 4, one completion, the ebb_expert_cache_* lines of /metrics.
+    bad += serve_metrics(ebb, model)
+
+    # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
+    # from them, one that leaves about 8 slots a layer; a large one holds every expert.
+    p = run(ebb, model, PROMPTS[0], ["--expert-cache", "auto", "--memory-budget", "40M"])
+    m = re.search(r"leaves room for \d+ expert slots per layer, fewer than the 4 a token uses "
+                  r"\(other weights ([\d.]+) MiB, KV cache ([\d.]+) MiB, buffers ([\d.]+) MiB; "
+                  r"one slot in every layer ([\d.]+) MiB\)", p.stderr)
+    if p.returncode == 0 or not m:
+        fail(f"auto with 40M: expected the sizing error, rc {p.returncode}: "
+             f"{p.stderr.strip()[-300:]}")
+    else:
+        other, kv, bufs, slot = (float(v) for v in m.groups())
+        budget = int((other + kv + bufs + 8.5 * slot) * 1024)
+        for args, lo, hi in ((["--memory-budget", f"{budget}K"], 5, 15),
+                             (["--memory-budget", "1G"], N_EXPERT, N_EXPERT)):
+            p = run(ebb, model, PROMPTS[1], ["--expert-cache", "auto", *args])
+            if p.returncode:
+                fail(f"auto {args}: failed: {p.stderr.strip()[-300:]}")
+                continue
+            d = json.loads(p.stdout)
+            x = d.get("expert_cache") or {}
+            print(f"# auto {args}: {x.get('slots')} slots a layer")
+            if not lo <= x.get("slots", 0) <= hi or "sized from the budget" not in p.stderr:
+                fail(f"auto {args}: {x.get('slots')} slots, expected {lo}..{hi}")
+            if "stream" in d:
+                fail(f"auto {args}: the layer streamer is on as well")
+            if d["tokens"] != base_ids[1]:
+                fail(f"auto {args}: greedy ids differ from the resident run's")
+        # a count the budget cannot hold
+        p = run(ebb, model, PROMPTS[0], ["--expert-cache", "16", "--memory-budget", f"{budget}K"])
+        if p.returncode == 0 or "expert slots per layer (--expert-cache auto" not in p.stderr:
+            fail(f"16 slots in a budget for about 8: rc {p.returncode}: "
+                 f"{p.stderr.strip()[-300:]}")
+
+    # Bad settings: clear errors, no crash.
+    subprocess.run([gen_model, "--shape", "qwen3-tiny", "--tokenizer-from", vocab, "--type",
+                    "q8_0", "-o", dense], check=True, stdout=subprocess.DEVNULL)
+    cases = [
+        (model, ["--expert-cache", "3"], None, "between 4"),
+        (model, ["--expert-cache", "17"], None, "and 16"),
+        (model, ["--expert-cache", "0"], None, "bad value"),
+        (model, ["--expert-cache", "-4"], None, "bad value"),
+        (model, ["--expert-cache", "four"], None, "bad value"),
+        (model, ["--expert-cache", "4", "--residency", "0.5"], None, "layer streamer"),
+        (model, ["--expert-cache", "4", "--device", "ref"], None, "OpenCL engine"),
+        (model, ["--expert-cache", "auto"], None, "--memory-budget SIZE"),
+        (model, ["--expert-cache", "4", "--memory-budget", "1G", "--host-layers", "1"], None,
+         "--host-layers"),
+        (model, [], {"EBB_EXPERT_CACHE": "x4"}, "EBB_EXPERT_CACHE"),
+        (dense, ["--expert-cache", "4"], None, "no experts"),
+    ]
+    for path, args, env, msg in cases:
+        p = run(ebb, path, "Hello", args, env)
+        if p.returncode == 0 or p.returncode < 0 or msg not in p.stderr:
+            fail(f"{args} {env or ''}: rc {p.returncode}, expected a message with '{msg}': "
+                 f"{p.stderr.strip()[-300:]}")
+    print("ok" if not bad else f"{bad} failure(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
