@@ -402,6 +402,17 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     }
     while (t.mv_wg * t.mv_rows > di->max_wg && t.mv_rows > 1)
         t.mv_rows /= 2;
+    /* matvec_q8's shape: the matvec's, or with PTX (warp sums, then the warps' partials through
+     * local memory) EBB_CL_MVQ=WG,ROWS, WG a multiple of 32. */
+    if (!t.mv_ptx || !t.mvq_wg)
+        t.mvq_wg = t.mv_wg, t.mvq_rows = t.mv_rows;
+    const char *mvq = getenv("EBB_CL_MVQ");
+    unsigned qw = 0, qrw = 0;
+    if (t.mv_ptx && mvq && sscanf(mvq, "%u,%u", &qw, &qrw) == 2 && qw && qw % 32 == 0 &&
+        qw <= 1024 && qrw && qw * qrw <= di->max_wg)
+        t.mvq_wg = qw, t.mvq_rows = qrw;
+    while (t.mvq_wg * t.mvq_rows > di->max_wg && t.mvq_rows > 1)
+        t.mvq_rows /= 2;
     while (t.mm_wg > di->max_wg)
         t.mm_wg /= 2;
     /* EBB_CL_NORM_WG=N (a power of two, 1..256) overrides the work-group of row reductions
@@ -631,13 +642,15 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
-        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n",
+        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
+        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
         tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
-        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2);
+        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
+        tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, tu->mvq_wg ? tu->mvq_rows : tu->mv_rows);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -1225,6 +1238,13 @@ out:
     if (moe)
         ebb_cl_source_release(moe);
     return rc;
+}
+
+void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
+{
+    size_t wg = tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, rows = tu->mvq_wg ? tu->mvq_rows : tu->mv_rows;
+    g[0] = (size_t)n_out * wg, g[1] = 1;
+    l[0] = wg * rows, l[1] = 1;
 }
 
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,

@@ -62,6 +62,8 @@ struct ebb_cl_tuning {
     uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
     uint32_t mvo;           /* matvec_q8r's output rows per MV_WG work-items (MVO: 1, 2 or 4) */
     uint32_t mvu;           /* matvec_q8's 4-bit blocks a work-item loads per step (MVU: 1..8) */
+    uint32_t mvq_wg;        /* matvec_q8's work-items per row (MVQ_WG; mv_wg unless mv_ptx) */
+    uint32_t mvq_rows;      /* matvec_q8's rows per work-group (MVQ_ROWS) */
     uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
                                activation into quantize_x8_rows (0: separate launches) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
@@ -224,6 +226,8 @@ enum ebb_cl_wkernel {
                              (32 mms_w, 1) */
     EBB_CL_WK_MMP,        /* matmul_mms with the mmp_* tile (the same with mmp_*) */
 };
+/* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
+void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
 

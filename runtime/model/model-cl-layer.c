@@ -32,7 +32,7 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
         return rc;
     size_t g[2], l[2];
-    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    ebb_cl_q8_shape(&m->tu, (uint32_t)n_out, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
