@@ -8,6 +8,8 @@
  * one weight of n_expert x rows rows (placed like any other, model-cl-place.c). */
 #include "model-cl-int.h"
 
+#define MOE_ROUTE_WG 128 /* moe.cl's moe_route work-group: one per token */
+
 /* The moe.cl program for w's layout, built on first use. */
 static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
                         struct ebb_diag *diag)
@@ -167,10 +169,10 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(mo->scores), EBB_CL_ARG(n_expert), EBB_CL_ARG(k),
                               EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
                               EBB_CL_ARG(mo->w)};
-    size_t rg = (size_t)nt;
+    size_t rg[2] = {MOE_ROUTE_WG, (size_t)nt}, rl[2] = {MOE_ROUTE_WG, 1};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
-        (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)))
+        (rc = ebb_cl_run(m->cl, mo->route, 2, rg, rl, diag)))
         return rc;
     if (nt == 1) {
         const struct ebb_cl_weight *ws[3] = {gate, up, dn};
