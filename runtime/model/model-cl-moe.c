@@ -83,10 +83,12 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
 }
 
 /* Decode (one token) on 8-bit inputs, where the three stacks' layouts have kq8 (kq8.cl):
- * m->h quantized once for the gate and up gathers, then the k experts' SwiGLU outputs quantized
+ * m->h (or m->x normed with nw inside the quantization) quantized once for the gate and up
+ * gathers, then the k experts' SwiGLU outputs quantized
  * together for the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not
  * apply, so that the float kernels take it. */
-static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struct ebb_diag *diag)
+static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], cl_mem nw,
+                          struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_prog *p[3];
@@ -100,7 +102,7 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], struc
         if (!p[i]->gather_q8 || w[i]->off % 16)
             return EBB_EUNSUPPORTED;
     }
-    ebb_err rc = ebb__clm_q8_quantize(m, m->h, n_embd, NULL, 0, diag);
+    ebb_err rc = ebb__clm_q8_quantize(m, nw ? m->x : m->h, n_embd, nw, 0, diag);
     size_t l[2] = {m->tu.mv_wg, 1};
     for (int i = 0; i < 2 && !rc; i++) {
         int y_off = i * k * f;
@@ -157,7 +159,7 @@ ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct 
 }
 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                             struct ebb_diag *diag)
+                             cl_mem nw, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     struct clm_moe *mo = &m->moe;
@@ -176,11 +178,12 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
         return rc;
     if (nt == 1) {
         const struct ebb_cl_weight *ws[3] = {gate, up, dn};
-        rc = experts_q8(m, ws, diag);
+        rc = experts_q8(m, ws, nw, diag);
         if (rc != EBB_EUNSUPPORTED)
             return rc;
     }
-    if ((rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
+    if ((nw && (rc = ebb__clm_rmsnorm(m, m->x, nw, m->h, nt, diag))) ||
+        (rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
         (rc = gather(m, up, m->h, n_embd, kf, nt, diag)))
         return rc;
     return down(m, dn, nt, diag);

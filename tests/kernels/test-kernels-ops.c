@@ -14,7 +14,7 @@ static float h2f(float f)
 
 static void test_rmsnorm_swiglu_add_softmax(cl_program p)
 {
-    enum { N = 300, T = 3 };
+    enum { N = 302, T = 3 };
     float x[T * N], w[N], y[T * N];
     for (int i = 0; i < T * N; i++)
         x[i] = frand() * 3;
@@ -43,7 +43,7 @@ static void test_rmsnorm_swiglu_add_softmax(cl_program p)
     }
     clReleaseKernel(k);
 
-    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 150. */
+    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 151. */
     k = kern(p, "swiglu");
     int two = N, half = N / 2;
     struct ebb_cl_arg b[] = {EBB_CL_ARG(xb), EBB_CL_ARG(two), EBB_CL_ARG(yb), EBB_CL_ARG(half),
