@@ -281,12 +281,12 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
 
 /* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
  * (the kernels and scratch, made on the first call; *scores: where the caller writes the
- * router's product of the normed rows), then ebb__clm_moe_experts: with nw NULL, m->h holds
- * the normed rows; else (one token) m->h was not written and nw is the norm's weight, which
- * the experts fold into their 8-bit inputs (or run the norm into m->h where they take floats).
+ * router's product of the normed rows; *q8: whether one token's experts take 8-bit inputs),
+ * then ebb__clm_moe_experts: with nw NULL, m->h holds the normed rows; else (one token, *q8)
+ * m->h was not written and nw is the norm's weight, folded into the experts' 8-bit inputs.
  * ebb__clm_moe_fini releases what they made (accepts an engine that never ran one). */
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
-                             cl_mem *scores, struct ebb_diag *diag);
+                             cl_mem *scores, bool *q8, struct ebb_diag *diag);
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              cl_mem nw, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);

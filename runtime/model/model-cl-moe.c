@@ -87,13 +87,10 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, in
  * gathers, then the k experts' SwiGLU outputs quantized
  * together for the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not
  * apply, so that the float kernels take it. */
-static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], cl_mem nw,
-                          struct ebb_diag *diag)
+static ebb_err q8_progs(struct clm *m, const struct ebb_cl_weight *w[3], struct clm_moe_prog *p[3],
+                        struct ebb_diag *diag)
 {
-    struct clm_moe *mo = &m->moe;
-    struct clm_moe_prog *p[3];
-    int n_embd = (int)m->hp.n_embd, f = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
-    if (!m->k_q8 || n_embd % 32 || f % 32)
+    if (!m->k_q8 || m->hp.n_embd % 32 || m->hp.n_ff_exp % 32)
         return EBB_EUNSUPPORTED;
     for (int i = 0; i < 3; i++) {
         ebb_err rc = prog_for(m, w[i], &p[i], diag);
@@ -102,7 +99,19 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], cl_me
         if (!p[i]->gather_q8 || w[i]->off % 16)
             return EBB_EUNSUPPORTED;
     }
-    ebb_err rc = ebb__clm_q8_quantize(m, nw ? m->x : m->h, n_embd, nw, 0, diag);
+    return EBB_OK;
+}
+
+static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *w[3], cl_mem nw,
+                          struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *p[3];
+    int n_embd = (int)m->hp.n_embd, f = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
+    ebb_err rc = q8_progs(m, w, p, diag);
+    if (rc)
+        return rc;
+    rc = ebb__clm_q8_quantize(m, nw ? m->x : m->h, n_embd, nw, 0, diag);
     size_t l[2] = {m->tu.mv_wg, 1};
     for (int i = 0; i < 2 && !rc; i++) {
         int y_off = i * k * f;
@@ -148,12 +157,19 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, int nt, struct
 }
 
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
-                             cl_mem *scores, struct ebb_diag *diag)
+                             cl_mem *scores, bool *q8, struct ebb_diag *diag)
 {
-    struct clm_moe_prog *p = NULL;
+    struct clm_moe_prog *p[3] = {NULL};
+    const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
+                                         &L->w[s->group + 3][0]};
     ebb_err rc = scratch(m, diag);
     if (!rc)
-        rc = prog_for(m, &L->w[s->group + 1][0], &p, diag); /* also makes moe_route */
+        rc = prog_for(m, ws[0], &p[0], diag); /* also makes moe_route */
+    if (!rc) {
+        rc = q8_progs(m, ws, p, diag);
+        *q8 = !rc;
+        rc = rc == EBB_EUNSUPPORTED ? EBB_OK : rc;
+    }
     *scores = m->moe.scores;
     return rc;
 }
@@ -179,11 +195,10 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     if (nt == 1) {
         const struct ebb_cl_weight *ws[3] = {gate, up, dn};
         rc = experts_q8(m, ws, nw, diag);
-        if (rc != EBB_EUNSUPPORTED)
+        if (rc != EBB_EUNSUPPORTED || nw) /* nw: prepare found the 8-bit path, m->h unset */
             return rc;
     }
-    if ((nw && (rc = ebb__clm_rmsnorm(m, m->x, nw, m->h, nt, diag))) ||
-        (rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
+    if ((rc = gather(m, gate, m->h, n_embd, 0, nt, diag)) ||
         (rc = gather(m, up, m->h, n_embd, kf, nt, diag)))
         return rc;
     return down(m, dn, nt, diag);
