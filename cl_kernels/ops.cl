@@ -38,30 +38,27 @@ inline float wg_max(float v, __local float *tmp)
 }
 
 /* The RMS norm of row t of x times w, stored into row t of y or (add) added to it. One
- * work-group per row; tmp holds NORM_WG floats. The row goes four floats a load (vload4 needs
- * only a float's alignment), two loads in flight an iteration; n % 4 floats at the end one by
- * one. */
+ * work-group per row; tmp holds NORM_WG floats. Each item sums its squares in the order it
+ * always did (x[lid], x[lid + NORM_WG], ...: results do not move with this kernel's shape) with
+ * four loads issued before they are added; the output goes four floats a load and store (vload4
+ * needs only a float's alignment), the n % 4 tail one by one. */
 inline void rmsnorm_row(__global const float *x, int x_ld, __global const float *w,
                         __global float *y, int y_ld, int n, float eps, bool add,
                         __local float *tmp)
 {
     int t = get_global_id(1), lid = get_local_id(0), n4 = n / 4;
     const __global float *xr = x + (size_t)t * x_ld;
-    float4 s0 = (float4)(0.0f), s1 = (float4)(0.0f);
+    float ss = 0.0f;
     int i = lid;
-    for (; i + NORM_WG < n4; i += 2 * NORM_WG) {
-        float4 a = vload4(i, xr), b = vload4(i + NORM_WG, xr);
-        s0 += a * a;
-        s1 += b * b;
+    for (; i + 3 * NORM_WG < n; i += 4 * NORM_WG) {
+        float a = xr[i], b = xr[i + NORM_WG], c = xr[i + 2 * NORM_WG], d = xr[i + 3 * NORM_WG];
+        ss += a * a;
+        ss += b * b;
+        ss += c * c;
+        ss += d * d;
     }
-    if (i < n4) {
-        float4 a = vload4(i, xr);
-        s0 += a * a;
-    }
-    s0 += s1;
-    float ss = (s0.x + s0.y) + (s0.z + s0.w);
-    for (int j = 4 * n4 + lid; j < n; j += NORM_WG)
-        ss += xr[j] * xr[j];
+    for (; i < n; i += NORM_WG)
+        ss += xr[i] * xr[i];
     ss = wg_sum(ss, tmp);
     float inv = rsqrt(ss / n + eps);
     __global float *yr = y + (size_t)t * y_ld;
