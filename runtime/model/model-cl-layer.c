@@ -543,19 +543,25 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct eb
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
-/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. */
+/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. One
+ * token whose experts take 8-bit inputs folds the norm into the router's product and the
+ * experts' quantization (no m->h, no norm launch); the float experts need m->h. */
 static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                    struct ebb_diag *diag)
 {
-    cl_mem scores;
+    cl_mem scores, nw = NULL;
     int n_embd = (int)m->hp.n_embd, n_expert = (int)m->hp.n_expert;
-    ebb_err rc;
-    if ((rc = ebb__clm_moe_prepare(m, L, s, &scores, diag)) ||
-        (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)) ||
-        (rc = ebb__clm_wmul(m, &L->w[s->group][0], m->h, n_embd, scores, n_expert, 0, NULL, NULL,
-                            nt, diag)))
+    bool q8 = false;
+    ebb_err rc = ebb__clm_moe_prepare(m, L, s, &scores, &q8, diag);
+    if (rc)
         return rc;
-    return ebb__clm_moe_experts(m, L, s, nt, diag);
+    if (nt == 1 && q8)
+        nw = L->norm[s->norm];
+    if ((!nw && (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag))) ||
+        (rc = ebb__clm_wmul(m, &L->w[s->group][0], nw ? m->x : m->h, n_embd, scores, n_expert, 0,
+                            NULL, nw, nt, diag)))
+        return rc;
+    return ebb__clm_moe_experts(m, L, s, nt, nw, diag);
 }
 
 /* One layer for the chunk's rows: the compiled steps of the family's layer program

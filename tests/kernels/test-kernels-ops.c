@@ -14,7 +14,7 @@ static float h2f(float f)
 
 static void test_rmsnorm_swiglu_add_softmax(cl_program p)
 {
-    enum { N = 300, T = 3 };
+    enum { N = 302, T = 3 };
     float x[T * N], w[N], y[T * N];
     for (int i = 0; i < T * N; i++)
         x[i] = frand() * 3;
@@ -43,7 +43,7 @@ static void test_rmsnorm_swiglu_add_softmax(cl_program p)
     }
     clReleaseKernel(k);
 
-    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 150. */
+    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 151. */
     k = kern(p, "swiglu");
     int two = N, half = N / 2;
     struct ebb_cl_arg b[] = {EBB_CL_ARG(xb), EBB_CL_ARG(two), EBB_CL_ARG(yb), EBB_CL_ARG(half),
@@ -134,54 +134,85 @@ static void test_rmsnorm_swiglu_add_softmax(cl_program p)
     printf("  rmsnorm, swiglu, geglu, rmsnorm_add, add, softmax checked\n");
 }
 
+/* The k best of x[0..n) by repeated selection: descending, ties to the smaller id, NaN never. */
+static void topk_ref(const float *x, int n, int k, int *ids)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int q = 0; q < j && !taken; q++)
+                taken = ids[q] == i;
+            if (!taken && !isnan(x[i]) && (best < 0 || x[i] > x[best]))
+                best = i;
+        }
+        ids[j] = best;
+    }
+}
+
+/* topk_part + topk_merge over R rows of N logits (N a multiple of nothing, 5 tiles): ties
+ * inside a tile and across tiles, a run of equal values longer than k, -inf and NaN entries,
+ * each row different; k = 1, 7 and TOPK_MAX (64). */
 static void test_topk(cl_program p)
 {
-    enum { N = 5000, K = 8, PARTS = 64 };
-    static float x[N];
-    for (int i = 0; i < N; i++)
+    enum { N = 4999, R = 3, K = 64, TILE = 1024, WG = 256 };
+    enum { PARTS = (N + TILE - 1) / TILE };
+    static float x[R * N];
+    for (int i = 0; i < R * N; i++)
         x[i] = frand();
-    x[4000] = 5.0f;
-    x[17] = 5.0f; /* tie: the smaller id comes first */
-    x[2500] = 4.0f;
-    cl_mem xb = buf(sizeof(x), x), pv = buf(sizeof(float) * PARTS * K, NULL);
-    cl_mem pi = buf(sizeof(int) * PARTS * K, NULL), ov = buf(sizeof(float) * K, NULL);
-    cl_mem oi = buf(sizeof(int) * K, NULL);
-    for (int k = 1; k <= K; k += K - 1) {
-        cl_kernel k1 = kern(p, "topk_part"), k2 = kern(p, "topk_merge");
-        int n = N, parts = PARTS;
+    float *x0 = x, *x1 = x + N, *x2 = x + 2 * N;
+    x0[4000] = 5.0f;
+    x0[17] = 5.0f; /* tie across tiles: the smaller id comes first */
+    x0[18] = 5.0f; /* and inside one */
+    x0[2500] = 4.0f;
+    x0[4998] = 4.5f; /* the last logit, in the short last tile */
+    x0[3] = NAN;
+    for (int i = 100; i < 200; i++)
+        x1[i * 37 % N] = 2.0f; /* 100 ties above everything else: ids in order */
+    x1[1] = -INFINITY;
+    for (int i = 0; i < N; i++)
+        x2[i] = i % 3 ? -INFINITY : x2[i] - 3.0f; /* few finite logits, many -inf */
+    cl_mem xb = buf(sizeof(x), x), pv = buf(sizeof(float) * R * PARTS * K, NULL);
+    cl_mem pi = buf(sizeof(int) * R * PARTS * K, NULL), ov = buf(sizeof(float) * R * K, NULL);
+    cl_mem oi = buf(sizeof(int) * R * K, NULL);
+    cl_kernel k1 = kern(p, "topk_part"), k2 = kern(p, "topk_merge");
+    int ks[] = {1, 7, K};
+    for (int q = 0; q < 3; q++) {
+        int n = N, parts = PARTS, k = ks[q];
         struct ebb_cl_arg a[] = {EBB_CL_ARG(xb), EBB_CL_ARG(n), EBB_CL_ARG(k), EBB_CL_ARG(pv),
                                  EBB_CL_ARG(pi)};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(pv), EBB_CL_ARG(pi), EBB_CL_ARG(parts),
                                  EBB_CL_ARG(k),  EBB_CL_ARG(ov), EBB_CL_ARG(oi)};
         OK(ebb_cl_set_args(k1, 0, a, 5, D));
         OK(ebb_cl_set_args(k2, 0, b, 6, D));
-        size_t g = PARTS, one = 1;
-        OK(ebb_cl_run(cl, k1, 1, &g, NULL, D));
-        OK(ebb_cl_run(cl, k2, 1, &one, NULL, D));
-        float v[K];
-        int id[K];
-        rd(ov, sizeof(float) * k, v);
-        rd(oi, sizeof(int) * k, id);
-        /* Reference: repeated selection with the same tie rule. */
-        bool used[N] = {0};
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int i = 0; i < N; i++)
-                if (!used[i] && (best < 0 || x[i] > x[best]))
-                    best = i;
-            used[best] = true;
-            CHECK(id[j] == best && v[j] == x[best], "topk k=%d rank %d: id %d (%g) vs %d (%g)", k,
-                  j, id[j], v[j], best, x[best]);
+        size_t g1[2] = {PARTS * WG, R}, g2[2] = {WG, R}, l[2] = {WG, 1};
+        OK(ebb_cl_run(cl, k1, 2, g1, l, D));
+        OK(ebb_cl_run(cl, k2, 2, g2, l, D));
+        float v[R * K];
+        int id[R * K], ref[K];
+        rd(ov, sizeof(float) * R * k, v);
+        rd(oi, sizeof(int) * R * k, id);
+        for (int r = 0; r < R; r++) {
+            topk_ref(x + r * N, N, k, ref);
+            for (int j = 0; j < k; j++)
+                CHECK(id[r * k + j] == ref[j] && v[r * k + j] == x[r * N + ref[j]],
+                      "topk k=%d row %d rank %d: id %d (%g) vs %d (%g)", k, r, j, id[r * k + j],
+                      v[r * k + j], ref[j], x[r * N + ref[j]]);
         }
-        clReleaseKernel(k1);
-        clReleaseKernel(k2);
+        if (k == K) {
+            CHECK(id[0] == 17 && id[1] == 18 && id[2] == 4000 && id[3] == 4998,
+                  "topk ties: %d %d %d %d", id[0], id[1], id[2], id[3]);
+            CHECK(v[K + K - 1] == 2.0f, "topk row 1: a run of ties longer than k");
+        }
     }
+    clReleaseKernel(k1);
+    clReleaseKernel(k2);
     clReleaseMemObject(xb);
     clReleaseMemObject(pv);
     clReleaseMemObject(pi);
     clReleaseMemObject(ov);
     clReleaseMemObject(oi);
-    printf("  top-k (k = 1, 8, with a tie) checked\n");
+    printf("  top-k (k = 1, 7, 64; 3 rows of %d; ties, -inf, NaN) checked\n", N);
 }
 
 enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
