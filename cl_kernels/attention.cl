@@ -69,15 +69,15 @@ inline int att_first(int n_kv, int win)
 #define ATT_VL (ATT_D4 < ATT_WG ? ATT_D4 : ATT_WG)
 #define ATT_DV ((ATT_D4 + ATT_VL - 1) / ATT_VL)
 #define ATT_VP (ATT_WG / ATT_VL)
-/* At most 16 float4s of keys and 16 of values in flight per work-item (registers). */
+/* At most 8 float4s of keys and 8 of values in flight per work-item (registers). */
 #if defined(MV_CPU) && MV_CPU
 #define ATT_UK 1
 #define ATT_UV 1
 #else
 #define ATT_KN ((ATT_CHUNK + ATT_KP - 1) / ATT_KP) /* key rounds of a whole chunk */
 #define ATT_VN ((ATT_CHUNK + ATT_VP - 1) / ATT_VP) /* value positions of a whole chunk */
-#define ATT_UK (ATT_KN < 16 / ATT_DK ? ATT_KN : 16 / ATT_DK > 1 ? 16 / ATT_DK : 1)
-#define ATT_UV (ATT_VN < 16 / ATT_DV ? ATT_VN : 16 / ATT_DV > 1 ? 16 / ATT_DV : 1)
+#define ATT_UK (ATT_KN < 8 / ATT_DK ? ATT_KN : 8 / ATT_DK > 1 ? 8 / ATT_DK : 1)
+#define ATT_UV (ATT_VN < 8 / ATT_DV ? ATT_VN : 8 / ATT_DV > 1 ? 8 / ATT_DV : 1)
 #endif
 /* Local memory of a decode work-group, in floats: the staged queries (ATT_G x HEAD_DIM), the
  * scores (ATT_G x ATT_CHUNK), the scratch shared by the partial scores and the partial
@@ -162,16 +162,6 @@ inline void att_put(const float *s, __local float *sc, __local float *scr, int j
             sc[g * ATT_CHUNK + j] = s[g];
         else
             scr[(g * ATT_CHUNK + j) * ATT_KL + kl] = s[g];
-}
-
-/* v[g] for a g known only at run time, without an indexed private array. */
-inline float att_pick(const float *v, int g)
-{
-    float r = v[0];
-#pragma unroll
-    for (int k = 1; k < ATT_G; k++)
-        r = g == k ? v[k] : r;
-    return r;
 }
 
 inline float att_max(__local const float *t, int n)
@@ -281,20 +271,17 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Each head's max; the same blocks turned into exponentials, and their sums. */
-    float m[ATT_G];
-#pragma unroll
-    for (int g = 0; g < ATT_G; g++)
-        m[g] = att_max(bm + g * ATT_NB, nb);
+    /* The same blocks turned into exponentials (the head's max from the block maxima), and
+     * their sums. */
     for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
         int g = e / nb, b = e % nb;
-        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_pick(m, g));
+        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
         vstore4(p, b, sc + g * ATT_CHUNK);
         bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < ATT_G) {
-        float mg = att_pick(m, lid), lg = att_sum(bl + lid * ATT_NB, nb);
+        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
         ml[lid] = lg;
         pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
     }

@@ -99,7 +99,7 @@ struct ebb_cl_tuning {
                            once per row instead of the tiled matmul (batched decode steps) */
     uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
                            a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;   /* work-group size of row reductions and prefill-free kernels */
+    uint32_t norm_wg;   /* work-group size of row reductions */
     uint32_t att_wg;    /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
     uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
