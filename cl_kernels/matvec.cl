@@ -251,9 +251,8 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
 #if defined(W_Q16) && MV_Q8
 /* The int dot product of 4-bit block v (uint4: byte j holds elements j (low nibble) and j + 16
  * (high)) with the int8 block at xw (eight words, word j holds elements 4j..4j+3). */
-inline int q4q8_dot(uint4 v, const __global int4 *xw)
+inline int q4q8_dotx(uint4 v, int4 x0, int4 x1)
 {
-    int4 x0 = xw[0], x1 = xw[1];
     const uint m = 0x0F0F0F0Fu;
     int s = dot4_us(v.s0 & m, x0.s0, 0);
     s = dot4_us((v.s0 >> 4) & m, x1.s0, s);
@@ -263,6 +262,10 @@ inline int q4q8_dot(uint4 v, const __global int4 *xw)
     s = dot4_us((v.s2 >> 4) & m, x1.s2, s);
     s = dot4_us(v.s3 & m, x0.s3, s);
     return dot4_us((v.s3 >> 4) & m, x1.s3, s);
+}
+inline int q4q8_dot(uint4 v, const __global int4 *xw)
+{
+    return q4q8_dotx(v, xw[0], xw[1]);
 }
 
 /* matvec of one token for 4-bit 32-block weights with its input already quantized by
@@ -315,17 +318,22 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
 #ifndef MVR
 #define MVR 8
 #endif
+#ifndef MVO
+#define MVO 1
+#endif
 /* matvec_q8 over up to MVR token rows at once (continuous batching's small batches, short
  * prefills): each 4-bit weight block is loaded and unpacked once for all the rows, so a step
- * of MVR rows reads the weights once, as one decode token does. The rows come from
+ * of MVR rows reads the weights once, as one decode token does. A work-item group of MV_WG
+ * covers MVO output rows, so that each block of the rows' inputs, read from cache, serves MVO
+ * weight rows (the inputs' loads otherwise outnumber the weights' MVR to 1). The rows come from
  * quantize_x8_rows: row t's bytes at xq + t * n_in, its scales at xd + t * n_in / 32; y and res
- * rows are y_ld apart (res may alias y). Global size (n_out * MV_WG, ceil(n_tok / MVR)), local
- * as matvec_q8. */
+ * rows are y_ld apart (res may alias y). Global size (ceil(n_out / MVO) * MV_WG,
+ * ceil(n_tok / MVR)), local as matvec_q8. */
 __kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
                          __global const float2 *xd, __global float *y, int y_ld, int y_off,
                          __global const float *res, int n_tok)
 {
-    int row = get_global_id(0) / MV_WG;
+    int row0 = get_global_id(0) / MV_WG * MVO;
     int lane = get_local_id(0) % MV_WG;
     int t0 = get_global_id(1) * MVR, nr = min(MVR, n_tok - t0);
 #if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
@@ -335,32 +343,42 @@ __kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     int nb = n_in / 32, xs = n_in / 16;
     const __global int4 *xq0 = xq + (size_t)t0 * xs;
     const __global float2 *xd0 = xd + (size_t)t0 * nb;
-    float acc[MVR];
-    for (int r = 0; r < MVR; r++)
-        acc[r] = 0.0f;
-    if (row < n_out) {
+    float acc[MVO][MVR];
+    for (int o = 0; o < MVO; o++)
+        for (int r = 0; r < MVR; r++)
+            acc[o][r] = 0.0f;
+    if (row0 < n_out) {
         for (int b = lane; b < nb; b += MV_WG) {
-            uint4 v;
-            float2 dm;
-            W_Q16(row, b, &v, &dm);
+            uint4 v[MVO];
+            float2 dm[MVO];
+            for (int o = 0; o < MVO; o++) {
+                int row = min(row0 + o, n_out - 1); /* a partial group re-reads its last row */
+                W_Q16(row, b, &v[o], &dm[o]);
+            }
             for (int r = 0; r < MVR; r++) {
                 if (r < nr) {
                     float2 d = xd0[(size_t)r * nb + b];
-                    int s = q4q8_dot(v, xq0 + (size_t)r * xs + 2 * b);
-                    acc[r] += dm.x * d.x * (float)s + dm.y * d.y;
+                    const __global int4 *xw = xq0 + (size_t)r * xs + 2 * b;
+                    int4 x0 = xw[0], x1 = xw[1];
+                    for (int o = 0; o < MVO; o++)
+                        acc[o][r] += dm[o].x * d.x * (float)q4q8_dotx(v[o], x0, x1) +
+                                     dm[o].y * d.y;
                 }
             }
         }
     }
-    for (int r = 0; r < MVR; r++) {
+    for (int o = 0; o < MVO; o++) {
+        int row = row0 + o;
+        for (int r = 0; r < MVR; r++) {
 #if MV_PTX && MV_WG == 32
-        float sum = warp_sum(acc[r]);
+            float sum = warp_sum(acc[o][r]);
 #else
-        float sum = ROW_SUM(acc[r]);
+            float sum = ROW_SUM(acc[o][r]);
 #endif
-        if (lane == 0 && row < n_out && r < nr) {
-            size_t o = (size_t)(t0 + r) * y_ld + y_off + row;
-            y[o] = res ? res[o] + sum : sum;
+            if (lane == 0 && row < n_out && r < nr) {
+                size_t i = (size_t)(t0 + r) * y_ld + y_off + row;
+                y[i] = res ? res[i] + sum : sum;
+            }
         }
     }
 }

@@ -130,16 +130,17 @@ quantize_x8(__global const float *x, int n_in, __global const float *nw, float e
 }
 
 /* quantize_x8 for the n rows of x (stride x_ld) given by the global size's second dimension,
- * without norm or SwiGLU (the batched path runs them first): row t's bytes at xq + t * n_in,
- * its blocks' scales at xd + t * n_in / 32, as matvec_q8r reads them. Global size
- * (round_up(n_in, Q8_WG), n), local (Q8_WG, 1). */
+ * each with quantize_x8's folds (the norm with nw, SwiGLU / GeGLU with glu: row t holds
+ * [gate | up] of n_in each): row t's bytes at xq + t * n_in, its blocks' scales at
+ * xd + t * n_in / 32, as matvec_q8r reads them. Global size (round_up(n_in, Q8_WG), n), local
+ * (Q8_WG, 1). */
 __kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void
 quantize_x8_rows(__global const float *x, int x_ld, int n_in, __global char *xq,
-                 __global float2 *xd)
+                 __global float2 *xd, __global const float *nw, float eps, int glu)
 {
     __local float red[Q8_WG];
     size_t t = get_global_id(1);
-    quantize_row(x + t * x_ld, n_in, NULL, 0.0f, 0, xq + t * n_in, xd + t * (n_in / 32), red);
+    quantize_row(x + t * x_ld, n_in, nw, eps, glu, xq + t * n_in, xd + t * (n_in / 32), red);
 }
 
 /* Decode attention's second pass with the output projection's quantization fused in: the

@@ -128,6 +128,8 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .att_q8 = 1,
         .att_rope = 1,
         .mvr = 8,
+        .mvo = 1,
+        .q8r_fold = 1,
     };
     /* Whole-block decoding keeps 32 weights and 32 inputs live per work-item: a win on CPUs
      * (vector registers, 5x on PoCL), a loss on GPUs (H100, Llama-3-8B-shaped Q4_0 decode:
@@ -223,6 +225,11 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
              * 32 rows 31.6, 32.8, 34.6 ms; longer batches go to matmul_mms below). */
             t.q8r_max = 8;
             t.mvr = 4;
+            /* Two output rows a warp, the norm and the gate folded into the rows' quantization
+             * (H100, 8B shape, --batch 4: 7.30 ms a step unfolded with one row a warp, 5.45
+             * folded, 4.78 with two rows a warp, 6.92 with four; --batch 8 10.37, 9.53, 7.38,
+             * 7.65; --batch 2 5.84, 4.29, 4.04, 4.68). */
+            t.mvo = 2;
             /* Longer products of 4-bit weights through matmul_mms (tensor cores, each warp's
              * weights loaded straight into its fragments, the inputs split over the warps):
              * 9..31 rows with 16 tokens x 32 rows x 8 warps a work-group, from 32 rows (prefill)
@@ -296,6 +303,14 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.q8r_max = qn;
     if (qr == 4 || qr == 8 || qr == 16)
         t.mvr = qr;
+    /* EBB_CL_MVO=O: matvec_q8r's output rows per warp (1, 2 or 4). */
+    const char *mvo = getenv("EBB_CL_MVO");
+    if (mvo && (!strcmp(mvo, "1") || !strcmp(mvo, "2") || !strcmp(mvo, "4")))
+        t.mvo = (uint32_t)(*mvo - '0');
+    /* EBB_CL_Q8RFOLD=0: batches run rmsnorm and swiglu before quantize_x8_rows (measurements). */
+    const char *q8f = getenv("EBB_CL_Q8RFOLD");
+    if (q8f && (*q8f == '0' || *q8f == '1'))
+        t.q8r_fold = (uint32_t)(*q8f - '0');
     /* The other block types of the files (K-quants, Q8_0, Q5_0/Q5_1) on int8 inputs too, in
      * their raw blocks (kq8.cl), wherever mv_q8 is on; EBB_CL_KQ8=0 keeps them on the float
      * matvec (for measurements: both in one device call). */
@@ -622,13 +637,13 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
-        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n",
+        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
         tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
-        tu->mms_kb ? tu->mms_kb : 2);
+        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;

@@ -60,6 +60,9 @@ struct ebb_cl_tuning {
                                inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
                                weight read, instead of the tiled kernels; 0 = never */
     uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
+    uint32_t mvo;           /* matvec_q8r's output rows per MV_WG work-items (MVO: 1, 2 or 4) */
+    uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
+                               activation into quantize_x8_rows (0: separate launches) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
                                mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
                                stand-in otherwise (tests) */

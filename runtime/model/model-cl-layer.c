@@ -45,29 +45,49 @@ static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct 
     return p->matvec_q8;
 }
 
-/* A product of 2..tu.q8r_max token rows with 8-bit inputs: the rows quantized once
- * (quantize_x8_rows into m->xq / m->xd, one row after another), then matvec_q8r reads each
- * weight block once per MVR rows. */
-static ebb_err q8r_product(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
-                           int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
-                           struct ebb_diag *diag)
+/* matvec_q8r for a product of nt token rows of w, where it takes them (2..tu.q8r_max rows,
+ * 8-bit inputs), else NULL. */
+static cl_kernel q8r_kernel(struct clm *m, const struct ebb_cl_weight *w, int nt,
+                            struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p = NULL;
+    if (nt < 2 || (uint32_t)nt > m->tu.q8r_max || !m->k_q8r || w->n_in % 32 ||
+        ebb__clm_prog_for(m, &w->layout, &p, diag))
+        return NULL;
+    return p->matvec_q8r;
+}
+
+/* quantize_x8_rows: nt rows of x (stride x_ld, n_in inputs each, or with glu [gate | up] of
+ * n_in each) into m->xq / m->xd, one row after another, the RMS norm (nw) or the gate's
+ * activation (glu) folded in as quantize_x8 folds them for one token. */
+static ebb_err q8r_quantize(struct clm *m, cl_mem x, int x_ld, int n_in, cl_mem nw, int glu, int nt,
+                            struct ebb_diag *diag)
+{
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x),     EBB_CL_ARG(x_ld),  EBB_CL_ARG(n_in),
+                             EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd), EBB_CL_ARG(nw),
+                             EBB_CL_ARG(eps),   EBB_CL_ARG(glu)};
+    size_t g[2] = {((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, (size_t)nt};
+    size_t l[2] = {EBB_CL_Q8_WG, 1};
+    ebb_err rc = ebb_cl_set_args(m->k_q8r, 0, a, 8, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_q8r, 2, g, l, diag);
+}
+
+/* matvec_q8r (kernel k of w's program) over the nt rows q8r_quantize left in m->xq / m->xd:
+ * each weight block read once per MVR rows, MVO output rows a warp. */
+static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem y,
+                       int y_ld, int y_off, cl_mem res, int nt, struct ebb_diag *diag)
 {
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg qa[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in), EBB_CL_ARG(m->xq),
-                              EBB_CL_ARG(m->xd)};
-    size_t qg[2] = {((size_t)n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, (size_t)nt};
-    size_t ql[2] = {EBB_CL_Q8_WG, 1};
-    ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_q8r, 0, qa, 5, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_q8r, 2, qg, ql, diag)))
-        return rc;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
                              EBB_CL_ARG(m->xd), EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off), EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    ebb_err rc;
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
-    size_t g[2], l[2];
+    size_t g[2], l[2], mvo = m->tu.mvo ? m->tu.mvo : 1;
     ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    g[0] = ((size_t)n_out + mvo - 1) / mvo * m->tu.mv_wg;
     g[1] = ((size_t)nt + m->tu.mvr - 1) / m->tu.mvr;
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
@@ -88,9 +108,11 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
-    if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && !nw && !glu &&
-        w->n_in % 32 == 0)
-        return q8r_product(m, w, p->matvec_q8r, x, x_ld, y, y_ld, y_off, res, nt, diag);
+    if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && w->n_in % 32 == 0) {
+        if ((rc = q8r_quantize(m, x, x_ld, (int)w->n_in, nw, glu, nt, diag)))
+            return rc;
+        return q8r_run(m, w, p->matvec_q8r, y, y_ld, y_off, res, nt, diag);
+    }
     /* Longer products of 4-bit weights on tensor cores with the weights loaded straight into
      * the fragments: one tile for small batches, the second (mmp) for prefill. */
     bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
@@ -140,16 +162,21 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
                           int x_ld, cl_mem y, int y_ld, cl_mem nw, int nt, struct ebb_diag *diag)
 {
     cl_kernel kq[GROUP_MAX] = {NULL};
-    bool q8 = nt == 1 && n > 1 && n <= GROUP_MAX;
+    bool q8 = nt == 1 && n > 1 && n <= GROUP_MAX, q8r = nt > 1 && n > 1 && n <= GROUP_MAX;
     for (uint32_t i = 0; q8 && i < n; i++)
         q8 = (kq[i] = q8_kernel(m, &w[i], NULL)) != NULL && w[i].n_in == w[0].n_in;
+    for (uint32_t i = 0; q8r && i < n; i++)
+        q8r = (kq[i] = q8r_kernel(m, &w[i], nt, NULL)) != NULL && w[i].n_in == w[0].n_in;
     ebb_err rc;
     if (q8 && (rc = ebb__clm_q8_quantize(m, x, (int)w[0].n_in, nw, 0, diag)))
         return rc;
+    if (q8r && (rc = q8r_quantize(m, x, x_ld, (int)w[0].n_in, nw, 0, nt, diag)))
+        return rc;
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {
-        rc = q8 ? q8_matvec(m, &w[i], kq[i], y, off, NULL, diag)
-                : ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
+        rc = q8    ? q8_matvec(m, &w[i], kq[i], y, off, NULL, diag)
+             : q8r ? q8r_run(m, &w[i], kq[i], y, y_ld, off, NULL, nt, diag)
+                   : ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
         if (rc)
             return rc;
         off += (int)w[i].n_out;
@@ -237,6 +264,12 @@ static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm
      * folded; SwiGLU's exponentials would be recomputed per work-item, so it runs first. */
     bool fold = nt == 1 && (m->tu.mv_fold || m->k_q8);
     bool fold_norm = fold || (nt == 1 && m->tu.mv_cpu);
+    /* Batches that matvec_q8r takes fold the norm or the gate into their quantization. */
+    bool rows_q8 = nt > 1 && m->tu.q8r_fold && q8r_kernel(m, &w[0], nt, NULL);
+    for (uint32_t i = 1; rows_q8 && i < n_w; i++)
+        rows_q8 = q8r_kernel(m, &w[i], nt, NULL) && w[i].n_in == w[0].n_in;
+    fold = fold || rows_q8;
+    fold_norm = fold_norm || rows_q8;
     ebb_err rc;
     if (s->norm >= 0) {
         cl_mem nw = L->norm[s->norm];

@@ -121,8 +121,10 @@ static void random_rows(uint32_t type, uint32_t n_out, uint32_t n_in, uint8_t *d
 }
 
 /* matvec_q8r after quantize_x8_rows (continuous batching's small batches): nt token rows at
- * once, MVR rows per weight read, each row against the same bound as matvec_q8's plain case,
- * with a residual; row counts below, at and above MVR and not a multiple of it. */
+ * once, MVR rows per weight read, MVO output rows per warp, each row against the same bound as
+ * matvec_q8's plain case, with a residual; row counts below, at and above MVR and not a
+ * multiple of it, and the quantization's folds: the RMS norm (nw) and SwiGLU (rows of
+ * [gate | up]). */
 static void test_matvec_q8r(const char *name, const struct ebb_cl_weight *wt,
                             const struct ebb_cl_wprog *p, const float *w)
 {
@@ -132,26 +134,35 @@ static void test_matvec_q8r(const char *name, const struct ebb_cl_weight *wt,
     cl_kernel kq;
     OK(ebb_cl_ops_build(cl, &tu, 64, &ops, D));
     OK(ebb_cl_kernel(ops, "quantize_x8_rows", &kq, D));
-    int x_ld = (int)n_in + 8, y_ld = (int)n_out + 4;
+    int x_ld = 2 * (int)n_in + 8, y_ld = (int)n_out + 4;
     float *x = malloc(sizeof(float) * max_nt * x_ld), *res = malloc(sizeof(float) * max_nt * y_ld);
-    float *y = malloc(sizeof(float) * max_nt * y_ld);
+    float *y = malloc(sizeof(float) * max_nt * y_ld), *nw = malloc(sizeof(float) * n_in);
+    float *xf = malloc(sizeof(float) * n_in);
     for (size_t i = 0; i < (size_t)max_nt * x_ld; i++)
         x[i] = 2.0f * frand();
     for (size_t i = 0; i < (size_t)max_nt * y_ld; i++)
         res[i] = frand();
-    cl_mem xb = buf(sizeof(float) * max_nt * x_ld, x);
+    for (uint32_t i = 0; i < n_in; i++)
+        nw[i] = 0.5f + frand();
+    const float eps = 1e-5f;
+    cl_mem xb = buf(sizeof(float) * max_nt * x_ld, x), nwb = buf(sizeof(float) * n_in, nw);
     cl_mem yb = buf(sizeof(float) * max_nt * y_ld, NULL);
     cl_mem xq = buf((size_t)max_nt * n_in, NULL);
     cl_mem xd = buf(sizeof(float) * 2 * max_nt * (n_in / 32), NULL);
-    const uint32_t counts[] = {2, tu.mvr, tu.mvr + 1, max_nt};
+    /* (rows, fold: 0 none, 1 the norm, 2 SwiGLU) */
+    const uint32_t cases[][2] = {{2, 0},      {tu.mvr, 0},     {tu.mvr + 1, 0},
+                                 {max_nt, 0}, {tu.mvr + 1, 1}, {3, 2}};
     double worst = 0;
-    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-        int nt = (int)counts[c], ni = (int)n_in, no = (int)n_out, zero = 0;
-        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb), EBB_CL_ARG(x_ld), EBB_CL_ARG(ni), EBB_CL_ARG(xq),
-                                  EBB_CL_ARG(xd)};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        int nt = (int)cases[c][0], fold = (int)cases[c][1], ni = (int)n_in, no = (int)n_out;
+        int zero = 0, glu = fold == 2;
+        cl_mem nwa = fold == 1 ? nwb : NULL;
+        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(x_ld), EBB_CL_ARG(ni),
+                                  EBB_CL_ARG(xq),  EBB_CL_ARG(xd),   EBB_CL_ARG(nwa),
+                                  EBB_CL_ARG(eps), EBB_CL_ARG(glu)};
         size_t qg[2] = {(n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, (size_t)nt};
         size_t ql[2] = {EBB_CL_Q8_WG, 1};
-        OK(ebb_cl_set_args(kq, 0, qa, 5, D));
+        OK(ebb_cl_set_args(kq, 0, qa, 8, D));
         OK(ebb_cl_run(cl, kq, 2, qg, ql, D));
         OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, yb, CL_TRUE, 0, sizeof(float) * nt * y_ld, res,
                                              0, NULL, NULL),
@@ -161,22 +172,31 @@ static void test_matvec_q8r(const char *name, const struct ebb_cl_weight *wt,
                                  EBB_CL_ARG(zero), EBB_CL_ARG(yb), EBB_CL_ARG(nt)};
         OK(ebb_cl_weight_set_args(wt, p->matvec_q8r, 0, D));
         OK(ebb_cl_set_args(p->matvec_q8r, 2, a, 9, D));
-        size_t g[2], lw[2];
+        size_t g[2], lw[2], mvo = tu.mvo ? tu.mvo : 1;
         ebb_cl_wkernel_shape(&tu, EBB_CL_WK_MATVEC, n_out, 1, g, lw);
+        g[0] = (n_out + mvo - 1) / mvo * tu.mv_wg;
         g[1] = ((size_t)nt + tu.mvr - 1) / tu.mvr;
         OK(ebb_cl_run(cl, p->matvec_q8r, 2, g, lw, D));
         rd(yb, sizeof(float) * nt * y_ld, y);
         for (int t = 0; t < nt; t++) {
             const float *xt = x + (size_t)t * x_ld;
+            double ss = 0;
+            for (uint32_t i = 0; i < n_in; i++)
+                ss += (double)xt[i] * xt[i];
+            double inv = 1.0 / sqrt(ss / n_in + eps);
+            for (uint32_t i = 0; i < n_in; i++)
+                xf[i] = fold == 1   ? (float)(xt[i] * nw[i] * inv)
+                        : fold == 2 ? (float)(xt[i] / (1.0 + exp(-(double)xt[i])) * xt[n_in + i])
+                                    : xt[i];
             for (uint32_t o = 0; o < n_out; o++) {
                 double ref = res[(size_t)t * y_ld + o], mag = fabs(ref), qerr = 0;
                 for (uint32_t b = 0; b < n_in / 32; b++) {
                     double amax = 0, wabs = 0;
                     for (uint32_t i = b * 32; i < b * 32 + 32; i++) {
-                        double term = (double)w[(size_t)o * n_in + i] * xt[i];
+                        double term = (double)w[(size_t)o * n_in + i] * xf[i];
                         ref += term;
                         mag += fabs(term);
-                        amax = fmax(amax, fabs(xt[i]));
+                        amax = fmax(amax, fabs(xf[i]));
                         wabs += fabs(w[(size_t)o * n_in + i]);
                     }
                     qerr += wabs * amax / 127.0 * 0.51;
@@ -185,14 +205,17 @@ static void test_matvec_q8r(const char *name, const struct ebb_cl_weight *wt,
                 double err = fabs(y[(size_t)t * y_ld + o] - ref);
                 if (err / bound > worst)
                     worst = err / bound;
-                CHECK(err <= bound, "%s matvec_q8r %d rows: row %d o %u: %g vs %g (bound %g)", name,
-                      nt, t, o, y[(size_t)t * y_ld + o], ref, bound);
+                CHECK(err <= bound,
+                      "%s matvec_q8r %d rows fold %d: row %d o %u: %g vs %g (bound %g)", name, nt,
+                      fold, t, o, y[(size_t)t * y_ld + o], ref, bound);
             }
         }
     }
-    printf("  %-34s q8 rows max err / bound %.2f (2..%u rows, %u per read)\n", name, worst, max_nt,
-           tu.mvr);
-    cl_mem ms[] = {xb, yb, xq, xd};
+    printf("  %-34s q8 rows max err / bound %.2f (2..%u rows, %u per read, %u outputs a warp)\n",
+           name, worst, max_nt, tu.mvr, tu.mvo ? tu.mvo : 1);
+    free(nw);
+    free(xf);
+    cl_mem ms[] = {xb, yb, xq, xd, nwb};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
     clReleaseKernel(kq);
@@ -547,6 +570,7 @@ static void test_weights(void)
     tu.mv_flat = !tu.mv_flat; /* and the other reduction, */
     tu.mv_cpu = !tu.mv_cpu;   /* and matvec_cpu where the device's own tuning has none, */
     tu.mv_cpu_r = 8;          /* 8 rows per work-item (37 rows: a partial last one) */
+    tu.mvo = 2;               /* matvec_q8r: 2 output rows a warp (37: a partial last pair) */
     printf("  (matmul with MM_LOCAL=%u, block decoders %s, %u work-items per matvec row, "
            "whole-block q4 %u, 8-bit inputs %u, flat reduction %u, matvec_cpu %u x %u rows)\n",
            tu.mm_local, tu.block_dec ? "on" : "off", tu.mv_wg, tu.mv_q16, tu.mv_q8, tu.mv_flat,
@@ -565,6 +589,7 @@ static void test_weights(void)
     tu.mv_flat = !tu.mv_flat;
     printf("  (flat reduction %u)\n", tu.mv_flat);
     test_weight_layout(&other[1], 37, 512);
+    tu.mvo = 4; /* and 4 output rows a warp (37: one row in the last group) */
     test_weight_layout(&other[3], 37, 512);
     tu = keep;
     /* matvec_cpu with the other row counts per work-item (37 rows: the last one partial). */
