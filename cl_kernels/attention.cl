@@ -53,7 +53,6 @@ inline int att_first(int n_kv, int win)
 #define ATT_WG NORM_WG
 #endif
 #define ATT_D4 (HEAD_DIM / 4)
-#ifndef ATT_KL
 #if defined(MV_CPU) && MV_CPU
 #define ATT_KL 1
 #elif ATT_D4 % 4 == 0 && ATT_WG % 4 == 0
@@ -62,7 +61,6 @@ inline int att_first(int n_kv, int win)
 #define ATT_KL 2
 #else
 #define ATT_KL 1
-#endif
 #endif
 #define ATT_KP (ATT_WG / ATT_KL)
 #define ATT_DK (ATT_D4 / ATT_KL)
@@ -81,13 +79,13 @@ inline int att_first(int n_kv, int win)
 #endif
 /* Local memory of a decode work-group, in floats: the staged queries (ATT_G x HEAD_DIM), the
  * scores (ATT_G x ATT_CHUNK), the scratch shared by the partial scores and the partial
- * outputs, per-block maxima and sums (ATT_G x ATT_CHUNK / 4 each) and each head's max and sum.
+ * outputs, per-block maxima and sums (ATT_G x ATT_CHUNK / 4 each) and each head's sum.
  * runtime/cl/cl-layout.c (ebb_cl_att_local) mirrors this. */
 #define ATT_SCR_K (ATT_KL > 1 ? ATT_G * ATT_CHUNK * ATT_KL : 4)
 #define ATT_SCR_V (ATT_VP > 1 ? ATT_VP * ATT_G * HEAD_DIM : 4)
 #define ATT_SCR (ATT_SCR_K > ATT_SCR_V ? ATT_SCR_K : ATT_SCR_V)
 #define ATT_NB (ATT_CHUNK / 4)
-#define ATT_LOCAL (ATT_G * (HEAD_DIM + ATT_CHUNK + 2 * ATT_NB + 2) + ATT_SCR)
+#define ATT_LOCAL (ATT_G * (HEAD_DIM + ATT_CHUNK + 2 * ATT_NB + 1) + ATT_SCR)
 
 /* The cache slot of chunk position j (the chunk's first at slot s0; j < n_ctx). */
 inline int att_slot(int s0, int j, int n_ctx)
@@ -217,7 +215,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
                         __global float *po, __global float2 *pml, __global float *out)
 {
     __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
-    __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *ml = bl + ATT_G * ATT_NB;
+    __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *hl = bl + ATT_G * ATT_NB;
     int lid = get_local_id(0), s0 = p0 % n_ctx;
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
 
@@ -282,7 +280,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < ATT_G) {
         float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
-        ml[lid] = lg;
+        hl[lid] = lg;
         pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
     }
 
@@ -337,7 +335,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
             float4 o4 = vload4(f, scr + g * HEAD_DIM);
             for (int v = 1; v < ATT_VP; v++)
                 o4 += vload4(f, scr + (v * ATT_G + g) * HEAD_DIM);
-            att_out(o4, f, h0 + g, ml[g], c, nc, po, out);
+            att_out(o4, f, h0 + g, hl[g], c, nc, po, out);
         }
     } else if (vact) {
 #pragma unroll
@@ -346,7 +344,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
             for (int i = 0; i < ATT_DV; i++) {
                 int f = vl + i * ATT_VL;
                 if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
-                    att_out(o[g * ATT_DV + i], f, h0 + g, ml[g], c, nc, po, out);
+                    att_out(o[g * ATT_DV + i], f, h0 + g, hl[g], c, nc, po, out);
             }
     }
 }

@@ -1182,7 +1182,7 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
         kl = 2;
     uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
     uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
-    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 2) + (scr_k > scr_v ? scr_k : scr_v);
+    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (scr_k > scr_v ? scr_k : scr_v);
     return floats * sizeof(float) + (uint64_t)head_dim * 4;
 }
 
