@@ -103,20 +103,30 @@ inline int2 rope_pair(int p, int n_rot, int neox)
     return neox && p < n_rot / 2 ? (int2)(p, p + n_rot / 2) : (int2)(2 * p, 2 * p + 1);
 }
 
-/* (a, b) of pair p rotated for position pos (unchanged past n_rot). ff, when given, holds each
- * pair's frequency divisor (Llama 3.1's rope scaling, n_rot / 2 floats). */
-inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
-                          float freq_scale, __global const float *ff)
+/* The cosine and sine of pair p's angle at position pos ((1, 0) past n_rot). ff, when given,
+ * holds each pair's frequency divisor (Llama 3.1's rope scaling, n_rot / 2 floats). */
+inline float2 rope_cs(int p, int pos, int n_rot, float base, float freq_scale,
+                      __global const float *ff)
 {
     if (p >= n_rot / 2)
-        return (float2)(a, b);
+        return (float2)(1.0f, 0.0f);
     /* base^(-2p/n_rot) through exp2/log2: pow is several times slower on CPU devices. */
     float theta = (float)pos * freq_scale * exp2(-2.0f * (float)p / (float)n_rot * log2(base));
     if (ff)
         theta /= ff[p];
     float c;
     float s = sincos(theta, &c);
-    return (float2)(a * c - b * s, a * s + b * c);
+    return (float2)(c, s);
+}
+
+/* (a, b) of pair p rotated for position pos (unchanged past n_rot). */
+inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
+                          float freq_scale, __global const float *ff)
+{
+    if (p >= n_rot / 2)
+        return (float2)(a, b);
+    float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
+    return (float2)(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
 }
 
 /* rope_kv's work for head h of one row at position pos (cache offset kv_base). */

@@ -423,6 +423,17 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.norm_wg = nwv;
     while (t.norm_wg > di->max_wg)
         t.norm_wg /= 2;
+    /* Decode attention's work-group: norm_wg, except on NVIDIA GPUs 128, where its passes split
+     * over positions and dimensions and the few work-groups of a short context (8 for the 8B
+     * shape at one chunk) are latency-bound. EBB_CL_ATT_WG=N (a power of two, 1..256)
+     * overrides. */
+    t.att_wg = di->is_gpu && di->vendor == EBB_CL_VENDOR_NVIDIA && !nwg ? 128 : t.norm_wg;
+    const char *awg = getenv("EBB_CL_ATT_WG");
+    unsigned awv = awg ? (unsigned)atoi(awg) : 0;
+    if (awv >= 1 && awv <= 256 && !(awv & (awv - 1)))
+        t.att_wg = awv;
+    while (t.att_wg > di->max_wg)
+        t.att_wg /= 2;
     while (t.att_tq > di->max_wg)
         t.att_tq /= 2;
     /* Local memory: matmul stages mm_t x mm_k floats; attention 2 x att_tk x head_dim (up to
@@ -1173,6 +1184,26 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
     memset(p, 0, sizeof(p[0]));
 }
 
+uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu)
+{
+    return tu->att_wg ? tu->att_wg : tu->norm_wg;
+}
+
+uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g)
+{
+    /* attention.cl's ATT_KL, ATT_VL, ATT_VP, ATT_SCR and ATT_LOCAL, and the rope kernel's key
+     * and value halves. */
+    uint64_t wg = ebb_cl_att_wg(tu), d4 = head_dim / 4, c = tu->att_chunk, kl = 1;
+    if (!tu->mv_cpu && d4 % 4 == 0 && wg % 4 == 0)
+        kl = 4;
+    else if (!tu->mv_cpu && d4 % 2 == 0 && wg % 2 == 0)
+        kl = 2;
+    uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
+    uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
+    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (scr_k > scr_v ? scr_k : scr_v);
+    return floats * sizeof(float) + (uint64_t)head_dim * 4;
+}
+
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag)
 {
@@ -1182,11 +1213,12 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
     snprintf(pro, sizeof(pro),
-             "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
+             "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
              "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
              "#define ATT_G %u\n#define ATT_MMA %u\n#define MV_CPU %u\n%s",
-             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
-             tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
+             tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
+             tu->mv_ptx, EBB_CL_Q8_WG, tu->att_g > 1 ? tu->att_g : 1u,
+             tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
              tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("act.cl", &act, diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||

@@ -105,7 +105,8 @@ struct ebb_cl_tuning {
                            once per row instead of the tiled matmul (batched decode steps) */
     uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
                            a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;   /* work-group size of row reductions and attention */
+    uint32_t norm_wg;   /* work-group size of row reductions */
+    uint32_t att_wg;    /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
     uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
@@ -275,6 +276,13 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
  * (one weight of n_expert x rows-per-expert rows). */
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
+
+/* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
+uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
+
+/* Local memory in bytes of a decode attention work-group (attention.cl's ATT_LOCAL, and the
+ * rope kernel's halves) for head_dim and g query heads a work-group under tu. */
+uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g);
 
 /* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
  * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of

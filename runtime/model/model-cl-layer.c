@@ -393,8 +393,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                  EBB_CL_ARG(m->att)};
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
-        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head / m->tu.att_g};
-        size_t l1[2] = {m->tu.norm_wg, 1};
+        size_t wg = ebb_cl_att_wg(&m->tu);
+        size_t g1[2] = {(size_t)nc * wg, hp->n_head / m->tu.att_g}, l1[2] = {wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
@@ -467,8 +467,9 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
                              EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),   EBB_CL_ARG(win)};
-    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
-    size_t l1[3] = {m->tu.norm_wg, 1, 1};
+    size_t wg = ebb_cl_att_wg(&m->tu);
+    size_t g1[3] = {(size_t)max_nc * wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
+    size_t l1[3] = {wg, 1, 1};
     size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 17, diag)) ||

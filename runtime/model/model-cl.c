@@ -107,12 +107,13 @@ static void clm_free(void *ctx)
 }
 
 /* Query heads per decode attention work-group: the whole GQA group where the tuning asks for
- * it and its queries and scores fit a quarter of local memory, else 1. */
+ * it and the work-group's local memory for it (queries, scores, partials) fits half the
+ * device's, else 1. */
 static uint32_t att_group(const struct clm *m)
 {
     uint32_t nh = m->hp.n_head, nkv = m->hp.n_head_kv, g = nkv ? nh / nkv : 1;
-    uint64_t bytes = (uint64_t)g * (m->hp.head_dim + m->tu.att_chunk) * sizeof(float);
-    if (!m->tu.att_gqa || !nkv || nh % nkv || g < 2 || g > 8 || bytes > m->cl->info.local_mem / 4)
+    if (!m->tu.att_gqa || !nkv || nh % nkv || g < 2 || g > 8 ||
+        ebb_cl_att_local(&m->tu, m->hp.head_dim, g) > m->cl->info.local_mem / 2)
         return 1;
     return g;
 }
