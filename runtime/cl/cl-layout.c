@@ -661,7 +661,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
         tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
-        tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, tu->mvq_wg ? tu->mvq_rows : tu->mv_rows);
+        tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg,
+        tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -1274,7 +1275,9 @@ out:
 
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
 {
-    size_t wg = tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, rows = tu->mvq_wg ? tu->mvq_rows : tu->mv_rows;
+    /* (without PTX matvec_q8 shares the matvec's row reduction, so its shape) */
+    bool own = tu->mv_ptx && tu->mvq_wg;
+    size_t wg = own ? tu->mvq_wg : tu->mv_wg, rows = own ? tu->mvq_rows : tu->mv_rows;
     g[0] = (size_t)n_out * wg, g[1] = 1;
     l[0] = wg * rows, l[1] = 1;
 }
