@@ -15,7 +15,8 @@
  *
  * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
  * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
- * one between; f32 norms and router (rows must be multiples of 256).
+ * one between; f32 norms and router (rows must be multiples of 256: of the tiny shapes only
+ * qwen3moe-tiny-k, whose 3 layers get Q6_K down stacks in layer 2 and Q4_K in 0 and 1).
  *
  * Families and their GGUF names (as llama.cpp reads them): llama (Llama 3.1 shapes with
  * rope_freqs.weight); qwen2 (Qwen 2/2.5: biases attn_{q,k,v}.bias); qwen3

@@ -18,8 +18,8 @@ settings must fail with a message naming the problem. `ebb serve --expert-cache 
 shows the ebb_expert_cache_* lines in /metrics after a completion, and `ebb serve
 --expert-cache auto --memory-budget 1G` (and EBB_EXPERT_CACHE=auto) all 16 slots. Then the
 Q4_K_M mix of qwen3moe-tiny-k (down stacks Q6_K in layer 2, Q4_K in 0 and 1, as llama.cpp
-mixes them): 4 and 8 slots give the resident run's greedy ids, and the bytes copied are each
-missed expert's own layer's size.
+mixes them): 4 and 8 slots (and 4 with the 8-bit decode kernels) give the resident run's
+greedy ids, and the bytes copied are each missed expert's own layer's size.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
@@ -107,20 +107,21 @@ def mixed(gen_model, ebb, vocab, work, fail):
     model = os.path.join(work, "qwen3moe-tiny-k.gguf")
     subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
                     "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
-    for i in (0, 2):
-        p = run(ebb, model, PROMPTS[i])
+    q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
+    for i, env in ((0, None), (2, None), (0, q8)):
+        p = run(ebb, model, PROMPTS[i], env_add=env)
         if p.returncode:
             fail(f"mixed, prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
             continue
         base = json.loads(p.stdout)["tokens"]
-        for slots in (4, 8):
-            p = run(ebb, model, PROMPTS[i], ["--expert-cache", str(slots)])
+        for slots in (4, 8) if not env else (4,):
+            p = run(ebb, model, PROMPTS[i], ["--expert-cache", str(slots)], env)
             if p.returncode:
                 fail(f"mixed, prompt {i}, {slots} slots: failed: {p.stderr.strip()[-300:]}")
                 continue
             d = json.loads(p.stdout)
             x = d.get("expert_cache") or {}
-            print(f"# mixed, prompt {i}, {slots} slots: {x}")
+            print(f"# mixed, prompt {i}, {slots} slots{' (8-bit decode)' if env else ''}: {x}")
             if d["tokens"] != base:
                 fail(f"mixed, prompt {i}, {slots} slots: greedy ids differ from the resident "
                      f"run's: {d['tokens']} vs {base}")
