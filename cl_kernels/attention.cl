@@ -3,9 +3,10 @@
  * cache holds: the context, or a sliding window's ring). Query heads share KV heads in groups of
  * n_head / n_head_kv (GQA). win > 0 is a sliding window: the query at position p attends to
  * positions p - win + 1 .. p only (the ring must hold them: n_ctx >= win + the queries of a
- * launch - 1; attn_prefill_mma has neither: the engine runs attn_prefill for such layers). Built with HEAD_DIM, NORM_WG (ops.cl), ATT_CHUNK (decode: positions
- * per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per local tile).
- * Needs ops.cl (wg_sum, wg_max) in the same program. */
+ * launch - 1; attn_prefill_mma has neither: the engine runs attn_prefill for such layers). Built
+ * with HEAD_DIM, NORM_WG (ops.cl), ATT_WG (decode: work-items per work-group), ATT_CHUNK
+ * (decode: positions per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per
+ * local tile). Needs ops.cl (rope_pair, rope_cs) in the same program. */
 
 #ifndef ATT_CHUNK
 #define ATT_CHUNK 256
@@ -36,6 +37,163 @@ inline int att_first(int n_kv, int win)
     return win > 0 && n_kv > win ? n_kv - win : 0;
 }
 
+/* Decode attention (attn_decode_part, attn_decode_rope, attn_decode_rows) runs work-groups of
+ * ATT_WG work-items (the tuning's att_wg: NORM_WG unless set) that split both passes over
+ * positions and dimensions, so that at short contexts, where a launch is a few work-groups,
+ * every work-item has a few independent vector loads in flight instead of a long serial loop:
+ * - scores: ATT_KL work-items share a key, each taking its float4s kl, kl + ATT_KL, .. (ATT_DK
+ *   of them), ATT_KP keys side by side; the partial dot products meet in local memory (CPUs:
+ *   a work-item takes whole keys);
+ * - values: ATT_VL work-items share a position, each owning float4s vl, vl + ATT_VL, ..
+ *   (ATT_DV) of the output, ATT_VP positions side by side, their partial outputs summed
+ *   through local memory at the end;
+ * - the keys of ATT_UK rounds and the values of ATT_UV positions a work-item takes are loaded
+ *   together, the first batch of each before the queries are staged. */
+#ifndef ATT_WG
+#define ATT_WG NORM_WG
+#endif
+#define ATT_D4 (HEAD_DIM / 4)
+#if defined(MV_CPU) && MV_CPU
+#define ATT_KL 1
+#elif ATT_D4 % 4 == 0 && ATT_WG % 4 == 0
+#define ATT_KL 4
+#elif ATT_D4 % 2 == 0 && ATT_WG % 2 == 0
+#define ATT_KL 2
+#else
+#define ATT_KL 1
+#endif
+#define ATT_KP (ATT_WG / ATT_KL)
+#define ATT_DK (ATT_D4 / ATT_KL)
+#define ATT_VL (ATT_D4 < ATT_WG ? ATT_D4 : ATT_WG)
+#define ATT_DV ((ATT_D4 + ATT_VL - 1) / ATT_VL)
+#define ATT_VP (ATT_WG / ATT_VL)
+/* At most 8 float4s of keys and 8 of values in flight per work-item (registers). */
+#if defined(MV_CPU) && MV_CPU
+#define ATT_UK 1
+#define ATT_UV 1
+#else
+#define ATT_KN ((ATT_CHUNK + ATT_KP - 1) / ATT_KP) /* key rounds of a whole chunk */
+#define ATT_VN ((ATT_CHUNK + ATT_VP - 1) / ATT_VP) /* value positions of a whole chunk */
+#define ATT_UK (ATT_KN < 8 / ATT_DK ? ATT_KN : 8 / ATT_DK > 1 ? 8 / ATT_DK : 1)
+#define ATT_UV (ATT_VN < 8 / ATT_DV ? ATT_VN : 8 / ATT_DV > 1 ? 8 / ATT_DV : 1)
+#endif
+/* Local memory of a decode work-group, in floats: the staged queries (ATT_G x HEAD_DIM), the
+ * scores (ATT_G x ATT_CHUNK), the scratch shared by the partial scores and the partial
+ * outputs, per-block maxima and sums (ATT_G x ATT_CHUNK / 4 each) and each head's sum.
+ * runtime/cl/cl-layout.c (ebb_cl_att_local) mirrors this. */
+#define ATT_SCR_K (ATT_KL > 1 ? ATT_G * ATT_CHUNK * ATT_KL : 4)
+#define ATT_SCR_V (ATT_VP > 1 ? ATT_VP * ATT_G * HEAD_DIM : 4)
+#define ATT_SCR (ATT_SCR_K > ATT_SCR_V ? ATT_SCR_K : ATT_SCR_V)
+#define ATT_NB (ATT_CHUNK / 4)
+#define ATT_LOCAL (ATT_G * (HEAD_DIM + ATT_CHUNK + 2 * ATT_NB + 1) + ATT_SCR)
+
+/* The cache slot of chunk position j (the chunk's first at slot s0; j < n_ctx). */
+inline int att_slot(int s0, int j, int n_ctx)
+{
+    int r = s0 + j;
+    return r >= n_ctx ? r - n_ctx : r;
+}
+
+/* Keys of one batch for score lane kl: ATT_UK rounds of position j0 + u * ATT_KP, clamped to
+ * the last cached position pc - 1 (a round past it is loaded, never scored). */
+inline void att_load_k(float4 *kx, const __global half *kh, int s0, int n_ctx, int pc, int j0,
+                       int kl)
+{
+#pragma unroll
+    for (int u = 0; u < ATT_UK; u++) {
+        int j = max(min(j0 + u * ATT_KP, pc - 1), 0);
+        const __global half *kb = kh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM;
+#pragma unroll
+        for (int i = 0; i < ATT_DK; i++)
+            kx[u * ATT_DK + i] = KV4(kl + i * ATT_KL, kb);
+    }
+}
+
+/* Values of one batch for value lane vl: ATT_UV positions j0 + u * ATT_VP, clamped as keys. */
+inline void att_load_v(float4 *vx, const __global half *vh, int s0, int n_ctx, int pc, int j0,
+                       int vl)
+{
+#pragma unroll
+    for (int u = 0; u < ATT_UV; u++) {
+        int j = max(min(j0 + u * ATT_VP, pc - 1), 0);
+        const __global half *vb = vh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM;
+#pragma unroll
+        for (int i = 0; i < ATT_DV; i++) {
+            int f = vl + i * ATT_VL;
+            vx[u * ATT_DV + i] =
+                ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? KV4(f, vb) : (float4)(0.0f);
+        }
+    }
+}
+
+/* The first batches of keys and values of a work-item (loaded before the queries are staged,
+ * so that they are in flight meanwhile). */
+inline void att_prefetch(float4 *kx, float4 *vx, const __global half *kh,
+                         const __global half *vh, int p0, int n_ctx, int pc)
+{
+    int lid = get_local_id(0), s0 = p0 % n_ctx;
+    att_load_k(kx, kh, s0, n_ctx, pc, lid / ATT_KL, lid % ATT_KL);
+    att_load_v(vx, vh, s0, n_ctx, pc, lid / ATT_VL, lid % ATT_VL);
+}
+
+/* Score lane kl's share of the dot products of a key (its ATT_DK float4s) with the ATT_G
+ * staged queries. */
+inline void att_dot(float *s, const float4 *k, __local const float *qs, int kl)
+{
+#pragma unroll
+    for (int g = 0; g < ATT_G; g++) {
+        float4 a = (float4)(0.0f);
+#pragma unroll
+        for (int i = 0; i < ATT_DK; i++)
+            a += k[i] * vload4(kl + i * ATT_KL, qs + g * HEAD_DIM);
+        s[g] = a.x + a.y + a.z + a.w;
+    }
+}
+
+/* Stores lane kl's share s of the scores of position j: the scores themselves (ATT_KL 1) or
+ * the partials summed later. */
+inline void att_put(const float *s, __local float *sc, __local float *scr, int j, int kl)
+{
+#pragma unroll
+    for (int g = 0; g < ATT_G; g++)
+        if (ATT_KL == 1)
+            sc[g * ATT_CHUNK + j] = s[g];
+        else
+            scr[(g * ATT_CHUNK + j) * ATT_KL + kl] = s[g];
+}
+
+inline float att_max(__local const float *t, int n)
+{
+    float4 m4 = (float4)(-INFINITY);
+    for (int i = 0; i < n / 4; i++)
+        m4 = fmax(m4, vload4(i, t));
+    float m = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+    for (int i = n / 4 * 4; i < n; i++)
+        m = fmax(m, t[i]);
+    return m;
+}
+
+inline float att_sum(__local const float *t, int n)
+{
+    float4 s4 = (float4)(0.0f);
+    for (int i = 0; i < n / 4; i++)
+        s4 += vload4(i, t);
+    float s = s4.x + s4.y + s4.z + s4.w;
+    for (int i = n / 4 * 4; i < n; i++)
+        s += t[i];
+    return s;
+}
+
+/* Output float4 f of head h: normalised into out with a single chunk, else the partial. */
+inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global float *po,
+                    __global float *out)
+{
+    if (nc == 1 && out)
+        vstore4(o / l, f, out + h * HEAD_DIM); /* one chunk: no reduction pass needed */
+    else
+        vstore4(o, f, po + ((size_t)h * nc + c) * HEAD_DIM);
+}
+
 /* Decode, first pass (flash-decoding): work-group (c, hg) scores positions
  * [f + c * ATT_CHUNK, min(n_kv, f + (c + 1) * ATT_CHUNK)) (f = att_first(n_kv, win)) for the
  * ATT_G query heads h0 = hg * ATT_G ..
@@ -44,83 +202,151 @@ inline int att_first(int n_kv, int win)
  * of exponentials pml[h][c] = (m, l); with a single chunk it writes the normalised result to
  * out[h][d] directly and the reduction is skipped, unless out is NULL (attn_decode_reduce_q8 in
  * q8.cl reduces and quantizes even one chunk).
- * Global size (n_chunks * NORM_WG, n_head / ATT_G), local (NORM_WG, 1). */
-/* The body of decode's first pass for work-group (c, heads h0..): qs holds the scaled queries
- * (ATT_G rows of HEAD_DIM); keys and values of positions p0..p0 + pn - 1 come from the KV
- * head's cache kh / vh (n_ctx positions, position p at p % n_ctx), except, with kn, the chunk's
- * last one (the new token's), whose key and value come from kn / vn in local memory (as the
- * cache holds them). sc holds ATT_G rows of ATT_CHUNK scores. */
-inline void decode_part(__local const float *qs, __local float *sc, __local float *tmp,
-                        const __global half *kh, const __global half *vh, int p0, int n_ctx,
-                        int pn, __local const half *kn, __local const half *vn, int c, int nc,
-                        int h0, __global float *po, __global float2 *pml, __global float *out)
+ * Global size (n_chunks * ATT_WG, n_head / ATT_G), local (ATT_WG, 1). */
+/* The body of decode's first pass for work-group (c, heads h0..): lm (ATT_LOCAL floats) starts
+ * with the scaled queries (ATT_G rows of HEAD_DIM); keys and values of positions p0..p0 + pn - 1
+ * come from the KV head's cache kh / vh (n_ctx positions, position p at p % n_ctx), except,
+ * with kn, the chunk's last one (the new token's), whose key and value come from kn / vn in
+ * local memory (as the cache holds them). kx and vx hold the work-item's first batches
+ * (att_prefetch); later batches reuse them. */
+inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __global half *kh,
+                        const __global half *vh, int p0, int n_ctx, int pn,
+                        __local const half *kn, __local const half *vn, int c, int nc, int h0,
+                        __global float *po, __global float2 *pml, __global float *out)
 {
-    int lid = get_local_id(0);
-    float m[ATT_G], l[ATT_G];
-    for (int g = 0; g < ATT_G; g++)
-        m[g] = -INFINITY;
-    for (int j = lid; j < pn; j += NORM_WG) {
-        float4 s4[ATT_G];
-        for (int g = 0; g < ATT_G; g++)
-            s4[g] = (float4)(0.0f);
-        bool own = kn && j == pn - 1;
-        const __global half *kb = kh + (size_t)((p0 + j) % n_ctx) * HEAD_DIM;
-        for (int d = 0; d < HEAD_DIM; d += 4) {
-            float4 k4 = own ? vload_half4(0, kn + d) : KV4(0, kb + d);
-            for (int g = 0; g < ATT_G; g++)
-                s4[g] += k4 * vload4(0, qs + g * HEAD_DIM + d);
-        }
-        for (int g = 0; g < ATT_G; g++) {
-            float s = s4[g].x + s4[g].y + s4[g].z + s4[g].w;
-            sc[g * ATT_CHUNK + j] = s;
-            m[g] = fmax(m[g], s);
-        }
-    }
-    for (int g = 0; g < ATT_G; g++) {
-        m[g] = wg_max(m[g], tmp);
-        l[g] = 0.0f;
-    }
-    for (int j = lid; j < pn; j += NORM_WG)
-        for (int g = 0; g < ATT_G; g++) {
-            float e = exp(sc[g * ATT_CHUNK + j] - m[g]);
-            sc[g * ATT_CHUNK + j] = e;
-            l[g] += e;
-        }
-    for (int g = 0; g < ATT_G; g++)
-        l[g] = wg_sum(l[g], tmp);
+    __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
+    __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *hl = bl + ATT_G * ATT_NB;
+    int lid = get_local_id(0), s0 = p0 % n_ctx;
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
-    int s0 = p0 % n_ctx, n1 = min(pc, n_ctx - s0); /* before and after the ring wraps */
-    const __global half *vb = vh + (size_t)s0 * HEAD_DIM;
-    for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
-        float o[ATT_G];
-        for (int g = 0; g < ATT_G; g++)
-            o[g] = 0.0f;
-        for (int j = 0; j < n1; j++) {
-            float v = KV1(vb + (size_t)j * HEAD_DIM + d);
-            for (int g = 0; g < ATT_G; g++)
-                o[g] += sc[g * ATT_CHUNK + j] * v;
-        }
-        for (int j = n1; j < pc; j++) {
-            float v = KV1(vh + (size_t)(j - n1) * HEAD_DIM + d);
-            for (int g = 0; g < ATT_G; g++)
-                o[g] += sc[g * ATT_CHUNK + j] * v;
-        }
-        if (kn) {
-            float v = vload_half(d, vn);
-            for (int g = 0; g < ATT_G; g++)
-                o[g] += sc[g * ATT_CHUNK + pn - 1] * v;
-        }
-        for (int g = 0; g < ATT_G; g++) {
-            int h = h0 + g;
-            if (nc == 1 && out)
-                out[h * HEAD_DIM + d] = o[g] / l[g]; /* one chunk: no reduction pass needed */
-            else
-                po[((size_t)h * nc + c) * HEAD_DIM + d] = o[g];
+
+    /* Scores (or their partials) of the cached positions, then the new token's. */
+    int kl = lid % ATT_KL, kp = lid / ATT_KL;
+    for (int j0 = kp; j0 < pc; j0 += ATT_UK * ATT_KP) {
+        if (j0 != kp)
+            att_load_k(kx, kh, s0, n_ctx, pc, j0, kl);
+#pragma unroll
+        for (int u = 0; u < ATT_UK; u++) {
+            float s[ATT_G];
+            att_dot(s, kx + u * ATT_DK, qs, kl);
+            if (j0 + u * ATT_KP < pc)
+                att_put(s, sc, scr, j0 + u * ATT_KP, kl);
         }
     }
-    if (lid == 0)
+    if (kn && kp == 0) {
+        float4 k4[ATT_DK];
+        float s[ATT_G];
+#pragma unroll
+        for (int i = 0; i < ATT_DK; i++)
+            k4[i] = vload_half4(kl + i * ATT_KL, kn);
+        att_dot(s, k4, qs, kl);
+        att_put(s, sc, scr, pn - 1, kl);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Blocks of 4 positions of one head a work-item: scores summed from their partials, -inf
+     * past the chunk, and each block's max. */
+    int nb = (pn + 3) / 4;
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb, j = 4 * b;
+        float4 s4;
+        if (ATT_KL == 1) {
+            s4 = vload4(b, sc + g * ATT_CHUNK);
+        } else {
+            float t[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                t[q] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < ATT_KL; k++)
+                    t[q] += scr[(g * ATT_CHUNK + j + q) * ATT_KL + k];
+            }
+            s4 = (float4)(t[0], t[1], t[2], t[3]);
+        }
+        s4 = (float4)(s4.x, j + 1 < pn ? s4.y : -INFINITY, j + 2 < pn ? s4.z : -INFINITY,
+                      j + 3 < pn ? s4.w : -INFINITY);
+        vstore4(s4, b, sc + g * ATT_CHUNK);
+        bm[g * ATT_NB + b] = fmax(fmax(s4.x, s4.y), fmax(s4.z, s4.w));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* The same blocks turned into exponentials (the head's max from the block maxima), and
+     * their sums. */
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb;
+        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
+        vstore4(p, b, sc + g * ATT_CHUNK);
+        bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < ATT_G) {
+        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
+        hl[lid] = lg;
+        pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
+    }
+
+    /* Values: lane vl's float4s over positions vp, vp + ATT_VP, .. */
+    int vl = lid % ATT_VL, vp = lid / ATT_VL;
+    bool vact = ATT_WG % ATT_VL == 0 || vp < ATT_VP;
+    float4 o[ATT_G * ATT_DV];
+#pragma unroll
+    for (int i = 0; i < ATT_G * ATT_DV; i++)
+        o[i] = (float4)(0.0f);
+    for (int j0 = vp; vact && j0 < pc; j0 += ATT_UV * ATT_VP) {
+        if (j0 != vp)
+            att_load_v(vx, vh, s0, n_ctx, pc, j0, vl);
+#pragma unroll
+        for (int u = 0; u < ATT_UV; u++) {
+            int j = j0 + u * ATT_VP;
+            bool in = j < pc;
+            j = min(j, pc - 1);
+#pragma unroll
+            for (int g = 0; g < ATT_G; g++) {
+                float p = in ? sc[g * ATT_CHUNK + j] : 0.0f;
+#pragma unroll
+                for (int i = 0; i < ATT_DV; i++)
+                    o[g * ATT_DV + i] += p * vx[u * ATT_DV + i];
+            }
+        }
+    }
+    if (kn && vact && vp == 0) {
+#pragma unroll
+        for (int i = 0; i < ATT_DV; i++) {
+            int f = vl + i * ATT_VL;
+            float4 v4 = ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? vload_half4(f, vn) : (float4)(0.0f);
+#pragma unroll
+            for (int g = 0; g < ATT_G; g++)
+                o[g * ATT_DV + i] += sc[g * ATT_CHUNK + pn - 1] * v4;
+        }
+    }
+    if (ATT_VP > 1 && vact) {
+#pragma unroll
         for (int g = 0; g < ATT_G; g++)
-            pml[(h0 + g) * nc + c] = (float2)(m[g], l[g]);
+#pragma unroll
+            for (int i = 0; i < ATT_DV; i++) {
+                int f = vl + i * ATT_VL;
+                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
+                    vstore4(o[g * ATT_DV + i], f, scr + (vp * ATT_G + g) * HEAD_DIM);
+            }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ATT_VP > 1) {
+        for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG) {
+            int g = e / ATT_D4, f = e % ATT_D4;
+            float4 o4 = vload4(f, scr + g * HEAD_DIM);
+            for (int v = 1; v < ATT_VP; v++)
+                o4 += vload4(f, scr + (v * ATT_G + g) * HEAD_DIM);
+            att_out(o4, f, h0 + g, hl[g], c, nc, po, out);
+        }
+    } else if (vact) {
+#pragma unroll
+        for (int g = 0; g < ATT_G; g++)
+#pragma unroll
+            for (int i = 0; i < ATT_DV; i++) {
+                int f = vl + i * ATT_VL;
+                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
+                    att_out(o[g * ATT_DV + i], f, h0 + g, hl[g], c, nc, po, out);
+            }
+    }
 }
 
 __kernel void attn_decode_part(__global const float *q, __global const half *kc,
@@ -128,36 +354,38 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, __global float *out, int win)
 {
-    __local float qs[ATT_G * HEAD_DIM];
-    __local float sc[ATT_G * ATT_CHUNK];
-    __local float tmp[NORM_WG];
+    __local float lm[ATT_LOCAL];
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0);
     int hk = h0 / (n_head / n_head_kv);
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
-    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
-        qs[e] = q[h0 * HEAD_DIM + e] * scale;
-    barrier(CLK_LOCAL_MEM_FENCE);
     const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
+    float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
+    att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
+    for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
+        vstore4(vload4(e, q + h0 * HEAD_DIM) * scale, e, lm);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
  * work-group rotates its query heads from row 0 of qkv (Q heads, K heads, V heads), the last
  * chunk's work-groups also rotate the key of their KV head and take key and value (rounded to
  * halves as the cache holds them) from local memory, and the work-group of the first query head
- * of each KV group stores them in the cache for the tokens after. Same results as rope_kv then
- * attn_decode_part, one launch less. */
+ * of each KV group stores them in the cache for the tokens after. A pair's angle is computed
+ * once for the work-group's heads (ATT_RG of them side by side when a head has fewer pairs than
+ * the work-group has work-items). Same results as rope_kv then attn_decode_part, one launch
+ * less. */
+#define ATT_RP (HEAD_DIM / 2)
+#define ATT_RG (ATT_WG > ATT_RP ? ATT_WG / ATT_RP : 1)
 __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __global half *vc,
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
                                float scale, __global float *po, __global float2 *pml,
                                __global float *out, int n_rot, float base, float freq_scale,
                                int neox, __global const float *ff, int win)
 {
-    __local float qs[ATT_G * HEAD_DIM];
-    __local float sc[ATT_G * ATT_CHUNK];
-    __local float tmp[NORM_WG];
+    __local float lm[ATT_LOCAL];
     __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
     __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
@@ -165,35 +393,40 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     int hk = h0 / group, pos = n_kv - 1;
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     bool last = c == nc - 1;
+    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
+    att_prefetch(kx, vx, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
-    for (int e = lid; e < ATT_G * (HEAD_DIM / 2); e += NORM_WG) {
-        int g = e / (HEAD_DIM / 2), p = e % (HEAD_DIM / 2);
-        const __global float *qr = qkv + (h0 + g) * HEAD_DIM;
+    int rp = ATT_WG < ATT_RP ? lid : lid % ATT_RP, rg = ATT_WG < ATT_RP ? 0 : lid / ATT_RP;
+    for (int p = rp; rg < ATT_RG && p < ATT_RP; p += ATT_WG < ATT_RP ? ATT_WG : ATT_RP) {
         int2 i = rope_pair(p, n_rot, neox);
-        float2 r = rope_rotate(qr[i.x], qr[i.y], p, pos, n_rot, base, freq_scale, ff);
-        qs[g * HEAD_DIM + i.x] = r.x * scale;
-        qs[g * HEAD_DIM + i.y] = r.y * scale;
-        if (last && g == 0) {
-            r = rope_rotate(kr[i.x], kr[i.y], p, pos, n_rot, base, freq_scale, ff);
-            vstore_half(r.x, i.x, kn);
-            vstore_half(r.y, i.y, kn);
+        float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
+        for (int g = rg; g < ATT_G; g += ATT_RG) {
+            const __global float *qr = qkv + (h0 + g) * HEAD_DIM;
+            float a = qr[i.x], b = qr[i.y];
+            lm[g * HEAD_DIM + i.x] = (a * cs.x - b * cs.y) * scale;
+            lm[g * HEAD_DIM + i.y] = (a * cs.y + b * cs.x) * scale;
+        }
+        if (last && rg == 0) {
+            float a = kr[i.x], b = kr[i.y];
+            vstore_half(a * cs.x - b * cs.y, i.x, kn);
+            vstore_half(a * cs.y + b * cs.x, i.y, kn);
             vstore_half(vr[2 * p], 2 * p, vn);
             vstore_half(vr[2 * p + 1], 2 * p + 1, vn);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     if (last && h0 % group == 0) {
         size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * HEAD_DIM;
-        for (int d = lid; d < HEAD_DIM; d += NORM_WG) {
+        for (int d = lid; d < HEAD_DIM; d += ATT_WG) {
             vstore_half(vload_half(d, kn), off + d, kc);
             vstore_half(vload_half(d, vn), off + d, vc);
         }
     }
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc, h0,
-                po, pml, out);
+    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc,
+                h0, po, pml, out);
 }
 
 /* Decode, second pass: combines the n_chunks partials of each head. Global (HEAD_DIM, n_head). */
@@ -217,8 +450,8 @@ __kernel void attn_decode_reduce(__global const float *po, __global const float2
 /* Decode rows of a batch (flash-decoding over slots at different depths): z-th decode row
  * dr[z] of the batch, at position rt[2r + 1] of KV slot rt[2r], attends positions 0..pos in
  * chunks as attn_decode_part does; its partials go to po / pml at row z (max_nc chunks per
- * head), a single chunk's result straight to out row r. Global size (max_nc * NORM_WG,
- * n_head / ATT_G, n_dec), local (NORM_WG, 1, 1): work-groups past a row's own chunk count return
+ * head), a single chunk's result straight to out row r. Global size (max_nc * ATT_WG,
+ * n_head / ATT_G, n_dec), local (ATT_WG, 1, 1): work-groups past a row's own chunk count return
  * at once. */
 __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const half *kc,
                                __global const half *vc, __global const int *rt,
@@ -227,9 +460,7 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
                                __global float2 *pml, int max_nc, __global float *out,
                                int out_ld, int win)
 {
-    __local float qs[ATT_G * HEAD_DIM];
-    __local float sc[ATT_G * ATT_CHUNK];
-    __local float tmp[NORM_WG];
+    __local float lm[ATT_LOCAL];
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, z = get_group_id(2);
     int lid = get_local_id(0);
     int r = dr[z], n_kv = rt[2 * r + 1] + 1, f = att_first(n_kv, win);
@@ -238,14 +469,16 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
         return; /* the whole work-group: no barrier is skipped by part of it */
     int hk = h0 / (n_head / n_head_kv);
     int p0 = f + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
-    const __global float *q = qkv + (size_t)r * qkv_ld;
-    for (int e = lid; e < ATT_G * HEAD_DIM; e += NORM_WG)
-        qs[e] = q[h0 * HEAD_DIM + e] * scale;
-    barrier(CLK_LOCAL_MEM_FENCE);
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
     const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    decode_part(qs, sc, tmp, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
+    float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
+    att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
+    const __global float *q = qkv + (size_t)r * qkv_ld + h0 * HEAD_DIM;
+    for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
+        vstore4(vload4(e, q) * scale, e, lm);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }

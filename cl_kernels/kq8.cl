@@ -190,28 +190,24 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
                         __global const float2 *xd, __global float *y, int y_off,
                         __global const float *res)
 {
-    int row = get_global_id(0) / MV_WG;
-    int lane = get_local_id(0) % MV_WG;
-#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
-    int slot = get_local_id(0) / MV_WG;
-    __local float red[MV_WG * MV_ROWS];
+    int row = get_global_id(0) / MVQ_WG;
+    int lane = get_local_id(0) % MVQ_WG;
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = get_local_id(0) / MVQ_WG;
+    __local float red[MVQ_WG * MVQ_ROWS];
 #endif
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
         /* two groups per step: two weight loads in flight */
-        for (; b + MV_WG < nb; b += 2 * MV_WG) {
-            float a0 = W_KQ8(row, b, xq, xd), a1 = W_KQ8(row, b + MV_WG, xq, xd);
+        for (; b + MVQ_WG < nb; b += 2 * MVQ_WG) {
+            float a0 = W_KQ8(row, b, xq, xd), a1 = W_KQ8(row, b + MVQ_WG, xq, xd);
             acc += a0 + a1;
         }
         if (b < nb)
             acc += W_KQ8(row, b, xq, xd);
     }
-#if MV_PTX && MV_WG == 32
-    float sum = warp_sum(acc);
-#else
-    float sum = ROW_SUM(acc);
-#endif
+    float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
     if (res)

@@ -90,6 +90,33 @@ inline float row_sum(__local float *red, int lane, float v)
 #define ROW_SUM(v) (v)
 #endif
 
+#ifndef MVQ_WG
+#define MVQ_WG MV_WG
+#define MVQ_ROWS MV_ROWS
+#endif
+#if MV_PTX && MVQ_WG > 32 && MVQ_WG % 32 == 0
+/* matvec_q8's row sum over MVQ_WG / 32 warps: each warp's shuffle sum, then the warps'
+ * partials through local memory (red: the row's MVQ_WG floats); every work-item of the
+ * work-group calls it (barriers). */
+inline float q8_row_sum(__local float *red, int lane, float v)
+{
+    float w = warp_sum(v);
+    if ((lane & 31) == 0)
+        red[lane >> 5] = w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = 0.0f;
+    for (int k = 0; k < MVQ_WG / 32; k++)
+        s += red[k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+#define Q8_ROW_SUM(v) q8_row_sum(red + slot * MVQ_WG, lane, (v))
+#elif MV_PTX && MVQ_WG == 32
+#define Q8_ROW_SUM(v) warp_sum(v)
+#else
+#define Q8_ROW_SUM(v) ROW_SUM(v) /* (MVQ_WG is MV_WG without PTX) */
+#endif
+
 /* One quarter of a 4-bit block in matvec's W_Q16 path: quant bytes 4k..4k+3 (word vk) against
  * inputs 4k.. and 4k+16.. of block b, the norm and SwiGLU folds applied. Written out (not a
  * loop over an array) so that the words stay in registers. */
@@ -279,29 +306,29 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
                         __global const float2 *xd, __global float *y, int y_off,
                         __global const float *res)
 {
-    int row = get_global_id(0) / MV_WG;
-    int lane = get_local_id(0) % MV_WG;
-#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
-    int slot = get_local_id(0) / MV_WG;
-    __local float red[MV_WG * MV_ROWS];
+    int row = get_global_id(0) / MVQ_WG;
+    int lane = get_local_id(0) % MVQ_WG;
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = get_local_id(0) / MVQ_WG;
+    __local float red[MVQ_WG * MVQ_ROWS];
 #endif
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
         /* MVU blocks a step: all their weight loads issued before the products, so that a
          * short row (4096 inputs: 4 blocks a lane) waits on memory once or twice, not 4 times */
-        for (; b + (MVU - 1) * MV_WG < nb; b += MVU * MV_WG) {
+        for (; b + (MVU - 1) * MVQ_WG < nb; b += MVU * MVQ_WG) {
             uint4 v[MVU];
             float2 dm[MVU];
             for (int u = 0; u < MVU; u++)
-                W_Q16(row, b + u * MV_WG, &v[u], &dm[u]);
+                W_Q16(row, b + u * MVQ_WG, &v[u], &dm[u]);
             for (int u = 0; u < MVU; u++) {
-                int bu = b + u * MV_WG;
+                int bu = b + u * MVQ_WG;
                 float2 d = xd[bu];
                 acc += dm[u].x * d.x * (float)q4q8_dot(v[u], xq + 2 * bu) + dm[u].y * d.y;
             }
         }
-        for (; b < nb; b += MV_WG) {
+        for (; b < nb; b += MVQ_WG) {
             uint4 v0;
             float2 dm0;
             W_Q16(row, b, &v0, &dm0);
@@ -309,11 +336,7 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
             acc += dm0.x * d0.x * (float)q4q8_dot(v0, xq + 2 * b) + dm0.y * d0.y;
         }
     }
-#if MV_PTX && MV_WG == 32
-    float sum = warp_sum(acc);
-#else
-    float sum = ROW_SUM(acc);
-#endif
+    float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
     if (res)

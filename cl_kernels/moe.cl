@@ -32,46 +32,96 @@ inline float moe_sum(__local float *red, int lane, float v)
 #endif
 }
 
-/* Per token t = get_global_id(0): softmax of its n_expert router scores, the k best (ties: the
- * lower id first), their probabilities renormalised to sum 1 with norm (the sum clamped below
- * at 2^-14) and multiplied by scale unless it is 0 or 1. ids and w are (n_tok, k). */
-__kernel void moe_route(__global const float *scores, int n_expert, int k, int norm, float scale,
-                        __global int *ids, __global float *w)
+#define MOE_ROUTE_WG 128 /* moe_route's work-group: one per token */
+#define MOE_ROUTE_E 8     /* experts an item holds: n_expert <= 1024 (EBB__MAX_EXPERT) */
+#define MOE_ROUTE_R 16    /* first-level reducers of an arg-max round */
+
+/* Sum (max: maximum) of v over moe_route's work-group, returned to each item. */
+inline float route_reduce(__local float *red, float v, bool max)
 {
-    int t = get_global_id(0);
-    const __global float *s = scores + (size_t)t * n_expert;
-    float mx = s[0];
-    for (int e = 1; e < n_expert; e++)
-        mx = fmax(mx, s[e]);
-    float sum = 0.0f;
-    for (int e = 0; e < n_expert; e++)
-        sum += exp(s[e] - mx);
-    int bi[MOE_MAX_K];
-    float bv[MOE_MAX_K];
-    int m = 0;
-    for (int e = 0; e < n_expert; e++) {
-        float p = exp(s[e] - mx) / sum;
-        if (m == k && !(p > bv[m - 1]))
-            continue;
-        int i = m < k ? m++ : m - 1;
-        while (i > 0 && p > bv[i - 1]) {
-            bi[i] = bi[i - 1];
-            bv[i] = bv[i - 1];
-            i--;
-        }
-        bi[i] = e;
-        bv[i] = p;
+    int lid = get_local_id(0);
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = MOE_ROUTE_WG / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            red[lid] = max ? fmax(red[lid], red[lid + s]) : red[lid] + red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
+    float r = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+/* Per token t = get_global_id(1), one work-group: softmax of its n_expert router scores, the k
+ * best (ties: the lower id first), their probabilities renormalised to sum 1 with norm (the sum
+ * clamped below at 2^-14) and multiplied by scale unless it is 0 or 1. ids and w are (n_tok, k).
+ * Item l holds experts l, l + MOE_ROUTE_WG, ...; the k are chosen by rounds of work-group
+ * arg-max. Global (MOE_ROUTE_WG, n_tok), local (MOE_ROUTE_WG, 1). */
+__kernel __attribute__((reqd_work_group_size(MOE_ROUTE_WG, 1, 1))) void
+moe_route(__global const float *scores, int n_expert, int k, int norm, float scale,
+          __global int *ids, __global float *w)
+{
+    __local float red[MOE_ROUTE_WG], rv[MOE_ROUTE_R];
+    __local int ri[MOE_ROUTE_R], li[MOE_ROUTE_WG];
+    int t = get_global_id(1), lid = get_local_id(0);
+    const __global float *s = scores + (size_t)t * n_expert;
+    float p[MOE_ROUTE_E];
+    float mx = -INFINITY;
+    for (int j = 0; j < MOE_ROUTE_E; j++) {
+        int e = lid + j * MOE_ROUTE_WG;
+        p[j] = e < n_expert ? s[e] : -INFINITY;
+        mx = fmax(mx, p[j]);
+    }
+    mx = route_reduce(red, mx, true);
+    float sum = 0.0f;
+    for (int j = 0; j < MOE_ROUTE_E; j++) {
+        int e = lid + j * MOE_ROUTE_WG;
+        p[j] = e < n_expert ? exp(p[j] - mx) : 0.0f;
+        sum += p[j];
+    }
+    sum = route_reduce(red, sum, false);
+    /* Probabilities are >= 0: -1 marks an expert taken or absent. */
+    for (int j = 0; j < MOE_ROUTE_E; j++)
+        p[j] = lid + j * MOE_ROUTE_WG < n_expert ? p[j] / sum : -1.0f;
     float tot = 0.0f;
-    for (int j = 0; j < k; j++)
-        tot += bv[j];
+    for (int q = 0; q < k; q++) {
+        float bv = p[0];
+        int bi = lid;
+        for (int j = 1; j < MOE_ROUTE_E; j++)
+            if (p[j] > bv)
+                bv = p[j], bi = lid + j * MOE_ROUTE_WG;
+        red[lid] = bv;
+        li[lid] = bi;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < MOE_ROUTE_R) {
+            for (int j = lid + MOE_ROUTE_R; j < MOE_ROUTE_WG; j += MOE_ROUTE_R)
+                if (red[j] > bv || (red[j] == bv && li[j] < bi))
+                    bv = red[j], bi = li[j];
+            rv[lid] = bv;
+            ri[lid] = bi;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        bv = rv[0];
+        bi = ri[0];
+        for (int j = 1; j < MOE_ROUTE_R; j++)
+            if (rv[j] > bv || (rv[j] == bv && ri[j] < bi))
+                bv = rv[j], bi = ri[j];
+        for (int j = 0; j < MOE_ROUTE_E; j++)
+            if (bi == lid + j * MOE_ROUTE_WG)
+                p[j] = -1.0f;
+        tot += bv;
+        if (lid == 0) {
+            ids[(size_t)t * k + q] = bi;
+            w[(size_t)t * k + q] = bv;
+        }
+    }
     float f = norm ? 1.0f / fmax(tot, 6.103515625e-5f) : 1.0f;
     if (scale != 0.0f && scale != 1.0f)
         f *= scale;
-    for (int j = 0; j < k; j++) {
-        ids[(size_t)t * k + j] = bi[j];
-        w[(size_t)t * k + j] = bv[j] * f;
-    }
+    /* Item 0 wrote the k weights itself: it scales them in place. */
+    if (lid == 0)
+        for (int q = 0; q < k; q++)
+            w[(size_t)t * k + q] *= f;
 }
 
 /* y[t][y_off + o] = sum_i W[ids[t][j] * n_rows + r][i] x[t][i], o = j * n_rows + r < k * n_rows:

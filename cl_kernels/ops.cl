@@ -38,21 +38,36 @@ inline float wg_max(float v, __local float *tmp)
 }
 
 /* The RMS norm of row t of x times w, stored into row t of y or (add) added to it. One
- * work-group per row; tmp holds NORM_WG floats. */
+ * work-group per row; tmp holds NORM_WG floats. Each item sums its squares in the order it
+ * always did (x[lid], x[lid + NORM_WG], ...: results do not move with this kernel's shape) with
+ * four loads issued before they are added; the output goes four floats a load and store (vload4
+ * needs only a float's alignment), the n % 4 tail one by one. */
 inline void rmsnorm_row(__global const float *x, int x_ld, __global const float *w,
                         __global float *y, int y_ld, int n, float eps, bool add,
                         __local float *tmp)
 {
-    int t = get_global_id(1), lid = get_local_id(0);
+    int t = get_global_id(1), lid = get_local_id(0), n4 = n / 4;
     const __global float *xr = x + (size_t)t * x_ld;
     float ss = 0.0f;
-    for (int i = lid; i < n; i += NORM_WG)
+    int i = lid;
+    for (; i + 3 * NORM_WG < n; i += 4 * NORM_WG) {
+        float a = xr[i], b = xr[i + NORM_WG], c = xr[i + 2 * NORM_WG], d = xr[i + 3 * NORM_WG];
+        ss += a * a;
+        ss += b * b;
+        ss += c * c;
+        ss += d * d;
+    }
+    for (; i < n; i += NORM_WG)
         ss += xr[i] * xr[i];
     ss = wg_sum(ss, tmp);
     float inv = rsqrt(ss / n + eps);
     __global float *yr = y + (size_t)t * y_ld;
-    for (int i = lid; i < n; i += NORM_WG)
-        yr[i] = (add ? yr[i] : 0.0f) + xr[i] * inv * w[i];
+    for (int j = lid; j < n4; j += NORM_WG) {
+        float4 v = vload4(j, xr) * inv * vload4(j, w);
+        vstore4(add ? vload4(j, yr) + v : v, j, yr);
+    }
+    for (int j = 4 * n4 + lid; j < n; j += NORM_WG)
+        yr[j] = (add ? yr[j] : 0.0f) + xr[j] * inv * w[j];
 }
 
 /* RMSNorm of row t: y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. One work-group per row
@@ -88,20 +103,30 @@ inline int2 rope_pair(int p, int n_rot, int neox)
     return neox && p < n_rot / 2 ? (int2)(p, p + n_rot / 2) : (int2)(2 * p, 2 * p + 1);
 }
 
-/* (a, b) of pair p rotated for position pos (unchanged past n_rot). ff, when given, holds each
- * pair's frequency divisor (Llama 3.1's rope scaling, n_rot / 2 floats). */
-inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
-                          float freq_scale, __global const float *ff)
+/* The cosine and sine of pair p's angle at position pos ((1, 0) past n_rot). ff, when given,
+ * holds each pair's frequency divisor (Llama 3.1's rope scaling, n_rot / 2 floats). */
+inline float2 rope_cs(int p, int pos, int n_rot, float base, float freq_scale,
+                      __global const float *ff)
 {
     if (p >= n_rot / 2)
-        return (float2)(a, b);
+        return (float2)(1.0f, 0.0f);
     /* base^(-2p/n_rot) through exp2/log2: pow is several times slower on CPU devices. */
     float theta = (float)pos * freq_scale * exp2(-2.0f * (float)p / (float)n_rot * log2(base));
     if (ff)
         theta /= ff[p];
     float c;
     float s = sincos(theta, &c);
-    return (float2)(a * c - b * s, a * s + b * c);
+    return (float2)(c, s);
+}
+
+/* (a, b) of pair p rotated for position pos (unchanged past n_rot). */
+inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
+                          float freq_scale, __global const float *ff)
+{
+    if (p >= n_rot / 2)
+        return (float2)(a, b);
+    float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
+    return (float2)(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
 }
 
 /* rope_kv's work for head h of one row at position pos (cache offset kv_base). */
@@ -222,100 +247,153 @@ __kernel void softmax(__global float *x, int n)
         r[i] = exp(r[i] - m) / s;
 }
 
-/* Inserts (v, id) into the descending list (lv, li) of length k if it belongs there; ties keep
- * the smaller id first. */
-inline void topk_insert(float *lv, int *li, int k, float v, int id)
-{
-    if (!(v > lv[k - 1] || (v == lv[k - 1] && id < li[k - 1])))
-        return;
-    int j = k - 1;
-    while (j > 0 && (v > lv[j - 1] || (v == lv[j - 1] && id < li[j - 1]))) {
-        lv[j] = lv[j - 1];
-        li[j] = li[j - 1];
-        j--;
-    }
-    lv[j] = v;
-    li[j] = id;
-}
-
+/* Device top-k of rows of n logits: descending values, ties to the smaller id, k <= TOPK_MAX.
+ * topk_part gives each work-group of TOPK_WG items a tile of TOPK_TILE logits of a row (each item
+ * TOPK_E of them, loaded together and kept sorted in registers) and writes the tile's best k, in
+ * order, to its slot of the partials; topk_merge takes one row's sorted partial lists in one
+ * work-group. Both select by rounds of work-group arg-max over the items' list heads: the winner
+ * advances its list, so no list is read past its first element that did not make the cut. NaN
+ * counts as the empty entry (-inf, 0x7fffffff), which sorts after every real logit. */
 #define TOPK_MAX 64
+#define TOPK_WG 256
+#define TOPK_E 4
+#define TOPK_TILE (TOPK_WG * TOPK_E)
+#define TOPK_R 16  /* first-level reducers of an arg-max round, TOPK_WG / TOPK_R items each */
+#define TOPK_OWN 4 /* partial lists per topk_merge item: rows of up to 4 * TOPK_WG tiles */
+#define TOPK_NONE 0x7fffffff
 
-/* Top-k, first pass: work-item g keeps the k largest of x[g], x[g + G], ... (G = global size)
- * and writes them to pv/pi[g * k ...]. k <= TOPK_MAX. */
-__kernel void topk_part(__global const float *x, int n, int k, __global float *pv,
-                        __global int *pi)
+inline bool topk_better(float a, int ia, float b, int ib)
 {
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
-    int g = get_global_id(0), G = get_global_size(0);
-    for (int j = 0; j < k; j++) {
-        lv[j] = -INFINITY;
-        li[j] = 0x7fffffff;
-    }
-    for (int i = g; i < n; i += G)
-        topk_insert(lv, li, k, x[i], i);
-    for (int j = 0; j < k; j++) {
-        pv[g * k + j] = lv[j];
-        pi[g * k + j] = li[j];
-    }
+    return a > b || (a == b && ia < ib);
 }
 
-/* Top-k, second pass (one work-item): merges the m * k candidates into the final k. */
-__kernel void topk_merge(__global const float *pv, __global const int *pi, int m, int k,
-                         __global float *ov, __global int *oi)
+/* The best (v, id) over the work-group, to every item; two barriers. A call's local writes come
+ * after every read of the previous call's (each side of a barrier), so calls may follow. */
+inline void topk_wg_best(float *v, int *id, __local float *lv, __local int *li, __local float *rv,
+                         __local int *ri)
 {
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
-    for (int j = 0; j < k; j++) {
-        lv[j] = -INFINITY;
-        li[j] = 0x7fffffff;
+    int lid = get_local_id(0);
+    lv[lid] = *v;
+    li[lid] = *id;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < TOPK_R) {
+        float bv = lv[lid];
+        int bi = li[lid];
+        for (int j = lid + TOPK_R; j < TOPK_WG; j += TOPK_R) {
+            float x = lv[j];
+            int xi = li[j];
+            if (topk_better(x, xi, bv, bi))
+                bv = x, bi = xi;
+        }
+        rv[lid] = bv;
+        ri[lid] = bi;
     }
-    for (int c = 0; c < m * k; c++)
-        topk_insert(lv, li, k, pv[c], pi[c]);
-    for (int j = 0; j < k; j++) {
-        ov[j] = lv[j];
-        oi[j] = li[j];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float bv = rv[0];
+    int bi = ri[0];
+    for (int j = 1; j < TOPK_R; j++) {
+        float x = rv[j];
+        int xi = ri[j];
+        if (topk_better(x, xi, bv, bi))
+            bv = x, bi = xi;
     }
+    *v = bv;
+    *id = bi;
 }
 
-/* topk_part for several rows of n logits at once (the batched pass's last rows): row r =
- * get_global_id(1) of x, its partials at pv/pi[(r * G + g) * k ...] (G = get_global_size(0)).
- * Global size (G, n_rows). */
-__kernel void topk_part_rows(__global const float *x, int n, int k, __global float *pv,
-                             __global int *pi)
+/* Orders (a, ia) before (b, ib). */
+#define TOPK_CSWAP(a, ia, b, ib)                                                                  \
+    if (topk_better(b, ib, a, ia)) {                                                              \
+        float t_ = a;                                                                             \
+        int ti_ = ia;                                                                             \
+        a = b, ia = ib, b = t_, ib = ti_;                                                         \
+    }
+
+/* First pass over rows of x (n logits each): work-group g of row r = get_global_id(1) writes the
+ * best k of its tile, sorted, to pv/pi[(r * P + g) * k ...] (P = get_num_groups(0)). Global
+ * (P * TOPK_WG, n_rows), local (TOPK_WG, 1), P = ceil(n / TOPK_TILE). */
+__kernel __attribute__((reqd_work_group_size(TOPK_WG, 1, 1))) void
+topk_part(__global const float *x, int n, int k, __global float *pv, __global int *pi)
 {
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
-    int g = get_global_id(0), G = get_global_size(0), r = get_global_id(1);
+    __local float lv[TOPK_WG], rv[TOPK_R];
+    __local int li[TOPK_WG], ri[TOPK_R];
+    int lid = get_local_id(0), g = get_group_id(0), P = get_num_groups(0), r = get_global_id(1);
     const __global float *xr = x + (size_t)r * n;
+    int i0 = g * TOPK_TILE + lid, i1 = i0 + TOPK_WG, i2 = i1 + TOPK_WG, i3 = i2 + TOPK_WG;
+    float a0 = i0 < n ? xr[i0] : NAN, a1 = i1 < n ? xr[i1] : NAN;
+    float a2 = i2 < n ? xr[i2] : NAN, a3 = i3 < n ? xr[i3] : NAN;
+    if (isnan(a0))
+        a0 = -INFINITY, i0 = TOPK_NONE;
+    if (isnan(a1))
+        a1 = -INFINITY, i1 = TOPK_NONE;
+    if (isnan(a2))
+        a2 = -INFINITY, i2 = TOPK_NONE;
+    if (isnan(a3))
+        a3 = -INFINITY, i3 = TOPK_NONE;
+    TOPK_CSWAP(a0, i0, a1, i1);
+    TOPK_CSWAP(a2, i2, a3, i3);
+    TOPK_CSWAP(a0, i0, a2, i2);
+    TOPK_CSWAP(a1, i1, a3, i3);
+    TOPK_CSWAP(a1, i1, a2, i2);
+    size_t o = ((size_t)r * P + g) * k;
     for (int j = 0; j < k; j++) {
-        lv[j] = -INFINITY;
-        li[j] = 0x7fffffff;
-    }
-    for (int i = g; i < n; i += G)
-        topk_insert(lv, li, k, xr[i], i);
-    size_t o = ((size_t)r * G + g) * k;
-    for (int j = 0; j < k; j++) {
-        pv[o + j] = lv[j];
-        pi[o + j] = li[j];
+        float v = a0;
+        int id = i0;
+        topk_wg_best(&v, &id, lv, li, rv, ri);
+        if (lid == 0) {
+            pv[o + j] = v;
+            pi[o + j] = id;
+        }
+        if (id == i0 && id != TOPK_NONE) {
+            a0 = a1, i0 = i1, a1 = a2, i1 = i2, a2 = a3, i2 = i3;
+            a3 = -INFINITY, i3 = TOPK_NONE;
+        }
     }
 }
 
-/* topk_merge for row get_global_id(0): its m * k candidates into ov/oi[r * k ...]. */
-__kernel void topk_merge_rows(__global const float *pv, __global const int *pi, int m, int k,
-                              __global float *ov, __global int *oi)
+/* Second pass: row r = get_global_id(1)'s P sorted lists of k (topk_part's) into its final k at
+ * ov/oi[r * k ...]. Item l holds lists l, l + TOPK_WG, ... (P <= TOPK_OWN * TOPK_WG), each as
+ * its head and the element after it, so that a list winning twice in a row rarely waits for a
+ * load. Global (TOPK_WG, n_rows), local (TOPK_WG, 1). */
+__kernel __attribute__((reqd_work_group_size(TOPK_WG, 1, 1))) void
+topk_merge(__global const float *pv, __global const int *pi, int P, int k, __global float *ov,
+           __global int *oi)
 {
-    float lv[TOPK_MAX];
-    int li[TOPK_MAX];
-    int r = get_global_id(0);
-    for (int j = 0; j < k; j++) {
-        lv[j] = -INFINITY;
-        li[j] = 0x7fffffff;
+    __local float lv[TOPK_WG], rv[TOPK_R];
+    __local int li[TOPK_WG], ri[TOPK_R];
+    int lid = get_local_id(0), r = get_global_id(1);
+    const __global float *vr = pv + (size_t)r * P * k;
+    const __global int *ir = pi + (size_t)r * P * k;
+    float hv[TOPK_OWN], nv[TOPK_OWN];
+    int hi[TOPK_OWN], ni[TOPK_OWN], pos[TOPK_OWN];
+    for (int j = 0; j < TOPK_OWN; j++) {
+        int l = lid + j * TOPK_WG;
+        bool has = l < P;
+        hv[j] = has ? vr[(size_t)l * k] : -INFINITY;
+        hi[j] = has ? ir[(size_t)l * k] : TOPK_NONE;
+        nv[j] = has && k > 1 ? vr[(size_t)l * k + 1] : -INFINITY;
+        ni[j] = has && k > 1 ? ir[(size_t)l * k + 1] : TOPK_NONE;
+        pos[j] = 1;
     }
-    for (int c = 0; c < m * k; c++)
-        topk_insert(lv, li, k, pv[(size_t)r * m * k + c], pi[(size_t)r * m * k + c]);
-    for (int j = 0; j < k; j++) {
-        ov[r * k + j] = lv[j];
-        oi[r * k + j] = li[j];
+    for (int t = 0; t < k; t++) {
+        float v = hv[0];
+        int id = hi[0];
+        for (int j = 1; j < TOPK_OWN; j++)
+            if (topk_better(hv[j], hi[j], v, id))
+                v = hv[j], id = hi[j];
+        topk_wg_best(&v, &id, lv, li, rv, ri);
+        if (lid == 0) {
+            ov[(size_t)r * k + t] = v;
+            oi[(size_t)r * k + t] = id;
+        }
+        for (int j = 0; j < TOPK_OWN; j++) {
+            if (hi[j] != id || id == TOPK_NONE)
+                continue;
+            int l = lid + j * TOPK_WG, p = ++pos[j];
+            hv[j] = nv[j];
+            hi[j] = ni[j];
+            nv[j] = p < k ? vr[(size_t)l * k + p] : -INFINITY;
+            ni[j] = p < k ? ir[(size_t)l * k + p] : TOPK_NONE;
+        }
     }
 }

@@ -95,6 +95,16 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
             float4 v = vload4(0, x + j);
             ss += dot(v, v);
         }
+#if MV_PTX /* each warp's sum by shuffles, then the Q8_WG / 32 partials: two barriers */
+        ss = warp_sum(ss);
+        if ((lid & 31) == 0)
+            red[lid >> 5] = ss;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ss = 0.0f;
+        for (int k = 0; k < Q8_WG / 32; k++)
+            ss += red[k];
+        inv = rsqrt(ss / n_in + eps);
+#else
         red[lid] = ss;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int s = Q8_WG / 2; s > 0; s >>= 1) {
@@ -103,6 +113,7 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         inv = rsqrt(red[0] / n_in + eps);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     bool in = i < n_in;

@@ -402,6 +402,17 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     }
     while (t.mv_wg * t.mv_rows > di->max_wg && t.mv_rows > 1)
         t.mv_rows /= 2;
+    /* matvec_q8's shape: the matvec's, or with PTX (warp sums, then the warps' partials through
+     * local memory) EBB_CL_MVQ=WG,ROWS, WG a multiple of 32. */
+    if (!t.mv_ptx || !t.mvq_wg)
+        t.mvq_wg = t.mv_wg, t.mvq_rows = t.mv_rows;
+    const char *mvq = getenv("EBB_CL_MVQ");
+    unsigned qw = 0, qrw = 0;
+    if (t.mv_ptx && mvq && sscanf(mvq, "%u,%u", &qw, &qrw) == 2 && qw && qw % 32 == 0 &&
+        qw <= 1024 && qrw && qw * qrw <= di->max_wg)
+        t.mvq_wg = qw, t.mvq_rows = qrw;
+    while (t.mvq_wg * t.mvq_rows > di->max_wg && t.mvq_rows > 1)
+        t.mvq_rows /= 2;
     while (t.mm_wg > di->max_wg)
         t.mm_wg /= 2;
     /* EBB_CL_NORM_WG=N (a power of two, 1..256) overrides the work-group of row reductions
@@ -412,6 +423,17 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.norm_wg = nwv;
     while (t.norm_wg > di->max_wg)
         t.norm_wg /= 2;
+    /* Decode attention's work-group: norm_wg, except on NVIDIA GPUs 128, where its passes split
+     * over positions and dimensions and the few work-groups of a short context (8 for the 8B
+     * shape at one chunk) are latency-bound. EBB_CL_ATT_WG=N (a power of two, 1..256)
+     * overrides. */
+    t.att_wg = di->is_gpu && di->vendor == EBB_CL_VENDOR_NVIDIA && !nwg ? 128 : t.norm_wg;
+    const char *awg = getenv("EBB_CL_ATT_WG");
+    unsigned awv = awg ? (unsigned)atoi(awg) : 0;
+    if (awv >= 1 && awv <= 256 && !(awv & (awv - 1)))
+        t.att_wg = awv;
+    while (t.att_wg > di->max_wg)
+        t.att_wg /= 2;
     while (t.att_tq > di->max_wg)
         t.att_tq /= 2;
     /* Local memory: matmul stages mm_t x mm_k floats; attention 2 x att_tk x head_dim (up to
@@ -631,13 +653,15 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define W_BLK %u\n#define MV_PTX %u\n#define MV_Q8 %u\n#define MM_MMA %u\n"
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
-        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n",
+        "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
+        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
         tu->mma_t, tu->mma_k, tu->mma_pf, tu->mvr, tu->mv_cpu, tu->mv_cpu_r ? tu->mv_cpu_r : 4,
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
-        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2);
+        tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
+        tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, tu->mvq_wg ? tu->mvq_rows : tu->mv_rows);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -1160,6 +1184,26 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
     memset(p, 0, sizeof(p[0]));
 }
 
+uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu)
+{
+    return tu->att_wg ? tu->att_wg : tu->norm_wg;
+}
+
+uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g)
+{
+    /* attention.cl's ATT_KL, ATT_VL, ATT_VP, ATT_SCR and ATT_LOCAL, and the rope kernel's key
+     * and value halves. */
+    uint64_t wg = ebb_cl_att_wg(tu), d4 = head_dim / 4, c = tu->att_chunk, kl = 1;
+    if (!tu->mv_cpu && d4 % 4 == 0 && wg % 4 == 0)
+        kl = 4;
+    else if (!tu->mv_cpu && d4 % 2 == 0 && wg % 2 == 0)
+        kl = 2;
+    uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
+    uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
+    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (scr_k > scr_v ? scr_k : scr_v);
+    return floats * sizeof(float) + (uint64_t)head_dim * 4;
+}
+
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag)
 {
@@ -1169,11 +1213,12 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
     snprintf(pro, sizeof(pro),
-             "#define NORM_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
+             "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
              "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
              "#define ATT_G %u\n#define ATT_MMA %u\n#define MV_CPU %u\n%s",
-             tu->norm_wg, head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx, EBB_CL_Q8_WG,
-             tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
+             tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
+             tu->mv_ptx, EBB_CL_Q8_WG, tu->att_g > 1 ? tu->att_g : 1u,
+             tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
              tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
     if ((rc = ebb_cl_source("act.cl", &act, diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
@@ -1225,6 +1270,13 @@ out:
     if (moe)
         ebb_cl_source_release(moe);
     return rc;
+}
+
+void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
+{
+    size_t wg = tu->mvq_wg ? tu->mvq_wg : tu->mv_wg, rows = tu->mvq_wg ? tu->mvq_rows : tu->mv_rows;
+    g[0] = (size_t)n_out * wg, g[1] = 1;
+    l[0] = wg * rows, l[1] = 1;
 }
 
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,

@@ -62,6 +62,8 @@ struct ebb_cl_tuning {
     uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
     uint32_t mvo;           /* matvec_q8r's output rows per MV_WG work-items (MVO: 1, 2 or 4) */
     uint32_t mvu;           /* matvec_q8's 4-bit blocks a work-item loads per step (MVU: 1..8) */
+    uint32_t mvq_wg;        /* matvec_q8's work-items per row (MVQ_WG; mv_wg unless mv_ptx) */
+    uint32_t mvq_rows;      /* matvec_q8's rows per work-group (MVQ_ROWS) */
     uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
                                activation into quantize_x8_rows (0: separate launches) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
@@ -103,7 +105,8 @@ struct ebb_cl_tuning {
                            once per row instead of the tiled matmul (batched decode steps) */
     uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
                            a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;   /* work-group size of row reductions and attention */
+    uint32_t norm_wg;   /* work-group size of row reductions */
+    uint32_t att_wg;    /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
     uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
 };
@@ -224,6 +227,8 @@ enum ebb_cl_wkernel {
                              (32 mms_w, 1) */
     EBB_CL_WK_MMP,        /* matmul_mms with the mmp_* tile (the same with mmp_*) */
 };
+/* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
+void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
 
@@ -271,6 +276,13 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
  * (one weight of n_expert x rows-per-expert rows). */
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
+
+/* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
+uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
+
+/* Local memory in bytes of a decode attention work-group (attention.cl's ATT_LOCAL, and the
+ * rope kernel's halves) for head_dim and g query heads a work-group under tu. */
+uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g);
 
 /* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
  * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of

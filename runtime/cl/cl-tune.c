@@ -88,6 +88,8 @@ static double time_layout(struct ebb_cl *cl, const struct ebb_cl_tuning *tu,
         goto out;
     }
     size_t g[2] = {(size_t)n_out * tu->mv_wg, 1}, lw[2] = {tu->mv_wg * tu->mv_rows, 1};
+    if (p.matvec_q8)
+        ebb_cl_q8_shape(tu, n_out, g, lw);
     enum { WARM = 3, RUNS = 20 };
     double t0 = 0;
     for (int r = 0; r < WARM + RUNS; r++) {

@@ -524,7 +524,7 @@ ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, 
  * device (CL_QUEUE_PROFILING_ENABLE), read at the next wait (ebb_cl_finish, ebb_cl_read, or
  * every PROF_EV launches), and the table gets each kernel's device time and, apart, the idle
  * time between consecutive launches (launch gaps and host waits). */
-#define PROF_MAX 48
+#define PROF_MAX 128
 #define PROF_EV 4096
 static struct {
     char name[48];
@@ -547,10 +547,10 @@ static void prof_print(void)
     for (int i = 0; i < PROF_MAX && prof[i].n; i++)
         total += prof[i].s;
     for (int i = 0; i < PROF_MAX && prof[i].n; i++)
-        fprintf(stderr, "ebb: profile %-20s %8lu launches %9.3f s %5.1f%%\n", prof[i].name,
+        fprintf(stderr, "ebb: profile %-32s %8lu launches %9.4f s %5.1f%%\n", prof[i].name,
                 prof[i].n, prof[i].s, total > 0 ? 100.0 * prof[i].s / total : 0.0);
     if (prof_state == 3)
-        fprintf(stderr, "ebb: profile %-20s %8lu launches %9.3f s (device idle between launches)\n",
+        fprintf(stderr, "ebb: profile %-32s %8lu launches %9.4f s (device idle between launches)\n",
                 "(gaps)", prof_gap_n, prof_gap_s);
 }
 
@@ -561,12 +561,18 @@ static double mono_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The table slot of kernel k's name (-1 when full). */
-static int prof_slot(cl_kernel k)
+/* The table slot of kernel k's name, or with device timestamps of its name and global size
+ * (the products of a layer apart); -1 when full. */
+static int prof_slot(cl_kernel k, const size_t *g, cl_uint dims)
 {
     char name[48] = "?";
     clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
     name[sizeof(name) - 1] = 0;
+    if (prof_state == 3 && g) {
+        size_t n = strlen(name);
+        for (cl_uint d = 0; d < dims && n < sizeof(name) - 12; d++)
+            n += (size_t)snprintf(name + n, sizeof(name) - n, "%c%zu", d ? 'x' : '/', g[d]);
+    }
     for (int i = 0; i < PROF_MAX; i++) {
         if (!prof[i].n || !strcmp(prof[i].name, name)) {
             if (!prof[i].n)
@@ -579,7 +585,7 @@ static int prof_slot(cl_kernel k)
 
 static void prof_add(cl_kernel k, double s)
 {
-    int i = prof_slot(k);
+    int i = prof_slot(k, NULL, 0);
     if (i >= 0) {
         prof[i].s += s;
         prof[i].n++;
@@ -648,7 +654,7 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
         if (prof_nev == PROF_EV)
             prof_drain();
         prof_ev[prof_nev].ev = ev;
-        prof_ev[prof_nev++].slot = prof_slot(k);
+        prof_ev[prof_nev++].slot = prof_slot(k, g, dims);
     }
     if (prof_state == 2) {
         clFinish(cl->q);

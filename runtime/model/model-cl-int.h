@@ -23,10 +23,12 @@
 #define STREAMING(m) false
 #endif
 
-#define N_BATCH 128    /* tokens per prefill chunk (scratch rows) */
-#define N_OUT_ROWS 16  /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_PARTS 256 /* first-pass work-items of the device top-k */
-#define TOPK_MAX 64    /* as in ops.cl */
+#define N_BATCH 128   /* tokens per prefill chunk (scratch rows) */
+#define N_OUT_ROWS 16 /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_MAX 64   /* as in ops.cl, and its work-group size and tile of logits */
+#define TOPK_WG 256
+#define TOPK_TILE 1024      /* logits a first-pass work-group takes (TOPK_WG x TOPK_E) */
+#define TOPK_PARTS_MAX 1024 /* first-pass work-groups a row may have (TOPK_OWN x TOPK_WG) */
 #define MAX_PROGS 8
 #define MAX_TYPES 40
 #define REPLAN_TOKENS 64 /* the streamer re-plans (reading the probes) this often */
@@ -166,7 +168,6 @@ struct clm {
                                       fused its quantization), not in att */
     cl_kernel k_bias, k_head_norm; /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */
     cl_kernel k_rope_rows, k_attn_rows, k_attn_red_rows; /* batched: per-row slot and position */
-    cl_kernel k_topk1r, k_topk2r;                        /* batched: top-k of several rows */
     struct ebb_cl_weight embd, output; /* (n_vocab, n_embd); output unused when tied */
     bool tied;                         /* the head reads embd */
     float embd_scale;                  /* get_rows' factor (1 or sqrt(n_embd)) */
@@ -193,8 +194,9 @@ struct clm {
     cl_mem logits;              /* (N_OUT_ROWS, n_vocab) */
     cl_mem po, pml;             /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
                                    max_chunks) float2 */
-    cl_mem tpv, tpi, tov, toi;  /* top-k partials (N_OUT_ROWS, TOPK_PARTS * TOPK_MAX) and
+    cl_mem tpv, tpi, tov, toi;  /* top-k partials (N_OUT_ROWS, topk_parts * TOPK_MAX) and
                                    results (N_OUT_ROWS, TOPK_MAX) */
+    int topk_parts;             /* first-pass work-groups a row, 0: no device top-k */
     cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
                                    n_in) and its per-32 (d, d * sum) float2 */
     cl_mem rt, dr;              /* batched: (N_BATCH) int2 (KV slot, position) per row, (n_dec_max)
@@ -284,12 +286,14 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
 
 /* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
  * (the kernels and scratch, made on the first call; *scores: where the caller writes the
- * router's product of the normed rows in m->h), then ebb__clm_moe_experts. ebb__clm_moe_fini
- * releases what they made (accepts an engine that never ran one). */
+ * router's product of the normed rows; *q8: whether one token's experts take 8-bit inputs),
+ * then ebb__clm_moe_experts: with nw NULL, m->h holds the normed rows; else (one token, *q8)
+ * m->h was not written and nw is the norm's weight, folded into the experts' 8-bit inputs.
+ * ebb__clm_moe_fini releases what they made (accepts an engine that never ran one). */
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
-                             cl_mem *scores, struct ebb_diag *diag);
+                             cl_mem *scores, bool *q8, struct ebb_diag *diag);
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                             struct ebb_diag *diag);
+                             cl_mem nw, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when

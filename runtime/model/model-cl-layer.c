@@ -32,7 +32,7 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 7, diag)))
         return rc;
     size_t g[2], l[2];
-    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MATVEC, (uint32_t)n_out, 1, g, l);
+    ebb_cl_q8_shape(&m->tu, (uint32_t)n_out, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
@@ -393,8 +393,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                  EBB_CL_ARG(m->att)};
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
-        size_t g1[2] = {(size_t)nc * m->tu.norm_wg, hp->n_head / m->tu.att_g};
-        size_t l1[2] = {m->tu.norm_wg, 1};
+        size_t wg = ebb_cl_att_wg(&m->tu);
+        size_t g1[2] = {(size_t)nc * wg, hp->n_head / m->tu.att_g}, l1[2] = {wg, 1};
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
@@ -467,8 +467,9 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     struct ebb_cl_arg b[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml),    EBB_CL_ARG(m->rt),
                              EBB_CL_ARG(m->dr), EBB_CL_ARG(stride_nc), EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),   EBB_CL_ARG(win)};
-    size_t g1[3] = {(size_t)max_nc * m->tu.norm_wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
-    size_t l1[3] = {m->tu.norm_wg, 1, 1};
+    size_t wg = ebb_cl_att_wg(&m->tu);
+    size_t g1[3] = {(size_t)max_nc * wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
+    size_t l1[3] = {wg, 1, 1};
     size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 17, diag)) ||
@@ -543,19 +544,25 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct eb
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
-/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. */
+/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. One
+ * token whose experts take 8-bit inputs folds the norm into the router's product and the
+ * experts' quantization (no m->h, no norm launch); the float experts need m->h. */
 static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                    struct ebb_diag *diag)
 {
-    cl_mem scores;
+    cl_mem scores, nw = NULL;
     int n_embd = (int)m->hp.n_embd, n_expert = (int)m->hp.n_expert;
-    ebb_err rc;
-    if ((rc = ebb__clm_moe_prepare(m, L, s, &scores, diag)) ||
-        (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)) ||
-        (rc = ebb__clm_wmul(m, &L->w[s->group][0], m->h, n_embd, scores, n_expert, 0, NULL, NULL,
-                            nt, diag)))
+    bool q8 = false;
+    ebb_err rc = ebb__clm_moe_prepare(m, L, s, &scores, &q8, diag);
+    if (rc)
         return rc;
-    return ebb__clm_moe_experts(m, L, s, nt, diag);
+    if (nt == 1 && q8)
+        nw = L->norm[s->norm];
+    if ((!nw && (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag))) ||
+        (rc = ebb__clm_wmul(m, &L->w[s->group][0], nw ? m->x : m->h, n_embd, scores, n_expert, 0,
+                            NULL, nw, nt, diag)))
+        return rc;
+    return ebb__clm_moe_experts(m, L, s, nt, nw, diag);
 }
 
 /* One layer for the chunk's rows: the compiled steps of the family's layer program

@@ -8,6 +8,8 @@
  * one weight of n_expert x rows rows (placed like any other, model-cl-place.c). */
 #include "model-cl-int.h"
 
+#define MOE_ROUTE_WG 128 /* moe.cl's moe_route work-group: one per token */
+
 /* The moe.cl program for w's layout, built on first use. */
 static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
                         struct ebb_diag *diag)
@@ -80,17 +82,12 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, 
     return ebb_cl_run(m->cl, p->gather, 2, g, l, diag);
 }
 
-/* Decode (one token) on 8-bit inputs, where the three stacks' layouts have kq8 (kq8.cl):
- * m->h quantized once for the gate and up gathers, then the k experts' SwiGLU outputs quantized
- * together for the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not
- * apply, so that the float kernels take it. */
-static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3], cl_mem ids,
-                          struct ebb_diag *diag)
+/* The moe.cl programs of the three stacks w where all take 8-bit inputs (kq8.cl), else
+ * EBB_EUNSUPPORTED. */
+static ebb_err q8_progs(struct clm *m, const struct ebb_cl_weight *const w[3],
+                        struct clm_moe_prog *p[3], struct ebb_diag *diag)
 {
-    struct clm_moe *mo = &m->moe;
-    struct clm_moe_prog *p[3];
-    int n_embd = (int)m->hp.n_embd, f = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
-    if (!m->k_q8 || n_embd % 32 || f % 32)
+    if (!m->k_q8 || m->hp.n_embd % 32 || m->hp.n_ff_exp % 32)
         return EBB_EUNSUPPORTED;
     for (int i = 0; i < 3; i++) {
         ebb_err rc = prog_for(m, w[i], &p[i], diag);
@@ -99,7 +96,24 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3],
         if (!p[i]->gather_q8 || w[i]->off % 16)
             return EBB_EUNSUPPORTED;
     }
-    ebb_err rc = ebb__clm_q8_quantize(m, m->h, n_embd, NULL, 0, diag);
+    return EBB_OK;
+}
+
+/* Decode (one token) on 8-bit inputs, where the three stacks' layouts have kq8 (kq8.cl):
+ * m->h (or m->x normed with nw inside the quantization) quantized once for the gate and up
+ * gathers of the experts ids names, then the k experts' SwiGLU outputs quantized together for
+ * the down product. Returns EBB_EUNSUPPORTED (nothing run) where it does not apply, so that
+ * the float kernels take it. */
+static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3], cl_mem ids,
+                          cl_mem nw, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *p[3];
+    int n_embd = (int)m->hp.n_embd, f = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
+    ebb_err rc = q8_progs(m, w, p, diag);
+    if (rc)
+        return rc;
+    rc = ebb__clm_q8_quantize(m, nw ? m->x : m->h, n_embd, nw, 0, diag);
     size_t l[2] = {m->tu.mv_wg, 1};
     for (int i = 0; i < 2 && !rc; i++) {
         int y_off = i * k * f;
@@ -149,13 +163,13 @@ static ebb_err down(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, in
  * each row read as rows ids[row * k + j] of each stack (-1: that row skipped), weighted by the
  * router's weights. */
 static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids, int nt,
-                   struct ebb_diag *diag)
+                   cl_mem nw, struct ebb_diag *diag)
 {
     int n_embd = (int)m->hp.n_embd, kf = (int)(m->hp.n_expert_used * m->hp.n_ff_exp);
     ebb_err rc;
     if (nt == 1) {
-        rc = experts_q8(m, ws, ids, diag);
-        if (rc != EBB_EUNSUPPORTED)
+        rc = experts_q8(m, ws, ids, nw, diag);
+        if (rc != EBB_EUNSUPPORTED || nw) /* nw: prepare found the 8-bit path, m->h unset */
             return rc;
     }
     if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
@@ -165,18 +179,27 @@ static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_me
 }
 
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
-                             cl_mem *scores, struct ebb_diag *diag)
+                             cl_mem *scores, bool *q8, struct ebb_diag *diag)
 {
-    struct clm_moe_prog *p = NULL;
+    struct clm_moe_prog *p[3] = {NULL};
+    const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
+                                         &L->w[s->group + 3][0]};
     ebb_err rc = scratch(m, diag);
     if (!rc)
-        rc = prog_for(m, &L->w[s->group + 1][0], &p, diag); /* also makes moe_route */
+        rc = prog_for(m, ws[0], &p[0], diag); /* also makes moe_route */
+    *q8 = false;
+    /* (a layer whose stacks the expert cache holds keeps the norm launch: m->h) */
+    if (!rc && !(m->xc && !L->n_w[s->group + 1])) {
+        rc = q8_progs(m, ws, p, diag);
+        *q8 = !rc;
+        rc = rc == EBB_EUNSUPPORTED ? EBB_OK : rc;
+    }
     *scores = m->moe.scores;
     return rc;
 }
 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                             struct ebb_diag *diag)
+                             cl_mem nw, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     struct clm_moe *mo = &m->moe;
@@ -186,10 +209,10 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
     struct ebb_cl_arg ra[] = {EBB_CL_ARG(mo->scores), EBB_CL_ARG(n_expert), EBB_CL_ARG(k),
                               EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
                               EBB_CL_ARG(mo->w)};
-    size_t rg = (size_t)nt;
+    size_t rg[2] = {MOE_ROUTE_WG, (size_t)nt}, rl[2] = {MOE_ROUTE_WG, 1};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
-        (rc = ebb_cl_run(m->cl, mo->route, 1, &rg, NULL, diag)))
+        (rc = ebb_cl_run(m->cl, mo->route, 2, rg, rl, diag)))
         return rc;
     /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy): its
      * passes over the pool, through the slot table instead of the ids. */
@@ -199,12 +222,12 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
         bool ready = false;
         rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, diag);
         while (!rc && !(rc = ebb__clm_xc_next(m, ws, &sids, &ready, diag)) && ready)
-            rc = run(m, ws, sids, nt, diag);
+            rc = run(m, ws, sids, nt, NULL, diag);
         return rc;
     }
     const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
                                          &L->w[s->group + 3][0]};
-    return run(m, ws, mo->ids, nt, diag);
+    return run(m, ws, mo->ids, nt, nw, diag);
 }
 
 void ebb__clm_moe_fini(struct clm *m)

@@ -77,11 +77,10 @@ static void clm_free(void *ctx)
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
-        m->k_norm,      m->k_rope,          m->k_attn_part,   m->k_attn_red,  m->k_attn_pre,
-        m->k_swiglu,    m->k_topk1,         m->k_topk2,       m->k_q8,        m->k_q8r,
-        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8, m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_topk1r,      m->k_topk2r,    m->k_attn_pre_mma,
-        m->k_geglu,     m->k_norm_add};
+        m->k_norm,      m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
+        m->k_swiglu,    m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
+        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
+        m->k_attn_rows, m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -108,12 +107,13 @@ static void clm_free(void *ctx)
 }
 
 /* Query heads per decode attention work-group: the whole GQA group where the tuning asks for
- * it and its queries and scores fit a quarter of local memory, else 1. */
+ * it and the work-group's local memory for it (queries, scores, partials) fits half the
+ * device's, else 1. */
 static uint32_t att_group(const struct clm *m)
 {
     uint32_t nh = m->hp.n_head, nkv = m->hp.n_head_kv, g = nkv ? nh / nkv : 1;
-    uint64_t bytes = (uint64_t)g * (m->hp.head_dim + m->tu.att_chunk) * sizeof(float);
-    if (!m->tu.att_gqa || !nkv || nh % nkv || g < 2 || g > 8 || bytes > m->cl->info.local_mem / 4)
+    if (!m->tu.att_gqa || !nkv || nh % nkv || g < 2 || g > 8 ||
+        ebb_cl_att_local(&m->tu, m->hp.head_dim, g) > m->cl->info.local_mem / 2)
         return 1;
     return g;
 }
@@ -137,8 +137,6 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
               {&m->k_norm_add, "rmsnorm_add"},
               {&m->k_topk1, "topk_part"},
               {&m->k_topk2, "topk_merge"},
-              {&m->k_topk1r, "topk_part_rows"},
-              {&m->k_topk2r, "topk_merge_rows"},
               {&m->k_bias, "add_bias"},
               {&m->k_head_norm, "head_norm"},
               {&m->k_rope_rows, "rope_kv_rows"},
@@ -147,6 +145,14 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if ((rc = ebb_cl_kernel(m->ops, ks[i].name, ks[i].k, diag)))
             return rc;
+    /* A device that cannot run the top-k passes' work-groups leaves the top-k to the host. */
+    size_t wg[2] = {0, 0};
+    if (clGetKernelWorkGroupInfo(m->k_topk1, NULL, CL_KERNEL_WORK_GROUP_SIZE, sizeof(size_t),
+                                 &wg[0], NULL) ||
+        clGetKernelWorkGroupInfo(m->k_topk2, NULL, CL_KERNEL_WORK_GROUP_SIZE, sizeof(size_t),
+                                 &wg[1], NULL) ||
+        wg[0] < TOPK_WG || wg[1] < TOPK_WG)
+        m->tu.topk_host = 1;
     if (m->tu.mv_q8 && (rc = ebb_cl_kernel(m->ops, "quantize_x8", &m->k_q8, diag)))
         return rc;
     if (m->tu.mv_q8 && m->tu.q8r_max > 1 &&
@@ -171,6 +177,13 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     size_t rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH; /* decode rows a chunk can hold */
     m->max_chunks = max_chunks;
     m->n_dec_max = (uint32_t)rows;
+    /* The device top-k's partials: a sorted list of up to TOPK_MAX per tile of a row (a
+     * vocabulary beyond TOPK_PARTS_MAX tiles takes the host's). */
+    size_t parts = ((size_t)hp->n_vocab + TOPK_TILE - 1) / TOPK_TILE;
+    if (parts > TOPK_PARTS_MAX)
+        m->tu.topk_host = 1;
+    m->topk_parts = m->tu.topk_host ? 0 : (int)parts;
+    parts = m->topk_parts ? parts : 1;
     ebb_err rc;
     if ((rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->ids, "token ids", diag)) ||
         (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->x, "activations", diag)) ||
@@ -187,9 +200,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, 2 * N_BATCH * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
-        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_PARTS * TOPK_MAX, &m->tpv, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_PARTS * TOPK_MAX, &m->tpi,
-                             "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * parts * TOPK_MAX, &m->tpi, "top-k",
+                             diag)) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_MAX, &m->tov, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
@@ -316,6 +329,26 @@ static ebb_err hidden_sum(struct clm *m, int nt, float *sum, struct ebb_diag *di
     return EBB_OK;
 }
 
+/* Enqueues the device top-k (k <= TOPK_MAX) of the first nr rows of the logits scratch into
+ * tov / toi (nr rows of k): topk_part over tiles of TOPK_TILE logits, then topk_merge, a
+ * work-group per row. */
+static ebb_err topk_run(struct clm *m, int nr, int k, struct ebb_diag *diag)
+{
+    int n = (int)m->hp.n_vocab, parts = m->topk_parts;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(k),
+                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
+                             EBB_CL_ARG(k),      EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
+    size_t g1[2] = {(size_t)parts * TOPK_WG, (size_t)nr}, g2[2] = {TOPK_WG, (size_t)nr};
+    size_t l[2] = {TOPK_WG, 1};
+    ebb_err rc;
+    if ((rc = ebb_cl_set_args(m->k_topk1, 0, a, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, m->k_topk1, 2, g1, l, diag)) ||
+        (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, m->k_topk2, 2, g2, l, diag);
+}
+
 static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag *diag)
 {
     ebb_err rc;
@@ -332,16 +365,7 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
         host_topk(lg, nv, k, out->top_ids, out->top_logits);
         return EBB_OK;
     }
-    int n = (int)nv, kk = (int)k, parts = TOPK_PARTS;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(kk),
-                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
-    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
-                             EBB_CL_ARG(kk),     EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
-    size_t g = TOPK_PARTS, one = 1;
-    if ((rc = ebb_cl_set_args(m->k_topk1, 0, a, 5, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_topk1, 1, &g, NULL, diag)) ||
-        (rc = ebb_cl_set_args(m->k_topk2, 0, b, 6, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_topk2, 1, &one, NULL, diag)))
+    if ((rc = topk_run(m, 1, (int)k, diag)))
         return rc;
     /* The ids without waiting, the logits after them with one wait for both. */
     cl_int e = clEnqueueReadBuffer(m->cl->q, m->toi, CL_FALSE, 0, sizeof(int32_t) * k, out->top_ids,
@@ -541,21 +565,13 @@ static bool wants_last(const struct ebb_model_seq *seqs, const struct clm_part *
     return o && (o->logits || o->top_k) && p->off + (uint32_t)p->n == seqs[p->src].n;
 }
 
-/* The device top-k (k <= TOPK_MAX) of the first nr rows of the logits scratch in one pass
- * pair, read back without waiting into host_tv / host_ti (nr rows of k). */
+/* The device top-k (k <= TOPK_MAX) of the first nr rows of the logits scratch, read back
+ * without waiting into host_tv / host_ti (nr rows of k). */
 static ebb_err topk_rows(struct clm *m, int nr, int k, struct ebb_diag *diag)
 {
-    int n = (int)m->hp.n_vocab, parts = TOPK_PARTS;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->logits), EBB_CL_ARG(n), EBB_CL_ARG(k),
-                             EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi)};
-    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->tpv), EBB_CL_ARG(m->tpi), EBB_CL_ARG(parts),
-                             EBB_CL_ARG(k),      EBB_CL_ARG(m->tov), EBB_CL_ARG(m->toi)};
-    size_t g[2] = {TOPK_PARTS, (size_t)nr}, g2 = (size_t)nr, bytes = 4 * (size_t)nr * k;
-    ebb_err rc;
-    if ((rc = ebb_cl_set_args(m->k_topk1r, 0, a, 5, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_topk1r, 2, g, NULL, diag)) ||
-        (rc = ebb_cl_set_args(m->k_topk2r, 0, b, 6, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_topk2r, 1, &g2, NULL, diag)))
+    size_t bytes = 4 * (size_t)nr * k;
+    ebb_err rc = topk_run(m, nr, k, diag);
+    if (rc)
         return rc;
     cl_int e = clEnqueueReadBuffer(m->cl->q, m->toi, CL_FALSE, 0, bytes, m->host_ti, 0, NULL, NULL);
     if (!e)

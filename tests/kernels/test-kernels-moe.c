@@ -8,7 +8,7 @@ enum { MOE_E = 6, MOE_K = 2, MOE_F = 256, MOE_D = 256, MOE_NT = 3 };
 /* The router on the CPU, as ref-moe.c routes. */
 static void moe_route_ref(const float *s, int n, int k, int norm, float scale, int *ids, float *w)
 {
-    float mx = s[0], sum = 0.0f, p[64];
+    float mx = s[0], sum = 0.0f, p[1024];
     for (int e = 1; e < n; e++)
         mx = s[e] > mx ? s[e] : mx;
     for (int e = 0; e < n; e++)
@@ -50,8 +50,8 @@ static void test_moe_route(cl_program p, int *ids_out, float *w_out)
                                  EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ib),
                                  EBB_CL_ARG(wb)};
         OK(ebb_cl_set_args(k, 0, a, 7, D));
-        size_t g = MOE_NT;
-        OK(ebb_cl_run(cl, k, 1, &g, NULL, D));
+        size_t g[2] = {128, MOE_NT}, l[2] = {128, 1}; /* moe.cl's MOE_ROUTE_WG */
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
         int ids[MOE_NT * MOE_K];
         float w[MOE_NT * MOE_K];
         rd(ib, sizeof(ids), ids);
@@ -73,6 +73,54 @@ static void test_moe_route(cl_program p, int *ids_out, float *w_out)
             memcpy(ids_out, ids, sizeof(ids));
             memcpy(w_out, w, sizeof(w));
         }
+    }
+    clReleaseKernel(k);
+    clReleaseMemObject(sb);
+    clReleaseMemObject(ib);
+    clReleaseMemObject(wb);
+}
+
+/* moe_route over more experts than its work-group has items (n a multiple of nothing), k = 8
+ * with ties (equal scores in different items and in one item), and the widest k (64). */
+static void test_moe_route_wide(cl_program p)
+{
+    enum { E = 301, NT = 2, KMAX = 64 };
+    static float s[NT * E];
+    for (int i = 0; i < NT * E; i++)
+        s[i] = 4.0f * frand();
+    s[5] = s[133] = s[261] = 6.0f; /* items 5, 5 and 5 (one item's experts): ids in order */
+    s[E + 300] = s[E + 23] = s[E + 7] = 5.0f; /* across items, of one reducer and not */
+    cl_mem sb = buf(sizeof(s), s), ib = buf(sizeof(int) * NT * KMAX, NULL);
+    cl_mem wb = buf(sizeof(float) * NT * KMAX, NULL);
+    cl_kernel k = kern(p, "moe_route");
+    int ks[] = {8, KMAX};
+    for (int v = 0; v < 2; v++) {
+        int n = E, kk = ks[v], norm = 1;
+        float scale = v ? 2.5f : 0.0f;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(sb),   EBB_CL_ARG(n),     EBB_CL_ARG(kk),
+                                 EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ib),
+                                 EBB_CL_ARG(wb)};
+        OK(ebb_cl_set_args(k, 0, a, 7, D));
+        size_t g[2] = {128, NT}, l[2] = {128, 1};
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
+        int ids[NT * KMAX], ri[KMAX];
+        float w[NT * KMAX], rw[KMAX];
+        rd(ib, sizeof(int) * NT * kk, ids);
+        rd(wb, sizeof(float) * NT * kk, w);
+        for (int t = 0; t < NT; t++) {
+            moe_route_ref(s + t * E, E, kk, norm, scale, ri, rw);
+            for (int j = 0; j < kk; j++) {
+                CHECK(ids[t * kk + j] == ri[j], "moe_route %d of %d, t %d slot %d: %d vs %d", kk, E,
+                      t, j, ids[t * kk + j], ri[j]);
+                CHECK(fabsf(w[t * kk + j] - rw[j]) <= 1e-5f * fabsf(rw[j]) + 1e-7f,
+                      "moe_route %d of %d, t %d slot %d: weight %g vs %g", kk, E, t, j,
+                      w[t * kk + j], rw[j]);
+            }
+        }
+        CHECK(ids[0] == 5 && ids[1] == 133 && ids[2] == 261 && ids[kk] == 7 && ids[kk + 1] == 23 &&
+                  ids[kk + 2] == 300,
+              "moe_route ties: %d %d %d / %d %d %d", ids[0], ids[1], ids[2], ids[kk], ids[kk + 1],
+              ids[kk + 2]);
     }
     clReleaseKernel(k);
     clReleaseMemObject(sb);
@@ -302,9 +350,11 @@ static void test_moe(void)
     int ids[MOE_NT * MOE_K];
     float w[MOE_NT * MOE_K];
     test_moe_route(p, ids, w);
+    test_moe_route_wide(p);
     clReleaseProgram(p);
-    printf("  moe_route (softmax, top %d of %d with a tie, renormalised / scaled) checked\n", MOE_K,
-           MOE_E);
+    printf("  moe_route (softmax, top %d of %d with a tie, renormalised / scaled; top 8 and 64 of "
+           "301 with ties) checked\n",
+           MOE_K, MOE_E);
     static const struct ebb_cl_layout ls[] = {
         {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
         {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},

@@ -14,7 +14,7 @@ static float h2f(float f)
 
 static void test_rmsnorm_swiglu_add_softmax(cl_program p)
 {
-    enum { N = 300, T = 3 };
+    enum { N = 302, T = 3 };
     float x[T * N], w[N], y[T * N];
     for (int i = 0; i < T * N; i++)
         x[i] = frand() * 3;
@@ -43,7 +43,7 @@ static void test_rmsnorm_swiglu_add_softmax(cl_program p)
     }
     clReleaseKernel(k);
 
-    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 150. */
+    /* swiglu over rows of [gate | up]: reuse x as T rows of 2 * 151. */
     k = kern(p, "swiglu");
     int two = N, half = N / 2;
     struct ebb_cl_arg b[] = {EBB_CL_ARG(xb), EBB_CL_ARG(two), EBB_CL_ARG(yb), EBB_CL_ARG(half),
@@ -134,54 +134,85 @@ static void test_rmsnorm_swiglu_add_softmax(cl_program p)
     printf("  rmsnorm, swiglu, geglu, rmsnorm_add, add, softmax checked\n");
 }
 
+/* The k best of x[0..n) by repeated selection: descending, ties to the smaller id, NaN never. */
+static void topk_ref(const float *x, int n, int k, int *ids)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int q = 0; q < j && !taken; q++)
+                taken = ids[q] == i;
+            if (!taken && !isnan(x[i]) && (best < 0 || x[i] > x[best]))
+                best = i;
+        }
+        ids[j] = best;
+    }
+}
+
+/* topk_part + topk_merge over R rows of N logits (N a multiple of nothing, 5 tiles): ties
+ * inside a tile and across tiles, a run of equal values longer than k, -inf and NaN entries,
+ * each row different; k = 1, 7 and TOPK_MAX (64). */
 static void test_topk(cl_program p)
 {
-    enum { N = 5000, K = 8, PARTS = 64 };
-    static float x[N];
-    for (int i = 0; i < N; i++)
+    enum { N = 4999, R = 3, K = 64, TILE = 1024, WG = 256 };
+    enum { PARTS = (N + TILE - 1) / TILE };
+    static float x[R * N];
+    for (int i = 0; i < R * N; i++)
         x[i] = frand();
-    x[4000] = 5.0f;
-    x[17] = 5.0f; /* tie: the smaller id comes first */
-    x[2500] = 4.0f;
-    cl_mem xb = buf(sizeof(x), x), pv = buf(sizeof(float) * PARTS * K, NULL);
-    cl_mem pi = buf(sizeof(int) * PARTS * K, NULL), ov = buf(sizeof(float) * K, NULL);
-    cl_mem oi = buf(sizeof(int) * K, NULL);
-    for (int k = 1; k <= K; k += K - 1) {
-        cl_kernel k1 = kern(p, "topk_part"), k2 = kern(p, "topk_merge");
-        int n = N, parts = PARTS;
+    float *x0 = x, *x1 = x + N, *x2 = x + 2 * N;
+    x0[4000] = 5.0f;
+    x0[17] = 5.0f; /* tie across tiles: the smaller id comes first */
+    x0[18] = 5.0f; /* and inside one */
+    x0[2500] = 4.0f;
+    x0[4998] = 4.5f; /* the last logit, in the short last tile */
+    x0[3] = NAN;
+    for (int i = 100; i < 200; i++)
+        x1[i * 37 % N] = 2.0f; /* 100 ties above everything else: ids in order */
+    x1[1] = -INFINITY;
+    for (int i = 0; i < N; i++)
+        x2[i] = i % 3 ? -INFINITY : x2[i] - 3.0f; /* few finite logits, many -inf */
+    cl_mem xb = buf(sizeof(x), x), pv = buf(sizeof(float) * R * PARTS * K, NULL);
+    cl_mem pi = buf(sizeof(int) * R * PARTS * K, NULL), ov = buf(sizeof(float) * R * K, NULL);
+    cl_mem oi = buf(sizeof(int) * R * K, NULL);
+    cl_kernel k1 = kern(p, "topk_part"), k2 = kern(p, "topk_merge");
+    int ks[] = {1, 7, K};
+    for (int q = 0; q < 3; q++) {
+        int n = N, parts = PARTS, k = ks[q];
         struct ebb_cl_arg a[] = {EBB_CL_ARG(xb), EBB_CL_ARG(n), EBB_CL_ARG(k), EBB_CL_ARG(pv),
                                  EBB_CL_ARG(pi)};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(pv), EBB_CL_ARG(pi), EBB_CL_ARG(parts),
                                  EBB_CL_ARG(k),  EBB_CL_ARG(ov), EBB_CL_ARG(oi)};
         OK(ebb_cl_set_args(k1, 0, a, 5, D));
         OK(ebb_cl_set_args(k2, 0, b, 6, D));
-        size_t g = PARTS, one = 1;
-        OK(ebb_cl_run(cl, k1, 1, &g, NULL, D));
-        OK(ebb_cl_run(cl, k2, 1, &one, NULL, D));
-        float v[K];
-        int id[K];
-        rd(ov, sizeof(float) * k, v);
-        rd(oi, sizeof(int) * k, id);
-        /* Reference: repeated selection with the same tie rule. */
-        bool used[N] = {0};
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int i = 0; i < N; i++)
-                if (!used[i] && (best < 0 || x[i] > x[best]))
-                    best = i;
-            used[best] = true;
-            CHECK(id[j] == best && v[j] == x[best], "topk k=%d rank %d: id %d (%g) vs %d (%g)", k,
-                  j, id[j], v[j], best, x[best]);
+        size_t g1[2] = {PARTS * WG, R}, g2[2] = {WG, R}, l[2] = {WG, 1};
+        OK(ebb_cl_run(cl, k1, 2, g1, l, D));
+        OK(ebb_cl_run(cl, k2, 2, g2, l, D));
+        float v[R * K];
+        int id[R * K], ref[K];
+        rd(ov, sizeof(float) * R * k, v);
+        rd(oi, sizeof(int) * R * k, id);
+        for (int r = 0; r < R; r++) {
+            topk_ref(x + r * N, N, k, ref);
+            for (int j = 0; j < k; j++)
+                CHECK(id[r * k + j] == ref[j] && v[r * k + j] == x[r * N + ref[j]],
+                      "topk k=%d row %d rank %d: id %d (%g) vs %d (%g)", k, r, j, id[r * k + j],
+                      v[r * k + j], ref[j], x[r * N + ref[j]]);
         }
-        clReleaseKernel(k1);
-        clReleaseKernel(k2);
+        if (k == K) {
+            CHECK(id[0] == 17 && id[1] == 18 && id[2] == 4000 && id[3] == 4998,
+                  "topk ties: %d %d %d %d", id[0], id[1], id[2], id[3]);
+            CHECK(v[K + K - 1] == 2.0f, "topk row 1: a run of ties longer than k");
+        }
     }
+    clReleaseKernel(k1);
+    clReleaseKernel(k2);
     clReleaseMemObject(xb);
     clReleaseMemObject(pv);
     clReleaseMemObject(pi);
     clReleaseMemObject(ov);
     clReleaseMemObject(oi);
-    printf("  top-k (k = 1, 8, with a tie) checked\n");
+    printf("  top-k (k = 1, 7, 64; 3 rows of %d; ties, -inf, NaN) checked\n", N);
 }
 
 enum { HD = 64, NH = 4, NKV = 2, NCTX = 600, QKV_LD = (NH + 2 * NKV) * HD };
@@ -341,7 +372,8 @@ static void test_attention(cl_program p)
         struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc), EBB_CL_ARG(ob)};
         OK(ebb_cl_set_args(k1, 0, a, 13, D));
         OK(ebb_cl_set_args(k2, 0, b, 4, D));
-        size_t g1[2] = {(size_t)nc * tu.norm_wg, NH / ATT_G_OF(tu)}, l1[2] = {tu.norm_wg, 1};
+        size_t g1[2] = {(size_t)nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu)},
+               l1[2] = {ebb_cl_att_wg(&tu), 1};
         size_t g2[2] = {HD, NH};
         OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
         if (nc > 1) /* one chunk writes the result itself */
@@ -542,8 +574,8 @@ static void test_attention_rows(cl_program p)
                                  EBB_CL_ARG(old), EBB_CL_ARG(win)};
         OK(ebb_cl_set_args(ka, 0, c, 17, D));
         OK(ebb_cl_set_args(kb, 0, e, 8, D));
-        size_t ga[3] = {(size_t)max_nc * tu.norm_wg, NH / ATT_G_OF(tu), ND},
-               la[3] = {tu.norm_wg, 1, 1};
+        size_t ga[3] = {(size_t)max_nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu), ND},
+               la[3] = {ebb_cl_att_wg(&tu), 1, 1};
         size_t gb[3] = {HD, NH, ND};
         OK(ebb_cl_run(cl, ka, 3, ga, la, D));
         OK(ebb_cl_run(cl, kb, 3, gb, NULL, D));
@@ -576,6 +608,179 @@ static void test_attention_rows(cl_program p)
     free(k2);
 }
 
+/* CPU attention of query q over positions first..last of KV head hk's half cache (n_ctx
+ * positions a head, position p at p % n_ctx), any head dimension. */
+static void attn_ref_hd(const float *q, const uint16_t *kh, const uint16_t *vh, int hk, int first,
+                        int last, int n_ctx, int hd, float scale, double *o)
+{
+    double *s = malloc(sizeof(double) * (last + 1)), m = -1e30, sum = 0;
+    for (int p = first; p <= last; p++) {
+        double acc = 0;
+        size_t at = ((size_t)hk * n_ctx + p % n_ctx) * hd;
+        for (int d = 0; d < hd; d++)
+            acc += (double)q[d] * ebb_fp16_to_fp32(kh[at + d]);
+        s[p] = acc * scale;
+        m = fmax(m, s[p]);
+    }
+    for (int p = first; p <= last; p++)
+        sum += (s[p] = exp(s[p] - m));
+    for (int d = 0; d < hd; d++) {
+        double acc = 0;
+        for (int p = first; p <= last; p++)
+            acc += s[p] * ebb_fp16_to_fp32(vh[((size_t)hk * n_ctx + p % n_ctx) * hd + d]);
+        o[d] = acc / sum;
+    }
+    free(s);
+}
+
+/* Decode attention under other shapes and tunings than the device's own: head dimensions 64
+ * to 256 (96: a head of float4s no power of two), one query head a work-group or a GQA group,
+ * work-groups of 16 to 256, the GPU split (4 work-items a key, loads batched) on this device.
+ * attn_decode_part and attn_decode_rope (against rope_kv then the CPU reference; its cache
+ * write against rope_kv's) at one position, within a chunk, one past a chunk, several chunks,
+ * and through sliding windows over rings, a chunk wrapping around the ring. */
+static void test_attention_shapes(void)
+{
+    struct {
+        uint32_t hd, nh, nkv, gqa, wg, chunk, cpu;
+    } shapes[] = {{128, 8, 2, 1, 128, 64, 0}, {256, 4, 1, 1, 64, 64, 0},
+                  {96, 4, 2, 1, 64, 32, 0},   {64, 4, 2, 0, 256, 32, 0},
+                  {256, 2, 1, 0, 16, 64, 0},  {128, 8, 2, 1, 16, 256, 1}};
+    struct ebb_cl_tuning keep = tu;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int hd = (int)shapes[si].hd, nh = (int)shapes[si].nh, nkv = (int)shapes[si].nkv;
+        tu = keep;
+        tu.att_wg = shapes[si].wg;
+        tu.att_chunk = shapes[si].chunk;
+        tu.mv_cpu = shapes[si].cpu;
+        tu.att_g = shapes[si].gqa ? (uint32_t)(nh / nkv) : 1;
+        if (tu.att_wg > cl->info.max_wg ||
+            ebb_cl_att_local(&tu, (uint32_t)hd, tu.att_g) > cl->info.local_mem / 2) {
+            printf("  attention decode head_dim %d: work-group %u not on this device\n", hd,
+                   tu.att_wg);
+            continue;
+        }
+        cl_program p;
+        OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
+        cl_kernel kp = kern(p, "attn_decode_part"), kr = kern(p, "attn_decode_rope");
+        cl_kernel kred = kern(p, "attn_decode_reduce"), krope = kern(p, "rope_kv");
+        enum { CTX = 600 };
+        int ld = (nh + 2 * nkv) * hd, c = (int)tu.att_chunk;
+        size_t cache_n = (size_t)nkv * CTX * hd;
+        uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+        uint16_t *k1 = malloc(cache_n * 2), *v1 = malloc(cache_n * 2);
+        uint16_t *k2 = malloc(cache_n * 2), *v2 = malloc(cache_n * 2);
+        float *qkv = malloc(sizeof(float) * ld), *qr = malloc(sizeof(float) * ld);
+        float *out = malloc(sizeof(float) * nh * hd);
+        double *ref = malloc(sizeof(double) * hd);
+        for (size_t i = 0; i < cache_n; i++) {
+            kh[i] = ebb_fp32_to_fp16(frand());
+            vh[i] = ebb_fp32_to_fp16(frand());
+        }
+        for (int i = 0; i < ld; i++)
+            qkv[i] = frand() * 2;
+        int max_nc = (CTX + 1000 + c - 1) / c;
+        cl_mem po = buf(sizeof(float) * nh * max_nc * hd, NULL);
+        cl_mem pml = buf(sizeof(float) * 2 * nh * max_nc, NULL),
+               ob = buf(sizeof(float) * nh * hd, NULL);
+        float scale = 1.0f / sqrtf((float)hd), fbase = 10000.0f, fs = 1.0f;
+        cl_ulong kvb = 0;
+        int nrot = hd, neox = 1;
+        cl_mem no_ff = NULL;
+        double worst = 0;
+        struct {
+            int n_kv, win, ring;
+        } cases[] = {{1, 0, CTX},          {37, 0, CTX},    {c, 0, CTX},          {c + 1, 0, CTX},
+                     {2 * c + 20, 0, CTX}, {330, 100, 150}, {800, c + 44, c + 54}};
+        for (size_t li = 0; li < sizeof(cases) / sizeof(cases[0]); li++)
+            for (int rope = 0; rope < 2; rope++) {
+                int n_kv = cases[li].n_kv, win = cases[li].win, ring = cases[li].ring;
+                int first = win_first(n_kv - 1, win), pos = n_kv - 1;
+                int nc = (n_kv - first + c - 1) / c;
+                cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
+                cl_mem qb = buf(sizeof(float) * ld, qkv);
+                struct ebb_cl_arg a[] = {EBB_CL_ARG(qb),  EBB_CL_ARG(kc),   EBB_CL_ARG(vc),
+                                         EBB_CL_ARG(kvb), EBB_CL_ARG(ring), EBB_CL_ARG(n_kv),
+                                         EBB_CL_ARG(nh),  EBB_CL_ARG(nkv),  EBB_CL_ARG(scale),
+                                         EBB_CL_ARG(po),  EBB_CL_ARG(pml),  EBB_CL_ARG(ob),
+                                         EBB_CL_ARG(win)};
+                struct ebb_cl_arg ar[] = {EBB_CL_ARG(nrot), EBB_CL_ARG(fbase), EBB_CL_ARG(fs),
+                                          EBB_CL_ARG(neox), EBB_CL_ARG(no_ff), EBB_CL_ARG(win)};
+                struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc),
+                                         EBB_CL_ARG(ob)};
+                cl_kernel kd = rope ? kr : kp;
+                OK(ebb_cl_set_args(kd, 0, a, rope ? 12 : 13, D));
+                if (rope)
+                    OK(ebb_cl_set_args(kd, 12, ar, 6, D));
+                OK(ebb_cl_set_args(kred, 0, b, 4, D));
+                size_t g1[2] = {(size_t)nc * tu.att_wg, (size_t)nh / ATT_G_OF(tu)};
+                size_t l1[2] = {tu.att_wg, 1}, g2[2] = {(size_t)hd, (size_t)nh};
+                OK(ebb_cl_run(cl, kd, 2, g1, l1, D));
+                if (nc > 1)
+                    OK(ebb_cl_run(cl, kred, 2, g2, NULL, D));
+                rd(ob, sizeof(float) * nh * hd, out);
+                memcpy(qr, qkv, sizeof(float) * ld);
+                memcpy(k2, kh, cache_n * 2);
+                memcpy(v2, vh, cache_n * 2);
+                if (rope) { /* the reference: rope_kv on copies, then the same attention */
+                    rd(kc, cache_n * 2, k1);
+                    rd(vc, cache_n * 2, v1);
+                    cl_mem q2 = buf(sizeof(float) * ld, qkv), kc2 = buf(cache_n * 2, kh);
+                    cl_mem vc2 = buf(cache_n * 2, vh);
+                    struct ebb_cl_arg e[] = {EBB_CL_ARG(q2),  EBB_CL_ARG(ld),   EBB_CL_ARG(kc2),
+                                             EBB_CL_ARG(vc2), EBB_CL_ARG(kvb),  EBB_CL_ARG(ring),
+                                             EBB_CL_ARG(pos), EBB_CL_ARG(nh),   EBB_CL_ARG(nkv),
+                                             EBB_CL_ARG(hd),  EBB_CL_ARG(nrot), EBB_CL_ARG(fbase),
+                                             EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
+                    size_t g3[3] = {(size_t)hd / 2, (size_t)(nh + nkv), 1};
+                    OK(ebb_cl_set_args(krope, 0, e, 15, D));
+                    OK(ebb_cl_run(cl, krope, 3, g3, NULL, D));
+                    rd(q2, sizeof(float) * ld, qr);
+                    rd(kc2, cache_n * 2, k2);
+                    rd(vc2, cache_n * 2, v2);
+                    for (size_t i = 0; i < cache_n; i++) {
+                        float x = ebb_fp16_to_fp32(k1[i]), y = ebb_fp16_to_fp32(k2[i]);
+                        CHECK(fabs(x - y) <= fabs(y) / 1024 + 1e-7 && v1[i] == v2[i],
+                              "decode rope hd %d n_kv %d: cache %zu: k %g vs %g, v %04x vs %04x",
+                              hd, n_kv, i, x, y, v1[i], v2[i]);
+                    }
+                    clReleaseMemObject(q2);
+                    clReleaseMemObject(kc2);
+                    clReleaseMemObject(vc2);
+                }
+                for (int h = 0; h < nh; h++) {
+                    attn_ref_hd(qr + h * hd, k2, v2, h / (nh / nkv), first, pos, ring, hd, scale,
+                                ref);
+                    for (int d = 0; d < hd; d++) {
+                        float got = out[h * hd + d];
+                        worst = fmax(worst, fabs(got - ref[d]));
+                        CHECK(fabs(got - ref[d]) <= 1e-4,
+                              "decode %s hd %d g %u wg %u n_kv %d win %d ring %d h %d d %d: %g "
+                              "vs %g",
+                              rope ? "rope" : "part", hd, ATT_G_OF(tu), tu.att_wg, n_kv, win, ring,
+                              h, d, got, ref[d]);
+                    }
+                }
+                clReleaseMemObject(kc);
+                clReleaseMemObject(vc);
+                clReleaseMemObject(qb);
+            }
+        printf("  attention decode head_dim %d, %u heads a work-group of %u, chunk %u%s (part, "
+               "rope; windows, rings) max abs err %.2e\n",
+               hd, ATT_G_OF(tu), tu.att_wg, tu.att_chunk, tu.mv_cpu ? ", CPU loads" : "", worst);
+        cl_kernel ks[] = {kp, kr, kred, krope};
+        for (int i = 0; i < 4; i++)
+            clReleaseKernel(ks[i]);
+        clReleaseMemObject(po);
+        clReleaseMemObject(pml);
+        clReleaseMemObject(ob);
+        clReleaseProgram(p);
+        free(kh), free(vh), free(k1), free(v1), free(k2), free(v2);
+        free(qkv), free(qr), free(out), free(ref);
+    }
+    tu = keep;
+}
+
 static void test_ops(void)
 {
     cl_program p;
@@ -598,5 +803,16 @@ static void test_ops(void)
     test_attention_rows(p);
     test_attention_mma(p);
     clReleaseProgram(p);
+    /* The GPU shape of decode attention on this device: 4 work-items a key, batched loads,
+     * work-groups of 128 (partial outputs over 8 position groups), chunks of 64. */
+    tu.att_mma = keep.att_mma;
+    tu.mv_cpu = 0;
+    tu.att_wg = 128;
+    tu.att_chunk = 64;
+    OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
+    test_attention(p);
+    test_attention_rows(p);
+    clReleaseProgram(p);
     tu = keep;
+    test_attention_shapes();
 }

@@ -284,7 +284,7 @@ static void test_matvec_q8(const char *name, const struct ebb_cl_weight *wt,
         OK(ebb_cl_weight_set_args(wt, p->matvec_q8, 0, D));
         OK(ebb_cl_set_args(p->matvec_q8, 2, a, 7, D));
         size_t g[2], lw[2];
-        ebb_cl_wkernel_shape(&tu, EBB_CL_WK_MATVEC, n_out, 1, g, lw);
+        ebb_cl_q8_shape(&tu, n_out, g, lw);
         OK(ebb_cl_run(cl, p->matvec_q8, 2, g, lw, D));
         rd(yb, sizeof(float) * n_out, y);
         double worst = 0;
