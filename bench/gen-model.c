@@ -15,7 +15,8 @@
  *
  * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
  * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
- * one between; f32 norms and router (rows must be multiples of 256).
+ * one between; f32 norms and router (rows must be multiples of 256: of the tiny shapes only
+ * qwen3moe-tiny-k, whose 3 layers get Q6_K down stacks in layer 2 and Q4_K in 0 and 1).
  *
  * Families and their GGUF names (as llama.cpp reads them): llama (Llama 3.1 shapes with
  * rope_freqs.weight); qwen2 (Qwen 2/2.5: biases attn_{q,k,v}.bias); qwen3
@@ -90,6 +91,11 @@ static const struct shape shapes[] = {
      128, 8, 768, 0},
     {"qwen3moe-tiny", QWEN3MOE, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 16,
      4, 96, 0},
+    /* qwen3moe-tiny with rows of 256 (q4_k_m needs them): its Q4_K_M mix has layer 2's down
+     * stack in Q6_K and layers 0 and 1's in Q4_K, as the real files mix them (the expert cache's
+     * test). */
+    {"qwen3moe-tiny-k", QWEN3MOE, 256, 3, 4, 2, 768, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0,
+     16, 4, 256, 0},
     {"phi3-mini", PHI3, 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0,
      0, 0},
     {"phi3-tiny", PHI3, 128, 3, 4, 4, 384, 32064, 4096, 10000.0f, false, 0, 1e-5f, 0, 0, 0, 0, 0,

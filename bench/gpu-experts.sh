@@ -36,6 +36,15 @@ for n in ${EBB_SLOTS:-24 48}; do
     timeout 300 ebb bench -m "$m" --expert-cache "$n" --prompt-tokens "$pp" --gen-tokens "$tg" \
         2>&1 | grep -iE "prefill|decode|traffic|launches|expert|memory|error" | tee -a "$log"
 done
+# Greedy ids with the cache against the resident run's (the mix's Q6_K and Q4_K down stacks
+# through the same slots): identical, or the difference is printed.
+slots=${EBB_SLOTS:-24 48}
+say "greedy ids: resident vs --expert-cache ${slots%% *}"
+ids() { timeout 240 ebb run -m "$m" -p "The capital of France is" -n 32 --temp 0 --json "$@" \
+    2>>"$log" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+a=$(ids) b=$(ids --expert-cache "${slots%% *}")
+[ -n "$a" ] && [ "$a" = "$b" ] && say "ids identical" ||
+    say "ids differ or failed: $a / $b"
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
     for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done

@@ -119,9 +119,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                               EBB_CONFIG_CHANGE_MODEL, false, "N",
                               "threads for host layers (0 = the physical cores minus one)"},
     [EBB_CFG_EXPERT_CACHE] = {"expert_cache", T_U32, OFF(expert_cache), 0, 65536,
-                              EBB_CONFIG_CHANGE_MODEL, false, "N",
+                              EBB_CONFIG_CHANGE_MODEL, false, "N|auto",
                               "mixture-of-experts models: N expert slots per layer on the device, "
-                              "the experts the router picks copied in on demand (0 = off)"},
+                              "the experts the router picks copied in on demand (0 = off; auto: "
+                              "as many as memory_budget leaves)"},
     [EBB_CFG_HOST_Q8] = {"host_q8", T_BOOL, OFF(host_q8), 0, 0, EBB_CONFIG_CHANGE_MODEL, false,
                          "BOOL",
                          "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "
@@ -338,8 +339,13 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
     }
     case T_PORT:
     case T_U32:
+        if (o->off == offsetof(struct ebb_config, expert_cache) && !strcmp(value, "auto")) {
+            *FIELD(cfg, o, uint32_t) = EBB_CONFIG_EXPERT_CACHE_AUTO;
+            return EBB_OK;
+        }
         if (!parse_u64(value, &u, &e) || *e || u < o->min || u > o->max) {
-            snprintf(why, n, "'%s' is not a whole number in %u..%u", value, o->min, o->max);
+            snprintf(why, n, "'%s' is not a whole number in %u..%u%s", value, o->min, o->max,
+                     o->off == offsetof(struct ebb_config, expert_cache) ? ", or auto" : "");
             return EBB_EINVAL;
         }
         if (o->type == T_PORT)
@@ -561,7 +567,11 @@ static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool m
         snprintf(buf, n, "%u", (unsigned)*CFIELD(cfg, o, uint16_t));
         break;
     case T_U32:
-        snprintf(buf, n, "%u", (unsigned)*CFIELD(cfg, o, uint32_t));
+        if (o->off == offsetof(struct ebb_config, expert_cache) &&
+            *CFIELD(cfg, o, uint32_t) == EBB_CONFIG_EXPERT_CACHE_AUTO)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%u", (unsigned)*CFIELD(cfg, o, uint32_t));
         break;
     case T_SIZE: {
         uint64_t v = *CFIELD(cfg, o, uint64_t);

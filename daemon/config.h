@@ -79,6 +79,8 @@ enum ebb_config_key {
 
 /* memory_budget = auto */
 #define EBB_CONFIG_BUDGET_AUTO UINT64_MAX
+/* expert_cache = auto: the slots memory_budget leaves (EBB_EXPERT_CACHE_AUTO) */
+#define EBB_CONFIG_EXPERT_CACHE_AUTO UINT32_MAX
 
 struct ebb_config {
     char *host;                      /* listen address; "127.0.0.1" */
@@ -104,7 +106,8 @@ struct ebb_config {
     uint32_t host_layers;            /* the last N non-resident layers on the host's cores; 0 */
     uint32_t host_threads;           /* their threads; 0 = the physical cores minus one */
     bool host_q8;                    /* host layers with 8-bit activations; false */
-    uint32_t expert_cache;           /* MoE: expert slots per layer on the device; 0 = off */
+    uint32_t expert_cache;           /* MoE: expert slots per layer on the device; 0 = off,
+                                        EBB_CONFIG_EXPERT_CACHE_AUTO = from memory_budget */
     uint64_t prompt_cache;           /* bytes of the prompt-cache store; 256 MiB, 0 = none */
     /* Edge limits (api/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client

@@ -69,7 +69,8 @@ static struct ebb_model_params model_params_of(const struct ebb_config *c, const
     mp.host_layers = c->host_layers;
     mp.host_threads = c->host_threads;
     mp.host_q8 = c->host_q8;
-    mp.expert_cache = c->expert_cache;
+    mp.expert_cache =
+        c->expert_cache == EBB_CONFIG_EXPERT_CACHE_AUTO ? EBB_EXPERT_CACHE_AUTO : c->expert_cache;
     mp.prompt_cache = c->prompt_cache;
     if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
         mp.memory_budget_auto = true;

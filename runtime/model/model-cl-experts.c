@@ -17,18 +17,21 @@
 
 struct clm_xc {
     uint32_t n_slots, n_layer, n_expert, k;
-    uint32_t g0;                      /* the gate stack's group (the up and down stacks follow) */
-    uint64_t ebytes[3];               /* one expert of each stack, in the file's raw rows */
-    const uint8_t **src;              /* (n_layer, 3) each stack's first byte in the mapped file */
-    cl_mem *pool;                     /* (n_layer, 3) n_slots experts each */
-    struct ebb_cl_weight *w;          /* (n_layer, 3) raw-layout weights over the pool */
-    int32_t *slot_of;                 /* (n_layer, n_expert) the slot holding expert e, or -1 */
-    int32_t *expert_in;               /* (n_layer, n_slots) the expert in slot s, or -1 */
-    uint64_t *used;                   /* (n_layer, n_slots) clock of the last pass that used it */
-    uint64_t clock;                   /* passes so far */
-    cl_mem stage;                     /* pinned host staging: n_slots experts of all three stacks */
-    uint8_t *stage_p;                 /* its mapping */
-    cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
+    uint32_t g0;             /* the gate stack's group (the up and down stacks follow) */
+    uint64_t *ebytes;        /* (n_layer, 3) one expert of each stack, in the file's raw
+                                rows: the types may differ between layers and stacks
+                                (Q4_K_M gives some layers' down stacks Q6_K) */
+    const uint8_t **src;     /* (n_layer, 3) each stack's first byte in the mapped file */
+    cl_mem *pool;            /* (n_layer, 3) n_slots experts each */
+    struct ebb_cl_weight *w; /* (n_layer, 3) raw-layout weights over the pool */
+    int32_t *slot_of;        /* (n_layer, n_expert) the slot holding expert e, or -1 */
+    int32_t *expert_in;      /* (n_layer, n_slots) the expert in slot s, or -1 */
+    uint64_t *used;          /* (n_layer, n_slots) clock of the last pass that used it */
+    uint64_t clock;          /* passes so far */
+    cl_mem stage;     /* pinned host staging: n_slots experts of the three stacks of the layer with
+                         the largest experts */
+    uint8_t *stage_p; /* its mapping */
+    cl_mem sids;      /* (N_BATCH, k) int: the slot table the kernels read */
     int32_t *host_ids, *host_sids;    /* (N_BATCH, k) read back / to upload */
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
@@ -138,6 +141,7 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->k = k;
     x->g0 = m->plan.steps[moe].group + 1u;
     x->src = calloc((size_t)L * 3, sizeof(*x->src));
+    x->ebytes = calloc((size_t)L * 3, sizeof(*x->ebytes));
     x->pool = calloc((size_t)L * 3, sizeof(*x->pool));
     x->w = calloc((size_t)L * 3, sizeof(*x->w));
     x->slot_of = malloc(sizeof(int32_t) * L * E);
@@ -145,11 +149,11 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->host_sids = malloc(sizeof(int32_t) * N_BATCH * k);
     x->want = calloc(E, 1);
     x->list = malloc(sizeof(uint32_t) * E);
-    if (!x->src || !x->pool || !x->w || !x->slot_of || !x->host_ids || !x->host_sids || !x->want ||
-        !x->list)
+    if (!x->src || !x->ebytes || !x->pool || !x->w || !x->slot_of || !x->host_ids ||
+        !x->host_sids || !x->want || !x->list)
         return EBB_ENOMEM;
     memset(x->slot_of, 0xff, sizeof(int32_t) * L * E);
-    uint64_t stage = 0, experts = 0;
+    uint64_t stage = 0, experts = 0, per_slot = 0, big = 0, small = UINT64_MAX;
     for (uint32_t l = 0; l < L; l++) {
         for (uint32_t i = 0; i < 3; i++) {
             const struct clm_group *G = &m->plan.groups[x->g0 + i];
@@ -165,12 +169,7 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
                 return ebb_diag_set(diag, EBB_EFORMAT, "tensor '%s': %llu bytes for %u experts", nm,
                                     (unsigned long long)t->size, E);
             uint64_t eb = t->size / E;
-            if (l && eb != x->ebytes[i])
-                return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                                    "--expert-cache: tensor '%s' has another type than layer "
-                                    "0's",
-                                    nm);
-            x->ebytes[i] = eb;
+            x->ebytes[l * 3 + i] = eb;
             x->src[l * 3 + i] = t->data;
             struct ebb_cl_weight *w = &x->w[l * 3 + i];
             w->layout = (struct ebb_cl_layout){
@@ -179,8 +178,11 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
             w->n_out = rows; /* an expert's, until the slots are counted */
             experts += t->size;
         }
+        uint64_t one = x->ebytes[l * 3] + x->ebytes[l * 3 + 1] + x->ebytes[l * 3 + 2];
+        per_slot += one;
+        big = one > big ? one : big;
+        small = one < small ? one : small;
     }
-    uint64_t per_slot = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * L;
     if (autos && (rc = from_budget(m, g, p->memory_budget, experts, per_slot, &n_slots, diag)))
         return rc;
     if (!autos && p->memory_budget) { /* a count and a budget: the count must fit */
@@ -201,20 +203,19 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     memset(x->expert_in, 0xff, sizeof(int32_t) * L * n_slots);
     for (uint32_t j = 0; j < L * 3; j++) {
         struct ebb_cl_weight *w = &x->w[j];
-        uint64_t eb = x->ebytes[j % 3];
+        uint64_t eb = x->ebytes[j];
         w->n_out *= n_slots;
         if (!ebb_cl_layout_ok(&m->cl->info, &w->layout, (uint64_t)w->n_in * w->n_out))
             return ebb_diag_set(diag, EBB_EUNSUPPORTED,
-                                "--expert-cache: the expert stacks' type (%u) cannot be read in "
-                                "the raw layout on this device",
-                                w->layout.type);
+                                "--expert-cache: layer %u's expert stack %u has a type (%u) that "
+                                "cannot be read in the raw layout on this device",
+                                j / 3, j % 3, w->layout.type);
         if ((rc = ebb__clm_alloc(m, (size_t)(eb * n_slots), &x->pool[j], "an expert pool", diag)))
             return rc;
         w->a = x->pool[j];
         w->bytes = eb * n_slots;
     }
-    for (uint32_t i = 0; i < 3; i++)
-        stage += x->ebytes[i] * n_slots;
+    stage = big * n_slots;
     cl_int e = CL_SUCCESS;
     x->stage =
         clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, stage, NULL, &e);
@@ -230,15 +231,16 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.on = true;
     x->st.slots = n_slots;
     x->st.n_layer = L;
-    x->st.pool_bytes = (x->ebytes[0] + x->ebytes[1] + x->ebytes[2]) * n_slots * L;
-    x->st.expert_bytes = x->ebytes[0] + x->ebytes[1] + x->ebytes[2];
+    x->st.pool_bytes = per_slot * n_slots;
+    x->st.expert_bytes = big;
+    x->st.expert_bytes_min = small;
     m->xc_g0 = x->g0;
-    m->xc_token_bytes = (uint64_t)k * x->st.expert_bytes * L;
+    m->xc_token_bytes = (uint64_t)k * per_slot;
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
             "%.1f MiB of %.1f MiB of experts)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
-            (double)x->st.pool_bytes / (1 << 20), (double)x->st.expert_bytes * E * L / (1 << 20));
+            (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20));
     return EBB_OK;
 }
 
@@ -269,7 +271,7 @@ static ebb_err fetch(struct clm *m, uint32_t l, uint32_t e, uint64_t *stage_off,
         d->evictions++;
     }
     for (uint32_t i = 0; i < 3; i++) {
-        uint64_t eb = x->ebytes[i];
+        uint64_t eb = x->ebytes[l * 3 + i];
         uint8_t *dst = x->stage_p + *stage_off;
         memcpy(dst, x->src[l * 3 + i] + (uint64_t)e * eb, eb);
         ebb_err rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, x->pool[l * 3 + i], CL_FALSE,
@@ -416,6 +418,7 @@ void ebb__clm_xc_fini(struct clm *m)
     if (x->sids)
         clReleaseMemObject(x->sids);
     free(x->src);
+    free(x->ebytes);
     free(x->pool);
     free(x->w);
     free(x->slot_of);

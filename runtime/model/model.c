@@ -324,13 +324,15 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         return 0;
     int n = snprintf(buf, cap,
                      "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
-                     "\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,\"evictions\":%llu,"
+                     "\"expert_bytes_min\":%llu,\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,"
+                     "\"evictions\":%llu,"
                      "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu}",
                      x.slots, x.n_layer, (unsigned long long)x.pool_bytes,
-                     (unsigned long long)x.expert_bytes, (unsigned long long)x.lookups,
-                     (unsigned long long)x.hits, (unsigned long long)x.misses,
-                     (unsigned long long)x.evictions, (unsigned long long)x.bytes_copied,
-                     (unsigned long long)x.passes, (unsigned long long)x.layer_steps);
+                     (unsigned long long)x.expert_bytes, (unsigned long long)x.expert_bytes_min,
+                     (unsigned long long)x.lookups, (unsigned long long)x.hits,
+                     (unsigned long long)x.misses, (unsigned long long)x.evictions,
+                     (unsigned long long)x.bytes_copied, (unsigned long long)x.passes,
+                     (unsigned long long)x.layer_steps);
     return n > 0 ? (size_t)n : 0;
 }
 

@@ -155,15 +155,18 @@ bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *ou
 
 /* The expert cache's figures (ebb_model_params.expert_cache). Every MoE layer's pass looks up
  * each distinct expert its rows chose once: lookups = hits + misses; each miss copies one
- * expert (its gate, up and down rows: expert_bytes) into a slot, evicting the least recently
+ * expert (its gate, up and down rows, of its layer's types: between expert_bytes_min and
+ * expert_bytes) into a slot, evicting the least recently
  * used one when none is free. A prefill chunk whose experts do not fit the slots runs in
  * several passes. */
 struct ebb_model_expert_cache {
     bool on;
-    uint32_t slots;        /* per layer */
-    uint32_t n_layer;      /* layers whose experts are cached */
-    uint64_t pool_bytes;   /* device memory of the slots, all layers */
-    uint64_t expert_bytes; /* one expert's gate, up and down rows */
+    uint32_t slots;            /* per layer */
+    uint32_t n_layer;          /* layers whose experts are cached */
+    uint64_t pool_bytes;       /* device memory of the slots, all layers */
+    uint64_t expert_bytes;     /* one expert's gate, up and down rows (the largest layer's) */
+    uint64_t expert_bytes_min; /* the smallest layer's: the same unless the stacks' types differ
+                                  between layers (Q4_K_M's down stacks: Q6_K in some, Q4_K) */
     uint64_t lookups, hits, misses, evictions;
     uint64_t bytes_copied;
     uint64_t passes;      /* expert passes run (a layer step is one or more) */

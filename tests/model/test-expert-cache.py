@@ -15,7 +15,11 @@ evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
 for about 8 slots: between 5 and 15; 1G: all 16), with the same ids and no layer streamer. Bad
 settings must fail with a message naming the problem. `ebb serve --expert-cache 4`
-shows the ebb_expert_cache_* lines in /metrics after a completion.
+shows the ebb_expert_cache_* lines in /metrics after a completion, and `ebb serve
+--expert-cache auto --memory-budget 1G` (and EBB_EXPERT_CACHE=auto) all 16 slots. Then the
+Q4_K_M mix of qwen3moe-tiny-k (down stacks Q6_K in layer 2, Q4_K in 0 and 1, as llama.cpp
+mixes them): 4 and 8 slots (and 4 with the 8-bit decode kernels) give the resident run's
+greedy ids, and the bytes copied are each missed expert's own layer's size.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
@@ -48,11 +52,12 @@ def run(ebb, model, prompt, args=(), env_add=None):
     return p
 
 
-def serve_metrics(ebb, model):
+def serve_metrics(ebb, model, args=("--expert-cache", "4"), env_add=None, slots=4):
     env = dict(os.environ)
     env.pop("EBB_EXPERT_CACHE", None)
-    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256",
-                            "--expert-cache", "4"], env=env,
+    env.update(env_add or {})
+    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "256", *args],
+                           env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = None
@@ -83,15 +88,53 @@ def serve_metrics(ebb, model):
         if any("ebb_expert_cache_" + w not in vals for w in want):
             print(f"ERROR: /metrics lacks ebb_expert_cache_* lines: {sorted(vals)}")
             return 1
-        if (vals["ebb_expert_cache_slots"] != 4 or vals["ebb_expert_cache_misses_total"] <= 0 or
+        if (vals["ebb_expert_cache_slots"] != slots or vals["ebb_expert_cache_misses_total"] <= 0 or
                 vals["ebb_expert_cache_lookups_total"] != vals["ebb_expert_cache_hits_total"] +
                 vals["ebb_expert_cache_misses_total"]):
-            print(f"ERROR: /metrics expert cache figures: {vals}")
+            print(f"ERROR: /metrics expert cache figures ({slots} slots expected): {vals}")
             return 1
         return 0
     finally:
         srv.terminate()
         srv.wait(timeout=30)
+
+
+def mixed(gen_model, ebb, vocab, work, fail):
+    """The Q4_K_M mix as the real files have it: qwen3moe-tiny-k's down stacks are Q6_K in layer
+    2 and Q4_K in layers 0 and 1, so a layer 2 expert is larger. Greedy ids must equal the
+    resident run's, and each miss copies one expert of its own layer's size: bytes copied =
+    a x the small size + b x the large one with a + b = misses, both sizes seen."""
+    model = os.path.join(work, "qwen3moe-tiny-k.gguf")
+    subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
+                    "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
+    q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
+    for i, env in ((0, None), (2, None), (0, q8)):
+        p = run(ebb, model, PROMPTS[i], env_add=env)
+        if p.returncode:
+            fail(f"mixed, prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
+            continue
+        base = json.loads(p.stdout)["tokens"]
+        for slots in (4, 8) if not env else (4,):
+            p = run(ebb, model, PROMPTS[i], ["--expert-cache", str(slots)], env)
+            if p.returncode:
+                fail(f"mixed, prompt {i}, {slots} slots: failed: {p.stderr.strip()[-300:]}")
+                continue
+            d = json.loads(p.stdout)
+            x = d.get("expert_cache") or {}
+            print(f"# mixed, prompt {i}, {slots} slots{' (8-bit decode)' if env else ''}: {x}")
+            if d["tokens"] != base:
+                fail(f"mixed, prompt {i}, {slots} slots: greedy ids differ from the resident "
+                     f"run's: {d['tokens']} vs {base}")
+            big, small = x.get("expert_bytes", 0), x.get("expert_bytes_min", 0)
+            if not 0 < small < big:
+                fail(f"mixed, prompt {i}, {slots} slots: the experts' sizes do not differ "
+                     f"between layers: {x}")
+                continue
+            extra = x["bytes_copied"] - x["misses"] * small
+            if (x["lookups"] != x["hits"] + x["misses"] or extra <= 0 or
+                    extra % (big - small) or extra // (big - small) >= x["misses"]):
+                fail(f"mixed, prompt {i}, {slots} slots: the counters do not add up: {x}")
+    return 0
 
 
 def main():
@@ -159,7 +202,8 @@ def main():
                   f"{x['evictions']} evictions, {x['bytes_copied']} bytes, {x['passes']} passes")
             if x["lookups"] != x["hits"] + x["misses"]:
                 fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
-            if x["bytes_copied"] != x["misses"] * x["expert_bytes"]:
+            if (x["bytes_copied"] != x["misses"] * x["expert_bytes"] or
+                    x["expert_bytes_min"] != x["expert_bytes"]):
                 fail(f"prompt {i}, {name}: bytes copied != misses x expert bytes: {x}")
             if x["misses"] <= 0 or x["hits"] <= 0:
                 fail(f"prompt {i}, {name}: hits and misses should both move: {x}")
@@ -177,8 +221,15 @@ def main():
                 fail(f"prompt {i}, {name}: a {n_prompt}-token prefill in one pass per layer "
                      f"with {K} slots: {x}")
 
-    # The daemon: --expert-cache 4, one completion, the ebb_expert_cache_* lines of /metrics.
+    # The daemon: --expert-cache 4, one completion, the ebb_expert_cache_* lines of /metrics;
+    # then auto from --memory-budget, by flag and by EBB_EXPERT_CACHE (all 16 slots fit in 1G).
     bad += serve_metrics(ebb, model)
+    bad += serve_metrics(ebb, model, ["--expert-cache", "auto", "--memory-budget", "1G"],
+                         slots=N_EXPERT)
+    bad += serve_metrics(ebb, model, ["--memory-budget", "1G"], {"EBB_EXPERT_CACHE": "auto"},
+                         slots=N_EXPERT)
+
+    bad += mixed(gen_model, ebb, vocab, work, fail)
 
     # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
     # from them, one that leaves about 8 slots a layer; a large one holds every expert.

@@ -278,6 +278,23 @@ static void test_flags(void **state)
     assert_false(ebb_config_is_key("config"));
     assert_string_equal(ebb_config_key_name(EBB_CFG_MAX_BODY), "max_body");
     assert_null(ebb_config_key_name(EBB_CFG_N_KEYS));
+    /* expert_cache: a count, or auto (the slots memory_budget leaves), printed back as auto */
+    assert_int_equal(ebb_config_set(&c, "expert-cache", "8", EBB_CONFIG_SRC_FLAG, 0, &d), EBB_OK);
+    assert_int_equal(c.expert_cache, 8);
+    assert_int_equal(ebb_config_set(&c, "expert-cache", "auto", EBB_CONFIG_SRC_FLAG, 0, &d),
+                     EBB_OK);
+    assert_int_equal(c.expert_cache, EBB_CONFIG_EXPERT_CACHE_AUTO);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    ebb_config_print(&c, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "expert_cache    = auto "));
+    free(buf);
+    assert_int_equal(ebb_config_set(&c, "expert-cache", "some", EBB_CONFIG_SRC_FLAG, 0, &d),
+                     EBB_EINVAL);
+    assert_string_equal(d.msg, "--expert-cache: 'some' is not a whole number in 0..65536, or auto");
     ebb_config_fini(&c);
 }
 
