@@ -33,8 +33,11 @@ import urllib.request
 
 try:
     import httpx
-except ImportError:  # pragma: no cover - the other client
-    httpx = None
+except ImportError:  # pragma: no cover - the other clients
+    try:  # the same API under another name (what some registries' openai package pulls in)
+        import httpx2 as httpx
+    except ImportError:
+        httpx = None
 try:
     import aiohttp
 except ImportError:
