@@ -5,7 +5,7 @@
 # the experts through the cache), then llama.cpp's llama-bench (CUDA, built in the background
 # from .llama-src when carried; skip with EBB_NO_LLAMA=1) with every expert tensor on the CPU
 # (`-ngl 99 -ot exps=CPU`), the partial offload a user without the memory would run, on the same
-# file. Logs go to $OUT (or /tmp/out).
+# file, and fully resident (-ngl 99) for the resident comparison. Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-experts.sh
 # Environment: EBB_SLOTS (24 48: slots a layer; 24 is about a quarter of the file's size in
 # device memory with the resident tensors), EBB_PP (512), EBB_TG (128).
@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
 say "file $(du -h "$m" | cut -f1)"
 pp=${EBB_PP:-512} tg=${EBB_TG:-128}
 say "ebb bench resident"
-timeout 240 ebb bench -m "$m" --prompt-tokens "$pp" --gen-tokens "$tg" 2>&1 |
+timeout 240 ebb bench -m "$m" --prompt-tokens "$pp" --gen-tokens "$tg" -r 2 2>&1 |
     grep -iE "prefill|decode|traffic|launches|memory" | tee -a "$log"
 for n in ${EBB_SLOTS:-24 48}; do
     say "ebb bench --expert-cache $n"
@@ -49,6 +49,9 @@ if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
     for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
     if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+        say "llama.cpp CUDA, resident (-ngl 99)"
+        timeout 200 /tmp/lb/bin/llama-bench -m "$m" -p "$pp" -n "$tg" -r 2 -ngl 99 -fa 1 2>&1 |
+            grep -E "^\||error" | tee -a "$log"
         say "llama.cpp CUDA, experts on the CPU (-ngl 99 -ot exps=CPU)"
         timeout 400 /tmp/lb/bin/llama-bench -m "$m" -p "$pp" -n "$tg" -r 1 -ngl 99 -fa 1 \
             -ot "exps=CPU" 2>&1 | grep -E "^\||error" | tee -a "$log"
