@@ -389,6 +389,11 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     return EBB_OK;
 }
 
+const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l)
+{
+    return &m->xc->w[(size_t)l * 3];
+}
+
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out)
 {
     struct clm *m = ctx;

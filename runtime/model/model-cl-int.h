@@ -311,6 +311,8 @@ ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *di
 ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
                          bool *ready, struct ebb_diag *diag);
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
+/* Layer l's three stacks over its slot pool (gate, up, down), as ebb__clm_xc_next gives them. */
+const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */

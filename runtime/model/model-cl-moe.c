@@ -178,18 +178,31 @@ static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_me
     return down(m, ws[2], ids, nt, diag);
 }
 
+/* Whether layer L's stacks are held by the expert cache (a layer of m->layers, never a
+ * streamed copy). */
+static bool cached(const struct clm *m, const struct layer *L, const struct clm_step *s)
+{
+    return m->xc && !L->n_w[s->group + 1] && L >= m->layers && L < m->layers + m->hp.n_layer;
+}
+
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
                              cl_mem *scores, bool *q8, struct ebb_diag *diag)
 {
     struct clm_moe_prog *p[3] = {NULL};
     const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
                                          &L->w[s->group + 3][0]};
+    /* A layer whose stacks the expert cache holds: its programs and the 8-bit path are
+     * decided on its slot pool's weights (raw rows), the ones its passes run. */
+    if (cached(m, L, s)) {
+        const struct ebb_cl_weight *xw = ebb__clm_xc_stacks(m, (uint32_t)(L - m->layers));
+        for (int i = 0; i < 3; i++)
+            ws[i] = &xw[i];
+    }
     ebb_err rc = scratch(m, diag);
     if (!rc)
         rc = prog_for(m, ws[0], &p[0], diag); /* also makes moe_route */
     *q8 = false;
-    /* (a layer whose stacks the expert cache holds keeps the norm launch: m->h) */
-    if (!rc && !(m->xc && !L->n_w[s->group + 1])) {
+    if (!rc) {
         rc = q8_progs(m, ws, p, diag);
         *q8 = !rc;
         rc = rc == EBB_EUNSUPPORTED ? EBB_OK : rc;
@@ -216,13 +229,13 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
         return rc;
     /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy): its
      * passes over the pool, through the slot table instead of the ids. */
-    if (m->xc && !L->n_w[s->group + 1] && L >= m->layers && L < m->layers + hp->n_layer) {
+    if (cached(m, L, s)) {
         const struct ebb_cl_weight *ws[3];
         cl_mem sids;
         bool ready = false;
         rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, diag);
         while (!rc && !(rc = ebb__clm_xc_next(m, ws, &sids, &ready, diag)) && ready)
-            rc = run(m, ws, sids, nt, NULL, diag);
+            rc = run(m, ws, sids, nt, nw, diag);
         return rc;
     }
     const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
