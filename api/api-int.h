@@ -294,6 +294,7 @@ struct ebb__req {
     bool engine_ref;             /* the engine may still call the sink */
     bool in_ready;               /* (mu) queued on api->ready */
     struct ebb__req *ready_next; /* (mu) */
+    struct ebb__req *pump_next;  /* loop thread only: on_async's batch being pumped */
     bool suspended;
     bool disconnected;
     bool parked; /* waiting for ebb_api_hold(false) */

@@ -398,6 +398,9 @@ void ebb__gen_pump(struct ebb__req *r)
         ended[i] = g->ch[i].ended;
     }
     bool done = g->eng_done;
+    /* Queued again since on_async took it (the engine's last output came meanwhile): the
+     * engine is released at that pump, so r is not freed while api->ready_head links it. */
+    bool queued = r->in_ready;
     pthread_mutex_unlock(&a->mu);
     /* The engine's output did not all fit in memory: the answer would miss text. */
     bool lost = false;
@@ -406,7 +409,7 @@ void ebb__gen_pump(struct ebb__req *r)
         g->ch[i].take.oom = false;
     }
 
-    bool newly_done = done && r->engine_ref;
+    bool newly_done = done && r->engine_ref && !queued;
     if (g->stream) {
         if (r->conn && !r->disconnected && !g->finished) {
             if (g->fmt) {

@@ -517,10 +517,16 @@ static void on_async(uv_async_t *h)
 {
     struct ebb_api *a = h->data;
     pthread_mutex_lock(&a->mu);
+    /* The batch is walked through pump_next, a link only this thread uses: once in_ready is
+     * false the engine thread may queue a request again, rewriting its ready_next while the
+     * batch is still being pumped (a walk over ready_next then skipped requests, whose last
+     * output was never sent, and pumped others without clearing in_ready). */
     struct ebb__req *list = a->ready_head;
     a->ready_head = NULL;
-    for (struct ebb__req *r = list; r; r = r->ready_next)
+    for (struct ebb__req *r = list; r; r = r->ready_next) {
         r->in_ready = false;
+        r->pump_next = r->ready_next;
+    }
     int st = a->load_state;
     pthread_mutex_unlock(&a->mu);
     if (st != 0 && !a->load_seen) {
@@ -535,8 +541,8 @@ static void on_async(uv_async_t *h)
     }
     while (list) {
         struct ebb__req *r = list;
-        list = r->ready_next;
-        r->ready_next = NULL;
+        list = r->pump_next;
+        r->pump_next = NULL;
         ebb__json_alloc_failed(true);
         a->h->gen_pump(r);
     }
