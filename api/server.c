@@ -801,7 +801,9 @@ void ebb_api_free(struct ebb_api *a)
     if (!a)
         return;
     /* The engine is gone: deliver what it posted last, then resume every suspended
-     * connection, as MHD_stop_daemon requires. */
+     * connection, as MHD_stop_daemon requires. A load that finished after the loop stopped
+     * (SIGTERM while loading) must not be prepared now: its model was freed with the engine. */
+    a->load_seen = true;
     on_async(&a->async);
     for (struct ebb__req *r = a->live; r; r = r->live_next)
         ebb__resume(r);

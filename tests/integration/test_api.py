@@ -1,6 +1,7 @@
 """The OpenAI-compatible API of `ebb serve`, driven by the official openai client and raw HTTP."""
 import json
 import re
+import signal
 import socket
 import threading
 import time
@@ -33,6 +34,17 @@ def test_health_loading_then_ready(make_server):
     assert (status, body) in ((503, {"status": "loading"}), (200, {"status": "ok"}))
     s.wait_ready()
     assert s.json("GET", "/health") == (200, {"status": "ok"})
+
+
+def test_sigterm_while_loading_exits_cleanly(make_server):
+    # SIGTERM at several points of the model's load: the daemon drains and exits 0 (it once
+    # prepared a chat template from the model the engine had just freed, and crashed).
+    for delay in (0.05, 0.2, 0.4, 0.8):
+        s = make_server(wait_ready=False)
+        time.sleep(delay)
+        s.proc.send_signal(signal.SIGTERM)
+        s.proc.wait(timeout=60)
+        assert s.proc.returncode == 0, (delay, s.proc.returncode, s.stderr())
 
 
 # ---- generation: stream and non-stream agree ----------------------------------------------------
