@@ -332,13 +332,16 @@ static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
     return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
 }
 
-/* Prefill attention of nt queries with attn_prefill's 15 arguments (the window last): on
- * tensor cores (attn_prefill_mma, 64 queries a work-group of 128, the first 14) where built and
- * the layer has neither a window nor a ring, else attn_prefill. */
+/* Prefill attention of nt queries at positions pos.. with attn_prefill's 15 arguments (the
+ * window last): on tensor cores (attn_prefill_mma, 64 queries a work-group of 128, the first
+ * 14) where built and the layer keeps the whole context (no ring) and its window, if any, hides
+ * no position from these queries (pos + nt <= win: a Mistral prompt shorter than its 4096, Gemma
+ * 3's local layers within their first window), else attn_prefill. */
 static ebb_err prefill_attention(struct clm *m, const struct layer *L, const struct ebb_cl_arg *a,
-                                 int nt, struct ebb_diag *diag)
+                                 int pos, int nt, struct ebb_diag *diag)
 {
-    bool mma = m->k_attn_pre_mma && !L->win && L->kv_len == m->n_ctx;
+    bool mma = m->k_attn_pre_mma && L->kv_len == m->n_ctx &&
+               (!L->win || (uint64_t)pos + (uint64_t)nt <= L->win);
     cl_kernel k = mma ? m->k_attn_pre_mma : m->k_attn_pre;
     size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
     if (mma) {
@@ -421,7 +424,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, L, a, nt, diag);
+    return prefill_attention(m, L, a, pos, nt, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -438,7 +441,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, L, a, nt, diag);
+    return prefill_attention(m, L, a, pos, nt, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one
