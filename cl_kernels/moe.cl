@@ -182,6 +182,117 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
         y[(size_t)t * y_ld + o] = (res ? res[(size_t)t * y_ld + o] : 0.0f) + sum;
 }
 
+/* Prefill grouped by expert (runtime/model/model-cl-moe-group.c): the host reads the chosen ids
+ * back, sorts the (token, j) pairs by expert (perm: pair indices t * k + j, grouped) and cuts each
+ * expert's pairs into tiles of at most MOE_GT (tiles: expert, first index into perm, count). A
+ * work-group takes one tile and MOE_GR rows of its expert, so each weight row is read once per
+ * tile rather than once per token; the inputs of the tile's pairs are staged MOE_GK at a time in
+ * local memory. Every output is the same sum in the same order whatever the tile holds. */
+#define MOE_GT 16
+#define MOE_GR 64
+#define MOE_GK 32
+
+/* y[t][y_off + j * n_rows + r] = W[e * n_rows + r] . x[t] for each pair t * k + j of the tile
+ * (e its expert): the gate or up outputs in moe_gather's places. Global (ceil(n_rows / MOE_GR)
+ * * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+moe_group_gu(W_ARGS, int n_in, int n_rows, int k, __global const int4 *tiles,
+             __global const int *perm, __global const float *x, int x_ld, __global float *y,
+             int y_ld, int y_off)
+{
+    __local float xs[MOE_GT][MOE_GK];
+    __local int src[MOE_GT];
+    int4 tl = tiles[get_group_id(1)];
+    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    if (lid < MOE_GT)
+        src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int row = tl.x * n_rows + min(r, n_rows - 1);
+    float acc[MOE_GT];
+    for (int q = 0; q < MOE_GT; q++)
+        acc[q] = 0.0f;
+    for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
+        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
+            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
+            xs[tq][c] = sp >= 0 && i0 + c < n_in ? x[(size_t)(sp / k) * x_ld + i0 + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
+            float4 w = READ_W4(row, i0 + c);
+            for (int q = 0; q < MOE_GT; q++)
+                acc[q] += dot(w, vload4(0, &xs[q][c]));
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (r >= n_rows)
+        return;
+    for (int q = 0; q < tl.z; q++) {
+        int sp = src[q], t = sp / k, j = sp % k;
+        y[(size_t)t * y_ld + y_off + (size_t)j * n_rows + r] = acc[q];
+    }
+}
+
+/* yp[t * k + j][r] = W[e * n_out + r] . h_j(t) for each pair of the tile, h_j the SwiGLU of the
+ * pair's gate and up outputs in g (moe_gather's places, rows of g_ld). Global (ceil(n_out /
+ * MOE_GR) * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+moe_group_down(W_ARGS, int n_in, int n_out, int k, __global const int4 *tiles,
+               __global const int *perm, __global const float *g, int g_ld,
+               __global float *yp)
+{
+    __local float xs[MOE_GT][MOE_GK];
+    __local int src[MOE_GT];
+    int4 tl = tiles[get_group_id(1)];
+    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    if (lid < MOE_GT)
+        src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int row = tl.x * n_out + min(r, n_out - 1);
+    float acc[MOE_GT];
+    for (int q = 0; q < MOE_GT; q++)
+        acc[q] = 0.0f;
+    for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
+        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
+            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
+            float v = 0.0f;
+            if (sp >= 0 && i0 + c < n_in) {
+                const __global float *gt = g + (size_t)(sp / k) * g_ld;
+                int j = sp % k;
+                float a = gt[(size_t)j * n_in + i0 + c];
+                v = a / (1.0f + exp(-a)) * gt[(size_t)(k + j) * n_in + i0 + c];
+            }
+            xs[tq][c] = v;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
+            float4 w = READ_W4(row, i0 + c);
+            for (int q = 0; q < MOE_GT; q++)
+                acc[q] += dot(w, vload4(0, &xs[q][c]));
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (r >= n_out)
+        return;
+    for (int q = 0; q < tl.z; q++)
+        yp[(size_t)src[q] * n_out + r] = acc[q];
+}
+
+/* x[t][o] += sum_j w[t][j] yp[t * k + j][o] over the pairs whose id is not -1, j in order.
+ * Global (n_out, n_tok). */
+__kernel void moe_group_sum(int n_out, int k, __global const int *ids,
+                            __global const float *wts, __global const float *yp,
+                            __global float *x, int x_ld)
+{
+    int o = get_global_id(0), t = get_global_id(1);
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int p = t * k + j;
+        if (ids[p] >= 0)
+            sum += wts[p] * yp[(size_t)p * n_out + o];
+    }
+    x[(size_t)t * x_ld + o] += sum;
+}
+
 #if defined(W_KQ8)
 /* The row sum of v for the q8 kernels below: warp shuffles where a row is one warp. */
 inline float moe_sum_q8(__local float *red, int lane, float v)

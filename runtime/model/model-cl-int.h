@@ -78,7 +78,18 @@ struct clm_moe_prog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel gather, down;
-    cl_kernel gather_q8, down_q8; /* decode on 8-bit inputs, where the layout has kq8 */
+    cl_kernel gather_q8, down_q8;   /* decode on 8-bit inputs, where the layout has kq8 */
+    cl_kernel group_gu, group_down; /* prefill grouped by expert (model-cl-moe-group.c) */
+};
+
+/* model-cl-moe-group.c's scratch: the pairs sorted by expert and their tiles, on both sides. */
+struct clm_moe_group {
+    bool init;
+    uint32_t min_rows; /* chunks of at least this many rows are grouped (0: never) */
+    cl_kernel sum;     /* moe_group_sum */
+    cl_mem perm, tiles, yp;
+    int32_t *h_ids, *h_perm, *h_tiles;
+    uint32_t *h_cnt, n_cnt;
 };
 
 struct clm_moe {
@@ -88,6 +99,7 @@ struct clm_moe {
     cl_mem scores;   /* (N_BATCH, n_expert) router scores */
     cl_mem ids, w;   /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
     cl_mem gu;       /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
+    struct clm_moe_group grp;
 };
 
 /* Tensors stacked along their outputs into one buffer (q|k|v, gate|up), fused on placement
@@ -295,6 +307,17 @@ ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              cl_mem nw, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
+/* The moe.cl program for stack w's layout (built on first use). */
+ebb_err ebb__clm_moe_prog(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
+                          struct ebb_diag *diag);
+
+/* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert:
+ * ids (nt x k, -1: skipped) read back, the pairs sorted by expert on the host, each weight row
+ * read once per tile of pairs. EBB_EUNSUPPORTED (nothing run) where it does not apply: fewer
+ * rows than EBB_CL_MOE_GROUP (default 16, 0: never), or shapes it does not take. */
+ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids,
+                           int nt, struct ebb_diag *diag);
+void ebb__clm_moe_group_fini(struct clm *m);
 
 /* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when
  * p->expert_cache or EBB_EXPERT_CACHE asks for it (bad settings fail with a message). Opened

@@ -43,6 +43,12 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm
     return EBB_OK;
 }
 
+ebb_err ebb__clm_moe_prog(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
+                          struct ebb_diag *diag)
+{
+    return prog_for(m, w, out, diag);
+}
+
 /* The scratch, once. */
 static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
 {
@@ -172,6 +178,8 @@ static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_me
         if (rc != EBB_EUNSUPPORTED || nw) /* nw: prepare found the 8-bit path, m->h unset */
             return rc;
     }
+    if ((rc = ebb__clm_moe_group(m, ws, ids, nt, diag)) != EBB_EUNSUPPORTED)
+        return rc;
     if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
         (rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag)))
         return rc;
@@ -255,11 +263,16 @@ void ebb__clm_moe_fini(struct clm *m)
             clReleaseKernel(mo->progs[i].gather_q8);
         if (mo->progs[i].down_q8)
             clReleaseKernel(mo->progs[i].down_q8);
+        if (mo->progs[i].group_gu)
+            clReleaseKernel(mo->progs[i].group_gu);
+        if (mo->progs[i].group_down)
+            clReleaseKernel(mo->progs[i].group_down);
         if (mo->progs[i].prog)
             clReleaseProgram(mo->progs[i].prog);
     }
     if (mo->route)
         clReleaseKernel(mo->route);
+    ebb__clm_moe_group_fini(m);
     cl_mem ms[] = {mo->scores, mo->ids, mo->w, mo->gu};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         if (ms[i])

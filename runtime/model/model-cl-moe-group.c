@@ -1,0 +1,188 @@
+/* Prefill of a mixture-of-experts block grouped by expert (cl_kernels/moe.cl, moe_group_*).
+ * moe_gather and moe_down read the chosen experts' rows once per token: a chunk of 128 tokens
+ * with 8 experts each reads an expert's rows ~8 times when 128 experts share the chunk, more
+ * with skewed routing. Here the chosen ids come back to the host (one blocking read a layer), the
+ * (token, j) pairs are sorted by expert with a counting sort, each expert's pairs are cut into
+ * tiles of at most MOE_GT, and the gate, up and down kernels read each weight row once per tile.
+ * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
+ * over the k experts to the residual in the same order as moe_down. The scratch and the host
+ * arrays are allocated on first use, at most N_BATCH x k pairs, never per step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-cl-int.h"
+
+#define MOE_GT 16 /* moe.cl: pairs a tile */
+#define MOE_GR 64 /* moe.cl: rows a work-group */
+
+static ebb_err scratch(struct clm *m, uint32_t n_cnt, struct ebb_diag *diag)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (g->perm)
+        return EBB_OK;
+    size_t pairs = (size_t)N_BATCH * m->hp.n_expert_used, n_embd = m->hp.n_embd;
+    ebb_err rc;
+    if ((rc = ebb__clm_alloc(m, pairs * sizeof(cl_int), &g->perm, "expert pairs", diag)) ||
+        (rc = ebb__clm_alloc(m, pairs * sizeof(cl_int4), &g->tiles, "expert tiles", diag)) ||
+        (rc = ebb__clm_alloc(m, pairs * n_embd * sizeof(float), &g->yp, "expert pair outputs",
+                             diag)))
+        return rc;
+    g->h_ids = malloc(pairs * sizeof(int32_t));
+    g->h_perm = malloc(pairs * sizeof(int32_t));
+    g->h_tiles = malloc(pairs * 4 * sizeof(int32_t));
+    g->h_cnt = malloc((size_t)n_cnt * sizeof(uint32_t));
+    g->n_cnt = n_cnt;
+    if (!g->h_ids || !g->h_perm || !g->h_tiles || !g->h_cnt)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory for the expert grouping");
+    return EBB_OK;
+}
+
+/* The three programs' grouped kernels, made on first use. */
+static ebb_err kernels(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                       struct clm_moe_prog *p[3], struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    for (int i = 0; i < 3 && !rc; i++) {
+        if ((rc = ebb__clm_moe_prog(m, ws[i], &p[i], diag)))
+            break;
+        if (i < 2 && !p[i]->group_gu)
+            rc = ebb_cl_kernel(p[i]->prog, "moe_group_gu", &p[i]->group_gu, diag);
+        if (i == 2 && !p[i]->group_down)
+            rc = ebb_cl_kernel(p[i]->prog, "moe_group_down", &p[i]->group_down, diag);
+    }
+    if (!rc && !m->moe.grp.sum)
+        rc = ebb_cl_kernel(p[0]->prog, "moe_group_sum", &m->moe.grp.sum, diag);
+    return rc;
+}
+
+/* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles;
+ * returns the number of tiles, or -1 when an id is out of range. */
+static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
+{
+    memset(g->h_cnt, 0, (size_t)n_slots * sizeof(uint32_t));
+    for (size_t p = 0; p < n_pairs; p++) {
+        int32_t e = g->h_ids[p];
+        if (e >= (int32_t)n_slots)
+            return -1;
+        if (e >= 0)
+            g->h_cnt[e]++;
+    }
+    uint32_t at = 0;
+    for (uint32_t e = 0; e < n_slots; e++) { /* counts become start offsets */
+        uint32_t c = g->h_cnt[e];
+        g->h_cnt[e] = at;
+        at += c;
+    }
+    for (size_t p = 0; p < n_pairs; p++) {
+        int32_t e = g->h_ids[p];
+        if (e >= 0)
+            g->h_perm[g->h_cnt[e]++] = (int32_t)p;
+    }
+    /* h_cnt[e] is now e's end; its start is the previous expert's end. */
+    int n_tiles = 0;
+    uint32_t start = 0;
+    for (uint32_t e = 0; e < n_slots; e++) {
+        for (uint32_t s = start; s < g->h_cnt[e]; s += MOE_GT) {
+            int32_t *t = g->h_tiles + (size_t)n_tiles * 4;
+            uint32_t n = g->h_cnt[e] - s;
+            t[0] = (int32_t)e;
+            t[1] = (int32_t)s;
+            t[2] = (int32_t)(n < MOE_GT ? n : MOE_GT);
+            t[3] = 0;
+            n_tiles++;
+        }
+        start = g->h_cnt[e];
+    }
+    return n_tiles;
+}
+
+ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids,
+                           int nt, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_group *g = &mo->grp;
+    if (!g->init) {
+        const char *e = getenv("EBB_CL_MOE_GROUP");
+        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : 16;
+        g->init = true;
+    }
+    const struct ebb__hparams *hp = &m->hp;
+    int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
+    if (!g->min_rows || (uint32_t)nt < g->min_rows || nt > N_BATCH || n_embd % 32 || f % 32 ||
+        ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
+        return EBB_EUNSUPPORTED;
+    uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
+    if (g->h_cnt && n_slots > g->n_cnt)
+        return EBB_EUNSUPPORTED;
+    struct clm_moe_prog *p[3];
+    ebb_err rc;
+    if ((rc = scratch(m, n_slots > hp->n_expert ? n_slots : hp->n_expert, diag)) ||
+        (rc = kernels(m, ws, p, diag)))
+        return rc;
+    size_t n_pairs = (size_t)nt * (size_t)k;
+    if ((rc = ebb_cl_read(m->cl, ids, 0, n_pairs * sizeof(int32_t), g->h_ids, diag)))
+        return rc;
+    int n_tiles = sort_pairs(g, n_pairs, n_slots);
+    if (n_tiles < 0)
+        return ebb_diag_set(diag, EBB_EINVAL, "an expert id beyond the %u experts", n_slots);
+    if (n_tiles == 0) /* every pair skipped (an expert-cache pass without its experts) */
+        return EBB_OK;
+    /* The host arrays are rewritten only after the next layer's blocking read, which follows
+     * these writes in the queue. */
+    size_t n_sorted = (size_t)g->h_tiles[(size_t)(n_tiles - 1) * 4 + 1] +
+                      (size_t)g->h_tiles[(size_t)(n_tiles - 1) * 4 + 2];
+    if ((rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, g->perm, CL_FALSE, 0,
+                                                n_sorted * sizeof(int32_t), g->h_perm, 0, NULL,
+                                                NULL),
+                           diag, "clEnqueueWriteBuffer")) ||
+        (rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, g->tiles, CL_FALSE, 0,
+                                                (size_t)n_tiles * 4 * sizeof(int32_t), g->h_tiles,
+                                                0, NULL, NULL),
+                           diag, "clEnqueueWriteBuffer")))
+        return rc;
+    int y_ld = 2 * k * f;
+    size_t l[2] = {MOE_GR, 1};
+    for (int i = 0; i < 2; i++) {
+        int y_off = i * k * f;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),   EBB_CL_ARG(f),       EBB_CL_ARG(k),
+                                 EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(m->h),
+                                 EBB_CL_ARG(n_embd),   EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld),
+                                 EBB_CL_ARG(y_off)};
+        size_t gs[2] = {((size_t)f + MOE_GR - 1) / MOE_GR * MOE_GR, (size_t)n_tiles};
+        if ((rc = ebb_cl_weight_set_args(ws[i], p[i]->group_gu, 0, diag)) ||
+            (rc = ebb_cl_set_args(p[i]->group_gu, 2, a, 10, diag)) ||
+            (rc = ebb_cl_run(m->cl, p[i]->group_gu, 2, gs, l, diag)))
+            return rc;
+    }
+    struct ebb_cl_arg d[] = {EBB_CL_ARG(f),        EBB_CL_ARG(n_embd),  EBB_CL_ARG(k),
+                             EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(mo->gu),
+                             EBB_CL_ARG(y_ld),     EBB_CL_ARG(g->yp)};
+    size_t gd[2] = {((size_t)n_embd + MOE_GR - 1) / MOE_GR * MOE_GR, (size_t)n_tiles};
+    if ((rc = ebb_cl_weight_set_args(ws[2], p[2]->group_down, 0, diag)) ||
+        (rc = ebb_cl_set_args(p[2]->group_down, 2, d, 8, diag)) ||
+        (rc = ebb_cl_run(m->cl, p[2]->group_down, 2, gd, l, diag)))
+        return rc;
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(k),     EBB_CL_ARG(ids),
+                              EBB_CL_ARG(mo->w),  EBB_CL_ARG(g->yp), EBB_CL_ARG(m->x),
+                              EBB_CL_ARG(n_embd)};
+    size_t gsum[2] = {(size_t)n_embd, (size_t)nt};
+    if ((rc = ebb_cl_set_args(g->sum, 0, sa, 7, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, g->sum, 2, gsum, NULL, diag);
+}
+
+void ebb__clm_moe_group_fini(struct clm *m)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (g->sum)
+        clReleaseKernel(g->sum);
+    cl_mem ms[] = {g->perm, g->tiles, g->yp};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        if (ms[i])
+            clReleaseMemObject(ms[i]);
+    free(g->h_ids);
+    free(g->h_perm);
+    free(g->h_tiles);
+    free(g->h_cnt);
+    *g = (struct clm_moe_group){0};
+}
