@@ -9,7 +9,8 @@ of them longer than a prefill chunk (128 rows), with every expert resident and w
 forced to a few slots per layer: 4 (exactly the experts a token uses: every layer evicts, and
 prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_EXPERT_CACHE
 with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
-resident run's, and the counters must add up: lookups = hits + misses, bytes copied = misses x
+resident run's (also with 3 copy threads filling the staging one expert at a time), and the
+counters must add up: lookups = hits + misses, bytes copied = misses x
 one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
@@ -163,6 +164,9 @@ def main():
         ("16 slots", ["--expert-cache", "16"], None),
         ("4 slots (env, 8-bit decode)", [], {"EBB_EXPERT_CACHE": "4", "EBB_CL_MVQ8": "1",
                                              "EBB_CL_KQ8": "1"}),
+        # the staging filled by 3 threads one expert at a time (a record split 1..3 ways)
+        ("4 slots, 3 threads, batches of 1", ["--expert-cache", "4"],
+         {"EBB_EXPERT_THREADS": "3", "EBB_EXPERT_BATCH": "1"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
@@ -187,6 +191,9 @@ def main():
                 continue
             if "expert cache on" not in p.stderr:
                 fail(f"prompt {i}, {name}: the load log does not say the cache is on")
+            want_th = (env or {}).get("EBB_EXPERT_THREADS")
+            if want_th and f"{want_th} copy threads" not in p.stderr:
+                fail(f"prompt {i}, {name}: the load log does not say {want_th} copy threads")
             d = json.loads(p.stdout)
             want = base_q8 if env and "EBB_CL_MVQ8" in env else base["tokens"]
             if d["tokens"] != want:
@@ -200,6 +207,8 @@ def main():
             slots = x["slots"]
             print(f"#   {name}: {x['lookups']} lookups, {x['hits']} hits, {x['misses']} misses, "
                   f"{x['evictions']} evictions, {x['bytes_copied']} bytes, {x['passes']} passes")
+            if x.get("threads", 0) < 1 or x.get("fill_ns", 0) <= 0 or x.get("ids_ns", 0) <= 0:
+                fail(f"prompt {i}, {name}: threads, fill_ns and ids_ns should be set: {x}")
             if x["lookups"] != x["hits"] + x["misses"]:
                 fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
             if (x["bytes_copied"] != x["misses"] * x["expert_bytes"] or
@@ -279,6 +288,8 @@ def main():
         (model, ["--expert-cache", "4", "--memory-budget", "1G", "--host-layers", "1"], None,
          "--host-layers"),
         (model, [], {"EBB_EXPERT_CACHE": "x4"}, "EBB_EXPERT_CACHE"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_THREADS": "0"}, "EBB_EXPERT_THREADS"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_BATCH": "17"}, "EBB_EXPERT_BATCH"),
         (dense, ["--expert-cache", "4"], None, "no experts"),
     ]
     for path, args, env, msg in cases:
