@@ -27,6 +27,7 @@
 #define XC_MAX_THREADS 64
 #define XC_MAX_BATCH 16
 #define XC_ALIGN 4096u /* staging entries start on pages */
+#define XC_DECAY 64    /* layer steps between halvings of the use counts */
 
 /* A batch of experts of one layer to fill from the file into staging entries (a pool job). */
 struct xc_fill {
@@ -60,11 +61,22 @@ struct clm_xc {
     cl_command_queue qio;    /* the copies */
     cl_event last_copy;      /* the last write enqueued on qio */
     bool unwaited;           /* the compute queue has no barrier on last_copy yet */
-    struct ebb_stream_pool *threads;  /* fill the staging */
-    struct xc_fill fill;              /* the demand batch */
-    uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
-    int32_t *miss_slot;               /* (n_slots) and their slots */
-    cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
+    struct ebb_stream_pool *threads; /* fill the staging */
+    struct xc_fill fill;
+    /* the demand batch */ /* Prefetch (EBB_EXPERT_PREFETCH): at the end of layer l's step the
+                            * threads fill up to pf_max guesses for the next layer (its most
+                            * used experts that are not in its slots) into two alternating sets
+                            * of pf_max entries after the demand ones; their writes are enqueued
+                            * at the next ebb__clm_xc_begin, before its read-back. */
+    uint32_t pf_max, pf_set;
+    bool pf_pending;    /* pf's fill started, its writes not enqueued yet */
+    struct xc_fill pf;  /* the guesses under way */
+    uint32_t *count;    /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
+    uint32_t *steps;    /* (n_layer) layer steps since the last halving */
+    uint8_t *pf_flag;   /* (n_layer, n_slots) holds a prefetched expert not looked up yet */
+    uint32_t *miss_e;   /* (n_slots) the current pass's misses */
+    int32_t *miss_slot; /* (n_slots) and their slots */
+    cl_mem sids;        /* (N_BATCH, k) int: the slot table the kernels read */
     int32_t *host_ids, *host_sids;    /* (N_BATCH, k) read back / to upload */
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
@@ -166,12 +178,17 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
     uint32_t threads, def = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (uint32_t)ncpu;
     ebb_err rc;
     if ((rc = env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
-        (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)))
+        (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
+        (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)))
         return rc;
+    if (x->pf_max > x->n_slots / 2) /* at most half the next layer's slots */
+        x->pf_max = x->n_slots / 2;
+    if (x->n_layer < 2) /* the next layer would be this one, whose slots its kernels read */
+        x->pf_max = 0;
     if ((rc = ebb_stream_pool_new(threads, &x->threads, diag)))
         return rc;
     x->ent_bytes = (big + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN;
-    x->n_ent = 2 * x->batch;
+    x->n_ent = 2 * x->batch + 2 * x->pf_max;
     x->ent_ev = calloc(x->n_ent, sizeof(*x->ent_ev));
     x->fill.e = malloc(sizeof(uint32_t) * x->batch);
     x->fill.slot = malloc(sizeof(int32_t) * x->batch);
@@ -181,6 +198,18 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
     if (!x->ent_ev || !x->fill.e || !x->fill.slot || !x->fill.ent || !x->miss_e || !x->miss_slot)
         return EBB_ENOMEM;
     x->fill.x = x;
+    if (x->pf_max) {
+        size_t L = x->n_layer;
+        x->pf.x = x;
+        x->pf.e = malloc(sizeof(uint32_t) * x->pf_max);
+        x->pf.slot = malloc(sizeof(int32_t) * x->pf_max);
+        x->pf.ent = malloc(sizeof(uint32_t) * x->pf_max);
+        x->count = calloc(L * x->n_expert, sizeof(uint32_t));
+        x->steps = calloc(L, sizeof(uint32_t));
+        x->pf_flag = calloc(L * x->n_slots, 1);
+        if (!x->pf.e || !x->pf.slot || !x->pf.ent || !x->count || !x->steps || !x->pf_flag)
+            return EBB_ENOMEM;
+    }
     cl_int e = CL_SUCCESS;
     x->qio = clCreateCommandQueue(m->cl->ctx, m->cl->dev, 0, &e);
     if (e)
@@ -361,6 +390,10 @@ static int32_t victim(struct clm_xc *x, uint32_t l, const uint8_t *want,
         in[best] = -1;
         d->evictions++;
     }
+    if (best >= 0 && x->pf_flag && x->pf_flag[(size_t)l * x->n_slots + (uint32_t)best]) {
+        x->pf_flag[(size_t)l * x->n_slots + (uint32_t)best] = 0;
+        d->prefetch_wasted++;
+    }
     return best;
 }
 
@@ -369,6 +402,8 @@ static void forget_layer(struct clm_xc *x, uint32_t l)
 {
     memset(x->slot_of + (size_t)l * x->n_expert, 0xff, sizeof(int32_t) * x->n_expert);
     memset(x->expert_in + (size_t)l * x->n_slots, 0xff, sizeof(int32_t) * x->n_slots);
+    if (x->pf_flag)
+        memset(x->pf_flag + (size_t)l * x->n_slots, 0, x->n_slots);
 }
 
 /* Piece i of a fill job: expert i / (3 split), record (i / split) % 3, part i % split of it,
@@ -387,28 +422,14 @@ static void fill_task(void *ctx, uint32_t i)
     memcpy(dst + a, x->src[(size_t)f->l * 3 + r] + (uint64_t)f->e[j] * eb[r] + a, b - a);
 }
 
-/* Fills f's staging entries on the copy threads (after the device has read what they held
- * last) and enqueues their writes into the slots on the copy queue, the first one after
- * `after` (or nothing); the last write's event then guards the entries and is the queue's last
- * copy. Engine thread. */
-static ebb_err fill_and_copy(struct clm *m, struct xc_fill *f, cl_event after,
-                             struct ebb_diag *diag)
+/* Enqueues the writes of f's filled entries into their slots on the copy queue, the first one
+ * after `after` (or nothing); the last write's event then guards the entries and is the
+ * queue's last copy. */
+static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
+                              struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
     cl_int e = CL_SUCCESS;
-    for (uint32_t j = 0; j < f->n; j++) {
-        cl_event *ev = &x->ent_ev[f->ent[j]];
-        if (*ev) {
-            e = clWaitForEvents(1, ev);
-            clReleaseEvent(*ev);
-            *ev = NULL;
-            if (e)
-                return ebb_cl_check(e, diag, "waiting for an expert staging entry");
-        }
-    }
-    uint32_t th = ebb_stream_pool_threads(x->threads);
-    f->split = (th + 3 * f->n - 1) / (3 * f->n);
-    ebb_stream_pool_run(x->threads, 3 * f->n * f->split, fill_task, f);
     cl_event last = NULL;
     for (uint32_t j = 0; j < f->n && !e; j++) {
         uint64_t roff = 0;
@@ -440,6 +461,42 @@ static ebb_err fill_and_copy(struct clm *m, struct xc_fill *f, cl_event after,
     x->last_copy = last;
     x->unwaited = true;
     return EBB_OK;
+}
+
+/* Waits until the device has read what f's staging entries held last. */
+static ebb_err wait_entries(struct clm_xc *x, const struct xc_fill *f, struct ebb_diag *diag)
+{
+    for (uint32_t j = 0; j < f->n; j++) {
+        cl_event *ev = &x->ent_ev[f->ent[j]];
+        if (*ev) {
+            cl_int e = clWaitForEvents(1, ev);
+            clReleaseEvent(*ev);
+            *ev = NULL;
+            if (e)
+                return ebb_cl_check(e, diag, "waiting for an expert staging entry");
+        }
+    }
+    return EBB_OK;
+}
+
+/* Pieces each of f's records is copied in, so that each of `threads` gets a part. */
+static void split_for(struct xc_fill *f, uint32_t threads)
+{
+    f->split = (threads + 3 * f->n - 1) / (3 * f->n);
+}
+
+/* Fills f's staging entries on the copy threads and all of the owner, then enqueues their
+ * writes (engine thread). */
+static ebb_err fill_and_copy(struct clm *m, struct xc_fill *f, cl_event after,
+                             struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    ebb_err rc = wait_entries(x, f, diag);
+    if (rc)
+        return rc;
+    split_for(f, ebb_stream_pool_threads(x->threads));
+    ebb_stream_pool_run(x->threads, 3 * f->n * f->split, fill_task, f);
+    return enqueue_copies(m, f, after, diag);
 }
 
 /* The pass's misses (their slots taken already) from the file to their slots, a batch at a
@@ -478,8 +535,17 @@ ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *di
     x->nt = nt;
     x->t0 = 0;
     x->d = (struct ebb_model_expert_cache){0};
+    ebb_err rc = EBB_OK;
+    if (x->pf_pending) { /* the guesses for this layer: their copies overlap the read-back */
+        ebb_stream_pool_wait(x->threads);
+        x->pf_pending = false;
+        if ((rc = enqueue_copies(m, &x->pf, NULL, diag))) {
+            forget_layer(x, x->pf.l);
+            return rc;
+        }
+    }
     uint64_t t0 = now_ns();
-    ebb_err rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
+    rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
     x->d.ids_ns = now_ns() - t0;
     for (size_t r = 0; r < n_ids && !rc; r++)
         if (x->host_ids[r] < 0 || (uint32_t)x->host_ids[r] >= x->n_expert)
@@ -501,8 +567,74 @@ static void publish(struct clm *m)
     x->st.passes += x->d.passes;
     x->st.fill_ns += x->d.fill_ns;
     x->st.ids_ns += x->d.ids_ns;
+    x->st.prefetched += x->d.prefetched;
+    x->st.prefetch_hits += x->d.prefetch_hits;
+    x->st.prefetch_wasted += x->d.prefetch_wasted;
     x->st.layer_steps++;
     pthread_mutex_unlock(&m->snap_mu);
+}
+
+/* The end of layer l's step with prefetch on: its prefetched experts that no pass used count as
+ * wasted, the use counts age, and the threads start filling the next layer's guesses: its most
+ * used experts that are not in its slots (a use count above 0), into its least recently used
+ * slots (no expert of layer l's step is among them: they are another layer's). */
+static ebb_err prefetch(struct clm *m, uint32_t l, struct ebb_model_expert_cache *d,
+                        struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    uint8_t *flag = x->pf_flag + (size_t)l * x->n_slots;
+    for (uint32_t s = 0; s < x->n_slots; s++)
+        if (flag[s]) {
+            flag[s] = 0;
+            d->prefetch_wasted++;
+        }
+    if (++x->steps[l] == XC_DECAY) {
+        x->steps[l] = 0;
+        for (uint32_t e = 0; e < x->n_expert; e++)
+            x->count[(size_t)l * x->n_expert + e] >>= 1;
+    }
+    /* The layer's kernels start while the threads fill. */
+    ebb_err rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
+    uint32_t tl = (l + 1) % x->n_layer;
+    const uint32_t *count = x->count + (size_t)tl * x->n_expert;
+    const int32_t *slot_of = x->slot_of + (size_t)tl * x->n_expert;
+    struct xc_fill *f = &x->pf;
+    f->l = tl;
+    f->n = 0;
+    while (!rc && f->n < x->pf_max) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < x->n_expert; e++)
+            if (slot_of[e] < 0 && count[e] && (best < 0 || count[e] > count[best]))
+                best = (int32_t)e;
+        if (best < 0)
+            break;
+        int32_t s = victim(x, tl, NULL, d);
+        if (s < 0)
+            break;
+        x->expert_in[(size_t)tl * x->n_slots + (uint32_t)s] = best;
+        x->slot_of[(size_t)tl * x->n_expert + (uint32_t)best] = s;
+        x->used[(size_t)tl * x->n_slots + (uint32_t)s] = x->clock;
+        x->pf_flag[(size_t)tl * x->n_slots + (uint32_t)s] = 1;
+        f->e[f->n] = (uint32_t)best;
+        f->slot[f->n] = s;
+        f->ent[f->n] = 2 * x->batch + x->pf_set * x->pf_max + f->n;
+        f->n++;
+        d->prefetched++;
+        for (uint32_t r = 0; r < 3; r++)
+            d->bytes_copied += x->ebytes[(size_t)tl * 3 + r];
+    }
+    if (rc || !f->n)
+        return rc;
+    x->pf_set ^= 1;
+    if ((rc = wait_entries(x, f, diag))) {
+        forget_layer(x, tl);
+        return rc;
+    }
+    uint32_t workers = ebb_stream_pool_threads(x->threads) - 1;
+    split_for(f, workers ? workers : 1);
+    ebb_stream_pool_start(x->threads, 3 * f->n * f->split, fill_task, f);
+    x->pf_pending = true;
+    return EBB_OK;
 }
 
 ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
@@ -514,8 +646,9 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     size_t n_ids = (size_t)nt * k;
     *ready = false;
     if (t0 >= nt) {
+        ebb_err rc = x->pf_max ? prefetch(m, l, &x->d, diag) : EBB_OK;
         publish(m);
-        return EBB_OK;
+        return rc;
     }
     const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
     uint64_t *used = x->used + (size_t)l * x->n_slots;
@@ -545,8 +678,15 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     for (uint32_t i = 0; i < n && !rc; i++) {
         uint32_t e = x->list[i];
         d->lookups++;
+        if (x->count)
+            x->count[(size_t)l * x->n_expert + e]++;
         if (slot_of[e] >= 0) {
             d->hits++;
+            uint8_t *pf = x->pf_flag ? x->pf_flag + (size_t)l * x->n_slots + slot_of[e] : NULL;
+            if (pf && *pf) {
+                *pf = 0;
+                d->prefetch_hits++;
+            }
         } else {
             int32_t s = victim(x, l, x->want, d);
             if (s < 0) {
@@ -660,6 +800,12 @@ void ebb__clm_xc_fini(struct clm *m)
     free(x->fill.ent);
     free(x->miss_e);
     free(x->miss_slot);
+    free(x->pf.e);
+    free(x->pf.slot);
+    free(x->pf.ent);
+    free(x->count);
+    free(x->steps);
+    free(x->pf_flag);
     free(x);
     m->xc = NULL;
 }

@@ -9,8 +9,9 @@ of them longer than a prefill chunk (128 rows), with every expert resident and w
 forced to a few slots per layer: 4 (exactly the experts a token uses: every layer evicts, and
 prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_EXPERT_CACHE
 with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
-resident run's (also with 3 copy threads filling the staging one expert at a time), and the
-counters must add up: lookups = hits + misses, bytes copied = misses x
+resident run's (also with 3 copy threads filling the staging one expert at a time, and with
+8 slots and prefetch of 4 guesses a layer step), and the counters must add up (with prefetch:
+copies = misses + prefetched, prefetched = prefetch hits + wasted + at most one last round): lookups = hits + misses, bytes copied = misses x
 one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
@@ -167,6 +168,8 @@ def main():
         # the staging filled by 3 threads one expert at a time (a record split 1..3 ways)
         ("4 slots, 3 threads, batches of 1", ["--expert-cache", "4"],
          {"EBB_EXPERT_THREADS": "3", "EBB_EXPERT_BATCH": "1"}),
+        # prefetch: up to 4 guesses for the next layer at the end of each layer step
+        ("8 slots, prefetch 4", ["--expert-cache", "8"], {"EBB_EXPERT_PREFETCH": "4"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
@@ -211,7 +214,16 @@ def main():
                 fail(f"prompt {i}, {name}: threads, fill_ns and ids_ns should be set: {x}")
             if x["lookups"] != x["hits"] + x["misses"]:
                 fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
-            if (x["bytes_copied"] != x["misses"] * x["expert_bytes"] or
+            pf = x["prefetched"]
+            want_pf = int((env or {}).get("EBB_EXPERT_PREFETCH", "0"))
+            if (want_pf and pf <= 0) or (not want_pf and pf):
+                fail(f"prompt {i}, {name}: {pf} experts prefetched: {x}")
+            # every prefetch is used by its layer's step (a hit too) or wasted, but the last
+            # round (for layer 0 of an evaluation that never came)
+            if (not 0 <= pf - x["prefetch_hits"] - x["prefetch_wasted"] <= want_pf or
+                    x["prefetch_hits"] > x["hits"]):
+                fail(f"prompt {i}, {name}: prefetch counters do not add up: {x}")
+            if (x["bytes_copied"] != (x["misses"] + pf) * x["expert_bytes"] or
                     x["expert_bytes_min"] != x["expert_bytes"]):
                 fail(f"prompt {i}, {name}: bytes copied != misses x expert bytes: {x}")
             if x["misses"] <= 0 or x["hits"] <= 0:
@@ -220,8 +232,9 @@ def main():
                 fail(f"prompt {i}, {name}: {x['layer_steps']} layer steps, expected "
                      f"{N_LAYER * n_eval}")
             # every layer fills its slots before it evicts (each does, at these settings)
-            if slots < N_EXPERT and x["evictions"] != x["misses"] - slots * N_LAYER:
-                fail(f"prompt {i}, {name}: evictions != misses - {slots} x {N_LAYER}: {x}")
+            if slots < N_EXPERT and x["evictions"] != x["misses"] + pf - slots * N_LAYER:
+                fail(f"prompt {i}, {name}: evictions != misses + prefetched - {slots} x "
+                     f"{N_LAYER}: {x}")
             if slots == N_EXPERT and (x["evictions"] or x["misses"] > N_EXPERT * N_LAYER):
                 fail(f"prompt {i}, {name}: all experts fit, yet {x}")
             if slots == K and x["evictions"] <= 0:
@@ -290,6 +303,7 @@ def main():
         (model, [], {"EBB_EXPERT_CACHE": "x4"}, "EBB_EXPERT_CACHE"),
         (model, ["--expert-cache", "4"], {"EBB_EXPERT_THREADS": "0"}, "EBB_EXPERT_THREADS"),
         (model, ["--expert-cache", "4"], {"EBB_EXPERT_BATCH": "17"}, "EBB_EXPERT_BATCH"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_PREFETCH": "-1"}, "EBB_EXPERT_PREFETCH"),
         (dense, ["--expert-cache", "4"], None, "no experts"),
     ]
     for path, args, env, msg in cases:
