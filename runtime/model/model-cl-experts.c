@@ -69,14 +69,28 @@ struct clm_xc {
                             * of pf_max entries after the demand ones; their writes are enqueued
                             * at the next ebb__clm_xc_begin, before its read-back. */
     uint32_t pf_max, pf_set;
-    bool pf_pending;    /* pf's fill started, its writes not enqueued yet */
-    struct xc_fill pf;  /* the guesses under way */
-    uint32_t *count;    /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
-    uint32_t *steps;    /* (n_layer) layer steps since the last halving */
-    uint8_t *pf_flag;   /* (n_layer, n_slots) holds a prefetched expert not looked up yet */
-    uint32_t *miss_e;   /* (n_slots) the current pass's misses */
-    int32_t *miss_slot; /* (n_slots) and their slots */
-    cl_mem sids;        /* (N_BATCH, k) int: the slot table the kernels read */
+    bool pf_pending;   /* pf's fill started, its writes not enqueued yet */
+    struct xc_fill pf; /* the guesses under way */
+    uint32_t *count;   /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
+    uint32_t *steps;   /* (n_layer) layer steps since the last halving */
+    uint8_t *pf_flag;
+        /* (n_layer, n_slots) holds a prefetched expert not looked up yet */ /* EBB_EXPERT_PINNED=1:
+                                                                              * every expert of each
+                                                                              * layer copied once,
+                                                                              * at load, into pinned
+                                                                              * host memory (expert
+                                                                              * e's three records
+                                                                              * back to back at e x
+                                                                              * their sizes), so
+                                                                              * that a miss is one
+                                                                              * write from there and
+                                                                              * the staging goes
+                                                                              * unused. */
+    cl_mem *tier;                                                            /* (n_layer) or NULL */
+    uint8_t **tier_p;                 /* (n_layer) their mappings */
+    uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
+    int32_t *miss_slot;               /* (n_slots) and their slots */
+    cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
     int32_t *host_ids, *host_sids;    /* (N_BATCH, k) read back / to upload */
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
@@ -169,17 +183,68 @@ static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t bud
     return EBB_OK;
 }
 
+/* Bytes of one expert of layer l: its three records. */
+static uint64_t expert_size(const struct clm_xc *x, uint32_t l)
+{
+    return x->ebytes[(size_t)l * 3] + x->ebytes[(size_t)l * 3 + 1] + x->ebytes[(size_t)l * 3 + 2];
+}
+
+/* Task i of the host tier's fill: expert i % n_expert of layer i / n_expert. */
+static void tier_task(void *ctx, uint32_t i)
+{
+    const struct clm_xc *x = ctx;
+    uint32_t l = i / x->n_expert, e = i % x->n_expert;
+    uint8_t *dst = x->tier_p[l] + (uint64_t)e * expert_size(x, l);
+    for (uint32_t r = 0; r < 3; r++) {
+        uint64_t eb = x->ebytes[(size_t)l * 3 + r];
+        memcpy(dst, x->src[(size_t)l * 3 + r] + (uint64_t)e * eb, eb);
+        dst += eb;
+    }
+}
+
+/* EBB_EXPERT_PINNED=1: the host tier, allocated, mapped and filled from the file at load. */
+static ebb_err tier_open(struct clm *m, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    x->tier = calloc(x->n_layer, sizeof(*x->tier));
+    x->tier_p = calloc(x->n_layer, sizeof(*x->tier_p));
+    if (!x->tier || !x->tier_p)
+        return EBB_ENOMEM;
+    uint64_t total = 0;
+    for (uint32_t l = 0; l < x->n_layer; l++) {
+        size_t bytes = (size_t)(expert_size(x, l) * x->n_expert);
+        cl_int e = CL_SUCCESS;
+        x->tier[l] =
+            clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &e);
+        if (!e)
+            x->tier_p[l] =
+                clEnqueueMapBuffer(x->qio, x->tier[l], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                   bytes, 0, NULL, NULL, &e);
+        if (e)
+            return ebb_diag_set(diag, EBB_ENOMEM,
+                                "EBB_EXPERT_PINNED: pinning %.1f MiB of host memory for layer %u's "
+                                "experts (%.1f MiB so far): %s",
+                                (double)bytes / (1 << 20), l, (double)total / (1 << 20),
+                                ebb_cl_err_name(e));
+        total += bytes;
+    }
+    ebb_stream_pool_run(x->threads, x->n_layer * x->n_expert, tier_task, x);
+    x->st.host_bytes = total;
+    return EBB_OK;
+}
+
 /* The copy path, at load: the copy threads, the second queue, the pinned staging ring (two
  * batches of entries of `big` bytes, rounded up to pages) and the batch's host arrays. */
 static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t threads, def = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (uint32_t)ncpu;
+    uint32_t threads, pinned, def = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (uint32_t)ncpu;
     ebb_err rc;
     if ((rc = env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
         (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
-        (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)))
+        (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)) ||
+        (rc = env_count("EBB_EXPERT_PINNED", 0, 0, 1, &pinned, diag)))
         return rc;
     if (x->pf_max > x->n_slots / 2) /* at most half the next layer's slots */
         x->pf_max = x->n_slots / 2;
@@ -225,7 +290,7 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
                                     0, NULL, NULL, &e);
     if (e)
         return ebb_diag_set(diag, EBB_ENOMEM, "mapping the expert staging: %s", ebb_cl_err_name(e));
-    return EBB_OK;
+    return pinned ? tier_open(m, diag) : EBB_OK;
 }
 
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
@@ -359,10 +424,10 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     m->xc_token_bytes = (uint64_t)k * per_slot;
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
-            "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u)\n",
+            "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u%s)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
             (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20), x->st.threads,
-            x->batch);
+            x->batch, x->tier ? "; every expert in pinned host memory" : "");
     return EBB_OK;
 }
 
@@ -436,9 +501,11 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
         for (uint32_t r = 0; r < 3 && !e; r++) {
             uint64_t eb = x->ebytes[(size_t)f->l * 3 + r];
             bool first = !j && !r, end = j + 1 == f->n && r == 2;
+            const uint8_t *from =
+                x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l) + roff
+                          : x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff;
             e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE,
-                                     (size_t)(eb * (uint64_t)f->slot[j]), (size_t)eb,
-                                     x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff,
+                                     (size_t)(eb * (uint64_t)f->slot[j]), (size_t)eb, from,
                                      first && after ? 1 : 0, first && after ? &after : NULL,
                                      end ? &last : NULL);
             roff += eb;
@@ -452,7 +519,7 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
         clFinish(x->qio);
         return ebb_cl_check(e, diag, "copying an expert to its slot");
     }
-    for (uint32_t j = 0; j < f->n; j++) {
+    for (uint32_t j = 0; j < f->n && !x->tier_p; j++) { /* the tier is never rewritten */
         clRetainEvent(last);
         x->ent_ev[f->ent[j]] = last;
     }
@@ -519,7 +586,8 @@ static ebb_err copy_misses(struct clm *m, uint32_t l, uint32_t n, cl_event after
             for (uint32_t r = 0; r < 3; r++)
                 d->bytes_copied += x->ebytes[(size_t)l * 3 + r];
         }
-        rc = fill_and_copy(m, f, i ? NULL : after, diag);
+        rc = x->tier_p ? enqueue_copies(m, f, i ? NULL : after, diag)
+                       : fill_and_copy(m, f, i ? NULL : after, diag);
     }
     if (rc)
         forget_layer(x, l);
@@ -625,6 +693,11 @@ static ebb_err prefetch(struct clm *m, uint32_t l, struct ebb_model_expert_cache
     }
     if (rc || !f->n)
         return rc;
+    if (x->tier_p) { /* straight from the tier: the copies overlap this layer's kernels */
+        if ((rc = enqueue_copies(m, f, NULL, diag)))
+            forget_layer(x, tl);
+        return rc;
+    }
     x->pf_set ^= 1;
     if ((rc = wait_entries(x, f, diag))) {
         forget_layer(x, tl);
@@ -779,6 +852,14 @@ void ebb__clm_xc_fini(struct clm *m)
     }
     if (x->stage)
         clReleaseMemObject(x->stage);
+    for (uint32_t l = 0; x->tier && l < x->n_layer; l++) {
+        if (x->tier_p[l])
+            clEnqueueUnmapMemObject(x->qio, x->tier[l], x->tier_p[l], 0, NULL, NULL);
+        if (x->tier_p[l])
+            clFinish(x->qio);
+        if (x->tier[l])
+            clReleaseMemObject(x->tier[l]);
+    }
     if (x->qio)
         clReleaseCommandQueue(x->qio);
     if (x->sids)
@@ -806,6 +887,8 @@ void ebb__clm_xc_fini(struct clm *m)
     free(x->count);
     free(x->steps);
     free(x->pf_flag);
+    free(x->tier);
+    free(x->tier_p);
     free(x);
     m->xc = NULL;
 }

@@ -322,21 +322,22 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         buf[0] = 0;
     if (!ebb_model_expert_cache(m, &x))
         return 0;
-    int n = snprintf(buf, cap,
-                     "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
-                     "\"expert_bytes_min\":%llu,\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,"
-                     "\"evictions\":%llu,"
-                     "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
-                     "\"threads\":%u,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
-                     "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu}",
-                     x.slots, x.n_layer, (unsigned long long)x.pool_bytes,
-                     (unsigned long long)x.expert_bytes, (unsigned long long)x.expert_bytes_min,
-                     (unsigned long long)x.lookups, (unsigned long long)x.hits,
-                     (unsigned long long)x.misses, (unsigned long long)x.evictions,
-                     (unsigned long long)x.bytes_copied, (unsigned long long)x.passes,
-                     (unsigned long long)x.layer_steps, x.threads, (unsigned long long)x.fill_ns,
-                     (unsigned long long)x.ids_ns, (unsigned long long)x.prefetched,
-                     (unsigned long long)x.prefetch_hits, (unsigned long long)x.prefetch_wasted);
+    int n = snprintf(
+        buf, cap,
+        "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
+        "\"expert_bytes_min\":%llu,\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,"
+        "\"evictions\":%llu,"
+        "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
+        "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
+        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu}",
+        x.slots, x.n_layer, (unsigned long long)x.pool_bytes, (unsigned long long)x.expert_bytes,
+        (unsigned long long)x.expert_bytes_min, (unsigned long long)x.lookups,
+        (unsigned long long)x.hits, (unsigned long long)x.misses, (unsigned long long)x.evictions,
+        (unsigned long long)x.bytes_copied, (unsigned long long)x.passes,
+        (unsigned long long)x.layer_steps, x.threads, (unsigned long long)x.host_bytes,
+        (unsigned long long)x.fill_ns, (unsigned long long)x.ids_ns,
+        (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
+        (unsigned long long)x.prefetch_wasted);
     return n > 0 ? (size_t)n : 0;
 }
 

@@ -172,6 +172,7 @@ struct ebb_model_expert_cache {
     uint64_t passes;      /* expert passes run (a layer step is one or more) */
     uint64_t layer_steps; /* MoE layer evaluations */
     uint32_t threads;     /* host threads filling the staging */
+    uint64_t host_bytes;  /* EBB_EXPERT_PINNED: pinned host memory holding every expert, or 0 */
     uint64_t fill_ns;     /* engine thread time copying misses: staging waits, fills, enqueues */
     uint64_t ids_ns;      /* engine thread time in the read-back of the chosen ids */
     /* Prefetch (EBB_EXPERT_PREFETCH): experts copied ahead into the next layer's slots (their

@@ -10,7 +10,8 @@ forced to a few slots per layer: 4 (exactly the experts a token uses: every laye
 prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_EXPERT_CACHE
 with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
 resident run's (also with 3 copy threads filling the staging one expert at a time, and with
-8 slots and prefetch of 4 guesses a layer step), and the counters must add up (with prefetch:
+8 slots and prefetch of 4 guesses a layer step, and with every expert in pinned host memory
+(EBB_EXPERT_PINNED=1) with 4 slots and with 8 and prefetch), and the counters must add up (with prefetch:
 copies = misses + prefetched, prefetched = prefetch hits + wasted + at most one last round): lookups = hits + misses, bytes copied = misses x
 one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
@@ -110,7 +111,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
     subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
                     "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
     q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
-    for i, env in ((0, None), (2, None), (0, q8)):
+    pinned = {"EBB_EXPERT_PINNED": "1"}  # every expert in pinned host memory, per layer's size
+    for i, env in ((0, None), (2, None), (0, q8), (2, pinned)):
         p = run(ebb, model, PROMPTS[i], env_add=env)
         if p.returncode:
             fail(f"mixed, prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
@@ -123,7 +125,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 continue
             d = json.loads(p.stdout)
             x = d.get("expert_cache") or {}
-            print(f"# mixed, prompt {i}, {slots} slots{' (8-bit decode)' if env else ''}: {x}")
+            label = "" if not env else " (pinned)" if env is pinned else " (8-bit decode)"
+            print(f"# mixed, prompt {i}, {slots} slots{label}: {x}")
             if d["tokens"] != base:
                 fail(f"mixed, prompt {i}, {slots} slots: greedy ids differ from the resident "
                      f"run's: {d['tokens']} vs {base}")
@@ -132,6 +135,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 fail(f"mixed, prompt {i}, {slots} slots: the experts' sizes do not differ "
                      f"between layers: {x}")
                 continue
+            if env is pinned and x.get("host_bytes") != N_EXPERT * ((N_LAYER - 1) * small + big):
+                fail(f"mixed, prompt {i}, pinned: host_bytes is not every expert's: {x}")
             extra = x["bytes_copied"] - x["misses"] * small
             if (x["lookups"] != x["hits"] + x["misses"] or extra <= 0 or
                     extra % (big - small) or extra // (big - small) >= x["misses"]):
@@ -170,6 +175,10 @@ def main():
          {"EBB_EXPERT_THREADS": "3", "EBB_EXPERT_BATCH": "1"}),
         # prefetch: up to 4 guesses for the next layer at the end of each layer step
         ("8 slots, prefetch 4", ["--expert-cache", "8"], {"EBB_EXPERT_PREFETCH": "4"}),
+        # every expert in pinned host memory: misses and prefetches copied from there
+        ("4 slots, pinned", ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "1"}),
+        ("8 slots, pinned, prefetch 4", ["--expert-cache", "8"],
+         {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_PREFETCH": "4"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
@@ -212,6 +221,11 @@ def main():
                   f"{x['evictions']} evictions, {x['bytes_copied']} bytes, {x['passes']} passes")
             if x.get("threads", 0) < 1 or x.get("fill_ns", 0) <= 0 or x.get("ids_ns", 0) <= 0:
                 fail(f"prompt {i}, {name}: threads, fill_ns and ids_ns should be set: {x}")
+            pinned = (env or {}).get("EBB_EXPERT_PINNED") == "1"
+            if x.get("host_bytes") != (N_EXPERT * N_LAYER * x["expert_bytes"] if pinned else 0):
+                fail(f"prompt {i}, {name}: host_bytes {x.get('host_bytes')}: {x}")
+            if pinned and "every expert in pinned host memory" not in p.stderr:
+                fail(f"prompt {i}, {name}: the load log does not mention the pinned experts")
             if x["lookups"] != x["hits"] + x["misses"]:
                 fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
             pf = x["prefetched"]
@@ -304,6 +318,7 @@ def main():
         (model, ["--expert-cache", "4"], {"EBB_EXPERT_THREADS": "0"}, "EBB_EXPERT_THREADS"),
         (model, ["--expert-cache", "4"], {"EBB_EXPERT_BATCH": "17"}, "EBB_EXPERT_BATCH"),
         (model, ["--expert-cache", "4"], {"EBB_EXPERT_PREFETCH": "-1"}, "EBB_EXPERT_PREFETCH"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "2"}, "EBB_EXPERT_PINNED"),
         (dense, ["--expert-cache", "4"], None, "no experts"),
     ]
     for path, args, env, msg in cases:
