@@ -11,9 +11,11 @@
  * in place of the expert ids. A chunk of prefill rows that uses more experts than there are
  * slots runs in passes, each over the rows whose experts fit (a token's k experts always do,
  * n_slots >= k); rows outside a pass carry slot -1, which the kernels skip, and a pass's
- * copies wait for the previous pass's kernels (a marker's event). Everything is allocated once
- * at load. model-cl-moe.c drives a layer step (ebb__clm_xc_begin, then ebb__clm_xc_next and its
- * kernels per pass). */
+ * copies wait for the previous pass's kernels (a marker's event). Two options: prefetch
+ * (EBB_EXPERT_PREFETCH) starts copies of the next layer's most used experts at the end of a
+ * step, and a host tier (EBB_EXPERT_PINNED) keeps every expert in pinned host memory so that a
+ * miss needs no fill. Everything is allocated once at load. model-cl-moe.c drives a layer step
+ * (ebb__clm_xc_begin, then ebb__clm_xc_next and its kernels per pass). */
 #include "model-cl-int.h"
 
 #include <stdio.h>
@@ -55,38 +57,28 @@ struct clm_xc {
                                 layer with the largest) */
     uint8_t *stage_p;        /* its mapping */
     uint64_t ent_bytes;      /* an entry: the largest expert, rounded up to XC_ALIGN */
-    uint32_t n_ent;          /* 2 x batch */
+    uint32_t n_ent;          /* 2 x batch + 2 x pf_max */
     uint32_t batch;          /* experts filled per pool job (EBB_EXPERT_BATCH) */
     cl_event *ent_ev;        /* (n_ent) the last write that reads the entry, or NULL */
     cl_command_queue qio;    /* the copies */
     cl_event last_copy;      /* the last write enqueued on qio */
     bool unwaited;           /* the compute queue has no barrier on last_copy yet */
-    struct ebb_stream_pool *threads; /* fill the staging */
-    struct xc_fill fill;
-    /* the demand batch */ /* Prefetch (EBB_EXPERT_PREFETCH): at the end of layer l's step the
-                            * threads fill up to pf_max guesses for the next layer (its most
-                            * used experts that are not in its slots) into two alternating sets
-                            * of pf_max entries after the demand ones; their writes are enqueued
-                            * at the next ebb__clm_xc_begin, before its read-back. */
+    struct ebb_stream_pool *threads; /* fill the staging (and the host tier at load) */
+    struct xc_fill fill;             /* the demand batch */
+    /* Prefetch (EBB_EXPERT_PREFETCH): at the end of layer l's step the threads fill up to pf_max
+     * guesses for the next layer (its most used experts that are not in its slots) into two
+     * alternating sets of pf_max entries after the demand ones; their writes are enqueued at
+     * the next ebb__clm_xc_begin, before its read-back (with the host tier: at once). */
     uint32_t pf_max, pf_set;
     bool pf_pending;   /* pf's fill started, its writes not enqueued yet */
     struct xc_fill pf; /* the guesses under way */
     uint32_t *count;   /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
     uint32_t *steps;   /* (n_layer) layer steps since the last halving */
-    uint8_t *pf_flag;
-        /* (n_layer, n_slots) holds a prefetched expert not looked up yet */ /* EBB_EXPERT_PINNED=1:
-                                                                              * every expert of each
-                                                                              * layer copied once,
-                                                                              * at load, into pinned
-                                                                              * host memory (expert
-                                                                              * e's three records
-                                                                              * back to back at e x
-                                                                              * their sizes), so
-                                                                              * that a miss is one
-                                                                              * write from there and
-                                                                              * the staging goes
-                                                                              * unused. */
-    cl_mem *tier;                                                            /* (n_layer) or NULL */
+    uint8_t *pf_flag;  /* (n_layer, n_slots) holds a prefetched expert not looked up yet */
+    /* EBB_EXPERT_PINNED=1: every expert of each layer copied once, at load, into pinned host
+     * memory (expert e's three records back to back at e x their sizes), so that a miss is one
+     * write from there and the staging goes unused. */
+    cl_mem *tier;                     /* (n_layer) or NULL */
     uint8_t **tier_p;                 /* (n_layer) their mappings */
     uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
     int32_t *miss_slot;               /* (n_slots) and their slots */
@@ -233,8 +225,9 @@ static ebb_err tier_open(struct clm *m, struct ebb_diag *diag)
     return EBB_OK;
 }
 
-/* The copy path, at load: the copy threads, the second queue, the pinned staging ring (two
- * batches of entries of `big` bytes, rounded up to pages) and the batch's host arrays. */
+/* The copy path, at load, from the EBB_EXPERT_* settings: the copy threads, the second queue,
+ * the pinned staging ring (two batches and two prefetch sets of entries of `big` bytes, rounded
+ * up to pages), the batches' host arrays, the prefetch's counts and flags, and the host tier. */
 static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
@@ -852,7 +845,7 @@ void ebb__clm_xc_fini(struct clm *m)
     }
     if (x->stage)
         clReleaseMemObject(x->stage);
-    for (uint32_t l = 0; x->tier && l < x->n_layer; l++) {
+    for (uint32_t l = 0; x->tier && x->tier_p && l < x->n_layer; l++) {
         if (x->tier_p[l])
             clEnqueueUnmapMemObject(x->qio, x->tier[l], x->tier_p[l], 0, NULL, NULL);
         if (x->tier_p[l])
