@@ -8,7 +8,9 @@
 # file, and fully resident (-ngl 99) for the resident comparison. Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-experts.sh
 # Environment: EBB_SLOTS (24 48: slots a layer; 24 is about a quarter of the file's size in
-# device memory with the resident tensors), EBB_PP (512), EBB_TG (128).
+# device memory with the resident tensors), EBB_PP (512), EBB_TG (128), EBB_XC_VARIANTS (the
+# copy-path settings tried on the first slot count; see below), EBB_EXPERT_THREADS,
+# EBB_EXPERT_BATCH, EBB_EXPERT_PREFETCH, EBB_EXPERT_PINNED (passed through to every cached run).
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/models
@@ -35,6 +37,18 @@ for n in ${EBB_SLOTS:-24 48}; do
     say "ebb bench --expert-cache $n"
     timeout 300 ebb bench -m "$m" --expert-cache "$n" --prompt-tokens "$pp" --gen-tokens "$tg" \
         2>&1 | grep -iE "prefill|decode|traffic|launches|expert|memory|error" | tee -a "$log"
+done
+# The copy path's knobs on the first slot count (docs/STREAMER.md, "The copy path", "Prefetch"):
+# one copy thread (the fill alone, as before the pool), prefetch of 4 guesses a layer, every
+# expert in pinned host memory (no fill), and both.
+# EBB_XC_VARIANTS replaces the list (space-separated VAR=VALUE,VAR=VALUE sets; "" skips).
+n1=${EBB_SLOTS:-24 48}
+n1=${n1%% *}
+for v in ${EBB_XC_VARIANTS-EBB_EXPERT_THREADS=1 EBB_EXPERT_PREFETCH=4 EBB_EXPERT_PINNED=1 \
+    EBB_EXPERT_PINNED=1,EBB_EXPERT_PREFETCH=4}; do
+    say "ebb bench --expert-cache $n1 with ${v//,/ }"
+    env ${v//,/ } timeout 300 ebb bench -m "$m" --expert-cache "$n1" --prompt-tokens "$pp" \
+        --gen-tokens "$tg" 2>&1 | grep -iE "prefill|decode|launches|expert|error" | tee -a "$log"
 done
 # Greedy ids with the cache against the resident run's (the mix's Q6_K and Q4_K down stacks
 # through the same slots): identical, or the difference is printed.

@@ -490,6 +490,16 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (unsigned long long)xc.misses, (unsigned long long)xc.evictions,
                (double)xc.bytes_copied / (1 << 20), (unsigned long long)xc.passes,
                (unsigned long long)xc.layer_steps);
+    if (xc.on) {
+        double n_ls = xc.layer_steps ? (double)xc.layer_steps : 1.0;
+        printf("experts    host: %.1f ms copying misses (%.3f ms a layer step, %u threads), "
+               "%.1f ms waiting for ids (%.3f ms a layer step); prefetch %llu, %llu hits, "
+               "%llu wasted\n",
+               (double)xc.fill_ns / 1e6, (double)xc.fill_ns / 1e6 / n_ls, xc.threads,
+               (double)xc.ids_ns / 1e6, (double)xc.ids_ns / 1e6 / n_ls,
+               (unsigned long long)xc.prefetched, (unsigned long long)xc.prefetch_hits,
+               (unsigned long long)xc.prefetch_wasted);
+    }
     printf("peak RSS   %.1f MiB\n", (double)ebb_peak_rss() / (1 << 20));
 }
 

@@ -1,19 +1,44 @@
 /* The expert cache (docs/STREAMER.md, "Experts on demand"): a mixture-of-experts layer keeps its
  * router, norms and attention resident while its three expert stacks stay in the mmapped file;
  * a device pool of n_slots expert slots per layer holds the experts used lately. After the
- * router (moe_route, on the device), the chosen ids are read back (one blocking read per layer),
- * the missing experts are copied from the file through a pinned staging buffer into the least
- * recently used slots, and the expert kernels run over the pool through a table of slot ids
- * (one small upload) in place of the expert ids. A chunk of prefill rows that uses more
- * experts than there are slots runs in passes, each over the rows whose experts fit (a token's
- * k experts always do, n_slots >= k); rows outside a pass carry slot -1, which the kernels
- * skip. Everything is allocated once at load. model-cl-moe.c drives a layer step
+ * router (moe_route, on the device), the chosen ids are read back (one blocking read per layer:
+ * the only host wait of a step), the missing experts get the least recently used slots, and
+ * their bytes go from the file into a ring of pinned staging entries (one expert each), filled
+ * a batch at a time by a pool of host threads (stream-pool.h), and from there to the slots by
+ * non-blocking writes on a second command queue: while the device copies one batch the threads
+ * fill the next. The compute queue waits for the copies through a barrier on the last one's
+ * event. The expert kernels run over the pool through a table of slot ids (one small upload)
+ * in place of the expert ids. A chunk of prefill rows that uses more experts than there are
+ * slots runs in passes, each over the rows whose experts fit (a token's k experts always do,
+ * n_slots >= k); rows outside a pass carry slot -1, which the kernels skip, and a pass's
+ * copies wait for the previous pass's kernels (a marker's event). Two options: prefetch
+ * (EBB_EXPERT_PREFETCH) starts copies of the next layer's most used experts at the end of a
+ * step, and a host tier (EBB_EXPERT_PINNED) keeps every expert in pinned host memory so that a
+ * miss needs no fill. Everything is allocated once at load. model-cl-moe.c drives a layer step
  * (ebb__clm_xc_begin, then ebb__clm_xc_next and its kernels per pass). */
 #include "model-cl-int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stream/stream-pool.h"
+
+#define XC_MAX_THREADS 64
+#define XC_MAX_BATCH 16
+#define XC_ALIGN 4096u /* staging entries start on pages */
+#define XC_DECAY 64    /* layer steps between halvings of the use counts */
+
+/* A batch of experts of one layer to fill from the file into staging entries (a pool job). */
+struct xc_fill {
+    struct clm_xc *x;
+    uint32_t l, n, split; /* layer, experts, pieces each record is copied in */
+    uint32_t *e;          /* (cap) expert ids */
+    int32_t *slot;        /* (cap) their slots */
+    uint32_t *ent;        /* (cap) their staging entries */
+};
 
 struct clm_xc {
     uint32_t n_slots, n_layer, n_expert, k;
@@ -28,10 +53,36 @@ struct clm_xc {
     int32_t *expert_in;      /* (n_layer, n_slots) the expert in slot s, or -1 */
     uint64_t *used;          /* (n_layer, n_slots) clock of the last pass that used it */
     uint64_t clock;          /* passes so far */
-    cl_mem stage;     /* pinned host staging: n_slots experts of the three stacks of the layer with
-                         the largest experts */
-    uint8_t *stage_p; /* its mapping */
-    cl_mem sids;      /* (N_BATCH, k) int: the slot table the kernels read */
+    cl_mem stage;            /* pinned host staging: n_ent entries of ent_bytes (one expert of the
+                                layer with the largest) */
+    uint8_t *stage_p;        /* its mapping */
+    uint64_t ent_bytes;      /* an entry: the largest expert, rounded up to XC_ALIGN */
+    uint32_t n_ent;          /* 2 x batch + 2 x pf_max */
+    uint32_t batch;          /* experts filled per pool job (EBB_EXPERT_BATCH) */
+    cl_event *ent_ev;        /* (n_ent) the last write that reads the entry, or NULL */
+    cl_command_queue qio;    /* the copies */
+    cl_event last_copy;      /* the last write enqueued on qio */
+    bool unwaited;           /* the compute queue has no barrier on last_copy yet */
+    struct ebb_stream_pool *threads; /* fill the staging (and the host tier at load) */
+    struct xc_fill fill;             /* the demand batch */
+    /* Prefetch (EBB_EXPERT_PREFETCH): at the end of layer l's step the threads fill up to pf_max
+     * guesses for the next layer (its most used experts that are not in its slots) into two
+     * alternating sets of pf_max entries after the demand ones; their writes are enqueued at
+     * the next ebb__clm_xc_begin, before its read-back (with the host tier: at once). */
+    uint32_t pf_max, pf_set;
+    bool pf_pending;   /* pf's fill started, its writes not enqueued yet */
+    struct xc_fill pf; /* the guesses under way */
+    uint32_t *count;   /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
+    uint32_t *steps;   /* (n_layer) layer steps since the last halving */
+    uint8_t *pf_flag;  /* (n_layer, n_slots) holds a prefetched expert not looked up yet */
+    /* EBB_EXPERT_PINNED=1: every expert of each layer copied once, at load, into pinned host
+     * memory (expert e's three records back to back at e x their sizes), so that a miss is one
+     * write from there and the staging goes unused. */
+    cl_mem *tier;                     /* (n_layer) or NULL */
+    uint8_t **tier_p;                 /* (n_layer) their mappings */
+    uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
+    int32_t *miss_slot;               /* (n_slots) and their slots */
+    cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
     int32_t *host_ids, *host_sids;    /* (N_BATCH, k) read back / to upload */
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
@@ -41,6 +92,31 @@ struct clm_xc {
     int nt, t0;
     struct ebb_model_expert_cache d;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A small count from the environment: def when unset, EBB_EINVAL naming it when not a number
+ * within lo..hi. */
+static ebb_err env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
+                         struct ebb_diag *diag)
+{
+    const char *env = getenv(name);
+    *out = def;
+    if (!env || !*env)
+        return EBB_OK;
+    char *end = NULL;
+    unsigned long v = strtoul(env, &end, 10);
+    if (end == env || *end || *env == '-' || v < lo || v > hi)
+        return ebb_diag_set(diag, EBB_EINVAL, "%s='%.40s': expected a number from %u to %u", name,
+                            env, lo, hi);
+    *out = (uint32_t)v;
+    return EBB_OK;
+}
 
 /* The setting: p->expert_cache, or EBB_EXPERT_CACHE when set (tests and the daemon). */
 static ebb_err setting(const struct ebb_model_params *p, uint32_t *out, struct ebb_diag *diag)
@@ -99,6 +175,117 @@ static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t bud
     return EBB_OK;
 }
 
+/* Bytes of one expert of layer l: its three records. */
+static uint64_t expert_size(const struct clm_xc *x, uint32_t l)
+{
+    return x->ebytes[(size_t)l * 3] + x->ebytes[(size_t)l * 3 + 1] + x->ebytes[(size_t)l * 3 + 2];
+}
+
+/* Task i of the host tier's fill: expert i % n_expert of layer i / n_expert. */
+static void tier_task(void *ctx, uint32_t i)
+{
+    const struct clm_xc *x = ctx;
+    uint32_t l = i / x->n_expert, e = i % x->n_expert;
+    uint8_t *dst = x->tier_p[l] + (uint64_t)e * expert_size(x, l);
+    for (uint32_t r = 0; r < 3; r++) {
+        uint64_t eb = x->ebytes[(size_t)l * 3 + r];
+        memcpy(dst, x->src[(size_t)l * 3 + r] + (uint64_t)e * eb, eb);
+        dst += eb;
+    }
+}
+
+/* EBB_EXPERT_PINNED=1: the host tier, allocated, mapped and filled from the file at load. */
+static ebb_err tier_open(struct clm *m, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    x->tier = calloc(x->n_layer, sizeof(*x->tier));
+    x->tier_p = calloc(x->n_layer, sizeof(*x->tier_p));
+    if (!x->tier || !x->tier_p)
+        return EBB_ENOMEM;
+    uint64_t total = 0;
+    for (uint32_t l = 0; l < x->n_layer; l++) {
+        size_t bytes = (size_t)(expert_size(x, l) * x->n_expert);
+        cl_int e = CL_SUCCESS;
+        x->tier[l] =
+            clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &e);
+        if (!e)
+            x->tier_p[l] =
+                clEnqueueMapBuffer(x->qio, x->tier[l], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                   bytes, 0, NULL, NULL, &e);
+        if (e)
+            return ebb_diag_set(diag, EBB_ENOMEM,
+                                "EBB_EXPERT_PINNED: pinning %.1f MiB of host memory for layer %u's "
+                                "experts (%.1f MiB so far): %s",
+                                (double)bytes / (1 << 20), l, (double)total / (1 << 20),
+                                ebb_cl_err_name(e));
+        total += bytes;
+    }
+    ebb_stream_pool_run(x->threads, x->n_layer * x->n_expert, tier_task, x);
+    x->st.host_bytes = total;
+    return EBB_OK;
+}
+
+/* The copy path, at load, from the EBB_EXPERT_* settings: the copy threads, the second queue,
+ * the pinned staging ring (two batches and two prefetch sets of entries of `big` bytes, rounded
+ * up to pages), the batches' host arrays, the prefetch's counts and flags, and the host tier. */
+static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t threads, pinned, def = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (uint32_t)ncpu;
+    ebb_err rc;
+    if ((rc = env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
+        (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
+        (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)) ||
+        (rc = env_count("EBB_EXPERT_PINNED", 0, 0, 1, &pinned, diag)))
+        return rc;
+    if (x->pf_max > x->n_slots / 2) /* at most half the next layer's slots */
+        x->pf_max = x->n_slots / 2;
+    if (x->n_layer < 2) /* the next layer would be this one, whose slots its kernels read */
+        x->pf_max = 0;
+    if ((rc = ebb_stream_pool_new(threads, &x->threads, diag)))
+        return rc;
+    x->ent_bytes = (big + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN;
+    x->n_ent = 2 * x->batch + 2 * x->pf_max;
+    x->ent_ev = calloc(x->n_ent, sizeof(*x->ent_ev));
+    x->fill.e = malloc(sizeof(uint32_t) * x->batch);
+    x->fill.slot = malloc(sizeof(int32_t) * x->batch);
+    x->fill.ent = malloc(sizeof(uint32_t) * x->batch);
+    x->miss_e = malloc(sizeof(uint32_t) * x->n_slots);
+    x->miss_slot = malloc(sizeof(int32_t) * x->n_slots);
+    if (!x->ent_ev || !x->fill.e || !x->fill.slot || !x->fill.ent || !x->miss_e || !x->miss_slot)
+        return EBB_ENOMEM;
+    x->fill.x = x;
+    if (x->pf_max) {
+        size_t L = x->n_layer;
+        x->pf.x = x;
+        x->pf.e = malloc(sizeof(uint32_t) * x->pf_max);
+        x->pf.slot = malloc(sizeof(int32_t) * x->pf_max);
+        x->pf.ent = malloc(sizeof(uint32_t) * x->pf_max);
+        x->count = calloc(L * x->n_expert, sizeof(uint32_t));
+        x->steps = calloc(L, sizeof(uint32_t));
+        x->pf_flag = calloc(L * x->n_slots, 1);
+        if (!x->pf.e || !x->pf.slot || !x->pf.ent || !x->count || !x->steps || !x->pf_flag)
+            return EBB_ENOMEM;
+    }
+    cl_int e = CL_SUCCESS;
+    x->qio = clCreateCommandQueue(m->cl->ctx, m->cl->dev, 0, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_EDEVICE, "creating the expert copy queue: %s",
+                            ebb_cl_err_name(e));
+    size_t bytes = (size_t)(x->ent_bytes * x->n_ent);
+    x->stage =
+        clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_ENOMEM, "allocating the expert staging (%zu bytes): %s",
+                            bytes, ebb_cl_err_name(e));
+    x->stage_p = clEnqueueMapBuffer(x->qio, x->stage, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes,
+                                    0, NULL, NULL, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_ENOMEM, "mapping the expert staging: %s", ebb_cl_err_name(e));
+    return pinned ? tier_open(m, diag) : EBB_OK;
+}
+
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag)
 {
@@ -153,7 +340,7 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
         !x->host_sids || !x->want || !x->list)
         return EBB_ENOMEM;
     memset(x->slot_of, 0xff, sizeof(int32_t) * L * E);
-    uint64_t stage = 0, experts = 0, per_slot = 0, big = 0, small = UINT64_MAX;
+    uint64_t experts = 0, per_slot = 0, big = 0, small = UINT64_MAX;
     for (uint32_t l = 0; l < L; l++) {
         for (uint32_t i = 0; i < 3; i++) {
             const struct clm_group *G = &m->plan.groups[x->g0 + i];
@@ -215,17 +402,8 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
         w->a = x->pool[j];
         w->bytes = eb * n_slots;
     }
-    stage = big * n_slots;
-    cl_int e = CL_SUCCESS;
-    x->stage =
-        clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, stage, NULL, &e);
-    if (e)
-        return ebb_diag_set(diag, EBB_ENOMEM, "allocating the expert staging (%llu bytes): %s",
-                            (unsigned long long)stage, ebb_cl_err_name(e));
-    x->stage_p = clEnqueueMapBuffer(m->cl->q, x->stage, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                                    stage, 0, NULL, NULL, &e);
-    if (e)
-        return ebb_diag_set(diag, EBB_ENOMEM, "mapping the expert staging: %s", ebb_cl_err_name(e));
+    if ((rc = staging_open(m, big, diag)))
+        return rc;
     if ((rc = ebb__clm_alloc(m, sizeof(cl_int) * N_BATCH * k, &x->sids, "expert slot table", diag)))
         return rc;
     x->st.on = true;
@@ -234,23 +412,24 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.pool_bytes = per_slot * n_slots;
     x->st.expert_bytes = big;
     x->st.expert_bytes_min = small;
+    x->st.threads = ebb_stream_pool_threads(x->threads);
     m->xc_g0 = x->g0;
     m->xc_token_bytes = (uint64_t)k * per_slot;
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
-            "%.1f MiB of %.1f MiB of experts)\n",
+            "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u%s)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
-            (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20));
+            (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20), x->st.threads,
+            x->batch, x->tier ? "; every expert in pinned host memory" : "");
     return EBB_OK;
 }
 
-/* Expert e of layer l into a slot: a free one, else the least recently used one not wanted by
- * this pass. Its three records are copied to the staging, then to the pool (non-blocking: the
- * staging is next written after a blocking read of this queue, or after clFinish). */
-static ebb_err fetch(struct clm *m, uint32_t l, uint32_t e, uint64_t *stage_off,
-                     struct ebb_model_expert_cache *d, struct ebb_diag *diag)
+/* A slot of layer l for a new expert: a free one, else the least recently used one not wanted
+ * by this pass (want: n_expert flags, or NULL). The tables forget its old expert; -1 when every
+ * slot is wanted (cannot happen: a pass wants at most n_slots experts). */
+static int32_t victim(struct clm_xc *x, uint32_t l, const uint8_t *want,
+                      struct ebb_model_expert_cache *d)
 {
-    struct clm_xc *x = m->xc;
     int32_t *in = x->expert_in + (size_t)l * x->n_slots;
     uint64_t *used = x->used + (size_t)l * x->n_slots;
     int32_t best = -1;
@@ -259,33 +438,154 @@ static ebb_err fetch(struct clm *m, uint32_t l, uint32_t e, uint64_t *stage_off,
             best = (int32_t)s;
             break;
         }
-        if (x->want[in[s]])
+        if (want && want[in[s]])
             continue;
         if (best < 0 || used[s] < used[best])
             best = (int32_t)s;
     }
-    if (best < 0) /* cannot happen: a pass wants at most n_slots experts */
-        return ebb_diag_set(diag, EBB_EINVAL, "expert cache: no slot free in layer %u", l);
-    if (in[best] >= 0) {
+    if (best >= 0 && in[best] >= 0) {
         x->slot_of[(size_t)l * x->n_expert + (uint32_t)in[best]] = -1;
+        in[best] = -1;
         d->evictions++;
     }
-    for (uint32_t i = 0; i < 3; i++) {
-        uint64_t eb = x->ebytes[l * 3 + i];
-        uint8_t *dst = x->stage_p + *stage_off;
-        memcpy(dst, x->src[l * 3 + i] + (uint64_t)e * eb, eb);
-        ebb_err rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, x->pool[l * 3 + i], CL_FALSE,
-                                                       (size_t)(eb * (uint64_t)best), (size_t)eb,
-                                                       dst, 0, NULL, NULL),
-                                  diag, "copying an expert to its slot");
-        if (rc)
-            return rc;
-        *stage_off += eb;
-        d->bytes_copied += eb;
+    if (best >= 0 && x->pf_flag && x->pf_flag[(size_t)l * x->n_slots + (uint32_t)best]) {
+        x->pf_flag[(size_t)l * x->n_slots + (uint32_t)best] = 0;
+        d->prefetch_wasted++;
     }
-    in[best] = (int32_t)e;
-    x->slot_of[(size_t)l * x->n_expert + e] = best;
+    return best;
+}
+
+/* After a failed copy: layer l's slots are all empty (what they hold is unknown). */
+static void forget_layer(struct clm_xc *x, uint32_t l)
+{
+    memset(x->slot_of + (size_t)l * x->n_expert, 0xff, sizeof(int32_t) * x->n_expert);
+    memset(x->expert_in + (size_t)l * x->n_slots, 0xff, sizeof(int32_t) * x->n_slots);
+    if (x->pf_flag)
+        memset(x->pf_flag + (size_t)l * x->n_slots, 0, x->n_slots);
+}
+
+/* Piece i of a fill job: expert i / (3 split), record (i / split) % 3, part i % split of it,
+ * from the mapped file into the expert's staging entry (its records back to back). */
+static void fill_task(void *ctx, uint32_t i)
+{
+    const struct xc_fill *f = ctx;
+    const struct clm_xc *x = f->x;
+    uint32_t j = i / (3 * f->split), r = (i / f->split) % 3, part = i % f->split;
+    const uint64_t *eb = x->ebytes + (size_t)f->l * 3;
+    uint64_t roff = 0;
+    for (uint32_t q = 0; q < r; q++)
+        roff += eb[q];
+    uint64_t a = eb[r] * part / f->split, b = eb[r] * (part + 1) / f->split;
+    uint8_t *dst = x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff;
+    memcpy(dst + a, x->src[(size_t)f->l * 3 + r] + (uint64_t)f->e[j] * eb[r] + a, b - a);
+}
+
+/* Enqueues the writes of f's filled entries into their slots on the copy queue, the first one
+ * after `after` (or nothing); the last write's event then guards the entries and is the
+ * queue's last copy. */
+static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
+                              struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    cl_int e = CL_SUCCESS;
+    cl_event last = NULL;
+    for (uint32_t j = 0; j < f->n && !e; j++) {
+        uint64_t roff = 0;
+        for (uint32_t r = 0; r < 3 && !e; r++) {
+            uint64_t eb = x->ebytes[(size_t)f->l * 3 + r];
+            bool first = !j && !r, end = j + 1 == f->n && r == 2;
+            const uint8_t *from =
+                x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l) + roff
+                          : x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff;
+            e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE,
+                                     (size_t)(eb * (uint64_t)f->slot[j]), (size_t)eb, from,
+                                     first && after ? 1 : 0, first && after ? &after : NULL,
+                                     end ? &last : NULL);
+            roff += eb;
+        }
+    }
+    if (!e)
+        e = clFlush(x->qio);
+    if (e) { /* the writes enqueued may still read the entries: let them end */
+        if (last)
+            clReleaseEvent(last);
+        clFinish(x->qio);
+        return ebb_cl_check(e, diag, "copying an expert to its slot");
+    }
+    for (uint32_t j = 0; j < f->n && !x->tier_p; j++) { /* the tier is never rewritten */
+        clRetainEvent(last);
+        x->ent_ev[f->ent[j]] = last;
+    }
+    if (x->last_copy)
+        clReleaseEvent(x->last_copy);
+    x->last_copy = last;
+    x->unwaited = true;
     return EBB_OK;
+}
+
+/* Waits until the device has read what f's staging entries held last. */
+static ebb_err wait_entries(struct clm_xc *x, const struct xc_fill *f, struct ebb_diag *diag)
+{
+    for (uint32_t j = 0; j < f->n; j++) {
+        cl_event *ev = &x->ent_ev[f->ent[j]];
+        if (*ev) {
+            cl_int e = clWaitForEvents(1, ev);
+            clReleaseEvent(*ev);
+            *ev = NULL;
+            if (e)
+                return ebb_cl_check(e, diag, "waiting for an expert staging entry");
+        }
+    }
+    return EBB_OK;
+}
+
+/* Pieces each of f's records is copied in, so that each of `threads` gets a part. */
+static void split_for(struct xc_fill *f, uint32_t threads)
+{
+    f->split = (threads + 3 * f->n - 1) / (3 * f->n);
+}
+
+/* Fills f's staging entries on the copy threads and all of the owner, then enqueues their
+ * writes (engine thread). */
+static ebb_err fill_and_copy(struct clm *m, struct xc_fill *f, cl_event after,
+                             struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    ebb_err rc = wait_entries(x, f, diag);
+    if (rc)
+        return rc;
+    split_for(f, ebb_stream_pool_threads(x->threads));
+    ebb_stream_pool_run(x->threads, 3 * f->n * f->split, fill_task, f);
+    return enqueue_copies(m, f, after, diag);
+}
+
+/* The pass's misses (their slots taken already) from the file to their slots, a batch at a
+ * time, alternating between the two halves of the staging ring so that the threads fill one
+ * batch while the device copies the previous one; the first write waits for `after`. */
+static ebb_err copy_misses(struct clm *m, uint32_t l, uint32_t n, cl_event after,
+                           struct ebb_model_expert_cache *d, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    struct xc_fill *f = &x->fill;
+    ebb_err rc = EBB_OK;
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0, half = 0; i < n && !rc; i += x->batch, half ^= 1) {
+        f->l = l;
+        f->n = n - i < x->batch ? n - i : x->batch;
+        for (uint32_t j = 0; j < f->n; j++) {
+            f->e[j] = x->miss_e[i + j];
+            f->slot[j] = x->miss_slot[i + j];
+            f->ent[j] = half * x->batch + j;
+            for (uint32_t r = 0; r < 3; r++)
+                d->bytes_copied += x->ebytes[(size_t)l * 3 + r];
+        }
+        rc = x->tier_p ? enqueue_copies(m, f, i ? NULL : after, diag)
+                       : fill_and_copy(m, f, i ? NULL : after, diag);
+    }
+    if (rc)
+        forget_layer(x, l);
+    d->fill_ns += now_ns() - t0;
+    return rc;
 }
 
 ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag)
@@ -296,7 +596,18 @@ ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *di
     x->nt = nt;
     x->t0 = 0;
     x->d = (struct ebb_model_expert_cache){0};
-    ebb_err rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
+    ebb_err rc = EBB_OK;
+    if (x->pf_pending) { /* the guesses for this layer: their copies overlap the read-back */
+        ebb_stream_pool_wait(x->threads);
+        x->pf_pending = false;
+        if ((rc = enqueue_copies(m, &x->pf, NULL, diag))) {
+            forget_layer(x, x->pf.l);
+            return rc;
+        }
+    }
+    uint64_t t0 = now_ns();
+    rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
+    x->d.ids_ns = now_ns() - t0;
     for (size_t r = 0; r < n_ids && !rc; r++)
         if (x->host_ids[r] < 0 || (uint32_t)x->host_ids[r] >= x->n_expert)
             rc = ebb_diag_set(diag, EBB_EINVAL, "expert cache: the router chose expert %d",
@@ -315,8 +626,81 @@ static void publish(struct clm *m)
     x->st.bytes_copied += x->d.bytes_copied;
     x->st.evictions += x->d.evictions;
     x->st.passes += x->d.passes;
+    x->st.fill_ns += x->d.fill_ns;
+    x->st.ids_ns += x->d.ids_ns;
+    x->st.prefetched += x->d.prefetched;
+    x->st.prefetch_hits += x->d.prefetch_hits;
+    x->st.prefetch_wasted += x->d.prefetch_wasted;
     x->st.layer_steps++;
     pthread_mutex_unlock(&m->snap_mu);
+}
+
+/* The end of layer l's step with prefetch on: its prefetched experts that no pass used count as
+ * wasted, the use counts age, and the threads start filling the next layer's guesses: its most
+ * used experts that are not in its slots (a use count above 0), into its least recently used
+ * slots (no expert of layer l's step is among them: they are another layer's). */
+static ebb_err prefetch(struct clm *m, uint32_t l, struct ebb_model_expert_cache *d,
+                        struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    uint8_t *flag = x->pf_flag + (size_t)l * x->n_slots;
+    for (uint32_t s = 0; s < x->n_slots; s++)
+        if (flag[s]) {
+            flag[s] = 0;
+            d->prefetch_wasted++;
+        }
+    if (++x->steps[l] == XC_DECAY) {
+        x->steps[l] = 0;
+        for (uint32_t e = 0; e < x->n_expert; e++)
+            x->count[(size_t)l * x->n_expert + e] >>= 1;
+    }
+    /* The layer's kernels start while the threads fill. */
+    ebb_err rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
+    uint32_t tl = (l + 1) % x->n_layer;
+    const uint32_t *count = x->count + (size_t)tl * x->n_expert;
+    const int32_t *slot_of = x->slot_of + (size_t)tl * x->n_expert;
+    struct xc_fill *f = &x->pf;
+    f->l = tl;
+    f->n = 0;
+    while (!rc && f->n < x->pf_max) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < x->n_expert; e++)
+            if (slot_of[e] < 0 && count[e] && (best < 0 || count[e] > count[best]))
+                best = (int32_t)e;
+        if (best < 0)
+            break;
+        int32_t s = victim(x, tl, NULL, d);
+        if (s < 0)
+            break;
+        x->expert_in[(size_t)tl * x->n_slots + (uint32_t)s] = best;
+        x->slot_of[(size_t)tl * x->n_expert + (uint32_t)best] = s;
+        x->used[(size_t)tl * x->n_slots + (uint32_t)s] = x->clock;
+        x->pf_flag[(size_t)tl * x->n_slots + (uint32_t)s] = 1;
+        f->e[f->n] = (uint32_t)best;
+        f->slot[f->n] = s;
+        f->ent[f->n] = 2 * x->batch + x->pf_set * x->pf_max + f->n;
+        f->n++;
+        d->prefetched++;
+        for (uint32_t r = 0; r < 3; r++)
+            d->bytes_copied += x->ebytes[(size_t)tl * 3 + r];
+    }
+    if (rc || !f->n)
+        return rc;
+    if (x->tier_p) { /* straight from the tier: the copies overlap this layer's kernels */
+        if ((rc = enqueue_copies(m, f, NULL, diag)))
+            forget_layer(x, tl);
+        return rc;
+    }
+    x->pf_set ^= 1;
+    if ((rc = wait_entries(x, f, diag))) {
+        forget_layer(x, tl);
+        return rc;
+    }
+    uint32_t workers = ebb_stream_pool_threads(x->threads) - 1;
+    split_for(f, workers ? workers : 1);
+    ebb_stream_pool_start(x->threads, 3 * f->n * f->split, fill_task, f);
+    x->pf_pending = true;
+    return EBB_OK;
 }
 
 ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
@@ -328,8 +712,9 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     size_t n_ids = (size_t)nt * k;
     *ready = false;
     if (t0 >= nt) {
+        ebb_err rc = x->pf_max ? prefetch(m, l, &x->d, diag) : EBB_OK;
         publish(m);
-        return EBB_OK;
+        return rc;
     }
     const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
     uint64_t *used = x->used + (size_t)l * x->n_slots;
@@ -351,30 +736,61 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
             }
         }
     }
-    /* Earlier passes' copies read the staging: let them finish before it is rewritten. */
-    ebb_err rc = t0 > 0 ? ebb_cl_finish(m->cl, diag) : EBB_OK;
+    /* Slots for the misses (never one this pass wants), then their copies. A pass after the
+     * first overwrites slots the previous pass's kernels read: its copies wait for them. */
+    ebb_err rc = EBB_OK;
+    uint32_t n_miss = 0;
     x->clock++;
-    uint64_t stage_off = 0;
     for (uint32_t i = 0; i < n && !rc; i++) {
         uint32_t e = x->list[i];
         d->lookups++;
+        if (x->count)
+            x->count[(size_t)l * x->n_expert + e]++;
         if (slot_of[e] >= 0) {
             d->hits++;
+            uint8_t *pf = x->pf_flag ? x->pf_flag + (size_t)l * x->n_slots + slot_of[e] : NULL;
+            if (pf && *pf) {
+                *pf = 0;
+                d->prefetch_hits++;
+            }
         } else {
+            int32_t s = victim(x, l, x->want, d);
+            if (s < 0) {
+                rc = ebb_diag_set(diag, EBB_EINVAL, "expert cache: no slot free in layer %u", l);
+                break;
+            }
             d->misses++;
-            rc = fetch(m, l, e, &stage_off, d, diag);
+            x->expert_in[(size_t)l * x->n_slots + (uint32_t)s] = (int32_t)e;
+            x->slot_of[(size_t)l * x->n_expert + e] = s;
+            x->miss_e[n_miss] = e;
+            x->miss_slot[n_miss++] = s;
         }
-        if (!rc)
-            used[slot_of[e]] = x->clock;
+        used[slot_of[e]] = x->clock;
     }
-    for (size_t r = 0; r < n_ids; r++) {
+    cl_event after = NULL;
+    if (!rc && n_miss && t0 > 0)
+        rc = ebb_cl_check(clEnqueueMarkerWithWaitList(m->cl->q, 0, NULL, &after), diag,
+                          "marking the end of an expert pass");
+    if (!rc && n_miss)
+        rc = copy_misses(m, l, n_miss, after, d, diag);
+    if (after)
+        clReleaseEvent(after);
+    if (rc)
+        forget_layer(x, l);
+    for (size_t r = 0; r < n_ids && !rc; r++) {
         int t = (int)(r / k);
         x->host_sids[r] = t >= t0 && t < t1 ? slot_of[x->host_ids[r]] : -1;
     }
     for (uint32_t i = 0; i < n; i++)
         x->want[x->list[i]] = 0;
     d->passes++;
-    /* Blocking when another pass follows: it rewrites host_sids. */
+    /* The kernels wait for the copies; the slot table's upload blocks when another pass
+     * follows (it rewrites host_sids). */
+    if (!rc && x->unwaited) {
+        rc = ebb_cl_check(clEnqueueBarrierWithWaitList(m->cl->q, 1, &x->last_copy, NULL), diag,
+                          "waiting for the expert copies");
+        x->unwaited = false;
+    }
     if (!rc)
         rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, x->sids, t1 < nt ? CL_TRUE : CL_FALSE, 0,
                                                sizeof(cl_int) * n_ids, x->host_sids, 0, NULL, NULL),
@@ -410,16 +826,35 @@ void ebb__clm_xc_fini(struct clm *m)
     struct clm_xc *x = m->xc;
     if (!x)
         return;
+    ebb_stream_pool_free(x->threads); /* waits for a fill under way */
+    if (x->qio)
+        clFinish(x->qio);
+    clFinish(m->cl->q);
+    for (uint32_t i = 0; x->ent_ev && i < x->n_ent; i++)
+        if (x->ent_ev[i])
+            clReleaseEvent(x->ent_ev[i]);
+    if (x->last_copy)
+        clReleaseEvent(x->last_copy);
     if (x->pool)
         for (size_t i = 0; i < (size_t)x->n_layer * 3; i++)
             if (x->pool[i])
                 clReleaseMemObject(x->pool[i]);
-    if (x->stage_p)
-        clEnqueueUnmapMemObject(m->cl->q, x->stage, x->stage_p, 0, NULL, NULL);
-    if (x->stage_p)
-        clFinish(m->cl->q);
+    if (x->stage_p) {
+        clEnqueueUnmapMemObject(x->qio, x->stage, x->stage_p, 0, NULL, NULL);
+        clFinish(x->qio);
+    }
     if (x->stage)
         clReleaseMemObject(x->stage);
+    for (uint32_t l = 0; x->tier && x->tier_p && l < x->n_layer; l++) {
+        if (x->tier_p[l])
+            clEnqueueUnmapMemObject(x->qio, x->tier[l], x->tier_p[l], 0, NULL, NULL);
+        if (x->tier_p[l])
+            clFinish(x->qio);
+        if (x->tier[l])
+            clReleaseMemObject(x->tier[l]);
+    }
+    if (x->qio)
+        clReleaseCommandQueue(x->qio);
     if (x->sids)
         clReleaseMemObject(x->sids);
     free(x->src);
@@ -433,6 +868,20 @@ void ebb__clm_xc_fini(struct clm *m)
     free(x->host_sids);
     free(x->want);
     free(x->list);
+    free(x->ent_ev);
+    free(x->fill.e);
+    free(x->fill.slot);
+    free(x->fill.ent);
+    free(x->miss_e);
+    free(x->miss_slot);
+    free(x->pf.e);
+    free(x->pf.slot);
+    free(x->pf.ent);
+    free(x->count);
+    free(x->steps);
+    free(x->pf_flag);
+    free(x->tier);
+    free(x->tier_p);
     free(x);
     m->xc = NULL;
 }

@@ -322,17 +322,22 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         buf[0] = 0;
     if (!ebb_model_expert_cache(m, &x))
         return 0;
-    int n = snprintf(buf, cap,
-                     "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
-                     "\"expert_bytes_min\":%llu,\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,"
-                     "\"evictions\":%llu,"
-                     "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu}",
-                     x.slots, x.n_layer, (unsigned long long)x.pool_bytes,
-                     (unsigned long long)x.expert_bytes, (unsigned long long)x.expert_bytes_min,
-                     (unsigned long long)x.lookups, (unsigned long long)x.hits,
-                     (unsigned long long)x.misses, (unsigned long long)x.evictions,
-                     (unsigned long long)x.bytes_copied, (unsigned long long)x.passes,
-                     (unsigned long long)x.layer_steps);
+    int n = snprintf(
+        buf, cap,
+        "{\"slots\":%u,\"layers\":%u,\"pool_bytes\":%llu,\"expert_bytes\":%llu,"
+        "\"expert_bytes_min\":%llu,\"lookups\":%llu,\"hits\":%llu,\"misses\":%llu,"
+        "\"evictions\":%llu,"
+        "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
+        "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
+        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu}",
+        x.slots, x.n_layer, (unsigned long long)x.pool_bytes, (unsigned long long)x.expert_bytes,
+        (unsigned long long)x.expert_bytes_min, (unsigned long long)x.lookups,
+        (unsigned long long)x.hits, (unsigned long long)x.misses, (unsigned long long)x.evictions,
+        (unsigned long long)x.bytes_copied, (unsigned long long)x.passes,
+        (unsigned long long)x.layer_steps, x.threads, (unsigned long long)x.host_bytes,
+        (unsigned long long)x.fill_ns, (unsigned long long)x.ids_ns,
+        (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
+        (unsigned long long)x.prefetch_wasted);
     return n > 0 ? (size_t)n : 0;
 }
 
@@ -353,12 +358,22 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
         "# HELP ebb_expert_cache_hits_total Experts found in their slots.\n" XC
         "# HELP ebb_expert_cache_misses_total Experts copied into a slot.\n" XC
         "# HELP ebb_expert_cache_evictions_total Experts that left a slot for another.\n" XC
-        "# HELP ebb_expert_cache_bytes_copied_total Bytes copied into expert slots.\n" XC,
+        "# HELP ebb_expert_cache_bytes_copied_total Bytes copied into expert slots.\n" XC
+        "# HELP ebb_expert_cache_prefetched_total Experts copied ahead for the next layer.\n" XC
+        "# HELP ebb_expert_cache_prefetch_hits_total Prefetched experts the layer then used.\n" XC
+        "# HELP ebb_expert_cache_prefetch_wasted_total Prefetched experts the layer did not "
+        "use.\n" XC
+        "# HELP ebb_expert_cache_fill_seconds_total Engine thread time copying misses.\n"
+        "# TYPE ebb_expert_cache_fill_seconds_total counter\n"
+        "ebb_expert_cache_fill_seconds_total %.6f\n",
         "slots", "slots", (unsigned long long)x.slots, "pool_bytes", "pool_bytes",
         (unsigned long long)x.pool_bytes, "lookups", "lookups", (unsigned long long)x.lookups,
         "hits", "hits", (unsigned long long)x.hits, "misses", "misses",
         (unsigned long long)x.misses, "evictions", "evictions", (unsigned long long)x.evictions,
-        "bytes_copied", "bytes_copied", (unsigned long long)x.bytes_copied);
+        "bytes_copied", "bytes_copied", (unsigned long long)x.bytes_copied, "prefetched",
+        "prefetched", (unsigned long long)x.prefetched, "prefetch_hits", "prefetch_hits",
+        (unsigned long long)x.prefetch_hits, "prefetch_wasted", "prefetch_wasted",
+        (unsigned long long)x.prefetch_wasted, (double)x.fill_ns / 1e9);
 #undef XG
 #undef XC
     return n > 0 ? (size_t)n : 0;

@@ -171,6 +171,14 @@ struct ebb_model_expert_cache {
     uint64_t bytes_copied;
     uint64_t passes;      /* expert passes run (a layer step is one or more) */
     uint64_t layer_steps; /* MoE layer evaluations */
+    uint32_t threads;     /* host threads filling the staging */
+    uint64_t host_bytes;  /* EBB_EXPERT_PINNED: pinned host memory holding every expert, or 0 */
+    uint64_t fill_ns;     /* engine thread time copying misses: staging waits, fills, enqueues */
+    uint64_t ids_ns;      /* engine thread time in the read-back of the chosen ids */
+    /* Prefetch (EBB_EXPERT_PREFETCH): experts copied ahead into the next layer's slots (their
+     * bytes are in bytes_copied, their slots' previous experts in evictions), and of those
+     * the ones that layer's step then used (also counted as hits) or did not. */
+    uint64_t prefetched, prefetch_hits, prefetch_wasted;
 };
 /* Any thread: a snapshot; false when the model has no expert cache. */
 bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out);

@@ -17,6 +17,7 @@
 #include <zstd.h>
 
 #include "pack.h"
+#include "stream-pool.h"
 
 struct ebb_stream_io {
     int fd;
@@ -46,20 +47,14 @@ struct ebb_stream_io {
     ebb_err *slot_err;
     char (*slot_msg)[160];
     struct ebb_stream_io_stats st;
-    /* Reader helpers: a layer's read split into chunks read in parallel (n_helpers > 0). */
-    uint32_t n_helpers;
-    pthread_t *helpers;
-    uint32_t n_started;
-    pthread_mutex_t hmu;
-    pthread_cond_t hcv, hdone;
-    bool hstop;
+    /* Reader helpers: a layer's read split into chunks read in parallel (stream-pool.h). */
+    struct ebb_stream_pool *pool;
     struct {
-        uint64_t gen;
         int fd;
         uint8_t *dst;
         uint64_t off, len, chunk, got;
-        uint32_t n, next, done;
         int err; /* errno of a failed chunk */
+        pthread_mutex_t mu;
     } job;
 };
 
@@ -116,80 +111,47 @@ static ebb_err read_all(int fd, uint8_t *dst, uint64_t off, uint64_t len, uint64
     return EBB_OK;
 }
 
-/* Takes chunks of the current job until none is left (I/O thread and helpers). */
-static void run_chunks(struct ebb_stream_io *io)
+/* Chunk i of the current job (a pool task). */
+static void read_chunk(void *ctx, uint32_t i)
 {
-    pthread_mutex_lock(&io->hmu);
-    while (io->job.next < io->job.n) {
-        uint32_t i = io->job.next++;
-        uint64_t a = (uint64_t)i * io->job.chunk;
-        uint64_t l = io->job.len - a < io->job.chunk ? io->job.len - a : io->job.chunk, got = 0;
-        pthread_mutex_unlock(&io->hmu);
-        ebb_err rc = read_all(io->job.fd, io->job.dst + a, io->job.off + a, l, &got);
-        int err = rc ? errno : 0;
-        pthread_mutex_lock(&io->hmu);
-        if (rc && !io->job.err)
-            io->job.err = err ? err : EIO;
-        if (got < l && a + got < io->job.got)
-            io->job.got = a + got; /* the file ends inside this chunk */
-        if (++io->job.done == io->job.n)
-            pthread_cond_broadcast(&io->hdone);
-    }
-    pthread_mutex_unlock(&io->hmu);
+    struct ebb_stream_io *io = ctx;
+    uint64_t a = (uint64_t)i * io->job.chunk;
+    uint64_t l = io->job.len - a < io->job.chunk ? io->job.len - a : io->job.chunk, got = 0;
+    ebb_err rc = read_all(io->job.fd, io->job.dst + a, io->job.off + a, l, &got);
+    int err = rc ? errno : 0;
+    pthread_mutex_lock(&io->job.mu);
+    if (rc && !io->job.err)
+        io->job.err = err ? err : EIO;
+    if (got < l && a + got < io->job.got)
+        io->job.got = a + got; /* the file ends inside this chunk */
+    pthread_mutex_unlock(&io->job.mu);
 }
 
-static void *helper_main(void *arg)
-{
-    struct ebb_stream_io *io = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&io->hmu);
-    while (!io->hstop) {
-        if (io->job.gen != seen) {
-            seen = io->job.gen;
-            pthread_mutex_unlock(&io->hmu);
-            run_chunks(io);
-            pthread_mutex_lock(&io->hmu);
-            continue;
-        }
-        pthread_cond_wait(&io->hcv, &io->hmu);
-    }
-    pthread_mutex_unlock(&io->hmu);
-    return NULL;
-}
-
-/* read_all, split over the helpers when there are any and the read is large; *err = errno. */
+/* read_all, split over the pool's threads when there are several and the read is large;
+ * *err = errno. */
 static ebb_err read_par(struct ebb_stream_io *io, uint8_t *dst, uint64_t off, uint64_t len,
                         uint64_t *got, int *err)
 {
     const uint64_t min_chunk = 1u << 20;
-    if (!io->n_helpers || len < 2 * min_chunk) {
+    uint32_t nt = io->pool ? ebb_stream_pool_threads(io->pool) : 1;
+    if (nt < 2 || len < 2 * min_chunk) {
         ebb_err rc = read_all(io->fd, dst, off, len, got);
         *err = rc ? errno : 0;
         return rc;
     }
-    uint64_t chunk = align_up((len + io->n_helpers) / (io->n_helpers + 1));
+    uint64_t chunk = align_up((len + nt - 1) / nt);
     if (chunk < min_chunk)
         chunk = min_chunk;
-    pthread_mutex_lock(&io->hmu);
     io->job.fd = io->fd;
     io->job.dst = dst;
     io->job.off = off;
     io->job.len = len;
     io->job.chunk = chunk;
     io->job.got = len;
-    io->job.n = (uint32_t)((len + chunk - 1) / chunk);
-    io->job.next = io->job.done = 0;
     io->job.err = 0;
-    io->job.gen++;
-    pthread_cond_broadcast(&io->hcv);
-    pthread_mutex_unlock(&io->hmu);
-    run_chunks(io);
-    pthread_mutex_lock(&io->hmu);
-    while (io->job.done < io->job.n)
-        pthread_cond_wait(&io->hdone, &io->hmu);
+    ebb_stream_pool_run(io->pool, (uint32_t)((len + chunk - 1) / chunk), read_chunk, io);
     *got = io->job.got;
     *err = io->job.err;
-    pthread_mutex_unlock(&io->hmu);
     return *err ? EBB_EIO : EBB_OK;
 }
 
@@ -337,9 +299,7 @@ ebb_err ebb_stream_io_open(const struct ebb_stream_io_params *p, struct ebb_stre
     pthread_mutex_init(&io->mu, NULL);
     pthread_cond_init(&io->io_cv, NULL);
     pthread_cond_init(&io->done_cv, NULL);
-    pthread_mutex_init(&io->hmu, NULL);
-    pthread_cond_init(&io->hcv, NULL);
-    pthread_cond_init(&io->hdone, NULL);
+    pthread_mutex_init(&io->job.mu, NULL);
     int fd = open(p->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = ebb_diag_set(diag, errno == ENOENT ? EBB_ENOENT : EBB_EIO, "cannot open '%s': %s",
@@ -398,19 +358,8 @@ ebb_err ebb_stream_io_open(const struct ebb_stream_io_params *p, struct ebb_stre
             goto out;
         }
     }
-    io->n_helpers = p->n_threads > 1 ? p->n_threads - 1 : 0;
-    if (io->n_helpers) {
-        io->helpers = calloc(io->n_helpers, sizeof(*io->helpers));
-        if (!io->helpers) {
-            rc = EBB_ENOMEM;
-            goto out;
-        }
-        for (; io->n_started < io->n_helpers; io->n_started++)
-            if (pthread_create(&io->helpers[io->n_started], NULL, helper_main, io)) {
-                rc = ebb_diag_set(diag, EBB_ENOMEM, "stream-io: cannot start a reader thread");
-                goto out;
-            }
-    }
+    if (p->n_threads > 1 && (rc = ebb_stream_pool_new(p->n_threads, &io->pool, diag)))
+        goto out;
     if (pthread_create(&io->thread, NULL, io_main, io)) {
         rc = ebb_diag_set(diag, EBB_ENOMEM, "stream-io: cannot start the I/O thread");
         goto out;
@@ -435,16 +384,8 @@ void ebb_stream_io_close(struct ebb_stream_io *io)
         pthread_mutex_unlock(&io->mu);
         pthread_join(io->thread, NULL);
     }
-    pthread_mutex_lock(&io->hmu);
-    io->hstop = true;
-    pthread_cond_broadcast(&io->hcv);
-    pthread_mutex_unlock(&io->hmu);
-    for (uint32_t i = 0; i < io->n_started; i++)
-        pthread_join(io->helpers[i], NULL);
-    free(io->helpers);
-    pthread_cond_destroy(&io->hcv);
-    pthread_cond_destroy(&io->hdone);
-    pthread_mutex_destroy(&io->hmu);
+    ebb_stream_pool_free(io->pool);
+    pthread_mutex_destroy(&io->job.mu);
     if (io->fd >= 0)
         close(io->fd);
     ZSTD_freeDCtx(io->dctx);

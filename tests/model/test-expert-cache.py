@@ -9,7 +9,10 @@ of them longer than a prefill chunk (128 rows), with every expert resident and w
 forced to a few slots per layer: 4 (exactly the experts a token uses: every layer evicts, and
 prefill chunks run in many passes), 8, 16 (all: no eviction), and 4 through EBB_EXPERT_CACHE
 with the 8-bit decode kernels forced (EBB_CL_MVQ8/KQ8). The greedy ids must be identical to the
-resident run's, and the counters must add up: lookups = hits + misses, bytes copied = misses x
+resident run's (also with 3 copy threads filling the staging one expert at a time, and with
+8 slots and prefetch of 4 guesses a layer step, and with every expert in pinned host memory
+(EBB_EXPERT_PINNED=1) with 4 slots and with 8 and prefetch), and the counters must add up (with prefetch:
+copies = misses + prefetched, prefetched = prefetch hits + wasted + at most one last round): lookups = hits + misses, bytes copied = misses x
 one expert's bytes, evictions = misses - the slots first filled (slots x layers), layer steps = layers x
 evaluations, misses > 0, hits > 0, and with 16 slots no eviction. --expert-cache auto takes
 its slot count from --memory-budget (too small a budget: an error with the figures; one left
@@ -108,7 +111,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
     subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
                     "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
     q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
-    for i, env in ((0, None), (2, None), (0, q8)):
+    pinned = {"EBB_EXPERT_PINNED": "1"}  # every expert in pinned host memory, per layer's size
+    for i, env in ((0, None), (2, None), (0, q8), (2, pinned)):
         p = run(ebb, model, PROMPTS[i], env_add=env)
         if p.returncode:
             fail(f"mixed, prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
@@ -121,7 +125,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 continue
             d = json.loads(p.stdout)
             x = d.get("expert_cache") or {}
-            print(f"# mixed, prompt {i}, {slots} slots{' (8-bit decode)' if env else ''}: {x}")
+            label = "" if not env else " (pinned)" if env is pinned else " (8-bit decode)"
+            print(f"# mixed, prompt {i}, {slots} slots{label}: {x}")
             if d["tokens"] != base:
                 fail(f"mixed, prompt {i}, {slots} slots: greedy ids differ from the resident "
                      f"run's: {d['tokens']} vs {base}")
@@ -130,6 +135,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 fail(f"mixed, prompt {i}, {slots} slots: the experts' sizes do not differ "
                      f"between layers: {x}")
                 continue
+            if env is pinned and x.get("host_bytes") != N_EXPERT * ((N_LAYER - 1) * small + big):
+                fail(f"mixed, prompt {i}, pinned: host_bytes is not every expert's: {x}")
             extra = x["bytes_copied"] - x["misses"] * small
             if (x["lookups"] != x["hits"] + x["misses"] or extra <= 0 or
                     extra % (big - small) or extra // (big - small) >= x["misses"]):
@@ -163,6 +170,15 @@ def main():
         ("16 slots", ["--expert-cache", "16"], None),
         ("4 slots (env, 8-bit decode)", [], {"EBB_EXPERT_CACHE": "4", "EBB_CL_MVQ8": "1",
                                              "EBB_CL_KQ8": "1"}),
+        # the staging filled by 3 threads one expert at a time (a record split 1..3 ways)
+        ("4 slots, 3 threads, batches of 1", ["--expert-cache", "4"],
+         {"EBB_EXPERT_THREADS": "3", "EBB_EXPERT_BATCH": "1"}),
+        # prefetch: up to 4 guesses for the next layer at the end of each layer step
+        ("8 slots, prefetch 4", ["--expert-cache", "8"], {"EBB_EXPERT_PREFETCH": "4"}),
+        # every expert in pinned host memory: misses and prefetches copied from there
+        ("4 slots, pinned", ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "1"}),
+        ("8 slots, pinned, prefetch 4", ["--expert-cache", "8"],
+         {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_PREFETCH": "4"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
@@ -187,6 +203,9 @@ def main():
                 continue
             if "expert cache on" not in p.stderr:
                 fail(f"prompt {i}, {name}: the load log does not say the cache is on")
+            want_th = (env or {}).get("EBB_EXPERT_THREADS")
+            if want_th and f"{want_th} copy threads" not in p.stderr:
+                fail(f"prompt {i}, {name}: the load log does not say {want_th} copy threads")
             d = json.loads(p.stdout)
             want = base_q8 if env and "EBB_CL_MVQ8" in env else base["tokens"]
             if d["tokens"] != want:
@@ -200,9 +219,25 @@ def main():
             slots = x["slots"]
             print(f"#   {name}: {x['lookups']} lookups, {x['hits']} hits, {x['misses']} misses, "
                   f"{x['evictions']} evictions, {x['bytes_copied']} bytes, {x['passes']} passes")
+            if x.get("threads", 0) < 1 or x.get("fill_ns", 0) <= 0 or x.get("ids_ns", 0) <= 0:
+                fail(f"prompt {i}, {name}: threads, fill_ns and ids_ns should be set: {x}")
+            pinned = (env or {}).get("EBB_EXPERT_PINNED") == "1"
+            if x.get("host_bytes") != (N_EXPERT * N_LAYER * x["expert_bytes"] if pinned else 0):
+                fail(f"prompt {i}, {name}: host_bytes {x.get('host_bytes')}: {x}")
+            if pinned and "every expert in pinned host memory" not in p.stderr:
+                fail(f"prompt {i}, {name}: the load log does not mention the pinned experts")
             if x["lookups"] != x["hits"] + x["misses"]:
                 fail(f"prompt {i}, {name}: lookups != hits + misses: {x}")
-            if (x["bytes_copied"] != x["misses"] * x["expert_bytes"] or
+            pf = x["prefetched"]
+            want_pf = int((env or {}).get("EBB_EXPERT_PREFETCH", "0"))
+            if (want_pf and pf <= 0) or (not want_pf and pf):
+                fail(f"prompt {i}, {name}: {pf} experts prefetched: {x}")
+            # every prefetch is used by its layer's step (a hit too) or wasted, but the last
+            # round (for layer 0 of an evaluation that never came)
+            if (not 0 <= pf - x["prefetch_hits"] - x["prefetch_wasted"] <= want_pf or
+                    x["prefetch_hits"] > x["hits"]):
+                fail(f"prompt {i}, {name}: prefetch counters do not add up: {x}")
+            if (x["bytes_copied"] != (x["misses"] + pf) * x["expert_bytes"] or
                     x["expert_bytes_min"] != x["expert_bytes"]):
                 fail(f"prompt {i}, {name}: bytes copied != misses x expert bytes: {x}")
             if x["misses"] <= 0 or x["hits"] <= 0:
@@ -211,8 +246,9 @@ def main():
                 fail(f"prompt {i}, {name}: {x['layer_steps']} layer steps, expected "
                      f"{N_LAYER * n_eval}")
             # every layer fills its slots before it evicts (each does, at these settings)
-            if slots < N_EXPERT and x["evictions"] != x["misses"] - slots * N_LAYER:
-                fail(f"prompt {i}, {name}: evictions != misses - {slots} x {N_LAYER}: {x}")
+            if slots < N_EXPERT and x["evictions"] != x["misses"] + pf - slots * N_LAYER:
+                fail(f"prompt {i}, {name}: evictions != misses + prefetched - {slots} x "
+                     f"{N_LAYER}: {x}")
             if slots == N_EXPERT and (x["evictions"] or x["misses"] > N_EXPERT * N_LAYER):
                 fail(f"prompt {i}, {name}: all experts fit, yet {x}")
             if slots == K and x["evictions"] <= 0:
@@ -279,6 +315,10 @@ def main():
         (model, ["--expert-cache", "4", "--memory-budget", "1G", "--host-layers", "1"], None,
          "--host-layers"),
         (model, [], {"EBB_EXPERT_CACHE": "x4"}, "EBB_EXPERT_CACHE"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_THREADS": "0"}, "EBB_EXPERT_THREADS"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_BATCH": "17"}, "EBB_EXPERT_BATCH"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_PREFETCH": "-1"}, "EBB_EXPERT_PREFETCH"),
+        (model, ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "2"}, "EBB_EXPERT_PINNED"),
         (dense, ["--expert-cache", "4"], None, "no experts"),
     ]
     for path, args, env, msg in cases:

@@ -1,0 +1,139 @@
+/* Copy threads (stream/stream-pool.h): every task of a job runs exactly once, on several threads
+ * when the pool has workers; run returns only after all of them; start returns while a job is
+ * under way and wait ends it; jobs follow each other without loss; a pool of one thread runs
+ * its jobs on the owner; empty jobs and NULL frees are harmless. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "stream/stream-pool.h"
+
+#define N_TASK 64
+
+struct job {
+    atomic_int runs[N_TASK];
+    atomic_int done;
+    pthread_t owner;
+    atomic_int off_owner; /* tasks that ran on another thread */
+    atomic_int gate;      /* tasks wait while 0 (async test) */
+};
+
+static void task(void *ctx, uint32_t i)
+{
+    struct job *j = ctx;
+    while (!atomic_load(&j->gate)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!pthread_equal(pthread_self(), j->owner))
+        atomic_fetch_add(&j->off_owner, 1);
+    /* Long enough that the workers take a share. */
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&j->runs[i], 1);
+    atomic_fetch_add(&j->done, 1);
+}
+
+static void job_init(struct job *j, int gate)
+{
+    memset(j, 0, sizeof(*j));
+    j->owner = pthread_self();
+    atomic_store(&j->gate, gate);
+}
+
+static void each_once(struct job *j, uint32_t n)
+{
+    for (uint32_t i = 0; i < N_TASK; i++)
+        assert_int_equal(atomic_load(&j->runs[i]), i < n ? 1 : 0);
+}
+
+static void run_jobs(void **state)
+{
+    (void)state;
+    struct ebb_stream_pool *p = NULL;
+    assert_int_equal(ebb_stream_pool_new(4, &p, NULL), EBB_OK);
+    assert_int_equal(ebb_stream_pool_threads(p), 4);
+    struct job j;
+    for (uint32_t n = 0; n <= N_TASK; n += 13) {
+        job_init(&j, 1);
+        ebb_stream_pool_run(p, n, task, &j);
+        assert_int_equal(atomic_load(&j.done), (int)n); /* all done on return */
+        each_once(&j, n);
+        assert_false(ebb_stream_pool_busy(p));
+    }
+    job_init(&j, 1);
+    ebb_stream_pool_run(p, N_TASK, task, &j);
+    assert_true(atomic_load(&j.off_owner) > 0); /* the workers took some */
+    ebb_stream_pool_free(p);
+    ebb_stream_pool_free(NULL);
+}
+
+static void start_wait(void **state)
+{
+    (void)state;
+    struct ebb_stream_pool *p = NULL;
+    assert_int_equal(ebb_stream_pool_new(3, &p, NULL), EBB_OK);
+    struct job j, k;
+    job_init(&j, 0);
+    ebb_stream_pool_start(p, N_TASK, task, &j);
+    /* The tasks wait for the gate: start has returned with the job under way. */
+    assert_true(ebb_stream_pool_busy(p));
+    assert_int_equal(atomic_load(&j.done), 0);
+    atomic_store(&j.gate, 1);
+    ebb_stream_pool_wait(p);
+    assert_false(ebb_stream_pool_busy(p));
+    each_once(&j, N_TASK);
+    assert_int_equal(atomic_load(&j.off_owner), N_TASK); /* the workers alone */
+    /* A job started while another runs waits for it; a run after a start likewise. */
+    job_init(&j, 1);
+    job_init(&k, 1);
+    ebb_stream_pool_start(p, 20, task, &j);
+    ebb_stream_pool_start(p, 30, task, &k);
+    each_once(&j, 20);
+    ebb_stream_pool_run(p, 10, task, &j);
+    each_once(&k, 30);
+    ebb_stream_pool_wait(p);
+    ebb_stream_pool_wait(p); /* nothing under way: returns */
+    /* Free waits for a job under way. */
+    job_init(&j, 1);
+    ebb_stream_pool_start(p, N_TASK, task, &j);
+    ebb_stream_pool_free(p);
+    each_once(&j, N_TASK);
+}
+
+static void owner_only(void **state)
+{
+    (void)state;
+    struct ebb_stream_pool *p = NULL;
+    assert_int_equal(ebb_stream_pool_new(0, &p, NULL), EBB_OK);
+    assert_int_equal(ebb_stream_pool_threads(p), 1);
+    struct job j;
+    job_init(&j, 1);
+    ebb_stream_pool_start(p, 10, task, &j); /* no workers: done before it returns */
+    each_once(&j, 10);
+    assert_false(ebb_stream_pool_busy(p));
+    ebb_stream_pool_wait(p);
+    job_init(&j, 1);
+    ebb_stream_pool_run(p, N_TASK, task, &j);
+    each_once(&j, N_TASK);
+    assert_int_equal(atomic_load(&j.off_owner), 0);
+    ebb_stream_pool_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(run_jobs),
+        cmocka_unit_test(start_wait),
+        cmocka_unit_test(owner_only),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
