@@ -7,21 +7,15 @@
 # Logs go to $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-decode.sh
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 log=$out/bench.log
 carry=.device-carry
 models=/tmp/models
 mkdir -p "$models"
-say() { echo "== $*" | tee -a "$log"; }
 
-if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/lb.done ]; then
-    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j12 llama-bench \
-      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
-fi
+gpu_llama_build llama-bench /tmp/lb
 for s in llama3-8b llama3.2-1b; do
     [ -f "$models/$s.gguf" ] ||
         ebb-gen-model --shape "$s" --tokenizer-from "$carry/tok.gguf" --type q4_0 \
@@ -92,8 +86,7 @@ if [ -n "${EBB_DEPTH:-}" ]; then
 fi
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
-    for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
-    if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+    if gpu_llama_wait /tmp/lb; then
         for s in llama3-8b llama3.2-1b; do
             say "llama.cpp CUDA $s"
             timeout 200 /tmp/lb/bin/llama-bench -m "$models/$s.gguf" -p 512 -n 128 -r 3 \

@@ -12,18 +12,12 @@
 # copy-path settings tried on the first slot count; see below), EBB_EXPERT_THREADS,
 # EBB_EXPERT_BATCH, EBB_EXPERT_PREFETCH, EBB_EXPERT_PINNED (passed through to every cached run).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/models
 log=$out/experts.log
 export XDG_CACHE_HOME=/tmp/cache
-say() { echo "== $*" | tee -a "$log"; }
-if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/lb.done ]; then
-    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j14 llama-bench \
-      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
-fi
+gpu_llama_build llama-bench /tmp/lb
 m=/tmp/models/qwen3-30b-a3b-q4_k_m.gguf
 [ -f "$m" ] || ebb-gen-model --shape qwen3-30b-a3b --tokenizer-from .device-carry/tok.gguf \
     --type q4_k_m -o "$m" >>"$log" 2>&1
@@ -61,8 +55,7 @@ a=$(ids) b=$(ids --expert-cache "${slots%% *}")
     say "ids differ or failed: $a / $b"
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
-    for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
-    if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+    if gpu_llama_wait /tmp/lb; then
         say "llama.cpp CUDA, resident (-ngl 99)"
         timeout 200 /tmp/lb/bin/llama-bench -m "$m" -p "$pp" -n "$tg" -r 2 -ngl 99 -fa 1 2>&1 |
             grep -E "^\||error" | tee -a "$log"

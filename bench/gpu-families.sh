@@ -8,20 +8,14 @@
 # Usage (device): bash bench/gpu-families.sh   (EBB_FAMILIES overrides the shape list:
 # shape:vocab:type entries)
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 source .device-carry/env.sh
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/models /tmp/cache
 export XDG_CACHE_HOME=/tmp/cache
 log=$out/families.log
 V=.device-carry/vocabs
-say() { echo "== $*" | tee -a "$log"; }
-if [ -d .llama-src ] && [ ! -f /tmp/lb.done ]; then
-    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j12 llama-bench \
-      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
-fi
+gpu_llama_build llama-bench /tmp/lb
 fams=${EBB_FAMILIES:-"qwen3-8b:qwen2:q4_0 qwen2.5-7b:qwen2:q4_0 llama3.1-8b:llama-bpe:q4_0 phi3-mini:phi-3:q4_0 qwen3-30b-a3b:qwen2:q4_k_m"}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
 for f in $fams; do
@@ -41,8 +35,7 @@ for f in $fams; do
         tee -a "$log"
 done
 say "waiting for llama-bench"
-for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
-if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+if gpu_llama_wait /tmp/lb; then
     for f in $fams; do
         IFS=: read -r s v t <<<"$f"
         say "llama.cpp CUDA $s $t"

@@ -8,18 +8,12 @@
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-kquant.sh
 # Environment: EBB_SHAPES (llama3-8b qwen3-30b-a3b), EBB_VARIANTS (- EBB_CL_KQ8=0).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/models
 log=$out/kquant.log
 export XDG_CACHE_HOME=/tmp/cache
-say() { echo "== $*" | tee -a "$log"; }
-if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/lb.done ]; then
-    setsid bash -c 'cmake -B /tmp/lb -S .llama-src -G Ninja -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=OFF >/tmp/lb.log 2>&1 && ninja -C /tmp/lb -j14 llama-bench \
-      >>/tmp/lb.log 2>&1; echo $? >/tmp/lb.done' </dev/null >/dev/null 2>&1 &
-fi
+gpu_llama_build llama-bench /tmp/lb
 shapes=${EBB_SHAPES:-llama3-8b qwen3-30b-a3b}
 for s in $shapes; do
     m=/tmp/models/$s-q4_k_m.gguf
@@ -42,8 +36,7 @@ for s in $shapes; do
 done
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
-    for _ in $(seq 1 120); do [ -f /tmp/lb.done ] && break; sleep 5; done
-    if [ "$(cat /tmp/lb.done 2>/dev/null)" = 0 ]; then
+    if gpu_llama_wait /tmp/lb; then
         for s in $shapes; do
             say "llama.cpp CUDA $s Q4_K_M"
             timeout 200 /tmp/lb/bin/llama-bench -m "/tmp/models/$s-q4_k_m.gguf" -p 512 -n 128 \

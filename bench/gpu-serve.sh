@@ -16,6 +16,7 @@
 # arguments), EBB_SERVE_ENV (variables for ebb serve, comma-joined), EBB_NO_EBB=1 (llama-server
 # only), EBB_BATCH_VARIANTS (see below), EBB_NO_STORE=1 / EBB_STORE_CONV (the store's run).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 log=$out/serve.log
@@ -25,17 +26,9 @@ shape=${EBB_SHAPE:-llama3-8b}
 levels=${EBB_LEVELS:-1,4,8,16,32}
 m=$models/$shape.gguf
 mkdir -p "$models"
-say() { echo "== $*" | tee -a "$log"; }
 export XDG_CACHE_HOME=/tmp/cache
 
-[ -f /tmp/ls.done ] && [ "$(cat /tmp/ls.done)" != 0 ] && rm -f /tmp/ls.done # retry a failed build
-if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f /tmp/ls.done ]; then
-    setsid bash -c 'cmake -B /tmp/ls -S .llama-src -G Ninja -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF >/tmp/ls.log 2>&1 && ninja -C /tmp/ls -j14 llama-server \
-      >>/tmp/ls.log 2>&1; echo $? >/tmp/ls.done' </dev/null >/dev/null 2>&1 &
-fi
+gpu_llama_build llama-server /tmp/ls
 [ -f "$m" ] || ebb-gen-model --shape "$shape" --tokenizer-from "$carry/tok.gguf" --type q4_0 \
     -o "$m" >>"$log" 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
@@ -98,8 +91,7 @@ fi
 
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-server"
-    for _ in $(seq 1 150); do [ -f /tmp/ls.done ] && break; sleep 4; done
-    if [ "$(cat /tmp/ls.done 2>/dev/null)" = 0 ]; then
+    if gpu_llama_wait /tmp/ls; then
         say "llama-server -np 32 (CUDA, -ngl 99, flash attention auto)"
         /tmp/ls/bin/llama-server -m "$m" --port 8092 -np 32 -c $((32 * 2560)) -ngl 99 \
             >"$out/llama-server.log" 2>&1 &
