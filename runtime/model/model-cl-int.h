@@ -314,7 +314,7 @@ ebb_err ebb__clm_moe_prog(struct clm *m, const struct ebb_cl_weight *w, struct c
 /* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert:
  * ids (nt x k, -1: skipped) read back, the pairs sorted by expert on the host, each weight row
  * read once per tile of pairs. EBB_EUNSUPPORTED (nothing run) where it does not apply: fewer
- * rows than EBB_CL_MOE_GROUP (default 16, 0: never), or shapes it does not take. */
+ * rows than EBB_CL_MOE_GROUP (default 0: never), or shapes it does not take. */
 ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids,
                            int nt, struct ebb_diag *diag);
 void ebb__clm_moe_group_fini(struct clm *m);

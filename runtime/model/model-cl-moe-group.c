@@ -6,7 +6,11 @@
  * tiles of at most MOE_GT, and the gate, up and down kernels read each weight row once per tile.
  * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
  * over the k experts to the residual in the same order as moe_down. The scratch and the host
- * arrays are allocated on first use, at most N_BATCH x k pairs, never per step. */
+ * arrays are allocated on first use, at most N_BATCH x k pairs, never per step.
+ * Off by default (EBB_CL_MOE_GROUP=N turns it on from N rows): on the H100 it halved Qwen3-30B-
+ * A3B's prefill (docs/PERFORMANCE.md), its work-items each walking a whole row serially with
+ * too few of them in flight; a kernel that splits each row's inputs over a warp, as the decode
+ * products do, is the next step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +107,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     struct clm_moe_group *g = &mo->grp;
     if (!g->init) {
         const char *e = getenv("EBB_CL_MOE_GROUP");
-        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : 16;
+        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : 0;
         g->init = true;
     }
     const struct ebb__hparams *hp = &m->hp;
