@@ -14,6 +14,9 @@
  *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built, and
  *          matvec_q8r, the same over MVR token rows at once.
  *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built.
+ *   Q8_QIN defined: matvec_q8_qin (matvec_q8 quantizing its own input, tuning qin) is built,
+ *          QIN_ROWS rows of MVQ_WG work-items a work-group (a separate source string of the
+ *          weight program, so that moe.cl's program, which shares the prologue, has no part).
  *   W_RD8(o, i)     optional: float8 of W[o][i..i+7] (raw F16 / BF16 rows, tuning mv_h8). */
 
 #ifndef MV_WG
