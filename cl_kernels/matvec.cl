@@ -387,6 +387,16 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
 {
     __local float qred[Q8_WG];
     int lid = get_local_id(0);
+    int row = get_group_id(0) * QIN_ROWS + lid / MVQ_WG;
+    int lane = lid % MVQ_WG;
+    /* The first step's weight loads go out before the quantization, which hides their latency
+     * (a 2048-input row is one step: 64 blocks over 32 lanes, two each). */
+    int nb = n_in / 32, b = lane;
+    uint4 w4[MVU];
+    float2 dm[MVU];
+    if (row < n_out && b + (MVU - 1) * MVQ_WG < nb)
+        for (int u = 0; u < MVU; u++)
+            W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
     float inv = 1.0f;
     if (nw) {
 #if MV_PTX /* quantize_x8's warps: shuffle sums of 32 partials, then the Q8_WG / 32 in order */
@@ -438,20 +448,16 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    int row = get_group_id(0) * QIN_ROWS + lid / MVQ_WG;
-    int lane = lid % MVQ_WG;
 #if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
     int slot = lid / MVQ_WG;
     __local float red[MVQ_WG * QIN_ROWS];
 #endif
-    float acc = 0.0f;
+    float acc = 0.0f; /* matvec_q8's sums in matvec_q8's order */
     if (row < n_out) {
-        int nb = n_in / 32, b = lane;
         for (; b + (MVU - 1) * MVQ_WG < nb; b += MVU * MVQ_WG) {
-            uint4 w4[MVU];
-            float2 dm[MVU];
-            for (int u = 0; u < MVU; u++)
-                W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
+            if (b != lane) /* (the first step's are loaded) */
+                for (int u = 0; u < MVU; u++)
+                    W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
             for (int u = 0; u < MVU; u++) {
                 int bu = b + u * MVQ_WG;
                 float2 d = dl[bu];

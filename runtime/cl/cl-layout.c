@@ -416,17 +416,21 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     /* EBB_CL_QIN=0|1|2: decode's products of 4-bit weights quantize their input inside each
      * work-group (matvec_q8_qin) instead of launching quantize_x8 first: 1 for inputs without
      * SwiGLU (the norm-folded ones), 2 for the [gate | up] ones too; EBB_CL_QIN_MAX=N only up to
-     * N inputs; EBB_CL_QIN_ROWS=R rows per work-group (default matvec_q8's). Off by default until
-     * measured: every work-group re-reads the float row (and the norm's weights) from cache. */
+     * N inputs, EBB_CL_QIN_OUT=N only up to N output rows; EBB_CL_QIN_ROWS=R rows per work-group
+     * (default matvec_q8's). Off by default until measured: every work-group re-reads the float
+     * row (and the norm's weights) from cache. */
     t.qin = 0;
     t.qin_max = 0;
     t.qin_rows = t.mvq_rows;
     const char *qi = getenv("EBB_CL_QIN"), *qim = getenv("EBB_CL_QIN_MAX");
-    const char *qir = getenv("EBB_CL_QIN_ROWS");
+    const char *qir = getenv("EBB_CL_QIN_ROWS"), *qio = getenv("EBB_CL_QIN_OUT");
     if (qi && *qi >= '0' && *qi <= '2' && !qi[1])
         t.qin = (uint32_t)(*qi - '0');
     if (qim && *qim >= '0' && *qim <= '9' && atoi(qim) >= 0)
         t.qin_max = (uint32_t)atoi(qim);
+    t.qin_out_max = 0;
+    if (qio && *qio >= '0' && *qio <= '9' && atoi(qio) >= 0)
+        t.qin_out_max = (uint32_t)atoi(qio);
     unsigned qrv = qir ? (unsigned)atoi(qir) : 0;
     if (qrv >= 1 && qrv <= 64)
         t.qin_rows = qrv;
@@ -1334,9 +1338,12 @@ void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes)
     *dl_bytes = (size_t)n_in / 32 * 2 * sizeof(float);
 }
 
-bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in, int glu)
+bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in,
+                     uint32_t n_out, int glu)
 {
     uint32_t l = ebb_cl_qin_wg(tu);
+    if (tu->qin_out_max && n_out > tu->qin_out_max)
+        return false;
     if (!l || tu->qin < (glu ? 2u : 1u) || !n_in || n_in % 32 ||
         (tu->qin_max && n_in > tu->qin_max))
         return false;

@@ -73,6 +73,8 @@ struct ebb_cl_tuning {
     uint32_t qin_max;       /* matvec_q8_qin only for inputs of at most this length (0: as long
                                as the int8 row fits local memory) */
     uint32_t qin_rows;      /* matvec_q8_qin's rows per work-group (MVQ_WG work-items each) */
+    uint32_t qin_out_max;   /* matvec_q8_qin only for products of at most this many output
+                               rows (0: any; every work-group re-reads the input row) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
                                mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
                                stand-in otherwise (tests) */
@@ -241,11 +243,12 @@ void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2]
  * off or the kernel cannot be built (with PTX its shuffles want whole warps). */
 uint32_t ebb_cl_qin_wg(const struct ebb_cl_tuning *tu);
 
-/* Whether decode may run matvec_q8_qin for an input of n_in (a multiple of 32) on a device
- * with local_mem bytes of local memory a work-group: tu->qin of at least 1 (2 for glu inputs),
- * n_in within tu->qin_max, and its int8 row, the row's scales and the kernel's own arrays
- * within local_mem. */
-bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in, int glu);
+/* Whether decode may run matvec_q8_qin for a product of n_out rows of n_in inputs (a multiple
+ * of 32) on a device with local_mem bytes of local memory a work-group: tu->qin of at least 1
+ * (2 for glu inputs), n_in within tu->qin_max, n_out within tu->qin_out_max, and its int8 row,
+ * the row's scales and the kernel's own arrays within local_mem. */
+bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in,
+                     uint32_t n_out, int glu);
 
 /* matvec_q8_qin's global and local size for n_out rows (qin_rows a work-group). */
 void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);

@@ -41,7 +41,8 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
 static cl_kernel qin_kernel(struct clm *m, const struct ebb_cl_weight *w, int glu)
 {
     struct ebb_cl_wprog *p = NULL;
-    if (!m->k_q8 || w->off % 16 || !ebb_cl_qin_fits(&m->tu, m->cl->info.local_mem, w->n_in, glu) ||
+    if (!m->k_q8 || w->off % 16 ||
+        !ebb_cl_qin_fits(&m->tu, m->cl->info.local_mem, w->n_in, w->n_out, glu) ||
         ebb__clm_prog_for(m, &w->layout, &p, NULL))
         return NULL;
     return p->matvec_q8_qin;

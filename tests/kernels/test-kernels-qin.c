@@ -104,22 +104,28 @@ static void test_qin_case(const struct ebb_cl_layout *l, struct ebb_cl_tuning t,
 static void test_qin_fits(struct ebb_cl_tuning t)
 {
     t.qin = 0;
-    CHECK(!ebb_cl_qin_wg(&t) && !ebb_cl_qin_fits(&t, 1 << 20, 2048, 0), "qin 0 takes it");
+    CHECK(!ebb_cl_qin_wg(&t) && !ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin 0 takes it");
     t.qin = 1;
-    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 2048, 0), "qin 1: a plain / norm input refused");
-    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 1), "qin 1: a glu input taken");
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin 1: a plain / norm input refused");
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 1), "qin 1: a glu input taken");
     t.qin = 2;
-    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 8192, 1), "qin 2: a glu input refused");
-    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 8200, 1), "qin: n_in not a multiple of 32 taken");
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 8192, 64, 1), "qin 2: a glu input refused");
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 8200, 64, 1), "qin: n_in not a multiple of 32 taken");
     t.qin_max = 4096;
-    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 4096, 0) && !ebb_cl_qin_fits(&t, 1 << 20, 4128, 0),
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 4096, 64, 0) && !ebb_cl_qin_fits(&t, 1 << 20, 4128, 64, 0),
           "qin_max 4096 not applied");
     t.qin_max = 0;
     /* 48 KiB: 8192 inputs take 10 KiB, 65536 80 KiB */
-    CHECK(ebb_cl_qin_fits(&t, 48 * 1024, 8192, 1) && !ebb_cl_qin_fits(&t, 48 * 1024, 65536, 1),
+    CHECK(ebb_cl_qin_fits(&t, 48 * 1024, 8192, 64, 1) &&
+              !ebb_cl_qin_fits(&t, 48 * 1024, 65536, 64, 1),
           "qin: the local memory bound");
+    t.qin_out_max = 4096;
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 2048, 4096, 0) &&
+              !ebb_cl_qin_fits(&t, 1 << 20, 2048, 4097, 0),
+          "qin_out_max 4096 not applied");
+    t.qin_out_max = 0;
     t.mv_q8 = 0;
-    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 0), "qin without mv_q8 taken");
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin without mv_q8 taken");
 }
 
 static void test_qin(void)
@@ -149,7 +155,7 @@ static void test_qin(void)
         if (t.mv_ptx && (shapes[s][0] % 32 || !ebb_cl_qin_wg(&t)))
             continue; /* (PTX builds want whole warps) */
         for (size_t i = 0; i < sizeof(n_ins) / sizeof(n_ins[0]); i++) {
-            if (!ebb_cl_qin_fits(&t, cl->info.local_mem, n_ins[i], 1))
+            if (!ebb_cl_qin_fits(&t, cl->info.local_mem, n_ins[i], 37, 1))
                 continue;
             /* the two long inputs only on the widest shapes: CI time */
             if (n_ins[i] > 3200 && shapes[s][0] * shapes[s][1] < 128)
