@@ -14,6 +14,9 @@
  *   MV_Q8  1: matvec_q8 (4-bit weights against 8-bit inputs, q8.cl) is built, and
  *          matvec_q8r, the same over MVR token rows at once.
  *   MM_MMA 1: matmul_mma (prefill on tensor cores, mma.cl) is built.
+ *   Q8_QIN defined: matvec_q8_qin (matvec_q8 quantizing its own input, tuning qin) is built,
+ *          QIN_ROWS rows of MVQ_WG work-items a work-group (a separate source string of the
+ *          weight program, so that moe.cl's program, which shares the prologue, has no part).
  *   W_RD8(o, i)     optional: float8 of W[o][i..i+7] (raw F16 / BF16 rows, tuning mv_h8). */
 
 #ifndef MV_WG
@@ -343,6 +346,141 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         sum += res[y_off + row];
     y[y_off + row] = sum;
 }
+#if defined(Q8_QIN) && (!MV_PTX || (MVQ_WG * QIN_ROWS) % 32 == 0)
+#define QIN_L (MVQ_WG * QIN_ROWS) /* work-items of a matvec_q8_qin work-group */
+/* Inputs a work-item folds and quantizes at once: a quarter block with PTX (the four lanes of a
+ * block combine by shuffles), a whole block otherwise (no exchange between work-items). */
+#if MV_PTX
+#define QIN_E 8
+#else
+#define QIN_E 32
+#endif
+/* v combined over the 32 / QIN_E work-items of a block (max when is_max, else sum). */
+inline float qin_block(float v, int is_max)
+{
+#if MV_PTX
+    for (int s = 1; s < 32 / QIN_E; s <<= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=f"(o)
+                     : "f"(v), "r"(s));
+        v = is_max ? fmax(v, o) : v + o;
+    }
+#else
+    (void)is_max;
+#endif
+    return v;
+}
+
+/* matvec_q8 with its input's quantization inside (tuning qin): each work-group first turns the
+ * float row x (the norm folded with nw, the gate's activation with glu, as quantize_x8 takes
+ * them) into the int8 blocks xl and their scales dl in local memory, computing the same numbers
+ * as quantize_x8 (its norm's sum in its order: Q8_WG partials of q8_ss_part, added up as its
+ * work-group adds them), then runs matvec_q8's products against them. One launch instead of
+ * two, for a re-read of the float row (from cache) by every work-group. xl holds n_in bytes,
+ * dl n_in / 32 float2 (local arguments). Global size (ceil(n_out / QIN_ROWS) * QIN_L), local
+ * (QIN_L). */
+__kernel __attribute__((reqd_work_group_size(QIN_L, 1, 1))) void
+matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global const float *nw,
+              float eps, int glu, __global float *y, int y_off, __global const float *res,
+              __local int4 *xl, __local float2 *dl)
+{
+    __local float qred[Q8_WG];
+    int lid = get_local_id(0);
+    int row = get_group_id(0) * QIN_ROWS + lid / MVQ_WG;
+    int lane = lid % MVQ_WG;
+    /* The first step's weight loads go out before the quantization, which hides their latency
+     * (a 2048-input row is one step: 64 blocks over 32 lanes, two each). */
+    int nb = n_in / 32, b = lane;
+    uint4 w4[MVU];
+    float2 dm[MVU];
+    if (row < n_out && b + (MVU - 1) * MVQ_WG < nb)
+        for (int u = 0; u < MVU; u++)
+            W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
+    float inv = 1.0f;
+    if (nw) {
+#if MV_PTX /* quantize_x8's warps: shuffle sums of 32 partials, then the Q8_WG / 32 in order */
+        for (int vl = lid; vl < Q8_WG; vl += QIN_L) { /* (whole warps: QIN_L % 32 == 0) */
+            float ss = warp_sum(q8_ss_part(x, n_in, vl));
+            if ((vl & 31) == 0)
+                qred[vl >> 5] = ss;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float ss = 0.0f;
+        for (int k = 0; k < Q8_WG / 32; k++)
+            ss += qred[k];
+        inv = rsqrt(ss / n_in + eps);
+#else /* quantize_x8's tree over Q8_WG partials, QIN_L work-items standing in for them */
+        for (int vl = lid; vl < Q8_WG; vl += QIN_L)
+            qred[vl] = q8_ss_part(x, n_in, vl);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = Q8_WG / 2; s > 0; s >>= 1) {
+            for (int vl = lid; vl < s; vl += QIN_L)
+                qred[vl] += qred[vl + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        inv = rsqrt(qred[0] / n_in + eps);
+#endif
+    }
+    /* QIN_E inputs a work-item; the loop's bound is the same for the whole group (shuffles).
+     * Four int8 a word, stored as the bytes quantize_x8 stores one at a time. */
+    __local int *xw = (__local int *)xl;
+    for (int t0 = 0; t0 < n_in / QIN_E; t0 += QIN_L) {
+        int t = t0 + lid, i0 = t * QIN_E;
+        bool in = t < n_in / QIN_E;
+        float v[QIN_E], amax = 0.0f;
+        for (int e = 0; e < QIN_E; e++) {
+            v[e] = in ? q8_in(x, n_in, nw, glu, i0 + e) : 0.0f;
+            amax = fmax(amax, fabs(v[e]));
+        }
+        float d = q8_scale(qin_block(amax, 1));
+        int qs = 0;
+        for (int e = 0; e < QIN_E; e += 4) {
+            int q0 = q8_round(v[e], d), q1 = q8_round(v[e + 1], d);
+            int q2 = q8_round(v[e + 2], d), q3 = q8_round(v[e + 3], d);
+            qs += q0 + q1 + q2 + q3;
+            if (in)
+                xw[(i0 + e) / 4] = as_int((char4)((char)q0, (char)q1, (char)q2, (char)q3));
+        }
+        float s = qin_block((float)qs, 0); /* (integers: exact in any order) */
+        if (in && i0 % 32 == 0)
+            dl[i0 / 32] = (float2)(d * inv, d * inv * s);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = lid / MVQ_WG;
+    __local float red[MVQ_WG * QIN_ROWS];
+#endif
+    float acc = 0.0f; /* matvec_q8's sums in matvec_q8's order */
+    if (row < n_out) {
+        for (; b + (MVU - 1) * MVQ_WG < nb; b += MVU * MVQ_WG) {
+            if (b != lane) /* (the first step's are loaded) */
+                for (int u = 0; u < MVU; u++)
+                    W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
+            for (int u = 0; u < MVU; u++) {
+                int bu = b + u * MVQ_WG;
+                float2 d = dl[bu];
+                acc += dm[u].x * d.x * (float)q4q8_dotx(w4[u], xl[2 * bu], xl[2 * bu + 1]) +
+                       dm[u].y * d.y;
+            }
+        }
+        for (; b < nb; b += MVQ_WG) {
+            uint4 w0;
+            float2 dm0;
+            W_Q16(row, b, &w0, &dm0);
+            float2 d0 = dl[b];
+            acc += dm0.x * d0.x * (float)q4q8_dotx(w0, xl[2 * b], xl[2 * b + 1]) + dm0.y * d0.y;
+        }
+    }
+    float sum = Q8_ROW_SUM(acc);
+    if (lane != 0 || row >= n_out)
+        return;
+    if (res)
+        sum += res[y_off + row];
+    y[y_off + row] = sum;
+}
+#endif
 #ifndef MVR
 #define MVR 8
 #endif

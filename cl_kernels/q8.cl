@@ -53,6 +53,45 @@ inline float warp_sum(float v)
 }
 #endif
 
+#if defined(Q8_QUANTIZE) || defined(Q8_QIN)
+/* The pieces of quantize_x8 that matvec_q8_qin (matvec.cl, tuning qin) repeats inside each of
+ * its work-groups: written once here so that both compute the same numbers. */
+
+/* Sum of the squares of x's inputs 4 * vl .. 4 * vl + 3, 4 * (vl + Q8_WG) .., the share of
+ * quantize_x8's work-item vl in the norm. */
+inline float q8_ss_part(const __global float *x, int n_in, int vl)
+{
+    float ss = 0.0f;
+    for (int j = vl * 4; j < n_in; j += Q8_WG * 4) {
+        float4 v = vload4(0, x + j);
+        ss += dot(v, v);
+    }
+    return ss;
+}
+
+/* Input i of the product after the folds: x[i] * nw[i] with nw given, then with glu
+ * act(gate) * up (x holding [gate | up]). */
+inline float q8_in(const __global float *x, int n_in, const __global float *nw, int glu, int i)
+{
+    float v = x[i];
+    if (nw)
+        v *= nw[i];
+    if (glu)
+        v = glu_act(v, glu) * x[n_in + i];
+    return v;
+}
+
+/* The scale d of a block whose max |x'| is amax, and the int8 of its input v. */
+inline float q8_scale(float amax)
+{
+    return amax / 127.0f;
+}
+inline int q8_round(float v, float d)
+{
+    return d > 0.0f ? convert_int_rte(v / d) : 0;
+}
+#endif
+
 #ifdef Q8_QUANTIZE
 /* The 32 work-items lid & ~31 .. lid | 31 combine v (max when is_max, else sum); every one of
  * them gets the result. red holds Q8_WG floats; all work-items of the group must call it. */
@@ -90,11 +129,7 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
     int i = get_global_id(0), lid = get_local_id(0);
     float inv = 1.0f;
     if (nw) {
-        float ss = 0.0f;
-        for (int j = lid * 4; j < n_in; j += Q8_WG * 4) {
-            float4 v = vload4(0, x + j);
-            ss += dot(v, v);
-        }
+        float ss = q8_ss_part(x, n_in, lid);
 #if MV_PTX /* each warp's sum by shuffles, then the Q8_WG / 32 partials: two barriers */
         ss = warp_sum(ss);
         if ((lid & 31) == 0)
@@ -117,13 +152,9 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     bool in = i < n_in;
-    float v = in ? x[i] : 0.0f;
-    if (in && nw)
-        v *= nw[i];
-    if (in && glu)
-        v = glu_act(v, glu) * x[n_in + i];
-    float d = block32(red, lid, fabs(v), 1) / 127.0f;
-    int q = d > 0.0f ? convert_int_rte(v / d) : 0;
+    float v = in ? q8_in(x, n_in, nw, glu, i) : 0.0f;
+    float d = q8_scale(block32(red, lid, fabs(v), 1));
+    int q = q8_round(v, d);
     float s = block32(red, lid, (float)q, 0);
     if (!in)
         return;

@@ -413,6 +413,29 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         t.mvq_wg = qw, t.mvq_rows = qrw;
     while (t.mvq_wg * t.mvq_rows > di->max_wg && t.mvq_rows > 1)
         t.mvq_rows /= 2;
+    /* EBB_CL_QIN=0|1|2: decode's products of 4-bit weights quantize their input inside each
+     * work-group (matvec_q8_qin) instead of launching quantize_x8 first: 1 for inputs without
+     * SwiGLU (the norm-folded ones), 2 for the [gate | up] ones too; EBB_CL_QIN_MAX=N only up to
+     * N inputs, EBB_CL_QIN_OUT=N only up to N output rows; EBB_CL_QIN_ROWS=R rows per work-group
+     * (default matvec_q8's). Off by default until measured: every work-group re-reads the float
+     * row (and the norm's weights) from cache. */
+    t.qin = 0;
+    t.qin_max = 0;
+    t.qin_rows = t.mvq_rows;
+    const char *qi = getenv("EBB_CL_QIN"), *qim = getenv("EBB_CL_QIN_MAX");
+    const char *qir = getenv("EBB_CL_QIN_ROWS"), *qio = getenv("EBB_CL_QIN_OUT");
+    if (qi && *qi >= '0' && *qi <= '2' && !qi[1])
+        t.qin = (uint32_t)(*qi - '0');
+    if (qim && *qim >= '0' && *qim <= '9' && atoi(qim) >= 0)
+        t.qin_max = (uint32_t)atoi(qim);
+    t.qin_out_max = 0;
+    if (qio && *qio >= '0' && *qio <= '9' && atoi(qio) >= 0)
+        t.qin_out_max = (uint32_t)atoi(qio);
+    unsigned qrv = qir ? (unsigned)atoi(qir) : 0;
+    if (qrv >= 1 && qrv <= 64)
+        t.qin_rows = qrv;
+    while ((uint64_t)t.mvq_wg * t.qin_rows > di->max_wg && t.qin_rows > 1)
+        t.qin_rows /= 2;
     while (t.mm_wg > di->max_wg)
         t.mm_wg /= 2;
     /* EBB_CL_NORM_WG=N (a power of two, 1..256) overrides the work-group of row reductions
@@ -1097,8 +1120,14 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (rc = ebb_cl_source("q8.cl", &q8, diag)) || (rc = ebb_cl_source("mma.cl", &mma, diag)) ||
         (rc = ebb_cl_source("matvec.cl", &mv, diag)) || (rc = ebb_cl_source("kq8.cl", &kq8, diag)))
         goto out;
-    const char *srcs[] = {pro, act, half, quant, q8, mma, mv, kq8};
-    if ((rc = ebb_cl_program_build(cl, srcs, 8, "-cl-mad-enable", &p.prog, diag)) ||
+    /* matvec_q8_qin (tuning qin) and the helpers of q8.cl it shares with quantize_x8 */
+    uint32_t qin_wg = ebb_cl_layout_has_q16(l, tu) ? ebb_cl_qin_wg(tu) : 0;
+    char qdef[96] = "";
+    if (qin_wg)
+        snprintf(qdef, sizeof(qdef), "#define Q8_QIN 1\n#define QIN_ROWS %u\n#define Q8_WG %u\n",
+                 tu->qin_rows, EBB_CL_Q8_WG);
+    const char *srcs[] = {pro, qdef, act, half, quant, q8, mma, mv, kq8};
+    if ((rc = ebb_cl_program_build(cl, srcs, 9, "-cl-mad-enable", &p.prog, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
         (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
@@ -1107,6 +1136,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
+        (tu->mv_q8 && qin_wg &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8_qin", &p.matvec_q8_qin, diag))) ||
         (ebb_cl_layout_has_kq8(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
@@ -1126,7 +1157,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         t2.mms_kb = tu->mmp_kb;
         cl_program p2 = NULL;
         if ((rc = ebb_cl_layout_prologue(l, &t2, pro, sizeof(pro), diag)) ||
-            (rc = ebb_cl_program_build(cl, srcs, 8, "-cl-mad-enable", &p2, diag)))
+            (rc = ebb_cl_program_build(cl, srcs, 9, "-cl-mad-enable", &p2, diag)))
             goto out;
         rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
         clReleaseProgram(p2);
@@ -1172,6 +1203,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matvec_q8);
     if (p->matvec_q8r)
         clReleaseKernel(p->matvec_q8r);
+    if (p->matvec_q8_qin)
+        clReleaseKernel(p->matvec_q8_qin);
     if (p->matmul_mma)
         clReleaseKernel(p->matmul_mma);
     if (p->matmul_mmb)
@@ -1280,6 +1313,45 @@ void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2]
     size_t wg = own ? tu->mvq_wg : tu->mv_wg, rows = own ? tu->mvq_rows : tu->mv_rows;
     g[0] = (size_t)n_out * wg, g[1] = 1;
     l[0] = wg * rows, l[1] = 1;
+}
+
+uint32_t ebb_cl_qin_wg(const struct ebb_cl_tuning *tu)
+{
+    /* (the prologue's MVQ_WG) */
+    uint32_t wg = tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg;
+    uint32_t l = wg * (tu->qin_rows ? tu->qin_rows : 1);
+    if (!tu->qin || !tu->mv_q8 || (tu->mv_ptx && l % 32))
+        return 0;
+    return l;
+}
+
+void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
+{
+    size_t rows = tu->qin_rows ? tu->qin_rows : 1;
+    l[0] = ebb_cl_qin_wg(tu), l[1] = 1;
+    g[0] = ((size_t)n_out + rows - 1) / rows * l[0], g[1] = 1;
+}
+
+void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes)
+{
+    *xl_bytes = n_in;
+    *dl_bytes = (size_t)n_in / 32 * 2 * sizeof(float);
+}
+
+bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in,
+                     uint32_t n_out, int glu)
+{
+    uint32_t l = ebb_cl_qin_wg(tu);
+    if (tu->qin_out_max && n_out > tu->qin_out_max)
+        return false;
+    if (!l || tu->qin < (glu ? 2u : 1u) || !n_in || n_in % 32 ||
+        (tu->qin_max && n_in > tu->qin_max))
+        return false;
+    size_t xl, dl;
+    ebb_cl_qin_local(n_in, &xl, &dl);
+    /* the kernel's own arrays: the norm's EBB_CL_Q8_WG partials and the rows' sums */
+    uint64_t own = (uint64_t)EBB_CL_Q8_WG * 4 + (uint64_t)l * 4;
+    return (uint64_t)xl + dl + own <= local_mem;
 }
 
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,

@@ -66,6 +66,15 @@ struct ebb_cl_tuning {
     uint32_t mvq_rows;      /* matvec_q8's rows per work-group (MVQ_ROWS) */
     uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
                                activation into quantize_x8_rows (0: separate launches) */
+    uint32_t qin;           /* with mv_q8, decode products of 4-bit weights quantize their own
+                               input in each work-group (matvec_q8_qin, no quantize_x8 launch):
+                               0 never, 1 inputs without SwiGLU (norm-folded or plain), 2 also
+                               the [gate | up] inputs of SwiGLU / GeGLU */
+    uint32_t qin_max;       /* matvec_q8_qin only for inputs of at most this length (0: as long
+                               as the int8 row fits local memory) */
+    uint32_t qin_rows;      /* matvec_q8_qin's rows per work-group (MVQ_WG work-items each) */
+    uint32_t qin_out_max;   /* matvec_q8_qin only for products of at most this many output
+                               rows (0: any; every work-group re-reads the input row) */
     uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
                                mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
                                stand-in otherwise (tests) */
@@ -229,6 +238,25 @@ enum ebb_cl_wkernel {
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
+
+/* matvec_q8_qin's work-group size under tu (MVQ_WG x qin_rows work-items), or 0 where tu has it
+ * off or the kernel cannot be built (with PTX its shuffles want whole warps). */
+uint32_t ebb_cl_qin_wg(const struct ebb_cl_tuning *tu);
+
+/* Whether decode may run matvec_q8_qin for a product of n_out rows of n_in inputs (a multiple
+ * of 32) on a device with local_mem bytes of local memory a work-group: tu->qin of at least 1
+ * (2 for glu inputs), n_in within tu->qin_max, n_out within tu->qin_out_max, and its int8 row,
+ * the row's scales and the kernel's own arrays within local_mem. */
+bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in,
+                     uint32_t n_out, int glu);
+
+/* matvec_q8_qin's global and local size for n_out rows (qin_rows a work-group). */
+void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
+
+/* Local memory of matvec_q8_qin's two local arguments for n_in inputs: the int8 row, then its
+ * per-32 scales (float2). */
+void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes);
+
 void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
                           uint32_t nt, size_t g[2], size_t l[2]);
 
@@ -253,12 +281,13 @@ struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
-    cl_kernel matvec_q8r; /* with matvec_q8 */
-    cl_kernel matmul_mma; /* with tu->mm_mma, else NULL */
-    cl_kernel matmul_mmb; /* with tu->mm_mma, else NULL */
-    cl_kernel matmul_mms; /* with tu->mm_mma where the layout has W_QW, else NULL */
-    cl_kernel matmul_mmp; /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
-    cl_kernel matvec_cpu; /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
+    cl_kernel matvec_q8r;    /* with matvec_q8 */
+    cl_kernel matvec_q8_qin; /* with matvec_q8 of 4-bit weights where ebb_cl_qin_wg, else NULL */
+    cl_kernel matmul_mma;    /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mmb;    /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */
+    cl_kernel matmul_mmp;    /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
+    cl_kernel matvec_cpu;    /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

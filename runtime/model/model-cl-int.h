@@ -249,7 +249,7 @@ struct clm {
                                 two); 0 without */
     uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
     struct ebb__backend_i iface;
-    char name[192]; /* "opencl (device name[, 8-bit decode inputs])" */
+    char name[192]; /* "opencl (device name[, 8-bit decode inputs[, qin]])" */
 };
 
 /* model-cl-plan.c */

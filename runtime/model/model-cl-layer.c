@@ -36,6 +36,40 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
+/* matvec_q8_qin for w's product of x (glu: x holds [gate | up]) when decode lets it quantize
+ * its own input (tuning qin, ebb_cl_qin_fits), else NULL. */
+static cl_kernel qin_kernel(struct clm *m, const struct ebb_cl_weight *w, int glu)
+{
+    struct ebb_cl_wprog *p = NULL;
+    if (!m->k_q8 || w->off % 16 ||
+        !ebb_cl_qin_fits(&m->tu, m->cl->info.local_mem, w->n_in, w->n_out, glu) ||
+        ebb__clm_prog_for(m, &w->layout, &p, NULL))
+        return NULL;
+    return p->matvec_q8_qin;
+}
+
+/* matvec_q8_qin (kernel k of w's program): the product of x's first row, folded with the norm
+ * (nw) or the gate's activation (glu) and quantized inside each work-group exactly as
+ * ebb__clm_q8_quantize quantizes it, so the result is q8_matvec's after it, one launch less. */
+static ebb_err qin_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k, cl_mem x,
+                          cl_mem nw, int glu, cl_mem y, int y_off, cl_mem res,
+                          struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    float eps = m->hp.rms_eps;
+    size_t xl, dl;
+    ebb_cl_qin_local(w->n_in, &xl, &dl);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(x), EBB_CL_ARG(nw),
+                             EBB_CL_ARG(eps),  EBB_CL_ARG(glu),   EBB_CL_ARG(y), EBB_CL_ARG(y_off),
+                             EBB_CL_ARG(res),  {xl, NULL},        {dl, NULL}}; /* (local memory) */
+    ebb_err rc;
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 11, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_qin_shape(&m->tu, (uint32_t)n_out, g, l);
+    return ebb_cl_run(m->cl, k, 1, g, l, diag);
+}
+
 /* The matvec_q8 kernel for w when decode can take 8-bit inputs for it, else NULL. */
 static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct ebb_diag *diag)
 {
@@ -104,6 +138,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     /* (w->off % 16: kq8.cl's 16-byte loads of K-quant blocks; file offsets are that aligned
      * unless a file sets general.alignment below 16.) */
     if (nt == 1 && p->matvec_q8 && m->k_q8 && w->n_in % 32 == 0 && w->off % 16 == 0) {
+        cl_kernel kqin = qin_kernel(m, w, glu);
+        if (kqin)
+            return qin_matvec(m, w, kqin, x, nw, glu, y, y_off, res, diag);
         if ((rc = ebb__clm_q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
@@ -161,10 +198,21 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
 static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
                           int x_ld, cl_mem y, int y_ld, cl_mem nw, int nt, struct ebb_diag *diag)
 {
-    cl_kernel kq[GROUP_MAX] = {NULL};
+    cl_kernel kq[GROUP_MAX] = {NULL}, kqin[GROUP_MAX] = {NULL};
     bool q8 = nt == 1 && n > 1 && n <= GROUP_MAX, q8r = nt > 1 && n > 1 && n <= GROUP_MAX;
     for (uint32_t i = 0; q8 && i < n; i++)
         q8 = (kq[i] = q8_kernel(m, &w[i], NULL)) != NULL && w[i].n_in == w[0].n_in;
+    /* With tuning qin each product quantizes the input itself: n launches instead of n + 1. */
+    bool qin = q8;
+    for (uint32_t i = 0; qin && i < n; i++)
+        qin = (kqin[i] = qin_kernel(m, &w[i], 0)) != NULL;
+    for (uint32_t i = 0, off = 0; qin && i < n; off += w[i].n_out, i++) {
+        ebb_err rc = qin_matvec(m, &w[i], kqin[i], x, nw, 0, y, (int)off, NULL, diag);
+        if (rc)
+            return rc;
+    }
+    if (qin)
+        return EBB_OK;
     for (uint32_t i = 0; q8r && i < n; i++)
         q8r = (kq[i] = q8r_kernel(m, &w[i], nt, NULL)) != NULL && w[i].n_in == w[0].n_in;
     ebb_err rc;

@@ -887,8 +887,11 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         m->iface.stream_probe = ebb__clm_stream_probe;
         m->iface.n_ctx = m->n_ctx;
     }
-    snprintf(m->name, sizeof(m->name), "opencl (%s%s)", m->cl->info.name,
-             m->k_q8 ? ", 8-bit decode inputs" : "");
+    char qin[48] = "";
+    if (m->k_q8 && ebb_cl_qin_wg(&m->tu))
+        snprintf(qin, sizeof(qin), ", quantized in the products (qin %u)", m->tu.qin);
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s)", m->cl->info.name,
+             m->k_q8 ? ", 8-bit decode inputs" : "", qin);
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;

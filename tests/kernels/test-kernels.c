@@ -1001,6 +1001,7 @@ static void test_tune(void)
 
 #include "test-kernels-ops.c"
 #include "test-kernels-moe.c"
+#include "test-kernels-qin.c"
 
 int main(void)
 {
@@ -1034,6 +1035,7 @@ int main(void)
     test_tune();
     test_ops();
     test_moe();
+    test_qin();
     ebb_cl_close(cl);
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;

@@ -1,0 +1,176 @@
+/* matvec_q8_qin (tuning qin: decode's 4-bit products quantizing their own input) against the
+ * launch pair it replaces, quantize_x8 then matvec_q8: the same outputs to the bit for plain
+ * inputs, the RMS norm folded, SwiGLU and GeGLU folded, over input lengths below, at and above
+ * the work-group's width and not multiples of it, and several work-group shapes. Included by
+ * test-kernels.c (its helpers and the device). */
+
+/* One weight of layout l, n_out x n_in, under tuning t (qin on): quantize_x8 + matvec_q8 and
+ * matvec_q8_qin for each input variant, outputs compared exactly. */
+static void test_qin_case(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_out,
+                          uint32_t n_in)
+{
+    char name[64];
+    ebb_cl_layout_name(l, name, sizeof(name));
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l->type, n_in, &rowb));
+    uint8_t *raw = malloc(rowb * n_out);
+    random_rows(l->type, n_out, n_in, raw, rowb);
+    struct ebb_cl_wsrc src[1] = {{raw, n_out}};
+    struct ebb_cl_weight wt;
+    OK(ebb_cl_weight_new(cl, l, n_in, src, 1, NULL, &wt, D));
+    struct ebb_cl_wprog p;
+    OK(ebb_cl_wprog_build(cl, l, &t, &p, D));
+    CHECK(p.matvec_q8 && p.matvec_q8_qin, "qin: %s has no matvec_q8_qin (wg %u)", name,
+          ebb_cl_qin_wg(&t));
+    cl_program ops;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &t, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8", &kq, D));
+
+    float *xg = malloc(sizeof(float) * 2 * n_in), *nw = malloc(sizeof(float) * n_in);
+    float *res = malloc(sizeof(float) * n_out), *y0 = malloc(sizeof(float) * n_out);
+    float *y1 = malloc(sizeof(float) * n_out);
+    for (uint32_t i = 0; i < 2 * n_in; i++) /* some blocks all zero: a zero scale */
+        xg[i] = i / 32 % 7 == 3 ? 0.0f : 3.0f * frand();
+    for (uint32_t i = 0; i < n_in; i++)
+        nw[i] = 0.5f + frand();
+    for (uint32_t o = 0; o < n_out; o++)
+        res[o] = frand();
+    cl_mem xb = buf(sizeof(float) * 2 * n_in, xg), nwb = buf(sizeof(float) * n_in, nw);
+    cl_mem rb = buf(sizeof(float) * n_out, res), yb = buf(sizeof(float) * n_out, NULL);
+    cl_mem xq = buf(n_in, NULL), xd = buf(sizeof(float) * 2 * (n_in / 32), NULL);
+    const float eps = 1e-5f;
+    for (int variant = 0; variant < 4 && p.matvec_q8_qin; variant++) {
+        int glu = variant >= 2 ? variant - 1 : 0, ni = (int)n_in, no = (int)n_out;
+        int off = 0;
+        cl_mem nwarg = variant == 1 ? nwb : NULL, rarg = variant == 2 ? NULL : rb;
+        /* the launch pair */
+        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni),  EBB_CL_ARG(nwarg),
+                                  EBB_CL_ARG(eps), EBB_CL_ARG(glu), EBB_CL_ARG(xq),
+                                  EBB_CL_ARG(xd)};
+        size_t qg = (n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+        OK(ebb_cl_set_args(kq, 0, qa, 7, D));
+        OK(ebb_cl_run(cl, kq, 1, &qg, &ql, D));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),  EBB_CL_ARG(xq),  EBB_CL_ARG(xd),
+                                 EBB_CL_ARG(yb), EBB_CL_ARG(off), EBB_CL_ARG(rarg)};
+        OK(ebb_cl_weight_set_args(&wt, p.matvec_q8, 0, D));
+        OK(ebb_cl_set_args(p.matvec_q8, 2, a, 7, D));
+        size_t g[2], lw[2];
+        ebb_cl_q8_shape(&t, n_out, g, lw);
+        OK(ebb_cl_run(cl, p.matvec_q8, 2, g, lw, D));
+        rd(yb, sizeof(float) * n_out, y0);
+        /* the fused kernel, into a cleared output */
+        float nan = NAN;
+        OK(ebb_cl_check(clEnqueueFillBuffer(cl->q, yb, &nan, sizeof(nan), 0, sizeof(float) * n_out,
+                                            0, NULL, NULL),
+                        D, "fill"));
+        size_t xl, dl;
+        ebb_cl_qin_local(n_in, &xl, &dl);
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(ni),    EBB_CL_ARG(no),  EBB_CL_ARG(xb),
+                                 EBB_CL_ARG(nwarg), EBB_CL_ARG(eps), EBB_CL_ARG(glu),
+                                 EBB_CL_ARG(yb),    EBB_CL_ARG(off), EBB_CL_ARG(rarg),
+                                 {xl, NULL},        {dl, NULL}};
+        OK(ebb_cl_weight_set_args(&wt, p.matvec_q8_qin, 0, D));
+        OK(ebb_cl_set_args(p.matvec_q8_qin, 2, b, 11, D));
+        ebb_cl_qin_shape(&t, n_out, g, lw);
+        OK(ebb_cl_run(cl, p.matvec_q8_qin, 1, g, lw, D));
+        rd(yb, sizeof(float) * n_out, y1);
+        int bad = 0;
+        for (uint32_t o = 0; o < n_out; o++)
+            if (memcmp(&y0[o], &y1[o], sizeof(float)) && bad++ < 3)
+                CHECK(0, "%s qin variant %d n_in %u wg %u o %u: %.9g vs %.9g (quantize_x8)", name,
+                      variant, n_in, ebb_cl_qin_wg(&t), o, y1[o], y0[o]);
+        CHECK(!bad, "%s qin variant %d n_in %u: %d of %u outputs differ", name, variant, n_in, bad,
+              n_out);
+    }
+    printf("  %-34s qin n_in %5u, %3u work-items (%u rows): %s\n", name, n_in, ebb_cl_qin_wg(&t),
+           t.qin_rows, p.matvec_q8_qin ? "plain, norm, glu, gelu identical" : "not built");
+    cl_mem ms[] = {xb, nwb, rb, yb, xq, xd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    clReleaseKernel(kq);
+    clReleaseProgram(ops);
+    ebb_cl_wprog_fini(&p);
+    ebb_cl_weight_fini(&wt);
+    free(raw);
+    free(xg);
+    free(nw);
+    free(res);
+    free(y0);
+    free(y1);
+}
+
+/* When decode takes matvec_q8_qin: the knob's levels, the length cap, local memory. */
+static void test_qin_fits(struct ebb_cl_tuning t)
+{
+    t.qin = 0;
+    CHECK(!ebb_cl_qin_wg(&t) && !ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin 0 takes it");
+    t.qin = 1;
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin 1: a plain / norm input refused");
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 1), "qin 1: a glu input taken");
+    t.qin = 2;
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 8192, 64, 1), "qin 2: a glu input refused");
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 8200, 64, 1), "qin: n_in not a multiple of 32 taken");
+    t.qin_max = 4096;
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 4096, 64, 0) && !ebb_cl_qin_fits(&t, 1 << 20, 4128, 64, 0),
+          "qin_max 4096 not applied");
+    t.qin_max = 0;
+    /* 48 KiB: 8192 inputs take 10 KiB, 65536 80 KiB */
+    CHECK(ebb_cl_qin_fits(&t, 48 * 1024, 8192, 64, 1) &&
+              !ebb_cl_qin_fits(&t, 48 * 1024, 65536, 64, 1),
+          "qin: the local memory bound");
+    t.qin_out_max = 4096;
+    CHECK(ebb_cl_qin_fits(&t, 1 << 20, 2048, 4096, 0) &&
+              !ebb_cl_qin_fits(&t, 1 << 20, 2048, 4097, 0),
+          "qin_out_max 4096 not applied");
+    t.qin_out_max = 0;
+    t.mv_q8 = 0;
+    CHECK(!ebb_cl_qin_fits(&t, 1 << 20, 2048, 64, 0), "qin without mv_q8 taken");
+}
+
+static void test_qin(void)
+{
+    struct ebb_cl_tuning t = tu;
+    t.block_dec = 0;
+    t.mv_q16 = 1;
+    t.mv_xlocal = 1;
+    t.mv_q8 = 1;
+    t.qin = 2;
+    t.mvu = 2;
+    t.mv_ptx = tu.mv_ptx;
+    test_qin_fits(t);
+    struct ebb_cl_layout q40 = {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_layout q41 = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_layout q40s = {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+    /* work-items a row x rows a work-group: one (a CPU's), 2 x 3 (6: not a multiple of 32), a
+     * warp x 4 (NVIDIA's matvec_q8), 8 x 4, and a warp x 12 (384: wider than quantize_x8's 256) */
+    static const uint32_t shapes[][2] = {{1, 1}, {2, 3}, {32, 4}, {8, 4}, {32, 12}};
+    /* 32 inputs (one block), 96, 544 (17 blocks), 2048, 3200 and 8192 (the 1B's n_ff) */
+    static const uint32_t n_ins[] = {32, 96, 544, 2048, 3200, 8192};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        if (shapes[s][0] * shapes[s][1] > cl->info.max_wg)
+            continue;
+        t.mv_wg = t.mvq_wg = shapes[s][0];
+        t.mv_rows = t.mvq_rows = t.qin_rows = shapes[s][1];
+        if (t.mv_ptx && (shapes[s][0] % 32 || !ebb_cl_qin_wg(&t)))
+            continue; /* (PTX builds want whole warps) */
+        for (size_t i = 0; i < sizeof(n_ins) / sizeof(n_ins[0]); i++) {
+            if (!ebb_cl_qin_fits(&t, cl->info.local_mem, n_ins[i], 37, 1))
+                continue;
+            /* the two long inputs only on the widest shapes: CI time */
+            if (n_ins[i] > 3200 && shapes[s][0] * shapes[s][1] < 128)
+                continue;
+            test_qin_case(&q40, t, 37, n_ins[i]);
+        }
+        if (shapes[s][0] == 32 && shapes[s][1] == 4) { /* Q4_1, and a split layout */
+            test_qin_case(&q41, t, 37, 544);
+            test_qin_case(&q40s, t, 37, 544);
+        }
+    }
+    /* matvec_q8_qin with more rows a work-group than matvec_q8 (EBB_CL_QIN_ROWS) */
+    t.mv_wg = t.mvq_wg = 32;
+    t.mv_rows = t.mvq_rows = 4;
+    t.qin_rows = 8;
+    if (32 * 8 <= cl->info.max_wg)
+        test_qin_case(&q40, t, 37, 2048);
+}
