@@ -383,10 +383,12 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
                                float scale, __global float *po, __global float2 *pml,
                                __global float *out, int n_rot, float base, float freq_scale,
-                               int neox, __global const float *ff, int win)
+                               int neox, __global const float *ff, int win,
+                               __global const float *hnq, __global const float *hnk, float hn_eps)
 {
     __local float lm[ATT_LOCAL];
     __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
+    __local float hr[ATT_WG], hs[ATT_G + 1];
     __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
@@ -399,6 +401,27 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
     att_prefetch(kx, vx, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
+    /* With hnq (Qwen 3, Gemma 3: head_norm folded in), each query head and the key head are
+     * RMS-normed over HEAD_DIM and scaled by hnq / hnk before the rotation: hs[g] becomes head
+     * g's factor (hs[ATT_G] the key's), every work-group computing its own. */
+    if (hnq) {
+        for (int g = 0; g <= ATT_G; g++) {
+            const __global float *r = g < ATT_G ? qkv + (h0 + g) * HEAD_DIM : kr;
+            float ss = 0.0f;
+            for (int d = lid; d < HEAD_DIM; d += ATT_WG)
+                ss += r[d] * r[d];
+            hr[lid] = ss;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int st = 1; st < ATT_WG; st <<= 1) {
+                if (lid % (2 * st) == 0 && lid + st < ATT_WG)
+                    hr[lid] += hr[lid + st];
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            if (lid == 0)
+                hs[g] = rsqrt(hr[0] / HEAD_DIM + hn_eps);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
     int rp = ATT_WG < ATT_RP ? lid : lid % ATT_RP, rg = ATT_WG < ATT_RP ? 0 : lid / ATT_RP;
     for (int p = rp; rg < ATT_RG && p < ATT_RP; p += ATT_WG < ATT_RP ? ATT_WG : ATT_RP) {
         int2 i = rope_pair(p, n_rot, neox);
@@ -406,11 +429,19 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
         for (int g = rg; g < ATT_G; g += ATT_RG) {
             const __global float *qr = qkv + (h0 + g) * HEAD_DIM;
             float a = qr[i.x], b = qr[i.y];
+            if (hnq) {
+                a = a * hs[g] * hnq[i.x];
+                b = b * hs[g] * hnq[i.y];
+            }
             lm[g * HEAD_DIM + i.x] = (a * cs.x - b * cs.y) * scale;
             lm[g * HEAD_DIM + i.y] = (a * cs.y + b * cs.x) * scale;
         }
         if (last && rg == 0) {
             float a = kr[i.x], b = kr[i.y];
+            if (hnq) {
+                a = a * hs[ATT_G] * hnk[i.x];
+                b = b * hs[ATT_G] * hnk[i.y];
+            }
             vstore_half(a * cs.x - b * cs.y, i.x, kn);
             vstore_half(a * cs.y + b * cs.x, i.y, kn);
             vstore_half(vr[2 * p], 2 * p, vn);

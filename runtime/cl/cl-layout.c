@@ -127,6 +127,7 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
         .mmp_kb = 2,
         .att_q8 = 1,
         .att_rope = 1,
+        .att_hnorm = 1,
         .mvr = 8,
         .mvo = 1,
         .mvu = 2,
@@ -352,6 +353,9 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     const char *ar = getenv("EBB_CL_ROPEATT");
     if (ar && (*ar == '0' || *ar == '1'))
         t.att_rope = (uint32_t)(*ar - '0');
+    const char *ah = getenv("EBB_CL_ATTHN");
+    if (ah && (*ah == '0' || *ah == '1'))
+        t.att_hnorm = (uint32_t)(*ah - '0');
     const char *am = getenv("EBB_CL_ATTMMA");
     if (am && (*am == '0' || *am == '1'))
         t.att_mma = (uint32_t)(*am - '0');

@@ -94,6 +94,8 @@ struct ebb_cl_tuning {
     uint32_t mmp_t, mmp_mi, mmp_w, mmp_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
     uint32_t att_rope;  /* 1: decode attention rotates the new token's q and k and writes its
                            k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
+    uint32_t att_hnorm; /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key
+                           heads (Qwen 3, Gemma 3: no head_norm launch in decode) */
     uint32_t att_q8;    /* 1: with mv_q8, decode attention's reduction quantizes its output
                            for the output projection (attn_decode_reduce_q8) */
     uint32_t mma_pf;    /* 1: matmul_mma loads the next step during this one's products */

@@ -176,6 +176,8 @@ struct clm {
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
     cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
     cl_kernel k_attn_pre_mma;      /* attn_prefill_mma, with tu.att_mma on PTX devices */
+    bool hn_fold;                  /* decode: the head_norm step left its work to the next
+                                      attention (attn_decode_rope) */
     bool att_q8;                   /* decode: the attention output waits in xq / xd (attend
                                       fused its quantization), not in att */
     cl_kernel k_bias, k_head_norm; /* add_bias, head_norm (qwen2's biases, qwen3's q/k norms) */

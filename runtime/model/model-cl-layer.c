@@ -449,9 +449,14 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
+        cl_mem hnq = m->hn_fold ? L->qn : NULL, hnk = m->hn_fold ? L->kn : NULL;
+        float hn_eps = hp->rms_eps;
+        struct ebb_cl_arg hn[] = {EBB_CL_ARG(hnq), EBB_CL_ARG(hnk), EBB_CL_ARG(hn_eps)};
+        m->hn_fold = false;
         cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
         if ((rc = ebb_cl_set_args(kp, 0, a, fused_rope ? 12 : 13, diag)) ||
             (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 6, diag))) ||
+            (fused_rope && (rc = ebb_cl_set_args(kp, 18, hn, 3, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
@@ -579,11 +584,18 @@ static ebb_err add_bias(struct clm *m, const struct layer *L, int nt, struct ebb
     return rc ? rc : ebb_cl_run(m->cl, m->k_bias, 2, g, NULL, diag);
 }
 
-/* A CLM_HEAD_NORM step: each query and key head of the nt rows of m->qkv RMS-normed and
- * scaled by the layer's q / k norm vector. */
-static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, struct ebb_diag *diag)
+/* A CLM_HEAD_NORM step (step si): each query and key head of the nt rows of m->qkv RMS-normed
+ * and scaled by the layer's q / k norm vector; in decode, when the next step's attention
+ * rotates q and k itself (attn_decode_rope, tu.att_hnorm), left to it (m->hn_fold). */
+static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, uint32_t si,
+                         struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
+    if (nt == 1 && m->k_attn_rope && m->tu.att_hnorm && si + 1 < m->plan.n_steps &&
+        m->plan.steps[si + 1].kind == CLM_ATTN) {
+        m->hn_fold = true;
+        return EBB_OK;
+    }
     int ld = (int)m->n_qkv, nh = (int)hp->n_head, hd = (int)hp->head_dim;
     float eps = hp->rms_eps;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv), EBB_CL_ARG(ld), EBB_CL_ARG(L->qn),
@@ -633,7 +645,7 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
             rc = add_bias(m, L, nt, diag);
             break;
         case CLM_HEAD_NORM:
-            rc = head_norm(m, L, nt, diag);
+            rc = head_norm(m, L, nt, i, diag);
             break;
         case CLM_MOE:
             rc = moe(m, L, s, nt, diag);

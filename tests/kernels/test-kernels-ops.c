@@ -692,8 +692,15 @@ static void test_attention_shapes(void)
             int n_kv, win, ring;
         } cases[] = {{1, 0, CTX},          {37, 0, CTX},    {c, 0, CTX},          {c + 1, 0, CTX},
                      {2 * c + 20, 0, CTX}, {330, 100, 150}, {800, c + 44, c + 54}};
+        /* rope 2: attn_decode_rope with the query and key heads' RMS norm folded in (Qwen 3,
+         * Gemma 3), against head_norm then rope_kv. */
+        float *hw = malloc(sizeof(float) * 2 * hd), hn_eps = 1e-6f;
+        for (int i = 0; i < 2 * hd; i++)
+            hw[i] = 0.5f + frand();
+        cl_mem hwq = buf(sizeof(float) * hd, hw), hwk = buf(sizeof(float) * hd, hw + hd);
+        cl_kernel khn = kern(p, "head_norm");
         for (size_t li = 0; li < sizeof(cases) / sizeof(cases[0]); li++)
-            for (int rope = 0; rope < 2; rope++) {
+            for (int rope = 0; rope < 3; rope++) {
                 int n_kv = cases[li].n_kv, win = cases[li].win, ring = cases[li].ring;
                 int first = win_first(n_kv - 1, win), pos = n_kv - 1;
                 int nc = (n_kv - first + c - 1) / c;
@@ -708,10 +715,14 @@ static void test_attention_shapes(void)
                                           EBB_CL_ARG(neox), EBB_CL_ARG(no_ff), EBB_CL_ARG(win)};
                 struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc),
                                          EBB_CL_ARG(ob)};
+                cl_mem hq = rope == 2 ? hwq : NULL, hk = rope == 2 ? hwk : NULL;
+                struct ebb_cl_arg ah[] = {EBB_CL_ARG(hq), EBB_CL_ARG(hk), EBB_CL_ARG(hn_eps)};
                 cl_kernel kd = rope ? kr : kp;
                 OK(ebb_cl_set_args(kd, 0, a, rope ? 12 : 13, D));
-                if (rope)
+                if (rope) {
                     OK(ebb_cl_set_args(kd, 12, ar, 6, D));
+                    OK(ebb_cl_set_args(kd, 18, ah, 3, D));
+                }
                 OK(ebb_cl_set_args(kred, 0, b, 4, D));
                 size_t g1[2] = {(size_t)nc * tu.att_wg, (size_t)nh / ATT_G_OF(tu)};
                 size_t l1[2] = {tu.att_wg, 1}, g2[2] = {(size_t)hd, (size_t)nh};
@@ -733,6 +744,15 @@ static void test_attention_shapes(void)
                                              EBB_CL_ARG(hd),  EBB_CL_ARG(nrot), EBB_CL_ARG(fbase),
                                              EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
                     size_t g3[3] = {(size_t)hd / 2, (size_t)(nh + nkv), 1};
+                    if (rope == 2) {
+                        struct ebb_cl_arg en[] = {
+                            EBB_CL_ARG(q2), EBB_CL_ARG(ld), EBB_CL_ARG(hwq),   EBB_CL_ARG(hwk),
+                            EBB_CL_ARG(nh), EBB_CL_ARG(hd), EBB_CL_ARG(hn_eps)};
+                        size_t gn[3] = {tu.norm_wg, (size_t)(nh + nkv), 1};
+                        size_t ln[3] = {tu.norm_wg, 1, 1};
+                        OK(ebb_cl_set_args(khn, 0, en, 7, D));
+                        OK(ebb_cl_run(cl, khn, 3, gn, ln, D));
+                    }
                     OK(ebb_cl_set_args(krope, 0, e, 15, D));
                     OK(ebb_cl_run(cl, krope, 3, g3, NULL, D));
                     rd(q2, sizeof(float) * ld, qr);
@@ -757,8 +777,10 @@ static void test_attention_shapes(void)
                         CHECK(fabs(got - ref[d]) <= 1e-4,
                               "decode %s hd %d g %u wg %u n_kv %d win %d ring %d h %d d %d: %g "
                               "vs %g",
-                              rope ? "rope" : "part", hd, ATT_G_OF(tu), tu.att_wg, n_kv, win, ring,
-                              h, d, got, ref[d]);
+                              rope == 2 ? "rope+norm"
+                              : rope    ? "rope"
+                                        : "part",
+                              hd, ATT_G_OF(tu), tu.att_wg, n_kv, win, ring, h, d, got, ref[d]);
                     }
                 }
                 clReleaseMemObject(kc);
@@ -766,11 +788,14 @@ static void test_attention_shapes(void)
                 clReleaseMemObject(qb);
             }
         printf("  attention decode head_dim %d, %u heads a work-group of %u, chunk %u%s (part, "
-               "rope; windows, rings) max abs err %.2e\n",
+               "rope, rope with head norms; windows, rings) max abs err %.2e\n",
                hd, ATT_G_OF(tu), tu.att_wg, tu.att_chunk, tu.mv_cpu ? ", CPU loads" : "", worst);
-        cl_kernel ks[] = {kp, kr, kred, krope};
-        for (int i = 0; i < 4; i++)
+        cl_kernel ks[] = {kp, kr, kred, krope, khn};
+        for (int i = 0; i < 5; i++)
             clReleaseKernel(ks[i]);
+        clReleaseMemObject(hwq);
+        clReleaseMemObject(hwk);
+        free(hw);
         clReleaseMemObject(po);
         clReleaseMemObject(pml);
         clReleaseMemObject(ob);
