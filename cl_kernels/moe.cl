@@ -160,6 +160,39 @@ __kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int
         y[(size_t)t * y_ld + y_off + o] = sum;
 }
 
+#if defined(W_RAW)
+/* READ_W4 of a raw weight given by its buffer and offset (the gate or the up stack). */
+inline float4 moe_rd4(const __global uchar *w_a, ulong w_off, int n_in, int row, int i)
+{
+    return READ_W4(row, i);
+}
+
+/* moe_gather over the gate stack (W_ARGS) and the up stack (u_a, u_off: the same raw layout) in
+ * one launch: y[t][o] for o < k * n_rows the gate rows, from k * n_rows the up rows, each
+ * computed as moe_gather computes it. Global (2 * k * n_rows * MV_WG, n_tok), local
+ * (MV_WG, 1). */
+__kernel void moe_gather2(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_rows,
+                          int k, __global const int *ids, __global const float *x, int x_ld,
+                          __global float *y, int y_ld)
+{
+    int o = get_global_id(0) / MV_WG, t = get_global_id(1), lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    bool up = o >= k * n_rows;
+    int ou = up ? o - k * n_rows : o, j = ou / n_rows, r = ou % n_rows;
+    int id = ids[(size_t)t * k + j];
+    const __global uchar *a = up ? u_a : w_a;
+    ulong off = up ? u_off : w_off;
+    const __global float *xt = x + (size_t)t * x_ld;
+    float4 acc = (float4)(0.0f);
+    if (id >= 0) /* (-1 gives 0; the whole work-group takes the branch) */
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4)
+            acc += moe_rd4(a, off, n_in, id * n_rows + r, i) * vload4(0, xt + i);
+    float sum = moe_sum(red, lane, acc.x + acc.y + acc.z + acc.w);
+    if (lane == 0)
+        y[(size_t)t * y_ld + o] = sum;
+}
+#endif
+
 /* y[t][o] = (res ? res[t][o] : 0) + sum_j w[t][j] sum_i W[ids[t][j] * n_out + o][i] h_j[i],
  * h_j = silu(g[t][j n_in + i]) * g[t][(k + j) n_in + i]: the down stack over the k experts'
  * gate (first k * n_in values of a row of g) and up (the next k * n_in) outputs, weighted and

@@ -78,6 +78,7 @@ struct clm_moe_prog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel gather, down;
+    cl_kernel gather2;            /* raw layouts: the gate and up stacks in one launch */
     cl_kernel gather_q8, down_q8; /* decode on 8-bit inputs, where the layout has kq8 */
     cl_kernel gate_up_q8;         /* ... gate and up stacks, SwiGLU and its quantization */
     cl_kernel router_q8;          /* ... an f32 router's product and the experts' input */

@@ -42,6 +42,9 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm
         (rc = ebb_cl_kernel(p->prog, "moe_down", &p->down, diag)) ||
         (!mo->route && (rc = ebb_cl_kernel(p->prog, "moe_route", &mo->route, diag))))
         return rc;
+    if (w->layout.order == EBB_CL_ORDER_RAW &&
+        (rc = ebb_cl_kernel(p->prog, "moe_gather2", &p->gather2, diag)))
+        return rc;
     if (ebb_cl_layout_has_kq8(&w->layout, &m->tu) &&
         ((rc = ebb_cl_kernel(p->prog, "moe_gather_q8", &p->gather_q8, diag)) ||
          (rc = ebb_cl_kernel(p->prog, "moe_down_q8", &p->down_q8, diag)) ||
@@ -95,6 +98,31 @@ static ebb_err gather(struct clm *m, const struct ebb_cl_weight *w, cl_mem ids, 
         (rc = ebb_cl_set_args(p->gather, 2, a, 9, diag)))
         return rc;
     return ebb_cl_run(m->cl, p->gather, 2, g, l, diag);
+}
+
+/* gather over the gate and up stacks w[0..1] into m->moe.gu in one launch (moe_gather2) where
+ * they share a raw layout; EBB_EUNSUPPORTED (nothing run) where not. */
+static ebb_err gather2(struct clm *m, const struct ebb_cl_weight *const w[2], cl_mem ids, int nt,
+                       struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
+    struct clm_moe_prog *pg = NULL, *pu = NULL;
+    ebb_err rc;
+    if ((rc = prog_for(m, w[0], &pg, diag)) || (rc = prog_for(m, w[1], &pu, diag)))
+        return rc;
+    if (!mo->fuse || pg != pu || !pg->gather2 || w[0]->n_in != w[1]->n_in)
+        return EBB_EUNSUPPORTED;
+    int n_in = (int)w[0]->n_in, rows = (int)m->hp.n_ff_exp, k = (int)m->hp.n_expert_used;
+    int x_ld = (int)m->hp.n_embd, y_ld = 2 * k * rows;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),   EBB_CL_ARG(rows), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids),    EBB_CL_ARG(m->h), EBB_CL_ARG(x_ld),
+                             EBB_CL_ARG(mo->gu), EBB_CL_ARG(y_ld)};
+    size_t g[2] = {(size_t)2 * k * rows * m->tu.mv_wg, (size_t)nt}, l[2] = {m->tu.mv_wg, 1};
+    if ((rc = ebb_cl_weight_set_args(w[0], pg->gather2, 0, diag)) ||
+        (rc = ebb_cl_weight_set_args(w[1], pg->gather2, 2, diag)) ||
+        (rc = ebb_cl_set_args(pg->gather2, 4, a, 8, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, pg->gather2, 2, g, l, diag);
 }
 
 /* The moe.cl programs of the three stacks w where all take 8-bit inputs (kq8.cl), else
@@ -217,8 +245,10 @@ static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_me
         if (rc != EBB_EUNSUPPORTED || nw) /* nw: prepare found the 8-bit path, m->h unset */
             return rc;
     }
-    if ((rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)) ||
-        (rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag)))
+    rc = gather2(m, ws, ids, nt, diag);
+    if (rc == EBB_EUNSUPPORTED && !(rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)))
+        rc = gather(m, ws[1], ids, m->h, n_embd, kf, nt, diag);
+    if (rc)
         return rc;
     return down(m, ws[2], ids, nt, diag);
 }
@@ -334,6 +364,8 @@ void ebb__clm_moe_fini(struct clm *m)
             clReleaseKernel(mo->progs[i].gather_q8);
         if (mo->progs[i].down_q8)
             clReleaseKernel(mo->progs[i].down_q8);
+        if (mo->progs[i].gather2)
+            clReleaseKernel(mo->progs[i].gather2);
         if (mo->progs[i].gate_up_q8)
             clReleaseKernel(mo->progs[i].gate_up_q8);
         if (mo->progs[i].router_q8)

@@ -448,6 +448,47 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
                   t, o, got, ref);
         }
     clReleaseKernel(k);
+    /* Raw layouts: moe_gather2 (gate and up in one launch) against moe_gather over each, to
+     * the bit, one token's rows skipped by an id of -1 (zeros). */
+    if (l->order == EBB_CL_ORDER_RAW) {
+        struct ebb_cl_weight uw;
+        float *u = moe_stack(l, MOE_F, MOE_D, &uw);
+        int ids2[MOE_NT * MOE_K];
+        memcpy(ids2, ids, sizeof(ids2));
+        ids2[MOE_K] = -1; /* token 1's first expert */
+        cl_mem ib2 = buf(sizeof(ids2), ids2), y1 = buf(sizeof(h), NULL);
+        k = kern(p, "moe_gather");
+        for (int i = 0; i < 2; i++) {
+            int yo = i * MOE_K * MOE_F;
+            OK(ebb_cl_weight_set_args(i ? &uw : &gw, k, 0, D));
+            struct ebb_cl_arg a1[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                      EBB_CL_ARG(ib2),  EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld),
+                                      EBB_CL_ARG(yb),   EBB_CL_ARG(y_ld), EBB_CL_ARG(yo)};
+            OK(ebb_cl_set_args(k, 2, a1, 9, D));
+            OK(ebb_cl_run(cl, k, 2, gs, ls, D));
+        }
+        clReleaseKernel(k);
+        k = kern(p, "moe_gather2");
+        OK(ebb_cl_weight_set_args(&gw, k, 0, D));
+        OK(ebb_cl_weight_set_args(&uw, k, 2, D));
+        struct ebb_cl_arg a2[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(ib2),  EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld),
+                                  EBB_CL_ARG(y1),   EBB_CL_ARG(y_ld)};
+        OK(ebb_cl_set_args(k, 4, a2, 8, D));
+        size_t g2[2] = {2 * gs[0], MOE_NT};
+        OK(ebb_cl_run(cl, k, 2, g2, ls, D));
+        static float ya[MOE_NT * 2 * MOE_K * MOE_F], yc[MOE_NT * 2 * MOE_K * MOE_F];
+        rd(yb, sizeof(ya), ya);
+        rd(y1, sizeof(yc), yc);
+        CHECK(!memcmp(ya, yc, sizeof(ya)), "moe_gather2 %s differs from moe_gather", name);
+        CHECK(yc[y_ld] == 0.0f && yc[y_ld + MOE_K * MOE_F] == 0.0f && yc[y_ld + MOE_F] != 0.0f,
+              "moe_gather2 %s: id -1 gives %g %g", name, yc[y_ld], yc[y_ld + MOE_K * MOE_F]);
+        clReleaseKernel(k);
+        clReleaseMemObject(ib2);
+        clReleaseMemObject(y1);
+        ebb_cl_weight_fini(&uw);
+        free(u);
+    }
 
     /* Down, the residual added in place (y aliases res). */
     int dn_in = MOE_F, dn_out = MOE_D, g_ld = 2 * MOE_K * MOE_F;
