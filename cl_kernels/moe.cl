@@ -462,6 +462,8 @@ moe_gate_up_q8(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_r
     int id;
     if (scores) {
         float p[MOE_ROUTE_E];
+        if (lid < k) /* (NaN scores rank no expert in a slot: -1 there, a zero block) */
+            sel_id[lid] = -1, sel_p[lid] = 0.0f;
         route_probs(scores, n_expert, red, p);
         for (int q = 0; q < MOE_ROUTE_E; q++)
             if (lid < MOE_ROUTE_WG && lid + q * MOE_ROUTE_WG < n_expert)
