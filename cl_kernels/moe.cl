@@ -52,6 +52,32 @@ inline float route_reduce(__local float *red, float v, bool max)
     return r;
 }
 
+/* The softmax of moe_route: item lid (< MOE_ROUTE_WG) holds experts lid + j * MOE_ROUTE_WG,
+ * j < MOE_ROUTE_E, as probabilities in p, -1 for those past n_expert. Items of a larger
+ * work-group (moe_gate_up_q8) hold none and only take part in the barriers; red holds the
+ * work-group's items. */
+inline void route_probs(const __global float *s, int n_expert, __local float *red, float *p)
+{
+    int lid = get_local_id(0);
+    float mx = -INFINITY;
+    for (int j = 0; j < MOE_ROUTE_E; j++) {
+        int e = lid + j * MOE_ROUTE_WG;
+        p[j] = e < n_expert && lid < MOE_ROUTE_WG ? s[e] : -INFINITY;
+        mx = fmax(mx, p[j]);
+    }
+    mx = route_reduce(red, mx, true);
+    float sum = 0.0f;
+    for (int j = 0; j < MOE_ROUTE_E; j++) {
+        int e = lid + j * MOE_ROUTE_WG;
+        p[j] = e < n_expert && lid < MOE_ROUTE_WG ? exp(p[j] - mx) : 0.0f;
+        sum += p[j];
+    }
+    sum = route_reduce(red, sum, false);
+    /* Probabilities are >= 0: -1 marks an expert taken or absent. */
+    for (int j = 0; j < MOE_ROUTE_E; j++)
+        p[j] = lid + j * MOE_ROUTE_WG < n_expert && lid < MOE_ROUTE_WG ? p[j] / sum : -1.0f;
+}
+
 /* Per token t = get_global_id(1), one work-group: softmax of its n_expert router scores, the k
  * best (ties: the lower id first), their probabilities renormalised to sum 1 with norm (the sum
  * clamped below at 2^-14) and multiplied by scale unless it is 0 or 1. ids and w are (n_tok, k).
@@ -64,25 +90,8 @@ moe_route(__global const float *scores, int n_expert, int k, int norm, float sca
     __local float red[MOE_ROUTE_WG], rv[MOE_ROUTE_R];
     __local int ri[MOE_ROUTE_R], li[MOE_ROUTE_WG];
     int t = get_global_id(1), lid = get_local_id(0);
-    const __global float *s = scores + (size_t)t * n_expert;
     float p[MOE_ROUTE_E];
-    float mx = -INFINITY;
-    for (int j = 0; j < MOE_ROUTE_E; j++) {
-        int e = lid + j * MOE_ROUTE_WG;
-        p[j] = e < n_expert ? s[e] : -INFINITY;
-        mx = fmax(mx, p[j]);
-    }
-    mx = route_reduce(red, mx, true);
-    float sum = 0.0f;
-    for (int j = 0; j < MOE_ROUTE_E; j++) {
-        int e = lid + j * MOE_ROUTE_WG;
-        p[j] = e < n_expert ? exp(p[j] - mx) : 0.0f;
-        sum += p[j];
-    }
-    sum = route_reduce(red, sum, false);
-    /* Probabilities are >= 0: -1 marks an expert taken or absent. */
-    for (int j = 0; j < MOE_ROUTE_E; j++)
-        p[j] = lid + j * MOE_ROUTE_WG < n_expert ? p[j] / sum : -1.0f;
+    route_probs(scores + (size_t)t * n_expert, n_expert, red, p);
     float tot = 0.0f;
     for (int q = 0; q < k; q++) {
         float bv = p[0];
@@ -150,6 +159,39 @@ __kernel void moe_gather(W_ARGS, int n_in, int n_rows, int k, __global const int
     if (lane == 0)
         y[(size_t)t * y_ld + y_off + o] = sum;
 }
+
+#if defined(W_RAW)
+/* READ_W4 of a raw weight given by its buffer and offset (the gate or the up stack). */
+inline float4 moe_rd4(const __global uchar *w_a, ulong w_off, int n_in, int row, int i)
+{
+    return READ_W4(row, i);
+}
+
+/* moe_gather over the gate stack (W_ARGS) and the up stack (u_a, u_off: the same raw layout) in
+ * one launch: y[t][o] for o < k * n_rows the gate rows, from k * n_rows the up rows, each
+ * computed as moe_gather computes it. Global (2 * k * n_rows * MV_WG, n_tok), local
+ * (MV_WG, 1). */
+__kernel void moe_gather2(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_rows,
+                          int k, __global const int *ids, __global const float *x, int x_ld,
+                          __global float *y, int y_ld)
+{
+    int o = get_global_id(0) / MV_WG, t = get_global_id(1), lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
+    bool up = o >= k * n_rows;
+    int ou = up ? o - k * n_rows : o, j = ou / n_rows, r = ou % n_rows;
+    int id = ids[(size_t)t * k + j];
+    const __global uchar *a = up ? u_a : w_a;
+    ulong off = up ? u_off : w_off;
+    const __global float *xt = x + (size_t)t * x_ld;
+    float4 acc = (float4)(0.0f);
+    if (id >= 0) /* (-1 gives 0; the whole work-group takes the branch) */
+        for (int i = lane * 4; i < n_in; i += MV_WG * 4)
+            acc += moe_rd4(a, off, n_in, id * n_rows + r, i) * vload4(0, xt + i);
+    float sum = moe_sum(red, lane, acc.x + acc.y + acc.z + acc.w);
+    if (lane == 0)
+        y[(size_t)t * y_ld + o] = sum;
+}
+#endif
 
 /* y[t][o] = (res ? res[t][o] : 0) + sum_j w[t][j] sum_i W[ids[t][j] * n_out + o][i] h_j[i],
  * h_j = silu(g[t][j n_in + i]) * g[t][(k + j) n_in + i]: the down stack over the k experts'
@@ -338,6 +380,8 @@ __kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int
     int nb = n_in / 32;
     float out = 0.0f;
     for (int j = 0; j < k; j++) {
+        if (ids[j] < 0) /* (moe_gate_up_q8's zero block) */
+            continue;
         int row = ids[j] * n_out + o;
         const __global int4 *xqj = xq + (size_t)j * 2 * nb;
         const __global float2 *xdj = xd + (size_t)j * nb;
@@ -349,5 +393,245 @@ __kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int
     float sum = moe_sum_q8(red, lane, out);
     if (lane == 0)
         y[o] = (res ? res[o] : 0.0f) + sum;
+}
+
+#ifndef MV_FLAT
+#define MV_FLAT 0
+#endif
+#define MOE_Q8_WG 256 /* EBB_CL_Q8_WG: quantize_x8's work-group, whose sums moe_router_q8 repeats */
+
+/* matvec.cl's row_sum (a tree, or two rounds with MV_FLAT) over the MV_WG items of a row at red,
+ * so that moe_router_q8's scores are the router matvec's to the bit. */
+inline float moe_row_sum(__local float *red, int lane, float v)
+{
+#if MV_WG > 1
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if MV_FLAT && MV_WG > 8
+    if (lane < 8) {
+        float s8 = 0.0f;
+        for (int k = lane; k < MV_WG; k += 8)
+            s8 += red[k];
+        red[lane] = s8;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++)
+        sum += red[k];
+#else
+    for (int s = MV_WG / 2; s > 0; s >>= 1) {
+        if (lane < s)
+            red[lane] += red[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float sum = red[0];
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return sum;
+#else
+    (void)red, (void)lane;
+    return v;
+#endif
+}
+
+/* q8.cl's block32: v combined (max or sum) over the 32 items lid & ~31 .. lid | 31, returned to
+ * each; red holds the work-group's items, all of which call it. */
+inline float moe_block32(__local float *red, int lid, float v, int is_max)
+{
+#if MV_PTX
+    (void)red, (void)lid;
+    return is_max ? warp_max(v) : warp_sum(v);
+#else
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 16; s > 0; s >>= 1) {
+        float o = (lid & 31) < s ? red[lid + s] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ((lid & 31) < s)
+            red[lid] = is_max ? fmax(red[lid], o) : red[lid] + o;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = red[lid & ~31];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+/* v (of one item of a 32-block) as int8 at q and, from the block's first item, (d inv,
+ * d inv sum of its int8 values) at qd, d = max |v| / 127: quantize_x8's rounding. All items of
+ * the work-group call it; those with w false write nothing. */
+inline void moe_q8_block(__local float *red, int lid, float v, float inv, bool w,
+                         __global char *q, __global float2 *qd)
+{
+    float d = moe_block32(red, lid, fabs(v), 1) / 127.0f;
+    int qi = d > 0.0f ? convert_int_rte(v / d) : 0;
+    float s = moe_block32(red, lid, (float)qi, 0);
+    if (w)
+        *q = (char)qi;
+    if (w && (lid & 31) == 0)
+        *qd = (float2)(d * inv, d * inv * s);
+}
+
+/* The router's product and the experts' input in one launch, for one token on 8-bit inputs:
+ * work-groups 0 .. n_rg - 1 (n_rg = ceil(n_expert / (MOE_Q8_WG / MV_WG))) compute the scores
+ * of an f32 router r (n_expert rows of n_in at r_a + r_off) over x RMS-normed with nw, as the
+ * router's matvec does (MV_WG items a row, the norm folded); the next ceil(n_in / MOE_Q8_WG)
+ * quantize x normed with nw into xq / xd as quantize_x8 does (the gate and up stacks' input).
+ * Both read x and nw only: no order between them. n_in a multiple of 32. Global
+ * ((n_rg + ceil(n_in / MOE_Q8_WG)) * MOE_Q8_WG), local (MOE_Q8_WG). */
+__kernel __attribute__((reqd_work_group_size(MOE_Q8_WG, 1, 1))) void
+moe_router_q8(__global const float *x, int n_in, __global const float *nw, float eps,
+              __global const uchar *r_a, ulong r_off, int n_expert, __global float *scores,
+              __global char *xq, __global float2 *xd)
+{
+    __local float red[MOE_Q8_WG];
+    int lid = get_local_id(0), g = get_group_id(0);
+    int n_rg = (n_expert + MOE_Q8_WG / MV_WG - 1) / (MOE_Q8_WG / MV_WG);
+    int lane = lid % MV_WG, slot = lid / MV_WG, row = g * (MOE_Q8_WG / MV_WG) + slot;
+    int i = (g - n_rg) * MOE_Q8_WG + lid;
+    float ss = 0.0f, inv;
+    if (g < n_rg) { /* (the branch is the work-group's: its barriers are uniform) */
+        for (int j = lane * 4; j < n_in; j += MV_WG * 4) {
+            float4 v = vload4(0, x + j);
+            ss += dot(v, v);
+        }
+        inv = rsqrt(moe_row_sum(red + slot * MV_WG, lane, ss) / n_in + eps);
+        float4 acc = (float4)(0.0f);
+        if (row < n_expert) {
+            const __global float *wr =
+                (const __global float *)(r_a + r_off + (ulong)row * (ulong)n_in * 4);
+            for (int j = lane * 4; j < n_in; j += MV_WG * 4)
+                acc += vload4(0, wr + j) * (vload4(0, x + j) * vload4(0, nw + j));
+        }
+        float sum = moe_row_sum(red + slot * MV_WG, lane, (acc.x + acc.y + acc.z + acc.w) * inv);
+        if (lane == 0 && row < n_expert)
+            scores[row] = sum;
+    } else {
+        for (int j = lid * 4; j < n_in; j += MOE_Q8_WG * 4) {
+            float4 v = vload4(0, x + j);
+            ss += dot(v, v);
+        }
+#if MV_PTX
+        ss = warp_sum(ss);
+        if ((lid & 31) == 0)
+            red[lid >> 5] = ss;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ss = 0.0f;
+        for (int k = 0; k < MOE_Q8_WG / 32; k++)
+            ss += red[k];
+        inv = rsqrt(ss / n_in + eps);
+#else
+        red[lid] = ss;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = MOE_Q8_WG / 2; s > 0; s >>= 1) {
+            if (lid < s)
+                red[lid] += red[lid + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        inv = rsqrt(red[0] / n_in + eps);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        bool in = i < n_in;
+        float v = in ? x[i] * nw[i] : 0.0f;
+        moe_q8_block(red, lid, v, inv, in, xq + i, xd + i / 32);
+    }
+}
+
+#define MOE_GU_WG 256                  /* moe_gate_up_q8's work-group */
+#define MOE_GU_NT (MOE_GU_WG / MV_WG) /* its row teams of MV_WG items */
+#define MOE_GU_R ((64 + MOE_GU_NT - 1) / MOE_GU_NT) /* rows a team */
+
+/* W_KQ8 of a raw weight given by its buffer and offset (the gate or the up stack). */
+inline float moe_kq8(const __global uchar *w_a, ulong w_off, int n_in, int row, int b,
+                     const __global int4 *xq, const __global float2 *xd)
+{
+    return W_KQ8(row, b, xq, xd);
+}
+
+/* The gate and up stacks of one token's k experts and their SwiGLU, quantized for moe_down_q8,
+ * in one launch: work-group (j, c) computes rows c * 32 .. c * 32 + 31 of expert j's gate
+ * (W_ARGS) and up (u_a, u_off: the same layout) stacks over xq / xd (moe_router_q8's or
+ * quantize_x8's) as moe_gather_q8 computes them, then writes silu(gate) * up of those 32
+ * outputs as one int8 block, exactly as quantize_x8 with glu 1 would over the [gate | up]
+ * outputs: gq[j * n_rows + c * 32 + i] and gd[(j * n_rows) / 32 + c]. With scores (the router's
+ * n_expert of them), every work-group finds the top k itself as moe_route does (the same
+ * softmax, ranks with ties to the lower id) and work-group 0 writes ids and w for moe_down_q8;
+ * without, expert j is ids[j] (the expert cache's slots; -1 gives a zero block). n_rows a
+ * multiple of 32, n_expert <= MOE_ROUTE_E * MOE_ROUTE_WG. Global (k * n_rows / 32 * MOE_GU_WG),
+ * local (MOE_GU_WG). */
+__kernel __attribute__((reqd_work_group_size(MOE_GU_WG, 1, 1))) void
+moe_gate_up_q8(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_rows, int k,
+               __global const float *scores, int n_expert, int norm, float scale,
+               __global int *ids, __global float *wts, __global const int4 *xq,
+               __global const float2 *xd, __global char *gq, __global float2 *gd)
+{
+    __local float red[MOE_GU_WG], vals[64];
+    __local int sel_id[MOE_MAX_K];
+    __local float sel_p[MOE_MAX_K], pl[MOE_ROUTE_E * MOE_ROUTE_WG];
+    int lid = get_local_id(0), lane = lid % MV_WG, slot = lid / MV_WG;
+    int nc = n_rows / 32, j = get_group_id(0) / nc, c = get_group_id(0) % nc;
+    int id;
+    if (scores) {
+        float p[MOE_ROUTE_E];
+        if (lid < k) /* (NaN scores rank no expert in a slot: -1 there, a zero block) */
+            sel_id[lid] = -1, sel_p[lid] = 0.0f;
+        route_probs(scores, n_expert, red, p);
+        for (int q = 0; q < MOE_ROUTE_E; q++)
+            if (lid < MOE_ROUTE_WG && lid + q * MOE_ROUTE_WG < n_expert)
+                pl[lid + q * MOE_ROUTE_WG] = p[q];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* An expert's rank: the experts before it in (probability down, id up). */
+        for (int q = 0; q < MOE_ROUTE_E; q++) {
+            int e = lid + q * MOE_ROUTE_WG, rank = 0;
+            if (lid >= MOE_ROUTE_WG || e >= n_expert)
+                continue;
+            for (int f = 0; f < n_expert && rank < k; f++)
+                rank += pl[f] > p[q] || (pl[f] == p[q] && f < e);
+            if (rank < k)
+                sel_id[rank] = e, sel_p[rank] = p[q];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        id = sel_id[j];
+        if (get_group_id(0) == 0 && lid < k) {
+            float tot = 0.0f;
+            for (int q = 0; q < k; q++)
+                tot += sel_p[q];
+            float f = norm ? 1.0f / fmax(tot, 6.103515625e-5f) : 1.0f;
+            if (scale != 0.0f && scale != 1.0f)
+                f *= scale;
+            ids[lid] = sel_id[lid];
+            wts[lid] = sel_p[lid] * f;
+        }
+    } else {
+        id = ids[j];
+    }
+    /* Team slot takes rows slot, slot + MOE_GU_NT, ... of the 64 (gate 0..31, up 32..63), each
+     * summed over the groups b = lane, lane + MV_WG, ... in moe_gather_q8's order. */
+    float acc[MOE_GU_R];
+    for (int q = 0; q < MOE_GU_R; q++)
+        acc[q] = 0.0f;
+    for (int b = lane; b < n_in / 32; b += MV_WG) {
+#pragma unroll
+        for (int q = 0; q < MOE_GU_R; q++) {
+            int r = slot + q * MOE_GU_NT, row = id * n_rows + c * 32 + (r & 31);
+            if (r < 64 && id >= 0) /* (-1: the whole work-group, a zero block) */
+                acc[q] += r < 32 ? moe_kq8(w_a, w_off, n_in, row, b, xq, xd)
+                                 : moe_kq8(u_a, u_off, n_in, row, b, xq, xd);
+        }
+    }
+    for (int q = 0; q < MOE_GU_R; q++) {
+        int r = slot + q * MOE_GU_NT;
+        float sum = moe_sum_q8(red + slot * MV_WG, lane, acc[q]);
+        if (lane == 0 && r < 64)
+            vals[r] = sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float v = 0.0f;
+    if (lid < 32) {
+        float g = vals[lid];
+        v = g / (1.0f + exp(-g)) * vals[32 + lid];
+    }
+    size_t o = (size_t)j * n_rows + c * 32;
+    moe_q8_block(red, lid, v, 1.0f, lid < 32, gq + o + lid, gd + o / 32);
 }
 #endif

@@ -696,6 +696,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     const char *bits = ti->split == 8 ? "q8" : "q4";
     if (l->order == EBB_CL_ORDER_RAW)
         n = snprintf(buf + used, cap - used,
+                     "#define W_RAW 1\n"
                      "#define W_ARGS __global const uchar *w_a, ulong w_off\n"
                      "#define READ_W4(o, i) w4_raw_%s(w_a + w_off, (ulong)(n_in / %u) * %u, "
                      "(o), (i))\n",

@@ -78,7 +78,10 @@ struct clm_moe_prog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel gather, down;
+    cl_kernel gather2;              /* raw layouts: the gate and up stacks in one launch */
     cl_kernel gather_q8, down_q8;   /* decode on 8-bit inputs, where the layout has kq8 */
+    cl_kernel gate_up_q8;           /* ... gate and up stacks, SwiGLU and its quantization */
+    cl_kernel router_q8;            /* ... an f32 router's product and the experts' input */
     cl_kernel group_gu, group_down; /* prefill grouped by expert (model-cl-moe-group.c) */
 };
 
@@ -95,10 +98,16 @@ struct clm_moe_group {
 struct clm_moe {
     struct clm_moe_prog progs[4];
     uint32_t n_progs;
-    cl_kernel route; /* moe_route, from progs[0] */
-    cl_mem scores;   /* (N_BATCH, n_expert) router scores */
-    cl_mem ids, w;   /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
-    cl_mem gu;       /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
+    cl_kernel route;         /* moe_route, from progs[0] */
+    cl_mem scores;           /* (N_BATCH, n_expert) router scores */
+    cl_mem ids, w;           /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
+    cl_mem gu;               /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
+    cl_mem gq, gd;           /* (n_expert_used n_ff_exp) int8 SwiGLU outputs of one token, and their
+                                (d, d * sum) per 32 (moe_gate_up_q8, for moe_down_q8) */
+    struct clm_moe_prog *q8; /* the stacks' program where ebb__clm_moe_prepare found the 8-bit
+                                path, else NULL */
+    bool xq_ready;           /* the router's launch left the experts' input in m->xq / m->xd */
+    bool fuse;               /* EBB_CL_MOEFUSE (default 1): the fused decode launches */
     struct clm_moe_group grp;
 };
 
@@ -306,6 +315,11 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
  * ebb__clm_moe_fini releases what they made (accepts an engine that never ran one). */
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
                              cl_mem *scores, bool *q8, struct ebb_diag *diag);
+/* The router's product of the step's nt rows into the scores (after ebb__clm_moe_prepare): of
+ * m->h, or with nw (one token on 8-bit inputs) of m->x with the norm folded, where an f32 router
+ * also quantizes the experts' input in the same launch (moe_router_q8). */
+ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                            cl_mem nw, struct ebb_diag *diag);
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              cl_mem nw, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);

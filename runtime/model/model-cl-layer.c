@@ -607,14 +607,13 @@ static ebb_err head_norm(struct clm *m, const struct layer *L, int nt, uint32_t 
     return rc ? rc : ebb_cl_run(m->cl, m->k_head_norm, 3, g, l, diag);
 }
 
-/* A CLM_MOE step: the norm and the router's product here, the experts in model-cl-moe.c. One
+/* A CLM_MOE step: the norm here, the router's product and the experts in model-cl-moe.c. One
  * token whose experts take 8-bit inputs folds the norm into the router's product and the
  * experts' quantization (no m->h, no norm launch); the float experts need m->h. */
 static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                    struct ebb_diag *diag)
 {
     cl_mem scores, nw = NULL;
-    int n_embd = (int)m->hp.n_embd, n_expert = (int)m->hp.n_expert;
     bool q8 = false;
     ebb_err rc = ebb__clm_moe_prepare(m, L, s, &scores, &q8, diag);
     if (rc)
@@ -622,8 +621,7 @@ static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *
     if (nt == 1 && q8)
         nw = L->norm[s->norm];
     if ((!nw && (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag))) ||
-        (rc = ebb__clm_wmul(m, &L->w[s->group][0], nw ? m->x : m->h, n_embd, scores, n_expert, 0,
-                            NULL, nw, nt, diag)))
+        (rc = ebb__clm_moe_router(m, L, s, nt, nw, diag)))
         return rc;
     return ebb__clm_moe_experts(m, L, s, nt, nw, diag);
 }

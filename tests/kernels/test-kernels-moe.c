@@ -256,6 +256,157 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
     printf("  moe_gather_q8 / moe_down_q8 (%s) max err / bound %.2f\n", name, worst);
 }
 
+/* The fused decode launches against the sequences they replace, to the bit: moe_router_q8
+ * against the f32 router's matvec (the norm folded) and quantize_x8 (the same norm);
+ * moe_gate_up_q8 with given ids against moe_gather_q8 over the gate and the up stack and
+ * quantize_x8 with glu 1, and with the router's scores against moe_route's ids and weights
+ * (a tie among the scores) and the same blocks. gw and uw share a layout. */
+static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_weight *gw,
+                           const struct ebb_cl_weight *uw, const float *x)
+{
+    enum { E = MOE_E, K = MOE_K, F = MOE_F, N = MOE_D };
+    cl_program ops;
+    struct ebb_cl_wprog rp;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &tu, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8", &kq, D));
+    /* The router: f32 rows, and the norm's weights. */
+    struct ebb_cl_layout rl = {EBB_GGML_F32, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    static float rw[E * N], nwv[N];
+    for (int i = 0; i < E * N; i++)
+        rw[i] = frand();
+    for (int i = 0; i < N; i++)
+        nwv[i] = 0.5f + frand();
+    struct ebb_cl_wsrc src = {rw, E};
+    struct ebb_cl_weight r;
+    OK(ebb_cl_weight_new(cl, &rl, N, &src, 1, NULL, &r, D));
+    OK(ebb_cl_wprog_build(cl, &rl, &tu, &rp, D));
+    CHECK(rp.matvec != NULL, "no matvec for the f32 router");
+    cl_mem xb = buf(sizeof(float) * N, (void *)x), nb = buf(sizeof(nwv), nwv);
+    cl_mem s0 = buf(sizeof(float) * E, NULL), s1 = buf(sizeof(float) * E, NULL);
+    cl_mem xq0 = buf(N, NULL), xd0 = buf(sizeof(float) * 2 * N / 32, NULL);
+    cl_mem xq1 = buf(N, NULL), xd1 = buf(sizeof(float) * 2 * N / 32, NULL);
+    int n_in = N, n_out = E, x_ld = N, y_ld = E, y_off = 0, glu = 0, n_e = E;
+    float eps = 1e-6f;
+    cl_mem nul = NULL;
+    cl_kernel mv = rp.matvec;
+    OK(ebb_cl_weight_set_args(&r, mv, 0, D));
+    struct ebb_cl_arg ma[] = {EBB_CL_ARG(n_in),  EBB_CL_ARG(n_out), EBB_CL_ARG(xb),
+                              EBB_CL_ARG(x_ld),  EBB_CL_ARG(s0),    EBB_CL_ARG(y_ld),
+                              EBB_CL_ARG(y_off), EBB_CL_ARG(nul),   EBB_CL_ARG(nb),
+                              EBB_CL_ARG(eps),   EBB_CL_ARG(glu)};
+    OK(ebb_cl_set_args(mv, 2, ma, 11, D));
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&tu, EBB_CL_WK_MATVEC, E, 1, g, l);
+    OK(ebb_cl_run(cl, mv, 2, g, l, D));
+    struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(n_in), EBB_CL_ARG(nb), EBB_CL_ARG(eps),
+                              EBB_CL_ARG(glu), EBB_CL_ARG(xq0),  EBB_CL_ARG(xd0)};
+    size_t qg = ((size_t)N + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+    OK(ebb_cl_set_args(kq, 0, qa, 7, D));
+    OK(ebb_cl_run(cl, kq, 1, &qg, &ql, D));
+    cl_kernel kr = kern(p, "moe_router_q8");
+    cl_ulong roff = r.off;
+    struct ebb_cl_arg ra[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(n_in), EBB_CL_ARG(nb),  EBB_CL_ARG(eps),
+                              EBB_CL_ARG(r.a), EBB_CL_ARG(roff), EBB_CL_ARG(n_e), EBB_CL_ARG(s1),
+                              EBB_CL_ARG(xq1), EBB_CL_ARG(xd1)};
+    OK(ebb_cl_set_args(kr, 0, ra, 10, D));
+    size_t rows = EBB_CL_Q8_WG / tu.mv_wg, rg = (E + rows - 1) / rows + qg / EBB_CL_Q8_WG;
+    size_t rgs = rg * EBB_CL_Q8_WG;
+    OK(ebb_cl_run(cl, kr, 1, &rgs, &ql, D));
+    float sc0[E], sc1[E];
+    static int8_t q0[N], q1[N];
+    static float d0[2 * N / 32], d1[2 * N / 32];
+    rd(s0, sizeof(sc0), sc0);
+    rd(s1, sizeof(sc1), sc1);
+    rd(xq0, N, q0);
+    rd(xq1, N, q1);
+    rd(xd0, sizeof(d0), d0);
+    rd(xd1, sizeof(d1), d1);
+    CHECK(!memcmp(sc0, sc1, sizeof(sc0)), "moe_router_q8 %s: scores differ from matvec's (%g %g)",
+          name, sc0[0], sc1[0]);
+    CHECK(!memcmp(q0, q1, sizeof(q0)) && !memcmp(d0, d1, sizeof(d0)),
+          "moe_router_q8 %s: the input differs from quantize_x8's", name);
+
+    /* The old sequence over xq0: two moe_gather_q8 into [gate | up], quantize_x8 (glu). */
+    float sco[E];
+    for (int e = 0; e < E; e++)
+        sco[e] = 2.0f * frand();
+    sco[1] = sco[4] = 3.0f; /* a tie for first place */
+    cl_mem sb = buf(sizeof(sco), sco), ib = buf(sizeof(int) * K, NULL);
+    cl_mem wb = buf(sizeof(float) * K, NULL), yb = buf(sizeof(float) * 2 * K * F, NULL);
+    cl_mem gq0 = buf(K * F, NULL), gd0 = buf(sizeof(float) * 2 * K * F / 32, NULL);
+    cl_mem gq1 = buf(K * F, NULL), gd1 = buf(sizeof(float) * 2 * K * F / 32, NULL);
+    cl_mem ib1 = buf(sizeof(int) * K, NULL), wb1 = buf(sizeof(float) * K, NULL);
+    int kk = K, norm = 1, fr = F;
+    float scale = 0.0f;
+    cl_kernel kro = kern(p, "moe_route");
+    struct ebb_cl_arg ro[] = {EBB_CL_ARG(sb),    EBB_CL_ARG(n_e), EBB_CL_ARG(kk), EBB_CL_ARG(norm),
+                              EBB_CL_ARG(scale), EBB_CL_ARG(ib),  EBB_CL_ARG(wb)};
+    OK(ebb_cl_set_args(kro, 0, ro, 7, D));
+    size_t rog[2] = {128, 1}, rol[2] = {128, 1};
+    OK(ebb_cl_run(cl, kro, 2, rog, rol, D));
+    cl_kernel kg = kern(p, "moe_gather_q8");
+    for (int i = 0; i < 2; i++) {
+        int yo = i * K * F;
+        OK(ebb_cl_weight_set_args(i ? uw : gw, kg, 0, D));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(fr),  EBB_CL_ARG(kk), EBB_CL_ARG(ib),
+                                 EBB_CL_ARG(xq0),  EBB_CL_ARG(xd0), EBB_CL_ARG(yb), EBB_CL_ARG(yo)};
+        OK(ebb_cl_set_args(kg, 2, a, 8, D));
+        size_t gs[2] = {(size_t)K * F * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
+        OK(ebb_cl_run(cl, kg, 2, gs, ls, D));
+    }
+    moe_quantize(kq, yb, K * F, 1, gq0, gd0);
+    /* Fused: first with moe_route's ids, then routing itself from the scores. */
+    cl_kernel ku = kern(p, "moe_gate_up_q8");
+    for (int v = 0; v < 2; v++) {
+        cl_mem scs = v ? sb : NULL, ids = v ? ib1 : ib;
+        OK(ebb_cl_weight_set_args(gw, ku, 0, D));
+        OK(ebb_cl_weight_set_args(uw, ku, 2, D));
+        struct ebb_cl_arg a[] = {
+            EBB_CL_ARG(n_in), EBB_CL_ARG(fr),    EBB_CL_ARG(kk),  EBB_CL_ARG(scs), EBB_CL_ARG(n_e),
+            EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ids), EBB_CL_ARG(wb1), EBB_CL_ARG(xq0),
+            EBB_CL_ARG(xd0),  EBB_CL_ARG(gq1),   EBB_CL_ARG(gd1)};
+        OK(ebb_cl_set_args(ku, 4, a, 13, D));
+        size_t gs = (size_t)K * (F / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
+        OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
+        static int8_t a0[K * F], a1[K * F];
+        static float b0[2 * K * F / 32], b1[2 * K * F / 32];
+        rd(gq0, sizeof(a0), a0);
+        rd(gq1, sizeof(a1), a1);
+        rd(gd0, sizeof(b0), b0);
+        rd(gd1, sizeof(b1), b1);
+        int diff = 0;
+        for (int i = 0; i < K * F; i++)
+            diff += a0[i] != a1[i];
+        CHECK(diff == 0 && !memcmp(b0, b1, sizeof(b0)),
+              "moe_gate_up_q8 %s (%s): %d of %d int8 values differ from the gathers' (d %g vs %g)",
+              name, v ? "routed" : "given ids", diff, K * F, b0[0], b1[0]);
+        if (v) {
+            int i0[K], i1[K];
+            float w0[K], w1[K];
+            rd(ib, sizeof(i0), i0);
+            rd(ib1, sizeof(i1), i1);
+            rd(wb, sizeof(w0), w0);
+            rd(wb1, sizeof(w1), w1);
+            CHECK(!memcmp(i0, i1, sizeof(i0)) && !memcmp(w0, w1, sizeof(w0)),
+                  "moe_gate_up_q8 %s: routed %d %d (%g %g) vs moe_route %d %d (%g %g)", name, i1[0],
+                  i1[1], w1[0], w1[1], i0[0], i0[1], w0[0], w0[1]);
+            CHECK(i1[0] == 1 && i1[1] == 4, "moe_gate_up_q8 %s: the tie %d %d", name, i1[0], i1[1]);
+        }
+    }
+    cl_kernel ks[] = {kq, kr, kro, kg, ku};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        clReleaseKernel(ks[i]);
+    cl_mem ms[] = {xb, nb, s0, s1,  xq0, xd0, xq1, xd1, sb,
+                   ib, wb, yb, gq0, gd0, gq1, gd1, ib1, wb1};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    ebb_cl_wprog_fini(&rp);
+    clReleaseProgram(ops);
+    ebb_cl_weight_fini(&r);
+    printf("  moe_router_q8 / moe_gate_up_q8 (%s) equal to the launches they replace\n", name);
+}
+
 /* The gate product of the routed experts, then down over [gate | up] rows with the weights. */
 static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const float *wts)
 {
@@ -297,6 +448,47 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
                   t, o, got, ref);
         }
     clReleaseKernel(k);
+    /* Raw layouts: moe_gather2 (gate and up in one launch) against moe_gather over each, to
+     * the bit, one token's rows skipped by an id of -1 (zeros). */
+    if (l->order == EBB_CL_ORDER_RAW) {
+        struct ebb_cl_weight uw;
+        float *u = moe_stack(l, MOE_F, MOE_D, &uw);
+        int ids2[MOE_NT * MOE_K];
+        memcpy(ids2, ids, sizeof(ids2));
+        ids2[MOE_K] = -1; /* token 1's first expert */
+        cl_mem ib2 = buf(sizeof(ids2), ids2), y1 = buf(sizeof(h), NULL);
+        k = kern(p, "moe_gather");
+        for (int i = 0; i < 2; i++) {
+            int yo = i * MOE_K * MOE_F;
+            OK(ebb_cl_weight_set_args(i ? &uw : &gw, k, 0, D));
+            struct ebb_cl_arg a1[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                      EBB_CL_ARG(ib2),  EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld),
+                                      EBB_CL_ARG(yb),   EBB_CL_ARG(y_ld), EBB_CL_ARG(yo)};
+            OK(ebb_cl_set_args(k, 2, a1, 9, D));
+            OK(ebb_cl_run(cl, k, 2, gs, ls, D));
+        }
+        clReleaseKernel(k);
+        k = kern(p, "moe_gather2");
+        OK(ebb_cl_weight_set_args(&gw, k, 0, D));
+        OK(ebb_cl_weight_set_args(&uw, k, 2, D));
+        struct ebb_cl_arg a2[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(ib2),  EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld),
+                                  EBB_CL_ARG(y1),   EBB_CL_ARG(y_ld)};
+        OK(ebb_cl_set_args(k, 4, a2, 8, D));
+        size_t g2[2] = {2 * gs[0], MOE_NT};
+        OK(ebb_cl_run(cl, k, 2, g2, ls, D));
+        static float ya[MOE_NT * 2 * MOE_K * MOE_F], yc[MOE_NT * 2 * MOE_K * MOE_F];
+        rd(yb, sizeof(ya), ya);
+        rd(y1, sizeof(yc), yc);
+        CHECK(!memcmp(ya, yc, sizeof(ya)), "moe_gather2 %s differs from moe_gather", name);
+        CHECK(yc[y_ld] == 0.0f && yc[y_ld + MOE_K * MOE_F] == 0.0f && yc[y_ld + MOE_F] != 0.0f,
+              "moe_gather2 %s: id -1 gives %g %g", name, yc[y_ld], yc[y_ld + MOE_K * MOE_F]);
+        clReleaseKernel(k);
+        clReleaseMemObject(ib2);
+        clReleaseMemObject(y1);
+        ebb_cl_weight_fini(&uw);
+        free(u);
+    }
 
     /* Down, the residual added in place (y aliases res). */
     int dn_in = MOE_F, dn_out = MOE_D, g_ld = 2 * MOE_K * MOE_F;
@@ -329,8 +521,14 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
                   "moe_down %s t %d o %d: %g vs %g", name, t, o, out[t * MOE_D + o], ref);
         }
     clReleaseKernel(k);
-    if (ebb_cl_layout_has_kq8(&gw.layout, &tu))
+    if (ebb_cl_layout_has_kq8(&gw.layout, &tu)) {
         test_moe_q8(p, name, &gw, &dw, g, dn, ids, wts, x, h);
+        struct ebb_cl_weight uw;
+        float *u = moe_stack(l, MOE_F, MOE_D, &uw);
+        test_moe_fused(p, name, &gw, &uw, x);
+        ebb_cl_weight_fini(&uw);
+        free(u);
+    }
     clReleaseProgram(p);
     cl_mem ms[] = {xb, ib, wb, hb, yb, rb};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
