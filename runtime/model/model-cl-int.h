@@ -315,24 +315,24 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
  * ebb__clm_moe_fini releases what they made (accepts an engine that never ran one). */
 ebb_err ebb__clm_moe_prepare(struct clm *m, const struct layer *L, const struct clm_step *s,
                              cl_mem *scores, bool *q8, struct ebb_diag *diag);
-/* The router's product of the step's nt rows into the scores (after ebb__clm_moe_prepare): of
- * m->h, or with nw (one token on 8-bit inputs) of m->x with the norm folded, where an f32 router
- * also quantizes the experts' input in the same launch (moe_router_q8). */
+/* The router's product of one token into the scores (after ebb__clm_moe_prepare), with nw (on
+ * 8-bit inputs) of m->x with the norm folded, where an f32 router also quantizes the experts'
+ * input in the same launch (moe_router_q8); EBB_EUNSUPPORTED (nothing run) elsewhere, where the
+ * caller runs the ordinary product (ebb__clm_wmul) into the scores. */
 ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                             cl_mem nw, struct ebb_diag *diag);
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              cl_mem nw, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
-/* The moe.cl program for stack w's layout (built on first use). */
-ebb_err ebb__clm_moe_prog(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
-                          struct ebb_diag *diag);
 
-/* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert:
+/* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert
+ * (p: the three stacks' moe.cl programs):
  * ids (nt x k, -1: skipped) read back, the pairs sorted by expert on the host, each weight row
  * read once per tile of pairs. EBB_EUNSUPPORTED (nothing run) where it does not apply: fewer
  * rows than EBB_CL_MOE_GROUP (default 0: never), or shapes it does not take. */
-ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids,
-                           int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                           struct clm_moe_prog *const p[3], cl_mem ids, int nt,
+                           struct ebb_diag *diag);
 void ebb__clm_moe_group_fini(struct clm *m);
 
 /* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when

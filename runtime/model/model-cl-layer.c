@@ -620,8 +620,13 @@ static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *
         return rc;
     if (nt == 1 && q8)
         nw = L->norm[s->norm];
-    if ((!nw && (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag))) ||
-        (rc = ebb__clm_moe_router(m, L, s, nt, nw, diag)))
+    if (!nw && (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)))
+        return rc;
+    rc = ebb__clm_moe_router(m, L, s, nt, nw, diag);
+    if (rc == EBB_EUNSUPPORTED) /* the router's ordinary product */
+        rc = ebb__clm_wmul(m, &L->w[s->group][0], nw ? m->x : m->h, (int)m->hp.n_embd, scores,
+                           (int)m->hp.n_expert, 0, NULL, nw, nt, diag);
+    if (rc)
         return rc;
     return ebb__clm_moe_experts(m, L, s, nt, nw, diag);
 }

@@ -42,13 +42,10 @@ static ebb_err scratch(struct clm *m, uint32_t n_cnt, struct ebb_diag *diag)
 }
 
 /* The three programs' grouped kernels, made on first use. */
-static ebb_err kernels(struct clm *m, const struct ebb_cl_weight *const ws[3],
-                       struct clm_moe_prog *p[3], struct ebb_diag *diag)
+static ebb_err kernels(struct clm *m, struct clm_moe_prog *const p[3], struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     for (int i = 0; i < 3 && !rc; i++) {
-        if ((rc = ebb__clm_moe_prog(m, ws[i], &p[i], diag)))
-            break;
         if (i < 2 && !p[i]->group_gu)
             rc = ebb_cl_kernel(p[i]->prog, "moe_group_gu", &p[i]->group_gu, diag);
         if (i == 2 && !p[i]->group_down)
@@ -100,8 +97,9 @@ static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
     return n_tiles;
 }
 
-ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_mem ids,
-                           int nt, struct ebb_diag *diag)
+ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                           struct clm_moe_prog *const p[3], cl_mem ids, int nt,
+                           struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_group *g = &mo->grp;
@@ -118,10 +116,9 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
     if (g->h_cnt && n_slots > g->n_cnt)
         return EBB_EUNSUPPORTED;
-    struct clm_moe_prog *p[3];
     ebb_err rc;
     if ((rc = scratch(m, n_slots > hp->n_expert ? n_slots : hp->n_expert, diag)) ||
-        (rc = kernels(m, ws, p, diag)))
+        (rc = kernels(m, p, diag)))
         return rc;
     size_t n_pairs = (size_t)nt * (size_t)k;
     if ((rc = ebb_cl_read(m->cl, ids, 0, n_pairs * sizeof(int32_t), g->h_ids, diag)))

@@ -55,12 +55,6 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm
     return EBB_OK;
 }
 
-ebb_err ebb__clm_moe_prog(struct clm *m, const struct ebb_cl_weight *w, struct clm_moe_prog **out,
-                          struct ebb_diag *diag)
-{
-    return prog_for(m, w, out, diag);
-}
-
 /* The scratch, once. */
 static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
 {
@@ -251,7 +245,11 @@ static ebb_err run(struct clm *m, const struct ebb_cl_weight *const ws[3], cl_me
         if (rc != EBB_EUNSUPPORTED || nw) /* nw: prepare found the 8-bit path, m->h unset */
             return rc;
     }
-    if ((rc = ebb__clm_moe_group(m, ws, ids, nt, diag)) != EBB_EUNSUPPORTED)
+    struct clm_moe_prog *gp[3];
+    for (int i = 0; i < 3; i++)
+        if ((rc = prog_for(m, ws[i], &gp[i], diag)))
+            return rc;
+    if ((rc = ebb__clm_moe_group(m, ws, gp, ids, nt, diag)) != EBB_EUNSUPPORTED)
         return rc;
     rc = gather2(m, ws, ids, nt, diag);
     if (rc == EBB_EUNSUPPORTED && !(rc = gather(m, ws[0], ids, m->h, n_embd, 0, nt, diag)))
@@ -307,8 +305,7 @@ ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct c
                m->tu.mv_wg <= EBB_CL_Q8_WG;
     if (!nw || nt != 1 || !mo->fuse || !mo->q8 || !mo->q8->router_q8 || !f32 ||
         r->n_in != m->hp.n_embd || r->n_out != m->hp.n_expert)
-        return ebb__clm_wmul(m, r, nw ? m->x : m->h, n_embd, mo->scores, n_expert, 0, NULL, nw, nt,
-                             diag);
+        return EBB_EUNSUPPORTED; /* the caller runs the ordinary product */
     /* One launch: the router's rows (MV_WG work-items each), then x's quantization. */
     float eps = m->hp.rms_eps;
     cl_ulong off = r->off;
