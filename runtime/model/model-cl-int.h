@@ -23,9 +23,11 @@
 #define STREAMING(m) false
 #endif
 
-#define N_BATCH 128   /* tokens per prefill chunk (scratch rows) */
-#define N_OUT_ROWS 16 /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_MAX 64   /* as in ops.cl, and its work-group size and tile of logits */
+#define N_BATCH 128        /* tokens per prefill chunk (scratch rows) */
+#define LONG_ROWS 2048     /* a layer-major prefill's rows by default (EBB_STREAM_LONG_ROWS) */
+#define LONG_ROWS_MAX 8192 /* and at most */
+#define N_OUT_ROWS 16      /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_MAX 64        /* as in ops.cl, and its work-group size and tile of logits */
 #define TOPK_WG 256
 #define TOPK_TILE 1024      /* logits a first-pass work-group takes (TOPK_WG x TOPK_E) */
 #define TOPK_PARTS_MAX 1024 /* first-pass work-groups a row may have (TOPK_OWN x TOPK_WG) */
@@ -253,6 +255,10 @@ struct clm {
     struct ebb__ref_host *host;
     uint32_t first_host; /* n_layer when none */
     float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
+    /* Layer-major prefill (docs/STREAMER.md, "Long prompts"): with a streamer, prompts of more
+     * than N_BATCH tokens go through each layer xl_rows at a time, their rows kept in xl. */
+    uint32_t xl_rows; /* 0: off */
+    cl_mem xl;        /* (xl_rows, n_embd) */
     uint64_t host_ns, host_steps;
     struct clm_moe moe;      /* families with a moe op */
     struct clm_xc *xc;       /* the expert cache (model-cl-experts.c), or NULL */
@@ -306,6 +312,10 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 /* One layer for the chunk's rows; m->x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
+/* The same for n chunks in turn (layer-major prefill, n > 1): chunk i's rows are kept in m->xl
+ * from row i * N_BATCH on and pass through m->x for the layer. n == 1: ebb__clm_layer. */
+ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                              uint32_t n, struct ebb_diag *diag);
 
 /* model-cl-moe.c: a CLM_MOE step over nt rows of m->x (in place) is ebb__clm_moe_prepare
  * (the kernels and scratch, made on the first call; *scores: where the caller writes the
@@ -367,8 +377,9 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag);
 /* Host layers first_host..n_layer-1 for the chunk's rows: the residual rows read back, each
  * layer run on the host (ebb__ref_host_layer), the rows written back. */
 ebb_err ebb__clm_host_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag);
-/* A streamed layer through the view the streamer hands over. */
-ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
+/* A streamed layer through the view the streamer hands over, for n chunks
+ * (ebb__clm_layer_chunks). */
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows, uint32_t n,
                                 struct ebb_diag *diag);
 /* Refreshes the report snapshot other threads read. */
 void ebb__clm_stream_snapshot(struct clm *m);

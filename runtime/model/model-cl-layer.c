@@ -662,3 +662,23 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
     }
     return EBB_OK;
 }
+
+ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                              uint32_t n, struct ebb_diag *diag)
+{
+    if (n == 1)
+        return ebb__clm_layer(m, L, rows, diag);
+    size_t row = sizeof(float) * m->hp.n_embd;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t off = (size_t)i * N_BATCH * row, bytes = (size_t)rows[i].nt * row;
+        ebb_err rc =
+            ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->xl, m->x, off, 0, bytes, 0, NULL, NULL),
+                         diag, "copying a chunk's rows in");
+        if (rc || (rc = ebb__clm_layer(m, L, &rows[i], diag)) ||
+            (rc = ebb_cl_check(
+                 clEnqueueCopyBuffer(m->cl->q, m->x, m->xl, 0, off, bytes, 0, NULL, NULL), diag,
+                 "copying a chunk's rows out")))
+            return rc;
+    }
+    return EBB_OK;
+}

@@ -297,7 +297,18 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     /* ... and decode attention's partials, for up to min(n_seq, N_BATCH) batched rows */
     uint64_t dec_rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH;
     uint64_t chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
+    /* the rows of a layer-major prefill: up to EBB_STREAM_LONG_ROWS (default LONG_ROWS) tokens,
+     * in whole chunks, no more than the context asks */
+    const char *lr = getenv("EBB_STREAM_LONG_ROWS");
+    long want = lr && *lr ? strtol(lr, NULL, 10) : LONG_ROWS;
+    want = want < 0 ? 0 : want > LONG_ROWS_MAX ? LONG_ROWS_MAX : want;
+    uint64_t ctx_rows = ((uint64_t)m->n_ctx + N_BATCH - 1) / N_BATCH * N_BATCH;
+    m->xl_rows =
+        (uint32_t)((uint64_t)want < ctx_rows ? (uint64_t)want : ctx_rows) / N_BATCH * N_BATCH;
+    if (m->xl_rows <= N_BATCH)
+        m->xl_rows = 0;
     uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
+                       (uint64_t)m->xl_rows * f * hp->n_embd +
                        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
                        f * (uint64_t)hp->n_vocab +
                        dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2);
@@ -486,7 +497,7 @@ ebb_err ebb__clm_stream_between(struct clm *m, struct ebb_diag *diag)
 }
 
 /* A streamed layer: its weights read from the view the streamer hands over. */
-ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows,
+ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows *rows, uint32_t n,
                                 struct ebb_diag *diag)
 {
     uint32_t v;
@@ -505,7 +516,7 @@ ebb_err ebb__clm_streamed_layer(struct clm *m, uint32_t l, const struct clm_rows
             S.w[gi][i].off += off;
         }
     }
-    rc = ebb__clm_layer(m, &S, rows, diag);
+    rc = ebb__clm_layer_chunks(m, &S, rows, n, diag);
     ebb_err rc2 = ebb_stream_cl_end(m->sc, m->st, l, rc ? NULL : diag);
     return rc ? rc : rc2;
 }

@@ -73,7 +73,7 @@ static void clm_free(void *ctx)
     release(&m->rope_ff);
     cl_mem *scratch[] = {&m->ids, &m->x,      &m->h,  &m->qkv, &m->att, &m->gu,  &m->ff,
                          &m->hl,  &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov,
-                         &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr};
+                         &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr,  &m->xl};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -200,6 +200,9 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, 2 * N_BATCH * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
+        (m->xl_rows && STREAMING(m) &&
+         (rc = ebb__clm_alloc(m, (size_t)m->xl_rows * f * hp->n_embd, &m->xl,
+                              "layer-major prefill rows", diag))) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * parts * TOPK_MAX, &m->tpi, "top-k",
                              diag)) ||
@@ -377,21 +380,29 @@ static ebb_err outputs(struct clm *m, struct ebb_model_out *out, struct ebb_diag
     return rc;
 }
 
-/* The embedding of the token ids in m->ids and every layer, for the chunk's rows: the hidden
- * states end in m->x. */
-static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+/* The embedding of the token ids in m->ids for nt rows, into m->x. */
+static ebb_err embed(struct clm *m, int nt, struct ebb_diag *diag)
 {
     float scale = m->embd_scale;
     int n_embd = (int)m->hp.n_embd;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(m->ids), EBB_CL_ARG(m->x),
                              EBB_CL_ARG(scale)};
     struct ebb_cl_wprog *p = NULL;
-    size_t g[2] = {m->hp.n_embd / 4, (size_t)rows->nt};
+    size_t g[2] = {m->hp.n_embd / 4, (size_t)nt};
     ebb_err rc;
     if ((rc = ebb__clm_prog_for(m, &m->embd.layout, &p, diag)) ||
         (rc = ebb_cl_weight_set_args(&m->embd, p->get_rows, 0, diag)) ||
-        (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)) ||
-        (rc = ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag)))
+        (rc = ebb_cl_set_args(p->get_rows, 2, a, 4, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, p->get_rows, 2, g, NULL, diag);
+}
+
+/* The embedding of the token ids in m->ids and every layer, for the chunk's rows: the hidden
+ * states end in m->x. */
+static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    ebb_err rc = embed(m, rows->nt, diag);
+    if (rc)
         return rc;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         if (STREAMING(m) && l == m->first_host)
@@ -399,10 +410,48 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
         if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
             rc = ebb__clm_layer(m, &m->layers[l], rows, diag);
         else
-            rc = ebb__clm_streamed_layer(m, l, rows, diag);
+            rc = ebb__clm_streamed_layer(m, l, rows, 1, diag);
         if (rc)
             return rc;
     }
+    return EBB_OK;
+}
+
+/* Layer-major prefill of n (<= xl_rows) tokens of slot seq at pos (docs/STREAMER.md, "Long
+ * prompts"): every chunk is embedded into m->xl, then each layer takes the chunks in turn, so
+ * that a streamed layer crosses the link once for them all instead of once per chunk. The
+ * kernels and their order within a chunk are those of forward(), so the numbers are the same.
+ * Leaves the last chunk's rows in m->x and their count in *nt_last. */
+static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, uint32_t n,
+                            uint32_t pos, int *nt_last, struct ebb_diag *diag)
+{
+    struct clm_part parts[LONG_ROWS_MAX / N_BATCH];
+    struct clm_rows rows[LONG_ROWS_MAX / N_BATCH];
+    uint32_t nc = (n + N_BATCH - 1) / N_BATCH;
+    size_t row = sizeof(float) * m->hp.n_embd;
+    ebb_err rc = EBB_OK;
+    for (uint32_t i = 0; i < nc && !rc; i++) {
+        int nt = (int)(n - i * N_BATCH < N_BATCH ? n - i * N_BATCH : N_BATCH);
+        parts[i] = (struct clm_part){.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + i * N_BATCH)};
+        rows[i] = (struct clm_rows){.nt = nt, .n_parts = 1, .parts = &parts[i]};
+        rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0,
+                                               sizeof(int32_t) * (size_t)nt,
+                                               tokens + (size_t)i * N_BATCH, 0, NULL, NULL),
+                          diag, "writing token ids");
+        if (!rc && !(rc = embed(m, nt, diag)) && nc > 1)
+            rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->x, m->xl, 0,
+                                                  (size_t)i * N_BATCH * row, nt * row, 0, NULL,
+                                                  NULL),
+                              diag, "copying a chunk's rows out");
+    }
+    for (uint32_t l = 0; l < m->hp.n_layer && !rc; l++)
+        rc = ebb_stream_is_resident(m->st, l)
+                 ? ebb__clm_layer_chunks(m, &m->layers[l], rows, nc, diag)
+                 : ebb__clm_streamed_layer(m, l, rows, nc, diag);
+    if (rc)
+        return rc;
+    /* the last layer ran the last chunk last: its rows are in m->x */
+    *nt_last = rows[nc - 1].nt;
     return EBB_OK;
 }
 
@@ -462,19 +511,32 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     uint64_t t0 = STREAMING(m) ? ebb__clm_now_ns() : 0;
     if (STREAMING(m) && (rc = ebb__clm_stream_between(m, diag)))
         goto out;
-    for (uint32_t c = 0; c < n; c += N_BATCH) {
-        int nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
-        cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
-                                        tokens + c, 0, NULL, NULL);
-        if ((rc = ebb_cl_check(e, diag, "writing token ids")))
-            goto out;
-        struct clm_part part = {.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + c)};
-        struct clm_rows rows = {.nt = nt, .n_parts = 1, .parts = &part};
-        if ((rc = forward(m, &rows, diag)))
-            goto out;
+    /* Layer-major where streamed layers would otherwise cross the link once per chunk, and only
+     * the last row's logits (if any) are wanted. */
+    bool lm = STREAMING(m) && m->xl && n > N_BATCH && m->first_host == m->hp.n_layer &&
+              ebb_stream_n_resident(m->st) < m->hp.n_layer &&
+              !(out && (out->hidden_sum || out->logits_all));
+    for (uint32_t c = 0, step; c < n; c += step) {
+        int nt;
+        if (lm) {
+            step = n - c < m->xl_rows ? n - c : m->xl_rows;
+            if ((rc = forward_long(m, seq, tokens + c, step, pos + c, &nt, diag)))
+                goto out;
+        } else {
+            nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
+            step = (uint32_t)nt;
+            cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
+                                            tokens + c, 0, NULL, NULL);
+            if ((rc = ebb_cl_check(e, diag, "writing token ids")))
+                goto out;
+            struct clm_part part = {.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + c)};
+            struct clm_rows rows = {.nt = nt, .n_parts = 1, .parts = &part};
+            if ((rc = forward(m, &rows, diag)))
+                goto out;
+        }
         if (out && out->hidden_sum && (rc = hidden_sum(m, nt, out->hidden_sum, diag)))
             goto out;
-        bool want_last = out && (out->logits || out->top_k) && c + (uint32_t)nt == n;
+        bool want_last = out && (out->logits || out->top_k) && c + step == n;
         if (!want_last && !(out && out->logits_all))
             continue; /* a prefill chunk or an embedding: no logits */
         if (nt == 1 && !(out && out->logits_all)) {

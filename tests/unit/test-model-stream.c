@@ -1,7 +1,8 @@
 /* The model API of the layer streamer, as the daemon uses it: ebb_model_streaming,
  * ebb_model_stream_json / _prometheus (the /metrics text) and ebb_model_stream_probe (the 2 s
  * timer), on SmolLM2 with half its layers forced resident, and the plain path without a
- * budget. Skipped (77) without the model or an OpenCL device. */
+ * budget; a long prompt's layer-major prefill against chunk after chunk. Skipped (77) without the
+ * model or an OpenCL device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +78,59 @@ static void test_streaming_api(void **state)
     ebb_model_close(m);
 }
 
+/* A 300-token prompt at 0% residency, then one decoded token: its logits after the prompt and
+ * after the token (KV written by the prompt), and the layers the streamer read. */
+struct long_run {
+    float logits[2][49152];
+    unsigned long long layers_read;
+};
+
+static void long_prompt(const char *rows_env, struct long_run *r)
+{
+    if (rows_env)
+        setenv("EBB_STREAM_LONG_ROWS", rows_env, 1);
+    else
+        unsetenv("EBB_STREAM_LONG_ROWS");
+    struct ebb_model_params p = {
+        .path = g_model, .n_ctx = 384, .residency = 0, .residency_forced = true};
+    struct ebb_model *m = NULL;
+    struct ebb_diag d = {{0}};
+    assert_int_equal(ebb_model_open(&p, &m, &d), EBB_OK);
+    assert_true(ebb_model_streaming(m));
+    int32_t ids[301];
+    for (int i = 0; i < 301; i++)
+        ids[i] = i ? 100 + (i * 37) % 4000 : 1;
+    struct ebb_model_out out = {.logits = r->logits[0]};
+    assert_int_equal(ebb_model_eval(m, 0, ids, 300, 0, &out, &d), EBB_OK);
+    out.logits = r->logits[1];
+    assert_int_equal(ebb_model_eval(m, 0, ids + 300, 1, 300, &out, &d), EBB_OK);
+    char buf[8192];
+    size_t n = ebb_model_stream_json(m, buf, sizeof(buf));
+    assert_true(n > 0 && n < sizeof(buf));
+    const char *lr = strstr(buf, "\"layers_read\":");
+    assert_non_null(lr);
+    r->layers_read = strtoull(lr + strlen("\"layers_read\":"), NULL, 10);
+    ebb_model_close(m);
+}
+
+/* Layer-major prefill (docs/STREAMER.md, "Long prompts") computes what chunk after chunk does,
+ * bit for bit, and reads each streamed layer once per pass instead of once per chunk. */
+static void test_long_prompt_layer_major(void **state)
+{
+    (void)state;
+    static struct long_run a, b, c;
+    write_probe("available=64G\n");
+    long_prompt(NULL, &a);  /* 3 chunks of 128, 128, 44 in one pass */
+    long_prompt("256", &b); /* passes of 256 and 44 rows */
+    long_prompt("0", &c);   /* off: one pass per chunk */
+    assert_memory_equal(a.logits, c.logits, sizeof(a.logits));
+    assert_memory_equal(b.logits, c.logits, sizeof(b.logits));
+    /* 30 streamed layers: prompt + token = 2 passes against 3 + 1 (a) and 2 + 1 (b) */
+    assert_true(a.layers_read < b.layers_read);
+    assert_true(b.layers_read < c.layers_read);
+    unsetenv("EBB_STREAM_LONG_ROWS");
+}
+
 int main(void)
 {
     const char *dir = getenv("EBB_MODELS_DIR"), *home = getenv("HOME");
@@ -98,7 +152,8 @@ int main(void)
         return 1;
     setenv("EBB_TEST_MEMPROBE_FILE", g_probe, 1);
     unsetenv("EBB_TEST_RESIDENCY");
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_streaming_api)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_streaming_api),
+                                       cmocka_unit_test(test_long_prompt_layer_major)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     remove(g_probe);
     return rc;
