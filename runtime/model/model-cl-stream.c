@@ -195,6 +195,16 @@ static int physical_cores(void)
     return n_seen > 0 ? n_seen : 1;
 }
 
+/* Reader threads per streamed layer without --stream-threads: half the physical cores, 1 to 4.
+ * A layer-major prefill computes a layer in about the time one thread copies it from the page
+ * cache into its slot, so one thread leaves the card waiting (docs/STREAMER.md, "Long
+ * prompts"). */
+static uint32_t default_io_threads(void)
+{
+    int n = physical_cores() / 2;
+    return n < 1 ? 1u : n > 4 ? 4u : (uint32_t)n;
+}
+
 /* The host layers the streamer placed (ebb_stream_first_host): the host engine with their KV
  * cache, the rows' buffer, and their file pages asked for ahead (they are read in place). */
 static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct ebb_diag *diag)
@@ -356,7 +366,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
                   .dev_u = m->cl},
         .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
         .prefetch = prefetch,
-        .io_threads = p->stream_threads,
+        .io_threads = p->stream_threads ? p->stream_threads : default_io_threads(),
         .now_ns = ebb__clm_now_ns(),
         .n_host = p->host_layers,
     };
