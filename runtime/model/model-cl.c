@@ -751,6 +751,9 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
             return ebb_diag_set(diag, EBB_EINVAL, "bad batch part %u (slot %u)", i, seqs[i].seq);
         total += seqs[i].n;
     }
+    /* A lone long prompt: clm_eval's layer-major pass (docs/STREAMER.md, "Long prompts"). */
+    if (n_seqs == 1 && m->xl && seqs[0].n > N_BATCH)
+        return clm_eval(m, seqs[0].seq, seqs[0].tokens, seqs[0].n, seqs[0].pos, seqs[0].out, diag);
     for (uint32_t i = 0; i < n_seqs; i++) {
         if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))
             return rc;
@@ -948,6 +951,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         m->iface.stream_report = ebb__clm_stream_report;
         m->iface.stream_probe = ebb__clm_stream_probe;
         m->iface.n_ctx = m->n_ctx;
+        m->iface.long_rows = m->xl && m->first_host == hp->n_layer ? m->xl_rows : 0;
     }
     char qin[48] = "";
     if (m->k_q8 && ebb_cl_qin_wg(&m->tu))

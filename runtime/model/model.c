@@ -289,6 +289,11 @@ bool ebb_model_streaming(const struct ebb_model *m)
     return m->iface->stream_report && m->iface->stream_report(m->ctx, &r);
 }
 
+uint32_t ebb_model_long_rows(const struct ebb_model *m)
+{
+    return m->iface->long_rows;
+}
+
 size_t ebb_model_stream_json(const struct ebb_model *m, char *buf, size_t cap)
 {
     struct ebb_stream_report r;

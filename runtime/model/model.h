@@ -119,6 +119,11 @@ struct ebb_model_out {
 /* Layer streamer state. True when the model was opened with a memory budget (or a forced
  * residency) and a streamer runs; false on the plain path. */
 bool ebb_model_streaming(const struct ebb_model *m);
+/* The prompt tokens of one slot that one evaluation (ebb_model_eval, or ebb_model_eval_batch
+ * with a single part) runs layer-major, so that each streamed layer crosses the link once for
+ * all of them (docs/STREAMER.md, "Long prompts"); 0 when the model streams no layer that way.
+ * A caller that chunks prompts itself passes up to this many at once when nothing else waits. */
+uint32_t ebb_model_long_rows(const struct ebb_model *m);
 /* Any thread: the streamer report as the JSON object of docs/STREAMER.md / as Prometheus text
  * (the ebb_stream_* metrics), from a snapshot the engine refreshes after each evaluation.
  * Return the length needed (like snprintf); 0 (and buf "" when cap > 0) when not streaming. */

@@ -135,6 +135,8 @@ struct ebb_sched {
     uint64_t next_id;
     uint32_t queue_cap;
     uint32_t prefill_chunk;
+    bool prefill_auto; /* prefill_chunk by default: a step with no decoding rows takes up to
+                          ebb_model_long_rows tokens of prompts (one layer-major pass) */
     uint32_t spec_max; /* the default of jobs that leave spec_max at -1 */
     double t_pass;     /* the last step's pass, seconds, and its slot count */
     uint32_t np_pass;

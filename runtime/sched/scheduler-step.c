@@ -662,6 +662,11 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
         }
         s->order[k] = i;
     }
+    /* No decoding rows wait for this pass: a streaming model takes a long prompt in one
+     * layer-major pass (docs/STREAMER.md, "Long prompts") rather than in passes of
+     * prefill_chunk tokens that each move every streamed layer over the link. */
+    if (!np && s->prefill_auto && ebb_model_long_rows(m) > budget)
+        budget = ebb_model_long_rows(m);
     for (uint32_t w = 0; w < n_wait; w++)
         if (slot_prepare(s, &s->slots[s->order[w]], m, &budget, &s->parts[np]))
             np++;

@@ -449,6 +449,7 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->mp.n_seq = s->n_slots;
     s->queue_cap = p->queue_cap ? p->queue_cap : 64;
     s->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : 128;
+    s->prefill_auto = !p->prefill_chunk;
     s->spec_max = p->spec_max < EBB_SPEC_DRAFT_CAP ? p->spec_max : EBB_SPEC_DRAFT_CAP;
     s->on_loaded = p->on_loaded;
     s->ud = p->ud;

@@ -123,7 +123,8 @@ struct ebb_sched_sink {
 struct ebb_sched_params {
     struct ebb_model_params model; /* strings are copied */
     uint32_t queue_cap;            /* jobs waiting for a slot; 0 means 64 */
-    uint32_t prefill_chunk;        /* tokens per prefill step; 0 means 128 */
+    uint32_t prefill_chunk;        /* tokens per prefill step; 0 means 128, and up to the model's
+                                      ebb_model_long_rows in a step with no decoding rows */
     uint32_t spec_max; /* jobs with spec_max -1 draft up to this many n-gram tokens; 0: off */
     /* Called once on the engine thread when the model is open (rc EBB_OK) or failed to open
      * (msg says why). */

@@ -5,6 +5,7 @@
  * model or an OpenCL device. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,7 @@ struct long_run {
     unsigned long long layers_read;
 };
 
-static void long_prompt(const char *rows_env, struct long_run *r)
+static void long_prompt(const char *rows_env, bool batch, uint32_t want_rows, struct long_run *r)
 {
     if (rows_env)
         setenv("EBB_STREAM_LONG_ROWS", rows_env, 1);
@@ -100,8 +101,13 @@ static void long_prompt(const char *rows_env, struct long_run *r)
     int32_t ids[301];
     for (int i = 0; i < 301; i++)
         ids[i] = i ? 100 + (i * 37) % 4000 : 1;
+    assert_int_equal(ebb_model_long_rows(m), want_rows);
     struct ebb_model_out out = {.logits = r->logits[0]};
-    assert_int_equal(ebb_model_eval(m, 0, ids, 300, 0, &out, &d), EBB_OK);
+    struct ebb_model_seq part = {.seq = 0, .tokens = ids, .n = 300, .pos = 0, .out = &out};
+    if (batch) /* one part: the scheduler's lone prompt */
+        assert_int_equal(ebb_model_eval_batch(m, &part, 1, &d), EBB_OK);
+    else
+        assert_int_equal(ebb_model_eval(m, 0, ids, 300, 0, &out, &d), EBB_OK);
     out.logits = r->logits[1];
     assert_int_equal(ebb_model_eval(m, 0, ids + 300, 1, 300, &out, &d), EBB_OK);
     char buf[8192];
@@ -118,13 +124,16 @@ static void long_prompt(const char *rows_env, struct long_run *r)
 static void test_long_prompt_layer_major(void **state)
 {
     (void)state;
-    static struct long_run a, b, c;
+    static struct long_run a, b, c, e;
     write_probe("available=64G\n");
-    long_prompt(NULL, &a);  /* 3 chunks of 128, 128, 44 in one pass */
-    long_prompt("256", &b); /* passes of 256 and 44 rows */
-    long_prompt("0", &c);   /* off: one pass per chunk */
+    long_prompt(NULL, false, 384, &a);  /* 3 chunks of 128, 128, 44 in one pass */
+    long_prompt("256", false, 256, &b); /* passes of 256 and 44 rows */
+    long_prompt("0", false, 0, &c);     /* off: one pass per chunk */
+    long_prompt(NULL, true, 384, &e);   /* as a batch of one part */
     assert_memory_equal(a.logits, c.logits, sizeof(a.logits));
     assert_memory_equal(b.logits, c.logits, sizeof(b.logits));
+    assert_memory_equal(e.logits, c.logits, sizeof(e.logits));
+    assert_true(e.layers_read == a.layers_read);
     /* 30 streamed layers: prompt + token = 2 passes against 3 + 1 (a) and 2 + 1 (b) */
     assert_true(a.layers_read < b.layers_read);
     assert_true(b.layers_read < c.layers_read);

@@ -202,6 +202,15 @@ ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens,
     return eval_one(seq, tokens, n, pos, out ? out : &none);
 }
 
+/* What ebb_model_long_rows says (a streaming model's layer-major pass). */
+static atomic_uint long_rows;
+
+uint32_t ebb_model_long_rows(const struct ebb_model *m)
+{
+    (void)m;
+    return atomic_load(&long_rows);
+}
+
 /* The widest batches seen: slots and tokens in one pass. */
 static atomic_uint max_seqs, max_rows;
 
@@ -918,6 +927,46 @@ static void test_prefill_budget_interleaves(void **state)
     ebb_sched_free(s);
 }
 
+/* With the default budget, a step with no decoding rows takes up to ebb_model_long_rows
+ * prompt tokens (a streaming model's layer-major pass); with decoding rows, or with an explicit
+ * prefill_chunk, the budget stays. */
+static void test_long_prefill_pass(void **state)
+{
+    (void)state;
+    int32_t pb[230];
+    for (int i = 0; i < 230; i++)
+        pb[i] = 1 + i % 9;
+    struct ebb_gen_params gp = greedy(3);
+    for (int round = 0; round < 3; round++) {
+        /* 0: default budget, 1: explicit 128, 2: default budget with a slot decoding */
+        struct ebb_sched *s = start(2, 4, round == 1 ? 128 : 0);
+        atomic_store(&long_rows, 200);
+        struct rec a, b;
+        rec_init(&b, s);
+        if (round == 2) {
+            int32_t pa[2] = {1, 2};
+            struct ebb_gen_params ga = greedy(40);
+            rec_init(&a, s);
+            atomic_store(&eval_delay_us, 300);
+            assert_int_equal(submit(s, &a, pa, 2, &ga), EBB_OK);
+            while (a.n_tok == 0)
+                usleep(1000);
+        }
+        atomic_store(&max_rows, 0);
+        assert_int_equal(submit(s, &b, pb, 230, &gp), EBB_OK);
+        rec_wait(&b);
+        assert_int_equal(b.n_tok, 3);
+        if (round == 0)
+            assert_int_equal(atomic_load(&max_rows), 200);
+        else
+            assert_true(atomic_load(&max_rows) <= 129);
+        if (round == 2)
+            rec_wait(&a);
+        atomic_store(&long_rows, 0);
+        ebb_sched_free(s);
+    }
+}
+
 /* A job goes to the idle slot holding the longest prefix of its prompt, not the first free
  * one; the metrics count the hit. */
 static void test_best_prefix_slot(void **state)
@@ -1465,6 +1514,7 @@ int main(void)
         cmocka_unit_test(test_grammar),
         cmocka_unit_test(test_batched_decode),
         cmocka_unit_test(test_prefill_budget_interleaves),
+        cmocka_unit_test(test_long_prefill_pass),
         cmocka_unit_test(test_best_prefix_slot),
         cmocka_unit_test(test_short_match_keeps_cache),
         cmocka_unit_test(test_cancel_inside_batch),
