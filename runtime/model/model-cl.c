@@ -956,8 +956,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     char qin[48] = "";
     if (m->k_q8 && ebb_cl_qin_wg(&m->tu))
         snprintf(qin, sizeof(qin), ", quantized in the products (qin %u)", m->tu.qin);
-    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s)", m->cl->info.name,
-             m->k_q8 ? ", 8-bit decode inputs" : "", qin);
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s)", m->cl->info.name,
+             m->k_q8 ? ", 8-bit decode inputs" : "", qin,
+             m->tu.mm_mma && m->tu.mv_ptx ? ", f16 tensor-core prefill" : "");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;

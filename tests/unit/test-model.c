@@ -510,8 +510,10 @@ static void test_tiny_model(void **state)
     fprintf(stderr, "# tiny model, all %zu positions: max |diff| %.2e (logits up to %.2f)\n", n,
             (double)maxd, (double)mag);
     /* fp32 everywhere on "ref": a few 1e-6. Other backends may store the KV cache and
-     * activations as fp16 (relative 2^-11 per value); PoCL measured 8.6e-3. */
-    const float tol = strcmp(device, "ref") ? 0.03f : 1e-4f;
+     * activations as fp16 (relative 2^-11 per value); PoCL measured 8.6e-3. The tensor-core
+     * prefill rounds every product's inputs to f16 as well: 4.66e-2 on the H100. */
+    bool tc = strstr(ebb_model_device_name(m), "tensor-core prefill") != NULL;
+    const float tol = !strcmp(device, "ref") ? 1e-4f : tc ? 0.08f : 0.03f;
     if (maxd > tol)
         fail_msg("tiny model logits differ by %.2e > %.0e", (double)maxd, (double)tol);
 
