@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stream/memprobe.h"
 #include "stream/stream-pool.h"
 
 #define XC_MAX_THREADS 64
@@ -75,11 +76,14 @@ struct clm_xc {
     uint32_t *count;   /* (n_layer, n_expert) uses, halved every XC_DECAY steps of a layer */
     uint32_t *steps;   /* (n_layer) layer steps since the last halving */
     uint8_t *pf_flag;  /* (n_layer, n_slots) holds a prefetched expert not looked up yet */
-    /* EBB_EXPERT_PINNED=1: every expert of each layer copied once, at load, into pinned host
+    /* EBB_EXPERT_PINNED=1 (or unset, where pinned_auto says so): every expert of each layer
+     * copied once, at load, into pinned host
      * memory (expert e's three records back to back at e x their sizes), so that a miss is one
      * write from there and the staging goes unused. */
     cl_mem *tier;                     /* (n_layer) or NULL */
     uint8_t **tier_p;                 /* (n_layer) their mappings */
+    bool tier_auto;                   /* EBB_EXPERT_PINNED unset: pinned_auto decided */
+    uint64_t tier_avail;              /* the host memory available then (0: no reading) */
     uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
     int32_t *miss_slot;               /* (n_slots) and their slots */
     cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
@@ -194,7 +198,7 @@ static void tier_task(void *ctx, uint32_t i)
     }
 }
 
-/* EBB_EXPERT_PINNED=1: the host tier, allocated, mapped and filled from the file at load. */
+/* The host tier (EBB_EXPERT_PINNED), allocated, mapped and filled from the file at load. */
 static ebb_err tier_open(struct clm *m, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
@@ -225,6 +229,26 @@ static ebb_err tier_open(struct clm *m, struct ebb_diag *diag)
     return EBB_OK;
 }
 
+/* EBB_EXPERT_PINNED unset: the host tier on a discrete device (EBB_TEST_STREAM_DISCRETE=1 makes
+ * tests treat theirs as one) when every expert fits in half of the host memory the probes say
+ * is available (MemAvailable, the cgroup limit), so that a miss is one copy over the link
+ * rather than a fill from the page cache and a copy; *avail gets that reading (0: none). */
+static uint32_t pinned_auto(const struct clm *m, uint64_t experts, uint64_t *avail)
+{
+    const char *dv = getenv("EBB_TEST_STREAM_DISCRETE");
+    bool discrete = (dv && *dv == '1') || !(m->cl->info.host_unified || m->cl->info.is_cpu);
+    struct ebb_memprobe_params hq = {.discrete = false};
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    *avail = 0;
+    if (!discrete || ebb_memprobe_new(&hq, &mp, NULL) != EBB_OK)
+        return 0;
+    if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok)
+        *avail = r.available;
+    ebb_memprobe_free(mp);
+    return *avail && experts <= *avail / 2;
+}
+
 /* The copy path, at load, from the EBB_EXPERT_* settings: the copy threads, the second queue,
  * the pinned staging ring (two batches and two prefetch sets of entries of `big` bytes, rounded
  * up to pages), the batches' host arrays, the prefetch's counts and flags, and the host tier. */
@@ -237,8 +261,15 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
     if ((rc = env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
         (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
         (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)) ||
-        (rc = env_count("EBB_EXPERT_PINNED", 0, 0, 1, &pinned, diag)))
+        (rc = env_count("EBB_EXPERT_PINNED", 2, 0, 1, &pinned, diag)))
         return rc;
+    if (pinned == 2) {
+        uint64_t experts = 0;
+        for (uint32_t l = 0; l < x->n_layer; l++)
+            experts += expert_size(x, l) * x->n_expert;
+        x->tier_auto = true;
+        pinned = pinned_auto(m, experts, &x->tier_avail);
+    }
     if (x->pf_max > x->n_slots / 2) /* at most half the next layer's slots */
         x->pf_max = x->n_slots / 2;
     if (x->n_layer < 2) /* the next layer would be this one, whose slots its kernels read */
@@ -415,12 +446,19 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.threads = ebb_stream_pool_threads(x->threads);
     m->xc_g0 = x->g0;
     m->xc_token_bytes = (uint64_t)k * per_slot;
+    char tier[128] = "";
+    if (x->tier)
+        snprintf(tier, sizeof(tier), "; every expert in pinned host memory%s",
+                 x->tier_auto ? " (half the host's available memory holds them)" : "");
+    else if (x->tier_auto && x->tier_avail)
+        snprintf(tier, sizeof(tier), "; not pinned: %.1f MiB available on the host",
+                 (double)x->tier_avail / (1 << 20));
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
             "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u%s)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
             (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20), x->st.threads,
-            x->batch, x->tier ? "; every expert in pinned host memory" : "");
+            x->batch, tier);
     return EBB_OK;
 }
 

@@ -144,6 +144,32 @@ def mixed(gen_model, ebb, vocab, work, fail):
     return 0
 
 
+def pinned_auto(ebb, model, work, fail):
+    """EBB_EXPERT_PINNED unset: every expert goes into pinned host memory on a discrete device
+    (EBB_TEST_STREAM_DISCRETE=1 here) when half the host's available memory (the probes' test
+    file) holds them, not otherwise, and never on this CPU device or with EBB_EXPERT_PINNED=0."""
+    probe = os.path.join(work, "memprobe.txt")
+    for avail, extra, want in (("64G", {"EBB_TEST_STREAM_DISCRETE": "1"}, True),
+                               ("1M", {"EBB_TEST_STREAM_DISCRETE": "1"}, False),
+                               ("64G", {"EBB_TEST_STREAM_DISCRETE": "1", "EBB_EXPERT_PINNED": "0"},
+                                False),
+                               ("64G", {}, False)):
+        with open(probe, "w") as f:
+            f.write(f"available={avail}\n")
+        env = dict(extra, EBB_TEST_MEMPROBE_FILE=probe)
+        p = run(ebb, model, PROMPTS[0], ["--expert-cache", "4"], env)
+        if p.returncode:
+            fail(f"auto pinning, {avail} {extra}: failed: {p.stderr.strip()[-300:]}")
+            continue
+        x = json.loads(p.stdout).get("expert_cache") or {}
+        got = x.get("host_bytes") == N_EXPERT * N_LAYER * x.get("expert_bytes", -1)
+        said = "half the host's available memory holds them" in p.stderr
+        print(f"# auto pinning, available {avail}, {extra}: host_bytes {x.get('host_bytes')}")
+        if got != want or said != want or (not want and x.get("host_bytes")):
+            fail(f"auto pinning, available {avail}, {extra}: pinned {got}, expected {want}: "
+                 f"{p.stderr.strip()[-300:]}")
+
+
 def main():
     gen_model, ebb, work = sys.argv[1:4]
     vocabs = os.environ.get("EBB_VOCABS_DIR") or os.path.expanduser("~/.cache/ebb/vocabs")
@@ -266,6 +292,7 @@ def main():
                          slots=N_EXPERT)
 
     bad += mixed(gen_model, ebb, vocab, work, fail)
+    pinned_auto(ebb, model, work, fail)
 
     # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;
     # from them, one that leaves about 8 slots a layer; a large one holds every expert.
