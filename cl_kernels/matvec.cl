@@ -1111,7 +1111,7 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #undef MB_LOAD
 #endif
 
-#if MM_MMA && defined(W_QW)
+#if MM_MMA && (defined(W_QW) || defined(W_QW8))
 /* matmul_mms: products of a few token rows (continuous batching's decode steps, 2..MS_T tokens
  * a work-group) on tensor cores, each weight read once for the work-group's tokens. A work-group
  * of MS_W warps takes 16 MS_MI rows and MS_T tokens; the warps split the inputs (warp w takes
@@ -1126,7 +1126,9 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
  * 4q..4q+3 (first half) and 16 + 4q.. (second), and the B fragment's inputs follow the same
  * map: one float4 of the token's row per half (inputs 4q..4q+3 as b0 = (4q, 4q + 1),
  * b1 = (4q + 2, 4q + 3)). Without PTX (the tests on CPUs) each work-item computes its fragment
- * elements directly from whole blocks. Same arguments and result (within f16 rounding) as
+ * elements directly from whole blocks. 8-bit weights (raw Q8_0, W_QW8) take two words a lane, the
+ * bytes of weights 4q..4q+3 and 16 + 4q.., which fill the same fragment places, a weight a
+ * byte. Same arguments and result (within f16 rounding) as
  * matmul. Global size (32 MS_W ceil(n_out / (16 MS_MI)), ceil(n_tok / MS_T)), local
  * (32 MS_W, 1). */
 #ifndef MS_T
@@ -1142,6 +1144,11 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #define MS_KB 2 /* 32-blocks a warp loads at once */
 #endif
 #define MS_NJ (MS_T / 8)  /* 8-token fragments */
+#if defined(W_QW8)
+#define MS_NV 2 /* quant words a lane loads for a row and block */
+#else
+#define MS_NV 1
+#endif
 #define MS_R (16 * MS_MI) /* rows of a work-group */
 #if !MV_PTX
 /* f rounded to the nearest f16 (ties to even), for the stand-in. */
@@ -1179,7 +1186,7 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #if MV_PTX
         /* All of the step's loads first (blocks past n_in read the last block, their scales
          * zeroed), so that they are in flight together; then the products. */
-        uint v[MS_KB][MS_MI][2];
+        uint v[MS_KB][MS_MI][2][MS_NV];
         float4 dm[MS_KB][MS_MI][2];
         float4 xv[MS_KB][MS_NJ][2];
 #pragma unroll
@@ -1189,7 +1196,11 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             for (int i = 0; i < MS_MI; i++)
 #pragma unroll
                 for (int r = 0; r < 2; r++)
-                    W_QW(wrow[i][r], b, q, &v[bb][i][r], &dm[bb][i][r]);
+#if defined(W_QW8)
+                    W_QW8(wrow[i][r], b, q, &v[bb][i][r][0], &v[bb][i][r][1], &dm[bb][i][r]);
+#else
+                    W_QW(wrow[i][r], b, q, &v[bb][i][r][0], &dm[bb][i][r]);
+#endif
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
@@ -1205,10 +1216,18 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #pragma unroll
                 for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
                     float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
+#if defined(W_QW8)
+                    char4 c0 = as_char4(v[bb][i][r][0]), c1 = as_char4(v[bb][i][r][1]);
+                    a[i][0][r] = mb_h2(c0.x * f.x, c0.y * f.x);
+                    a[i][0][r + 2] = mb_h2(c0.z * f.x, c0.w * f.x);
+                    a[i][1][r] = mb_h2(c1.x * f.x, c1.y * f.x);
+                    a[i][1][r + 2] = mb_h2(c1.z * f.x, c1.w * f.x);
+#else
                     uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
                     uint e2 = mb_h2(f.z, f.z), n2 = mb_h2(f.w, f.w);
-                    MB_DEQ_WORD(v[bb][i][r], d2, m2, e2, n2, a[i][0][r], a[i][0][r + 2],
+                    MB_DEQ_WORD(v[bb][i][r][0], d2, m2, e2, n2, a[i][0][r], a[i][0][r + 2],
                                 a[i][1][r], a[i][1][r + 2]);
+#endif
                 }
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
@@ -1234,14 +1253,25 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 for (int r = 0; r < 2; r++) {
                     float w[32];
                     for (int k = 0; k < 4; k++) {
-                        uint v;
+                        uint v, v1;
                         float4 dm;
+#if defined(W_QW8)
+                        W_QW8(wrow[i][r], b, k, &v, &v1, &dm);
+                        for (int t = 0; t < 4; t++) { /* the signed bytes */
+                            int b0 = (int)((v >> (8 * t)) & 0xFFu);
+                            int b1 = (int)((v1 >> (8 * t)) & 0xFFu);
+                            w[4 * k + t] = ms_f16((float)(b0 - ((b0 & 0x80) << 1)) * dm.x);
+                            w[16 + 4 * k + t] = ms_f16((float)(b1 - ((b1 & 0x80) << 1)) * dm.x);
+                        }
+#else
                         W_QW(wrow[i][r], b, k, &v, &dm);
+                        (void)v1;
                         for (int t = 0; t < 4; t++) {
                             uint byte = (v >> (8 * t)) & 0xFFu;
                             w[4 * k + t] = ms_f16((float)(byte & 15u) * dm.x + dm.y);
                             w[16 + 4 * k + t] = ms_f16((float)(byte >> 4) * dm.z + dm.w);
                         }
+#endif
                     }
                     for (int j = 0; j < MS_NJ; j++)
                         for (int c = 0; c < 2; c++) {

@@ -170,6 +170,21 @@ inline float2 k4_scale_min(const __global uchar *s, int g)
     return (float2)((float)sc, (float)mn);
 }
 
+/* matmul_mms's words of a raw Q8_0 row (W_QW8): quant bytes 4k..4k+3 (weights 4k..) in *v0 and
+ * 16 + 4k.. (weights 16 + 4k..) in *v1 of row o's block b, one signed weight a byte, w = d q
+ * with d in dm->x. The block's quants start 2 bytes in, so the words are read as halves. */
+inline void qw8_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
+                         uint *v1, float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 34;
+    ushort2 u0 = vload2(0, (const __global ushort *)(p + 2 + 4 * k));
+    ushort2 u1 = vload2(0, (const __global ushort *)(p + 18 + 4 * k));
+    *v0 = (uint)u0.x | ((uint)u0.y << 16);
+    *v1 = (uint)u1.x | ((uint)u1.y << 16);
+    float d = LD_HALF(p);
+    *dm = (float4)(d, 0.0f, d, 0.0f);
+}
+
 /* matmul_mms's word of a raw Q4_K row (qw_raw_q4_0 above): its "32-block" b is 16 quant bytes,
  * whose low nibbles are 16 weights of sub-block 2j and whose high nibbles the same 16 of
  * sub-block 2j + 1 (super-block b / 8, j = (b / 2) % 4, the half b % 2), each with its own

@@ -640,17 +640,28 @@ static void test_weights(void)
         }
     }
     tu = keep;
+}
+
+/* The tensor-core GEMMs over several tiles (test_mma_tiles). */
+static void test_mma(void)
+{
     /* The tensor-core GEMMs over several tiles: split 4-bit weights staged from their words
      * (W_Q16: whole-block q4 on, block decoders off), and a K-quant through READ_W4. */
+    const struct ebb_cl_layout q41 = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+                               q6k = {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+                               q40 = {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+                               q40s = {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
     struct ebb_cl_tuning tq = tu;
     tq.mv_q16 = 1;
     tq.block_dec = 0;
-    test_mma_tiles(&other[4], tq, 288, false); /* 9 blocks: a partial step of 64 inputs */
-    test_mma_tiles(&other[1], tu, 256, false);
-    test_mma_tiles(&other[3], tq, 288, true); /* matmul_mms on raw Q4_0 (NVIDIA's layout) */
-    test_mma_tiles(&other[0], tq, 288, true); /* and raw Q4_1 */
+    test_mma_tiles(&q40s, tq, 288, false); /* 9 blocks: a partial step of 64 inputs */
+    test_mma_tiles(&q6k, tu, 256, false);
+    test_mma_tiles(&q40, tq, 288, true); /* matmul_mms on raw Q4_0 (NVIDIA's layout) */
+    test_mma_tiles(&q41, tq, 288, true); /* and raw Q4_1 */
     struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
+    struct ebb_cl_layout q80 = {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    test_mma_tiles(&q80, tq, 288, true); /* and raw Q8_0: two words a lane */
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
@@ -1028,14 +1039,21 @@ int main(void)
         CHECK(ok, "the mma.sync probe failed on %s", cl->info.name);
         tu.mm_mma = ok;
     }
-    test_device_select();
-    test_program_cache();
-    test_cpu_half();
-    test_weights();
-    test_tune();
-    test_ops();
-    test_moe();
-    test_qin();
+    /* EBB_KT_ONLY=name,name runs only those sections (by hand; unset: all). */
+    const char *only = getenv("EBB_KT_ONLY");
+#define SECTION(name)                                                                              \
+    if (!only || strstr(only, #name))                                                              \
+        test_##name();
+    SECTION(device_select)
+    SECTION(program_cache)
+    SECTION(cpu_half)
+    SECTION(weights)
+    SECTION(mma)
+    SECTION(tune)
+    SECTION(ops)
+    SECTION(moe)
+    SECTION(qin)
+#undef SECTION
     ebb_cl_close(cl);
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;
