@@ -1126,9 +1126,9 @@ matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
  * 4q..4q+3 (first half) and 16 + 4q.. (second), and the B fragment's inputs follow the same
  * map: one float4 of the token's row per half (inputs 4q..4q+3 as b0 = (4q, 4q + 1),
  * b1 = (4q + 2, 4q + 3)). Without PTX (the tests on CPUs) each work-item computes its fragment
- * elements directly from whole blocks. 8-bit weights (raw Q8_0, W_QW8) take two words a lane, the
- * bytes of weights 4q..4q+3 and 16 + 4q.., which fill the same fragment places, a weight a
- * byte. Same arguments and result (within f16 rounding) as
+ * elements directly from whole blocks. Byte-wide weights (raw Q8_0 and Q6_K, W_QW8) take two
+ * words a lane, the bytes of weights 4q..4q+3 and 16 + 4q.., which fill the same fragment
+ * places, a weight a byte. Same arguments and result (within f16 rounding) as
  * matmul. Global size (32 MS_W ceil(n_out / (16 MS_MI)), ceil(n_tok / MS_T)), local
  * (32 MS_W, 1). */
 #ifndef MS_T
@@ -1217,11 +1217,12 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                 for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
                     float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
 #if defined(W_QW8)
-                    char4 c0 = as_char4(v[bb][i][r][0]), c1 = as_char4(v[bb][i][r][1]);
-                    a[i][0][r] = mb_h2(c0.x * f.x, c0.y * f.x);
-                    a[i][0][r + 2] = mb_h2(c0.z * f.x, c0.w * f.x);
-                    a[i][1][r] = mb_h2(c1.x * f.x, c1.y * f.x);
-                    a[i][1][r + 2] = mb_h2(c1.z * f.x, c1.w * f.x);
+                    float4 w0 = convert_float4(as_char4(v[bb][i][r][0])) * f.x + f.y;
+                    float4 w1 = convert_float4(as_char4(v[bb][i][r][1])) * f.z + f.w;
+                    a[i][0][r] = mb_h2(w0.x, w0.y);
+                    a[i][0][r + 2] = mb_h2(w0.z, w0.w);
+                    a[i][1][r] = mb_h2(w1.x, w1.y);
+                    a[i][1][r + 2] = mb_h2(w1.z, w1.w);
 #else
                     uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
                     uint e2 = mb_h2(f.z, f.z), n2 = mb_h2(f.w, f.w);
@@ -1260,8 +1261,9 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                         for (int t = 0; t < 4; t++) { /* the signed bytes */
                             int b0 = (int)((v >> (8 * t)) & 0xFFu);
                             int b1 = (int)((v1 >> (8 * t)) & 0xFFu);
-                            w[4 * k + t] = ms_f16((float)(b0 - ((b0 & 0x80) << 1)) * dm.x);
-                            w[16 + 4 * k + t] = ms_f16((float)(b1 - ((b1 & 0x80) << 1)) * dm.x);
+                            w[4 * k + t] = ms_f16((float)(b0 - ((b0 & 0x80) << 1)) * dm.x + dm.y);
+                            w[16 + 4 * k + t] =
+                                ms_f16((float)(b1 - ((b1 & 0x80) << 1)) * dm.z + dm.w);
                         }
 #else
                         W_QW(wrow[i][r], b, k, &v, &dm);

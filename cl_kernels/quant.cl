@@ -171,8 +171,9 @@ inline float2 k4_scale_min(const __global uchar *s, int g)
 }
 
 /* matmul_mms's words of a raw Q8_0 row (W_QW8): quant bytes 4k..4k+3 (weights 4k..) in *v0 and
- * 16 + 4k.. (weights 16 + 4k..) in *v1 of row o's block b, one signed weight a byte, w = d q
- * with d in dm->x. The block's quants start 2 bytes in, so the words are read as halves. */
+ * 16 + 4k.. (weights 16 + 4k..) in *v1 of row o's block b, one signed weight a byte, w = q dm.x
+ * + dm.y for *v0's and q dm.z + dm.w for *v1's (here d, 0, d, 0). The block's quants start 2
+ * bytes in, so the words are read as halves. */
 inline void qw8_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
                          uint *v1, float4 *dm)
 {
@@ -183,6 +184,28 @@ inline void qw8_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b, int 
     *v1 = (uint)u1.x | ((uint)u1.y << 16);
     float d = LD_HALF(p);
     *dm = (float4)(d, 0.0f, d, 0.0f);
+}
+
+/* The same for a raw Q6_K row: 32-block b is weights 32 (b % 8).. of super-block b / 8 (210
+ * bytes: ql[128], qh[64], 16 scales, d), whose six-bit values sit in the low or high nibbles of
+ * 32 ql bytes and in two bits of 32 qh bytes; each byte of *v0, *v1 gets one (0..63), and w =
+ * d s q - 32 d s with the sub-block scale s of each half (dm.xy, dm.zw). */
+inline void qw8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
+                         uint *v1, float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 210;
+    int bi = b & 7, n = bi >> 2, c = bi & 3;
+    const __global ushort *ql = (const __global ushort *)(p + n * 64 + (c & 1) * 32 + 4 * k);
+    const __global ushort *qh = (const __global ushort *)(p + 128 + n * 32 + 4 * k);
+    uint l0 = (uint)ql[0] | ((uint)ql[1] << 16), l1 = (uint)ql[8] | ((uint)ql[9] << 16);
+    uint h0 = (uint)qh[0] | ((uint)qh[1] << 16), h1 = (uint)qh[8] | ((uint)qh[9] << 16);
+    int ns = 4 * (c >> 1), hs = 2 * c;
+    *v0 = ((l0 >> ns) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+    *v1 = ((l1 >> ns) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+    const __global char *sc = (const __global char *)(p + 192);
+    float d = LD_HALF(p + 208);
+    float s0 = d * (float)sc[n * 8 + 2 * c], s1 = d * (float)sc[n * 8 + 2 * c + 1];
+    *dm = (float4)(s0, -32.0f * s0, s1, -32.0f * s1);
 }
 
 /* matmul_mms's word of a raw Q4_K row (qw_raw_q4_0 above): its "32-block" b is 16 quant bytes,

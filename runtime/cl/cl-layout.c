@@ -658,7 +658,7 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
 {
     return ebb_cl_layout_has_q16(l, tu) ||
-           ((l->type == EBB_GGML_Q4_K || l->type == EBB_GGML_Q8_0) &&
+           ((l->type == EBB_GGML_Q4_K || l->type == EBB_GGML_Q8_0 || l->type == EBB_GGML_Q6_K) &&
             l->order == EBB_CL_ORDER_RAW && l->storage == EBB_CL_STORE_BUFFER && !tu->block_dec);
 }
 
@@ -793,11 +793,12 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
-    } else if (ebb_cl_layout_has_qw(l, tu) && l->type == EBB_GGML_Q8_0) { /* two words a lane */
+    } else if (ebb_cl_layout_has_qw(l, tu) && l->type != EBB_GGML_Q4_K) { /* a byte a weight */
         n = snprintf(buf + used, cap - used,
-                     "#define W_QW8(o, b, k, v0, v1, dm) qw8_raw_q8_0(w_a + w_off, "
-                     "(ulong)(n_in / 32) * 34, (o), (b), (k), (v0), (v1), (dm))\n"
-                     "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n");
+                     "#define W_QW8(o, b, k, v0, v1, dm) qw8_raw_%s(w_a + w_off, "
+                     "(ulong)(n_in / %u) * %u, (o), (b), (k), (v0), (v1), (dm))\n"
+                     "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n",
+                     ti->dec, ti->blk, ti->tsize);
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;

@@ -268,8 +268,8 @@ bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_
 /* True when layout l has the whole-4-bit-block decoder (W_Q16) under tuning tu. */
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
-/* True when layout l has matmul_mms's word accessors (W_QW or raw Q8_0's W_QW8, W_QX) under
- * tuning tu: the W_Q16 layouts, raw Q4_K and raw Q8_0. */
+/* True when layout l has matmul_mms's word accessors (W_QW, or W_QW8 for byte-wide weights;
+ * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, raw Q8_0 and raw Q6_K. */
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,

@@ -662,6 +662,7 @@ static void test_mma(void)
     test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
     struct ebb_cl_layout q80 = {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q80, tq, 288, true); /* and raw Q8_0: two words a lane */
+    test_mma_tiles(&q6k, tq, 512, true); /* and raw Q6_K: six bits a byte, a scale a half */
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
