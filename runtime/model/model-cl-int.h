@@ -260,7 +260,8 @@ struct clm {
                                 two); 0 without */
     uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
     struct ebb__backend_i iface;
-    char name[192]; /* "opencl (device name[, 8-bit decode inputs[, qin]])" */
+    char name[256]; /* "opencl (device name[, 8-bit decode inputs[, qin][, integer dot
+                       product builtins]])" */
 };
 
 /* model-cl-plan.c */
