@@ -4,8 +4,8 @@
  * 32-element group at a time (the K-quants' super-blocks of 256 hold eight), so that one group
  * meets one input block: xq's eight words (element 4j..4j+3 in word j) and xd's (d, d * sum of
  * the block's int8 values), both already times 1 / rms where the norm is folded. A group's dot is
- * integer (dp4a with MV_PTX, plain integer products otherwise) and one float multiply-add
- * applies the scales:
+ * integer (q8.cl's dot4_us / dot4_ss: dp4a with MV_PTX, cl_khr_integer_dot_product with MV_IDP,
+ * plain integer products otherwise) and one float multiply-add applies the scales:
  *   Q8_0  w = d q (q signed)                       d xd.x (q . xq)
  *   Q5_0  w = d (q - 16), Q5_1 w = d q + m          d xd.x (q . xq) - 16 d xd.y (or + m xd.y)
  *   Q4_K/Q5_K  w = d sc q - dmin mn (6-bit sc, mn)  d sc xd.x (q . xq) - dmin mn xd.y
@@ -20,19 +20,6 @@
  * K-quant pair). moe.cl's moe_gather_q8 / moe_down_q8 use the same group dots. */
 
 #if defined(W_KQ8)
-
-/* c + the dot product of the four signed bytes of a with those of b. */
-inline int dot4_ss(int a, int b, int c)
-{
-#if MV_PTX
-    int r;
-    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-#else
-    char4 sa = as_char4(a), sb = as_char4(b);
-    return c + (int)sa.x * sb.x + (int)sa.y * sb.y + (int)sa.z * sb.z + (int)sa.w * sb.w;
-#endif
-}
 
 /* The int8 input block b as eight words. */
 inline int8 kq8_x(const __global int4 *xq, int b)

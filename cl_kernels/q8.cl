@@ -4,14 +4,25 @@
  * 8-bit inputs four at a time in integers. llama.cpp's CUDA decode quantizes its activations the
  * same way (q8_1 blocks of 32). Options from the prologue:
  *   MV_PTX  1: NVIDIA inline PTX (dp4a, warp shuffles); 0: portable OpenCL C
+ *   MV_IDP  1: the 4-byte dots through cl_khr_integer_dot_product's packed builtins (set only
+ *           without MV_PTX, where the device lists the extension and passes idp_probe below)
  *   Q8_WG   work-group size of quantize_x8 (a multiple of 32) */
 
 #ifndef MV_PTX
 #define MV_PTX 0
 #endif
+#ifndef MV_IDP
+#define MV_IDP 0
+#endif
 #ifndef Q8_WG
 #define Q8_WG 256
 #endif
+
+/* The 4-byte integer dots of the 8-bit decode path (matvec.cl's matvec_q8, kq8.cl, moe.cl):
+ * dp4a with MV_PTX; with MV_IDP cl_khr_integer_dot_product's dot_4x8packed_*_int (declared
+ * under the feature macro __opencl_c_integer_dot_product_input_4x8bit_packed; the
+ * non-saturating forms, the accumulator added after, so that every branch gives the same
+ * integer); otherwise plain integer products. */
 
 /* c + the dot product of the four unsigned bytes of a with the four signed bytes of b. */
 inline int dot4_us(uint a, int b, int c)
@@ -20,12 +31,45 @@ inline int dot4_us(uint a, int b, int c)
     int r;
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+#elif MV_IDP
+    return c + dot_4x8packed_us_int(a, as_uint(b));
 #else
     uchar4 ua = as_uchar4(a);
     char4 sb = as_char4(b);
     return c + (int)ua.x * sb.x + (int)ua.y * sb.y + (int)ua.z * sb.z + (int)ua.w * sb.w;
 #endif
 }
+
+/* c + the dot product of the four signed bytes of a with those of b. */
+inline int dot4_ss(int a, int b, int c)
+{
+#if MV_PTX
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#elif MV_IDP
+    return c + dot_4x8packed_ss_int(as_uint(a), as_uint(b));
+#else
+    char4 sa = as_char4(a), sb = as_char4(b);
+    return c + (int)sa.x * sb.x + (int)sa.y * sb.y + (int)sa.z * sb.z + (int)sa.w * sb.w;
+#endif
+}
+
+#ifdef IDP_PROBE
+/* The start-up probe of MV_IDP (ebb_cl_idp_probe): work-item i writes
+ * out[2i] = dot4_ss(a[i], b[i], c[i]) and out[2i + 1] = dot4_us(a[i], b[i], c[i]), which the
+ * host compares with its own, and work-item 0 out[2n] = MV_IDP (whether the builtins were
+ * used: the host's prologue sets it only where the compiler declares them). Global size n. */
+__kernel void idp_probe(__global const uint *a, __global const uint *b, __global const int *c,
+                        __global int *out)
+{
+    int i = get_global_id(0);
+    out[2 * i] = dot4_ss(as_int(a[i]), as_int(b[i]), c[i]);
+    out[2 * i + 1] = dot4_us(a[i], as_int(b[i]), c[i]);
+    if (i == 0)
+        out[2 * get_global_size(0)] = MV_IDP;
+}
+#endif
 
 #if MV_PTX
 /* v combined over the 32 lanes of a warp (butterfly: every lane gets the result). */

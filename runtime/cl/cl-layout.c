@@ -387,6 +387,18 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
     mms_tile_env(getenv("EBB_CL_MMP_TILE"), di, &t.mmp_t, &t.mmp_mi, &t.mmp_w, &t.mmp_kb);
     if (di->vendor != EBB_CL_VENDOR_NVIDIA)
         t.mv_ptx = 0;
+    /* The 8-bit decode path's 4-byte dots through cl_khr_integer_dot_product's packed builtins
+     * where the device lists the extension with packed 4 x 8-bit inputs, unless PTX is on (dp4a
+     * wins on NVIDIA); the engine keeps it only once ebb_cl_idp_probe passes. It matters only
+     * where mv_q8 is on. Not yet run on any device (none here has the extension; compile-tested
+     * offline by scripts/cl-offline-check.sh). EBB_CL_IDP=0|1 overrides (1 on any device
+     * without PTX, still subject to the probe). */
+    t.mv_idp = di->idp ? 1 : 0;
+    const char *idp = getenv("EBB_CL_IDP");
+    if (idp && (*idp == '0' || *idp == '1'))
+        t.mv_idp = (uint32_t)(*idp - '0');
+    if (t.mv_ptx)
+        t.mv_idp = 0;
     if (di->max_wg < 256)
         t.mm_mma = 0;
     if (di->max_wg < EBB_CL_Q8_WG)
@@ -681,7 +693,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
         "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
-        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n",
+        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
@@ -689,7 +701,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
         tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg,
-        tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows);
+        tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows, tu->mv_idp && !tu->mv_ptx ? 1u : 0u);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -1252,22 +1264,31 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
     return floats * sizeof(float) + (uint64_t)head_dim * 4;
 }
 
+ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, char *buf,
+                            size_t cap, struct ebb_diag *diag)
+{
+    if (!head_dim || head_dim % 4)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
+    int n = snprintf(buf, cap,
+                     "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
+                     "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
+                     "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
+                     "#define ATT_MMA %u\n#define MV_CPU %u\n%s",
+                     tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq,
+                     tu->att_tk, tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
+                     tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
+                     tu->mv_cpu, tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
+    return n < 0 || (size_t)n >= cap ? EBB_ERANGE : EBB_OK;
+}
+
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     char pro[512];
     const char *act = NULL, *half = NULL, *ops = NULL, *att = NULL, *q8 = NULL, *mma = NULL;
-    if (!head_dim || head_dim % 4)
-        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
-    snprintf(pro, sizeof(pro),
-             "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n#define ATT_CHUNK %u\n"
-             "#define ATT_TQ %u\n#define ATT_TK %u\n#define MV_PTX %u\n#define Q8_WG %u\n"
-             "#define ATT_G %u\n#define ATT_MMA %u\n#define MV_CPU %u\n%s",
-             tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
-             tu->mv_ptx, EBB_CL_Q8_WG, tu->att_g > 1 ? tu->att_g : 1u,
-             tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
-             tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
+    if ((rc = ebb_cl_ops_prologue(tu, head_dim, pro, sizeof(pro), diag)))
+        return rc;
     if ((rc = ebb_cl_source("act.cl", &act, diag)) ||
         (rc = ebb_cl_source("half.cl", &half, diag)) ||
         (rc = ebb_cl_source("ops.cl", &ops, diag)) ||
@@ -1481,4 +1502,96 @@ out:
         clReleaseProgram(prog);
     ebb_cl_source_release(src);
     return ok;
+}
+
+bool ebb_cl_idp_probe_with(struct ebb_cl *cl, const char *defs, bool *exact)
+{
+    if (exact)
+        *exact = false;
+    /* Byte patterns with every sign and the extremes (-128, 127, 255 unsigned, 0), words from a
+     * fixed LCG for the rest, and accumulators of both signs. */
+    enum { N = 64 };
+    static const uint32_t fixed[][2] = {
+        {0x80808080u, 0x80808080u}, {0x7f7f7f7fu, 0x7f7f7f7fu}, {0xffffffffu, 0x80808080u},
+        {0xffffffffu, 0x7f7f7f7fu}, {0x80808080u, 0x7f7f7f7fu}, {0x00000000u, 0xffffffffu},
+        {0xff7f8001u, 0x807fff01u}, {0x01020304u, 0xfffefdfcu},
+    };
+    uint32_t a[N], b[N];
+    int32_t c[N], want[2 * N + 1], got[2 * N + 1];
+    uint32_t r = 12345u;
+    for (int i = 0; i < N; i++) {
+        if (i < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
+            a[i] = fixed[i][0];
+            b[i] = fixed[i][1];
+        } else {
+            a[i] = r = r * 1664525u + 1013904223u;
+            b[i] = r = r * 1664525u + 1013904223u;
+        }
+        c[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? -100000 - i : 70000 + 7 * i;
+        int ss = c[i], us = c[i];
+        for (int k = 0; k < 4; k++) {
+            int ub = (int)((a[i] >> (8 * k)) & 0xffu), vb = (int)((b[i] >> (8 * k)) & 0xffu);
+            int sa = ub >= 128 ? ub - 256 : ub, sb = vb >= 128 ? vb - 256 : vb;
+            ss += sa * sb;
+            us += ub * sb;
+        }
+        want[2 * i] = ss;
+        want[2 * i + 1] = us;
+    }
+    want[2 * N] = 1; /* MV_IDP */
+    const char *src = NULL;
+    if (ebb_cl_source("q8.cl", &src, NULL))
+        return false;
+    /* MV_IDP only where the compiler declares the builtins: otherwise the kernel runs the
+     * portable dots (still compared, for *exact) and reports MV_IDP 0, without a build error. */
+    const char *srcs[] = {defs ? defs : "",
+                          "#if defined(cl_khr_integer_dot_product) || "
+                          "defined(__opencl_c_integer_dot_product_input_4x8bit_packed)\n"
+                          "#define MV_IDP 1\n#endif\n#define IDP_PROBE 1\n",
+                          src};
+    cl_program prog = NULL;
+    cl_kernel k = NULL;
+    cl_mem ab = NULL, bb = NULL, cb = NULL, ob = NULL;
+    bool ok = false;
+    cl_int e = CL_SUCCESS;
+    if (ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", &prog, NULL) ||
+        ebb_cl_kernel(prog, "idp_probe", &k, NULL))
+        goto out;
+    ab = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(a), a, &e);
+    if (!e)
+        bb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(b), b, &e);
+    if (!e)
+        cb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(c), c, &e);
+    if (!e)
+        ob = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, sizeof(got), NULL, &e);
+    if (e)
+        goto out;
+    struct ebb_cl_arg arg[] = {EBB_CL_ARG(ab), EBB_CL_ARG(bb), EBB_CL_ARG(cb), EBB_CL_ARG(ob)};
+    size_t g = N;
+    if (ebb_cl_set_args(k, 0, arg, 4, NULL) || ebb_cl_run(cl, k, 1, &g, NULL, NULL) ||
+        clEnqueueReadBuffer(cl->q, ob, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL))
+        goto out;
+    if (exact)
+        *exact = !memcmp(got, want, 2 * N * sizeof(got[0]));
+    ok = !memcmp(got, want, sizeof(got));
+out:
+    if (ab)
+        clReleaseMemObject(ab);
+    if (bb)
+        clReleaseMemObject(bb);
+    if (cb)
+        clReleaseMemObject(cb);
+    if (ob)
+        clReleaseMemObject(ob);
+    if (k)
+        clReleaseKernel(k);
+    if (prog)
+        clReleaseProgram(prog);
+    ebb_cl_source_release(src);
+    return ok;
+}
+
+bool ebb_cl_idp_probe(struct ebb_cl *cl, bool *exact)
+{
+    return ebb_cl_idp_probe_with(cl, NULL, exact);
 }

@@ -53,6 +53,9 @@ struct ebb_cl_tuning {
                                (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
                                mv_q16 and a device work-group of EBB_CL_Q8_WG */
     uint32_t mv_ptx;        /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
+    uint32_t mv_idp;        /* 1: q8.cl's 4-byte dots through cl_khr_integer_dot_product's
+                               packed builtins (MV_IDP): without mv_ptx, where the device
+                               lists the extension; kept only after ebb_cl_idp_probe */
     uint32_t mv_h8;         /* 1: matvec reads raw F16 / BF16 rows eight weights a step (W_RD8) */
     uint32_t kq8;           /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
                                Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
@@ -297,6 +300,20 @@ struct ebb_cl_wprog {
  * like every other; the run takes microseconds. */
 bool ebb_cl_mma_probe(struct ebb_cl *cl);
 
+/* Builds and runs q8.cl's idp_probe (dot4_ss and dot4_us under MV_IDP, through
+ * cl_khr_integer_dot_product's dot_4x8packed_ss_int / dot_4x8packed_us_int, with the options
+ * of the weight programs) on signed, unsigned and extreme bytes (-128, 127, 255) and
+ * accumulators of both signs, and compares every result with the CPU's exactly: true when
+ * MV_IDP may be used. Where the compiler declares no such builtins (neither
+ * cl_khr_integer_dot_product nor __opencl_c_integer_dot_product_input_4x8bit_packed defined)
+ * the kernel runs the portable dots instead and the probe returns false, without a build error.
+ * *exact (may be NULL): whether the kernel's dots, whichever branch ran, matched the CPU's. The
+ * program is cached like every other. */
+bool ebb_cl_idp_probe(struct ebb_cl *cl, bool *exact);
+/* The same with defs compiled ahead of the probe's own prologue (tests: stand-ins for the
+ * builtins, right or wrong, on a device that has none); NULL: none. */
+bool ebb_cl_idp_probe_with(struct ebb_cl *cl, const char *defs, bool *exact);
+
 ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
                            struct ebb_diag *diag);
@@ -314,6 +331,12 @@ uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 /* Local memory in bytes of a decode attention work-group (attention.cl's ATT_LOCAL, and the
  * rope kernel's halves) for head_dim and g query heads a work-group under tu. */
 uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g);
+
+/* Writes the prologue of ebb_cl_ops_build's program for heads of head_dim under tu into buf
+ * (scripts/cl-offline-check.sh compiles the programs offline with it); EBB_ERANGE when cap is
+ * too small. */
+ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, char *buf,
+                            size_t cap, struct ebb_diag *diag);
 
 /* Builds the program of the other kernels (ops.cl and attention.cl: norms, RoPE with KV write,
  * attention, SwiGLU, add, softmax, top-k; with tu->mv_q8 also q8.cl's quantize_x8) for heads of

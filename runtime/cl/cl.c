@@ -150,6 +150,9 @@ static bool contains_ci(const char *hay, const char *needle)
 #define EBB__CL_DEVICE_PCI_DOMAIN_ID_NV 0x400A
 #define EBB__CL_DEVICE_TOPOLOGY_AMD 0x4037
 #define EBB__CL_DEVICE_GLOBAL_FREE_MEMORY_AMD 0x4039
+/* cl_khr_integer_dot_product: the capabilities bitfield and its packed 4 x 8-bit input bit. */
+#define EBB__CL_DEVICE_INTEGER_DOT_PRODUCT_CAPABILITIES_KHR 0x1073
+#define EBB__CL_DEVICE_INTEGER_DOT_PRODUCT_INPUT_4x8BIT_PACKED_KHR (1u << 0)
 
 /* The PCI address and UUID of a device (see ebb_cl_dev_info), from whichever extension the
  * driver lists. */
@@ -261,6 +264,11 @@ static void fill_info(cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di
         if (ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, n, ext, NULL) == CL_SUCCESS) {
             ext[n] = 0;
             inf->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+            cl_ulong idp = 0; /* cl_device_integer_dot_product_capabilities_khr */
+            inf->idp = strstr(ext, "cl_khr_integer_dot_product") &&
+                       clGetDeviceInfo(d, EBB__CL_DEVICE_INTEGER_DOT_PRODUCT_CAPABILITIES_KHR,
+                                       sizeof(idp), &idp, NULL) == CL_SUCCESS &&
+                       (idp & EBB__CL_DEVICE_INTEGER_DOT_PRODUCT_INPUT_4x8BIT_PACKED_KHR);
             fill_identity(d, ext, inf);
         }
         free(ext);
@@ -453,14 +461,16 @@ static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uin
                 ", \"type\": \"%s\", \"global_mem\": %llu, \"max_alloc\": %llu, "
                 "\"local_mem\": %llu, \"max_work_group\": %zu, \"compute_units\": %u, "
                 "\"image\": %s, \"image2d_max\": [%zu, %zu], \"image1d_buffer_max\": %zu, "
-                "\"host_unified\": %s, \"fp16\": %s, \"pci_bus_id\": \"%s\", \"uuid\": \"%s\"}",
+                "\"host_unified\": %s, \"fp16\": %s, \"int_dot_4x8_packed\": %s, "
+                "\"pci_bus_id\": \"%s\", \"uuid\": \"%s\"}",
                 i.is_gpu   ? "gpu"
                 : i.is_cpu ? "cpu"
                            : "other",
                 (unsigned long long)i.global_mem, (unsigned long long)i.max_alloc,
                 (unsigned long long)i.local_mem, i.max_wg, i.compute_units,
                 i.image ? "true" : "false", i.image2d_w, i.image2d_h, i.image1d_buf_max,
-                i.host_unified ? "true" : "false", i.fp16 ? "true" : "false", i.pci_bus_id, i.uuid);
+                i.host_unified ? "true" : "false", i.fp16 ? "true" : "false",
+                i.idp ? "true" : "false", i.pci_bus_id, i.uuid);
     } else {
         fprintf(f, "cl:%u:%u  %s  [%s]  (%s)\n", pi, di, i.name, i.platform,
                 i.is_gpu   ? "GPU"
@@ -477,8 +487,8 @@ static bool print_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uin
                     i.image2d_w, i.image2d_h, i.image1d_buf_max);
         else
             fprintf(f, "        images no\n");
-        fprintf(f, "        host-unified memory %s, fp16 %s\n", i.host_unified ? "yes" : "no",
-                i.fp16 ? "yes" : "no");
+        fprintf(f, "        host-unified memory %s, fp16 %s, 4x8-bit packed integer dot %s\n",
+                i.host_unified ? "yes" : "no", i.fp16 ? "yes" : "no", i.idp ? "yes" : "no");
         if (i.pci_bus_id[0] || i.uuid[0])
             fprintf(f, "        pci %s%s%s\n", i.pci_bus_id[0] ? i.pci_bus_id : "?",
                     i.uuid[0] ? ", uuid " : "", i.uuid);

@@ -51,6 +51,8 @@ struct ebb_cl_dev_info {
     size_t image1d_buf_max; /* texels of an image1d_buffer */
     bool host_unified;      /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     bool fp16;              /* cl_khr_fp16 */
+    bool idp;               /* cl_khr_integer_dot_product with packed 4 x 8-bit inputs
+                               (CL_DEVICE_INTEGER_DOT_PRODUCT_INPUT_4x8BIT_PACKED_KHR) */
     uint32_t mem_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes */
     /* Identity for matching the device in other APIs (NVML): the PCI address as
      * "dddd:bb:dd.f" (cl_khr_pci_bus_info, NVIDIA's or AMD's attribute queries) and the

@@ -266,8 +266,8 @@ struct clm {
                                 two); 0 without */
     uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
     struct ebb__backend_i iface;
-    char name[224]; /* "opencl (device name[, 8-bit decode inputs[, qin]][, f16 tensor-core
-                       prefill])" */
+    char name[288]; /* "opencl (device name[, 8-bit decode inputs[, qin][, integer dot
+                       product builtins]][, f16 tensor-core prefill])" */
 };
 
 /* model-cl-plan.c */

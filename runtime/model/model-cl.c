@@ -928,6 +928,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->tu = ebb_cl_tuning_for(&m->cl->info);
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
+    /* the integer dot product builtins only for the 8-bit decode path, once they pass */
+    if (m->tu.mv_idp && (!m->tu.mv_q8 || !ebb_cl_idp_probe(m->cl, NULL)))
+        m->tu.mv_idp = 0;
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;
@@ -956,8 +959,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     char qin[48] = "";
     if (m->k_q8 && ebb_cl_qin_wg(&m->tu))
         snprintf(qin, sizeof(qin), ", quantized in the products (qin %u)", m->tu.qin);
-    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s)", m->cl->info.name,
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s%s)", m->cl->info.name,
              m->k_q8 ? ", 8-bit decode inputs" : "", qin,
+             m->k_q8 && m->tu.mv_idp ? ", integer dot product builtins" : "",
              m->tu.mm_mma && m->tu.mv_ptx ? ", f16 tensor-core prefill" : "");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;

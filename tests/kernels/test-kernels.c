@@ -782,6 +782,122 @@ static int count_files(const char *dir)
     return n;
 }
 
+/* Saves an environment variable (a copy, or NULL when unset) and unsets it. */
+static char *env_take(const char *name)
+{
+    const char *v = getenv(name);
+    char *c = v ? strdup(v) : NULL;
+    unsetenv(name);
+    return c;
+}
+static void env_restore(const char *name, char *v)
+{
+    if (v)
+        setenv(name, v, 1);
+    else
+        unsetenv(name);
+    free(v);
+}
+
+/* cl_khr_integer_dot_product (MV_IDP): the tuning's choice on made-up devices (the extension
+ * listed or not, NVIDIA where PTX wins) and under EBB_CL_IDP / EBB_CL_PTX, the weight
+ * programs' prologue, and the probe on this device. Where the device does not list the
+ * extension (PoCL here) the probe must fail even when forced, with its kernel's portable dots
+ * still equal to the CPU's: the path stays off and nothing breaks. */
+static void test_idp(void)
+{
+    char *old_idp = env_take("EBB_CL_IDP"), *old_ptx = env_take("EBB_CL_PTX");
+    struct ebb_cl_dev_info di = {.is_gpu = true,
+                                 .vendor = EBB_CL_VENDOR_INTEL,
+                                 .max_wg = 512,
+                                 .local_mem = 64 * 1024,
+                                 .idp = true};
+    struct ebb_cl_tuning t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_idp == 1 && !t.mv_ptx, "idp device: mv_idp %u mv_ptx %u", t.mv_idp, t.mv_ptx);
+    di.idp = false;
+    t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_idp == 0, "device without the extension: mv_idp %u", t.mv_idp);
+    setenv("EBB_CL_IDP", "1", 1);
+    t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_idp == 1, "EBB_CL_IDP=1: mv_idp %u", t.mv_idp);
+    di.idp = true;
+    di.vendor = EBB_CL_VENDOR_NVIDIA;
+    t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_ptx == 1 && t.mv_idp == 0, "NVIDIA, EBB_CL_IDP=1: mv_ptx %u mv_idp %u", t.mv_ptx,
+          t.mv_idp);
+    setenv("EBB_CL_PTX", "0", 1);
+    t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_ptx == 0 && t.mv_idp == 1, "NVIDIA, EBB_CL_PTX=0: mv_ptx %u mv_idp %u", t.mv_ptx,
+          t.mv_idp);
+    unsetenv("EBB_CL_PTX");
+    setenv("EBB_CL_IDP", "0", 1);
+    di.vendor = EBB_CL_VENDOR_INTEL;
+    t = ebb_cl_tuning_for(&di);
+    CHECK(t.mv_idp == 0, "EBB_CL_IDP=0: mv_idp %u", t.mv_idp);
+    env_restore("EBB_CL_PTX", old_ptx);
+    env_restore("EBB_CL_IDP", old_idp);
+
+    /* The prologue defines MV_IDP 1 only with mv_idp and without PTX. */
+    struct ebb_cl_layout l = {EBB_GGML_Q4_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_tuning pt = tu;
+    char pro[2048];
+    const uint32_t cases[][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 0}}; /* mv_idp, mv_ptx, MV_IDP */
+    for (int i = 0; i < 3; i++) {
+        pt.mv_idp = cases[i][0];
+        pt.mv_ptx = cases[i][1];
+        OK(ebb_cl_layout_prologue(&l, &pt, pro, sizeof(pro), D));
+        char want[32];
+        snprintf(want, sizeof(want), "#define MV_IDP %u\n", cases[i][2]);
+        CHECK(strstr(pro, want) != NULL, "prologue lacks '%.17s' (mv_idp %u mv_ptx %u)", want,
+              cases[i][0], cases[i][1]);
+    }
+
+    bool exact = false, ok = ebb_cl_idp_probe(cl, &exact);
+    printf("  integer dot product probe (cl_khr_integer_dot_product, extension %s): %s, the "
+           "kernel's dots %s\n",
+           cl->info.idp ? "listed" : "not listed", ok ? "passed" : "failed",
+           exact ? "equal to the CPU's" : "differ from the CPU's");
+    if (!cl->info.idp) {
+        CHECK(exact, "the probe kernel's portable dots differ from the CPU's");
+        CHECK(!ok, "the probe passed on %s, which lists no cl_khr_integer_dot_product",
+              cl->info.name);
+        /* The probe's passing side, with OpenCL C stand-ins for the builtins (as the extension
+         * defines them: us = unsigned bytes of a times signed bytes of b): it must pass with
+         * right ones and fail with a swapped signedness or a saturating sum. */
+        static const char *const right =
+            "#define cl_khr_integer_dot_product 1\n"
+            "int dot_4x8packed_ss_int(uint a, uint b) {\n"
+            "    char4 x = as_char4(a), y = as_char4(b);\n"
+            "    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w; }\n"
+            "int dot_4x8packed_us_int(uint a, uint b) {\n"
+            "    uchar4 x = as_uchar4(a); char4 y = as_char4(b);\n"
+            "    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w; }\n";
+        static const char *const swapped =
+            "#define cl_khr_integer_dot_product 1\n"
+            "int dot_4x8packed_ss_int(uint a, uint b) {\n"
+            "    char4 x = as_char4(a), y = as_char4(b);\n"
+            "    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w; }\n"
+            "int dot_4x8packed_us_int(uint a, uint b) {\n"
+            "    char4 x = as_char4(a); uchar4 y = as_uchar4(b);\n"
+            "    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w; }\n";
+        static const char *const clamped =
+            "#define cl_khr_integer_dot_product 1\n"
+            "int dot_4x8packed_ss_int(uint a, uint b) {\n"
+            "    char4 x = as_char4(a), y = as_char4(b);\n"
+            "    return clamp(x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w, -32768, 32767); }\n"
+            "int dot_4x8packed_us_int(uint a, uint b) {\n"
+            "    uchar4 x = as_uchar4(a); char4 y = as_char4(b);\n"
+            "    return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w; }\n";
+        bool ex = false;
+        CHECK(ebb_cl_idp_probe_with(cl, right, &ex) && ex,
+              "the probe failed with right stand-ins for the builtins");
+        CHECK(!ebb_cl_idp_probe_with(cl, swapped, &ex) && !ex,
+              "the probe passed with dot_4x8packed_us_int's signedness swapped");
+        CHECK(!ebb_cl_idp_probe_with(cl, clamped, &ex) && !ex,
+              "the probe passed with a clamped dot_4x8packed_ss_int");
+    }
+}
+
 /* The binary cache: one file per (source, options, device, driver); a second build of the same
  * program is a cache hit (no new file), different options make a new entry, and a broken
  * source fails with EBB_EBUILD and the compiler's log in the message. */
@@ -1040,6 +1156,14 @@ int main(void)
         CHECK(ok, "the mma.sync probe failed on %s", cl->info.name);
         tu.mm_mma = ok;
     }
+    if (tu.mv_idp) {
+        /* A device listing cl_khr_integer_dot_product (or EBB_CL_IDP=1): the kernels below run
+         * MV_IDP where the probe passes, as the engine would. */
+        bool ok = ebb_cl_idp_probe(cl, NULL);
+        printf("integer dot product probe: %s
+", ok ? "passed (MV_IDP)" : "failed");
+        tu.mv_idp = ok;
+    }
     /* EBB_KT_ONLY=name,name runs only those sections (by hand; unset: all). */
     const char *only = getenv("EBB_KT_ONLY");
 #define SECTION(name)                                                                              \
@@ -1047,6 +1171,7 @@ int main(void)
         test_##name();
     SECTION(device_select)
     SECTION(program_cache)
+    SECTION(idp)
     SECTION(cpu_half)
     SECTION(weights)
     SECTION(mma)
