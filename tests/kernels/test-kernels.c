@@ -1160,8 +1160,7 @@ int main(void)
         /* A device listing cl_khr_integer_dot_product (or EBB_CL_IDP=1): the kernels below run
          * MV_IDP where the probe passes, as the engine would. */
         bool ok = ebb_cl_idp_probe(cl, NULL);
-        printf("integer dot product probe: %s
-", ok ? "passed (MV_IDP)" : "failed");
+        printf("integer dot product probe: %s\n", ok ? "passed (MV_IDP)" : "failed");
         tu.mv_idp = ok;
     }
     /* EBB_KT_ONLY=name,name runs only those sections (by hand; unset: all). */
