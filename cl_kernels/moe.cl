@@ -227,96 +227,139 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
 /* Prefill grouped by expert (runtime/model/model-cl-moe-group.c): the host reads the chosen ids
  * back, sorts the (token, j) pairs by expert (perm: pair indices t * k + j, grouped) and cuts each
  * expert's pairs into tiles of at most MOE_GT (tiles: expert, first index into perm, count). A
- * work-group takes one tile and MOE_GR rows of its expert, so each weight row is read once per
- * tile rather than once per token; the inputs of the tile's pairs are staged MOE_GK at a time in
- * local memory. Every output is the same sum in the same order whatever the tile holds. */
-#define MOE_GT 16
-#define MOE_GR 64
-#define MOE_GK 32
+ * work-group of MOE_GW work-items takes one tile and MOE_GR rows of its expert, MV_WG work-items a
+ * row as in moe_gather (lane i reads inputs i * 4, i * 4 + MV_WG * 4, ..., so that neighbouring
+ * work-items read neighbouring weights), and each work-item keeps one sum for each of the tile's
+ * pairs: every weight row is read once per tile rather than once per token. The inputs of the
+ * tile's pairs are staged MOE_GK at a time in local memory (a whole number of the lanes' steps);
+ * at the end each row's MV_WG partial sums of each pair go through local memory (a padded stride
+ * against bank conflicts) and one work-item adds them in lane order. Every output is the same sum
+ * in the same order whatever the tile holds. */
+#define MOE_GT 16                                       /* pairs a tile */
+#define MOE_GW 256                                      /* work-items a work-group */
+#define MOE_GR (MV_WG < MOE_GW ? MOE_GW / MV_WG : 1)    /* rows a work-group (MV_WG <= MOE_GW) */
+#define MOE_GK (MV_WG * 4 > 128 ? MV_WG * 4 : 128)      /* inputs a slice */
+#define MOE_GP (MV_WG > 1 ? MV_WG + 1 : 1)              /* stride of a row's partial sums */
+#define MOE_GX (MOE_GT * MOE_GK)                        /* floats of a slice */
+#define MOE_GS (MOE_GT * MOE_GR * MOE_GP)               /* floats of the partial sums */
+#define MOE_GL (MOE_GX > MOE_GS ? MOE_GX : MOE_GS)      /* local floats: slices, then sums */
+
+/* Stages inputs i0 .. i0 + MOE_GK - 1 of the tile's pairs (src: pair indices, -1 past the tile)
+ * into xs[q * MOE_GK + c]: the pair's token's row of x, or (glu) the SwiGLU of the pair's gate
+ * and up outputs in x (moe_gather's places, rows of x_ld); 0 past n_in or the tile. The whole
+ * work-group calls it; it waits for the previous slice's readers first. */
+inline void moe_group_stage(__local float *xs, __local const int *src, int i0, int n_in, int k,
+                            const __global float *x, int x_ld, int glu)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int q = get_local_id(0); q < MOE_GX; q += MOE_GW) {
+        int tq = q / MOE_GK, i = i0 + q % MOE_GK, sp = src[tq];
+        float v = 0.0f;
+        if (sp >= 0 && i < n_in) {
+            const __global float *xt = x + (size_t)(sp / k) * x_ld;
+            if (glu) {
+                int j = sp % k;
+                float a = xt[(size_t)j * n_in + i];
+                v = a / (1.0f + exp(-a)) * xt[(size_t)(k + j) * n_in + i];
+            } else {
+                v = xt[i];
+            }
+        }
+        xs[q] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Writes the work-item's MOE_GT partial sums (lane of row rw) to buf, after the last slice's
+ * readers are done; then the sum of row rw's pair q is moe_group_part(buf, rw, q). The whole
+ * work-group calls it. */
+inline void moe_group_parts(__local float *buf, int rw, int lane, const float *acc)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int q = 0; q < MOE_GT; q++)
+        buf[(q * MOE_GR + rw) * MOE_GP + lane] = acc[q];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline float moe_group_part(__local const float *buf, int rw, int q)
+{
+    __local const float *p = buf + (q * MOE_GR + rw) * MOE_GP;
+    float sum = 0.0f;
+    for (int i = 0; i < MV_WG; i++)
+        sum += p[i];
+    return sum;
+}
 
 /* y[t][y_off + j * n_rows + r] = W[e * n_rows + r] . x[t] for each pair t * k + j of the tile
  * (e its expert): the gate or up outputs in moe_gather's places. Global (ceil(n_rows / MOE_GR)
- * * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
-__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+ * * MOE_GW, n_tiles), local (MOE_GW, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GW, 1, 1))) void
 moe_group_gu(W_ARGS, int n_in, int n_rows, int k, __global const int4 *tiles,
              __global const int *perm, __global const float *x, int x_ld, __global float *y,
              int y_ld, int y_off)
 {
-    __local float xs[MOE_GT][MOE_GK];
+    __local float buf[MOE_GL];
     __local int src[MOE_GT];
     int4 tl = tiles[get_group_id(1)];
-    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    int lid = get_local_id(0), lane = lid % MV_WG, rw = lid / MV_WG;
+    int r0 = get_group_id(0) * MOE_GR;
     if (lid < MOE_GT)
         src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int row = tl.x * n_rows + min(r, n_rows - 1);
+    int row = tl.x * n_rows + min(r0 + rw, n_rows - 1);
     float acc[MOE_GT];
     for (int q = 0; q < MOE_GT; q++)
         acc[q] = 0.0f;
     for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
-        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
-            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
-            xs[tq][c] = sp >= 0 && i0 + c < n_in ? x[(size_t)(sp / k) * x_ld + i0 + c] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
+        moe_group_stage(buf, src, i0, n_in, k, x, x_ld, 0);
+        for (int c = lane * 4; c < MOE_GK && i0 + c < n_in; c += MV_WG * 4) {
             float4 w = READ_W4(row, i0 + c);
             for (int q = 0; q < MOE_GT; q++)
-                acc[q] += dot(w, vload4(0, &xs[q][c]));
+                acc[q] += dot(w, vload4(0, buf + q * MOE_GK + c));
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (r >= n_rows)
-        return;
-    for (int q = 0; q < tl.z; q++) {
-        int sp = src[q], t = sp / k, j = sp % k;
-        y[(size_t)t * y_ld + y_off + (size_t)j * n_rows + r] = acc[q];
+    moe_group_parts(buf, rw, lane, acc);
+    for (int s = lid; s < MOE_GR * MOE_GT; s += MOE_GW) {
+        int sr = s % MOE_GR, q = s / MOE_GR, r = r0 + sr;
+        if (q < tl.z && r < n_rows) {
+            int sp = src[q], t = sp / k, j = sp % k;
+            y[(size_t)t * y_ld + y_off + (size_t)j * n_rows + r] = moe_group_part(buf, sr, q);
+        }
     }
 }
 
 /* yp[t * k + j][r] = W[e * n_out + r] . h_j(t) for each pair of the tile, h_j the SwiGLU of the
  * pair's gate and up outputs in g (moe_gather's places, rows of g_ld). Global (ceil(n_out /
- * MOE_GR) * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
-__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+ * MOE_GR) * MOE_GW, n_tiles), local (MOE_GW, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GW, 1, 1))) void
 moe_group_down(W_ARGS, int n_in, int n_out, int k, __global const int4 *tiles,
                __global const int *perm, __global const float *g, int g_ld,
                __global float *yp)
 {
-    __local float xs[MOE_GT][MOE_GK];
+    __local float buf[MOE_GL];
     __local int src[MOE_GT];
     int4 tl = tiles[get_group_id(1)];
-    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    int lid = get_local_id(0), lane = lid % MV_WG, rw = lid / MV_WG;
+    int r0 = get_group_id(0) * MOE_GR;
     if (lid < MOE_GT)
         src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int row = tl.x * n_out + min(r, n_out - 1);
+    int row = tl.x * n_out + min(r0 + rw, n_out - 1);
     float acc[MOE_GT];
     for (int q = 0; q < MOE_GT; q++)
         acc[q] = 0.0f;
     for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
-        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
-            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
-            float v = 0.0f;
-            if (sp >= 0 && i0 + c < n_in) {
-                const __global float *gt = g + (size_t)(sp / k) * g_ld;
-                int j = sp % k;
-                float a = gt[(size_t)j * n_in + i0 + c];
-                v = a / (1.0f + exp(-a)) * gt[(size_t)(k + j) * n_in + i0 + c];
-            }
-            xs[tq][c] = v;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
+        moe_group_stage(buf, src, i0, n_in, k, g, g_ld, 1);
+        for (int c = lane * 4; c < MOE_GK && i0 + c < n_in; c += MV_WG * 4) {
             float4 w = READ_W4(row, i0 + c);
             for (int q = 0; q < MOE_GT; q++)
-                acc[q] += dot(w, vload4(0, &xs[q][c]));
+                acc[q] += dot(w, vload4(0, buf + q * MOE_GK + c));
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (r >= n_out)
-        return;
-    for (int q = 0; q < tl.z; q++)
-        yp[(size_t)src[q] * n_out + r] = acc[q];
+    moe_group_parts(buf, rw, lane, acc);
+    for (int s = lid; s < MOE_GR * MOE_GT; s += MOE_GW) {
+        int sr = s % MOE_GR, q = s / MOE_GR, r = r0 + sr;
+        if (q < tl.z && r < n_out)
+            yp[(size_t)src[q] * n_out + r] = moe_group_part(buf, sr, q);
+    }
 }
 
 /* x[t][o] += sum_j w[t][j] yp[t * k + j][o] over the pairs whose id is not -1, j in order.
