@@ -308,6 +308,13 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
 
+/* moe.cl's grouped prefill kernels (moe_group_gu, moe_group_down): their work-group size
+ * (EBB_CL_MOE_GW work-items), and the rows a work-group takes under tu (moe.cl's MOE_GR: teams of
+ * MV_WG work-items, each team 4 rows with MV_WG of 32 or more, 2 with 16, else 1); 0 where mv_wg
+ * exceeds the work-group. Global (ceil(n_rows / rows) * EBB_CL_MOE_GW, n_tiles). */
+#define EBB_CL_MOE_GW 256
+uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu);
+
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 
