@@ -1223,12 +1223,13 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
     memset(p, 0, sizeof(p[0]));
 }
 
-uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu)
+uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg)
 {
-    uint32_t wg = tu->mv_wg;
-    if (!wg || wg > EBB_CL_MOE_GW)
+    uint32_t mv = tu->mv_wg, n = mv > 1 ? 256 : 64;
+    *wg = n;
+    if (!mv || mv > n)
         return 0;
-    return EBB_CL_MOE_GW / wg * (wg >= 32 ? 4 : wg >= 16 ? 2 : 1);
+    return n / mv * (mv >= 32 ? 4 : mv >= 16 ? 2 : 1);
 }
 
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu)

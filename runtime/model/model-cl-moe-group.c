@@ -7,7 +7,7 @@
  * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
  * over the k experts to the residual in the same order as moe_down. The scratch and the host
  * arrays are allocated on first use, at most N_BATCH x k pairs, never per step.
- * A work-group of EBB_CL_MOE_GW work-items takes one tile and ebb_cl_moe_group_rows rows of its
+ * A work-group (ebb_cl_moe_group_rows: its size and rows) takes one tile and a block of rows of its
  * expert: teams of MV_WG work-items reading neighbouring weights of a row (as moe_gather does),
  * each team a few rows, each work-item one sum for each of its rows and the tile's pairs; the
  * inputs of the tile's pairs are staged in local memory a slice at a time and the lanes' partial
@@ -114,10 +114,12 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     const struct ebb__hparams *hp = &m->hp;
     int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
     if (!g->min_rows || (uint32_t)nt < g->min_rows || nt > N_BATCH || n_embd % 32 || f % 32 ||
-        ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f ||
-        !ebb_cl_moe_group_rows(&m->tu) || m->cl->info.max_wg < EBB_CL_MOE_GW)
+        ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
         return EBB_EUNSUPPORTED;
     uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
+    uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */
+    if (!rows || m->cl->info.max_wg < wg)
+        return EBB_EUNSUPPORTED;
     if (g->h_cnt && n_slots > g->n_cnt)
         return EBB_EUNSUPPORTED;
     ebb_err rc;
@@ -146,14 +148,14 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
                            diag, "clEnqueueWriteBuffer")))
         return rc;
     int y_ld = 2 * k * f;
-    size_t rows = ebb_cl_moe_group_rows(&m->tu), l[2] = {EBB_CL_MOE_GW, 1}; /* a work-group's */
+    size_t l[2] = {wg, 1};
     for (int i = 0; i < 2; i++) {
         int y_off = i * k * f;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),   EBB_CL_ARG(f),       EBB_CL_ARG(k),
                                  EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(m->h),
                                  EBB_CL_ARG(n_embd),   EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld),
                                  EBB_CL_ARG(y_off)};
-        size_t gs[2] = {((size_t)f + rows - 1) / rows * EBB_CL_MOE_GW, (size_t)n_tiles};
+        size_t gs[2] = {((size_t)f + rows - 1) / rows * wg, (size_t)n_tiles};
         if ((rc = ebb_cl_weight_set_args(ws[i], p[i]->group_gu, 0, diag)) ||
             (rc = ebb_cl_set_args(p[i]->group_gu, 2, a, 10, diag)) ||
             (rc = ebb_cl_run(m->cl, p[i]->group_gu, 2, gs, l, diag)))
@@ -162,7 +164,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     struct ebb_cl_arg d[] = {EBB_CL_ARG(f),        EBB_CL_ARG(n_embd),  EBB_CL_ARG(k),
                              EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(mo->gu),
                              EBB_CL_ARG(y_ld),     EBB_CL_ARG(g->yp)};
-    size_t gd[2] = {((size_t)n_embd + rows - 1) / rows * EBB_CL_MOE_GW, (size_t)n_tiles};
+    size_t gd[2] = {((size_t)n_embd + rows - 1) / rows * wg, (size_t)n_tiles};
     if ((rc = ebb_cl_weight_set_args(ws[2], p[2]->group_down, 0, diag)) ||
         (rc = ebb_cl_set_args(p[2]->group_down, 2, d, 8, diag)) ||
         (rc = ebb_cl_run(m->cl, p[2]->group_down, 2, gd, l, diag)))

@@ -417,8 +417,8 @@ enum { MOEG_NT = 20, MOEG_GT = 16 /* moe.cl's MOE_GT */ };
 static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_weight *gw,
                            const struct ebb_cl_weight *dw, const float *g, const float *dn)
 {
-    size_t wg_rows = ebb_cl_moe_group_rows(&tu);
-    if (!wg_rows || cl->info.max_wg < EBB_CL_MOE_GW)
+    uint32_t wg, wg_rows = ebb_cl_moe_group_rows(&tu, &wg);
+    if (!wg_rows || cl->info.max_wg < wg)
         return;
     enum { NP = MOEG_NT * MOE_K, Y_LD = 2 * MOE_K * MOE_F };
     int ids[NP], perm[NP], tiles[NP * 4], n_tiles = 0, n_sorted = 0;
@@ -456,7 +456,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     cl_mem yb1 = buf(sizeof(zero), zero), ypb = buf(sizeof(float) * NP * MOE_D, NULL);
     cl_mem db0 = buf(sizeof(d0), zero), db1 = buf(sizeof(d1), zero);
     int n_in = MOE_D, rows = MOE_F, kk = MOE_K, x_ld = MOE_D, y_ld = Y_LD, y_off = MOE_K * MOE_F;
-    size_t ls[2] = {tu.mv_wg, 1}, lg[2] = {EBB_CL_MOE_GW, 1};
+    size_t ls[2] = {tu.mv_wg, 1}, lg[2] = {wg, 1};
 
     /* Gate/up: moe_gather against moe_group_gu, written at an offset into the row. */
     cl_kernel k = kern(p, "moe_gather");
@@ -474,7 +474,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
                               EBB_CL_ARG(pb),   EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld), EBB_CL_ARG(yb1),
                               EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
     OK(ebb_cl_set_args(k, 2, ag, 10, D));
-    size_t gg[2] = {(MOE_F + wg_rows - 1) / wg_rows * EBB_CL_MOE_GW, (size_t)n_tiles};
+    size_t gg[2] = {(MOE_F + wg_rows - 1) / wg_rows * wg, (size_t)n_tiles};
     OK(ebb_cl_run(cl, k, 2, gg, lg, D));
     clReleaseKernel(k);
     rd(yb0, sizeof(y0), y0);
@@ -519,7 +519,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
                               EBB_CL_ARG(tb),    EBB_CL_ARG(pb),     EBB_CL_ARG(hb),
                               EBB_CL_ARG(g_ld),  EBB_CL_ARG(ypb)};
     OK(ebb_cl_set_args(k, 2, bg, 8, D));
-    size_t ggd[2] = {(MOE_D + wg_rows - 1) / wg_rows * EBB_CL_MOE_GW, (size_t)n_tiles};
+    size_t ggd[2] = {(MOE_D + wg_rows - 1) / wg_rows * wg, (size_t)n_tiles};
     OK(ebb_cl_run(cl, k, 2, ggd, lg, D));
     clReleaseKernel(k);
     k = kern(p, "moe_group_sum");
