@@ -240,7 +240,7 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
  * stride against bank conflicts) and one work-item adds them in lane order. Every output is the
  * same sum in the same order whatever the tile holds. */
 #define MOE_GT 16                                        /* pairs a tile */
-#define MOE_GW (MV_WG > 1 ? 256 : 64)                   /* work-items a work-group */
+#define MOE_GW (MV_WG > 1 ? 256 : 64)                    /* work-items a work-group */
 #define MOE_GN (MV_WG < MOE_GW ? MOE_GW / MV_WG : 1)     /* row teams (MV_WG <= MOE_GW) */
 #define MOE_GQ (MV_WG >= 32 ? 4 : MV_WG >= 16 ? 2 : 1)   /* rows a team */
 #define MOE_GR (MOE_GN * MOE_GQ) /* rows a work-group (the host: ebb_cl_moe_group_rows) */
