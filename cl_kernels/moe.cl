@@ -3,10 +3,12 @@
  * rows: expert e's row r is row e * n_rows + r. The router's choice for each token (k expert ids
  * and weights, moe_route) stays on the device, and the products read only the chosen experts'
  * rows: moe_gather for the gate and up stacks, moe_down for the down stack with the SwiGLU, the
- * weights and the sum over the k experts folded in. Built after the weight layout's prologue
- * and quant.cl, as matvec.cl is (READ_W4 reads W's rows whatever the layout); q8.cl and kq8.cl
- * come before it for the decode kernels on 8-bit inputs (moe_gather_q8, moe_down_q8, where the
- * layout has W_KQ8). */
+ * weights and the sum over the k experts folded in. Prefill may instead run grouped by expert
+ * (moe_group_*, below: MV_WG work-items share a row as in moe_gather, and a work-group reads
+ * each row once for up to MOE_GT of an expert's (token, j) pairs). Built after the weight
+ * layout's prologue and quant.cl, as matvec.cl is (READ_W4 reads W's rows whatever the layout);
+ * q8.cl and kq8.cl come before it for the decode kernels on 8-bit inputs (moe_gather_q8,
+ * moe_down_q8, where the layout has W_KQ8). */
 
 #ifndef MV_WG
 #define MV_WG 1
@@ -227,96 +229,168 @@ __kernel void moe_down(W_ARGS, int n_in, int n_out, int k, __global const int *i
 /* Prefill grouped by expert (runtime/model/model-cl-moe-group.c): the host reads the chosen ids
  * back, sorts the (token, j) pairs by expert (perm: pair indices t * k + j, grouped) and cuts each
  * expert's pairs into tiles of at most MOE_GT (tiles: expert, first index into perm, count). A
- * work-group takes one tile and MOE_GR rows of its expert, so each weight row is read once per
- * tile rather than once per token; the inputs of the tile's pairs are staged MOE_GK at a time in
- * local memory. Every output is the same sum in the same order whatever the tile holds. */
-#define MOE_GT 16
-#define MOE_GR 64
-#define MOE_GK 32
+ * work-group of MOE_GW work-items takes one tile and MOE_GR rows of its expert: MOE_GN teams of
+ * MV_WG work-items, each team MOE_GQ rows (rows r0 + team + i * MOE_GN). A team's lanes share its
+ * rows as in moe_gather (lane i reads inputs i * 4, i * 4 + MV_WG * 4, ..., so that neighbouring
+ * work-items read neighbouring weights), and each work-item keeps MOE_GQ x MOE_GT sums, one for
+ * each of its rows and the tile's pairs: every weight row is read once per tile rather than once
+ * per token, and each staged input serves MOE_GQ rows. The inputs of the tile's pairs are staged
+ * MOE_GK at a time in local memory (a whole number of the lanes' steps); at the end, one row of
+ * each team at a time, the MV_WG partial sums of each pair go through local memory (a padded
+ * stride against bank conflicts) and one work-item adds them in lane order. Every output is the
+ * same sum in the same order whatever the tile holds. */
+#define MOE_GT 16                                        /* pairs a tile */
+#define MOE_GW (MV_WG > 1 ? 256 : 64)                    /* work-items a work-group */
+#define MOE_GN (MV_WG < MOE_GW ? MOE_GW / MV_WG : 1)     /* row teams (MV_WG <= MOE_GW) */
+#define MOE_GQ (MV_WG >= 32 ? 4 : MV_WG >= 16 ? 2 : 1)   /* rows a team */
+#define MOE_GR (MOE_GN * MOE_GQ) /* rows a work-group (the host: ebb_cl_moe_group_rows) */
+#define MOE_GK (MV_WG * 4 > 256 ? MV_WG * 4 : 256)       /* inputs a slice */
+#define MOE_GP (MV_WG > 1 ? MV_WG + 1 : 1)               /* stride of a row's partial sums */
+#define MOE_GX (MOE_GT * MOE_GK)                         /* floats of a slice */
+#define MOE_GS (MOE_GT * MOE_GN * MOE_GP)                /* floats of a round of partial sums */
+#define MOE_GL (MOE_GX > MOE_GS ? MOE_GX : MOE_GS)       /* local floats: slices, then sums */
+
+/* Stages inputs i0 .. i0 + MOE_GK - 1 of the tile's pairs (src: pair indices, -1 past the tile)
+ * into xs[q * MOE_GK + c]: the pair's token's row of x, or (glu) the SwiGLU of the pair's gate
+ * and up outputs in x (moe_gather's places, rows of x_ld); 0 past n_in or the tile. The whole
+ * work-group calls it; it waits for the previous slice's readers first. */
+inline void moe_group_stage(__local float *xs, __local const int *src, int i0, int n_in, int k,
+                            const __global float *x, int x_ld, int glu)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int q = get_local_id(0); q < MOE_GX; q += MOE_GW) {
+        int tq = q / MOE_GK, i = i0 + q % MOE_GK, sp = src[tq];
+        float v = 0.0f;
+        if (sp >= 0 && i < n_in) {
+            const __global float *xt = x + (size_t)(sp / k) * x_ld;
+            if (glu) {
+                int j = sp % k;
+                float a = xt[(size_t)j * n_in + i];
+                v = a / (1.0f + exp(-a)) * xt[(size_t)(k + j) * n_in + i];
+            } else {
+                v = xt[i];
+            }
+        }
+        xs[q] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Writes the work-item's MOE_GT partial sums for one of its rows (lane of team rw) to buf, once
+ * the earlier readers of buf are done; then the sum of team rw's row for pair q is
+ * moe_group_part(buf, rw, q). The whole work-group calls it. */
+inline void moe_group_parts(__local float *buf, int rw, int lane, const float *acc)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int q = 0; q < MOE_GT; q++)
+        buf[(q * MOE_GN + rw) * MOE_GP + lane] = acc[q];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline float moe_group_part(__local const float *buf, int rw, int q)
+{
+    __local const float *p = buf + (q * MOE_GN + rw) * MOE_GP;
+    float sum = 0.0f;
+    for (int i = 0; i < MV_WG; i++)
+        sum += p[i];
+    return sum;
+}
+
+/* The products of the work-item's MOE_GQ rows (row[]) with the staged slice of the tile's
+ * inputs (xs) from input i0 on, added to acc[i * MOE_GT + q] (row i, pair q); a macro for
+ * READ_W4, which reads the kernel's weight arguments and n_in. */
+#define MOE_GROUP_DOT(row, xs, i0, lane, acc)                                                      \
+    do {                                                                                           \
+        for (int c_ = (lane) * 4; c_ < MOE_GK && (i0) + c_ < n_in; c_ += MV_WG * 4) {              \
+            float4 w_[MOE_GQ];                                                                     \
+            _Pragma("unroll")                                                                      \
+            for (int i_ = 0; i_ < MOE_GQ; i_++)                                                    \
+                w_[i_] = READ_W4(row[i_], (i0) + c_);                                              \
+            _Pragma("unroll")                                                                      \
+            for (int q_ = 0; q_ < MOE_GT; q_++) {                                                  \
+                float4 x_ = vload4(0, (xs) + q_ * MOE_GK + c_);                                    \
+                _Pragma("unroll")                                                                  \
+                for (int i_ = 0; i_ < MOE_GQ; i_++)                                                \
+                    acc[i_ * MOE_GT + q_] += dot(w_[i_], x_);                                      \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
 
 /* y[t][y_off + j * n_rows + r] = W[e * n_rows + r] . x[t] for each pair t * k + j of the tile
  * (e its expert): the gate or up outputs in moe_gather's places. Global (ceil(n_rows / MOE_GR)
- * * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
-__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+ * * MOE_GW, n_tiles), local (MOE_GW, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GW, 1, 1))) void
 moe_group_gu(W_ARGS, int n_in, int n_rows, int k, __global const int4 *tiles,
              __global const int *perm, __global const float *x, int x_ld, __global float *y,
              int y_ld, int y_off)
 {
-    __local float xs[MOE_GT][MOE_GK];
+    __local float buf[MOE_GL];
     __local int src[MOE_GT];
     int4 tl = tiles[get_group_id(1)];
-    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    int lid = get_local_id(0), lane = lid % MV_WG, rw = lid / MV_WG;
+    int r0 = get_group_id(0) * MOE_GR, row[MOE_GQ];
     if (lid < MOE_GT)
         src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int row = tl.x * n_rows + min(r, n_rows - 1);
-    float acc[MOE_GT];
-    for (int q = 0; q < MOE_GT; q++)
+    float acc[MOE_GQ * MOE_GT];
+#pragma unroll
+    for (int i = 0; i < MOE_GQ; i++)
+        row[i] = tl.x * n_rows + min(r0 + rw + i * MOE_GN, n_rows - 1);
+#pragma unroll
+    for (int q = 0; q < MOE_GQ * MOE_GT; q++)
         acc[q] = 0.0f;
     for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
-        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
-            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
-            xs[tq][c] = sp >= 0 && i0 + c < n_in ? x[(size_t)(sp / k) * x_ld + i0 + c] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
-            float4 w = READ_W4(row, i0 + c);
-            for (int q = 0; q < MOE_GT; q++)
-                acc[q] += dot(w, vload4(0, &xs[q][c]));
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        moe_group_stage(buf, src, i0, n_in, k, x, x_ld, 0);
+        MOE_GROUP_DOT(row, buf, i0, lane, acc);
     }
-    if (r >= n_rows)
-        return;
-    for (int q = 0; q < tl.z; q++) {
-        int sp = src[q], t = sp / k, j = sp % k;
-        y[(size_t)t * y_ld + y_off + (size_t)j * n_rows + r] = acc[q];
+#pragma unroll
+    for (int i = 0; i < MOE_GQ; i++) {
+        moe_group_parts(buf, rw, lane, acc + i * MOE_GT);
+        for (int s = lid; s < MOE_GN * MOE_GT; s += MOE_GW) {
+            int sr = s % MOE_GN, q = s / MOE_GN, r = r0 + i * MOE_GN + sr;
+            if (q < tl.z && r < n_rows) {
+                int sp = src[q], t = sp / k, j = sp % k;
+                y[(size_t)t * y_ld + y_off + (size_t)j * n_rows + r] = moe_group_part(buf, sr, q);
+            }
+        }
     }
 }
 
 /* yp[t * k + j][r] = W[e * n_out + r] . h_j(t) for each pair of the tile, h_j the SwiGLU of the
  * pair's gate and up outputs in g (moe_gather's places, rows of g_ld). Global (ceil(n_out /
- * MOE_GR) * MOE_GR, n_tiles), local (MOE_GR, 1); n_in a multiple of 4. */
-__kernel __attribute__((reqd_work_group_size(MOE_GR, 1, 1))) void
+ * MOE_GR) * MOE_GW, n_tiles), local (MOE_GW, 1); n_in a multiple of 4. */
+__kernel __attribute__((reqd_work_group_size(MOE_GW, 1, 1))) void
 moe_group_down(W_ARGS, int n_in, int n_out, int k, __global const int4 *tiles,
                __global const int *perm, __global const float *g, int g_ld,
                __global float *yp)
 {
-    __local float xs[MOE_GT][MOE_GK];
+    __local float buf[MOE_GL];
     __local int src[MOE_GT];
     int4 tl = tiles[get_group_id(1)];
-    int lid = get_local_id(0), r = get_group_id(0) * MOE_GR + lid;
+    int lid = get_local_id(0), lane = lid % MV_WG, rw = lid / MV_WG;
+    int r0 = get_group_id(0) * MOE_GR, row[MOE_GQ];
     if (lid < MOE_GT)
         src[lid] = lid < tl.z ? perm[tl.y + lid] : -1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    int row = tl.x * n_out + min(r, n_out - 1);
-    float acc[MOE_GT];
-    for (int q = 0; q < MOE_GT; q++)
+    float acc[MOE_GQ * MOE_GT];
+#pragma unroll
+    for (int i = 0; i < MOE_GQ; i++)
+        row[i] = tl.x * n_out + min(r0 + rw + i * MOE_GN, n_out - 1);
+#pragma unroll
+    for (int q = 0; q < MOE_GQ * MOE_GT; q++)
         acc[q] = 0.0f;
     for (int i0 = 0; i0 < n_in; i0 += MOE_GK) {
-        for (int q = lid; q < MOE_GT * MOE_GK; q += MOE_GR) {
-            int tq = q / MOE_GK, c = q % MOE_GK, sp = src[tq];
-            float v = 0.0f;
-            if (sp >= 0 && i0 + c < n_in) {
-                const __global float *gt = g + (size_t)(sp / k) * g_ld;
-                int j = sp % k;
-                float a = gt[(size_t)j * n_in + i0 + c];
-                v = a / (1.0f + exp(-a)) * gt[(size_t)(k + j) * n_in + i0 + c];
-            }
-            xs[tq][c] = v;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < MOE_GK && i0 + c < n_in; c += 4) {
-            float4 w = READ_W4(row, i0 + c);
-            for (int q = 0; q < MOE_GT; q++)
-                acc[q] += dot(w, vload4(0, &xs[q][c]));
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        moe_group_stage(buf, src, i0, n_in, k, g, g_ld, 1);
+        MOE_GROUP_DOT(row, buf, i0, lane, acc);
     }
-    if (r >= n_out)
-        return;
-    for (int q = 0; q < tl.z; q++)
-        yp[(size_t)src[q] * n_out + r] = acc[q];
+#pragma unroll
+    for (int i = 0; i < MOE_GQ; i++) {
+        moe_group_parts(buf, rw, lane, acc + i * MOE_GT);
+        for (int s = lid; s < MOE_GN * MOE_GT; s += MOE_GW) {
+            int sr = s % MOE_GN, q = s / MOE_GN, r = r0 + i * MOE_GN + sr;
+            if (q < tl.z && r < n_out)
+                yp[(size_t)src[q] * n_out + r] = moe_group_part(buf, sr, q);
+        }
+    }
 }
 
 /* x[t][o] += sum_j w[t][j] yp[t * k + j][o] over the pairs whose id is not -1, j in order.

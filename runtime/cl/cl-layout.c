@@ -1244,6 +1244,15 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
     memset(p, 0, sizeof(p[0]));
 }
 
+uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg)
+{
+    uint32_t mv = tu->mv_wg, n = mv > 1 ? 256 : 64;
+    *wg = n;
+    if (!mv || mv > n)
+        return 0;
+    return n / mv * (mv >= 32 ? 4 : mv >= 16 ? 2 : 1);
+}
+
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu)
 {
     return tu->att_wg ? tu->att_wg : tu->norm_wg;

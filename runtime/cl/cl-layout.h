@@ -325,6 +325,13 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag);
 
+/* moe.cl's grouped prefill kernels (moe_group_gu, moe_group_down) under tu: the rows a
+ * work-group takes (moe.cl's MOE_GR: teams of MV_WG work-items, each team 4 rows where MV_WG is
+ * 32 or more, 2 where it is 16, else 1), its work-items in *wg (MOE_GW: 256, 64 with one
+ * work-item a row); 0 where MV_WG exceeds the work-group. Global (ceil(n_rows / rows) * wg,
+ * n_tiles), local (wg, 1). */
+uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg);
+
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 

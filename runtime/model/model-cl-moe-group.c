@@ -7,17 +7,20 @@
  * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
  * over the k experts to the residual in the same order as moe_down. The scratch and the host
  * arrays are allocated on first use, at most N_BATCH x k pairs, never per step.
- * Off by default (EBB_CL_MOE_GROUP=N turns it on from N rows): on the H100 it halved Qwen3-30B-
- * A3B's prefill (docs/PERFORMANCE.md), its work-items each walking a whole row serially with
- * too few of them in flight; a kernel that splits each row's inputs over a warp, as the decode
- * products do, is the next step. */
+ * A work-group (ebb_cl_moe_group_rows: its size and rows) takes one tile and a block of rows of its
+ * expert: teams of MV_WG work-items reading neighbouring weights of a row (as moe_gather does),
+ * each team a few rows, each work-item one sum for each of its rows and the tile's pairs; the
+ * inputs of the tile's pairs are staged in local memory a slice at a time and the lanes' partial
+ * sums are added through local memory at the end.
+ * Off by default (EBB_CL_MOE_GROUP=N turns it on from N rows): on the H100 the earlier kernels,
+ * one work-item walking a whole row serially, halved Qwen3-30B-A3B's prefill (docs/PERFORMANCE.md);
+ * the row-sharing kernels have not been measured on a GPU yet. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model-cl-int.h"
 
 #define MOE_GT 16 /* moe.cl: pairs a tile */
-#define MOE_GR 64 /* moe.cl: rows a work-group */
 
 static ebb_err scratch(struct clm *m, uint32_t n_cnt, struct ebb_diag *diag)
 {
@@ -114,6 +117,9 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
         ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
         return EBB_EUNSUPPORTED;
     uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
+    uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */
+    if (!rows || m->cl->info.max_wg < wg)
+        return EBB_EUNSUPPORTED;
     if (g->h_cnt && n_slots > g->n_cnt)
         return EBB_EUNSUPPORTED;
     ebb_err rc;
@@ -142,14 +148,14 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
                            diag, "clEnqueueWriteBuffer")))
         return rc;
     int y_ld = 2 * k * f;
-    size_t l[2] = {MOE_GR, 1};
+    size_t l[2] = {wg, 1};
     for (int i = 0; i < 2; i++) {
         int y_off = i * k * f;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),   EBB_CL_ARG(f),       EBB_CL_ARG(k),
                                  EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(m->h),
                                  EBB_CL_ARG(n_embd),   EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld),
                                  EBB_CL_ARG(y_off)};
-        size_t gs[2] = {((size_t)f + MOE_GR - 1) / MOE_GR * MOE_GR, (size_t)n_tiles};
+        size_t gs[2] = {((size_t)f + rows - 1) / rows * wg, (size_t)n_tiles};
         if ((rc = ebb_cl_weight_set_args(ws[i], p[i]->group_gu, 0, diag)) ||
             (rc = ebb_cl_set_args(p[i]->group_gu, 2, a, 10, diag)) ||
             (rc = ebb_cl_run(m->cl, p[i]->group_gu, 2, gs, l, diag)))
@@ -158,7 +164,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     struct ebb_cl_arg d[] = {EBB_CL_ARG(f),        EBB_CL_ARG(n_embd),  EBB_CL_ARG(k),
                              EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(mo->gu),
                              EBB_CL_ARG(y_ld),     EBB_CL_ARG(g->yp)};
-    size_t gd[2] = {((size_t)n_embd + MOE_GR - 1) / MOE_GR * MOE_GR, (size_t)n_tiles};
+    size_t gd[2] = {((size_t)n_embd + rows - 1) / rows * wg, (size_t)n_tiles};
     if ((rc = ebb_cl_weight_set_args(ws[2], p[2]->group_down, 0, diag)) ||
         (rc = ebb_cl_set_args(p[2]->group_down, 2, d, 8, diag)) ||
         (rc = ebb_cl_run(m->cl, p[2]->group_down, 2, gd, l, diag)))

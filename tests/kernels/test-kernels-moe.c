@@ -1,7 +1,8 @@
 /* moe.cl's mixture-of-experts kernels against CPU references (included by test-kernels.c):
  * the router (softmax, top k with a tie, renormalised and scaled weights) exactly in its choice
  * and within 1e-5 in its weights; the gathered gate/up product and the weighted down product
- * over expert stacks of several types and layouts within test-kernels.c's dot-product bound. */
+ * over expert stacks of several types and layouts within test-kernels.c's dot-product bound;
+ * the grouped prefill kernels against those two. */
 
 enum { MOE_E = 6, MOE_K = 2, MOE_F = 256, MOE_D = 256, MOE_NT = 3 };
 
@@ -407,6 +408,157 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
     printf("  moe_router_q8 / moe_gate_up_q8 (%s) equal to the launches they replace\n", name);
 }
 
+enum { MOEG_NT = 20, MOEG_GT = 16 /* moe.cl's MOE_GT */ };
+
+/* The grouped prefill (moe_group_gu, moe_group_down, moe_group_sum) against moe_gather and
+ * moe_down on the same inputs, within the dot-product bound: 20 tokens whose first expert is
+ * expert 0 (two tiles, one full), the second spread over the others, one pair skipped (-1).
+ * The pairs are sorted and tiled as runtime/model/model-cl-moe-group.c does. */
+static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_weight *gw,
+                           const struct ebb_cl_weight *dw, const float *g, const float *dn)
+{
+    uint32_t wg, wg_rows = ebb_cl_moe_group_rows(&tu, &wg);
+    if (!wg_rows || cl->info.max_wg < wg)
+        return;
+    enum { NP = MOEG_NT * MOE_K, Y_LD = 2 * MOE_K * MOE_F };
+    int ids[NP], perm[NP], tiles[NP * 4], n_tiles = 0, n_sorted = 0;
+    float wts[NP];
+    static float x[MOEG_NT * MOE_D], h[MOEG_NT * Y_LD], y0[MOEG_NT * Y_LD], y1[MOEG_NT * Y_LD];
+    static float zero[MOEG_NT * Y_LD], d0[MOEG_NT * MOE_D], d1[MOEG_NT * MOE_D];
+    for (int t = 0; t < MOEG_NT; t++) {
+        ids[t * MOE_K] = 0;
+        for (int j = 1; j < MOE_K; j++)
+            ids[t * MOE_K + j] = 1 + (t + j) % (MOE_E - 1);
+    }
+    ids[3 * MOE_K + 1] = -1;
+    for (int i = 0; i < NP; i++)
+        wts[i] = frand();
+    for (int i = 0; i < MOEG_NT * MOE_D; i++)
+        x[i] = frand();
+    for (int i = 0; i < MOEG_NT * Y_LD; i++)
+        h[i] = 2.0f * frand();
+    for (int e = 0; e < MOE_E; e++) {
+        int start = n_sorted;
+        for (int q = 0; q < NP; q++)
+            if (ids[q] == e)
+                perm[n_sorted++] = q;
+        for (int s = start; s < n_sorted; s += MOEG_GT) {
+            int *tl = tiles + n_tiles++ * 4;
+            tl[0] = e, tl[1] = s, tl[2] = n_sorted - s < MOEG_GT ? n_sorted - s : MOEG_GT,
+            tl[3] = 0;
+        }
+    }
+    CHECK(tiles[2] == MOEG_GT && tiles[6] == MOEG_NT - MOEG_GT, "moe_group tiles %d %d", tiles[2],
+          tiles[6]);
+    cl_mem xb = buf(sizeof(x), x), hb = buf(sizeof(h), h), ib = buf(sizeof(ids), ids);
+    cl_mem wb = buf(sizeof(wts), wts), pb = buf(sizeof(perm), perm);
+    cl_mem tb = buf(sizeof(int) * 4 * n_tiles, tiles), yb0 = buf(sizeof(zero), zero);
+    cl_mem yb1 = buf(sizeof(zero), zero), ypb = buf(sizeof(float) * NP * MOE_D, NULL);
+    cl_mem db0 = buf(sizeof(d0), zero), db1 = buf(sizeof(d1), zero);
+    int n_in = MOE_D, rows = MOE_F, kk = MOE_K, x_ld = MOE_D, y_ld = Y_LD, y_off = MOE_K * MOE_F;
+    size_t ls[2] = {tu.mv_wg, 1}, lg[2] = {wg, 1};
+
+    /* Gate/up: moe_gather against moe_group_gu, written at an offset into the row. */
+    cl_kernel k = kern(p, "moe_gather");
+    OK(ebb_cl_weight_set_args(gw, k, 0, D));
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(ib),   EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld),
+                             EBB_CL_ARG(yb0),  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+    OK(ebb_cl_set_args(k, 2, a, 9, D));
+    size_t gs[2] = {(size_t)MOE_K * MOE_F * tu.mv_wg, MOEG_NT};
+    OK(ebb_cl_run(cl, k, 2, gs, ls, D));
+    clReleaseKernel(k);
+    k = kern(p, "moe_group_gu");
+    OK(ebb_cl_weight_set_args(gw, k, 0, D));
+    struct ebb_cl_arg ag[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),   EBB_CL_ARG(tb),
+                              EBB_CL_ARG(pb),   EBB_CL_ARG(xb),   EBB_CL_ARG(x_ld), EBB_CL_ARG(yb1),
+                              EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+    OK(ebb_cl_set_args(k, 2, ag, 10, D));
+    size_t gg[2] = {(MOE_F + wg_rows - 1) / wg_rows * wg, (size_t)n_tiles};
+    OK(ebb_cl_run(cl, k, 2, gg, lg, D));
+    clReleaseKernel(k);
+    rd(yb0, sizeof(y0), y0);
+    rd(yb1, sizeof(y1), y1);
+    double worst = 0;
+    for (int q = 0; q < NP; q++) {
+        int t = q / MOE_K, j = q % MOE_K;
+        for (int r = 0; r < MOE_F; r++) {
+            size_t at = (size_t)t * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
+            double mag = 0;
+            if (ids[q] >= 0) {
+                const float *wr = g + ((size_t)ids[q] * MOE_F + r) * MOE_D;
+                for (int i = 0; i < MOE_D; i++)
+                    mag += fabs((double)wr[i] * x[t * MOE_D + i]);
+            }
+            double bound = 1e-5 * mag + 1e-6, err = fabs((double)y1[at] - y0[at]);
+            worst = fmax(worst, err / bound);
+            CHECK(err <= bound, "moe_group_gu %s t %d j %d r %d: %g vs moe_gather %g", name, t, j,
+                  r, y1[at], y0[at]);
+        }
+    }
+    for (int i = 0; i < MOEG_NT * Y_LD; i++)
+        if (i % Y_LD < y_off)
+            CHECK(y1[i] == 0.0f, "moe_group_gu %s wrote before y_off at %d", name, i);
+
+    /* Down, then the weighted sum: moe_down (no residual: zeros) against moe_group_down and
+     * moe_group_sum over zeros. */
+    int dn_in = MOE_F, dn_out = MOE_D, g_ld = Y_LD;
+    k = kern(p, "moe_down");
+    OK(ebb_cl_weight_set_args(dw, k, 0, D));
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(ib),    EBB_CL_ARG(wb),     EBB_CL_ARG(hb),
+                             EBB_CL_ARG(g_ld),  EBB_CL_ARG(db0),    EBB_CL_ARG(dn_out),
+                             EBB_CL_ARG(db0)};
+    OK(ebb_cl_set_args(k, 2, b, 10, D));
+    size_t gd[2] = {(size_t)MOE_D * tu.mv_wg, MOEG_NT};
+    OK(ebb_cl_run(cl, k, 2, gd, ls, D));
+    clReleaseKernel(k);
+    k = kern(p, "moe_group_down");
+    OK(ebb_cl_weight_set_args(dw, k, 0, D));
+    struct ebb_cl_arg bg[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                              EBB_CL_ARG(tb),    EBB_CL_ARG(pb),     EBB_CL_ARG(hb),
+                              EBB_CL_ARG(g_ld),  EBB_CL_ARG(ypb)};
+    OK(ebb_cl_set_args(k, 2, bg, 8, D));
+    size_t ggd[2] = {(MOE_D + wg_rows - 1) / wg_rows * wg, (size_t)n_tiles};
+    OK(ebb_cl_run(cl, k, 2, ggd, lg, D));
+    clReleaseKernel(k);
+    k = kern(p, "moe_group_sum");
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),  EBB_CL_ARG(ib),
+                              EBB_CL_ARG(wb),     EBB_CL_ARG(ypb), EBB_CL_ARG(db1),
+                              EBB_CL_ARG(dn_out)};
+    OK(ebb_cl_set_args(k, 0, sa, 7, D));
+    size_t gsum[2] = {MOE_D, MOEG_NT};
+    OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
+    clReleaseKernel(k);
+    rd(db0, sizeof(d0), d0);
+    rd(db1, sizeof(d1), d1);
+    for (int t = 0; t < MOEG_NT; t++)
+        for (int o = 0; o < MOE_D; o++) {
+            double mag = 0;
+            for (int j = 0; j < MOE_K; j++) {
+                int e = ids[t * MOE_K + j];
+                if (e < 0)
+                    continue;
+                const float *wr = dn + ((size_t)e * MOE_D + o) * MOE_F;
+                const float *hg = h + t * Y_LD + j * MOE_F,
+                            *hu = h + t * Y_LD + (MOE_K + j) * MOE_F;
+                for (int i = 0; i < MOE_F; i++)
+                    mag += fabs(wr[i] * silu_d(hg[i]) * hu[i] * wts[t * MOE_K + j]);
+            }
+            double bound = 1e-5 * mag + 1e-6,
+                   err = fabs((double)d1[t * MOE_D + o] - d0[t * MOE_D + o]);
+            worst = fmax(worst, err / bound);
+            CHECK(err <= bound, "moe_group_down %s t %d o %d: %g vs moe_down %g", name, t, o,
+                  d1[t * MOE_D + o], d0[t * MOE_D + o]);
+        }
+    cl_mem ms[] = {xb, hb, ib, wb, pb, tb, yb0, yb1, ypb, db0, db1};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    printf("  moe_group_gu / moe_group_down (%s, %d tiles) against moe_gather / moe_down, max "
+           "err / bound %.2f\n",
+           name, n_tiles, worst);
+}
+
 /* The gate product of the routed experts, then down over [gate | up] rows with the weights. */
 static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const float *wts)
 {
@@ -521,6 +673,7 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
                   "moe_down %s t %d o %d: %g vs %g", name, t, o, out[t * MOE_D + o], ref);
         }
     clReleaseKernel(k);
+    test_moe_group(p, name, &gw, &dw, g, dn);
     if (ebb_cl_layout_has_kq8(&gw.layout, &tu)) {
         test_moe_q8(p, name, &gw, &dw, g, dn, ids, wts, x, h);
         struct ebb_cl_weight uw;
