@@ -1442,6 +1442,50 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     l[1] = 1;
 }
 
+/* A start-up probe's run: builds srcs (options opts), runs kernel kname over g work-items (local
+ * size *l, or the driver's choice) with the n_in read-only inputs and then one output buffer of
+ * out_bytes as its arguments, and reads that into out. False on any failure (no diagnostics:
+ * a probe that fails leaves its path off). */
+struct probe_in {
+    const void *p;
+    size_t n;
+};
+enum { PROBE_MAX_IN = 3 };
+static bool probe_run(struct ebb_cl *cl, const char *const *srcs, size_t n_src, const char *opts,
+                      const char *kname, const struct probe_in *in, int n_in, void *out,
+                      size_t out_bytes, size_t g, const size_t *l)
+{
+    cl_program prog = NULL;
+    cl_kernel k = NULL;
+    cl_mem b[PROBE_MAX_IN + 1] = {NULL};
+    struct ebb_cl_arg a[PROBE_MAX_IN + 1];
+    bool ok = false;
+    cl_int e = CL_SUCCESS;
+    if (n_in > PROBE_MAX_IN || ebb_cl_program_build(cl, srcs, n_src, opts, &prog, NULL) ||
+        ebb_cl_kernel(prog, kname, &k, NULL))
+        goto out;
+    for (int i = 0; i < n_in && !e; i++)
+        b[i] = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in[i].n,
+                              (void *)in[i].p, &e);
+    if (!e)
+        b[n_in] = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, out_bytes, NULL, &e);
+    if (e)
+        goto out;
+    for (int i = 0; i <= n_in; i++)
+        a[i] = EBB_CL_ARG(b[i]);
+    ok = !ebb_cl_set_args(k, 0, a, (size_t)n_in + 1, NULL) && !ebb_cl_run(cl, k, 1, &g, l, NULL) &&
+         !clEnqueueReadBuffer(cl->q, b[n_in], CL_TRUE, 0, out_bytes, out, 0, NULL, NULL);
+out:
+    for (int i = 0; i <= PROBE_MAX_IN; i++)
+        if (b[i])
+            clReleaseMemObject(b[i]);
+    if (k)
+        clReleaseKernel(k);
+    if (prog)
+        clReleaseProgram(prog);
+    return ok;
+}
+
 /* IEEE half bits of a small integer (|v| < 2048). */
 static uint16_t half_of_int(int v)
 {
@@ -1477,38 +1521,10 @@ bool ebb_cl_mma_probe(struct ebb_cl *cl)
     if (ebb_cl_source("mma.cl", &src, NULL))
         return false;
     const char *srcs[] = {"#define MV_PTX 1\n#define MMA_PROBE 1\n", src};
-    cl_program prog = NULL;
-    cl_kernel k = NULL;
-    cl_mem ab = NULL, bb = NULL, cb = NULL;
-    bool ok = false;
-    cl_int e = CL_SUCCESS;
-    if (ebb_cl_program_build(cl, srcs, 2, "", &prog, NULL) ||
-        ebb_cl_kernel(prog, "mma_probe", &k, NULL))
-        goto out;
-    ab = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(ah), ah, &e);
-    if (!e)
-        bb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(bh), bh, &e);
-    if (!e)
-        cb = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, sizeof(got), NULL, &e);
-    if (e)
-        goto out;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(ab), EBB_CL_ARG(bb), EBB_CL_ARG(cb)};
+    const struct probe_in in[] = {{ah, sizeof(ah)}, {bh, sizeof(bh)}};
     size_t g = 32;
-    if (ebb_cl_set_args(k, 0, a, 3, NULL) || ebb_cl_run(cl, k, 1, &g, &g, NULL) ||
-        clEnqueueReadBuffer(cl->q, cb, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL))
-        goto out;
-    ok = !memcmp(got, want, sizeof(got));
-out:
-    if (ab)
-        clReleaseMemObject(ab);
-    if (bb)
-        clReleaseMemObject(bb);
-    if (cb)
-        clReleaseMemObject(cb);
-    if (k)
-        clReleaseKernel(k);
-    if (prog)
-        clReleaseProgram(prog);
+    bool ok = probe_run(cl, srcs, 2, "", "mma_probe", in, 2, got, sizeof(got), g, &g) &&
+              !memcmp(got, want, sizeof(got));
     ebb_cl_source_release(src);
     return ok;
 }
@@ -1558,44 +1574,13 @@ bool ebb_cl_idp_probe_with(struct ebb_cl *cl, const char *defs, bool *exact)
                           "defined(__opencl_c_integer_dot_product_input_4x8bit_packed)\n"
                           "#define MV_IDP 1\n#endif\n#define IDP_PROBE 1\n",
                           src};
-    cl_program prog = NULL;
-    cl_kernel k = NULL;
-    cl_mem ab = NULL, bb = NULL, cb = NULL, ob = NULL;
+    const struct probe_in in[] = {{a, sizeof(a)}, {b, sizeof(b)}, {c, sizeof(c)}};
     bool ok = false;
-    cl_int e = CL_SUCCESS;
-    if (ebb_cl_program_build(cl, srcs, 3, "-cl-mad-enable", &prog, NULL) ||
-        ebb_cl_kernel(prog, "idp_probe", &k, NULL))
-        goto out;
-    ab = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(a), a, &e);
-    if (!e)
-        bb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(b), b, &e);
-    if (!e)
-        cb = clCreateBuffer(cl->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(c), c, &e);
-    if (!e)
-        ob = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, sizeof(got), NULL, &e);
-    if (e)
-        goto out;
-    struct ebb_cl_arg arg[] = {EBB_CL_ARG(ab), EBB_CL_ARG(bb), EBB_CL_ARG(cb), EBB_CL_ARG(ob)};
-    size_t g = N;
-    if (ebb_cl_set_args(k, 0, arg, 4, NULL) || ebb_cl_run(cl, k, 1, &g, NULL, NULL) ||
-        clEnqueueReadBuffer(cl->q, ob, CL_TRUE, 0, sizeof(got), got, 0, NULL, NULL))
-        goto out;
-    if (exact)
-        *exact = !memcmp(got, want, 2 * N * sizeof(got[0]));
-    ok = !memcmp(got, want, sizeof(got));
-out:
-    if (ab)
-        clReleaseMemObject(ab);
-    if (bb)
-        clReleaseMemObject(bb);
-    if (cb)
-        clReleaseMemObject(cb);
-    if (ob)
-        clReleaseMemObject(ob);
-    if (k)
-        clReleaseKernel(k);
-    if (prog)
-        clReleaseProgram(prog);
+    if (probe_run(cl, srcs, 3, "-cl-mad-enable", "idp_probe", in, 3, got, sizeof(got), N, NULL)) {
+        if (exact)
+            *exact = !memcmp(got, want, 2 * N * sizeof(got[0]));
+        ok = !memcmp(got, want, sizeof(got));
+    }
     ebb_cl_source_release(src);
     return ok;
 }
