@@ -345,21 +345,41 @@ static void test_prefill_vs_decode(void **state)
     assert_int_equal(ebb_model_eval(model, 0, toks, 70, 0, &oa, &d), EBB_OK);
     for (uint32_t i = 0; i < 70; i++)
         assert_int_equal(ebb_model_eval(model, 0, &toks[i], 1, i, &ob, &d), EBB_OK);
-    float maxd = 0;
-    for (uint32_t i = 0; i < V; i++)
+    float maxd = 0, cmax = 0;
+    double mean = 0;
+    for (uint32_t i = 0; i < V; i++) {
         maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
-    fprintf(stderr, "# prefill vs token-by-token: max |diff| %.5f\n", (double)maxd);
+        mean += (double)a[i] - (double)b[i];
+    }
+    mean /= V;
+    for (uint32_t i = 0; i < V; i++)
+        cmax = fmaxf(cmax, fabsf((float)((double)a[i] - (double)b[i] - mean)));
+    fprintf(stderr, "# prefill vs token-by-token: max |diff| %.5f, %.5f without the mean offset\n",
+            (double)maxd, (double)cmax);
     /* Decode with 8-bit inputs (OpenCL on NVIDIA by default) rounds every product's input, as
-     * llama.cpp does: the bound is then the one held against llama.cpp's logits (centered_tol;
-     * 70 such steps measured 0.55 on PoCL with EBB_CL_MVQ16=1 EBB_CL_MVQ8=1). */
-    bool q8 = strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL;
+     * llama.cpp does, and prefill does not: each side carries its own rounding, so their
+     * difference is held to logit_tol, the bound on the raw difference from llama.cpp's logits
+     * (70 such steps measured 0.55 on PoCL with EBB_CL_MVQ16=1 EBB_CL_MVQ8=1; on the H100 with
+     * NVIDIA's defaults, 2026-11-27, 1.03 raw / 0.67 without the mean offset for SmolLM2, 1.08 /
+     * 1.03 for Gemma 3 270M, 0.98 / 0.96 there with EBB_CL_MMS=0). */
+    const char *name = ebb_model_device_name(model);
+    bool q8 = strstr(name, "8-bit decode inputs") != NULL;
+    /* Prefill on tensor cores rounds its inputs to fp16 (11 significant bits) where decode
+     * keeps fp32: H100 with EBB_CL_MVQ8=0, 0.025 (SmolLM2) and 0.048 (Gemma 3 270M); the bound
+     * is test_tiny_model's for that path, 0.08. */
+    bool f16 = strstr(name, "f16 tensor-core prefill") != NULL;
     /* Gemma 3 on OpenCL: decode (folded norms, split attention) and prefill (norm kernels,
      * tiled attention) each sit about 0.01 from the reference's fp32 sums (0.009 and 0.014 on
      * PoCL, where the reference's own two paths agree within 3e-5) and 0.0107 from each other:
      * the bound is 0.02 there. */
     bool gemma_cl = !strcmp(ebb_model_arch(model), "gemma3") && strcmp(device, "ref") &&
                     strcmp(device, "ref-q8");
-    assert_true(maxd < (q8 ? centered_tol : gemma_cl ? 0.02f : 0.01f));
+    if (q8) {
+        assert_true(maxd < logit_tol);
+        assert_true(cmax < logit_tol);
+    } else {
+        assert_true(maxd < (f16 ? 0.08f : gemma_cl ? 0.02f : 0.01f));
+    }
     free(a);
     free(b);
 }
@@ -561,6 +581,12 @@ static void test_window_reuse(void **state)
         skip();
     if (!strncmp(device, "ref", 3))
         skip(); /* full caches, nothing to rebuild, and minutes of plain-C prefill */
+    /* The evaluations from 0 and from a later position cut the prompt into different chunks.
+     * With 8-bit decode inputs (NVIDIA's defaults) products of different row counts round their
+     * inputs differently: 0.047 on the H100 (Gemma 3 270M, 2026-11-27), below 0.01 there with
+     * EBB_CL_MVQ8=0 EBB_CL_KQ8=0. The bound is then 0.1; a ring not rebuilt costs far more. */
+    const float tol =
+        strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL ? 0.1f : 0.01f;
     uint32_t V = ebb_model_n_vocab(model);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_non_null(a);
@@ -581,7 +607,7 @@ static void test_window_reuse(void **state)
             maxd = fmaxf(maxd, fabsf(a[i] - b[i]));
         fprintf(stderr, "# prompt again from position %u: max |diff| %.5f\n", from[k],
                 (double)maxd);
-        assert_true(maxd < 0.01f);
+        assert_true(maxd < tol);
     }
     /* ebb_model_kv_copy with rings: slot 0 past the prompt (the rings wrapped), its first 600
      * and then its first 100 positions copied into slot 1, which evaluates the rest of the
@@ -606,7 +632,7 @@ static void test_window_reuse(void **state)
                 "# first %u positions copied to another slot, the rest evaluated there: "
                 "max |diff| %.5f\n",
                 upto[k], (double)maxd);
-        assert_true(maxd < 0.01f);
+        assert_true(maxd < tol);
     }
     ebb_model_close(m2);
     free(a);
