@@ -12,9 +12,9 @@
  * each team a few rows, each work-item one sum for each of its rows and the tile's pairs; the
  * inputs of the tile's pairs are staged in local memory a slice at a time and the lanes' partial
  * sums are added through local memory at the end.
- * Off by default (EBB_CL_MOE_GROUP=N turns it on from N rows): on the H100 the earlier kernels,
- * one work-item walking a whole row serially, halved Qwen3-30B-A3B's prefill (docs/PERFORMANCE.md);
- * the row-sharing kernels have not been measured on a GPU yet. */
+ * On GPUs from 8 rows by default (EBB_CL_MOE_GROUP=N moves that, 0: never): on the H100 these
+ * kernels take Qwen3-30B-A3B's pp512 from 389 to 930 tok/s, and 1, 8 or 32 rows made no
+ * difference there (docs/PERFORMANCE.md). Off on CPUs, where they have not been measured. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,7 +108,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     struct clm_moe_group *g = &mo->grp;
     if (!g->init) {
         const char *e = getenv("EBB_CL_MOE_GROUP");
-        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : 0;
+        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : m->cl->info.is_gpu ? 8 : 0;
         g->init = true;
     }
     const struct ebb__hparams *hp = &m->hp;
