@@ -3,7 +3,7 @@
  * cache holds: the context, or a sliding window's ring). Query heads share KV heads in groups of
  * n_head / n_head_kv (GQA). win > 0 is a sliding window: the query at position p attends to
  * positions p - win + 1 .. p only (the ring must hold them: n_ctx >= win + the queries of a
- * launch - 1; attn_prefill_mma has neither: the engine runs attn_prefill for such layers). Built
+ * launch - 1), attn_prefill_mma as attn_prefill. Built
  * with HEAD_DIM, NORM_WG (ops.cl), ATT_WG (decode: work-items per work-group), ATT_CHUNK
  * (decode: positions per split), ATT_TQ and ATT_TK (prefill: queries per work-group, keys per
  * local tile). Needs ops.cl (rope_pair, rope_cs) in the same program. */
@@ -606,22 +606,35 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
         vstore4(acc[d] / l, d, out + (size_t)(r0 + t) * out_ld + h * HEAD_DIM);
 }
 
-#if defined(ATT_MMA) && ATT_MMA && MV_PTX && HEAD_DIM % 16 == 0 && HEAD_DIM <= 128
+#if defined(ATT_MMA) && ATT_MMA && MV_PTX && HEAD_DIM % 16 == 0 &&                              \
+    (HEAD_DIM <= 128 || (HEAD_DIM % 128 == 0 && HEAD_DIM <= 256))
 /* Prefill attention on tensor cores (flash attention through PTX mma.sync, f16 inputs and f32
  * accumulation): a work-group of 4 warps takes 64 queries of one head, 16 a warp, and walks the
- * keys in tiles of 64 staged in local memory as halves (keys as rows; values transposed, a row
- * per dimension, so that both are read as B fragments with 32-bit loads). A warp's scores
- * S = Q K^T (16 x 64) stay in registers, are masked (causal) and turned into probabilities
- * with a running max per query row (quads of lanes share a row: shuffles), and then serve
- * directly as the A fragments of O += P V (the C layout of two 8-key tiles is the A layout of
- * one 16-key step). Same arguments and results as attn_prefill; global size
- * (ceil(n_tok / 64) * 128, n_head), local (128, 1). Keys past the work-group's last query are
- * staged as zeros (the cache may hold anything there). */
-#define FA_KT 64              /* keys per tile */
-#define FA_KP (HEAD_DIM + 8)  /* halves per staged key row */
-#define FA_VP (FA_KT + 8)     /* halves per staged value column */
-#define FA_DS (HEAD_DIM / 16) /* 16-wide steps over a head */
-#define FA_DN (HEAD_DIM / 8)  /* 8-wide output tiles of a head */
+ * keys in tiles of FA_KT staged in local memory as halves (keys as rows; values transposed, a
+ * row per dimension, so that both are read as B fragments with 32-bit loads). A warp's scores
+ * S = Q K^T (16 x FA_KT) stay in registers, are masked (causal, and the sliding window where
+ * win > 0) and turned into probabilities with a running max per query row (quads of lanes share
+ * a row: shuffles), and then serve directly as the A fragments of O += P V (the C layout of two
+ * 8-key tiles is the A layout of one 16-key step). Heads over 128 dimensions (Gemma 3's 256)
+ * split the output: each work-group writes FA_DV of them and computes the scores over the whole
+ * head, so that Q, O and the staged tiles fit the registers and local memory. Same arguments and
+ * results as attn_prefill, rings included (position p at p % n_ctx; the ring holds the window
+ * of every query of the launch); global size (ceil(n_tok / 64) * 128, n_head * HEAD_DIM /
+ * FA_DV), local (128, 1). The keys walked are those the work-group's queries see, from the
+ * window's start of its first query; keys past its last query are staged as zeros (the cache
+ * may hold anything there). */
+#if HEAD_DIM > 128
+#define FA_KT 32  /* keys per tile */
+#define FA_DV 128 /* output dimensions a work-group */
+#else
+#define FA_KT 64
+#define FA_DV HEAD_DIM
+#endif
+#define FA_NV (HEAD_DIM / FA_DV) /* work-groups per head */
+#define FA_KP (HEAD_DIM + 8)     /* halves per staged key row */
+#define FA_VP (FA_KT + 8)        /* halves per staged value column */
+#define FA_DS (HEAD_DIM / 16)    /* 16-wide steps over a head */
+#define FA_DN (FA_DV / 8)        /* 8-wide output tiles of the work-group's dimensions */
 
 inline float fa_shfl_xor(float v, int m)
 {
@@ -640,18 +653,23 @@ inline uint fa_h2(float lo, float hi)
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
 attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
                  __global const half *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
-                 int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0)
+                 int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0,
+                 int win)
 {
     __local uint ks[FA_KT * FA_KP / 2]; /* half K[k0 + j][d] at j * FA_KP + d */
-    __local uint vt[HEAD_DIM * FA_VP / 2]; /* half V[k0 + j][d] at d * FA_VP + j */
+    __local uint vt[FA_DV * FA_VP / 2]; /* half V[k0 + j][dv0 + d] at d * FA_VP + j */
     __local ushort *vth = (__local ushort *)vt;
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int h = get_group_id(1), hk = h / (n_head / n_head_kv);
+    int h = get_group_id(1) / FA_NV, dv0 = (get_group_id(1) % FA_NV) * FA_DV;
+    int hk = h / (n_head / n_head_kv);
     int t0 = get_group_id(0) * 64, tw = t0 + warp * 16;
     int n_keys = pos0 + min(n_tok, t0 + 64); /* keys the work-group's queries see */
+    int k_lo = att_first(pos0 + t0 + 1, win);  /* the first of them */
+    int w_lo = att_first(pos0 + tw + 1, win);  /* the first key the warp's queries see */
     /* This lane's two query rows (g and g + 8 of the warp's 16) and their positions. */
     int qa = min(tw + g, n_tok - 1), qb = min(tw + g + 8, n_tok - 1);
     int pa = pos0 + tw + g, pb = pos0 + tw + g + 8;
+    int fa = win > 0 ? pa - win : -1, fb = win > 0 ? pb - win : -1; /* keys <= these are out */
     const __global float *qra = qkv + (size_t)(r0 + qa) * qkv_ld + h * HEAD_DIM;
     const __global float *qrb = qkv + (size_t)(r0 + qb) * qkv_ld + h * HEAD_DIM;
     uint qf[FA_DS][4];
@@ -671,17 +689,23 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
             o[n][e] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
     const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    for (int k0 = 0; k0 < n_keys; k0 += FA_KT) {
-        /* Stage 64 keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
+    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM + dv0;
+    for (int k0 = k_lo; k0 < n_keys; k0 += FA_KT) {
+        /* Stage FA_KT keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
         for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
             int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
-            uint4 kv4 = (uint4)(0), vv4 = (uint4)(0);
-            if (k0 + j < n_keys) {
-                kv4 = vload4(0, (const __global uint *)(kb + (size_t)(k0 + j) * HEAD_DIM + d));
-                vv4 = vload4(0, (const __global uint *)(vb + (size_t)(k0 + j) * HEAD_DIM + d));
-            }
+            uint4 kv4 = (uint4)(0);
+            if (k0 + j < n_keys)
+                kv4 = vload4(0, (const __global uint *)(kb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
+                                                        d));
             vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
+        }
+        for (int c = lid; c < FA_KT * (FA_DV / 8); c += 128) {
+            int j = c / (FA_DV / 8), d = (c % (FA_DV / 8)) * 8;
+            uint4 vv4 = (uint4)(0);
+            if (k0 + j < n_keys)
+                vv4 = vload4(0, (const __global uint *)(vb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
+                                                        d));
             uint vw[4] = {vv4.x, vv4.y, vv4.z, vv4.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -690,7 +714,9 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 <= pos0 + tw + 15) { /* some of the warp's queries see this tile */
+        /* Some of the warp's queries see this tile: not all past them, not all before the
+         * window of the first. */
+        if (k0 <= pos0 + tw + 15 && k0 + FA_KT > w_lo) {
             float sc[FA_KT / 8][4];
 #pragma unroll
             for (int n = 0; n < FA_KT / 8; n++) {
@@ -704,16 +730,16 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
                     MMA_F16(sc[n], qf[s][0], qf[s][1], qf[s][2], qf[s][3], b0, b1);
                 }
             }
-            /* Causal mask and the running max of rows g (a) and g + 8 (b). */
+            /* Causal mask, the window, and the running max of rows g (a) and g + 8 (b). */
             float xa = -INFINITY, xb = -INFINITY;
 #pragma unroll
             for (int n = 0; n < FA_KT / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int kp = k0 + n * 8 + 2 * q + e;
-                    if (kp > pa)
+                    if (kp > pa || kp <= fa)
                         sc[n][e] = -INFINITY;
-                    if (kp > pb)
+                    if (kp > pb || kp <= fb)
                         sc[n][2 + e] = -INFINITY;
                     xa = fmax(xa, sc[n][e]);
                     xb = fmax(xb, sc[n][2 + e]);
@@ -768,8 +794,8 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
     lb += fa_shfl_xor(lb, 1);
     lb += fa_shfl_xor(lb, 2);
     bool wa = tw + g < n_tok, wb = tw + g + 8 < n_tok;
-    __global float *oa = out + (size_t)(r0 + tw + g) * out_ld + h * HEAD_DIM;
-    __global float *ob = out + (size_t)(r0 + tw + g + 8) * out_ld + h * HEAD_DIM;
+    __global float *oa = out + (size_t)(r0 + tw + g) * out_ld + h * HEAD_DIM + dv0;
+    __global float *ob = out + (size_t)(r0 + tw + g + 8) * out_ld + h * HEAD_DIM + dv0;
 #pragma unroll
     for (int n = 0; n < FA_DN; n++) {
         int d = n * 8 + 2 * q;

@@ -1258,6 +1258,15 @@ uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu)
     return tu->att_wg ? tu->att_wg : tu->norm_wg;
 }
 
+uint32_t ebb_cl_att_mma_split(uint32_t head_dim)
+{
+    if (!head_dim || head_dim % 16)
+        return 0;
+    if (head_dim <= 128)
+        return 1;
+    return head_dim % 128 == 0 && head_dim <= 256 ? head_dim / 128 : 0;
+}
+
 uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g)
 {
     /* attention.cl's ATT_KL, ATT_VL, ATT_VP, ATT_SCR and ATT_LOCAL, and the rope kernel's key

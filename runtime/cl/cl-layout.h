@@ -335,6 +335,11 @@ uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg);
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 
+/* attn_prefill_mma (tensor-core prefill attention, cl_kernels/attention.cl) for heads of
+ * head_dim: its work-groups per head (1 up to 128 dimensions, 2 for 256, each writing half the
+ * output), 0 where it is not built for that head. */
+uint32_t ebb_cl_att_mma_split(uint32_t head_dim);
+
 /* Local memory in bytes of a decode attention work-group (attention.cl's ATT_LOCAL, and the
  * rope kernel's halves) for head_dim and g query heads a work-group under tu. */
 uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g);

@@ -380,23 +380,22 @@ static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
     return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
 }
 
-/* Prefill attention of nt queries at positions pos.. with attn_prefill's 15 arguments (the
- * window last): on tensor cores (attn_prefill_mma, 64 queries a work-group of 128, the first
- * 14) where built and the layer keeps the whole context (no ring) and its window, if any, hides
- * no position from these queries (pos + nt <= win: a Mistral prompt shorter than its 4096, Gemma
- * 3's local layers within their first window), else attn_prefill. */
-static ebb_err prefill_attention(struct clm *m, const struct layer *L, const struct ebb_cl_arg *a,
-                                 int pos, int nt, struct ebb_diag *diag)
+/* Prefill attention of nt queries with attn_prefill's 15 arguments (the
+ * window last): on tensor cores where built (attn_prefill_mma, 64 queries a work-group of 128,
+ * ebb_cl_att_mma_split work-groups a head; windows and rings as attn_prefill), else
+ * attn_prefill. */
+static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int nt,
+                                 struct ebb_diag *diag)
 {
-    bool mma = m->k_attn_pre_mma && L->kv_len == m->n_ctx &&
-               (!L->win || (uint64_t)pos + (uint64_t)nt <= L->win);
+    bool mma = m->k_attn_pre_mma != NULL;
     cl_kernel k = mma ? m->k_attn_pre_mma : m->k_attn_pre;
     size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
     if (mma) {
         g[0] = ((size_t)nt + 63) / 64 * 128;
+        g[1] = (size_t)m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
         l[0] = 128;
     }
-    ebb_err rc = ebb_cl_set_args(k, 0, a, mma ? 14 : 15, diag);
+    ebb_err rc = ebb_cl_set_args(k, 0, a, 15, diag);
     return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
@@ -477,7 +476,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, L, a, pos, nt, diag);
+    return prefill_attention(m, a, nt, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -494,7 +493,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, L, a, pos, nt, diag);
+    return prefill_attention(m, a, nt, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one

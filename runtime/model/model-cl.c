@@ -160,7 +160,7 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         return rc;
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
         return rc;
-    if (m->tu.att_mma && m->tu.mv_ptx && m->hp.head_dim % 16 == 0 && m->hp.head_dim <= 128 &&
+    if (m->tu.att_mma && m->tu.mv_ptx && ebb_cl_att_mma_split(m->hp.head_dim) &&
         (rc = ebb_cl_kernel(m->ops, "attn_prefill_mma", &m->k_attn_pre_mma, diag)))
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&

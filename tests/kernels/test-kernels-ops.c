@@ -435,68 +435,6 @@ static void test_attention(cl_program p)
     free(vh);
 }
 
-/* attn_prefill_mma (tensor cores, PTX devices only) against the reference: 100 queries (two
- * work-groups, the second partial) from positions 0 and 290 (several key tiles, the last
- * partial), with inputs and probabilities rounded to f16: absolute bound 4e-3. */
-static void test_attention_mma(cl_program p)
-{
-    cl_int e = CL_SUCCESS;
-    cl_kernel k = clCreateKernel(p, "attn_prefill_mma", &e);
-    if (!k) {
-        printf("  attention prefill on tensor cores: not built on this device\n");
-        return;
-    }
-    enum { T = 100 };
-    size_t cache_n = (size_t)2 * NKV * NCTX * HD, base = (size_t)NKV * NCTX * HD;
-    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
-    for (size_t i = 0; i < cache_n; i++) {
-        kh[i] = ebb_fp32_to_fp16(frand());
-        vh[i] = ebb_fp32_to_fp16(frand());
-    }
-    float *qkv = malloc(sizeof(float) * T * QKV_LD), *out = malloc(sizeof(float) * T * NH * HD);
-    for (int i = 0; i < T * QKV_LD; i++)
-        qkv[i] = frand() * 2;
-    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
-    cl_mem qb = buf(sizeof(float) * T * QKV_LD, qkv), ob = buf(sizeof(float) * T * NH * HD, NULL);
-    float scale = 1.0f / sqrtf(HD);
-    cl_ulong kvb = base;
-    int n_ctx = NCTX, nh = NH, nkv = NKV;
-    double ref[HD], worst = 0;
-    int pos0s[] = {0, 290};
-    for (int pi = 0; pi < 2; pi++) {
-        int pos0 = pos0s[pi], ntok = T, ld = QKV_LD, old = NH * HD, r0 = 0;
-        struct ebb_cl_arg c[] = {
-            EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
-            EBB_CL_ARG(n_ctx), EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
-            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0)};
-        OK(ebb_cl_set_args(k, 0, c, 14, D));
-        size_t g[2] = {(T + 63) / 64 * 128, NH}, l[2] = {128, 1};
-        OK(ebb_cl_run(cl, k, 2, g, l, D));
-        rd(ob, sizeof(float) * T * NH * HD, out);
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < NH; h++) {
-                attn_ref_win(qkv + t * QKV_LD + h * HD, kh, vh, base, h, 0, pos0 + t, NCTX, scale,
-                             ref);
-                for (int d = 0; d < HD; d++) {
-                    float got = out[t * NH * HD + h * HD + d];
-                    worst = fmax(worst, fabs(got - ref[d]));
-                    CHECK(fabs(got - ref[d]) <= 4e-3,
-                          "prefill mma pos0 %d t %d h %d d %d: %g vs %g", pos0, t, h, d, got,
-                          ref[d]);
-                }
-            }
-    }
-    printf("  attention prefill on tensor cores (%d queries) max abs err %.2e\n", T, worst);
-    clReleaseKernel(k);
-    cl_mem ms[] = {kc, vc, qb, ob};
-    for (int i = 0; i < 4; i++)
-        clReleaseMemObject(ms[i]);
-    free(kh);
-    free(vh);
-    free(qkv);
-    free(out);
-}
-
 /* The batched pass's kernels (several slots at their own positions): rope_kv_rows against
  * rope_kv run row by row (bit for bit), attn_decode_rows + attn_decode_reduce_rows against the
  * CPU attention of each listed row in its slot, rows left out of the list untouched. */
@@ -631,6 +569,82 @@ static void attn_ref_hd(const float *q, const uint16_t *kh, const uint16_t *vh, 
         o[d] = acc / sum;
     }
     free(s);
+}
+
+/* attn_prefill_mma (tensor cores, PTX devices only) against the CPU for heads of hd (the
+ * program p built for them; 256 runs two work-groups a head, each writing half the output):
+ * 100 queries (two work-groups, the second partial) from positions 0 and 290 (several key
+ * tiles, the last partial); through windows of 5 and 70 (most queries see only part of the
+ * positions before them, a window's start inside a key tile) and of 100 in a ring of 240 >=
+ * 100 + 100 - 1 positions that wraps inside the launch at 290 and at 1000. Inputs and
+ * probabilities are rounded to f16: absolute bound 4e-3. */
+static void test_attention_mma_hd(cl_program p, int hd)
+{
+    cl_int e = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(p, "attn_prefill_mma", &e);
+    uint32_t split = ebb_cl_att_mma_split((uint32_t)hd);
+    if (!k || !split) {
+        printf("  attention prefill on tensor cores, head_dim %d: not built on this device\n", hd);
+        if (k)
+            clReleaseKernel(k);
+        return;
+    }
+    enum { T = 100, CTX = 600 };
+    int nh = 4, nkv = hd > 128 ? 1 : 2, ld = (nh + 2 * nkv) * hd, old = nh * hd, r0 = 0;
+    size_t cache_n = (size_t)nkv * CTX * hd;
+    uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+    for (size_t i = 0; i < cache_n; i++) {
+        kh[i] = ebb_fp32_to_fp16(frand());
+        vh[i] = ebb_fp32_to_fp16(frand());
+    }
+    float *qkv = malloc(sizeof(float) * T * ld), *out = malloc(sizeof(float) * T * old);
+    double *ref = malloc(sizeof(double) * hd), worst = 0;
+    for (int i = 0; i < T * ld; i++)
+        qkv[i] = frand() * 2;
+    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
+    cl_mem qb = buf(sizeof(float) * T * ld, qkv), ob = buf(sizeof(float) * T * old, NULL);
+    float scale = 1.0f / sqrtf((float)hd);
+    cl_ulong kvb = 0;
+    struct {
+        int pos0, win, ring;
+    } cases[] = {{0, 0, CTX},    {290, 0, CTX},     {0, 5, CTX},
+                 {290, 70, CTX}, {290, 100, 240},   {1000, 100, 240}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int pos0 = cases[ci].pos0, win = cases[ci].win, ring = cases[ci].ring, ntok = T;
+        struct ebb_cl_arg c[] = {
+            EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
+            EBB_CL_ARG(ring),  EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
+            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0), EBB_CL_ARG(win)};
+        OK(ebb_cl_set_args(k, 0, c, 15, D));
+        size_t g[2] = {(T + 63) / 64 * 128, (size_t)nh * split}, l[2] = {128, 1};
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
+        rd(ob, sizeof(float) * T * old, out);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++) {
+                attn_ref_hd(qkv + (size_t)t * ld + h * hd, kh, vh, h / (nh / nkv),
+                            win_first(pos0 + t, win), pos0 + t, ring, hd, scale, ref);
+                for (int d = 0; d < hd; d++) {
+                    float got = out[(size_t)t * old + h * hd + d];
+                    worst = fmax(worst, fabs(got - ref[d]));
+                    CHECK(fabs(got - ref[d]) <= 4e-3,
+                          "prefill mma head_dim %d pos0 %d win %d ring %d t %d h %d d %d: %g vs "
+                          "%g",
+                          hd, pos0, win, ring, t, h, d, got, ref[d]);
+                }
+            }
+    }
+    printf("  attention prefill on tensor cores, head_dim %d (%d queries; windows, rings) max abs "
+           "err %.2e\n",
+           hd, T, worst);
+    clReleaseKernel(k);
+    cl_mem ms[] = {kc, vc, qb, ob};
+    for (int i = 0; i < 4; i++)
+        clReleaseMemObject(ms[i]);
+    free(kh);
+    free(vh);
+    free(qkv);
+    free(out);
+    free(ref);
 }
 
 /* Decode attention under other shapes and tunings than the device's own: head dimensions 64
@@ -826,8 +840,15 @@ static void test_ops(void)
     OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
     test_attention(p);
     test_attention_rows(p);
-    test_attention_mma(p);
+    test_attention_mma_hd(p, HD);
     clReleaseProgram(p);
+    /* The tensor-core prefill attention for heads of 128 and 256 (Gemma 3's). */
+    for (int hd = 128; hd <= 256; hd *= 2) {
+        tu.att_g = 1;
+        OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
+        test_attention_mma_hd(p, hd);
+        clReleaseProgram(p);
+    }
     /* The GPU shape of decode attention on this device: 4 work-items a key, batched loads,
      * work-groups of 128 (partial outputs over 8 position groups), chunks of 64. */
     tu.att_mma = keep.att_mma;
