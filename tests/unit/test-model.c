@@ -582,11 +582,13 @@ static void test_window_reuse(void **state)
     if (!strncmp(device, "ref", 3))
         skip(); /* full caches, nothing to rebuild, and minutes of plain-C prefill */
     /* The evaluations from 0 and from a later position cut the prompt into different chunks.
-     * With 8-bit decode inputs (NVIDIA's defaults) products of different row counts round their
-     * inputs differently: 0.047 on the H100 (Gemma 3 270M, 2026-11-27), below 0.01 there with
-     * EBB_CL_MVQ8=0 EBB_CL_KQ8=0. The bound is then 0.1; a ring not rebuilt costs far more. */
+     * With NVIDIA's defaults (8-bit decode inputs, fp16 tensor-core prefill) products and
+     * attention tiles of other shapes round differently: on the H100 (Gemma 3 270M,
+     * 2026-11-27) 0.047 while windowed layers took attn_prefill (below 0.01 with EBB_CL_MVQ8=0
+     * EBB_CL_KQ8=0), 0.053 to 0.077 over the four checks once attn_prefill_mma took them. The
+     * bound there is 0.15. A ring not rebuilt (ring_before skipped, by hand on PoCL) gave 6.13. */
     const float tol =
-        strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL ? 0.1f : 0.01f;
+        strstr(ebb_model_device_name(model), "8-bit decode inputs") != NULL ? 0.15f : 0.01f;
     uint32_t V = ebb_model_n_vocab(model);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_non_null(a);
