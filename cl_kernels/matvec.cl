@@ -1161,27 +1161,33 @@ inline float ms_f16(float f)
     return rint(f / ulp) * ulp;
 }
 #endif
-__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
-matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
-           int y_ld, int y_off, __global const float *res, int n_tok)
+/* An input of matmul_mms's products at p: the float there, or with up >= 0 the SwiGLU of the
+ * gate there and the up at p + up (moe_group_mms's down product). */
+inline float4 ms_in4(const __global float *p, int up)
 {
-    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T]; /* upper half's sums [row][tok] */
-    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int row0 = get_group_id(0) * MS_R, t0 = get_group_id(1) * MS_T, nb = n_in / 32;
-    float acc[MS_MI][MS_NJ][4];
-    MMA_ZERO(acc, MS_MI, MS_NJ);
-    /* This lane's rows (g and g + 8 of each 16) and tokens (g of each 8), clamped: the extra
-     * rows and tokens of a partial tile compute copies that are never written. */
-    int wrow[MS_MI][2];
-#pragma unroll
-    for (int i = 0; i < MS_MI; i++) {
-        wrow[i][0] = min(row0 + 16 * i + g, n_out - 1);
-        wrow[i][1] = min(row0 + 16 * i + g + 8, n_out - 1);
-    }
-    const __global float *xt[MS_NJ];
-#pragma unroll
-    for (int j = 0; j < MS_NJ; j++)
-        xt[j] = x + (size_t)min(t0 + 8 * j + g, n_tok - 1) * x_ld;
+    float4 a = *(const __global float4 *)p;
+    if (up < 0)
+        return a;
+    return a / (1.0f + exp(-a)) * *(const __global float4 *)(p + up);
+}
+
+inline float ms_in1(const __global float *p, int up)
+{
+    float a = *p;
+    return up < 0 ? a : a / (1.0f + exp(-a)) * p[up];
+}
+
+/* The products of a work-group's rows with its tokens' inputs, added to this lane's fragments
+ * acc (rows g, g + 8 of each 16; tokens 2q, 2q + 1 of each 8): wrow holds this lane's rows
+ * (clamped), xt[j] the input row of token g of the j-th 8 (the tensor-core path), xs[j][c] that
+ * of token 2q + c (the stand-in), up the inputs' SwiGLU offset (ms_in4). The warps split the
+ * row's nb 32-blocks as the kernel's comment says. */
+inline __attribute__((always_inline)) void ms_products(W_ARGS, int n_in, int warp, int lane, int wrow[MS_MI][2],
+                        const __global float *xt[MS_NJ], const __global float *xs[MS_NJ][2],
+                        int up, float acc[MS_MI][MS_NJ][4])
+{
+    int g = lane >> 2, q = lane & 3, nb = n_in / 32;
+    (void)g;
     for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
 #if MV_PTX
         /* All of the step's loads first (blocks past n_in read the last block, their scales
@@ -1205,7 +1211,7 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    xv[bb][j][h] = *(const __global float4 *)(xt[j] + W_QX(b, h) + 4 * q);
+                    xv[bb][j][h] = ms_in4(xt[j] + W_QX(b, h) + 4 * q, up);
         }
 #pragma unroll
         for (int bb = 0; bb < MS_KB; bb++) {
@@ -1277,20 +1283,26 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                     }
                     for (int j = 0; j < MS_NJ; j++)
                         for (int c = 0; c < 2; c++) {
-                            const __global float *xr =
-                                x + (size_t)min(t0 + 8 * j + 2 * q + c, n_tok - 1) * x_ld;
+                            const __global float *xr = xs[j][c];
                             float s = 0.0f;
                             for (int k = 0; k < 16; k++)
-                                s += w[k] * ms_f16(xr[W_QX(b, 0) + k]) +
-                                     w[16 + k] * ms_f16(xr[W_QX(b, 1) + k]);
+                                s += w[k] * ms_f16(ms_in1(xr + W_QX(b, 0) + k, up)) +
+                                     w[16 + k] * ms_f16(ms_in1(xr + W_QX(b, 1) + k, up));
                             acc[i][j][2 * r + c] += s;
                         }
                 }
         }
 #endif
     }
-    /* The warps' partial sums meet in halving rounds: the upper half of the warps still
-     * holding sums writes them, the lower half adds them. */
+}
+
+/* The warps' partial sums of acc added up in halving rounds through part (MS_W / 2 x MS_R x
+ * MS_T floats): the upper half of the warps still holding sums writes them, the lower half adds
+ * them; warp 0 ends with the work-group's sums. */
+inline __attribute__((always_inline)) void ms_reduce(__local float (*part)[MS_R * MS_T], int warp, int lane,
+                      float acc[MS_MI][MS_NJ][4])
+{
+    int g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int half_w = MS_W / 2; half_w >= 1; half_w /= 2) {
         if (warp >= half_w && warp < 2 * half_w)
@@ -1315,6 +1327,34 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                             part[warp][(16 * i + g + (e >> 1) * 8) * MS_T + 8 * j + 2 * q + (e & 1)];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T]; /* upper half's sums [row][tok] */
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int row0 = get_group_id(0) * MS_R, t0 = get_group_id(1) * MS_T;
+    float acc[MS_MI][MS_NJ][4];
+    MMA_ZERO(acc, MS_MI, MS_NJ);
+    /* This lane's rows (g and g + 8 of each 16) and tokens, clamped: the extra rows and tokens
+     * of a partial tile compute copies that are never written. */
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = min(row0 + 16 * i + g, n_out - 1);
+        wrow[i][1] = min(row0 + 16 * i + g + 8, n_out - 1);
+    }
+    const __global float *xt[MS_NJ], *xs[MS_NJ][2];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++) {
+        xt[j] = x + (size_t)min(t0 + 8 * j + g, n_tok - 1) * x_ld;
+        xs[j][0] = x + (size_t)min(t0 + 8 * j + 2 * q, n_tok - 1) * x_ld;
+        xs[j][1] = x + (size_t)min(t0 + 8 * j + 2 * q + 1, n_tok - 1) * x_ld;
+    }
+    ms_products(W_PASS, n_in, warp, lane, wrow, xt, xs, -1, acc);
+    ms_reduce(part, warp, lane, acc);
     if (warp == 0)
 #pragma unroll
         for (int i = 0; i < MS_MI; i++)
@@ -1331,6 +1371,63 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                     }
                 }
 }
+
+#if MS_T == 16
+/* moe_group_mms: moe.cl's grouped prefill products (moe_group_gu's gate and up, moe_group_down's
+ * down) on tensor cores: matmul_mms's tile with one tile of pairs (moe.cl's MOE_GT = 16, its
+ * tiles and perm) for its tokens, and the rows of the pairs' expert e (rows e n_rows + r of the
+ * stacked weight). y[t y_ld + y_off + j n_rows + r] = W[e n_rows + r] . in(t, j) for each pair
+ * t k + j of the tile: in the pair's token's row of x (glu 0; moe_group_gu's places), or (glu 1)
+ * the SwiGLU of its gate and up outputs x[t][j n_in + i] and x[t][(k + j) n_in + i]
+ * (moe_group_down's yp with y_ld = k n_rows, y_off 0). Global (32 MS_W ceil(n_rows / MS_R),
+ * n_tiles), local (32 MS_W, 1). */
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+moe_group_mms(W_ARGS, int n_in, int n_rows, int k, __global const int4 *tiles,
+              __global const int *perm, __global const float *x, int x_ld, int glu,
+              __global float *y, int y_ld, int y_off)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T];
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int4 tl = tiles[get_group_id(1)];
+    int row0 = get_group_id(0) * MS_R, up = glu ? k * n_in : -1;
+    float acc[MS_MI][MS_NJ][4];
+    MMA_ZERO(acc, MS_MI, MS_NJ);
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = tl.x * n_rows + min(row0 + 16 * i + g, n_rows - 1);
+        wrow[i][1] = tl.x * n_rows + min(row0 + 16 * i + g + 8, n_rows - 1);
+    }
+    /* The input row of the tile's s-th pair (the last pair's past the tile). */
+#define MG_ROW(s)                                                                                  \
+    (x + (size_t)(perm[tl.y + min((s), tl.z - 1)] / k) * x_ld +                                   \
+     (glu ? (size_t)(perm[tl.y + min((s), tl.z - 1)] % k) * n_in : 0))
+    const __global float *xt[MS_NJ], *xs[MS_NJ][2];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++) {
+        xt[j] = MG_ROW(8 * j + g);
+        xs[j][0] = MG_ROW(8 * j + 2 * q);
+        xs[j][1] = MG_ROW(8 * j + 2 * q + 1);
+    }
+#undef MG_ROW
+    ms_products(W_PASS, n_in, warp, lane, wrow, xt, xs, up, acc);
+    ms_reduce(part, warp, lane, acc);
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = row0 + 16 * i + g + (e >> 1) * 8, s = 8 * j + 2 * q + (e & 1);
+                    if (r < n_rows && s < tl.z) {
+                        int pr = perm[tl.y + s];
+                        y[(size_t)(pr / k) * y_ld + y_off + (size_t)(pr % k) * n_rows + r] =
+                            acc[i][j][e];
+                    }
+                }
+}
+#endif
 #endif
 
 /* Embedding lookup: y[t][i] = scale * W[ids[t]][i]. Global size (n_in / 4, n_tok). */

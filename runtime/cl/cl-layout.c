@@ -710,24 +710,28 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         n = snprintf(buf + used, cap - used,
                      "#define W_RAW 1\n"
                      "#define W_ARGS __global const uchar *w_a, ulong w_off\n"
+                     "#define W_PASS w_a, w_off\n"
                      "#define READ_W4(o, i) w4_raw_%s(w_a + w_off, (ulong)(n_in / %u) * %u, "
                      "(o), (i))\n",
                      ti->dec, ti->blk, ti->tsize);
     else if (l->storage == EBB_CL_STORE_BUFFER)
         n = snprintf(buf + used, cap - used,
                      "#define W_ARGS __global const uchar *w_a, __global const float2 *w_b\n"
+                     "#define W_PASS w_a, w_b\n"
                      "#define READ_W4(o, i) w4_split_%s(w_a, w_b, n_in / 32, (o), (i))\n%s",
                      bits, ti->split == 4 ? "#define W_SPLIT4 1\n" : "");
     else if (l->storage == EBB_CL_STORE_IMAGE1D)
         n = snprintf(buf + used, cap - used,
                      "#define EBB_IMAGES 1\n"
                      "#define W_ARGS __read_only image1d_buffer_t w_a, __global const float2 *w_b\n"
+                     "#define W_PASS w_a, w_b\n"
                      "#define READ_W4(o, i) w4_img_%s(w_a, w_b, n_in / 32, (o), (i))\n",
                      bits);
     else
         n = snprintf(buf + used, cap - used,
                      "#define EBB_IMAGES2D 1\n"
                      "#define W_ARGS __read_only image2d_t w_a, __read_only image2d_t w_b\n"
+                     "#define W_PASS w_a, w_b\n"
                      "#define READ_W4(o, i) w4_i2d_%s(w_a, w_b, n_in / 32, (o), (i))\n",
                      bits);
     if (n < 0 || (size_t)n >= cap - used)
@@ -1170,6 +1174,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
+        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && tu->mms_t == 16 &&
+         (rc = ebb_cl_kernel(p.prog, "moe_group_mms", &p.moe_group_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
@@ -1239,6 +1245,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mms);
     if (p->matmul_mmp)
         clReleaseKernel(p->matmul_mmp);
+    if (p->moe_group_mms)
+        clReleaseKernel(p->moe_group_mms);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));

@@ -292,6 +292,9 @@ struct ebb_cl_wprog {
     cl_kernel matmul_mmb;    /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */
     cl_kernel matmul_mmp;    /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
+    cl_kernel moe_group_mms; /* matmul_mms's tile over a tile of expert pairs (moe.cl's
+                                grouped prefill on tensor cores), with matmul_mms where
+                                tu->mms_t is 16, else NULL */
     cl_kernel matvec_cpu;    /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
 };
 

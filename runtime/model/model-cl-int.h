@@ -91,6 +91,8 @@ struct clm_moe_prog {
 struct clm_moe_group {
     bool init;
     uint32_t min_rows; /* chunks of at least this many rows are grouped (0: never) */
+    bool no_mms;       /* EBB_CL_MOE_MMS=0: the plain grouped kernels even where the weights'
+                          programs have moe_group_mms */
     cl_kernel sum;     /* moe_group_sum */
     cl_mem perm, tiles, yp;
     int32_t *h_ids, *h_perm, *h_tiles;

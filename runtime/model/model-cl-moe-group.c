@@ -109,6 +109,8 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     if (!g->init) {
         const char *e = getenv("EBB_CL_MOE_GROUP");
         g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : m->cl->info.is_gpu ? 8 : 0;
+        const char *mm = getenv("EBB_CL_MOE_MMS");
+        g->no_mms = mm && *mm == '0';
         g->init = true;
     }
     const struct ebb__hparams *hp = &m->hp;
@@ -149,26 +151,42 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
         return rc;
     int y_ld = 2 * k * f;
     size_t l[2] = {wg, 1};
-    for (int i = 0; i < 2; i++) {
-        int y_off = i * k * f;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_embd),   EBB_CL_ARG(f),       EBB_CL_ARG(k),
-                                 EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(m->h),
-                                 EBB_CL_ARG(n_embd),   EBB_CL_ARG(mo->gu),  EBB_CL_ARG(y_ld),
-                                 EBB_CL_ARG(y_off)};
-        size_t gs[2] = {((size_t)f + rows - 1) / rows * wg, (size_t)n_tiles};
-        if ((rc = ebb_cl_weight_set_args(ws[i], p[i]->group_gu, 0, diag)) ||
-            (rc = ebb_cl_set_args(p[i]->group_gu, 2, a, 10, diag)) ||
-            (rc = ebb_cl_run(m->cl, p[i]->group_gu, 2, gs, l, diag)))
+    for (int i = 0; i < 3; i++) {
+        /* Gate and up: y_off i k f of the rows of moe_gather's places; down: the pairs' rows of
+         * yp. On tensor cores (moe_group_mms) where the weights' program has it. */
+        bool down = i == 2;
+        int n_in = down ? f : n_embd, n_rows = down ? n_embd : f, x_ld = down ? y_ld : n_embd;
+        int glu = down, o_ld = down ? k * n_embd : y_ld, o_off = down ? 0 : i * k * f;
+        cl_mem x = down ? mo->gu : m->h, y = down ? g->yp : mo->gu;
+        struct ebb_cl_wprog *wp = NULL;
+        if (!g->no_mms && (rc = ebb__clm_prog_for(m, &ws[i]->layout, &wp, diag)))
+            return rc;
+        if (wp && wp->moe_group_mms) {
+            cl_kernel km = wp->moe_group_mms;
+            struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows), EBB_CL_ARG(k),
+                                     EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
+                                     EBB_CL_ARG(x_ld), EBB_CL_ARG(glu), EBB_CL_ARG(y),
+                                     EBB_CL_ARG(o_ld), EBB_CL_ARG(o_off)};
+            size_t r = 16 * (size_t)m->tu.mms_mi, w = 32 * (size_t)m->tu.mms_w;
+            size_t gm[2] = {((size_t)n_rows + r - 1) / r * w, (size_t)n_tiles}, lm[2] = {w, 1};
+            if ((rc = ebb_cl_weight_set_args(ws[i], km, 0, diag)) ||
+                (rc = ebb_cl_set_args(km, 2, a, 11, diag)) ||
+                (rc = ebb_cl_run(m->cl, km, 2, gm, lm, diag)))
+                return rc;
+            continue;
+        }
+        cl_kernel kg = down ? p[2]->group_down : p[i]->group_gu;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows), EBB_CL_ARG(k),
+                                 EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
+                                 EBB_CL_ARG(x_ld),     EBB_CL_ARG(y),      EBB_CL_ARG(o_ld),
+                                 EBB_CL_ARG(o_off)};
+        size_t gs[2] = {((size_t)n_rows + rows - 1) / rows * wg, (size_t)n_tiles};
+        /* moe_group_down takes no y_ld / y_off: its yp rows are the pairs' */
+        if ((rc = ebb_cl_weight_set_args(ws[i], kg, 0, diag)) ||
+            (rc = ebb_cl_set_args(kg, 2, a, down ? 8 : 10, diag)) ||
+            (rc = ebb_cl_run(m->cl, kg, 2, gs, l, diag)))
             return rc;
     }
-    struct ebb_cl_arg d[] = {EBB_CL_ARG(f),        EBB_CL_ARG(n_embd),  EBB_CL_ARG(k),
-                             EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(mo->gu),
-                             EBB_CL_ARG(y_ld),     EBB_CL_ARG(g->yp)};
-    size_t gd[2] = {((size_t)n_embd + rows - 1) / rows * wg, (size_t)n_tiles};
-    if ((rc = ebb_cl_weight_set_args(ws[2], p[2]->group_down, 0, diag)) ||
-        (rc = ebb_cl_set_args(p[2]->group_down, 2, d, 8, diag)) ||
-        (rc = ebb_cl_run(m->cl, p[2]->group_down, 2, gd, l, diag)))
-        return rc;
     struct ebb_cl_arg sa[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(k),     EBB_CL_ARG(ids),
                               EBB_CL_ARG(mo->w),  EBB_CL_ARG(g->yp), EBB_CL_ARG(m->x),
                               EBB_CL_ARG(n_embd)};

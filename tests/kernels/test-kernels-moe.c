@@ -551,12 +551,109 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
             CHECK(err <= bound, "moe_group_down %s t %d o %d: %g vs moe_down %g", name, t, o,
                   d1[t * MOE_D + o], d0[t * MOE_D + o]);
         }
-    cl_mem ms[] = {xb, hb, ib, wb, pb, tb, yb0, yb1, ypb, db0, db1};
-    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
-        clReleaseMemObject(ms[i]);
     printf("  moe_group_gu / moe_group_down (%s, %d tiles) against moe_gather / moe_down, max "
            "err / bound %.2f\n",
            name, n_tiles, worst);
+
+    /* moe_group_mms (matmul_mms's tile over the same tiles, in the weights' own programs built
+     * for tensor cores with 16 tokens a tile, 2 x 16 rows, 4 warps, the word accessors on; a
+     * stand-in without PTX)
+     * against the same moe_gather and moe_down outputs, within fp16 rounding of weights and
+     * inputs: 2e-3 of the products' magnitude. */
+    struct ebb_cl_tuning t = tu;
+    t.mm_mma = 1;
+    t.mms_t = 16;
+    t.mms_mi = 2;
+    t.mms_w = 4;
+    t.block_dec = 0; /* the words of raw K-quants and Q8_0 (W_QW, W_QW8) */
+    struct ebb_cl_wprog wg_p, wd_p;
+    OK(ebb_cl_wprog_build(cl, &gw->layout, &t, &wg_p, D));
+    OK(ebb_cl_wprog_build(cl, &dw->layout, &t, &wd_p, D));
+    if (wg_p.moe_group_mms && wd_p.moe_group_mms) {
+        double worst_m = 0;
+        cl_mem yb2 = buf(sizeof(zero), zero), ypb2 = buf(sizeof(float) * NP * MOE_D, NULL);
+        cl_mem db2 = buf(sizeof(d1), zero);
+        int glu = 0, dn_ld = MOE_K * MOE_D, dn_off = 0;
+        size_t lm[2] = {32 * t.mms_w, 1};
+        k = wg_p.moe_group_mms;
+        OK(ebb_cl_weight_set_args(gw, k, 0, D));
+        struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(tb),   EBB_CL_ARG(pb),   EBB_CL_ARG(xb),
+                                  EBB_CL_ARG(x_ld), EBB_CL_ARG(glu),  EBB_CL_ARG(yb2),
+                                  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+        OK(ebb_cl_set_args(k, 2, am, 11, D));
+        size_t gm[2] = {(MOE_F + 16 * t.mms_mi - 1) / (16 * t.mms_mi) * lm[0], (size_t)n_tiles};
+        OK(ebb_cl_run(cl, k, 2, gm, lm, D));
+        static float y2[MOEG_NT * Y_LD];
+        rd(yb2, sizeof(y2), y2);
+        for (int q = 0; q < NP; q++) {
+            int t_ = q / MOE_K, j = q % MOE_K;
+            for (int r = 0; r < MOE_F; r++) {
+                size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
+                double mag = 0;
+                if (ids[q] >= 0) {
+                    const float *wr = g + ((size_t)ids[q] * MOE_F + r) * MOE_D;
+                    for (int i = 0; i < MOE_D; i++)
+                        mag += fabs((double)wr[i] * x[t_ * MOE_D + i]);
+                }
+                double bound = 2e-3 * mag + 1e-5, err = fabs((double)y2[at] - y0[at]);
+                worst_m = fmax(worst_m, err / bound);
+                CHECK(err <= bound, "moe_group_mms gate %s t %d j %d r %d: %g vs moe_gather %g",
+                      name, t_, j, r, y2[at], y0[at]);
+            }
+        }
+        for (int i = 0; i < MOEG_NT * Y_LD; i++)
+            if (i % Y_LD < y_off)
+                CHECK(y2[i] == 0.0f, "moe_group_mms %s wrote before y_off at %d", name, i);
+        glu = 1;
+        k = wd_p.moe_group_mms;
+        OK(ebb_cl_weight_set_args(dw, k, 0, D));
+        struct ebb_cl_arg dm[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(tb),    EBB_CL_ARG(pb),     EBB_CL_ARG(hb),
+                                  EBB_CL_ARG(g_ld),  EBB_CL_ARG(glu),    EBB_CL_ARG(ypb2),
+                                  EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
+        OK(ebb_cl_set_args(k, 2, dm, 11, D));
+        size_t gdm[2] = {(MOE_D + 16 * t.mms_mi - 1) / (16 * t.mms_mi) * lm[0], (size_t)n_tiles};
+        OK(ebb_cl_run(cl, k, 2, gdm, lm, D));
+        k = kern(p, "moe_group_sum");
+        struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
+                                  EBB_CL_ARG(wb),     EBB_CL_ARG(ypb2), EBB_CL_ARG(db2),
+                                  EBB_CL_ARG(dn_out)};
+        OK(ebb_cl_set_args(k, 0, sm, 7, D));
+        OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
+        clReleaseKernel(k);
+        static float d2[MOEG_NT * MOE_D];
+        rd(db2, sizeof(d2), d2);
+        for (int t_ = 0; t_ < MOEG_NT; t_++)
+            for (int o = 0; o < MOE_D; o++) {
+                double mag = 0;
+                for (int j = 0; j < MOE_K; j++) {
+                    int e = ids[t_ * MOE_K + j];
+                    if (e < 0)
+                        continue;
+                    const float *wr = dn + ((size_t)e * MOE_D + o) * MOE_F;
+                    const float *hg = h + t_ * Y_LD + j * MOE_F,
+                                *hu = h + t_ * Y_LD + (MOE_K + j) * MOE_F;
+                    for (int i = 0; i < MOE_F; i++)
+                        mag += fabs(wr[i] * silu_d(hg[i]) * hu[i] * wts[t_ * MOE_K + j]);
+                }
+                double bound = 2e-3 * mag + 1e-5,
+                       err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
+                worst_m = fmax(worst_m, err / bound);
+                CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name,
+                      t_, o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
+            }
+        clReleaseMemObject(yb2);
+        clReleaseMemObject(ypb2);
+        clReleaseMemObject(db2);
+        printf("  moe_group_mms (%s, %s) against moe_gather / moe_down, max err / bound %.2f\n",
+               name, t.mv_ptx ? "tensor cores" : "stand-in", worst_m);
+    }
+    ebb_cl_wprog_fini(&wg_p);
+    ebb_cl_wprog_fini(&wd_p);
+    cl_mem ms[] = {xb, hb, ib, wb, pb, tb, yb0, yb1, ypb, db0, db1};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
 }
 
 /* The gate product of the routed experts, then down over [gate | up] rows with the weights. */
