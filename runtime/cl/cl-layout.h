@@ -95,6 +95,8 @@ struct ebb_cl_tuning {
     uint32_t mms_big;       /* products of mms_big..mms_max rows run matmul_mms built with the
                                second tile mmp_* (matmul_mmp: prefill); 0 = never */
     uint32_t mmp_t, mmp_mi, mmp_w, mmp_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
+    uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
+                                    mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
     uint32_t att_rope;  /* 1: decode attention rotates the new token's q and k and writes its
                            k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
     uint32_t att_hnorm; /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key
@@ -334,6 +336,13 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
  * work-item a row); 0 where MV_WG exceeds the work-group. Global (ceil(n_rows / rows) * wg,
  * n_tiles), local (wg, 1). */
 uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg);
+
+/* The weight program of layout l built with moe_group_mms's tile (mms_t 16, mg_mi, mg_w,
+ * mg_kb; no second tile) into *out, whose moe_group_mms is then the grouped MoE prefill product
+ * on tensor cores, or NULL where l or tu has no matmul_mms. Release with ebb_cl_wprog_fini. */
+ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                             const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                             struct ebb_diag *diag);
 
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);

@@ -91,8 +91,13 @@ struct clm_moe_prog {
 struct clm_moe_group {
     bool init;
     uint32_t min_rows; /* chunks of at least this many rows are grouped (0: never) */
-    bool no_mms;       /* EBB_CL_MOE_MMS=0: the plain grouped kernels even where the weights'
-                          programs have moe_group_mms */
+    bool no_mms;       /* EBB_CL_MOE_MMS=0: the plain grouped kernels even where
+                          moe_group_mms exists */
+    struct {           /* ebb_cl_moe_mms_build's programs, one per expert layout, on first use */
+        struct ebb_cl_layout l;
+        struct ebb_cl_wprog p;
+    } mms[3];
+    uint32_t n_mms;
     cl_kernel sum;     /* moe_group_sum */
     cl_mem perm, tiles, yp;
     int32_t *h_ids, *h_perm, *h_tiles;

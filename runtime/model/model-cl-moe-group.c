@@ -59,6 +59,33 @@ static ebb_err kernels(struct clm *m, struct clm_moe_prog *const p[3], struct eb
     return rc;
 }
 
+/* moe_group_mms for the expert stack w (NULL where its layout has none): from the program
+ * built with its tile for that layout, made on first use. */
+static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kernel *out,
+                          struct ebb_diag *diag)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    *out = NULL;
+    if (g->no_mms || !m->tu.mm_mma)
+        return EBB_OK;
+    uint32_t i = 0;
+    while (i < g->n_mms && (g->mms[i].l.type != w->layout.type ||
+                            g->mms[i].l.storage != w->layout.storage ||
+                            g->mms[i].l.order != w->layout.order))
+        i++;
+    if (i == g->n_mms) {
+        if (i == sizeof(g->mms) / sizeof(g->mms[0]))
+            return EBB_OK; /* (three products: never) */
+        ebb_err rc = ebb_cl_moe_mms_build(m->cl, &w->layout, &m->tu, &g->mms[i].p, diag);
+        if (rc)
+            return rc;
+        g->mms[i].l = w->layout;
+        g->n_mms++;
+    }
+    *out = g->mms[i].p.moe_group_mms;
+    return EBB_OK;
+}
+
 /* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles;
  * returns the number of tiles, or -1 when an id is out of range. */
 static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
@@ -158,16 +185,15 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
         int n_in = down ? f : n_embd, n_rows = down ? n_embd : f, x_ld = down ? y_ld : n_embd;
         int glu = down, o_ld = down ? k * n_embd : y_ld, o_off = down ? 0 : i * k * f;
         cl_mem x = down ? mo->gu : m->h, y = down ? g->yp : mo->gu;
-        struct ebb_cl_wprog *wp = NULL;
-        if (!g->no_mms && (rc = ebb__clm_prog_for(m, &ws[i]->layout, &wp, diag)))
+        cl_kernel km;
+        if ((rc = mms_kernel(m, ws[i], &km, diag)))
             return rc;
-        if (wp && wp->moe_group_mms) {
-            cl_kernel km = wp->moe_group_mms;
+        if (km) {
             struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows), EBB_CL_ARG(k),
                                      EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
                                      EBB_CL_ARG(x_ld), EBB_CL_ARG(glu), EBB_CL_ARG(y),
                                      EBB_CL_ARG(o_ld), EBB_CL_ARG(o_off)};
-            size_t r = 16 * (size_t)m->tu.mms_mi, w = 32 * (size_t)m->tu.mms_w;
+            size_t r = 16 * (size_t)m->tu.mg_mi, w = 32 * (size_t)m->tu.mg_w;
             size_t gm[2] = {((size_t)n_rows + r - 1) / r * w, (size_t)n_tiles}, lm[2] = {w, 1};
             if ((rc = ebb_cl_weight_set_args(ws[i], km, 0, diag)) ||
                 (rc = ebb_cl_set_args(km, 2, a, 11, diag)) ||
@@ -201,6 +227,8 @@ void ebb__clm_moe_group_fini(struct clm *m)
     struct clm_moe_group *g = &m->moe.grp;
     if (g->sum)
         clReleaseKernel(g->sum);
+    for (uint32_t i = 0; i < g->n_mms; i++)
+        ebb_cl_wprog_fini(&g->mms[i].p);
     cl_mem ms[] = {g->perm, g->tiles, g->yp};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         if (ms[i])

@@ -555,26 +555,25 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
            "err / bound %.2f\n",
            name, n_tiles, worst);
 
-    /* moe_group_mms (matmul_mms's tile over the same tiles, in the weights' own programs built
-     * for tensor cores with 16 tokens a tile, 2 x 16 rows, 4 warps, the word accessors on; a
-     * stand-in without PTX)
+    /* moe_group_mms (matmul_mms's tile over the same tiles, in the programs of
+     * ebb_cl_moe_mms_build for tensor cores with 2 x 16 rows and 4 warps, the word accessors
+     * on; a stand-in without PTX)
      * against the same moe_gather and moe_down outputs, within fp16 rounding of weights and
      * inputs: 2e-3 of the products' magnitude. */
     struct ebb_cl_tuning t = tu;
     t.mm_mma = 1;
-    t.mms_t = 16;
-    t.mms_mi = 2;
-    t.mms_w = 4;
+    t.mg_mi = 2;
+    t.mg_w = 4;
     t.block_dec = 0; /* the words of raw K-quants and Q8_0 (W_QW, W_QW8) */
     struct ebb_cl_wprog wg_p, wd_p;
-    OK(ebb_cl_wprog_build(cl, &gw->layout, &t, &wg_p, D));
-    OK(ebb_cl_wprog_build(cl, &dw->layout, &t, &wd_p, D));
+    OK(ebb_cl_moe_mms_build(cl, &gw->layout, &t, &wg_p, D));
+    OK(ebb_cl_moe_mms_build(cl, &dw->layout, &t, &wd_p, D));
     if (wg_p.moe_group_mms && wd_p.moe_group_mms) {
         double worst_m = 0;
         cl_mem yb2 = buf(sizeof(zero), zero), ypb2 = buf(sizeof(float) * NP * MOE_D, NULL);
         cl_mem db2 = buf(sizeof(d1), zero);
         int glu = 0, dn_ld = MOE_K * MOE_D, dn_off = 0;
-        size_t lm[2] = {32 * t.mms_w, 1};
+        size_t lm[2] = {32 * t.mg_w, 1};
         k = wg_p.moe_group_mms;
         OK(ebb_cl_weight_set_args(gw, k, 0, D));
         struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
@@ -582,7 +581,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
                                   EBB_CL_ARG(x_ld), EBB_CL_ARG(glu),  EBB_CL_ARG(yb2),
                                   EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
         OK(ebb_cl_set_args(k, 2, am, 11, D));
-        size_t gm[2] = {(MOE_F + 16 * t.mms_mi - 1) / (16 * t.mms_mi) * lm[0], (size_t)n_tiles};
+        size_t gm[2] = {(MOE_F + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)n_tiles};
         OK(ebb_cl_run(cl, k, 2, gm, lm, D));
         static float y2[MOEG_NT * Y_LD];
         rd(yb2, sizeof(y2), y2);
@@ -613,7 +612,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
                                   EBB_CL_ARG(g_ld),  EBB_CL_ARG(glu),    EBB_CL_ARG(ypb2),
                                   EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
         OK(ebb_cl_set_args(k, 2, dm, 11, D));
-        size_t gdm[2] = {(MOE_D + 16 * t.mms_mi - 1) / (16 * t.mms_mi) * lm[0], (size_t)n_tiles};
+        size_t gdm[2] = {(MOE_D + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)n_tiles};
         OK(ebb_cl_run(cl, k, 2, gdm, lm, D));
         k = kern(p, "moe_group_sum");
         struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
