@@ -1,13 +1,13 @@
 /* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
  * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
- * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, or the
- * Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
+ * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, Q5_0, or
+ * the Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
  * llama shapes keep their norms at 1; the other families' norms are random in [0.75, 1.25] and
  * their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The
  * output is a function of the arguments alone (splitmix64 from --seed): CI regenerates the files
  * the committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q4_k_m]
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q5_0|q4_k_m]
  *                 [--seed N] [--layers N] [--chat-template FILE] -o OUT.gguf
  *
  * --chat-template stores FILE's text as tokenizer.chat_template (in place of the source's, if it
@@ -276,7 +276,7 @@ static uint16_t f32_to_f16(float f)
 }
 
 /* Elements and bytes per block, and the variance of one element over d^2 when every bit but
- * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
+ * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q5_0 (q - 16, q of five bits), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
  * six-bit sc, m and four-bit q uniform: mean 0), Q6_K (int8 sc times q - 32). */
 struct qinfo {
     uint32_t type, blk, bytes;
@@ -286,6 +286,7 @@ struct qinfo {
 static const struct qinfo qinfos[] = {
     {EBB_GGML_Q4_0, 32, 18, 21.25f},
     {EBB_GGML_Q8_0, 32, 34, 5461.5f},
+    {EBB_GGML_Q5_0, 32, 22, 85.25f},
     {EBB_GGML_Q4_K, 256, 144, 66727.5f},
     {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
 };
@@ -339,7 +340,7 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
         write_kquant(w, t, d, buf, bufsz);
         return;
     }
-    size_t bs = t->type == EBB_GGML_Q4_0 ? 18 : 34;
+    size_t bs = t->type == EBB_GGML_Q4_0 ? 18 : t->type == EBB_GGML_Q5_0 ? 22 : 34;
     while (left) {
         size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
         for (size_t off = 0; off < n; off += bs) {
@@ -411,7 +412,7 @@ static char *read_text(const char *path)
 static int usage(FILE *f)
 {
     fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
-               "                     [--type q4_0|q8_0|q4_k_m]\n"
+               "                     [--type q4_0|q8_0|q5_0|q4_k_m]\n"
                "                     [--seed N] [--layers N] [--chat-template FILE]\n"
                "                     -o OUT.gguf\n"
                "shapes:");
@@ -468,10 +469,12 @@ int main(int argc, char **argv)
         wtype = EBB_GGML_Q4_0;
     else if (!strcmp(type_name, "q8_0"))
         wtype = EBB_GGML_Q8_0;
+    else if (!strcmp(type_name, "q5_0"))
+        wtype = EBB_GGML_Q5_0;
     else if (!strcmp(type_name, "q4_k_m"))
         wtype = EBB_GGML_Q4_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q4_k_m)\n", type_name);
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q4_k_m)\n", type_name);
         return 2;
     }
     if (mix && (sh->n_embd % 256 ||
@@ -671,7 +674,8 @@ int main(int argc, char **argv)
     kv_str(&w, "general.architecture", fam);
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
-    kv_u32(&w, "general.file_type", mix ? 15 : wtype == EBB_GGML_Q4_0 ? 2 : 7);
+    kv_u32(&w, "general.file_type",
+           mix ? 15 : wtype == EBB_GGML_Q4_0 ? 2 : wtype == EBB_GGML_Q5_0 ? 8 : 7);
     kv_u32(&w, KEY("block_count"), n_layer);
     kv_u32(&w, KEY("context_length"), sh->n_ctx);
     kv_u32(&w, KEY("embedding_length"), sh->n_embd);

@@ -186,6 +186,29 @@ inline void qw8_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b, int 
     *dm = (float4)(d, 0.0f, d, 0.0f);
 }
 
+/* The four high bits x (bits 0..3) as bit 4 of each byte of a word. */
+inline uint qw8_hi4(uint x)
+{
+    return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+/* The same for a raw Q5_0 row (22-byte blocks: d, the 32 high bits qh, 16 quant bytes whose low
+ * nibbles are weights 0..15 and high nibbles 16..31): each byte of *v0, *v1 gets its weight's
+ * five bits (0..31), w = d q - 16 d. The block's fields start 2 bytes apart, so the words are
+ * read as halves. */
+inline void qw8_raw_q5_0(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
+                         uint *v1, float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 22;
+    ushort2 hh = vload2(0, (const __global ushort *)(p + 2));
+    ushort2 qq = vload2(0, (const __global ushort *)(p + 6 + 4 * k));
+    uint qh = (uint)hh.x | ((uint)hh.y << 16), u = (uint)qq.x | ((uint)qq.y << 16);
+    *v0 = (u & 0x0F0F0F0Fu) | qw8_hi4((qh >> (4 * k)) & 15u);
+    *v1 = ((u >> 4) & 0x0F0F0F0Fu) | qw8_hi4((qh >> (16 + 4 * k)) & 15u);
+    float d = LD_HALF(p);
+    *dm = (float4)(d, -16.0f * d, d, -16.0f * d);
+}
+
 /* The same for a raw Q6_K row: 32-block b is weights 32 (b % 8).. of super-block b / 8 (210
  * bytes: ql[128], qh[64], 16 scales, d), whose six-bit values sit in the low or high nibbles of
  * 32 ql bytes and in two bits of 32 qh bytes; each byte of *v0, *v1 gets one (0..63), and w =
