@@ -1,13 +1,13 @@
 /* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
  * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
- * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, Q5_0, or
- * the Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
+ * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, Q5_0, Q5_K,
+ * or the Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
  * llama shapes keep their norms at 1; the other families' norms are random in [0.75, 1.25] and
  * their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The
  * output is a function of the arguments alone (splitmix64 from --seed): CI regenerates the files
  * the committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q5_0|q4_k_m]
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q5_0|q5_k|q4_k_m]
  *                 [--seed N] [--layers N] [--chat-template FILE] -o OUT.gguf
  *
  * --chat-template stores FILE's text as tokenizer.chat_template (in place of the source's, if it
@@ -277,7 +277,8 @@ static uint16_t f32_to_f16(float f)
 
 /* Elements and bytes per block, and the variance of one element over d^2 when every bit but
  * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q5_0 (q - 16, q of five bits), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
- * six-bit sc, m and four-bit q uniform: mean 0), Q6_K (int8 sc times q - 32). */
+ * six-bit sc, m and four-bit q uniform: mean 0), Q5_K (sc q - 15.5 m with dmin = 15.5 d, q of five
+ * bits), Q6_K (int8 sc times q - 32). */
 struct qinfo {
     uint32_t type, blk, bytes;
     float var;
@@ -287,6 +288,7 @@ static const struct qinfo qinfos[] = {
     {EBB_GGML_Q4_0, 32, 18, 21.25f},
     {EBB_GGML_Q8_0, 32, 34, 5461.5f},
     {EBB_GGML_Q5_0, 32, 22, 85.25f},
+    {EBB_GGML_Q5_K, 256, 176, 277651.5f},
     {EBB_GGML_Q4_K, 256, 144, 66727.5f},
     {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
 };
@@ -299,12 +301,13 @@ static const struct qinfo *qinfo(uint32_t type)
     return &qinfos[0];
 }
 
-/* Random K-quant blocks: every byte random, then d (and Q4_K's dmin = 7.5 d) in place. */
+/* Random K-quant blocks: every byte random, then d (and Q4_K's dmin = 7.5 d, Q5_K's 15.5 d) in
+ * place. */
 static void write_kquant(struct w *w, const struct tinfo *t, uint16_t d, uint8_t *buf, size_t bufsz)
 {
-    const bool q4 = t->type == EBB_GGML_Q4_K;
-    const size_t bs = q4 ? 144 : 210;
-    uint16_t dmin = f32_to_f16(7.5f * t->scale);
+    const bool q4 = t->type == EBB_GGML_Q4_K || t->type == EBB_GGML_Q5_K;
+    const size_t bs = t->type == EBB_GGML_Q4_K ? 144 : t->type == EBB_GGML_Q5_K ? 176 : 210;
+    uint16_t dmin = f32_to_f16((t->type == EBB_GGML_Q5_K ? 15.5f : 7.5f) * t->scale);
     for (uint64_t left = t->size; left;) {
         size_t n = left < bufsz ? (size_t)left : bufsz - bufsz % bs;
         for (size_t off = 0; off < n; off += bs) {
@@ -336,7 +339,7 @@ static void write_tensor(struct w *w, const struct tinfo *t, uint8_t *buf, size_
         return;
     }
     uint16_t d = f32_to_f16(t->scale);
-    if (t->type == EBB_GGML_Q4_K || t->type == EBB_GGML_Q6_K) {
+    if (t->type == EBB_GGML_Q4_K || t->type == EBB_GGML_Q5_K || t->type == EBB_GGML_Q6_K) {
         write_kquant(w, t, d, buf, bufsz);
         return;
     }
@@ -412,7 +415,7 @@ static char *read_text(const char *path)
 static int usage(FILE *f)
 {
     fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
-               "                     [--type q4_0|q8_0|q5_0|q4_k_m]\n"
+               "                     [--type q4_0|q8_0|q5_0|q5_k|q4_k_m]\n"
                "                     [--seed N] [--layers N] [--chat-template FILE]\n"
                "                     -o OUT.gguf\n"
                "shapes:");
@@ -471,17 +474,20 @@ int main(int argc, char **argv)
         wtype = EBB_GGML_Q8_0;
     else if (!strcmp(type_name, "q5_0"))
         wtype = EBB_GGML_Q5_0;
+    else if (!strcmp(type_name, "q5_k"))
+        wtype = EBB_GGML_Q5_K;
     else if (!strcmp(type_name, "q4_k_m"))
         wtype = EBB_GGML_Q4_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q4_k_m)\n", type_name);
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q5_k, q4_k_m)\n", type_name);
         return 2;
     }
-    if (mix && (sh->n_embd % 256 ||
-                (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
-                (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
-        fprintf(stderr, "ebb-gen-model: q4_k_m needs rows of multiples of 256 (shape %s)\n",
-                sh->name);
+    if ((mix || wtype == EBB_GGML_Q5_K) &&
+        (sh->n_embd % 256 ||
+         (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
+         (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
+        fprintf(stderr, "ebb-gen-model: %s needs rows of multiples of 256 (shape %s)\n",
+                type_name, sh->name);
         return 2;
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;
@@ -675,7 +681,11 @@ int main(int argc, char **argv)
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
     kv_u32(&w, "general.file_type",
-           mix ? 15 : wtype == EBB_GGML_Q4_0 ? 2 : wtype == EBB_GGML_Q5_0 ? 8 : 7);
+           mix                      ? 15
+           : wtype == EBB_GGML_Q4_0 ? 2
+           : wtype == EBB_GGML_Q5_0 ? 8
+           : wtype == EBB_GGML_Q5_K ? 17
+                                    : 7);
     kv_u32(&w, KEY("block_count"), n_layer);
     kv_u32(&w, KEY("context_length"), sh->n_ctx);
     kv_u32(&w, KEY("embedding_length"), sh->n_embd);

@@ -209,6 +209,24 @@ inline void qw8_raw_q5_0(const __global uchar *w, ulong rowb, int o, int b, int 
     *dm = (float4)(d, -16.0f * d, d, -16.0f * d);
 }
 
+/* The same for a raw Q5_K row: 32-block b is sub-block j = b % 8 of super-block b / 8 (176
+ * bytes: d, dmin, 12 bytes of six-bit scales and mins, qh[32], qs[128]), whose weight l has its
+ * low four bits in the low (j even) or high (j odd) nibble of qs[32 (j / 2) + l] and its fifth in
+ * bit j of qh[l]; each byte of *v0, *v1 gets one (0..31), w = d sc q - dmin m for both halves. */
+inline void qw8_raw_q5_k(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
+                         uint *v1, float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 176;
+    int j = b & 7, ns = 4 * (j & 1);
+    const __global uint *qs = (const __global uint *)(p + 48 + 32 * (j >> 1) + 4 * k);
+    const __global uint *qh = (const __global uint *)(p + 16 + 4 * k);
+    *v0 = ((qs[0] >> ns) & 0x0F0F0F0Fu) | (((qh[0] >> j) & 0x01010101u) << 4);
+    *v1 = ((qs[4] >> ns) & 0x0F0F0F0Fu) | (((qh[4] >> j) & 0x01010101u) << 4);
+    float2 sm = k4_scale_min(p + 4, j);
+    float sc = LD_HALF(p) * sm.x, mn = -LD_HALF(p + 2) * sm.y;
+    *dm = (float4)(sc, mn, sc, mn);
+}
+
 /* The same for a raw Q6_K row: 32-block b is weights 32 (b % 8).. of super-block b / 8 (210
  * bytes: ql[128], qh[64], 16 scales, d), whose six-bit values sit in the low or high nibbles of
  * 32 ql bytes and in two bits of 32 qh bytes; each byte of *v0, *v1 gets one (0..63), and w =

@@ -688,7 +688,7 @@ bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tun
 {
     return ebb_cl_layout_has_q16(l, tu) ||
            ((l->type == EBB_GGML_Q4_K || l->type == EBB_GGML_Q8_0 || l->type == EBB_GGML_Q6_K ||
-             l->type == EBB_GGML_Q5_0) &&
+             l->type == EBB_GGML_Q5_0 || l->type == EBB_GGML_Q5_K) &&
             l->order == EBB_CL_ORDER_RAW && l->storage == EBB_CL_STORE_BUFFER && !tu->block_dec);
 }
 

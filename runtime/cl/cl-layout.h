@@ -274,7 +274,7 @@ bool ebb_cl_layout_has_deq32(const struct ebb_cl_layout *l, const struct ebb_cl_
 bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
 /* True when layout l has matmul_mms's word accessors (W_QW, or W_QW8 for byte-wide weights;
- * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, raw Q8_0, raw Q6_K and raw Q5_0. */
+ * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, Q8_0, Q6_K, Q5_0 and Q5_K. */
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,

@@ -665,6 +665,8 @@ static void test_mma(void)
     test_mma_tiles(&q6k, tq, 512, true); /* and raw Q6_K: six bits a byte, a scale a half */
     struct ebb_cl_layout q50 = {EBB_GGML_Q5_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q50, tq, 288, true); /* and raw Q5_0: five bits a byte */
+    struct ebb_cl_layout q5k = {EBB_GGML_Q5_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    test_mma_tiles(&q5k, tq, 512, true); /* and raw Q5_K: five bits a byte, a scale a block */
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
