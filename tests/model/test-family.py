@@ -5,7 +5,7 @@ Regenerates the GGUF the committed data (tests/data/generation/NAME.json, writte
 scripts/ref/family-expect.py) was recorded on with ebb-gen-model and the vocabulary the data
 names, checks its sha256 against the recorded one (the generator must stay byte-for-byte
 deterministic, or the data no longer describes the file), then runs test-model on it with all
-the data's prompts. The vocabularies come from scripts/fetch-vocabs.sh ($EBB_VOCABS_DIR, default
+the data's prompts (EBB_FAMILY_PROMPTS=N: the first N). The vocabularies come from scripts/fetch-vocabs.sh ($EBB_VOCABS_DIR, default
 ~/.cache/ebb/vocabs); as for the vocabs test, their absence is a failure. EBB_TEST_DEVICE
 passes through (ref by default).
 
@@ -40,7 +40,8 @@ def main():
               "output changed; regenerate the data with scripts/ref/family-expect.py",
               file=sys.stderr)
         return 1
-    env = dict(os.environ, EBB_MODELS_DIR=work, EBB_TEST_PROMPTS="all",
+    env = dict(os.environ, EBB_MODELS_DIR=work,
+               EBB_TEST_PROMPTS=os.environ.get("EBB_FAMILY_PROMPTS", "all"),
                EBB_TEST_GEN=os.path.basename(data)[:-len(".json")])
     return subprocess.run([test_model], env=env).returncode
 
