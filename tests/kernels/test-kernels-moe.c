@@ -410,6 +410,37 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
 
 enum { MOEG_NT = 20, MOEG_GT = 16 /* moe.cl's MOE_GT */ };
 
+/* The sum of |terms| of pair q's gate output r (W_e[r] . x[t], e = ids[q]): the scale of its
+ * rounding error (0 for a skipped pair). */
+static double group_gate_mag(const float *g, const float *x, const int *ids, int q, int r)
+{
+    double mag = 0;
+    if (ids[q] >= 0) {
+        const float *wr = g + ((size_t)ids[q] * MOE_F + r) * MOE_D;
+        for (int i = 0; i < MOE_D; i++)
+            mag += fabs((double)wr[i] * x[(q / MOE_K) * MOE_D + i]);
+    }
+    return mag;
+}
+
+/* The same for token t's weighted down output o over its experts, the SwiGLU of h's gate and
+ * up rows (y_ld apart) as their input. */
+static double group_down_mag(const float *dn, const float *h, int y_ld, const int *ids,
+                             const float *wts, int t, int o)
+{
+    double mag = 0;
+    for (int j = 0; j < MOE_K; j++) {
+        int e = ids[t * MOE_K + j];
+        if (e < 0)
+            continue;
+        const float *wr = dn + ((size_t)e * MOE_D + o) * MOE_F;
+        const float *hg = h + t * y_ld + j * MOE_F, *hu = h + t * y_ld + (MOE_K + j) * MOE_F;
+        for (int i = 0; i < MOE_F; i++)
+            mag += fabs(wr[i] * silu_d(hg[i]) * hu[i] * wts[t * MOE_K + j]);
+    }
+    return mag;
+}
+
 /* The grouped prefill (moe_group_gu, moe_group_down, moe_group_sum) against moe_gather and
  * moe_down on the same inputs, within the dot-product bound: 20 tokens whose first expert is
  * expert 0 (two tiles, one full), the second spread over the others, one pair skipped (-1).
@@ -484,12 +515,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         int t = q / MOE_K, j = q % MOE_K;
         for (int r = 0; r < MOE_F; r++) {
             size_t at = (size_t)t * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
-            double mag = 0;
-            if (ids[q] >= 0) {
-                const float *wr = g + ((size_t)ids[q] * MOE_F + r) * MOE_D;
-                for (int i = 0; i < MOE_D; i++)
-                    mag += fabs((double)wr[i] * x[t * MOE_D + i]);
-            }
+            double mag = group_gate_mag(g, x, ids, q, r);
             double bound = 1e-5 * mag + 1e-6, err = fabs((double)y1[at] - y0[at]);
             worst = fmax(worst, err / bound);
             CHECK(err <= bound, "moe_group_gu %s t %d j %d r %d: %g vs moe_gather %g", name, t, j,
@@ -534,17 +560,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     rd(db1, sizeof(d1), d1);
     for (int t = 0; t < MOEG_NT; t++)
         for (int o = 0; o < MOE_D; o++) {
-            double mag = 0;
-            for (int j = 0; j < MOE_K; j++) {
-                int e = ids[t * MOE_K + j];
-                if (e < 0)
-                    continue;
-                const float *wr = dn + ((size_t)e * MOE_D + o) * MOE_F;
-                const float *hg = h + t * Y_LD + j * MOE_F,
-                            *hu = h + t * Y_LD + (MOE_K + j) * MOE_F;
-                for (int i = 0; i < MOE_F; i++)
-                    mag += fabs(wr[i] * silu_d(hg[i]) * hu[i] * wts[t * MOE_K + j]);
-            }
+            double mag = group_down_mag(dn, h, Y_LD, ids, wts, t, o);
             double bound = 1e-5 * mag + 1e-6,
                    err = fabs((double)d1[t * MOE_D + o] - d0[t * MOE_D + o]);
             worst = fmax(worst, err / bound);
@@ -589,12 +605,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
             int t_ = q / MOE_K, j = q % MOE_K;
             for (int r = 0; r < MOE_F; r++) {
                 size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
-                double mag = 0;
-                if (ids[q] >= 0) {
-                    const float *wr = g + ((size_t)ids[q] * MOE_F + r) * MOE_D;
-                    for (int i = 0; i < MOE_D; i++)
-                        mag += fabs((double)wr[i] * x[t_ * MOE_D + i]);
-                }
+                double mag = group_gate_mag(g, x, ids, q, r);
                 double bound = 2e-3 * mag + 1e-5, err = fabs((double)y2[at] - y0[at]);
                 worst_m = fmax(worst_m, err / bound);
                 CHECK(err <= bound, "moe_group_mms gate %s t %d j %d r %d: %g vs moe_gather %g",
@@ -625,17 +636,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         rd(db2, sizeof(d2), d2);
         for (int t_ = 0; t_ < MOEG_NT; t_++)
             for (int o = 0; o < MOE_D; o++) {
-                double mag = 0;
-                for (int j = 0; j < MOE_K; j++) {
-                    int e = ids[t_ * MOE_K + j];
-                    if (e < 0)
-                        continue;
-                    const float *wr = dn + ((size_t)e * MOE_D + o) * MOE_F;
-                    const float *hg = h + t_ * Y_LD + j * MOE_F,
-                                *hu = h + t_ * Y_LD + (MOE_K + j) * MOE_F;
-                    for (int i = 0; i < MOE_F; i++)
-                        mag += fabs(wr[i] * silu_d(hg[i]) * hu[i] * wts[t_ * MOE_K + j]);
-                }
+                double mag = group_down_mag(dn, h, Y_LD, ids, wts, t_, o);
                 double bound = 2e-3 * mag + 1e-5,
                        err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
                 worst_m = fmax(worst_m, err / bound);
