@@ -276,21 +276,18 @@ static uint16_t f32_to_f16(float f)
 }
 
 /* Elements and bytes per block, and the variance of one element over d^2 when every bit but
- * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q5_0 (q - 16, q of five bits), Q4_K (sc q - 7.5 m with dmin = 7.5 d, its
- * six-bit sc, m and four-bit q uniform: mean 0), Q5_K (sc q - 15.5 m with dmin = 15.5 d, q of five
- * bits), Q6_K (int8 sc times q - 32). */
+ * the scales' is random: Q4_0 (q - 8), Q8_0 (int8), Q5_0 (q - 16, q of five bits), Q4_K
+ * (sc q - 7.5 m with dmin = 7.5 d, its six-bit sc, m and four-bit q uniform: mean 0), Q5_K
+ * (sc q - 15.5 m with dmin = 15.5 d, q of five bits), Q6_K (int8 sc times q - 32). */
 struct qinfo {
     uint32_t type, blk, bytes;
     float var;
 };
 
 static const struct qinfo qinfos[] = {
-    {EBB_GGML_Q4_0, 32, 18, 21.25f},
-    {EBB_GGML_Q8_0, 32, 34, 5461.5f},
-    {EBB_GGML_Q5_0, 32, 22, 85.25f},
-    {EBB_GGML_Q5_K, 256, 176, 277651.5f},
-    {EBB_GGML_Q4_K, 256, 144, 66727.5f},
-    {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
+    {EBB_GGML_Q4_0, 32, 18, 21.25f},     {EBB_GGML_Q8_0, 32, 34, 5461.5f},
+    {EBB_GGML_Q5_0, 32, 22, 85.25f},     {EBB_GGML_Q5_K, 256, 176, 277651.5f},
+    {EBB_GGML_Q4_K, 256, 144, 66727.5f}, {EBB_GGML_Q6_K, 256, 210, 1865102.0f},
 };
 
 static const struct qinfo *qinfo(uint32_t type)
@@ -479,15 +476,16 @@ int main(int argc, char **argv)
     else if (!strcmp(type_name, "q4_k_m"))
         wtype = EBB_GGML_Q4_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q5_k, q4_k_m)\n", type_name);
+        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q5_k, q4_k_m)\n",
+                type_name);
         return 2;
     }
     if ((mix || wtype == EBB_GGML_Q5_K) &&
         (sh->n_embd % 256 ||
          (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
          (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
-        fprintf(stderr, "ebb-gen-model: %s needs rows of multiples of 256 (shape %s)\n",
-                type_name, sh->name);
+        fprintf(stderr, "ebb-gen-model: %s needs rows of multiples of 256 (shape %s)\n", type_name,
+                sh->name);
         return 2;
     }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : sh->n_layer;

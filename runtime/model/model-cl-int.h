@@ -98,7 +98,7 @@ struct clm_moe_group {
         struct ebb_cl_wprog p;
     } mms[3];
     uint32_t n_mms;
-    cl_kernel sum;     /* moe_group_sum */
+    cl_kernel sum; /* moe_group_sum */
     cl_mem perm, tiles, yp;
     int32_t *h_ids, *h_perm, *h_tiles;
     uint32_t *h_cnt, n_cnt;

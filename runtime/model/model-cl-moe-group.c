@@ -69,9 +69,9 @@ static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kerne
     if (g->no_mms || !m->tu.mm_mma)
         return EBB_OK;
     uint32_t i = 0;
-    while (i < g->n_mms && (g->mms[i].l.type != w->layout.type ||
-                            g->mms[i].l.storage != w->layout.storage ||
-                            g->mms[i].l.order != w->layout.order))
+    while (i < g->n_mms &&
+           (g->mms[i].l.type != w->layout.type || g->mms[i].l.storage != w->layout.storage ||
+            g->mms[i].l.order != w->layout.order))
         i++;
     if (i == g->n_mms) {
         if (i == sizeof(g->mms) / sizeof(g->mms[0]))
@@ -189,10 +189,10 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
         if ((rc = mms_kernel(m, ws[i], &km, diag)))
             return rc;
         if (km) {
-            struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows), EBB_CL_ARG(k),
+            struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
                                      EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
-                                     EBB_CL_ARG(x_ld), EBB_CL_ARG(glu), EBB_CL_ARG(y),
-                                     EBB_CL_ARG(o_ld), EBB_CL_ARG(o_off)};
+                                     EBB_CL_ARG(x_ld),     EBB_CL_ARG(glu),     EBB_CL_ARG(y),
+                                     EBB_CL_ARG(o_ld),     EBB_CL_ARG(o_off)};
             size_t r = 16 * (size_t)m->tu.mg_mi, w = 32 * (size_t)m->tu.mg_w;
             size_t gm[2] = {((size_t)n_rows + r - 1) / r * w, (size_t)n_tiles}, lm[2] = {w, 1};
             if ((rc = ebb_cl_weight_set_args(ws[i], km, 0, diag)) ||
@@ -202,9 +202,9 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
             continue;
         }
         cl_kernel kg = down ? p[2]->group_down : p[i]->group_gu;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows), EBB_CL_ARG(k),
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
                                  EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
-                                 EBB_CL_ARG(x_ld),     EBB_CL_ARG(y),      EBB_CL_ARG(o_ld),
+                                 EBB_CL_ARG(x_ld),     EBB_CL_ARG(y),       EBB_CL_ARG(o_ld),
                                  EBB_CL_ARG(o_off)};
         size_t gs[2] = {((size_t)n_rows + rows - 1) / rows * wg, (size_t)n_tiles};
         /* moe_group_down takes no y_ld / y_off: its yp rows are the pairs' */

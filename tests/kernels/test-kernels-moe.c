@@ -648,8 +648,8 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
                 double bound = 2e-3 * mag + 1e-5,
                        err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
                 worst_m = fmax(worst_m, err / bound);
-                CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name,
-                      t_, o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
+                CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name, t_,
+                      o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
             }
         clReleaseMemObject(yb2);
         clReleaseMemObject(ypb2);

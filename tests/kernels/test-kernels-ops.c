@@ -607,8 +607,8 @@ static void test_attention_mma_hd(cl_program p, int hd)
     cl_ulong kvb = 0;
     struct {
         int pos0, win, ring;
-    } cases[] = {{0, 0, CTX},    {290, 0, CTX},     {0, 5, CTX},
-                 {290, 70, CTX}, {290, 100, 240},   {1000, 100, 240}};
+    } cases[] = {{0, 0, CTX},    {290, 0, CTX},   {0, 5, CTX},
+                 {290, 70, CTX}, {290, 100, 240}, {1000, 100, 240}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int pos0 = cases[ci].pos0, win = cases[ci].win, ring = cases[ci].ring, ntok = T;
         struct ebb_cl_arg c[] = {
