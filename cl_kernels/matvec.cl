@@ -1186,8 +1186,7 @@ inline __attribute__((always_inline)) void ms_products(W_ARGS, int n_in, int war
                         const __global float *xt[MS_NJ], const __global float *xs[MS_NJ][2],
                         int up, float acc[MS_MI][MS_NJ][4])
 {
-    int g = lane >> 2, q = lane & 3, nb = n_in / 32;
-    (void)g;
+    int q = lane & 3, nb = n_in / 32;
     for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
 #if MV_PTX
         /* All of the step's loads first (blocks past n_in read the last block, their scales
