@@ -460,22 +460,61 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                 h0, po, pml, out);
 }
 
-/* Decode, second pass: combines the n_chunks partials of each head. Global (HEAD_DIM, n_head). */
+/* Decode's second pass, the partials of one head (n_chunks of them: outputs po[c][d], maxima
+ * and sums pml[c]) combined into output dimension d. The work-group is HEAD_DIM x rr work-items
+ * (rr = get_local_size(0) / HEAD_DIM, 1..ATT_RR_MAX): work-item (d, r) takes chunks r, r + rr,
+ * .. with a running max of its own, four loads at a time, so that a deep context's hundreds of
+ * chunks are not one serial loop per work-item (H200, 8B shape, 16384 positions in chunks of
+ * 64: 60 us a launch with rr 1); the rr partials meet in red (ATT_RR_MAX x (HEAD_DIM + 2)
+ * floats). Every work-item returns its d's result; all must call it. */
+#define ATT_RR_MAX 8
+#define ATT_RED_LOCAL (ATT_RR_MAX * (HEAD_DIM + 2))
+inline float att_combine(const __global float *po, const __global float2 *pml, int n_chunks,
+                         __local float *red)
+{
+    int lid = get_local_id(0), d = lid % HEAD_DIM, r = lid / HEAD_DIM;
+    int rr = (int)get_local_size(0) / HEAD_DIM;
+    float m = -INFINITY, l = 0.0f, o = 0.0f;
+#pragma unroll 4
+    for (int c = r; c < n_chunks; c += rr) {
+        float2 ml = pml[c];
+        float mn = fmax(m, ml.x); /* a chunk holds a position: its max is finite */
+        float a = exp(m - mn), b = exp(ml.x - mn);
+        l = l * a + ml.y * b;
+        o = o * a + po[(size_t)c * HEAD_DIM + d] * b;
+        m = mn;
+    }
+    if (rr == 1)
+        return o / l;
+    __local float *rm = red + ATT_RR_MAX * HEAD_DIM, *rl = rm + ATT_RR_MAX;
+    red[r * HEAD_DIM + d] = o;
+    if (d == 0) {
+        rm[r] = m; /* -inf (with l and o 0) where r >= n_chunks */
+        rl[r] = l;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mx = -INFINITY, lt = 0.0f, ot = 0.0f;
+    for (int i = 0; i < rr; i++)
+        mx = fmax(mx, rm[i]);
+    for (int i = 0; i < rr; i++) {
+        float w = exp(rm[i] - mx);
+        lt += w * rl[i];
+        ot += w * red[i * HEAD_DIM + d];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* red free for the caller */
+    return ot / lt;
+}
+
+/* Decode, second pass: combines the n_chunks partials of each head (att_combine). Global
+ * (HEAD_DIM x rr, n_head), local (HEAD_DIM x rr, 1). */
 __kernel void attn_decode_reduce(__global const float *po, __global const float2 *pml,
                                  int n_chunks, __global float *out)
 {
-    int d = get_global_id(0), h = get_global_id(1);
-    float m = -INFINITY;
-    for (int c = 0; c < n_chunks; c++)
-        m = fmax(m, pml[h * n_chunks + c].x);
-    float l = 0.0f, o = 0.0f;
-    for (int c = 0; c < n_chunks; c++) {
-        float2 ml = pml[h * n_chunks + c];
-        float w = exp(ml.x - m);
-        l += w * ml.y;
-        o += w * po[((size_t)h * n_chunks + c) * HEAD_DIM + d];
-    }
-    out[h * HEAD_DIM + d] = o / l;
+    __local float red[ATT_RED_LOCAL];
+    int h = get_group_id(1), d = get_local_id(0) % HEAD_DIM;
+    float v = att_combine(po + (size_t)h * n_chunks * HEAD_DIM, pml + h * n_chunks, n_chunks, red);
+    if (get_local_id(0) < HEAD_DIM)
+        out[h * HEAD_DIM + d] = v;
 }
 
 /* Decode rows of a batch (flash-decoding over slots at different depths): z-th decode row
@@ -514,30 +553,23 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
                 out + (size_t)r * out_ld);
 }
 
-/* The second pass of attn_decode_rows for rows of more than one chunk. Global (HEAD_DIM,
- * n_head, n_dec). */
+/* The second pass of attn_decode_rows for rows of more than one chunk (att_combine). Global
+ * (HEAD_DIM x rr, n_head, n_dec), local (HEAD_DIM x rr, 1, 1). */
 __kernel void attn_decode_reduce_rows(__global const float *po, __global const float2 *pml,
                                       __global const int *rt, __global const int *dr,
                                       int max_nc, __global float *out, int out_ld, int win)
 {
-    int d = get_global_id(0), h = get_global_id(1), z = get_global_id(2);
+    __local float red[ATT_RED_LOCAL];
+    int h = get_group_id(1), z = get_group_id(2), d = get_local_id(0) % HEAD_DIM;
     int r = dr[z], n_kv = rt[2 * r + 1] + 1;
     int nc = (n_kv - att_first(n_kv, win) + ATT_CHUNK - 1) / ATT_CHUNK;
     if (nc == 1)
-        return;
-    const __global float *pz = po + (size_t)z * get_global_size(1) * max_nc * HEAD_DIM;
-    const __global float2 *mz = pml + (size_t)z * get_global_size(1) * max_nc;
-    float m = -INFINITY;
-    for (int c = 0; c < nc; c++)
-        m = fmax(m, mz[h * nc + c].x);
-    float l = 0.0f, o = 0.0f;
-    for (int c = 0; c < nc; c++) {
-        float2 ml = mz[h * nc + c];
-        float w = exp(ml.x - m);
-        l += w * ml.y;
-        o += w * pz[((size_t)h * nc + c) * HEAD_DIM + d];
-    }
-    out[(size_t)r * out_ld + h * HEAD_DIM + d] = o / l;
+        return; /* the whole work-group */
+    const __global float *pz = po + (size_t)z * get_num_groups(1) * max_nc * HEAD_DIM;
+    const __global float2 *mz = pml + (size_t)z * get_num_groups(1) * max_nc;
+    float v = att_combine(pz + (size_t)h * nc * HEAD_DIM, mz + h * nc, nc, red);
+    if (get_local_id(0) < HEAD_DIM)
+        out[(size_t)r * out_ld + h * HEAD_DIM + d] = v;
 }
 
 /* Prefill, causal: query t (position pos0 + t) of head h attends positions 0..pos0 + t (with
@@ -620,9 +652,14 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
  * head, so that Q, O and the staged tiles fit the registers and local memory. Same arguments and
  * results as attn_prefill, rings included (position p at p % n_ctx; the ring holds the window
  * of every query of the launch); global size (ceil(n_tok / 64) * 128, n_head * HEAD_DIM /
- * FA_DV), local (128, 1). The keys walked are those the work-group's queries see, from the
- * window's start of its first query; keys past its last query are staged as zeros (the cache
- * may hold anything there). */
+ * FA_DV, n_split), local (128, 1, 1). The keys walked are those the work-group's queries see,
+ * from the window's start of its first query; keys past its last query are staged as zeros (the
+ * cache may hold anything there). With n_split > 1 (a long context behind few queries, whose
+ * work-groups alone would leave most of the device idle) work-group z walks the z-th of n_split
+ * equal runs of whole key tiles and writes its unnormalised output and each row's max and sum to
+ * po / pml (attn_prefill_merge combines them) instead of out. Staging: keys row by row as they
+ * lie in the cache; values transposed, each work-item packing two keys' halves of a dimension
+ * into one 32-bit word, a warp's words side by side (no bank conflicts). */
 #if HEAD_DIM > 128
 #define FA_KT 32  /* keys per tile */
 #define FA_DV 128 /* output dimensions a work-group */
@@ -654,7 +691,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
 attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
                  __global const half *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
                  int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0,
-                 int win)
+                 int win, __global float *po, __global float2 *pml)
 {
     __local uint ks[FA_KT * FA_KP / 2]; /* half K[k0 + j][d] at j * FA_KP + d */
     __local uint vt[FA_DV * FA_VP / 2]; /* half V[k0 + j][dv0 + d] at d * FA_VP + j */
@@ -665,6 +702,11 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
     int t0 = get_group_id(0) * 64, tw = t0 + warp * 16;
     int n_keys = pos0 + min(n_tok, t0 + 64); /* keys the work-group's queries see */
     int k_lo = att_first(pos0 + t0 + 1, win);  /* the first of them */
+    /* This work-group's run of them: the z-th of nz, whole tiles. */
+    int nz = get_num_groups(2), z = get_group_id(2);
+    int span = ((n_keys - k_lo + nz - 1) / nz + FA_KT - 1) / FA_KT * FA_KT;
+    int k_end = min(n_keys, k_lo + (z + 1) * span);
+    k_lo += z * span;
     int w_lo = att_first(pos0 + tw + 1, win);  /* the first key the warp's queries see */
     /* This lane's two query rows (g and g + 8 of the warp's 16) and their positions. */
     int qa = min(tw + g, n_tok - 1), qb = min(tw + g + 8, n_tok - 1);
@@ -690,7 +732,7 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
     const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
     const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM + dv0;
-    for (int k0 = k_lo; k0 < n_keys; k0 += FA_KT) {
+    for (int k0 = k_lo; k0 < k_end; k0 += FA_KT) {
         /* Stage FA_KT keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
         for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
             int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
@@ -700,17 +742,21 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
                                                         d));
             vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
         }
-        for (int c = lid; c < FA_KT * (FA_DV / 8); c += 128) {
-            int j = c / (FA_DV / 8), d = (c % (FA_DV / 8)) * 8;
-            uint4 vv4 = (uint4)(0);
+        for (int c = lid; c < FA_KT / 2 * (FA_DV / 8); c += 128) {
+            int j = c % (FA_KT / 2) * 2, d = c / (FA_KT / 2) * 8; /* keys j, j + 1; 8 dims */
+            uint4 va = (uint4)(0), vn = (uint4)(0);
             if (k0 + j < n_keys)
-                vv4 = vload4(0, (const __global uint *)(vb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
-                                                        d));
-            uint vw[4] = {vv4.x, vv4.y, vv4.z, vv4.w};
+                va = vload4(0, (const __global uint *)(vb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
+                                                       d));
+            if (k0 + j + 1 < n_keys)
+                vn = vload4(0, (const __global uint *)(vb +
+                                                       (size_t)((k0 + j + 1) % n_ctx) * HEAD_DIM +
+                                                       d));
+            uint wa[4] = {va.x, va.y, va.z, va.w}, wn[4] = {vn.x, vn.y, vn.z, vn.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                vth[(d + 2 * i) * FA_VP + j] = (ushort)(vw[i] & 0xffffu);
-                vth[(d + 2 * i + 1) * FA_VP + j] = (ushort)(vw[i] >> 16);
+                vt[((d + 2 * i) * FA_VP + j) / 2] = (wa[i] & 0xffffu) | (wn[i] << 16);
+                vt[((d + 2 * i + 1) * FA_VP + j) / 2] = (wa[i] >> 16) | (wn[i] & 0xffff0000u);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -730,16 +776,19 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
                     MMA_F16(sc[n], qf[s][0], qf[s][1], qf[s][2], qf[s][3], b0, b1);
                 }
             }
-            /* Causal mask, the window, and the running max of rows g (a) and g + 8 (b). */
+            /* Causal mask and the window, on the tiles that cross a row's position or its
+             * window's start (the same for the whole warp), and the running max of rows g (a)
+             * and g + 8 (b). */
             float xa = -INFINITY, xb = -INFINITY;
+            bool cut = k0 + FA_KT - 1 > pos0 + tw || (win > 0 && k0 <= pos0 + tw + 15 - win);
 #pragma unroll
             for (int n = 0; n < FA_KT / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int kp = k0 + n * 8 + 2 * q + e;
-                    if (kp > pa || kp <= fa)
+                    if (cut && (kp > pa || kp <= fa))
                         sc[n][e] = -INFINITY;
-                    if (kp > pb || kp <= fb)
+                    if (cut && (kp > pb || kp <= fb))
                         sc[n][2 + e] = -INFINITY;
                     xa = fmax(xa, sc[n][e]);
                     xb = fmax(xb, sc[n][2 + e]);
@@ -794,6 +843,29 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
     lb += fa_shfl_xor(lb, 1);
     lb += fa_shfl_xor(lb, 2);
     bool wa = tw + g < n_tok, wb = tw + g + 8 < n_tok;
+    if (nz > 1) {
+        /* A run of the keys: its unnormalised rows at po[((z * n_head + h) * n_tok + t) *
+         * HEAD_DIM + d] and (max, sum) at pml[(z * n_head + h) * n_tok + t]; a row that saw no
+         * key of the run has max -inf and sum 0. */
+        size_t zr = ((size_t)z * n_head + h) * n_tok;
+        __global float *oa = po + (zr + tw + g) * HEAD_DIM + dv0;
+        __global float *ob = po + (zr + tw + g + 8) * HEAD_DIM + dv0;
+#pragma unroll
+        for (int n = 0; n < FA_DN; n++) {
+            int d = n * 8 + 2 * q;
+            if (wa)
+                vstore2((float2)(o[n][0], o[n][1]), 0, oa + d);
+            if (wb)
+                vstore2((float2)(o[n][2], o[n][3]), 0, ob + d);
+        }
+        if (q == 0 && dv0 == 0) {
+            if (wa)
+                pml[zr + tw + g] = (float2)(ma, la);
+            if (wb)
+                pml[zr + tw + g + 8] = (float2)(mb, lb);
+        }
+        return;
+    }
     __global float *oa = out + (size_t)(r0 + tw + g) * out_ld + h * HEAD_DIM + dv0;
     __global float *ob = out + (size_t)(r0 + tw + g + 8) * out_ld + h * HEAD_DIM + dv0;
 #pragma unroll
@@ -804,5 +876,27 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
         if (wb)
             vstore2((float2)(o[n][2] / lb, o[n][3] / lb), 0, ob + d);
     }
+}
+
+/* attn_prefill_mma's runs of keys combined: row t of head h from the n_split partials that
+ * attn_prefill_mma wrote to po / pml, normalised into out (as attn_prefill_mma would have written
+ * it, stride out_ld from row r0). Global size (HEAD_DIM, n_head, n_tok). */
+__kernel void attn_prefill_merge(__global const float *po, __global const float2 *pml,
+                                 int n_split, int n_tok, __global float *out, int out_ld, int r0)
+{
+    int d = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    int n_head = get_global_size(1);
+    float m = -INFINITY;
+    for (int z = 0; z < n_split; z++)
+        m = fmax(m, pml[((size_t)z * n_head + h) * n_tok + t].x);
+    float l = 0.0f, o = 0.0f;
+    for (int z = 0; z < n_split; z++) {
+        size_t zr = ((size_t)z * n_head + h) * n_tok + t;
+        float2 ml = pml[zr];
+        float w = ml.x == -INFINITY ? 0.0f : exp(ml.x - m);
+        l += w * ml.y;
+        o += w * po[zr * HEAD_DIM + d];
+    }
+    out[(size_t)(r0 + t) * out_ld + h * HEAD_DIM + d] = o / l;
 }
 #endif

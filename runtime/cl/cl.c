@@ -534,7 +534,7 @@ ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, 
  * device (CL_QUEUE_PROFILING_ENABLE), read at the next wait (ebb_cl_finish, ebb_cl_read, or
  * every PROF_EV launches), and the table gets each kernel's device time and, apart, the idle
  * time between consecutive launches (launch gaps and host waits). */
-#define PROF_MAX 128
+#define PROF_MAX 1024
 #define PROF_EV 4096
 static struct {
     char name[48];

@@ -86,8 +86,8 @@ struct clm_xc {
     uint64_t tier_avail;              /* the host memory available then (0: no reading) */
     uint32_t *miss_e;                 /* (n_slots) the current pass's misses */
     int32_t *miss_slot;               /* (n_slots) and their slots */
-    cl_mem sids;                      /* (N_BATCH, k) int: the slot table the kernels read */
-    int32_t *host_ids, *host_sids;    /* (N_BATCH, k) read back / to upload */
+    cl_mem sids;                      /* (m->n_batch, k) int: the slot table the kernels read */
+    int32_t *host_ids, *host_sids;    /* (m->n_batch, k) read back / to upload */
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
     struct ebb_model_expert_cache st; /* counters (under m->snap_mu when published) */
@@ -160,7 +160,7 @@ static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t bud
     fixed = fixed > experts ? fixed - experts : 0;
     uint64_t kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * m->n_ctx * m->n_seq;
     uint64_t bufs =
-        N_BATCH * f *
+        m->n_batch * f *
             (2 * (uint64_t)hp->n_embd + m->n_qkv + m->n_q + 3 * (uint64_t)hp->n_ff + hp->n_expert +
              2 * hp->n_expert_used + 2 * (uint64_t)hp->n_expert_used * hp->n_ff_exp) +
         N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + (16u << 20);
@@ -363,8 +363,8 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->pool = calloc((size_t)L * 3, sizeof(*x->pool));
     x->w = calloc((size_t)L * 3, sizeof(*x->w));
     x->slot_of = malloc(sizeof(int32_t) * L * E);
-    x->host_ids = malloc(sizeof(int32_t) * N_BATCH * k);
-    x->host_sids = malloc(sizeof(int32_t) * N_BATCH * k);
+    x->host_ids = malloc(sizeof(int32_t) * m->n_batch * k);
+    x->host_sids = malloc(sizeof(int32_t) * m->n_batch * k);
     x->want = calloc(E, 1);
     x->list = malloc(sizeof(uint32_t) * E);
     if (!x->src || !x->ebytes || !x->pool || !x->w || !x->slot_of || !x->host_ids ||
@@ -435,7 +435,8 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     }
     if ((rc = staging_open(m, big, diag)))
         return rc;
-    if ((rc = ebb__clm_alloc(m, sizeof(cl_int) * N_BATCH * k, &x->sids, "expert slot table", diag)))
+    if ((rc = ebb__clm_alloc(m, sizeof(cl_int) * m->n_batch * k, &x->sids, "expert slot table",
+                             diag)))
         return rc;
     x->st.on = true;
     x->st.slots = n_slots;

@@ -23,7 +23,18 @@
 #define STREAMING(m) false
 #endif
 
-#define N_BATCH 128        /* tokens per prefill chunk (scratch rows) */
+/* Rows of a prefill chunk (m->n_batch, the scratch's rows): N_BATCH_CPU on CPU devices,
+ * N_BATCH_GPU on GPUs, where a chunk of 512 keeps the tensor cores' tiles full and reads the
+ * cache a quarter as often at depth (H200, 8B shape: pp8192 11623 -> 20396 tok/s, pp512 after
+ * 16384 tokens 4513 -> 11728; docs/PERFORMANCE.md); EBB_CL_BATCH=N (N_BATCH_MIN..N_BATCH_MAX,
+ * a multiple of 32) overrides. */
+#define N_BATCH_MIN 128
+#define N_BATCH_MAX 1024
+#define N_BATCH_CPU 128
+#define N_BATCH_GPU 512
+/* Rows x runs of keys that a split prefill attention launch may write (m->apo): one chunk of
+ * 512 in 4 runs. */
+#define ATT_SPLIT_ROWS 2048
 #define LONG_ROWS 2048     /* a layer-major prefill's rows by default (EBB_STREAM_LONG_ROWS) */
 #define LONG_ROWS_MAX 8192 /* and at most */
 #define N_OUT_ROWS 16      /* rows of the logits scratch (logits_all runs in groups of this) */
@@ -43,10 +54,10 @@
 /* The family's description compiled for this engine (model-cl-plan.c): the layer program as a
  * short list of fused steps, the same for every layer, and the tensors they read. */
 enum clm_buf {
-    CLM_X,   /* m->x (N_BATCH, n_embd): the residual stream */
-    CLM_QKV, /* m->qkv (N_BATCH, n_q + 2 n_kv): q | k | v */
-    CLM_ATT, /* m->att (N_BATCH, n_q) */
-    CLM_GU,  /* m->gu (N_BATCH, 2 n_ff): gate | up */
+    CLM_X,   /* m->x (n_batch, n_embd): the residual stream */
+    CLM_QKV, /* m->qkv (n_batch, n_q + 2 n_kv): q | k | v */
+    CLM_ATT, /* m->att (n_batch, n_q) */
+    CLM_GU,  /* m->gu (n_batch, 2 n_ff): gate | up */
 };
 
 enum clm_step_kind {
@@ -108,9 +119,9 @@ struct clm_moe {
     struct clm_moe_prog progs[4];
     uint32_t n_progs;
     cl_kernel route;         /* moe_route, from progs[0] */
-    cl_mem scores;           /* (N_BATCH, n_expert) router scores */
-    cl_mem ids, w;           /* (N_BATCH, n_expert_used) the chosen experts (int) and weights */
-    cl_mem gu;               /* (N_BATCH, 2 n_expert_used n_ff_exp) their gate outputs, then up */
+    cl_mem scores;           /* (n_batch, n_expert) router scores */
+    cl_mem ids, w;           /* (n_batch, n_expert_used) the chosen experts (int) and weights */
+    cl_mem gu;               /* (n_batch, 2 n_expert_used n_ff_exp) their gate outputs, then up */
     cl_mem gq, gd;           /* (n_expert_used n_ff_exp) int8 SwiGLU outputs of one token, and their
                                 (d, d * sum) per 32 (moe_gate_up_q8, for moe_down_q8) */
     struct clm_moe_prog *q8; /* the stacks' program where ebb__clm_moe_prepare found the 8-bit
@@ -156,7 +167,7 @@ struct layer {
     cl_mem qn, kn;   /* (head_dim) f32 with plan.has_qk_norm */
 };
 
-/* The rows of the chunk being evaluated (at most N_BATCH), as consecutive parts: part i is
+/* The rows of the chunk being evaluated (at most n_batch), as consecutive parts: part i is
  * rows r0..r0+n-1 of the scratch buffers, tokens of KV slot seq at positions pos..pos+n-1.
  * Single-slot evaluation is one part at row 0. With more than one part, m->rt holds each
  * row's (slot, position) and m->dr the decode rows (parts of one row), written once per
@@ -180,6 +191,8 @@ struct clm {
     struct ebb__hparams hp;
     struct ebb_cl *cl;
     struct ebb_cl_tuning tu;
+    uint32_t n_batch; /* rows of a prefill chunk (the scratch's rows; N_BATCH_CPU/GPU above) */
+    uint32_t att_split_max; /* runs of keys a prefill attention launch may take (1: whole) */
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
     struct ebb_cl_hostmap map;
     struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
@@ -194,6 +207,7 @@ struct clm {
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
     cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
     cl_kernel k_attn_pre_mma;      /* attn_prefill_mma, with tu.att_mma on PTX devices */
+    cl_kernel k_attn_merge;        /* attn_prefill_merge, with k_attn_pre_mma */
     bool hn_fold;                  /* decode: the head_norm step left its work to the next
                                       attention (attn_decode_rope) */
     bool att_q8;                   /* decode: the attention output waits in xq / xd (attend
@@ -217,13 +231,15 @@ struct clm {
     cl_mem pc;
     uint32_t pc_len;
     /* Scratch, allocated once. */
-    cl_mem ids;                 /* (N_BATCH) int */
-    cl_mem x, h;                /* (N_BATCH, n_embd) residual stream and normed copy */
-    cl_mem qkv;                 /* (N_BATCH, n_qkv) */
-    cl_mem att;                 /* (N_BATCH, n_q) */
-    cl_mem gu, ff;              /* (N_BATCH, 2 n_ff), (N_BATCH, n_ff) */
+    cl_mem ids;                 /* (n_batch) int */
+    cl_mem x, h;                /* (n_batch, n_embd) residual stream and normed copy */
+    cl_mem qkv;                 /* (n_batch, n_qkv) */
+    cl_mem att;                 /* (n_batch, n_q) */
+    cl_mem gu, ff;              /* (n_batch, 2 n_ff), (n_batch, n_ff) */
     cl_mem hl;                  /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
     cl_mem logits;              /* (N_OUT_ROWS, n_vocab) */
+    cl_mem apo, apml;           /* with k_attn_pre_mma: runs of keys' partials, (ATT_SPLIT_ROWS,
+                                   n_head, head_dim) and (ATT_SPLIT_ROWS, n_head) float2 */
     cl_mem po, pml;             /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
                                    max_chunks) float2 */
     cl_mem tpv, tpi, tov, toi;  /* top-k partials (N_OUT_ROWS, topk_parts * TOPK_MAX) and
@@ -231,18 +247,18 @@ struct clm {
     int topk_parts;             /* first-pass work-groups a row, 0: no device top-k */
     cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
                                    n_in) and its per-32 (d, d * sum) float2 */
-    cl_mem rt, dr;              /* batched: (N_BATCH) int2 (KV slot, position) per row, (n_dec_max)
+    cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
                                    int decode rows */
     uint32_t max_chunks;        /* decode attention chunks of a full context */
-    uint32_t n_dec_max;         /* decode rows a chunk can hold (min(n_seq, N_BATCH)); po and pml
+    uint32_t n_dec_max;         /* decode rows a chunk can hold (min(n_seq, n_batch)); po and pml
                                    hold this many rows' partials */
     int32_t *host_ti;           /* (N_OUT_ROWS, TOPK_MAX) batched: top-k ids read back */
     float *host_tv;             /* (N_OUT_ROWS, TOPK_MAX) and their logits */
-    int32_t *host_ids;          /* (N_BATCH) batched: the chunk's token ids */
-    int32_t *host_rt, *host_dr; /* (2 N_BATCH), (N_BATCH): what rt and dr receive */
+    int32_t *host_ids;          /* (n_batch) batched: the chunk's token ids */
+    int32_t *host_rt, *host_dr; /* (2 n_batch), (n_batch): what rt and dr receive */
     struct clm_part *bparts;    /* (n_seq) the chunk's parts */
     float *host_logits;         /* (n_vocab) for host top-k beyond TOPK_MAX */
-    float *host_h;              /* (N_BATCH, n_embd) normed rows read back for hidden_sum */
+    float *host_h;              /* (n_batch, n_embd) normed rows read back for hidden_sum */
     /* Layer streamer (docs/STREAMER.md); st is NULL on the plain path. */
     const struct ebb_gguf *g;
     struct ebb_stream *st;
@@ -261,9 +277,9 @@ struct clm {
     /* Host layers (docs/STREAMER.md, "Host layers"): layers first_host.. run on the host. */
     struct ebb__ref_host *host;
     uint32_t first_host; /* n_layer when none */
-    float *host_x;       /* (N_BATCH, n_embd) the residual rows while the host has them */
+    float *host_x;       /* (n_batch, n_embd) the residual rows while the host has them */
     /* Layer-major prefill (docs/STREAMER.md, "Long prompts"): with a streamer, prompts of more
-     * than N_BATCH tokens go through each layer xl_rows at a time, their rows kept in xl. */
+     * than n_batch tokens go through each layer xl_rows at a time, their rows kept in xl. */
     uint32_t xl_rows; /* 0: off */
     cl_mem xl;        /* (xl_rows, n_embd) */
     uint64_t host_ns, host_steps;
@@ -321,7 +337,7 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
 /* The same for n chunks in turn (layer-major prefill, n > 1): chunk i's rows are kept in m->xl
- * from row i * N_BATCH on and pass through m->x for the layer. n == 1: ebb__clm_layer. */
+ * from row i * n_batch on and pass through m->x for the layer. n == 1: ebb__clm_layer. */
 ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                               uint32_t n, struct ebb_diag *diag);
 

@@ -380,23 +380,70 @@ static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
     return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
 }
 
-/* Prefill attention of nt queries with attn_prefill's 15 arguments (the
- * window last): on tensor cores where built (attn_prefill_mma, 64 queries a work-group of 128,
- * ebb_cl_att_mma_split work-groups a head; windows and rings as attn_prefill), else
- * attn_prefill. */
-static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int nt,
-                                 struct ebb_diag *diag)
+/* The work-group of decode attention's second pass (attention.cl's att_combine) over nc
+ * chunks: HEAD_DIM work-items times rr, each row taking every rr-th chunk; rr grows with the
+ * chunks (about 16 a work-item, at most 8 rows and the device's work-group), 1 on CPUs. */
+static size_t att_red_wg(const struct clm *m, int nc)
+{
+    size_t hd = m->hp.head_dim, rr = 1;
+    while (!m->tu.mv_cpu && rr < 8 && (size_t)nc > 16 * rr && hd * rr * 2 <= m->cl->info.max_wg)
+        rr *= 2;
+    return hd * rr;
+}
+
+/* Runs of keys attn_prefill_mma splits nt queries at position pos into (n_split): doubled
+ * while the launch would not fill the device twice over (ceil(nt / 64) x heads x runs
+ * work-groups of 128, about 3 resident a compute unit), each run keeps at least 512 keys and
+ * the partials fit m->apo. A 512-token chunk after 16384 tokens runs 4 ways. */
+static int prefill_splits(const struct clm *m, int nt, int pos, int win)
+{
+    if (!m->k_attn_merge)
+        return 1;
+    int first = win > 0 && pos + 1 > win ? pos + 1 - win : 0, keys = pos + nt - first;
+    size_t wgs = (size_t)(nt + 63) / 64 * m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
+    size_t want = 6 * (size_t)m->cl->info.compute_units;
+    int nz = 1;
+    while (nz * 2 <= (int)m->att_split_max && wgs * nz < want && keys / (2 * nz) >= 512 &&
+           (size_t)nt * 2 * nz <= ATT_SPLIT_ROWS)
+        nz *= 2;
+    return nz;
+}
+
+/* Prefill attention of nt queries at position pos (window win) with attn_prefill's 15
+ * arguments (the window last): on tensor cores where built (attn_prefill_mma, 64 queries a
+ * work-group of 128, ebb_cl_att_mma_split work-groups a head, split over runs of keys and
+ * merged by attn_prefill_merge where prefill_splits says; windows and rings as attn_prefill),
+ * else attn_prefill. */
+static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int nt, int pos,
+                                 int win, struct ebb_diag *diag)
 {
     bool mma = m->k_attn_pre_mma != NULL;
     cl_kernel k = mma ? m->k_attn_pre_mma : m->k_attn_pre;
-    size_t g[2] = {(size_t)nt, m->hp.n_head}, l[2] = {m->tu.att_tq, 1};
-    if (mma) {
-        g[0] = ((size_t)nt + 63) / 64 * 128;
-        g[1] = (size_t)m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
-        l[0] = 128;
-    }
+    size_t g[3] = {(size_t)nt, m->hp.n_head, 1}, l[3] = {m->tu.att_tq, 1, 1};
     ebb_err rc = ebb_cl_set_args(k, 0, a, 15, diag);
-    return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
+    if (rc || !mma)
+        return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
+    int nz = prefill_splits(m, nt, pos, win);
+    g[0] = ((size_t)nt + 63) / 64 * 128;
+    g[1] = (size_t)m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
+    g[2] = (size_t)nz;
+    l[0] = 128;
+    struct ebb_cl_arg p[] = {EBB_CL_ARG(m->apo), EBB_CL_ARG(m->apml)};
+    if ((rc = ebb_cl_set_args(k, 15, p, 2, diag)) || (rc = ebb_cl_run(m->cl, k, 3, g, l, diag)) ||
+        nz == 1)
+        return rc;
+    /* a[11..13]: out, out_ld, r0 */
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(m->apo),
+                             EBB_CL_ARG(m->apml),
+                             EBB_CL_ARG(nz),
+                             EBB_CL_ARG(nt),
+                             a[11],
+                             a[12],
+                             a[13]};
+    size_t gm[3] = {m->hp.head_dim, m->hp.n_head, (size_t)nt};
+    return (rc = ebb_cl_set_args(m->k_attn_merge, 0, b, 7, diag))
+               ? rc
+               : ebb_cl_run(m->cl, m->k_attn_merge, 3, gm, NULL, diag);
 }
 
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
@@ -445,7 +492,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
         size_t wg = ebb_cl_att_wg(&m->tu);
         size_t g1[2] = {(size_t)nc * wg, hp->n_head / m->tu.att_g}, l1[2] = {wg, 1};
-        size_t g2[2] = {hp->head_dim, hp->n_head}, l2[2] = {hp->head_dim, 1};
+        size_t g2[2] = {att_red_wg(m, nc), hp->n_head}, l2[2] = {g2[0], 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
         cl_mem hnq = m->hn_fold ? L->qn : NULL, hnk = m->hn_fold ? L->kn : NULL;
@@ -466,7 +513,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
             return EBB_OK;
         }
         if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
-                       (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, NULL, diag))))
+                       (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, l2, diag))))
             return rc;
         return EBB_OK;
     }
@@ -476,7 +523,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, a, nt, diag);
+    return prefill_attention(m, a, nt, pos, win, diag);
 }
 
 /* Prefill attention of part p's rows of a batch (their keys and values already stored). */
@@ -493,7 +540,7 @@ static ebb_err attend_prefill_part(struct clm *m, const struct layer *L, const s
                              EBB_CL_ARG(pos),    EBB_CL_ARG(nt),      EBB_CL_ARG(nh),
                              EBB_CL_ARG(nkv),    EBB_CL_ARG(scale),   EBB_CL_ARG(m->att),
                              EBB_CL_ARG(n_q),    EBB_CL_ARG(r0),      EBB_CL_ARG(win)};
-    return prefill_attention(m, a, nt, diag);
+    return prefill_attention(m, a, nt, pos, win, diag);
 }
 
 /* Decode attention of every one-row part of a batch (slots at different depths) in one
@@ -525,7 +572,8 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     size_t wg = ebb_cl_att_wg(&m->tu);
     size_t g1[3] = {(size_t)max_nc * wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
     size_t l1[3] = {wg, 1, 1};
-    size_t g2[3] = {hp->head_dim, hp->n_head, (size_t)rows->n_dec};
+    size_t g2[3] = {att_red_wg(m, max_nc), hp->n_head, (size_t)rows->n_dec};
+    size_t l2[3] = {g2[0], 1, 1};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 17, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_attn_rows, 3, g1, l1, diag)))
@@ -534,7 +582,7 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
         return EBB_OK; /* every row wrote its result itself */
     if ((rc = ebb_cl_set_args(m->k_attn_red_rows, 0, b, 8, diag)))
         return rc;
-    return ebb_cl_run(m->cl, m->k_attn_red_rows, 3, g2, NULL, diag);
+    return ebb_cl_run(m->cl, m->k_attn_red_rows, 3, g2, l2, diag);
 }
 
 /* A CLM_ATTN step over the chunk's rows. One part: as attend does for a single slot. Several
@@ -669,7 +717,7 @@ ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct
         return ebb__clm_layer(m, L, rows, diag);
     size_t row = sizeof(float) * m->hp.n_embd;
     for (uint32_t i = 0; i < n; i++) {
-        size_t off = (size_t)i * N_BATCH * row, bytes = (size_t)rows[i].nt * row;
+        size_t off = (size_t)i * m->n_batch * row, bytes = (size_t)rows[i].nt * row;
         ebb_err rc =
             ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->xl, m->x, off, 0, bytes, 0, NULL, NULL),
                          diag, "copying a chunk's rows in");

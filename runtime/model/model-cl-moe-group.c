@@ -6,7 +6,7 @@
  * tiles of at most MOE_GT, and the gate, up and down kernels read each weight row once per tile.
  * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
  * over the k experts to the residual in the same order as moe_down. The scratch and the host
- * arrays are allocated on first use, at most N_BATCH x k pairs, never per step.
+ * arrays are allocated on first use, at most m->n_batch x k pairs, never per step.
  * A work-group (ebb_cl_moe_group_rows: its size and rows) takes one tile and a block of rows of its
  * expert: teams of MV_WG work-items reading neighbouring weights of a row (as moe_gather does),
  * each team a few rows, each work-item one sum for each of its rows and the tile's pairs; the
@@ -27,7 +27,7 @@ static ebb_err scratch(struct clm *m, uint32_t n_cnt, struct ebb_diag *diag)
     struct clm_moe_group *g = &m->moe.grp;
     if (g->perm)
         return EBB_OK;
-    size_t pairs = (size_t)N_BATCH * m->hp.n_expert_used, n_embd = m->hp.n_embd;
+    size_t pairs = (size_t)m->n_batch * m->hp.n_expert_used, n_embd = m->hp.n_embd;
     ebb_err rc;
     if ((rc = ebb__clm_alloc(m, pairs * sizeof(cl_int), &g->perm, "expert pairs", diag)) ||
         (rc = ebb__clm_alloc(m, pairs * sizeof(cl_int4), &g->tiles, "expert tiles", diag)) ||
@@ -142,8 +142,8 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     }
     const struct ebb__hparams *hp = &m->hp;
     int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
-    if (!g->min_rows || (uint32_t)nt < g->min_rows || nt > N_BATCH || n_embd % 32 || f % 32 ||
-        ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
+    if (!g->min_rows || (uint32_t)nt < g->min_rows || (uint32_t)nt > m->n_batch || n_embd % 32 ||
+        f % 32 || ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
         return EBB_EUNSUPPORTED;
     uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
     uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */

@@ -64,10 +64,11 @@ static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
     const struct ebb__hparams *hp = &m->hp;
     size_t f = sizeof(float), k = hp->n_expert_used;
     ebb_err rc;
-    if ((rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_expert, &mo->scores, "router scores", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int) * k, &mo->ids, "expert ids", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * k, &mo->w, "expert weights", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * 2 * k * hp->n_ff_exp, &mo->gu, "expert outputs",
+    if ((rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_expert, &mo->scores, "router scores",
+                             diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int) * k, &mo->ids, "expert ids", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * k, &mo->w, "expert weights", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * 2 * k * hp->n_ff_exp, &mo->gu, "expert outputs",
                              diag)) ||
         (rc = ebb__clm_alloc(m, k * hp->n_ff_exp, &mo->gq, "expert outputs", diag)) ||
         (rc = ebb__clm_alloc(m, 2 * f * (k * hp->n_ff_exp / 32 + 1), &mo->gd, "expert outputs",

@@ -321,13 +321,13 @@ static ebb_err place_rope_freqs(struct clm *m, const struct ebb_gguf *g, struct 
 /* Layer l's window and the positions its KV cache holds: the whole context, or for a windowed
  * layer KV_RING positions (the window and one chunk of rows, so that a chunk's queries still
  * find the window behind its first row after its own keys are stored, and a rollback of up to
- * N_BATCH positions finds the keys it needs) when that is shorter. */
+ * m->n_batch positions finds the keys it needs) when that is shorter. */
 static void kv_layout(struct clm *m, uint32_t l, struct layer *L)
 {
     L->win = ebb__arch_window(&m->hp, l);
     L->kv_len = m->n_ctx;
-    if (L->win && m->kv_ring && (uint64_t)L->win + N_BATCH < m->n_ctx)
-        L->kv_len = L->win + N_BATCH;
+    if (L->win && m->kv_ring && (uint64_t)L->win + m->n_batch < m->n_ctx)
+        L->kv_len = L->win + m->n_batch;
 }
 
 ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)

@@ -213,7 +213,7 @@ static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct
     if (m->first_host >= m->hp.n_layer)
         return EBB_OK;
     int threads = p->host_threads ? (int)p->host_threads : physical_cores() - 1;
-    m->host_x = malloc(sizeof(float) * N_BATCH * m->hp.n_embd);
+    m->host_x = malloc(sizeof(float) * m->n_batch * m->hp.n_embd);
     if (!m->host_x)
         return EBB_ENOMEM;
     ebb_err rc = ebb__ref_host_new(m->a, &m->hp, m->g, m->n_ctx, m->n_seq, m->first_host,
@@ -302,26 +302,28 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     uint32_t prefetch = p->prefetch ? p->prefetch : 2;
     m->n_slots = m->ring_slots = prefetch + 1;
     size_t slot = ebb_stream_io_slot_size(ext, n_layer);
-    size_t f = sizeof(float), nb = N_BATCH;
+    size_t f = sizeof(float), nb = m->n_batch;
     /* alloc_scratch's buffers (top-k is small) + host logits ... */
-    /* ... and decode attention's partials, for up to min(n_seq, N_BATCH) batched rows */
-    uint64_t dec_rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH;
+    /* ... and decode attention's partials, for up to min(n_seq, m->n_batch) batched rows */
+    uint64_t dec_rows = m->n_seq < m->n_batch ? m->n_seq : m->n_batch;
     uint64_t chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
     /* the rows of a layer-major prefill: up to EBB_STREAM_LONG_ROWS (default LONG_ROWS) tokens,
      * in whole chunks, no more than the context asks */
     const char *lr = getenv("EBB_STREAM_LONG_ROWS");
     long want = lr && *lr ? strtol(lr, NULL, 10) : LONG_ROWS;
     want = want < 0 ? 0 : want > LONG_ROWS_MAX ? LONG_ROWS_MAX : want;
-    uint64_t ctx_rows = ((uint64_t)m->n_ctx + N_BATCH - 1) / N_BATCH * N_BATCH;
+    uint64_t ctx_rows = ((uint64_t)m->n_ctx + m->n_batch - 1) / m->n_batch * m->n_batch;
     m->xl_rows =
-        (uint32_t)((uint64_t)want < ctx_rows ? (uint64_t)want : ctx_rows) / N_BATCH * N_BATCH;
-    if (m->xl_rows <= N_BATCH)
+        (uint32_t)((uint64_t)want < ctx_rows ? (uint64_t)want : ctx_rows) / m->n_batch * m->n_batch;
+    if (m->xl_rows <= m->n_batch)
         m->xl_rows = 0;
-    uint64_t scratch = nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
-                       (uint64_t)m->xl_rows * f * hp->n_embd +
-                       N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
-                       f * (uint64_t)hp->n_vocab +
-                       dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2);
+    uint64_t scratch =
+        nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
+        (uint64_t)m->xl_rows * f * hp->n_embd +
+        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + f * (uint64_t)hp->n_vocab +
+        dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2) +
+        /* split prefill attention's partials (tensor-core GPUs) */
+        (m->tu.att_mma && m->tu.mv_ptx ? ATT_SPLIT_ROWS * f * (m->n_q + 2 * hp->n_head) : 0);
     char en[96], on[96];
     ebb__arch_tensor_name(m->a, (uint32_t)m->plan.embd, 0, en, sizeof(en));
     ebb__arch_tensor_name(m->a, (uint32_t)m->plan.output, 0, on, sizeof(on));

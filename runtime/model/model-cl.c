@@ -71,16 +71,17 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {&m->ids, &m->x,      &m->h,  &m->qkv, &m->att, &m->gu,  &m->ff,
-                         &m->hl,  &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov,
-                         &m->toi, &m->xq,     &m->xd, &m->rt,  &m->dr,  &m->xl};
+    cl_mem *scratch[] = {&m->ids,    &m->x,  &m->h,   &m->qkv, &m->att, &m->gu,  &m->ff,  &m->hl,
+                         &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov, &m->toi, &m->xq,
+                         &m->xd,     &m->rt, &m->dr,  &m->xl,  &m->apo, &m->apml};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
         m->k_norm,      m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
         m->k_swiglu,    m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
         m->k_bias,      m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add};
+        m->k_attn_rows, m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
+        m->k_attn_merge};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -161,7 +162,8 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     if (m->tu.att_rope && (rc = ebb_cl_kernel(m->ops, "attn_decode_rope", &m->k_attn_rope, diag)))
         return rc;
     if (m->tu.att_mma && m->tu.mv_ptx && ebb_cl_att_mma_split(m->hp.head_dim) &&
-        (rc = ebb_cl_kernel(m->ops, "attn_prefill_mma", &m->k_attn_pre_mma, diag)))
+        ((rc = ebb_cl_kernel(m->ops, "attn_prefill_mma", &m->k_attn_pre_mma, diag)) ||
+         (rc = ebb_cl_kernel(m->ops, "attn_prefill_merge", &m->k_attn_merge, diag))))
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
@@ -174,7 +176,7 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     const struct ebb__hparams *hp = &m->hp;
     size_t f = sizeof(float);
     uint32_t max_chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
-    size_t rows = m->n_seq < N_BATCH ? m->n_seq : N_BATCH; /* decode rows a chunk can hold */
+    size_t rows = m->n_seq < m->n_batch ? m->n_seq : m->n_batch; /* decode rows a chunk can hold */
     m->max_chunks = max_chunks;
     m->n_dec_max = (uint32_t)rows;
     /* The device top-k's partials: a sorted list of up to TOPK_MAX per tile of a row (a
@@ -185,27 +187,31 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     m->topk_parts = m->tu.topk_host ? 0 : (int)parts;
     parts = m->topk_parts ? parts : 1;
     ebb_err rc;
-    if ((rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->ids, "token ids", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->x, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_embd, &m->h, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * m->n_qkv, &m->qkv, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * m->n_q, &m->att, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * 2 * hp->n_ff, &m->gu, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * f * hp->n_ff, &m->ff, "activations", diag)) ||
+    if ((rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int), &m->ids, "token ids", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_embd, &m->x, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_embd, &m->h, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * m->n_qkv, &m->qkv, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * m->n_q, &m->att, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * 2 * hp->n_ff, &m->gu, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_ff, &m->ff, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_embd, &m->hl, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_vocab, &m->logits, "logits", diag)) ||
         (rc = ebb__clm_alloc(m, rows * f * hp->n_head * max_chunks * hp->head_dim, &m->po,
                              "attention", diag)) ||
         (rc = ebb__clm_alloc(m, rows * 2 * f * hp->n_head * max_chunks, &m->pml, "attention",
                              diag)) ||
-        (rc = ebb__clm_alloc(m, 2 * N_BATCH * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
-        (rc = ebb__clm_alloc(m, N_BATCH * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
+        (rc = ebb__clm_alloc(m, 2 * m->n_batch * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
+        (rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
         (m->xl_rows && STREAMING(m) &&
          (rc = ebb__clm_alloc(m, (size_t)m->xl_rows * f * hp->n_embd, &m->xl,
                               "layer-major prefill rows", diag))) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * parts * TOPK_MAX, &m->tpi, "top-k",
                              diag)) ||
+        (m->k_attn_pre_mma &&
+         ((rc = ebb__clm_alloc(m, ATT_SPLIT_ROWS * f * m->n_q, &m->apo, "attention", diag)) ||
+          (rc = ebb__clm_alloc(m, ATT_SPLIT_ROWS * 2 * f * hp->n_head, &m->apml, "attention",
+                               diag)))) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_MAX, &m->tov, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
@@ -217,19 +223,19 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         wide = wide > moe_w ? wide : moe_w;
         /* one row for decode; matvec_q8r's batches take up to q8r_max rows */
         size_t q8_rows =
-            m->tu.q8r_max > 1 ? (m->tu.q8r_max < N_BATCH ? m->tu.q8r_max : N_BATCH) : 1;
+            m->tu.q8r_max > 1 ? (m->tu.q8r_max < m->n_batch ? m->tu.q8r_max : m->n_batch) : 1;
         if ((rc = ebb__clm_alloc(m, q8_rows * wide, &m->xq, "8-bit inputs", diag)) ||
             (rc = ebb__clm_alloc(m, q8_rows * 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs",
                                  diag)))
             return rc;
     }
     m->host_logits = malloc(f * hp->n_vocab);
-    m->host_h = malloc(f * N_BATCH * hp->n_embd);
-    m->host_ids = malloc(sizeof(int32_t) * N_BATCH);
+    m->host_h = malloc(f * m->n_batch * hp->n_embd);
+    m->host_ids = malloc(sizeof(int32_t) * m->n_batch);
     m->host_ti = malloc(sizeof(int32_t) * N_OUT_ROWS * TOPK_MAX);
     m->host_tv = malloc(f * N_OUT_ROWS * TOPK_MAX);
-    m->host_rt = malloc(sizeof(int32_t) * 2 * N_BATCH);
-    m->host_dr = malloc(sizeof(int32_t) * N_BATCH);
+    m->host_rt = malloc(sizeof(int32_t) * 2 * m->n_batch);
+    m->host_dr = malloc(sizeof(int32_t) * m->n_batch);
     m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct layer *L = &m->layers[l];
@@ -425,22 +431,23 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
 static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                             uint32_t pos, int *nt_last, struct ebb_diag *diag)
 {
-    struct clm_part parts[LONG_ROWS_MAX / N_BATCH];
-    struct clm_rows rows[LONG_ROWS_MAX / N_BATCH];
-    uint32_t nc = (n + N_BATCH - 1) / N_BATCH;
+    struct clm_part parts[LONG_ROWS_MAX / N_BATCH_MIN];
+    struct clm_rows rows[LONG_ROWS_MAX / N_BATCH_MIN];
+    uint32_t nc = (n + m->n_batch - 1) / m->n_batch;
     size_t row = sizeof(float) * m->hp.n_embd;
     ebb_err rc = EBB_OK;
     for (uint32_t i = 0; i < nc && !rc; i++) {
-        int nt = (int)(n - i * N_BATCH < N_BATCH ? n - i * N_BATCH : N_BATCH);
-        parts[i] = (struct clm_part){.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + i * N_BATCH)};
+        int nt = (int)(n - i * m->n_batch < m->n_batch ? n - i * m->n_batch : m->n_batch);
+        parts[i] =
+            (struct clm_part){.seq = seq, .r0 = 0, .n = nt, .pos = (int)(pos + i * m->n_batch)};
         rows[i] = (struct clm_rows){.nt = nt, .n_parts = 1, .parts = &parts[i]};
         rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0,
                                                sizeof(int32_t) * (size_t)nt,
-                                               tokens + (size_t)i * N_BATCH, 0, NULL, NULL),
+                                               tokens + (size_t)i * m->n_batch, 0, NULL, NULL),
                           diag, "writing token ids");
         if (!rc && !(rc = embed(m, nt, diag)) && nc > 1)
             rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->x, m->xl, 0,
-                                                  (size_t)i * N_BATCH * row, nt * row, 0, NULL,
+                                                  (size_t)i * m->n_batch * row, nt * row, 0, NULL,
                                                   NULL),
                               diag, "copying a chunk's rows out");
     }
@@ -455,11 +462,11 @@ static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, 
     return EBB_OK;
 }
 
-/* Rings. A windowed layer whose cache is a ring of ring_len = window + N_BATCH positions
+/* Rings. A windowed layer whose cache is a ring of ring_len = window + m->n_batch positions
  * (kv_layout) holds, of the positions before an evaluation at pos, those from ring_top - ring_len
  * on: ring_top is one past the highest position written since the slot's last evaluation from
  * 0, and positions are written contiguously from 0, so nothing aliasing them was written since.
- * Continuing (or rolling back up to N_BATCH positions, as speculative decoding does) finds the
+ * Continuing (or rolling back up to m->n_batch positions, as speculative decoding does) finds the
  * window there. A caller that goes back further (the scheduler reusing a shorter prefix of a
  * longer previous sequence) would find keys overwritten: the slot's tokens 0..pos-1, kept here,
  * are then evaluated again first, as llama.cpp re-processes a prompt its sliding-window cache
@@ -513,7 +520,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
         goto out;
     /* Layer-major where streamed layers would otherwise cross the link once per chunk, and only
      * the last row's logits (if any) are wanted. */
-    bool lm = STREAMING(m) && m->xl && n > N_BATCH && m->first_host == m->hp.n_layer &&
+    bool lm = STREAMING(m) && m->xl && n > m->n_batch && m->first_host == m->hp.n_layer &&
               ebb_stream_n_resident(m->st) < m->hp.n_layer &&
               !(out && (out->hidden_sum || out->logits_all));
     for (uint32_t c = 0, step; c < n; c += step) {
@@ -523,7 +530,7 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             if ((rc = forward_long(m, seq, tokens + c, step, pos + c, &nt, diag)))
                 goto out;
         } else {
-            nt = (int)(n - c < N_BATCH ? n - c : N_BATCH);
+            nt = (int)(n - c < m->n_batch ? n - c : m->n_batch);
             step = (uint32_t)nt;
             cl_int e = clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, sizeof(int32_t) * nt,
                                             tokens + c, 0, NULL, NULL);
@@ -582,9 +589,10 @@ static void batch_chunk(struct clm *m, const struct ebb_model_seq *seqs, uint32_
 {
     int nt = 0, n_dec = 0;
     uint32_t np = 0;
-    while (nt < N_BATCH && *pi < n_seqs) {
+    int nb = (int)m->n_batch;
+    while (nt < nb && *pi < n_seqs) {
         const struct ebb_model_seq *s = &seqs[*pi];
-        int k = (int)(s->n - *off) < N_BATCH - nt ? (int)(s->n - *off) : N_BATCH - nt;
+        int k = (int)(s->n - *off) < nb - nt ? (int)(s->n - *off) : nb - nt;
         struct clm_part *p = &m->bparts[np++];
         *p = (struct clm_part){
             .seq = s->seq, .r0 = nt, .n = k, .pos = (int)(s->pos + *off), .src = *pi, .off = *off};
@@ -735,7 +743,7 @@ static ebb_err batch_outputs(struct clm *m, const struct ebb_model_seq *seqs,
     return rc ? rc : batch_last(m, seqs, rows, diag);
 }
 
-/* iface.eval_batch: every part's rows concatenated and evaluated in chunks of N_BATCH rows, each
+/* iface.eval_batch: every part's rows concatenated and evaluated in chunks of m->n_batch rows, each
  * chunk one forward pass (weights read once for all its rows; docs/ENGINE.md, "The batched
  * pass"). The parts were checked by model.c. */
 static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
@@ -752,7 +760,7 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
         total += seqs[i].n;
     }
     /* A lone long prompt: clm_eval's layer-major pass (docs/STREAMER.md, "Long prompts"). */
-    if (n_seqs == 1 && m->xl && seqs[0].n > N_BATCH)
+    if (n_seqs == 1 && m->xl && seqs[0].n > m->n_batch)
         return clm_eval(m, seqs[0].seq, seqs[0].tokens, seqs[0].n, seqs[0].pos, seqs[0].out, diag);
     for (uint32_t i = 0; i < n_seqs; i++) {
         if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))
@@ -926,6 +934,31 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
+    m->n_batch = m->cl->info.is_gpu ? N_BATCH_GPU : N_BATCH_CPU;
+    const char *nb = getenv("EBB_CL_BATCH");
+    if (nb) {
+        char *end;
+        unsigned long v = strtoul(nb, &end, 10);
+        if (*end || v < N_BATCH_MIN || v > N_BATCH_MAX || v % 32) {
+            rc = ebb_diag_set(diag, EBB_EINVAL,
+                              "EBB_CL_BATCH=%s: want a multiple of 32 from %d to %d", nb,
+                              N_BATCH_MIN, N_BATCH_MAX);
+            goto out;
+        }
+        m->n_batch = (uint32_t)v;
+    }
+    /* EBB_CL_ATT_SPLIT=N: at most N runs of keys a prefill attention launch (1: never split). */
+    m->att_split_max = 32;
+    const char *as = getenv("EBB_CL_ATT_SPLIT");
+    if (as) {
+        char *end;
+        unsigned long v = strtoul(as, &end, 10);
+        if (*end || v < 1 || v > 32) {
+            rc = ebb_diag_set(diag, EBB_EINVAL, "EBB_CL_ATT_SPLIT=%s: want 1 to 32", as);
+            goto out;
+        }
+        m->att_split_max = (uint32_t)v;
+    }
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
@@ -956,6 +989,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         m->iface.n_ctx = m->n_ctx;
         m->iface.long_rows = m->xl && m->first_host == hp->n_layer ? m->xl_rows : 0;
     }
+    m->iface.batch_rows = m->n_batch;
     char qin[48] = "";
     if (m->k_q8 && ebb_cl_qin_wg(&m->tu))
         snprintf(qin, sizeof(qin), ", quantized in the products (qin %u)", m->tu.qin);

@@ -36,6 +36,8 @@ struct ebb__backend_i {
     uint32_t n_ctx; /* if nonzero: the context the backend allocated (the streamer's plan) */
     /* model.h's ebb_model_long_rows: the prompt tokens one evaluation runs layer-major */
     uint32_t long_rows;
+    /* model.h's ebb_model_batch_rows: the rows of one pass (0: any number) */
+    uint32_t batch_rows;
     /* Copies the streamer's latest report (thread-safe snapshot); false when not streaming. */
     bool (*stream_report)(void *ctx, struct ebb_stream_report *out);
     /* Any thread: reads the memory probes for the next re-plan; true on pressure. */

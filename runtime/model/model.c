@@ -294,6 +294,11 @@ uint32_t ebb_model_long_rows(const struct ebb_model *m)
     return m->iface->long_rows;
 }
 
+uint32_t ebb_model_batch_rows(const struct ebb_model *m)
+{
+    return m->iface->batch_rows;
+}
+
 size_t ebb_model_stream_json(const struct ebb_model *m, char *buf, size_t cap)
 {
     struct ebb_stream_report r;

@@ -124,6 +124,10 @@ bool ebb_model_streaming(const struct ebb_model *m);
  * all of them (docs/STREAMER.md, "Long prompts"); 0 when the model streams no layer that way.
  * A caller that chunks prompts itself passes up to this many at once when nothing else waits. */
 uint32_t ebb_model_long_rows(const struct ebb_model *m);
+/* The rows the backend evaluates in one pass (its prefill chunk: 512 on OpenCL GPUs, 128 on
+ * CPU devices); 0 when any number goes (the reference backend). A caller that chunks prompts
+ * itself passes up to this many of one prompt at once when no decoding row waits. */
+uint32_t ebb_model_batch_rows(const struct ebb_model *m);
 /* Any thread: the streamer report as the JSON object of docs/STREAMER.md / as Prometheus text
  * (the ebb_stream_* metrics), from a snapshot the engine refreshes after each evaluation.
  * Return the length needed (like snprintf); 0 (and buf "" when cap > 0) when not streaming. */

@@ -662,9 +662,14 @@ void ebb__sched_step(struct ebb_sched *s, struct ebb_model *m, struct ebb__step_
         }
         s->order[k] = i;
     }
-    /* No decoding rows wait for this pass: a streaming model takes a long prompt in one
-     * layer-major pass (docs/STREAMER.md, "Long prompts") rather than in passes of
-     * prefill_chunk tokens that each move every streamed layer over the link. */
+    /* No decoding rows wait for this pass: it takes as many prompt tokens as the backend
+     * evaluates in one pass (512 on GPUs: fuller tiles, the cache read a quarter as often as
+     * in passes of 128), and a streaming model a long prompt in one layer-major pass
+     * (docs/STREAMER.md, "Long prompts") rather than in passes of prefill_chunk tokens that
+     * each move every streamed layer over the link. With decoding rows, prefill_chunk keeps
+     * their step short. */
+    if (!np && s->prefill_auto && ebb_model_batch_rows(m) > budget)
+        budget = ebb_model_batch_rows(m);
     if (!np && s->prefill_auto && ebb_model_long_rows(m) > budget)
         budget = ebb_model_long_rows(m);
     for (uint32_t w = 0; w < n_wait; w++)

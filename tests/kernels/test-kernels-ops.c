@@ -374,10 +374,15 @@ static void test_attention(cl_program p)
         OK(ebb_cl_set_args(k2, 0, b, 4, D));
         size_t g1[2] = {(size_t)nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu)},
                l1[2] = {ebb_cl_att_wg(&tu), 1};
-        size_t g2[2] = {HD, NH};
+        /* The second pass's rows of chunk lanes (att_combine): 1, 3 (fewer chunks than lanes at
+         * the shorter lengths) or 8, in turn. */
+        size_t rr = li % 3 == 0 ? 1 : li % 3 == 1 ? 3 : 8;
+        while (rr > 1 && HD * rr > cl->info.max_wg)
+            rr--;
+        size_t g2[2] = {HD * rr, NH}, l2[2] = {HD * rr, 1};
         OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
         if (nc > 1) /* one chunk writes the result itself */
-            OK(ebb_cl_run(cl, k2, 2, g2, NULL, D));
+            OK(ebb_cl_run(cl, k2, 2, g2, l2, D));
         rd(ob, sizeof(float) * NH * HD, out);
         for (int h = 0; h < NH; h++) {
             attn_ref_win(qkv + h * HD, kh, vh, base, h, first, n_kv - 1, ring, scale, ref);
@@ -389,8 +394,8 @@ static void test_attention(cl_program p)
             }
         }
     }
-    printf("  attention decode (split over KV, chunk %u, %u heads a work-group; windows, rings) "
-           "max abs err %.2e\n",
+    printf("  attention decode (split over KV, chunk %u, %u heads a work-group; windows, rings; "
+           "1, 3 or 8 rows reducing) max abs err %.2e\n",
            tu.att_chunk, ATT_G_OF(tu), worst);
 
     /* Prefill from position 0 and 290; through a window of 5 (most queries see only part of
@@ -514,9 +519,10 @@ static void test_attention_rows(cl_program p)
         OK(ebb_cl_set_args(kb, 0, e, 8, D));
         size_t ga[3] = {(size_t)max_nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu), ND},
                la[3] = {ebb_cl_att_wg(&tu), 1, 1};
-        size_t gb[3] = {HD, NH, ND};
+        size_t rr = wi ? 2 : 1; /* rows of chunk lanes in the second pass */
+        size_t gb[3] = {HD * rr, NH, ND}, lb[3] = {HD * rr, 1, 1};
         OK(ebb_cl_run(cl, ka, 3, ga, la, D));
-        OK(ebb_cl_run(cl, kb, 3, gb, NULL, D));
+        OK(ebb_cl_run(cl, kb, 3, gb, lb, D));
         rd(ob, sizeof(out), out);
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
@@ -576,17 +582,22 @@ static void attn_ref_hd(const float *q, const uint16_t *kh, const uint16_t *vh, 
  * 100 queries (two work-groups, the second partial) from positions 0 and 290 (several key
  * tiles, the last partial); through windows of 5 and 70 (most queries see only part of the
  * positions before them, a window's start inside a key tile) and of 100 in a ring of 240 >=
- * 100 + 100 - 1 positions that wraps inside the launch at 290 and at 1000. Inputs and
- * probabilities are rounded to f16: absolute bound 4e-3. */
+ * 100 + 100 - 1 positions that wraps inside the launch at 290 and at 1000. Each case whole and
+ * split over 3 and 8 runs of keys merged by attn_prefill_merge (runs that some rows see no key
+ * of, runs past the last key). Inputs and probabilities are rounded to f16: absolute bound
+ * 4e-3. */
 static void test_attention_mma_hd(cl_program p, int hd)
 {
     cl_int e = CL_SUCCESS;
     cl_kernel k = clCreateKernel(p, "attn_prefill_mma", &e);
+    cl_kernel km = k ? clCreateKernel(p, "attn_prefill_merge", &e) : NULL;
     uint32_t split = ebb_cl_att_mma_split((uint32_t)hd);
     if (!k || !split) {
         printf("  attention prefill on tensor cores, head_dim %d: not built on this device\n", hd);
         if (k)
             clReleaseKernel(k);
+        if (km)
+            clReleaseKernel(km);
         return;
     }
     enum { T = 100, CTX = 600 };
@@ -603,21 +614,35 @@ static void test_attention_mma_hd(cl_program p, int hd)
         qkv[i] = frand() * 2;
     cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
     cl_mem qb = buf(sizeof(float) * T * ld, qkv), ob = buf(sizeof(float) * T * old, NULL);
+    enum { NZ_MAX = 8 };
+    cl_mem apo = buf(sizeof(float) * NZ_MAX * T * old, NULL);
+    cl_mem apml = buf(sizeof(float) * 2 * NZ_MAX * T * nh, NULL);
     float scale = 1.0f / sqrtf((float)hd);
     cl_ulong kvb = 0;
     struct {
         int pos0, win, ring;
     } cases[] = {{0, 0, CTX},    {290, 0, CTX},   {0, 5, CTX},
                  {290, 70, CTX}, {290, 100, 240}, {1000, 100, 240}};
-    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+    for (size_t run = 0; run < 3 * sizeof(cases) / sizeof(cases[0]); run++) {
+        size_t ci = run / 3;
+        int nz = run % 3 == 0 ? 1 : run % 3 == 1 ? 3 : NZ_MAX;
         int pos0 = cases[ci].pos0, win = cases[ci].win, ring = cases[ci].ring, ntok = T;
         struct ebb_cl_arg c[] = {
             EBB_CL_ARG(qb),    EBB_CL_ARG(ld),   EBB_CL_ARG(kc),   EBB_CL_ARG(vc), EBB_CL_ARG(kvb),
             EBB_CL_ARG(ring),  EBB_CL_ARG(pos0), EBB_CL_ARG(ntok), EBB_CL_ARG(nh), EBB_CL_ARG(nkv),
-            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0), EBB_CL_ARG(win)};
-        OK(ebb_cl_set_args(k, 0, c, 15, D));
-        size_t g[2] = {(T + 63) / 64 * 128, (size_t)nh * split}, l[2] = {128, 1};
-        OK(ebb_cl_run(cl, k, 2, g, l, D));
+            EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0), EBB_CL_ARG(win),
+            EBB_CL_ARG(apo),   EBB_CL_ARG(apml)};
+        OK(ebb_cl_set_args(k, 0, c, 17, D));
+        size_t g[3] = {(T + 63) / 64 * 128, (size_t)nh * split, (size_t)nz}, l[3] = {128, 1, 1};
+        OK(ebb_cl_run(cl, k, 3, g, l, D));
+        if (nz > 1) {
+            struct ebb_cl_arg mg[] = {EBB_CL_ARG(apo),  EBB_CL_ARG(apml), EBB_CL_ARG(nz),
+                                      EBB_CL_ARG(ntok), EBB_CL_ARG(ob),   EBB_CL_ARG(old),
+                                      EBB_CL_ARG(r0)};
+            size_t gm[3] = {(size_t)hd, (size_t)nh, T};
+            OK(ebb_cl_set_args(km, 0, mg, 7, D));
+            OK(ebb_cl_run(cl, km, 3, gm, NULL, D));
+        }
         rd(ob, sizeof(float) * T * old, out);
         for (int t = 0; t < T; t++)
             for (int h = 0; h < nh; h++) {
@@ -627,18 +652,19 @@ static void test_attention_mma_hd(cl_program p, int hd)
                     float got = out[(size_t)t * old + h * hd + d];
                     worst = fmax(worst, fabs(got - ref[d]));
                     CHECK(fabs(got - ref[d]) <= 4e-3,
-                          "prefill mma head_dim %d pos0 %d win %d ring %d t %d h %d d %d: %g vs "
-                          "%g",
-                          hd, pos0, win, ring, t, h, d, got, ref[d]);
+                          "prefill mma head_dim %d runs %d pos0 %d win %d ring %d t %d h %d d %d: "
+                          "%g vs %g",
+                          hd, nz, pos0, win, ring, t, h, d, got, ref[d]);
                 }
             }
     }
-    printf("  attention prefill on tensor cores, head_dim %d (%d queries; windows, rings) max abs "
-           "err %.2e\n",
+    printf("  attention prefill on tensor cores, head_dim %d (%d queries; windows, rings; whole "
+           "and in 3 or 8 runs of keys) max abs err %.2e\n",
            hd, T, worst);
     clReleaseKernel(k);
-    cl_mem ms[] = {kc, vc, qb, ob};
-    for (int i = 0; i < 4; i++)
+    clReleaseKernel(km);
+    cl_mem ms[] = {kc, vc, qb, ob, apo, apml};
+    for (int i = 0; i < 6; i++)
         clReleaseMemObject(ms[i]);
     free(kh);
     free(vh);
@@ -668,6 +694,7 @@ static void test_attention_shapes(void)
         tu.att_chunk = shapes[si].chunk;
         tu.mv_cpu = shapes[si].cpu;
         tu.att_g = shapes[si].gqa ? (uint32_t)(nh / nkv) : 1;
+        tu.mv_q8 = 1; /* builds attn_decode_reduce_q8 too */
         if (tu.att_wg > cl->info.max_wg ||
             ebb_cl_att_local(&tu, (uint32_t)hd, tu.att_g) > cl->info.local_mem / 2) {
             printf("  attention decode head_dim %d: work-group %u not on this device\n", hd,
@@ -713,6 +740,10 @@ static void test_attention_shapes(void)
             hw[i] = 0.5f + frand();
         cl_mem hwq = buf(sizeof(float) * hd, hw), hwk = buf(sizeof(float) * hd, hw + hd);
         cl_kernel khn = kern(p, "head_norm");
+        cl_kernel kq8 = hd % 32 == 0 ? kern(p, "attn_decode_reduce_q8") : NULL;
+        cl_mem xqb = buf((size_t)nh * hd, NULL), xdb = buf(sizeof(float) * 2 * nh * hd / 32, NULL);
+        int8_t *xq = malloc((size_t)nh * hd);
+        float *xd = malloc(sizeof(float) * 2 * nh * hd / 32);
         for (size_t li = 0; li < sizeof(cases) / sizeof(cases[0]); li++)
             for (int rope = 0; rope < 3; rope++) {
                 int n_kv = cases[li].n_kv, win = cases[li].win, ring = cases[li].ring;
@@ -739,11 +770,43 @@ static void test_attention_shapes(void)
                 }
                 OK(ebb_cl_set_args(kred, 0, b, 4, D));
                 size_t g1[2] = {(size_t)nc * tu.att_wg, (size_t)nh / ATT_G_OF(tu)};
-                size_t l1[2] = {tu.att_wg, 1}, g2[2] = {(size_t)hd, (size_t)nh};
+                size_t rr = (size_t)1 << rope; /* rows of chunk lanes in the second pass */
+                while (rr > 1 && (size_t)hd * rr > cl->info.max_wg)
+                    rr /= 2;
+                size_t l1[2] = {tu.att_wg, 1}, g2[2] = {(size_t)hd * rr, (size_t)nh};
+                size_t l2[2] = {g2[0], 1};
                 OK(ebb_cl_run(cl, kd, 2, g1, l1, D));
                 if (nc > 1)
-                    OK(ebb_cl_run(cl, kred, 2, g2, NULL, D));
+                    OK(ebb_cl_run(cl, kred, 2, g2, l2, D));
                 rd(ob, sizeof(float) * nh * hd, out);
+                if (kq8 && nc > 1 && rope == 0) {
+                    /* The second pass with the quantization fused in, on the same partials:
+                     * each block of 32 outputs as int8 with its scale (the largest at 127) and
+                     * the scale times the block's sum, within half a step of the outputs. */
+                    struct ebb_cl_arg bq[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc),
+                                              EBB_CL_ARG(xqb), EBB_CL_ARG(xdb)};
+                    OK(ebb_cl_set_args(kq8, 0, bq, 5, D));
+                    OK(ebb_cl_run(cl, kq8, 2, g2, l2, D));
+                    rd(xqb, (size_t)nh * hd, xq);
+                    rd(xdb, sizeof(float) * 2 * nh * hd / 32, xd);
+                    for (int bk = 0; bk < nh * hd / 32; bk++) {
+                        float dq = xd[2 * bk];
+                        int amax = 0, sum = 0;
+                        for (int i = 0; i < 32; i++) {
+                            float v = out[bk * 32 + i], got = xq[bk * 32 + i] * dq;
+                            amax = abs(xq[bk * 32 + i]) > amax ? abs(xq[bk * 32 + i]) : amax;
+                            sum += xq[bk * 32 + i];
+                            CHECK(fabsf(got - v) <= 0.5f * dq + 1e-6f,
+                                  "decode reduce_q8 hd %d rr %zu n_kv %d block %d [%d]: %g vs %g",
+                                  hd, rr, n_kv, bk, i, got, v);
+                        }
+                        CHECK(
+                            amax == 127 &&
+                                fabsf(xd[2 * bk + 1] - dq * sum) <= 1e-5f * fabsf(dq * sum) + 1e-7f,
+                            "decode reduce_q8 hd %d rr %zu n_kv %d block %d: max %d, sum %g vs %g",
+                            hd, rr, n_kv, bk, amax, xd[2 * bk + 1], dq * sum);
+                    }
+                }
                 memcpy(qr, qkv, sizeof(float) * ld);
                 memcpy(k2, kh, cache_n * 2);
                 memcpy(v2, vh, cache_n * 2);
@@ -807,6 +870,12 @@ static void test_attention_shapes(void)
         cl_kernel ks[] = {kp, kr, kred, krope, khn};
         for (int i = 0; i < 5; i++)
             clReleaseKernel(ks[i]);
+        if (kq8)
+            clReleaseKernel(kq8);
+        clReleaseMemObject(xqb);
+        clReleaseMemObject(xdb);
+        free(xq);
+        free(xd);
         clReleaseMemObject(hwq);
         clReleaseMemObject(hwk);
         free(hw);

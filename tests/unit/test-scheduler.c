@@ -211,6 +211,15 @@ uint32_t ebb_model_long_rows(const struct ebb_model *m)
     return atomic_load(&long_rows);
 }
 
+/* What ebb_model_batch_rows says (the backend's rows of one pass). */
+static atomic_uint batch_rows;
+
+uint32_t ebb_model_batch_rows(const struct ebb_model *m)
+{
+    (void)m;
+    return atomic_load(&batch_rows);
+}
+
 /* The widest batches seen: slots and tokens in one pass. */
 static atomic_uint max_seqs, max_rows;
 
@@ -928,8 +937,9 @@ static void test_prefill_budget_interleaves(void **state)
 }
 
 /* With the default budget, a step with no decoding rows takes up to ebb_model_long_rows
- * prompt tokens (a streaming model's layer-major pass); with decoding rows, or with an explicit
- * prefill_chunk, the budget stays. */
+ * prompt tokens (a streaming model's layer-major pass), else up to ebb_model_batch_rows (the
+ * backend's pass: 512 on GPUs); with decoding rows, or with an explicit prefill_chunk, the
+ * budget stays. */
 static void test_long_prefill_pass(void **state)
 {
     (void)state;
@@ -937,10 +947,12 @@ static void test_long_prefill_pass(void **state)
     for (int i = 0; i < 230; i++)
         pb[i] = 1 + i % 9;
     struct ebb_gen_params gp = greedy(3);
-    for (int round = 0; round < 3; round++) {
-        /* 0: default budget, 1: explicit 128, 2: default budget with a slot decoding */
+    for (int round = 0; round < 4; round++) {
+        /* 0: default budget, 1: explicit 128, 2: default budget with a slot decoding, 3:
+         * default budget, a backend pass of 192 rows and no layer-major pass */
         struct ebb_sched *s = start(2, 4, round == 1 ? 128 : 0);
-        atomic_store(&long_rows, 200);
+        atomic_store(&long_rows, round == 3 ? 0 : 200);
+        atomic_store(&batch_rows, round == 0 ? 0 : 192);
         struct rec a, b;
         rec_init(&b, s);
         if (round == 2) {
@@ -958,11 +970,14 @@ static void test_long_prefill_pass(void **state)
         assert_int_equal(b.n_tok, 3);
         if (round == 0)
             assert_int_equal(atomic_load(&max_rows), 200);
+        else if (round == 3)
+            assert_int_equal(atomic_load(&max_rows), 192);
         else
             assert_true(atomic_load(&max_rows) <= 129);
         if (round == 2)
             rec_wait(&a);
         atomic_store(&long_rows, 0);
+        atomic_store(&batch_rows, 0);
         ebb_sched_free(s);
     }
 }
