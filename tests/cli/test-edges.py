@@ -5,6 +5,8 @@
 - serve's --help names every endpoint and says what -m is; --temp and --temperature are both
   accepted by serve and run; --ctx's help says the default is capped at 4096;
 - `ebb run 2>&1 | ...`: the closing speed line starts a line of its own;
+- README quotes no figures but links docs/PERFORMANCE.md's dated headline table, and shows how
+  to fetch Gemma 3;
 - a context past the model's trained one (tests/data/model/tiny-llama.gguf: 64 tokens) is
   capped at it with a warning in run, serve and `ebb info`, and kept with --ctx-over-trained
   (ctx_over_trained); through the server a prompt longer than the capped context gets a 400
@@ -189,6 +191,25 @@ def server(ebb, tiny):
         p.wait(30)
 
 
+def docs():
+    """README quotes no figures and links to PERFORMANCE.md's dated headline table; it shows how
+    to fetch Gemma 3, in a form scripts/fetch-models.sh accepts."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    readme = open(os.path.join(root, "README.md")).read()
+    perf = open(os.path.join(root, "docs", "PERFORMANCE.md")).read()
+    fetch = open(os.path.join(root, "scripts", "fetch-models.sh")).read()
+    figures = re.findall(r"\b\d+(?:\.\d+)?x\b|\d[\d.]* tok/s|\d\.\d+-\d\.\d+", readme)
+    check(not figures, f"README quotes no speed figures: {figures}")
+    check("docs/PERFORMANCE.md#headline-figures" in readme, "README links the headline table")
+    m = re.search(r"^## Headline figures\n\n\*\*(\d{4}-\d\d-\d\d), ([^,]+), commit ([0-9a-f]{7,})",
+                  perf, re.M)
+    check(m is not None, "PERFORMANCE.md's headline table names its date, card and commit")
+    check(perf.find("\n## ") == perf.find("\n## Headline figures"),
+          "the headline table is the first section of PERFORMANCE.md")
+    check("fetch-models.sh gemma3" in readme and re.search(r"^# Usage: .*\[gemma3\]", fetch, re.M),
+          "README shows how to fetch Gemma 3, as fetch-models.sh accepts it")
+
+
 def main():
     ebb, tiny = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     tmp = tempfile.mkdtemp()
@@ -198,6 +219,7 @@ def main():
         speed_line(ebb, tiny)
         trained_ctx(ebb, tiny)
         server(ebb, tiny)
+        docs()
     finally:
         shutil.rmtree(tmp)
     print(f"{fails} failure(s)")
