@@ -38,6 +38,10 @@ struct facts {
     uint64_t n_layers_seen; /* distinct blk.N with tensors */
     uint64_t type_count[N_TYPES], type_bytes[N_TYPES];
     uint64_t other_type_count; /* ids >= N_TYPES (cannot happen for files the reader accepts) */
+    /* The context ebb serve would give each slot under the configuration (ctx, parallel,
+     * ctx_over_trained) on this host; has_ctx is false for a file no family runs. */
+    bool has_ctx;
+    struct ebb_model_ctx ctx;
 };
 
 static void usage(FILE *f)
@@ -52,15 +56,18 @@ static void usage(FILE *f)
             "tensor types, file size and GGUF version. The whole file is validated first; a\n"
             "malformed file gives exit status 1 and a message naming the problem.\n"
             "\n"
-            "Also the generation defaults ebb serve and ebb run use with this model for the\n"
+            "Also the context per slot ebb serve would choose on this host under the\n"
+            "configuration's ctx, parallel and ctx_over_trained, and why (\"context chosen\"),\n"
+            "and the generation defaults ebb serve and ebb run use with this model for the\n"
             "sampling fields a request does not send, and where each comes from: gguf (the\n"
             "model's general.sampling.* keys), config (the [generation] section of the config\n"
             "file, or EBB_TEMPERATURE, ...) or builtin.\n"
             "\n"
             "options:\n"
             "  --json      print one JSON object instead of text\n"
-            "  --config FILE  the config file for the generation defaults (default as for ebb\n"
-            "              serve: $EBB_CONFIG, ~/.config/ebb/ebb.conf, /etc/ebb/ebb.conf)\n"
+            "  --config FILE  the config file for the context and the generation defaults\n"
+            "              (default as for ebb serve: $EBB_CONFIG, ~/.config/ebb/ebb.conf,\n"
+            "              /etc/ebb/ebb.conf)\n"
             "  --devices   list the OpenCL platforms and devices instead of describing a model\n"
             "  -h, --help  show this help\n"
             "\n"
@@ -389,6 +396,11 @@ static void print_text(FILE *o, const char *path, const struct ebb_gguf *g, cons
     print_ufact(o, "head dim:", f->head_dim);
     print_ufact(o, "ffn:", f->n_ff);
     print_ufact(o, "context:", f->n_ctx);
+    if (f->has_ctx) {
+        char why[256];
+        ebb_model_ctx_describe(&f->ctx, why, sizeof(why));
+        fprintf(o, "%-18s%u per slot (%s)\n", "context chosen:", f->ctx.n_ctx, why);
+    }
     if (f->has_rope_base)
         fprintf(o, "%-18s%g\n", "rope base:", (double)f->rope_base);
     else
@@ -446,6 +458,26 @@ static json_t *j_text(bool has, const char *s)
     return has ? json_string(s) : json_null();
 }
 
+/* The context choice (ebb_model_ctx_choose) as {"trained", "limit", "asked", "chosen",
+ * "capped", "why"}; null for a file no family runs. capped is "default", "memory", "trained" or
+ * null; over_trained says a longer context than trained was kept. */
+static json_t *j_ctx(const struct facts *f)
+{
+    if (!f->has_ctx)
+        return json_null();
+    const struct ebb_model_ctx *c = &f->ctx;
+    char why[256];
+    ebb_model_ctx_describe(c, why, sizeof(why));
+    const char *capped = c->capped_trained   ? "trained"
+                         : c->capped_memory  ? "memory"
+                         : c->capped_default ? "default"
+                                             : NULL;
+    return json_pack("{s:I,s:I,s:I,s:I,s:o,s:b,s:s}", "trained", (json_int_t)c->trained, "limit",
+                     (json_int_t)c->limit, "asked", (json_int_t)c->asked, "chosen",
+                     (json_int_t)c->n_ctx, "capped", capped ? json_string(capped) : json_null(),
+                     "over_trained", c->over_trained, "why", why);
+}
+
 static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const struct facts *f,
                       const struct ebb_gen_defaults *gd)
 {
@@ -486,6 +518,7 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
         {"head_dim", j_ufact(f->head_dim)},
         {"n_ff", j_ufact(f->n_ff)},
         {"n_ctx", j_ufact(f->n_ctx)},
+        {"context", j_ctx(f)},
         {"rope_freq_base", f->has_rope_base ? json_real(f->rope_base) : json_null()},
         {"n_vocab", j_ufact(f->n_vocab)},
         {"tokenizer", json_pack("{s:o,s:o}", "model", j_text(f->has_tok_model, f->tok_model), "pre",
@@ -583,6 +616,11 @@ int ebb_cmd_info(int argc, char **argv)
     if (!(f = malloc(sizeof(*f))) || gather(g, f) != 0) {
         fprintf(stderr, "ebb info: %s: out of memory\n", path);
         goto out;
+    }
+    {
+        struct ebb_diag d2 = {{0}};
+        f->has_ctx = ebb_model_ctx_choose(g, cfg.ctx, cfg.parallel, !cfg.ctx_over_trained, &f->ctx,
+                                          &d2) == EBB_OK;
     }
     ebb_defaults_resolve(cfg.model_sampling ? g : NULL, &cfg.generation, &gd);
     if (json ? print_json(stdout, path, g, f, &gd) != 0

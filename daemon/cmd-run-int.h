@@ -13,6 +13,7 @@ struct ebb__run_opts {
     const char *model, *prompt, *device, *chat_template, *system, *config;
     long long n_predict, ctx;
     bool chat, json;
+    bool ctx_over_trained;  /* --ctx-over-trained: keep a --ctx past the trained context */
     struct ebb_sampling sp; /* the flags' values over the built-in defaults */
     unsigned sent; /* EBB_DEF_BIT of each sampling flag given; the others take the defaults */
     struct ebb_model_params stream; /* the streamer fields only */

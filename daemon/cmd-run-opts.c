@@ -24,7 +24,8 @@ static void run_usage(FILE *f)
             "  -m, --model MODEL       GGUF file (required)\n"
             "  -p, --prompt PROMPT     prompt text (required)\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "      --temp T            temperature, 0..2; 0 = greedy (default 0.8)\n"
+            "      --temp T, --temperature T\n"
+            "                          temperature, 0..2; 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
             "      --top-p P           nucleus sampling; 1 = off (default 0.95)\n"
             "      --min-p P           drop tokens below P x the best one's probability;\n"
@@ -48,8 +49,11 @@ static void run_usage(FILE *f)
             "                          plain-C reference, fp32) or ref-q8 (the reference with\n"
             "                          llama.cpp's CPU rounding: Q8 activations, fp16 KV)\n"
             "                          (default auto)\n"
-            "      --ctx N             context length in tokens (default: the model's, capped\n"
-            "                          at 4096)\n"
+            "      --ctx N             context length in tokens (default: the model's trained\n"
+            "                          context, capped at 4096 and by memory); a longer one\n"
+            "                          than trained is capped at it, with a warning\n"
+            "      --ctx-over-trained  keep a --ctx longer than the trained context (output\n"
+            "                          past it usually degrades)\n"
             "      --spec ngram        speculative decoding: draft tokens from the prompt and\n"
             "                          the text so far (n-gram lookup) and verify them in one\n"
             "                          pass; the output is the same as without (see\n"
@@ -122,13 +126,15 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         O_DMAX,
         O_DMIN,
         O_DFIXED,
-        O_DRAFT
+        O_DRAFT,
+        O_OVER
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},
         {"n-predict", required_argument, NULL, 'n'},
         {"temp", required_argument, NULL, O_TEMP},
+        {"temperature", required_argument, NULL, O_TEMP},
         {"top-k", required_argument, NULL, O_TOPK},
         {"top-p", required_argument, NULL, O_TOPP},
         {"min-p", required_argument, NULL, O_MINP},
@@ -144,6 +150,7 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         {"json", no_argument, NULL, O_JSON},
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
+        {"ctx-over-trained", no_argument, NULL, O_OVER},
         {"spec", required_argument, NULL, O_SPEC},
         {"draft-max", required_argument, NULL, O_DMAX},
         {"draft-min", required_argument, NULL, O_DMIN},
@@ -223,6 +230,9 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
             break;
         case O_CTX:
             ok = parse_long(optarg, 1, 1 << 20, &o->ctx);
+            break;
+        case O_OVER:
+            o->ctx_over_trained = true;
             break;
         case O_SPEC:
             ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "draft") || !strcmp(optarg, "off");

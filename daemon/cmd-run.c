@@ -135,6 +135,7 @@ static int load(struct run *r, struct ebb__run_opts *o)
     mp.device = o->device;
     mp.n_ctx = (uint32_t)o->ctx;
     mp.n_seq = 1;
+    mp.ctx_cap_trained = !o->ctx_over_trained && !r->cfg.ctx_over_trained;
     if (isatty(STDERR_FILENO)) { /* a live "loading NAME: 40% (..., MB/s)" line */
         char what[128];
         ebb_warm_what(o->model, what, sizeof(what));
@@ -434,8 +435,12 @@ static int report(struct run *r, const struct ebb__run_opts *o)
     size_t n_dec = r->n_gen > 1 ? r->n_gen - 1 : 0;
     double pf_tps = r->t_prefill > 0 ? 1e3 * (double)r->n_prompt / r->t_prefill : 0;
     double dec_tps = r->t_decode > 0 ? 1e3 * (double)n_dec / r->t_decode : 0;
-    if (!o->json)
+    /* The text ends on a line of its own, flushed before the figures, so that they start a
+     * line even where stdout and stderr share a pipe (2>&1). */
+    if (!o->json) {
         printf("\n");
+        fflush(stdout);
+    }
     fprintf(stderr,
             "ebb run: %s on %s; prompt %zu tokens in %.1f ms (%.1f tok/s); generated %zu "
             "tokens, %.1f ms decode (%.2f tok/s); stop: %s\n",

@@ -57,7 +57,12 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_CACHE_DIR] = {"cache_dir", T_PATH, OFF(cache_dir), 0, 0, EBB_CONFIG_CHANGE_MODEL,
                            false, "DIR", "cache of compiled kernels"},
     [EBB_CFG_CTX] = {"ctx", T_U32, OFF(ctx), 0, 1u << 24, EBB_CONFIG_CHANGE_MODEL, false, "N",
-                     "context length per slot (0 = the model's, capped by memory)"},
+                     "context length per slot (0 = the model's trained context, capped at "
+                     "4096 and by memory; past the trained context: capped at it)"},
+    [EBB_CFG_CTX_OVER_TRAINED] = {"ctx_over_trained", T_BOOL, OFF(ctx_over_trained), 0, 0,
+                                  EBB_CONFIG_CHANGE_MODEL, false, "BOOL",
+                                  "keep a ctx past the model's trained context instead of "
+                                  "capping it (output past it usually degrades)"},
     [EBB_CFG_PARALLEL] = {"parallel", T_U32, OFF(parallel), 1, 256, EBB_CONFIG_CHANGE_MODEL, false,
                           "N", "requests generated at the same time"},
     [EBB_CFG_QUEUE] = {"queue", T_U32, OFF(queue), 0, 1u << 20, EBB_CONFIG_CHANGE_LIMITS, false,

@@ -42,6 +42,7 @@ enum ebb_config_key {
     EBB_CFG_MODELS_DIR,
     EBB_CFG_CACHE_DIR,
     EBB_CFG_CTX,
+    EBB_CFG_CTX_OVER_TRAINED,
     EBB_CFG_PARALLEL,
     EBB_CFG_QUEUE,
     EBB_CFG_MAX_BODY,
@@ -88,7 +89,10 @@ struct ebb_config {
     char *model;                     /* GGUF path, or a file name under models_dir; NULL = none */
     char *models_dir;                /* see ebb_config_init for the default */
     char *cache_dir;                 /* compiled-kernel cache */
-    uint32_t ctx;                    /* KV length per slot; 0 = the model's, capped by memory */
+    uint32_t ctx;                    /* KV length per slot; 0 = the model's trained context,
+                                        capped at 4096 and by memory; past the trained
+                                        context capped at it unless ctx_over_trained */
+    bool ctx_over_trained;           /* keep a ctx past the trained context; false */
     uint32_t parallel;               /* sequence slots served at once; 4 */
     uint32_t queue;                  /* waiting requests before 503; 64 */
     uint64_t max_body;               /* bytes of a request body before 413; 4 MiB */
@@ -199,7 +203,8 @@ enum {
                                                max_connections_per_client */
     EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
     EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
-    EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, parallel, device,
+    EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, ctx_over_trained,
+                                               parallel, device,
                                                chat_template, memory_budget, prefetch, cache_dir:
                                                load the model again and swap it in */
     EBB_CONFIG_CHANGE_LISTEN = 1u << 5,     /* host, port: cannot apply without a restart */

@@ -66,4 +66,9 @@ ebb_err ebb__loader_start(struct ebb__loader *l, const struct ebb_model_params *
  * loop once more afterwards). */
 void ebb__loader_fini(struct ebb__loader *l);
 
+/* Writes into buf the .gguf files of dir, sorted and comma-separated ("a.gguf, b.gguf"), or a
+ * sentence saying there are none or that dir cannot be read, for an error about a model that
+ * does not exist (serve-load.c). Always NUL-terminates when n > 0. */
+void ebb__serve_models_in(const char *dir, char *buf, size_t n);
+
 #endif

@@ -1,6 +1,8 @@
-/* Reading the weights with progress, and loading a replacement model on its own thread. */
+/* Reading the weights with progress, loading a replacement model on its own thread, and the
+ * models a directory holds for errors about one that does not exist. */
 #include "daemon/serve-int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -94,4 +96,53 @@ void ebb__loader_fini(struct ebb__loader *l)
         uv_close((uv_handle_t *)&l->async, NULL);
         l->inited = false;
     }
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+void ebb__serve_models_in(const char *dir, char *buf, size_t n)
+{
+    enum { MAX_NAMES = 64 };
+    char *names[MAX_NAMES];
+    size_t k = 0, more = 0, w = 0;
+    if (!n)
+        return;
+    buf[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(buf, n, "cannot list %s: %s", dir, strerror(errno));
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".gguf"))
+            continue;
+        if (k == MAX_NAMES || !(names[k] = strdup(e->d_name)))
+            more++;
+        else
+            k++;
+    }
+    closedir(d);
+    if (!k && !more) {
+        snprintf(buf, n,
+                 "no .gguf files in %s (scripts/fetch-models.sh fetches SmolLM2 and "
+                 "Gemma 3 there)",
+                 dir);
+        return;
+    }
+    qsort(names, k, sizeof(names[0]), cmp_str);
+    int r = snprintf(buf, n, "models in %s: ", dir);
+    w = r < 0 ? 0 : (size_t)r;
+    for (size_t i = 0; i < k; i++) {
+        if (w < n) {
+            r = snprintf(buf + w, n - w, "%s%s", i ? ", " : "", names[i]);
+            w += r < 0 ? 0 : (size_t)r;
+        }
+        free(names[i]);
+    }
+    if (more && w < n)
+        snprintf(buf + w, n - w, " and %zu more", more);
 }

@@ -13,12 +13,16 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ebb serve [-m MODEL] [flags]\n\n"
-            "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models,\n"
-            "/health, /metrics, /tokenize, /detokenize) for one GGUF model.\n\n"
+            "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions,\n"
+            "/v1/embeddings, /v1/models), Anthropic's /v1/messages, and /health, /metrics,\n"
+            "/tokenize, /detokenize for one GGUF model. The context per slot it chose, and why,\n"
+            "is logged at start-up; ebb info MODEL shows the same choice.\n\n"
             "flags (each also settable as EBB_<NAME> or in the config file):\n"
-            "  -m, --model FILE           same as --model\n");
+            "  -m FILE                    the model, as --model: a path, or a file name under\n"
+            "                             models_dir (.gguf may be left off)\n");
     ebb_config_usage(f);
-    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n\n"
+    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n"
+               "  --temp T is --temperature T, as in ebb run.\n\n"
                "serve-only flags:\n"
                "  --config FILE              read this config file\n"
                "  --check-config             print the effective configuration and exit\n"
@@ -53,6 +57,11 @@ static int flag_of(int argc, char **argv, int *i, char *name, size_t cap, const 
     *val = NULL;
     if (!strcmp(a, "-m")) {
         snprintf(name, cap, "model");
+    } else if (!strcmp(a, "--temp") || !strncmp(a, "--temp=", 7)) {
+        /* ebb run's spelling of --temperature (llama.cpp's too) */
+        snprintf(name, cap, "temperature");
+        if (a[6] == '=')
+            *val = a + 7;
     } else if (!strncmp(a, "--", 2)) {
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);

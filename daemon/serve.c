@@ -1,11 +1,13 @@
 /* `ebb serve`: configuration, the libuv loop, the HTTP API and the engine thread, signals. */
 #include "cmds.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <uv.h>
 
@@ -65,6 +67,7 @@ static struct ebb_model_params model_params_of(const struct ebb_config *c, const
 {
     struct ebb_model_params mp = {
         .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
+    mp.ctx_cap_trained = !c->ctx_over_trained;
     mp.prefetch = c->prefetch;
     mp.host_layers = c->host_layers;
     mp.host_threads = c->host_threads;
@@ -146,6 +149,19 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->ignore_model_sampling = !c->model_sampling;
 }
 
+/* The context each slot got and why (capped by default, by memory or at the trained length). */
+static void log_ctx(struct ebb_model *m)
+{
+    struct ebb_model_ctx c;
+    char why[256];
+    if (!m)
+        return;
+    ebb_model_ctx(m, &c);
+    ebb_model_ctx_describe(&c, why, sizeof(why));
+    ebb_log_info("serve", "context %u tokens per slot, %u slots (%s)", c.n_ctx, ebb_model_n_seq(m),
+                 why);
+}
+
 /* Swap, step 3 (timer, loop thread): once no request is in flight, point the API and then the
  * engine at the new model and close the old one. */
 static void on_swap_timer(uv_timer_t *t)
@@ -180,6 +196,7 @@ static void on_swap_timer(uv_timer_t *t)
     ebb_model_close(old);
     ebb_log_info("serve", "now serving %s (was %s); swapped after %.0f ms of draining", id,
                  s->cur_id, now_ms(&s->loop) - s->swap_t0);
+    log_ctx(nm);
     snprintf(s->cur_id, sizeof(s->cur_id), "%s", id);
     s->model_failed = false;
     ebb_api_hold(s->api, false);
@@ -192,8 +209,11 @@ static void on_model_loaded(struct ebb__loader *l)
 {
     struct serve *s = l->ud;
     if (l->rc || !l->model) {
-        ebb_log_error("serve", "reload: cannot load %s: %s; still serving %s", l->path, l->msg,
-                      s->cur_id);
+        char have[1024] = "";
+        if (l->rc == EBB_ENOENT)
+            ebb__serve_models_in(s->cfg->models_dir, have, sizeof(have));
+        ebb_log_error("serve", "reload: cannot load %s: %s%s%s; still serving %s", l->path, l->msg,
+                      have[0] ? "; " : "", have, s->cur_id);
         s->model_failed = true;
         ebb_notify_ready("reload failed: still serving the previous model");
         return;
@@ -223,6 +243,7 @@ static bool reload_model(struct serve *s)
         ebb_log_error("serve", "reload: no model configured; still serving %s", s->cur_id);
         return false;
     }
+
     if (!ebb_sched_model(s->sched)) {
         ebb_log_warn("serve", "reload: the first model is still loading; send SIGHUP again once "
                               "it serves to change the model");
@@ -321,6 +342,7 @@ static void on_ready(void *ud, bool ok, const char *msg)
 {
     struct serve *s = ud;
     if (ok) {
+        log_ctx(ebb_sched_model(s->sched));
         ebb_notify_ready("model loaded");
         return;
     }
@@ -355,6 +377,17 @@ static int configure(const struct ebb__serve_opts *o, struct ebb_config *cfg, ch
         fprintf(stderr, "ebb serve: no model: pass -m FILE (a path or a name under %s)\n",
                 cfg->models_dir);
         return 2;
+    }
+    /* A model that is not there fails now, naming the path and what models_dir holds, rather
+     * than after the socket listens with the reader's bare "cannot open". */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        char have[1024];
+        int e = errno;
+        ebb__serve_models_in(cfg->models_dir, have, sizeof(have));
+        fprintf(stderr, "ebb serve: cannot open model '%s': %s\nebb serve: %s\n", path, strerror(e),
+                have);
+        return 1;
     }
     return -1;
 }

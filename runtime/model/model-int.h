@@ -7,6 +7,10 @@
 #include "model.h"
 #include "stream/stream.h"
 
+/* model-ctx.c: ebb_model_ctx_choose on hyper-parameters already read. */
+void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *hp, uint32_t asked,
+                           uint32_t n_seq, bool cap_trained, struct ebb_model_ctx *c);
+
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
 struct ebb__backend_i {
     const char *name;

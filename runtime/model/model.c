@@ -7,35 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "stream/memprobe.h"
 #include "model-int.h"
-
-/* The default context when none is asked for is the model's training context capped here, so
- * that a model with a huge context does not claim gigabytes of KV cache by default, and capped
- * by memory (default_ctx). */
-#define DEFAULT_CTX_CAP 4096
-
-/* The default context: the model's training context, capped at DEFAULT_CTX_CAP and so that the
- * KV cache of all slots (fp16 on the OpenCL engine, fp32 on the reference: counted as 4 bytes)
- * takes at most half of the memory the host can give without swapping (MemAvailable, or the
- * cgroup's limit when lower). Where no probe answers, only the fixed cap applies. Never below
- * 256 tokens: a smaller context is a configuration error better reported by the allocation. */
-static uint32_t default_ctx(const struct ebb__hparams *hp, uint32_t n_seq)
-{
-    uint32_t n = hp->n_ctx_train < DEFAULT_CTX_CAP ? hp->n_ctx_train : DEFAULT_CTX_CAP;
-    struct ebb_memprobe *mp = NULL;
-    struct ebb_memprobe_reading r;
-    if (ebb_memprobe_new(&(struct ebb_memprobe_params){0}, &mp, NULL))
-        return n;
-    if (!ebb_memprobe_read(mp, &r) && r.available_ok) {
-        uint64_t per_tok = (uint64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim * 4 * n_seq;
-        uint64_t fit = per_tok ? r.available / 2 / per_tok : n;
-        if (fit < n)
-            n = fit < 256 ? 256 : (uint32_t)(fit - fit % 256);
-    }
-    ebb_memprobe_free(mp);
-    return n;
-}
 
 struct ebb_model {
     struct ebb_gguf *g;
@@ -43,6 +15,7 @@ struct ebb_model {
     const struct ebb__arch *arch;
     struct ebb__hparams hp;
     uint32_t n_ctx;
+    struct ebb_model_ctx ctx_why; /* how n_ctx was chosen */
     uint32_t n_seq;
     uint32_t pc_len; /* prompt-cache store positions */
     uint64_t pc_bytes;
@@ -91,14 +64,19 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         rc = ebb_diag_set(diag, EBB_ERANGE, "n_seq %u is more than 256", m->n_seq);
         goto out;
     }
-    m->n_ctx = p->n_ctx;
-    if (!m->n_ctx)
-        m->n_ctx = default_ctx(&m->hp, m->n_seq);
-    if (m->n_ctx > m->hp.n_ctx_train && m->hp.rope_scale == 1.0f) {
-        /* Longer than trained is allowed (llama.cpp allows it too) but usually degrades. */
-        fprintf(stderr, "ebb: warning: context %u exceeds the model's training context %u\n",
-                m->n_ctx, m->hp.n_ctx_train);
-    }
+    ebb__model_ctx_choose(m->g, &m->hp, p->n_ctx, m->n_seq, p->ctx_cap_trained, &m->ctx_why);
+    m->n_ctx = m->ctx_why.n_ctx;
+    if (m->ctx_why.capped_trained)
+        ebb_log_warn("model",
+                     "context %u exceeds the model's trained context %u: capped at %u "
+                     "(ctx_over_trained / --ctx-over-trained allows more)",
+                     p->n_ctx, m->ctx_why.trained, m->n_ctx);
+    else if (m->ctx_why.over_trained)
+        /* Longer than trained is allowed when asked (llama.cpp allows it too) but degrades. */
+        ebb_log_warn("model",
+                     "context %u exceeds the model's trained context %u; output past %u tokens "
+                     "usually degrades",
+                     m->n_ctx, m->ctx_why.trained, m->ctx_why.limit);
     if (m->n_ctx > (1u << 20)) {
         rc = ebb_diag_set(diag, EBB_ERANGE, "context %u too large", m->n_ctx);
         goto out;
@@ -118,8 +96,10 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     if (rc)
         goto out;
     snprintf(m->device, sizeof(m->device), "%s", m->iface->name ? m->iface->name : dev);
-    if (m->iface->n_ctx)
-        m->n_ctx = m->iface->n_ctx;
+    if (m->iface->n_ctx && m->iface->n_ctx != m->n_ctx) {
+        m->n_ctx = m->ctx_why.n_ctx = m->iface->n_ctx;
+        m->ctx_why.planned = true;
+    }
     if (p->prompt_cache && m->iface->kv_store_new) {
         struct ebb_diag d2 = {{0}};
         rc = m->iface->kv_store_new(m->ctx, p->prompt_cache, &m->pc_len, &d2);
@@ -176,6 +156,11 @@ const char *ebb_model_device_name(const struct ebb_model *m)
 uint32_t ebb_model_n_ctx(const struct ebb_model *m)
 {
     return m->n_ctx;
+}
+
+void ebb_model_ctx(const struct ebb_model *m, struct ebb_model_ctx *out)
+{
+    *out = m->ctx_why;
 }
 
 uint32_t ebb_model_n_seq(const struct ebb_model *m)

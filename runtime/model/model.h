@@ -15,7 +15,8 @@
 struct ebb_model_params {
     const char *path;   /* GGUF file */
     const char *device; /* "auto" (NULL too), "cl:P:D", a device-name substring, or "ref" */
-    uint32_t n_ctx;     /* KV length per slot; 0 = the model's context length capped by memory */
+    uint32_t n_ctx;     /* KV length per slot; 0 = the model's trained context capped at
+                           EBB_MODEL_DEFAULT_CTX_CAP and by memory (struct ebb_model_ctx) */
     uint32_t n_seq;     /* sequence slots, >= 1 (0 means 1) */
     /* Layer streamer (docs/STREAMER.md). Fields added at the end; zero = off. */
     uint64_t memory_budget;     /* bytes for weights + KV + runtime; 0 = no streaming (plain path)
@@ -47,8 +48,41 @@ struct ebb_model_params {
      * cache and the buffers (the layer streamer then stays off). The environment variable
      * EBB_EXPERT_CACHE (a count or "auto"), when set, overrides it. */
     uint32_t expert_cache;
+    /* An n_ctx past the model's trained context (struct ebb_model_ctx's limit) is capped at it
+     * with a warning when set (ebb serve and ebb run, unless ctx_over_trained asks for more);
+     * when clear it is kept with a warning, as llama.cpp's library does (ebb bench, tests). */
+    bool ctx_cap_trained;
 };
 #define EBB_EXPERT_CACHE_AUTO UINT32_MAX
+
+/* The context per slot when n_ctx is 0 is the trained one capped here (and by memory), so that a
+ * model trained on 128k tokens does not claim gigabytes of KV cache by default. */
+#define EBB_MODEL_DEFAULT_CTX_CAP 4096u
+
+/* How the context per slot was chosen. limit is the longest context the file says its rope
+ * covers: <arch>.context_length, or with linear rope scaling and
+ * rope.scaling.original_context_length, factor x that original where longer (Llama 3.1's and
+ * longrope's scaling are already inside context_length). */
+struct ebb_model_ctx {
+    uint32_t trained;    /* <arch>.context_length */
+    uint32_t limit;      /* >= trained */
+    uint32_t asked;      /* the n_ctx asked for; 0: the default */
+    uint32_t n_ctx;      /* chosen */
+    bool capped_default; /* asked 0: the trained context was above EBB_MODEL_DEFAULT_CTX_CAP */
+    bool capped_memory;  /* asked 0: lowered so that the KV cache fits half the free memory */
+    bool capped_trained; /* asked > limit, lowered to limit (ctx_cap_trained) */
+    bool over_trained;   /* asked > limit and kept (no ctx_cap_trained) */
+    bool planned;        /* an open model: the layer streamer's memory plan changed n_ctx */
+};
+
+/* The choice ebb_model_open makes for a context of asked tokens (0: the default) and n_seq
+ * slots, from g's metadata and the memory probes, without opening the model (`ebb info`).
+ * Fails as loading would for a file no family runs. */
+ebb_err ebb_model_ctx_choose(const struct ebb_gguf *g, uint32_t asked, uint32_t n_seq,
+                             bool cap_trained, struct ebb_model_ctx *out, struct ebb_diag *diag);
+/* The reason in words ("asked 16384, capped at the trained 8192 (ctx_over_trained allows
+ * more)"), for logs and `ebb info`. Returns the length, as snprintf. */
+size_t ebb_model_ctx_describe(const struct ebb_model_ctx *c, char *buf, size_t n);
 
 struct ebb_model;
 
@@ -94,6 +128,8 @@ const struct ebb_tokenizer *ebb_model_tokenizer(const struct ebb_model *m);
 const char *ebb_model_arch(const struct ebb_model *m);        /* "llama" */
 const char *ebb_model_device_name(const struct ebb_model *m); /* for logs */
 uint32_t ebb_model_n_ctx(const struct ebb_model *m);
+/* How an open model's context was chosen (n_ctx == ebb_model_n_ctx). */
+void ebb_model_ctx(const struct ebb_model *m, struct ebb_model_ctx *out);
 uint32_t ebb_model_n_seq(const struct ebb_model *m);
 uint32_t ebb_model_n_vocab(const struct ebb_model *m);
 uint32_t ebb_model_n_embd(const struct ebb_model *m); /* width of the hidden state */

@@ -384,6 +384,72 @@ static void test_llama3_rope(void **state)
     free(kv.p);
 }
 
+/* The context choice of model-ctx.c on a tiny llama with extra keys kv (n entries). */
+static struct ebb_model_ctx choose(const struct wbuf *kv, uint32_t n, uint32_t asked, bool cap)
+{
+    extra_kv = kv;
+    n_extra_kv = n;
+    struct built b = build(&ebb__arch_llama, "llama", NULL, NULL);
+    extra_kv = NULL;
+    struct ebb_diag d = {{0}};
+    struct ebb_model_ctx c;
+    assert_int_equal(open_built(&b, &d), EBB_OK);
+    assert_int_equal(ebb_model_ctx_choose(b.g, asked, 1, cap, &c, &d), EBB_OK);
+    free_built(&b);
+    return c;
+}
+
+/* The context per slot: the trained one by default (capped at 4096), an ask within it kept,
+ * one past it capped at it (or kept when the caller allows it); linear rope scaling with its
+ * original context reaches factor x original, without it only context_length; Llama 3.1's
+ * scaling is inside context_length already. */
+static void test_ctx_choice(void **state)
+{
+    (void)state;
+    struct wbuf kv = {0};
+    char why[256];
+    kv_u32(&kv, "llama", "context_length", 256);
+    struct ebb_model_ctx c = choose(&kv, 1, 0, true);
+    assert_true(c.trained == 256 && c.limit == 256 && c.n_ctx == 256 && !c.capped_default);
+    c = choose(&kv, 1, 200, true);
+    assert_true(c.n_ctx == 200 && !c.capped_trained && !c.over_trained);
+    c = choose(&kv, 1, 1000, true);
+    assert_true(c.n_ctx == 256 && c.capped_trained && !c.over_trained);
+    ebb_model_ctx_describe(&c, why, sizeof(why));
+    assert_non_null(strstr(why, "asked 1000, capped at the trained 256"));
+    c = choose(&kv, 1, 1000, false);
+    assert_true(c.n_ctx == 1000 && c.over_trained && !c.capped_trained);
+    ebb_model_ctx_describe(&c, why, sizeof(why));
+    assert_non_null(strstr(why, "past the trained 256"));
+
+    /* linear x4 over an original 256: 1024 */
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "linear");
+    w_kv(&kv, "llama.rope.scaling.factor", 6);
+    w_f32(&kv, 4.0f);
+    c = choose(&kv, 3, 2000, true);
+    assert_true(c.trained == 256 && c.limit == 256 && c.n_ctx == 256); /* no original given */
+    kv_u32(&kv, "llama", "rope.scaling.original_context_length", 256);
+    c = choose(&kv, 4, 1000, true);
+    assert_true(c.limit == 1024 && c.n_ctx == 1000 && !c.capped_trained);
+    c = choose(&kv, 4, 2000, true);
+    assert_true(c.n_ctx == 1024 && c.capped_trained);
+    ebb_model_ctx_describe(&c, why, sizeof(why));
+    assert_non_null(strstr(why, "the 1024 its rope scaling covers (trained 256)"));
+
+    /* llama3 (factor 8 over 1024): the stated 8192 is the reach; the default caps at 4096 */
+    kv.n = 0;
+    kv_u32(&kv, "llama", "context_length", 8192);
+    w_kv(&kv, "llama.rope.scaling.type", 8);
+    w_str(&kv, "llama3");
+    kv_u32(&kv, "llama", "rope.scaling.original_context_length", 1024);
+    c = choose(&kv, 3, 16384, true);
+    assert_true(c.limit == 8192 && c.n_ctx == 8192 && c.capped_trained);
+    c = choose(&kv, 3, 0, true);
+    assert_true(c.n_ctx <= EBB_MODEL_DEFAULT_CTX_CAP && c.capped_default);
+    free(kv.p);
+}
+
 /* Plausible longrope factors in place of build()'s counting pattern (the image is ours). */
 static void set_factors(struct built *b)
 {
@@ -623,7 +689,7 @@ int main(void)
         cmocka_unit_test(test_unknown_arch),    cmocka_unit_test(test_refused_and_optional),
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
         cmocka_unit_test(test_llama3_rope),     cmocka_unit_test(test_experts),
-        cmocka_unit_test(test_longrope),
+        cmocka_unit_test(test_longrope),        cmocka_unit_test(test_ctx_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
