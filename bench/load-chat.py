@@ -18,7 +18,14 @@ With --prefix-reuse N,M it instead measures the prompt cache: a prompt of N numb
 2 tokens each) is sent, then sent again with M more numbers at the end, and the time to first
 token of each (and the prompt sizes the server reports) are printed.
 
-Uses httpx (async) or aiohttp, whichever is installed. Usage:
+With --long-chat N,N,.. it measures long prompts as an editor agent sends them, one request at
+a time: for each N a chat of a system message and one user message of about N tokens (numbers,
+distinct per chat), streamed with --tokens new tokens; the time to first token (cold: no prefix
+of it cached), the decode rate after it (tokens after the first over the time after the first),
+then a follow-up turn (the history, the answer, a short question) and its time to first token
+(the prompt cache's work). A short request first warms the server up.
+
+Uses httpx (async) or aiohttp, whichever is installed (--long-chat needs neither). Usage:
   load-chat.py --url http://127.0.0.1:8077 --levels 1,4,8,16,32 [--tokens 128] [--json out.json]
   load-chat.py --url http://127.0.0.1:8077 --prefix-reuse 1000,50
   load-chat.py --url http://127.0.0.1:8077 --conversations 3,400,4
@@ -232,6 +239,33 @@ async def conversations(args, k, n, rounds):
     return row
 
 
+def long_chat(args, sizes):
+    """Time to first token and decode rate of chats of about N tokens, and of a follow-up."""
+    one_stdlib(args, 0, 0, "Say hello.")  # warm-up
+    rows = []
+    for i, n in enumerate(sizes):
+        nums = " ".join(str(10000 + 7919 * i + j) for j in range(max(1, n // 3)))
+        msgs = [{"role": "system", "content": "You are a careful coding assistant."},
+                {"role": "user", "content": f"Chat {i}. A listing follows.\n{nums}\n"
+                                            "What is the last number?"}]
+        st = one_stdlib(args, 0, i, msgs)
+        t_all = time.perf_counter() - st["t0"]
+        gen = st["usage"] if st["usage"] is not None else st["chunks"]
+        rate = (gen - 1) / (t_all - st["ttft"]) if gen > 1 and t_all > st["ttft"] else 0.0
+        follow = msgs + [{"role": "assistant", "content": st.get("text", "")},
+                         {"role": "user", "content": "And the first number?"}]
+        st2 = one_stdlib(args, 0, i, follow)
+        row = {"label": args.label, "target_tokens": n, "prompt_tokens": st.get("prompt_tokens"),
+               "ttft_s": st["ttft"], "decode_tok_s": rate,
+               "followup_prompt_tokens": st2.get("prompt_tokens"), "followup_ttft_s": st2["ttft"]}
+        rows.append(row)
+        print(f"{args.label:>12} long chat {n:6d}: prompt {row['prompt_tokens']} tokens, TTFT "
+              f"{st['ttft'] * 1e3:8.1f} ms, decode {rate:7.1f} tok/s; follow-up prompt "
+              f"{row['followup_prompt_tokens']} tokens, TTFT {st2['ttft'] * 1e3:8.1f} ms",
+              flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default="http://127.0.0.1:8077")
@@ -245,12 +279,19 @@ def main():
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     ap.add_argument("--prefix-reuse", help="N,M: prompt-cache test (see above) instead of load")
     ap.add_argument("--conversations", help="K,N,R: prompt-cache store test (see above)")
+    ap.add_argument("--long-chat", help="N,N,..: long-prompt chats (see above)")
     args = ap.parse_args()
-    if httpx is None and aiohttp is None and not args.conversations:
+    if httpx is None and aiohttp is None and not (args.conversations or args.long_chat):
         sys.exit("load-chat.py needs httpx or aiohttp")
     if not args.model:
         with urllib.request.urlopen(args.url + "/v1/models", timeout=30) as r:
             args.model = json.load(r)["data"][0]["id"]
+    if args.long_chat:
+        rows = long_chat(args, [int(x) for x in args.long_chat.split(",")])
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(rows) + "\n")
+        return
     if args.conversations:
         k, n, rounds = (int(x) for x in args.conversations.split(","))
         args.tokens = min(args.tokens, 16)
