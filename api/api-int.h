@@ -7,10 +7,10 @@
 #include <pthread.h>
 
 #include "api.h"
-#include "chat-template.h"
-#include "defaults.h"
+#include "api/chat/chat-template.h"
+#include "api/defaults/defaults.h"
 #include "sched/sampler.h"
-#include "tools.h"
+#include "api/tools/tools.h"
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {

@@ -11,7 +11,7 @@
 
 #include <uv.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "base/err.h"
 #include "sched/scheduler.h"
 

@@ -23,8 +23,9 @@ def append(tree, rel, text):
 
 plants = [
     ('upward include', 'runtime/gguf/gguf.c', '#include "model/model.h"\n', 'runtime/gguf/gguf.c'),
-    ('upward include from api', 'api/params.c', '#include "daemon/config.h"\n', 'api/params.c'),
-    ('internal header', 'api/objects.c', '#include "model/model-int.h"\n', 'internal to'),
+    ('upward include from api', 'api/openai/params.c', '#include "daemon/config.h"\n',
+     'api/openai/params.c'),
+    ('internal header', 'api/http/objects.c', '#include "model/model-int.h"\n', 'internal to'),
     ('unresolved', 'runtime/cl/cl.c', '#include "no-such-header.h"\n', 'does not resolve'),
     ('header circle', 'runtime/base/err.h', '#include "base/log.h"\n', 'circle'),
 ]

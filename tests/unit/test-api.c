@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "api/api-int.h"
-#include "api/chat-template.h"
+#include "api/chat/chat-template.h"
 #include "sched/scheduler.h"
 
 /* ---- chat templates ------------------------------------------------------------------------ */

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "gguf-writer.h"
 
 enum { T_U32 = 4, T_I32 = 5, T_F32 = 6, T_STR = 8, T_F64 = 12 };

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "api/api-int.h"
-#include "api/tools.h"
+#include "api/tools/tools.h"
 #include "grammar/grammar.h"
 
 static json_t *weather_tools(void)

@@ -1,6 +1,6 @@
 /* Routing and the checks that come before any handler: Host (DNS rebinding), Origin (CORS),
  * API key, method and body size; the small GET endpoints. */
-#include "api-int.h"
+#include "api/api-int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

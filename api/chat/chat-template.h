@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "base/err.h"
-#include "tools.h"
+#include "api/tools/tools.h"
 
 struct ebb_jinja;
 

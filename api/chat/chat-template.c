@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "jinja.h"
+#include "api/jinja/jinja.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

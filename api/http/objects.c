@@ -1,5 +1,5 @@
 /* OpenAI JSON objects shared by the endpoints: errors, logprobs, SSE framing, buffers. */
-#include "api-int.h"
+#include "api/api-int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
