@@ -37,7 +37,7 @@ request)
     export EBB_FUZZ_TEMPLATE="${EBB_FUZZ_TEMPLATE:-$root/tests/data/chat-templates/qwen2.5.jinja}" ;;
 jinja) src="$jinja" ;;
 tokenize | output)
-    src="api/http/objects.c api/http/jsonmem.c $vocab"
+    src="api/http/objects.c api/http/jsonmem.c api/openai/logprobs.c $vocab"
     gguf=${EBB_FUZZ_GGUF:-$EBB_MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf}
     [ -f "$gguf" ] || { echo "fuzz.sh: no vocabulary at $gguf, skipping"; exit 77; } ;;
 *) echo "fuzz.sh: unknown target $target" >&2; exit 2 ;;
