@@ -1,6 +1,6 @@
 /* Pieces every room of api/ writes with: capped buffers, UTF-8 and JSON text, SSE framing, and
  * the error objects of both protocols (the edge answers in the shape of the endpoint asked). */
-#include "api/api-int.h"
+#include "http.h"
 
 #include <stdarg.h>
 #include <stdio.h>

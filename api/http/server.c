@@ -2,7 +2,8 @@
  * life (suspend/resume, hang-up detection, freeing), responses, engine notifications, start and
  * stop. The routes and the generator sit above this file: it reaches them only through the
  * handler table api.c passes in (struct ebb__handlers), never by name. */
-#include "api/api-int.h"
+#include "http.h"
+#include "http-int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

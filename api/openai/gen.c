@@ -1,6 +1,6 @@
 /* /v1/chat/completions and /v1/completions: prompt building, submission to the scheduler, the
  * engine sink (engine thread), and turning engine output into SSE chunks or one JSON body. */
-#include "api/api-int.h"
+#include "openai.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* The logprobs objects of OpenAI's answers: chat's logprobs.content entries and completions'
  * token lists, built from the records the engine reported. */
-#include "api/api-int.h"
+#include "openai.h"
 
 #include "tokenizer/tokenizer.h"
 

@@ -1,7 +1,7 @@
 /* Structured output fields of a generation request: OpenAI's `response_format` (text,
  * json_object, json_schema) and llama.cpp's `json_schema` and `grammar`. Each becomes one GBNF
  * grammar for the scheduler, which compiles it when the job is submitted. */
-#include "api/api-int.h"
+#include "openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>

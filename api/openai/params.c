@@ -1,6 +1,6 @@
 /* Request bodies of /v1/chat/completions and /v1/completions: JSON parsing and validation. Every
  * rejection names the offending parameter, as OpenAI's API does. */
-#include "api/api-int.h"
+#include "openai.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* The tool fields of a chat request (tools, tool_choice, parallel_tool_calls): validation with a
  * 400 naming what is wrong, and the OpenAI objects the parsed calls become (message.tool_calls
  * and the streamed tool_calls deltas). */
-#include "api/api-int.h"
+#include "openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@ const struct ebb_gguf *ebb_model_gguf(const struct ebb_model *m)
 
 /* api/tools-req.c's per-request steps answer through the server, which the request target does
  * not link; it only calls the parsers. */
-#include "api/api-int.h"
+#include "api/openai/openai.h"
 
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *type)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api-int.h"
+#include "api/openai/openai.h"
 #include "api/tools/tools.h"
 #include "grammar/grammar.h"
 
