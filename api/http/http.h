@@ -327,6 +327,9 @@ void ebb__suspend(struct ebb__req *r);
 void ebb__park(struct ebb__req *r);
 /* Schedules MHD_run on the next loop iteration. */
 void ebb__kick(struct ebb_api *a);
+/* The generation (openai/gen.c) is done with the engine for r: r leaves the live list and is
+ * freed if MHD is done with its connection too. */
+void ebb__req_engine_released(struct ebb__req *r);
 /* ebb_api_new's body (server.c): h names the routes' and the generator's entry points. */
 ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
                         const struct ebb__handlers *h, struct ebb_api **out, struct ebb_diag *diag);

@@ -344,8 +344,6 @@ void ebb_api_hold(struct ebb_api *a, bool hold)
     }
 }
 
-/* Called by gen.c once the engine has finished with r. */
-void ebb__req_engine_released(struct ebb__req *r);
 void ebb__req_engine_released(struct ebb__req *r)
 {
     r->engine_ref = false;
@@ -511,8 +509,6 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
     log_ready(a);
     return EBB_OK;
 }
-
-void ebb__req_engine_released(struct ebb__req *r);
 
 static void on_async(uv_async_t *h)
 {

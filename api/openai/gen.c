@@ -10,8 +10,6 @@
 #include "base/log.h"
 #include "tokenizer/tokenizer.h"
 
-void ebb__req_engine_released(struct ebb__req *r);
-
 struct ebb__gen *ebb__gen_new(uint32_t n_choices)
 {
     struct ebb__gen *g = calloc(1, sizeof(*g));
