@@ -1,4 +1,5 @@
-/* Private to api/http/: the edge limits' entry points, which only server.c calls. */
+/* Private to api/http/: the edge limits' entry points, which only server.c calls, and the served
+ * model's set-up (model-setup.c), which server.c calls on start, reload and load. */
 #ifndef EBB_API_HTTP_INT_H
 #define EBB_API_HTTP_INT_H
 
@@ -25,5 +26,16 @@ void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc);
 void ebb__limits_request_done(struct MHD_Connection *mc);
 /* Shuts down the sockets past their deadline; true if it shut any (then run MHD). */
 bool ebb__limits_sweep(struct ebb_api *a);
+
+/* ---- the served model (model-setup.c) ---------------------------------------------------- */
+
+/* Takes the configured generation defaults of cfg (not yet resolved against a model). */
+void ebb__setup_generation(struct ebb_api *a, const struct ebb_api_config *cfg);
+/* Resolves the generation defaults of the served model under the configured ones; the GGUF
+ * keys that cannot be used are logged. */
+void ebb__setup_defaults(struct ebb_api *a);
+/* The engine has loaded its model (the async callback saw load_state 1): picks its chat
+ * template and fill-in-the-middle tokens and tells on_ready whether it can be served. */
+void ebb__setup_loaded(struct ebb_api *a);
 
 #endif

@@ -16,7 +16,11 @@
 #include "api/defaults/defaults.h"
 #include "sched/sampler.h"
 
-/* ---- buffers, JSON text, SSE, error objects (objects.c) ---------------------------------- */
+/* ---- clocks, buffers, JSON text, SSE, error objects (objects.c) -------------------------- */
+
+/* Monotonic seconds (durations, deadlines) and Unix seconds (created fields, ids). */
+double ebb__now(void);
+double ebb__unix_now(void);
 
 /* A growable byte buffer with a cap; growth past cap fails (oom set). */
 struct ebb__abuf {
@@ -307,8 +311,6 @@ struct ebb_api {
     void *ud;
 };
 
-double ebb__now(void);
-double ebb__unix_now(void);
 /* Queues a JSON or text response and records its status. body is copied. */
 void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const char *body,
                 size_t len);

@@ -1,11 +1,27 @@
-/* Pieces every room of api/ writes with: capped buffers, UTF-8 and JSON text, SSE framing, and
- * the error objects of both protocols (the edge answers in the shape of the endpoint asked). */
+/* Pieces every room of api/ works with: clocks, capped buffers, UTF-8 and JSON text, SSE
+ * framing, and the error objects of both protocols (the edge answers in the shape of the
+ * endpoint asked). */
 #include "http.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+double ebb__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ebb__unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 void ebb__abuf_put(struct ebb__abuf *b, const char *s, size_t n)
 {
