@@ -286,7 +286,7 @@ void ebb__sse_event(struct ebb__abuf *b, json_t *obj)
 {
     char *s = json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
-    /* A failed jansson allocation may have left a key out or cut a string (api/jsonmem.c). */
+    /* A failed jansson allocation may have left a key out or cut a string (api/http/jsonmem.c). */
     if (!s || ebb__json_alloc_failed(false)) {
         free(s);
         b->oom = true;

@@ -592,7 +592,7 @@ static void reply_body(struct ebb__req *r)
     json_object_set_new(o, "usage", usage(res));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    /* jansson leaves keys out when an allocation fails (api/jsonmem.c). */
+    /* jansson leaves keys out when an allocation fails (api/http/jsonmem.c). */
     if (!s || ebb__json_alloc_failed(true)) {
         free(s);
         ebb__reply_error(r, 503, "out of memory", NULL, "out_of_memory");
@@ -851,7 +851,7 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
         goto out;
     }
     /* The fields the request left out take the model's, the configured or the built-in
-     * defaults (api/defaults.h). */
+     * defaults (api/defaults/defaults.h). */
     ebb_defaults_apply(&a->gen_defaults, q->sent, &q->gp.sampling);
     uint32_t nv = ebb_model_n_vocab(a->model);
     for (size_t i = 0; i < q->gp.sampling.n_logit_bias; i++) {

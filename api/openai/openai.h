@@ -75,7 +75,8 @@ struct ebb__gen_req {
     bool logprobs;
     uint32_t top_logprobs;
     bool max_tokens_set;
-    unsigned sent; /* EBB_DEF_BIT of each sampling field the request set (api/defaults.h) */
+    unsigned
+        sent; /* EBB_DEF_BIT of each sampling field the request set (api/defaults/defaults.h) */
     struct ebb_gen_params gp;    /* sampling fields not in sent hold ebb_sampling_defaults() */
     struct ebb_logit_bias *bias; /* (gp.sampling.n_logit_bias) */
     struct ebb__tool_req tools;  /* chat only */

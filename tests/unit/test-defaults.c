@@ -1,6 +1,6 @@
-/* Generation defaults (api/defaults.c): built-in values, the configuration over them, a GGUF's
- * general.sampling.* over both, keys that cannot be used, a client field over everything, the
- * value parser the config file uses, and the JSON of /v1/models and `ebb info --json`. */
+/* Generation defaults (api/defaults/defaults.c): built-in values, the configuration over them, a
+ * GGUF's general.sampling.* over both, keys that cannot be used, a client field over everything,
+ * the value parser the config file uses, and the JSON of /v1/models and `ebb info --json`. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
