@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar.h"
 #include "api/schema/json-schema.h"
+#include "grammar/grammar.h"
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
