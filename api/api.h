@@ -11,7 +11,7 @@
 
 #include <uv.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "base/err.h"
 #include "sched/scheduler.h"
 
@@ -32,7 +32,7 @@ struct ebb_api_config {
     char **cors_origins; /* allowed Origin values ("*" allows any) */
     size_t n_cors_origins;
     unsigned timeout_s; /* idle connection timeout in seconds (also the keep-alive wait); 0: none */
-    /* Edge limits (api/limits.c): the time a client gets to send its request head (from accept
+    /* Edge limits (api/http/limits.c): the time a client gets to send its request head (from accept
      * or from a keep-alive connection's next request line) and then its body, in ms (0: none); the
      * open connections allowed from one client address and in all (0: no cap). Past a cap a small
      * headroom still answers /health. */
@@ -42,7 +42,8 @@ struct ebb_api_config {
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     enum ebb_api_poll poll;
     /* Generation defaults: the configured ones (copied; NULL: none), and whether to skip the
-     * model's own general.sampling.* recommendations (api/defaults.h has the resolution). */
+     * model's own general.sampling.* recommendations (api/defaults/defaults.h has the resolution).
+     */
     const struct ebb_sampling_set *generation;
     bool ignore_model_sampling;
     /* Called on the loop thread once the model is ready to serve (ok) or failed to load or to

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "cl/cl.h"
 #include "daemon/config.h"
 #include "gguf/gguf.h"

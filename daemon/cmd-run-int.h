@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "model/model.h"
 #include "sched/spec.h"
 

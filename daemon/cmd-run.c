@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/chat-template.h"
-#include "api/defaults.h"
+#include "api/chat/chat-template.h"
+#include "api/defaults/defaults.h"
 #include "daemon/config.h"
 #include "daemon/warm.h"
 #include "model/model.h"

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "base/log.h"
 #include "base/err.h"
 

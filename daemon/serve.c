@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "api/api.h"
-#include "api/chat-template.h"
+#include "api/chat/chat-template.h"
 #include "daemon/config.h"
 #include "daemon/listenfd.h"
 #include "base/log.h"

@@ -2,7 +2,7 @@
 """Checks ebb's layering on #include lines (docs/ARCHITECTURE.md, "Layers").
 
 Every C file and header under the checked folders may include headers only from its own folder
-or from a folder below it in LAYERS. A folder's internal header (*-int.h) is for that folder
+or from a folder below it in LAYERS; each sub-folder of api/ is a room with an entry of its own. A folder's internal header (*-int.h) is for that folder
 alone. Quoted includes must resolve to a file of the tree, and headers must not include each
 other in a circle. With --objects BUILD_DIR it also reads the symbols of the built objects
 (nm) and reports pairs of source files that call each other.
@@ -28,11 +28,27 @@ LAYERS = {
     'runtime/stream': ['runtime/cl', 'runtime/gguf'],
     'runtime/model': ['runtime/stream', 'runtime/cl', 'runtime/quant', 'runtime/tokenizer'],
     'runtime/sched': ['runtime/model', 'runtime/grammar'],
-    'api': ['runtime/sched'],
-    'daemon': ['api'],
+    # api/'s rooms, bottom to top. Libraries of their own first (Jinja, JSON schema, the tool-call
+    # formats, generation defaults), then chat templates; api/api.h (the folder's own files) is
+    # the contract daemon/ uses, below the rooms that implement it; then the HTTP edge, the
+    # protocols on it (Anthropic's messages ride on OpenAI's generation), and the routes on top.
+    'api/jinja': ['runtime/base'],
+    'api/schema': ['runtime/base'],
+    'api/tools': ['runtime/base'],
+    'api/defaults': ['runtime/sched'],
+    'api/chat': ['api/jinja', 'api/tools', 'runtime/model'],
+    'api': ['api/defaults', 'runtime/sched'],
+    'api/http': ['api', 'api/chat'],
+    'api/openai': ['api/http', 'api/schema', 'api/tools'],
+    'api/anthropic': ['api/openai'],
+    'api/routes': ['api/anthropic', 'api/openai'],
+    'daemon': ['api', 'api/chat'],
     'bench': ['daemon'],
-    'tests': ['daemon', 'bench'],
+    'tests': ['daemon', 'bench', 'api/routes'],
 }
+# Folders whose every sub-folder is a room that needs an entry of its own in LAYERS (a new
+# protocol in api/ must say where it sits).
+ROOMS = ['api']
 SEARCH = ['', 'runtime']  # the build's include path, relative to the root
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -81,6 +97,9 @@ def check_includes(root, files):
     problems, graph = [], {}
     for src in files:
         folder = folder_of(src)
+        d = os.path.dirname(src)
+        if any(d.startswith(r + '/') for r in ROOMS) and d not in LAYERS:
+            problems.append(f'{src}: {d} has no entry in LAYERS (scripts/check-layers.py)')
         ok = allowed(folder) if folder else set()
         text = open(os.path.join(root, src), encoding='utf-8', errors='replace').read()
         for m in INCLUDE.finditer(text):

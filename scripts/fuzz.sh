@@ -20,23 +20,24 @@ cc=${CC:-$(command -v clang-14 || command -v clang || true)}
 export EBB_MODELS_DIR="${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}"
 
 base="runtime/base/err.c runtime/base/log.c"
-jinja="api/jinja-eval.c api/jinja-filters.c api/jinja-lex.c api/jinja-methods.c api/jinja-parse.c
-  api/jinja-tests.c api/jinja-value.c"
+jinja="api/jinja/jinja-eval.c api/jinja/jinja-filters.c api/jinja/jinja-lex.c
+  api/jinja/jinja-methods.c api/jinja/jinja-parse.c api/jinja/jinja-tests.c api/jinja/jinja-value.c"
 vocab="runtime/gguf/gguf.c runtime/gguf/gguf-get.c runtime/gguf/gguf-types.c
   runtime/tokenizer/tok-bpe.c runtime/tokenizer/tok-detok.c runtime/tokenizer/tok-encode.c
   runtime/tokenizer/tok-pre.c runtime/tokenizer/tok-spm.c runtime/tokenizer/tok-vocab.c runtime/tokenizer/tokenizer.c
   runtime/tokenizer/unicode-data.c runtime/tokenizer/unicode.c"
 case $target in
 request)
-    src="api/params.c api/params-format.c api/jsonmem.c api/defaults.c api/chat-template.c
-      api/objects.c api/tools.c api/tools-req.c api/tools-render.c api/json-schema.c
-      api/json-schema-regex.c runtime/grammar/gbnf-parse.c runtime/grammar/grammar-run.c
+    src="api/openai/params.c api/openai/params-format.c api/openai/tools-req.c
+      api/openai/tools-render.c api/http/jsonmem.c api/http/objects.c api/defaults/defaults.c
+      api/chat/chat-template.c api/tools/tools.c api/schema/json-schema.c
+      api/schema/json-schema-regex.c runtime/grammar/gbnf-parse.c runtime/grammar/grammar-run.c
       runtime/grammar/grammar-trie.c runtime/sched/scheduler-stop.c runtime/sched/sampler.c
       tests/fuzz/fuzz-model-stub.c $jinja $vocab"
     export EBB_FUZZ_TEMPLATE="${EBB_FUZZ_TEMPLATE:-$root/tests/data/chat-templates/qwen2.5.jinja}" ;;
 jinja) src="$jinja" ;;
 tokenize | output)
-    src="api/objects.c api/jsonmem.c $vocab"
+    src="api/http/objects.c api/http/jsonmem.c api/openai/logprobs.c $vocab"
     gguf=${EBB_FUZZ_GGUF:-$EBB_MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf}
     [ -f "$gguf" ] || { echo "fuzz.sh: no vocabulary at $gguf, skipping"; exit 77; } ;;
 *) echo "fuzz.sh: unknown target $target" >&2; exit 2 ;;

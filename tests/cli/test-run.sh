@@ -71,8 +71,8 @@ a=$(run_sampled 42)
 b=$(run_sampled 42)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "seed 42 gave '$a' then '$b'"
 
-# Generation defaults, resolved as the server resolves them (api/defaults.h): a flag wins, then
-# the model's general.sampling.*, then the config file's [generation], then the built-in values.
+# Generation defaults, resolved as the server resolves them (api/defaults/defaults.h): a flag
+# wins, then the model's general.sampling.*, then the config file's [generation], then the built-in values.
 # Observed through top_k: 1 makes any temperature greedy. The control first: at temperature 1.5
 # with the built-in top_k 40, at least one of three seeds leaves the greedy path.
 tokens() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$1"; }

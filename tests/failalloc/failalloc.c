@@ -1,6 +1,6 @@
 /* ebb-failalloc: the ebb binary with an allocation-failure hook, for tests only. It is linked
  * from ebb's own objects with `-Wl,--wrap=` for malloc, calloc, realloc, strdup and strndup (the
- * calls in ebb's code, including api/jsonmem.c, the allocator ebb gives jansson), so the
+ * calls in ebb's code, including api/http/jsonmem.c, the allocator ebb gives jansson), so the
  * allocations of ebb and of the JSON it builds can be made to fail; libc, libuv,
  * libmicrohttpd and the OpenCL driver allocate as usual.
  *

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api/api-int.h"
+#include "api/openai/openai.h"
 #include "fuzz-vocab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
-"""Generation defaults of `ebb serve` (api/defaults.h): a sampling field a request does not send
-takes the model's general.sampling.* value, else the configured [generation] one, else the
+"""Generation defaults of `ebb serve` (api/defaults/defaults.h): a sampling field a request does
+not send takes the model's general.sampling.* value, else the configured [generation] one, else the
 built-in one (llama-server's); a field the request sends always wins. /v1/models/{id} reports
 the effective defaults in its `ebb` object.
 

@@ -1,4 +1,4 @@
-"""Hostile clients at the HTTP edge (api/limits.c): slow clients are dropped at their header or
+"""Hostile clients at the HTTP edge (api/http/limits.c): slow clients are dropped at their header or
 body deadline while normal ones are served, the per-address and global connection caps answer
 or close the excess, and /health still answers under every cap. Raw sockets throughout: the
 point is what a client that does not behave sees."""

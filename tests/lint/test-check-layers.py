@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/check-layers.py finds what it is for: a copy of the tree passes, and each planted
-violation (an upward include, another folder's internal header, an include that resolves to
-nothing, a header circle) makes it fail naming the file."""
+violation (an upward include, also between api/'s rooms, another folder's internal header, an
+include that resolves to nothing, a header circle, a room of api/ without a layer) makes it fail
+naming the file."""
 import os
 import shutil
 import subprocess
@@ -17,16 +18,26 @@ def run(tree):
 
 
 def append(tree, rel, text):
+    os.makedirs(os.path.dirname(os.path.join(tree, rel)), exist_ok=True)
     with open(os.path.join(tree, rel), 'a') as f:
         f.write(text)
 
 
 plants = [
     ('upward include', 'runtime/gguf/gguf.c', '#include "model/model.h"\n', 'runtime/gguf/gguf.c'),
-    ('upward include from api', 'api/params.c', '#include "daemon/config.h"\n', 'api/params.c'),
-    ('internal header', 'api/objects.c', '#include "model/model-int.h"\n', 'internal to'),
+    ('upward include from api', 'api/openai/params.c', '#include "daemon/config.h"\n',
+     'api/openai/params.c'),
+    ('internal header', 'api/http/objects.c', '#include "model/model-int.h"\n', 'internal to'),
     ('unresolved', 'runtime/cl/cl.c', '#include "no-such-header.h"\n', 'does not resolve'),
     ('header circle', 'runtime/base/err.h', '#include "base/log.h"\n', 'circle'),
+    ('api room using the edge', 'api/jinja/jinja-lex.c', '#include "api/http/http.h"\n',
+     'api/jinja may not use api/http'),
+    ('edge using a protocol', 'api/http/limits.c', '#include "api/openai/openai.h"\n',
+     'api/http may not use api/openai'),
+    ('daemon inside api', 'daemon/serve.c', '#include "api/http/http.h"\n',
+     'daemon may not use api/http'),
+    ('api room without a layer', 'api/ollama/ollama.c', '#include "api/http/http.h"\n',
+     'no entry in LAYERS'),
 ]
 failed = 0
 with tempfile.TemporaryDirectory() as tmp:

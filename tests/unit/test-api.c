@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api-int.h"
-#include "api/chat-template.h"
+#include "api/openai/openai.h"
+#include "api/chat/chat-template.h"
 #include "sched/scheduler.h"
 
 /* ---- chat templates ------------------------------------------------------------------------ */
@@ -269,7 +269,7 @@ static void test_params_chat(void **state)
     assert_true(r.logprobs && r.top_logprobs == 3 && r.gp.n_top_logprobs == 3);
     assert_true(r.stream && r.include_usage);
     /* Every sampling field with a default was sent except repeat_last_n: the generation
-     * defaults (api/defaults.h) fill only that one. */
+     * defaults (api/defaults/defaults.h) fill only that one. */
     assert_int_equal(r.sent, EBB_DEF_ALL & ~EBB_DEF_BIT(EBB_DEF_REPEAT_LAST_N));
     assert_true(fabsf(r.gp.sampling.repeat_penalty - 1.1f) < 1e-6f);
     assert_true(r.gp.sampling.frequency_penalty == -1);

@@ -1,6 +1,6 @@
-/* Generation defaults (api/defaults.c): built-in values, the configuration over them, a GGUF's
- * general.sampling.* over both, keys that cannot be used, a client field over everything, the
- * value parser the config file uses, and the JSON of /v1/models and `ebb info --json`. */
+/* Generation defaults (api/defaults/defaults.c): built-in values, the configuration over them, a
+ * GGUF's general.sampling.* over both, keys that cannot be used, a client field over everything,
+ * the value parser the config file uses, and the JSON of /v1/models and `ebb info --json`. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/defaults.h"
+#include "api/defaults/defaults.h"
 #include "gguf-writer.h"
 
 enum { T_U32 = 4, T_I32 = 5, T_F32 = 6, T_STR = 8, T_F64 = 12 };

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/jinja.h"
+#include "api/jinja/jinja.h"
 
 static char *read_file(const char *path, size_t *n)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/jinja.h"
+#include "api/jinja/jinja.h"
 
 static struct tm fixed_now(void)
 {

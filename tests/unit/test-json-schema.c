@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "api/json-schema.h"
+#include "api/schema/json-schema.h"
 #include "grammar/grammar.h"
 
 static struct ebb_grammar *convert(const char *schema_text)

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api-int.h"
-#include "api/tools.h"
+#include "api/openai/openai.h"
+#include "api/tools/tools.h"
 #include "grammar/grammar.h"
 
 static json_t *weather_tools(void)

@@ -1,5 +1,5 @@
 /* Prometheus text exposition (version 0.0.4) of the API's counters. */
-#include "api-int.h"
+#include "http.h"
 
 static const char *const ep_names[EBB__EP_COUNT] = {
     "other",   "chat_completions", "completions", "models",     "health",

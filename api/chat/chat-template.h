@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "base/err.h"
-#include "tools.h"
+#include "api/tools/tools.h"
 
 struct ebb_jinja;
 
@@ -33,9 +33,9 @@ struct ebb_chat_template {
     struct ebb_jinja *jinja;
     char bos_token[128], eos_token[128]; /* the template's bos_token and eos_token */
     bool strip_bos; /* the tokenizer adds BOS itself, so a leading bos_token text is dropped */
-    /* Tools: whether the Jinja source renders `tools` itself (else api/tools-render.c's
-     * fallback describes them), and the call format the model answers in (api/tools.h; hermes,
-     * the fallback's, when the template has no tools). */
+    /* Tools: whether the Jinja source renders `tools` itself (else api/openai/tools-render.c's
+     * fallback describes them), and the call format the model answers in (api/tools/tools.h;
+     * hermes, the fallback's, when the template has no tools). */
     bool tools_native;
     enum ebb_tool_format tool_format;
 };

@@ -1,14 +1,14 @@
 /* The tool fields of a chat request (tools, tool_choice, parallel_tool_calls): validation with a
  * 400 naming what is wrong, and the OpenAI objects the parsed calls become (message.tool_calls
  * and the streamed tool_calls deltas). */
-#include "api-int.h"
+#include "openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json-schema.h"
+#include "api/schema/json-schema.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

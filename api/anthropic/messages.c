@@ -7,7 +7,8 @@
  * content_block_start, ping, content_block_delta (text_delta, input_json_delta),
  * content_block_stop, message_delta, message_stop. Errors use Anthropic's error object (see
  * ebb__reply_error). docs/API.md lists every field. */
-#include "api-int.h"
+#include "anthropic.h"
+#include "api/openai/openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>

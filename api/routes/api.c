@@ -1,6 +1,8 @@
 /* The top of the API: ties the HTTP core (server.c) to the files above it (routes.c, gen.c), so
  * that the core calls them through a table and no two files of api/ call each other. */
-#include "api-int.h"
+#include "api/api.h"
+#include "routes-int.h"
+#include "api/openai/openai.h"
 
 static const struct ebb__handlers handlers = {
     .on_access = ebb__on_access,

@@ -3,7 +3,7 @@
  * evaluates each input from position 0 of a slot in prefill chunks and mean-pools the hidden
  * states after the model's final norm. The answer truncates each vector to `dimensions`, scales
  * it to unit length, and writes it as a float array or as base64 of little-endian float32. */
-#include "api-int.h"
+#include "openai.h"
 
 #include <math.h>
 #include <stdio.h>

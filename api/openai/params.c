@@ -1,6 +1,6 @@
 /* Request bodies of /v1/chat/completions and /v1/completions: JSON parsing and validation. Every
  * rejection names the offending parameter, as OpenAI's API does. */
-#include "api-int.h"
+#include "openai.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -437,7 +437,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
     ebb__json_alloc_failed(true);
     r->doc = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
     /* An allocation that failed during the parse may have cut a string short, or made a
-     * valid body look malformed (jansson api/jsonmem.c). */
+     * valid body look malformed (jansson api/http/jsonmem.c). */
     if (ebb__json_alloc_failed(true)) {
         fail(e, NULL, "out of memory while parsing the body");
         return EBB_ENOMEM;

@@ -1,15 +1,15 @@
 /* Structured output fields of a generation request: OpenAI's `response_format` (text,
  * json_object, json_schema) and llama.cpp's `json_schema` and `grammar`. Each becomes one GBNF
  * grammar for the scheduler, which compiles it when the job is submitted. */
-#include "api-int.h"
+#include "openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/schema/json-schema.h"
 #include "grammar/grammar.h"
-#include "json-schema.h"
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))

@@ -1,6 +1,6 @@
 /* /v1/chat/completions and /v1/completions: prompt building, submission to the scheduler, the
  * engine sink (engine thread), and turning engine output into SSE chunks or one JSON body. */
-#include "api-int.h"
+#include "openai.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,6 @@
 
 #include "base/log.h"
 #include "tokenizer/tokenizer.h"
-
-void ebb__req_engine_released(struct ebb__req *r);
 
 struct ebb__gen *ebb__gen_new(uint32_t n_choices)
 {
@@ -594,7 +592,7 @@ static void reply_body(struct ebb__req *r)
     json_object_set_new(o, "usage", usage(res));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    /* jansson leaves keys out when an allocation fails (api/jsonmem.c). */
+    /* jansson leaves keys out when an allocation fails (api/http/jsonmem.c). */
     if (!s || ebb__json_alloc_failed(true)) {
         free(s);
         ebb__reply_error(r, 503, "out of memory", NULL, "out_of_memory");
@@ -853,7 +851,7 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
         goto out;
     }
     /* The fields the request left out take the model's, the configured or the built-in
-     * defaults (api/defaults.h). */
+     * defaults (api/defaults/defaults.h). */
     ebb_defaults_apply(&a->gen_defaults, q->sent, &q->gp.sampling);
     uint32_t nv = ebb_model_n_vocab(a->model);
     for (size_t i = 0; i < q->gp.sampling.n_logit_bias; i++) {

@@ -1,6 +1,8 @@
 /* Routing and the checks that come before any handler: Host (DNS rebinding), Origin (CORS),
  * API key, method and body size; the small GET endpoints. */
-#include "api-int.h"
+#include "routes-int.h"
+#include "api/anthropic/anthropic.h"
+#include "api/openai/openai.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

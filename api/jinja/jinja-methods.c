@@ -8,10 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct jv ebb__jinja_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
-struct jv ebb__jinja_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
-                             int64_t count);
-
 static struct jv arg(struct jcall *call, size_t i, struct jv def)
 {
     return i < call->n_pos ? call->pos[i] : def;

@@ -87,7 +87,6 @@ static bool py_space(char ch)
            (ch >= 0x1c && ch <= 0x1f);
 }
 
-struct jv ebb__jinja_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
 struct jv ebb__jinja_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
 {
     const char *p = s.u.s->p;
@@ -156,8 +155,6 @@ static struct jv f_title(struct jctx *c, struct jv v, struct jcall *call)
     return case_map(c, v, 3);
 }
 
-struct jv ebb__jinja_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
-                             int64_t count);
 struct jv ebb__jinja_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
                              int64_t count)
 {

@@ -19,7 +19,7 @@
  * An idle keep-alive connection waiting for its next request may wait request_timeout (counted
  * from its last answer, so dribbling bytes does not extend it); once MHD has its next request
  * line, the head has header_timeout. */
-#include "api-int.h"
+#include "http-int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/jinja/jinja.h"
 #include "gguf/gguf.h"
-#include "jinja.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

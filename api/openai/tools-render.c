@@ -6,7 +6,7 @@
  * become that markup in its content, and tool results become a user message of
  * <tool_response> blocks (consecutive results merged, so user and assistant turns still
  * alternate). */
-#include "api-int.h"
+#include "openai.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -225,7 +225,7 @@ struct ebb_jinja {
 /* Parses tokens into t->root. */
 ebb_err ebb__jinja_parse_toks(struct ebb_jinja *t, const struct jtoks *toks, struct ebb_diag *diag);
 
-/* ---- built-ins (jinja-builtins.c) ----------------------------------------------------------- */
+/* ---- built-ins (jinja-filters.c, jinja-tests.c, jinja-methods.c) -------------------------- */
 
 /* A filter: applied to v with the call's arguments. */
 struct jfilter_def {
@@ -242,6 +242,12 @@ const struct jtest_def *ebb__jinja_test(const char *name);
 struct jv ebb__jinja_global(struct jctx *c, const char *name);
 /* obj.name for a string, list or dict method; JV_UNDEF when there is none. */
 struct jv ebb__jinja_method(struct jctx *c, struct jv obj, const char *name);
+/* The strip and replace filters' work, which the string methods of the same names share:
+ * s with the characters of chars (whitespace when none) removed from the chosen ends; s with
+ * the first count occurrences of old (all when count < 0) replaced by new. */
+struct jv ebb__jinja_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right);
+struct jv ebb__jinja_replace(struct jctx *c, struct jv s, struct jv old, struct jv new,
+                             int64_t count);
 
 /* ---- render context (jinja-eval.c) ---------------------------------------------------------- */
 

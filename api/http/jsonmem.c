@@ -2,7 +2,7 @@
  * allocation that failed. jansson does not report every failure: its lexer drops the bytes it
  * cannot store (a string may come back shorter) and json_object_set_new leaves a key out, so
  * code that must not act on such a value asks ebb__json_alloc_failed() afterwards. */
-#include "api-int.h"
+#include "http.h"
 
 #include <stdlib.h>
 
