@@ -269,11 +269,6 @@ struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di)
             /* Prefill attention on tensor cores too (attn_prefill_mma; H100, 8B pp512 2752
              * tok/s against 2074 with attn_prefill, a 4096-token prompt 2454 against 825). */
             t.att_mma = 1;
-            /* Decode attention in chunks of 128 positions once the second pass splits its
-             * chunks over rows of work-items (H200, 8B shape with 8 layers, decode after 4096 /
-             * 16384 / 32768 tokens: 1110 / 812 / 597 tok/s against 1008 / 742 / 550 with 64,
-             * 967 / 568 / 384 with 256; after 512 alike). */
-            t.att_chunk = 128;
             t.mv_wg = 32;
             t.mv_rows = 4;
         }

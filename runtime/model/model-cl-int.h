@@ -193,6 +193,12 @@ struct clm {
     struct ebb_cl_tuning tu;
     uint32_t n_batch; /* rows of a prefill chunk (the scratch's rows; N_BATCH_CPU/GPU above) */
     uint32_t att_split_max; /* runs of keys a prefill attention launch may take (1: whole) */
+    /* Decode attention deep in the context: chunks of att_chunk_deep positions (0: none) from
+     * att_deep_from attended positions on, with kernels of their own (ops_deep); fewer, longer
+     * work-groups there. */
+    uint32_t att_chunk_deep, att_deep_from;
+    cl_program ops_deep;
+    cl_kernel kd_part, kd_rope, kd_red, kd_red_q8;
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
     struct ebb_cl_hostmap map;
     struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */

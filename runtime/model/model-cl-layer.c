@@ -373,11 +373,16 @@ static void rope_of(struct clm *m, const struct layer *L, float *base, float *fs
     *ff = m->rope_ff;
 }
 
+/* The positions a query at position n_kv - 1 of layer L attends to. */
+static int att_span(const struct layer *L, int n_kv)
+{
+    return L->win && (uint32_t)n_kv > L->win ? (int)L->win : n_kv;
+}
+
 /* The decode attention chunks of a query at position n_kv - 1 in layer L. */
 static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
 {
-    int first = L->win && (uint32_t)n_kv > L->win ? n_kv - (int)L->win : 0;
-    return (n_kv - first + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
+    return (att_span(L, n_kv) + (int)m->tu.att_chunk - 1) / (int)m->tu.att_chunk;
 }
 
 /* The work-group of decode attention's second pass (attention.cl's att_combine) over nc
@@ -476,7 +481,15 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
 
     float scale = hp->attn_factor * hp->attn_factor / sqrtf((float)hp->head_dim); /* longrope */
     if (nt == 1) {
-        int n_kv = pos + 1, nc = att_chunks(m, L, n_kv);
+        int n_kv = pos + 1;
+        /* Deep in the context, the kernels of longer chunks (m->att_chunk_deep). */
+        bool deep = m->att_chunk_deep && att_span(L, n_kv) >= (int)m->att_deep_from;
+        int chunk = deep ? (int)m->att_chunk_deep : (int)m->tu.att_chunk;
+        cl_kernel k_part = deep ? m->kd_part : m->k_attn_part;
+        cl_kernel k_rope = deep ? m->kd_rope : m->k_attn_rope;
+        cl_kernel k_red = deep ? m->kd_red : m->k_attn_red;
+        cl_kernel k_red_q8 = deep ? m->kd_red_q8 : m->k_attn_red_q8;
+        int nc = (att_span(L, n_kv) + chunk - 1) / chunk;
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
          * quantizes the output for it: one launch of quantize_x8 less. */
         bool q8 = att_q8_ok(m, L, si);
@@ -499,21 +512,21 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         float hn_eps = hp->rms_eps;
         struct ebb_cl_arg hn[] = {EBB_CL_ARG(hnq), EBB_CL_ARG(hnk), EBB_CL_ARG(hn_eps)};
         m->hn_fold = false;
-        cl_kernel kp = fused_rope ? m->k_attn_rope : m->k_attn_part;
+        cl_kernel kp = fused_rope ? k_rope : k_part;
         if ((rc = ebb_cl_set_args(kp, 0, a, fused_rope ? 12 : 13, diag)) ||
             (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 6, diag))) ||
             (fused_rope && (rc = ebb_cl_set_args(kp, 18, hn, 3, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
         if (q8) {
-            if ((rc = ebb_cl_set_args(m->k_attn_red_q8, 0, bq, 5, diag)) ||
-                (rc = ebb_cl_run(m->cl, m->k_attn_red_q8, 2, g2, l2, diag)))
+            if ((rc = ebb_cl_set_args(k_red_q8, 0, bq, 5, diag)) ||
+                (rc = ebb_cl_run(m->cl, k_red_q8, 2, g2, l2, diag)))
                 return rc;
             m->att_q8 = true;
             return EBB_OK;
         }
-        if (nc > 1 && ((rc = ebb_cl_set_args(m->k_attn_red, 0, b, 4, diag)) ||
-                       (rc = ebb_cl_run(m->cl, m->k_attn_red, 2, g2, l2, diag))))
+        if (nc > 1 && ((rc = ebb_cl_set_args(k_red, 0, b, 4, diag)) ||
+                       (rc = ebb_cl_run(m->cl, k_red, 2, g2, l2, diag))))
             return rc;
         return EBB_OK;
     }
