@@ -6,8 +6,9 @@
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-const char *const ebb__cl_wprog_srcs[] = {"act.cl", "half.cl",   "quant.cl", "q8.cl",
-                                          "mma.cl", "matvec.cl", "kq8.cl"};
+const char *const ebb__cl_wprog_srcs[] = {"act.cl",    "half.cl",       "quant.cl",
+                                          "q8.cl",     "mma.cl",        "matvec.cl",
+                                          "matmul.cl", "matmul-mma.cl", "kq8.cl"};
 const size_t ebb__cl_n_wprog_srcs = N_OF(ebb__cl_wprog_srcs);
 
 const char *const ebb__cl_ops_srcs[] = {"act.cl", "half.cl",      "ops.cl",
