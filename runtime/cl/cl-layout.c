@@ -52,14 +52,9 @@ void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *
 {
     *w = di->image ? di->image2d_w : 0;
     *h = di->image ? di->image2d_h : 0;
-    const char *env = getenv("EBB_CL_IMAGE2D_MAX");
-    unsigned long ew = 0, eh = 0;
-    if (env) {
-        char *end = NULL;
-        ew = strtoul(env, &end, 10);
-        if (end && *end == ',')
-            eh = strtoul(end + 1, NULL, 10);
-    }
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    size_t ew = env.image2d_max[0], eh = env.image2d_max[1];
     if (ew && ew < *w)
         *w = ew;
     if (eh && eh < *h)
@@ -138,19 +133,20 @@ struct ebb_cl_layout ebb_cl_layout_choose(const struct ebb_cl_dev_info *di, uint
     struct ebb_cl_layout split = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
     struct ebb_cl_layout img = {type, EBB_CL_STORE_IMAGE1D, EBB_CL_ORDER_SPLIT};
     struct ebb_cl_layout img2d = {type, EBB_CL_STORE_IMAGE2D, EBB_CL_ORDER_SPLIT};
-    const char *env = getenv("EBB_CL_LAYOUT");
-    if (env && !strcmp(env, "image2d")) {
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    if (env.layout == EBB_CL_LAYOUT_IMAGE2D) {
         if (ebb_cl_layout_ok(di, &img2d, n_elements))
             return img2d;
         size_t w, h;
         ebb_cl_image2d_limits(di, &w, &h);
         ebb__cl_note_image2d(type, n_elements, 0, w, h, "the default");
     }
-    if (env && !strcmp(env, "raw"))
+    if (env.layout == EBB_CL_LAYOUT_RAW)
         return raw;
-    if (env && !strcmp(env, "split") && ebb_cl_layout_ok(di, &split, n_elements))
+    if (env.layout == EBB_CL_LAYOUT_SPLIT && ebb_cl_layout_ok(di, &split, n_elements))
         return split;
-    if (env && !strcmp(env, "image") && ebb_cl_layout_ok(di, &img, n_elements))
+    if (env.layout == EBB_CL_LAYOUT_IMAGE && ebb_cl_layout_ok(di, &img, n_elements))
         return img;
     /* CPUs sharing host memory read the file's blocks in place: no copy, and the caches hide
      * the block layout. GPUs get separate planes so that a warp's loads of quants and of scales

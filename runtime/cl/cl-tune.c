@@ -139,9 +139,10 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     for (int i = 0; i < N_CAND; i++)
         n_ok += ebb_cl_layout_fits(di, &cand[i], n_in, n_out);
     /* EBB_CL_TUNE=1 measures on CPUs too (tests of this function on PoCL). */
-    const char *force = getenv("EBB_CL_TUNE");
-    bool measure = di->is_gpu || (force && !strcmp(force, "1"));
-    if (!measure || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    bool measure = di->is_gpu || env.tune;
+    if (!measure || n_ok < 2 || env.layout != EBB_CL_LAYOUT_AUTO)
         return def;
 
     char dir[900], path[1000], line[16] = {0};

@@ -113,10 +113,11 @@ static void split_rows_par(const struct ebb__cl_tinfo *ti, const uint8_t *src, u
     uint64_t qb = ti->split == 8 ? 32 : 16;
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = nc > MAX_T ? MAX_T : nc < 1 ? 1 : (int)nc;
-    const char *env = getenv("EBB_CL_SPLIT_THREADS");
-    if (env && atoi(env) > 0 && atoi(env) < nt)
-        nt = atoi(env);
-    uint64_t min_blocks = env ? 1 : (1u << 18);
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    if (env.split_threads && (int)env.split_threads < nt)
+        nt = (int)env.split_threads;
+    uint64_t min_blocks = env.split_threads ? 1 : (1u << 18);
     if (nt < 2 || n_blocks < min_blocks * 2) {
         split_rows(ti, src, n_blocks, q, s);
         return;
@@ -263,8 +264,9 @@ ebb_err ebb_cl_weight_new(struct ebb_cl *cl, const struct ebb_cl_layout *l, uint
         w.layout.storage = EBB_CL_STORE_IMAGE1D;
         if (!ebb_cl_layout_ok(&cl->info, &w.layout, (uint64_t)n_in * w.n_out))
             w.layout.storage = EBB_CL_STORE_BUFFER;
-        const char *env = getenv("EBB_CL_LAYOUT");
-        if (env && !strcmp(env, "image2d"))
+        struct ebb_cl_env env;
+        ebb_cl_env_get(&env);
+        if (env.layout == EBB_CL_LAYOUT_IMAGE2D)
             ebb__cl_note_image2d(l->type, w.n_out, n_in, wm, hm,
                                  ebb_cl_layout_name(&w.layout, name, sizeof(name)));
     }

@@ -909,8 +909,6 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
     m->first_host = hp->n_layer; /* no host layers unless the streamer places some */
-    const char *ring = getenv("EBB_CL_KV_RING"); /* 0: windowed layers keep the whole context */
-    m->kv_ring = !ring || strcmp(ring, "0");
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
@@ -926,6 +924,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
+    m->kv_ring = m->tu.kv_ring != 0; /* EBB_CL_KV_RING=0: windowed layers keep the whole context */
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
