@@ -120,7 +120,8 @@ static const char *mms_tile_check(const uint32_t *v, const struct ebb_cl_dev_inf
     }
 
 /* The table, in the order the knobs are applied (EBB_CL_GEMM_MIN after EBB_CL_MM). */
-/* clang-format off: one knob a paragraph */
+/* One knob a paragraph: */
+/* clang-format off */
 static const struct knob knobs[] = {
     /* decode's products */
     BOOL1("BLOCKDEC", block_dec,
@@ -143,28 +144,19 @@ static const struct knob knobs[] = {
     BOOL1("TOPKHOST", topk_host,
           "the top-k of the logits on the host after reading them back (a copy on CPUs)",
           {DC_ANY, {0}}, {DC_CPU, {1}}),
-    {.name = "MV",
-     .where = T_TUNING,
-     .n_parts = 2,
-     .min_parts = 2,
+    {.name = "MV", .where = T_TUNING, .n_parts = 2, .min_parts = 2,
      .part = {P(mv_wg, "pow2 1..1024"), P(mv_rows, "1..1024")},
      .def = {{DC_ANY, {1, 16}}, {DC_GPU, {32, 2}}, {DC_AMD, {64, 2}}, {DC_NVIDIA, {32, 4}}},
-     .doc =
-         "matvec's shape WG,ROWS: work-items sharing a row, rows a work-group (rows halved to fit "
-         "the device's work-group)"},
+     .doc = "matvec's shape WG,ROWS: work-items sharing a row, rows a work-group (rows halved to "
+     "fit the device's work-group)"},
     BOOL1("MVQ16", mv_q16,
           "matvec takes a whole 4-bit 32-block per work-item and step (W_Q16; without BLOCKDEC)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("MVXL", mv_xlocal,
           "with MVQ16, a work-group's rows share the input staged in local memory", {DC_ANY, {0}},
           {DC_NVIDIA, {1}}),
-    {.name = "MVRED",
-     .where = T_TUNING,
-     .words = "tree|flat",
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {P(mv_flat, "0..1")},
-     .def = {{DC_ANY, {0}}, {DC_NVIDIA, {1}}},
+    {.name = "MVRED", .where = T_TUNING, .words = "tree|flat", .n_parts = 1, .min_parts = 1,
+     .part = {P(mv_flat, "0..1")}, .def = {{DC_ANY, {0}}, {DC_NVIDIA, {1}}},
      .doc = "how matvec adds a row's partials: a tree, or flat (two rounds)"},
     /* 8-bit inputs */
     BOOL1("MVQ8", mv_q8,
@@ -201,46 +193,27 @@ static const struct knob knobs[] = {
     UINT1("QIN_ROWS", qin_rows, "1..64",
           "matvec_q8_qin's rows per work-group (default matvec_q8's)", {DC_ANY, {0}}),
     /* prefill and batches */
-    {.name = "MM",
-     .where = T_TUNING,
-     .words = "tile|coop|gemm",
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {P0("0..2")},
-     .def = {{DC_ANY, {0}}, {DC_GPU, {1}}},
-     .set = mm_set,
-     .get = mm_get,
+    {.name = "MM", .where = T_TUNING, .words = "tile|coop|gemm", .n_parts = 1, .min_parts = 1,
+     .part = {P0("0..2")}, .def = {{DC_ANY, {0}}, {DC_GPU, {1}}}, .set = mm_set, .get = mm_get,
      .set_fields = "`mm_coop`, `mm_gemm_min`",
      .doc = "prefill's kernel: the tiled matmul, matmul_coop (then the GEMM from GEMM_MIN rows) or "
-            "the "
-            "GEMM from 2 rows"},
+     "the GEMM from 2 rows"},
     UINT1("GEMM_MIN", mm_gemm_min, "0..1048576",
           "products of at least N rows run matmul_gemm or the tensor cores (0: never; devices with "
           "work-groups of 256)",
           {DC_ANY, {0}}, {DC_GPU, {32}}),
     UINT1("MM_T", mm_t, "pow2 1..32", "token rows per tiled or coop work-item", {DC_ANY, {8}},
           {DC_ARM, {4}}),
-    {.name = "MMA",
-     .where = T_TUNING,
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {P0("0..2")},
-     .def = {{DC_ANY, {0}}, {DC_NVIDIA, {2}}},
-     .set = mma_set,
-     .get = mma_get,
+    {.name = "MMA", .where = T_TUNING, .n_parts = 1, .min_parts = 1, .part = {P0("0..2")},
+     .def = {{DC_ANY, {0}}, {DC_NVIDIA, {2}}}, .set = mma_set, .get = mma_get,
      .set_fields = "`mm_mma`, `mma_v`",
-     .doc =
-         "prefill GEMM tiles on tensor cores: 0 off, 1 matmul_mma, 2 matmul_mmb (PTX after the mma "
-         "probe; a portable stand-in elsewhere, for tests)"},
-    {.name = "MMA_TILE",
-     .where = T_TUNING,
-     .n_parts = 4,
-     .min_parts = 2,
+     .doc = "prefill GEMM tiles on tensor cores: 0 off, 1 matmul_mma, 2 matmul_mmb (PTX after the "
+     "mma probe; a portable stand-in elsewhere, for tests)"},
+    {.name = "MMA_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P(mma_r, "64|128"), P(mma_t, "32|64|128"), P(mma_k, "32|64|128"), P(mma_pf, "0..1")},
-     .def = {{DC_ANY, {64, 64, 32, 0}}, {DC_NVIDIA, {64, 64, 64, 1}}},
-     .check = mma_tile_check,
-     .doc =
-         "matmul_mma's tile R,T[,K[,PF]]: rows, tokens, inputs a step, 1: next step's loads early"},
+     .def = {{DC_ANY, {64, 64, 32, 0}}, {DC_NVIDIA, {64, 64, 64, 1}}}, .check = mma_tile_check,
+     .doc = "matmul_mma's tile R,T[,K[,PF]]: rows, tokens, inputs a step, 1: next step's loads "
+     "early"},
     UINT1("MMS", mms_max, "0..1048576",
           "with MMA: products of 2..N token rows of 4-bit and 8-bit weights run matmul_mms "
           "(weights straight into fragments; 0: never)",
@@ -248,35 +221,20 @@ static const struct knob knobs[] = {
     UINT1("MMS_BIG", mms_big, "0..1048576",
           "products of MMS_BIG..MMS rows run matmul_mms with the MMP_TILE tile (0: never)",
           {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
-    {.name = "MMS_TILE",
-     .where = T_TUNING,
-     .n_parts = 4,
-     .min_parts = 2,
-     .part = {P(mms_t, "8|16|32|64"), P(mms_mi, "1|2|4"), P(mms_w, "pow2 1..32"),
-              P(mms_kb, "1|2|4")},
-     .def = {{DC_ANY, {32, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 8, 2}}},
-     .check = mms_tile_check,
-     .doc =
-         "matmul_mms's tile T,MI[,W[,KB]]: tokens, 16-row groups, warps, 32-blocks a warp loads at "
-         "once"},
-    {.name = "MMP_TILE",
-     .where = T_TUNING,
-     .n_parts = 4,
-     .min_parts = 2,
-     .part = {P(mmp_t, "8|16|32|64"), P(mmp_mi, "1|2|4"), P(mmp_w, "pow2 1..32"),
-              P(mmp_kb, "1|2|4")},
-     .def = {{DC_ANY, {32, 4, 4, 2}}},
-     .check = mms_tile_check,
+    {.name = "MMS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
+     .part = {P(mms_t, "8|16|32|64"), P(mms_mi, "1|2|4"), P(mms_w, "pow2 1..32"), P(mms_kb, "1|2|4")},
+     .def = {{DC_ANY, {32, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 8, 2}}}, .check = mms_tile_check,
+     .doc = "matmul_mms's tile T,MI[,W[,KB]]: tokens, 16-row groups, warps, 32-blocks a warp loads "
+     "at once"},
+    {.name = "MMP_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
+     .part = {P(mmp_t, "8|16|32|64"), P(mmp_mi, "1|2|4"), P(mmp_w, "pow2 1..32"), P(mmp_kb, "1|2|4")},
+     .def = {{DC_ANY, {32, 4, 4, 2}}}, .check = mms_tile_check,
      .doc = "matmul_mms's second tile (from MMS_BIG rows: prefill), as MMS_TILE"},
-    {.name = "MOE_TILE",
-     .where = T_TUNING,
-     .n_parts = 4,
-     .min_parts = 2,
+    {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
-     .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}},
-     .check = mms_tile_check,
+     .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,
      .doc = "moe_group_mms's tile 16,MI[,W[,KB]] (its tokens are moe.cl's 16 expert pairs), as "
-            "MMS_TILE"},
+     "MMS_TILE"},
     /* attention */
     BOOL1("ROPEATT", att_rope,
           "decode attention rotates the new token's q and k and stores k and v itself "
@@ -317,49 +275,26 @@ static const struct knob knobs[] = {
           "MoE decode on 8-bit inputs in three launches a layer; 0: the seven of before",
           {DC_ANY, {1}}),
     /* the engine's other settings (struct ebb_cl_env) */
-    {.name = "LAYOUT",
-     .where = T_ENV,
-     .words = "auto|raw|split|image|image2d",
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {PE(layout, "0..4")},
-     .def = {{DC_ANY, {0}}},
+    {.name = "LAYOUT", .where = T_ENV, .words = "auto|raw|split|image|image2d", .n_parts = 1,
+     .min_parts = 1, .part = {PE(layout, "0..4")}, .def = {{DC_ANY, {0}}},
      .doc = "weight layout: auto (the engine's choice, timed at first load on GPUs), raw blocks, "
-            "split "
-            "planes, split in an image1d_buffer or in image2d objects, where valid"},
-    {.name = "IMAGE2D_MAX",
-     .where = T_ENV,
-     .n_parts = 2,
-     .min_parts = 1,
+     "split planes, split in an image1d_buffer or in image2d objects, where valid"},
+    {.name = "IMAGE2D_MAX", .where = T_ENV, .n_parts = 2, .min_parts = 1,
      .part = {PE(image2d_max[0], "1..1073741824"), PE(image2d_max[1], "1..1073741824")},
      .def = {{DC_ANY, {0, 0}}},
      .doc = "W[,H] lowers the device's image2d limits (tests: rows wrapped or side by side; 0: the "
-            "device's)"},
-    {.name = "TUNE",
-     .where = T_ENV,
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {PE(tune, "0..1")},
+     "device's)"},
+    {.name = "TUNE", .where = T_ENV, .n_parts = 1, .min_parts = 1, .part = {PE(tune, "0..1")},
      .def = {{DC_ANY, {0}}},
      .doc = "1: the layout timing at first load runs on CPUs too (tests)"},
-    {.name = "SPLIT_THREADS",
-     .where = T_ENV,
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {PE(split_threads, "1..64")},
-     .def = {{DC_ANY, {0}}},
+    {.name = "SPLIT_THREADS", .where = T_ENV, .n_parts = 1, .min_parts = 1,
+     .part = {PE(split_threads, "1..64")}, .def = {{DC_ANY, {0}}},
      .doc = "threads of the split layouts' rearrangement at load, also for small weights (tests; "
-            "default: the cores up to 8, for weights of 512 Ki blocks or more)"},
-    {.name = "PROFILE",
-     .where = T_ENV,
-     .words = "0|1|gpu",
-     .n_parts = 1,
-     .min_parts = 1,
-     .part = {PE(profile, "0..2")},
-     .def = {{DC_ANY, {0}}},
+     "default: the cores up to 8, for weights of 512 Ki blocks or more)"},
+    {.name = "PROFILE", .where = T_ENV, .words = "0|1|gpu", .n_parts = 1, .min_parts = 1,
+     .part = {PE(profile, "0..2")}, .def = {{DC_ANY, {0}}},
      .doc = "per-kernel times on stderr at exit: 1 every launch waited for (wall time), gpu the "
-            "queue's "
-            "timestamps"},
+     "queue's timestamps"},
 };
 /* clang-format on */
 #define N_KNOBS (sizeof(knobs) / sizeof(knobs[0]))
