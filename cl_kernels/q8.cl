@@ -97,9 +97,9 @@ inline float warp_sum(float v)
 }
 #endif
 
-/* The int8 blocks of 32 that every 8-bit input is made of, written the same way by quantize_x8,
- * attn_decode_reduce_q8 and moe.cl's moe_router_q8 and moe_gate_up_q8 (one rounding, so that
- * their outputs agree to the bit). */
+/* The int8 blocks of 32 that every 8-bit input is made of, rounded the same way by quantize_x8,
+ * attn_decode_reduce_q8 (block32 and the same steps, written out) and moe.cl's moe_router_q8 and
+ * moe_gate_up_q8 (q8_block), so that their outputs agree to the bit. */
 
 /* The scale d of a block whose max |x'| is amax, and the int8 of its input v. */
 inline float q8_scale(float amax)
@@ -266,8 +266,14 @@ attn_decode_reduce_q8(__global const float *po, __global const float2 *pml, int 
         l += w * ml.y;
         o += w * po[((size_t)h * n_chunks + c) * HEAD_DIM + d];
     }
+    float v = o / l;
+    float dq = block32(red, d, fabs(v), 1) / 127.0f;
+    int q = dq > 0.0f ? convert_int_rte(v / dq) : 0;
+    float s = block32(red, d, (float)q, 0);
     int i = h * HEAD_DIM + d;
-    q8_block(red, d, o / l, 1.0f, true, xq + i, xd + i / 32);
+    xq[i] = (char)q;
+    if ((i & 31) == 0)
+        xd[i / 32] = (float2)(dq, dq * s);
 }
 #endif
 #endif

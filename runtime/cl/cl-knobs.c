@@ -40,8 +40,8 @@ enum { T_TUNING, T_ENV };
 #define NONE (-1)
 
 /* One comma-separated part of a knob's value ("x" separates too: 128x64): the field it sets
- * (NONE: checked only) and what it accepts: "A..B", "pow2 A..B" (a power of two in the range)
- * or "a|b|c" (those numbers). */
+ * (NONE: checked only) and what it accepts: "A..B", "pow2 A..B" (a power of two in the range),
+ * "A..B step S" (a multiple of S in it) or "a|b|c" (those numbers). */
 struct kpart {
     int off;
     const char *field;
@@ -259,10 +259,17 @@ static const struct knob knobs[] = {
     UINT1("ATT_WG", att_wg, "pow2 1..256",
           "decode attention's work-group (0: NORM_WG; NORM_WG set alone also sets it)",
           {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
+    UINT1("ATT_SPLIT", att_split, "1..32",
+          "at most N runs of keys a prefill attention launch (1: never split)",
+          {DC_ANY, {32}}),
     BOOL1("KV_RING", kv_ring,
           "windowed layers keep rings of their window as caches; 0: whole-context caches (and a "
           "prompt-cache store)",
           {DC_ANY, {1}}),
+    UINT1("BATCH", batch, "128..1024 step 32",
+          "rows of a prefill chunk (the engine's scratch rows; 512 keeps the tensor cores' tiles "
+          "full)",
+          {DC_ANY, {128}}, {DC_GPU, {512}}),
     /* mixtures of experts */
     UINT1("MOE_GROUP", moe_group, "0..1048576",
           "MoE steps of at least N rows run grouped by expert (each row read once per tile; 0: "
@@ -344,7 +351,9 @@ static bool accepts(const char *spec, uint32_t v)
     const char *dots = strstr(p, "..");
     if (dots) {
         unsigned long lo = strtoul(p, NULL, 10), hi = strtoul(dots + 2, NULL, 10);
-        return v >= lo && v <= hi && (!pow2 || !(v & (v - 1)));
+        const char *st = strstr(p, " step ");
+        unsigned long step = st ? strtoul(st + 6, NULL, 10) : 1;
+        return v >= lo && v <= hi && (!pow2 || !(v & (v - 1))) && v % step == 0;
     }
     while (*p) {
         char *end;
@@ -367,8 +376,13 @@ static void accepted(const struct knob *k, char *buf, size_t cap)
     for (int i = 0; i < k->n_parts; i++) {
         const char *a = k->part[i].accept;
         bool pow2 = !strncmp(a, "pow2 ", 5);
-        int w = snprintf(buf + n, cap - n, "%s%s%s%s", i >= k->min_parts ? "[" : "", i ? "," : "",
-                         pow2 ? a + 5 : a, pow2 ? " (a power of two)" : "");
+        const char *st = strstr(a, " step ");
+        char step[48] = "";
+        if (st)
+            snprintf(step, sizeof(step), " (a multiple of %s)", st + 6);
+        int w = snprintf(buf + n, cap - n, "%s%s%.*s%s%s", i >= k->min_parts ? "[" : "",
+                         i ? "," : "", (int)(st ? (size_t)(st - a) : strlen(a)) - (pow2 ? 5 : 0),
+                         pow2 ? a + 5 : a, pow2 ? " (a power of two)" : "", step);
         if (w < 0 || (size_t)w >= cap - n)
             return;
         n += (size_t)w;

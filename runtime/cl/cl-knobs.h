@@ -109,6 +109,8 @@ struct ebb_cl_tuning {
     uint32_t moe_group; /* MoE steps of at least this many rows run grouped by expert (0: never) */
     uint32_t moe_mms;   /* 1: the grouped MoE products on tensor cores where there are some */
     uint32_t moe_fuse;  /* 1: MoE decode on 8-bit inputs in its fused launches */
+    uint32_t batch;     /* rows of a prefill chunk (a multiple of 32) */
+    uint32_t att_split; /* at most this many runs of keys a prefill attention launch */
 };
 
 /* Work-group size of quantize_x8 (q8.cl). */

@@ -924,12 +924,12 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
-    m->kv_ring = m->tu.kv_ring != 0; /* EBB_CL_KV_RING=0: windowed layers keep the whole context */
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
     if (m->tu.mv_idp && (!m->tu.mv_q8 || !ebb_cl_idp_probe(m->cl, NULL)))
         m->tu.mv_idp = 0;
+    m->kv_ring = m->tu.kv_ring != 0; /* EBB_CL_KV_RING=0: windowed layers keep the whole context */
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;
