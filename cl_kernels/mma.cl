@@ -1,4 +1,4 @@
-/* Tensor cores from OpenCL on NVIDIA: inline PTX mma.sync (sm_80 and later), used by matvec.cl's
+/* Tensor cores from OpenCL on NVIDIA: inline PTX mma.sync (sm_80 and later), used by matmul-mma.cl's
  * matmul_mma for prefill when the device passed the start-up probe (mma_probe below, run by
  * ebb_cl_mma_probe). The fragment layouts are PTX's for m16n8k16 with f16 inputs and f32
  * accumulators; a warp of 32 work-items holds one tile, lane = 4 * g + q:

@@ -508,44 +508,6 @@ inline float moe_row_sum(__local float *red, int lane, float v)
 #endif
 }
 
-/* q8.cl's block32: v combined (max or sum) over the 32 items lid & ~31 .. lid | 31, returned to
- * each; red holds the work-group's items, all of which call it. */
-inline float moe_block32(__local float *red, int lid, float v, int is_max)
-{
-#if MV_PTX
-    (void)red, (void)lid;
-    return is_max ? warp_max(v) : warp_sum(v);
-#else
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 16; s > 0; s >>= 1) {
-        float o = (lid & 31) < s ? red[lid + s] : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if ((lid & 31) < s)
-            red[lid] = is_max ? fmax(red[lid], o) : red[lid] + o;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float r = red[lid & ~31];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-#endif
-}
-
-/* v (of one item of a 32-block) as int8 at q and, from the block's first item, (d inv,
- * d inv sum of its int8 values) at qd, d = max |v| / 127: quantize_x8's rounding. All items of
- * the work-group call it; those with w false write nothing. */
-inline void moe_q8_block(__local float *red, int lid, float v, float inv, bool w,
-                         __global char *q, __global float2 *qd)
-{
-    float d = moe_block32(red, lid, fabs(v), 1) / 127.0f;
-    int qi = d > 0.0f ? convert_int_rte(v / d) : 0;
-    float s = moe_block32(red, lid, (float)qi, 0);
-    if (w)
-        *q = (char)qi;
-    if (w && (lid & 31) == 0)
-        *qd = (float2)(d * inv, d * inv * s);
-}
-
 /* The router's product and the experts' input in one launch, for one token on 8-bit inputs:
  * work-groups 0 .. n_rg - 1 (n_rg = ceil(n_expert / (MOE_Q8_WG / MV_WG))) compute the scores
  * of an f32 router r (n_expert rows of n_in at r_a + r_off) over x RMS-normed with nw, as the
@@ -607,7 +569,7 @@ moe_router_q8(__global const float *x, int n_in, __global const float *nw, float
         barrier(CLK_LOCAL_MEM_FENCE);
         bool in = i < n_in;
         float v = in ? x[i] * nw[i] : 0.0f;
-        moe_q8_block(red, lid, v, inv, in, xq + i, xd + i / 32);
+        q8_block(red, lid, v, inv, in, xq + i, xd + i / 32);
     }
 }
 
@@ -706,6 +668,6 @@ moe_gate_up_q8(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_r
         v = g / (1.0f + exp(-g)) * vals[32 + lid];
     }
     size_t o = (size_t)j * n_rows + c * 32;
-    moe_q8_block(red, lid, v, 1.0f, lid < 32, gq + o + lid, gd + o / 32);
+    q8_block(red, lid, v, 1.0f, lid < 32, gq + o + lid, gd + o / 32);
 }
 #endif

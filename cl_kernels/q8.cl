@@ -97,6 +97,59 @@ inline float warp_sum(float v)
 }
 #endif
 
+/* The int8 blocks of 32 that every 8-bit input is made of, rounded the same way by quantize_x8,
+ * attn_decode_reduce_q8 (block32 and the same steps, written out) and moe.cl's moe_router_q8 and
+ * moe_gate_up_q8 (q8_block), so that their outputs agree to the bit. */
+
+/* The scale d of a block whose max |x'| is amax, and the int8 of its input v. */
+inline float q8_scale(float amax)
+{
+    return amax / 127.0f;
+}
+inline int q8_round(float v, float d)
+{
+    return d > 0.0f ? convert_int_rte(v / d) : 0;
+}
+
+/* The 32 work-items lid & ~31 .. lid | 31 combine v (max when is_max, else sum); every one of
+ * them gets the result. red holds a float per work-item; all work-items of the group must call
+ * it. */
+inline float block32(__local float *red, int lid, float v, int is_max)
+{
+#if MV_PTX
+    (void)red, (void)lid;
+    return is_max ? warp_max(v) : warp_sum(v);
+#else
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 16; s > 0; s >>= 1) {
+        float o = (lid & 31) < s ? red[lid + s] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if ((lid & 31) < s)
+            red[lid] = is_max ? fmax(red[lid], o) : red[lid] + o;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = red[lid & ~31];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+/* v, one item of a 32-block (items lid & ~31 .. lid | 31), as int8 at *q and, from the block's
+ * first item, (d inv, d inv * the sum of its int8 values) at *qd, d = max |v| / 127 (q8_scale).
+ * All items of the work-group call it (red: a float each); those with w false write nothing. */
+inline void q8_block(__local float *red, int lid, float v, float inv, bool w, __global char *q,
+                     __global float2 *qd)
+{
+    float d = q8_scale(block32(red, lid, fabs(v), 1));
+    int qi = q8_round(v, d);
+    float s = block32(red, lid, (float)qi, 0);
+    if (w)
+        *q = (char)qi;
+    if (w && (lid & 31) == 0)
+        *qd = (float2)(d * inv, d * inv * s);
+}
+
 #if defined(Q8_QUANTIZE) || defined(Q8_QIN)
 /* The pieces of quantize_x8 that matvec_q8_qin (matvec.cl, tuning qin) repeats inside each of
  * its work-groups: written once here so that both compute the same numbers. */
@@ -125,41 +178,9 @@ inline float q8_in(const __global float *x, int n_in, const __global float *nw, 
     return v;
 }
 
-/* The scale d of a block whose max |x'| is amax, and the int8 of its input v. */
-inline float q8_scale(float amax)
-{
-    return amax / 127.0f;
-}
-inline int q8_round(float v, float d)
-{
-    return d > 0.0f ? convert_int_rte(v / d) : 0;
-}
 #endif
 
 #ifdef Q8_QUANTIZE
-/* The 32 work-items lid & ~31 .. lid | 31 combine v (max when is_max, else sum); every one of
- * them gets the result. red holds Q8_WG floats; all work-items of the group must call it. */
-inline float block32(__local float *red, int lid, float v, int is_max)
-{
-#if MV_PTX
-    (void)red, (void)lid;
-    return is_max ? warp_max(v) : warp_sum(v);
-#else
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 16; s > 0; s >>= 1) {
-        float o = (lid & 31) < s ? red[lid + s] : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if ((lid & 31) < s)
-            red[lid] = is_max ? fmax(red[lid], o) : red[lid] + o;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float r = red[lid & ~31];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-#endif
-}
-
 /* quantize_x8: xq[i] = round(x'[i] / d_b) and xd[b] = (d_b * inv, d_b * inv * sum of block b's xq), where x'
  * is matvec's folded input of row 0 of x (x * nw with nw given; act(gate) * up with glu, x
  * holding [gate | up]), d_b = max |x'| over block b / 127, and inv = 1 / rms(x) with nw given
@@ -197,14 +218,7 @@ inline void quantize_row(const __global float *x, int n_in, const __global float
     }
     bool in = i < n_in;
     float v = in ? q8_in(x, n_in, nw, glu, i) : 0.0f;
-    float d = q8_scale(block32(red, lid, fabs(v), 1));
-    int q = q8_round(v, d);
-    float s = block32(red, lid, (float)q, 0);
-    if (!in)
-        return;
-    xq[i] = (char)q;
-    if ((i & 31) == 0)
-        xd[i / 32] = (float2)(d * inv, d * inv * s);
+    q8_block(red, lid, v, inv, in, xq + i, xd + i / 32); /* (i & 31 is lid & 31) */
 }
 
 __kernel __attribute__((reqd_work_group_size(Q8_WG, 1, 1))) void

@@ -565,7 +565,7 @@ inline void b32_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b, floa
 }
 
 #ifdef EBB_IMAGES2D
-/* Split planes in two image2d objects (cl-layout.c places them): the quant plane as RGBA32UI
+/* Split planes in two image2d objects (cl-weight.c places them): the quant plane as RGBA32UI
  * texels (one per 4-bit block, two per 8-bit block, tpr texels per weight row) and the scale
  * plane as RGBA half texels holding (d, m) of two consecutive blocks of a row (ceil(nb / 2)
  * texels per row). Where a plane is exactly tpr texels wide, weight row o is image row o; a

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/defaults/defaults.h"
+#include "cl/cl-knobs.h"
 #include "cl/cl.h"
 #include "daemon/config.h"
 #include "gguf/gguf.h"
@@ -46,32 +47,37 @@ struct facts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ebb info [--json] [--config FILE] MODEL\n"
-            "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
-            "\n"
-            "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
-            "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"
-            "and tokenizer, chat template, bytes outside and inside the layers, a histogram of\n"
-            "tensor types, file size and GGUF version. The whole file is validated first; a\n"
-            "malformed file gives exit status 1 and a message naming the problem.\n"
-            "\n"
-            "Also the context per slot ebb serve would choose on this host under the\n"
-            "configuration's ctx, parallel and ctx_over_trained, and why (\"context chosen\"),\n"
-            "and the generation defaults ebb serve and ebb run use with this model for the\n"
-            "sampling fields a request does not send, and where each comes from: gguf (the\n"
-            "model's general.sampling.* keys), config (the [generation] section of the config\n"
-            "file, or EBB_TEMPERATURE, ...) or builtin.\n"
-            "\n"
-            "options:\n"
-            "  --json      print one JSON object instead of text\n"
-            "  --config FILE  the config file for the context and the generation defaults\n"
-            "              (default as for ebb serve: $EBB_CONFIG, ~/.config/ebb/ebb.conf,\n"
-            "              /etc/ebb/ebb.conf)\n"
-            "  --devices   list the OpenCL platforms and devices instead of describing a model\n"
-            "  -h, --help  show this help\n"
-            "\n"
-            "exit status: 0 success, 1 unreadable or malformed model or config, 2 usage error\n");
+    fprintf(
+        f,
+        "usage: ebb info [--json] [--config FILE] MODEL\n"
+        "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
+        "       ebb info --knobs [--device SPEC] [--markdown]   (the EBB_CL_* tuning knobs)\n"
+        "\n"
+        "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
+        "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"
+        "and tokenizer, chat template, bytes outside and inside the layers, a histogram of\n"
+        "tensor types, file size and GGUF version. The whole file is validated first; a\n"
+        "malformed file gives exit status 1 and a message naming the problem.\n"
+        "\n"
+        "Also the context per slot ebb serve would choose on this host under the\n"
+        "configuration's ctx, parallel and ctx_over_trained, and why (\"context chosen\"),\n"
+        "and the generation defaults ebb serve and ebb run use with this model for the\n"
+        "sampling fields a request does not send, and where each comes from: gguf (the\n"
+        "model's general.sampling.* keys), config (the [generation] section of the config\n"
+        "file, or EBB_TEMPERATURE, ...) or builtin.\n"
+        "\n"
+        "options:\n"
+        "  --json      print one JSON object instead of text\n"
+        "  --config FILE  the config file for the context and the generation defaults\n"
+        "              (default as for ebb serve: $EBB_CONFIG, ~/.config/ebb/ebb.conf,\n"
+        "              /etc/ebb/ebb.conf)\n"
+        "  --devices   list the OpenCL platforms and devices instead of describing a model\n"
+        "  --knobs     list the EBB_CL_* tuning knobs with their values for the device (--device\n"
+        "              SPEC as for ebb serve, default auto) and where each came from; with\n"
+        "              --markdown, docs/TUNING.md (the table, no device)\n"
+        "  -h, --help  show this help\n"
+        "\n"
+        "exit status: 0 success, 1 unreadable or malformed model or config, 2 usage error\n");
 }
 
 /* Copies s into buf as valid, printable UTF-8: control bytes and bytes that do not start a valid
@@ -551,14 +557,44 @@ static int print_json(FILE *o, const char *path, const struct ebb_gguf *g, const
     return 0;
 }
 
+/* `ebb info --knobs`: the knob table for a device, or as docs/TUNING.md. */
+static int knobs_info(const char *device, bool markdown)
+{
+    if (markdown) {
+        ebb_cl_knobs_markdown(stdout);
+        return 0;
+    }
+    struct ebb_cl *cl = NULL;
+    struct ebb_diag d = {{0}};
+    /* opening the device checks the knobs set in the environment: a bad one is the error */
+    if (ebb_cl_open(device, &cl, &d)) {
+        fprintf(stderr, "ebb info: %s\n", d.msg);
+        return 1;
+    }
+    ebb_cl_knobs_print(stdout, &cl->info);
+    ebb_cl_close(cl);
+    return 0;
+}
+
 int ebb_cmd_info(int argc, char **argv)
 {
     const char *path = NULL, *config = NULL;
-    bool json = false, devices = false;
+    const char *device = NULL;
+    bool json = false, devices = false, knobs = false, markdown = false;
     /* `ebb info --devices`: the OpenCL device list, from runtime/cl. */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--devices")) {
             devices = true;
+        } else if (!strcmp(argv[i], "--knobs")) {
+            knobs = true;
+        } else if (!strcmp(argv[i], "--markdown")) {
+            markdown = true;
+        } else if (!strcmp(argv[i], "--device")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ebb info: --device needs a device\n");
+                return 2;
+            }
+            device = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
@@ -590,6 +626,12 @@ int ebb_cmd_info(int argc, char **argv)
     }
     if (devices)
         return ebb_cl_print_devices(stdout, json) == EBB_OK ? 0 : 1;
+    if (knobs)
+        return knobs_info(device, markdown);
+    if (markdown || device) {
+        fprintf(stderr, "ebb info: %s goes with --knobs\n", markdown ? "--markdown" : "--device");
+        return 2;
+    }
     if (!path) {
         fprintf(stderr, "ebb info: no model given\n");
         usage(stderr);

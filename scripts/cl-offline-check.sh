@@ -47,10 +47,16 @@ work=$(mktemp -d /tmp/ebb-cl-offline-XXXXXX)
 
 export EBB_CL_MVQ8=1 EBB_CL_MVQ16=1 EBB_CL_BLOCKDEC=0 EBB_CL_Q8R=64 EBB_CL_QIN=2
 K=cl_kernels
-WEIGHT_FILES="$K/act.cl $K/half.cl $K/quant.cl $K/q8.cl $K/mma.cl $K/matvec.cl $K/kq8.cl"
-MOE_FILES="$K/half.cl $K/quant.cl $K/q8.cl $K/kq8.cl $K/moe.cl"
-OPS_FILES="$K/act.cl $K/half.cl $K/ops.cl $K/mma.cl $K/attention.cl $K/q8.cl"
-# ebb_cl_idp_probe's prologue (runtime/cl/cl-layout.c)
+# the builders' sources, in their order, from the engine's own lists (runtime/cl/cl-build.c)
+files_of() { "$GEN" sources "$1" | sed "s|^|$K/|" | tr '\n' ' '; }
+WEIGHT_FILES=$(files_of weight)
+MOE_FILES=$(files_of moe)
+OPS_FILES=$(files_of ops)
+if [ -z "$WEIGHT_FILES" ] || [ -z "$MOE_FILES" ] || [ -z "$OPS_FILES" ]; then
+    echo "cl-offline-check: $GEN sources failed" >&2
+    exit 2
+fi
+# ebb_cl_idp_probe's prologue (runtime/cl/cl-probe.c)
 PROBE_PRO='#if defined(cl_khr_integer_dot_product) || defined(__opencl_c_integer_dot_product_input_4x8bit_packed)
 #define MV_IDP 1
 #endif

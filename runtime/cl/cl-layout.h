@@ -7,6 +7,7 @@
 #ifndef EBB_RUNTIME_CL_LAYOUT_H
 #define EBB_RUNTIME_CL_LAYOUT_H
 
+#include "cl-knobs.h"
 #include "cl.h"
 
 /* Where the weight's bytes live. */
@@ -31,104 +32,6 @@ struct ebb_cl_layout {
     enum ebb_cl_storage storage;
     enum ebb_cl_order order;
 };
-
-/* Kernel variant parameters chosen from the device's properties (see ebb_cl_tuning_for). */
-struct ebb_cl_tuning {
-    uint32_t mv_wg;         /* work-items per output row in matvec */
-    uint32_t mv_rows;       /* output rows per matvec work-group */
-    uint32_t mm_t;          /* tokens per work-item in matmul */
-    uint32_t mm_k;          /* input chunk staged in local memory by matmul */
-    uint32_t mm_wg;         /* matmul work-group size */
-    uint32_t mm_local;      /* 1: matmul stages the token tile in local memory */
-    uint32_t mm_coop;       /* 1: prefill runs matmul_coop (rows shared by MV_WG work-items, MM_T
-                               tokens each) instead of the tiled matmul: GPUs */
-    uint32_t mv_q16;        /* 1: matvec takes a whole 4-bit 32-block per work-item and step (W_Q16;
-                               GPUs, where block_dec is off) */
-    uint32_t mv_xlocal;     /* 1: with mv_q16, the MV_ROWS rows of a work-group share x staged in
-                               local memory */
-    uint32_t mv_flat;       /* 1: matvec reduces a row's partials in two rounds, not a tree */
-    uint32_t mm_gemm_min;   /* prefills of at least this many tokens run matmul_gemm (64 x 64
-                               tiles in local memory); 0 = never */
-    uint32_t mv_q8;         /* 1: decode quantizes a product's input to int8 blocks once
-                               (quantize_x8) and 4-bit weights run matvec_q8 (q8.cl); needs
-                               mv_q16 and a device work-group of EBB_CL_Q8_WG */
-    uint32_t mv_ptx;        /* 1: NVIDIA inline PTX in q8.cl (dp4a, warp shuffles) */
-    uint32_t mv_idp;        /* 1: q8.cl's 4-byte dots through cl_khr_integer_dot_product's
-                               packed builtins (MV_IDP): without mv_ptx, where the device
-                               lists the extension; kept only after ebb_cl_idp_probe */
-    uint32_t mv_h8;         /* 1: matvec reads raw F16 / BF16 rows eight weights a step (W_RD8) */
-    uint32_t kq8;           /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
-                               Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
-    uint32_t q8r_max;       /* with mv_q8: products of 2..q8r_max token rows quantize their
-                               inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
-                               weight read, instead of the tiled kernels; 0 = never */
-    uint32_t mvr;           /* matvec_q8r's rows per work-item (MVR: 4, 8 or 16) */
-    uint32_t mvo;           /* matvec_q8r's output rows per MV_WG work-items (MVO: 1, 2 or 4) */
-    uint32_t mvu;           /* matvec_q8's 4-bit blocks a work-item loads per step (MVU: 1..8) */
-    uint32_t mvq_wg;        /* matvec_q8's work-items per row (MVQ_WG; mv_wg unless mv_ptx) */
-    uint32_t mvq_rows;      /* matvec_q8's rows per work-group (MVQ_ROWS) */
-    uint32_t q8r_fold;      /* 1: batches through matvec_q8r fold the RMS norm and the gate's
-                               activation into quantize_x8_rows (0: separate launches) */
-    uint32_t qin;           /* with mv_q8, decode products of 4-bit weights quantize their own
-                               input in each work-group (matvec_q8_qin, no quantize_x8 launch):
-                               0 never, 1 inputs without SwiGLU (norm-folded or plain), 2 also
-                               the [gate | up] inputs of SwiGLU / GeGLU */
-    uint32_t qin_max;       /* matvec_q8_qin only for inputs of at most this length (0: as long
-                               as the int8 row fits local memory) */
-    uint32_t qin_rows;      /* matvec_q8_qin's rows per work-group (MVQ_WG work-items each) */
-    uint32_t qin_out_max;   /* matvec_q8_qin only for products of at most this many output
-                               rows (0: any; every work-group re-reads the input row) */
-    uint32_t mm_mma;        /* 1: prefill GEMM tiles run matmul_mma: tensor cores through PTX
-                               mma.sync where mv_ptx (after ebb_cl_mma_probe), a portable
-                               stand-in otherwise (tests) */
-    uint32_t mma_r, mma_t;  /* matmul_mma's tile: rows, tokens (64 or 128 each) */
-    uint32_t mma_k;         /* matmul_mma's inputs per step (32, 64 or 128) */
-    uint32_t mma_v;         /* prefill GEMM on tensor cores: 1 matmul_mma, 2 matmul_mmb (the
-                               same tiles, 8 warps as 4 x 2, double-buffered steps of 32) */
-    uint32_t mms_max;       /* with mm_mma: products of 2..mms_max token rows of 4-bit weights
-                               run matmul_mms (tensor cores, weights loaded straight into
-                               fragments, the inputs split over 8 warps); 0 = never */
-    uint32_t mms_t, mms_mi; /* matmul_mms's tokens (8..64) and 16-row groups (1, 2, 4) per
-                               work-group */
-    uint32_t mms_w;         /* matmul_mms's warps per work-group (4..32), splitting the inputs */
-    uint32_t mms_kb;        /* matmul_mms's 32-blocks loaded at once per warp (1, 2, 4) */
-    uint32_t mms_big;       /* products of mms_big..mms_max rows run matmul_mms built with the
-                               second tile mmp_* (matmul_mmp: prefill); 0 = never */
-    uint32_t mmp_t, mmp_mi, mmp_w, mmp_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
-    uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
-                                    mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
-    uint32_t att_rope;  /* 1: decode attention rotates the new token's q and k and writes its
-                           k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
-    uint32_t att_hnorm; /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key
-                           heads (Qwen 3, Gemma 3: no head_norm launch in decode) */
-    uint32_t att_q8;    /* 1: with mv_q8, decode attention's reduction quantizes its output
-                           for the output projection (attn_decode_reduce_q8) */
-    uint32_t mma_pf;    /* 1: matmul_mma loads the next step during this one's products */
-    uint32_t att_gqa;   /* 1: a decode attention work-group serves every query head of its
-                           KV head (keys and values read once for the group) */
-    uint32_t att_mma;   /* 1: prefill attention on tensor cores (attn_prefill_mma, with
-                           mv_ptx after the mma probe, head dimensions 16..128) */
-    uint32_t att_g;     /* query heads per decode attention work-group (ATT_G): 1, or the
-                           model's group when att_gqa allows it (set by the engine) */
-    uint32_t mv_fold;   /* 1: decode folds the RMS norm and SwiGLU into each product (one
-                           launch each less: GPUs); 0: swiglu and the output head's rmsnorm
-                           run once per token first (CPUs, where a folded product recomputes
-                           them per row; with mv_cpu the layers' norms stay folded) */
-    uint32_t mv_cpu;    /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
-                           accumulators) where the layout has W_DEQ32: CPUs */
-    uint32_t mv_cpu_r;  /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
-    uint32_t mvcpu_max; /* with mv_cpu: products of up to this many token rows run matvec_cpu
-                           once per row instead of the tiled matmul (batched decode steps) */
-    uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
-                           a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;   /* work-group size of row reductions */
-    uint32_t att_wg;    /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
-    uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
-    uint32_t att_tq, att_tk, att_chunk;
-};
-
-/* Work-group size of quantize_x8 (q8.cl). */
-#define EBB_CL_Q8_WG 256
 
 /* A weight placed on the device. */
 struct ebb_cl_weight {
@@ -158,9 +61,6 @@ struct ebb_cl_hostmap {
     uint64_t size;
 };
 
-/* Tuning for a device: work-group shapes from vendor, CPU vs GPU and local memory. */
-struct ebb_cl_tuning ebb_cl_tuning_for(const struct ebb_cl_dev_info *di);
-
 /* True if the layout can hold this type on this device (image support and size included; for
  * IMAGE2D only the total capacity, as the shape is unknown: ebb_cl_weight_new checks the shape
  * and falls back, see there). */
@@ -168,8 +68,8 @@ bool ebb_cl_layout_ok(const struct ebb_cl_dev_info *di, const struct ebb_cl_layo
                       uint64_t n_elements);
 
 /* The image2d limits the layouts use: the device's CL_DEVICE_IMAGE2D_MAX_WIDTH/HEIGHT (0 without
- * image support), lowered by EBB_CL_IMAGE2D_MAX=W[,H] (tests and experiments: forces rows to
- * wrap or to be packed side by side). */
+ * image support), lowered by the knob EBB_CL_IMAGE2D_MAX=W[,H] (tests and experiments: forces
+ * rows to wrap or to be packed side by side). */
 void ebb_cl_image2d_limits(const struct ebb_cl_dev_info *di, size_t *w, size_t *h);
 
 /* Size of the image2d holding a plane of n_rows weight rows of tpr texels each within limits

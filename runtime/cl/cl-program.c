@@ -1,6 +1,6 @@
 /* OpenCL program builds with an on-disk binary cache, and access to the kernel sources (embedded
  * at build time by cl_kernels/meson.build, or read from the source tree while developing). */
-#include "cl.h"
+#include "cl-int.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -64,6 +64,30 @@ void ebb_cl_source_release(const char *src)
 #else
     (void)src;
 #endif
+}
+
+ebb_err ebb__cl_sources_get(const char *const *names, size_t n, const char **out,
+                            struct ebb_diag *diag)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    for (size_t i = 0; i < n; i++) {
+        ebb_err rc = ebb_cl_source(names[i], &out[i], diag);
+        if (rc) {
+            ebb__cl_sources_put(out, i);
+            return rc;
+        }
+    }
+    return EBB_OK;
+}
+
+void ebb__cl_sources_put(const char **srcs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (srcs[i])
+            ebb_cl_source_release(srcs[i]);
+        srcs[i] = NULL;
+    }
 }
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)

@@ -1,5 +1,5 @@
 /* Layout choice by measurement at first load, cached on disk. */
-#include "cl-layout.h"
+#include "cl-int.h"
 
 #include "gguf/gguf.h"
 
@@ -139,9 +139,10 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     for (int i = 0; i < N_CAND; i++)
         n_ok += ebb_cl_layout_fits(di, &cand[i], n_in, n_out);
     /* EBB_CL_TUNE=1 measures on CPUs too (tests of this function on PoCL). */
-    const char *force = getenv("EBB_CL_TUNE");
-    bool measure = di->is_gpu || (force && !strcmp(force, "1"));
-    if (!measure || n_ok < 2 || getenv("EBB_CL_LAYOUT"))
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    bool measure = di->is_gpu || env.tune;
+    if (!measure || n_ok < 2 || env.layout != EBB_CL_LAYOUT_AUTO)
         return def;
 
     char dir[900], path[1000], line[16] = {0};
@@ -154,10 +155,9 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     /* The kernels and their shapes decide the timings: a cached answer from other kernels
      * (an older ebb, or EBB_CL_* overrides) must not be reused. */
     h = fnv(h, tu, sizeof(*tu));
-    const char *srcs[] = {"act.cl", "half.cl", "quant.cl", "q8.cl", "mma.cl", "matvec.cl"};
-    for (int i = 0; i < 6; i++) {
+    for (size_t i = 0; i < ebb__cl_n_wprog_srcs; i++) {
         const char *src = NULL;
-        if (ebb_cl_source(srcs[i], &src, NULL) == EBB_OK) {
+        if (ebb_cl_source(ebb__cl_wprog_srcs[i], &src, NULL) == EBB_OK) {
             h = fnv(h, src, strlen(src));
             ebb_cl_source_release(src);
         }

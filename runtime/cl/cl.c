@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cl-knobs.h"
+
 #define EBB__CL_ERRS(X)                                                                            \
     X(CL_SUCCESS)                                                                                  \
     X(CL_DEVICE_NOT_FOUND)                                                                         \
@@ -376,6 +378,9 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
         return ebb_diag_set(diag, EBB_ENOTFOUND,
                             "no OpenCL device matches '%s' (see 'ebb info --devices')",
                             spec ? spec : "auto");
+    /* the EBB_CL_* knobs, checked against the table for this device before anything uses them */
+    if ((rc = ebb_cl_knobs_check(&k.info, diag)))
+        return rc;
 
     struct ebb_cl *cl = calloc(1, sizeof(*cl));
     if (!cl)
@@ -388,8 +393,9 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
     cl->ctx = clCreateContext(props, 1, &k.d, NULL, NULL, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateContext")))
         goto out;
-    const char *prof = getenv("EBB_CL_PROFILE");
-    cl_command_queue_properties qp = prof && !strcmp(prof, "gpu") ? CL_QUEUE_PROFILING_ENABLE : 0;
+    struct ebb_cl_env env;
+    ebb_cl_env_get(&env);
+    cl_command_queue_properties qp = env.profile == 2 ? CL_QUEUE_PROFILING_ENABLE : 0;
     cl->q = clCreateCommandQueue(cl->ctx, k.d, qp, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateCommandQueue")))
         goto out;
@@ -631,8 +637,9 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
                    const size_t *local, struct ebb_diag *diag)
 {
     if (!prof_state) {
-        const char *p = getenv("EBB_CL_PROFILE");
-        prof_state = p && !strcmp(p, "gpu") ? 3 : p && *p && strcmp(p, "0") ? 2 : 1;
+        struct ebb_cl_env env;
+        ebb_cl_env_get(&env);
+        prof_state = env.profile == 2 ? 3 : env.profile == 1 ? 2 : 1;
         if (prof_state >= 2)
             atexit(prof_print);
     }

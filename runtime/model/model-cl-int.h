@@ -23,15 +23,11 @@
 #define STREAMING(m) false
 #endif
 
-/* Rows of a prefill chunk (m->n_batch, the scratch's rows): N_BATCH_CPU on CPU devices,
- * N_BATCH_GPU on GPUs, where a chunk of 512 keeps the tensor cores' tiles full and reads the
- * cache a quarter as often at depth (H200, 8B shape: pp8192 11623 -> 20396 tok/s, pp512 after
- * 16384 tokens 4513 -> 11728; docs/PERFORMANCE.md); EBB_CL_BATCH=N (N_BATCH_MIN..N_BATCH_MAX,
- * a multiple of 32) overrides. */
+/* Rows of a prefill chunk (m->n_batch, the scratch's rows): the knob EBB_CL_BATCH (128 on CPU
+ * devices, 512 on GPUs, where a chunk of 512 keeps the tensor cores' tiles full and reads the
+ * cache a quarter as often at depth: H200, 8B shape, pp8192 11623 -> 20396 tok/s, pp512 after
+ * 16384 tokens 4513 -> 11728; docs/PERFORMANCE.md), at least N_BATCH_MIN. */
 #define N_BATCH_MIN 128
-#define N_BATCH_MAX 1024
-#define N_BATCH_CPU 128
-#define N_BATCH_GPU 512
 /* Rows x runs of keys that a split prefill attention launch may write (m->apo): one chunk of
  * 512 in 4 runs. */
 #define ATT_SPLIT_ROWS 2048
@@ -191,7 +187,7 @@ struct clm {
     struct ebb__hparams hp;
     struct ebb_cl *cl;
     struct ebb_cl_tuning tu;
-    uint32_t n_batch; /* rows of a prefill chunk (the scratch's rows; N_BATCH_CPU/GPU above) */
+    uint32_t n_batch; /* rows of a prefill chunk (the scratch's rows; the knob EBB_CL_BATCH) */
     uint32_t att_split_max; /* runs of keys a prefill attention launch may take (1: whole) */
     /* Decode attention deep in the context: chunks of att_chunk_deep positions (0: none) from
      * att_deep_from attended positions on, with kernels of their own (ops_deep); fewer, longer

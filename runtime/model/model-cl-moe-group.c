@@ -134,10 +134,8 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     struct clm_moe *mo = &m->moe;
     struct clm_moe_group *g = &mo->grp;
     if (!g->init) {
-        const char *e = getenv("EBB_CL_MOE_GROUP");
-        g->min_rows = e && *e ? (uint32_t)strtoul(e, NULL, 10) : m->cl->info.is_gpu ? 8 : 0;
-        const char *mm = getenv("EBB_CL_MOE_MMS");
-        g->no_mms = mm && *mm == '0';
+        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
+        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
         g->init = true;
     }
     const struct ebb__hparams *hp = &m->hp;

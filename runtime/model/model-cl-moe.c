@@ -75,8 +75,7 @@ static ebb_err scratch(struct clm *m, struct ebb_diag *diag)
                              diag)))
         return rc;
     /* EBB_CL_MOEFUSE=0: decode on 8-bit inputs in the seven launches of before (measurements). */
-    const char *fu = getenv("EBB_CL_MOEFUSE");
-    mo->fuse = !(fu && *fu == '0');
+    mo->fuse = m->tu.moe_fuse != 0;
     return EBB_OK;
 }
 

@@ -943,8 +943,6 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->snap_init = true;
     m->n_seq = p->n_seq ? p->n_seq : 1;
     m->first_host = hp->n_layer; /* no host layers unless the streamer places some */
-    const char *ring = getenv("EBB_CL_KV_RING"); /* 0: windowed layers keep the whole context */
-    m->kv_ring = !ring || strcmp(ring, "0");
     m->n_q = hp->n_head * hp->head_dim;
     m->n_kv = hp->n_head_kv * hp->head_dim;
     m->n_qkv = m->n_q + 2 * m->n_kv;
@@ -960,67 +958,17 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
-    m->n_batch = m->cl->info.is_gpu ? N_BATCH_GPU : N_BATCH_CPU;
-    const char *nb = getenv("EBB_CL_BATCH");
-    if (nb) {
-        char *end;
-        unsigned long v = strtoul(nb, &end, 10);
-        if (*end || v < N_BATCH_MIN || v > N_BATCH_MAX || v % 32) {
-            rc = ebb_diag_set(diag, EBB_EINVAL,
-                              "EBB_CL_BATCH=%s: want a multiple of 32 from %d to %d", nb,
-                              N_BATCH_MIN, N_BATCH_MAX);
-            goto out;
-        }
-        m->n_batch = (uint32_t)v;
-    }
-    /* Decode attention from 8192 attended positions on in chunks of 128 on NVIDIA, before that
-     * in the tuning's 64 (H200, Llama-3.1-8B shape Q4_0, decode after 512 / 4096 / 16384 / 32768
-     * tokens: 365 / 334 / 216 / 148 tok/s with 64 throughout, 368 / 325 / 231 / 165 with 128
-     * from 2048 on). EBB_CL_ATT_CHUNK_DEEP=N (0: none, else a power of two 32..1024, used only
-     * when longer than the tuning's chunk) and EBB_CL_ATT_DEEP_FROM=P (positions, default 64
-     * chunks) override. */
-    m->att_chunk_deep = m->tu.mv_ptx ? 128 : 0;
-    const char *acd = getenv("EBB_CL_ATT_CHUNK_DEEP");
-    if (acd) {
-        char *end;
-        unsigned long v = strtoul(acd, &end, 10);
-        if (*end || (v && (v < 32 || v > 1024 || (v & (v - 1))))) {
-            rc = ebb_diag_set(diag, EBB_EINVAL,
-                              "EBB_CL_ATT_CHUNK_DEEP=%s: want 0 or a power of two from 32 to 1024",
-                              acd);
-            goto out;
-        }
-        m->att_chunk_deep = (uint32_t)v;
-    }
-    m->att_deep_from = 64 * m->att_chunk_deep;
-    const char *adf = getenv("EBB_CL_ATT_DEEP_FROM");
-    if (adf) {
-        char *end;
-        unsigned long v = strtoul(adf, &end, 10);
-        if (*end || v < 1 || v > (1ul << 30)) {
-            rc = ebb_diag_set(diag, EBB_EINVAL, "EBB_CL_ATT_DEEP_FROM=%s: want a position count",
-                              adf);
-            goto out;
-        }
-        m->att_deep_from = (uint32_t)v;
-    }
-    /* EBB_CL_ATT_SPLIT=N: at most N runs of keys a prefill attention launch (1: never split). */
-    m->att_split_max = 32;
-    const char *as = getenv("EBB_CL_ATT_SPLIT");
-    if (as) {
-        char *end;
-        unsigned long v = strtoul(as, &end, 10);
-        if (*end || v < 1 || v > 32) {
-            rc = ebb_diag_set(diag, EBB_EINVAL, "EBB_CL_ATT_SPLIT=%s: want 1 to 32", as);
-            goto out;
-        }
-        m->att_split_max = (uint32_t)v;
-    }
+    /* The knobs' table (runtime/cl/cl-knobs.c, docs/TUNING.md) checked their ranges. */
+    m->n_batch = m->tu.batch;
+    m->att_split_max = m->tu.att_split;
+    m->att_chunk_deep = m->tu.att_chunk_deep;
+    m->att_deep_from = m->tu.att_deep_from ? m->tu.att_deep_from : 64 * m->att_chunk_deep;
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
     if (m->tu.mv_idp && (!m->tu.mv_q8 || !ebb_cl_idp_probe(m->cl, NULL)))
         m->tu.mv_idp = 0;
+    m->kv_ring = m->tu.kv_ring != 0; /* EBB_CL_KV_RING=0: windowed layers keep the whole context */
     /* Zero-copy: one buffer over the whole mapped file where the device shares host memory. */
     if (m->cl->info.host_unified && ebb_gguf_file_size(g) <= m->cl->info.max_alloc) {
         cl_int e = CL_SUCCESS;

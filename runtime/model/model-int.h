@@ -1,10 +1,12 @@
 /* Private to runtime/model: the backend interface that the reference and OpenCL forward passes
- * implement (the hyper-parameters and family descriptions are in arch-int.h). */
+ * implement (the hyper-parameters and family descriptions are in arch-int.h). It sits below
+ * model.h: the values it passes are model-types.h's, and model.c implements model.h on top of
+ * it. */
 #ifndef EBB_RUNTIME_MODEL_INT_H
 #define EBB_RUNTIME_MODEL_INT_H
 
 #include "arch-int.h"
-#include "model.h"
+#include "model-types.h"
 #include "stream/stream.h"
 
 /* model-ctx.c: ebb_model_ctx_choose on hyper-parameters already read. */

@@ -10,70 +10,8 @@
 
 #include "base/err.h"
 #include "gguf/gguf.h"
+#include "model-types.h"
 #include "tokenizer/tokenizer.h"
-
-struct ebb_model_params {
-    const char *path;   /* GGUF file */
-    const char *device; /* "auto" (NULL too), "cl:P:D", a device-name substring, or "ref" */
-    uint32_t n_ctx;     /* KV length per slot; 0 = the model's trained context capped at
-                           EBB_MODEL_DEFAULT_CTX_CAP and by memory (struct ebb_model_ctx) */
-    uint32_t n_seq;     /* sequence slots, >= 1 (0 means 1) */
-    /* Layer streamer (docs/STREAMER.md). Fields added at the end; zero = off. */
-    uint64_t memory_budget;     /* bytes for weights + KV + runtime; 0 = no streaming (plain path)
-                                   unless memory_budget_auto */
-    bool memory_budget_auto;    /* budget from the memory probes alone (--memory-budget auto) */
-    uint32_t prefetch;          /* layers read ahead (0 = 2) */
-    const char *residency_mode; /* "speed", "balanced" (NULL), "context" */
-    const char *pack_path;      /* stream from this pack (ebb pack) instead of the GGUF */
-    const char *stream_cache;   /* "cached" (NULL), "direct", "dontneed" */
-    uint32_t stream_threads;    /* reader threads per layer (0 = 1) */
-    double residency;           /* tests: > 0 forces round(residency * n_layer) resident
-                                   layers (use residency_forced for 0); the env variable
-                                   EBB_TEST_RESIDENCY does the same */
-    bool residency_forced;
-    /* Hybrid placement (docs/STREAMER.md, "Host layers"): with the streamer on, the last
-     * host_layers layers not resident at load are computed on the host's cores from the mapped
-     * file instead of streamed; host_threads threads (0 = the physical cores minus one). */
-    uint32_t host_layers;
-    uint32_t host_threads;
-    bool host_q8; /* host layers with llama.cpp's CPU numerics (device "ref-q8"): 8-bit
-                     activations (AVX2 Q4_0 dots), fp16 KV; default the reference's fp32 */
-    /* Prompt-cache store (ebb_model_kv_save): at most this many bytes of KV positions, kept in
-     * device memory (host memory on the reference), allocated once at open; 0 = none. */
-    uint64_t prompt_cache;
-    /* Expert cache (docs/STREAMER.md, "Experts on demand"): a mixture-of-experts model keeps
-     * this many expert slots per layer on the device and copies the experts the router picks
-     * into them from the mapped file (LRU); 0 = off (every expert placed);
-     * EBB_EXPERT_CACHE_AUTO: as many as memory_budget leaves after the other weights, the KV
-     * cache and the buffers (the layer streamer then stays off). The environment variable
-     * EBB_EXPERT_CACHE (a count or "auto"), when set, overrides it. */
-    uint32_t expert_cache;
-    /* An n_ctx past the model's trained context (struct ebb_model_ctx's limit) is capped at it
-     * with a warning when set (ebb serve and ebb run, unless ctx_over_trained asks for more);
-     * when clear it is kept with a warning, as llama.cpp's library does (ebb bench, tests). */
-    bool ctx_cap_trained;
-};
-#define EBB_EXPERT_CACHE_AUTO UINT32_MAX
-
-/* The context per slot when n_ctx is 0 is the trained one capped here (and by memory), so that a
- * model trained on 128k tokens does not claim gigabytes of KV cache by default. */
-#define EBB_MODEL_DEFAULT_CTX_CAP 4096u
-
-/* How the context per slot was chosen. limit is the longest context the file says its rope
- * covers: <arch>.context_length, or with linear rope scaling and
- * rope.scaling.original_context_length, factor x that original where longer (Llama 3.1's and
- * longrope's scaling are already inside context_length). */
-struct ebb_model_ctx {
-    uint32_t trained;    /* <arch>.context_length */
-    uint32_t limit;      /* >= trained */
-    uint32_t asked;      /* the n_ctx asked for; 0: the default */
-    uint32_t n_ctx;      /* chosen */
-    bool capped_default; /* asked 0: the trained context was above EBB_MODEL_DEFAULT_CTX_CAP */
-    bool capped_memory;  /* asked 0: lowered so that the KV cache fits half the free memory */
-    bool capped_trained; /* asked > limit, lowered to limit (ctx_cap_trained) */
-    bool over_trained;   /* asked > limit and kept (no ctx_cap_trained) */
-    bool planned;        /* an open model: the layer streamer's memory plan changed n_ctx */
-};
 
 /* The choice ebb_model_open makes for a context of asked tokens (0: the default) and n_seq
  * slots, from g's metadata and the memory probes, without opening the model (`ebb info`).
@@ -134,21 +72,6 @@ uint32_t ebb_model_n_seq(const struct ebb_model *m);
 uint32_t ebb_model_n_vocab(const struct ebb_model *m);
 uint32_t ebb_model_n_embd(const struct ebb_model *m); /* width of the hidden state */
 
-/* What ebb_model_eval returns for the last evaluated token (and optionally all of them). */
-struct ebb_model_out {
-    float *logits;     /* if non-NULL: n_vocab logits of the last token */
-    float *logits_all; /* if non-NULL: n * n_vocab logits, one row per evaluated token */
-    uint32_t top_k;    /* if > 0: the top_k largest logits of the last token, computed on the
-                          device, written to top_ids/top_logits in descending order */
-    int32_t *top_ids;
-    float *top_logits;
-    /* Embedding output mode: if non-NULL, n_embd floats (ebb_model_n_embd) to which the hidden
-     * state of every evaluated token after the final norm is added. The caller zeroes it and
-     * divides by the token count (mean pooling), so one sequence may be evaluated in several
-     * calls. With no logit output requested as well, the output head is not run at all. */
-    float *hidden_sum;
-};
-
 /* Evaluates tokens[0..n) of slot seq at positions pos..pos+n-1, overwriting that slot's KV
  * entries from pos on, and fills the requested outputs. pos + n > n_ctx is EBB_ECTX. Not
  * thread-safe: one caller (the engine thread) at a time. Allocates nothing per call. */
@@ -177,55 +100,12 @@ bool ebb_model_stream_probe(struct ebb_model *m);
 ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                        uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag);
 
-/* One sequence's part of a batched evaluation: tokens[0..n) of slot seq at positions
- * pos..pos+n-1, with the outputs ebb_model_eval would give it (out NULL: none, a prefill
- * chunk). */
-struct ebb_model_seq {
-    uint32_t seq;
-    const int32_t *tokens;
-    uint32_t n;
-    uint32_t pos;
-    struct ebb_model_out *out;
-};
-
-/* What the backend counted since open, for `ebb bench`: kernels launched and host
- * synchronisations (queue drains, blocking reads, waits for streamed layers). Cheap counters
- * kept by the OpenCL engine; false (and *out zeroed) for a backend that counts nothing (the
- * reference). Engine thread. */
-struct ebb_model_counters {
-    uint64_t launches;
-    uint64_t syncs;
-};
+/* The backend's launch and synchronisation counters (struct ebb_model_counters, model-types.h);
+ * false and *out zeroed for a backend that counts nothing. Engine thread. */
 bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *out);
 
-/* The expert cache's figures (ebb_model_params.expert_cache). Every MoE layer's pass looks up
- * each distinct expert its rows chose once: lookups = hits + misses; each miss copies one
- * expert (its gate, up and down rows, of its layer's types: between expert_bytes_min and
- * expert_bytes) into a slot, evicting the least recently
- * used one when none is free. A prefill chunk whose experts do not fit the slots runs in
- * several passes. */
-struct ebb_model_expert_cache {
-    bool on;
-    uint32_t slots;            /* per layer */
-    uint32_t n_layer;          /* layers whose experts are cached */
-    uint64_t pool_bytes;       /* device memory of the slots, all layers */
-    uint64_t expert_bytes;     /* one expert's gate, up and down rows (the largest layer's) */
-    uint64_t expert_bytes_min; /* the smallest layer's: the same unless the stacks' types differ
-                                  between layers (Q4_K_M's down stacks: Q6_K in some, Q4_K) */
-    uint64_t lookups, hits, misses, evictions;
-    uint64_t bytes_copied;
-    uint64_t passes;      /* expert passes run (a layer step is one or more) */
-    uint64_t layer_steps; /* MoE layer evaluations */
-    uint32_t threads;     /* host threads filling the staging */
-    uint64_t host_bytes;  /* EBB_EXPERT_PINNED: pinned host memory holding every expert, or 0 */
-    uint64_t fill_ns;     /* engine thread time copying misses: staging waits, fills, enqueues */
-    uint64_t ids_ns;      /* engine thread time in the read-back of the chosen ids */
-    /* Prefetch (EBB_EXPERT_PREFETCH): experts copied ahead into the next layer's slots (their
-     * bytes are in bytes_copied, their slots' previous experts in evictions), and of those
-     * the ones that layer's step then used (also counted as hits) or did not. */
-    uint64_t prefetched, prefetch_hits, prefetch_wasted;
-};
-/* Any thread: a snapshot; false when the model has no expert cache. */
+/* Any thread: a snapshot of the expert cache's figures (struct ebb_model_expert_cache,
+ * model-types.h); false when the model has no expert cache. */
 bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_cache *out);
 /* Those figures as one JSON object (`ebb run --json`, `ebb bench --json`: key "expert_cache")
  * or as Prometheus text (ebb_expert_cache_* lines of /metrics); the length needed, like
@@ -233,15 +113,8 @@ bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_c
 size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t cap);
 size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, size_t cap);
 
-/* Bytes one decoded token (one slot, one row) reads, as the backend holds them: the weights
- * (every layer's tensors in the layout the backend reads, the experts a token uses of a
- * mixture, the final norm and the output head; the one embedding row) and the KV cache of
- * `depth` earlier positions plus its own, in every layer (windowed layers at most their
- * window). Decode bandwidth is their sum divided by a token's time. */
-struct ebb_model_decode_bytes {
-    uint64_t weights;
-    uint64_t kv;
-};
+/* The bytes one decoded token reads after depth earlier positions (struct
+ * ebb_model_decode_bytes, model-types.h). */
 void ebb_model_decode_bytes(const struct ebb_model *m, uint32_t depth,
                             struct ebb_model_decode_bytes *out);
 

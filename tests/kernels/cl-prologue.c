@@ -6,6 +6,8 @@
  *                                          built)
  *   cl-prologue VENDOR moe TYPE LAYOUT     the MoE program's (ebb_cl_moe_build)
  *   cl-prologue VENDOR ops HEAD_DIM        the ops program's (ebb_cl_ops_build)
+ *   cl-prologue sources weight|moe|ops     the program's kernel sources in build order, one
+ *                                          file name a line (the engine's own list)
  * VENDOR: intel, amd or arm: a GPU of that vendor with work-groups of up to 512, 64 KiB of local
  * memory, images and cl_khr_integer_dot_product (packed 4 x 8-bit inputs) listed. TYPE: a ggml
  * type name ("Q4_K"); LAYOUT: raw, split, image or image2d. The tuning is ebb_cl_tuning_for()'s
@@ -15,18 +17,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cl/cl-layout.h"
+#include "cl/cl-int.h"
 #include "gguf/gguf.h"
 
 static int usage(void)
 {
     fprintf(stderr, "usage: cl-prologue intel|amd|arm weight|moe TYPE raw|split|image|image2d\n"
-                    "       cl-prologue intel|amd|arm ops HEAD_DIM\n");
+                    "       cl-prologue intel|amd|arm ops HEAD_DIM\n"
+                    "       cl-prologue sources weight|moe|ops\n");
     return 2;
+}
+
+/* The program's sources after its prologue, one a line. */
+static int sources(const char *prog)
+{
+    const char *const *names = ebb__cl_wprog_srcs;
+    size_t n = ebb__cl_n_wprog_srcs;
+    if (!strcmp(prog, "moe"))
+        names = ebb__cl_moe_srcs, n = ebb__cl_n_moe_srcs;
+    else if (!strcmp(prog, "ops"))
+        names = ebb__cl_ops_srcs, n = ebb__cl_n_ops_srcs;
+    else if (strcmp(prog, "weight"))
+        return usage();
+    for (size_t i = 0; i < n; i++)
+        puts(names[i]);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "sources"))
+        return sources(argv[2]);
     if (argc < 4)
         return usage();
     struct ebb_cl_dev_info di = {.is_gpu = true,

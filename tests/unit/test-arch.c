@@ -16,6 +16,7 @@
 
 #include "gguf-writer.h"
 #include "model/arch-int.h"
+#include "model/model.h"
 #include "model/model-cl-int.h"
 
 static void model_path(char *buf, size_t cap, const char *file)

@@ -1,0 +1,708 @@
+/* Prefill's and batched decode's weight products on tensor cores (NVIDIA through inline PTX
+ * mma.sync after the start-up probe; a portable stand-in elsewhere, which the kernel tests run):
+ * matmul_mma and matmul_mmb (GEMM tiles staged as halves), matmul_mms (4-bit and 8-bit weights
+ * loaded straight into fragments, a few token rows) and moe_group_mms (matmul_mms's tile over
+ * moe.cl's tiles of expert pairs). Built after matvec.cl and matmul.cl in the weight program,
+ * with mma.cl's fragments. Options:
+ *   MM_MMA 1: these kernels are built (tuning mm_mma). */
+
+#ifndef MM_MMA
+#define MM_MMA 0
+#endif
+
+#if MM_MMA
+/* Prefill on tensor cores (NVIDIA, after the start-up probe): a tile of MA_R rows x MA_T tokens
+ * (64 or 128 each), MA_K inputs per step: each step the weights, decoded through READ_W4, and
+ * the tokens' inputs are staged in local memory as halves (rows of MA_KP: MA_K halves and 8 of
+ * padding, which spreads a warp's fragment loads over the banks), then each of the 8 warps
+ * (4 x 2) multiplies MA_R / 4 rows by MA_T / 2 tokens with mma.sync m16n8k16 (f16 inputs, f32
+ * accumulation; mma.cl has the fragment layouts). With MA_PF the next step's global loads are
+ * issued into registers before this step's products, so their latency hides behind them. The
+ * tuning picks the shape (ebb_cl_tuning_for). Without MV_PTX the same tiles are added up from the
+ * staged halves one by one: the kernel tests run that on CPUs. Same arguments and result
+ * (within f16 rounding of the inputs) as matmul_gemm. Global size
+ * (256 * ceil(n_out / MA_R), ceil(n_tok / MA_T)), local (256, 1). */
+#ifndef MA_R
+#define MA_R 64
+#endif
+#ifndef MA_T
+#define MA_T 64
+#endif
+#ifndef MA_K
+#define MA_K 32
+#endif
+#ifndef MA_PF
+#define MA_PF 0
+#endif
+/* Shared by matmul_mma and matmul_mmb. A warp's outputs, acc[i][j][e] of its (MA_R / 64) x
+ * (MA_T / 16) fragments (row rw + 16 i + g (+ 8), token tw + 8 j + 2 q (+ 1)), of the
+ * work-group's tile at row0, t0. MMA_STANDIN: without PTX, their products over the staged
+ * halves wh, xh (rows of KP halves, K inputs) computed directly, the tests' stand-in for
+ * mma.sync on CPUs. MMA_STORE: written to y with the residual added. */
+#define MMA_STANDIN(acc, wh, xh, KP, K)                                                            \
+    do {                                                                                           \
+        for (int i_ = 0; i_ < MA_R / 64; i_++)                                                     \
+            for (int j_ = 0; j_ < MA_T / 16; j_++)                                                 \
+                for (int e_ = 0; e_ < 4; e_++) {                                                   \
+                    int r_ = rw + i_ * 16 + g + (e_ >> 1) * 8;                                     \
+                    int t_ = tw + j_ * 8 + 2 * q + (e_ & 1);                                       \
+                    float s_ = 0.0f;                                                               \
+                    for (int k_ = 0; k_ < (K); k_++)                                               \
+                        s_ += vload_half(r_ * (KP) + k_, wh) * vload_half(t_ * (KP) + k_, xh);     \
+                    acc[i_][j_][e_] += s_;                                                         \
+                }                                                                                  \
+    } while (0)
+#define MMA_ZERO(acc, MI, NJ)                                                                      \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int i_ = 0; i_ < (MI); i_++)                                                          \
+            _Pragma("unroll")                                                                      \
+            for (int j_ = 0; j_ < (NJ); j_++)                                                      \
+                _Pragma("unroll")                                                                  \
+                for (int e_ = 0; e_ < 4; e_++)                                                     \
+                    acc[i_][j_][e_] = 0.0f;                                                        \
+    } while (0)
+#define MMA_STORE(acc)                                                                             \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int i_ = 0; i_ < MA_R / 64; i_++)                                                     \
+            _Pragma("unroll")                                                                      \
+            for (int j_ = 0; j_ < MA_T / 16; j_++)                                                 \
+                _Pragma("unroll")                                                                  \
+                for (int e_ = 0; e_ < 4; e_++) {                                                   \
+                    int row_ = row0 + rw + i_ * 16 + g + (e_ >> 1) * 8;                            \
+                    int t_ = t0 + tw + j_ * 8 + 2 * q + (e_ & 1);                                  \
+                    if (row_ < n_out && t_ < n_tok) {                                              \
+                        float v_ = acc[i_][j_][e_];                                                \
+                        if (res)                                                                   \
+                            v_ += res[(size_t)t_ * y_ld + y_off + row_];                           \
+                        WRITE_Y(y, t_, y_off + row_, v_);                                          \
+                    }                                                                              \
+                }                                                                                  \
+    } while (0)
+#define MA_KP (MA_K + 8)                  /* halves per staged row */
+#define MA_MI (MA_R / 64)                 /* 16-row fragments per warp */
+#define MA_NJ (MA_T / 16)                 /* 8-token fragments per warp */
+#define MA_WN (MA_R * (MA_K / 4) / 256)   /* weight float4s each work-item stages per step */
+#define MA_XN (MA_T * (MA_K / 4) / 256)   /* input float4s each work-item stages per step */
+/* Loads the step at k0 into the work-item's registers (zeros past n_in). */
+#define MA_LOAD(k0)                                                                              \
+    do {                                                                                         \
+        for (int u = 0; u < MA_WN; u++) {                                                        \
+            int e = lid + u * 256, r = e / (MA_K / 4), i = (e % (MA_K / 4)) * 4;                 \
+            wr[u] = (k0) + i < n_in ? READ_W4(min(row0 + r, n_out - 1), (k0) + i)               \
+                                    : (float4)(0.0f);                                            \
+        }                                                                                        \
+        for (int u = 0; u < MA_XN; u++) {                                                        \
+            int e = lid + u * 256, t = e / (MA_K / 4), i = (e % (MA_K / 4)) * 4;                 \
+            xr[u] = (k0) + i < n_in ? READ_X4(x, min(t0 + t, n_tok - 1), (k0) + i)              \
+                                    : (float4)(0.0f);                                            \
+        }                                                                                        \
+    } while (0)
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+matmul_mma(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local uint ws[MA_R * MA_KP / 2]; /* half W[row0 + r][k0 + k] at r * MA_KP + k */
+    __local uint xs[MA_T * MA_KP / 2]; /* half x[t0 + t][k0 + k] at t * MA_KP + k */
+    __local half *wh = (__local half *)ws, *xh = (__local half *)xs;
+    int lid = get_local_id(0);
+    int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
+    int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2); /* the warp's rows, tokens */
+    float acc[MA_MI][MA_NJ][4];
+    float4 wr[MA_WN], xr[MA_XN];
+    MMA_ZERO(acc, MA_MI, MA_NJ);
+#if MA_PF
+    MA_LOAD(0);
+#endif
+    for (int k0 = 0; k0 < n_in; k0 += MA_K) {
+#if !MA_PF
+        MA_LOAD(k0);
+#endif
+        for (int u = 0; u < MA_WN; u++) {
+            int e = lid + u * 256;
+            vstore_half4_rte(wr[u], 0, wh + (e / (MA_K / 4)) * MA_KP + (e % (MA_K / 4)) * 4);
+        }
+        for (int u = 0; u < MA_XN; u++) {
+            int e = lid + u * 256;
+            vstore_half4_rte(xr[u], 0, xh + (e / (MA_K / 4)) * MA_KP + (e % (MA_K / 4)) * 4);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if MA_PF
+        if (k0 + MA_K < n_in)
+            MA_LOAD(k0 + MA_K); /* the next step's loads fly while the tensor cores work */
+#endif
+#if MV_PTX
+        for (int kk = 0; kk < MA_K; kk += 16) {
+            int ka = kk / 2 + q; /* the register of halves kk + 2q, kk + 2q + 1 */
+            uint a[MA_MI][4];
+            for (int i = 0; i < MA_MI; i++) {
+                int r = rw + i * 16 + g;
+                a[i][0] = ws[r * (MA_KP / 2) + ka];
+                a[i][1] = ws[(r + 8) * (MA_KP / 2) + ka];
+                a[i][2] = ws[r * (MA_KP / 2) + ka + 4];
+                a[i][3] = ws[(r + 8) * (MA_KP / 2) + ka + 4];
+            }
+            for (int j = 0; j < MA_NJ; j++) {
+                int n = tw + j * 8 + g;
+                uint b0 = xs[n * (MA_KP / 2) + ka], b1 = xs[n * (MA_KP / 2) + ka + 4];
+                for (int i = 0; i < MA_MI; i++)
+                    mma_f16(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b0, b1);
+            }
+        }
+#else
+        MMA_STANDIN(acc, wh, xh, MA_KP, MA_K);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    MMA_STORE(acc);
+}
+#endif
+
+#if MM_MMA
+/* matmul_mmb: matmul_mma's product reorganised for fewer instructions per tensor-core product
+ * (tuning mma_v = 2). A work-group of 8 warps computes MA_R rows x MA_T tokens (64 or 128
+ * rows, 32..128 tokens) in steps of MB_K inputs (one or two 32-blocks: MA_K 32, or 64 and
+ * more), the warps 4 (rows) x 2 (tokens), so a warp holds (MA_R / 4) x (MA_T / 2) outputs.
+ * Local memory holds two steps (double buffered: one barrier a step), and the next step's
+ * global loads fly during this step's products. Split 4-bit planes (W_SPLIT4) and the inputs
+ * are read with vector loads from pointers set up once; with PTX, nibbles become halves by
+ * byte permutes and one f16x2 multiply-add per pair (exact: d and m are halves in the file,
+ * q - 8 a small integer); other 4-bit layouts come through W_Q16, the rest through READ_W4. */
+#if MA_K >= 64
+#define MB_K 64
+#else
+#define MB_K 32
+#endif
+#define MB_KB (MB_K / 32)      /* 32-blocks a step */
+#define MB_KP (MB_K + 8)       /* halves per staged row, 8 of padding (conflict-free) */
+#define MB_KW (MB_KP / 2)      /* the same in words */
+#define MB_MI (MA_R / 64)      /* 16-row fragments per warp */
+#define MB_NJ (MA_T / 16)      /* 8-token fragments per warp */
+#define MB_TPR (256 / MA_R)    /* work-items staging one weight row's block (2 or 4) */
+#define MB_EW (32 / MB_TPR)    /* elements of a block each stages (16 or 8) */
+#define MB_TPT (256 / MA_T)    /* work-items staging one token row's block */
+#define MB_EX (32 / MB_TPT)    /* inputs of a block each stages (16, 8 or 4) */
+
+#if MV_PTX
+inline uint mb_prmt(uint a, uint b, uint sel)
+{
+    uint d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* Two halves (lo: element 2i, hi: 2i + 1) of a * d + m from nibble pairs n (as half2 1024 + q). */
+inline uint mb_deq2(uint n, uint d2, uint m2)
+{
+    uint q, w;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(q) : "r"(n), "r"(0x64006400u));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(w) : "r"(q), "r"(d2), "r"(m2));
+    return w;
+}
+
+/* The halves of a 4-bit word v's low nibbles as d q + m (lo0: bytes 0, 1; lo1: bytes 2, 3) and
+ * of its high nibbles as e q + n (hi0, hi1); d2, m2, e2, n2 are half2 pairs of one value. */
+#define MB_DEQ_WORD(v, d2, m2, e2, n2, lo0, lo1, hi0, hi1)                                         \
+    do {                                                                                           \
+        uint l_ = (v) & 0x0F0F0F0Fu, h_ = ((v) >> 4) & 0x0F0F0F0Fu;                                \
+        lo0 = mb_deq2(mb_prmt(l_, 0x64646464u, 0x5140u), (d2), (m2));                              \
+        lo1 = mb_deq2(mb_prmt(l_, 0x64646464u, 0x7362u), (d2), (m2));                              \
+        hi0 = mb_deq2(mb_prmt(h_, 0x64646464u, 0x5140u), (e2), (n2));                              \
+        hi1 = mb_deq2(mb_prmt(h_, 0x64646464u, 0x7362u), (e2), (n2));                              \
+    } while (0)
+
+inline uint mb_h2(float lo, float hi)
+{
+    uint d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#endif
+
+inline uint mb_word(uint4 v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+matmul_mmb(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local uint ws[2][MA_R * MB_KW]; /* halves W[row0 + r][k0 + k] at r * MB_KP + k */
+    __local uint xs[2][MA_T * MB_KW]; /* halves x[t0 + t][k0 + k] at t * MB_KP + k */
+    int lid = get_local_id(0);
+    int row0 = get_group_id(0) * MA_R, t0 = get_group_id(1) * MA_T;
+    int warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int rw = (warp & 3) * (MA_R / 4), tw = (warp >> 2) * (MA_T / 2);
+    /* What this work-item stages of each block: weight row wr, elements we..; token row xr,
+     * inputs xe.. */
+    int wr = lid / MB_TPR, we = (lid % MB_TPR) * MB_EW;
+    int xr = lid / MB_TPT, xe = (lid % MB_TPT) * MB_EX;
+    int wrow = min(row0 + wr, n_out - 1), xtok = min(t0 + xr, n_tok - 1), nb = n_in / 32;
+    float acc[MB_MI][MB_NJ][4];
+    MMA_ZERO(acc, MB_MI, MB_NJ);
+#if defined(W_SPLIT4) || defined(W_Q16)
+    /* Block b's quant bytes: byte k holds element k (low nibble) and k + 16 (high). This
+     * work-item's MB_EW / 8 words of each block hold elements we / 2.. and 16 + we / 2.. */
+    uint qv[MB_KB][MB_EW / 8];
+    float2 dm[MB_KB];
+#endif
+#if defined(W_SPLIT4)
+    /* Split 4-bit planes in buffers: this row's quant words (4 a block) and (d, m) pairs, read
+     * with vector loads from pointers set up once (the generic accessors' per-element address
+     * arithmetic and byte loads were most of matmul_mma's instructions). Blocks past n_in are
+     * zeros (d = m = 0). */
+    const __global uint *wq = (const __global uint *)w_a + (size_t)wrow * nb * 4 + we / 8;
+    const __global float2 *wdm = w_b + (size_t)wrow * nb;
+#if MB_EW == 16
+#define MB_LOADW1(b, kb)                                                                           \
+    do {                                                                                           \
+        uint2 w2_ = (b) < nb ? *(const __global uint2 *)(wq + (b) * 4) : (uint2)(0);               \
+        qv[kb][0] = w2_.x;                                                                         \
+        qv[kb][1] = w2_.y;                                                                         \
+        dm[kb] = (b) < nb ? wdm[b] : (float2)(0.0f);                                               \
+    } while (0)
+#else
+#define MB_LOADW1(b, kb)                                                                           \
+    do {                                                                                           \
+        qv[kb][0] = (b) < nb ? wq[(b) * 4] : 0u;                                                   \
+        dm[kb] = (b) < nb ? wdm[b] : (float2)(0.0f);                                               \
+    } while (0)
+#endif
+#elif defined(W_Q16)
+#define MB_LOADW1(b, kb)                                                                           \
+    do {                                                                                           \
+        uint4 v_ = (uint4)(0);                                                                     \
+        float2 dm_ = (float2)(0.0f);                                                               \
+        if ((b) < nb)                                                                              \
+            W_Q16(wrow, (b), &v_, &dm_);                                                           \
+        dm[kb] = dm_;                                                                              \
+        _Pragma("unroll")                                                                          \
+        for (int u = 0; u < MB_EW / 8; u++)                                                        \
+            qv[kb][u] = mb_word(v_, we / 8 + u);                                                   \
+    } while (0)
+#else
+    float4 wv[MB_KB][MB_EW / 4];
+#define MB_LOADW1(b, kb)                                                                           \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int u = 0; u < MB_EW / 4; u++)                                                        \
+            wv[kb][u] = (b) * 32 + we + 4 * u < n_in ? READ_W4(wrow, (b) * 32 + we + 4 * u)        \
+                                                      : (float4)(0.0f);                            \
+    } while (0)
+#endif
+    float4 xv[MB_KB][MB_EX / 4];
+    /* The token row as float4s (rows of x_ld floats, a multiple of 4, from the buffer's start:
+     * 16-byte aligned), so that each is one vector load. */
+    const __global float4 *xp = (const __global float4 *)(x + (size_t)xtok * x_ld + xe);
+#define MB_LOAD(k0)                                                                                \
+    do {                                                                                           \
+        _Pragma("unroll")                                                                          \
+        for (int kb = 0; kb < MB_KB; kb++) {                                                       \
+            int b_ = (k0) / 32 + kb;                                                               \
+            MB_LOADW1(b_, kb);                                                                     \
+            _Pragma("unroll")                                                                      \
+            for (int u = 0; u < MB_EX / 4; u++)                                                    \
+                xv[kb][u] = b_ * 32 + xe + 4 * u < n_in ? xp[b_ * 8 + u] : (float4)(0.0f);         \
+        }                                                                                          \
+    } while (0)
+    MB_LOAD(0);
+    for (int k0 = 0, s = 0; k0 < n_in; k0 += MB_K, s ^= 1) {
+        /* Stage this step's registers into buffer s, block kb at halves kb * 32 of each row. */
+#pragma unroll
+        for (int kb = 0; kb < MB_KB; kb++) {
+            __local uint *wl = ws[s] + wr * MB_KW + kb * 16, *xl = xs[s] + xr * MB_KW + kb * 16;
+#if (defined(W_SPLIT4) || defined(W_Q16)) && MV_PTX
+            uint d2 = mb_h2(dm[kb].x, dm[kb].x), m2 = mb_h2(dm[kb].y, dm[kb].y);
+#pragma unroll
+            for (int u = 0; u < MB_EW / 8; u++) {
+                int e = we / 2 + 4 * u; /* element of the word's first byte */
+                uint2 l2, h2;
+                MB_DEQ_WORD(qv[kb][u], d2, m2, d2, m2, l2.x, l2.y, h2.x, h2.y);
+                vstore2(l2, 0, wl + e / 2);
+                vstore2(h2, 0, wl + (16 + e) / 2);
+            }
+#elif defined(W_SPLIT4) || defined(W_Q16)
+            __local half *wh = (__local half *)wl;
+#pragma unroll
+            for (int u = 0; u < MB_EW / 8; u++) {
+                uchar4 bq = as_uchar4(qv[kb][u]);
+                int e = we / 2 + 4 * u;
+                vstore_half4_rte(convert_float4(bq & (uchar)15) * dm[kb].x + dm[kb].y, 0, wh + e);
+                vstore_half4_rte(convert_float4(bq >> (uchar)4) * dm[kb].x + dm[kb].y, 0,
+                                 wh + 16 + e);
+            }
+#else
+#pragma unroll
+            for (int u = 0; u < MB_EW / 4; u++)
+                vstore_half4_rte(wv[kb][u], 0, (__local half *)wl + we + 4 * u);
+#endif
+#if MV_PTX
+#pragma unroll
+            for (int u = 0; u < MB_EX / 4; u++)
+                vstore2((uint2)(mb_h2(xv[kb][u].x, xv[kb][u].y), mb_h2(xv[kb][u].z, xv[kb][u].w)),
+                        0, xl + (xe + 4 * u) / 2);
+#else
+#pragma unroll
+            for (int u = 0; u < MB_EX / 4; u++)
+                vstore_half4_rte(xv[kb][u], 0, (__local half *)xl + xe + 4 * u);
+#endif
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + MB_K < n_in) /* the next step's loads fly during this step's products */
+            MB_LOAD(k0 + MB_K);
+        const __local uint *wsb = ws[s], *xsb = xs[s];
+#if MV_PTX
+#pragma unroll
+        for (int kk = 0; kk < MB_K; kk += 16) {
+            int ka = kk / 2 + q;
+            uint a[MB_MI][4];
+#pragma unroll
+            for (int i = 0; i < MB_MI; i++) {
+                int r = rw + i * 16 + g;
+                a[i][0] = wsb[r * MB_KW + ka];
+                a[i][1] = wsb[(r + 8) * MB_KW + ka];
+                a[i][2] = wsb[r * MB_KW + ka + 4];
+                a[i][3] = wsb[(r + 8) * MB_KW + ka + 4];
+            }
+#pragma unroll
+            for (int j = 0; j < MB_NJ; j++) {
+                int n = tw + j * 8 + g;
+                uint b0 = xsb[n * MB_KW + ka], b1 = xsb[n * MB_KW + ka + 4];
+#pragma unroll
+                for (int i = 0; i < MB_MI; i++)
+                    MMA_F16(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b0, b1);
+            }
+        }
+#else
+        {
+            const __local half *wh = (const __local half *)wsb, *xh = (const __local half *)xsb;
+            MMA_STANDIN(acc, wh, xh, MB_KP, MB_K);
+        }
+#endif
+    }
+    MMA_STORE(acc);
+}
+#undef MB_LOADW1
+#undef MB_LOAD
+#endif
+
+#if MM_MMA && (defined(W_QW) || defined(W_QW8))
+/* matmul_mms: products of a few token rows (continuous batching's decode steps, 2..MS_T tokens
+ * a work-group) on tensor cores, each weight read once for the work-group's tokens. A work-group
+ * of MS_W warps takes 16 MS_MI rows and MS_T tokens; the warps split the inputs (warp w takes
+ * MS_KB 32-blocks from MS_KB w, then from MS_KB (w + MS_W), ...), so that a product of few
+ * rows still has enough warps in flight to keep the memory busy, and their partial sums meet in local
+ * memory at the end (halving rounds). No staging: each work-item loads the weight words of its
+ * own fragments (W_QW) and its tokens' inputs straight into registers. The trick that allows
+ * it: a product is a sum over k, so the tensor core's k order may be any permutation applied to
+ * both operands. Lane (g, q) loads quant bytes 4q..4q+3 of rows g and g + 8, which hold weights
+ * 4q..4q+3 (low nibbles) and 16 + 4q.. (high); PTX's fragment layout (mma.cl) gives the lane
+ * k = 2q, 2q + 1, 2q + 8, 2q + 9 of each 16-wide half, so those k are taken to mean weights
+ * 4q..4q+3 (first half) and 16 + 4q.. (second), and the B fragment's inputs follow the same
+ * map: one float4 of the token's row per half (inputs 4q..4q+3 as b0 = (4q, 4q + 1),
+ * b1 = (4q + 2, 4q + 3)). Without PTX (the tests on CPUs) each work-item computes its fragment
+ * elements directly from whole blocks. Byte-wide weights (raw Q8_0 and Q6_K, W_QW8) take two
+ * words a lane, the bytes of weights 4q..4q+3 and 16 + 4q.., which fill the same fragment
+ * places, a weight a byte. Same arguments and result (within f16 rounding) as
+ * matmul. Global size (32 MS_W ceil(n_out / (16 MS_MI)), ceil(n_tok / MS_T)), local
+ * (32 MS_W, 1). */
+#ifndef MS_T
+#define MS_T 32
+#endif
+#ifndef MS_MI
+#define MS_MI 1
+#endif
+#ifndef MS_W
+#define MS_W 8
+#endif
+#ifndef MS_KB
+#define MS_KB 2 /* 32-blocks a warp loads at once */
+#endif
+#define MS_NJ (MS_T / 8)  /* 8-token fragments */
+#if defined(W_QW8)
+#define MS_NV 2 /* quant words a lane loads for a row and block */
+#else
+#define MS_NV 1
+#endif
+#define MS_R (16 * MS_MI) /* rows of a work-group */
+#if !MV_PTX
+/* f rounded to the nearest f16 (ties to even), for the stand-in. */
+inline float ms_f16(float f)
+{
+    float a = fabs(f);
+    if (a == 0.0f || a >= 65520.0f)
+        return a == 0.0f ? f : copysign(INFINITY, f);
+    float ulp = a < 0x1p-14f ? 0x1p-24f : ldexp(1.0f, ilogb(a) - 10);
+    return rint(f / ulp) * ulp;
+}
+#endif
+/* An input of matmul_mms's products at p: the float there, or with up >= 0 the SwiGLU of the
+ * gate there and the up at p + up (moe_group_mms's down product). */
+inline float4 ms_in4(const __global float *p, int up)
+{
+    float4 a = *(const __global float4 *)p;
+    if (up < 0)
+        return a;
+    return a / (1.0f + exp(-a)) * *(const __global float4 *)(p + up);
+}
+
+inline float ms_in1(const __global float *p, int up)
+{
+    float a = *p;
+    return up < 0 ? a : a / (1.0f + exp(-a)) * p[up];
+}
+
+/* The products of a work-group's rows with its tokens' inputs, added to this lane's fragments
+ * acc (rows g, g + 8 of each 16; tokens 2q, 2q + 1 of each 8): wrow holds this lane's rows
+ * (clamped), xt[j] the input row of token g of the j-th 8 (the tensor-core path), xs[j][c] that
+ * of token 2q + c (the stand-in), up the inputs' SwiGLU offset (ms_in4). The warps split the
+ * row's nb 32-blocks as the kernel's comment says. */
+inline __attribute__((always_inline)) void ms_products(W_ARGS, int n_in, int warp, int lane, int wrow[MS_MI][2],
+                        const __global float *xt[MS_NJ], const __global float *xs[MS_NJ][2],
+                        int up, float acc[MS_MI][MS_NJ][4])
+{
+    int q = lane & 3, nb = n_in / 32;
+    for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
+#if MV_PTX
+        /* All of the step's loads first (blocks past n_in read the last block, their scales
+         * zeroed), so that they are in flight together; then the products. */
+        uint v[MS_KB][MS_MI][2][MS_NV];
+        float4 dm[MS_KB][MS_MI][2];
+        float4 xv[MS_KB][MS_NJ][2];
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = min(b0 + bb, nb - 1);
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#if defined(W_QW8)
+                    W_QW8(wrow[i][r], b, q, &v[bb][i][r][0], &v[bb][i][r][1], &dm[bb][i][r]);
+#else
+                    W_QW(wrow[i][r], b, q, &v[bb][i][r][0], &dm[bb][i][r]);
+#endif
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    xv[bb][j][h] = ms_in4(xt[j] + W_QX(b, h) + 4 * q, up);
+        }
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            bool in = b0 + bb < nb;
+            uint a[MS_MI][2][4]; /* [row group][half of the block][a0..a3] */
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
+                    float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
+#if defined(W_QW8)
+                    float4 w0 = convert_float4(as_char4(v[bb][i][r][0])) * f.x + f.y;
+                    float4 w1 = convert_float4(as_char4(v[bb][i][r][1])) * f.z + f.w;
+                    a[i][0][r] = mb_h2(w0.x, w0.y);
+                    a[i][0][r + 2] = mb_h2(w0.z, w0.w);
+                    a[i][1][r] = mb_h2(w1.x, w1.y);
+                    a[i][1][r + 2] = mb_h2(w1.z, w1.w);
+#else
+                    uint d2 = mb_h2(f.x, f.x), m2 = mb_h2(f.y, f.y);
+                    uint e2 = mb_h2(f.z, f.z), n2 = mb_h2(f.w, f.w);
+                    MB_DEQ_WORD(v[bb][i][r][0], d2, m2, e2, n2, a[i][0][r], a[i][0][r + 2],
+                                a[i][1][r], a[i][1][r + 2]);
+#endif
+                }
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float4 x4 = in ? xv[bb][j][h] : (float4)(0.0f);
+                    uint b0r = mb_h2(x4.x, x4.y), b1r = mb_h2(x4.z, x4.w);
+#pragma unroll
+                    for (int i = 0; i < MS_MI; i++)
+                        MMA_F16(acc[i][j], a[i][h][0], a[i][h][1], a[i][h][2], a[i][h][3], b0r,
+                                b1r);
+                }
+        }
+#else
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = b0 + bb;
+            if (b >= nb)
+                break;
+            /* The stand-in: this lane's fragment elements (rows g, g + 8; tokens 2q, 2q + 1 of
+             * each 8) over the whole block, from its four words (W_QW), weights and inputs
+             * rounded to f16 as the tensor cores take them. */
+            for (int i = 0; i < MS_MI; i++)
+                for (int r = 0; r < 2; r++) {
+                    float w[32];
+                    for (int k = 0; k < 4; k++) {
+                        uint v, v1;
+                        float4 dm;
+#if defined(W_QW8)
+                        W_QW8(wrow[i][r], b, k, &v, &v1, &dm);
+                        for (int t = 0; t < 4; t++) { /* the signed bytes */
+                            int b0 = (int)((v >> (8 * t)) & 0xFFu);
+                            int b1 = (int)((v1 >> (8 * t)) & 0xFFu);
+                            w[4 * k + t] = ms_f16((float)(b0 - ((b0 & 0x80) << 1)) * dm.x + dm.y);
+                            w[16 + 4 * k + t] =
+                                ms_f16((float)(b1 - ((b1 & 0x80) << 1)) * dm.z + dm.w);
+                        }
+#else
+                        W_QW(wrow[i][r], b, k, &v, &dm);
+                        (void)v1;
+                        for (int t = 0; t < 4; t++) {
+                            uint byte = (v >> (8 * t)) & 0xFFu;
+                            w[4 * k + t] = ms_f16((float)(byte & 15u) * dm.x + dm.y);
+                            w[16 + 4 * k + t] = ms_f16((float)(byte >> 4) * dm.z + dm.w);
+                        }
+#endif
+                    }
+                    for (int j = 0; j < MS_NJ; j++)
+                        for (int c = 0; c < 2; c++) {
+                            const __global float *xr = xs[j][c];
+                            float s = 0.0f;
+                            for (int k = 0; k < 16; k++)
+                                s += w[k] * ms_f16(ms_in1(xr + W_QX(b, 0) + k, up)) +
+                                     w[16 + k] * ms_f16(ms_in1(xr + W_QX(b, 1) + k, up));
+                            acc[i][j][2 * r + c] += s;
+                        }
+                }
+        }
+#endif
+    }
+}
+
+/* The warps' partial sums of acc added up in halving rounds through part (MS_W / 2 x MS_R x
+ * MS_T floats): the upper half of the warps still holding sums writes them, the lower half adds
+ * them; warp 0 ends with the work-group's sums. */
+inline __attribute__((always_inline)) void ms_reduce(__local float (*part)[MS_R * MS_T], int warp, int lane,
+                      float acc[MS_MI][MS_NJ][4])
+{
+    int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int half_w = MS_W / 2; half_w >= 1; half_w /= 2) {
+        if (warp >= half_w && warp < 2 * half_w)
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        part[warp - half_w]
+                            [(16 * i + g + (e >> 1) * 8) * MS_T + 8 * j + 2 * q + (e & 1)] =
+                                acc[i][j][e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (warp < half_w)
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[i][j][e] +=
+                            part[warp][(16 * i + g + (e >> 1) * 8) * MS_T + 8 * j + 2 * q + (e & 1)];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __global float *y,
+           int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T]; /* upper half's sums [row][tok] */
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int row0 = get_group_id(0) * MS_R, t0 = get_group_id(1) * MS_T;
+    float acc[MS_MI][MS_NJ][4];
+    MMA_ZERO(acc, MS_MI, MS_NJ);
+    /* This lane's rows (g and g + 8 of each 16) and tokens, clamped: the extra rows and tokens
+     * of a partial tile compute copies that are never written. */
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = min(row0 + 16 * i + g, n_out - 1);
+        wrow[i][1] = min(row0 + 16 * i + g + 8, n_out - 1);
+    }
+    const __global float *xt[MS_NJ], *xs[MS_NJ][2];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++) {
+        xt[j] = x + (size_t)min(t0 + 8 * j + g, n_tok - 1) * x_ld;
+        xs[j][0] = x + (size_t)min(t0 + 8 * j + 2 * q, n_tok - 1) * x_ld;
+        xs[j][1] = x + (size_t)min(t0 + 8 * j + 2 * q + 1, n_tok - 1) * x_ld;
+    }
+    ms_products(W_PASS, n_in, warp, lane, wrow, xt, xs, -1, acc);
+    ms_reduce(part, warp, lane, acc);
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + 16 * i + g + (e >> 1) * 8, tok = t0 + 8 * j + 2 * q + (e & 1);
+                    if (row < n_out && tok < n_tok) {
+                        float v = acc[i][j][e];
+                        if (res)
+                            v += res[(size_t)tok * y_ld + y_off + row];
+                        WRITE_Y(y, tok, y_off + row, v);
+                    }
+                }
+}
+
+#if MS_T == 16
+/* moe_group_mms: moe.cl's grouped prefill products (moe_group_gu's gate and up, moe_group_down's
+ * down) on tensor cores: matmul_mms's tile with one tile of pairs (moe.cl's MOE_GT = 16, its
+ * tiles and perm) for its tokens, and the rows of the pairs' expert e (rows e n_rows + r of the
+ * stacked weight). y[t y_ld + y_off + j n_rows + r] = W[e n_rows + r] . in(t, j) for each pair
+ * t k + j of the tile: in the pair's token's row of x (glu 0; moe_group_gu's places), or (glu 1)
+ * the SwiGLU of its gate and up outputs x[t][j n_in + i] and x[t][(k + j) n_in + i]
+ * (moe_group_down's yp with y_ld = k n_rows, y_off 0). Global (32 MS_W ceil(n_rows / MS_R),
+ * n_tiles), local (32 MS_W, 1). */
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+moe_group_mms(W_ARGS, int n_in, int n_rows, int k, __global const int4 *tiles,
+              __global const int *perm, __global const float *x, int x_ld, int glu,
+              __global float *y, int y_ld, int y_off)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T];
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int4 tl = tiles[get_group_id(1)];
+    int row0 = get_group_id(0) * MS_R, up = glu ? k * n_in : -1;
+    float acc[MS_MI][MS_NJ][4];
+    MMA_ZERO(acc, MS_MI, MS_NJ);
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = tl.x * n_rows + min(row0 + 16 * i + g, n_rows - 1);
+        wrow[i][1] = tl.x * n_rows + min(row0 + 16 * i + g + 8, n_rows - 1);
+    }
+    /* The input row of the tile's s-th pair (the last pair's past the tile). */
+#define MG_ROW(s)                                                                                  \
+    (x + (size_t)(perm[tl.y + min((s), tl.z - 1)] / k) * x_ld +                                   \
+     (glu ? (size_t)(perm[tl.y + min((s), tl.z - 1)] % k) * n_in : 0))
+    const __global float *xt[MS_NJ], *xs[MS_NJ][2];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++) {
+        xt[j] = MG_ROW(8 * j + g);
+        xs[j][0] = MG_ROW(8 * j + 2 * q);
+        xs[j][1] = MG_ROW(8 * j + 2 * q + 1);
+    }
+#undef MG_ROW
+    ms_products(W_PASS, n_in, warp, lane, wrow, xt, xs, up, acc);
+    ms_reduce(part, warp, lane, acc);
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = row0 + 16 * i + g + (e >> 1) * 8, s = 8 * j + 2 * q + (e & 1);
+                    if (r < n_rows && s < tl.z) {
+                        int pr = perm[tl.y + s];
+                        y[(size_t)(pr / k) * y_ld + y_off + (size_t)(pr % k) * n_rows + r] =
+                            acc[i][j][e];
+                    }
+                }
+}
+#endif
+#endif

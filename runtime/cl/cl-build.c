@@ -1,0 +1,262 @@
+/* The engine's programs (the weight programs, the other ops, the mixture-of-experts kernels)
+ * built from cl_kernels/ under a layout and a tuning, and the launch shapes of their kernels. */
+#include "cl-int.h"
+
+#include <string.h>
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *const ebb__cl_wprog_srcs[] = {"act.cl",    "half.cl",       "quant.cl",
+                                          "q8.cl",     "mma.cl",        "matvec.cl",
+                                          "matmul.cl", "matmul-mma.cl", "kq8.cl"};
+const size_t ebb__cl_n_wprog_srcs = N_OF(ebb__cl_wprog_srcs);
+
+const char *const ebb__cl_ops_srcs[] = {"act.cl", "half.cl",      "ops.cl",
+                                        "mma.cl", "attention.cl", "q8.cl"};
+const size_t ebb__cl_n_ops_srcs = N_OF(ebb__cl_ops_srcs);
+const char *const ebb__cl_moe_srcs[] = {"half.cl", "quant.cl", "q8.cl", "kq8.cl", "moe.cl"};
+const size_t ebb__cl_n_moe_srcs = N_OF(ebb__cl_moe_srcs);
+
+ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                           struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    /* the prologue, matvec_q8_qin's defines, then the sources */
+    const char *srcs[2 + N_OF(ebb__cl_wprog_srcs)] = {pro, ""};
+    size_t n_src = N_OF(srcs);
+    struct ebb_cl_wprog p = {.layout = *l};
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb__cl_sources_get(ebb__cl_wprog_srcs, ebb__cl_n_wprog_srcs, srcs + 2, diag)))
+        goto out;
+    /* matvec_q8_qin (tuning qin) and the helpers of q8.cl it shares with quantize_x8 */
+    uint32_t qin_wg = ebb_cl_layout_has_q16(l, tu) ? ebb_cl_qin_wg(tu) : 0;
+    char qdef[96] = "";
+    if (qin_wg)
+        snprintf(qdef, sizeof(qdef), "#define Q8_QIN 1\n#define QIN_ROWS %u\n#define Q8_WG %u\n",
+                 tu->qin_rows, EBB_CL_Q8_WG);
+    srcs[1] = qdef;
+    if ((rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p.prog, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matvec", &p.matvec, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul", &p.matmul, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_coop", &p.matmul_coop, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "matmul_gemm", &p.matmul_gemm, diag)) ||
+        (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
+        (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
+         ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
+        (tu->mv_q8 && qin_wg &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8_qin", &p.matvec_q8_qin, diag))) ||
+        (ebb_cl_layout_has_kq8(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
+        (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
+                        (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
+        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
+        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && tu->mms_t == 16 &&
+         (rc = ebb_cl_kernel(p.prog, "moe_group_mms", &p.moe_group_mms, diag))) ||
+        (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
+         (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
+        goto out;
+    /* matmul_mms's second tile for the longer products (prefill): the same sources built again
+     * with its shape; the kernel keeps its program alive. */
+    if (p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max) {
+        struct ebb_cl_tuning t2 = *tu;
+        t2.mms_t = tu->mmp_t;
+        t2.mms_mi = tu->mmp_mi;
+        t2.mms_w = tu->mmp_w;
+        t2.mms_kb = tu->mmp_kb;
+        cl_program p2 = NULL;
+        if ((rc = ebb_cl_layout_prologue(l, &t2, pro, sizeof(pro), diag)) ||
+            (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p2, diag)))
+            goto out;
+        rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
+        clReleaseProgram(p2);
+        if (rc)
+            goto out;
+    }
+    *out = p;
+    memset(&p, 0, sizeof(p));
+out:
+    ebb_cl_wprog_fini(&p);
+    ebb__cl_sources_put(srcs + 2, ebb__cl_n_wprog_srcs);
+    return rc;
+}
+
+void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
+{
+    if (p->matvec)
+        clReleaseKernel(p->matvec);
+    if (p->matmul)
+        clReleaseKernel(p->matmul);
+    if (p->matmul_coop)
+        clReleaseKernel(p->matmul_coop);
+    if (p->matmul_gemm)
+        clReleaseKernel(p->matmul_gemm);
+    if (p->get_rows)
+        clReleaseKernel(p->get_rows);
+    if (p->matvec_cpu)
+        clReleaseKernel(p->matvec_cpu);
+    if (p->matvec_q8)
+        clReleaseKernel(p->matvec_q8);
+    if (p->matvec_q8r)
+        clReleaseKernel(p->matvec_q8r);
+    if (p->matvec_q8_qin)
+        clReleaseKernel(p->matvec_q8_qin);
+    if (p->matmul_mma)
+        clReleaseKernel(p->matmul_mma);
+    if (p->matmul_mmb)
+        clReleaseKernel(p->matmul_mmb);
+    if (p->matmul_mms)
+        clReleaseKernel(p->matmul_mms);
+    if (p->matmul_mmp)
+        clReleaseKernel(p->matmul_mmp);
+    if (p->moe_group_mms)
+        clReleaseKernel(p->moe_group_mms);
+    if (p->prog)
+        clReleaseProgram(p->prog);
+    memset(p, 0, sizeof(p[0]));
+}
+
+uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg)
+{
+    uint32_t mv = tu->mv_wg, n = mv > 1 ? 256 : 64;
+    *wg = n;
+    if (!mv || mv > n)
+        return 0;
+    return n / mv * (mv >= 32 ? 4 : mv >= 16 ? 2 : 1);
+}
+
+ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                             const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
+                             struct ebb_diag *diag)
+{
+    struct ebb_cl_tuning t = *tu;
+    t.mms_t = 16;
+    t.mms_mi = tu->mg_mi;
+    t.mms_w = tu->mg_w;
+    t.mms_kb = tu->mg_kb;
+    t.mms_big = 0;
+    return ebb_cl_wprog_build(cl, l, &t, out, diag);
+}
+
+ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
+                         cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[512];
+    const char *srcs[1 + N_OF(ebb__cl_ops_srcs)] = {pro};
+    if ((rc = ebb_cl_ops_prologue(tu, head_dim, pro, sizeof(pro), diag)) ||
+        (rc = ebb__cl_sources_get(ebb__cl_ops_srcs, N_OF(ebb__cl_ops_srcs), srcs + 1, diag)))
+        return rc;
+    rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), "-cl-mad-enable", out, diag);
+    ebb__cl_sources_put(srcs + 1, N_OF(ebb__cl_ops_srcs));
+    return rc;
+}
+
+ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                         const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    char pro[2048];
+    const char *srcs[1 + N_OF(ebb__cl_moe_srcs)] = {pro};
+    if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
+        (rc = ebb__cl_sources_get(ebb__cl_moe_srcs, N_OF(ebb__cl_moe_srcs), srcs + 1, diag)))
+        return rc;
+    rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), "-cl-mad-enable", out, diag);
+    ebb__cl_sources_put(srcs + 1, N_OF(ebb__cl_moe_srcs));
+    return rc;
+}
+
+void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
+{
+    /* (without PTX matvec_q8 shares the matvec's row reduction, so its shape) */
+    bool own = tu->mv_ptx && tu->mvq_wg;
+    size_t wg = own ? tu->mvq_wg : tu->mv_wg, rows = own ? tu->mvq_rows : tu->mv_rows;
+    g[0] = (size_t)n_out * wg, g[1] = 1;
+    l[0] = wg * rows, l[1] = 1;
+}
+
+uint32_t ebb_cl_qin_wg(const struct ebb_cl_tuning *tu)
+{
+    /* (the prologue's MVQ_WG) */
+    uint32_t wg = tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg;
+    uint32_t l = wg * (tu->qin_rows ? tu->qin_rows : 1);
+    if (!tu->qin || !tu->mv_q8 || (tu->mv_ptx && l % 32))
+        return 0;
+    return l;
+}
+
+void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])
+{
+    size_t rows = tu->qin_rows ? tu->qin_rows : 1;
+    l[0] = ebb_cl_qin_wg(tu), l[1] = 1;
+    g[0] = ((size_t)n_out + rows - 1) / rows * l[0], g[1] = 1;
+}
+
+void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes)
+{
+    *xl_bytes = n_in;
+    *dl_bytes = (size_t)n_in / 32 * 2 * sizeof(float);
+}
+
+bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_t n_in,
+                     uint32_t n_out, int glu)
+{
+    uint32_t l = ebb_cl_qin_wg(tu);
+    if (tu->qin_out_max && n_out > tu->qin_out_max)
+        return false;
+    if (!l || tu->qin < (glu ? 2u : 1u) || !n_in || n_in % 32 ||
+        (tu->qin_max && n_in > tu->qin_max))
+        return false;
+    size_t xl, dl;
+    ebb_cl_qin_local(n_in, &xl, &dl);
+    /* the kernel's own arrays: the norm's EBB_CL_Q8_WG partials and the rows' sums */
+    uint64_t own = (uint64_t)EBB_CL_Q8_WG * 4 + (uint64_t)l * 4;
+    return (uint64_t)xl + dl + own <= local_mem;
+}
+
+void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t n_out,
+                          uint32_t nt, size_t g[2], size_t l[2])
+{
+    size_t by_t = (nt + tu->mm_t - 1) / tu->mm_t;
+    switch (k) {
+    case EBB_CL_WK_GEMM:
+        g[0] = 256 * (size_t)((n_out + 63) / 64), g[1] = (nt + 63) / 64;
+        l[0] = 256;
+        break;
+    case EBB_CL_WK_MMA:
+        g[0] = 256 * (size_t)((n_out + tu->mma_r - 1) / tu->mma_r);
+        g[1] = (nt + tu->mma_t - 1) / tu->mma_t;
+        l[0] = 256;
+        break;
+    case EBB_CL_WK_MMS:
+    case EBB_CL_WK_MMP: {
+        bool pf = k == EBB_CL_WK_MMP;
+        uint32_t mi = pf ? tu->mmp_mi : tu->mms_mi, tt = pf ? tu->mmp_t : tu->mms_t,
+                 w = pf ? tu->mmp_w : tu->mms_w;
+        size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
+        size_t wg = 32 * (size_t)(w ? w : 8);
+        g[0] = wg * ((n_out + r - 1) / r), g[1] = (nt + t - 1) / t;
+        l[0] = wg;
+        break;
+    }
+    case EBB_CL_WK_MATMUL:
+        g[0] = n_out, g[1] = by_t;
+        l[0] = tu->mm_wg;
+        break;
+    case EBB_CL_WK_MVCPU: {
+        size_t r = tu->mv_cpu_r ? tu->mv_cpu_r : 4;
+        g[0] = (n_out + r - 1) / r, g[1] = nt;
+        l[0] = tu->mv_rows;
+        break;
+    }
+    case EBB_CL_WK_COOP:
+    case EBB_CL_WK_MATVEC:
+        g[0] = (size_t)n_out * tu->mv_wg, g[1] = k == EBB_CL_WK_COOP ? by_t : nt;
+        l[0] = (size_t)tu->mv_wg * tu->mv_rows;
+        break;
+    }
+    l[1] = 1;
+}
