@@ -1,6 +1,6 @@
 /* `ebb run`'s command line: the options, their values checked, and the help text. The
  * sampling flags use the same names, ranges and parser as the config file and requests
- * (api/defaults.h). */
+ * (api/defaults/defaults.h). */
 #include "cmd-run-int.h"
 
 #include <getopt.h>

@@ -121,7 +121,7 @@ static int oom(void)
 
 /* The configuration as ebb serve would read it (file and EBB_* variables; ebb run's own flags
  * are the request's fields), the model, and the sampling fields no flag set resolved as the
- * server does (api/defaults.h). */
+ * server does (api/defaults/defaults.h). */
 static int load(struct run *r, struct ebb__run_opts *o)
 {
     struct ebb_diag d = {{0}};

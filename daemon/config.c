@@ -133,7 +133,7 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                          "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "
                          "Q4_0 products) instead of the reference's fp32"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
- * recommends a value (api/defaults.h). The names are the request fields'. */
+ * recommends a value (api/defaults/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \
     [k] = {name, T_GEN, OFF(generation), field, 0, EBB_CONFIG_CHANGE_GENERATION, false,            \
            arg,  help,  "generation"}

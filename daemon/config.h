@@ -65,7 +65,8 @@ enum ebb_config_key {
     EBB_CFG_HOST_Q8,
     EBB_CFG_EXPERT_CACHE,
     EBB_CFG_PROMPT_CACHE,
-    /* [generation]: defaults for the sampling fields a request does not send (api/defaults.h) */
+    /* [generation]: defaults for the sampling fields a request does not send
+       (api/defaults/defaults.h) */
     EBB_CFG_TEMPERATURE,
     EBB_CFG_TOP_K,
     EBB_CFG_TOP_P,
@@ -113,7 +114,7 @@ struct ebb_config {
     uint32_t expert_cache;           /* MoE: expert slots per layer on the device; 0 = off,
                                         EBB_CONFIG_EXPERT_CACHE_AUTO = from memory_budget */
     uint64_t prompt_cache;           /* bytes of the prompt-cache store; 256 MiB, 0 = none */
-    /* Edge limits (api/limits.c): the time to send a request head (15 s), then the body
+    /* Edge limits (api/http/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client
      * address (256), past which only /health is answered. */
     uint32_t header_timeout_ms, body_timeout_ms;
