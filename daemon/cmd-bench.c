@@ -7,7 +7,8 @@
  * (weights as the engine reads them, KV at that depth) give its achieved bandwidth; the OpenCL
  * engine's counters give kernels and host synchronisations per decoded token. With --batch N,
  * N slots then prefill and decode together through ebb_model_eval_batch (continuous batching's
- * aggregate speed, next to the single stream's). */
+ * aggregate speed, next to the single stream's). With --stages, the OpenCL engine's device time
+ * of the measured runs by kernel and by stage (bench-stages.c). */
 #include "cmds.h"
 
 #include <getopt.h>
@@ -18,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-stages.h"
+#include "cl/cl.h"
 #include "model/model.h"
 #include "sched/sampler.h"
 #include "sched/spec.h"
@@ -55,6 +58,13 @@ static void bench_usage(FILE *f)
             "  -d, --depth N           evaluate N tokens of context first, then measure prefill\n"
             "                          and decode each from position N (default: none; decode\n"
             "                          follows the prompt)\n"
+            "      --stages            device time of the measured prefill and decode runs by\n"
+            "                          stage: attention (attn_*, rope*), products (matvec*,\n"
+            "                          matmul*, moe_*, quantize*), norms and activations,\n"
+            "                          other, and the time outside kernels, each in ms and as\n"
+            "                          a share of the run's wall time, with the costliest\n"
+            "                          kernels (OpenCL queue timestamps; not with --device\n"
+            "                          ref; the depth and warm-up runs are not counted)\n"
             "      --json              one JSON object on stdout\n"
             "%s"
             "  -h, --help              show this help\n",
@@ -176,6 +186,8 @@ struct bench {
     struct ebb_spec_params sp;
     struct ebb_spec_stats sst;
     struct ebb_model_counters dec; /* summed over the measured runs' decodes */
+    bool stages;                   /* --stages: profile the measured runs */
+    struct ebb_bench_stages st_pf, st_dec;
 };
 
 /* One run: the prompt at position depth (timed), then n_gen - 1 greedy steps from position
@@ -187,15 +199,22 @@ static ebb_err run_once(struct bench *b, bool counted, double *prefill_ms, doubl
     int32_t top;
     float top_logit;
     struct ebb_model_out out = {.top_k = 1, .top_ids = &top, .top_logits = &top_logit};
+    bool prof = counted && b->stages;
+    if (prof)
+        ebb_cl_profile_begin();
     double t0 = now_ms();
     ebb_err rc = ebb_model_eval(b->m, 0, b->ids, (uint32_t)b->n_prompt, b->depth, &out, d);
     if (rc)
         return rc;
     *prefill_ms = now_ms() - t0;
+    if (prof && ((rc = ebb_bench_stages_take(&b->st_pf, *prefill_ms, d))))
+        return rc;
     b->ids[b->n_prompt] = top;
     b->lgs[0] = top_logit;
     struct ebb_model_counters c0, c1;
     ebb_model_counters(b->m, &c0);
+    if (prof)
+        ebb_cl_profile_begin();
     t0 = now_ms();
     if (b->spec &&
         (rc = decode_spec(b->m, b->dm, &b->sp, b->ids, b->n_prompt, b->n_gen, &b->sst, d)))
@@ -208,6 +227,8 @@ static ebb_err run_once(struct bench *b, bool counted, double *prefill_ms, doubl
         b->lgs[i] = top_logit;
     }
     *decode_ms = now_ms() - t0;
+    if (prof && ((rc = ebb_bench_stages_take(&b->st_dec, *decode_ms, d))))
+        return rc;
     ebb_model_counters(b->m, &c1);
     if (counted) {
         b->dec.launches += c1.launches - c0.launches;
@@ -386,6 +407,8 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
     }
     if (st)
         json_object_set(j, "stream", st);
+    if (b->stages)
+        json_object_set_new(j, "stages", ebb_bench_stages_json(&b->st_pf, &b->st_dec));
     char xj[1024];
     if (ebb_model_expert_cache_json(b->m, xj, sizeof(xj)))
         json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
@@ -502,6 +525,8 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (unsigned long long)xc.prefetched, (unsigned long long)xc.prefetch_hits,
                (unsigned long long)xc.prefetch_wasted);
     }
+    if (b->stages)
+        ebb_bench_stages_print(stdout, &b->st_pf, &b->st_dec);
     printf("peak RSS   %.1f MiB\n", (double)ebb_peak_rss() / (1 << 20));
 }
 
@@ -574,7 +599,8 @@ int ebb_cmd_bench(int argc, char **argv)
         O_SPEC,
         O_DMAX,
         O_DFIXED,
-        O_DRAFT
+        O_DRAFT,
+        O_STAGES
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -589,6 +615,7 @@ int ebb_cmd_bench(int argc, char **argv)
         {"draft-fixed", no_argument, NULL, O_DFIXED},
         {"draft", required_argument, NULL, O_DRAFT},
         {"batch", required_argument, NULL, O_BATCH},
+        {"stages", no_argument, NULL, O_STAGES},
         {"repetitions", required_argument, NULL, 'r'},
         {"depth", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -636,6 +663,8 @@ int ebb_cmd_bench(int argc, char **argv)
             spec = true;
         } else if (c == O_BATCH) {
             ok = parse_u(optarg, 1, 256, &n_batch);
+        } else if (c == O_STAGES) {
+            b.stages = true;
         } else if (c == 'r') {
             ok = parse_u(optarg, 1, 1000, &reps);
         } else if (c == 'd') {
@@ -668,6 +697,11 @@ int ebb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "ebb bench: --depth runs the synthetic prompt without --spec or --batch\n");
         return 2;
     }
+    if (b.stages && !strncmp(mp.device, "ref", 3)) {
+        fprintf(stderr, "ebb bench: --stages profiles the OpenCL engine's kernels, not --device "
+                        "ref\n");
+        return 2;
+    }
     if (prompt_file) { /* room for the file's tokens: at most one per byte, plus BOS/EOS */
         FILE *f = fopen(prompt_file, "rb");
         long sz = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
@@ -689,6 +723,8 @@ int ebb_cmd_bench(int argc, char **argv)
     struct report r = {.path = mp.path, .reps = reps, .n_batch = n_batch};
     struct ebb_diag d = {{0}};
     ebb_err rc;
+    if (b.stages) /* the queue must keep timestamps from its creation */
+        ebb_cl_profile_queues(true);
     double t0 = now_ms();
     if ((rc = ebb_model_open(&mp, &b.m, &d))) {
         fprintf(stderr, "ebb bench: cannot load '%s': %s\n", mp.path,

@@ -8,6 +8,8 @@
 
 #include "cl-knobs.h"
 
+static bool rec_queues; /* ebb_cl_profile_queues: queues opened from now on keep timestamps */
+
 #define EBB__CL_ERRS(X)                                                                            \
     X(CL_SUCCESS)                                                                                  \
     X(CL_DEVICE_NOT_FOUND)                                                                         \
@@ -395,7 +397,7 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
         goto out;
     struct ebb_cl_env env;
     ebb_cl_env_get(&env);
-    cl_command_queue_properties qp = env.profile == 2 ? CL_QUEUE_PROFILING_ENABLE : 0;
+    cl_command_queue_properties qp = env.profile == 2 || rec_queues ? CL_QUEUE_PROFILING_ENABLE : 0;
     cl->q = clCreateCommandQueue(cl->ctx, k.d, qp, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateCommandQueue")))
         goto out;
@@ -633,6 +635,100 @@ static void prof_drain(void)
     prof_nev = 0;
 }
 
+/* A caller's profile (ebb_cl_profile_begin .. ebb_cl_profile_take): each launch keeps its
+ * event and its table slot by plain kernel name; the device's start and end timestamps are
+ * read back when the events are drained (at take, or when PROF_EV are pending, which waits for
+ * the queue then). Independent of EBB_CL_PROFILE's table. */
+static struct {
+    bool on;
+    int nev;
+    unsigned long missing; /* launches whose queue gave no timestamps */
+    struct {
+        cl_event ev;
+        int slot;
+    } ev[PROF_EV];
+    struct ebb_cl_profile tab[PROF_MAX];
+    size_t n;
+} rec;
+
+static int rec_slot(cl_kernel k)
+{
+    char name[sizeof(rec.tab[0].name)] = "?";
+    clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
+    name[sizeof(name) - 1] = 0;
+    for (size_t i = 0; i < rec.n; i++)
+        if (!strcmp(rec.tab[i].name, name))
+            return (int)i;
+    if (rec.n == PROF_MAX)
+        return -1;
+    memset(&rec.tab[rec.n], 0, sizeof(rec.tab[0]));
+    memcpy(rec.tab[rec.n].name, name, sizeof(name));
+    return (int)rec.n++;
+}
+
+/* Waits for the pending launches and adds their device times to the table. */
+static void rec_drain(void)
+{
+    for (int i = 0; i < rec.nev; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        cl_int e = clWaitForEvents(1, &rec.ev[i].ev);
+        if (!e)
+            e = clGetEventProfilingInfo(rec.ev[i].ev, CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                        NULL);
+        if (!e)
+            e = clGetEventProfilingInfo(rec.ev[i].ev, CL_PROFILING_COMMAND_END, sizeof(t1), &t1,
+                                        NULL);
+        clReleaseEvent(rec.ev[i].ev);
+        if (e || t1 < t0) {
+            rec.missing++;
+            continue;
+        }
+        if (rec.ev[i].slot >= 0) {
+            rec.tab[rec.ev[i].slot].ms += (double)(t1 - t0) * 1e-6;
+            rec.tab[rec.ev[i].slot].n++;
+        }
+    }
+    rec.nev = 0;
+}
+
+static void rec_push(cl_kernel k, cl_event ev)
+{
+    if (rec.nev == PROF_EV)
+        rec_drain();
+    rec.ev[rec.nev].ev = ev;
+    rec.ev[rec.nev++].slot = rec_slot(k);
+}
+
+void ebb_cl_profile_queues(bool on)
+{
+    rec_queues = on;
+}
+
+void ebb_cl_profile_begin(void)
+{
+    rec_drain();
+    rec.n = 0;
+    rec.missing = 0;
+    rec.on = true;
+}
+
+ebb_err ebb_cl_profile_take(struct ebb_cl_profile *tab, size_t cap, size_t *n,
+                            struct ebb_diag *diag)
+{
+    rec_drain();
+    rec.on = false;
+    if (rec.missing)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "%lu kernel launches have no device timestamps (the queue was "
+                            "opened without profiling)",
+                            rec.missing);
+    if (rec.n > cap)
+        return ebb_diag_set(diag, EBB_ERANGE, "%zu kernel names, room for %zu", rec.n, cap);
+    memcpy(tab, rec.tab, sizeof(rec.tab[0]) * rec.n);
+    *n = rec.n;
+    return EBB_OK;
+}
+
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag)
 {
@@ -658,7 +754,7 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
     }
     cl_event ev = NULL;
     cl_int e = clEnqueueNDRangeKernel(cl->q, k, dims, NULL, g, local, 0, NULL,
-                                      prof_state == 3 ? &ev : NULL);
+                                      prof_state == 3 || rec.on ? &ev : NULL);
     if (e) {
         char name[64] = "?";
         clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
@@ -667,7 +763,12 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
                             "enqueue %s: %s", name, ebb_cl_err_name(e));
     }
     cl->n_launch++;
-    if (ev) {
+    if (ev && rec.on) {
+        if (prof_state == 3)
+            clRetainEvent(ev); /* the env profile below keeps its own reference */
+        rec_push(k, ev);
+    }
+    if (ev && prof_state == 3) {
         if (prof_nev == PROF_EV)
             prof_drain();
         prof_ev[prof_nev].ev = ev;

@@ -145,4 +145,25 @@ ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag);
 
+/* Device time per kernel name over a stretch of launches a caller marks (`ebb bench
+ * --stages`), from the queue's timestamps. Process-wide state for one engine thread: begin,
+ * launches through ebb_cl_run on any queue, then take, all on the same thread.
+ * ebb_cl_profile_queues(true) makes the queues opened after it keep timestamps
+ * (CL_QUEUE_PROFILING_ENABLE); call it before the device is opened. While recording nothing
+ * waits, except once every 4096 launches, when the pending timestamps are read back. */
+struct ebb_cl_profile {
+    char name[48];   /* kernel function name */
+    double ms;       /* device time, start to end of each launch, summed */
+    unsigned long n; /* launches */
+};
+void ebb_cl_profile_queues(bool on);
+/* Starts recording every launch; discards what an earlier stretch recorded. */
+void ebb_cl_profile_begin(void);
+/* Waits for the recorded launches, stops recording, and writes one entry per kernel name (in
+ * the order they were first launched) to tab[0..*n). EBB_EUNSUPPORTED when a queue kept no
+ * timestamps (opened before ebb_cl_profile_queues), EBB_ERANGE when cap is too small; *n is
+ * written only on success. */
+ebb_err ebb_cl_profile_take(struct ebb_cl_profile *tab, size_t cap, size_t *n,
+                            struct ebb_diag *diag);
+
 #endif
