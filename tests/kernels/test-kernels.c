@@ -903,8 +903,10 @@ static void test_idp(void)
 }
 
 /* The binary cache: one file per (source, options, device, driver); a second build of the same
- * program is a cache hit (no new file), different options make a new entry, and a broken
- * source fails with EBB_EBUILD and the compiler's log in the message. */
+ * program is a cache hit (no new file) whose kernel runs, different options make a new entry,
+ * and a broken source fails with EBB_EBUILD and the compiler's log in the message. In a
+ * directory of its own with the cache on, whatever EBB_KERNEL_CACHE says (scripts/dev test
+ * turns it off for the rest: PoCL's own cache shares the kernels between the test programs). */
 static void test_program_cache(void)
 {
     char tmpl[] = "/tmp/ebb-kcache-XXXXXX", dir[600];
@@ -914,6 +916,7 @@ static void test_program_cache(void)
     }
     const char *old = getenv("XDG_CACHE_HOME");
     char *saved = old ? strdup(old) : NULL;
+    char *saved_en = env_take("EBB_KERNEL_CACHE");
     setenv("XDG_CACHE_HOME", tmpl, 1);
     snprintf(dir, sizeof(dir), "%s/ebb/kernels", tmpl);
     const char *src[] = {"__kernel void k(__global float *x) { x[0] = VAL; }\n"};
@@ -923,8 +926,21 @@ static void test_program_cache(void)
     clReleaseProgram(p);
     CHECK(count_files(dir) == 1, "cache entries after first build: %d", count_files(dir));
     OK(ebb_cl_program_build(cl, src, 1, "-DVAL=1.0f", &p, D));
-    clReleaseProgram(p);
     CHECK(count_files(dir) == 1, "cache entries after a hit: %d", count_files(dir));
+    /* The program built from the cached binary runs. */
+    cl_kernel k = NULL;
+    float x = 0;
+    cl_mem xb = buf(sizeof(float), &x);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(xb)};
+    size_t g = 1;
+    OK(ebb_cl_kernel(p, "k", &k, D));
+    OK(ebb_cl_set_args(k, 0, a, 1, D));
+    OK(ebb_cl_run(cl, k, 1, &g, NULL, D));
+    rd(xb, sizeof(float), &x);
+    CHECK(x == 1.0f, "the cached program wrote %g, want 1", (double)x);
+    clReleaseMemObject(xb);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
     OK(ebb_cl_program_build(cl, src, 1, "-DVAL=2.0f", &p, D));
     clReleaseProgram(p);
     CHECK(count_files(dir) == 2, "cache entries after new options: %d", count_files(dir));
@@ -942,7 +958,9 @@ static void test_program_cache(void)
     else
         unsetenv("XDG_CACHE_HOME");
     free(saved);
-    printf("  program cache: hit, miss on new options, build log on failure checked\n");
+    env_restore("EBB_KERNEL_CACHE", saved_en);
+    printf("  program cache: hit (its kernel run), miss on new options, build log on failure "
+           "checked\n");
 }
 
 /* half.cl's conversions for CPU devices (MV_CPU: cpu_half behind quant.cl's LD_HALF, cpu_half4)
@@ -1075,6 +1093,9 @@ static void test_tune(void)
     }
     const char *old = getenv("XDG_CACHE_HOME");
     char *saved = old ? strdup(old) : NULL;
+    /* The tune cache lives beside the binary cache and is on here whatever EBB_KERNEL_CACHE
+     * says (test_program_cache). */
+    char *saved_en = env_take("EBB_KERNEL_CACHE");
     setenv("XDG_CACHE_HOME", tmpl, 1);
     setenv("EBB_CL_TUNE", "1", 1);
     snprintf(dir, sizeof(dir), "%s/ebb/kernels", tmpl);
@@ -1129,6 +1150,7 @@ static void test_tune(void)
     else
         unsetenv("XDG_CACHE_HOME");
     free(saved);
+    env_restore("EBB_KERNEL_CACHE", saved_en);
 }
 
 #include "test-kernels-ops.c"
