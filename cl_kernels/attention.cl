@@ -465,8 +465,9 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
  * (rr = get_local_size(0) / HEAD_DIM, 1..ATT_RR_MAX): work-item (d, r) takes chunks r, r + rr,
  * .. with a running max of its own, four loads at a time, so that a deep context's hundreds of
  * chunks are not one serial loop per work-item (H200, 8B shape, 16384 positions in chunks of
- * 64: 60 us a launch with rr 1); the rr partials meet in red (ATT_RR_MAX x (HEAD_DIM + 2)
- * floats). Every work-item returns its d's result; all must call it. */
+ * 64: about 60 us a launch with rr 1 by EBB_CL_PROFILE=gpu, whose table is doubtful there;
+ * decode after 16384 tokens 613 -> 739 tok/s with the rows); the rr partials meet in red
+ * (ATT_RR_MAX x (HEAD_DIM + 2) floats). Every work-item returns its d's result; all must call it. */
 #define ATT_RR_MAX 8
 #define ATT_RED_LOCAL (ATT_RR_MAX * (HEAD_DIM + 2))
 inline float att_combine(const __global float *po, const __global float2 *pml, int n_chunks,
