@@ -2,12 +2,17 @@
  * mma.sync after the start-up probe; a portable stand-in elsewhere, which the kernel tests run):
  * matmul_mma and matmul_mmb (GEMM tiles staged as halves), matmul_mms (4-bit and 8-bit weights
  * loaded straight into fragments, a few token rows) and moe_group_mms (matmul_mms's tile over
- * moe.cl's tiles of expert pairs). Built after matvec.cl and matmul.cl in the weight program,
- * with mma.cl's fragments. Options:
- *   MM_MMA 1: these kernels are built (tuning mm_mma). */
+ * moe.cl's tiles of expert pairs), matmul_mmq (matmul_mms's tile on 8-bit inputs, int8
+ * products) and its mmq_quantize. Built after matvec.cl and matmul.cl in the weight program,
+ * with mma.cl's fragments and q8.cl's rounding. Options:
+ *   MM_MMA 1: these kernels are built (tuning mm_mma)
+ *   MMQ    1: with MM_MMA and the word accessors, matmul_mmq and mmq_quantize (tuning mmq). */
 
 #ifndef MM_MMA
 #define MM_MMA 0
+#endif
+#ifndef MMQ
+#define MMQ 0
 #endif
 
 #if MM_MMA
@@ -648,6 +653,215 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
                     }
                 }
 }
+
+#if MMQ
+/* matmul_mmq: matmul_mms's tile (MS_* as built; prefill builds it with the MMP_TILE tile) with
+ * 8-bit inputs and integer tensor-core products, as llama.cpp's CUDA prefill multiplies
+ * quantized weights (its MMQ kernels). mmq_quantize first writes each token row's inputs as int8
+ * blocks of 32, xq (n_in bytes a row), with, for each 16 of them, xh = (d, d s): the block's
+ * scale d (max |x| / 127, q8.cl's rounding) and d times the sum s of the 16 int8 values. A lane
+ * then holds the weights' quant words as matmul_mms loads them (W_QW: nibbles 0..15; W_QW8: a
+ * byte a weight) and multiplies them by the int8 inputs with mma.sync s8 (int32 results), whose
+ * k order is the words' as in matmul_mms (low nibbles / first word: inputs W_QX(b, 0) + 4q..,
+ * high / second: W_QX(b, 1) + 4q..). For a half of a block, with w = d_w q + m_w,
+ * sum_k w x = d_w d (sum_k q xq) + m_w (d s): the integer product scaled once, the weights'
+ * offset (Q4_0's -8 d, Q4_K's mins) through the input's sum. Both halves share d_w, m_w and the
+ * inputs' block unless W_QH2 (Q4_K: two sub-blocks a word; Q6_K: a scale a half): then one
+ * m16n8k32 product a block, else one m16n8k16 product a half. The warps split the blocks as in
+ * matmul_mms and add up in local memory (ms_reduce). Without PTX (the tests on CPUs) each lane
+ * computes its fragment elements from whole halves in integers, the same numbers. Work-groups
+ * run tokens fastest (dimension 0), so that the token tiles of one row tile, which read the
+ * same weights, run together and share them through the cache. Global size (32 MS_W
+ * ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local (32 MS_W, 1). */
+__kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
+matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
+           __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T];
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MS_R;
+    int nb = n_in / 32, nh = n_in / 16;
+    float acc[MS_MI][MS_NJ][4];
+    MMA_ZERO(acc, MS_MI, MS_NJ);
+    int wrow[MS_MI][2];
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++) {
+        wrow[i][0] = min(row0 + 16 * i + g, n_out - 1);
+        wrow[i][1] = min(row0 + 16 * i + g + 8, n_out - 1);
+    }
+    /* B's token (g of each 8) and the tokens of this lane's results (2q, 2q + 1 of each 8). */
+    const __global char *xt[MS_NJ];
+    const __global float2 *hs[MS_NJ][2];
+#pragma unroll
+    for (int j = 0; j < MS_NJ; j++) {
+        xt[j] = xq + (size_t)min(t0 + 8 * j + g, n_tok - 1) * n_in;
+        hs[j][0] = xh + (size_t)min(t0 + 8 * j + 2 * q, n_tok - 1) * nh;
+        hs[j][1] = xh + (size_t)min(t0 + 8 * j + 2 * q + 1, n_tok - 1) * nh;
+    }
+    for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
+#if MV_PTX
+        uint v[MS_KB][MS_MI][2][MS_NV];
+        float4 dm[MS_KB][MS_MI][2];
+        uint xv[MS_KB][MS_NJ][2];
+        float2 xs[MS_KB][MS_NJ][2][2]; /* [token 2q + c][half] */
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = min(b0 + bb, nb - 1);
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#if defined(W_QW8)
+                    W_QW8(wrow[i][r], b, q, &v[bb][i][r][0], &v[bb][i][r][1], &dm[bb][i][r]);
+#else
+                    W_QW(wrow[i][r], b, q, &v[bb][i][r][0], &dm[bb][i][r]);
+#endif
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    xv[bb][j][h] = *(const __global uint *)(xt[j] + W_QX(b, h) + 4 * q);
+                    xs[bb][j][0][h] = hs[j][0][W_QX(b, h) / 16];
+                    xs[bb][j][1][h] = hs[j][1][W_QX(b, h) / 16];
+                }
+        }
+#pragma unroll
+        for (int bb = 0; bb < MS_KB; bb++) {
+            bool in = b0 + bb < nb;
+            uint a[MS_MI][2][2]; /* [row group][half][row g, g + 8] */
+            float4 f[MS_MI][2];
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    f[i][r] = in ? dm[bb][i][r] : (float4)(0.0f);
+#if defined(W_QW8)
+                    a[i][0][r] = v[bb][i][r][0];
+                    a[i][1][r] = v[bb][i][r][1];
+#else
+                    a[i][0][r] = v[bb][i][r][0] & 0x0F0F0F0Fu;
+                    a[i][1][r] = (v[bb][i][r][0] >> 4) & 0x0F0F0F0Fu;
+#endif
+                }
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int i = 0; i < MS_MI; i++) {
+#if defined(W_QH2)
+                    int c0[4], c1[4];
+                    MMA_S8K16(c0, a[i][0][0], a[i][0][1], xv[bb][j][0]);
+                    MMA_S8K16(c1, a[i][1][0], a[i][1][1], xv[bb][j][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float4 w = f[i][e >> 1];
+                        float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
+                        acc[i][j][e] += (float)c0[e] * (w.x * x0.x) + w.y * x0.y +
+                                        (float)c1[e] * (w.z * x1.x) + w.w * x1.y;
+                    }
+#else
+                    int c[4];
+                    MMA_S8K32(c, a[i][0][0], a[i][0][1], a[i][1][0], a[i][1][1], xv[bb][j][0],
+                              xv[bb][j][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float4 w = f[i][e >> 1];
+                        float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
+                        acc[i][j][e] += (float)c[e] * (w.x * x0.x) + w.y * (x0.y + x1.y);
+                    }
+#endif
+                }
+        }
+#else
+        for (int bb = 0; bb < MS_KB; bb++) {
+            int b = b0 + bb;
+            if (b >= nb)
+                break;
+            for (int i = 0; i < MS_MI; i++)
+                for (int r = 0; r < 2; r++) {
+                    uint lo[4], hi[4];
+                    float4 dm;
+                    for (int k = 0; k < 4; k++) {
+#if defined(W_QW8)
+                        W_QW8(wrow[i][r], b, k, &lo[k], &hi[k], &dm);
+#else
+                        uint v;
+                        W_QW(wrow[i][r], b, k, &v, &dm);
+                        lo[k] = v & 0x0F0F0F0Fu;
+                        hi[k] = (v >> 4) & 0x0F0F0F0Fu;
+#endif
+                    }
+                    for (int j = 0; j < MS_NJ; j++)
+                        for (int c = 0; c < 2; c++) {
+                            int tk = min(t0 + 8 * j + 2 * q + c, n_tok - 1);
+                            const __global char *xr = xq + (size_t)tk * n_in;
+                            int s0 = 0, s1 = 0;
+                            for (int k = 0; k < 4; k++) {
+                                char4 w0 = as_char4(lo[k]), w1 = as_char4(hi[k]);
+                                char4 x0 = vload4(0, xr + W_QX(b, 0) + 4 * k);
+                                char4 x1 = vload4(0, xr + W_QX(b, 1) + 4 * k);
+                                s0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
+                                s1 += w1.x * x1.x + w1.y * x1.y + w1.z * x1.z + w1.w * x1.w;
+                            }
+                            float2 h0 = hs[j][c][W_QX(b, 0) / 16], h1 = hs[j][c][W_QX(b, 1) / 16];
+                            acc[i][j][2 * r + c] += (float)s0 * (dm.x * h0.x) + dm.y * h0.y +
+                                                    (float)s1 * (dm.z * h1.x) + dm.w * h1.y;
+                        }
+                }
+        }
+#endif
+    }
+    ms_reduce(part, warp, lane, acc);
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + 16 * i + g + (e >> 1) * 8, tok = t0 + 8 * j + 2 * q + (e & 1);
+                    if (row < n_out && tok < n_tok) {
+                        float v = acc[i][j][e];
+                        if (res)
+                            v += res[(size_t)tok * y_ld + y_off + row];
+                        WRITE_Y(y, tok, y_off + row, v);
+                    }
+                }
+}
+
+/* matmul_mmq's inputs: n_tok rows of x (stride x_ld, n_in inputs, a multiple of 32) as int8
+ * blocks of 32 at xq + t n_in and, for each 16, (d, d s) at xh + t n_in / 16 (see matmul_mmq),
+ * rounded as q8.cl rounds (q8_scale, q8_round). One work-item a block. Global size
+ * (round_up(n_in / 32, 64), n_tok), local (64, 1). */
+__kernel void mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq,
+                           __global float2 *xh)
+{
+    int b = get_global_id(0);
+    size_t t = get_global_id(1);
+    if (b >= n_in / 32)
+        return;
+    const __global float4 *p = (const __global float4 *)(x + t * x_ld + 32 * b);
+    float4 v[8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        v[u] = p[u];
+        float4 a = fabs(v[u]);
+        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+    }
+    float d = q8_scale(amax);
+    int s[2] = {0, 0};
+    __global char4 *o = (__global char4 *)(xq + t * n_in + 32 * b);
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        int4 qi = (int4)(q8_round(v[u].x, d), q8_round(v[u].y, d), q8_round(v[u].z, d),
+                         q8_round(v[u].w, d));
+        s[u >> 2] += qi.x + qi.y + qi.z + qi.w;
+        o[u] = convert_char4(qi);
+    }
+    xh[t * (n_in / 16) + 2 * b] = (float2)(d, d * (float)s[0]);
+    xh[t * (n_in / 16) + 2 * b + 1] = (float2)(d, d * (float)s[1]);
+}
+#endif
 
 #if MS_T == 16
 /* moe_group_mms: moe.cl's grouped prefill products (moe_group_gu's gate and up, moe_group_down's

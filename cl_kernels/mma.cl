@@ -35,6 +35,21 @@ inline void mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint 
                  : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3])                       \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"((c)[0]),           \
                    "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+
+/* Integer products for matmul_mmq: c = A B with int8 inputs and int32 results (c's four ints
+ * in C's places above). m16n8k32: A's registers a0 = row g, k 4q..4q+3 (a byte each), a1 = row
+ * g + 8, a2 = row g, k 16 + 4q.., a3 = row g + 8, k 16 + 4q..; B's b0 = column g, k 4q..4q+3,
+ * b1 = column g, k 16 + 4q... m16n8k16: a0, a1 and b0 alone. */
+#define MMA_S8K32(c, a0, a1, a2, a3, b0, b1)                                                     \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "                             \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"          \
+                 : "=r"((c)[0]), "=r"((c)[1]), "=r"((c)[2]), "=r"((c)[3])                       \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0))
+#define MMA_S8K16(c, a0, a1, b0)                                                                 \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "                             \
+                 "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"                          \
+                 : "=r"((c)[0]), "=r"((c)[1]), "=r"((c)[2]), "=r"((c)[3])                       \
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0))
 #endif
 
 #ifdef MMA_PROBE

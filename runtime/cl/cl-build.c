@@ -54,6 +54,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
+        (tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) &&
+         ((rc = ebb_cl_kernel(p.prog, "matmul_mmq", &p.matmul_mmq, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize", &p.mmq_quantize, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && tu->mms_t == 16 &&
          (rc = ebb_cl_kernel(p.prog, "moe_group_mms", &p.moe_group_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
@@ -72,6 +75,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
             (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p2, diag)))
             goto out;
         rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
+        if (!rc && p.matmul_mmq)
+            rc = ebb_cl_kernel(p2, "matmul_mmq", &p.matmul_mmqp, diag);
         clReleaseProgram(p2);
         if (rc)
             goto out;
@@ -114,6 +119,12 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mmp);
     if (p->moe_group_mms)
         clReleaseKernel(p->moe_group_mms);
+    if (p->matmul_mmq)
+        clReleaseKernel(p->matmul_mmq);
+    if (p->matmul_mmqp)
+        clReleaseKernel(p->matmul_mmqp);
+    if (p->mmq_quantize)
+        clReleaseKernel(p->mmq_quantize);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -239,6 +250,17 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
         size_t wg = 32 * (size_t)(w ? w : 8);
         g[0] = wg * ((n_out + r - 1) / r), g[1] = (nt + t - 1) / t;
+        l[0] = wg;
+        break;
+    }
+    case EBB_CL_WK_MMQ:
+    case EBB_CL_WK_MMQS: {
+        bool pf = k == EBB_CL_WK_MMQ;
+        uint32_t mi = pf ? tu->mmp_mi : tu->mms_mi, tt = pf ? tu->mmp_t : tu->mms_t,
+                 w = pf ? tu->mmp_w : tu->mms_w;
+        size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
+        size_t wg = 32 * (size_t)(w ? w : 8);
+        g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;
         l[0] = wg;
         break;
     }

@@ -230,6 +230,11 @@ static const struct knob knobs[] = {
      .part = {P(mmp_t, "8|16|32|64"), P(mmp_mi, "1|2|4"), P(mmp_w, "pow2 1..32"), P(mmp_kb, "1|2|4")},
      .def = {{DC_ANY, {32, 4, 4, 2}}}, .check = mms_tile_check,
      .doc = "matmul_mms's second tile (from MMS_BIG rows: prefill), as MMS_TILE"},
+    UINT1("MMQ", mmq, "0..1048576",
+          "with MMA: products of at least N token rows of the weights matmul_mms takes run "
+          "matmul_mmq (inputs quantized to int8 per 32-block, int8 tensor-core products) with "
+          "the MMP_TILE tile (0: never)",
+          {DC_ANY, {0}}),
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,

@@ -227,7 +227,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
         "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
-        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n",
+        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n#define MMQ %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
@@ -235,7 +235,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         tu->mms_t ? tu->mms_t : 32, tu->mms_mi ? tu->mms_mi : 1, tu->mms_w ? tu->mms_w : 8,
         tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg,
-        tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows, tu->mv_idp && !tu->mv_ptx ? 1u : 0u);
+        tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows, tu->mv_idp && !tu->mv_ptx ? 1u : 0u,
+        tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) ? 1u : 0u);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -347,8 +348,9 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         n = snprintf(buf + used, cap - used,
                      "#define W_QW8(o, b, k, v0, v1, dm) qw8_raw_%s(w_a + w_off, "
                      "(ulong)(n_in / %u) * %u, (o), (b), (k), (v0), (v1), (dm))\n"
-                     "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n",
-                     ti->dec, ti->blk, ti->tsize);
+                     "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n%s",
+                     ti->dec, ti->blk, ti->tsize,
+                     l->type == EBB_GGML_Q6_K ? "#define W_QH2 1\n" : "");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -357,7 +359,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define W_QW(o, b, k, v, dm) qw_raw_q4_k(w_a + w_off, "
                      "(ulong)(n_in / 256) * 144, (o), (b), (k), (v), (dm))\n"
                      "#define W_QX(b, h) (((b) >> 3) * 256 + (((b) >> 1) & 3) * 64 + "
-                     "((b) & 1) * 16 + (h) * 32)\n");
+                     "((b) & 1) * 16 + (h) * 32)\n#define W_QH2 1\n");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;

@@ -126,6 +126,30 @@ static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
+/* matmul_mmq for a product of nt >= tu.mmq token rows of w (kernel k: p->matmul_mmqp, with
+ * the prefill tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
+ * program), then the int8 products. */
+static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
+                       cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
+                       struct ebb_diag *diag)
+{
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    struct ebb_cl_arg aq[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
+                              EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h)};
+    size_t gq[2] = {((size_t)n_in / 32 + 63) / 64 * 64, (size_t)nt}, lq[2] = {64, 1};
+    ebb_err rc = ebb_cl_set_args(q, 0, aq, 5, diag);
+    if (rc || (rc = ebb_cl_run(m->cl, q, 2, gq, lq, diag)))
+        return rc;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(n_out), EBB_CL_ARG(m->mq_x),
+                             EBB_CL_ARG(m->mq_h), EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
+                             EBB_CL_ARG(y_off),   EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
+    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_wkernel_shape(&m->tu, EBB_CL_WK_MMQ, (uint32_t)n_out, (uint32_t)nt, g, l);
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
@@ -155,6 +179,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
+    if (mmp && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide)
+        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, x, x_ld, y, y_ld, y_off, res, nt,
+                       diag);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC

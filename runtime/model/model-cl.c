@@ -71,9 +71,10 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {&m->ids,    &m->x,  &m->h,   &m->qkv, &m->att, &m->gu,  &m->ff,  &m->hl,
-                         &m->logits, &m->po, &m->pml, &m->tpv, &m->tpi, &m->tov, &m->toi, &m->xq,
-                         &m->xd,     &m->rt, &m->dr,  &m->xl,  &m->apo, &m->apml};
+    cl_mem *scratch[] = {&m->ids, &m->x,   &m->h,      &m->qkv,  &m->att,  &m->gu,
+                         &m->ff,  &m->hl,  &m->logits, &m->po,   &m->pml,  &m->tpv,
+                         &m->tpi, &m->tov, &m->toi,    &m->xq,   &m->xd,   &m->rt,
+                         &m->dr,  &m->xl,  &m->apo,    &m->apml, &m->mq_x, &m->mq_h};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -254,6 +255,16 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
             (rc = ebb__clm_alloc(m, q8_rows * 2 * f * (wide / 32 + 1), &m->xd, "8-bit inputs",
                                  diag)))
             return rc;
+    }
+    if (m->tu.mm_mma && m->tu.mmq && m->tu.mms_big) {
+        size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+        wide = wide > m->n_q ? wide : m->n_q;
+        if ((rc = ebb__clm_alloc(m, (size_t)m->n_batch * wide, &m->mq_x, "8-bit prefill inputs",
+                                 diag)) ||
+            (rc = ebb__clm_alloc(m, (size_t)m->n_batch * 2 * f * (wide / 16), &m->mq_h,
+                                 "8-bit prefill inputs", diag)))
+            return rc;
+        m->mq_wide = (uint32_t)wide;
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);

@@ -669,6 +669,93 @@ static void test_mma(void)
     test_mma_tiles(&q5k, tq, 512, true); /* and raw Q5_K: five bits a byte, a scale a block */
 }
 
+/* matmul_mmq (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in, in xb) and
+ * weight wt (n_out rows, w its rows dequantized), the residual res added in place through rb:
+ * mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d = max
+ * |x| / 127, round to nearest even; one step off at most where the device divides differently),
+ * and the products against sums over the quantized inputs in doubles (within float rounding:
+ * 1e-5 of the terms' magnitude), then against the float inputs (the int8 rounding: 2e-2). */
+static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog *p,
+                      const struct ebb_cl_tuning *t, const float *w, const float *x,
+                      const float *res, cl_mem xb, cl_mem rb, uint32_t n_in, uint32_t n_out,
+                      uint32_t ntok, const char *name)
+{
+    size_t nq = (size_t)ntok * n_in, nh = nq / 16;
+    cl_mem qb = buf(nq, NULL), hb = buf(sizeof(float) * 2 * nh, NULL);
+    int ni = (int)n_in, no = (int)n_out, nt = (int)ntok, zero = 0;
+    struct ebb_cl_arg aq[] = {EBB_CL_ARG(xb), EBB_CL_ARG(ni), EBB_CL_ARG(ni), EBB_CL_ARG(qb),
+                              EBB_CL_ARG(hb)};
+    OK(ebb_cl_set_args(p->mmq_quantize, 0, aq, 5, D));
+    size_t gq[2] = {((size_t)n_in / 32 + 63) / 64 * 64, ntok}, lq[2] = {64, 1};
+    OK(ebb_cl_run(cl, p->mmq_quantize, 2, gq, lq, D));
+    int8_t *xq = malloc(nq);
+    float *xh = malloc(sizeof(float) * 2 * nh), *y = malloc(sizeof(float) * ntok * n_out);
+    rd(qb, nq, xq);
+    rd(hb, sizeof(float) * 2 * nh, xh);
+    for (uint32_t tk = 0; tk < ntok; tk++)
+        for (uint32_t b = 0; b < n_in / 32; b++) {
+            const float *v = x + (size_t)tk * n_in + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(v[i]));
+            float d = amax / 127.0f;
+            for (int h = 0; h < 2; h++) {
+                size_t hi = (size_t)tk * (n_in / 16) + 2 * b + h;
+                long s = 0;
+                for (int i = 16 * h; i < 16 * h + 16; i++) {
+                    int e = d > 0.0f ? (int)rintf(v[i] / d) : 0,
+                        g = xq[(size_t)tk * n_in + 32 * b + i];
+                    CHECK(abs(e - g) <= 1, "%s mmq_quantize t %u i %u: %d vs %d", name, tk,
+                          32 * b + i, g, e);
+                    s += g;
+                }
+                CHECK(fabsf(xh[2 * hi] - d) <= 1e-6f * d && fabsf(xh[2 * hi + 1] - d * (float)s) <=
+                                                                1e-5f * d * (float)labs(s) + 1e-30f,
+                      "%s mmq_quantize t %u block %u: (%g, %g) vs (%g, %g)", name, tk, b,
+                      xh[2 * hi], xh[2 * hi + 1], d, d * (float)s);
+            }
+        }
+    OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * ntok * n_out, res,
+                                         0, NULL, NULL),
+                    D, "write"));
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no), EBB_CL_ARG(qb),
+                             EBB_CL_ARG(hb),   EBB_CL_ARG(rb), EBB_CL_ARG(no),
+                             EBB_CL_ARG(zero), EBB_CL_ARG(rb), EBB_CL_ARG(nt)};
+    OK(ebb_cl_weight_set_args(wt, p->matmul_mmq, 0, D));
+    OK(ebb_cl_set_args(p->matmul_mmq, 2, a, 9, D));
+    size_t g[2], lw[2];
+    ebb_cl_wkernel_shape(t, EBB_CL_WK_MMQS, n_out, ntok, g, lw);
+    OK(ebb_cl_run(cl, p->matmul_mmq, 2, g, lw, D));
+    rd(rb, sizeof(float) * ntok * n_out, y);
+    double worst = 0, worst_f = 0;
+    for (uint32_t tk = 0; tk < ntok; tk++)
+        for (uint32_t o = 0; o < n_out; o++) {
+            double ref = res[tk * n_out + o], mag = fabs(ref), reff = ref;
+            for (uint32_t i = 0; i < n_in; i++) {
+                double xd =
+                    (double)xq[(size_t)tk * n_in + i] * xh[2 * ((size_t)tk * (n_in / 16) + i / 16)];
+                double term = (double)w[(size_t)o * n_in + i] * xd;
+                ref += term;
+                mag += fabs(term);
+                reff += (double)w[(size_t)o * n_in + i] * x[(size_t)tk * n_in + i];
+            }
+            double got = y[tk * n_out + o], err = fabs(got - ref), errf = fabs(got - reff);
+            worst = fmax(worst, err / (mag + 1e-2));
+            worst_f = fmax(worst_f, errf / (mag + 1e-2));
+            CHECK(err <= 1e-5 * mag + 1e-6, "%s matmul_mmq t %u o %u: %g vs %g (int8 inputs)", name,
+                  tk, o, got, ref);
+            CHECK(errf <= 2e-2 * mag + 1e-6, "%s matmul_mmq t %u o %u: %g vs %g (float inputs)",
+                  name, tk, o, got, reff);
+        }
+    printf("  %-34s matmul_mmq %3ux%-3ux%-3u %u tokens max rel err %.2e (%.2e to float inputs)\n",
+           name, 16 * t->mms_mi, t->mms_t, t->mms_w, ntok, worst, worst_f);
+    clReleaseMemObject(qb);
+    clReleaseMemObject(hb);
+    free(xq);
+    free(xh);
+    free(y);
+}
+
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
  * mms_only) over several tiles of rows and tokens, partial ones at both ends and n_in inputs (8 or
  * 9 blocks), with each tile shape: residual added in place, inputs rounded to f16 (bound 2e-3 of
@@ -713,6 +800,7 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
             t.mms_w = ms_shapes[si - n_shapes][2];
         }
         t.mm_mma = 1;
+        t.mmq = 1;
         if (!ms) {
             t.mma_r = shapes[si][0];
             t.mma_t = shapes[si][1];
@@ -758,6 +846,11 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
                 }
             printf("  %-34s %s %3ux%-3ux%-3u %d tokens max rel err %.2e\n", name, kn, sr, st, sk,
                    NTOK, worst);
+        }
+        if (ms) {
+            CHECK(p.matmul_mmq && p.mmq_quantize, "%s: no matmul_mmq with matmul_mms", name);
+            if (p.matmul_mmq)
+                check_mmq(&wt, &p, &t, w, x, res, xb, rb, N_IN, N_OUT, NTOK, name);
         }
         ebb_cl_wprog_fini(&p);
     }
