@@ -666,13 +666,44 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
  * high / second: W_QX(b, 1) + 4q..). For a half of a block, with w = d_w q + m_w,
  * sum_k w x = d_w d (sum_k q xq) + m_w (d s): the integer product scaled once, the weights'
  * offset (Q4_0's -8 d, Q4_K's mins) through the input's sum. Both halves share d_w, m_w and the
- * inputs' block unless W_QH2 (Q4_K: two sub-blocks a word; Q6_K: a scale a half): then one
- * m16n8k32 product a block, else one m16n8k16 product a half. The warps split the blocks as in
+ * inputs' block unless MQ_H2 (Q6_K: a scale a half; raw Q4_K comes in order, MQ_QW8 below): then one
+ * m16n8k32 product a block, else one m16n8k16 product a half. Where the layout says that the
+ * offset is m_w = -W_QOFF d_w (Q4_0, Q5_0, Q6_K; Q8_0 with 0), the tensor-core path subtracts
+ * W_QOFF from the quant bytes instead (signed int8) and has no offset term. The warps split the blocks as in
  * matmul_mms and add up in local memory (ms_reduce). Without PTX (the tests on CPUs) each lane
  * computes its fragment elements from whole halves in integers, the same numbers. Work-groups
  * run tokens fastest (dimension 0), so that the token tiles of one row tile, which read the
  * same weights, run together and share them through the cache. Global size (32 MS_W
  * ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local (32 MS_W, 1). */
+/* The words matmul_mmq multiplies: MQ_QW8 (two words a lane, a byte a weight) or W_QW
+ * (nibbles), at inputs MQ_QX; MQ_H2: a scale a half. Raw Q4_K comes in its inputs' own order
+ * (W_QK8N: one scale a block) rather than matmul_mms's two sub-blocks a word. */
+#if defined(W_QK8N)
+#define MQ_QW8(o, b, k, v0, v1, dm) W_QK8N(o, b, k, v0, v1, dm)
+#define MQ_QX(b, h) ((b) * 32 + (h) * 16)
+#define MQ_H2 0
+#elif defined(W_QW8)
+#define MQ_QW8(o, b, k, v0, v1, dm) W_QW8(o, b, k, v0, v1, dm)
+#define MQ_QX(b, h) W_QX(b, h)
+#else
+#define MQ_QX(b, h) W_QX(b, h)
+#endif
+#if !defined(MQ_H2) && defined(W_QH2)
+#define MQ_H2 1
+#elif !defined(MQ_H2)
+#define MQ_H2 0
+#endif
+#if defined(MQ_QW8)
+#define MQ_NV 2
+#else
+#define MQ_NV 1
+#endif
+#if MV_PTX && defined(W_QOFF) && W_QOFF > 0
+/* Quant bytes 0..127 less W_QOFF, each byte on its own (no borrow: bit 7 set first). */
+#define MQ_SIGNED(v) ((((v) | 0x80808080u) - 0x01010101u * W_QOFF) ^ 0x80808080u)
+#else
+#define MQ_SIGNED(v) (v)
+#endif
 __kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
 matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
            __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
@@ -700,7 +731,7 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
     }
     for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
 #if MV_PTX
-        uint v[MS_KB][MS_MI][2][MS_NV];
+        uint v[MS_KB][MS_MI][2][MQ_NV];
         float4 dm[MS_KB][MS_MI][2];
         uint xv[MS_KB][MS_NJ][2];
         float2 xs[MS_KB][MS_NJ][2][2]; /* [token 2q + c][half] */
@@ -711,8 +742,8 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
             for (int i = 0; i < MS_MI; i++)
 #pragma unroll
                 for (int r = 0; r < 2; r++)
-#if defined(W_QW8)
-                    W_QW8(wrow[i][r], b, q, &v[bb][i][r][0], &v[bb][i][r][1], &dm[bb][i][r]);
+#if defined(MQ_QW8)
+                    MQ_QW8(wrow[i][r], b, q, &v[bb][i][r][0], &v[bb][i][r][1], &dm[bb][i][r]);
 #else
                     W_QW(wrow[i][r], b, q, &v[bb][i][r][0], &dm[bb][i][r]);
 #endif
@@ -720,9 +751,9 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    xv[bb][j][h] = *(const __global uint *)(xt[j] + W_QX(b, h) + 4 * q);
-                    xs[bb][j][0][h] = hs[j][0][W_QX(b, h) / 16];
-                    xs[bb][j][1][h] = hs[j][1][W_QX(b, h) / 16];
+                    xv[bb][j][h] = *(const __global uint *)(xt[j] + MQ_QX(b, h) + 4 * q);
+                    xs[bb][j][0][h] = hs[j][0][MQ_QX(b, h) / 16];
+                    xs[bb][j][1][h] = hs[j][1][MQ_QX(b, h) / 16];
                 }
         }
 #pragma unroll
@@ -735,19 +766,19 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     f[i][r] = in ? dm[bb][i][r] : (float4)(0.0f);
-#if defined(W_QW8)
-                    a[i][0][r] = v[bb][i][r][0];
-                    a[i][1][r] = v[bb][i][r][1];
+#if defined(MQ_QW8)
+                    a[i][0][r] = MQ_SIGNED(v[bb][i][r][0]);
+                    a[i][1][r] = MQ_SIGNED(v[bb][i][r][1]);
 #else
-                    a[i][0][r] = v[bb][i][r][0] & 0x0F0F0F0Fu;
-                    a[i][1][r] = (v[bb][i][r][0] >> 4) & 0x0F0F0F0Fu;
+                    a[i][0][r] = MQ_SIGNED(v[bb][i][r][0] & 0x0F0F0F0Fu);
+                    a[i][1][r] = MQ_SIGNED((v[bb][i][r][0] >> 4) & 0x0F0F0F0Fu);
 #endif
                 }
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
                 for (int i = 0; i < MS_MI; i++) {
-#if defined(W_QH2)
+#if MQ_H2
                     int c0[4], c1[4];
                     MMA_S8K16(c0, a[i][0][0], a[i][0][1], xv[bb][j][0]);
                     MMA_S8K16(c1, a[i][1][0], a[i][1][1], xv[bb][j][1]);
@@ -755,8 +786,12 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                     for (int e = 0; e < 4; e++) {
                         float4 w = f[i][e >> 1];
                         float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
+#if defined(W_QOFF) /* Q6_K: both halves in one block of inputs */
+                        acc[i][j][e] += x0.x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
+#else
                         acc[i][j][e] += (float)c0[e] * (w.x * x0.x) + w.y * x0.y +
                                         (float)c1[e] * (w.z * x1.x) + w.w * x1.y;
+#endif
                     }
 #else
                     int c[4];
@@ -766,7 +801,12 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                     for (int e = 0; e < 4; e++) {
                         float4 w = f[i][e >> 1];
                         float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
+#if defined(W_QOFF)
+                        (void)x1;
+                        acc[i][j][e] += (float)c[e] * (w.x * x0.x);
+#else
                         acc[i][j][e] += (float)c[e] * (w.x * x0.x) + w.y * (x0.y + x1.y);
+#endif
                     }
 #endif
                 }
@@ -781,8 +821,8 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                     uint lo[4], hi[4];
                     float4 dm;
                     for (int k = 0; k < 4; k++) {
-#if defined(W_QW8)
-                        W_QW8(wrow[i][r], b, k, &lo[k], &hi[k], &dm);
+#if defined(MQ_QW8)
+                        MQ_QW8(wrow[i][r], b, k, &lo[k], &hi[k], &dm);
 #else
                         uint v;
                         W_QW(wrow[i][r], b, k, &v, &dm);
@@ -797,12 +837,12 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                             int s0 = 0, s1 = 0;
                             for (int k = 0; k < 4; k++) {
                                 char4 w0 = as_char4(lo[k]), w1 = as_char4(hi[k]);
-                                char4 x0 = vload4(0, xr + W_QX(b, 0) + 4 * k);
-                                char4 x1 = vload4(0, xr + W_QX(b, 1) + 4 * k);
+                                char4 x0 = vload4(0, xr + MQ_QX(b, 0) + 4 * k);
+                                char4 x1 = vload4(0, xr + MQ_QX(b, 1) + 4 * k);
                                 s0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
                                 s1 += w1.x * x1.x + w1.y * x1.y + w1.z * x1.z + w1.w * x1.w;
                             }
-                            float2 h0 = hs[j][c][W_QX(b, 0) / 16], h1 = hs[j][c][W_QX(b, 1) / 16];
+                            float2 h0 = hs[j][c][MQ_QX(b, 0) / 16], h1 = hs[j][c][MQ_QX(b, 1) / 16];
                             acc[i][j][2 * r + c] += (float)s0 * (dm.x * h0.x) + dm.y * h0.y +
                                                     (float)s1 * (dm.z * h1.x) + dm.w * h1.y;
                         }

@@ -249,6 +249,23 @@ inline void qw8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b, int 
     *dm = (float4)(s0, -32.0f * s0, s1, -32.0f * s1);
 }
 
+/* matmul_mmq's words of a raw Q4_K row in the inputs' own order (W_QK8N): 32-block b is
+ * sub-block j = b % 8 of super-block b / 8, whose weight l sits in the low (j even) or high (j
+ * odd) nibble of qs[32 (j / 2) + l]; *v0 gets weights 4k..4k+3 and *v1 16 + 4k.. (0..15 a byte),
+ * w = d sc q - dmin m for both halves. */
+inline void qw8n_raw_q4_k(const __global uchar *w, ulong rowb, int o, int b, int k, uint *v0,
+                          uint *v1, float4 *dm)
+{
+    const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 144;
+    int j = b & 7, ns = 4 * (j & 1);
+    const __global uint *qs = (const __global uint *)(p + 16 + 32 * (j >> 1) + 4 * k);
+    *v0 = (qs[0] >> ns) & 0x0F0F0F0Fu;
+    *v1 = (qs[4] >> ns) & 0x0F0F0F0Fu;
+    float2 sm = k4_scale_min(p + 4, j);
+    float sc = LD_HALF(p) * sm.x, mn = -LD_HALF(p + 2) * sm.y;
+    *dm = (float4)(sc, mn, sc, mn);
+}
+
 /* matmul_mms's word of a raw Q4_K row (qw_raw_q4_0 above): its "32-block" b is 16 quant bytes,
  * whose low nibbles are 16 weights of sub-block 2j and whose high nibbles the same 16 of
  * sub-block 2j + 1 (super-block b / 8, j = (b / 2) % 4, the half b % 2), each with its own

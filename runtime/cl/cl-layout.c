@@ -329,8 +329,9 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "#define W_Q16(o, b, v, dm) q16_raw_%s(w_a + w_off, "
                          "(ulong)(n_in / 32) * %u, (o), (b), (v), (dm))\n"
                          "#define W_QW(o, b, k, v, dm) qw_raw_%s(w_a + w_off, "
-                         "(ulong)(n_in / 32) * %u, (o), (b), (k), (v), (dm))\n",
-                         ti->dec, ti->tsize, ti->dec, ti->tsize);
+                         "(ulong)(n_in / 32) * %u, (o), (b), (k), (v), (dm))\n%s",
+                         ti->dec, ti->tsize, ti->dec, ti->tsize,
+                         l->type == EBB_GGML_Q4_0 ? "#define W_QOFF 8\n" : "");
         else
             n = snprintf(buf + used, cap - used,
                          "#define W_Q16(o, b, v, dm) q16_split_q4(w_a, w_b, n_in / 32, (o), (b), "
@@ -350,7 +351,10 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "(ulong)(n_in / %u) * %u, (o), (b), (k), (v0), (v1), (dm))\n"
                      "#define W_QX(b, h) ((b) * 32 + (h) * 16)\n%s",
                      ti->dec, ti->blk, ti->tsize,
-                     l->type == EBB_GGML_Q6_K ? "#define W_QH2 1\n" : "");
+                     l->type == EBB_GGML_Q6_K   ? "#define W_QH2 1\n#define W_QOFF 32\n"
+                     : l->type == EBB_GGML_Q5_0 ? "#define W_QOFF 16\n"
+                     : l->type == EBB_GGML_Q8_0 ? "#define W_QOFF 0\n"
+                                                : "");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
@@ -359,7 +363,9 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      "#define W_QW(o, b, k, v, dm) qw_raw_q4_k(w_a + w_off, "
                      "(ulong)(n_in / 256) * 144, (o), (b), (k), (v), (dm))\n"
                      "#define W_QX(b, h) (((b) >> 3) * 256 + (((b) >> 1) & 3) * 64 + "
-                     "((b) & 1) * 16 + (h) * 32)\n#define W_QH2 1\n");
+                     "((b) & 1) * 16 + (h) * 32)\n#define W_QH2 1\n"
+                     "#define W_QK8N(o, b, k, v0, v1, dm) qw8n_raw_q4_k(w_a + w_off, "
+                     "(ulong)(n_in / 256) * 144, (o), (b), (k), (v0), (v1), (dm))\n");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;
