@@ -51,3 +51,10 @@ if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
         tail -20 /tmp/lb.log >>"$log"
     fi
 fi
+# EBB_PROFILE=TYPE: one more pp$pp run of that type with every launch timed (EBB_CL_PROFILE=1),
+# its table in $OUT/profile-TYPE.log.
+if [ -n "${EBB_PROFILE:-}" ]; then
+    EBB_CL_PROFILE=1 timeout 200 ebb bench -m "/tmp/models/$shape-$EBB_PROFILE.gguf" \
+        --prompt-tokens "$pp" --gen-tokens 1 -r 1 >"$out/profile-$EBB_PROFILE.log" 2>&1
+    say "profile $EBB_PROFILE: exit $?"
+fi

@@ -655,43 +655,39 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 }
 
 #if MMQ
-/* matmul_mmq: matmul_mms's tile (MS_* as built; prefill builds it with the MMP_TILE tile) with
+/* matmul_mmq: matmul_mms's tile (MS_* as built; prefill builds it with the MMQ_TILE tile) with
  * 8-bit inputs and integer tensor-core products, as llama.cpp's CUDA prefill multiplies
  * quantized weights (its MMQ kernels). mmq_quantize first writes each token row's inputs as int8
- * blocks of 32, xq (n_in bytes a row), with, for each 16 of them, xh = (d, d s): the block's
- * scale d (max |x| / 127, q8.cl's rounding) and d times the sum s of the 16 int8 values. A lane
- * then holds the weights' quant words as matmul_mms loads them (W_QW: nibbles 0..15; W_QW8: a
- * byte a weight) and multiplies them by the int8 inputs with mma.sync s8 (int32 results), whose
- * k order is the words' as in matmul_mms (low nibbles / first word: inputs W_QX(b, 0) + 4q..,
- * high / second: W_QX(b, 1) + 4q..). For a half of a block, with w = d_w q + m_w,
- * sum_k w x = d_w d (sum_k q xq) + m_w (d s): the integer product scaled once, the weights'
- * offset (Q4_0's -8 d, Q4_K's mins) through the input's sum. Both halves share d_w, m_w and the
- * inputs' block unless MQ_H2 (Q6_K: a scale a half; raw Q4_K comes in order, MQ_QW8 below): then one
- * m16n8k32 product a block, else one m16n8k16 product a half. Where the layout says that the
- * offset is m_w = -W_QOFF d_w (Q4_0, Q5_0, Q6_K; Q8_0 with 0), the tensor-core path subtracts
- * W_QOFF from the quant bytes instead (signed int8) and has no offset term. The warps split the blocks as in
- * matmul_mms and add up in local memory (ms_reduce). Without PTX (the tests on CPUs) each lane
- * computes its fragment elements from whole halves in integers, the same numbers. Work-groups
- * run tokens fastest (dimension 0), so that the token tiles of one row tile, which read the
- * same weights, run together and share them through the cache. Global size (32 MS_W
- * ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local (32 MS_W, 1). */
-/* The words matmul_mmq multiplies: MQ_QW8 (two words a lane, a byte a weight) or W_QW
- * (nibbles), at inputs MQ_QX; MQ_H2: a scale a half. Raw Q4_K comes in its inputs' own order
- * (W_QK8N: one scale a block) rather than matmul_mms's two sub-blocks a word. */
+ * blocks of 32, xq (n_in bytes a row), with, for each block, xh = (d, d s): the block's scale d
+ * (max |x| / 127, q8.cl's rounding) and d times the sum s of its int8 values. A lane then holds
+ * the weights' quant words of its fragments as matmul_mms loads them (W_QW: nibbles 0..15;
+ * MQ_QW8: a byte a weight), always in the inputs' order here (raw Q4_K through W_QK8N, one
+ * sub-block a block, rather than matmul_mms's two sub-blocks a word): weights 4q..4q+3 and
+ * 16 + 4q.. of a block, the k places of PTX's s8 fragments (mma.cl). For block b, with
+ * w = d_w q + m_w, sum_k w x = d_w d (sum_k q xq) + m_w (d s): the integer product scaled once,
+ * the weights' offset (Q4_1's m, Q4_K's and Q5_K's mins) through the inputs' sum; one m16n8k32
+ * product a block, or with MQ_H2 (Q6_K: a scale a half) one m16n8k16 product a half. Where the
+ * layout says that the offset is m_w = -W_QOFF d_w (Q4_0, Q5_0, Q6_K; Q8_0 with 0), the
+ * tensor-core path subtracts W_QOFF from the quant bytes (signed int8) and has no offset term.
+ * The warps split the blocks as in matmul_mms and add up in local memory (ms_reduce). Without
+ * PTX (the tests on CPUs) each lane computes its fragment elements from whole halves in
+ * integers, the same numbers. Work-groups run tokens fastest (dimension 0), so that the token
+ * tiles of one row tile, which read the same weights, run together and share them through the
+ * cache. Global size (32 MS_W ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local
+ * (32 MS_W, 1). */
 #if defined(W_QK8N)
 #define MQ_QW8(o, b, k, v0, v1, dm) W_QK8N(o, b, k, v0, v1, dm)
-#define MQ_QX(b, h) ((b) * 32 + (h) * 16)
 #define MQ_H2 0
 #elif defined(W_QW8)
 #define MQ_QW8(o, b, k, v0, v1, dm) W_QW8(o, b, k, v0, v1, dm)
-#define MQ_QX(b, h) W_QX(b, h)
-#else
-#define MQ_QX(b, h) W_QX(b, h)
 #endif
 #if !defined(MQ_H2) && defined(W_QH2)
 #define MQ_H2 1
 #elif !defined(MQ_H2)
 #define MQ_H2 0
+#endif
+#if MQ_H2 && !defined(W_QOFF)
+#error "matmul_mmq: a scale a half needs the signed bytes (W_QOFF)"
 #endif
 #if defined(MQ_QW8)
 #define MQ_NV 2
@@ -711,7 +707,7 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
     __local float part[MS_W > 1 ? MS_W / 2 : 1][MS_R * MS_T];
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MS_R;
-    int nb = n_in / 32, nh = n_in / 16;
+    int nb = n_in / 32;
     float acc[MS_MI][MS_NJ][4];
     MMA_ZERO(acc, MS_MI, MS_NJ);
     int wrow[MS_MI][2];
@@ -726,15 +722,15 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #pragma unroll
     for (int j = 0; j < MS_NJ; j++) {
         xt[j] = xq + (size_t)min(t0 + 8 * j + g, n_tok - 1) * n_in;
-        hs[j][0] = xh + (size_t)min(t0 + 8 * j + 2 * q, n_tok - 1) * nh;
-        hs[j][1] = xh + (size_t)min(t0 + 8 * j + 2 * q + 1, n_tok - 1) * nh;
+        hs[j][0] = xh + (size_t)min(t0 + 8 * j + 2 * q, n_tok - 1) * nb;
+        hs[j][1] = xh + (size_t)min(t0 + 8 * j + 2 * q + 1, n_tok - 1) * nb;
     }
     for (int b0 = MS_KB * warp; b0 < nb; b0 += MS_KB * MS_W) {
 #if MV_PTX
         uint v[MS_KB][MS_MI][2][MQ_NV];
         float4 dm[MS_KB][MS_MI][2];
         uint xv[MS_KB][MS_NJ][2];
-        float2 xs[MS_KB][MS_NJ][2][2]; /* [token 2q + c][half] */
+        float2 xs[MS_KB][MS_NJ][2]; /* [token 2q + c] */
 #pragma unroll
         for (int bb = 0; bb < MS_KB; bb++) {
             int b = min(b0 + bb, nb - 1);
@@ -748,13 +744,12 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                     W_QW(wrow[i][r], b, q, &v[bb][i][r][0], &dm[bb][i][r]);
 #endif
 #pragma unroll
-            for (int j = 0; j < MS_NJ; j++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    xv[bb][j][h] = *(const __global uint *)(xt[j] + MQ_QX(b, h) + 4 * q);
-                    xs[bb][j][0][h] = hs[j][0][MQ_QX(b, h) / 16];
-                    xs[bb][j][1][h] = hs[j][1][MQ_QX(b, h) / 16];
-                }
+            for (int j = 0; j < MS_NJ; j++) {
+                xv[bb][j][0] = *(const __global uint *)(xt[j] + 32 * b + 4 * q);
+                xv[bb][j][1] = *(const __global uint *)(xt[j] + 32 * b + 16 + 4 * q);
+                xs[bb][j][0] = hs[j][0][b];
+                xs[bb][j][1] = hs[j][1][b];
+            }
         }
 #pragma unroll
         for (int bb = 0; bb < MS_KB; bb++) {
@@ -785,13 +780,8 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float4 w = f[i][e >> 1];
-                        float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
-#if defined(W_QOFF) /* Q6_K: both halves in one block of inputs */
-                        acc[i][j][e] += x0.x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
-#else
-                        acc[i][j][e] += (float)c0[e] * (w.x * x0.x) + w.y * x0.y +
-                                        (float)c1[e] * (w.z * x1.x) + w.w * x1.y;
-#endif
+                        acc[i][j][e] +=
+                            xs[bb][j][e & 1].x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
                     }
 #else
                     int c[4];
@@ -800,12 +790,11 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float4 w = f[i][e >> 1];
-                        float2 x0 = xs[bb][j][e & 1][0], x1 = xs[bb][j][e & 1][1];
+                        float2 x = xs[bb][j][e & 1];
 #if defined(W_QOFF)
-                        (void)x1;
-                        acc[i][j][e] += (float)c[e] * (w.x * x0.x);
+                        acc[i][j][e] += (float)c[e] * (w.x * x.x);
 #else
-                        acc[i][j][e] += (float)c[e] * (w.x * x0.x) + w.y * (x0.y + x1.y);
+                        acc[i][j][e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
 #endif
                     }
 #endif
@@ -833,18 +822,25 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                     for (int j = 0; j < MS_NJ; j++)
                         for (int c = 0; c < 2; c++) {
                             int tk = min(t0 + 8 * j + 2 * q + c, n_tok - 1);
-                            const __global char *xr = xq + (size_t)tk * n_in;
-                            int s0 = 0, s1 = 0;
+                            const __global char *xr = xq + (size_t)tk * n_in + 32 * b;
+                            int s0 = 0, s1 = 0, u0 = 0, u1 = 0;
                             for (int k = 0; k < 4; k++) {
                                 char4 w0 = as_char4(lo[k]), w1 = as_char4(hi[k]);
-                                char4 x0 = vload4(0, xr + MQ_QX(b, 0) + 4 * k);
-                                char4 x1 = vload4(0, xr + MQ_QX(b, 1) + 4 * k);
+                                char4 x0 = vload4(0, xr + 4 * k), x1 = vload4(0, xr + 16 + 4 * k);
                                 s0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
                                 s1 += w1.x * x1.x + w1.y * x1.y + w1.z * x1.z + w1.w * x1.w;
+                                u0 += x0.x + x0.y + x0.z + x0.w;
+                                u1 += x1.x + x1.y + x1.z + x1.w;
                             }
-                            float2 h0 = hs[j][c][MQ_QX(b, 0) / 16], h1 = hs[j][c][MQ_QX(b, 1) / 16];
-                            acc[i][j][2 * r + c] += (float)s0 * (dm.x * h0.x) + dm.y * h0.y +
-                                                    (float)s1 * (dm.z * h1.x) + dm.w * h1.y;
+                            float2 x = hs[j][c][b];
+#if MQ_H2
+                            acc[i][j][2 * r + c] += x.x * ((float)s0 * dm.x + dm.y * (float)u0 +
+                                                           (float)s1 * dm.z + dm.w * (float)u1);
+#else
+                            (void)u0, (void)u1;
+                            acc[i][j][2 * r + c] += x.x * ((float)s0 * dm.x + (float)s1 * dm.z) +
+                                                    dm.y * x.y;
+#endif
                         }
                 }
         }
@@ -869,7 +865,7 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 }
 
 /* matmul_mmq's inputs: n_tok rows of x (stride x_ld, n_in inputs, a multiple of 32) as int8
- * blocks of 32 at xq + t n_in and, for each 16, (d, d s) at xh + t n_in / 16 (see matmul_mmq),
+ * blocks of 32 at xq + t n_in and a (d, d s) for each at xh + t n_in / 32 (see matmul_mmq),
  * rounded as q8.cl rounds (q8_scale, q8_round). One work-item a block. Global size
  * (round_up(n_in / 32, 64), n_tok), local (64, 1). */
 __kernel void mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq,
@@ -889,17 +885,16 @@ __kernel void mmq_quantize(__global const float *x, int x_ld, int n_in, __global
         amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
     }
     float d = q8_scale(amax);
-    int s[2] = {0, 0};
+    int s = 0;
     __global char4 *o = (__global char4 *)(xq + t * n_in + 32 * b);
 #pragma unroll
     for (int u = 0; u < 8; u++) {
         int4 qi = (int4)(q8_round(v[u].x, d), q8_round(v[u].y, d), q8_round(v[u].z, d),
                          q8_round(v[u].w, d));
-        s[u >> 2] += qi.x + qi.y + qi.z + qi.w;
+        s += qi.x + qi.y + qi.z + qi.w;
         o[u] = convert_char4(qi);
     }
-    xh[t * (n_in / 16) + 2 * b] = (float2)(d, d * (float)s[0]);
-    xh[t * (n_in / 16) + 2 * b + 1] = (float2)(d, d * (float)s[1]);
+    xh[t * (n_in / 32) + b] = (float2)(d, d * (float)s);
 }
 #endif
 

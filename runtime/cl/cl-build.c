@@ -75,9 +75,23 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
             (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p2, diag)))
             goto out;
         rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
-        if (!rc && p.matmul_mmq)
-            rc = ebb_cl_kernel(p2, "matmul_mmq", &p.matmul_mmqp, diag);
         clReleaseProgram(p2);
+        if (rc)
+            goto out;
+    }
+    /* matmul_mmq with its own tile for prefill, built the same way. */
+    if (p.matmul_mmq) {
+        struct ebb_cl_tuning t3 = *tu;
+        t3.mms_t = tu->mmq_t;
+        t3.mms_mi = tu->mmq_mi;
+        t3.mms_w = tu->mmq_w;
+        t3.mms_kb = tu->mmq_kb;
+        cl_program p3 = NULL;
+        if ((rc = ebb_cl_layout_prologue(l, &t3, pro, sizeof(pro), diag)) ||
+            (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p3, diag)))
+            goto out;
+        rc = ebb_cl_kernel(p3, "matmul_mmq", &p.matmul_mmqp, diag);
+        clReleaseProgram(p3);
         if (rc)
             goto out;
     }
@@ -256,8 +270,8 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     case EBB_CL_WK_MMQ:
     case EBB_CL_WK_MMQS: {
         bool pf = k == EBB_CL_WK_MMQ;
-        uint32_t mi = pf ? tu->mmp_mi : tu->mms_mi, tt = pf ? tu->mmp_t : tu->mms_t,
-                 w = pf ? tu->mmp_w : tu->mms_w;
+        uint32_t mi = pf ? tu->mmq_mi : tu->mms_mi, tt = pf ? tu->mmq_t : tu->mms_t,
+                 w = pf ? tu->mmq_w : tu->mms_w;
         size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
         size_t wg = 32 * (size_t)(w ? w : 8);
         g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;

@@ -233,8 +233,12 @@ static const struct knob knobs[] = {
     UINT1("MMQ", mmq, "0..1048576",
           "with MMA: products of at least N token rows of the weights matmul_mms takes run "
           "matmul_mmq (inputs quantized to int8 per 32-block, int8 tensor-core products) with "
-          "the MMP_TILE tile (0: never)",
-          {DC_ANY, {0}}),
+          "the MMQ_TILE tile (0: never)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
+    {.name = "MMQ_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
+     .part = {P(mmq_t, "8|16|32|64"), P(mmq_mi, "1|2|4"), P(mmq_w, "pow2 1..32"), P(mmq_kb, "1|2|4")},
+     .def = {{DC_ANY, {64, 4, 4, 1}}}, .check = mms_tile_check,
+     .doc = "matmul_mmq's tile (from MMQ rows: prefill), as MMS_TILE"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,

@@ -142,8 +142,8 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMS,        /* matmul_mms: (32 mms_w n_out / (16 mms_mi), nt / mms_t),
                              (32 mms_w, 1) */
     EBB_CL_WK_MMP,        /* matmul_mms with the mmp_* tile (the same with mmp_*) */
-    EBB_CL_WK_MMQ,        /* matmul_mmq with the mmp_* tile: (32 mmp_w nt / mmp_t,
-                             n_out / (16 mmp_mi)), tokens first */
+    EBB_CL_WK_MMQ,        /* matmul_mmq with the mmq_* tile: (32 mmq_w nt / mmq_t,
+                             n_out / (16 mmq_mi)), tokens first */
     EBB_CL_WK_MMQS,       /* matmul_mmq with the mms_* tile (the same with mms_*) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
@@ -198,7 +198,7 @@ struct ebb_cl_wprog {
     cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */
     cl_kernel matmul_mmp;    /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
     cl_kernel matmul_mmq;    /* with matmul_mms where tu->mmq: its tile on 8-bit inputs */
-    cl_kernel matmul_mmqp;   /* the same with the mmp_* tile, with matmul_mmp */
+    cl_kernel matmul_mmqp;   /* the same with the mmq_* tile (prefill), with matmul_mmq */
     cl_kernel mmq_quantize;  /* matmul_mmq's inputs, with matmul_mmq */
     cl_kernel moe_group_mms; /* matmul_mms's tile over a tile of expert pairs (moe.cl's
                                 grouped prefill on tensor cores), with matmul_mms where

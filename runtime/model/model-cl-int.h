@@ -250,7 +250,7 @@ struct clm {
     cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
                                    n_in) and its per-32 (d, d * sum) float2 */
     cl_mem mq_x, mq_h;          /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
-                                   n_in as int8 and a float2 (d, d * sum) per 16 */
+                                   n_in as int8 and a float2 (d, d * sum) per 32 */
     uint32_t mq_wide;           /* that widest n_in */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
                                    int decode rows */

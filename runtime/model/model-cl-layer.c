@@ -127,7 +127,7 @@ static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k
 }
 
 /* matmul_mmq for a product of nt >= tu.mmq token rows of w (kernel k: p->matmul_mmqp, with
- * the prefill tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
+ * the mmq_* tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
  * program), then the int8 products. */
 static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
                        cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
@@ -179,7 +179,7 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
-    if (mmp && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide)
+    if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide)
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, x, x_ld, y, y_ld, y_off, res, nt,
                        diag);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;

@@ -256,12 +256,12 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                  diag)))
             return rc;
     }
-    if (m->tu.mm_mma && m->tu.mmq && m->tu.mms_big) {
+    if (m->tu.mm_mma && m->tu.mmq && m->tu.mms_max) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
         if ((rc = ebb__clm_alloc(m, (size_t)m->n_batch * wide, &m->mq_x, "8-bit prefill inputs",
                                  diag)) ||
-            (rc = ebb__clm_alloc(m, (size_t)m->n_batch * 2 * f * (wide / 16), &m->mq_h,
+            (rc = ebb__clm_alloc(m, (size_t)m->n_batch * 2 * f * (wide / 32), &m->mq_h,
                                  "8-bit prefill inputs", diag)))
             return rc;
         m->mq_wide = (uint32_t)wide;

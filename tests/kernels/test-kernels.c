@@ -680,7 +680,7 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                       const float *res, cl_mem xb, cl_mem rb, uint32_t n_in, uint32_t n_out,
                       uint32_t ntok, const char *name)
 {
-    size_t nq = (size_t)ntok * n_in, nh = nq / 16;
+    size_t nq = (size_t)ntok * n_in, nh = nq / 32;
     cl_mem qb = buf(nq, NULL), hb = buf(sizeof(float) * 2 * nh, NULL);
     int ni = (int)n_in, no = (int)n_out, nt = (int)ntok, zero = 0;
     struct ebb_cl_arg aq[] = {EBB_CL_ARG(xb), EBB_CL_ARG(ni), EBB_CL_ARG(ni), EBB_CL_ARG(qb),
@@ -699,21 +699,18 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
             for (int i = 0; i < 32; i++)
                 amax = fmaxf(amax, fabsf(v[i]));
             float d = amax / 127.0f;
-            for (int h = 0; h < 2; h++) {
-                size_t hi = (size_t)tk * (n_in / 16) + 2 * b + h;
-                long s = 0;
-                for (int i = 16 * h; i < 16 * h + 16; i++) {
-                    int e = d > 0.0f ? (int)rintf(v[i] / d) : 0,
-                        g = xq[(size_t)tk * n_in + 32 * b + i];
-                    CHECK(abs(e - g) <= 1, "%s mmq_quantize t %u i %u: %d vs %d", name, tk,
-                          32 * b + i, g, e);
-                    s += g;
-                }
-                CHECK(fabsf(xh[2 * hi] - d) <= 1e-6f * d && fabsf(xh[2 * hi + 1] - d * (float)s) <=
-                                                                1e-5f * d * (float)labs(s) + 1e-30f,
-                      "%s mmq_quantize t %u block %u: (%g, %g) vs (%g, %g)", name, tk, b,
-                      xh[2 * hi], xh[2 * hi + 1], d, d * (float)s);
+            size_t hi = (size_t)tk * (n_in / 32) + b;
+            long s = 0;
+            for (int i = 0; i < 32; i++) {
+                int e = d > 0.0f ? (int)rintf(v[i] / d) : 0, g = xq[(size_t)tk * n_in + 32 * b + i];
+                CHECK(abs(e - g) <= 1, "%s mmq_quantize t %u i %u: %d vs %d", name, tk, 32 * b + i,
+                      g, e);
+                s += g;
             }
+            CHECK(fabsf(xh[2 * hi] - d) <= 1e-6f * d &&
+                      fabsf(xh[2 * hi + 1] - d * (float)s) <= 1e-5f * d * (float)labs(s) + 1e-30f,
+                  "%s mmq_quantize t %u block %u: (%g, %g) vs (%g, %g)", name, tk, b, xh[2 * hi],
+                  xh[2 * hi + 1], d, d * (float)s);
         }
     OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * ntok * n_out, res,
                                          0, NULL, NULL),
@@ -733,7 +730,7 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
             double ref = res[tk * n_out + o], mag = fabs(ref), reff = ref;
             for (uint32_t i = 0; i < n_in; i++) {
                 double xd =
-                    (double)xq[(size_t)tk * n_in + i] * xh[2 * ((size_t)tk * (n_in / 16) + i / 16)];
+                    (double)xq[(size_t)tk * n_in + i] * xh[2 * ((size_t)tk * (n_in / 32) + i / 32)];
                 double term = (double)w[(size_t)o * n_in + i] * xd;
                 ref += term;
                 mag += fabs(term);
