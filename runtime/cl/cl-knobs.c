@@ -237,7 +237,7 @@ static const struct knob knobs[] = {
           {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
     {.name = "MMQ_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P(mmq_t, "8|16|32|64"), P(mmq_mi, "1|2|4"), P(mmq_w, "pow2 1..32"), P(mmq_kb, "1|2|4")},
-     .def = {{DC_ANY, {64, 4, 4, 1}}}, .check = mms_tile_check,
+     .def = {{DC_ANY, {64, 4, 2, 1}}}, .check = mms_tile_check,
      .doc = "matmul_mmq's tile (from MMQ rows: prefill), as MMS_TILE"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},

@@ -1012,7 +1012,9 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s%s)", m->cl->info.name,
              m->k_q8 ? ", 8-bit decode inputs" : "", qin,
              m->k_q8 && m->tu.mv_idp ? ", integer dot product builtins" : "",
-             m->tu.mm_mma && m->tu.mv_ptx ? ", f16 tensor-core prefill" : "");
+             !m->tu.mm_mma || !m->tu.mv_ptx ? ""
+             : m->mq_x                      ? ", int8 tensor-core prefill"
+                                            : ", f16 tensor-core prefill");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;
