@@ -161,18 +161,12 @@ ebb_err ebb_chat_template_detect(const char *src, size_t n,
                         ebb_chat_template_names());
 }
 
-/* Python's str.strip() on ASCII whitespace, as Jinja's trim filter does. */
+/* Python's str.strip() (Unicode's whitespace), as Jinja's trim filter does. */
 static void trimmed(const char *s, size_t n, const char **b, size_t *len)
 {
-    size_t i = 0, j = n;
-    while (i < j && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' ||
-                     s[i] == '\v'))
-        i++;
-    while (j > i && (s[j - 1] == ' ' || s[j - 1] == '\t' || s[j - 1] == '\n' || s[j - 1] == '\r' ||
-                     s[j - 1] == '\f' || s[j - 1] == '\v'))
-        j--;
-    *b = s + i;
-    *len = j - i;
+    size_t off;
+    ebb_jinja_trim(s, n, &off, len);
+    *b = s + off;
 }
 
 static bool is_role(const struct ebb_chat_msg *m, const char *r)

@@ -312,6 +312,29 @@ static void test_template_alternation(void **state)
     free(csrc);
 }
 
+/* The built-in families trim message text as their Jinja templates' |trim does: Python's
+ * str.strip(), whose whitespace is Unicode's (NBSP, U+3000, U+2028), not ASCII's alone. */
+static void test_template_unicode_trim(void **state)
+{
+    (void)state;
+    struct ebb_chat_template builtin, jinja;
+    struct ebb_diag d;
+    char *src = read_text(EBB_TEST_DATA "/chat-templates/gemma3.jinja");
+    ebb_chat_template_by_name("gemma", &builtin);
+    assert_int_equal(
+        ebb_chat_template_from_source(src, strlen(src), "", "<eos>", false, &jinja, &d), EBB_OK);
+    static const char text[] = "\xc2\xa0\xe3\x80\x80 Hello\xe2\x80\x83there \xe2\x80\xa8\n";
+    struct ebb_chat_msg m[1] = {{"user", text, sizeof(text) - 1, NULL}};
+    char *a = render_ok(&builtin, m, 1), *b = render_ok(&jinja, m, 1);
+    assert_string_equal(a, "<start_of_turn>user\nHello\xe2\x80\x83there<end_of_turn>\n"
+                           "<start_of_turn>model\n");
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    ebb_chat_template_fini(&jinja);
+    free(src);
+}
+
 /* The model's own template: messages with tool calls and tool results pass through (arguments
  * given as a JSON string arrive as an object), tools are passed, a leading BOS text is dropped
  * when the tokenizer adds BOS itself, and failures name the template line. */
@@ -847,19 +870,13 @@ static void test_metrics_text(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_template_detect),
-        cmocka_unit_test(test_template_from_tokens),
-        cmocka_unit_test(test_template_render),
-        cmocka_unit_test(test_template_rejects),
-        cmocka_unit_test(test_template_alternation),
-        cmocka_unit_test(test_template_jinja),
-        cmocka_unit_test(test_params_chat),
-        cmocka_unit_test(test_params_completions),
-        cmocka_unit_test(test_stopper),
-        cmocka_unit_test(test_error_object),
-        cmocka_unit_test(test_sse_and_utf8),
-        cmocka_unit_test(test_json_escape),
-        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_template_detect),      cmocka_unit_test(test_template_from_tokens),
+        cmocka_unit_test(test_template_render),      cmocka_unit_test(test_template_rejects),
+        cmocka_unit_test(test_template_alternation), cmocka_unit_test(test_template_unicode_trim),
+        cmocka_unit_test(test_template_jinja),       cmocka_unit_test(test_params_chat),
+        cmocka_unit_test(test_params_completions),   cmocka_unit_test(test_stopper),
+        cmocka_unit_test(test_error_object),         cmocka_unit_test(test_sse_and_utf8),
+        cmocka_unit_test(test_json_escape),          cmocka_unit_test(test_metrics_text),
         cmocka_unit_test(test_embeddings_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
