@@ -7,5 +7,9 @@ struct ebb__req;
 
 /* /v1/messages. Called with the full body, and again after a resume. */
 void ebb__messages_handle(struct ebb__req *r);
+/* /v1/messages/count_tokens: the prompt a /v1/messages request with this body would evaluate,
+ * rendered and tokenized, answered as {"input_tokens": n}; nothing is generated. Called with the
+ * full body (again after a model swap's hold ends). */
+void ebb__messages_count_handle(struct ebb__req *r);
 
 #endif

@@ -1,4 +1,5 @@
-/* /v1/messages: Anthropic's Messages API over the same engine path as chat completions. The
+/* /v1/messages: Anthropic's Messages API over the same engine path as chat completions (and
+ * /v1/messages/count_tokens, the same request rendered and tokenized, nothing generated). The
  * request is translated into the chat conversation the model's template renders (system text
  * first, content blocks joined, tool_use blocks as assistant tool calls and tool_result blocks
  * as tool messages; tools as OpenAI function tools for tools-req.c and tools-render.c),
@@ -368,9 +369,10 @@ static ebb_err parse_conversation(json_t *o, json_t *conv, struct ebb__perr *e)
     return EBB_OK;
 }
 
-/* Parses body into q (q->doc owns the converted conversation) and st. */
-static ebb_err msg_parse(const char *body, size_t n, struct ebb__gen_req *q, struct msg *st,
-                         struct ebb__perr *e)
+/* Parses body into q (q->doc owns the converted conversation) and st. count: a count_tokens
+ * body, which has no max_tokens and whose sampling fields would change nothing. */
+static ebb_err msg_parse(const char *body, size_t n, bool count, struct ebb__gen_req *q,
+                         struct msg *st, struct ebb__perr *e)
 {
     memset(q, 0, sizeof(*q));
     memset(e, 0, sizeof(*e));
@@ -400,7 +402,7 @@ static ebb_err msg_parse(const char *body, size_t n, struct ebb__gen_req *q, str
     ebb_err rc;
     json_t *conv = json_array();
     json_object_set_new(q->doc, "conversation", conv);
-    if ((rc = check_unsupported(o, e)) || (rc = parse_sampling(o, q, st, e)) ||
+    if ((rc = check_unsupported(o, e)) || (!count && (rc = parse_sampling(o, q, st, e))) ||
         (rc = parse_tools(o, q, e)) || (rc = parse_conversation(o, conv, e)))
         return rc;
     q->n_msgs = json_array_size(conv);
@@ -705,7 +707,7 @@ static void msg_start(struct ebb__req *r)
     struct msg *st = calloc(1, sizeof(*st));
     struct ebb__gen *g = ebb__gen_new(1);
     ebb_err rc =
-        st && g ? msg_parse(r->body.p ? r->body.p : "", r->body.n, &q, st, &pe) : EBB_ENOMEM;
+        st && g ? msg_parse(r->body.p ? r->body.p : "", r->body.n, false, &q, st, &pe) : EBB_ENOMEM;
     if (rc) {
         if (rc == EBB_EINVAL)
             ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
@@ -730,4 +732,22 @@ void ebb__messages_handle(struct ebb__req *r)
         ebb__gen_handle(r); /* resumed: the body once the engine is done */
     else
         msg_start(r);
+}
+
+void ebb__messages_count_handle(struct ebb__req *r)
+{
+    if (!ebb__gen_ready(r))
+        return;
+    struct ebb__gen_req q;
+    struct ebb__perr pe;
+    struct msg st = {0};
+    ebb_err rc = msg_parse(r->body.p ? r->body.p : "", r->body.n, true, &q, &st, &pe);
+    uint32_t n = 0;
+    if (rc == EBB_EINVAL)
+        ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
+    else if (rc)
+        ebb__reply_error(r, 500, ebb_err_str(rc), NULL, NULL);
+    else if (!ebb__gen_count_prompt(r, &q, &n))
+        ebb__reply_json(r, 200, json_pack("{sI}", "input_tokens", (json_int_t)n));
+    ebb__gen_req_fini(&q);
 }

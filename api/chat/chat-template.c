@@ -161,18 +161,12 @@ ebb_err ebb_chat_template_detect(const char *src, size_t n,
                         ebb_chat_template_names());
 }
 
-/* Python's str.strip() on ASCII whitespace, as Jinja's trim filter does. */
+/* Python's str.strip() (Unicode's whitespace), as Jinja's trim filter does. */
 static void trimmed(const char *s, size_t n, const char **b, size_t *len)
 {
-    size_t i = 0, j = n;
-    while (i < j && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' ||
-                     s[i] == '\v'))
-        i++;
-    while (j > i && (s[j - 1] == ' ' || s[j - 1] == '\t' || s[j - 1] == '\n' || s[j - 1] == '\r' ||
-                     s[j - 1] == '\f' || s[j - 1] == '\v'))
-        j--;
-    *b = s + i;
-    *len = j - i;
+    size_t off;
+    ebb_jinja_trim(s, n, &off, len);
+    *b = s + off;
 }
 
 static bool is_role(const struct ebb_chat_msg *m, const char *r)
@@ -409,10 +403,9 @@ ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct
     return ebb_chat_template_render_tools(t, msgs, n, NULL, add_generation, out, out_len, diag);
 }
 
-ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
-                                       const struct ebb_chat_msg *msgs, size_t n,
-                                       const json_t *tools, bool add_generation, char **out,
-                                       size_t *out_len, struct ebb_diag *diag)
+static ebb_err render_once(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
+                           size_t n, const json_t *tools, bool add_generation, char **out,
+                           size_t *out_len, struct ebb_diag *diag)
 {
     if (t->family == EBB_CHAT_JINJA)
         return render_jinja(t, msgs, n, tools, add_generation, out, out_len, diag);
@@ -478,6 +471,133 @@ ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
     b.p = NULL;
 out:
     free(b.p);
+    return rc;
+}
+
+/* ---- conversations a template that demands alternation accepts -------------------------------
+ *
+ * The OpenAI and Anthropic APIs accept two messages of one role in a row (openai-agents sends an
+ * assistant's text and its tool calls as two assistant messages), a system message later in the
+ * conversation, and an assistant message first. Templates that demand strictly alternating
+ * turns (Gemma's, Mistral's, Llama 2's, and the built-in gemma and mistral families) raise on
+ * those. When a template rejects a conversation, it is rendered again normalized, in two steps:
+ * first consecutive user, assistant or system messages are merged (their texts joined by a blank
+ * line, the assistant's tool_calls kept in order; tool messages are never merged, a run of tool
+ * results is what templates expect); if the template still rejects it, a system message after
+ * the first turn also becomes a user message and a conversation whose first turn is the
+ * assistant's gets an empty user turn before it; last, for templates without a system role
+ * (Mistral's first ones), every system message becomes a user message, so its text goes in
+ * front of the next user message's, as the built-in mistral family puts it. A conversation the
+ * template accepts as it is renders unchanged, byte for byte what transformers renders. */
+
+static bool mergeable(const char *role)
+{
+    return !strcmp(role, "user") || !strcmp(role, "assistant") || !strcmp(role, "system");
+}
+
+/* Merges b into a (same role): a new message object (a's fields, the tool_calls of both) and
+ * the joined text, both owned by own. */
+static ebb_err merge_into(struct ebb_chat_msg *a, const struct ebb_chat_msg *b, json_t *own)
+{
+    json_t *o = a->msg ? json_deep_copy(a->msg) : json_object();
+    json_t *ca = json_object_get(a->msg, "tool_calls"), *cb = json_object_get(b->msg, "tool_calls");
+    if (o && json_array_size(cb)) {
+        json_t *calls = json_is_array(ca) ? json_deep_copy(ca) : json_array();
+        if (!calls || json_array_extend(calls, cb) || json_object_set_new(o, "tool_calls", calls)) {
+            json_decref(o);
+            return EBB_ENOMEM;
+        }
+    }
+    size_t sep = a->len && b->len ? 2 : 0, n = a->len + sep + b->len;
+    char *buf = malloc(n + 1);
+    json_t *text = NULL;
+    if (buf) {
+        memcpy(buf, a->content, a->len);
+        memcpy(buf + a->len, "\n\n", sep);
+        memcpy(buf + a->len + sep, b->content, b->len);
+        text = json_stringn_nocheck(buf, n);
+        free(buf);
+    }
+    if (!o || !text) {
+        json_decref(o);
+        json_decref(text);
+        return EBB_ENOMEM;
+    }
+    /* Both references are stolen, also when appending fails. */
+    if (json_array_append_new(own, o) | json_array_append_new(own, text))
+        return EBB_ENOMEM;
+    a->msg = o;
+    a->content = json_string_value(text);
+    a->len = n;
+    return EBB_OK;
+}
+
+/* msgs[0..n) normalized as the section comment says (step 0, 1 or 2) into out (room for n + 1),
+ * the new texts and objects owned by own. *changed: out differs from msgs. */
+static ebb_err normalize(const struct ebb_chat_msg *msgs, size_t n, int step,
+                         struct ebb_chat_msg *out, size_t *n_out, json_t *own, bool *changed)
+{
+    bool deep = step >= 1;
+    size_t w = 0;
+    bool turn = false; /* a user or assistant turn has been seen */
+    *changed = false;
+    for (size_t i = 0; i < n; i++) {
+        struct ebb_chat_msg x = msgs[i];
+        if (deep && (turn || step >= 2) && is_role(&x, "system")) {
+            x.role = "user";
+            *changed = true;
+        }
+        if (deep && !turn && is_role(&x, "assistant")) {
+            out[w++] = (struct ebb_chat_msg){.role = "user", .content = ""};
+            *changed = true;
+        }
+        turn |= !is_role(&x, "system");
+        if (w && mergeable(x.role) && !strcmp(out[w - 1].role, x.role)) {
+            ebb_err rc = merge_into(&out[w - 1], &x, own);
+            if (rc)
+                return rc;
+            *changed = true;
+        } else {
+            out[w++] = x;
+        }
+    }
+    *n_out = w;
+    return EBB_OK;
+}
+
+ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
+                                       const struct ebb_chat_msg *msgs, size_t n,
+                                       const json_t *tools, bool add_generation, char **out,
+                                       size_t *out_len, struct ebb_diag *diag)
+{
+    struct ebb_diag first = {{0}};
+    ebb_err rc = render_once(t, msgs, n, tools, add_generation, out, out_len, &first);
+    if (rc != EBB_EINVAL)
+        goto out;
+    struct ebb_chat_msg *mm = calloc(n + 1, sizeof(*mm));
+    json_t *own = json_array();
+    for (int step = 0; mm && own && step < 3; step++) {
+        size_t nn = 0;
+        bool changed = false;
+        struct ebb_diag d = {{0}};
+        ebb_err r2 = normalize(msgs, n, step, mm, &nn, own, &changed);
+        if (!r2 && !changed)
+            continue;
+        if (!r2)
+            r2 = render_once(t, mm, nn, tools, add_generation, out, out_len, &d);
+        if (r2 != EBB_EINVAL) { /* rendered, or out of memory */
+            rc = r2;
+            if (rc)
+                ebb_diag_set(&first, rc, "out of memory rendering the chat template");
+            break;
+        }
+    }
+    free(mm);
+    json_decref(own);
+out:
+    /* What the template said about the conversation as it was sent: it names what to change. */
+    if (rc && diag)
+        *diag = first;
     return rc;
 }
 

@@ -84,9 +84,14 @@ ebb_err ebb_chat_template_from_source(const char *src, size_t n, const char *bos
 void ebb_chat_template_fini(struct ebb_chat_template *t);
 
 /* Renders msgs into a newly malloc'd NUL-terminated string (*out, *out_len). add_generation
- * adds the assistant header at the end. EBB_EINVAL with a message for conversations the
- * template rejects (unknown role, roles that do not alternate where the family requires it, a
- * Jinja template that raises or fails; the message names the template line). */
+ * adds the assistant header at the end. A conversation the template rejects is rendered again
+ * normalized as the OpenAI API would take it (consecutive messages of one role merged, then a
+ * late system message as a user one and an empty user turn before a leading assistant one, then
+ * every system message as a user one),
+ * so a template that demands alternating roles accepts what clients send. EBB_EINVAL with a
+ * message (about the conversation as sent) when even that is rejected (unknown role, tool calls
+ * a built-in family cannot render, a Jinja template that raises or fails; the message names the
+ * template line). */
 ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
                                  size_t n, bool add_generation, char **out, size_t *out_len,
                                  struct ebb_diag *diag);

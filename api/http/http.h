@@ -44,6 +44,12 @@ const char *ebb__error_type(unsigned status);
 /* Anthropic's error object for an HTTP status, {"type":"error","error":{"type","message"}}, as
  * compact JSON, malloc'd (/v1/messages answers its errors in this shape). */
 char *ebb__anthropic_error_json(unsigned status, const char *message);
+/* True for a path whose errors take Anthropic's shape: /v1/messages and every path under it
+ * (/v1/messages/count_tokens, and unknown ones, whose 404 an Anthropic client must parse). */
+bool ebb__anthropic_path(const char *path);
+/* The error body for a request to path (Anthropic's shape or OpenAI's), malloc'd. */
+char *ebb__error_body(const char *path, unsigned status, const char *message, const char *param,
+                      const char *code);
 
 /* True if s[0..n) is valid UTF-8. */
 bool ebb__utf8_valid(const char *s, size_t n);
@@ -77,6 +83,7 @@ enum ebb__ep {
     EBB__EP_DETOKENIZE,
     EBB__EP_EMBEDDINGS,
     EBB__EP_MESSAGES,
+    EBB__EP_COUNT_TOKENS, /* /v1/messages/count_tokens */
     EBB__EP_COUNT
 };
 
@@ -316,7 +323,7 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
                 size_t len);
 /* Queues obj (stolen) as compact JSON. */
 void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o);
-/* Queues an OpenAI error object. */
+/* Queues an error object: OpenAI's, or Anthropic's under /v1/messages (ebb__anthropic_path). */
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *code);
 /* Adds the CORS headers for r's origin to a response. */

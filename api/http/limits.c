@@ -296,8 +296,8 @@ static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, stru
     }
     note(a, k, detail);
     unsigned status = client ? 429 : 503;
-    char *body = ebb__error_json(msg, ebb__error_type(status), NULL,
-                                 client ? "too_many_connections" : "server_busy");
+    char *body =
+        ebb__error_body(url, status, msg, NULL, client ? "too_many_connections" : "server_busy");
     const char *s = body ? body : "{}";
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);

@@ -160,6 +160,21 @@ char *ebb__anthropic_error_json(unsigned status, const char *message)
     return s;
 }
 
+bool ebb__anthropic_path(const char *path)
+{
+    static const char pre[] = "/v1/messages";
+    size_t n = sizeof(pre) - 1;
+    return !strncmp(path, pre, n) && (path[n] == 0 || path[n] == '/');
+}
+
+char *ebb__error_body(const char *path, unsigned status, const char *message, const char *param,
+                      const char *code)
+{
+    return ebb__anthropic_path(path)
+               ? ebb__anthropic_error_json(status, message)
+               : ebb__error_json(message, ebb__error_type(status), param, code);
+}
+
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 if the bytes there are not one. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {

@@ -225,10 +225,10 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 405)
         MHD_add_response_header(resp, "Allow",
-                                r->ep == EBB__EP_CHAT || r->ep == EBB__EP_COMPLETIONS ||
-                                        r->ep == EBB__EP_TOKENIZE || r->ep == EBB__EP_DETOKENIZE
-                                    ? "POST, OPTIONS"
-                                    : "GET, HEAD, OPTIONS");
+                                r->ep == EBB__EP_MODELS || r->ep == EBB__EP_HEALTH ||
+                                        r->ep == EBB__EP_METRICS
+                                    ? "GET, HEAD, OPTIONS"
+                                    : "POST, OPTIONS");
     MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->answered = true;
@@ -238,9 +238,7 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *code)
 {
-    char *s = r->ep == EBB__EP_MESSAGES
-                  ? ebb__anthropic_error_json(status, message)
-                  : ebb__error_json(message, ebb__error_type(status), param, code);
+    char *s = ebb__error_body(r->path, status, message, param, code);
     ebb__reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2);
     free(s);
 }

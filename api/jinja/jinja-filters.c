@@ -76,31 +76,48 @@ static struct jv attr_path(struct jctx *c, struct jv v, const char *path)
 
 /* ---- string filters ------------------------------------------------------------------------- */
 
-static bool in_set(char ch, const char *chars, size_t n)
-{
-    return memchr(chars, ch, n) != NULL;
-}
-
 static bool py_space(char ch)
 {
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v' ||
            (ch >= 0x1c && ch <= 0x1f);
 }
 
+/* Length of the character at p[i..n) when it is one of chars[0..cn) (valid UTF-8 both: a whole
+ * character's bytes found in chars are one of its characters), else 0. */
+static size_t in_set_at(const char *p, size_t n, size_t i, const char *chars, size_t cn)
+{
+    size_t k;
+    ebb__utf8_cp(p, n, i, &k);
+    return memmem(chars, cn, p + i, k) ? k : 0;
+}
+
+/* The same for the character that ends at p[e - 1]. */
+static size_t in_set_before(const char *p, size_t e, const char *chars, size_t cn)
+{
+    size_t b = e - 1;
+    while (b > 0 && e - b < 4 && ((unsigned char)p[b] & 0xc0) == 0x80)
+        b--;
+    size_t k = in_set_at(p, e, b, chars, cn);
+    return b + k == e ? k : 0;
+}
+
+/* str.strip(chars) as Python does it: with no chars, the characters str.isspace() is true for
+ * (U+00A0, U+3000, U+2028 and the rest of Unicode's whitespace, not only ASCII's); with chars,
+ * any of its characters, compared as code points. */
 struct jv ebb__jinja_strip(struct jctx *c, struct jv s, struct jv chars, bool left, bool right)
 {
     const char *p = s.u.s->p;
-    size_t b = 0, e = s.u.s->n;
+    size_t b = 0, e = s.u.s->n, k;
     bool ws = chars.t == JV_NONE || chars.t == JV_UNDEF;
     if (!ws && chars.t != JV_STR)
         ebb__jinja_fail(c, "strip arg must be None or str");
     const char *cs = ws ? NULL : chars.u.s->p;
     size_t cn = ws ? 0 : chars.u.s->n;
-    /* Non-ASCII characters in chars would need code point matching; templates pass ASCII. */
-    while (left && b < e && (ws ? py_space(p[b]) : in_set(p[b], cs, cn)))
-        b++;
-    while (right && e > b && (ws ? py_space(p[e - 1]) : in_set(p[e - 1], cs, cn)))
-        e--;
+    while (left && b < e && (k = ws ? ebb__py_space_at(p, e, b) : in_set_at(p, e, b, cs, cn)))
+        b += k;
+    while (right && e > b &&
+           (k = ws ? ebb__py_space_before(p + b, e - b) : in_set_before(p + b, e - b, cs, cn)))
+        e -= k;
     return ebb__jv_str(c, p + b, e - b);
 }
 
@@ -255,13 +272,19 @@ static struct jv f_indent(struct jctx *c, struct jv v, struct jcall *call)
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
 
-/* Escapes non-ASCII characters of a JSON text as \uXXXX (surrogate pairs above U+FFFF). */
+/* Escapes non-ASCII characters and DEL of a JSON text as \uXXXX (surrogate pairs above U+FFFF),
+ * as json.dumps(ensure_ascii=True) does. */
 static struct jv ascii_json(struct jctx *c, struct jv s)
 {
     struct jbuf b = {.c = c};
     const unsigned char *p = (const unsigned char *)s.u.s->p;
     size_t n = s.u.s->n;
     for (size_t i = 0; i < n;) {
+        if (p[i] == 0x7f) { /* json.dumps escapes all but the printable ASCII characters */
+            ebb__jbuf_puts(&b, "\\u007f");
+            i++;
+            continue;
+        }
         if (p[i] < 0x80) {
             ebb__jbuf_put(&b, (const char *)p + i, 1);
             i++;

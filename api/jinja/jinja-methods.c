@@ -23,12 +23,6 @@ static struct jv kwarg(struct jcall *call, size_t i, const char *name, struct jv
     return def;
 }
 
-static bool py_space(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v' ||
-           (ch >= 0x1c && ch <= 0x1f);
-}
-
 static struct jstr *need_str(struct jctx *c, struct jv v, const char *what)
 {
     if (v.t != JV_STR)
@@ -62,24 +56,22 @@ static struct jv split(struct jctx *c, struct jv self, struct jcall *call, bool 
     size_t n = self.u.s->n;
     struct jv out = ebb__jv_list(c, 0);
     if (sepv.t == JV_NONE) {
-        /* Runs of whitespace separate; none at either end count. */
+        /* Runs of whitespace (str.isspace: Unicode's) separate; none at either end count. */
         if (!from_right) {
             size_t i = 0;
             while (i < n) {
-                while (i < n && py_space(p[i]))
-                    i++;
+                for (size_t k; i < n && (k = ebb__py_space_at(p, n, i));)
+                    i += k;
                 if (i >= n)
                     break;
                 if (max >= 0 && (int64_t)out.u.l->n >= max) {
-                    size_t e = n;
-                    while (e > i && py_space(p[e - 1]))
-                        e--;
-                    ebb__jv_push(c, out, ebb__jv_str(c, p + i, e - i));
+                    /* The rest as it is: Python keeps its trailing whitespace. */
+                    ebb__jv_push(c, out, ebb__jv_str(c, p + i, n - i));
                     break;
                 }
                 size_t b = i;
-                while (i < n && !py_space(p[i]))
-                    i++;
+                while (i < n && !ebb__py_space_at(p, n, i))
+                    i++; /* bytewise: no whitespace is seen inside a character */
                 ebb__jv_push(c, out, ebb__jv_str(c, p + b, i - b));
             }
             return out;
@@ -87,19 +79,16 @@ static struct jv split(struct jctx *c, struct jv self, struct jcall *call, bool 
         struct jv rev = ebb__jv_list(c, 0);
         size_t i = n;
         while (i > 0) {
-            while (i > 0 && py_space(p[i - 1]))
-                i--;
+            for (size_t k; i > 0 && (k = ebb__py_space_before(p, i));)
+                i -= k;
             if (i == 0)
                 break;
             if (max >= 0 && (int64_t)rev.u.l->n >= max) {
-                size_t b = 0;
-                while (b < i && py_space(p[b]))
-                    b++;
-                ebb__jv_push(c, rev, ebb__jv_str(c, p + b, i - b));
+                ebb__jv_push(c, rev, ebb__jv_str(c, p, i)); /* leading whitespace kept */
                 break;
             }
             size_t e = i;
-            while (i > 0 && !py_space(p[i - 1]))
+            while (i > 0 && !ebb__py_space_before(p, i))
                 i--;
             ebb__jv_push(c, rev, ebb__jv_str(c, p + i, e - i));
         }
@@ -318,6 +307,12 @@ static struct jv classify(struct jv self, int kind)
     size_t n = self.u.s->n;
     if (!n)
         return jv_bool(false);
+    if (kind == 3) { /* str.isspace(): Unicode's whitespace */
+        for (size_t i = 0, k; i < n; i += k)
+            if (!(k = ebb__py_space_at(self.u.s->p, n, i)))
+                return jv_bool(false);
+        return jv_bool(true);
+    }
     bool any_cased = false;
     for (size_t i = 0; i < n; i++) {
         char ch = self.u.s->p[i];
@@ -326,7 +321,6 @@ static struct jv classify(struct jv self, int kind)
         bool ok = kind == 0   ? d
                   : kind == 1 ? lo || up
                   : kind == 2 ? d || lo || up
-                  : kind == 3 ? py_space(ch)
                   : kind == 4 ? !lo
                               : !up;
         if (!ok)

@@ -388,6 +388,66 @@ size_t ebb__utf8_len(const char *p, size_t n)
     return k;
 }
 
+uint32_t ebb__utf8_cp(const char *p, size_t n, size_t i, size_t *len)
+{
+    const unsigned char *s = (const unsigned char *)p + i;
+    size_t left = n - i, k;
+    uint32_t cp, min;
+    *len = 1;
+    if (s[0] < 0x80)
+        return s[0];
+    if ((s[0] & 0xe0) == 0xc0) {
+        k = 2, cp = s[0] & 0x1fu, min = 0x80;
+    } else if ((s[0] & 0xf0) == 0xe0) {
+        k = 3, cp = s[0] & 0x0fu, min = 0x800;
+    } else if ((s[0] & 0xf8) == 0xf0) {
+        k = 4, cp = s[0] & 0x07u, min = 0x10000;
+    } else {
+        return EBB__CP_INVALID;
+    }
+    if (left < k)
+        return EBB__CP_INVALID;
+    for (size_t j = 1; j < k; j++) {
+        if ((s[j] & 0xc0) != 0x80)
+            return EBB__CP_INVALID;
+        cp = cp << 6 | (s[j] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return EBB__CP_INVALID;
+    *len = k;
+    return cp;
+}
+
+size_t ebb__py_space_at(const char *p, size_t n, size_t i)
+{
+    unsigned char ch = (unsigned char)p[i];
+    if (ch < 0x80)
+        return ch == ' ' || (ch >= 0x09 && ch <= 0x0d) || (ch >= 0x1c && ch <= 0x1f);
+    size_t k;
+    uint32_t cp = ebb__utf8_cp(p, n, i, &k);
+    return cp != EBB__CP_INVALID && ebb__py_isspace(cp) ? k : 0;
+}
+
+size_t ebb__py_space_before(const char *p, size_t e)
+{
+    size_t b = e - 1;
+    while (b > 0 && e - b < 4 && ((unsigned char)p[b] & 0xc0) == 0x80)
+        b--;
+    size_t k = ebb__py_space_at(p, e, b);
+    return b + k == e ? k : 0;
+}
+
+void ebb_jinja_trim(const char *s, size_t n, size_t *off, size_t *len)
+{
+    size_t b = 0, e = n, k;
+    while (b < e && (k = ebb__py_space_at(s, e, b)))
+        b += k;
+    while (e > b && (k = ebb__py_space_before(s + b, e - b)))
+        e -= k;
+    *off = b;
+    *len = e - b;
+}
+
 size_t ebb__utf8_offset(const char *p, size_t n, size_t idx)
 {
     size_t k = 0;
@@ -531,8 +591,25 @@ static void repr_str(struct jbuf *b, const char *s, size_t n)
         } else if (ch < 0x20 || ch == 0x7f) {
             snprintf(t, sizeof(t), "\\x%02x", ch);
             ebb__jbuf_puts(b, t);
-        } else {
+        } else if (ch < 0x80) {
             ebb__jbuf_put(b, (const char *)&ch, 1);
+        } else {
+            /* A character str.isprintable() is false for is escaped as repr() does (\xa0, \x85,
+             * \u2028, \u200b, \U000e0001); a byte that starts no UTF-8 character is copied. */
+            size_t k;
+            uint32_t cp = ebb__utf8_cp(s, n, i, &k);
+            if (cp == EBB__CP_INVALID || ebb__py_isprintable(cp)) {
+                ebb__jbuf_put(b, s + i, k);
+            } else {
+                char u[16];
+                snprintf(u, sizeof(u),
+                         cp < 0x100     ? "\\x%02x"
+                         : cp < 0x10000 ? "\\u%04x"
+                                        : "\\U%08x",
+                         (unsigned)cp);
+                ebb__jbuf_puts(b, u);
+            }
+            i += k - 1;
         }
     }
     ebb__jbuf_put(b, &q, 1);

@@ -44,4 +44,9 @@ ebb_err ebb_jinja_render(const struct ebb_jinja *t, const json_t *vars, const st
                          const struct ebb_jinja_limits *limits, char **out, size_t *out_len,
                          struct ebb_diag *diag);
 
+/* Python's str.strip() of s[0..n), as the trim filter does it (str.isspace: Unicode's whitespace,
+ * U+00A0 and U+3000 included): the offset and length of what it keeps. For renderers that mirror
+ * a template in C (api/chat's built-in families). */
+void ebb_jinja_trim(const char *s, size_t n, size_t *off, size_t *len);
+
 #endif

@@ -125,7 +125,7 @@ static unsigned add_input(struct ebb__req *r, struct parsed *p, json_t *v, size_
 {
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(r->api->model);
     uint32_t n_vocab = ebb_tokenizer_n_vocab(tok), n_ctx = ebb_model_n_ctx(r->api->model);
-    char where[32] = "'input'", msg[300];
+    char where[32] = "'input'", msg[420];
     if (list)
         snprintf(where, sizeof(where), "'input'[%zu]", idx);
     size_t before = p->n_ids;
@@ -141,11 +141,28 @@ static unsigned add_input(struct ebb__req *r, struct parsed *p, json_t *v, size_
             return 500;
         }
     } else if (json_is_array(v) && json_array_size(v)) {
+        /* Token ids are the loaded model's: an id its vocabulary does not have is refused,
+         * naming the first, rather than embedded as some other token. Ids another tokenizer made
+         * (LangChain's OpenAIEmbeddings sends tiktoken's cl100k ids unless told
+         * check_embedding_ctx_length=False) mostly fail here; docs/API.md says more. */
+        uint32_t nm = ebb_model_n_vocab(r->api->model);
+        if (nm && nm < n_vocab)
+            n_vocab = nm;
         for (size_t i = 0; i < json_array_size(v); i++) {
             json_t *t = json_array_get(v, i);
-            json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+            if (!json_is_integer(t)) {
+                snprintf(msg, sizeof(msg), "%s[%zu] is not a token id (an integer)", where, i);
+                ebb__reply_error(r, 400, msg, "input", NULL);
+                return 400;
+            }
+            json_int_t id = json_integer_value(t);
             if (id < 0 || id >= (json_int_t)n_vocab) {
-                snprintf(msg, sizeof(msg), "%s[%zu] is not a token id below %u", where, i, n_vocab);
+                snprintf(msg, sizeof(msg),
+                         "%s[%zu]: token id %lld is not in this model's vocabulary (ids 0 to %u); "
+                         "token ids must come from the loaded model's tokenizer (/tokenize), or "
+                         "send text (LangChain's OpenAIEmbeddings: "
+                         "check_embedding_ctx_length=False)",
+                         where, i, (long long)id, n_vocab - 1);
                 ebb__reply_error(r, 400, msg, "input", NULL);
                 return 400;
             }

@@ -826,6 +826,35 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
     }
 }
 
+/* A model named in the request must be the loaded one. Returns 0 or 404 after replying. */
+static unsigned check_model(struct ebb__req *r, const struct ebb__gen_req *q)
+{
+    struct ebb_api *a = r->api;
+    if (!q->model || !strcmp(q->model, a->model_id))
+        return 0;
+    char msg[400];
+    snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
+             q->model, a->model_id);
+    ebb__reply_error(r, 404, msg, "model", "model_not_found");
+    return 404;
+}
+
+unsigned ebb__gen_count_prompt(struct ebb__req *r, struct ebb__gen_req *q, uint32_t *n_tokens)
+{
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *echo = NULL;
+    size_t echo_len = 0;
+    unsigned st = check_model(r, q);
+    if (!st)
+        st = build_prompt(r, q, &ids, &n_ids, &echo, &echo_len);
+    if (!st)
+        *n_tokens = (uint32_t)n_ids;
+    free(ids);
+    free(echo);
+    return st;
+}
+
 void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g)
 {
     struct ebb_api *a = r->api;
@@ -833,13 +862,8 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
     size_t n_ids = 0;
     char *echo = NULL;
     size_t echo_len = 0;
-    if (q->model && strcmp(q->model, a->model_id)) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
-                 q->model, a->model_id);
-        ebb__reply_error(r, 404, msg, "model", "model_not_found");
+    if (check_model(r, q))
         goto out;
-    }
     uint32_t n_slots = ebb_model_n_seq(a->model);
     if (q->n_choices > n_slots) {
         char msg[256];

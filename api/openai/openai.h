@@ -136,6 +136,10 @@ bool ebb__gen_ready(struct ebb__req *r);
 /* Renders and tokenizes q's prompt and submits it as g (fmt and ext set by the caller, the rest
  * zero; owned from here on, also on failure, when it is freed after an error reply). */
 void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g);
+/* Renders and tokenizes q's prompt exactly as ebb__gen_run would, without submitting anything:
+ * *n_tokens is its length in tokens. Returns 0, or the HTTP status after replying (404 for
+ * another model's id, 400 for a conversation the template rejects). */
+unsigned ebb__gen_count_prompt(struct ebb__req *r, struct ebb__gen_req *q, uint32_t *n_tokens);
 /* Submits ids as generation g of r (owned by r from here on): registers the request as live
  * and either queues the stream's headers (fmt->stream_open) or suspends until the body. Replies
  * with an error when the scheduler refuses the job. */

@@ -244,6 +244,8 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_EMBEDDINGS;
     if (!strcmp(url, "/v1/messages"))
         return EBB__EP_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens"))
+        return EBB__EP_COUNT_TOKENS;
     if (!strcmp(url, "/tokenize"))
         return EBB__EP_TOKENIZE;
     if (!strcmp(url, "/detokenize"))
@@ -387,6 +389,9 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         break;
     case EBB__EP_MESSAGES:
         ebb__messages_handle(r);
+        break;
+    case EBB__EP_COUNT_TOKENS:
+        ebb__messages_count_handle(r);
         break;
     case EBB__EP_TOKENIZE:
     case EBB__EP_DETOKENIZE:

@@ -335,12 +335,15 @@ static ebb_err emit_calls(struct ebb_tool_stream *s, json_t *calls, ebb_tool_ev_
     return rc;
 }
 
-/* Decides markup: calls if it decodes, else the raw text (open marker included) as content. */
+/* Decides markup: calls if it decodes to calls of offered tools, else the raw text (open marker
+ * included) as content. */
 static ebb_err decide(struct ebb_tool_stream *s, const char *inner, size_t n, const char *raw_open,
                       const char *raw_close, bool generic, ebb_tool_ev_cb cb, void *ud)
 {
-    const json_t *tools = generic ? s->o.tools : NULL;
-    json_t *calls = decode_calls(inner, n, generic ? EBB_TOOL_HERMES : s->o.format, tools);
+    /* Every format checks the names: a call to a tool that was not offered (a model that
+     * invents get_weather_args next to get_weather) is text, never a call the client would
+     * have to dispatch. */
+    json_t *calls = decode_calls(inner, n, generic ? EBB_TOOL_HERMES : s->o.format, s->o.tools);
     ebb_err rc = EBB_OK;
     if (calls) {
         rc = emit_calls(s, calls, cb, ud);

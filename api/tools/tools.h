@@ -11,10 +11,13 @@
  *   mistral  [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...] or the newer
  *            [TOOL_CALLS]name[ARGS]{...} (Mistral Nemo, Small, Devstral).
  * In every format an answer that is nothing but a JSON call (an object with "name" and
- * "arguments" or "parameters", an array of them, or {"tool_calls": [...]}) naming one of the
- * offered tools is a call too: the generic fallback for models that drop the markup.
+ * "arguments" or "parameters", an array of them, or {"tool_calls": [...]}) is a call too: the
+ * generic fallback for models that drop the markup.
  *
- * Markup whose JSON does not parse is returned as plain content, byte for byte. */
+ * Every format checks names: a call counts only when it names one of the offered tools. Markup
+ * whose JSON does not parse, or any of whose calls names a tool that was not offered, is
+ * returned as plain content, byte for byte (the whole block: one <tool_call> element, or a
+ * Llama 3 / Mistral answer's calls together). */
 #ifndef EBB_API_TOOLS_H
 #define EBB_API_TOOLS_H
 
@@ -42,8 +45,8 @@ const char *const *ebb_tool_format_marker_tokens(enum ebb_tool_format f);
 
 struct ebb_tool_parser_opts {
     enum ebb_tool_format format;
-    /* The offered tools (an OpenAI tools array, not stolen, must outlive the parser) or NULL:
-     * a bare JSON answer counts as a call only when it names one of them. */
+    /* The offered tools (an OpenAI tools array, not stolen, must outlive the parser): a call
+     * in any format counts only when it names one of them. NULL: any name is a call. */
     const json_t *tools;
     size_t max_calls;      /* 0: no limit; further calls are dropped (parallel_tool_calls) */
     const char *id_prefix; /* of the generated call ids; NULL: "call_" */

@@ -129,3 +129,25 @@ def test_embeddings_alongside_generation(client):
     t.join()
     assert len(r.data) == 4
     assert out["chat"].choices[0].message.content
+
+
+def test_token_ids_outside_the_vocabulary_are_named(server, client):
+    """Token ids are checked against the loaded model's vocabulary (SmolLM2: 49152 tokens): the
+    400 names the first id outside it and where it is, and says what to do. LangChain's
+    OpenAIEmbeddings sends tiktoken's cl100k ids by default (100257 is cl100k's <|endoftext|>);
+    docs/API.md explains check_embedding_ctx_length=False."""
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.embeddings.create(model=MODEL_ID, input=[[9906, 1917], [9906, 60000, 100257, 7]])
+    err = ei.value.body
+    assert err["param"] == "input"
+    assert "token id 60000" in err["message"], err
+    assert "'input'[1][1]" in err["message"]
+    assert "100257" not in err["message"]  # the first one only
+    assert "vocabulary" in err["message"] and "check_embedding_ctx_length" in err["message"]
+    # The largest id the vocabulary has is fine, one more is not.
+    n_vocab = 49152
+    client.embeddings.create(model=MODEL_ID, input=[n_vocab - 1])
+    status, body = server.json("POST", "/v1/embeddings", {"input": [n_vocab]})
+    assert status == 400 and f"token id {n_vocab} " in body["error"]["message"]
+    status, body = server.json("POST", "/v1/embeddings", {"input": [[1, "2"]]})
+    assert status == 400 and "'input'[0][1] is not a token id" in body["error"]["message"]

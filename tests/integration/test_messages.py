@@ -294,3 +294,90 @@ def test_api_key(make_server):
     with pytest.raises(anthropic.AuthenticationError) as ei:
         bad.messages.create(model=MODEL_ID, max_tokens=2, messages=HELLO)
     assert ei.value.body["error"]["type"] == "authentication_error"
+
+
+# ---- /v1/messages/count_tokens and the error shape of every path under /v1/messages ----------
+
+def test_count_tokens_matches_the_prompt(aclient, server):
+    """count_tokens renders and tokenizes what /v1/messages would: the same number as the
+    message's usage.input_tokens, with system text and tools counted (they reach the prompt)."""
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool_use", "id": "toolu_01", "name": "get_weather",
+                 "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny"}]}]
+    for kw in (dict(messages=HELLO),
+               dict(messages=HELLO, system="You are a pirate."),
+               dict(messages=msgs, system=[{"type": "text", "text": "Be brief."}],
+                    tools=[WEATHER])):
+        counted = aclient.messages.count_tokens(model=MODEL_ID, **kw)
+        m = aclient.messages.create(model=MODEL_ID, max_tokens=1, **kw)
+        assert counted.input_tokens == m.usage.input_tokens > 5, kw
+    plain = aclient.messages.count_tokens(model=MODEL_ID, messages=HELLO)
+    with_tools = aclient.messages.count_tokens(model=MODEL_ID, messages=HELLO, tools=[WEATHER])
+    assert with_tools.input_tokens > plain.input_tokens + 10
+    # Raw: the body is exactly {"input_tokens": n}; max_tokens is not asked for.
+    status, body = server.json("POST", "/v1/messages/count_tokens", {"messages": HELLO})
+    assert status == 200 and body == {"input_tokens": plain.input_tokens}
+
+
+def test_count_tokens_errors(aclient):
+    with pytest.raises(anthropic.NotFoundError) as ei:
+        aclient.messages.count_tokens(model="claude-nonexistent", messages=HELLO)
+    assert ei.value.body["type"] == "error"
+    assert ei.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        aclient.messages.count_tokens(model=MODEL_ID, messages=[])
+    assert ei.value.body["error"]["type"] == "invalid_request_error"
+    assert "messages" in ei.value.body["error"]["message"]
+
+
+def test_unknown_path_under_messages_is_anthropic_404(aclient, server):
+    # An Anthropic client parses the 404 of a path it expected to exist (count_tokens on an
+    # older server, a batches call): Anthropic's shape, not OpenAI's.
+    with pytest.raises(anthropic.NotFoundError) as ei:
+        aclient.post("/v1/messages/batches", body={"requests": []}, cast_to=object)
+    assert ei.value.body["type"] == "error"
+    assert ei.value.body["error"]["type"] == "not_found_error"
+    assert "/v1/messages/batches" in ei.value.body["error"]["message"]
+    # Other paths keep OpenAI's shape.
+    status, body = server.json("POST", "/v1/nope", {})
+    assert status == 404 and body["error"]["code"] == "unknown_url"
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_wrong_method_is_anthropic_405(aclient, server, path):
+    with pytest.raises(anthropic.APIStatusError) as ei:
+        aclient.get(path, cast_to=object)
+    assert ei.value.status_code == 405
+    assert ei.value.body["type"] == "error"
+    assert ei.value.body["error"]["type"] == "invalid_request_error"
+    assert ei.value.response.headers["allow"] == "POST, OPTIONS"
+
+
+def test_body_too_large_is_anthropic_413(make_server):
+    s = make_server("--max-body", "2000")
+    c = anthropic.Anthropic(base_url=s.base, api_key="none", max_retries=0)
+    big = [{"role": "user", "content": "x" * 4000}]
+    for call in (lambda: c.messages.create(model=MODEL_ID, max_tokens=2, messages=big),
+                 lambda: c.messages.count_tokens(model=MODEL_ID, messages=big)):
+        with pytest.raises(anthropic.APIStatusError) as ei:
+            call()
+        assert ei.value.status_code == 413
+        assert ei.value.body["type"] == "error"
+        assert ei.value.body["error"]["type"] == "request_too_large"
+
+
+def test_api_key_on_count_tokens(make_server):
+    s = make_server("--api-key", "sekrit")
+    good = anthropic.Anthropic(base_url=s.base, api_key="sekrit", max_retries=0)
+    assert good.messages.count_tokens(model=MODEL_ID, messages=HELLO).input_tokens > 5
+    bad = anthropic.Anthropic(base_url=s.base, api_key="wrong", max_retries=0)
+    for call in (lambda: bad.messages.count_tokens(model=MODEL_ID, messages=HELLO),
+                 lambda: bad.post("/v1/messages/nope", body={}, cast_to=object)):
+        with pytest.raises(anthropic.AuthenticationError) as ei:
+            call()
+        assert ei.value.body["type"] == "error"
+        assert ei.value.body["error"]["type"] == "authentication_error"

@@ -197,3 +197,40 @@ def test_required_with_other_constraints_rejected(server):
         "response_format": {"type": "json_object"}})
     assert st == 400, data
     assert json.loads(data)["error"]["param"] == "tool_choice"
+
+
+def gbnf_literal(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@pytest.mark.parametrize("output,called", [
+    # The model invents a tool next to the offered ones (issue 30: get_weather_args).
+    ('<tool_call>\n{"name": "get_weather_args", "arguments": {"city": "Paris"}}\n</tool_call>',
+     None),
+    ('{"name": "search", "arguments": {"q": "Paris"}}', None),
+    # The control: the same markup naming an offered tool is a call.
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+     "get_weather"),
+])
+def test_unknown_tool_stays_content(client, output, called):
+    """Under tool_choice auto, a call to a tool that was not offered is never returned as a
+    call: its markup stays in the content, finish_reason stays "stop". The model's answer is
+    pinned with a grammar (SmolLM2's template has no tools: the Hermes fallback format)."""
+    kw = dict(model=MODEL_ID, messages=ASK, tools=TOOLS, max_tokens=60, temperature=0,
+              extra_body={"grammar": "root ::= " + gbnf_literal(output)})
+    r = client.chat.completions.create(**kw)
+    m, finish = r.choices[0].message, r.choices[0].finish_reason
+    check_calls(m, finish)
+    state = ChatCompletionStreamState()
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        state.handle_chunk(chunk)
+    final = state.get_final_completion().choices[0]
+    check_calls(final.message, final.finish_reason)
+    if called:
+        assert [c.function.name for c in m.tool_calls] == [called]
+        assert [c.function.name for c in final.message.tool_calls] == [called]
+    else:
+        assert not m.tool_calls and finish == "stop"
+        assert m.content == output
+        assert not final.message.tool_calls and final.finish_reason == "stop"
+        assert final.message.content == output

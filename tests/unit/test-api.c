@@ -139,12 +139,9 @@ static void test_template_rejects(void **state)
     (void)state;
     struct ebb_chat_template ct;
     ebb_chat_template_by_name("gemma", &ct);
-    struct ebb_chat_msg m[2] = {{"user", "a", 1, NULL}, {"user", "b", 1, NULL}};
     char *out = NULL;
     size_t len;
     struct ebb_diag d;
-    assert_int_equal(ebb_chat_template_render(&ct, m, 2, true, &out, &len, &d), EBB_EINVAL);
-    assert_non_null(strstr(d.msg, "alternate"));
     struct ebb_chat_msg bad[1] = {{"tool", "x", 1, NULL}};
     ebb_chat_template_by_name("chatml", &ct);
     assert_int_equal(ebb_chat_template_render(&ct, bad, 1, true, &out, &len, &d), EBB_EINVAL);
@@ -157,6 +154,185 @@ static void test_template_rejects(void **state)
     assert_int_equal(ebb_chat_template_render(&ct, tc, 1, true, &out, &len, &d), EBB_EINVAL);
     assert_non_null(strstr(d.msg, "tool calls"));
     json_decref(call);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strdup(buf);
+}
+
+/* Renders msgs[0..n) with t (EBB_OK expected) into a malloc'd string. */
+static char *render_ok(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs, size_t n)
+{
+    char *out = NULL;
+    size_t len = 0;
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_chat_template_render(t, msgs, n, true, &out, &len, &d);
+    if (rc)
+        fail_msg("render failed: %s", d.msg);
+    assert_int_equal(len, strlen(out));
+    return out;
+}
+
+/* Conversations the OpenAI API accepts reach templates that demand alternating roles (Gemma's
+ * and Mistral's, as Jinja and as the built-in families) normalized: consecutive messages of one
+ * role merged (tool calls kept), a late system message as a user one, an empty user turn before
+ * a leading assistant one; each renders as the normalized conversation sent as such would. A
+ * template that accepts the conversation as it is (ChatML) sees it unchanged. */
+static void test_template_alternation(void **state)
+{
+    (void)state;
+    struct ebb_chat_template gemma_c, gemma_j, mistral_c, mistral_j, chatml_j;
+    struct ebb_diag d;
+    char *gsrc = read_text(EBB_TEST_DATA "/chat-templates/gemma3.jinja");
+    char *msrc = read_text(EBB_TEST_DATA "/chat-templates/mistral.jinja");
+    char *csrc = read_text(EBB_TEST_DATA "/chat-templates/smollm2.jinja");
+    ebb_chat_template_by_name("gemma", &gemma_c);
+    ebb_chat_template_by_name("mistral", &mistral_c);
+    assert_int_equal(
+        ebb_chat_template_from_source(gsrc, strlen(gsrc), "<bos>", "<eos>", true, &gemma_j, &d),
+        EBB_OK);
+    assert_int_equal(
+        ebb_chat_template_from_source(msrc, strlen(msrc), "<s>", "</s>", true, &mistral_j, &d),
+        EBB_OK);
+    assert_int_equal(
+        ebb_chat_template_from_source(csrc, strlen(csrc), "", "<|im_end|>", false, &chatml_j, &d),
+        EBB_OK);
+    static const struct {
+        struct ebb_chat_msg sent[6], same[6];
+        size_t n_sent, n_same;
+        bool gemma_only; /* system text the Mistral templates place differently */
+    } cases[] = {
+        /* two assistant messages in a row (openai-agents: text, then the tool call turn) */
+        {{{"user", "q", 1, NULL},
+          {"assistant", "Let me see.", 11, NULL},
+          {"assistant", "It is 4.", 8, NULL},
+          {"user", "thanks", 6, NULL}},
+         {{"user", "q", 1, NULL},
+          {"assistant", "Let me see.\n\nIt is 4.", 21, NULL},
+          {"user", "thanks", 6, NULL}},
+         4,
+         3,
+         false},
+        /* two user messages, and an empty assistant message in a run */
+        {{{"user", "a", 1, NULL},
+          {"user", "b", 1, NULL},
+          {"assistant", "", 0, NULL},
+          {"assistant", "c", 1, NULL}},
+         {{"user", "a\n\nb", 4, NULL}, {"assistant", "c", 1, NULL}},
+         4,
+         2,
+         false},
+        /* two system messages first, a late system message, a leading assistant message */
+        {{{"system", "S1", 2, NULL},
+          {"system", "S2", 2, NULL},
+          {"assistant", "Hi, how can I help?", 19, NULL},
+          {"user", "x", 1, NULL},
+          {"system", "Be brief.", 9, NULL},
+          {"user", "y", 1, NULL}},
+         {{"system", "S1\n\nS2", 6, NULL},
+          {"user", "", 0, NULL},
+          {"assistant", "Hi, how can I help?", 19, NULL},
+          {"user", "x\n\nBe brief.\n\ny", 15, NULL}},
+         6,
+         4,
+         true},
+    };
+    const struct ebb_chat_template *strict[] = {&gemma_c, &gemma_j, &mistral_c, &mistral_j};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (size_t k = 0; k < 4; k++) {
+            if (cases[i].gemma_only && k >= 2)
+                continue;
+            /* The normalized conversation is what these templates take as it is. */
+            char *want = render_ok(strict[k], cases[i].same, cases[i].n_same);
+            char *got = render_ok(strict[k], cases[i].sent, cases[i].n_sent);
+            if (strcmp(got, want))
+                fail_msg("case %zu template %zu:\n got: %s\nwant: %s", i, k, got, want);
+            free(got);
+            free(want);
+        }
+    }
+    /* Mistral's first template has no system role at all: the system text goes in front of the
+     * first user message, as the built-in family puts it. */
+    struct ebb_chat_msg sys[2] = {{"system", "S", 1, NULL}, {"user", "u", 1, NULL}};
+    char *a = render_ok(&mistral_j, sys, 2), *b = render_ok(&mistral_c, sys, 2);
+    assert_string_equal(a, "[INST] S\n\nu [/INST]");
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    /* ChatML takes runs of one role as they are. */
+    char *c = render_ok(&chatml_j, cases[0].sent, 4);
+    assert_non_null(strstr(c, "<|im_start|>assistant\nLet me see.<|im_end|>\n<|im_start|>"
+                              "assistant\nIt is 4.<|im_end|>"));
+    free(c);
+    /* Tool calls of merged assistant messages are kept, in order; tool results are not merged. */
+    const char *src = "{% for m in messages %}{% if m.role != 'tool' and (m.role == 'user') != "
+                      "(loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}"
+                      "{% endif %}{{ m.role }}:{{ m.content }}{% for c in m.tool_calls or [] %}"
+                      "[{{ c.function.name }}]{% endfor %};{% endfor %}";
+    struct ebb_chat_template t;
+    assert_int_equal(ebb_chat_template_from_source(src, strlen(src), "", "", false, &t, &d),
+                     EBB_OK);
+    json_t *m = json_loads(
+        "[{\"role\":\"assistant\",\"content\":\"Let me check.\",\"tool_calls\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"g\",\"arguments\":{}}}]}]",
+        0, NULL);
+    assert_non_null(m);
+    struct ebb_chat_msg tc[6] = {{"user", "q", 1, NULL},
+                                 {"assistant", "Let me check.", 13, json_array_get(m, 0)},
+                                 {"assistant", "", 0, json_array_get(m, 1)},
+                                 {"tool", "1", 1, NULL},
+                                 {"tool", "2", 1, NULL},
+                                 {"user", "ok", 2, NULL}};
+    char *o = render_ok(&t, tc, 6);
+    assert_string_equal(o, "user:q;assistant:Let me check.[f][g];tool:1;tool:2;user:ok;");
+    free(o);
+    /* What normalizing cannot fix is reported as the template said it of the conversation sent. */
+    struct ebb_chat_msg bad[2] = {{"robot", "x", 1, NULL}, {"user", "q", 1, NULL}};
+    char *out = NULL;
+    size_t len;
+    assert_int_equal(ebb_chat_template_render(&t, bad, 2, true, &out, &len, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "roles must alternate"));
+    ebb_chat_template_fini(&t);
+    json_decref(m);
+    ebb_chat_template_fini(&gemma_j);
+    ebb_chat_template_fini(&mistral_j);
+    ebb_chat_template_fini(&chatml_j);
+    free(gsrc);
+    free(msrc);
+    free(csrc);
+}
+
+/* The built-in families trim message text as their Jinja templates' |trim does: Python's
+ * str.strip(), whose whitespace is Unicode's (NBSP, U+3000, U+2028), not ASCII's alone. */
+static void test_template_unicode_trim(void **state)
+{
+    (void)state;
+    struct ebb_chat_template builtin, jinja;
+    struct ebb_diag d;
+    char *src = read_text(EBB_TEST_DATA "/chat-templates/gemma3.jinja");
+    ebb_chat_template_by_name("gemma", &builtin);
+    assert_int_equal(
+        ebb_chat_template_from_source(src, strlen(src), "", "<eos>", false, &jinja, &d), EBB_OK);
+    static const char text[] = "\xc2\xa0\xe3\x80\x80 Hello\xe2\x80\x83there \xe2\x80\xa8\n";
+    struct ebb_chat_msg m[1] = {{"user", text, sizeof(text) - 1, NULL}};
+    char *a = render_ok(&builtin, m, 1), *b = render_ok(&jinja, m, 1);
+    assert_string_equal(a, "<start_of_turn>user\nHello\xe2\x80\x83there<end_of_turn>\n"
+                           "<start_of_turn>model\n");
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    ebb_chat_template_fini(&jinja);
+    free(src);
 }
 
 /* The model's own template: messages with tool calls and tool results pass through (arguments
@@ -204,14 +380,14 @@ static void test_template_jinja(void **state)
     assert_non_null(strstr(d.msg, "line 2"));
     assert_non_null(strstr(d.msg, "frobnicate"));
     assert_non_null(strstr(d.msg, "--chat-template"));
-    const char *raises = "{% if messages[0].role != 'user' %}\n\n"
-                         "{{ raise_exception('Conversations must start with a user') }}{% endif %}";
+    const char *raises = "{% if messages[-1].role != 'user' %}\n\n"
+                         "{{ raise_exception('Conversations must end with a user') }}{% endif %}";
     assert_int_equal(ebb_chat_template_from_source(raises, strlen(raises), "", "", false, &t, &d),
                      EBB_OK);
-    struct ebb_chat_msg sys[1] = {{"system", "s", 1, NULL}};
-    assert_int_equal(ebb_chat_template_render(&t, sys, 1, true, &out, &len, &d), EBB_EINVAL);
+    struct ebb_chat_msg sys[2] = {{"user", "u", 1, NULL}, {"assistant", "a", 1, NULL}};
+    assert_int_equal(ebb_chat_template_render(&t, sys, 2, true, &out, &len, &d), EBB_EINVAL);
     assert_non_null(strstr(d.msg, "line 3"));
-    assert_non_null(strstr(d.msg, "Conversations must start with a user"));
+    assert_non_null(strstr(d.msg, "Conversations must end with a user"));
     ebb_chat_template_fini(&t);
 }
 
@@ -694,12 +870,13 @@ static void test_metrics_text(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_template_detect),    cmocka_unit_test(test_template_from_tokens),
-        cmocka_unit_test(test_template_render),    cmocka_unit_test(test_template_rejects),
-        cmocka_unit_test(test_template_jinja),     cmocka_unit_test(test_params_chat),
-        cmocka_unit_test(test_params_completions), cmocka_unit_test(test_stopper),
-        cmocka_unit_test(test_error_object),       cmocka_unit_test(test_sse_and_utf8),
-        cmocka_unit_test(test_json_escape),        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_template_detect),      cmocka_unit_test(test_template_from_tokens),
+        cmocka_unit_test(test_template_render),      cmocka_unit_test(test_template_rejects),
+        cmocka_unit_test(test_template_alternation), cmocka_unit_test(test_template_unicode_trim),
+        cmocka_unit_test(test_template_jinja),       cmocka_unit_test(test_params_chat),
+        cmocka_unit_test(test_params_completions),   cmocka_unit_test(test_stopper),
+        cmocka_unit_test(test_error_object),         cmocka_unit_test(test_sse_and_utf8),
+        cmocka_unit_test(test_json_escape),          cmocka_unit_test(test_metrics_text),
         cmocka_unit_test(test_embeddings_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -99,12 +99,6 @@ static void test_hermes(void **state)
     /* The markup is not closed before the end, but its JSON is complete. */
     expect_parse(EBB_TOOL_HERMES, "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}", NULL,
                  two + 1, 1);
-    /* Any name goes inside the markup: the model meant to call. */
-    const char *other[] = {"search {\"q\":\"x\"}"};
-    expect_parse(EBB_TOOL_HERMES,
-                 "<tool_call>{\"name\":\"search\",\"arguments\":{\"q\":\"x\"}}"
-                 "</tool_call>",
-                 NULL, other, 1);
 }
 
 static void test_malformed(void **state)
@@ -560,15 +554,78 @@ static void test_render_fallback(void **state)
     json_decref(tools);
 }
 
+/* A call naming a tool that was not offered is never a call, in any format: the markup stays in
+ * the content byte for byte (issue 30: a model wrote get_weather_args next to get_weather). */
+static void test_unknown_tool_names(void **state)
+{
+    (void)state;
+    static const struct {
+        enum ebb_tool_format f;
+        const char *text;
+    } cases[] = {
+        {EBB_TOOL_HERMES, "<tool_call>\n{\"name\": \"get_weather_args\", \"arguments\": {\"city\": "
+                          "\"Paris\"}}\n</tool_call>"},
+        {EBB_TOOL_HERMES, "I will search.<tool_call>{\"name\":\"search\",\"arguments\":{}}"
+                          "</tool_call>"},
+        {EBB_TOOL_HERMES, "{\"name\": \"get_weather_args\", \"arguments\": {}}"},
+        {EBB_TOOL_HERMES, "{\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": "
+                          "\"search\", \"arguments\": \"{}\"}}]}"},
+        {EBB_TOOL_LLAMA3, "{\"name\": \"get_weather_args\", \"parameters\": {\"city\": \"Rome\"}}"},
+        {EBB_TOOL_LLAMA3, "<|python_tag|>{\"name\": \"brave_search\", \"parameters\": {\"query\": "
+                          "\"x\"}}"},
+        /* One unknown name among the calls of a Llama 3 answer: all of it is content. */
+        {EBB_TOOL_LLAMA3, "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"nope\", "
+                          "\"parameters\": {}}"},
+        {EBB_TOOL_MISTRAL, "[TOOL_CALLS] [{\"name\": \"get_weather_args\", \"arguments\": {}}]"},
+        {EBB_TOOL_MISTRAL, "[TOOL_CALLS]search[ARGS]{\"q\": \"x\"}"},
+        {EBB_TOOL_MISTRAL, "[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]search[ARGS]{}"},
+        {EBB_TOOL_MISTRAL, "[{\"name\": \"search\", \"arguments\": {}}]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_parse(cases[i].f, cases[i].text, cases[i].text, NULL, 0);
+    /* Next to an unknown one, a known call in its own Hermes block is still a call. */
+    const char *one[] = {"get_time {}"};
+    expect_parse(EBB_TOOL_HERMES,
+                 "<tool_call>{\"name\":\"get_time\"}</tool_call><tool_call>{\"name\":\"get_weather_"
+                 "args\"}</tool_call>",
+                 "<tool_call>{\"name\":\"get_weather_args\"}</tool_call>", one, 1);
+    /* Streamed in small pieces, the same: no call event, the markup as content. */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *tools = weather_tools();
+        struct ebb_tool_parser_opts o = {.format = cases[i].f, .tools = tools};
+        struct ebb_tool_stream *s = NULL;
+        assert_int_equal(ebb_tool_stream_new(&o, &s), EBB_OK);
+        struct acc a;
+        memset(&a, 0, sizeof(a));
+        const char *t = cases[i].text;
+        for (size_t k = 0; t[k]; k += 3) {
+            size_t n = strlen(t + k) < 3 ? strlen(t + k) : 3;
+            assert_int_equal(ebb_tool_stream_feed(s, t + k, n, acc_ev, &a), EBB_OK);
+        }
+        assert_int_equal(ebb_tool_stream_finish(s, acc_ev, &a), EBB_OK);
+        assert_int_equal(a.n_calls, 0);
+        assert_string_equal(a.content, t);
+        ebb_tool_stream_free(s);
+        json_decref(tools);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect),          cmocka_unit_test(test_hermes),
-        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_generic_json),
-        cmocka_unit_test(test_llama3),          cmocka_unit_test(test_mistral),
-        cmocka_unit_test(test_stream_pieces),   cmocka_unit_test(test_stream_holds_marker),
-        cmocka_unit_test(test_max_calls),       cmocka_unit_test(test_request_fields),
-        cmocka_unit_test(test_render_fallback), cmocka_unit_test(test_call_grammar),
+        cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_hermes),
+        cmocka_unit_test(test_unknown_tool_names),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_generic_json),
+        cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_stream_pieces),
+        cmocka_unit_test(test_stream_holds_marker),
+        cmocka_unit_test(test_max_calls),
+        cmocka_unit_test(test_request_fields),
+        cmocka_unit_test(test_render_fallback),
+        cmocka_unit_test(test_call_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

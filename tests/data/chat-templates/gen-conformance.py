@@ -70,6 +70,30 @@ CONVERSATIONS = [
                         {'role': 'assistant', 'content': None, 'tool_calls': [TOOL_CALL]},
                         {'role': 'tool', 'tool_call_id': 'call12345', 'name': 'get_weather',
                          'content': '18 degrees'}], True),
+    # Text users paste (issue 30): Unicode whitespace around messages, which str.strip() and
+    # |trim remove (NBSP, U+3000, U+2028, U+2003, U+0085; U+200B is not whitespace), and
+    # characters repr() escapes when a template prints a list or a dict (\xa0, \x85,
+    # \u2028, \u200b, \x7f; tojson(ensure_ascii=True) writes DEL as \u007f).
+    ('unicode-space', [{'role': 'system', 'content': '\u3000\xa0You are terse.\u2028'},
+                       {'role': 'user', 'content': '\xa0\u3000 What is 2+2?\u2003\n\x85'},
+                       {'role': 'assistant', 'content': '\u2029 It is 4.\u200b \u3000'},
+                       {'role': 'user', 'content': '\u3000Thanks\xa0!\xa0'}], False),
+    ('unicode-parts', [{'role': 'user', 'content': [
+                           {'type': 'text', 'text': 'Price:\xa0100\u202f€, line\u2028break'},
+                           {'type': 'text', 'text': 'zero\u200bwidth, del\x7f, nel\x85, '
+                                                    'tab\t, bom\ufeff, é ✓'}]},
+                       {'role': 'assistant', 'content': [
+                           {'type': 'text', 'text': '\xa0Noted\u3000'}]},
+                       {'role': 'user', 'content': 'And in\u00a0Paris?'}], False),
+    ('unicode-tool', [{'role': 'user', 'content': 'Weather in\xa0Paris?\u2028'},
+                      {'role': 'assistant', 'content': '',
+                       'tool_calls': [{'id': 'call12345', 'type': 'function',
+                                       'function': {'name': 'get_weather',
+                                                    'arguments': {'city': 'Paris\xa0\u200b',
+                                                                  'note': 'a\x7fb\x85c\u2028'}}}]},
+                      {'role': 'tool', 'tool_call_id': 'call12345', 'name': 'get_weather',
+                       'content': '{"temperature": "18\xa0°C\u2028"}'},
+                      {'role': 'user', 'content': '\u3000Thanks\u3000'}], True),
 ]
 BOS, EOS = '<s>', '</s>'
 
@@ -195,6 +219,18 @@ CONSTRUCTS = [
     '{% if false %}{{ s | from_json }}{% endif %}guarded',
     '{% for m in none_v %}{% endfor %}',
     '{{ 1 / 0 }}',
+    # Python's string semantics on text users paste (issue 30): str.isspace() whitespace for
+    # strip/trim/split/isspace, code points for strip(chars), repr() of what is not printable,
+    # and DEL under tojson(ensure_ascii=True).
+    '{% set u = "\xa0\u3000 a\u2003b\u200b \u2028\x85\u205f" %}[{{ u.strip() }}]'
+    '[{{ u.lstrip() }}][{{ u.rstrip() }}][{{ u | trim }}]{{ u.split() }}{{ u.split(None, 1) }}'
+    '{{ u.rsplit(None, 1) }}{{ u.isspace() }}{{ "\u3000\xa0\x1c".isspace() }}'
+    '{{ "\u200b".isspace() }}',
+    '{{ "«x»".strip("«»") }}|{{ "éaé".lstrip("é") }}|{{ "ab✓✓".rstrip("✓") }}'
+    '|{{ "\xa0x\xa0".strip(" ") }}|{{ "\xa0x\xa0".strip("\xa0") }}',
+    '{{ ["\xa0", "\x85", "\u2028", "\u200b", "\x7f", "é✓€", "\U000e0001", "\ufeff",'
+    ' "\u0378", "\U0001f600", "it\'s\xa0"] }}|{{ {"k\xa0": "v\u2029", "t": ("\u00ad",)} }}',
+    '{{ "a\x7fb\xa0é\U0001f600" | tojson(ensure_ascii=True) }}|{{ "a\x7fb" | tojson }}',
 ]
 
 
