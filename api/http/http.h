@@ -77,6 +77,7 @@ enum ebb__ep {
     EBB__EP_DETOKENIZE,
     EBB__EP_EMBEDDINGS,
     EBB__EP_MESSAGES,
+    EBB__EP_RESPONSES,
     EBB__EP_COUNT
 };
 
@@ -312,6 +313,11 @@ struct ebb_api {
     struct ebb__req *parked; /* suspended until the hold ends */
     size_t n_gen_conns;      /* connections with a generation whose response is not complete */
     struct ebb__limits limits;
+    /* Stored responses of /v1/responses (api/responses/ creates the store on first use and
+     * frees it through store_free); store_cap is the configured size. */
+    unsigned resp_store_cap;
+    void *resp_store;
+    void (*resp_store_free)(void *store);
     void (*on_ready)(void *ud, bool ok, const char *msg);
     void *ud;
 };

@@ -2,8 +2,8 @@
 #include "http.h"
 
 static const char *const ep_names[EBB__EP_COUNT] = {
-    "other",   "chat_completions", "completions", "models",     "health",
-    "metrics", "tokenize",         "detokenize",  "embeddings", "messages",
+    "other",    "chat_completions", "completions", "models",   "health",    "metrics",
+    "tokenize", "detokenize",       "embeddings",  "messages", "responses",
 };
 
 static const unsigned statuses[EBB__N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 503, 500};
