@@ -184,8 +184,8 @@ static void item_close(struct ebb__req *r, const char *status)
         emit(r, o);
         json_t *fn = json_pack("{soso}", "name", ebb__json_text(s->call_name, strlen(s->call_name)),
                                "arguments", text_of(&s->text));
-        json_array_append_new(s->calls, json_pack("{sssss{so}}", "id", s->call_id, "type",
-                                                  "function", "function", fn));
+        json_array_append_new(
+            s->calls, json_pack("{ssssso}", "id", s->call_id, "type", "function", "function", fn));
     } else {
         bool rs = s->kind == K_REASONING;
         o = item_event(s, rs ? "response.reasoning_text.done" : "response.output_text.done", true);

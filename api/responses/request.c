@@ -239,8 +239,8 @@ static ebb_err parse_input(json_t *o, struct conv *cv, struct ebb__perr *e)
             rc = item_reasoning(cv, it);
         else if (!strcmp(t, "item_reference"))
             rc = fail(e, "input",
-                      "%s: item references are not supported; send the item itself or use "
-                      "previous_response_id",
+                      "%s: 'item_reference' items are not supported; send the item itself or "
+                      "use previous_response_id",
                       where);
         else
             rc = fail(e, "input",
@@ -284,7 +284,7 @@ static ebb_err convert_tools(json_t *o, json_t *chat, struct ebb__perr *e)
             if (present(v))
                 json_object_set(fn, keys[k], v);
         }
-        json_array_append_new(out, json_pack("{sss{so}}", "type", "function", "function", fn));
+        json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn));
     }
     return EBB_OK;
 }
@@ -350,7 +350,7 @@ static ebb_err convert_text(json_t *o, json_t *chat, struct ebb__perr *e)
         if (present(json_object_get(f, keys[k])))
             json_object_set(js, keys[k], json_object_get(f, keys[k]));
     json_object_set_new(chat, "response_format",
-                        json_pack("{sss{so}}", "type", "json_schema", "json_schema", js));
+                        json_pack("{ssso}", "type", "json_schema", "json_schema", js));
     return EBB_OK;
 }
 
