@@ -6,6 +6,7 @@ prompt), text.format json_schema, the store (GET, DELETE, 404s, its LRU bound), 
 refused, and reasoning output (<think> blocks as reasoning items here and as reasoning_content
 in Chat Completions)."""
 import json
+import os
 
 import jsonschema
 import openai
@@ -307,3 +308,82 @@ def test_chat_reasoning_content(client):
         client.chat.completions.create(model=MODEL_ID, messages=kw["messages"], max_tokens=5,
                                        reasoning_effort="low")
     assert ei.value.body["param"] == "reasoning_effort"
+
+
+# ---- reasoning effort on templates with enable_thinking -----------------------------------
+# Tiny random-weight Qwen models (ebb-gen-model, as test_families.py makes them) with the real
+# templates: Qwen3's closes an empty <think> block in the generation prompt when enable_thinking
+# is false; this QwQ template opens the block when it is true (and closes it otherwise), so the
+# answer then starts inside the reasoning.
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    import subprocess
+
+    from conftest import Server
+    from test_families import gen_model, template_path, vocab_path
+    servers = {}
+    for name, tmpl in (("qwen3", "Qwen-Qwen3-0.6B.jinja"), ("qwq", "Qwen-QwQ-32B.jinja")):
+        vocab, t = vocab_path("ggml-vocab-qwen2.gguf"), template_path(tmpl)
+        assert os.path.exists(vocab) and os.path.exists(t), "run scripts/fetch-vocabs.sh and " \
+            "scripts/fetch-chat-templates.sh"
+        model = str(tmp_path_factory.mktemp(name) / f"{name}.gguf")
+        subprocess.run([gen_model(), "--shape", "qwen3-tiny", "--tokenizer-from", vocab,
+                        "--type", "q8_0", "--seed", "7", "--chat-template", t, "-o", model],
+                       check=True, capture_output=True)
+        servers[name] = Server("--parallel", "1", "--ctx", "512", model=model)
+    yield servers
+    for s in servers.values():
+        s.stop()
+
+
+def qwen_model(server):
+    return server.client().models.list().data[0].id
+
+
+def test_effort_switches_thinking(qwen):
+    s = qwen["qwen3"]
+    c, model = s.client(), qwen_model(s)
+    kw = dict(model=model, input="Hi", max_output_tokens=1)
+    off = c.responses.create(reasoning={"effort": "none"}, **kw).usage.input_tokens
+    on = c.responses.create(reasoning={"effort": "high"}, **kw).usage.input_tokens
+    default = c.responses.create(**kw).usage.input_tokens
+    # "<think>\n\n</think>\n\n" after the generation prompt when thinking is off.
+    assert on == default and off > on
+    # Chat Completions: reasoning_effort and chat_template_kwargs reach the same variable.
+    msgs = [{"role": "user", "content": "Hi"}]
+    cc = c.chat.completions.create(model=model, messages=msgs, max_tokens=1,
+                                   reasoning_effort="minimal")
+    assert cc.usage.prompt_tokens == off
+    cc = c.chat.completions.create(model=model, messages=msgs, max_tokens=1,
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert cc.usage.prompt_tokens == off
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(model=model, messages=msgs, max_tokens=1,
+                                  extra_body={"chat_template_kwargs": {"messages": []}})
+    assert ei.value.body["param"] == "chat_template_kwargs"
+
+
+def test_prompt_opens_the_block(qwen):
+    s = qwen["qwq"]
+    c, model = s.client(), qwen_model(s)
+    grammar = 'root ::= "I should greet back.\\n</think>\\n\\nHello!"'
+    kw = dict(model=model, input="Hi", max_output_tokens=40, extra_body={"grammar": grammar})
+    r = c.responses.create(reasoning={"effort": "medium"}, **kw)
+    assert [it.type for it in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == "I should greet back."
+    assert r.output_text == "Hello!"
+    with c.responses.stream(reasoning={"effort": "medium"}, **kw) as stream:
+        final = stream.get_final_response()
+    assert [it.type for it in final.output] == ["reasoning", "message"]
+    assert final.output_text == "Hello!"
+    # Thinking off: the template closed the block itself, so the same text is all answer.
+    r = c.responses.create(reasoning={"effort": "none"}, **kw)
+    assert [it.type for it in r.output] == ["message"]
+    assert r.output_text.startswith("I should greet back.")
+    m = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                  max_tokens=40, reasoning_effort="high",
+                                  extra_body={"grammar": grammar}).choices[0].message
+    assert m.model_extra["reasoning_content"] == "I should greet back."
+    assert m.content == "Hello!"
