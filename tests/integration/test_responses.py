@@ -77,6 +77,12 @@ def test_stream_matches_non_stream(client, server):
             "response.output_item.done", done]
     assert types[:4] == head and types[-4:] == tail, types
     assert set(types[4:-4]) == {"response.output_text.delta"}
+    # create(stream=True): the raw events; the last one carries the whole response.
+    events = list(client.responses.create(stream=True, **kw))
+    assert [e.type for e in events] == types
+    assert events[-1].response.output_text == whole.output_text
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+        whole.output_text
     # Raw: each event names its type on an event: line too, and the sequence numbers run from 0.
     body = dict(kw, stream=True, seed=3)
     del body["extra_body"]
