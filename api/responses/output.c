@@ -322,6 +322,9 @@ static void feed(struct ebb__req *r, const char *text, size_t n)
 {
     struct ebb__gen *g = r->gen;
     struct ebb__resp *s = g->ext;
+    /* Without its splitter (out of memory at the start) the stream is being cut already. */
+    if (!s->th)
+        return;
     ebb_err rc = g->reasoning ? ebb_think_stream_feed(s->th, text, n, think_event, r)
                               : think_event(r, false, text, n);
     if (rc)
@@ -335,6 +338,8 @@ static void finish(struct ebb__req *r)
     struct ebb__gen *g = r->gen;
     struct ebb__resp *s = g->ext;
     ebb_err rc = EBB_OK;
+    if (!s->th)
+        return;
     if (g->reasoning)
         rc = ebb_think_stream_finish(s->th, think_event, r);
     if (!rc && s->tp)

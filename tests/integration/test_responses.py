@@ -69,6 +69,8 @@ def test_stream_matches_non_stream(client, server):
         final = stream.get_final_response()
     assert final.output_text == whole.output_text
     assert [it.type for it in final.output] == ["message"]
+    # A streamed response is stored as it was answered.
+    assert client.responses.retrieve(final.id).output_text == final.output_text
     assert final.usage.output_tokens == whole.usage.output_tokens
     done = "response.completed" if whole.status == "completed" else "response.incomplete"
     head = ["response.created", "response.in_progress", "response.output_item.added",
