@@ -40,6 +40,7 @@ struct ebb_api_config {
     unsigned max_connections, max_connections_per_client;
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
+    unsigned responses_store; /* /v1/responses kept for previous_response_id and GET; 0: none */
     enum ebb_api_poll poll;
     /* Generation defaults: the configured ones (copied; NULL: none), and whether to skip the
      * model's own general.sampling.* recommendations (api/defaults/defaults.h has the resolution).
@@ -63,9 +64,9 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
 void ebb_api_free(struct ebb_api *a);
 
 /* Applies the settings a configuration reload may change on a running server: API keys, CORS
- * origins, max_body, keepalive_ms, max_stream_buffer, the edge limits (header and body
- * timeouts, connection caps), generation and ignore_model_sampling
- * (other fields are ignored). Connections stay open; the next request sees the new values. */
+ * origins, max_body, keepalive_ms, max_stream_buffer, responses_store, the edge limits (header and
+ * body timeouts, connection caps), generation and ignore_model_sampling (other fields are ignored).
+ * Connections stay open; the next request sees the new values. */
 ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg);
 
 /* The bound port (useful with port 0). */

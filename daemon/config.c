@@ -132,6 +132,11 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                          "BOOL",
                          "host layers with 8-bit activations (llama.cpp's CPU numerics, AVX2 "
                          "Q4_0 products) instead of the reference's fp32"},
+    [EBB_CFG_RESPONSES_STORE] = {"responses_store", T_U32, OFF(responses_store), 0, 1u << 20,
+                                 EBB_CONFIG_CHANGE_LIMITS, false, "N",
+                                 "responses of /v1/responses kept in memory for "
+                                 "previous_response_id and GET, least recently used dropped "
+                                 "first (0 = none)"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
  * recommends a value (api/defaults/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \
@@ -450,6 +455,7 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->shutdown_grace_ms = 10000;
     cfg->prefetch = 2;
     cfg->prompt_cache = 256u << 20;
+    cfg->responses_store = 256;
     ebb_defaults_builtin(&cfg->generation.v);
     cfg->generation.mask = 0;
     cfg->model_sampling = true;

@@ -65,6 +65,7 @@ enum ebb_config_key {
     EBB_CFG_HOST_Q8,
     EBB_CFG_EXPERT_CACHE,
     EBB_CFG_PROMPT_CACHE,
+    EBB_CFG_RESPONSES_STORE,
     /* [generation]: defaults for the sampling fields a request does not send
        (api/defaults/defaults.h) */
     EBB_CFG_TEMPERATURE,
@@ -114,6 +115,7 @@ struct ebb_config {
     uint32_t expert_cache;           /* MoE: expert slots per layer on the device; 0 = off,
                                         EBB_CONFIG_EXPERT_CACHE_AUTO = from memory_budget */
     uint64_t prompt_cache;           /* bytes of the prompt-cache store; 256 MiB, 0 = none */
+    uint32_t responses_store; /* /v1/responses kept for previous_response_id; 256, 0 = none */
     /* Edge limits (api/http/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client
      * address (256), past which only /health is answered. */
@@ -201,7 +203,7 @@ enum {
     EBB_CONFIG_CHANGE_LOG = 1u << 0,        /* log_level, log_format: ebb_log_configure */
     EBB_CONFIG_CHANGE_LIMITS = 1u << 1,     /* queue, max_body, request_timeout, shutdown_grace,
                                                header_timeout, body_timeout, max_connections,
-                                               max_connections_per_client */
+                                               max_connections_per_client, responses_store */
     EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
     EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
     EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, ctx_over_trained,

@@ -14,9 +14,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ebb serve [-m MODEL] [flags]\n\n"
             "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions,\n"
-            "/v1/embeddings, /v1/models), Anthropic's /v1/messages, and /health, /metrics,\n"
-            "/tokenize, /detokenize for one GGUF model. The context per slot it chose, and why,\n"
-            "is logged at start-up; ebb info MODEL shows the same choice.\n\n"
+            "/v1/responses, /v1/embeddings, /v1/models), Anthropic's /v1/messages, and /health,\n"
+            "/metrics, /tokenize, /detokenize for one GGUF model. The context per slot it chose,\n"
+            "and why, is logged at start-up; ebb info MODEL shows the same choice.\n\n"
             "flags (each also settable as EBB_<NAME> or in the config file):\n"
             "  -m FILE                    the model, as --model: a path, or a file name under\n"
             "                             models_dir (.gguf may be left off)\n");

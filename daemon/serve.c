@@ -145,6 +145,7 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->cors_origins = c->cors_origins.items;
     ac->n_cors_origins = c->cors_origins.n;
     ac->keepalive_ms = s->keepalive_ms;
+    ac->responses_store = c->responses_store;
     ac->generation = &c->generation;
     ac->ignore_model_sampling = !c->model_sampling;
 }

@@ -296,6 +296,8 @@ ebb_err ebb_chat_template_from_source(const char *src, size_t n, const char *bos
         t->tools_native = !memcmp(src + i, "tools", 5);
     if (t->tools_native)
         t->tool_format = ebb_tool_format_detect(src, n);
+    for (size_t i = 0; i + 15 <= n && !t->has_thinking; i++)
+        t->has_thinking = !memcmp(src + i, "enable_thinking", 15);
     snprintf(t->bos_token, sizeof(t->bos_token), "%s", bos ? bos : "");
     snprintf(t->eos_token, sizeof(t->eos_token), "%s", eos ? eos : "");
     t->strip_bos = strip_bos;
@@ -360,11 +362,11 @@ static json_t *messages_json(const struct ebb_chat_msg *msgs, size_t n)
 }
 
 static ebb_err render_jinja(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
-                            size_t n, const json_t *tools, bool add_generation, char **out,
-                            size_t *out_len, struct ebb_diag *diag)
+                            size_t n, const json_t *tools, const json_t *extra, bool add_generation,
+                            char **out, size_t *out_len, struct ebb_diag *diag)
 {
     /* What transformers passes: tools and documents are always there, None when not given. */
-    json_t *vars = json_object();
+    json_t *vars = json_is_object(extra) ? json_deep_copy(extra) : json_object();
     json_t *m = messages_json(msgs, n);
     if (!vars || !m) {
         json_decref(vars);
@@ -403,12 +405,13 @@ ebb_err ebb_chat_template_render(const struct ebb_chat_template *t, const struct
     return ebb_chat_template_render_tools(t, msgs, n, NULL, add_generation, out, out_len, diag);
 }
 
+/* One rendering of msgs as given (no normalizing: ebb_chat_template_render_vars retries). */
 static ebb_err render_once(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
-                           size_t n, const json_t *tools, bool add_generation, char **out,
-                           size_t *out_len, struct ebb_diag *diag)
+                           size_t n, const json_t *tools, const json_t *vars, bool add_generation,
+                           char **out, size_t *out_len, struct ebb_diag *diag)
 {
     if (t->family == EBB_CHAT_JINJA)
-        return render_jinja(t, msgs, n, tools, add_generation, out, out_len, diag);
+        return render_jinja(t, msgs, n, tools, vars, add_generation, out, out_len, diag);
     if (json_array_size(tools))
         return ebb_diag_set(diag, EBB_EINVAL, "the built-in %s chat template cannot render tools",
                             ebb_chat_family_name(t->family));
@@ -570,8 +573,17 @@ ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
                                        const json_t *tools, bool add_generation, char **out,
                                        size_t *out_len, struct ebb_diag *diag)
 {
+    return ebb_chat_template_render_vars(t, msgs, n, tools, NULL, add_generation, out, out_len,
+                                         diag);
+}
+
+ebb_err ebb_chat_template_render_vars(const struct ebb_chat_template *t,
+                                      const struct ebb_chat_msg *msgs, size_t n,
+                                      const json_t *tools, const json_t *vars, bool add_generation,
+                                      char **out, size_t *out_len, struct ebb_diag *diag)
+{
     struct ebb_diag first = {{0}};
-    ebb_err rc = render_once(t, msgs, n, tools, add_generation, out, out_len, &first);
+    ebb_err rc = render_once(t, msgs, n, tools, vars, add_generation, out, out_len, &first);
     if (rc != EBB_EINVAL)
         goto out;
     struct ebb_chat_msg *mm = calloc(n + 1, sizeof(*mm));
@@ -584,7 +596,7 @@ ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
         if (!r2 && !changed)
             continue;
         if (!r2)
-            r2 = render_once(t, mm, nn, tools, add_generation, out, out_len, &d);
+            r2 = render_once(t, mm, nn, tools, vars, add_generation, out, out_len, &d);
         if (r2 != EBB_EINVAL) { /* rendered, or out of memory */
             rc = r2;
             if (rc)

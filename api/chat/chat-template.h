@@ -38,6 +38,9 @@ struct ebb_chat_template {
      * hermes, the fallback's, when the template has no tools). */
     bool tools_native;
     enum ebb_tool_format tool_format;
+    /* The Jinja source reads `enable_thinking` (Qwen3 and its kin): a request's reasoning effort
+     * can switch the model's thinking on and off through it. */
+    bool has_thinking;
 };
 
 struct ebb_chat_msg {
@@ -102,5 +105,14 @@ ebb_err ebb_chat_template_render_tools(const struct ebb_chat_template *t,
                                        const struct ebb_chat_msg *msgs, size_t n,
                                        const json_t *tools, bool add_generation, char **out,
                                        size_t *out_len, struct ebb_diag *diag);
+
+/* The same with extra template variables: vars (a JSON object or NULL, not stolen) adds its keys
+ * to what a Jinja template sees (enable_thinking, chat_template_kwargs); the variables ebb sets
+ * itself (messages, tools, documents, add_generation_prompt, bos_token, eos_token) win. The
+ * built-in families have no variables and ignore vars. */
+ebb_err ebb_chat_template_render_vars(const struct ebb_chat_template *t,
+                                      const struct ebb_chat_msg *msgs, size_t n,
+                                      const json_t *tools, const json_t *vars, bool add_generation,
+                                      char **out, size_t *out_len, struct ebb_diag *diag);
 
 #endif

@@ -84,6 +84,7 @@ enum ebb__ep {
     EBB__EP_EMBEDDINGS,
     EBB__EP_MESSAGES,
     EBB__EP_COUNT_TOKENS, /* /v1/messages/count_tokens */
+    EBB__EP_RESPONSES,
     EBB__EP_COUNT
 };
 
@@ -131,8 +132,9 @@ struct ebb__lp {
     float top_logprobs[EBB_SAMPLE_MAX_TOP];
 };
 
-struct ebb__gen_fmt;    /* a wire format over the generation: api/openai/openai.h */
-struct ebb_tool_stream; /* api/tools/tools.h */
+struct ebb__gen_fmt;     /* a wire format over the generation: api/openai/openai.h */
+struct ebb_tool_stream;  /* api/tools/tools.h */
+struct ebb_think_stream; /* api/tools/tools.h */
 
 /* One choice's output (a request has one unless it asked for n). Fields marked (mu) are shared
  * with the engine thread under api->mu; the rest belong to the loop thread. */
@@ -152,7 +154,8 @@ struct ebb__gen_choice {
     struct ebb__abuf text;
     struct ebb__lp *all_lp;
     size_t n_all_lp, cap_all_lp;
-    struct ebb_tool_stream *tp; /* streams with tools: the incremental parser of its output */
+    struct ebb_tool_stream *tp;  /* streams with tools: the incremental parser of its output */
+    struct ebb_think_stream *th; /* chat streams: the reasoning splitter, before tp */
 };
 
 /* Generation state of one request. Fields marked (mu) are shared with the engine thread under
@@ -177,6 +180,9 @@ struct ebb__gen {
     int32_t mark_id[2];  /* control tokens of the call markup (-1: none), for sink_token */
     const char *mark[2]; /* their texts */
     uint32_t cur;        /* the choice whose output the tool parser is writing */
+    /* reasoning: <think> blocks go apart from the answer (chat: reasoning_content); think_open:
+     * the prompt ended inside one, so the output starts as reasoning */
+    bool reasoning, think_open;
     /* (mu) written by the engine */
     bool eng_done;
     struct ebb_sched_result res; /* the job's: n_gen summed over the choices */
@@ -314,6 +320,11 @@ struct ebb_api {
     struct ebb__req *parked; /* suspended until the hold ends */
     size_t n_gen_conns;      /* connections with a generation whose response is not complete */
     struct ebb__limits limits;
+    /* Stored responses of /v1/responses (api/responses/ creates the store on first use and
+     * frees it through store_free); store_cap is the configured size. */
+    unsigned resp_store_cap;
+    void *resp_store;
+    void (*resp_store_free)(void *store);
     void (*on_ready)(void *ud, bool ok, const char *msg);
     void *ud;
 };

@@ -13,6 +13,7 @@ static const char *const ep_names[EBB__EP_COUNT] = {
     "embeddings",
     "messages",
     "messages_count_tokens",
+    "responses",
 };
 
 static const unsigned statuses[EBB__N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 503, 500};

@@ -225,7 +225,8 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 405)
         MHD_add_response_header(resp, "Allow",
-                                r->ep == EBB__EP_MODELS || r->ep == EBB__EP_HEALTH ||
+                                r->ep == EBB__EP_RESPONSES ? "GET, POST, DELETE, OPTIONS"
+                                : r->ep == EBB__EP_MODELS || r->ep == EBB__EP_HEALTH ||
                                         r->ep == EBB__EP_METRICS
                                     ? "GET, HEAD, OPTIONS"
                                     : "POST, OPTIONS");
@@ -484,6 +485,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     ebb__limits_set(&a->limits, cfg);
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    a->resp_store_cap = cfg->responses_store;
     ebb__setup_generation(a, cfg);
     a->metrics.started_at = ebb__unix_now();
     a->model_created = (long long)a->metrics.started_at;
@@ -603,6 +605,7 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
+    a->resp_store_cap = cfg->responses_store;
     ebb__limits_set(&a->limits, cfg);
     ebb__setup_generation(a, cfg);
     if (a->model)
@@ -662,6 +665,8 @@ void ebb_api_free(struct ebb_api *a)
     uv_run(a->loop, UV_RUN_NOWAIT);
     ebb_chat_template_fini(&a->tmpl);
     ebb__limits_fini(&a->limits);
+    if (a->resp_store_free)
+        a->resp_store_free(a->resp_store);
     free(a->model_id);
     free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);

@@ -39,6 +39,7 @@ void ebb__gen_free(struct ebb__gen *g)
         free(c->take_lp);
         free(c->all_lp);
         ebb_tool_stream_free(c->tp);
+        ebb_think_stream_free(c->th);
     }
     if (g->ch != &g->one)
         free(g->ch);
@@ -328,6 +329,26 @@ static ebb_err tool_event(void *ud, const struct ebb_tool_ev *ev)
     return EBB_OK;
 }
 
+/* The reasoning splitter's output for choice r->gen->cur: reasoning as reasoning_content deltas,
+ * the answer on to the tool parser or as content deltas. */
+static ebb_err think_event(void *ud, bool reasoning, const char *text, size_t n)
+{
+    struct ebb__req *r = ud;
+    struct ebb__gen *g = r->gen;
+    uint32_t i = g->cur;
+    if (reasoning) {
+        json_t *d = json_object();
+        json_object_set_new(d, "reasoning_content", ebb__json_text(text, n));
+        sse_delta_chunk(r, i, d, NULL, 0, NULL, false, NULL);
+        return EBB_OK;
+    }
+    if (g->ch[i].tp)
+        return ebb_tool_stream_feed(g->ch[i].tp, text, n, tool_event, r);
+    if (!sse_text_chunk(r, i, text, n))
+        sse_chunk(r, i, text, n, NULL, false, NULL);
+    return EBB_OK;
+}
+
 /* Streams choice i's text through its tool parser: content as content deltas, calls as
  * tool_calls deltas, markup never; logprobs (lp, stolen) go in a chunk of their own. */
 static void stream_tools(struct ebb__req *r, uint32_t i, const char *t, size_t n, json_t *lp,
@@ -362,7 +383,13 @@ static void stream_choice(struct ebb__req *r, uint32_t i)
         }
     }
     const char *t = c->take.p ? c->take.p : "";
-    if (c->tp)
+    if (c->th) {
+        g->cur = i;
+        if (ebb_think_stream_feed(c->th, t, c->take.n, think_event, r))
+            r->out.oom = true; /* cut the stream like a buffer overflow */
+        if (lp)
+            sse_chunk(r, i, NULL, 0, lp, false, NULL);
+    } else if (c->tp)
         stream_tools(r, i, t, c->take.n, lp, false);
     else if (lp || !sse_text_chunk(r, i, t, c->take.n))
         sse_chunk(r, i, t, c->take.n, lp, false, NULL);
@@ -424,6 +451,9 @@ void ebb__gen_pump(struct ebb__req *r)
                 bool end = g->n_ch > 1 ? ended[i] : done;
                 if (!end || c->end_sent)
                     continue;
+                g->cur = i;
+                if (c->th && ebb_think_stream_finish(c->th, think_event, r))
+                    r->out.oom = true;
                 if (c->tp)
                     stream_tools(r, i, "", 0, NULL, true);
                 enum ebb_finish f = choice_res(g, i)->finish;
@@ -530,7 +560,14 @@ static json_t *choice_json(struct ebb__req *r, uint32_t i)
         json_object_set_new(m, "role", json_string("assistant"));
         struct ebb_tool_result tr = {0};
         struct ebb_tool_parser_opts po = tool_opts(r);
-        if (g->tools && !ebb_tools_parse(&po, text, c->text.n, &tr)) {
+        /* A thinking model's <think> block goes into reasoning_content, the rest on. */
+        char *rs = NULL, *cs = NULL;
+        size_t rn = 0, n = c->text.n;
+        if (g->reasoning && !ebb_think_split(text, c->text.n, g->think_open, &rs, &rn, &cs, &n))
+            text = cs;
+        if (rs)
+            json_object_set_new(m, "reasoning_content", ebb__json_text(rs, rn));
+        if (g->tools && !ebb_tools_parse(&po, text, n, &tr)) {
             json_object_set_new(m, "content",
                                 tr.content ? ebb__json_text(tr.content, tr.content_len)
                                            : json_null());
@@ -539,8 +576,10 @@ static json_t *choice_json(struct ebb__req *r, uint32_t i)
             finish = finish_of(g, i, tr.n_calls);
             ebb_tool_result_fini(&tr);
         } else {
-            json_object_set_new(m, "content", ebb__json_text(text, c->text.n));
+            json_object_set_new(m, "content", ebb__json_text(text, n));
         }
+        free(rs);
+        free(cs);
         json_object_set_new(ch, "message", m);
         if (g->logprobs) {
             lp = json_object();
@@ -645,6 +684,15 @@ static ebb_err push_id(int32_t **ids, size_t *n, int32_t id)
     return EBB_OK;
 }
 
+/* True when a rendered prompt ends inside a <think> block (templates of models that always
+ * think open it in the generation prompt): the output then starts as reasoning. */
+static bool ends_in_think(const char *s, size_t n)
+{
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\r'))
+        n--;
+    return n >= 7 && !memcmp(s + n - 7, "<think>", 7);
+}
+
 /* Builds the prompt tokens. Returns 0 or an HTTP status after replying. */
 static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t **ids,
                              size_t *n_ids, char **echo, size_t *echo_len)
@@ -657,7 +705,7 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         char *text = NULL;
         size_t len = 0;
         const json_t *tools = q->tools.choice != EBB__TC_NONE ? q->tools.tools : NULL;
-        rc = ebb__tools_render(&a->tmpl, q->msgs, q->n_msgs, tools, &text, &len, &d);
+        rc = ebb__tools_render(&a->tmpl, q->msgs, q->n_msgs, tools, q->tmpl_vars, &text, &len, &d);
         if (rc == EBB_ENOMEM || (rc && ebb__json_alloc_failed(false))) {
             ebb__reply_error(r, 503, d.msg[0] ? d.msg : "out of memory", NULL, "out_of_memory");
             return 503;
@@ -666,6 +714,8 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
             ebb__reply_error(r, 400, d.msg, "messages", NULL);
             return 400;
         }
+        if (!rc)
+            q->think_open = ends_in_think(text, len);
         rc = encode_append(tok, text, len, EBB_TOK_ADD_SPECIAL | EBB_TOK_PARSE_SPECIAL, ids, n_ids);
         free(text);
     } else if (q->prompt_ids) {
@@ -887,6 +937,15 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
             goto out;
         }
     }
+    if (q->effort_param && !a->tmpl.has_thinking) {
+        char msg[300];
+        snprintf(msg, sizeof(msg),
+                 "'%s' is not supported with this model: its chat template has no "
+                 "enable_thinking switch",
+                 q->effort_param);
+        ebb__reply_error(r, 400, msg, q->effort_param, "unsupported_parameter");
+        goto out;
+    }
     if (ebb__tools_constrain(r, q) || build_prompt(r, q, &ids, &n_ids, &echo, &echo_len))
         goto out;
     uint32_t n_ctx = ebb_model_n_ctx(a->model);
@@ -906,6 +965,14 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
     g->echo = echo;
     g->echo_len = echo_len;
     echo = NULL;
+    g->reasoning = q->chat && q->reasoning;
+    g->think_open = q->think_open;
+    for (uint32_t i = 0; g->reasoning && g->stream && !g->fmt && i < g->n_ch; i++) {
+        if (ebb_think_stream_new(g->think_open, &g->ch[i].th)) {
+            ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
+            goto out;
+        }
+    }
     if (q->chat && q->tools.choice != EBB__TC_NONE) {
         r->gen = g; /* ebb__tools_setup reads it; r owns g from here on */
         if (ebb__tools_setup(r, &q->tools)) {

@@ -51,11 +51,12 @@ ebb_err ebb__tool_grammar(const struct ebb__tool_req *t, enum ebb_tool_format f,
                           struct ebb__perr *e);
 
 /* Renders a chat prompt (with the generation header) offering tools (NULL: none): through the
- * template itself when it knows tools, else with the fallback tools-render.c describes. Errors
- * as ebb_chat_template_render. */
+ * template itself when it knows tools, else with the fallback tools-render.c describes. vars:
+ * extra template variables or NULL (ebb_chat_template_render_vars). Errors as
+ * ebb_chat_template_render. */
 ebb_err ebb__tools_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
-                          size_t n, const json_t *tools, char **out, size_t *out_len,
-                          struct ebb_diag *diag);
+                          size_t n, const json_t *tools, const json_t *vars, char **out,
+                          size_t *out_len, struct ebb_diag *diag);
 
 struct ebb__gen_req {
     json_t *doc; /* owns every string below */
@@ -82,6 +83,14 @@ struct ebb__gen_req {
     struct ebb__tool_req tools;  /* chat only */
     char *grammar;      /* GBNF from response_format, json_schema or grammar; NULL if none */
     uint32_t n_choices; /* n, 1..EBB_SCHED_MAX_CHOICES (gen.c checks it against the slots) */
+    /* Reasoning (params.c): extra chat-template variables (chat_template_kwargs, and
+     * enable_thinking from reasoning_effort; owned, NULL if none); effort_param names the field
+     * that set enable_thinking (gen.c refuses it for a template without that switch), NULL if
+     * none did; reasoning: split <think> blocks off the answer (reasoning_format, default on). */
+    json_t *tmpl_vars;
+    const char *effort_param;
+    bool reasoning;
+    bool think_open; /* gen.c: the rendered prompt ends inside a <think> block */
 };
 
 /* Parses and validates a chat (chat = true) or completions body. On failure fills err and
@@ -91,6 +100,10 @@ struct ebb__gen_req {
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *err);
 void ebb__gen_req_fini(struct ebb__gen_req *r);
+/* reasoning_effort (none/minimal: thinking off; low/medium/high/xhigh: on), chat_template_kwargs
+ * and reasoning_format ("auto" or "deepseek": reasoning apart, "none": left in the content) of
+ * the request object o into r. */
+ebb_err ebb__parse_reasoning(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e);
 /* params-format.c: response_format, json_schema and grammar -> r->grammar (at most one of them;
  * an unsupported schema keyword or a malformed field fails naming it). */
 ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e);

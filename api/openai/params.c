@@ -322,7 +322,6 @@ static const struct {
     {"audio", NEU_NONE, 1, "audio output is not supported"},
     {"modalities", NEU_TEXT_ONLY, 1, "only [\"text\"] is supported"},
     {"web_search_options", NEU_NONE, 1, "web search is not supported"},
-    {"reasoning_effort", NEU_NONE, 1, "reasoning effort is not supported"},
     {"verbosity", NEU_NONE, 1, "verbosity is not supported"},
     {"best_of", NEU_ONE, 2, "only one candidate per prompt is supported"},
     /* llama.cpp server extensions some clients send. */
@@ -426,6 +425,56 @@ static ebb_err parse_speculative(json_t *o, struct ebb__gen_req *r, struct ebb__
     return EBB_OK;
 }
 
+/* The variables ebb passes to every chat template itself: chat_template_kwargs may not set them. */
+static const char *const reserved_vars[] = {
+    "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"};
+
+ebb_err ebb__parse_reasoning(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
+{
+    r->reasoning = true;
+    json_t *rf = json_object_get(o, "reasoning_format");
+    if (rf && !json_is_null(rf)) {
+        const char *v = json_is_string(rf) ? json_string_value(rf) : "";
+        if (strcmp(v, "auto") && strcmp(v, "deepseek") && strcmp(v, "none"))
+            return fail(e, "reasoning_format",
+                        "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+        r->reasoning = strcmp(v, "none") != 0;
+    }
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw))
+            return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        for (size_t i = 0; i < sizeof(reserved_vars) / sizeof(reserved_vars[0]); i++)
+            if (json_object_get(kw, reserved_vars[i]))
+                return fail(e, "chat_template_kwargs",
+                            "'chat_template_kwargs' may not set '%s': ebb sets it itself",
+                            reserved_vars[i]);
+        r->tmpl_vars = json_deep_copy(kw);
+        if (!r->tmpl_vars)
+            return EBB_ENOMEM;
+    }
+    json_t *ef = json_object_get(o, "reasoning_effort");
+    if (ef && !json_is_null(ef)) {
+        static const char *const on[] = {"low", "medium", "high", "xhigh"};
+        const char *v = json_is_string(ef) ? json_string_value(ef) : "";
+        bool think = false, known = !strcmp(v, "none") || !strcmp(v, "minimal");
+        for (size_t i = 0; i < 4 && !known; i++)
+            known = think = !strcmp(v, on[i]);
+        if (!known)
+            return fail(e, "reasoning_effort",
+                        "'reasoning_effort' must be one of none, minimal, low, medium, high, "
+                        "xhigh");
+        /* chat_template_kwargs.enable_thinking, when given, is the more specific. */
+        if (!json_object_get(r->tmpl_vars, "enable_thinking")) {
+            if (!r->tmpl_vars && !(r->tmpl_vars = json_object()))
+                return EBB_ENOMEM;
+            json_object_set_new(r->tmpl_vars, "enable_thinking", json_boolean(think));
+            r->effort_param = "reasoning_effort";
+        }
+    }
+    return EBB_OK;
+}
+
 ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__gen_req *r,
                            struct ebb__perr *e)
 {
@@ -526,7 +575,8 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         if (tl_set && tl > 0 && !r->logprobs)
             return fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
         r->top_logprobs = (uint32_t)tl;
-        if ((rc = parse_messages(o, r, e)) || (rc = ebb__tool_req_parse(o, &r->tools, e)))
+        if ((rc = parse_messages(o, r, e)) || (rc = ebb__tool_req_parse(o, &r->tools, e)) ||
+            (rc = ebb__parse_reasoning(o, r, e)))
             return rc;
     } else {
         long long lp = 0;
@@ -566,6 +616,7 @@ void ebb__gen_req_fini(struct ebb__gen_req *r)
     free(r->prompt_ids);
     free(r->bias);
     free(r->grammar);
+    json_decref(r->tmpl_vars);
     if (r->doc)
         json_decref(r->doc);
     memset(r, 0, sizeof(*r));

@@ -153,17 +153,17 @@ oom:
 }
 
 ebb_err ebb__tools_render(const struct ebb_chat_template *t, const struct ebb_chat_msg *msgs,
-                          size_t n, const json_t *tools, char **out, size_t *out_len,
-                          struct ebb_diag *diag)
+                          size_t n, const json_t *tools, const json_t *vars, char **out,
+                          size_t *out_len, struct ebb_diag *diag)
 {
     if (t->tools_native || (!json_array_size(tools) && !has_tool_history(msgs, n)))
-        return ebb_chat_template_render_tools(t, msgs, n, tools, true, out, out_len, diag);
+        return ebb_chat_template_render_vars(t, msgs, n, tools, vars, true, out, out_len, diag);
     struct strs owned = {0};
     size_t nn = 0;
     struct ebb_chat_msg *mm = calloc(n + 1, sizeof(*mm));
     ebb_err rc = mm ? rewrite(msgs, n, tools, mm, &nn, &owned) : EBB_ENOMEM;
     if (!rc)
-        rc = ebb_chat_template_render(t, mm, nn, true, out, out_len, diag);
+        rc = ebb_chat_template_render_vars(t, mm, nn, NULL, vars, true, out, out_len, diag);
     else
         ebb_diag_set(diag, rc, "out of memory rendering the conversation");
     free(mm);

@@ -2,6 +2,7 @@
  * API key, method and body size; the small GET endpoints. */
 #include "routes-int.h"
 #include "api/anthropic/anthropic.h"
+#include "api/responses/responses.h"
 #include "api/openai/openai.h"
 
 #include <arpa/inet.h>
@@ -108,7 +109,7 @@ static void preflight(struct ebb__req *r)
         return;
     ebb__add_cors(r, resp);
     if (r->origin[0]) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         const char *req_h =
             MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         char allow[1024] = "Authorization, Content-Type, X-Api-Key";
@@ -246,11 +247,15 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens"))
         return EBB__EP_COUNT_TOKENS;
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses"))
+        return EBB__EP_RESPONSES;
     if (!strcmp(url, "/tokenize"))
         return EBB__EP_TOKENIZE;
     if (!strcmp(url, "/detokenize"))
         return EBB__EP_DETOKENIZE;
     *post = false;
+    if (!strncmp(url, "/v1/responses/", 14) || !strncmp(url, "/responses/", 11))
+        return EBB__EP_RESPONSES;
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
         return EBB__EP_MODELS;
     if (!strcmp(url, "/health"))
@@ -301,6 +306,9 @@ static bool check_request(struct ebb__req *r, const char *url, const char *metho
         return false;
     }
     bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    /* A stored response, /v1/responses/{id}: read or deleted. */
+    if (r->ep == EBB__EP_RESPONSES && !post)
+        is_get = is_get || !strcmp(method, "DELETE");
     if (post ? strcmp(method, "POST") : !is_get) {
         char msg[260];
         snprintf(msg, sizeof(msg), "method %.16s is not allowed on %.100s", method, url);
@@ -392,6 +400,9 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         break;
     case EBB__EP_COUNT_TOKENS:
         ebb__messages_count_handle(r);
+        break;
+    case EBB__EP_RESPONSES:
+        ebb__responses_handle(r);
         break;
     case EBB__EP_TOKENIZE:
     case EBB__EP_DETOKENIZE:

@@ -17,7 +17,10 @@
  * Every format checks names: a call counts only when it names one of the offered tools. Markup
  * whose JSON does not parse, or any of whose calls names a tool that was not offered, is
  * returned as plain content, byte for byte (the whole block: one <tool_call> element, or a
- * Llama 3 / Mistral answer's calls together). */
+ * Llama 3 / Mistral answer's calls together).
+ *
+ * The reasoning splitter (think.c, at the end) separates a thinking model's <think> block from
+ * its answer, before the answer reaches the tool-call parser. */
 #ifndef EBB_API_TOOLS_H
 #define EBB_API_TOOLS_H
 
@@ -106,5 +109,36 @@ struct ebb_tool_result {
 ebb_err ebb_tools_parse(const struct ebb_tool_parser_opts *o, const char *text, size_t n,
                         struct ebb_tool_result *out);
 void ebb_tool_result_fini(struct ebb_tool_result *r);
+
+/* ---- reasoning (think.c) ------------------------------------------------------------------ */
+
+/* Reasoning in model output: models that think (Qwen3, QwQ, DeepSeek R1, ...) write
+ * <think>reasoning</think> before their answer, or, when the chat template's generation prompt
+ * already opened the block, the reasoning and </think> alone. The splitter separates the two:
+ * an answer counts as reasoning only when it starts with <think> (after whitespace) or when the
+ * prompt opened the block (open); text after </think> is content (the whitespace right after
+ * the tag dropped), and an unclosed block is all reasoning. The reasoning is reported without
+ * its leading and trailing whitespace. */
+struct ebb_think_stream;
+
+/* Receives splitter output; text is valid during the call only. A non-zero return stops the
+ * splitter with that error. */
+typedef ebb_err (*ebb_think_cb)(void *ud, bool reasoning, const char *text, size_t n);
+
+ebb_err ebb_think_stream_new(bool open, struct ebb_think_stream **out);
+void ebb_think_stream_free(struct ebb_think_stream *s);
+/* Feeds text[0..n); output goes to cb during the call, holding back only what may still be a
+ * tag (or whitespace that may end the reasoning). */
+ebb_err ebb_think_stream_feed(struct ebb_think_stream *s, const char *text, size_t n,
+                              ebb_think_cb cb, void *ud);
+/* The end of the output: decides what was held back. */
+ebb_err ebb_think_stream_finish(struct ebb_think_stream *s, ebb_think_cb cb, void *ud);
+/* True once the output was found to start with reasoning. */
+bool ebb_think_stream_seen(const struct ebb_think_stream *s);
+
+/* The whole output at once: *reasoning (NULL when the output has no reasoning) and *content,
+ * both malloc'd and NUL-terminated (release with free). */
+ebb_err ebb_think_split(const char *text, size_t n, bool open, char **reasoning,
+                        size_t *reasoning_len, char **content, size_t *content_len);
 
 #endif

@@ -416,6 +416,43 @@ static void expect_bad(const char *body, bool chat, const char *param)
     ebb__gen_req_fini(&r);
 }
 
+/* Extra template variables (enable_thinking from reasoning_effort, chat_template_kwargs): they
+ * reach a Jinja template, the variables ebb sets win, and the built-in families ignore them. */
+static void test_template_vars(void **state)
+{
+    (void)state;
+    const char *src = "{% if enable_thinking is defined and not enable_thinking %}off{% endif %}"
+                      "{{ messages | length }}{{ x | default('-') }}";
+    struct ebb_chat_template t, plain, chatml;
+    struct ebb_diag d;
+    assert_int_equal(ebb_chat_template_from_source(src, strlen(src), "", "", false, &t, &d),
+                     EBB_OK);
+    assert_true(t.has_thinking);
+    assert_int_equal(ebb_chat_template_from_source("{{ x }}", 7, "", "", false, &plain, &d),
+                     EBB_OK);
+    assert_false(plain.has_thinking);
+    struct ebb_chat_msg m[1] = {{"user", "hi", 2, NULL}};
+    json_t *vars = json_pack("{sbsiss}", "enable_thinking", 0, "x", 7, "messages", "spoof");
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(ebb_chat_template_render_vars(&t, m, 1, NULL, vars, true, &out, &len, &d),
+                     EBB_OK);
+    assert_string_equal(out, "off17");
+    free(out);
+    assert_int_equal(ebb_chat_template_render_vars(&t, m, 1, NULL, NULL, true, &out, &len, &d),
+                     EBB_OK);
+    assert_string_equal(out, "1-");
+    free(out);
+    assert_int_equal(ebb_chat_template_by_name("chatml", &chatml), EBB_OK);
+    assert_int_equal(
+        ebb_chat_template_render_vars(&chatml, m, 1, NULL, vars, false, &out, &len, &d), EBB_OK);
+    assert_string_equal(out, "<|im_start|>user\nhi<|im_end|>\n");
+    free(out);
+    json_decref(vars);
+    ebb_chat_template_fini(&t);
+    ebb_chat_template_fini(&plain);
+}
+
 static void test_params_chat(void **state)
 {
     (void)state;
@@ -544,7 +581,11 @@ static void test_params_chat(void **state)
         {"audio", "{\"voice\":\"x\"}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"web_search_options", "{}"},
-        {"reasoning_effort", "\"high\""},
+        /* reasoning: implemented (enable_thinking), malformed values refused */
+        {"reasoning_effort", "\"max\""},
+        {"reasoning_format", "\"tags\""},
+        {"chat_template_kwargs", "[1]"},
+        {"chat_template_kwargs", "{\"add_generation_prompt\":false}"},
         {"mirostat", "2"},
         {"typical_p", "0.5"},
         {"n_predict", "5"},
@@ -565,6 +606,26 @@ static void test_params_chat(void **state)
                            "\"service_tier\":\"auto\",\"prompt_cache_key\":\"k\"}",
                            true, &r, &e),
                      EBB_OK);
+    ebb__gen_req_fini(&r);
+    /* reasoning_effort sets enable_thinking (gen.c refuses it for a template without it);
+     * chat_template_kwargs' own enable_thinking wins; reasoning_format none keeps <think>. */
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"reasoning_effort\":\"minimal\",\"reasoning_format\":\"none\"}",
+                           true, &r, &e),
+                     EBB_OK);
+    assert_true(json_is_false(json_object_get(r.tmpl_vars, "enable_thinking")));
+    assert_string_equal(r.effort_param, "reasoning_effort");
+    assert_false(r.reasoning);
+    ebb__gen_req_fini(&r);
+    assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                           "\"reasoning_effort\":\"high\",\"chat_template_kwargs\":"
+                           "{\"enable_thinking\":false,\"x\":1}}",
+                           true, &r, &e),
+                     EBB_OK);
+    assert_true(json_is_false(json_object_get(r.tmpl_vars, "enable_thinking")));
+    assert_int_equal(json_integer_value(json_object_get(r.tmpl_vars, "x")), 1);
+    assert_null(r.effort_param);
+    assert_true(r.reasoning);
     ebb__gen_req_fini(&r);
     expect_bad("{\"messages\":", true, NULL);
     expect_bad("[1,2]", true, NULL);
@@ -877,7 +938,7 @@ int main(void)
         cmocka_unit_test(test_params_completions),   cmocka_unit_test(test_stopper),
         cmocka_unit_test(test_error_object),         cmocka_unit_test(test_sse_and_utf8),
         cmocka_unit_test(test_json_escape),          cmocka_unit_test(test_metrics_text),
-        cmocka_unit_test(test_embeddings_math),
+        cmocka_unit_test(test_embeddings_math),      cmocka_unit_test(test_template_vars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -529,7 +529,7 @@ static void test_render_fallback(void **state)
     char *out = NULL;
     size_t len = 0;
     struct ebb_diag d = {{0}};
-    assert_int_equal(ebb__tools_render(&t, m, 4, tools, &out, &len, &d), EBB_OK);
+    assert_int_equal(ebb__tools_render(&t, m, 4, tools, NULL, &out, &len, &d), EBB_OK);
     /* The tools are described in a system message first, the call is markup in the assistant
      * turn, and the two results are one user turn. */
     assert_memory_equal(out, "<|im_start|>system\n# Tools\n", 27);
@@ -546,7 +546,7 @@ static void test_render_fallback(void **state)
     assert_int_equal(ebb_chat_template_from_source(src, strlen(src), "", "", false, &j, &d),
                      EBB_OK);
     assert_true(j.tools_native);
-    assert_int_equal(ebb__tools_render(&j, m, 4, tools, &out, &len, &d), EBB_OK);
+    assert_int_equal(ebb__tools_render(&j, m, 4, tools, NULL, &out, &len, &d), EBB_OK);
     assert_string_equal(out, "2userassistanttooltool");
     free(out);
     ebb_chat_template_fini(&j);
@@ -610,6 +610,81 @@ static void test_unknown_tool_names(void **state)
     }
 }
 
+/* ---- the reasoning splitter ---------------------------------------------------------------- */
+
+struct think_out {
+    char r[512], c[512];
+    size_t nr, nc;
+};
+
+static ebb_err think_cb(void *ud, bool reasoning, const char *text, size_t n)
+{
+    struct think_out *o = ud;
+    char *dst = reasoning ? o->r : o->c;
+    size_t *k = reasoning ? &o->nr : &o->nc;
+    assert_true(*k + n < sizeof(o->r));
+    memcpy(dst + *k, text, n);
+    *k += n;
+    dst[*k] = 0;
+    return EBB_OK;
+}
+
+/* Feeds text in pieces of `step` bytes and checks the two outputs. */
+static void think_case(const char *text, bool open, size_t step, const char *want_r,
+                       const char *want_c)
+{
+    struct ebb_think_stream *s = NULL;
+    struct think_out o = {{0}, {0}, 0, 0};
+    assert_int_equal(ebb_think_stream_new(open, &s), EBB_OK);
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step)
+        assert_int_equal(
+            ebb_think_stream_feed(s, text + i, i + step > n ? n - i : step, think_cb, &o), EBB_OK);
+    assert_int_equal(ebb_think_stream_finish(s, think_cb, &o), EBB_OK);
+    assert_string_equal(o.r, want_r);
+    assert_string_equal(o.c, want_c);
+    assert_int_equal(ebb_think_stream_seen(s), *want_r || open || !strncmp(text, "<think>", 7));
+    ebb_think_stream_free(s);
+}
+
+static void test_think_split(void **state)
+{
+    (void)state;
+    for (size_t step = 1; step <= 64; step = step * 2 + 1) {
+        /* Qwen3's shape: the block, a blank line, the answer. */
+        think_case("<think>\nLet me add.\n2 + 2 = 4\n</think>\n\nIt is 4.", false, step,
+                   "Let me add.\n2 + 2 = 4", "It is 4.");
+        /* No block: all content, leading whitespace kept. */
+        think_case("  Hello <think> is not a tag here", false, step, "",
+                   "  Hello <think> is not a tag here");
+        /* A prefix of the tag that turns out not to be it. */
+        think_case("<thin", false, step, "", "<thin");
+        think_case("<thing>x", false, step, "", "<thing>x");
+        /* The prompt opened the block (DeepSeek R1, QwQ). */
+        think_case("hmm </thi still\n</think>answer", true, step, "hmm </thi still", "answer");
+        /* An unclosed block (the length limit): all reasoning. */
+        think_case("<think>still thinking  \n", false, step, "still thinking", "");
+        /* An empty block (enable_thinking false, or a model that skipped it). */
+        think_case("<think>\n\n</think>\n\nDone", false, step, "", "Done");
+        /* A second <think> later is content. */
+        think_case("<think>a</think>b<think>c</think>", false, step, "a", "b<think>c</think>");
+    }
+    char *r = NULL, *c = NULL;
+    size_t nr = 0, nc = 0;
+    const char *t = "<think>why</think>\nso";
+    assert_int_equal(ebb_think_split(t, strlen(t), false, &r, &nr, &c, &nc), EBB_OK);
+    assert_string_equal(r, "why");
+    assert_string_equal(c, "so");
+    assert_int_equal(nr, 3);
+    assert_int_equal(nc, 2);
+    free(r);
+    free(c);
+    assert_int_equal(ebb_think_split("plain", 5, false, &r, &nr, &c, &nc), EBB_OK);
+    assert_null(r);
+    assert_string_equal(c, "plain");
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -626,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_request_fields),
         cmocka_unit_test(test_render_fallback),
         cmocka_unit_test(test_call_grammar),
+        cmocka_unit_test(test_think_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
