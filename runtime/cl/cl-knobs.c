@@ -234,7 +234,7 @@ static const struct knob knobs[] = {
           "with MMA: products of at least N token rows of the weights matmul_mms takes run "
           "matmul_mmq (inputs quantized to int8 per 32-block, int8 tensor-core products) with "
           "the MMQ_TILE tile (0: never)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
+          {DC_ANY, {0}}, {DC_NVIDIA, {64}}),
     {.name = "MMQ_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P(mmq_t, "8|16|32|64"), P(mmq_mi, "1|2|4"), P(mmq_w, "pow2 1..32"), P(mmq_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 4, 2, 1}}}, .check = mms_tile_check,
