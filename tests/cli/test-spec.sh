@@ -30,6 +30,12 @@ expect_status 2 "$ebb" bench -m "$smol" --spec nope
 numbers="Numbers: $(seq -s ', ' 1 30)
 Again: $(seq -s ', ' 1 30)
 Again: 1, 2, 3,"
+# The reference's runs take the same pattern up to 12 (about 70 prompt tokens against 190:
+# prefill was most of their CPU, 20-30 s a run) and 16 tokens, all inside the pattern ("4, 5,
+# ..., 12": 18 tokens), where the drafts are accepted as on the long prompt.
+numbers_ref="Numbers: $(seq -s ', ' 1 12)
+Again: $(seq -s ', ' 1 12)
+Again: 1, 2, 3,"
 code='Rewrite this function, renaming the variable x to value. Keep everything else the same.
 
 def scale(x, factor):
@@ -65,12 +71,12 @@ PY
 }
 
 for d in ref-q8 "$dev"; do
-    n=40
-    [ "$d" = ref-q8 ] && n=24 # the reference is slow
-    run_json plain -p "$numbers" -n $n --temp 0 --device "$d"
-    run_json spec -p "$numbers" -n $n --temp 0 --device "$d" --spec ngram
+    n=40 p=$numbers
+    [ "$d" = ref-q8 ] && n=16 p=$numbers_ref # the reference is slow
+    run_json plain -p "$p" -n $n --temp 0 --device "$d"
+    run_json spec -p "$p" -n $n --temp 0 --device "$d" --spec ngram
     same_ids plain spec "numbers on $d, adaptive" 1
-    run_json fixed -p "$numbers" -n $n --temp 0 --device "$d" --spec ngram --draft-fixed \
+    run_json fixed -p "$p" -n $n --temp 0 --device "$d" --spec ngram --draft-fixed \
         --draft-max 6
     same_ids plain fixed "numbers on $d, 6 drafts a pass" 6
 done
@@ -95,9 +101,9 @@ if [ -f "$gemma" ]; then # another tokenizer: refused with a reason
 fi
 
 # Sampling with a seed: the same rows and the same draws give the same tokens.
-run_json plain -p "$numbers" -n 32 --temp 0.7 --top-k 20 --seed 7 --device ref-q8
-run_json spec -p "$numbers" -n 32 --temp 0.7 --top-k 20 --seed 7 --device ref-q8 --spec ngram \
-    --draft-fixed
+run_json plain -p "$numbers_ref" -n 16 --temp 0.7 --top-k 20 --seed 7 --device ref-q8
+run_json spec -p "$numbers_ref" -n 16 --temp 0.7 --top-k 20 --seed 7 --device ref-q8 \
+    --spec ngram --draft-fixed
 same_ids plain spec "sampled, seed 7, on ref-q8" 0
 
 # -n inside a pass: 8 drafts a pass, yet exactly 5 tokens.

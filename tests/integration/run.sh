@@ -9,6 +9,11 @@ if [ $# -ge 1 ]; then EBB_BIN=$1; shift; fi
 : "${EBB_BIN:?usage: run.sh path/to/ebb [pytest args]}"
 export EBB_BIN
 venv=${EBB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ebb/venv}
+# One run at a time makes or updates the venv (scripts/dev runs the suite and the allocation walk
+# side by side).
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+if command -v flock >/dev/null 2>&1; then flock 9; fi
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
@@ -17,5 +22,6 @@ if ! cmp -s "$here/requirements.txt" "$stamp" 2>/dev/null; then
     "$venv/bin/pip" install -q -r "$here/requirements.txt"
     cp "$here/requirements.txt" "$stamp"
 fi
+exec 9>&-
 cd "$here"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

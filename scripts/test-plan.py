@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The job queue of `scripts/dev test`: which meson tests run together, in which order.
+
+scripts/dev runs the queue on two workers (the 2 cores of the CI machine), each taking the next
+job as soon as it is free, so neither core idles while the other has work left (two fixed lanes
+left one core idle for minutes at the end of each stage). A job is one `meson test` run; this
+script prints one line per job:
+
+    DIR LOGBASE ARG...        meson test -C DIR --logbase LOGBASE ARG...
+
+Every test of the build directories is in exactly one job (new tests land in their suite's
+"rest" job; none is missed). The order is longest first (LPT), with the estimates below in
+seconds of CPU on the CI machine (measured at 2026-11-28; a test missing here counts 2 s); a
+wrong estimate costs balance, never a test. Tests that share a generated file stay in one job,
+in meson's order: a family's tests (model-FAMILY-tiny*) rewrite the same GGUF.
+
+Usage: test-plan.py [--slow] LIST-DIR DIR[:SUITE,...] [DIR[:SUITE,...]...]
+The tests are those of LIST-DIR (a configured build; the others are built from the same
+meson.build). Jobs for each DIR (build-test, build-asan) in turn, of the SUITEs named (all
+where none is), the 'slow' suite only with --slow; build-asan's with the estimates under
+"asan:".
+"""
+import json
+import re
+import subprocess
+import sys
+
+# CPU seconds per test on 2 cores (one worker's core), by name or SUITE/NAME where a name is in
+# two suites; "asan:" for build-asan.
+EST = {
+    "kernels": 430, "integration": 240, "model-gemma3": 155, "stream-1b": 100, "cli/spec": 110,
+    "model-gemma3-long-cl": 110, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
+    "model-gemma3-cl": 75, "model-gemma3-cl-q8": 75, "model-cl-q8": 73,
+    "model-expert-cache-cl": 72, "model-long-smollm2-f16-cl-b512": 68,
+    "model-long-smollm2-f16-cl": 64, "model": 60, "model-qwen3moe-tiny-cl-group-mms": 59,
+    "qin": 49, "fuzz-request": 44, "model-batch": 41, "run": 40, "fuzz-jinja": 32,
+    "fuzz-output": 32, "fuzz-tokenize": 32, "model-cl": 32, "cli/stream": 26,
+    "model-batch-qwen3-q8": 24, "model-stream": 24, "model-qwen2-tiny-cl": 19,
+    "perplexity-gemma3-cl": 20, "daemon-notify": 19, "stream-pressure": 14, "alloc-walk": 13,
+    "model-hybrid": 12, "model-qwen3moe-tiny-cl-q8": 12, "daemon-sighup-model": 11,
+    "model-qwen3moe-tiny-q8": 10, "model-qwen3moe-tiny-cl-group": 10, "model-batch-qwen3": 10,
+    "bench-reps": 10, "stream-model": 9, "model-qwen2-tiny": 8, "model-phi3-tiny": 8,
+    "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-llama3.1-tiny": 6,
+    "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
+    "model-mistral-window-cl": 5, "bench-batch": 4,
+    # Under ASan+UBSan (the CI run of 2026-11-28, seconds on one core; model-cl's and the
+    # families' as cut down for that pass).
+    "asan:kernels": 45, "asan:model-cl": 40, "asan:model-cl-q8": 60, "asan:model-batch": 40,
+    "asan:model-batch-qwen3-q8": 18, "asan:model-batch-qwen3": 6, "asan:model-qwen2-tiny": 45,
+    "asan:model-qwen3-tiny": 42, "asan:model-llama3.1-tiny": 32, "asan:model-qwen3moe-tiny": 25,
+    "asan:model-qwen3moe-tiny-q8": 15, "asan:model-phi3-tiny": 10, "asan:model-phi3.5-tiny": 6,
+    "asan:alloc-walk": 10, "asan:stream-model": 8,
+}
+DEFAULT = 2
+BIG = 20  # tests estimated at this or more get a job of their own
+
+
+def estimate(prefix, suite, name):
+    return EST.get(prefix + suite + "/" + name, EST.get(prefix + name, DEFAULT))
+
+
+def tests_of(build):
+    out = subprocess.run(["meson", "introspect", build, "--tests"], check=True,
+                         capture_output=True, text=True).stdout
+    for t in json.loads(out):
+        suites = [s.split(":", 1)[1] for s in t["suite"]]
+        yield t["name"], suites
+
+
+def jobs_of(tests, only, slow, prefix):
+    groups = {}  # group key -> [(suite, name)]
+    for name, suites in tests:
+        if ("slow" in suites and not slow) or (only and not set(only) & set(suites)):
+            continue
+        suite = [s for s in suites if not only or s in only][0]
+        fam = re.match(r"model-(.*-tiny)", name)
+        est = estimate(prefix, suite, name)
+        key = ("family", fam.group(1)) if fam else (suite, name if est >= BIG else "")
+        groups.setdefault(key, []).append((suite, name))
+    jobs = []
+    for tests in groups.values():
+        est = sum(estimate(prefix, s, n) for s, n in tests)
+        suites = sorted({s for s, _ in tests})
+        jobs.append((est, [a for s in suites for a in ("--suite", s)] + [n for _, n in tests]))
+    jobs.sort(key=lambda j: -j[0])
+    return jobs
+
+
+def main():
+    args = sys.argv[1:]
+    slow = "--slow" in args
+    dirs = [a for a in args if a != "--slow"]
+    tests = list(tests_of(dirs[0]))
+    for spec in dirs[1:]:
+        build, _, only = spec.partition(":")
+        asan = build.endswith("asan")
+        only = only.split(",") if only else []
+        for n, (est, margs) in enumerate(jobs_of(tests, only, slow, "asan:" if asan else "")):
+            print(build, "%s-%02d" % ("asan" if asan else "tests", n), *margs)
+
+
+if __name__ == "__main__":
+    main()
