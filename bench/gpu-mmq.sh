@@ -33,6 +33,7 @@ for t in $types; do
     m=/tmp/models/$shape-$t.gguf
     for v in ${EBB_VARIANTS:-EBB_CL_MMQ=0 EBB_CL_MMQ=32}; do
         say "ebb $shape $t pp$pp tg128 with $v"
+        # shellcheck disable=SC2086 # the settings split at the + signs
         env ${v//+/ } timeout 200 ebb bench -m "$m" --prompt-tokens "$pp" --gen-tokens "${EBB_TG:-128}" -r 2 \
             2>&1 | grep -iE "prefill|decode|error|path" | tee -a "$log"
     done

@@ -74,9 +74,9 @@ struct ebb_cl_tuning {
     uint32_t mms_big;       /* products of mms_big..mms_max rows run matmul_mms built with the
                                second tile mmp_* (matmul_mmp: prefill); 0 = never */
     uint32_t mmp_t, mmp_mi, mmp_w, mmp_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
-    uint32_t mmq;                /* with mm_mma: products of at least mmq rows of the layouts
-                                    matmul_mms takes run matmul_mmq (8-bit inputs, int8 tensor-core
-                                    products) with the mmq_* tile; 0 = never */
+    uint32_t mmq; /* with mm_mma: products of at least mmq rows of the layouts
+                     matmul_mms takes run matmul_mmq (8-bit inputs, int8 tensor-core
+                     products) with the mmq_* tile; 0 = never */
     uint32_t mmq_t, mmq_mi, mmq_w, mmq_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
     uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
                                     mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
