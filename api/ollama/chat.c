@@ -19,6 +19,7 @@ struct och {
     /* streaming */
     struct ebb_think_stream *th; /* the reasoning splitter (chat templates only) */
     bool in_call;                /* a tool call is being collected */
+    size_t n_calls;              /* calls written */
     char *call_name;
     struct ebb__abuf call_args;
 };
@@ -472,8 +473,9 @@ static void flush_call(struct ebb__req *r)
     json_t *o = head(r);
     put_text(r, o, "", 0, NULL, 0);
     json_object_set_new(message_of(o), "tool_calls",
-                        json_pack("[{s{ssso}}]", "function", "name",
-                                  st->call_name ? st->call_name : "", "arguments", args));
+                        json_pack("[{s{sssiso}}]", "function", "name",
+                                  st->call_name ? st->call_name : "", "index", (int)st->n_calls++,
+                                  "arguments", args));
     json_object_set_new(o, "done", json_false());
     line(r, o);
     st->call_args.n = 0;
