@@ -227,6 +227,11 @@ static ebb_err translate(struct ebb__req *r, json_t *o, bool generate, json_t *b
     if ((rc = map_options(json_object_get(o, "options"), b, e)) ||
         (rc = map_format(json_object_get(o, "format"), b, e)))
         return rc;
+    /* ebb's extension (ollama has none): a GBNF grammar, as llama.cpp's grammar field on the
+     * OpenAI endpoints (at most one of it and format). */
+    json_t *gr = json_object_get(o, "grammar");
+    if (present(gr))
+        json_object_set(b, "grammar", gr);
     *compl = false;
     if (!generate) {
         json_t *ms = json_object_get(o, "messages"), *out = json_array();

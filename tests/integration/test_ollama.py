@@ -245,6 +245,35 @@ def test_tool_round_trip(oc, server):
     assert ans.prompt_eval_count > bare.prompt_eval_count + 5
 
 
+# A grammar that makes any model think first: the reasoning splitter's input, whatever the weights.
+THINK = 'root ::= "<think>\\nThe user greets me.\\n</think>\\n\\nHello there!"'
+
+
+def test_thinking_goes_to_its_own_field(oc, server):
+    kw = dict(options={"num_predict": 60}, grammar=THINK)
+    status, r = server.json("POST", "/api/chat", dict(kw, model=MODEL_ID, messages=HI,
+                                                      stream=False))
+    assert status == 200, r
+    assert r["message"]["thinking"] == "The user greets me."
+    assert r["message"]["content"] == "Hello there!"
+    status, ctype, lines = ndjson(server, "/api/chat", dict(kw, model=MODEL_ID, messages=HI))
+    assert "".join(x["message"].get("thinking", "") for x in lines) == "The user greets me."
+    assert "".join(x["message"]["content"] for x in lines) == "Hello there!"
+    first_content = next(i for i, x in enumerate(lines) if x["message"]["content"])
+    assert all("thinking" not in x["message"] for x in lines[first_content:])
+    status, r = server.json("POST", "/api/generate", dict(kw, model=MODEL_ID, prompt="Hi",
+                                                          stream=False))
+    assert r["thinking"] == "The user greets me." and r["response"] == "Hello there!"
+    status, ctype, lines = ndjson(server, "/api/generate", dict(kw, model=MODEL_ID, prompt="Hi"))
+    assert "".join(x.get("thinking", "") for x in lines) == "The user greets me."
+    assert "".join(x["response"] for x in lines) == "Hello there!"
+    # Past reasoning goes back to the template as reasoning_content (SmolLM2's ignores it).
+    back = oc.chat(MODEL_ID, options={"num_predict": 1}, messages=HI + [
+        {"role": "assistant", "content": "Hello there!", "thinking": "The user greets me."},
+        {"role": "user", "content": "And?"}])
+    assert back.done
+
+
 def test_think(oc):
     # SmolLM2's template has no thinking switch: think is refused as ollama refuses it.
     with pytest.raises(ollama.ResponseError) as e:
