@@ -16,7 +16,7 @@
  * it is the id; or the id with the tag ":latest" (the name /api/tags lists); or "base:tag"
  * where the id is base and tag joined by '.', '-' or '_' (SmolLM2-135M-Instruct:Q4_1 for the
  * file SmolLM2-135M-Instruct.Q4_1.gguf). */
-static bool name_matches(const char *id, const char *name)
+bool ebb__ollama_name_matches(const char *id, const char *name)
 {
     if (!strcasecmp(name, id))
         return true;
@@ -40,7 +40,7 @@ bool ebb__ollama_model_ok(struct ebb__req *r, json_t *o)
                          "model", NULL);
         return false;
     }
-    if (name_matches(r->api->model_id, json_string_value(m)))
+    if (ebb__ollama_name_matches(r->api->model_id, json_string_value(m)))
         return true;
     char msg[300];
     snprintf(msg, sizeof(msg), "model '%.200s' not found", json_string_value(m));

@@ -321,7 +321,7 @@ static bool check_request(struct ebb__req *r, const char *url, const char *metho
     if (r->ep == EBB__EP_RESPONSES && !post)
         is_get = is_get || !strcmp(method, "DELETE");
     /* Ollama's model deletion is DELETE /api/delete (answered with its refusal). */
-    if (r->ep == EBB__EP_OLLAMA && post && !strcmp(method, "DELETE"))
+    if (r->ep == EBB__EP_OLLAMA && !strcmp(url, "/api/delete") && !strcmp(method, "DELETE"))
         post = false, is_get = true;
     if (post ? strcmp(method, "POST") : !is_get) {
         char msg[260];
