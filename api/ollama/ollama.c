@@ -116,9 +116,9 @@ static void show(struct ebb__req *r)
     json_object_set_new(info, key, json_integer(ebb_model_n_ctx(a->model)));
     snprintf(key, sizeof(key), "%s.embedding_length", arch);
     json_object_set_new(info, key, json_integer(ebb_model_n_embd(a->model)));
-    json_t *caps = json_pack("[ss]", "completion", "embedding");
-    if (a->tmpl.tools_native || a->tmpl.tool_format)
-        json_array_append_new(caps, json_string("tools"));
+    /* tools always: a template that does not render tools gets ebb's fallback description
+     * (api/openai/tools-render.c) and the hermes call format. */
+    json_t *caps = json_pack("[sss]", "completion", "embedding", "tools");
     if (a->tmpl.has_thinking)
         json_array_append_new(caps, json_string("thinking"));
     if (a->fim_pre >= 0 && a->fim_suf >= 0 && a->fim_mid >= 0)

@@ -66,7 +66,8 @@ def test_list_show_ps_version(oc, server):
     info = oc.show(MODEL_ID)
     assert info.modelinfo["general.architecture"] == "llama"
     assert info.modelinfo["llama.context_length"] == 1024  # the fixture's --ctx
-    assert "completion" in info.capabilities and "embedding" in info.capabilities
+    assert {"completion", "embedding", "tools"} <= set(info.capabilities)
+    assert "thinking" not in info.capabilities  # SmolLM2's template has no enable_thinking
     assert "<|im_start|>" in info.template
     running = oc.ps().models
     assert len(running) == 1 and running[0].model == f"{MODEL_ID}:latest"
