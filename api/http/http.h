@@ -47,7 +47,9 @@ char *ebb__anthropic_error_json(unsigned status, const char *message);
 /* True for a path whose errors take Anthropic's shape: /v1/messages and every path under it
  * (/v1/messages/count_tokens, and unknown ones, whose 404 an Anthropic client must parse). */
 bool ebb__anthropic_path(const char *path);
-/* The error body for a request to path (Anthropic's shape or OpenAI's), malloc'd. */
+/* True for a path under /api/ (Ollama's API), whose errors take Ollama's shape, {"error": msg}. */
+bool ebb__ollama_path(const char *path);
+/* The error body for a request to path (Anthropic's, Ollama's or OpenAI's shape), malloc'd. */
 char *ebb__error_body(const char *path, unsigned status, const char *message, const char *param,
                       const char *code);
 
@@ -85,6 +87,10 @@ enum ebb__ep {
     EBB__EP_MESSAGES,
     EBB__EP_COUNT_TOKENS, /* /v1/messages/count_tokens */
     EBB__EP_RESPONSES,
+    EBB__EP_OLLAMA_CHAT,     /* /api/chat */
+    EBB__EP_OLLAMA_GENERATE, /* /api/generate */
+    EBB__EP_OLLAMA_EMBED,    /* /api/embed, /api/embeddings */
+    EBB__EP_OLLAMA,          /* Ollama's other paths under /api/ */
     EBB__EP_COUNT
 };
 
@@ -334,7 +340,8 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
                 size_t len);
 /* Queues obj (stolen) as compact JSON. */
 void ebb__reply_json(struct ebb__req *r, unsigned status, json_t *o);
-/* Queues an error object: OpenAI's, or Anthropic's under /v1/messages (ebb__anthropic_path). */
+/* Queues an error object: OpenAI's, Anthropic's under /v1/messages (ebb__anthropic_path) or
+ * Ollama's under /api/ (ebb__ollama_path). */
 void ebb__reply_error(struct ebb__req *r, unsigned status, const char *message, const char *param,
                       const char *code);
 /* Adds the CORS headers for r's origin to a response. */

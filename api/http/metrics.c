@@ -14,6 +14,10 @@ static const char *const ep_names[EBB__EP_COUNT] = {
     "messages",
     "messages_count_tokens",
     "responses",
+    "ollama_chat",
+    "ollama_generate",
+    "ollama_embed",
+    "ollama",
 };
 
 static const unsigned statuses[EBB__N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 503, 500};

@@ -167,12 +167,31 @@ bool ebb__anthropic_path(const char *path)
     return !strncmp(path, pre, n) && (path[n] == 0 || path[n] == '/');
 }
 
+bool ebb__ollama_path(const char *path)
+{
+    return !strncmp(path, "/api/", 5);
+}
+
+/* Ollama's error object: {"error": message}. */
+static char *ollama_error_json(const char *message)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "error", json_string(message ? message : ""));
+    if (!json_object_get(o, "error")) /* the message was not valid UTF-8 */
+        json_object_set_new(o, "error", json_string("error"));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 char *ebb__error_body(const char *path, unsigned status, const char *message, const char *param,
                       const char *code)
 {
-    return ebb__anthropic_path(path)
-               ? ebb__anthropic_error_json(status, message)
-               : ebb__error_json(message, ebb__error_type(status), param, code);
+    if (ebb__anthropic_path(path))
+        return ebb__anthropic_error_json(status, message);
+    if (ebb__ollama_path(path))
+        return ollama_error_json(message);
+    return ebb__error_json(message, ebb__error_type(status), param, code);
 }
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 if the bytes there are not one. */

@@ -19,6 +19,7 @@ struct embd {
     float *out; /* (n_in, n_embd) the engine's mean-pooled rows */
     uint32_t n_in, n_embd, dims;
     bool base64;
+    ebb__embd_write_cb write; /* another wire format's answer, NULL: OpenAI's */
 };
 
 static void embd_free(void *ext)
@@ -288,6 +289,10 @@ static void embd_body(struct ebb__req *r)
                          "cancelled");
         return;
     }
+    if (e->write) {
+        e->write(r, e->out, e->n_in, e->n_embd, e->dims, res->n_prompt);
+        return;
+    }
     struct ebb__abuf b = {0};
     char *b64 = e->base64 ? malloc((size_t)e->dims * 16 / 3 + 8) : NULL;
     if (e->base64 && !b64) {
@@ -326,16 +331,15 @@ static void embd_body(struct ebb__req *r)
 
 static const struct ebb__gen_fmt embd_fmt = {.body = embd_body, .free = embd_free};
 
-static void embd_start(struct ebb__req *r)
+/* Parses doc (borrowed, NULL for a body that was not JSON: je says why) and submits the
+ * request; write as ebb__embeddings_run. */
+static void embd_start_doc(struct ebb__req *r, json_t *doc, const json_error_t *je,
+                           ebb__embd_write_cb write)
 {
     struct ebb_api *a = r->api;
-    if (!ebb__gen_ready(r))
-        return;
     struct parsed p = {0};
     struct embd *e = calloc(1, sizeof(*e));
     struct ebb__gen *g = ebb__gen_new(1);
-    json_error_t je;
-    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_REJECT_DUPLICATES, &je);
     if (!e || !g) {
         ebb__reply_error(r, 500, "out of memory", NULL, "internal_error");
         goto out;
@@ -343,11 +347,12 @@ static void embd_start(struct ebb__req *r)
     if (!json_is_object(doc)) {
         char msg[300];
         snprintf(msg, sizeof(msg), "the body must be a JSON object%s%s", doc ? "" : ": ",
-                 doc ? "" : je.text);
+                 doc ? "" : je->text);
         ebb__reply_error(r, 400, msg, NULL, NULL);
         goto out;
     }
     e->n_embd = ebb_model_n_embd(a->model);
+    e->write = write;
     if (parse_options(r, doc, e) || parse_input(r, json_object_get(doc, "input"), &p))
         goto out;
     e->n_in = p.n_in;
@@ -373,7 +378,23 @@ out:
     embd_free(e);
     free(p.ids);
     free(p.lens);
+}
+
+static void embd_start(struct ebb__req *r)
+{
+    if (!ebb__gen_ready(r))
+        return;
+    json_error_t je;
+    json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_REJECT_DUPLICATES, &je);
+    embd_start_doc(r, doc, &je, NULL);
     json_decref(doc);
+}
+
+void ebb__embeddings_run(struct ebb__req *r, json_t *doc, ebb__embd_write_cb write)
+{
+    if (!ebb__gen_ready(r))
+        return;
+    embd_start_doc(r, doc, NULL, write);
 }
 
 void ebb__embeddings_handle(struct ebb__req *r)

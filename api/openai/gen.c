@@ -507,6 +507,8 @@ void ebb__gen_keepalive(struct ebb__req *r, double now)
     struct ebb__gen *g = r->gen;
     if (!g || !g->stream || g->finished || !r->conn || r->disconnected)
         return;
+    if (g->fmt && g->fmt->stream_type) /* not SSE: no comment lines */
+        return;
     if ((now - r->last_out) * 1e3 < r->api->keepalive_ms)
         return;
     ebb__abuf_puts(&r->out, ": keep-alive\n\n");
@@ -855,7 +857,9 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
     if (g->stream) {
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, NULL);
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Content-Type",
+                                g->fmt && g->fmt->stream_type ? g->fmt->stream_type
+                                                              : "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         ebb__add_cors(r, resp);

@@ -129,6 +129,9 @@ struct ebb__gen_fmt {
                                                sets gen->finished */
     void (*body)(struct ebb__req *r);       /* non-stream: the whole reply (gen->text, res) */
     void (*free)(void *ext);                /* from ebb__gen_free; ext may be NULL */
+    /* The stream's Content-Type; NULL: "text/event-stream", with ": keep-alive" comments on
+     * idle streams. A format that sets it (Ollama's NDJSON) gets no keep-alive comments. */
+    const char *stream_type;
 };
 
 /* /v1/chat/completions and /v1/completions. Called with the full body; called again
@@ -173,6 +176,15 @@ ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t);
 
 /* /v1/embeddings. Called with the full body, and again after a resume. */
 void ebb__embeddings_handle(struct ebb__req *r);
+/* Another wire format's answer to an embeddings request: rows (n_in, stride) of the engine's
+ * mean-pooled vectors, not yet normalized (the writer may scale them in place), dims the width
+ * asked for (<= stride), n_prompt the tokens evaluated. Replies on r. */
+typedef void (*ebb__embd_write_cb)(struct ebb__req *r, float *rows, uint32_t n_in, uint32_t stride,
+                                   uint32_t dims, uint32_t n_prompt);
+/* Runs the embeddings request doc (an OpenAI /v1/embeddings body: input, dimensions; model
+ * already checked by the caller, so left out of doc) and answers through write instead of
+ * OpenAI's body. doc is borrowed. Resumes go to ebb__embeddings_handle as for /v1/embeddings. */
+void ebb__embeddings_run(struct ebb__req *r, json_t *doc, ebb__embd_write_cb write);
 /* Scales v[0..n) to unit L2 length (a zero vector stays zero). */
 void ebb__embd_normalize(float *v, uint32_t n);
 /* Base64 of n floats as little-endian float32 bytes into out (room for 4 * ceil(4n / 3) + 1

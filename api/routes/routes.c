@@ -2,6 +2,7 @@
  * API key, method and body size; the small GET endpoints. */
 #include "routes-int.h"
 #include "api/anthropic/anthropic.h"
+#include "api/ollama/ollama.h"
 #include "api/responses/responses.h"
 #include "api/openai/openai.h"
 
@@ -249,6 +250,14 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_COUNT_TOKENS;
     if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses"))
         return EBB__EP_RESPONSES;
+    if (!strcmp(url, "/api/chat"))
+        return EBB__EP_OLLAMA_CHAT;
+    if (!strcmp(url, "/api/generate"))
+        return EBB__EP_OLLAMA_GENERATE;
+    if (!strcmp(url, "/api/embed") || !strcmp(url, "/api/embeddings"))
+        return EBB__EP_OLLAMA_EMBED;
+    if (ebb__ollama_post_path(url))
+        return EBB__EP_OLLAMA;
     if (!strcmp(url, "/tokenize"))
         return EBB__EP_TOKENIZE;
     if (!strcmp(url, "/detokenize"))
@@ -258,6 +267,8 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_RESPONSES;
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
         return EBB__EP_MODELS;
+    if (ebb__ollama_get_path(url))
+        return EBB__EP_OLLAMA;
     if (!strcmp(url, "/health"))
         return EBB__EP_HEALTH;
     if (!strcmp(url, "/metrics"))
@@ -309,6 +320,9 @@ static bool check_request(struct ebb__req *r, const char *url, const char *metho
     /* A stored response, /v1/responses/{id}: read or deleted. */
     if (r->ep == EBB__EP_RESPONSES && !post)
         is_get = is_get || !strcmp(method, "DELETE");
+    /* Ollama's model deletion is DELETE /api/delete (answered with its refusal). */
+    if (r->ep == EBB__EP_OLLAMA && !strcmp(url, "/api/delete") && !strcmp(method, "DELETE"))
+        post = false, is_get = true;
     if (post ? strcmp(method, "POST") : !is_get) {
         char msg[260];
         snprintf(msg, sizeof(msg), "method %.16s is not allowed on %.100s", method, url);
@@ -403,6 +417,12 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         break;
     case EBB__EP_RESPONSES:
         ebb__responses_handle(r);
+        break;
+    case EBB__EP_OLLAMA_CHAT:
+    case EBB__EP_OLLAMA_GENERATE:
+    case EBB__EP_OLLAMA_EMBED:
+    case EBB__EP_OLLAMA:
+        ebb__ollama_handle(r);
         break;
     case EBB__EP_TOKENIZE:
     case EBB__EP_DETOKENIZE:

@@ -36,7 +36,7 @@ plants = [
      'api/http may not use api/openai'),
     ('daemon inside api', 'daemon/serve.c', '#include "api/http/http.h"\n',
      'daemon may not use api/http'),
-    ('api room without a layer', 'api/ollama/ollama.c', '#include "api/http/http.h"\n',
+    ('api room without a layer', 'api/lmstudio/lmstudio.c', '#include "api/http/http.h"\n',
      'no entry in LAYERS'),
 ]
 failed = 0
