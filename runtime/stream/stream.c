@@ -23,7 +23,7 @@ struct ebb_stream {
     uint32_t prefetch;
     enum ebb_stream_cache cache;
     bool cache_auto;
-    char cache_why[192];
+    char cache_why[320];
     uint32_t io_threads;
     bool discrete; /* the probes read device memory */
     uint64_t t0;
@@ -219,7 +219,7 @@ static void pick_cache(struct ebb_stream *s)
         s->cache = fd >= 0 ? EBB_STREAM_DIRECT : EBB_STREAM_DONTNEED;
         if (limited)
             snprintf(s->cache_why, sizeof(s->cache_why),
-                     "cgroup v%d %.60s limits memory: no page cache charged%s", r->cg_version,
+                     "cgroup v%d %.200s limits memory: no page cache charged%s", r->cg_version,
                      r->cg_path, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
         else
             snprintf(s->cache_why, sizeof(s->cache_why),

@@ -74,7 +74,7 @@ struct ebb_stream_report {
     uint64_t cg_usage;         /* its usage, and the reclaimable page cache within it */
     uint64_t cg_inactive_file;
     uint32_t n_limit_changes; /* memory limit changes the probes have seen since open */
-    char cache_why[192];      /* why `cache` was picked ("" until slots are attached) */
+    char cache_why[320];      /* why `cache` was picked ("" until slots are attached) */
     char probes[64];          /* the live probes (ebb_memprobe_describe) */
     uint64_t staging_bytes;   /* host memory of the attached staging slots */
     bool pressure;
