@@ -403,8 +403,10 @@ static bool group_dir(struct ebb_memprobe *mp, const char *mountinfo, const char
 {
     char mnt[256], root[256], dir[512], probe[640];
     if (!mountinfo || ebb_memprobe_parse_mountinfo(mountinfo, fstype, option, mnt, sizeof(mnt),
-                                                   root, sizeof(root)))
-        snprintf(mnt, sizeof(mnt), "%s", fallback), snprintf(root, sizeof(root), "/");
+                                                   root, sizeof(root))) {
+        snprintf(mnt, sizeof(mnt), "%s", fallback);
+        snprintf(root, sizeof(root), "/");
+    }
     size_t rl = strlen(root);
     const char *rel = path;
     if (rl > 1 && !strncmp(path, root, rl) && (path[rl] == '/' || !path[rl]))
