@@ -9,9 +9,13 @@ and checks that:
      mode is picked as direct or dontneed without --stream-io; the greedy text equals a run
      without a limit; no OOM kill;
   4. the limit lowered and raised while ebb generates is seen (logged, counted in the report's
-     memory_limit_changes) and the plan follows, shrinking and growing back.
+     memory_limit_changes) and the plan follows, shrinking and growing back;
+  5. the same for `ebb serve` under a stream of requests: the change in /metrics
+     (ebb_stream_memory_limit_changes_total, ebb_stream_cgroup_limit_bytes,
+     ebb_stream_layers_resident) each way, every request answered 200, no OOM kill.
 Exits 77 (skipped, with the reason) where cgroups cannot be created: not root, no memory
 controller, a read-only cgroup file system. Usage: test-cgroup.py EBB [MODELS_DIR]"""
+import http.client
 import json
 import os
 import re
@@ -262,6 +266,113 @@ def test_change(parent):
         g.remove()
 
 
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(ebb_stream_[a-z_]+) ([\d.e+]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_serve(parent):
+    """ebb serve in a 2 GiB group under sequential requests: the limit lowered, then raised;
+    /metrics shows each change and the plan following within the probe period (2 s) plus a
+    request's worth of tokens."""
+    g = Group(parent, "ebb-test-%d-serve" % os.getpid(), 2048 * MiB)
+    drop_cache(MODEL)
+    env = dict(os.environ, EBB_STREAM_REPLAN_TOKENS="4", EBB_STREAM_GROW_HOLD_MS="200")
+    p = subprocess.Popen([EBB, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
+                          "--memory-budget", "auto", "--parallel", "1"], preexec_fn=g.enter,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, statuses, stop = [], [], threading.Event()
+    threading.Thread(target=lambda: [log.append(l.rstrip()) for l in p.stderr],
+                     daemon=True).start()
+    load = None
+    try:
+        port = None
+        deadline = time.monotonic() + 120
+        while port is None and time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            if "listening on http://" in line:
+                port = int(line.rsplit(":", 1)[1].strip().strip("/"))
+        assert port, "ebb serve did not start:\n" + "\n".join(log)
+        while "ebb_stream_layers_total" not in metrics(port):  # the model loads after listen
+            assert time.monotonic() < deadline and p.poll() is None, "\n".join(log)
+            time.sleep(0.5)
+
+        def requests():
+            body = json.dumps({"prompt": PROMPT, "max_tokens": 24, "temperature": 0})
+            while not stop.is_set():
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                    c.request("POST", "/v1/completions", body,
+                              {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    statuses.append(r.status)
+                    c.close()
+                except OSError as e:
+                    statuses.append(str(e))
+
+        load = threading.Thread(target=requests)
+        load.start()
+        while not statuses:
+            time.sleep(0.2)
+
+        def wait_for(what, ok, timeout=60):
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < timeout:
+                m = metrics(port)
+                if ok(m):
+                    print("%s after %.1f s: %s" % (what, time.monotonic() - t0, {
+                        k: m.get(k) for k in ("ebb_stream_memory_limit_changes_total",
+                                              "ebb_stream_cgroup_limit_bytes",
+                                              "ebb_stream_layers_resident")}))
+                    return m
+                time.sleep(0.5)
+            raise AssertionError("%s: not seen in /metrics within %d s: %s" % (
+                what, timeout, metrics(port)))
+
+        m0 = metrics(port)
+        assert m0.get("ebb_stream_cgroup_limit_bytes") == 2048 * MiB, m0
+        total = m0["ebb_stream_layers_total"]
+        low = lower(g)
+        wait_for("lowered to %d MiB" % low, lambda m: m.get(
+            "ebb_stream_memory_limit_changes_total", 0) >= 1 and m.get(
+            "ebb_stream_cgroup_limit_bytes") == low * MiB and m[
+            "ebb_stream_layers_resident"] < total)
+        g.set_limit(2048 * MiB)
+        wait_for("raised to 2048 MiB", lambda m: m.get(
+            "ebb_stream_memory_limit_changes_total", 0) >= 2 and m.get(
+            "ebb_stream_cgroup_limit_bytes") == 2048 * MiB and m[
+            "ebb_stream_layers_resident"] == total)
+        stop.set()
+        load.join()
+        print("%d requests: %s" % (len(statuses), sorted(set(map(str, statuses)))))
+        assert statuses and all(st == 200 for st in statuses), statuses
+        assert oom_kills(g) == 0, "OOM kill in the group"
+        assert sum("memory limit changed" in l for l in log) >= 2, "\n".join(log)
+    finally:
+        stop.set()
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if load:
+            load.join()
+        g.remove()
+
+
 def main():
     global VERSION, LIMIT_FILE, LOW
     LOW = int(os.environ.get("EBB_TEST_CGROUP_LOW_MIB", LOW))
@@ -279,8 +390,8 @@ def main():
         skip("cannot create a cgroup under %s: %s" % (parent, e))
     print("memory cgroup v%d under %s" % (VERSION, parent))
     only = os.environ.get("EBB_TEST_CGROUP_ONLY")
-    if only == "change":
-        test_change(parent)
+    if only in ("change", "serve"):
+        (test_change if only == "change" else test_serve)(parent)
         return 0
     test_info(parent)
     test_nested(parent)
@@ -291,6 +402,7 @@ def main():
     assert ref.returncode == 0, ref.stderr
     test_run(parent, ref.stdout)
     test_change(parent)
+    test_serve(parent)
     print("ok")
     return 0
 
