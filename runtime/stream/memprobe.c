@@ -580,8 +580,14 @@ static void read_cgroup(struct ebb_memprobe *mp, struct ebb_memprobe_reading *r)
     r->cg_version = mp->cg_version;
     r->cg_max = EBB_MEMPROBE_UNLIMITED;
     for (size_t dl = leaf;;) {
-        uint64_t lim, cur, inact;
-        if (read_num(mp, mp->cg_dir, dl, lim_file, huge, &lim) && lim != EBB_MEMPROBE_UNLIMITED &&
+        uint64_t lim = EBB_MEMPROBE_UNLIMITED, high, cur, inact;
+        read_num(mp, mp->cg_dir, dl, lim_file, huge, &lim);
+        /* v2's memory.high throttles and reclaims hard above it: as binding as max for a plan
+         * (systemd's MemoryHigh=). */
+        if (mp->cg_version == 2 && read_num(mp, mp->cg_dir, dl, "memory.high", huge, &high) &&
+            high < lim)
+            lim = high;
+        if (lim != EBB_MEMPROBE_UNLIMITED &&
             (dl == leaf ? (cur = r->cg_current, inact = r->cg_inactive_file, true)
                         : read_usage(mp, mp->cg_dir, dl, &cur, &inact))) {
             uint64_t used = cur > inact ? cur - inact : 0;

@@ -3,15 +3,15 @@
  * kernel or the driver does not offer it; the planner then falls back to the configured budget.
  *
  * Sources: Linux /proc/meminfo (MemTotal, MemAvailable); the memory cgroup of this process,
- * found through /proc/self/cgroup and /proc/self/mountinfo: cgroup v2 (memory.max,
- * memory.current, memory.stat inactive_file) where the unified hierarchy holds the memory
- * controller, else cgroup v1 (memory.limit_in_bytes, memory.usage_in_bytes, memory.stat
- * total_inactive_file), the group and every ancestor up to the mount point, the one leaving
- * the least memory deciding; PSI (the v2 group's memory.pressure, else /proc/pressure/memory);
- * NVIDIA device
- * memory through NVML loaded with dlopen and matched by PCI bus id or UUID; a device free-memory
- * value passed in by the caller (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64
- * and the memory-pressure dispatch source (warn/critical set `pressure`; compiled only on
+ * found through /proc/self/cgroup and /proc/self/mountinfo: cgroup v2 (memory.max and
+ * memory.high, the lower one; memory.current, memory.stat inactive_file) where the unified
+ * hierarchy holds the memory controller, else cgroup v1 (memory.limit_in_bytes,
+ * memory.usage_in_bytes, memory.stat total_inactive_file), the group and every ancestor up to the
+ * mount point, the one leaving the least memory deciding; PSI (the v2 group's memory.pressure, else
+ * /proc/pressure/memory); NVIDIA device memory through NVML loaded with dlopen and matched by PCI
+ * bus id or UUID; a device free-memory value passed in by the caller (AMD:
+ * CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64 and the memory-pressure dispatch
+ * source (warn/critical set `pressure`; compiled only on
  * __APPLE__ and not yet run on a Mac).
  *
  * Test hook: when the environment variable EBB_TEST_MEMPROBE_FILE names a file, every probe
@@ -37,7 +37,8 @@ struct ebb_memprobe_reading {
     char cg_group[256]; /* the process's group ("/system.slice/ebb.service") */
     char cg_path[256];  /* the group whose limit binds: cg_group or an ancestor ("/" none) */
     /* The binding group's values (the process's own group's when no group has a limit). */
-    uint64_t cg_max;           /* memory.max / memory.limit_in_bytes; UNLIMITED for "max" and
+    uint64_t cg_max;           /* memory.max (or a lower memory.high) / memory.limit_in_bytes;
+                                  UNLIMITED for "max" and
                                   for values at or above the host's memory (v1's "none") */
     uint64_t cg_current;       /* memory.current / memory.usage_in_bytes */
     uint64_t cg_inactive_file; /* memory.stat (total_)inactive_file: reclaimable page cache */

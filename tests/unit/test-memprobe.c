@@ -251,6 +251,14 @@ static void cgroup_nested(void **state)
     assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
     assert_string_equal(r.cg_path, "/a/b/c");
     assert_int_equal(r.available, 50 * MiB);
+    /* memory.high below memory.max (systemd's MemoryHigh=) binds like a max. */
+    put("/cg2/a/b/c/memory.high", "136314880\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, 130 * MiB);
+    assert_int_equal(r.available, 30 * MiB);
+    put("/cg2/a/b/c/memory.high", "max\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, 150 * MiB);
     ebb_memprobe_free(mp);
 }
 
