@@ -203,15 +203,29 @@ size_t ebb_stream_slot_size(const struct ebb_stream *s)
 /* No --stream-io: cached reads leave the streamed layers in the page cache, which a cgroup
  * charges to the limit it has and unified memory shares with the model, so the kernel then
  * reclaims (or thrashes) what the plan counted on. direct bypasses the cache where the file
- * system takes O_DIRECT; dontneed drops each range after reading it elsewhere. */
+ * system takes O_DIRECT; dontneed drops each range after reading it elsewhere. The cache is
+ * kept where it costs nothing: no cgroup limit binds and the device has its own memory, or
+ * the host has twice the streamed bytes free (a budget or forced residency below what the
+ * machine holds: warm cached reads run at memory speed, direct ones at the disk's). */
 static void pick_cache(struct ebb_stream *s)
 {
     static const char *const names[] = {"cached", "direct", "dontneed"};
     const struct ebb_memprobe_reading *r = &s->last;
-    bool limited = r->cg_ok && r->cg_max != EBB_MEMPROBE_UNLIMITED;
-    if (!limited && s->discrete) {
-        snprintf(s->cache_why, sizeof(s->cache_why),
-                 "no cgroup memory limit and a discrete device: the page cache helps");
+    bool limited = r->cg_ok && r->cg_max != EBB_MEMPROBE_UNLIMITED &&
+                   (!r->host_ok || r->cg_available <= r->host_available);
+    uint64_t streamed = 0;
+    for (uint32_t l = s->plan.n_resident; l < s->first_host; l++)
+        streamed += s->layers[l].size;
+    bool roomy = r->available_ok && r->available / 2 >= streamed;
+    if (!limited && (s->discrete || roomy)) {
+        if (s->discrete)
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "no cgroup memory limit binds and the device has its own memory");
+        else
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "no cgroup memory limit binds and %.0f MiB free holds the %.0f MiB streamed "
+                     "twice over",
+                     r->available / 1048576.0, streamed / 1048576.0);
     } else {
         int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
         if (fd >= 0)
@@ -223,8 +237,9 @@ static void pick_cache(struct ebb_stream *s)
                      r->cg_path, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
         else
             snprintf(s->cache_why, sizeof(s->cache_why),
-                     "the device shares host memory: no page cache beside the model%s",
-                     fd >= 0 ? "" : " (no O_DIRECT on this file system)");
+                     "the device shares host memory and less than twice the %.0f MiB streamed "
+                     "is free: no page cache beside the model%s",
+                     streamed / 1048576.0, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
     }
     ebb_log(EBB_LOG_INFO, "stream", "stream-io %s (no --stream-io given): %s", names[s->cache],
             s->cache_why);

@@ -34,7 +34,8 @@ struct ebb_stream_params {
     enum ebb_stream_cache cache; /* default cached */
     /* The user named no mode: ebb_stream_attach picks one that leaves no page cache charged
      * to a memory limit (direct where the file system allows O_DIRECT, else dontneed) when a
-     * cgroup limits memory or the device shares host memory, else `cache`. */
+     * cgroup's limit binds, or the device shares host memory and less than twice the streamed
+     * bytes are free; else it keeps `cache`. */
     bool cache_auto;
     uint32_t io_threads; /* threads per layer read (ebb_stream_io_params.n_threads) */
     uint64_t now_ns;     /* monotonic clock at open */
