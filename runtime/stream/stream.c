@@ -22,7 +22,10 @@ struct ebb_stream {
     enum ebb_stream_count count;
     uint32_t prefetch;
     enum ebb_stream_cache cache;
+    enum ebb_stream_cache cache_default; /* the params' mode, where a pick starts from */
     bool cache_auto;
+    bool cache_limited;     /* a cgroup limit bound at the last pick */
+    void *const *slot_ptrs; /* the attached slots (the engine's array, valid while attached) */
     char cache_why[320];
     uint32_t io_threads;
     bool discrete; /* the probes read device memory */
@@ -128,6 +131,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     s->count = p->count;
     s->prefetch = p->prefetch ? p->prefetch : 2;
     s->cache = p->cache;
+    s->cache_default = p->cache;
     s->cache_auto = p->cache_auto;
     s->io_threads = p->io_threads;
     s->discrete = p->probe.discrete;
@@ -207,12 +211,19 @@ size_t ebb_stream_slot_size(const struct ebb_stream *s)
  * kept where it costs nothing: no cgroup limit binds and the device has its own memory, or
  * the host has twice the streamed bytes free (a budget or forced residency below what the
  * machine holds: warm cached reads run at memory speed, direct ones at the disk's). */
+static bool cg_binds(const struct ebb_memprobe_reading *r)
+{
+    return r->cg_ok && r->cg_max != EBB_MEMPROBE_UNLIMITED &&
+           (!r->host_ok || r->cg_available <= r->host_available);
+}
+
 static void pick_cache(struct ebb_stream *s)
 {
     static const char *const names[] = {"cached", "direct", "dontneed"};
     const struct ebb_memprobe_reading *r = &s->last;
-    bool limited = r->cg_ok && r->cg_max != EBB_MEMPROBE_UNLIMITED &&
-                   (!r->host_ok || r->cg_available <= r->host_available);
+    bool limited = cg_binds(r);
+    s->cache_limited = limited;
+    s->cache = s->cache_default;
     uint64_t streamed = 0;
     for (uint32_t l = s->plan.n_resident; l < s->first_host; l++)
         streamed += s->layers[l].size;
@@ -265,6 +276,7 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     if (rc)
         return rc;
     s->n_slots = n_slots;
+    s->slot_ptrs = slots;
     uint32_t n;
     fill_schedule(s, &n);
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
@@ -288,6 +300,34 @@ static void io_totals(const struct ebb_stream *s, struct ebb_stream_io_stats *ou
     out->dropped += st.dropped;
     out->reused += st.reused;
     out->direct = st.direct;
+}
+
+/* Engine thread, between steps (every slot given back): a cgroup limit set or removed since
+ * the last pick picks the I/O mode again, and a new mode reopens the I/O thread on the same
+ * slots. Where that fails the old mode is kept. */
+static void repick_cache(struct ebb_stream *s)
+{
+    if (!s->cache_auto || !s->io || cg_binds(&s->last) == s->cache_limited)
+        return;
+    enum ebb_stream_cache was = s->cache;
+    pick_cache(s);
+    if (s->cache == was)
+        return;
+    void *const *slots = s->slot_ptrs;
+    uint32_t n_slots = s->n_slots;
+    io_totals(s, &s->io_before);
+    ebb_stream_io_close(s->io);
+    s->io = NULL;
+    struct ebb_diag d = {{0}};
+    if (ebb_stream_attach(s, slots, n_slots, &d) == EBB_OK)
+        return;
+    ebb_log(EBB_LOG_WARN, "stream",
+            "stream-io: reopening the reads failed (%s); keeping the "
+            "previous mode",
+            d.msg);
+    s->cache = was;
+    if (ebb_stream_attach(s, slots, n_slots, &d))
+        ebb_log(EBB_LOG_ERROR, "stream", "stream-io: cannot reopen the reads: %s", d.msg);
 }
 
 void ebb_stream_detach(struct ebb_stream *s)
@@ -351,6 +391,7 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
+    repick_cache(s);
     if (s->discrete) { /* host pressure is not about the device's memory: see stream.h */
         s->host_pressure = s->host_pressure || pressure;
         pressure = false;

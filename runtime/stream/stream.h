@@ -118,7 +118,9 @@ bool ebb_stream_needs_slots(const struct ebb_stream *s);
 
 /* Gives the streamer the engine's staging slots (pinned/mapped host buffers; n_slots >
  * prefetch, each ebb_stream_slot_size() bytes, 4096-aligned); they must stay valid until
- * ebb_stream_free. Starts the I/O thread on the current schedule. */
+ * ebb_stream_free, and the array itself while attached (a re-plan that sees a cgroup limit
+ * set or removed reopens the I/O thread on it with another mode, see cache_auto). Starts the
+ * I/O thread on the current schedule. */
 ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_slots,
                           struct ebb_diag *diag);
 size_t ebb_stream_slot_size(const struct ebb_stream *s);

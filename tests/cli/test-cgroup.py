@@ -10,7 +10,9 @@ and checks that:
      without a limit; no OOM kill;
   4. the limit lowered and raised while ebb generates is seen (logged, counted in the report's
      memory_limit_changes) and the plan follows, shrinking and growing back;
-  5. the same for `ebb serve` under a stream of requests: the change in /metrics
+  5. a limit set on a group that had none, while half the layers stream, switches the reads
+     from cached to direct (or dontneed) at the next re-plan, and back when it is removed;
+  6. the same as 4 for `ebb serve` under a stream of requests: the change in /metrics
      (ebb_stream_memory_limit_changes_total, ebb_stream_cgroup_limit_bytes,
      ebb_stream_layers_resident) each way, every request answered 200, no OOM kill.
 Exits 77 (skipped, with the reason) where cgroups cannot be created: not root, no memory
@@ -266,6 +268,53 @@ def test_change(parent):
         g.remove()
 
 
+def test_repick(parent):
+    g = Group(parent, "ebb-test-%d-repick" % os.getpid(), None)
+    p = None
+    try:
+        env = dict(os.environ, EBB_STREAM_REPLAN_TOKENS="4")
+        args = [EBB, "run", "-m", MODEL, "-p", PROMPT, "-n", "96", "--temp", "0", "--chat",
+                "--residency", "0.5"]
+        p = subprocess.Popen(args, preexec_fn=g.enter, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        log = []
+        t = threading.Thread(target=lambda: [log.append(l.decode(errors="replace").rstrip())
+                                             for l in p.stderr])
+        t.start()
+        state, n, out = "start", 0, []
+        while True:
+            b = p.stdout.read1(4096)
+            if not b:
+                break
+            n += len(b)
+            out.append(b)
+            if state == "start" and n > 20:
+                g.set_limit(1024 * MiB)
+                state = "limited"
+            elif state == "limited" and sum("stream-io" in l for l in log) >= 2:
+                g.set_limit(-1 if VERSION == 1 else "max")
+                state = "unlimited"
+        text = b"".join(out).decode(errors="replace")
+        p.wait()
+        t.join()
+        picks = [l[l.index("stream-io"):] for l in log if "stream-io " in l]
+        print("\n".join(picks))
+        assert p.returncode == 0, "\n".join(log)
+        assert len(picks) == 3, picks
+        assert picks[0].startswith("stream-io cached"), picks
+        assert picks[1].startswith(("stream-io direct", "stream-io dontneed")), picks
+        assert "limits memory" in picks[1], picks
+        assert picks[2].startswith("stream-io cached"), picks
+        ref = subprocess.run(args, capture_output=True, text=True, timeout=240)
+        assert ref.returncode == 0 and ref.stdout == text, "text differs after the reopenings:" \
+            "\n%r\n%r" % (text, ref.stdout)
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        g.remove()
+
+
 def metrics(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/metrics")
@@ -390,8 +439,8 @@ def main():
         skip("cannot create a cgroup under %s: %s" % (parent, e))
     print("memory cgroup v%d under %s" % (VERSION, parent))
     only = os.environ.get("EBB_TEST_CGROUP_ONLY")
-    if only in ("change", "serve"):
-        (test_change if only == "change" else test_serve)(parent)
+    if only:
+        {"change": test_change, "serve": test_serve, "repick": test_repick}[only](parent)
         return 0
     test_info(parent)
     test_nested(parent)
@@ -402,6 +451,7 @@ def main():
     assert ref.returncode == 0, ref.stderr
     test_run(parent, ref.stdout)
     test_change(parent)
+    test_repick(parent)
     test_serve(parent)
     print("ok")
     return 0
