@@ -52,6 +52,7 @@ static void usage(FILE *f)
         "usage: ebb info [--json] [--config FILE] MODEL\n"
         "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
         "       ebb info --knobs [--device SPEC] [--markdown]   (the EBB_CL_* tuning knobs)\n"
+        "       ebb info --memory [--device SPEC] [--json]   (what the memory probes see)\n"
         "\n"
         "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
         "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"
@@ -75,6 +76,10 @@ static void usage(FILE *f)
         "  --knobs     list the EBB_CL_* tuning knobs with their values for the device (--device\n"
         "              SPEC as for ebb serve, default auto) and where each came from; with\n"
         "              --markdown, docs/TUNING.md (the table, no device)\n"
+        "  --memory    what the layer streamer's memory probes see: host total and available,\n"
+        "              the memory cgroup (v1 or v2, its path, the limit that binds, usage,\n"
+        "              inactive file), PSI memory pressure, the device's memory (--device SPEC,\n"
+        "              default auto; none for no OpenCL) and what a plan would take as available\n"
         "  -h, --help  show this help\n"
         "\n"
         "exit status: 0 success, 1 unreadable or malformed model or config, 2 usage error\n");
@@ -580,13 +585,15 @@ int ebb_cmd_info(int argc, char **argv)
 {
     const char *path = NULL, *config = NULL;
     const char *device = NULL;
-    bool json = false, devices = false, knobs = false, markdown = false;
+    bool json = false, devices = false, knobs = false, markdown = false, memory = false;
     /* `ebb info --devices`: the OpenCL device list, from runtime/cl. */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--devices")) {
             devices = true;
         } else if (!strcmp(argv[i], "--knobs")) {
             knobs = true;
+        } else if (!strcmp(argv[i], "--memory")) {
+            memory = true;
         } else if (!strcmp(argv[i], "--markdown")) {
             markdown = true;
         } else if (!strcmp(argv[i], "--device")) {
@@ -628,8 +635,15 @@ int ebb_cmd_info(int argc, char **argv)
         return ebb_cl_print_devices(stdout, json) == EBB_OK ? 0 : 1;
     if (knobs)
         return knobs_info(device, markdown);
+    if (memory && !markdown && !path)
+        return ebb_cmd_info_memory(device, json);
+    if (memory) {
+        fprintf(stderr, "ebb info: --memory takes no model and no --markdown\n");
+        return 2;
+    }
     if (markdown || device) {
-        fprintf(stderr, "ebb info: %s goes with --knobs\n", markdown ? "--markdown" : "--device");
+        fprintf(stderr, "ebb info: %s goes with --knobs%s\n", markdown ? "--markdown" : "--device",
+                markdown ? "" : " or --memory");
         return 2;
     }
     if (!path) {

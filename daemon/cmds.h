@@ -3,6 +3,8 @@
 #ifndef EBB_DAEMON_CMDS_H
 #define EBB_DAEMON_CMDS_H
 
+#include <stdbool.h>
+
 int ebb_cmd_serve(int argc, char **argv);
 int ebb_cmd_run(int argc, char **argv);
 int ebb_cmd_info(int argc, char **argv);
@@ -11,5 +13,8 @@ int ebb_cmd_detokenize(int argc, char **argv);
 int ebb_cmd_bench(int argc, char **argv);
 int ebb_cmd_pack(int argc, char **argv);
 int ebb_cmd_perplexity(int argc, char **argv);
+/* `ebb info --memory [--device SPEC] [--json]` (cmd-info-memory.c): what the memory probes see;
+ * device NULL = auto, "none" = no OpenCL device. */
+int ebb_cmd_info_memory(const char *device, bool json);
 
 #endif

@@ -367,6 +367,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
                   .dev_read = m->unified ? NULL : dev_read,
                   .dev_u = m->cl},
         .count = m->map.buf ? EBB_STREAM_COUNT_NOT_WEIGHTS : EBB_STREAM_COUNT_ALL,
+        .cache_auto = !p->stream_cache, /* see ebb_stream_params */
         .prefetch = prefetch,
         .io_threads = p->stream_threads ? p->stream_threads : default_io_threads(),
         .now_ns = ebb__clm_now_ns(),

@@ -28,7 +28,10 @@ struct ebb__nvml_memory {
 struct ebb_memprobe {
     bool discrete;
     char root[256];
-    char cg_dir[512]; /* "" when there is no cgroup v2 group */
+    int cg_version;      /* 0 (none), 1 or 2 */
+    char cg_dir[512];    /* the group's directory under the mount, "" when there is none */
+    size_t cg_mount_len; /* length of the mount point at the start of cg_dir */
+    char cg_path[256];   /* the group as /proc/self/cgroup names it */
     bool have_meminfo, have_psi;
     /* NVML */
     void *nvml;
@@ -84,15 +87,34 @@ static const char *find_line(const char *text, const char *key, const char *seps
     return NULL;
 }
 
+ebb_err ebb_memprobe_parse_u64(const char *s, uint64_t *out)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (!isdigit((unsigned char)*s))
+        return EBB_EFORMAT;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return EBB_ERANGE;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return EBB_OK;
+}
+
 ebb_err ebb_memprobe_parse_meminfo(const char *text, uint64_t *total, uint64_t *available)
 {
     const char *t = find_line(text, "MemTotal", ":");
     const char *a = find_line(text, "MemAvailable", ":");
-    if (!t || !a)
+    uint64_t tv, av;
+    if (!t || !a || ebb_memprobe_parse_u64(t, &tv) || ebb_memprobe_parse_u64(a, &av))
         return EBB_EFORMAT;
-    unsigned long long tv = strtoull(t, NULL, 10), av = strtoull(a, NULL, 10);
-    *total = (uint64_t)tv * 1024; /* meminfo counts kB */
-    *available = (uint64_t)av * 1024;
+    if (tv > UINT64_MAX / 1024 || av > UINT64_MAX / 1024) /* meminfo counts kB */
+        return EBB_ERANGE;
+    *total = tv * 1024;
+    *available = av * 1024;
     return EBB_OK;
 }
 
@@ -126,13 +148,104 @@ ebb_err ebb_memprobe_parse_cgroup(const char *text, char *path, size_t cap)
     return EBB_OK;
 }
 
+/* True when the comma-separated list (up to its end or a newline/space) holds word. */
+static bool has_word(const char *list, size_t n, const char *word)
+{
+    size_t wl = strlen(word);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && list[j] != ',')
+            j++;
+        if (j - i == wl && !memcmp(list + i, word, wl))
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+ebb_err ebb_memprobe_parse_cgroup_v1(const char *text, char *path, size_t cap)
+{
+    /* "hierarchy-id:controller,controller:/path" per line; the memory controller may share a
+     * hierarchy with others ("4:memory,cpuset:/x"). */
+    for (const char *p = text; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *c1 = memchr(p, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - p)) : NULL;
+        if (c2 && has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory")) {
+            size_t n = len - (size_t)(c2 + 1 - p);
+            if (n == 0 || n >= cap || c2[1] != '/')
+                return EBB_EFORMAT;
+            memcpy(path, c2 + 1, n);
+            path[n] = 0;
+            return EBB_OK;
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    return EBB_ENOTFOUND;
+}
+
+/* Copies a mountinfo field, decoding the kernel's octal escapes ("\040" for a space). */
+static bool mi_field(const char *f, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = f[i];
+        if (c == '\\' && i + 3 < n && f[i + 1] >= '0' && f[i + 1] <= '3' && f[i + 2] >= '0' &&
+            f[i + 2] <= '7' && f[i + 3] >= '0' && f[i + 3] <= '7') {
+            c = (char)((f[i + 1] - '0') * 64 + (f[i + 2] - '0') * 8 + (f[i + 3] - '0'));
+            i += 3;
+        }
+        if (o + 1 >= cap)
+            return false;
+        out[o++] = c;
+    }
+    out[o] = 0;
+    return true;
+}
+
+ebb_err ebb_memprobe_parse_mountinfo(const char *text, const char *fstype, const char *option,
+                                     char *mnt, size_t mcap, char *root, size_t rcap)
+{
+    /* "id parent maj:min root mountpoint opts [optional...] - fstype source superopts" */
+    for (const char *p = text; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *f[16];
+        size_t fl[16], nf = 0;
+        for (size_t i = 0; i < len && nf < 16;) {
+            while (i < len && p[i] == ' ')
+                i++;
+            size_t j = i;
+            while (j < len && p[j] != ' ')
+                j++;
+            if (j > i) {
+                f[nf] = p + i;
+                fl[nf++] = j - i;
+            }
+            i = j;
+        }
+        size_t dash = 6;
+        while (dash < nf && !(fl[dash] == 1 && f[dash][0] == '-'))
+            dash++;
+        if (dash + 1 < nf && fl[dash + 1] == strlen(fstype) &&
+            !memcmp(f[dash + 1], fstype, fl[dash + 1]) &&
+            (!option || (dash + 3 < nf && has_word(f[dash + 3], fl[dash + 3], option)))) {
+            if (!mi_field(f[4], fl[4], mnt, mcap) || !mi_field(f[3], fl[3], root, rcap))
+                return EBB_EFORMAT;
+            return EBB_OK;
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    return EBB_ENOTFOUND;
+}
+
 ebb_err ebb_memprobe_parse_stat(const char *text, const char *key, uint64_t *out)
 {
     const char *v = find_line(text, key, " ");
     if (!v)
         return EBB_ENOTFOUND;
-    *out = strtoull(v, NULL, 10);
-    return EBB_OK;
+    return ebb_memprobe_parse_u64(v, out);
 }
 
 ebb_err ebb_memprobe_parse_size(const char *s, uint64_t *out)
@@ -281,6 +394,65 @@ static void mac_unwatch(struct ebb_memprobe *mp)
 }
 #endif
 
+/* The group's directory: the mount point (from mountinfo, else the usual place) plus the path
+ * /proc/self/cgroup gives, less the mount's own root (a container sees its group mounted as
+ * "/"). Returns false when it does not fit or the group's `probe_file` is not there. */
+static bool group_dir(struct ebb_memprobe *mp, const char *mountinfo, const char *fstype,
+                      const char *option, const char *fallback, const char *path,
+                      const char *probe_file)
+{
+    char mnt[256], root[256], dir[512], probe[640];
+    if (!mountinfo || ebb_memprobe_parse_mountinfo(mountinfo, fstype, option, mnt, sizeof(mnt),
+                                                   root, sizeof(root))) {
+        snprintf(mnt, sizeof(mnt), "%s", fallback);
+        snprintf(root, sizeof(root), "/");
+    }
+    size_t rl = strlen(root);
+    const char *rel = path;
+    if (rl > 1 && !strncmp(path, root, rl) && (path[rl] == '/' || !path[rl]))
+        rel = path + rl;
+    if (!strcmp(rel, "/"))
+        rel = "";
+    size_t ml = strlen(mnt);
+    while (ml > 1 && mnt[ml - 1] == '/')
+        mnt[--ml] = 0;
+    int n = snprintf(dir, sizeof(dir), "%s%s", mnt, rel);
+    if (n < 0 || (size_t)n >= sizeof(dir) || (size_t)n >= sizeof(mp->cg_dir))
+        return false;
+    while (n > (int)ml && dir[n - 1] == '/')
+        dir[--n] = 0;
+    snprintf(probe, sizeof(probe), "%s/%s", dir, probe_file);
+    char buf[64];
+    if (read_text(mp, probe, buf, sizeof(buf)) <= 0)
+        return false;
+    memcpy(mp->cg_dir, dir, (size_t)n + 1);
+    mp->cg_mount_len = ml;
+    snprintf(mp->cg_path, sizeof(mp->cg_path), "%s", path);
+    return true;
+}
+
+/* Finds the process's memory cgroup: v2 when the unified hierarchy has the memory controller
+ * for this group, else v1's memory hierarchy (hybrid systems mount both; v1 then holds the
+ * memory controller and the v2 group has no memory.* files). */
+static void find_cgroup(struct ebb_memprobe *mp)
+{
+    char cg[4096], path[256];
+    enum { MI_CAP = 256 * 1024 }; /* hosts with many containers have long mount tables */
+    if (read_text(mp, "/proc/self/cgroup", cg, sizeof(cg)) <= 0)
+        return;
+    char *mi = malloc(MI_CAP); /* only when the probe set is created, never per reading */
+    const char *mountinfo = mi && read_text(mp, "/proc/self/mountinfo", mi, MI_CAP) > 0 ? mi : NULL;
+    if (!ebb_memprobe_parse_cgroup(cg, path, sizeof(path)) &&
+        (group_dir(mp, mountinfo, "cgroup2", NULL, "/sys/fs/cgroup", path, "memory.current") ||
+         group_dir(mp, mountinfo, "cgroup2", NULL, "/sys/fs/cgroup", path, "memory.max")))
+        mp->cg_version = 2;
+    else if (!ebb_memprobe_parse_cgroup_v1(cg, path, sizeof(path)) &&
+             group_dir(mp, mountinfo, "cgroup", "memory", "/sys/fs/cgroup/memory", path,
+                       "memory.usage_in_bytes"))
+        mp->cg_version = 1;
+    free(mi);
+}
+
 ebb_err ebb_memprobe_new(const struct ebb_memprobe_params *p, struct ebb_memprobe **out,
                          struct ebb_diag *diag)
 {
@@ -296,17 +468,9 @@ ebb_err ebb_memprobe_new(const struct ebb_memprobe_params *p, struct ebb_memprob
         return ebb_diag_set(diag, EBB_EINVAL, "probe root path too long");
     }
     snprintf(mp->root, sizeof(mp->root), "%s", p->root ? p->root : "");
-    char buf[4096], path[400];
+    char buf[4096];
     mp->have_meminfo = read_text(mp, "/proc/meminfo", buf, sizeof(buf)) > 0;
-    if (read_text(mp, "/proc/self/cgroup", buf, sizeof(buf)) > 0 &&
-        !ebb_memprobe_parse_cgroup(buf, path, sizeof(path))) {
-        char probe[1024];
-        snprintf(probe, sizeof(probe), "/sys/fs/cgroup%s/memory.current",
-                 strcmp(path, "/") ? path : "");
-        if (read_text(mp, probe, buf, sizeof(buf)) > 0)
-            snprintf(mp->cg_dir, sizeof(mp->cg_dir), "/sys/fs/cgroup%s",
-                     strcmp(path, "/") ? path : "");
-    }
+    find_cgroup(mp);
     mp->have_psi = read_text(mp, "/proc/pressure/memory", buf, sizeof(buf)) > 0;
     if (p->pci_bus_id || p->uuid)
         nvml_open(mp, p, diag);
@@ -316,7 +480,10 @@ ebb_err ebb_memprobe_new(const struct ebb_memprobe_params *p, struct ebb_memprob
     mac_watch(mp);
 #endif
     snprintf(mp->desc, sizeof(mp->desc), "%s%s%s%s%s%s", mp->have_meminfo ? "meminfo " : "",
-             mp->cg_dir[0] ? "cgroup2 " : "", mp->have_psi || mp->cg_dir[0] ? "psi " : "",
+             mp->cg_version == 2   ? "cgroup2 "
+             : mp->cg_version == 1 ? "cgroup1 "
+                                   : "",
+             mp->have_psi || mp->cg_version == 2 ? "psi " : "",
              mp->nvdev      ? "nvml "
              : mp->dev_read ? "driver "
                             : "",
@@ -357,28 +524,107 @@ void ebb_memprobe_set_device(struct ebb_memprobe *mp, uint64_t total, uint64_t f
     mp->dev_free = free_bytes;
 }
 
+/* Reads a number file of a group ("max" and values at or above `huge` mean no limit). */
+static bool read_num(const struct ebb_memprobe *mp, const char *dir, size_t dl, const char *file,
+                     uint64_t huge, uint64_t *out)
+{
+    char path[640], buf[64];
+    snprintf(path, sizeof(path), "%.*s/%s", (int)dl, dir, file);
+    if (read_text(mp, path, buf, sizeof(buf)) <= 0)
+        return false;
+    if (!strncmp(buf, "max", 3)) {
+        *out = EBB_MEMPROBE_UNLIMITED;
+        return true;
+    }
+    uint64_t v;
+    if (ebb_memprobe_parse_u64(buf, &v) == EBB_ERANGE)
+        v = EBB_MEMPROBE_UNLIMITED;
+    else if (ebb_memprobe_parse_u64(buf, &v))
+        return false;
+    *out = v >= huge ? EBB_MEMPROBE_UNLIMITED : v;
+    return true;
+}
+
+/* Usage and reclaimable page cache of one group (v1 counts the subtree's cache under
+ * total_inactive_file; v2's memory.stat is hierarchical already). */
+static bool read_usage(const struct ebb_memprobe *mp, const char *dir, size_t dl, uint64_t *cur,
+                       uint64_t *inactive)
+{
+    char path[640], buf[8192];
+    bool v1 = mp->cg_version == 1;
+    if (!read_num(mp, dir, dl, v1 ? "memory.usage_in_bytes" : "memory.current",
+                  EBB_MEMPROBE_UNLIMITED, cur))
+        return false;
+    *inactive = 0;
+    snprintf(path, sizeof(path), "%.*s/memory.stat", (int)dl, dir);
+    if (read_text(mp, path, buf, sizeof(buf)) > 0 &&
+        (!v1 || ebb_memprobe_parse_stat(buf, "total_inactive_file", inactive)))
+        ebb_memprobe_parse_stat(buf, "inactive_file", inactive);
+    return true;
+}
+
+/* The group and each ancestor up to the mount point: the one that leaves the least memory
+ * decides (a parent's limit binds its children, and its usage counts their siblings). */
 static void read_cgroup(struct ebb_memprobe *mp, struct ebb_memprobe_reading *r)
 {
-    char buf[8192], path[700];
-    if (!mp->cg_dir[0])
+    if (!mp->cg_version)
         return;
-    snprintf(path, sizeof(path), "%s/memory.current", mp->cg_dir);
-    if (read_text(mp, path, buf, sizeof(buf)) <= 0)
+    /* A "limit" at or above the machine's memory is no limit: v1 writes 2^63 - 4096 there. */
+    uint64_t huge = r->host_ok && r->host_total ? r->host_total : (uint64_t)1 << 62;
+    const char *lim_file = mp->cg_version == 1 ? "memory.limit_in_bytes" : "memory.max";
+    size_t leaf = strlen(mp->cg_dir), best_len = leaf;
+    uint64_t best = EBB_MEMPROBE_UNLIMITED;
+    if (!read_usage(mp, mp->cg_dir, leaf, &r->cg_current, &r->cg_inactive_file))
         return;
-    r->cg_current = strtoull(buf, NULL, 10);
-    r->cg_max = EBB_MEMPROBE_UNLIMITED;
-    snprintf(path, sizeof(path), "%s/memory.max", mp->cg_dir);
-    if (read_text(mp, path, buf, sizeof(buf)) > 0 && isdigit((unsigned char)buf[0]))
-        r->cg_max = strtoull(buf, NULL, 10);
-    snprintf(path, sizeof(path), "%s/memory.stat", mp->cg_dir);
-    if (read_text(mp, path, buf, sizeof(buf)) > 0)
-        ebb_memprobe_parse_stat(buf, "inactive_file", &r->cg_inactive_file);
     r->cg_ok = true;
-    /* The cgroup's own pressure is the more precise signal where it exists. */
-    snprintf(path, sizeof(path), "%s/memory.pressure", mp->cg_dir);
-    if (read_text(mp, path, buf, sizeof(buf)) > 0 &&
-        !ebb_memprobe_parse_psi(buf, &r->psi_some10, &r->psi_full10, &r->psi_some_us))
-        r->psi_ok = true;
+    r->cg_version = mp->cg_version;
+    r->cg_max = EBB_MEMPROBE_UNLIMITED;
+    for (size_t dl = leaf;;) {
+        uint64_t lim = EBB_MEMPROBE_UNLIMITED, high, cur, inact;
+        read_num(mp, mp->cg_dir, dl, lim_file, huge, &lim);
+        /* v2's memory.high throttles and reclaims hard above it: as binding as max for a plan
+         * (systemd's MemoryHigh=). */
+        if (mp->cg_version == 2 && read_num(mp, mp->cg_dir, dl, "memory.high", huge, &high) &&
+            high < lim)
+            lim = high;
+        if (lim != EBB_MEMPROBE_UNLIMITED &&
+            (dl == leaf ? (cur = r->cg_current, inact = r->cg_inactive_file, true)
+                        : read_usage(mp, mp->cg_dir, dl, &cur, &inact))) {
+            uint64_t used = cur > inact ? cur - inact : 0;
+            uint64_t avail = lim > used ? lim - used : 0;
+            if (avail < best || best == EBB_MEMPROBE_UNLIMITED) {
+                best = avail;
+                best_len = dl;
+                r->cg_max = lim;
+                r->cg_current = cur;
+                r->cg_inactive_file = inact;
+            }
+        }
+        if (dl <= mp->cg_mount_len)
+            break;
+        while (dl > mp->cg_mount_len && mp->cg_dir[dl - 1] != '/')
+            dl--;
+        if (dl > mp->cg_mount_len) /* drop the '/' too, unless that is the mount point's */
+            dl--;
+        if (dl < mp->cg_mount_len)
+            dl = mp->cg_mount_len;
+    }
+    /* The binding group's name as the kernel's cgroup paths spell it. */
+    size_t pl = strlen(mp->cg_path), cut = leaf - best_len;
+    size_t keep = pl > cut ? pl - cut : 0;
+    if (keep == 0 || (keep == 1 && mp->cg_path[0] == '/'))
+        snprintf(r->cg_path, sizeof(r->cg_path), "/");
+    else
+        snprintf(r->cg_path, sizeof(r->cg_path), "%.*s", (int)keep, mp->cg_path);
+    snprintf(r->cg_group, sizeof(r->cg_group), "%s", mp->cg_path);
+    /* v2's own pressure is the more precise signal where it exists. */
+    if (mp->cg_version == 2) {
+        char path[640], buf[512];
+        snprintf(path, sizeof(path), "%s/memory.pressure", mp->cg_dir);
+        if (read_text(mp, path, buf, sizeof(buf)) > 0 &&
+            !ebb_memprobe_parse_psi(buf, &r->psi_some10, &r->psi_full10, &r->psi_some_us))
+            r->psi_ok = true;
+    }
 }
 
 #if defined(__APPLE__)
@@ -495,17 +741,25 @@ ebb_err ebb_memprobe_read(struct ebb_memprobe *mp, struct ebb_memprobe_reading *
         uint64_t used = r.cg_current > r.cg_inactive_file ? r.cg_current - r.cg_inactive_file : 0;
         r.cg_available = r.cg_max > used ? r.cg_max - used : 0;
     }
+    r.available_src = "none";
     if (force) {
         r.available_ok = true;
         r.available = forced;
+        r.available_src = "test-hook";
     } else if (mp->discrete) {
         r.available_ok = r.dev_ok;
         r.available = r.dev_free;
+        r.available_src = r.dev_ok && r.dev_src ? r.dev_src : "none";
     } else if (r.host_ok || r.cg_available != EBB_MEMPROBE_UNLIMITED) {
         r.available_ok = true;
         r.available = r.host_ok ? r.host_available : EBB_MEMPROBE_UNLIMITED;
-        if (r.cg_available < r.available)
+        r.available_src = "host";
+        if (r.cg_available < r.available) {
             r.available = r.cg_available;
+            r.available_src = r.cg_version == 1   ? "cgroup v1"
+                              : r.cg_version == 2 ? "cgroup v2"
+                                                  : "cgroup";
+        }
     }
     *out = r;
     return EBB_OK;

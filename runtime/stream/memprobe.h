@@ -2,12 +2,16 @@
  * Each probe reports "unavailable" cleanly (its ok flag stays false) where the platform, the
  * kernel or the driver does not offer it; the planner then falls back to the configured budget.
  *
- * Sources: Linux /proc/meminfo (MemTotal, MemAvailable); the cgroup v2 group of this process
- * (/proc/self/cgroup -> /sys/fs/cgroup/<path>/memory.max, memory.current, memory.stat
- * inactive_file); PSI (the cgroup's memory.pressure, else /proc/pressure/memory); NVIDIA device
- * memory through NVML loaded with dlopen and matched by PCI bus id or UUID; a device free-memory
- * value passed in by the caller (AMD: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64
- * and the memory-pressure dispatch source (warn/critical set `pressure`; compiled only on
+ * Sources: Linux /proc/meminfo (MemTotal, MemAvailable); the memory cgroup of this process,
+ * found through /proc/self/cgroup and /proc/self/mountinfo: cgroup v2 (memory.max and
+ * memory.high, the lower one; memory.current, memory.stat inactive_file) where the unified
+ * hierarchy holds the memory controller, else cgroup v1 (memory.limit_in_bytes,
+ * memory.usage_in_bytes, memory.stat total_inactive_file), the group and every ancestor up to the
+ * mount point, the one leaving the least memory deciding; PSI (the v2 group's memory.pressure, else
+ * /proc/pressure/memory); NVIDIA device memory through NVML loaded with dlopen and matched by PCI
+ * bus id or UUID; a device free-memory value passed in by the caller (AMD:
+ * CL_DEVICE_GLOBAL_FREE_MEMORY_AMD); macOS host_statistics64 and the memory-pressure dispatch
+ * source (warn/critical set `pressure`; compiled only on
  * __APPLE__ and not yet run on a Mac).
  *
  * Test hook: when the environment variable EBB_TEST_MEMPROBE_FILE names a file, every probe
@@ -28,10 +32,16 @@ struct ebb_memprobe_reading {
     uint64_t host_total;     /* bytes */
     uint64_t host_available; /* bytes the kernel estimates can be taken without swapping */
 
-    bool cg_ok;                /* a cgroup v2 group with memory.current was found */
-    uint64_t cg_max;           /* memory.max, EBB_MEMPROBE_UNLIMITED for "max" */
-    uint64_t cg_current;       /* memory.current */
-    uint64_t cg_inactive_file; /* memory.stat inactive_file (reclaimable page cache) */
+    bool cg_ok;         /* the process's memory cgroup was read */
+    int cg_version;     /* 1 or 2 (0 when only the test hook set cg_*) */
+    char cg_group[256]; /* the process's group ("/system.slice/ebb.service") */
+    char cg_path[256];  /* the group whose limit binds: cg_group or an ancestor ("/" none) */
+    /* The binding group's values (the process's own group's when no group has a limit). */
+    uint64_t cg_max;           /* memory.max (or a lower memory.high) / memory.limit_in_bytes;
+                                  UNLIMITED for "max" and
+                                  for values at or above the host's memory (v1's "none") */
+    uint64_t cg_current;       /* memory.current / memory.usage_in_bytes */
+    uint64_t cg_inactive_file; /* memory.stat (total_)inactive_file: reclaimable page cache */
     uint64_t cg_available;     /* max - (current - inactive_file), or UNLIMITED */
 
     bool psi_ok;          /* PSI memory pressure was read */
@@ -52,6 +62,9 @@ struct ebb_memprobe_reading {
      * when no probe produced a value. */
     bool available_ok;
     uint64_t available;
+    /* Which probe decided `available`: "host", "cgroup v1", "cgroup v2", the device's dev_src,
+     * "test-hook", or "none". Static strings. */
+    const char *available_src;
 };
 
 struct ebb_memprobe_params {
@@ -101,6 +114,17 @@ ebb_err ebb_memprobe_parse_psi(const char *text, double *some10, double *full10,
 /* The cgroup v2 path ("0::/user.slice/x.scope" -> "/user.slice/x.scope") of /proc/self/cgroup
  * text; EBB_ENOTFOUND on a v1-only system. */
 ebb_err ebb_memprobe_parse_cgroup(const char *text, char *path, size_t cap);
+/* The memory controller's path of /proc/self/cgroup text on cgroup v1 ("4:memory:/x" or
+ * "7:cpuset,memory:/x" -> "/x"); EBB_ENOTFOUND when no hierarchy holds the memory controller. */
+ebb_err ebb_memprobe_parse_cgroup_v1(const char *text, char *path, size_t cap);
+/* The first mount in /proc/self/mountinfo text of file system type fstype ("cgroup2") whose
+ * super options hold `option` ("memory"; NULL for any): its mount point and the root of the
+ * mounted tree (octal escapes decoded). EBB_ENOTFOUND when none, EBB_EFORMAT when too long. */
+ebb_err ebb_memprobe_parse_mountinfo(const char *text, const char *fstype, const char *option,
+                                     char *mnt, size_t mcap, char *root, size_t rcap);
+/* A decimal number (leading blanks skipped): EBB_EFORMAT without a digit, EBB_ERANGE past
+ * 2^64 - 1. */
+ebb_err ebb_memprobe_parse_u64(const char *s, uint64_t *out);
 /* A field of memory.stat text ("inactive_file"). */
 ebb_err ebb_memprobe_parse_stat(const char *text, const char *key, uint64_t *out);
 

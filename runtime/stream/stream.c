@@ -1,11 +1,15 @@
 /* The layer streamer facade: see stream.h. */
 #include "stream.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
 
 struct ebb_stream {
     char path[1024];
@@ -18,6 +22,11 @@ struct ebb_stream {
     enum ebb_stream_count count;
     uint32_t prefetch;
     enum ebb_stream_cache cache;
+    enum ebb_stream_cache cache_default; /* the params' mode, where a pick starts from */
+    bool cache_auto;
+    bool cache_limited;     /* a cgroup limit bound at the last pick */
+    void *const *slot_ptrs; /* the attached slots (the engine's array, valid while attached) */
+    char cache_why[320];
     uint32_t io_threads;
     bool discrete; /* the probes read device memory */
     uint64_t t0;
@@ -29,6 +38,9 @@ struct ebb_stream {
     struct ebb_memprobe_reading mail;
     uint64_t mail_seq, used_seq;
     bool mail_pressure;
+    uint64_t seen_limit; /* the cgroup limit of the newest reading (UINT64_MAX none) */
+    char seen_path[256];
+    uint32_t n_limit_changes;
     bool host_pressure; /* discrete: host pressure seen by a re-plan, not yet taken */
     uint32_t n_staging_shrink;
     struct ebb_stream_io_stats io_before; /* counters of I/O threads that were detached */
@@ -51,6 +63,49 @@ static uint64_t counted(const struct ebb_stream *s)
         t = t > w ? t - w : 0;
     }
     return t;
+}
+
+/* The cgroup limit of a reading, UINT64_MAX when none binds. */
+static uint64_t cg_limit(const struct ebb_memprobe_reading *r)
+{
+    return r->cg_ok ? r->cg_max : UINT64_MAX;
+}
+
+static void fmt_bytes(uint64_t v, char *buf, size_t cap)
+{
+    if (v == UINT64_MAX)
+        snprintf(buf, cap, "none");
+    else
+        snprintf(buf, cap, "%.0f MiB", v / 1048576.0);
+}
+
+/* Under s->mu: notes the reading's memory limit, logging a change (and the first one). */
+static void note_limit(struct ebb_stream *s, const struct ebb_memprobe_reading *r, bool first)
+{
+    uint64_t lim = cg_limit(r);
+    const char *path = r->cg_ok ? r->cg_path : "";
+    if (!first && lim == s->seen_limit && !strcmp(path, s->seen_path))
+        return;
+    char a[32], b[32], av[32];
+    fmt_bytes(s->seen_limit, a, sizeof(a));
+    fmt_bytes(lim, b, sizeof(b));
+    fmt_bytes(r->available_ok ? r->available : UINT64_MAX, av, sizeof(av));
+    if (first && r->cg_ok)
+        ebb_log(EBB_LOG_INFO, "stream",
+                "memory: cgroup v%d %s, limit %s; %s available (decided by %s)", r->cg_version,
+                path, b, av, r->available_src ? r->available_src : "none");
+    else if (first)
+        ebb_log(EBB_LOG_INFO, "stream", "memory: no memory cgroup; %s available (decided by %s)",
+                av, r->available_src ? r->available_src : "none");
+    else {
+        s->n_limit_changes++;
+        ebb_log(EBB_LOG_INFO, "stream",
+                "memory limit changed: cgroup v%d %s, %s -> %s; %s available (decided by %s); "
+                "the plan follows at the next step",
+                r->cg_version, path, a, b, av, r->available_src ? r->available_src : "none");
+    }
+    s->seen_limit = lim;
+    snprintf(s->seen_path, sizeof(s->seen_path), "%s", path);
 }
 
 static void fill_schedule(struct ebb_stream *s, uint32_t *n)
@@ -76,6 +131,8 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     s->count = p->count;
     s->prefetch = p->prefetch ? p->prefetch : 2;
     s->cache = p->cache;
+    s->cache_default = p->cache;
+    s->cache_auto = p->cache_auto;
     s->io_threads = p->io_threads;
     s->discrete = p->probe.discrete;
     s->t0 = p->now_ns;
@@ -91,6 +148,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     if ((rc = ebb_memprobe_new(&p->probe, &s->mp, &note)))
         goto out;
     ebb_memprobe_read(s->mp, &s->last);
+    note_limit(s, &s->last, true);
     struct ebb_stream_inputs in = {
         .now_ns = p->now_ns, .available_ok = s->last.available_ok, .available = s->last.available};
     if ((rc = ebb_stream_planner_init(&s->plan, &p->plan, &in, diag)))
@@ -146,11 +204,65 @@ size_t ebb_stream_slot_size(const struct ebb_stream *s)
     return s->slot_size;
 }
 
+/* No --stream-io: cached reads leave the streamed layers in the page cache, which a cgroup
+ * charges to the limit it has and unified memory shares with the model, so the kernel then
+ * reclaims (or thrashes) what the plan counted on. direct bypasses the cache where the file
+ * system takes O_DIRECT; dontneed drops each range after reading it elsewhere. The cache is
+ * kept where it costs nothing: no cgroup limit binds and the device has its own memory, or
+ * the host has twice the streamed bytes free (a budget or forced residency below what the
+ * machine holds: warm cached reads run at memory speed, direct ones at the disk's). */
+static bool cg_binds(const struct ebb_memprobe_reading *r)
+{
+    return r->cg_ok && r->cg_max != EBB_MEMPROBE_UNLIMITED &&
+           (!r->host_ok || r->cg_available <= r->host_available);
+}
+
+static void pick_cache(struct ebb_stream *s)
+{
+    static const char *const names[] = {"cached", "direct", "dontneed"};
+    const struct ebb_memprobe_reading *r = &s->last;
+    bool limited = cg_binds(r);
+    s->cache_limited = limited;
+    s->cache = s->cache_default;
+    uint64_t streamed = 0;
+    for (uint32_t l = s->plan.n_resident; l < s->first_host; l++)
+        streamed += s->layers[l].size;
+    bool roomy = r->available_ok && r->available / 2 >= streamed;
+    if (!limited && (s->discrete || roomy)) {
+        if (s->discrete)
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "no cgroup memory limit binds and the device has its own memory");
+        else
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "no cgroup memory limit binds and %.0f MiB free holds the %.0f MiB streamed "
+                     "twice over",
+                     r->available / 1048576.0, streamed / 1048576.0);
+    } else {
+        int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (fd >= 0)
+            close(fd);
+        s->cache = fd >= 0 ? EBB_STREAM_DIRECT : EBB_STREAM_DONTNEED;
+        if (limited)
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "cgroup v%d %.200s limits memory: no page cache charged%s", r->cg_version,
+                     r->cg_path, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
+        else
+            snprintf(s->cache_why, sizeof(s->cache_why),
+                     "the device shares host memory and less than twice the %.0f MiB streamed "
+                     "is free: no page cache beside the model%s",
+                     streamed / 1048576.0, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
+    }
+    ebb_log(EBB_LOG_INFO, "stream", "stream-io %s (no --stream-io given): %s", names[s->cache],
+            s->cache_why);
+}
+
 ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_slots,
                           struct ebb_diag *diag)
 {
     if (s->io)
         return ebb_diag_set(diag, EBB_EINVAL, "streamer: slots already attached");
+    if (s->cache_auto && !s->cache_why[0])
+        pick_cache(s);
     struct ebb_stream_io_params ip = {.path = s->path,
                                       .layers = s->layers,
                                       .n_layer = s->n_layer,
@@ -164,6 +276,7 @@ ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_s
     if (rc)
         return rc;
     s->n_slots = n_slots;
+    s->slot_ptrs = slots;
     uint32_t n;
     fill_schedule(s, &n);
     return ebb_stream_io_submit(s->io, s->sched, n, diag);
@@ -187,6 +300,34 @@ static void io_totals(const struct ebb_stream *s, struct ebb_stream_io_stats *ou
     out->dropped += st.dropped;
     out->reused += st.reused;
     out->direct = st.direct;
+}
+
+/* Engine thread, between steps (every slot given back): a cgroup limit set or removed since
+ * the last pick picks the I/O mode again, and a new mode reopens the I/O thread on the same
+ * slots. Where that fails the old mode is kept. */
+static void repick_cache(struct ebb_stream *s)
+{
+    if (!s->cache_auto || !s->io || cg_binds(&s->last) == s->cache_limited)
+        return;
+    enum ebb_stream_cache was = s->cache;
+    pick_cache(s);
+    if (s->cache == was)
+        return;
+    void *const *slots = s->slot_ptrs;
+    uint32_t n_slots = s->n_slots;
+    io_totals(s, &s->io_before);
+    ebb_stream_io_close(s->io);
+    s->io = NULL;
+    struct ebb_diag d = {{0}};
+    if (ebb_stream_attach(s, slots, n_slots, &d) == EBB_OK)
+        return;
+    ebb_log(EBB_LOG_WARN, "stream",
+            "stream-io: reopening the reads failed (%s); keeping the "
+            "previous mode",
+            d.msg);
+    s->cache = was;
+    if (ebb_stream_attach(s, slots, n_slots, &d))
+        ebb_log(EBB_LOG_ERROR, "stream", "stream-io: cannot reopen the reads: %s", d.msg);
 }
 
 void ebb_stream_detach(struct ebb_stream *s)
@@ -222,6 +363,7 @@ bool ebb_stream_probe(struct ebb_stream *s)
     s->mail = r;
     s->mail_seq++;
     s->mail_pressure = s->mail_pressure || r.pressure;
+    note_limit(s, &r, false);
     pthread_mutex_unlock(&s->mu);
     return r.pressure;
 }
@@ -249,6 +391,7 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
+    repick_cache(s);
     if (s->discrete) { /* host pressure is not about the device's memory: see stream.h */
         s->host_pressure = s->host_pressure || pressure;
         pressure = false;
@@ -321,10 +464,19 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->limit = s->limit;
     out->available_ok = s->last.available_ok;
     out->available = s->last.available;
-    out->available_src = !s->last.available_ok ? "none"
-                         : s->last.overridden  ? "test-hook"
-                         : s->discrete         ? (s->last.dev_src ? s->last.dev_src : "none")
-                                               : "host";
+    out->available_src = !s->last.available_ok   ? "none"
+                         : s->last.overridden    ? "test-hook"
+                         : s->last.available_src ? s->last.available_src
+                                                 : "none";
+    out->cg_version = s->last.cg_ok ? s->last.cg_version : 0;
+    snprintf(out->cg_path, sizeof(out->cg_path), "%s", s->last.cg_ok ? s->last.cg_path : "");
+    out->cg_limit = cg_limit(&s->last);
+    out->cg_usage = s->last.cg_ok ? s->last.cg_current : 0;
+    out->cg_inactive_file = s->last.cg_ok ? s->last.cg_inactive_file : 0;
+    pthread_mutex_lock(&s->mu);
+    out->n_limit_changes = s->n_limit_changes;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(out->cache_why, sizeof(out->cache_why), "%s", s->cache_why);
     snprintf(out->probes, sizeof(out->probes), "%s", ebb_memprobe_describe(s->mp));
     size_t pl = strlen(out->probes);
     if (pl && out->probes[pl - 1] == ' ')
@@ -400,6 +552,19 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
         add(buf, cap, &n, "\"available_bytes\":%llu,", (unsigned long long)r->available);
     add(buf, cap, &n, "\"available_source\":");
     add_str(buf, cap, &n, r->available_src ? r->available_src : "none");
+    if (r->cg_version) {
+        add(buf, cap, &n, ",\"cgroup\":{\"version\":%d,\"path\":", r->cg_version);
+        add_str(buf, cap, &n, r->cg_path);
+        if (r->cg_limit != UINT64_MAX)
+            add(buf, cap, &n, ",\"limit_bytes\":%llu", (unsigned long long)r->cg_limit);
+        add(buf, cap, &n, ",\"usage_bytes\":%llu,\"inactive_file_bytes\":%llu}",
+            (unsigned long long)r->cg_usage, (unsigned long long)r->cg_inactive_file);
+    }
+    add(buf, cap, &n, ",\"memory_limit_changes\":%u", r->n_limit_changes);
+    if (r->cache_why[0]) {
+        add(buf, cap, &n, ",\"cache_why\":");
+        add_str(buf, cap, &n, r->cache_why);
+    }
     add(buf, cap, &n, ",\"probes\":");
     add_str(buf, cap, &n, r->probes);
     add(buf, cap, &n, ",\"staging_bytes\":%llu,", (unsigned long long)r->staging_bytes);
@@ -443,6 +608,16 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
     if (r->available_ok)
         GAUGE("ebb_stream_memory_available_bytes", "Memory the probes report available.", "%llu",
               (unsigned long long)r->available);
+    if (r->cg_limit != UINT64_MAX)
+        GAUGE("ebb_stream_cgroup_limit_bytes",
+              "The memory limit of the cgroup that binds (v1 or v2) at the last re-plan.", "%llu",
+              (unsigned long long)r->cg_limit);
+    if (r->cg_version)
+        GAUGE("ebb_stream_cgroup_usage_bytes", "That cgroup's memory usage at the last re-plan.",
+              "%llu", (unsigned long long)r->cg_usage);
+    COUNTER("ebb_stream_memory_limit_changes_total",
+            "Memory limit changes (cgroup limits set, lowered, raised) the probes have seen.", "%u",
+            r->n_limit_changes);
     GAUGE("ebb_stream_staging_bytes", "Host memory of the streamer's staging slots.", "%llu",
           (unsigned long long)r->staging_bytes);
     GAUGE("ebb_stream_memory_pressure", "1 while the probes report memory pressure.", "%d",

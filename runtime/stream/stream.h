@@ -32,10 +32,15 @@ struct ebb_stream_params {
     enum ebb_stream_count count;
     uint32_t prefetch;           /* layers read ahead (default 2) */
     enum ebb_stream_cache cache; /* default cached */
-    uint32_t io_threads;         /* threads per layer read (ebb_stream_io_params.n_threads) */
-    uint64_t now_ns;             /* monotonic clock at open */
-    uint32_t n_host; /* the last n_host layers not resident at open are computed on the host
-                        (never streamed) for the streamer's whole life; 0 = none */
+    /* The user named no mode: ebb_stream_attach picks one that leaves no page cache charged
+     * to a memory limit (direct where the file system allows O_DIRECT, else dontneed) when a
+     * cgroup's limit binds, or the device shares host memory and less than twice the streamed
+     * bytes are free; else it keeps `cache`. */
+    bool cache_auto;
+    uint32_t io_threads; /* threads per layer read (ebb_stream_io_params.n_threads) */
+    uint64_t now_ns;     /* monotonic clock at open */
+    uint32_t n_host;     /* the last n_host layers not resident at open are computed on the host
+                            (never streamed) for the streamer's whole life; 0 = none */
 };
 
 /* One plan change, kept for reports. */
@@ -62,10 +67,17 @@ struct ebb_stream_report {
     uint64_t limit;                         /* at the last re-plan; UINT64_MAX = none */
     bool available_ok;
     uint64_t available;        /* last probe reading */
-    const char *available_src; /* "host" (MemAvailable/cgroup), "nvml", "driver", "caller",
-                                  "test-hook", or "none" */
-    char probes[64];           /* the live probes (ebb_memprobe_describe) */
-    uint64_t staging_bytes;    /* host memory of the attached staging slots */
+    const char *available_src; /* "host" (MemAvailable), "cgroup v1", "cgroup v2", "nvml",
+                                  "driver", "caller", "test-hook", or "none" */
+    int cg_version;            /* the process's memory cgroup: 1, 2, or 0 for none */
+    char cg_path[256];         /* the group whose limit binds (or the process's own) */
+    uint64_t cg_limit;         /* its limit; UINT64_MAX = none */
+    uint64_t cg_usage;         /* its usage, and the reclaimable page cache within it */
+    uint64_t cg_inactive_file;
+    uint32_t n_limit_changes; /* memory limit changes the probes have seen since open */
+    char cache_why[320];      /* why `cache` was picked ("" until slots are attached) */
+    char probes[64];          /* the live probes (ebb_memprobe_describe) */
+    uint64_t staging_bytes;   /* host memory of the attached staging slots */
     bool pressure;
     uint64_t bytes_per_token; /* streamed raw bytes per step */
     struct ebb_stream_io_stats io;
@@ -106,7 +118,9 @@ bool ebb_stream_needs_slots(const struct ebb_stream *s);
 
 /* Gives the streamer the engine's staging slots (pinned/mapped host buffers; n_slots >
  * prefetch, each ebb_stream_slot_size() bytes, 4096-aligned); they must stay valid until
- * ebb_stream_free. Starts the I/O thread on the current schedule. */
+ * ebb_stream_free, and the array itself while attached (a re-plan that sees a cgroup limit
+ * set or removed reopens the I/O thread on it with another mode, see cache_auto). Starts the
+ * I/O thread on the current schedule. */
 ebb_err ebb_stream_attach(struct ebb_stream *s, void *const *slots, uint32_t n_slots,
                           struct ebb_diag *diag);
 size_t ebb_stream_slot_size(const struct ebb_stream *s);
@@ -126,7 +140,9 @@ bool ebb_stream_take_host_pressure(struct ebb_stream *s);
 void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t free_bytes);
 
 /* Any thread: reads the probes into a mailbox for the next ebb_stream_replan. Returns true
- * when the reading signals pressure (the engine should re-plan before its next step). */
+ * when the reading signals pressure (the engine should re-plan before its next step). A
+ * changed memory limit (a cgroup's limit set, lowered, raised or removed) is logged here and
+ * counted (ebb_stream_memory_limit_changes_total). */
 bool ebb_stream_probe(struct ebb_stream *s);
 
 /* Engine thread, between steps. True when a re-plan is due: pressure was posted, or a

@@ -221,6 +221,37 @@ PY
         echo "ok  family facts of mistral-tiny, llama3.1-tiny, qwen3moe-tiny, phi3.5-tiny"
     fi
 fi
+# ebb info --memory against a fake /proc and cgroup v1 tree (EBB_TEST_MEMPROBE_ROOT): a hybrid
+# host, the limit on the parent of the process's group, v1's "no limit" on the group itself.
+fake=$tmp/memroot
+mkdir -p "$fake/proc/self" "$fake/sys/fs/cgroup/memory/svc/ebb" "$fake/sys/fs/cgroup/unified"
+printf 'MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n' > "$fake/proc/meminfo"
+printf '4:memory:/svc/ebb\n0::/\n' > "$fake/proc/self/cgroup"
+cat > "$fake/proc/self/mountinfo" <<'MI'
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+MI
+printf '419430400\n' > "$fake/sys/fs/cgroup/memory/svc/memory.limit_in_bytes"
+printf '104857600\n' > "$fake/sys/fs/cgroup/memory/svc/memory.usage_in_bytes"
+printf 'total_inactive_file 52428800\n' > "$fake/sys/fs/cgroup/memory/svc/memory.stat"
+printf '9223372036854771712\n' > "$fake/sys/fs/cgroup/memory/svc/ebb/memory.limit_in_bytes"
+printf '10485760\n' > "$fake/sys/fs/cgroup/memory/svc/ebb/memory.usage_in_bytes"
+EBB_TEST_MEMPROBE_ROOT=$fake expect_status 0 "$ebb" info --memory --device none
+expect_out "cgroup:        v1 /svc/ebb"
+expect_out "limit:       400 MiB (memory.limit_in_bytes of /svc)"
+expect_out "available:     350 MiB for the model (decided by cgroup v1)"
+EBB_TEST_MEMPROBE_ROOT=$fake expect_status 0 "$ebb" info --memory --device none --json
+python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["cgroup"] == {"version": 1, "group": "/svc/ebb", "path": "/svc", "limit_bytes": 419430400,
+                       "usage_bytes": 104857600, "inactive_file_bytes": 52428800,
+                       "available_bytes": 367001600}, j
+assert j["available_source"] == "cgroup v1" and j["device"] is None and j["psi"] is None, j
+' "$tmp/out" || fail "info --memory --json"
+expect_status 2 "$ebb" info --memory "$tmp/x.gguf"
+echo "ok  info --memory on a fake cgroup v1 tree"
+
 [ "$checked" -gt 0 ] || echo "note: no real models in $models; only malformed files checked"
 
 if [ "$fails" -ne 0 ]; then

@@ -1,5 +1,7 @@
 /* Memory probes: parsers, a fake /proc + /sys tree (cgroup v2 with and without a limit, v1
- * only, nothing at all), the caller's device value and the driver hook, NVML absent and a stand-in
+ * with its huge "no limit", nested groups where an ancestor binds, a hybrid host (v1 memory
+ * controller beside the v2 unified tree), a container's group mounted as its root, nothing
+ * at all), the caller's device value and the driver hook, NVML absent and a stand-in
  * NVML (tests/unit/fake-nvml, named by EBB_NVML_LIBRARY) found by PCI bus id or UUID, and the
  * test hook file. */
 #include <setjmp.h>
@@ -95,6 +97,205 @@ static void parsers(void **state)
     assert_int_equal(ebb_memprobe_parse_size("3 G", &v), EBB_EINVAL);
 }
 
+static void parsers_v1(void **state)
+{
+    (void)state;
+    char path[64], mnt[64], rt[64];
+    uint64_t v = 0;
+    assert_int_equal(
+        ebb_memprobe_parse_cgroup_v1("5:cpu:/\n4:memory:/a/b\n0::/\n", path, sizeof(path)), EBB_OK);
+    assert_string_equal(path, "/a/b");
+    assert_int_equal(ebb_memprobe_parse_cgroup_v1("7:cpuset,memory:/x", path, sizeof(path)),
+                     EBB_OK);
+    assert_string_equal(path, "/x");
+    /* "memoryx" is not "memory"; a v2-only file has no memory hierarchy. */
+    assert_int_equal(ebb_memprobe_parse_cgroup_v1("3:memoryx:/y\n0::/z\n", path, sizeof(path)),
+                     EBB_ENOTFOUND);
+    assert_int_equal(ebb_memprobe_parse_cgroup_v1("4:memory:\n", path, sizeof(path)), EBB_EFORMAT);
+    assert_int_equal(ebb_memprobe_parse_cgroup_v1("4:memory:/0123456789/0123456789/0123456789/"
+                                                  "0123456789/0123456789/0123456789/x\n",
+                                                  path, sizeof(path)),
+                     EBB_EFORMAT);
+    static const char mi[] =
+        "22 1 0:21 / /proc rw - proc proc rw\n"
+        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n"
+        "35 31 0:32 /docker/abc /sys/fs/cgroup/mem\\040ory rw - cgroup cgroup rw,memory\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+    assert_int_equal(
+        ebb_memprobe_parse_mountinfo(mi, "cgroup", "memory", mnt, sizeof(mnt), rt, sizeof(rt)),
+        EBB_OK);
+    assert_string_equal(mnt, "/sys/fs/cgroup/mem ory");
+    assert_string_equal(rt, "/docker/abc");
+    assert_int_equal(
+        ebb_memprobe_parse_mountinfo(mi, "cgroup2", NULL, mnt, sizeof(mnt), rt, sizeof(rt)),
+        EBB_OK);
+    assert_string_equal(mnt, "/sys/fs/cgroup/unified");
+    assert_int_equal(
+        ebb_memprobe_parse_mountinfo(mi, "cgroup", "pids", mnt, sizeof(mnt), rt, sizeof(rt)),
+        EBB_ENOTFOUND);
+    assert_int_equal(ebb_memprobe_parse_mountinfo("1 2 3\n- -\n", "cgroup2", NULL, mnt, sizeof(mnt),
+                                                  rt, sizeof(rt)),
+                     EBB_ENOTFOUND);
+    /* Numbers from untrusted files: overflow and garbage are errors, not wrapped values. */
+    assert_int_equal(ebb_memprobe_parse_u64("18446744073709551615\n", &v), EBB_OK);
+    assert_true(v == UINT64_MAX);
+    assert_int_equal(ebb_memprobe_parse_u64("18446744073709551616", &v), EBB_ERANGE);
+    assert_int_equal(ebb_memprobe_parse_u64("max\n", &v), EBB_EFORMAT);
+    assert_int_equal(ebb_memprobe_parse_u64("-1", &v), EBB_EFORMAT);
+    assert_int_equal(ebb_memprobe_parse_meminfo("MemTotal: 99999999999999999999 kB\n"
+                                                "MemAvailable: 1 kB\n",
+                                                &v, &v),
+                     EBB_EFORMAT);
+    assert_int_equal(ebb_memprobe_parse_meminfo("MemTotal: 18446744073709551 kB\n"
+                                                "MemAvailable: 1 kB\n",
+                                                &v, &v),
+                     EBB_ERANGE);
+    assert_int_equal(
+        ebb_memprobe_parse_stat("total_inactive_file 12\ninactive_file 3\n", "inactive_file", &v),
+        EBB_OK);
+    assert_int_equal(v, 3);
+}
+
+/* The hybrid layout of this project's CI machines: v1 hierarchies per controller, v2 mounted
+ * at /sys/fs/cgroup/unified without the memory controller. */
+static const char hybrid_mountinfo[] =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+static void cgroup_v1(void **state)
+{
+    (void)state;
+    put("/proc/meminfo", meminfo); /* 16000000 kB total, 8000000 kB available */
+    put("/proc/self/cgroup", "9:name=systemd:/\n4:memory:/svc/ebb\n1:cpu:/\n0::/\n");
+    put("/proc/self/mountinfo", hybrid_mountinfo);
+    put("/sys/fs/cgroup/unified/cgroup.procs", "1\n"); /* no memory.* files: not the v2 group */
+    put("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    put("/sys/fs/cgroup/memory/memory.usage_in_bytes", "9000000000\n");
+    put("/sys/fs/cgroup/memory/svc/memory.limit_in_bytes", "9223372036854771712\n");
+    put("/sys/fs/cgroup/memory/svc/memory.usage_in_bytes", "700000000\n");
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.limit_in_bytes", "419430400\n");
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.usage_in_bytes", "314572800\n");
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.stat",
+        "cache 1\ninactive_file 1048576\ntotal_inactive_file 104857600\n");
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    assert_int_equal(ebb_memprobe_new(&(struct ebb_memprobe_params){.root = root}, &mp, NULL),
+                     EBB_OK);
+    assert_non_null(strstr(ebb_memprobe_describe(mp), "cgroup1"));
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_true(r.cg_ok);
+    assert_int_equal(r.cg_version, 1);
+    assert_string_equal(r.cg_group, "/svc/ebb");
+    assert_string_equal(r.cg_path, "/svc/ebb");
+    assert_int_equal(r.cg_max, 400 * MiB);
+    /* The subtree's inactive file pages (total_) count, not only the group's own. */
+    assert_int_equal(r.cg_inactive_file, 100 * MiB);
+    assert_int_equal(r.cg_available, 400 * MiB - (300 * MiB - 100 * MiB));
+    assert_int_equal(r.available, 200 * MiB);
+    assert_string_equal(r.available_src, "cgroup v1");
+    /* Raised to v1's "no limit" while running: the next reading sees the host. */
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.limit_in_bytes", "9223372036854771712\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, EBB_MEMPROBE_UNLIMITED);
+    assert_int_equal(r.available, 8000000ull * 1024);
+    assert_string_equal(r.available_src, "host");
+    assert_string_equal(r.cg_path, "/svc/ebb");
+    /* A limit at or above the host's memory is no limit either; so is a value past 2^64. */
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.limit_in_bytes", "16384000000\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, EBB_MEMPROBE_UNLIMITED);
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.limit_in_bytes", "99999999999999999999999\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, EBB_MEMPROBE_UNLIMITED);
+    /* Garbage in the usage file: no cgroup reading, the host decides. */
+    put("/sys/fs/cgroup/memory/svc/ebb/memory.usage_in_bytes", "x\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_false(r.cg_ok);
+    assert_string_equal(r.available_src, "host");
+    ebb_memprobe_free(mp);
+}
+
+static void cgroup_nested(void **state)
+{
+    (void)state;
+    put("/proc/meminfo", meminfo);
+    /* v2 at a non-standard mount point, found through mountinfo. */
+    put("/proc/self/cgroup", "0::/a/b/c\n");
+    put("/proc/self/mountinfo", "29 23 0:26 / /cg2 rw - cgroup2 cgroup2 rw,nsdelegate\n");
+    put("/cg2/a/memory.max", "1073741824\n");
+    put("/cg2/a/memory.current", "943718400\n"); /* 900 MiB: siblings use most of it */
+    put("/cg2/a/memory.stat", "inactive_file 0\n");
+    put("/cg2/a/b/memory.max", "max\n");
+    put("/cg2/a/b/memory.current", "104857600\n");
+    put("/cg2/a/b/c/memory.max", "2147483648\n");
+    put("/cg2/a/b/c/memory.current", "104857600\n");
+    put("/cg2/a/b/c/memory.stat", "inactive_file 0\n");
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    assert_int_equal(ebb_memprobe_new(&(struct ebb_memprobe_params){.root = root}, &mp, NULL),
+                     EBB_OK);
+    assert_non_null(strstr(ebb_memprobe_describe(mp), "cgroup2"));
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_version, 2);
+    assert_string_equal(r.cg_group, "/a/b/c");
+    /* The grandparent leaves 124 MiB; the group's own 2 GiB would leave 1948 MiB. */
+    assert_string_equal(r.cg_path, "/a");
+    assert_int_equal(r.cg_max, 1024 * MiB);
+    assert_int_equal(r.available, 124 * MiB);
+    assert_string_equal(r.available_src, "cgroup v2");
+    /* The group's own limit lowered below that: now it binds. */
+    put("/cg2/a/b/c/memory.max", "157286400\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_string_equal(r.cg_path, "/a/b/c");
+    assert_int_equal(r.available, 50 * MiB);
+    /* memory.high below memory.max (systemd's MemoryHigh=) binds like a max. */
+    put("/cg2/a/b/c/memory.high", "136314880\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, 130 * MiB);
+    assert_int_equal(r.available, 30 * MiB);
+    put("/cg2/a/b/c/memory.high", "max\n");
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_max, 150 * MiB);
+    ebb_memprobe_free(mp);
+}
+
+/* A container with its own cgroup namespace sees its group as "/" mounted at /sys/fs/cgroup
+ * (v2), or a v1 group whose mount root is the group's path (Docker without a namespace). */
+static void cgroup_container(void **state)
+{
+    (void)state;
+    put("/proc/meminfo", meminfo);
+    put("/proc/self/cgroup", "0::/\n");
+    put("/proc/self/mountinfo", "700 600 0:30 / /sys/fs/cgroup ro - cgroup2 cgroup rw\n");
+    put("/sys/fs/cgroup/memory.max", "536870912\n");
+    put("/sys/fs/cgroup/memory.current", "0\n");
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    assert_int_equal(ebb_memprobe_new(&(struct ebb_memprobe_params){.root = root}, &mp, NULL),
+                     EBB_OK);
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_version, 2);
+    assert_string_equal(r.cg_path, "/");
+    assert_int_equal(r.available, 512 * MiB);
+    ebb_memprobe_free(mp);
+    put("/proc/self/cgroup", "4:memory:/docker/abc\n");
+    put("/proc/self/mountinfo",
+        "35 31 0:32 /docker/abc /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n");
+    put("/sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456\n");
+    put("/sys/fs/cgroup/memory/memory.usage_in_bytes", "0\n");
+    assert_int_equal(ebb_memprobe_new(&(struct ebb_memprobe_params){.root = root}, &mp, NULL),
+                     EBB_OK);
+    assert_int_equal(ebb_memprobe_read(mp, &r), EBB_OK);
+    assert_int_equal(r.cg_version, 1);
+    assert_string_equal(r.cg_path, "/docker/abc");
+    assert_int_equal(r.available, 256 * MiB);
+    assert_string_equal(r.available_src, "cgroup v1");
+    ebb_memprobe_free(mp);
+}
+
 static void fake_cgroup(void **state)
 {
     (void)state;
@@ -151,7 +352,7 @@ static void nothing_there(void **state)
     if (!r.dev_ok)
         assert_non_null(strstr(d.msg, "NVML"));
     ebb_memprobe_free(mp);
-    /* cgroup v1 only: no cgroup reading. */
+    /* cgroup v1 named, but no v1 files: no cgroup reading. */
     put("/proc/meminfo", meminfo);
     put("/proc/self/cgroup", "4:memory:/x\n");
     assert_int_equal(ebb_memprobe_new(&(struct ebb_memprobe_params){.root = root}, &mp, NULL),
@@ -337,7 +538,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parsers),
+        cmocka_unit_test(parsers_v1),
         cmocka_unit_test_setup_teardown(fake_cgroup, setup, teardown),
+        cmocka_unit_test_setup_teardown(cgroup_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(cgroup_nested, setup, teardown),
+        cmocka_unit_test_setup_teardown(cgroup_container, setup, teardown),
         cmocka_unit_test_setup_teardown(nothing_there, setup, teardown),
         cmocka_unit_test_setup_teardown(device_value, setup, teardown),
         cmocka_unit_test_setup_teardown(driver_hook, setup, teardown),
