@@ -94,6 +94,8 @@ enum ebb__refusal {
     EBB__REFUSE_GLOBAL,         /* over max_connections */
     EBB__REFUSE_HEADER_TIMEOUT, /* no complete request head within header_timeout */
     EBB__REFUSE_BODY_TIMEOUT,   /* no complete body within body_timeout */
+    EBB__REFUSE_FRAMING,        /* a request head framed ambiguously (framing.c): 400/501 */
+    EBB__REFUSE_PEER_CLOSED,    /* the client closed with its request head or body unfinished */
     EBB__REFUSE_N
 };
 

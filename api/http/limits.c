@@ -23,9 +23,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -35,6 +37,10 @@
 #define EBB__LIMITS_CLIENT_RESERVE 4
 #define EBB__LIMITS_RESERVE_HEADER_S 2.0
 #define EBB__LIMITS_LOG_EVERY_S 10.0
+
+#ifndef POLLRDHUP /* Linux's; elsewhere only a full hang-up is seen */
+#define POLLRDHUP 0
+#endif
 
 /* A request the limits answered themselves: MHD's later calls for it are swallowed. */
 static char refused_req;
@@ -153,6 +159,9 @@ static const char *const refusal_what[EBB__REFUSE_N] = {
                                    "request head",
     [EBB__REFUSE_BODY_TIMEOUT] = "connections closed after body_timeout without a complete "
                                  "request body",
+    [EBB__REFUSE_FRAMING] = "requests refused for their framing (answered 400 or 501, "
+                            "connection closed)",
+    [EBB__REFUSE_PEER_CLOSED] = "connections whose client closed before its request was complete",
 };
 
 static void note(struct ebb_api *a, enum ebb__refusal k, const char *detail)
@@ -274,6 +283,27 @@ static struct ebb__conn *conn_of(struct MHD_Connection *mc)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Queues an error answer to the request of mc and closes the connection after it (MHD reads no
+ * more of the request: a body not yet read is never taken for a next request). */
+static enum MHD_Result answer_close(struct MHD_Connection *mc, const char *url, unsigned status,
+                                    const char *msg, const char *code)
+{
+    char *body = ebb__error_body(url, status, msg, NULL, code);
+    const char *s = body ? body : "{}";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* Answers a request on a connection accepted over a cap, and closes the connection after it. */
 static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, struct ebb__conn *c,
                               const char *url)
@@ -295,21 +325,8 @@ static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, stru
         snprintf(detail, sizeof(detail), "%zu open; %s: %.60s answered 503", l->n_conns, who, url);
     }
     note(a, k, detail);
-    unsigned status = client ? 429 : 503;
-    char *body =
-        ebb__error_body(url, status, msg, NULL, client ? "too_many_connections" : "server_busy");
-    const char *s = body ? body : "{}";
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    MHD_add_response_header(resp, "Retry-After", "1");
-    MHD_add_response_header(resp, "Connection", "close");
-    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return answer_close(mc, url, client ? 429 : 503, msg,
+                        client ? "too_many_connections" : "server_busy");
 }
 
 enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const char *url,
@@ -329,6 +346,19 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     } else if (c && first) {
         c->phase = EBB__PHASE_BODY;
         c->t_phase = mono_now();
+        const char *why = NULL;
+        unsigned bad = ebb__framing_check(mc, version, &why);
+        if (bad) {
+            char msg[160], detail[160], who[64] = "?";
+            if (c->key_len)
+                addr_text(c->key, c->key_len, who, sizeof(who));
+            snprintf(msg, sizeof(msg), "malformed request framing: %s", why);
+            snprintf(detail, sizeof(detail), "%s: %.60s: %s", who, url, why);
+            note(a, EBB__REFUSE_FRAMING, detail);
+            *con_cls = ebb__limits_refused;
+            return answer_close(mc, url, bad, msg,
+                                bad == 501 ? "not_implemented" : "invalid_request");
+        }
         if (c->excess && strcmp(url, "/health")) {
             *con_cls = ebb__limits_refused;
             return refuse(a, mc, c, url);
@@ -384,6 +414,21 @@ void ebb__limits_request_done(struct MHD_Connection *mc)
         c->close_now = true;
 }
 
+/* True if the client of c has closed its side with nothing left unread: its request head or body
+ * can never complete. libmicrohttpd's edge-triggered epoll mode misses a FIN that arrives with the
+ * last bytes of a head (it read them all at once and waits for the body), which left such a
+ * connection in CLOSE-WAIT, holding its slot, until the phase deadline. A client that sent a
+ * whole request and then half-closed is not taken: its head is complete (phase BUSY, or the body
+ * is still unread in the socket). */
+static bool peer_gone(const struct ebb__conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return false;
+    int unread = 0;
+    return ioctl(c->fd, FIONREAD, &unread) != 0 || unread == 0;
+}
+
 bool ebb__limits_sweep(struct ebb_api *a)
 {
     struct ebb__limits *l = &a->limits;
@@ -392,6 +437,20 @@ bool ebb__limits_sweep(struct ebb_api *a)
     for (struct ebb__conn *c = l->conns; c; c = c->next) {
         if (c->shut || c->fd < 0)
             continue;
+        if (c->phase != EBB__PHASE_BUSY && peer_gone(c)) {
+            if (c->phase == EBB__PHASE_BODY || c->started || !c->n_requests) {
+                char who[64] = "?", detail[120];
+                if (c->key_len)
+                    addr_text(c->key, c->key_len, who, sizeof(who));
+                snprintf(detail, sizeof(detail), "last from %s after %.1f s in its %s", who,
+                         now - c->t_phase, c->phase == EBB__PHASE_BODY ? "body" : "head");
+                note(a, EBB__REFUSE_PEER_CLOSED, detail);
+            }
+            shutdown(c->fd, SHUT_RDWR);
+            c->shut = true;
+            closed = true;
+            continue;
+        }
         double limit = 0;
         enum ebb__refusal k = EBB__REFUSE_HEADER_TIMEOUT;
         /* A keep-alive connection that has not begun its next request is idle, not slow: it
