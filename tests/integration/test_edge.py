@@ -190,7 +190,8 @@ def test_slow_body_dropped_at_deadline(make_server):
 
 
 def test_per_client_cap_answers_excess_and_health(make_server):
-    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s")
+    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s",
+                      "--silent-timeout", "0")  # the held connections stay silent
     time.sleep(0.5)  # the server has seen the start-up probes' connections close
     held = [connect(srv) for _ in range(4)]  # at the cap, idle
     time.sleep(0.2)
