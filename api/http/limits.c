@@ -276,7 +276,7 @@ enum MHD_Result ebb__limits_accept(void *cls, const struct sockaddr *sa, socklen
         if (fair < 1)
             fair = 1;
         bool full = l->n_conns >= (size_t)l->max_conns + EBB__LIMITS_RESERVE;
-        if ((!fresh && e->n > fair) || (full && !(fresh && evict_for_newcomer(l)))) {
+        if ((!fresh && active > 1 && e->n > fair) || (full && !(fresh && evict_for_newcomer(l)))) {
             snprintf(detail, sizeof(detail),
                      "%zu open, max_connections %u; %s has %u, its share %u: closed at accept",
                      l->n_conns, l->max_conns, who, e ? e->n : 0, fair);
