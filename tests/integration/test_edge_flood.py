@@ -104,15 +104,17 @@ def test_accept_rate_per_address(make_server):
     srv = make_server("--accept-rate", "10")
     time.sleep(1.2)  # the start-up probes' tokens are back
     socks, closed = [], 0
+    t0 = time.monotonic()
     for _ in range(30):
         s = connect(srv, "127.0.0.5")
         s.sendall(request_bytes(srv, "GET", "/health"))
         socks.append(s)
+    let_in = 10 + int(10 * (time.monotonic() - t0)) + 1  # the burst, and what refilled meanwhile
     for s in socks:
         status, _, _ = read_response(s)
         closed += status is None
         s.close()
-    assert 15 <= closed <= 22, closed  # a burst of 10 (and a token or two while it ran) let in
+    assert max(5, 30 - let_in) <= closed <= 20, (closed, let_in)
     assert metric(srv, 'ebb_http_refused_total{reason="accept_rate"}') == closed
     # Another address is not affected, and the address gets its rate back.
     assert health(srv, "127.0.0.6")[0] == 200
