@@ -38,6 +38,7 @@ struct ebb_api_config {
      * headroom still answers /health. */
     unsigned header_timeout_ms, body_timeout_ms;
     unsigned max_connections, max_connections_per_client;
+    unsigned silent_timeout_ms, accept_rate, accept_rate_total;
     unsigned keepalive_ms;    /* SSE comment interval while a stream waits; 0 means 2000 */
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     unsigned responses_store; /* /v1/responses kept for previous_response_id and GET; 0: none */

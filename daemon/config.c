@@ -90,6 +90,18 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                             EBB_CONFIG_CHANGE_LIMITS, false, "N",
                                             "open connections served per client address; past "
                                             "it only /health is answered (0 = no cap)"},
+    [EBB_CFG_SILENT_TIMEOUT] = {"silent_timeout", T_MS, OFF(silent_timeout_ms), 0, 0,
+                                EBB_CONFIG_CHANGE_LIMITS, false, "TIME",
+                                "close a new connection that has not sent a request line this "
+                                "long (0 = never)"},
+    [EBB_CFG_ACCEPT_RATE] = {"accept_rate", T_U32, OFF(accept_rate), 0, 1u << 20,
+                             EBB_CONFIG_CHANGE_LIMITS, false, "N",
+                             "new connections accepted per second from one client address, "
+                             "bursts of as many (0 = no limit)"},
+    [EBB_CFG_ACCEPT_RATE_TOTAL] = {"accept_rate_total", T_U32, OFF(accept_rate_total), 0, 1u << 24,
+                                   EBB_CONFIG_CHANGE_LIMITS, false, "N",
+                                   "new connections accepted per second in all, except from "
+                                   "addresses with none open (0 = no limit)"},
     [EBB_CFG_API_KEY] = {"api_key", T_LIST, OFF(api_keys), 0, 0, EBB_CONFIG_CHANGE_AUTH, true,
                          "KEYS", "comma-separated accepted API keys (empty = no auth)"},
     [EBB_CFG_CORS_ORIGIN] = {"cors_origin", T_LIST, OFF(cors_origins), 0, 0, EBB_CONFIG_CHANGE_CORS,
@@ -450,6 +462,9 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->body_timeout_ms = 30000;
     cfg->max_connections = 512;
     cfg->max_connections_per_client = 256;
+    cfg->silent_timeout_ms = 5000;
+    cfg->accept_rate = 256;
+    cfg->accept_rate_total = 4096;
     cfg->log_level = EBB_LOG_INFO;
     cfg->log_format = EBB_LOG_TEXT;
     cfg->shutdown_grace_ms = 10000;

@@ -51,6 +51,9 @@ enum ebb_config_key {
     EBB_CFG_BODY_TIMEOUT,
     EBB_CFG_MAX_CONNECTIONS,
     EBB_CFG_MAX_CONNECTIONS_PER_CLIENT,
+    EBB_CFG_SILENT_TIMEOUT,
+    EBB_CFG_ACCEPT_RATE,
+    EBB_CFG_ACCEPT_RATE_TOTAL,
     EBB_CFG_API_KEY,
     EBB_CFG_CORS_ORIGIN,
     EBB_CFG_DEVICE,
@@ -121,6 +124,10 @@ struct ebb_config {
      * address (256), past which only /health is answered. */
     uint32_t header_timeout_ms, body_timeout_ms;
     uint32_t max_connections, max_connections_per_client;
+    /* Admission under a flood: the time a new connection has to send its first request line
+     * (5 s), and the connections accepted per second per client address (256) and in all
+     * (4096). */
+    uint32_t silent_timeout_ms, accept_rate, accept_rate_total;
     /* [generation]: the configured defaults (a bit in generation.mask for each one set by the
      * file, the environment or a flag; v holds the built-in values of the others), and whether
      * a model's own general.sampling.* recommendations come first (true). */
@@ -203,7 +210,9 @@ enum {
     EBB_CONFIG_CHANGE_LOG = 1u << 0,        /* log_level, log_format: ebb_log_configure */
     EBB_CONFIG_CHANGE_LIMITS = 1u << 1,     /* queue, max_body, request_timeout, shutdown_grace,
                                                header_timeout, body_timeout, max_connections,
-                                               max_connections_per_client, responses_store */
+                                               max_connections_per_client, silent_timeout,
+                                               accept_rate, accept_rate_total,
+                                               responses_store */
     EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
     EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
     EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, ctx_over_trained,

@@ -140,6 +140,9 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->body_timeout_ms = c->body_timeout_ms;
     ac->max_connections = c->max_connections;
     ac->max_connections_per_client = c->max_connections_per_client;
+    ac->silent_timeout_ms = c->silent_timeout_ms;
+    ac->accept_rate = c->accept_rate;
+    ac->accept_rate_total = c->accept_rate_total;
     ac->api_keys = c->api_keys.items;
     ac->n_api_keys = c->api_keys.n;
     ac->cors_origins = c->cors_origins.items;

@@ -27,6 +27,12 @@ void ebb__limits_request_done(struct MHD_Connection *mc);
 /* Shuts down the sockets past their deadline; true if it shut any (then run MHD). */
 bool ebb__limits_sweep(struct ebb_api *a);
 
+/* The framing of mc's complete request head (RFC 9112): 0 if sound; else 400 (ambiguous or
+ * invalid: two Host or Content-Length headers, Content-Length with Transfer-Encoding, no Host on
+ * HTTP/1.1...) or 501 (a transfer coding other than chunked), with *why a static sentence. The
+ * caller answers before reading the body and closes the connection. */
+unsigned ebb__framing_check(struct MHD_Connection *mc, const char *version, const char **why);
+
 /* ---- the served model (model-setup.c) ---------------------------------------------------- */
 
 /* Takes the configured generation defaults of cfg (not yet resolved against a model). */

@@ -100,6 +100,10 @@ enum ebb__refusal {
     EBB__REFUSE_GLOBAL,         /* over max_connections */
     EBB__REFUSE_HEADER_TIMEOUT, /* no complete request head within header_timeout */
     EBB__REFUSE_BODY_TIMEOUT,   /* no complete body within body_timeout */
+    EBB__REFUSE_FRAMING,        /* a request head framed ambiguously (framing.c): 400/501 */
+    EBB__REFUSE_PEER_CLOSED,    /* the client closed with its request head or body unfinished */
+    EBB__REFUSE_RATE,           /* over accept_rate (its address) or accept_rate_total (all) */
+    EBB__REFUSE_SILENT,         /* no request line within silent_timeout of connecting */
     EBB__REFUSE_N
 };
 
@@ -246,21 +250,28 @@ struct ebb__conn {
     bool close_now;      /* shut down at the next sweep (a headroom connection was answered) */
     bool shut;           /* shut down already; MHD closes it */
     bool started;        /* the request line of the next request has arrived */
+    bool spoke;          /* a request line has arrived on this connection */
     unsigned n_requests; /* answered on this connection */
     uint8_t key[16], key_len; /* client address bytes (4 or 16), 0: not counted per address */
     struct ebb__conn *prev, *next;
 };
 
-/* Open connections of one client address. */
+/* A client address with open connections, or whose accept-rate bucket is not yet full again. */
 struct ebb__addr {
     uint8_t key[16], len;
-    unsigned n;
+    unsigned n;    /* open connections */
+    double tokens; /* accept_rate bucket: connections it may open now */
+    double t_fill; /* monotonic seconds tokens was last refilled */
 };
 
 struct ebb__limits {
     double header_s, body_s; /* phase deadlines; 0: none */
     double idle_s;           /* keep-alive wait for the next request (request_timeout); 0: none */
     unsigned max_conns, max_per_client; /* 0: no cap */
+    double silent_s;                    /* time to send a first request line; 0: none */
+    unsigned rate, rate_total;          /* accepts per second per address / in all; 0: none */
+    double tokens_total, t_fill_total;  /* the accept_rate_total bucket */
+    size_t n_active;                    /* addresses with open connections */
     struct ebb__conn *conns;
     size_t n_conns;
     struct ebb__addr *addrs; /* (n_addrs) addresses with open connections */

@@ -18,14 +18,24 @@
  * probe that comes while a client sits at its cap, or the server at its cap, is still answered.
  * An idle keep-alive connection waiting for its next request may wait request_timeout (counted
  * from its last answer, so dribbling bytes does not extend it); once MHD has its next request
- * line, the head has header_timeout. */
+ * line, the head has header_timeout.
+ *
+ * A flood from many addresses that reconnects as soon as it is closed would refill that
+ * headroom before a probe gets it, so admission at accept adds (docs/SERVICE.md, "Floods from
+ * many addresses"): an accept rate per address and in all (past the total only addresses with
+ * no open connection get in); past max_connections, an address holding more than its share is
+ * closed at accept, and a newcomer finding the headroom full takes a connection whose head is
+ * not complete from the address holding the most; a connection silent for silent_timeout is
+ * closed; and one whose client closed with its request unfinished is freed at the next sweep. */
 #include "http-int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -35,6 +45,10 @@
 #define EBB__LIMITS_CLIENT_RESERVE 4
 #define EBB__LIMITS_RESERVE_HEADER_S 2.0
 #define EBB__LIMITS_LOG_EVERY_S 10.0
+
+#ifndef POLLRDHUP /* Linux's; elsewhere only a full hang-up is seen */
+#define POLLRDHUP 0
+#endif
 
 /* A request the limits answered themselves: MHD's later calls for it are swallowed. */
 static char refused_req;
@@ -58,6 +72,9 @@ void ebb__limits_set(struct ebb__limits *l, const struct ebb_api_config *cfg)
     l->idle_s = (double)cfg->timeout_s;
     l->max_conns = cfg->max_connections;
     l->max_per_client = cfg->max_connections_per_client;
+    l->silent_s = (double)cfg->silent_timeout_ms / 1e3;
+    l->rate = cfg->accept_rate;
+    l->rate_total = cfg->accept_rate_total;
 }
 
 void ebb__limits_fini(struct ebb__limits *l)
@@ -130,6 +147,8 @@ static struct ebb__addr *addr_add(struct ebb__limits *l, const uint8_t *key, siz
     memset(e, 0, sizeof(*e));
     memcpy(e->key, key, len);
     e->len = (uint8_t)len;
+    e->tokens = l->rate;
+    e->t_fill = mono_now();
     return e;
 }
 
@@ -138,10 +157,49 @@ static void addr_release(struct ebb__limits *l, const uint8_t *key, size_t len)
     struct ebb__addr *e = addr_find(l, key, len);
     if (!e)
         return;
-    if (e->n > 0)
-        e->n--;
-    if (e->n == 0)
-        *e = l->addrs[--l->n_addrs];
+    if (e->n > 0 && --e->n == 0) {
+        l->n_active--;
+        if (!l->rate) /* else kept for its bucket until it is full again (the sweep) */
+            *e = l->addrs[--l->n_addrs];
+    }
+}
+
+/* Refills a token bucket of rate per second and as many at most; true if one token was left to
+ * take (then taken when take). */
+static bool bucket_take(double *tokens, double *t_fill, unsigned rate, double now, bool take)
+{
+    *tokens += (now - *t_fill) * rate;
+    if (*tokens > rate)
+        *tokens = rate;
+    *t_fill = now;
+    if (*tokens < 1.0)
+        return false;
+    if (take)
+        *tokens -= 1.0;
+    return true;
+}
+
+/* Makes room at the global cap for a client address with no open connection: shuts down a
+ * connection of the address holding the most whose request head is not complete (nothing is
+ * being worked on for it: it is silent, slow, or idle between requests). False if there is none. */
+static bool evict_for_newcomer(struct ebb__limits *l)
+{
+    struct ebb__addr *top = NULL;
+    for (size_t i = 0; i < l->n_addrs; i++)
+        if (!top || l->addrs[i].n > top->n)
+            top = &l->addrs[i];
+    if (!top || top->n < 2)
+        return false;
+    for (struct ebb__conn *c = l->conns; c; c = c->next) {
+        if (c->shut || c->fd < 0 || c->phase != EBB__PHASE_HEADER || c->started)
+            continue;
+        if (c->key_len != top->len || memcmp(c->key, top->key, top->len))
+            continue;
+        shutdown(c->fd, SHUT_RDWR);
+        c->shut = true;
+        return true;
+    }
+    return false;
 }
 
 /* ---- the log line of each cap and timeout, at most one per kind every 10 s ----------------- */
@@ -153,6 +211,11 @@ static const char *const refusal_what[EBB__REFUSE_N] = {
                                    "request head",
     [EBB__REFUSE_BODY_TIMEOUT] = "connections closed after body_timeout without a complete "
                                  "request body",
+    [EBB__REFUSE_FRAMING] = "requests refused for their framing (answered 400 or 501, "
+                            "connection closed)",
+    [EBB__REFUSE_PEER_CLOSED] = "connections whose client closed before its request was complete",
+    [EBB__REFUSE_RATE] = "connections over an accept rate",
+    [EBB__REFUSE_SILENT] = "connections closed after silent_timeout without a request line",
 };
 
 static void note(struct ebb_api *a, enum ebb__refusal k, const char *detail)
@@ -177,19 +240,51 @@ enum MHD_Result ebb__limits_accept(void *cls, const struct sockaddr *sa, socklen
     (void)len;
     struct ebb_api *a = cls;
     struct ebb__limits *l = &a->limits;
-    char detail[160];
-    if (l->max_conns && l->n_conns >= (size_t)l->max_conns + EBB__LIMITS_RESERVE) {
-        snprintf(detail, sizeof(detail), "%zu open, max_connections %u: closed at accept",
-                 l->n_conns, l->max_conns);
-        note(a, EBB__REFUSE_GLOBAL, detail);
-        return MHD_NO;
-    }
+    char detail[160], who[64] = "?";
+    double now = mono_now();
     uint8_t key[16];
     size_t klen = addr_key(sa, key);
     struct ebb__addr *e = klen ? addr_find(l, key, klen) : NULL;
-    if (e && l->max_per_client && e->n >= l->max_per_client + EBB__LIMITS_CLIENT_RESERVE) {
-        char who[64];
+    bool fresh = !e || e->n == 0;
+    if (klen)
         addr_text(key, klen, who, sizeof(who));
+    /* Accept rates: an address over its own rate is refused; over the total rate only addresses
+     * without an open connection are still let in (a probe is one of them). */
+    if (l->rate && klen) {
+        if (!e && !(e = addr_add(l, key, klen)))
+            return MHD_NO;
+        if (!bucket_take(&e->tokens, &e->t_fill, l->rate, now, false)) {
+            snprintf(detail, sizeof(detail), "%s over accept_rate %u/s: closed at accept", who,
+                     l->rate);
+            note(a, EBB__REFUSE_RATE, detail);
+            return MHD_NO;
+        }
+    }
+    if (l->rate_total &&
+        !bucket_take(&l->tokens_total, &l->t_fill_total, l->rate_total, now, false) && !fresh) {
+        snprintf(detail, sizeof(detail), "%s over accept_rate_total %u/s: closed at accept", who,
+                 l->rate_total);
+        note(a, EBB__REFUSE_RATE, detail);
+        return MHD_NO;
+    }
+    /* The global cap, fairly: past it, an address holding more than its share of max_connections
+     * is refused at once, so the headroom (/health) stays for the others; with the headroom full
+     * too, an address with no connection takes one from the address holding the most. */
+    if (l->max_conns && l->n_conns >= l->max_conns) {
+        size_t active = l->n_active + (fresh ? 1 : 0);
+        unsigned fair = active ? (unsigned)(l->max_conns / active) : l->max_conns;
+        if (fair < 1)
+            fair = 1;
+        bool full = l->n_conns >= (size_t)l->max_conns + EBB__LIMITS_RESERVE;
+        if ((!fresh && active > 1 && e->n > fair) || (full && !(fresh && evict_for_newcomer(l)))) {
+            snprintf(detail, sizeof(detail),
+                     "%zu open, max_connections %u; %s has %u, its share %u: closed at accept",
+                     l->n_conns, l->max_conns, who, e ? e->n : 0, fair);
+            note(a, EBB__REFUSE_GLOBAL, detail);
+            return MHD_NO;
+        }
+    }
+    if (e && l->max_per_client && e->n >= l->max_per_client + EBB__LIMITS_CLIENT_RESERVE) {
         snprintf(detail, sizeof(detail),
                  "%s has %u open, max_connections_per_client %u: closed "
                  "at accept",
@@ -197,6 +292,10 @@ enum MHD_Result ebb__limits_accept(void *cls, const struct sockaddr *sa, socklen
         note(a, EBB__REFUSE_CLIENT, detail);
         return MHD_NO;
     }
+    if (e && l->rate)
+        bucket_take(&e->tokens, &e->t_fill, l->rate, now, true);
+    if (l->rate_total)
+        bucket_take(&l->tokens_total, &l->t_fill_total, l->rate_total, now, true);
     return MHD_YES;
 }
 
@@ -223,7 +322,8 @@ static void conn_started(struct ebb_api *a, struct MHD_Connection *mc, void **so
             *socket_context = &untracked;
             return;
         }
-        e->n++;
+        if (e->n++ == 0)
+            l->n_active++;
         if (l->max_per_client && e->n > l->max_per_client)
             c->excess = EBB__REFUSE_CLIENT + 1;
     }
@@ -274,6 +374,27 @@ static struct ebb__conn *conn_of(struct MHD_Connection *mc)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Queues an error answer to the request of mc and closes the connection after it (MHD reads no
+ * more of the request: a body not yet read is never taken for a next request). */
+static enum MHD_Result answer_close(struct MHD_Connection *mc, const char *url, unsigned status,
+                                    const char *msg, const char *code)
+{
+    char *body = ebb__error_body(url, status, msg, NULL, code);
+    const char *s = body ? body : "{}";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* Answers a request on a connection accepted over a cap, and closes the connection after it. */
 static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, struct ebb__conn *c,
                               const char *url)
@@ -295,21 +416,8 @@ static enum MHD_Result refuse(struct ebb_api *a, struct MHD_Connection *mc, stru
         snprintf(detail, sizeof(detail), "%zu open; %s: %.60s answered 503", l->n_conns, who, url);
     }
     note(a, k, detail);
-    unsigned status = client ? 429 : 503;
-    char *body =
-        ebb__error_body(url, status, msg, NULL, client ? "too_many_connections" : "server_busy");
-    const char *s = body ? body : "{}";
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    MHD_add_response_header(resp, "Retry-After", "1");
-    MHD_add_response_header(resp, "Connection", "close");
-    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return answer_close(mc, url, client ? 429 : 503, msg,
+                        client ? "too_many_connections" : "server_busy");
 }
 
 enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const char *url,
@@ -329,6 +437,19 @@ enum MHD_Result ebb__limits_access(void *cls, struct MHD_Connection *mc, const c
     } else if (c && first) {
         c->phase = EBB__PHASE_BODY;
         c->t_phase = mono_now();
+        const char *why = NULL;
+        unsigned bad = ebb__framing_check(mc, version, &why);
+        if (bad) {
+            char msg[160], detail[160], who[64] = "?";
+            if (c->key_len)
+                addr_text(c->key, c->key_len, who, sizeof(who));
+            snprintf(msg, sizeof(msg), "malformed request framing: %s", why);
+            snprintf(detail, sizeof(detail), "%s: %.60s: %s", who, url, why);
+            note(a, EBB__REFUSE_FRAMING, detail);
+            *con_cls = ebb__limits_refused;
+            return answer_close(mc, url, bad, msg,
+                                bad == 501 ? "not_implemented" : "invalid_request");
+        }
         if (c->excess && strcmp(url, "/health")) {
             *con_cls = ebb__limits_refused;
             return refuse(a, mc, c, url);
@@ -363,6 +484,8 @@ void *ebb__limits_uri(void *cls, const char *uri, struct MHD_Connection *mc)
     (void)cls;
     (void)uri;
     struct ebb__conn *c = mc ? conn_of(mc) : NULL;
+    if (c && c != &untracked)
+        c->spoke = true;
     if (c && c != &untracked && c->n_requests) {
         /* A keep-alive connection's next request has begun: its head has header_timeout. */
         c->started = true;
@@ -384,6 +507,21 @@ void ebb__limits_request_done(struct MHD_Connection *mc)
         c->close_now = true;
 }
 
+/* True if the client of c has closed its side with nothing left unread: its request head or body
+ * can never complete. libmicrohttpd's edge-triggered epoll mode misses a FIN that arrives with the
+ * last bytes of a head (it read them all at once and waits for the body), which left such a
+ * connection in CLOSE-WAIT, holding its slot, until the phase deadline. A client that sent a
+ * whole request and then half-closed is not taken: its head is complete (phase BUSY, or the body
+ * is still unread in the socket). */
+static bool peer_gone(const struct ebb__conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return false;
+    int unread = 0;
+    return ioctl(c->fd, FIONREAD, &unread) != 0 || unread == 0;
+}
+
 bool ebb__limits_sweep(struct ebb_api *a)
 {
     struct ebb__limits *l = &a->limits;
@@ -392,6 +530,20 @@ bool ebb__limits_sweep(struct ebb_api *a)
     for (struct ebb__conn *c = l->conns; c; c = c->next) {
         if (c->shut || c->fd < 0)
             continue;
+        if (c->phase != EBB__PHASE_BUSY && peer_gone(c)) {
+            if (c->phase == EBB__PHASE_BODY || c->started || !c->n_requests) {
+                char who[64] = "?", detail[120];
+                if (c->key_len)
+                    addr_text(c->key, c->key_len, who, sizeof(who));
+                snprintf(detail, sizeof(detail), "last from %s after %.1f s in its %s", who,
+                         now - c->t_phase, c->phase == EBB__PHASE_BODY ? "body" : "head");
+                note(a, EBB__REFUSE_PEER_CLOSED, detail);
+            }
+            shutdown(c->fd, SHUT_RDWR);
+            c->shut = true;
+            closed = true;
+            continue;
+        }
         double limit = 0;
         enum ebb__refusal k = EBB__REFUSE_HEADER_TIMEOUT;
         /* A keep-alive connection that has not begun its next request is idle, not slow: it
@@ -404,6 +556,10 @@ bool ebb__limits_sweep(struct ebb_api *a)
             limit = c->excess ? EBB__LIMITS_RESERVE_HEADER_S : l->header_s;
             if (l->header_s && l->header_s < limit)
                 limit = l->header_s;
+            if (!c->spoke && l->silent_s && (!limit || l->silent_s < limit)) {
+                limit = l->silent_s;
+                k = EBB__REFUSE_SILENT;
+            }
         } else if (c->phase == EBB__PHASE_BODY) {
             limit = l->body_s;
             k = EBB__REFUSE_BODY_TIMEOUT;
@@ -423,6 +579,16 @@ bool ebb__limits_sweep(struct ebb_api *a)
         shutdown(c->fd, SHUT_RDWR);
         c->shut = true;
         closed = true;
+    }
+    /* Addresses without connections are kept only while their accept_rate bucket refills. */
+    for (size_t i = 0; i < l->n_addrs;) {
+        struct ebb__addr *e = &l->addrs[i];
+        if (e->n == 0 && l->rate)
+            bucket_take(&e->tokens, &e->t_fill, l->rate, now, false);
+        if (e->n == 0 && (!l->rate || e->tokens >= l->rate))
+            *e = l->addrs[--l->n_addrs];
+        else
+            i++;
     }
     return closed;
 }

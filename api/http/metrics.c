@@ -108,8 +108,9 @@ void ebb__metrics_render(const struct ebb__metrics *m, const struct ebb_sched_st
                      "ebb_engine_errors_total %llu\n",
                      (unsigned long long)m->cancellations,
                      (unsigned long long)m->rejected_queue_full, (unsigned long long)m->errors);
-    static const char *const refusal[EBB__REFUSE_N] = {"per_client", "global", "header_timeout",
-                                                       "body_timeout"};
+    static const char *const refusal[EBB__REFUSE_N] = {
+        "per_client",  "global",      "header_timeout", "body_timeout",
+        "bad_framing", "peer_closed", "accept_rate",    "silent"};
     ebb__abuf_puts(o, "# HELP ebb_http_refused_total Connections refused or closed by the edge "
                       "limits (connection caps, phase deadlines).\n"
                       "# TYPE ebb_http_refused_total counter\n");

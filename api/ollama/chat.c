@@ -316,7 +316,7 @@ void ebb__ollama_chat_start(struct ebb__req *r, bool generate)
     json_t *b = json_object();
     struct ebb__gen_req q;
     bool q_set = false;
-    struct ebb__perr pe = {{0}, NULL};
+    struct ebb__perr pe = {{0}, NULL, {0}};
     struct och *st = NULL;
     struct ebb__gen *g = NULL;
     char *body = NULL;

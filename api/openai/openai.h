@@ -13,7 +13,8 @@
 /* A validation failure: HTTP 400 with message naming param. */
 struct ebb__perr {
     char msg[512];
-    const char *param; /* static string or NULL */
+    const char *param; /* static string, param_buf or NULL */
+    char param_buf[320];
 };
 
 /* ---- tools (tools-req.c, tools-render.c) ------------------------------------------------ */

@@ -25,9 +25,13 @@ ffail(struct ebb__perr *e, const char *param, const char *fmt, ...)
     return EBB_EINVAL;
 }
 
-/* schema -> r->grammar; a schema ebb cannot enforce is the client's error (400). */
-static ebb_err from_schema(const json_t *schema, const char *param, struct ebb__gen_req *r,
-                           struct ebb__perr *e)
+/* schema (at the client's path where, e.g. "response_format.json_schema.schema") ->
+ * r->grammar. A schema ebb cannot enforce is the client's error (400) whose param is the path
+ * of the keyword at fault. The grammar is compiled here once, so that what only the grammar
+ * compiler sees (a $ref cycle that writes nothing, a schema too large) is answered in the
+ * schema's terms rather than the grammar's; the scheduler compiles it again for the job. */
+static ebb_err from_schema(const json_t *schema, const char *param, const char *where,
+                           struct ebb__gen_req *r, struct ebb__perr *e)
 {
     struct ebb_gbnf_builder b;
     ebb_gbnf_builder_init(&b);
@@ -38,8 +42,33 @@ static ebb_err from_schema(const json_t *schema, const char *param, struct ebb__
         return rc;
     }
     if (rc) {
+        snprintf(e->param_buf, sizeof(e->param_buf), "%s%s", where, b.err_path);
         ebb_gbnf_builder_fini(&b);
-        return ffail(e, param, "'%s': %s", param, d.msg);
+        ffail(e, param, "'%s': %s", param, d.msg);
+        e->param = e->param_buf;
+        return EBB_EINVAL;
+    }
+    struct ebb_grammar *g = NULL;
+    rc = ebb_grammar_compile(b.text, b.len, "root", &g, &d);
+    ebb_grammar_free(g);
+    if (rc == EBB_ENOMEM) {
+        ebb_gbnf_builder_fini(&b);
+        return rc;
+    }
+    if (rc) {
+        ebb_gbnf_builder_fini(&b);
+        snprintf(e->param_buf, sizeof(e->param_buf), "%s", where);
+        if (strstr(d.msg, "left-recursive"))
+            ffail(e, param,
+                  "'%s': the schema refers to itself through '$ref' before any JSON text is "
+                  "written (an endless recursion)",
+                  param);
+        else if (strstr(d.msg, "longer than"))
+            ffail(e, param, "'%s': the schema is too large to enforce (%s)", param, d.msg);
+        else
+            ffail(e, param, "'%s': the schema cannot be enforced (%s)", param, d.msg);
+        e->param = e->param_buf;
+        return EBB_EINVAL;
     }
     r->grammar = b.text; /* ownership moves to the request */
     return EBB_OK;
@@ -61,7 +90,7 @@ static ebb_err parse_response_format(json_t *v, struct ebb__gen_req *r, struct e
         json_t *any = s ? NULL : json_pack("{s:s}", "type", "object");
         if (!s && !any)
             return EBB_ENOMEM;
-        ebb_err rc = from_schema(s ? s : any, p, r, e);
+        ebb_err rc = from_schema(s ? s : any, p, "response_format.schema", r, e);
         json_decref(any);
         return rc;
     }
@@ -82,7 +111,7 @@ static ebb_err parse_response_format(json_t *v, struct ebb__gen_req *r, struct e
     json_t *s = json_object_get(js, "schema");
     if (s && !json_is_object(s) && !json_is_boolean(s))
         return ffail(e, p, "'response_format.json_schema.schema' must be an object");
-    return from_schema(s, p, r, e);
+    return from_schema(s, p, "response_format.json_schema.schema", r, e);
 }
 
 ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e)
@@ -106,7 +135,7 @@ ebb_err ebb__parse_structured(json_t *o, struct ebb__gen_req *r, struct ebb__per
     if (js) {
         if (!json_is_object(js) && !json_is_boolean(js))
             return ffail(e, "json_schema", "'json_schema' must be an object");
-        return from_schema(js, "json_schema", r, e);
+        return from_schema(js, "json_schema", "json_schema", r, e);
     }
     if (gr) {
         if (!json_is_string(gr))

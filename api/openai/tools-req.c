@@ -255,11 +255,16 @@ static ebb_err call_rule(json_t *fn, size_t i, enum ebb_tool_format f, struct eb
     json_decref(any);
     if (rc == EBB_ENOMEM)
         return rc;
-    if (rc)
-        return fail(e, "tools",
-                    "tools[%zu].function.parameters cannot constrain the call 'tool_choice' asks "
-                    "for: %s",
-                    i, d.msg);
+    if (rc) {
+        fail(e, "tools",
+             "tools[%zu].function.parameters cannot constrain the call 'tool_choice' asks "
+             "for: %s",
+             i, d.msg);
+        snprintf(e->param_buf, sizeof(e->param_buf), "tools[%zu].function.parameters%s", i,
+                 b->err_path);
+        e->param = e->param_buf;
+        return EBB_EINVAL;
+    }
     /* Names are letters, digits, '_' and '-' (checked at parse), safe inside a GBNF literal. */
     ebb_gbnf_printf(b, "tc-%zu ::= \"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" %s \"}\"\n", i,
                     json_string_value(json_object_get(fn, "name")),
@@ -331,7 +336,7 @@ unsigned ebb__tools_constrain(struct ebb__req *r, struct ebb__gen_req *q)
                          "tool_choice", NULL);
         return 400;
     }
-    struct ebb__perr pe = {{0}, NULL};
+    struct ebb__perr pe = {.param = NULL};
     ebb_err rc = ebb__tool_grammar(&q->tools, r->api->tmpl.tool_format, &q->grammar, &pe);
     if (rc == EBB_EINVAL) {
         ebb__reply_error(r, 400, pe.msg, pe.param, NULL);

@@ -20,6 +20,14 @@ static void rename_param(struct ebb__perr *e)
     for (size_t i = 0; e->param && i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(e->param, names[i].chat))
             e->param = names[i].resp;
+    /* A schema error's path (response_format.json_schema.schema.properties.x...): the same
+     * schema is text.format.schema here. */
+    static const char schema[] = "response_format.json_schema.schema";
+    if (e->param == e->param_buf && !strncmp(e->param_buf, schema, sizeof(schema) - 1)) {
+        char rest[sizeof(e->param_buf)];
+        snprintf(rest, sizeof(rest), "%s", e->param_buf + sizeof(schema) - 1);
+        snprintf(e->param_buf, sizeof(e->param_buf), "text.format.schema%.280s", rest);
+    }
 }
 
 static void create(struct ebb__req *r)

@@ -158,6 +158,10 @@ static void parse_class(struct rx *x)
                 }
                 x->p++;
             }
+            if (hi < c) {
+                fail(x, "the range %c-%c in a class is out of order", c, hi);
+                return;
+            }
             put(x, "-");
             put_class_char(x, hi);
         }

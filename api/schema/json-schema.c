@@ -12,6 +12,7 @@
 #define MAX_DEPTH 64
 #define MAX_REFS 256
 #define MAX_COUNT 256 /* bounds taken from minItems/maxItems/minLength/maxLength */
+#define KW_CHARS "$abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #define MAX_TEXT (4u << 20)
 
 /* ---- builder ----------------------------------------------------------------------------- */
@@ -172,6 +173,14 @@ cfail(struct conv *c, ebb_err rc, const char *path, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->rc = ebb_diag_set(c->diag, rc, "%s at %.200s", msg, path);
+    /* The pointer names the keyword when the message quotes one first ("'minItems' above..."
+     * at $.properties.x: .properties.x.minItems). */
+    const char *q = strchr(msg, '\''), *q2 = q ? strchr(q + 1, '\'') : NULL;
+    bool kw =
+        q && q2 && q2 - q - 1 < 40 && q2 > q + 1 && strspn(q + 1, KW_CHARS) == (size_t)(q2 - q - 1);
+    snprintf(c->b->err_path, sizeof(c->b->err_path), "%.200s%s%.*s",
+             path[0] == '$' ? path + 1 : path, kw ? "." : "", kw ? (int)(q2 - q - 1) : 0,
+             kw ? q + 1 : "");
     return c->rc;
 }
 
@@ -280,7 +289,8 @@ static bool put_bounds(struct conv *c, long min, long max, const char *path, con
     if (max > MAX_COUNT)
         max = -1;
     if (max >= 0 && max < min) {
-        cfail(c, EBB_EINVAL, path, "the maximum is below the minimum");
+        cfail(c, EBB_EINVAL, path, "'%s' is above the maximum (the maximum is below the minimum)",
+              what);
         return false;
     }
     if (max < 0)
@@ -364,6 +374,10 @@ static void gen_array(struct conv *c, const json_t *s, const char *path, const c
     long min = 0, max = -1;
     if (!get_count(c, s, "minItems", path, &min) || !get_count(c, s, "maxItems", path, &max))
         return;
+    if (min > MAX_COUNT) { /* checked here: the rule below counts the items after the first */
+        cfail(c, EBB_EUNSUPPORTED, path, "'minItems' above %d is not supported", MAX_COUNT);
+        return;
+    }
     char item[128], p2[512];
     new_rule(c, item, sizeof(item));
     sub_path(p2, sizeof(p2), path, ".items");
@@ -536,7 +550,7 @@ static void gen_type(struct conv *c, const json_t *s, const char *type, const ch
     } else if (!strcmp(type, "array")) {
         gen_array(c, s, path, name, depth);
     } else {
-        cfail(c, EBB_EINVAL, path, "unknown type '%.40s'", type);
+        cfail(c, EBB_EINVAL, path, "'type': unknown type '%.40s'", type);
     }
 }
 
@@ -643,6 +657,7 @@ ebb_err ebb_json_schema_to_gbnf(const json_t *schema, const char *root_rule_name
     c->doc = schema;
     c->root = root_rule_name;
     c->diag = diag;
+    b->err_path[0] = 0;
     gen(c, schema, "$", root_rule_name, 0);
     ebb_err rc = c->rc;
     if (!rc && b->oom)

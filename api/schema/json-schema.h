@@ -33,6 +33,9 @@ struct ebb_gbnf_builder {
     uint32_t shared;  /* internal: which shared helper rules are already written */
     uint32_t n_rules; /* internal: counter for generated rule names */
     bool oom;         /* an append failed; the converter then returns EBB_ENOMEM */
+    /* After a failed conversion: where, as the path from the schema's root in the client's
+     * terms, dotted (".properties.x.minItems", ".anyOf[1]"; "" for the root itself). */
+    char err_path[256];
 };
 
 void ebb_gbnf_builder_init(struct ebb_gbnf_builder *b);

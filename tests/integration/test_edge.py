@@ -190,7 +190,8 @@ def test_slow_body_dropped_at_deadline(make_server):
 
 
 def test_per_client_cap_answers_excess_and_health(make_server):
-    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s")
+    srv = make_server("--max-connections-per-client", "4", "--header-timeout", "300s",
+                      "--silent-timeout", "0")  # the held connections stay silent
     time.sleep(0.5)  # the server has seen the start-up probes' connections close
     held = [connect(srv) for _ in range(4)]  # at the cap, idle
     time.sleep(0.2)
@@ -256,10 +257,44 @@ def test_global_cap_answers_503_but_health(make_server):
     assert status == 503 and json.loads(body)["error"]["code"] == "server_busy", body
     assert closed_by_server(s, 2)
     for _ in range(3):
-        assert health(srv)[0] == 200
+        assert health(srv)[0] == 200, srv.stderr()
     assert logged(srv, "over max_connections")
     for h in held:
         h.close()
     time.sleep(0.5)
     assert chat_ok(srv)
     assert metric(srv, "ebb_http_connections") is not None
+
+
+def test_client_closing_mid_request_releases_its_slot_at_once(make_server):
+    """A client that sends a request head (or half of one) and closes at once must not hold a
+    connection in CLOSE-WAIT until the body or header deadline; it is counted as peer_closed,
+    not as a slow client."""
+    srv = make_server("--header-timeout", "15s", "--body-timeout", "30s")
+    time.sleep(0.5)
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode()
+    socks = []
+    for i in range(30):
+        s = connect(srv)
+        s.sendall(head if i % 3 else head[:30])
+        s.shutdown(socket.SHUT_WR)
+        socks.append(s)
+    t0 = time.monotonic()
+    assert all(closed_by_server(s, max(0.1, 3.0 - (time.monotonic() - t0))) for s in socks)
+    assert time.monotonic() - t0 < 3.0
+    for s in socks:
+        s.close()
+    # Only the /metrics request itself is open.
+    assert metric(srv, "ebb_http_connections") == 1
+    # Most are the edge's; libmicrohttpd frees one itself when it reads the FIN on its own.
+    assert 1 <= metric(srv, 'ebb_http_refused_total{reason="peer_closed"}') <= 30
+    assert metric(srv, 'ebb_http_refused_total{reason="body_timeout"}') == 0
+    assert metric(srv, 'ebb_http_refused_total{reason="header_timeout"}') == 0
+    assert logged(srv, "client closed before its request was complete")
+    # A client that sends a whole request and then half-closes still gets its answer.
+    s = connect(srv)
+    s.sendall(request_bytes(srv, "GET", "/health"))
+    s.shutdown(socket.SHUT_WR)
+    assert read_response(s)[0] == 200
+    s.close()

@@ -229,7 +229,7 @@ def test_store_is_bounded_lru(make_server):
     ({"text": {"format": {"type": "yaml"}}}, "text.format", "yaml"),
     ({"text": {"format": {"type": "json_schema", "name": "x",
                           "schema": {"type": "object", "patternProperties": {"a": {}}}}}},
-     "text.format", "patternProperties"),
+     "text.format.schema.patternProperties", "patternProperties"),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", "web_search_preview"),
     ({"max_output_tokens": 0}, "max_output_tokens", "max_output_tokens"),
     ({"reasoning": {"effort": "high"}}, "reasoning.effort", "enable_thinking"),

@@ -117,18 +117,31 @@ def test_llamacpp_fields(client):
 def test_bad_schemas_and_grammars(server, client):
     cases = [
         ({"response_format": schema_format({"type": "object", "properties": {
-            "a": {"type": "string", "format": "email"}}})}, "response_format",
+            "a": {"type": "string", "format": "email"}}})},
+         "response_format.json_schema.schema.properties.a.format",
          "'format': 'email' is not supported at $.properties.a"),
         ({"response_format": schema_format({"type": "array", "uniqueItems": True})},
-         "response_format", "'uniqueItems'"),
-        ({"response_format": schema_format({"$ref": "#/$defs/nope"})}, "response_format",
-         "does not resolve"),
+         "response_format.json_schema.schema.uniqueItems", "'uniqueItems'"),
+        ({"response_format": schema_format({"$ref": "#/$defs/nope"})},
+         "response_format.json_schema.schema.$ref", "does not resolve"),
+        # issue 31: the documented bounds, and what only the grammar compiler used to see,
+        # in the schema's terms
+        ({"response_format": schema_format({"type": "object", "properties": {
+            "x": {"type": "array", "minItems": 257}}})},
+         "response_format.json_schema.schema.properties.x.minItems", "'minItems' above 256"),
+        ({"response_format": schema_format({"$ref": "#"})}, "response_format.json_schema.schema",
+         "refers to itself through '$ref'"),
+        ({"response_format": schema_format({"type": "string", "pattern": "[z-a]"})},
+         "response_format.json_schema.schema.pattern", "the range z-a in a class is out of order"),
+        ({"response_format": schema_format({"type": "object", "properties": {
+            f"p{i}": {"type": "string"} for i in range(10000)}})},
+         "response_format.json_schema.schema", "the schema is too large"),
         ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema"),
         ({"response_format": {"type": "yaml"}}, "response_format", "yaml"),
         ({"grammar": 'root ::= "a" | ( "b"'}, "grammar", "line 1"),
         ({"grammar": "root ::= root \"x\""}, "grammar", "left-recursive"),
         ({"grammar": "start ::= \"x\""}, "grammar", "no rule 'root'"),
-        ({"json_schema": {"type": "strnig"}}, "json_schema", "unknown type"),
+        ({"json_schema": {"type": "strnig"}}, "json_schema.type", "unknown type"),
         ({"grammar": "root ::= \"a\"", "json_schema": {}}, None, "only one"),
     ]
     for extra, param, needle in cases:

@@ -398,8 +398,8 @@ static ebb_err parse(const char *body, bool chat, struct ebb__gen_req *r, struct
     return ebb__gen_req_parse(body, strlen(body), chat, r, e);
 }
 
-/* Expects a 400 naming param (NULL: none) for body. */
-static void expect_bad(const char *body, bool chat, const char *param)
+/* Expects a 400 naming param (NULL: none) for body, whose message names field. */
+static void expect_bad_in(const char *body, bool chat, const char *param, const char *field)
 {
     struct ebb__gen_req r;
     struct ebb__perr e;
@@ -409,11 +409,17 @@ static void expect_bad(const char *body, bool chat, const char *param)
     if (param) {
         if (!e.param || strcmp(e.param, param))
             fail_msg("%s: param %s, want %s (%s)", body, e.param ? e.param : "null", param, e.msg);
-        assert_non_null(strstr(e.msg, param));
+        assert_non_null(strstr(e.msg, field));
     } else {
         assert_null(e.param);
     }
     ebb__gen_req_fini(&r);
+}
+
+/* Expects a 400 naming param (NULL: none) for body, whose message names param too. */
+static void expect_bad(const char *body, bool chat, const char *param)
+{
+    expect_bad_in(body, chat, param, param);
 }
 
 /* Extra template variables (enable_thinking from reasoning_effort, chat_template_kwargs): they
@@ -567,17 +573,20 @@ static void test_params_chat(void **state)
     expect_bad("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true,
                "messages");
     /* Fields ebb does not implement: rejected unless they cannot change the answer. */
-    static const char *const unsupported[][2] = {
+    /* field, value, and the param of the answer where it is a path under field */
+    static const char *const unsupported[][3] = {
         {"tool_choice", "\"required\""},
         {"tool_choice", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"},
         {"functions", "[{\"name\":\"f\"}]"},
         {"function_call", "{\"name\":\"f\"}"},
         /* structured output: implemented, but malformed or unsupported values are refused */
         {"response_format", "{\"type\":\"xml\"}"},
-        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{"
-                            "\"type\":\"array\",\"uniqueItems\":true}}}"},
+        {"response_format",
+         "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{"
+         "\"type\":\"array\",\"uniqueItems\":true}}}",
+         "response_format.json_schema.schema.uniqueItems"},
         {"grammar", "\"root ::= [a\""},
-        {"json_schema", "{\"type\":\"strng\"}"},
+        {"json_schema", "{\"type\":\"strng\"}", "json_schema.type"},
         {"audio", "{\"voice\":\"x\"}"},
         {"modalities", "[\"text\",\"audio\"]"},
         {"web_search_options", "{}"},
@@ -595,7 +604,8 @@ static void test_params_chat(void **state)
         snprintf(body, sizeof(body),
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"%s\":%s}",
                  unsupported[i][0], unsupported[i][1]);
-        expect_bad(body, true, unsupported[i][0]);
+        expect_bad_in(body, true, unsupported[i][2] ? unsupported[i][2] : unsupported[i][0],
+                      unsupported[i][0]);
     }
     /* Their neutral values, and fields that cannot change the answer, are accepted. */
     assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"

@@ -180,6 +180,22 @@ static void test_refs_and_combinators(void **state)
           YES("{\"k\":\"a\"}", "{\"k\":\"b\",\"n\":1}"), NO("{\"k\":\"b\"}", "{\"k\":\"c\"}"));
 }
 
+static void expect_fail_at(const char *schema_text, ebb_err want, const char *needle,
+                           const char *where)
+{
+    json_t *s = json_loads(schema_text, JSON_DECODE_ANY, NULL);
+    assert_non_null(s);
+    struct ebb_gbnf_builder b;
+    ebb_gbnf_builder_init(&b);
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_json_schema_to_gbnf(s, "root", &b, &d);
+    if (rc != want || !strstr(d.msg, needle) || strcmp(b.err_path, where))
+        fail_msg("%s: expected %d with '%s' at '%s', got %d: %s at '%s'", schema_text, want, needle,
+                 where, rc, d.msg, b.err_path);
+    ebb_gbnf_builder_fini(&b);
+    json_decref(s);
+}
+
 static void expect_fail(const char *schema_text, ebb_err want, const char *needle)
 {
     json_t *s = json_loads(schema_text, JSON_DECODE_ANY, NULL);
@@ -224,6 +240,29 @@ static void test_unsupported(void **state)
                 "malformed");
 }
 
+/* The path of a failure in the client's terms (issue 31): the keyword at fault under the path
+ * of its schema, and the documented bounds (minItems above 256 refused, maxItems above 256
+ * unbounded). */
+static void test_error_paths_and_bounds(void **state)
+{
+    (void)state;
+    expect_fail_at("{\"type\":\"array\",\"minItems\":257}", EBB_EUNSUPPORTED,
+                   "'minItems' above 256", ".minItems");
+    expect_fail_at("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\","
+                   "\"minItems\":300}}}",
+                   EBB_EUNSUPPORTED, "'minItems'", ".properties.x.minItems");
+    expect_fail_at("{\"type\":\"string\",\"minLength\":257}", EBB_EUNSUPPORTED, "'minLength'",
+                   ".minLength");
+    expect_fail_at("{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"array\",\"uniqueItems\":true}]}",
+                   EBB_EUNSUPPORTED, "'uniqueItems'", ".anyOf[1].uniqueItems");
+    expect_fail_at("{\"type\":\"string\",\"pattern\":\"[z-a]\"}", EBB_EUNSUPPORTED,
+                   "the range z-a in a class is out of order", ".pattern");
+    expect_fail_at("{\"type\":\"strin\"}", EBB_EINVAL, "unknown type", ".type");
+    expect_fail_at("[1]", EBB_EINVAL, "a schema must be an object", "");
+    ebb_grammar_free(convert("{\"type\":\"array\",\"maxItems\":257}"));
+    ebb_grammar_free(convert("{\"type\":\"array\",\"minItems\":256}"));
+}
+
 /* Two schemas under their own names plus the caller's root: the shared rules are written once
  * and the result compiles. */
 static void test_composition(void **state)
@@ -264,7 +303,8 @@ int main(void)
         cmocka_unit_test(test_scalars),     cmocka_unit_test(test_enum_const),
         cmocka_unit_test(test_strings),     cmocka_unit_test(test_objects),
         cmocka_unit_test(test_arrays),      cmocka_unit_test(test_refs_and_combinators),
-        cmocka_unit_test(test_unsupported), cmocka_unit_test(test_composition),
+        cmocka_unit_test(test_unsupported), cmocka_unit_test(test_error_paths_and_bounds),
+        cmocka_unit_test(test_composition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

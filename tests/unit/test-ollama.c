@@ -19,7 +19,7 @@ static json_t *map_ok(const char *body, bool generate, bool * compl, bool *load)
 {
     json_t *o = json_loads(body, 0, NULL), *b = json_object();
     assert_non_null(o);
-    struct ebb__perr e = {{0}, NULL};
+    struct ebb__perr e = {{0}, NULL, {0}};
     bool c = false, l = false;
     ebb_err rc = ebb__ollama_request(&api, o, generate, b, &c, &l, &e);
     if (rc)
@@ -36,7 +36,7 @@ static void map_fails(const char *body, bool generate, const char *param, const 
 {
     json_t *o = json_loads(body, 0, NULL), *b = json_object();
     assert_non_null(o);
-    struct ebb__perr e = {{0}, NULL};
+    struct ebb__perr e = {{0}, NULL, {0}};
     bool c, l;
     assert_int_equal(ebb__ollama_request(&api, o, generate, b, &c, &l, &e), EBB_EINVAL);
     assert_non_null(e.param);
@@ -148,12 +148,12 @@ static void test_options(void **state)
 static void test_rename(void **state)
 {
     (void)state;
-    struct ebb__perr e = {"'max_tokens' must be an integer of at least 1", "max_tokens"};
+    struct ebb__perr e = {"'max_tokens' must be an integer of at least 1", "max_tokens", {0}};
     ebb__ollama_rename_param(&e);
     assert_string_equal(e.param, "options.num_predict");
     assert_string_equal(e.msg,
                         "options.num_predict: 'max_tokens' must be an integer of at least 1");
-    struct ebb__perr f = {"bad", "messages"};
+    struct ebb__perr f = {"bad", "messages", {0}};
     ebb__ollama_rename_param(&f);
     assert_string_equal(f.param, "messages");
     assert_string_equal(f.msg, "bad");
