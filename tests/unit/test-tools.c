@@ -598,8 +598,8 @@ static void test_unknown_tool_names(void **state)
         struct acc a;
         memset(&a, 0, sizeof(a));
         const char *t = cases[i].text;
-        for (size_t k = 0; t[k]; k += 3) {
-            size_t n = strlen(t + k) < 3 ? strlen(t + k) : 3;
+        for (size_t k = 0, len = strlen(t); k < len; k += 3) {
+            size_t n = len - k < 3 ? len - k : 3;
             assert_int_equal(ebb_tool_stream_feed(s, t + k, n, acc_ev, &a), EBB_OK);
         }
         assert_int_equal(ebb_tool_stream_finish(s, acc_ev, &a), EBB_OK);
