@@ -17,6 +17,29 @@ const size_t ebb__cl_n_ops_srcs = N_OF(ebb__cl_ops_srcs);
 const char *const ebb__cl_moe_srcs[] = {"half.cl", "quant.cl", "q8.cl", "kq8.cl", "moe.cl"};
 const size_t ebb__cl_n_moe_srcs = N_OF(ebb__cl_moe_srcs);
 
+/* Kernel name of the weight program's sources srcs (srcs[0] is pro, cap bytes: the prologue,
+ * rewritten here) built for layout l with matmul_mms's tile set to (t, mi, w, kb) in tu; the
+ * kernel keeps its program alive. */
+static ebb_err tile_kernel(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                           const struct ebb_cl_tuning *tu, uint32_t t, uint32_t mi, uint32_t w,
+                           uint32_t kb, char *pro, size_t cap, const char **srcs, size_t n_src,
+                           const char *name, cl_kernel *k, struct ebb_diag *diag)
+{
+    struct ebb_cl_tuning tt = *tu;
+    tt.mms_t = t;
+    tt.mms_mi = mi;
+    tt.mms_w = w;
+    tt.mms_kb = kb;
+    cl_program prog = NULL;
+    ebb_err rc;
+    if ((rc = ebb_cl_layout_prologue(l, &tt, pro, cap, diag)) ||
+        (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &prog, diag)))
+        return rc;
+    rc = ebb_cl_kernel(prog, name, k, diag);
+    clReleaseProgram(prog);
+    return rc;
+}
+
 ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
                            struct ebb_diag *diag)
@@ -62,39 +85,15 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
-    /* matmul_mms's second tile for the longer products (prefill): the same sources built again
-     * with its shape; the kernel keeps its program alive. */
-    if (p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max) {
-        struct ebb_cl_tuning t2 = *tu;
-        t2.mms_t = tu->mmp_t;
-        t2.mms_mi = tu->mmp_mi;
-        t2.mms_w = tu->mmp_w;
-        t2.mms_kb = tu->mmp_kb;
-        cl_program p2 = NULL;
-        if ((rc = ebb_cl_layout_prologue(l, &t2, pro, sizeof(pro), diag)) ||
-            (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p2, diag)))
-            goto out;
-        rc = ebb_cl_kernel(p2, "matmul_mms", &p.matmul_mmp, diag);
-        clReleaseProgram(p2);
-        if (rc)
-            goto out;
-    }
-    /* matmul_mmq with its own tile for prefill, built the same way. */
-    if (p.matmul_mmq) {
-        struct ebb_cl_tuning t3 = *tu;
-        t3.mms_t = tu->mmq_t;
-        t3.mms_mi = tu->mmq_mi;
-        t3.mms_w = tu->mmq_w;
-        t3.mms_kb = tu->mmq_kb;
-        cl_program p3 = NULL;
-        if ((rc = ebb_cl_layout_prologue(l, &t3, pro, sizeof(pro), diag)) ||
-            (rc = ebb_cl_program_build(cl, srcs, n_src, "-cl-mad-enable", &p3, diag)))
-            goto out;
-        rc = ebb_cl_kernel(p3, "matmul_mmq", &p.matmul_mmqp, diag);
-        clReleaseProgram(p3);
-        if (rc)
-            goto out;
-    }
+    /* The prefill tiles: matmul_mms's second tile and matmul_mmq's, each the same sources
+     * built again with that shape; the kernel keeps its program alive. */
+    if ((p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max &&
+         (rc = tile_kernel(cl, l, tu, tu->mmp_t, tu->mmp_mi, tu->mmp_w, tu->mmp_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mms", &p.matmul_mmp, diag))) ||
+        (p.matmul_mmq &&
+         (rc = tile_kernel(cl, l, tu, tu->mmq_t, tu->mmq_mi, tu->mmq_w, tu->mmq_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mmq", &p.matmul_mmqp, diag))))
+        goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
 out:
