@@ -11,7 +11,6 @@
 #include "anthropic.h"
 #include "api/openai/openai.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,22 +33,6 @@ static void msg_free(void *ext)
 
 /* ---- request ------------------------------------------------------------------------------ */
 
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return EBB_EINVAL;
-}
-
 /* Joins the text of a string or an array of text blocks into *out (a new json string). `where`
  * names the field in errors. */
 static ebb_err block_text(json_t *c, const char *where, json_t **out, struct ebb__perr *e)
@@ -59,20 +42,23 @@ static ebb_err block_text(json_t *c, const char *where, json_t **out, struct ebb
         return EBB_OK;
     }
     if (!json_is_array(c))
-        return fail(e, "messages", "%s must be a string or an array of content blocks", where);
+        return ebb__perr_fail(e, "messages", "%s must be a string or an array of content blocks",
+                              where);
     size_t total = 0;
     for (size_t i = 0; i < json_array_size(c); i++) {
         json_t *b = json_array_get(c, i), *t = json_object_get(b, "type");
         const char *ts = json_is_string(t) ? json_string_value(t) : "";
         if (!strcmp(ts, "image") || !strcmp(ts, "document"))
-            return fail(e, "messages",
-                        "%s[%zu]: '%s' blocks are not supported (ebb serves text-only models)",
-                        where, i, ts);
+            return ebb__perr_fail(
+                e, "messages",
+                "%s[%zu]: '%s' blocks are not supported (ebb serves text-only models)", where, i,
+                ts);
         if (strcmp(ts, "text") || !json_is_string(json_object_get(b, "text")))
-            return fail(e, "messages",
-                        "%s[%zu] must be a {\"type\": \"text\", \"text\": ...} block, got type "
-                        "'%.40s'",
-                        where, i, ts);
+            return ebb__perr_fail(
+                e, "messages",
+                "%s[%zu] must be a {\"type\": \"text\", \"text\": ...} block, got type "
+                "'%.40s'",
+                where, i, ts);
         total += json_string_length(json_object_get(b, "text"));
     }
     char *buf = malloc(total + 1);
@@ -109,10 +95,11 @@ static ebb_err tool_block(json_t *b, const char *role, const char *where, json_t
         json_t *input = json_object_get(b, "input");
         if (!json_is_string(id) || !json_is_string(name) || !json_string_length(name) ||
             (input && !json_is_object(input)))
-            return fail(e, "messages",
-                        "%s: a tool_use block needs a string 'id', a non-empty 'name' and an "
-                        "object 'input'",
-                        where);
+            return ebb__perr_fail(
+                e, "messages",
+                "%s: a tool_use block needs a string 'id', a non-empty 'name' and an "
+                "object 'input'",
+                where);
         json_t *fn = json_object(), *call = json_object();
         json_object_set(fn, "name", name);
         json_object_set_new(fn, "arguments", input ? json_incref(input) : json_object());
@@ -127,8 +114,8 @@ static ebb_err tool_block(json_t *b, const char *role, const char *where, json_t
     if (!strcmp(ts, "tool_result") && !strcmp(role, "user")) {
         json_t *id = json_object_get(b, "tool_use_id"), *c = json_object_get(b, "content");
         if (!json_is_string(id))
-            return fail(e, "messages", "%s: a tool_result block needs a string 'tool_use_id'",
-                        where);
+            return ebb__perr_fail(e, "messages",
+                                  "%s: a tool_result block needs a string 'tool_use_id'", where);
         json_t *text = NULL;
         char w2[112];
         snprintf(w2, sizeof(w2), "%.96s.content", where);
@@ -140,10 +127,12 @@ static ebb_err tool_block(json_t *b, const char *role, const char *where, json_t
         return EBB_OK;
     }
     if (!strcmp(ts, "image") || !strcmp(ts, "document"))
-        return fail(e, "messages",
-                    "%s: '%s' blocks are not supported (ebb serves text-only models)", where, ts);
-    return fail(e, "messages", "%s: blocks of type '%.40s' are not supported in a %s turn", where,
-                ts, role);
+        return ebb__perr_fail(e, "messages",
+                              "%s: '%s' blocks are not supported (ebb serves text-only models)",
+                              where, ts);
+    return ebb__perr_fail(e, "messages",
+                          "%s: blocks of type '%.40s' are not supported in a %s turn", where, ts,
+                          role);
 }
 
 /* One turn: text blocks join into the content; tool_use blocks become the assistant's
@@ -153,7 +142,7 @@ static ebb_err add_turn(json_t *conv, json_t *m, size_t i, struct ebb__perr *e)
     json_t *role = json_object_get(m, "role"), *c = json_object_get(m, "content");
     const char *rs = json_is_string(role) ? json_string_value(role) : "";
     if (!json_is_object(m) || (strcmp(rs, "user") && strcmp(rs, "assistant")))
-        return fail(e, "messages", "messages[%zu].role must be 'user' or 'assistant'", i);
+        return ebb__perr_fail(e, "messages", "messages[%zu].role must be 'user' or 'assistant'", i);
     char where[64];
     snprintf(where, sizeof(where), "messages[%zu].content", i);
     if (json_is_string(c)) {
@@ -161,7 +150,8 @@ static ebb_err add_turn(json_t *conv, json_t *m, size_t i, struct ebb__perr *e)
         return EBB_OK;
     }
     if (!json_is_array(c))
-        return fail(e, "messages", "%s must be a string or an array of content blocks", where);
+        return ebb__perr_fail(e, "messages", "%s must be a string or an array of content blocks",
+                              where);
     json_t *texts = json_array(), *calls = NULL, *joined = NULL;
     ebb_err rc = EBB_OK;
     for (size_t k = 0; k < json_array_size(c) && !rc; k++) {
@@ -169,7 +159,7 @@ static ebb_err add_turn(json_t *conv, json_t *m, size_t i, struct ebb__perr *e)
         char bw[96];
         snprintf(bw, sizeof(bw), "%s[%zu]", where, k);
         if (!json_is_object(b) || !json_is_string(t))
-            rc = fail(e, "messages", "%s must be a content block with a 'type'", bw);
+            rc = ebb__perr_fail(e, "messages", "%s must be a content block with a 'type'", bw);
         else if (!strcmp(json_string_value(t), "text"))
             json_array_append(texts, b);
         else
@@ -196,23 +186,23 @@ static ebb_err check_unsupported(json_t *o, struct ebb__perr *e)
     json_t *tht = json_object_get(th, "type");
     if (th && !json_is_null(th) &&
         !(json_is_string(tht) && !strcmp(json_string_value(tht), "disabled")))
-        return fail(e, "thinking",
-                    "'thinking' is not supported: extended thinking is not "
-                    "implemented (send {\"type\": \"disabled\"} or leave it out)");
+        return ebb__perr_fail(e, "thinking",
+                              "'thinking' is not supported: extended thinking is not "
+                              "implemented (send {\"type\": \"disabled\"} or leave it out)");
     static const char *const arrays[] = {"mcp_servers", "container"};
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(o, arrays[i]);
         if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-            return fail(e, arrays[i], "'%s' is not supported", arrays[i]);
+            return ebb__perr_fail(e, arrays[i], "'%s' is not supported", arrays[i]);
     }
     json_t *oc = json_object_get(o, "output_config");
     json_t *fmt = json_object_get(oc, "format");
     if (oc && !json_is_null(oc) && !json_is_object(oc))
-        return fail(e, "output_config", "'output_config' must be an object");
+        return ebb__perr_fail(e, "output_config", "'output_config' must be an object");
     if (fmt && !json_is_null(fmt))
-        return fail(e, "output_config",
-                    "'output_config.format' is not supported: structured output is not "
-                    "implemented on /v1/messages");
+        return ebb__perr_fail(e, "output_config",
+                              "'output_config.format' is not supported: structured output is not "
+                              "implemented on /v1/messages");
     return EBB_OK;
 }
 
@@ -221,18 +211,20 @@ static ebb_err convert_tool(json_t *t, size_t i, json_t *out, struct ebb__perr *
 {
     json_t *type = json_object_get(t, "type");
     if (!json_is_object(t))
-        return fail(e, "tools", "tools[%zu] must be an object", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu] must be an object", i);
     if (type && !json_is_null(type) &&
         !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
-        return fail(e, "tools",
-                    "tools[%zu]: tools of type '%.40s' (Anthropic's server tools) are not "
-                    "supported; give client tools with a name and an input_schema",
-                    i, json_is_string(type) ? json_string_value(type) : "?");
+        return ebb__perr_fail(
+            e, "tools",
+            "tools[%zu]: tools of type '%.40s' (Anthropic's server tools) are not "
+            "supported; give client tools with a name and an input_schema",
+            i, json_is_string(type) ? json_string_value(type) : "?");
     json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
     if (!json_is_string(name))
-        return fail(e, "tools", "tools[%zu].name must be a string", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].name must be a string", i);
     if (!json_is_object(schema))
-        return fail(e, "tools", "tools[%zu].input_schema must be a JSON schema object", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].input_schema must be a JSON schema object",
+                              i);
     json_t *fn = json_object(), *desc = json_object_get(t, "description");
     json_object_set(fn, "name", name);
     if (json_is_string(desc))
@@ -256,7 +248,7 @@ static ebb_err parse_tools(json_t *o, struct ebb__gen_req *q, struct ebb__perr *
     json_object_set_new(q->doc, "openai_tools", oai);
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(e, "tools", "'tools' must be an array");
+            return ebb__perr_fail(e, "tools", "'tools' must be an array");
         json_t *arr = json_array();
         json_object_set_new(oai, "tools", arr);
         for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -271,17 +263,19 @@ static ebb_err parse_tools(json_t *o, struct ebb__gen_req *q, struct ebb__perr *
         const char *ts = json_is_string(type) ? json_string_value(type) : "";
         if (!json_is_object(tc) ||
             (strcmp(ts, "auto") && strcmp(ts, "any") && strcmp(ts, "tool") && strcmp(ts, "none")))
-            return fail(e, "tool_choice",
-                        "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | "
-                        "\"none\"}");
+            return ebb__perr_fail(
+                e, "tool_choice",
+                "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | "
+                "\"none\"}");
         if (dp && !json_is_null(dp) && !json_is_boolean(dp))
-            return fail(e, "tool_choice",
-                        "'tool_choice.disable_parallel_tool_use' must be a boolean");
+            return ebb__perr_fail(e, "tool_choice",
+                                  "'tool_choice.disable_parallel_tool_use' must be a boolean");
         json_object_set_new(oai, "parallel_tool_calls", json_boolean(!json_is_true(dp)));
         if (!strcmp(ts, "tool")) {
             json_t *name = json_object_get(tc, "name");
             if (!json_is_string(name))
-                return fail(e, "tool_choice", "'tool_choice' of type 'tool' needs a 'name'");
+                return ebb__perr_fail(e, "tool_choice",
+                                      "'tool_choice' of type 'tool' needs a 'name'");
             json_object_set_new(
                 oai, "tool_choice",
                 json_pack("{sss{sO}}", "type", "function", "function", "name", name));
@@ -299,9 +293,9 @@ static ebb_err parse_sampling(json_t *o, struct ebb__gen_req *q, struct msg *st,
 {
     json_t *mt = json_object_get(o, "max_tokens");
     if (!mt || json_is_null(mt))
-        return fail(e, "max_tokens", "'max_tokens' is required");
+        return ebb__perr_fail(e, "max_tokens", "'max_tokens' is required");
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 30))
-        return fail(e, "max_tokens", "'max_tokens' must be an integer of at least 1");
+        return ebb__perr_fail(e, "max_tokens", "'max_tokens' must be an integer of at least 1");
     q->gp.max_tokens = (uint32_t)json_integer_value(mt);
     q->max_tokens_set = true;
     static const enum ebb_defaults_field fields[] = {EBB_DEF_TEMPERATURE, EBB_DEF_TOP_P,
@@ -315,29 +309,32 @@ static ebb_err parse_sampling(json_t *o, struct ebb__gen_req *q, struct msg *st,
         bool integer;
         ebb_defaults_range(fields[i], &lo, &hi, &integer);
         if (integer ? !json_is_integer(v) : !json_is_number(v))
-            return fail(e, key, "'%s' must be %s", key, integer ? "an integer" : "a number");
+            return ebb__perr_fail(e, key, "'%s' must be %s", key,
+                                  integer ? "an integer" : "a number");
         double x = json_number_value(v);
         if (x < lo || x > hi)
-            return fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
+            return ebb__perr_fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
         ebb_defaults_set(&q->gp.sampling, fields[i], x);
         q->sent |= EBB_DEF_BIT(fields[i]);
     }
     json_t *ss = json_object_get(o, "stop_sequences");
     if (ss && !json_is_null(ss)) {
         if (!json_is_array(ss))
-            return fail(e, "stop_sequences", "'stop_sequences' must be an array of strings");
+            return ebb__perr_fail(e, "stop_sequences",
+                                  "'stop_sequences' must be an array of strings");
         if (json_array_size(ss) > EBB_SCHED_MAX_STOP)
-            return fail(e, "stop_sequences", "'stop_sequences' allows at most %d entries",
-                        EBB_SCHED_MAX_STOP);
+            return ebb__perr_fail(e, "stop_sequences", "'stop_sequences' allows at most %d entries",
+                                  EBB_SCHED_MAX_STOP);
         for (size_t i = 0; i < json_array_size(ss); i++) {
             json_t *s = json_array_get(ss, i);
             if (!json_is_string(s) || !json_string_length(s) ||
                 json_string_length(s) >= EBB_SCHED_MAX_STOP_LEN ||
                 memchr(json_string_value(s), 0, json_string_length(s)))
-                return fail(e, "stop_sequences",
-                            "'stop_sequences' entries must be non-empty strings shorter than %d "
-                            "bytes",
-                            EBB_SCHED_MAX_STOP_LEN);
+                return ebb__perr_fail(
+                    e, "stop_sequences",
+                    "'stop_sequences' entries must be non-empty strings shorter than %d "
+                    "bytes",
+                    EBB_SCHED_MAX_STOP_LEN);
             snprintf(st->stop[st->n_stop], sizeof(st->stop[0]), "%s", json_string_value(s));
             q->gp.stop[q->gp.n_stop++] = st->stop[st->n_stop++];
         }
@@ -360,7 +357,7 @@ static ebb_err parse_conversation(json_t *o, json_t *conv, struct ebb__perr *e)
     }
     json_t *ms = json_object_get(o, "messages");
     if (!json_is_array(ms) || !json_array_size(ms))
-        return fail(e, "messages", "'messages' must be a non-empty array");
+        return ebb__perr_fail(e, "messages", "'messages' must be a non-empty array");
     for (size_t i = 0; i < json_array_size(ms); i++) {
         ebb_err rc = add_turn(conv, json_array_get(ms, i), i, e);
         if (rc)
@@ -382,23 +379,23 @@ static ebb_err msg_parse(const char *body, size_t n, bool count, struct ebb__gen
     json_t *o = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
     q->doc = json_object(); /* owns the request (as "request") and the conversation */
     if (!o)
-        return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
-                    je.line, je.column);
+        return ebb__perr_fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+                              je.text, je.line, je.column);
     json_object_set_new(q->doc, "request", o);
     if (!json_is_object(o))
-        return fail(e, NULL, "the body must be a JSON object");
+        return ebb__perr_fail(e, NULL, "the body must be a JSON object");
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
-        return fail(e, "model", "'model' must be a string");
+        return ebb__perr_fail(e, "model", "'model' must be a string");
     if (json_is_string(model) && json_string_length(model))
         q->model = json_string_value(model);
     json_t *stream = json_object_get(o, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream))
-        return fail(e, "stream", "'stream' must be a boolean");
+        return ebb__perr_fail(e, "stream", "'stream' must be a boolean");
     q->stream = json_is_true(stream);
     json_t *md = json_object_get(o, "metadata");
     if (md && !json_is_null(md) && !json_is_object(md))
-        return fail(e, "metadata", "'metadata' must be an object");
+        return ebb__perr_fail(e, "metadata", "'metadata' must be an object");
     ebb_err rc;
     json_t *conv = json_array();
     json_object_set_new(q->doc, "conversation", conv);

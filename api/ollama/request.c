@@ -3,26 +3,9 @@
  * mapped, the fields ebb cannot honour refused naming them (docs/API.md has the table). */
 #include "ollama-int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return EBB_EINVAL;
-}
 
 static bool present(const json_t *v)
 {
@@ -55,7 +38,7 @@ static ebb_err map_options(json_t *opts, json_t *b, struct ebb__perr *e)
     if (!present(opts))
         return EBB_OK;
     if (!json_is_object(opts))
-        return fail(e, "options", "options must be an object");
+        return ebb__perr_fail(e, "options", "options must be an object");
     const char *key;
     json_t *v;
     json_object_foreach(opts, key, v)
@@ -83,7 +66,7 @@ static ebb_err map_options(json_t *opts, json_t *b, struct ebb__perr *e)
             continue;
         if (!strcmp(key, "mirostat_tau") || !strcmp(key, "mirostat_eta"))
             continue; /* used only with mirostat, which is refused above unless 0 */
-        return fail(e, "options", "option '%.64s' is not supported by ebb", key);
+        return ebb__perr_fail(e, "options", "option '%.64s' is not supported by ebb", key);
     }
     return EBB_OK;
 }
@@ -98,7 +81,7 @@ static ebb_err map_format(json_t *f, json_t *b, struct ebb__perr *e)
         return EBB_OK;
     }
     if (!json_is_object(f))
-        return fail(e, "format", "format must be \"json\" or a JSON schema object");
+        return ebb__perr_fail(e, "format", "format must be \"json\" or a JSON schema object");
     json_object_set_new(b, "response_format",
                         json_pack("{sss{sssO}}", "type", "json_schema", "json_schema", "name",
                                   "format", "schema", f));
@@ -122,7 +105,8 @@ static ebb_err map_think(const struct ebb_api *a, json_t *t, json_t *b, struct e
     }
     const char *s = json_is_string(t) ? json_string_value(t) : "";
     if (strcmp(s, "low") && strcmp(s, "medium") && strcmp(s, "high"))
-        return fail(e, "think", "think must be true, false, \"low\", \"medium\" or \"high\"");
+        return ebb__perr_fail(e, "think",
+                              "think must be true, false, \"low\", \"medium\" or \"high\"");
     json_object_set_new(b, "reasoning_effort", json_string(s));
     return EBB_OK;
 }
@@ -133,16 +117,17 @@ static ebb_err map_think(const struct ebb_api *a, json_t *t, json_t *b, struct e
 static ebb_err map_message(json_t *m, size_t i, json_t *out, struct ebb__perr *e)
 {
     if (!json_is_object(m))
-        return fail(e, "messages", "messages[%zu] must be an object", i);
+        return ebb__perr_fail(e, "messages", "messages[%zu] must be an object", i);
     json_t *img = json_object_get(m, "images");
     if (present(img) && !(json_is_array(img) && !json_array_size(img)))
-        return fail(e, "messages",
-                    "messages[%zu].images: images are not supported (ebb serves text-only "
-                    "models)",
-                    i);
+        return ebb__perr_fail(
+            e, "messages",
+            "messages[%zu].images: images are not supported (ebb serves text-only "
+            "models)",
+            i);
     json_t *c = json_object_get(m, "content");
     if (present(c) && !json_is_string(c))
-        return fail(e, "messages", "messages[%zu].content must be a string", i);
+        return ebb__perr_fail(e, "messages", "messages[%zu].content must be a string", i);
     json_t *o = json_object();
     json_array_append_new(out, o);
     json_object_set(o, "role", json_object_get(m, "role"));
@@ -157,13 +142,14 @@ static ebb_err map_message(json_t *m, size_t i, json_t *out, struct ebb__perr *e
     if (!present(calls))
         return EBB_OK;
     if (!json_is_array(calls))
-        return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
+        return ebb__perr_fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
     json_t *oc = json_array();
     json_object_set_new(o, "tool_calls", oc);
     for (size_t k = 0; k < json_array_size(calls); k++) {
         json_t *fn = json_object_get(json_array_get(calls, k), "function");
         if (!json_is_object(fn))
-            return fail(e, "messages", "messages[%zu].tool_calls[%zu] needs a 'function'", i, k);
+            return ebb__perr_fail(e, "messages", "messages[%zu].tool_calls[%zu] needs a 'function'",
+                                  i, k);
         char id[48];
         snprintf(id, sizeof(id), "call_%zu_%zu", i, k);
         json_t *f2 = json_object();
@@ -182,15 +168,16 @@ ebb_err ebb__ollama_request(const struct ebb_api *a, json_t *o, bool generate, j
 {
     json_t *stream = json_object_get(o, "stream");
     if (present(stream) && !json_is_boolean(stream))
-        return fail(e, "stream", "stream must be a boolean");
+        return ebb__perr_fail(e, "stream", "stream must be a boolean");
     json_object_set_new(b, "stream", json_boolean(!json_is_false(stream)));
     json_object_set_new(b, "model", json_string(a->model_id));
     char msg[200];
     if (!ebb__ollama_keep_alive_ok(json_object_get(o, "keep_alive"), msg, sizeof(msg)))
-        return fail(e, "keep_alive", "%s", msg);
+        return ebb__perr_fail(e, "keep_alive", "%s", msg);
     json_t *img = json_object_get(o, "images");
     if (present(img) && !(json_is_array(img) && !json_array_size(img)))
-        return fail(e, "images", "images are not supported (ebb serves text-only models)");
+        return ebb__perr_fail(e, "images",
+                              "images are not supported (ebb serves text-only models)");
     ebb_err rc;
     if ((rc = map_options(json_object_get(o, "options"), b, e)) ||
         (rc = map_format(json_object_get(o, "format"), b, e)))
@@ -205,7 +192,7 @@ ebb_err ebb__ollama_request(const struct ebb_api *a, json_t *o, bool generate, j
         json_t *ms = json_object_get(o, "messages"), *out = json_array();
         json_object_set_new(b, "messages", out);
         if (present(ms) && !json_is_array(ms))
-            return fail(e, "messages", "messages must be an array");
+            return ebb__perr_fail(e, "messages", "messages must be an array");
         for (size_t i = 0; i < json_array_size(ms); i++)
             if ((rc = map_message(json_array_get(ms, i), i, out, e)))
                 return rc;
@@ -223,29 +210,32 @@ ebb_err ebb__ollama_request(const struct ebb_api *a, json_t *o, bool generate, j
     }
     json_t *tmpl = json_object_get(o, "template"), *ctx = json_object_get(o, "context");
     if (present(tmpl) && !(json_is_string(tmpl) && !json_string_length(tmpl)))
-        return fail(e, "template",
-                    "template is not supported: ebb renders the model's own chat template (use "
-                    "raw: true with a prompt you templated yourself)");
+        return ebb__perr_fail(
+            e, "template",
+            "template is not supported: ebb renders the model's own chat template (use "
+            "raw: true with a prompt you templated yourself)");
     if (present(ctx) && !(json_is_array(ctx) && !json_array_size(ctx)))
-        return fail(e, "context",
-                    "context is not supported (it is deprecated in ollama too): send the "
-                    "conversation to /api/chat");
+        return ebb__perr_fail(e, "context",
+                              "context is not supported (it is deprecated in ollama too): send the "
+                              "conversation to /api/chat");
     json_t *prompt = json_object_get(o, "prompt"), *sys = json_object_get(o, "system");
     json_t *suffix = json_object_get(o, "suffix"), *raw = json_object_get(o, "raw");
     if ((present(prompt) && !json_is_string(prompt)) || (present(sys) && !json_is_string(sys)) ||
         (present(suffix) && !json_is_string(suffix)))
-        return fail(e, "prompt", "prompt, system and suffix must be strings");
+        return ebb__perr_fail(e, "prompt", "prompt, system and suffix must be strings");
     if (present(raw) && !json_is_boolean(raw))
-        return fail(e, "raw", "raw must be a boolean");
+        return ebb__perr_fail(e, "raw", "raw must be a boolean");
     bool has_suffix = json_is_string(suffix) && json_string_length(suffix);
     *load = !json_string_length(prompt) && !has_suffix;
     if (json_is_true(raw) || has_suffix) {
         /* Untemplated (raw), or fill-in-the-middle (suffix): a completion. */
         if (json_is_string(sys) && json_string_length(sys))
-            return fail(e, "system",
-                        "system cannot be used with raw or suffix: the prompt is not templated");
+            return ebb__perr_fail(
+                e, "system",
+                "system cannot be used with raw or suffix: the prompt is not templated");
         if (present(json_object_get(o, "think")))
-            return fail(e, "think", "think needs the chat template: not with raw or suffix");
+            return ebb__perr_fail(e, "think",
+                                  "think needs the chat template: not with raw or suffix");
         *compl = true;
         json_object_set_new(b, "prompt", present(prompt) ? json_incref(prompt) : json_string(""));
         if (has_suffix)

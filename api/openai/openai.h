@@ -17,6 +17,13 @@ struct ebb__perr {
     char param_buf[320];
 };
 
+/* Sets e's message from fmt and its param (a static string or NULL); returns EBB_EINVAL. */
+ebb_err ebb__perr_fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* ---- tools (tools-req.c, tools-render.c) ------------------------------------------------ */
 
 enum ebb__tool_choice {

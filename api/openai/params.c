@@ -3,28 +3,11 @@
 #include "openai.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched/spec.h"
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return EBB_EINVAL;
-}
 
 /* A number in [lo, hi]; absent or null leaves *out alone. */
 static ebb_err get_num(json_t *o, const char *key, double lo, double hi, float *out, bool *set,
@@ -34,10 +17,10 @@ static ebb_err get_num(json_t *o, const char *key, double lo, double hi, float *
     if (!v || json_is_null(v))
         return EBB_OK;
     if (!json_is_number(v))
-        return fail(e, key, "'%s' must be a number", key);
+        return ebb__perr_fail(e, key, "'%s' must be a number", key);
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || d > hi)
-        return fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+        return ebb__perr_fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
     *out = (float)d;
     if (set)
         *set = true;
@@ -51,10 +34,11 @@ static ebb_err get_int(json_t *o, const char *key, long long lo, long long hi, l
     if (!v || json_is_null(v))
         return EBB_OK;
     if (!json_is_integer(v))
-        return fail(e, key, "'%s' must be an integer", key);
+        return ebb__perr_fail(e, key, "'%s' must be an integer", key);
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
-        return fail(e, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+        return ebb__perr_fail(e, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi,
+                              x);
     *out = x;
     if (set)
         *set = true;
@@ -67,7 +51,7 @@ static ebb_err get_bool(json_t *o, const char *key, bool *out, struct ebb__perr 
     if (!v || json_is_null(v))
         return EBB_OK;
     if (!json_is_boolean(v))
-        return fail(e, key, "'%s' must be a boolean", key);
+        return ebb__perr_fail(e, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return EBB_OK;
 }
@@ -85,18 +69,18 @@ static ebb_err parse_stop(json_t *o, struct ebb__gen_req *r, struct ebb__perr *e
         arr = v;
         n = json_array_size(v);
     } else if (!json_is_string(v)) {
-        return fail(e, "stop", "'stop' must be a string or an array of strings");
+        return ebb__perr_fail(e, "stop", "'stop' must be a string or an array of strings");
     }
     if (n > EBB_SCHED_MAX_STOP)
-        return fail(e, "stop", "'stop' allows at most %d sequences", EBB_SCHED_MAX_STOP);
+        return ebb__perr_fail(e, "stop", "'stop' allows at most %d sequences", EBB_SCHED_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
         json_t *s = arr ? json_array_get(arr, i) : items[i];
         if (!json_is_string(s))
-            return fail(e, "stop", "'stop' must be a string or an array of strings");
+            return ebb__perr_fail(e, "stop", "'stop' must be a string or an array of strings");
         size_t len = json_string_length(s);
         if (len >= EBB_SCHED_MAX_STOP_LEN)
-            return fail(e, "stop", "each 'stop' sequence must be shorter than %d bytes",
-                        EBB_SCHED_MAX_STOP_LEN);
+            return ebb__perr_fail(e, "stop", "each 'stop' sequence must be shorter than %d bytes",
+                                  EBB_SCHED_MAX_STOP_LEN);
         if (len == 0 || memchr(json_string_value(s), 0, len))
             continue;
         r->gp.stop[r->gp.n_stop++] = json_string_value(s);
@@ -110,10 +94,11 @@ static ebb_err parse_logit_bias(json_t *o, struct ebb__gen_req *r, struct ebb__p
     if (!v || json_is_null(v))
         return EBB_OK;
     if (!json_is_object(v))
-        return fail(e, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+        return ebb__perr_fail(e, "logit_bias",
+                              "'logit_bias' must be an object of token id -> bias");
     size_t n = json_object_size(v);
     if (n > 1024)
-        return fail(e, "logit_bias", "'logit_bias' allows at most 1024 entries");
+        return ebb__perr_fail(e, "logit_bias", "'logit_bias' allows at most 1024 entries");
     if (n == 0)
         return EBB_OK;
     r->bias = calloc(n, sizeof(*r->bias));
@@ -127,12 +112,14 @@ static ebb_err parse_logit_bias(json_t *o, struct ebb__gen_req *r, struct ebb__p
         char *end = NULL;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id > INT32_MAX)
-            return fail(e, "logit_bias", "'logit_bias' keys must be token ids, got '%.64s'", key);
+            return ebb__perr_fail(e, "logit_bias",
+                                  "'logit_bias' keys must be token ids, got '%.64s'", key);
         if (!json_is_number(val))
-            return fail(e, "logit_bias", "'logit_bias' values must be numbers");
+            return ebb__perr_fail(e, "logit_bias", "'logit_bias' values must be numbers");
         double b = json_number_value(val);
         if (b < -100 || b > 100)
-            return fail(e, "logit_bias", "'logit_bias' values must be between -100 and 100");
+            return ebb__perr_fail(e, "logit_bias",
+                                  "'logit_bias' values must be between -100 and 100");
         r->bias[i].token = (int32_t)id;
         /* OpenAI documents -100 as a ban. */
         r->bias[i].bias = b <= -100 ? -INFINITY : (float)b;
@@ -153,9 +140,9 @@ static ebb_err parse_parts(json_t *c, size_t idx, char **out, size_t *len, struc
         json_t *txt = json_object_get(p, "text");
         if (!json_is_object(p) || !json_is_string(t) || strcmp(json_string_value(t), "text") ||
             !json_is_string(txt))
-            return fail(e, "messages",
-                        "messages[%zu].content parts must be {\"type\":\"text\",\"text\":...}",
-                        idx);
+            return ebb__perr_fail(
+                e, "messages",
+                "messages[%zu].content parts must be {\"type\":\"text\",\"text\":...}", idx);
         total += json_string_length(txt);
     }
     char *b = malloc(total + 1);
@@ -180,28 +167,30 @@ static ebb_err check_tool_fields(json_t *msg, size_t i, struct ebb__perr *e)
     json_t *calls = json_object_get(msg, "tool_calls");
     if (calls && !json_is_null(calls)) {
         if (!json_is_array(calls))
-            return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
+            return ebb__perr_fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
         for (size_t k = 0; k < json_array_size(calls); k++) {
             json_t *fn = json_object_get(json_array_get(calls, k), "function");
             json_t *name = json_object_get(fn, "name");
             json_t *args = json_object_get(fn, "arguments");
             if (!json_is_object(fn) || !json_is_string(name) || !json_string_length(name))
-                return fail(e, "messages",
-                            "messages[%zu].tool_calls[%zu].function.name must be a non-empty "
-                            "string",
-                            i, k);
+                return ebb__perr_fail(
+                    e, "messages",
+                    "messages[%zu].tool_calls[%zu].function.name must be a non-empty "
+                    "string",
+                    i, k);
             if (args && !json_is_string(args) && !json_is_object(args))
-                return fail(e, "messages",
-                            "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
-                            "string or an object",
-                            i, k);
+                return ebb__perr_fail(
+                    e, "messages",
+                    "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                    "string or an object",
+                    i, k);
         }
     }
     static const char *const strs[] = {"tool_call_id", "name"};
     for (size_t k = 0; k < 2; k++) {
         json_t *v = json_object_get(msg, strs[k]);
         if (v && !json_is_null(v) && !json_is_string(v))
-            return fail(e, "messages", "messages[%zu].%s must be a string", i, strs[k]);
+            return ebb__perr_fail(e, "messages", "messages[%zu].%s must be a string", i, strs[k]);
     }
     return EBB_OK;
 }
@@ -210,9 +199,9 @@ static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__per
 {
     json_t *m = json_object_get(o, "messages");
     if (!m)
-        return fail(e, "messages", "'messages' is required");
+        return ebb__perr_fail(e, "messages", "'messages' is required");
     if (!json_is_array(m) || json_array_size(m) == 0)
-        return fail(e, "messages", "'messages' must be a non-empty array");
+        return ebb__perr_fail(e, "messages", "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->msgs = calloc(n, sizeof(*r->msgs));
     r->parts_buf = calloc(n, sizeof(*r->parts_buf));
@@ -222,19 +211,20 @@ static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__per
     for (size_t i = 0; i < n; i++) {
         json_t *msg = json_array_get(m, i);
         if (!json_is_object(msg))
-            return fail(e, "messages", "messages[%zu] must be an object", i);
+            return ebb__perr_fail(e, "messages", "messages[%zu] must be an object", i);
         json_t *role = json_object_get(msg, "role");
         if (!json_is_string(role))
-            return fail(e, "messages", "messages[%zu].role must be a string", i);
+            return ebb__perr_fail(e, "messages", "messages[%zu].role must be a string", i);
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
             strcmp(rs, "tool"))
-            return fail(e, "messages",
-                        "messages[%zu].role must be 'system', 'user', 'assistant' or 'tool', "
-                        "got '%.32s'",
-                        i, rs);
+            return ebb__perr_fail(
+                e, "messages",
+                "messages[%zu].role must be 'system', 'user', 'assistant' or 'tool', "
+                "got '%.32s'",
+                i, rs);
         r->msgs[i].role = rs;
         r->msgs[i].msg = msg;
         ebb_err rc = check_tool_fields(msg, i, e);
@@ -253,8 +243,9 @@ static ebb_err parse_messages(json_t *o, struct ebb__gen_req *r, struct ebb__per
             r->msgs[i].content = "";
             r->msgs[i].len = 0;
         } else {
-            return fail(e, "messages",
-                        "messages[%zu].content must be a string or an array of text parts", i);
+            return ebb__perr_fail(
+                e, "messages", "messages[%zu].content must be a string or an array of text parts",
+                i);
         }
     }
     return EBB_OK;
@@ -264,7 +255,7 @@ static ebb_err parse_prompt(json_t *o, struct ebb__gen_req *r, struct ebb__perr 
 {
     json_t *p = json_object_get(o, "prompt");
     if (!p || json_is_null(p))
-        return fail(e, "prompt", "'prompt' is required");
+        return ebb__perr_fail(e, "prompt", "'prompt' is required");
     /* A batch of one prompt is the same as the prompt itself. */
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
@@ -275,19 +266,19 @@ static ebb_err parse_prompt(json_t *o, struct ebb__gen_req *r, struct ebb__perr 
         return EBB_OK;
     }
     if (!json_is_array(p))
-        return fail(e, "prompt", "'prompt' must be a string or an array of token ids");
+        return ebb__perr_fail(e, "prompt", "'prompt' must be a string or an array of token ids");
     size_t n = json_array_size(p);
     if (n == 0)
-        return fail(e, "prompt", "'prompt' must not be empty");
+        return ebb__perr_fail(e, "prompt", "'prompt' must not be empty");
     r->prompt_ids = malloc(sizeof(int32_t) * n);
     if (!r->prompt_ids)
         return EBB_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(p, i);
         if (json_is_string(t) || json_is_array(t))
-            return fail(e, "prompt", "only one prompt per request is supported");
+            return ebb__perr_fail(e, "prompt", "only one prompt per request is supported");
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-            return fail(e, "prompt", "'prompt' token ids must be non-negative integers");
+            return ebb__perr_fail(e, "prompt", "'prompt' token ids must be non-negative integers");
         r->prompt_ids[i] = (int32_t)json_integer_value(t);
     }
     r->n_prompt_ids = n;
@@ -374,8 +365,8 @@ static ebb_err check_unsupported(json_t *o, bool chat, struct ebb__perr *e)
             continue;
         json_t *v = json_object_get(o, unsupported[i].key);
         if (v && !is_neutral(v, unsupported[i].neutral))
-            return fail(e, unsupported[i].key, "'%s' is not supported: %s", unsupported[i].key,
-                        unsupported[i].why);
+            return ebb__perr_fail(e, unsupported[i].key, "'%s' is not supported: %s",
+                                  unsupported[i].key, unsupported[i].why);
     }
     return EBB_OK;
 }
@@ -392,34 +383,36 @@ static ebb_err parse_speculative(json_t *o, struct ebb__gen_req *r, struct ebb__
         return EBB_OK;
     }
     if (!json_is_object(sp))
-        return fail(e, "speculative",
-                    "'speculative' must be an object such as {\"type\": \"ngram\"}");
+        return ebb__perr_fail(e, "speculative",
+                              "'speculative' must be an object such as {\"type\": \"ngram\"}");
     const char *key;
     json_t *v;
     json_object_foreach(sp, key, v)
     {
         if (strcmp(key, "type") && strcmp(key, "max"))
-            return fail(e, "speculative", "'speculative.%s' is not a known field (type, max)", key);
+            return ebb__perr_fail(e, "speculative",
+                                  "'speculative.%s' is not a known field (type, max)", key);
     }
     json_t *type = json_object_get(sp, "type");
     if (!json_is_string(type))
-        return fail(e, "speculative", "'speculative.type' must be \"ngram\" or \"none\"");
+        return ebb__perr_fail(e, "speculative", "'speculative.type' must be \"ngram\" or \"none\"");
     if (!strcmp(json_string_value(type), "none")) {
         r->gp.spec_max = 0;
         return EBB_OK;
     }
     if (strcmp(json_string_value(type), "ngram"))
-        return fail(e, "speculative",
-                    "'speculative.type' '%s' is not supported (ngram or none; draft models are "
-                    "an ebb run option)",
-                    json_string_value(type));
+        return ebb__perr_fail(
+            e, "speculative",
+            "'speculative.type' '%s' is not supported (ngram or none; draft models are "
+            "an ebb run option)",
+            json_string_value(type));
     json_t *mx = json_object_get(sp, "max");
     long long k = 8;
     if (mx && !json_is_null(mx)) {
         k = json_is_integer(mx) ? json_integer_value(mx) : -1;
         if (k < 1 || k > EBB_SPEC_DRAFT_CAP)
-            return fail(e, "speculative", "'speculative.max' must be an integer in 1..%d",
-                        EBB_SPEC_DRAFT_CAP);
+            return ebb__perr_fail(e, "speculative", "'speculative.max' must be an integer in 1..%d",
+                                  EBB_SPEC_DRAFT_CAP);
     }
     r->gp.spec_max = (int32_t)k;
     return EBB_OK;
@@ -436,19 +429,20 @@ ebb_err ebb__parse_reasoning(json_t *o, struct ebb__gen_req *r, struct ebb__perr
     if (rf && !json_is_null(rf)) {
         const char *v = json_is_string(rf) ? json_string_value(rf) : "";
         if (strcmp(v, "auto") && strcmp(v, "deepseek") && strcmp(v, "none"))
-            return fail(e, "reasoning_format",
-                        "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+            return ebb__perr_fail(e, "reasoning_format",
+                                  "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
         r->reasoning = strcmp(v, "none") != 0;
     }
     json_t *kw = json_object_get(o, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw))
-            return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return ebb__perr_fail(e, "chat_template_kwargs",
+                                  "'chat_template_kwargs' must be an object");
         for (size_t i = 0; i < sizeof(reserved_vars) / sizeof(reserved_vars[0]); i++)
             if (json_object_get(kw, reserved_vars[i]))
-                return fail(e, "chat_template_kwargs",
-                            "'chat_template_kwargs' may not set '%s': ebb sets it itself",
-                            reserved_vars[i]);
+                return ebb__perr_fail(e, "chat_template_kwargs",
+                                      "'chat_template_kwargs' may not set '%s': ebb sets it itself",
+                                      reserved_vars[i]);
         r->tmpl_vars = json_deep_copy(kw);
         if (!r->tmpl_vars)
             return EBB_ENOMEM;
@@ -461,9 +455,10 @@ ebb_err ebb__parse_reasoning(json_t *o, struct ebb__gen_req *r, struct ebb__perr
         for (size_t i = 0; i < 4 && !known; i++)
             known = think = !strcmp(v, on[i]);
         if (!known)
-            return fail(e, "reasoning_effort",
-                        "'reasoning_effort' must be one of none, minimal, low, medium, high, "
-                        "xhigh");
+            return ebb__perr_fail(
+                e, "reasoning_effort",
+                "'reasoning_effort' must be one of none, minimal, low, medium, high, "
+                "xhigh");
         /* chat_template_kwargs.enable_thinking, when given, is the more specific. */
         if (!json_object_get(r->tmpl_vars, "enable_thinking")) {
             if (!r->tmpl_vars && !(r->tmpl_vars = json_object()))
@@ -488,22 +483,22 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
     /* An allocation that failed during the parse may have cut a string short, or made a
      * valid body look malformed (jansson api/http/jsonmem.c). */
     if (ebb__json_alloc_failed(true)) {
-        fail(e, NULL, "out of memory while parsing the body");
+        ebb__perr_fail(e, NULL, "out of memory while parsing the body");
         return EBB_ENOMEM;
     }
     if (!r->doc)
-        return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
-                    je.line, je.column);
+        return ebb__perr_fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+                              je.text, je.line, je.column);
     json_t *o = r->doc;
     if (!json_is_object(o))
-        return fail(e, NULL, "the body must be a JSON object");
+        return ebb__perr_fail(e, NULL, "the body must be a JSON object");
     ebb_err rc = check_unsupported(o, chat, e);
     if (rc)
         return rc;
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))
-            return fail(e, "model", "'model' must be a string");
+            return ebb__perr_fail(e, "model", "'model' must be a string");
         if (json_string_length(model))
             r->model = json_string_value(model);
     }
@@ -560,10 +555,11 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
-            return fail(e, "stream_options", "'stream_options' must be an object");
+            return ebb__perr_fail(e, "stream_options", "'stream_options' must be an object");
         json_t *iu = json_object_get(so, "include_usage");
         if (iu && !json_is_null(iu) && !json_is_boolean(iu))
-            return fail(e, "stream_options", "'stream_options.include_usage' must be a boolean");
+            return ebb__perr_fail(e, "stream_options",
+                                  "'stream_options.include_usage' must be a boolean");
         r->include_usage = json_is_true(iu);
     }
     if (chat) {
@@ -573,7 +569,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
             (rc = get_int(o, "top_logprobs", 0, EBB_SAMPLE_MAX_TOP, &tl, &tl_set, e)))
             return rc;
         if (tl_set && tl > 0 && !r->logprobs)
-            return fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
+            return ebb__perr_fail(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
         r->top_logprobs = (uint32_t)tl;
         if ((rc = parse_messages(o, r, e)) || (rc = ebb__tool_req_parse(o, &r->tools, e)) ||
             (rc = ebb__parse_reasoning(o, r, e)))
@@ -590,7 +586,7 @@ ebb_err ebb__gen_req_parse(const char *body, size_t n, bool chat, struct ebb__ge
         json_t *sfx = json_object_get(o, "suffix");
         if (sfx && !json_is_null(sfx)) {
             if (!json_is_string(sfx))
-                return fail(e, "suffix", "'suffix' must be a string");
+                return ebb__perr_fail(e, "suffix", "'suffix' must be a string");
             if (json_string_length(sfx))
                 r->suffix = json_string_value(sfx);
         }

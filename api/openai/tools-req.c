@@ -12,13 +12,8 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
+/* OpenAI's rule for function names: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
+ebb_err ebb__perr_fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -28,7 +23,6 @@ static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...
     return EBB_EINVAL;
 }
 
-/* OpenAI's rule for function names: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
 static bool valid_name(const char *s, size_t n)
 {
     if (n == 0 || n > 64)
@@ -60,27 +54,28 @@ static bool valid_type_name(const json_t *t)
 static ebb_err check_schema(const json_t *s, const char *path, unsigned depth, struct ebb__perr *e)
 {
     if (depth > 32)
-        return fail(e, "tools", "%s: the schema is nested too deeply", path);
+        return ebb__perr_fail(e, "tools", "%s: the schema is nested too deeply", path);
     if (json_is_boolean(s))
         return EBB_OK;
     if (!json_is_object(s))
-        return fail(e, "tools", "%s must be a JSON schema object", path);
+        return ebb__perr_fail(e, "tools", "%s must be a JSON schema object", path);
     json_t *t = json_object_get(s, "type");
     if (t && json_is_array(t)) {
         for (size_t i = 0; i < json_array_size(t); i++)
             if (!valid_type_name(json_array_get(t, i)))
-                return fail(e, "tools", "%s.type lists an unknown JSON type", path);
+                return ebb__perr_fail(e, "tools", "%s.type lists an unknown JSON type", path);
     } else if (t && !valid_type_name(t)) {
-        return fail(e, "tools",
-                    "%s.type must be one of object, array, string, number, integer, boolean, "
-                    "null",
-                    path);
+        return ebb__perr_fail(
+            e, "tools",
+            "%s.type must be one of object, array, string, number, integer, boolean, "
+            "null",
+            path);
     }
     char sub[200];
     json_t *props = json_object_get(s, "properties");
     if (props) {
         if (!json_is_object(props))
-            return fail(e, "tools", "%s.properties must be an object", path);
+            return ebb__perr_fail(e, "tools", "%s.properties must be an object", path);
         const char *k;
         json_t *v;
         json_object_foreach(props, k, v)
@@ -101,10 +96,12 @@ static ebb_err check_schema(const json_t *s, const char *path, unsigned depth, s
     json_t *req = json_object_get(s, "required");
     if (req) {
         if (!json_is_array(req))
-            return fail(e, "tools", "%s.required must be an array of property names", path);
+            return ebb__perr_fail(e, "tools", "%s.required must be an array of property names",
+                                  path);
         for (size_t i = 0; i < json_array_size(req); i++)
             if (!json_is_string(json_array_get(req, i)))
-                return fail(e, "tools", "%s.required must be an array of property names", path);
+                return ebb__perr_fail(e, "tools", "%s.required must be an array of property names",
+                                      path);
     }
     return EBB_OK;
 }
@@ -112,31 +109,31 @@ static ebb_err check_schema(const json_t *s, const char *path, unsigned depth, s
 static ebb_err check_tool(json_t *tool, size_t i, struct ebb__perr *e)
 {
     if (!json_is_object(tool))
-        return fail(e, "tools", "tools[%zu] must be an object", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu] must be an object", i);
     json_t *type = json_object_get(tool, "type");
     if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-        return fail(e, "tools", "tools[%zu].type must be 'function'", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].type must be 'function'", i);
     json_t *fn = json_object_get(tool, "function");
     if (!json_is_object(fn))
-        return fail(e, "tools", "tools[%zu].function must be an object", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].function must be an object", i);
     json_t *name = json_object_get(fn, "name");
     if (!name || json_is_null(name))
-        return fail(e, "tools", "tools[%zu].function.name is required", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].function.name is required", i);
     if (!json_is_string(name) || !valid_name(json_string_value(name), json_string_length(name)))
-        return fail(e, "tools",
-                    "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'", i);
+        return ebb__perr_fail(
+            e, "tools", "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'", i);
     json_t *desc = json_object_get(fn, "description");
     if (desc && !json_is_null(desc) && !json_is_string(desc))
-        return fail(e, "tools", "tools[%zu].function.description must be a string", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].function.description must be a string", i);
     json_t *strict = json_object_get(fn, "strict");
     if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-        return fail(e, "tools", "tools[%zu].function.strict must be a boolean", i);
+        return ebb__perr_fail(e, "tools", "tools[%zu].function.strict must be a boolean", i);
     json_t *params = json_object_get(fn, "parameters");
     if (params && !json_is_null(params)) {
         char path[64];
         snprintf(path, sizeof(path), "tools[%zu].function.parameters", i);
         if (!json_is_object(params))
-            return fail(e, "tools", "%s must be a JSON schema object", path);
+            return ebb__perr_fail(e, "tools", "%s must be a JSON schema object", path);
         ebb_err rc = check_schema(params, path, 0, e);
         if (rc)
             return rc;
@@ -151,9 +148,10 @@ static const char *choice_name(json_t *tc, struct ebb__perr *e)
     json_t *name = json_object_get(json_object_get(tc, "function"), "name");
     if (!json_is_string(type) || strcmp(json_string_value(type), "function") ||
         !json_is_string(name)) {
-        fail(e, "tool_choice",
-             "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", "
-             "\"function\": {\"name\": ...}}");
+        ebb__perr_fail(
+            e, "tool_choice",
+            "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+            "\"function\": {\"name\": ...}}");
         return NULL;
     }
     return json_string_value(name);
@@ -167,9 +165,9 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
     json_t *tools = json_object_get(o, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(e, "tools", "'tools' must be an array of tool objects");
+            return ebb__perr_fail(e, "tools", "'tools' must be an array of tool objects");
         if (json_array_size(tools) > 512)
-            return fail(e, "tools", "'tools' allows at most 512 tools");
+            return ebb__perr_fail(e, "tools", "'tools' allows at most 512 tools");
         for (size_t i = 0; i < json_array_size(tools); i++) {
             json_t *tool = json_array_get(tools, i);
             ebb_err rc = check_tool(tool, i, e);
@@ -180,8 +178,9 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
                 if (json_equal(
                         name, json_object_get(json_object_get(json_array_get(tools, k), "function"),
                                               "name")))
-                    return fail(e, "tools", "tools[%zu]: the function name '%s' is used twice", i,
-                                json_string_value(name));
+                    return ebb__perr_fail(e, "tools",
+                                          "tools[%zu]: the function name '%s' is used twice", i,
+                                          json_string_value(name));
         }
         if (json_array_size(tools))
             t->tools = tools;
@@ -189,7 +188,8 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
     json_t *par = json_object_get(o, "parallel_tool_calls");
     if (par && !json_is_null(par)) {
         if (!json_is_boolean(par))
-            return fail(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+            return ebb__perr_fail(e, "parallel_tool_calls",
+                                  "'parallel_tool_calls' must be a boolean");
         t->parallel = json_is_true(par);
     }
     json_t *tc = json_object_get(o, "tool_choice");
@@ -206,20 +206,22 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
         else if (!strcmp(s, "required"))
             t->choice = EBB__TC_REQUIRED;
         else
-            return fail(e, "tool_choice",
-                        "'tool_choice' must be 'none', 'auto', 'required' or a function, got "
-                        "'%.32s'",
-                        s);
+            return ebb__perr_fail(
+                e, "tool_choice",
+                "'tool_choice' must be 'none', 'auto', 'required' or a function, got "
+                "'%.32s'",
+                s);
     } else if (json_is_object(tc)) {
         t->name = choice_name(tc, e);
         if (!t->name)
             return EBB_EINVAL;
         t->choice = EBB__TC_NAMED;
     } else {
-        return fail(e, "tool_choice", "'tool_choice' must be a string or an object");
+        return ebb__perr_fail(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
     if (t->choice == EBB__TC_REQUIRED && !t->tools)
-        return fail(e, "tool_choice", "'tool_choice' is 'required' but no 'tools' are given");
+        return ebb__perr_fail(e, "tool_choice",
+                              "'tool_choice' is 'required' but no 'tools' are given");
     if (t->choice == EBB__TC_NAMED) {
         bool found = false;
         for (size_t i = 0; !found && i < json_array_size(t->tools); i++) {
@@ -228,10 +230,10 @@ ebb_err ebb__tool_req_parse(json_t *o, struct ebb__tool_req *t, struct ebb__perr
             found = !strcmp(json_string_value(n), t->name);
         }
         if (!found)
-            return fail(e, "tool_choice",
-                        "'tool_choice' names the function '%.64s', which is not "
-                        "among 'tools'",
-                        t->name);
+            return ebb__perr_fail(e, "tool_choice",
+                                  "'tool_choice' names the function '%.64s', which is not "
+                                  "among 'tools'",
+                                  t->name);
     }
     return EBB_OK;
 }
@@ -256,10 +258,11 @@ static ebb_err call_rule(json_t *fn, size_t i, enum ebb_tool_format f, struct eb
     if (rc == EBB_ENOMEM)
         return rc;
     if (rc) {
-        fail(e, "tools",
-             "tools[%zu].function.parameters cannot constrain the call 'tool_choice' asks "
-             "for: %s",
-             i, d.msg);
+        ebb__perr_fail(
+            e, "tools",
+            "tools[%zu].function.parameters cannot constrain the call 'tool_choice' asks "
+            "for: %s",
+            i, d.msg);
         snprintf(e->param_buf, sizeof(e->param_buf), "tools[%zu].function.parameters%s", i,
                  b->err_path);
         e->param = e->param_buf;

@@ -8,26 +8,9 @@
  * answer and that ebb does not implement are a 400 naming them. */
 #include "responses-int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static ebb_err fail(struct ebb__perr *e, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->param = param;
-    return EBB_EINVAL;
-}
 
 static bool present(const json_t *v)
 {
@@ -50,24 +33,26 @@ static ebb_err content_text(json_t *c, const char *where, json_t **out, struct e
         return EBB_OK;
     }
     if (!json_is_array(c))
-        return fail(e, "input", "%s must be a string or an array of content parts", where);
+        return ebb__perr_fail(e, "input", "%s must be a string or an array of content parts",
+                              where);
     size_t total = 0;
     for (size_t i = 0; i < json_array_size(c); i++) {
         json_t *p = json_array_get(c, i);
         const char *t = str_or(json_object_get(p, "type"), "");
         const char *key = !strcmp(t, "refusal") ? "refusal" : "text";
         if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio"))
-            return fail(e, "input",
-                        "%s[%zu]: '%s' parts are not supported (ebb serves text-only "
-                        "models)",
-                        where, i, t);
+            return ebb__perr_fail(e, "input",
+                                  "%s[%zu]: '%s' parts are not supported (ebb serves text-only "
+                                  "models)",
+                                  where, i, t);
         if ((strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") &&
              strcmp(t, "refusal")) ||
             !json_is_string(json_object_get(p, key)))
-            return fail(e, "input",
-                        "%s[%zu] must be an input_text or output_text part with a string 'text', "
-                        "got type '%.40s'",
-                        where, i, t);
+            return ebb__perr_fail(
+                e, "input",
+                "%s[%zu] must be an input_text or output_text part with a string 'text', "
+                "got type '%.40s'",
+                where, i, t);
         total += json_string_length(json_object_get(p, key));
     }
     char *buf = malloc(total + 1);
@@ -124,8 +109,8 @@ static ebb_err item_message(struct conv *cv, json_t *it, const char *where, stru
     if (!strcmp(role, "developer"))
         role = "system";
     if (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))
-        return fail(e, "input", "%s.role must be 'user', 'assistant', 'system' or 'developer'",
-                    where);
+        return ebb__perr_fail(
+            e, "input", "%s.role must be 'user', 'assistant', 'system' or 'developer'", where);
     char w2[96];
     snprintf(w2, sizeof(w2), "%.80s.content", where);
     json_t *text = NULL;
@@ -142,10 +127,11 @@ static ebb_err item_call(struct conv *cv, json_t *it, const char *where, struct 
     json_t *args = json_object_get(it, "arguments");
     if (!json_is_string(id) || !json_is_string(name) || !json_string_length(name) ||
         (present(args) && !json_is_string(args)))
-        return fail(e, "input",
-                    "%s: a function_call item needs a string 'call_id', a non-empty 'name' and "
-                    "'arguments' as a JSON string",
-                    where);
+        return ebb__perr_fail(
+            e, "input",
+            "%s: a function_call item needs a string 'call_id', a non-empty 'name' and "
+            "'arguments' as a JSON string",
+            where);
     json_t *m = assistant_for_call(cv);
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) {
@@ -165,9 +151,9 @@ static ebb_err item_call_output(struct conv *cv, json_t *it, const char *where, 
 {
     json_t *id = json_object_get(it, "call_id"), *out = json_object_get(it, "output");
     if (!json_is_string(id) || !out)
-        return fail(e, "input",
-                    "%s: a function_call_output item needs a string 'call_id' and an 'output'",
-                    where);
+        return ebb__perr_fail(
+            e, "input", "%s: a function_call_output item needs a string 'call_id' and an 'output'",
+            where);
     char w2[96];
     snprintf(w2, sizeof(w2), "%.80s.output", where);
     json_t *text = NULL;
@@ -218,13 +204,13 @@ static ebb_err parse_input(json_t *o, struct conv *cv, struct ebb__perr *e)
         return EBB_OK;
     }
     if (!json_is_array(in))
-        return fail(e, "input", "'input' must be a string or an array of input items");
+        return ebb__perr_fail(e, "input", "'input' must be a string or an array of input items");
     for (size_t i = 0; i < json_array_size(in); i++) {
         json_t *it = json_array_get(in, i);
         char where[48];
         snprintf(where, sizeof(where), "input[%zu]", i);
         if (!json_is_object(it))
-            return fail(e, "input", "%s must be an object", where);
+            return ebb__perr_fail(e, "input", "%s must be an object", where);
         json_t *type = json_object_get(it, "type");
         /* A message may leave its type out (EasyInputMessage). */
         const char *t = present(type) ? str_or(type, "?") : "message";
@@ -238,15 +224,17 @@ static ebb_err parse_input(json_t *o, struct conv *cv, struct ebb__perr *e)
         else if (!strcmp(t, "reasoning"))
             rc = item_reasoning(cv, it);
         else if (!strcmp(t, "item_reference"))
-            rc = fail(e, "input",
-                      "%s: 'item_reference' items are not supported; send the item itself or "
-                      "use previous_response_id",
-                      where);
+            rc = ebb__perr_fail(
+                e, "input",
+                "%s: 'item_reference' items are not supported; send the item itself or "
+                "use previous_response_id",
+                where);
         else
-            rc = fail(e, "input",
-                      "%s: items of type '%.40s' are not supported (message, function_call, "
-                      "function_call_output, reasoning)",
-                      where, t);
+            rc = ebb__perr_fail(
+                e, "input",
+                "%s: items of type '%.40s' are not supported (message, function_call, "
+                "function_call_output, reasoning)",
+                where, t);
         if (rc)
             return rc;
     }
@@ -263,20 +251,21 @@ static ebb_err convert_tools(json_t *o, json_t *chat, struct ebb__perr *e)
     if (!present(tools))
         return EBB_OK;
     if (!json_is_array(tools))
-        return fail(e, "tools", "'tools' must be an array");
+        return ebb__perr_fail(e, "tools", "'tools' must be an array");
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
         const char *type = str_or(json_object_get(t, "type"), "");
         if (!json_is_object(t) || !*type)
-            return fail(e, "tools", "tools[%zu] must be an object with a 'type'", i);
+            return ebb__perr_fail(e, "tools", "tools[%zu] must be an object with a 'type'", i);
         if (strcmp(type, "function"))
-            return fail(e, "tools",
-                        "tools[%zu]: the built-in tool '%.40s' is not supported by ebb; only "
-                        "function tools ({\"type\": \"function\", \"name\", \"parameters\"}) "
-                        "are",
-                        i, type);
+            return ebb__perr_fail(
+                e, "tools",
+                "tools[%zu]: the built-in tool '%.40s' is not supported by ebb; only "
+                "function tools ({\"type\": \"function\", \"name\", \"parameters\"}) "
+                "are",
+                i, type);
         json_t *fn = json_object();
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
         for (size_t k = 0; k < 4; k++) {
@@ -306,10 +295,10 @@ static ebb_err convert_tool_choice(json_t *o, json_t *chat, struct ebb__perr *e)
                             json_pack("{sss{sO}}", "type", "function", "function", "name", name));
         return EBB_OK;
     }
-    return fail(e, "tool_choice",
-                "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
-                "\"function\", \"name\": ...}; '%.40s' is not supported",
-                type);
+    return ebb__perr_fail(e, "tool_choice",
+                          "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                          "\"function\", \"name\": ...}; '%.40s' is not supported",
+                          type);
 }
 
 /* ---- the other fields --------------------------------------------------------------------- */
@@ -321,29 +310,32 @@ static ebb_err convert_text(json_t *o, json_t *chat, struct ebb__perr *e)
     if (!present(text))
         return EBB_OK;
     if (!json_is_object(text))
-        return fail(e, "text", "'text' must be an object");
+        return ebb__perr_fail(e, "text", "'text' must be an object");
     json_t *vb = json_object_get(text, "verbosity");
     if (present(vb) && strcmp(str_or(vb, ""), "medium"))
-        return fail(e, "text.verbosity",
-                    "'text.verbosity' is not supported (leave it out or send \"medium\")");
+        return ebb__perr_fail(
+            e, "text.verbosity",
+            "'text.verbosity' is not supported (leave it out or send \"medium\")");
     json_t *f = json_object_get(text, "format");
     if (!present(f))
         return EBB_OK;
     const char *type = str_or(json_object_get(f, "type"), "");
     if (!json_is_object(f) || !*type)
-        return fail(e, "text.format", "'text.format' must be an object with a 'type'");
+        return ebb__perr_fail(e, "text.format", "'text.format' must be an object with a 'type'");
     if (!strcmp(type, "text") || !strcmp(type, "json_object")) {
         json_object_set_new(chat, "response_format", json_pack("{ss}", "type", type));
         return EBB_OK;
     }
     if (strcmp(type, "json_schema"))
-        return fail(e, "text.format",
-                    "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", "
-                    "not \"%.40s\"",
-                    type);
+        return ebb__perr_fail(
+            e, "text.format",
+            "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+            "not \"%.40s\"",
+            type);
     json_t *schema = json_object_get(f, "schema");
     if (!json_is_object(schema))
-        return fail(e, "text.format", "'text.format.schema' must be a JSON schema object");
+        return ebb__perr_fail(e, "text.format",
+                              "'text.format.schema' must be a JSON schema object");
     json_t *js = json_pack("{sO}", "schema", schema);
     static const char *const keys[] = {"name", "strict", "description"};
     for (size_t k = 0; js && k < 3; k++)
@@ -363,7 +355,7 @@ static ebb_err convert_reasoning(json_t *o, json_t *chat, struct ebb__perr *e)
     if (!present(rs))
         return EBB_OK;
     if (!json_is_object(rs))
-        return fail(e, "reasoning", "'reasoning' must be an object");
+        return ebb__perr_fail(e, "reasoning", "'reasoning' must be an object");
     json_t *ef = json_object_get(rs, "effort");
     if (!present(ef))
         return EBB_OK;
@@ -373,8 +365,9 @@ static ebb_err convert_reasoning(json_t *o, json_t *chat, struct ebb__perr *e)
             json_object_set(chat, "reasoning_effort", ef);
             return EBB_OK;
         }
-    return fail(e, "reasoning.effort",
-                "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
+    return ebb__perr_fail(
+        e, "reasoning.effort",
+        "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
 }
 
 /* Fields of the Responses API that would change the answer and that ebb does not implement:
@@ -391,28 +384,31 @@ static ebb_err check_unsupported(json_t *o, struct ebb__perr *e)
     };
     for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
         if (present(json_object_get(o, none[i].key)))
-            return fail(e, none[i].key, "'%s' is not supported: %s", none[i].key, none[i].why);
+            return ebb__perr_fail(e, none[i].key, "'%s' is not supported: %s", none[i].key,
+                                  none[i].why);
     json_t *bg = json_object_get(o, "background");
     if (present(bg) && !json_is_false(bg))
-        return fail(e, "background",
-                    "'background' is not supported: responses are answered on "
-                    "the request's connection");
+        return ebb__perr_fail(e, "background",
+                              "'background' is not supported: responses are answered on "
+                              "the request's connection");
     json_t *tl = json_object_get(o, "top_logprobs");
     if (present(tl) && !(json_is_integer(tl) && json_integer_value(tl) == 0))
-        return fail(e, "top_logprobs",
-                    "'top_logprobs' is not supported on /v1/responses (Chat Completions has "
-                    "logprobs)");
+        return ebb__perr_fail(
+            e, "top_logprobs",
+            "'top_logprobs' is not supported on /v1/responses (Chat Completions has "
+            "logprobs)");
     json_t *tr = json_object_get(o, "truncation");
     if (present(tr) && strcmp(str_or(tr, ""), "disabled"))
-        return fail(e, "truncation",
-                    "'truncation' must be \"disabled\": ebb does not drop input to fit the "
-                    "context (a prompt too long is a 400)");
+        return ebb__perr_fail(
+            e, "truncation",
+            "'truncation' must be \"disabled\": ebb does not drop input to fit the "
+            "context (a prompt too long is a 400)");
     json_t *inc = json_object_get(o, "include");
     for (size_t i = 0; i < json_array_size(inc); i++)
         if (!strcmp(str_or(json_array_get(inc, i), ""), "message.output_text.logprobs"))
-            return fail(e, "include",
-                        "'include': output logprobs are not supported on "
-                        "/v1/responses");
+            return ebb__perr_fail(e, "include",
+                                  "'include': output logprobs are not supported on "
+                                  "/v1/responses");
     return EBB_OK;
 }
 
@@ -455,18 +451,19 @@ static ebb_err build(struct ebb_api *a, json_t *o, struct ebb__resp_req *q, stru
     json_t *ins = json_object_get(o, "instructions"),
            *prev = json_object_get(o, "previous_response_id");
     if (present(st) && !json_is_boolean(st))
-        return fail(e, "stream", "'stream' must be a boolean");
+        return ebb__perr_fail(e, "stream", "'stream' must be a boolean");
     if (present(sto) && !json_is_boolean(sto))
-        return fail(e, "store", "'store' must be a boolean");
+        return ebb__perr_fail(e, "store", "'store' must be a boolean");
     if (present(md) && !json_is_object(md))
-        return fail(e, "metadata", "'metadata' must be an object");
+        return ebb__perr_fail(e, "metadata", "'metadata' must be an object");
     if (present(ins) && !json_is_string(ins))
-        return fail(e, "instructions", "'instructions' must be a string");
+        return ebb__perr_fail(e, "instructions", "'instructions' must be a string");
     if (present(prev) && !json_is_string(prev))
-        return fail(e, "previous_response_id", "'previous_response_id' must be a string");
+        return ebb__perr_fail(e, "previous_response_id", "'previous_response_id' must be a string");
     if (present(mt) &&
         (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 30)))
-        return fail(e, "max_output_tokens", "'max_output_tokens' must be a positive integer");
+        return ebb__perr_fail(e, "max_output_tokens",
+                              "'max_output_tokens' must be a positive integer");
     q->stream = json_is_true(st);
     q->store = !json_is_false(sto);
     json_object_set_new(chat, "stream", json_boolean(q->stream));
@@ -480,8 +477,9 @@ static ebb_err build(struct ebb_api *a, json_t *o, struct ebb__resp_req *q, stru
     if (present(prev)) {
         json_t *resp = NULL, *hist = NULL;
         if (!ebb__resp_store_get(ebb__resp_store_of(a), json_string_value(prev), &resp, &hist)) {
-            fail(e, "previous_response_id", "Previous response with id '%.100s' not found.",
-                 json_string_value(prev));
+            ebb__perr_fail(e, "previous_response_id",
+                           "Previous response with id '%.100s' not found.",
+                           json_string_value(prev));
             return EBB_ENOTFOUND;
         }
         json_array_extend(q->history, hist);
@@ -492,7 +490,7 @@ static ebb_err build(struct ebb_api *a, json_t *o, struct ebb__resp_req *q, stru
     if (rc)
         return rc;
     if (!json_array_size(q->history))
-        return fail(e, "input", "'input' must not be empty");
+        return ebb__perr_fail(e, "input", "'input' must not be empty");
     json_t *msgs = json_array();
     json_object_set_new(chat, "messages", msgs);
     if (present(ins) && json_string_length(ins))
@@ -512,10 +510,10 @@ ebb_err ebb__resp_req_parse(struct ebb_api *a, const char *body, size_t n, struc
     if (ebb__json_alloc_failed(true))
         return EBB_ENOMEM;
     if (!q->req)
-        return fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
-                    je.line, je.column);
+        return ebb__perr_fail(e, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+                              je.text, je.line, je.column);
     if (!json_is_object(q->req))
-        return fail(e, NULL, "the body must be a JSON object");
+        return ebb__perr_fail(e, NULL, "the body must be a JSON object");
     q->chat = json_object();
     q->history = json_array();
     if (!q->chat || !q->history)
