@@ -864,6 +864,237 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
                 }
 }
 
+/* matmul_mmql: matmul_mmq's products with the work-group's tiles staged in local memory, as
+ * llama.cpp's CUDA MMQ stages them. A work-group of MS_W warps takes MQL_R = 16 MS_MI MS_W rows
+ * and MS_T tokens; warp w takes rows 16 MS_MI w.. of the tile and all of its tokens (no partial
+ * sums to add up). Each step of MS_KB 32-blocks: the work-items copy the rows' quant words
+ * (coalesced, one word an item: W_QW or MQ_QW8 with k = the item's word) into la, unpacked to a
+ * byte a weight and made signed as matmul_mmq makes them (MQ_SIGNED), with each row's block
+ * scales into ls, and the tokens' int8 blocks (16-byte loads) and their (d, d s) into lx and lh;
+ * then each warp multiplies from local memory, the B fragments (inputs) shared by all warps. la
+ * and lx keep a row's words in the inputs' natural order (word u: weights 4u..4u+3 of the first
+ * 16, word 4 + u: of the second 16), padded to MQL_KW words (conflict-free fragment reads). The
+ * next step's words are loaded into registers while the current step multiplies. Blocks past
+ * n_in get zero scales. Global size (32 MS_W ceil(n_tok / MS_T), ceil(n_out / MQL_R)), local
+ * (32 MS_W, 1); tokens fastest, as matmul_mmq. Same arguments and results as matmul_mmq. */
+#define MQL_R (16 * MS_MI * MS_W)
+#define MQL_NT (32 * MS_W)
+#define MQL_KW (8 * MS_KB + 4)
+#define MQL_NWI (2 * MS_MI * MS_KB)                               /* weight words an item */
+#define MQL_NXI ((MS_T * MS_KB * 2 + MQL_NT - 1) / MQL_NT)        /* 16-byte input loads */
+#define MQL_NHI ((MS_T * MS_KB + MQL_NT - 1) / MQL_NT)            /* input scales */
+#if MQ_H2
+#define MQL_SN 4 /* floats of a row's block scales: (d, m) a half */
+typedef float4 mql_sc;
+#define MQL_SC(v) (v)
+#else
+#define MQL_SN 2 /* (d, m) */
+typedef float2 mql_sc;
+#define MQL_SC(v) ((v).xy)
+#endif
+#ifndef MQL_PF
+#define MQL_PF 1 /* the next step's loads in flight while the current step multiplies */
+#endif
+#define MQL_BYTES                                                                                  \
+    (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
+#if MQL_BYTES <= 49152
+#if defined(MQ_QW8)
+#define MQL_QW(o, b, k, v, dm) MQ_QW8(o, b, k, &(v)[0], &(v)[1], dm)
+#else
+#define MQL_QW(o, b, k, v, dm) W_QW(o, b, k, &(v)[0], dm)
+#endif
+/* matmul_mmql's global loads of the step from block b0 into an item's registers: weight words
+ * (item it: word it % 4 of block b0 + (it / 4) % MS_KB of the tile's row it / (4 MS_KB)) with
+ * their block's scales, the tokens' 16-byte input loads and their (d, d s). */
+inline __attribute__((always_inline)) void
+mql_fetch(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
+          int n_tok, int lid, int row0, int t0, int b0, uint wv[MQL_NWI][MQ_NV], mql_sc *wd,
+          uint4 *xv, float2 *hv)
+{
+    int nb = n_in / 32;
+#pragma unroll
+    for (int n = 0; n < MQL_NWI; n++) {
+        int it = lid + n * MQL_NT, kb = (it >> 2) % MS_KB, r = (it >> 2) / MS_KB;
+        int o = min(row0 + r, n_out - 1), b = min(b0 + kb, nb - 1);
+        float4 dm;
+        MQL_QW(o, b, it & 3, wv[n], &dm);
+        wd[n] = b0 + kb < nb ? MQL_SC(dm) : (mql_sc)(0.0f);
+    }
+#pragma unroll
+    for (int n = 0; n < MQL_NXI; n++) {
+        int it = lid + n * MQL_NT;
+        if (it < MS_T * MS_KB * 2) {
+            int h = it & 1, kb = (it >> 1) % MS_KB, t = (it >> 1) / MS_KB;
+            int b = min(b0 + kb, nb - 1);
+            xv[n] = *(const __global uint4 *)(xq + (size_t)min(t0 + t, n_tok - 1) * n_in +
+                                              32 * b + 16 * h);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < MQL_NHI; n++) {
+        int it = lid + n * MQL_NT;
+        if (it < MS_T * MS_KB)
+            hv[n] = xh[(size_t)min(t0 + it / MS_KB, n_tok - 1) * nb + min(b0 + it % MS_KB, nb - 1)];
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(MQL_NT, 1, 1))) void
+matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
+            __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
+{
+    __local uint la[MQL_R * MQL_KW], lx[MS_T * MQL_KW];
+    __local mql_sc ls[MQL_R * MS_KB];
+    __local float2 lh[MS_T * MS_KB];
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
+    int wk = lid & 3; /* the word of a block this item copies (MQL_NT is a multiple of 4) */
+    float acc[MS_MI][MS_T / 8][4];
+    MMA_ZERO(acc, MS_MI, MS_T / 8);
+    uint wv[MQL_NWI][MQ_NV];
+    mql_sc wd[MQL_NWI];
+    uint4 xv[MQL_NXI];
+    float2 hv[MQL_NHI];
+#if MQL_PF
+    mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, 0, wv, wd, xv, hv);
+#endif
+    for (int b0 = 0; b0 < nb; b0 += MS_KB) {
+#if !MQL_PF
+        mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0, wv, wd, xv, hv);
+#endif
+        /* The registers into local memory. */
+#pragma unroll
+        for (int n = 0; n < MQL_NWI; n++) {
+            int it = lid + n * MQL_NT, kb = (it >> 2) % MS_KB, r = (it >> 2) / MS_KB;
+            __local uint *a = la + r * MQL_KW + 8 * kb + wk;
+#if defined(MQ_QW8)
+            a[0] = MQ_SIGNED(wv[n][0]);
+            a[4] = MQ_SIGNED(wv[n][1]);
+#else
+            a[0] = MQ_SIGNED(wv[n][0] & 0x0F0F0F0Fu);
+            a[4] = MQ_SIGNED((wv[n][0] >> 4) & 0x0F0F0F0Fu);
+#endif
+            if (wk == 0)
+                ls[r * MS_KB + kb] = wd[n];
+        }
+#pragma unroll
+        for (int n = 0; n < MQL_NXI; n++) {
+            int it = lid + n * MQL_NT;
+            if (it < MS_T * MS_KB * 2) {
+                int h = it & 1, kb = (it >> 1) % MS_KB, t = (it >> 1) / MS_KB;
+                vstore4(xv[n], 0, lx + t * MQL_KW + 8 * kb + 4 * h);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < MQL_NHI; n++) {
+            int it = lid + n * MQL_NT;
+            if (it < MS_T * MS_KB)
+                lh[it] = hv[n];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (MQL_PF && b0 + MS_KB < nb)
+            mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0 + MS_KB, wv, wd, xv,
+                      hv);
+#pragma unroll 1
+        for (int kb = 0; kb < MS_KB; kb++) {
+            int rw = 16 * MS_MI * warp;
+#if MV_PTX
+            uint a[MS_MI][4]; /* rows g, g + 8: first half, then second */
+            mql_sc f[MS_MI][2];
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++) {
+                int ra = rw + 16 * i + g, rb = ra + 8;
+                a[i][0] = la[ra * MQL_KW + 8 * kb + q];
+                a[i][1] = la[rb * MQL_KW + 8 * kb + q];
+                a[i][2] = la[ra * MQL_KW + 8 * kb + 4 + q];
+                a[i][3] = la[rb * MQL_KW + 8 * kb + 4 + q];
+                f[i][0] = ls[ra * MS_KB + kb];
+                f[i][1] = ls[rb * MS_KB + kb];
+            }
+#pragma unroll
+            for (int j = 0; j < MS_T / 8; j++) {
+                uint bx0 = lx[(8 * j + g) * MQL_KW + 8 * kb + q];
+                uint bx1 = lx[(8 * j + g) * MQL_KW + 8 * kb + 4 + q];
+                float2 bh[2] = {lh[(8 * j + 2 * q) * MS_KB + kb],
+                                lh[(8 * j + 2 * q + 1) * MS_KB + kb]};
+#pragma unroll
+                for (int i = 0; i < MS_MI; i++) {
+#if MQ_H2
+                    int c0[4], c1[4];
+                    MMA_S8K16(c0, a[i][0], a[i][1], bx0);
+                    MMA_S8K16(c1, a[i][2], a[i][3], bx1);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        mql_sc w = f[i][e >> 1];
+                        acc[i][j][e] += bh[e & 1].x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
+                    }
+#else
+                    int c[4];
+                    MMA_S8K32(c, a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        mql_sc w = f[i][e >> 1];
+                        float2 x = bh[e & 1];
+#if defined(W_QOFF)
+                        acc[i][j][e] += (float)c[e] * (w.x * x.x);
+#else
+                        acc[i][j][e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
+#endif
+                    }
+#endif
+                }
+            }
+#else
+            /* The stand-in: this lane's fragment elements from the staged words in integers
+             * (the quant bytes unsigned, the offset through the inputs' sums, as matmul_mmq's). */
+            for (int i = 0; i < MS_MI; i++)
+                for (int r = 0; r < 2; r++) {
+                    int row = rw + 16 * i + g + 8 * r;
+                    mql_sc dm = ls[row * MS_KB + kb];
+                    for (int j = 0; j < MS_T / 8; j++)
+                        for (int c = 0; c < 2; c++) {
+                            int t = 8 * j + 2 * q + c, s0 = 0, s1 = 0, u0 = 0, u1 = 0;
+                            for (int k = 0; k < 4; k++) {
+                                char4 w0 = as_char4(la[row * MQL_KW + 8 * kb + k]);
+                                char4 w1 = as_char4(la[row * MQL_KW + 8 * kb + 4 + k]);
+                                char4 x0 = as_char4(lx[t * MQL_KW + 8 * kb + k]);
+                                char4 x1 = as_char4(lx[t * MQL_KW + 8 * kb + 4 + k]);
+                                s0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
+                                s1 += w1.x * x1.x + w1.y * x1.y + w1.z * x1.z + w1.w * x1.w;
+                                u0 += x0.x + x0.y + x0.z + x0.w;
+                                u1 += x1.x + x1.y + x1.z + x1.w;
+                            }
+                            float2 x = lh[t * MS_KB + kb];
+#if MQ_H2
+                            acc[i][j][2 * r + c] += x.x * ((float)s0 * dm.x + dm.y * (float)u0 +
+                                                           (float)s1 * dm.z + dm.w * (float)u1);
+#else
+                            (void)u0, (void)u1;
+                            acc[i][j][2 * r + c] += x.x * ((float)s0 + (float)s1) * dm.x + dm.y * x.y;
+#endif
+                        }
+                }
+#endif
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+        for (int j = 0; j < MS_T / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
+                int tok = t0 + 8 * j + 2 * q + (e & 1);
+                if (row < n_out && tok < n_tok) {
+                    float v = acc[i][j][e];
+                    if (res)
+                        v += res[(size_t)tok * y_ld + y_off + row];
+                    WRITE_Y(y, tok, y_off + row, v);
+                }
+            }
+}
+#endif
+
 /* matmul_mmq's inputs: n_tok rows of x (stride x_ld, n_in inputs, a multiple of 32) as int8
  * blocks of 32 at xq + t n_in and a (d, d s) for each at xh + t n_in / 32 (see matmul_mmq),
  * rounded as q8.cl rounds (q8_scale, q8_round). One work-item a block. Global size

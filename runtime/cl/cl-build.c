@@ -80,6 +80,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matmul_mmq", &p.matmul_mmq, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "mmq_quantize", &p.mmq_quantize, diag)))) ||
+        (p.matmul_mmq &&
+         ebb_cl_mmql_bytes(tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb) <= 48 * 1024 &&
+         (rc = ebb_cl_kernel(p.prog, "matmul_mmql", &p.matmul_mmql, diag))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && tu->mms_t == 16 &&
          (rc = ebb_cl_kernel(p.prog, "moe_group_mms", &p.moe_group_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
@@ -90,9 +93,12 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
     if ((p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max &&
          (rc = tile_kernel(cl, l, tu, tu->mmp_t, tu->mmp_mi, tu->mmp_w, tu->mmp_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mms", &p.matmul_mmp, diag))) ||
-        (p.matmul_mmq &&
+        (p.matmul_mmq && !tu->mmq_stage &&
          (rc = tile_kernel(cl, l, tu, tu->mmq_t, tu->mmq_mi, tu->mmq_w, tu->mmq_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmq", &p.matmul_mmqp, diag))))
+                           sizeof(pro), srcs, n_src, "matmul_mmq", &p.matmul_mmqp, diag))) ||
+        (p.matmul_mmq && tu->mmq_stage &&
+         (rc = tile_kernel(cl, l, tu, tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -138,6 +144,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mmqp);
     if (p->mmq_quantize)
         clReleaseKernel(p->mmq_quantize);
+    if (p->matmul_mmql)
+        clReleaseKernel(p->matmul_mmql);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));
@@ -273,6 +281,17 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
                  w = pf ? tu->mmq_w : tu->mms_w;
         size_t r = 16 * (size_t)(mi ? mi : 1), t = tt ? tt : 32;
         size_t wg = 32 * (size_t)(w ? w : 8);
+        g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;
+        l[0] = wg;
+        break;
+    }
+    case EBB_CL_WK_MMQL:
+    case EBB_CL_WK_MMQLS: {
+        bool pf = k == EBB_CL_WK_MMQL;
+        uint32_t mi = pf ? tu->mmql_mi : tu->mms_mi, tt = pf ? tu->mmql_t : tu->mms_t,
+                 w = pf ? tu->mmql_w : tu->mms_w;
+        size_t wg = 32 * (size_t)(w ? w : 4), r = 16 * (size_t)(mi ? mi : 1) * (wg / 32);
+        size_t t = tt ? tt : 64;
         g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;
         l[0] = wg;
         break;

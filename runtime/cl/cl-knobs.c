@@ -109,6 +109,22 @@ static const char *mms_tile_check(const uint32_t *v, const struct ebb_cl_dev_inf
         return "more warps than the device's work-group holds";
     return NULL;
 }
+size_t ebb_cl_mmql_bytes(uint32_t t, uint32_t mi, uint32_t w, uint32_t kb)
+{
+    size_t r = 16 * (size_t)mi * w, kw = 8 * (size_t)kb + 4;
+    return 4 * (r * kw + t * kw + 4 * r * kb + 2 * (size_t)t * kb);
+}
+
+/* matmul_mmql's tile (EBB_CL_MMQL_TILE): its staged words and scales within 48 KiB of local
+ * memory, the warps within the device's work-group. */
+static const char *mmql_tile_check(const uint32_t *v, const struct ebb_cl_dev_info *di)
+{
+    if (ebb_cl_mmql_bytes(v[0], v[1], v[2], v[3] ? v[3] : 2) > 48 * 1024)
+        return "the staged tiles exceed 48 KiB of local memory";
+    if (di && 32 * (size_t)v[2] > di->max_wg)
+        return "more warps than the device's work-group holds";
+    return NULL;
+}
 
 /* A knob of one part on one field, accepting 0 or 1 (BOOL1) or acc (UINT1): its doc line, then
  * its defaults. */
@@ -239,6 +255,15 @@ static const struct knob knobs[] = {
      .part = {P(mmq_t, "8|16|32|64"), P(mmq_mi, "1|2|4"), P(mmq_w, "pow2 1..32"), P(mmq_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 4, 2, 1}}}, .check = mms_tile_check,
      .doc = "matmul_mmq's tile (from MMQ rows: prefill), as MMS_TILE"},
+    BOOL1("MMQ_STAGE", mmq_stage,
+          "prefill's int8 products (from MMQ rows) run matmul_mmql, whose work-groups stage "
+          "their weights and inputs in local memory, with the MMQL_TILE tile; 0: matmul_mmq",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    {.name = "MMQL_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
+     .part = {P(mmql_t, "8|16|32|64|128"), P(mmql_mi, "1|2|4"), P(mmql_w, "pow2 1..32"), P(mmql_kb, "1|2|4")},
+     .def = {{DC_ANY, {64, 2, 4, 2}}}, .check = mmql_tile_check,
+     .doc = "matmul_mmql's tile T,MI,W[,KB]: tokens, 16-row groups a warp, warps (16 MI W rows), "
+     "32-blocks a step"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,

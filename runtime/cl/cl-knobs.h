@@ -78,6 +78,11 @@ struct ebb_cl_tuning {
                      matmul_mms takes run matmul_mmq (8-bit inputs, int8 tensor-core
                      products) with the mmq_* tile; 0 = never */
     uint32_t mmq_t, mmq_mi, mmq_w, mmq_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
+    uint32_t mmq_stage; /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
+                           memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
+    uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb; /* matmul_mmql's tile: tokens, 16-row groups a
+                                                  warp, warps (16 mmql_mi mmql_w rows), 32-blocks
+                                                  a step */
     uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
                                     mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
     uint32_t att_rope;  /* 1: decode attention rotates the new token's q and k and writes its
@@ -161,5 +166,9 @@ void ebb_cl_knobs_print(FILE *out, const struct ebb_cl_dev_info *di);
 
 /* Prints the table as docs/TUNING.md (Markdown). */
 void ebb_cl_knobs_markdown(FILE *out);
+
+/* Bytes of local memory matmul_mmql stages with tile (t tokens, mi 16-row groups a warp, w
+ * warps, kb 32-blocks a step); matmul-mma.cl's MQL_BYTES. */
+size_t ebb_cl_mmql_bytes(uint32_t t, uint32_t mi, uint32_t w, uint32_t kb);
 
 #endif

@@ -145,6 +145,9 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQ,        /* matmul_mmq with the mmq_* tile: (32 mmq_w nt / mmq_t,
                              n_out / (16 mmq_mi)), tokens first */
     EBB_CL_WK_MMQS,       /* matmul_mmq with the mms_* tile (the same with mms_*) */
+    EBB_CL_WK_MMQL,       /* matmul_mmql with the mmql_* tile: (32 mmql_w nt / mmql_t,
+                             n_out / (16 mmql_mi mmql_w)), tokens first */
+    EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
@@ -198,8 +201,11 @@ struct ebb_cl_wprog {
     cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */
     cl_kernel matmul_mmp;    /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
     cl_kernel matmul_mmq;    /* with matmul_mms where tu->mmq: its tile on 8-bit inputs */
-    cl_kernel matmul_mmqp;   /* the same with the mmq_* tile (prefill), with matmul_mmq */
+    cl_kernel matmul_mmqp;   /* the same with the mmq_* tile (prefill), with matmul_mmq; with
+                                tu->mmq_stage matmul_mmql with the mmql_* tile */
     cl_kernel mmq_quantize;  /* matmul_mmq's inputs, with matmul_mmq */
+    cl_kernel matmul_mmql;   /* with matmul_mmq: matmul_mmql on the mms_* tile where its
+                                staging fits local memory, else NULL */
     cl_kernel moe_group_mms; /* matmul_mms's tile over a tile of expert pairs (moe.cl's
                                 grouped prefill on tensor cores), with matmul_mms where
                                 tu->mms_t is 16, else NULL */

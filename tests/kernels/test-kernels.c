@@ -669,12 +669,13 @@ static void test_mma(void)
     test_mma_tiles(&q5k, tq, 512, true); /* and raw Q5_K: five bits a byte, a scale a block */
 }
 
-/* matmul_mmq (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in, in xb) and
- * weight wt (n_out rows, w its rows dequantized), the residual res added in place through rb:
- * mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d = max
- * |x| / 127, round to nearest even; one step off at most where the device divides differently),
- * and the products against sums over the quantized inputs in doubles (within float rounding:
- * 1e-5 of the terms' magnitude), then against the float inputs (the int8 rounding: 2e-2). */
+/* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
+ * in xb) and weight wt (n_out rows, w its rows dequantized), the residual res added in place
+ * through rb: mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d
+ * = max |x| / 127, round to nearest even; one step off at most where the device divides
+ * differently), and the products against sums over the quantized inputs in doubles (within float
+ * rounding: 1e-5 of the terms' magnitude), then against the float inputs (the int8 rounding: 2e-2).
+ */
 static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog *p,
                       const struct ebb_cl_tuning *t, const float *w, const float *x,
                       const float *res, cl_mem xb, cl_mem rb, uint32_t n_in, uint32_t n_out,
@@ -712,40 +713,48 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                   "%s mmq_quantize t %u block %u: (%g, %g) vs (%g, %g)", name, tk, b, xh[2 * hi],
                   xh[2 * hi + 1], d, d * (float)s);
         }
-    OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * ntok * n_out, res,
-                                         0, NULL, NULL),
-                    D, "write"));
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no), EBB_CL_ARG(qb),
-                             EBB_CL_ARG(hb),   EBB_CL_ARG(rb), EBB_CL_ARG(no),
-                             EBB_CL_ARG(zero), EBB_CL_ARG(rb), EBB_CL_ARG(nt)};
-    OK(ebb_cl_weight_set_args(wt, p->matmul_mmq, 0, D));
-    OK(ebb_cl_set_args(p->matmul_mmq, 2, a, 9, D));
-    size_t g[2], lw[2];
-    ebb_cl_wkernel_shape(t, EBB_CL_WK_MMQS, n_out, ntok, g, lw);
-    OK(ebb_cl_run(cl, p->matmul_mmq, 2, g, lw, D));
-    rd(rb, sizeof(float) * ntok * n_out, y);
-    double worst = 0, worst_f = 0;
-    for (uint32_t tk = 0; tk < ntok; tk++)
-        for (uint32_t o = 0; o < n_out; o++) {
-            double ref = res[tk * n_out + o], mag = fabs(ref), reff = ref;
-            for (uint32_t i = 0; i < n_in; i++) {
-                double xd =
-                    (double)xq[(size_t)tk * n_in + i] * xh[2 * ((size_t)tk * (n_in / 32) + i / 32)];
-                double term = (double)w[(size_t)o * n_in + i] * xd;
-                ref += term;
-                mag += fabs(term);
-                reff += (double)w[(size_t)o * n_in + i] * x[(size_t)tk * n_in + i];
+    /* matmul_mmq, then matmul_mmql (where its staging fits), on the same inputs. */
+    for (int v = 0; v < 2; v++) {
+        cl_kernel k = v ? p->matmul_mmql : p->matmul_mmq;
+        const char *kn = v ? "matmul_mmql" : "matmul_mmq";
+        if (!k)
+            continue;
+        OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * ntok * n_out,
+                                             res, 0, NULL, NULL),
+                        D, "write"));
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),   EBB_CL_ARG(no), EBB_CL_ARG(qb),
+                                 EBB_CL_ARG(hb),   EBB_CL_ARG(rb), EBB_CL_ARG(no),
+                                 EBB_CL_ARG(zero), EBB_CL_ARG(rb), EBB_CL_ARG(nt)};
+        OK(ebb_cl_weight_set_args(wt, k, 0, D));
+        OK(ebb_cl_set_args(k, 2, a, 9, D));
+        size_t g[2], lw[2];
+        ebb_cl_wkernel_shape(t, v ? EBB_CL_WK_MMQLS : EBB_CL_WK_MMQS, n_out, ntok, g, lw);
+        OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        rd(rb, sizeof(float) * ntok * n_out, y);
+        double worst = 0, worst_f = 0;
+        for (uint32_t tk = 0; tk < ntok; tk++)
+            for (uint32_t o = 0; o < n_out; o++) {
+                double ref = res[tk * n_out + o], mag = fabs(ref), reff = ref;
+                for (uint32_t i = 0; i < n_in; i++) {
+                    double xd = (double)xq[(size_t)tk * n_in + i] *
+                                xh[2 * ((size_t)tk * (n_in / 32) + i / 32)];
+                    double term = (double)w[(size_t)o * n_in + i] * xd;
+                    ref += term;
+                    mag += fabs(term);
+                    reff += (double)w[(size_t)o * n_in + i] * x[(size_t)tk * n_in + i];
+                }
+                double got = y[tk * n_out + o], err = fabs(got - ref), errf = fabs(got - reff);
+                worst = fmax(worst, err / (mag + 1e-2));
+                worst_f = fmax(worst_f, errf / (mag + 1e-2));
+                CHECK(err <= 1e-5 * mag + 1e-6, "%s %s t %u o %u: %g vs %g (int8 inputs)", name, kn,
+                      tk, o, got, ref);
+                CHECK(errf <= 2e-2 * mag + 1e-6, "%s %s t %u o %u: %g vs %g (float inputs)", name,
+                      kn, tk, o, got, reff);
             }
-            double got = y[tk * n_out + o], err = fabs(got - ref), errf = fabs(got - reff);
-            worst = fmax(worst, err / (mag + 1e-2));
-            worst_f = fmax(worst_f, errf / (mag + 1e-2));
-            CHECK(err <= 1e-5 * mag + 1e-6, "%s matmul_mmq t %u o %u: %g vs %g (int8 inputs)", name,
-                  tk, o, got, ref);
-            CHECK(errf <= 2e-2 * mag + 1e-6, "%s matmul_mmq t %u o %u: %g vs %g (float inputs)",
-                  name, tk, o, got, reff);
-        }
-    printf("  %-34s matmul_mmq %3ux%-3ux%-3u %u tokens max rel err %.2e (%.2e to float inputs)\n",
-           name, 16 * t->mms_mi, t->mms_t, t->mms_w, ntok, worst, worst_f);
+        printf("  %-34s %-11s %3ux%-3ux%-3u %u tokens max rel err %.2e (%.2e to float inputs)\n",
+               name, kn, 16 * t->mms_mi * (v ? t->mms_w : 1), t->mms_t, t->mms_w, ntok, worst,
+               worst_f);
+    }
     clReleaseMemObject(qb);
     clReleaseMemObject(hb);
     free(xq);
