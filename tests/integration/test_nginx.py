@@ -275,7 +275,7 @@ def test_sigterm_drain_no_client_error(farm):
     streams = streams_on_every_daemon(port, farm["daemons"], 40)
     victim = daemon_at(farm, streams[0].upstream)
     # Connections to the victim opened before the signal: they see the drain answers.
-    probe = socket.create_connection(("127.0.0.1", victim.port))
+    probe, probe2 = (socket.create_connection(("127.0.0.1", victim.port)) for _ in range(2))
     time.sleep(0.3)  # accepted by the daemon before its listening socket closes
     victim.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)  # the daemon has closed its idle upstream connections; nginx read the FINs
@@ -283,6 +283,14 @@ def test_sigterm_drain_no_client_error(farm):
     head = probe.recv(4096).decode()
     probe.close()
     assert head.startswith("HTTP/1.1 503") and '"draining"' in head, head
+    body = json.dumps(chat_body(2)).encode()
+    probe2.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                   + body)
+    head = probe2.recv(4096).decode()
+    probe2.close()
+    assert head.startswith("HTTP/1.1 503") and "server_draining" in head, head
+    assert "\r\nRetry-After: 1\r\n" in head and "\r\nConnection: close\r\n" in head, head
     # New requests meanwhile: the victim's connect is refused, nginx passes them on.
     later = [post(port, chat_body(4)) for _ in range(4)]
     for s in streams:
