@@ -102,7 +102,7 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
 /* Graceful stop, step 1 (a drain): stop accepting new connections; on the connections already
  * open, /health answers 503 {"status":"draining"} and new generation requests 503 with
  * Retry-After, every answer closes its connection, and keep-alive connections waiting for a next
- * request are closed (within a tick). Requests in flight, streams included, continue. */
+ * request are closed at once. Requests in flight, streams included, continue. */
 void ebb_api_quiesce(struct ebb_api *a);
 
 /* Generation requests still being answered: a job running, or a response not fully sent. */

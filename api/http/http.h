@@ -334,9 +334,9 @@ struct ebb_api {
     int32_t fim_pre, fim_suf, fim_mid;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;
-    struct ebb__req *live; /* requests with a generation in progress */
-    bool hold;             /* a model swap is pending: new generations wait */
-    bool draining; /* shutting down: /health 503, new generations 503, idle connections closed */
+    struct ebb__req *live;   /* requests with a generation in progress */
+    bool hold;               /* a model swap is pending: new generations wait */
+    bool draining;           /* SIGTERM: /health and new generations 503, idle conns closed */
     struct ebb__req *parked; /* suspended until the hold ends */
     size_t n_gen_conns;      /* connections with a generation whose response is not complete */
     struct ebb__limits limits;
