@@ -31,6 +31,10 @@ struct ebb_api_config {
     size_t n_api_keys;
     char **cors_origins; /* allowed Origin values ("*" allows any) */
     size_t n_cors_origins;
+    /* Host header values accepted besides the loopback names while listening on a loopback
+     * address: "name" (any port) or "name:port", compared without case; "*" accepts any. */
+    char **allowed_hosts;
+    size_t n_allowed_hosts;
     unsigned timeout_s; /* idle connection timeout in seconds (also the keep-alive wait); 0: none */
     /* Edge limits (api/http/limits.c): the time a client gets to send its request head (from accept
      * or from a keep-alive connection's next request line) and then its body, in ms (0: none); the
@@ -65,9 +69,9 @@ ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct eb
 void ebb_api_free(struct ebb_api *a);
 
 /* Applies the settings a configuration reload may change on a running server: API keys, CORS
- * origins, max_body, keepalive_ms, max_stream_buffer, responses_store, the edge limits (header and
- * body timeouts, connection caps), generation and ignore_model_sampling (other fields are ignored).
- * Connections stay open; the next request sees the new values. */
+ * origins, allowed hosts, max_body, keepalive_ms, max_stream_buffer, responses_store, the edge
+ * limits (header and body timeouts, connection caps), generation and ignore_model_sampling (other
+ * fields are ignored). Connections stay open; the next request sees the new values. */
 ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg);
 
 /* The bound port (useful with port 0). */
@@ -95,7 +99,10 @@ void ebb_api_hold(struct ebb_api *a, bool hold);
 ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
                           const char *chat_template, struct ebb_diag *diag);
 
-/* Graceful stop, step 1: stop accepting new connections; requests in flight continue. */
+/* Graceful stop, step 1 (a drain): stop accepting new connections; on the connections already
+ * open, /health answers 503 {"status":"draining"} and new generation requests 503 with
+ * Retry-After, every answer closes its connection, and keep-alive connections waiting for a next
+ * request are closed at once. Requests in flight, streams included, continue. */
 void ebb_api_quiesce(struct ebb_api *a);
 
 /* Generation requests still being answered: a job running, or a response not fully sent. */

@@ -106,6 +106,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                          "KEYS", "comma-separated accepted API keys (empty = no auth)"},
     [EBB_CFG_CORS_ORIGIN] = {"cors_origin", T_LIST, OFF(cors_origins), 0, 0, EBB_CONFIG_CHANGE_CORS,
                              false, "ORIGINS", "comma-separated origins allowed by CORS, or *"},
+    [EBB_CFG_ALLOWED_HOSTS] = {"allowed_hosts", T_LIST, OFF(allowed_hosts), 0, 0,
+                               EBB_CONFIG_CHANGE_CORS, false, "HOSTS",
+                               "comma-separated Host header names (NAME or NAME:PORT) accepted "
+                               "besides localhost while listening on loopback, or *"},
     [EBB_CFG_DEVICE] = {"device", T_STR, OFF(device), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "DEV",
                         "auto, cl:P:D, part of a device name, or ref"},
     [EBB_CFG_CHAT_TEMPLATE] = {"chat_template", T_STR, OFF(chat_template), 0, 0,

@@ -19,8 +19,8 @@
 #include "base/log.h"
 #include "base/err.h"
 
-/* A list option (api_key, cors_origin): comma-separated in the file, the environment and flags;
- * blanks around items are trimmed and empty items dropped. */
+/* A list option (api_key, cors_origin, allowed_hosts): comma-separated in the file, the
+ * environment and flags; blanks around items are trimmed and empty items dropped. */
 struct ebb_strlist {
     char **items;
     size_t n;
@@ -56,6 +56,7 @@ enum ebb_config_key {
     EBB_CFG_ACCEPT_RATE_TOTAL,
     EBB_CFG_API_KEY,
     EBB_CFG_CORS_ORIGIN,
+    EBB_CFG_ALLOWED_HOSTS,
     EBB_CFG_DEVICE,
     EBB_CFG_CHAT_TEMPLATE,
     EBB_CFG_LOG_LEVEL,
@@ -133,6 +134,9 @@ struct ebb_config {
      * a model's own general.sampling.* recommendations come first (true). */
     struct ebb_sampling_set generation;
     bool model_sampling;
+    /* Host header names accepted besides the loopback ones while listening on loopback
+     * ("*": any); empty = loopback names only. */
+    struct ebb_strlist allowed_hosts;
 
     char *config_file; /* the file that was loaded, or NULL */
     enum ebb_config_source source[EBB_CFG_N_KEYS];
@@ -214,7 +218,7 @@ enum {
                                                accept_rate, accept_rate_total,
                                                responses_store */
     EBB_CONFIG_CHANGE_AUTH = 1u << 2,       /* api_key */
-    EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin */
+    EBB_CONFIG_CHANGE_CORS = 1u << 3,       /* cors_origin, allowed_hosts */
     EBB_CONFIG_CHANGE_MODEL = 1u << 4,      /* model, models_dir, ctx, ctx_over_trained,
                                                parallel, device,
                                                chat_template, memory_budget, prefetch, cache_dir:

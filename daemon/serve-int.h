@@ -28,7 +28,7 @@ struct ebb__serve_opts {
     struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
                                     or origins */
     size_t n_args;
-    char *keys, *origins; /* every --api-key / --cors-origin, comma-joined */
+    char *keys, *origins, *hosts; /* every --api-key / --cors-origin / --allowed-hosts, joined */
 };
 
 /* Parses argv into o. Returns 0 (o->help set when --help printed the usage), 1 when out of

@@ -21,7 +21,7 @@ static void usage(FILE *f)
             "  -m FILE                    the model, as --model: a path, or a file name under\n"
             "                             models_dir (.gguf may be left off)\n");
     ebb_config_usage(f);
-    fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n"
+    fprintf(f, "  --api-key, --cors-origin, --allowed-hosts may be repeated; their values add up.\n"
                "  --temp T is --temperature T, as in ebb run.\n\n"
                "serve-only flags:\n"
                "  --config FILE              read this config file\n"
@@ -127,6 +127,8 @@ static int apply_flag(struct ebb__serve_opts *o, const char *name, const char *v
         o->keys = join(o->keys, val);
     } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {
         o->origins = join(o->origins, val);
+    } else if (!strcmp(name, "allowed-hosts") || !strcmp(name, "allowed_hosts")) {
+        o->hosts = join(o->hosts, val);
     } else if (ebb_config_is_key(name)) {
         char *k = strdup(name);
         if (!k)
@@ -174,6 +176,10 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
         o->args[o->n_args].key = strdup("cors-origin");
         o->args[o->n_args++].value = o->origins;
     }
+    if (o->hosts) {
+        o->args[o->n_args].key = strdup("allowed-hosts");
+        o->args[o->n_args++].value = o->hosts;
+    }
     return 0;
 }
 
@@ -184,5 +190,6 @@ void ebb__serve_opts_fini(struct ebb__serve_opts *o)
     free(o->args);
     free(o->keys);
     free(o->origins);
+    free(o->hosts);
     memset(o, 0, sizeof(*o));
 }

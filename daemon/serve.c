@@ -147,6 +147,8 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->n_api_keys = c->api_keys.n;
     ac->cors_origins = c->cors_origins.items;
     ac->n_cors_origins = c->cors_origins.n;
+    ac->allowed_hosts = c->allowed_hosts.items;
+    ac->n_allowed_hosts = c->allowed_hosts.n;
     ac->keepalive_ms = s->keepalive_ms;
     ac->responses_store = c->responses_store;
     ac->generation = &c->generation;

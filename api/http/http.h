@@ -313,6 +313,8 @@ struct ebb_api {
     size_t n_api_keys;
     char **cors_origins;
     size_t n_cors_origins;
+    char **allowed_hosts; /* Host names accepted besides the loopback ones ("*": any) */
+    size_t n_allowed_hosts;
     unsigned timeout_s, keepalive_ms;
     size_t max_stream_buffer;
     struct ebb_sampling_set cfg_defaults; /* configured generation defaults */
@@ -334,6 +336,7 @@ struct ebb_api {
     struct ebb__metrics metrics;
     struct ebb__req *live;   /* requests with a generation in progress */
     bool hold;               /* a model swap is pending: new generations wait */
+    bool draining;           /* SIGTERM: /health and new generations 503, idle conns closed */
     struct ebb__req *parked; /* suspended until the hold ends */
     size_t n_gen_conns;      /* connections with a generation whose response is not complete */
     struct ebb__limits limits;

@@ -565,6 +565,11 @@ bool ebb__limits_sweep(struct ebb_api *a)
             k = EBB__REFUSE_BODY_TIMEOUT;
         }
         bool late = limit > 0 && now - c->t_phase > limit;
+        /* Draining: a keep-alive connection between requests is closed now, so that a
+         * balancer's next request goes to a connect that is refused (and retried elsewhere)
+         * rather than to this daemon. */
+        if (idle && a->draining)
+            c->close_now = true;
         if (!late && !c->close_now)
             continue;
         if (late && idle)

@@ -221,6 +221,8 @@ void ebb__reply(struct ebb__req *r, unsigned status, const char *ctype, const ch
     ebb__add_cors(r, resp);
     if (status == 503)
         MHD_add_response_header(resp, "Retry-After", "1");
+    if (r->api->draining) /* the daemon is going away: no next request on this connection */
+        MHD_add_response_header(resp, "Connection", "close");
     if (status == 401)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (status == 405)
@@ -481,6 +483,12 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->n_api_keys = cfg->n_api_keys;
     a->cors_origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
     a->n_cors_origins = cfg->n_cors_origins;
+    a->allowed_hosts = duplist(cfg->allowed_hosts, cfg->n_allowed_hosts);
+    a->n_allowed_hosts = cfg->n_allowed_hosts;
+    if (!a->api_keys || !a->cors_origins || !a->allowed_hosts) {
+        rc = EBB_ENOMEM;
+        goto out;
+    }
     a->timeout_s = cfg->timeout_s;
     ebb__limits_set(&a->limits, cfg);
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
@@ -582,6 +590,7 @@ out:
     free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
+    freelist(a->allowed_hosts, a->n_allowed_hosts);
     pthread_mutex_destroy(&a->mu);
     free(a);
     return rc;
@@ -591,17 +600,22 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
 {
     char **keys = duplist(cfg->api_keys, cfg->n_api_keys);
     char **origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
-    if (!keys || !origins) {
+    char **hosts = duplist(cfg->allowed_hosts, cfg->n_allowed_hosts);
+    if (!keys || !origins || !hosts) {
         freelist(keys, cfg->n_api_keys);
         freelist(origins, cfg->n_cors_origins);
+        freelist(hosts, cfg->n_allowed_hosts);
         return EBB_ENOMEM;
     }
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
+    freelist(a->allowed_hosts, a->n_allowed_hosts);
     a->api_keys = keys;
     a->n_api_keys = cfg->n_api_keys;
     a->cors_origins = origins;
     a->n_cors_origins = cfg->n_cors_origins;
+    a->allowed_hosts = hosts;
+    a->n_allowed_hosts = cfg->n_allowed_hosts;
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
     a->keepalive_ms = cfg->keepalive_ms ? cfg->keepalive_ms : 2000;
     a->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : 1u << 20;
@@ -620,11 +634,19 @@ uint16_t ebb_api_port(const struct ebb_api *a)
 
 void ebb_api_quiesce(struct ebb_api *a)
 {
+    /* The listening socket is closed rather than kept for /health: a balancer's next connect is
+     * then refused before anything is sent, which nginx and HAProxy retry on another daemon even
+     * for a POST (docs/SCALING.md). Connections already open see the draining answers. */
+    a->draining = true;
     if (a->mhd) {
         MHD_socket fd = MHD_quiesce_daemon(a->mhd);
         if (fd != MHD_INVALID_SOCKET)
             close(fd);
     }
+    /* Idle keep-alive connections are closed now rather than at the next tick, so that the
+     * window in which a balancer may still send a new request here stays short. */
+    if (ebb__limits_sweep(a))
+        ebb__kick(a);
 }
 
 size_t ebb_api_in_flight(const struct ebb_api *a)
@@ -671,6 +693,7 @@ void ebb_api_free(struct ebb_api *a)
     free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
+    freelist(a->allowed_hosts, a->n_allowed_hosts);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }

@@ -15,6 +15,36 @@
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
+/* True if host (a Host header) is one of allowed_hosts: an entry without a port matches the
+ * name with any port, one with a port only that port; names compare without case and a
+ * trailing dot. "*" matches anything. */
+static bool host_is_allowed(const struct ebb_api *a, const char *host)
+{
+    char h[256];
+    snprintf(h, sizeof(h), "%s", host);
+    /* The name without its port: "[::1]:8077" -> "[::1]", "ebb.internal:8077" -> "ebb.internal". */
+    char *port = h[0] == '[' ? strchr(h, ']') : h;
+    port = port ? strchr(port, ':') : NULL;
+    size_t name_len = port ? (size_t)(port - h) : strlen(h);
+    if (name_len && h[name_len - 1] == '.')
+        name_len--;
+    for (size_t i = 0; i < a->n_allowed_hosts; i++) {
+        const char *e = a->allowed_hosts[i];
+        if (!strcmp(e, "*"))
+            return true;
+        const char *eport = e[0] == '[' ? strchr(e, ']') : e;
+        eport = eport ? strchr(eport, ':') : NULL;
+        size_t elen = eport ? (size_t)(eport - e) : strlen(e);
+        if (elen && e[elen - 1] == '.')
+            elen--;
+        if (elen != name_len || strncasecmp(e, h, elen))
+            continue;
+        if (!eport || (port && !strcmp(eport, port)))
+            return true;
+    }
+    return false;
+}
+
 static bool host_is_loopback_name(const char *host)
 {
     char h[256];
@@ -169,7 +199,13 @@ static void handle_get(struct ebb__req *r)
         pthread_mutex_lock(&a->mu);
         int st = a->load_state;
         pthread_mutex_unlock(&a->mu);
-        if (st == 1 && a->ready) {
+        if (a->draining) {
+            /* A balancer or readiness probe takes this daemon out while it finishes its
+             * requests (SIGTERM). */
+            json_object_set_new(o, "status", json_string("draining"));
+            json_object_set_new(o, "in_flight", json_integer((json_int_t)ebb_api_in_flight(a)));
+            ebb__reply_json(r, 503, o);
+        } else if (st == 1 && a->ready) {
             json_object_set_new(o, "status", json_string("ok"));
             ebb__reply_json(r, 200, o);
         } else if (st < 0 || (st == 1 && a->load_seen && !a->ready)) {
@@ -285,10 +321,11 @@ static bool check_request(struct ebb__req *r, const char *url, const char *metho
     r->ep = route(url, &post);
     if (a->loopback) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        if (host && !host_is_loopback_name(host)) {
+        if (host && !host_is_loopback_name(host) && !host_is_allowed(a, host)) {
             ebb__reply_error(r, 403,
                              "the Host header must name this machine (localhost, 127.0.0.1 "
-                             "or [::1]) while ebb listens on a loopback address",
+                             "or [::1]) or a name in allowed_hosts while ebb listens on a "
+                             "loopback address",
                              NULL, "host_not_allowed");
             return false;
         }
@@ -327,6 +364,13 @@ static bool check_request(struct ebb__req *r, const char *url, const char *metho
         char msg[260];
         snprintf(msg, sizeof(msg), "method %.16s is not allowed on %.100s", method, url);
         ebb__reply_error(r, 405, msg, NULL, "method_not_allowed");
+        return false;
+    }
+    if (post && a->draining) {
+        /* Answered 503 with Retry-After (ebb__reply) and the connection closed: the client or
+         * balancer retries, and the retry cannot reach this daemon again. */
+        ebb__reply_error(r, 503, "the server is shutting down; retry (another server takes it)",
+                         NULL, "server_draining");
         return false;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");

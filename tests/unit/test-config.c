@@ -239,6 +239,7 @@ static void test_env(void **state)
     ebb_config_init(&c);
     setenv("EBB_PORT", "9001", 1);
     setenv("EBB_API_KEY", "a, b", 1);
+    setenv("EBB_ALLOWED_HOSTS", "ebb.example, proxy.lan:8443", 1);
     setenv("EBB_MODELS_DIR", "/models", 1);
     setenv("EBB_HOST", "", 1); /* empty counts as unset */
     setenv("EBB_SOMETHING_ELSE", "x", 1);
@@ -246,6 +247,10 @@ static void test_env(void **state)
     assert_int_equal(c.port, 9001);
     assert_int_equal(c.api_keys.n, 2);
     assert_string_equal(c.api_keys.items[1], "b");
+    assert_int_equal(c.allowed_hosts.n, 2);
+    assert_string_equal(c.allowed_hosts.items[0], "ebb.example");
+    assert_string_equal(c.allowed_hosts.items[1], "proxy.lan:8443");
+    assert_int_equal(c.source[EBB_CFG_ALLOWED_HOSTS], EBB_CONFIG_SRC_ENV);
     assert_string_equal(c.models_dir, "/models");
     assert_string_equal(c.host, "127.0.0.1");
     assert_int_equal(c.source[EBB_CFG_PORT], EBB_CONFIG_SRC_ENV);
@@ -255,6 +260,7 @@ static void test_env(void **state)
     assert_int_equal(ebb_config_apply_env(&c, &d), EBB_EINVAL);
     assert_string_equal(d.msg, "EBB_LOG_LEVEL: 'loud' is not one of error, warn, info, debug");
     unsetenv("EBB_SOMETHING_ELSE");
+    unsetenv("EBB_ALLOWED_HOSTS");
     ebb_config_fini(&c);
 }
 
@@ -441,6 +447,7 @@ static void test_diff(void **state)
     ebb_config_set(&b, "api_key", "x,z", EBB_CONFIG_SRC_FILE, 1, &d);
     ebb_config_set(&b, "cors_origin", "http://a", EBB_CONFIG_SRC_FILE, 1, &d);
     ebb_config_set(&b, "model", "other.gguf", EBB_CONFIG_SRC_FILE, 1, &d);
+    ebb_config_set(&a, "allowed_hosts", "ebb.example", EBB_CONFIG_SRC_FILE, 1, &d);
     ebb_config_set(&b, "port", "1", EBB_CONFIG_SRC_FILE, 1, &d);
     assert_int_equal(ebb_config_diff(&a, &b), EBB_CONFIG_CHANGE_AUTH | EBB_CONFIG_CHANGE_CORS |
                                                   EBB_CONFIG_CHANGE_MODEL |
