@@ -96,8 +96,11 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (p.matmul_mmq && !tu->mmq_stage &&
          (rc = tile_kernel(cl, l, tu, tu->mmq_t, tu->mmq_mi, tu->mmq_w, tu->mmq_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmq", &p.matmul_mmqp, diag))) ||
-        (p.matmul_mmq && tu->mmq_stage &&
+        (p.matmul_mmq && tu->mmq_stage && !ebb_cl_layout_kquant(l) &&
          (rc = tile_kernel(cl, l, tu, tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))) ||
+        (p.matmul_mmq && tu->mmq_stage && ebb_cl_layout_kquant(l) &&
+         (rc = tile_kernel(cl, l, tu, tu->mmqk_t, tu->mmqk_mi, tu->mmqk_w, tu->mmqk_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))))
         goto out;
     *out = p;
@@ -286,10 +289,18 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
         break;
     }
     case EBB_CL_WK_MMQL:
+    case EBB_CL_WK_MMQLK:
     case EBB_CL_WK_MMQLS: {
-        bool pf = k == EBB_CL_WK_MMQL;
-        uint32_t mi = pf ? tu->mmql_mi : tu->mms_mi, tt = pf ? tu->mmql_t : tu->mms_t,
-                 w = pf ? tu->mmql_w : tu->mms_w;
+        bool kq = k == EBB_CL_WK_MMQLK, pf = k == EBB_CL_WK_MMQL;
+        uint32_t mi = kq   ? tu->mmqk_mi
+                      : pf ? tu->mmql_mi
+                           : tu->mms_mi,
+                 tt = kq   ? tu->mmqk_t
+                      : pf ? tu->mmql_t
+                           : tu->mms_t,
+                 w = kq   ? tu->mmqk_w
+                     : pf ? tu->mmql_w
+                          : tu->mms_w;
         size_t wg = 32 * (size_t)(w ? w : 4), r = 16 * (size_t)(mi ? mi : 1) * (wg / 32);
         size_t t = tt ? tt : 64;
         g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;

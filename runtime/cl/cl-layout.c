@@ -200,6 +200,11 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
+bool ebb_cl_layout_kquant(const struct ebb_cl_layout *l)
+{
+    return l->type == EBB_GGML_Q4_K || l->type == EBB_GGML_Q5_K || l->type == EBB_GGML_Q6_K;
+}
+
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
 {
     return ebb_cl_layout_has_q16(l, tu) ||

@@ -148,6 +148,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQL,       /* matmul_mmql with the mmql_* tile: (32 mmql_w nt / mmql_t,
                              n_out / (16 mmql_mi mmql_w)), tokens first */
     EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
+    EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (K-quants; the same) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
@@ -182,6 +183,8 @@ bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tu
 /* True when layout l has matmul_mms's word accessors (W_QW, or W_QW8 for byte-wide weights;
  * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, Q8_0, Q6_K, Q5_0 and Q5_K. */
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+/* Whether l's type is a K-quant (Q4_K, Q5_K, Q6_K): matmul_mmql's mmqk_* tile. */
+bool ebb_cl_layout_kquant(const struct ebb_cl_layout *l);
 
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,
  * Q5_1, Q4_K, Q5_K or Q6_K blocks in a buffer, with tu->mv_q8 and tu->kq8. */

@@ -146,8 +146,10 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
     size_t g[2], l[2];
-    ebb_cl_wkernel_shape(&m->tu, m->tu.mmq_stage ? EBB_CL_WK_MMQL : EBB_CL_WK_MMQ, (uint32_t)n_out,
-                         (uint32_t)nt, g, l);
+    enum ebb_cl_wkernel kind = !m->tu.mmq_stage                   ? EBB_CL_WK_MMQ
+                               : ebb_cl_layout_kquant(&w->layout) ? EBB_CL_WK_MMQLK
+                                                                  : EBB_CL_WK_MMQL;
+    ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
