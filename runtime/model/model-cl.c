@@ -90,6 +90,7 @@ static void clm_free(void *ctx)
         clReleaseProgram(m->ops);
     if (m->ops_deep)
         clReleaseProgram(m->ops_deep);
+    ebb__clm_moe_long_fini(m);
     ebb__clm_moe_fini(m);
     ebb__clm_xc_fini(m);
     for (uint32_t i = 0; i < m->n_progs; i++)
@@ -229,7 +230,7 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, 2 * m->n_batch * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
-        (m->xl_rows && STREAMING(m) &&
+        (m->xl_rows && (STREAMING(m) || m->ml.on) &&
          (rc = ebb__clm_alloc(m, (size_t)m->xl_rows * f * hp->n_embd, &m->xl,
                               "layer-major prefill rows", diag))) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
@@ -489,7 +490,8 @@ static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, 
                               diag, "copying a chunk's rows out");
     }
     for (uint32_t l = 0; l < m->hp.n_layer && !rc; l++)
-        rc = ebb_stream_is_resident(m->st, l)
+        rc = !STREAMING(m) ? ebb__clm_moe_long_layer(m, l, rows, nc, diag) /* expert cache */
+             : ebb_stream_is_resident(m->st, l)
                  ? ebb__clm_layer_chunks(m, &m->layers[l], rows, nc, diag)
                  : ebb__clm_streamed_layer(m, l, rows, nc, diag);
     if (rc)
@@ -560,10 +562,16 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     bool lm = STREAMING(m) && m->xl && n > m->n_batch && m->first_host == m->hp.n_layer &&
               ebb_stream_n_resident(m->st) < m->hp.n_layer &&
               !(out && (out->hidden_sum || out->logits_all));
+    /* Or where the expert cache would copy a layer's experts once per chunk (docs/STREAMER.md,
+     * "Long prompts through the expert cache"); a pass ends on a chunk the grouped products
+     * take, as chunk after chunk would, so that the rows are the same. */
+    bool lmx = m->ml.on && m->xl && !(out && (out->hidden_sum || out->logits_all));
     for (uint32_t c = 0, step; c < n; c += step) {
         int nt;
-        if (lm) {
-            step = n - c < m->xl_rows ? n - c : m->xl_rows;
+        step = n - c < m->xl_rows ? n - c : m->xl_rows;
+        if (lmx && step % m->n_batch && !ebb__clm_moe_long_takes(m, step % m->n_batch))
+            step -= step % m->n_batch;
+        if (lm || (lmx && step > m->n_batch)) {
             if ((rc = forward_long(m, seq, tokens + c, step, pos + c, &nt, diag)))
                 goto out;
         } else {
@@ -991,11 +999,13 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
             m->map.buf = NULL; /* fall back to copies */
     }
     if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
-        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_place_weights(m, g, diag)) ||
-        (rc = alloc_scratch(m, diag)))
+        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_moe_long_open(m, diag)) ||
+        (rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
         goto out;
     if (m->xc)
         m->iface.expert_cache = ebb__clm_xc_report;
+    if (m->ml.on && m->xl) /* long prompts layer-major through the expert cache */
+        m->iface.long_rows = m->xl_rows;
     if (STREAMING(m)) {
         if ((rc = ebb__clm_ensure_slots(m, diag)))
             goto out;
