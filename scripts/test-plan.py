@@ -35,7 +35,7 @@ EST = {
     "model-long-smollm2-f16-cl": 64, "model": 60, "model-qwen3moe-tiny-cl-group-mms": 59,
     "qin": 49, "fuzz-request": 44, "model-batch": 41, "run": 40, "fuzz-jinja": 32,
     "fuzz-output": 32, "fuzz-tokenize": 32, "model-cl": 32, "cli/stream": 26,
-    "model-batch-qwen3-q8": 24, "model-stream": 24, "model-qwen2-tiny-cl": 19,
+    "model-batch-qwen3-q8": 24, "model-stream": 24, "model-moe-long-cl": 12, "model-qwen2-tiny-cl": 19,
     "perplexity-gemma3-cl": 20, "daemon-notify": 19, "stream-pressure": 14, "alloc-walk": 13,
     "model-hybrid": 12, "model-qwen3moe-tiny-cl-q8": 12, "daemon-sighup-model": 11,
     "model-qwen3moe-tiny-q8": 10, "model-qwen3moe-tiny-cl-group": 10, "model-batch-qwen3": 10,

@@ -968,9 +968,8 @@ ebb_err ebb__clm_xc_long_wait(struct clm *m, uint32_t g, struct ebb_diag *diag)
     struct clm_xc *x = m->xc;
     if (!x->lm_last[g])
         return EBB_OK;
-    ebb_err rc =
-        ebb_cl_check(clEnqueueBarrierWithWaitList(m->cl->q, 1, &x->lm_last[g], NULL), diag,
-                     "waiting for a group of expert copies");
+    ebb_err rc = ebb_cl_check(clEnqueueBarrierWithWaitList(m->cl->q, 1, &x->lm_last[g], NULL), diag,
+                              "waiting for a group of expert copies");
     if (!rc && x->last_copy == x->lm_last[g])
         x->unwaited = false;
     return rc;

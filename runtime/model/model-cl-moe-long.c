@@ -62,8 +62,8 @@ ebb_err ebb__clm_moe_long_open(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, pairs * sizeof(cl_int4), &ml->b.tiles, "layer-major expert tiles",
                              diag)) ||
-        (rc = ebb__clm_alloc(m, pairs * sizeof(cl_int), &ml->ids, "layer-major expert ids",
-                             diag)) ||
+        (rc =
+             ebb__clm_alloc(m, pairs * sizeof(cl_int), &ml->ids, "layer-major expert ids", diag)) ||
         (rc = ebb__clm_alloc(m, pairs * f, &ml->w, "layer-major expert weights", diag)))
         return rc;
     ml->h_ids = malloc(pairs * sizeof(int32_t));
@@ -138,8 +138,8 @@ static ebb_err copy(struct clm *m, cl_mem src, size_t so, cl_mem dst, size_t d, 
 
 /* Steps from..to-1 of layer L for each of the n chunks, their rows brought from m->xl into m->x
  * and back. */
-static ebb_err chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,
-                      uint32_t n, uint32_t from, uint32_t to, struct ebb_diag *diag)
+static ebb_err chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows, uint32_t n,
+                      uint32_t from, uint32_t to, struct ebb_diag *diag)
 {
     size_t row = sizeof(float) * m->hp.n_embd;
     ebb_err rc = EBB_OK;
@@ -165,8 +165,8 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
     uint64_t t1 = now_ns();
     uint32_t ng = 0, halves = 1;
     const int32_t *group, *slot;
-    if (rc || (rc = ebb__clm_xc_long_plan(m, l, ml->h_ids, n_pairs, &ng, &halves, &group, &slot,
-                                          diag)))
+    if (rc ||
+        (rc = ebb__clm_xc_long_plan(m, l, ml->h_ids, n_pairs, &ng, &halves, &group, &slot, diag)))
         return rc;
     uint32_t *gt = malloc(((size_t)ng + 1) * sizeof(uint32_t));
     if (!gt)
@@ -188,8 +188,7 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
         if ((rc = ebb__clm_xc_long_wait(m, g, diag)) ||
             (rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, ml->b.tiles, CL_FALSE, 0,
                                                     (size_t)n_tiles * 4 * sizeof(int32_t),
-                                                    ml->h_tiles + (size_t)gt[g] * 4, 0, NULL,
-                                                    NULL),
+                                                    ml->h_tiles + (size_t)gt[g] * 4, 0, NULL, NULL),
                                diag, "uploading the layer-major expert tiles")) ||
             (rc = ebb__clm_moe_grouped(m, ws, &ml->b, n_tiles, diag)))
             break;
@@ -246,6 +245,6 @@ ebb_err ebb__clm_moe_long_layer(struct clm *m, uint32_t l, const struct clm_rows
         (rc = chunks(m, L, rows, n, ml->step + 1, m->plan.n_steps, diag)))
         return rc;
     /* The last chunk's rows in m->x, as chunk after chunk leaves them. */
-    return copy(m, m->xl, (size_t)(n - 1) * m->n_batch * row, m->x, 0,
-                (size_t)rows[n - 1].nt * row, diag);
+    return copy(m, m->xl, (size_t)(n - 1) * m->n_batch * row, m->x, 0, (size_t)rows[n - 1].nt * row,
+                diag);
 }
