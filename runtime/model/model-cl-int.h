@@ -34,8 +34,12 @@
 #define ATT_SPLIT_ROWS 2048
 #define LONG_ROWS 2048     /* a layer-major prefill's rows by default (EBB_STREAM_LONG_ROWS) */
 #define LONG_ROWS_MAX 8192 /* and at most */
-#define N_OUT_ROWS 16      /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_MAX 64        /* as in ops.cl, and its work-group size and tile of logits */
+/* The fewest rows a prompt runs layer-major through the expert cache in one chunk: fewer (a
+ * speculative draft's verification, a short follow-up) keep the cache's lookups and hits; from
+ * 64 rows of 8 experts a 128-expert layer's every expert is likely chosen anyway. */
+#define MOE_LONG_MIN 64
+#define N_OUT_ROWS 16 /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_MAX 64   /* as in ops.cl, and its work-group size and tile of logits */
 #define TOPK_WG 256
 #define TOPK_TILE 1024      /* logits a first-pass work-group takes (TOPK_WG x TOPK_E) */
 #define TOPK_PARTS_MAX 1024 /* first-pass work-groups a row may have (TOPK_OWN x TOPK_WG) */

@@ -223,7 +223,7 @@ ebb_err ebb__clm_moe_long_layer(struct clm *m, uint32_t l, const struct clm_rows
     struct clm_moe_long *ml = &m->ml;
     const struct layer *L = &m->layers[l];
     const struct clm_step *s = &m->plan.steps[ml->step];
-    if (!ml->on || n < 2 || L->n_w[s->group + 1]) /* (a layer whose experts are placed) */
+    if (!ml->on || L->n_w[s->group + 1]) /* (a layer whose experts are placed) */
         return ebb__clm_layer_chunks(m, L, rows, n, diag);
     size_t row = sizeof(float) * m->hp.n_embd, ik = sizeof(int32_t) * m->hp.n_expert_used;
     uint32_t total = 0;

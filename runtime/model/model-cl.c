@@ -483,7 +483,7 @@ static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, 
                                                sizeof(int32_t) * (size_t)nt,
                                                tokens + (size_t)i * m->n_batch, 0, NULL, NULL),
                           diag, "writing token ids");
-        if (!rc && !(rc = embed(m, nt, diag)) && nc > 1)
+        if (!rc && !(rc = embed(m, nt, diag)) && (nc > 1 || m->ml.on))
             rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->x, m->xl, 0,
                                                   (size_t)i * m->n_batch * row, nt * row, 0, NULL,
                                                   NULL),
@@ -569,9 +569,11 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     for (uint32_t c = 0, step; c < n; c += step) {
         int nt;
         step = n - c < m->xl_rows ? n - c : m->xl_rows;
-        if (lmx && step % m->n_batch && !ebb__clm_moe_long_takes(m, step % m->n_batch))
+        if (lmx && step > m->n_batch && step % m->n_batch &&
+            !ebb__clm_moe_long_takes(m, step % m->n_batch))
             step -= step % m->n_batch;
-        if (lm || (lmx && step > m->n_batch)) {
+        if (lm || (lmx && (step > m->n_batch ||
+                           (step >= MOE_LONG_MIN && ebb__clm_moe_long_takes(m, step))))) {
             if ((rc = forward_long(m, seq, tokens + c, step, pos + c, &nt, diag)))
                 goto out;
         } else {
@@ -805,7 +807,7 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
         total += seqs[i].n;
     }
     /* A lone long prompt: clm_eval's layer-major pass (docs/STREAMER.md, "Long prompts"). */
-    if (n_seqs == 1 && m->xl && seqs[0].n > m->n_batch)
+    if (n_seqs == 1 && m->xl && (seqs[0].n > m->n_batch || (m->ml.on && seqs[0].n >= MOE_LONG_MIN)))
         return clm_eval(m, seqs[0].seq, seqs[0].tokens, seqs[0].n, seqs[0].pos, seqs[0].out, diag);
     for (uint32_t i = 0; i < n_seqs; i++) {
         if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))

@@ -5,7 +5,8 @@
  * 8 rows), a 300-token prompt and one decoded token. The logits after each must equal the
  * resident model's to the bit with 4 slots a layer in one layer-major pass, chunk after chunk
  * (EBB_STREAM_LONG_ROWS=0), in a pass of 256 rows and a chunk, as a batch of one part
- * (ebb_model_eval_batch), with 5 slots and every expert pinned in host memory, and with 16;
+ * (ebb_model_eval_batch), with 5 slots and every expert pinned in host memory, and with 16; a
+ * prompt of one chunk of 100 rows (a batch part) runs as one pass, one of 40 through the lookups;
  * with EBB_CL_MOE_GROUP=64 the last chunk (44 rows) is left to the ordinary path, and equals the
  * resident run's under the same setting. The counters must say that each expert the prompt
  * used was copied once per layer per pass, in groups of half the slots. Usage:
@@ -40,9 +41,9 @@ struct run {
 
 static uint32_t g_vocab;
 
-/* The prompt and one token with the given slots (0: resident), EBB_STREAM_LONG_ROWS (NULL:
- * unset), as one batch part or an evaluation. */
-static void run(uint32_t slots, const char *rows, bool batch, struct run *r)
+/* A prompt of n tokens and one token with the given slots (0: resident), EBB_STREAM_LONG_ROWS
+ * (NULL: unset), as one batch part or an evaluation. */
+static void run_n(uint32_t n, uint32_t slots, const char *rows, bool batch, struct run *r)
 {
     if (rows)
         setenv("EBB_STREAM_LONG_ROWS", rows, 1);
@@ -60,16 +61,21 @@ static void run(uint32_t slots, const char *rows, bool batch, struct run *r)
         ids[i] = 100 + (i * 37) % 4000;
     r->long_rows = ebb_model_long_rows(m);
     struct ebb_model_out out = {.logits = r->logits[0]};
-    struct ebb_model_seq part = {.seq = 0, .tokens = ids, .n = N_PROMPT, .pos = 0, .out = &out};
-    ebb_err rc = batch ? ebb_model_eval_batch(m, &part, 1, &d)
-                       : ebb_model_eval(m, 0, ids, N_PROMPT, 0, &out, &d);
+    struct ebb_model_seq part = {.seq = 0, .tokens = ids, .n = n, .pos = 0, .out = &out};
+    ebb_err rc =
+        batch ? ebb_model_eval_batch(m, &part, 1, &d) : ebb_model_eval(m, 0, ids, n, 0, &out, &d);
     if (rc)
         fail_msg("prompt: %s", d.msg);
     out.logits = r->logits[1];
-    if (ebb_model_eval(m, 0, ids + N_PROMPT, 1, N_PROMPT, &out, &d))
+    if (ebb_model_eval(m, 0, ids + n, 1, n, &out, &d))
         fail_msg("token: %s", d.msg);
     assert_int_equal(ebb_model_expert_cache(m, &r->x), slots != 0);
     ebb_model_close(m);
+}
+
+static void run(uint32_t slots, const char *rows, bool batch, struct run *r)
+{
+    run_n(N_PROMPT, slots, rows, batch, r);
 }
 
 static void same(const struct run *a, const struct run *b, const char *what)
@@ -133,6 +139,17 @@ static void test_layer_major(void **state)
     run(16, NULL, false, &all);
     same(&all, &res, "16 slots");
     passes(&all, 1, 8, "16 slots");
+    /* One chunk: of 100 rows, layer-major (the experts once each); of 40, fewer than
+     * MOE_LONG_MIN (64), through the cache's lookups, as decode. */
+    static struct run res100, a100, res40, a40;
+    run_n(100, 0, NULL, false, &res100);
+    run_n(100, 4, NULL, true, &a100);
+    same(&a100, &res100, "4 slots, a chunk of 100 rows");
+    passes(&a100, 1, 2, "4 slots, a chunk of 100 rows");
+    run_n(40, 0, NULL, false, &res40);
+    run_n(40, 4, NULL, false, &a40);
+    same(&a40, &res40, "4 slots, a chunk of 40 rows");
+    passes(&a40, 0, 2, "4 slots, a chunk of 40 rows");
     /* A last chunk the grouped products do not take (44 < 64 rows) runs as chunk after chunk
      * does: the pass is the first 256 rows. */
     setenv("EBB_CL_MOE_GROUP", "64", 1);
