@@ -880,8 +880,9 @@ uint64_t ebb__clm_xc_long_bytes(const struct clm *m, uint32_t rows)
 }
 
 ebb_err ebb__clm_xc_long_plan(struct clm *m, uint32_t l, const int32_t *ids, size_t n_pairs,
-                              uint32_t *n_groups, uint32_t *halves, const int32_t **group,
-                              const int32_t **slot, struct ebb_diag *diag)
+                              uint32_t *n_groups, uint32_t *halves, bool *kept_group,
+                              const uint32_t **list, const int32_t **group, const int32_t **slot,
+                              struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
     ebb_err rc = EBB_OK;
@@ -910,23 +911,36 @@ ebb_err ebb__clm_xc_long_plan(struct clm *m, uint32_t l, const int32_t *ids, siz
                                 ids[p]);
         x->lm_group[ids[p]] = 0;
     }
-    /* Two halves of the slots take the groups in turn, so that one half is filled while the
-     * other's products run; with one slot, one group at a time. */
-    uint32_t per = x->n_slots >= 2 ? x->n_slots / 2 : 1, n = 0;
+    /* The used experts the slots hold already are group 0, in their slots, copied by no one.
+     * Then two halves of the slots take the other groups in turn, so that one half is filled
+     * while the other's products run; with one slot, one group at a time. */
+    const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
+    uint32_t per = x->n_slots >= 2 ? x->n_slots / 2 : 1, n = 0, kept = 0;
     *halves = x->n_slots >= 2 ? 2 : 1;
-    for (uint32_t e = 0; e < x->n_expert; e++) {
-        if (x->lm_group[e] < 0)
+    x->lm_g0[0] = 0;
+    for (uint32_t e = 0; e < x->n_expert; e++)
+        if (x->lm_group[e] == 0 && slot_of[e] >= 0) {
+            x->lm_slot[e] = slot_of[e];
+            x->lm_list[n++] = e;
+            kept++;
+        }
+    for (uint32_t e = 0, i = 0; e < x->n_expert; e++) {
+        if (x->lm_group[e] < 0 || x->lm_slot[e] >= 0)
             continue;
-        uint32_t g = n / per;
-        if (n % per == 0)
+        uint32_t g = (kept ? 1 : 0) + i / per;
+        if (i % per == 0)
             x->lm_g0[g] = n;
         x->lm_group[e] = (int32_t)g;
-        x->lm_slot[e] = (int32_t)((g % *halves) * per + n % per);
+        x->lm_slot[e] = (int32_t)((i / per % *halves) * per + i % per);
         x->lm_list[n++] = e;
+        i++;
     }
-    x->lm_ng = (n + per - 1) / per;
+    x->lm_ng = (kept ? 1 : 0) + (n - kept + per - 1) / per;
     x->lm_g0[x->lm_ng] = n;
+    x->lm_d.hits = kept;
     *n_groups = x->lm_ng;
+    *kept_group = kept != 0;
+    *list = x->lm_list;
     *group = x->lm_group;
     *slot = x->lm_slot;
     return EBB_OK;
@@ -937,6 +951,8 @@ ebb_err ebb__clm_xc_long_copy(struct clm *m, uint32_t g, cl_event after, struct 
     struct clm_xc *x = m->xc;
     uint32_t l = x->lm_l, n = 0;
     int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
+    if (g == 0 && x->lm_d.hits) /* the experts the slots held: nothing to copy */
+        return EBB_OK;
     int32_t *in = x->expert_in + (size_t)l * x->n_slots;
     x->clock++;
     for (uint32_t i = x->lm_g0[g]; i < x->lm_g0[g + 1]; i++, n++) {
@@ -1005,6 +1021,7 @@ void ebb__clm_xc_long_end(struct clm *m, bool first_layer, uint64_t ids_ns, uint
     x->st.lm_layer_steps++;
     x->st.lm_groups += x->lm_ng;
     x->st.lm_copied += x->lm_d.misses;
+    x->st.lm_kept += x->lm_d.hits;
     x->st.lm_bytes += x->lm_d.bytes_copied;
     x->st.prefetch_wasted += x->lm_d.prefetch_wasted;
     x->st.lm_fill_ns += x->lm_d.fill_ns;

@@ -447,17 +447,19 @@ bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
 const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 /* A layer-major pass of layer l (model-cl-moe-long.c): ebb__clm_xc_long_plan takes the pass's
- * n_pairs chosen ids (validated here) and cuts the distinct experts, in ascending order, into
- * groups of half the slots (*halves 2; with one slot, *halves 1, a group fills it), group g in
- * half g % *halves; *group and *slot
- * (n_expert each) give each expert's group and slot, -1 for one not used; *n_groups their
- * count. ebb__clm_xc_long_copy brings group g into its slots on the copy queue, its first write
- * after `after` (or at once); ebb__clm_xc_long_wait makes the compute queue wait for those
- * copies; ebb__clm_xc_long_end, after the layer's products are done (a finish), adds the pass's
- * figures (ids_ns: the read-back; ns: the experts' phase) to the counters. */
+ * n_pairs chosen ids (validated here): the distinct experts the layer's slots hold already are
+ * group 0 where there are some (*kept_group; copied by no one), the others, in ascending order,
+ * are cut into groups of half the slots (*halves 2; with one slot, *halves 1, a group fills it),
+ * alternating between the halves; *list gives the experts in group order, *group and *slot
+ * (n_expert each) each expert's group and slot, -1 for one not used; *n_groups their count.
+ * ebb__clm_xc_long_copy brings group g into its slots on the copy queue, its first write after
+ * `after` (or at once); ebb__clm_xc_long_wait makes the compute queue wait for those copies;
+ * ebb__clm_xc_long_end, after the layer's products are done (a finish), adds the pass's figures
+ * (ids_ns: the read-back; ns: the experts' phase) to the counters. */
 ebb_err ebb__clm_xc_long_plan(struct clm *m, uint32_t l, const int32_t *ids, size_t n_pairs,
-                              uint32_t *n_groups, uint32_t *halves, const int32_t **group,
-                              const int32_t **slot, struct ebb_diag *diag);
+                              uint32_t *n_groups, uint32_t *halves, bool *kept_group,
+                              const uint32_t **list, const int32_t **group, const int32_t **slot,
+                              struct ebb_diag *diag);
 ebb_err ebb__clm_xc_long_copy(struct clm *m, uint32_t g, cl_event after, struct ebb_diag *diag);
 ebb_err ebb__clm_xc_long_wait(struct clm *m, uint32_t g, struct ebb_diag *diag);
 void ebb__clm_xc_long_end(struct clm *m, bool first_layer, uint64_t ids_ns, uint64_t ns);

@@ -91,27 +91,29 @@ void ebb__clm_moe_long_fini(struct clm *m)
     *ml = (struct clm_moe_long){0};
 }
 
-/* The pass's n_pairs pairs (ml->h_ids) sorted by expert into h_perm, each expert's cut into
- * tiles of at most MOE_GT (expert's slot, first index, count) into h_tiles; the experts ascend,
- * so each group's tiles follow one another: gt[g] is group g's first tile, gt[n_groups] their
- * count. */
+/* The pass's n_pairs pairs (ml->h_ids) sorted by expert, in the n_used experts' group order
+ * (list), into h_perm, each expert's cut into tiles of at most MOE_GT (expert's slot, first
+ * index, count) into h_tiles; each group's tiles follow one another: gt[g] is group g's first
+ * tile, gt[n_groups] their count. */
 static void sort_pairs(struct clm_moe_long *ml, size_t n_pairs, uint32_t n_expert,
-                       const int32_t *group, const int32_t *slot, uint32_t *gt)
+                       const uint32_t *list, uint32_t n_used, const int32_t *group,
+                       const int32_t *slot, uint32_t *gt)
 {
     uint32_t *cnt = ml->h_cnt;
     memset(cnt, 0, (size_t)n_expert * sizeof(uint32_t));
     for (size_t p = 0; p < n_pairs; p++)
         cnt[ml->h_ids[p]]++;
     uint32_t at = 0;
-    for (uint32_t e = 0; e < n_expert; e++) { /* counts become start offsets */
-        uint32_t c = cnt[e];
+    for (uint32_t i = 0; i < n_used; i++) { /* counts become start offsets, in group order */
+        uint32_t e = list[i], c = cnt[e];
         cnt[e] = at;
         at += c;
     }
     for (size_t p = 0; p < n_pairs; p++)
         ml->h_perm[cnt[ml->h_ids[p]]++] = (int32_t)p;
     uint32_t n_tiles = 0, start = 0;
-    for (uint32_t e = 0; e < n_expert; e++) { /* cnt[e] is now e's end */
+    for (uint32_t i = 0; i < n_used; i++) { /* cnt[e] is now e's end */
+        uint32_t e = list[i];
         for (uint32_t s = start; s < cnt[e]; s += MOE_GT) {
             int32_t *t = ml->h_tiles + (size_t)n_tiles * 4;
             uint32_t n = cnt[e] - s;
@@ -164,14 +166,19 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
     ebb_err rc = ebb_cl_read(m->cl, ml->ids, 0, n_pairs * sizeof(int32_t), ml->h_ids, diag);
     uint64_t t1 = now_ns();
     uint32_t ng = 0, halves = 1;
+    bool kept = false;
+    const uint32_t *list;
     const int32_t *group, *slot;
-    if (rc ||
-        (rc = ebb__clm_xc_long_plan(m, l, ml->h_ids, n_pairs, &ng, &halves, &group, &slot, diag)))
+    if (rc || (rc = ebb__clm_xc_long_plan(m, l, ml->h_ids, n_pairs, &ng, &halves, &kept, &list,
+                                          &group, &slot, diag)))
         return rc;
     uint32_t *gt = malloc(((size_t)ng + 1) * sizeof(uint32_t));
     if (!gt)
         return EBB_ENOMEM;
-    sort_pairs(ml, n_pairs, m->hp.n_expert, group, slot, gt);
+    uint32_t n_used = 0;
+    for (uint32_t e = 0; e < m->hp.n_expert; e++)
+        n_used += group[e] >= 0;
+    sort_pairs(ml, n_pairs, m->hp.n_expert, list, n_used, group, slot, gt);
     /* The host arrays stay as they are until the next layer's read-back, which follows every
      * write below in the queue. */
     rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, ml->b.perm, CL_FALSE, 0,
@@ -193,14 +200,16 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
             (rc = ebb__clm_moe_grouped(m, ws, &ml->b, n_tiles, diag)))
             break;
         if (g + 1 < ng) {
-            /* Group g + 1 goes into the half that group g - 1 read (with one slot, the one
-             * group g reads): its copy waits for those products on the device only. */
+            /* Group g + 1 goes into the half that group g - 1 read (with one slot, or after the
+             * kept group 0, whose experts sit in either half, the slots group g reads): its copy
+             * waits for those products on the device only. */
             rc = ebb_cl_check(clEnqueueMarkerWithWaitList(m->cl->q, 0, NULL, &mk), diag,
                               "marking the end of an expert group");
             if (!rc)
                 rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
             if (!rc)
-                rc = ebb__clm_xc_long_copy(m, g + 1, halves == 2 ? prev : mk, diag);
+                rc =
+                    ebb__clm_xc_long_copy(m, g + 1, halves == 2 && !(kept && !g) ? prev : mk, diag);
         }
         if (prev)
             clReleaseEvent(prev);

@@ -326,7 +326,8 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
         "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"long_passes\":%llu,"
         "\"long_layer_steps\":%llu,\"long_groups\":%llu,\"long_copied\":%llu,"
-        "\"long_bytes\":%llu,\"long_copy_ns\":%llu,\"long_fill_ns\":%llu,\"long_ids_ns\":%llu,"
+        "\"long_kept\":%llu,\"long_bytes\":%llu,\"long_copy_ns\":%llu,\"long_fill_ns\":%llu,\"long_"
+        "ids_ns\":%llu,"
         "\"long_ns\":%llu}",
         x.slots, x.n_layer, (unsigned long long)x.pool_bytes, (unsigned long long)x.expert_bytes,
         (unsigned long long)x.expert_bytes_min, (unsigned long long)x.lookups,
@@ -337,9 +338,10 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
         (unsigned long long)x.prefetch_wasted, (unsigned long long)x.lm_passes,
         (unsigned long long)x.lm_layer_steps, (unsigned long long)x.lm_groups,
-        (unsigned long long)x.lm_copied, (unsigned long long)x.lm_bytes,
-        (unsigned long long)x.lm_copy_ns, (unsigned long long)x.lm_fill_ns,
-        (unsigned long long)x.lm_ids_ns, (unsigned long long)x.lm_ns);
+        (unsigned long long)x.lm_copied, (unsigned long long)x.lm_kept,
+        (unsigned long long)x.lm_bytes, (unsigned long long)x.lm_copy_ns,
+        (unsigned long long)x.lm_fill_ns, (unsigned long long)x.lm_ids_ns,
+        (unsigned long long)x.lm_ns);
     return n > 0 ? (size_t)n : 0;
 }
 

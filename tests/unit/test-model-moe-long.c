@@ -34,16 +34,18 @@
 static char g_model[1024];
 
 struct run {
-    float logits[2][N_VOCAB_MAX];
+    float logits[3][N_VOCAB_MAX]; /* after the prompt, the token, a follow-up */
     uint32_t long_rows;
     struct ebb_model_expert_cache x;
 };
 
 static uint32_t g_vocab;
 
-/* A prompt of n tokens and one token with the given slots (0: resident), EBB_STREAM_LONG_ROWS
- * (NULL: unset), as one batch part or an evaluation. */
-static void run_n(uint32_t n, uint32_t slots, const char *rows, bool batch, struct run *r)
+/* A prompt of n tokens and one token, then (follow > 0) a follow-up prompt of that many tokens,
+ * with the given slots (0: resident), EBB_STREAM_LONG_ROWS (NULL: unset), the first prompt as
+ * one batch part or an evaluation. */
+static void run_f(uint32_t n, uint32_t follow, uint32_t slots, const char *rows, bool batch,
+                  struct run *r)
 {
     if (rows)
         setenv("EBB_STREAM_LONG_ROWS", rows, 1);
@@ -56,8 +58,8 @@ static void run_n(uint32_t n, uint32_t slots, const char *rows, bool batch, stru
         fail_msg("open: %s", d.msg);
     g_vocab = ebb_model_n_vocab(m);
     assert_true(g_vocab <= N_VOCAB_MAX);
-    int32_t ids[N_PROMPT + 1];
-    for (int i = 0; i <= N_PROMPT; i++)
+    int32_t ids[384];
+    for (int i = 0; i < 384; i++)
         ids[i] = 100 + (i * 37) % 4000;
     r->long_rows = ebb_model_long_rows(m);
     struct ebb_model_out out = {.logits = r->logits[0]};
@@ -69,8 +71,16 @@ static void run_n(uint32_t n, uint32_t slots, const char *rows, bool batch, stru
     out.logits = r->logits[1];
     if (ebb_model_eval(m, 0, ids + n, 1, n, &out, &d))
         fail_msg("token: %s", d.msg);
+    out.logits = r->logits[2];
+    if (follow && ebb_model_eval(m, 0, ids + n + 1, follow, n + 1, &out, &d))
+        fail_msg("follow-up: %s", d.msg);
     assert_int_equal(ebb_model_expert_cache(m, &r->x), slots != 0);
     ebb_model_close(m);
+}
+
+static void run_n(uint32_t n, uint32_t slots, const char *rows, bool batch, struct run *r)
+{
+    run_f(n, 0, slots, rows, batch, r);
 }
 
 static void run(uint32_t slots, const char *rows, bool batch, struct run *r)
@@ -80,26 +90,31 @@ static void run(uint32_t slots, const char *rows, bool batch, struct run *r)
 
 static void same(const struct run *a, const struct run *b, const char *what)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (memcmp(a->logits[i], b->logits[i], sizeof(float) * g_vocab))
             fail_msg("%s: the logits after the %s differ from the resident run's", what,
-                     i ? "token" : "prompt");
+                     i == 2 ? "follow-up"
+                     : i    ? "token"
+                            : "prompt");
 }
 
-/* The layer-major counters of passes over every one of the N_EXPERT experts of each layer (a
- * 300-token prompt of this file chooses them all) with groups of `per` experts. */
+/* The layer-major counters of n passes over every one of the N_EXPERT experts of each layer (a
+ * prompt of 64 tokens or more of this file chooses them all) with groups of `per` experts, none
+ * of them in the slots before the pass (the first evaluation). */
 static void passes(const struct run *r, uint64_t n, uint32_t per, const char *what)
 {
     const struct ebb_model_expert_cache *x = &r->x;
     fprintf(stderr,
-            "# %s: %llu passes, %llu layer steps, %llu experts copied in %llu groups, %llu "
-            "bytes; copies %.3f ms on the device, experts' phase %.3f ms\n",
+            "# %s: %llu passes, %llu layer steps, %llu experts copied in %llu groups (%llu kept), "
+            "%llu bytes; copies %.3f ms on the device, experts' phase %.3f ms\n",
             what, (unsigned long long)x->lm_passes, (unsigned long long)x->lm_layer_steps,
             (unsigned long long)x->lm_copied, (unsigned long long)x->lm_groups,
-            (unsigned long long)x->lm_bytes, (double)x->lm_copy_ns / 1e6, (double)x->lm_ns / 1e6);
+            (unsigned long long)x->lm_kept, (unsigned long long)x->lm_bytes,
+            (double)x->lm_copy_ns / 1e6, (double)x->lm_ns / 1e6);
     assert_int_equal(x->lm_passes, n);
     assert_int_equal(x->lm_layer_steps, n * N_LAYER);
     assert_int_equal(x->lm_copied, n * N_LAYER * N_EXPERT); /* each once a layer a pass */
+    assert_int_equal(x->lm_kept, 0);
     assert_int_equal(x->lm_groups, n * N_LAYER * ((N_EXPERT + per - 1) / per));
     assert_int_equal(x->lm_bytes, x->lm_copied * x->expert_bytes);
     if (n)
@@ -150,6 +165,20 @@ static void test_layer_major(void **state)
     run_n(40, 4, NULL, false, &a40);
     same(&a40, &res40, "4 slots, a chunk of 40 rows");
     passes(&a40, 0, 2, "4 slots, a chunk of 40 rows");
+    /* A follow-up of 70 tokens after the prompt and a token: a second pass, in which the
+     * experts the slots hold (the previous pass's last groups, the token's) are kept, not copied
+     * again: group 0, then groups of 2. */
+    static struct run resf, af;
+    run_f(N_PROMPT, 70, 0, NULL, false, &resf);
+    run_f(N_PROMPT, 70, 4, NULL, false, &af);
+    same(&af, &resf, "4 slots, a follow-up");
+    fprintf(stderr, "# 4 slots, a follow-up: %llu passes, %llu copied, %llu kept, %llu groups\n",
+            (unsigned long long)af.x.lm_passes, (unsigned long long)af.x.lm_copied,
+            (unsigned long long)af.x.lm_kept, (unsigned long long)af.x.lm_groups);
+    assert_int_equal(af.x.lm_passes, 2);
+    assert_int_equal(af.x.lm_copied + af.x.lm_kept, 2 * N_LAYER * N_EXPERT);
+    assert_true(af.x.lm_kept > 0 && af.x.lm_kept <= N_LAYER * 4);
+    assert_int_equal(af.x.lm_bytes, af.x.lm_copied * af.x.expert_bytes);
     /* A last chunk the grouped products do not take (44 < 64 rows) runs as chunk after chunk
      * does: the pass is the first 256 rows. */
     setenv("EBB_CL_MOE_GROUP", "64", 1);
