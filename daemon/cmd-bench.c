@@ -409,7 +409,7 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
         json_object_set(j, "stream", st);
     if (b->stages)
         json_object_set_new(j, "stages", ebb_bench_stages_json(&b->st_pf, &b->st_dec));
-    char xj[1024];
+    char xj[2048];
     if (ebb_model_expert_cache_json(b->m, xj, sizeof(xj)))
         json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
     const struct batch_res *br = &r->br;
@@ -524,6 +524,20 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (double)xc.ids_ns / 1e6, (double)xc.ids_ns / 1e6 / n_ls,
                (unsigned long long)xc.prefetched, (unsigned long long)xc.prefetch_hits,
                (unsigned long long)xc.prefetch_wasted);
+    }
+    if (xc.on && xc.lm_layer_steps) {
+        double n_ls = (double)xc.lm_layer_steps;
+        printf("experts    long prompts: %llu layer-major passes, %llu layer steps, %llu experts "
+               "copied in %llu groups (%.1f a layer step; %llu kept from the slots), %.1f MiB; a "
+               "layer step: %.3f ms "
+               "copying on the device, %.3f ms experts' phase (copies and products), %.3f ms "
+               "host filling, %.3f ms waiting for ids\n",
+               (unsigned long long)xc.lm_passes, (unsigned long long)xc.lm_layer_steps,
+               (unsigned long long)xc.lm_copied, (unsigned long long)xc.lm_groups,
+               (double)xc.lm_copied / n_ls, (unsigned long long)xc.lm_kept,
+               (double)xc.lm_bytes / (1 << 20), (double)xc.lm_copy_ns / 1e6 / n_ls,
+               (double)xc.lm_ns / 1e6 / n_ls, (double)xc.lm_fill_ns / 1e6 / n_ls,
+               (double)xc.lm_ids_ns / 1e6 / n_ls);
     }
     if (b->stages)
         ebb_bench_stages_print(stdout, &b->st_pf, &b->st_dec);

@@ -415,7 +415,7 @@ static int print_json(struct run *r, double pf_tps, double dec_tps, uint64_t pea
     json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)peak));
     if (sj)
         json_object_set_new(j, "stream", json_loads(sj, 0, NULL));
-    char xj[1024];
+    char xj[2048];
     if (ebb_model_expert_cache_json(r->m, xj, sizeof(xj)))
         json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
     json_object_set_new(j, "sampling", r->jsampling);
@@ -451,7 +451,7 @@ static int report(struct run *r, const struct ebb__run_opts *o)
     bool streaming = ebb_model_stream_json(r->m, sj, sizeof(sj)) > 0;
     if (streaming)
         fprintf(stderr, "ebb run: stream %s\n", sj);
-    char xj[1024];
+    char xj[2048];
     if (ebb_model_expert_cache_json(r->m, xj, sizeof(xj)))
         fprintf(stderr, "ebb run: expert cache %s\n", xj);
     fprintf(stderr, "ebb run: peak RSS %.1f MiB\n", (double)peak / (1 << 20));

@@ -256,7 +256,7 @@ static void handle_get(struct ebb__req *r)
             }
         }
         if (a->ready && a->model) { /* the expert cache's ebb_expert_cache_* (STREAMER.md) */
-            char xp[2048];
+            char xp[4096];
             if (ebb_model_expert_cache_prometheus(a->model, xp, sizeof(xp)))
                 ebb__abuf_puts(&b, xp);
         }

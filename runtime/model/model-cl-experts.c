@@ -91,6 +91,16 @@ struct clm_xc {
     uint8_t *want;                    /* (n_expert) in the current pass */
     uint32_t *list;                   /* (n_expert) the current pass's experts */
     struct ebb_model_expert_cache st; /* counters (under m->snap_mu when published) */
+    /* A layer-major pass of one layer (ebb__clm_xc_long_*): each expert's group and slot
+     * (n_expert each, -1: not used), the used experts in group order and each group's first
+     * index into them (n_expert + 1), each group's first and last copy (n_expert each: for the
+     * copy queue's profiling), the pass's figures. */
+    int32_t *lm_group, *lm_slot;
+    uint32_t *lm_list, *lm_g0, lm_ng, lm_l;
+    cl_event *lm_first, *lm_last;
+    struct ebb_model_expert_cache lm_d;
+    bool prof;          /* qio profiles its commands (the layer-major copy times) */
+    cl_event *first_ev; /* where enqueue_copies leaves its first write's event, or NULL */
     /* The layer step under way: its layer, rows, the first row of the next pass, figures. */
     uint32_t l;
     int nt, t0;
@@ -164,6 +174,10 @@ static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t bud
             (2 * (uint64_t)hp->n_embd + m->n_qkv + m->n_q + 3 * (uint64_t)hp->n_ff + hp->n_expert +
              2 * hp->n_expert_used + 2 * (uint64_t)hp->n_expert_used * hp->n_ff_exp) +
         N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + (16u << 20);
+    if (m->tu.moe_group) { /* the layer-major pass's rows and buffers (model-cl-moe-long.c) */
+        uint32_t rows = ebb__clm_long_rows(m);
+        bufs += (uint64_t)rows * f * hp->n_embd + ebb__clm_xc_long_bytes(m, rows);
+    }
     uint64_t used = fixed + kv + bufs;
     uint64_t n = budget > used ? (budget - used) / per_slot : 0;
     if (n < hp->n_expert_used)
@@ -300,7 +314,10 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
             return EBB_ENOMEM;
     }
     cl_int e = CL_SUCCESS;
-    x->qio = clCreateCommandQueue(m->cl->ctx, m->cl->dev, 0, &e);
+    x->qio = clCreateCommandQueue(m->cl->ctx, m->cl->dev, CL_QUEUE_PROFILING_ENABLE, &e);
+    x->prof = !e;
+    if (e) /* without the copy times of layer-major passes */
+        x->qio = clCreateCommandQueue(m->cl->ctx, m->cl->dev, 0, &e);
     if (e)
         return ebb_diag_set(diag, EBB_EDEVICE, "creating the expert copy queue: %s",
                             ebb_cl_err_name(e));
@@ -367,8 +384,15 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->host_sids = malloc(sizeof(int32_t) * m->n_batch * k);
     x->want = calloc(E, 1);
     x->list = malloc(sizeof(uint32_t) * E);
+    x->lm_group = malloc(sizeof(int32_t) * E);
+    x->lm_slot = malloc(sizeof(int32_t) * E);
+    x->lm_list = malloc(sizeof(uint32_t) * E);
+    x->lm_g0 = malloc(sizeof(uint32_t) * (E + 1));
+    x->lm_first = calloc(E, sizeof(cl_event));
+    x->lm_last = calloc(E, sizeof(cl_event));
     if (!x->src || !x->ebytes || !x->pool || !x->w || !x->slot_of || !x->host_ids ||
-        !x->host_sids || !x->want || !x->list)
+        !x->host_sids || !x->want || !x->list || !x->lm_group || !x->lm_slot || !x->lm_list ||
+        !x->lm_g0 || !x->lm_first || !x->lm_last)
         return EBB_ENOMEM;
     memset(x->slot_of, 0xff, sizeof(int32_t) * L * E);
     uint64_t experts = 0, per_slot = 0, big = 0, small = UINT64_MAX;
@@ -536,10 +560,12 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
             const uint8_t *from =
                 x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l) + roff
                           : x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff;
+            cl_event *ev = end ? &last : NULL;
+            if (first && x->first_ev && !*x->first_ev)
+                ev = x->first_ev; /* (first and end are never the same write: r differs) */
             e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE,
                                      (size_t)(eb * (uint64_t)f->slot[j]), (size_t)eb, from,
-                                     first && after ? 1 : 0, first && after ? &after : NULL,
-                                     end ? &last : NULL);
+                                     first && after ? 1 : 0, first && after ? &after : NULL, ev);
             roff += eb;
         }
     }
@@ -844,6 +870,167 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     return EBB_OK;
 }
 
+uint64_t ebb__clm_xc_long_bytes(const struct clm *m, uint32_t rows)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    uint64_t k = hp->n_expert_used, pairs = (uint64_t)rows * k;
+    return (uint64_t)rows * sizeof(float) * (hp->n_embd + 2 * k * hp->n_ff_exp) +
+           pairs * sizeof(float) * hp->n_embd + pairs * 2 * sizeof(float) + /* yp, ids, w */
+           pairs * sizeof(cl_int) + pairs * sizeof(cl_int4);                /* perm, tiles */
+}
+
+ebb_err ebb__clm_xc_long_plan(struct clm *m, uint32_t l, const int32_t *ids, size_t n_pairs,
+                              uint32_t *n_groups, uint32_t *halves, bool *kept_group,
+                              const uint32_t **list, const int32_t **group, const int32_t **slot,
+                              struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    ebb_err rc = EBB_OK;
+    x->lm_l = l;
+    x->lm_d = (struct ebb_model_expert_cache){0};
+    if (x->pf_pending) { /* a guess for this layer under way: let its copies go first */
+        ebb_stream_pool_wait(x->threads);
+        x->pf_pending = false;
+        if ((rc = enqueue_copies(m, &x->pf, NULL, diag))) {
+            forget_layer(x, x->pf.l);
+            return rc;
+        }
+    }
+    if (x->pf_flag) { /* the pass replaces the layer's slots: its guesses are wasted */
+        uint8_t *flag = x->pf_flag + (size_t)l * x->n_slots;
+        for (uint32_t s = 0; s < x->n_slots; s++) {
+            x->lm_d.prefetch_wasted += flag[s];
+            flag[s] = 0;
+        }
+    }
+    memset(x->lm_group, 0xff, sizeof(int32_t) * x->n_expert);
+    memset(x->lm_slot, 0xff, sizeof(int32_t) * x->n_expert);
+    for (size_t p = 0; p < n_pairs; p++) {
+        if (ids[p] < 0 || (uint32_t)ids[p] >= x->n_expert)
+            return ebb_diag_set(diag, EBB_EINVAL, "expert cache: the router chose expert %d",
+                                ids[p]);
+        x->lm_group[ids[p]] = 0;
+    }
+    /* The used experts the slots hold already are group 0, in their slots, copied by no one.
+     * Then two halves of the slots take the other groups in turn, so that one half is filled
+     * while the other's products run; with one slot, one group at a time. */
+    const int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
+    uint32_t per = x->n_slots >= 2 ? x->n_slots / 2 : 1, n = 0, kept = 0;
+    *halves = x->n_slots >= 2 ? 2 : 1;
+    x->lm_g0[0] = 0;
+    for (uint32_t e = 0; e < x->n_expert; e++)
+        if (x->lm_group[e] == 0 && slot_of[e] >= 0) {
+            x->lm_slot[e] = slot_of[e];
+            x->lm_list[n++] = e;
+            kept++;
+        }
+    for (uint32_t e = 0, i = 0; e < x->n_expert; e++) {
+        if (x->lm_group[e] < 0 || x->lm_slot[e] >= 0)
+            continue;
+        uint32_t g = (kept ? 1 : 0) + i / per;
+        if (i % per == 0)
+            x->lm_g0[g] = n;
+        x->lm_group[e] = (int32_t)g;
+        x->lm_slot[e] = (int32_t)((i / per % *halves) * per + i % per);
+        x->lm_list[n++] = e;
+        i++;
+    }
+    x->lm_ng = (kept ? 1 : 0) + (n - kept + per - 1) / per;
+    x->lm_g0[x->lm_ng] = n;
+    x->lm_d.hits = kept;
+    *n_groups = x->lm_ng;
+    *kept_group = kept != 0;
+    *list = x->lm_list;
+    *group = x->lm_group;
+    *slot = x->lm_slot;
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_xc_long_copy(struct clm *m, uint32_t g, cl_event after, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    uint32_t l = x->lm_l, n = 0;
+    int32_t *slot_of = x->slot_of + (size_t)l * x->n_expert;
+    if (g == 0 && x->lm_d.hits) /* the experts the slots held: nothing to copy */
+        return EBB_OK;
+    int32_t *in = x->expert_in + (size_t)l * x->n_slots;
+    x->clock++;
+    for (uint32_t i = x->lm_g0[g]; i < x->lm_g0[g + 1]; i++, n++) {
+        uint32_t e = x->lm_list[i];
+        int32_t s = x->lm_slot[e];
+        if (in[s] >= 0) /* the slot's expert leaves it */
+            slot_of[in[s]] = -1;
+        if (slot_of[e] >= 0) /* held in another slot: copied again, into this group's */
+            in[slot_of[e]] = -1;
+        in[s] = (int32_t)e;
+        slot_of[e] = s;
+        x->used[(size_t)l * x->n_slots + (uint32_t)s] = x->clock;
+        x->miss_e[n] = e;
+        x->miss_slot[n] = s;
+    }
+    x->lm_d.misses += n;
+    x->first_ev = x->prof ? &x->lm_first[g] : NULL;
+    ebb_err rc = n ? copy_misses(m, l, n, after, &x->lm_d, diag) : EBB_OK;
+    x->first_ev = NULL;
+    if (!rc && n && x->last_copy) {
+        clRetainEvent(x->last_copy);
+        x->lm_last[g] = x->last_copy;
+    }
+    return rc;
+}
+
+ebb_err ebb__clm_xc_long_wait(struct clm *m, uint32_t g, struct ebb_diag *diag)
+{
+    struct clm_xc *x = m->xc;
+    if (!x->lm_last[g])
+        return EBB_OK;
+    ebb_err rc = ebb_cl_check(clEnqueueBarrierWithWaitList(m->cl->q, 1, &x->lm_last[g], NULL), diag,
+                              "waiting for a group of expert copies");
+    if (!rc && x->last_copy == x->lm_last[g])
+        x->unwaited = false;
+    return rc;
+}
+
+/* The device time of group g's copies (the first write's start to the last one's end), from the
+ * copy queue's profiling; 0 where there is none. */
+static uint64_t copy_time(const struct clm_xc *x, uint32_t g)
+{
+    cl_ulong t0 = 0, t1 = 0;
+    if (!x->prof || !x->lm_first[g] || !x->lm_last[g] ||
+        clGetEventProfilingInfo(x->lm_first[g], CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                NULL) ||
+        clGetEventProfilingInfo(x->lm_last[g], CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL))
+        return 0;
+    return t1 > t0 ? t1 - t0 : 0;
+}
+
+void ebb__clm_xc_long_end(struct clm *m, bool first_layer, uint64_t ids_ns, uint64_t ns)
+{
+    struct clm_xc *x = m->xc;
+    uint64_t copy_ns = 0;
+    for (uint32_t g = 0; g < x->lm_ng; g++) {
+        copy_ns += copy_time(x, g);
+        if (x->lm_first[g])
+            clReleaseEvent(x->lm_first[g]);
+        if (x->lm_last[g])
+            clReleaseEvent(x->lm_last[g]);
+        x->lm_first[g] = x->lm_last[g] = NULL;
+    }
+    pthread_mutex_lock(&m->snap_mu);
+    x->st.lm_passes += first_layer;
+    x->st.lm_layer_steps++;
+    x->st.lm_groups += x->lm_ng;
+    x->st.lm_copied += x->lm_d.misses;
+    x->st.lm_kept += x->lm_d.hits;
+    x->st.lm_bytes += x->lm_d.bytes_copied;
+    x->st.prefetch_wasted += x->lm_d.prefetch_wasted;
+    x->st.lm_fill_ns += x->lm_d.fill_ns;
+    x->st.lm_copy_ns += copy_ns;
+    x->st.lm_ids_ns += ids_ns;
+    x->st.lm_ns += ns;
+    pthread_mutex_unlock(&m->snap_mu);
+}
+
 const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l)
 {
     return &m->xc->w[(size_t)l * 3];
@@ -921,6 +1108,18 @@ void ebb__clm_xc_fini(struct clm *m)
     free(x->pf_flag);
     free(x->tier);
     free(x->tier_p);
+    for (uint32_t i = 0; x->lm_first && x->lm_last && i < x->n_expert; i++) {
+        if (x->lm_first[i])
+            clReleaseEvent(x->lm_first[i]);
+        if (x->lm_last[i])
+            clReleaseEvent(x->lm_last[i]);
+    }
+    free(x->lm_group);
+    free(x->lm_slot);
+    free(x->lm_list);
+    free(x->lm_g0);
+    free(x->lm_first);
+    free(x->lm_last);
     free(x);
     m->xc = NULL;
 }

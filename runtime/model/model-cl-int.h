@@ -1,7 +1,8 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
- * model-cl-stream.c -> model-cl-layer.c -> model-cl-moe.c -> model-cl-experts.c ->
- * model-cl-place.c. */
+ * model-cl-stream.c -> model-cl-moe-long.c -> model-cl-layer.c -> model-cl-moe.c ->
+ * model-cl-moe-group.c -> model-cl-experts.c -> model-cl-place.c (a file may skip levels, never
+ * go back up). */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -33,8 +34,12 @@
 #define ATT_SPLIT_ROWS 2048
 #define LONG_ROWS 2048     /* a layer-major prefill's rows by default (EBB_STREAM_LONG_ROWS) */
 #define LONG_ROWS_MAX 8192 /* and at most */
-#define N_OUT_ROWS 16      /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_MAX 64        /* as in ops.cl, and its work-group size and tile of logits */
+/* The fewest rows a prompt runs layer-major through the expert cache in one chunk: fewer (a
+ * speculative draft's verification, a short follow-up) keep the cache's lookups and hits; from
+ * 64 rows of 8 experts a 128-expert layer's every expert is likely chosen anyway. */
+#define MOE_LONG_MIN 64
+#define N_OUT_ROWS 16 /* rows of the logits scratch (logits_all runs in groups of this) */
+#define TOPK_MAX 64   /* as in ops.cl, and its work-group size and tile of logits */
 #define TOPK_WG 256
 #define TOPK_TILE 1024      /* logits a first-pass work-group takes (TOPK_WG x TOPK_E) */
 #define TOPK_PARTS_MAX 1024 /* first-pass work-groups a row may have (TOPK_OWN x TOPK_WG) */
@@ -109,6 +114,28 @@ struct clm_moe_group {
     cl_mem perm, tiles, yp;
     int32_t *h_ids, *h_perm, *h_tiles;
     uint32_t *h_cnt, n_cnt;
+};
+
+/* The buffers of grouped expert products (moe_group_gu, moe_group_down): the pairs' inputs
+ * (h, rows of n_embd), their gate and up outputs (gu, rows of 2 k n_ff_exp, moe_gather's
+ * places), their down outputs (yp, one row of n_embd per pair), the sorted pair indices
+ * (perm) and the tiles (int4: expert or slot, first index into perm, count). */
+struct clm_moe_gbufs {
+    cl_mem h, gu, yp, perm, tiles;
+};
+
+/* model-cl-moe-long.c: a long prompt's MoE layers through the expert cache, layer-major
+ * (docs/STREAMER.md, "Long prompts through the expert cache"). Allocated at load for xl_rows
+ * rows when the cache is on and the grouped products apply to whole chunks. */
+struct clm_moe_long {
+    bool on;
+    uint32_t step;           /* the layer program's CLM_MOE step */
+    struct clm_moe_gbufs b;  /* h (xl_rows, n_embd), gu (xl_rows, 2 k n_ff_exp), yp (xl_rows k,
+                                n_embd), perm (xl_rows k) int, tiles (xl_rows k) int4 */
+    cl_mem ids, w;           /* (xl_rows, k) the chosen experts and their weights, every chunk */
+    int32_t *h_ids, *h_perm; /* (xl_rows k) read back / sorted pair indices */
+    int32_t *h_tiles;        /* (xl_rows k, 4) every group's tiles, group after group */
+    uint32_t *h_cnt;         /* (n_expert + 1) counting sort, then each group's first tile */
 };
 
 struct clm_moe {
@@ -290,6 +317,7 @@ struct clm {
     uint64_t host_ns, host_steps;
     struct clm_moe moe;      /* families with a moe op */
     struct clm_xc *xc;       /* the expert cache (model-cl-experts.c), or NULL */
+    struct clm_moe_long ml;  /* with it: long prompts layer-major through it (xl_rows, xl) */
     uint32_t xc_g0;          /* with it: the gate stack's group (placement skips it and the next
                                 two); 0 without */
     uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
@@ -304,6 +332,9 @@ struct clm {
 ebb_err ebb__clm_plan(const struct ebb__arch *a, struct clm_plan *plan, struct ebb_diag *diag);
 
 /* model-cl-place.c */
+/* The rows of a layer-major prefill: EBB_STREAM_LONG_ROWS (default LONG_ROWS, at most
+ * LONG_ROWS_MAX, 0: off) in whole chunks, no more than the context asks; 0 under two chunks. */
+uint32_t ebb__clm_long_rows(const struct clm *m);
 /* One device buffer of bytes, failing with a message that names what when it is too large. */
 ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
                        struct ebb_diag *diag);
@@ -341,6 +372,13 @@ ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
 /* One layer for the chunk's rows; m->x is updated in place. */
 ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
                        struct ebb_diag *diag);
+/* Steps from..to-1 of the layer program for the chunk's rows (ebb__clm_layer runs them all). */
+ebb_err ebb__clm_layer_steps(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                             uint32_t from, uint32_t to, struct ebb_diag *diag);
+/* The first half of the CLM_MOE step s for nt > 1 rows of m->x: the norm into m->h, the
+ * router's product and moe_route into m->moe.ids and m->moe.w (the experts not run). */
+ebb_err ebb__clm_moe_head(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                          struct ebb_diag *diag);
 /* The same for n chunks in turn (layer-major prefill, n > 1): chunk i's rows are kept in m->xl
  * from row i * n_batch on and pass through m->x for the layer. n == 1: ebb__clm_layer. */
 ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,
@@ -362,6 +400,12 @@ ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct c
                             cl_mem nw, struct ebb_diag *diag);
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                              cl_mem nw, struct ebb_diag *diag);
+/* moe_route over nt rows of the scores into m->moe.ids and m->moe.w. */
+ebb_err ebb__clm_moe_route(struct clm *m, int nt, struct ebb_diag *diag);
+/* The grouped products (gate, up, down) of the three stacks ws over n_tiles tiles of b (whose
+ * tiles and perm are on the device already), the same kernels as ebb__clm_moe_group. */
+ebb_err ebb__clm_moe_grouped(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                             const struct clm_moe_gbufs *b, int n_tiles, struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert
@@ -372,6 +416,16 @@ void ebb__clm_moe_fini(struct clm *m);
 ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3],
                            struct clm_moe_prog *const p[3], cl_mem ids, int nt,
                            struct ebb_diag *diag);
+/* Whether ebb__clm_moe_group takes chunks of nt rows over stacks of n_out rows per expert
+ * times a whole number of experts or slots (the same rules; nothing run). */
+bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt);
+/* Its three products alone over n_tiles tiles of b (p: the stacks' programs). */
+ebb_err ebb__clm_moe_group_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                                  struct clm_moe_prog *const p[3], const struct clm_moe_gbufs *b,
+                                  int n_tiles, struct ebb_diag *diag);
+/* Its sum: x (rows of n_embd) += sum_j w[t][j] yp[t k + j] for nt rows, j in order. */
+ebb_err ebb__clm_moe_group_sum(struct clm *m, cl_mem ids, cl_mem wts, cl_mem yp, cl_mem x, int nt,
+                               struct ebb_diag *diag);
 void ebb__clm_moe_group_fini(struct clm *m);
 
 /* model-cl-experts.c (docs/STREAMER.md, "Experts on demand"): the expert cache, on when
@@ -392,6 +446,39 @@ bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
 /* Layer l's three stacks over its slot pool (gate, up, down), as ebb__clm_xc_next gives them. */
 const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
+/* A layer-major pass of layer l (model-cl-moe-long.c): ebb__clm_xc_long_plan takes the pass's
+ * n_pairs chosen ids (validated here): the distinct experts the layer's slots hold already are
+ * group 0 where there are some (*kept_group; copied by no one), the others, in ascending order,
+ * are cut into groups of half the slots (*halves 2; with one slot, *halves 1, a group fills it),
+ * alternating between the halves; *list gives the experts in group order, *group and *slot
+ * (n_expert each) each expert's group and slot, -1 for one not used; *n_groups their count.
+ * ebb__clm_xc_long_copy brings group g into its slots on the copy queue, its first write after
+ * `after` (or at once); ebb__clm_xc_long_wait makes the compute queue wait for those copies;
+ * ebb__clm_xc_long_end, after the layer's products are done (a finish), adds the pass's figures
+ * (ids_ns: the read-back; ns: the experts' phase) to the counters. */
+ebb_err ebb__clm_xc_long_plan(struct clm *m, uint32_t l, const int32_t *ids, size_t n_pairs,
+                              uint32_t *n_groups, uint32_t *halves, bool *kept_group,
+                              const uint32_t **list, const int32_t **group, const int32_t **slot,
+                              struct ebb_diag *diag);
+ebb_err ebb__clm_xc_long_copy(struct clm *m, uint32_t g, cl_event after, struct ebb_diag *diag);
+ebb_err ebb__clm_xc_long_wait(struct clm *m, uint32_t g, struct ebb_diag *diag);
+void ebb__clm_xc_long_end(struct clm *m, bool first_layer, uint64_t ids_ns, uint64_t ns);
+/* Device bytes of the layer-major buffers for rows rows (struct clm_moe_long). */
+uint64_t ebb__clm_xc_long_bytes(const struct clm *m, uint32_t rows);
+
+/* model-cl-moe-long.c */
+/* At load, after the expert cache: m->xl_rows and the buffers of the layer-major pass where it
+ * applies (the cache on, the grouped products taking whole chunks, EBB_STREAM_LONG_ROWS not 0). */
+ebb_err ebb__clm_moe_long_open(struct clm *m, struct ebb_diag *diag);
+/* Whether a layer-major pass may end with a chunk of nt rows (the grouped products take it). */
+bool ebb__clm_moe_long_takes(struct clm *m, uint32_t nt);
+/* Layer l for the n chunks of rows kept in m->xl (as ebb__clm_layer_chunks): the steps before
+ * its CLM_MOE step chunk after chunk, routing every row; each used expert copied to the slots
+ * once, double-buffered; the grouped products over all the rows; the steps after it chunk after
+ * chunk. The last chunk's rows are left in m->x too. */
+ebb_err ebb__clm_moe_long_layer(struct clm *m, uint32_t l, const struct clm_rows *rows, uint32_t n,
+                                struct ebb_diag *diag);
+void ebb__clm_moe_long_fini(struct clm *m);
 
 /* model-cl-stream.c (docs/STREAMER.md, "In the engine") */
 uint64_t ebb__clm_now_ns(void);

@@ -721,13 +721,26 @@ static ebb_err moe(struct clm *m, const struct layer *L, const struct clm_step *
     return ebb__clm_moe_experts(m, L, s, nt, nw, diag);
 }
 
-/* One layer for the chunk's rows: the compiled steps of the family's layer program
- * (model-cl-plan.c); x is updated in place. */
-ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
-                       struct ebb_diag *diag)
+ebb_err ebb__clm_moe_head(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                          struct ebb_diag *diag)
+{
+    cl_mem scores;
+    bool q8 = false;
+    ebb_err rc = ebb__clm_moe_prepare(m, L, s, &scores, &q8, diag);
+    if (rc || (rc = ebb__clm_rmsnorm(m, m->x, L->norm[s->norm], m->h, nt, diag)))
+        return rc;
+    rc = ebb__clm_moe_router(m, L, s, nt, NULL, diag);
+    if (rc == EBB_EUNSUPPORTED)
+        rc = ebb__clm_wmul(m, &L->w[s->group][0], m->h, (int)m->hp.n_embd, scores,
+                           (int)m->hp.n_expert, 0, NULL, NULL, nt, diag);
+    return rc ? rc : ebb__clm_moe_route(m, nt, diag);
+}
+
+ebb_err ebb__clm_layer_steps(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                             uint32_t from, uint32_t to, struct ebb_diag *diag)
 {
     int nt = rows->nt;
-    for (uint32_t i = 0; i < m->plan.n_steps; i++) {
+    for (uint32_t i = from; i < to; i++) {
         const struct clm_step *s = &m->plan.steps[i];
         ebb_err rc;
         switch ((enum clm_step_kind)s->kind) {
@@ -751,6 +764,14 @@ ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_ro
             return rc;
     }
     return EBB_OK;
+}
+
+/* One layer for the chunk's rows: the compiled steps of the family's layer program
+ * (model-cl-plan.c); x is updated in place. */
+ebb_err ebb__clm_layer(struct clm *m, const struct layer *L, const struct clm_rows *rows,
+                       struct ebb_diag *diag)
+{
+    return ebb__clm_layer_steps(m, L, rows, 0, m->plan.n_steps, diag);
 }
 
 ebb_err ebb__clm_layer_chunks(struct clm *m, const struct layer *L, const struct clm_rows *rows,

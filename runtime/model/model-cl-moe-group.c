@@ -127,31 +127,103 @@ static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
     return n_tiles;
 }
 
+/* The settings, read once. */
+static void init(struct clm *m)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (!g->init) {
+        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
+        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
+        g->init = true;
+    }
+}
+
+bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    init(m);
+    uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg);
+    return m->moe.grp.min_rows && nt >= m->moe.grp.min_rows && nt <= m->n_batch &&
+           hp->n_embd % 32 == 0 && hp->n_ff_exp % 32 == 0 && rows && m->cl->info.max_wg >= wg;
+}
+
+ebb_err ebb__clm_moe_group_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                                  struct clm_moe_prog *const p[3], const struct clm_moe_gbufs *b,
+                                  int n_tiles, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
+    uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */
+    ebb_err rc = kernels(m, p, diag);
+    if (rc)
+        return rc;
+    int y_ld = 2 * k * f;
+    size_t l[2] = {wg, 1};
+    for (int i = 0; i < 3; i++) {
+        /* Gate and up: y_off i k f of the rows of moe_gather's places; down: the pairs' rows of
+         * yp. On tensor cores (moe_group_mms) where the weights' program has it. */
+        bool down = i == 2;
+        int n_in = down ? f : n_embd, n_rows = down ? n_embd : f, x_ld = down ? y_ld : n_embd;
+        int glu = down, o_ld = down ? k * n_embd : y_ld, o_off = down ? 0 : i * k * f;
+        cl_mem x = down ? b->gu : b->h, y = down ? b->yp : b->gu;
+        cl_kernel km;
+        if ((rc = mms_kernel(m, ws[i], &km, diag)))
+            return rc;
+        if (km) {
+            struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
+                                     EBB_CL_ARG(b->tiles), EBB_CL_ARG(b->perm), EBB_CL_ARG(x),
+                                     EBB_CL_ARG(x_ld),     EBB_CL_ARG(glu),     EBB_CL_ARG(y),
+                                     EBB_CL_ARG(o_ld),     EBB_CL_ARG(o_off)};
+            size_t r = 16 * (size_t)m->tu.mg_mi, w = 32 * (size_t)m->tu.mg_w;
+            size_t gm[2] = {((size_t)n_rows + r - 1) / r * w, (size_t)n_tiles}, lm[2] = {w, 1};
+            if ((rc = ebb_cl_weight_set_args(ws[i], km, 0, diag)) ||
+                (rc = ebb_cl_set_args(km, 2, a, 11, diag)) ||
+                (rc = ebb_cl_run(m->cl, km, 2, gm, lm, diag)))
+                return rc;
+            continue;
+        }
+        cl_kernel kg = down ? p[2]->group_down : p[i]->group_gu;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
+                                 EBB_CL_ARG(b->tiles), EBB_CL_ARG(b->perm), EBB_CL_ARG(x),
+                                 EBB_CL_ARG(x_ld),     EBB_CL_ARG(y),       EBB_CL_ARG(o_ld),
+                                 EBB_CL_ARG(o_off)};
+        size_t gs[2] = {((size_t)n_rows + rows - 1) / rows * wg, (size_t)n_tiles};
+        /* moe_group_down takes no y_ld / y_off: its yp rows are the pairs' */
+        if ((rc = ebb_cl_weight_set_args(ws[i], kg, 0, diag)) ||
+            (rc = ebb_cl_set_args(kg, 2, a, down ? 8 : 10, diag)) ||
+            (rc = ebb_cl_run(m->cl, kg, 2, gs, l, diag)))
+            return rc;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_moe_group_sum(struct clm *m, cl_mem ids, cl_mem wts, cl_mem yp, cl_mem x, int nt,
+                               struct ebb_diag *diag)
+{
+    int n_embd = (int)m->hp.n_embd, k = (int)m->hp.n_expert_used;
+    struct ebb_cl_arg sa[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(k), EBB_CL_ARG(ids),   EBB_CL_ARG(wts),
+                              EBB_CL_ARG(yp),     EBB_CL_ARG(x), EBB_CL_ARG(n_embd)};
+    size_t gsum[2] = {(size_t)n_embd, (size_t)nt};
+    ebb_err rc = ebb_cl_set_args(m->moe.grp.sum, 0, sa, 7, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->moe.grp.sum, 2, gsum, NULL, diag);
+}
+
 ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3],
                            struct clm_moe_prog *const p[3], cl_mem ids, int nt,
                            struct ebb_diag *diag)
 {
     struct clm_moe *mo = &m->moe;
     struct clm_moe_group *g = &mo->grp;
-    if (!g->init) {
-        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
-        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
-        g->init = true;
-    }
     const struct ebb__hparams *hp = &m->hp;
-    int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
-    if (!g->min_rows || (uint32_t)nt < g->min_rows || (uint32_t)nt > m->n_batch || n_embd % 32 ||
-        f % 32 || ws[0]->n_out % (uint32_t)f || ws[2]->n_in != (uint32_t)f)
+    int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp;
+    if (!ebb__clm_moe_group_applies(m, (uint32_t)nt) || ws[0]->n_out % (uint32_t)f ||
+        ws[2]->n_in != (uint32_t)f)
         return EBB_EUNSUPPORTED;
     uint32_t n_slots = ws[0]->n_out / (uint32_t)f; /* experts, or the expert cache's slots */
-    uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */
-    if (!rows || m->cl->info.max_wg < wg)
-        return EBB_EUNSUPPORTED;
     if (g->h_cnt && n_slots > g->n_cnt)
         return EBB_EUNSUPPORTED;
     ebb_err rc;
-    if ((rc = scratch(m, n_slots > hp->n_expert ? n_slots : hp->n_expert, diag)) ||
-        (rc = kernels(m, p, diag)))
+    if ((rc = scratch(m, n_slots > hp->n_expert ? n_slots : hp->n_expert, diag)))
         return rc;
     size_t n_pairs = (size_t)nt * (size_t)k;
     if ((rc = ebb_cl_read(m->cl, ids, 0, n_pairs * sizeof(int32_t), g->h_ids, diag)))
@@ -174,50 +246,11 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
                                                 0, NULL, NULL),
                            diag, "clEnqueueWriteBuffer")))
         return rc;
-    int y_ld = 2 * k * f;
-    size_t l[2] = {wg, 1};
-    for (int i = 0; i < 3; i++) {
-        /* Gate and up: y_off i k f of the rows of moe_gather's places; down: the pairs' rows of
-         * yp. On tensor cores (moe_group_mms) where the weights' program has it. */
-        bool down = i == 2;
-        int n_in = down ? f : n_embd, n_rows = down ? n_embd : f, x_ld = down ? y_ld : n_embd;
-        int glu = down, o_ld = down ? k * n_embd : y_ld, o_off = down ? 0 : i * k * f;
-        cl_mem x = down ? mo->gu : m->h, y = down ? g->yp : mo->gu;
-        cl_kernel km;
-        if ((rc = mms_kernel(m, ws[i], &km, diag)))
-            return rc;
-        if (km) {
-            struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
-                                     EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
-                                     EBB_CL_ARG(x_ld),     EBB_CL_ARG(glu),     EBB_CL_ARG(y),
-                                     EBB_CL_ARG(o_ld),     EBB_CL_ARG(o_off)};
-            size_t r = 16 * (size_t)m->tu.mg_mi, w = 32 * (size_t)m->tu.mg_w;
-            size_t gm[2] = {((size_t)n_rows + r - 1) / r * w, (size_t)n_tiles}, lm[2] = {w, 1};
-            if ((rc = ebb_cl_weight_set_args(ws[i], km, 0, diag)) ||
-                (rc = ebb_cl_set_args(km, 2, a, 11, diag)) ||
-                (rc = ebb_cl_run(m->cl, km, 2, gm, lm, diag)))
-                return rc;
-            continue;
-        }
-        cl_kernel kg = down ? p[2]->group_down : p[i]->group_gu;
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),     EBB_CL_ARG(n_rows),  EBB_CL_ARG(k),
-                                 EBB_CL_ARG(g->tiles), EBB_CL_ARG(g->perm), EBB_CL_ARG(x),
-                                 EBB_CL_ARG(x_ld),     EBB_CL_ARG(y),       EBB_CL_ARG(o_ld),
-                                 EBB_CL_ARG(o_off)};
-        size_t gs[2] = {((size_t)n_rows + rows - 1) / rows * wg, (size_t)n_tiles};
-        /* moe_group_down takes no y_ld / y_off: its yp rows are the pairs' */
-        if ((rc = ebb_cl_weight_set_args(ws[i], kg, 0, diag)) ||
-            (rc = ebb_cl_set_args(kg, 2, a, down ? 8 : 10, diag)) ||
-            (rc = ebb_cl_run(m->cl, kg, 2, gs, l, diag)))
-            return rc;
-    }
-    struct ebb_cl_arg sa[] = {EBB_CL_ARG(n_embd), EBB_CL_ARG(k),     EBB_CL_ARG(ids),
-                              EBB_CL_ARG(mo->w),  EBB_CL_ARG(g->yp), EBB_CL_ARG(m->x),
-                              EBB_CL_ARG(n_embd)};
-    size_t gsum[2] = {(size_t)n_embd, (size_t)nt};
-    if ((rc = ebb_cl_set_args(g->sum, 0, sa, 7, diag)))
+    struct clm_moe_gbufs b = {
+        .h = m->h, .gu = mo->gu, .yp = g->yp, .perm = g->perm, .tiles = g->tiles};
+    if ((rc = ebb__clm_moe_group_launch(m, ws, p, &b, n_tiles, diag)))
         return rc;
-    return ebb_cl_run(m->cl, g->sum, 2, gsum, NULL, diag);
+    return ebb__clm_moe_group_sum(m, ids, mo->w, g->yp, m->x, nt, diag);
 }
 
 void ebb__clm_moe_group_fini(struct clm *m)

@@ -323,8 +323,7 @@ ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct c
     return rc;
 }
 
-ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
-                             cl_mem nw, struct ebb_diag *diag)
+ebb_err ebb__clm_moe_route(struct clm *m, int nt, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     struct clm_moe *mo = &m->moe;
@@ -335,13 +334,31 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
                               EBB_CL_ARG(norm),       EBB_CL_ARG(scale),    EBB_CL_ARG(mo->ids),
                               EBB_CL_ARG(mo->w)};
     size_t rg[2] = {MOE_ROUTE_WG, (size_t)nt}, rl[2] = {MOE_ROUTE_WG, 1};
+    ebb_err rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag);
+    return rc ? rc : ebb_cl_run(m->cl, mo->route, 2, rg, rl, diag);
+}
+
+ebb_err ebb__clm_moe_grouped(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                             const struct clm_moe_gbufs *b, int n_tiles, struct ebb_diag *diag)
+{
+    struct clm_moe_prog *gp[3];
+    ebb_err rc;
+    for (int i = 0; i < 3; i++)
+        if ((rc = prog_for(m, ws[i], &gp[i], diag)))
+            return rc;
+    return ebb__clm_moe_group_launch(m, ws, gp, b, n_tiles, diag);
+}
+
+ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
+                             cl_mem nw, struct ebb_diag *diag)
+{
+    struct clm_moe *mo = &m->moe;
     const struct ebb_cl_weight *ws[3] = {&L->w[s->group + 1][0], &L->w[s->group + 2][0],
                                          &L->w[s->group + 3][0]};
     /* One resident token on 8-bit inputs: moe_gate_up_q8 finds the top k itself. */
     bool route = nt == 1 && nw && !cached(m, L, s) && gate_up_fused(m, ws);
     ebb_err rc;
-    if (!route && ((rc = ebb_cl_set_args(mo->route, 0, ra, 7, diag)) ||
-                   (rc = ebb_cl_run(m->cl, mo->route, 2, rg, rl, diag))))
+    if (!route && (rc = ebb__clm_moe_route(m, nt, diag)))
         return rc;
     /* A layer of m->layers whose stacks the expert cache holds (never a streamed copy): its
      * passes over the pool, through the slot table instead of the ids. */

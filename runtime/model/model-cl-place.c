@@ -397,3 +397,14 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
     /* keys and values of depth + 1 positions, fp16, every layer */
     out->kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * ((uint64_t)depth + 1);
 }
+
+uint32_t ebb__clm_long_rows(const struct clm *m)
+{
+    const char *lr = getenv("EBB_STREAM_LONG_ROWS");
+    long want = lr && *lr ? strtol(lr, NULL, 10) : LONG_ROWS;
+    want = want < 0 ? 0 : want > LONG_ROWS_MAX ? LONG_ROWS_MAX : want;
+    uint64_t ctx_rows = ((uint64_t)m->n_ctx + m->n_batch - 1) / m->n_batch * m->n_batch;
+    uint32_t rows =
+        (uint32_t)((uint64_t)want < ctx_rows ? (uint64_t)want : ctx_rows) / m->n_batch * m->n_batch;
+    return rows <= m->n_batch ? 0 : rows;
+}

@@ -307,16 +307,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     /* ... and decode attention's partials, for up to min(n_seq, m->n_batch) batched rows */
     uint64_t dec_rows = m->n_seq < m->n_batch ? m->n_seq : m->n_batch;
     uint64_t chunks = (m->n_ctx + m->tu.att_chunk - 1) / m->tu.att_chunk;
-    /* the rows of a layer-major prefill: up to EBB_STREAM_LONG_ROWS (default LONG_ROWS) tokens,
-     * in whole chunks, no more than the context asks */
-    const char *lr = getenv("EBB_STREAM_LONG_ROWS");
-    long want = lr && *lr ? strtol(lr, NULL, 10) : LONG_ROWS;
-    want = want < 0 ? 0 : want > LONG_ROWS_MAX ? LONG_ROWS_MAX : want;
-    uint64_t ctx_rows = ((uint64_t)m->n_ctx + m->n_batch - 1) / m->n_batch * m->n_batch;
-    m->xl_rows =
-        (uint32_t)((uint64_t)want < ctx_rows ? (uint64_t)want : ctx_rows) / m->n_batch * m->n_batch;
-    if (m->xl_rows <= m->n_batch)
-        m->xl_rows = 0;
+    m->xl_rows = ebb__clm_long_rows(m);
     uint64_t scratch =
         nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
         (uint64_t)m->xl_rows * f * hp->n_embd +

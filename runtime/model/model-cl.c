@@ -90,6 +90,7 @@ static void clm_free(void *ctx)
         clReleaseProgram(m->ops);
     if (m->ops_deep)
         clReleaseProgram(m->ops_deep);
+    ebb__clm_moe_long_fini(m);
     ebb__clm_moe_fini(m);
     ebb__clm_xc_fini(m);
     for (uint32_t i = 0; i < m->n_progs; i++)
@@ -229,7 +230,7 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                              diag)) ||
         (rc = ebb__clm_alloc(m, 2 * m->n_batch * sizeof(cl_int), &m->rt, "batch rows", diag)) ||
         (rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int), &m->dr, "batch rows", diag)) ||
-        (m->xl_rows && STREAMING(m) &&
+        (m->xl_rows && (STREAMING(m) || m->ml.on) &&
          (rc = ebb__clm_alloc(m, (size_t)m->xl_rows * f * hp->n_embd, &m->xl,
                               "layer-major prefill rows", diag))) ||
         (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
@@ -482,14 +483,15 @@ static ebb_err forward_long(struct clm *m, uint32_t seq, const int32_t *tokens, 
                                                sizeof(int32_t) * (size_t)nt,
                                                tokens + (size_t)i * m->n_batch, 0, NULL, NULL),
                           diag, "writing token ids");
-        if (!rc && !(rc = embed(m, nt, diag)) && nc > 1)
+        if (!rc && !(rc = embed(m, nt, diag)) && (nc > 1 || m->ml.on))
             rc = ebb_cl_check(clEnqueueCopyBuffer(m->cl->q, m->x, m->xl, 0,
                                                   (size_t)i * m->n_batch * row, nt * row, 0, NULL,
                                                   NULL),
                               diag, "copying a chunk's rows out");
     }
     for (uint32_t l = 0; l < m->hp.n_layer && !rc; l++)
-        rc = ebb_stream_is_resident(m->st, l)
+        rc = !STREAMING(m) ? ebb__clm_moe_long_layer(m, l, rows, nc, diag) /* expert cache */
+             : ebb_stream_is_resident(m->st, l)
                  ? ebb__clm_layer_chunks(m, &m->layers[l], rows, nc, diag)
                  : ebb__clm_streamed_layer(m, l, rows, nc, diag);
     if (rc)
@@ -560,10 +562,18 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     bool lm = STREAMING(m) && m->xl && n > m->n_batch && m->first_host == m->hp.n_layer &&
               ebb_stream_n_resident(m->st) < m->hp.n_layer &&
               !(out && (out->hidden_sum || out->logits_all));
+    /* Or where the expert cache would copy a layer's experts once per chunk (docs/STREAMER.md,
+     * "Long prompts through the expert cache"); a pass ends on a chunk the grouped products
+     * take, as chunk after chunk would, so that the rows are the same. */
+    bool lmx = m->ml.on && m->xl && !(out && (out->hidden_sum || out->logits_all));
     for (uint32_t c = 0, step; c < n; c += step) {
         int nt;
-        if (lm) {
-            step = n - c < m->xl_rows ? n - c : m->xl_rows;
+        step = n - c < m->xl_rows ? n - c : m->xl_rows;
+        if (lmx && step > m->n_batch && step % m->n_batch &&
+            !ebb__clm_moe_long_takes(m, step % m->n_batch))
+            step -= step % m->n_batch;
+        if (lm || (lmx && (step > m->n_batch ||
+                           (step >= MOE_LONG_MIN && ebb__clm_moe_long_takes(m, step))))) {
             if ((rc = forward_long(m, seq, tokens + c, step, pos + c, &nt, diag)))
                 goto out;
         } else {
@@ -797,7 +807,7 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
         total += seqs[i].n;
     }
     /* A lone long prompt: clm_eval's layer-major pass (docs/STREAMER.md, "Long prompts"). */
-    if (n_seqs == 1 && m->xl && seqs[0].n > m->n_batch)
+    if (n_seqs == 1 && m->xl && (seqs[0].n > m->n_batch || (m->ml.on && seqs[0].n >= MOE_LONG_MIN)))
         return clm_eval(m, seqs[0].seq, seqs[0].tokens, seqs[0].n, seqs[0].pos, seqs[0].out, diag);
     for (uint32_t i = 0; i < n_seqs; i++) {
         if ((rc = ring_before(m, seqs[i].seq, seqs[i].pos, diag)))
@@ -991,11 +1001,13 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
             m->map.buf = NULL; /* fall back to copies */
     }
     if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
-        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_place_weights(m, g, diag)) ||
-        (rc = alloc_scratch(m, diag)))
+        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_moe_long_open(m, diag)) ||
+        (rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
         goto out;
     if (m->xc)
         m->iface.expert_cache = ebb__clm_xc_report;
+    if (m->ml.on && m->xl) /* long prompts layer-major through the expert cache */
+        m->iface.long_rows = m->xl_rows;
     if (STREAMING(m)) {
         if ((rc = ebb__clm_ensure_slots(m, diag)))
             goto out;

@@ -134,6 +134,17 @@ struct ebb_model_expert_cache {
      * bytes are in bytes_copied, their slots' previous experts in evictions), and of those
      * the ones that layer's step then used (also counted as hits) or did not. */
     uint64_t prefetched, prefetch_hits, prefetch_wasted;
+    /* Long prompts layer-major through the cache (docs/STREAMER.md, "Long prompts through the
+     * expert cache"), counted apart from the lookups above: passes (evaluations run so), their
+     * MoE layer steps, the groups of experts they copied (half the slots each) and the experts
+     * and bytes copied (each expert a layer's rows chose and its slots did not hold, once per
+     * pass); the copies' device
+     * time (the copy queue's profiling; 0 where it has none), the engine thread's time filling
+     * and enqueuing them, in the read-back of every row's ids, and over the experts' phase of
+     * each layer (read-back to products done: copies and products overlapping). */
+    uint64_t lm_passes, lm_layer_steps, lm_groups, lm_copied, lm_bytes;
+    uint64_t lm_kept; /* used experts the slots held already at a pass's layer: not copied */
+    uint64_t lm_copy_ns, lm_fill_ns, lm_ids_ns, lm_ns;
 };
 
 /* Bytes one decoded token (one slot, one row) reads, as the backend holds them: the weights

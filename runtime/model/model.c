@@ -324,7 +324,11 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         "\"evictions\":%llu,"
         "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
         "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
-        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu}",
+        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"long_passes\":%llu,"
+        "\"long_layer_steps\":%llu,\"long_groups\":%llu,\"long_copied\":%llu,"
+        "\"long_kept\":%llu,\"long_bytes\":%llu,\"long_copy_ns\":%llu,\"long_fill_ns\":%llu,\"long_"
+        "ids_ns\":%llu,"
+        "\"long_ns\":%llu}",
         x.slots, x.n_layer, (unsigned long long)x.pool_bytes, (unsigned long long)x.expert_bytes,
         (unsigned long long)x.expert_bytes_min, (unsigned long long)x.lookups,
         (unsigned long long)x.hits, (unsigned long long)x.misses, (unsigned long long)x.evictions,
@@ -332,7 +336,12 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         (unsigned long long)x.layer_steps, x.threads, (unsigned long long)x.host_bytes,
         (unsigned long long)x.fill_ns, (unsigned long long)x.ids_ns,
         (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
-        (unsigned long long)x.prefetch_wasted);
+        (unsigned long long)x.prefetch_wasted, (unsigned long long)x.lm_passes,
+        (unsigned long long)x.lm_layer_steps, (unsigned long long)x.lm_groups,
+        (unsigned long long)x.lm_copied, (unsigned long long)x.lm_kept,
+        (unsigned long long)x.lm_bytes, (unsigned long long)x.lm_copy_ns,
+        (unsigned long long)x.lm_fill_ns, (unsigned long long)x.lm_ids_ns,
+        (unsigned long long)x.lm_ns);
     return n > 0 ? (size_t)n : 0;
 }
 
@@ -360,7 +369,19 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
         "use.\n" XC
         "# HELP ebb_expert_cache_fill_seconds_total Engine thread time copying misses.\n"
         "# TYPE ebb_expert_cache_fill_seconds_total counter\n"
-        "ebb_expert_cache_fill_seconds_total %.6f\n",
+        "ebb_expert_cache_fill_seconds_total %.6f\n"
+        "# HELP ebb_expert_cache_long_passes_total Prompts run layer-major through the cache.\n" XC
+        "# HELP ebb_expert_cache_long_layer_steps_total MoE layers of those passes.\n" XC
+        "# HELP ebb_expert_cache_long_copied_total Experts copied by those passes (each used "
+        "expert once a layer a pass).\n" XC
+        "# HELP ebb_expert_cache_long_bytes_copied_total Bytes those copies moved.\n" XC
+        "# HELP ebb_expert_cache_long_copy_seconds_total Device time of those copies.\n"
+        "# TYPE ebb_expert_cache_long_copy_seconds_total counter\n"
+        "ebb_expert_cache_long_copy_seconds_total %.6f\n"
+        "# HELP ebb_expert_cache_long_seconds_total Time of those layers' expert phases (copies "
+        "and products).\n"
+        "# TYPE ebb_expert_cache_long_seconds_total counter\n"
+        "ebb_expert_cache_long_seconds_total %.6f\n",
         "slots", "slots", (unsigned long long)x.slots, "pool_bytes", "pool_bytes",
         (unsigned long long)x.pool_bytes, "lookups", "lookups", (unsigned long long)x.lookups,
         "hits", "hits", (unsigned long long)x.hits, "misses", "misses",
@@ -368,7 +389,11 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
         "bytes_copied", "bytes_copied", (unsigned long long)x.bytes_copied, "prefetched",
         "prefetched", (unsigned long long)x.prefetched, "prefetch_hits", "prefetch_hits",
         (unsigned long long)x.prefetch_hits, "prefetch_wasted", "prefetch_wasted",
-        (unsigned long long)x.prefetch_wasted, (double)x.fill_ns / 1e9);
+        (unsigned long long)x.prefetch_wasted, (double)x.fill_ns / 1e9, "long_passes",
+        "long_passes", (unsigned long long)x.lm_passes, "long_layer_steps", "long_layer_steps",
+        (unsigned long long)x.lm_layer_steps, "long_copied", "long_copied",
+        (unsigned long long)x.lm_copied, "long_bytes_copied", "long_bytes_copied",
+        (unsigned long long)x.lm_bytes, (double)x.lm_copy_ns / 1e9, (double)x.lm_ns / 1e9);
 #undef XG
 #undef XC
     return n > 0 ? (size_t)n : 0;

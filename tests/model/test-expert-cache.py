@@ -22,7 +22,12 @@ shows the ebb_expert_cache_* lines in /metrics after a completion, and `ebb serv
 --expert-cache auto --memory-budget 1G` (and EBB_EXPERT_CACHE=auto) all 16 slots. Then the
 Q4_K_M mix of qwen3moe-tiny-k (down stacks Q6_K in layer 2, Q4_K in 0 and 1, as llama.cpp
 mixes them): 4 and 8 slots (and 4 with the 8-bit decode kernels) give the resident run's
-greedy ids, and the bytes copied are each missed expert's own layer's size.
+greedy ids, and the bytes copied are each missed expert's own layer's size. A prompt of
+three chunks and 6 rows with the grouped MoE products on (EBB_CL_MOE_GROUP=1) runs layer-major
+through the cache (docs/STREAMER.md, "Long prompts through the expert cache"): the same greedy
+ids as resident, as chunk after chunk and with 8 pinned slots, each expert copied once a layer a
+pass (the long_* counters), and through `ebb serve --expert-cache 4` in one pass with the
+resident server's text.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
@@ -100,6 +105,108 @@ def serve_metrics(ebb, model, args=("--expert-cache", "4"), env_add=None, slots=
     finally:
         srv.terminate()
         srv.wait(timeout=30)
+
+
+# Long prompts layer-major through the cache (docs/STREAMER.md, "Long prompts through the expert
+# cache"): 390 tokens, three chunks and 6 rows, with the grouped MoE products on from one row
+# (EBB_CL_MOE_GROUP=1; GPUs have them from 8 rows), which the layer-major pass runs.
+LONG = " ".join(f"Row {i}: the keeper counts the boats that pass the mill, and writes it down."
+                for i in range(20))
+GROUPED = {"EBB_CL_MOE_GROUP": "1"}
+
+
+def serve_complete(ebb, model, args, env_add, prompt):
+    """One greedy completion of prompt (16 tokens) from `ebb serve ARGS`; returns (text, the
+    ebb_expert_cache_* values of /metrics after it) or (None, an error)."""
+    env = dict(os.environ)
+    env.pop("EBB_EXPERT_CACHE", None)
+    env.update(env_add or {})
+    srv = subprocess.Popen([ebb, "serve", "-m", model, "--port", "0", "--ctx", "512", *args],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in srv.stderr:
+            m = re.search(r"listening on (http://[^\s;]+)", line)
+            if m:
+                url = m.group(1)
+                break
+        if not url:
+            return None, "ebb serve did not say where it listens"
+        threading.Thread(target=lambda: srv.stderr.read(), daemon=True).start()
+        for _ in range(240):  # until the model is loaded
+            try:
+                urllib.request.urlopen(url + "/health", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
+            {"prompt": prompt, "max_tokens": STEPS, "temperature": 0}).encode(),
+            headers={"content-type": "application/json"})
+        body = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        vals = {k: float(v) for k, v in re.findall(r"^(ebb_expert_cache_\w+) ([\d.]+)$", text,
+                                                   re.M)}
+        return body["choices"][0]["text"], vals
+    except OSError as e:
+        return None, str(e)
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+def long_prompts(ebb, model, fail):
+    """LONG through `ebb run`: greedy ids identical resident, through 4 slots in one layer-major
+    pass, chunk after chunk (EBB_STREAM_LONG_ROWS=0) and 8 slots pinned; the
+    long_* counters: each of the 16 experts of each of the 3 layers (this prompt uses them all)
+    copied once a pass. Then through `ebb serve --expert-cache 4`: the scheduler gives the lone
+    prompt one pass (long_passes 1 in /metrics) and the text is the resident server's."""
+    p = run(ebb, model, LONG, env_add=GROUPED)
+    if p.returncode:
+        return fail(f"long prompt, resident: failed: {p.stderr.strip()[-300:]}")
+    d = json.loads(p.stdout)
+    base = d["tokens"]
+    if d.get("prompt_tokens", 0) <= 3 * 128:
+        fail(f"long prompt: {d.get('prompt_tokens')} tokens, not more than three chunks")
+    for label, args, env, passes in (
+            ("4 slots, layer-major", ["--expert-cache", "4"], GROUPED, 1),
+            ("4 slots, chunk after chunk", ["--expert-cache", "4"],
+             dict(GROUPED, EBB_STREAM_LONG_ROWS="0"), 0),
+            ("8 slots, pinned", ["--expert-cache", "8"], dict(GROUPED, EBB_EXPERT_PINNED="1"), 1)):
+        p = run(ebb, model, LONG, args, env)
+        if p.returncode:
+            fail(f"long prompt, {label}: failed: {p.stderr.strip()[-300:]}")
+            continue
+        d = json.loads(p.stdout)
+        x = d.get("expert_cache") or {}
+        print(f"# long prompt, {label}: " + ", ".join(
+            f"{k} {v}" for k, v in x.items() if k.startswith("long_")))
+        if d["tokens"] != base:
+            fail(f"long prompt, {label}: greedy ids differ from the resident run's: "
+                 f"{d['tokens']} vs {base}")
+        if (x.get("long_passes") != passes or x.get("long_layer_steps") != passes * N_LAYER or
+                x.get("long_copied") != passes * N_LAYER * N_EXPERT or
+                x.get("long_bytes") != x.get("long_copied", -1) * x.get("expert_bytes", 0) or
+                (passes and not x.get("long_ns"))):
+            fail(f"long prompt, {label}: the layer-major counters are not {passes} passes of "
+                 f"every expert of every layer once: {x}")
+    texts = {}
+    for label, args in (("resident", []), ("4 slots", ["--expert-cache", "4"])):
+        text, vals = serve_complete(ebb, model, args, GROUPED, LONG)
+        if text is None:
+            fail(f"long prompt through ebb serve, {label}: {vals}")
+            continue
+        texts[label] = text
+        if args:
+            print(f"# long prompt through ebb serve, {label}: " + ", ".join(
+                f"{k[len('ebb_expert_cache_'):]} {v:g}" for k, v in vals.items() if "long" in k))
+            n = vals.get("ebb_expert_cache_long_passes_total")
+            if (n != 1 or vals.get("ebb_expert_cache_long_copied_total") != N_LAYER * N_EXPERT or
+                    not vals.get("ebb_expert_cache_long_seconds_total")):
+                fail(f"long prompt through ebb serve: not one layer-major pass copying each "
+                     f"expert once a layer: {vals}")
+    if len(texts) == 2 and texts["resident"] != texts["4 slots"]:
+        fail(f"long prompt through ebb serve: the text with 4 slots differs from the resident "
+             f"server's: {texts['4 slots']!r} vs {texts['resident']!r}")
 
 
 def mixed(gen_model, ebb, vocab, work, fail):
@@ -285,6 +392,7 @@ def main():
 
     # The daemon: --expert-cache 4, one completion, the ebb_expert_cache_* lines of /metrics;
     # then auto from --memory-budget, by flag and by EBB_EXPERT_CACHE (all 16 slots fit in 1G).
+    long_prompts(ebb, model, fail)
     bad += serve_metrics(ebb, model)
     bad += serve_metrics(ebb, model, ["--expert-cache", "auto", "--memory-budget", "1G"],
                          slots=N_EXPERT)
