@@ -700,6 +700,40 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #else
 #define MQ_SIGNED(v) (v)
 #endif
+#if MV_PTX
+/* One fragment of matmul_mmq's / matmul_mmql's products added to acc (rows g, g + 8; tokens
+ * 2q, 2q + 1): A's words a00, a01 (rows g, g + 8, weights 4q.. of the block's first 16), a10,
+ * a11 (the second 16), B's b0, b1 (the token's inputs likewise), the rows' block scales f0, f1
+ * (d, m, and with MQ_H2 the second half's d, m), the tokens' (d, d s) x0, x1. */
+inline __attribute__((always_inline)) void mq_frag(float acc[4], uint a00, uint a01, uint a10,
+                                                   uint a11, uint b0, uint b1, float4 f0,
+                                                   float4 f1, float2 x0, float2 x1)
+{
+#if MQ_H2
+    int c0[4], c1[4];
+    MMA_S8K16(c0, a00, a01, b0);
+    MMA_S8K16(c1, a10, a11, b1);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float4 w = e >> 1 ? f1 : f0;
+        acc[e] += (e & 1 ? x1 : x0).x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
+    }
+#else
+    int c[4];
+    MMA_S8K32(c, a00, a01, a10, a11, b0, b1);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float4 w = e >> 1 ? f1 : f0;
+        float2 x = e & 1 ? x1 : x0;
+#if defined(W_QOFF)
+        acc[e] += (float)c[e] * (w.x * x.x);
+#else
+        acc[e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
+#endif
+    }
+#endif
+}
+#endif
 __kernel __attribute__((reqd_work_group_size(32 * MS_W, 1, 1))) void
 matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
            __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
@@ -772,33 +806,10 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #pragma unroll
             for (int j = 0; j < MS_NJ; j++)
 #pragma unroll
-                for (int i = 0; i < MS_MI; i++) {
-#if MQ_H2
-                    int c0[4], c1[4];
-                    MMA_S8K16(c0, a[i][0][0], a[i][0][1], xv[bb][j][0]);
-                    MMA_S8K16(c1, a[i][1][0], a[i][1][1], xv[bb][j][1]);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float4 w = f[i][e >> 1];
-                        acc[i][j][e] +=
-                            xs[bb][j][e & 1].x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
-                    }
-#else
-                    int c[4];
-                    MMA_S8K32(c, a[i][0][0], a[i][0][1], a[i][1][0], a[i][1][1], xv[bb][j][0],
-                              xv[bb][j][1]);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float4 w = f[i][e >> 1];
-                        float2 x = xs[bb][j][e & 1];
-#if defined(W_QOFF)
-                        acc[i][j][e] += (float)c[e] * (w.x * x.x);
-#else
-                        acc[i][j][e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
-#endif
-                    }
-#endif
-                }
+                for (int i = 0; i < MS_MI; i++)
+                    mq_frag(acc[i][j], a[i][0][0], a[i][0][1], a[i][1][0], a[i][1][1],
+                            xv[bb][j][0], xv[bb][j][1], f[i][0], f[i][1], xs[bb][j][0],
+                            xs[bb][j][1]);
         }
 #else
         for (int bb = 0; bb < MS_KB; bb++) {
@@ -887,10 +898,12 @@ matmul_mmq(W_ARGS, int n_in, int n_out, __global const char *xq, __global const 
 #define MQL_SN 4 /* floats of a row's block scales: (d, m) a half */
 typedef float4 mql_sc;
 #define MQL_SC(v) (v)
+#define MQL_F4(v) (v)
 #else
 #define MQL_SN 2 /* (d, m) */
 typedef float2 mql_sc;
 #define MQL_SC(v) ((v).xy)
+#define MQL_F4(v) ((float4)((v), 0.0f, 0.0f))
 #endif
 #ifndef MQL_PF
 #define MQL_PF 1 /* the next step's loads in flight while the current step multiplies */
@@ -1017,31 +1030,9 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 float2 bh[2] = {lh[(8 * j + 2 * q) * MS_KB + kb],
                                 lh[(8 * j + 2 * q + 1) * MS_KB + kb]};
 #pragma unroll
-                for (int i = 0; i < MS_MI; i++) {
-#if MQ_H2
-                    int c0[4], c1[4];
-                    MMA_S8K16(c0, a[i][0], a[i][1], bx0);
-                    MMA_S8K16(c1, a[i][2], a[i][3], bx1);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        mql_sc w = f[i][e >> 1];
-                        acc[i][j][e] += bh[e & 1].x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
-                    }
-#else
-                    int c[4];
-                    MMA_S8K32(c, a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        mql_sc w = f[i][e >> 1];
-                        float2 x = bh[e & 1];
-#if defined(W_QOFF)
-                        acc[i][j][e] += (float)c[e] * (w.x * x.x);
-#else
-                        acc[i][j][e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
-#endif
-                    }
-#endif
-                }
+                for (int i = 0; i < MS_MI; i++)
+                    mq_frag(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1,
+                            MQL_F4(f[i][0]), MQL_F4(f[i][1]), bh[0], bh[1]);
             }
 #else
             /* The stand-in: this lane's fragment elements from the staged words in integers
