@@ -219,12 +219,16 @@ static void free_points(struct expect *e)
     free(e->gen);
 }
 
-static struct ebb_model *open_model(const struct expect *e, const char *device)
+static struct ebb_model *open_model(const struct expect *e, const char *device,
+                                    enum ebb_kv_type kv)
 {
     char path[1400];
     model_path(e->model, path, sizeof(path));
-    struct ebb_model_params p = {
-        .path = path, .device = device, .n_ctx = e->n_tok + e->n_steps, .n_seq = 1};
+    struct ebb_model_params p = {.path = path,
+                                 .device = device,
+                                 .n_ctx = e->n_tok + e->n_steps,
+                                 .n_seq = 1,
+                                 .kv_type = kv};
     struct ebb_model *m = NULL;
     struct ebb_diag d = {{0}};
     if (ebb_model_open(&p, &m, &d))
@@ -394,7 +398,7 @@ static void test_write(void)
         getenv("EBB_TEST_LONG_TOKENS") ? (uint32_t)atoi(getenv("EBB_TEST_LONG_TOKENS")) : 2048;
     e.n_steps = getenv("EBB_TEST_LONG_STEPS") ? (uint32_t)atoi(getenv("EBB_TEST_LONG_STEPS")) : 16;
     alloc_points(&e);
-    struct ebb_model *m = open_model(&e, "ref");
+    struct ebb_model *m = open_model(&e, "ref", EBB_KV_F16);
     int32_t *ids = prompt_ids(m, e.n_tok);
     e.prompt_hash = fnv1a(ids, e.n_tok);
     run(m, ids, &e, NULL, &e);
@@ -416,8 +420,9 @@ static void test_long(void **state)
     const char *kv = getenv("EBB_TEST_KV") ? getenv("EBB_TEST_KV") : "f16";
     struct expect ref = {0}, ours = {0};
     load(name, &ref);
-    if (strcmp(kv, "f16"))
-        fail_msg("EBB_TEST_KV=%s: the engine has only the f16 KV cache so far", kv);
+    enum ebb_kv_type kvt = EBB_KV_F16;
+    if (!ebb_kv_type_parse(kv, &kvt))
+        fail_msg("EBB_TEST_KV=%s: not f16 or q8_0", kv);
     char path[1400];
     model_path(ref.model, path, sizeof(path));
     FILE *f = fopen(path, "rb");
@@ -428,7 +433,7 @@ static void test_long(void **state)
     fclose(f);
     ours = ref;
     alloc_points(&ours);
-    struct ebb_model *m = open_model(&ref, device);
+    struct ebb_model *m = open_model(&ref, device, kvt);
     int32_t *ids = prompt_ids(m, ref.n_tok);
     if (fnv1a(ids, ref.n_tok) != ref.prompt_hash)
         fail_msg("the prompt's tokens differ from those of %s's data", name);
@@ -436,7 +441,7 @@ static void test_long(void **state)
      * llama.cpp's bounds. */
     const char *dn = ebb_model_device_name(m);
     bool rounded = strstr(dn, "8-bit decode inputs") || strstr(dn, "tensor-core prefill");
-    const float kv_tol = 0.05f; /* f16 KV; q8_0 gets its own when it exists */
+    const float kv_tol = kvt == EBB_KV_Q8_0 ? 10.0f : 0.05f; /* top comment */
     float tol = rounded ? 1.5f : kv_tol, ctol = rounded ? 1.0f : kv_tol;
     run(m, ids, &ref, &ref, &ours);
     ebb_model_close(m);
@@ -444,7 +449,7 @@ static void test_long(void **state)
     if (getenv("EBB_TEST_LONG_LIVE") && !strcmp(getenv("EBB_TEST_LONG_LIVE"), "1")) {
         struct expect live = ref;
         alloc_points(&live);
-        struct ebb_model *r = open_model(&ref, "ref");
+        struct ebb_model *r = open_model(&ref, "ref", EBB_KV_F16);
         run(r, ids, &ref, &ref, &live);
         ebb_model_close(r);
         /* The committed data against the reference now (another build, machine or thread
