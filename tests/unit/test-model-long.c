@@ -38,7 +38,7 @@
  * chunks of 128 and 512. The bound, kv_tol, is 0.05: three such roundings. The 8-bit cache rounds
  * each key and value by up to half a step of its block of 32 (max |x| / 254, against 2^-12 relative
  * for a half): on PoCL (2026-11-28, chunks of 512) the worst was 0.42 (0.29 centred) for SmolLM2 at
- * 2048 tokens and KVQ8_GEMMA for Gemma 3 at 2560, greedy ids all equal; its kv_tol is 1.0,
+ * 2048 tokens and 0.35 (0.28) for Gemma 3 at 2560, greedy ids all equal; its kv_tol is 1.0,
  * test-model.c's centred bound for rounded product inputs. With 8-bit decode inputs (NVIDIA's
  * default) or fp16 tensor-core prefill, the products round their inputs too: test-model.c's
  * logit_tol (1.5 raw, 1.0 without the mean offset, from llama.cpp's similar rounding) applies.
