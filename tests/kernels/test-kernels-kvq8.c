@@ -445,6 +445,7 @@ static void test_kvq8(void)
             tu.mv_cpu = 0;
             tu.att_wg = 128;
             tu.att_chunk = 64;
+            tu.att_mma = 1; /* built where the device runs PTX */
         }
         tu.kv_q8 = 0;
         OK(ebb_cl_ops_build(cl, &tu, HD, &p16, D));
@@ -456,7 +457,19 @@ static void test_kvq8(void)
         }
         test_kvq8_attention(p16, p8);
         test_kvq8_decode_rope(p8);
+        if (shape)
+            test_attention_mma_hd(p8, HD, true);
         clReleaseProgram(p16);
+        clReleaseProgram(p8);
+    }
+    /* The tensor-core prefill for Gemma 3's heads of 256 and those of 128, where built (PTX). */
+    for (int hd = 128; hd <= 256 && keep.mv_ptx; hd *= 2) {
+        tu = keep;
+        tu.att_g = 1;
+        tu.att_mma = 1;
+        tu.kv_q8 = 1;
+        OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p8, D));
+        test_attention_mma_hd(p8, hd, true);
         clReleaseProgram(p8);
     }
     /* A head dimension that is no multiple of 32 is refused by the build. */
