@@ -831,7 +831,8 @@ out:
 
 /* Slot src's K and V entries of positions 0..n-1 into slot dst's, layer by layer, by copies on
  * the engine's in-order queue (so every later pass sees them). A layer's cache is (n_seq,
- * n_head_kv, kv_len, head_dim) halves: one rectangle per cache, a row per KV head, each n
+ * n_head_kv, kv_len) rows of ebb__clm_kv_row bytes (head_dim halves or Q8_0 blocks): one
+ * rectangle per cache, a row per KV head, each n
  * positions long, or for a ring (kv_len < n_ctx) the whole ring, whatever positions it holds;
  * dst then takes src's ring state and token ids, so that its next evaluation rebuilds its rings
  * (ring_before) if src's no longer held the window behind n. Streamed layers keep their caches
