@@ -1,6 +1,8 @@
-/* Attention over the half-precision KV cache written by rope_kv (layout per layer:
+/* Attention over the KV cache written by rope_kv (layout per layer, in values:
  * [kv_base + (kv_head * n_ctx + pos % n_ctx) * HEAD_DIM + d], n_ctx the positions the layer's
- * cache holds: the context, or a sliding window's ring). Query heads share KV heads in groups of
+ * cache holds: the context, or a sliding window's ring), of halves, or with KV_Q8 of Q8_0
+ * blocks (ops.cl: value index i's block at byte i / 32 * 34, KV_AT), which every kernel here
+ * reads through KV4 and, on tensor cores, dequantizes to halves as it stages its tiles. Query heads share KV heads in groups of
  * n_head / n_head_kv (GQA). win > 0 is a sliding window: the query at position p attends to
  * positions p - win + 1 .. p only (the ring must hold them: n_ctx >= win + the queries of a
  * launch - 1), attn_prefill_mma as attn_prefill. Built
@@ -20,11 +22,30 @@
 
 #if defined(MV_CPU) && MV_CPU
 /* CPU devices: the cache's halves through half.cl's exact integer conversion. */
+#define KV_H(p) cpu_half(*(const __global ushort *)(p))
+#else
+#define KV_H(p) vload_half(0, (const __global half *)(p))
+#endif
+#if defined(KV_Q8) && KV_Q8
+/* Values 4i..4i + 3 of a position's head at row (its first block): q * d of their block. */
+inline float4 kv_q8_4(int i, const __global uchar *row)
+{
+    const __global uchar *b = row + (i / 8) * KV_QB;
+    return convert_float4(vload4(0, (const __global char *)(b + 2 + (i % 8) * 4))) * KV_H(b);
+}
+#define KV4(i, p) kv_q8_4((i), (p))
+/* The new token's key and value in local memory (attn_decode_rope): floats, as the cache's
+ * blocks give them back. */
+#define KN_T float
+#define KN4(i, p) vload4((i), (p))
+#elif defined(MV_CPU) && MV_CPU
 #define KV4(i, p) cpu_half4(vload4((i), (const __global ushort *)(p)))
-#define KV1(p) cpu_half(*(const __global ushort *)(p))
 #else
 #define KV4(i, p) vload_half4((i), (p))
-#define KV1(p) vload_half(0, (p))
+#endif
+#ifndef KN_T
+#define KN_T half
+#define KN4(i, p) vload_half4((i), (p))
 #endif
 
 #ifndef ATT_G
@@ -96,13 +117,13 @@ inline int att_slot(int s0, int j, int n_ctx)
 
 /* Keys of one batch for score lane kl: ATT_UK rounds of position j0 + u * ATT_KP, clamped to
  * the last cached position pc - 1 (a round past it is loaded, never scored). */
-inline void att_load_k(float4 *kx, const __global half *kh, int s0, int n_ctx, int pc, int j0,
+inline void att_load_k(float4 *kx, const __global KV_T *kh, int s0, int n_ctx, int pc, int j0,
                        int kl)
 {
 #pragma unroll
     for (int u = 0; u < ATT_UK; u++) {
         int j = max(min(j0 + u * ATT_KP, pc - 1), 0);
-        const __global half *kb = kh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM;
+        const __global KV_T *kb = KV_AT(kh, (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM);
 #pragma unroll
         for (int i = 0; i < ATT_DK; i++)
             kx[u * ATT_DK + i] = KV4(kl + i * ATT_KL, kb);
@@ -110,13 +131,13 @@ inline void att_load_k(float4 *kx, const __global half *kh, int s0, int n_ctx, i
 }
 
 /* Values of one batch for value lane vl: ATT_UV positions j0 + u * ATT_VP, clamped as keys. */
-inline void att_load_v(float4 *vx, const __global half *vh, int s0, int n_ctx, int pc, int j0,
+inline void att_load_v(float4 *vx, const __global KV_T *vh, int s0, int n_ctx, int pc, int j0,
                        int vl)
 {
 #pragma unroll
     for (int u = 0; u < ATT_UV; u++) {
         int j = max(min(j0 + u * ATT_VP, pc - 1), 0);
-        const __global half *vb = vh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM;
+        const __global KV_T *vb = KV_AT(vh, (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM);
 #pragma unroll
         for (int i = 0; i < ATT_DV; i++) {
             int f = vl + i * ATT_VL;
@@ -128,8 +149,8 @@ inline void att_load_v(float4 *vx, const __global half *vh, int s0, int n_ctx, i
 
 /* The first batches of keys and values of a work-item (loaded before the queries are staged,
  * so that they are in flight meanwhile). */
-inline void att_prefetch(float4 *kx, float4 *vx, const __global half *kh,
-                         const __global half *vh, int p0, int n_ctx, int pc)
+inline void att_prefetch(float4 *kx, float4 *vx, const __global KV_T *kh,
+                         const __global KV_T *vh, int p0, int n_ctx, int pc)
 {
     int lid = get_local_id(0), s0 = p0 % n_ctx;
     att_load_k(kx, kh, s0, n_ctx, pc, lid / ATT_KL, lid % ATT_KL);
@@ -209,9 +230,9 @@ inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global flo
  * with kn, the chunk's last one (the new token's), whose key and value come from kn / vn in
  * local memory (as the cache holds them). kx and vx hold the work-item's first batches
  * (att_prefetch); later batches reuse them. */
-inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __global half *kh,
-                        const __global half *vh, int p0, int n_ctx, int pn,
-                        __local const half *kn, __local const half *vn, int c, int nc, int h0,
+inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __global KV_T *kh,
+                        const __global KV_T *vh, int p0, int n_ctx, int pn,
+                        __local const KN_T *kn, __local const KN_T *vn, int c, int nc, int h0,
                         __global float *po, __global float2 *pml, __global float *out)
 {
     __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
@@ -237,7 +258,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
         float s[ATT_G];
 #pragma unroll
         for (int i = 0; i < ATT_DK; i++)
-            k4[i] = vload_half4(kl + i * ATT_KL, kn);
+            k4[i] = KN4(kl + i * ATT_KL, kn);
         att_dot(s, k4, qs, kl);
         att_put(s, sc, scr, pn - 1, kl);
     }
@@ -312,7 +333,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
 #pragma unroll
         for (int i = 0; i < ATT_DV; i++) {
             int f = vl + i * ATT_VL;
-            float4 v4 = ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? vload_half4(f, vn) : (float4)(0.0f);
+            float4 v4 = ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? KN4(f, vn) : (float4)(0.0f);
 #pragma unroll
             for (int g = 0; g < ATT_G; g++)
                 o[g * ATT_DV + i] += sc[g * ATT_CHUNK + pn - 1] * v4;
@@ -349,8 +370,8 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
     }
 }
 
-__kernel void attn_decode_part(__global const float *q, __global const half *kc,
-                               __global const half *vc, ulong kv_base, int n_ctx, int n_kv,
+__kernel void attn_decode_part(__global const float *q, __global const KV_T *kc,
+                               __global const KV_T *vc, ulong kv_base, int n_ctx, int n_kv,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, __global float *out, int win)
 {
@@ -359,8 +380,8 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
     int nc = get_num_groups(0);
     int hk = h0 / (n_head / n_head_kv);
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
-    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
     att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
     for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
@@ -379,7 +400,7 @@ __kernel void attn_decode_part(__global const float *q, __global const half *kc,
  * less. */
 #define ATT_RP (HEAD_DIM / 2)
 #define ATT_RG (ATT_WG > ATT_RP ? ATT_WG / ATT_RP : 1)
-__kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __global half *vc,
+__kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __global KV_T *vc,
                                ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
                                float scale, __global float *po, __global float2 *pml,
                                __global float *out, int n_rot, float base, float freq_scale,
@@ -387,16 +408,21 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                                __global const float *hnq, __global const float *hnk, float hn_eps)
 {
     __local float lm[ATT_LOCAL];
+#if defined(KV_Q8) && KV_Q8
+    __local float kn[HEAD_DIM], vn[HEAD_DIM];
+    __local ushort kd_[2 * (HEAD_DIM / 32)]; /* the blocks' scales as halves */
+#else
     __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
-    __local float hr[ATT_WG], hs[ATT_G + 1];
     __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
+#endif
+    __local float hr[ATT_WG], hs[ATT_G + 1];
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
     int hk = h0 / group, pos = n_kv - 1;
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     bool last = c == nc - 1;
-    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
     att_prefetch(kx, vx, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
@@ -442,13 +468,47 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
                 a = a * hs[ATT_G] * hnk[i.x];
                 b = b * hs[ATT_G] * hnk[i.y];
             }
+#if defined(KV_Q8) && KV_Q8
+            kn[i.x] = a * cs.x - b * cs.y;
+            kn[i.y] = a * cs.y + b * cs.x;
+            vn[2 * p] = vr[2 * p];
+            vn[2 * p + 1] = vr[2 * p + 1];
+#else
             vstore_half(a * cs.x - b * cs.y, i.x, kn);
             vstore_half(a * cs.y + b * cs.x, i.y, kn);
             vstore_half(vr[2 * p], 2 * p, vn);
             vstore_half(vr[2 * p + 1], 2 * p + 1, vn);
+#endif
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if defined(KV_Q8) && KV_Q8
+    /* The new key's and value's Q8_0 blocks (rope_kv's kv_put_q8), one a work-item: stored by
+     * the work-group of the first query head, and given back to kn / vn as the cache will hold
+     * them (q * d), so that this token attends to what the tokens after it will read. */
+    if (last) {
+        size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * HEAD_DIM;
+        for (int e = lid; e < 2 * (HEAD_DIM / 32); e += ATT_WG) {
+            int blk = e % (HEAD_DIM / 32);
+            __local float *x = (e < HEAD_DIM / 32 ? kn : vn) + blk * 32;
+            __global uchar *gb = KV_AT(e < HEAD_DIM / 32 ? kc : vc, off + blk * 32);
+            float amax = 0.0f, id;
+            for (int j = 0; j < 32; j++)
+                amax = fmax(amax, fabs(x[j]));
+            vstore_half(kv_q8_scale(amax, &id), e, (__local half *)kd_);
+            float dh = vload_half(e, (__local half *)kd_);
+            if (h0 % group == 0)
+                vstore_half(kv_q8_scale(amax, &id), 0, (__global half *)gb);
+            for (int j = 0; j < 32; j++) {
+                char q = convert_char_sat(round(x[j] * id));
+                if (h0 % group == 0)
+                    ((__global char *)gb)[2 + j] = q;
+                x[j] = convert_float(q) * dh;
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
     if (last && h0 % group == 0) {
         size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * HEAD_DIM;
         for (int d = lid; d < HEAD_DIM; d += ATT_WG) {
@@ -456,6 +516,7 @@ __kernel void attn_decode_rope(__global const float *qkv, __global half *kc, __g
             vstore_half(vload_half(d, vn), off + d, vc);
         }
     }
+#endif
     decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc,
                 h0, po, pml, out);
 }
@@ -524,8 +585,8 @@ __kernel void attn_decode_reduce(__global const float *po, __global const float2
  * head), a single chunk's result straight to out row r. Global size (max_nc * ATT_WG,
  * n_head / ATT_G, n_dec), local (ATT_WG, 1, 1): work-groups past a row's own chunk count return
  * at once. */
-__kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const half *kc,
-                               __global const half *vc, __global const int *rt,
+__kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
+                               __global const KV_T *vc, __global const int *rt,
                                __global const int *dr, ulong slot_stride, int n_ctx,
                                int n_head, int n_head_kv, float scale, __global float *po,
                                __global float2 *pml, int max_nc, __global float *out,
@@ -541,8 +602,8 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
     int hk = h0 / (n_head / n_head_kv);
     int p0 = f + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
-    const __global half *kh = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vh = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
     att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
     const __global float *q = qkv + (size_t)r * qkv_ld + h0 * HEAD_DIM;
@@ -579,8 +640,8 @@ __kernel void attn_decode_reduce_rows(__global const float *po, __global const f
  * work-item keeping an online softmax (running max, sum and output) in registers. Q rows are
  * rows r0.. of qkv (row stride qkv_ld), output rows the same rows of out (stride out_ld).
  * Global size (round_up(n_tok, ATT_TQ), n_head), local (ATT_TQ, 1). */
-__kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const half *kc,
-                           __global const half *vc, ulong kv_base, int n_ctx, int pos0,
+__kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
+                           __global const KV_T *vc, ulong kv_base, int n_ctx, int pos0,
                            int n_tok, int n_head, int n_head_kv, float scale,
                            __global float *out, int out_ld, int r0, int win)
 {
@@ -600,15 +661,15 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
         acc[d] = (float4)(0.0f);
     }
     float m = -INFINITY, l = 0.0f;
-    const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
+    const __global KV_T *kb = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    const __global KV_T *vb = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     for (int k0 = first; k0 <= last; k0 += ATT_TK) {
         for (int e = lid; e < ATT_TK * (HEAD_DIM / 4); e += ATT_TQ) {
             int j = e / (HEAD_DIM / 4), d = e % (HEAD_DIM / 4);
             bool in = k0 + j <= last;
             size_t at = (size_t)((k0 + j) % n_ctx) * HEAD_DIM;
-            ks[j][d] = in ? KV4(d, kb + at) : (float4)(0.0f);
-            vs[j][d] = in ? KV4(d, vb + at) : (float4)(0.0f);
+            ks[j][d] = in ? KV4(d, KV_AT(kb, at)) : (float4)(0.0f);
+            vs[j][d] = in ? KV4(d, KV_AT(vb, at)) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (valid) {
@@ -688,9 +749,25 @@ inline uint fa_h2(float lo, float hi)
     return d;
 }
 
+/* Values d..d + 7 (d a multiple of 8) of the position's head that starts at value index at of c
+ * as 8 halves (16 bytes, the first in the low half of the first word): copied, or with KV_Q8
+ * dequantized from their block and rounded. */
+#if defined(KV_Q8) && KV_Q8
+inline uint4 fa_kv8(const __global uchar *row, int d)
+{
+    const __global uchar *b = row + d / 32 * KV_QB;
+    float s = vload_half(0, (const __global half *)b);
+    float8 x = convert_float8(vload8(0, (const __global char *)(b + 2 + d % 32))) * s;
+    return (uint4)(fa_h2(x.s0, x.s1), fa_h2(x.s2, x.s3), fa_h2(x.s4, x.s5), fa_h2(x.s6, x.s7));
+}
+#define FA_KV8(c, at, d) fa_kv8(KV_AT((c), (at)), (d))
+#else
+#define FA_KV8(c, at, d) vload4(0, (const __global uint *)((c) + (at) + (d)))
+#endif
+
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
-attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
-                 __global const half *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
+attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
+                 __global const KV_T *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
                  int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0,
                  int win, __global float *po, __global float2 *pml)
 {
@@ -731,28 +808,24 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const half *kc,
         for (int e = 0; e < 4; e++)
             o[n][e] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-    const __global half *kb = kc + kv_base + (size_t)hk * n_ctx * HEAD_DIM;
-    const __global half *vb = vc + kv_base + (size_t)hk * n_ctx * HEAD_DIM + dv0;
+    const __global KV_T *kb = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    const __global KV_T *vb = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM + dv0);
     for (int k0 = k_lo; k0 < k_end; k0 += FA_KT) {
         /* Stage FA_KT keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
         for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
             int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
             uint4 kv4 = (uint4)(0);
             if (k0 + j < n_keys)
-                kv4 = vload4(0, (const __global uint *)(kb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
-                                                        d));
+                kv4 = FA_KV8(kb, (size_t)((k0 + j) % n_ctx) * HEAD_DIM, d);
             vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
         }
         for (int c = lid; c < FA_KT / 2 * (FA_DV / 8); c += 128) {
             int j = c % (FA_KT / 2) * 2, d = c / (FA_KT / 2) * 8; /* keys j, j + 1; 8 dims */
             uint4 va = (uint4)(0), vn = (uint4)(0);
             if (k0 + j < n_keys)
-                va = vload4(0, (const __global uint *)(vb + (size_t)((k0 + j) % n_ctx) * HEAD_DIM +
-                                                       d));
+                va = FA_KV8(vb, (size_t)((k0 + j) % n_ctx) * HEAD_DIM, d);
             if (k0 + j + 1 < n_keys)
-                vn = vload4(0, (const __global uint *)(vb +
-                                                       (size_t)((k0 + j + 1) % n_ctx) * HEAD_DIM +
-                                                       d));
+                vn = FA_KV8(vb, (size_t)((k0 + j + 1) % n_ctx) * HEAD_DIM, d);
             uint wa[4] = {va.x, va.y, va.z, va.w}, wn[4] = {vn.x, vn.y, vn.z, vn.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {

@@ -95,7 +95,12 @@ __kernel void rmsnorm_add(__global const float *x, int x_ld, __global const floa
  * layer whose cache holds fewer positions than the context (a sliding window's ring) keeps the
  * last n_ctx of them.
  * neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1). Dimensions past n_rot are copied.
- * Global size (head_dim / 2, n_head + n_head_kv, n_tok). */
+ * Global size (head_dim / 2, n_head + n_head_kv, n_tok).
+ * With KV_Q8 (--kv-type q8_0) the cache holds GGUF's Q8_0 blocks instead of halves: each run of
+ * 32 values of a position's head is one half scale d = max |x| / 127 and 32 int8 q = round(x / d),
+ * 34 bytes (KV_QB), so a head of HEAD_DIM values takes HEAD_DIM / 32 * 34 bytes and the value
+ * at index i of the half layout starts the block at byte i / 32 * 34 (KV_AT). Work-item p < head_dim
+ * / 32 of a K head then writes block p of its key (each value rotated on its own) and value. */
 /* The pair of dimensions rotated by pair index p: (2p, 2p + 1), or with neox (p, p + n_rot / 2)
  * for p < n_rot / 2. */
 inline int2 rope_pair(int p, int n_rot, int neox)
@@ -129,13 +134,71 @@ inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float bas
     return (float2)(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
 }
 
+#if defined(KV_Q8) && KV_Q8
+#define KV_T uchar
+#define KV_QB 34 /* bytes of a block of 32 values */
+/* The cache's bytes from value index off (a multiple of 32) of the half layout on. */
+#define KV_AT(c, off) ((c) + (size_t)(off) / 32 * KV_QB)
+
+/* Dimension d of a head rotated for position pos (rope_rotate's value for it, partner read
+ * from the unrotated row v). */
+inline float rope_dim(const __global float *v, int d, int pos, int n_rot, float base,
+                      float freq_scale, int neox, __global const float *ff)
+{
+    int p = neox && d < n_rot ? d % (n_rot / 2) : d / 2;
+    int2 i = rope_pair(p, n_rot, neox);
+    float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale, ff);
+    return d == i.x ? r.x : r.y;
+}
+
+/* A block's scale d for its largest magnitude amax (stored as a half), and 1 / d (0 for an
+ * all-zero block) by which its values are multiplied and rounded: GGUF's reference quantizer. */
+inline float kv_q8_scale(float amax, float *id)
+{
+    float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+/* 32 values as one Q8_0 block at b. */
+inline void kv_put_q8(__global uchar *b, const float *x)
+{
+    float amax = 0.0f, id;
+    for (int j = 0; j < 32; j++)
+        amax = fmax(amax, fabs(x[j]));
+    vstore_half(kv_q8_scale(amax, &id), 0, (__global half *)b);
+    for (int j = 0; j < 32; j++)
+        ((__global char *)b)[2 + j] = convert_char_sat(round(x[j] * id));
+}
+#else
+#define KV_T half
+#define KV_AT(c, off) ((c) + (off))
+#endif
+
 /* rope_kv's work for head h of one row at position pos (cache offset kv_base). */
-inline void rope_kv_one(__global float *row, __global half *kc, __global half *vc, ulong kv_base,
+inline void rope_kv_one(__global float *row, __global KV_T *kc, __global KV_T *vc, ulong kv_base,
                         int n_ctx, int pos, int p, int h, int n_head, int n_head_kv,
                         int head_dim, int n_rot, float base, float freq_scale, int neox,
                         __global const float *ff)
 {
     __global float *v = row + h * head_dim; /* Q heads, then K heads */
+#if defined(KV_Q8) && KV_Q8
+    if (h >= n_head) {
+        if (p >= head_dim / 32)
+            return;
+        int hk = h - n_head;
+        size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * head_dim + p * 32;
+        const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim + p * 32;
+        float x[32];
+        for (int j = 0; j < 32; j++)
+            x[j] = rope_dim(v, p * 32 + j, pos, n_rot, base, freq_scale, neox, ff);
+        kv_put_q8(KV_AT(kc, off), x);
+        for (int j = 0; j < 32; j++)
+            x[j] = vv[j];
+        kv_put_q8(KV_AT(vc, off), x);
+        return;
+    }
+#endif
     int2 i = rope_pair(p, n_rot, neox);
     float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale, ff);
     if (h < n_head) {
@@ -143,6 +206,7 @@ inline void rope_kv_one(__global float *row, __global half *kc, __global half *v
         v[i.y] = r.y;
         return;
     }
+#if !defined(KV_Q8) || !KV_Q8
     int hk = h - n_head;
     size_t off = kv_base + ((size_t)hk * n_ctx + pos % n_ctx) * head_dim;
     vstore_half(r.x, off + i.x, kc);
@@ -150,9 +214,10 @@ inline void rope_kv_one(__global float *row, __global half *kc, __global half *v
     const __global float *vv = row + (n_head + n_head_kv + hk) * head_dim;
     vstore_half(vv[2 * p], off + 2 * p, vc);
     vstore_half(vv[2 * p + 1], off + 2 * p + 1, vc);
+#endif
 }
 
-__kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
+__kernel void rope_kv(__global float *qkv, int qkv_ld, __global KV_T *kc, __global KV_T *vc,
                       ulong kv_base, int n_ctx, int pos0, int n_head, int n_head_kv,
                       int head_dim, int n_rot, float base, float freq_scale, int neox,
                       __global const float *ff)
@@ -165,7 +230,7 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global half *kc, __glob
 /* rope_kv for a batch of rows of several slots: row t is at position rt[2t + 1] of KV slot
  * rt[2t] (cache offset rt[2t] * slot_stride). Global size (head_dim / 2, n_head + n_head_kv,
  * n_rows). */
-__kernel void rope_kv_rows(__global float *qkv, int qkv_ld, __global half *kc, __global half *vc,
+__kernel void rope_kv_rows(__global float *qkv, int qkv_ld, __global KV_T *kc, __global KV_T *vc,
                            __global const int *rt, ulong slot_stride, int n_ctx, int n_head,
                            int n_head_kv, int head_dim, int n_rot, float base, float freq_scale,
                            int neox, __global const float *ff)

@@ -43,6 +43,7 @@ static void bench_usage(FILE *f)
             "                          --depth, depth + the larger of the two); one past the\n"
             "                          model's trained context is kept, with a warning (speed\n"
             "                          does not depend on it; ebb run and serve cap it)\n"
+            "      --kv-type T         KV cache element type: f16 or q8_0 (default f16)\n"
             "      --prompt-file FILE  use this text (tokenized, BOS per the metadata) as the\n"
             "                          prompt instead of the synthetic one\n"
             "      --spec ngram        speculative decoding with n-gram drafts (greedy output\n"
@@ -180,8 +181,9 @@ struct bench {
     int32_t *ids; /* (n_prompt + n_gen) the prompt, then the generated tokens */
     float *lgs;   /* (n_gen) top logit of each generated token (exact comparisons in tests) */
     unsigned long n_prompt, n_gen;
-    uint32_t depth; /* -d: positions of context before the prompt (0: none) */
-    uint32_t dpos;  /* position of the first decoded token */
+    uint32_t depth;           /* -d: positions of context before the prompt (0: none) */
+    uint32_t dpos;            /* position of the first decoded token */
+    enum ebb_kv_type kv_type; /* --kv-type */
     bool spec;
     struct ebb_spec_params sp;
     struct ebb_spec_stats sst;
@@ -390,6 +392,7 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
         (json_int_t)r->reps, "warmup", r->reps > 1 || b->depth, "depth", (json_int_t)b->depth,
         "decode_depth", (json_int_t)b->dpos, "prefill_tok_s_runs", jp, "decode_tok_s_runs", jd,
         "prefill_stats", spread_json(&r->pf), "decode_stats", spread_json(&r->dec));
+    json_object_set_new(j, "kv_type", json_string(ebb_kv_type_name(b->kv_type)));
     if (n_gen > 1 && !b->spec)
         json_object_set_new(j, "decode_bytes",
                             json_pack("{s:I, s:I, s:I, s:f}", "weights", (json_int_t)r->bytes_w,
@@ -439,8 +442,8 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
 {
     const unsigned long n_gen = b->n_gen, n_prompt = b->n_prompt, n_batch = r->n_batch;
     double steps = n_gen > 1 ? (double)(n_gen - 1) : 1;
-    printf("model      %s on %s (ctx %u)\n", r->path, ebb_model_device_name(b->m),
-           ebb_model_n_ctx(b->m));
+    printf("model      %s on %s (ctx %u, kv %s)\n", r->path, ebb_model_device_name(b->m),
+           ebb_model_n_ctx(b->m), ebb_kv_type_name(b->kv_type));
     if (b->depth)
         printf("depth      %u tokens of context before the prompt and the decode\n", b->depth);
     printf("prefill    %lu tokens in %.1f ms: %.2f tok/s", n_prompt, r->pf_ms.median, r->pf.median);
@@ -614,7 +617,8 @@ int ebb_cmd_bench(int argc, char **argv)
         O_DMAX,
         O_DFIXED,
         O_DRAFT,
-        O_STAGES
+        O_STAGES,
+        O_KV
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -630,6 +634,7 @@ int ebb_cmd_bench(int argc, char **argv)
         {"draft", required_argument, NULL, O_DRAFT},
         {"batch", required_argument, NULL, O_BATCH},
         {"stages", no_argument, NULL, O_STAGES},
+        {"kv-type", required_argument, NULL, O_KV},
         {"repetitions", required_argument, NULL, 'r'},
         {"depth", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
@@ -679,6 +684,8 @@ int ebb_cmd_bench(int argc, char **argv)
             ok = parse_u(optarg, 1, 256, &n_batch);
         } else if (c == O_STAGES) {
             b.stages = true;
+        } else if (c == O_KV) {
+            ok = ebb_kv_type_parse(optarg, &mp.kv_type);
         } else if (c == 'r') {
             ok = parse_u(optarg, 1, 1000, &reps);
         } else if (c == 'd') {
@@ -731,6 +738,7 @@ int ebb_cmd_bench(int argc, char **argv)
     /* With a depth, prefill and decode each start at position depth. */
     unsigned long need = depth ? depth + (n_prompt > n_gen ? n_prompt : n_gen) : n_prompt + n_gen;
     mp.n_ctx = (uint32_t)(ctx ? ctx : need);
+    b.kv_type = mp.kv_type;
     mp.n_seq = (uint32_t)n_batch;
 
     int status = 1;

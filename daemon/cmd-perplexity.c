@@ -20,7 +20,7 @@
 static void ppl_usage(FILE *f)
 {
     fprintf(f, "usage: ebb perplexity -m MODEL -f FILE [--ctx N] [--chunks N] [--json] "
-               "[--device D]\n"
+               "[--device D] [--kv-type T]\n"
                "\n"
                "Perplexity of MODEL over the text in FILE, as llama.cpp's perplexity tool\n"
                "computes it: windows of N tokens, each scored on its second half. Prints the\n"
@@ -35,6 +35,7 @@ static void ppl_usage(FILE *f)
                "      --json         print one JSON object (ppl, windows, tokens) instead\n"
                "      --device D     compute device: auto, cl:P:D, a name substring, ref or\n"
                "                     ref-q8 (see ebb run --help) (default auto)\n"
+               "      --kv-type T    KV cache element type: f16 or q8_0 (default f16)\n"
                "  -h, --help         show this help\n"
                "\n"
                "exit status: 0 success, 1 model, file or device error, 2 usage error\n");
@@ -78,16 +79,22 @@ static double now_ms(void)
 
 int ebb_cmd_perplexity(int argc, char **argv)
 {
-    enum { O_CTX = 256, O_CHUNKS, O_JSON, O_DEV };
+    enum { O_CTX = 256, O_CHUNKS, O_JSON, O_DEV, O_KV };
     static const struct option longs[] = {
-        {"model", required_argument, NULL, 'm'}, {"file", required_argument, NULL, 'f'},
-        {"ctx", required_argument, NULL, O_CTX}, {"chunks", required_argument, NULL, O_CHUNKS},
-        {"json", no_argument, NULL, O_JSON},     {"device", required_argument, NULL, O_DEV},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'},
+        {"file", required_argument, NULL, 'f'},
+        {"ctx", required_argument, NULL, O_CTX},
+        {"chunks", required_argument, NULL, O_CHUNKS},
+        {"json", no_argument, NULL, O_JSON},
+        {"device", required_argument, NULL, O_DEV},
+        {"kv-type", required_argument, NULL, O_KV},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL, *file = NULL, *device = "auto";
     long ctx = 512, max_chunks = -1;
     bool json = false;
+    enum ebb_kv_type kv_type = EBB_KV_F16;
     optind = 1;
     opterr = 0;
     int c;
@@ -120,6 +127,12 @@ int ebb_cmd_perplexity(int argc, char **argv)
         case O_DEV:
             device = optarg;
             break;
+        case O_KV:
+            if (!ebb_kv_type_parse(optarg, &kv_type)) {
+                fprintf(stderr, "ebb perplexity: bad --kv-type '%s' (f16 or q8_0)\n", optarg);
+                return 2;
+            }
+            break;
         case 'h':
             ppl_usage(stdout);
             return 0;
@@ -151,6 +164,7 @@ int ebb_cmd_perplexity(int argc, char **argv)
     }
     struct ebb_model_params mp = {
         .path = model_path, .device = device, .n_ctx = (uint32_t)ctx, .n_seq = 1};
+    mp.kv_type = kv_type;
     if ((rc = ebb_model_open(&mp, &m, &d))) {
         fprintf(stderr, "ebb perplexity: cannot load '%s': %s\n", model_path,
                 d.msg[0] ? d.msg : ebb_err_str(rc));
@@ -218,10 +232,11 @@ int ebb_cmd_perplexity(int argc, char **argv)
     }
     double ppl = exp(nll / (double)count), ms = now_ms() - t0;
     if (json) {
-        json_t *j = json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:b, s:f}", "ppl", ppl, "nll",
+        json_t *j = json_pack("{s:f, s:f, s:I, s:I, s:I, s:I, s:b, s:f, s:s}", "ppl", ppl, "nll",
                               nll / (double)count, "n_ctx", (json_int_t)ctx, "n_chunks",
                               (json_int_t)n_chunk, "n_tokens", (json_int_t)n_tok, "n_scored",
-                              (json_int_t)count, "add_bos", add_bos, "ms", ms);
+                              (json_int_t)count, "add_bos", add_bos, "ms", ms, "kv_type",
+                              ebb_kv_type_name(kv_type));
         if (!j)
             goto oom;
         json_dumpf(j, stdout, JSON_COMPACT);

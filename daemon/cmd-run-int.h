@@ -14,6 +14,7 @@ struct ebb__run_opts {
     long long n_predict, ctx;
     bool chat, json;
     bool ctx_over_trained;  /* --ctx-over-trained: keep a --ctx past the trained context */
+    bool kv_type_set;       /* --kv-type given (in stream.kv_type); else the config's */
     struct ebb_sampling sp; /* the flags' values over the built-in defaults */
     unsigned sent; /* EBB_DEF_BIT of each sampling flag given; the others take the defaults */
     struct ebb_model_params stream; /* the streamer fields only */

@@ -12,31 +12,31 @@
 
 static void run_usage(FILE *f)
 {
+    fprintf(f, "usage: ebb run -m MODEL -p PROMPT [options]\n"
+               "\n"
+               "Generate a continuation of PROMPT. The prompt is raw text: it is tokenized as is,\n"
+               "with a BOS token only if the model's metadata asks for one (no chat template\n"
+               "unless --chat). The text streams to stdout, speed to stderr. Generation stops\n"
+               "after N tokens, at an end-of-generation token, or when the context is full.\n"
+               "\n"
+               "options:\n"
+               "  -m, --model MODEL       GGUF file (required)\n"
+               "  -p, --prompt PROMPT     prompt text (required)\n"
+               "  -n, --n-predict N       tokens to generate (default 128)\n"
+               "      --temp T, --temperature T\n"
+               "                          temperature, 0..2; 0 = greedy (default 0.8)\n"
+               "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
+               "      --top-p P           nucleus sampling; 1 = off (default 0.95)\n"
+               "      --min-p P           drop tokens below P x the best one's probability;\n"
+               "                          0 = off (default 0.05)\n"
+               "      --repeat-penalty R  penalise tokens of the last --repeat-last-n (prompt\n"
+               "                          included); 1 = off (default 1.0)\n"
+               "      --repeat-last-n N   window of the penalties; -1 = all (default 64)\n"
+               "      --presence-penalty X, --frequency-penalty X\n"
+               "                          OpenAI's penalties, -2..2 (default 0)\n"
+               "      --seed S            sampling seed for reproducible output (default random)\n"
+               "      --config FILE       read the [generation] defaults from this file\n");
     fprintf(f,
-            "usage: ebb run -m MODEL -p PROMPT [options]\n"
-            "\n"
-            "Generate a continuation of PROMPT. The prompt is raw text: it is tokenized as is,\n"
-            "with a BOS token only if the model's metadata asks for one (no chat template\n"
-            "unless --chat). The text streams to stdout, speed to stderr. Generation stops\n"
-            "after N tokens, at an end-of-generation token, or when the context is full.\n"
-            "\n"
-            "options:\n"
-            "  -m, --model MODEL       GGUF file (required)\n"
-            "  -p, --prompt PROMPT     prompt text (required)\n"
-            "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "      --temp T, --temperature T\n"
-            "                          temperature, 0..2; 0 = greedy (default 0.8)\n"
-            "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
-            "      --top-p P           nucleus sampling; 1 = off (default 0.95)\n"
-            "      --min-p P           drop tokens below P x the best one's probability;\n"
-            "                          0 = off (default 0.05)\n"
-            "      --repeat-penalty R  penalise tokens of the last --repeat-last-n (prompt\n"
-            "                          included); 1 = off (default 1.0)\n"
-            "      --repeat-last-n N   window of the penalties; -1 = all (default 64)\n"
-            "      --presence-penalty X, --frequency-penalty X\n"
-            "                          OpenAI's penalties, -2..2 (default 0)\n"
-            "      --seed S            sampling seed for reproducible output (default random)\n"
-            "      --config FILE       read the [generation] defaults from this file\n"
             "      --chat              render the prompt as a user turn with the model's chat\n"
             "                          template (its tokenizer.chat_template, interpreted as\n"
             "                          the server does) and open the assistant's turn\n"
@@ -54,6 +54,9 @@ static void run_usage(FILE *f)
             "                          than trained is capped at it, with a warning\n"
             "      --ctx-over-trained  keep a --ctx longer than the trained context (output\n"
             "                          past it usually degrades)\n"
+            "      --kv-type T         KV cache element type: f16, or q8_0 (8-bit blocks,\n"
+            "                          about half the memory) (default f16, or the config's\n"
+            "                          kv_type)\n"
             "      --spec ngram        speculative decoding: draft tokens from the prompt and\n"
             "                          the text so far (n-gram lookup) and verify them in one\n"
             "                          pass; the output is the same as without (see\n"
@@ -127,7 +130,8 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         O_DMIN,
         O_DFIXED,
         O_DRAFT,
-        O_OVER
+        O_OVER,
+        O_KV
     };
     static const struct option longs[] = {
         {"model", required_argument, NULL, 'm'},
@@ -151,6 +155,7 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         {"device", required_argument, NULL, O_DEV},
         {"ctx", required_argument, NULL, O_CTX},
         {"ctx-over-trained", no_argument, NULL, O_OVER},
+        {"kv-type", required_argument, NULL, O_KV},
         {"spec", required_argument, NULL, O_SPEC},
         {"draft-max", required_argument, NULL, O_DMAX},
         {"draft-min", required_argument, NULL, O_DMIN},
@@ -233,6 +238,10 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
             break;
         case O_OVER:
             o->ctx_over_trained = true;
+            break;
+        case O_KV:
+            ok = ebb_kv_type_parse(optarg, &o->stream.kv_type);
+            o->kv_type_set = ok;
             break;
         case O_SPEC:
             ok = !strcmp(optarg, "ngram") || !strcmp(optarg, "draft") || !strcmp(optarg, "off");

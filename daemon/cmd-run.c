@@ -136,6 +136,8 @@ static int load(struct run *r, struct ebb__run_opts *o)
     mp.n_ctx = (uint32_t)o->ctx;
     mp.n_seq = 1;
     mp.ctx_cap_trained = !o->ctx_over_trained && !r->cfg.ctx_over_trained;
+    if (!o->kv_type_set)
+        mp.kv_type = r->cfg.kv_type;
     if (isatty(STDERR_FILENO)) { /* a live "loading NAME: 40% (..., MB/s)" line */
         char what[128];
         ebb_warm_what(o->model, what, sizeof(what));

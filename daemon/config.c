@@ -12,6 +12,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "model/model-types.h"
+
 #ifndef EBB_SYSCONFDIR
 #define EBB_SYSCONFDIR "/etc"
 #endif
@@ -30,6 +32,7 @@ enum opt_type {
     T_FORMAT, /* enum ebb_log_format */
     T_GEN,    /* a generation default: field `min` of a struct ebb_sampling_set */
     T_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 */
+    T_KVTYPE, /* enum ebb_kv_type: f16 or q8_0 */
 };
 
 struct opt {
@@ -63,6 +66,10 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                   EBB_CONFIG_CHANGE_MODEL, false, "BOOL",
                                   "keep a ctx past the model's trained context instead of "
                                   "capping it (output past it usually degrades)"},
+    [EBB_CFG_KV_TYPE] = {"kv_type", T_KVTYPE, OFF(kv_type), 0, 0, EBB_CONFIG_CHANGE_MODEL, false,
+                         "TYPE",
+                         "KV cache element type: f16, or q8_0 (8-bit blocks: about half the "
+                         "memory, so twice the context or slots fit)"},
     [EBB_CFG_PARALLEL] = {"parallel", T_U32, OFF(parallel), 1, 256, EBB_CONFIG_CHANGE_MODEL, false,
                           "N", "requests generated at the same time"},
     [EBB_CFG_QUEUE] = {"queue", T_U32, OFF(queue), 0, 1u << 20, EBB_CONFIG_CHANGE_LIMITS, false,
@@ -433,6 +440,13 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
         snprintf(why, n, "'%s' is not one of true, false (or yes, no, on, off, 1, 0)", value);
         return EBB_EINVAL;
     }
+    case T_KVTYPE: {
+        if (!ebb_kv_type_parse(value, FIELD(cfg, o, enum ebb_kv_type))) {
+            snprintf(why, n, "'%s' is not one of f16, q8_0", value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
+    }
     }
     return EBB_EINVAL;
 }
@@ -650,6 +664,9 @@ static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool m
         break;
     case T_BOOL:
         snprintf(buf, n, "%s", *CFIELD(cfg, o, bool) ? "true" : "false");
+        break;
+    case T_KVTYPE:
+        snprintf(buf, n, "%s", ebb_kv_type_name(*CFIELD(cfg, o, enum ebb_kv_type)));
         break;
     }
 }

@@ -18,6 +18,7 @@
 #include "api/defaults/defaults.h"
 #include "base/log.h"
 #include "base/err.h"
+#include "model/model-types.h"
 
 /* A list option (api_key, cors_origin, allowed_hosts): comma-separated in the file, the
  * environment and flags; blanks around items are trimmed and empty items dropped. */
@@ -43,6 +44,7 @@ enum ebb_config_key {
     EBB_CFG_CACHE_DIR,
     EBB_CFG_CTX,
     EBB_CFG_CTX_OVER_TRAINED,
+    EBB_CFG_KV_TYPE,
     EBB_CFG_PARALLEL,
     EBB_CFG_QUEUE,
     EBB_CFG_MAX_BODY,
@@ -99,6 +101,7 @@ struct ebb_config {
                                         capped at 4096 and by memory; past the trained
                                         context capped at it unless ctx_over_trained */
     bool ctx_over_trained;           /* keep a ctx past the trained context; false */
+    enum ebb_kv_type kv_type;        /* the KV cache's element type; f16 */
     uint32_t parallel;               /* sequence slots served at once; 4 */
     uint32_t queue;                  /* waiting requests before 503; 64 */
     uint64_t max_body;               /* bytes of a request body before 413; 4 MiB */

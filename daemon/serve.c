@@ -68,6 +68,7 @@ static struct ebb_model_params model_params_of(const struct ebb_config *c, const
     struct ebb_model_params mp = {
         .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
     mp.ctx_cap_trained = !c->ctx_over_trained;
+    mp.kv_type = c->kv_type;
     mp.prefetch = c->prefetch;
     mp.host_layers = c->host_layers;
     mp.host_threads = c->host_threads;

@@ -142,6 +142,7 @@ for idp in 1 0; do
     done
     program "ops-intel-hd64-idp$idp" $idp intel ops 64 -- $OPS_FILES
     program "ops-intel-hd128-idp$idp" $idp intel ops 128 -- $OPS_FILES
+    program "ops-intel-hd128-kvq8-idp$idp" $idp intel ops 128 q8_0 -- $OPS_FILES
 done
 unset EBB_CL_IDP
 
@@ -152,5 +153,40 @@ cat $K/q8.cl >> "$work/probe.cl"
 compile probe-CL3.0 CL3.0 1 "$work/probe.cl"
 compile probe-CL1.2 CL1.2 0 "$work/probe.cl"
 
-echo "cl-offline-check: $pass passed, $fail failed (${clangs[*]}, spir64)${KEEP:+; files in $work}"
+# NVIDIA's inline PTX (MV_PTX: q8.cl's dp4a and shuffles, attention.cl's attn_prefill_mma on
+# mma.sync) for nvptx64 (OpenCL C 1.2, -fgnu-keywords for asm; cl_khr_fp16 declared, as NVIDIA's
+# driver lists it, without which clang's header leaves vload_half out on this target): the ops
+# program of heads of 64, 128 and 256 with the f16 KV cache and with q8_0 (cl-prologue ... q8_0,
+# KV_Q8). A program passes when clang exits 0 with no error and its PTX has the
+# attn_prefill_mma entry and mma.sync instructions.
+for hd in 64 128 256; do
+    for kv in f16 q8_0; do
+        name="ops-nvidia-hd$hd-kv$kv"
+        src=$work/$name.cl
+        if ! "$GEN" nvidia ops $hd $([ $kv = q8_0 ] && echo q8_0) > "$src"; then
+            fail=$((fail + 1))
+            echo "FAIL  $name: cl-prologue failed"
+            continue
+        fi
+        cat $OPS_FILES >> "$src"
+        for c in "${clangs[@]}"; do
+            ptx=$work/$name.$c.ptx
+            log=$work/$name.$c.log
+            if "$c" -x cl -cl-std=CL1.2 -fgnu-keywords -Xclang -cl-ext=+cl_khr_fp16 \
+                -Xclang -finclude-default-header -target nvptx64-nvidia-nvcl -cl-mad-enable \
+                -O2 -S -o "$ptx" "$src" > "$log" 2>&1 && ! grep -q "error:" "$log" &&
+                grep -q "\.entry attn_prefill_mma" "$ptx" && grep -q "mma\.sync" "$ptx"; then
+                pass=$((pass + 1))
+                printf 'PASS  %-44s %-9s nvptx64, attn_prefill_mma on mma.sync; %s warnings\n' \
+                    "$name" "$c" "$(grep -c "warning:" "$log")"
+            else
+                fail=$((fail + 1))
+                printf 'FAIL  %-44s %-9s nvptx64\n' "$name" "$c"
+                sed -n '1,30p' "$log" | sed 's/^/      /'
+            fi
+        done
+    done
+done
+
+echo "cl-offline-check: $pass passed, $fail failed (${clangs[*]}, spir64, nvptx64)${KEEP:+; files in $work}"
 [ $fail = 0 ]

@@ -28,11 +28,13 @@ import sys
 # CPU seconds per test on 2 cores (one worker's core), by name or SUITE/NAME where a name is in
 # two suites; "asan:" for build-asan.
 EST = {
-    "kernels": 430, "integration": 240, "integration-b": 150, "model-gemma3": 155, "stream-1b": 100, "cli/spec": 110,
+    "kernels": 450, "integration": 240, "integration-b": 150, "model-gemma3": 155, "stream-1b": 100, "cli/spec": 110,
     "model-gemma3-long-cl": 110, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
     "model-gemma3-cl": 75, "model-gemma3-cl-q8": 75, "model-cl-q8": 73,
     "model-expert-cache-cl": 81, "model-long-smollm2-f16-cl-b512": 68,
-    "model-long-smollm2-f16-cl": 64, "model": 60, "model-qwen3moe-tiny-cl-group-mms": 59,
+    "model-long-smollm2-f16-cl": 64, "model-long-gemma3-q8-cl-b512": 96,
+    "model-long-smollm2-q8-cl-b512": 70, "perplexity-kvq8-cl": 20,
+    "perplexity-gemma3-kvq8-cl": 20, "model": 60, "model-qwen3moe-tiny-cl-group-mms": 59,
     "qin": 49, "fuzz-request": 44, "model-batch": 41, "run": 40, "fuzz-jinja": 32,
     "fuzz-output": 32, "fuzz-tokenize": 32, "model-cl": 32, "cli/stream": 26,
     "model-batch-qwen3-q8": 24, "model-stream": 24, "model-moe-long-cl": 12, "model-qwen2-tiny-cl": 19,

@@ -100,6 +100,8 @@ struct ebb_cl_tuning {
                            mv_ptx after the mma probe, head dimensions 16..128) */
     uint32_t att_g;     /* query heads per decode attention work-group (ATT_G): 1, or the
                            model's group when att_gqa allows it (set by the engine) */
+    uint32_t kv_q8;     /* 1: the KV cache holds Q8_0 blocks instead of halves (KV_Q8: the
+                           rope and attention kernels; set by the engine from --kv-type) */
     uint32_t mv_fold;   /* 1: decode folds the RMS norm and SwiGLU into each product (one
                            launch each less: GPUs); 0: swiglu and the output head's rmsnorm
                            run once per token first (CPUs, where a folded product recomputes

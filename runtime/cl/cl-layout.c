@@ -412,7 +412,9 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
     uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
     uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
     uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (scr_k > scr_v ? scr_k : scr_v);
-    return floats * sizeof(float) + (uint64_t)head_dim * 4;
+    /* attn_decode_rope's new key and value: halves, or floats and the blocks' scales (KV_Q8) */
+    uint64_t kv = tu->kv_q8 ? (uint64_t)head_dim * 8 + head_dim / 32 * 4 : (uint64_t)head_dim * 4;
+    return floats * sizeof(float) + kv;
 }
 
 ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, char *buf,
@@ -420,14 +422,20 @@ ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, c
 {
     if (!head_dim || head_dim % 4)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "head dimension %u", head_dim);
-    int n = snprintf(buf, cap,
-                     "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
-                     "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
-                     "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
-                     "#define ATT_MMA %u\n#define MV_CPU %u\n%s",
-                     tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq,
-                     tu->att_tk, tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
-                     tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
-                     tu->mv_cpu, tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "");
+    if (tu->kv_q8 && head_dim % 32)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                            "--kv-type q8_0 needs a head dimension that is a multiple of 32 "
+                            "(this model's is %u)",
+                            head_dim);
+    int n =
+        snprintf(buf, cap,
+                 "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
+                 "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
+                 "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
+                 "#define ATT_MMA %u\n#define MV_CPU %u\n%s%s",
+                 tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
+                 tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
+                 tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
+                 tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "", tu->kv_q8 ? "#define KV_Q8 1\n" : "");
     return n < 0 || (size_t)n >= cap ? EBB_ERANGE : EBB_OK;
 }

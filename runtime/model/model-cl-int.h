@@ -182,7 +182,8 @@ struct layer {
     cl_mem norm[MAX_NORMS];                        /* (n_embd) f32, plan.norms */
     struct ebb_cl_weight w[MAX_GROUPS][GROUP_MAX]; /* group g fused into w[g][0], or one each */
     uint32_t n_w[MAX_GROUPS];
-    cl_mem kc, vc;   /* (n_seq, n_head_kv, kv_len, head_dim) halves */
+    cl_mem kc, vc;   /* (n_seq, n_head_kv, kv_len, head_dim) halves, or with kv_type q8_0
+                        (.., kv_len, head_dim / 32) Q8_0 blocks of 34 bytes */
     uint32_t win;    /* sliding window (positions attended), 0: the whole context */
     uint32_t kv_len; /* positions the cache holds per slot and head: n_ctx, or a windowed
                         layer's ring (position p at p % kv_len) */
@@ -223,6 +224,7 @@ struct clm {
     cl_program ops_deep;
     cl_kernel kd_part, kd_rope, kd_red, kd_red_q8;
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
+    enum ebb_kv_type kv_type; /* the caches' element type (tu.kv_q8 for Q8_0 blocks) */
     struct ebb_cl_hostmap map;
     struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
     bool have_layout[MAX_TYPES];
@@ -356,6 +358,13 @@ void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
 /* The backend interface's decode_bytes (model.h, ebb_model_decode_bytes): the weights as
  * placed (streamed layers as their templates), the experts a token uses, fp16 KV. */
 void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out);
+
+/* Bytes of one position of one KV head in a layer's cache: head_dim halves, or head_dim / 32
+ * Q8_0 blocks (model-types.h's ebb_kv_type_bytes). */
+static inline size_t ebb__clm_kv_row(const struct clm *m)
+{
+    return (size_t)ebb_kv_type_bytes(m->kv_type, m->hp.head_dim);
+}
 
 /* model-cl-layer.c */
 /* W x for nt tokens: rows of x (stride x_ld) to rows of y (stride y_ld, from column y_off),

@@ -342,7 +342,7 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct layer *L = &m->layers[l];
         kv_layout(m, l, L);
-        size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * L->kv_len * hp->head_dim * 2;
+        size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * L->kv_len * ebb__clm_kv_row(m);
         for (uint32_t k = 0; k < m->plan.n_norms; k++)
             if ((rc = place_plan_norm(m, g, m->plan.norms[k], l, &L->norm[k], diag)))
                 return rc;
@@ -394,8 +394,9 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
         w += m->plan.has_qk_norm ? 2 * f * hp->head_dim : 0;
     }
     out->weights = w + m->xc_token_bytes; /* the expert cache's, from its slots */
-    /* keys and values of depth + 1 positions, fp16, every layer */
-    out->kv = (uint64_t)hp->n_layer * 2 * m->n_kv * 2 * ((uint64_t)depth + 1);
+    /* keys and values of depth + 1 positions, fp16 or Q8_0 blocks, every layer */
+    out->kv =
+        (uint64_t)hp->n_layer * 2 * hp->n_head_kv * ebb__clm_kv_row(m) * ((uint64_t)depth + 1);
 }
 
 uint32_t ebb__clm_long_rows(const struct clm *m)

@@ -327,7 +327,7 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         /* in the device's memory: the mapped slots (unified), or the two device buffers the
          * streamed layers are copied into (discrete; the pinned slots are host memory) */
         .staging_bytes = m->unified ? (uint64_t)m->n_slots * slot : 2 * (uint64_t)m->max_layer,
-        .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * hp->head_dim * 2 * m->n_seq,
+        .kv_per_token = (uint64_t)n_layer * 2 * hp->n_head_kv * ebb__clm_kv_row(m) * m->n_seq,
         .n_ctx_want = m->n_ctx,
         .mode = EBB_STREAM_BALANCED,
         .budget = p->memory_budget_auto ? 0 : p->memory_budget,

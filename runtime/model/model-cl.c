@@ -841,7 +841,8 @@ out:
 
 /* Slot src's K and V entries of positions 0..n-1 into slot dst's, layer by layer, by copies on
  * the engine's in-order queue (so every later pass sees them). A layer's cache is (n_seq,
- * n_head_kv, kv_len, head_dim) halves: one rectangle per cache, a row per KV head, each n
+ * n_head_kv, kv_len) rows of ebb__clm_kv_row bytes (head_dim halves or Q8_0 blocks): one
+ * rectangle per cache, a row per KV head, each n
  * positions long, or for a ring (kv_len < n_ctx) the whole ring, whatever positions it holds;
  * dst then takes src's ring state and token ids, so that its next evaluation rebuilds its rings
  * (ring_before) if src's no longer held the window behind n. Streamed layers keep their caches
@@ -849,7 +850,7 @@ out:
 static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
 {
     struct clm *m = ctx;
-    const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half);
+    const size_t row = ebb__clm_kv_row(m);
     size_t so[3] = {0, (size_t)src * m->hp.n_head_kv, 0};
     size_t dso[3] = {0, (size_t)dst * m->hp.n_head_kv, 0};
     if (m->ring_toks) {
@@ -891,8 +892,7 @@ static ebb_err clm_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, stru
                             "whole caches)");
     if (m->host)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "host layers keep their KV cache on the host");
-    const uint64_t per =
-        2 * (uint64_t)m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim * sizeof(cl_half);
+    const uint64_t per = 2 * (uint64_t)m->hp.n_layer * m->hp.n_head_kv * ebb__clm_kv_row(m);
     if (bytes > m->cl->info.max_alloc)
         bytes = m->cl->info.max_alloc;
     uint64_t n = per ? bytes / per : 0;
@@ -913,7 +913,7 @@ static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
                                  struct ebb_diag *diag)
 {
     struct clm *m = ctx;
-    const size_t row = (size_t)m->hp.head_dim * sizeof(cl_half), nh = m->hp.n_head_kv;
+    const size_t row = ebb__clm_kv_row(m), nh = m->hp.n_head_kv;
     size_t region[3] = {row * n, nh, 1};
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const struct layer *L = &m->layers[l];
@@ -979,6 +979,15 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
     m->tu = ebb_cl_tuning_for(&m->cl->info);
+    m->kv_type = p->kv_type;
+    m->tu.kv_q8 = p->kv_type == EBB_KV_Q8_0;
+    if (m->tu.kv_q8 && hp->head_dim % 32) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "--kv-type q8_0 needs a head dimension that is a multiple of 32 (this "
+                          "model's is %u); use --kv-type f16",
+                          hp->head_dim);
+        goto out;
+    }
     /* The knobs' table (runtime/cl/cl-knobs.c, docs/TUNING.md) checked their ranges. */
     m->n_batch = m->tu.batch;
     m->att_split_max = m->tu.att_split;

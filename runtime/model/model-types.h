@@ -9,6 +9,38 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* The KV cache's element type (--kv-type): halves, or GGUF's Q8_0 blocks (32 values in 34
+ * bytes: a half scale and 32 int8, so 34/32 bytes a value instead of 2), which need a head
+ * dimension that is a multiple of 32. The reference backend keeps floats and, for q8_0, rounds
+ * them through the same blocks. */
+enum ebb_kv_type { EBB_KV_F16 = 0, EBB_KV_Q8_0 = 1 };
+
+/* --kv-type's names: "f16" and "q8_0" (header-only, for the config's table too).
+ * ebb_kv_type_parse fails (false, *out untouched) on any other string; ebb_kv_type_name never
+ * returns NULL. ebb_kv_type_bytes: the cache bytes of n values of that type (n a multiple of 32
+ * for q8_0: whole heads of a head dimension that is). */
+static inline bool ebb_kv_type_parse(const char *s, enum ebb_kv_type *out)
+{
+    if (s && !strcmp(s, "f16"))
+        *out = EBB_KV_F16;
+    else if (s && !strcmp(s, "q8_0"))
+        *out = EBB_KV_Q8_0;
+    else
+        return false;
+    return true;
+}
+
+static inline const char *ebb_kv_type_name(enum ebb_kv_type t)
+{
+    return t == EBB_KV_Q8_0 ? "q8_0" : "f16";
+}
+
+static inline uint64_t ebb_kv_type_bytes(enum ebb_kv_type t, uint64_t n)
+{
+    return t == EBB_KV_Q8_0 ? n / 32 * 34 : n * 2;
+}
 
 struct ebb_model_params {
     const char *path;   /* GGUF file */
@@ -50,6 +82,7 @@ struct ebb_model_params {
      * with a warning when set (ebb serve and ebb run, unless ctx_over_trained asks for more);
      * when clear it is kept with a warning, as llama.cpp's library does (ebb bench, tests). */
     bool ctx_cap_trained;
+    enum ebb_kv_type kv_type; /* the KV cache's element type (EBB_KV_F16 when zeroed) */
 };
 #define EBB_EXPERT_CACHE_AUTO UINT32_MAX
 

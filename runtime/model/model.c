@@ -110,8 +110,10 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
             rc = ebb_diag_set(diag, rc, "%s", d2.msg);
             goto out;
         }
-        m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim *
-                      (strncmp(dev, "ref", 3) ? 2 : 4);
+        /* the reference keeps floats; the OpenCL engine halves or Q8_0 blocks (--kv-type) */
+        uint64_t row = strncmp(dev, "ref", 3) ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim)
+                                              : (uint64_t)m->hp.head_dim * 4;
+        m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * row;
     }
 out:
     if (rc) {

@@ -88,9 +88,10 @@ struct ref {
     float *att;                          /* (n_ctx) attention scores of one head */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
-    bool fast;                           /* host layers: SIMD 8-bit dots where the CPU has them */
-    struct ebb_q8_act *xact;             /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
-    struct ref_moe moe;                  /* allocated when the layer has a MOE op */
+    bool kv_q8; /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
+    bool fast;  /* host layers: SIMD 8-bit dots where the CPU has them */
+    struct ebb_q8_act *xact; /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
+    struct ref_moe moe;      /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */
     int n_threads;

@@ -94,6 +94,16 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
             kc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, k[(uint64_t)t * KVD + i]);
             vc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, v[(uint64_t)t * KVD + i]);
         }
+        if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
+            for (uint32_t i = 0; i < KVD; i += 32) {
+                struct ebb_block_q8_0 blk;
+                float *kp = kc + (uint64_t)(s->pos + t) * KVD + i;
+                float *vp = vc + (uint64_t)(s->pos + t) * KVD + i;
+                ebb_quant_quantize_row(EBB_GGML_Q8_0, kp, &blk, 32);
+                ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, kp, 32);
+                ebb_quant_quantize_row(EBB_GGML_Q8_0, vp, &blk, 32);
+                ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, vp, 32);
+            }
         if (r->q8)
             for (uint32_t i = 0; i < QD; i++)
                 q[(uint64_t)t * QD + i] = f16r(r, q[(uint64_t)t * QD + i]);
@@ -604,6 +614,14 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     for (int i = 0; i < n_threads; i++)
         r->rowbuf[i] = alloc_floats(max_in, &fail);
     r->q8 = p->device && !strcmp(p->device, "ref-q8");
+    r->kv_q8 = p->kv_type == EBB_KV_Q8_0;
+    if (r->kv_q8 && hp->head_dim % 32) {
+        rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                          "--kv-type q8_0 needs a head dimension that is a multiple of 32 (this "
+                          "model's is %u)",
+                          hp->head_dim);
+        goto out;
+    }
     if (r->q8) {
         r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
         fail |= r->xact == NULL;

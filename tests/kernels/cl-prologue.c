@@ -5,14 +5,16 @@
  *                                          prologue, then matvec_q8_qin's defines where it is
  *                                          built)
  *   cl-prologue VENDOR moe TYPE LAYOUT     the MoE program's (ebb_cl_moe_build)
- *   cl-prologue VENDOR ops HEAD_DIM        the ops program's (ebb_cl_ops_build)
+ *   cl-prologue VENDOR ops HEAD_DIM [q8_0] the ops program's (ebb_cl_ops_build; q8_0: for the
+ *                                          8-bit KV cache, tu.kv_q8)
  *   cl-prologue sources weight|moe|ops     the program's kernel sources in build order, one
  *                                          file name a line (the engine's own list)
- * VENDOR: intel, amd or arm: a GPU of that vendor with work-groups of up to 512, 64 KiB of local
- * memory, images and cl_khr_integer_dot_product (packed 4 x 8-bit inputs) listed. TYPE: a ggml
- * type name ("Q4_K"); LAYOUT: raw, split, image or image2d. The tuning is ebb_cl_tuning_for()'s
- * for that device, so the EBB_CL_* variables steer it as they steer the engine (EBB_CL_IDP=0|1,
- * EBB_CL_MVQ8=1, ...). Exit 2 on bad arguments, 1 when the layout has no prologue. */
+ * VENDOR: intel, amd, arm or nvidia (inline PTX: MV_PTX, ATT_MMA): a GPU of that vendor with
+ * work-groups of up to 512, 64 KiB of local memory, images and cl_khr_integer_dot_product (packed 4
+ * x 8-bit inputs) listed. TYPE: a ggml type name ("Q4_K"); LAYOUT: raw, split, image or image2d.
+ * The tuning is ebb_cl_tuning_for()'s for that device, so the EBB_CL_* variables steer it as they
+ * steer the engine (EBB_CL_IDP=0|1, EBB_CL_MVQ8=1, ...). Exit 2 on bad arguments, 1 when the layout
+ * has no prologue. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,9 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: cl-prologue intel|amd|arm weight|moe TYPE raw|split|image|image2d\n"
-                    "       cl-prologue intel|amd|arm ops HEAD_DIM\n"
+    fprintf(stderr, "usage: cl-prologue intel|amd|arm|nvidia weight|moe TYPE "
+                    "raw|split|image|image2d\n"
+                    "       cl-prologue intel|amd|arm|nvidia ops HEAD_DIM [q8_0]\n"
                     "       cl-prologue sources weight|moe|ops\n");
     return 2;
 }
@@ -68,14 +71,17 @@ int main(int argc, char **argv)
         di.vendor = EBB_CL_VENDOR_AMD;
     else if (!strcmp(argv[1], "arm"))
         di.vendor = EBB_CL_VENDOR_ARM;
+    else if (!strcmp(argv[1], "nvidia"))
+        di.vendor = EBB_CL_VENDOR_NVIDIA;
     else
         return usage();
     struct ebb_cl_tuning tu = ebb_cl_tuning_for(&di);
     struct ebb_diag d = {{0}};
     char pro[4096];
     if (!strcmp(argv[2], "ops")) {
-        if (argc != 4)
+        if (argc != 4 && (argc != 5 || strcmp(argv[4], "q8_0")))
             return usage();
+        tu.kv_q8 = argc == 5; /* --kv-type q8_0 */
         if (ebb_cl_ops_prologue(&tu, (uint32_t)atoi(argv[3]), pro, sizeof(pro), &d)) {
             fprintf(stderr, "cl-prologue: %s\n", d.msg);
             return 1;

@@ -586,7 +586,10 @@ static void attn_ref_hd(const float *q, const uint16_t *kh, const uint16_t *vh, 
  * split over 3 and 8 runs of keys merged by attn_prefill_merge (runs that some rows see no key
  * of, runs past the last key). Inputs and probabilities are rounded to f16: absolute bound
  * 4e-3. */
-static void test_attention_mma_hd(cl_program p, int hd)
+/* attn_prefill_mma of program p for heads of hd against the CPU; with q8, p is built with
+ * KV_Q8 and the cache holds Q8_0 blocks of the same random values, the CPU reading the values the
+ * kernel stages: each block's q * d rounded to a half. */
+static void test_attention_mma_hd(cl_program p, int hd, bool q8)
 {
     cl_int e = CL_SUCCESS;
     cl_kernel k = clCreateKernel(p, "attn_prefill_mma", &e);
@@ -604,15 +607,29 @@ static void test_attention_mma_hd(cl_program p, int hd)
     int nh = 4, nkv = hd > 128 ? 1 : 2, ld = (nh + 2 * nkv) * hd, old = nh * hd, r0 = 0;
     size_t cache_n = (size_t)nkv * CTX * hd;
     uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
+    size_t cb = q8 ? cache_n / 32 * 34 : cache_n * 2;
+    uint8_t *k8 = malloc(cb), *v8 = malloc(cb);
+    float *kf = malloc(sizeof(float) * cache_n), *vf = malloc(sizeof(float) * cache_n);
     for (size_t i = 0; i < cache_n; i++) {
-        kh[i] = ebb_fp32_to_fp16(frand());
-        vh[i] = ebb_fp32_to_fp16(frand());
+        kf[i] = frand();
+        vf[i] = frand();
+    }
+    if (q8) {
+        OK(ebb_quant_quantize_row(EBB_GGML_Q8_0, kf, k8, cache_n));
+        OK(ebb_quant_quantize_row(EBB_GGML_Q8_0, vf, v8, cache_n));
+        OK(ebb_quant_dequantize_row(EBB_GGML_Q8_0, k8, kf, cache_n));
+        OK(ebb_quant_dequantize_row(EBB_GGML_Q8_0, v8, vf, cache_n));
+    }
+    for (size_t i = 0; i < cache_n; i++) {
+        kh[i] = ebb_fp32_to_fp16(kf[i]);
+        vh[i] = ebb_fp32_to_fp16(vf[i]);
     }
     float *qkv = malloc(sizeof(float) * T * ld), *out = malloc(sizeof(float) * T * old);
     double *ref = malloc(sizeof(double) * hd), worst = 0;
     for (int i = 0; i < T * ld; i++)
         qkv[i] = frand() * 2;
-    cl_mem kc = buf(cache_n * 2, kh), vc = buf(cache_n * 2, vh);
+    cl_mem kc = q8 ? buf(cb, k8) : buf(cache_n * 2, kh),
+           vc = q8 ? buf(cb, v8) : buf(cache_n * 2, vh);
     cl_mem qb = buf(sizeof(float) * T * ld, qkv), ob = buf(sizeof(float) * T * old, NULL);
     enum { NZ_MAX = 8 };
     cl_mem apo = buf(sizeof(float) * NZ_MAX * T * old, NULL);
@@ -652,15 +669,15 @@ static void test_attention_mma_hd(cl_program p, int hd)
                     float got = out[(size_t)t * old + h * hd + d];
                     worst = fmax(worst, fabs(got - ref[d]));
                     CHECK(fabs(got - ref[d]) <= 4e-3,
-                          "prefill mma head_dim %d runs %d pos0 %d win %d ring %d t %d h %d d %d: "
-                          "%g vs %g",
-                          hd, nz, pos0, win, ring, t, h, d, got, ref[d]);
+                          "prefill mma%s head_dim %d runs %d pos0 %d win %d ring %d t %d h %d "
+                          "d %d: %g vs %g",
+                          q8 ? " (q8_0 KV)" : "", hd, nz, pos0, win, ring, t, h, d, got, ref[d]);
                 }
             }
     }
-    printf("  attention prefill on tensor cores, head_dim %d (%d queries; windows, rings; whole "
+    printf("  attention prefill on tensor cores%s, head_dim %d (%d queries; windows, rings; whole "
            "and in 3 or 8 runs of keys) max abs err %.2e\n",
-           hd, T, worst);
+           q8 ? " (q8_0 KV)" : "", hd, T, worst);
     clReleaseKernel(k);
     clReleaseKernel(km);
     cl_mem ms[] = {kc, vc, qb, ob, apo, apml};
@@ -668,6 +685,7 @@ static void test_attention_mma_hd(cl_program p, int hd)
         clReleaseMemObject(ms[i]);
     free(kh);
     free(vh);
+    free(k8), free(v8), free(kf), free(vf);
     free(qkv);
     free(out);
     free(ref);
@@ -909,14 +927,14 @@ static void test_ops(void)
     OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
     test_attention(p);
     test_attention_rows(p);
-    test_attention_mma_hd(p, HD);
+    test_attention_mma_hd(p, HD, false);
     clReleaseProgram(p);
     /* The tensor-core prefill attention for heads of 128 and 256 (Gemma 3's), where the device
      * builds it (PTX). */
     for (int hd = 128; hd <= 256 && tu.mv_ptx; hd *= 2) {
         tu.att_g = 1;
         OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
-        test_attention_mma_hd(p, hd);
+        test_attention_mma_hd(p, hd, false);
         clReleaseProgram(p);
     }
     /* The GPU shape of decode attention on this device: 4 work-items a key, batched loads,

@@ -1255,6 +1255,7 @@ static void test_tune(void)
 #include "test-kernels-ops.c"
 #include "test-kernels-moe.c"
 #include "test-kernels-qin.c"
+#include "test-kernels-kvq8.c"
 
 int main(void)
 {
@@ -1303,6 +1304,7 @@ int main(void)
     SECTION(ops)
     SECTION(moe)
     SECTION(qin)
+    SECTION(kvq8)
 #undef SECTION
     ebb_cl_close(cl);
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);

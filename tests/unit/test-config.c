@@ -141,7 +141,8 @@ static void test_file_values(void **state)
                                                "log_level = debug\n"
                                                "log_format = json\n"
                                                "model = ~/m.gguf\n"
-                                               "ctx = 2048\n");
+                                               "ctx = 2048\n"
+                                               "kv_type = q8_0\n");
     struct ebb_config c;
     struct ebb_diag d = {{0}};
     setenv("HOME", "/home/someone", 1);
@@ -163,6 +164,7 @@ static void test_file_values(void **state)
     assert_int_equal(c.log_format, EBB_LOG_JSON);
     assert_string_equal(c.model, "/home/someone/m.gguf");
     assert_int_equal(c.ctx, 2048);
+    assert_int_equal(c.kv_type, EBB_KV_Q8_0);
     assert_string_equal(c.config_file, path);
     assert_int_equal(c.source[EBB_CFG_PORT], EBB_CONFIG_SRC_FILE);
     assert_int_equal(c.source_line[EBB_CFG_PORT], 3);
@@ -203,6 +205,8 @@ static void test_file_errors(void **state)
     expect_file_error("log_level = loud\n", EBB_EINVAL,
                       ":1: log_level: 'loud' is not one of error, warn, info, debug");
     expect_file_error("log_format = xml\n", EBB_EINVAL, ":1: log_format: 'xml'");
+    expect_file_error("kv_type = q4_0\n", EBB_EINVAL,
+                      ":1: kv_type: 'q4_0' is not one of f16, q8_0");
     expect_file_error("host =\n", EBB_EINVAL, ":1: host: must not be empty");
     expect_file_error("port = 1\njust some words\n", EBB_EINVAL, ":2: syntax error");
     expect_file_error("[server]\nport = 1\n", EBB_EINVAL, ":1: unknown section [server]");
