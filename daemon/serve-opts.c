@@ -15,11 +15,16 @@ static void usage(FILE *f)
             "usage: ebb serve [-m MODEL] [flags]\n\n"
             "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions,\n"
             "/v1/responses, /v1/embeddings, /v1/models), Anthropic's /v1/messages, and /health,\n"
-            "/metrics, /tokenize, /detokenize for one GGUF model. The context per slot it chose,\n"
-            "and why, is logged at start-up; ebb info MODEL shows the same choice.\n\n"
+            "/metrics, /tokenize, /detokenize for one GGUF model, or for several by name. The\n"
+            "context per slot it chose, and why, is logged at start-up; ebb info MODEL shows\n"
+            "the same choice.\n\n"
+            "Without -m (and no model in the config), every .gguf under models_dir is served:\n"
+            "a request's \"model\" picks one (its id or a unique prefix), which loads on its\n"
+            "first request and unloads after keep_alive idle; [model.NAME] config sections\n"
+            "name and pin models. -m repeated, or -m DIR, serves those models the same way.\n\n"
             "flags (each also settable as EBB_<NAME> or in the config file):\n"
-            "  -m FILE                    the model, as --model: a path, or a file name under\n"
-            "                             models_dir (.gguf may be left off)\n");
+            "  -m FILE|DIR                the model, as --model: a path, or a file name under\n"
+            "                             models_dir (.gguf may be left off); repeatable\n");
     ebb_config_usage(f);
     fprintf(f, "  --api-key and --cors-origin may be repeated; their values add up.\n"
                "  --temp T is --temperature T, as in ebb run.\n\n"
@@ -128,6 +133,8 @@ static int apply_flag(struct ebb__serve_opts *o, const char *name, const char *v
     } else if (!strcmp(name, "cors-origin") || !strcmp(name, "cors_origin")) {
         o->origins = join(o->origins, val);
     } else if (ebb_config_is_key(name)) {
+        if (!strcmp(name, "model"))
+            o->models[o->n_models++] = val;
         char *k = strdup(name);
         if (!k)
             return 1;
@@ -144,7 +151,8 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->poll = EBB_API_POLL_AUTO;
-    if (!(o->args = calloc((size_t)argc + 2, sizeof(*o->args))))
+    if (!(o->args = calloc((size_t)argc + 2, sizeof(*o->args))) ||
+        !(o->models = calloc((size_t)argc + 1, sizeof(*o->models))))
         return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -165,6 +173,15 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
         if (rc)
             return rc;
     }
+    /* Several -m: a catalogue (serve.c), not the configuration's one model. */
+    for (size_t i = 0; o->n_models > 1 && i < o->n_args;) {
+        if (strcmp(o->args[i].key, "model")) {
+            i++;
+            continue;
+        }
+        free((char *)o->args[i].key);
+        o->args[i] = o->args[--o->n_args];
+    }
     /* The repeatable lists go to the configuration as one comma-separated value each. */
     if (o->keys) {
         o->args[o->n_args].key = strdup("api-key");
@@ -182,6 +199,7 @@ void ebb__serve_opts_fini(struct ebb__serve_opts *o)
     for (size_t i = 0; o->args && i < o->n_args; i++)
         free((char *)o->args[i].key);
     free(o->args);
+    free(o->models);
     free(o->keys);
     free(o->origins);
     memset(o, 0, sizeof(*o));
