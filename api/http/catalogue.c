@@ -109,7 +109,7 @@ ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
         a->models[a->n_models++] = sv;
         sv->owned = true;
         sv->pin = m->pin;
-        sv->keep_alive = m->keep_alive;
+        sv->keep_alive = sv->keep_alive_cfg = m->keep_alive;
         sv->sp = m->sp;
         sv->path = dupstr(m->sp.model.path);
         sv->device = dupstr(m->sp.model.device);
@@ -486,15 +486,15 @@ void ebb__served_release(struct ebb__req *r)
     struct ebb__served *sv = r->sv;
     if (!sv)
         return;
-    if (r->sv_counted) {
-        r->sv_counted = false;
-        sv->n_live--;
-        sv->last_used = ebb__now();
-    }
-    if (!isnan(r->keep_alive) && r->sv_picked && r->status < 400) {
-        sv->keep_alive = r->keep_alive;
-        sv->last_used = ebb__now();
-    }
+    if (!r->sv_counted)
+        return;
+    r->sv_counted = false;
+    sv->n_live--;
+    sv->last_used = ebb__now();
+    /* As ollama: the request's keep_alive, or the configured one when it sent none, says how
+     * long the model stays once idle. */
+    if (r->sv_picked)
+        sv->keep_alive = isnan(r->keep_alive) ? sv->keep_alive_cfg : r->keep_alive;
 }
 
 void ebb__catalogue_async(struct ebb_api *a)

@@ -340,6 +340,7 @@ struct ebb__served {
     uint32_t n_ctx_train;       /* the GGUF's trained context, 0 if unread */
     bool pin;                   /* never unloaded by keep_alive or the budget */
     double keep_alive;          /* seconds idle before it is unloaded; < 0: never */
+    double keep_alive_cfg;      /* the configured one, which a request without keep_alive sets */
     bool owned;                 /* the API starts and frees sched */
     struct ebb_sched *sched;    /* NULL: not loaded and not loading */
     int load_state;             /* (mu) 0 loading, 1 ready, -1 failed */
