@@ -69,7 +69,7 @@ static struct ebb_config_model *section(struct ebb_config *cfg, const char *name
 static bool parse_bool(const char *v, bool *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
-                                                                                 "off", "0"};
+                                                                                "off", "0"};
     for (size_t i = 0; i < 4; i++) {
         if (!strcasecmp(v, yes[i]))
             return *out = true, true;
@@ -104,8 +104,10 @@ ebb_err ebb_config_model_set(struct ebb_config *cfg, const char *name, const cha
                              const char *value, int line, struct ebb_diag *diag)
 {
     if (!*name || strchr(name, '/'))
-        return ebb_diag_set(diag, EBB_EINVAL, "[model.%s]: a model section needs a name "
-                                              "without '/' ([model.chat])", name);
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "[model.%s]: a model section needs a name "
+                            "without '/' ([model.chat])",
+                            name);
     struct ebb_config_model *m = section(cfg, name, line);
     double ka;
     bool ok = true;

@@ -151,11 +151,11 @@ struct ebb_config {
 
 /* A [model.NAME] section: one model of the catalogue and its own settings. */
 struct ebb_config_model {
-    char *name;          /* NAME: the id requests use */
-    char *path;          /* path = FILE (a path, or a file name under models_dir); NULL: NAME */
-    char *chat_template; /* NULL: the global chat_template */
-    char *keep_alive;    /* NULL: the global keep_alive */
-    bool pin;            /* never unloaded */
+    char *name;             /* NAME: the id requests use */
+    char *path;             /* path = FILE (a path, or a file name under models_dir); NULL: NAME */
+    char *chat_template;    /* NULL: the global chat_template */
+    char *keep_alive;       /* NULL: the global keep_alive */
+    bool pin;               /* never unloaded */
     uint32_t ctx, parallel; /* 0: the global ctx, parallel */
     int line;               /* of the section header, for messages */
 };

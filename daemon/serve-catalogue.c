@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 struct ebb_model_params ebb__serve_model_params(const struct ebb_config *c, const char *path)
@@ -120,8 +121,7 @@ ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const
         struct stat st;
         resolve(c, paths[i], p, sizeof(p));
         if (stat(p, &st) != 0)
-            return ebb_diag_set(diag, EBB_ENOENT, "cannot open model '%s': %s", p,
-                                strerror(errno));
+            return ebb_diag_set(diag, EBB_ENOENT, "cannot open model '%s': %s", p, strerror(errno));
         if (S_ISDIR(st.st_mode))
             rc = add_dir(cat, p, diag);
         else if (!entry_for(cat, p))
@@ -173,8 +173,9 @@ ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const
     if (!cat->n) {
         char have[1024];
         ebb__serve_models_in(c->models_dir, have, sizeof(have));
-        return ebb_diag_set(diag, EBB_ENOENT, "no model to serve: pass -m FILE, or put GGUF files "
-                                              "in models_dir (%s)",
+        return ebb_diag_set(diag, EBB_ENOENT,
+                            "no model to serve: pass -m FILE, or put GGUF files "
+                            "in models_dir (%s)",
                             have);
     }
     return EBB_OK;
@@ -183,15 +184,13 @@ ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const
 void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_catalogue *cat,
                               const struct ebb_sched_params *tmpl)
 {
-    const char *ct = c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template
-                                                                          : NULL;
+    const char *ct = c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template : NULL;
     for (size_t i = 0; i < cat->n; i++) {
         struct ebb__serve_entry *e = &cat->e[i];
         struct ebb_api_model *m = &cat->api[i];
         m->id = e->id;
-        m->chat_template = e->chat_template && strcmp(e->chat_template, "auto")
-                               ? e->chat_template
-                               : ct;
+        m->chat_template =
+            e->chat_template && strcmp(e->chat_template, "auto") ? e->chat_template : ct;
         m->sp = *tmpl;
         m->sp.model = ebb__serve_model_params(c, e->path);
         m->sp.model.n_ctx = e->ctx;
@@ -199,4 +198,43 @@ void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_cata
         m->pin = e->pin;
         m->keep_alive = e->keep_alive;
     }
+}
+
+ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, char *path,
+                                  size_t n, struct ebb_diag *diag)
+{
+    struct ebb__serve_catalogue *cat = calloc(1, sizeof(*cat));
+    if (!cat)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    ebb_err rc = ebb__serve_catalogue_build(c, NULL, 0, cat, diag);
+    const struct ebb__serve_entry *hit = NULL;
+    size_t len = strlen(name), n_hits = 0;
+    for (size_t i = 0; !rc && i < cat->n && !hit; i++)
+        if (!strcmp(cat->e[i].id, name))
+            hit = &cat->e[i];
+    for (size_t i = 0; !rc && i < cat->n && !hit; i++)
+        if (!strcasecmp(cat->e[i].id, name))
+            hit = &cat->e[i];
+    for (size_t i = 0; !rc && !hit && len && i < cat->n; i++) {
+        if (strncasecmp(cat->e[i].id, name, len))
+            continue;
+        n_hits++;
+        if (n_hits == 1)
+            snprintf(path, n, "%s", cat->e[i].path);
+    }
+    if (!rc && hit) {
+        snprintf(path, n, "%s", hit->path);
+    } else if (!rc && n_hits != 1) {
+        char list[1024] = "";
+        size_t w = 0;
+        for (size_t i = 0; i < cat->n && w < sizeof(list); i++) {
+            int k = snprintf(list + w, sizeof(list) - w, "%s%s", i ? ", " : "", cat->e[i].id);
+            w += k > 0 ? (size_t)k : 0;
+        }
+        rc = ebb_diag_set(diag, n_hits ? EBB_EINVAL : EBB_ENOENT,
+                          "%s model '%s' in the catalogue (models_dir %s): %s",
+                          n_hits ? "more than one" : "no", name, c->models_dir, list);
+    }
+    free(cat);
+    return rc;
 }

@@ -27,7 +27,7 @@ struct ebb__serve_opts {
     unsigned draft_max;          /* --draft-max K (0: 8) */
     struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
                                     or origins */
-    const char **models; /* (n_models) every -m/--model value, pointing into argv */
+    const char **models;         /* (n_models) every -m/--model value, pointing into argv */
     size_t n_models;
     size_t n_args;
     char *keys, *origins; /* every --api-key / --cors-origin, comma-joined */
@@ -105,6 +105,11 @@ struct ebb__serve_catalogue {
 ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const *paths,
                                    size_t n_paths, struct ebb__serve_catalogue *cat,
                                    struct ebb_diag *diag);
+/* The file of the catalogue's model name (its id exactly, ignoring case, or a unique prefix) as
+ * c describes the catalogue (models_dir and [model.NAME] sections), for `ebb run NAME`.
+ * EBB_ENOENT (diag lists the names) when none matches, EBB_EINVAL when several start so. */
+ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, char *path,
+                                  size_t n, struct ebb_diag *diag);
 /* Fills cat->api for the API from the entries, each scheduler's settings from tmpl and c
  * (the strings stay cat's and c's: c must outlive the API's start). */
 void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_catalogue *cat,

@@ -49,7 +49,8 @@ static void read_facts(struct ebb__served *sv)
     sv->file_size = ebb_gguf_file_size(g);
     struct ebb_str arch = {0};
     if (ebb_gguf_get_str(g, "general.architecture", &arch) == EBB_OK && arch.n > 0) {
-        size_t n = (size_t)arch.n < sizeof(sv->family) - 1 ? (size_t)arch.n : sizeof(sv->family) - 1;
+        size_t n =
+            (size_t)arch.n < sizeof(sv->family) - 1 ? (size_t)arch.n : sizeof(sv->family) - 1;
         memcpy(sv->family, arch.p, n);
         sv->family[n] = 0;
         char key[96];
@@ -333,7 +334,8 @@ uint64_t ebb__served_bytes(const struct ebb__served *sv)
     /* The weights, plus the KV cache: a rough 2 bytes x 2 (K and V) x 1 KiB per layer and token
      * would need the family's shapes; the file's size and a fixed share for the cache are what
      * the planner can know before opening it. */
-    uint64_t ctx = sv->sp.model.n_ctx ? sv->sp.model.n_ctx : (sv->n_ctx_train ? sv->n_ctx_train : 4096);
+    uint64_t ctx =
+        sv->sp.model.n_ctx ? sv->sp.model.n_ctx : (sv->n_ctx_train ? sv->n_ctx_train : 4096);
     uint64_t seq = sv->sp.model.n_seq ? sv->sp.model.n_seq : 1;
     if (ctx > 8192 && !sv->sp.model.n_ctx)
         ctx = 8192;

@@ -225,7 +225,7 @@ struct ebb__req {
     struct ebb__req *pump_next;  /* loop thread only: on_async's batch being pumped */
     bool suspended;
     bool disconnected;
-    bool parked; /* waiting for ebb_api_hold(false) or its model's load */
+    bool parked;            /* waiting for ebb_api_hold(false) or its model's load */
     struct ebb__served *sv; /* the model it asked for (the default until its body is read) */
     bool sv_picked;         /* sv resolved from the body */
     bool sv_counted;        /* counted in sv->n_live */
@@ -331,9 +331,9 @@ struct ebb__handlers {
  * the keep_alive and budget policies. Loop thread, except the fields marked (mu). */
 struct ebb__served {
     struct ebb_api *api;
-    char *id;            /* what /v1/models lists and requests name */
-    char *chat_template; /* family name overriding the GGUF's template, or NULL */
-    char *path, *device; /* catalogue mode: the GGUF and the device it loads on */
+    char *id;                   /* what /v1/models lists and requests name */
+    char *chat_template;        /* family name overriding the GGUF's template, or NULL */
+    char *path, *device;        /* catalogue mode: the GGUF and the device it loads on */
     struct ebb_sched_params sp; /* catalogue mode: the scheduler's settings (strings above) */
     uint64_t file_size;         /* bytes of the GGUF */
     char family[32];            /* general.architecture, "" if unread */
@@ -353,10 +353,10 @@ struct ebb__served {
     char tmpl_err[512];
     int32_t fim_pre, fim_suf, fim_mid;
     long long created;
-    size_t n_live;       /* requests submitted to it whose response is not yet freed */
-    double last_used;    /* monotonic seconds of the last request's start or end */
-    double t_load;       /* monotonic seconds the current load started */
-    double load_secs;    /* how long the last load took */
+    size_t n_live;    /* requests submitted to it whose response is not yet freed */
+    double last_used; /* monotonic seconds of the last request's start or end */
+    double t_load;    /* monotonic seconds the current load started */
+    double load_secs; /* how long the last load took */
     uint64_t n_loads, n_unloads;
     bool unload_asked; /* /models/unload or keep_alive 0 while busy: unload once idle */
 };
@@ -391,8 +391,8 @@ struct ebb_api {
     struct ebb__served **models; /* (n_models) sorted by id */
     size_t n_models;
     struct ebb__served *def;
-    bool catalogue;          /* the API loads and unloads its models (no single -m) */
-    uint64_t budget;         /* bytes all loaded models may take together; 0: no limit */
+    bool catalogue;  /* the API loads and unloads its models (no single -m) */
+    uint64_t budget; /* bytes all loaded models may take together; 0: no limit */
     pthread_mutex_t mu;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;

@@ -706,7 +706,8 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         char *text = NULL;
         size_t len = 0;
         const json_t *tools = q->tools.choice != EBB__TC_NONE ? q->tools.tools : NULL;
-        rc = ebb__tools_render(&r->sv->tmpl, q->msgs, q->n_msgs, tools, q->tmpl_vars, &text, &len, &d);
+        rc = ebb__tools_render(&r->sv->tmpl, q->msgs, q->n_msgs, tools, q->tmpl_vars, &text, &len,
+                               &d);
         if (rc == EBB_ENOMEM || (rc && ebb__json_alloc_failed(false))) {
             ebb__reply_error(r, 503, d.msg[0] ? d.msg : "out of memory", NULL, "out_of_memory");
             return 503;

@@ -65,8 +65,8 @@ void ebb__admin_handle(struct ebb__req *r)
         goto out;
     }
     if (sv->pin) {
-        ebb__reply_error(r, 409, "this model is pinned (pin = true); it is never unloaded",
-                         "model", "model_pinned");
+        ebb__reply_error(r, 409, "this model is pinned (pin = true); it is never unloaded", "model",
+                         "model_pinned");
         goto out;
     }
     bool now = ebb__served_unload(sv, "asked to");

@@ -199,8 +199,8 @@ static json_t *model_list(struct ebb_api *a, bool status)
 {
     json_t *o = json_object(), *d = json_array();
     for (size_t i = 0; i < a->n_models; i++)
-        json_array_append_new(d, status ? ebb__served_json(a->models[i])
-                                        : model_object(a->models[i]));
+        json_array_append_new(d,
+                              status ? ebb__served_json(a->models[i]) : model_object(a->models[i]));
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", d);
     if (status && a->budget)
@@ -216,7 +216,9 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     for (size_t i = 0; i < a->n_models; i++) {
         const struct ebb__served *sv = a->models[i];
         ebb__abuf_printf(b, "ebb_catalogue_model_loaded{model=\"%s\"} %s\n", sv->id,
-                         sv->ready ? "1" : sv->sched && !sv->load_seen ? "0.5" : "0");
+                         sv->ready                     ? "1"
+                         : sv->sched && !sv->load_seen ? "0.5"
+                                                       : "0");
     }
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_loads_total Loads of the model since start.\n"
                       "# TYPE ebb_catalogue_model_loads_total counter\n");
@@ -231,8 +233,8 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_in_flight Requests on the model now.\n"
                       "# TYPE ebb_catalogue_model_in_flight gauge\n");
     for (size_t i = 0; i < a->n_models; i++)
-        ebb__abuf_printf(b, "ebb_catalogue_model_in_flight{model=\"%s\"} %zu\n",
-                         a->models[i]->id, a->models[i]->n_live);
+        ebb__abuf_printf(b, "ebb_catalogue_model_in_flight{model=\"%s\"} %zu\n", a->models[i]->id,
+                         a->models[i]->n_live);
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_load_seconds How long its last load took.\n"
                       "# TYPE ebb_catalogue_model_load_seconds gauge\n");
     for (size_t i = 0; i < a->n_models; i++)
@@ -252,8 +254,7 @@ static void handle_get(struct ebb__req *r)
         /* Catalogue mode: the server is up whatever its models do; each says its state. */
         json_t *o = json_object(), *ms = json_object();
         for (size_t i = 0; i < a->n_models; i++)
-            json_object_set_new(ms, a->models[i]->id,
-                                json_string(ebb__served_state(a->models[i])));
+            json_object_set_new(ms, a->models[i]->id, json_string(ebb__served_state(a->models[i])));
         json_object_set_new(o, "status", json_string("ok"));
         json_object_set_new(o, "models", ms);
         ebb__reply_json(r, 200, o);
