@@ -460,6 +460,10 @@ bool ebb__served_ready(struct ebb__req *r)
     struct ebb__served *sv = r->sv;
     if (sv->ready)
         return true;
+    if (r->api->stopping && r->api->catalogue) {
+        ebb__reply_error(r, 503, "the server is shutting down", "model", "model_unavailable");
+        return false;
+    }
     if (!r->api->catalogue) {
         if (sv->load_seen)
             ebb__reply_error(r, 503, sv->tmpl_err[0] ? sv->tmpl_err : "the model failed to load",

@@ -608,6 +608,7 @@ uint16_t ebb_api_port(const struct ebb_api *a)
 
 void ebb_api_quiesce(struct ebb_api *a)
 {
+    a->stopping = true;
     if (a->mhd) {
         MHD_socket fd = MHD_quiesce_daemon(a->mhd);
         if (fd != MHD_INVALID_SOCKET)
@@ -630,6 +631,7 @@ void ebb_api_free(struct ebb_api *a)
     /* The engine is gone: deliver what it posted last, then resume every suspended
      * connection, as MHD_stop_daemon requires. A load that finished after the loop stopped
      * (SIGTERM while loading) must not be prepared now: its model was freed with the engine. */
+    a->stopping = true;
     for (size_t i = 0; i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
         if (sv->owned) { /* catalogue mode: the engines stop first, as the daemon's does */
@@ -641,6 +643,12 @@ void ebb_api_free(struct ebb_api *a)
     on_async(&a->async);
     for (struct ebb__req *r = a->live; r; r = r->live_next)
         ebb__resume(r);
+    /* Requests waiting for a load (or a swap) are answered 503 when MHD runs them again. */
+    while (a->parked) {
+        struct ebb__req *r = a->parked;
+        ebb__unpark(r);
+        ebb__resume(r);
+    }
     if (a->mhd) {
         MHD_run(a->mhd);
         a->closing = true;
