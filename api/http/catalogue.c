@@ -316,9 +316,10 @@ bool ebb__served_pick(struct ebb__req *r)
     if (a->catalogue && name && *name) {
         bool amb;
         struct ebb__served *sv = ebb__served_find(a, name, &amb);
-        if (sv)
+        if (sv) {
             r->sv = sv;
-        else {
+            r->sv_named = true;
+        } else {
             ebb__served_unknown(r, name, amb);
             ok = false;
         }
@@ -331,9 +332,8 @@ bool ebb__served_pick(struct ebb__req *r)
 
 uint64_t ebb__served_bytes(const struct ebb__served *sv)
 {
-    /* The weights, plus the KV cache: a rough 2 bytes x 2 (K and V) x 1 KiB per layer and token
-     * would need the family's shapes; the file's size and a fixed share for the cache are what
-     * the planner can know before opening it. */
+    /* The file, plus the KV cache at 16 KiB per token of context and slot: the family's real
+     * shapes are known only once the model is open, and the budget must be checked before. */
     uint64_t ctx =
         sv->sp.model.n_ctx ? sv->sp.model.n_ctx : (sv->n_ctx_train ? sv->n_ctx_train : 4096);
     uint64_t seq = sv->sp.model.n_seq ? sv->sp.model.n_seq : 1;
@@ -492,14 +492,19 @@ void ebb__served_release(struct ebb__req *r)
     struct ebb__served *sv = r->sv;
     if (!sv)
         return;
-    if (!r->sv_counted)
+    /* Used: it reached the engine, or (Ollama's "load" requests, with nothing to generate) it
+     * was answered from the loaded model. */
+    bool used = r->sv_counted || (r->sv_named && r->status == 200 && sv->ready);
+    if (r->sv_counted) {
+        r->sv_counted = false;
+        sv->n_live--;
+    }
+    if (!used)
         return;
-    r->sv_counted = false;
-    sv->n_live--;
     sv->last_used = ebb__now();
     /* As ollama: the request's keep_alive, or the configured one when it sent none, says how
      * long the model stays once idle. */
-    if (r->sv_picked)
+    if (r->sv_named)
         sv->keep_alive = isnan(r->keep_alive) ? sv->keep_alive_cfg : r->keep_alive;
 }
 

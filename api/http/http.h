@@ -228,6 +228,7 @@ struct ebb__req {
     bool parked;            /* waiting for ebb_api_hold(false) or its model's load */
     struct ebb__served *sv; /* the model it asked for (the default until its body is read) */
     bool sv_picked;         /* sv resolved from the body */
+    bool sv_named;          /* the body named sv (its keep_alive then applies to sv) */
     bool sv_counted;        /* counted in sv->n_live */
     double keep_alive;      /* the request's keep_alive in seconds; NAN: none sent */
     struct ebb__req *park_prev, *park_next;

@@ -102,7 +102,8 @@ static void tags(struct ebb__req *r, bool ps)
 }
 
 /* /api/show: the model's details, its chat template, what it can do and the GGUF facts
- * ollama's clients read (architecture, context and embedding lengths). */
+ * ollama's clients read (architecture, context and embedding lengths). The thinking and insert
+ * capabilities are known only for a loaded model. */
 static void show(struct ebb__req *r)
 {
     struct ebb__served *a = r->sv;
@@ -115,10 +116,21 @@ static void show(struct ebb__req *r)
     /* The older clients send "name". */
     if (!json_object_get(o, "model") && json_is_string(json_object_get(o, "name")))
         json_object_set(o, "model", json_object_get(o, "name"));
-    if (!ebb__gen_ready(r) || !ebb__ollama_model_ok(r, o))
+    /* Several models: one that is not loaded is described from its file's header (clients ask
+     * /api/show of every model they list; loading each for that would evict the others). */
+    struct ebb_gguf *own = NULL;
+    if (r->api->catalogue && !a->ready) {
+        if (!ebb__ollama_model_ok(r, o))
+            goto out;
+        if (ebb_gguf_open(a->path, &own, NULL)) {
+            ebb__reply_error(r, 500, "cannot read the model file", NULL, NULL);
+            goto out;
+        }
+    } else if (!ebb__gen_ready(r) || !ebb__ollama_model_ok(r, o)) {
         goto out;
-    const char *arch = ebb_model_arch(a->model);
-    const struct ebb_gguf *gg = ebb_model_gguf(a->model);
+    }
+    const char *arch = own ? a->family : ebb_model_arch(a->model);
+    const struct ebb_gguf *gg = own ? own : ebb_model_gguf(a->model);
     struct ebb_str src = {0};
     json_t *tmpl = ebb_gguf_get_str(gg, "tokenizer.chat_template", &src) == EBB_OK
                        ? ebb__json_text(src.p, (size_t)src.n)
@@ -127,9 +139,13 @@ static void show(struct ebb__req *r)
     char key[160];
     json_object_set_new(info, "general.architecture", json_string(arch));
     snprintf(key, sizeof(key), "%s.context_length", arch);
-    json_object_set_new(info, key, json_integer(ebb_model_n_ctx(a->model)));
+    json_object_set_new(info, key, json_integer(own ? a->n_ctx_train : ebb_model_n_ctx(a->model)));
     snprintf(key, sizeof(key), "%s.embedding_length", arch);
-    json_object_set_new(info, key, json_integer(ebb_model_n_embd(a->model)));
+    uint32_t n_embd = 0;
+    if (own)
+        ebb_gguf_get_u32(own, key, &n_embd);
+    json_object_set_new(info, key, json_integer(own ? n_embd : ebb_model_n_embd(a->model)));
+    ebb_gguf_close(own);
     /* tools always: a template that does not render tools gets ebb's fallback description
      * (api/openai/tools-render.c) and the hermes call format. */
     json_t *caps = json_pack("[sss]", "completion", "embedding", "tools");

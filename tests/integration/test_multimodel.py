@@ -5,6 +5,7 @@ Gemma 3 270M, small contexts and few tokens."""
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -94,6 +95,15 @@ def test_unknown_model_is_404_with_close_names(cat):
     assert st == 404 and "error" in o
 
 
+def test_ollama_show_does_not_load(cat):
+    info = ollama.Client(host=cat.base).show(GEMMA)
+    assert info.modelinfo["general.architecture"] == "gemma3"
+    assert info.modelinfo["gemma3.embedding_length"] > 0
+    assert "completion" in info.capabilities and info.template
+    _, h = cat.json("GET", "/health")
+    assert h["models"][GEMMA] == "unloaded"
+
+
 def test_first_request_loads_then_alternating_does_not_reload(cat):
     before = counters(cat, "ebb_catalogue_model_loads_total")
     assert before == {SMOL: 0, GEMMA: 0}
@@ -159,6 +169,37 @@ def test_admin_load_unload_status(cat):
     assert st == 404 and o["error"]["code"] == "model_not_found"
     st, o = cat.json("POST", "/models/load", {})
     assert st == 400
+
+
+def test_ebb_ps_asks_the_daemon(cat):
+    env = dict(os.environ, EBB_CONFIG="/dev/null")
+    r = subprocess.run([os.environ["EBB_BIN"], "ps", "--port", str(cat.port)], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    rows = {l.split()[0]: l.split() for l in r.stdout.splitlines()[1:]}
+    assert set(rows) == {SMOL, GEMMA}
+    assert rows[SMOL][1] == "loaded" and rows[GEMMA][3] == "gemma3"
+    r = subprocess.run([os.environ["EBB_BIN"], "ps", "--port", str(cat.port), "--json"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["data"]) == 2
+    # Nothing listening: a clear failure.
+    r = subprocess.run([os.environ["EBB_BIN"], "ps", "--port", "1"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "no ebb serve answered" in r.stderr
+
+
+def test_ebb_run_takes_a_catalogue_name(tmp_path):
+    need_models()
+    env = dict(os.environ, EBB_CONFIG="/dev/null", EBB_MODELS_DIR=catalogue_dir(tmp_path))
+    r = subprocess.run([os.environ["EBB_BIN"], "run", "smollm2", "-p", "The capital of France is",
+                        "-n", "2", "--temp", "0", "--ctx", "64"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    r = subprocess.run([os.environ["EBB_BIN"], "run", "-m", "mistral", "-p", "x"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "no model 'mistral'" in r.stderr and SMOL in r.stderr
 
 
 def test_admin_needs_the_api_key(make_server, tmp_path):
