@@ -699,6 +699,21 @@ void ebb_config_print(const struct ebb_config *cfg, FILE *f)
         }
         fprintf(f, "%-15s = %-32s ; %s\n", opts[i].name, val, src);
     }
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const struct ebb_config_model *m = &cfg->models[i];
+        fprintf(f, "[model.%s]\n", m->name);
+        if (m->path)
+            fprintf(f, "path = %s\n", m->path);
+        fprintf(f, "pin = %s\n", m->pin ? "true" : "false");
+        if (m->keep_alive)
+            fprintf(f, "keep_alive = %s\n", m->keep_alive);
+        if (m->ctx)
+            fprintf(f, "ctx = %u\n", m->ctx);
+        if (m->parallel)
+            fprintf(f, "parallel = %u\n", m->parallel);
+        if (m->chat_template)
+            fprintf(f, "chat_template = %s\n", m->chat_template);
+    }
 }
 
 void ebb_config_usage(FILE *f)
@@ -762,5 +777,18 @@ unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b)
         if (differ)
             bits |= o->change;
     }
+    /* [model.NAME] sections: any difference is a change of the models. */
+    bool models = a->n_models != b->n_models;
+    for (size_t i = 0; !models && i < a->n_models; i++) {
+        const struct ebb_config_model *x = &a->models[i], *y = &b->models[i];
+        models = strcmp(x->name, y->name) || x->pin != y->pin || x->ctx != y->ctx ||
+                 x->parallel != y->parallel || !x->path != !y->path ||
+                 (x->path && strcmp(x->path, y->path)) || !x->keep_alive != !y->keep_alive ||
+                 (x->keep_alive && strcmp(x->keep_alive, y->keep_alive)) ||
+                 !x->chat_template != !y->chat_template ||
+                 (x->chat_template && strcmp(x->chat_template, y->chat_template));
+    }
+    if (models)
+        bits |= EBB_CONFIG_CHANGE_MODEL;
     return bits;
 }
