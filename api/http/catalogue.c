@@ -460,7 +460,7 @@ bool ebb__served_ready(struct ebb__req *r)
     struct ebb__served *sv = r->sv;
     if (sv->ready)
         return true;
-    if (r->api->stopping && r->api->catalogue) {
+    if (r->api->freeing || (r->api->stopping && r->api->catalogue)) {
         ebb__reply_error(r, 503, "the server is shutting down", "model", "model_unavailable");
         return false;
     }

@@ -394,6 +394,7 @@ struct ebb_api {
     struct ebb__served *def;
     bool catalogue;  /* the API loads and unloads its models (no single -m) */
     bool stopping;   /* quiesced or being freed: no model loads any more */
+    bool freeing;    /* ebb_api_free: the engines are gone, nothing may reach them */
     uint64_t budget; /* bytes all loaded models may take together; 0: no limit */
     pthread_mutex_t mu;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */

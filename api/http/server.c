@@ -631,7 +631,7 @@ void ebb_api_free(struct ebb_api *a)
     /* The engine is gone: deliver what it posted last, then resume every suspended
      * connection, as MHD_stop_daemon requires. A load that finished after the loop stopped
      * (SIGTERM while loading) must not be prepared now: its model was freed with the engine. */
-    a->stopping = true;
+    a->stopping = a->freeing = true;
     for (size_t i = 0; i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
         if (sv->owned) { /* catalogue mode: the engines stop first, as the daemon's does */

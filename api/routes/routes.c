@@ -194,17 +194,14 @@ static void health_one(struct ebb__req *r)
     }
 }
 
-/* {"object":"list","data":[...]} of every model: /v1/models and GET /models/status. */
-static json_t *model_list(struct ebb_api *a, bool status)
+/* {"object":"list","data":[...]} of every model (/v1/models). */
+static json_t *model_list(struct ebb_api *a)
 {
     json_t *o = json_object(), *d = json_array();
     for (size_t i = 0; i < a->n_models; i++)
-        json_array_append_new(d,
-                              status ? ebb__served_json(a->models[i]) : model_object(a->models[i]));
+        json_array_append_new(d, model_object(a->models[i]));
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", d);
-    if (status && a->budget)
-        json_object_set_new(o, "budget", json_integer((json_int_t)a->budget));
     return o;
 }
 
@@ -274,7 +271,7 @@ static void handle_get(struct ebb__req *r)
             ebb__reply_json(r, 200, model_object(sv));
             return;
         }
-        ebb__reply_json(r, 200, model_list(a, false));
+        ebb__reply_json(r, 200, model_list(a));
         return;
     }
     case EBB__EP_METRICS: {
