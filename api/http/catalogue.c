@@ -474,6 +474,9 @@ bool ebb__served_ready(struct ebb__req *r)
     }
     if (!loaded(sv) && !start_load(r, sv))
         return false;
+    /* Counted in flight from now on: once loaded, the model cannot be unloaded (keep_alive 0,
+     * the budget) before this request, woken, reaches it. */
+    ebb__served_count(r);
     ebb__park(r); /* catalogue_async wakes it once the load ends */
     return false;
 }

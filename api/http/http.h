@@ -261,7 +261,8 @@ bool ebb__served_pick(struct ebb__req *r);
  * while its model loads (the load started here if need be; unloading idle models under the
  * budget first). */
 bool ebb__served_ready(struct ebb__req *r);
-/* r reaches its model's engine: counted as in flight until ebb__served_release (at its end). */
+/* r reaches (or waits for) its model's engine: counted as in flight until ebb__served_release
+ * (at its end), so that the model is not unloaded under it. */
 void ebb__served_count(struct ebb__req *r);
 void ebb__served_release(struct ebb__req *r);
 /* Unloads sv now if it is idle, else once it is; false if not now (or not the API's to unload). */
