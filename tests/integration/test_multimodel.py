@@ -171,6 +171,20 @@ def test_admin_load_unload_status(cat):
     assert st == 400
 
 
+def test_requests_queue_behind_one_load(cat):
+    st, o = cat.json("POST", "/models/unload", {"model": GEMMA})
+    assert st == 200 and o["state"] == "unloaded"
+    loads = counters(cat, "ebb_catalogue_model_loads_total")[GEMMA]
+    res = []
+    ts = [threading.Thread(target=lambda: res.append(chat(cat, GEMMA))) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert [st for st, _ in res] == [200, 200, 200], res
+    assert counters(cat, "ebb_catalogue_model_loads_total")[GEMMA] == loads + 1
+
+
 def test_ebb_ps_asks_the_daemon(cat):
     env = dict(os.environ, EBB_CONFIG="/dev/null")
     r = subprocess.run([os.environ["EBB_BIN"], "ps", "--port", str(cat.port)], env=env,
