@@ -218,13 +218,15 @@ def test_ebb_run_takes_a_catalogue_name(tmp_path):
 
 def test_admin_needs_the_api_key(make_server, tmp_path):
     need_models()
-    s = make_server("--models-dir", catalogue_dir(tmp_path), "--api-key", "k1", models=[])
+    # -m repeated: those two files, by name.
+    s = make_server("--api-key", "k1", models=[os.path.join(models_dir(), MODEL_FILE),
+                                               os.path.join(models_dir(), GEMMA_FILE)])
     st, _ = s.json("GET", "/models/status")
     assert st == 401
     st, _ = s.json("POST", "/models/unload", {"model": SMOL})
     assert st == 401
     st, o = s.json("GET", "/models/status", headers={"Authorization": "Bearer k1"})
-    assert st == 200 and len(o["data"]) == 2
+    assert st == 200 and sorted(m["id"] for m in o["data"]) == [SMOL, GEMMA]
 
 
 def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
