@@ -107,7 +107,7 @@ enum ebb__refusal {
     EBB__REFUSE_N
 };
 
-#define EBB__N_STATUS 10
+#define EBB__N_STATUS 12
 #define EBB__TTFT_BUCKETS 12
 
 struct ebb__metrics {
