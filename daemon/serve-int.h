@@ -27,7 +27,9 @@ struct ebb__serve_opts {
     unsigned draft_max;          /* --draft-max K (0: 8) */
     struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
                                     or origins */
-    const char **models;         /* (n_models) every -m/--model value, pointing into argv */
+    /* (n_models) the -m/--model values, pointing into argv; of several naming one model id,
+     * only the last */
+    const char **models;
     size_t n_models;
     size_t n_args;
     char *keys, *origins; /* every --api-key / --cors-origin, comma-joined */

@@ -173,15 +173,22 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
         if (rc)
             return rc;
     }
-    /* Several -m: a catalogue (serve.c), not the configuration's one model. */
-    for (size_t i = 0; o->n_models > 1 && i < o->n_args;) {
-        if (strcmp(o->args[i].key, "model")) {
-            i++;
-            continue;
+    /* Several -m naming one model id: the last one wins, as for any repeated flag (the
+     * configuration's model is the last -m); naming several: a catalogue (serve.c). */
+    size_t n = 0;
+    for (size_t i = 0; i < o->n_models; i++) {
+        char id[256], other[256];
+        ebb__serve_model_id(o->models[i], id, sizeof(id));
+        size_t j = 0;
+        for (; j < n; j++) {
+            ebb__serve_model_id(o->models[j], other, sizeof(other));
+            if (!strcmp(id, other))
+                break;
         }
-        free((char *)o->args[i].key);
-        o->args[i] = o->args[--o->n_args];
+        o->models[j] = o->models[i];
+        n += j == n;
     }
+    o->n_models = n;
     /* The repeatable lists go to the configuration as one comma-separated value each. */
     if (o->keys) {
         o->args[o->n_args].key = strdup("api-key");
