@@ -19,6 +19,16 @@
  * and a uv_poll_t per socket (portable: macOS, BSD; also selectable on Linux). */
 enum ebb_api_poll { EBB_API_POLL_AUTO = 0, EBB_API_POLL_EPOLL, EBB_API_POLL_FDSET };
 
+/* One model of the catalogue (catalogue mode): the API starts its scheduler, which loads it, when
+ * a request first names it, and frees it when keep_alive or the memory budget says so. */
+struct ebb_api_model {
+    const char *id;             /* the name /v1/models lists; copied */
+    const char *chat_template;  /* family name overriding the GGUF's template, or NULL */
+    struct ebb_sched_params sp; /* sp.model.path: the GGUF; on_loaded and ud are the API's */
+    bool pin;                   /* never unloaded */
+    double keep_alive;          /* seconds idle before unloading; < 0: never */
+};
+
 struct ebb_api_config {
     const char *host;        /* numeric address to bind, "127.0.0.1" if NULL */
     uint16_t port;           /* 0: an ephemeral port (see ebb_api_port) */
@@ -47,6 +57,12 @@ struct ebb_api_config {
     size_t max_stream_buffer; /* unsent SSE bytes per stream before it is cut; 0 means 1 MiB */
     unsigned responses_store; /* /v1/responses kept for previous_response_id and GET; 0: none */
     enum ebb_api_poll poll;
+    /* Catalogue mode when n_models > 0: these models are served by name, loaded on request and
+     * unloaded by policy (model_id and chat_template are then unused). budget: bytes all loaded
+     * models may take together (0: no limit), estimated as each GGUF's size plus its KV cache. */
+    const struct ebb_api_model *models;
+    size_t n_models;
+    uint64_t models_budget;
     /* Generation defaults: the configured ones (copied; NULL: none), and whether to skip the
      * model's own general.sampling.* recommendations (api/defaults/defaults.h has the resolution).
      */
@@ -98,6 +114,12 @@ void ebb_api_hold(struct ebb_api *a, bool hold);
  * scheduler use m. On error (no usable template) nothing changes. */
 ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
                           const char *chat_template, struct ebb_diag *diag);
+
+/* Catalogue mode: cancels every job of every loaded model (the end of a shutdown's grace). */
+void ebb_api_cancel_all(struct ebb_api *a);
+
+/* Catalogue mode: lets every loaded model's layer streamer re-read the memory probes. */
+void ebb_api_stream_probe(struct ebb_api *a);
 
 /* Graceful stop, step 1 (a drain): stop accepting new connections; on the connections already
  * open, /health answers 503 {"status":"draining"} and new generation requests 503 with

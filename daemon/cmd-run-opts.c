@@ -20,7 +20,8 @@ static void run_usage(FILE *f)
                "after N tokens, at an end-of-generation token, or when the context is full.\n"
                "\n"
                "options:\n"
-               "  -m, --model MODEL       GGUF file (required)\n"
+               "  -m, --model MODEL       GGUF file, or a catalogue name (an id or unique prefix, as\n"
+               "                          ebb serve lists; also ebb run NAME) (required)\n"
                "  -p, --prompt PROMPT     prompt text (required)\n"
                "  -n, --n-predict N       tokens to generate (default 128)\n"
                "      --temp T, --temperature T\n"
@@ -295,6 +296,8 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
             return 2;
         }
     }
+    if (optind < argc && !o->model)
+        o->model = argv[optind++]; /* ebb run NAME -p ... */
     if (optind < argc) {
         fprintf(stderr, "ebb run: unexpected argument '%s'\n", argv[optind]);
         return 2;

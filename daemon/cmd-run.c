@@ -10,11 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/chat/chat-template.h"
 #include "api/defaults/defaults.h"
 #include "daemon/config.h"
+#include "daemon/serve-int.h"
 #include "daemon/warm.h"
 #include "model/model.h"
 #include "sched/sampler.h"
@@ -129,6 +132,17 @@ static int load(struct run *r, struct ebb__run_opts *o)
     if ((rc = ebb_config_build(&r->cfg, o->config, NULL, 0, &d))) {
         fprintf(stderr, "ebb run: %s\n", d.msg[0] ? d.msg : ebb_err_str(rc));
         return 1;
+    }
+    /* A name that is no file picks a model of the catalogue, as a request's "model" does on a
+     * several-model ebb serve: an id, or a unique prefix ("gemma"). */
+    struct stat st;
+    static char found[PATH_MAX]; /* o->model points here for the rest of the run */
+    if (stat(o->model, &st) != 0 && !strchr(o->model, '/')) {
+        if ((rc = ebb__serve_catalogue_find(&r->cfg, o->model, found, sizeof(found), &d))) {
+            fprintf(stderr, "ebb run: %s\n", d.msg);
+            return 1;
+        }
+        o->model = found;
     }
     struct ebb_model_params mp = o->stream;
     mp.path = o->model;

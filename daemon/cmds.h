@@ -12,6 +12,7 @@ int ebb_cmd_tokenize(int argc, char **argv);
 int ebb_cmd_detokenize(int argc, char **argv);
 int ebb_cmd_bench(int argc, char **argv);
 int ebb_cmd_pack(int argc, char **argv);
+int ebb_cmd_ps(int argc, char **argv);
 int ebb_cmd_perplexity(int argc, char **argv);
 /* `ebb info --memory [--device SPEC] [--json]` (cmd-info-memory.c): what the memory probes see;
  * device NULL = auto, "none" = no OpenCL device. */

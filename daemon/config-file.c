@@ -75,11 +75,12 @@ static char *loader_read(char *str, int num, void *stream)
     if (*p == '[') {
         size_t nlen = strcspn(p + 1, "]");
         bool known = (nlen == 5 && !strncmp(p + 1, "serve", 5)) ||
-                     (nlen == 10 && !strncmp(p + 1, "generation", 10));
+                     (nlen == 10 && !strncmp(p + 1, "generation", 10)) ||
+                     (nlen > 6 && !strncmp(p + 1, "model.", 6));
         if (!known)
             loader_fail(ld,
                         "unknown section [%.*s] (options go at the top or under [serve]; "
-                        "generation defaults under [generation])",
+                        "generation defaults under [generation]; a model under [model.NAME])",
                         (int)(nlen < 63 ? nlen : 63), p + 1);
     }
     memcpy(str, ld->buf, (size_t)len + 1);
@@ -131,6 +132,15 @@ static int loader_on_kv(void *user, const char *section, const char *name, const
         name = k;
         value = v;
     }
+    struct ebb_diag d;
+    if (section && !strncmp(section, "model.", 6)) {
+        /* [model.NAME]: one model of the catalogue (config-models.c). */
+        if (ebb_config_model_set(ld->cfg, section + 6, name, value, ld->line, &d)) {
+            loader_fail(ld, "[%s] %s", section, d.msg);
+            return 0;
+        }
+        return 1;
+    }
     /* Each option has its section: the generation defaults under [generation], the others at
      * the top or under [serve] (inih calls the top "", and our reader rejected other names). */
     const char *want = ebb_config_key_section(name);
@@ -143,7 +153,6 @@ static int loader_on_kv(void *user, const char *section, const char *name, const
                         here);
         return 0;
     }
-    struct ebb_diag d;
     ebb_err rc = ebb_config_set(ld->cfg, name, value, EBB_CONFIG_SRC_FILE, ld->line, &d);
     if (rc) {
         /* d already names file, line and key. */
@@ -218,6 +227,12 @@ ebb_err ebb_config_build(struct ebb_config *cfg, const char *config_path,
         if (rc)
             return rc;
     }
+    double ka;
+    if (!ebb_config_keep_alive(cfg->keep_alive, &ka))
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "keep_alive: '%.100s' is not a duration (5m, 1h30m), a number of "
+                            "seconds, -1 (forever) or 0",
+                            cfg->keep_alive);
     return EBB_OK;
 }
 

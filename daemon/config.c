@@ -160,6 +160,15 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                  "responses of /v1/responses kept in memory for "
                                  "previous_response_id and GET, least recently used dropped "
                                  "first (0 = none)"},
+    [EBB_CFG_KEEP_ALIVE] = {"keep_alive", T_STR, OFF(keep_alive), 0, 0, EBB_CONFIG_CHANGE_MODEL,
+                            false, "TIME",
+                            "several models: how long a model stays loaded after its last "
+                            "request (5m, 300, -1 = forever, 0 = unload at once)"},
+    [EBB_CFG_MODELS_BUDGET] = {"models_budget", T_SIZE, OFF(models_budget), 0, 0,
+                               EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
+                               "several models: memory all loaded models may take together; "
+                               "loading one past it unloads the least recently used idle one "
+                               "(0 = no limit)"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
  * recommends a value (api/defaults/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \
@@ -495,6 +504,7 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
     cfg->host = strdup("127.0.0.1");
     cfg->device = strdup("auto");
     cfg->chat_template = strdup("auto");
+    cfg->keep_alive = strdup("5m");
     if (getenv("STATE_DIRECTORY") && getenv("STATE_DIRECTORY")[0] == '/')
         cfg->models_dir = dir_from("STATE_DIRECTORY", NULL, "models", "/var/lib/ebb/models");
     else
@@ -504,7 +514,8 @@ ebb_err ebb_config_init(struct ebb_config *cfg)
         cfg->cache_dir = dir_from("CACHE_DIRECTORY", NULL, "", "/var/cache/ebb");
     else
         cfg->cache_dir = dir_from("XDG_CACHE_HOME", ".cache", "ebb", "/var/cache/ebb");
-    if (!cfg->host || !cfg->device || !cfg->chat_template || !cfg->models_dir || !cfg->cache_dir)
+    if (!cfg->host || !cfg->device || !cfg->chat_template || !cfg->models_dir || !cfg->cache_dir ||
+        !cfg->keep_alive)
         return EBB_ENOMEM;
     return EBB_OK;
 }
@@ -520,6 +531,14 @@ void ebb_config_fini(struct ebb_config *cfg)
         else if (o->type == T_LIST)
             strlist_clear(FIELD(cfg, o, struct ebb_strlist));
     }
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        struct ebb_config_model *m = &cfg->models[i];
+        free(m->name);
+        free(m->path);
+        free(m->chat_template);
+        free(m->keep_alive);
+    }
+    free(cfg->models);
     free(cfg->config_file);
     memset(cfg, 0, sizeof(*cfg));
 }
@@ -701,6 +720,21 @@ void ebb_config_print(const struct ebb_config *cfg, FILE *f)
         }
         fprintf(f, "%-15s = %-32s ; %s\n", opts[i].name, val, src);
     }
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const struct ebb_config_model *m = &cfg->models[i];
+        fprintf(f, "[model.%s]\n", m->name);
+        if (m->path)
+            fprintf(f, "path = %s\n", m->path);
+        fprintf(f, "pin = %s\n", m->pin ? "true" : "false");
+        if (m->keep_alive)
+            fprintf(f, "keep_alive = %s\n", m->keep_alive);
+        if (m->ctx)
+            fprintf(f, "ctx = %u\n", m->ctx);
+        if (m->parallel)
+            fprintf(f, "parallel = %u\n", m->parallel);
+        if (m->chat_template)
+            fprintf(f, "chat_template = %s\n", m->chat_template);
+    }
 }
 
 void ebb_config_usage(FILE *f)
@@ -764,5 +798,18 @@ unsigned ebb_config_diff(const struct ebb_config *a, const struct ebb_config *b)
         if (differ)
             bits |= o->change;
     }
+    /* [model.NAME] sections: any difference is a change of the models. */
+    bool models = a->n_models != b->n_models;
+    for (size_t i = 0; !models && i < a->n_models; i++) {
+        const struct ebb_config_model *x = &a->models[i], *y = &b->models[i];
+        models = strcmp(x->name, y->name) || x->pin != y->pin || x->ctx != y->ctx ||
+                 x->parallel != y->parallel || !x->path != !y->path ||
+                 (x->path && strcmp(x->path, y->path)) || !x->keep_alive != !y->keep_alive ||
+                 (x->keep_alive && strcmp(x->keep_alive, y->keep_alive)) ||
+                 !x->chat_template != !y->chat_template ||
+                 (x->chat_template && strcmp(x->chat_template, y->chat_template));
+    }
+    if (models)
+        bits |= EBB_CONFIG_CHANGE_MODEL;
     return bits;
 }

@@ -72,6 +72,8 @@ enum ebb_config_key {
     EBB_CFG_EXPERT_CACHE,
     EBB_CFG_PROMPT_CACHE,
     EBB_CFG_RESPONSES_STORE,
+    EBB_CFG_KEEP_ALIVE,
+    EBB_CFG_MODELS_BUDGET,
     /* [generation]: defaults for the sampling fields a request does not send
        (api/defaults/defaults.h) */
     EBB_CFG_TEMPERATURE,
@@ -123,6 +125,14 @@ struct ebb_config {
                                         EBB_CONFIG_EXPERT_CACHE_AUTO = from memory_budget */
     uint64_t prompt_cache;           /* bytes of the prompt-cache store; 256 MiB, 0 = none */
     uint32_t responses_store; /* /v1/responses kept for previous_response_id; 256, 0 = none */
+    /* Several models (catalogue mode): how long a model stays loaded after its last request
+     * ("5m"; a duration or seconds, -1 forever, 0 unload at once), and the bytes all loaded
+     * models may take together (0 = no limit). */
+    char *keep_alive;
+    uint64_t models_budget;
+    /* [model.NAME] sections (config-models.c), in file order. */
+    struct ebb_config_model *models;
+    size_t n_models;
     /* Edge limits (api/http/limits.c): the time to send a request head (15 s), then the body
      * (30 s); the open connections served in all (512) and per client
      * address (256), past which only /health is answered. */
@@ -145,6 +155,27 @@ struct ebb_config {
     enum ebb_config_source source[EBB_CFG_N_KEYS];
     int source_line[EBB_CFG_N_KEYS]; /* line in config_file for EBB_CONFIG_SRC_FILE */
 };
+
+/* A [model.NAME] section: one model of the catalogue and its own settings. */
+struct ebb_config_model {
+    char *name;             /* NAME: the id requests use */
+    char *path;             /* path = FILE (a path, or a file name under models_dir); NULL: NAME */
+    char *chat_template;    /* NULL: the global chat_template */
+    char *keep_alive;       /* NULL: the global keep_alive */
+    bool pin;               /* never unloaded */
+    uint32_t ctx, parallel; /* 0: the global ctx, parallel */
+    int line;               /* of the section header, for messages */
+};
+
+/* A keep_alive text ("5m", "1h30m", "300", "-1", "0") in seconds (negative: forever). False if
+ * it is none of those. */
+bool ebb_config_keep_alive(const char *s, double *secs);
+
+/* Sets key of the [model.NAME] section (config-file.c calls it for each key line under one),
+ * creating the section's entry on its first key. EBB_EINVAL with diag "<key>: <why>" for an
+ * unknown key or a bad value. */
+ebb_err ebb_config_model_set(struct ebb_config *cfg, const char *name, const char *key,
+                             const char *value, int line, struct ebb_diag *diag);
 
 /* One command-line flag to apply on top of file and environment. key is an option name with
  * dashes or underscores ("max-body"), value its text. */

@@ -16,6 +16,7 @@ struct subcmd {
 static const struct subcmd subcmds[] = {
     {"serve", ebb_cmd_serve, "serve the OpenAI-compatible HTTP API (default 127.0.0.1:8077)"},
     {"run", ebb_cmd_run, "generate text from a prompt on the command line"},
+    {"ps", ebb_cmd_ps, "list the models a running ebb serve has and which are loaded"},
     {"info", ebb_cmd_info, "describe a GGUF model (or list OpenCL devices)"},
     {"tokenize", ebb_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", ebb_cmd_detokenize, "print the text of token ids"},

@@ -27,6 +27,10 @@ struct ebb__serve_opts {
     unsigned draft_max;          /* --draft-max K (0: 8) */
     struct ebb_config_arg *args; /* (n_args) keys strdup'ed, values pointing into argv, keys
                                     or origins */
+    /* (n_models) the -m/--model values, pointing into argv; of several naming one model id,
+     * only the last */
+    const char **models;
+    size_t n_models;
     size_t n_args;
     char *keys, *origins, *hosts; /* every --api-key / --cors-origin / --allowed-hosts, joined */
 };
@@ -70,5 +74,47 @@ void ebb__loader_fini(struct ebb__loader *l);
  * sentence saying there are none or that dir cannot be read, for an error about a model that
  * does not exist (serve-load.c). Always NUL-terminates when n > 0. */
 void ebb__serve_models_in(const char *dir, char *buf, size_t n);
+
+/* ---- several models (serve-catalogue.c) ---------------------------------------------------- */
+
+#define EBB__SERVE_MAX_MODELS 256
+
+/* The scheduler's model settings from a configuration (the strings stay c's). */
+struct ebb_model_params ebb__serve_model_params(const struct ebb_config *c, const char *path);
+/* The id /v1/models reports for path: the file name without ".gguf". */
+void ebb__serve_model_id(const char *path, char *id, size_t n);
+
+/* One model of the catalogue and its settings. */
+struct ebb__serve_entry {
+    char id[256];
+    char path[PATH_MAX];
+    const char *chat_template; /* the config's, or NULL */
+    bool pin;
+    double keep_alive;
+    uint32_t ctx, parallel;
+};
+
+struct ebb__serve_catalogue {
+    struct ebb__serve_entry e[EBB__SERVE_MAX_MODELS];
+    size_t n;
+    struct ebb_api_model api[EBB__SERVE_MAX_MODELS]; /* ebb__serve_catalogue_api's */
+};
+
+/* The models to serve: the files and directories named by paths (several -m; a name without
+ * '/' is looked up under models_dir), or every .gguf under models_dir when there are none; then
+ * c's [model.NAME] sections. EBB_ENOENT (diag says which) for a path that is not there or an
+ * empty catalogue, EBB_EINVAL for two models with one id. */
+ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const *paths,
+                                   size_t n_paths, struct ebb__serve_catalogue *cat,
+                                   struct ebb_diag *diag);
+/* The file of the catalogue's model name (its id exactly, ignoring case, or a unique prefix) as
+ * c describes the catalogue (models_dir and [model.NAME] sections), for `ebb run NAME`.
+ * EBB_ENOENT (diag lists the names) when none matches, EBB_EINVAL when several start so. */
+ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, char *path,
+                                  size_t n, struct ebb_diag *diag);
+/* Fills cat->api for the API from the entries, each scheduler's settings from tmpl and c
+ * (the strings stay cat's and c's: c must outlive the API's start). */
+void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_catalogue *cat,
+                              const struct ebb_sched_params *tmpl);
 
 #endif

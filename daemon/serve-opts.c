@@ -15,11 +15,16 @@ static void usage(FILE *f)
             "usage: ebb serve [-m MODEL] [flags]\n\n"
             "Serves an OpenAI-compatible API (/v1/chat/completions, /v1/completions,\n"
             "/v1/responses, /v1/embeddings, /v1/models), Anthropic's /v1/messages, and /health,\n"
-            "/metrics, /tokenize, /detokenize for one GGUF model. The context per slot it chose,\n"
-            "and why, is logged at start-up; ebb info MODEL shows the same choice.\n\n"
+            "/metrics, /tokenize, /detokenize for one GGUF model, or for several by name. The\n"
+            "context per slot it chose, and why, is logged at start-up; ebb info MODEL shows\n"
+            "the same choice.\n\n"
+            "Without -m (and no model in the config), every .gguf under models_dir is served:\n"
+            "a request's \"model\" picks one (its id or a unique prefix), which loads on its\n"
+            "first request and unloads after keep_alive idle; [model.NAME] config sections\n"
+            "name and pin models. -m repeated, or -m DIR, serves those models the same way.\n\n"
             "flags (each also settable as EBB_<NAME> or in the config file):\n"
-            "  -m FILE                    the model, as --model: a path, or a file name under\n"
-            "                             models_dir (.gguf may be left off)\n");
+            "  -m FILE|DIR                the model, as --model: a path, or a file name under\n"
+            "                             models_dir (.gguf may be left off); repeatable\n");
     ebb_config_usage(f);
     fprintf(f, "  --api-key, --cors-origin, --allowed-hosts may be repeated; their values add up.\n"
                "  --temp T is --temperature T, as in ebb run.\n\n"
@@ -130,6 +135,8 @@ static int apply_flag(struct ebb__serve_opts *o, const char *name, const char *v
     } else if (!strcmp(name, "allowed-hosts") || !strcmp(name, "allowed_hosts")) {
         o->hosts = join(o->hosts, val);
     } else if (ebb_config_is_key(name)) {
+        if (!strcmp(name, "model"))
+            o->models[o->n_models++] = val;
         char *k = strdup(name);
         if (!k)
             return 1;
@@ -146,7 +153,8 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->poll = EBB_API_POLL_AUTO;
-    if (!(o->args = calloc((size_t)argc + 2, sizeof(*o->args))))
+    if (!(o->args = calloc((size_t)argc + 2, sizeof(*o->args))) ||
+        !(o->models = calloc((size_t)argc + 1, sizeof(*o->models))))
         return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -167,6 +175,22 @@ int ebb__serve_parse(int argc, char **argv, struct ebb__serve_opts *o)
         if (rc)
             return rc;
     }
+    /* Several -m naming one model id: the last one wins, as for any repeated flag (the
+     * configuration's model is the last -m); naming several: a catalogue (serve.c). */
+    size_t n = 0;
+    for (size_t i = 0; i < o->n_models; i++) {
+        char id[256], other[256];
+        ebb__serve_model_id(o->models[i], id, sizeof(id));
+        size_t j = 0;
+        for (; j < n; j++) {
+            ebb__serve_model_id(o->models[j], other, sizeof(other));
+            if (!strcmp(id, other))
+                break;
+        }
+        o->models[j] = o->models[i];
+        n += j == n;
+    }
+    o->n_models = n;
     /* The repeatable lists go to the configuration as one comma-separated value each. */
     if (o->keys) {
         o->args[o->n_args].key = strdup("api-key");
@@ -188,6 +212,7 @@ void ebb__serve_opts_fini(struct ebb__serve_opts *o)
     for (size_t i = 0; o->args && i < o->n_args; i++)
         free((char *)o->args[i].key);
     free(o->args);
+    free(o->models);
     free(o->keys);
     free(o->origins);
     free(o->hosts);

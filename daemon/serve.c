@@ -44,43 +44,14 @@ struct serve {
     bool model_failed; /* the last reload could not load its model: the next SIGHUP retries */
     char cur_id[256];  /* the model served */
     bool loop_ok;      /* loop initialised (closed by serve_free) */
+    /* several models: the API loads and unloads them (no engine of the daemon's own) */
+    bool catalogue;
+    struct ebb__serve_catalogue *cat;
 };
-
-/* The id /v1/models reports: the file name without ".gguf". */
-static void model_id_of(const char *path, char *id, size_t n)
-{
-    const char *base = strrchr(path, '/');
-    if (snprintf(id, n, "%s", base ? base + 1 : path) >= (int)n)
-        id[n - 1] = 0; /* a very long name is cut (snprintf did); said for -Wformat-truncation */
-    size_t l = strlen(id);
-    if (l > 5 && !strcmp(id + l - 5, ".gguf"))
-        id[l - 5] = 0;
-}
 
 static const char *template_of(const struct ebb_config *c)
 {
     return c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template : NULL;
-}
-
-/* The model settings of a configuration (the strings stay c's). */
-static struct ebb_model_params model_params_of(const struct ebb_config *c, const char *path)
-{
-    struct ebb_model_params mp = {
-        .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
-    mp.ctx_cap_trained = !c->ctx_over_trained;
-    mp.kv_type = c->kv_type;
-    mp.prefetch = c->prefetch;
-    mp.host_layers = c->host_layers;
-    mp.host_threads = c->host_threads;
-    mp.host_q8 = c->host_q8;
-    mp.expert_cache =
-        c->expert_cache == EBB_CONFIG_EXPERT_CACHE_AUTO ? EBB_EXPERT_CACHE_AUTO : c->expert_cache;
-    mp.prompt_cache = c->prompt_cache;
-    if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
-        mp.memory_budget_auto = true;
-    else
-        mp.memory_budget = c->memory_budget;
-    return mp;
 }
 
 static double now_ms(uv_loop_t *l)
@@ -101,7 +72,10 @@ static void on_grace(uv_timer_t *t)
     if (!s->cancelled) {
         ebb_log_warn("serve", "grace period over: cancelling %zu request(s)", n);
         s->cancelled = true;
-        ebb_sched_cancel_all(s->sched);
+        if (s->sched)
+            ebb_sched_cancel_all(s->sched);
+        else
+            ebb_api_cancel_all(s->api);
         s->deadline = now_ms(&s->loop) + 2000;
         return;
     }
@@ -261,8 +235,8 @@ static bool reload_model(struct serve *s)
                               "once it is done");
         return false;
     }
-    model_id_of(path, id, sizeof(id));
-    struct ebb_model_params mp = model_params_of(c, path);
+    ebb__serve_model_id(path, id, sizeof(id));
+    struct ebb_model_params mp = ebb__serve_model_params(c, path);
     if (ebb__loader_start(&s->loader, &mp, id)) {
         ebb_log_error("serve", "reload: cannot start loading %s", path);
         return false;
@@ -306,11 +280,14 @@ static void on_sighup(uv_signal_t *h, int signum)
         ebb_notify_ready("reload failed");
         return;
     }
-    ebb_sched_set_queue_cap(s->sched, next->queue);
+    if (s->sched)
+        ebb_sched_set_queue_cap(s->sched, next->queue);
     s->grace_ms = next->shutdown_grace_ms;
     if (diff & EBB_CONFIG_CHANGE_LISTEN)
         ebb_log_warn("serve", "reload: host/port changed; they apply after a restart");
-    bool load = (diff & EBB_CONFIG_CHANGE_MODEL) || s->model_failed;
+    bool load = !s->catalogue && ((diff & EBB_CONFIG_CHANGE_MODEL) || s->model_failed);
+    if (s->catalogue && (diff & EBB_CONFIG_CHANGE_MODEL))
+        ebb_log_warn("serve", "reload: the models and their settings apply after a restart");
     ebb_log_info("serve", "configuration reloaded");
     ebb_config_fini(s->cfg);
     free(s->cfg);
@@ -334,6 +311,10 @@ static void warm_before_open(void *ud, const struct ebb_model_params *mp)
 static void on_probe(uv_timer_t *t)
 {
     struct serve *s = t->data;
+    if (s->catalogue) {
+        ebb_api_stream_probe(s->api);
+        return;
+    }
     struct ebb_model *m = ebb_sched_model(s->sched);
     if (m && ebb_model_streaming(m))
         ebb_model_stream_probe(m);
@@ -360,8 +341,8 @@ static void on_ready(void *ud, bool ok, const char *msg)
 
 /* The configuration from the file, the environment and the flags, checked; --check-config
  * prints it. Writes the model's path. Returns -1 to go on, else the exit status. */
-static int configure(const struct ebb__serve_opts *o, struct ebb_config *cfg, char *path,
-                     size_t cap)
+static int configure(struct serve *s, const struct ebb__serve_opts *o, struct ebb_config *cfg,
+                     char *path, size_t cap)
 {
     struct ebb_diag d = {{0}};
     if (ebb_config_build(cfg, o->config_path, o->args, o->n_args, &d)) {
@@ -380,14 +361,26 @@ static int configure(const struct ebb__serve_opts *o, struct ebb_config *cfg, ch
         return 2;
     }
     ebb_log_configure(cfg->log_level, cfg->log_format);
-    if (ebb_config_model_path(cfg, path, cap)) {
-        fprintf(stderr, "ebb serve: no model: pass -m FILE (a path or a name under %s)\n",
-                cfg->models_dir);
-        return 2;
+    /* Several models when -m is repeated or names a directory, or when no model is configured
+     * (then every .gguf under models_dir and the [model.NAME] sections). */
+    struct stat st;
+    bool none = ebb_config_model_path(cfg, path, cap) != EBB_OK;
+    bool dir = !none && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (none || dir || o->n_models > 1) {
+        if (!(s->cat = calloc(1, sizeof(*s->cat))))
+            return 1;
+        const char *one[1] = {path};
+        const char *const *paths = o->n_models > 1 ? o->models : dir ? one : NULL;
+        size_t n = o->n_models > 1 ? o->n_models : dir ? 1 : 0;
+        if (ebb__serve_catalogue_build(cfg, paths, n, s->cat, &d)) {
+            fprintf(stderr, "ebb serve: %s\n", d.msg);
+            return none ? 2 : 1;
+        }
+        s->catalogue = true;
+        return -1;
     }
     /* A model that is not there fails now, naming the path and what models_dir holds, rather
      * than after the socket listens with the reader's bare "cannot open". */
-    struct stat st;
     if (stat(path, &st) != 0) {
         char have[1024];
         int e = errno;
@@ -428,6 +421,18 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     };
     s->keepalive_ms = o->keepalive_ms;
     api_config_from(s, cfg, &ac);
+    if (s->catalogue) {
+        struct ebb_sched_params sp = {
+            .queue_cap = cfg->queue,
+            .prefill_chunk = o->prefill_chunk,
+            .spec_max = o->spec ? (o->draft_max ? o->draft_max : 8) : 0,
+            .before_open = warm_before_open,
+        };
+        ebb__serve_catalogue_api(cfg, s->cat, &sp);
+        ac.models = s->cat->api;
+        ac.n_models = s->cat->n;
+        ac.models_budget = cfg->models_budget;
+    }
     char where[160];
     if (n_lfd)
         ebb_listenfd_describe(lfd[0].fd, where, sizeof(where), &ac.listen_fd_loopback);
@@ -442,6 +447,19 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     }
     printf("ebb: listening on http://%s\n", where);
     fflush(stdout);
+    if (s->catalogue) {
+        ebb_log_info("serve",
+                     "listening on http://%s; %zu models (loaded on request, keep_alive %s, "
+                     "budget %llu MiB) on device %s",
+                     where, s->cat->n, cfg->keep_alive,
+                     (unsigned long long)(cfg->models_budget >> 20),
+                     cfg->device ? cfg->device : "auto");
+        for (size_t i = 0; i < s->cat->n; i++)
+            ebb_log_info("serve", "model %s: %s%s", s->cat->e[i].id, s->cat->e[i].path,
+                         s->cat->e[i].pin ? " (pinned)" : "");
+        ebb_notify_ready("serving several models");
+        return true;
+    }
     ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path,
                  cfg->device ? cfg->device : "auto");
     ebb_notify_status("loading %s", model_id);
@@ -451,9 +469,11 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
 /* The engine thread, which loads the model (after the socket listens) and then runs steps. */
 static bool start_engine(struct serve *s, const struct ebb__serve_opts *o, const char *path)
 {
+    if (s->catalogue)
+        return true; /* the API starts each model's engine on its first request */
     struct ebb_diag d = {{0}};
     struct ebb_sched_params sp = {
-        .model = model_params_of(s->cfg, path),
+        .model = ebb__serve_model_params(s->cfg, path),
         .queue_cap = s->cfg->queue,
         .prefill_chunk = o->prefill_chunk,
         .spec_max = o->spec ? (o->draft_max ? o->draft_max : 8) : 0,
@@ -517,11 +537,13 @@ static void close_handles(struct serve *s)
 static int serve(struct serve *s, const struct ebb__serve_opts *o)
 {
     char path[PATH_MAX];
-    int ret = configure(o, s->cfg, path, sizeof(path));
+    int ret = configure(s, o, s->cfg, path, sizeof(path));
     if (ret >= 0)
         return ret;
     char model_id[256];
-    model_id_of(path, model_id, sizeof(model_id));
+    if (s->catalogue)
+        snprintf(path, sizeof(path), "%s", s->cfg->models_dir);
+    ebb__serve_model_id(path, model_id, sizeof(model_id));
     snprintf(s->cur_id, sizeof(s->cur_id), "%s", model_id);
     signal(SIGPIPE, SIG_IGN);
     if (!start_api(s, o, path, model_id) || !start_engine(s, o, path) || !start_handles(s))
@@ -545,6 +567,7 @@ static void serve_free(struct serve *s)
     }
     ebb_config_fini(s->cfg);
     free(s->cfg);
+    free(s->cat);
     free(s);
 }
 

@@ -28,7 +28,7 @@ import sys
 # CPU seconds per test on 2 cores (one worker's core), by name or SUITE/NAME where a name is in
 # two suites; "asan:" for build-asan.
 EST = {
-    "kernels": 450, "integration": 240, "integration-b": 150, "model-gemma3": 155, "stream-1b": 100, "cli/spec": 110,
+    "kernels": 450, "integration": 285, "integration-b": 150, "model-gemma3": 155, "stream-1b": 100, "cli/spec": 110,
     "model-gemma3-long-cl": 110, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
     "model-gemma3-cl": 75, "model-gemma3-cl-q8": 75, "model-cl-q8": 73,
     "model-expert-cache-cl": 81, "model-long-smollm2-f16-cl-b512": 68,

@@ -453,7 +453,7 @@ static json_t *message(struct ebb__req *r, json_t *content, const char *reason, 
     json_object_set_new(m, "type", json_string("message"));
     json_object_set_new(m, "role", json_string("assistant"));
     json_object_set_new(m, "content", content);
-    json_object_set_new(m, "model", json_string(r->api->model_id));
+    json_object_set_new(m, "model", json_string(r->sv->id));
     json_object_set_new(m, "stop_reason", reason ? json_string(reason) : json_null());
     json_object_set_new(m, "stop_sequence", seq ? json_string(seq) : json_null());
     json_object_set_new(m, "usage", usage(g, true, reason ? g->res.n_gen : 0));
@@ -489,7 +489,7 @@ static json_t *tool_use_block(const char *id, const char *name, const char *args
 
 static struct ebb_tool_parser_opts tool_opts(struct ebb__req *r)
 {
-    return (struct ebb_tool_parser_opts){.format = r->api->tmpl.tool_format,
+    return (struct ebb_tool_parser_opts){.format = r->sv->tmpl.tool_format,
                                          .tools = r->gen->tools,
                                          .max_calls = r->gen->max_calls,
                                          .id_prefix = "toolu_"};

@@ -33,15 +33,31 @@ bool ebb__limits_sweep(struct ebb_api *a);
  * caller answers before reading the body and closes the connection. */
 unsigned ebb__framing_check(struct MHD_Connection *mc, const char *version, const char **why);
 
-/* ---- the served model (model-setup.c) ---------------------------------------------------- */
+/* ---- the served models (model-setup.c) --------------------------------------------------- */
 
 /* Takes the configured generation defaults of cfg (not yet resolved against a model). */
 void ebb__setup_generation(struct ebb_api *a, const struct ebb_api_config *cfg);
-/* Resolves the generation defaults of the served model under the configured ones; the GGUF
- * keys that cannot be used are logged. */
-void ebb__setup_defaults(struct ebb_api *a);
-/* The engine has loaded its model (the async callback saw load_state 1): picks its chat
- * template and fill-in-the-middle tokens and tells on_ready whether it can be served. */
-void ebb__setup_loaded(struct ebb_api *a);
+/* Resolves the generation defaults of sv's model under the configured ones; the GGUF keys that
+ * cannot be used are logged. */
+void ebb__setup_defaults(struct ebb__served *sv);
+/* sv's engine has loaded its model (the async callback saw load_state 1): picks its chat
+ * template and fill-in-the-middle tokens. False (tmpl_err says why) if it cannot be served. */
+bool ebb__setup_loaded(struct ebb__served *sv);
+/* A scheduler's on_loaded with ud = the served model (any thread). */
+void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg);
+
+/* ---- the catalogue (catalogue.c) ----------------------------------------------------------- */
+
+/* Builds a's served models: cfg's catalogue, or the one model named model_id. */
+ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg);
+/* Frees the models (their schedulers first, the ones the API owns). */
+void ebb__catalogue_fini(struct ebb_api *a);
+/* The async callback: loads that ended since the last call are prepared or reported, and the
+ * requests waiting for them go on. */
+void ebb__catalogue_async(struct ebb_api *a);
+/* The tick: unloads the models keep_alive or an unload request says to. */
+void ebb__catalogue_tick(struct ebb_api *a, double now);
+/* Requests parked for a load go on (their handlers run again). */
+void ebb__catalogue_wake(struct ebb_api *a);
 
 #endif

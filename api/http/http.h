@@ -107,7 +107,7 @@ enum ebb__refusal {
     EBB__REFUSE_N
 };
 
-#define EBB__N_STATUS 10
+#define EBB__N_STATUS 12
 #define EBB__TTFT_BUCKETS 12
 
 struct ebb__metrics {
@@ -225,7 +225,12 @@ struct ebb__req {
     struct ebb__req *pump_next;  /* loop thread only: on_async's batch being pumped */
     bool suspended;
     bool disconnected;
-    bool parked; /* waiting for ebb_api_hold(false) */
+    bool parked;            /* waiting for ebb_api_hold(false) or its model's load */
+    struct ebb__served *sv; /* the model it asked for (the default until its body is read) */
+    bool sv_picked;         /* sv resolved from the body */
+    bool sv_named;          /* the body named sv (its keep_alive then applies to sv) */
+    bool sv_counted;        /* counted in sv->n_live */
+    double keep_alive;      /* the request's keep_alive in seconds; NAN: none sent */
     struct ebb__req *park_prev, *park_next;
     enum ebb__watch watch_state;
     uv_poll_t watch;      /* client hang-up detection while suspended */
@@ -236,6 +241,38 @@ struct ebb__req {
 };
 
 struct ebb__fdpoll;
+
+/* ---- the served models (catalogue.c) ------------------------------------------------------ */
+
+/* The model name picks: an exact id; in catalogue mode also the id ignoring case or an Ollama
+ * ":latest" tag, or a unique prefix (*ambiguous when several start so). NULL if none. */
+struct ebb__served *ebb__served_find(struct ebb_api *a, const char *name, bool *ambiguous);
+/* Answers r with 404 model_not_found for name, listing the close names the server has. */
+void ebb__served_unknown(struct ebb__req *r, const char *name, bool ambiguous);
+/* True if name (NULL or "": none) names r's model. */
+bool ebb__served_named(struct ebb__req *r, const char *name);
+/* A keep_alive value (seconds, or a duration string such as "5m"; negative: forever), NAN if
+ * it is neither. */
+double ebb__keep_alive_secs(json_t *v);
+/* Once r's body is read: its "model" (catalogue mode) picks r->sv and its "keep_alive" is kept.
+ * False if r was answered (404 for a name the catalogue lacks). */
+bool ebb__served_pick(struct ebb__req *r);
+/* True if r's model is ready. Otherwise r was answered (503) or, in catalogue mode, parked
+ * while its model loads (the load started here if need be; unloading idle models under the
+ * budget first). */
+bool ebb__served_ready(struct ebb__req *r);
+/* r reaches (or waits for) its model's engine: counted as in flight until ebb__served_release
+ * (at its end), so that the model is not unloaded under it. */
+void ebb__served_count(struct ebb__req *r);
+void ebb__served_release(struct ebb__req *r);
+/* Unloads sv now if it is idle, else once it is; false if not now (or not the API's to unload). */
+bool ebb__served_unload(struct ebb__served *sv, const char *why);
+/* The memory sv is counted for under the budget (its file and an estimate of its KV cache). */
+uint64_t ebb__served_bytes(const struct ebb__served *sv);
+/* "loaded", "loading", "failed" or "unloaded". */
+const char *ebb__served_state(const struct ebb__served *sv);
+/* {id, state, loaded, pinned, size, family, context, keep_alive, in_flight, loads, unloads}. */
+json_t *ebb__served_json(const struct ebb__served *sv);
 
 /* ---- edge limits (limits.c): phase deadlines and connection caps ------------------------- */
 
@@ -290,6 +327,42 @@ struct ebb__handlers {
     void (*gen_free)(struct ebb__gen *g);
 };
 
+/* One model the server can serve (catalogue.c). Outside catalogue mode there is one, whose
+ * scheduler the daemon owns and hands over (ebb_api_set_sched); in catalogue mode the API
+ * starts a model's scheduler (which loads it) on the first request naming it and frees it by
+ * the keep_alive and budget policies. Loop thread, except the fields marked (mu). */
+struct ebb__served {
+    struct ebb_api *api;
+    char *id;                   /* what /v1/models lists and requests name */
+    char *chat_template;        /* family name overriding the GGUF's template, or NULL */
+    char *path, *device;        /* catalogue mode: the GGUF and the device it loads on */
+    struct ebb_sched_params sp; /* catalogue mode: the scheduler's settings (strings above) */
+    uint64_t file_size;         /* bytes of the GGUF */
+    char family[32];            /* general.architecture, "" if unread */
+    uint32_t n_ctx_train;       /* the GGUF's trained context, 0 if unread */
+    bool pin;                   /* never unloaded by keep_alive or the budget */
+    double keep_alive;          /* seconds idle before it is unloaded; < 0: never */
+    double keep_alive_cfg;      /* the configured one, which a request without keep_alive sets */
+    bool owned;                 /* the API starts and frees sched */
+    struct ebb_sched *sched;    /* NULL: not loaded and not loading */
+    int load_state;             /* (mu) 0 loading, 1 ready, -1 failed */
+    char load_msg[512];         /* (mu) */
+    bool load_seen;             /* the loop has seen the load end (and prepared the template) */
+    bool ready;                 /* loop view: model and template usable */
+    struct ebb_model *model;
+    struct ebb_chat_template tmpl;
+    struct ebb_gen_defaults gen_defaults; /* resolved for model under the configuration */
+    char tmpl_err[512];
+    int32_t fim_pre, fim_suf, fim_mid;
+    long long created;
+    size_t n_live;    /* requests submitted to it whose response is not yet freed */
+    double last_used; /* monotonic seconds of the last request's start or end */
+    double t_load;    /* monotonic seconds the current load started */
+    double load_secs; /* how long the last load took */
+    uint64_t n_loads, n_unloads;
+    bool unload_asked; /* /models/unload or keep_alive 0 while busy: unload once idle */
+};
+
 struct ebb_api {
     const struct ebb__handlers *h;
     uv_loop_t *loop;
@@ -306,8 +379,6 @@ struct ebb_api {
     uint16_t port;
     bool loopback;
     /* configuration (owned copies) */
-    char *model_id;
-    char *chat_template;
     size_t max_body;
     char **api_keys;
     size_t n_api_keys;
@@ -319,19 +390,16 @@ struct ebb_api {
     size_t max_stream_buffer;
     struct ebb_sampling_set cfg_defaults; /* configured generation defaults */
     bool ignore_model_sampling;
-    long long model_created;
-    /* model */
-    struct ebb_sched *sched;
+    /* models (catalogue.c): one served model per catalogue entry; def is the one a request
+     * that names none gets (the only one outside catalogue mode) */
+    struct ebb__served **models; /* (n_models) sorted by id */
+    size_t n_models;
+    struct ebb__served *def;
+    bool catalogue;  /* the API loads and unloads its models (no single -m) */
+    bool stopping;   /* quiesced or being freed: no model loads any more */
+    bool freeing;    /* ebb_api_free: the engines are gone, nothing may reach them */
+    uint64_t budget; /* bytes all loaded models may take together; 0: no limit */
     pthread_mutex_t mu;
-    int load_state; /* (mu) 0 loading, 1 ready, -1 failed */
-    char load_msg[512];
-    bool load_seen; /* the loop has prepared the template for the loaded model */
-    bool ready;     /* loop view: model and template usable */
-    struct ebb_model *model;
-    struct ebb_chat_template tmpl;
-    struct ebb_gen_defaults gen_defaults; /* resolved for model under the configuration */
-    char tmpl_err[512];
-    int32_t fim_pre, fim_suf, fim_mid;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;
     struct ebb__req *live;   /* requests with a generation in progress */
@@ -364,8 +432,10 @@ void ebb__add_cors(struct ebb__req *r, struct MHD_Response *resp);
 void ebb__resume(struct ebb__req *r);
 /* Suspends r's connection and watches the socket for a client hang-up. */
 void ebb__suspend(struct ebb__req *r);
-/* Suspends r until the hold on new generations ends (ebb_api_hold). */
+/* Suspends r until the hold on new generations ends (ebb_api_hold) or its model has loaded. */
 void ebb__park(struct ebb__req *r);
+/* Takes r off the parked list (it stays suspended). */
+void ebb__unpark(struct ebb__req *r);
 /* Schedules MHD_run on the next loop iteration. */
 void ebb__kick(struct ebb_api *a);
 /* The generation (openai/gen.c) is done with the engine for r: r leaves the live list and is

@@ -20,7 +20,8 @@ static const char *const ep_names[EBB__EP_COUNT] = {
     "ollama",
 };
 
-static const unsigned statuses[EBB__N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 503, 500};
+static const unsigned statuses[EBB__N_STATUS] = {200, 202, 204, 400, 401, 403,
+                                                 404, 405, 409, 413, 503, 500};
 
 /* Upper bounds in seconds of the time-to-first-token histogram. */
 static const double ttft_le[EBB__TTFT_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

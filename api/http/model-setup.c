@@ -1,5 +1,5 @@
-/* The served model on the edge: the configured generation defaults and their resolution against
- * the model's own, the chat template and fill-in-the-middle tokens picked when the engine has
+/* A served model on the edge: the configured generation defaults and their resolution against
+ * the model's own, the chat template and fill-in-the-middle tokens picked when an engine has
  * loaded a model (ebb_api_on_loaded, then server.c's async callback) or when the daemon swaps
  * one in (ebb_api_set_model). Loop thread, except ebb_api_on_loaded. */
 #include "http.h"
@@ -23,28 +23,29 @@ void ebb__setup_generation(struct ebb_api *a, const struct ebb_api_config *cfg)
     a->ignore_model_sampling = cfg->ignore_model_sampling;
 }
 
-void ebb__setup_defaults(struct ebb_api *a)
+void ebb__setup_defaults(struct ebb__served *sv)
 {
-    const struct ebb_gguf *g = a->ignore_model_sampling ? NULL : ebb_model_gguf(a->model);
-    ebb_defaults_resolve(g, &a->cfg_defaults, &a->gen_defaults);
-    for (size_t i = 0; i < a->gen_defaults.n_notes; i++)
-        ebb_log(EBB_LOG_WARN, "http", "model %s: %s", a->model_id, a->gen_defaults.notes[i]);
+    struct ebb_api *a = sv->api;
+    const struct ebb_gguf *g = a->ignore_model_sampling ? NULL : ebb_model_gguf(sv->model);
+    ebb_defaults_resolve(g, &a->cfg_defaults, &sv->gen_defaults);
+    for (size_t i = 0; i < sv->gen_defaults.n_notes; i++)
+        ebb_log(EBB_LOG_WARN, "http", "model %s: %s", sv->id, sv->gen_defaults.notes[i]);
     char line[512];
     size_t w = 0;
     for (int f = 0; f < EBB_DEF_N_FIELDS && w < sizeof(line); f++) {
         char v[32];
-        ebb_defaults_format(&a->gen_defaults.v, (enum ebb_defaults_field)f, v, sizeof(v));
+        ebb_defaults_format(&sv->gen_defaults.v, (enum ebb_defaults_field)f, v, sizeof(v));
         int k = snprintf(line + w, sizeof(line) - w, "%s%s %s (%s)", f ? ", " : "",
                          ebb_defaults_field_name((enum ebb_defaults_field)f), v,
-                         ebb_defaults_source_name(a->gen_defaults.src[f]));
+                         ebb_defaults_source_name(sv->gen_defaults.src[f]));
         w += k > 0 ? (size_t)k : 0;
     }
-    ebb_log(EBB_LOG_INFO, "http", "generation defaults: %s", line);
+    ebb_log(EBB_LOG_INFO, "http", "generation defaults of %s: %s", sv->id, line);
 }
 
 /* Picks m's chat template (a family name, or NULL to detect it) and fill-in-the-middle tokens
- * into a's fields; on error nothing changes and diag says why. */
-static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *chat_template,
+ * into sv's fields; on error nothing changes and diag says why. */
+static ebb_err use_model(struct ebb__served *a, struct ebb_model *m, const char *chat_template,
                          struct ebb_diag *diag)
 {
     const struct ebb_tokenizer *tok = ebb_model_tokenizer(m);
@@ -75,38 +76,37 @@ static ebb_err use_model(struct ebb_api *a, struct ebb_model *m, const char *cha
     return EBB_OK;
 }
 
-static void log_ready(struct ebb_api *a)
+static void log_ready(struct ebb__served *a)
 {
     ebb_log(EBB_LOG_INFO, "http",
-            "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->model_id,
+            "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->id,
             ebb_model_device_name(a->model), ebb_model_arch(a->model), ebb_model_n_ctx(a->model),
             ebb_model_n_seq(a->model), ebb_chat_family_name(a->tmpl.family));
 }
 
-void ebb__setup_loaded(struct ebb_api *a)
+bool ebb__setup_loaded(struct ebb__served *sv)
 {
-    a->load_seen = true;
-    struct ebb_model *m = ebb_sched_model(a->sched);
+    sv->load_seen = true;
+    struct ebb_model *m = ebb_sched_model(sv->sched);
     if (!m)
-        return;
+        return false;
     struct ebb_diag d = {{0}};
-    if (use_model(a, m, a->chat_template, &d)) {
-        snprintf(a->tmpl_err, sizeof(a->tmpl_err), "%s", d.msg);
+    if (use_model(sv, m, sv->chat_template, &d)) {
+        snprintf(sv->tmpl_err, sizeof(sv->tmpl_err), "%s", d.msg);
         ebb_log(EBB_LOG_ERROR, "http", "%s", d.msg);
-        if (a->on_ready)
-            a->on_ready(a->ud, false, a->tmpl_err);
-        return;
+        return false;
     }
-    a->ready = true;
-    ebb__setup_defaults(a);
-    log_ready(a);
-    if (a->on_ready)
-        a->on_ready(a->ud, true, NULL);
+    sv->tmpl_err[0] = 0;
+    sv->ready = true;
+    ebb__setup_defaults(sv);
+    log_ready(sv);
+    return true;
 }
 
-ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *model_id,
+ebb_err ebb_api_set_model(struct ebb_api *api, struct ebb_model *m, const char *model_id,
                           const char *chat_template, struct ebb_diag *diag)
 {
+    struct ebb__served *a = api->def;
     char *id = strdup(model_id ? model_id : "model");
     char *ct = chat_template ? strdup(chat_template) : NULL;
     if (!id || (chat_template && !ct)) {
@@ -120,11 +120,11 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
         free(ct);
         return rc;
     }
-    free(a->model_id);
-    a->model_id = id;
+    free(a->id);
+    a->id = id;
     free(a->chat_template);
     a->chat_template = ct;
-    a->model_created = (long long)ebb__unix_now();
+    a->created = (long long)ebb__unix_now();
     a->tmpl_err[0] = 0;
     a->ready = true;
     ebb__setup_defaults(a);
@@ -134,21 +134,30 @@ ebb_err ebb_api_set_model(struct ebb_api *a, struct ebb_model *m, const char *mo
 
 void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s)
 {
-    a->sched = s;
+    a->def->sched = s;
+    a->def->t_load = ebb__now();
+}
+
+void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg)
+{
+    struct ebb__served *sv = ud;
+    struct ebb_api *a = sv->api;
+    pthread_mutex_lock(&a->mu);
+    sv->load_state = rc ? -1 : 1;
+    if (rc)
+        snprintf(sv->load_msg, sizeof(sv->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->async);
 }
 
 void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg)
 {
     struct ebb_api *a = api;
-    pthread_mutex_lock(&a->mu);
-    a->load_state = rc ? -1 : 1;
-    if (rc)
-        snprintf(a->load_msg, sizeof(a->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
-    pthread_mutex_unlock(&a->mu);
-    uv_async_send(&a->async);
+    ebb__served_on_loaded(a->def, rc, msg);
 }
 
 bool ebb_api_load_failed(const struct ebb_api *a)
 {
-    return a->load_seen && (a->load_state < 0 || !a->ready);
+    const struct ebb__served *sv = a->def;
+    return !a->catalogue && sv->load_seen && (sv->load_state < 0 || !sv->ready);
 }

@@ -164,8 +164,8 @@ static void on_watch(uv_poll_t *h, int status, int events)
         return;
     ebb_log(EBB_LOG_DEBUG, "http", "client of %s went away", r->path);
     r->disconnected = true;
-    if (r->gen && r->engine_ref && r->api->sched)
-        ebb_sched_cancel(r->api->sched, r->gen->job_id);
+    if (r->gen && r->engine_ref && r->sv && r->sv->sched)
+        ebb_sched_cancel(r->sv->sched, r->gen->job_id);
     ebb__resume(r);
 }
 
@@ -280,6 +280,7 @@ static void req_maybe_free(struct ebb__req *r)
     if (r->conn || r->engine_ref || r->watch_state != EBB__WATCH_IDLE)
         return;
     live_unlink(r);
+    ebb__served_release(r);
     if (r->gen)
         r->api->h->gen_free(r->gen);
     ebb__abuf_fini(&r->body);
@@ -287,7 +288,7 @@ static void req_maybe_free(struct ebb__req *r)
     free(r);
 }
 
-static void park_unlink(struct ebb__req *r)
+void ebb__unpark(struct ebb__req *r)
 {
     if (!r->parked)
         return;
@@ -326,7 +327,7 @@ void ebb_api_hold(struct ebb_api *a, bool hold)
         return;
     while (a->parked) {
         struct ebb__req *r = a->parked;
-        park_unlink(r);
+        ebb__unpark(r);
         ebb__resume(r); /* MHD calls the handler again, which starts the generation */
     }
 }
@@ -349,7 +350,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r)
         return;
     *con_cls = NULL;
-    park_unlink(r);
+    ebb__unpark(r);
     if (r->answered)
         ebb__metrics_request(&a->metrics, r->ep, r->status);
     struct ebb_log_request lr = {
@@ -399,18 +400,8 @@ static void on_async(uv_async_t *h)
         r->in_ready = false;
         r->pump_next = r->ready_next;
     }
-    int st = a->load_state;
     pthread_mutex_unlock(&a->mu);
-    if (st != 0 && !a->load_seen) {
-        if (st == 1)
-            ebb__setup_loaded(a);
-        else {
-            a->load_seen = true;
-            ebb_log(EBB_LOG_ERROR, "http", "cannot load the model: %s", a->load_msg);
-            if (a->on_ready)
-                a->on_ready(a->ud, false, a->load_msg);
-        }
-    }
+    ebb__catalogue_async(a);
     while (list) {
         struct ebb__req *r = list;
         list = r->pump_next;
@@ -430,14 +421,10 @@ static void on_tick(uv_timer_t *t)
     }
     if (ebb__limits_sweep(a))
         ebb__kick(a); /* MHD reads the end of the shut sockets and frees them */
+    ebb__catalogue_tick(a, now);
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
-
-static char *dupstr(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
 
 static char **duplist(char **v, size_t n)
 {
@@ -476,8 +463,6 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->loop = loop;
     a->h = h;
     pthread_mutex_init(&a->mu, NULL);
-    a->model_id = dupstr(cfg->model_id ? cfg->model_id : "model");
-    a->chat_template = dupstr(cfg->chat_template);
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
     a->api_keys = duplist(cfg->api_keys, cfg->n_api_keys);
     a->n_api_keys = cfg->n_api_keys;
@@ -496,10 +481,13 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->resp_store_cap = cfg->responses_store;
     ebb__setup_generation(a, cfg);
     a->metrics.started_at = ebb__unix_now();
-    a->model_created = (long long)a->metrics.started_at;
     a->on_ready = cfg->on_ready;
     a->ud = cfg->ud;
-    a->fim_pre = a->fim_suf = a->fim_mid = -1;
+    rc = ebb__catalogue_init(a, cfg);
+    if (rc) {
+        ebb_diag_set(diag, rc, "out of memory");
+        goto out;
+    }
     a->use_epoll = cfg->poll != EBB_API_POLL_FDSET;
 #ifndef __linux__
     a->use_epoll = false;
@@ -586,8 +574,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     *out = a;
     return EBB_OK;
 out:
-    free(a->model_id);
-    free(a->chat_template);
+    ebb__catalogue_fini(a);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
     freelist(a->allowed_hosts, a->n_allowed_hosts);
@@ -622,8 +609,9 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
     a->resp_store_cap = cfg->responses_store;
     ebb__limits_set(&a->limits, cfg);
     ebb__setup_generation(a, cfg);
-    if (a->model)
-        ebb__setup_defaults(a);
+    for (size_t i = 0; i < a->n_models; i++)
+        if (a->models[i]->model)
+            ebb__setup_defaults(a->models[i]);
     return EBB_OK;
 }
 
@@ -638,6 +626,7 @@ void ebb_api_quiesce(struct ebb_api *a)
      * then refused before anything is sent, which nginx and HAProxy retry on another daemon even
      * for a POST (docs/SCALING.md). Connections already open see the draining answers. */
     a->draining = true;
+    a->stopping = true; /* no model loads any more (catalogue.c) */
     if (a->mhd) {
         MHD_socket fd = MHD_quiesce_daemon(a->mhd);
         if (fd != MHD_INVALID_SOCKET)
@@ -664,10 +653,24 @@ void ebb_api_free(struct ebb_api *a)
     /* The engine is gone: deliver what it posted last, then resume every suspended
      * connection, as MHD_stop_daemon requires. A load that finished after the loop stopped
      * (SIGTERM while loading) must not be prepared now: its model was freed with the engine. */
-    a->load_seen = true;
+    a->stopping = a->freeing = true;
+    for (size_t i = 0; i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        if (sv->owned) { /* catalogue mode: the engines stop first, as the daemon's does */
+            ebb_sched_free(sv->sched);
+            sv->sched = NULL;
+        }
+        sv->load_seen = true;
+    }
     on_async(&a->async);
     for (struct ebb__req *r = a->live; r; r = r->live_next)
         ebb__resume(r);
+    /* Requests waiting for a load (or a swap) are answered 503 when MHD runs them again. */
+    while (a->parked) {
+        struct ebb__req *r = a->parked;
+        ebb__unpark(r);
+        ebb__resume(r);
+    }
     if (a->mhd) {
         MHD_run(a->mhd);
         a->closing = true;
@@ -685,12 +688,10 @@ void ebb_api_free(struct ebb_api *a)
     uv_close((uv_handle_t *)&a->mhd_timer, NULL);
     uv_close((uv_handle_t *)&a->tick, NULL);
     uv_run(a->loop, UV_RUN_NOWAIT);
-    ebb_chat_template_fini(&a->tmpl);
+    ebb__catalogue_fini(a);
     ebb__limits_fini(&a->limits);
     if (a->resp_store_free)
         a->resp_store_free(a->resp_store);
-    free(a->model_id);
-    free(a->chat_template);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
     freelist(a->allowed_hosts, a->n_allowed_hosts);

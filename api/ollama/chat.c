@@ -104,7 +104,7 @@ static json_t *calls_json(const struct ebb_tool_result *tr)
 static struct ebb_tool_parser_opts tool_opts(struct ebb__req *r)
 {
     return (struct ebb_tool_parser_opts){
-        .format = r->api->tmpl.tool_format, .tools = r->gen->tools, .max_calls = r->gen->max_calls};
+        .format = r->sv->tmpl.tool_format, .tools = r->gen->tools, .max_calls = r->gen->max_calls};
 }
 
 static void och_body(struct ebb__req *r)
@@ -330,7 +330,7 @@ void ebb__ollama_chat_start(struct ebb__req *r, bool generate)
     if (!ebb__ollama_model_ok(r, o))
         goto out;
     bool compl = false, load = false;
-    ebb_err rc = ebb__ollama_request(r->api, o, generate, b, &compl, &load, &pe);
+    ebb_err rc = ebb__ollama_request(r->sv, o, generate, b, &compl, &load, &pe);
     if (!rc && load) {
         answer_load(r, o, generate);
         goto out;

@@ -40,7 +40,8 @@ bool ebb__ollama_model_ok(struct ebb__req *r, json_t *o)
                          "model", NULL);
         return false;
     }
-    if (ebb__ollama_name_matches(r->api->model_id, json_string_value(m)))
+    if (ebb__ollama_name_matches(r->sv->id, json_string_value(m)) ||
+        (r->api->catalogue && ebb__served_named(r, json_string_value(m))))
         return true;
     char msg[300];
     snprintf(msg, sizeof(msg), "model '%.200s' not found", json_string_value(m));

@@ -18,9 +18,10 @@ bool ebb__ollama_keep_alive_ok(json_t *v, char *msg, size_t cap);
 
 /* request.c: the chat-completions body b (completions when *compl is set: /api/generate with
  * raw or suffix) for the Ollama request o of /api/chat (generate false) or /api/generate
- * (true), for a's model (its id and template). *load: nothing to generate (no messages, no
- * prompt), which ollama answers at once. EBB_EINVAL with e naming the Ollama field. */
-ebb_err ebb__ollama_request(const struct ebb_api *a, json_t *o, bool generate, json_t *b,
+ * (true), for the model a (its id and template) (its id and template). *load: nothing to generate
+ * (no messages, no prompt), which ollama answers at once. EBB_EINVAL with e naming the Ollama
+ * field. */
+ebb_err ebb__ollama_request(const struct ebb__served *a, json_t *o, bool generate, json_t *b,
                             bool * compl, bool *load, struct ebb__perr *e);
 /* A chat-completions parse error names the chat field (max_tokens): the Ollama field
  * (options.num_predict) is put in its place and before the message. */

@@ -40,23 +40,23 @@ bool ebb__ollama_get_path(const char *url)
 /* ---- describing the model ----------------------------------------------------------------------
  */
 
-static json_t *details(struct ebb_api *a)
+static json_t *details(const struct ebb__served *a)
 {
-    const char *arch = a->model ? ebb_model_arch(a->model) : "";
+    const char *arch = a->model ? ebb_model_arch(a->model) : a->family;
     return json_pack("{sssssss[s]ssss}", "parent_model", "", "format", "gguf", "family", arch,
                      "families", arch, "parameter_size", "", "quantization_level", "");
 }
 
-static uint64_t model_size(struct ebb_api *a)
+static uint64_t model_size(const struct ebb__served *a)
 {
-    return a->model ? ebb_gguf_file_size(ebb_model_gguf(a->model)) : 0;
+    return a->model ? ebb_gguf_file_size(ebb_model_gguf(a->model)) : a->file_size;
 }
 
 /* One entry of /api/tags (ps: of /api/ps, with its expiry and context). */
-static json_t *model_entry(struct ebb_api *a, bool ps)
+static json_t *model_entry(const struct ebb__served *a, bool ps)
 {
     char name[300], when[64];
-    snprintf(name, sizeof(name), "%s:latest", a->model_id);
+    snprintf(name, sizeof(name), "%s:latest", a->id);
     json_t *m = json_object();
     json_object_set_new(m, "name", json_string(name));
     json_object_set_new(m, "model", json_string(name));
@@ -64,14 +64,22 @@ static json_t *model_entry(struct ebb_api *a, bool ps)
     json_object_set_new(m, "digest", json_string(""));
     json_object_set_new(m, "details", details(a));
     if (ps) {
-        /* Loaded for the daemon's lifetime: the far future ollama shows for keep_alive -1. */
-        json_object_set_new(m, "expires_at", json_string("2318-01-01T00:00:00Z"));
+        /* A model that stays (pinned, keep_alive -1): the far future ollama shows for it. */
+        char exp[64] = "2318-01-01T00:00:00Z";
+        if (!a->pin && a->keep_alive >= 0) {
+            struct tm tm;
+            time_t t = (time_t)(ebb__unix_now() + a->keep_alive -
+                                (a->n_live ? 0 : ebb__now() - a->last_used));
+            gmtime_r(&t, &tm);
+            strftime(exp, sizeof(exp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        }
+        json_object_set_new(m, "expires_at", json_string(exp));
         json_object_set_new(m, "size_vram", json_integer((json_int_t)model_size(a)));
         json_object_set_new(m, "context_length",
                             json_integer(a->model ? ebb_model_n_ctx(a->model) : 0));
     } else {
         struct tm tm;
-        time_t t = (time_t)a->model_created;
+        time_t t = (time_t)a->created;
         gmtime_r(&t, &tm);
         strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
         json_object_set_new(m, "modified_at", json_string(when));
@@ -82,16 +90,23 @@ static json_t *model_entry(struct ebb_api *a, bool ps)
 static void tags(struct ebb__req *r, bool ps)
 {
     json_t *list = json_array();
-    if (r->api->ready && r->api->model)
-        json_array_append_new(list, model_entry(r->api, ps));
+    struct ebb_api *a = r->api;
+    /* /api/ps: the loaded models; /api/tags: every model of the catalogue (outside catalogue
+     * mode, the one model once it is loaded). */
+    for (size_t i = 0; i < a->n_models; i++) {
+        const struct ebb__served *sv = a->models[i];
+        if ((ps || !a->catalogue) ? sv->ready && sv->model : true)
+            json_array_append_new(list, model_entry(sv, ps));
+    }
     ebb__reply_json(r, 200, json_pack("{so}", "models", list));
 }
 
 /* /api/show: the model's details, its chat template, what it can do and the GGUF facts
- * ollama's clients read (architecture, context and embedding lengths). */
+ * ollama's clients read (architecture, context and embedding lengths). The thinking and insert
+ * capabilities are known only for a loaded model. */
 static void show(struct ebb__req *r)
 {
-    struct ebb_api *a = r->api;
+    struct ebb__served *a = r->sv;
     json_error_t je;
     json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &je);
     if (!json_is_object(o)) {
@@ -101,10 +116,21 @@ static void show(struct ebb__req *r)
     /* The older clients send "name". */
     if (!json_object_get(o, "model") && json_is_string(json_object_get(o, "name")))
         json_object_set(o, "model", json_object_get(o, "name"));
-    if (!ebb__gen_ready(r) || !ebb__ollama_model_ok(r, o))
+    /* Several models: one that is not loaded is described from its file's header (clients ask
+     * /api/show of every model they list; loading each for that would evict the others). */
+    struct ebb_gguf *own = NULL;
+    if (r->api->catalogue && !a->ready) {
+        if (!ebb__ollama_model_ok(r, o))
+            goto out;
+        if (ebb_gguf_open(a->path, &own, NULL)) {
+            ebb__reply_error(r, 500, "cannot read the model file", NULL, NULL);
+            goto out;
+        }
+    } else if (!ebb__gen_ready(r) || !ebb__ollama_model_ok(r, o)) {
         goto out;
-    const char *arch = ebb_model_arch(a->model);
-    const struct ebb_gguf *gg = ebb_model_gguf(a->model);
+    }
+    const char *arch = own ? a->family : ebb_model_arch(a->model);
+    const struct ebb_gguf *gg = own ? own : ebb_model_gguf(a->model);
     struct ebb_str src = {0};
     json_t *tmpl = ebb_gguf_get_str(gg, "tokenizer.chat_template", &src) == EBB_OK
                        ? ebb__json_text(src.p, (size_t)src.n)
@@ -113,9 +139,13 @@ static void show(struct ebb__req *r)
     char key[160];
     json_object_set_new(info, "general.architecture", json_string(arch));
     snprintf(key, sizeof(key), "%s.context_length", arch);
-    json_object_set_new(info, key, json_integer(ebb_model_n_ctx(a->model)));
+    json_object_set_new(info, key, json_integer(own ? a->n_ctx_train : ebb_model_n_ctx(a->model)));
     snprintf(key, sizeof(key), "%s.embedding_length", arch);
-    json_object_set_new(info, key, json_integer(ebb_model_n_embd(a->model)));
+    uint32_t n_embd = 0;
+    if (own)
+        ebb_gguf_get_u32(own, key, &n_embd);
+    json_object_set_new(info, key, json_integer(own ? n_embd : ebb_model_n_embd(a->model)));
+    ebb_gguf_close(own);
     /* tools always: a template that does not render tools gets ebb's fallback description
      * (api/openai/tools-render.c) and the hermes call format. */
     json_t *caps = json_pack("[sss]", "completion", "embedding", "tools");

@@ -92,7 +92,7 @@ static ebb_err map_format(json_t *f, json_t *b, struct ebb__perr *e)
  * reasoning_effort. false asks a template with an enable_thinking switch to turn it off and is
  * a no-op for the others; true or a level on a template without that switch is refused by
  * gen.c (400 naming think), as ollama refuses it for a model that does not think. */
-static ebb_err map_think(const struct ebb_api *a, json_t *t, json_t *b, struct ebb__perr *e)
+static ebb_err map_think(const struct ebb__served *a, json_t *t, json_t *b, struct ebb__perr *e)
 {
     if (!present(t))
         return EBB_OK;
@@ -163,14 +163,14 @@ static ebb_err map_message(json_t *m, size_t i, json_t *out, struct ebb__perr *e
     return EBB_OK;
 }
 
-ebb_err ebb__ollama_request(const struct ebb_api *a, json_t *o, bool generate, json_t *b,
+ebb_err ebb__ollama_request(const struct ebb__served *a, json_t *o, bool generate, json_t *b,
                             bool * compl, bool *load, struct ebb__perr *e)
 {
     json_t *stream = json_object_get(o, "stream");
     if (present(stream) && !json_is_boolean(stream))
         return ebb__perr_fail(e, "stream", "stream must be a boolean");
     json_object_set_new(b, "stream", json_boolean(!json_is_false(stream)));
-    json_object_set_new(b, "model", json_string(a->model_id));
+    json_object_set_new(b, "model", json_string(a->id));
     char msg[200];
     if (!ebb__ollama_keep_alive_ok(json_object_get(o, "keep_alive"), msg, sizeof(msg)))
         return ebb__perr_fail(e, "keep_alive", "%s", msg);

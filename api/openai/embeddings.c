@@ -124,8 +124,8 @@ static ebb_err push_text(struct parsed *p, const struct ebb_tokenizer *tok, cons
 /* One input: a string or an array of token ids. Returns 0 or the HTTP status it replied. */
 static unsigned add_input(struct ebb__req *r, struct parsed *p, json_t *v, size_t idx, bool list)
 {
-    const struct ebb_tokenizer *tok = ebb_model_tokenizer(r->api->model);
-    uint32_t n_vocab = ebb_tokenizer_n_vocab(tok), n_ctx = ebb_model_n_ctx(r->api->model);
+    const struct ebb_tokenizer *tok = ebb_model_tokenizer(r->sv->model);
+    uint32_t n_vocab = ebb_tokenizer_n_vocab(tok), n_ctx = ebb_model_n_ctx(r->sv->model);
     char where[32] = "'input'", msg[420];
     if (list)
         snprintf(where, sizeof(where), "'input'[%zu]", idx);
@@ -146,7 +146,7 @@ static unsigned add_input(struct ebb__req *r, struct parsed *p, json_t *v, size_
          * naming the first, rather than embedded as some other token. Ids another tokenizer made
          * (LangChain's OpenAIEmbeddings sends tiktoken's cl100k ids unless told
          * check_embedding_ctx_length=False) mostly fail here; docs/API.md says more. */
-        uint32_t nm = ebb_model_n_vocab(r->api->model);
+        uint32_t nm = ebb_model_n_vocab(r->sv->model);
         if (nm && nm < n_vocab)
             n_vocab = nm;
         for (size_t i = 0; i < json_array_size(v); i++) {
@@ -231,17 +231,14 @@ static unsigned parse_input(struct ebb__req *r, json_t *in, struct parsed *p)
 /* `model`, `encoding_format` and `dimensions` into e. Returns 0 or the HTTP status replied. */
 static unsigned parse_options(struct ebb__req *r, json_t *o, struct embd *e)
 {
-    struct ebb_api *a = r->api;
     char msg[400];
     json_t *m = json_object_get(o, "model");
     if (m && !json_is_null(m) && !json_is_string(m)) {
         ebb__reply_error(r, 400, "'model' must be a string", "model", NULL);
         return 400;
     }
-    if (json_is_string(m) && json_string_length(m) && strcmp(json_string_value(m), a->model_id)) {
-        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
-                 json_string_value(m), a->model_id);
-        ebb__reply_error(r, 404, msg, "model", "model_not_found");
+    if (json_is_string(m) && !ebb__served_named(r, json_string_value(m))) {
+        ebb__served_unknown(r, json_string_value(m), false);
         return 404;
     }
     json_t *f = json_object_get(o, "encoding_format");
@@ -315,7 +312,7 @@ static void embd_body(struct ebb__req *r)
             ebb__abuf_printf(&b, "%s%.9g", k ? "," : "", isfinite(v[k]) ? (double)v[k] : 0.0);
         ebb__abuf_puts(&b, "]}");
     }
-    json_t *model = json_string(r->api->model_id);
+    json_t *model = json_string(r->sv->id);
     char *ms = json_dumps(model, JSON_ENCODE_ANY);
     json_decref(model);
     ebb__abuf_printf(&b, "],\"model\":%s,\"usage\":{\"prompt_tokens\":%u,\"total_tokens\":%u}}",
@@ -336,7 +333,6 @@ static const struct ebb__gen_fmt embd_fmt = {.body = embd_body, .free = embd_fre
 static void embd_start_doc(struct ebb__req *r, json_t *doc, const json_error_t *je,
                            ebb__embd_write_cb write)
 {
-    struct ebb_api *a = r->api;
     struct parsed p = {0};
     struct embd *e = calloc(1, sizeof(*e));
     struct ebb__gen *g = ebb__gen_new(1);
@@ -351,7 +347,7 @@ static void embd_start_doc(struct ebb__req *r, json_t *doc, const json_error_t *
         ebb__reply_error(r, 400, msg, NULL, NULL);
         goto out;
     }
-    e->n_embd = ebb_model_n_embd(a->model);
+    e->n_embd = ebb_model_n_embd(r->sv->model);
     e->write = write;
     if (parse_options(r, doc, e) || parse_input(r, json_object_get(doc, "input"), &p))
         goto out;

@@ -158,7 +158,7 @@ static const char *finish_of(const struct ebb__gen *g, uint32_t i, size_t n_call
 static struct ebb_tool_parser_opts tool_opts(struct ebb__req *r)
 {
     return (struct ebb_tool_parser_opts){
-        .format = r->api->tmpl.tool_format, .tools = r->gen->tools, .max_calls = r->gen->max_calls};
+        .format = r->sv->tmpl.tool_format, .tools = r->gen->tools, .max_calls = r->gen->max_calls};
 }
 
 static json_t *chunk_base(struct ebb__req *r)
@@ -169,7 +169,7 @@ static json_t *chunk_base(struct ebb__req *r)
     json_object_set_new(o, "object",
                         json_string(g->chat ? "chat.completion.chunk" : "text_completion"));
     json_object_set_new(o, "created", json_integer(g->created));
-    json_object_set_new(o, "model", json_string(r->api->model_id));
+    json_object_set_new(o, "model", json_string(r->sv->id));
     json_object_set_new(o, "system_fingerprint", json_string("ebb"));
     if (g->include_usage)
         json_object_set_new(o, "usage", json_null());
@@ -223,7 +223,7 @@ static json_t *usage(const struct ebb_sched_result *res)
 
 static const struct ebb_tokenizer *tokenizer(struct ebb__req *r)
 {
-    return ebb_model_tokenizer(r->api->model);
+    return ebb_model_tokenizer(r->sv->model);
 }
 
 static void account(struct ebb__req *r)
@@ -292,7 +292,7 @@ static bool sse_text_chunk(struct ebb__req *r, uint32_t idx, const char *text, s
     if (!ebb__utf8_valid(text, n))
         return false;
     if (!g->chunk_head[0]) {
-        json_t *jid = json_string(g->id), *m = json_string(r->api->model_id);
+        json_t *jid = json_string(g->id), *m = json_string(r->sv->id);
         char *id = json_dumps(jid, JSON_ENCODE_ANY), *model = json_dumps(m, JSON_ENCODE_ANY);
         json_decref(jid);
         json_decref(m);
@@ -473,7 +473,7 @@ void ebb__gen_pump(struct ebb__req *r)
                 ebb_log(EBB_LOG_WARN, "http", "%s: %s, stream cut", r->path,
                         lost ? "out of memory" : "client too slow");
                 r->disconnected = true;
-                ebb_sched_cancel(a->sched, g->job_id);
+                ebb_sched_cancel(r->sv->sched, g->job_id);
             }
             ebb__resume(r);
         }
@@ -518,8 +518,8 @@ void ebb__gen_keepalive(struct ebb__req *r, double now)
 
 void ebb__gen_conn_closed(struct ebb__req *r)
 {
-    if (r->engine_ref && r->api->sched)
-        ebb_sched_cancel(r->api->sched, r->gen->job_id);
+    if (r->engine_ref && r->sv->sched)
+        ebb_sched_cancel(r->sv->sched, r->gen->job_id);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -625,7 +625,7 @@ static void reply_body(struct ebb__req *r)
     json_object_set_new(o, "id", json_string(g->id));
     json_object_set_new(o, "object", json_string(g->chat ? "chat.completion" : "text_completion"));
     json_object_set_new(o, "created", json_integer(g->created));
-    json_object_set_new(o, "model", json_string(r->api->model_id));
+    json_object_set_new(o, "model", json_string(r->sv->id));
     json_object_set_new(o, "system_fingerprint", json_string("ebb"));
     for (uint32_t i = 0; i < g->n_ch; i++)
         json_array_append_new(arr, choice_json(r, i));
@@ -699,7 +699,6 @@ static bool ends_in_think(const char *s, size_t n)
 static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t **ids,
                              size_t *n_ids, char **echo, size_t *echo_len)
 {
-    struct ebb_api *a = r->api;
     const struct ebb_tokenizer *tok = tokenizer(r);
     struct ebb_diag d = {{0}};
     ebb_err rc = EBB_OK;
@@ -707,7 +706,8 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         char *text = NULL;
         size_t len = 0;
         const json_t *tools = q->tools.choice != EBB__TC_NONE ? q->tools.tools : NULL;
-        rc = ebb__tools_render(&a->tmpl, q->msgs, q->n_msgs, tools, q->tmpl_vars, &text, &len, &d);
+        rc = ebb__tools_render(&r->sv->tmpl, q->msgs, q->n_msgs, tools, q->tmpl_vars, &text, &len,
+                               &d);
         if (rc == EBB_ENOMEM || (rc && ebb__json_alloc_failed(false))) {
             ebb__reply_error(r, 503, d.msg[0] ? d.msg : "out of memory", NULL, "out_of_memory");
             return 503;
@@ -757,7 +757,7 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
             *echo_len = b.n;
         }
     } else if (q->suffix) {
-        if (a->fim_pre < 0) {
+        if (r->sv->fim_pre < 0) {
             ebb__reply_error(r, 400,
                              "'suffix' needs a model with fill-in-the-middle tokens; this one "
                              "has none",
@@ -767,15 +767,15 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
         if (ebb_tokenizer_add_bos(tok) && ebb_tokenizer_bos(tok) >= 0)
             rc = push_id(ids, n_ids, ebb_tokenizer_bos(tok));
         if (!rc)
-            rc = push_id(ids, n_ids, a->fim_pre);
+            rc = push_id(ids, n_ids, r->sv->fim_pre);
         if (!rc)
             rc = encode_append(tok, q->prompt, q->prompt_len, 0, ids, n_ids);
         if (!rc)
-            rc = push_id(ids, n_ids, a->fim_suf);
+            rc = push_id(ids, n_ids, r->sv->fim_suf);
         if (!rc)
             rc = encode_append(tok, q->suffix, strlen(q->suffix), 0, ids, n_ids);
         if (!rc)
-            rc = push_id(ids, n_ids, a->fim_mid);
+            rc = push_id(ids, n_ids, r->sv->fim_mid);
     } else {
         rc = encode_append(tok, q->prompt, q->prompt_len, EBB_TOK_ADD_SPECIAL, ids, n_ids);
     }
@@ -803,14 +803,8 @@ static unsigned build_prompt(struct ebb__req *r, struct ebb__gen_req *q, int32_t
 bool ebb__gen_ready(struct ebb__req *r)
 {
     struct ebb_api *a = r->api;
-    if (!a->ready) {
-        if (a->load_seen)
-            ebb__reply_error(r, 503, a->tmpl_err[0] ? a->tmpl_err : "the model failed to load",
-                             NULL, "model_unavailable");
-        else
-            ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
+    if (!ebb__served_ready(r))
         return false;
-    }
     if (a->hold) {
         ebb__park(r);
         return false;
@@ -834,7 +828,8 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
         .on_token = sink_token, .on_choice = sink_choice, .on_done = sink_done, .ud = r};
     struct ebb_diag d = {{0}};
     r->engine_ref = true; /* before submit: on_done may come at once */
-    ebb_err rc = ebb_sched_submit(a->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
+    ebb__served_count(r);
+    ebb_err rc = ebb_sched_submit(r->sv->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
     if (rc) {
         r->engine_ref = false;
         if (rc == EBB_EBUSY) {
@@ -883,13 +878,9 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
 /* A model named in the request must be the loaded one. Returns 0 or 404 after replying. */
 static unsigned check_model(struct ebb__req *r, const struct ebb__gen_req *q)
 {
-    struct ebb_api *a = r->api;
-    if (!q->model || !strcmp(q->model, a->model_id))
+    if (ebb__served_named(r, q->model))
         return 0;
-    char msg[400];
-    snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
-             q->model, a->model_id);
-    ebb__reply_error(r, 404, msg, "model", "model_not_found");
+    ebb__served_unknown(r, q->model, false);
     return 404;
 }
 
@@ -911,14 +902,13 @@ unsigned ebb__gen_count_prompt(struct ebb__req *r, struct ebb__gen_req *q, uint3
 
 void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g)
 {
-    struct ebb_api *a = r->api;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     char *echo = NULL;
     size_t echo_len = 0;
     if (check_model(r, q))
         goto out;
-    uint32_t n_slots = ebb_model_n_seq(a->model);
+    uint32_t n_slots = ebb_model_n_seq(r->sv->model);
     if (q->n_choices > n_slots) {
         char msg[256];
         snprintf(msg, sizeof(msg),
@@ -930,8 +920,8 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
     }
     /* The fields the request left out take the model's, the configured or the built-in
      * defaults (api/defaults/defaults.h). */
-    ebb_defaults_apply(&a->gen_defaults, q->sent, &q->gp.sampling);
-    uint32_t nv = ebb_model_n_vocab(a->model);
+    ebb_defaults_apply(&r->sv->gen_defaults, q->sent, &q->gp.sampling);
+    uint32_t nv = ebb_model_n_vocab(r->sv->model);
     for (size_t i = 0; i < q->gp.sampling.n_logit_bias; i++) {
         if ((uint32_t)q->bias[i].token >= nv) {
             char msg[128];
@@ -941,7 +931,7 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
             goto out;
         }
     }
-    if (q->effort_param && !a->tmpl.has_thinking) {
+    if (q->effort_param && !r->sv->tmpl.has_thinking) {
         char msg[300];
         snprintf(msg, sizeof(msg),
                  "'%s' is not supported with this model: its chat template has no "
@@ -952,7 +942,7 @@ void ebb__gen_run(struct ebb__req *r, struct ebb__gen_req *q, struct ebb__gen *g
     }
     if (ebb__tools_constrain(r, q) || build_prompt(r, q, &ids, &n_ids, &echo, &echo_len))
         goto out;
-    uint32_t n_ctx = ebb_model_n_ctx(a->model);
+    uint32_t n_ctx = ebb_model_n_ctx(r->sv->model);
     if (n_ids >= n_ctx) {
         char msg[256];
         snprintf(msg, sizeof(msg),
@@ -1041,11 +1031,8 @@ void ebb__gen_handle(struct ebb__req *r)
 
 void ebb__tokenize_handle(struct ebb__req *r, bool detok)
 {
-    struct ebb_api *a = r->api;
-    if (!a->ready) {
-        ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
+    if (!ebb__served_ready(r))
         return;
-    }
     const struct ebb_tokenizer *tok = tokenizer(r);
     json_error_t je;
     json_t *doc = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, &je), *o = NULL;

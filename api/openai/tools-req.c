@@ -340,7 +340,7 @@ unsigned ebb__tools_constrain(struct ebb__req *r, struct ebb__gen_req *q)
         return 400;
     }
     struct ebb__perr pe = {.param = NULL};
-    ebb_err rc = ebb__tool_grammar(&q->tools, r->api->tmpl.tool_format, &q->grammar, &pe);
+    ebb_err rc = ebb__tool_grammar(&q->tools, r->sv->tmpl.tool_format, &q->grammar, &pe);
     if (rc == EBB_EINVAL) {
         ebb__reply_error(r, 400, pe.msg, pe.param, NULL);
         return 400;
@@ -360,16 +360,16 @@ ebb_err ebb__tools_setup(struct ebb__req *r, const struct ebb__tool_req *t)
     g->tools = json_incref(t->tools);
     g->max_calls = t->parallel ? 0 : 1;
     g->mark_id[0] = g->mark_id[1] = -1;
-    const char *const *marks = ebb_tool_format_marker_tokens(r->api->tmpl.tool_format);
+    const char *const *marks = ebb_tool_format_marker_tokens(r->sv->tmpl.tool_format);
     for (int k = 0; k < 2 && marks[k]; k++) {
         g->mark_id[k] =
-            ebb_tokenizer_find(ebb_model_tokenizer(r->api->model), marks[k], strlen(marks[k]));
+            ebb_tokenizer_find(ebb_model_tokenizer(r->sv->model), marks[k], strlen(marks[k]));
         g->mark[k] = g->mark_id[k] >= 0 ? marks[k] : NULL;
     }
     if (!g->stream)
         return EBB_OK;
     struct ebb_tool_parser_opts po = {
-        .format = r->api->tmpl.tool_format, .tools = g->tools, .max_calls = g->max_calls};
+        .format = r->sv->tmpl.tool_format, .tools = g->tools, .max_calls = g->max_calls};
     for (uint32_t i = 0; i < g->n_ch; i++) {
         ebb_err rc = ebb_tool_stream_new(&po, &g->ch[i].tp);
         if (rc)

@@ -309,7 +309,7 @@ static ebb_err setup(struct ebb__req *r)
     struct ebb__resp *s = g->ext;
     ebb_err rc = ebb_think_stream_new(g->think_open, &s->th);
     if (!rc && g->tools) {
-        struct ebb_tool_parser_opts po = {.format = r->api->tmpl.tool_format,
+        struct ebb_tool_parser_opts po = {.format = r->sv->tmpl.tool_format,
                                           .tools = g->tools,
                                           .max_calls = g->max_calls,
                                           .id_prefix = "call_"};
@@ -371,7 +371,7 @@ static uint32_t reasoning_tokens(struct ebb__req *r)
     size_t need = 0;
     if (!s->all_reasoning.n)
         return 0;
-    ebb_tokenizer_encode(ebb_model_tokenizer(r->api->model), s->all_reasoning.p, s->all_reasoning.n,
+    ebb_tokenizer_encode(ebb_model_tokenizer(r->sv->model), s->all_reasoning.p, s->all_reasoning.n,
                          0, NULL, 0, &need);
     return need > r->gen->res.n_gen ? r->gen->res.n_gen : (uint32_t)need;
 }
@@ -406,7 +406,7 @@ static json_t *response(struct ebb__req *r, const char *status, json_t *error)
     json_object_set_new(o, "instructions", req_or(s, "instructions", json_null()));
     json_object_set_new(o, "max_output_tokens", req_or(s, "max_output_tokens", json_null()));
     json_object_set_new(o, "metadata", req_or(s, "metadata", json_object()));
-    json_object_set_new(o, "model", json_string(r->api->model_id));
+    json_object_set_new(o, "model", json_string(r->sv->id));
     json_object_set_new(o, "output", done ? json_deep_copy(s->output) : json_array());
     json_object_set_new(o, "parallel_tool_calls", req_or(s, "parallel_tool_calls", json_true()));
     json_object_set_new(o, "previous_response_id", req_or(s, "previous_response_id", json_null()));

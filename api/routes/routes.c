@@ -7,6 +7,7 @@
 #include "api/openai/openai.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,20 +175,98 @@ static void preflight(struct ebb__req *r)
 
 /* ---- simple endpoints -------------------------------------------------------------------- */
 
-static json_t *model_object(struct ebb_api *a)
+static json_t *model_object(const struct ebb__served *sv)
 {
     json_t *m = json_object();
-    json_object_set_new(m, "id", json_string(a->model_id));
+    json_object_set_new(m, "id", json_string(sv->id));
     json_object_set_new(m, "object", json_string("model"));
-    json_object_set_new(m, "created", json_integer(a->model_created));
+    json_object_set_new(m, "created", json_integer(sv->created));
     json_object_set_new(m, "owned_by", json_string("ebb"));
-    /* ebb's extension: the generation defaults of the loaded model and where each came from. */
-    if (a->ready && a->model) {
-        json_t *ext = ebb_defaults_json(&a->gen_defaults);
+    /* ebb's extensions: the catalogue's facts (catalogue mode), and the generation defaults
+     * of a loaded model and where each came from. */
+    if (sv->api->catalogue) {
+        json_t *f = ebb__served_json(sv);
+        const char *k;
+        json_t *v;
+        json_object_del(f, "id");
+        json_object_foreach(f, k, v) json_object_set(m, k, v);
+        json_decref(f);
+    }
+    if (sv->ready && sv->model) {
+        json_t *ext = ebb_defaults_json(&sv->gen_defaults);
         if (ext)
             json_object_set_new(m, "ebb", ext);
     }
     return m;
+}
+
+/* /health outside catalogue mode: the one model's state, 503 until it serves. */
+static void health_one(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    struct ebb__served *sv = a->def;
+    json_t *o = json_object();
+    pthread_mutex_lock(&a->mu);
+    int st = sv->load_state;
+    pthread_mutex_unlock(&a->mu);
+    if (st == 1 && sv->ready) {
+        json_object_set_new(o, "status", json_string("ok"));
+        ebb__reply_json(r, 200, o);
+    } else if (st < 0 || (st == 1 && sv->load_seen && !sv->ready)) {
+        json_object_set_new(o, "status", json_string("error"));
+        json_object_set_new(o, "message",
+                            ebb__json_text(sv->tmpl_err[0] ? sv->tmpl_err : sv->load_msg,
+                                           strlen(sv->tmpl_err[0] ? sv->tmpl_err : sv->load_msg)));
+        ebb__reply_json(r, 503, o);
+    } else {
+        json_object_set_new(o, "status", json_string("loading"));
+        ebb__reply_json(r, 503, o);
+    }
+}
+
+/* {"object":"list","data":[...]} of every model (/v1/models). */
+static json_t *model_list(struct ebb_api *a)
+{
+    json_t *o = json_object(), *d = json_array();
+    for (size_t i = 0; i < a->n_models; i++)
+        json_array_append_new(d, model_object(a->models[i]));
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", d);
+    return o;
+}
+
+/* Per-model gauges and counters of the catalogue. */
+static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
+{
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_loaded 1 while the model is loaded and ready, "
+                      "0.5 while it loads.\n# TYPE ebb_catalogue_model_loaded gauge\n");
+    for (size_t i = 0; i < a->n_models; i++) {
+        const struct ebb__served *sv = a->models[i];
+        ebb__abuf_printf(b, "ebb_catalogue_model_loaded{model=\"%s\"} %s\n", sv->id,
+                         sv->ready                     ? "1"
+                         : sv->sched && !sv->load_seen ? "0.5"
+                                                       : "0");
+    }
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_loads_total Loads of the model since start.\n"
+                      "# TYPE ebb_catalogue_model_loads_total counter\n");
+    for (size_t i = 0; i < a->n_models; i++)
+        ebb__abuf_printf(b, "ebb_catalogue_model_loads_total{model=\"%s\"} %llu\n",
+                         a->models[i]->id, (unsigned long long)a->models[i]->n_loads);
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_unloads_total Unloads of the model since "
+                      "start.\n# TYPE ebb_catalogue_model_unloads_total counter\n");
+    for (size_t i = 0; i < a->n_models; i++)
+        ebb__abuf_printf(b, "ebb_catalogue_model_unloads_total{model=\"%s\"} %llu\n",
+                         a->models[i]->id, (unsigned long long)a->models[i]->n_unloads);
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_in_flight Requests on the model now.\n"
+                      "# TYPE ebb_catalogue_model_in_flight gauge\n");
+    for (size_t i = 0; i < a->n_models; i++)
+        ebb__abuf_printf(b, "ebb_catalogue_model_in_flight{model=\"%s\"} %zu\n", a->models[i]->id,
+                         a->models[i]->n_live);
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_load_seconds How long its last load took.\n"
+                      "# TYPE ebb_catalogue_model_load_seconds gauge\n");
+    for (size_t i = 0; i < a->n_models; i++)
+        ebb__abuf_printf(b, "ebb_catalogue_model_load_seconds{model=\"%s\"} %.3f\n",
+                         a->models[i]->id, a->models[i]->load_secs);
 }
 
 static void handle_get(struct ebb__req *r)
@@ -195,69 +274,90 @@ static void handle_get(struct ebb__req *r)
     struct ebb_api *a = r->api;
     switch (r->ep) {
     case EBB__EP_HEALTH: {
-        json_t *o = json_object();
-        pthread_mutex_lock(&a->mu);
-        int st = a->load_state;
-        pthread_mutex_unlock(&a->mu);
         if (a->draining) {
             /* A balancer or readiness probe takes this daemon out while it finishes its
              * requests (SIGTERM). */
+            json_t *o = json_object();
             json_object_set_new(o, "status", json_string("draining"));
             json_object_set_new(o, "in_flight", json_integer((json_int_t)ebb_api_in_flight(a)));
             ebb__reply_json(r, 503, o);
-        } else if (st == 1 && a->ready) {
-            json_object_set_new(o, "status", json_string("ok"));
-            ebb__reply_json(r, 200, o);
-        } else if (st < 0 || (st == 1 && a->load_seen && !a->ready)) {
-            json_object_set_new(o, "status", json_string("error"));
-            json_object_set_new(o, "message",
-                                ebb__json_text(a->tmpl_err[0] ? a->tmpl_err : a->load_msg,
-                                               strlen(a->tmpl_err[0] ? a->tmpl_err : a->load_msg)));
-            ebb__reply_json(r, 503, o);
-        } else {
-            json_object_set_new(o, "status", json_string("loading"));
-            ebb__reply_json(r, 503, o);
+            return;
         }
+        if (!a->catalogue) {
+            health_one(r);
+            return;
+        }
+        /* Catalogue mode: the server is up whatever its models do; each says its state. */
+        json_t *o = json_object(), *ms = json_object();
+        for (size_t i = 0; i < a->n_models; i++)
+            json_object_set_new(ms, a->models[i]->id, json_string(ebb__served_state(a->models[i])));
+        json_object_set_new(o, "status", json_string("ok"));
+        json_object_set_new(o, "models", ms);
+        ebb__reply_json(r, 200, o);
         return;
     }
     case EBB__EP_MODELS: {
         const char *id = r->path + strlen("/v1/models");
         if (*id == '/' && id[1]) {
-            if (strcmp(id + 1, a->model_id)) {
+            bool amb;
+            struct ebb__served *sv = ebb__served_find(a, id + 1, &amb);
+            if (!sv) {
                 char msg[300];
                 snprintf(msg, sizeof(msg), "The model '%.200s' does not exist", id + 1);
                 ebb__reply_error(r, 404, msg, "model", "model_not_found");
                 return;
             }
-            ebb__reply_json(r, 200, model_object(a));
+            ebb__reply_json(r, 200, model_object(sv));
             return;
         }
-        json_t *o = json_object(), *d = json_array();
-        json_array_append_new(d, model_object(a));
-        json_object_set_new(o, "object", json_string("list"));
-        json_object_set_new(o, "data", d);
-        ebb__reply_json(r, 200, o);
+        ebb__reply_json(r, 200, model_list(a));
         return;
     }
     case EBB__EP_METRICS: {
         struct ebb_sched_stats st = {0};
-        if (a->sched)
-            ebb_sched_stats(a->sched, &st);
-        struct ebb__abuf b = {0};
-        ebb__metrics_render(&a->metrics, &st, a->ready, &b);
-        if (a->ready && a->model && ebb_model_streaming(a->model)) {
-            /* the layer streamer's ebb_stream_* metrics (docs/STREAMER.md) */
-            size_t need = ebb_model_stream_prometheus(a->model, NULL, 0);
-            char *sp = need ? malloc(need + 1) : NULL;
-            if (sp) {
-                ebb_model_stream_prometheus(a->model, sp, need + 1);
-                ebb__abuf_puts(&b, sp);
-                free(sp);
+        bool any_ready = false;
+        for (size_t i = 0; i < a->n_models; i++) {
+            struct ebb__served *sv = a->models[i];
+            any_ready |= sv->ready;
+            if (!sv->sched)
+                continue;
+            struct ebb_sched_stats one = {0};
+            ebb_sched_stats(sv->sched, &one);
+            if (a->n_models == 1) {
+                st = one;
+                continue;
             }
+            st.queued += one.queued;
+            st.active += one.active;
+            st.n_slots += one.n_slots;
+            st.steps += one.steps;
+            st.batch_rows += one.batch_rows;
+            st.batch_seqs += one.batch_seqs;
+            st.jobs_started += one.jobs_started;
+            st.queue_wait_s += one.queue_wait_s;
+            st.cache_hits += one.cache_hits;
+            st.cache_tokens += one.cache_tokens;
         }
-        if (a->ready && a->model) { /* the expert cache's ebb_expert_cache_* (STREAMER.md) */
-            char xp[4096];
-            if (ebb_model_expert_cache_prometheus(a->model, xp, sizeof(xp)))
+        struct ebb__abuf b = {0};
+        ebb__metrics_render(&a->metrics, &st, a->catalogue ? any_ready : a->def->ready, &b);
+        if (a->catalogue)
+            metrics_models(a, &b);
+        for (size_t i = 0; i < a->n_models; i++) {
+            struct ebb__served *sv = a->models[i];
+            if (!sv->ready || !sv->model)
+                continue;
+            if (ebb_model_streaming(sv->model)) {
+                /* the layer streamer's ebb_stream_* metrics (docs/STREAMER.md) */
+                size_t need = ebb_model_stream_prometheus(sv->model, NULL, 0);
+                char *sp = need ? malloc(need + 1) : NULL;
+                if (sp) {
+                    ebb_model_stream_prometheus(sv->model, sp, need + 1);
+                    ebb__abuf_puts(&b, sp);
+                    free(sp);
+                }
+            }
+            char xp[4096]; /* the expert cache's ebb_expert_cache_* (STREAMER.md) */
+            if (ebb_model_expert_cache_prometheus(sv->model, xp, sizeof(xp)))
                 ebb__abuf_puts(&b, xp);
         }
         ebb__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n);
@@ -296,12 +396,15 @@ static enum ebb__ep route(const char *url, bool *post)
         return EBB__EP_OLLAMA;
     if (!strcmp(url, "/tokenize"))
         return EBB__EP_TOKENIZE;
+    if (!strcmp(url, "/models/load") || !strcmp(url, "/models/unload"))
+        return EBB__EP_MODELS;
     if (!strcmp(url, "/detokenize"))
         return EBB__EP_DETOKENIZE;
     *post = false;
     if (!strncmp(url, "/v1/responses/", 14) || !strncmp(url, "/responses/", 11))
         return EBB__EP_RESPONSES;
-    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11) ||
+        !strcmp(url, "/models/status"))
         return EBB__EP_MODELS;
     if (ebb__ollama_get_path(url))
         return EBB__EP_OLLAMA;
@@ -401,6 +504,8 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         snprintf(r->method, sizeof(r->method), "%s", method);
         snprintf(r->path, sizeof(r->path), "%s", url);
         r->body.limit = a->max_body;
+        r->sv = a->def;
+        r->keep_alive = NAN;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (ci && ci->client_addr) {
@@ -445,6 +550,9 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         ebb__reply_error(r, 413, msg, NULL, "request_too_large");
         return MHD_YES;
     }
+    if (a->catalogue && !r->sv_picked && r->ep != EBB__EP_MODELS && r->ep != EBB__EP_HEALTH &&
+        r->ep != EBB__EP_METRICS && !ebb__served_pick(r))
+        return MHD_YES;
     switch (r->ep) {
     case EBB__EP_CHAT:
     case EBB__EP_COMPLETIONS:
@@ -471,6 +579,12 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
     case EBB__EP_TOKENIZE:
     case EBB__EP_DETOKENIZE:
         ebb__tokenize_handle(r, r->ep == EBB__EP_DETOKENIZE);
+        break;
+    case EBB__EP_MODELS:
+        if (!strncmp(r->path, "/models/", 8))
+            ebb__admin_handle(r);
+        else
+            handle_get(r);
         break;
     default:
         handle_get(r);

@@ -28,15 +28,18 @@ class Server:
     """One `ebb serve` process. Reads the bound port from its stdout line
     'ebb: listening on http://127.0.0.1:PORT' and waits for /health to answer 200."""
 
-    def __init__(self, *extra, wait_ready=True, model=None):
+    def __init__(self, *extra, wait_ready=True, model=None, models=None):
+        """models: several models (a list of -m values, [] for none: the catalogue of
+        models_dir and the config's [model.NAME] sections) instead of the one model."""
         binary = os.environ.get("EBB_BIN")
         if not binary:
             pytest.skip("EBB_BIN is not set")
         model = model or os.path.join(models_dir(), MODEL_FILE)
-        if not os.path.exists(model):
+        if models is None and not os.path.exists(model):
             pytest.skip(f"{model} is missing")
         device = os.environ.get("EBB_TEST_DEVICE", "auto")
-        self.args = [binary, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
+        ms = ["-m", model] if models is None else [a for m in models for a in ("-m", m)]
+        self.args = [binary, "serve", *ms, "--host", "127.0.0.1", "--port", "0",
                      "--device", device, *extra]
         if os.environ.get("EBB_TEST_HTTP_POLL"):  # "fdset" exercises the portable driver
             self.args += ["--http-poll", os.environ["EBB_TEST_HTTP_POLL"]]

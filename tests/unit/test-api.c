@@ -938,6 +938,54 @@ static void test_metrics_text(void **state)
     ebb__abuf_fini(&b);
 }
 
+/* ---- several models: names and keep_alive (api/http/catalogue.c) --------------------------- */
+
+static void test_catalogue_names(void **state)
+{
+    (void)state;
+    struct ebb_api a = {0};
+    struct ebb__served smol = {.id = "SmolLM2-135M-Instruct.Q4_1", .api = &a};
+    struct ebb__served gemma = {.id = "gemma-3-270m-q4_k_m", .api = &a};
+    struct ebb__served gemma4 = {.id = "gemma-3-4b-it-Q4_K_M", .api = &a};
+    struct ebb__served *models[] = {&smol, &gemma, &gemma4};
+    a.models = models;
+    a.n_models = 3;
+    bool amb;
+    /* One model (-m): only the exact id. */
+    a.catalogue = false;
+    assert_ptr_equal(ebb__served_find(&a, "SmolLM2-135M-Instruct.Q4_1", &amb), &smol);
+    assert_null(ebb__served_find(&a, "smollm2", &amb));
+    assert_null(ebb__served_find(&a, "SmolLM2-135M-Instruct.Q4_1:latest", &amb));
+    /* Several: case, Ollama's tags, unique prefixes. */
+    a.catalogue = true;
+    assert_ptr_equal(ebb__served_find(&a, "smollm2-135m-instruct.q4_1", &amb), &smol);
+    assert_ptr_equal(ebb__served_find(&a, "SmolLM2-135M-Instruct.Q4_1:latest", &amb), &smol);
+    assert_ptr_equal(ebb__served_find(&a, "smollm2-135m-instruct:q4_1", &amb), &smol);
+    assert_ptr_equal(ebb__served_find(&a, "smol", &amb), &smol);
+    assert_false(amb);
+    assert_ptr_equal(ebb__served_find(&a, "gemma-3-270", &amb), &gemma);
+    assert_null(ebb__served_find(&a, "gemma", &amb));
+    assert_true(amb);
+    assert_null(ebb__served_find(&a, "llama3", &amb));
+    assert_false(amb);
+    assert_null(ebb__served_find(&a, "", &amb));
+    assert_null(ebb__served_find(&a, NULL, &amb));
+
+    json_t *v = json_string("1h30m");
+    assert_true(ebb__keep_alive_secs(v) == 5400);
+    json_decref(v);
+    v = json_string("-1");
+    assert_true(ebb__keep_alive_secs(v) < 0);
+    json_decref(v);
+    v = json_integer(0);
+    assert_true(ebb__keep_alive_secs(v) == 0);
+    json_decref(v);
+    v = json_string("soon");
+    assert_true(isnan(ebb__keep_alive_secs(v)));
+    json_decref(v);
+    assert_true(isnan(ebb__keep_alive_secs(NULL)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -949,6 +997,7 @@ int main(void)
         cmocka_unit_test(test_error_object),         cmocka_unit_test(test_sse_and_utf8),
         cmocka_unit_test(test_json_escape),          cmocka_unit_test(test_metrics_text),
         cmocka_unit_test(test_embeddings_math),      cmocka_unit_test(test_template_vars),
+        cmocka_unit_test(test_catalogue_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

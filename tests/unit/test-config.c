@@ -618,6 +618,63 @@ static void test_model_path(void **state)
     ebb_config_fini(&c);
 }
 
+/* [model.NAME] sections (several models) and keep_alive durations. */
+static void test_model_sections(void **state)
+{
+    (void)state;
+    double ka = 0;
+    assert_true(ebb_config_keep_alive("5m", &ka));
+    assert_true(ka == 300);
+    assert_true(ebb_config_keep_alive("1h30m", &ka));
+    assert_true(ka == 5400);
+    assert_true(ebb_config_keep_alive("-1", &ka));
+    assert_true(ka < 0);
+    assert_true(ebb_config_keep_alive("0", &ka));
+    assert_true(ka == 0);
+    assert_true(ebb_config_keep_alive("250ms", &ka));
+    assert_true(ka == 0.25);
+    assert_false(ebb_config_keep_alive("5 minutes", &ka));
+    assert_false(ebb_config_keep_alive("", &ka));
+    assert_false(ebb_config_keep_alive("m", &ka));
+
+    const char *path = write_file("m.conf", "keep_alive = 10m\nmodels_budget = 2G\n"
+                                            "[model.chat]\npath = /m/chat.gguf\npin = true\n"
+                                            "ctx = 8192\nparallel = 2\n"
+                                            "[model.fim]\nkeep_alive = -1\n"
+                                            "chat_template = chatml\n[serve]\nport = 9\n");
+    struct ebb_config c;
+    struct ebb_diag d = {{0}};
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, NULL, 0, &d), EBB_OK);
+    assert_string_equal(c.keep_alive, "10m");
+    assert_true(c.models_budget == 2ull << 30);
+    assert_int_equal(c.port, 9);
+    assert_int_equal(c.n_models, 2);
+    assert_string_equal(c.models[0].name, "chat");
+    assert_string_equal(c.models[0].path, "/m/chat.gguf");
+    assert_true(c.models[0].pin);
+    assert_int_equal(c.models[0].ctx, 8192);
+    assert_int_equal(c.models[0].parallel, 2);
+    assert_string_equal(c.models[1].name, "fim");
+    assert_null(c.models[1].path);
+    assert_false(c.models[1].pin);
+    assert_string_equal(c.models[1].keep_alive, "-1");
+    assert_string_equal(c.models[1].chat_template, "chatml");
+    ebb_config_fini(&c);
+
+    expect_file_error("[model.x]\ncolour = blue\n", EBB_EINVAL,
+                      ":2: [model.x] colour: not a key of a [model.NAME] section");
+    expect_file_error("[model.x]\npin = maybe\n", EBB_EINVAL, ":2: [model.x] pin: bad value");
+    expect_file_error("[model.x]\nparallel = 0\n", EBB_EINVAL, ":2: [model.x] parallel");
+    expect_file_error("[model.x]\nkeep_alive = soon\n", EBB_EINVAL, ":2: [model.x] keep_alive");
+    expect_file_error("[model.]\npin = true\n", EBB_EINVAL, ":1: unknown section [model.]");
+    path = write_file("ka.conf", "keep_alive = later\n");
+    ebb_config_init(&c);
+    assert_int_equal(ebb_config_build(&c, path, NULL, 0, &d), EBB_EINVAL);
+    assert_non_null(strstr(d.msg, "keep_alive: 'later' is not a duration"));
+    ebb_config_fini(&c);
+}
+
 static void test_reload(void **state)
 {
     (void)state;
@@ -729,6 +786,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(test_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_model_sections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_files, setup, teardown),
     };

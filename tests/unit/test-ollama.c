@@ -12,7 +12,7 @@
 
 #include "api/ollama/ollama-int.h"
 
-static struct ebb_api api = {.model_id = "SmolLM2-135M-Instruct.Q4_1"};
+static struct ebb__served api = {.id = "SmolLM2-135M-Instruct.Q4_1"};
 
 /* Translates body; returns b (the caller frees it) and the flags. */
 static json_t *map_ok(const char *body, bool generate, bool * compl, bool *load)
@@ -111,7 +111,7 @@ static void test_options(void **state)
     assert_null(json_object_get(b, "num_ctx"));
     assert_null(json_object_get(b, "num_gpu"));
     assert_true(json_is_false(json_object_get(b, "stream")));
-    assert_string_equal(json_string_value(json_object_get(b, "model")), api.model_id);
+    assert_string_equal(json_string_value(json_object_get(b, "model")), api.id);
     char *s = json_dumps(b, JSON_COMPACT);
     struct ebb__gen_req q;
     struct ebb__perr e;

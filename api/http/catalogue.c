@@ -1,0 +1,638 @@
+/* The models a server can serve. Outside catalogue mode there is one, the daemon's: it loads it
+ * once and owns its scheduler. In catalogue mode every model is a name a request may pick (exact
+ * id, or a unique prefix); the first request naming a model that is not loaded starts its
+ * scheduler (which opens the model on its engine thread) and waits, suspended, with the other
+ * requests for it until the load ends. A loaded model is unloaded (its scheduler freed) once it
+ * has been idle longer than its keep_alive, when an admin asks, or when a load needs its memory
+ * under the budget; a pinned model never is, and a model with requests in flight waits until they
+ * are done. Loop thread only, except the load_state fields the engines write under api->mu. */
+#include "http.h"
+#include "http-int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/log.h"
+#include "gguf/gguf.h"
+
+/* ---- building the catalogue -------------------------------------------------------------- */
+
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void served_free(struct ebb__served *sv)
+{
+    if (!sv)
+        return;
+    if (sv->owned)
+        ebb_sched_free(sv->sched);
+    ebb_chat_template_fini(&sv->tmpl);
+    free(sv->id);
+    free(sv->chat_template);
+    free(sv->path);
+    free(sv->device);
+    free(sv);
+}
+
+/* Reads what /v1/models says of a model that is not loaded: its architecture and trained
+ * context (the file's header only; a file that cannot be read is listed without them). */
+static void read_facts(struct ebb__served *sv)
+{
+    struct ebb_gguf *g = NULL;
+    if (ebb_gguf_open(sv->path, &g, NULL))
+        return;
+    sv->file_size = ebb_gguf_file_size(g);
+    struct ebb_str arch = {0};
+    if (ebb_gguf_get_str(g, "general.architecture", &arch) == EBB_OK && arch.n > 0) {
+        size_t n =
+            (size_t)arch.n < sizeof(sv->family) - 1 ? (size_t)arch.n : sizeof(sv->family) - 1;
+        memcpy(sv->family, arch.p, n);
+        sv->family[n] = 0;
+        char key[96];
+        snprintf(key, sizeof(key), "%s.context_length", sv->family);
+        ebb_gguf_get_u32(g, key, &sv->n_ctx_train);
+    }
+    ebb_gguf_close(g);
+}
+
+static int cmp_served(const void *x, const void *y)
+{
+    const struct ebb__served *a = *(const struct ebb__served *const *)x;
+    const struct ebb__served *b = *(const struct ebb__served *const *)y;
+    return strcmp(a->id, b->id);
+}
+
+static struct ebb__served *served_new(struct ebb_api *a, const char *id, const char *tmpl)
+{
+    struct ebb__served *sv = calloc(1, sizeof(*sv));
+    if (!sv)
+        return NULL;
+    sv->api = a;
+    sv->id = dupstr(id ? id : "model");
+    sv->chat_template = dupstr(tmpl);
+    sv->fim_pre = sv->fim_suf = sv->fim_mid = -1;
+    sv->created = (long long)a->metrics.started_at;
+    sv->keep_alive = -1;
+    sv->pin = true;
+    if (!sv->id || (tmpl && !sv->chat_template)) {
+        served_free(sv);
+        return NULL;
+    }
+    return sv;
+}
+
+ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
+{
+    size_t n = cfg->n_models ? cfg->n_models : 1;
+    a->models = calloc(n, sizeof(*a->models));
+    if (!a->models)
+        return EBB_ENOMEM;
+    a->catalogue = cfg->n_models > 0;
+    a->budget = cfg->models_budget;
+    if (!a->catalogue) {
+        a->models[0] = served_new(a, cfg->model_id, cfg->chat_template);
+        if (!a->models[0])
+            return EBB_ENOMEM;
+        a->n_models = 1;
+        a->def = a->models[0];
+        return EBB_OK;
+    }
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const struct ebb_api_model *m = &cfg->models[i];
+        struct ebb__served *sv = served_new(a, m->id, m->chat_template);
+        if (!sv)
+            return EBB_ENOMEM;
+        a->models[a->n_models++] = sv;
+        sv->owned = true;
+        sv->pin = m->pin;
+        sv->keep_alive = sv->keep_alive_cfg = m->keep_alive;
+        sv->sp = m->sp;
+        sv->path = dupstr(m->sp.model.path);
+        sv->device = dupstr(m->sp.model.device);
+        if (!sv->path || (m->sp.model.device && !sv->device))
+            return EBB_ENOMEM;
+        sv->sp.model.path = sv->path;
+        sv->sp.model.device = sv->device;
+        sv->sp.on_loaded = ebb__served_on_loaded;
+        sv->sp.ud = sv;
+        read_facts(sv);
+    }
+    qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
+    a->def = a->models[0];
+    return EBB_OK;
+}
+
+void ebb__catalogue_fini(struct ebb_api *a)
+{
+    for (size_t i = 0; i < a->n_models; i++)
+        served_free(a->models[i]);
+    free(a->models);
+    a->models = NULL;
+    a->n_models = 0;
+    a->def = NULL;
+}
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+/* name without an Ollama tag of ":latest" (SmolLM2:latest names SmolLM2), into buf. */
+static const char *untagged(const char *name, char *buf, size_t n)
+{
+    const char *c = strrchr(name, ':');
+    if (!c || strcasecmp(c + 1, "latest") || (size_t)(c - name) >= n)
+        return name;
+    memcpy(buf, name, (size_t)(c - name));
+    buf[c - name] = 0;
+    return buf;
+}
+
+struct ebb__served *ebb__served_find(struct ebb_api *a, const char *name, bool *ambiguous)
+{
+    char buf[512];
+    *ambiguous = false;
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < a->n_models; i++)
+        if (!strcmp(a->models[i]->id, name))
+            return a->models[i];
+    if (!a->catalogue)
+        return NULL;
+    const char *nm = untagged(name, buf, sizeof(buf));
+    struct ebb__served *hit = NULL;
+    for (size_t i = 0; i < a->n_models; i++)
+        if (!strcasecmp(a->models[i]->id, nm))
+            return a->models[i];
+    /* Ollama's "base:tag" for the id base.tag (or base-tag, base_tag). */
+    const char *c = strrchr(name, ':');
+    for (size_t i = 0; c && nm == name && i < a->n_models; i++) {
+        const char *id = a->models[i]->id;
+        size_t nb = (size_t)(c - name);
+        if (strlen(id) > nb && !strncasecmp(id, name, nb) && strchr(".-_", id[nb]) &&
+            !strcasecmp(id + nb + 1, c + 1))
+            return a->models[i];
+    }
+    size_t len = strlen(nm);
+    for (size_t i = 0; len && i < a->n_models; i++) {
+        if (strncasecmp(a->models[i]->id, nm, len))
+            continue;
+        if (hit) {
+            *ambiguous = true;
+            return NULL;
+        }
+        hit = a->models[i];
+    }
+    return hit;
+}
+
+static char tolower_ascii(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* How far apart two names are (edits, ignoring case), capped at 64 characters each. */
+static size_t distance(const char *s, const char *t)
+{
+    size_t n = strlen(s), m = strlen(t), row[65];
+    n = n > 64 ? 64 : n;
+    m = m > 64 ? 64 : m;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t sub = diag + (tolower_ascii(s[i - 1]) != tolower_ascii(t[j - 1]));
+            size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+void ebb__served_unknown(struct ebb__req *r, const char *name, bool ambiguous)
+{
+    struct ebb_api *a = r->api;
+    char list[600] = "";
+    size_t w = 0, k = 0;
+    for (size_t i = 0; i < a->n_models && k < 5; i++) {
+        const char *id = a->models[i]->id;
+        size_t d = distance(name, id), l = strlen(name);
+        bool close = d <= (l / 3 > 2 ? l / 3 : 2) || strncasecmp(id, name, l ? l : 1) == 0 ||
+                     (l >= 3 && strstr(id, name));
+        if (!close && a->n_models > 5)
+            continue;
+        int c = snprintf(list + w, sizeof(list) - w, "%s'%s'", k ? ", " : "", id);
+        if (c < 0 || (size_t)c >= sizeof(list) - w)
+            break;
+        w += (size_t)c;
+        k++;
+    }
+    char msg[900];
+    if (ambiguous)
+        snprintf(msg, sizeof(msg), "The model '%.200s' is ambiguous: it starts %s", name, list);
+    else if (!a->catalogue)
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; this server has '%.80s'",
+                 name, a->def->id);
+    else if (k)
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist; close names: %s", name,
+                 list);
+    else
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist (GET /v1/models lists them)",
+                 name);
+    ebb__reply_error(r, 404, msg, "model", "model_not_found");
+}
+
+bool ebb__served_named(struct ebb__req *r, const char *name)
+{
+    bool amb;
+    return !name || !*name || ebb__served_find(r->api, name, &amb) == r->sv;
+}
+
+/* keep_alive as ollama takes it: a number of seconds, or a duration ("5m", "1h30m", "-1"); a
+ * negative value means forever. NAN for anything else. */
+double ebb__keep_alive_secs(json_t *v)
+{
+    if (json_is_number(v))
+        return json_number_value(v);
+    if (!json_is_string(v))
+        return NAN;
+    const char *s = json_string_value(v);
+    char *end;
+    double x = strtod(s, &end);
+    if (*s && !*end)
+        return x;
+    double sign = 1, total = 0;
+    if (*s == '-' || *s == '+')
+        sign = *s++ == '-' ? -1 : 1;
+    if (!*s)
+        return NAN;
+    while (*s) {
+        x = strtod(s, &end);
+        if (end == s)
+            return NAN;
+        s = end;
+        static const struct {
+            const char *u;
+            double f;
+        } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"\xc2\xb5s", 1e-6}, {"ms", 1e-3},
+                     {"s", 1},     {"m", 60},    {"h", 3600}};
+        size_t best = 0;
+        double f = 0;
+        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+            size_t n = strlen(units[i].u);
+            if (n > best && !strncmp(s, units[i].u, n))
+                best = n, f = units[i].f;
+        }
+        if (!best)
+            return NAN;
+        s += best;
+        total += x * f;
+    }
+    return sign * total;
+}
+
+bool ebb__served_pick(struct ebb__req *r)
+{
+    struct ebb_api *a = r->api;
+    r->sv_picked = true;
+    r->keep_alive = NAN;
+    json_t *o = json_loadb(r->body.p ? r->body.p : "", r->body.n, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return true; /* the handler answers the bad body */
+    }
+    r->keep_alive = ebb__keep_alive_secs(json_object_get(o, "keep_alive"));
+    json_t *m = json_object_get(o, "model");
+    if (!json_is_string(m) && !strcmp(r->path, "/api/show"))
+        m = json_object_get(o, "name");
+    const char *name = json_string_value(m);
+    bool ok = true;
+    if (a->catalogue && name && *name) {
+        bool amb;
+        struct ebb__served *sv = ebb__served_find(a, name, &amb);
+        if (sv) {
+            r->sv = sv;
+            r->sv_named = true;
+        } else {
+            ebb__served_unknown(r, name, amb);
+            ok = false;
+        }
+    }
+    json_decref(o);
+    return ok;
+}
+
+/* ---- loading and unloading ----------------------------------------------------------------- */
+
+uint64_t ebb__served_bytes(const struct ebb__served *sv)
+{
+    /* The file, plus the KV cache at 16 KiB per token of context and slot: the family's real
+     * shapes are known only once the model is open, and the budget must be checked before. */
+    uint64_t ctx =
+        sv->sp.model.n_ctx ? sv->sp.model.n_ctx : (sv->n_ctx_train ? sv->n_ctx_train : 4096);
+    uint64_t seq = sv->sp.model.n_seq ? sv->sp.model.n_seq : 1;
+    if (ctx > 8192 && !sv->sp.model.n_ctx)
+        ctx = 8192;
+    return sv->file_size + ctx * seq * 16384;
+}
+
+static bool loaded(const struct ebb__served *sv)
+{
+    return sv->sched != NULL;
+}
+
+static bool idle(const struct ebb__served *sv)
+{
+    return sv->n_live == 0 && sv->load_seen;
+}
+
+/* Frees sv's scheduler (which closes its model). Only for an owned, idle model. */
+static void unload(struct ebb__served *sv, const char *why)
+{
+    struct ebb_api *a = sv->api;
+    ebb_log(EBB_LOG_INFO, "http", "unloading %s (%s)", sv->id, why);
+    ebb_sched_free(sv->sched);
+    sv->sched = NULL;
+    sv->model = NULL;
+    ebb_chat_template_fini(&sv->tmpl);
+    memset(&sv->tmpl, 0, sizeof(sv->tmpl));
+    sv->ready = false;
+    sv->load_seen = false;
+    sv->unload_asked = false;
+    pthread_mutex_lock(&a->mu);
+    sv->load_state = 0;
+    pthread_mutex_unlock(&a->mu);
+    sv->n_unloads++;
+}
+
+bool ebb__served_unload(struct ebb__served *sv, const char *why)
+{
+    if (!sv->owned || !loaded(sv))
+        return false;
+    if (!idle(sv)) {
+        sv->unload_asked = true;
+        return false;
+    }
+    unload(sv, why);
+    return true;
+}
+
+/* Makes room under the budget for need bytes by unloading idle unpinned models, least recently
+ * used first. False if that cannot make enough. */
+static bool make_room(struct ebb_api *a, struct ebb__served *want, char *why, size_t n)
+{
+    if (!a->budget)
+        return true;
+    uint64_t need = ebb__served_bytes(want), used = 0;
+    for (size_t i = 0; i < a->n_models; i++)
+        if (a->models[i] != want && loaded(a->models[i]))
+            used += ebb__served_bytes(a->models[i]);
+    while (used + need > a->budget) {
+        struct ebb__served *lru = NULL;
+        for (size_t i = 0; i < a->n_models; i++) {
+            struct ebb__served *sv = a->models[i];
+            if (sv == want || !loaded(sv) || sv->pin || !sv->owned || !idle(sv))
+                continue;
+            if (!lru || sv->last_used < lru->last_used)
+                lru = sv;
+        }
+        if (!lru) {
+            snprintf(why, n,
+                     "cannot load '%s': it needs about %llu MiB and the models loaded now use "
+                     "%llu MiB of the %llu MiB budget (models_budget), and none of them can give "
+                     "way now (busy or pinned); try again shortly",
+                     want->id, (unsigned long long)(need >> 20), (unsigned long long)(used >> 20),
+                     (unsigned long long)(a->budget >> 20));
+            return false;
+        }
+        used -= ebb__served_bytes(lru);
+        unload(lru, "the memory budget needs room for another model");
+    }
+    return true;
+}
+
+/* Starts loading sv. False (r answered with 503) if the budget has no room or the engine
+ * thread cannot start. */
+static bool start_load(struct ebb__req *r, struct ebb__served *sv)
+{
+    struct ebb_api *a = r->api;
+    char why[600];
+    if (sv->api->budget && ebb__served_bytes(sv) > a->budget) {
+        snprintf(why, sizeof(why),
+                 "cannot load '%s': it needs about %llu MiB, more than the whole %llu MiB "
+                 "budget (models_budget)",
+                 sv->id, (unsigned long long)(ebb__served_bytes(sv) >> 20),
+                 (unsigned long long)(a->budget >> 20));
+        ebb__reply_error(r, 503, why, "model", "model_unavailable");
+        return false;
+    }
+    if (!make_room(a, sv, why, sizeof(why))) {
+        ebb_log(EBB_LOG_WARN, "http", "%s", why);
+        ebb__reply_error(r, 503, why, "model", "model_unavailable");
+        return false;
+    }
+    struct ebb_diag d = {{0}};
+    pthread_mutex_lock(&a->mu);
+    sv->load_state = 0;
+    sv->load_msg[0] = 0;
+    pthread_mutex_unlock(&a->mu);
+    sv->load_seen = false;
+    sv->t_load = ebb__now();
+    ebb_log(EBB_LOG_INFO, "http", "loading %s (%s) for a request", sv->id, sv->path);
+    if (ebb_sched_new(&sv->sp, &sv->sched, &d)) {
+        sv->sched = NULL;
+        snprintf(why, sizeof(why), "cannot load '%s': %s", sv->id, d.msg);
+        ebb__reply_error(r, 503, why, "model", "model_unavailable");
+        return false;
+    }
+    sv->n_loads++;
+    return true;
+}
+
+bool ebb__served_ready(struct ebb__req *r)
+{
+    struct ebb__served *sv = r->sv;
+    if (sv->ready)
+        return true;
+    if (r->api->freeing || (r->api->stopping && r->api->catalogue)) {
+        ebb__reply_error(r, 503, "the server is shutting down", "model", "model_unavailable");
+        return false;
+    }
+    if (!r->api->catalogue) {
+        if (sv->load_seen)
+            ebb__reply_error(r, 503, sv->tmpl_err[0] ? sv->tmpl_err : "the model failed to load",
+                             NULL, "model_unavailable");
+        else
+            ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
+        return false;
+    }
+    if (!loaded(sv) && !start_load(r, sv))
+        return false;
+    /* Counted in flight from now on: once loaded, the model cannot be unloaded (keep_alive 0,
+     * the budget) before this request, woken, reaches it. */
+    ebb__served_count(r);
+    ebb__park(r); /* catalogue_async wakes it once the load ends */
+    return false;
+}
+
+void ebb__served_count(struct ebb__req *r)
+{
+    if (r->sv_counted)
+        return;
+    r->sv_counted = true;
+    r->sv->n_live++;
+    r->sv->last_used = ebb__now();
+}
+
+void ebb__served_release(struct ebb__req *r)
+{
+    struct ebb__served *sv = r->sv;
+    if (!sv)
+        return;
+    /* Used: it reached the engine, or (Ollama's "load" requests, with nothing to generate) it
+     * was answered from the loaded model. */
+    bool used = r->sv_counted || (r->sv_named && r->status == 200 && sv->ready);
+    if (r->sv_counted) {
+        r->sv_counted = false;
+        sv->n_live--;
+    }
+    if (!used)
+        return;
+    sv->last_used = ebb__now();
+    /* As ollama: the request's keep_alive, or the configured one when it sent none, says how
+     * long the model stays once idle. */
+    if (r->sv_named)
+        sv->keep_alive = isnan(r->keep_alive) ? sv->keep_alive_cfg : r->keep_alive;
+}
+
+void ebb__catalogue_async(struct ebb_api *a)
+{
+    bool wake = false;
+    for (size_t i = 0; i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        pthread_mutex_lock(&a->mu);
+        int st = sv->load_state;
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", sv->load_msg);
+        pthread_mutex_unlock(&a->mu);
+        if (st == 0 || sv->load_seen || !sv->sched)
+            continue;
+        bool ok = st == 1 && ebb__setup_loaded(sv);
+        sv->load_seen = true;
+        sv->load_secs = ebb__now() - sv->t_load;
+        sv->last_used = ebb__now();
+        if (!ok && st != 1)
+            ebb_log(EBB_LOG_ERROR, "http", "cannot load the model %s: %s", sv->id, msg);
+        if (!a->catalogue) {
+            if (a->on_ready)
+                a->on_ready(a->ud, ok, ok ? NULL : st == 1 ? sv->tmpl_err : msg);
+            continue;
+        }
+        ebb_log(EBB_LOG_INFO, "http", "%s %s in %.2f s", sv->id, ok ? "loaded" : "failed to load",
+                sv->load_secs);
+        if (!ok) {
+            /* Requests waiting for it get the reason; a later request tries again. */
+            if (st == 1)
+                snprintf(msg, sizeof(msg), "%s", sv->tmpl_err);
+            for (struct ebb__req *r = a->parked, *n; r; r = n) {
+                n = r->park_next;
+                if (r->sv != sv)
+                    continue;
+                char why[700];
+                snprintf(why, sizeof(why), "cannot load '%s': %s", sv->id, msg);
+                ebb__unpark(r);
+                ebb__reply_error(r, 503, why, "model", "model_unavailable");
+                ebb__resume(r);
+            }
+            unload(sv, "its load failed");
+            sv->n_unloads--;
+        }
+        wake = true;
+    }
+    if (wake && !a->hold)
+        ebb__catalogue_wake(a);
+}
+
+void ebb__catalogue_wake(struct ebb_api *a)
+{
+    while (a->parked) {
+        struct ebb__req *r = a->parked;
+        ebb__unpark(r);
+        ebb__resume(r); /* MHD calls the handler again, which parks it again if need be */
+    }
+}
+
+void ebb__catalogue_tick(struct ebb_api *a, double now)
+{
+    for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        if (!sv->owned || !loaded(sv) || !idle(sv))
+            continue;
+        if (sv->unload_asked)
+            unload(sv, "asked to");
+        else if (!sv->pin && sv->keep_alive >= 0 && now - sv->last_used >= sv->keep_alive)
+            unload(sv, "idle past its keep_alive");
+    }
+}
+
+void ebb_api_cancel_all(struct ebb_api *a)
+{
+    for (size_t i = 0; i < a->n_models; i++)
+        if (a->models[i]->sched)
+            ebb_sched_cancel_all(a->models[i]->sched);
+}
+
+void ebb_api_stream_probe(struct ebb_api *a)
+{
+    for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        if (sv->ready && sv->model && ebb_model_streaming(sv->model))
+            ebb_model_stream_probe(sv->model);
+    }
+}
+
+/* ---- describing the models ----------------------------------------------------------------- */
+
+const char *ebb__served_state(const struct ebb__served *sv)
+{
+    if (sv->ready)
+        return "loaded";
+    if (sv->sched && !sv->load_seen)
+        return "loading";
+    if (sv->load_seen)
+        return "failed";
+    return "unloaded";
+}
+
+json_t *ebb__served_json(const struct ebb__served *sv)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(sv->id));
+    json_object_set_new(o, "state", json_string(ebb__served_state(sv)));
+    json_object_set_new(o, "loaded", json_boolean(sv->ready));
+    json_object_set_new(o, "pinned", json_boolean(sv->pin));
+    uint64_t size = sv->file_size;
+    if (!size && sv->model)
+        size = ebb_gguf_file_size(ebb_model_gguf(sv->model));
+    json_object_set_new(o, "size", json_integer((json_int_t)size));
+    const char *fam = sv->model ? ebb_model_arch(sv->model) : sv->family;
+    json_object_set_new(o, "family", json_string(fam ? fam : ""));
+    json_object_set_new(o, "context",
+                        json_integer(sv->model ? ebb_model_n_ctx(sv->model) : sv->n_ctx_train));
+    if (sv->keep_alive < 0)
+        json_object_set_new(o, "keep_alive", json_integer(-1));
+    else
+        json_object_set_new(o, "keep_alive", json_real(sv->keep_alive));
+    json_object_set_new(o, "in_flight", json_integer((json_int_t)sv->n_live));
+    json_object_set_new(o, "loads", json_integer((json_int_t)sv->n_loads));
+    json_object_set_new(o, "unloads", json_integer((json_int_t)sv->n_unloads));
+    if (sv->load_secs > 0)
+        json_object_set_new(o, "load_seconds", json_real(sv->load_secs));
+    return o;
+}

@@ -1,0 +1,197 @@
+/* `ebb ps`: asks a running ebb serve which models it has and which are loaded (GET
+ * /models/status over plain HTTP on the configured host and port, with the configured API key),
+ * and prints a table, or the JSON with --json. */
+#include "cmds.h"
+
+#include <getopt.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "daemon/config.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ebb ps [--host ADDR] [--port PORT] [--api-key KEY] [--config FILE] "
+               "[--json]\n\n"
+               "Lists the models a running ebb serve has (all of them with several models, the\n"
+               "one it serves otherwise): state, size, family, context, pinned, keep_alive and\n"
+               "the requests on each now. Host, port and key default to the configuration's, as\n"
+               "ebb serve reads it (a host of 0.0.0.0 or :: is asked on the loopback address).\n"
+               "exit status: 0 success, 1 no daemon answered or it refused, 2 usage error\n");
+}
+
+/* GET path from host:port; the body (malloc'd) and the status. NULL when nothing answered. */
+static char *http_get(const char *host, unsigned port, const char *path, const char *key,
+                      int *status)
+{
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%u", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, ps, &hints, &ai))
+        return NULL;
+    int fd = -1;
+    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
+        if (fd < 0)
+            continue;
+        struct timeval tv = {.tv_sec = 10};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (connect(fd, p->ai_addr, p->ai_addrlen)) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        return NULL;
+    char req[1024];
+    int n =
+        snprintf(req, sizeof(req),
+                 "GET %s HTTP/1.1\r\nHost: localhost:%u\r\nConnection: close\r\n%s%s%s\r\n", path,
+                 port, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap + 1);
+    for (ssize_t k; buf && (k = read(fd, buf + len, cap - len)) > 0;) {
+        len += (size_t)k;
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    close(fd);
+    if (!buf)
+        return NULL;
+    buf[len] = 0;
+    char *body = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/1.%*d %d", status) != 1 || !body) {
+        free(buf);
+        return NULL;
+    }
+    memmove(buf, body + 4, strlen(body + 4) + 1);
+    return buf;
+}
+
+static void print_table(json_t *o)
+{
+    printf("%-36s %-9s %9s %-10s %8s %-6s %10s %s\n", "NAME", "STATE", "SIZE", "FAMILY", "CONTEXT",
+           "PINNED", "KEEP_ALIVE", "REQUESTS");
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(o, "data"), i, m)
+    {
+        double ka = json_number_value(json_object_get(m, "keep_alive"));
+        char kas[32];
+        if (ka < 0)
+            snprintf(kas, sizeof(kas), "forever");
+        else
+            snprintf(kas, sizeof(kas), "%gs", ka);
+        printf("%-36s %-9s %8.0fM %-10s %8lld %-6s %10s %lld\n",
+               json_string_value(json_object_get(m, "id")),
+               json_string_value(json_object_get(m, "state")),
+               (double)json_integer_value(json_object_get(m, "size")) / (1 << 20),
+               json_string_value(json_object_get(m, "family")),
+               (long long)json_integer_value(json_object_get(m, "context")),
+               json_is_true(json_object_get(m, "pinned")) ? "yes" : "no", kas,
+               (long long)json_integer_value(json_object_get(m, "in_flight")));
+    }
+}
+
+int ebb_cmd_ps(int argc, char **argv)
+{
+    enum { O_HOST = 256, O_PORT, O_KEY, O_CONFIG, O_JSON };
+    static const struct option longs[] = {{"host", required_argument, NULL, O_HOST},
+                                          {"port", required_argument, NULL, O_PORT},
+                                          {"api-key", required_argument, NULL, O_KEY},
+                                          {"config", required_argument, NULL, O_CONFIG},
+                                          {"json", no_argument, NULL, O_JSON},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    const char *host = NULL, *port = NULL, *key = NULL, *config = NULL;
+    bool json = false;
+    int c, ret = 1;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+        switch (c) {
+        case O_HOST:
+            host = optarg;
+            break;
+        case O_PORT:
+            port = optarg;
+            break;
+        case O_KEY:
+            key = optarg;
+            break;
+        case O_CONFIG:
+            config = optarg;
+            break;
+        case O_JSON:
+            json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ebb ps: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    struct ebb_config cfg;
+    struct ebb_diag d = {{0}};
+    char *body = NULL;
+    json_t *o = NULL;
+    if (ebb_config_init(&cfg) || ebb_config_build(&cfg, config, NULL, 0, &d)) {
+        fprintf(stderr, "ebb ps: %s\n", d.msg[0] ? d.msg : "out of memory");
+        goto out;
+    }
+    if (!host)
+        host = !strcmp(cfg.host, "0.0.0.0") ? "127.0.0.1"
+               : !strcmp(cfg.host, "::")    ? "::1"
+                                            : cfg.host;
+    unsigned p = port ? (unsigned)strtoul(port, NULL, 10) : cfg.port;
+    if (!key && cfg.api_keys.n)
+        key = cfg.api_keys.items[0];
+    int status = 0;
+    body = http_get(host, p, "/models/status", key, &status);
+    if (!body) {
+        fprintf(stderr, "ebb ps: no ebb serve answered on %s port %u\n", host, p);
+        goto out;
+    }
+    o = json_loads(body, 0, NULL);
+    if (status != 200 || !json_is_object(o)) {
+        json_t *e = json_object_get(json_object_get(o, "error"), "message");
+        fprintf(stderr, "ebb ps: %s:%u answered %d%s%s\n", host, p, status, e ? ": " : "",
+                e ? json_string_value(e) : "");
+        goto out;
+    }
+    if (json)
+        printf("%s\n", body);
+    else
+        print_table(o);
+    ret = 0;
+out:
+    json_decref(o);
+    free(body);
+    ebb_config_fini(&cfg);
+    return ret;
+}

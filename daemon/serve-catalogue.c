@@ -1,0 +1,241 @@
+/* `ebb serve` with several models: the catalogue the API serves by name, built from the GGUF
+ * files under models_dir (no -m), the files and directories of several -m flags, and the
+ * [model.NAME] sections of the configuration, each with its scheduler settings. */
+#include "daemon/serve-int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+struct ebb_model_params ebb__serve_model_params(const struct ebb_config *c, const char *path)
+{
+    struct ebb_model_params mp = {
+        .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
+    mp.ctx_cap_trained = !c->ctx_over_trained;
+    mp.kv_type = c->kv_type;
+    mp.prefetch = c->prefetch;
+    mp.host_layers = c->host_layers;
+    mp.host_threads = c->host_threads;
+    mp.host_q8 = c->host_q8;
+    mp.expert_cache =
+        c->expert_cache == EBB_CONFIG_EXPERT_CACHE_AUTO ? EBB_EXPERT_CACHE_AUTO : c->expert_cache;
+    mp.prompt_cache = c->prompt_cache;
+    if (c->memory_budget == EBB_CONFIG_BUDGET_AUTO)
+        mp.memory_budget_auto = true;
+    else
+        mp.memory_budget = c->memory_budget;
+    return mp;
+}
+
+void ebb__serve_model_id(const char *path, char *id, size_t n)
+{
+    const char *base = strrchr(path, '/');
+    if (snprintf(id, n, "%s", base ? base + 1 : path) >= (int)n)
+        id[n - 1] = 0; /* a very long name is cut (snprintf did); said for -Wformat-truncation */
+    size_t l = strlen(id);
+    if (l > 5 && !strcmp(id + l - 5, ".gguf"))
+        id[l - 5] = 0;
+}
+
+/* The entry for path, added if new. NULL when out of memory or over the cap. */
+static struct ebb__serve_entry *entry_for(struct ebb__serve_catalogue *cat, const char *path)
+{
+    for (size_t i = 0; i < cat->n; i++)
+        if (!strcmp(cat->e[i].path, path))
+            return &cat->e[i];
+    if (cat->n == EBB__SERVE_MAX_MODELS)
+        return NULL;
+    struct ebb__serve_entry *e = &cat->e[cat->n];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->path, sizeof(e->path), "%s", path);
+    ebb__serve_model_id(path, e->id, sizeof(e->id));
+    cat->n++;
+    return e;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Adds the .gguf files of dir (one level; a split model's later parts are left out). */
+static ebb_err add_dir(struct ebb__serve_catalogue *cat, const char *dir, struct ebb_diag *diag)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return ebb_diag_set(diag, EBB_ENOENT, "cannot list %s: %s", dir, strerror(errno));
+    char *names[EBB__SERVE_MAX_MODELS];
+    size_t k = 0;
+    for (struct dirent *de; (de = readdir(d)) && k < EBB__SERVE_MAX_MODELS;) {
+        size_t len = strlen(de->d_name);
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf") || de->d_name[0] == '.')
+            continue;
+        const char *of = strstr(de->d_name, "-of-");
+        if (of && of - de->d_name >= 6 && strncmp(of - 6, "-00001", 6))
+            continue;
+        if ((names[k] = strdup(de->d_name)))
+            k++;
+    }
+    closedir(d);
+    qsort(names, k, sizeof(names[0]), cmp_name);
+    for (size_t i = 0; i < k; i++) {
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]) < (int)sizeof(path))
+            entry_for(cat, path);
+        free(names[i]);
+    }
+    return EBB_OK;
+}
+
+/* A -m value or a section's path: as is with a '/', else under models_dir (".gguf" added when
+ * that exists and the bare name does not). */
+static void resolve(const struct ebb_config *c, const char *v, char *out, size_t n)
+{
+    struct stat st;
+    if (strchr(v, '/') || stat(v, &st) == 0) {
+        snprintf(out, n, "%s", v);
+        return;
+    }
+    snprintf(out, n, "%s/%s", c->models_dir, v);
+    if (stat(out, &st) != 0) {
+        char with[PATH_MAX];
+        if (snprintf(with, sizeof(with), "%s/%s.gguf", c->models_dir, v) < (int)sizeof(with) &&
+            stat(with, &st) == 0)
+            snprintf(out, n, "%s", with);
+    }
+}
+
+ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const *paths,
+                                   size_t n_paths, struct ebb__serve_catalogue *cat,
+                                   struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    memset(cat, 0, sizeof(*cat));
+    double ka = -1;
+    ebb_config_keep_alive(c->keep_alive, &ka);
+    for (size_t i = 0; i < n_paths; i++) {
+        char p[PATH_MAX];
+        struct stat st;
+        resolve(c, paths[i], p, sizeof(p));
+        if (stat(p, &st) != 0)
+            return ebb_diag_set(diag, EBB_ENOENT, "cannot open model '%s': %s", p, strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            rc = add_dir(cat, p, diag);
+        else if (!entry_for(cat, p))
+            rc = ebb_diag_set(diag, EBB_ERANGE, "more than %d models", EBB__SERVE_MAX_MODELS);
+        if (rc)
+            return rc;
+    }
+    if (!n_paths) {
+        struct stat st;
+        if (stat(c->models_dir, &st) == 0 && (rc = add_dir(cat, c->models_dir, diag)))
+            return rc;
+    }
+    for (size_t i = 0; i < cat->n; i++) {
+        cat->e[i].keep_alive = ka;
+        cat->e[i].ctx = c->ctx;
+        cat->e[i].parallel = c->parallel;
+    }
+    /* [model.NAME]: a section whose path is already listed renames and configures that entry;
+     * another adds one. */
+    for (size_t i = 0; i < c->n_models; i++) {
+        const struct ebb_config_model *m = &c->models[i];
+        char p[PATH_MAX];
+        struct stat st;
+        resolve(c, m->path ? m->path : m->name, p, sizeof(p));
+        if (stat(p, &st) != 0 || S_ISDIR(st.st_mode))
+            return ebb_diag_set(diag, EBB_ENOENT,
+                                "[model.%s] (line %d): cannot open model file '%s'%s%s", m->name,
+                                m->line, p, errno && !S_ISDIR(st.st_mode) ? ": " : "",
+                                S_ISDIR(st.st_mode) ? " (a directory)" : strerror(errno));
+        struct ebb__serve_entry *e = entry_for(cat, p);
+        if (!e)
+            return ebb_diag_set(diag, EBB_ERANGE, "more than %d models", EBB__SERVE_MAX_MODELS);
+        snprintf(e->id, sizeof(e->id), "%s", m->name);
+        e->pin = m->pin;
+        e->chat_template = m->chat_template;
+        e->keep_alive = ka;
+        if (m->keep_alive)
+            ebb_config_keep_alive(m->keep_alive, &e->keep_alive);
+        e->ctx = m->ctx ? m->ctx : c->ctx;
+        e->parallel = m->parallel ? m->parallel : c->parallel;
+    }
+    for (size_t i = 0; i < cat->n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(cat->e[i].id, cat->e[j].id))
+                return ebb_diag_set(diag, EBB_EINVAL,
+                                    "two models are named '%s' (%s and %s): name one with a "
+                                    "[model.NAME] section",
+                                    cat->e[i].id, cat->e[j].path, cat->e[i].path);
+    if (!cat->n) {
+        char have[1024];
+        ebb__serve_models_in(c->models_dir, have, sizeof(have));
+        return ebb_diag_set(diag, EBB_ENOENT,
+                            "no model to serve: pass -m FILE, or put GGUF files "
+                            "in models_dir (%s)",
+                            have);
+    }
+    return EBB_OK;
+}
+
+void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_catalogue *cat,
+                              const struct ebb_sched_params *tmpl)
+{
+    const char *ct = c->chat_template && strcmp(c->chat_template, "auto") ? c->chat_template : NULL;
+    for (size_t i = 0; i < cat->n; i++) {
+        struct ebb__serve_entry *e = &cat->e[i];
+        struct ebb_api_model *m = &cat->api[i];
+        m->id = e->id;
+        m->chat_template =
+            e->chat_template && strcmp(e->chat_template, "auto") ? e->chat_template : ct;
+        m->sp = *tmpl;
+        m->sp.model = ebb__serve_model_params(c, e->path);
+        m->sp.model.n_ctx = e->ctx;
+        m->sp.model.n_seq = e->parallel;
+        m->pin = e->pin;
+        m->keep_alive = e->keep_alive;
+    }
+}
+
+ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, char *path,
+                                  size_t n, struct ebb_diag *diag)
+{
+    struct ebb__serve_catalogue *cat = calloc(1, sizeof(*cat));
+    if (!cat)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    ebb_err rc = ebb__serve_catalogue_build(c, NULL, 0, cat, diag);
+    const struct ebb__serve_entry *hit = NULL;
+    size_t len = strlen(name), n_hits = 0;
+    for (size_t i = 0; !rc && i < cat->n && !hit; i++)
+        if (!strcmp(cat->e[i].id, name))
+            hit = &cat->e[i];
+    for (size_t i = 0; !rc && i < cat->n && !hit; i++)
+        if (!strcasecmp(cat->e[i].id, name))
+            hit = &cat->e[i];
+    for (size_t i = 0; !rc && !hit && len && i < cat->n; i++) {
+        if (strncasecmp(cat->e[i].id, name, len))
+            continue;
+        n_hits++;
+        if (n_hits == 1)
+            snprintf(path, n, "%s", cat->e[i].path);
+    }
+    if (!rc && hit) {
+        snprintf(path, n, "%s", hit->path);
+    } else if (!rc && n_hits != 1) {
+        char list[1024] = "";
+        size_t w = 0;
+        for (size_t i = 0; i < cat->n && w < sizeof(list); i++) {
+            int k = snprintf(list + w, sizeof(list) - w, "%s%s", i ? ", " : "", cat->e[i].id);
+            w += k > 0 ? (size_t)k : 0;
+        }
+        rc = ebb_diag_set(diag, n_hits ? EBB_EINVAL : EBB_ENOENT,
+                          "%s model '%s' in the catalogue (models_dir %s): %s",
+                          n_hits ? "more than one" : "no", name, c->models_dir, list);
+    }
+    free(cat);
+    return rc;
+}
