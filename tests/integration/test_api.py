@@ -536,7 +536,10 @@ def test_metrics_parseable(server, client):
 
 # ---- long prefill: keep-alives and cancellation within one chunk --------------------------------
 
-LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 90  # about 900 tokens
+# About 300 tokens: 9-11 s of prefill on PoCL at load 7 (900 took 38-48 s), still about a hundred
+# keep-alive periods (41 comments sent) and 20 chunks of 16 tokens, the hang-up seen within one
+# (199 ms); on a fast device both checks are bounded by their floors (0.5 s) whatever the length.
+LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 30
 
 
 def test_keepalive_during_prefill(make_server):

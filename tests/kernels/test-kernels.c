@@ -765,7 +765,12 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
  * mms_only) over several tiles of rows and tokens, partial ones at both ends and n_in inputs (8 or
  * 9 blocks), with each tile shape: residual added in place, inputs rounded to f16 (bound 2e-3 of
- * the terms' magnitude). On CPUs this runs their stand-in. */
+ * the terms' magnitude). On CPUs this runs their stand-in.
+ * Each distinct program costs PoCL a front-end compile (about 2 s of CPU, the sources and its
+ * kernel library), so one program carries a GEMM tile and a matmul_mms tile at once (the
+ * kernels read only their own MA_* or MS_* defines), and matmul_mmq's prefill tile is set to
+ * matmul_mms's so that the wprog's extra tile program is the main program again (a cache hit;
+ * the test runs matmul_mmq with the MS_* tile, never the prefill one). */
 static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
                            bool mms_only)
 {
@@ -796,29 +801,35 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     static const uint32_t ms_shapes[][3] = {{32, 1, 8}, {16, 1, 32}, {8, 1, 4},
                                             {16, 2, 8}, {32, 4, 4},  {64, 1, 1}};
     const size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
-    for (size_t si = 0; si < n_shapes + sizeof(ms_shapes) / sizeof(ms_shapes[0]); si++) {
-        bool ms = si >= n_shapes;
-        if (mms_only && (!ms || si > n_shapes + 1))
-            continue; /* the layout's words: two tiles suffice */
+    const size_t n_ms = sizeof(ms_shapes) / sizeof(ms_shapes[0]);
+    /* Program si: GEMM tile si (unless mms_only) and matmul_mms tile si, where there are. */
+    bool has_mms = true;
+    for (size_t si = 0; si < (mms_only ? 2 : n_shapes); si++) {
+        /* the layout's words: two matmul_mms tiles suffice */
+        bool mma = !mms_only, ms = has_mms && si < n_ms;
+        if (!mma && !ms)
+            break;
         if (ms) {
-            t.mms_t = ms_shapes[si - n_shapes][0];
-            t.mms_mi = ms_shapes[si - n_shapes][1];
-            t.mms_w = ms_shapes[si - n_shapes][2];
+            t.mms_t = ms_shapes[si][0];
+            t.mms_mi = ms_shapes[si][1];
+            t.mms_w = ms_shapes[si][2];
+            t.mmq_t = t.mms_t;
+            t.mmq_mi = t.mms_mi;
+            t.mmq_w = t.mms_w;
+            t.mmq_kb = t.mms_kb;
         }
         t.mm_mma = 1;
-        t.mmq = 1;
-        if (!ms) {
+        t.mmq = ms;
+        if (mma) {
             t.mma_r = shapes[si][0];
             t.mma_t = shapes[si][1];
             t.mma_k = shapes[si][2];
         }
         struct ebb_cl_wprog p;
         OK(ebb_cl_wprog_build(cl, &wt.layout, &t, &p, D));
-        if (ms && !p.matmul_mms) { /* matmul_mms is built for 4-bit layouts with W_Q16 */
-            ebb_cl_wprog_fini(&p);
-            break;
-        }
-        for (int v = ms ? 2 : 0; v < (ms ? 3 : 2); v++) {
+        if (ms && !p.matmul_mms) /* matmul_mms is built for 4-bit layouts with W_Q16 */
+            has_mms = ms = false;
+        for (int v = mma ? 0 : 2; v < (ms ? 3 : 2); v++) {
             cl_kernel k = v == 2 ? p.matmul_mms : v ? p.matmul_mmb : p.matmul_mma;
             const char *kn = v == 2 ? "matmul_mms" : v ? "matmul_mmb" : "matmul_mma";
             uint32_t sr = v == 2 ? 16 * t.mms_mi : t.mma_r, st = v == 2 ? t.mms_t : t.mma_t,

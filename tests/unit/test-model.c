@@ -153,7 +153,13 @@ static void ids_of(json_t *arr, int32_t *out, size_t *n, size_t cap)
 
 /* First-step logits: the full vector of prompt 0 from the .bin, and the top 100 of every
  * prompt that runs. */
-static void test_first_logits(void **state)
+static void greedy_from_prompt(size_t c, json_t *cs, uint32_t n, int32_t *top_ids,
+                               float *top_logits, int *exact, int *accepted);
+
+/* The first step of each prompt against llama.cpp's logits, then greedy steps from the same
+ * prompt evaluation (one prefill a prompt for both checks: the greedy steps continue the KV
+ * entries it wrote; its top 2 come from the device as every later step's do). */
+static void test_first_logits_and_greedy(void **state)
 {
     (void)state;
     if (!model)
@@ -175,12 +181,16 @@ static void test_first_logits(void **state)
 
     json_t *cases = json_object_get(expect, "cases");
     float worst = 0, worst_c = 0;
+    int exact = 0, accepted = 0;
     for (size_t c = 0; c < n_prompts(); c++) {
         json_t *cs = json_array_get(cases, c);
         static int32_t toks[MAX_PROMPT];
         size_t n;
         ids_of(json_object_get(cs, "prompt_ids"), toks, &n, MAX_PROMPT);
-        struct ebb_model_out out = {.logits = ours};
+        int32_t top_ids[2];
+        float top_logits[2];
+        struct ebb_model_out out = {
+            .logits = ours, .top_k = 2, .top_ids = top_ids, .top_logits = top_logits};
         struct ebb_diag d = {{0}};
         ebb_err rc = ebb_model_eval(model, 0, toks, (uint32_t)n, 0, &out, &d);
         if (rc)
@@ -235,68 +245,56 @@ static void test_first_logits(void **state)
         if (am != json_integer_value(json_array_get(tid, 0)) && !(m0 < margin_tol))
             fail_msg("prompt %zu: argmax %u, llama.cpp's %lld at margin %.4f >= %.2f", c, am,
                      (long long)json_integer_value(json_array_get(tid, 0)), m0, (double)margin_tol);
+        greedy_from_prompt(c, cs, (uint32_t)n, top_ids, top_logits, &exact, &accepted);
     }
     fprintf(stderr,
             "# worst first-step logit difference %.4f (tolerance %.2f), %.4f without the mean "
             "offset (tolerance %.2f)\n",
             (double)worst, (double)logit_tol, (double)worst_c, (double)centered_tol);
-    free(ours);
-    free(ref);
-}
-
-static void test_greedy_ids(void **state)
-{
-    (void)state;
-    if (!model)
-        skip();
-    json_t *cases = json_object_get(expect, "cases");
-    int exact = 0, accepted = 0;
-    for (size_t c = 0; c < n_prompts(); c++) {
-        json_t *cs = json_array_get(cases, c);
-        static int32_t toks[MAX_PROMPT];
-        int32_t want[128];
-        size_t n, n_gen;
-        ids_of(json_object_get(cs, "prompt_ids"), toks, &n, MAX_PROMPT);
-        ids_of(json_object_get(cs, "ids"), want, &n_gen, 128);
-        if (getenv("EBB_TEST_STEPS") && (size_t)atoi(getenv("EBB_TEST_STEPS")) < n_gen)
-            n_gen = (size_t)atoi(getenv("EBB_TEST_STEPS"));
-        json_t *margins = json_object_get(cs, "margins");
-        int32_t top_ids[2];
-        float top_logits[2];
-        struct ebb_model_out out = {.top_k = 2, .top_ids = top_ids, .top_logits = top_logits};
-        struct ebb_diag d = {{0}};
-        uint32_t pos = 0;
-        ebb_err rc = ebb_model_eval(model, 0, toks, (uint32_t)n, pos, &out, &d);
-        if (rc)
-            fail_msg("eval: %s", d.msg);
-        pos += (uint32_t)n;
-        size_t step;
-        for (step = 0; step < n_gen; step++) {
-            int32_t tok = top_ids[0];
-            if (tok != want[step])
-                break;
-            rc = ebb_model_eval(model, 0, &tok, 1, pos++, &out, &d);
-            if (rc)
-                fail_msg("eval: %s", d.msg);
-        }
-        if (step == n_gen) {
-            exact++;
-            continue;
-        }
-        double m = json_real_value(json_array_get(margins, step));
-        fprintf(stderr,
-                "# prompt %zu diverges at step %zu: ours %d (margin %.4f), llama.cpp %d "
-                "(margin %.4f)\n",
-                c, step, top_ids[0], (double)(top_logits[0] - top_logits[1]), want[step], m);
-        if (!(m < margin_tol))
-            fail_msg("prompt %zu diverges at step %zu where llama.cpp's margin %.4f >= %.2f", c,
-                     step, m, (double)margin_tol);
-        accepted++;
-    }
     fprintf(stderr,
             "# greedy: %d of %zu prompts identical for all steps, %d diverge at a near "
             "tie\n",
             exact, n_prompts(), accepted);
+    free(ours);
+    free(ref);
+}
+
+/* Greedy steps of prompt c (case cs) after its evaluation at positions 0..n-1 in slot 0, whose
+ * top 2 are top_ids/top_logits: ids equal to llama.cpp's, or a divergence only at a near tie. */
+static void greedy_from_prompt(size_t c, json_t *cs, uint32_t n, int32_t *top_ids,
+                               float *top_logits, int *exact, int *accepted)
+{
+    int32_t want[128];
+    size_t n_gen;
+    ids_of(json_object_get(cs, "ids"), want, &n_gen, 128);
+    if (getenv("EBB_TEST_STEPS") && (size_t)atoi(getenv("EBB_TEST_STEPS")) < n_gen)
+        n_gen = (size_t)atoi(getenv("EBB_TEST_STEPS"));
+    json_t *margins = json_object_get(cs, "margins");
+    struct ebb_model_out out = {.top_k = 2, .top_ids = top_ids, .top_logits = top_logits};
+    struct ebb_diag d = {{0}};
+    uint32_t pos = n;
+    size_t step;
+    for (step = 0; step < n_gen; step++) {
+        int32_t tok = top_ids[0];
+        if (tok != want[step])
+            break;
+        ebb_err rc = ebb_model_eval(model, 0, &tok, 1, pos++, &out, &d);
+        if (rc)
+            fail_msg("eval: %s", d.msg);
+    }
+    if (step == n_gen) {
+        (*exact)++;
+        return;
+    }
+    double m = json_real_value(json_array_get(margins, step));
+    fprintf(stderr,
+            "# prompt %zu diverges at step %zu: ours %d (margin %.4f), llama.cpp %d "
+            "(margin %.4f)\n",
+            c, step, top_ids[0], (double)(top_logits[0] - top_logits[1]), want[step], m);
+    if (!(m < margin_tol))
+        fail_msg("prompt %zu diverges at step %zu where llama.cpp's margin %.4f >= %.2f", c, step,
+                 m, (double)margin_tol);
+    (*accepted)++;
 }
 
 static void test_errors(void **state)
@@ -817,8 +815,7 @@ int main(void)
         cmocka_unit_test(test_tiny_model),
         cmocka_unit_test(test_kv_copy),
         cmocka_unit_test(test_kv_store),
-        cmocka_unit_test(test_first_logits),
-        cmocka_unit_test(test_greedy_ids),
+        cmocka_unit_test(test_first_logits_and_greedy),
         cmocka_unit_test(test_prefill_vs_decode),
         cmocka_unit_test(test_hidden_sum),
         cmocka_unit_test(test_window_reuse),
