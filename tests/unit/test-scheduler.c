@@ -1065,9 +1065,10 @@ static void test_speculative(void **state)
 {
     (void)state;
     struct ebb_sched *s = start(1, 4, 8);
-    /* Passes cost 1 ms whatever their rows, as streamed ones nearly do: the adaptation times
-     * them and drafts the most. */
-    atomic_store(&eval_delay_us, 1000);
+    /* Passes cost 5 ms whatever their rows, as streamed ones nearly do: the adaptation times
+     * them and drafts the most (at 1 ms a loaded CI machine's scheduling noise once hid that:
+     * 14 passes against 41). */
+    atomic_store(&eval_delay_us, 5000);
     struct rec plain, spec;
     struct ebb_gen_params gp = greedy(40);
     atomic_store(&evals, 0);
