@@ -48,15 +48,8 @@ void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg);
 
 /* ---- the catalogue (catalogue.c) ----------------------------------------------------------- */
 
-/* Builds a's served models: cfg's catalogue, or the one model named model_id. */
-ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg);
-/* Frees the models (their schedulers first, the ones the API owns). */
-void ebb__catalogue_fini(struct ebb_api *a);
-/* The async callback: loads that ended since the last call are prepared or reported, and the
- * requests waiting for them go on. */
-void ebb__catalogue_async(struct ebb_api *a);
-/* The tick: unloads the models keep_alive or an unload request says to. */
-void ebb__catalogue_tick(struct ebb_api *a, double now);
+/* ebb__catalogue_init, _fini, _async and _tick: http.h (server.c calls them through struct
+ * ebb__handlers). */
 /* Requests parked for a load go on (their handlers run again). */
 void ebb__catalogue_wake(struct ebb_api *a);
 

@@ -325,7 +325,26 @@ struct ebb__handlers {
     void (*gen_keepalive)(struct ebb__req *r, double now);
     void (*gen_conn_closed)(struct ebb__req *r);
     void (*gen_free)(struct ebb__gen *g);
+    /* the catalogue's (catalogue.c, below), which itself parks and answers requests through
+     * server.c: the server reaches it only through this table */
+    ebb_err (*catalogue_init)(struct ebb_api *a, const struct ebb_api_config *cfg);
+    void (*catalogue_fini)(struct ebb_api *a);
+    void (*catalogue_async)(struct ebb_api *a);
+    void (*catalogue_tick)(struct ebb_api *a, double now);
+    void (*served_release)(struct ebb__req *r);
 };
+
+/* ---- the catalogue's life (catalogue.c; the server calls these through struct ebb__handlers) */
+
+/* Builds a's served models: cfg's catalogue, or the one model named model_id. */
+ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg);
+/* Frees the models (their schedulers first, the ones the API owns). */
+void ebb__catalogue_fini(struct ebb_api *a);
+/* The async callback: loads that ended since the last call are prepared or reported, and the
+ * requests waiting for them go on. */
+void ebb__catalogue_async(struct ebb_api *a);
+/* The tick: unloads the models keep_alive or an unload request says to. */
+void ebb__catalogue_tick(struct ebb_api *a, double now);
 
 /* One model the server can serve (catalogue.c). Outside catalogue mode there is one, whose
  * scheduler the daemon owns and hands over (ebb_api_set_sched); in catalogue mode the API

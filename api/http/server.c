@@ -280,7 +280,7 @@ static void req_maybe_free(struct ebb__req *r)
     if (r->conn || r->engine_ref || r->watch_state != EBB__WATCH_IDLE)
         return;
     live_unlink(r);
-    ebb__served_release(r);
+    r->api->h->served_release(r);
     if (r->gen)
         r->api->h->gen_free(r->gen);
     ebb__abuf_fini(&r->body);
@@ -401,7 +401,7 @@ static void on_async(uv_async_t *h)
         r->pump_next = r->ready_next;
     }
     pthread_mutex_unlock(&a->mu);
-    ebb__catalogue_async(a);
+    a->h->catalogue_async(a);
     while (list) {
         struct ebb__req *r = list;
         list = r->pump_next;
@@ -421,7 +421,7 @@ static void on_tick(uv_timer_t *t)
     }
     if (ebb__limits_sweep(a))
         ebb__kick(a); /* MHD reads the end of the shut sockets and frees them */
-    ebb__catalogue_tick(a, now);
+    a->h->catalogue_tick(a, now);
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -483,7 +483,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->metrics.started_at = ebb__unix_now();
     a->on_ready = cfg->on_ready;
     a->ud = cfg->ud;
-    rc = ebb__catalogue_init(a, cfg);
+    rc = a->h->catalogue_init(a, cfg);
     if (rc) {
         ebb_diag_set(diag, rc, "out of memory");
         goto out;
@@ -574,7 +574,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     *out = a;
     return EBB_OK;
 out:
-    ebb__catalogue_fini(a);
+    a->h->catalogue_fini(a);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
     freelist(a->allowed_hosts, a->n_allowed_hosts);
@@ -688,7 +688,7 @@ void ebb_api_free(struct ebb_api *a)
     uv_close((uv_handle_t *)&a->mhd_timer, NULL);
     uv_close((uv_handle_t *)&a->tick, NULL);
     uv_run(a->loop, UV_RUN_NOWAIT);
-    ebb__catalogue_fini(a);
+    a->h->catalogue_fini(a);
     ebb__limits_fini(&a->limits);
     if (a->resp_store_free)
         a->resp_store_free(a->resp_store);

@@ -10,6 +10,11 @@ static const struct ebb__handlers handlers = {
     .gen_keepalive = ebb__gen_keepalive,
     .gen_conn_closed = ebb__gen_conn_closed,
     .gen_free = ebb__gen_free,
+    .catalogue_init = ebb__catalogue_init,
+    .catalogue_fini = ebb__catalogue_fini,
+    .catalogue_async = ebb__catalogue_async,
+    .catalogue_tick = ebb__catalogue_tick,
+    .served_release = ebb__served_release,
 };
 
 ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct ebb_api **out,
