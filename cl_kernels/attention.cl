@@ -735,6 +735,48 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
 #define FA_DS (HEAD_DIM / 16)    /* 16-wide steps over a head */
 #define FA_DN (FA_DV / 8)        /* 8-wide output tiles of the work-group's dimensions */
 
+/* ATT_ASYNC (the host sets it after ebb_cl_async_probe, f16 caches only): the tiles are copied
+ * with cp.async (sm_80), keys and values row by row as they lie in the cache, so that the next
+ * tile's keys load while this tile's probabilities and values are worked on, and its values
+ * while the next tile's scores are; the values are read as B fragments by ldmatrix.trans. One
+ * buffer each for keys and values: the keys' copy is issued once every warp has its scores, the
+ * values' once every warp has added its P V. */
+#if defined(ATT_ASYNC) && ATT_ASYNC && !(defined(KV_Q8) && KV_Q8)
+#define FA_ASYNC 1
+#define FA_VR (FA_DV + 8) /* halves per staged value row (the rows 16-byte aligned) */
+/* FA_KT positions from k0 of dims values a position (src at the first), 8 halves a copy, into
+ * rows of pitch halves; zeros past n_keys (a copy of 0 source bytes fills its 16 with zeros). */
+inline void fa_stage(uint dst, int pitch, const __global half *src, int dims, int k0, int n_keys,
+                     int n_ctx, int lid)
+{
+    for (int c = lid; c < FA_KT * (dims / 8); c += 128) {
+        int j = c / (dims / 8), d = c % (dims / 8) * 8;
+        bool in = k0 + j < n_keys;
+        const __global half *s = src + (in ? (size_t)((k0 + j) % n_ctx) * HEAD_DIM + d : 0);
+        cp_async16(dst + (uint)(j * pitch + d) * 2u, s, in ? 16 : 0);
+    }
+}
+#else
+#define FA_ASYNC 0
+#endif
+
+/* ATT_EX2: probabilities through ex2.approx on scores in base 2 (the queries scaled by log2 e),
+ * the row maxima written for attn_prefill_merge back in base e. */
+#if defined(ATT_EX2) && ATT_EX2
+#define FA_QS (scale * M_LOG2E_F)
+inline float fa_exp(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#define FA_ML(m) ((m) * M_LN2_F)
+#else
+#define FA_QS scale
+#define fa_exp(x) exp(x)
+#define FA_ML(m) (m)
+#endif
+
 inline float fa_shfl_xor(float v, int m)
 {
     float o;
@@ -771,9 +813,14 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
                  int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0,
                  int win, __global float *po, __global float2 *pml)
 {
-    __local uint ks[FA_KT * FA_KP / 2]; /* half K[k0 + j][d] at j * FA_KP + d */
+    /* half K[k0 + j][d] at j * FA_KP + d (rows 16-byte aligned for cp.async) */
+    __local uint ks[FA_KT * FA_KP / 2] __attribute__((aligned(16)));
+#if FA_ASYNC
+    /* half V[k0 + j][dv0 + d] at j * FA_VR + d (rows 16-byte aligned for cp.async, ldmatrix) */
+    __local uint vs[FA_KT * FA_VR / 2] __attribute__((aligned(16)));
+#else
     __local uint vt[FA_DV * FA_VP / 2]; /* half V[k0 + j][dv0 + d] at d * FA_VP + j */
-    __local ushort *vth = (__local ushort *)vt;
+#endif
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int h = get_group_id(1) / FA_NV, dv0 = (get_group_id(1) % FA_NV) * FA_DV;
     int hk = h / (n_head / n_head_kv);
@@ -796,10 +843,10 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
 #pragma unroll
     for (int s = 0; s < FA_DS; s++) {
         int d = s * 16 + 2 * q;
-        qf[s][0] = fa_h2(qra[d] * scale, qra[d + 1] * scale);
-        qf[s][1] = fa_h2(qrb[d] * scale, qrb[d + 1] * scale);
-        qf[s][2] = fa_h2(qra[d + 8] * scale, qra[d + 9] * scale);
-        qf[s][3] = fa_h2(qrb[d + 8] * scale, qrb[d + 9] * scale);
+        qf[s][0] = fa_h2(qra[d] * FA_QS, qra[d + 1] * FA_QS);
+        qf[s][1] = fa_h2(qrb[d] * FA_QS, qrb[d + 1] * FA_QS);
+        qf[s][2] = fa_h2(qra[d + 8] * FA_QS, qra[d + 9] * FA_QS);
+        qf[s][3] = fa_h2(qrb[d + 8] * FA_QS, qrb[d + 9] * FA_QS);
     }
     float o[FA_DN][4];
 #pragma unroll
@@ -810,7 +857,20 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
     const __global KV_T *kb = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     const __global KV_T *vb = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM + dv0);
+#if FA_ASYNC
+    /* The first tile's keys and values in flight (two groups of copies). */
+    uint ks0 = local_saddr(ks), vs0 = local_saddr(vs); /* shared addresses */
+    if (k_lo < k_end)
+        fa_stage(ks0, FA_KP, kb, HEAD_DIM, k_lo, n_keys, n_ctx, lid);
+    CP_COMMIT();
+    if (k_lo < k_end)
+        fa_stage(vs0, FA_VR, vb, FA_DV, k_lo, n_keys, n_ctx, lid);
+    CP_COMMIT();
+#endif
     for (int k0 = k_lo; k0 < k_end; k0 += FA_KT) {
+#if FA_ASYNC
+        CP_WAIT(1); /* this tile's keys (its values may still be in flight) */
+#else
         /* Stage FA_KT keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
         for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
             int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
@@ -833,11 +893,13 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
                 vt[((d + 2 * i + 1) * FA_VP + j) / 2] = (wa[i] >> 16) | (wn[i] & 0xffff0000u);
             }
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         /* Some of the warp's queries see this tile: not all past them, not all before the
          * window of the first. */
-        if (k0 <= pos0 + tw + 15 && k0 + FA_KT > w_lo) {
-            float sc[FA_KT / 8][4];
+        bool act = k0 <= pos0 + tw + 15 && k0 + FA_KT > w_lo;
+        float sc[FA_KT / 8][4];
+        if (act) {
 #pragma unroll
             for (int n = 0; n < FA_KT / 8; n++) {
 #pragma unroll
@@ -850,6 +912,15 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
                     MMA_F16(sc[n], qf[s][0], qf[s][1], qf[s][2], qf[s][3], b0, b1);
                 }
             }
+        }
+#if FA_ASYNC
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp has read the keys: the next tile's load */
+        if (k0 + FA_KT < k_end)
+            fa_stage(ks0, FA_KP, kb, HEAD_DIM, k0 + FA_KT, n_keys, n_ctx, lid);
+        CP_COMMIT();
+#endif
+        uint pf[FA_KT / 8][2]; /* probabilities as halves: rows a and b of each 8-key tile */
+        if (act) {
             /* Causal mask and the window, on the tiles that cross a row's position or its
              * window's start (the same for the whole warp), and the running max of rows g (a)
              * and g + 8 (b). */
@@ -873,8 +944,8 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
             xb = fmax(xb, fa_shfl_xor(xb, 2));
             float na = fmax(ma, xa), nb = fmax(mb, xb);
             /* A row that has seen no key yet keeps -inf: its factor and probabilities are 0. */
-            float ca = na == -INFINITY ? 0.0f : exp(ma - na);
-            float cb = nb == -INFINITY ? 0.0f : exp(mb - nb);
+            float ca = na == -INFINITY ? 0.0f : fa_exp(ma - na);
+            float cb = nb == -INFINITY ? 0.0f : fa_exp(mb - nb);
             ma = na;
             mb = nb;
             la *= ca;
@@ -886,31 +957,58 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
                 o[n][2] *= cb;
                 o[n][3] *= cb;
             }
-            uint pf[FA_KT / 8][2]; /* probabilities as halves: rows a and b of each 8-key tile */
 #pragma unroll
             for (int n = 0; n < FA_KT / 8; n++) {
-                float p0 = na == -INFINITY ? 0.0f : exp(sc[n][0] - na);
-                float p1 = na == -INFINITY ? 0.0f : exp(sc[n][1] - na);
-                float p2 = nb == -INFINITY ? 0.0f : exp(sc[n][2] - nb);
-                float p3 = nb == -INFINITY ? 0.0f : exp(sc[n][3] - nb);
+                float p0 = na == -INFINITY ? 0.0f : fa_exp(sc[n][0] - na);
+                float p1 = na == -INFINITY ? 0.0f : fa_exp(sc[n][1] - na);
+                float p2 = nb == -INFINITY ? 0.0f : fa_exp(sc[n][2] - nb);
+                float p3 = nb == -INFINITY ? 0.0f : fa_exp(sc[n][3] - nb);
                 la += p0 + p1;
                 lb += p2 + p3;
                 pf[n][0] = fa_h2(p0, p1);
                 pf[n][1] = fa_h2(p2, p3);
             }
+        }
+#if FA_ASYNC
+        CP_WAIT(1); /* this tile's values (the next tile's keys may still be in flight) */
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        if (act) {
             /* O += P V: 16-key steps, the A fragment from two 8-key tiles of P. */
 #pragma unroll
             for (int kk = 0; kk < FA_KT / 16; kk++) {
                 uint a0 = pf[2 * kk][0], a1 = pf[2 * kk][1];
                 uint a2 = pf[2 * kk + 1][0], a3 = pf[2 * kk + 1][1];
+#if FA_ASYNC
+                /* ldmatrix.x4.trans: lanes 8i..8i + 7 give the rows of matrix i: keys kk * 16 +
+                 * (i & 1) * 8 + 0..7 at dimensions (n + i / 2) * 8: matrices 0 and 1 are the B
+                 * fragment of output tile n, 2 and 3 that of n + 1. */
+                int vrow = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+                for (int n = 0; n < FA_DN; n += 2) {
+                    uint addr = vs0 + (uint)(vrow * FA_VR + (n + (lane >> 4)) * 8) * 2u;
+                    uint b0, b1, b2, b3;
+                    LDSM_X4_T(b0, b1, b2, b3, addr);
+                    MMA_F16(o[n], a0, a1, a2, a3, b0, b1);
+                    MMA_F16(o[n + 1], a0, a1, a2, a3, b2, b3);
+                }
+#else
 #pragma unroll
                 for (int n = 0; n < FA_DN; n++) {
                     int vr = (n * 8 + g) * (FA_VP / 2) + kk * 8 + q;
                     MMA_F16(o[n], a0, a1, a2, a3, vt[vr], vt[vr + 4]);
                 }
+#endif
             }
         }
+#if FA_ASYNC
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp has read the values: the next tile's load */
+        if (k0 + FA_KT < k_end)
+            fa_stage(vs0, FA_VR, vb, FA_DV, k0 + FA_KT, n_keys, n_ctx, lid);
+        CP_COMMIT();
+#else
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
     la += fa_shfl_xor(la, 1);
     la += fa_shfl_xor(la, 2);
@@ -934,9 +1032,9 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
         }
         if (q == 0 && dv0 == 0) {
             if (wa)
-                pml[zr + tw + g] = (float2)(ma, la);
+                pml[zr + tw + g] = (float2)(FA_ML(ma), la);
             if (wb)
-                pml[zr + tw + g + 8] = (float2)(mb, lb);
+                pml[zr + tw + g + 8] = (float2)(FA_ML(mb), lb);
         }
         return;
     }

@@ -50,6 +50,62 @@ inline void mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint 
                  "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"                          \
                  : "=r"((c)[0]), "=r"((c)[1]), "=r"((c)[2]), "=r"((c)[3])                       \
                  : "r"(a0), "r"(a1), "r"(b0), "r"(0))
+
+/* Asynchronous copies and matrix loads from local memory (sm_80; attn_prefill_mma with
+ * ATT_ASYNC, after async_probe below passed). local_saddr gives a __local pointer's address in
+ * shared memory, which both instructions take (the pointer's integer value is that address, or
+ * a generic address in the shared window, which cvta converts). cp_async16 copies 16 bytes from
+ * src to the shared address dst (both 16-byte aligned), of which the first n (0 or 16) come from
+ * src and the rest are zeros; the copies of a thread are grouped by CP_COMMIT and waited for by
+ * CP_WAIT(n) (all but the newest n groups complete; other threads see them after a barrier).
+ * LDSM_X4_T loads four 8 x 8 matrices of halves transposed: lanes 8i..8i + 7 give the shared
+ * addresses of matrix i's rows (16 bytes each), and lane 4g + q receives in register i the halves
+ * at rows 2q and 2q + 1 of column g, the lower row in the low half: a B fragment of mma_f16 when
+ * rows are its k. All are volatile statements, kept in order with each other and the barriers. */
+inline uint local_saddr(__local void *p)
+{
+    uint r;
+    asm("{ .reg .pred s; .reg .u64 a; isspacep.shared s, %1; @s cvta.to.shared.u64 a, %1; "
+        "@!s mov.u64 a, %1; cvt.u32.u64 %0, a; }"
+        : "=r"(r)
+        : "l"((ulong)(size_t)p));
+    return r;
+}
+inline void cp_async16(uint dst, const __global void *src, int n)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"(dst), "l"((ulong)(size_t)src), "r"(n));
+}
+#define CP_COMMIT() asm volatile("cp.async.commit_group;")
+#define CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";")
+#define LDSM_X4_T(r0, r1, r2, r3, addr)                                                          \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"       \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                       \
+                 : "r"(addr))
+#endif
+
+#ifdef ASYNC_PROBE
+/* One warp copies 16 rows of 16 halves (v, row-major) into local rows of 24 halves with
+ * cp_async16, rows 14 and 15 as zeros (0 source bytes), and loads them back with LDSM_X4_T:
+ * matrix i is rows (i & 1) * 8.. and columns (i >> 1) * 8..; lane l writes its four registers
+ * to out[4 l + i]. Global and local size (32). */
+__kernel void async_probe(__global const uint *v, __global uint *out)
+{
+    __local uint t[16 * 12] __attribute__((aligned(16)));
+    int lane = get_local_id(0), r = lane / 2, c = lane % 2 * 8;
+    uint t0 = local_saddr(t);
+    cp_async16(t0 + (uint)(r * 24 + c) * 2u, v + (r * 16 + c) / 2, r >= 14 ? 0 : 16);
+    CP_COMMIT();
+    CP_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint b0, b1, b2, b3;
+    LDSM_X4_T(b0, b1, b2, b3, t0 + (uint)((lane & 15) * 24 + (lane >> 4) * 8) * 2u);
+    out[4 * lane] = b0;
+    out[4 * lane + 1] = b1;
+    out[4 * lane + 2] = b2;
+    out[4 * lane + 3] = b3;
+}
 #endif
 
 #ifdef MMA_PROBE

@@ -289,6 +289,14 @@ static const struct knob knobs[] = {
     BOOL1("ATTMMA", att_mma,
           "prefill attention on tensor cores (attn_prefill_mma; with PTX after the mma probe)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    BOOL1("ATTASYNC", att_async,
+          "with ATTMMA and an f16 cache, prefill attention copies its key and value tiles with "
+          "cp.async (the next tile's during this one's products) and reads the values with "
+          "ldmatrix (after the async probe)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    BOOL1("ATTEX2", att_ex2,
+          "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     UINT1("ATT_CHUNK", att_chunk, "pow2 32..1024", "decode attention's positions per work-group",
           {DC_ANY, {256}}, {DC_GPU, {64}}),
     UINT1("NORM_WG", norm_wg, "pow2 1..256",

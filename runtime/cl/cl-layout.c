@@ -432,10 +432,13 @@ ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, c
                  "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
                  "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
                  "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
-                 "#define ATT_MMA %u\n#define MV_CPU %u\n%s%s",
+                 "#define ATT_MMA %u\n#define ATT_ASYNC %u\n#define ATT_EX2 %u\n"
+                 "#define MV_CPU %u\n%s%s",
                  tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
                  tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
-                 tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->mv_cpu,
+                 tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
+                 tu->att_async && tu->mv_ptx ? 1u : 0u, tu->att_ex2 && tu->mv_ptx ? 1u : 0u,
+                 tu->mv_cpu,
                  tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "", tu->kv_q8 ? "#define KV_Q8 1\n" : "");
     return n < 0 || (size_t)n >= cap ? EBB_ERANGE : EBB_OK;
 }

@@ -219,6 +219,9 @@ struct ebb_cl_wprog {
  * against the CPU: true when this device's tensor-core path may be used. The program is cached
  * like every other; the run takes microseconds. */
 bool ebb_cl_mma_probe(struct ebb_cl *cl);
+/* True when cp.async into local memory (with its zero fill) and ldmatrix.trans run on this
+ * device as attn_prefill_mma's ATT_ASYNC path expects them (PTX, sm_80 and later). */
+bool ebb_cl_async_probe(struct ebb_cl *cl);
 
 /* Builds and runs q8.cl's idp_probe (dot4_ss and dot4_us under MV_IDP, through
  * cl_khr_integer_dot_product's dot_4x8packed_ss_int / dot_4x8packed_us_int, with the options

@@ -91,6 +91,46 @@ bool ebb_cl_mma_probe(struct ebb_cl *cl)
     return ok;
 }
 
+bool ebb_cl_async_probe(struct ebb_cl *cl)
+{
+    /* v: 16 rows of 16 halves, small distinct integers (exact as halves); rows 14 and 15 arrive
+     * as zeros. Lane 4g + q's register i: rows r = (i & 1) * 8 + 2q and r + 1 of column (i >> 1)
+     * * 8 + g, the lower row in the low half. */
+    uint16_t v[16 * 16];
+    uint32_t want[32 * 4], got[32 * 4];
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            v[r * 16 + c] = half_of_int((r * 16 + c) % 37 - 18);
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            int r = (i & 1) * 8 + 2 * (lane & 3), c = (i >> 1) * 8 + lane / 4;
+            uint32_t lo = r < 14 ? v[r * 16 + c] : 0, hi = r + 1 < 14 ? v[(r + 1) * 16 + c] : 0;
+            want[4 * lane + i] = lo | hi << 16;
+        }
+    /* In a context of its own: a kernel that faults (a driver that places or addresses the
+     * shared memory otherwise) leaves the context it ran in unusable, and the engine's must
+     * stay whole for the fallback. */
+    const char *src = NULL;
+    if (ebb_cl_source("mma.cl", &src, NULL))
+        return false;
+    struct ebb_cl own = *cl;
+    cl_int e = CL_SUCCESS;
+    own.ctx = clCreateContext(NULL, 1, &cl->dev, NULL, NULL, &e);
+    own.q = own.ctx ? clCreateCommandQueue(own.ctx, cl->dev, 0, &e) : NULL;
+    const char *srcs[] = {"#define MV_PTX 1\n#define ASYNC_PROBE 1\n", src};
+    const struct probe_in in[] = {{v, sizeof(v)}};
+    size_t g = 32;
+    bool ok = own.q &&
+              probe_run(&own, srcs, 2, "", "async_probe", in, 1, got, sizeof(got), g, &g) &&
+              !memcmp(got, want, sizeof(got));
+    if (own.q)
+        clReleaseCommandQueue(own.q);
+    if (own.ctx)
+        clReleaseContext(own.ctx);
+    ebb_cl_source_release(src);
+    return ok;
+}
+
 bool ebb_cl_idp_probe_with(struct ebb_cl *cl, const char *defs, bool *exact)
 {
     if (exact)

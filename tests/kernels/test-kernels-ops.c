@@ -675,9 +675,9 @@ static void test_attention_mma_hd(cl_program p, int hd, bool q8)
                 }
             }
     }
-    printf("  attention prefill on tensor cores%s, head_dim %d (%d queries; windows, rings; whole "
-           "and in 3 or 8 runs of keys) max abs err %.2e\n",
-           q8 ? " (q8_0 KV)" : "", hd, T, worst);
+    printf("  attention prefill on tensor cores%s%s, head_dim %d (%d queries; windows, rings; "
+           "whole and in 3 or 8 runs of keys) max abs err %.2e\n",
+           q8 ? " (q8_0 KV)" : "", tu.att_async && !q8 ? " (cp.async)" : "", hd, T, worst);
     clReleaseKernel(k);
     clReleaseKernel(km);
     cl_mem ms[] = {kc, vc, qb, ob, apo, apml};
@@ -930,12 +930,22 @@ static void test_ops(void)
     test_attention_mma_hd(p, HD, false);
     clReleaseProgram(p);
     /* The tensor-core prefill attention for heads of 128 and 256 (Gemma 3's), where the device
-     * builds it (PTX). */
-    for (int hd = 128; hd <= 256 && tu.mv_ptx; hd *= 2) {
-        tu.att_g = 1;
-        OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
-        test_attention_mma_hd(p, hd, false);
-        clReleaseProgram(p);
+     * builds it (PTX); with its tiles copied by cp.async where the probe passed, and then
+     * through registers too. */
+    for (int as = (int)tu.att_async; as >= 0 && tu.mv_ptx; as--) {
+        tu.att_async = (uint32_t)as;
+        if (!as) {
+            tu.att_g = NH / NKV;
+            OK(ebb_cl_ops_build(cl, &tu, HD, &p, D));
+            test_attention_mma_hd(p, HD, false);
+            clReleaseProgram(p);
+        }
+        for (int hd = 128; hd <= 256; hd *= 2) {
+            tu.att_g = 1;
+            OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
+            test_attention_mma_hd(p, hd, false);
+            clReleaseProgram(p);
+        }
     }
     /* The GPU shape of decode attention on this device: 4 work-items a key, batched loads,
      * work-groups of 128 (partial outputs over 8 position groups), chunks of 64. */

@@ -1293,6 +1293,13 @@ int main(void)
         CHECK(ok, "the mma.sync probe failed on %s", cl->info.name);
         tu.mm_mma = ok;
     }
+    if (tu.att_async && tu.mv_ptx) {
+        /* NVIDIA: cp.async and ldmatrix (attn_prefill_mma's ATT_ASYNC) on sm_80 and later. */
+        bool ok = ebb_cl_async_probe(cl);
+        printf("async copy probe (cp.async, ldmatrix through PTX): %s\n", ok ? "passed" : "failed");
+        CHECK(ok, "the cp.async / ldmatrix probe failed on %s", cl->info.name);
+        tu.att_async = ok;
+    }
     if (tu.mv_idp) {
         /* A device listing cl_khr_integer_dot_product (or EBB_CL_IDP=1): the kernels below run
          * MV_IDP where the probe passes, as the engine would. */
