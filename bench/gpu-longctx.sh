@@ -13,7 +13,7 @@
 #     the decode rate after the prompt.
 # Logs go to $OUT (or /tmp/out): longctx.log, llama.jsonl, the servers' logs.
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-longctx.sh
-# Environment: EBB_SHAPE, EBB_TYPE (q4_0), EBB_CHATS (the --long-chat sizes), EBB_BASE (an
+# Environment: EBB_SHAPE, EBB_TYPE (q4_0), EBB_MODEL_DIR (default /dev/shm/models where it has 16 GB, else /tmp/models), EBB_CHATS (the --long-chat sizes), EBB_BASE (an
 # earlier ebb binary's name on PATH, e.g. ebb-base), EBB_PARTS (default build,ebb,llama,serve:
 # a call is limited to 10 minutes, so the parts can go in two calls on the same warm machine,
 # e.g. build,llama then ebb,serve; the build and the file are kept in /tmp between them).
@@ -25,7 +25,14 @@ log=$out/longctx.log
 export XDG_CACHE_HOME=/tmp/cache
 shape=${EBB_SHAPE:-llama3.1-8b}
 type=${EBB_TYPE:-q4_0}
-m=/tmp/models/$shape-$type.gguf
+# The file goes to memory (/dev/shm) where it has room: the GPU machine's disk took about 7
+# minutes for the 4.3 GiB file beside the llama.cpp build (2026-11-29).
+mdir=${EBB_MODEL_DIR:-/tmp/models}
+if [ -z "${EBB_MODEL_DIR:-}" ] && [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 16000000 ] 2>/dev/null; then
+    mdir=/dev/shm/models
+fi
+mkdir -p "$mdir"
+m=$mdir/$shape-$type.gguf
 lb=/tmp/lbs
 parts=${EBB_PARTS:-build,ebb,llama,serve}
 has() { [[ ",$parts," == *",$1,"* ]]; }
@@ -37,7 +44,7 @@ if has build && [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ] && [ ! -f $lb.do
       ninja -C $lb -j14 llama-bench llama-server >>$lb.log 2>&1; echo \$? >$lb.done" \
         </dev/null >/dev/null 2>&1 &
 fi
-gpu_gen "$shape" "$type" "$m"
+say "gen $m"; gpu_gen "$shape" "$type" "$m"; say "gen done"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$log"
 
 # ebb bench, each measure as its own run (-d evaluates the depth first, untimed).

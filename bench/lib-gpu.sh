@@ -3,7 +3,7 @@
 # on PATH).
 
 # say TEXT: a heading on stdout and in $log.
-say() { echo "== $*" | tee -a "${log:-/dev/null}"; }
+say() { echo "== $(date +%T) $*" | tee -a "${log:-/dev/null}"; }
 
 # gpu_llama_build TARGET DIR: builds llama.cpp's CUDA TARGET (llama-bench or llama-server) from
 # the carried .llama-src into DIR in the background, once per machine: DIR.done receives the
