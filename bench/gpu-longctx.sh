@@ -26,7 +26,7 @@ export XDG_CACHE_HOME=/tmp/cache
 shape=${EBB_SHAPE:-llama3.1-8b}
 type=${EBB_TYPE:-q4_0}
 # The file goes to memory (/dev/shm) where it has room: the GPU machine's disk took about 7
-# minutes for the 4.3 GiB file beside the llama.cpp build (2026-11-29).
+# minutes for the 4.3 GiB file beside the llama.cpp build, /dev/shm 5 s (2026-11-29).
 mdir=${EBB_MODEL_DIR:-/tmp/models}
 if [ -z "${EBB_MODEL_DIR:-}" ] && [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 16000000 ] 2>/dev/null; then
     mdir=/dev/shm/models
