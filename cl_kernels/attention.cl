@@ -714,8 +714,9 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
  * head, so that Q, O and the staged tiles fit the registers and local memory. Same arguments and
  * results as attn_prefill, rings included (position p at p % n_ctx; the ring holds the window
  * of every query of the launch); global size (ceil(n_tok / 64) * 128, n_head * HEAD_DIM /
- * FA_DV, n_split), local (128, 1, 1). The keys walked are those the work-group's queries see,
- * from the window's start of its first query; keys past its last query are staged as zeros (the
+ * FA_DV, n_split), local (128, 1, 1); with ATT_MMA_W 8, work-groups of 8 warps take 128
+ * queries: (ceil(n_tok / 128) * 256, .., ..), local (256, 1, 1). The keys walked are those
+ * the work-group's queries see, from the window's start of its first query; keys past its last query are staged as zeros (the
  * cache may hold anything there). With n_split > 1 (a long context behind few queries, whose
  * work-groups alone would leave most of the device idle) work-group z walks the z-th of n_split
  * equal runs of whole key tiles and writes its unnormalised output and each row's max and sum to
@@ -730,6 +731,11 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
 #define FA_DV HEAD_DIM
 #endif
 #define FA_NV (HEAD_DIM / FA_DV) /* work-groups per head */
+#ifndef ATT_MMA_W
+#define ATT_MMA_W 4 /* warps a work-group (4 or 8: 64 or 128 queries) */
+#endif
+#define FA_WG (32 * ATT_MMA_W)
+#define FA_TQ (16 * ATT_MMA_W)
 #define FA_KP (HEAD_DIM + 8)     /* halves per staged key row */
 #define FA_VP (FA_KT + 8)        /* halves per staged value column */
 #define FA_DS (HEAD_DIM / 16)    /* 16-wide steps over a head */
@@ -749,7 +755,7 @@ __kernel void attn_prefill(__global const float *qkv, int qkv_ld, __global const
 inline void fa_stage(uint dst, int pitch, const __global half *src, int dims, int k0, int n_keys,
                      int n_ctx, int lid)
 {
-    for (int c = lid; c < FA_KT * (dims / 8); c += 128) {
+    for (int c = lid; c < FA_KT * (dims / 8); c += FA_WG) {
         int j = c / (dims / 8), d = c % (dims / 8) * 8;
         bool in = k0 + j < n_keys;
         const __global half *s = src + (in ? (size_t)((k0 + j) % n_ctx) * HEAD_DIM + d : 0);
@@ -807,7 +813,7 @@ inline uint4 fa_kv8(const __global uchar *row, int d)
 #define FA_KV8(c, at, d) vload4(0, (const __global uint *)((c) + (at) + (d)))
 #endif
 
-__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void
+__kernel __attribute__((reqd_work_group_size(FA_WG, 1, 1))) void
 attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
                  __global const KV_T *vc, ulong kv_base, int n_ctx, int pos0, int n_tok,
                  int n_head, int n_head_kv, float scale, __global float *out, int out_ld, int r0,
@@ -824,8 +830,8 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int h = get_group_id(1) / FA_NV, dv0 = (get_group_id(1) % FA_NV) * FA_DV;
     int hk = h / (n_head / n_head_kv);
-    int t0 = get_group_id(0) * 64, tw = t0 + warp * 16;
-    int n_keys = pos0 + min(n_tok, t0 + 64); /* keys the work-group's queries see */
+    int t0 = get_group_id(0) * FA_TQ, tw = t0 + warp * 16;
+    int n_keys = pos0 + min(n_tok, t0 + FA_TQ); /* keys the work-group's queries see */
     int k_lo = att_first(pos0 + t0 + 1, win);  /* the first of them */
     /* This work-group's run of them: the z-th of nz, whole tiles. */
     int nz = get_num_groups(2), z = get_group_id(2);
@@ -872,14 +878,14 @@ attn_prefill_mma(__global const float *qkv, int qkv_ld, __global const KV_T *kc,
         CP_WAIT(1); /* this tile's keys (its values may still be in flight) */
 #else
         /* Stage FA_KT keys and values, 8 halves (16 bytes) per copy; zeros past n_keys. */
-        for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += 128) {
+        for (int c = lid; c < FA_KT * (HEAD_DIM / 8); c += FA_WG) {
             int j = c / (HEAD_DIM / 8), d = (c % (HEAD_DIM / 8)) * 8;
             uint4 kv4 = (uint4)(0);
             if (k0 + j < n_keys)
                 kv4 = FA_KV8(kb, (size_t)((k0 + j) % n_ctx) * HEAD_DIM, d);
             vstore4(kv4, 0, ks + (j * FA_KP + d) / 2);
         }
-        for (int c = lid; c < FA_KT / 2 * (FA_DV / 8); c += 128) {
+        for (int c = lid; c < FA_KT / 2 * (FA_DV / 8); c += FA_WG) {
             int j = c % (FA_KT / 2) * 2, d = c / (FA_KT / 2) * 8; /* keys j, j + 1; 8 dims */
             uint4 va = (uint4)(0), vn = (uint4)(0);
             if (k0 + j < n_keys)

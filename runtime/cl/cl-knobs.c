@@ -297,6 +297,10 @@ static const struct knob knobs[] = {
     BOOL1("ATTEX2", att_ex2,
           "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    UINT1("ATTMMA_W", att_mma_w, "4|8",
+          "with ATTMMA, prefill attention's warps a work-group: 4 (64 queries) or 8 (128 "
+          "queries, each key tile staged once for twice the queries)",
+          {DC_ANY, {4}}, {DC_NVIDIA, {8}}),
     UINT1("ATT_CHUNK", att_chunk, "pow2 32..1024", "decode attention's positions per work-group",
           {DC_ANY, {256}}, {DC_GPU, {64}}),
     UINT1("NORM_WG", norm_wg, "pow2 1..256",

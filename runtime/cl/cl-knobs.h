@@ -101,6 +101,7 @@ struct ebb_cl_tuning {
     uint32_t att_async; /* 1: attn_prefill_mma copies its key and value tiles with cp.async
                            and reads values with ldmatrix (f16 caches; after the async probe) */
     uint32_t att_ex2;   /* 1: attn_prefill_mma's probabilities through ex2.approx */
+    uint32_t att_mma_w; /* attn_prefill_mma's warps a work-group: 4 (64 queries) or 8 (128) */
     uint32_t att_g;     /* query heads per decode attention work-group (ATT_G): 1, or the
                            model's group when att_gqa allows it (set by the engine) */
     uint32_t kv_q8;     /* 1: the KV cache holds Q8_0 blocks instead of halves (KV_Q8: the

@@ -269,6 +269,8 @@ uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
  * head_dim: its work-groups per head (1 up to 128 dimensions, 2 for 256, each writing half the
  * output), 0 where it is not built for that head. */
 uint32_t ebb_cl_att_mma_split(uint32_t head_dim);
+/* attn_prefill_mma's work-group (128 or 256 work-items: ATT_MMA_W warps of 16 queries each). */
+uint32_t ebb_cl_att_mma_wg(const struct ebb_cl_tuning *tu);
 
 /* Local memory in bytes of a decode attention work-group (attention.cl's ATT_LOCAL, and the
  * rope kernel's halves) for head_dim and g query heads a work-group under tu. */

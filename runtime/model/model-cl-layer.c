@@ -428,14 +428,16 @@ static size_t att_red_wg(const struct clm *m, int nc)
 
 /* Runs of keys attn_prefill_mma splits nt queries at position pos into (n_split): doubled
  * while the launch would not fill the device twice over (ceil(nt / 64) x heads x runs
- * work-groups of 128, about 3 resident a compute unit), each run keeps at least 512 keys and
+ * work-groups of 128, about 3 resident a compute unit; 128 queries a work-group of 256 with
+ * att_mma_w 8), each run keeps at least 512 keys and
  * the partials fit m->apo. A 512-token chunk after 16384 tokens runs 4 ways. */
 static int prefill_splits(const struct clm *m, int nt, int pos, int win)
 {
     if (!m->k_attn_merge)
         return 1;
     int first = win > 0 && pos + 1 > win ? pos + 1 - win : 0, keys = pos + nt - first;
-    size_t wgs = (size_t)(nt + 63) / 64 * m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
+    size_t tq = ebb_cl_att_mma_wg(&m->tu) / 2; /* queries a work-group */
+    size_t wgs = ((size_t)nt + tq - 1) / tq * m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
     size_t want = 6 * (size_t)m->cl->info.compute_units;
     int nz = 1;
     while (nz * 2 <= (int)m->att_split_max && wgs * nz < want && keys / (2 * nz) >= 512 &&
@@ -459,10 +461,11 @@ static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int 
     if (rc || !mma)
         return rc ? rc : ebb_cl_run(m->cl, k, 2, g, l, diag);
     int nz = prefill_splits(m, nt, pos, win);
-    g[0] = ((size_t)nt + 63) / 64 * 128;
+    size_t wg = ebb_cl_att_mma_wg(&m->tu); /* 2 work-items a query */
+    g[0] = ((size_t)nt + wg / 2 - 1) / (wg / 2) * wg;
     g[1] = (size_t)m->hp.n_head * ebb_cl_att_mma_split(m->hp.head_dim);
     g[2] = (size_t)nz;
-    l[0] = 128;
+    l[0] = wg;
     struct ebb_cl_arg p[] = {EBB_CL_ARG(m->apo), EBB_CL_ARG(m->apml)};
     if ((rc = ebb_cl_set_args(k, 15, p, 2, diag)) || (rc = ebb_cl_run(m->cl, k, 3, g, l, diag)) ||
         nz == 1)

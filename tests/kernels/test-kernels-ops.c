@@ -650,7 +650,9 @@ static void test_attention_mma_hd(cl_program p, int hd, bool q8)
             EBB_CL_ARG(scale), EBB_CL_ARG(ob),   EBB_CL_ARG(old),  EBB_CL_ARG(r0), EBB_CL_ARG(win),
             EBB_CL_ARG(apo),   EBB_CL_ARG(apml)};
         OK(ebb_cl_set_args(k, 0, c, 17, D));
-        size_t g[3] = {(T + 63) / 64 * 128, (size_t)nh * split, (size_t)nz}, l[3] = {128, 1, 1};
+        size_t wg = ebb_cl_att_mma_wg(&tu);
+        size_t g[3] = {(T + wg / 2 - 1) / (wg / 2) * wg, (size_t)nh * split, (size_t)nz},
+               l[3] = {wg, 1, 1};
         OK(ebb_cl_run(cl, k, 3, g, l, D));
         if (nz > 1) {
             struct ebb_cl_arg mg[] = {EBB_CL_ARG(apo),  EBB_CL_ARG(apml), EBB_CL_ARG(nz),
@@ -675,9 +677,10 @@ static void test_attention_mma_hd(cl_program p, int hd, bool q8)
                 }
             }
     }
-    printf("  attention prefill on tensor cores%s%s, head_dim %d (%d queries; windows, rings; "
-           "whole and in 3 or 8 runs of keys) max abs err %.2e\n",
-           q8 ? " (q8_0 KV)" : "", tu.att_async && !q8 ? " (cp.async)" : "", hd, T, worst);
+    printf("  attention prefill on tensor cores%s%s, head_dim %d, %u warps (%d queries; windows, "
+           "rings; whole and in 3 or 8 runs of keys) max abs err %.2e\n",
+           q8 ? " (q8_0 KV)" : "", tu.att_async && !q8 ? " (cp.async)" : "", hd,
+           ebb_cl_att_mma_wg(&tu) / 32, T, worst);
     clReleaseKernel(k);
     clReleaseKernel(km);
     cl_mem ms[] = {kc, vc, qb, ob, apo, apml};
@@ -947,6 +950,17 @@ static void test_ops(void)
             clReleaseProgram(p);
         }
     }
+    /* The other work-group width: 4 warps (64 queries a work-group) where the device's is 8
+     * (128 queries: the test's 100 in one, partial), else 8. */
+    for (int hd = 64; hd <= 256 && tu.mv_ptx; hd *= 2) {
+        tu.att_async = keep.att_async;
+        tu.att_mma_w = keep.att_mma_w == 8 ? 4 : 8;
+        tu.att_g = 1;
+        OK(ebb_cl_ops_build(cl, &tu, (uint32_t)hd, &p, D));
+        test_attention_mma_hd(p, hd, false);
+        clReleaseProgram(p);
+    }
+    tu.att_mma_w = keep.att_mma_w;
     /* The GPU shape of decode attention on this device: 4 work-items a key, batched loads,
      * work-groups of 128 (partial outputs over 8 position groups), chunks of 64. */
     tu.att_mma = keep.att_mma;
