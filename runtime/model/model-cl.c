@@ -995,8 +995,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->att_deep_from = m->tu.att_deep_from ? m->tu.att_deep_from : 64 * m->att_chunk_deep;
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
-    if (m->tu.att_async && (!m->tu.att_mma || !m->tu.mv_ptx || m->tu.kv_q8 ||
-                            !ebb_cl_async_probe(m->cl)))
+    if (m->tu.att_async &&
+        (!m->tu.att_mma || !m->tu.mv_ptx || m->tu.kv_q8 || !ebb_cl_async_probe(m->cl)))
         m->tu.att_async = 0; /* attn_prefill_mma stages its tiles through registers */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
     if (m->tu.mv_idp && (!m->tu.mv_q8 || !ebb_cl_idp_probe(m->cl, NULL)))
