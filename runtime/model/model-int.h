@@ -11,7 +11,8 @@
 
 /* model-ctx.c: ebb_model_ctx_choose on hyper-parameters already read. */
 void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *hp, uint32_t asked,
-                           uint32_t n_seq, bool cap_trained, struct ebb_model_ctx *c);
+                           uint32_t n_seq, bool cap_trained, uint32_t kv_bytes32,
+                           struct ebb_model_ctx *c);
 
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
 struct ebb__backend_i {
