@@ -91,9 +91,9 @@ bool ebb_pull_split_name(const char *name, int *no, int *count, size_t *stem)
 {
     /* NAME-00001-of-00003.gguf: 5 digits, "-of-", 5 digits */
     size_t n = strlen(name);
-    if (n < 20 || strcasecmp(name + n - 5, ".gguf"))
+    if (n < 21 || strcasecmp(name + n - 5, ".gguf"))
         return false;
-    const char *p = name + n - 5 - 19;
+    const char *p = name + n - 5 - 15;
     if (p[0] != '-' || strncmp(p + 6, "-of-", 4))
         return false;
     for (int i = 0; i < 5; i++)
