@@ -219,10 +219,9 @@ int ebb_cmd_ls(int argc, char **argv)
                                                  quant, "parts", e[i].parts, "partial",
                                                  e[i].partial, "file", e[i].name));
         } else {
-            char parts[32];
-            snprintf(parts, sizeof(parts), "%s%d", e[i].partial ? "partial " : "", e[i].parts);
-            if (e[i].partial)
-                snprintf(parts, sizeof(parts), "partial");
+            char parts[32] = "partial";
+            if (!e[i].partial)
+                snprintf(parts, sizeof(parts), "%d", e[i].parts);
             printf("%-48s %8.1fM %-12s %-8s %s\n", name, (double)e[i].size / 1048576.0, family,
                    quant, parts);
             if (d.msg[0])

@@ -96,8 +96,8 @@ static ebb_err status_error(const struct ebb__http *h, const char *url, const ch
 {
     switch (h->status) {
     case 401:
-    case 403:
-        return ebb_diag_set(diag, EBB_EIO, "%s: HTTP %d (%s)", url, h->status,
+    case 403: /* EINVAL: not retried */
+        return ebb_diag_set(diag, EBB_EINVAL, "%s: HTTP %d (%s)", url, h->status,
                             token ? "the token in HF_TOKEN was refused"
                                   : "a gated or private repository: set HF_TOKEN");
     case 404:
@@ -205,6 +205,7 @@ static ebb_err attempt(struct job *j, const char *url, int fd, struct ebb_sha256
         ebb__http_close(&h);
         return rc;
     }
+    report(j, EBB_PULL_DOWNLOADING, true); /* the sizes are known: the first line */
     ebb_sha256_init(s);
     if (have && (rc = hash_file(fd, have, s, j, diag))) {
         ebb__http_close(&h);
@@ -274,12 +275,11 @@ ebb_err ebb__pull_file(const char *url, const char *dir, const char *name, int p
     int retries = o->retries < 0 ? 3 : o->retries;
     struct ebb_sha256 s;
     bool progress;
-    report(&j, EBB_PULL_DOWNLOADING, true);
     struct ebb_diag d = {{0}};
     for (int tries = 0;; tries++) {
         d.msg[0] = '\0';
         rc = attempt(&j, url, fd, &s, &progress, &d);
-        if (rc == EBB_OK || tries >= retries || (rc != EBB_EIO && rc != EBB_EFORMAT))
+        if (rc == EBB_OK || tries >= retries || rc != EBB_EIO)
             break;
         j.p.note = d.msg; /* why the next attempt */
         report(&j, EBB_PULL_RETRYING, true);

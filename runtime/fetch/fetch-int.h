@@ -55,8 +55,9 @@ struct ebb__http {
 /* Sends req to url, follows up to 10 redirects (301, 302, 303, 307, 308; a relative Location is
  * resolved against the URL it came from; the token is not sent to another host) and reads the
  * final response's head into h. Any status is returned through h->status (not an error); the
- * failures are connecting, TLS (certificate checked against the system trust store, or the
- * file SSL_CERT_FILE names, and the host name), malformed responses and too many redirects.
+ * failures are connecting, TLS (EBB_EINVAL for a certificate not trusted: the system trust
+ * store, or the file SSL_CERT_FILE names, and the host name are checked), malformed responses
+ * and too many redirects.
  * On success the body is read with ebb__http_read and h closed with ebb__http_close. */
 ebb_err ebb__http_open(struct ebb__http *h, const char *url, const struct ebb__http_req *req,
                        struct ebb_diag *diag);

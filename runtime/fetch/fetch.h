@@ -48,8 +48,9 @@ struct ebb_pull_opts {
  * carries QUANT, e.g. Q4_K_M), or OWNER/REPO when it holds a single model. A split GGUF's first
  * part brings all of them. Files already in dir are kept as they are. On success path gets the
  * (first) file's path. Errors name the problem in diag: EBB_ENOTFOUND (no such repository, file
- * or quant), EBB_EINVAL (bad spec), EBB_EIO (network, HTTP status, disk, checksum mismatch: the
- * .part is removed then), EBB_ERANGE (not enough disk space). */
+ * or quant), EBB_EINVAL (bad spec, several files match, HTTP 401/403, a certificate not
+ * trusted), EBB_EIO (network, other HTTP statuses, disk, checksum mismatch: the .part is removed
+ * then), EBB_ERANGE (not enough disk space), EBB_EBUSY (another pull writes the same file). */
 ebb_err ebb_pull(const char *spec, const char *dir, const struct ebb_pull_opts *opts, char *path,
                  size_t path_cap, struct ebb_diag *diag);
 

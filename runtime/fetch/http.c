@@ -167,10 +167,10 @@ static ebb_err tls_start(struct ebb__http *h, const struct ebb__url *u, struct e
             gnutls_datum_t why = {0};
             unsigned st = gnutls_session_get_verify_cert_status(s);
             gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &why, 0);
-            ebb_diag_set(diag, EBB_EIO, "TLS: the certificate of %s is not trusted: %s", u->host,
+            ebb_diag_set(diag, EBB_EINVAL, "TLS: the certificate of %s is not trusted: %s", u->host,
                          why.data ? (char *)why.data : "?");
             gnutls_free(why.data);
-            return EBB_EIO;
+            return EBB_EINVAL; /* no retry: it will not change */
         }
         return ebb_diag_set(diag, EBB_EIO, "TLS handshake with %s failed: %s", u->host,
                             gnutls_strerror(r));
@@ -197,13 +197,24 @@ void ebb__http_close(struct ebb__http *h)
 static ssize_t raw_read(struct ebb__http *h, void *buf, size_t n)
 {
     if (h->tls) {
-        ssize_t r;
-        do {
-            r = gnutls_record_recv(h->tls, buf, n);
-        } while (r == GNUTLS_E_INTERRUPTED);
-        if (r == GNUTLS_E_PREMATURE_TERMINATION)
-            return 0;
-        return r < 0 ? -1 : r;
+        /* GnuTLS answers GNUTLS_E_AGAIN after a post-handshake message (a TLS 1.3 session
+         * ticket) too, not only on a timeout: wait on the socket here and call again. */
+        for (;;) {
+            if (!gnutls_record_check_pending(h->tls)) {
+                struct pollfd pf = {.fd = h->fd, .events = POLLIN};
+                int pr = poll(&pf, 1, h->timeout_s * 1000);
+                if (pr < 0 && errno == EINTR)
+                    continue;
+                if (pr <= 0)
+                    return -1;
+            }
+            ssize_t r = gnutls_record_recv(h->tls, buf, n);
+            if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
+                continue;
+            if (r == GNUTLS_E_PREMATURE_TERMINATION)
+                return 0;
+            return r < 0 ? -1 : r;
+        }
     }
     ssize_t r;
     do {

@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""ebb pull, ls and rm against a local server that answers the way the Hugging Face hub does
+(no network exists in the tests):
+
+- the hub (one port) answers GET /api/models/OWNER/REPO with {"siblings": [{"rfilename"}]} and
+  GET /OWNER/REPO/resolve/main/FILE with a 302 to a CDN on another port, carrying X-Linked-Etag
+  (the sha256), X-Linked-Size and ETag, as the hub does for LFS files; 404 for what it lacks;
+  a gated repository wants HF_TOKEN's Bearer token;
+- the CDN serves the bytes with Range (206 + Content-Range, 416 past the end) and misbehaves on
+  request: a connection cut mid-file, a corrupt body, a Range ignored (200), chunked encoding, a
+  stall, a size larger than any disk;
+- the same over HTTPS with a certificate made here (SSL_CERT_FILE), refused without it and for a
+  host name the certificate does not carry.
+
+Checked: a pull lands byte-identical with no .part left and the token never reaches the CDN;
+OWNER/REPO:QUANT picks by name (not mmproj, Q4_K not taking Q4_K_M) and says what exists when
+it cannot; a cut with --retries 0 keeps the .part and the next pull resumes it with a Range that
+starts where it ends; a cut retried in one run; a corrupt download is refused with no file and
+no .part left; 416 on a whole .part finishes it, on a stale one starts over; 200 to a Range
+starts over; chunked bodies; timeouts; the disk-space check; a split model's every part; ls and
+rm (all parts, the .part files too).
+
+usage: test-pull.py EBB_BINARY TINY_GGUF
+"""
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+fails = 0
+
+
+def check(cond, what):
+    global fails
+    print(("ok  " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        fails += 1
+
+
+class Hub:
+    """Repositories: name -> {file: bytes}; per-file behaviour on the CDN in self.mode."""
+
+    def __init__(self):
+        self.repos = {}
+        self.gated = set()
+        self.mode = {}  # file name -> 'cut' | 'cut-always' | 'corrupt' | 'norange' | 'chunked' | ...
+        self.cuts = {}  # file name -> cuts done
+        self.log = []  # (server, method, path, headers dict)
+        self.cdn_port = None
+        self.cdn_scheme = "http"
+        self.cdn_host = "127.0.0.1"
+
+
+def handler(hub, role):
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def send(self, code, body=b"", headers=()):
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            if not any(k.lower() == "content-length" for k, _ in headers):
+                self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self.close_connection = True
+
+        def do_HEAD(self):
+            self.do_GET()
+
+        def do_GET(self):
+            hub.log.append((role, self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            if role == "hub":
+                self.hub_get()
+            else:
+                self.cdn_get()
+
+        def hub_get(self):
+            p = self.path.split("?")[0]
+            if p.startswith("/api/models/"):
+                repo = p[len("/api/models/"):]
+                if repo not in hub.repos:
+                    return self.send(404, b'{"error":"Repository not found"}')
+                if repo in hub.gated and self.headers.get("Authorization") != "Bearer sekrit":
+                    return self.send(401, b'{"error":"Access to this repo is restricted"}')
+                sib = [{"rfilename": f} for f in sorted(hub.repos[repo])] + [{"rfilename": "README.md"}]
+                return self.send(200, json.dumps({"id": repo, "siblings": sib}).encode(),
+                                 [("Content-Type", "application/json")])
+            parts = p.lstrip("/").split("/", 4)
+            if len(parts) < 5 or parts[2] != "resolve" or parts[3] != "main":
+                return self.send(404, b"Entry not found")
+            repo, f = parts[0] + "/" + parts[1], parts[4]
+            if repo not in hub.repos or f not in hub.repos[repo]:
+                return self.send(404, b"Entry not found", [("X-Error-Code", "EntryNotFound")])
+            if repo in hub.gated and self.headers.get("Authorization") != "Bearer sekrit":
+                return self.send(401, b"gated")
+            data = hub.repos[repo][f]
+            sha = hashlib.sha256(data).hexdigest()
+            size = len(data)
+            if hub.mode.get(f) == "huge":
+                size = 1 << 50
+            loc = "%s://%s:%d/repos/%s/%s?sig=abc" % (hub.cdn_scheme, hub.cdn_host, hub.cdn_port,
+                                                      repo.replace("/", "--"), f)
+            self.send(302, b"", [("Location", loc), ("X-Linked-Etag", '"%s"' % sha),
+                                 ("X-Linked-Size", str(size)), ("ETag", '"deadbeef"'),
+                                 ("X-Repo-Commit", "0123abc")])
+
+        def cdn_get(self):
+            p = self.path.split("?")[0]
+            try:
+                _, _, rname, f = p.split("/", 3)
+                data = hub.repos[rname.replace("--", "/")][f]
+            except (ValueError, KeyError):
+                return self.send(404, b"NoSuchKey")
+            mode = hub.mode.get(f, "")
+            sha = hashlib.sha256(data).hexdigest()
+            if mode == "corrupt":
+                data = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
+            start = 0
+            rng = self.headers.get("Range")
+            if rng and mode != "norange":
+                start = int(rng.split("=")[1].split("-")[0])
+                if start >= len(data):
+                    return self.send(416, b"", [("Content-Range", "bytes */%d" % len(data))])
+            body = data[start:]
+            hdrs = [("ETag", '"%s"' % sha), ("Accept-Ranges", "bytes")]
+            code = 200
+            if start:
+                code = 206
+                hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, len(data) - 1, len(data))))
+            if mode == "huge":
+                hdrs.append(("Content-Length", str(1 << 50)))
+            if mode == "stall":
+                self.send_response(code)
+                for k, v in hdrs + [("Content-Length", str(len(body)))]:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body[:1000])
+                self.wfile.flush()
+                time.sleep(4)
+                self.close_connection = True
+                return
+            cut = mode == "cut-always" or (mode == "cut" and hub.cuts.get(f, 0) == 0)
+            if cut:
+                hub.cuts[f] = hub.cuts.get(f, 0) + 1
+                self.send_response(code)
+                for k, v in hdrs + [("Content-Length", str(len(body)))]:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body[:len(body) // 2])
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            if mode == "chunked":
+                self.send_response(code)
+                for k, v in hdrs + [("Transfer-Encoding", "chunked")]:
+                    self.send_header(k, v)
+                self.end_headers()
+                for i in range(0, len(body), 7777):
+                    c = body[i:i + 7777]
+                    self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(c), c))
+                self.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
+                self.close_connection = True
+                return
+            self.send(code, body, hdrs)
+
+    return H
+
+
+def serve(hub, role, ctx=None):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub, role))
+    srv.daemon_threads = True
+    if ctx:
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, srv.server_address[1]
+
+
+def main():
+    ebb, tiny = sys.argv[1], sys.argv[2]
+    tiny_bytes = open(tiny, "rb").read()
+    rnd = os.urandom(3 << 20)
+    hub = Hub()
+    hub.repos = {
+        "org/tiny-GGUF": {"tiny-llama.gguf": tiny_bytes},
+        "org/quants-GGUF": {
+            "Model-Q4_K_M.gguf": rnd[:200000], "Model-Q4_K_S.gguf": rnd[:1000],
+            "Model-Q8_0.gguf": rnd[:3000], "mmproj-Model-Q4_K_M.gguf": rnd[:10],
+            "Q6_K/Model-Q6_K-00001-of-00003.gguf": rnd[:40000],
+            "Q6_K/Model-Q6_K-00002-of-00003.gguf": rnd[40000:90000],
+            "Q6_K/Model-Q6_K-00003-of-00003.gguf": rnd[90000:100000],
+        },
+        "org/big": {"big.gguf": rnd, "cut.gguf": rnd[::-1], "again.gguf": rnd[1:],
+                    "corrupt.gguf": rnd[:500000], "norange.gguf": rnd[2:], "chunked.gguf": rnd[3:],
+                    "stall.gguf": rnd[:100000], "huge.gguf": rnd[:1000], "whole.gguf": rnd[4:],
+                    "stale.gguf": rnd[5:100005]},
+        "org/gated": {"g.gguf": rnd[:5000]},
+    }
+    hub.gated.add("org/gated")
+    hub.mode = {"cut.gguf": "cut-always", "again.gguf": "cut", "corrupt.gguf": "corrupt",
+                "norange.gguf": "norange", "chunked.gguf": "chunked", "stall.gguf": "stall",
+                "huge.gguf": "huge"}
+    _, hub_port = serve(hub, "hub")
+    _, hub.cdn_port = serve(hub, "cdn")
+    endpoint = "http://127.0.0.1:%d" % hub_port
+    work = tempfile.mkdtemp(prefix="ebb-pull-")
+    models = os.path.join(work, "models")
+
+    def pull(*args, env_extra=None, timeout=60):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EBB_", "HF_"))}
+        env.update({"EBB_CONFIG": "/dev/null", "HF_ENDPOINT": endpoint, "EBB_MODELS_DIR": models})
+        env.update(env_extra or {})
+        return subprocess.run([ebb] + list(args), env=env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def same(name, data):
+        p = os.path.join(models, name)
+        return os.path.exists(p) and open(p, "rb").read() == data
+
+    def cdn_ranges(f):
+        return [h.get("range") for (r, _, p, h) in hub.log if r == "cdn" and p.split("?")[0].endswith("/" + f)]
+
+    try:
+        # A file by its path, with a token: the hub sees it, the CDN never does.
+        r = pull("pull", "hf://org/tiny-GGUF/tiny-llama.gguf", env_extra={"HF_TOKEN": "tok1"})
+        check(r.returncode == 0 and r.stdout.strip() == os.path.join(models, "tiny-llama.gguf"),
+              "pull hf://org/tiny-GGUF/tiny-llama.gguf (rc %d, %s)" % (r.returncode, r.stderr.strip()[-200:]))
+        check(same("tiny-llama.gguf", tiny_bytes), "the file is byte-identical")
+        check(not os.path.exists(os.path.join(models, "tiny-llama.gguf.part")), "no .part left")
+        check("sha256 verified" in r.stderr, "the plain progress lines say the sha256 was verified")
+        auth = [(role, h.get("authorization")) for (role, _, p, h) in hub.log if "tiny-llama" in p]
+        check(("hub", "Bearer tok1") in auth and all(a is None for (ro, a) in auth if ro == "cdn"),
+              "the token went to the hub and not to the CDN: %s" % auth)
+        r = pull("pull", "hf://org/tiny-GGUF/tiny-llama.gguf")
+        check(r.returncode == 0 and "already present" in r.stderr, "a second pull keeps the file")
+
+        # OWNER/REPO:QUANT
+        r = pull("pull", "org/quants-GGUF:Q4_K_M")
+        check(r.returncode == 0 and same("Model-Q4_K_M.gguf", rnd[:200000]),
+              "org/quants-GGUF:Q4_K_M picks Model-Q4_K_M.gguf, not the mmproj (%s)" % r.stderr.strip()[-200:])
+        r = pull("pull", "org/quants-GGUF:q4_k_s")
+        check(r.returncode == 0 and same("Model-Q4_K_S.gguf", rnd[:1000]), "the quant is matched without case")
+        r = pull("pull", "org/quants-GGUF:Q4_K")
+        check(r.returncode == 1 and "no Q4_K file" in r.stderr and "Model-Q8_0.gguf" in r.stderr,
+              "Q4_K takes no Q4_K_M and the error lists the files: %s" % r.stderr.strip()[-300:])
+        r = pull("pull", "org/quants-GGUF")
+        check(r.returncode == 1 and "OWNER/REPO:QUANT" in r.stderr, "no quant with several files asks for one")
+        r = pull("pull", "org/nothere-GGUF:Q4_K_M")
+        check(r.returncode == 1 and "not found" in r.stderr and "404" in r.stderr,
+              "an unknown repository: %s" % r.stderr.strip()[-200:])
+        r = pull("pull", "hf://org/tiny-GGUF/other.gguf")
+        check(r.returncode == 1 and "404" in r.stderr and not os.path.exists(os.path.join(models, "other.gguf.part")),
+              "an unknown file: 404, no .part left: %s" % r.stderr.strip()[-200:])
+        r = pull("pull", "not a spec")
+        check(r.returncode == 1 and "is not a model to pull" in r.stderr, "a bad spec is named")
+        r = pull("pull", "hf://org/tiny-GGUF/../x.gguf")
+        check(r.returncode == 1 and "is not a model to pull" in r.stderr, "a path with .. is refused")
+
+        # Gated: without the token a clear message, with it the file.
+        r = pull("pull", "org/gated:g")
+        check(r.returncode == 1 and "HF_TOKEN" in r.stderr, "gated without a token names HF_TOKEN")
+        r = pull("pull", "hf://org/gated/g.gguf", env_extra={"HF_TOKEN": "sekrit"})
+        check(r.returncode == 0 and same("g.gguf", rnd[:5000]), "gated with HF_TOKEN")
+
+        # Split: every part from the first's name.
+        r = pull("pull", "org/quants-GGUF:Q6_K")
+        ok = all(same("Model-Q6_K-%05d-of-00003.gguf" % k, d) for k, d in
+                 [(1, rnd[:40000]), (2, rnd[40000:90000]), (3, rnd[90000:100000])])
+        check(r.returncode == 0 and ok and "part 3 of 3" in r.stderr,
+              "a split model's three parts (%s)" % r.stderr.strip()[-200:])
+
+        # A cut with no retries: the .part stays, the next pull resumes it where it ends.
+        data = rnd[::-1]
+        r = pull("pull", "--retries", "0", "hf://org/big/cut.gguf")
+        part = os.path.join(models, "cut.gguf.part")
+        have = os.path.getsize(part) if os.path.exists(part) else -1
+        check(r.returncode == 1 and have == len(data) // 2 and "pull again to resume" in r.stderr,
+              "a cut mid-file keeps %d bytes in the .part: %s" % (have, r.stderr.strip()[-200:]))
+        hub.mode["cut.gguf"] = ""
+        r = pull("pull", "hf://org/big/cut.gguf")
+        check(r.returncode == 0 and same("cut.gguf", data), "the next pull finishes it")
+        check(cdn_ranges("cut.gguf")[-1] == "bytes=%d-" % have and "resuming at" in r.stderr,
+              "with Range: bytes=%d- (ranges asked: %s)" % (have, cdn_ranges("cut.gguf")))
+
+        # A cut retried within one pull.
+        r = pull("pull", "hf://org/big/again.gguf")
+        check(r.returncode == 0 and same("again.gguf", rnd[1:]) and "retrying" in r.stderr,
+              "a cut retried and resumed in one run (%s)" % r.stderr.strip()[-200:])
+
+        # A corrupt body: refused, nothing left.
+        r = pull("pull", "hf://org/big/corrupt.gguf")
+        check(r.returncode == 1 and "sha256 mismatch" in r.stderr and
+              not os.path.exists(os.path.join(models, "corrupt.gguf")) and
+              not os.path.exists(os.path.join(models, "corrupt.gguf.part")),
+              "a corrupt download is refused, no file and no .part: %s" % r.stderr.strip()[-200:])
+
+        # A server that ignores Range: the .part's bytes are dropped and the file starts over.
+        with open(os.path.join(models, "norange.gguf.part"), "wb") as f:
+            f.write(b"x" * 1000)
+        r = pull("pull", "hf://org/big/norange.gguf")
+        check(r.returncode == 0 and same("norange.gguf", rnd[2:]), "200 to a Range starts over")
+
+        # 416: a whole .part is finished (verified), a stale one starts over.
+        with open(os.path.join(models, "whole.gguf.part"), "wb") as f:
+            f.write(rnd[4:])
+        r = pull("pull", "hf://org/big/whole.gguf")
+        check(r.returncode == 0 and same("whole.gguf", rnd[4:]) and
+              cdn_ranges("whole.gguf") == ["bytes=%d-" % len(rnd[4:])],
+              "416 on a whole .part: verified and renamed (%s)" % r.stderr.strip()[-200:])
+        with open(os.path.join(models, "stale.gguf.part"), "wb") as f:
+            f.write(b"y" * 200000)
+        r = pull("pull", "hf://org/big/stale.gguf")
+        check(r.returncode == 0 and same("stale.gguf", rnd[5:100005]),
+              "416 on a stale .part longer than the file starts over (%s)" % r.stderr.strip()[-200:])
+
+        r = pull("pull", "hf://org/big/chunked.gguf")
+        check(r.returncode == 0 and same("chunked.gguf", rnd[3:]), "a chunked body")
+        t0 = time.time()
+        r = pull("pull", "--timeout", "1", "--retries", "0", "hf://org/big/stall.gguf")
+        check(r.returncode == 1 and "timed out" in r.stderr and time.time() - t0 < 4,
+              "a stalled body times out after --timeout: %s" % r.stderr.strip()[-200:])
+        r = pull("pull", "hf://org/big/huge.gguf")
+        check(r.returncode == 1 and "not enough disk space" in r.stderr and
+              not os.path.exists(os.path.join(models, "huge.gguf.part")),
+              "a file larger than the disk is refused first: %s" % r.stderr.strip()[-200:])
+
+        # ls and rm
+        r = pull("ls")
+        rows = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
+        check(r.returncode == 0 and "tiny-llama" in rows and "llama" in rows["tiny-llama"].split()[2],
+              "ls shows tiny-llama with its family: %s" % rows.get("tiny-llama"))
+        check("Model-Q6_K-00001-of-00003" in rows and rows["Model-Q6_K-00001-of-00003"].split()[-1] == "3"
+              and not any("00002" in k for k in rows), "ls shows the split model once with 3 parts")
+        r = pull("ls", "--json")
+        js = json.loads(r.stdout)
+        check(any(m["name"] == "cut" and m["size"] == len(rnd) for m in js), "ls --json sizes")
+        open(os.path.join(models, "Model-Q6_K-00002-of-00003.gguf.part"), "wb").write(b"z")
+        r = pull("rm", "Model-Q6_K-00001-of-00003")
+        left = [f for f in os.listdir(models) if "Q6_K" in f]
+        check(r.returncode == 0 and not left, "rm removes every part and the .part files: %s" % left)
+        r = pull("rm", "tiny-llama.gguf", "g")
+        check(r.returncode == 0 and not os.path.exists(os.path.join(models, "tiny-llama.gguf")),
+              "rm NAME.gguf and NAME")
+        r = pull("rm", "nothere")
+        check(r.returncode == 1 and "no model 'nothere'" in r.stderr, "rm of an unknown model fails")
+        r = pull("rm", "../models/cut")
+        check(r.returncode == 1 and os.path.exists(os.path.join(models, "cut.gguf")), "rm refuses paths")
+
+        https_tests(hub, pull, models, work, tiny_bytes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("%d failure(s)" % fails)
+    return 1 if fails else 0
+
+
+def https_tests(hub, pull, models, work, tiny_bytes):
+    """The hub and its CDN over TLS with a certificate for localhost made here."""
+    if not shutil.which("openssl"):
+        print("FAIL openssl is needed to make the test certificate")
+        global fails
+        fails += 1
+        return
+    cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    tls = Hub()
+    tls.repos = {"org/tiny-GGUF": {"tiny-llama.gguf": tiny_bytes}}
+    tls.cdn_scheme, tls.cdn_host = "https", "localhost"
+    _, hp = serve(tls, "hub", ctx)
+    _, tls.cdn_port = serve(tls, "cdn", ctx)
+    os.makedirs(os.path.join(work, "tls"))
+    r = pull("pull", "--dir", os.path.join(work, "tls"), "hf://org/tiny-GGUF/tiny-llama.gguf",
+             env_extra={"HF_ENDPOINT": "https://localhost:%d" % hp, "SSL_CERT_FILE": cert})
+    ok = r.returncode == 0 and open(os.path.join(work, "tls", "tiny-llama.gguf"), "rb").read() == tiny_bytes
+    check(ok, "over HTTPS with the certificate trusted (%s)" % r.stderr.strip()[-200:])
+    r = pull("pull", "--dir", os.path.join(work, "tls2"), "hf://org/tiny-GGUF/tiny-llama.gguf",
+             env_extra={"HF_ENDPOINT": "https://localhost:%d" % hp,
+                        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"})
+    check(r.returncode == 1 and "not trusted" in r.stderr,
+          "an unknown issuer is refused: %s" % r.stderr.strip()[-200:])
+    r = pull("pull", "--dir", os.path.join(work, "tls3"), "hf://org/tiny-GGUF/tiny-llama.gguf",
+             env_extra={"HF_ENDPOINT": "https://127.0.0.1:%d" % hp, "SSL_CERT_FILE": cert})
+    check(r.returncode == 1 and "not trusted" in r.stderr,
+          "a host name the certificate lacks is refused: %s" % r.stderr.strip()[-200:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
