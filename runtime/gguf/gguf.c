@@ -567,8 +567,29 @@ static ebb_err parse(struct ebb_gguf *g, struct ebb_diag *diag)
     return check_overlap(&ps);
 }
 
-static ebb_err open_image(const void *data, uint64_t size, bool mapped, struct ebb_gguf **out,
-                          struct ebb_diag *diag)
+void *ebb__gguf_alloc(struct ebb_gguf *g, uint64_t bytes)
+{
+    return arena_alloc(g, bytes);
+}
+
+ebb_err ebb__gguf_index_tensors(struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    g->t_slots = slots_new(g, g->n_tensors, &g->t_mask);
+    if (!g->t_slots)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        uint64_t s = slot_find(g->t_slots, g->t_mask, g->tensors[i].name, tensor_name, g);
+        if (g->t_slots[s])
+            return ebb_diag_set(diag, EBB_EFORMAT,
+                                "tensor '%.80s' is in two parts of the split model",
+                                g->tensors[i].name);
+        g->t_slots[s] = i + 1;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__gguf_open_image(const void *data, uint64_t size, bool mapped, struct ebb_gguf **out,
+                             struct ebb_diag *diag)
 {
     struct ebb_gguf *g = calloc(1, sizeof(*g));
     if (!g)
@@ -592,7 +613,7 @@ ebb_err ebb_gguf_open_mem(const void *data, size_t size, struct ebb_gguf **out,
     if (!out || (!data && size))
         return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
     static const uint8_t empty[1];
-    return open_image(data ? data : empty, size, false, out, diag);
+    return ebb__gguf_open_image(data ? data : empty, size, false, out, diag);
 }
 
 ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *diag)
@@ -632,9 +653,21 @@ ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *
         rc = ebb_diag_set(diag, EBB_EIO, "cannot map: %s", strerror(errno));
         goto out;
     }
-    rc = open_image(map, (uint64_t)st.st_size, true, out, diag);
-    if (rc)
+    struct ebb_gguf *g = NULL;
+    rc = ebb__gguf_open_image(map, (uint64_t)st.st_size, true, &g, diag);
+    if (rc) {
         munmap(map, (size_t)st.st_size);
+        goto out;
+    }
+    /* The first part of a split model brings the others (gguf-split.c). */
+    if (ebb__gguf_split_count(g) > 1) {
+        struct ebb_gguf *whole = NULL;
+        rc = ebb__gguf_open_split(path, g, &whole, diag);
+        ebb_gguf_close(g);
+        g = whole;
+    }
+    if (!rc)
+        *out = g;
 out:
     close(fd);
     return rc;
@@ -646,6 +679,9 @@ void ebb_gguf_close(struct ebb_gguf *g)
         return;
     if (g->mapped)
         munmap((void *)g->base, (size_t)g->size);
+    for (uint32_t i = 0; i < g->n_parts; i++)
+        ebb_gguf_close(g->parts[i]);
+    free(g->parts);
     arena_free(g->arena);
     free(g);
 }

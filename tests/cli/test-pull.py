@@ -18,7 +18,7 @@ it cannot; a cut with --retries 0 keeps the .part and the next pull resumes it w
 starts where it ends; a cut retried in one run; a corrupt download is refused with no file and
 no .part left; 416 on a whole .part finishes it, on a stale one starts over; 200 to a Range
 starts over; chunked bodies; timeouts; the disk-space check; a split model's every part; ls and
-rm (all parts, the .part files too).
+rm (all parts, the .part files too); a split GGUF made from TINY_GGUF pulled and loaded as one.
 
 usage: test-pull.py EBB_BINARY TINY_GGUF
 """
@@ -360,11 +360,45 @@ def main():
         r = pull("rm", "../models/cut")
         check(r.returncode == 1 and os.path.exists(os.path.join(models, "cut.gguf")), "rm refuses paths")
 
+        split_model_tests(hub, pull, models, work, tiny, ebb)
         https_tests(hub, pull, models, work, tiny_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("%d failure(s)" % fails)
     return 1 if fails else 0
+
+
+def split_model_tests(hub, pull, models, work, tiny, ebb):
+    """A real split model: tiny-llama.gguf cut into 3 parts by scripts/gguf-split.py, pulled by
+    its quant name, loaded as one by ebb run (the same greedy tokens as the whole file on the
+    reference and the OpenCL engines), refused with a clear message when a part is missing."""
+    split = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                         "gguf-split.py")
+    out = os.path.join(work, "split")
+    os.makedirs(out)
+    subprocess.run([sys.executable, split, tiny, os.path.join(out, "tiny-Q8_0"), "3"], check=True)
+    hub.repos["org/split-GGUF"] = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+    r = pull("pull", "org/split-GGUF:Q8_0")
+    first = os.path.join(models, "tiny-Q8_0-00001-of-00003.gguf")
+    check(r.returncode == 0 and r.stdout.strip() == first and
+          all(os.path.exists(os.path.join(models, "tiny-Q8_0-%05d-of-00003.gguf" % k)) for k in (1, 2, 3)),
+          "a split GGUF made by gguf-split.py pulled by its quant (%s)" % r.stderr.strip()[-200:])
+    for dev in ("ref", "auto"):
+        toks = []
+        for m in (tiny, first):
+            r = pull("run", "-m", m, "--device", dev, "-p", "hello", "-n", "8", "--temp", "0", "--json",
+                     timeout=300)
+            try:
+                toks.append(json.loads(r.stdout.strip().splitlines()[-1])["tokens"])
+            except (ValueError, IndexError, KeyError):
+                toks.append("rc %d: %s" % (r.returncode, r.stderr.strip()[-200:]))
+        check(len(toks[0]) == 8 and toks[0] == toks[1],
+              "the split model loads as one (%s): the same greedy tokens %s / %s" % (dev, toks[0], toks[1]))
+    r = pull("info", os.path.join(models, "tiny-Q8_0-00002-of-00003.gguf"))
+    check(r.returncode != 0 and "open its first part" in r.stderr, "a later part alone is refused: %s" % r.stderr.strip()[-150:])
+    os.unlink(os.path.join(models, "tiny-Q8_0-00003-of-00003.gguf"))
+    r = pull("info", first)
+    check(r.returncode != 0 and "part 3 of 3" in r.stderr, "a missing part is named: %s" % r.stderr.strip()[-150:])
 
 
 def https_tests(hub, pull, models, work, tiny_bytes):
