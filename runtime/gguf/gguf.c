@@ -616,63 +616,6 @@ ebb_err ebb_gguf_open_mem(const void *data, size_t size, struct ebb_gguf **out,
     return ebb__gguf_open_image(data ? data : empty, size, false, out, diag);
 }
 
-ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *diag)
-{
-    if (!path || !out)
-        return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        return ebb_diag_set(diag, e == ENOENT ? EBB_ENOENT : EBB_EIO, "cannot open: %s",
-                            strerror(e));
-    }
-    ebb_err rc = EBB_OK;
-    void *map = MAP_FAILED;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = ebb_diag_set(diag, EBB_EIO, "cannot stat: %s", strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = ebb_diag_set(diag, EBB_EINVAL, "not a regular file");
-        goto out;
-    }
-    if (st.st_size < (off_t)EBB__GGUF_HEADER_BYTES) {
-        rc = ebb_diag_set(diag, EBB_EFORMAT,
-                          "file of %lld bytes is too short for a GGUF header (24 bytes)",
-                          (long long)st.st_size);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        rc = ebb_diag_set(diag, EBB_ERANGE, "file too large to map");
-        goto out;
-    }
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = ebb_diag_set(diag, EBB_EIO, "cannot map: %s", strerror(errno));
-        goto out;
-    }
-    struct ebb_gguf *g = NULL;
-    rc = ebb__gguf_open_image(map, (uint64_t)st.st_size, true, &g, diag);
-    if (rc) {
-        munmap(map, (size_t)st.st_size);
-        goto out;
-    }
-    /* The first part of a split model brings the others (gguf-split.c). */
-    if (ebb__gguf_split_count(g) > 1) {
-        struct ebb_gguf *whole = NULL;
-        rc = ebb__gguf_open_split(path, g, &whole, diag);
-        ebb_gguf_close(g);
-        g = whole;
-    }
-    if (!rc)
-        *out = g;
-out:
-    close(fd);
-    return rc;
-}
-
 void ebb_gguf_close(struct ebb_gguf *g)
 {
     if (!g)

@@ -1,9 +1,12 @@
-/* A split GGUF (NAME-00001-of-00003.gguf ...) opened as one model. Each part is a GGUF of its
+/* GGUF files on disk: one file mapped and parsed, or a split model opened as one.
+ *
+ * A split GGUF (NAME-00001-of-00003.gguf ...) is opened as one model. Each part is a GGUF of its
  * own: the first carries the metadata, every part its own tensor table with offsets into its
  * own data section, and split.no / split.count / split.tensors.count say where it belongs.
  * The parts are mapped into one reserved span, each at a page boundary after the one before,
  * so the model sees one image: a tensor's data pointer, its offset from the first part's data
  * section and the span's size (ebb_gguf_file_size) mean what they mean for a single file. */
+#include "gguf.h"
 #include "gguf-int.h"
 
 #include <errno.h>
@@ -28,7 +31,7 @@ static bool kv_int(const struct ebb_gguf *g, const char *key, uint64_t *out)
     return true;
 }
 
-uint32_t ebb__gguf_split_count(const struct ebb_gguf *g)
+static uint32_t split_count(const struct ebb_gguf *g)
 {
     uint64_t n;
     return kv_int(g, "split.count", &n) && n >= 1 && n <= MAX_PARTS ? (uint32_t)n : 1;
@@ -46,10 +49,11 @@ static bool part_path(const char *first, uint32_t k, uint32_t count, char *out, 
     return snprintf(out, cap, "%.*s-%05u-of-%05u.gguf", (int)(n - tl), first, k, count) < (int)cap;
 }
 
-ebb_err ebb__gguf_open_split(const char *path, const struct ebb_gguf *first, struct ebb_gguf **out,
-                             struct ebb_diag *diag)
+/* Opens the split model whose first part is path (already parsed as first) as one. */
+static ebb_err open_split(const char *path, const struct ebb_gguf *first, struct ebb_gguf **out,
+                          struct ebb_diag *diag)
 {
-    uint32_t count = ebb__gguf_split_count(first);
+    uint32_t count = split_count(first);
     uint64_t no = 0;
     if (!kv_int(first, "split.no", &no) || no != 0)
         return ebb_diag_set(diag, EBB_EINVAL,
@@ -181,5 +185,62 @@ out:
     free(sizes);
     free(offs);
     free(sub);
+    return rc;
+}
+
+ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *diag)
+{
+    if (!path || !out)
+        return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return ebb_diag_set(diag, e == ENOENT ? EBB_ENOENT : EBB_EIO, "cannot open: %s",
+                            strerror(e));
+    }
+    ebb_err rc = EBB_OK;
+    void *map = MAP_FAILED;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = ebb_diag_set(diag, EBB_EIO, "cannot stat: %s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = ebb_diag_set(diag, EBB_EINVAL, "not a regular file");
+        goto out;
+    }
+    if (st.st_size < (off_t)EBB__GGUF_HEADER_BYTES) {
+        rc = ebb_diag_set(diag, EBB_EFORMAT,
+                          "file of %lld bytes is too short for a GGUF header (24 bytes)",
+                          (long long)st.st_size);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        rc = ebb_diag_set(diag, EBB_ERANGE, "file too large to map");
+        goto out;
+    }
+    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = ebb_diag_set(diag, EBB_EIO, "cannot map: %s", strerror(errno));
+        goto out;
+    }
+    struct ebb_gguf *g = NULL;
+    rc = ebb__gguf_open_image(map, (uint64_t)st.st_size, true, &g, diag);
+    if (rc) {
+        munmap(map, (size_t)st.st_size);
+        goto out;
+    }
+    /* The first part of a split model brings the others (gguf-split.c). */
+    if (split_count(g) > 1) {
+        struct ebb_gguf *whole = NULL;
+        rc = open_split(path, g, &whole, diag);
+        ebb_gguf_close(g);
+        g = whole;
+    }
+    if (!rc)
+        *out = g;
+out:
+    close(fd);
     return rc;
 }
