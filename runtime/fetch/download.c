@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BUF_BYTES ((size_t)1 << 16)
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -43,6 +45,7 @@ struct job {
     char sha[65]; /* expected, "" = none reported */
     int64_t size; /* expected whole size, -1 = not known */
     double last_cb;
+    char *buf; /* BUF_BYTES: several pulls may run at once (the daemon's /api/pull) */
 };
 
 static void report(struct job *j, enum ebb_pull_phase phase, bool force)
@@ -62,10 +65,10 @@ static void report(struct job *j, enum ebb_pull_phase phase, bool force)
 static ebb_err hash_file(int fd, uint64_t n, struct ebb_sha256 *s, struct job *j,
                          struct ebb_diag *diag)
 {
-    static char buf[1 << 16];
+    char *buf = j->buf;
     uint64_t off = 0;
     while (off < n) {
-        size_t want = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
+        size_t want = n - off < BUF_BYTES ? (size_t)(n - off) : BUF_BYTES;
         ssize_t r = pread(fd, buf, want, (off_t)off);
         if (r <= 0)
             return ebb_diag_set(diag, EBB_EIO, "reading back %s failed: %s", j->p.file,
@@ -211,10 +214,14 @@ static ebb_err attempt(struct job *j, const char *url, int fd, struct ebb_sha256
         ebb__http_close(&h);
         return rc;
     }
-    static char buf[1 << 16];
+    char *buf = j->buf;
     for (;;) {
         size_t got;
-        if ((rc = ebb__http_read(&h, buf, sizeof(buf), &got, diag)))
+        if (j->o->cancel && *j->o->cancel) {
+            rc = ebb_diag_set(diag, EBB_ECANCELED, "%s: the pull was stopped", j->p.file);
+            break;
+        }
+        if ((rc = ebb__http_read(&h, buf, BUF_BYTES, &got, diag)))
             break;
         if (!got)
             break;
@@ -264,12 +271,17 @@ ebb_err ebb__pull_file(const char *url, const char *dir, const char *name, int p
         report(&j, EBB_PULL_DONE, true);
         return EBB_OK;
     }
+    if (!(j.buf = malloc(BUF_BYTES)))
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
     fd = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if (fd < 0) {
+        free(j.buf);
         return ebb_diag_set(diag, EBB_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
     /* One writer per part: a second pull of the same file waits for nobody, it says so. */
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         close(fd);
+        free(j.buf);
         return ebb_diag_set(diag, EBB_EBUSY, "another pull is writing %s", tmp);
     }
     int retries = o->retries < 0 ? 3 : o->retries;
@@ -279,7 +291,7 @@ ebb_err ebb__pull_file(const char *url, const char *dir, const char *name, int p
     for (int tries = 0;; tries++) {
         d.msg[0] = '\0';
         rc = attempt(&j, url, fd, &s, &progress, &d);
-        if (rc == EBB_OK || tries >= retries || rc != EBB_EIO)
+        if (rc == EBB_OK || tries >= retries || rc != EBB_EIO || (o->cancel && *o->cancel))
             break;
         j.p.note = d.msg; /* why the next attempt */
         report(&j, EBB_PULL_RETRYING, true);
@@ -323,5 +335,6 @@ ebb_err ebb__pull_file(const char *url, const char *dir, const char *name, int p
     report(&j, EBB_PULL_DONE, true);
 out:
     close(fd);
+    free(j.buf);
     return rc;
 }

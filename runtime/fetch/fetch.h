@@ -41,11 +41,15 @@ struct ebb_pull_opts {
     int retries;          /* further attempts after a failure mid-body (resuming); < 0 = 3 */
     ebb_pull_cb progress; /* may be NULL; called on the pulling thread, at most ~10 times/s */
     void *ud;
+    /* Non-NULL and set (by another thread): the pull stops at its next read or retry with
+     * EBB_ECANCELED, keeping the .part. A read blocked on a silent server ends at timeout_s. */
+    volatile int *cancel;
 };
 
 /* Pulls spec into dir. spec is hf://OWNER/REPO/PATH/FILE.gguf (the hf:// may be left off when a
  * path follows the repository), or OWNER/REPO:QUANT (the .gguf of the repository whose name
- * carries QUANT, e.g. Q4_K_M), or OWNER/REPO when it holds a single model. A split GGUF's first
+ * carries QUANT, e.g. Q4_K_M), or OWNER/REPO when it holds a single model (an hf.co/ or
+ * huggingface.co/ in front, as ollama names hub models, is accepted). A split GGUF's first
  * part brings all of them. Files already in dir are kept as they are. On success path gets the
  * (first) file's path. Errors name the problem in diag: EBB_ENOTFOUND (no such repository, file
  * or quant), EBB_EINVAL (bad spec, several files match, HTTP 401/403, a certificate not
@@ -53,6 +57,10 @@ struct ebb_pull_opts {
  * then), EBB_ERANGE (not enough disk space), EBB_EBUSY (another pull writes the same file). */
 ebb_err ebb_pull(const char *spec, const char *dir, const struct ebb_pull_opts *opts, char *path,
                  size_t path_cap, struct ebb_diag *diag);
+
+/* Checks that spec has a form ebb_pull accepts (nothing is fetched); EBB_EINVAL with the
+ * message ebb_pull would give otherwise. */
+ebb_err ebb_pull_check_spec(const char *spec, struct ebb_diag *diag);
 
 /* Recognises NAME-00001-of-00003.gguf: *no and *count set (1-based), and the length of NAME
  * in *stem. False for any other name. */

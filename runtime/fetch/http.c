@@ -457,7 +457,9 @@ ebb_err ebb__http_open(struct ebb__http *h, const char *url, const struct ebb__h
         if (!redirect || !location[0])
             break;
         if (hop == MAX_REDIRECTS) {
-            rc = ebb_diag_set(diag, EBB_EIO, "more than %d redirects from %s", MAX_REDIRECTS, url);
+            /* EFORMAT, not EIO: a loop is not worth a retry. */
+            rc = ebb_diag_set(diag, EBB_EFORMAT, "more than %d redirects from %s", MAX_REDIRECTS,
+                              url);
             goto out;
         }
         char next[4096];

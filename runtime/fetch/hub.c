@@ -42,6 +42,8 @@ static ebb_err parse_spec(const char *in, struct spec *sp, struct ebb_diag *diag
         s += 23;
     else if (!strncmp(s, "huggingface.co/", 15))
         s += 15;
+    else if (!strncmp(s, "hf.co/", 6))
+        s += 6;
     const char *slash = strchr(s, '/');
     if (!slash || slash == s)
         goto bad;
@@ -85,6 +87,12 @@ bad:
                         "'%s' is not a model to pull: give hf://OWNER/REPO/FILE.gguf or "
                         "OWNER/REPO:QUANT (e.g. unsloth/gemma-3-270m-it-GGUF:Q4_K_M)",
                         in);
+}
+
+ebb_err ebb_pull_check_spec(const char *spec, struct ebb_diag *diag)
+{
+    struct spec sp;
+    return parse_spec(spec, &sp, diag);
 }
 
 bool ebb_pull_split_name(const char *name, int *no, int *count, size_t *stem)

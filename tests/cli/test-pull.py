@@ -90,6 +90,13 @@ def handler(hub, role):
 
         def hub_get(self):
             p = self.path.split("?")[0]
+            if p.startswith("/hop/"):  # relative redirects: an absolute path, then a relative one
+                repo, tail = p[len("/hop/"):].split("/", 1)
+                if tail.startswith("next/"):
+                    return self.send(302, b"", [("Location", "http://127.0.0.1:%d/repos/%s/%s" % (hub.cdn_port, repo, tail[5:]))])
+                return self.send(303, b"", [("Location", "next/" + tail)])
+            if p.startswith("/loop/"):
+                return self.send(302, b"", [("Location", "/loop/%d" % (int(p[6:]) + 1))])
             if p.startswith("/api/models/"):
                 repo = p[len("/api/models/"):]
                 if repo not in hub.repos:
@@ -114,7 +121,12 @@ def handler(hub, role):
                 size = 1 << 50
             loc = "%s://%s:%d/repos/%s/%s?sig=abc" % (hub.cdn_scheme, hub.cdn_host, hub.cdn_port,
                                                       repo.replace("/", "--"), f)
-            self.send(302, b"", [("Location", loc), ("X-Linked-Etag", '"%s"' % sha),
+            if hub.mode.get(f) == "relative":
+                loc = "/hop/%s/%s" % (repo.replace("/", "--"), f)
+            elif hub.mode.get(f) == "loop":
+                loc = "/loop/0"
+            code = 307 if hub.mode.get(f) == "relative" else 302
+            self.send(code, b"", [("Location", loc), ("X-Linked-Etag", '"%s"' % sha),
                                  ("X-Linked-Size", str(size)), ("ETag", '"deadbeef"'),
                                  ("X-Repo-Commit", "0123abc")])
 
@@ -207,13 +219,13 @@ def main():
         "org/big": {"big.gguf": rnd, "cut.gguf": rnd[::-1], "again.gguf": rnd[1:],
                     "corrupt.gguf": rnd[:500000], "norange.gguf": rnd[2:], "chunked.gguf": rnd[3:],
                     "stall.gguf": rnd[:100000], "huge.gguf": rnd[:1000], "whole.gguf": rnd[4:],
-                    "stale.gguf": rnd[5:100005]},
+                    "stale.gguf": rnd[5:100005], "rel.gguf": rnd[6:], "loop.gguf": rnd[:10]},
         "org/gated": {"g.gguf": rnd[:5000]},
     }
     hub.gated.add("org/gated")
     hub.mode = {"cut.gguf": "cut-always", "again.gguf": "cut", "corrupt.gguf": "corrupt",
                 "norange.gguf": "norange", "chunked.gguf": "chunked", "stall.gguf": "stall",
-                "huge.gguf": "huge"}
+                "huge.gguf": "huge", "rel.gguf": "relative", "loop.gguf": "loop"}
     _, hub_port = serve(hub, "hub")
     _, hub.cdn_port = serve(hub, "cdn")
     endpoint = "http://127.0.0.1:%d" % hub_port
@@ -327,6 +339,16 @@ def main():
         check(r.returncode == 0 and same("stale.gguf", rnd[5:100005]),
               "416 on a stale .part longer than the file starts over (%s)" % r.stderr.strip()[-200:])
 
+        r = pull("pull", "hf://org/big/rel.gguf")
+        hops = [p for (ro, _, p, _) in hub.log if "rel.gguf" in p]
+        check(r.returncode == 0 and same("rel.gguf", rnd[6:]) and len(hops) == 4,
+              "redirects by absolute path (307) and relative path (303), then to the CDN: %s" % hops)
+        r = pull("pull", "hf://org/big/loop.gguf")
+        check(r.returncode == 1 and "more than 10 redirects" in r.stderr,
+              "a redirect loop stops after 10: %s" % r.stderr.strip()[-150:])
+        r = pull("pull", "org/tiny-GGUF", "--dir", os.path.join(work, "one"))
+        check(r.returncode == 0 and os.path.exists(os.path.join(work, "one", "tiny-llama.gguf")),
+              "OWNER/REPO with a single .gguf needs no quant")
         r = pull("pull", "hf://org/big/chunked.gguf")
         check(r.returncode == 0 and same("chunked.gguf", rnd[3:]), "a chunked body")
         t0 = time.time()
@@ -361,6 +383,7 @@ def main():
         check(r.returncode == 1 and os.path.exists(os.path.join(models, "cut.gguf")), "rm refuses paths")
 
         split_model_tests(hub, pull, models, work, tiny, ebb)
+        api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb)
         https_tests(hub, pull, models, work, tiny_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -399,6 +422,83 @@ def split_model_tests(hub, pull, models, work, tiny, ebb):
     os.unlink(os.path.join(models, "tiny-Q8_0-00003-of-00003.gguf"))
     r = pull("info", first)
     check(r.returncode != 0 and "part 3 of 3" in r.stderr, "a missing part is named: %s" % r.stderr.strip()[-150:])
+
+
+def api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb):
+    """Ollama's /api/pull on a several-model ebb serve: NDJSON progress as ollama streams it,
+    the pulled model served by name at once, stream false, errors; the official ollama client
+    when it is installed (the integration venv has it)."""
+    mdir = os.path.join(work, "served")
+    os.makedirs(mdir)
+    shutil.copy(tiny, os.path.join(mdir, "tiny-llama.gguf"))
+    hub.repos["org/served-GGUF"] = {"tiny2-Q8_0.gguf": tiny_bytes, "tiny3-Q4_0.gguf": tiny_bytes}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EBB_", "HF_"))}
+    env.update({"EBB_CONFIG": "/dev/null", "HF_ENDPOINT": endpoint, "EBB_MODELS_DIR": mdir})
+    p = subprocess.Popen([ebb, "serve", "--port", "0", "--device", "ref", "--ctx", "64",
+                          "--chat-template", "chatml"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    for f, sink in ((p.stdout, out), (p.stderr, err)):
+        threading.Thread(target=lambda f=f, sink=sink: sink.extend(iter(f.readline, "")),
+                         daemon=True).start()
+    port = None
+    deadline = time.time() + 60
+    while port is None and time.time() < deadline and p.poll() is None:
+        for line in out:
+            if "listening on http://127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split("/")[0].strip())
+        time.sleep(0.05)
+    import urllib.request
+    import urllib.error
+
+    def post(path, body):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.headers.get("Content-Type"), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type"), e.read().decode()
+
+    try:
+        check(port is not None, "serve (several models) listens: %s" % "".join(err)[-300:])
+        st, ct, body = post("/api/pull", {"model": "hf.co/org/served-GGUF:Q8_0"})
+        lines = [json.loads(l) for l in body.splitlines() if l.strip()]
+        check(st == 200 and ct == "application/x-ndjson" and lines and lines[0] == {"status": "pulling manifest"}
+              and lines[-1] == {"status": "success"}, "/api/pull streams NDJSON from pulling manifest to success")
+        sha = hashlib.sha256(tiny_bytes).hexdigest()
+        prog = [l for l in lines if l.get("digest")]
+        check(prog and prog[-1]["digest"] == "sha256:" + sha and prog[-1]["completed"] == prog[-1]["total"] == len(tiny_bytes),
+              "its progress lines carry the digest, total and completed: %s" % prog[-1:])
+        check(open(os.path.join(mdir, "tiny2-Q8_0.gguf"), "rb").read() == tiny_bytes, "the file is in models_dir")
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port, timeout=30) as r:
+            ids = [m["id"] for m in json.loads(r.read())["data"]]
+        check("tiny2-Q8_0" in ids and "tiny-llama" in ids, "the pulled model is served at once: %s" % ids)
+        st, _, body = post("/v1/completions", {"model": "tiny2-Q8_0", "prompt": "hello", "max_tokens": 3})
+        check(st == 200 and json.loads(body)["model"] == "tiny2-Q8_0", "a completion on the pulled model (%d)" % st)
+        st, _, body = post("/api/pull", {"name": "org/served-GGUF:Q4_0", "stream": False})
+        check(st == 200 and json.loads(body) == {"status": "success"}, "stream false: one object (%d %s)" % (st, body))
+        st, _, body = post("/api/pull", {"model": "llama3.2"})
+        check(st == 400 and "hf.co/OWNER/REPO:QUANT" in json.loads(body)["error"], "an ollama library name: 400 saying what to give")
+        st, _, body = post("/api/pull", {"model": "org/nothere-GGUF:Q8_0"})
+        lines = [json.loads(l) for l in body.splitlines() if l.strip()]
+        check(st == 200 and "not found" in lines[-1].get("error", ""), "an unknown repository streamed: an error line %s" % lines[-1:])
+        st, _, body = post("/api/pull", {"model": "org/nothere-GGUF:Q8_0", "stream": False})
+        check(st == 404 and "not found" in json.loads(body)["error"], "and not streamed: 404 (%d)" % st)
+        try:
+            import ollama
+        except ImportError:
+            ollama = None
+            print("skip the ollama client (not installed here; tests/integration's venv has it)")
+        if ollama:
+            os.unlink(os.path.join(mdir, "tiny3-Q4_0.gguf"))
+            c = ollama.Client(host="http://127.0.0.1:%d" % port)
+            got = list(c.pull("hf.co/org/served-GGUF:Q4_0", stream=True))
+            check(got and got[-1].status == "success" and any(g.digest for g in got),
+                  "the ollama client's pull(stream=True) ends in success")
+    finally:
+        p.terminate()
+        p.wait(30)
 
 
 def https_tests(hub, pull, models, work, tiny_bytes):
