@@ -135,8 +135,11 @@ static ebb_err attempt(struct job *j, const char *url, int fd, struct ebb_sha256
         return ebb_diag_set(diag, EBB_EIO, "%s.part: %s", j->p.file, strerror(errno));
     uint64_t have = (uint64_t)st.st_size;
     const char *token = j->o->token;
-    struct ebb__http_req req = {
-        .method = "GET", .token = token, .range_from = have, .timeout_s = j->o->timeout_s};
+    struct ebb__http_req req = {.method = "GET",
+                                .token = token,
+                                .range_from = have,
+                                .timeout_s = j->o->timeout_s,
+                                .cancel = j->o->cancel};
     if ((rc = ebb__http_open(&h, url, &req, diag)))
         return rc;
     if (h.linked_size >= 0)
@@ -296,8 +299,12 @@ ebb_err ebb__pull_file(const char *url, const char *dir, const char *name, int p
         j.p.note = d.msg; /* why the next attempt */
         report(&j, EBB_PULL_RETRYING, true);
         j.p.note = NULL;
-        if (!progress)
-            sleep(1u << (tries < 3 ? tries : 3));
+        /* Nothing arrived: wait a little longer each time (1, 2, 4, 8 s), as a cancel allows. */
+        for (int q = 0; !progress && q < 4 << (tries < 3 ? tries : 3); q++) {
+            if (o->cancel && *o->cancel)
+                break;
+            usleep(250000);
+        }
     }
     if (rc) {
         struct stat ps;

@@ -23,10 +23,11 @@ ebb_err ebb__url_parse(const char *url, struct ebb__url *u, struct ebb_diag *dia
 
 /* What a request sends besides the method and URL. */
 struct ebb__http_req {
-    const char *method;  /* "GET" or "HEAD" */
-    const char *token;   /* Authorization: Bearer token, NULL = none; dropped off-host */
-    uint64_t range_from; /* > 0: Range: bytes=range_from- */
-    int timeout_s;       /* connect and per-read timeout, seconds */
+    const char *method;   /* "GET" or "HEAD" */
+    const char *token;    /* Authorization: Bearer token, NULL = none; dropped off-host */
+    uint64_t range_from;  /* > 0: Range: bytes=range_from- */
+    int timeout_s;        /* connect and per-read timeout, seconds */
+    volatile int *cancel; /* non-NULL and set: reads end with EBB_ECANCELED within 250 ms */
 };
 
 /* The response an open request reached after its redirects, and what the hub said on the way. */
@@ -45,6 +46,7 @@ struct ebb__http {
     void *tls; /* gnutls_session_t */
     void *cred;
     int timeout_s;
+    volatile int *cancel;
     char buf[16384];
     size_t pos, len;
     uint64_t chunk_left;

@@ -41,8 +41,8 @@ struct ebb_pull_opts {
     int retries;          /* further attempts after a failure mid-body (resuming); < 0 = 3 */
     ebb_pull_cb progress; /* may be NULL; called on the pulling thread, at most ~10 times/s */
     void *ud;
-    /* Non-NULL and set (by another thread): the pull stops at its next read or retry with
-     * EBB_ECANCELED, keeping the .part. A read blocked on a silent server ends at timeout_s. */
+    /* Non-NULL and set (by another thread): the pull stops within a quarter second (a wait
+     * for the server's bytes is cut in quarter seconds) with EBB_ECANCELED, keeping the .part. */
     volatile int *cancel;
 };
 

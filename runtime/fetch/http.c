@@ -193,34 +193,51 @@ void ebb__http_close(struct ebb__http *h)
     h->fd = -1;
 }
 
-/* Raw bytes from the connection: > 0 read, 0 closed, -1 error or timeout. */
+/* Waits until fd is readable: 1 readable, 0 timed out, -2 canceled, -1 error. The wait is cut
+ * in quarter seconds so that a cancel (the daemon stopping) is seen soon, not after timeout_s. */
+static int wait_readable(struct ebb__http *h)
+{
+    int left_ms = h->timeout_s * 1000;
+    for (;;) {
+        if (h->cancel && *h->cancel)
+            return -2;
+        struct pollfd pf = {.fd = h->fd, .events = POLLIN};
+        int slice = left_ms < 250 ? left_ms : 250;
+        int pr = poll(&pf, 1, slice);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr != 0)
+            return pr > 0 ? 1 : -1;
+        if ((left_ms -= slice) <= 0)
+            return 0;
+    }
+}
+
+/* Raw bytes from the connection: > 0 read, 0 closed, -1 error or timeout, -2 canceled. */
 static ssize_t raw_read(struct ebb__http *h, void *buf, size_t n)
 {
-    if (h->tls) {
+    for (;;) {
         /* GnuTLS answers GNUTLS_E_AGAIN after a post-handshake message (a TLS 1.3 session
          * ticket) too, not only on a timeout: wait on the socket here and call again. */
-        for (;;) {
-            if (!gnutls_record_check_pending(h->tls)) {
-                struct pollfd pf = {.fd = h->fd, .events = POLLIN};
-                int pr = poll(&pf, 1, h->timeout_s * 1000);
-                if (pr < 0 && errno == EINTR)
-                    continue;
-                if (pr <= 0)
-                    return -1;
-            }
-            ssize_t r = gnutls_record_recv(h->tls, buf, n);
+        if (!h->tls || !gnutls_record_check_pending(h->tls)) {
+            int w = wait_readable(h);
+            if (w <= 0)
+                return w == -2 ? -2 : -1;
+        }
+        ssize_t r;
+        if (h->tls) {
+            r = gnutls_record_recv(h->tls, buf, n);
             if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
                 continue;
             if (r == GNUTLS_E_PREMATURE_TERMINATION)
                 return 0;
             return r < 0 ? -1 : r;
         }
-    }
-    ssize_t r;
-    do {
         r = read(h->fd, buf, n);
-    } while (r < 0 && errno == EINTR);
-    return r;
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        return r;
+    }
 }
 
 static ebb_err raw_write(struct ebb__http *h, const char *p, size_t n, struct ebb_diag *diag)
@@ -250,6 +267,8 @@ static ebb_err fill(struct ebb__http *h, struct ebb_diag *diag)
     if (h->pos < h->len || h->eof)
         return EBB_OK;
     ssize_t r = raw_read(h, h->buf, sizeof(h->buf));
+    if (r == -2)
+        return ebb_diag_set(diag, EBB_ECANCELED, "the pull was stopped");
     if (r < 0)
         return ebb_diag_set(diag, EBB_EIO, "reading from the server failed or timed out (%d s)",
                             h->timeout_s);
@@ -431,6 +450,7 @@ ebb_err ebb__http_open(struct ebb__http *h, const char *url, const struct ebb__h
     h->fd = -1;
     h->linked_size = -1;
     h->timeout_s = req->timeout_s > 0 ? req->timeout_s : 30;
+    h->cancel = req->cancel;
     h->head = !strcmp(req->method, "HEAD");
     ebb_err rc = EBB_OK;
     char first_host[256] = "", location[4096];

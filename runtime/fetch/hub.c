@@ -158,7 +158,8 @@ static ebb_err pick(struct spec *sp, const char *endpoint, const struct ebb_pull
     char url[2048];
     snprintf(url, sizeof(url), "%s/api/models/%s", endpoint, sp->repo);
     struct ebb__http h;
-    struct ebb__http_req req = {.method = "GET", .token = o->token, .timeout_s = o->timeout_s};
+    struct ebb__http_req req = {
+        .method = "GET", .token = o->token, .timeout_s = o->timeout_s, .cancel = o->cancel};
     char *body = NULL;
     size_t len;
     json_t *root = NULL;

@@ -155,14 +155,14 @@ def handler(hub, role):
                 hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, len(data) - 1, len(data))))
             if mode == "huge":
                 hdrs.append(("Content-Length", str(1 << 50)))
-            if mode == "stall":
+            if mode in ("stall", "stall-long"):
                 self.send_response(code)
                 for k, v in hdrs + [("Content-Length", str(len(body)))]:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body[:1000])
                 self.wfile.flush()
-                time.sleep(4)
+                time.sleep(4 if mode == "stall" else 20)
                 self.close_connection = True
                 return
             cut = mode == "cut-always" or (mode == "cut" and hub.cuts.get(f, 0) == 0)
@@ -431,7 +431,9 @@ def api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb):
     mdir = os.path.join(work, "served")
     os.makedirs(mdir)
     shutil.copy(tiny, os.path.join(mdir, "tiny-llama.gguf"))
-    hub.repos["org/served-GGUF"] = {"tiny2-Q8_0.gguf": tiny_bytes, "tiny3-Q4_0.gguf": tiny_bytes}
+    hub.repos["org/served-GGUF"] = {"tiny2-Q8_0.gguf": tiny_bytes, "tiny3-Q4_0.gguf": tiny_bytes,
+                                    "slow.gguf": tiny_bytes}
+    hub.mode["slow.gguf"] = "stall-long"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EBB_", "HF_"))}
     env.update({"EBB_CONFIG": "/dev/null", "HF_ENDPOINT": endpoint, "EBB_MODELS_DIR": mdir})
     p = subprocess.Popen([ebb, "serve", "--port", "0", "--device", "ref", "--ctx", "64",
@@ -496,9 +498,39 @@ def api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb):
             got = list(c.pull("hf.co/org/served-GGUF:Q4_0", stream=True))
             check(got and got[-1].status == "success" and any(g.digest for g in got),
                   "the ollama client's pull(stream=True) ends in success")
-    finally:
+        # Stopping the daemon while a pull waits on a silent server: it stops at once (the
+        # pull is canceled within a quarter second, not after its 30 s read timeout) and the
+        # .part stays for the next pull.
+        first = []
+
+        def slow_pull():
+            req = urllib.request.Request("http://127.0.0.1:%d/api/pull" % port,
+                                         json.dumps({"model": "hf://org/served-GGUF/slow.gguf"}).encode())
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    for line in r:
+                        first.append(line)
+            except Exception:
+                pass
+        threading.Thread(target=slow_pull, daemon=True).start()
+        deadline = time.time() + 10
+        while time.time() < deadline and not os.path.exists(os.path.join(mdir, "slow.gguf.part")):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        t0 = time.time()
         p.terminate()
-        p.wait(30)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.time() - t0
+        check(p.returncode is not None and took < 5 and
+              os.path.getsize(os.path.join(mdir, "slow.gguf.part")) == 1000,
+              "SIGTERM during a stalled /api/pull: the daemon exits in %.1f s, the .part kept" % took)
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(30)
 
 
 def https_tests(hub, pull, models, work, tiny_bytes):
