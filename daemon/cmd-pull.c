@@ -3,6 +3,7 @@
 #include "cmds.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,8 @@ int ebb_cmd_pull(int argc, char **argv)
     char mdir[4096], path[4096];
     if (ebb__models_dir("pull", dir, config, mdir, sizeof(mdir)))
         return 1;
+    /* A server that closes while the request is written must give an error, not a SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     struct bar b = {.tty = isatty(STDERR_FILENO) == 1};
     o.progress = progress;
     o.ud = &b;

@@ -2,7 +2,8 @@
  * directory: the file named, or the one a quant name picks from the repository's list, every
  * part of a split GGUF, resumed from a .part file, checked against the sha256 the hub reports,
  * renamed into place only when whole. Used by `ebb pull` and ollama's /api/pull. Blocking; call
- * it from a thread that may wait minutes. */
+ * it from a thread that may wait minutes; the process should ignore SIGPIPE (a server that
+ * closes while a request is written). */
 #ifndef EBB_FETCH_FETCH_H
 #define EBB_FETCH_FETCH_H
 

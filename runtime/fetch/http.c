@@ -90,11 +90,12 @@ static ebb_err dial(const struct ebb__url *u, int timeout_s, int *out, struct eb
         return ebb_diag_set(diag, EBB_EIO, "cannot resolve %s: %s", u->host, gai_strerror(e));
     int fd = -1, err = 0;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
         if (fd < 0) {
             err = errno;
             continue;
         }
+        fcntl(fd, F_SETFD, FD_CLOEXEC); /* not SOCK_CLOEXEC: macOS has none */
         int fl = fcntl(fd, F_GETFL);
         fcntl(fd, F_SETFL, fl | O_NONBLOCK);
         int r = connect(fd, a->ai_addr, a->ai_addrlen);
