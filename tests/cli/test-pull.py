@@ -417,6 +417,21 @@ def split_model_tests(hub, pull, models, work, tiny, ebb):
                 toks.append("rc %d: %s" % (r.returncode, r.stderr.strip()[-200:]))
         check(len(toks[0]) == 8 and toks[0] == toks[1],
               "the split model loads as one (%s): the same greedy tokens %s / %s" % (dev, toks[0], toks[1]))
+    # The layer streamer reads one file: a split model streams from a pack (ebb pack reads the
+    # parts through the mapping) and is refused, saying so, without one.
+    r = pull("run", "-m", first, "--device", "auto", "-p", "hello", "-n", "8", "--temp", "0",
+             "--residency", "0", timeout=300)
+    check(r.returncode != 0 and "split in 3 files" in r.stderr and "ebb pack" in r.stderr,
+          "streaming a split model without a pack is refused: %s" % r.stderr.strip()[-200:])
+    pk = os.path.join(work, "split.pack")
+    r = pull("pack", first, "-o", pk, timeout=300)
+    r = pull("run", "-m", first, "--pack", pk, "--device", "auto", "-p", "hello", "-n", "8",
+             "--temp", "0", "--residency", "0", "--json", timeout=300)
+    try:
+        streamed = json.loads(r.stdout.strip().splitlines()[-1])["tokens"]
+    except (ValueError, IndexError, KeyError):
+        streamed = "rc %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+    check(streamed == toks[0], "streamed from its pack: the same tokens %s" % (streamed,))
     r = pull("info", os.path.join(models, "tiny-Q8_0-00002-of-00003.gguf"))
     check(r.returncode != 0 and "open its first part" in r.stderr, "a later part alone is refused: %s" % r.stderr.strip()[-150:])
     os.unlink(os.path.join(models, "tiny-Q8_0-00003-of-00003.gguf"))
