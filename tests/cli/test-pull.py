@@ -434,6 +434,22 @@ def split_model_tests(hub, pull, models, work, tiny, ebb):
     check(streamed == toks[0], "streamed from its pack: the same tokens %s" % (streamed,))
     r = pull("info", os.path.join(models, "tiny-Q8_0-00002-of-00003.gguf"))
     check(r.returncode != 0 and "open its first part" in r.stderr, "a later part alone is refused: %s" % r.stderr.strip()[-150:])
+    # Parts that do not agree are refused, naming what is wrong (scripts/gguf-set-kv.py edits
+    # one key of a copy).
+    setkv = os.path.join(os.path.dirname(split), "gguf-set-kv.py")
+    bad = os.path.join(work, "bad")
+    for name, part, kv, want in (("no", 2, "split.no=u16:2", "does not say it is part 2 of 3"),
+                                 ("count", 1, "split.tensors.count=i32:99", "split.tensors.count says 99")):
+        d = os.path.join(bad, name)
+        os.makedirs(d)
+        for k in (1, 2, 3):
+            f = "tiny-Q8_0-%05d-of-00003.gguf" % k
+            if k == part:
+                subprocess.run([sys.executable, setkv, os.path.join(out, f), os.path.join(d, f), kv], check=True)
+            else:
+                shutil.copy(os.path.join(out, f), d)
+        r = pull("info", os.path.join(d, "tiny-Q8_0-00001-of-00003.gguf"))
+        check(r.returncode != 0 and want in r.stderr, "a split model whose %s is wrong: %s" % (kv, r.stderr.strip()[-150:]))
     os.unlink(os.path.join(models, "tiny-Q8_0-00003-of-00003.gguf"))
     r = pull("info", first)
     check(r.returncode != 0 and "part 3 of 3" in r.stderr, "a missing part is named: %s" % r.stderr.strip()[-150:])
