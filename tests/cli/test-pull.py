@@ -165,6 +165,14 @@ def handler(hub, role):
                 time.sleep(4 if mode == "stall" else 20)
                 self.close_connection = True
                 return
+            if mode == "garbage":  # not HTTP at all
+                self.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+                self.close_connection = True
+                return
+            if mode == "badchunk":  # a chunk size that is no hex number
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n")
+                self.close_connection = True
+                return
             cut = mode == "cut-always" or (mode == "cut" and hub.cuts.get(f, 0) == 0)
             if cut:
                 hub.cuts[f] = hub.cuts.get(f, 0) + 1
@@ -219,13 +227,15 @@ def main():
         "org/big": {"big.gguf": rnd, "cut.gguf": rnd[::-1], "again.gguf": rnd[1:],
                     "corrupt.gguf": rnd[:500000], "norange.gguf": rnd[2:], "chunked.gguf": rnd[3:],
                     "stall.gguf": rnd[:100000], "huge.gguf": rnd[:1000], "whole.gguf": rnd[4:],
-                    "stale.gguf": rnd[5:100005], "rel.gguf": rnd[6:], "loop.gguf": rnd[:10]},
+                    "stale.gguf": rnd[5:100005], "rel.gguf": rnd[6:], "loop.gguf": rnd[:10],
+                    "garbage.gguf": rnd[:10], "badchunk.gguf": rnd[:10], "busy.gguf": rnd[:100000]},
         "org/gated": {"g.gguf": rnd[:5000]},
     }
     hub.gated.add("org/gated")
     hub.mode = {"cut.gguf": "cut-always", "again.gguf": "cut", "corrupt.gguf": "corrupt",
                 "norange.gguf": "norange", "chunked.gguf": "chunked", "stall.gguf": "stall",
-                "huge.gguf": "huge", "rel.gguf": "relative", "loop.gguf": "loop"}
+                "huge.gguf": "huge", "rel.gguf": "relative", "loop.gguf": "loop",
+                "garbage.gguf": "garbage", "badchunk.gguf": "badchunk", "busy.gguf": "stall"}
     _, hub_port = serve(hub, "hub")
     _, hub.cdn_port = serve(hub, "cdn")
     endpoint = "http://127.0.0.1:%d" % hub_port
@@ -355,6 +365,22 @@ def main():
         r = pull("pull", "--timeout", "1", "--retries", "0", "hf://org/big/stall.gguf")
         check(r.returncode == 1 and "timed out" in r.stderr and time.time() - t0 < 4,
               "a stalled body times out after --timeout: %s" % r.stderr.strip()[-200:])
+        r = pull("pull", "hf://org/big/garbage.gguf")
+        check(r.returncode == 1 and "not an HTTP response" in r.stderr, "a server that speaks no HTTP: %s" % r.stderr.strip()[-120:])
+        r = pull("pull", "--retries", "0", "hf://org/big/badchunk.gguf")
+        check(r.returncode == 1 and "bad chunk size" in r.stderr, "a malformed chunk: %s" % r.stderr.strip()[-120:])
+        # Two pulls of one file: the second says another is writing it (the .part is locked).
+        bg = subprocess.Popen([ebb, "pull", "--retries", "0", "hf://org/big/busy.gguf"],
+                              env=dict({k: v for k, v in os.environ.items() if not k.startswith(("EBB_", "HF_"))},
+                                       EBB_CONFIG="/dev/null", HF_ENDPOINT=endpoint, EBB_MODELS_DIR=models),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline and not os.path.exists(os.path.join(models, "busy.gguf.part")):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        r = pull("pull", "hf://org/big/busy.gguf")
+        check(r.returncode == 1 and "another pull is writing" in r.stderr, "a second pull of one file: %s" % r.stderr.strip()[-120:])
+        bg.wait(30)
         r = pull("pull", "hf://org/big/huge.gguf")
         check(r.returncode == 1 and "not enough disk space" in r.stderr and
               not os.path.exists(os.path.join(models, "huge.gguf.part")),
