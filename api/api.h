@@ -68,6 +68,9 @@ struct ebb_api_config {
      */
     const struct ebb_sampling_set *generation;
     bool ignore_model_sampling;
+    /* Where Ollama's /api/pull puts what it fetches (runtime/fetch; a several-model daemon then
+     * serves it by name at once). NULL: /api/pull answers 501. */
+    const char *models_dir;
     /* Called on the loop thread once the model is ready to serve (ok) or failed to load or to
      * get a chat template (msg says why). May be NULL. */
     void (*on_ready)(void *ud, bool ok, const char *msg);

@@ -128,6 +128,7 @@ static void api_config_from(const struct serve *s, const struct ebb_config *c,
     ac->responses_store = c->responses_store;
     ac->generation = &c->generation;
     ac->ignore_model_sampling = !c->model_sampling;
+    ac->models_dir = c->models_dir;
 }
 
 /* The context each slot got and why (capped by default, by memory or at the trained length). */

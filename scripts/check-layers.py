@@ -28,6 +28,8 @@ LAYERS = {
     'runtime/stream': ['runtime/cl', 'runtime/gguf'],
     'runtime/model': ['runtime/stream', 'runtime/cl', 'runtime/quant', 'runtime/tokenizer'],
     'runtime/sched': ['runtime/model', 'runtime/grammar'],
+    # ebb pull's downloads, beside the engine: daemon/'s `ebb pull` and ollama's /api/pull.
+    'runtime/fetch': ['runtime/base'],
     # api/'s rooms, bottom to top. Libraries of their own first (Jinja, JSON schema, the tool-call
     # formats, generation defaults), then chat templates; api/api.h (the folder's own files) is
     # the contract daemon/ uses, below the rooms that implement it; then the HTTP edge, the
@@ -42,9 +44,9 @@ LAYERS = {
     'api/openai': ['api/http', 'api/schema', 'api/tools'],
     'api/anthropic': ['api/openai'],
     'api/responses': ['api/openai'],
-    'api/ollama': ['api/openai'],
+    'api/ollama': ['api/openai', 'runtime/fetch'],
     'api/routes': ['api/anthropic', 'api/responses', 'api/ollama', 'api/openai'],
-    'daemon': ['api', 'api/chat'],
+    'daemon': ['api', 'api/chat', 'runtime/fetch'],
     'bench': ['daemon'],
     'tests': ['daemon', 'bench', 'api/routes'],
 }

@@ -20,7 +20,7 @@ flags="-g -O1 -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fno-omit-frame-poin
 flags="$flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 # shellcheck disable=SC2086
 "$cc" $flags -I"$root/runtime" -o "$out/fuzz-gguf" "$root/tests/fuzz/fuzz-gguf.c" \
-    "$root/runtime/gguf/gguf.c" "$root/runtime/gguf/gguf-get.c" "$root/runtime/gguf/gguf-types.c" "$root/runtime/base/err.c" "$root/runtime/base/log.c"
+    "$root/runtime/gguf/gguf.c" "$root/runtime/gguf/gguf-get.c" "$root/runtime/gguf/gguf-file.c" "$root/runtime/gguf/gguf-types.c" "$root/runtime/base/err.c" "$root/runtime/base/log.c"
 
 for m in "$models"/*.gguf; do
     [ -f "$m" ] && head -c 65536 "$m" > "$out/seeds/$(basename "$m" .gguf).head"

@@ -23,7 +23,7 @@ base="runtime/base/err.c runtime/base/log.c"
 jinja="api/jinja/jinja-eval.c api/jinja/jinja-filters.c api/jinja/jinja-lex.c
   api/jinja/jinja-methods.c api/jinja/jinja-parse.c api/jinja/jinja-tests.c api/jinja/jinja-unicode.c
   api/jinja/jinja-value.c"
-vocab="runtime/gguf/gguf.c runtime/gguf/gguf-get.c runtime/gguf/gguf-types.c
+vocab="runtime/gguf/gguf.c runtime/gguf/gguf-get.c runtime/gguf/gguf-file.c runtime/gguf/gguf-types.c
   runtime/tokenizer/tok-bpe.c runtime/tokenizer/tok-detok.c runtime/tokenizer/tok-encode.c
   runtime/tokenizer/tok-pre.c runtime/tokenizer/tok-spm.c runtime/tokenizer/tok-vocab.c runtime/tokenizer/tokenizer.c
   runtime/tokenizer/unicode-data.c runtime/tokenizer/unicode.c"

@@ -5,10 +5,10 @@ set -euo pipefail
 
 deb_pkgs=(build-essential meson ninja-build pkg-config python3 python3-venv python3-pip
     libuv1-dev libmicrohttpd-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-    libzstd-dev libjansson-dev libinih-dev libcmocka-dev curl wrk valgrind clang-format
+    libzstd-dev libjansson-dev libgnutls28-dev libinih-dev libcmocka-dev curl wrk valgrind clang-format
     git ca-certificates nginx)
 brew_pkgs=(meson ninja pkg-config libuv libmicrohttpd opencl-headers ocl-icd pocl zstd jansson
-    inih cmocka python wrk clang-format nginx)
+    gnutls inih cmocka python wrk clang-format nginx)
 
 # nginx is for tests/integration/test_nginx.py only, which starts its own unprivileged instance
 # (Debian's package may also enable a system nginx on port 80: `systemctl disable --now nginx`).

@@ -102,6 +102,8 @@ ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
         a->def = a->models[0];
         return EBB_OK;
     }
+    if (cfg->chat_template && !(a->added_template = dupstr(cfg->chat_template)))
+        return EBB_ENOMEM;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const struct ebb_api_model *m = &cfg->models[i];
         struct ebb__served *sv = served_new(a, m->id, m->chat_template);
@@ -127,11 +129,58 @@ ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
     return EBB_OK;
 }
 
+ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added)
+{
+    *added = false;
+    if (!a->catalogue || a->stopping)
+        return EBB_OK;
+    const char *base = strrchr(path, '/');
+    char id[256];
+    snprintf(id, sizeof(id), "%s", base ? base + 1 : path);
+    size_t l = strlen(id);
+    if (l > 5 && !strcmp(id + l - 5, ".gguf"))
+        id[l - 5] = 0;
+    for (size_t i = 0; i < a->n_models; i++)
+        if (!strcmp(a->models[i]->id, id))
+            return EBB_OK;
+    /* The default model's settings (context, parallel slots, device...) as a template: the
+     * context is capped at the new model's trained one when it loads. */
+    const struct ebb__served *t = a->def;
+    struct ebb__served **nm = realloc(a->models, (a->n_models + 1) * sizeof(*nm));
+    if (!nm)
+        return EBB_ENOMEM;
+    a->models = nm;
+    struct ebb__served *sv = served_new(a, id, a->added_template);
+    if (!sv)
+        return EBB_ENOMEM;
+    sv->owned = true;
+    sv->pin = false;
+    sv->keep_alive = sv->keep_alive_cfg = t->keep_alive_cfg;
+    sv->sp = t->sp;
+    sv->path = dupstr(path);
+    sv->device = dupstr(t->device);
+    if (!sv->path || (t->device && !sv->device)) {
+        served_free(sv);
+        return EBB_ENOMEM;
+    }
+    sv->sp.model.path = sv->path;
+    sv->sp.model.device = sv->device;
+    sv->sp.on_loaded = ebb__served_on_loaded;
+    sv->sp.ud = sv;
+    read_facts(sv);
+    a->models[a->n_models++] = sv;
+    qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
+    *added = true;
+    return EBB_OK;
+}
+
 void ebb__catalogue_fini(struct ebb_api *a)
 {
     for (size_t i = 0; i < a->n_models; i++)
         served_free(a->models[i]);
     free(a->models);
+    free(a->added_template);
+    a->added_template = NULL;
     a->models = NULL;
     a->n_models = 0;
     a->def = NULL;

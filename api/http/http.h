@@ -143,6 +143,7 @@ struct ebb__lp {
 };
 
 struct ebb__gen_fmt;     /* a wire format over the generation: api/openai/openai.h */
+struct ebb__pull;        /* an Ollama /api/pull on its thread: api/ollama/pull.c */
 struct ebb_tool_stream;  /* api/tools/tools.h */
 struct ebb_think_stream; /* api/tools/tools.h */
 
@@ -218,6 +219,10 @@ struct ebb__req {
     char remote[64];  /* client address for the request log */
     /* generation */
     struct ebb__gen *gen;
+    /* /api/pull: the pull holding the request (engine_ref is set while it runs); pull_done once
+     * it has ended and its last bytes are in out (or, not streamed, its answer) */
+    struct ebb__pull *pull;
+    bool pull_done;
     bool gen_counted;            /* counted in api->n_gen_conns */
     bool engine_ref;             /* the engine may still call the sink */
     bool in_ready;               /* (mu) queued on api->ready */
@@ -332,6 +337,10 @@ struct ebb__handlers {
     void (*catalogue_async)(struct ebb_api *a);
     void (*catalogue_tick)(struct ebb_api *a, double now);
     void (*served_release)(struct ebb__req *r);
+    /* Ollama's /api/pull (api/ollama/pull.c): the tick hands the pulls' progress to their
+     * requests; stop (ebb_api_free) stops and joins them */
+    void (*pull_tick)(struct ebb_api *a);
+    void (*pull_stop)(struct ebb_api *a);
 };
 
 /* ---- the catalogue's life (catalogue.c; the server calls these through struct ebb__handlers) */
@@ -345,6 +354,10 @@ void ebb__catalogue_fini(struct ebb_api *a);
 void ebb__catalogue_async(struct ebb_api *a);
 /* The tick: unloads the models keep_alive or an unload request says to. */
 void ebb__catalogue_tick(struct ebb_api *a, double now);
+/* Adds the GGUF at path to a several-model daemon's catalogue (named as a file under
+ * models_dir is), with the settings of the default model; *added false when the id was there
+ * already or the daemon serves a single model. */
+ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added);
 
 /* One model the server can serve (catalogue.c). Outside catalogue mode there is one, whose
  * scheduler the daemon owns and hands over (ebb_api_set_sched); in catalogue mode the API
@@ -414,10 +427,12 @@ struct ebb_api {
     struct ebb__served **models; /* (n_models) sorted by id */
     size_t n_models;
     struct ebb__served *def;
-    bool catalogue;  /* the API loads and unloads its models (no single -m) */
-    bool stopping;   /* quiesced or being freed: no model loads any more */
-    bool freeing;    /* ebb_api_free: the engines are gone, nothing may reach them */
-    uint64_t budget; /* bytes all loaded models may take together; 0: no limit */
+    bool catalogue;       /* the API loads and unloads its models (no single -m) */
+    char *added_template; /* catalogue mode: the configured chat template (NULL: the GGUF's) of
+                           * models added later (ebb__catalogue_add) */
+    bool stopping;        /* quiesced or being freed: no model loads any more */
+    bool freeing;         /* ebb_api_free: the engines are gone, nothing may reach them */
+    uint64_t budget;      /* bytes all loaded models may take together; 0: no limit */
     pthread_mutex_t mu;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;
@@ -432,6 +447,8 @@ struct ebb_api {
     unsigned resp_store_cap;
     void *resp_store;
     void (*resp_store_free)(void *store);
+    char *models_dir;        /* /api/pull's target; NULL: refused */
+    struct ebb__pull *pulls; /* pulls running (api/ollama/pull.c) */
     void (*on_ready)(void *ud, bool ok, const char *msg);
     void *ud;
 };

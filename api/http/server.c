@@ -422,6 +422,7 @@ static void on_tick(uv_timer_t *t)
     if (ebb__limits_sweep(a))
         ebb__kick(a); /* MHD reads the end of the shut sockets and frees them */
     a->h->catalogue_tick(a, now);
+    a->h->pull_tick(a);
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -464,6 +465,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     a->h = h;
     pthread_mutex_init(&a->mu, NULL);
     a->max_body = cfg->max_body ? cfg->max_body : 4u << 20;
+    a->models_dir = cfg->models_dir ? strdup(cfg->models_dir) : NULL;
     a->api_keys = duplist(cfg->api_keys, cfg->n_api_keys);
     a->n_api_keys = cfg->n_api_keys;
     a->cors_origins = duplist(cfg->cors_origins, cfg->n_cors_origins);
@@ -575,6 +577,7 @@ ebb_err ebb__server_new(uv_loop_t *loop, const struct ebb_api_config *cfg,
     return EBB_OK;
 out:
     a->h->catalogue_fini(a);
+    free(a->models_dir);
     freelist(a->api_keys, a->n_api_keys);
     freelist(a->cors_origins, a->n_cors_origins);
     freelist(a->allowed_hosts, a->n_allowed_hosts);
@@ -654,6 +657,7 @@ void ebb_api_free(struct ebb_api *a)
      * connection, as MHD_stop_daemon requires. A load that finished after the loop stopped
      * (SIGTERM while loading) must not be prepared now: its model was freed with the engine. */
     a->stopping = a->freeing = true;
+    a->h->pull_stop(a);
     for (size_t i = 0; i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
         if (sv->owned) { /* catalogue mode: the engines stop first, as the daemon's does */
@@ -689,6 +693,7 @@ void ebb_api_free(struct ebb_api *a)
     uv_close((uv_handle_t *)&a->tick, NULL);
     uv_run(a->loop, UV_RUN_NOWAIT);
     a->h->catalogue_fini(a);
+    free(a->models_dir);
     ebb__limits_fini(&a->limits);
     if (a->resp_store_free)
         a->resp_store_free(a->resp_store);

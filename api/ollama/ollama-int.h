@@ -1,6 +1,7 @@
 /* Private to api/ollama/: model names, timestamps and keep_alive (names.c), the request
- * translation (request.c), /api/chat and /api/generate (chat.c), /api/embed (embed.c). Calls go
- * one way: ollama.c -> chat.c, embed.c; chat.c -> request.c; all of them -> names.c. */
+ * translation (request.c), /api/chat and /api/generate (chat.c), /api/embed (embed.c), /api/pull
+ * (pull.c, declared in ollama.h for the server's tick). Calls go one way: ollama.c -> chat.c,
+ * embed.c, pull.c; chat.c -> request.c; all of them -> names.c. */
 #ifndef EBB_API_OLLAMA_INT_H
 #define EBB_API_OLLAMA_INT_H
 

@@ -1,7 +1,7 @@
 /* Ollama's API: which path is whose, the model-name rule, and the small endpoints that describe
  * the one loaded model (/api/tags, /api/show, /api/ps, /api/version) or refuse to manage models
- * (/api/pull, /api/push, /api/create, /api/copy, /api/delete). chat.c and embed.c hold the
- * generating endpoints. */
+ * (/api/push, /api/create, /api/copy, /api/delete). chat.c and embed.c hold the generating
+ * endpoints, pull.c /api/pull. */
 #include "ollama.h"
 #include "ollama-int.h"
 #include "gguf/gguf.h"
@@ -17,8 +17,8 @@
  * using a feature (structured outputs, tools, thinking). */
 #define OLLAMA_API_VERSION "0.12.0"
 
-/* Paths that refuse: ebb serves the model it was started with and never downloads, builds,
- * copies or deletes models through the API. */
+/* Model management: /api/pull fetches from Hugging Face (pull.c); the others refuse, as ebb
+ * never builds, pushes, copies or deletes models through the API. */
 static const char *const refused[] = {"/api/pull", "/api/push", "/api/create", "/api/copy",
                                       "/api/delete"};
 
@@ -170,15 +170,26 @@ static void refuse(struct ebb__req *r)
 {
     char msg[400];
     snprintf(msg, sizeof(msg),
-             "%.40s is not supported: ebb serves the model file it was started with and does "
-             "not pull, push, create, copy or delete models through the API (put GGUF files in "
-             "the models directory and start ebb serve -m FILE)",
+             "%.40s is not supported: ebb does not push, create, copy or delete models through "
+             "the API (put GGUF files in the models directory, or /api/pull them from Hugging "
+             "Face)",
              r->path);
     ebb__reply_error(r, 501, msg, NULL, NULL);
 }
 
 void ebb__ollama_handle(struct ebb__req *r)
 {
+    if (r->pull_done) {
+        ebb__ollama_pull_resumed(r); /* a pull not streamed: its answer */
+        return;
+    }
+    if (r->pull) { /* resumed while the pull runs: the client went away, or spurious */
+        if (r->disconnected)
+            ebb__reply_error(r, 503, "the client went away; the pull goes on", NULL, NULL);
+        else
+            ebb__suspend(r);
+        return;
+    }
     if (r->gen) {
         ebb__gen_handle(r); /* resumed: the body once the engine is done */
         return;
@@ -200,6 +211,8 @@ void ebb__ollama_handle(struct ebb__req *r)
         ebb__reply_json(r, 200, json_pack("{ss}", "version", OLLAMA_API_VERSION));
     else if (!strcmp(r->path, "/api/show"))
         show(r);
+    else if (!strcmp(r->path, "/api/pull"))
+        ebb__ollama_pull_start(r);
     else
         refuse(r);
 }

@@ -2,6 +2,7 @@
  * that the core calls them through a table and no two files of api/ call each other. */
 #include "api/api.h"
 #include "routes-int.h"
+#include "api/ollama/ollama.h"
 #include "api/openai/openai.h"
 
 static const struct ebb__handlers handlers = {
@@ -15,6 +16,8 @@ static const struct ebb__handlers handlers = {
     .catalogue_async = ebb__catalogue_async,
     .catalogue_tick = ebb__catalogue_tick,
     .served_release = ebb__served_release,
+    .pull_tick = ebb__ollama_pull_tick,
+    .pull_stop = ebb__ollama_pull_stop,
 };
 
 ebb_err ebb_api_new(uv_loop_t *loop, const struct ebb_api_config *cfg, struct ebb_api **out,

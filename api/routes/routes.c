@@ -550,8 +550,9 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         ebb__reply_error(r, 413, msg, NULL, "request_too_large");
         return MHD_YES;
     }
+    /* /api/pull's model is the one to fetch, not one of the catalogue's. */
     if (a->catalogue && !r->sv_picked && r->ep != EBB__EP_MODELS && r->ep != EBB__EP_HEALTH &&
-        r->ep != EBB__EP_METRICS && !ebb__served_pick(r))
+        r->ep != EBB__EP_METRICS && strcmp(r->path, "/api/pull") && !ebb__served_pick(r))
         return MHD_YES;
     switch (r->ep) {
     case EBB__EP_CHAT:

@@ -102,6 +102,11 @@ uint64_t ebb_gguf_data_offset(const struct ebb_gguf *g)
     return g->data_offset;
 }
 
+uint32_t ebb_gguf_n_files(const struct ebb_gguf *g)
+{
+    return 1 + g->n_parts;
+}
+
 uint32_t ebb_gguf_alignment(const struct ebb_gguf *g)
 {
     return g->alignment;

@@ -57,6 +57,12 @@ struct ebb_gguf {
     uint64_t t_mask;
 
     struct ebb__arena_chunk *arena;
+
+    /* A split model opened as one (gguf-file.c): base maps every part, each at a page
+     * boundary after the one before, size spans them all; parts are the later parts' own
+     * indexes (their tensor names), unmapped by this one. */
+    struct ebb_gguf **parts;
+    uint32_t n_parts;
 };
 
 /* Little-endian loads from possibly unaligned bytes. */
@@ -86,6 +92,13 @@ struct ebb__gguf_ival {
 
 /* Reads an integer value of GGUF type t at p; false when t is not an integer type. */
 bool ebb__gguf_read_int(uint32_t t, const uint8_t *p, struct ebb__gguf_ival *v);
+
+/* gguf.c's pieces gguf-file.c builds on: the parse of an image (mapped: close unmaps it), an
+ * allocation from g's arena, and g's tensor index built again over g->tensors. */
+ebb_err ebb__gguf_open_image(const void *data, uint64_t size, bool mapped, struct ebb_gguf **out,
+                             struct ebb_diag *diag);
+void *ebb__gguf_alloc(struct ebb_gguf *g, uint64_t bytes);
+ebb_err ebb__gguf_index_tensors(struct ebb_gguf *g, struct ebb_diag *diag);
 
 /* FNV-1a over n bytes; the hash tables use it for keys and tensor names. */
 uint64_t ebb__gguf_hash(const char *s, size_t n);

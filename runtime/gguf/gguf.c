@@ -567,8 +567,29 @@ static ebb_err parse(struct ebb_gguf *g, struct ebb_diag *diag)
     return check_overlap(&ps);
 }
 
-static ebb_err open_image(const void *data, uint64_t size, bool mapped, struct ebb_gguf **out,
-                          struct ebb_diag *diag)
+void *ebb__gguf_alloc(struct ebb_gguf *g, uint64_t bytes)
+{
+    return arena_alloc(g, bytes);
+}
+
+ebb_err ebb__gguf_index_tensors(struct ebb_gguf *g, struct ebb_diag *diag)
+{
+    g->t_slots = slots_new(g, g->n_tensors, &g->t_mask);
+    if (!g->t_slots)
+        return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        uint64_t s = slot_find(g->t_slots, g->t_mask, g->tensors[i].name, tensor_name, g);
+        if (g->t_slots[s])
+            return ebb_diag_set(diag, EBB_EFORMAT,
+                                "tensor '%.80s' is in two parts of the split model",
+                                g->tensors[i].name);
+        g->t_slots[s] = i + 1;
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__gguf_open_image(const void *data, uint64_t size, bool mapped, struct ebb_gguf **out,
+                             struct ebb_diag *diag)
 {
     struct ebb_gguf *g = calloc(1, sizeof(*g));
     if (!g)
@@ -592,52 +613,7 @@ ebb_err ebb_gguf_open_mem(const void *data, size_t size, struct ebb_gguf **out,
     if (!out || (!data && size))
         return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
     static const uint8_t empty[1];
-    return open_image(data ? data : empty, size, false, out, diag);
-}
-
-ebb_err ebb_gguf_open(const char *path, struct ebb_gguf **out, struct ebb_diag *diag)
-{
-    if (!path || !out)
-        return ebb_diag_set(diag, EBB_EINVAL, "invalid argument");
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        return ebb_diag_set(diag, e == ENOENT ? EBB_ENOENT : EBB_EIO, "cannot open: %s",
-                            strerror(e));
-    }
-    ebb_err rc = EBB_OK;
-    void *map = MAP_FAILED;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = ebb_diag_set(diag, EBB_EIO, "cannot stat: %s", strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = ebb_diag_set(diag, EBB_EINVAL, "not a regular file");
-        goto out;
-    }
-    if (st.st_size < (off_t)EBB__GGUF_HEADER_BYTES) {
-        rc = ebb_diag_set(diag, EBB_EFORMAT,
-                          "file of %lld bytes is too short for a GGUF header (24 bytes)",
-                          (long long)st.st_size);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        rc = ebb_diag_set(diag, EBB_ERANGE, "file too large to map");
-        goto out;
-    }
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = ebb_diag_set(diag, EBB_EIO, "cannot map: %s", strerror(errno));
-        goto out;
-    }
-    rc = open_image(map, (uint64_t)st.st_size, true, out, diag);
-    if (rc)
-        munmap(map, (size_t)st.st_size);
-out:
-    close(fd);
-    return rc;
+    return ebb__gguf_open_image(data ? data : empty, size, false, out, diag);
 }
 
 void ebb_gguf_close(struct ebb_gguf *g)
@@ -646,6 +622,9 @@ void ebb_gguf_close(struct ebb_gguf *g)
         return;
     if (g->mapped)
         munmap((void *)g->base, (size_t)g->size);
+    for (uint32_t i = 0; i < g->n_parts; i++)
+        ebb_gguf_close(g->parts[i]);
+    free(g->parts);
     arena_free(g->arena);
     free(g);
 }

@@ -114,6 +114,10 @@ const void *ebb_gguf_base(const struct ebb_gguf *g); /* first byte of the file *
 uint64_t ebb_gguf_file_size(const struct ebb_gguf *g);
 uint64_t ebb_gguf_data_offset(const struct ebb_gguf *g); /* start of the data section */
 uint32_t ebb_gguf_alignment(const struct ebb_gguf *g);
+/* Files the model was opened from: 1, or a split model's part count. The image (base, file
+ * size, tensor offsets) then spans the parts mapped one after the other, which no single
+ * file's offsets match (docs/GGUF.md). */
+uint32_t ebb_gguf_n_files(const struct ebb_gguf *g);
 
 /* Metadata, by index (0..n_kv-1) or by key. */
 uint64_t ebb_gguf_n_kv(const struct ebb_gguf *g);

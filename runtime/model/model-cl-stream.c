@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "stream/pack.h"
 
 uint64_t ebb__clm_now_ns(void)
@@ -258,6 +259,24 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
                                              "--host-layers needs the layer streamer "
                                              "(--memory-budget or --residency)")
                               : EBB_OK;
+    /* The streamer reads layers from one file by offset; a split model's offsets span its
+     * parts. It streams from a pack (ebb pack reads the parts through the mapping), else it
+     * stays resident: refused when a budget or residency asks for streaming, quietly kept
+     * whole under memory_budget auto. */
+    uint32_t n_files = ebb_gguf_n_files(g);
+    if (n_files > 1 && !p->pack_path) {
+        if (p->memory_budget || forced || p->host_layers)
+            return ebb_diag_set(diag, EBB_EUNSUPPORTED,
+                                "this model is split in %u files and the layer streamer reads "
+                                "one: write a pack (ebb pack MODEL) and pass it with --pack, or "
+                                "load it whole (no --memory-budget or --residency)",
+                                n_files);
+        ebb_log(EBB_LOG_INFO, "stream",
+                "a split model (%u files): loaded whole, not streamed (ebb pack makes a file "
+                "the streamer can read)",
+                n_files);
+        return EBB_OK;
+    }
     uint32_t n_layer = hp->n_layer;
     ebb_err rc = EBB_OK;
     struct ebb_pack *pk = NULL;

@@ -313,7 +313,6 @@ def test_neutral_options_accepted(oc):
 
 
 @pytest.mark.parametrize("call,path", [
-    (lambda c: c.pull("llama3.2"), "/api/pull"),
     (lambda c: c.push("me/model"), "/api/push"),
     (lambda c: c.create("mine", from_=MODEL_ID), "/api/create"),
     (lambda c: c.copy(MODEL_ID, "other"), "/api/copy"),
@@ -323,7 +322,15 @@ def test_model_management_refused(oc, call, path):
     with pytest.raises(ollama.ResponseError) as e:
         call(oc)
     assert e.value.status_code == 501
-    assert e.value.error.startswith(path) and "does not pull" in e.value.error
+    assert e.value.error.startswith(path) and "does not push" in e.value.error
+
+
+def test_pull_of_a_library_name_is_400(oc):
+    # /api/pull fetches from Hugging Face (tests/cli/test-pull.py drives it against a hub-like
+    # server); an ollama library name is refused before anything is fetched, saying what to give.
+    with pytest.raises(ollama.ResponseError) as e:
+        oc.pull("llama3.2")
+    assert e.value.status_code == 400 and "hf.co/OWNER/REPO:QUANT" in e.value.error
 
 
 def test_errors_take_ollama_shape(server):
