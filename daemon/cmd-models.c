@@ -255,7 +255,11 @@ static void rm_usage(FILE *f)
 static int unlink_one(const char *dir, const char *file, int *removed)
 {
     char path[4400];
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    int n = snprintf(path, sizeof(path), "%s/%s", dir, file);
+    if (n < 0 || (size_t)n >= sizeof(path)) {
+        fprintf(stderr, "ebb rm: %s/%s: path too long\n", dir, file);
+        return 1;
+    }
     if (unlink(path) == 0) {
         printf("removed %s\n", path);
         (*removed)++;
