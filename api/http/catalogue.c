@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/duration.h"
 #include "base/log.h"
 #include "gguf/gguf.h"
 
@@ -258,43 +259,12 @@ bool ebb__served_named(struct ebb__req *r, const char *name)
  * negative value means forever. NAN for anything else. */
 double ebb__keep_alive_secs(json_t *v)
 {
+    double secs;
     if (json_is_number(v))
         return json_number_value(v);
-    if (!json_is_string(v))
+    if (!json_is_string(v) || !ebb_duration_parse(json_string_value(v), EBB_DURATION_GO, &secs))
         return NAN;
-    const char *s = json_string_value(v);
-    char *end;
-    double x = strtod(s, &end);
-    if (*s && !*end)
-        return x;
-    double sign = 1, total = 0;
-    if (*s == '-' || *s == '+')
-        sign = *s++ == '-' ? -1 : 1;
-    if (!*s)
-        return NAN;
-    while (*s) {
-        x = strtod(s, &end);
-        if (end == s)
-            return NAN;
-        s = end;
-        static const struct {
-            const char *u;
-            double f;
-        } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"\xc2\xb5s", 1e-6}, {"ms", 1e-3},
-                     {"s", 1},     {"m", 60},    {"h", 3600}};
-        size_t best = 0;
-        double f = 0;
-        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-            size_t n = strlen(units[i].u);
-            if (n > best && !strncmp(s, units[i].u, n))
-                best = n, f = units[i].f;
-        }
-        if (!best)
-            return NAN;
-        s += best;
-        total += x * f;
-    }
-    return sign * total;
+    return secs;
 }
 
 bool ebb__served_pick(struct ebb__req *r)
