@@ -1023,6 +1023,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         ebb__clm_stream_snapshot(m);
         m->iface.stream_report = ebb__clm_stream_report;
         m->iface.stream_probe = ebb__clm_stream_probe;
+        m->iface.stream_budget = ebb__clm_stream_budget;
+        m->iface.stream_settle = ebb__clm_stream_settle;
         m->iface.n_ctx = m->n_ctx;
         m->iface.long_rows = m->xl && m->first_host == hp->n_layer ? m->xl_rows : 0;
     }

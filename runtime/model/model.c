@@ -406,6 +406,33 @@ bool ebb_model_stream_probe(struct ebb_model *m)
     return m->iface->stream_probe && m->iface->stream_probe(m->ctx);
 }
 
+bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
+{
+    if (!m->iface->stream_budget || !ebb_model_streaming(m))
+        return false;
+    m->iface->stream_budget(m->ctx, budget);
+    return true;
+}
+
+ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
+{
+    return m->iface->stream_settle ? m->iface->stream_settle(m->ctx, diag) : EBB_OK;
+}
+
+bool ebb_model_residency(const struct ebb_model *m, struct ebb_model_residency *out)
+{
+    struct ebb_stream_report r;
+    if (!m->iface->stream_report || !m->iface->stream_report(m->ctx, &r))
+        return false;
+    out->n_layer = r.n_layer;
+    out->n_resident = r.n_resident;
+    out->n_streamed = r.n_layer - r.n_resident - r.n_host;
+    out->bytes = r.bytes;
+    out->bytes_min = r.bytes_min;
+    out->bytes_full = r.bytes_full;
+    return true;
+}
+
 uint32_t ebb_model_kv_store_len(const struct ebb_model *m)
 {
     return m->pc_len;

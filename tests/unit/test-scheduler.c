@@ -220,6 +220,21 @@ uint32_t ebb_model_batch_rows(const struct ebb_model *m)
     return atomic_load(&batch_rows);
 }
 
+/* The fake model has no layer streamer. */
+bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
+{
+    (void)m;
+    (void)budget;
+    return false;
+}
+
+ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
+{
+    (void)m;
+    (void)diag;
+    return EBB_OK;
+}
+
 /* The widest batches seen: slots and tokens in one pass. */
 static atomic_uint max_seqs, max_rows;
 
