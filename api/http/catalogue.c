@@ -595,7 +595,9 @@ void ebb__catalogue_async(struct ebb_api *a)
         pthread_mutex_unlock(&a->mu);
         if (st == 0 || sv->load_seen || !sv->sched)
             continue;
+        double t_setup = ebb__now();
         bool ok = st == 1 && ebb__setup_loaded(sv);
+        t_setup = ebb__now() - t_setup;
         sv->load_seen = true;
         sv->load_secs = ebb__now() - sv->t_load;
         sv->last_used = ebb__now();
@@ -606,8 +608,8 @@ void ebb__catalogue_async(struct ebb_api *a)
                 a->on_ready(a->ud, ok, ok ? NULL : st == 1 ? sv->tmpl_err : msg);
             continue;
         }
-        ebb_log(EBB_LOG_INFO, "http", "%s %s in %.2f s", sv->id, ok ? "loaded" : "failed to load",
-                sv->load_secs);
+        ebb_log(EBB_LOG_INFO, "http", "%s %s in %.2f s (of which %.3f s its chat template)", sv->id,
+                ok ? "loaded" : "failed to load", sv->load_secs, t_setup);
         /* Its plan is known now, and may exceed the estimate the room was made for: idle
          * models stream more layers to cover the difference. */
         uint64_t used = used_by_others(a, NULL);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "model-int.h"
@@ -41,6 +42,13 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
     return EBB_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
                        struct ebb_diag *diag)
 {
@@ -52,10 +60,14 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         rc = ebb_diag_set(diag, EBB_EINVAL, "no model path");
         goto out;
     }
+    double t0 = now_s();
     if ((rc = ebb_gguf_open(p->path, &m->g, diag)))
         goto out;
+    double t_gguf = now_s();
     if ((rc = ebb_tokenizer_new(m->g, &m->tok, diag)))
         goto out;
+    ebb_log(EBB_LOG_INFO, "model", "%s: GGUF read in %.3f s, tokenizer built in %.3f s", p->path,
+            t_gguf - t0, now_s() - t_gguf);
     if ((rc = read_hparams(m->g, m->tok, &m->arch, &m->hp, diag)))
         goto out;
 
