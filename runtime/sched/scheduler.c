@@ -431,7 +431,11 @@ static void *engine_main(void *arg)
         bool quit = s->quit;
         while (!quit && !dead && s->n_active == 0 && (!s->q_head || !m)) {
             if (s->settle_pending && m) {
+                /* mu was released meanwhile: a quit or a job signalled then is seen here, not
+                 * waited for (its signal is gone). */
                 engine_settle(s, m);
+                quit = s->quit;
+                dead = admit(s);
                 continue;
             }
             pthread_cond_wait(&s->cv, &s->mu);
