@@ -3,49 +3,15 @@
  * template ("chat + FIM + embeddings" in one file). */
 #include "config.h"
 
-#include <ctype.h>
+#include "base/duration.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 bool ebb_config_keep_alive(const char *s, double *secs)
 {
-    char *end;
-    if (!s || !*s)
-        return false;
-    double x = strtod(s, &end);
-    if (!*end) {
-        *secs = x;
-        return true;
-    }
-    double sign = 1, total = 0;
-    if (*s == '-' || *s == '+')
-        sign = *s++ == '-' ? -1 : 1;
-    if (!*s)
-        return false;
-    while (*s) {
-        if (!isdigit((unsigned char)*s) && *s != '.')
-            return false;
-        x = strtod(s, &end);
-        s = end;
-        static const struct {
-            const char *u;
-            double f;
-        } units[] = {{"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
-        size_t best = 0;
-        double f = 0;
-        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-            size_t n = strlen(units[i].u);
-            if (n > best && !strncmp(s, units[i].u, n))
-                best = n, f = units[i].f;
-        }
-        if (!best)
-            return false;
-        s += best;
-        total += x * f;
-    }
-    *secs = sign * total;
-    return true;
+    return ebb_duration_parse(s, EBB_DURATION_CONFIG, secs);
 }
 
 static struct ebb_config_model *section(struct ebb_config *cfg, const char *name, int line)

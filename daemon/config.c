@@ -167,8 +167,8 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_MODELS_BUDGET] = {"models_budget", T_SIZE, OFF(models_budget), 0, 0,
                                EBB_CONFIG_CHANGE_MODEL, false, "SIZE",
                                "several models: memory all loaded models may take together; "
-                               "loading one past it unloads the least recently used idle one "
-                               "(0 = no limit)"},
+                               "loading one past it makes idle ones stream layers, else unloads "
+                               "the least recently used idle one (0 = no limit)"},
 /* [generation]: what a request that does not send the field gets, unless the model's GGUF
  * recommends a value (api/defaults/defaults.h). The names are the request fields'. */
 #define GEN(k, name, field, arg, help)                                                             \

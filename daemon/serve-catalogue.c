@@ -196,6 +196,11 @@ void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_cata
         m->sp.model = ebb__serve_model_params(c, e->path);
         m->sp.model.n_ctx = e->ctx;
         m->sp.model.n_seq = e->parallel;
+        /* Under models_budget each model runs the layer streamer (every layer resident while
+         * memory allows), so that an idle one can give layers to another instead of going
+         * whole (api/http/catalogue.c). */
+        if (c->models_budget && !m->sp.model.memory_budget)
+            m->sp.model.memory_budget_auto = true;
         m->pin = e->pin;
         m->keep_alive = e->keep_alive;
     }

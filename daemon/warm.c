@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +32,25 @@ void ebb_warm_what(const char *path, char *buf, size_t n)
     memcpy(buf + 8, base, strlen(base) + 1);
 }
 
+/* True when every page of the file is in the page cache (mincore over a mapping of it). */
+static bool in_page_cache(int fd, uint64_t size)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || size > (uint64_t)SIZE_MAX / 2)
+        return false;
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return false;
+    size_t n = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg);
+    unsigned char *vec = malloc(n);
+    bool all = vec && mincore(map, (size_t)size, (void *)vec) == 0;
+    for (size_t i = 0; all && i < n; i++)
+        all = vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)size);
+    return all;
+}
+
 void ebb_warm_file(const char *path, const char *what)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -44,6 +66,12 @@ void ebb_warm_file(const char *path, const char *what)
     if (!buf)
         goto out;
     uint64_t total = (uint64_t)st.st_size, done = 0;
+    if (in_page_cache(fd, total)) {
+        /* Another model's load, or an earlier load of this one, read it: copying it again
+         * would only spend CPU the load (and the models serving meanwhile) could use. */
+        ebb_log_info("load", "%s: already in the page cache", what);
+        goto out;
+    }
     struct ebb_log_progress p;
     ebb_log_progress_begin(&p, what, total);
     ebb_notify_status("%s: 0%%", what);

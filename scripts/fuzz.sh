@@ -19,7 +19,7 @@ cc=${CC:-$(command -v clang-14 || command -v clang || true)}
 [ -n "$cc" ] || { echo "fuzz.sh: clang not found, skipping"; exit 77; }
 export EBB_MODELS_DIR="${EBB_MODELS_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/ebb/models}"
 
-base="runtime/base/err.c runtime/base/log.c"
+base="runtime/base/duration.c runtime/base/err.c runtime/base/log.c"
 jinja="api/jinja/jinja-eval.c api/jinja/jinja-filters.c api/jinja/jinja-lex.c
   api/jinja/jinja-methods.c api/jinja/jinja-parse.c api/jinja/jinja-tests.c api/jinja/jinja-unicode.c
   api/jinja/jinja-value.c"

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/duration.h"
 #include "base/log.h"
 #include "gguf/gguf.h"
 
@@ -307,43 +308,12 @@ bool ebb__served_named(struct ebb__req *r, const char *name)
  * negative value means forever. NAN for anything else. */
 double ebb__keep_alive_secs(json_t *v)
 {
+    double secs;
     if (json_is_number(v))
         return json_number_value(v);
-    if (!json_is_string(v))
+    if (!json_is_string(v) || !ebb_duration_parse(json_string_value(v), EBB_DURATION_GO, &secs))
         return NAN;
-    const char *s = json_string_value(v);
-    char *end;
-    double x = strtod(s, &end);
-    if (*s && !*end)
-        return x;
-    double sign = 1, total = 0;
-    if (*s == '-' || *s == '+')
-        sign = *s++ == '-' ? -1 : 1;
-    if (!*s)
-        return NAN;
-    while (*s) {
-        x = strtod(s, &end);
-        if (end == s)
-            return NAN;
-        s = end;
-        static const struct {
-            const char *u;
-            double f;
-        } units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"\xc2\xb5s", 1e-6}, {"ms", 1e-3},
-                     {"s", 1},     {"m", 60},    {"h", 3600}};
-        size_t best = 0;
-        double f = 0;
-        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-            size_t n = strlen(units[i].u);
-            if (n > best && !strncmp(s, units[i].u, n))
-                best = n, f = units[i].f;
-        }
-        if (!best)
-            return NAN;
-        s += best;
-        total += x * f;
-    }
-    return sign * total;
+    return secs;
 }
 
 bool ebb__served_pick(struct ebb__req *r)
@@ -396,6 +366,21 @@ static bool loaded(const struct ebb__served *sv)
     return sv->sched != NULL;
 }
 
+/* The streamer's figures of a loaded, ready model; false when it does not stream. */
+static bool residency(const struct ebb__served *sv, struct ebb_model_residency *r)
+{
+    return sv->ready && sv->model && ebb_model_residency(sv->model, r);
+}
+
+uint64_t ebb__served_used(const struct ebb__served *sv)
+{
+    struct ebb_model_residency r;
+    if (!residency(sv, &r))
+        return ebb__served_bytes(sv);
+    /* A lent budget bounds the plan at once, before the engine has applied it. */
+    return sv->lent && sv->lent < r.bytes ? sv->lent : r.bytes;
+}
+
 static bool idle(const struct ebb__served *sv)
 {
     return sv->n_live == 0 && sv->load_seen;
@@ -414,6 +399,7 @@ static void unload(struct ebb__served *sv, const char *why)
     sv->ready = false;
     sv->load_seen = false;
     sv->unload_asked = false;
+    sv->lent = 0;
     pthread_mutex_lock(&a->mu);
     sv->load_state = 0;
     pthread_mutex_unlock(&a->mu);
@@ -432,17 +418,78 @@ bool ebb__served_unload(struct ebb__served *sv, const char *why)
     return true;
 }
 
-/* Makes room under the budget for need bytes by unloading idle unpinned models, least recently
- * used first. False if that cannot make enough. */
+/* Bytes the loaded models other than skip count against the budget. */
+static uint64_t used_by_others(struct ebb_api *a, const struct ebb__served *skip)
+{
+    uint64_t used = 0;
+    for (size_t i = 0; i < a->n_models; i++)
+        if (a->models[i] != skip && loaded(a->models[i]))
+            used += ebb__served_used(a->models[i]);
+    return used;
+}
+
+/* Shrinks idle models other than skip (least recently used first) by streaming their top
+ * layers, until deficit bytes are freed or none can give more; a pinned model gives layers
+ * too (it stays loaded, which is what pin promises). Returns the bytes freed. */
+static uint64_t shrink_idle(struct ebb_api *a, const struct ebb__served *skip, uint64_t deficit)
+{
+    uint64_t freed = 0;
+    for (size_t i = 0; i < a->n_models; i++)
+        a->models[i]->shrink_tried = false;
+    while (freed < deficit) {
+        struct ebb__served *lru = NULL;
+        struct ebb_model_residency r, rl = {0};
+        for (size_t i = 0; i < a->n_models; i++) {
+            struct ebb__served *sv = a->models[i];
+            if (sv == skip || sv->shrink_tried || !idle(sv) || !residency(sv, &r) ||
+                ebb__served_used(sv) <= r.bytes_min)
+                continue;
+            if (!lru || sv->last_used < lru->last_used)
+                lru = sv, rl = r;
+        }
+        if (!lru)
+            break;
+        lru->shrink_tried = true;
+        uint64_t now = ebb__served_used(lru), want = deficit - freed;
+        uint64_t target = now - rl.bytes_min > want ? now - want : rl.bytes_min;
+        if (!ebb_sched_stream_budget(lru->sched, target))
+            continue;
+        ebb_log(EBB_LOG_INFO, "http",
+                "%s is idle: its streamer budget goes %llu -> %llu MiB for another model", lru->id,
+                (unsigned long long)(now >> 20), (unsigned long long)(target >> 20));
+        lru->lent = target;
+        lru->n_shrinks++;
+        freed += now - target;
+    }
+    return freed;
+}
+
+/* Bytes idle streaming models other than skip could give by streaming every layer. */
+static uint64_t shrinkable(struct ebb_api *a, const struct ebb__served *skip)
+{
+    uint64_t n = 0;
+    struct ebb_model_residency r;
+    for (size_t i = 0; i < a->n_models; i++) {
+        const struct ebb__served *sv = a->models[i];
+        if (sv != skip && idle(sv) && residency(sv, &r) && ebb__served_used(sv) > r.bytes_min)
+            n += ebb__served_used(sv) - r.bytes_min;
+    }
+    return n;
+}
+
+/* Makes room under the budget for need bytes: idle models give layers (they stream them) when
+ * that is enough, else idle unpinned models are unloaded, least recently used first, until it
+ * is. False if that cannot make enough. */
 static bool make_room(struct ebb_api *a, struct ebb__served *want, char *why, size_t n)
 {
     if (!a->budget)
         return true;
-    uint64_t need = ebb__served_bytes(want), used = 0;
-    for (size_t i = 0; i < a->n_models; i++)
-        if (a->models[i] != want && loaded(a->models[i]))
-            used += ebb__served_bytes(a->models[i]);
+    uint64_t need = ebb__served_bytes(want), used = used_by_others(a, want);
     while (used + need > a->budget) {
+        if (used - shrinkable(a, want) + need <= a->budget) {
+            shrink_idle(a, want, used + need - a->budget);
+            return true;
+        }
         struct ebb__served *lru = NULL;
         for (size_t i = 0; i < a->n_models; i++) {
             struct ebb__served *sv = a->models[i];
@@ -460,10 +507,34 @@ static bool make_room(struct ebb_api *a, struct ebb__served *want, char *why, si
                      (unsigned long long)(a->budget >> 20));
             return false;
         }
-        used -= ebb__served_bytes(lru);
+        used -= ebb__served_used(lru);
         unload(lru, "the memory budget needs room for another model");
     }
     return true;
+}
+
+/* A model that lent layers and is wanted again takes them back as the budget allows: from the
+ * budget's free room, then from idle models' layers. */
+static void regrow(struct ebb__served *sv)
+{
+    struct ebb_api *a = sv->api;
+    struct ebb_model_residency r;
+    if (!sv->lent || !residency(sv, &r))
+        return;
+    uint64_t used = used_by_others(a, sv), have = ebb__served_used(sv);
+    if (a->budget && used + r.bytes_full > a->budget)
+        used -= shrink_idle(a, sv, used + r.bytes_full - a->budget);
+    uint64_t room = a->budget > used ? a->budget - used : 0;
+    if (room <= have)
+        return;
+    uint64_t target = room >= r.bytes_full ? 0 : room; /* 0: every layer, the probes allowing */
+    if (!ebb_sched_stream_budget(sv->sched, target))
+        return;
+    ebb_log(EBB_LOG_INFO, "http", "%s is wanted again: its streamer budget goes %llu -> %s%llu MiB",
+            sv->id, (unsigned long long)(have >> 20), target ? "" : "all layers, ",
+            (unsigned long long)((target ? target : r.bytes_full) >> 20));
+    sv->lent = target;
+    sv->n_regrows++;
 }
 
 /* Starts loading sv. False (r answered with 503) if the budget has no room or the engine
@@ -537,6 +608,7 @@ void ebb__served_count(struct ebb__req *r)
     r->sv_counted = true;
     r->sv->n_live++;
     r->sv->last_used = ebb__now();
+    regrow(r->sv);
 }
 
 void ebb__served_release(struct ebb__req *r)
@@ -572,7 +644,9 @@ void ebb__catalogue_async(struct ebb_api *a)
         pthread_mutex_unlock(&a->mu);
         if (st == 0 || sv->load_seen || !sv->sched)
             continue;
+        double t_setup = ebb__now();
         bool ok = st == 1 && ebb__setup_loaded(sv);
+        t_setup = ebb__now() - t_setup;
         sv->load_seen = true;
         sv->load_secs = ebb__now() - sv->t_load;
         sv->last_used = ebb__now();
@@ -583,8 +657,13 @@ void ebb__catalogue_async(struct ebb_api *a)
                 a->on_ready(a->ud, ok, ok ? NULL : st == 1 ? sv->tmpl_err : msg);
             continue;
         }
-        ebb_log(EBB_LOG_INFO, "http", "%s %s in %.2f s", sv->id, ok ? "loaded" : "failed to load",
-                sv->load_secs);
+        ebb_log(EBB_LOG_INFO, "http", "%s %s in %.2f s (of which %.3f s its chat template)", sv->id,
+                ok ? "loaded" : "failed to load", sv->load_secs, t_setup);
+        /* Its plan is known now, and may exceed the estimate the room was made for: idle
+         * models stream more layers to cover the difference. */
+        uint64_t used = used_by_others(a, NULL);
+        if (ok && a->budget && used > a->budget)
+            shrink_idle(a, sv, used - a->budget);
         if (!ok) {
             /* Requests waiting for it get the reason; a later request tries again. */
             if (st == 1)
@@ -621,6 +700,8 @@ void ebb__catalogue_tick(struct ebb_api *a, double now)
 {
     for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
+        if (sv->lent && sv->n_live)
+            regrow(sv); /* busy: room freed since (an unload, a keep_alive) comes back to it */
         if (!sv->owned || !loaded(sv) || !idle(sv))
             continue;
         if (sv->unload_asked)
@@ -683,5 +764,17 @@ json_t *ebb__served_json(const struct ebb__served *sv)
     json_object_set_new(o, "unloads", json_integer((json_int_t)sv->n_unloads));
     if (sv->load_secs > 0)
         json_object_set_new(o, "load_seconds", json_real(sv->load_secs));
+    struct ebb_model_residency rs;
+    if (residency(sv, &rs)) {
+        json_t *l = json_object();
+        json_object_set_new(l, "total", json_integer(rs.n_layer));
+        json_object_set_new(l, "resident", json_integer(rs.n_resident));
+        json_object_set_new(l, "streamed", json_integer(rs.n_streamed));
+        json_object_set_new(o, "layers", l);
+    }
+    if (sv->ready)
+        json_object_set_new(o, "memory_bytes", json_integer((json_int_t)ebb__served_used(sv)));
+    json_object_set_new(o, "shrinks", json_integer((json_int_t)sv->n_shrinks));
+    json_object_set_new(o, "regrows", json_integer((json_int_t)sv->n_regrows));
     return o;
 }

@@ -274,6 +274,9 @@ void ebb__served_release(struct ebb__req *r);
 bool ebb__served_unload(struct ebb__served *sv, const char *why);
 /* The memory sv is counted for under the budget (its file and an estimate of its KV cache). */
 uint64_t ebb__served_bytes(const struct ebb__served *sv);
+/* What a model counts against models_budget now: its streamer's plan (bounded by a lent
+ * budget not yet applied) when it is loaded and streams, else ebb__served_bytes. */
+uint64_t ebb__served_used(const struct ebb__served *sv);
 /* "loaded", "loading", "failed" or "unloaded". */
 const char *ebb__served_state(const struct ebb__served *sv);
 /* {id, state, loaded, pinned, size, family, context, keep_alive, in_flight, loads, unloads}. */
@@ -393,6 +396,9 @@ struct ebb__served {
     double load_secs; /* how long the last load took */
     uint64_t n_loads, n_unloads;
     bool unload_asked; /* /models/unload or keep_alive 0 while busy: unload once idle */
+    uint64_t lent;     /* the streamer budget it was shrunk to for another model; 0: none */
+    uint64_t n_shrinks, n_regrows;
+    bool shrink_tried; /* catalogue.c's shrink_idle: asked this round */
 };
 
 struct ebb_api {

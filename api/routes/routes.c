@@ -267,6 +267,27 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     for (size_t i = 0; i < a->n_models; i++)
         ebb__abuf_printf(b, "ebb_catalogue_model_load_seconds{model=\"%s\"} %.3f\n",
                          a->models[i]->id, a->models[i]->load_secs);
+    /* Layers of loaded models that stream (under models_budget): an idle model lends memory to
+     * another by streaming its top layers. */
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_layers Decoder layers of a loaded model by "
+                      "place (resident on the device, streamed from the file each step).\n"
+                      "# TYPE ebb_catalogue_model_layers gauge\n");
+    for (size_t i = 0; i < a->n_models; i++) {
+        const struct ebb__served *sv = a->models[i];
+        struct ebb_model_residency rs;
+        if (!sv->ready || !sv->model || !ebb_model_residency(sv->model, &rs))
+            continue;
+        ebb__abuf_printf(b,
+                         "ebb_catalogue_model_layers{model=\"%s\",place=\"resident\"} %u\n"
+                         "ebb_catalogue_model_layers{model=\"%s\",place=\"streamed\"} %u\n",
+                         sv->id, rs.n_resident, sv->id, rs.n_streamed);
+    }
+    ebb__abuf_puts(b, "# HELP ebb_catalogue_model_memory_bytes What a loaded model counts against "
+                      "models_budget.\n# TYPE ebb_catalogue_model_memory_bytes gauge\n");
+    for (size_t i = 0; i < a->n_models; i++)
+        if (a->models[i]->ready)
+            ebb__abuf_printf(b, "ebb_catalogue_model_memory_bytes{model=\"%s\"} %llu\n",
+                             a->models[i]->id, (unsigned long long)ebb__served_used(a->models[i]));
 }
 
 static void handle_get(struct ebb__req *r)

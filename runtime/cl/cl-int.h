@@ -43,4 +43,9 @@ ebb_err ebb__cl_sources_get(const char *const *names, size_t n, const char **out
 /* Releases srcs[0..n) (NULL entries skipped) and sets them to NULL. */
 void ebb__cl_sources_put(const char **srcs, size_t n);
 
+/* True when ctx is one of the process's shared contexts (cl.c: one per device, every model
+ * opened on the device shares it, and it lives as long as the process), so programs built in it
+ * may be kept and handed to later opens (cl-program.c). */
+bool ebb__cl_ctx_shared(cl_context ctx);
+
 #endif

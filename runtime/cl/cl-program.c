@@ -3,6 +3,7 @@
 #include "cl-int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -184,6 +185,46 @@ static ebb_err build_log(struct ebb_cl *cl, cl_program prog, cl_int e, struct eb
     return rc;
 }
 
+/* Programs built in a shared context (cl.c), by the hash of their sources, options and device:
+ * a model opened after another on the same device takes them as they are (a reference each),
+ * neither reading the disk cache nor building. Kept for the process's life, as the context. */
+#define BUILT_MAX 128
+static struct {
+    cl_context ctx;
+    uint64_t h;
+    cl_program prog;
+} built[BUILT_MAX];
+static size_t n_built;
+static pthread_mutex_t built_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static cl_program built_find(cl_context ctx, uint64_t h)
+{
+    cl_program p = NULL;
+    pthread_mutex_lock(&built_mu);
+    for (size_t i = 0; i < n_built && !p; i++)
+        if (built[i].ctx == ctx && built[i].h == h && clRetainProgram(built[i].prog) == CL_SUCCESS)
+            p = built[i].prog;
+    pthread_mutex_unlock(&built_mu);
+    return p;
+}
+
+static void built_keep(cl_context ctx, uint64_t h, cl_program prog)
+{
+    if (!ebb__cl_ctx_shared(ctx))
+        return;
+    pthread_mutex_lock(&built_mu);
+    bool have = false;
+    for (size_t i = 0; i < n_built && !have; i++)
+        have = built[i].ctx == ctx && built[i].h == h;
+    if (!have && n_built < BUILT_MAX && clRetainProgram(prog) == CL_SUCCESS) {
+        built[n_built].ctx = ctx;
+        built[n_built].h = h;
+        built[n_built].prog = prog;
+        n_built++;
+    }
+    pthread_mutex_unlock(&built_mu);
+}
+
 ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t n,
                              const char *options, cl_program *out, struct ebb_diag *diag)
 {
@@ -202,6 +243,8 @@ ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t 
     h = fnv1a(h, di->platform, strlen(di->platform));
     h = fnv1a(h, di->version, strlen(di->version));
     h = fnv1a(h, di->driver, strlen(di->driver));
+    if ((*out = built_find(cl->ctx, h)))
+        return EBB_OK;
 
     char dir[900], path[1000];
     bool cache = ebb_cl_cache_dir(dir, sizeof(dir));
@@ -215,6 +258,7 @@ ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t 
             prog = clCreateProgramWithBinary(cl->ctx, 1, &cl->dev, &bn, &bp, &st, &e);
             if (prog && !e && !st &&
                 clBuildProgram(prog, 1, &cl->dev, options, NULL, NULL) == CL_SUCCESS) {
+                built_keep(cl->ctx, h, prog);
                 *out = prog;
                 prog = NULL;
                 goto out;
@@ -253,6 +297,7 @@ ebb_err ebb_cl_program_build(struct ebb_cl *cl, const char *const *srcs, size_t 
                 write_file(path, bin, bn);
         }
     }
+    built_keep(cl->ctx, h, prog);
     *out = prog;
     prog = NULL;
 out:

@@ -2,10 +2,12 @@
 #include "cl.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cl-int.h"
 #include "cl-knobs.h"
 
 static bool rec_queues; /* ebb_cl_profile_queues: queues opened from now on keep timestamps */
@@ -350,6 +352,50 @@ static bool pick_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uint
     return ok;
 }
 
+/* One OpenCL context per device for the whole process: every model opened on a device shares
+ * it, with a queue of its own, so that a second model's open neither creates a context nor
+ * builds programs already built for the first (cl-program.c keeps them). The table holds one
+ * reference to each context for the process's life. */
+#define SHARED_MAX 16
+static struct {
+    cl_device_id dev;
+    cl_context ctx;
+} shared[SHARED_MAX];
+static size_t n_shared;
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static cl_context shared_context(cl_platform_id p, cl_device_id d, cl_int *e)
+{
+    pthread_mutex_lock(&shared_mu);
+    for (size_t i = 0; i < n_shared; i++) {
+        if (shared[i].dev == d) {
+            cl_context c = shared[i].ctx;
+            *e = clRetainContext(c);
+            pthread_mutex_unlock(&shared_mu);
+            return *e ? NULL : c;
+        }
+    }
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)p, 0};
+    cl_context c = clCreateContext(props, 1, &d, NULL, NULL, e);
+    if (c && !*e && n_shared < SHARED_MAX && clRetainContext(c) == CL_SUCCESS) {
+        shared[n_shared].dev = d;
+        shared[n_shared].ctx = c;
+        n_shared++;
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return c;
+}
+
+bool ebb__cl_ctx_shared(cl_context ctx)
+{
+    bool found = false;
+    pthread_mutex_lock(&shared_mu);
+    for (size_t i = 0; i < n_shared && !found; i++)
+        found = shared[i].ctx == ctx;
+    pthread_mutex_unlock(&shared_mu);
+    return found;
+}
+
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
@@ -391,8 +437,7 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
     cl->dev = k.d;
     cl->info = k.info;
     cl_int e = CL_SUCCESS;
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)k.p, 0};
-    cl->ctx = clCreateContext(props, 1, &k.d, NULL, NULL, &e);
+    cl->ctx = shared_context(k.p, k.d, &e);
     if ((rc = ebb_cl_check(e, diag, "clCreateContext")))
         goto out;
     struct ebb_cl_env env;

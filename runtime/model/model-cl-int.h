@@ -511,5 +511,7 @@ void ebb__clm_stream_snapshot(struct clm *m);
 /* The backend interface's stream_report / stream_probe. */
 bool ebb__clm_stream_report(void *ctx, struct ebb_stream_report *out);
 bool ebb__clm_stream_probe(void *ctx);
+void ebb__clm_stream_budget(void *ctx, uint64_t budget);
+ebb_err ebb__clm_stream_settle(void *ctx, struct ebb_diag *diag);
 
 #endif

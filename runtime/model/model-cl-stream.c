@@ -437,6 +437,22 @@ bool ebb__clm_stream_probe(void *ctx)
     return m->st && ebb_stream_probe(m->st);
 }
 
+void ebb__clm_stream_budget(void *ctx, uint64_t budget)
+{
+    struct clm *m = ctx;
+    ebb_stream_set_budget(m->st, budget);
+}
+
+ebb_err ebb__clm_stream_settle(void *ctx, struct ebb_diag *diag)
+{
+    struct clm *m = ctx;
+    if (!ebb_stream_replan_due(m->st))
+        return EBB_OK;
+    ebb_err rc = ebb__clm_stream_between(m, diag);
+    ebb__clm_stream_snapshot(m);
+    return rc;
+}
+
 /* Staging slots, the first time some layer is streamed. */
 ebb_err ebb__clm_ensure_slots(struct clm *m, struct ebb_diag *diag)
 {

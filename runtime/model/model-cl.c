@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag);
 
@@ -976,8 +978,10 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
                           hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, n_ctx);
         goto out;
     }
+    uint64_t t_open = ebb__clm_now_ns();
     if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
         goto out;
+    uint64_t t_dev = ebb__clm_now_ns();
     m->tu = ebb_cl_tuning_for(&m->cl->info);
     m->kv_type = p->kv_type;
     m->tu.kv_q8 = p->kv_type == EBB_KV_Q8_0;
@@ -1012,10 +1016,23 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         if (e)
             m->map.buf = NULL; /* fall back to copies */
     }
-    if ((rc = build_kernels(m, diag)) || (rc = stream_open(m, g, p, diag)) ||
-        (rc = ebb__clm_xc_open(m, g, p, diag)) || (rc = ebb__clm_moe_long_open(m, diag)) ||
-        (rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
+    uint64_t t_probe = ebb__clm_now_ns();
+    if ((rc = build_kernels(m, diag)))
         goto out;
+    uint64_t t_prog = ebb__clm_now_ns();
+    if ((rc = stream_open(m, g, p, diag)) || (rc = ebb__clm_xc_open(m, g, p, diag)) ||
+        (rc = ebb__clm_moe_long_open(m, diag)))
+        goto out;
+    uint64_t t_stream = ebb__clm_now_ns();
+    if ((rc = ebb__clm_place_weights(m, g, diag)) || (rc = alloc_scratch(m, diag)))
+        goto out;
+    /* Where a model's open goes (issue 32: the first request to a model not loaded). */
+    uint64_t t_end = ebb__clm_now_ns();
+    ebb_log(EBB_LOG_INFO, "model",
+            "OpenCL engine opened in %.3f s: device %.3f, probes %.3f, programs %.3f, streamer "
+            "%.3f, weights and scratch %.3f",
+            (t_end - t_open) / 1e9, (t_dev - t_open) / 1e9, (t_probe - t_dev) / 1e9,
+            (t_prog - t_probe) / 1e9, (t_stream - t_prog) / 1e9, (t_end - t_stream) / 1e9);
     if (m->xc)
         m->iface.expert_cache = ebb__clm_xc_report;
     if (m->ml.on && m->xl) /* long prompts layer-major through the expert cache */
@@ -1026,6 +1043,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         ebb__clm_stream_snapshot(m);
         m->iface.stream_report = ebb__clm_stream_report;
         m->iface.stream_probe = ebb__clm_stream_probe;
+        m->iface.stream_budget = ebb__clm_stream_budget;
+        m->iface.stream_settle = ebb__clm_stream_settle;
         m->iface.n_ctx = m->n_ctx;
         m->iface.long_rows = m->xl && m->first_host == hp->n_layer ? m->xl_rows : 0;
     }

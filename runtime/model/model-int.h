@@ -49,6 +49,9 @@ struct ebb__backend_i {
     bool (*stream_report)(void *ctx, struct ebb_stream_report *out);
     /* Any thread: reads the memory probes for the next re-plan; true on pressure. */
     bool (*stream_probe)(void *ctx);
+    /* Any thread: model.h's ebb_model_stream_budget; engine thread: ebb_model_stream_settle. */
+    void (*stream_budget)(void *ctx, uint64_t budget);
+    ebb_err (*stream_settle)(void *ctx, struct ebb_diag *diag);
     /* Optional: model.h's ebb_model_expert_cache (thread-safe); false when there is none. */
     bool (*expert_cache)(void *ctx, struct ebb_model_expert_cache *out);
 };

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "model-int.h"
@@ -41,6 +42,13 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
     return EBB_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
                        struct ebb_diag *diag)
 {
@@ -52,10 +60,14 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         rc = ebb_diag_set(diag, EBB_EINVAL, "no model path");
         goto out;
     }
+    double t0 = now_s();
     if ((rc = ebb_gguf_open(p->path, &m->g, diag)))
         goto out;
+    double t_gguf = now_s();
     if ((rc = ebb_tokenizer_new(m->g, &m->tok, diag)))
         goto out;
+    ebb_log(EBB_LOG_INFO, "model", "%s: GGUF read in %.3f s, tokenizer built in %.3f s", p->path,
+            t_gguf - t0, now_s() - t_gguf);
     if ((rc = read_hparams(m->g, m->tok, &m->arch, &m->hp, diag)))
         goto out;
 
@@ -405,6 +417,33 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
 bool ebb_model_stream_probe(struct ebb_model *m)
 {
     return m->iface->stream_probe && m->iface->stream_probe(m->ctx);
+}
+
+bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
+{
+    if (!m->iface->stream_budget || !ebb_model_streaming(m))
+        return false;
+    m->iface->stream_budget(m->ctx, budget);
+    return true;
+}
+
+ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
+{
+    return m->iface->stream_settle ? m->iface->stream_settle(m->ctx, diag) : EBB_OK;
+}
+
+bool ebb_model_residency(const struct ebb_model *m, struct ebb_model_residency *out)
+{
+    struct ebb_stream_report r;
+    if (!m->iface->stream_report || !m->iface->stream_report(m->ctx, &r))
+        return false;
+    out->n_layer = r.n_layer;
+    out->n_resident = r.n_resident;
+    out->n_streamed = r.n_layer - r.n_resident - r.n_host;
+    out->bytes = r.bytes;
+    out->bytes_min = r.bytes_min;
+    out->bytes_full = r.bytes_full;
+    return true;
 }
 
 uint32_t ebb_model_kv_store_len(const struct ebb_model *m)

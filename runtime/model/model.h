@@ -102,6 +102,22 @@ size_t ebb_model_stream_prometheus(const struct ebb_model *m, char *buf, size_t 
  * next evaluation. Returns true on memory pressure (wake the engine). False when not
  * streaming. */
 bool ebb_model_stream_probe(struct ebb_model *m);
+/* Any thread: a new byte budget for the streamer (0 = auto, the probes alone), applied by the
+ * engine before its next evaluation or at ebb_model_stream_settle: a lower one streams layers
+ * from the top down to it, a higher one makes them resident again up to it. The daemon lends
+ * an idle model's memory to another model this way. False when not streaming. */
+bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget);
+/* Engine thread, between evaluations (an idle engine): applies a posted budget or probe
+ * reading now instead of at the next evaluation, and refreshes the report. EBB_OK when there
+ * is nothing to do or the model does not stream. */
+ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag);
+/* The streamer's resident and streamed decoder layers and plan bytes (now, none resident, all
+ * resident) from the report snapshot; false (nothing written) when not streaming. */
+struct ebb_model_residency {
+    uint32_t n_layer, n_resident, n_streamed;
+    uint64_t bytes, bytes_min, bytes_full;
+};
+bool ebb_model_residency(const struct ebb_model *m, struct ebb_model_residency *out);
 
 ebb_err ebb_model_eval(struct ebb_model *m, uint32_t seq, const int32_t *tokens, uint32_t n,
                        uint32_t pos, struct ebb_model_out *out, struct ebb_diag *diag);

@@ -150,6 +150,7 @@ struct ebb_sched {
     /* model swap (mu): the caller waits on swap_cv until the engine clears swap_pending */
     pthread_cond_t swap_cv;
     bool swap_pending;
+    bool settle_pending; /* (mu) a streamer budget was posted: apply it while idle */
     struct ebb_model *swap_to, *swap_old;
     ebb_err swap_rc;
     char swap_msg[128];

@@ -354,6 +354,30 @@ ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct eb
     return rc;
 }
 
+bool ebb_sched_stream_budget(struct ebb_sched *s, uint64_t budget)
+{
+    struct ebb_model *m = atomic_load(&s->model);
+    if (!m || !ebb_model_stream_budget(m, budget))
+        return false;
+    pthread_mutex_lock(&s->mu);
+    s->settle_pending = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* Engine thread, mu held, idle: applies a posted streamer budget with mu released meanwhile
+ * (moving layers takes a while; submitters must not wait on it). */
+static void engine_settle(struct ebb_sched *s, struct ebb_model *m)
+{
+    struct ebb_diag d = {{0}};
+    s->settle_pending = false;
+    pthread_mutex_unlock(&s->mu);
+    if (ebb_model_stream_settle(m, &d))
+        ebb_log(EBB_LOG_WARN, "sched", "streamer re-plan while idle: %s", d.msg);
+    pthread_mutex_lock(&s->mu);
+}
+
 static void *engine_main(void *arg)
 {
     struct ebb_sched *s = arg;
@@ -406,6 +430,14 @@ static void *engine_main(void *arg)
             dead = admit(s);
         bool quit = s->quit;
         while (!quit && !dead && s->n_active == 0 && (!s->q_head || !m)) {
+            if (s->settle_pending && m) {
+                /* mu was released meanwhile: a quit or a job signalled then is seen here, not
+                 * waited for (its signal is gone). */
+                engine_settle(s, m);
+                quit = s->quit;
+                dead = admit(s);
+                continue;
+            }
             pthread_cond_wait(&s->cv, &s->mu);
             quit = s->quit;
             if (s->swap_pending && m && s->n_active == 0 && !s->q_head)

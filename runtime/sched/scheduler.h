@@ -175,6 +175,12 @@ void ebb_sched_cancel_all(struct ebb_sched *s);
 ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct ebb_model **old,
                              struct ebb_diag *diag);
 
+/* Any thread: a new streamer budget for the model (ebb_model_stream_budget); an idle engine
+ * applies it at once (ebb_model_stream_settle), a busy one before its next evaluation, so
+ * no running job notices more than a slower step. False when no model is loaded or it does
+ * not stream. */
+bool ebb_sched_stream_budget(struct ebb_sched *s, uint64_t budget);
+
 /* Changes how many jobs may wait (a configuration reload); jobs already queued stay. */
 void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);
 

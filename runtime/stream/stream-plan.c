@@ -217,7 +217,20 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
         gfit = p->ceiling > n ? p->ceiling : n;
     if (gfit <= n || in->pressure) {
         p->room_seen = false;
+        p->regrow = false;
         return false;
+    }
+    if (p->regrow) {
+        p->regrow = false;
+        p->trial = false;
+        if (c->budget)
+            snprintf(chg->reason, sizeof(chg->reason),
+                     "budget raised to %.1f MiB: grow by %u to %u layers", c->budget / MIB,
+                     gfit - n, gfit);
+        else
+            snprintf(chg->reason, sizeof(chg->reason),
+                     "budget lifted (the probes alone): grow by %u to %u layers", gfit - n, gfit);
+        return change(p, in, gfit, chg);
     }
     if (!p->room_seen) {
         p->room_seen = true;
@@ -233,6 +246,17 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
              "room for %u layers free for %.1f s: grow by %u (tok/s before %.2f, to be checked)",
              gfit, (in->now_ns - p->room_since) / 1e9, gfit - n, before);
     return change(p, in, gfit, chg);
+}
+
+void ebb_stream_planner_set_budget(struct ebb_stream_planner *p, uint64_t budget)
+{
+    bool raised = !budget || (p->cfg.budget && budget > p->cfg.budget);
+    p->cfg.budget = budget;
+    if (raised) {
+        p->regrow = true;
+        p->backoff_until = 0;
+        p->ceiling = p->cfg.n_layer;
+    }
 }
 
 uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uint64_t host_limit,

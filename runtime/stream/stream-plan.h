@@ -80,6 +80,7 @@ struct ebb_stream_planner {
     bool pressure_seen;
     uint64_t pressure_at; /* time of the last pressure shed */
     uint32_t n_changes;
+    bool regrow; /* the budget was raised: grow to it at the next step, no hold, no trial */
 };
 
 /* Validates cfg and fills in defaults. EBB_EINVAL names the bad field in diag. */
@@ -114,6 +115,11 @@ uint64_t ebb_stream_plan_total(const struct ebb_stream_planner *p, uint32_t n);
  * backoff_ns. */
 bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stream_inputs *in,
                              struct ebb_stream_change *chg);
+
+/* Changes the byte budget (0 = auto) from the next step on. A lower budget sheds layers at the
+ * next step as any exceeded limit does; a higher one grows to it at the next step without the
+ * hold time or the tok/s trial (the budget was lent to another model, not tried for speed). */
+void ebb_stream_planner_set_budget(struct ebb_stream_planner *p, uint64_t budget);
 
 /* Staging slots for a discrete GPU's pinned host memory: n_streamed (a tier: each streamed
  * layer read once and kept, see docs/STREAMER.md) when that many slots fit host_limit, else

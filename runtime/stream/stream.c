@@ -38,6 +38,8 @@ struct ebb_stream {
     struct ebb_memprobe_reading mail;
     uint64_t mail_seq, used_seq;
     bool mail_pressure;
+    bool mail_budget_set; /* ebb_stream_set_budget posted mail_budget */
+    uint64_t mail_budget;
     uint64_t seen_limit; /* the cgroup limit of the newest reading (UINT64_MAX none) */
     char seen_path[256];
     uint32_t n_limit_changes;
@@ -368,10 +370,18 @@ bool ebb_stream_probe(struct ebb_stream *s)
     return r.pressure;
 }
 
+void ebb_stream_set_budget(struct ebb_stream *s, uint64_t budget)
+{
+    pthread_mutex_lock(&s->mu);
+    s->mail_budget = budget;
+    s->mail_budget_set = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
 bool ebb_stream_replan_due(struct ebb_stream *s)
 {
     pthread_mutex_lock(&s->mu);
-    bool due = s->mail_pressure || s->mail_seq != s->used_seq;
+    bool due = s->mail_pressure || s->mail_seq != s->used_seq || s->mail_budget_set;
     pthread_mutex_unlock(&s->mu);
     return due;
 }
@@ -385,6 +395,9 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     struct ebb_memprobe_reading r = s->mail;
     bool pressure = s->mail_pressure;
     bool fresh = s->mail_seq != 0;
+    if (s->mail_budget_set)
+        ebb_stream_planner_set_budget(&s->plan, s->mail_budget);
+    s->mail_budget_set = false;
     s->mail_pressure = false;
     s->used_seq = s->mail_seq;
     pthread_mutex_unlock(&s->mu);
@@ -456,6 +469,9 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->n_host = s->n_layer - s->first_host;
     out->n_ctx = s->plan.n_ctx;
     out->budget = s->plan.cfg.budget;
+    out->bytes = ebb_stream_plan_total(&s->plan, s->plan.n_resident);
+    out->bytes_min = ebb_stream_plan_total(&s->plan, 0);
+    out->bytes_full = ebb_stream_plan_total(&s->plan, s->n_layer);
     out->mode = s->plan.cfg.mode;
     out->cache = s->cache;
     out->prefetch = s->prefetch;

@@ -60,7 +60,10 @@ struct ebb_stream_report {
      * trips over the link) over host_steps evaluations that ran them. */
     uint32_t host_threads;
     uint64_t host_ns, host_steps;
-    uint64_t budget; /* configured, 0 = auto */
+    uint64_t budget; /* configured (or set since), 0 = auto */
+    /* The plan's bytes now, with no layer resident, and with every layer resident (fixed +
+     * runtime + KV + staging where some layer streams + the resident layers). */
+    uint64_t bytes, bytes_min, bytes_full;
     enum ebb_stream_mode mode;
     enum ebb_stream_cache cache;
     uint32_t prefetch, n_slots, io_threads; /* n_slots 0 until slots are attached */
@@ -144,6 +147,11 @@ void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t
  * changed memory limit (a cgroup's limit set, lowered, raised or removed) is logged here and
  * counted (ebb_stream_memory_limit_changes_total). */
 bool ebb_stream_probe(struct ebb_stream *s);
+
+/* Any thread: a new byte budget (0 = auto) for the next ebb_stream_replan, which sheds layers
+ * down to it or grows up to it at once (ebb_stream_planner_set_budget); the daemon lends an
+ * idle model's memory to another model this way. */
+void ebb_stream_set_budget(struct ebb_stream *s, uint64_t budget);
 
 /* Engine thread, between steps. True when a re-plan is due: pressure was posted, or a
  * reading newer than the last re-plan is waiting. */

@@ -273,3 +273,56 @@ def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
     assert st == 200, o
     assert counters(s, "ebb_catalogue_model_loaded") == {"chat": 1, "small": 0}
     assert counters(s, "ebb_catalogue_model_unloads_total") == {"chat": 0, "small": 1}
+
+
+def residency(server):
+    """{model: (resident, streamed)} of the loaded models that stream, from /models/status."""
+    _, o = server.json("GET", "/models/status")
+    return {m["id"]: (m["layers"]["resident"], m["layers"]["streamed"])
+            for m in o["data"] if m.get("layers")}
+
+
+def wait_streamed(server, model, timeout=30):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        r = residency(server).get(model)
+        if r and r[1] > 0:
+            return r
+        time.sleep(0.1)
+    raise AssertionError(f"{model} never streamed a layer: {residency(server)}")
+
+
+def test_budget_idle_model_streams_layers_before_it_goes(make_server, tmp_path):
+    """A budget that fits Gemma (about 275 MiB planned) and part of SmolLM2 (about 117 MiB with
+    every layer resident), 330M: Gemma's load makes the idle SmolLM2 stream its top layers
+    instead of unloading it; SmolLM2 wanted again takes layers back from the now idle Gemma as
+    far as the budget allows, still streaming some; both answer with the greedy text they gave
+    with every layer resident, and nothing was unloaded."""
+    need_models()
+    conf = tmp_path / "ebb.conf"
+    conf.write_text(
+        f"models_budget = 330M\nctx = 128\nparallel = 1\nkeep_alive = 1h\n"
+        f"[model.chat]\npath = {os.path.join(models_dir(), GEMMA_FILE)}\n"
+        f"[model.small]\npath = {os.path.join(models_dir(), MODEL_FILE)}\n")
+    s = make_server("--config", str(conf), models=[])
+    st, first_small = chat(s, "small", max_tokens=8)
+    assert st == 200, first_small
+    assert residency(s) == {"small": (30, 0)}
+    st, first_chat = chat(s, "chat", max_tokens=8)
+    assert st == 200, first_chat
+    wait_streamed(s, "small")
+    assert residency(s)["chat"] == (18, 0)
+    st, o = chat(s, "small", max_tokens=8)
+    assert st == 200, o
+    text = lambda o: o["choices"][0]["message"]["content"]
+    assert text(o) == text(first_small)
+    r = residency(s)
+    assert r["small"][1] > 0 and r["chat"][1] > 0, r  # both give way, neither fully
+    st, o = chat(s, "chat", max_tokens=8)
+    assert st == 200, o
+    assert text(o) == text(first_chat)
+    assert counters(s, "ebb_catalogue_model_unloads_total") == {"chat": 0, "small": 0}
+    m = s.metrics()
+    assert re.search(r'ebb_catalogue_model_layers\{model="small",place="streamed"\} [1-9]', m)
+    mem = counters(s, "ebb_catalogue_model_memory_bytes")
+    assert set(mem) == {"chat", "small"}

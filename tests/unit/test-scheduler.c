@@ -220,6 +220,27 @@ uint32_t ebb_model_batch_rows(const struct ebb_model *m)
     return atomic_load(&batch_rows);
 }
 
+/* The fake model streams only where a test says so (streams); a settle then takes
+ * settle_delay_us and is counted. */
+static atomic_bool streams;
+static atomic_uint settle_delay_us, n_settles;
+
+bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
+{
+    (void)m;
+    (void)budget;
+    return atomic_load(&streams);
+}
+
+ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
+{
+    (void)m;
+    (void)diag;
+    usleep(atomic_load(&settle_delay_us));
+    atomic_fetch_add(&n_settles, 1);
+    return EBB_OK;
+}
+
 /* The widest batches seen: slots and tokens in one pass. */
 static atomic_uint max_seqs, max_rows;
 
@@ -822,6 +843,38 @@ static void test_shutdown_cancels(void **state)
         assert_true(r[i].done);
         assert_int_equal(r[i].res.finish, EBB_FINISH_CANCEL);
     }
+}
+
+/* A streamer budget posted to an idle engine is applied at once (not at the next job); a free
+ * that arrives while the engine applies it (mu released) still stops the engine, and a job
+ * submitted then still runs. */
+static void test_stream_budget_while_idle(void **state)
+{
+    (void)state;
+    struct ebb_sched *s = start(1, 4, 8);
+    assert_false(ebb_sched_stream_budget(s, 1 << 20)); /* the model does not stream */
+    atomic_store(&streams, true);
+    atomic_store(&n_settles, 0);
+    assert_true(ebb_sched_stream_budget(s, 1 << 20));
+    for (int i = 0; i < 2000 && !atomic_load(&n_settles); i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&n_settles), 1);
+    atomic_store(&settle_delay_us, 100000);
+    assert_true(ebb_sched_stream_budget(s, 2 << 20));
+    usleep(20000); /* inside the settle */
+    struct rec r;
+    rec_init(&r, s);
+    int32_t prompt[2] = {2, 3};
+    struct ebb_gen_params gp = greedy(2);
+    gp.ignore_eos = true;
+    assert_int_equal(submit(s, &r, prompt, 2, &gp), EBB_OK);
+    rec_wait(&r);
+    assert_true(ebb_sched_stream_budget(s, 3 << 20));
+    usleep(20000);
+    ebb_sched_free(s); /* hung before: the quit's signal fell into the settle */
+    assert_true(atomic_load(&n_settles) >= 2); /* the third only if it began before the free */
+    atomic_store(&streams, false);
+    atomic_store(&settle_delay_us, 0);
 }
 
 /* A model swap waits for an idle engine, resizes the slots and forgets cached prefixes. */
@@ -1539,6 +1592,7 @@ int main(void)
         cmocka_unit_test(test_choices_seeded),
         cmocka_unit_test(test_choices_cancel),
         cmocka_unit_test(test_choices_admission),
+        cmocka_unit_test(test_stream_budget_while_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

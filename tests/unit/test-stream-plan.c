@@ -344,6 +344,42 @@ static void parsing(void **state)
     assert_int_equal(c.margin, 90 * MiB); /* 5% of 1800 MiB beats the 64 MiB floor */
 }
 
+/* A budget lowered from outside (another model needs the memory) sheds at the next step; raised
+ * again, it grows back at once: no hold time, no tok/s trial that could undo it. */
+static void budget_lent_and_returned(void **state)
+{
+    (void)state;
+    struct ebb_stream_plan_cfg c = base_cfg();
+    struct ebb_stream_planner p;
+    struct ebb_stream_inputs in = {.now_ns = SEC};
+    struct ebb_stream_change chg;
+    struct ebb_diag d;
+    c.budget = 2106 * MiB; /* every layer */
+    assert_int_equal(ebb_stream_planner_init(&p, &c, &in, &d), EBB_OK);
+    assert_int_equal(p.n_resident, 16);
+    ebb_stream_planner_set_budget(&p, 1006 * MiB);
+    in.now_ns += SEC;
+    assert_true(ebb_stream_planner_step(&p, &in, &chg));
+    assert_int_equal(chg.to, 3);
+    assert_non_null(strstr(chg.reason, "budget"));
+    assert_false(ebb_stream_planner_step(&p, &in, &chg)); /* settled */
+    ebb_stream_planner_set_budget(&p, 1506 * MiB);
+    in.now_ns += 1000; /* far less than the hold time */
+    assert_true(ebb_stream_planner_step(&p, &in, &chg));
+    assert_int_equal(chg.to, 8);
+    assert_non_null(strstr(chg.reason, "raised"));
+    /* No trial pending: later steps with tokens flowing keep it. */
+    in.tokens = 1000;
+    in.busy_ns = 10 * SEC;
+    in.now_ns += 20 * SEC;
+    assert_false(ebb_stream_planner_step(&p, &in, &chg));
+    assert_int_equal(p.n_resident, 8);
+    /* Lifted (0: the probes alone, none here): every layer again. */
+    ebb_stream_planner_set_budget(&p, 0);
+    assert_true(ebb_stream_planner_step(&p, &in, &chg));
+    assert_int_equal(chg.to, 16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,7 +387,7 @@ int main(void)
         cmocka_unit_test(non_uniform_prefix), cmocka_unit_test(shrink_then_grow),
         cmocka_unit_test(growth_undone),      cmocka_unit_test(pressure_sheds),
         cmocka_unit_test(host_slots),         cmocka_unit_test(parsing),
-        cmocka_unit_test(three_way),
+        cmocka_unit_test(three_way),          cmocka_unit_test(budget_lent_and_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
