@@ -83,12 +83,13 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
     }
 
     const char *dev = p->device ? p->device : "auto";
-    if ((!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) && p->expert_cache) {
+    bool host = !strcmp(dev, "ref") || !strcmp(dev, "ref-q8") || !strcmp(dev, "cpu");
+    if (host && p->expert_cache) {
         rc = ebb_diag_set(diag, EBB_EINVAL,
                           "--expert-cache needs the OpenCL engine (not device '%s')", dev);
         goto out;
     }
-    if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
+    if (host) {
         rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
         rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
@@ -110,9 +111,9 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
             rc = ebb_diag_set(diag, rc, "%s", d2.msg);
             goto out;
         }
-        /* the reference keeps floats; the OpenCL engine halves or Q8_0 blocks (--kv-type) */
-        uint64_t row = strncmp(dev, "ref", 3) ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim)
-                                              : (uint64_t)m->hp.head_dim * 4;
+        /* the reference and cpu keep floats; the OpenCL engine halves or Q8_0 blocks */
+        uint64_t row =
+            !host ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim) : (uint64_t)m->hp.head_dim * 4;
         m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * row;
     }
 out:

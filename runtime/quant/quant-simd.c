@@ -6,7 +6,7 @@
  * the build targets the dotprod extension. Other CPUs get the scalar functions. */
 #include "quant.h"
 
-#include <pthread.h>
+#include <string.h>
 
 /* ---- scalar entry points, one per type ---- */
 
@@ -34,16 +34,20 @@ SCALAR_Q8K(c_q6_k, EBB_GGML_Q6_K)
 
 #define AVX2 __attribute__((target("avx2")))
 
-static float f16_table[65536]; /* every fp16 bit pattern as a float, for the block scales */
-static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
-
-static void f16_init(void)
+/* An fp16 block scale as a float: normal numbers and zero by their bits, the rest (subnormal,
+ * Inf, NaN) through the general function; the same values as quant.c's. */
+static inline float h2f(uint16_t h)
 {
-    for (uint32_t h = 0; h < 65536; h++)
-        f16_table[h] = ebb_fp16_to_fp32((uint16_t)h);
+    uint32_t exp = (h >> 10) & 0x1f;
+    if (exp == 0 || exp == 0x1f)
+        return ebb_fp16_to_fp32(h);
+    uint32_t u = (uint32_t)(h & 0x8000) << 16 | (exp + 112) << 23 | (uint32_t)(h & 0x3ff) << 13;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
 }
 
-static uint32_t le32(const uint8_t *p)
+static inline uint32_t le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -101,7 +105,7 @@ AVX2 static inline __m256i load32(const void *p)
     float sum = 0, summ = 0;                                                                       \
     for (uint64_t ib = 0; ib < n / 32; ib++, b++, x++) {                                           \
         int32_t isum = ISUM;                                                                       \
-        sum += f16_table[b->d] * x->d * (float)isum;                                               \
+        sum += h2f(b->d) * x->d * (float)isum;                                                     \
         summ += (M)*x->s;                                                                          \
     }                                                                                              \
     return sum + summ;
@@ -112,7 +116,7 @@ AVX2 static float avx2_q4_0(const void *row, const void *act, uint64_t n){
             0.0f)}
 
 AVX2 static float avx2_q4_1(const void *row, const void *act, uint64_t n){
-    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), f16_table[b->m])}
+    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), h2f(b->m))}
 
 AVX2 static float avx2_q5_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_0,
@@ -124,7 +128,7 @@ AVX2 static float avx2_q5_0(const void *row, const void *act, uint64_t n){
 AVX2 static float avx2_q5_1(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_1,
             hsum_i32(dot_us(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), load32(x->q))),
-            f16_table[b->m])}
+            h2f(b->m))}
 
 AVX2 static float avx2_q8_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), 0.0f)}
@@ -163,7 +167,7 @@ AVX2 static inline float k4_k5(const void *row, const void *act, uint64_t n, boo
             msum += mn0 * (x->bsums[4 * c] + x->bsums[4 * c + 1]) +
                     mn1 * (x->bsums[4 * c + 2] + x->bsums[4 * c + 3]);
         }
-        float d = f16_table[q5 ? b5->d : b4->d], dmin = f16_table[q5 ? b5->dmin : b4->dmin];
+        float d = h2f(q5 ? b5->d : b4->d), dmin = h2f(q5 ? b5->dmin : b4->dmin);
         sum += d * x->d * (float)hsum_i32(acc);
         summ += dmin * x->d * (float)msum;
     }
@@ -209,10 +213,62 @@ AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
             }
         }
         int32_t isum = hsum_i32(acc) - 32 * off;
-        sum += f16_table[b->d] * x->d * (float)isum;
+        sum += h2f(b->d) * x->d * (float)isum;
         summ += 0.0f * x->d * (float)0;
     }
     return sum - summ;
+}
+
+/* ---- four tokens per weight row: the weights unpacked once, each token's steps as above ---- */
+
+/* For the 32-block types: W unpacks block b's weights (signed with SIGNED), M is its min. */
+#define Q8_LOOP4(BLOCK, W, SIGNED, M)                                                              \
+    const BLOCK *b = row;                                                                          \
+    const struct ebb_q8_act *x[4];                                                                 \
+    float sum[4] = {0}, summ[4] = {0};                                                             \
+    for (int t = 0; t < 4; t++)                                                                    \
+        x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);       \
+    for (uint64_t ib = 0; ib < n / 32; ib++, b++) {                                                \
+        __m256i w = W, wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                                   \
+        float d = h2f(b->d), m = M;                                                                \
+        for (int t = 0; t < 4; t++) {                                                              \
+            __m256i a = load32(x[t][ib].q);                                                        \
+            if (SIGNED)                                                                            \
+                a = _mm256_sign_epi8(a, w);                                                        \
+            int32_t isum =                                                                         \
+                hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), _mm256_set1_epi16(1)));    \
+            sum[t] += d * x[t][ib].d * (float)isum;                                                \
+            summ[t] += m * x[t][ib].s;                                                             \
+        }                                                                                          \
+    }                                                                                              \
+    for (int t = 0; t < 4; t++)                                                                    \
+        out[t] = sum[t] + summ[t];
+
+AVX2 static void avx2_q4_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
+             0.0f)}
+
+AVX2 static void avx2_q4_1_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q4_1, nibbles(b->qs), false, h2f(b->m))}
+
+AVX2 static void avx2_q5_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q5_0,
+             _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))),
+                             _mm256_set1_epi8(16)),
+             true, 0.0f)}
+
+AVX2 static void avx2_q5_1_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q5_1, _mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), false,
+             h2f(b->m))}
+
+AVX2 static void avx2_q8_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    Q8_LOOP4(struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
 }
 
 static bool have_simd(void)
@@ -223,13 +279,6 @@ static bool have_simd(void)
 const char *ebb_quant_simd_name(void)
 {
     return have_simd() ? "avx2" : "scalar";
-}
-
-/* The scale table is filled before the first SIMD function is handed out. */
-static ebb_quant_dot_act_fn simd_ready(ebb_quant_dot_act_fn fn)
-{
-    pthread_once(&f16_once, f16_init);
-    return fn;
 }
 
 #define SIMD(fn) fn
@@ -244,13 +293,24 @@ const char *ebb_quant_simd_name(void)
     return "scalar";
 }
 
-static ebb_quant_dot_act_fn simd_ready(ebb_quant_dot_act_fn fn)
-{
-    return fn;
-}
-
 #define SIMD(fn) NULL
 #endif
+
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)
+{
+    static const struct {
+        uint32_t type;
+        ebb_quant_dot_act4_fn fn;
+    } tab[] = {
+        {EBB_GGML_Q4_0, SIMD(avx2_q4_0_x4)}, {EBB_GGML_Q4_1, SIMD(avx2_q4_1_x4)},
+        {EBB_GGML_Q5_0, SIMD(avx2_q5_0_x4)}, {EBB_GGML_Q5_1, SIMD(avx2_q5_1_x4)},
+        {EBB_GGML_Q8_0, SIMD(avx2_q8_0_x4)},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+        if (tab[i].type == type)
+            return tab[i].fn && have_simd() ? tab[i].fn : NULL;
+    return NULL;
+}
 
 ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd)
 {
@@ -267,7 +327,7 @@ ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd)
         if (tab[i].type != type)
             continue;
         if (simd && tab[i].simd && have_simd())
-            return simd_ready(tab[i].simd);
+            return tab[i].simd;
         return tab[i].scalar;
     }
     return NULL;

@@ -193,6 +193,12 @@ float ebb_quant_dot_q8k_act(uint32_t type, const void *row, const struct ebb_blo
  * sums are exact and the float steps are the same in the same order. */
 typedef float (*ebb_quant_dot_act_fn)(const void *row, const void *act, uint64_t n);
 ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd);
+/* The same product for four tokens at once (act, act + stride, .. bytes apart), each out[t]
+ * the bits ebb_quant_get_dot_act(type, true) gives for its token: the weights are unpacked once
+ * for all four (the blocked product of a prefill). NULL where this CPU has no SIMD version. */
+typedef void (*ebb_quant_dot_act4_fn)(const void *row, const void *act, uint64_t stride, uint64_t n,
+                                      float *out);
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);
 /* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2", "neon-dotprod" or "scalar". */
 const char *ebb_quant_simd_name(void);
 
