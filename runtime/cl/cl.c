@@ -350,13 +350,19 @@ static bool pick_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uint
     return ok;
 }
 
+bool ebb_cl_has_gpu(void)
+{
+    struct pick k = {.mode = 0};
+    return !each_device(pick_fn, &k, NULL) && k.found;
+}
+
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct pick k = {.spec = spec};
     unsigned a, b;
     char tail;
-    if (!spec || !*spec || !strcmp(spec, "auto")) {
+    if (!spec || !*spec || !strcmp(spec, "auto") || !strcmp(spec, "cl")) {
         k.mode = 0;
         if ((rc = each_device(pick_fn, &k, diag)))
             return rc;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "cl/cl.h"
 #include "model-int.h"
 
 struct ebb_model {
@@ -39,6 +40,30 @@ static ebb_err read_hparams(const struct ebb_gguf *g, const struct ebb_tokenizer
     if ((rc = ebb__arch_check(*arch, hp, g, diag)))
         return rc;
     return EBB_OK;
+}
+
+/* Options only the OpenCL engine has: the layer streamer, packs, host layers, the expert
+ * cache. */
+static bool needs_cl(const struct ebb_model_params *p)
+{
+    return p->memory_budget || p->memory_budget_auto || p->pack_path || p->residency > 0 ||
+           p->residency_forced || p->host_layers || p->expert_cache || getenv("EBB_EXPERT_CACHE") ||
+           getenv("EBB_TEST_RESIDENCY");
+}
+
+/* The device "auto" stands for: EBB_AUTO_DEVICE when set (any --device value; tests that check
+ * the OpenCL engine's own figures set "cl"), else the OpenCL engine on a GPU when one exists,
+ * else "cpu", the native host device, which is faster than OpenCL on a CPU (PoCL) and needs no
+ * OpenCL at all; the OpenCL engine too when an option needs it. */
+static const char *auto_device(const struct ebb_model_params *p)
+{
+    const char *dev = p->device ? p->device : "auto";
+    if (strcmp(dev, "auto"))
+        return dev;
+    const char *env = getenv("EBB_AUTO_DEVICE");
+    if (env && *env)
+        return env;
+    return needs_cl(p) || ebb_cl_has_gpu() ? "auto" : "cpu";
 }
 
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
@@ -82,7 +107,8 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         goto out;
     }
 
-    const char *dev = p->device ? p->device : "auto";
+    struct ebb_model_params pd = *p; /* with "auto" resolved */
+    const char *dev = pd.device = auto_device(p);
     bool host = !strcmp(dev, "ref") || !strcmp(dev, "ref-q8") || !strcmp(dev, "cpu");
     if (host && p->expert_cache) {
         rc = ebb_diag_set(diag, EBB_EINVAL,
@@ -90,9 +116,9 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         goto out;
     }
     if (host) {
-        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, &pd, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
-        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, &pd, m->n_ctx, &m->iface, &m->ctx, diag);
     }
     if (rc)
         goto out;
