@@ -354,6 +354,61 @@ static ebb_err ref_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     return EBB_OK;
 }
 
+/* iface.eval_batch of the CPU device: a decode step of several slots (one token each, logits
+ * or top-k wanted) as one pass, so that each weight row is read once for all of them; rope and
+ * attention run per slot at its own position. Anything else (prefill chunks, all-logits or
+ * embedding outputs, more slots than a pass holds) is evaluated part by part. The results equal
+ * separate evaluations bit for bit: the products give each token the same sums either way. */
+static ebb_err cpu_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                              struct ebb_diag *diag)
+{
+    struct ref *r = ctx;
+    const struct ebb__arch *a = r->a;
+    const uint32_t V = r->hp.n_vocab;
+    bool one_pass = n_seqs <= BATCH;
+    for (uint32_t i = 0; i < n_seqs && one_pass; i++)
+        one_pass = seqs[i].n == 1 &&
+                   (!seqs[i].out || (!seqs[i].out->logits_all && !seqs[i].out->hidden_sum));
+    if (!one_pass) {
+        struct ebb_model_out none = {0};
+        for (uint32_t i = 0; i < n_seqs; i++) {
+            ebb_err rc = ref_eval(ctx, seqs[i].seq, seqs[i].tokens, seqs[i].n, seqs[i].pos,
+                                  seqs[i].out ? seqs[i].out : &none, diag);
+            if (rc)
+                return rc;
+        }
+        return EBB_OK;
+    }
+    int32_t tok[BATCH];
+    for (uint32_t i = 0; i < n_seqs; i++)
+        tok[i] = seqs[i].tokens[0];
+    struct step s = {tok, 0, n_seqs, 0, 0, 0};
+    run_prog(r, a->input, a->n_input, &s);
+    for (s.l = 0; s.l < r->hp.n_layer; s.l++)
+        for (uint32_t k = 0; k < a->n_layer_ops; k++) {
+            const struct ebb__op *op = &a->layer[k];
+            if (op->kind != EBB__OP_ROPE && op->kind != EBB__OP_ATTENTION) {
+                run_op(r, op, &s);
+                continue;
+            }
+            for (uint32_t i = 0; i < n_seqs; i++) {
+                struct step one = {tok + i, seqs[i].seq, 1, seqs[i].pos, s.l, i};
+                run_op(r, op, &one);
+            }
+        }
+    s.l = 0;
+    run_prog(r, a->output, a->n_output, &s);
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const struct ebb_model_out *out = seqs[i].out;
+        const float *lg = r->buf[EBB__BUF_LOGITS] + (uint64_t)i * V;
+        if (out && out->logits)
+            memcpy(out->logits, lg, V * sizeof(float));
+        if (out && out->top_k)
+            top_k(lg, V, out->top_k, out->top_ids, out->top_logits);
+    }
+    return EBB_OK;
+}
+
 /* ---- construction ---- */
 
 static void ref_free(void *ctx)
@@ -726,6 +781,7 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
                  ebb_quant_simd_name());
         r->iface = ref_iface;
         r->iface.name = r->name;
+        r->iface.eval_batch = cpu_eval_batch;
         *iface = &r->iface;
     } else {
         *iface = r->q8 ? &ref_q8_iface : &ref_iface;
