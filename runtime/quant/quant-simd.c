@@ -222,27 +222,39 @@ AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
 /* ---- four tokens per weight row: the weights unpacked once, each token's steps as above ---- */
 
 /* For the 32-block types: W unpacks block b's weights (signed with SIGNED), M is its min. */
+/* Four tokens' integer sums of one block at once: lane t of the result is the sum of p[t]. */
+AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
+{
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* Per block the weights unpacked once, the four tokens' sums reduced together and their float
+ * steps taken in the four lanes of one vector: lane t adds block after block exactly as the
+ * generic code does for token t, so each out[t] has its bits. */
 #define Q8_LOOP4(BLOCK, W, SIGNED, M)                                                              \
     const BLOCK *b = row;                                                                          \
     const struct ebb_q8_act *x[4];                                                                 \
-    float sum[4] = {0}, summ[4] = {0};                                                             \
     for (int t = 0; t < 4; t++)                                                                    \
         x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);       \
+    __m128 sum = _mm_setzero_ps(), summ = _mm_setzero_ps();                                        \
+    const __m256i ones = _mm256_set1_epi16(1);                                                     \
     for (uint64_t ib = 0; ib < n / 32; ib++, b++) {                                                \
         __m256i w = W, wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                                   \
-        float d = h2f(b->d), m = M;                                                                \
+        __m256i p[4];                                                                              \
         for (int t = 0; t < 4; t++) {                                                              \
             __m256i a = load32(x[t][ib].q);                                                        \
             if (SIGNED)                                                                            \
                 a = _mm256_sign_epi8(a, w);                                                        \
-            int32_t isum =                                                                         \
-                hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), _mm256_set1_epi16(1)));    \
-            sum[t] += d * x[t][ib].d * (float)isum;                                                \
-            summ[t] += m * x[t][ib].s;                                                             \
+            p[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones);                           \
         }                                                                                          \
+        __m128 isum = _mm_cvtepi32_ps(hsum4(p[0], p[1], p[2], p[3]));                              \
+        __m128 xd = _mm_setr_ps(x[0][ib].d, x[1][ib].d, x[2][ib].d, x[3][ib].d);                   \
+        __m128 xs = _mm_setr_ps(x[0][ib].s, x[1][ib].s, x[2][ib].s, x[3][ib].s);                   \
+        sum = _mm_add_ps(sum, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(h2f(b->d)), xd), isum));           \
+        summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                                   \
     }                                                                                              \
-    for (int t = 0; t < 4; t++)                                                                    \
-        out[t] = sum[t] + summ[t];
+    _mm_storeu_ps(out, _mm_add_ps(sum, summ));
 
 AVX2 static void avx2_q4_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
                               float *out){
