@@ -3,7 +3,8 @@
 # in alternation: ROUNDS rounds (default 2), each `ebb bench --device cpu`, `ebb bench --device
 # cl` and `llama-bench` on the same model, prompt and generation lengths, so that a shared
 # machine's load falls on all of them alike; then, with BATCH (default 8), `ebb bench --device
-# cpu --batch BATCH` (aggregate decode of BATCH slots against one). LLAMA_BENCH: a llama-bench
+# cpu --batch BATCH` on a BATCH_PROMPT-token prompt (default 32; aggregate decode of BATCH slots
+# against one; BATCH=0 skips it). LLAMA_BENCH: a llama-bench
 # binary (build it from llama.cpp's source with cmake -DGGML_NATIVE=ON, target llama-bench;
 # skipped with a note when unset); THREADS: both sides' threads (default: the online CPUs).
 # Usage: [ROUNDS=N] [LLAMA_BENCH=PATH] [THREADS=T] bench/cpu-vs-llamacpp.sh EBB MODEL [PROMPT] [GEN]
@@ -31,10 +32,11 @@ for r in $(seq 1 "$rounds"); do
 import csv, sys
 for row in csv.DictReader(sys.stdin):
     kind = "prefill" if int(row["n_prompt"]) else "decode"
-    print(f"llama.cpp: {kind} {float(row[\"avg_ts\"]):.2f} tok/s ({row[\"build_commit\"]})")'
+    print("llama.cpp: %s %.2f tok/s" % (kind, float(row["avg_ts"])))'
     else
         echo "llama.cpp: LLAMA_BENCH not set"
     fi
 done
+[ "$batch" -gt 0 ] || exit 0
 echo "batched decode, $batch slots:"
-eb cpu --batch "$batch" | grep -E 'decode'
+np=${BATCH_PROMPT:-32} eb cpu --batch "$batch" | grep -E 'decode'
