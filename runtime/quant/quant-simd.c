@@ -134,19 +134,28 @@ AVX2 static float avx2_q8_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), 0.0f)}
 
 /* Q4_K and Q5_K: per 64 elements one 32-byte load of nibbles (low: group 2c, high: 2c + 1),
- * each group's products weighted by its scale in madd, summed in one int32 vector. */
-AVX2 static inline float k4_k5(const void *row, const void *act, uint64_t n, bool q5)
+ * each group's products weighted by its scale in madd, summed in one int32 vector per token;
+ * nt tokens (act, act + stride, ..) share the unpacked weights. */
+AVX2 static inline
+    __attribute__((always_inline)) void k4_k5(const void *row, const void *act, uint64_t stride,
+                                              uint64_t n, bool q5, int nt, float *out)
 {
-    const struct ebb_block_q8_k *x = act;
-    float sum = 0, summ = 0;
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, x++) {
+    float sum[4] = {0}, summ[4] = {0};
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++) {
         const struct ebb_block_q4_k *b4 = (const struct ebb_block_q4_k *)row + ib;
         const struct ebb_block_q5_k *b5 = (const struct ebb_block_q5_k *)row + ib;
         const uint8_t *scales = q5 ? b5->scales : b4->scales, *qs = q5 ? b5->qs : b4->qs;
-        __m256i acc = _mm256_setzero_si256();
-        __m256i qh = q5 ? load32(b5->qh) : acc;
-        int32_t msum = 0;
+        const struct ebb_block_q8_k *x[4];
+        __m256i acc[4];
+        int32_t msum[4] = {0};
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act +
+                                                                 stride * (uint64_t)t) +
+                   ib;
+            acc[t] = _mm256_setzero_si256();
+        }
+        __m256i qh = q5 ? load32(b5->qh) : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             uint8_t sc0, mn0, sc1, mn1;
             ebb_quant_k4_scale_min(scales, 2 * c, &sc0, &mn0);
@@ -160,43 +169,72 @@ AVX2 static inline float k4_k5(const void *row, const void *act, uint64_t n, boo
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
             }
-            __m256i p0 = _mm256_maddubs_epi16(lo, load32(x->qs + 64 * c));
-            __m256i p1 = _mm256_maddubs_epi16(hi, load32(x->qs + 64 * c + 32));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc0)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc1)));
-            msum += mn0 * (x->bsums[4 * c] + x->bsums[4 * c + 1]) +
-                    mn1 * (x->bsums[4 * c + 2] + x->bsums[4 * c + 3]);
+            const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+            for (int t = 0; t < nt; t++) {
+                __m256i p0 = _mm256_maddubs_epi16(lo, load32(x[t]->qs + 64 * c));
+                __m256i p1 = _mm256_maddubs_epi16(hi, load32(x[t]->qs + 64 * c + 32));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p0, s0));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p1, s1));
+                msum[t] += mn0 * (x[t]->bsums[4 * c] + x[t]->bsums[4 * c + 1]) +
+                           mn1 * (x[t]->bsums[4 * c + 2] + x[t]->bsums[4 * c + 3]);
+            }
         }
         float d = h2f(q5 ? b5->d : b4->d), dmin = h2f(q5 ? b5->dmin : b4->dmin);
-        sum += d * x->d * (float)hsum_i32(acc);
-        summ += dmin * x->d * (float)msum;
+        for (int t = 0; t < nt; t++) {
+            sum[t] += d * x[t]->d * (float)hsum_i32(acc[t]);
+            summ[t] += dmin * x[t]->d * (float)msum[t];
+        }
     }
-    return sum - summ;
+    for (int t = 0; t < nt; t++)
+        out[t] = sum[t] - summ[t];
 }
 
 AVX2 static float avx2_q4_k(const void *row, const void *act, uint64_t n)
 {
-    return k4_k5(row, act, n, false);
+    float out;
+    k4_k5(row, act, 0, n, false, 1, &out);
+    return out;
 }
 
 AVX2 static float avx2_q5_k(const void *row, const void *act, uint64_t n)
 {
-    return k4_k5(row, act, n, true);
+    float out;
+    k4_k5(row, act, 0, n, true, 1, &out);
+    return out;
+}
+
+AVX2 static void avx2_q4_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    k4_k5(row, act, stride, n, false, 4, out);
+}
+
+AVX2 static void avx2_q5_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    k4_k5(row, act, stride, n, true, 4, out);
 }
 
 /* Q6_K: the unsigned 6-bit q (0..63) times a in maddubs, each 16-group weighted by its scale;
  * the -32 offset comes back as 32 * sum(scale * bsum), so the integer total is the scalar's. */
-AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
+AVX2 static inline __attribute__((always_inline)) void
+q6_k(const void *row, const void *act, uint64_t stride, uint64_t n, int nt, float *out)
 {
-    const struct ebb_block_q8_k *x = act;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
-    float sum = 0, summ = 0;
-    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, x++) {
+    float sum[4] = {0}, summ[4] = {0};
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++) {
         const struct ebb_block_q6_k *b = (const struct ebb_block_q6_k *)row + ib;
-        __m256i acc = _mm256_setzero_si256();
-        int32_t off = 0;
-        for (int g = 0; g < 16; g++)
-            off += b->scales[g] * x->bsums[g];
+        const struct ebb_block_q8_k *x[4];
+        __m256i acc[4];
+        int32_t off[4] = {0};
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act +
+                                                                 stride * (uint64_t)t) +
+                   ib;
+            acc[t] = _mm256_setzero_si256();
+            for (int g = 0; g < 16; g++)
+                off[t] += b->scales[g] * x[t]->bsums[g];
+        }
         for (int half = 0; half < 2; half++) {
             __m256i ql0 = load32(b->ql + 64 * half), ql1 = load32(b->ql + 64 * half + 32);
             __m256i qh = load32(b->qh + 32 * half);
@@ -208,20 +246,37 @@ AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
                 int g = 8 * half + 2 * k;
                 __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
                                               _mm_set1_epi16(b->scales[g]));
-                __m256i p = _mm256_maddubs_epi16(q, load32(x->qs + 128 * half + 32 * k));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+                for (int t = 0; t < nt; t++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(x[t]->qs + 128 * half + 32 * k));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
+                }
             }
         }
-        int32_t isum = hsum_i32(acc) - 32 * off;
-        sum += h2f(b->d) * x->d * (float)isum;
-        summ += 0.0f * x->d * (float)0;
+        for (int t = 0; t < nt; t++) {
+            int32_t isum = hsum_i32(acc[t]) - 32 * off[t];
+            sum[t] += h2f(b->d) * x[t]->d * (float)isum;
+            summ[t] += 0.0f * x[t]->d * (float)0;
+        }
     }
-    return sum - summ;
+    for (int t = 0; t < nt; t++)
+        out[t] = sum[t] - summ[t];
+}
+
+AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
+{
+    float out;
+    q6_k(row, act, 0, n, 1, &out);
+    return out;
+}
+
+AVX2 static void avx2_q6_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    q6_k(row, act, stride, n, 4, out);
 }
 
 /* ---- four tokens per weight row: the weights unpacked once, each token's steps as above ---- */
 
-/* For the 32-block types: W unpacks block b's weights (signed with SIGNED), M is its min. */
 /* Four tokens' integer sums of one block at once: lane t of the result is the sum of p[t]. */
 AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
 {
@@ -229,7 +284,8 @@ AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
-/* Per block the weights unpacked once, the four tokens' sums reduced together and their float
+/* For the 32-block types (W unpacks block b's weights, signed with SIGNED; M is its min): per
+ * block the weights unpacked once, the four tokens' sums reduced together and their float
  * steps taken in the four lanes of one vector: lane t adds block after block exactly as the
  * generic code does for token t, so each out[t] has its bits. */
 #define Q8_LOOP4(BLOCK, W, SIGNED, M)                                                              \
@@ -316,7 +372,8 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)
     } tab[] = {
         {EBB_GGML_Q4_0, SIMD(avx2_q4_0_x4)}, {EBB_GGML_Q4_1, SIMD(avx2_q4_1_x4)},
         {EBB_GGML_Q5_0, SIMD(avx2_q5_0_x4)}, {EBB_GGML_Q5_1, SIMD(avx2_q5_1_x4)},
-        {EBB_GGML_Q8_0, SIMD(avx2_q8_0_x4)},
+        {EBB_GGML_Q8_0, SIMD(avx2_q8_0_x4)}, {EBB_GGML_Q4_K, SIMD(avx2_q4_k_x4)},
+        {EBB_GGML_Q5_K, SIMD(avx2_q5_k_x4)}, {EBB_GGML_Q6_K, SIMD(avx2_q6_k_x4)},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
         if (tab[i].type == type)

@@ -195,7 +195,8 @@ typedef float (*ebb_quant_dot_act_fn)(const void *row, const void *act, uint64_t
 ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd);
 /* The same product for four tokens at once (act, act + stride, .. bytes apart), each out[t]
  * the bits ebb_quant_get_dot_act(type, true) gives for its token: the weights are unpacked once
- * for all four (the blocked product of a prefill). NULL where this CPU has no SIMD version. */
+ * for all four (the blocked product of a prefill). Every type above; NULL where this CPU has
+ * no SIMD version. */
 typedef void (*ebb_quant_dot_act4_fn)(const void *row, const void *act, uint64_t stride, uint64_t n,
                                       float *out);
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);

@@ -516,23 +516,32 @@ static void test_dot_act(void **state)
     }
     /* The four-token products: each token's result has the one-token product's bits. */
     static struct ebb_q8_act a4[4][N / 32];
+    static struct ebb_block_q8_k k4[4][N / 256];
     for (int t = 0; t < 4; t++) {
         for (int i = 0; i < N; i++)
             x[i] = rndf(-3, 3) * (float)(t + 1);
         ebb_quant_q8_act_row(x, N, a4[t]);
+        ebb_quant_q8k_act_row(x, N, k4[t]);
     }
-    for (size_t t = 0; t < 5; t++) {
+    const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
+                          sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q5_1),
+                          sizeof(struct ebb_block_q8_0), sizeof(struct ebb_block_q4_k),
+                          sizeof(struct ebb_block_q5_k), sizeof(struct ebb_block_q6_k)};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         ebb_quant_dot_act4_fn f4 = ebb_quant_get_dot_act4(types[t]);
         if (!f4)
             continue; /* no SIMD on this CPU */
-        const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
-                              sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q5_1),
-                              sizeof(struct ebb_block_q8_0)};
-        random_row(types[t], row, blk[t] * (N / 32), N / 32);
+        bool kq = ebb_quant_q8k_act_supported(types[t]);
+        int nb = kq ? N / 256 : N / 32;
+        random_row(types[t], row, blk[t] * (uint64_t)nb, nb);
         float out[4];
-        f4(row, a4, sizeof(a4[0]), N, out);
+        if (kq)
+            f4(row, k4, sizeof(k4[0]), N, out);
+        else
+            f4(row, a4, sizeof(a4[0]), N, out);
         for (int tk = 0; tk < 4; tk++) {
-            float want = ebb_quant_dot_q8_act(types[t], row, a4[tk], N);
+            float want = kq ? ebb_quant_dot_q8k_act(types[t], row, k4[tk], N)
+                            : ebb_quant_dot_q8_act(types[t], row, a4[tk], N);
             if (memcmp(&want, &out[tk], sizeof(float)))
                 fail_msg("type %u token %d: x4 %a, scalar %a", types[t], tk, (double)out[tk],
                          (double)want);
