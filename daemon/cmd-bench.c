@@ -38,7 +38,8 @@ static void bench_usage(FILE *f)
             "  -m, --model MODEL       GGUF file (required)\n"
             "      --prompt-tokens N   prompt length (default 128)\n"
             "      --gen-tokens N      tokens to decode (default 64)\n"
-            "      --device D          compute device (default auto)\n"
+            "      --device D          compute device: auto, cpu, cl, ... as ebb run\n"
+            "                          --help says (default auto)\n"
             "      --ctx N             context length (default prompt + gen tokens; with\n"
             "                          --depth, depth + the larger of the two); one past the\n"
             "                          model's trained context is kept, with a warning (speed\n"
@@ -718,12 +719,16 @@ int ebb_cmd_bench(int argc, char **argv)
         fprintf(stderr, "ebb bench: --depth runs the synthetic prompt without --spec or --batch\n");
         return 2;
     }
-    if (b.stages && !strncmp(mp.device, "ref", 3)) {
-        fprintf(stderr, "ebb bench: --stages profiles the OpenCL engine's kernels, not --device "
-                        "ref\n");
+    if (b.stages && (!strncmp(mp.device, "ref", 3) || !strcmp(mp.device, "cpu"))) {
+        fprintf(stderr,
+                "ebb bench: --stages profiles the OpenCL engine's kernels, not --device "
+                "%s\n",
+                mp.device);
         return 2;
     }
-    if (prompt_file) { /* room for the file's tokens: at most one per byte, plus BOS/EOS */
+    if (b.stages && !strcmp(mp.device, "auto"))
+        mp.device = "cl"; /* the profiled engine, GPU or not */
+    if (prompt_file) {    /* room for the file's tokens: at most one per byte, plus BOS/EOS */
         FILE *f = fopen(prompt_file, "rb");
         long sz = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
         if (f)

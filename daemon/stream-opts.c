@@ -22,6 +22,7 @@ const char ebb_stream_opts_usage[] =
     "      --host-layers N     compute the last N non-resident layers on the host's cores\n"
     "                          instead of streaming them (default 0)\n"
     "      --host-threads N    threads for host layers (default: physical cores - 1)\n"
+    "                          and for --device cpu (default: physical cores)\n"
     "      --host-q8           host layers with 8-bit activations (llama.cpp's CPU numerics;\n"
     "                          AVX2 Q4_0 products) instead of the reference's fp32\n"
     "      --expert-cache N|auto  MoE models: N expert slots per layer on the device (auto:\n"

@@ -50,6 +50,9 @@ EST = {
     "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-llama3.1-tiny": 6,
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
     "model-mistral-window-cl": 5, "bench-batch": 4, "nginx": 22, "cli/pull": 40,
+    # The CPU device (2026-11-29, /usr/bin/time user on 2 loaded cores).
+    "model-cpu": 21, "model-gemma3-cpu": 25, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,
+    "device-auto": 4, "model-batch-cpu": 64,
     # Under ASan+UBSan (the CI run of 2026-11-28, seconds on one core; model-cl's and the
     # families' as cut down for that pass).
     "asan:kernels": 45, "asan:model-cl": 40, "asan:model-cl-q8": 60, "asan:model-batch": 40,

@@ -396,13 +396,19 @@ bool ebb__cl_ctx_shared(cl_context ctx)
     return found;
 }
 
+bool ebb_cl_has_gpu(void)
+{
+    struct pick k = {.mode = 0};
+    return !each_device(pick_fn, &k, NULL) && k.found;
+}
+
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct pick k = {.spec = spec};
     unsigned a, b;
     char tail;
-    if (!spec || !*spec || !strcmp(spec, "auto")) {
+    if (!spec || !*spec || !strcmp(spec, "auto") || !strcmp(spec, "cl")) {
         k.mode = 0;
         if ((rc = each_device(pick_fn, &k, diag)))
             return rc;

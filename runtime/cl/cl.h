@@ -82,11 +82,14 @@ const char *ebb_cl_err_name(cl_int e);
  * (EBB_ENOMEM for allocation failures, EBB_EDEVICE otherwise); returns EBB_OK for CL_SUCCESS. */
 ebb_err ebb_cl_check(cl_int e, struct ebb_diag *diag, const char *what);
 
-/* Opens a device. spec: NULL or "auto" = first GPU of any platform, else the first device of
- * any kind; "cl:P:D" = platform P, device D (indices as ebb_cl_print_devices lists them); any
- * other string = first device whose name or platform name contains it (case-insensitive).
+/* Opens a device. spec: NULL, "auto" or "cl" = first GPU of any platform, else the first
+ * device of any kind; "cl:P:D" = platform P, device D (indices as ebb_cl_print_devices lists them);
+ * any other string = first device whose name or platform name contains it (case-insensitive).
  * EBB_ENOTFOUND with a message when nothing matches. */
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag);
+/* True when some OpenCL platform lists a GPU device (what "auto" would open first); false
+ * with none, with CPU devices only (PoCL) or without an OpenCL runtime. */
+bool ebb_cl_has_gpu(void);
 
 /* Releases the queue and context; accepts NULL. */
 void ebb_cl_close(struct ebb_cl *cl);

@@ -162,47 +162,13 @@ static bool dev_read(void *u, uint64_t *total, uint64_t *free_bytes)
     return true;
 }
 
-/* The physical cores of this machine (distinct package and core ids of the online CPUs), or
- * the online CPUs when sysfs does not say. */
-static int physical_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    enum { MAX_CPUS = 1024 };
-    static uint32_t seen[MAX_CPUS];
-    int n_seen = 0;
-    for (long c = 0; c < n && c < MAX_CPUS; c++) {
-        char path[128];
-        unsigned pkg = 0, core = 0;
-        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id",
-                 c);
-        FILE *f = fopen(path, "r");
-        bool ok = f && fscanf(f, "%u", &pkg) == 1;
-        if (f)
-            fclose(f);
-        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/core_id", c);
-        f = fopen(path, "r");
-        ok = ok && f && fscanf(f, "%u", &core) == 1;
-        if (f)
-            fclose(f);
-        if (!ok)
-            return n > 0 ? (int)n : 1;
-        uint32_t id = pkg << 16 | (core & 0xffff);
-        bool dup = false;
-        for (int i = 0; i < n_seen && !dup; i++)
-            dup = seen[i] == id;
-        if (!dup)
-            seen[n_seen++] = id;
-    }
-    return n_seen > 0 ? n_seen : 1;
-}
-
 /* Reader threads per streamed layer without --stream-threads: half the physical cores, 1 to 4.
  * A layer-major prefill computes a layer in about the time one thread copies it from the page
  * cache into its slot, so one thread leaves the card waiting (docs/STREAMER.md, "Long
  * prompts"). */
 static uint32_t default_io_threads(void)
 {
-    int n = physical_cores() / 2;
+    int n = ebb__model_physical_cores() / 2;
     return n < 1 ? 1u : n > 4 ? 4u : (uint32_t)n;
 }
 
@@ -213,7 +179,7 @@ static ebb_err open_host(struct clm *m, const struct ebb_model_params *p, struct
     m->first_host = ebb_stream_first_host(m->st);
     if (m->first_host >= m->hp.n_layer)
         return EBB_OK;
-    int threads = p->host_threads ? (int)p->host_threads : physical_cores() - 1;
+    int threads = p->host_threads ? (int)p->host_threads : ebb__model_physical_cores() - 1;
     m->host_x = malloc(sizeof(float) * m->n_batch * m->hp.n_embd);
     if (!m->host_x)
         return EBB_ENOMEM;

@@ -1,11 +1,13 @@
 /* The context length per slot: what is asked, the default when nothing is, and the model's
  * trained length, which a longer ask is capped at unless the caller allows more (model.h,
  * struct ebb_model_ctx). ebb_model_open and `ebb info` choose through the same function, so
- * what info prints is what serve and run get. */
+ * what info prints is what serve and run get. The machine's physical cores are counted here too
+ * (the threads of the CPU device and of host layers). */
 #include "model.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model-int.h"
 #include "stream/memprobe.h"
@@ -133,4 +135,38 @@ size_t ebb_model_ctx_describe(const struct ebb_model_ctx *c, char *buf, size_t n
         len += k < 0 ? 0 : (size_t)k;
     }
     return len;
+}
+
+/* The physical cores of this machine (distinct package and core ids of the online CPUs), or
+ * the online CPUs when sysfs does not say. */
+int ebb__model_physical_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    enum { MAX_CPUS = 1024 };
+    static uint32_t seen[MAX_CPUS];
+    int n_seen = 0;
+    for (long c = 0; c < n && c < MAX_CPUS; c++) {
+        char path[128];
+        unsigned pkg = 0, core = 0;
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/physical_package_id",
+                 c);
+        FILE *f = fopen(path, "r");
+        bool ok = f && fscanf(f, "%u", &pkg) == 1;
+        if (f)
+            fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%ld/topology/core_id", c);
+        f = fopen(path, "r");
+        ok = ok && f && fscanf(f, "%u", &core) == 1;
+        if (f)
+            fclose(f);
+        if (!ok)
+            return n > 0 ? (int)n : 1;
+        uint32_t id = pkg << 16 | (core & 0xffff);
+        bool dup = false;
+        for (int i = 0; i < n_seen && !dup; i++)
+            dup = seen[i] == id;
+        if (!dup)
+            seen[n_seen++] = id;
+    }
+    return n_seen > 0 ? n_seen : 1;
 }

@@ -14,6 +14,10 @@ void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *
                            uint32_t n_seq, bool cap_trained, uint32_t kv_bytes32,
                            struct ebb_model_ctx *c);
 
+/* model-ctx.c: the physical cores of this machine (distinct package and core ids of the online
+ * CPUs), or the online CPUs when sysfs does not say; at least 1. */
+int ebb__model_physical_cores(void);
+
 /* A forward-pass backend (ggml style: an interface of function pointers plus its context). */
 struct ebb__backend_i {
     const char *name;

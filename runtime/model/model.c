@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "cl/cl.h"
 #include "model-int.h"
 
 struct ebb_model {
@@ -47,6 +48,30 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Options only the OpenCL engine has: the layer streamer, packs, host layers, the expert
+ * cache. */
+static bool needs_cl(const struct ebb_model_params *p)
+{
+    return p->memory_budget || p->memory_budget_auto || p->pack_path || p->residency > 0 ||
+           p->residency_forced || p->host_layers || p->expert_cache || getenv("EBB_EXPERT_CACHE") ||
+           getenv("EBB_TEST_RESIDENCY");
+}
+
+/* The device "auto" stands for: EBB_AUTO_DEVICE when set (any --device value; tests that check
+ * the OpenCL engine's own figures set "cl"), else the OpenCL engine on a GPU when one exists,
+ * else "cpu", the native host device, which is faster than OpenCL on a CPU (PoCL) and needs no
+ * OpenCL at all; the OpenCL engine too when an option needs it. */
+static const char *auto_device(const struct ebb_model_params *p)
+{
+    const char *dev = p->device ? p->device : "auto";
+    if (strcmp(dev, "auto"))
+        return dev;
+    const char *env = getenv("EBB_AUTO_DEVICE");
+    if (env && *env)
+        return env;
+    return needs_cl(p) || ebb_cl_has_gpu() ? "auto" : "cpu";
 }
 
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
@@ -95,16 +120,18 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         goto out;
     }
 
-    const char *dev = p->device ? p->device : "auto";
-    if ((!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) && p->expert_cache) {
+    struct ebb_model_params pd = *p; /* with "auto" resolved */
+    const char *dev = pd.device = auto_device(p);
+    bool host = !strcmp(dev, "ref") || !strcmp(dev, "ref-q8") || !strcmp(dev, "cpu");
+    if (host && p->expert_cache) {
         rc = ebb_diag_set(diag, EBB_EINVAL,
                           "--expert-cache needs the OpenCL engine (not device '%s')", dev);
         goto out;
     }
-    if (!strcmp(dev, "ref") || !strcmp(dev, "ref-q8")) {
-        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+    if (host) {
+        rc = ebb__ref_backend_new(m->arch, &m->hp, m->g, &pd, m->n_ctx, &m->iface, &m->ctx, diag);
     } else {
-        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, p, m->n_ctx, &m->iface, &m->ctx, diag);
+        rc = ebb__cl_backend_new(m->arch, &m->hp, m->g, &pd, m->n_ctx, &m->iface, &m->ctx, diag);
     }
     if (rc)
         goto out;
@@ -123,9 +150,9 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
             rc = ebb_diag_set(diag, rc, "%s", d2.msg);
             goto out;
         }
-        /* the reference keeps floats; the OpenCL engine halves or Q8_0 blocks (--kv-type) */
-        uint64_t row = strncmp(dev, "ref", 3) ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim)
-                                              : (uint64_t)m->hp.head_dim * 4;
+        /* the reference and cpu keep floats; the OpenCL engine halves or Q8_0 blocks */
+        uint64_t row =
+            !host ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim) : (uint64_t)m->hp.head_dim * 4;
         m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * row;
     }
 out:

@@ -47,20 +47,27 @@ struct rtensor {
     bool present;  /* false: optional, absent, no fallback (its ops are skipped) */
 };
 
-/* A weight row times 8-bit activations (ebb_quant_dot_q8_act's contract, one type). */
-typedef float (*ebb__ref_dot_q8_fn)(const void *row, const struct ebb_q8_act *x, uint64_t n);
-
-/* One matrix product job, split by output rows between the caller and the helper threads. */
-struct job {
-    const struct wmat *w;
-    ebb__ref_dot_q8_fn dot_q8;     /* with xact: a fast path for w's type, or NULL */
-    const float *x;                /* (n, n_in) */
-    const struct ebb_q8_act *xact; /* (n, n_in / 32) x quantized, or NULL */
-    float *y;                      /* (n, n_out) */
-    uint32_t n;
-};
-
 struct ref;
+
+/* One job of the thread pool: run(r, j, i) computes part i of r->n_threads (the caller part 0,
+ * helper i part i), so that the results do not depend on the thread count. A matrix product
+ * splits its output rows, attention its (token, head) pairs. */
+struct job {
+    void (*run)(struct ref *r, const struct job *j, int part);
+    /* matrix product: y (n, n_out) = x (n, n_in) @ w^T */
+    const struct wmat *w;
+    ebb_quant_dot_act_fn dot;   /* with xa: w's row times 8-bit activations */
+    ebb_quant_dot_act4_fn dot4; /* the same for four tokens at once, or NULL */
+    const void *xa;             /* x quantized (ebb_q8_act or Q8_K blocks), or NULL */
+    uint64_t xa_stride;         /* bytes per token of xa */
+    const float *x;             /* (n, n_in) */
+    float *y;                   /* (n, n_out) */
+    uint32_t n;
+    bool deq; /* without xa: dequantize each row even for one token (prefill's sums) */
+    /* attention: the op and its step (ref-llama.c) */
+    const struct ebb__op *op;
+    const void *step;
+};
 
 /* What a helper thread is started with: its engine and its part of each product. */
 struct ref_helper {
@@ -85,13 +92,16 @@ struct ref {
     /* Activations for up to EBB__REF_BATCH tokens. */
     float *buf[EBB__N_BUF];              /* (EBB__REF_BATCH, width[b]) the description's buffers */
     uint32_t width[EBB__N_BUF];          /* ebb__arch_buf_width */
-    float *att;                          /* (n_ctx) attention scores of one head */
+    float *att;                          /* (n_threads, n_ctx) attention scores, one head each */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
     bool kv_q8; /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
-    bool fast;  /* host layers: SIMD 8-bit dots where the CPU has them */
-    struct ebb_q8_act *xact; /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
-    struct ref_moe moe;      /* allocated when the layer has a MOE op */
+    bool fast;  /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
+    bool cpu;   /* device "cpu" */
+    bool kq8;   /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
+    struct ebb_q8_act *xact;   /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
+    struct ebb_block_q8_k *xk; /* (EBB__REF_BATCH, max n_in / 256) the same as Q8_K, kq8 */
+    struct ref_moe moe;        /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */
     int n_threads;
@@ -105,7 +115,9 @@ struct ref {
     _Atomic int sleepers;     /* helpers waiting on cv for the next job */
     _Atomic bool main_sleeps; /* the caller waits on cv for the helpers */
     _Atomic bool quit;
-    int spins; /* polls before sleeping: host engines spin between products, the backend not */
+    int spins;     /* polls before sleeping: host engines spin between products, the backend not */
+    char name[64]; /* device "cpu": its name with the threads and vector unit */
+    struct ebb__backend_i iface; /* device "cpu": ref_iface with that name */
 };
 
 /* Dot product of n floats, eight partial sums. */
@@ -125,12 +137,10 @@ static inline float ebb__ref_dot_f32(const float *a, const float *b, uint32_t n)
 /* ref-matmul.c: y (n, n_out) = x (n, n_in) @ W^T, rows split with the helper threads, which
  * start_helper starts (n_threads in all, the caller included; n_threads 1 none; rowbuf[i] must
  * exist for each) and stop_helper joins. The reference backend asks for 2 (1 with
- * EBB_REF_THREADS=1). */
+ * EBB_REF_THREADS=1), device "cpu" for the physical cores. */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
-/* A SIMD Q4_0 row times 8-bit activations giving exactly ebb_quant_dot_q8_act's result (the
- * integer sums are exact, the float steps the same in the same order), or NULL when this CPU or
- * build has none (x86-64 with AVX2 only). */
-ebb__ref_dot_q8_fn ebb__ref_fast_dot_q4_0(void);
+/* Runs j on every thread (j->run with each part) and returns when all parts are done. */
+void ebb__ref_run(struct ref *r, const struct job *j);
 void ebb__ref_start_helper(struct ref *r, int n_threads);
 void ebb__ref_stop_helper(struct ref *r);
 

@@ -61,6 +61,19 @@ static float f16r(const struct ref *r, float x)
     return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
 }
 
+/* GELU as llama.cpp's CPU backend computes it (its fp16 table), on device "cpu": 0 at or below
+ * -10, the input at or above 10, else the fp16-rounded GELU of the fp16-rounded input. Gemma 3
+ * 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8 prompts),
+ * 1.57 with the plain GELU. */
+static float gelu_q8(const struct ref *r, float x)
+{
+    if (x <= -10.0f)
+        return 0.0f;
+    if (x >= 10.0f)
+        return x;
+    return f16r(r, ebb__ref_gelu(f16r(r, x)));
+}
+
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
 
 /* What one op works on: rows of the batch, from row0 (the output program's first wanted row),
@@ -75,6 +88,53 @@ static float *rows(const struct ref *r, uint8_t b, const struct step *s)
     return r->buf[b] + (uint64_t)s->row0 * r->width[b];
 }
 
+/* Part i of the attention's (token, head) pairs: softmax(q k^T) v of each over the positions it
+ * sees, in thread i's score buffer. */
+static void attention_part(struct ref *r, const struct job *j, int part)
+{
+    const struct ebb__op *op = j->op;
+    const struct step *s = j->step;
+    const struct ebb__hparams *hp = &r->hp;
+    const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const uint32_t QD = NH * HD, KVD = NKV * HD;
+    /* longrope's attention factor scales the rotated q and k: the logits by its square. */
+    const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
+    const float *q = rows(r, op->a, s);
+    const float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
+    const float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
+    const uint32_t window = ebb__arch_window(hp, s->l);
+    float *att = r->att + (uint64_t)part * r->n_ctx;
+    const uint64_t n_pairs = (uint64_t)s->n * NH;
+    const uint64_t i0 = n_pairs * (uint32_t)part / (uint32_t)r->n_threads;
+    const uint64_t i1 = n_pairs * (uint32_t)(part + 1) / (uint32_t)r->n_threads;
+    for (uint64_t i = i0; i < i1; i++) {
+        uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
+        uint32_t n_kv = s->pos + t + 1;
+        uint32_t p0 = window && n_kv > window ? n_kv - window : 0;
+        const float *qh = q + (uint64_t)t * QD + h * HD;
+        uint32_t kvh = h / (NH / NKV);
+        float mx = -INFINITY;
+        for (uint32_t p = p0; p < n_kv; p++) {
+            float sc = ebb__ref_dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
+            att[p] = sc;
+            mx = sc > mx ? sc : mx;
+        }
+        float sum = 0;
+        for (uint32_t p = p0; p < n_kv; p++) {
+            att[p] = expf(att[p] - mx);
+            sum += att[p];
+        }
+        float *o = rows(r, op->dst, s) + (uint64_t)t * QD + h * HD;
+        memset(o, 0, HD * sizeof(float));
+        for (uint32_t p = p0; p < n_kv; p++) {
+            float a = f16r(r, att[p] / sum);
+            const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
+            for (uint32_t e = 0; e < HD; e++)
+                o[e] += a * vp[e];
+        }
+    }
+}
+
 /* Attention: keys b and values c of the batch into the cache at their positions, then token t
  * sees positions p0..pos+t, p0 = 0 or, in a windowed layer, the last `window` positions; query
  * head h reads KV head h / (NH / NKV). Writes dst (n, n_head * head_dim). */
@@ -83,12 +143,9 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const uint32_t QD = NH * HD, KVD = NKV * HD;
-    /* longrope's attention factor scales the rotated q and k: the logits by its square. */
-    const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
     float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
     float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
-    uint32_t window = ebb__arch_window(hp, s->l);
     for (uint32_t t = 0; t < s->n; t++) {
         for (uint32_t i = 0; i < KVD; i++) {
             kc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, k[(uint64_t)t * KVD + i]);
@@ -108,33 +165,8 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
             for (uint32_t i = 0; i < QD; i++)
                 q[(uint64_t)t * QD + i] = f16r(r, q[(uint64_t)t * QD + i]);
     }
-    for (uint32_t t = 0; t < s->n; t++) {
-        uint32_t n_kv = s->pos + t + 1;
-        uint32_t p0 = window && n_kv > window ? n_kv - window : 0;
-        for (uint32_t h = 0; h < NH; h++) {
-            const float *qh = q + (uint64_t)t * QD + h * HD;
-            uint32_t kvh = h / (NH / NKV);
-            float mx = -INFINITY;
-            for (uint32_t p = p0; p < n_kv; p++) {
-                float sc = ebb__ref_dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
-                r->att[p] = sc;
-                mx = sc > mx ? sc : mx;
-            }
-            float sum = 0;
-            for (uint32_t p = p0; p < n_kv; p++) {
-                r->att[p] = expf(r->att[p] - mx);
-                sum += r->att[p];
-            }
-            float *o = rows(r, op->dst, s) + (uint64_t)t * QD + h * HD;
-            memset(o, 0, HD * sizeof(float));
-            for (uint32_t p = p0; p < n_kv; p++) {
-                float a = f16r(r, r->att[p] / sum);
-                const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
-                for (uint32_t i = 0; i < HD; i++)
-                    o[i] += a * vp[i];
-            }
-        }
-    }
+    struct job j = {.run = attention_part, .op = op, .step = s};
+    ebb__ref_run(r, &j);
 }
 
 static const struct rtensor *tensor(const struct ref *r, int16_t t, uint32_t l)
@@ -188,6 +220,11 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         attention(r, op, s);
         break;
     case EBB__OP_GLU:
+        if (r->cpu && op->arg == EBB__ACT_GELU_TANH) {
+            for (uint64_t i = 0; i < nd; i++)
+                d[i] = gelu_q8(r, a[i]) * b[i];
+            break;
+        }
         for (uint64_t i = 0; i < nd; i++)
             d[i] =
                 (op->arg == EBB__ACT_GELU_TANH ? ebb__ref_gelu(a[i]) : ebb__ref_silu(a[i])) * b[i];
@@ -317,6 +354,61 @@ static ebb_err ref_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
     return EBB_OK;
 }
 
+/* iface.eval_batch of the CPU device: a decode step of several slots (one token each, logits
+ * or top-k wanted) as one pass, so that each weight row is read once for all of them; rope and
+ * attention run per slot at its own position. Anything else (prefill chunks, all-logits or
+ * embedding outputs, more slots than a pass holds) is evaluated part by part. The results equal
+ * separate evaluations bit for bit: the products give each token the same sums either way. */
+static ebb_err cpu_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint32_t n_seqs,
+                              struct ebb_diag *diag)
+{
+    struct ref *r = ctx;
+    const struct ebb__arch *a = r->a;
+    const uint32_t V = r->hp.n_vocab;
+    bool one_pass = n_seqs <= BATCH;
+    for (uint32_t i = 0; i < n_seqs && one_pass; i++)
+        one_pass = seqs[i].n == 1 &&
+                   (!seqs[i].out || (!seqs[i].out->logits_all && !seqs[i].out->hidden_sum));
+    if (!one_pass) {
+        struct ebb_model_out none = {0};
+        for (uint32_t i = 0; i < n_seqs; i++) {
+            ebb_err rc = ref_eval(ctx, seqs[i].seq, seqs[i].tokens, seqs[i].n, seqs[i].pos,
+                                  seqs[i].out ? seqs[i].out : &none, diag);
+            if (rc)
+                return rc;
+        }
+        return EBB_OK;
+    }
+    int32_t tok[BATCH];
+    for (uint32_t i = 0; i < n_seqs; i++)
+        tok[i] = seqs[i].tokens[0];
+    struct step s = {tok, 0, n_seqs, 0, 0, 0};
+    run_prog(r, a->input, a->n_input, &s);
+    for (s.l = 0; s.l < r->hp.n_layer; s.l++)
+        for (uint32_t k = 0; k < a->n_layer_ops; k++) {
+            const struct ebb__op *op = &a->layer[k];
+            if (op->kind != EBB__OP_ROPE && op->kind != EBB__OP_ATTENTION) {
+                run_op(r, op, &s);
+                continue;
+            }
+            for (uint32_t i = 0; i < n_seqs; i++) {
+                struct step one = {tok + i, seqs[i].seq, 1, seqs[i].pos, s.l, i};
+                run_op(r, op, &one);
+            }
+        }
+    s.l = 0;
+    run_prog(r, a->output, a->n_output, &s);
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const struct ebb_model_out *out = seqs[i].out;
+        const float *lg = r->buf[EBB__BUF_LOGITS] + (uint64_t)i * V;
+        if (out && out->logits)
+            memcpy(out->logits, lg, V * sizeof(float));
+        if (out && out->top_k)
+            top_k(lg, V, out->top_k, out->top_ids, out->top_logits);
+    }
+    return EBB_OK;
+}
+
 /* ---- construction ---- */
 
 static void ref_free(void *ctx)
@@ -343,6 +435,7 @@ static void ref_free(void *ctx)
     for (int i = 0; i < EBB__REF_MAX_THREADS; i++)
         free(r->rowbuf[i]);
     free(r->xact);
+    free(r->xk);
     ebb__ref_moe_free(r);
     free(r);
 }
@@ -606,14 +699,17 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         r->width[b] = ebb__arch_buf_width(hp, b);
         r->buf[b] = alloc_floats((uint64_t)BATCH * r->width[b], &fail);
     }
-    r->att = alloc_floats(n_ctx, &fail);
     if (n_threads < 1)
         n_threads = 1;
     if (n_threads > EBB__REF_MAX_THREADS)
         n_threads = EBB__REF_MAX_THREADS;
+    r->att = alloc_floats((uint64_t)n_ctx * (uint32_t)n_threads, &fail);
     for (int i = 0; i < n_threads; i++)
         r->rowbuf[i] = alloc_floats(max_in, &fail);
-    r->q8 = p->device && !strcmp(p->device, "ref-q8");
+    bool cpu = p->device && !strcmp(p->device, "cpu");
+    r->cpu = cpu;
+    r->q8 = cpu || (p->device && !strcmp(p->device, "ref-q8"));
+    r->kq8 = cpu;
     r->kv_q8 = p->kv_type == EBB_KV_Q8_0;
     if (r->kv_q8 && hp->head_dim % 32) {
         rc = ebb_diag_set(diag, EBB_EUNSUPPORTED,
@@ -625,6 +721,10 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     if (r->q8) {
         r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
         fail |= r->xact == NULL;
+    }
+    if (r->kq8 && max_in >= EBB_QK_K) {
+        r->xk = calloc((uint64_t)BATCH * (max_in / EBB_QK_K), sizeof(*r->xk));
+        fail |= r->xk == NULL;
     }
     if (fail) {
         rc = ebb_diag_set(diag, EBB_ENOMEM,
@@ -646,12 +746,14 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     rope_tables(r, ff);
     free(ff);
-    r->fast = host;
-    /* Host engines poll briefly (2000 pauses, some 0.1 ms) between a layer's products
+    r->fast = host || cpu;
+    /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than
-     * threads). */
+     * threads). The CPU device sleeps at once unless EBB_HOST_SPINS says otherwise: on this
+     * loaded 2-core machine SmolLM2's decode went from 6.8-8.1 tok/s with 2000 polls to
+     * 15.8-30.7 without (docs/PERFORMANCE.md, "The CPU device"). */
     const char *sp = getenv("EBB_HOST_SPINS");
-    r->spins = !host ? 0 : sp && *sp ? atoi(sp) : 2000;
+    r->spins = !(host || cpu) ? 0 : sp && *sp ? atoi(sp) : cpu ? 0 : 2000;
     ebb__ref_start_helper(r, n_threads);
 out:
     if (rc) {
@@ -668,11 +770,24 @@ ebb_err ebb__ref_backend_new(const struct ebb__arch *a, const struct ebb__hparam
                              struct ebb_diag *diag)
 {
     const char *env = getenv("EBB_REF_THREADS");
+    bool cpu = p->device && !strcmp(p->device, "cpu");
+    int threads = env && atoi(env) == 1 ? 1 : 2;
+    if (cpu) /* --host-threads, else the physical cores */
+        threads = p->host_threads ? (int)p->host_threads : ebb__model_physical_cores();
     struct ref *r;
-    ebb_err rc = ref_new(a, hp, g, p, n_ctx, 0, env && atoi(env) == 1 ? 1 : 2, false, &r, diag);
+    ebb_err rc = ref_new(a, hp, g, p, n_ctx, 0, threads, false, &r, diag);
     if (rc)
         return rc;
-    *iface = r->q8 ? &ref_q8_iface : &ref_iface;
+    if (cpu) {
+        snprintf(r->name, sizeof(r->name), "cpu (%d threads, %s)", r->n_threads,
+                 ebb_quant_simd_name());
+        r->iface = ref_iface;
+        r->iface.name = r->name;
+        r->iface.eval_batch = cpu_eval_batch;
+        *iface = &r->iface;
+    } else {
+        *iface = r->q8 ? &ref_q8_iface : &ref_iface;
+    }
     *ctx = r;
     return EBB_OK;
 }

@@ -1,61 +1,10 @@
 /* The reference's matrix products: quantized row dot products for one token, dequantized rows
- * reused over the tokens of a batch, output rows split between the caller and its helper
- * threads. */
+ * reused over the tokens of a batch, or (ref-q8, cpu, host layers) 8-bit activations times each
+ * weight row in place; output rows split between the caller and its helper threads, the pool
+ * that also runs the attention's heads (ebb__ref_run). */
 #include "ref-int.h"
 
 #include <stdlib.h>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-static float f16_table[65536]; /* every fp16 bit pattern as a float, for the block scales */
-static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
-
-static void f16_init(void)
-{
-    for (uint32_t h = 0; h < 65536; h++)
-        f16_table[h] = ebb_fp16_to_fp32((uint16_t)h);
-}
-
-/* Per block: the 32 weights (low nibbles then high, minus 8) as signed bytes, their products
- * with the activations summed exactly in integers (|w| <= 8 and |a| <= 127 keep maddubs' 16-bit
- * pair sums far from saturation), then the block's float step as the generic code has it. */
-__attribute__((target("avx2"))) static float dot_q4_0_avx2(const void *row,
-                                                           const struct ebb_q8_act *x, uint64_t n)
-{
-    const struct ebb_block_q4_0 *b = row;
-    const __m256i lo = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    const __m256i ones = _mm256_set1_epi16(1);
-    float sum = 0, summ = 0;
-    for (uint64_t ib = 0; ib < n / 32; ib++, b++, x++) {
-        __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
-        __m256i w = _mm256_set_m128i(_mm_srli_epi16(qs, 4), qs);
-        w = _mm256_sub_epi8(_mm256_and_si256(w, lo), eight);
-        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)x->q);
-        __m256i p = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)), ones);
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-        sum += f16_table[b->d] * x->d * (float)_mm_cvtsi128_si32(s);
-        summ += 0.0f * x->s; /* Q4_0's min is 0, added as the generic code adds it */
-    }
-    return sum + summ;
-}
-
-ebb__ref_dot_q8_fn ebb__ref_fast_dot_q4_0(void)
-{
-    if (!__builtin_cpu_supports("avx2"))
-        return NULL;
-    pthread_once(&f16_once, f16_init);
-    return dot_q4_0_avx2;
-}
-#else
-ebb__ref_dot_q8_fn ebb__ref_fast_dot_q4_0(void)
-{
-    return NULL;
-}
-#endif
 
 /* y[t][o] = W[o] . x[t] for rows o in [o0, o1). One token: the quantized dot directly. More:
  * dequantize each row once and reuse it for every token. */
@@ -64,19 +13,20 @@ static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_
     const struct wmat *w = j->w;
     for (uint32_t o = o0; o < o1; o++) {
         const uint8_t *row = w->data + (uint64_t)o * w->row_bytes;
-        if (j->xact && j->dot_q8) {
-            for (uint32_t t = 0; t < j->n; t++)
-                j->y[(uint64_t)t * w->n_out + o] =
-                    j->dot_q8(row, j->xact + (uint64_t)t * (w->n_in / 32), w->n_in);
+        if (j->xa) {
+            const uint8_t *xa = j->xa;
+            uint32_t t = 0;
+            float y4[4];
+            for (; j->dot4 && t + 4 <= j->n; t += 4, xa += 4 * j->xa_stride) {
+                j->dot4(row, xa, j->xa_stride, w->n_in, y4);
+                for (uint32_t k = 0; k < 4; k++)
+                    j->y[(uint64_t)(t + k) * w->n_out + o] = y4[k];
+            }
+            for (; t < j->n; t++, xa += j->xa_stride)
+                j->y[(uint64_t)t * w->n_out + o] = j->dot(row, xa, w->n_in);
             continue;
         }
-        if (j->xact) {
-            for (uint32_t t = 0; t < j->n; t++)
-                j->y[(uint64_t)t * w->n_out + o] = ebb_quant_dot_q8_act(
-                    w->type, row, j->xact + (uint64_t)t * (w->n_in / 32), w->n_in);
-            continue;
-        }
-        if (j->n == 1) {
+        if (j->n == 1 && !j->deq) {
             j->y[o] = w->dot(row, j->x, w->n_in);
             continue;
         }
@@ -92,6 +42,13 @@ static void part_rows(uint32_t n_out, int i, int n, uint32_t *o0, uint32_t *o1)
 {
     *o0 = (uint32_t)((uint64_t)n_out * (uint32_t)i / (uint32_t)n);
     *o1 = (uint32_t)((uint64_t)n_out * (uint32_t)(i + 1) / (uint32_t)n);
+}
+
+static void matmul_part(struct ref *r, const struct job *j, int part)
+{
+    uint32_t o0, o1;
+    part_rows(j->w->n_out, part, r->n_threads, &o0, &o1);
+    matmul_rows(j, r->rowbuf[part], o0, o1);
 }
 
 static inline void relax(void)
@@ -125,9 +82,7 @@ static void *helper_main(void *arg)
             break;
         seen = g;
         struct job j = r->job;
-        uint32_t o0, o1;
-        part_rows(j.w->n_out, h->i, r->n_threads, &o0, &o1);
-        matmul_rows(&j, r->rowbuf[h->i], o0, o1);
+        j.run(r, &j, h->i);
         if (atomic_fetch_add(&r->n_done, 1) + 1 == r->n_threads - 1 &&
             atomic_load(&r->main_sleeps)) {
             pthread_mutex_lock(&r->mu);
@@ -140,20 +95,41 @@ static void *helper_main(void *arg)
 
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
 {
-    struct job j = {w, NULL, x, NULL, y, n};
+    /* The CPU device sums a float product as prefill does for any number of tokens, so that a
+     * token's logits do not depend on how its prompt was split. */
+    struct job j = {.run = matmul_part, .w = w, .x = x, .y = y, .n = n, .deq = r->cpu};
     if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
         for (uint32_t t = 0; t < n; t++)
             ebb_quant_q8_act_row(x + (uint64_t)t * w->n_in, w->n_in,
                                  r->xact + (uint64_t)t * (w->n_in / 32));
-        j.xact = r->xact;
-        if (r->fast && w->type == EBB_GGML_Q4_0)
-            j.dot_q8 = ebb__ref_fast_dot_q4_0();
+        j.xa = r->xact;
+        j.xa_stride = sizeof(*r->xact) * (w->n_in / 32);
+    } else if (r->kq8 && ebb_quant_q8k_act_supported(w->type)) {
+        for (uint32_t t = 0; t < n; t++)
+            ebb_quant_q8k_act_row(x + (uint64_t)t * w->n_in, w->n_in,
+                                  r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
+        j.xa = r->xk;
+        j.xa_stride = sizeof(*r->xk) * (w->n_in / EBB_QK_K);
+    }
+    if (j.xa) {
+        j.dot = ebb_quant_get_dot_act(w->type, r->fast);
+        j.dot4 = r->fast && n >= 4 ? ebb_quant_get_dot_act4(w->type) : NULL;
     }
     if (r->n_threads < 2 || w->n_out < 64) {
         matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
         return;
     }
-    r->job = j;
+    ebb__ref_run(r, &j);
+}
+
+void ebb__ref_run(struct ref *r, const struct job *jp)
+{
+    if (r->n_threads < 2) {
+        jp->run(r, jp, 0);
+        return;
+    }
+    r->job = *jp;
+    const struct job *j = &r->job;
     atomic_store(&r->n_done, 0);
     atomic_fetch_add(&r->gen, 1);
     if (atomic_load(&r->sleepers)) {
@@ -161,9 +137,7 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }
-    uint32_t o0, o1;
-    part_rows(w->n_out, 0, r->n_threads, &o0, &o1);
-    matmul_rows(&j, r->rowbuf[0], o0, o1);
+    j->run(r, j, 0);
     for (int k = 0; atomic_load(&r->n_done) != r->n_threads - 1 && k < r->spins; k++)
         relax();
     if (atomic_load(&r->n_done) == r->n_threads - 1)

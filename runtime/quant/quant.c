@@ -642,3 +642,100 @@ float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_a
     }
     return sum + summ;
 }
+
+/* ---- Q8_K activations for the K-quant weights ---- */
+
+/* As llama.cpp's reference quantizer: the scale from the element of largest magnitude, its sign
+ * kept so that it maps to -127 exactly; round half to even; d stays fp32. */
+void ebb_quant_q8k_act_row(const float *x, uint64_t n, struct ebb_block_q8_k *out)
+{
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, x += EBB_QK_K, out++) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < EBB_QK_K; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        if (amax == 0.0f) {
+            memset(out, 0, sizeof(*out));
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < EBB_QK_K; j++) {
+            float v = nearbyintf(iscale * x[j]);
+            out->qs[j] = (int8_t)(v > 127.0f ? 127.0f : v);
+        }
+        for (int g = 0; g < EBB_QK_K / 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++)
+                s += out->qs[16 * g + j];
+            out->bsums[g] = (int16_t)s;
+        }
+        out->d = 1.0f / iscale;
+    }
+}
+
+bool ebb_quant_q8k_act_supported(uint32_t type)
+{
+    return type == EBB_GGML_Q4_K || type == EBB_GGML_Q5_K || type == EBB_GGML_Q6_K;
+}
+
+/* Per super-block the integer sums are exact (sum over groups of scale * sum(q * a), and for
+ * Q4_K/Q5_K the mins times the activation sums), then two float steps; the SIMD versions
+ * (quant-simd.c) compute the same integers, so their results are the same bits. */
+float ebb_quant_dot_q8k_act(uint32_t type, const void *row, const struct ebb_block_q8_k *x,
+                            uint64_t n)
+{
+    float sum = 0, summ = 0;
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, x++) {
+        int32_t isum = 0, msum = 0;
+        float d, dmin = 0;
+        if (type == EBB_GGML_Q6_K) {
+            const struct ebb_block_q6_k *b = (const struct ebb_block_q6_k *)row + ib;
+            d = H2F(b->d);
+            for (int half = 0; half < 2; half++) {
+                const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+                for (int k = 0; k < 4; k++) {
+                    int32_t s0 = 0, s1 = 0;
+                    for (int l = 0; l < 32; l++) {
+                        uint8_t lb = ql[l + 32 * (k & 1)];
+                        int lo = k < 2 ? lb & 0x0f : lb >> 4;
+                        int q = (lo | ((qh[l] >> (2 * k)) & 3) << 4) - 32;
+                        int i = 128 * half + 32 * k + l;
+                        *(l < 16 ? &s0 : &s1) += q * x->qs[i];
+                    }
+                    int g = 8 * half + 2 * k;
+                    isum += b->scales[g] * s0 + b->scales[g + 1] * s1;
+                }
+            }
+        } else {
+            const bool q5 = type == EBB_GGML_Q5_K;
+            const struct ebb_block_q4_k *b4 = (const struct ebb_block_q4_k *)row + ib;
+            const struct ebb_block_q5_k *b5 = (const struct ebb_block_q5_k *)row + ib;
+            const uint8_t *scales = q5 ? b5->scales : b4->scales, *qs = q5 ? b5->qs : b4->qs;
+            d = H2F(q5 ? b5->d : b4->d);
+            dmin = H2F(q5 ? b5->dmin : b4->dmin);
+            for (int c = 0; c < 4; c++) {
+                uint8_t sc0, mn0, sc1, mn1;
+                ebb_quant_k4_scale_min(scales, 2 * c, &sc0, &mn0);
+                ebb_quant_k4_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+                int32_t s0 = 0, s1 = 0;
+                for (int l = 0; l < 32; l++) {
+                    int lo = qs[32 * c + l] & 0x0f, hi = qs[32 * c + l] >> 4;
+                    if (q5) {
+                        lo |= ((b5->qh[l] >> (2 * c)) & 1) << 4;
+                        hi |= ((b5->qh[l] >> (2 * c + 1)) & 1) << 4;
+                    }
+                    s0 += lo * x->qs[64 * c + l];
+                    s1 += hi * x->qs[64 * c + 32 + l];
+                }
+                isum += sc0 * s0 + sc1 * s1;
+                msum += mn0 * (x->bsums[4 * c] + x->bsums[4 * c + 1]) +
+                        mn1 * (x->bsums[4 * c + 2] + x->bsums[4 * c + 3]);
+            }
+        }
+        sum += d * x->d * (float)isum;
+        summ += dmin * x->d * (float)msum;
+    }
+    return sum - summ;
+}

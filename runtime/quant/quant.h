@@ -170,4 +170,37 @@ bool ebb_quant_q8_act_supported(uint32_t type);
  * guarantees a supported type and n a multiple of 32. */
 float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_act *x, uint64_t n);
 
+/* Q8_K activations (llama.cpp's format for the K-quant products): per block of 256, d = the
+ * element of largest magnitude / -127 (fp32), q = round(x / d) half to even, bsums the sums of
+ * each 16 q. Quantizes n floats (a multiple of 256) into n / 256 blocks. */
+void ebb_quant_q8k_act_row(const float *x, uint64_t n, struct ebb_block_q8_k *out);
+
+/* True for the weight types ebb_quant_dot_q8k_act handles: Q4_K, Q5_K, Q6_K. */
+bool ebb_quant_q8k_act_supported(uint32_t type);
+
+/* Dot product of a K-quant row with Q8_K activations: per super-block the integer sum of the
+ * groups' scales times sum(q_w * q_x) (and of the mins times the activations' group sums), then
+ * d_w * d_x * that in float, summed in float. The caller guarantees a supported type and n a
+ * multiple of 256. */
+float ebb_quant_dot_q8k_act(uint32_t type, const void *row, const struct ebb_block_q8_k *x,
+                            uint64_t n);
+
+/* quant-simd.c: the 8-bit products above for one weight type as a function pointer, act being
+ * struct ebb_q8_act blocks (ebb_quant_q8_act_supported types) or struct ebb_block_q8_k blocks
+ * (ebb_quant_q8k_act_supported types); NULL for other types. With simd, the version for this
+ * CPU's vector unit (AVX2 on x86-64, detected at run time; NEON dotprod on arm64 builds that
+ * have it) where one exists, else the scalar one; both give the same bits, because the integer
+ * sums are exact and the float steps are the same in the same order. */
+typedef float (*ebb_quant_dot_act_fn)(const void *row, const void *act, uint64_t n);
+ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd);
+/* The same product for four tokens at once (act, act + stride, .. bytes apart), each out[t]
+ * the bits ebb_quant_get_dot_act(type, true) gives for its token: the weights are unpacked once
+ * for all four (the blocked product of a prefill). Every type above; NULL where this CPU has
+ * no SIMD version. */
+typedef void (*ebb_quant_dot_act4_fn)(const void *row, const void *act, uint64_t stride, uint64_t n,
+                                      float *out);
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);
+/* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2", "neon-dotprod" or "scalar". */
+const char *ebb_quant_simd_name(void);
+
 #endif

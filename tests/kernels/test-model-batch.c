@@ -9,7 +9,8 @@
  * Logits within logit_tol (the batched products run the tiled matmul where a lone token runs
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
  * top-2 margin is below margin_tol (a near tie). Usage: test-model-batch [MODEL.gguf] (default
- * SmolLM2 in EBB_MODELS_DIR); skips (77) without an OpenCL device or the model. */
+ * SmolLM2 in EBB_MODELS_DIR); EBB_TEST_DEVICE picks the device (default auto; "cpu": the CPU
+ * device's one-pass decode); skips (77) without an OpenCL device or the model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,7 +280,9 @@ int main(int argc, char **argv)
     fclose(f);
     struct ebb_model *m = NULL;
     struct ebb_diag d = {{0}};
-    struct ebb_model_params p = {.path = path, .device = "auto", .n_ctx = 512, .n_seq = N_SEQ};
+    const char *dev = getenv("EBB_TEST_DEVICE"); /* default auto; "cpu" for the CPU device */
+    struct ebb_model_params p = {
+        .path = path, .device = dev && *dev ? dev : "auto", .n_ctx = 512, .n_seq = N_SEQ};
     ebb_err rc = ebb_model_open(&p, &m, &d);
     if (rc == EBB_ENOTFOUND || rc == EBB_ENOTIMPL) {
         printf("SKIP: no OpenCL device (%s)\n", d.msg);

@@ -421,6 +421,147 @@ static void test_q8_act(void **state)
     assert_false(ebb_quant_q8_act_supported(EBB_GGML_Q4_K));
 }
 
+/* A row of nb random blocks of type with sane fp16 scales (random bytes elsewhere). */
+static void random_row(uint32_t type, uint8_t *row, uint64_t bytes, int nb)
+{
+    for (uint64_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)rnd();
+    for (int b = 0; b < nb; b++) {
+        uint16_t d = ebb_fp32_to_fp16(rndf(-0.02f, 0.02f)), m = ebb_fp32_to_fp16(rndf(-0.1f, 0.1f));
+        switch (type) {
+        case EBB_GGML_Q4_0:
+            ((struct ebb_block_q4_0 *)(void *)row)[b].d = d;
+            break;
+        case EBB_GGML_Q4_1:
+            ((struct ebb_block_q4_1 *)(void *)row)[b].d = d;
+            ((struct ebb_block_q4_1 *)(void *)row)[b].m = m;
+            break;
+        case EBB_GGML_Q5_0:
+            ((struct ebb_block_q5_0 *)(void *)row)[b].d = d;
+            break;
+        case EBB_GGML_Q5_1:
+            ((struct ebb_block_q5_1 *)(void *)row)[b].d = d;
+            ((struct ebb_block_q5_1 *)(void *)row)[b].m = m;
+            break;
+        case EBB_GGML_Q8_0:
+            ((struct ebb_block_q8_0 *)(void *)row)[b].d = d;
+            break;
+        case EBB_GGML_Q4_K:
+            ((struct ebb_block_q4_k *)(void *)row)[b].d = d;
+            ((struct ebb_block_q4_k *)(void *)row)[b].dmin = m;
+            break;
+        case EBB_GGML_Q5_K:
+            ((struct ebb_block_q5_k *)(void *)row)[b].d = d;
+            ((struct ebb_block_q5_k *)(void *)row)[b].dmin = m;
+            break;
+        default: /* Q6_K */
+            ((struct ebb_block_q6_k *)(void *)row)[b].d = d;
+            break;
+        }
+    }
+}
+
+/* Every 8-bit activation product: the SIMD version (where this CPU has one) gives the scalar
+ * one's bits, and the scalar one is within the activation rounding of the float dot of the
+ * dequantized row. */
+static void test_dot_act(void **state)
+{
+    (void)state;
+    enum { N = 1024 };
+    static float x[N], y[N];
+    static uint8_t row[N * 2];
+    static struct ebb_q8_act a[N / 32];
+    static struct ebb_block_q8_k k[N / 256];
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
+                              EBB_GGML_Q8_0, EBB_GGML_Q4_K, EBB_GGML_Q5_K, EBB_GGML_Q6_K};
+    printf("SIMD: %s\n", ebb_quant_simd_name());
+    for (int rep = 0; rep < 50; rep++) {
+        float amp = rep % 5 == 0 ? 1000.0f : 3.0f;
+        for (int i = 0; i < N; i++)
+            x[i] = rndf(-amp, amp);
+        if (rep == 1)
+            memset(x, 0, sizeof(x)); /* all-zero activations: d = 0 */
+        ebb_quant_q8_act_row(x, N, a);
+        ebb_quant_q8k_act_row(x, N, k);
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+            bool kq = ebb_quant_q8k_act_supported(types[t]);
+            assert_true(kq != ebb_quant_q8_act_supported(types[t]));
+            const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
+                                  sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q5_1),
+                                  sizeof(struct ebb_block_q8_0), sizeof(struct ebb_block_q4_k),
+                                  sizeof(struct ebb_block_q5_k), sizeof(struct ebb_block_q6_k)};
+            uint64_t bytes = blk[t] * (kq ? N / 256 : N / 32);
+            random_row(types[t], row, bytes, kq ? N / 256 : N / 32);
+            ebb_quant_dot_act_fn c = ebb_quant_get_dot_act(types[t], false);
+            ebb_quant_dot_act_fn v = ebb_quant_get_dot_act(types[t], true);
+            assert_non_null(c);
+            assert_non_null(v);
+            const void *act = kq ? (const void *)k : (const void *)a;
+            float got = c(row, act, N), simd = v(row, act, N);
+            if (memcmp(&got, &simd, sizeof(float)))
+                fail_msg("type %u: SIMD %a, scalar %a", types[t], (double)simd, (double)got);
+            float direct = kq ? ebb_quant_dot_q8k_act(types[t], row, k, N)
+                              : ebb_quant_dot_q8_act(types[t], row, a, N);
+            assert_true(memcmp(&got, &direct, sizeof(float)) == 0);
+            assert_int_equal(ebb_quant_dequantize_row(types[t], row, y, N), EBB_OK);
+            double ref = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                ref += (double)y[i] * x[i];
+                mag += fabs((double)y[i]) * amp / 254.0 * 1.01 + fabs((double)y[i] * x[i]) * 2e-3;
+            }
+            if (fabs(got - ref) > mag + 1e-3)
+                fail_msg("type %u: 8-bit dot %g, float dot %g, bound %g", types[t], (double)got,
+                         ref, mag);
+        }
+    }
+    /* The four-token products: each token's result has the one-token product's bits. */
+    static struct ebb_q8_act a4[4][N / 32];
+    static struct ebb_block_q8_k k4[4][N / 256];
+    for (int t = 0; t < 4; t++) {
+        for (int i = 0; i < N; i++)
+            x[i] = rndf(-3, 3) * (float)(t + 1);
+        ebb_quant_q8_act_row(x, N, a4[t]);
+        ebb_quant_q8k_act_row(x, N, k4[t]);
+    }
+    const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
+                          sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q5_1),
+                          sizeof(struct ebb_block_q8_0), sizeof(struct ebb_block_q4_k),
+                          sizeof(struct ebb_block_q5_k), sizeof(struct ebb_block_q6_k)};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        ebb_quant_dot_act4_fn f4 = ebb_quant_get_dot_act4(types[t]);
+        if (!f4)
+            continue; /* no SIMD on this CPU */
+        bool kq = ebb_quant_q8k_act_supported(types[t]);
+        int nb = kq ? N / 256 : N / 32;
+        random_row(types[t], row, blk[t] * (uint64_t)nb, nb);
+        float out[4];
+        if (kq)
+            f4(row, k4, sizeof(k4[0]), N, out);
+        else
+            f4(row, a4, sizeof(a4[0]), N, out);
+        for (int tk = 0; tk < 4; tk++) {
+            float want = kq ? ebb_quant_dot_q8k_act(types[t], row, k4[tk], N)
+                            : ebb_quant_dot_q8_act(types[t], row, a4[tk], N);
+            if (memcmp(&want, &out[tk], sizeof(float)))
+                fail_msg("type %u token %d: x4 %a, scalar %a", types[t], tk, (double)out[tk],
+                         (double)want);
+        }
+    }
+    /* Q8_K: the largest magnitude maps to -127 exactly, the group sums add up. */
+    for (int i = 0; i < N; i++)
+        x[i] = rndf(-2, 2);
+    x[7] = 5.0f;
+    ebb_quant_q8k_act_row(x, N, k);
+    assert_int_equal(k[0].qs[7], -127);
+    for (int g = 0; g < 16; g++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++)
+            s += k[1].qs[16 * g + j];
+        assert_int_equal(k[1].bsums[g], s);
+    }
+    assert_null(ebb_quant_get_dot_act(EBB_GGML_Q2_K, true));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_against_gguf_py),
         cmocka_unit_test(test_q8_act),
+        cmocka_unit_test(test_dot_act),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

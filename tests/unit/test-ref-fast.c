@@ -1,6 +1,7 @@
-/* The host layers' SIMD Q4_0 dot with 8-bit activations (ref-matmul.c) gives exactly what the
- * generic ebb_quant_dot_q8_act gives, bit for bit, on random rows with zero, subnormal and
- * large block scales. Skipped (77) where the CPU or build has no such path. */
+/* The SIMD Q4_0 dot with 8-bit activations that host layers and the CPU device use
+ * (runtime/quant/quant-simd.c), one token and four at once, gives exactly what the generic
+ * ebb_quant_dot_q8_act gives, bit for bit, on random rows with zero, subnormal and large block
+ * scales. Skipped (77) where the CPU or build has no such path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "model/ref-int.h"
+#include "quant/quant.h"
 
 static uint32_t rnd(uint64_t *s)
 {
@@ -22,8 +23,10 @@ static uint32_t rnd(uint64_t *s)
 static void same_as_generic(void **state)
 {
     (void)state;
-    ebb__ref_dot_q8_fn fast = ebb__ref_fast_dot_q4_0();
+    ebb_quant_dot_act_fn fast = ebb_quant_get_dot_act(EBB_GGML_Q4_0, true);
+    ebb_quant_dot_act4_fn fast4 = ebb_quant_get_dot_act4(EBB_GGML_Q4_0);
     assert_non_null(fast);
+    assert_non_null(fast4);
     enum { N = 4096, NB = N / 32 };
     static struct ebb_block_q4_0 w[NB];
     static struct ebb_q8_act a[NB];
@@ -44,14 +47,17 @@ static void same_as_generic(void **state)
         }
         uint32_t n = trial % 5 ? N : 32 * (1 + trial % 17);
         float g = ebb_quant_dot_q8_act(EBB_GGML_Q4_0, w, a, n);
-        float f = fast(w, a, n);
+        float f = fast(w, a, n), f4[4];
         assert_memory_equal(&g, &f, sizeof(float));
+        fast4(w, a, 0, n, f4); /* the same token four times */
+        for (int t = 0; t < 4; t++)
+            assert_memory_equal(&g, &f4[t], sizeof(float));
     }
 }
 
 int main(void)
 {
-    if (!ebb__ref_fast_dot_q4_0()) {
+    if (!strcmp(ebb_quant_simd_name(), "scalar")) {
         fprintf(stderr, "no SIMD Q4_0 dot on this CPU/build: skipped\n");
         return 77;
     }

@@ -1,0 +1,403 @@
+/* The 8-bit activation products of quant.c (ebb_quant_dot_q8_act, ebb_quant_dot_q8k_act) with
+ * the CPU's vector unit: the same integer sums per block, computed 32 lanes at a time, then the
+ * same float steps in the same order, so that each result has the same bits as the scalar one
+ * (tests/unit/test-quant.c checks every type against it). AVX2 is chosen at run time, so one
+ * x86-64 binary runs everywhere; on arm64 the NEON dot-product versions are compiled in where
+ * the build targets the dotprod extension. Other CPUs get the scalar functions. */
+#include "quant.h"
+
+#include <string.h>
+
+/* ---- scalar entry points, one per type ---- */
+
+#define SCALAR_Q8(name, type)                                                                      \
+    static float name(const void *row, const void *act, uint64_t n)                                \
+    {                                                                                              \
+        return ebb_quant_dot_q8_act(type, row, act, n);                                            \
+    }
+#define SCALAR_Q8K(name, type)                                                                     \
+    static float name(const void *row, const void *act, uint64_t n)                                \
+    {                                                                                              \
+        return ebb_quant_dot_q8k_act(type, row, act, n);                                           \
+    }
+SCALAR_Q8(c_q4_0, EBB_GGML_Q4_0)
+SCALAR_Q8(c_q4_1, EBB_GGML_Q4_1)
+SCALAR_Q8(c_q5_0, EBB_GGML_Q5_0)
+SCALAR_Q8(c_q5_1, EBB_GGML_Q5_1)
+SCALAR_Q8(c_q8_0, EBB_GGML_Q8_0)
+SCALAR_Q8K(c_q4_k, EBB_GGML_Q4_K)
+SCALAR_Q8K(c_q5_k, EBB_GGML_Q5_K)
+SCALAR_Q8K(c_q6_k, EBB_GGML_Q6_K)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2")))
+
+/* An fp16 block scale as a float: normal numbers and zero by their bits, the rest (subnormal,
+ * Inf, NaN) through the general function; the same values as quant.c's. */
+static inline float h2f(uint16_t h)
+{
+    uint32_t exp = (h >> 10) & 0x1f;
+    if (exp == 0 || exp == 0x1f)
+        return ebb_fp16_to_fp32(h);
+    uint32_t u = (uint32_t)(h & 0x8000) << 16 | (exp + 112) << 23 | (uint32_t)(h & 0x3ff) << 13;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static inline uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+AVX2 static inline int32_t hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Signed w times signed a, exactly: |w| <= 128 and |a| <= 127 keep maddubs' 16-bit pair sums
+ * (at most 2 * 128 * 127) from saturating. */
+AVX2 static inline __m256i dot_ss(__m256i w, __m256i a)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Unsigned w (<= 63) times signed a, exactly. */
+AVX2 static inline __m256i dot_us(__m256i w, __m256i a)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+}
+
+/* The 32 nibbles of a 16-byte block in element order: low nibbles, then high. */
+AVX2 static inline __m256i nibbles(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs);
+    __m256i w = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(w, _mm256_set1_epi8(0x0f));
+}
+
+/* Bit j of qh as 0x10 in byte j. */
+AVX2 static inline __m256i bit4(uint32_t qh)
+{
+    const __m256i shuf =
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+AVX2 static inline __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* The generic code's float steps: sum += d * x.d * isum; summ += m * x.s. */
+#define Q8_LOOP(BLOCK, ISUM, M)                                                                    \
+    const struct ebb_q8_act *x = act;                                                              \
+    const BLOCK *b = row;                                                                          \
+    float sum = 0, summ = 0;                                                                       \
+    for (uint64_t ib = 0; ib < n / 32; ib++, b++, x++) {                                           \
+        int32_t isum = ISUM;                                                                       \
+        sum += h2f(b->d) * x->d * (float)isum;                                                     \
+        summ += (M)*x->s;                                                                          \
+    }                                                                                              \
+    return sum + summ;
+
+AVX2 static float avx2_q4_0(const void *row, const void *act, uint64_t n){
+    Q8_LOOP(struct ebb_block_q4_0,
+            hsum_i32(dot_ss(_mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), load32(x->q))),
+            0.0f)}
+
+AVX2 static float avx2_q4_1(const void *row, const void *act, uint64_t n){
+    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), h2f(b->m))}
+
+AVX2 static float avx2_q5_0(const void *row, const void *act, uint64_t n){
+    Q8_LOOP(struct ebb_block_q5_0,
+            hsum_i32(dot_ss(_mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))),
+                                            _mm256_set1_epi8(16)),
+                            load32(x->q))),
+            0.0f)}
+
+AVX2 static float avx2_q5_1(const void *row, const void *act, uint64_t n){
+    Q8_LOOP(struct ebb_block_q5_1,
+            hsum_i32(dot_us(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), load32(x->q))),
+            h2f(b->m))}
+
+AVX2 static float avx2_q8_0(const void *row, const void *act, uint64_t n){
+    Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), 0.0f)}
+
+/* Q4_K and Q5_K: per 64 elements one 32-byte load of nibbles (low: group 2c, high: 2c + 1),
+ * each group's products weighted by its scale in madd, summed in one int32 vector per token;
+ * nt tokens (act, act + stride, ..) share the unpacked weights. */
+AVX2 static inline
+    __attribute__((always_inline)) void k4_k5(const void *row, const void *act, uint64_t stride,
+                                              uint64_t n, bool q5, int nt, float *out)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    float sum[4] = {0}, summ[4] = {0};
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++) {
+        const struct ebb_block_q4_k *b4 = (const struct ebb_block_q4_k *)row + ib;
+        const struct ebb_block_q5_k *b5 = (const struct ebb_block_q5_k *)row + ib;
+        const uint8_t *scales = q5 ? b5->scales : b4->scales, *qs = q5 ? b5->qs : b4->qs;
+        const struct ebb_block_q8_k *x[4];
+        __m256i acc[4];
+        int32_t msum[4] = {0};
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act +
+                                                                 stride * (uint64_t)t) +
+                   ib;
+            acc[t] = _mm256_setzero_si256();
+        }
+        __m256i qh = q5 ? load32(b5->qh) : _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc0, mn0, sc1, mn1;
+            ebb_quant_k4_scale_min(scales, 2 * c, &sc0, &mn0);
+            ebb_quant_k4_scale_min(scales, 2 * c + 1, &sc1, &mn1);
+            __m256i q = load32(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (q5) {
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+            }
+            const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+            for (int t = 0; t < nt; t++) {
+                __m256i p0 = _mm256_maddubs_epi16(lo, load32(x[t]->qs + 64 * c));
+                __m256i p1 = _mm256_maddubs_epi16(hi, load32(x[t]->qs + 64 * c + 32));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p0, s0));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p1, s1));
+                msum[t] += mn0 * (x[t]->bsums[4 * c] + x[t]->bsums[4 * c + 1]) +
+                           mn1 * (x[t]->bsums[4 * c + 2] + x[t]->bsums[4 * c + 3]);
+            }
+        }
+        float d = h2f(q5 ? b5->d : b4->d), dmin = h2f(q5 ? b5->dmin : b4->dmin);
+        for (int t = 0; t < nt; t++) {
+            sum[t] += d * x[t]->d * (float)hsum_i32(acc[t]);
+            summ[t] += dmin * x[t]->d * (float)msum[t];
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = sum[t] - summ[t];
+}
+
+AVX2 static float avx2_q4_k(const void *row, const void *act, uint64_t n)
+{
+    float out;
+    k4_k5(row, act, 0, n, false, 1, &out);
+    return out;
+}
+
+AVX2 static float avx2_q5_k(const void *row, const void *act, uint64_t n)
+{
+    float out;
+    k4_k5(row, act, 0, n, true, 1, &out);
+    return out;
+}
+
+AVX2 static void avx2_q4_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    k4_k5(row, act, stride, n, false, 4, out);
+}
+
+AVX2 static void avx2_q5_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    k4_k5(row, act, stride, n, true, 4, out);
+}
+
+/* Q6_K: the unsigned 6-bit q (0..63) times a in maddubs, each 16-group weighted by its scale;
+ * the -32 offset comes back as 32 * sum(scale * bsum), so the integer total is the scalar's. */
+AVX2 static inline __attribute__((always_inline)) void
+q6_k(const void *row, const void *act, uint64_t stride, uint64_t n, int nt, float *out)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    float sum[4] = {0}, summ[4] = {0};
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++) {
+        const struct ebb_block_q6_k *b = (const struct ebb_block_q6_k *)row + ib;
+        const struct ebb_block_q8_k *x[4];
+        __m256i acc[4];
+        int32_t off[4] = {0};
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act +
+                                                                 stride * (uint64_t)t) +
+                   ib;
+            acc[t] = _mm256_setzero_si256();
+            for (int g = 0; g < 16; g++)
+                off[t] += b->scales[g] * x[t]->bsums[g];
+        }
+        for (int half = 0; half < 2; half++) {
+            __m256i ql0 = load32(b->ql + 64 * half), ql1 = load32(b->ql + 64 * half + 32);
+            __m256i qh = load32(b->qh + 32 * half);
+            for (int k = 0; k < 4; k++) {
+                __m256i l = (k & 1) ? ql1 : ql0;
+                l = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m3);
+                __m256i q = _mm256_or_si256(l, _mm256_slli_epi16(h, 4));
+                int g = 8 * half + 2 * k;
+                __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
+                                              _mm_set1_epi16(b->scales[g]));
+                for (int t = 0; t < nt; t++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(x[t]->qs + 128 * half + 32 * k));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            int32_t isum = hsum_i32(acc[t]) - 32 * off[t];
+            sum[t] += h2f(b->d) * x[t]->d * (float)isum;
+            summ[t] += 0.0f * x[t]->d * (float)0;
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = sum[t] - summ[t];
+}
+
+AVX2 static float avx2_q6_k(const void *row, const void *act, uint64_t n)
+{
+    float out;
+    q6_k(row, act, 0, n, 1, &out);
+    return out;
+}
+
+AVX2 static void avx2_q6_k_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    q6_k(row, act, stride, n, 4, out);
+}
+
+/* ---- four tokens per weight row: the weights unpacked once, each token's steps as above ---- */
+
+/* Four tokens' integer sums of one block at once: lane t of the result is the sum of p[t]. */
+AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
+{
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* For the 32-block types (W unpacks block b's weights, signed with SIGNED; M is its min): per
+ * block the weights unpacked once, the four tokens' sums reduced together and their float
+ * steps taken in the four lanes of one vector: lane t adds block after block exactly as the
+ * generic code does for token t, so each out[t] has its bits. */
+#define Q8_LOOP4(BLOCK, W, SIGNED, M)                                                              \
+    const BLOCK *b = row;                                                                          \
+    const struct ebb_q8_act *x[4];                                                                 \
+    for (int t = 0; t < 4; t++)                                                                    \
+        x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);       \
+    __m128 sum = _mm_setzero_ps(), summ = _mm_setzero_ps();                                        \
+    const __m256i ones = _mm256_set1_epi16(1);                                                     \
+    for (uint64_t ib = 0; ib < n / 32; ib++, b++) {                                                \
+        __m256i w = W, wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                                   \
+        __m256i p[4];                                                                              \
+        for (int t = 0; t < 4; t++) {                                                              \
+            __m256i a = load32(x[t][ib].q);                                                        \
+            if (SIGNED)                                                                            \
+                a = _mm256_sign_epi8(a, w);                                                        \
+            p[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones);                           \
+        }                                                                                          \
+        __m128 isum = _mm_cvtepi32_ps(hsum4(p[0], p[1], p[2], p[3]));                              \
+        __m128 xd = _mm_setr_ps(x[0][ib].d, x[1][ib].d, x[2][ib].d, x[3][ib].d);                   \
+        __m128 xs = _mm_setr_ps(x[0][ib].s, x[1][ib].s, x[2][ib].s, x[3][ib].s);                   \
+        sum = _mm_add_ps(sum, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(h2f(b->d)), xd), isum));           \
+        summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                                   \
+    }                                                                                              \
+    _mm_storeu_ps(out, _mm_add_ps(sum, summ));
+
+AVX2 static void avx2_q4_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
+             0.0f)}
+
+AVX2 static void avx2_q4_1_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q4_1, nibbles(b->qs), false, h2f(b->m))}
+
+AVX2 static void avx2_q5_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q5_0,
+             _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))),
+                             _mm256_set1_epi8(16)),
+             true, 0.0f)}
+
+AVX2 static void avx2_q5_1_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out){
+    Q8_LOOP4(struct ebb_block_q5_1, _mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), false,
+             h2f(b->m))}
+
+AVX2 static void avx2_q8_0_x4(const void *row, const void *act, uint64_t stride, uint64_t n,
+                              float *out)
+{
+    Q8_LOOP4(struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
+}
+
+static bool have_simd(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+
+const char *ebb_quant_simd_name(void)
+{
+    return have_simd() ? "avx2" : "scalar";
+}
+
+#define SIMD(fn) fn
+#else
+static bool have_simd(void)
+{
+    return false;
+}
+
+const char *ebb_quant_simd_name(void)
+{
+    return "scalar";
+}
+
+#define SIMD(fn) NULL
+#endif
+
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)
+{
+    static const struct {
+        uint32_t type;
+        ebb_quant_dot_act4_fn fn;
+    } tab[] = {
+        {EBB_GGML_Q4_0, SIMD(avx2_q4_0_x4)}, {EBB_GGML_Q4_1, SIMD(avx2_q4_1_x4)},
+        {EBB_GGML_Q5_0, SIMD(avx2_q5_0_x4)}, {EBB_GGML_Q5_1, SIMD(avx2_q5_1_x4)},
+        {EBB_GGML_Q8_0, SIMD(avx2_q8_0_x4)}, {EBB_GGML_Q4_K, SIMD(avx2_q4_k_x4)},
+        {EBB_GGML_Q5_K, SIMD(avx2_q5_k_x4)}, {EBB_GGML_Q6_K, SIMD(avx2_q6_k_x4)},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+        if (tab[i].type == type)
+            return tab[i].fn && have_simd() ? tab[i].fn : NULL;
+    return NULL;
+}
+
+ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd)
+{
+    static const struct {
+        uint32_t type;
+        ebb_quant_dot_act_fn scalar, simd;
+    } tab[] = {
+        {EBB_GGML_Q4_0, c_q4_0, SIMD(avx2_q4_0)}, {EBB_GGML_Q4_1, c_q4_1, SIMD(avx2_q4_1)},
+        {EBB_GGML_Q5_0, c_q5_0, SIMD(avx2_q5_0)}, {EBB_GGML_Q5_1, c_q5_1, SIMD(avx2_q5_1)},
+        {EBB_GGML_Q8_0, c_q8_0, SIMD(avx2_q8_0)}, {EBB_GGML_Q4_K, c_q4_k, SIMD(avx2_q4_k)},
+        {EBB_GGML_Q5_K, c_q5_k, SIMD(avx2_q5_k)}, {EBB_GGML_Q6_K, c_q6_k, SIMD(avx2_q6_k)},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        if (tab[i].type != type)
+            continue;
+        if (simd && tab[i].simd && have_simd())
+            return tab[i].simd;
+        return tab[i].scalar;
+    }
+    return NULL;
+}
