@@ -59,16 +59,24 @@ static bool cg_decides(const struct ebb_memprobe_reading *r)
 }
 
 /* What of the plan's memory the probe's `available` already leaves out. Mmapped weights count
- * as available in the host's MemAvailable (file pages), so they are left out there; a cgroup
+ * as available in the host's MemAvailable (file pages), so they are left out there. A cgroup
  * charges the pages it faulted in to its usage and frees only the inactive ones, so under a
  * cgroup's reading the resident layers' mapped pages are counted like any other memory (else
  * a mapped layer counts twice, once in the usage and once in the plan, and the plan sheds
- * layers that fit). */
+ * layers that fit); but never more than the group's unreclaimable usage (pages not yet
+ * touched, or charged to another group, are not in it), so that the limit stays under the
+ * group's. */
 static uint64_t counted(const struct ebb_stream *s)
 {
     const struct ebb_stream_planner *p = &s->plan;
+    const struct ebb_memprobe_reading *r = &s->last;
     uint64_t t = ebb_stream_plan_total(p, p->n_resident);
-    if (s->count == EBB_STREAM_COUNT_NOT_WEIGHTS && !cg_decides(&s->last)) {
+    if (cg_decides(r)) {
+        uint64_t used =
+            r->cg_current > r->cg_inactive_file ? r->cg_current - r->cg_inactive_file : 0;
+        return t < used ? t : used;
+    }
+    if (s->count == EBB_STREAM_COUNT_NOT_WEIGHTS) {
         uint64_t w = p->cfg.fixed_bytes;
         for (uint32_t l = 0; l < p->n_resident; l++)
             w += p->layer_bytes[l];
