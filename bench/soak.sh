@@ -7,7 +7,8 @@
 #   - a /metrics scrape every 2 s;
 #   - FILLERS clients sending distinct long-ish prompts (PROMPT_WORDS words of their own, a few
 #     answer tokens), so that the prompt-cache store (PROMPT_CACHE bytes) fills in the first
-#     minutes and then evicts for the rest of the run;
+#     minutes and then evicts for the rest of the run (before the clock starts, PARALLEL such
+#     prompts at once prime every slot);
 #   - a SIGHUP (configuration reload) every 60 s.
 # Recorded every 10 s: the daemon's RSS and the store's bytes used, entries and evictions
 # (rss.csv). At the end: the statuses wrk and the streamers saw, wrk's socket errors, the
@@ -114,6 +115,7 @@ PY
 cat >"$out/filler.py" <<'PY'
 import json, random, sys, time, urllib.request
 port, until, seed, words = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+once = len(sys.argv) > 5  # one request, then the stats (the priming round)
 rng = random.Random(seed)
 vocab = ("river stone lamp garden winter copper letter engine harbor violet thunder meadow "
          "lantern marble orchard signal candle forest quartz ribbon saddle timber velvet anchor "
@@ -135,8 +137,23 @@ while time.time() < until:
     except Exception:
         stats["failed"] += 1
         time.sleep(1)
+    if once:
+        break
 print(json.dumps(stats))
 PY
+
+# Priming: PARALLEL long prompts at once, so that every slot has held one (its KV pages up to
+# that length are touched) before the RSS is first sampled: otherwise a slot that first gets a
+# long prompt late in the run raises the RSS's high-water mark then, which is not growth.
+if [ "${FILLERS:-1}" -gt 0 ]; then
+    prime_pids=""
+    for i in $(seq 1 "${PARALLEL:-4}"); do
+        python3 "$out/filler.py" "$port" "$(($(date +%s) + 3600))" "$((1000 + i))" \
+            "${PROMPT_WORDS:-400}" once >>"$out/prime.txt" 2>&1 &
+        prime_pids="$prime_pids $!"
+    done
+    for p in $prime_pids; do wait "$p" || true; done
+fi
 
 t0=$(date +%s)
 end=$((t0 + duration))
