@@ -131,7 +131,9 @@ while time.time() < until:
                                  {"Content-Type": "application/json"})
     stats["sent"] += 1
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        # The priming round's prompts arrive at once and wait for each other: minutes on a
+        # loaded machine (at 120 s all four timed out, and their slots were cancelled).
+        with urllib.request.urlopen(req, timeout=1800 if once else 120) as r:
             stats["prompt_tokens"] += json.load(r)["usage"]["prompt_tokens"]
             stats["ok"] += 1
     except Exception:
