@@ -6,8 +6,9 @@ kills, what the planner saw (available_source, resident layers, stream I/O mode)
 
     bench/cgroup-limit.py EBB MODEL [LIMIT_MIB]      (root; not run by the tests)
 
-Rows: no limit; LIMIT_MIB (default 400) with --memory-budget auto; the same with a fixed
-budget of LIMIT-20 MiB and each --stream-io mode. Environment: GEN (tokens, default 16),
+Rows: no limit; LIMIT_MIB (default 400) with --memory-budget auto (the I/O mode ebb picks);
+the same with each --stream-io mode named; then with a fixed budget of LIMIT-20 MiB and each
+mode. Environment: GEN (tokens, default 16),
 PROMPT (default "Hello, my name is"). Groups are made under this process's own memory cgroup
 and removed afterwards."""
 import json
@@ -108,6 +109,9 @@ def main():
     fixed = "%dM" % (limit - 20)
     rows = [("no limit, --memory-budget auto", 0, ["--memory-budget", "auto"]),
             ("%d MiB cgroup, --memory-budget auto" % limit, limit, ["--memory-budget", "auto"])]
+    for io in ("cached", "dontneed", "direct"):
+        rows.append(("%d MiB cgroup, --memory-budget auto, --stream-io %s" % (limit, io), limit,
+                     ["--memory-budget", "auto", "--stream-io", io]))
     for io in ("cached", "dontneed", "direct"):
         rows.append(("%d MiB cgroup, --memory-budget %s, --stream-io %s" % (limit, fixed, io),
                      limit, ["--memory-budget", fixed, "--stream-io", io]))

@@ -31,9 +31,11 @@ import sys
 # 523 -> 450, model 70.2 -> 61.4, model-gemma3-long-cl 139.8 -> 121.3, model-gemma3-cl-q8 36.4
 # -> 34.7 warm; model-gemma3 and model-gemma3-cl by model's and model-gemma3-cl-q8's ratios;
 # integration 351 -> 308 by its two long-prefill tests' 59.9 -> 16.8; +30 on 2026-11-29 for
-# test_multimodel's budget test with streamed layers, of 65 s user for both budget tests).
+# test_multimodel's budget test with streamed layers, of 65 s user for both budget tests; +25
+# for test_edge_chunked.py (its own server, 32 s user with the start)), and cli/cgroup measured
+# whole (37 s user: the ebb runs in groups, and the 155 MiB one).
 EST = {
-    "kernels": 390, "integration": 285, "integration-b": 150, "model-gemma3": 136, "stream-1b": 100, "cli/spec": 110,
+    "kernels": 390, "integration": 310, "cli/cgroup": 40, "integration-b": 150, "model-gemma3": 136, "stream-1b": 100, "cli/spec": 110,
     "model-gemma3-long-cl": 95, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
     "model-gemma3-cl": 71, "model-gemma3-cl-q8": 71, "model-cl-q8": 73,
     "model-expert-cache-cl": 81, "model-long-smollm2-f16-cl-b512": 68,

@@ -46,6 +46,23 @@ ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in,
 }
 
 /* A norm vector, converted to f32 on the host and copied. */
+/* Dequantizes the first n values of a small tensor (a norm, a bias) read in place from the
+ * mapped file. The fault asks the kernel for this tensor's pages only (MADV_RANDOM for the time
+ * of the read): the default read-around brings in read_ahead_kb around each fault (8 MiB on some
+ * disks), so the norms of a layer that is streamed would otherwise leave ~14 MiB of its weights
+ * in the page cache, charged to a cgroup's limit, for reads that go around the cache. */
+static ebb_err dequant_small(const struct ebb_gguf_tensor *t, float *f, uint32_t n)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data & ~(pg - 1);
+    size_t len = (uintptr_t)t->data + t->size - a;
+    bool advised = t->size && madvise((void *)a, len, MADV_RANDOM) == 0;
+    ebb_err rc = ebb_quant_dequantize_row(t->type, t->data, f, n);
+    if (advised)
+        madvise((void *)a, len, MADV_NORMAL);
+    return rc;
+}
+
 static ebb_err place_norm(struct clm *m, const struct ebb_gguf *g, const char *name, cl_mem *out,
                           struct ebb_diag *diag)
 {
@@ -56,7 +73,7 @@ static ebb_err place_norm(struct clm *m, const struct ebb_gguf *g, const char *n
     float *f = malloc(sizeof(float) * m->hp.n_embd);
     if (!f)
         return EBB_ENOMEM;
-    if ((rc = ebb_quant_dequantize_row(t->type, t->data, f, m->hp.n_embd))) {
+    if ((rc = dequant_small(t, f, m->hp.n_embd))) {
         rc = ebb_diag_set(diag, rc, "tensor '%s': unsupported type %u", name, t->type);
     } else {
         cl_int e = CL_SUCCESS;
@@ -252,7 +269,7 @@ static ebb_err place_vecs(struct clm *m, const struct ebb_gguf *g, const int16_t
             break;
         }
         rc = ebb__arch_tensor(m->a, &m->hp, g, (uint32_t)ts[i], l, &t, diag);
-        if (!rc && t && (rc = ebb_quant_dequantize_row(t->type, t->data, f + off, (uint32_t)w)))
+        if (!rc && t && (rc = dequant_small(t, f + off, (uint32_t)w)))
             rc = ebb_diag_set(diag, rc, "tensor '%s': unsupported type %u", t->name, t->type);
         off += w;
     }

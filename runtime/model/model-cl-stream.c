@@ -359,7 +359,18 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     m->replan_tokens = ev && atoi(ev) > 0 ? (uint32_t)atoi(ev) : REPLAN_TOKENS;
     if ((ev = getenv("EBB_STREAM_GROW_HOLD_MS")) && atoi(ev) > 0)
         sp.plan.grow_hold_ns = (uint64_t)atoi(ev) * 1000000u;
-    if ((rc = ebb_stream_new(&sp, &m->st, diag)))
+    rc = ebb_stream_new(&sp, &m->st, diag);
+    if (rc == EBB_ENOMEM && !p->prefetch && m->unified && !forced) {
+        /* No --prefetch: where the default ring (three slots, two layers read ahead) does not
+         * fit the limit, two slots (one ahead) may; each slot is a layer's worth of memory. */
+        m->n_slots = m->ring_slots = 2;
+        sp.prefetch = 1;
+        sp.plan.staging_bytes = (uint64_t)m->n_slots * slot;
+        ebb_log(EBB_LOG_INFO, "stream", "%s; trying two staging slots (one layer read ahead)",
+                diag ? diag->msg : "three staging slots do not fit");
+        rc = ebb_stream_new(&sp, &m->st, diag);
+    }
+    if (rc)
         goto out;
     m->n_ctx = ebb_stream_n_ctx(m->st);
     m->hp.n_ctx_run = m->n_ctx;

@@ -54,10 +54,30 @@ struct ebb_stream {
     struct ebb_stream_event events[EBB_STREAM_EVENTS];
 };
 
+/* True when a cgroup's reading decided `available` (its limit binds tighter than the host's). */
+static bool cg_decides(const struct ebb_memprobe_reading *r)
+{
+    return r->available_ok && r->available_src && !strncmp(r->available_src, "cgroup", 6);
+}
+
+/* What of the plan's memory the probe's `available` already leaves out. Mmapped weights count
+ * as available in the host's MemAvailable (file pages), so they are left out there. A cgroup
+ * charges the pages it faulted in to its usage and frees only the inactive ones, so under a
+ * cgroup's reading the resident layers' mapped pages are counted like any other memory (else
+ * a mapped layer counts twice, once in the usage and once in the plan, and the plan sheds
+ * layers that fit); but never more than the group's unreclaimable usage (pages not yet
+ * touched, or charged to another group, are not in it), so that the limit stays under the
+ * group's. */
 static uint64_t counted(const struct ebb_stream *s)
 {
     const struct ebb_stream_planner *p = &s->plan;
+    const struct ebb_memprobe_reading *r = &s->last;
     uint64_t t = ebb_stream_plan_total(p, p->n_resident);
+    if (cg_decides(r)) {
+        uint64_t used =
+            r->cg_current > r->cg_inactive_file ? r->cg_current - r->cg_inactive_file : 0;
+        return t < used ? t : used;
+    }
     if (s->count == EBB_STREAM_COUNT_NOT_WEIGHTS) {
         uint64_t w = p->cfg.fixed_bytes;
         for (uint32_t l = 0; l < p->n_resident; l++)
@@ -117,6 +137,8 @@ static void fill_schedule(struct ebb_stream *s, uint32_t *n)
         s->sched[(*n)++] = l;
 }
 
+static bool cg_binds(const struct ebb_memprobe_reading *r);
+
 ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **out,
                        struct ebb_diag *diag)
 {
@@ -153,7 +175,22 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
     note_limit(s, &s->last, true);
     struct ebb_stream_inputs in = {
         .now_ns = p->now_ns, .available_ok = s->last.available_ok, .available = s->last.available};
-    if ((rc = ebb_stream_planner_init(&s->plan, &p->plan, &in, diag)))
+    struct ebb_stream_plan_cfg cfg = p->plan;
+    if (!cfg.margin && cg_binds(&s->last)) {
+        /* The default margin (64 MiB or 5% of the model) is a sixth of a 400 MiB container:
+         * under a cgroup's limit the margin is a tenth of the limit (at least
+         * EBB_STREAM_CG_MARGIN_MIN), never above the default. The kernel reclaims the group's
+         * inactive page cache before it fails a charge, so less slack is needed there than
+         * against MemAvailable's estimate. */
+        struct ebb_stream_plan_cfg d = p->plan;
+        if (ebb_stream_plan_cfg_check(&d, NULL) == EBB_OK) {
+            uint64_t m = s->last.cg_max / 10;
+            if (m < EBB_STREAM_CG_MARGIN_MIN)
+                m = EBB_STREAM_CG_MARGIN_MIN;
+            cfg.margin = m < d.margin ? m : d.margin;
+        }
+    }
+    if ((rc = ebb_stream_planner_init(&s->plan, &cfg, &in, diag)))
         goto out;
     s->limit = ebb_stream_plan_limit(&s->plan, &in);
     s->first_host = n - ebb_stream_plan_place(n, s->plan.n_resident, p->n_host, NULL);

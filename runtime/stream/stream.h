@@ -52,6 +52,10 @@ struct ebb_stream_event {
 
 #define EBB_STREAM_EVENTS 16
 
+/* The planner's margin under a cgroup's memory limit (no margin configured): a tenth of the
+ * limit, at least this, at most the default margin (stream-plan.h). */
+#define EBB_STREAM_CG_MARGIN_MIN (16ull << 20)
+
 /* Everything /metrics and `ebb run --json` show (docs/STREAMER.md, "What to expose"). */
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;

@@ -7,7 +7,8 @@ and checks that:
   2. a group without a limit inside a limited one reports the ancestor's limit and path;
   3. `ebb run --memory-budget auto` plans from the limit; with layers streamed the stream I/O
      mode is picked as direct or dontneed without --stream-io; the greedy text equals a run
-     without a limit; no OOM kill;
+     without a limit; no OOM kill; in a 155 MiB group (refused while the margin was 64 MiB)
+     the model loads with a margin scaled to the group;
   4. the limit lowered and raised while ebb generates is seen (logged, counted in the report's
      memory_limit_changes) and the plan follows, shrinking and growing back;
   5. a limit set on a group that had none, while half the layers stream, switches the reads
@@ -178,6 +179,33 @@ def test_run(parent, ref):
                 assert "stream-io %s (no --stream-io given)" % s["cache"] in r.stderr
                 assert "limits memory" in s["cache_why"], s
             assert r.stdout == ref, "text differs under the limit:\n%r\n%r" % (r.stdout, ref)
+        assert oom_kills(g) == 0, "OOM kill in the group"
+        print("failcnt:", g.stat("memory.failcnt").strip() or "n/a")
+    finally:
+        g.remove()
+
+
+def test_small_group(parent, ref):
+    """A 155 MiB group, where the plan's margin used to be 64 MiB (a fixed floor): with the
+    group's usage when the streamer probes (22 to 60 MiB here: the OpenCL runtime, the kernel
+    builds) the limit left was under the ~75 MiB that every layer streamed needs, and the load
+    was refused ("memory limit ... is below the ... MiB needed with every layer streamed").
+    Under a cgroup the margin is a tenth of the limit (16 MiB at least), so the model loads,
+    the reads go around the page cache, the text is the unlimited run's, and the group never
+    OOM-kills."""
+    g = Group(parent, "ebb-test-%d-small" % os.getpid(), 155 * MiB)
+    drop_cache(MODEL)
+    try:
+        r = run(g, 32)
+        print(r.stderr)
+        assert r.returncode == 0, "ebb run in a 155 MiB group failed"
+        s = stream_json(r.stderr)
+        assert s["available_source"] == "cgroup v%d" % VERSION, s
+        # The old 64 MiB margin alone left at most 155 - 64 = 91 MiB.
+        assert s["limit_bytes"] > 91 * MiB, s
+        if s["layers_resident"] < s["layers_total"]:
+            assert s["cache"] in ("direct", "dontneed"), s
+        assert r.stdout == ref, "text differs in a 155 MiB group:\n%r\n%r" % (r.stdout, ref)
         assert oom_kills(g) == 0, "OOM kill in the group"
         print("failcnt:", g.stat("memory.failcnt").strip() or "n/a")
     finally:
@@ -440,7 +468,11 @@ def main():
     print("memory cgroup v%d under %s" % (VERSION, parent))
     only = os.environ.get("EBB_TEST_CGROUP_ONLY")
     if only:
-        {"change": test_change, "serve": test_serve, "repick": test_repick}[only](parent)
+        if only == "small":
+            ref = run(None, 32)
+            test_small_group(parent, ref.stdout)
+        else:
+            {"change": test_change, "serve": test_serve, "repick": test_repick}[only](parent)
         return 0
     test_info(parent)
     test_nested(parent)
@@ -450,6 +482,7 @@ def main():
     ref = run(None, 32)
     assert ref.returncode == 0, ref.stderr
     test_run(parent, ref.stdout)
+    test_small_group(parent, ref.stdout)
     test_change(parent)
     test_repick(parent)
     test_serve(parent)

@@ -105,8 +105,8 @@ def test_other_transfer_codings_501_at_once(server):
 
 
 def test_plain_chunked_body_still_served(server):
-    # /tokenize answers without suspending the connection. (A chunked body on a generation
-    # endpoint hangs in libmicrohttpd 0.9.75's suspend/resume path: a separate finding.)
+    # /tokenize answers without suspending the connection; the generation endpoints, which
+    # suspend it, are test_edge_chunked.py's.
     data = json.dumps({"content": "Hi"}).encode()
     body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
     raw = (f"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
