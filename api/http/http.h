@@ -474,6 +474,9 @@ void ebb__add_cors(struct ebb__req *r, struct MHD_Response *resp);
 void ebb__resume(struct ebb__req *r);
 /* Suspends r's connection and watches the socket for a client hang-up. */
 void ebb__suspend(struct ebb__req *r);
+/* A content reader's copy of r's queued output (r->out from r->out_off) into MHD's buf: up to
+ * max bytes, the buffer emptied once all of it went. Returns the bytes copied (0: none queued). */
+size_t ebb__out_take(struct ebb__req *r, char *buf, size_t max);
 /* Suspends r until the hold on new generations ends (ebb_api_hold) or its model has loaded. */
 void ebb__park(struct ebb__req *r);
 /* Takes r off the parked list (it stays suspended). */

@@ -177,6 +177,18 @@ static void on_watch(uv_poll_t *h, int status, int events)
     ebb__resume(r);
 }
 
+size_t ebb__out_take(struct ebb__req *r, char *buf, size_t max)
+{
+    size_t avail = r->out.n - r->out_off, n = avail < max ? avail : max;
+    if (n) {
+        memcpy(buf, r->out.p + r->out_off, n);
+        r->out_off += n;
+        if (r->out_off == r->out.n)
+            r->out.n = r->out_off = 0;
+    }
+    return n;
+}
+
 void ebb__suspend(struct ebb__req *r)
 {
     if (r->suspended || !r->conn)

@@ -120,15 +120,9 @@ static ssize_t pull_reader(void *cls, uint64_t pos, char *buf, size_t max)
     struct ebb__req *r = cls;
     if (r->disconnected || r->out.oom)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t avail = r->out.n - r->out_off;
-    if (avail) {
-        size_t n = avail < max ? avail : max;
-        memcpy(buf, r->out.p + r->out_off, n);
-        r->out_off += n;
-        if (r->out_off == r->out.n)
-            r->out.n = r->out_off = 0;
+    size_t n = ebb__out_take(r, buf, max);
+    if (n)
         return (ssize_t)n;
-    }
     if (r->pull_done)
         return MHD_CONTENT_READER_END_OF_STREAM;
     ebb__suspend(r);
