@@ -87,6 +87,25 @@ static struct ebb__served *served_new(struct ebb_api *a, const char *id, const c
     return sv;
 }
 
+/* A catalogue model's scheduler settings: sp's (a configured model's, or the default model's as
+ * a template for a model added later) with sv's own copies of path and device, loads reported
+ * to ebb__served_on_loaded, and the file's facts read. EBB_ENOMEM when a copy fails. */
+static ebb_err served_bind(struct ebb__served *sv, const struct ebb_sched_params *sp,
+                           const char *path, const char *device)
+{
+    sv->sp = *sp;
+    sv->path = dupstr(path);
+    sv->device = dupstr(device);
+    if (!sv->path || (device && !sv->device))
+        return EBB_ENOMEM;
+    sv->sp.model.path = sv->path;
+    sv->sp.model.device = sv->device;
+    sv->sp.on_loaded = ebb__served_on_loaded;
+    sv->sp.ud = sv;
+    read_facts(sv);
+    return EBB_OK;
+}
+
 ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
 {
     size_t n = cfg->n_models ? cfg->n_models : 1;
@@ -114,16 +133,8 @@ ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
         sv->owned = true;
         sv->pin = m->pin;
         sv->keep_alive = sv->keep_alive_cfg = m->keep_alive;
-        sv->sp = m->sp;
-        sv->path = dupstr(m->sp.model.path);
-        sv->device = dupstr(m->sp.model.device);
-        if (!sv->path || (m->sp.model.device && !sv->device))
+        if (served_bind(sv, &m->sp, m->sp.model.path, m->sp.model.device))
             return EBB_ENOMEM;
-        sv->sp.model.path = sv->path;
-        sv->sp.model.device = sv->device;
-        sv->sp.on_loaded = ebb__served_on_loaded;
-        sv->sp.ud = sv;
-        read_facts(sv);
     }
     qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
     a->def = a->models[0];
@@ -157,18 +168,10 @@ ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added)
     sv->owned = true;
     sv->pin = false;
     sv->keep_alive = sv->keep_alive_cfg = t->keep_alive_cfg;
-    sv->sp = t->sp;
-    sv->path = dupstr(path);
-    sv->device = dupstr(t->device);
-    if (!sv->path || (t->device && !sv->device)) {
+    if (served_bind(sv, &t->sp, path, t->device)) {
         served_free(sv);
         return EBB_ENOMEM;
     }
-    sv->sp.model.path = sv->path;
-    sv->sp.model.device = sv->device;
-    sv->sp.on_loaded = ebb__served_on_loaded;
-    sv->sp.ud = sv;
-    read_facts(sv);
     a->models[a->n_models++] = sv;
     qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
     *added = true;
