@@ -675,8 +675,7 @@ int ebb_cmd_info(int argc, char **argv)
     }
     {
         struct ebb_diag d2 = {{0}};
-        f->has_ctx = ebb_model_ctx_choose(g, cfg.ctx, cfg.parallel, !cfg.ctx_over_trained,
-                                          ebb_model_kv_bytes32(cfg.device, cfg.kv_type), &f->ctx,
+        f->has_ctx = ebb_model_ctx_choose(g, cfg.ctx, cfg.parallel, !cfg.ctx_over_trained, &f->ctx,
                                           &d2) == EBB_OK;
     }
     ebb_defaults_resolve(cfg.model_sampling ? g : NULL, &cfg.generation, &gd);

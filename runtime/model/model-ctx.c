@@ -32,20 +32,12 @@ static uint32_t rope_reach(const struct ebb_gguf *g, const struct ebb__hparams *
     return (uint32_t)n;
 }
 
-uint32_t ebb_model_kv_bytes32(const char *device, enum ebb_kv_type kv)
-{
-    if (device && (!strncmp(device, "ref", 3) || !strcmp(device, "cpu")))
-        return 128;
-    return (uint32_t)ebb_kv_type_bytes(kv, 32);
-}
-
 /* The default: the trained context capped at EBB_MODEL_DEFAULT_CTX_CAP and so that the KV
- * cache of all slots (kv_bytes32 bytes per 32 values: ebb_model_kv_bytes32; 0 counts 128)
+ * cache of all slots (fp16 on the OpenCL engine, fp32 on the reference: counted as 4 bytes)
  * takes at most half of the memory the host can give without swapping (MemAvailable, or the
  * cgroup's limit when lower). Where no probe answers, only the fixed cap applies. Never below
  * 256 tokens: a smaller context is a configuration error better reported by the allocation. */
-static void default_ctx(const struct ebb__hparams *hp, uint32_t n_seq, uint32_t kv_bytes32,
-                        struct ebb_model_ctx *c)
+static void default_ctx(const struct ebb__hparams *hp, uint32_t n_seq, struct ebb_model_ctx *c)
 {
     uint32_t n = hp->n_ctx_train;
     if (n > EBB_MODEL_DEFAULT_CTX_CAP) {
@@ -59,8 +51,7 @@ static void default_ctx(const struct ebb__hparams *hp, uint32_t n_seq, uint32_t 
         return;
     }
     if (!ebb_memprobe_read(mp, &r) && r.available_ok) {
-        uint64_t per_tok = (uint64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim *
-                           (kv_bytes32 ? kv_bytes32 : 128) / 32 * n_seq;
+        uint64_t per_tok = (uint64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim * 4 * n_seq;
         uint64_t fit = per_tok ? r.available / 2 / per_tok : n;
         if (fit < n) {
             n = fit < 256 ? 256 : (uint32_t)(fit - fit % 256);
@@ -72,15 +63,14 @@ static void default_ctx(const struct ebb__hparams *hp, uint32_t n_seq, uint32_t 
 }
 
 void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *hp, uint32_t asked,
-                           uint32_t n_seq, bool cap_trained, uint32_t kv_bytes32,
-                           struct ebb_model_ctx *c)
+                           uint32_t n_seq, bool cap_trained, struct ebb_model_ctx *c)
 {
     memset(c, 0, sizeof(*c));
     c->trained = hp->n_ctx_train;
     c->limit = rope_reach(g, hp);
     c->asked = asked;
     if (!asked) {
-        default_ctx(hp, n_seq ? n_seq : 1, kv_bytes32, c);
+        default_ctx(hp, n_seq ? n_seq : 1, c);
     } else if (asked <= c->limit) {
         c->n_ctx = asked;
     } else if (cap_trained) {
@@ -93,15 +83,14 @@ void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *
 }
 
 ebb_err ebb_model_ctx_choose(const struct ebb_gguf *g, uint32_t asked, uint32_t n_seq,
-                             bool cap_trained, uint32_t kv_bytes32, struct ebb_model_ctx *out,
-                             struct ebb_diag *diag)
+                             bool cap_trained, struct ebb_model_ctx *out, struct ebb_diag *diag)
 {
     const struct ebb__arch *a = NULL;
     struct ebb__hparams hp;
     ebb_err rc = ebb__arch_read_hparams(g, &a, &hp, diag);
     if (rc)
         return rc;
-    ebb__model_ctx_choose(g, &hp, asked, n_seq, cap_trained, kv_bytes32, out);
+    ebb__model_ctx_choose(g, &hp, asked, n_seq, cap_trained, out);
     return EBB_OK;
 }
 

@@ -11,8 +11,7 @@
 
 /* model-ctx.c: ebb_model_ctx_choose on hyper-parameters already read. */
 void ebb__model_ctx_choose(const struct ebb_gguf *g, const struct ebb__hparams *hp, uint32_t asked,
-                           uint32_t n_seq, bool cap_trained, uint32_t kv_bytes32,
-                           struct ebb_model_ctx *c);
+                           uint32_t n_seq, bool cap_trained, struct ebb_model_ctx *c);
 
 /* model-ctx.c: the physical cores of this machine (distinct package and core ids of the online
  * CPUs), or the online CPUs when sysfs does not say; at least 1. */

@@ -101,8 +101,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
         rc = ebb_diag_set(diag, EBB_ERANGE, "n_seq %u is more than 256", m->n_seq);
         goto out;
     }
-    ebb__model_ctx_choose(m->g, &m->hp, p->n_ctx, m->n_seq, p->ctx_cap_trained,
-                          ebb_model_kv_bytes32(p->device, p->kv_type), &m->ctx_why);
+    ebb__model_ctx_choose(m->g, &m->hp, p->n_ctx, m->n_seq, p->ctx_cap_trained, &m->ctx_why);
     m->n_ctx = m->ctx_why.n_ctx;
     if (m->ctx_why.capped_trained)
         ebb_log_warn("model",

@@ -14,16 +14,10 @@
 #include "tokenizer/tokenizer.h"
 
 /* The choice ebb_model_open makes for a context of asked tokens (0: the default) and n_seq
- * slots, from g's metadata and the memory probes, without opening the model (`ebb info`); the
- * default counts kv_bytes32 bytes of KV cache per 32 cached values (ebb_model_kv_bytes32).
+ * slots, from g's metadata and the memory probes, without opening the model (`ebb info`).
  * Fails as loading would for a file no family runs. */
 ebb_err ebb_model_ctx_choose(const struct ebb_gguf *g, uint32_t asked, uint32_t n_seq,
-                             bool cap_trained, uint32_t kv_bytes32, struct ebb_model_ctx *out,
-                             struct ebb_diag *diag);
-/* Bytes the KV cache of device (as struct ebb_model_params.device: NULL or "auto" for the
- * OpenCL engine) takes per 32 cached values of type kv: the type's (64 for f16, 34 for q8_0) on
- * the OpenCL engine, 128 on the host backends ("ref", "ref-q8", "cpu": fp32 counted). */
-uint32_t ebb_model_kv_bytes32(const char *device, enum ebb_kv_type kv);
+                             bool cap_trained, struct ebb_model_ctx *out, struct ebb_diag *diag);
 /* The reason in words ("asked 16384, capped at the trained 8192 (ctx_over_trained allows
  * more)"), for logs and `ebb info`. Returns the length, as snprintf. */
 size_t ebb_model_ctx_describe(const struct ebb_model_ctx *c, char *buf, size_t n);

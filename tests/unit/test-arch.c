@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -386,11 +385,8 @@ static void test_llama3_rope(void **state)
     free(kv.p);
 }
 
-/* The context choice of model-ctx.c on a tiny llama with extra keys kv (n entries), its KV
- * cache counted at kv32 bytes per 32 values; *per_value, when given, gets the values a token
- * caches (layers x 2 x KV heads x head dimension). */
-static struct ebb_model_ctx choose_kv(const struct wbuf *kv, uint32_t n, uint32_t asked, bool cap,
-                                      uint32_t kv32, uint64_t *per_value)
+/* The context choice of model-ctx.c on a tiny llama with extra keys kv (n entries). */
+static struct ebb_model_ctx choose(const struct wbuf *kv, uint32_t n, uint32_t asked, bool cap)
 {
     extra_kv = kv;
     n_extra_kv = n;
@@ -399,55 +395,9 @@ static struct ebb_model_ctx choose_kv(const struct wbuf *kv, uint32_t n, uint32_
     struct ebb_diag d = {{0}};
     struct ebb_model_ctx c;
     assert_int_equal(open_built(&b, &d), EBB_OK);
-    assert_int_equal(ebb_model_ctx_choose(b.g, asked, 1, cap, kv32, &c, &d), EBB_OK);
-    if (per_value) {
-        const struct ebb__arch *a = NULL;
-        struct ebb__hparams hp;
-        assert_int_equal(ebb__arch_read_hparams(b.g, &a, &hp, &d), EBB_OK);
-        *per_value = (uint64_t)hp.n_layer * 2 * hp.n_head_kv * hp.head_dim;
-    }
+    assert_int_equal(ebb_model_ctx_choose(b.g, asked, 1, cap, &c, &d), EBB_OK);
     free_built(&b);
     return c;
-}
-
-static struct ebb_model_ctx choose(const struct wbuf *kv, uint32_t n, uint32_t asked, bool cap)
-{
-    return choose_kv(kv, n, asked, cap, 64, NULL);
-}
-
-/* The default context under little memory (the probe's test hook: 'available') follows the
- * cache's bytes a value: f16 (the OpenCL engine's default), q8_0, fp32 (the host backends). */
-static void test_ctx_memory(void **state)
-{
-    (void)state;
-    struct wbuf kv = {0};
-    uint64_t pv = 0;
-    kv_u32(&kv, "llama", "context_length", 4096);
-    (void)choose_kv(&kv, 1, 0, true, 64, &pv);
-    /* room for 1024 positions of an f16 cache in half of 'available' */
-    uint64_t avail = pv * 2 * 1024 * 2;
-    char path[] = "/tmp/ebb-test-memprobe-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    char line[64];
-    int len = snprintf(line, sizeof(line), "available=%llu\n", (unsigned long long)avail);
-    assert_true(write(fd, line, (size_t)len) == len);
-    close(fd);
-    setenv("EBB_TEST_MEMPROBE_FILE", path, 1);
-    struct ebb_model_ctx f16 = choose_kv(&kv, 1, 0, true, 64, NULL);
-    struct ebb_model_ctx q8 = choose_kv(&kv, 1, 0, true, 34, NULL);
-    struct ebb_model_ctx f32 = choose_kv(&kv, 1, 0, true, 128, NULL);
-    unsetenv("EBB_TEST_MEMPROBE_FILE");
-    unlink(path);
-    assert_true(f16.capped_memory && f16.n_ctx == 1024);
-    assert_true(f32.capped_memory && f32.n_ctx == 512);
-    /* 64 / 34 x 1024 = 1927, down to a multiple of 256 */
-    assert_true(q8.capped_memory && q8.n_ctx == 1792);
-    assert_true(ebb_model_kv_bytes32(NULL, EBB_KV_F16) == 64 &&
-                ebb_model_kv_bytes32("auto", EBB_KV_Q8_0) == 34 &&
-                ebb_model_kv_bytes32("ref", EBB_KV_F16) == 128 &&
-                ebb_model_kv_bytes32("ref-q8", EBB_KV_Q8_0) == 128);
-    free(kv.p);
 }
 
 /* The context per slot: the trained one by default (capped at 4096), an ask within it kept,
@@ -741,7 +691,6 @@ int main(void)
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
         cmocka_unit_test(test_llama3_rope),     cmocka_unit_test(test_experts),
         cmocka_unit_test(test_longrope),        cmocka_unit_test(test_ctx_choice),
-        cmocka_unit_test(test_ctx_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
