@@ -2,6 +2,7 @@
  * decide whether a path (tensor cores through PTX, cl_khr_integer_dot_product) may be used. */
 #include "cl-int.h"
 
+#include <pthread.h>
 #include <string.h>
 
 /* A start-up probe's run: builds srcs (options opts), runs kernel kname over g work-items (local
@@ -91,7 +92,38 @@ bool ebb_cl_mma_probe(struct ebb_cl *cl)
     return ok;
 }
 
+/* ebb_cl_async_probe's results by device: it builds and runs in a context of its own, which the
+ * process's shared context and program cache (cl.c, cl-program.c) do not cover, so each model
+ * opened on a device would pay for it again. */
+enum { ASYNC_SEEN_MAX = 16 };
+static struct {
+    cl_device_id dev;
+    bool ok;
+} async_seen[ASYNC_SEEN_MAX];
+static size_t n_async_seen;
+static pthread_mutex_t async_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool async_probe_run(struct ebb_cl *cl);
+
 bool ebb_cl_async_probe(struct ebb_cl *cl)
+{
+    pthread_mutex_lock(&async_mu);
+    for (size_t i = 0; i < n_async_seen; i++)
+        if (async_seen[i].dev == cl->dev) {
+            bool ok = async_seen[i].ok;
+            pthread_mutex_unlock(&async_mu);
+            return ok;
+        }
+    bool ok = async_probe_run(cl);
+    if (n_async_seen < ASYNC_SEEN_MAX) {
+        async_seen[n_async_seen].dev = cl->dev;
+        async_seen[n_async_seen++].ok = ok;
+    }
+    pthread_mutex_unlock(&async_mu);
+    return ok;
+}
+
+static bool async_probe_run(struct ebb_cl *cl)
 {
     /* v: 16 rows of 16 halves, small distinct integers (exact as halves); rows 14 and 15 arrive
      * as zeros. Lane 4g + q's register i: rows r = (i & 1) * 8 + 2q and r + 1 of column (i >> 1)
