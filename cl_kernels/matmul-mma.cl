@@ -911,6 +911,75 @@ typedef float2 mql_sc;
 #define MQL_BYTES                                                                                  \
     (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
 #if MQL_BYTES <= 49152
+/* MQL_ASYNC (the host sets it after ebb_cl_async_probe; PTX only), for weights in the split 4-bit
+ * layout (W_SPLIT4: a row's blocks' 16 quant bytes in w_a, their (d, m) in w_b): the work-items
+ * copy the step's tiles with cp.async as they are in memory, the quant words still packed (two
+ * weights a byte) into la, the scales into ls, the tokens' int8 blocks into lx and their (d, d s)
+ * into lh, for MQL_NST steps in flight (stages: the next MQL_NST - 1 steps' copies go on while
+ * this step multiplies, one barrier a step); each warp unpacks its own rows' nibbles as it reads
+ * its A fragments (no warp shares them, so no unpacking is repeated), so no word passes through
+ * registers on its way to local memory. A row keeps MQA_AKW words (4 a block, padded to an odd
+ * multiple of 4: conflict-free fragment reads), a token MQA_XKW. Blocks past n_in are copied as
+ * zeros (no source bytes). Where the stages do not fit in 48 KiB, the tile stages through
+ * registers as above. */
+#ifndef MQL_NST
+#define MQL_NST 2
+#endif
+#define MQA_AKW (4 * (MS_KB + 1 + (MS_KB & 1)))
+#define MQA_XKW (8 * MS_KB + 4)
+#define MQA_STAGE (4 * (MQL_R * MQA_AKW + 2 * MQL_R * MS_KB + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
+#if MQL_NST == 3 && 3 * MQA_STAGE > 49152
+#define MQA_NST 2 /* three stages do not fit: two */
+#else
+#define MQA_NST MQL_NST
+#endif
+#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && defined(W_SPLIT4) &&                              \
+    MQA_NST * MQA_STAGE <= 49152 && !MQ_H2
+#define MQL_A 1
+#else
+#define MQL_A 0
+#endif
+#if MQL_A
+/* matmul_mmql's copies of the step from block b0 into the stage at shared addresses sa (quant
+ * words), ss (scales), sx (inputs), sh (input scales); rows past n_out and tokens past n_tok
+ * repeat the last (their results are not written). */
+inline __attribute__((always_inline)) void
+mqa_copy(__global const uchar *w_a, __global const float2 *w_b, int n_in, int n_out,
+         __global const char *xq, __global const float2 *xh, int n_tok, int lid, int row0, int t0,
+         int b0, uint sa, uint ss, uint sx, uint sh)
+{
+    int nb = n_in / 32;
+#pragma unroll
+    for (int n = 0; n < (MQL_R * MS_KB + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MQL_R * MS_KB) {
+            int r = c / MS_KB, kb = c % MS_KB, b = b0 + kb;
+            size_t blk = (size_t)min(row0 + r, n_out - 1) * nb + min(b, nb - 1);
+            cp_async16(sa + (uint)(r * MQA_AKW + 4 * kb) * 4u, w_a + blk * 16, b < nb ? 16 : 0);
+            cp_async8(ss + (uint)(r * MS_KB + kb) * 8u, w_b + blk, b < nb ? 8 : 0);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < (MS_T * MS_KB * 2 + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MS_T * MS_KB * 2) {
+            int h = c & 1, kb = (c >> 1) % MS_KB, t = (c >> 1) / MS_KB, b = b0 + kb;
+            cp_async16(sx + (uint)(t * MQA_XKW + 8 * kb + 4 * h) * 4u,
+                       xq + (size_t)min(t0 + t, n_tok - 1) * n_in + 32 * min(b, nb - 1) + 16 * h,
+                       b < nb ? 16 : 0);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < (MS_T * MS_KB + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MS_T * MS_KB) {
+            int t = c / MS_KB, kb = c % MS_KB, b = b0 + kb;
+            cp_async8(sh + (uint)(t * MS_KB + kb) * 8u,
+                      xh + (size_t)min(t0 + t, n_tok - 1) * nb + min(b, nb - 1), b < nb ? 8 : 0);
+        }
+    }
+}
+#endif
 #if defined(MQ_QW8)
 #define MQL_QW(o, b, k, v, dm) MQ_QW8(o, b, k, &(v)[0], &(v)[1], dm)
 #else
@@ -955,6 +1024,72 @@ __kernel __attribute__((reqd_work_group_size(MQL_NT, 1, 1))) void
 matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
             __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
 {
+#if MQL_A
+    __local uint la[MQA_NST * MQL_R * MQA_AKW] __attribute__((aligned(16)));
+    __local float2 ls[MQA_NST * MQL_R * MS_KB] __attribute__((aligned(16)));
+    __local uint lx[MQA_NST * MS_T * MQA_XKW] __attribute__((aligned(16)));
+    __local float2 lh[MQA_NST * MS_T * MS_KB] __attribute__((aligned(16)));
+    int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
+    int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
+    int ns = (nb + MS_KB - 1) / MS_KB, rw = 16 * MS_MI * warp;
+    uint sa = local_saddr(la), ss = local_saddr(ls), sx = local_saddr(lx), sh = local_saddr(lh);
+    float acc[MS_MI][MS_T / 8][4];
+    MMA_ZERO(acc, MS_MI, MS_T / 8);
+#pragma unroll
+    for (int s = 0; s < MQA_NST - 1; s++) {
+        if (s < ns)
+            mqa_copy(w_a, w_b, n_in, n_out, xq, xh, n_tok, lid, row0, t0, s * MS_KB,
+                     sa + (uint)(s * MQL_R * MQA_AKW * 4), ss + (uint)(s * MQL_R * MS_KB * 8),
+                     sx + (uint)(s * MS_T * MQA_XKW * 4), sh + (uint)(s * MS_T * MS_KB * 8));
+        CP_COMMIT();
+    }
+    for (int s = 0; s < ns; s++) {
+        /* This step's copies done (each step commits one group, empty or not), seen by all. */
+#if MQA_NST == 3
+        CP_WAIT(1);
+#else
+        CP_WAIT(0);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* Step s + MQA_NST - 1 into the stage that every warp finished reading at step s - 1. */
+        int sn = s + MQA_NST - 1, pn = sn % MQA_NST;
+        if (sn < ns)
+            mqa_copy(w_a, w_b, n_in, n_out, xq, xh, n_tok, lid, row0, t0, sn * MS_KB,
+                     sa + (uint)(pn * MQL_R * MQA_AKW * 4), ss + (uint)(pn * MQL_R * MS_KB * 8),
+                     sx + (uint)(pn * MS_T * MQA_XKW * 4), sh + (uint)(pn * MS_T * MS_KB * 8));
+        CP_COMMIT();
+        int st = s % MQA_NST;
+        __local const uint *A = la + st * MQL_R * MQA_AKW, *X = lx + st * MS_T * MQA_XKW;
+        __local const float2 *S = ls + st * MQL_R * MS_KB, *H = lh + st * MS_T * MS_KB;
+#pragma unroll
+        for (int kb = 0; kb < MS_KB; kb++) {
+            uint a[MS_MI][4]; /* rows g, g + 8: first half (low nibbles), then second */
+            float2 f[MS_MI][2];
+#pragma unroll
+            for (int i = 0; i < MS_MI; i++) {
+                int ra = rw + 16 * i + g, rb = ra + 8;
+                uint w0 = A[ra * MQA_AKW + 4 * kb + q], w1 = A[rb * MQA_AKW + 4 * kb + q];
+                a[i][0] = MQ_SIGNED(w0 & 0x0F0F0F0Fu);
+                a[i][1] = MQ_SIGNED(w1 & 0x0F0F0F0Fu);
+                a[i][2] = MQ_SIGNED((w0 >> 4) & 0x0F0F0F0Fu);
+                a[i][3] = MQ_SIGNED((w1 >> 4) & 0x0F0F0F0Fu);
+                f[i][0] = S[ra * MS_KB + kb];
+                f[i][1] = S[rb * MS_KB + kb];
+            }
+#pragma unroll
+            for (int j = 0; j < MS_T / 8; j++) {
+                uint bx0 = X[(8 * j + g) * MQA_XKW + 8 * kb + q];
+                uint bx1 = X[(8 * j + g) * MQA_XKW + 8 * kb + 4 + q];
+                float2 bh0 = H[(8 * j + 2 * q) * MS_KB + kb];
+                float2 bh1 = H[(8 * j + 2 * q + 1) * MS_KB + kb];
+#pragma unroll
+                for (int i = 0; i < MS_MI; i++)
+                    mq_frag(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1,
+                            MQL_F4(f[i][0]), MQL_F4(f[i][1]), bh0, bh1);
+            }
+        }
+    }
+#else
     __local uint la[MQL_R * MQL_KW], lx[MS_T * MQL_KW];
     __local mql_sc ls[MQL_R * MS_KB];
     __local float2 lh[MS_T * MS_KB];
@@ -1068,6 +1203,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#endif
 #pragma unroll
     for (int i = 0; i < MS_MI; i++)
 #pragma unroll

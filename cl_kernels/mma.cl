@@ -52,7 +52,7 @@ inline void mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint 
                  : "r"(a0), "r"(a1), "r"(b0), "r"(0))
 
 /* Asynchronous copies and matrix loads from local memory (sm_80; attn_prefill_mma with
- * ATT_ASYNC, after async_probe below passed). local_saddr gives a __local pointer's address in
+ * ATT_ASYNC and matmul_mmql with MQL_ASYNC, after async_probe below passed). local_saddr gives a __local pointer's address in
  * shared memory, which both instructions take (the pointer's integer value is that address, or
  * a generic address in the shared window, which cvta converts). cp_async16 copies 16 bytes from
  * src to the shared address dst (both 16-byte aligned), of which the first n (0 or 16) come from
@@ -74,6 +74,13 @@ inline uint local_saddr(__local void *p)
 inline void cp_async16(uint dst, const __global void *src, int n)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"(dst), "l"((ulong)(size_t)src), "r"(n));
+}
+/* cp_async8: the same for 8 bytes (both 8-byte aligned), through the L1 (.ca: .cg takes 16 only). */
+inline void cp_async8(uint dst, const __global void *src, int n)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
                  :
                  : "r"(dst), "l"((ulong)(size_t)src), "r"(n));
 }

@@ -259,6 +259,14 @@ static const struct knob knobs[] = {
           "prefill's int8 products (from MMQ rows) run matmul_mmql, whose work-groups stage "
           "their weights and inputs in local memory, with the MMQL_TILE tile; 0: matmul_mmq",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    BOOL1("MMQASYNC", mmq_async,
+          "with MMQ_STAGE, matmul_mmql copies the tiles of weights in the split 4-bit layout "
+          "(Q4_0, Q4_1) and of its inputs with cp.async, unpacking the nibbles as it reads them "
+          "(after the async probe; where MMQNST stages fit in 48 KiB)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    UINT1("MMQNST", mmq_nst, "2|3",
+          "with MMQASYNC, the steps of copies in flight (stages; 2 where 3 do not fit in 48 KiB)",
+          {DC_ANY, {2}}, {DC_NVIDIA, {3}}),
     {.name = "MMQL_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmql_t, "8|16|32|64|128"), P(mmql_mi, "1|2|4"), P(mmql_w, "pow2 1..32"), P(mmql_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 2, 4, 2}}}, .check = mmql_tile_check,

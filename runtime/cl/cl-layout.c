@@ -232,7 +232,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define MA_R %u\n#define MA_T %u\n#define MA_K %u\n#define MA_PF %u\n"
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
         "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
-        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n#define MMQ %u\n",
+        "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n#define MMQ %u\n"
+        "#define MQL_ASYNC %u\n#define MQL_NST %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
@@ -241,7 +242,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         tu->mms_kb ? tu->mms_kb : 2, tu->mvo ? tu->mvo : 1, tu->mvu ? tu->mvu : 2,
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg,
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows, tu->mv_idp && !tu->mv_ptx ? 1u : 0u,
-        tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) ? 1u : 0u);
+        tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) ? 1u : 0u,
+        tu->mmq_async && tu->mv_ptx ? 1u : 0u, tu->mmq_nst == 3 ? 3u : 2u);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
@@ -342,7 +344,8 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                          "#define W_Q16(o, b, v, dm) q16_split_q4(w_a, w_b, n_in / 32, (o), (b), "
                          "(v), (dm))\n"
                          "#define W_QW(o, b, k, v, dm) qw_split_q4(w_a, w_b, n_in / 32, (o), (b), "
-                         "(k), (v), (dm))\n");
+                         "(k), (v), (dm))\n%s",
+                         l->type == EBB_GGML_Q4_0 ? "#define W_QOFF 8\n" : "");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
         used += (size_t)n;

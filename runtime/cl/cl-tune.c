@@ -144,6 +144,12 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     bool measure = di->is_gpu || env.tune;
     if (!measure || n_ok < 2 || env.layout != EBB_CL_LAYOUT_AUTO)
         return def;
+    /* Prefill's staged int8 products copy Q4_0 tiles with cp.async from the split layout only
+     * (matmul_mmql's MQL_ASYNC): there it gave 1.46-1.53x raw's pp512, for 7% less decode
+     * (H200, Llama-3.1-8B shape, docs/PERFORMANCE.md), so split without timing. */
+    if (type == EBB_GGML_Q4_0 && tu->mmq_async && tu->mmq_stage && tu->mm_mma && tu->mmq &&
+        ebb_cl_layout_fits(di, &cand[1], n_in, n_out))
+        return cand[1];
 
     char dir[900], path[1000], line[16] = {0};
     uint64_t h = 0xcbf29ce484222325ull;

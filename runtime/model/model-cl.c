@@ -1002,6 +1002,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     if (m->tu.att_async &&
         (!m->tu.att_mma || !m->tu.mv_ptx || m->tu.kv_q8 || !ebb_cl_async_probe(m->cl)))
         m->tu.att_async = 0; /* attn_prefill_mma stages its tiles through registers */
+    if (m->tu.mmq_async && (!m->tu.mm_mma || !m->tu.mv_ptx || !ebb_cl_async_probe(m->cl)))
+        m->tu.mmq_async = 0; /* matmul_mmql stages its tiles through registers */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */
     if (m->tu.mv_idp && (!m->tu.mv_q8 || !ebb_cl_idp_probe(m->cl, NULL)))
         m->tu.mv_idp = 0;

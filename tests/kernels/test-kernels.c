@@ -1214,7 +1214,10 @@ static void test_tune(void)
     OK(ebb_ggml_row_bytes(type, n_in, &rowb));
     uint8_t *rows = malloc(rowb * n_out);
     random_rows(type, n_out, n_in, rows, rowb);
-    struct ebb_cl_layout l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+    /* The measured choice: without prefill's cp.async tiles, which take split Q4_0 unmeasured. */
+    struct ebb_cl_tuning tm = tu;
+    tm.mmq_async = 0;
+    struct ebb_cl_layout l = ebb_cl_layout_tune(cl, &tm, type, n_in, rows, n_out);
     tune_answer(dir, NULL, line, sizeof(line));
     static const char *const names[] = {"raw", "split", "image", "image2d"};
     static const enum ebb_cl_storage sto[] = {EBB_CL_STORE_BUFFER, EBB_CL_STORE_BUFFER,
@@ -1230,17 +1233,17 @@ static void test_tune(void)
     printf("  tune (forced) chose %s\n", ebb_cl_layout_name(&l, name, sizeof(name)));
     if (cl->info.image) {
         tune_answer(dir, "image2d\n", line, sizeof(line));
-        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        l = ebb_cl_layout_tune(cl, &tm, type, n_in, rows, n_out);
         CHECK(l.storage == EBB_CL_STORE_IMAGE2D && l.order == EBB_CL_ORDER_SPLIT,
               "cached image2d read as %s", ebb_cl_layout_name(&l, name, sizeof(name)));
         tune_answer(dir, "image\n", line, sizeof(line));
-        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        l = ebb_cl_layout_tune(cl, &tm, type, n_in, rows, n_out);
         CHECK(l.storage == EBB_CL_STORE_IMAGE1D && l.order == EBB_CL_ORDER_SPLIT,
               "cached image read as %s", ebb_cl_layout_name(&l, name, sizeof(name)));
         /* A cached image2d answer that no longer fits is measured again without it. */
         tune_answer(dir, "image2d\n", line, sizeof(line));
         setenv("EBB_CL_IMAGE2D_MAX", "4,8", 1);
-        l = ebb_cl_layout_tune(cl, &tu, type, n_in, rows, n_out);
+        l = ebb_cl_layout_tune(cl, &tm, type, n_in, rows, n_out);
         unsetenv("EBB_CL_IMAGE2D_MAX");
         tune_answer(dir, NULL, line, sizeof(line));
         CHECK(l.storage != EBB_CL_STORE_IMAGE2D && strcmp(line, "image2d"),
@@ -1249,6 +1252,21 @@ static void test_tune(void)
         printf("  tune cache: image2d / image answers read back exactly, image2d dropped when it "
                "no longer fits\n");
     }
+    /* With matmul_mmql's cp.async tiles (MQL_ASYNC, NVIDIA's default after the probe), Q4_0
+     * goes split without a timing (none cached), an 8-bit type is still measured. */
+    struct ebb_cl_tuning ta = tu;
+    ta.mmq_async = ta.mmq_stage = ta.mm_mma = 1;
+    ta.mmq = ta.mmq ? ta.mmq : 32;
+    char rm[700];
+    snprintf(rm, sizeof(rm), "rm -f '%s'/layout-*.txt", dir);
+    if (system(rm) != 0)
+        CHECK(0, "%s", rm);
+    l = ebb_cl_layout_tune(cl, &ta, type, n_in, rows, n_out);
+    tune_answer(dir, NULL, line, sizeof(line));
+    CHECK(l.order == EBB_CL_ORDER_SPLIT && l.storage == EBB_CL_STORE_BUFFER && !line[0],
+          "with MQL_ASYNC Q4_0 went %s, cached '%s'", ebb_cl_layout_name(&l, name, sizeof(name)),
+          line);
+    printf("  tune with prefill's cp.async tiles: Q4_0 split, not timed\n");
     free(rows);
     unsetenv("EBB_CL_TUNE");
     char cmd[700];
@@ -1300,6 +1318,8 @@ int main(void)
         CHECK(ok, "the cp.async / ldmatrix probe failed on %s", cl->info.name);
         tu.att_async = ok;
     }
+    if (tu.mmq_async && tu.mv_ptx)
+        tu.mmq_async = ebb_cl_async_probe(cl); /* matmul_mmql's MQL_ASYNC (split 4-bit tiles) */
     if (tu.mv_idp) {
         /* A device listing cl_khr_integer_dot_product (or EBB_CL_IDP=1): the kernels below run
          * MV_IDP where the probe passes, as the engine would. */
