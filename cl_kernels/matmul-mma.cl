@@ -911,8 +911,9 @@ typedef float2 mql_sc;
 #define MQL_BYTES                                                                                  \
     (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
 #if MQL_BYTES <= 49152
-/* MQL_ASYNC (the host sets it after ebb_cl_async_probe; PTX only), for weights in the split 4-bit
- * layout (W_SPLIT4: a row's blocks' 16 quant bytes in w_a, their (d, m) in w_b): the work-items
+/* MQL_ASYNC (the host sets it after ebb_cl_async_probe; PTX only), for Q4_0 weights in the split
+ * 4-bit layout (W_SPLIT4 with W_QOFF: a row's blocks' 16 quant bytes in w_a, their (d, m) in w_b;
+ * split Q4_1 keeps the register staging: its path is not run on a GPU by the tests): the work-items
  * copy the step's tiles with cp.async as they are in memory, the quant words still packed (two
  * weights a byte) into la, the scales into ls, the tokens' int8 blocks into lx and their (d, d s)
  * into lh, for MQL_NST steps in flight (stages: the next MQL_NST - 1 steps' copies go on while
@@ -933,7 +934,7 @@ typedef float2 mql_sc;
 #else
 #define MQA_NST MQL_NST
 #endif
-#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && defined(W_SPLIT4) &&                              \
+#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && defined(W_SPLIT4) && defined(W_QOFF) &&           \
     MQA_NST * MQA_STAGE <= 49152 && !MQ_H2
 #define MQL_A 1
 #else

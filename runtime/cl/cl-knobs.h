@@ -80,7 +80,7 @@ struct ebb_cl_tuning {
     uint32_t mmq_t, mmq_mi, mmq_w, mmq_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
     uint32_t mmq_stage; /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
                            memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
-    uint32_t mmq_async; /* 1: matmul_mmql copies split 4-bit weights' tiles and its inputs with
+    uint32_t mmq_async; /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
                            cp.async, mmq_nst steps in flight (after the async probe) */
     uint32_t mmq_nst;   /* those steps: 2 or 3 */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb; /* matmul_mmql's tile: tokens, 16-row groups a
