@@ -29,6 +29,11 @@ void ebb__cl_note_image2d(uint32_t type, uint64_t n_out, uint32_t n_in, size_t w
  * programs (ebb_cl_wprog_build), the other ops (ebb_cl_ops_build) and the mixture-of-experts
  * kernels (ebb_cl_moe_build). Spelled once here for the builds, the key of the layout timing's
  * cache and scripts/cl-offline-check.sh (through tests/kernels/cl-prologue) (cl-build.c). */
+/* cl-run.c: whether queues opened now record timestamps (ebb_cl_profile_queues), and the
+ * EBB_CL_PROFILE=gpu table's last drain as a queue closes. */
+extern bool ebb__cl_rec_queues;
+void ebb__cl_prof_close(struct ebb_cl *cl);
+
 extern const char *const ebb__cl_wprog_srcs[];
 extern const size_t ebb__cl_n_wprog_srcs;
 extern const char *const ebb__cl_ops_srcs[];
