@@ -58,6 +58,7 @@ struct job {
     const struct wmat *w;
     ebb_quant_dot_act_fn dot;   /* with xa: w's row times 8-bit activations */
     ebb_quant_dot_act4_fn dot4; /* the same for four tokens at once, or NULL */
+    ebb_quant_dot_act4_fn dot8; /* for eight (32-block types), or NULL */
     const void *xa;             /* x quantized (ebb_q8_act or Q8_K blocks), or NULL */
     uint64_t xa_stride;         /* bytes per token of xa */
     const float *x;             /* (n, n_in) */

@@ -16,11 +16,16 @@ static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_
         if (j->xa) {
             const uint8_t *xa = j->xa;
             uint32_t t = 0;
-            float y4[4];
+            float y8[8];
+            for (; j->dot8 && t + 8 <= j->n; t += 8, xa += 8 * j->xa_stride) {
+                j->dot8(row, xa, j->xa_stride, w->n_in, y8);
+                for (uint32_t k = 0; k < 8; k++)
+                    j->y[(uint64_t)(t + k) * w->n_out + o] = y8[k];
+            }
             for (; j->dot4 && t + 4 <= j->n; t += 4, xa += 4 * j->xa_stride) {
-                j->dot4(row, xa, j->xa_stride, w->n_in, y4);
+                j->dot4(row, xa, j->xa_stride, w->n_in, y8);
                 for (uint32_t k = 0; k < 4; k++)
-                    j->y[(uint64_t)(t + k) * w->n_out + o] = y4[k];
+                    j->y[(uint64_t)(t + k) * w->n_out + o] = y8[k];
             }
             for (; t < j->n; t++, xa += j->xa_stride)
                 j->y[(uint64_t)t * w->n_out + o] = j->dot(row, xa, w->n_in);
@@ -114,6 +119,7 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
     if (j.xa) {
         j.dot = ebb_quant_get_dot_act(w->type, r->fast);
         j.dot4 = r->fast && n >= 4 ? ebb_quant_get_dot_act4(w->type) : NULL;
+        j.dot8 = r->fast && n >= 8 ? ebb_quant_get_dot_act8(w->type) : NULL;
     }
     if (r->n_threads < 2 || w->n_out < 64) {
         matmul_rows(&j, r->rowbuf[0], 0, w->n_out);

@@ -6,6 +6,7 @@
  * the build targets the dotprod extension. Other CPUs get the scalar functions. */
 #include "quant.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- scalar entry points, one per type ---- */
@@ -30,6 +31,7 @@ SCALAR_Q8K(c_q5_k, EBB_GGML_Q5_K)
 SCALAR_Q8K(c_q6_k, EBB_GGML_Q6_K)
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2")))
@@ -339,14 +341,90 @@ AVX2 static void avx2_q8_0_x4(const void *row, const void *act, uint64_t stride,
     Q8_LOOP4(struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
 }
 
+/* ---- eight tokens per weight row (the 32-block types): AVX2, or AVX-VNNI's dpbusd ---- */
+
+#define VNNI __attribute__((target("avx2,avxvnni")))
+
+/* Eight tokens' integer sums of one block: lane t of the result is the sum of p[t]. */
+AVX2 static inline __m256i hsum8(const __m256i *p)
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The products of unsigned u and signed a bytes, four to an int32 lane: maddubs' pair sums (exact
+ * here, as in dot_ss and dot_us) widened by madd, or dpbusd's sums in one step. */
+#define DOT_AVX2(u, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1))
+#define DOT_VNNI(u, a) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a)
+
+/* Q8_LOOP4 for eight tokens: per block the weights unpacked once, eight tokens' sums reduced
+ * together (hsum8), their float steps in the eight lanes of one vector, each lane the scalar
+ * code's steps for its token in its order (the same bits). */
+#define Q8_LOOP8(BLOCK, W, SIGNED, M, DOT)                                                         \
+    const BLOCK *b = row;                                                                          \
+    const struct ebb_q8_act *x[8];                                                                 \
+    for (int t = 0; t < 8; t++)                                                                    \
+        x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);       \
+    __m256 sum = _mm256_setzero_ps(), summ = _mm256_setzero_ps();                                  \
+    for (uint64_t ib = 0; ib < n / 32; ib++, b++) {                                                \
+        __m256i w = W, wa = SIGNED ? _mm256_sign_epi8(w, w) : w;                                   \
+        __m256i p[8];                                                                              \
+        for (int t = 0; t < 8; t++) {                                                              \
+            __m256i a = load32(x[t][ib].q);                                                        \
+            if (SIGNED)                                                                            \
+                a = _mm256_sign_epi8(a, w);                                                        \
+            p[t] = DOT(wa, a);                                                                     \
+        }                                                                                          \
+        __m256 isum = _mm256_cvtepi32_ps(hsum8(p));                                                \
+        __m256 xd = _mm256_setr_ps(x[0][ib].d, x[1][ib].d, x[2][ib].d, x[3][ib].d, x[4][ib].d,     \
+                                   x[5][ib].d, x[6][ib].d, x[7][ib].d);                            \
+        __m256 xs = _mm256_setr_ps(x[0][ib].s, x[1][ib].s, x[2][ib].s, x[3][ib].s, x[4][ib].s,     \
+                                   x[5][ib].s, x[6][ib].s, x[7][ib].s);                            \
+        sum =                                                                                      \
+            _mm256_add_ps(sum, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(b->d)), xd), isum)); \
+        summ = _mm256_add_ps(summ, _mm256_mul_ps(_mm256_set1_ps(M), xs));                          \
+    }                                                                                              \
+    _mm256_storeu_ps(out, _mm256_add_ps(sum, summ));
+
+#define X8(ISA, DOT, name, BLOCK, W, SIGNED, M)                                                    \
+    ISA static void name(const void *row, const void *act, uint64_t stride, uint64_t n,            \
+                         float *out)                                                               \
+    {                                                                                              \
+        Q8_LOOP8(BLOCK, W, SIGNED, M, DOT)                                                         \
+    }
+#define X8_BOTH(type, BLOCK, W, SIGNED, M)                                                         \
+    X8(AVX2, DOT_AVX2, avx2_##type##_x8, BLOCK, W, SIGNED, M)                                      \
+    X8(VNNI, DOT_VNNI, vnni_##type##_x8, BLOCK, W, SIGNED, M)
+X8_BOTH(q4_0, struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
+        0.0f)
+X8_BOTH(q4_1, struct ebb_block_q4_1, nibbles(b->qs), false, h2f(b->m))
+X8_BOTH(q5_0, struct ebb_block_q5_0,
+        _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), _mm256_set1_epi8(16)),
+        true, 0.0f)
+X8_BOTH(q5_1, struct ebb_block_q5_1, _mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), false,
+        h2f(b->m))
+X8_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
+
 static bool have_simd(void)
 {
     return __builtin_cpu_supports("avx2");
 }
 
+/* AVX-VNNI (VEX dpbusd on 256-bit vectors): CPUID leaf 7, sub-leaf 1, EAX bit 4 (clang does not
+ * know the name in __builtin_cpu_supports); the OS's YMM state is AVX2's check. */
+static bool have_vnni(void)
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const char *off = getenv("EBB_CPU_VNNI");
+    return have_simd() && !(off && !strcmp(off, "0")) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+           (a >> 4 & 1u);
+}
+
 const char *ebb_quant_simd_name(void)
 {
-    return have_simd() ? "avx2" : "scalar";
+    return have_vnni() ? "avx2, avx-vnni" : have_simd() ? "avx2" : "scalar";
 }
 
 #define SIMD(fn) fn
@@ -380,6 +458,41 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)
             return tab[i].fn && have_simd() ? tab[i].fn : NULL;
     return NULL;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
+{
+    static const struct {
+        uint32_t type;
+        ebb_quant_dot_act4_fn avx2, vnni;
+    } tab[] = {
+        {EBB_GGML_Q4_0, avx2_q4_0_x8, vnni_q4_0_x8}, {EBB_GGML_Q4_1, avx2_q4_1_x8, vnni_q4_1_x8},
+        {EBB_GGML_Q5_0, avx2_q5_0_x8, vnni_q5_0_x8}, {EBB_GGML_Q5_1, avx2_q5_1_x8, vnni_q5_1_x8},
+        {EBB_GGML_Q8_0, avx2_q8_0_x8, vnni_q8_0_x8},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+        if (tab[i].type == type)
+            return have_vnni() ? tab[i].vnni : have_simd() ? tab[i].avx2 : NULL;
+    return NULL;
+}
+
+bool ebb_quant_simd_vnni(void)
+{
+    return have_vnni();
+}
+#else
+
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
+{
+    (void)type;
+    return NULL;
+}
+
+bool ebb_quant_simd_vnni(void)
+{
+    return false;
+}
+#endif
 
 ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd)
 {

@@ -200,7 +200,14 @@ ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd);
 typedef void (*ebb_quant_dot_act4_fn)(const void *row, const void *act, uint64_t stride, uint64_t n,
                                       float *out);
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);
-/* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2", "neon-dotprod" or "scalar". */
+/* The same for eight tokens (out[0..7]), for the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+ * with AVX-VNNI's dpbusd where the CPU has it, else AVX2; NULL elsewhere and for other types. */
+ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
+/* Whether ebb_quant_get_dot_act8 takes AVX-VNNI on this CPU (EBB_CPU_VNNI=0: never, so that the
+ * tests reach the AVX2 version on a CPU with both). */
+bool ebb_quant_simd_vnni(void);
+/* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2" (with ", avx-vnni" where the
+ * eight-token products take it), "neon-dotprod" or "scalar". */
 const char *ebb_quant_simd_name(void);
 
 #endif

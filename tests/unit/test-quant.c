@@ -547,6 +547,40 @@ static void test_dot_act(void **state)
                          (double)want);
         }
     }
+    /* The eight-token products of the 32-block types, with AVX-VNNI where the CPU has it and
+     * with AVX2 (EBB_CPU_VNNI=0): each token's result has the one-token product's bits. */
+    static struct ebb_q8_act a8[8][N / 32];
+    for (int t = 0; t < 8; t++) {
+        for (int i = 0; i < N; i++)
+            x[i] = rndf(-3, 3) * (float)(t + 1);
+        ebb_quant_q8_act_row(x, N, a8[t]);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            setenv("EBB_CPU_VNNI", "0", 1);
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+            ebb_quant_dot_act4_fn f8 = ebb_quant_get_dot_act8(types[t]);
+            if (ebb_quant_q8k_act_supported(types[t]) || !f8) {
+                assert_true(!f8 || !ebb_quant_q8k_act_supported(types[t]));
+                continue;
+            }
+            random_row(types[t], row, blk[t] * (uint64_t)(N / 32), N / 32);
+            float out[8];
+            f8(row, a8, sizeof(a8[0]), N, out);
+            for (int tk = 0; tk < 8; tk++) {
+                float want = ebb_quant_dot_q8_act(types[t], row, a8[tk], N);
+                if (memcmp(&want, &out[tk], sizeof(float)))
+                    fail_msg("type %u token %d (%s): x8 %a, scalar %a", types[t], tk,
+                             pass                    ? "avx2"
+                             : ebb_quant_simd_vnni() ? "avx-vnni"
+                                                     : "avx2",
+                             (double)out[tk], (double)want);
+            }
+        }
+        if (pass)
+            assert_false(ebb_quant_simd_vnni());
+        unsetenv("EBB_CPU_VNNI");
+    }
     /* Q8_K: the largest magnitude maps to -127 exactly, the group sums add up. */
     for (int i = 0; i < N; i++)
         x[i] = rndf(-2, 2);
