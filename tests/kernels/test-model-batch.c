@@ -10,7 +10,9 @@
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
  * top-2 margin is below margin_tol (a near tie). Usage: test-model-batch [MODEL.gguf] (default
  * SmolLM2 in EBB_MODELS_DIR); EBB_TEST_DEVICE picks the device (default auto; "cpu": the CPU
- * device's one-pass decode); skips (77) without an OpenCL device or the model. */
+ * device's one-pass decode); EBB_TEST_STEPS, fewer greedy steps than 32 (the ASan+UBSan pass
+ * takes 8: the same code runs, and the plain build checks all 32); skips (77) without an
+ * OpenCL device or the model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 static float logit_tol = 0.02f, margin_tol = 0.05f;
 #define N_SEQ 8
 #define N_GEN 32
+static int n_gen = N_GEN; /* EBB_TEST_STEPS can lower it */
 
 static int failures;
 
@@ -184,9 +187,9 @@ static void test_greedy(struct ebb_model *m)
     for (int i = 0; i < N_SEQ; i++) { /* alone */
         struct ebb_model_out o = {.logits = lg};
         ebb_err rc = ebb_model_eval(m, (uint32_t)i, prompt[i], plen[i], 0, &o, &d);
-        for (int s = 0; !rc && s < N_GEN; s++) {
+        for (int s = 0; !rc && s < n_gen; s++) {
             ids[0][i][s] = argmax(lg, &margin[i][s]);
-            if (s + 1 < N_GEN)
+            if (s + 1 < n_gen)
                 rc =
                     ebb_model_eval(m, (uint32_t)i, &ids[0][i][s], 1, plen[i] + (uint32_t)s, &o, &d);
         }
@@ -200,23 +203,23 @@ static void test_greedy(struct ebb_model *m)
             .seq = (uint32_t)i, .tokens = prompt[i], .n = plen[i], .pos = 0, .out = &outs[i]};
     }
     ebb_err rc = ebb_model_eval_batch(m, parts, N_SEQ, &d);
-    for (int s = 0; !rc && s < N_GEN; s++) {
+    for (int s = 0; !rc && s < n_gen; s++) {
         for (int i = 0; i < N_SEQ; i++) {
             ids[1][i][s] = argmax(lg + (size_t)i * nv, &(float){0});
             parts[i].tokens = &ids[1][i][s];
             parts[i].n = 1;
             parts[i].pos = plen[i] + (uint32_t)s;
         }
-        if (s + 1 < N_GEN)
+        if (s + 1 < n_gen)
             rc = ebb_model_eval_batch(m, parts, N_SEQ, &d);
     }
     CHECK(!rc, "batched greedy: %s", d.msg);
     int same = 0, ties = 0;
     for (int i = 0; !rc && i < N_SEQ; i++) {
         int s = 0;
-        while (s < N_GEN && ids[0][i][s] == ids[1][i][s])
+        while (s < n_gen && ids[0][i][s] == ids[1][i][s])
             s++;
-        if (s == N_GEN) {
+        if (s == n_gen) {
             same++;
             continue;
         }
@@ -226,7 +229,7 @@ static void test_greedy(struct ebb_model *m)
         ties += margin[i][s] < margin_tol;
     }
     printf("  greedy, %d prompts x %d steps: %d identical, %d diverge at a near tie\n", N_SEQ,
-           N_GEN, same, ties);
+           n_gen, same, ties);
     free(lg);
 }
 
@@ -293,6 +296,9 @@ int main(int argc, char **argv)
         return 1;
     }
     nv = ebb_model_n_vocab(m);
+    if (getenv("EBB_TEST_STEPS") && atoi(getenv("EBB_TEST_STEPS")) > 0 &&
+        atoi(getenv("EBB_TEST_STEPS")) < N_GEN)
+        n_gen = atoi(getenv("EBB_TEST_STEPS"));
     printf("%s on %s\n", path, ebb_model_device_name(m));
     if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
         logit_tol = 0.15f;
