@@ -1253,7 +1253,7 @@ static void test_tune(void)
                "no longer fits\n");
     }
     /* With matmul_mmql's cp.async tiles (MQL_ASYNC, NVIDIA's default after the probe), Q4_0
-     * goes split without a timing (none cached), an 8-bit type is still measured. */
+     * goes split without a timing (none cached). */
     struct ebb_cl_tuning ta = tu;
     ta.mmq_async = ta.mmq_stage = ta.mm_mma = 1;
     ta.mmq = ta.mmq ? ta.mmq : 32;
