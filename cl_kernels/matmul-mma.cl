@@ -926,16 +926,29 @@ typedef float2 mql_sc;
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
+#if defined(W_QK8N)
+/* Raw Q4_K (W_QK8N): a row keeps its super-block's 16-byte header (d, dmin, the packed scales)
+ * and the step's KB / 2 chunks of 32 quant bytes (sub-blocks 2c and 2c + 1 in the low and high
+ * nibbles), KB even and dividing 8 (a step within one super-block); the scales are decoded from
+ * the header as the fragments are read. */
+#define MQA_K 1
+#define MQA_AKW (4 * (MS_KB + 1))
+#define MQA_SN 0
+#else
+#define MQA_K 0
 #define MQA_AKW (4 * (MS_KB + 1 + (MS_KB & 1)))
+#define MQA_SN (2 * MS_KB)
+#endif
 #define MQA_XKW (8 * MS_KB + 4)
-#define MQA_STAGE (4 * (MQL_R * MQA_AKW + 2 * MQL_R * MS_KB + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
+#define MQA_STAGE (4 * (MQL_R * MQA_AKW + MQA_SN * MQL_R + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
 #if MQL_NST == 3 && 3 * MQA_STAGE > 49152
 #define MQA_NST 2 /* three stages do not fit: two */
 #else
 #define MQA_NST MQL_NST
 #endif
-#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && defined(W_SPLIT4) && defined(W_QOFF) &&           \
-    MQA_NST * MQA_STAGE <= 49152 && !MQ_H2
+#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
+    ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
+     (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0))
 #define MQL_A 1
 #else
 #define MQL_A 0
@@ -945,11 +958,26 @@ typedef float2 mql_sc;
  * words), ss (scales), sx (inputs), sh (input scales); rows past n_out and tokens past n_tok
  * repeat the last (their results are not written). */
 inline __attribute__((always_inline)) void
-mqa_copy(__global const uchar *w_a, __global const float2 *w_b, int n_in, int n_out,
-         __global const char *xq, __global const float2 *xh, int n_tok, int lid, int row0, int t0,
-         int b0, uint sa, uint ss, uint sx, uint sh)
+mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
+         int n_tok, int lid, int row0, int t0, int b0, uint sa, uint ss, uint sx, uint sh)
 {
     int nb = n_in / 32;
+#if MQA_K
+    /* Piece k of row r: 0 the header, 1.. the 16-byte pieces of the step's quant bytes. */
+    ulong rowb = (ulong)(n_in / 256) * 144;
+    (void)ss;
+#pragma unroll
+    for (int n = 0; n < (MQL_R * (MS_KB + 1) + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MQL_R * (MS_KB + 1)) {
+            int r = c / (MS_KB + 1), k = c % (MS_KB + 1);
+            const __global uchar *p = w_a + w_off + (ulong)min(row0 + r, n_out - 1) * rowb +
+                                      (ulong)(b0 >> 3) * 144;
+            cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u,
+                       p + (k ? 16 + 32 * ((b0 & 7) >> 1) + 16 * (k - 1) : 0), 16);
+        }
+    }
+#else
 #pragma unroll
     for (int n = 0; n < (MQL_R * MS_KB + MQL_NT - 1) / MQL_NT; n++) {
         int c = lid + n * MQL_NT;
@@ -960,6 +988,7 @@ mqa_copy(__global const uchar *w_a, __global const float2 *w_b, int n_in, int n_
             cp_async8(ss + (uint)(r * MS_KB + kb) * 8u, w_b + blk, b < nb ? 8 : 0);
         }
     }
+#endif
 #pragma unroll
     for (int n = 0; n < (MS_T * MS_KB * 2 + MQL_NT - 1) / MQL_NT; n++) {
         int c = lid + n * MQL_NT;
@@ -980,6 +1009,25 @@ mqa_copy(__global const uchar *w_a, __global const float2 *w_b, int n_in, int n_
         }
     }
 }
+#if MQA_K
+/* Sub-block j's (d sc, -dmin m) from a staged Q4_K header h (words: d and dmin as halves, then
+ * the 12 bytes of six-bit scales and mins, packed as k4_scale_min reads them). */
+inline float2 mqa_k4_dm(__local const uint *h, int j)
+{
+    uint s0 = h[1], s1 = h[2], s2 = h[3], sc, mn;
+    int sh = 8 * (j & 3);
+    if (j < 4) {
+        sc = (s0 >> sh) & 63u;
+        mn = (s1 >> sh) & 63u;
+    } else {
+        uint e = (s2 >> sh) & 255u;
+        sc = (e & 15u) | (((s0 >> sh) >> 6 & 3u) << 4);
+        mn = (e >> 4) | (((s1 >> sh) >> 6 & 3u) << 4);
+    }
+    float2 dd = vload_half2(0, (__local const half *)h);
+    return (float2)(dd.x * (float)sc, -dd.y * (float)mn);
+}
+#endif
 #endif
 #if defined(MQ_QW8)
 #define MQL_QW(o, b, k, v, dm) MQ_QW8(o, b, k, &(v)[0], &(v)[1], dm)
@@ -1027,7 +1075,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 {
 #if MQL_A
     __local uint la[MQA_NST * MQL_R * MQA_AKW] __attribute__((aligned(16)));
-    __local float2 ls[MQA_NST * MQL_R * MS_KB] __attribute__((aligned(16)));
+    __local float2 ls[MQA_SN ? MQA_NST * MQL_R * MS_KB : 4] __attribute__((aligned(16)));
     __local uint lx[MQA_NST * MS_T * MQA_XKW] __attribute__((aligned(16)));
     __local float2 lh[MQA_NST * MS_T * MS_KB] __attribute__((aligned(16)));
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
@@ -1039,7 +1087,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #pragma unroll
     for (int s = 0; s < MQA_NST - 1; s++) {
         if (s < ns)
-            mqa_copy(w_a, w_b, n_in, n_out, xq, xh, n_tok, lid, row0, t0, s * MS_KB,
+            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, s * MS_KB,
                      sa + (uint)(s * MQL_R * MQA_AKW * 4), ss + (uint)(s * MQL_R * MS_KB * 8),
                      sx + (uint)(s * MS_T * MQA_XKW * 4), sh + (uint)(s * MS_T * MS_KB * 8));
         CP_COMMIT();
@@ -1055,20 +1103,37 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         /* Step s + MQA_NST - 1 into the stage that every warp finished reading at step s - 1. */
         int sn = s + MQA_NST - 1, pn = sn % MQA_NST;
         if (sn < ns)
-            mqa_copy(w_a, w_b, n_in, n_out, xq, xh, n_tok, lid, row0, t0, sn * MS_KB,
+            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, sn * MS_KB,
                      sa + (uint)(pn * MQL_R * MQA_AKW * 4), ss + (uint)(pn * MQL_R * MS_KB * 8),
                      sx + (uint)(pn * MS_T * MQA_XKW * 4), sh + (uint)(pn * MS_T * MS_KB * 8));
         CP_COMMIT();
         int st = s % MQA_NST;
         __local const uint *A = la + st * MQL_R * MQA_AKW, *X = lx + st * MS_T * MQA_XKW;
         __local const float2 *S = ls + st * MQL_R * MS_KB, *H = lh + st * MS_T * MS_KB;
+#if MQA_K
+        (void)S;
+#pragma unroll 1 /* the scales' decoding of both sub-blocks at once spills registers */
+#else
 #pragma unroll
+#endif
         for (int kb = 0; kb < MS_KB; kb++) {
             uint a[MS_MI][4]; /* rows g, g + 8: first half (low nibbles), then second */
             float2 f[MS_MI][2];
 #pragma unroll
             for (int i = 0; i < MS_MI; i++) {
                 int ra = rw + 16 * i + g, rb = ra + 8;
+#if MQA_K
+                /* Sub-block kb of the step: chunk kb / 2, its nibble by kb's parity (the step
+                 * starts on an even sub-block); weights 4q.. are word q, 16 + 4q.. word 4 + q. */
+                __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
+                int wq = 4 + 8 * (kb >> 1) + q, nsh = 4 * (kb & 1);
+                a[i][0] = (ha[wq] >> nsh) & 0x0F0F0F0Fu;
+                a[i][1] = (hb[wq] >> nsh) & 0x0F0F0F0Fu;
+                a[i][2] = (ha[wq + 4] >> nsh) & 0x0F0F0F0Fu;
+                a[i][3] = (hb[wq + 4] >> nsh) & 0x0F0F0F0Fu;
+                f[i][0] = mqa_k4_dm(ha, (s * MS_KB + kb) & 7);
+                f[i][1] = mqa_k4_dm(hb, (s * MS_KB + kb) & 7);
+#else
                 uint w0 = A[ra * MQA_AKW + 4 * kb + q], w1 = A[rb * MQA_AKW + 4 * kb + q];
                 a[i][0] = MQ_SIGNED(w0 & 0x0F0F0F0Fu);
                 a[i][1] = MQ_SIGNED(w1 & 0x0F0F0F0Fu);
@@ -1076,6 +1141,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 a[i][3] = MQ_SIGNED((w1 >> 4) & 0x0F0F0F0Fu);
                 f[i][0] = S[ra * MS_KB + kb];
                 f[i][1] = S[rb * MS_KB + kb];
+#endif
             }
 #pragma unroll
             for (int j = 0; j < MS_T / 8; j++) {
