@@ -274,7 +274,7 @@ static const struct knob knobs[] = {
      "32-blocks a step"},
     {.name = "MMQL_TILE_K", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqk_t, "8|16|32|64|128"), P(mmqk_mi, "1|2|4"), P(mmqk_w, "pow2 1..32"), P(mmqk_kb, "1|2|4")},
-     .def = {{DC_ANY, {128, 1, 4, 2}}}, .check = mmql_tile_check,
+     .def = {{DC_ANY, {64, 2, 4, 4}}}, .check = mmql_tile_check,
      .doc = "matmul_mmql's tile for K-quant weights (Q4_K, Q5_K, Q6_K), as MMQL_TILE"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 #include "cl/cl-layout.h"
@@ -667,6 +668,12 @@ static void test_mma(void)
     test_mma_tiles(&q50, tq, 288, true); /* and raw Q5_0: five bits a byte */
     struct ebb_cl_layout q5k = {EBB_GGML_Q5_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q5k, tq, 512, true); /* and raw Q5_K: five bits a byte, a scale a block */
+    /* The K-quants again with steps of 4 blocks (MMQL_TILE_K's default KB): raw Q4_K's cp.async
+     * copies two 32-byte chunks a step there (on PTX), the others stage 4 blocks' words. */
+    tq.mms_kb = 4;
+    test_mma_tiles(&q4k, tq, 512, true);
+    test_mma_tiles(&q5k, tq, 512, true);
+    test_mma_tiles(&q6k, tq, 512, true);
 }
 
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
@@ -804,7 +811,21 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     const size_t n_ms = sizeof(ms_shapes) / sizeof(ms_shapes[0]);
     /* Program si: GEMM tile si (unless mms_only) and matmul_mms tile si, where there are. */
     bool has_mms = true;
-    for (size_t si = 0; si < (mms_only ? 2 : n_shapes); si++) {
+    /* EBB_KT_TYPES=q4_k,q8_0 (by hand, as EBB_KT_ONLY): only these weight types' tiles. */
+    const char *types = getenv("EBB_KT_TYPES");
+    if (types) {
+        char tl[64], tn[16];
+        size_t k = 0;
+        for (; types[k] && k < sizeof(tl) - 1; k++)
+            tl[k] = (char)tolower((unsigned char)types[k]);
+        tl[k] = 0;
+        for (k = 0; name[k] && name[k] != '/' && k < sizeof(tn) - 1; k++)
+            tn[k] = (char)tolower((unsigned char)name[k]);
+        tn[k] = 0;
+        if (!strstr(tl, tn))
+            n_in = 0; /* no program below */
+    }
+    for (size_t si = 0; n_in && si < (mms_only ? 2 : n_shapes); si++) {
         /* the layout's words: two matmul_mms tiles suffice */
         bool mma = !mms_only, ms = has_mms && si < n_ms;
         if (!mma && !ms)
