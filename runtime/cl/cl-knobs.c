@@ -260,8 +260,8 @@ static const struct knob knobs[] = {
           "their weights and inputs in local memory, with the MMQL_TILE tile; 0: matmul_mmq",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("MMQASYNC", mmq_async,
-          "with MMQ_STAGE, matmul_mmql copies the tiles of Q4_0 weights in the split layout "
-          "and of its inputs with cp.async, unpacking the nibbles as it reads them "
+          "with MMQ_STAGE, matmul_mmql copies the tiles of Q4_0 weights in the split layout, of "
+          "raw Q4_K weights, and of its inputs with cp.async, unpacking the nibbles as it reads them "
           "(after the async probe; where MMQNST stages fit in 48 KiB)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     UINT1("MMQNST", mmq_nst, "2|3",
