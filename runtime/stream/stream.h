@@ -81,10 +81,15 @@ struct ebb_stream_report {
     uint64_t cg_limit;         /* its limit; UINT64_MAX = none */
     uint64_t cg_usage;         /* its usage, and the reclaimable page cache within it */
     uint64_t cg_inactive_file;
-    uint32_t n_limit_changes; /* memory limit changes the probes have seen since open */
-    char cache_why[320];      /* why `cache` was picked ("" until slots are attached) */
-    char probes[64];          /* the live probes (ebb_memprobe_describe) */
-    uint64_t staging_bytes;   /* host memory of the attached staging slots */
+    uint32_t n_limit_changes;    /* memory limit changes the probes have seen since open */
+    bool notify_armed;           /* pressure notifications armed (mempressure.h) */
+    char notify[320];            /* what is armed, or why nothing is */
+    uint32_t n_notify;           /* pressure notifications handled */
+    uint32_t n_replans;          /* re-plans run (periodic ticks, posted readings, budgets) */
+    uint32_t n_replans_notified; /* of those, re-plans on a notification's reading */
+    char cache_why[320];         /* why `cache` was picked ("" until slots are attached) */
+    char probes[64];             /* the live probes (ebb_memprobe_describe) */
+    uint64_t staging_bytes;      /* host memory of the attached staging slots */
     bool pressure;
     uint64_t bytes_per_token; /* streamed raw bytes per step */
     struct ebb_stream_io_stats io;
@@ -151,6 +156,12 @@ void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t
  * changed memory limit (a cgroup's limit set, lowered, raised or removed) is logged here and
  * counted (ebb_stream_memory_limit_changes_total). */
 bool ebb_stream_probe(struct ebb_stream *s);
+
+/* Any thread: fn(u) is called from the notification thread after a pressure notification
+ * posted a reading (mempressure.h), so that an idle engine can re-plan at once (the scheduler
+ * runs ebb_model_stream_settle); a busy one re-plans before its next step anyway. NULL for
+ * none. fn must not call back into the streamer. */
+void ebb_stream_set_wake(struct ebb_stream *s, void (*fn)(void *u), void *u);
 
 /* Any thread: a new byte budget (0 = auto) for the next ebb_stream_replan, which sheds layers
  * down to it or grows up to it at once (ebb_stream_planner_set_budget); the daemon lends an
