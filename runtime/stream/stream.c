@@ -49,10 +49,13 @@ struct ebb_stream {
     struct ebb_mempressure *mpw;
     pthread_t watch;
     bool watching;
-    char notify_desc[320]; /* what is armed, or why nothing is */
-    uint32_t n_notify;     /* notifications handled */
-    bool mail_notified;    /* the mailbox's reading came from a notification */
-    void (*wake)(void *u); /* ebb_stream_set_wake */
+    char notify_desc[320];    /* what is armed, or why nothing is */
+    uint32_t n_notify;        /* notifications handled */
+    bool mail_notified;       /* the mailbox's reading came from a notification */
+    bool mail_critical;       /* a critical notification came since the last re-plan */
+    uint64_t plan_cg_limit;   /* the cgroup limit at the last re-plan (UINT64_MAX none) */
+    uint64_t psi_stale_until; /* PSI's pressure is ignored until then (a limit was raised) */
+    void (*wake)(void *u);    /* ebb_stream_set_wake */
     void *wake_u;
     bool host_pressure; /* discrete: host pressure seen by a re-plan, not yet taken */
     uint32_t n_staging_shrink;
@@ -183,6 +186,7 @@ static void *watch_main(void *arg)
         s->mail = r;
         s->mail_seq++;
         s->mail_notified = true;
+        s->mail_critical = s->mail_critical || lv >= EBB_MEMPRESSURE_CRITICAL;
         s->mail_pressure = s->mail_pressure || r.pressure || lv >= EBB_MEMPRESSURE_CRITICAL;
         note_limit(s, &r, false);
         uint32_t n = ++s->n_notify;
@@ -287,6 +291,7 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
         goto out;
     s->limit = ebb_stream_plan_limit(&s->plan, &in);
     s->first_host = n - ebb_stream_plan_place(n, s->plan.n_resident, p->n_host, NULL);
+    s->plan_cg_limit = cg_limit(&s->last);
     watch_start(s);
     *out = s;
     s = NULL;
@@ -538,6 +543,8 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     pthread_mutex_lock(&s->mu);
     struct ebb_memprobe_reading r = s->mail;
     bool pressure = s->mail_pressure;
+    bool critical = s->mail_critical;
+    s->mail_critical = false;
     bool fresh = s->mail_seq != 0;
     bool notified = s->mail_notified && s->mail_seq != s->used_seq;
     s->mail_notified = false;
@@ -552,6 +559,15 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
+    /* PSI's avg10 is the last 10 s: after a raised (or removed) limit it still reports the
+     * stalls under the old one and would block the growth the new limit allows. It counts
+     * again once a window has passed; a critical notification counts at once. */
+    uint64_t lim = cg_limit(&r);
+    if (lim > s->plan_cg_limit)
+        s->psi_stale_until = now_ns + EBB_STREAM_PSI_STALE_NS;
+    s->plan_cg_limit = lim;
+    if (now_ns < s->psi_stale_until && !critical)
+        pressure = false;
     repick_cache(s);
     if (s->discrete) { /* host pressure is not about the device's memory: see stream.h */
         s->host_pressure = s->host_pressure || pressure;

@@ -56,6 +56,10 @@ struct ebb_stream_event {
  * limit, at least this, at most the default margin (stream-plan.h). */
 #define EBB_STREAM_CG_MARGIN_MIN (16ull << 20)
 
+/* After a cgroup limit was raised or removed, PSI's pressure (its avg10 still averages the time
+ * under the old limit) is ignored for this long; critical notifications still count. */
+#define EBB_STREAM_PSI_STALE_NS 10000000000ull
+
 /* Everything /metrics and `ebb run --json` show (docs/STREAMER.md, "What to expose"). */
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;

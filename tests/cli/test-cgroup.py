@@ -226,14 +226,15 @@ LOW = 100  # MiB: below what the model holds with every layer resident (about 15
 # its pages are charged to the group and cannot be reclaimed, the first limit the kernel takes
 
 
-def lower(g):
-    """Sets LOW MiB, or where the kernel refuses that (v1 answers EBUSY to a limit it cannot
+def lower(g, low=None):
+    """Sets `low` MiB (LOW by default), or where the kernel refuses that (v1 answers EBUSY to a limit it cannot
     reclaim the group's usage under) the first 10 MiB step up it takes plus 32 MiB, so that the
     group is not left at the edge of an OOM kill before ebb's next probe; returns the limit."""
-    for mib in range(LOW, 401, 10):
+    low = low or LOW
+    for mib in range(low, 401, 10):
         try:
             g.set_limit(mib * MiB)
-            if mib > LOW:
+            if mib > low:
                 mib += 32
                 g.set_limit(mib * MiB)
             return mib
