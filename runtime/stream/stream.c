@@ -559,12 +559,15 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
-    /* PSI's avg10 is the last 10 s: after a raised (or removed) limit it still reports the
-     * stalls under the old one and would block the growth the new limit allows. It counts
-     * again once a window has passed; a critical notification counts at once. */
+    /* A raised (or removed) limit grows back at once (ebb_stream_planner_limit_raised). PSI's
+     * avg10 is the last 10 s: after the raise it still reports the stalls under the old limit
+     * and would block that growth. It counts again once a window has passed; a critical
+     * notification counts at once. */
     uint64_t lim = cg_limit(&r);
-    if (lim > s->plan_cg_limit)
+    if (lim > s->plan_cg_limit) {
         s->psi_stale_until = now_ns + EBB_STREAM_PSI_STALE_NS;
+        ebb_stream_planner_limit_raised(&s->plan);
+    }
     s->plan_cg_limit = lim;
     if (now_ns < s->psi_stale_until && !critical)
         pressure = false;

@@ -12,7 +12,8 @@ resident): 2 GiB -> 130 MiB, where some layers stay resident and the rest stream
      and every layer is resident again within the period plus the grow hold plus slack; both in
      /metrics (ebb_stream_replans_total, ebb_stream_layers_resident/_streamed,
      ebb_stream_cgroup_limit_bytes, ebb_stream_memory_limit_changes_total, the available
-     source) and logged.
+     source) and logged. A raised limit grows back at the first re-plan that sees it (no hold
+     time, PSI's avg10 from under the old limit ignored).
   B. Probe period 60 s with pressure notifications armed (cgroup v1 memory.pressure_level, v2
      PSI triggers): the limit lowered to 100 MiB, under what the group holds (about 120 MiB;
      130 MiB in A is above it, so the kernel reclaims nothing there and notifies nothing),
@@ -202,7 +203,7 @@ def part_a(parent):
         wait_for(d, "A: raised to 2048 MiB, every layer resident", lambda m: m.get(
             "ebb_stream_cgroup_limit_bytes") == HIGH and m["ebb_stream_layers_resident"] == total
             and m["ebb_stream_layers_streamed"] == 0 and m["ebb_stream_replans_total"] > r1,
-            period + 0.2 + SLACK)
+            period + SLACK)
         load.stop(ref)
         m = d.metrics()
         assert m["ebb_stream_memory_limit_changes_total"] >= 2, m
