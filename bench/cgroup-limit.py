@@ -17,7 +17,7 @@ took. Two daemons: pressure notifications armed (the default), and EBB_STREAM_PR
 (the 2 s probe period alone). Every request's status, the group's failed charges and OOM
 kills are counted. Where v1 refuses the lower limit (EBUSY: the group's usage cannot be
 reclaimed under it), the write is retried every 0.5 s; the table says after how long it took.
-MODEL may be "gen:SHAPE" (e.g. gen:llama3.2-1b): a random-weight Q4_0 file of that shape is
+SERVE_LOG=FILE appends the daemons' logs there. MODEL may be "gen:SHAPE" (e.g. gen:llama3.2-1b): a random-weight Q4_0 file of that shape is
 written once to /tmp/ebb-cg-SHAPE.gguf by build-test/bench/ebb-gen-model (GEN_MODEL), with the
 tokenizer of TOKENIZER_FROM (default SmolLM2-135M-Instruct.Q4_1.gguf under EBB_MODELS_DIR).
 
@@ -193,7 +193,8 @@ def under_load(ebb, model, high, low, notify):
                           "--memory-budget", "auto", "--parallel", "1"],
                          preexec_fn=lambda: open(os.path.join(d, "cgroup.procs"), "w").write(
                              str(os.getpid())), env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+                         stderr=open(os.environ["SERVE_LOG"], "a") if os.environ.get(
+                             "SERVE_LOG") else subprocess.DEVNULL, text=True)
     statuses, stop, rows = [], threading.Event(), []
     client = None
     try:
