@@ -319,8 +319,10 @@ static void on_probe(uv_timer_t *t)
         return;
     }
     struct ebb_model *m = ebb_sched_model(s->sched);
-    if (m && ebb_model_streaming(m))
+    if (m && ebb_model_streaming(m)) {
         ebb_model_stream_probe(m);
+        ebb_sched_stream_poke(s->sched); /* an idle engine re-plans now */
+    }
 }
 
 static void on_watchdog(uv_timer_t *t)

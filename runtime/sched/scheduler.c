@@ -379,6 +379,13 @@ bool ebb_sched_stream_budget(struct ebb_sched *s, uint64_t budget)
     return true;
 }
 
+void ebb_sched_stream_poke(struct ebb_sched *s)
+{
+    struct ebb_model *m = atomic_load(&s->model);
+    if (m && ebb_model_streaming(m))
+        stream_wake(s);
+}
+
 /* Engine thread, mu held, idle: applies a posted streamer budget with mu released meanwhile
  * (moving layers takes a while; submitters must not wait on it). */
 static void engine_settle(struct ebb_sched *s, struct ebb_model *m)

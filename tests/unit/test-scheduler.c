@@ -232,6 +232,12 @@ bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
     return atomic_load(&streams);
 }
 
+bool ebb_model_streaming(const struct ebb_model *m)
+{
+    (void)m;
+    return atomic_load(&streams);
+}
+
 /* The wake hook the scheduler hands the model (a streamer's pressure notification calls it). */
 static void (*wake_fn)(void *u);
 static void *wake_u;
@@ -889,7 +895,8 @@ static void test_stream_budget_while_idle(void **state)
 }
 
 /* The scheduler hands its model a wake hook; a pressure notification calling it makes an idle
- * engine settle (re-plan) at once instead of at the next job. */
+ * engine settle (re-plan) at once instead of at the next job; so does ebb_sched_stream_poke
+ * (the daemon's probe period) where the model streams. */
 static void test_stream_wake_while_idle(void **state)
 {
     (void)state;
@@ -904,6 +911,16 @@ static void test_stream_wake_while_idle(void **state)
     for (int i = 0; i < 2000 && !atomic_load(&n_settles); i++)
         usleep(1000);
     assert_int_equal(atomic_load(&n_settles), 1);
+    /* The daemon's probe period pokes too: only a streaming model settles. */
+    ebb_sched_stream_poke(s);
+    usleep(20000);
+    assert_int_equal(atomic_load(&n_settles), 1);
+    atomic_store(&streams, true);
+    ebb_sched_stream_poke(s);
+    for (int i = 0; i < 2000 && atomic_load(&n_settles) < 2; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&n_settles), 2);
+    atomic_store(&streams, false);
     ebb_sched_free(s);
 }
 
