@@ -13,7 +13,8 @@ resident): 2 GiB -> 130 MiB, where some layers stay resident and the rest stream
      /metrics (ebb_stream_replans_total, ebb_stream_layers_resident/_streamed,
      ebb_stream_cgroup_limit_bytes, ebb_stream_memory_limit_changes_total, the available
      source) and logged. A raised limit grows back at the first re-plan that sees it (no hold
-     time, PSI's avg10 from under the old limit ignored).
+     time, PSI's avg10 from under the old limit ignored). Then the same with no request
+     running: the probe period re-plans an idle engine too.
   B. Probe period 60 s with pressure notifications armed (cgroup v1 memory.pressure_level, v2
      PSI triggers): the limit lowered to 100 MiB, under what the group holds (about 120 MiB;
      130 MiB in A is above it, so the kernel reclaims nothing there and notifies nothing),
@@ -211,6 +212,15 @@ def part_a(parent):
         assert m['ebb_stream_plan_changes_total{direction="grow"}'] >= 1, m
         assert m["ebb_stream_pressure_notifications_total"] == 0, m
         assert sum("memory limit changed" in l for l in d.log) >= 2, "\n".join(d.log)
+        # Idle (no request running): the probe period settles the engine, both ways.
+        low = tc.lower(g)
+        wait_for(d, "A idle: lowered to %d MiB, plan shrunk" % low, lambda m: m.get(
+            "ebb_stream_cgroup_limit_bytes") == low * MiB and m[
+            "ebb_stream_layers_resident"] < total, period + SLACK)
+        g.set_limit(HIGH)
+        wait_for(d, "A idle: raised to 2048 MiB, every layer resident", lambda m: m.get(
+            "ebb_stream_cgroup_limit_bytes") == HIGH and m["ebb_stream_layers_resident"] == total,
+            period + SLACK)
         assert tc.oom_kills(g) == 0, "OOM kill in the group"
     finally:
         if load:
