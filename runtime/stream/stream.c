@@ -154,6 +154,27 @@ static void fill_schedule(struct ebb_stream *s, uint32_t *n)
 
 static bool cg_binds(const struct ebb_memprobe_reading *r);
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Gathers a burst of notifications for up to 100 ms after the first (at level lv); returns
+ * the highest level, or -1 when stopped meanwhile. */
+static int gather_burst(struct ebb_mempressure *w, int lv)
+{
+    uint64_t end = mono_ns() + 100000000ull;
+    for (uint64_t now = mono_ns(); now < end; now = mono_ns()) {
+        int more = ebb_mempressure_wait(w, (int)((end - now + 999999) / 1000000));
+        if (more < 0)
+            return -1;
+        lv = more > lv ? more : lv;
+    }
+    return lv;
+}
+
 /* The notification thread: on a pressure notification it reads the probes at once and posts
  * the reading as ebb_stream_probe does (a critical one also as pressure), so the engine
  * re-plans before its next step instead of at the next probe period; then wakes an idle
@@ -169,17 +190,9 @@ static void *watch_main(void *arg)
             break;
         if (lv == EBB_MEMPRESSURE_NONE)
             continue;
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        t = t0;
-        for (int left = 100, more; left > 0;
-             left =
-                 100 - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000)) {
-            if ((more = ebb_mempressure_wait(s->mpw, left)) < 0)
-                return NULL;
-            lv = more > lv ? more : lv;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-        }
+        uint64_t now = mono_ns();
+        if ((lv = gather_burst(s->mpw, lv)) < 0)
+            break;
         struct ebb_memprobe_reading r;
         pthread_mutex_lock(&s->mu);
         ebb_memprobe_read(s->mp, &r);
@@ -193,7 +206,6 @@ static void *watch_main(void *arg)
         void (*wake)(void *) = s->wake;
         void *wake_u = s->wake_u;
         pthread_mutex_unlock(&s->mu);
-        uint64_t now = (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec;
         if (!logged || now - logged >= 5000000000ull) { /* a burst logs once per 5 s */
             char av[32];
             fmt_bytes(r.available_ok ? r.available : UINT64_MAX, av, sizeof(av));
