@@ -5,17 +5,34 @@ decode tok/s, the group's failed charges (v1 memory.failcnt, v2 memory.events "m
 kills, what the planner saw (available_source, resident layers, stream I/O mode).
 
     bench/cgroup-limit.py EBB MODEL [LIMIT_MIB]      (root; not run by the tests)
+    bench/cgroup-limit.py --under-load EBB MODEL [HIGH_MIB LOW_MIB]
+
+--under-load: "limit changed under load". `ebb serve --memory-budget auto` in a group of
+HIGH_MIB (default 2048) while a client sends streaming chat completions (MAX_TOKENS, default 8)
+back to back; the limit is lowered to LOW_MIB (default 400), held HOLD_S (default 20) seconds,
+raised to HIGH_MIB again and held as long. Timed from each write, polling /metrics every 50 ms:
+until the daemon sees the new limit (ebb_stream_cgroup_limit_bytes), until the plan has
+changed (ebb_stream_layers_resident), and how many re-plans and pressure notifications that
+took. Two daemons: pressure notifications armed (the default), and EBB_STREAM_PRESSURE_NOTIFY=0
+(the 2 s probe period alone). Every request's status, the group's failed charges and OOM
+kills are counted. Where v1 refuses the lower limit (EBUSY: the group's usage cannot be
+reclaimed under it), the write is retried every 0.5 s; the table says after how long it took.
+SERVE_LOG=FILE appends the daemons' logs there. MODEL may be "gen:SHAPE" (e.g. gen:llama3.2-1b): a random-weight Q4_0 file of that shape is
+written once to /tmp/ebb-cg-SHAPE.gguf by build-test/bench/ebb-gen-model (GEN_MODEL), with the
+tokenizer of TOKENIZER_FROM (default SmolLM2-135M-Instruct.Q4_1.gguf under EBB_MODELS_DIR).
 
 Rows: no limit; LIMIT_MIB (default 400) with --memory-budget auto (the I/O mode ebb picks);
 the same with each --stream-io mode named; then with a fixed budget of LIMIT-20 MiB and each
 mode. Environment: GEN (tokens, default 16),
 PROMPT (default "Hello, my name is"). Groups are made under this process's own memory cgroup
 and removed afterwards."""
+import http.client
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 MiB = 1 << 20
@@ -102,7 +119,173 @@ def run(ebb, model, ver, parent, limit, extra):
                     time.sleep(0.1)
 
 
+def gen_model(spec):
+    """A "gen:SHAPE" model written once with ebb-gen-model; a path is returned as it is."""
+    if not spec.startswith("gen:"):
+        return spec
+    shape = spec[4:]
+    out = "/tmp/ebb-cg-%s.gguf" % shape
+    if not os.path.exists(out):
+        here = os.path.dirname(os.path.abspath(__file__))
+        gen = os.environ.get("GEN_MODEL", os.path.join(here, "..", "build-test", "bench",
+                                                       "ebb-gen-model"))
+        tok = os.environ.get("TOKENIZER_FROM", os.path.join(os.environ.get(
+            "EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models")),
+            "SmolLM2-135M-Instruct.Q4_1.gguf"))
+        subprocess.run([gen, "--shape", shape, "--tokenizer-from", tok, "--type", "q4_0", "-o",
+                        out], check=True)
+    return out
+
+
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("ebb_stream_") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def chat(port, n):
+    body = json.dumps({"messages": [{"role": "user", "content": os.environ.get(
+        "PROMPT", "Hello, my name is")}], "max_tokens": n, "temperature": 0, "stream": True})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    done = False
+    for raw in r:
+        if raw.strip() == b"data: [DONE]":
+            done = True
+    c.close()
+    return r.status if done else "%d, no [DONE]" % r.status
+
+
+def set_limit(d, ver, mib):
+    """Writes the limit, retrying every 0.5 s for 60 s where v1 answers EBUSY; returns the
+    seconds the retries took."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            open(os.path.join(d, "memory.limit_in_bytes" if ver == 1 else "memory.max"),
+                 "w").write(str(mib * MiB))
+            return time.monotonic() - t0
+        except OSError:
+            if time.monotonic() - t0 > 60:
+                raise
+            time.sleep(0.5)
+
+
+def under_load(ebb, model, high, low, notify):
+    """One daemon: returns (rows of timings, statuses, failed charges, OOM kills)."""
+    ver, parent = memcg_dir()
+    d = os.path.join(parent, "ebb-bench-load-%d" % os.getpid())
+    os.mkdir(d)
+    set_limit(d, ver, high)
+    drop_cache(model)
+    env = dict(os.environ)
+    if not notify:
+        env["EBB_STREAM_PRESSURE_NOTIFY"] = "0"
+    p = subprocess.Popen([ebb, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
+                          "--memory-budget", "auto", "--parallel", "1"],
+                         preexec_fn=lambda: open(os.path.join(d, "cgroup.procs"), "w").write(
+                             str(os.getpid())), env=env, stdout=subprocess.PIPE,
+                         stderr=open(os.environ["SERVE_LOG"], "a") if os.environ.get(
+                             "SERVE_LOG") else subprocess.DEVNULL, text=True)
+    statuses, stop, rows = [], threading.Event(), []
+    client = None
+    try:
+        port = None
+        while port is None:
+            line = p.stdout.readline()
+            if not line:
+                sys.exit("ebb serve did not start")
+            if "listening on http://" in line:
+                port = int(line.rsplit(":", 1)[1].strip().strip("/"))
+        while "ebb_stream_layers_total" not in metrics(port):
+            time.sleep(0.2)
+        n = int(os.environ.get("MAX_TOKENS", "8"))
+
+        def load():
+            while not stop.is_set():
+                try:
+                    statuses.append(chat(port, n))
+                except OSError as e:
+                    statuses.append(str(e))
+
+        client = threading.Thread(target=load)
+        client.start()
+        while not statuses:
+            time.sleep(0.2)
+        hold = float(os.environ.get("HOLD_S", "20"))
+        for mib in (low, high):
+            m0 = metrics(port)
+            t0 = time.monotonic()
+            retry = set_limit(d, ver, mib)
+            seen = changed = None
+            while time.monotonic() - t0 < hold:
+                m = metrics(port)
+                t = time.monotonic() - t0
+                if seen is None and m.get("ebb_stream_cgroup_limit_bytes") == mib * MiB:
+                    seen = t
+                if changed is None and m["ebb_stream_layers_resident"] != m0[
+                        "ebb_stream_layers_resident"]:
+                    changed, mc = t, m
+                time.sleep(0.05)
+            m = metrics(port)
+            rows.append({"to": mib, "retry": retry, "seen": seen, "changed": changed,
+                         "from_res": m0["ebb_stream_layers_resident"],
+                         "res": m["ebb_stream_layers_resident"],
+                         "total": m["ebb_stream_layers_total"],
+                         "replans": (mc if changed is not None else m)[
+                             "ebb_stream_replans_total"] - m0["ebb_stream_replans_total"],
+                         "notes": m.get("ebb_stream_pressure_notifications_total", 0) - m0.get(
+                             "ebb_stream_pressure_notifications_total", 0)})
+        stop.set()
+        client.join()
+        return rows, statuses, failed_charges(ver, d), oom_kills(d)
+    finally:
+        stop.set()
+        p.terminate()
+        p.wait()
+        if client:
+            client.join()
+        for _ in range(50):
+            try:
+                os.rmdir(d)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def main_under_load(argv):
+    ebb, model = argv[0], gen_model(argv[1])
+    high = int(argv[2]) if len(argv) > 2 else 2048
+    low = int(argv[3]) if len(argv) > 3 else 400
+    print("%s; limit %d -> %d -> %d MiB under streaming chat completions of %s tokens" % (
+        os.path.basename(model), high, low, high, os.environ.get("MAX_TOKENS", "8")))
+    print("| daemon | limit | write retried | seen after | plan changed after | resident "
+          "| re-plans | notifications |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for notify in (True, False):
+        rows, st, fc, oom = under_load(ebb, model, high, low, notify)
+        name = "notifications armed" if notify else "probe period only"
+        for r in rows:
+            f = lambda v: "%.2f s" % v if v is not None else "not within HOLD_S"
+            print("| %s | -> %d MiB | %.1f s | %s | %s | %d -> %d of %d | %d | %d |" % (
+                name, r["to"], r["retry"], f(r["seen"]), f(r["changed"]), r["from_res"],
+                r["res"], r["total"], r["replans"], r["notes"]), flush=True)
+        bad = [s for s in st if s != 200]
+        print("| %s | %d requests, %d not 200 | failed charges %d | OOM kills %d | | | | |" % (
+            name, len(st), len(bad), fc, oom), flush=True)
+
+
 def main():
+    if sys.argv[1] == "--under-load":
+        return main_under_load(sys.argv[2:])
     ebb, model = sys.argv[1], sys.argv[2]
     limit = int(sys.argv[3]) if len(sys.argv) > 3 else 400
     ver, parent = memcg_dir()

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cl/cl.h"
+#include "stream/mempressure.h"
 #include "stream/memprobe.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -28,8 +29,15 @@ static json_t *bytes_or_null(bool ok, uint64_t v)
     return ok && v != EBB_MEMPROBE_UNLIMITED ? json_integer((json_int_t)v) : json_null();
 }
 
+/* Whether pressure notifications can be armed here, as a streaming model would arm them:
+ * `how` says what or why not. */
+struct notify {
+    bool armed;
+    char how[320];
+};
+
 static void print_text(const struct ebb_memprobe_reading *r, const char *probes,
-                       const struct ebb_cl *cl, const char *dev_err)
+                       const struct notify *nt, const struct ebb_cl *cl, const char *dev_err)
 {
     printf("probes:        %s\n", probes);
     if (r->host_ok)
@@ -57,6 +65,7 @@ static void print_text(const struct ebb_memprobe_reading *r, const char *probes,
                r->psi_full10, r->pressure ? " (pressure: the plan sheds layers)" : "");
     else
         printf("pressure:      no PSI (/proc/pressure/memory)\n");
+    printf("notifications: %s%s\n", nt->armed ? "armed: " : "", nt->how);
     if (cl) {
         printf("device:        %s (%s), %.0f MiB, %s\n", cl->info.name, cl->info.platform,
                cl->info.global_mem / MiB,
@@ -76,7 +85,7 @@ static void print_text(const struct ebb_memprobe_reading *r, const char *probes,
 }
 
 static int print_json(const struct ebb_memprobe_reading *r, const char *probes,
-                      const struct ebb_cl *cl)
+                      const struct notify *nt, const struct ebb_cl *cl)
 {
     json_t *o = json_object();
     json_object_set_new(o, "probes", json_string(probes));
@@ -106,6 +115,10 @@ static int print_json(const struct ebb_memprobe_reading *r, const char *probes,
         json_object_set_new(o, "psi", json_null());
     }
     json_object_set_new(o, "pressure", json_boolean(r->pressure));
+    json_t *n = json_object();
+    json_object_set_new(n, "armed", json_boolean(nt->armed));
+    json_object_set_new(n, "how", json_string(nt->how));
+    json_object_set_new(o, "pressure_notify", n);
     if (cl) {
         json_t *d = json_object();
         json_object_set_new(d, "name", json_string(cl->info.name));
@@ -156,10 +169,23 @@ int ebb_cmd_info_memory(const char *device, bool json)
     snprintf(probes, sizeof(probes), "%s", ebb_memprobe_describe(mp));
     for (size_t n = strlen(probes); n && probes[n - 1] == ' ';)
         probes[--n] = 0;
-    if (json) {
-        status = print_json(&r, probes, cl);
+    struct notify nt = {0};
+    struct ebb_mempressure *w = NULL;
+    struct ebb_diag wd = {{0}};
+    const char *off = getenv("EBB_STREAM_PRESSURE_NOTIFY");
+    if (off && !strcmp(off, "0")) {
+        snprintf(nt.how, sizeof(nt.how), "off (EBB_STREAM_PRESSURE_NOTIFY=0)");
+    } else if (ebb_mempressure_open(mp, &w, &wd) == EBB_OK) {
+        nt.armed = true;
+        snprintf(nt.how, sizeof(nt.how), "%s", ebb_mempressure_describe(w));
     } else {
-        print_text(&r, probes, cl, d.msg[0] ? d.msg : "no OpenCL device");
+        snprintf(nt.how, sizeof(nt.how), "not armed: %.300s", wd.msg);
+    }
+    ebb_mempressure_close(w);
+    if (json) {
+        status = print_json(&r, probes, &nt, cl);
+    } else {
+        print_text(&r, probes, &nt, cl, d.msg[0] ? d.msg : "no OpenCL device");
         status = 0;
     }
 out:

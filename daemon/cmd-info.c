@@ -52,7 +52,7 @@ static void usage(FILE *f)
         "usage: ebb info [--json] [--config FILE] MODEL\n"
         "       ebb info --devices [--json]   (OpenCL platforms and devices)\n"
         "       ebb info --knobs [--device SPEC] [--markdown]   (the EBB_CL_* tuning knobs)\n"
-        "       ebb info --memory [--device SPEC] [--json]   (what the memory probes see)\n"
+        "       ebb info --memory [--device SPEC] [--json]   (probes, notifications)\n"
         "\n"
         "Describe a GGUF model: architecture, parameter count, layers, embedding size,\n"
         "heads and KV heads, head dimension, FFN size, context length, rope base, vocabulary\n"

@@ -308,7 +308,9 @@ static void warm_before_open(void *ud, const struct ebb_model_params *mp)
     ebb_notify_status("%s: opening on the device", what);
 }
 
-/* Every 2 s: the layer streamer re-reads the memory probes (free memory, cgroup limit). */
+/* Every probe period (2 s; EBB_STREAM_PROBE_MS for tests and benchmarks): the layer streamer
+ * re-reads the memory probes (free memory, cgroup limit). Pressure notifications
+ * (docs/STREAMER.md) post a reading at once between periods. */
 static void on_probe(uv_timer_t *t)
 {
     struct serve *s = t->data;
@@ -317,8 +319,10 @@ static void on_probe(uv_timer_t *t)
         return;
     }
     struct ebb_model *m = ebb_sched_model(s->sched);
-    if (m && ebb_model_streaming(m))
+    if (m && ebb_model_streaming(m)) {
         ebb_model_stream_probe(m);
+        ebb_sched_stream_poke(s->sched); /* an idle engine re-plans now */
+    }
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -514,7 +518,9 @@ static bool start_handles(struct serve *s)
     s->swap_timer.data = s;
     uv_timer_init(&s->loop, &s->probe);
     s->probe.data = s;
-    uv_timer_start(&s->probe, on_probe, 2000, 2000);
+    const char *pe = getenv("EBB_STREAM_PROBE_MS");
+    uint64_t period = pe && atoi(pe) > 0 ? (uint64_t)atoi(pe) : 2000;
+    uv_timer_start(&s->probe, on_probe, period, period);
     s->loader.done = on_model_loaded;
     s->loader.ud = s;
     return ebb__loader_init(&s->loader, &s->loop) == EBB_OK;

@@ -725,8 +725,11 @@ void ebb_api_stream_probe(struct ebb_api *a)
 {
     for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
-        if (sv->ready && sv->model && ebb_model_streaming(sv->model))
+        if (sv->ready && sv->model && ebb_model_streaming(sv->model)) {
             ebb_model_stream_probe(sv->model);
+            if (sv->sched)
+                ebb_sched_stream_poke(sv->sched);
+        }
     }
 }
 

@@ -519,5 +519,6 @@ bool ebb__clm_stream_report(void *ctx, struct ebb_stream_report *out);
 bool ebb__clm_stream_probe(void *ctx);
 void ebb__clm_stream_budget(void *ctx, uint64_t budget);
 ebb_err ebb__clm_stream_settle(void *ctx, struct ebb_diag *diag);
+void ebb__clm_stream_set_wake(void *ctx, void (*fn)(void *u), void *u);
 
 #endif

@@ -420,6 +420,12 @@ void ebb__clm_stream_budget(void *ctx, uint64_t budget)
     ebb_stream_set_budget(m->st, budget);
 }
 
+void ebb__clm_stream_set_wake(void *ctx, void (*fn)(void *u), void *u)
+{
+    struct clm *m = ctx;
+    ebb_stream_set_wake(m->st, fn, u);
+}
+
 ebb_err ebb__clm_stream_settle(void *ctx, struct ebb_diag *diag)
 {
     struct clm *m = ctx;

@@ -1047,6 +1047,7 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         m->iface.stream_probe = ebb__clm_stream_probe;
         m->iface.stream_budget = ebb__clm_stream_budget;
         m->iface.stream_settle = ebb__clm_stream_settle;
+        m->iface.stream_set_wake = ebb__clm_stream_set_wake;
         m->iface.n_ctx = m->n_ctx;
         m->iface.long_rows = m->xl && m->first_host == hp->n_layer ? m->xl_rows : 0;
     }

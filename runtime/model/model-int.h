@@ -55,6 +55,8 @@ struct ebb__backend_i {
     /* Any thread: model.h's ebb_model_stream_budget; engine thread: ebb_model_stream_settle. */
     void (*stream_budget)(void *ctx, uint64_t budget);
     ebb_err (*stream_settle)(void *ctx, struct ebb_diag *diag);
+    /* Any thread: model.h's ebb_model_stream_set_wake. */
+    void (*stream_set_wake)(void *ctx, void (*fn)(void *u), void *u);
     /* Optional: model.h's ebb_model_expert_cache (thread-safe); false when there is none. */
     bool (*expert_cache)(void *ctx, struct ebb_model_expert_cache *out);
 };

@@ -453,6 +453,12 @@ bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
     return true;
 }
 
+void ebb_model_stream_set_wake(struct ebb_model *m, void (*fn)(void *u), void *u)
+{
+    if (m->iface->stream_set_wake)
+        m->iface->stream_set_wake(m->ctx, fn, u);
+}
+
 ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
 {
     return m->iface->stream_settle ? m->iface->stream_settle(m->ctx, diag) : EBB_OK;

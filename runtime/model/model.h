@@ -101,6 +101,11 @@ bool ebb_model_stream_probe(struct ebb_model *m);
  * from the top down to it, a higher one makes them resident again up to it. The daemon lends
  * an idle model's memory to another model this way. False when not streaming. */
 bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget);
+/* Any thread: fn(u) is called (from the streamer's notification thread) when a memory
+ * pressure notification posted a fresh probe reading, so that an idle engine runs
+ * ebb_model_stream_settle at once; NULL for none. Nothing happens when not streaming or when
+ * no notification could be armed (docs/STREAMER.md, "Pressure notifications"). */
+void ebb_model_stream_set_wake(struct ebb_model *m, void (*fn)(void *u), void *u);
 /* Engine thread, between evaluations (an idle engine): applies a posted budget or probe
  * reading now instead of at the next evaluation, and refreshes the report. EBB_OK when there
  * is nothing to do or the model does not stream. */

@@ -277,6 +277,17 @@ static struct job *admit(struct ebb_sched *s)
     return dead;
 }
 
+/* The streamer's notification thread, after a memory pressure notification posted a reading:
+ * an idle engine re-plans at once (engine_settle); a busy one does before its next step. */
+static void stream_wake(void *u)
+{
+    struct ebb_sched *s = u;
+    pthread_mutex_lock(&s->mu);
+    s->settle_pending = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Engine thread, mu held, no job queued or running: switches to s->swap_to with freshly sized
  * slots. Allocates everything first so that a failure leaves the old model in place. */
 static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
@@ -321,6 +332,8 @@ static void engine_swap(struct ebb_sched *s, struct ebb_model **m)
         s->parts = np;
         s->order = no;
         s->n_slots = n;
+        ebb_model_stream_set_wake(*m, NULL, NULL);
+        ebb_model_stream_set_wake(nm, stream_wake, s);
         s->swap_old = *m;
         *m = nm;
         atomic_store(&s->model, nm);
@@ -366,6 +379,13 @@ bool ebb_sched_stream_budget(struct ebb_sched *s, uint64_t budget)
     return true;
 }
 
+void ebb_sched_stream_poke(struct ebb_sched *s)
+{
+    struct ebb_model *m = atomic_load(&s->model);
+    if (m && ebb_model_streaming(m))
+        stream_wake(s);
+}
+
 /* Engine thread, mu held, idle: applies a posted streamer budget with mu released meanwhile
  * (moving layers takes a while; submitters must not wait on it). */
 static void engine_settle(struct ebb_sched *s, struct ebb_model *m)
@@ -408,8 +428,10 @@ static void *engine_main(void *arg)
             m = NULL;
         }
     }
-    if (!rc)
+    if (!rc) {
+        ebb_model_stream_set_wake(m, stream_wake, s);
         atomic_store(&s->model, m);
+    }
     if (s->on_loaded)
         s->on_loaded(s->ud, rc, rc ? diag.msg : NULL);
 

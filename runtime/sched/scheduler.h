@@ -181,6 +181,12 @@ ebb_err ebb_sched_swap_model(struct ebb_sched *s, struct ebb_model *m, struct eb
  * not stream. */
 bool ebb_sched_stream_budget(struct ebb_sched *s, uint64_t budget);
 
+/* Any thread, after ebb_model_stream_probe posted a reading (the daemon's probe period): an
+ * idle engine re-plans on it at once (ebb_model_stream_settle), so a limit changed while no
+ * request runs is followed within the period too; a busy engine does before its next
+ * evaluation anyway. Nothing when no model is loaded or it does not stream. */
+void ebb_sched_stream_poke(struct ebb_sched *s);
+
 /* Changes how many jobs may wait (a configuration reload); jobs already queued stay. */
 void ebb_sched_set_queue_cap(struct ebb_sched *s, uint32_t cap);
 

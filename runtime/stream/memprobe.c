@@ -517,6 +517,18 @@ const char *ebb_memprobe_describe(const struct ebb_memprobe *mp)
     return mp->desc;
 }
 
+int ebb_memprobe_cgroup(const struct ebb_memprobe *mp, const char **dir, size_t *mount_len)
+{
+    *dir = mp->cg_dir;
+    *mount_len = mp->cg_mount_len;
+    return mp->cg_version;
+}
+
+const char *ebb_memprobe_root(const struct ebb_memprobe *mp)
+{
+    return mp->root;
+}
+
 void ebb_memprobe_set_device(struct ebb_memprobe *mp, uint64_t total, uint64_t free_bytes)
 {
     mp->dev_set = true;

@@ -98,6 +98,14 @@ void ebb_memprobe_free(struct ebb_memprobe *mp);
 /* A one-line human summary of which probes are live ("meminfo cgroup2 psi nvml:..."). */
 const char *ebb_memprobe_describe(const struct ebb_memprobe *mp);
 
+/* The process's memory cgroup as the probe set found it: its version (1 or 2, 0 for none), its
+ * directory ("/sys/fs/cgroup/memory/x", "" when none; ebb_memprobe_root goes in front) and the
+ * length of the cgroup mount point at the start of that directory (ancestors are the prefixes
+ * ending in '/' no shorter than it). The string lives as long as the probe set. */
+int ebb_memprobe_cgroup(const struct ebb_memprobe *mp, const char **dir, size_t *mount_len);
+/* The test root the probe set was created with ("" for the real tree). */
+const char *ebb_memprobe_root(const struct ebb_memprobe *mp);
+
 /* Sets the device memory reading the caller obtained itself (AMD's
  * CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, converted to bytes); used when NVML has no value. */
 void ebb_memprobe_set_device(struct ebb_memprobe *mp, uint64_t total, uint64_t free_bytes);

@@ -223,7 +223,10 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
     if (p->regrow) {
         p->regrow = false;
         p->trial = false;
-        if (c->budget)
+        if (p->regrow_limit)
+            snprintf(chg->reason, sizeof(chg->reason),
+                     "memory limit raised: grow by %u to %u layers", gfit - n, gfit);
+        else if (c->budget)
             snprintf(chg->reason, sizeof(chg->reason),
                      "budget raised to %.1f MiB: grow by %u to %u layers", c->budget / MIB,
                      gfit - n, gfit);
@@ -254,9 +257,18 @@ void ebb_stream_planner_set_budget(struct ebb_stream_planner *p, uint64_t budget
     p->cfg.budget = budget;
     if (raised) {
         p->regrow = true;
+        p->regrow_limit = false;
         p->backoff_until = 0;
         p->ceiling = p->cfg.n_layer;
     }
+}
+
+void ebb_stream_planner_limit_raised(struct ebb_stream_planner *p)
+{
+    p->regrow = true;
+    p->regrow_limit = true;
+    p->backoff_until = 0;
+    p->ceiling = p->cfg.n_layer;
 }
 
 uint32_t ebb_stream_plan_host_slots(uint32_t n_streamed, uint64_t slot_size, uint64_t host_limit,

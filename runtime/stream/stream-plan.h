@@ -80,7 +80,8 @@ struct ebb_stream_planner {
     bool pressure_seen;
     uint64_t pressure_at; /* time of the last pressure shed */
     uint32_t n_changes;
-    bool regrow; /* the budget was raised: grow to it at the next step, no hold, no trial */
+    bool regrow;       /* the budget was raised: grow to it at the next step, no hold, no trial */
+    bool regrow_limit; /* the regrow is for a raised memory limit (the reason says so) */
 };
 
 /* Validates cfg and fills in defaults. EBB_EINVAL names the bad field in diag. */
@@ -120,6 +121,12 @@ bool ebb_stream_planner_step(struct ebb_stream_planner *p, const struct ebb_stre
  * next step as any exceeded limit does; a higher one grows to it at the next step without the
  * hold time or the tok/s trial (the budget was lent to another model, not tried for speed). */
 void ebb_stream_planner_set_budget(struct ebb_stream_planner *p, uint64_t budget);
+
+/* A memory limit (a cgroup's) was raised or removed: the next step grows to what the new limit
+ * leaves room for as a raised budget does (no hold, no tok/s trial, backoff cleared). The
+ * layers were shed because the limit fell, not tried for speed; the hold is for readings that
+ * drift, and an operator's new limit does not. */
+void ebb_stream_planner_limit_raised(struct ebb_stream_planner *p);
 
 /* Staging slots for a discrete GPU's pinned host memory: n_streamed (a tier: each streamed
  * layer read once and kept, see docs/STREAMER.md) when that many slots fit host_limit, else

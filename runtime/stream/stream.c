@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "mempressure.h"
 
 struct ebb_stream {
     char path[1024];
@@ -43,6 +45,18 @@ struct ebb_stream {
     uint64_t seen_limit; /* the cgroup limit of the newest reading (UINT64_MAX none) */
     char seen_path[256];
     uint32_t n_limit_changes;
+    /* Pressure notifications (mempressure.h): a thread waits on them and posts a reading. */
+    struct ebb_mempressure *mpw;
+    pthread_t watch;
+    bool watching;
+    char notify_desc[320];    /* what is armed, or why nothing is */
+    uint32_t n_notify;        /* notifications handled */
+    bool mail_notified;       /* the mailbox's reading came from a notification */
+    bool mail_critical;       /* a critical notification came since the last re-plan */
+    uint64_t plan_cg_limit;   /* the cgroup limit at the last re-plan (UINT64_MAX none) */
+    uint64_t psi_stale_until; /* PSI's pressure is ignored until then (a limit was raised) */
+    void (*wake)(void *u);    /* ebb_stream_set_wake */
+    void *wake_u;
     bool host_pressure; /* discrete: host pressure seen by a re-plan, not yet taken */
     uint32_t n_staging_shrink;
     struct ebb_stream_io_stats io_before; /* counters of I/O threads that were detached */
@@ -50,6 +64,7 @@ struct ebb_stream {
     uint64_t limit;
     struct ebb_memprobe_reading last;
     uint32_t n_shrink, n_grow, n_undo;
+    uint32_t n_replans, n_replans_notified; /* every re-plan; those a notification started */
     uint32_t n_events; /* total ever; the ring keeps the last EBB_STREAM_EVENTS */
     struct ebb_stream_event events[EBB_STREAM_EVENTS];
 };
@@ -139,6 +154,100 @@ static void fill_schedule(struct ebb_stream *s, uint32_t *n)
 
 static bool cg_binds(const struct ebb_memprobe_reading *r);
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Gathers a burst of notifications for up to 100 ms after the first (at level lv); returns
+ * the highest level, or -1 when stopped meanwhile. */
+static int gather_burst(struct ebb_mempressure *w, int lv)
+{
+    uint64_t end = mono_ns() + 100000000ull;
+    for (uint64_t now = mono_ns(); now < end; now = mono_ns()) {
+        int more = ebb_mempressure_wait(w, (int)((end - now + 999999) / 1000000));
+        if (more < 0)
+            return -1;
+        lv = more > lv ? more : lv;
+    }
+    return lv;
+}
+
+/* The notification thread: on a pressure notification it reads the probes at once and posts
+ * the reading as ebb_stream_probe does (a critical one also as pressure), so the engine
+ * re-plans before its next step instead of at the next probe period; then wakes an idle
+ * engine. A burst (v1 signals every reclaim window) is gathered for up to 100 ms into one
+ * reading. */
+static void *watch_main(void *arg)
+{
+    struct ebb_stream *s = arg;
+    uint64_t logged = 0;
+    for (;;) {
+        int lv = ebb_mempressure_wait(s->mpw, -1);
+        if (lv < 0)
+            break;
+        if (lv == EBB_MEMPRESSURE_NONE)
+            continue;
+        uint64_t now = mono_ns();
+        if ((lv = gather_burst(s->mpw, lv)) < 0)
+            break;
+        struct ebb_memprobe_reading r;
+        pthread_mutex_lock(&s->mu);
+        ebb_memprobe_read(s->mp, &r);
+        s->mail = r;
+        s->mail_seq++;
+        s->mail_notified = true;
+        s->mail_critical = s->mail_critical || lv >= EBB_MEMPRESSURE_CRITICAL;
+        s->mail_pressure = s->mail_pressure || r.pressure || lv >= EBB_MEMPRESSURE_CRITICAL;
+        note_limit(s, &r, false);
+        uint32_t n = ++s->n_notify;
+        void (*wake)(void *) = s->wake;
+        void *wake_u = s->wake_u;
+        pthread_mutex_unlock(&s->mu);
+        if (!logged || now - logged >= 5000000000ull) { /* a burst logs once per 5 s */
+            char av[32];
+            fmt_bytes(r.available_ok ? r.available : UINT64_MAX, av, sizeof(av));
+            ebb_log(EBB_LOG_INFO, "stream",
+                    "memory pressure notification (%s, %u so far): %s available (decided by "
+                    "%s); re-planning before the next step",
+                    ebb_mempressure_level_name(lv), n, av,
+                    r.available_src ? r.available_src : "none");
+            logged = now;
+        }
+        if (wake)
+            wake(wake_u);
+    }
+    return NULL;
+}
+
+/* Arms the notifications and starts their thread; where that cannot be done the streamer
+ * probes on its period alone (the reason goes to the report and the debug log). */
+static void watch_start(struct ebb_stream *s)
+{
+    const char *ev = getenv("EBB_STREAM_PRESSURE_NOTIFY");
+    if (ev && !strcmp(ev, "0")) {
+        snprintf(s->notify_desc, sizeof(s->notify_desc), "off (EBB_STREAM_PRESSURE_NOTIFY=0)");
+        return;
+    }
+    struct ebb_diag d = {{0}};
+    if (ebb_mempressure_open(s->mp, &s->mpw, &d)) {
+        snprintf(s->notify_desc, sizeof(s->notify_desc), "not armed: %.300s", d.msg);
+        ebb_log(EBB_LOG_DEBUG, "stream", "memory pressure notifications %s", s->notify_desc);
+        return;
+    }
+    if (pthread_create(&s->watch, NULL, watch_main, s)) {
+        ebb_mempressure_close(s->mpw);
+        s->mpw = NULL;
+        snprintf(s->notify_desc, sizeof(s->notify_desc), "not armed: no thread");
+        return;
+    }
+    s->watching = true;
+    snprintf(s->notify_desc, sizeof(s->notify_desc), "%s", ebb_mempressure_describe(s->mpw));
+    ebb_log(EBB_LOG_INFO, "stream", "memory pressure notifications armed: %s", s->notify_desc);
+}
+
 ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **out,
                        struct ebb_diag *diag)
 {
@@ -194,6 +303,8 @@ ebb_err ebb_stream_new(const struct ebb_stream_params *p, struct ebb_stream **ou
         goto out;
     s->limit = ebb_stream_plan_limit(&s->plan, &in);
     s->first_host = n - ebb_stream_plan_place(n, s->plan.n_resident, p->n_host, NULL);
+    s->plan_cg_limit = cg_limit(&s->last);
+    watch_start(s);
     *out = s;
     s = NULL;
 out:
@@ -205,6 +316,11 @@ void ebb_stream_free(struct ebb_stream *s)
 {
     if (!s)
         return;
+    if (s->watching) {
+        ebb_mempressure_stop(s->mpw);
+        pthread_join(s->watch, NULL);
+    }
+    ebb_mempressure_close(s->mpw);
     ebb_stream_io_close(s->io);
     ebb_memprobe_free(s->mp);
     free(s->layers);
@@ -407,6 +523,14 @@ bool ebb_stream_probe(struct ebb_stream *s)
     return r.pressure;
 }
 
+void ebb_stream_set_wake(struct ebb_stream *s, void (*wake)(void *u), void *u)
+{
+    pthread_mutex_lock(&s->mu);
+    s->wake = wake;
+    s->wake_u = u;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void ebb_stream_set_budget(struct ebb_stream *s, uint64_t budget)
 {
     pthread_mutex_lock(&s->mu);
@@ -431,7 +555,13 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     pthread_mutex_lock(&s->mu);
     struct ebb_memprobe_reading r = s->mail;
     bool pressure = s->mail_pressure;
+    bool critical = s->mail_critical;
+    s->mail_critical = false;
     bool fresh = s->mail_seq != 0;
+    bool notified = s->mail_notified && s->mail_seq != s->used_seq;
+    s->mail_notified = false;
+    s->n_replans++;
+    s->n_replans_notified += notified;
     if (s->mail_budget_set)
         ebb_stream_planner_set_budget(&s->plan, s->mail_budget);
     s->mail_budget_set = false;
@@ -441,6 +571,18 @@ bool ebb_stream_replan(struct ebb_stream *s, uint64_t now_ns, uint64_t tokens, u
     if (!fresh)
         r = s->last;
     s->last = r;
+    /* A raised (or removed) limit grows back at once (ebb_stream_planner_limit_raised). PSI's
+     * avg10 is the last 10 s: after the raise it still reports the stalls under the old limit
+     * and would block that growth. It counts again once a window has passed; a critical
+     * notification counts at once. */
+    uint64_t lim = cg_limit(&r);
+    if (lim > s->plan_cg_limit) {
+        s->psi_stale_until = now_ns + EBB_STREAM_PSI_STALE_NS;
+        ebb_stream_planner_limit_raised(&s->plan);
+    }
+    s->plan_cg_limit = lim;
+    if (now_ns < s->psi_stale_until && !critical)
+        pressure = false;
     repick_cache(s);
     if (s->discrete) { /* host pressure is not about the device's memory: see stream.h */
         s->host_pressure = s->host_pressure || pressure;
@@ -528,7 +670,12 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->cg_inactive_file = s->last.cg_ok ? s->last.cg_inactive_file : 0;
     pthread_mutex_lock(&s->mu);
     out->n_limit_changes = s->n_limit_changes;
+    out->n_notify = s->n_notify;
     pthread_mutex_unlock(&s->mu);
+    out->notify_armed = s->watching;
+    snprintf(out->notify, sizeof(out->notify), "%s", s->notify_desc);
+    out->n_replans = s->n_replans;
+    out->n_replans_notified = s->n_replans_notified;
     snprintf(out->cache_why, sizeof(out->cache_why), "%s", s->cache_why);
     snprintf(out->probes, sizeof(out->probes), "%s", ebb_memprobe_describe(s->mp));
     size_t pl = strlen(out->probes);
@@ -614,6 +761,11 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
             (unsigned long long)r->cg_usage, (unsigned long long)r->cg_inactive_file);
     }
     add(buf, cap, &n, ",\"memory_limit_changes\":%u", r->n_limit_changes);
+    add(buf, cap, &n,
+        ",\"pressure_notify\":{\"armed\":%s,\"how\":", r->notify_armed ? "true" : "false");
+    add_str(buf, cap, &n, r->notify);
+    add(buf, cap, &n, ",\"notifications\":%u},\"replans\":%u,\"replans_notified\":%u", r->n_notify,
+        r->n_replans, r->n_replans_notified);
     if (r->cache_why[0]) {
         add(buf, cap, &n, ",\"cache_why\":");
         add_str(buf, cap, &n, r->cache_why);
@@ -655,6 +807,8 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
     GAUGE("ebb_stream_layers_total", "Decoder layers of the model.", "%u", r->n_layer);
     GAUGE("ebb_stream_layers_host", "Decoder layers computed on the host's cores.", "%u",
           r->n_host);
+    GAUGE("ebb_stream_layers_streamed", "Decoder layers read from the file for every step.", "%u",
+          r->n_layer - r->n_resident - r->n_host);
     if (r->limit != UINT64_MAX)
         GAUGE("ebb_stream_memory_limit_bytes", "The planner's memory limit at the last re-plan.",
               "%llu", (unsigned long long)r->limit);
@@ -671,6 +825,19 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
     COUNTER("ebb_stream_memory_limit_changes_total",
             "Memory limit changes (cgroup limits set, lowered, raised) the probes have seen.", "%u",
             r->n_limit_changes);
+    GAUGE("ebb_stream_pressure_notify_armed",
+          "1 when memory pressure notifications (cgroup v1 pressure_level, PSI triggers) are "
+          "armed.",
+          "%d", r->notify_armed ? 1 : 0);
+    COUNTER("ebb_stream_pressure_notifications_total",
+            "Memory pressure notifications handled (each reads the probes at once).", "%u",
+            r->n_notify);
+    COUNTER("ebb_stream_replans_total",
+            "Re-plans run (on the token tick, a posted probe reading, a budget or a notification).",
+            "%u", r->n_replans);
+    COUNTER("ebb_stream_replans_notified_total",
+            "Re-plans run on the reading a pressure notification posted.", "%u",
+            r->n_replans_notified);
     GAUGE("ebb_stream_staging_bytes", "Host memory of the streamer's staging slots.", "%llu",
           (unsigned long long)r->staging_bytes);
     GAUGE("ebb_stream_memory_pressure", "1 while the probes report memory pressure.", "%d",
@@ -700,5 +867,10 @@ size_t ebb_stream_report_prometheus(const struct ebb_stream_report *r, char *buf
         "# TYPE ebb_stream_staging_shrinks_total counter\n"
         "ebb_stream_staging_shrinks_total %u\n",
         r->n_shrink, r->n_grow, r->n_undo, r->n_staging_shrink);
+    add(buf, cap, &n,
+        "# HELP ebb_stream_memory_available_source The probe that decided the available memory.\n"
+        "# TYPE ebb_stream_memory_available_source gauge\n"
+        "ebb_stream_memory_available_source{source=\"%s\"} 1\n",
+        r->available_src ? r->available_src : "none");
     return n;
 }

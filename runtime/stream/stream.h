@@ -56,6 +56,10 @@ struct ebb_stream_event {
  * limit, at least this, at most the default margin (stream-plan.h). */
 #define EBB_STREAM_CG_MARGIN_MIN (16ull << 20)
 
+/* After a cgroup limit was raised or removed, PSI's pressure (its avg10 still averages the time
+ * under the old limit) is ignored for this long; critical notifications still count. */
+#define EBB_STREAM_PSI_STALE_NS 10000000000ull
+
 /* Everything /metrics and `ebb run --json` show (docs/STREAMER.md, "What to expose"). */
 struct ebb_stream_report {
     uint32_t n_resident, n_layer, n_ctx;
@@ -81,10 +85,15 @@ struct ebb_stream_report {
     uint64_t cg_limit;         /* its limit; UINT64_MAX = none */
     uint64_t cg_usage;         /* its usage, and the reclaimable page cache within it */
     uint64_t cg_inactive_file;
-    uint32_t n_limit_changes; /* memory limit changes the probes have seen since open */
-    char cache_why[320];      /* why `cache` was picked ("" until slots are attached) */
-    char probes[64];          /* the live probes (ebb_memprobe_describe) */
-    uint64_t staging_bytes;   /* host memory of the attached staging slots */
+    uint32_t n_limit_changes;    /* memory limit changes the probes have seen since open */
+    bool notify_armed;           /* pressure notifications armed (mempressure.h) */
+    char notify[320];            /* what is armed, or why nothing is */
+    uint32_t n_notify;           /* pressure notifications handled */
+    uint32_t n_replans;          /* re-plans run (periodic ticks, posted readings, budgets) */
+    uint32_t n_replans_notified; /* of those, re-plans on a notification's reading */
+    char cache_why[320];         /* why `cache` was picked ("" until slots are attached) */
+    char probes[64];             /* the live probes (ebb_memprobe_describe) */
+    uint64_t staging_bytes;      /* host memory of the attached staging slots */
     bool pressure;
     uint64_t bytes_per_token; /* streamed raw bytes per step */
     struct ebb_stream_io_stats io;
@@ -151,6 +160,12 @@ void ebb_stream_set_device_memory(struct ebb_stream *s, uint64_t total, uint64_t
  * changed memory limit (a cgroup's limit set, lowered, raised or removed) is logged here and
  * counted (ebb_stream_memory_limit_changes_total). */
 bool ebb_stream_probe(struct ebb_stream *s);
+
+/* Any thread: fn(u) is called from the notification thread after a pressure notification
+ * posted a reading (mempressure.h), so that an idle engine can re-plan at once (the scheduler
+ * runs ebb_model_stream_settle); a busy one re-plans before its next step anyway. NULL for
+ * none. fn must not call back into the streamer. */
+void ebb_stream_set_wake(struct ebb_stream *s, void (*fn)(void *u), void *u);
 
 /* Any thread: a new byte budget (0 = auto) for the next ebb_stream_replan, which sheds layers
  * down to it or grows up to it at once (ebb_stream_planner_set_budget); the daemon lends an

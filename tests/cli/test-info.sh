@@ -240,6 +240,7 @@ EBB_TEST_MEMPROBE_ROOT=$fake expect_status 0 "$ebb" info --memory --device none
 expect_out "cgroup:        v1 /svc/ebb"
 expect_out "limit:       400 MiB (memory.limit_in_bytes of /svc)"
 expect_out "available:     350 MiB for the model (decided by cgroup v1)"
+expect_out "notifications: not armed: cgroup v1 memory.pressure_level: No such file or directory"
 EBB_TEST_MEMPROBE_ROOT=$fake expect_status 0 "$ebb" info --memory --device none --json
 python3 -c '
 import json, sys
@@ -248,7 +249,21 @@ assert j["cgroup"] == {"version": 1, "group": "/svc/ebb", "path": "/svc", "limit
                        "usage_bytes": 104857600, "inactive_file_bytes": 52428800,
                        "available_bytes": 367001600}, j
 assert j["available_source"] == "cgroup v1" and j["device"] is None and j["psi"] is None, j
+assert j["pressure_notify"]["armed"] is False, j
 ' "$tmp/out" || fail "info --memory --json"
+# With the v1 notification files (plain files here: each registration line lands at the start
+# of its group's file, the critical one last), the group itself and its limited parent are
+# armed; the unlimited root is not.
+for d in "$fake/sys/fs/cgroup/memory/svc/ebb" "$fake/sys/fs/cgroup/memory/svc" \
+    "$fake/sys/fs/cgroup/memory"; do
+    : > "$d/memory.pressure_level"
+    : > "$d/cgroup.event_control"
+done
+EBB_TEST_MEMPROBE_ROOT=$fake expect_status 0 "$ebb" info --memory --device none
+expect_out "notifications: armed: cgroup v1 /svc/ebb /svc memory.pressure_level medium,critical"
+grep -Eq '^[0-9]+ [0-9]+ critical$' \
+    "$fake/sys/fs/cgroup/memory/svc/cgroup.event_control" || fail "v1 registration lines"
+[ -s "$fake/sys/fs/cgroup/memory/cgroup.event_control" ] && fail "the unlimited root was armed"
 expect_status 2 "$ebb" info --memory "$tmp/x.gguf"
 echo "ok  info --memory on a fake cgroup v1 tree"
 

@@ -232,6 +232,23 @@ bool ebb_model_stream_budget(struct ebb_model *m, uint64_t budget)
     return atomic_load(&streams);
 }
 
+bool ebb_model_streaming(const struct ebb_model *m)
+{
+    (void)m;
+    return atomic_load(&streams);
+}
+
+/* The wake hook the scheduler hands the model (a streamer's pressure notification calls it). */
+static void (*wake_fn)(void *u);
+static void *wake_u;
+
+void ebb_model_stream_set_wake(struct ebb_model *m, void (*fn)(void *u), void *u)
+{
+    (void)m;
+    wake_fn = fn;
+    wake_u = u;
+}
+
 ebb_err ebb_model_stream_settle(struct ebb_model *m, struct ebb_diag *diag)
 {
     (void)m;
@@ -875,6 +892,36 @@ static void test_stream_budget_while_idle(void **state)
     assert_true(atomic_load(&n_settles) >= 2); /* the third only if it began before the free */
     atomic_store(&streams, false);
     atomic_store(&settle_delay_us, 0);
+}
+
+/* The scheduler hands its model a wake hook; a pressure notification calling it makes an idle
+ * engine settle (re-plan) at once instead of at the next job; so does ebb_sched_stream_poke
+ * (the daemon's probe period) where the model streams. */
+static void test_stream_wake_while_idle(void **state)
+{
+    (void)state;
+    wake_fn = NULL;
+    struct ebb_sched *s = start(1, 4, 8);
+    for (int i = 0; i < 2000 && !wake_fn; i++) /* set once the engine has opened the model */
+        usleep(1000);
+    assert_non_null(wake_fn);
+    assert_ptr_equal(wake_u, s);
+    atomic_store(&n_settles, 0);
+    wake_fn(wake_u);
+    for (int i = 0; i < 2000 && !atomic_load(&n_settles); i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&n_settles), 1);
+    /* The daemon's probe period pokes too: only a streaming model settles. */
+    ebb_sched_stream_poke(s);
+    usleep(20000);
+    assert_int_equal(atomic_load(&n_settles), 1);
+    atomic_store(&streams, true);
+    ebb_sched_stream_poke(s);
+    for (int i = 0; i < 2000 && atomic_load(&n_settles) < 2; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&n_settles), 2);
+    atomic_store(&streams, false);
+    ebb_sched_free(s);
 }
 
 /* A model swap waits for an idle engine, resizes the slots and forgets cached prefixes. */
@@ -1593,6 +1640,7 @@ int main(void)
         cmocka_unit_test(test_choices_cancel),
         cmocka_unit_test(test_choices_admission),
         cmocka_unit_test(test_stream_budget_while_idle),
+        cmocka_unit_test(test_stream_wake_while_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

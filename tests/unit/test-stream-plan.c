@@ -380,6 +380,34 @@ static void budget_lent_and_returned(void **state)
     assert_int_equal(chg.to, 16);
 }
 
+/* A memory limit lowered sheds at the next step; raised again (ebb_stream_planner_limit_raised),
+ * it grows back at once, with no hold time, saying why; without the call the hold applies. */
+static void limit_raised(void **state)
+{
+    (void)state;
+    struct ebb_stream_plan_cfg c = base_cfg();
+    struct ebb_stream_planner p;
+    struct ebb_stream_inputs in = {.now_ns = SEC, .available_ok = true, .available = 4000 * MiB};
+    struct ebb_stream_change chg;
+    struct ebb_diag d;
+    assert_int_equal(ebb_stream_planner_init(&p, &c, &in, &d), EBB_OK);
+    assert_int_equal(p.n_resident, 16);
+    in.available = 1100 * MiB; /* the limit lowered */
+    in.now_ns += SEC;
+    assert_true(ebb_stream_planner_step(&p, &in, &chg));
+    uint32_t low = chg.to;
+    assert_true(low < 16);
+    in.available = 4000 * MiB; /* raised, no call: the hold time first */
+    in.now_ns += 1000;
+    assert_false(ebb_stream_planner_step(&p, &in, &chg));
+    ebb_stream_planner_limit_raised(&p);
+    in.now_ns += 1000; /* far less than the hold time */
+    assert_true(ebb_stream_planner_step(&p, &in, &chg));
+    assert_int_equal(chg.from, low);
+    assert_int_equal(chg.to, 16);
+    assert_non_null(strstr(chg.reason, "memory limit raised"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +416,7 @@ int main(void)
         cmocka_unit_test(growth_undone),      cmocka_unit_test(pressure_sheds),
         cmocka_unit_test(host_slots),         cmocka_unit_test(parsing),
         cmocka_unit_test(three_way),          cmocka_unit_test(budget_lent_and_returned),
+        cmocka_unit_test(limit_raised),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
