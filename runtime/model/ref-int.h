@@ -96,10 +96,11 @@ struct ref {
     float *att;                          /* (n_threads, n_ctx) attention scores, one head each */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
-    bool kv_q8; /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
-    bool fast;  /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
-    bool cpu;   /* device "cpu" */
-    bool kq8;   /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
+    bool kv_q8;      /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
+    bool fast;       /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
+    bool cpu;        /* device "cpu" */
+    bool kq8;        /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
+    float *gelu_tab; /* (EBB__GELU_TAB) device "cpu": the fp16 GELU by table, or NULL */
     struct ebb_q8_act *xact;   /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
     struct ebb_block_q8_k *xk; /* (EBB__REF_BATCH, max n_in / 256) the same as Q8_K, kq8 */
     struct ref_moe moe;        /* allocated when the layer has a MOE op */
@@ -161,6 +162,29 @@ void ebb__ref_moe(struct ref *r, const struct ebb__op *op, const struct rtensor 
                   float *d, uint32_t n);
 ebb_err ebb__ref_moe_alloc(struct ref *r, struct ebb_diag *diag);
 void ebb__ref_moe_free(struct ref *r);
+
+/* ref-attn.c: one query head's attention, softmax(q k^T * scale) v over positions p0..n_kv-1
+ * of the cache rows k and v (stride floats apart), as the reference computes it; with
+ * f16_weights (ref-q8, cpu) each weight rounded to fp16 before its product with v. att holds
+ * n_kv floats of scratch, out hd results. With simd, AVX2 where the CPU has it (the same bits). */
+struct ebb__attn_head {
+    const float *q; /* (hd) */
+    const float *k; /* (n_kv, stride) the head's keys at column 0 */
+    const float *v; /* (n_kv, stride) */
+    uint64_t stride;
+    uint32_t hd, p0, n_kv;
+    float scale;
+    bool f16_weights;
+};
+void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out);
+/* Whether ebb__ref_attn_head's simd path runs on this CPU (AVX2 and F16C). */
+bool ebb__ref_attn_simd(void);
+/* The GELU of every fp16 input h, rounded to fp16, into tab[0..65535] (EBB__GELU_TAB floats),
+ * and the lookup: 0 at or below -10, x at or above 10, else tab of x rounded to fp16. The same
+ * values as computing the rounded GELU of the rounded input each time (llama.cpp's table). */
+#define EBB__GELU_TAB 65536
+void ebb__ref_gelu_table(float *tab);
+float ebb__ref_gelu_f16(const float *tab, float x);
 
 static inline float ebb__ref_silu(float x)
 {

@@ -61,19 +61,6 @@ static float f16r(const struct ref *r, float x)
     return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
 }
 
-/* GELU as llama.cpp's CPU backend computes it (its fp16 table), on device "cpu": 0 at or below
- * -10, the input at or above 10, else the fp16-rounded GELU of the fp16-rounded input. Gemma 3
- * 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8 prompts),
- * 1.57 with the plain GELU. */
-static float gelu_q8(const struct ref *r, float x)
-{
-    if (x <= -10.0f)
-        return 0.0f;
-    if (x >= 10.0f)
-        return x;
-    return f16r(r, ebb__ref_gelu(f16r(r, x)));
-}
-
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
 
 /* What one op works on: rows of the batch, from row0 (the output program's first wanted row),
@@ -110,28 +97,19 @@ static void attention_part(struct ref *r, const struct job *j, int part)
     for (uint64_t i = i0; i < i1; i++) {
         uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
         uint32_t n_kv = s->pos + t + 1;
-        uint32_t p0 = window && n_kv > window ? n_kv - window : 0;
-        const float *qh = q + (uint64_t)t * QD + h * HD;
         uint32_t kvh = h / (NH / NKV);
-        float mx = -INFINITY;
-        for (uint32_t p = p0; p < n_kv; p++) {
-            float sc = ebb__ref_dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
-            att[p] = sc;
-            mx = sc > mx ? sc : mx;
-        }
-        float sum = 0;
-        for (uint32_t p = p0; p < n_kv; p++) {
-            att[p] = expf(att[p] - mx);
-            sum += att[p];
-        }
-        float *o = rows(r, op->dst, s) + (uint64_t)t * QD + h * HD;
-        memset(o, 0, HD * sizeof(float));
-        for (uint32_t p = p0; p < n_kv; p++) {
-            float a = f16r(r, att[p] / sum);
-            const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
-            for (uint32_t e = 0; e < HD; e++)
-                o[e] += a * vp[e];
-        }
+        const struct ebb__attn_head ah = {
+            .q = q + (uint64_t)t * QD + h * HD,
+            .k = kc + kvh * HD,
+            .v = vc + kvh * HD,
+            .stride = KVD,
+            .hd = HD,
+            .p0 = window && n_kv > window ? n_kv - window : 0,
+            .n_kv = n_kv,
+            .scale = att_scale,
+            .f16_weights = r->q8,
+        };
+        ebb__ref_attn_head(&ah, r->fast, att, rows(r, op->dst, s) + (uint64_t)t * QD + h * HD);
     }
 }
 
@@ -220,9 +198,12 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         attention(r, op, s);
         break;
     case EBB__OP_GLU:
-        if (r->cpu && op->arg == EBB__ACT_GELU_TANH) {
+        /* Device "cpu": GELU as llama.cpp's CPU backend computes it, from its fp16 table. Gemma
+         * 3 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8
+         * prompts), 1.57 with the plain GELU. */
+        if (r->gelu_tab && op->arg == EBB__ACT_GELU_TANH) {
             for (uint64_t i = 0; i < nd; i++)
-                d[i] = gelu_q8(r, a[i]) * b[i];
+                d[i] = ebb__ref_gelu_f16(r->gelu_tab, a[i]) * b[i];
             break;
         }
         for (uint64_t i = 0; i < nd; i++)
@@ -436,6 +417,7 @@ static void ref_free(void *ctx)
         free(r->rowbuf[i]);
     free(r->xact);
     free(r->xk);
+    free(r->gelu_tab);
     ebb__ref_moe_free(r);
     free(r);
 }
@@ -721,6 +703,11 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     if (r->q8) {
         r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
         fail |= r->xact == NULL;
+    }
+    if (cpu) {
+        r->gelu_tab = alloc_floats(EBB__GELU_TAB, &fail);
+        if (r->gelu_tab)
+            ebb__ref_gelu_table(r->gelu_tab);
     }
     if (r->kq8 && max_in >= EBB_QK_K) {
         r->xk = calloc((uint64_t)BATCH * (max_in / EBB_QK_K), sizeof(*r->xk));

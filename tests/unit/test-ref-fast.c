@@ -1,7 +1,9 @@
 /* The SIMD Q4_0 dot with 8-bit activations that host layers and the CPU device use
  * (runtime/quant/quant-simd.c), one token and four at once, gives exactly what the generic
  * ebb_quant_dot_q8_act gives, bit for bit, on random rows with zero, subnormal and large block
- * scales. Skipped (77) where the CPU or build has no such path. */
+ * scales; the AVX2 attention head (runtime/model/ref-attn.c) gives the plain C one's bits, and
+ * the GELU table the rounded GELU of the rounded input. Skipped (77) where the CPU or build has
+ * no such path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "model/ref-int.h"
 #include "quant/quant.h"
 
 static uint32_t rnd(uint64_t *s)
@@ -55,12 +58,71 @@ static void same_as_generic(void **state)
     }
 }
 
+/* Random heads of several widths (whole chunks of 64 and a tail of 8s), windows, lengths that
+ * are and are not multiples of 4, with and without fp16 weights, keys from a wider row. */
+static void attn_same_as_c(void **state)
+{
+    (void)state;
+    if (!ebb__ref_attn_simd())
+        skip();
+    enum { MAXHD = 256, STRIDE = 2 * MAXHD, MAXKV = 300 };
+    static float q[MAXHD], k[MAXKV * STRIDE], v[MAXKV * STRIDE], att[MAXKV];
+    static float o_c[MAXHD], o_s[MAXHD];
+    static const uint32_t hds[] = {256, 64, 72, 40, 8};
+    uint64_t s = 7;
+    for (int trial = 0; trial < 120; trial++) {
+        uint32_t hd = hds[trial % 5], n_kv = 1 + rnd(&s) % MAXKV;
+        float amp = trial % 4 == 0 ? 40.0f : 1.0f; /* peaked softmax too */
+        for (uint32_t i = 0; i < hd; i++)
+            q[i] = amp * (((float)(rnd(&s) % 20001) - 10000.0f) / 10000.0f);
+        for (uint64_t i = 0; i < (uint64_t)n_kv * STRIDE; i++) {
+            k[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 7000.0f;
+            v[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 3000.0f;
+        }
+        struct ebb__attn_head a = {
+            .q = q,
+            .k = k + (trial % 2 ? MAXHD : 0),
+            .v = v + (trial % 2 ? MAXHD : 0),
+            .stride = STRIDE,
+            .hd = hd,
+            .p0 = trial % 3 == 0 ? rnd(&s) % n_kv : 0,
+            .n_kv = n_kv,
+            .scale = 1.0f / sqrtf((float)hd),
+            .f16_weights = trial % 2 == 0,
+        };
+        ebb__ref_attn_head(&a, false, att, o_c);
+        ebb__ref_attn_head(&a, true, att, o_s);
+        assert_memory_equal(o_c, o_s, hd * sizeof(float));
+    }
+}
+
+static void gelu_table(void **state)
+{
+    (void)state;
+    static float tab[EBB__GELU_TAB];
+    ebb__ref_gelu_table(tab);
+    uint64_t s = 3;
+    for (int i = 0; i < 200000; i++) {
+        float x = ((float)(rnd(&s) % 2400001) - 1200000.0f) / 100000.0f; /* -12..12 */
+        if (i % 10 == 0)
+            x *= 1e-6f; /* near zero: fp16 subnormals */
+        float want = x <= -10.0f  ? 0.0f
+                     : x >= 10.0f ? x
+                                  : ebb_fp16_to_fp32(ebb_fp32_to_fp16(
+                                        ebb__ref_gelu(ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)))));
+        float got = ebb__ref_gelu_f16(tab, x);
+        assert_memory_equal(&want, &got, sizeof(float));
+    }
+}
+
 int main(void)
 {
     if (!strcmp(ebb_quant_simd_name(), "scalar")) {
         fprintf(stderr, "no SIMD Q4_0 dot on this CPU/build: skipped\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic),
+                                       cmocka_unit_test(attn_same_as_c),
+                                       cmocka_unit_test(gelu_table)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
