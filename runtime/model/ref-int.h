@@ -24,6 +24,11 @@ struct wmat {
     ebb_quant_dot_fn dot;
     uint32_t n_mat;
     uint64_t mat_bytes;
+    /* Device "cpu": the first n_out / 8 * 8 rows repacked in groups of eight
+     * (ebb_quant_rp8_pack, rp_bytes each) for the prefill's products, or NULL. */
+    uint8_t *rp;
+    uint64_t rp_bytes;
+    ebb_quant_rp8_fn rp8;
 };
 
 /* Scratch of the MOE op (ref-moe.c) for up to EBB__REF_BATCH rows. */
@@ -59,6 +64,8 @@ struct job {
     ebb_quant_dot_act_fn dot;   /* with xa: w's row times 8-bit activations */
     ebb_quant_dot_act4_fn dot4; /* the same for four tokens at once, or NULL */
     ebb_quant_dot_act4_fn dot8; /* for eight (32-block types), or NULL */
+    ebb_quant_rp8_fn rp8;       /* w's repacked groups for all tokens, or NULL */
+    const int32_t *xsum;        /* (n, n_in / 32) xa's block sums, for rp8 on Q8_0 blocks */
     const void *xa;             /* x quantized (ebb_q8_act or Q8_K blocks), or NULL */
     uint64_t xa_stride;         /* bytes per token of xa */
     const float *x;             /* (n, n_in) */
@@ -103,6 +110,7 @@ struct ref {
     float *gelu_tab; /* (EBB__GELU_TAB) device "cpu": the fp16 GELU by table, or NULL */
     struct ebb_q8_act *xact;   /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
     struct ebb_block_q8_k *xk; /* (EBB__REF_BATCH, max n_in / 256) the same as Q8_K, kq8 */
+    int32_t *xsum;             /* (EBB__REF_BATCH, max n_in / 32) xact's block sums, cpu */
     struct ref_moe moe;        /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */

@@ -399,8 +399,10 @@ static void ref_free(void *ctx)
         return;
     ebb__ref_stop_helper(r);
     if (r->t)
-        for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++)
+        for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++) {
             free(r->t[i].v);
+            free(r->t[i].m.rp);
+        }
     free(r->t);
     free(r->k_cache);
     free(r->v_cache);
@@ -417,6 +419,7 @@ static void ref_free(void *ctx)
         free(r->rowbuf[i]);
     free(r->xact);
     free(r->xk);
+    free(r->xsum);
     free(r->gelu_tab);
     ebb__ref_moe_free(r);
     free(r);
@@ -599,6 +602,34 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
     return EBB_OK;
 }
 
+/* Device "cpu": every single matrix of a type with a repacked product (ebb_quant_get_rp8) gets
+ * a copy of its rows in groups of eight for the prefill's products; decode keeps reading the
+ * mapping (the Q5_0 copy is 1.6x the file's bytes). EBB_CPU_REPACK=0 turns this off. */
+static ebb_err repack(struct ref *r, struct ebb_diag *diag)
+{
+    const char *env = getenv("EBB_CPU_REPACK");
+    if (env && !strcmp(env, "0"))
+        return EBB_OK;
+    for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++) {
+        struct wmat *w = &r->t[i].m;
+        ebb_quant_rp8_fn f = w->data ? ebb_quant_get_rp8(w->type) : NULL;
+        uint64_t gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
+        if (!gb || w->n_mat != 1 || w->n_out < 8)
+            continue;
+        w->rp = malloc(gb * (w->n_out / 8));
+        if (!w->rp)
+            return ebb_diag_set(diag, EBB_ENOMEM,
+                                "out of memory for the CPU device's repacked "
+                                "weights (EBB_CPU_REPACK=0 reads the file's)");
+        for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
+            ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes, w->n_in,
+                               w->rp + (uint64_t)(o / 8) * gb);
+        w->rp_bytes = gb;
+        w->rp8 = f;
+    }
+    return EBB_OK;
+}
+
 /* The widest input of any matrix product (the dequantized row and 8-bit input buffers). */
 static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hparams *hp)
 {
@@ -705,6 +736,8 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         fail |= r->xact == NULL;
     }
     if (cpu) {
+        r->xsum = calloc((uint64_t)BATCH * (max_in / 32 ? max_in / 32 : 1), sizeof(*r->xsum));
+        fail |= r->xsum == NULL;
         r->gelu_tab = alloc_floats(EBB__GELU_TAB, &fail);
         if (r->gelu_tab)
             ebb__ref_gelu_table(r->gelu_tab);
@@ -733,6 +766,8 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     rope_tables(r, ff);
     free(ff);
+    if (cpu && (rc = repack(r, diag)))
+        goto out;
     r->fast = host || cpu;
     /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than

@@ -596,6 +596,67 @@ static void test_dot_act(void **state)
     assert_null(ebb_quant_get_dot_act(EBB_GGML_Q2_K, true));
 }
 
+/* The repacked eight-row products (quant-repack.c), with AVX-VNNI where the CPU has it and with
+ * AVX2 (EBB_CPU_VNNI=0): seven tokens (four at once, then one at a time) of eight random rows,
+ * each result with the scalar product's bits; one token's activations all zero. */
+static void test_rp8(void **state)
+{
+    (void)state;
+    enum { N = 1024, NT = 7 };
+    static float x[N];
+    static uint8_t rows[8][N];
+    static uint8_t grp[8 * 2 * N];
+    static struct ebb_q8_act a[NT][N / 32];
+    static struct ebb_block_q8_k k[NT][N / 256];
+    static int32_t asum[NT * (N / 32)];
+    const uint32_t types[] = {EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const size_t blk[] = {sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q4_k),
+                          sizeof(struct ebb_block_q6_k)};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            setenv("EBB_CPU_VNNI", "0", 1);
+        for (int rep = 0; rep < 20; rep++) {
+            for (int t = 0; t < NT; t++) {
+                float amp = rep % 5 == 0 ? 1000.0f : 3.0f * (float)(t + 1);
+                for (int i = 0; i < N; i++)
+                    x[i] = t == 5 ? 0.0f : rndf(-amp, amp);
+                ebb_quant_q8_act_row(x, N, a[t]);
+                ebb_quant_q8k_act_row(x, N, k[t]);
+                ebb_quant_q8_act_sums(a[t], N / 32, asum + t * (N / 32));
+            }
+            for (size_t ty = 0; ty < sizeof(types) / sizeof(types[0]); ty++) {
+                ebb_quant_rp8_fn f = ebb_quant_get_rp8(types[ty]);
+                if (!f)
+                    continue; /* no AVX2 on this CPU */
+                bool kq = ebb_quant_q8k_act_supported(types[ty]);
+                int nb = kq ? N / 256 : N / 32;
+                uint64_t row_bytes = blk[ty] * (uint64_t)nb;
+                for (int r = 0; r < 8; r++)
+                    random_row(types[ty], rows[r], row_bytes, nb);
+                assert_true(ebb_quant_rp8_bytes(types[ty], N) <= sizeof(grp));
+                ebb_quant_rp8_pack(types[ty], rows, sizeof(rows[0]), N, grp);
+                float out[8 * NT];
+                if (kq)
+                    f(grp, k, sizeof(k[0]), NULL, N, NT, out);
+                else
+                    f(grp, a, sizeof(a[0]), asum, N, NT, out);
+                for (int t = 0; t < NT; t++)
+                    for (int r = 0; r < 8; r++) {
+                        float want = kq ? ebb_quant_dot_q8k_act(types[ty], rows[r], k[t], N)
+                                        : ebb_quant_dot_q8_act(types[ty], rows[r], a[t], N);
+                        if (memcmp(&want, &out[8 * t + r], sizeof(float)))
+                            fail_msg("type %u token %d row %d (%s): rp8 %a, scalar %a", types[ty],
+                                     t, r, pass ? "avx2" : ebb_quant_simd_name(),
+                                     (double)out[8 * t + r], (double)want);
+                    }
+            }
+        }
+        unsetenv("EBB_CPU_VNNI");
+    }
+    assert_null(ebb_quant_get_rp8(EBB_GGML_Q8_0));
+    assert_int_equal(ebb_quant_rp8_bytes(EBB_GGML_Q8_0, N), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -606,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_against_gguf_py),
         cmocka_unit_test(test_q8_act),
         cmocka_unit_test(test_dot_act),
+        cmocka_unit_test(test_rp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
