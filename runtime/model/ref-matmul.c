@@ -134,14 +134,14 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
     struct job j = {.run = matmul_part, .w = w, .x = x, .y = y, .n = n, .deq = r->cpu};
     if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
         for (uint32_t t = 0; t < n; t++)
-            ebb_quant_q8_act_row(x + (uint64_t)t * w->n_in, w->n_in,
-                                 r->xact + (uint64_t)t * (w->n_in / 32));
+            (r->fast ? ebb_quant_q8_act_row_fast : ebb_quant_q8_act_row)(
+                x + (uint64_t)t * w->n_in, w->n_in, r->xact + (uint64_t)t * (w->n_in / 32));
         j.xa = r->xact;
         j.xa_stride = sizeof(*r->xact) * (w->n_in / 32);
     } else if (r->kq8 && ebb_quant_q8k_act_supported(w->type)) {
         for (uint32_t t = 0; t < n; t++)
-            ebb_quant_q8k_act_row(x + (uint64_t)t * w->n_in, w->n_in,
-                                  r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
+            (r->fast ? ebb_quant_q8k_act_row_fast : ebb_quant_q8k_act_row)(
+                x + (uint64_t)t * w->n_in, w->n_in, r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
         j.xa = r->xk;
         j.xa_stride = sizeof(*r->xk) * (w->n_in / EBB_QK_K);
     }

@@ -206,6 +206,10 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
 /* Whether ebb_quant_get_dot_act8 takes AVX-VNNI on this CPU (EBB_CPU_VNNI=0: never, so that the
  * tests reach the AVX2 version on a CPU with both). */
 bool ebb_quant_simd_vnni(void);
+/* quant-simd.c: ebb_quant_q8_act_row and ebb_quant_q8k_act_row with AVX2 (and F16C) where the
+ * CPU has them, else the same functions; the same bits for finite inputs. */
+void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *out);
+void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_k *out);
 /* quant-repack.c: weights repacked for blocked products, eight rows at a time (the CPU
  * device's prefill; the layouts are in quant-repack.c). ebb_quant_get_rp8 gives the product for
  * a type (Q5_0, Q4_K, Q6_K) where this CPU has AVX2, else NULL; ebb_quant_rp8_bytes the bytes of

@@ -419,6 +419,27 @@ static void test_q8_act(void **state)
             fail_msg("type %u: q8 dot %g, float dot %g, bound %g", types[t], (double)got, ref, mag);
     }
     assert_false(ebb_quant_q8_act_supported(EBB_GGML_Q4_K));
+    /* The vector quantizers give the scalar ones' bytes: random rows, rows of ties (x.5 steps),
+     * a zero block, the largest magnitude twice with both signs. */
+    enum { NF = 1024 };
+    static float xf[NF];
+    static struct ebb_q8_act qa[NF / 32], qb[NF / 32];
+    static struct ebb_block_q8_k ka[NF / 256], kb[NF / 256];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NF; i++)
+            xf[i] = rep % 4 == 1 ? (float)((int)(rnd() % 255) - 127) / 2.0f
+                                 : rndf(-3.0f, 3.0f) * (rep % 3 ? 1.0f : 1e4f);
+        if (rep % 5 == 0)
+            memset(xf + 256, 0, 256 * sizeof(float));
+        xf[9] = 7.0f;
+        xf[13] = -7.0f;
+        ebb_quant_q8_act_row(xf, NF, qa);
+        ebb_quant_q8_act_row_fast(xf, NF, qb);
+        assert_memory_equal(qa, qb, sizeof(qa));
+        ebb_quant_q8k_act_row(xf, NF, ka);
+        ebb_quant_q8k_act_row_fast(xf, NF, kb);
+        assert_memory_equal(ka, kb, sizeof(ka));
+    }
 }
 
 /* A row of nb random blocks of type with sane fp16 scales (random bytes elsewhere). */
