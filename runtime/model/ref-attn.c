@@ -131,6 +131,16 @@ static bool have_avx2(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 }
+
+AVX2 static void f16_round_avx2(float *dst, const float *src, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                                                  _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++)
+        dst[i] = f16_round(src[i]);
+}
 #else
 static bool have_avx2(void)
 {
@@ -149,6 +159,20 @@ void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, f
     (void)simd;
 #endif
     attn_head_c(a, att, out);
+}
+
+void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx2()) {
+        f16_round_avx2(dst, src, n);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = f16_round(src[i]);
 }
 
 void ebb__ref_gelu_table(float *tab)

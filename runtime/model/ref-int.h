@@ -185,6 +185,9 @@ struct ebb__attn_head {
     bool f16_weights;
 };
 void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out);
+/* dst[i] = src[i] rounded to fp16 and back, i < n (dst may be src); with simd through F16C
+ * where the CPU has it (the same values). */
+void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd);
 /* Whether ebb__ref_attn_head's simd path runs on this CPU (AVX2 and F16C). */
 bool ebb__ref_attn_simd(void);
 /* The GELU of every fp16 input h, rounded to fp16, into tab[0..65535] (EBB__GELU_TAB floats),

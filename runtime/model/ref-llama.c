@@ -55,12 +55,6 @@ static void rope(const struct ref *r, float *v, uint32_t pos, bool swa, enum ebb
     }
 }
 
-/* Rounds through fp16 in ref-q8 mode. */
-static float f16r(const struct ref *r, float x)
-{
-    return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
-}
-
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
 
 /* What one op works on: rows of the batch, from row0 (the output program's first wanted row),
@@ -125,9 +119,13 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     for (uint32_t t = 0; t < s->n; t++) {
-        for (uint32_t i = 0; i < KVD; i++) {
-            kc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, k[(uint64_t)t * KVD + i]);
-            vc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, v[(uint64_t)t * KVD + i]);
+        float *kd = kc + (uint64_t)(s->pos + t) * KVD, *vd = vc + (uint64_t)(s->pos + t) * KVD;
+        if (r->q8) {
+            ebb__ref_f16_round(kd, k + (uint64_t)t * KVD, KVD, r->fast);
+            ebb__ref_f16_round(vd, v + (uint64_t)t * KVD, KVD, r->fast);
+        } else {
+            memcpy(kd, k + (uint64_t)t * KVD, KVD * sizeof(float));
+            memcpy(vd, v + (uint64_t)t * KVD, KVD * sizeof(float));
         }
         if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
             for (uint32_t i = 0; i < KVD; i += 32) {
@@ -140,8 +138,7 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
                 ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, vp, 32);
             }
         if (r->q8)
-            for (uint32_t i = 0; i < QD; i++)
-                q[(uint64_t)t * QD + i] = f16r(r, q[(uint64_t)t * QD + i]);
+            ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
     }
     struct job j = {.run = attention_part, .op = op, .step = s};
     ebb__ref_run(r, &j);

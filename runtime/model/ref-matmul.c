@@ -50,21 +50,24 @@ static void part_rows(uint32_t n_out, int i, int n, uint32_t *o0, uint32_t *o1)
     *o1 = (uint32_t)((uint64_t)n_out * (uint32_t)(i + 1) / (uint32_t)n);
 }
 
-/* Row groups [g0, g1) of a repacked matrix, four tokens at a time (then one by one). */
+/* Row groups [g0, g1) of a repacked matrix, two groups and four tokens at a time (the product
+ * takes the rest one by one). */
 static void matmul_groups(const struct job *j, uint32_t g0, uint32_t g1)
 {
     const struct wmat *w = j->w;
     const uint64_t as = w->n_in / 32;
-    for (uint32_t g = g0; g < g1; g++) {
+    for (uint32_t g = g0; g < g1; g += 2) {
+        int ng = g1 - g < 2 ? 1 : 2;
         const uint8_t *grp = w->rp + (uint64_t)g * w->rp_bytes;
         for (uint32_t t = 0; t < j->n; t += 4) {
             int nt = j->n - t < 4 ? (int)(j->n - t) : 4;
-            float out[32];
+            float out[64];
             j->rp8(grp, (const uint8_t *)j->xa + (uint64_t)t * j->xa_stride, j->xa_stride,
-                   j->xsum ? j->xsum + (uint64_t)t * as : NULL, w->n_in, nt, out);
-            for (int k = 0; k < nt; k++)
-                memcpy(j->y + (uint64_t)(t + (uint32_t)k) * w->n_out + 8 * g, out + 8 * k,
-                       8 * sizeof(float));
+                   j->xsum ? j->xsum + (uint64_t)t * as : NULL, w->n_in, ng, nt, out);
+            for (int i = 0; i < ng; i++)
+                for (int k = 0; k < nt; k++)
+                    memcpy(j->y + (uint64_t)(t + (uint32_t)k) * w->n_out + 8 * (g + (uint32_t)i),
+                           out + 8 * (i * nt + k), 8 * sizeof(float));
         }
     }
 }

@@ -169,45 +169,61 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
  * summ += 0 * x.s, as Q8_LOOP; the result sum + summ. */
 #define RP_Q5_0(name, ISA, DOT)                                                                    \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
-                                    const int32_t *asum, uint64_t n, const int nt, float *out)     \
+                                    const int32_t *asum, uint64_t n, const int nt, const int ng,   \
+                                    float *out)                                                    \
     {                                                                                              \
-        const uint64_t nb = n / 32;                                                                \
+        const uint64_t nb = n / 32, gb = nb * Q5_0_BYTES;                                          \
         const struct ebb_q8_act *x[4];                                                             \
-        __m256 sum[4], summ[4];                                                                    \
+        __m256 sum[2][4];                                                                          \
+        float summ[4];                                                                             \
         for (int t = 0; t < nt; t++) {                                                             \
             x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);   \
-            sum[t] = summ[t] = _mm256_setzero_ps();                                                \
+            summ[t] = 0.0f;                                                                        \
+            for (int i = 0; i < ng; i++)                                                           \
+                sum[i][t] = _mm256_setzero_ps();                                                   \
         }                                                                                          \
         for (uint64_t ib = 0; ib < nb; ib++, g += Q5_0_BYTES) {                                    \
-            __m256i acc[4];                                                                        \
+            __m256i acc[2][4];                                                                     \
             for (int t = 0; t < nt; t++)                                                           \
-                acc[t] = _mm256_setzero_si256();                                                   \
+                for (int i = 0; i < ng; i++)                                                       \
+                    acc[i][t] = _mm256_setzero_si256();                                            \
             for (int k = 0; k < 8; k++) {                                                          \
-                __m256i w = LOAD(g + 32 * k);                                                      \
-                for (int t = 0; t < nt; t++)                                                       \
-                    acc[t] = DOT(acc[t], w, BCAST(x[t][ib].q + 4 * k));                            \
+                __m256i w0 = LOAD(g + 32 * k), w1 = ng > 1 ? LOAD(g + gb + 32 * k) : w0;           \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    __m256i a = BCAST(x[t][ib].q + 4 * k);                                         \
+                    acc[0][t] = DOT(acc[0][t], w0, a);                                             \
+                    if (ng > 1)                                                                    \
+                        acc[1][t] = DOT(acc[1][t], w1, a);                                         \
+                }                                                                                  \
             }                                                                                      \
-            __m256 d = LOADF(g + 256);                                                             \
-            for (int t = 0; t < nt; t++) {                                                         \
-                __m256i is = _mm256_sub_epi32(acc[t], _mm256_set1_epi32(16 * asum[t * nb + ib]));  \
-                sum[t] = _mm256_add_ps(sum[t],                                                     \
-                                       _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)), \
-                                                     _mm256_cvtepi32_ps(is)));                     \
-                summ[t] = _mm256_add_ps(                                                           \
-                    summ[t], _mm256_mul_ps(_mm256_setzero_ps(), _mm256_set1_ps(x[t][ib].s)));      \
+            for (int i = 0; i < ng; i++) {                                                         \
+                __m256 d = LOADF(g + gb * (uint64_t)i + 256);                                      \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    __m256i is =                                                                   \
+                        _mm256_sub_epi32(acc[i][t], _mm256_set1_epi32(16 * asum[t * nb + ib]));    \
+                    sum[i][t] = _mm256_add_ps(                                                     \
+                        sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
+                                                 _mm256_cvtepi32_ps(is)));                         \
+                }                                                                                  \
             }                                                                                      \
+            for (int t = 0; t < nt; t++) /* the same in every lane: 0 * x.s */                     \
+                summ[t] += 0.0f * x[t][ib].s;                                                      \
         }                                                                                          \
-        for (int t = 0; t < nt; t++)                                                               \
-            _mm256_storeu_ps(out + 8 * t, _mm256_add_ps(sum[t], summ[t]));                         \
+        for (int i = 0; i < ng; i++)                                                               \
+            for (int t = 0; t < nt; t++)                                                           \
+                _mm256_storeu_ps(out + 8 * (i * nt + t),                                           \
+                                 _mm256_add_ps(sum[i][t], _mm256_set1_ps(summ[t])));               \
     }
 
 /* Q4_K: per group the products summed, times the group's scale (mullo), into one int32 sum
  * per token; the mins against the activations' 16-sums in madd; then k4_k5's float steps. */
 #define RP_Q4_K(name, ISA, DOT)                                                                    \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
-                                    const int32_t *asum, uint64_t n, const int nt, float *out)     \
+                                    const int32_t *asum, uint64_t n, const int nt, const int ng,   \
+                                    float *out)                                                    \
     {                                                                                              \
         (void)asum;                                                                                \
+        (void)ng;                                                                                  \
         const __m256i m4 = _mm256_set1_epi8(0x0f);                                                 \
         const struct ebb_block_q8_k *x[4];                                                         \
         __m256 sum[4], summ[4];                                                                    \
@@ -259,9 +275,11 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
  * scales against the 16-sums (madd); q6_k's float steps (sum - summ, summ staying +0). */
 #define RP_Q6_K(name, ISA, DOT)                                                                    \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
-                                    const int32_t *asum, uint64_t n, const int nt, float *out)     \
+                                    const int32_t *asum, uint64_t n, const int nt, const int ng,   \
+                                    float *out)                                                    \
     {                                                                                              \
         (void)asum;                                                                                \
+        (void)ng;                                                                                  \
         const struct ebb_block_q8_k *x[4];                                                         \
         __m256 sum[4], summ[4];                                                                    \
         for (int t = 0; t < nt; t++) {                                                             \
@@ -306,30 +324,46 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
             _mm256_storeu_ps(out + 8 * t, _mm256_sub_ps(sum[t], summ[t]));                         \
     }
 
-/* The entry point of one type and ISA: four tokens, or one at a time. */
-#define RP_ENTRY(name, ISA)                                                                        \
+/* The entry point of one type and ISA: two groups at a time where the type's kernel takes two
+ * (PAIR), four tokens at a time, the rest one by one. */
+#define RP_ENTRY(name, ISA, PAIR, GROUP_BYTES)                                                     \
     ISA static void name(const void *grp, const void *act, uint64_t stride, const int32_t *asum,   \
-                         uint64_t n, int nt, float *out)                                           \
+                         uint64_t n, int ng, int nt, float *out)                                   \
     {                                                                                              \
-        const uint8_t *g = grp;                                                                    \
-        const uint64_t as = n / 32;                                                                \
-        int t = 0;                                                                                 \
-        for (; t + 4 <= nt; t += 4)                                                                \
-            name##_n(g, (const uint8_t *)act + stride * t, stride, asum ? asum + as * t : NULL, n, \
-                     4, out + 8 * t);                                                              \
-        for (; t < nt; t++)                                                                        \
-            name##_n(g, (const uint8_t *)act + stride * t, stride, asum ? asum + as * t : NULL, n, \
-                     1, out + 8 * t);                                                              \
+        const uint64_t as = n / 32, gb = GROUP_BYTES;                                              \
+        for (int i = 0; i < ng;) {                                                                 \
+            const uint8_t *g = (const uint8_t *)grp + gb * (uint64_t)i;                            \
+            const bool two = PAIR && i + 1 < ng;                                                   \
+            int t = 0;                                                                             \
+            for (; t + 4 <= nt; t += 4) {                                                          \
+                const void *a = (const uint8_t *)act + stride * t;                                 \
+                const int32_t *s = asum ? asum + as * t : NULL;                                    \
+                if (two) {                                                                         \
+                    float o[64];                                                                   \
+                    name##_n(g, a, stride, s, n, 4, 2, o);                                         \
+                    memcpy(out + 8 * (i * nt + t), o, 32 * sizeof(float));                         \
+                    memcpy(out + 8 * ((i + 1) * nt + t), o + 32, 32 * sizeof(float));              \
+                } else {                                                                           \
+                    name##_n(g, a, stride, s, n, 4, 1, out + 8 * (i * nt + t));                    \
+                }                                                                                  \
+            }                                                                                      \
+            for (int j = 0; j < (two ? 2 : 1); j++)                                                \
+                for (int tt = t; tt < nt; tt++)                                                    \
+                    name##_n(g + gb * (uint64_t)j, (const uint8_t *)act + stride * tt, stride,     \
+                             asum ? asum + as * tt : NULL, n, 1, 1,                                \
+                             out + 8 * ((i + j) * nt + tt));                                       \
+            i += two ? 2 : 1;                                                                      \
+        }                                                                                          \
     }
 
-#define RP_BOTH(type, MACRO)                                                                       \
+#define RP_BOTH(type, MACRO, PAIR, GROUP_BYTES)                                                    \
     MACRO(avx2_##type, AVX2, DOT_AVX2)                                                             \
     MACRO(vnni_##type, VNNI, DOT_VNNI)                                                             \
-    RP_ENTRY(avx2_##type, AVX2)                                                                    \
-    RP_ENTRY(vnni_##type, VNNI)
-RP_BOTH(q5_0, RP_Q5_0)
-RP_BOTH(q4_k, RP_Q4_K)
-RP_BOTH(q6_k, RP_Q6_K)
+    RP_ENTRY(avx2_##type, AVX2, PAIR, GROUP_BYTES)                                                 \
+    RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
+RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
+RP_BOTH(q4_k, RP_Q4_K, false, n / EBB_QK_K * Q4_K_BYTES)
+RP_BOTH(q6_k, RP_Q6_K, false, n / EBB_QK_K * Q6_K_BYTES)
 
 ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
 {

@@ -214,14 +214,15 @@ void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_
  * device's prefill; the layouts are in quant-repack.c). ebb_quant_get_rp8 gives the product for
  * a type (Q5_0, Q4_K, Q6_K) where this CPU has AVX2, else NULL; ebb_quant_rp8_bytes the bytes of
  * one group of 8 rows of n elements (0 where get_rp8 is NULL); ebb_quant_rp8_pack writes the
- * group of rows[0..7] (row_bytes apart, the file's layout) into dst. The product writes
- * out[8 * t + r] = row r times token t's activations (act + t * stride bytes, blocks as for
- * ebb_quant_get_dot_act) for t < nt, each with the bits ebb_quant_get_dot_act(type, true)
- * gives; asum holds, for Q5_0, the integer sums of every token's activation blocks (n / 32 a
+ * group of rows[0..7] (row_bytes apart, the file's layout) into dst. The product takes ng
+ * consecutive groups (grp, grp + ebb_quant_rp8_bytes(type, n), ..) and writes
+ * out[8 * (i * nt + t) + r] = row r of group i times token t's activations (act + t * stride bytes,
+ * blocks as for ebb_quant_get_dot_act) for t < nt, each with the bits ebb_quant_get_dot_act(type,
+ * true) gives; asum holds, for Q5_0, the integer sums of every token's activation blocks (n / 32 a
  * token, token after token; ebb_quant_q8_act_sums), and is unused (may be NULL) for the
  * K-quants. */
 typedef void (*ebb_quant_rp8_fn)(const void *grp, const void *act, uint64_t stride,
-                                 const int32_t *asum, uint64_t n, int nt, float *out);
+                                 const int32_t *asum, uint64_t n, int ng, int nt, float *out);
 ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type);
 uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n);
 void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uint64_t n, void *dst);

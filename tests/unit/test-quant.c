@@ -618,15 +618,16 @@ static void test_dot_act(void **state)
 }
 
 /* The repacked eight-row products (quant-repack.c), with AVX-VNNI where the CPU has it and with
- * AVX2 (EBB_CPU_VNNI=0): seven tokens (four at once, then one at a time) of eight random rows,
- * each result with the scalar product's bits; one token's activations all zero. */
+ * AVX2 (EBB_CPU_VNNI=0): seven tokens (four at once, then one at a time) of three groups of
+ * eight random rows (a pair and a single group where the kernel pairs them), each result with
+ * the scalar product's bits; one token's activations all zero. */
 static void test_rp8(void **state)
 {
     (void)state;
-    enum { N = 1024, NT = 7 };
+    enum { N = 1024, NT = 7, NG = 3 };
     static float x[N];
-    static uint8_t rows[8][N];
-    static uint8_t grp[8 * 2 * N];
+    static uint8_t rows[8 * NG][N];
+    static uint8_t grp[NG][8 * 2 * N];
     static struct ebb_q8_act a[NT][N / 32];
     static struct ebb_block_q8_k k[NT][N / 256];
     static int32_t asum[NT * (N / 32)];
@@ -652,24 +653,30 @@ static void test_rp8(void **state)
                 bool kq = ebb_quant_q8k_act_supported(types[ty]);
                 int nb = kq ? N / 256 : N / 32;
                 uint64_t row_bytes = blk[ty] * (uint64_t)nb;
-                for (int r = 0; r < 8; r++)
+                for (int r = 0; r < 8 * NG; r++)
                     random_row(types[ty], rows[r], row_bytes, nb);
-                assert_true(ebb_quant_rp8_bytes(types[ty], N) <= sizeof(grp));
-                ebb_quant_rp8_pack(types[ty], rows, sizeof(rows[0]), N, grp);
-                float out[8 * NT];
+                uint64_t gb = ebb_quant_rp8_bytes(types[ty], N);
+                assert_true(gb <= sizeof(grp[0]));
+                for (int g = 0; g < NG; g++) /* consecutive groups, gb bytes apart */
+                    ebb_quant_rp8_pack(types[ty], rows[8 * g], sizeof(rows[0]), N,
+                                       (uint8_t *)grp + gb * (uint64_t)g);
+                float out[8 * NT * NG];
                 if (kq)
-                    f(grp, k, sizeof(k[0]), NULL, N, NT, out);
+                    f(grp, k, sizeof(k[0]), NULL, N, NG, NT, out);
                 else
-                    f(grp, a, sizeof(a[0]), asum, N, NT, out);
-                for (int t = 0; t < NT; t++)
-                    for (int r = 0; r < 8; r++) {
-                        float want = kq ? ebb_quant_dot_q8k_act(types[ty], rows[r], k[t], N)
-                                        : ebb_quant_dot_q8_act(types[ty], rows[r], a[t], N);
-                        if (memcmp(&want, &out[8 * t + r], sizeof(float)))
-                            fail_msg("type %u token %d row %d (%s): rp8 %a, scalar %a", types[ty],
-                                     t, r, pass ? "avx2" : ebb_quant_simd_name(),
-                                     (double)out[8 * t + r], (double)want);
-                    }
+                    f(grp, a, sizeof(a[0]), asum, N, NG, NT, out);
+                for (int g = 0; g < NG; g++)
+                    for (int t = 0; t < NT; t++)
+                        for (int r = 0; r < 8; r++) {
+                            const uint8_t *row = rows[8 * g + r];
+                            float want = kq ? ebb_quant_dot_q8k_act(types[ty], row, k[t], N)
+                                            : ebb_quant_dot_q8_act(types[ty], row, a[t], N);
+                            float got = out[8 * (g * NT + t) + r];
+                            if (memcmp(&want, &got, sizeof(float)))
+                                fail_msg("type %u group %d token %d row %d (%s): rp8 %a, scalar %a",
+                                         types[ty], g, t, r, pass ? "avx2" : ebb_quant_simd_name(),
+                                         (double)got, (double)want);
+                        }
             }
         }
         unsetenv("EBB_CPU_VNNI");

@@ -115,6 +115,29 @@ static void gelu_table(void **state)
     }
 }
 
+/* F16C's rounding through fp16 equals the software one: random magnitudes from subnormal to
+ * past fp16's range, halfway cases, both signs; in place and with a tail of fewer than 8. */
+static void f16_round(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static float x[N], a[N], b[N];
+    uint64_t s = 11;
+    for (int rep = 0; rep < 50; rep++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = rnd(&s);
+            float m = (float)(u % 100000) / 1000.0f, e = ldexpf(1.0f, (int)(rnd(&s) % 50) - 30);
+            x[i] = (u & 1 ? -m : m) * e;
+            if (i % 17 == 0) /* halfway between two fp16 values */
+                x[i] = ldexpf(1.0f + ((float)(u % 1024) + 0.5f) / 1024.0f, (int)(u % 20) - 10);
+        }
+        ebb__ref_f16_round(a, x, N, false);
+        memcpy(b, x, sizeof(b));
+        ebb__ref_f16_round(b, b, N, true);
+        assert_memory_equal(a, b, sizeof(a));
+    }
+}
+
 int main(void)
 {
     if (!strcmp(ebb_quant_simd_name(), "scalar")) {
@@ -123,6 +146,6 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic),
                                        cmocka_unit_test(attn_same_as_c),
-                                       cmocka_unit_test(gelu_table)};
+                                       cmocka_unit_test(gelu_table), cmocka_unit_test(f16_round)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
