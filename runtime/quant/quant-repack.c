@@ -165,8 +165,8 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)))
 #define DOT_VNNI(acc, w, a) _mm256_dpbusd_avx_epi32(acc, w, a)
 
-/* Q5_0: per block, sum(q * a) - 16 * sum(a) = the scalar isum; then sum += d * x.d * isum and
- * summ += 0 * x.s, as Q8_LOOP; the result sum + summ. */
+/* Q5_0: per block, sum(q * a) - 16 * sum(a) = the scalar isum; then sum += d * x.d * isum, as
+ * Q8_LOOP; the result sum + 0 (Q8_LOOP's summ of a type without a min). */
 #define RP_Q5_0(name, ISA, DOT)                                                                    \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
                                     const int32_t *asum, uint64_t n, const int nt, const int ng,   \
@@ -175,10 +175,8 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
         const uint64_t nb = n / 32, gb = nb * Q5_0_BYTES;                                          \
         const struct ebb_q8_act *x[4];                                                             \
         __m256 sum[2][4];                                                                          \
-        float summ[4];                                                                             \
         for (int t = 0; t < nt; t++) {                                                             \
             x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);   \
-            summ[t] = 0.0f;                                                                        \
             for (int i = 0; i < ng; i++)                                                           \
                 sum[i][t] = _mm256_setzero_ps();                                                   \
         }                                                                                          \
@@ -206,13 +204,11 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                                                  _mm256_cvtepi32_ps(is)));                         \
                 }                                                                                  \
             }                                                                                      \
-            for (int t = 0; t < nt; t++) /* the same in every lane: 0 * x.s */                     \
-                summ[t] += 0.0f * x[t][ib].s;                                                      \
         }                                                                                          \
         for (int i = 0; i < ng; i++)                                                               \
             for (int t = 0; t < nt; t++)                                                           \
                 _mm256_storeu_ps(out + 8 * (i * nt + t),                                           \
-                                 _mm256_add_ps(sum[i][t], _mm256_set1_ps(summ[t])));               \
+                                 _mm256_add_ps(sum[i][t], _mm256_setzero_ps()));                   \
     }
 
 /* Q4_K: per group the products summed, times the group's scale (mullo), into one int32 sum

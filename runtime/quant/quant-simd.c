@@ -101,40 +101,42 @@ AVX2 static inline __m256i load32(const void *p)
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-/* The generic code's float steps: sum += d * x.d * isum; summ += m * x.s. */
-#define Q8_LOOP(BLOCK, ISUM, M)                                                                    \
+/* The generic code's float steps: sum += d * x.d * isum; summ += m * x.s for the types with a
+ * min (HAS_M). */
+#define Q8_LOOP(BLOCK, ISUM, HAS_M, M)                                                             \
     const struct ebb_q8_act *x = act;                                                              \
     const BLOCK *b = row;                                                                          \
     float sum = 0, summ = 0;                                                                       \
     for (uint64_t ib = 0; ib < n / 32; ib++, b++, x++) {                                           \
         int32_t isum = ISUM;                                                                       \
         sum += h2f(b->d) * x->d * (float)isum;                                                     \
-        summ += (M)*x->s;                                                                          \
+        if (HAS_M)                                                                                 \
+            summ += (M)*x->s;                                                                      \
     }                                                                                              \
     return sum + summ;
 
 AVX2 static float avx2_q4_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q4_0,
             hsum_i32(dot_ss(_mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), load32(x->q))),
-            0.0f)}
+            false, 0.0f)}
 
 AVX2 static float avx2_q4_1(const void *row, const void *act, uint64_t n){
-    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), h2f(b->m))}
+    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), true, h2f(b->m))}
 
 AVX2 static float avx2_q5_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_0,
             hsum_i32(dot_ss(_mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))),
                                             _mm256_set1_epi8(16)),
                             load32(x->q))),
-            0.0f)}
+            false, 0.0f)}
 
 AVX2 static float avx2_q5_1(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_1,
             hsum_i32(dot_us(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), load32(x->q))),
-            h2f(b->m))}
+            true, h2f(b->m))}
 
 AVX2 static float avx2_q8_0(const void *row, const void *act, uint64_t n){
-    Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), 0.0f)}
+    Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), false, 0.0f)}
 
 /* Q4_K and Q5_K: per 64 elements one 32-byte load of nibbles (low: group 2c, high: 2c + 1),
  * each group's products weighted by its scale in madd, summed in one int32 vector per token;
@@ -311,7 +313,8 @@ AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
         __m128 xd = _mm_setr_ps(x[0][ib].d, x[1][ib].d, x[2][ib].d, x[3][ib].d);                   \
         __m128 xs = _mm_setr_ps(x[0][ib].s, x[1][ib].s, x[2][ib].s, x[3][ib].s);                   \
         sum = _mm_add_ps(sum, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(h2f(b->d)), xd), isum));           \
-        summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                                   \
+        if (!SIGNED) /* the types with a min */                                                    \
+            summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                               \
     }                                                                                              \
     _mm_storeu_ps(out, _mm_add_ps(sum, summ));
 
@@ -385,7 +388,8 @@ AVX2 static inline __m256i hsum8(const __m256i *p)
                                    x[5][ib].s, x[6][ib].s, x[7][ib].s);                            \
         sum =                                                                                      \
             _mm256_add_ps(sum, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(b->d)), xd), isum)); \
-        summ = _mm256_add_ps(summ, _mm256_mul_ps(_mm256_set1_ps(M), xs));                          \
+        if (!SIGNED) /* the types with a min */                                                    \
+            summ = _mm256_add_ps(summ, _mm256_mul_ps(_mm256_set1_ps(M), xs));                      \
     }                                                                                              \
     _mm256_storeu_ps(out, _mm256_add_ps(sum, summ));
 

@@ -535,6 +535,35 @@ static void test_dot_act(void **state)
                          ref, mag);
         }
     }
+    /* Activations past 2047 in magnitude: the fp16 block sum s overflows to infinity, which the
+     * types without a min must not read (0 * s would be a NaN). */
+    for (int i = 0; i < N; i++)
+        x[i] = rndf(2500.0f, 5000.0f) * (i & 64 ? -1.0f : 1.0f); /* blocks of one sign */
+    ebb_quant_q8_act_row(x, N, a);
+    assert_true(isinf(a[0].s));
+    const uint32_t sym[] = {EBB_GGML_Q4_0, EBB_GGML_Q5_0, EBB_GGML_Q8_0};
+    const size_t sym_blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q5_0),
+                              sizeof(struct ebb_block_q8_0)};
+    for (int t = 0; t < 3; t++) {
+        random_row(sym[t], row, sym_blk[t] * (N / 32), N / 32);
+        float got = ebb_quant_dot_q8_act(sym[t], row, a, N);
+        float simd = ebb_quant_get_dot_act(sym[t], true)(row, a, N);
+        assert_true(isfinite(got));
+        assert_memory_equal(&got, &simd, sizeof(float));
+        float o[8];
+        ebb_quant_dot_act4_fn f4 = ebb_quant_get_dot_act4(sym[t]),
+                              f8 = ebb_quant_get_dot_act8(sym[t]);
+        if (f4) { /* the same token four times */
+            f4(row, a, 0, N, o);
+            for (int tk = 0; tk < 4; tk++)
+                assert_memory_equal(&got, &o[tk], sizeof(float));
+        }
+        if (f8) { /* and eight */
+            f8(row, a, 0, N, o);
+            for (int tk = 0; tk < 8; tk++)
+                assert_memory_equal(&got, &o[tk], sizeof(float));
+        }
+    }
     /* The four-token products: each token's result has the one-token product's bits. */
     static struct ebb_q8_act a4[4][N / 32];
     static struct ebb_block_q8_k k4[4][N / 256];
@@ -640,8 +669,8 @@ static void test_rp8(void **state)
         for (int rep = 0; rep < 20; rep++) {
             for (int t = 0; t < NT; t++) {
                 float amp = rep % 5 == 0 ? 1000.0f : 3.0f * (float)(t + 1);
-                for (int i = 0; i < N; i++)
-                    x[i] = t == 5 ? 0.0f : rndf(-amp, amp);
+                for (int i = 0; i < N; i++) /* token 6: blocks whose fp16 sum s overflows */
+                    x[i] = t == 5 ? 0.0f : t == 6 ? rndf(2500.0f, 5000.0f) : rndf(-amp, amp);
                 ebb_quant_q8_act_row(x, N, a[t]);
                 ebb_quant_q8k_act_row(x, N, k[t]);
                 ebb_quant_q8_act_sums(a[t], N / 32, asum + t * (N / 32));
