@@ -138,6 +138,78 @@ static void f16_round(void **state)
     }
 }
 
+/* The CPU device's matrix product on repacked row groups gives the bits of the product on the
+ * file's rows: Q5_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11 tokens (four,
+ * four, then one by one), on one thread and on two (the groups split, the last part taking the
+ * rows left). */
+static void matmul_repacked(void **state)
+{
+    (void)state;
+    enum { NIN = 512, NOUT = 109, NT = 11 };
+    const uint32_t types[] = {EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const uint32_t block[] = {32, 256, 256}, dpos[] = {0, 0, 208};
+    uint64_t s = 5;
+    static float x[NT * NIN], y0[NT * NOUT], y1[NT * NOUT];
+    for (int i = 0; i < NT * NIN; i++)
+        x[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 2000.0f;
+    for (int ty = 0; ty < 3; ty++) {
+        if (!ebb_quant_get_rp8(types[ty]))
+            skip();
+        uint64_t rb;
+        assert_int_equal(ebb_ggml_row_bytes(types[ty], NIN, &rb), EBB_OK);
+        uint64_t bb = rb / (NIN / block[ty]);
+        uint8_t *data = malloc(rb * NOUT);
+        assert_non_null(data);
+        for (uint64_t i = 0; i < rb * NOUT; i++)
+            data[i] = (uint8_t)rnd(&s);
+        for (uint64_t b = 0; b < rb * NOUT / bb; b++) { /* sane fp16 scales (d, dmin) */
+            uint16_t d = ebb_fp32_to_fp16((float)(rnd(&s) % 1000) / 50000.0f);
+            memcpy(data + b * bb + dpos[ty], &d, 2);
+            if (ty == 1)
+                memcpy(data + b * bb + 2, &d, 2);
+        }
+        for (int threads = 1; threads <= 2; threads++) {
+            struct ref *r = calloc(1, sizeof(*r));
+            assert_non_null(r);
+            r->q8 = r->kq8 = r->fast = r->cpu = true;
+            r->xact = calloc(NT * (NIN / 32), sizeof(*r->xact));
+            r->xk = calloc(NT * (NIN / 256), sizeof(*r->xk));
+            r->xsum = calloc(NT * (NIN / 32), sizeof(*r->xsum));
+            for (int i = 0; i < 2; i++)
+                r->rowbuf[i] = calloc(NIN, sizeof(float));
+            ebb__ref_start_helper(r, threads);
+            assert_int_equal(r->n_threads, threads);
+            struct wmat w = {.data = data,
+                             .type = types[ty],
+                             .n_in = NIN,
+                             .n_out = NOUT,
+                             .row_bytes = rb,
+                             .dot = ebb_quant_get_dot(types[ty]),
+                             .n_mat = 1,
+                             .mat_bytes = rb * NOUT};
+            ebb__ref_matmul(r, &w, x, y0, NT);
+            w.rp_bytes = ebb_quant_rp8_bytes(types[ty], NIN);
+            w.rp = malloc(w.rp_bytes * (NOUT / 8));
+            assert_non_null(w.rp);
+            for (uint32_t o = 0; o + 8 <= NOUT; o += 8)
+                ebb_quant_rp8_pack(types[ty], data + o * rb, rb, NIN, w.rp + o / 8 * w.rp_bytes);
+            w.rp8 = ebb_quant_get_rp8(types[ty]);
+            memset(y1, 0xff, sizeof(y1)); /* NaNs where a row is left unwritten */
+            ebb__ref_matmul(r, &w, x, y1, NT);
+            assert_memory_equal(y0, y1, sizeof(y0));
+            ebb__ref_stop_helper(r);
+            free(w.rp);
+            free(r->xact);
+            free(r->xk);
+            free(r->xsum);
+            for (int i = 0; i < 2; i++)
+                free(r->rowbuf[i]);
+            free(r);
+        }
+        free(data);
+    }
+}
+
 int main(void)
 {
     if (!strcmp(ebb_quant_simd_name(), "scalar")) {
@@ -146,6 +218,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic),
                                        cmocka_unit_test(attn_same_as_c),
-                                       cmocka_unit_test(gelu_table), cmocka_unit_test(f16_round)};
+                                       cmocka_unit_test(gelu_table), cmocka_unit_test(f16_round),
+                                       cmocka_unit_test(matmul_repacked)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
