@@ -599,31 +599,37 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
     return EBB_OK;
 }
 
-/* Device "cpu": every single matrix of a type with a repacked product (ebb_quant_get_rp8) gets
- * a copy of its rows in groups of eight for the prefill's products; decode keeps reading the
- * mapping (the Q5_0 copy is 1.6x the file's bytes). EBB_CPU_REPACK=0 turns this off. */
+/* Device "cpu": every single matrix of the layers' products in a type with a repacked product
+ * (ebb_quant_get_rp8) gets a copy of its rows in groups of eight for the prefill's products;
+ * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes). The output head
+ * is left alone: prefill needs its product for the last token only, and a tied head would
+ * cost a copy of the embedding. EBB_CPU_REPACK=0 turns this off. */
 static ebb_err repack(struct ref *r, struct ebb_diag *diag)
 {
     const char *env = getenv("EBB_CPU_REPACK");
     if (env && !strcmp(env, "0"))
         return EBB_OK;
-    for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++) {
-        struct wmat *w = &r->t[i].m;
-        ebb_quant_rp8_fn f = w->data ? ebb_quant_get_rp8(w->type) : NULL;
-        uint64_t gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
-        if (!gb || w->n_mat != 1 || w->n_out < 8)
-            continue;
-        w->rp = malloc(gb * (w->n_out / 8));
-        if (!w->rp)
-            return ebb_diag_set(diag, EBB_ENOMEM,
-                                "out of memory for the CPU device's repacked "
-                                "weights (EBB_CPU_REPACK=0 reads the file's)");
-        for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
-            ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes, w->n_in,
-                               w->rp + (uint64_t)(o / 8) * gb);
-        w->rp_bytes = gb;
-        w->rp8 = f;
-    }
+    for (uint32_t l = 0; l < r->hp.n_layer; l++)
+        for (uint32_t i = 0; i < r->a->n_layer_ops; i++) {
+            const struct ebb__op *op = &r->a->layer[i];
+            if (op->kind != EBB__OP_MATMUL || op->t < 0)
+                continue;
+            struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
+            ebb_quant_rp8_fn f = w->data && !w->rp ? ebb_quant_get_rp8(w->type) : NULL;
+            uint64_t gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
+            if (!gb || w->n_mat != 1 || w->n_out < 8)
+                continue;
+            w->rp = malloc(gb * (w->n_out / 8));
+            if (!w->rp)
+                return ebb_diag_set(diag, EBB_ENOMEM,
+                                    "out of memory for the CPU device's repacked "
+                                    "weights (EBB_CPU_REPACK=0 reads the file's)");
+            for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
+                ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes,
+                                   w->n_in, w->rp + (uint64_t)(o / 8) * gb);
+            w->rp_bytes = gb;
+            w->rp8 = f;
+        }
     return EBB_OK;
 }
 
