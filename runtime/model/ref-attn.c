@@ -132,6 +132,23 @@ static bool have_avx2(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 }
 
+AVX2 static void gelu_glu_avx2(const float *tab, const float *a, const float *b, float *d,
+                               uint64_t n)
+{
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i);
+        __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        __m256 g = _mm256_i32gather_ps(tab, h, 4);
+        g = _mm256_blendv_ps(g, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        _mm256_storeu_ps(d + i, _mm256_mul_ps(g, _mm256_loadu_ps(b + i)));
+    }
+    for (; i < n; i++)
+        d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i];
+}
+
 AVX2 static void f16_round_avx2(float *dst, const float *src, uint64_t n)
 {
     uint64_t i = 0;
@@ -173,6 +190,21 @@ void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd)
 #endif
     for (uint64_t i = 0; i < n; i++)
         dst[i] = f16_round(src[i]);
+}
+
+void ebb__ref_gelu_glu(const float *tab, const float *a, const float *b, float *d, uint64_t n,
+                       bool simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx2()) {
+        gelu_glu_avx2(tab, a, b, d, n);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (uint64_t i = 0; i < n; i++)
+        d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i];
 }
 
 void ebb__ref_gelu_table(float *tab)

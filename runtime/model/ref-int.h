@@ -196,6 +196,10 @@ bool ebb__ref_attn_simd(void);
 #define EBB__GELU_TAB 65536
 void ebb__ref_gelu_table(float *tab);
 float ebb__ref_gelu_f16(const float *tab, float x);
+/* d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i], i < n; with simd through F16C and a gather where
+ * the CPU has AVX2 (the same values for every input but NaN payloads). */
+void ebb__ref_gelu_glu(const float *tab, const float *a, const float *b, float *d, uint64_t n,
+                       bool simd);
 
 static inline float ebb__ref_silu(float x)
 {

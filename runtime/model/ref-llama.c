@@ -199,8 +199,7 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
          * 3 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8
          * prompts), 1.57 with the plain GELU. */
         if (r->gelu_tab && op->arg == EBB__ACT_GELU_TANH) {
-            for (uint64_t i = 0; i < nd; i++)
-                d[i] = ebb__ref_gelu_f16(r->gelu_tab, a[i]) * b[i];
+            ebb__ref_gelu_glu(r->gelu_tab, a, b, d, nd, r->fast);
             break;
         }
         for (uint64_t i = 0; i < nd; i++)

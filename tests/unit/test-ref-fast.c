@@ -113,6 +113,21 @@ static void gelu_table(void **state)
         float got = ebb__ref_gelu_f16(tab, x);
         assert_memory_equal(&want, &got, sizeof(float));
     }
+    /* The GLU over a row: the vector path's products equal the lookups', exact values at the
+     * clamps included, and a tail of fewer than eight. */
+    enum { NG = 1003 };
+    static float a[NG], b[NG], d0[NG], d1[NG];
+    for (int i = 0; i < NG; i++) {
+        a[i] = ((float)(rnd(&s) % 2400001) - 1200000.0f) / 100000.0f;
+        b[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 1000.0f;
+    }
+    a[0] = -10.0f;
+    a[1] = 10.0f;
+    a[2] = 0.0f;
+    a[3] = -0.0f;
+    ebb__ref_gelu_glu(tab, a, b, d0, NG, false);
+    ebb__ref_gelu_glu(tab, a, b, d1, NG, true);
+    assert_memory_equal(d0, d1, sizeof(d0));
 }
 
 /* F16C's rounding through fp16 equals the software one: random magnitudes from subnormal to
