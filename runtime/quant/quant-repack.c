@@ -234,12 +234,12 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                 acc[t] = ms[t] = _mm256_setzero_si256();                                           \
             for (int gr = 0; gr < 8; gr++) {                                                       \
                 const uint8_t *q = g + 256 * (gr / 2);                                             \
-                const int sh = 4 * (gr & 1);                                                       \
                 __m256i ga[4];                                                                     \
                 for (int t = 0; t < nt; t++)                                                       \
                     ga[t] = _mm256_setzero_si256();                                                \
                 for (int k = 0; k < 8; k++) {                                                      \
-                    __m256i w = _mm256_and_si256(_mm256_srli_epi16(LOAD(q + 32 * k), sh), m4);     \
+                    __m256i raw = LOAD(q + 32 * k);                                                \
+                    __m256i w = _mm256_and_si256(gr & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);    \
                     for (int t = 0; t < nt; t++)                                                   \
                         ga[t] = DOT(ga[t], w, BCAST(x[t][ib].qs + 32 * gr + 4 * k));               \
                 }                                                                                  \
