@@ -219,52 +219,70 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                                     float *out)                                                    \
     {                                                                                              \
         (void)asum;                                                                                \
-        (void)ng;                                                                                  \
+        const uint64_t gb = n / EBB_QK_K * Q4_K_BYTES;                                             \
         const __m256i m4 = _mm256_set1_epi8(0x0f);                                                 \
         const struct ebb_block_q8_k *x[4];                                                         \
-        __m256 sum[4], summ[4];                                                                    \
+        __m256 sum[2][4], summ[2][4];                                                              \
         for (int t = 0; t < nt; t++) {                                                             \
             x[t] =                                                                                 \
                 (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act + stride * t);  \
-            sum[t] = summ[t] = _mm256_setzero_ps();                                                \
+            for (int i = 0; i < ng; i++)                                                           \
+                sum[i][t] = summ[i][t] = _mm256_setzero_ps();                                      \
         }                                                                                          \
         for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, g += Q4_K_BYTES) {                          \
-            __m256i acc[4], ms[4];                                                                 \
+            __m256i acc[2][4], ms[4];                                                              \
             for (int t = 0; t < nt; t++)                                                           \
-                acc[t] = ms[t] = _mm256_setzero_si256();                                           \
+                for (int i = 0; i < ng; i++)                                                       \
+                    acc[i][t] = _mm256_setzero_si256();                                            \
             for (int gr = 0; gr < 8; gr++) {                                                       \
                 const uint8_t *q = g + 256 * (gr / 2);                                             \
-                __m256i ga[4];                                                                     \
+                __m256i ga[2][4];                                                                  \
                 for (int t = 0; t < nt; t++)                                                       \
-                    ga[t] = _mm256_setzero_si256();                                                \
+                    for (int i = 0; i < ng; i++)                                                   \
+                        ga[i][t] = _mm256_setzero_si256();                                         \
                 for (int k = 0; k < 8; k++) {                                                      \
-                    __m256i raw = LOAD(q + 32 * k);                                                \
-                    __m256i w = _mm256_and_si256(gr & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);    \
-                    for (int t = 0; t < nt; t++)                                                   \
-                        ga[t] = DOT(ga[t], w, BCAST(x[t][ib].qs + 32 * gr + 4 * k));               \
+                    __m256i r0 = LOAD(q + 32 * k), r1 = ng > 1 ? LOAD(q + gb + 32 * k) : r0;       \
+                    __m256i w0 = _mm256_and_si256(gr & 1 ? _mm256_srli_epi16(r0, 4) : r0, m4);     \
+                    __m256i w1 = _mm256_and_si256(gr & 1 ? _mm256_srli_epi16(r1, 4) : r1, m4);     \
+                    for (int t = 0; t < nt; t++) {                                                 \
+                        __m256i a = BCAST(x[t][ib].qs + 32 * gr + 4 * k);                          \
+                        ga[0][t] = DOT(ga[0][t], w0, a);                                           \
+                        if (ng > 1)                                                                \
+                            ga[1][t] = DOT(ga[1][t], w1, a);                                       \
+                    }                                                                              \
                 }                                                                                  \
-                __m256i sc = _mm256_cvtepu8_epi32(                                                 \
-                    _mm_loadl_epi64((const __m128i *)(const void *)(g + 1024 + 8 * gr)));          \
-                for (int t = 0; t < nt; t++)                                                       \
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(ga[t], sc));              \
+                for (int i = 0; i < ng; i++) {                                                     \
+                    __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(                             \
+                        (const __m128i *)(const void *)(g + gb * (uint64_t)i + 1024 + 8 * gr)));   \
+                    for (int t = 0; t < nt; t++)                                                   \
+                        acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_mullo_epi32(ga[i][t], sc)); \
+                }                                                                                  \
             }                                                                                      \
-            for (int gr = 0; gr < 8; gr++) {                                                       \
-                __m256i mn = LOAD(g + 1088 + 32 * gr);                                             \
+            for (int i = 0; i < ng; i++) {                                                         \
+                const uint8_t *gi = g + gb * (uint64_t)i;                                          \
                 for (int t = 0; t < nt; t++)                                                       \
-                    ms[t] = _mm256_add_epi32(                                                      \
-                        ms[t], _mm256_madd_epi16(mn, BCAST(x[t][ib].bsums + 2 * gr)));             \
-            }                                                                                      \
-            __m256 d = LOADF(g + 1344), dmin = LOADF(g + 1376);                                    \
-            for (int t = 0; t < nt; t++) {                                                         \
-                __m256 xd = _mm256_set1_ps(x[t][ib].d);                                            \
-                sum[t] = _mm256_add_ps(                                                            \
-                    sum[t], _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(acc[t])));      \
-                summ[t] = _mm256_add_ps(                                                           \
-                    summ[t], _mm256_mul_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(ms[t])));   \
+                    ms[t] = _mm256_setzero_si256();                                                \
+                for (int gr = 0; gr < 8; gr++) {                                                   \
+                    __m256i mn = LOAD(gi + 1088 + 32 * gr);                                        \
+                    for (int t = 0; t < nt; t++)                                                   \
+                        ms[t] = _mm256_add_epi32(                                                  \
+                            ms[t], _mm256_madd_epi16(mn, BCAST(x[t][ib].bsums + 2 * gr)));         \
+                }                                                                                  \
+                __m256 d = LOADF(gi + 1344), dmin = LOADF(gi + 1376);                              \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    __m256 xd = _mm256_set1_ps(x[t][ib].d);                                        \
+                    sum[i][t] =                                                                    \
+                        _mm256_add_ps(sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, xd),               \
+                                                               _mm256_cvtepi32_ps(acc[i][t])));    \
+                    summ[i][t] =                                                                   \
+                        _mm256_add_ps(summ[i][t], _mm256_mul_ps(_mm256_mul_ps(dmin, xd),           \
+                                                                _mm256_cvtepi32_ps(ms[t])));       \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int t = 0; t < nt; t++)                                                               \
-            _mm256_storeu_ps(out + 8 * t, _mm256_sub_ps(sum[t], summ[t]));                         \
+        for (int i = 0; i < ng; i++)                                                               \
+            for (int t = 0; t < nt; t++)                                                           \
+                _mm256_storeu_ps(out + 8 * (i * nt + t), _mm256_sub_ps(sum[i][t], summ[i][t]));    \
     }
 
 /* Q6_K: per group of 16 the products times the signed scale; the -32 offset as 32 times the
@@ -358,7 +376,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     RP_ENTRY(avx2_##type, AVX2, PAIR, GROUP_BYTES)                                                 \
     RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
-RP_BOTH(q4_k, RP_Q4_K, false, n / EBB_QK_K * Q4_K_BYTES)
+RP_BOTH(q4_k, RP_Q4_K, true, n / EBB_QK_K * Q4_K_BYTES)
 RP_BOTH(q6_k, RP_Q6_K, false, n / EBB_QK_K * Q6_K_BYTES)
 
 ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
