@@ -293,49 +293,65 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                                     float *out)                                                    \
     {                                                                                              \
         (void)asum;                                                                                \
-        (void)ng;                                                                                  \
+        const uint64_t gb = n / EBB_QK_K * Q6_K_BYTES;                                             \
         const struct ebb_block_q8_k *x[4];                                                         \
-        __m256 sum[4], summ[4];                                                                    \
+        __m256 sum[2][4];                                                                          \
         for (int t = 0; t < nt; t++) {                                                             \
             x[t] =                                                                                 \
                 (const struct ebb_block_q8_k *)(const void *)((const uint8_t *)act + stride * t);  \
-            sum[t] = summ[t] = _mm256_setzero_ps();                                                \
+            for (int i = 0; i < ng; i++)                                                           \
+                sum[i][t] = _mm256_setzero_ps();                                                   \
         }                                                                                          \
         for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, g += Q6_K_BYTES) {                          \
-            __m256i acc[4], off[4];                                                                \
+            __m256i acc[2][4], off[4];                                                             \
             for (int t = 0; t < nt; t++)                                                           \
-                acc[t] = off[t] = _mm256_setzero_si256();                                          \
+                for (int i = 0; i < ng; i++)                                                       \
+                    acc[i][t] = _mm256_setzero_si256();                                            \
             for (int gr = 0; gr < 16; gr++) {                                                      \
                 const uint8_t *q = g + 128 * gr;                                                   \
-                __m256i ga[4];                                                                     \
+                __m256i ga[2][4];                                                                  \
                 for (int t = 0; t < nt; t++)                                                       \
-                    ga[t] = _mm256_setzero_si256();                                                \
+                    for (int i = 0; i < ng; i++)                                                   \
+                        ga[i][t] = _mm256_setzero_si256();                                         \
                 for (int k = 0; k < 4; k++) {                                                      \
-                    __m256i w = LOAD(q + 32 * k);                                                  \
-                    for (int t = 0; t < nt; t++)                                                   \
-                        ga[t] = DOT(ga[t], w, BCAST(x[t][ib].qs + 16 * gr + 4 * k));               \
+                    __m256i w0 = LOAD(q + 32 * k), w1 = ng > 1 ? LOAD(q + gb + 32 * k) : w0;       \
+                    for (int t = 0; t < nt; t++) {                                                 \
+                        __m256i a = BCAST(x[t][ib].qs + 16 * gr + 4 * k);                          \
+                        ga[0][t] = DOT(ga[0][t], w0, a);                                           \
+                        if (ng > 1)                                                                \
+                            ga[1][t] = DOT(ga[1][t], w1, a);                                       \
+                    }                                                                              \
                 }                                                                                  \
-                __m256i sc = _mm256_cvtepi8_epi32(                                                 \
-                    _mm_loadl_epi64((const __m128i *)(const void *)(g + 2048 + 8 * gr)));          \
-                for (int t = 0; t < nt; t++)                                                       \
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(ga[t], sc));              \
+                for (int i = 0; i < ng; i++) {                                                     \
+                    __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(                             \
+                        (const __m128i *)(const void *)(g + gb * (uint64_t)i + 2048 + 8 * gr)));   \
+                    for (int t = 0; t < nt; t++)                                                   \
+                        acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_mullo_epi32(ga[i][t], sc)); \
+                }                                                                                  \
             }                                                                                      \
-            for (int j = 0; j < 8; j++) {                                                          \
-                __m256i sp = LOAD(g + 2176 + 32 * j);                                              \
+            for (int i = 0; i < ng; i++) {                                                         \
+                const uint8_t *gi = g + gb * (uint64_t)i;                                          \
                 for (int t = 0; t < nt; t++)                                                       \
-                    off[t] = _mm256_add_epi32(                                                     \
-                        off[t], _mm256_madd_epi16(sp, BCAST(x[t][ib].bsums + 2 * j)));             \
-            }                                                                                      \
-            __m256 d = LOADF(g + 2432);                                                            \
-            for (int t = 0; t < nt; t++) {                                                         \
-                __m256i is = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(off[t], 5));               \
-                sum[t] = _mm256_add_ps(sum[t],                                                     \
-                                       _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)), \
-                                                     _mm256_cvtepi32_ps(is)));                     \
+                    off[t] = _mm256_setzero_si256();                                               \
+                for (int j = 0; j < 8; j++) {                                                      \
+                    __m256i sp = LOAD(gi + 2176 + 32 * j);                                         \
+                    for (int t = 0; t < nt; t++)                                                   \
+                        off[t] = _mm256_add_epi32(                                                 \
+                            off[t], _mm256_madd_epi16(sp, BCAST(x[t][ib].bsums + 2 * j)));         \
+                }                                                                                  \
+                __m256 d = LOADF(gi + 2432);                                                       \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    __m256i is = _mm256_sub_epi32(acc[i][t], _mm256_slli_epi32(off[t], 5));        \
+                    sum[i][t] = _mm256_add_ps(                                                     \
+                        sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
+                                                 _mm256_cvtepi32_ps(is)));                         \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int t = 0; t < nt; t++)                                                               \
-            _mm256_storeu_ps(out + 8 * t, _mm256_sub_ps(sum[t], summ[t]));                         \
+        for (int i = 0; i < ng; i++) /* q6_k's sum - summ, summ +0 */                              \
+            for (int t = 0; t < nt; t++)                                                           \
+                _mm256_storeu_ps(out + 8 * (i * nt + t),                                           \
+                                 _mm256_sub_ps(sum[i][t], _mm256_setzero_ps()));                   \
     }
 
 /* The entry point of one type and ISA: two groups at a time where the type's kernel takes two
@@ -377,7 +393,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
 RP_BOTH(q4_k, RP_Q4_K, true, n / EBB_QK_K * Q4_K_BYTES)
-RP_BOTH(q6_k, RP_Q6_K, false, n / EBB_QK_K * Q6_K_BYTES)
+RP_BOTH(q6_k, RP_Q6_K, true, n / EBB_QK_K * Q6_K_BYTES)
 
 ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
 {
