@@ -1,7 +1,8 @@
 /* The reference's matrix products: quantized row dot products for one token, dequantized rows
  * reused over the tokens of a batch, or (ref-q8, cpu, host layers) 8-bit activations times each
- * weight row in place; output rows split between the caller and its helper threads, the pool
- * that also runs the attention's heads (ebb__ref_run). */
+ * weight row in place, or, for four tokens or more on device "cpu", times the rows repacked in
+ * groups of eight (ebb_quant_get_rp8); output rows (or groups) split between the caller and its
+ * helper threads, the pool that also runs the attention's heads (ebb__ref_run). */
 #include "ref-int.h"
 
 #include <stdlib.h>
