@@ -1,8 +1,8 @@
-/* The reference's per-head attention and its GELU table: plain C, and for the engines that ask
- * for speed (device "cpu", host layers) the same arithmetic with AVX2 and F16C where the CPU
- * has them. The vector versions take the scalar steps in the same order (a lane per partial
- * sum, separate multiplies and adds, no fused multiply-add), so both give the same bits;
- * tests/unit/test-ref-attn.c checks that. */
+/* The reference's per-head attention, its fp16 rounding and the fp16 GELU table with its gate:
+ * plain C, and for the engines that ask for speed (device "cpu", host layers) the same
+ * arithmetic with AVX2 and F16C where the CPU has them. The vector versions take the scalar
+ * steps in the same order (a lane per partial sum, separate multiplies and adds, no fused
+ * multiply-add), so both give the same bits; tests/unit/test-ref-fast.c checks that. */
 #include "ref-int.h"
 
 #include <string.h>
