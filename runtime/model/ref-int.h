@@ -24,6 +24,11 @@ struct wmat {
     ebb_quant_dot_fn dot;
     uint32_t n_mat;
     uint64_t mat_bytes;
+    /* Device "cpu": the first n_out / 8 * 8 rows repacked in groups of eight
+     * (ebb_quant_rp8_pack, rp_bytes each) for the prefill's products, or NULL. */
+    uint8_t *rp;
+    uint64_t rp_bytes;
+    ebb_quant_rp8_fn rp8;
 };
 
 /* Scratch of the MOE op (ref-moe.c) for up to EBB__REF_BATCH rows. */
@@ -59,6 +64,8 @@ struct job {
     ebb_quant_dot_act_fn dot;   /* with xa: w's row times 8-bit activations */
     ebb_quant_dot_act4_fn dot4; /* the same for four tokens at once, or NULL */
     ebb_quant_dot_act4_fn dot8; /* for eight (32-block types), or NULL */
+    ebb_quant_rp8_fn rp8;       /* w's repacked groups for all tokens, or NULL */
+    const int32_t *xsum;        /* (n, n_in / 32) xa's block sums, for rp8 on Q8_0 blocks */
     const void *xa;             /* x quantized (ebb_q8_act or Q8_K blocks), or NULL */
     uint64_t xa_stride;         /* bytes per token of xa */
     const float *x;             /* (n, n_in) */
@@ -96,12 +103,14 @@ struct ref {
     float *att;                          /* (n_threads, n_ctx) attention scores, one head each */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
-    bool kv_q8; /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
-    bool fast;  /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
-    bool cpu;   /* device "cpu" */
-    bool kq8;   /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
+    bool kv_q8;      /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
+    bool fast;       /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
+    bool cpu;        /* device "cpu" */
+    bool kq8;        /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
+    float *gelu_tab; /* (EBB__GELU_TAB) device "cpu": the fp16 GELU by table, or NULL */
     struct ebb_q8_act *xact;   /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
     struct ebb_block_q8_k *xk; /* (EBB__REF_BATCH, max n_in / 256) the same as Q8_K, kq8 */
+    int32_t *xsum;             /* (EBB__REF_BATCH, max n_in / 32) xact's block sums, cpu */
     struct ref_moe moe;        /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */
@@ -161,6 +170,36 @@ void ebb__ref_moe(struct ref *r, const struct ebb__op *op, const struct rtensor 
                   float *d, uint32_t n);
 ebb_err ebb__ref_moe_alloc(struct ref *r, struct ebb_diag *diag);
 void ebb__ref_moe_free(struct ref *r);
+
+/* ref-attn.c: one query head's attention, softmax(q k^T * scale) v over positions p0..n_kv-1
+ * of the cache rows k and v (stride floats apart), as the reference computes it; with
+ * f16_weights (ref-q8, cpu) each weight rounded to fp16 before its product with v. att holds
+ * n_kv floats of scratch, out hd results. With simd, AVX2 where the CPU has it (the same bits). */
+struct ebb__attn_head {
+    const float *q; /* (hd) */
+    const float *k; /* (n_kv, stride) the head's keys at column 0 */
+    const float *v; /* (n_kv, stride) */
+    uint64_t stride;
+    uint32_t hd, p0, n_kv;
+    float scale;
+    bool f16_weights;
+};
+void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out);
+/* dst[i] = src[i] rounded to fp16 and back, i < n (dst may be src); with simd through F16C
+ * where the CPU has it (the same values). */
+void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd);
+/* Whether ebb__ref_attn_head's simd path runs on this CPU (AVX2 and F16C). */
+bool ebb__ref_attn_simd(void);
+/* The GELU of every fp16 input h, rounded to fp16, into tab[0..65535] (EBB__GELU_TAB floats),
+ * and the lookup: 0 at or below -10, x at or above 10, else tab of x rounded to fp16. The same
+ * values as computing the rounded GELU of the rounded input each time (llama.cpp's table). */
+#define EBB__GELU_TAB 65536
+void ebb__ref_gelu_table(float *tab);
+float ebb__ref_gelu_f16(const float *tab, float x);
+/* d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i], i < n; with simd through F16C and a gather where
+ * the CPU has AVX2 (the same values for every input but NaN payloads). */
+void ebb__ref_gelu_glu(const float *tab, const float *a, const float *b, float *d, uint64_t n,
+                       bool simd);
 
 static inline float ebb__ref_silu(float x)
 {

@@ -55,25 +55,6 @@ static void rope(const struct ref *r, float *v, uint32_t pos, bool swa, enum ebb
     }
 }
 
-/* Rounds through fp16 in ref-q8 mode. */
-static float f16r(const struct ref *r, float x)
-{
-    return r->q8 ? ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)) : x;
-}
-
-/* GELU as llama.cpp's CPU backend computes it (its fp16 table), on device "cpu": 0 at or below
- * -10, the input at or above 10, else the fp16-rounded GELU of the fp16-rounded input. Gemma 3
- * 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8 prompts),
- * 1.57 with the plain GELU. */
-static float gelu_q8(const struct ref *r, float x)
-{
-    if (x <= -10.0f)
-        return 0.0f;
-    if (x >= 10.0f)
-        return x;
-    return f16r(r, ebb__ref_gelu(f16r(r, x)));
-}
-
 /* ---- the ops of a description, each over the n tokens of the batch ---- */
 
 /* What one op works on: rows of the batch, from row0 (the output program's first wanted row),
@@ -110,28 +91,19 @@ static void attention_part(struct ref *r, const struct job *j, int part)
     for (uint64_t i = i0; i < i1; i++) {
         uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
         uint32_t n_kv = s->pos + t + 1;
-        uint32_t p0 = window && n_kv > window ? n_kv - window : 0;
-        const float *qh = q + (uint64_t)t * QD + h * HD;
         uint32_t kvh = h / (NH / NKV);
-        float mx = -INFINITY;
-        for (uint32_t p = p0; p < n_kv; p++) {
-            float sc = ebb__ref_dot_f32(qh, kc + (uint64_t)p * KVD + kvh * HD, HD) * att_scale;
-            att[p] = sc;
-            mx = sc > mx ? sc : mx;
-        }
-        float sum = 0;
-        for (uint32_t p = p0; p < n_kv; p++) {
-            att[p] = expf(att[p] - mx);
-            sum += att[p];
-        }
-        float *o = rows(r, op->dst, s) + (uint64_t)t * QD + h * HD;
-        memset(o, 0, HD * sizeof(float));
-        for (uint32_t p = p0; p < n_kv; p++) {
-            float a = f16r(r, att[p] / sum);
-            const float *vp = vc + (uint64_t)p * KVD + kvh * HD;
-            for (uint32_t e = 0; e < HD; e++)
-                o[e] += a * vp[e];
-        }
+        const struct ebb__attn_head ah = {
+            .q = q + (uint64_t)t * QD + h * HD,
+            .k = kc + kvh * HD,
+            .v = vc + kvh * HD,
+            .stride = KVD,
+            .hd = HD,
+            .p0 = window && n_kv > window ? n_kv - window : 0,
+            .n_kv = n_kv,
+            .scale = att_scale,
+            .f16_weights = r->q8,
+        };
+        ebb__ref_attn_head(&ah, r->fast, att, rows(r, op->dst, s) + (uint64_t)t * QD + h * HD);
     }
 }
 
@@ -147,9 +119,13 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
     float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     for (uint32_t t = 0; t < s->n; t++) {
-        for (uint32_t i = 0; i < KVD; i++) {
-            kc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, k[(uint64_t)t * KVD + i]);
-            vc[(uint64_t)(s->pos + t) * KVD + i] = f16r(r, v[(uint64_t)t * KVD + i]);
+        float *kd = kc + (uint64_t)(s->pos + t) * KVD, *vd = vc + (uint64_t)(s->pos + t) * KVD;
+        if (r->q8) {
+            ebb__ref_f16_round(kd, k + (uint64_t)t * KVD, KVD, r->fast);
+            ebb__ref_f16_round(vd, v + (uint64_t)t * KVD, KVD, r->fast);
+        } else {
+            memcpy(kd, k + (uint64_t)t * KVD, KVD * sizeof(float));
+            memcpy(vd, v + (uint64_t)t * KVD, KVD * sizeof(float));
         }
         if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
             for (uint32_t i = 0; i < KVD; i += 32) {
@@ -162,8 +138,7 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
                 ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, vp, 32);
             }
         if (r->q8)
-            for (uint32_t i = 0; i < QD; i++)
-                q[(uint64_t)t * QD + i] = f16r(r, q[(uint64_t)t * QD + i]);
+            ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
     }
     struct job j = {.run = attention_part, .op = op, .step = s};
     ebb__ref_run(r, &j);
@@ -220,9 +195,11 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
         attention(r, op, s);
         break;
     case EBB__OP_GLU:
-        if (r->cpu && op->arg == EBB__ACT_GELU_TANH) {
-            for (uint64_t i = 0; i < nd; i++)
-                d[i] = gelu_q8(r, a[i]) * b[i];
+        /* Device "cpu": GELU as llama.cpp's CPU backend computes it, from its fp16 table. Gemma
+         * 3 270M's first-step logits come 0.78 from llama.cpp's this way (centered, worst of 8
+         * prompts), 1.57 with the plain GELU. */
+        if (r->gelu_tab && op->arg == EBB__ACT_GELU_TANH) {
+            ebb__ref_gelu_glu(r->gelu_tab, a, b, d, nd, r->fast);
             break;
         }
         for (uint64_t i = 0; i < nd; i++)
@@ -418,8 +395,10 @@ static void ref_free(void *ctx)
         return;
     ebb__ref_stop_helper(r);
     if (r->t)
-        for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++)
+        for (uint64_t i = 0; i < (uint64_t)(r->hp.n_layer + 1) * r->a->n_tensors; i++) {
             free(r->t[i].v);
+            free(r->t[i].m.rp);
+        }
     free(r->t);
     free(r->k_cache);
     free(r->v_cache);
@@ -436,6 +415,8 @@ static void ref_free(void *ctx)
         free(r->rowbuf[i]);
     free(r->xact);
     free(r->xk);
+    free(r->xsum);
+    free(r->gelu_tab);
     ebb__ref_moe_free(r);
     free(r);
 }
@@ -632,6 +613,40 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
     return EBB_OK;
 }
 
+/* Device "cpu": every single matrix of the layers' products in a type with a repacked product
+ * (ebb_quant_get_rp8) gets a copy of its rows in groups of eight for the prefill's products;
+ * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes). The output head
+ * is left alone: prefill needs its product for the last token only, and a tied head would
+ * cost a copy of the embedding. EBB_CPU_REPACK=0 turns this off. */
+static ebb_err repack(struct ref *r, struct ebb_diag *diag)
+{
+    const char *env = getenv("EBB_CPU_REPACK");
+    if (env && !strcmp(env, "0"))
+        return EBB_OK;
+    for (uint32_t l = 0; l < r->hp.n_layer; l++)
+        for (uint32_t i = 0; i < r->a->n_layer_ops; i++) {
+            const struct ebb__op *op = &r->a->layer[i];
+            if (op->kind != EBB__OP_MATMUL || op->t < 0)
+                continue;
+            struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
+            ebb_quant_rp8_fn f = w->data && !w->rp ? ebb_quant_get_rp8(w->type) : NULL;
+            uint64_t gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
+            if (!gb || w->n_mat != 1 || w->n_out < 8)
+                continue;
+            w->rp = malloc(gb * (w->n_out / 8));
+            if (!w->rp)
+                return ebb_diag_set(diag, EBB_ENOMEM,
+                                    "out of memory for the CPU device's repacked "
+                                    "weights (EBB_CPU_REPACK=0 reads the file's)");
+            for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
+                ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes,
+                                   w->n_in, w->rp + (uint64_t)(o / 8) * gb);
+            w->rp_bytes = gb;
+            w->rp8 = f;
+        }
+    return EBB_OK;
+}
+
 /* The widest input of any matrix product (the dequantized row and 8-bit input buffers). */
 static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hparams *hp)
 {
@@ -741,6 +756,13 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
         fail |= r->xact == NULL;
     }
+    if (cpu) {
+        r->xsum = calloc((uint64_t)BATCH * (max_in / 32 ? max_in / 32 : 1), sizeof(*r->xsum));
+        fail |= r->xsum == NULL;
+        r->gelu_tab = alloc_floats(EBB__GELU_TAB, &fail);
+        if (r->gelu_tab)
+            ebb__ref_gelu_table(r->gelu_tab);
+    }
     if (r->kq8 && max_in >= EBB_QK_K) {
         r->xk = calloc((uint64_t)BATCH * (max_in / EBB_QK_K), sizeof(*r->xk));
         fail |= r->xk == NULL;
@@ -765,6 +787,8 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     }
     rope_tables(r, ff);
     free(ff);
+    if (cpu && (rc = repack(r, diag)))
+        goto out;
     r->fast = host || cpu;
     /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than

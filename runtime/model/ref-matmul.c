@@ -1,10 +1,12 @@
 /* The reference's matrix products: quantized row dot products for one token, dequantized rows
  * reused over the tokens of a batch, or (ref-q8, cpu, host layers) 8-bit activations times each
- * weight row in place; output rows split between the caller and its helper threads, the pool
- * that also runs the attention's heads (ebb__ref_run). */
+ * weight row in place, or, for four tokens or more on device "cpu", times the rows repacked in
+ * groups of eight (ebb_quant_get_rp8); output rows (or groups) split between the caller and its
+ * helper threads, the pool that also runs the attention's heads (ebb__ref_run). */
 #include "ref-int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* y[t][o] = W[o] . x[t] for rows o in [o0, o1). One token: the quantized dot directly. More:
  * dequantize each row once and reuse it for every token. */
@@ -49,9 +51,40 @@ static void part_rows(uint32_t n_out, int i, int n, uint32_t *o0, uint32_t *o1)
     *o1 = (uint32_t)((uint64_t)n_out * (uint32_t)(i + 1) / (uint32_t)n);
 }
 
+/* Row groups [g0, g1) of a repacked matrix, two groups and four tokens at a time (the product
+ * takes the rest one by one). */
+static void matmul_groups(const struct job *j, uint32_t g0, uint32_t g1)
+{
+    const struct wmat *w = j->w;
+    const uint64_t as = w->n_in / 32;
+    for (uint32_t g = g0; g < g1; g += 2) {
+        int ng = g1 - g < 2 ? 1 : 2;
+        const uint8_t *grp = w->rp + (uint64_t)g * w->rp_bytes;
+        for (uint32_t t = 0; t < j->n; t += 4) {
+            int nt = j->n - t < 4 ? (int)(j->n - t) : 4;
+            float out[64];
+            j->rp8(grp, (const uint8_t *)j->xa + (uint64_t)t * j->xa_stride, j->xa_stride,
+                   j->xsum ? j->xsum + (uint64_t)t * as : NULL, w->n_in, ng, nt, out);
+            for (int i = 0; i < ng; i++)
+                for (int k = 0; k < nt; k++)
+                    memcpy(j->y + (uint64_t)(t + (uint32_t)k) * w->n_out + 8 * (g + (uint32_t)i),
+                           out + 8 * (i * nt + k), 8 * sizeof(float));
+        }
+    }
+}
+
 static void matmul_part(struct ref *r, const struct job *j, int part)
 {
     uint32_t o0, o1;
+    if (j->rp8) {
+        /* Groups of eight rows split between the parts; the last part takes the rows left. */
+        uint32_t g0, g1, ng = j->w->n_out / 8;
+        part_rows(ng, part, r->n_threads, &g0, &g1);
+        matmul_groups(j, g0, g1);
+        if (part == r->n_threads - 1 && ng * 8 < j->w->n_out)
+            matmul_rows(j, r->rowbuf[part], ng * 8, j->w->n_out);
+        return;
+    }
     part_rows(j->w->n_out, part, r->n_threads, &o0, &o1);
     matmul_rows(j, r->rowbuf[part], o0, o1);
 }
@@ -105,16 +138,26 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
     struct job j = {.run = matmul_part, .w = w, .x = x, .y = y, .n = n, .deq = r->cpu};
     if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
         for (uint32_t t = 0; t < n; t++)
-            ebb_quant_q8_act_row(x + (uint64_t)t * w->n_in, w->n_in,
-                                 r->xact + (uint64_t)t * (w->n_in / 32));
+            (r->fast ? ebb_quant_q8_act_row_fast : ebb_quant_q8_act_row)(
+                x + (uint64_t)t * w->n_in, w->n_in, r->xact + (uint64_t)t * (w->n_in / 32));
         j.xa = r->xact;
         j.xa_stride = sizeof(*r->xact) * (w->n_in / 32);
     } else if (r->kq8 && ebb_quant_q8k_act_supported(w->type)) {
         for (uint32_t t = 0; t < n; t++)
-            ebb_quant_q8k_act_row(x + (uint64_t)t * w->n_in, w->n_in,
-                                  r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
+            (r->fast ? ebb_quant_q8k_act_row_fast : ebb_quant_q8k_act_row)(
+                x + (uint64_t)t * w->n_in, w->n_in, r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
         j.xa = r->xk;
         j.xa_stride = sizeof(*r->xk) * (w->n_in / EBB_QK_K);
+    }
+    if (j.xa && w->rp8 && n >= 4) {
+        /* The prefill's products on the repacked rows (a decode step reads the mapping). */
+        j.rp8 = w->rp8;
+        if (j.xa == r->xact) {
+            for (uint32_t t = 0; t < n; t++)
+                ebb_quant_q8_act_sums(r->xact + (uint64_t)t * (w->n_in / 32), w->n_in / 32,
+                                      r->xsum + (uint64_t)t * (w->n_in / 32));
+            j.xsum = r->xsum;
+        }
     }
     if (j.xa) {
         j.dot = ebb_quant_get_dot_act(w->type, r->fast);
@@ -122,7 +165,12 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         j.dot8 = r->fast && n >= 8 ? ebb_quant_get_dot_act8(w->type) : NULL;
     }
     if (r->n_threads < 2 || w->n_out < 64) {
-        matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
+        if (j.rp8) {
+            matmul_groups(&j, 0, w->n_out / 8);
+            matmul_rows(&j, r->rowbuf[0], w->n_out / 8 * 8, w->n_out);
+        } else {
+            matmul_rows(&j, r->rowbuf[0], 0, w->n_out);
+        }
         return;
     }
     ebb__ref_run(r, &j);

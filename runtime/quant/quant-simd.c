@@ -6,6 +6,7 @@
  * the build targets the dotprod extension. Other CPUs get the scalar functions. */
 #include "quant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,40 +101,42 @@ AVX2 static inline __m256i load32(const void *p)
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-/* The generic code's float steps: sum += d * x.d * isum; summ += m * x.s. */
-#define Q8_LOOP(BLOCK, ISUM, M)                                                                    \
+/* The generic code's float steps: sum += d * x.d * isum; summ += m * x.s for the types with a
+ * min (HAS_M). */
+#define Q8_LOOP(BLOCK, ISUM, HAS_M, M)                                                             \
     const struct ebb_q8_act *x = act;                                                              \
     const BLOCK *b = row;                                                                          \
     float sum = 0, summ = 0;                                                                       \
     for (uint64_t ib = 0; ib < n / 32; ib++, b++, x++) {                                           \
         int32_t isum = ISUM;                                                                       \
         sum += h2f(b->d) * x->d * (float)isum;                                                     \
-        summ += (M)*x->s;                                                                          \
+        if (HAS_M)                                                                                 \
+            summ += (M)*x->s;                                                                      \
     }                                                                                              \
     return sum + summ;
 
 AVX2 static float avx2_q4_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q4_0,
             hsum_i32(dot_ss(_mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), load32(x->q))),
-            0.0f)}
+            false, 0.0f)}
 
 AVX2 static float avx2_q4_1(const void *row, const void *act, uint64_t n){
-    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), h2f(b->m))}
+    Q8_LOOP(struct ebb_block_q4_1, hsum_i32(dot_us(nibbles(b->qs), load32(x->q))), true, h2f(b->m))}
 
 AVX2 static float avx2_q5_0(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_0,
             hsum_i32(dot_ss(_mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))),
                                             _mm256_set1_epi8(16)),
                             load32(x->q))),
-            0.0f)}
+            false, 0.0f)}
 
 AVX2 static float avx2_q5_1(const void *row, const void *act, uint64_t n){
     Q8_LOOP(struct ebb_block_q5_1,
             hsum_i32(dot_us(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), load32(x->q))),
-            h2f(b->m))}
+            true, h2f(b->m))}
 
 AVX2 static float avx2_q8_0(const void *row, const void *act, uint64_t n){
-    Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), 0.0f)}
+    Q8_LOOP(struct ebb_block_q8_0, hsum_i32(dot_ss(load32(b->qs), load32(x->q))), false, 0.0f)}
 
 /* Q4_K and Q5_K: per 64 elements one 32-byte load of nibbles (low: group 2c, high: 2c + 1),
  * each group's products weighted by its scale in madd, summed in one int32 vector per token;
@@ -310,7 +313,8 @@ AVX2 static inline __m128i hsum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
         __m128 xd = _mm_setr_ps(x[0][ib].d, x[1][ib].d, x[2][ib].d, x[3][ib].d);                   \
         __m128 xs = _mm_setr_ps(x[0][ib].s, x[1][ib].s, x[2][ib].s, x[3][ib].s);                   \
         sum = _mm_add_ps(sum, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(h2f(b->d)), xd), isum));           \
-        summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                                   \
+        if (!SIGNED) /* the types with a min */                                                    \
+            summ = _mm_add_ps(summ, _mm_mul_ps(_mm_set1_ps(M), xs));                               \
     }                                                                                              \
     _mm_storeu_ps(out, _mm_add_ps(sum, summ));
 
@@ -384,7 +388,8 @@ AVX2 static inline __m256i hsum8(const __m256i *p)
                                    x[5][ib].s, x[6][ib].s, x[7][ib].s);                            \
         sum =                                                                                      \
             _mm256_add_ps(sum, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(b->d)), xd), isum)); \
-        summ = _mm256_add_ps(summ, _mm256_mul_ps(_mm256_set1_ps(M), xs));                          \
+        if (!SIGNED) /* the types with a min */                                                    \
+            summ = _mm256_add_ps(summ, _mm256_mul_ps(_mm256_set1_ps(M), xs));                      \
     }                                                                                              \
     _mm256_storeu_ps(out, _mm256_add_ps(sum, summ));
 
@@ -410,6 +415,110 @@ X8_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
 static bool have_simd(void)
 {
     return __builtin_cpu_supports("avx2");
+}
+
+/* ---- activation quantization: quant.c's steps eight elements at a time, the same bits ---- */
+
+#define AVX2_F16C __attribute__((target("avx2,f16c")))
+
+AVX2_F16C static inline float f16_round(float x)
+{
+    return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+AVX2 static inline float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* 32 rounded floats as int8 in element order (packs interleave the 128-bit halves; the permute
+ * puts them back). */
+AVX2 static inline __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2_F16C static void avx2_q8_act_row(const float *x, uint64_t n, struct ebb_q8_act *out)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (uint64_t ib = 0; ib < n / 32; ib++, x += 32, out++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[k], abs));
+        }
+        float amax = hmax8(m);
+        float d = amax / 127.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        __m256i q[4], sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            q[k] =
+                _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            sum = _mm256_add_epi32(sum, q[k]);
+        }
+        _mm256_storeu_si256((__m256i *)(void *)out->q, pack32(q[0], q[1], q[2], q[3]));
+        out->d = f16_round(d);
+        out->s = f16_round(d * (float)hsum_i32(sum));
+    }
+}
+
+AVX2 static void avx2_q8k_act_row(const float *x, uint64_t n, struct ebb_block_q8_k *out)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (uint64_t ib = 0; ib < n / EBB_QK_K; ib++, x += EBB_QK_K, out++) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < EBB_QK_K; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs));
+        float amax = hmax8(m), max = 0;
+        if (amax == 0.0f) {
+            memset(out, 0, sizeof(*out));
+            continue;
+        }
+        for (int j = 0; j < EBB_QK_K; j++) /* the first element of that magnitude */
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.0f / max;
+        const __m256 is = _mm256_set1_ps(iscale), top = _mm256_set1_ps(127.0f);
+        for (int j = 0; j < EBB_QK_K; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 r = _mm256_round_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + j + 8 * k)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_cvtps_epi32(_mm256_min_ps(r, top));
+            }
+            _mm256_storeu_si256((__m256i *)(void *)(out->qs + j), pack32(q[0], q[1], q[2], q[3]));
+            out->bsums[j / 16] = (int16_t)hsum_i32(_mm256_add_epi32(q[0], q[1]));
+            out->bsums[j / 16 + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q[2], q[3]));
+        }
+        out->d = 1.0f / iscale;
+    }
+}
+
+static bool have_f16c(void)
+{
+    return have_simd() && __builtin_cpu_supports("f16c");
+}
+
+void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *out)
+{
+    if (have_f16c())
+        avx2_q8_act_row(x, n, out);
+    else
+        ebb_quant_q8_act_row(x, n, out);
+}
+
+void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_k *out)
+{
+    if (have_simd())
+        avx2_q8k_act_row(x, n, out);
+    else
+        ebb_quant_q8k_act_row(x, n, out);
 }
 
 /* AVX-VNNI (VEX dpbusd on 256-bit vectors): CPUID leaf 7, sub-leaf 1, EAX bit 4 (clang does not
@@ -440,6 +549,16 @@ const char *ebb_quant_simd_name(void)
 }
 
 #define SIMD(fn) NULL
+
+void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *out)
+{
+    ebb_quant_q8_act_row(x, n, out);
+}
+
+void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_k *out)
+{
+    ebb_quant_q8k_act_row(x, n, out);
+}
 #endif
 
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)

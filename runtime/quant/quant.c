@@ -631,6 +631,7 @@ float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_a
     const uint8_t *p = row;
     float sum = 0, summ = 0;
     int32_t q[32];
+    const bool has_min = type == EBB_GGML_Q4_1 || type == EBB_GGML_Q5_1;
     for (uint64_t ib = 0; ib < n / 32; ib++, p += t->bytes, x++) {
         float d, m;
         int_block(type, p, q, &d, &m);
@@ -638,7 +639,10 @@ float ebb_quant_dot_q8_act(uint32_t type, const void *row, const struct ebb_q8_a
         for (int j = 0; j < 32; j++)
             isum += q[j] * x->q[j];
         sum += d * x->d * (float)isum;
-        summ += m * x->s;
+        /* Only the types with a min read s: for the others 0 * s would make an overflowed s
+         * (a block past 2047 in magnitude, its fp16 sum infinite) a NaN. */
+        if (has_min)
+            summ += m * x->s;
     }
     return sum + summ;
 }

@@ -206,6 +206,28 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
 /* Whether ebb_quant_get_dot_act8 takes AVX-VNNI on this CPU (EBB_CPU_VNNI=0: never, so that the
  * tests reach the AVX2 version on a CPU with both). */
 bool ebb_quant_simd_vnni(void);
+/* quant-simd.c: ebb_quant_q8_act_row and ebb_quant_q8k_act_row with AVX2 (and F16C) where the
+ * CPU has them, else the same functions; the same bits for finite inputs. */
+void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *out);
+void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_k *out);
+/* quant-repack.c: weights repacked for blocked products, eight rows at a time (the CPU
+ * device's prefill; the layouts are in quant-repack.c). ebb_quant_get_rp8 gives the product for
+ * a type (Q5_0, Q4_K, Q6_K) where this CPU has AVX2, else NULL; ebb_quant_rp8_bytes the bytes of
+ * one group of 8 rows of n elements (0 where get_rp8 is NULL); ebb_quant_rp8_pack writes the
+ * group of rows[0..7] (row_bytes apart, the file's layout) into dst. The product takes ng
+ * consecutive groups (grp, grp + ebb_quant_rp8_bytes(type, n), ..) and writes
+ * out[8 * (i * nt + t) + r] = row r of group i times token t's activations (act + t * stride bytes,
+ * blocks as for ebb_quant_get_dot_act) for t < nt, each with the bits ebb_quant_get_dot_act(type,
+ * true) gives; asum holds, for Q5_0, the integer sums of every token's activation blocks (n / 32 a
+ * token, token after token; ebb_quant_q8_act_sums), and is unused (may be NULL) for the
+ * K-quants. */
+typedef void (*ebb_quant_rp8_fn)(const void *grp, const void *act, uint64_t stride,
+                                 const int32_t *asum, uint64_t n, int ng, int nt, float *out);
+ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type);
+uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n);
+void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uint64_t n, void *dst);
+/* out[ib] = the sum of the 32 q of block ib, for ib < nb. */
+void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out);
 /* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2" (with ", avx-vnni" where the
  * eight-token products take it), "neon-dotprod" or "scalar". */
 const char *ebb_quant_simd_name(void);

@@ -419,6 +419,27 @@ static void test_q8_act(void **state)
             fail_msg("type %u: q8 dot %g, float dot %g, bound %g", types[t], (double)got, ref, mag);
     }
     assert_false(ebb_quant_q8_act_supported(EBB_GGML_Q4_K));
+    /* The vector quantizers give the scalar ones' bytes: random rows, rows of ties (x.5 steps),
+     * a zero block, the largest magnitude twice with both signs. */
+    enum { NF = 1024 };
+    static float xf[NF];
+    static struct ebb_q8_act qa[NF / 32], qb[NF / 32];
+    static struct ebb_block_q8_k ka[NF / 256], kb[NF / 256];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NF; i++)
+            xf[i] = rep % 4 == 1 ? (float)((int)(rnd() % 255) - 127) / 2.0f
+                                 : rndf(-3.0f, 3.0f) * (rep % 3 ? 1.0f : 1e4f);
+        if (rep % 5 == 0)
+            memset(xf + 256, 0, 256 * sizeof(float));
+        xf[9] = 7.0f;
+        xf[13] = -7.0f;
+        ebb_quant_q8_act_row(xf, NF, qa);
+        ebb_quant_q8_act_row_fast(xf, NF, qb);
+        assert_memory_equal(qa, qb, sizeof(qa));
+        ebb_quant_q8k_act_row(xf, NF, ka);
+        ebb_quant_q8k_act_row_fast(xf, NF, kb);
+        assert_memory_equal(ka, kb, sizeof(ka));
+    }
 }
 
 /* A row of nb random blocks of type with sane fp16 scales (random bytes elsewhere). */
@@ -514,6 +535,35 @@ static void test_dot_act(void **state)
                          ref, mag);
         }
     }
+    /* Activations past 2047 in magnitude: the fp16 block sum s overflows to infinity, which the
+     * types without a min must not read (0 * s would be a NaN). */
+    for (int i = 0; i < N; i++)
+        x[i] = rndf(2500.0f, 5000.0f) * (i & 64 ? -1.0f : 1.0f); /* blocks of one sign */
+    ebb_quant_q8_act_row(x, N, a);
+    assert_true(isinf(a[0].s));
+    const uint32_t sym[] = {EBB_GGML_Q4_0, EBB_GGML_Q5_0, EBB_GGML_Q8_0};
+    const size_t sym_blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q5_0),
+                              sizeof(struct ebb_block_q8_0)};
+    for (int t = 0; t < 3; t++) {
+        random_row(sym[t], row, sym_blk[t] * (N / 32), N / 32);
+        float got = ebb_quant_dot_q8_act(sym[t], row, a, N);
+        float simd = ebb_quant_get_dot_act(sym[t], true)(row, a, N);
+        assert_true(isfinite(got));
+        assert_memory_equal(&got, &simd, sizeof(float));
+        float o[8];
+        ebb_quant_dot_act4_fn f4 = ebb_quant_get_dot_act4(sym[t]),
+                              f8 = ebb_quant_get_dot_act8(sym[t]);
+        if (f4) { /* the same token four times */
+            f4(row, a, 0, N, o);
+            for (int tk = 0; tk < 4; tk++)
+                assert_memory_equal(&got, &o[tk], sizeof(float));
+        }
+        if (f8) { /* and eight */
+            f8(row, a, 0, N, o);
+            for (int tk = 0; tk < 8; tk++)
+                assert_memory_equal(&got, &o[tk], sizeof(float));
+        }
+    }
     /* The four-token products: each token's result has the one-token product's bits. */
     static struct ebb_q8_act a4[4][N / 32];
     static struct ebb_block_q8_k k4[4][N / 256];
@@ -596,6 +646,74 @@ static void test_dot_act(void **state)
     assert_null(ebb_quant_get_dot_act(EBB_GGML_Q2_K, true));
 }
 
+/* The repacked eight-row products (quant-repack.c), with AVX-VNNI where the CPU has it and with
+ * AVX2 (EBB_CPU_VNNI=0): seven tokens (four at once, then one at a time) of three groups of
+ * eight random rows (a pair and a single group where the kernel pairs them), each result with
+ * the scalar product's bits; one token's activations all zero. */
+static void test_rp8(void **state)
+{
+    (void)state;
+    enum { N = 1024, NT = 7, NG = 3 };
+    static float x[N];
+    static uint8_t rows[8 * NG][N];
+    static uint8_t grp[NG][8 * 2 * N];
+    static struct ebb_q8_act a[NT][N / 32];
+    static struct ebb_block_q8_k k[NT][N / 256];
+    static int32_t asum[NT * (N / 32)];
+    const uint32_t types[] = {EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const size_t blk[] = {sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q4_k),
+                          sizeof(struct ebb_block_q6_k)};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            setenv("EBB_CPU_VNNI", "0", 1);
+        for (int rep = 0; rep < 20; rep++) {
+            for (int t = 0; t < NT; t++) {
+                float amp = rep % 5 == 0 ? 1000.0f : 3.0f * (float)(t + 1);
+                for (int i = 0; i < N; i++) /* token 6: blocks whose fp16 sum s overflows */
+                    x[i] = t == 5 ? 0.0f : t == 6 ? rndf(2500.0f, 5000.0f) : rndf(-amp, amp);
+                ebb_quant_q8_act_row(x, N, a[t]);
+                ebb_quant_q8k_act_row(x, N, k[t]);
+                ebb_quant_q8_act_sums(a[t], N / 32, asum + t * (N / 32));
+            }
+            for (size_t ty = 0; ty < sizeof(types) / sizeof(types[0]); ty++) {
+                ebb_quant_rp8_fn f = ebb_quant_get_rp8(types[ty]);
+                if (!f)
+                    continue; /* no AVX2 on this CPU */
+                bool kq = ebb_quant_q8k_act_supported(types[ty]);
+                int nb = kq ? N / 256 : N / 32;
+                uint64_t row_bytes = blk[ty] * (uint64_t)nb;
+                for (int r = 0; r < 8 * NG; r++)
+                    random_row(types[ty], rows[r], row_bytes, nb);
+                uint64_t gb = ebb_quant_rp8_bytes(types[ty], N);
+                assert_true(gb <= sizeof(grp[0]));
+                for (int g = 0; g < NG; g++) /* consecutive groups, gb bytes apart */
+                    ebb_quant_rp8_pack(types[ty], rows[8 * g], sizeof(rows[0]), N,
+                                       (uint8_t *)grp + gb * (uint64_t)g);
+                float out[8 * NT * NG];
+                if (kq)
+                    f(grp, k, sizeof(k[0]), NULL, N, NG, NT, out);
+                else
+                    f(grp, a, sizeof(a[0]), asum, N, NG, NT, out);
+                for (int g = 0; g < NG; g++)
+                    for (int t = 0; t < NT; t++)
+                        for (int r = 0; r < 8; r++) {
+                            const uint8_t *row = rows[8 * g + r];
+                            float want = kq ? ebb_quant_dot_q8k_act(types[ty], row, k[t], N)
+                                            : ebb_quant_dot_q8_act(types[ty], row, a[t], N);
+                            float got = out[8 * (g * NT + t) + r];
+                            if (memcmp(&want, &got, sizeof(float)))
+                                fail_msg("type %u group %d token %d row %d (%s): rp8 %a, scalar %a",
+                                         types[ty], g, t, r, pass ? "avx2" : ebb_quant_simd_name(),
+                                         (double)got, (double)want);
+                        }
+            }
+        }
+        unsetenv("EBB_CPU_VNNI");
+    }
+    assert_null(ebb_quant_get_rp8(EBB_GGML_Q8_0));
+    assert_int_equal(ebb_quant_rp8_bytes(EBB_GGML_Q8_0, N), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -606,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_against_gguf_py),
         cmocka_unit_test(test_q8_act),
         cmocka_unit_test(test_dot_act),
+        cmocka_unit_test(test_rp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 /* The SIMD Q4_0 dot with 8-bit activations that host layers and the CPU device use
  * (runtime/quant/quant-simd.c), one token and four at once, gives exactly what the generic
  * ebb_quant_dot_q8_act gives, bit for bit, on random rows with zero, subnormal and large block
- * scales. Skipped (77) where the CPU or build has no such path. */
+ * scales; the AVX2 attention head (runtime/model/ref-attn.c) gives the plain C one's bits, and
+ * the GELU table the rounded GELU of the rounded input. Skipped (77) where the CPU or build has
+ * no such path. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "model/ref-int.h"
 #include "quant/quant.h"
 
 static uint32_t rnd(uint64_t *s)
@@ -55,12 +58,182 @@ static void same_as_generic(void **state)
     }
 }
 
+/* Random heads of several widths (whole chunks of 64 and a tail of 8s), windows, lengths that
+ * are and are not multiples of 4, with and without fp16 weights, keys from a wider row. */
+static void attn_same_as_c(void **state)
+{
+    (void)state;
+    if (!ebb__ref_attn_simd())
+        skip();
+    enum { MAXHD = 256, STRIDE = 2 * MAXHD, MAXKV = 300 };
+    static float q[MAXHD], k[MAXKV * STRIDE], v[MAXKV * STRIDE], att[MAXKV];
+    static float o_c[MAXHD], o_s[MAXHD];
+    static const uint32_t hds[] = {256, 64, 72, 40, 8};
+    uint64_t s = 7;
+    for (int trial = 0; trial < 120; trial++) {
+        uint32_t hd = hds[trial % 5], n_kv = 1 + rnd(&s) % MAXKV;
+        float amp = trial % 4 == 0 ? 40.0f : 1.0f; /* peaked softmax too */
+        for (uint32_t i = 0; i < hd; i++)
+            q[i] = amp * (((float)(rnd(&s) % 20001) - 10000.0f) / 10000.0f);
+        for (uint64_t i = 0; i < (uint64_t)n_kv * STRIDE; i++) {
+            k[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 7000.0f;
+            v[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 3000.0f;
+        }
+        struct ebb__attn_head a = {
+            .q = q,
+            .k = k + (trial % 2 ? MAXHD : 0),
+            .v = v + (trial % 2 ? MAXHD : 0),
+            .stride = STRIDE,
+            .hd = hd,
+            .p0 = trial % 3 == 0 ? rnd(&s) % n_kv : 0,
+            .n_kv = n_kv,
+            .scale = 1.0f / sqrtf((float)hd),
+            .f16_weights = trial % 2 == 0,
+        };
+        ebb__ref_attn_head(&a, false, att, o_c);
+        ebb__ref_attn_head(&a, true, att, o_s);
+        assert_memory_equal(o_c, o_s, hd * sizeof(float));
+    }
+}
+
+static void gelu_table(void **state)
+{
+    (void)state;
+    static float tab[EBB__GELU_TAB];
+    ebb__ref_gelu_table(tab);
+    uint64_t s = 3;
+    for (int i = 0; i < 200000; i++) {
+        float x = ((float)(rnd(&s) % 2400001) - 1200000.0f) / 100000.0f; /* -12..12 */
+        if (i % 10 == 0)
+            x *= 1e-6f; /* near zero: fp16 subnormals */
+        float want = x <= -10.0f  ? 0.0f
+                     : x >= 10.0f ? x
+                                  : ebb_fp16_to_fp32(ebb_fp32_to_fp16(
+                                        ebb__ref_gelu(ebb_fp16_to_fp32(ebb_fp32_to_fp16(x)))));
+        float got = ebb__ref_gelu_f16(tab, x);
+        assert_memory_equal(&want, &got, sizeof(float));
+    }
+    /* The GLU over a row: the vector path's products equal the lookups', exact values at the
+     * clamps included, and a tail of fewer than eight. */
+    enum { NG = 1003 };
+    static float a[NG], b[NG], d0[NG], d1[NG];
+    for (int i = 0; i < NG; i++) {
+        a[i] = ((float)(rnd(&s) % 2400001) - 1200000.0f) / 100000.0f;
+        b[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 1000.0f;
+    }
+    a[0] = -10.0f;
+    a[1] = 10.0f;
+    a[2] = 0.0f;
+    a[3] = -0.0f;
+    ebb__ref_gelu_glu(tab, a, b, d0, NG, false);
+    ebb__ref_gelu_glu(tab, a, b, d1, NG, true);
+    assert_memory_equal(d0, d1, sizeof(d0));
+}
+
+/* F16C's rounding through fp16 equals the software one: random magnitudes from subnormal to
+ * past fp16's range, halfway cases, both signs; in place and with a tail of fewer than 8. */
+static void f16_round(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    static float x[N], a[N], b[N];
+    uint64_t s = 11;
+    for (int rep = 0; rep < 50; rep++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = rnd(&s);
+            float m = (float)(u % 100000) / 1000.0f, e = ldexpf(1.0f, (int)(rnd(&s) % 50) - 30);
+            x[i] = (u & 1 ? -m : m) * e;
+            if (i % 17 == 0) /* halfway between two fp16 values */
+                x[i] = ldexpf(1.0f + ((float)(u % 1024) + 0.5f) / 1024.0f, (int)(u % 20) - 10);
+        }
+        ebb__ref_f16_round(a, x, N, false);
+        memcpy(b, x, sizeof(b));
+        ebb__ref_f16_round(b, b, N, true);
+        assert_memory_equal(a, b, sizeof(a));
+    }
+}
+
+/* The CPU device's matrix product on repacked row groups gives the bits of the product on the
+ * file's rows: Q5_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11 tokens (four,
+ * four, then one by one), on one thread and on two (the groups split, the last part taking the
+ * rows left). */
+static void matmul_repacked(void **state)
+{
+    (void)state;
+    enum { NIN = 512, NOUT = 109, NT = 11 };
+    const uint32_t types[] = {EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const uint32_t block[] = {32, 256, 256}, dpos[] = {0, 0, 208};
+    uint64_t s = 5;
+    static float x[NT * NIN], y0[NT * NOUT], y1[NT * NOUT];
+    for (int i = 0; i < NT * NIN; i++)
+        x[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 2000.0f;
+    for (int ty = 0; ty < 3; ty++) {
+        if (!ebb_quant_get_rp8(types[ty]))
+            skip();
+        uint64_t rb;
+        assert_int_equal(ebb_ggml_row_bytes(types[ty], NIN, &rb), EBB_OK);
+        uint64_t bb = rb / (NIN / block[ty]);
+        uint8_t *data = malloc(rb * NOUT);
+        assert_non_null(data);
+        for (uint64_t i = 0; i < rb * NOUT; i++)
+            data[i] = (uint8_t)rnd(&s);
+        for (uint64_t b = 0; b < rb * NOUT / bb; b++) { /* sane fp16 scales (d, dmin) */
+            uint16_t d = ebb_fp32_to_fp16((float)(rnd(&s) % 1000) / 50000.0f);
+            memcpy(data + b * bb + dpos[ty], &d, 2);
+            if (ty == 1)
+                memcpy(data + b * bb + 2, &d, 2);
+        }
+        for (int threads = 1; threads <= 2; threads++) {
+            struct ref *r = calloc(1, sizeof(*r));
+            assert_non_null(r);
+            r->q8 = r->kq8 = r->fast = r->cpu = true;
+            r->xact = calloc(NT * (NIN / 32), sizeof(*r->xact));
+            r->xk = calloc(NT * (NIN / 256), sizeof(*r->xk));
+            r->xsum = calloc(NT * (NIN / 32), sizeof(*r->xsum));
+            for (int i = 0; i < 2; i++)
+                r->rowbuf[i] = calloc(NIN, sizeof(float));
+            ebb__ref_start_helper(r, threads);
+            assert_int_equal(r->n_threads, threads);
+            struct wmat w = {.data = data,
+                             .type = types[ty],
+                             .n_in = NIN,
+                             .n_out = NOUT,
+                             .row_bytes = rb,
+                             .dot = ebb_quant_get_dot(types[ty]),
+                             .n_mat = 1,
+                             .mat_bytes = rb * NOUT};
+            ebb__ref_matmul(r, &w, x, y0, NT);
+            w.rp_bytes = ebb_quant_rp8_bytes(types[ty], NIN);
+            w.rp = malloc(w.rp_bytes * (NOUT / 8));
+            assert_non_null(w.rp);
+            for (uint32_t o = 0; o + 8 <= NOUT; o += 8)
+                ebb_quant_rp8_pack(types[ty], data + o * rb, rb, NIN, w.rp + o / 8 * w.rp_bytes);
+            w.rp8 = ebb_quant_get_rp8(types[ty]);
+            memset(y1, 0xff, sizeof(y1)); /* NaNs where a row is left unwritten */
+            ebb__ref_matmul(r, &w, x, y1, NT);
+            assert_memory_equal(y0, y1, sizeof(y0));
+            ebb__ref_stop_helper(r);
+            free(w.rp);
+            free(r->xact);
+            free(r->xk);
+            free(r->xsum);
+            for (int i = 0; i < 2; i++)
+                free(r->rowbuf[i]);
+            free(r);
+        }
+        free(data);
+    }
+}
+
 int main(void)
 {
     if (!strcmp(ebb_quant_simd_name(), "scalar")) {
         fprintf(stderr, "no SIMD Q4_0 dot on this CPU/build: skipped\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic),
+                                       cmocka_unit_test(attn_same_as_c),
+                                       cmocka_unit_test(gelu_table), cmocka_unit_test(f16_round),
+                                       cmocka_unit_test(matmul_repacked)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,219 @@
+/* The reference's per-head attention, its fp16 rounding and the fp16 GELU table with its gate:
+ * plain C, and for the engines that ask for speed (device "cpu", host layers) the same
+ * arithmetic with AVX2 and F16C where the CPU has them. The vector versions take the scalar
+ * steps in the same order (a lane per partial sum, separate multiplies and adds, no fused
+ * multiply-add), so both give the same bits; tests/unit/test-ref-fast.c checks that. */
+#include "ref-int.h"
+
+#include <string.h>
+
+/* ---- plain C ---- */
+
+static float f16_round(float x)
+{
+    return ebb_fp16_to_fp32(ebb_fp32_to_fp16(x));
+}
+
+static void attn_head_c(const struct ebb__attn_head *a, float *att, float *out)
+{
+    float mx = -INFINITY;
+    for (uint32_t p = a->p0; p < a->n_kv; p++) {
+        float sc = ebb__ref_dot_f32(a->q, a->k + (uint64_t)p * a->stride, a->hd) * a->scale;
+        att[p] = sc;
+        mx = sc > mx ? sc : mx;
+    }
+    float sum = 0;
+    for (uint32_t p = a->p0; p < a->n_kv; p++) {
+        att[p] = expf(att[p] - mx);
+        sum += att[p];
+    }
+    memset(out, 0, a->hd * sizeof(float));
+    for (uint32_t p = a->p0; p < a->n_kv; p++) {
+        float w = att[p] / sum;
+        if (a->f16_weights)
+            w = f16_round(w);
+        const float *vp = a->v + (uint64_t)p * a->stride;
+        for (uint32_t e = 0; e < a->hd; e++)
+            out[e] += w * vp[e];
+    }
+}
+
+float ebb__ref_gelu_f16(const float *tab, float x)
+{
+    if (x <= -10.0f)
+        return 0.0f;
+    if (x >= 10.0f)
+        return x;
+    return tab[ebb_fp32_to_fp16(x)];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,f16c")))
+
+/* ebb__ref_dot_f32's closing sum of its eight partial sums (lanes), then its "+ s" of a
+ * remainder that is 0 here. */
+AVX2 static inline float close8(__m256 acc)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    __m128 u = _mm_add_ps(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u))) + 0.0f;
+}
+
+/* The scores of four positions at once (each q chunk loaded once), the weights through F16C,
+ * and the output in chunks of 64 held in eight registers over all positions. hd % 8 == 0. */
+AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, float *out)
+{
+    const uint32_t hd = a->hd, p0 = a->p0, n_kv = a->n_kv;
+    const uint64_t st = a->stride;
+    float mx = -INFINITY;
+    uint32_t p = p0;
+    for (; p + 4 <= n_kv; p += 4) {
+        const float *k = a->k + (uint64_t)p * st;
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        for (uint32_t i = 0; i < hd; i += 8) {
+            __m256 qv = _mm256_loadu_ps(a->q + i);
+            c0 = _mm256_add_ps(c0, _mm256_mul_ps(qv, _mm256_loadu_ps(k + i)));
+            c1 = _mm256_add_ps(c1, _mm256_mul_ps(qv, _mm256_loadu_ps(k + st + i)));
+            c2 = _mm256_add_ps(c2, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 2 * st + i)));
+            c3 = _mm256_add_ps(c3, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 3 * st + i)));
+        }
+        att[p] = close8(c0) * a->scale;
+        att[p + 1] = close8(c1) * a->scale;
+        att[p + 2] = close8(c2) * a->scale;
+        att[p + 3] = close8(c3) * a->scale;
+    }
+    for (; p < n_kv; p++) {
+        const float *k = a->k + (uint64_t)p * st;
+        __m256 c0 = _mm256_setzero_ps();
+        for (uint32_t i = 0; i < hd; i += 8)
+            c0 =
+                _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a->q + i), _mm256_loadu_ps(k + i)));
+        att[p] = close8(c0) * a->scale;
+    }
+    for (p = p0; p < n_kv; p++)
+        mx = att[p] > mx ? att[p] : mx;
+    float sum = 0;
+    for (p = p0; p < n_kv; p++) {
+        att[p] = expf(att[p] - mx);
+        sum += att[p];
+    }
+    for (p = p0; p < n_kv; p++) {
+        float w = att[p] / sum;
+        att[p] = a->f16_weights ? _cvtsh_ss(_cvtss_sh(w, _MM_FROUND_TO_NEAREST_INT)) : w;
+    }
+    uint32_t e = 0;
+    for (; e + 64 <= hd; e += 64) {
+        __m256 o[8];
+        for (int j = 0; j < 8; j++)
+            o[j] = _mm256_setzero_ps();
+        const float *v = a->v + e;
+        for (p = p0; p < n_kv; p++) {
+            __m256 w = _mm256_set1_ps(att[p]);
+            const float *vp = v + (uint64_t)p * st;
+            for (int j = 0; j < 8; j++)
+                o[j] = _mm256_add_ps(o[j], _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8 * j)));
+        }
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(out + e + 8 * j, o[j]);
+    }
+    for (; e < hd; e += 8) {
+        __m256 o = _mm256_setzero_ps();
+        for (p = p0; p < n_kv; p++)
+            o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]),
+                                               _mm256_loadu_ps(a->v + (uint64_t)p * st + e)));
+        _mm256_storeu_ps(out + e, o);
+    }
+}
+
+static bool have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+AVX2 static void gelu_glu_avx2(const float *tab, const float *a, const float *b, float *d,
+                               uint64_t n)
+{
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(a + i);
+        __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        __m256 g = _mm256_i32gather_ps(tab, h, 4);
+        g = _mm256_blendv_ps(g, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        _mm256_storeu_ps(d + i, _mm256_mul_ps(g, _mm256_loadu_ps(b + i)));
+    }
+    for (; i < n; i++)
+        d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i];
+}
+
+AVX2 static void f16_round_avx2(float *dst, const float *src, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                                                  _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++)
+        dst[i] = f16_round(src[i]);
+}
+#else
+static bool have_avx2(void)
+{
+    return false;
+}
+#endif
+
+void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && a->hd % 8 == 0 && have_avx2()) {
+        attn_head_avx2(a, att, out);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    attn_head_c(a, att, out);
+}
+
+void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx2()) {
+        f16_round_avx2(dst, src, n);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = f16_round(src[i]);
+}
+
+void ebb__ref_gelu_glu(const float *tab, const float *a, const float *b, float *d, uint64_t n,
+                       bool simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx2()) {
+        gelu_glu_avx2(tab, a, b, d, n);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (uint64_t i = 0; i < n; i++)
+        d[i] = ebb__ref_gelu_f16(tab, a[i]) * b[i];
+}
+
+void ebb__ref_gelu_table(float *tab)
+{
+    for (uint32_t h = 0; h < 65536; h++)
+        tab[h] = f16_round(ebb__ref_gelu(ebb_fp16_to_fp32((uint16_t)h)));
+}
+
+bool ebb__ref_attn_simd(void)
+{
+    return have_avx2();
+}
