@@ -340,12 +340,6 @@ uint32_t ebb__clm_long_rows(const struct clm *m);
 /* One device buffer of bytes, failing with a message that names what when it is too large. */
 ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
                        struct ebb_diag *diag);
-/* ebb__clm_alloc, then, on a device whose buffers are host memory (PoCL, integrated GPUs),
- * every page written once (zeros), so that the buffer is resident from the start: the KV caches
- * and the prompt-cache store, whose pages would otherwise be first touched one by one as
- * contexts grow and store entries land further in, an RSS that creeps for hours. */
-ebb_err ebb__clm_alloc_touched(struct clm *m, size_t bytes, cl_mem *out, const char *what,
-                               struct ebb_diag *diag);
 /* The weight kernels' program for layout l (built on first use). */
 ebb_err ebb__clm_prog_for(struct clm *m, const struct ebb_cl_layout *l, struct ebb_cl_wprog **out,
                           struct ebb_diag *diag);

@@ -29,17 +29,6 @@ ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *wha
     return EBB_OK;
 }
 
-ebb_err ebb__clm_alloc_touched(struct clm *m, size_t bytes, cl_mem *out, const char *what,
-                               struct ebb_diag *diag)
-{
-    ebb_err rc = ebb__clm_alloc(m, bytes, out, what, diag);
-    if (rc || !m->cl->info.host_unified || !bytes)
-        return rc;
-    const cl_uchar zero = 0;
-    return ebb_cl_check(clEnqueueFillBuffer(m->cl->q, *out, &zero, 1, 0, bytes, 0, NULL, NULL),
-                        diag, "clEnqueueFillBuffer (a new buffer's pages)");
-}
-
 ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
                       const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
 {
@@ -382,8 +371,8 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
             return rc;
         if (l >= m->first_host)
             continue; /* a host layer: its cache is the host's (ebb__ref_host_new) */
-        if ((rc = ebb__clm_alloc_touched(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
-            (rc = ebb__clm_alloc_touched(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
+        if ((rc = ebb__clm_alloc(m, kv_bytes, &L->kc, "the K cache of a layer", diag)) ||
+            (rc = ebb__clm_alloc(m, kv_bytes, &L->vc, "the V cache of a layer", diag)))
             return rc;
     }
     return EBB_OK;

@@ -901,7 +901,7 @@ static ebb_err clm_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, stru
     n = n < UINT32_MAX ? n : UINT32_MAX;
     if (!n)
         return EBB_OK;
-    ebb_err rc = ebb__clm_alloc_touched(m, (size_t)(n * per), &m->pc, "the prompt cache", diag);
+    ebb_err rc = ebb__clm_alloc(m, (size_t)(n * per), &m->pc, "the prompt cache", diag);
     if (rc)
         return rc;
     m->pc_len = (uint32_t)n;

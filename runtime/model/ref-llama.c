@@ -436,17 +436,6 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     return EBB_OK;
 }
 
-/* Writes a zero byte into every 4 KiB of p (n bytes, zero already or not yet meaningful): its
- * pages become resident. Through
- * a volatile pointer, since a compiler may turn malloc and memset into calloc, or drop a memset
- * of calloc'ed memory, and neither maps a page. */
-static void touch_pages(void *p, size_t n)
-{
-    volatile unsigned char *c = p;
-    for (size_t i = 0; i < n; i += 4096)
-        c[i] = 0;
-}
-
 /* The prompt-cache store in host memory: as many positions of every layer's K and V rows (fp32)
  * as bytes allows, allocated here once. */
 static ebb_err ref_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag)
@@ -468,10 +457,6 @@ static ebb_err ref_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, stru
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory for a prompt cache of %llu bytes",
                             (unsigned long long)bytes);
     }
-    /* Resident from the start, as the KV caches, not page by page as entries land further
-     * into the store (an RSS that crept for hours in the soak). */
-    touch_pages(r->pc_k, sizeof(float) * NL * n * KVD);
-    touch_pages(r->pc_v, sizeof(float) * NL * n * KVD);
     r->pc_len = (uint32_t)n;
     *n_pos = r->pc_len;
     return EBB_OK;
@@ -719,10 +704,6 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     uint64_t kv = (uint64_t)(hp->n_layer - r->l0) * r->n_seq * n_ctx * KVD;
     r->k_cache = alloc_floats(kv ? kv : 1, &fail);
     r->v_cache = alloc_floats(kv ? kv : 1, &fail);
-    /* calloc leaves a large block's pages unmapped: the caches made resident now, so that the
-     * RSS does not grow as contexts get longer. */
-    for (int i = 0; i < 2 && !fail; i++)
-        touch_pages(i ? r->v_cache : r->k_cache, sizeof(float) * (kv ? kv : 1));
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     if (hp->swa && hp->rope_base_swa > 0) {
