@@ -132,28 +132,54 @@ ebb_err ebb_api_set_model(struct ebb_api *api, struct ebb_model *m, const char *
     return EBB_OK;
 }
 
-void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s)
+void ebb_api_set_sched(struct ebb_api *a, size_t i, struct ebb_sched *s)
 {
-    a->def->sched = s;
-    a->def->t_load = ebb__now();
+    struct ebb__served *sv = a->def;
+    if (i >= sv->n_rep)
+        return;
+    sv->rep[i].sched = s;
+    if (i == 0)
+        sv->sched = s;
+    sv->t_load = ebb__now();
+}
+
+void *ebb_api_replica(struct ebb_api *a, size_t i)
+{
+    return i < a->def->n_rep ? &a->def->rep[i] : NULL;
 }
 
 void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg)
 {
-    struct ebb__served *sv = ud;
+    struct ebb__replica *rp = ud;
+    struct ebb__served *sv = rp->sv;
     struct ebb_api *a = sv->api;
     pthread_mutex_lock(&a->mu);
-    sv->load_state = rc ? -1 : 1;
+    rp->load_state = rc ? -1 : 1;
     if (rc)
-        snprintf(sv->load_msg, sizeof(sv->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+        snprintf(rp->load_msg, sizeof(rp->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+    /* The model serves once every replica is open; one that fails fails the model. */
+    int st = 1;
+    for (size_t i = 0; i < sv->n_rep && st >= 0; i++) {
+        const struct ebb__replica *x = &sv->rep[i];
+        if (x->load_state < 0) {
+            st = -1;
+            if (sv->n_rep > 1)
+                snprintf(sv->load_msg, sizeof(sv->load_msg), "on %s: %.400s",
+                         ebb__replica_device(x), x->load_msg);
+            else
+                snprintf(sv->load_msg, sizeof(sv->load_msg), "%s", x->load_msg);
+        } else if (x->load_state == 0) {
+            st = 0;
+        }
+    }
+    sv->load_state = st;
     pthread_mutex_unlock(&a->mu);
     uv_async_send(&a->async);
 }
 
-void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg)
+void ebb_api_on_loaded(void *replica, ebb_err rc, const char *msg)
 {
-    struct ebb_api *a = api;
-    ebb__served_on_loaded(a->def, rc, msg);
+    ebb__served_on_loaded(replica, rc, msg);
 }
 
 bool ebb_api_load_failed(const struct ebb_api *a)
