@@ -460,8 +460,11 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     };
     s->keepalive_ms = o->keepalive_ms;
     api_config_from(s, cfg, &ac);
-    ac.devices = s->n_dev ? s->dev_ptr : NULL;
-    ac.n_devices = s->n_dev;
+    /* One device: its spec as configured ("auto", "cpu", "cl:0:1"...) labels /metrics and
+     * /health. */
+    const char *one_dev[1] = {cfg->device && *cfg->device ? cfg->device : "auto"};
+    ac.devices = s->n_dev ? s->dev_ptr : one_dev;
+    ac.n_devices = s->n_dev ? s->n_dev : 1;
     if (s->catalogue) {
         struct ebb_sched_params sp = {
             .queue_cap = cfg->queue,
