@@ -237,8 +237,8 @@ static void metrics_devices(struct ebb_api *a, struct ebb__abuf *b)
     }
 }
 
-/* "devices" of /health: each device and the state of the replicas on it ("ok" when every
- * model loaded there is ready; "loading" or "error" as one of them is). */
+/* "devices" of /health on several devices: each device and the state of the replicas on it ("ok"
+ * when every model loaded there is ready; "loading" or "error" as one of them is). */
 static json_t *health_devices(struct ebb_api *a)
 {
     json_t *o = json_object();
@@ -268,7 +268,8 @@ static void health_one(struct ebb__req *r)
     pthread_mutex_lock(&a->mu);
     int st = sv->load_state;
     pthread_mutex_unlock(&a->mu);
-    json_object_set_new(o, "devices", health_devices(a));
+    if (sv->n_rep > 1)
+        json_object_set_new(o, "devices", health_devices(a));
     if (st == 1 && sv->ready) {
         json_object_set_new(o, "status", json_string("ok"));
         ebb__reply_json(r, 200, o);
@@ -374,7 +375,8 @@ static void handle_get(struct ebb__req *r)
             json_object_set_new(ms, a->models[i]->id, json_string(ebb__served_state(a->models[i])));
         json_object_set_new(o, "status", json_string("ok"));
         json_object_set_new(o, "models", ms);
-        json_object_set_new(o, "devices", health_devices(a));
+        if (a->def->n_rep > 1)
+            json_object_set_new(o, "devices", health_devices(a));
         ebb__reply_json(r, 200, o);
         return;
     }

@@ -56,8 +56,7 @@ def test_device_all_spreads_and_matches_one_device(two_devices):
     one = Server("--device", "cl:0:0", "--parallel", "2", "--ctx", "512")
     try:
         want = {p: greedy(one, p) for p in PROMPTS}
-        _, h = one.json("GET", "/health")
-        assert list(h["devices"]) == ["cl:0:0"], h
+        assert one.json("GET", "/health") == (200, {"status": "ok"})  # one device: as before
     finally:
         assert one.stop() == 0, one.stderr()
 
