@@ -2,8 +2,9 @@
 each replica with its own slots and KV pool, behind one model id. PoCL gives two CPU devices
 with POCL_DEVICES="pthread pthread": concurrent requests must reach both (per-device
 /metrics), greedy output must equal the one-device daemon's, /health and /models/status must
-list both devices, and a device list naming a device that is not there must fail at start-up
-naming it. Real SmolLM2, a small context and few tokens."""
+list both devices, several-model mode must load a model on every device, and a device list
+naming a device that is not there must fail at start-up naming it. Real SmolLM2, a small
+context and few tokens."""
 import json
 import os
 import re
@@ -108,3 +109,36 @@ def test_device_list_names_a_missing_device(two_devices):
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "cl:0:5" in p.stderr and "no OpenCL device" in p.stderr, p.stderr
     assert p.stdout == "", p.stdout  # it never listened
+
+
+def test_catalogue_replicas_on_every_device(two_devices, tmp_path):
+    """Several-model mode (-m DIR): a model loads on every device at its first request, both
+    devices serve it, `ebb ps` shows its devices, and an unload frees it on both."""
+    d = tmp_path / "models"
+    d.mkdir()
+    os.symlink(os.path.join(models_dir(), MODEL_FILE), d / MODEL_FILE)
+    s = Server("--device", "all", "--parallel", "1", "--ctx", "512", models=[str(d)])
+    try:
+        _, h = s.json("GET", "/health")
+        assert h["models"] == {MODEL_ID: "unloaded"} and set(h["devices"]) == {"cl:0:0",
+                                                                               "cl:0:1"}, h
+        ts = [threading.Thread(target=greedy, args=(s, p)) for p in PROMPTS[:2]]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        placed = per_device(s, "ebb_device_requests_total")
+        assert placed == {"cl:0:0": 1, "cl:0:1": 1}, placed  # one slot each: one request each
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EBB_")}
+        env["EBB_CONFIG"] = "/dev/null"
+        ps = subprocess.run([os.environ["EBB_BIN"], "ps", "--port", str(s.port)], env=env,
+                            capture_output=True, text=True, timeout=30)
+        assert ps.returncode == 0, ps.stderr
+        row = [ln for ln in ps.stdout.splitlines() if ln.startswith(MODEL_ID)]
+        assert row and row[0].split()[1] == "loaded" and row[0].endswith(" cl:0:0,cl:0:1"), ps
+        status, st = s.json("POST", "/models/unload", {"model": MODEL_ID})
+        assert status == 200, st
+        assert [r["state"] for r in st["replicas"]] == ["unloaded", "unloaded"], st
+        assert per_device(s, "ebb_device_ready") == {"cl:0:0": 0, "cl:0:1": 0}
+    finally:
+        assert s.stop() == 0, s.stderr()
