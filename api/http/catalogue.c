@@ -818,14 +818,6 @@ const char *ebb__replica_state(const struct ebb__replica *rp)
     return st > 0 ? "loaded" : st < 0 ? "failed" : "loading";
 }
 
-const char *ebb__replica_device(const struct ebb__replica *rp)
-{
-    if (rp->device)
-        return rp->device;
-    const char *d = rp->sv->device ? rp->sv->device : rp->sv->sp.model.device;
-    return d && *d ? d : "auto";
-}
-
 /* ---- describing the models ----------------------------------------------------------------- */
 
 const char *ebb__served_state(const struct ebb__served *sv)

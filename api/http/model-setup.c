@@ -148,6 +148,14 @@ void *ebb_api_replica(struct ebb_api *a, size_t i)
     return i < a->def->n_rep ? &a->def->rep[i] : NULL;
 }
 
+const char *ebb__replica_device(const struct ebb__replica *rp)
+{
+    if (rp->device)
+        return rp->device;
+    const char *d = rp->sv->device ? rp->sv->device : rp->sv->sp.model.device;
+    return d && *d ? d : "auto";
+}
+
 void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg)
 {
     struct ebb__replica *rp = ud;
