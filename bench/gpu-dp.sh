@@ -16,7 +16,10 @@
 # Usage (device, kind nvidia-h200-x2): source .device-carry/env.sh; bash bench/gpu-dp.sh
 # Environment: EBB_MODEL (a GGUF; default the generated one), EBB_SHAPE (llama3-8b),
 # EBB_CLIENTS (64), EBB_TOKENS (128), EBB_SERVE_ARGS (extra ebb serve arguments for both runs),
-# EBB_NO_LLAMA=1 (skip llama-server).
+# EBB_NO_LLAMA=1 (skip llama-server), PY (a python with httpx or aiohttp for load-chat.py).
+# Tried end to end on PoCL's two CPU devices with SmolLM2 (EBB_MODEL, EBB_CLIENTS=4,
+# EBB_TOKENS=8, EBB_NO_LLAMA=1, POCL_DEVICES="pthread pthread"): both runs completed and both
+# devices counted requests; CPU figures say nothing about GPUs and are not recorded.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib-gpu.sh"
@@ -57,7 +60,7 @@ trap cleanup EXIT
 # the run failed).
 load() {
     local r
-    r=$(timeout 900 $py "$here/load-chat.py" --url "http://127.0.0.1:$1" --levels "$clients" \
+    r=$(timeout 900 "$py" "$here/load-chat.py" --url "http://127.0.0.1:$1" --levels "$clients" \
         --tokens "$tokens" --label "$2" --json "$out/load.json" 2>&1 | tee -a "$log" | tail -1)
     sed -n 's/.*: *\([0-9.]*\) tok\/s aggregate.*/\1/p' <<<"$r"
 }
@@ -115,7 +118,8 @@ fi
 
 a=${tps[one-gpu]:-} b=${tps[device-all]:-}
 if [ -n "$a" ] && [ -n "$b" ]; then
-    say "$clients clients: one GPU $a tok/s, --device all $b tok/s, ratio $(awk "BEGIN{printf \"%.2f\", $b/$a}")x; llama-server over both ${tps[llama]:-not run} tok/s"
+    l=${tps[llama]:+${tps[llama]} tok/s}
+    say "$clients clients: one GPU $a tok/s, --device all $b tok/s, ratio $(awk "BEGIN{printf \"%.2f\", $b/$a}")x; llama-server over both GPUs ${l:-not run}"
 else
     say "a run failed (see $log)"
 fi
