@@ -78,10 +78,15 @@ static ebb_err use_model(struct ebb__served *a, struct ebb_model *m, const char 
 
 static void log_ready(struct ebb__served *a)
 {
+    char reps[64] = "";
+    if (a->n_rep > 1)
+        snprintf(reps, sizeof(reps), " and %zu more device%s, a copy on each", a->n_rep - 1,
+                 a->n_rep > 2 ? "s" : "");
     ebb_log(EBB_LOG_INFO, "http",
-            "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->id,
-            ebb_model_device_name(a->model), ebb_model_arch(a->model), ebb_model_n_ctx(a->model),
-            ebb_model_n_seq(a->model), ebb_chat_family_name(a->tmpl.family));
+            "model %s ready on %s%s (arch %s, n_ctx %u, %u slots%s, chat template %s)", a->id,
+            ebb_model_device_name(a->model), reps, ebb_model_arch(a->model),
+            ebb_model_n_ctx(a->model), ebb_model_n_seq(a->model), a->n_rep > 1 ? " each" : "",
+            ebb_chat_family_name(a->tmpl.family));
 }
 
 bool ebb__setup_loaded(struct ebb__served *sv)
