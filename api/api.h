@@ -63,6 +63,13 @@ struct ebb_api_config {
     const struct ebb_api_model *models;
     size_t n_models;
     uint64_t models_budget;
+    /* Data parallel (docs/SCALING.md): every model runs one replica (engine, slots, KV pool) on
+     * each of these devices ("cl:P:D"; copied), a request going to one of them; n_devices 0:
+     * one on the model's own device. In catalogue mode the API opens each replica with its device;
+     * outside it the daemon starts one scheduler per device (ebb_api_set_sched). models_budget then
+     * bounds each device (every device holds every loaded model). At most 16. */
+    const char *const *devices;
+    size_t n_devices;
     /* Generation defaults: the configured ones (copied; NULL: none), and whether to skip the
      * model's own general.sampling.* recommendations (api/defaults/defaults.h has the resolution).
      */
@@ -96,12 +103,17 @@ ebb_err ebb_api_reconfigure(struct ebb_api *a, const struct ebb_api_config *cfg)
 /* The bound port (useful with port 0). */
 uint16_t ebb_api_port(const struct ebb_api *a);
 
-/* Hands the scheduler to the API before its model is loaded; the API submits jobs to it. */
-void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s);
+/* Hands the scheduler of replica i (devices[i] of the configuration; 0 without a device list)
+ * to the API before its model is loaded; the API submits jobs to it. */
+void ebb_api_set_sched(struct ebb_api *a, size_t i, struct ebb_sched *s);
 
-/* Thread-safe: tells the API the model finished loading (rc EBB_OK) or failed. Suitable as the
- * scheduler's on_loaded callback with ud = the api. */
-void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg);
+/* The ud for ebb_api_on_loaded of replica i's scheduler. */
+void *ebb_api_replica(struct ebb_api *a, size_t i);
+
+/* Thread-safe: tells the API a replica's model finished loading (rc EBB_OK) or failed (the
+ * model serves once every replica loaded). Suitable as the scheduler's on_loaded callback with
+ * ud = ebb_api_replica(api, i). */
+void ebb_api_on_loaded(void *replica, ebb_err rc, const char *msg);
 
 /* True once the model failed to load (the daemon then exits with the message logged). */
 bool ebb_api_load_failed(const struct ebb_api *a);

@@ -21,9 +21,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: ebb ps [--host ADDR] [--port PORT] [--api-key KEY] [--config FILE] "
                "[--json]\n\n"
                "Lists the models a running ebb serve has (all of them with several models, the\n"
-               "one it serves otherwise): state, size, family, context, pinned, keep_alive and\n"
-               "the requests on each now. Host, port and key default to the configuration's, as\n"
-               "ebb serve reads it (a host of 0.0.0.0 or :: is asked on the loopback address).\n"
+               "one it serves otherwise): state, size, family, context, pinned, keep_alive, the\n"
+               "requests on each now and the devices it runs on (a replica on each). Host, port\n"
+               "and key default to the configuration's, as ebb serve reads it (a host of 0.0.0.0\n"
+               "or :: is asked on the loopback address).\n"
                "exit status: 0 success, 1 no daemon answered or it refused, 2 usage error\n");
 }
 
@@ -88,28 +89,47 @@ static char *http_get(const char *host, unsigned port, const char *path, const c
     return buf;
 }
 
+/* The devices of a model's replicas, "cl:0:0,cl:0:1" (the daemon's device when one). */
+static void devices_of(json_t *m, char *buf, size_t n)
+{
+    size_t i, w = 0;
+    json_t *r;
+    buf[0] = 0;
+    json_array_foreach(json_object_get(m, "replicas"), i, r)
+    {
+        const char *d = json_string_value(json_object_get(r, "device"));
+        int k = snprintf(buf + w, n - w, "%s%s", i ? "," : "", d ? d : "?");
+        if (k < 0 || (size_t)k >= n - w)
+            break;
+        w += (size_t)k;
+    }
+    if (!buf[0])
+        snprintf(buf, n, "-");
+}
+
 static void print_table(json_t *o)
 {
-    printf("%-36s %-9s %9s %-10s %8s %-6s %10s %s\n", "NAME", "STATE", "SIZE", "FAMILY", "CONTEXT",
-           "PINNED", "KEEP_ALIVE", "REQUESTS");
+    printf("%-36s %-9s %9s %-10s %8s %-6s %10s %8s %s\n", "NAME", "STATE", "SIZE", "FAMILY",
+           "CONTEXT", "PINNED", "KEEP_ALIVE", "REQUESTS", "DEVICES");
     size_t i;
     json_t *m;
     json_array_foreach(json_object_get(o, "data"), i, m)
     {
         double ka = json_number_value(json_object_get(m, "keep_alive"));
-        char kas[32];
+        char kas[32], devs[256];
         if (ka < 0)
             snprintf(kas, sizeof(kas), "forever");
         else
             snprintf(kas, sizeof(kas), "%gs", ka);
-        printf("%-36s %-9s %8.0fM %-10s %8lld %-6s %10s %lld\n",
+        devices_of(m, devs, sizeof(devs));
+        printf("%-36s %-9s %8.0fM %-10s %8lld %-6s %10s %8lld %s\n",
                json_string_value(json_object_get(m, "id")),
                json_string_value(json_object_get(m, "state")),
                (double)json_integer_value(json_object_get(m, "size")) / (1 << 20),
                json_string_value(json_object_get(m, "family")),
                (long long)json_integer_value(json_object_get(m, "context")),
                json_is_true(json_object_get(m, "pinned")) ? "yes" : "no", kas,
-               (long long)json_integer_value(json_object_get(m, "in_flight")));
+               (long long)json_integer_value(json_object_get(m, "in_flight")), devs);
     }
 }
 

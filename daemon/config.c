@@ -118,7 +118,8 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
                                "comma-separated Host header names (NAME or NAME:PORT) accepted "
                                "besides localhost while listening on loopback, or *"},
     [EBB_CFG_DEVICE] = {"device", T_STR, OFF(device), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "DEV",
-                        "auto, cl:P:D, part of a device name, or ref"},
+                        "auto, cpu, cl:P:D, part of a device name, or ref; serve: all or "
+                        "cl:P:D,cl:P:D (an engine per device)"},
     [EBB_CFG_CHAT_TEMPLATE] = {"chat_template", T_STR, OFF(chat_template), 0, 0,
                                EBB_CONFIG_CHANGE_MODEL, false, "NAME",
                                "auto (from the model) or a template family name"},

@@ -78,6 +78,8 @@ void ebb__serve_models_in(const char *dir, char *buf, size_t n);
 /* ---- several models (serve-catalogue.c) ---------------------------------------------------- */
 
 #define EBB__SERVE_MAX_MODELS 256
+/* Devices one daemon serves on (data parallel: a model's replicas); the API's cap. */
+#define EBB__SERVE_MAX_DEVICES 16
 
 /* The scheduler's model settings from a configuration (the strings stay c's). */
 struct ebb_model_params ebb__serve_model_params(const struct ebb_config *c, const char *path);

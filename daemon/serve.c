@@ -13,6 +13,7 @@
 
 #include "api/api.h"
 #include "api/chat/chat-template.h"
+#include "cl/cl.h"
 #include "daemon/config.h"
 #include "daemon/listenfd.h"
 #include "base/log.h"
@@ -30,7 +31,13 @@ struct serve {
     size_t n_args;
     unsigned keepalive_ms;
     struct ebb_api *api;
-    struct ebb_sched *sched;
+    struct ebb_sched *sched; /* replica 0's: the one model swaps and its on_ready use */
+    /* data parallel (--device all or a list): one scheduler per device, scheds[0] == sched;
+     * n_dev 0 without a device list */
+    char devs[EBB__SERVE_MAX_DEVICES][EBB_CL_ID_MAX];
+    const char *dev_ptr[EBB__SERVE_MAX_DEVICES];
+    size_t n_dev;
+    struct ebb_sched *scheds[EBB__SERVE_MAX_DEVICES];
     bool stopping;
     bool cancelled;
     bool failed;
@@ -72,10 +79,7 @@ static void on_grace(uv_timer_t *t)
     if (!s->cancelled) {
         ebb_log_warn("serve", "grace period over: cancelling %zu request(s)", n);
         s->cancelled = true;
-        if (s->sched)
-            ebb_sched_cancel_all(s->sched);
-        else
-            ebb_api_cancel_all(s->api);
+        ebb_api_cancel_all(s->api); /* every model's every replica */
         s->deadline = now_ms(&s->loop) + 2000;
         return;
     }
@@ -281,12 +285,18 @@ static void on_sighup(uv_signal_t *h, int signum)
         ebb_notify_ready("reload failed");
         return;
     }
-    if (s->sched)
-        ebb_sched_set_queue_cap(s->sched, next->queue);
+    for (size_t i = 0; i < EBB__SERVE_MAX_DEVICES; i++)
+        if (s->scheds[i])
+            ebb_sched_set_queue_cap(s->scheds[i], next->queue);
     s->grace_ms = next->shutdown_grace_ms;
     if (diff & EBB_CONFIG_CHANGE_LISTEN)
         ebb_log_warn("serve", "reload: host/port changed; they apply after a restart");
     bool load = !s->catalogue && ((diff & EBB_CONFIG_CHANGE_MODEL) || s->model_failed);
+    if (load && s->n_dev > 1) {
+        ebb_log_warn("serve", "reload: the model and its settings apply after a restart when it "
+                              "runs on several devices");
+        load = false;
+    }
     if (s->catalogue && (diff & EBB_CONFIG_CHANGE_MODEL))
         ebb_log_warn("serve", "reload: the models and their settings apply after a restart");
     ebb_log_info("serve", "configuration reloaded");
@@ -318,10 +328,12 @@ static void on_probe(uv_timer_t *t)
         ebb_api_stream_probe(s->api);
         return;
     }
-    struct ebb_model *m = ebb_sched_model(s->sched);
-    if (m && ebb_model_streaming(m)) {
-        ebb_model_stream_probe(m);
-        ebb_sched_stream_poke(s->sched); /* an idle engine re-plans now */
+    for (size_t i = 0; i < EBB__SERVE_MAX_DEVICES; i++) {
+        struct ebb_model *m = s->scheds[i] ? ebb_sched_model(s->scheds[i]) : NULL;
+        if (m && ebb_model_streaming(m)) {
+            ebb_model_stream_probe(m);
+            ebb_sched_stream_poke(s->scheds[i]); /* an idle engine re-plans now */
+        }
     }
 }
 
@@ -366,6 +378,16 @@ static int configure(struct serve *s, const struct ebb__serve_opts *o, struct eb
         return 2;
     }
     ebb_log_configure(cfg->log_level, cfg->log_format);
+    /* Data parallel: "all" or a list names the devices, each checked now (a missing one is a
+     * usage error naming it), one engine on each. */
+    if (ebb_cl_spec_is_list(cfg->device)) {
+        if (ebb_cl_devices(cfg->device, s->devs, EBB__SERVE_MAX_DEVICES, &s->n_dev, &d)) {
+            fprintf(stderr, "ebb serve: %s\n", d.msg);
+            return 2;
+        }
+        for (size_t i = 0; i < s->n_dev; i++)
+            s->dev_ptr[i] = s->devs[i];
+    }
     /* Several models when -m is repeated or names a directory, or when no model is configured
      * (then every .gguf under models_dir and the [model.NAME] sections). */
     struct stat st;
@@ -397,6 +419,22 @@ static int configure(struct serve *s, const struct ebb__serve_opts *o, struct eb
     return -1;
 }
 
+/* "cl:0:0, cl:0:1 (all)" for a device list, else the configured device. */
+static void describe_devices(const struct serve *s, char *buf, size_t n)
+{
+    const char *cfg = s->cfg->device ? s->cfg->device : "auto";
+    size_t w = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < s->n_dev && w < n; i++) {
+        int k = snprintf(buf + w, n - w, "%s%s", i ? ", " : "", s->devs[i]);
+        w += k > 0 ? (size_t)k : 0;
+    }
+    if (!s->n_dev)
+        snprintf(buf, n, "%s", cfg);
+    else if (w < n && strcmp(cfg, buf))
+        snprintf(buf + w, n - w, " (%s)", cfg);
+}
+
 /* The loop and the HTTP API on the inherited socket (socket activation) or a bound one, then
  * "listening on" on stdout. model_id must live as long as the API. */
 static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const char *path,
@@ -426,6 +464,11 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     };
     s->keepalive_ms = o->keepalive_ms;
     api_config_from(s, cfg, &ac);
+    /* One device: its spec as configured ("auto", "cpu", "cl:0:1"...) labels /metrics and
+     * /health. */
+    const char *one_dev[1] = {cfg->device && *cfg->device ? cfg->device : "auto"};
+    ac.devices = s->n_dev ? s->dev_ptr : one_dev;
+    ac.n_devices = s->n_dev ? s->n_dev : 1;
     if (s->catalogue) {
         struct ebb_sched_params sp = {
             .queue_cap = cfg->queue,
@@ -452,21 +495,22 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     }
     printf("ebb: listening on http://%s\n", where);
     fflush(stdout);
+    char devices[512];
+    describe_devices(s, devices, sizeof(devices));
     if (s->catalogue) {
         ebb_log_info("serve",
                      "listening on http://%s; %zu models (loaded on request, keep_alive %s, "
-                     "budget %llu MiB) on device %s",
+                     "budget %llu MiB%s) on device %s",
                      where, s->cat->n, cfg->keep_alive,
-                     (unsigned long long)(cfg->models_budget >> 20),
-                     cfg->device ? cfg->device : "auto");
+                     (unsigned long long)(cfg->models_budget >> 20), s->n_dev ? " per device" : "",
+                     devices);
         for (size_t i = 0; i < s->cat->n; i++)
             ebb_log_info("serve", "model %s: %s%s", s->cat->e[i].id, s->cat->e[i].path,
                          s->cat->e[i].pin ? " (pinned)" : "");
         ebb_notify_ready("serving several models");
         return true;
     }
-    ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path,
-                 cfg->device ? cfg->device : "auto");
+    ebb_log_info("serve", "listening on http://%s; loading %s on device %s", where, path, devices);
     ebb_notify_status("loading %s", model_id);
     return true;
 }
@@ -483,14 +527,21 @@ static bool start_engine(struct serve *s, const struct ebb__serve_opts *o, const
         .prefill_chunk = o->prefill_chunk,
         .spec_max = o->spec ? (o->draft_max ? o->draft_max : 8) : 0,
         .on_loaded = ebb_api_on_loaded,
-        .ud = s->api,
         .before_open = warm_before_open,
     };
-    if (ebb_sched_new(&sp, &s->sched, &d)) {
-        fprintf(stderr, "ebb serve: %s\n", d.msg);
-        return false;
+    /* One engine per device, each opening the model with slots and a KV pool of its own. */
+    for (size_t i = 0; i < (s->n_dev ? s->n_dev : 1); i++) {
+        if (s->n_dev)
+            sp.model.device = s->devs[i];
+        sp.ud = ebb_api_replica(s->api, i);
+        if (ebb_sched_new(&sp, &s->scheds[i], &d)) {
+            fprintf(stderr, "ebb serve: %s%s: %s\n", s->n_dev ? "on " : "",
+                    s->n_dev ? s->devs[i] : "", d.msg);
+            return false;
+        }
+        ebb_api_set_sched(s->api, i, s->scheds[i]);
     }
-    ebb_api_set_sched(s->api, s->sched);
+    s->sched = s->scheds[0];
     return true;
 }
 
@@ -565,7 +616,8 @@ static int serve(struct serve *s, const struct ebb__serve_opts *o)
 static void serve_free(struct serve *s)
 {
     ebb__loader_fini(&s->loader);
-    ebb_sched_free(s->sched);
+    for (size_t i = 0; i < EBB__SERVE_MAX_DEVICES; i++)
+        ebb_sched_free(s->scheds[i]);
     ebb_api_free(s->api);
     if (s->loop_ok) {
         uv_run(&s->loop, UV_RUN_NOWAIT);

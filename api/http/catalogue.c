@@ -30,8 +30,11 @@ static void served_free(struct ebb__served *sv)
 {
     if (!sv)
         return;
-    if (sv->owned)
-        ebb_sched_free(sv->sched);
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        if (sv->owned)
+            ebb_sched_free(sv->rep[i].sched);
+        free(sv->rep[i].device);
+    }
     ebb_chat_template_fini(&sv->tmpl);
     free(sv->id);
     free(sv->chat_template);
@@ -80,7 +83,14 @@ static struct ebb__served *served_new(struct ebb_api *a, const char *id, const c
     sv->created = (long long)a->metrics.started_at;
     sv->keep_alive = -1;
     sv->pin = true;
-    if (!sv->id || (tmpl && !sv->chat_template)) {
+    sv->n_rep = a->n_devices ? a->n_devices : 1;
+    bool ok = true;
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        sv->rep[i].sv = sv;
+        if (a->n_devices)
+            ok &= (sv->rep[i].device = strdup(a->devices[i])) != NULL;
+    }
+    if (!ok || !sv->id || (tmpl && !sv->chat_template)) {
         served_free(sv);
         return NULL;
     }
@@ -101,13 +111,20 @@ static ebb_err served_bind(struct ebb__served *sv, const struct ebb_sched_params
     sv->sp.model.path = sv->path;
     sv->sp.model.device = sv->device;
     sv->sp.on_loaded = ebb__served_on_loaded;
-    sv->sp.ud = sv;
+    sv->sp.ud = &sv->rep[0]; /* start_load points each replica's at itself */
     read_facts(sv);
     return EBB_OK;
 }
 
 ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
 {
+    if (cfg->n_devices > EBB__MAX_REPLICAS)
+        return EBB_ERANGE;
+    for (size_t i = 0; i < cfg->n_devices; i++) {
+        if (!(a->devices[i] = strdup(cfg->devices[i])))
+            return EBB_ENOMEM;
+        a->n_devices = i + 1;
+    }
     size_t n = cfg->n_models ? cfg->n_models : 1;
     a->models = calloc(n, sizeof(*a->models));
     if (!a->models)
@@ -185,6 +202,11 @@ void ebb__catalogue_fini(struct ebb_api *a)
     free(a->models);
     free(a->added_template);
     a->added_template = NULL;
+    for (size_t i = 0; i < a->n_devices; i++) {
+        free(a->devices[i]);
+        a->devices[i] = NULL;
+    }
+    a->n_devices = 0;
     a->models = NULL;
     a->n_models = 0;
     a->def = NULL;
@@ -394,7 +416,10 @@ static void unload(struct ebb__served *sv, const char *why)
 {
     struct ebb_api *a = sv->api;
     ebb_log(EBB_LOG_INFO, "http", "unloading %s (%s)", sv->id, why);
-    ebb_sched_free(sv->sched);
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        ebb_sched_free(sv->rep[i].sched);
+        sv->rep[i].sched = NULL;
+    }
     sv->sched = NULL;
     sv->model = NULL;
     ebb_chat_template_fini(&sv->tmpl);
@@ -405,6 +430,8 @@ static void unload(struct ebb__served *sv, const char *why)
     sv->lent = 0;
     pthread_mutex_lock(&a->mu);
     sv->load_state = 0;
+    for (size_t i = 0; i < sv->n_rep; i++)
+        sv->rep[i].load_state = 0;
     pthread_mutex_unlock(&a->mu);
     sv->n_unloads++;
 }
@@ -431,6 +458,16 @@ static uint64_t used_by_others(struct ebb_api *a, const struct ebb__served *skip
     return used;
 }
 
+/* A new streamer budget for every replica of sv (each on its own device); false when replica
+ * 0's model does not stream. */
+static bool served_stream_budget(struct ebb__served *sv, uint64_t budget)
+{
+    bool ok = ebb_sched_stream_budget(sv->sched, budget);
+    for (size_t i = 1; ok && i < sv->n_rep; i++)
+        ebb_sched_stream_budget(sv->rep[i].sched, budget);
+    return ok;
+}
+
 /* Shrinks idle models other than skip (least recently used first) by streaming their top
  * layers, until deficit bytes are freed or none can give more; a pinned model gives layers
  * too (it stays loaded, which is what pin promises). Returns the bytes freed. */
@@ -455,7 +492,7 @@ static uint64_t shrink_idle(struct ebb_api *a, const struct ebb__served *skip, u
         lru->shrink_tried = true;
         uint64_t now = ebb__served_used(lru), want = deficit - freed;
         uint64_t target = now - rl.bytes_min > want ? now - want : rl.bytes_min;
-        if (!ebb_sched_stream_budget(lru->sched, target))
+        if (!served_stream_budget(lru, target))
             continue;
         ebb_log(EBB_LOG_INFO, "http",
                 "%s is idle: its streamer budget goes %llu -> %llu MiB for another model", lru->id,
@@ -531,7 +568,7 @@ static void regrow(struct ebb__served *sv)
     if (room <= have)
         return;
     uint64_t target = room >= r.bytes_full ? 0 : room; /* 0: every layer, the probes allowing */
-    if (!ebb_sched_stream_budget(sv->sched, target))
+    if (!served_stream_budget(sv, target))
         return;
     ebb_log(EBB_LOG_INFO, "http", "%s is wanted again: its streamer budget goes %llu -> %s%llu MiB",
             sv->id, (unsigned long long)(have >> 20), target ? "" : "all layers, ",
@@ -564,16 +601,34 @@ static bool start_load(struct ebb__req *r, struct ebb__served *sv)
     pthread_mutex_lock(&a->mu);
     sv->load_state = 0;
     sv->load_msg[0] = 0;
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        sv->rep[i].load_state = 0;
+        sv->rep[i].load_msg[0] = 0;
+    }
     pthread_mutex_unlock(&a->mu);
     sv->load_seen = false;
     sv->t_load = ebb__now();
-    ebb_log(EBB_LOG_INFO, "http", "loading %s (%s) for a request", sv->id, sv->path);
-    if (ebb_sched_new(&sv->sp, &sv->sched, &d)) {
-        sv->sched = NULL;
-        snprintf(why, sizeof(why), "cannot load '%s': %s", sv->id, d.msg);
-        ebb__reply_error(r, 503, why, "model", "model_unavailable");
-        return false;
+    ebb_log(EBB_LOG_INFO, "http", "loading %s (%s) for a request%s", sv->id, sv->path,
+            sv->n_rep > 1 ? ", a replica on each device" : "");
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        struct ebb__replica *rp = &sv->rep[i];
+        struct ebb_sched_params sp = sv->sp;
+        if (rp->device)
+            sp.model.device = rp->device;
+        sp.ud = rp;
+        if (ebb_sched_new(&sp, &rp->sched, &d)) {
+            rp->sched = NULL;
+            for (size_t k = 0; k < i; k++) {
+                ebb_sched_free(sv->rep[k].sched);
+                sv->rep[k].sched = NULL;
+            }
+            snprintf(why, sizeof(why), "cannot load '%s' on %s: %s", sv->id,
+                     ebb__replica_device(rp), d.msg);
+            ebb__reply_error(r, 503, why, "model", "model_unavailable");
+            return false;
+        }
     }
+    sv->sched = sv->rep[0].sched;
     sv->n_loads++;
     return true;
 }
@@ -717,20 +772,52 @@ void ebb__catalogue_tick(struct ebb_api *a, double now)
 void ebb_api_cancel_all(struct ebb_api *a)
 {
     for (size_t i = 0; i < a->n_models; i++)
-        if (a->models[i]->sched)
-            ebb_sched_cancel_all(a->models[i]->sched);
+        for (size_t k = 0; k < a->models[i]->n_rep; k++)
+            if (a->models[i]->rep[k].sched)
+                ebb_sched_cancel_all(a->models[i]->rep[k].sched);
 }
 
 void ebb_api_stream_probe(struct ebb_api *a)
 {
     for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
-        if (sv->ready && sv->model && ebb_model_streaming(sv->model)) {
-            ebb_model_stream_probe(sv->model);
-            if (sv->sched)
-                ebb_sched_stream_poke(sv->sched);
+        for (size_t k = 0; sv->ready && k < sv->n_rep; k++) {
+            struct ebb_model *m = sv->rep[k].sched ? ebb_sched_model(sv->rep[k].sched) : NULL;
+            if (m && ebb_model_streaming(m)) {
+                ebb_model_stream_probe(m);
+                ebb_sched_stream_poke(sv->rep[k].sched);
+            }
         }
     }
+}
+
+/* ---- data parallel --------------------------------------------------------------------------- */
+
+struct ebb__replica *ebb__served_place(struct ebb__served *sv, const int32_t *prompt,
+                                       uint32_t n_prompt)
+{
+    if (sv->n_rep == 1)
+        return sv->rep[0].sched ? &sv->rep[0] : NULL;
+    struct ebb_sched_offer offers[EBB__MAX_REPLICAS];
+    bool ready[EBB__MAX_REPLICAS];
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        ready[i] = sv->rep[i].sched != NULL;
+        if (ready[i])
+            ebb_sched_offer(sv->rep[i].sched, prompt, n_prompt, &offers[i]);
+    }
+    int k = ebb_sched_place(offers, ready, sv->n_rep);
+    return k < 0 ? NULL : &sv->rep[k];
+}
+
+const char *ebb__replica_state(const struct ebb__replica *rp)
+{
+    struct ebb_api *a = rp->sv->api;
+    pthread_mutex_lock(&a->mu);
+    int st = rp->load_state;
+    pthread_mutex_unlock(&a->mu);
+    if (!rp->sched)
+        return "unloaded";
+    return st > 0 ? "loaded" : st < 0 ? "failed" : "loading";
 }
 
 /* ---- describing the models ----------------------------------------------------------------- */
@@ -780,6 +867,21 @@ json_t *ebb__served_json(const struct ebb__served *sv)
     }
     if (sv->ready)
         json_object_set_new(o, "memory_bytes", json_integer((json_int_t)ebb__served_used(sv)));
+    json_t *reps = json_array();
+    for (size_t i = 0; i < sv->n_rep; i++) {
+        const struct ebb__replica *rp = &sv->rep[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "device", json_string(ebb__replica_device(rp)));
+        json_object_set_new(x, "state", json_string(ebb__replica_state(rp)));
+        json_object_set_new(x, "requests", json_integer((json_int_t)rp->n_placed));
+        if (rp->sched) {
+            struct ebb_sched_stats st;
+            ebb_sched_stats(rp->sched, &st);
+            json_object_set_new(x, "in_flight", json_integer((json_int_t)(st.queued + st.active)));
+        }
+        json_array_append_new(reps, x);
+    }
+    json_object_set_new(o, "replicas", reps);
     json_object_set_new(o, "shrinks", json_integer((json_int_t)sv->n_shrinks));
     json_object_set_new(o, "regrows", json_integer((json_int_t)sv->n_regrows));
     return o;

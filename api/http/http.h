@@ -177,6 +177,7 @@ struct ebb__gen {
     bool chat, stream, include_usage, logprobs;
     uint32_t n_prompt;
     uint64_t job_id;
+    struct ebb_sched *sched; /* the replica's scheduler that runs job_id */
     double t_submit;
     bool first_token_seen;
     bool finished;        /* the final chunks (or the whole body) are written */
@@ -279,6 +280,15 @@ uint64_t ebb__served_bytes(const struct ebb__served *sv);
 uint64_t ebb__served_used(const struct ebb__served *sv);
 /* "loaded", "loading", "failed" or "unloaded". */
 const char *ebb__served_state(const struct ebb__served *sv);
+/* The replica that takes a prompt (ebb_sched_place over the replicas' offers); NULL when no
+ * replica has a scheduler. */
+struct ebb__replica *ebb__served_place(struct ebb__served *sv, const int32_t *prompt,
+                                       uint32_t n_prompt);
+/* A replica's state as /health and /models/status say it: "loaded", "loading", "failed" or
+ * "unloaded". */
+const char *ebb__replica_state(const struct ebb__replica *rp);
+/* The device a replica runs on, as labels show it ("auto" when none was named). */
+const char *ebb__replica_device(const struct ebb__replica *rp);
 /* {id, state, loaded, pinned, size, family, context, keep_alive, in_flight, loads, unloads}. */
 json_t *ebb__served_json(const struct ebb__served *sv);
 
@@ -362,6 +372,19 @@ void ebb__catalogue_tick(struct ebb_api *a, double now);
  * already or the daemon serves a single model. */
 ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added);
 
+/* Data parallel: one device's copy of a served model, with an engine, slots and KV pool of
+ * its own (the same weights opened on that device). A model has one replica per device of
+ * --device (one without a list); requests go to one of them (ebb__served_place). */
+#define EBB__MAX_REPLICAS 16
+struct ebb__replica {
+    struct ebb__served *sv;
+    char *device;            /* "cl:P:D" of a device list, or NULL: the served model's device */
+    struct ebb_sched *sched; /* NULL: not loaded and not loading */
+    int load_state;          /* (mu) 0 loading, 1 ready, -1 failed */
+    char load_msg[512];      /* (mu) */
+    uint64_t n_placed;       /* requests placed on it since start */
+};
+
 /* One model the server can serve (catalogue.c). Outside catalogue mode there is one, whose
  * scheduler the daemon owns and hands over (ebb_api_set_sched); in catalogue mode the API
  * starts a model's scheduler (which loads it) on the first request naming it and frees it by
@@ -379,11 +402,15 @@ struct ebb__served {
     double keep_alive;          /* seconds idle before it is unloaded; < 0: never */
     double keep_alive_cfg;      /* the configured one, which a request without keep_alive sets */
     bool owned;                 /* the API starts and frees sched */
-    struct ebb_sched *sched;    /* NULL: not loaded and not loading */
-    int load_state;             /* (mu) 0 loading, 1 ready, -1 failed */
-    char load_msg[512];         /* (mu) */
-    bool load_seen;             /* the loop has seen the load end (and prepared the template) */
-    bool ready;                 /* loop view: model and template usable */
+    struct ebb_sched *sched;    /* rep[0].sched: NULL when not loaded and not loading */
+    /* (n_rep >= 1) the replicas, one per device; sched, model and load_state speak for them
+     * all: the model is ready once every replica loaded, failed once one failed */
+    struct ebb__replica rep[EBB__MAX_REPLICAS];
+    size_t n_rep;
+    int load_state;     /* (mu) 0 loading, 1 ready, -1 failed */
+    char load_msg[512]; /* (mu) */
+    bool load_seen;     /* the loop has seen the load end (and prepared the template) */
+    bool ready;         /* loop view: model and template usable */
     struct ebb_model *model;
     struct ebb_chat_template tmpl;
     struct ebb_gen_defaults gen_defaults; /* resolved for model under the configuration */
@@ -436,9 +463,13 @@ struct ebb_api {
     bool catalogue;       /* the API loads and unloads its models (no single -m) */
     char *added_template; /* catalogue mode: the configured chat template (NULL: the GGUF's) of
                            * models added later (ebb__catalogue_add) */
-    bool stopping;        /* quiesced or being freed: no model loads any more */
-    bool freeing;         /* ebb_api_free: the engines are gone, nothing may reach them */
-    uint64_t budget;      /* bytes all loaded models may take together; 0: no limit */
+    /* data parallel: the devices every model has a replica on (copies); none: one replica on
+     * the configured device */
+    char *devices[EBB__MAX_REPLICAS];
+    size_t n_devices;
+    bool stopping;   /* quiesced or being freed: no model loads any more */
+    bool freeing;    /* ebb_api_free: the engines are gone, nothing may reach them */
+    uint64_t budget; /* bytes all loaded models may take together; 0: no limit */
     pthread_mutex_t mu;
     struct ebb__req *ready_head; /* (mu) requests with engine output to process */
     struct ebb__metrics metrics;

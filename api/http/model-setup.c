@@ -78,10 +78,15 @@ static ebb_err use_model(struct ebb__served *a, struct ebb_model *m, const char 
 
 static void log_ready(struct ebb__served *a)
 {
+    char reps[64] = "";
+    if (a->n_rep > 1)
+        snprintf(reps, sizeof(reps), " and %zu more device%s, a copy on each", a->n_rep - 1,
+                 a->n_rep > 2 ? "s" : "");
     ebb_log(EBB_LOG_INFO, "http",
-            "model %s ready on %s (arch %s, n_ctx %u, %u slots, chat template %s)", a->id,
-            ebb_model_device_name(a->model), ebb_model_arch(a->model), ebb_model_n_ctx(a->model),
-            ebb_model_n_seq(a->model), ebb_chat_family_name(a->tmpl.family));
+            "model %s ready on %s%s (arch %s, n_ctx %u, %u slots%s, chat template %s)", a->id,
+            ebb_model_device_name(a->model), reps, ebb_model_arch(a->model),
+            ebb_model_n_ctx(a->model), ebb_model_n_seq(a->model), a->n_rep > 1 ? " each" : "",
+            ebb_chat_family_name(a->tmpl.family));
 }
 
 bool ebb__setup_loaded(struct ebb__served *sv)
@@ -132,28 +137,62 @@ ebb_err ebb_api_set_model(struct ebb_api *api, struct ebb_model *m, const char *
     return EBB_OK;
 }
 
-void ebb_api_set_sched(struct ebb_api *a, struct ebb_sched *s)
+void ebb_api_set_sched(struct ebb_api *a, size_t i, struct ebb_sched *s)
 {
-    a->def->sched = s;
-    a->def->t_load = ebb__now();
+    struct ebb__served *sv = a->def;
+    if (i >= sv->n_rep)
+        return;
+    sv->rep[i].sched = s;
+    if (i == 0)
+        sv->sched = s;
+    sv->t_load = ebb__now();
+}
+
+void *ebb_api_replica(struct ebb_api *a, size_t i)
+{
+    return i < a->def->n_rep ? &a->def->rep[i] : NULL;
+}
+
+const char *ebb__replica_device(const struct ebb__replica *rp)
+{
+    if (rp->device)
+        return rp->device;
+    const char *d = rp->sv->device ? rp->sv->device : rp->sv->sp.model.device;
+    return d && *d ? d : "auto";
 }
 
 void ebb__served_on_loaded(void *ud, ebb_err rc, const char *msg)
 {
-    struct ebb__served *sv = ud;
+    struct ebb__replica *rp = ud;
+    struct ebb__served *sv = rp->sv;
     struct ebb_api *a = sv->api;
     pthread_mutex_lock(&a->mu);
-    sv->load_state = rc ? -1 : 1;
+    rp->load_state = rc ? -1 : 1;
     if (rc)
-        snprintf(sv->load_msg, sizeof(sv->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+        snprintf(rp->load_msg, sizeof(rp->load_msg), "%s", msg && *msg ? msg : ebb_err_str(rc));
+    /* The model serves once every replica is open; one that fails fails the model. */
+    int st = 1;
+    for (size_t i = 0; i < sv->n_rep && st >= 0; i++) {
+        const struct ebb__replica *x = &sv->rep[i];
+        if (x->load_state < 0) {
+            st = -1;
+            if (sv->n_rep > 1)
+                snprintf(sv->load_msg, sizeof(sv->load_msg), "on %s: %.400s",
+                         ebb__replica_device(x), x->load_msg);
+            else
+                snprintf(sv->load_msg, sizeof(sv->load_msg), "%s", x->load_msg);
+        } else if (x->load_state == 0) {
+            st = 0;
+        }
+    }
+    sv->load_state = st;
     pthread_mutex_unlock(&a->mu);
     uv_async_send(&a->async);
 }
 
-void ebb_api_on_loaded(void *api, ebb_err rc, const char *msg)
+void ebb_api_on_loaded(void *replica, ebb_err rc, const char *msg)
 {
-    struct ebb_api *a = api;
-    ebb__served_on_loaded(a->def, rc, msg);
+    ebb__served_on_loaded(replica, rc, msg);
 }
 
 bool ebb_api_load_failed(const struct ebb_api *a)

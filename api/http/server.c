@@ -172,8 +172,8 @@ static void on_watch(uv_poll_t *h, int status, int events)
         return;
     ebb_log(EBB_LOG_DEBUG, "http", "client of %s went away", r->path);
     r->disconnected = true;
-    if (r->gen && r->engine_ref && r->sv && r->sv->sched)
-        ebb_sched_cancel(r->sv->sched, r->gen->job_id);
+    if (r->gen && r->engine_ref && r->gen->sched)
+        ebb_sched_cancel(r->gen->sched, r->gen->job_id);
     ebb__resume(r);
 }
 
@@ -686,7 +686,10 @@ void ebb_api_free(struct ebb_api *a)
     for (size_t i = 0; i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
         if (sv->owned) { /* catalogue mode: the engines stop first, as the daemon's does */
-            ebb_sched_free(sv->sched);
+            for (size_t k = 0; k < sv->n_rep; k++) {
+                ebb_sched_free(sv->rep[k].sched);
+                sv->rep[k].sched = NULL;
+            }
             sv->sched = NULL;
         }
         sv->load_seen = true;

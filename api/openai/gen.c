@@ -473,7 +473,7 @@ void ebb__gen_pump(struct ebb__req *r)
                 ebb_log(EBB_LOG_WARN, "http", "%s: %s, stream cut", r->path,
                         lost ? "out of memory" : "client too slow");
                 r->disconnected = true;
-                ebb_sched_cancel(r->sv->sched, g->job_id);
+                ebb_sched_cancel(g->sched, g->job_id);
             }
             ebb__resume(r);
         }
@@ -518,8 +518,8 @@ void ebb__gen_keepalive(struct ebb__req *r, double now)
 
 void ebb__gen_conn_closed(struct ebb__req *r)
 {
-    if (r->engine_ref && r->sv->sched)
-        ebb_sched_cancel(r->sv->sched, r->gen->job_id);
+    if (r->engine_ref && r->gen->sched)
+        ebb_sched_cancel(r->gen->sched, r->gen->job_id);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -821,9 +821,19 @@ void ebb__gen_submit(struct ebb__req *r, struct ebb__gen *g, const int32_t *ids,
     struct ebb_sched_sink sink = {
         .on_token = sink_token, .on_choice = sink_choice, .on_done = sink_done, .ud = r};
     struct ebb_diag d = {{0}};
+    /* Data parallel: the replica whose free slot holds the longest prefix of the prompt, else
+     * the least busy (ebb_sched_place). */
+    struct ebb__replica *rp = ebb__served_place(r->sv, ids, n_ids);
+    if (!rp) {
+        ebb__reply_error(r, 503, "the model is not loaded", NULL, "model_unavailable");
+        return;
+    }
+    g->sched = rp->sched;
     r->engine_ref = true; /* before submit: on_done may come at once */
     ebb__served_count(r);
-    ebb_err rc = ebb_sched_submit(r->sv->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
+    ebb_err rc = ebb_sched_submit(g->sched, ids, n_ids, gp, &sink, &g->job_id, &d);
+    if (!rc)
+        rp->n_placed++;
     if (rc) {
         r->engine_ref = false;
         if (rc == EBB_EBUSY) {

@@ -200,6 +200,65 @@ static json_t *model_object(const struct ebb__served *sv)
     return m;
 }
 
+/* Per replica (data parallel, one per device): its load state, the requests placed on it and
+ * its engine's queue, labelled by model and device. */
+static void metrics_devices(struct ebb_api *a, struct ebb__abuf *b)
+{
+    static const char *const help[4] = {
+        "ebb_device_ready 1 while the model's replica on the device is loaded.\n"
+        "# TYPE ebb_device_ready gauge",
+        "ebb_device_requests_total Requests placed on the model's replica on the device.\n"
+        "# TYPE ebb_device_requests_total counter",
+        "ebb_device_jobs_started_total Jobs the device's engine started for the model.\n"
+        "# TYPE ebb_device_jobs_started_total counter",
+        "ebb_device_in_flight Jobs queued or running on the device's engine for the model.\n"
+        "# TYPE ebb_device_in_flight gauge",
+    };
+    static const char *const name[4] = {"ebb_device_ready", "ebb_device_requests_total",
+                                        "ebb_device_jobs_started_total", "ebb_device_in_flight"};
+    for (int m = 0; m < 4; m++) {
+        ebb__abuf_printf(b, "# HELP %s\n", help[m]);
+        for (size_t i = 0; i < a->n_models; i++) {
+            const struct ebb__served *sv = a->models[i];
+            for (size_t k = 0; k < sv->n_rep; k++) {
+                const struct ebb__replica *rp = &sv->rep[k];
+                struct ebb_sched_stats st = {0};
+                if (rp->sched)
+                    ebb_sched_stats(rp->sched, &st);
+                unsigned long long v =
+                    m == 0   ? (unsigned long long)!strcmp(ebb__replica_state(rp), "loaded")
+                    : m == 1 ? (unsigned long long)rp->n_placed
+                    : m == 2 ? (unsigned long long)st.jobs_started
+                             : (unsigned long long)(st.queued + st.active);
+                ebb__abuf_printf(b, "%s{model=\"%s\",device=\"%s\"} %llu\n", name[m], sv->id,
+                                 ebb__replica_device(rp), v);
+            }
+        }
+    }
+}
+
+/* "devices" of /health on several devices: each device and the state of the replicas on it ("ok"
+ * when every model loaded there is ready; "loading" or "error" as one of them is). */
+static json_t *health_devices(struct ebb_api *a)
+{
+    json_t *o = json_object();
+    const struct ebb__served *d = a->def;
+    for (size_t k = 0; k < d->n_rep; k++) {
+        const char *state = a->catalogue ? "ok" : "loading";
+        for (size_t i = 0; i < a->n_models; i++) {
+            const char *rs = ebb__replica_state(&a->models[i]->rep[k]);
+            if (!strcmp(rs, "failed"))
+                state = "error";
+            else if (!strcmp(rs, "loading") && strcmp(state, "error"))
+                state = "loading";
+            else if (!a->catalogue && !strcmp(rs, "loaded"))
+                state = "ok";
+        }
+        json_object_set_new(o, ebb__replica_device(&d->rep[k]), json_string(state));
+    }
+    return o;
+}
+
 /* /health outside catalogue mode: the one model's state, 503 until it serves. */
 static void health_one(struct ebb__req *r)
 {
@@ -209,6 +268,8 @@ static void health_one(struct ebb__req *r)
     pthread_mutex_lock(&a->mu);
     int st = sv->load_state;
     pthread_mutex_unlock(&a->mu);
+    if (sv->n_rep > 1)
+        json_object_set_new(o, "devices", health_devices(a));
     if (st == 1 && sv->ready) {
         json_object_set_new(o, "status", json_string("ok"));
         ebb__reply_json(r, 200, o);
@@ -314,6 +375,8 @@ static void handle_get(struct ebb__req *r)
             json_object_set_new(ms, a->models[i]->id, json_string(ebb__served_state(a->models[i])));
         json_object_set_new(o, "status", json_string("ok"));
         json_object_set_new(o, "models", ms);
+        if (a->def->n_rep > 1)
+            json_object_set_new(o, "devices", health_devices(a));
         ebb__reply_json(r, 200, o);
         return;
     }
@@ -337,32 +400,41 @@ static void handle_get(struct ebb__req *r)
     case EBB__EP_METRICS: {
         struct ebb_sched_stats st = {0};
         bool any_ready = false;
+        size_t n_sched = 0;
+        for (size_t i = 0; i < a->n_models; i++)
+            for (size_t k = 0; k < a->models[i]->n_rep; k++)
+                n_sched += a->models[i]->rep[k].sched != NULL;
+        for (size_t i = 0; i < a->n_models; i++)
+            any_ready |= a->models[i]->ready;
+        /* every replica of every model: one engine's figures whole, several summed */
         for (size_t i = 0; i < a->n_models; i++) {
-            struct ebb__served *sv = a->models[i];
-            any_ready |= sv->ready;
-            if (!sv->sched)
-                continue;
-            struct ebb_sched_stats one = {0};
-            ebb_sched_stats(sv->sched, &one);
-            if (a->n_models == 1) {
-                st = one;
-                continue;
+            for (size_t k = 0; k < a->models[i]->n_rep; k++) {
+                struct ebb_sched *sc = a->models[i]->rep[k].sched;
+                if (!sc)
+                    continue;
+                struct ebb_sched_stats one = {0};
+                ebb_sched_stats(sc, &one);
+                if (n_sched == 1) {
+                    st = one;
+                    continue;
+                }
+                st.queued += one.queued;
+                st.active += one.active;
+                st.n_slots += one.n_slots;
+                st.steps += one.steps;
+                st.batch_rows += one.batch_rows;
+                st.batch_seqs += one.batch_seqs;
+                st.jobs_started += one.jobs_started;
+                st.queue_wait_s += one.queue_wait_s;
+                st.cache_hits += one.cache_hits;
+                st.cache_tokens += one.cache_tokens;
             }
-            st.queued += one.queued;
-            st.active += one.active;
-            st.n_slots += one.n_slots;
-            st.steps += one.steps;
-            st.batch_rows += one.batch_rows;
-            st.batch_seqs += one.batch_seqs;
-            st.jobs_started += one.jobs_started;
-            st.queue_wait_s += one.queue_wait_s;
-            st.cache_hits += one.cache_hits;
-            st.cache_tokens += one.cache_tokens;
         }
         struct ebb__abuf b = {0};
         ebb__metrics_render(&a->metrics, &st, a->catalogue ? any_ready : a->def->ready, &b);
         if (a->catalogue)
             metrics_models(a, &b);
+        metrics_devices(a, &b);
         for (size_t i = 0; i < a->n_models; i++) {
             struct ebb__served *sv = a->models[i];
             if (!sv->ready || !sv->model)

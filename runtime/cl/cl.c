@@ -314,12 +314,107 @@ bool ebb_cl_has_gpu(void)
     return !each_device(pick_fn, &k, NULL) && k.found;
 }
 
+bool ebb_cl_spec_is_list(const char *spec)
+{
+    return spec && (!strcmp(spec, "all") || strchr(spec, ','));
+}
+
+/* "all": the first platform with a GPU (its GPUs), else the first with any device (all). */
+struct every {
+    int pass; /* 0: GPUs, 1: any device */
+    bool have;
+    uint32_t plat;
+    char (*ids)[EBB_CL_ID_MAX];
+    size_t cap, n;
+    bool over;
+};
+
+static bool every_fn(void *u, cl_platform_id p, cl_device_id d, uint32_t pi, uint32_t di)
+{
+    struct every *e = u;
+    struct ebb_cl_dev_info inf;
+    fill_info(p, d, pi, di, &inf);
+    if ((e->pass == 0 && !inf.is_gpu) || (e->have && pi != e->plat))
+        return false;
+    e->have = true;
+    e->plat = pi;
+    if (e->n == e->cap) {
+        e->over = true;
+        return true;
+    }
+    snprintf(e->ids[e->n++], EBB_CL_ID_MAX, "cl:%u:%u", pi, di);
+    return false;
+}
+
+/* The "cl:P:D" of the device ebb_cl_open(spec) would open. */
+static ebb_err device_id_of(const char *spec, char *id, struct ebb_diag *diag)
+{
+    struct ebb_cl *cl = NULL;
+    ebb_err rc = ebb_cl_open(spec, &cl, diag);
+    if (rc)
+        return rc;
+    snprintf(id, EBB_CL_ID_MAX, "cl:%u:%u", cl->info.plat_idx, cl->info.dev_idx);
+    ebb_cl_close(cl);
+    return EBB_OK;
+}
+
+ebb_err ebb_cl_devices(const char *spec, char (*ids)[EBB_CL_ID_MAX], size_t cap, size_t *n,
+                       struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    size_t k = 0;
+    if (spec && !strcmp(spec, "all")) {
+        struct every e = {.ids = ids, .cap = cap};
+        for (e.pass = 0; e.pass < 2 && !e.n && !e.over; e.pass++)
+            if ((rc = each_device(every_fn, &e, diag)))
+                return rc;
+        if (e.over)
+            return ebb_diag_set(diag, EBB_ERANGE, "--device all: more than %zu devices", cap);
+        if (!e.n)
+            return ebb_diag_set(diag, EBB_ENOTFOUND, "--device all: no OpenCL device found");
+        *n = e.n;
+        return EBB_OK;
+    }
+    const char *p = spec ? spec : "";
+    for (;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        char one[128];
+        if (!len || len >= sizeof(one))
+            return ebb_diag_set(diag, EBB_EINVAL, "--device '%s': %s element in the list", spec,
+                                len ? "a too long" : "an empty");
+        if (k == cap)
+            return ebb_diag_set(diag, EBB_ERANGE, "--device '%s': more than %zu devices", spec,
+                                cap);
+        memcpy(one, p, len);
+        one[len] = 0;
+        struct ebb_diag d = {{0}};
+        if ((rc = device_id_of(one, ids[k], &d)))
+            return ebb_diag_set(diag, rc, "--device '%s': %s", spec, d.msg);
+        for (size_t i = 0; i < k; i++)
+            if (!strcmp(ids[i], ids[k]))
+                return ebb_diag_set(diag, EBB_EINVAL, "--device '%s': '%s' names %s a second time",
+                                    spec, one, ids[k]);
+        k++;
+        if (!c)
+            break;
+        p = c + 1;
+    }
+    *n = k;
+    return EBB_OK;
+}
+
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct pick k = {.spec = spec};
     unsigned a, b;
     char tail;
+    if (ebb_cl_spec_is_list(spec))
+        return ebb_diag_set(diag, EBB_EINVAL,
+                            "device '%s' names several devices, which only 'ebb serve' uses "
+                            "(one engine per device); name one (see 'ebb info --devices')",
+                            spec);
     if (!spec || !*spec || !strcmp(spec, "auto") || !strcmp(spec, "cl")) {
         k.mode = 0;
         if ((rc = each_device(pick_fn, &k, diag)))

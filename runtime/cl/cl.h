@@ -87,6 +87,17 @@ ebb_err ebb_cl_check(cl_int e, struct ebb_diag *diag, const char *what);
  * any other string = first device whose name or platform name contains it (case-insensitive).
  * EBB_ENOTFOUND with a message when nothing matches. */
 ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag);
+/* Data parallel serving: the devices spec names, each as "cl:P:D", into ids[0..cap), their
+ * count in *n. "all": every GPU of the first platform that has one, else every device of the
+ * first platform that has any (PoCL's CPU devices); "A,B,...": each element (any form
+ * ebb_cl_open takes) resolved to the device it opens, in order, none twice. EBB_ENOTFOUND
+ * naming the element that matches no device, EBB_EINVAL for one named twice or an empty
+ * element, EBB_ERANGE past cap. */
+#define EBB_CL_ID_MAX 24
+ebb_err ebb_cl_devices(const char *spec, char (*ids)[EBB_CL_ID_MAX], size_t cap, size_t *n,
+                       struct ebb_diag *diag);
+/* True when spec names several devices ("all" or a comma list): only `ebb serve` takes one. */
+bool ebb_cl_spec_is_list(const char *spec);
 /* True when some OpenCL platform lists a GPU device (what "auto" would open first); false
  * with none, with CPU devices only (PoCL) or without an OpenCL runtime. */
 bool ebb_cl_has_gpu(void);

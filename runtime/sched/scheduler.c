@@ -200,6 +200,31 @@ void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out)
     pthread_mutex_unlock(&s->mu);
 }
 
+void ebb_sched_offer(struct ebb_sched *s, const int32_t *prompt, uint32_t n_prompt,
+                     struct ebb_sched_offer *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    out->busy = s->n_queued + s->n_active;
+    if (atomic_load(&s->model)) {
+        out->free_slots = s->n_slots - s->n_active;
+        /* A free slot's kv_tokens change only on the engine thread after admit() gives it a
+         * job, which takes mu: holding mu, a free slot's tokens stay as its last job left them. */
+        for (uint32_t i = 0; i < s->n_slots && out->free_slots > s->n_queued; i++) {
+            const struct slot *sl = &s->slots[i];
+            if (sl->job || !sl->kv_tokens)
+                continue;
+            uint32_t pfx = 0;
+            while (pfx < sl->n_kv && pfx + 1 < n_prompt && sl->kv_tokens[pfx] == prompt[pfx])
+                pfx++;
+            if (pfx > 0 && 2 * (uint64_t)pfx >= sl->n_kv && pfx > out->prefix)
+                out->prefix = pfx;
+        }
+        out->free_slots = out->free_slots > s->n_queued ? out->free_slots - s->n_queued : 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 struct ebb_model *ebb_sched_model(struct ebb_sched *s)
 {
     return atomic_load(&s->model);

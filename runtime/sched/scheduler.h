@@ -215,6 +215,25 @@ struct ebb_sched_stats {
 /* A consistent snapshot of the queue. Thread-safe. */
 void ebb_sched_stats(struct ebb_sched *s, struct ebb_sched_stats *out);
 
+/* What a replica's scheduler offers a prompt, for placing it among replicas: its free slots
+ * and the longest prefix (tokens) that prompt shares with a free slot's cached tokens, the KV
+ * entries that slot would reuse (best_slot's rule). Zeros before the model is loaded.
+ * Thread-safe; reads the slots under the queue's lock, O(slots x prefix). */
+struct ebb_sched_offer {
+    uint32_t free_slots;
+    uint32_t busy; /* queued jobs plus busy slots */
+    uint32_t prefix;
+};
+void ebb_sched_offer(struct ebb_sched *s, const int32_t *prompt, uint32_t n_prompt,
+                     struct ebb_sched_offer *out);
+
+/* Data parallel placement (placement.c): which of n replicas takes a job, from their offers
+ * (ready[i] false: replica i cannot take it). Among the replicas with a free slot, the one with
+ * the longest shared prefix, if any shares one; else among those with a free slot, the least
+ * busy; else (all full) the least busy; ties go to the lowest index. -1 when none is ready.
+ * Pure: no lock, no state. */
+int ebb_sched_place(const struct ebb_sched_offer *offers, const bool *ready, size_t n);
+
 /* Stop-string matcher used by the engine, public for tests. Feed text pieces; it releases the
  * text that cannot be part of a stop string and reports when one matched. */
 struct ebb_stopper {

@@ -4,7 +4,8 @@
 - `ebb serve -m missing` exits 1 naming the path and the .gguf files of the models directory;
 - serve's --help names every endpoint and says what -m is; --temp and --temperature are both
   accepted by serve and run; --ctx's help says the default is capped at 4096;
-- `ebb run 2>&1 | ...`: the closing speed line starts a line of its own;
+- `ebb run 2>&1 | ...`: the closing speed line starts a line of its own; `ebb run --device all`
+  (or a device list) is refused with a message naming `ebb serve`;
 - README quotes no figures but links docs/PERFORMANCE.md's dated headline table, and shows how
   to fetch Gemma 3;
 - a context past the model's trained one (tests/data/model/tiny-llama.gguf: 64 tokens) is
@@ -104,6 +105,16 @@ def speed_line(ebb, tiny):
     lines = p.stdout.splitlines()
     check(any(re.match(r"^ebb run: llama on ", l) for l in lines),
           f"the speed line starts a line of its own: {lines[-3:]}")
+
+
+def device_list(ebb, tiny):
+    """Several devices are for serve only: run says so instead of looking for a device named
+    'all' (no OpenCL needed: the spec is refused before any platform is asked)."""
+    for spec in ("all", "cl:0:0,cl:0:1"):
+        r = run(ebb, ["run", "-m", tiny, "-p", "hello", "-n", "2", "--device", spec])
+        check(r.returncode != 0 and "only 'ebb serve'" in r.stderr and spec in r.stderr,
+              f"run --device {spec} is refused, naming serve ({r.returncode}, "
+              f"{r.stderr[-160:]!r})")
 
 
 LONG = " ".join(["word"] * 20)  # 141 tokens of tiny-llama's vocabulary
@@ -217,6 +228,7 @@ def main():
         missing_model(ebb, tmp)
         help_and_flags(ebb, tiny)
         speed_line(ebb, tiny)
+        device_list(ebb, tiny)
         trained_ctx(ebb, tiny)
         server(ebb, tiny)
         docs()

@@ -1120,6 +1120,91 @@ static void test_best_prefix_slot(void **state)
     ebb_sched_free(s);
 }
 
+/* Data parallel placement over two replicas (one scheduler each): a prompt goes to the
+ * replica whose free slot holds its prefix, though the other is as idle; to the free one when
+ * that replica is busy; to the least busy when both are full. */
+static void test_offer_and_place(void **state)
+{
+    (void)state;
+    struct ebb_sched *s[2] = {start(1, 4, 64), start(1, 4, 64)};
+    int32_t p1[30], p2[34];
+    for (int i = 0; i < 30; i++)
+        p1[i] = 2 + i % 11;
+    memcpy(p2, p1, sizeof(p1));
+    for (int i = 30; i < 34; i++)
+        p2[i] = 3;
+    struct ebb_gen_params gp = greedy(3);
+    struct rec a, b, c;
+    rec_init(&a, s[1]);
+    assert_int_equal(submit(s[1], &a, p1, 30, &gp), EBB_OK);
+    rec_wait(&a);
+    struct ebb_sched_offer o[2];
+    bool ready[2] = {true, true};
+    for (int i = 0; i < 2; i++)
+        ebb_sched_offer(s[i], p2, 34, &o[i]);
+    assert_int_equal(o[0].free_slots, 1);
+    assert_int_equal(o[1].free_slots, 1);
+    assert_int_equal(o[0].prefix, 0);
+    assert_int_equal(o[1].prefix, 30); /* p1 and the 2 tokens decoded before the last */
+    assert_int_equal(ebb_sched_place(o, ready, 2), 1);
+    ready[1] = false;
+    assert_int_equal(ebb_sched_place(o, ready, 2), 0);
+    ready[0] = false;
+    assert_int_equal(ebb_sched_place(o, ready, 2), -1);
+    ready[0] = ready[1] = true;
+
+    /* replica 1 busy: its slot runs a held job, so the other takes the prompt */
+    atomic_store(&hold, true);
+    rec_init(&b, s[1]);
+    assert_int_equal(submit(s[1], &b, p1, 30, &gp), EBB_OK);
+    usleep(20000);
+    for (int i = 0; i < 2; i++)
+        ebb_sched_offer(s[i], p2, 34, &o[i]);
+    assert_int_equal(o[1].free_slots, 0);
+    assert_int_equal(o[1].busy, 1);
+    assert_int_equal(ebb_sched_place(o, ready, 2), 0);
+    /* both full: the least busy (replica 0 runs one, replica 1 one more queued) */
+    rec_init(&c, s[0]);
+    assert_int_equal(submit(s[0], &c, p2, 34, &gp), EBB_OK);
+    struct rec d;
+    rec_init(&d, s[1]);
+    assert_int_equal(submit(s[1], &d, p2, 34, &gp), EBB_OK);
+    usleep(20000);
+    for (int i = 0; i < 2; i++)
+        ebb_sched_offer(s[i], p2, 34, &o[i]);
+    assert_int_equal(o[0].free_slots + o[1].free_slots, 0);
+    assert_int_equal(o[0].busy, 1);
+    assert_int_equal(o[1].busy, 2);
+    assert_int_equal(ebb_sched_place(o, ready, 2), 0);
+    atomic_store(&hold, false);
+    rec_wait(&b);
+    rec_wait(&c);
+    rec_wait(&d);
+    ebb_sched_free(s[0]);
+    ebb_sched_free(s[1]);
+}
+
+/* The rule alone: ties go to the lowest index; a free replica beats a longer prefix on a full
+ * one; among free replicas without a shared prefix, the least busy. */
+static void test_place_rule(void **state)
+{
+    (void)state;
+    bool ready[3] = {true, true, true};
+    struct ebb_sched_offer o[3] = {{1, 0, 0}, {1, 0, 0}, {1, 0, 0}};
+    assert_int_equal(ebb_sched_place(o, ready, 3), 0);
+    o[0].busy = 1;
+    assert_int_equal(ebb_sched_place(o, ready, 3), 1);
+    o[1] = (struct ebb_sched_offer){0, 4, 100};
+    assert_int_equal(ebb_sched_place(o, ready, 3), 2);
+    o[0].prefix = 5;
+    assert_int_equal(ebb_sched_place(o, ready, 3), 0);
+    o[0].free_slots = o[2].free_slots = 0;
+    o[0].busy = 5;
+    o[2].busy = 3;
+    assert_int_equal(ebb_sched_place(o, ready, 3), 2);
+    assert_int_equal(ebb_sched_place(o, ready, 0), -1);
+}
+
 /* A prompt that shares only a short opening (a chat template's) with a cached conversation
  * takes another slot rather than evicting it; the conversation resent then reuses its KV. */
 static void test_short_match_keeps_cache(void **state)
@@ -1633,6 +1718,8 @@ int main(void)
         cmocka_unit_test(test_long_prefill_pass),
         cmocka_unit_test(test_best_prefix_slot),
         cmocka_unit_test(test_short_match_keeps_cache),
+        cmocka_unit_test(test_offer_and_place),
+        cmocka_unit_test(test_place_rule),
         cmocka_unit_test(test_cancel_inside_batch),
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_choices_greedy),
