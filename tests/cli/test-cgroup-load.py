@@ -179,6 +179,17 @@ def reference(port):
     return text
 
 
+def teardown(g, d, load):
+    """Stops the load's clients, then the daemon, then waits for the clients; removes the group."""
+    if load:
+        load.stopped.set()
+    if d:
+        d.stop()
+    if load:
+        load.halt()
+    g.remove()
+
+
 def part_a(parent):
     period = 1.0
     g = tc.Group(parent, "ebb-test-%d-load-a" % os.getpid(), HIGH)
@@ -226,13 +237,7 @@ def part_a(parent):
             period + SLACK)
         assert tc.oom_kills(g) == 0, "OOM kill in the group"
     finally:
-        if load:
-            load.stopped.set()
-        if d:
-            d.stop()
-        if load:
-            load.halt()
-        g.remove()
+        teardown(g, d, load)
 
 
 def part_b(parent):
@@ -257,13 +262,7 @@ def part_b(parent):
         assert any("memory pressure notification" in l for l in d.log), "\n".join(d.log)
         assert tc.oom_kills(g) == 0, "OOM kill in the group"
     finally:
-        if load:
-            load.stopped.set()
-        if d:
-            d.stop()
-        if load:
-            load.halt()
-        g.remove()
+        teardown(g, d, load)
 
 
 def main():
