@@ -77,6 +77,12 @@ struct job {
     const void *step;
 };
 
+/* A waiter's polling record with spin_adapt (ref-matmul.c): polls that saw the event and that ran
+ * out in this window, and the waits left that sleep at once. */
+struct ref_spin {
+    int ok, fail, off;
+};
+
 /* What a helper thread is started with: its engine and its part of each product. */
 struct ref_helper {
     struct ref *r;
@@ -125,8 +131,10 @@ struct ref {
     _Atomic int sleepers;     /* helpers waiting on cv for the next job */
     _Atomic bool main_sleeps; /* the caller waits on cv for the helpers */
     _Atomic bool quit;
-    int spins;     /* polls before sleeping: host engines spin between products, the backend not */
-    char name[64]; /* device "cpu": its name with the threads and vector unit */
+    int spins; /* polls before sleeping: host engines spin between products, the backend not */
+    bool spin_adapt; /* device "cpu" by default: each waiter stops polling while most polls fail */
+    struct ref_spin main_spin;   /* the caller's (one thread runs the jobs) */
+    char name[64];               /* device "cpu": its name with the threads and vector unit */
     struct ebb__backend_i iface; /* device "cpu": ref_iface with that name */
 };
 

@@ -773,11 +773,14 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     r->fast = host || cpu;
     /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than
-     * threads). The CPU device sleeps at once unless EBB_HOST_SPINS says otherwise: on this
-     * loaded 2-core machine SmolLM2's decode went from 6.8-8.1 tok/s with 2000 polls to
-     * 15.8-30.7 without (docs/PERFORMANCE.md, "The CPU device"). */
+     * threads). The CPU device polls as much unless EBB_HOST_SPINS is set, but each waiter stops
+     * while most of its polls run out (spin_adapt): on this loaded 2-core machine SmolLM2's
+     * decode went from 6.8-8.1 tok/s with 2000 polls to 15.8-30.7 without, and on it quiet
+     * from 31-38 without to 43-46 with (docs/PERFORMANCE.md, "The CPU device" and "CPU-device
+     * prefill"). */
     const char *sp = getenv("EBB_HOST_SPINS");
-    r->spins = !(host || cpu) ? 0 : sp && *sp ? atoi(sp) : cpu ? 0 : 2000;
+    r->spins = !(host || cpu) ? 0 : sp && *sp ? atoi(sp) : 2000;
+    r->spin_adapt = cpu && !(sp && *sp);
     ebb__ref_start_helper(r, n_threads);
 out:
     if (rc) {

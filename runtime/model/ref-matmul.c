@@ -96,6 +96,34 @@ static inline void relax(void)
 #endif
 }
 
+/* A waiter's polls with r->spin_adapt: windows of SPIN_WIN waits; where more than half of a
+ * window's polls ran out (the awaited thread was not running: a loaded machine, where polling
+ * takes the core it needs), the next SPIN_OFF waits sleep at once, then polling is tried again.
+ * On a quiet machine the polls mostly succeed and stay on. */
+enum { SPIN_WIN = 32, SPIN_OFF = 512 };
+
+/* The polls for this wait. */
+static int spin_budget(const struct ref *r, const struct ref_spin *s)
+{
+    return r->spin_adapt && s->off ? 0 : r->spins;
+}
+
+/* After a wait whose polls were budget: whether they saw the event (ok). */
+static void spin_note(const struct ref *r, struct ref_spin *s, int budget, bool ok)
+{
+    if (!r->spin_adapt)
+        return;
+    if (!budget) {
+        s->off -= s->off > 0;
+        return;
+    }
+    ok ? s->ok++ : s->fail++;
+    if (s->ok + s->fail < SPIN_WIN)
+        return;
+    s->off = 2 * s->fail > SPIN_WIN ? SPIN_OFF : 0;
+    s->ok = s->fail = 0;
+}
+
 /* Helpers poll gen r->spins times, then sleep on cv (counted in sleepers, so that the caller
  * knows to wake them); the last helper done wakes the caller if it sleeps. Every flag is
  * sequentially consistent, so a sleeper either sees the new gen before waiting or is woken. */
@@ -104,10 +132,12 @@ static void *helper_main(void *arg)
     const struct ref_helper *h = arg;
     struct ref *r = h->r;
     uint64_t seen = 0, g;
+    struct ref_spin ss = {0};
     for (;;) {
-        int k = 0;
-        while ((g = atomic_load(&r->gen)) == seen && k++ < r->spins)
+        int k = 0, budget = spin_budget(r, &ss);
+        while ((g = atomic_load(&r->gen)) == seen && k++ < budget)
             relax();
+        spin_note(r, &ss, budget, g != seen);
         if (g == seen) {
             pthread_mutex_lock(&r->mu);
             atomic_fetch_add(&r->sleepers, 1);
@@ -192,9 +222,12 @@ void ebb__ref_run(struct ref *r, const struct job *jp)
         pthread_mutex_unlock(&r->mu);
     }
     j->run(r, j, 0);
-    for (int k = 0; atomic_load(&r->n_done) != r->n_threads - 1 && k < r->spins; k++)
+    int budget = spin_budget(r, &r->main_spin);
+    for (int k = 0; atomic_load(&r->n_done) != r->n_threads - 1 && k < budget; k++)
         relax();
-    if (atomic_load(&r->n_done) == r->n_threads - 1)
+    bool done = atomic_load(&r->n_done) == r->n_threads - 1;
+    spin_note(r, &r->main_spin, budget, done);
+    if (done)
         return;
     pthread_mutex_lock(&r->mu);
     atomic_store(&r->main_sleeps, true);
