@@ -153,3 +153,14 @@ json_t *ebb_bench_stages_json(const struct ebb_bench_stages *pf, const struct eb
 {
     return json_pack("{s:o, s:o}", "prefill", phase_json(pf), "decode", phase_json(dec));
 }
+
+void ebb_bench_stages_print_phase(FILE *f, const char *phase, const struct ebb_bench_stages *s)
+{
+    if (s->runs && s->wall_ms > 0)
+        print_phase(f, phase, s);
+}
+
+json_t *ebb_bench_stages_phase_json(const struct ebb_bench_stages *s)
+{
+    return phase_json(s);
+}

@@ -49,4 +49,9 @@ void ebb_bench_stages_print(FILE *f, const struct ebb_bench_stages *pf,
 json_t *ebb_bench_stages_json(const struct ebb_bench_stages *pf,
                               const struct ebb_bench_stages *dec);
 
+/* One more phase under its own name (--batch's decode steps: "batch"), as text lines like the
+ * two above, and as the JSON object of one phase. */
+void ebb_bench_stages_print_phase(FILE *f, const char *phase, const struct ebb_bench_stages *s);
+json_t *ebb_bench_stages_phase_json(const struct ebb_bench_stages *s);
+
 #endif

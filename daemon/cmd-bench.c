@@ -66,7 +66,8 @@ static void bench_usage(FILE *f)
             "                          other, and the time outside kernels, each in ms and as\n"
             "                          a share of the run's wall time, with the costliest\n"
             "                          kernels (OpenCL queue timestamps; not with --device\n"
-            "                          ref; the depth and warm-up runs are not counted)\n"
+            "                          ref; the depth and warm-up runs are not counted;\n"
+            "                          with --batch also the batch's decode steps, \"batch\")\n"
             "      --json              one JSON object on stdout\n"
             "%s"
             "  -h, --help              show this help\n",
@@ -188,9 +189,9 @@ struct bench {
     bool spec;
     struct ebb_spec_params sp;
     struct ebb_spec_stats sst;
-    struct ebb_model_counters dec; /* summed over the measured runs' decodes */
-    bool stages;                   /* --stages: profile the measured runs */
-    struct ebb_bench_stages st_pf, st_dec;
+    struct ebb_model_counters dec;                 /* summed over the measured runs' decodes */
+    bool stages;                                   /* --stages: profile the measured runs */
+    struct ebb_bench_stages st_pf, st_dec, st_bat; /* st_bat: --batch's decode steps */
 };
 
 /* One run: the prompt at position depth (timed), then n_gen - 1 greedy steps from position
@@ -286,7 +287,7 @@ struct batch_res {
  * the single stream's prompt and generated ids. */
 static ebb_err bench_batch(struct ebb_model *m, uint32_t n, unsigned long n_prompt,
                            unsigned long n_gen, const int32_t *single, struct batch_res *res,
-                           struct ebb_diag *d)
+                           struct ebb_bench_stages *prof, struct ebb_diag *d)
 {
     uint32_t V = ebb_model_n_vocab(m);
     ebb_err rc = EBB_ENOMEM;
@@ -309,6 +310,8 @@ static ebb_err bench_batch(struct ebb_model *m, uint32_t n, unsigned long n_prom
     if ((rc = ebb_model_eval_batch(m, parts, n, d)))
         goto out;
     res->prefill_ms = now_ms() - t0;
+    if (prof)
+        ebb_cl_profile_begin();
     t0 = now_ms();
     for (unsigned long i = 1; i < n_gen; i++) {
         for (uint32_t s = 0; s < n; s++) {
@@ -323,6 +326,8 @@ static ebb_err bench_batch(struct ebb_model *m, uint32_t n, unsigned long n_prom
             goto out;
     }
     res->decode_ms = now_ms() - t0;
+    if (prof && (rc = ebb_bench_stages_take(prof, res->decode_ms, d)))
+        goto out;
     res->same = 0;
     while (res->same < n_gen && ids[n_prompt + res->same] == single[n_prompt + res->same])
         res->same++;
@@ -411,8 +416,12 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
     }
     if (st)
         json_object_set(j, "stream", st);
-    if (b->stages)
-        json_object_set_new(j, "stages", ebb_bench_stages_json(&b->st_pf, &b->st_dec));
+    if (b->stages) {
+        json_t *sj = ebb_bench_stages_json(&b->st_pf, &b->st_dec);
+        if (b->st_bat.runs)
+            json_object_set_new(sj, "batch", ebb_bench_stages_phase_json(&b->st_bat));
+        json_object_set_new(j, "stages", sj);
+    }
     char xj[2048];
     if (ebb_model_expert_cache_json(b->m, xj, sizeof(xj)))
         json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
@@ -543,8 +552,10 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (double)xc.lm_ns / 1e6 / n_ls, (double)xc.lm_fill_ns / 1e6 / n_ls,
                (double)xc.lm_ids_ns / 1e6 / n_ls);
     }
-    if (b->stages)
+    if (b->stages) {
         ebb_bench_stages_print(stdout, &b->st_pf, &b->st_dec);
+        ebb_bench_stages_print_phase(stdout, "batch", &b->st_bat);
+    }
     printf("peak RSS   %.1f MiB\n", (double)ebb_peak_rss() / (1 << 20));
 }
 
@@ -796,8 +807,8 @@ int ebb_cmd_bench(int argc, char **argv)
     b.spec = spec;
     if ((rc = measure(&b, &r, &d)))
         goto fail;
-    if (n_batch > 1 &&
-        (rc = bench_batch(b.m, (uint32_t)n_batch, n_prompt, n_gen, b.ids, &r.br, &d)))
+    if (n_batch > 1 && (rc = bench_batch(b.m, (uint32_t)n_batch, n_prompt, n_gen, b.ids, &r.br,
+                                         b.stages ? &b.st_bat : NULL, &d)))
         goto fail;
     char sj[8192];
     json_t *st = ebb_model_stream_json(b.m, sj, sizeof(sj)) ? json_loads(sj, 0, NULL) : NULL;

@@ -66,6 +66,23 @@ kn = {k["name"] for k in st["prefill"]["kernels"]}
 assert any(n.startswith("attn_") for n in kn) and any(n.startswith("mat") for n in kn), kn
 PY
 
+# With --batch: the batch's decode steps as a third phase, one run of all its steps, launches
+# by stage and kernel agreeing; the text report names it.
+expect_status 0 "$ebb" bench -m "$tiny" --prompt-tokens 8 --gen-tokens 4 --batch 3 --stages --json
+python3 - "$tmp/out" <<'PY' || fail "bench --batch --stages --json: $(head -c 1500 "$tmp/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+b = d["stages"]["batch"]
+names = ("attention", "products", "norms", "other")
+assert b["runs"] == 1 and b["wall_ms"] > 0 and b["kernel_ms"] > 0, b
+assert abs(sum(b["stages"][n]["ms"] for n in names) - b["kernel_ms"]) <= 1e-6 * b["kernel_ms"] + 1e-9, b
+kn = {k["name"] for k in b["kernels"]}
+assert any(n.startswith("attn_decode_rows") for n in kn), kn  # the rows' attention: a batch step
+assert abs(sum(k["launches"] for k in b["kernels"]) - sum(b["stages"][n]["launches"] for n in names)) < 1e-9
+PY
+expect_status 0 "$ebb" bench -m "$tiny" --prompt-tokens 8 --gen-tokens 4 --batch 3 --stages
+expect_out "  batch "
+
 # Without --stages the JSON has no stages object.
 expect_status 0 "$ebb" bench -m "$tiny" --prompt-tokens 16 --gen-tokens 8 --json
 python3 -c 'import json,sys; assert "stages" not in json.load(open(sys.argv[1]))' "$tmp/out" ||
