@@ -154,20 +154,20 @@ static void f16_round(void **state)
 }
 
 /* The CPU device's matrix product on repacked row groups gives the bits of the product on the
- * file's rows: Q5_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11 tokens (four,
- * four, then one by one), on one thread and on two (the groups split, the last part taking the
- * rows left). */
+ * file's rows: Q4_1, Q5_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11 tokens
+ * (four, four, then one by one), on one thread and on two (the groups split, the last part taking
+ * the rows left). */
 static void matmul_repacked(void **state)
 {
     (void)state;
     enum { NIN = 512, NOUT = 109, NT = 11 };
-    const uint32_t types[] = {EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
-    const uint32_t block[] = {32, 256, 256}, dpos[] = {0, 0, 208};
+    const uint32_t types[] = {EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const uint32_t block[] = {32, 32, 256, 256}, dpos[] = {0, 0, 0, 208};
     uint64_t s = 5;
     static float x[NT * NIN], y0[NT * NOUT], y1[NT * NOUT];
     for (int i = 0; i < NT * NIN; i++)
         x[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 2000.0f;
-    for (int ty = 0; ty < 3; ty++) {
+    for (int ty = 0; ty < 4; ty++) {
         if (!ebb_quant_get_rp8(types[ty]))
             skip();
         uint64_t rb;
@@ -177,11 +177,13 @@ static void matmul_repacked(void **state)
         assert_non_null(data);
         for (uint64_t i = 0; i < rb * NOUT; i++)
             data[i] = (uint8_t)rnd(&s);
-        for (uint64_t b = 0; b < rb * NOUT / bb; b++) { /* sane fp16 scales (d, dmin) */
+        for (uint64_t b = 0; b < rb * NOUT / bb; b++) { /* sane fp16 scales (d, dmin / m) */
             uint16_t d = ebb_fp32_to_fp16((float)(rnd(&s) % 1000) / 50000.0f);
             memcpy(data + b * bb + dpos[ty], &d, 2);
-            if (ty == 1)
-                memcpy(data + b * bb + 2, &d, 2);
+            if (types[ty] == EBB_GGML_Q4_K || types[ty] == EBB_GGML_Q4_1) {
+                uint16_t m = ebb_fp32_to_fp16((float)(rnd(&s) % 1000) / 50000.0f);
+                memcpy(data + b * bb + 2, &m, 2);
+            }
         }
         for (int threads = 1; threads <= 2; threads++) {
             struct ref *r = calloc(1, sizeof(*r));
