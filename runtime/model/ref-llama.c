@@ -600,7 +600,7 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
 
 /* Device "cpu": every single matrix of the layers' products in a type with a repacked product
  * (ebb_quant_get_rp8) gets a copy of its rows in groups of eight for the prefill's products;
- * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x). The
+ * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x, Q4_0's 1.1x). The
  * output head is left alone: prefill needs its product for the last token only, and a tied head
  * would cost a copy of the embedding. EBB_CPU_REPACK=0 turns this off. */
 static ebb_err repack(struct ref *r, struct ebb_diag *diag)

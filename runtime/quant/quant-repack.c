@@ -12,6 +12,7 @@
  *
  * Layouts, per group of 8 rows, blocks in order; "q[k][r][4]" is 32 bytes per k: row r's
  * weights 4k..4k+3 of the block:
+ *   Q4_0, 160 bytes a block of 32: qs[4][8][4] as Q4_1's, d float[8].
  *   Q4_1, 192 bytes a block of 32: qs[4][8][4] (the file's bytes 4k..4k+3 of row r: low
  *         nibbles weights 4k..4k+3, high nibbles 16 + 4k..16 + 4k + 3), d float[8], m float[8].
  *   Q5_0, 288 bytes a block of 32: q[8][8][4] (0..31, the stored q), d float[8].
@@ -24,6 +25,7 @@
 
 #include <string.h>
 
+#define Q4_0_BYTES 160
 #define Q4_1_BYTES 192
 #define Q5_0_BYTES 288
 #define Q4_K_BYTES 1408
@@ -44,6 +46,18 @@ static void put_q32(uint8_t *q, int r, const uint8_t *w)
 {
     for (int k = 0; k < 8; k++)
         memcpy(q + 32 * k + 4 * r, w + 4 * k, 4);
+}
+
+static void pack_q4_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
+{
+    for (uint64_t ib = 0; ib < n / 32; ib++, dst += Q4_0_BYTES)
+        for (int r = 0; r < 8; r++) {
+            const struct ebb_block_q4_0 *b =
+                (const struct ebb_block_q4_0 *)(const void *)(rows + r * row_bytes) + ib;
+            for (int k = 0; k < 4; k++)
+                memcpy(dst + 32 * k + 4 * r, b->qs + 4 * k, 4);
+            put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(b->d));
+        }
 }
 
 static void pack_q4_1(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
@@ -127,6 +141,8 @@ uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n)
     if (!ebb_quant_get_rp8(type))
         return 0;
     switch (type) {
+    case EBB_GGML_Q4_0:
+        return n / 32 * Q4_0_BYTES;
     case EBB_GGML_Q4_1:
         return n / 32 * Q4_1_BYTES;
     case EBB_GGML_Q5_0:
@@ -142,7 +158,9 @@ uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n)
 
 void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uint64_t n, void *dst)
 {
-    if (type == EBB_GGML_Q4_1)
+    if (type == EBB_GGML_Q4_0)
+        pack_q4_0(rows, row_bytes, n, dst);
+    else if (type == EBB_GGML_Q4_1)
         pack_q4_1(rows, row_bytes, n, dst);
     else if (type == EBB_GGML_Q5_0)
         pack_q5_0(rows, row_bytes, n, dst);
@@ -185,16 +203,16 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)))
 #define DOT_VNNI(acc, w, a) _mm256_dpbusd_avx_epi32(acc, w, a)
 
-/* Q4_1: per block the low nibbles against activations 4k.., the high ones against 16 + 4k..,
- * into one int32 sum per row and token; then Q8_LOOP's steps, sum += d * x.d * isum and
- * summ += m * x.s, and the result sum + summ. */
-#define RP_Q4_1(name, ISA, DOT)                                                                    \
+/* Q4_0 and Q4_1 (MIN): per block the low nibbles against activations 4k.., the high ones
+ * against 16 + 4k.., into one int32 sum per row and token, less 8 times the activations' block
+ * sum for Q4_0 (its offset of 8); then Q8_LOOP's steps, sum += d * x.d * isum and, for Q4_1,
+ * summ += m * x.s; the result sum + summ (Q4_0's summ staying +0). */
+#define RP_Q4(name, ISA, DOT, MIN, BYTES)                                                          \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
                                     const int32_t *asum, uint64_t n, const int nt, const int ng,   \
                                     float *out)                                                    \
     {                                                                                              \
-        (void)asum;                                                                                \
-        const uint64_t nb = n / 32, gb = nb * Q4_1_BYTES;                                          \
+        const uint64_t nb = n / 32, gb = nb * BYTES;                                               \
         const __m256i m4 = _mm256_set1_epi8(0x0f);                                                 \
         const struct ebb_q8_act *x[4];                                                             \
         __m256 sum[2][4], summ[2][4];                                                              \
@@ -203,7 +221,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
             for (int i = 0; i < ng; i++)                                                           \
                 sum[i][t] = summ[i][t] = _mm256_setzero_ps();                                      \
         }                                                                                          \
-        for (uint64_t ib = 0; ib < nb; ib++, g += Q4_1_BYTES) {                                    \
+        for (uint64_t ib = 0; ib < nb; ib++, g += BYTES) {                                         \
             __m256i acc[2][4];                                                                     \
             for (int t = 0; t < nt; t++)                                                           \
                 for (int i = 0; i < ng; i++)                                                       \
@@ -222,14 +240,18 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                 }                                                                                  \
             }                                                                                      \
             for (int i = 0; i < ng; i++) {                                                         \
-                __m256 d = LOADF(g + gb * (uint64_t)i + 128),                                      \
-                       m = LOADF(g + gb * (uint64_t)i + 160);                                      \
+                __m256 d = LOADF(g + gb * (uint64_t)i + 128);                                      \
                 for (int t = 0; t < nt; t++) {                                                     \
+                    __m256i is = MIN ? acc[i][t]                                                   \
+                                     : _mm256_sub_epi32(acc[i][t],                                 \
+                                                        _mm256_set1_epi32(8 * asum[t * nb + ib])); \
                     sum[i][t] = _mm256_add_ps(                                                     \
                         sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
-                                                 _mm256_cvtepi32_ps(acc[i][t])));                  \
-                    summ[i][t] =                                                                   \
-                        _mm256_add_ps(summ[i][t], _mm256_mul_ps(m, _mm256_set1_ps(x[t][ib].s)));   \
+                                                 _mm256_cvtepi32_ps(is)));                         \
+                    if (MIN)                                                                       \
+                        summ[i][t] = _mm256_add_ps(                                                \
+                            summ[i][t], _mm256_mul_ps(LOADF(g + gb * (uint64_t)i + 160),           \
+                                                      _mm256_set1_ps(x[t][ib].s)));                \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -464,6 +486,9 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     MACRO(vnni_##type, VNNI, DOT_VNNI)                                                             \
     RP_ENTRY(avx2_##type, AVX2, PAIR, GROUP_BYTES)                                                 \
     RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
+#define RP_Q4_0(name, ISA, DOT) RP_Q4(name, ISA, DOT, false, Q4_0_BYTES)
+#define RP_Q4_1(name, ISA, DOT) RP_Q4(name, ISA, DOT, true, Q4_1_BYTES)
+RP_BOTH(q4_0, RP_Q4_0, true, n / 32 * Q4_0_BYTES)
 RP_BOTH(q4_1, RP_Q4_1, true, n / 32 * Q4_1_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
 RP_BOTH(q4_k, RP_Q4_K, true, n / EBB_QK_K * Q4_K_BYTES)
@@ -475,9 +500,8 @@ ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
         uint32_t type;
         ebb_quant_rp8_fn avx2, vnni;
     } tab[] = {
-        {EBB_GGML_Q4_1, avx2_q4_1, vnni_q4_1},
-        {EBB_GGML_Q5_0, avx2_q5_0, vnni_q5_0},
-        {EBB_GGML_Q4_K, avx2_q4_k, vnni_q4_k},
+        {EBB_GGML_Q4_0, avx2_q4_0, vnni_q4_0}, {EBB_GGML_Q4_1, avx2_q4_1, vnni_q4_1},
+        {EBB_GGML_Q5_0, avx2_q5_0, vnni_q5_0}, {EBB_GGML_Q4_K, avx2_q4_k, vnni_q4_k},
         {EBB_GGML_Q6_K, avx2_q6_k, vnni_q6_k},
     };
     if (!__builtin_cpu_supports("avx2"))

@@ -660,9 +660,11 @@ static void test_rp8(void **state)
     static struct ebb_q8_act a[NT][N / 32];
     static struct ebb_block_q8_k k[NT][N / 256];
     static int32_t asum[NT * (N / 32)];
-    const uint32_t types[] = {EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
-    const size_t blk[] = {sizeof(struct ebb_block_q4_1), sizeof(struct ebb_block_q5_0),
-                          sizeof(struct ebb_block_q4_k), sizeof(struct ebb_block_q6_k)};
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K,
+                              EBB_GGML_Q6_K};
+    const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
+                          sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q4_k),
+                          sizeof(struct ebb_block_q6_k)};
     for (int pass = 0; pass < 2; pass++) {
         if (pass)
             setenv("EBB_CPU_VNNI", "0", 1);
