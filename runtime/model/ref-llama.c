@@ -21,6 +21,9 @@
  * their products with K and V (llama.cpp's defaults without flash attention). */
 #include "ref-int.h"
 
+#include "base/log.h"
+#include "stream/memprobe.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -598,25 +601,62 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
     return EBB_OK;
 }
 
+/* The layers' matrices repack() copies: those in a type with a repacked product
+ * (ebb_quant_get_rp8), single (not an expert stack), of 8 rows or more, not copied yet. */
+static struct wmat *repack_mat(struct ref *r, uint32_t l, uint32_t i, uint64_t *gb)
+{
+    const struct ebb__op *op = &r->a->layer[i];
+    if (op->kind != EBB__OP_MATMUL || op->t < 0)
+        return NULL;
+    struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
+    ebb_quant_rp8_fn f = w->data && !w->rp ? ebb_quant_get_rp8(w->type) : NULL;
+    *gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
+    return *gb && w->n_mat == 1 && w->n_out >= 8 ? w : NULL;
+}
+
 /* Device "cpu": every single matrix of the layers' products in a type with a repacked product
  * (ebb_quant_get_rp8) gets a copy of its rows in groups of eight for the prefill's products;
- * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x, Q4_0's 1.1x). The
- * output head is left alone: prefill needs its product for the last token only, and a tied head
- * would cost a copy of the embedding. EBB_CPU_REPACK=0 turns this off. */
+ * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x,
+ * Q4_0's 1.1x, Q8_0's 1.06x). The output head is left alone: prefill needs its product for the
+ * last token only, and a tied head would cost a copy of the embedding. The copy is made only
+ * where it takes at most half of the memory the host probes call available (MemAvailable, the
+ * cgroup's limit), so that a model near the machine's size is not pushed over it by a speed-up:
+ * EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does. */
 static ebb_err repack(struct ref *r, struct ebb_diag *diag)
 {
     const char *env = getenv("EBB_CPU_REPACK");
     if (env && !strcmp(env, "0"))
         return EBB_OK;
+    uint64_t total = 0, gb;
+    struct wmat *w;
+    for (uint32_t l = 0; l < r->hp.n_layer; l++)
+        for (uint32_t i = 0; i < r->a->n_layer_ops; i++)
+            if ((w = repack_mat(r, l, i, &gb)))
+                total += gb * (w->n_out / 8);
+    if (!total)
+        return EBB_OK;
+    if (!(env && !strcmp(env, "1"))) {
+        struct ebb_memprobe_params hp = {.discrete = false};
+        struct ebb_memprobe *mp = NULL;
+        struct ebb_memprobe_reading rd;
+        uint64_t avail = 0;
+        if (ebb_memprobe_new(&hp, &mp, NULL) == EBB_OK) {
+            if (ebb_memprobe_read(mp, &rd) == EBB_OK && rd.available_ok)
+                avail = rd.available;
+            ebb_memprobe_free(mp);
+        }
+        if (avail && total > avail / 2) {
+            ebb_log(EBB_LOG_INFO, "model",
+                    "CPU device: prefill on the file's rows: their repacked copy (%.0f MiB) "
+                    "would take more than half of the %.0f MiB available (EBB_CPU_REPACK=1 "
+                    "makes it anyway)",
+                    (double)total / (1 << 20), (double)avail / (1 << 20));
+            return EBB_OK;
+        }
+    }
     for (uint32_t l = 0; l < r->hp.n_layer; l++)
         for (uint32_t i = 0; i < r->a->n_layer_ops; i++) {
-            const struct ebb__op *op = &r->a->layer[i];
-            if (op->kind != EBB__OP_MATMUL || op->t < 0)
-                continue;
-            struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
-            ebb_quant_rp8_fn f = w->data && !w->rp ? ebb_quant_get_rp8(w->type) : NULL;
-            uint64_t gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
-            if (!gb || w->n_mat != 1 || w->n_out < 8)
+            if (!(w = repack_mat(r, l, i, &gb)))
                 continue;
             w->rp = malloc(gb * (w->n_out / 8));
             if (!w->rp)
@@ -627,7 +667,7 @@ static ebb_err repack(struct ref *r, struct ebb_diag *diag)
                 ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes,
                                    w->n_in, w->rp + (uint64_t)(o / 8) * gb);
             w->rp_bytes = gb;
-            w->rp8 = f;
+            w->rp8 = ebb_quant_get_rp8(w->type);
         }
     return EBB_OK;
 }

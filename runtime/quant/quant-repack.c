@@ -15,6 +15,7 @@
  *   Q4_0, 160 bytes a block of 32: qs[4][8][4] as Q4_1's, d float[8].
  *   Q4_1, 192 bytes a block of 32: qs[4][8][4] (the file's bytes 4k..4k+3 of row r: low
  *         nibbles weights 4k..4k+3, high nibbles 16 + 4k..16 + 4k + 3), d float[8], m float[8].
+ *   Q8_0, 288 bytes a block of 32: q[8][8][4] (the stored signed q), d float[8].
  *   Q5_0, 288 bytes a block of 32: q[8][8][4] (0..31, the stored q), d float[8].
  *   Q4_K, 1408 bytes a block of 256: qs[4 chunks][8][8][4] (the file's nibble bytes of chunk c,
  *         low nibble group 2c, high 2c + 1), sc uint8[8 groups][8], mn int16[8 groups][8][2]
@@ -28,6 +29,7 @@
 #define Q4_0_BYTES 160
 #define Q4_1_BYTES 192
 #define Q5_0_BYTES 288
+#define Q8_0_BYTES 288
 #define Q4_K_BYTES 1408
 #define Q6_K_BYTES 2464
 
@@ -70,6 +72,17 @@ static void pack_q4_1(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8
                 memcpy(dst + 32 * k + 4 * r, b->qs + 4 * k, 4);
             put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(b->d));
             put_f32(dst + 160 + 4 * r, ebb_fp16_to_fp32(b->m));
+        }
+}
+
+static void pack_q8_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
+{
+    for (uint64_t ib = 0; ib < n / 32; ib++, dst += Q8_0_BYTES)
+        for (int r = 0; r < 8; r++) {
+            const struct ebb_block_q8_0 *b =
+                (const struct ebb_block_q8_0 *)(const void *)(rows + r * row_bytes) + ib;
+            put_q32(dst, r, (const uint8_t *)b->qs);
+            put_f32(dst + 256 + 4 * r, ebb_fp16_to_fp32(b->d));
         }
 }
 
@@ -147,6 +160,8 @@ uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n)
         return n / 32 * Q4_1_BYTES;
     case EBB_GGML_Q5_0:
         return n / 32 * Q5_0_BYTES;
+    case EBB_GGML_Q8_0:
+        return n / 32 * Q8_0_BYTES;
     case EBB_GGML_Q4_K:
         return n / EBB_QK_K * Q4_K_BYTES;
     case EBB_GGML_Q6_K:
@@ -164,6 +179,8 @@ void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uin
         pack_q4_1(rows, row_bytes, n, dst);
     else if (type == EBB_GGML_Q5_0)
         pack_q5_0(rows, row_bytes, n, dst);
+    else if (type == EBB_GGML_Q8_0)
+        pack_q8_0(rows, row_bytes, n, dst);
     else if (type == EBB_GGML_Q4_K)
         pack_q4_k(rows, row_bytes, n, dst);
     else if (type == EBB_GGML_Q6_K)
@@ -258,6 +275,52 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
         for (int i = 0; i < ng; i++)                                                               \
             for (int t = 0; t < nt; t++)                                                           \
                 _mm256_storeu_ps(out + 8 * (i * nt + t), _mm256_add_ps(sum[i][t], summ[i][t]));    \
+    }
+
+/* Q8_0: signed weights, so each product takes |w| against a with w's sign (sign_epi8, as the
+ * one-token dot_ss does: maddubs' pair sums stay within 16 bits); then sum += d * x.d * isum
+ * and the result sum + 0. */
+#define RP_Q8_0(name, ISA, DOT)                                                                    \
+    ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
+                                    const int32_t *asum, uint64_t n, const int nt, const int ng,   \
+                                    float *out)                                                    \
+    {                                                                                              \
+        (void)asum;                                                                                \
+        const uint64_t nb = n / 32, gb = nb * Q8_0_BYTES;                                          \
+        const struct ebb_q8_act *x[4];                                                             \
+        __m256 sum[2][4];                                                                          \
+        for (int t = 0; t < nt; t++) {                                                             \
+            x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);   \
+            for (int i = 0; i < ng; i++)                                                           \
+                sum[i][t] = _mm256_setzero_ps();                                                   \
+        }                                                                                          \
+        for (uint64_t ib = 0; ib < nb; ib++, g += Q8_0_BYTES) {                                    \
+            __m256i acc[2][4];                                                                     \
+            for (int t = 0; t < nt; t++)                                                           \
+                for (int i = 0; i < ng; i++)                                                       \
+                    acc[i][t] = _mm256_setzero_si256();                                            \
+            for (int k = 0; k < 8; k++) {                                                          \
+                __m256i w0 = LOAD(g + 32 * k), w1 = ng > 1 ? LOAD(g + gb + 32 * k) : w0;           \
+                __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);              \
+                for (int t = 0; t < nt; t++) {                                                     \
+                    __m256i a = BCAST(x[t][ib].q + 4 * k);                                         \
+                    acc[0][t] = DOT(acc[0][t], u0, _mm256_sign_epi8(a, w0));                       \
+                    if (ng > 1)                                                                    \
+                        acc[1][t] = DOT(acc[1][t], u1, _mm256_sign_epi8(a, w1));                   \
+                }                                                                                  \
+            }                                                                                      \
+            for (int i = 0; i < ng; i++) {                                                         \
+                __m256 d = LOADF(g + gb * (uint64_t)i + 256);                                      \
+                for (int t = 0; t < nt; t++)                                                       \
+                    sum[i][t] = _mm256_add_ps(                                                     \
+                        sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
+                                                 _mm256_cvtepi32_ps(acc[i][t])));                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int i = 0; i < ng; i++)                                                               \
+            for (int t = 0; t < nt; t++)                                                           \
+                _mm256_storeu_ps(out + 8 * (i * nt + t),                                           \
+                                 _mm256_add_ps(sum[i][t], _mm256_setzero_ps()));                   \
     }
 
 /* Q5_0: per block, sum(q * a) - 16 * sum(a) = the scalar isum; then sum += d * x.d * isum, as
@@ -491,6 +554,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 RP_BOTH(q4_0, RP_Q4_0, true, n / 32 * Q4_0_BYTES)
 RP_BOTH(q4_1, RP_Q4_1, true, n / 32 * Q4_1_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
+RP_BOTH(q8_0, RP_Q8_0, true, n / 32 * Q8_0_BYTES)
 RP_BOTH(q4_k, RP_Q4_K, true, n / EBB_QK_K * Q4_K_BYTES)
 RP_BOTH(q6_k, RP_Q6_K, true, n / EBB_QK_K * Q6_K_BYTES)
 
@@ -501,8 +565,8 @@ ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
         ebb_quant_rp8_fn avx2, vnni;
     } tab[] = {
         {EBB_GGML_Q4_0, avx2_q4_0, vnni_q4_0}, {EBB_GGML_Q4_1, avx2_q4_1, vnni_q4_1},
-        {EBB_GGML_Q5_0, avx2_q5_0, vnni_q5_0}, {EBB_GGML_Q4_K, avx2_q4_k, vnni_q4_k},
-        {EBB_GGML_Q6_K, avx2_q6_k, vnni_q6_k},
+        {EBB_GGML_Q5_0, avx2_q5_0, vnni_q5_0}, {EBB_GGML_Q8_0, avx2_q8_0, vnni_q8_0},
+        {EBB_GGML_Q4_K, avx2_q4_k, vnni_q4_k}, {EBB_GGML_Q6_K, avx2_q6_k, vnni_q6_k},
     };
     if (!__builtin_cpu_supports("avx2"))
         return NULL;

@@ -660,11 +660,11 @@ static void test_rp8(void **state)
     static struct ebb_q8_act a[NT][N / 32];
     static struct ebb_block_q8_k k[NT][N / 256];
     static int32_t asum[NT * (N / 32)];
-    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K,
-                              EBB_GGML_Q6_K};
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0,
+                              EBB_GGML_Q8_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
     const size_t blk[] = {sizeof(struct ebb_block_q4_0), sizeof(struct ebb_block_q4_1),
-                          sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q4_k),
-                          sizeof(struct ebb_block_q6_k)};
+                          sizeof(struct ebb_block_q5_0), sizeof(struct ebb_block_q8_0),
+                          sizeof(struct ebb_block_q4_k), sizeof(struct ebb_block_q6_k)};
     for (int pass = 0; pass < 2; pass++) {
         if (pass)
             setenv("EBB_CPU_VNNI", "0", 1);
@@ -712,8 +712,8 @@ static void test_rp8(void **state)
         }
         unsetenv("EBB_CPU_VNNI");
     }
-    assert_null(ebb_quant_get_rp8(EBB_GGML_Q8_0));
-    assert_int_equal(ebb_quant_rp8_bytes(EBB_GGML_Q8_0, N), 0);
+    assert_null(ebb_quant_get_rp8(EBB_GGML_Q5_1)); /* no repacked product */
+    assert_int_equal(ebb_quant_rp8_bytes(EBB_GGML_Q5_1, N), 0);
 }
 
 int main(void)

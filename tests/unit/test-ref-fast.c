@@ -154,21 +154,21 @@ static void f16_round(void **state)
 }
 
 /* The CPU device's matrix product on repacked row groups gives the bits of the product on the
- * file's rows: Q4_0, Q4_1, Q5_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11
+ * file's rows: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11
  * tokens (four, four, then one by one), on one thread and on two (the groups split, the last part
  * taking the rows left). */
 static void matmul_repacked(void **state)
 {
     (void)state;
     enum { NIN = 512, NOUT = 109, NT = 11 };
-    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0, EBB_GGML_Q4_K,
-                              EBB_GGML_Q6_K};
-    const uint32_t block[] = {32, 32, 32, 256, 256}, dpos[] = {0, 0, 0, 0, 208};
+    const uint32_t types[] = {EBB_GGML_Q4_0, EBB_GGML_Q4_1, EBB_GGML_Q5_0,
+                              EBB_GGML_Q8_0, EBB_GGML_Q4_K, EBB_GGML_Q6_K};
+    const uint32_t block[] = {32, 32, 32, 32, 256, 256}, dpos[] = {0, 0, 0, 0, 0, 208};
     uint64_t s = 5;
     static float x[NT * NIN], y0[NT * NOUT], y1[NT * NOUT];
     for (int i = 0; i < NT * NIN; i++)
         x[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 2000.0f;
-    for (int ty = 0; ty < 5; ty++) {
+    for (int ty = 0; ty < 6; ty++) {
         if (!ebb_quant_get_rp8(types[ty]))
             skip();
         uint64_t rb;
