@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The layer split (docs/SCALING.md, "Layer split") on two PoCL devices (POCL_DEVICES="pthread
+pthread"): `--split layer` over cl:0:0,cl:0:1 gives the greedy tokens of one device for SmolLM2
+and Gemma 3 270M, a short prompt and one of several chunks (EBB_CL_BATCH 128 and 256 over a
+prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the boundary where
+asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
+slot 0 as the single stream; --split layer with one device is a no-op (the whole model on it);
+--split none with a list and a bad --tensor-split are clear errors.
+
+Usage: test-split.py EBB
+"""
+import json
+import os
+import subprocess
+import sys
+
+MODELS = os.environ.get("EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
+SMOL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA = os.path.join(MODELS, "gemma-3-270m-q4_k_m.gguf")
+SHORT = "The quick brown fox jumps over the lazy dog. "
+LONG = ("In the spring the river rose over its banks and the village moved its boats to the "
+        "high field, where the children counted them every morning before school. ") * 9
+PAIR = "cl:0:0,cl:0:1"
+
+
+def run(ebb, env, model, prompt, *args, ok=True):
+    p = subprocess.run([ebb, "run", "-m", model, "-p", prompt, "-n", "16", "--temp", "0",
+                        "--json", *args], capture_output=True, text=True, env=env)
+    if not ok:
+        return p
+    if p.returncode != 0:
+        raise SystemExit(f"ebb run {' '.join(args)} failed ({p.returncode}): {p.stderr[-2000:]}")
+    d = json.loads(p.stdout)
+    return d["tokens"], d["device"], d.get("prompt_tokens")
+
+
+def main():
+    ebb = sys.argv[1]
+    env = dict(os.environ)
+    env.pop("EBB_AUTO_DEVICE", None)
+    env["POCL_DEVICES"] = "pthread pthread"
+    p = subprocess.run([ebb, "info", "--devices"], capture_output=True, text=True, env=env)
+    if "cl:0:1" not in p.stdout:
+        print(f"skip: two PoCL devices not listed: {p.stdout} {p.stderr}")
+        return 77
+    for m in (SMOL, GEMMA):
+        if not os.path.exists(m):
+            print(f"skip: missing model {m} (set EBB_MODELS_DIR)")
+            return 77
+    fails = []
+
+    def check(what, cond, detail=""):
+        print(("ok   " if cond else "FAIL ") + what + (f": {detail}" if not cond else ""))
+        if not cond:
+            fails.append(what)
+
+    for model, n_layer in ((SMOL, 30), (GEMMA, 18)):
+        name = os.path.basename(model)
+        for batch in ("128", "256"):
+            e = dict(env, EBB_CL_BATCH=batch)
+            prompts = (("short", SHORT), ("long", LONG)) if batch == "128" else (("long", LONG),)
+            for label, prompt in prompts:
+                one, dev1, n_prompt = run(ebb, e, model, prompt, "--device", "cl:0:0")
+                two, dev2, _ = run(ebb, e, model, prompt, "--device", PAIR, "--split", "layer")
+                half = (n_layer + 1) // 2
+                check(f"{name} {label} prompt ({n_prompt} tokens, chunks of {batch}): split "
+                      "tokens == one device's", one == two, f"{one} vs {two}")
+                want = f"cl:0:0 layers 0-{half - 1}, cl:0:1 layers {half}-{n_layer - 1}"
+                check(f"{name}: equal free memory splits at layer {half}", want in dev2,
+                      f"{dev2!r} lacks {want!r}")
+                if label == "long" and batch == "128":
+                    check(f"{name}: the long prompt takes several chunks", n_prompt > 256,
+                          n_prompt)
+        # a forced proportion: a quarter of the layers on the first device
+        q = (n_layer + 2) // 4
+        one, _, _ = run(ebb, env, model, SHORT, "--device", "cl:0:0")
+        three, dev, _ = run(ebb, env, model, SHORT, "--device", PAIR, "--split", "layer",
+                            "--tensor-split", "1,3")
+        want = f"cl:0:0 layers 0-{q - 1}, cl:0:1 layers {q}-{n_layer - 1}"
+        check(f"{name}: --tensor-split 1,3 puts the boundary at layer {q}", want in dev,
+              f"{dev!r} lacks {want!r}")
+        check(f"{name}: --tensor-split 1,3 tokens == one device's", one == three,
+              f"{one} vs {three}")
+
+    # the batched pass: slot 0 of three decodes the single stream's tokens, on the split
+    p = subprocess.run([ebb, "bench", "-m", SMOL, "--device", PAIR, "--split", "layer",
+                        "--prompt-tokens", "12", "--gen-tokens", "8", "--batch", "3", "--json"],
+                       capture_output=True, text=True, env=env)
+    ok = p.returncode == 0
+    d = json.loads(p.stdout) if ok else {}
+    check("bench --batch 3 on the split: slot 0 == the single stream",
+          ok and d["batch"]["slot0_same_tokens"] == d["gen_tokens"] and
+          "layer split" in d.get("device", "layer split"),
+          p.stderr[-1500:] if not ok else d.get("batch"))
+
+    # one device: nothing to split, the whole model on it
+    one, dev1, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0")
+    same, dev, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0", "--split", "layer")
+    check("--split layer with one device is a no-op", same == one and "split" not in dev, dev)
+
+    # errors
+    p = run(ebb, env, SMOL, SHORT, "--device", PAIR, "--split", "none", ok=False)
+    check("--split none with a list: exit 1 naming data parallel",
+          p.returncode == 1 and "--split none" in p.stderr and "--split layer" in p.stderr,
+          (p.returncode, p.stderr[-500:]))
+    p = run(ebb, env, SMOL, SHORT, "--device", PAIR, "--split", "layer", "--tensor-split",
+            "1,2,3", ok=False)
+    check("--tensor-split with three numbers for two devices: exit 1 naming it",
+          p.returncode == 1 and "--tensor-split '1,2,3'" in p.stderr, p.stderr[-500:])
+    p = run(ebb, env, SMOL, SHORT, "--device", PAIR, "--split", "sideways", ok=False)
+    check("--split sideways: usage error", p.returncode == 2 and "--split" in p.stderr,
+          p.stderr[-300:])
+    return 1 if fails else 0
+
+
+sys.exit(main())
