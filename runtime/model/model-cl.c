@@ -1174,7 +1174,8 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
         n = 1;
     }
     for (uint32_t i = 0; i < n && !rc; i++) {
-        rc = stage_new(a, hp, g, p, n_ctx, cls[i], bounds[i], bounds[i + 1], t_open, link, diag);
+        rc = stage_new(a, hp, g, p, n_ctx, cls[i], bounds[i], bounds[i + 1],
+                       i ? ebb__clm_now_ns() : t_open, link, diag); /* "device": the first's */
         cls[i] = NULL; /* the stage has it, or closed it */
         if (!rc)
             link = &(*link)->next;
