@@ -5,14 +5,19 @@ and Gemma 3 270M, a short prompt and one of several chunks (EBB_CL_BATCH 128 and
 prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the boundary where
 asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
 slot 0 as the single stream; --split layer with one device is a no-op (the whole model on it);
---split none with a list and a bad --tensor-split are clear errors.
+--split none with a list and a bad --tensor-split are clear errors; `ebb serve --split layer`
+answers a greedy completion as one device does, again from its prompt cache.
 
 Usage: test-split.py EBB
 """
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 
 MODELS = os.environ.get("EBB_MODELS_DIR", os.path.expanduser("~/.local/share/ebb/models"))
 SMOL = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -32,6 +37,65 @@ def run(ebb, env, model, prompt, *args, ok=True):
         raise SystemExit(f"ebb run {' '.join(args)} failed ({p.returncode}): {p.stderr[-2000:]}")
     d = json.loads(p.stdout)
     return d["tokens"], d["device"], d.get("prompt_tokens")
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.load(r)
+
+
+def serve_check(ebb, env, check):
+    """ebb serve on the split: a greedy completion equals ebb run's text on one device, and again
+    once the prompt went to the prompt-cache store (two other prompts took the two slots) and
+    came back from it."""
+    one = subprocess.run([ebb, "run", "-m", SMOL, "-p", LONG[:160], "-n", "12", "--temp", "0",
+                          "--json", "--device", "cl:0:0"], capture_output=True, text=True,
+                         env=env)
+    want = json.loads(one.stdout)["text"] if one.returncode == 0 else None
+    err = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([ebb, "serve", "-m", SMOL, "--port", "0", "--device", PAIR, "--split",
+                          "layer", "--parallel", "2", "--ctx", "1024"], stdout=subprocess.PIPE,
+                         stderr=err, text=True, env=env)
+    try:
+        line = p.stdout.readline()
+        m = re.search(r":(\d+)\s*$", line)
+        if not m:
+            err.seek(0)
+            check("serve --split layer listens", False, line + err.read()[-1000:])
+            return
+        port = int(m.group(1))
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        texts = []
+        for prompt in (LONG[:160], "Write a poem about the sea and the old lighthouse keeper",
+                       "List three colors of the rainbow and say why the sky is blue",
+                       LONG[:160]):
+            d = post(port, "/v1/completions", {"model": os.path.basename(SMOL)[:-5],
+                                               "prompt": prompt, "max_tokens": 12,
+                                               "temperature": 0})
+            texts.append(d["choices"][0]["text"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        hits = re.search(r"^ebb_prompt_cache_hits_total (\d+)", metrics, re.M)
+        check("serve --split layer: greedy completion == ebb run on one device",
+              texts[0] == want, f"{texts[0]!r} vs {want!r}")
+        check("serve --split layer: the same again through the prompt cache",
+              texts[3] == want and hits and int(hits.group(1)) >= 1,
+              f"{texts[3]!r}, hits {hits.group(1) if hits else None}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/models/status", timeout=10) as r:
+            st = json.load(r)
+        check("serve --split layer: one replica over both devices",
+              [x["device"] for x in st["data"][0]["replicas"]] == [PAIR], st["data"][0])
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
 
 
 def main():
@@ -97,6 +161,8 @@ def main():
     one, dev1, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0")
     same, dev, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0", "--split", "layer")
     check("--split layer with one device is a no-op", same == one and "split" not in dev, dev)
+
+    serve_check(ebb, env, check)
 
     # errors
     p = run(ebb, env, SMOL, SHORT, "--device", PAIR, "--split", "none", ok=False)
