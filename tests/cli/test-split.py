@@ -6,7 +6,8 @@ prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the bou
 asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
 slot 0 as the single stream; --split layer with one device is a no-op (the whole model on it);
 --split none with a list and a bad --tensor-split are clear errors; `ebb serve --split layer`
-answers a greedy completion as one device does, again from its prompt cache.
+answers a greedy completion as one device does, again from its prompt cache, and so does `ebb
+serve` with --split auto when the memory probes say the model does not fit one device.
 
 Usage: test-split.py EBB
 """
@@ -46,24 +47,34 @@ def post(port, path, body):
         return json.load(r)
 
 
-def serve_check(ebb, env, check):
+def serve_check(ebb, env, check, auto=False):
     """ebb serve on the split: a greedy completion equals ebb run's text on one device, and again
     once the prompt went to the prompt-cache store (two other prompts took the two slots) and
-    came back from it."""
+    came back from it. auto: --split left at auto, with the memory probes saying that 60 MiB are
+    free (EBB_TEST_MEMPROBE_FILE), less than SmolLM2's 94 MiB file: the split is chosen."""
     one = subprocess.run([ebb, "run", "-m", SMOL, "-p", LONG[:160], "-n", "12", "--temp", "0",
                           "--json", "--device", "cl:0:0"], capture_output=True, text=True,
                          env=env)
     want = json.loads(one.stdout)["text"] if one.returncode == 0 else None
     err = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen([ebb, "serve", "-m", SMOL, "--port", "0", "--device", PAIR, "--split",
-                          "layer", "--parallel", "2", "--ctx", "1024"], stdout=subprocess.PIPE,
-                         stderr=err, text=True, env=env)
+    args = [ebb, "serve", "-m", SMOL, "--port", "0", "--device", PAIR, "--parallel", "2",
+            "--ctx", "1024"]
+    senv = dict(env)
+    if auto:
+        probe = tempfile.NamedTemporaryFile(mode="w", suffix=".probe", delete=False)
+        probe.write("available=60M\n")
+        probe.close()
+        senv["EBB_TEST_MEMPROBE_FILE"] = probe.name
+    else:
+        args += ["--split", "layer"]
+    what = "serve (auto, 60 MiB free)" if auto else "serve --split layer"
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=senv)
     try:
         line = p.stdout.readline()
         m = re.search(r":(\d+)\s*$", line)
         if not m:
             err.seek(0)
-            check("serve --split layer listens", False, line + err.read()[-1000:])
+            check(f"{what} listens", False, line + err.read()[-1000:])
             return
         port = int(m.group(1))
         for _ in range(240):
@@ -84,18 +95,25 @@ def serve_check(ebb, env, check):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             metrics = r.read().decode()
         hits = re.search(r"^ebb_prompt_cache_hits_total (\d+)", metrics, re.M)
-        check("serve --split layer: greedy completion == ebb run on one device",
+        check(f"{what}: greedy completion == ebb run on one device",
               texts[0] == want, f"{texts[0]!r} vs {want!r}")
-        check("serve --split layer: the same again through the prompt cache",
+        check(f"{what}: the same again through the prompt cache",
               texts[3] == want and hits and int(hits.group(1)) >= 1,
               f"{texts[3]!r}, hits {hits.group(1) if hits else None}")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/models/status", timeout=10) as r:
             st = json.load(r)
-        check("serve --split layer: one replica over both devices",
+        check(f"{what}: one replica over both devices",
               [x["device"] for x in st["data"][0]["replicas"]] == [PAIR], st["data"][0])
+        if auto:
+            err.seek(0)
+            log = err.read()
+            check(f"{what}: the log says why", "layer split" in log and "does not fit" in log,
+                  log[-800:])
     finally:
         p.terminate()
         p.wait(timeout=60)
+        if auto:
+            os.unlink(probe.name)
 
 
 def main():
@@ -163,6 +181,7 @@ def main():
     check("--split layer with one device is a no-op", same == one and "split" not in dev, dev)
 
     serve_check(ebb, env, check)
+    serve_check(ebb, env, check, auto=True)
 
     # errors
     p = run(ebb, env, SMOL, SHORT, "--device", PAIR, "--split", "none", ok=False)
