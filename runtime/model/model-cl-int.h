@@ -331,10 +331,12 @@ struct clm {
      * context mapped at hand_p: one read from this device, one write to the next, per chunk. */
     uint32_t l0, l1;
     struct clm *next;
-    cl_mem hand;      /* (n_batch, n_embd) f32, with next */
-    float *hand_p;    /* hand mapped */
-    cl_event hand_ev; /* the last write out of hand_p, waited for before hand_p is refilled */
-    uint64_t hand_n;  /* handoffs, for the counters */
+    cl_mem hand;        /* (n_batch, n_embd) f32, with next */
+    float *hand_p;      /* hand mapped */
+    cl_event hand_ev;   /* the last write out of hand_p, waited for before hand_p is refilled */
+    cl_event hand_rd;   /* the pending read into hand_p (ebb__clm_split_send .. _gates) */
+    cl_event hand_gate; /* the user event holding next's write until that read is done */
+    uint64_t hand_n;    /* handoffs, for the counters */
     struct ebb__backend_i iface;
     char name[640]; /* "opencl (device name[, 8-bit decode inputs[, qin][, integer dot
                        product builtins]][, f16 tensor-core prefill])" */
@@ -352,9 +354,15 @@ ebb_err ebb__clm_split_open(const struct ebb__hparams *hp, const struct ebb_gguf
                             uint32_t *n, struct ebb_diag *diag);
 /* Allocates m's hand buffer for the rows it passes to m->next (m->n_batch rows). */
 ebb_err ebb__clm_split_hand_new(struct clm *m, struct ebb_diag *diag);
-/* The first nt residual rows of m->x into m->next->x through the pinned buffer: a blocking
- * read on m's queue (after m's layers), a write on next's that is not waited for. */
-ebb_err ebb__clm_split_hand(struct clm *m, int nt, struct ebb_diag *diag);
+/* The first nt residual rows of m->x into m->next->x through the pinned buffer, enqueued
+ * without waiting: a read on m's queue after m's layers (event hand_rd), and on next's queue a
+ * write held by a user event of next's context (hand_gate; events of one context cannot be
+ * waited for in another's queue), so that next's layers can be enqueued behind it at once.
+ * ebb__clm_split_gates then, for every stage from m on in order, waits for the read and opens
+ * the gate (ok false, or a failed wait: ends the gated commands with an error instead, so that
+ * no queue stays blocked). */
+ebb_err ebb__clm_split_send(struct clm *m, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_split_gates(struct clm *m, bool ok, struct ebb_diag *diag);
 void ebb__clm_split_hand_free(struct clm *m);
 
 /* model-cl-plan.c */

@@ -167,29 +167,60 @@ ebb_err ebb__clm_split_hand_new(struct clm *m, struct ebb_diag *diag)
     return ebb_cl_check(e, diag, "clEnqueueMapBuffer(pinned rows for the next device)");
 }
 
-ebb_err ebb__clm_split_hand(struct clm *m, int nt, struct ebb_diag *diag)
+ebb_err ebb__clm_split_send(struct clm *m, int nt, struct ebb_diag *diag)
 {
     size_t bytes = sizeof(float) * m->hp.n_embd * (size_t)nt;
+    cl_int e = CL_SUCCESS;
     ebb_err rc;
-    if (m->hand_ev) { /* the previous rows must have left before new ones land */
-        cl_int e = clWaitForEvents(1, &m->hand_ev);
+    if (m->hand_ev) { /* the previous rows must have left hand_p before new ones land */
+        e = clWaitForEvents(1, &m->hand_ev);
+        m->cl->n_sync++;
         clReleaseEvent(m->hand_ev);
         m->hand_ev = NULL;
         if ((rc = ebb_cl_check(e, diag, "waiting for the rows sent to the next device")))
             return rc;
     }
-    if ((rc = ebb_cl_read(m->cl, m->x, 0, bytes, m->hand_p, diag)))
+    e = clEnqueueReadBuffer(m->cl->q, m->x, CL_FALSE, 0, bytes, m->hand_p, 0, NULL, &m->hand_rd);
+    if ((rc = ebb_cl_check(e, diag, "reading rows for the next device")))
         return rc;
+    clFlush(m->cl->q);
+    m->hand_gate = clCreateUserEvent(m->next->cl->ctx, &e);
+    if ((rc = ebb_cl_check(e, diag, "clCreateUserEvent (rows for the next device)")))
+        return rc;
+    e = clEnqueueWriteBuffer(m->next->cl->q, m->next->x, CL_FALSE, 0, bytes, m->hand_p, 1,
+                             &m->hand_gate, &m->hand_ev);
     m->hand_n++;
-    cl_int e = clEnqueueWriteBuffer(m->next->cl->q, m->next->x, CL_FALSE, 0, bytes, m->hand_p, 0,
-                                    NULL, &m->hand_ev);
-    if (!e)
-        e = clFlush(m->next->cl->q);
     return ebb_cl_check(e, diag, "writing rows to the next device");
+}
+
+ebb_err ebb__clm_split_gates(struct clm *m, bool ok, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    for (; m; m = m->next) {
+        if (m->hand_rd) {
+            if (ok && !rc) {
+                cl_int e = clWaitForEvents(1, &m->hand_rd);
+                m->cl->n_sync++;
+                rc = ebb_cl_check(e, diag, "reading rows for the next device");
+            }
+            clReleaseEvent(m->hand_rd);
+            m->hand_rd = NULL;
+        }
+        if (m->hand_gate) {
+            /* a failed step ends the next device's waiting commands instead of leaving its
+             * queue blocked */
+            clSetUserEventStatus(m->hand_gate, ok && !rc ? CL_COMPLETE : -1);
+            clReleaseEvent(m->hand_gate);
+            m->hand_gate = NULL;
+            clFlush(m->next->cl->q);
+        }
+    }
+    return rc;
 }
 
 void ebb__clm_split_hand_free(struct clm *m)
 {
+    ebb__clm_split_gates(m, false, NULL);
     if (m->hand_ev) {
         clWaitForEvents(1, &m->hand_ev);
         clReleaseEvent(m->hand_ev);

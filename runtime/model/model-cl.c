@@ -469,9 +469,15 @@ static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct e
 static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
     ebb_err rc = embed(m, rows->nt, diag);
-    for (struct clm *s = m; s && !rc; s = s->next) /* a layer split's stages in turn */
+    /* A layer split's stages: every stage's work enqueued first, each next one held until the
+     * rows it takes are read back, then the gates opened in order. */
+    for (struct clm *s = m; s && !rc; s = s->next)
         if (!(rc = stage_layers(s, rows, diag)) && s->next)
-            rc = ebb__clm_split_hand(s, rows->nt, diag);
+            rc = ebb__clm_split_send(s, rows->nt, diag);
+    if (m->next) {
+        ebb_err rg = ebb__clm_split_gates(m, !rc, diag);
+        rc = rc ? rc : rg;
+    }
     return rc;
 }
 
