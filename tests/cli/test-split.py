@@ -4,7 +4,8 @@ pthread"): `--split layer` over cl:0:0,cl:0:1 gives the greedy tokens of one dev
 and Gemma 3 270M, a short prompt and one of several chunks (EBB_CL_BATCH 128 and 256 over a
 prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the boundary where
 asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
-slot 0 as the single stream; --split layer with one device is a no-op (the whole model on it);
+slot 0 as the single stream; three devices (two boundaries) give the same tokens; --split layer
+with one device is a no-op (the whole model on it);
 --split none with a list and a bad --tensor-split are clear errors; `ebb serve --split layer`
 answers a greedy completion as one device does, again from its prompt cache, and so does `ebb
 serve` with --split auto when the memory probes say the model does not fit one device.
@@ -179,6 +180,15 @@ def main():
     one, dev1, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0")
     same, dev, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0", "--split", "layer")
     check("--split layer with one device is a no-op", same == one and "split" not in dev, dev)
+
+    # three devices: two boundaries, the gates opened in turn
+    e3 = dict(env, POCL_DEVICES="pthread pthread pthread")
+    one, _, _ = run(ebb, e3, SMOL, SHORT, "--device", "cl:0:0")
+    three, dev, _ = run(ebb, e3, SMOL, SHORT, "--device", "all", "--split", "layer",
+                        "--tensor-split", "1,2,1")
+    want = "cl:0:0 layers 0-7, cl:0:1 layers 8-22, cl:0:2 layers 23-29"
+    check("three devices (1,2,1): boundaries and tokens == one device's",
+          three == one and want in dev, f"{dev!r}: {three} vs {one}")
 
     serve_check(ebb, env, check)
     serve_check(ebb, env, check, auto=True)
