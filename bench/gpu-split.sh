@@ -43,7 +43,7 @@ run() {
     local name=$1
     shift
     say "ebb $name: ebb bench -m $m --prompt-tokens 512 --gen-tokens 128 -r 3 $*"
-    timeout 150 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 -r 3 --json "$@" \
+    timeout 200 ebb bench -m "$m" --prompt-tokens 512 --gen-tokens 128 -r 3 --json "$@" \
         >"$out/$name.json" 2>"$out/$name.err"
     local rc=$?
     grep -E "layer split|OpenCL engine opened" "$out/$name.err" | tee -a "$log"
@@ -61,12 +61,12 @@ run split --device all --split layer ${EBB_SPLIT_ARGS:-}
 
 if [ -d .llama-src ] && [ -z "${EBB_NO_LLAMA:-}" ]; then
     say "waiting for llama-bench"
-    # no later than 400 s into the call, so that the whole fits a 9-minute call
-    while [ ! -f /tmp/lb.done ] && [ "$SECONDS" -lt 400 ]; do sleep 5; done
+    # no later than 380 s into the call, so that the whole fits a 9-minute call
+    while [ ! -f /tmp/lb.done ] && [ "$SECONDS" -lt 380 ]; do sleep 5; done
     if [ -f /tmp/lb.done ] && gpu_llama_wait /tmp/lb; then
         for sm in none layer; do
             say "llama.cpp CUDA -sm $sm"
-            timeout 120 /tmp/lb/bin/llama-bench -m "$m" -p 512 -n 128 -r 3 -ngl 99 -fa 1 \
+            timeout 70 /tmp/lb/bin/llama-bench -m "$m" -p 512 -n 128 -r 3 -ngl 99 -fa 1 \
                 -sm "$sm" -o json >"$out/llama-$sm.json" 2>"$out/llama-$sm.err"
             python3 - "$out/llama-$sm.json" <<'PY' 2>/dev/null | tee -a "$log"
 import json, sys
