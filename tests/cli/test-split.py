@@ -4,7 +4,8 @@ pthread"): `--split layer` over cl:0:0,cl:0:1 gives the greedy tokens of one dev
 and Gemma 3 270M, a short prompt and one of several chunks (EBB_CL_BATCH 128 and 256 over a
 prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the boundary where
 asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
-slot 0 as the single stream; three devices (two boundaries) give the same tokens; --split layer
+slot 0 as the single stream; `ebb perplexity` (every row's logits) over the list alone (split
+auto) scores as one device does; three devices (two boundaries) give the same tokens; --split layer
 with one device is a no-op (the whole model on it);
 --split none with a list and a bad --tensor-split are clear errors; `ebb serve --split layer`
 answers a greedy completion as one device does, again from its prompt cache, and so does `ebb
@@ -180,6 +181,18 @@ def main():
     one, dev1, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0")
     same, dev, _ = run(ebb, env, SMOL, SHORT, "--device", "cl:0:0", "--split", "layer")
     check("--split layer with one device is a no-op", same == one and "split" not in dev, dev)
+
+    # every row's logits (ebb perplexity, logits_all), the list alone taken as a layer split
+    text = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "perplexity",
+                        "coriolanus.txt")
+    ppl = []
+    for dev in ("cl:0:0", PAIR):
+        p = subprocess.run([ebb, "perplexity", "-m", SMOL, "-f", text, "--ctx", "128",
+                            "--chunks", "2", "--json", "--device", dev], capture_output=True,
+                           text=True, env=env)
+        ppl.append(json.loads(p.stdout)["nll"] if p.returncode == 0 else p.stderr[-500:])
+    check("perplexity over the device list (split auto) == one device's, bit for bit",
+          isinstance(ppl[0], float) and ppl[0] == ppl[1], ppl)
 
     # three devices: two boundaries, the gates opened in turn
     e3 = dict(env, POCL_DEVICES="pthread pthread pthread")
