@@ -108,8 +108,8 @@ ebb_err ebb__clm_split_open(const struct ebb__hparams *hp, const struct ebb_gguf
     if (p->split == EBB_SPLIT_NONE)
         return ebb_diag_set(diag, EBB_EINVAL,
                             "device '%s' names several devices: data parallel (--split none) is "
-                            "'ebb serve''s, one engine per device; --split layer runs one model "
-                            "across them",
+                            "for 'ebb serve', one engine per device; --split layer runs one "
+                            "model across them",
                             p->device);
     if (p->memory_budget || p->memory_budget_auto || p->residency_forced || p->residency > 0 ||
         p->pack_path || p->host_layers || p->expert_cache || getenv("EBB_EXPERT_CACHE") ||
