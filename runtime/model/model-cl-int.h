@@ -347,7 +347,8 @@ struct clm {
 /* With p->device naming several devices and a layer split asked (or auto): opens each device
  * into cls[0..*n) and chooses the layer ranges, bounds[i]..bounds[i+1] for device i (each at
  * least one layer), in proportion to p->tensor_split or else each device's free memory as the
- * memory probes read it. *n stays 0 (nothing opened) when p->device names one device. Errors
+ * memory probes read it. *n stays 0 (nothing opened) when p->device names one device; a list
+ * that resolves to one device ("all" with one) gives it alone, *n 1, the whole model. Errors
  * name the device or the setting; on error nothing stays open. */
 ebb_err ebb__clm_split_open(const struct ebb__hparams *hp, const struct ebb_gguf *g,
                             const struct ebb_model_params *p, struct ebb_cl **cls, uint32_t *bounds,

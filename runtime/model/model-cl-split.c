@@ -120,6 +120,16 @@ ebb_err ebb__clm_split_open(const struct ebb__hparams *hp, const struct ebb_gguf
                             "--expert-cache take one device");
     if ((rc = ebb_cl_devices(p->device, ids, SPLIT_MAX, &nd, diag)))
         return rc;
+    if (nd == 1) { /* "all" on a machine with one device: nothing to split */
+        ebb_log(EBB_LOG_INFO, "model", "device '%s' is one device (%s): nothing to split",
+                p->device, ids[0]);
+        if ((rc = ebb_cl_open(ids[0], &cls[0], diag)))
+            return rc;
+        bounds[0] = 0;
+        bounds[1] = hp->n_layer;
+        *n = 1;
+        return EBB_OK;
+    }
     if (nd > hp->n_layer)
         return ebb_diag_set(diag, EBB_EINVAL, "--split layer: %zu devices for %u layers", nd,
                             hp->n_layer);

@@ -108,12 +108,14 @@ def speed_line(ebb, tiny):
 
 
 def device_list(ebb, tiny):
-    """Several devices are for serve only: run says so instead of looking for a device named
-    'all' (no OpenCL needed: the spec is refused before any platform is asked)."""
+    """Data parallel over several devices is for serve only: run --split none says so instead
+    of looking for a device named 'all' (no OpenCL needed: the spec is refused before any
+    platform is asked). A list alone is a layer split (tests/cli/test-split.py)."""
     for spec in ("all", "cl:0:0,cl:0:1"):
-        r = run(ebb, ["run", "-m", tiny, "-p", "hello", "-n", "2", "--device", spec])
-        check(r.returncode != 0 and "only 'ebb serve'" in r.stderr and spec in r.stderr,
-              f"run --device {spec} is refused, naming serve ({r.returncode}, "
+        r = run(ebb, ["run", "-m", tiny, "-p", "hello", "-n", "2", "--device", spec, "--split",
+                      "none"])
+        check(r.returncode != 0 and "'ebb serve'" in r.stderr and spec in r.stderr,
+              f"run --device {spec} --split none is refused, naming serve ({r.returncode}, "
               f"{r.stderr[-160:]!r})")
 
 
