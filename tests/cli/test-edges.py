@@ -5,7 +5,8 @@
 - serve's --help names every endpoint and says what -m is; --temp and --temperature are both
   accepted by serve and run; --ctx's help says the default is capped at 4096;
 - `ebb run 2>&1 | ...`: the closing speed line starts a line of its own; `ebb run --device all`
-  (or a device list) is refused with a message naming `ebb serve`;
+  (or a device list) with `--split none` (data parallel) is refused with a message naming `ebb
+  serve`;
 - README quotes no figures but links docs/PERFORMANCE.md's dated headline table, and shows how
   to fetch Gemma 3;
 - a context past the model's trained one (tests/data/model/tiny-llama.gguf: 64 tokens) is
