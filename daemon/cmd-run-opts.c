@@ -285,6 +285,8 @@ int ebb__run_parse(int argc, char **argv, struct ebb__run_opts *o)
         case EBB_SOPT_HOST_THREADS:
         case EBB_SOPT_HOST_Q8:
         case EBB_SOPT_EXPERT_CACHE:
+        case EBB_SOPT_SPLIT:
+        case EBB_SOPT_TENSOR_SPLIT:
             ok = ebb_stream_opt_apply(c, optarg, &o->stream);
             break;
         case ':':

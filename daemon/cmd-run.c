@@ -152,6 +152,10 @@ static int load(struct run *r, struct ebb__run_opts *o)
     mp.ctx_cap_trained = !o->ctx_over_trained && !r->cfg.ctx_over_trained;
     if (!o->kv_type_set)
         mp.kv_type = r->cfg.kv_type;
+    if (mp.split == EBB_SPLIT_AUTO) /* --split not given: the config's (and EBB_SPLIT's) */
+        mp.split = r->cfg.split;
+    if (!mp.tensor_split)
+        mp.tensor_split = r->cfg.tensor_split;
     if (isatty(STDERR_FILENO)) { /* a live "loading NAME: 40% (..., MB/s)" line */
         char what[128];
         ebb_warm_what(o->model, what, sizeof(what));

@@ -33,6 +33,7 @@ enum opt_type {
     T_GEN,    /* a generation default: field `min` of a struct ebb_sampling_set */
     T_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 */
     T_KVTYPE, /* enum ebb_kv_type: f16 or q8_0 */
+    T_SPLIT,  /* enum ebb_split: auto, none (replica) or layer */
 };
 
 struct opt {
@@ -120,6 +121,14 @@ static const struct opt opts[EBB_CFG_N_KEYS] = {
     [EBB_CFG_DEVICE] = {"device", T_STR, OFF(device), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "DEV",
                         "auto, cpu, cl:P:D, part of a device name, or ref; serve: all or "
                         "cl:P:D,cl:P:D (an engine per device)"},
+    [EBB_CFG_SPLIT] = {"split", T_SPLIT, OFF(split), 0, 0, EBB_CONFIG_CHANGE_MODEL, false, "MODE",
+                       "with several devices: layer (one model's layers spread across them), "
+                       "none or replica (a whole copy on each), or auto (layer where the model "
+                       "does not fit the smallest device, else replica)"},
+    [EBB_CFG_TENSOR_SPLIT] = {"tensor_split", T_OPTSTR, OFF(tensor_split), 0, 0,
+                              EBB_CONFIG_CHANGE_MODEL, false, "A,B",
+                              "layer split: each device's share of the layers in the device "
+                              "list's order (empty = in proportion to free memory)"},
     [EBB_CFG_CHAT_TEMPLATE] = {"chat_template", T_STR, OFF(chat_template), 0, 0,
                                EBB_CONFIG_CHANGE_MODEL, false, "NAME",
                                "auto (from the model) or a template family name"},
@@ -457,6 +466,12 @@ static ebb_err opt_parse(struct ebb_config *cfg, const struct opt *o, const char
         }
         return EBB_OK;
     }
+    case T_SPLIT:
+        if (!ebb_split_parse(value, FIELD(cfg, o, enum ebb_split))) {
+            snprintf(why, n, "'%s' is not one of auto, layer, none, replica", value);
+            return EBB_EINVAL;
+        }
+        return EBB_OK;
     }
     return EBB_EINVAL;
 }
@@ -687,6 +702,9 @@ static void opt_format(const struct ebb_config *cfg, const struct opt *o, bool m
         break;
     case T_KVTYPE:
         snprintf(buf, n, "%s", ebb_kv_type_name(*CFIELD(cfg, o, enum ebb_kv_type)));
+        break;
+    case T_SPLIT:
+        snprintf(buf, n, "%s", ebb_split_name(*CFIELD(cfg, o, enum ebb_split)));
         break;
     }
 }

@@ -60,6 +60,8 @@ enum ebb_config_key {
     EBB_CFG_CORS_ORIGIN,
     EBB_CFG_ALLOWED_HOSTS,
     EBB_CFG_DEVICE,
+    EBB_CFG_SPLIT,
+    EBB_CFG_TENSOR_SPLIT,
     EBB_CFG_CHAT_TEMPLATE,
     EBB_CFG_LOG_LEVEL,
     EBB_CFG_LOG_FORMAT,
@@ -111,6 +113,9 @@ struct ebb_config {
     struct ebb_strlist api_keys;     /* accepted keys; empty = no auth */
     struct ebb_strlist cors_origins; /* allowed origins ("*" allowed); empty = no CORS headers */
     char *device;                    /* "auto", "cl:P:D", a device-name substring, or "ref" */
+    enum ebb_split split;            /* several devices: layer split or data parallel; auto */
+    char *tensor_split;              /* layer split: each device's share ("3,1"); NULL = by
+                                        free memory */
     char *chat_template;             /* "auto" (from the GGUF) or a family name */
     enum ebb_log_level log_level;    /* info */
     enum ebb_log_format log_format;  /* text */

@@ -17,6 +17,8 @@ struct ebb_model_params ebb__serve_model_params(const struct ebb_config *c, cons
         .path = path, .device = c->device, .n_ctx = c->ctx, .n_seq = c->parallel};
     mp.ctx_cap_trained = !c->ctx_over_trained;
     mp.kv_type = c->kv_type;
+    mp.split = c->split;
+    mp.tensor_split = c->tensor_split;
     mp.prefetch = c->prefetch;
     mp.host_layers = c->host_layers;
     mp.host_threads = c->host_threads;

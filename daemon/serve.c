@@ -387,6 +387,20 @@ static int configure(struct serve *s, const struct ebb__serve_opts *o, struct eb
         }
         for (size_t i = 0; i < s->n_dev; i++)
             s->dev_ptr[i] = s->devs[i];
+        /* Layer split (docs/SCALING.md): one engine over every device, asked for, or chosen for
+         * one model that does not fit the smallest of them. */
+        bool one = o->n_models <= 1 && ebb_config_model_path(cfg, path, cap) == EBB_OK;
+        if (cfg->split == EBB_SPLIT_LAYER ||
+            (cfg->split == EBB_SPLIT_AUTO && one && ebb_model_split_needed(path, cfg->device))) {
+            if (cfg->split == EBB_SPLIT_AUTO)
+                ebb_log(EBB_LOG_INFO, "serve",
+                        "%s does not fit the smallest device of '%s': layer split", path,
+                        cfg->device);
+            cfg->split = EBB_SPLIT_LAYER;
+            s->n_dev = 0; /* one engine, whose model spans the devices */
+        } else {
+            cfg->split = EBB_SPLIT_NONE;
+        }
     }
     /* Several models when -m is repeated or names a directory, or when no model is configured
      * (then every .gguf under models_dir and the [model.NAME] sections). */

@@ -27,7 +27,12 @@ const char ebb_stream_opts_usage[] =
     "                          AVX2 Q4_0 products) instead of the reference's fp32\n"
     "      --expert-cache N|auto  MoE models: N expert slots per layer on the device (auto:\n"
     "                          what --memory-budget SIZE leaves), the experts the router\n"
-    "                          picks copied in on demand (default off)\n";
+    "                          picks copied in on demand (default off)\n"
+    "      --split layer|none|auto  with --device all or a list (cl:0:0,cl:0:1): layer runs\n"
+    "                          the model's layers across the devices, each a range of\n"
+    "                          them (default auto: layer; one device: nothing to split)\n"
+    "      --tensor-split A,B  with --split layer: each device's share of the layers, in\n"
+    "                          the list's order (default: in proportion to free memory)\n";
 
 bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
 {
@@ -83,6 +88,11 @@ bool ebb_stream_opt_apply(int c, const char *arg, struct ebb_model_params *mp)
         mp->expert_cache = (uint32_t)v;
         return end != arg && !*end && *arg != '-' && v >= 1 && v <= 65536;
     }
+    case EBB_SOPT_SPLIT:
+        return ebb_split_parse(arg, &mp->split);
+    case EBB_SOPT_TENSOR_SPLIT:
+        mp->tensor_split = arg;
+        return *arg != 0;
     case EBB_SOPT_HOST_THREADS: {
         unsigned long v = strtoul(arg, &end, 10);
         mp->host_threads = (uint32_t)v;

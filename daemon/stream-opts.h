@@ -1,5 +1,5 @@
-/* Layer-streamer options shared by `ebb run` and `ebb bench` (docs/STREAMER.md), and the peak
- * RSS both report. */
+/* Layer-streamer and layer-split options shared by `ebb run` and `ebb bench` (docs/STREAMER.md,
+ * docs/SCALING.md), and the peak RSS both report. */
 #ifndef EBB_DAEMON_STREAM_OPTS_H
 #define EBB_DAEMON_STREAM_OPTS_H
 
@@ -21,6 +21,8 @@ enum {
     EBB_SOPT_HOST_THREADS,
     EBB_SOPT_HOST_Q8,
     EBB_SOPT_EXPERT_CACHE,
+    EBB_SOPT_SPLIT,
+    EBB_SOPT_TENSOR_SPLIT,
 };
 
 #define EBB_STREAM_LONGOPTS                                                                        \
@@ -34,6 +36,8 @@ enum {
         {"host-threads", required_argument, NULL, EBB_SOPT_HOST_THREADS},                          \
         {"host-q8", no_argument, NULL, EBB_SOPT_HOST_Q8},                                          \
         {"expert-cache", required_argument, NULL, EBB_SOPT_EXPERT_CACHE},                          \
+        {"split", required_argument, NULL, EBB_SOPT_SPLIT},                                        \
+        {"tensor-split", required_argument, NULL, EBB_SOPT_TENSOR_SPLIT},                          \
     {                                                                                              \
         "stream-threads", required_argument, NULL, EBB_SOPT_THREADS                                \
     }
@@ -44,7 +48,7 @@ extern const char ebb_stream_opts_usage[];
 /* True if c is one of the EBB_SOPT_* options. */
 static inline bool ebb_stream_opt_is(int c)
 {
-    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_EXPERT_CACHE;
+    return c >= EBB_SOPT_BUDGET && c <= EBB_SOPT_TENSOR_SPLIT;
 }
 
 /* Applies option c with value arg (NULL for a flag) to mp's streamer fields; false on a bad

@@ -59,6 +59,8 @@ EST = {
     # The CPU device (2026-11-29, /usr/bin/time user on 2 loaded cores).
     "model-cpu": 21, "model-gemma3-cpu": 25, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,
     "device-auto": 4, "model-batch-cpu": 64,
+    # The layer split on two PoCL devices (2026-11-29, about 130 s user on 2 loaded cores).
+    "cli/split": 135,
     # Under ASan+UBSan (the CI run of 2026-11-28, seconds on one core; model-cl's and the
     # families' as cut down for that pass).
     "asan:kernels": 75, "asan:model-cl": 40, "asan:model-cl-q8": 60, "asan:model-batch": 40,

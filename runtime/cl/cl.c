@@ -412,8 +412,9 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
     char tail;
     if (ebb_cl_spec_is_list(spec))
         return ebb_diag_set(diag, EBB_EINVAL,
-                            "device '%s' names several devices, which only 'ebb serve' uses "
-                            "(one engine per device); name one (see 'ebb info --devices')",
+                            "device '%s' names several devices, which only 'ebb serve' (an "
+                            "engine per device) and --split layer (one model across them) use; "
+                            "name one (see 'ebb info --devices')",
                             spec);
     if (!spec || !*spec || !strcmp(spec, "auto") || !strcmp(spec, "cl")) {
         k.mode = 0;

@@ -96,7 +96,8 @@ ebb_err ebb_cl_open(const char *spec, struct ebb_cl **out, struct ebb_diag *diag
 #define EBB_CL_ID_MAX 24
 ebb_err ebb_cl_devices(const char *spec, char (*ids)[EBB_CL_ID_MAX], size_t cap, size_t *n,
                        struct ebb_diag *diag);
-/* True when spec names several devices ("all" or a comma list): only `ebb serve` takes one. */
+/* True when spec names several devices ("all" or a comma list): `ebb serve`'s data parallel
+ * and the layer split (runtime/model/model-cl-split.c) take one; ebb_cl_open does not. */
 bool ebb_cl_spec_is_list(const char *spec);
 /* True when some OpenCL platform lists a GPU device (what "auto" would open first); false
  * with none, with CPU devices only (PoCL) or without an OpenCL runtime. */

@@ -323,10 +323,48 @@ struct clm {
     uint32_t xc_g0;          /* with it: the gate stack's group (placement skips it and the next
                                 two); 0 without */
     uint64_t xc_token_bytes; /* with it: the cached experts a decoded token reads */
+    /* Layer split (model-cl-split.c; docs/SCALING.md, "Layer split"): this engine is a stage
+     * that runs decoder layers l0..l1-1 on its device (0..n_layer: the whole model). Stage 0
+     * (the backend's context) embeds the tokens and owns the chain; next is the stage after this
+     * one, NULL for the last, which holds the final norm and the output head. The residual rows
+     * cross to next through hand, a pinned host buffer (CL_MEM_ALLOC_HOST_PTR) of this stage's
+     * context mapped at hand_p: one read from this device, one write to the next, per chunk. */
+    uint32_t l0, l1;
+    struct clm *next;
+    cl_mem hand;        /* (n_batch, n_embd) f32, with next */
+    float *hand_p;      /* hand mapped */
+    cl_event hand_ev;   /* the last write out of hand_p, waited for before hand_p is refilled */
+    cl_event hand_rd;   /* the pending read into hand_p (ebb__clm_split_send .. _gates) */
+    cl_event hand_gate; /* the user event holding next's write until that read is done */
+    uint64_t hand_n;    /* handoffs, for the counters */
     struct ebb__backend_i iface;
-    char name[288]; /* "opencl (device name[, 8-bit decode inputs[, qin][, integer dot
+    char name[640]; /* "opencl (device name[, 8-bit decode inputs[, qin][, integer dot
                        product builtins]][, f16 tensor-core prefill])" */
 };
+
+/* model-cl-split.c (docs/SCALING.md, "Layer split") */
+#define SPLIT_MAX 16 /* devices one model's layers spread over */
+/* With p->device naming several devices and a layer split asked (or auto): opens each device
+ * into cls[0..*n) and chooses the layer ranges, bounds[i]..bounds[i+1] for device i (each at
+ * least one layer), in proportion to p->tensor_split or else each device's free memory as the
+ * memory probes read it. *n stays 0 (nothing opened) when p->device names one device; a list
+ * that resolves to one device ("all" with one) gives it alone, *n 1, the whole model. Errors
+ * name the device or the setting; on error nothing stays open. */
+ebb_err ebb__clm_split_open(const struct ebb__hparams *hp, const struct ebb_gguf *g,
+                            const struct ebb_model_params *p, struct ebb_cl **cls, uint32_t *bounds,
+                            uint32_t *n, struct ebb_diag *diag);
+/* Allocates m's hand buffer for the rows it passes to m->next (m->n_batch rows). */
+ebb_err ebb__clm_split_hand_new(struct clm *m, struct ebb_diag *diag);
+/* The first nt residual rows of m->x into m->next->x through the pinned buffer, enqueued
+ * without waiting: a read on m's queue after m's layers (event hand_rd), and on next's queue a
+ * write held by a user event of next's context (hand_gate; events of one context cannot be
+ * waited for in another's queue), so that next's layers can be enqueued behind it at once.
+ * ebb__clm_split_gates then, for every stage from m on in order, waits for the read and opens
+ * the gate (ok false, or a failed wait: ends the gated commands with an error instead, so that
+ * no queue stays blocked). */
+ebb_err ebb__clm_split_send(struct clm *m, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_split_gates(struct clm *m, bool ok, struct ebb_diag *diag);
+void ebb__clm_split_hand_free(struct clm *m);
 
 /* model-cl-plan.c */
 /* Compiles a's programs into plan for this engine; EBB_EUNSUPPORTED naming the first op it

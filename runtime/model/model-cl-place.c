@@ -298,7 +298,9 @@ static ebb_err place_layer_vecs(struct clm *m, const struct ebb_gguf *g, uint32_
 }
 
 /* The embeddings and the output head: the input's get_rows tensor, and the output's matrix,
- * which is the same tensor when the family's fallback ties them. */
+ * which is the same tensor when the family's fallback ties them. A stage of a layer split
+ * places the embeddings where it is the first or its head reads them (tied), the final norm
+ * and the head where it is the last. */
 static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
@@ -313,8 +315,13 @@ static ebb_err place_ends(struct clm *m, const struct ebb_gguf *g, struct ebb_di
     m->tied = te == to;
     m->embd_scale = m->plan.embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     const char *en[] = {te->name}, *on[] = {to->name};
-    if ((rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)) ||
-        (rc = place_plan_norm(m, g, m->plan.out_norm, 0, &m->output_norm, diag)))
+    bool first = m->l0 == 0, last = m->l1 == hp->n_layer;
+    if ((first || (last && m->tied)) &&
+        (rc = place_group(m, g, en, vr, 1, hp->n_embd, &m->embd, &one, diag)))
+        return rc;
+    if (!last)
+        return EBB_OK;
+    if ((rc = place_plan_norm(m, g, m->plan.out_norm, 0, &m->output_norm, diag)))
         return rc;
     if (!m->tied && (rc = place_group(m, g, on, vr, 1, hp->n_embd, &m->output, &one, diag)))
         return rc;
@@ -358,7 +365,9 @@ ebb_err ebb__clm_place_weights(struct clm *m, const struct ebb_gguf *g, struct e
         return EBB_ENOMEM;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct layer *L = &m->layers[l];
-        kv_layout(m, l, L);
+        kv_layout(m, l, L); /* every layer's, so that every stage of a split sees the rings */
+        if (l < m->l0 || l >= m->l1)
+            continue; /* another stage's layer */
         size_t kv_bytes = (size_t)m->n_seq * hp->n_head_kv * L->kv_len * ebb__clm_kv_row(m);
         for (uint32_t k = 0; k < m->plan.n_norms; k++)
             if ((rc = place_plan_norm(m, g, m->plan.norms[k], l, &L->norm[k], diag)))
@@ -395,12 +404,16 @@ static uint64_t group_bytes(const struct clm *m, const struct layer *L, uint32_t
 
 void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out)
 {
-    const struct clm *m = ctx;
+    const struct clm *m0 = ctx, *m = m0;
     const struct ebb__hparams *hp = &m->hp;
     const uint64_t f = sizeof(float);
     uint64_t w = ebb_cl_weight_read_bytes(&m->embd) / hp->n_vocab; /* the token's row */
+    while (m->next) /* a layer split: the head is the last stage's */
+        m = m->next;
     w += f * hp->n_embd + ebb_cl_weight_read_bytes(m->tied ? &m->embd : &m->output);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
+        for (m = m0; m->next && l >= m->l1;) /* the stage that holds layer l */
+            m = m->next;
         const struct layer *L = &m->layers[l];
         if (!L->n_w[0] && m->tmpl) /* streamed: the weights as the streamer hands them over */
             L = &m->tmpl[l];
@@ -410,7 +423,7 @@ void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_by
         w += m->plan.has_bias ? f * m->n_qkv : 0;
         w += m->plan.has_qk_norm ? 2 * f * hp->head_dim : 0;
     }
-    out->weights = w + m->xc_token_bytes; /* the expert cache's, from its slots */
+    out->weights = w + m0->xc_token_bytes; /* the expert cache's, from its slots */
     /* keys and values of depth + 1 positions, fp16 or Q8_0 blocks, every layer */
     out->kv =
         (uint64_t)hp->n_layer * 2 * hp->n_head_kv * ebb__clm_kv_row(m) * ((uint64_t)depth + 1);

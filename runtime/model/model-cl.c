@@ -15,6 +15,23 @@
 static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t n, uint32_t pos,
                         struct ebb_model_out *out, struct ebb_diag *diag);
 
+/* The stage that holds the output head: the last of a layer split, else m itself. */
+static struct clm *last_stage(struct clm *m)
+{
+    while (m->next)
+        m = m->next;
+    return m;
+}
+
+/* Waits for every stage's queue. */
+static ebb_err finish_all(struct clm *m, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    for (; m && !rc; m = m->next)
+        rc = ebb_cl_finish(m->cl, diag);
+    return rc;
+}
+
 static void release(cl_mem *m)
 {
     if (*m)
@@ -44,6 +61,8 @@ static void clm_free(void *ctx)
     struct clm *m = ctx;
     if (!m)
         return;
+    ebb__clm_split_hand_free(m);
+    clm_free(m->next); /* the stages after this one */
     if (m->sc && m->st)
         ebb_stream_cl_finish(m->sc, m->st, NULL);
     ebb_stream_free(m->st); /* stops the I/O thread before its slots go */
@@ -445,12 +464,28 @@ static ebb_err embed(struct clm *m, int nt, struct ebb_diag *diag)
 
 /* The embedding of the token ids in m->ids and every layer, for the chunk's rows: the hidden
  * states end in m->x. */
+static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag);
+
 static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
     ebb_err rc = embed(m, rows->nt, diag);
-    if (rc)
-        return rc;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    /* A layer split's stages: every stage's work enqueued first, each next one held until the
+     * rows it takes are read back, then the gates opened in order. */
+    for (struct clm *s = m; s && !rc; s = s->next)
+        if (!(rc = stage_layers(s, rows, diag)) && s->next)
+            rc = ebb__clm_split_send(s, rows->nt, diag);
+    if (m->next) {
+        ebb_err rg = ebb__clm_split_gates(m, !rc, diag);
+        rc = rc ? rc : rg;
+    }
+    return rc;
+}
+
+/* Layers l0..l1-1 of stage m for the chunk's rows, from m->x to m->x. */
+static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
+{
+    ebb_err rc = EBB_OK;
+    for (uint32_t l = m->l0; l < m->l1; l++) {
         if (STREAMING(m) && l == m->first_host)
             return ebb__clm_host_layers(m, rows, diag); /* the rest, on the host */
         if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
@@ -590,35 +625,36 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
             if ((rc = forward(m, &rows, diag)))
                 goto out;
         }
-        if (out && out->hidden_sum && (rc = hidden_sum(m, nt, out->hidden_sum, diag)))
+        struct clm *o = last_stage(m); /* the output head's stage */
+        if (out && out->hidden_sum && (rc = hidden_sum(o, nt, out->hidden_sum, diag)))
             goto out;
         bool want_last = out && (out->logits || out->top_k) && c + step == n;
         if (!want_last && !(out && out->logits_all))
             continue; /* a prefill chunk or an embedding: no logits */
         if (nt == 1 && !(out && out->logits_all)) {
-            if (want_last && (rc = head_decode(m, diag)))
+            if (want_last && (rc = head_decode(o, diag)))
                 goto out;
             continue;
         }
-        if ((rc = ebb__clm_rmsnorm(m, m->x, m->output_norm, m->h, nt, diag)))
+        if ((rc = ebb__clm_rmsnorm(o, o->x, o->output_norm, o->h, nt, diag)))
             goto out;
         if (out && out->logits_all) {
             for (int r = 0; r < nt; r += N_OUT_ROWS) {
                 int nr = nt - r < N_OUT_ROWS ? nt - r : N_OUT_ROWS;
-                size_t row = sizeof(float) * m->hp.n_vocab;
-                if ((rc = head(m, r, nr, diag)) ||
-                    (rc = read_back(m, m->logits, 0, row * nr,
-                                    out->logits_all + (c + r) * m->hp.n_vocab, diag)))
+                size_t row = sizeof(float) * o->hp.n_vocab;
+                if ((rc = head(o, r, nr, diag)) ||
+                    (rc = read_back(o, o->logits, 0, row * nr,
+                                    out->logits_all + (c + r) * o->hp.n_vocab, diag)))
                     goto out;
             }
         }
-        if (want_last && (rc = head(m, nt - 1, 1, diag)))
+        if (want_last && (rc = head(o, nt - 1, 1, diag)))
             goto out;
     }
     if (out && (out->logits || out->top_k))
-        rc = outputs(m, out, diag);
+        rc = outputs(last_stage(m), out, diag);
     else
-        rc = ebb_cl_finish(m->cl, diag);
+        rc = finish_all(m, diag);
 out:
     if (STREAMING(m)) {
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
@@ -666,14 +702,18 @@ static void batch_chunk(struct clm *m, const struct ebb_model_seq *seqs, uint32_
  * has finished (the next chunk waits for it first, and the call ends with it finished). */
 static ebb_err batch_write(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
-    cl_command_queue q = m->cl->q;
     size_t nt = (size_t)rows->nt, i4 = sizeof(int32_t);
-    cl_int e = clEnqueueWriteBuffer(q, m->ids, CL_FALSE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
-    if (!e && rows->n_parts > 1)
-        e = clEnqueueWriteBuffer(q, m->rt, CL_FALSE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
-    if (!e && rows->n_parts > 1 && rows->n_dec)
-        e = clEnqueueWriteBuffer(q, m->dr, CL_FALSE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
-                                 NULL, NULL);
+    cl_int e =
+        clEnqueueWriteBuffer(m->cl->q, m->ids, CL_FALSE, 0, i4 * nt, m->host_ids, 0, NULL, NULL);
+    /* every stage of a layer split attends with the rows' slots and positions */
+    for (struct clm *s = m; s && !e; s = s->next) {
+        cl_command_queue q = s->cl->q;
+        if (rows->n_parts > 1)
+            e = clEnqueueWriteBuffer(q, s->rt, CL_FALSE, 0, 2 * i4 * nt, m->host_rt, 0, NULL, NULL);
+        if (!e && rows->n_parts > 1 && rows->n_dec)
+            e = clEnqueueWriteBuffer(q, s->dr, CL_FALSE, 0, i4 * (size_t)rows->n_dec, m->host_dr, 0,
+                                     NULL, NULL);
+    }
     return ebb_cl_check(e, diag, "writing the batch's rows");
 }
 
@@ -822,14 +862,14 @@ static ebb_err clm_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
     uint32_t pi = 0, off = 0;
     while (pi < n_seqs) {
         struct clm_rows rows;
-        if ((pi || off) && (rc = ebb_cl_finish(m->cl, diag)))
+        if ((pi || off) && (rc = finish_all(m, diag)))
             goto out; /* the previous chunk's table writes read the host arrays */
         batch_chunk(m, seqs, n_seqs, &pi, &off, &rows);
         if ((rc = batch_write(m, &rows, diag)) || (rc = forward(m, &rows, diag)) ||
-            (rc = batch_outputs(m, seqs, &rows, diag)))
+            (rc = batch_outputs(last_stage(m), seqs, &rows, diag)))
             goto out;
     }
-    rc = ebb_cl_finish(m->cl, diag);
+    rc = finish_all(m, diag);
 out:
     if (STREAMING(m)) {
         ebb_err rf = m->sc ? ebb_stream_cl_finish(m->sc, m->st, rc ? NULL : diag) : EBB_OK;
@@ -852,6 +892,11 @@ out:
 static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, struct ebb_diag *diag)
 {
     struct clm *m = ctx;
+    if (m->next) { /* a layer split: every stage its own layers */
+        ebb_err rc = clm_kv_copy(m->next, src, dst, n, diag);
+        if (rc)
+            return rc;
+    }
     const size_t row = ebb__clm_kv_row(m);
     size_t so[3] = {0, (size_t)src * m->hp.n_head_kv, 0};
     size_t dso[3] = {0, (size_t)dst * m->hp.n_head_kv, 0};
@@ -862,7 +907,8 @@ static ebb_err clm_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     }
     if (m->host)
         ebb__ref_host_kv_copy(m->host, src, dst, n);
-    for (uint32_t l = 0; l < m->first_host; l++) { /* host layers: no device cache */
+    uint32_t l1 = m->l1 < m->first_host ? m->l1 : m->first_host; /* host layers: no device cache */
+    for (uint32_t l = m->l0; l < l1; l++) {
         const struct layer *L = &m->layers[l];
         bool ring = L->kv_len < m->n_ctx;
         size_t region[3] = {row * (ring ? L->kv_len : n), m->hp.n_head_kv, 1};
@@ -894,17 +940,24 @@ static ebb_err clm_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, stru
                             "whole caches)");
     if (m->host)
         return ebb_diag_set(diag, EBB_EUNSUPPORTED, "host layers keep their KV cache on the host");
+    /* A layer split: each stage keeps the positions of its own layers, the same positions. */
     const uint64_t per = 2 * (uint64_t)m->hp.n_layer * m->hp.n_head_kv * ebb__clm_kv_row(m);
-    if (bytes > m->cl->info.max_alloc)
-        bytes = m->cl->info.max_alloc;
     uint64_t n = per ? bytes / per : 0;
+    for (struct clm *s = m; s; s = s->next) {
+        uint64_t per_s = 2 * (uint64_t)(s->l1 - s->l0) * s->hp.n_head_kv * ebb__clm_kv_row(s);
+        uint64_t most = per_s ? s->cl->info.max_alloc / per_s : n;
+        n = n < most ? n : most;
+    }
     n = n < UINT32_MAX ? n : UINT32_MAX;
     if (!n)
         return EBB_OK;
-    ebb_err rc = ebb__clm_alloc(m, (size_t)(n * per), &m->pc, "the prompt cache", diag);
-    if (rc)
-        return rc;
-    m->pc_len = (uint32_t)n;
+    for (struct clm *s = m; s; s = s->next) {
+        uint64_t per_s = 2 * (uint64_t)(s->l1 - s->l0) * s->hp.n_head_kv * ebb__clm_kv_row(s);
+        ebb_err rc = ebb__clm_alloc(s, (size_t)(n * per_s), &s->pc, "the prompt cache", diag);
+        if (rc)
+            return rc;
+        s->pc_len = (uint32_t)n;
+    }
     *n_pos = m->pc_len;
     return EBB_OK;
 }
@@ -915,14 +968,19 @@ static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
                                  struct ebb_diag *diag)
 {
     struct clm *m = ctx;
+    if (m->next) { /* a layer split: every stage its own layers */
+        ebb_err rc = clm_kv_store_xfer(m->next, save, seq, at, n, diag);
+        if (rc)
+            return rc;
+    }
     const size_t row = ebb__clm_kv_row(m), nh = m->hp.n_head_kv;
     size_t region[3] = {row * n, nh, 1};
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    for (uint32_t l = m->l0; l < m->l1; l++) {
         const struct layer *L = &m->layers[l];
         cl_mem c[2] = {L->kc, L->vc};
         for (size_t k = 0; k < 2; k++) {
             size_t co[3] = {0, (size_t)seq * nh, 0};
-            size_t po[3] = {row * at, (2 * (size_t)l + k) * nh, 0};
+            size_t po[3] = {row * at, (2 * (size_t)(l - m->l0) + k) * nh, 0};
             size_t cp = row * L->kv_len, pp = row * m->pc_len;
             cl_int e = save ? clEnqueueCopyBufferRect(m->cl->q, c[k], m->pc, co, po, region, cp, 0,
                                                       pp, 0, 0, NULL, NULL)
@@ -940,20 +998,32 @@ static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
 static bool clm_counters(void *ctx, struct ebb_model_counters *out)
 {
     const struct clm *m = ctx;
-    out->launches = m->cl->n_launch;
-    out->syncs = m->cl->n_sync + ebb_stream_cl_waits(m->sc);
+    out->launches = out->syncs = 0;
+    for (const struct clm *s = m; s; s = s->next) { /* a layer split's stages summed */
+        out->launches += s->cl->n_launch;
+        out->syncs += s->cl->n_sync + ebb_stream_cl_waits(s->sc);
+    }
     return true;
 }
 
-ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
-                            const struct ebb_gguf *g, const struct ebb_model_params *p,
-                            uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
-                            struct ebb_diag *diag)
+/* One engine on the opened device cl (taken over, closed with the engine even on failure) for
+ * decoder layers l0..l1-1: the whole model, or a stage of a layer split, which places only its
+ * layers' weights and KV cache, the token embeddings where it is the first (l0 == 0) and the
+ * final norm and output head where it is the last (l1 == n_layer). */
+static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                         const struct ebb_gguf *g, const struct ebb_model_params *p, uint32_t n_ctx,
+                         struct ebb_cl *cl, uint32_t l0, uint32_t l1, uint64_t t_open,
+                         struct clm **out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
     struct clm *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m) {
+        ebb_cl_close(cl);
         return EBB_ENOMEM;
+    }
+    m->cl = cl;
+    m->l0 = l0;
+    m->l1 = l1;
     m->a = a;
     m->hp = *hp;
     m->hp.n_ctx_run = n_ctx; /* longrope: the factor set for this context */
@@ -978,9 +1048,6 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
                           hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, n_ctx);
         goto out;
     }
-    uint64_t t_open = ebb__clm_now_ns();
-    if ((rc = ebb_cl_open(p->device, &m->cl, diag)))
-        goto out;
     uint64_t t_dev = ebb__clm_now_ns();
     m->tu = ebb_cl_tuning_for(&m->cl->info);
     m->kv_type = p->kv_type;
@@ -1070,10 +1137,69 @@ ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams
     m->iface.free = clm_free;
     m->iface.counters = clm_counters;
     m->iface.decode_bytes = ebb__clm_decode_bytes;
-    *iface = &m->iface;
-    *ctx = m;
+    *out = m;
     m = NULL;
 out:
     clm_free(m);
     return rc;
+}
+
+/* A layer split's name: each device and its layers (the log line at open names the devices;
+ * model.c keeps 127 characters). */
+static void split_name(struct clm *m)
+{
+    size_t o = (size_t)snprintf(m->name, sizeof(m->name), "opencl layer split (");
+    for (struct clm *s = m; s && o < sizeof(m->name); s = s->next)
+        o += (size_t)snprintf(m->name + o, sizeof(m->name) - o, "%scl:%u:%u layers %u-%u%s",
+                              s == m ? "" : ", ", s->cl->info.plat_idx, s->cl->info.dev_idx, s->l0,
+                              s->l1 - 1, s->next ? "" : ")");
+}
+
+ebb_err ebb__cl_backend_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                            const struct ebb_gguf *g, const struct ebb_model_params *p,
+                            uint32_t n_ctx, const struct ebb__backend_i **iface, void **ctx,
+                            struct ebb_diag *diag)
+{
+    struct ebb_cl *cls[SPLIT_MAX] = {0};
+    uint32_t bounds[SPLIT_MAX + 1], n = 0;
+    struct clm *m = NULL, **link = &m;
+    uint64_t t_open = ebb__clm_now_ns();
+    ebb_err rc = ebb__clm_split_open(hp, g, p, cls, bounds, &n, diag);
+    if (rc)
+        return rc;
+    if (!n) { /* one device */
+        if (p->split == EBB_SPLIT_LAYER)
+            ebb_log(EBB_LOG_INFO, "model",
+                    "--split layer with one device ('%s'): nothing to split, the whole model on "
+                    "it",
+                    p->device ? p->device : "auto");
+        if ((rc = ebb_cl_open(p->device, &cls[0], diag)))
+            return rc;
+        bounds[0] = 0;
+        bounds[1] = hp->n_layer;
+        n = 1;
+    }
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        rc = stage_new(a, hp, g, p, n_ctx, cls[i], bounds[i], bounds[i + 1],
+                       i ? ebb__clm_now_ns() : t_open, link, diag); /* "device": the first's */
+        cls[i] = NULL; /* the stage has it, or closed it */
+        if (!rc)
+            link = &(*link)->next;
+    }
+    for (struct clm *s = m; s && s->next && !rc; s = s->next)
+        rc = ebb__clm_split_hand_new(s, diag);
+    if (rc) {
+        for (uint32_t i = 0; i < n; i++)
+            ebb_cl_close(cls[i]);
+        clm_free(m);
+        return rc;
+    }
+    if (m->next) {
+        split_name(m);
+        m->iface.long_rows = 0;
+        m->iface.expert_cache = NULL;
+    }
+    *iface = &m->iface;
+    *ctx = m;
+    return EBB_OK;
 }

@@ -42,6 +42,30 @@ static inline uint64_t ebb_kv_type_bytes(enum ebb_kv_type t, uint64_t n)
     return t == EBB_KV_Q8_0 ? n / 32 * 34 : n * 2;
 }
 
+/* --split's values: "auto" (0: layer split where several devices are named and the model does
+ * not fit the smallest; the daemon's data parallel otherwise), "none" or "replica" (data
+ * parallel: every device a whole copy), "layer". */
+enum ebb_split { EBB_SPLIT_AUTO = 0, EBB_SPLIT_NONE = 1, EBB_SPLIT_LAYER = 2 };
+
+/* Fails (false, *out untouched) on any other string; ebb_split_name never returns NULL. */
+static inline bool ebb_split_parse(const char *s, enum ebb_split *out)
+{
+    if (s && !strcmp(s, "auto"))
+        *out = EBB_SPLIT_AUTO;
+    else if (s && (!strcmp(s, "none") || !strcmp(s, "replica")))
+        *out = EBB_SPLIT_NONE;
+    else if (s && !strcmp(s, "layer"))
+        *out = EBB_SPLIT_LAYER;
+    else
+        return false;
+    return true;
+}
+
+static inline const char *ebb_split_name(enum ebb_split s)
+{
+    return s == EBB_SPLIT_LAYER ? "layer" : s == EBB_SPLIT_NONE ? "none" : "auto";
+}
+
 struct ebb_model_params {
     const char *path;   /* GGUF file */
     const char *device; /* "auto" (NULL too), "cl:P:D", a device-name substring, or "ref" */
@@ -83,6 +107,15 @@ struct ebb_model_params {
      * when clear it is kept with a warning, as llama.cpp's library does (ebb bench, tests). */
     bool ctx_cap_trained;
     enum ebb_kv_type kv_type; /* the KV cache's element type (EBB_KV_F16 when zeroed) */
+    /* Layer split (docs/SCALING.md, "Layer split"): where device names several OpenCL devices
+     * ("all" or a comma list), EBB_SPLIT_LAYER (and EBB_SPLIT_AUTO, the only way a model alone
+     * can use several) runs this one model's layers across them, each device a range of
+     * consecutive layers; EBB_SPLIT_NONE refuses a list (data parallel is the daemon's, one
+     * model per device). With one device, EBB_SPLIT_LAYER changes nothing. */
+    enum ebb_split split;
+    /* The share of the layers each listed device takes, "3,1" (as many numbers as devices, in
+     * their order); NULL: in proportion to each device's free memory as the probes read it. */
+    const char *tensor_split;
 };
 #define EBB_EXPERT_CACHE_AUTO UINT32_MAX
 

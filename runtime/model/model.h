@@ -24,6 +24,13 @@ size_t ebb_model_ctx_describe(const struct ebb_model_ctx *c, char *buf, size_t n
 
 struct ebb_model;
 
+/* `--split auto` with several devices (spec "all" or a list): whether the file at path needs
+ * the layer split, being larger than nine tenths of the memory the smallest of the devices may
+ * still take as the memory probes read it (the tenth left for the KV cache and the buffers).
+ * False when spec names one device or does not resolve, or path cannot be read. Opens and
+ * closes each device. */
+bool ebb_model_split_needed(const char *path, const char *spec);
+
 /* Opens the model. Errors name the problem (bad file, unsupported architecture or tensor type,
  * device not found, not enough memory for n_ctx). */
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,

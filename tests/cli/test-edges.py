@@ -5,7 +5,8 @@
 - serve's --help names every endpoint and says what -m is; --temp and --temperature are both
   accepted by serve and run; --ctx's help says the default is capped at 4096;
 - `ebb run 2>&1 | ...`: the closing speed line starts a line of its own; `ebb run --device all`
-  (or a device list) is refused with a message naming `ebb serve`;
+  (or a device list) with `--split none` (data parallel) is refused with a message naming `ebb
+  serve`;
 - README quotes no figures but links docs/PERFORMANCE.md's dated headline table, and shows how
   to fetch Gemma 3;
 - a context past the model's trained one (tests/data/model/tiny-llama.gguf: 64 tokens) is
@@ -108,12 +109,14 @@ def speed_line(ebb, tiny):
 
 
 def device_list(ebb, tiny):
-    """Several devices are for serve only: run says so instead of looking for a device named
-    'all' (no OpenCL needed: the spec is refused before any platform is asked)."""
+    """Data parallel over several devices is for serve only: run --split none says so instead
+    of looking for a device named 'all' (no OpenCL needed: the spec is refused before any
+    platform is asked). A list alone is a layer split (tests/cli/test-split.py)."""
     for spec in ("all", "cl:0:0,cl:0:1"):
-        r = run(ebb, ["run", "-m", tiny, "-p", "hello", "-n", "2", "--device", spec])
-        check(r.returncode != 0 and "only 'ebb serve'" in r.stderr and spec in r.stderr,
-              f"run --device {spec} is refused, naming serve ({r.returncode}, "
+        r = run(ebb, ["run", "-m", tiny, "-p", "hello", "-n", "2", "--device", spec, "--split",
+                      "none"])
+        check(r.returncode != 0 and "'ebb serve'" in r.stderr and spec in r.stderr,
+              f"run --device {spec} --split none is refused, naming serve ({r.returncode}, "
               f"{r.stderr[-160:]!r})")
 
 
