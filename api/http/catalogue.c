@@ -356,10 +356,11 @@ bool ebb__served_listed(const struct ebb__served *sv)
 
 struct ebb__served *ebb__served_find_gone(struct ebb_api *a, const char *name)
 {
+    struct ebb__served *hit = NULL;
     for (size_t i = 0; name && i < a->n_models; i++)
-        if (a->models[i]->gone && a->models[i]->sched && !strcmp(a->models[i]->id, name))
-            return a->models[i];
-    return NULL;
+        if (a->models[i]->gone && !strcmp(a->models[i]->id, name) && (!hit || !hit->sched))
+            hit = a->models[i];
+    return hit;
 }
 
 void ebb__served_take(struct ebb__req *r, struct ebb__served *sv)

@@ -259,7 +259,8 @@ void ebb__catalogue_refresh(struct ebb_api *a);
 void ebb__served_take(struct ebb__req *r, struct ebb__served *sv);
 /* True if sv is listed and named (its file is not gone). */
 bool ebb__served_listed(const struct ebb__served *sv);
-/* A model that is gone but still loaded (or loading), by its exact id; NULL if none. */
+/* A model whose file is gone and that is not freed yet (one still loaded first), by its exact
+ * id; NULL if none. */
 struct ebb__served *ebb__served_find_gone(struct ebb_api *a, const char *name);
 /* The model name picks: an exact id; in catalogue mode also the id ignoring case or an Ollama
  * ":latest" tag, or a unique prefix (*ambiguous when several start so). NULL if none. */
