@@ -149,12 +149,12 @@ static int parse_dir_opts(const char *cmd, int argc, char **argv, const char **d
         {"json", no_argument, NULL, O_JSON},       {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT}, {"api-key", required_argument, NULL, O_KEY},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    int c;
+    int c, at = 0;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longs, &at)) != -1) {
         if ((c == O_JSON && !json) || ((c == O_HOST || c == O_PORT || c == O_KEY) && !dm)) {
-            fprintf(stderr, "ebb %s: no %s here\n", cmd, argv[optind - 1]);
+            fprintf(stderr, "ebb %s: no --%s here\n", cmd, longs[at].name);
             return 2;
         }
         switch (c) {
