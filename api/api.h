@@ -63,6 +63,17 @@ struct ebb_api_config {
     const struct ebb_api_model *models;
     size_t n_models;
     uint64_t models_budget;
+    /* Catalogue mode: the catalogue's source, asked again as it may change (a models directory
+     * that files are added to and removed from while serving). Loop thread, with ud. Returns 1
+     * with *models (n) the whole catalogue as it is now (valid until the next call; the API
+     * copies what it keeps) when it changed since the last call that returned 1, or when also
+     * (a file /api/pull fetched, to be served from now on) is not NULL; 0 when unchanged; < 0
+     * on error. It must be cheap when nothing changed: the API asks before listing models and
+     * before resolving a request's model name, and once a second. The API adds the models that
+     * are new (by path), and drops those that are gone: out of the listings and the names at
+     * once, unloaded once their requests in flight are done. NULL: a fixed catalogue. */
+    int (*catalogue_scan)(void *ud, const char *also, const struct ebb_api_model **models,
+                          size_t *n);
     /* Data parallel (docs/SCALING.md): every model runs one replica (engine, slots, KV pool) on
      * each of these devices ("cl:P:D"; copied), a request going to one of them; n_devices 0:
      * one on the model's own device. In catalogue mode the API opens each replica with its device;

@@ -4,6 +4,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,9 @@
 
 #include <jansson.h>
 
+#include "daemon/ask.h"
+#include "daemon/config.h"
+#include "daemon/serve-int.h"
 #include "fetch/fetch.h"
 #include "gguf/gguf.h"
 
@@ -128,18 +133,30 @@ static int scan(const char *dir, struct entry **out, size_t *n_out)
     return 0;
 }
 
+/* ebb rm's daemon to tell: --host, --port, --api-key (else the configuration's). */
+struct daemon_opts {
+    const char *host, *key;
+    unsigned port;
+};
+
 static int parse_dir_opts(const char *cmd, int argc, char **argv, const char **dir,
-                          const char **config, bool *json, void (*usage)(FILE *))
+                          const char **config, bool *json, struct daemon_opts *dm,
+                          void (*usage)(FILE *))
 {
-    enum { O_DIR = 256, O_CONFIG, O_JSON };
-    static const struct option longs[] = {{"dir", required_argument, NULL, O_DIR},
-                                          {"config", required_argument, NULL, O_CONFIG},
-                                          {"json", no_argument, NULL, O_JSON},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
-    int c;
+    enum { O_DIR = 256, O_CONFIG, O_JSON, O_HOST, O_PORT, O_KEY };
+    static const struct option longs[] = {
+        {"dir", required_argument, NULL, O_DIR},   {"config", required_argument, NULL, O_CONFIG},
+        {"json", no_argument, NULL, O_JSON},       {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT}, {"api-key", required_argument, NULL, O_KEY},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    int c, at = 0;
+    char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longs, &at)) != -1) {
+        if ((c == O_JSON && !json) || ((c == O_HOST || c == O_PORT || c == O_KEY) && !dm)) {
+            fprintf(stderr, "ebb %s: no --%s here\n", cmd, longs[at].name);
+            return 2;
+        }
         switch (c) {
         case O_DIR:
             *dir = optarg;
@@ -148,11 +165,20 @@ static int parse_dir_opts(const char *cmd, int argc, char **argv, const char **d
             *config = optarg;
             break;
         case O_JSON:
-            if (!json) {
-                fprintf(stderr, "ebb %s: no --json here\n", cmd);
+            *json = true;
+            break;
+        case O_HOST:
+            dm->host = optarg;
+            break;
+        case O_PORT:
+            dm->port = (unsigned)strtoul(optarg, &end, 10);
+            if (*end || !*optarg || dm->port == 0 || dm->port > 65535) {
+                fprintf(stderr, "ebb %s: --port %s: not a port (1-65535)\n", cmd, optarg);
                 return 2;
             }
-            *json = true;
+            break;
+        case O_KEY:
+            dm->key = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -178,7 +204,7 @@ int ebb_cmd_ls(int argc, char **argv)
 {
     const char *dir = NULL, *config = NULL;
     bool json = false;
-    int r = parse_dir_opts("ls", argc, argv, &dir, &config, &json, ls_usage);
+    int r = parse_dir_opts("ls", argc, argv, &dir, &config, &json, NULL, ls_usage);
     if (r >= 0)
         return r;
     if (optind < argc) {
@@ -244,10 +270,14 @@ int ebb_cmd_ls(int argc, char **argv)
 
 static void rm_usage(FILE *f)
 {
-    fprintf(f, "usage: ebb rm [--dir DIR] [--config FILE] NAME...\n\n"
+    fprintf(f, "usage: ebb rm [--dir DIR] [--config FILE] [--host ADDR] [--port PORT]\n"
+               "              [--api-key KEY] NAME...\n\n"
                "Removes models from models_dir: NAME as ebb ls shows it (.gguf may be added),\n"
-               "every part of a split model, and an unfinished download of it (.part). A\n"
-               "running ebb serve keeps a loaded model until it unloads it.\n"
+               "every part of a split model, and an unfinished download of it (.part). An ebb\n"
+               "serve answering on the configured address (or --host/--port, with the\n"
+               "configured API key or --api-key) is told (POST /models/unload): a several-model\n"
+               "daemon drops the model from its listings at once and unloads it once its\n"
+               "requests in flight are done; no daemon answering is no error.\n"
                "exit status: 0 success, 1 a model was not there or could not be removed,\n"
                "2 usage error\n");
 }
@@ -271,13 +301,62 @@ static int unlink_one(const char *dir, const char *file, int *removed)
     return 1;
 }
 
-static int rm_one(const char *dir, const char *arg)
+/* The name a daemon of cfg serves dir/file by: the [model.NAME] section's whose file it is,
+ * else the file name without .gguf. Called while the file is still there. */
+static void served_id(const struct ebb_config *cfg, const char *dir, const char *file, char *id,
+                      size_t n)
+{
+    char path[PATH_MAX], p[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    ebb__serve_model_id(path, id, n);
+    for (size_t i = 0; cfg && i < cfg->n_models; i++) {
+        const struct ebb_config_model *m = &cfg->models[i];
+        ebb__serve_resolve(cfg, m->path ? m->path : m->name, p, sizeof(p));
+        if (!strcmp(p, path))
+            snprintf(id, n, "%s", m->name);
+    }
+}
+
+/* Tells the daemon at dm that id's file is gone; says what it answered. Nothing answering is
+ * not an error (no daemon runs), nor is a refusal (the file is gone all the same). */
+static void tell_daemon(const struct daemon_opts *dm, const char *id)
+{
+    json_t *req = json_pack("{ss}", "model", id);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    int status = 0;
+    char *ans =
+        body ? ebb__ask(dm->host, dm->port, "POST", "/models/unload", dm->key, body, 5, &status)
+             : NULL;
+    free(body);
+    if (!ans)
+        return;
+    json_t *o = json_loads(ans, 0, NULL);
+    json_t *err = json_object_get(json_object_get(o, "error"), "message");
+    const char *msg = json_is_string(err) ? json_string_value(err) : "";
+    if (status == 200 || status == 404)
+        printf("ebb serve on %s port %u: %s unloaded, no longer served\n", dm->host, dm->port, id);
+    else if (status == 202)
+        printf("ebb serve on %s port %u: %s no longer served; unloaded once its %lld request(s) "
+               "in flight are done\n",
+               dm->host, dm->port, id,
+               (long long)json_integer_value(json_object_get(o, "in_flight")));
+    else
+        fprintf(stderr, "ebb rm: ebb serve on %s port %u answered %d for %s%s%s\n", dm->host,
+                dm->port, status, id, *msg ? ": " : "", msg);
+    json_decref(o);
+    free(ans);
+}
+
+/* Removes arg from dir; a daemon to tell (dm, cfg for its section names) or NULL. */
+static int rm_one(const char *dir, const char *arg, const struct daemon_opts *dm,
+                  const struct ebb_config *cfg)
 {
     if (!*arg || strchr(arg, '/') || !strcmp(arg, ".") || !strcmp(arg, "..")) {
         fprintf(stderr, "ebb rm: '%s' is not a model name (give it as ebb ls shows it)\n", arg);
         return 1;
     }
-    char file[300];
+    char file[300], id[256];
     size_t len = strlen(arg);
     if (len > 5 && !strcasecmp(arg + len - 5, ".gguf"))
         snprintf(file, sizeof(file), "%s", arg);
@@ -286,6 +365,9 @@ static int rm_one(const char *dir, const char *arg)
     int removed = 0, bad = 0, no, count;
     size_t stem;
     if (ebb_pull_split_name(file, &no, &count, &stem)) {
+        char first[320];
+        snprintf(first, sizeof(first), "%.*s-%05d-of-%05d.gguf", (int)stem, file, 1, count);
+        served_id(cfg, dir, first, id, sizeof(id));
         for (int k = 1; k <= count; k++) {
             char p[320];
             snprintf(p, sizeof(p), "%.*s-%05d-of-%05d.gguf", (int)stem, file, k, count);
@@ -295,6 +377,7 @@ static int rm_one(const char *dir, const char *arg)
         }
     } else {
         char p[320];
+        served_id(cfg, dir, file, id, sizeof(id));
         bad |= unlink_one(dir, file, &removed);
         snprintf(p, sizeof(p), "%s.part", file);
         bad |= unlink_one(dir, p, &removed);
@@ -303,13 +386,23 @@ static int rm_one(const char *dir, const char *arg)
         fprintf(stderr, "ebb rm: no model '%s' in %s (ebb ls lists them)\n", arg, dir);
         return 1;
     }
+    if (removed && dm)
+        tell_daemon(dm, id);
     return bad;
+}
+
+/* True if a and b name one directory. */
+static bool same_dir(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
 }
 
 int ebb_cmd_rm(int argc, char **argv)
 {
     const char *dir = NULL, *config = NULL;
-    int r = parse_dir_opts("rm", argc, argv, &dir, &config, NULL, rm_usage);
+    struct daemon_opts dm = {0};
+    int r = parse_dir_opts("rm", argc, argv, &dir, &config, NULL, &dm, rm_usage);
     if (r >= 0)
         return r;
     if (optind >= argc) {
@@ -317,11 +410,25 @@ int ebb_cmd_rm(int argc, char **argv)
         rm_usage(stderr);
         return 2;
     }
-    char mdir[4096];
-    if (ebb__models_dir("rm", dir, config, mdir, sizeof(mdir)))
+    struct ebb_config cfg;
+    struct ebb_diag d = {{0}};
+    bool have_cfg =
+        ebb_config_init(&cfg) == EBB_OK && ebb_config_build(&cfg, config, NULL, 0, &d) == EBB_OK;
+    if (!have_cfg && !dir) {
+        fprintf(stderr, "ebb rm: %s\n", d.msg[0] ? d.msg : "out of memory");
+        ebb_config_fini(&cfg);
         return 1;
+    }
+    const char *mdir = dir ? dir : cfg.models_dir;
+    /* The daemon of the configuration serves its models_dir: told only about models of that. */
+    bool tell = have_cfg && (!dir || same_dir(dir, cfg.models_dir));
+    if (tell)
+        ebb__ask_address(&cfg, &dm.host, &dm.port, &dm.key);
+    /* A daemon that closes while the request is written must give an error, not a SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     int ret = 0;
     for (int i = optind; i < argc; i++)
-        ret |= rm_one(mdir, argv[i]);
+        ret |= rm_one(mdir, argv[i], tell ? &dm : NULL, have_cfg ? &cfg : NULL);
+    ebb_config_fini(&cfg);
     return ret;
 }

@@ -4,16 +4,13 @@
 #include "cmds.h"
 
 #include <getopt.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
+#include "daemon/ask.h"
 #include "daemon/config.h"
 
 static void usage(FILE *f)
@@ -26,67 +23,6 @@ static void usage(FILE *f)
                "and key default to the configuration's, as ebb serve reads it (a host of 0.0.0.0\n"
                "or :: is asked on the loopback address).\n"
                "exit status: 0 success, 1 no daemon answered or it refused, 2 usage error\n");
-}
-
-/* GET path from host:port; the body (malloc'd) and the status. NULL when nothing answered. */
-static char *http_get(const char *host, unsigned port, const char *path, const char *key,
-                      int *status)
-{
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%u", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    if (getaddrinfo(host, ps, &hints, &ai))
-        return NULL;
-    int fd = -1;
-    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
-        fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
-        if (fd < 0)
-            continue;
-        struct timeval tv = {.tv_sec = 10};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        if (connect(fd, p->ai_addr, p->ai_addrlen)) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd < 0)
-        return NULL;
-    char req[1024];
-    int n =
-        snprintf(req, sizeof(req),
-                 "GET %s HTTP/1.1\r\nHost: localhost:%u\r\nConnection: close\r\n%s%s%s\r\n", path,
-                 port, key ? "Authorization: Bearer " : "", key ? key : "", key ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= sizeof(req) || write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return NULL;
-    }
-    size_t len = 0, cap = 1 << 16;
-    char *buf = malloc(cap + 1);
-    for (ssize_t k; buf && (k = read(fd, buf + len, cap - len)) > 0;) {
-        len += (size_t)k;
-        if (len == cap) {
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    close(fd);
-    if (!buf)
-        return NULL;
-    buf[len] = 0;
-    char *body = strstr(buf, "\r\n\r\n");
-    if (sscanf(buf, "HTTP/1.%*d %d", status) != 1 || !body) {
-        free(buf);
-        return NULL;
-    }
-    memmove(buf, body + 4, strlen(body + 4) + 1);
-    return buf;
 }
 
 /* The devices of a model's replicas, "cl:0:0,cl:0:1" (the daemon's device when one). */
@@ -184,15 +120,10 @@ int ebb_cmd_ps(int argc, char **argv)
         fprintf(stderr, "ebb ps: %s\n", d.msg[0] ? d.msg : "out of memory");
         goto out;
     }
-    if (!host)
-        host = !strcmp(cfg.host, "0.0.0.0") ? "127.0.0.1"
-               : !strcmp(cfg.host, "::")    ? "::1"
-                                            : cfg.host;
-    unsigned p = port ? (unsigned)strtoul(port, NULL, 10) : cfg.port;
-    if (!key && cfg.api_keys.n)
-        key = cfg.api_keys.items[0];
+    unsigned p = port ? (unsigned)strtoul(port, NULL, 10) : 0;
+    ebb__ask_address(&cfg, &host, &p, &key);
     int status = 0;
-    body = http_get(host, p, "/models/status", key, &status);
+    body = ebb__ask(host, p, "GET", "/models/status", key, NULL, 10, &status);
     if (!body) {
         fprintf(stderr, "ebb ps: no ebb serve answered on %s port %u\n", host, p);
         goto out;

@@ -64,7 +64,8 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Adds the .gguf files of dir (one level; a split model's later parts are left out). */
+/* Adds the .gguf files of dir (one level; a split model's later parts are left out, and so is
+ * a name that does not lead to a file, such as a link whose target was removed). */
 static ebb_err add_dir(struct ebb__serve_catalogue *cat, const char *dir, struct ebb_diag *diag)
 {
     DIR *d = opendir(dir);
@@ -86,7 +87,9 @@ static ebb_err add_dir(struct ebb__serve_catalogue *cat, const char *dir, struct
     qsort(names, k, sizeof(names[0]), cmp_name);
     for (size_t i = 0; i < k; i++) {
         char path[PATH_MAX];
-        if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]) < (int)sizeof(path))
+        struct stat st;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]) < (int)sizeof(path) &&
+            stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
             entry_for(cat, path);
         free(names[i]);
     }
@@ -95,7 +98,7 @@ static ebb_err add_dir(struct ebb__serve_catalogue *cat, const char *dir, struct
 
 /* A -m value or a section's path: as is with a '/', else under models_dir (".gguf" added when
  * that exists and the bare name does not). */
-static void resolve(const struct ebb_config *c, const char *v, char *out, size_t n)
+void ebb__serve_resolve(const struct ebb_config *c, const char *v, char *out, size_t n)
 {
     struct stat st;
     if (strchr(v, '/') || stat(v, &st) == 0) {
@@ -111,30 +114,64 @@ static void resolve(const struct ebb_config *c, const char *v, char *out, size_t
     }
 }
 
-ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const *paths,
-                                   size_t n_paths, struct ebb__serve_catalogue *cat,
+/* Drops entry i of cat. */
+static void drop(struct ebb__serve_catalogue *cat, size_t i)
+{
+    memmove(&cat->e[i], &cat->e[i + 1], (cat->n - i - 1) * sizeof(cat->e[0]));
+    cat->n--;
+}
+
+/* Lenient: of two entries with one id, the one a section names stays (else the first). */
+static ebb_err check_ids(struct ebb__serve_catalogue *cat, bool lenient, struct ebb_diag *diag)
+{
+    for (size_t i = 0; i < cat->n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(cat->e[i].id, cat->e[j].id))
+                continue;
+            if (!lenient)
+                return ebb_diag_set(diag, EBB_EINVAL,
+                                    "two models are named '%s' (%s and %s): name one with a "
+                                    "[model.NAME] section",
+                                    cat->e[i].id, cat->e[j].path, cat->e[i].path);
+            drop(cat, cat->e[i].named && !cat->e[j].named ? j : i);
+            i--;
+            break;
+        }
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const struct ebb__serve_sources *src,
+                                   unsigned flags, struct ebb__serve_catalogue *cat,
                                    struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
+    bool lenient = flags & EBB__CAT_RESCAN, wait = flags & (EBB__CAT_WAIT | EBB__CAT_RESCAN);
     memset(cat, 0, sizeof(*cat));
     double ka = -1;
     ebb_config_keep_alive(c->keep_alive, &ka);
-    for (size_t i = 0; i < n_paths; i++) {
+    for (size_t i = 0; i < src->n_paths + src->n_extra; i++) {
+        const char *v = i < src->n_paths ? src->paths[i] : src->extra[i - src->n_paths];
         char p[PATH_MAX];
         struct stat st;
-        resolve(c, paths[i], p, sizeof(p));
-        if (stat(p, &st) != 0)
+        ebb__serve_resolve(c, v, p, sizeof(p));
+        if (stat(p, &st) != 0) {
+            if (lenient)
+                continue;
             return ebb_diag_set(diag, EBB_ENOENT, "cannot open model '%s': %s", p, strerror(errno));
+        }
         if (S_ISDIR(st.st_mode))
             rc = add_dir(cat, p, diag);
         else if (!entry_for(cat, p))
             rc = ebb_diag_set(diag, EBB_ERANGE, "more than %d models", EBB__SERVE_MAX_MODELS);
+        if (rc && lenient && rc != EBB_ERANGE)
+            rc = EBB_OK;
         if (rc)
             return rc;
     }
-    if (!n_paths) {
+    if (!src->n_paths) {
         struct stat st;
-        if (stat(c->models_dir, &st) == 0 && (rc = add_dir(cat, c->models_dir, diag)))
+        if (stat(c->models_dir, &st) == 0 && (rc = add_dir(cat, c->models_dir, diag)) && !lenient)
             return rc;
     }
     for (size_t i = 0; i < cat->n; i++) {
@@ -143,37 +180,35 @@ ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const
         cat->e[i].parallel = c->parallel;
     }
     /* [model.NAME]: a section whose path is already listed renames and configures that entry;
-     * another adds one. */
+     * another adds one. Lenient, a section whose file is not there (yet) waits for it. */
     for (size_t i = 0; i < c->n_models; i++) {
         const struct ebb_config_model *m = &c->models[i];
         char p[PATH_MAX];
         struct stat st;
-        resolve(c, m->path ? m->path : m->name, p, sizeof(p));
-        if (stat(p, &st) != 0 || S_ISDIR(st.st_mode))
+        ebb__serve_resolve(c, m->path ? m->path : m->name, p, sizeof(p));
+        int e = stat(p, &st) != 0 ? errno : 0;
+        if (wait && (e || S_ISDIR(st.st_mode)))
+            continue;
+        if (e || S_ISDIR(st.st_mode))
             return ebb_diag_set(diag, EBB_ENOENT,
                                 "[model.%s] (line %d): cannot open model file '%s'%s%s", m->name,
-                                m->line, p, errno && !S_ISDIR(st.st_mode) ? ": " : "",
-                                S_ISDIR(st.st_mode) ? " (a directory)" : strerror(errno));
-        struct ebb__serve_entry *e = entry_for(cat, p);
-        if (!e)
+                                m->line, p, e ? ": " : "", e ? strerror(e) : " (a directory)");
+        struct ebb__serve_entry *en = entry_for(cat, p);
+        if (!en)
             return ebb_diag_set(diag, EBB_ERANGE, "more than %d models", EBB__SERVE_MAX_MODELS);
-        snprintf(e->id, sizeof(e->id), "%s", m->name);
-        e->pin = m->pin;
-        e->chat_template = m->chat_template;
-        e->keep_alive = ka;
+        snprintf(en->id, sizeof(en->id), "%s", m->name);
+        en->named = true;
+        en->pin = m->pin;
+        en->chat_template = m->chat_template;
+        en->keep_alive = ka;
         if (m->keep_alive)
-            ebb_config_keep_alive(m->keep_alive, &e->keep_alive);
-        e->ctx = m->ctx ? m->ctx : c->ctx;
-        e->parallel = m->parallel ? m->parallel : c->parallel;
+            ebb_config_keep_alive(m->keep_alive, &en->keep_alive);
+        en->ctx = m->ctx ? m->ctx : c->ctx;
+        en->parallel = m->parallel ? m->parallel : c->parallel;
     }
-    for (size_t i = 0; i < cat->n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(cat->e[i].id, cat->e[j].id))
-                return ebb_diag_set(diag, EBB_EINVAL,
-                                    "two models are named '%s' (%s and %s): name one with a "
-                                    "[model.NAME] section",
-                                    cat->e[i].id, cat->e[j].path, cat->e[i].path);
-    if (!cat->n) {
+    if ((rc = check_ids(cat, lenient, diag)))
+        return rc;
+    if (!cat->n && !lenient) {
         char have[1024];
         ebb__serve_models_in(c->models_dir, have, sizeof(have));
         return ebb_diag_set(diag, EBB_ENOENT,
@@ -214,7 +249,8 @@ ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, 
     struct ebb__serve_catalogue *cat = calloc(1, sizeof(*cat));
     if (!cat)
         return ebb_diag_set(diag, EBB_ENOMEM, "out of memory");
-    ebb_err rc = ebb__serve_catalogue_build(c, NULL, 0, cat, diag);
+    struct ebb__serve_sources none = {0};
+    ebb_err rc = ebb__serve_catalogue_build(c, &none, EBB__CAT_RESCAN, cat, diag);
     const struct ebb__serve_entry *hit = NULL;
     size_t len = strlen(name), n_hits = 0;
     for (size_t i = 0; !rc && i < cat->n && !hit; i++)
@@ -245,4 +281,156 @@ ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, 
     }
     free(cat);
     return rc;
+}
+
+/* ---- following the sources while serving --------------------------------------------------- */
+
+struct ebb__serve_follow {
+    const struct ebb_config *cfg; /* the one the catalogue was built from (settings: a restart) */
+    char **paths;                 /* (n_paths) copies of the -m values; none: models_dir */
+    size_t n_paths;
+    char **extra; /* (n_extra) files added while serving (/api/pull) */
+    size_t n_extra;
+    bool dirs;      /* a directory is among the sources: its files are followed */
+    uint64_t stamp; /* of the sources when last scanned */
+    struct ebb_sched_params tmpl;
+    struct ebb__serve_catalogue cat; /* the last scan's, which the API copies */
+};
+
+static struct ebb__serve_sources sources_of(const struct ebb__serve_follow *f)
+{
+    return (struct ebb__serve_sources){.paths = (const char *const *)f->paths,
+                                       .n_paths = f->n_paths,
+                                       .extra = (const char *const *)f->extra,
+                                       .n_extra = f->n_extra};
+}
+
+/* FNV-1a over n bytes, continuing from h. */
+static uint64_t mix(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* path's identity and change time into h (a directory's changes when a file is added, removed
+ * or renamed in it), or that it is not there. */
+static uint64_t mix_stat(uint64_t h, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st))
+        return mix(h, "-", 1);
+    uint64_t v[4] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_mtim.tv_sec,
+                     (uint64_t)st.st_mtim.tv_nsec};
+    return mix(h, v, sizeof(v));
+}
+
+/* One stat per source directory or file and per section's file: what a scan would find differs
+ * from the last one only if this does. */
+static uint64_t stamp(const struct ebb__serve_follow *f)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    char p[PATH_MAX];
+    for (size_t i = 0; i < f->n_paths + f->n_extra; i++) {
+        ebb__serve_resolve(f->cfg, i < f->n_paths ? f->paths[i] : f->extra[i - f->n_paths], p,
+                           sizeof(p));
+        h = mix_stat(h, p);
+    }
+    if (!f->n_paths)
+        h = mix_stat(h, f->cfg->models_dir);
+    for (size_t i = 0; i < f->cfg->n_models; i++) {
+        const struct ebb_config_model *m = &f->cfg->models[i];
+        ebb__serve_resolve(f->cfg, m->path ? m->path : m->name, p, sizeof(p));
+        h = mix(mix_stat(h, p), p, strlen(p));
+    }
+    return h;
+}
+
+static bool push(char ***v, size_t *n, const char *s)
+{
+    char **nv = realloc(*v, (*n + 1) * sizeof(*nv));
+    if (!nv)
+        return false;
+    *v = nv;
+    if (!(nv[*n] = strdup(s)))
+        return false;
+    (*n)++;
+    return true;
+}
+
+struct ebb__serve_follow *ebb__serve_follow_new(const struct ebb_config *c,
+                                                const struct ebb__serve_sources *src)
+{
+    struct ebb__serve_follow *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    f->cfg = c;
+    f->dirs = !src->n_paths;
+    for (size_t i = 0; i < src->n_paths; i++) {
+        char p[PATH_MAX];
+        struct stat st;
+        if (!push(&f->paths, &f->n_paths, src->paths[i])) {
+            ebb__serve_follow_free(f);
+            return NULL;
+        }
+        ebb__serve_resolve(c, src->paths[i], p, sizeof(p));
+        f->dirs |= stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    }
+    f->stamp = stamp(f);
+    return f;
+}
+
+void ebb__serve_follow_free(struct ebb__serve_follow *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n_paths; i++)
+        free(f->paths[i]);
+    for (size_t i = 0; i < f->n_extra; i++)
+        free(f->extra[i]);
+    free(f->paths);
+    free(f->extra);
+    free(f);
+}
+
+bool ebb__serve_follow_dirs(const struct ebb__serve_follow *f)
+{
+    return f->dirs;
+}
+
+const struct ebb_config *ebb__serve_follow_config(const struct ebb__serve_follow *f)
+{
+    return f->cfg;
+}
+
+void ebb__serve_follow_template(struct ebb__serve_follow *f, const struct ebb_sched_params *tmpl)
+{
+    f->tmpl = *tmpl;
+}
+
+int ebb__serve_follow_scan(struct ebb__serve_follow *f, const char *also,
+                           const struct ebb_api_model **models, size_t *n)
+{
+    if (also) {
+        bool have = false;
+        for (size_t i = 0; i < f->n_extra; i++)
+            have |= !strcmp(f->extra[i], also);
+        if (!have && !push(&f->extra, &f->n_extra, also))
+            return -1;
+    } else if (!f->dirs) {
+        return 0; /* a fixed list: only what /api/pull adds changes it */
+    }
+    uint64_t st = stamp(f);
+    if (!also && st == f->stamp)
+        return 0;
+    f->stamp = st;
+    struct ebb_diag d = {{0}};
+    struct ebb__serve_sources src = sources_of(f);
+    if (ebb__serve_catalogue_build(f->cfg, &src, EBB__CAT_RESCAN, &f->cat, &d))
+        return -1;
+    ebb__serve_catalogue_api(f->cfg, &f->cat, &f->tmpl);
+    *models = f->cat.api;
+    *n = f->cat.n;
+    return 1;
 }

@@ -91,6 +91,7 @@ struct ebb__serve_entry {
     char id[256];
     char path[PATH_MAX];
     const char *chat_template; /* the config's, or NULL */
+    bool named;                /* a [model.NAME] section names it */
     bool pin;
     double keep_alive;
     uint32_t ctx, parallel;
@@ -102,13 +103,31 @@ struct ebb__serve_catalogue {
     struct ebb_api_model api[EBB__SERVE_MAX_MODELS]; /* ebb__serve_catalogue_api's */
 };
 
-/* The models to serve: the files and directories named by paths (several -m; a name without
- * '/' is looked up under models_dir), or every .gguf under models_dir when there are none; then
- * c's [model.NAME] sections. EBB_ENOENT (diag says which) for a path that is not there or an
- * empty catalogue, EBB_EINVAL for two models with one id. */
-ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const char *const *paths,
-                                   size_t n_paths, struct ebb__serve_catalogue *cat,
+/* What a catalogue is built from: the -m values (files or directories; a name without '/' is
+ * looked up under models_dir), none meaning every .gguf under models_dir, and files added while
+ * serving (/api/pull's). */
+struct ebb__serve_sources {
+    const char *const *paths;
+    size_t n_paths;
+    const char *const *extra;
+    size_t n_extra;
+};
+
+/* ebb__serve_catalogue_build's flags. WAIT: a [model.NAME] section whose file is not there
+ * (yet) is left out instead of failing (a catalogue that follows its directory). RESCAN: WAIT,
+ * and a source that is gone is left out, of two models with one id the one a section names
+ * stays (else the first), and an empty catalogue is no error. */
+enum { EBB__CAT_WAIT = 1, EBB__CAT_RESCAN = 2 };
+
+/* The models to serve: src's files and directories, then c's [model.NAME] sections.
+ * EBB_ENOENT (diag says which) for a path that is not there or an empty catalogue, EBB_EINVAL
+ * for two models with one id, each unless flags say otherwise. */
+ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const struct ebb__serve_sources *src,
+                                   unsigned flags, struct ebb__serve_catalogue *cat,
                                    struct ebb_diag *diag);
+/* A -m value or a section's path as a file: as is with a '/', else under models_dir (".gguf"
+ * added when that exists and the bare name does not). */
+void ebb__serve_resolve(const struct ebb_config *c, const char *v, char *out, size_t n);
 /* The file of the catalogue's model name (its id exactly, ignoring case, or a unique prefix) as
  * c describes the catalogue (models_dir and [model.NAME] sections), for `ebb run NAME`.
  * EBB_ENOENT (diag lists the names) when none matches, EBB_EINVAL when several start so. */
@@ -118,5 +137,29 @@ ebb_err ebb__serve_catalogue_find(const struct ebb_config *c, const char *name, 
  * (the strings stay cat's and c's: c must outlive the API's start). */
 void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_catalogue *cat,
                               const struct ebb_sched_params *tmpl);
+
+/* ---- the catalogue following its sources while serving (serve-catalogue.c) ---------------- */
+
+/* The sources of a catalogue, watched: a directory among them (models_dir when there are no -m
+ * values) is read again when it changed, and so are the sections' files. Loop thread. */
+struct ebb__serve_follow;
+
+/* Copies src's paths; c must stay until ebb__serve_follow_free (a reload keeps the old one:
+ * the models' settings change with a restart). NULL when out of memory. */
+struct ebb__serve_follow *ebb__serve_follow_new(const struct ebb_config *c,
+                                                const struct ebb__serve_sources *src);
+void ebb__serve_follow_free(struct ebb__serve_follow *f);
+/* True when a directory is among the sources (otherwise the list is fixed). */
+bool ebb__serve_follow_dirs(const struct ebb__serve_follow *f);
+/* The configuration f builds with. */
+const struct ebb_config *ebb__serve_follow_config(const struct ebb__serve_follow *f);
+/* The scheduler settings the catalogue's models start from (ebb__serve_catalogue_api's tmpl). */
+void ebb__serve_follow_template(struct ebb__serve_follow *f, const struct ebb_sched_params *tmpl);
+/* The API's catalogue_scan (api/api.h): 1 with *models (n) the catalogue as the sources hold
+ * it now when they changed since the last scan (one stat per directory and section file tells)
+ * or also (a file to serve from now on) is given; 0 when unchanged or the list is fixed; -1
+ * when out of memory. *models stays valid until the next call. */
+int ebb__serve_follow_scan(struct ebb__serve_follow *f, const char *also,
+                           const struct ebb_api_model **models, size_t *n);
 
 #endif

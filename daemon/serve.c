@@ -54,6 +54,10 @@ struct serve {
     /* several models: the API loads and unloads them (no engine of the daemon's own) */
     bool catalogue;
     struct ebb__serve_catalogue *cat;
+    /* its sources, read again as they change; cat_cfg: the configuration it was built from
+     * once a reload replaced cfg (the models' settings change with a restart) */
+    struct ebb__serve_follow *follow;
+    struct ebb_config *cat_cfg;
 };
 
 static const char *template_of(const struct ebb_config *c)
@@ -300,8 +304,12 @@ static void on_sighup(uv_signal_t *h, int signum)
     if (s->catalogue && (diff & EBB_CONFIG_CHANGE_MODEL))
         ebb_log_warn("serve", "reload: the models and their settings apply after a restart");
     ebb_log_info("serve", "configuration reloaded");
-    ebb_config_fini(s->cfg);
-    free(s->cfg);
+    if (s->follow && ebb__serve_follow_config(s->follow) == s->cfg) {
+        s->cat_cfg = s->cfg;
+    } else {
+        ebb_config_fini(s->cfg);
+        free(s->cfg);
+    }
     s->cfg = next;
     if (load && !s->stopping && reload_model(s))
         return; /* READY=1 comes once the new model serves, or the load failed */
@@ -408,12 +416,21 @@ static int configure(struct serve *s, const struct ebb__serve_opts *o, struct eb
     bool none = ebb_config_model_path(cfg, path, cap) != EBB_OK;
     bool dir = !none && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     if (none || dir || o->n_models > 1) {
-        if (!(s->cat = calloc(1, sizeof(*s->cat))))
-            return 1;
         const char *one[1] = {path};
-        const char *const *paths = o->n_models > 1 ? o->models : dir ? one : NULL;
-        size_t n = o->n_models > 1 ? o->n_models : dir ? 1 : 0;
-        if (ebb__serve_catalogue_build(cfg, paths, n, s->cat, &d)) {
+        struct ebb__serve_sources src = {
+            .paths = o->n_models > 1 ? o->models
+                     : dir           ? one
+                                     : NULL,
+            .n_paths = o->n_models > 1 ? o->n_models
+                       : dir           ? 1
+                                       : 0,
+        };
+        if (!(s->cat = calloc(1, sizeof(*s->cat))) ||
+            !(s->follow = ebb__serve_follow_new(cfg, &src)))
+            return 1;
+        /* A catalogue that follows a directory serves a section's file once it appears. */
+        unsigned flags = ebb__serve_follow_dirs(s->follow) ? EBB__CAT_WAIT : 0;
+        if (ebb__serve_catalogue_build(cfg, &src, flags, s->cat, &d)) {
             fprintf(stderr, "ebb serve: %s\n", d.msg);
             return none ? 2 : 1;
         }
@@ -447,6 +464,37 @@ static void describe_devices(const struct serve *s, char *buf, size_t n)
         snprintf(buf, n, "%s", cfg);
     else if (w < n && strcmp(cfg, buf))
         snprintf(buf + w, n - w, " (%s)", cfg);
+}
+
+/* The API's catalogue_scan: the catalogue as its sources hold it now. */
+static int scan_catalogue(void *ud, const char *also, const struct ebb_api_model **models,
+                          size_t *n)
+{
+    struct serve *s = ud;
+    return ebb__serve_follow_scan(s->follow, also, models, n);
+}
+
+/* The catalogue at start, and the sections whose file is not there yet. */
+static void log_catalogue(const struct serve *s)
+{
+    const struct ebb_config *cfg = s->cfg;
+    for (size_t i = 0; i < s->cat->n; i++)
+        ebb_log_info("serve", "model %s: %s%s", s->cat->e[i].id, s->cat->e[i].path,
+                     s->cat->e[i].pin ? " (pinned)" : "");
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const struct ebb_config_model *m = &cfg->models[i];
+        bool have = false;
+        for (size_t k = 0; k < s->cat->n && !have; k++)
+            have = !strcmp(s->cat->e[k].id, m->name);
+        char p[PATH_MAX];
+        ebb__serve_resolve(cfg, m->path ? m->path : m->name, p, sizeof(p));
+        if (!have)
+            ebb_log_warn("serve", "[model.%s]: %s is not there yet; served once it appears",
+                         m->name, p);
+    }
+    if (ebb__serve_follow_dirs(s->follow))
+        ebb_log_info("serve", "the catalogue follows its directory: files added or removed "
+                              "there are served or dropped as they come and go");
 }
 
 /* The loop and the HTTP API on the inherited socket (socket activation) or a bound one, then
@@ -491,6 +539,8 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
             .before_open = warm_before_open,
         };
         ebb__serve_catalogue_api(cfg, s->cat, &sp);
+        ebb__serve_follow_template(s->follow, &sp);
+        ac.catalogue_scan = scan_catalogue;
         ac.models = s->cat->api;
         ac.n_models = s->cat->n;
         ac.models_budget = cfg->models_budget;
@@ -518,9 +568,7 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
                      where, s->cat->n, cfg->keep_alive,
                      (unsigned long long)(cfg->models_budget >> 20), s->n_dev ? " per device" : "",
                      devices);
-        for (size_t i = 0; i < s->cat->n; i++)
-            ebb_log_info("serve", "model %s: %s%s", s->cat->e[i].id, s->cat->e[i].path,
-                         s->cat->e[i].pin ? " (pinned)" : "");
+        log_catalogue(s);
         ebb_notify_ready("serving several models");
         return true;
     }
@@ -640,6 +688,10 @@ static void serve_free(struct serve *s)
     }
     ebb_config_fini(s->cfg);
     free(s->cfg);
+    if (s->cat_cfg)
+        ebb_config_fini(s->cat_cfg);
+    free(s->cat_cfg);
+    ebb__serve_follow_free(s->follow);
     free(s->cat);
     free(s);
 }

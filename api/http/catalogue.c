@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "base/duration.h"
 #include "base/log.h"
@@ -116,6 +117,22 @@ static ebb_err served_bind(struct ebb__served *sv, const struct ebb_sched_params
     return EBB_OK;
 }
 
+/* A catalogue model from its settings (strings copied); NULL when out of memory. */
+static struct ebb__served *served_from(struct ebb_api *a, const struct ebb_api_model *m)
+{
+    struct ebb__served *sv = served_new(a, m->id, m->chat_template);
+    if (!sv)
+        return NULL;
+    sv->owned = true;
+    sv->pin = m->pin;
+    sv->keep_alive = sv->keep_alive_cfg = m->keep_alive;
+    if (served_bind(sv, &m->sp, m->sp.model.path, m->sp.model.device)) {
+        served_free(sv);
+        return NULL;
+    }
+    return sv;
+}
+
 ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
 {
     if (cfg->n_devices > EBB__MAX_REPLICAS)
@@ -141,21 +158,121 @@ ebb_err ebb__catalogue_init(struct ebb_api *a, const struct ebb_api_config *cfg)
     }
     if (cfg->chat_template && !(a->added_template = dupstr(cfg->chat_template)))
         return EBB_ENOMEM;
+    a->scan = cfg->catalogue_scan;
+    a->scan_ud = cfg->ud;
     for (size_t i = 0; i < cfg->n_models; i++) {
-        const struct ebb_api_model *m = &cfg->models[i];
-        struct ebb__served *sv = served_new(a, m->id, m->chat_template);
+        struct ebb__served *sv = served_from(a, &cfg->models[i]);
         if (!sv)
             return EBB_ENOMEM;
         a->models[a->n_models++] = sv;
-        sv->owned = true;
-        sv->pin = m->pin;
-        sv->keep_alive = sv->keep_alive_cfg = m->keep_alive;
-        if (served_bind(sv, &m->sp, m->sp.model.path, m->sp.model.device))
-            return EBB_ENOMEM;
     }
     qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
     a->def = a->models[0];
     return EBB_OK;
+}
+
+/* ---- following the source ------------------------------------------------------------------ */
+
+/* Drops sv from the listings and names; a loaded one unloads once its requests are done. */
+static void served_gone(struct ebb__served *sv)
+{
+    sv->gone = true;
+    bool busy = sv->sched && (sv->n_live || !sv->load_seen);
+    ebb_log(EBB_LOG_INFO, "http", "%s: %s is gone: no longer served%s", sv->id, sv->path,
+            busy        ? "; unloaded once its requests in flight are done"
+            : sv->sched ? "; unloading it"
+                        : "");
+    if (sv->sched)
+        ebb__served_unload(sv, "its file is gone");
+}
+
+static struct ebb__served *live_with_path(struct ebb_api *a, const char *path)
+{
+    for (size_t i = 0; i < a->n_models; i++)
+        if (!a->models[i]->gone && a->models[i]->path && !strcmp(a->models[i]->path, path))
+            return a->models[i];
+    return NULL;
+}
+
+/* Asks the source (also: a file to serve from now on, or NULL) and applies what changed. */
+static void follow_sync(struct ebb_api *a, const char *also)
+{
+    const struct ebb_api_model *ms = NULL;
+    size_t n = 0;
+    if (!a->catalogue || !a->scan || a->stopping)
+        return;
+    int k = a->scan(a->scan_ud, also, &ms, &n);
+    if (k < 0)
+        ebb_log(EBB_LOG_WARN, "http", "cannot read the catalogue's source again (out of memory)");
+    if (k <= 0)
+        return;
+    for (size_t i = 0; i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        bool have = false;
+        for (size_t j = 0; j < n && !have && !sv->gone; j++)
+            have = !strcmp(ms[j].sp.model.path, sv->path);
+        if (!have && !sv->gone)
+            served_gone(sv);
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (live_with_path(a, ms[j].sp.model.path))
+            continue;
+        bool taken = false;
+        for (size_t i = 0; i < a->n_models && !taken; i++)
+            taken = !a->models[i]->gone && !strcmp(a->models[i]->id, ms[j].id);
+        if (taken) {
+            ebb_log(EBB_LOG_WARN, "http", "%s: another model is named '%s'; not served",
+                    ms[j].sp.model.path, ms[j].id);
+            continue;
+        }
+        struct ebb__served **nm = realloc(a->models, (a->n_models + 1) * sizeof(*nm));
+        if (!nm)
+            return;
+        a->models = nm;
+        struct ebb__served *sv = served_from(a, &ms[j]);
+        if (!sv)
+            return;
+        a->models[a->n_models++] = sv;
+        ebb_log(EBB_LOG_INFO, "http", "%s: %s appeared: served from now on", sv->id, sv->path);
+    }
+    qsort(a->models, a->n_models, sizeof(a->models[0]), cmp_served);
+    for (size_t i = 0; a->def->gone && i < a->n_models; i++)
+        if (!a->models[i]->gone)
+            a->def = a->models[i];
+}
+
+void ebb__catalogue_refresh(struct ebb_api *a)
+{
+    follow_sync(a, NULL);
+}
+
+/* The tick's share, once a second: the source asked, the facts of a file that was still being
+ * copied read again once its size moved, and the models gone, unloaded and unused freed. */
+static void follow_tick(struct ebb_api *a, double now)
+{
+    if (!a->scan || now - a->t_scan < 1.0)
+        return;
+    a->t_scan = now;
+    follow_sync(a, NULL);
+    for (size_t i = 0; i < a->n_models; i++) {
+        struct ebb__served *sv = a->models[i];
+        struct stat st;
+        if (!sv->gone && !sv->file_size && !sv->sched && stat(sv->path, &st) == 0 &&
+            (uint64_t)st.st_size != sv->facts_size) {
+            read_facts(sv);
+            sv->facts_size = sv->file_size ? 0 : (uint64_t)st.st_size;
+        }
+    }
+    for (size_t i = 0; i < a->n_models;) {
+        struct ebb__served *sv = a->models[i];
+        if (!sv->gone || sv->sched || sv->n_live || sv->n_refs || sv == a->def) {
+            i++;
+            continue;
+        }
+        memmove(&a->models[i], &a->models[i + 1], (a->n_models - i - 1) * sizeof(a->models[0]));
+        a->n_models--;
+        served_free(sv);
+    }
 }
 
 ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added)
@@ -169,11 +286,18 @@ ebb_err ebb__catalogue_add(struct ebb_api *a, const char *path, bool *added)
     size_t l = strlen(id);
     if (l > 5 && !strcmp(id + l - 5, ".gguf"))
         id[l - 5] = 0;
+    if (a->scan) {
+        /* The source serves it from now on, with the [model.NAME] section naming it if any. */
+        bool had = live_with_path(a, path) != NULL;
+        follow_sync(a, path);
+        *added = !had && live_with_path(a, path) != NULL;
+        return EBB_OK;
+    }
     for (size_t i = 0; i < a->n_models; i++)
-        if (!strcmp(a->models[i]->id, id))
+        if (!a->models[i]->gone && !strcmp(a->models[i]->id, id))
             return EBB_OK;
-    /* The default model's settings (context, parallel slots, device...) as a template: the
-     * context is capped at the new model's trained one when it loads. */
+    /* Without a source: the default model's settings (context, parallel slots, device...) as a
+     * template: the context is capped at the new model's trained one when it loads. */
     const struct ebb__served *t = a->def;
     struct ebb__served **nm = realloc(a->models, (a->n_models + 1) * sizeof(*nm));
     if (!nm)
@@ -225,6 +349,31 @@ static const char *untagged(const char *name, char *buf, size_t n)
     return buf;
 }
 
+bool ebb__served_listed(const struct ebb__served *sv)
+{
+    return !sv->gone;
+}
+
+struct ebb__served *ebb__served_find_gone(struct ebb_api *a, const char *name)
+{
+    struct ebb__served *hit = NULL;
+    for (size_t i = 0; name && i < a->n_models; i++)
+        if (a->models[i]->gone && !strcmp(a->models[i]->id, name) && (!hit || !hit->sched))
+            hit = a->models[i];
+    return hit;
+}
+
+void ebb__served_take(struct ebb__req *r, struct ebb__served *sv)
+{
+    if (r->sv == sv)
+        return;
+    if (r->sv)
+        r->sv->n_refs--;
+    r->sv = sv;
+    if (sv)
+        sv->n_refs++;
+}
+
 struct ebb__served *ebb__served_find(struct ebb_api *a, const char *name, bool *ambiguous)
 {
     char buf[512];
@@ -232,27 +381,27 @@ struct ebb__served *ebb__served_find(struct ebb_api *a, const char *name, bool *
     if (!name)
         return NULL;
     for (size_t i = 0; i < a->n_models; i++)
-        if (!strcmp(a->models[i]->id, name))
+        if (!a->models[i]->gone && !strcmp(a->models[i]->id, name))
             return a->models[i];
     if (!a->catalogue)
         return NULL;
     const char *nm = untagged(name, buf, sizeof(buf));
     struct ebb__served *hit = NULL;
     for (size_t i = 0; i < a->n_models; i++)
-        if (!strcasecmp(a->models[i]->id, nm))
+        if (!a->models[i]->gone && !strcasecmp(a->models[i]->id, nm))
             return a->models[i];
     /* Ollama's "base:tag" for the id base.tag (or base-tag, base_tag). */
     const char *c = strrchr(name, ':');
     for (size_t i = 0; c && nm == name && i < a->n_models; i++) {
         const char *id = a->models[i]->id;
         size_t nb = (size_t)(c - name);
-        if (strlen(id) > nb && !strncasecmp(id, name, nb) && strchr(".-_", id[nb]) &&
-            !strcasecmp(id + nb + 1, c + 1))
+        if (!a->models[i]->gone && strlen(id) > nb && !strncasecmp(id, name, nb) &&
+            strchr(".-_", id[nb]) && !strcasecmp(id + nb + 1, c + 1))
             return a->models[i];
     }
     size_t len = strlen(nm);
     for (size_t i = 0; len && i < a->n_models; i++) {
-        if (strncasecmp(a->models[i]->id, nm, len))
+        if (a->models[i]->gone || strncasecmp(a->models[i]->id, nm, len))
             continue;
         if (hit) {
             *ambiguous = true;
@@ -297,6 +446,8 @@ void ebb__served_unknown(struct ebb__req *r, const char *name, bool ambiguous)
     size_t w = 0, k = 0;
     for (size_t i = 0; i < a->n_models && k < 5; i++) {
         const char *id = a->models[i]->id;
+        if (a->models[i]->gone)
+            continue;
         size_t d = distance(name, id), l = strlen(name);
         bool close = d <= (l / 3 > 2 ? l / 3 : 2) || strncasecmp(id, name, l ? l : 1) == 0 ||
                      (l >= 3 && strstr(id, name));
@@ -361,12 +512,19 @@ bool ebb__served_pick(struct ebb__req *r)
         bool amb;
         struct ebb__served *sv = ebb__served_find(a, name, &amb);
         if (sv) {
-            r->sv = sv;
+            ebb__served_take(r, sv);
             r->sv_named = true;
         } else {
             ebb__served_unknown(r, name, amb);
             ok = false;
         }
+    } else if (a->catalogue && r->sv->gone) {
+        /* No name, and the default model's file is gone with every other one. */
+        ebb__reply_error(r, 404,
+                         "no model is served now: the models directory holds none (GET "
+                         "/v1/models lists them)",
+                         "model", "model_not_found");
+        ok = false;
     }
     json_decref(o);
     return ok;
@@ -650,6 +808,13 @@ bool ebb__served_ready(struct ebb__req *r)
             ebb__reply_error(r, 503, "the model is still loading", NULL, "model_loading");
         return false;
     }
+    if (sv->gone && !loaded(sv)) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "The model '%.200s' does not exist any more (its file is gone)",
+                 sv->id);
+        ebb__reply_error(r, 404, msg, "model", "model_not_found");
+        return false;
+    }
     if (!loaded(sv) && !start_load(r, sv))
         return false;
     /* Counted in flight from now on: once loaded, the model cannot be unloaded (keep_alive 0,
@@ -674,6 +839,7 @@ void ebb__served_release(struct ebb__req *r)
     struct ebb__served *sv = r->sv;
     if (!sv)
         return;
+    sv->n_refs--;
     /* Used: it reached the engine, or (Ollama's "load" requests, with nothing to generate) it
      * was answered from the loaded model. */
     bool used = r->sv_counted || (r->sv_named && r->status == 200 && sv->ready);
@@ -756,6 +922,8 @@ void ebb__catalogue_wake(struct ebb_api *a)
 
 void ebb__catalogue_tick(struct ebb_api *a, double now)
 {
+    if (a->catalogue && !a->stopping)
+        follow_tick(a, now);
     for (size_t i = 0; a->catalogue && i < a->n_models; i++) {
         struct ebb__served *sv = a->models[i];
         if (sv->lent && sv->n_live)
@@ -763,7 +931,7 @@ void ebb__catalogue_tick(struct ebb_api *a, double now)
         if (!sv->owned || !loaded(sv) || !idle(sv))
             continue;
         if (sv->unload_asked)
-            unload(sv, "asked to");
+            unload(sv, sv->gone ? "its file is gone" : "asked to");
         else if (!sv->pin && sv->keep_alive >= 0 && now - sv->last_used >= sv->keep_alive)
             unload(sv, "idle past its keep_alive");
     }

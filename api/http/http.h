@@ -250,6 +250,18 @@ struct ebb__fdpoll;
 
 /* ---- the served models (catalogue.c) ------------------------------------------------------ */
 
+/* Catalogue mode: asks the catalogue's source whether it changed, and if so adds the models
+ * that are new and drops the ones that are gone (api.h, catalogue_scan). Before listing models
+ * and before resolving a request's model name; loop thread. */
+void ebb__catalogue_refresh(struct ebb_api *a);
+/* r's model from now on (a request holds a reference on its model, which keeps a model that
+ * is gone from being freed under it). */
+void ebb__served_take(struct ebb__req *r, struct ebb__served *sv);
+/* True if sv is listed and named (its file is not gone). */
+bool ebb__served_listed(const struct ebb__served *sv);
+/* A model whose file is gone and that is not freed yet (one still loaded first), by its exact
+ * id; NULL if none. */
+struct ebb__served *ebb__served_find_gone(struct ebb_api *a, const char *name);
 /* The model name picks: an exact id; in catalogue mode also the id ignoring case or an Ollama
  * ":latest" tag, or a unique prefix (*ambiguous when several start so). NULL if none. */
 struct ebb__served *ebb__served_find(struct ebb_api *a, const char *name, bool *ambiguous);
@@ -426,6 +438,11 @@ struct ebb__served {
     uint64_t lent;     /* the streamer budget it was shrunk to for another model; 0: none */
     uint64_t n_shrinks, n_regrows;
     bool shrink_tried; /* catalogue.c's shrink_idle: asked this round */
+    /* Its file left the catalogue's source (catalogue_scan): out of the listings and the names,
+     * unloaded once idle, freed once no request points at it (n_refs) and it is not def. */
+    bool gone;
+    size_t n_refs;       /* requests whose sv it is */
+    uint64_t facts_size; /* the file's size when read_facts last failed (a copy under way) */
 };
 
 struct ebb_api {
@@ -463,6 +480,11 @@ struct ebb_api {
     bool catalogue;       /* the API loads and unloads its models (no single -m) */
     char *added_template; /* catalogue mode: the configured chat template (NULL: the GGUF's) of
                            * models added later (ebb__catalogue_add) */
+    /* catalogue mode: the source's scan (api.h's catalogue_scan; NULL: a fixed catalogue), with
+     * scan_ud, and when the tick last asked it */
+    int (*scan)(void *ud, const char *also, const struct ebb_api_model **models, size_t *n);
+    void *scan_ud;
+    double t_scan;
     /* data parallel: the devices every model has a replica on (copies); none: one replica on
      * the configured device */
     char *devices[EBB__MAX_REPLICAS];

@@ -95,7 +95,7 @@ static void tags(struct ebb__req *r, bool ps)
      * mode, the one model once it is loaded). */
     for (size_t i = 0; i < a->n_models; i++) {
         const struct ebb__served *sv = a->models[i];
-        if ((ps || !a->catalogue) ? sv->ready && sv->model : true)
+        if (ebb__served_listed(sv) && ((ps || !a->catalogue) ? sv->ready && sv->model : true))
             json_array_append_new(list, model_entry(sv, ps));
     }
     ebb__reply_json(r, 200, json_pack("{so}", "models", list));

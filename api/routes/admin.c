@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The model o's "model" field names, or NULL after answering r (400 or 404). */
-static struct ebb__served *named(struct ebb__req *r, json_t *o)
+/* The model o's "model" field names, or NULL after answering r (400 or 404). gone_too: also
+ * one whose file is gone while it is still loaded (`ebb rm` tells the daemon so). */
+static struct ebb__served *named(struct ebb__req *r, json_t *o, bool gone_too)
 {
     json_t *m = json_object_get(o, "model");
     if (!json_is_string(m) || !json_string_length(m)) {
@@ -17,6 +18,8 @@ static struct ebb__served *named(struct ebb__req *r, json_t *o)
     }
     bool amb;
     struct ebb__served *sv = ebb__served_find(r->api, json_string_value(m), &amb);
+    if (!sv && gone_too)
+        sv = ebb__served_find_gone(r->api, json_string_value(m));
     if (!sv)
         ebb__served_unknown(r, json_string_value(m), amb);
     return sv;
@@ -28,7 +31,8 @@ void ebb__admin_handle(struct ebb__req *r)
     if (!strcmp(r->path, "/models/status")) {
         json_t *o = json_object(), *d = json_array();
         for (size_t i = 0; i < a->n_models; i++)
-            json_array_append_new(d, ebb__served_json(a->models[i]));
+            if (ebb__served_listed(a->models[i]))
+                json_array_append_new(d, ebb__served_json(a->models[i]));
         json_object_set_new(o, "object", json_string("list"));
         json_object_set_new(o, "catalogue", json_boolean(a->catalogue));
         if (a->budget)
@@ -44,9 +48,9 @@ void ebb__admin_handle(struct ebb__req *r)
         ebb__reply_error(r, 400, "the body must be a JSON object {\"model\": NAME}", NULL, NULL);
         goto out;
     }
-    if (!(sv = named(r, o)))
+    if (!(sv = named(r, o, !load)))
         goto out;
-    r->sv = sv;
+    ebb__served_take(r, sv);
     if (load) {
         double ka = ebb__keep_alive_secs(json_object_get(o, "keep_alive"));
         if (!ebb__served_ready(r))
@@ -64,7 +68,7 @@ void ebb__admin_handle(struct ebb__req *r)
                          "model", "model_pinned");
         goto out;
     }
-    if (sv->pin) {
+    if (sv->pin && !sv->gone) {
         ebb__reply_error(r, 409, "this model is pinned (pin = true); it is never unloaded", "model",
                          "model_pinned");
         goto out;
@@ -73,6 +77,8 @@ void ebb__admin_handle(struct ebb__req *r)
     json_t *res = ebb__served_json(sv);
     /* Busy: it unloads once its requests are done (202); idle: unloaded already (200). */
     json_object_set_new(res, "unloading", json_boolean(!now && sv->unload_asked));
+    if (sv->gone)
+        json_object_set_new(res, "removed", json_true()); /* its file is gone: no longer listed */
     ebb__reply_json(r, now || !sv->unload_asked ? 200 : 202, res);
 out:
     json_decref(o);

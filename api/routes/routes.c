@@ -220,7 +220,7 @@ static void metrics_devices(struct ebb_api *a, struct ebb__abuf *b)
         ebb__abuf_printf(b, "# HELP %s\n", help[m]);
         for (size_t i = 0; i < a->n_models; i++) {
             const struct ebb__served *sv = a->models[i];
-            for (size_t k = 0; k < sv->n_rep; k++) {
+            for (size_t k = 0; ebb__served_listed(sv) && k < sv->n_rep; k++) {
                 const struct ebb__replica *rp = &sv->rep[k];
                 struct ebb_sched_stats st = {0};
                 if (rp->sched)
@@ -290,7 +290,8 @@ static json_t *model_list(struct ebb_api *a)
 {
     json_t *o = json_object(), *d = json_array();
     for (size_t i = 0; i < a->n_models; i++)
-        json_array_append_new(d, model_object(a->models[i]));
+        if (ebb__served_listed(a->models[i]))
+            json_array_append_new(d, model_object(a->models[i]));
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", d);
     return o;
@@ -303,6 +304,8 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
                       "0.5 while it loads.\n# TYPE ebb_catalogue_model_loaded gauge\n");
     for (size_t i = 0; i < a->n_models; i++) {
         const struct ebb__served *sv = a->models[i];
+        if (!ebb__served_listed(sv))
+            continue;
         ebb__abuf_printf(b, "ebb_catalogue_model_loaded{model=\"%s\"} %s\n", sv->id,
                          sv->ready                     ? "1"
                          : sv->sched && !sv->load_seen ? "0.5"
@@ -311,23 +314,27 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_loads_total Loads of the model since start.\n"
                       "# TYPE ebb_catalogue_model_loads_total counter\n");
     for (size_t i = 0; i < a->n_models; i++)
-        ebb__abuf_printf(b, "ebb_catalogue_model_loads_total{model=\"%s\"} %llu\n",
-                         a->models[i]->id, (unsigned long long)a->models[i]->n_loads);
+        if (ebb__served_listed(a->models[i]))
+            ebb__abuf_printf(b, "ebb_catalogue_model_loads_total{model=\"%s\"} %llu\n",
+                             a->models[i]->id, (unsigned long long)a->models[i]->n_loads);
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_unloads_total Unloads of the model since "
                       "start.\n# TYPE ebb_catalogue_model_unloads_total counter\n");
     for (size_t i = 0; i < a->n_models; i++)
-        ebb__abuf_printf(b, "ebb_catalogue_model_unloads_total{model=\"%s\"} %llu\n",
-                         a->models[i]->id, (unsigned long long)a->models[i]->n_unloads);
+        if (ebb__served_listed(a->models[i]))
+            ebb__abuf_printf(b, "ebb_catalogue_model_unloads_total{model=\"%s\"} %llu\n",
+                             a->models[i]->id, (unsigned long long)a->models[i]->n_unloads);
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_in_flight Requests on the model now.\n"
                       "# TYPE ebb_catalogue_model_in_flight gauge\n");
     for (size_t i = 0; i < a->n_models; i++)
-        ebb__abuf_printf(b, "ebb_catalogue_model_in_flight{model=\"%s\"} %zu\n", a->models[i]->id,
-                         a->models[i]->n_live);
+        if (ebb__served_listed(a->models[i]))
+            ebb__abuf_printf(b, "ebb_catalogue_model_in_flight{model=\"%s\"} %zu\n",
+                             a->models[i]->id, a->models[i]->n_live);
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_load_seconds How long its last load took.\n"
                       "# TYPE ebb_catalogue_model_load_seconds gauge\n");
     for (size_t i = 0; i < a->n_models; i++)
-        ebb__abuf_printf(b, "ebb_catalogue_model_load_seconds{model=\"%s\"} %.3f\n",
-                         a->models[i]->id, a->models[i]->load_secs);
+        if (ebb__served_listed(a->models[i]))
+            ebb__abuf_printf(b, "ebb_catalogue_model_load_seconds{model=\"%s\"} %.3f\n",
+                             a->models[i]->id, a->models[i]->load_secs);
     /* Layers of loaded models that stream (under models_budget): an idle model lends memory to
      * another by streaming its top layers. */
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_layers Decoder layers of a loaded model by "
@@ -336,7 +343,8 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     for (size_t i = 0; i < a->n_models; i++) {
         const struct ebb__served *sv = a->models[i];
         struct ebb_model_residency rs;
-        if (!sv->ready || !sv->model || !ebb_model_residency(sv->model, &rs))
+        if (!ebb__served_listed(sv) || !sv->ready || !sv->model ||
+            !ebb_model_residency(sv->model, &rs))
             continue;
         ebb__abuf_printf(b,
                          "ebb_catalogue_model_layers{model=\"%s\",place=\"resident\"} %u\n"
@@ -346,7 +354,7 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_memory_bytes What a loaded model counts against "
                       "models_budget.\n# TYPE ebb_catalogue_model_memory_bytes gauge\n");
     for (size_t i = 0; i < a->n_models; i++)
-        if (a->models[i]->ready)
+        if (ebb__served_listed(a->models[i]) && a->models[i]->ready)
             ebb__abuf_printf(b, "ebb_catalogue_model_memory_bytes{model=\"%s\"} %llu\n",
                              a->models[i]->id, (unsigned long long)ebb__served_used(a->models[i]));
 }
@@ -372,7 +380,9 @@ static void handle_get(struct ebb__req *r)
         /* Catalogue mode: the server is up whatever its models do; each says its state. */
         json_t *o = json_object(), *ms = json_object();
         for (size_t i = 0; i < a->n_models; i++)
-            json_object_set_new(ms, a->models[i]->id, json_string(ebb__served_state(a->models[i])));
+            if (ebb__served_listed(a->models[i]))
+                json_object_set_new(ms, a->models[i]->id,
+                                    json_string(ebb__served_state(a->models[i])));
         json_object_set_new(o, "status", json_string("ok"));
         json_object_set_new(o, "models", ms);
         if (a->def->n_rep > 1)
@@ -597,7 +607,7 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         snprintf(r->method, sizeof(r->method), "%s", method);
         snprintf(r->path, sizeof(r->path), "%s", url);
         r->body.limit = a->max_body;
-        r->sv = a->def;
+        ebb__served_take(r, a->def);
         r->keep_alive = NAN;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -643,6 +653,11 @@ enum MHD_Result ebb__on_access(void *cls, struct MHD_Connection *c, const char *
         ebb__reply_error(r, 413, msg, NULL, "request_too_large");
         return MHD_YES;
     }
+    /* A catalogue that follows its directory is brought up to date before it is listed or a
+     * name is looked up in it (a stat when nothing changed). */
+    if (a->catalogue && !r->sv_picked && r->ep != EBB__EP_HEALTH && r->ep != EBB__EP_METRICS &&
+        strcmp(r->path, "/api/pull"))
+        ebb__catalogue_refresh(a);
     /* /api/pull's model is the one to fetch, not one of the catalogue's. */
     if (a->catalogue && !r->sv_picked && r->ep != EBB__EP_MODELS && r->ep != EBB__EP_HEALTH &&
         r->ep != EBB__EP_METRICS && strcmp(r->path, "/api/pull") && !ebb__served_pick(r))

@@ -493,8 +493,12 @@ def api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb):
     hub.mode["slow.gguf"] = "stall-long"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EBB_", "HF_"))}
     env.update({"EBB_CONFIG": "/dev/null", "HF_ENDPOINT": endpoint, "EBB_MODELS_DIR": mdir})
-    p = subprocess.Popen([ebb, "serve", "--port", "0", "--device", "ref", "--ctx", "64",
-                          "--chat-template", "chatml"], env=env, stdout=subprocess.PIPE,
+    # A section for a file the daemon pulls later: the pulled model takes its settings.
+    conf = os.path.join(work, "served.conf")
+    with open(conf, "w") as f:
+        f.write("[model.tiny3]\npath = tiny3-Q4_0.gguf\nkeep_alive = 7m\nctx = 32\n")
+    p = subprocess.Popen([ebb, "serve", "--config", conf, "--port", "0", "--device", "ref",
+                          "--ctx", "64", "--chat-template", "chatml"], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     out, err = [], []
     for f, sink in ((p.stdout, out), (p.stderr, err)):
@@ -537,6 +541,16 @@ def api_pull_tests(hub, endpoint, work, tiny, tiny_bytes, ebb):
         check(st == 200 and json.loads(body)["model"] == "tiny2-Q8_0", "a completion on the pulled model (%d)" % st)
         st, _, body = post("/api/pull", {"name": "org/served-GGUF:Q4_0", "stream": False})
         check(st == 200 and json.loads(body) == {"status": "success"}, "stream false: one object (%d %s)" % (st, body))
+        with urllib.request.urlopen("http://127.0.0.1:%d/models/status" % port, timeout=30) as r:
+            by = {m["id"]: m for m in json.loads(r.read())["data"]}
+        check("tiny3" in by and "tiny3-Q4_0" not in by and by["tiny3"]["keep_alive"] == 420,
+              "the pulled file is served under its [model.tiny3] section, with its keep_alive: %s"
+              % {k: v.get("keep_alive") for k, v in by.items()})
+        st, _, body = post("/v1/completions", {"model": "tiny3", "prompt": "hello", "max_tokens": 2})
+        check(st == 200, "a completion on it (%d %s)" % (st, body[:200]))
+        with urllib.request.urlopen("http://127.0.0.1:%d/models/status" % port, timeout=30) as r:
+            by = {m["id"]: m for m in json.loads(r.read())["data"]}
+        check(by["tiny3"]["context"] == 32, "with the section's ctx: %s" % by["tiny3"]["context"])
         st, _, body = post("/api/pull", {"model": "llama3.2"})
         check(st == 400 and "hf.co/OWNER/REPO:QUANT" in json.loads(body)["error"], "an ollama library name: 400 saying what to give")
         st, _, body = post("/api/pull", {"model": "org/nothere-GGUF:Q8_0"})
