@@ -19,6 +19,9 @@
  *                      ("qwen2-tiny", "qwen3-tiny": scripts/ref/family-expect.py, run through
  *                      tests/model/test-family.py, which writes the file); the model file is
  *                      the one the data names.
+ *   EBB_TEST_FILTER    runs only the tests whose names match this pattern (cmocka's).
+ *   EBB_TEST_SKIP      NAME,NAME...: leaves those tests out (an entry whose checks another
+ *                      entry on the same model and device already makes).
  *
  * Tolerances, from measurements of the fp32 reference ("ref") against the committed llama.cpp
  * data (24 prompts; see scripts/ref/numpy-llama.py for an independent fp64 numpy forward pass
@@ -832,5 +835,18 @@ int main(void)
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* EBB_TEST_SKIP=NAME,NAME...: leaves those tests out of the run, for an entry whose checks
+     * another entry on the same model and device already makes (tests/unit/meson.build says
+     * which). */
+    struct CMUnitTest run[sizeof(tests) / sizeof(tests[0])];
+    size_t n = 0;
+    const char *skip_list = getenv("EBB_TEST_SKIP");
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        const char *at = skip_list ? strstr(skip_list, tests[i].name) : NULL;
+        size_t len = strlen(tests[i].name);
+        bool listed = at && (at == skip_list || at[-1] == ',') && (!at[len] || at[len] == ',');
+        if (!listed)
+            run[n++] = tests[i];
+    }
+    return _cmocka_run_group_tests("test-model", run, n, setup, teardown);
 }
