@@ -63,15 +63,15 @@ list=
 for f in "tests/fuzz/fuzz-$target.c" $src $base; do
     o=$objs/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')
     if [ ! -f "$o" ] || [ -n "$(cd "$root" && find tests/fuzz api runtime -newer "$o" -name '*.[ch]' | head -1)" ]; then
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2046,SC2086
         (cd "$root" && "$cc" $flags -Iruntime -I. $(pkg-config --cflags jansson libmicrohttpd libuv) \
             -c -o "$o" "$f")
     fi
-    [ "$link" = 1 ] || [ ! "$o" -nt "$exe" ] || link=1
+    [ "$link" = 1 ] || [ -z "$(find "$o" -newer "$exe")" ] || link=1
     list="$list $o"
 done
 if [ "$link" = 1 ]; then
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2046,SC2086
     "$cc" $flags -o "$exe" $list $(pkg-config --libs jansson) -lm -lpthread
 fi
 exec 8>&-
