@@ -47,12 +47,34 @@ esac
 mkdir -p "$out/corpus" "$out/artifacts"
 flags="-g -O1 -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fno-omit-frame-pointer"
 flags="$flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
-if [ ! -x "$out/fuzz-$target" ] || [ -n "$(cd "$root" && find tests/fuzz api runtime -newer "$out/fuzz-$target" -name '*.[ch]' | head -1)" ]; then
-    # shellcheck disable=SC2086
-    (cd "$root" && "$cc" $flags -Iruntime -I. $(pkg-config --cflags jansson libmicrohttpd libuv) \
-        -o "$out/fuzz-$target" "tests/fuzz/fuzz-$target.c" $src $base \
-        $(pkg-config --libs jansson) -lm -lpthread)
+# Each source compiles once into objs/, shared by the targets (the vocabulary's files are in
+# three, Jinja's in two, all the same flags): 25 s of the four targets' compiles here. An
+# object compiles again when any C source or header is newer than it, and a target links again
+# when it is missing or older than one of its objects. One run at a time compiles (scripts/dev
+# runs the fuzz tests on two workers).
+objs=$(dirname "$out")/objs
+mkdir -p "$objs"
+exec 8>"$objs/lock"
+if command -v flock >/dev/null 2>&1; then flock 8; fi
+exe=$out/fuzz-$target
+link=0
+[ -x "$exe" ] || link=1
+list=
+for f in "tests/fuzz/fuzz-$target.c" $src $base; do
+    o=$objs/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')
+    if [ ! -f "$o" ] || [ -n "$(cd "$root" && find tests/fuzz api runtime -newer "$o" -name '*.[ch]' | head -1)" ]; then
+        # shellcheck disable=SC2046,SC2086
+        (cd "$root" && "$cc" $flags -Iruntime -I. $(pkg-config --cflags jansson libmicrohttpd libuv) \
+            -c -o "$o" "$f")
+    fi
+    [ "$link" = 1 ] || [ -z "$(find "$o" -newer "$exe")" ] || link=1
+    list="$list $o"
+done
+if [ "$link" = 1 ]; then
+    # shellcheck disable=SC2046,SC2086
+    "$cc" $flags -o "$exe" $list $(pkg-config --libs jansson) -lm -lpthread
 fi
+exec 8>&-
 
 seeds="$root/tests/fuzz/seeds/$target"
 dict="$root/tests/fuzz/$target.dict"

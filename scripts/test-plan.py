@@ -38,18 +38,31 @@ import sys
 # 2026-11-29 for PoCL's -cl-opt-disable (test-kernels cold 511 -> 159 s user here), and
 # asan:kernels 45 -> 75 for its unoptimized kernels' runs (warm 20 -> 50 s user here).
 # integration 310 -> 330 for test_data_parallel.py (18.7 s user alone here, 2026-11-29).
+# 2026-11-29, by the CPU they saved here (/usr/bin/time user+sys, before -> after): cli/spec
+# 124.6 -> 96.4 (110 -> 85); test-model's prefill_vs_decode without the head on its first 69
+# steps, Gemma 3 on ref 39.3 -> 31.9 and on OpenCL 10.6 -> 7.5 (model-gemma3 136 -> 130,
+# model-gemma3-cl 71 -> 68) and on the CPU device 6.3 -> 3.3 (model-gemma3-cpu 25 -> 22);
+# model-gemma3-long-cl without the two checks model-gemma3-cl makes 121.3 -> 111.3 with both
+# changes (95 -> 87); the families' ref runs under ASan+UBSan, qwen2-tiny 37.0 -> 19.9 and
+# qwen3moe-tiny 50.4 -> 35.7 (the dense families' estimates scaled by the first ratio, the MoE
+# ones by the second), and again for their 8 greedy steps there (qwen2-tiny 19.9 -> 13.0,
+# qwen3moe-tiny 35.7 -> 16.0). The fuzz targets share their objects
+# (scripts/fuzz.sh): the four built cold and run 1 s each 59.0 -> 38.6 s here; fuzz-request,
+# first in the queue, still compiles the shared ones (Jinja's 10.0 s, the vocabulary's 6.5,
+# base's 0.8), the others only their own file: fuzz-jinja 32 -> 22, fuzz-tokenize and
+# fuzz-output 32 -> 25.
 # integration-catalogue (test_catalogue_follow.py): 5.2 s user + 0.4 sys with its daemons,
 # 2026-11-29, counted 10.
 EST = {
-    "kernels": 140, "integration": 330, "cli/cgroup": 40, "cgroup-load": 20, "integration-b": 150, "integration-catalogue": 10, "model-gemma3": 136, "stream-1b": 100, "cli/spec": 110,
-    "model-gemma3-long-cl": 95, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
-    "model-gemma3-cl": 71, "model-gemma3-cl-q8": 71, "model-cl-q8": 73,
+    "kernels": 140, "integration": 330, "cli/cgroup": 40, "cgroup-load": 20, "integration-b": 150, "integration-catalogue": 10, "model-gemma3": 130, "stream-1b": 100, "cli/spec": 85,
+    "model-gemma3-long-cl": 87, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
+    "model-gemma3-cl": 68, "model-gemma3-cl-q8": 71, "model-cl-q8": 73,
     "model-expert-cache-cl": 81, "model-long-smollm2-f16-cl-b512": 68,
     "model-long-smollm2-f16-cl": 64, "model-long-gemma3-q8-cl-b512": 96,
     "model-long-smollm2-q8-cl-b512": 70, "perplexity-kvq8-cl": 20,
     "perplexity-gemma3-kvq8-cl": 20, "model": 52, "model-qwen3moe-tiny-cl-group-mms": 59,
-    "qin": 49, "fuzz-request": 44, "model-batch": 41, "run": 40, "fuzz-jinja": 32,
-    "fuzz-output": 32, "fuzz-tokenize": 32, "model-cl": 32, "cli/stream": 26,
+    "qin": 49, "fuzz-request": 44, "model-batch": 41, "run": 40, "fuzz-jinja": 22,
+    "fuzz-output": 25, "fuzz-tokenize": 25, "model-cl": 32, "cli/stream": 26,
     "model-batch-qwen3-q8": 24, "model-stream": 24, "model-moe-long-cl": 12, "model-qwen2-tiny-cl": 19,
     "perplexity-gemma3-cl": 20, "daemon-notify": 19, "stream-pressure": 14, "alloc-walk": 13,
     "model-hybrid": 12, "model-qwen3moe-tiny-cl-q8": 12, "daemon-sighup-model": 11,
@@ -59,16 +72,16 @@ EST = {
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
     "model-mistral-window-cl": 5, "bench-batch": 4, "cpu-repack": 3, "nginx": 22, "cli/pull": 40,
     # The CPU device (2026-11-29, /usr/bin/time user on 2 loaded cores).
-    "model-cpu": 21, "model-gemma3-cpu": 25, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,
+    "model-cpu": 21, "model-gemma3-cpu": 22, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,
     "device-auto": 4, "model-batch-cpu": 64,
     # The layer split on two PoCL devices (2026-11-29, about 130 s user on 2 loaded cores).
     "cli/split": 135,
     # Under ASan+UBSan (the CI run of 2026-11-28, seconds on one core; model-cl's and the
     # families' as cut down for that pass).
     "asan:kernels": 75, "asan:model-cl": 40, "asan:model-cl-q8": 60, "asan:model-batch": 40,
-    "asan:model-batch-qwen3-q8": 18, "asan:model-batch-qwen3": 6, "asan:model-qwen2-tiny": 45,
-    "asan:model-qwen3-tiny": 42, "asan:model-llama3.1-tiny": 32, "asan:model-qwen3moe-tiny": 25,
-    "asan:model-qwen3moe-tiny-q8": 15, "asan:model-phi3-tiny": 10, "asan:model-phi3.5-tiny": 6,
+    "asan:model-batch-qwen3-q8": 18, "asan:model-batch-qwen3": 6, "asan:model-qwen2-tiny": 16,
+    "asan:model-qwen3-tiny": 15, "asan:model-llama3.1-tiny": 11, "asan:model-qwen3moe-tiny": 8,
+    "asan:model-qwen3moe-tiny-q8": 5, "asan:model-phi3-tiny": 3, "asan:model-phi3.5-tiny": 2,
     "asan:alloc-walk": 10, "asan:stream-model": 8,
     # The CPU device's batch test is in the kernels suite, so the ASan pass runs it too: 213 s
     # there in the fresh-clone run of 2026-11-29 (04:54), where, missing here, it was counted 2 s
