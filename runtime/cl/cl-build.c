@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "gguf/gguf.h"
+
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 const char *const ebb__cl_wprog_srcs[] = {"act.cl",    "half.cl",       "quant.cl",
@@ -99,6 +101,10 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (p.matmul_mmq && tu->mmq_stage && !ebb_cl_layout_kquant(l) &&
          (rc = tile_kernel(cl, l, tu, tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))) ||
+        (p.matmul_mmq && tu->mmq_stage && tu->mmqs && tu->mmqs < tu->mmq &&
+         l->type == EBB_GGML_Q4_0 &&
+         (rc = tile_kernel(cl, l, tu, tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))) ||
         (p.matmul_mmq && tu->mmq_stage && ebb_cl_layout_kquant(l) &&
          (rc = tile_kernel(cl, l, tu, tu->mmqk_t, tu->mmqk_mi, tu->mmqk_w, tu->mmqk_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))))
@@ -145,6 +151,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mmq);
     if (p->matmul_mmqp)
         clReleaseKernel(p->matmul_mmqp);
+    if (p->matmul_mmqs)
+        clReleaseKernel(p->matmul_mmqs);
     if (p->mmq_quantize)
         clReleaseKernel(p->mmq_quantize);
     if (p->matmul_mmql)
@@ -290,15 +298,19 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     }
     case EBB_CL_WK_MMQL:
     case EBB_CL_WK_MMQLK:
+    case EBB_CL_WK_MMQLB:
     case EBB_CL_WK_MMQLS: {
-        bool kq = k == EBB_CL_WK_MMQLK, pf = k == EBB_CL_WK_MMQL;
-        uint32_t mi = kq   ? tu->mmqk_mi
+        bool kq = k == EBB_CL_WK_MMQLK, pf = k == EBB_CL_WK_MMQL, bt = k == EBB_CL_WK_MMQLB;
+        uint32_t mi = bt   ? tu->mmqs_mi
+                      : kq ? tu->mmqk_mi
                       : pf ? tu->mmql_mi
                            : tu->mms_mi,
-                 tt = kq   ? tu->mmqk_t
+                 tt = bt   ? tu->mmqs_t
+                      : kq ? tu->mmqk_t
                       : pf ? tu->mmql_t
                            : tu->mms_t,
-                 w = kq   ? tu->mmqk_w
+                 w = bt   ? tu->mmqs_w
+                     : kq ? tu->mmqk_w
                      : pf ? tu->mmql_w
                           : tu->mms_w;
         size_t wg = 32 * (size_t)(w ? w : 4), r = 16 * (size_t)(mi ? mi : 1) * (wg / 32);

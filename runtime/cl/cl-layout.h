@@ -149,6 +149,7 @@ enum ebb_cl_wkernel {
                              n_out / (16 mmql_mi mmql_w)), tokens first */
     EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
     EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (K-quants; the same) */
+    EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
@@ -206,6 +207,8 @@ struct ebb_cl_wprog {
     cl_kernel matmul_mmq;    /* with matmul_mms where tu->mmq: its tile on 8-bit inputs */
     cl_kernel matmul_mmqp;   /* the same with the mmq_* tile (prefill), with matmul_mmq; with
                                 tu->mmq_stage matmul_mmql with the mmql_* tile */
+    cl_kernel matmul_mmqs;   /* matmul_mmql with the mmqs_* tile (batched steps of mmqs..mmq - 1
+                                rows of Q4_0), else NULL */
     cl_kernel mmq_quantize;  /* matmul_mmq's inputs, with matmul_mmq */
     cl_kernel matmul_mmql;   /* with matmul_mmq: matmul_mmql on the mms_* tile where its
                                 staging fits local memory, else NULL */

@@ -130,8 +130,8 @@ static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k
  * the mmq_* tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
  * program), then the int8 products. */
 static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
-                       cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
-                       struct ebb_diag *diag)
+                       bool batch, cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res,
+                       int nt, struct ebb_diag *diag)
 {
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     struct ebb_cl_arg aq[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
@@ -146,7 +146,8 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
     size_t g[2], l[2];
-    enum ebb_cl_wkernel kind = !m->tu.mmq_stage                   ? EBB_CL_WK_MMQ
+    enum ebb_cl_wkernel kind = batch                              ? EBB_CL_WK_MMQLB
+                               : !m->tu.mmq_stage                 ? EBB_CL_WK_MMQ
                                : ebb_cl_layout_kquant(&w->layout) ? EBB_CL_WK_MMQLK
                                                                   : EBB_CL_WK_MMQL;
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
@@ -183,8 +184,12 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide)
-        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, x, x_ld, y, y_ld, y_off, res, nt,
-                       diag);
+        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
+                       nt, diag);
+    /* a batch's steps of mmqs..mmq - 1 rows: the same int8 products with a smaller tile */
+    if (mms && p->matmul_mmqs && m->mq_x && (uint32_t)nt >= m->tu.mmqs && w->n_in <= m->mq_wide)
+        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqs, true, x, x_ld, y, y_ld, y_off, res,
+                       nt, diag);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
