@@ -212,10 +212,10 @@ void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *ou
 void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_k *out);
 /* quant-repack.c: weights repacked for blocked products, eight rows at a time (the CPU
  * device's prefill; the layouts are in quant-repack.c). ebb_quant_get_rp8 gives the product for
- * a type (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) where this CPU has AVX2, else NULL; ebb_quant_rp8_bytes the bytes of
- * one group of 8 rows of n elements (0 where get_rp8 is NULL); ebb_quant_rp8_pack writes the
- * group of rows[0..7] (row_bytes apart, the file's layout) into dst. The product takes ng
- * consecutive groups (grp, grp + ebb_quant_rp8_bytes(type, n), ..) and writes
+ * a type (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) where this CPU has AVX2, else NULL;
+ * ebb_quant_rp8_bytes the bytes of one group of 8 rows of n elements (0 where get_rp8 is NULL);
+ * ebb_quant_rp8_pack writes the group of rows[0..7] (row_bytes apart, the file's layout) into dst.
+ * The product takes ng consecutive groups (grp, grp + ebb_quant_rp8_bytes(type, n), ..) and writes
  * out[8 * (i * nt + t) + r] = row r of group i times token t's activations (act + t * stride bytes,
  * blocks as for ebb_quant_get_dot_act) for t < nt, each with the bits ebb_quant_get_dot_act(type,
  * true) gives; asum holds, for Q5_0, the integer sums of every token's activation blocks (n / 32 a
