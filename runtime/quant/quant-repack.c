@@ -50,28 +50,21 @@ static void put_q32(uint8_t *q, int r, const uint8_t *w)
         memcpy(q + 32 * k + 4 * r, w + 4 * k, 4);
 }
 
-static void pack_q4_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
+/* Q4_0 and Q4_1 (min): the file's nibble bytes as they are, the scales decoded. */
+static void pack_q4(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst, bool min)
 {
-    for (uint64_t ib = 0; ib < n / 32; ib++, dst += Q4_0_BYTES)
+    const uint64_t gb = min ? Q4_1_BYTES : Q4_0_BYTES;
+    for (uint64_t ib = 0; ib < n / 32; ib++, dst += gb)
         for (int r = 0; r < 8; r++) {
-            const struct ebb_block_q4_0 *b =
-                (const struct ebb_block_q4_0 *)(const void *)(rows + r * row_bytes) + ib;
+            const uint8_t *row = rows + r * row_bytes;
+            const struct ebb_block_q4_0 *b0 = (const struct ebb_block_q4_0 *)(const void *)row + ib;
+            const struct ebb_block_q4_1 *b1 = (const struct ebb_block_q4_1 *)(const void *)row + ib;
+            const uint8_t *qs = min ? b1->qs : b0->qs;
             for (int k = 0; k < 4; k++)
-                memcpy(dst + 32 * k + 4 * r, b->qs + 4 * k, 4);
-            put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(b->d));
-        }
-}
-
-static void pack_q4_1(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
-{
-    for (uint64_t ib = 0; ib < n / 32; ib++, dst += Q4_1_BYTES)
-        for (int r = 0; r < 8; r++) {
-            const struct ebb_block_q4_1 *b =
-                (const struct ebb_block_q4_1 *)(const void *)(rows + r * row_bytes) + ib;
-            for (int k = 0; k < 4; k++)
-                memcpy(dst + 32 * k + 4 * r, b->qs + 4 * k, 4);
-            put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(b->d));
-            put_f32(dst + 160 + 4 * r, ebb_fp16_to_fp32(b->m));
+                memcpy(dst + 32 * k + 4 * r, qs + 4 * k, 4);
+            put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(min ? b1->d : b0->d));
+            if (min)
+                put_f32(dst + 160 + 4 * r, ebb_fp16_to_fp32(b1->m));
         }
 }
 
@@ -173,10 +166,8 @@ uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n)
 
 void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uint64_t n, void *dst)
 {
-    if (type == EBB_GGML_Q4_0)
-        pack_q4_0(rows, row_bytes, n, dst);
-    else if (type == EBB_GGML_Q4_1)
-        pack_q4_1(rows, row_bytes, n, dst);
+    if (type == EBB_GGML_Q4_0 || type == EBB_GGML_Q4_1)
+        pack_q4(rows, row_bytes, n, dst, type == EBB_GGML_Q4_1);
     else if (type == EBB_GGML_Q5_0)
         pack_q5_0(rows, row_bytes, n, dst);
     else if (type == EBB_GGML_Q8_0)
