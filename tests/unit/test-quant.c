@@ -655,7 +655,7 @@ static void test_rp8(void **state)
     (void)state;
     enum { N = 1024, NT = 7, NG = 3 };
     static float x[N];
-    static uint8_t rows[8 * NG][N];
+    static uint8_t rows[8 * NG][2 * N]; /* Q8_0 takes 34 bytes per 32 weights */
     static uint8_t grp[NG][8 * 2 * N];
     static struct ebb_q8_act a[NT][N / 32];
     static struct ebb_block_q8_k k[NT][N / 256];
