@@ -268,16 +268,17 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                 _mm256_storeu_ps(out + 8 * (i * nt + t), _mm256_add_ps(sum[i][t], summ[i][t]));    \
     }
 
-/* Q8_0: signed weights, so each product takes |w| against a with w's sign (sign_epi8, as the
- * one-token dot_ss does: maddubs' pair sums stay within 16 bits); then sum += d * x.d * isum
- * and the result sum + 0. */
-#define RP_Q8_0(name, ISA, DOT)                                                                    \
+/* Q5_0 and Q8_0, whose groups hold whole bytes (q[8][8][4], d float[8]): per block the
+ * products summed, less OFF times the activations' block sum (Q5_0's offset of 16), into
+ * the scalar isum; Q8_0's signed weights (SIGNED) as |w| against a with w's sign (sign_epi8, as
+ * the one-token dot_ss: maddubs' pair sums stay within 16 bits). Then sum += d * x.d * isum, as
+ * Q8_LOOP, and the result sum + 0 (Q8_LOOP's summ of a type without a min). */
+#define RP_Q8B(name, ISA, DOT, SIGNED, OFF, BYTES)                                                 \
     ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
                                     const int32_t *asum, uint64_t n, const int nt, const int ng,   \
                                     float *out)                                                    \
     {                                                                                              \
-        (void)asum;                                                                                \
-        const uint64_t nb = n / 32, gb = nb * Q8_0_BYTES;                                          \
+        const uint64_t nb = n / 32, gb = nb * BYTES;                                               \
         const struct ebb_q8_act *x[4];                                                             \
         __m256 sum[2][4];                                                                          \
         for (int t = 0; t < nt; t++) {                                                             \
@@ -285,69 +286,28 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
             for (int i = 0; i < ng; i++)                                                           \
                 sum[i][t] = _mm256_setzero_ps();                                                   \
         }                                                                                          \
-        for (uint64_t ib = 0; ib < nb; ib++, g += Q8_0_BYTES) {                                    \
+        for (uint64_t ib = 0; ib < nb; ib++, g += BYTES) {                                         \
             __m256i acc[2][4];                                                                     \
             for (int t = 0; t < nt; t++)                                                           \
                 for (int i = 0; i < ng; i++)                                                       \
                     acc[i][t] = _mm256_setzero_si256();                                            \
             for (int k = 0; k < 8; k++) {                                                          \
                 __m256i w0 = LOAD(g + 32 * k), w1 = ng > 1 ? LOAD(g + gb + 32 * k) : w0;           \
-                __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);              \
+                __m256i u0 = SIGNED ? _mm256_sign_epi8(w0, w0) : w0;                               \
+                __m256i u1 = SIGNED ? _mm256_sign_epi8(w1, w1) : w1;                               \
                 for (int t = 0; t < nt; t++) {                                                     \
                     __m256i a = BCAST(x[t][ib].q + 4 * k);                                         \
-                    acc[0][t] = DOT(acc[0][t], u0, _mm256_sign_epi8(a, w0));                       \
+                    acc[0][t] = DOT(acc[0][t], u0, SIGNED ? _mm256_sign_epi8(a, w0) : a);          \
                     if (ng > 1)                                                                    \
-                        acc[1][t] = DOT(acc[1][t], u1, _mm256_sign_epi8(a, w1));                   \
-                }                                                                                  \
-            }                                                                                      \
-            for (int i = 0; i < ng; i++) {                                                         \
-                __m256 d = LOADF(g + gb * (uint64_t)i + 256);                                      \
-                for (int t = 0; t < nt; t++)                                                       \
-                    sum[i][t] = _mm256_add_ps(                                                     \
-                        sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
-                                                 _mm256_cvtepi32_ps(acc[i][t])));                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int i = 0; i < ng; i++)                                                               \
-            for (int t = 0; t < nt; t++)                                                           \
-                _mm256_storeu_ps(out + 8 * (i * nt + t),                                           \
-                                 _mm256_add_ps(sum[i][t], _mm256_setzero_ps()));                   \
-    }
-
-/* Q5_0: per block, sum(q * a) - 16 * sum(a) = the scalar isum; then sum += d * x.d * isum, as
- * Q8_LOOP; the result sum + 0 (Q8_LOOP's summ of a type without a min). */
-#define RP_Q5_0(name, ISA, DOT)                                                                    \
-    ISA static INLINE void name##_n(const uint8_t *g, const void *act, uint64_t stride,            \
-                                    const int32_t *asum, uint64_t n, const int nt, const int ng,   \
-                                    float *out)                                                    \
-    {                                                                                              \
-        const uint64_t nb = n / 32, gb = nb * Q5_0_BYTES;                                          \
-        const struct ebb_q8_act *x[4];                                                             \
-        __m256 sum[2][4];                                                                          \
-        for (int t = 0; t < nt; t++) {                                                             \
-            x[t] = (const struct ebb_q8_act *)(const void *)((const uint8_t *)act + stride * t);   \
-            for (int i = 0; i < ng; i++)                                                           \
-                sum[i][t] = _mm256_setzero_ps();                                                   \
-        }                                                                                          \
-        for (uint64_t ib = 0; ib < nb; ib++, g += Q5_0_BYTES) {                                    \
-            __m256i acc[2][4];                                                                     \
-            for (int t = 0; t < nt; t++)                                                           \
-                for (int i = 0; i < ng; i++)                                                       \
-                    acc[i][t] = _mm256_setzero_si256();                                            \
-            for (int k = 0; k < 8; k++) {                                                          \
-                __m256i w0 = LOAD(g + 32 * k), w1 = ng > 1 ? LOAD(g + gb + 32 * k) : w0;           \
-                for (int t = 0; t < nt; t++) {                                                     \
-                    __m256i a = BCAST(x[t][ib].q + 4 * k);                                         \
-                    acc[0][t] = DOT(acc[0][t], w0, a);                                             \
-                    if (ng > 1)                                                                    \
-                        acc[1][t] = DOT(acc[1][t], w1, a);                                         \
+                        acc[1][t] = DOT(acc[1][t], u1, SIGNED ? _mm256_sign_epi8(a, w1) : a);      \
                 }                                                                                  \
             }                                                                                      \
             for (int i = 0; i < ng; i++) {                                                         \
                 __m256 d = LOADF(g + gb * (uint64_t)i + 256);                                      \
                 for (int t = 0; t < nt; t++) {                                                     \
-                    __m256i is =                                                                   \
-                        _mm256_sub_epi32(acc[i][t], _mm256_set1_epi32(16 * asum[t * nb + ib]));    \
+                    __m256i is = OFF ? _mm256_sub_epi32(                                           \
+                                           acc[i][t], _mm256_set1_epi32(OFF * asum[t * nb + ib]))  \
+                                     : acc[i][t];                                                  \
                     sum[i][t] = _mm256_add_ps(                                                     \
                         sum[i][t], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][ib].d)),     \
                                                  _mm256_cvtepi32_ps(is)));                         \
@@ -542,6 +502,8 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
 #define RP_Q4_0(name, ISA, DOT) RP_Q4(name, ISA, DOT, false, Q4_0_BYTES)
 #define RP_Q4_1(name, ISA, DOT) RP_Q4(name, ISA, DOT, true, Q4_1_BYTES)
+#define RP_Q5_0(name, ISA, DOT) RP_Q8B(name, ISA, DOT, false, 16, Q5_0_BYTES)
+#define RP_Q8_0(name, ISA, DOT) RP_Q8B(name, ISA, DOT, true, 0, Q8_0_BYTES)
 RP_BOTH(q4_0, RP_Q4_0, true, n / 32 * Q4_0_BYTES)
 RP_BOTH(q4_1, RP_Q4_1, true, n / 32 * Q4_1_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
