@@ -274,9 +274,8 @@ static const struct knob knobs[] = {
      "32-blocks a step"},
     UINT1("MMQS", mmqs, "0..1048576",
           "with MMQ_STAGE: products of at least N and fewer than MMQ token rows of Q4_0 weights "
-          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile (0: never; H200, 8B "
-          "Q4_0: 32 rows a step 12.47 -> 10.26 ms, 48 rows 15.95 -> 13.32, 16 rows 7.32 -> 8.65; "
-          "Q8_0 slower at 16 and 32)",
+          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile (0: never; measured in "
+          "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
