@@ -251,15 +251,9 @@ static uint32_t pinned_auto(const struct clm *m, uint64_t experts, uint64_t *ava
 {
     const char *dv = getenv("EBB_TEST_STREAM_DISCRETE");
     bool discrete = (dv && *dv == '1') || !(m->cl->info.host_unified || m->cl->info.is_cpu);
-    struct ebb_memprobe_params hq = {.discrete = false};
-    struct ebb_memprobe *mp = NULL;
-    struct ebb_memprobe_reading r;
     *avail = 0;
-    if (!discrete || ebb_memprobe_new(&hq, &mp, NULL) != EBB_OK)
+    if (!discrete || !ebb_memprobe_host_available(avail))
         return 0;
-    if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok)
-        *avail = r.available;
-    ebb_memprobe_free(mp);
     return *avail && experts <= *avail / 2;
 }
 

@@ -132,15 +132,9 @@ static uint64_t tensor_bytes(const struct ebb_gguf *g, const char *name)
 static ebb_err host_slots(uint32_t n_streamed, size_t slot, uint32_t min_slots, uint32_t *out,
                           struct ebb_diag *diag)
 {
-    struct ebb_memprobe_params hq = {.discrete = false};
-    struct ebb_memprobe *mp = NULL;
-    struct ebb_memprobe_reading r;
-    uint64_t limit = UINT64_MAX, keep = 256u << 20;
-    if (ebb_memprobe_new(&hq, &mp, NULL) == EBB_OK) {
-        if (ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok)
-            limit = r.available > keep ? r.available - keep : 0;
-        ebb_memprobe_free(mp);
-    }
+    uint64_t limit = UINT64_MAX, keep = 256u << 20, avail;
+    if (ebb_memprobe_host_available(&avail))
+        limit = avail > keep ? avail - keep : 0;
     if (n_streamed && limit / slot < min_slots)
         return ebb_diag_set(diag, EBB_ENOMEM,
                             "pinned host staging for the streamed layers needs %.0f MiB (%u slots "

@@ -44,21 +44,15 @@ static void default_ctx(const struct ebb__hparams *hp, uint32_t n_seq, struct eb
         n = EBB_MODEL_DEFAULT_CTX_CAP;
         c->capped_default = true;
     }
-    struct ebb_memprobe *mp = NULL;
-    struct ebb_memprobe_reading r;
-    if (ebb_memprobe_new(&(struct ebb_memprobe_params){0}, &mp, NULL)) {
-        c->n_ctx = n;
-        return;
-    }
-    if (!ebb_memprobe_read(mp, &r) && r.available_ok) {
+    uint64_t avail;
+    if (ebb_memprobe_host_available(&avail)) {
         uint64_t per_tok = (uint64_t)hp->n_layer * 2 * hp->n_head_kv * hp->head_dim * 4 * n_seq;
-        uint64_t fit = per_tok ? r.available / 2 / per_tok : n;
+        uint64_t fit = per_tok ? avail / 2 / per_tok : n;
         if (fit < n) {
             n = fit < 256 ? 256 : (uint32_t)(fit - fit % 256);
             c->capped_memory = true;
         }
     }
-    ebb_memprobe_free(mp);
     c->n_ctx = n;
 }
 

@@ -636,16 +636,8 @@ static ebb_err repack(struct ref *r, struct ebb_diag *diag)
     if (!total)
         return EBB_OK;
     if (!(env && !strcmp(env, "1"))) {
-        struct ebb_memprobe_params hp = {.discrete = false};
-        struct ebb_memprobe *mp = NULL;
-        struct ebb_memprobe_reading rd;
         uint64_t avail = 0;
-        if (ebb_memprobe_new(&hp, &mp, NULL) == EBB_OK) {
-            if (ebb_memprobe_read(mp, &rd) == EBB_OK && rd.available_ok)
-                avail = rd.available;
-            ebb_memprobe_free(mp);
-        }
-        if (avail && total > avail / 2) {
+        if (ebb_memprobe_host_available(&avail) && total > avail / 2) {
             ebb_log(EBB_LOG_INFO, "model",
                     "CPU device: prefill on the file's rows: their repacked copy (%.0f MiB) "
                     "would take more than half of the %.0f MiB available (EBB_CPU_REPACK=1 "

@@ -776,3 +776,18 @@ ebb_err ebb_memprobe_read(struct ebb_memprobe *mp, struct ebb_memprobe_reading *
     *out = r;
     return EBB_OK;
 }
+
+bool ebb_memprobe_host_available(uint64_t *out)
+{
+    struct ebb_memprobe_params p = {.discrete = false};
+    struct ebb_memprobe *mp = NULL;
+    struct ebb_memprobe_reading r;
+    bool ok = false;
+    if (ebb_memprobe_new(&p, &mp, NULL) == EBB_OK) {
+        ok = ebb_memprobe_read(mp, &r) == EBB_OK && r.available_ok;
+        if (ok)
+            *out = r.available;
+        ebb_memprobe_free(mp);
+    }
+    return ok;
+}

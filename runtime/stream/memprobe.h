@@ -116,6 +116,11 @@ void ebb_memprobe_set_device(struct ebb_memprobe *mp, uint64_t total, uint64_t f
  * dev_free, pressure (0/1) and available (the final value); sizes accept K/M/G/T suffixes. */
 ebb_err ebb_memprobe_read(struct ebb_memprobe *mp, struct ebb_memprobe_reading *out);
 
+/* One reading of the host's available memory (the probes of a CPU or of a GPU sharing host
+ * memory: MemAvailable within the cgroup's limit, or the test hook's), from a probe set made and
+ * freed for it: for code that asks once, at load. False where no probe answers. */
+bool ebb_memprobe_host_available(uint64_t *out);
+
 /* Parsers, exposed for tests. Each returns EBB_EFORMAT when the text lacks what it needs. */
 ebb_err ebb_memprobe_parse_meminfo(const char *text, uint64_t *total, uint64_t *available);
 ebb_err ebb_memprobe_parse_psi(const char *text, double *some10, double *full10, uint64_t *some_us);
