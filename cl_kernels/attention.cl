@@ -522,20 +522,29 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
 }
 
 /* Decode's second pass, the partials of one head (n_chunks of them: outputs po[c][d], maxima
- * and sums pml[c]) combined into output dimension d. The work-group is HEAD_DIM x rr work-items
- * (rr = get_local_size(0) / HEAD_DIM, 1..ATT_RR_MAX): work-item (d, r) takes chunks r, r + rr,
- * .. with a running max of its own, four loads at a time, so that a deep context's hundreds of
- * chunks are not one serial loop per work-item (H200, 8B shape, 16384 positions in chunks of
- * 64: about 60 us a launch with rr 1 by EBB_CL_PROFILE=gpu, whose table is doubtful there;
- * decode after 16384 tokens 613 -> 739 tok/s with the rows); the rr partials meet in red
- * (ATT_RR_MAX x (HEAD_DIM + 2) floats). Every work-item returns its d's result; all must call it. */
-#define ATT_RR_MAX 8
-#define ATT_RED_LOCAL (ATT_RR_MAX * (HEAD_DIM + 2))
+ * and sums pml[c]) combined into output dimension d of one slice of ATT_DS dimensions (a block
+ * of 32 where HEAD_DIM allows, else the whole head). A work-group takes one slice of one head,
+ * so that the launch has HEAD_DIM / ATT_DS work-groups a head instead of one (H200, 8B shape,
+ * 32768 positions in chunks of 128: 32 work-groups of a whole head each took about 21 us a
+ * layer); it is ATT_DS x rr work-items (rr = get_local_size(0) / ATT_DS, 1..ATT_RR_MAX):
+ * work-item (d, r) takes chunks r, r + rr, .. with a running max of its own, four loads at a
+ * time, so that a deep context's hundreds of chunks are not one serial loop per work-item; the
+ * rr partials meet in red (ATT_RED_LOCAL floats). po points at the slice's first dimension of
+ * chunk 0 (chunks HEAD_DIM floats apart). Every work-item returns its d's result; all must
+ * call it. runtime/cl/cl-layout.c (ebb_cl_att_red_ds) mirrors ATT_DS. */
+#if HEAD_DIM % 32 == 0
+#define ATT_DS 32
+#else
+#define ATT_DS HEAD_DIM
+#endif
+#define ATT_NS (HEAD_DIM / ATT_DS) /* slices a head */
+#define ATT_RR_MAX 32
+#define ATT_RED_LOCAL (ATT_RR_MAX * (ATT_DS + 2))
 inline float att_combine(const __global float *po, const __global float2 *pml, int n_chunks,
                          __local float *red)
 {
-    int lid = get_local_id(0), d = lid % HEAD_DIM, r = lid / HEAD_DIM;
-    int rr = (int)get_local_size(0) / HEAD_DIM;
+    int lid = get_local_id(0), d = lid % ATT_DS, r = lid / ATT_DS;
+    int rr = (int)get_local_size(0) / ATT_DS;
     float m = -INFINITY, l = 0.0f, o = 0.0f;
 #pragma unroll 4
     for (int c = r; c < n_chunks; c += rr) {
@@ -548,8 +557,8 @@ inline float att_combine(const __global float *po, const __global float2 *pml, i
     }
     if (rr == 1)
         return o / l;
-    __local float *rm = red + ATT_RR_MAX * HEAD_DIM, *rl = rm + ATT_RR_MAX;
-    red[r * HEAD_DIM + d] = o;
+    __local float *rm = red + ATT_RR_MAX * ATT_DS, *rl = rm + ATT_RR_MAX;
+    red[r * ATT_DS + d] = o;
     if (d == 0) {
         rm[r] = m; /* -inf (with l and o 0) where r >= n_chunks */
         rl[r] = l;
@@ -561,21 +570,23 @@ inline float att_combine(const __global float *po, const __global float2 *pml, i
     for (int i = 0; i < rr; i++) {
         float w = exp(rm[i] - mx);
         lt += w * rl[i];
-        ot += w * red[i * HEAD_DIM + d];
+        ot += w * red[i * ATT_DS + d];
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* red free for the caller */
     return ot / lt;
 }
 
 /* Decode, second pass: combines the n_chunks partials of each head (att_combine). Global
- * (HEAD_DIM x rr, n_head), local (HEAD_DIM x rr, 1). */
+ * (ATT_DS x rr, n_head x ATT_NS), local (ATT_DS x rr, 1): work-group (0, h x ATT_NS + s) writes
+ * dimensions s x ATT_DS .. of head h. */
 __kernel void attn_decode_reduce(__global const float *po, __global const float2 *pml,
                                  int n_chunks, __global float *out)
 {
     __local float red[ATT_RED_LOCAL];
-    int h = get_group_id(1), d = get_local_id(0) % HEAD_DIM;
-    float v = att_combine(po + (size_t)h * n_chunks * HEAD_DIM, pml + h * n_chunks, n_chunks, red);
-    if (get_local_id(0) < HEAD_DIM)
+    int hs = get_group_id(1), h = hs / ATT_NS, d = hs % ATT_NS * ATT_DS + get_local_id(0) % ATT_DS;
+    float v = att_combine(po + (size_t)h * n_chunks * HEAD_DIM + (d - d % ATT_DS),
+                          pml + h * n_chunks, n_chunks, red);
+    if (get_local_id(0) < ATT_DS)
         out[h * HEAD_DIM + d] = v;
 }
 
@@ -616,21 +627,24 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
 }
 
 /* The second pass of attn_decode_rows for rows of more than one chunk (att_combine). Global
- * (HEAD_DIM x rr, n_head, n_dec), local (HEAD_DIM x rr, 1, 1). */
+ * (ATT_DS x rr, n_head x ATT_NS, n_dec), local (ATT_DS x rr, 1, 1), slices as
+ * attn_decode_reduce's. */
 __kernel void attn_decode_reduce_rows(__global const float *po, __global const float2 *pml,
                                       __global const int *rt, __global const int *dr,
                                       int max_nc, __global float *out, int out_ld, int win)
 {
     __local float red[ATT_RED_LOCAL];
-    int h = get_group_id(1), z = get_group_id(2), d = get_local_id(0) % HEAD_DIM;
+    int hs = get_group_id(1), h = hs / ATT_NS, z = get_group_id(2);
+    int d = hs % ATT_NS * ATT_DS + get_local_id(0) % ATT_DS;
     int r = dr[z], n_kv = rt[2 * r + 1] + 1;
     int nc = (n_kv - att_first(n_kv, win) + ATT_CHUNK - 1) / ATT_CHUNK;
     if (nc == 1)
         return; /* the whole work-group */
-    const __global float *pz = po + (size_t)z * get_num_groups(1) * max_nc * HEAD_DIM;
-    const __global float2 *mz = pml + (size_t)z * get_num_groups(1) * max_nc;
-    float v = att_combine(pz + (size_t)h * nc * HEAD_DIM, mz + h * nc, nc, red);
-    if (get_local_id(0) < HEAD_DIM)
+    int n_head = (int)get_num_groups(1) / ATT_NS;
+    const __global float *pz = po + (size_t)z * n_head * max_nc * HEAD_DIM;
+    const __global float2 *mz = pml + (size_t)z * n_head * max_nc;
+    float v = att_combine(pz + (size_t)h * nc * HEAD_DIM + (d - d % ATT_DS), mz + h * nc, nc, red);
+    if (get_local_id(0) < ATT_DS)
         out[(size_t)r * out_ld + h * HEAD_DIM + d] = v;
 }
 

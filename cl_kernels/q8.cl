@@ -245,24 +245,25 @@ quantize_x8_rows(__global const float *x, int x_ld, int n_in, __global char *xq,
 
 /* Decode attention's second pass with the output projection's quantization fused in: the
  * n_chunks partials of head h are combined as attn_decode_reduce combines them (attention.cl's
- * att_combine, HEAD_DIM x rr work-items), and the head's HEAD_DIM outputs are written as int8
- * blocks of 32 into xq / xd exactly as quantize_x8 writes an input without norm or SwiGLU, so
- * the projection runs matvec_q8 with no launch of quantize_x8 of its own. The outputs
- * themselves are not stored. HEAD_DIM a multiple of 32. Global size (HEAD_DIM x rr, n_head),
- * local (HEAD_DIM x rr, 1): every row r of HEAD_DIM work-items quantizes the same values, row
- * 0 writes them. */
+ * att_combine, a work-group per slice of ATT_DS = 32 dimensions, ATT_DS x rr work-items), and
+ * the slice's outputs are written as one int8 block of 32 into xq / xd exactly as quantize_x8
+ * writes an input without norm or SwiGLU, so the projection runs matvec_q8 with no launch of
+ * quantize_x8 of its own. The outputs themselves are not stored. HEAD_DIM a multiple of 32.
+ * Global size (ATT_DS x rr, n_head x ATT_NS), local (ATT_DS x rr, 1): every row r of ATT_DS
+ * work-items quantizes the same values, row 0 writes them. */
 #if HEAD_DIM % 32 == 0
 __kernel void attn_decode_reduce_q8(__global const float *po, __global const float2 *pml,
                                     int n_chunks, __global char *xq, __global float2 *xd)
 {
     __local float red[ATT_RED_LOCAL];
-    int lid = get_local_id(0), d = lid % HEAD_DIM, h = get_group_id(1);
-    float v = att_combine(po + (size_t)h * n_chunks * HEAD_DIM, pml + h * n_chunks, n_chunks, red);
+    int lid = get_local_id(0), hs = get_group_id(1), h = hs / ATT_NS;
+    int i = h * HEAD_DIM + hs % ATT_NS * ATT_DS + lid % ATT_DS; /* the output's index */
+    float v = att_combine(po + (size_t)h * n_chunks * HEAD_DIM + hs % ATT_NS * ATT_DS,
+                          pml + h * n_chunks, n_chunks, red);
     float dq = block32(red, lid, fabs(v), 1) / 127.0f;
     int q = dq > 0.0f ? convert_int_rte(v / dq) : 0;
     float s = block32(red, lid, (float)q, 0);
-    int i = h * HEAD_DIM + d;
-    if (lid >= HEAD_DIM)
+    if (lid >= ATT_DS)
         return;
     xq[i] = (char)q;
     if ((i & 31) == 0)

@@ -408,6 +408,11 @@ uint32_t ebb_cl_att_mma_split(uint32_t head_dim)
     return head_dim % 128 == 0 && head_dim <= 256 ? head_dim / 128 : 0;
 }
 
+uint32_t ebb_cl_att_red_ds(uint32_t head_dim)
+{
+    return head_dim % 32 == 0 ? 32 : head_dim;
+}
+
 uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint32_t g)
 {
     /* attention.cl's ATT_KL, ATT_VL, ATT_VP, ATT_SCR and ATT_LOCAL, and the rope kernel's key

@@ -268,6 +268,11 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 
+/* The dimensions of one work-group of decode attention's second pass (attention.cl's ATT_DS:
+ * 32 where head_dim is a multiple of 32, else head_dim): its launches are (slice x rr, n_head x
+ * head_dim / slice), a work-group per slice of each head. */
+uint32_t ebb_cl_att_red_ds(uint32_t head_dim);
+
 /* attn_prefill_mma (tensor-core prefill attention, cl_kernels/attention.cl) for heads of
  * head_dim: its work-groups per head (1 up to 128 dimensions, 2 for 256, each writing half the
  * output), 0 where it is not built for that head. */

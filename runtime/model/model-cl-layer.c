@@ -421,14 +421,20 @@ static int att_chunks(struct clm *m, const struct layer *L, int n_kv)
 }
 
 /* The work-group of decode attention's second pass (attention.cl's att_combine) over nc
- * chunks: HEAD_DIM work-items times rr, each row taking every rr-th chunk; rr grows with the
- * chunks (about 16 a work-item, at most 8 rows and the device's work-group), 1 on CPUs. */
+ * chunks: a slice of the head's dimensions (ebb_cl_att_red_ds) times rr, each row taking every
+ * rr-th chunk; rr grows with the chunks (about 8 a work-item, at most 32 rows, within the
+ * device's work-group), 1 on CPUs. Its launch has n_head x att_red_slices work-groups. */
 static size_t att_red_wg(const struct clm *m, int nc)
 {
-    size_t hd = m->hp.head_dim, rr = 1;
-    while (!m->tu.mv_cpu && rr < 8 && (size_t)nc > 16 * rr && hd * rr * 2 <= m->cl->info.max_wg)
+    size_t ds = ebb_cl_att_red_ds(m->hp.head_dim), rr = 1;
+    while (!m->tu.mv_cpu && rr < 32 && (size_t)nc > 8 * rr && ds * rr * 2 <= m->cl->info.max_wg)
         rr *= 2;
-    return hd * rr;
+    return ds * rr;
+}
+
+static size_t att_red_slices(const struct clm *m)
+{
+    return m->hp.head_dim / ebb_cl_att_red_ds(m->hp.head_dim);
 }
 
 /* Runs of keys attn_prefill_mma splits nt queries at position pos into (n_split): doubled
@@ -543,7 +549,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
         size_t wg = ebb_cl_att_wg(&m->tu);
         size_t g1[2] = {(size_t)nc * wg, hp->n_head / m->tu.att_g}, l1[2] = {wg, 1};
-        size_t g2[2] = {att_red_wg(m, nc), hp->n_head}, l2[2] = {g2[0], 1};
+        size_t g2[2] = {att_red_wg(m, nc), hp->n_head * att_red_slices(m)}, l2[2] = {g2[0], 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};
         cl_mem hnq = m->hn_fold ? L->qn : NULL, hnk = m->hn_fold ? L->kn : NULL;
@@ -623,7 +629,7 @@ static ebb_err attend_decode_rows(struct clm *m, const struct layer *L, const st
     size_t wg = ebb_cl_att_wg(&m->tu);
     size_t g1[3] = {(size_t)max_nc * wg, hp->n_head / m->tu.att_g, (size_t)rows->n_dec};
     size_t l1[3] = {wg, 1, 1};
-    size_t g2[3] = {att_red_wg(m, max_nc), hp->n_head, (size_t)rows->n_dec};
+    size_t g2[3] = {att_red_wg(m, max_nc), hp->n_head * att_red_slices(m), (size_t)rows->n_dec};
     size_t l2[3] = {g2[0], 1, 1};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_attn_rows, 0, a, 17, diag)) ||

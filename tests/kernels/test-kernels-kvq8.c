@@ -262,7 +262,7 @@ static void test_kvq8_attention(cl_program p16, cl_program p8)
             OK(ebb_cl_set_args(k1, 0, a, 13, D));
             OK(ebb_cl_set_args(k2, 0, b, 4, D));
             size_t g1[2] = {(size_t)nc * wg, NH / ATT_G_OF(tu)}, l1[2] = {wg, 1};
-            size_t g2[2] = {HD, NH}, l2[2] = {HD, 1};
+            size_t ds = ebb_cl_att_red_ds(HD), g2[2] = {ds * 2, NH * HD / ds}, l2[2] = {ds * 2, 1};
             OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
             if (nc > 1)
                 OK(ebb_cl_run(cl, k2, 2, g2, l2, D));
@@ -321,7 +321,8 @@ static void test_kvq8_attention(cl_program p16, cl_program p8)
         OK(ebb_cl_set_args(ka, 0, a, 17, D));
         OK(ebb_cl_set_args(kb, 0, b, 8, D));
         size_t g1[3] = {(size_t)max_nc * wg, NH / ATT_G_OF(tu), ND}, l1[3] = {wg, 1, 1};
-        size_t g2[3] = {HD, NH, ND}, l2[3] = {HD, 1, 1};
+        size_t ds = ebb_cl_att_red_ds(HD);
+        size_t g2[3] = {ds * 2, NH * HD / ds, ND}, l2[3] = {ds * 2, 1, 1};
         OK(ebb_cl_run(cl, ka, 3, g1, l1, D));
         OK(ebb_cl_run(cl, kb, 3, g2, l2, D));
         rd(r.ob, sizeof(float) * ND * NH * HD, v ? o8 : o16);
@@ -375,7 +376,8 @@ static void test_kvq8_decode_rope(cl_program p)
         int n_kv = lens[li], pos = n_kv - 1;
         int nc = (n_kv + tu.att_chunk - 1) / tu.att_chunk;
         size_t g1[2] = {(size_t)nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu)};
-        size_t l1[2] = {ebb_cl_att_wg(&tu), 1}, g2[2] = {HD, NH}, l2[2] = {HD, 1};
+        size_t ds = ebb_cl_att_red_ds(HD);
+        size_t l1[2] = {ebb_cl_att_wg(&tu), 1}, g2[2] = {ds, NH * HD / ds}, l2[2] = {ds, 1};
         struct ebb_cl_arg b[] = {EBB_CL_ARG(po), EBB_CL_ARG(pml), EBB_CL_ARG(nc), EBB_CL_ARG(obuf)};
         OK(ebb_cl_set_args(kred, 0, b, 4, D));
         for (int fused = 0; fused < 2; fused++) {

@@ -375,11 +375,11 @@ static void test_attention(cl_program p)
         size_t g1[2] = {(size_t)nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu)},
                l1[2] = {ebb_cl_att_wg(&tu), 1};
         /* The second pass's rows of chunk lanes (att_combine): 1, 3 (fewer chunks than lanes at
-         * the shorter lengths) or 8, in turn. */
-        size_t rr = li % 3 == 0 ? 1 : li % 3 == 1 ? 3 : 8;
-        while (rr > 1 && HD * rr > cl->info.max_wg)
+         * the shorter lengths) or 32, in turn; a work-group per slice of a head. */
+        size_t rr = li % 3 == 0 ? 1 : li % 3 == 1 ? 3 : 32, ds = ebb_cl_att_red_ds(HD);
+        while (rr > 1 && ds * rr > cl->info.max_wg)
             rr--;
-        size_t g2[2] = {HD * rr, NH}, l2[2] = {HD * rr, 1};
+        size_t g2[2] = {ds * rr, NH * HD / ds}, l2[2] = {ds * rr, 1};
         OK(ebb_cl_run(cl, k1, 2, g1, l1, D));
         if (nc > 1) /* one chunk writes the result itself */
             OK(ebb_cl_run(cl, k2, 2, g2, l2, D));
@@ -395,7 +395,7 @@ static void test_attention(cl_program p)
         }
     }
     printf("  attention decode (split over KV, chunk %u, %u heads a work-group; windows, rings; "
-           "1, 3 or 8 rows reducing) max abs err %.2e\n",
+           "1, 3 or 32 rows reducing) max abs err %.2e\n",
            tu.att_chunk, ATT_G_OF(tu), worst);
 
     /* Prefill from position 0 and 290; through a window of 5 (most queries see only part of
@@ -519,8 +519,8 @@ static void test_attention_rows(cl_program p)
         OK(ebb_cl_set_args(kb, 0, e, 8, D));
         size_t ga[3] = {(size_t)max_nc * ebb_cl_att_wg(&tu), NH / ATT_G_OF(tu), ND},
                la[3] = {ebb_cl_att_wg(&tu), 1, 1};
-        size_t rr = wi ? 2 : 1; /* rows of chunk lanes in the second pass */
-        size_t gb[3] = {HD * rr, NH, ND}, lb[3] = {HD * rr, 1, 1};
+        size_t rr = wi ? 4 : 1, ds = ebb_cl_att_red_ds(HD); /* rows of chunk lanes, a slice */
+        size_t gb[3] = {ds * rr, NH * HD / ds, ND}, lb[3] = {ds * rr, 1, 1};
         OK(ebb_cl_run(cl, ka, 3, ga, la, D));
         OK(ebb_cl_run(cl, kb, 3, gb, lb, D));
         rd(ob, sizeof(out), out);
@@ -791,10 +791,11 @@ static void test_attention_shapes(void)
                 }
                 OK(ebb_cl_set_args(kred, 0, b, 4, D));
                 size_t g1[2] = {(size_t)nc * tu.att_wg, (size_t)nh / ATT_G_OF(tu)};
-                size_t rr = (size_t)1 << rope; /* rows of chunk lanes in the second pass */
-                while (rr > 1 && (size_t)hd * rr > cl->info.max_wg)
+                /* rows of chunk lanes in the second pass: 1, 4, 16; a work-group per slice */
+                size_t rr = (size_t)1 << (2 * rope), ds = ebb_cl_att_red_ds((uint32_t)hd);
+                while (rr > 1 && ds * rr > cl->info.max_wg)
                     rr /= 2;
-                size_t l1[2] = {tu.att_wg, 1}, g2[2] = {(size_t)hd * rr, (size_t)nh};
+                size_t l1[2] = {tu.att_wg, 1}, g2[2] = {ds * rr, (size_t)nh * hd / ds};
                 size_t l2[2] = {g2[0], 1};
                 OK(ebb_cl_run(cl, kd, 2, g1, l1, D));
                 if (nc > 1)
