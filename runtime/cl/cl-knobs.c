@@ -342,6 +342,11 @@ static const struct knob knobs[] = {
           "windowed layers keep rings of their window as caches; 0: whole-context caches (and a "
           "prompt-cache store)",
           {DC_ANY, {1}}),
+    BOOL1("SPLIT_GATE", split_gate,
+          "a layer split's next device has its step enqueued ahead, held by a user event until "
+          "the rows it takes are read back (0: the host waits for the read, then enqueues the "
+          "next device's step; decode 0.93x -> 1.02x one H200, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}),
     UINT1("BATCH", batch, "128..1024 step 32",
           "rows of a prefill chunk (the engine's scratch rows; 512 keeps the tensor cores' tiles "
           "full)",

@@ -129,12 +129,13 @@ struct ebb_cl_tuning {
     uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
     /* Read by the engine (runtime/model), not by the kernels' prologues: */
-    uint32_t kv_ring;   /* 1: windowed layers keep rings of their window as caches */
-    uint32_t moe_group; /* MoE steps of at least this many rows run grouped by expert (0: never) */
-    uint32_t moe_mms;   /* 1: the grouped MoE products on tensor cores where there are some */
-    uint32_t moe_fuse;  /* 1: MoE decode on 8-bit inputs in its fused launches */
-    uint32_t batch;     /* rows of a prefill chunk (a multiple of 32) */
-    uint32_t att_split; /* at most this many runs of keys a prefill attention launch */
+    uint32_t kv_ring;    /* 1: windowed layers keep rings of their window as caches */
+    uint32_t split_gate; /* 1: a layer split's next stage is enqueued ahead behind a user event */
+    uint32_t moe_group;  /* MoE steps of at least this many rows run grouped by expert (0: never) */
+    uint32_t moe_mms;    /* 1: the grouped MoE products on tensor cores where there are some */
+    uint32_t moe_fuse;   /* 1: MoE decode on 8-bit inputs in its fused launches */
+    uint32_t batch;      /* rows of a prefill chunk (a multiple of 32) */
+    uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */
     uint32_t att_chunk_deep; /* decode attention's chunk deep in the context (0: none) */
     uint32_t att_deep_from;  /* attended positions from which it is used (0: 64 chunks) */
 };

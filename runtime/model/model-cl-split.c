@@ -190,6 +190,18 @@ ebb_err ebb__clm_split_send(struct clm *m, int nt, struct ebb_diag *diag)
         if ((rc = ebb_cl_check(e, diag, "waiting for the rows sent to the next device")))
             return rc;
     }
+    if (!m->tu.split_gate) {
+        /* The host waits for the rows, then writes them with nothing to wait for: the next
+         * device's step is enqueued after this returns. */
+        e = clEnqueueReadBuffer(m->cl->q, m->x, CL_TRUE, 0, bytes, m->hand_p, 0, NULL, NULL);
+        m->cl->n_sync++;
+        if ((rc = ebb_cl_check(e, diag, "reading rows for the next device")))
+            return rc;
+        e = clEnqueueWriteBuffer(m->next->cl->q, m->next->x, CL_FALSE, 0, bytes, m->hand_p, 0, NULL,
+                                 &m->hand_ev);
+        m->hand_n++;
+        return ebb_cl_check(e, diag, "writing rows to the next device");
+    }
     e = clEnqueueReadBuffer(m->cl->q, m->x, CL_FALSE, 0, bytes, m->hand_p, 0, NULL, &m->hand_rd);
     if ((rc = ebb_cl_check(e, diag, "reading rows for the next device")))
         return rc;

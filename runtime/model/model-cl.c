@@ -470,7 +470,8 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
 {
     ebb_err rc = embed(m, rows->nt, diag);
     /* A layer split's stages: every stage's work enqueued first, each next one held until the
-     * rows it takes are read back, then the gates opened in order. */
+     * rows it takes are read back, then the gates opened in order (with the SPLIT_GATE knob
+     * off, split_send waits for the rows itself and the next stage is enqueued after). */
     for (struct clm *s = m; s && !rc; s = s->next)
         if (!(rc = stage_layers(s, rows, diag)) && s->next)
             rc = ebb__clm_split_send(s, rows->nt, diag);

@@ -2,7 +2,8 @@
 """The layer split (docs/SCALING.md, "Layer split") on two PoCL devices (POCL_DEVICES="pthread
 pthread"): `--split layer` over cl:0:0,cl:0:1 gives the greedy tokens of one device for SmolLM2
 and Gemma 3 270M, a short prompt and one of several chunks (EBB_CL_BATCH 128 and 256 over a
-prompt of about 300 tokens), then 16 decoded tokens; --tensor-split puts the boundary where
+prompt of about 300 tokens; the long one also with the next device's step enqueued ahead
+behind a user event, EBB_CL_SPLIT_GATE=1), then 16 decoded tokens; --tensor-split puts the boundary where
 asked (the device name lists each device's layers); `ebb bench --batch 3` on the split decodes
 slot 0 as the single stream; `ebb perplexity` (every row's logits) over the list alone (split
 auto) scores as one device does; three devices (two boundaries) give the same tokens; --split layer
@@ -155,6 +156,11 @@ def main():
                 if label == "long" and batch == "128":
                     check(f"{name}: the long prompt takes several chunks", n_prompt > 256,
                           n_prompt)
+                    # the next device's step enqueued ahead behind a user event (not the default)
+                    gated, _, _ = run(ebb, dict(e, EBB_CL_SPLIT_GATE="1"), model, prompt,
+                                      "--device", PAIR, "--split", "layer")
+                    check(f"{name}: long prompt, EBB_CL_SPLIT_GATE=1: split tokens == one "
+                          "device's", one == gated, f"{one} vs {gated}")
         # a forced proportion: a quarter of the layers on the first device
         q = (n_layer + 2) // 4
         one, _, _ = run(ebb, env, model, SHORT, "--device", "cl:0:0")
