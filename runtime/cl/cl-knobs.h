@@ -1,16 +1,17 @@
-/* The OpenCL engine's tuning knobs: one declared table (cl-knobs.c) of the EBB_CL_* environment
- * variables, each a row with its name, the fields it sets, its accepted values, its default per
- * kind of device and a line of documentation. The table is parsed and range-checked in one place:
- * a bad value is an error naming the knob (ebb_cl_open refuses to start), `ebb info --knobs`
- * prints each knob's value for a device and where it came from, and docs/TUNING.md is generated
- * from it (`ebb info --knobs --markdown`; the test cli/knobs fails when they disagree). */
+/* The OpenCL engine's tuning knobs: one declared table (cl-knobs-table.c) of the EBB_CL_*
+ * environment variables, each a row with its name, the fields it sets, its accepted values, its
+ * default per kind of device and a line of documentation. The table is parsed and range-checked
+ * in one place: a bad value is an error naming the knob (ebb_cl_open refuses to start), `ebb
+ * info --knobs` prints each knob's value for a device and where it came from, and
+ * docs/TUNING.md is generated from it (`ebb info --knobs --markdown`; the test cli/knobs fails
+ * when they disagree). */
 #ifndef EBB_RUNTIME_CL_KNOBS_H
 #define EBB_RUNTIME_CL_KNOBS_H
 
 #include "cl.h"
 
 /* Kernel variant parameters chosen from the device's properties (ebb_cl_tuning_for): every field
- * a knob sets is named in the knob table (cl-knobs.c, docs/TUNING.md); the others follow from
+ * a knob sets is named in the knob table (cl-knobs-table.c, docs/TUNING.md); the others follow from
  * them and the device. */
 struct ebb_cl_tuning {
     uint32_t mv_wg;         /* work-items per output row in matvec */

@@ -1060,7 +1060,7 @@ static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *h
                           hp->head_dim);
         goto out;
     }
-    /* The knobs' table (runtime/cl/cl-knobs.c, docs/TUNING.md) checked their ranges. */
+    /* The knobs' table (runtime/cl/cl-knobs-table.c, docs/TUNING.md) checked their ranges. */
     m->n_batch = m->tu.batch;
     m->att_split_max = m->tu.att_split;
     m->att_chunk_deep = m->tu.att_chunk_deep;
