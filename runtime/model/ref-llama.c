@@ -688,6 +688,18 @@ static void *alloc_floats(uint64_t n, bool *fail)
     return p;
 }
 
+/* Writes a zero to each page of the n floats at p (calloc's large blocks are mapped pages that
+ * become resident only when first written), so that the scratch rows are resident from the
+ * open instead of as prompts of new lengths first reach each row: the logits rows alone are
+ * 64 x n_vocab floats (12 MiB for SmolLM2), a soak's slow climb otherwise (docs/PERFORMANCE.md,
+ * "Soak"). */
+static void touch_floats(float *p, uint64_t n)
+{
+    volatile float *v = p;
+    for (uint64_t i = 0; p && i < n; i += 4096 / sizeof(float))
+        v[i] = 0.0f;
+}
+
 /* RoPE angles per position: theta_i = pos / scale * base^(-2i / n_rot) / ff_i (ff: the
  * frequency divisors of Llama 3.1's scaling, else 1); windowed layers with a base of their own
  * use it and no scaling. */
@@ -745,6 +757,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     for (int b = 0; b < EBB__N_BUF; b++) {
         r->width[b] = ebb__arch_buf_width(hp, b);
         r->buf[b] = alloc_floats((uint64_t)BATCH * r->width[b], &fail);
+        touch_floats(r->buf[b], (uint64_t)BATCH * r->width[b]);
     }
     if (n_threads < 1)
         n_threads = 1;
