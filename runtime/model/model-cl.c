@@ -469,9 +469,10 @@ static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct e
 static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
     ebb_err rc = embed(m, rows->nt, diag);
-    /* A layer split's stages: every stage's work enqueued first, each next one held until the
-     * rows it takes are read back, then the gates opened in order (with the SPLIT_GATE knob
-     * off, split_send waits for the rows itself and the next stage is enqueued after). */
+    /* A layer split's stages in order: split_send waits for a stage's rows and writes them to
+     * the next stage, whose layers are enqueued after it (with the SPLIT_GATE knob on, every
+     * stage is enqueued first, each next one held by a gate opened below once its rows are
+     * read back). */
     for (struct clm *s = m; s && !rc; s = s->next)
         if (!(rc = stage_layers(s, rows, diag)) && s->next)
             rc = ebb__clm_split_send(s, rows->nt, diag);
