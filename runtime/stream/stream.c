@@ -657,6 +657,7 @@ void ebb_stream_report(struct ebb_stream *s, struct ebb_stream_report *out)
     out->n_slots = s->n_slots;
     out->io_threads = s->io_threads ? s->io_threads : 1;
     out->limit = s->limit;
+    out->margin = s->plan.cfg.margin;
     out->available_ok = s->last.available_ok;
     out->available = s->last.available;
     out->available_src = !s->last.available_ok   ? "none"
@@ -748,6 +749,7 @@ size_t ebb_stream_report_json(const struct ebb_stream_report *r, char *buf, size
             r->host_threads, r->host_ns / 1e9, (unsigned long long)r->host_steps);
     if (r->limit != UINT64_MAX)
         add(buf, cap, &n, "\"limit_bytes\":%llu,", (unsigned long long)r->limit);
+    add(buf, cap, &n, "\"margin_bytes\":%llu,", (unsigned long long)r->margin);
     if (r->available_ok)
         add(buf, cap, &n, "\"available_bytes\":%llu,", (unsigned long long)r->available);
     add(buf, cap, &n, "\"available_source\":");

@@ -76,6 +76,7 @@ struct ebb_stream_report {
     enum ebb_stream_cache cache;
     uint32_t prefetch, n_slots, io_threads; /* n_slots 0 until slots are attached */
     uint64_t limit;                         /* at the last re-plan; UINT64_MAX = none */
+    uint64_t margin;                        /* kept free under the probe's reading */
     bool available_ok;
     uint64_t available;        /* last probe reading */
     const char *available_src; /* "host" (MemAvailable), "cgroup v1", "cgroup v2", "nvml",

@@ -201,8 +201,10 @@ def test_small_group(parent, ref):
         assert r.returncode == 0, "ebb run in a 155 MiB group failed"
         s = stream_json(r.stderr)
         assert s["available_source"] == "cgroup v%d" % VERSION, s
-        # The old 64 MiB margin alone left at most 155 - 64 = 91 MiB.
-        assert s["limit_bytes"] > 91 * MiB, s
+        # The margin is a tenth of the group's limit, at least 16 MiB, never the old 64 MiB
+        # floor. (limit_bytes itself also takes off the group's usage when the streamer
+        # probed, which depends on the OpenCL runtime and the kernel builds: 22 to 60 MiB.)
+        assert s["margin_bytes"] == max(155 * MiB // 10, 16 * MiB), s
         if s["layers_resident"] < s["layers_total"]:
             assert s["cache"] in ("direct", "dontneed"), s
         assert r.stdout == ref, "text differs in a 155 MiB group:\n%r\n%r" % (r.stdout, ref)
