@@ -64,6 +64,7 @@ struct job {
     ebb_quant_dot_act_fn dot;   /* with xa: w's row times 8-bit activations */
     ebb_quant_dot_act4_fn dot4; /* the same for four tokens at once, or NULL */
     ebb_quant_dot_act4_fn dot8; /* for eight (32-block types), or NULL */
+    ebb_quant_dot_rows4_fn r4;  /* one token, four rows at once (32-block types), or NULL */
     ebb_quant_rp8_fn rp8;       /* w's repacked groups for all tokens, or NULL */
     const int32_t *xsum;        /* (n, n_in / 32) xa's block sums, for rp8 on Q8_0 blocks */
     const void *xa;             /* x quantized (ebb_q8_act or Q8_K blocks), or NULL */
@@ -117,6 +118,8 @@ struct ref {
     struct ebb_q8_act *xact;   /* (EBB__REF_BATCH, max n_in / 32) quantized activations */
     struct ebb_block_q8_k *xk; /* (EBB__REF_BATCH, max n_in / 256) the same as Q8_K, kq8 */
     int32_t *xsum;             /* (EBB__REF_BATCH, max n_in / 32) xact's block sums, cpu */
+    uint32_t rp8_min;          /* the fewest tokens a product takes the repacked rows for */
+    bool repack_head;          /* device "cpu": the output head repacked too */
     struct ref_moe moe;        /* allocated when the layer has a MOE op */
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */

@@ -601,11 +601,12 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
     return EBB_OK;
 }
 
-/* The layers' matrices repack() copies: those in a type with a repacked product
- * (ebb_quant_get_rp8), single (not an expert stack), of 8 rows or more, not copied yet. */
-static struct wmat *repack_mat(struct ref *r, uint32_t l, uint32_t i, uint64_t *gb)
+/* The matrices repack() copies: those of op (a layer's for layer l, or the output head's) in a
+ * type with a repacked product (ebb_quant_get_rp8), single (not an expert stack), of 8 rows or
+ * more, not copied yet. */
+static struct wmat *repack_mat(struct ref *r, const struct ebb__op *op, uint32_t l, uint64_t *gb)
 {
-    const struct ebb__op *op = &r->a->layer[i];
+    *gb = 0;
     if (op->kind != EBB__OP_MATMUL || op->t < 0)
         return NULL;
     struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
@@ -614,53 +615,79 @@ static struct wmat *repack_mat(struct ref *r, uint32_t l, uint32_t i, uint64_t *
     return *gb && w->n_mat == 1 && w->n_out >= 8 ? w : NULL;
 }
 
-/* Device "cpu": every single matrix of the layers' products in a type with a repacked product
- * (ebb_quant_get_rp8) gets a copy of its rows in groups of eight for the prefill's products;
- * decode keeps reading the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x,
- * Q4_0's 1.1x, Q8_0's 1.06x). The output head is left alone: prefill needs its product for the
- * last token only, and a tied head would cost a copy of the embedding. The copy is made only
- * where it takes at most half of the memory the host probes call available (MemAvailable, the
- * cgroup's limit), so that a model near the machine's size is not pushed over it by a speed-up:
- * EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does. */
+/* Each matrix repack_mat takes, once: the layers' (layer after layer), then the output head's. */
+static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_t *gb)
+{
+    const struct ebb__arch *a = r->a;
+    for (;;) {
+        const struct ebb__op *op;
+        uint32_t ol = 0;
+        if (*l < r->hp.n_layer) {
+            if (*i >= a->n_layer_ops) {
+                ++*l, *i = 0;
+                continue;
+            }
+            op = &a->layer[*i], ol = *l;
+        } else if (*i < a->n_output && r->repack_head) {
+            op = &a->output[*i];
+        } else {
+            return NULL;
+        }
+        ++*i;
+        struct wmat *w = repack_mat(r, op, ol, gb);
+        if (w)
+            return w;
+    }
+}
+
+/* Device "cpu": every single matrix of the layers' products and the output head in a type with a
+ * repacked product (ebb_quant_get_rp8) gets a copy of its rows in groups of eight, which prefill
+ * and decode read instead of the mapping (the Q5_0 copy is 1.6x the file's bytes, Q4_1's 1.2x,
+ * Q4_0's 1.1x, Q8_0's 1.06x): one sequential stream a group of rows, which the CPU's prefetchers
+ * follow, and no horizontal sums (docs/PERFORMANCE.md, "Decode on the repacked rows"). A tied
+ * head's copy is the embedding's size again; the embedding's lookups keep reading the mapping
+ * (EBB_CPU_REPACK_HEAD=0 leaves the head on the file's rows: 160 MiB less for the 1B shape,
+ * 180 MiB for Gemma 3 270M, some 6% of their decode).
+ * The copy is made only where it takes at most half of the memory the host probes call
+ * available (MemAvailable, the cgroup's limit), so that a model near the machine's size is not
+ * pushed over it by a speed-up: EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does. */
 static ebb_err repack(struct ref *r, struct ebb_diag *diag)
 {
-    const char *env = getenv("EBB_CPU_REPACK");
+    const char *env = getenv("EBB_CPU_REPACK"), *head = getenv("EBB_CPU_REPACK_HEAD");
     if (env && !strcmp(env, "0"))
         return EBB_OK;
+    r->repack_head = !(head && !strcmp(head, "0"));
     uint64_t total = 0, gb;
     struct wmat *w;
-    for (uint32_t l = 0; l < r->hp.n_layer; l++)
-        for (uint32_t i = 0; i < r->a->n_layer_ops; i++)
-            if ((w = repack_mat(r, l, i, &gb)))
-                total += gb * (w->n_out / 8);
+    uint32_t l = 0, i = 0;
+    while ((w = repack_next(r, &l, &i, &gb)))
+        total += gb * (w->n_out / 8);
     if (!total)
         return EBB_OK;
     if (!(env && !strcmp(env, "1"))) {
         uint64_t avail = 0;
         if (ebb_memprobe_host_available(&avail) && total > avail / 2) {
             ebb_log(EBB_LOG_INFO, "model",
-                    "CPU device: prefill on the file's rows: their repacked copy (%.0f MiB) "
+                    "CPU device: products on the file's rows: their repacked copy (%.0f MiB) "
                     "would take more than half of the %.0f MiB available (EBB_CPU_REPACK=1 "
                     "makes it anyway)",
                     (double)total / (1 << 20), (double)avail / (1 << 20));
             return EBB_OK;
         }
     }
-    for (uint32_t l = 0; l < r->hp.n_layer; l++)
-        for (uint32_t i = 0; i < r->a->n_layer_ops; i++) {
-            if (!(w = repack_mat(r, l, i, &gb)))
-                continue;
-            w->rp = malloc(gb * (w->n_out / 8));
-            if (!w->rp)
-                return ebb_diag_set(diag, EBB_ENOMEM,
-                                    "out of memory for the CPU device's repacked "
-                                    "weights (EBB_CPU_REPACK=0 reads the file's)");
-            for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
-                ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes,
-                                   w->n_in, w->rp + (uint64_t)(o / 8) * gb);
-            w->rp_bytes = gb;
-            w->rp8 = ebb_quant_get_rp8(w->type);
-        }
+    l = i = 0;
+    while ((w = repack_next(r, &l, &i, &gb))) {
+        w->rp = malloc(gb * (w->n_out / 8));
+        if (!w->rp)
+            return ebb_diag_set(diag, EBB_ENOMEM,
+                                "out of memory for the CPU device's repacked "
+                                "weights (EBB_CPU_REPACK=0 reads the file's)");
+        for (uint32_t o = 0; o + 8 <= w->n_out; o += 8)
+            ebb_quant_rp8_pack(w->type, w->data + (uint64_t)o * w->row_bytes, w->row_bytes, w->n_in,
+                               w->rp + (uint64_t)(o / 8) * gb);
+        w->rp_bytes = gb;
+        w->rp8 = ebb_quant_get_rp8(w->type);
+    }
     return EBB_OK;
 }
 
@@ -815,6 +842,12 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     free(ff);
     if (cpu && (rc = repack(r, diag)))
         goto out;
+    /* Decode (one token) on the repacked rows too, where they exist: ~5 instructions a block
+     * per row instead of ~25 (no horizontal sum per block), the same bits, some 10-20% more
+     * bytes read (docs/PERFORMANCE.md, "Decode on the repacked rows");
+     * EBB_CPU_REPACK_DECODE=0 reads the mapping's rows for fewer than four tokens. */
+    const char *rd = getenv("EBB_CPU_REPACK_DECODE");
+    r->rp8_min = rd && !strcmp(rd, "0") ? 4 : 1;
     r->fast = host || cpu;
     /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than

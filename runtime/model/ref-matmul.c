@@ -15,6 +15,11 @@ static void matmul_rows(const struct job *j, float *rowbuf, uint32_t o0, uint32_
     const struct wmat *w = j->w;
     for (uint32_t o = o0; o < o1; o++) {
         const uint8_t *row = w->data + (uint64_t)o * w->row_bytes;
+        if (j->r4 && o + 4 <= o1) {
+            j->r4(row, w->row_bytes, j->xa, w->n_in, j->y + o);
+            o += 3;
+            continue;
+        }
         if (j->xa) {
             const uint8_t *xa = j->xa;
             uint32_t t = 0;
@@ -179,8 +184,8 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         j.xa = r->xk;
         j.xa_stride = sizeof(*r->xk) * (w->n_in / EBB_QK_K);
     }
-    if (j.xa && w->rp8 && n >= 4) {
-        /* The prefill's products on the repacked rows (a decode step reads the mapping). */
+    if (j.xa && w->rp8 && n >= r->rp8_min) {
+        /* The products on the repacked rows (ref-llama.c: decode's too, by default). */
         j.rp8 = w->rp8;
         if (j.xa == r->xact) {
             for (uint32_t t = 0; t < n; t++)
@@ -193,6 +198,7 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         j.dot = ebb_quant_get_dot_act(w->type, r->fast);
         j.dot4 = r->fast && n >= 4 ? ebb_quant_get_dot_act4(w->type) : NULL;
         j.dot8 = r->fast && n >= 8 ? ebb_quant_get_dot_act8(w->type) : NULL;
+        j.r4 = r->fast && n == 1 ? ebb_quant_get_dot_rows4(w->type) : NULL;
     }
     if (r->n_threads < 2 || w->n_out < 64) {
         if (j.rp8) {

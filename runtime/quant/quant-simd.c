@@ -412,14 +412,71 @@ X8_BOTH(q5_1, struct ebb_block_q5_1, _mm256_or_si256(nibbles(b->qs), bit4(le32(b
         h2f(b->m))
 X8_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
 
+/* ---- four weight rows per token (decode's products on the file's rows) ---- */
+
+/* Q8_LOOP for rows row, row + row_bytes, .. (four of them) against one token: the token's
+ * block loaded once, the four rows' integer sums reduced together (hsum4) and their float steps
+ * in the four lanes of one vector, lane r the scalar code's steps for row r in its order (the
+ * same bits). */
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 16
+#endif
+#define Q8_ROWS4(BLOCK, W, SIGNED, M, DOT)                                                         \
+    const struct ebb_q8_act *x = act;                                                              \
+    const BLOCK *rb[4];                                                                            \
+    for (int r = 0; r < 4; r++)                                                                    \
+        rb[r] = (const BLOCK *)(const void *)((const uint8_t *)row + row_bytes * (uint64_t)r);     \
+    __m128 sum = _mm_setzero_ps(), summ = _mm_setzero_ps();                                        \
+    for (uint64_t ib = 0; ib < n / 32; ib++, x++) {                                                \
+        const __m256i a = load32(x->q);                                                            \
+        __m256i p[4];                                                                              \
+        for (int r = 0; r < 4; r++) {                                                              \
+            const BLOCK *b = rb[r] + ib;                                                           \
+            _mm_prefetch((const char *)b + 16 * row_bytes, _MM_HINT_T1);                           \
+            __m256i w = W;                                                                         \
+            p[r] = SIGNED ? DOT(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)) : DOT(w, a);       \
+        }                                                                                          \
+        /* The four fp16 scales (and mins) converted together: F16C's exact conversion. */         \
+        __m128 d =                                                                                 \
+            _mm_cvtph_ps(_mm_setr_epi16((short)rb[0][ib].d, (short)rb[1][ib].d,                    \
+                                        (short)rb[2][ib].d, (short)rb[3][ib].d, 0, 0, 0, 0));      \
+        __m128 isum = _mm_cvtepi32_ps(hsum4(p[0], p[1], p[2], p[3]));                              \
+        sum = _mm_add_ps(sum, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(x->d)), isum));                 \
+        if (!SIGNED) /* the types with a min */                                                    \
+            summ = _mm_add_ps(summ, _mm_mul_ps(M, _mm_set1_ps(x->s)));                             \
+    }                                                                                              \
+    _mm_storeu_ps(out, _mm_add_ps(sum, summ));
+
+#define AVX2_F16C __attribute__((target("avx2,f16c")))
+#define VNNI_F16C __attribute__((target("avx2,avxvnni,f16c")))
+#define R4(ISA, DOT, name, BLOCK, W, SIGNED, M)                                                    \
+    ISA static void name(const void *row, uint64_t row_bytes, const void *act, uint64_t n,         \
+                         float *out)                                                               \
+    {                                                                                              \
+        Q8_ROWS4(BLOCK, W, SIGNED, M, DOT)                                                         \
+    }
+#define R4_BOTH(type, BLOCK, W, SIGNED, M)                                                         \
+    R4(AVX2_F16C, DOT_AVX2, avx2_##type##_r4, BLOCK, W, SIGNED, M)                                 \
+    R4(VNNI_F16C, DOT_VNNI, vnni_##type##_r4, BLOCK, W, SIGNED, M)
+R4_BOTH(q4_0, struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
+        _mm_setzero_ps())
+#define MINS4                                                                                      \
+    _mm_cvtph_ps(_mm_setr_epi16((short)rb[0][ib].m, (short)rb[1][ib].m, (short)rb[2][ib].m,        \
+                                (short)rb[3][ib].m, 0, 0, 0, 0))
+R4_BOTH(q4_1, struct ebb_block_q4_1, nibbles(b->qs), false, MINS4)
+R4_BOTH(q5_0, struct ebb_block_q5_0,
+        _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), _mm256_set1_epi8(16)),
+        true, _mm_setzero_ps())
+R4_BOTH(q5_1, struct ebb_block_q5_1, _mm256_or_si256(nibbles(b->qs), bit4(le32(b->qh))), false,
+        MINS4)
+R4_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, _mm_setzero_ps())
+
 static bool have_simd(void)
 {
     return __builtin_cpu_supports("avx2");
 }
 
 /* ---- activation quantization: quant.c's steps eight elements at a time, the same bits ---- */
-
-#define AVX2_F16C __attribute__((target("avx2,f16c")))
 
 AVX2_F16C static inline float f16_round(float x)
 {
@@ -595,11 +652,33 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
     return NULL;
 }
 
+ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type)
+{
+    static const struct {
+        uint32_t type;
+        ebb_quant_dot_rows4_fn avx2, vnni;
+    } tab[] = {
+        {EBB_GGML_Q4_0, avx2_q4_0_r4, vnni_q4_0_r4}, {EBB_GGML_Q4_1, avx2_q4_1_r4, vnni_q4_1_r4},
+        {EBB_GGML_Q5_0, avx2_q5_0_r4, vnni_q5_0_r4}, {EBB_GGML_Q5_1, avx2_q5_1_r4, vnni_q5_1_r4},
+        {EBB_GGML_Q8_0, avx2_q8_0_r4, vnni_q8_0_r4},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+        if (tab[i].type == type)
+            return !have_f16c() ? NULL : have_vnni() ? tab[i].vnni : tab[i].avx2;
+    return NULL;
+}
+
 bool ebb_quant_simd_vnni(void)
 {
     return have_vnni();
 }
 #else
+
+ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type)
+{
+    (void)type;
+    return NULL;
+}
 
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
 {

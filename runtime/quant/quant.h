@@ -203,6 +203,13 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);
 /* The same for eight tokens (out[0..7]), for the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
  * with AVX-VNNI's dpbusd where the CPU has it, else AVX2; NULL elsewhere and for other types. */
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
+/* One token against four weight rows (row, row + row_bytes, ..): out[r] has the bits
+ * ebb_quant_get_dot_act(type, true) gives for row r; the token's blocks are loaded once for
+ * the four (decode's products on the file's rows). The 32-block types, with AVX-VNNI or AVX2
+ * as ebb_quant_get_dot_act8; NULL elsewhere and for other types. */
+typedef void (*ebb_quant_dot_rows4_fn)(const void *row, uint64_t row_bytes, const void *act,
+                                       uint64_t n, float *out);
+ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type);
 /* Whether ebb_quant_get_dot_act8 takes AVX-VNNI on this CPU (EBB_CPU_VNNI=0: never, so that the
  * tests reach the AVX2 version on a CPU with both). */
 bool ebb_quant_simd_vnni(void);

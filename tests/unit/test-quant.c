@@ -631,6 +631,39 @@ static void test_dot_act(void **state)
             assert_false(ebb_quant_simd_vnni());
         unsetenv("EBB_CPU_VNNI");
     }
+    /* The four-row products of the 32-block types (VNNI and AVX2 as above): one token against
+     * four different rows, each row's result with the one-row product's bits. */
+    static uint8_t rows4[4][sizeof(struct ebb_block_q8_0) * (N / 32)];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            setenv("EBB_CPU_VNNI", "0", 1);
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+            ebb_quant_dot_rows4_fn fr = ebb_quant_get_dot_rows4(types[t]);
+            if (ebb_quant_q8k_act_supported(types[t]) || !fr) {
+                assert_true(!fr || !ebb_quant_q8k_act_supported(types[t]));
+                continue;
+            }
+            for (int r = 0; r < 4; r++)
+                random_row(types[t], rows4[r], blk[t] * (uint64_t)(N / 32), N / 32);
+            float out[4];
+            fr(rows4, sizeof(rows4[0]), a8[5], N, out);
+            for (int r = 0; r < 4; r++) {
+                float want = ebb_quant_dot_q8_act(types[t], rows4[r], a8[5], N);
+                if (memcmp(&want, &out[r], sizeof(float)))
+                    fail_msg("type %u row %d (%s): r4 %a, scalar %a", types[t], r,
+                             pass                    ? "avx2"
+                             : ebb_quant_simd_vnni() ? "avx-vnni"
+                                                     : "avx2",
+                             (double)out[r], (double)want);
+            }
+        }
+        unsetenv("EBB_CPU_VNNI");
+    }
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        assert_non_null(ebb_quant_get_dot_rows4(EBB_GGML_Q4_0));
+#endif
+    assert_null(ebb_quant_get_dot_rows4(EBB_GGML_Q4_K));
     /* Q8_K: the largest magnitude maps to -127 exactly, the group sums add up. */
     for (int i = 0; i < N; i++)
         x[i] = rndf(-2, 2);

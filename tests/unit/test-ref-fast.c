@@ -155,8 +155,8 @@ static void f16_round(void **state)
 
 /* The CPU device's matrix product on repacked row groups gives the bits of the product on the
  * file's rows: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, 109 rows (13 groups and 5 rows left over), 11
- * tokens (four, four, then one by one), on one thread and on two (the groups split, the last part
- * taking the rows left). */
+ * tokens (four, four, then one by one) and one token alone (decode, on either rows), on one thread
+ * and on two (the groups split, the last part taking the rows left). */
 static void matmul_repacked(void **state)
 {
     (void)state;
@@ -206,6 +206,12 @@ static void matmul_repacked(void **state)
                              .n_mat = 1,
                              .mat_bytes = rb * NOUT};
             ebb__ref_matmul(r, &w, x, y0, NT);
+            /* One token (decode) on the file's rows: four rows at a time where the type has
+             * that product (ebb_quant_get_dot_rows4), the rows left one by one. */
+            static float y2[NOUT];
+            memset(y2, 0xff, sizeof(y2));
+            ebb__ref_matmul(r, &w, x, y2, 1);
+            assert_memory_equal(y0, y2, sizeof(y2));
             w.rp_bytes = ebb_quant_rp8_bytes(types[ty], NIN);
             w.rp = malloc(w.rp_bytes * (NOUT / 8));
             assert_non_null(w.rp);
@@ -215,6 +221,14 @@ static void matmul_repacked(void **state)
             memset(y1, 0xff, sizeof(y1)); /* NaNs where a row is left unwritten */
             ebb__ref_matmul(r, &w, x, y1, NT);
             assert_memory_equal(y0, y1, sizeof(y0));
+            /* One token on the repacked rows (decode's default, rp8_min 1) and, with rp8_min
+             * 4, on the file's rows: the same bits. */
+            for (uint32_t min = 1; min <= 4; min += 3) {
+                r->rp8_min = min;
+                memset(y2, 0xff, sizeof(y2));
+                ebb__ref_matmul(r, &w, x + NIN, y2, 1);
+                assert_memory_equal(y0 + NOUT, y2, sizeof(y2));
+            }
             ebb__ref_stop_helper(r);
             free(w.rp);
             free(r->xact);
