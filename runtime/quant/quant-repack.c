@@ -193,6 +193,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 
 #define AVX2 __attribute__((target("avx2")))
 #define VNNI __attribute__((target("avx2,avxvnni")))
+#define V512 __attribute__((target("avx2,avx512vnni,avx512vl")))
 #define INLINE inline __attribute__((always_inline))
 
 /* Four activation bytes at p in every lane. */
@@ -210,6 +211,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 #define DOT_AVX2(acc, w, a)                                                                        \
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)))
 #define DOT_VNNI(acc, w, a) _mm256_dpbusd_avx_epi32(acc, w, a)
+#define DOT_V512(acc, w, a) _mm256_dpbusd_epi32(acc, w, a)
 
 /* Q4_0 and Q4_1 (MIN): per block the low nibbles against activations 4k.., the high ones
  * against 16 + 4k.., into one int32 sum per row and token, less 8 times the activations' block
@@ -498,8 +500,10 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 #define RP_BOTH(type, MACRO, PAIR, GROUP_BYTES)                                                    \
     MACRO(avx2_##type, AVX2, DOT_AVX2)                                                             \
     MACRO(vnni_##type, VNNI, DOT_VNNI)                                                             \
+    MACRO(v512_##type, V512, DOT_V512)                                                             \
     RP_ENTRY(avx2_##type, AVX2, PAIR, GROUP_BYTES)                                                 \
-    RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)
+    RP_ENTRY(vnni_##type, VNNI, PAIR, GROUP_BYTES)                                                 \
+    RP_ENTRY(v512_##type, V512, PAIR, GROUP_BYTES)
 #define RP_Q4_0(name, ISA, DOT) RP_Q4(name, ISA, DOT, false, Q4_0_BYTES)
 #define RP_Q4_1(name, ISA, DOT) RP_Q4(name, ISA, DOT, true, Q4_1_BYTES)
 #define RP_Q5_0(name, ISA, DOT) RP_Q8B(name, ISA, DOT, false, 16, Q5_0_BYTES)
@@ -515,17 +519,19 @@ ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
 {
     static const struct {
         uint32_t type;
-        ebb_quant_rp8_fn avx2, vnni;
+        ebb_quant_rp8_fn avx2, vnni, v512;
     } tab[] = {
-        {EBB_GGML_Q4_0, avx2_q4_0, vnni_q4_0}, {EBB_GGML_Q4_1, avx2_q4_1, vnni_q4_1},
-        {EBB_GGML_Q5_0, avx2_q5_0, vnni_q5_0}, {EBB_GGML_Q8_0, avx2_q8_0, vnni_q8_0},
-        {EBB_GGML_Q4_K, avx2_q4_k, vnni_q4_k}, {EBB_GGML_Q6_K, avx2_q6_k, vnni_q6_k},
+#define T(T, t) {EBB_GGML_##T, avx2_##t, vnni_##t, v512_##t}
+        T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q8_0, q8_0), T(Q4_K, q4_k), T(Q6_K, q6_k),
+#undef T
     };
     if (!__builtin_cpu_supports("avx2"))
         return NULL;
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
-        if (tab[i].type == type)
-            return ebb_quant_simd_vnni() ? tab[i].vnni : tab[i].avx2;
+        if (tab[i].type == type) {
+            int v = ebb_quant_simd_vnni();
+            return v == 1 ? tab[i].vnni : v == 2 ? tab[i].v512 : tab[i].avx2;
+        }
     return NULL;
 }
 #else

@@ -7,6 +7,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,6 +349,10 @@ AVX2 static void avx2_q8_0_x4(const void *row, const void *act, uint64_t stride,
 /* ---- eight tokens per weight row (the 32-block types): AVX2, or AVX-VNNI's dpbusd ---- */
 
 #define VNNI __attribute__((target("avx2,avxvnni")))
+/* AVX512-VNNI's dpbusd on 256-bit vectors (EVEX, with AVX512VL): the same instruction as
+ * AVX-VNNI's, on the CPUs that have the AVX-512 form only (AMD Zen 4 and 5, Intel Ice Lake and
+ * later servers). */
+#define V512 __attribute__((target("avx2,avx512vnni,avx512vl")))
 
 /* Eight tokens' integer sums of one block: lane t of the result is the sum of p[t]. */
 AVX2 static inline __m256i hsum8(const __m256i *p)
@@ -362,6 +367,7 @@ AVX2 static inline __m256i hsum8(const __m256i *p)
  * here, as in dot_ss and dot_us) widened by madd, or dpbusd's sums in one step. */
 #define DOT_AVX2(u, a) _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1))
 #define DOT_VNNI(u, a) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a)
+#define DOT_V512(u, a) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a)
 
 /* Q8_LOOP4 for eight tokens: per block the weights unpacked once, eight tokens' sums reduced
  * together (hsum8), their float steps in the eight lanes of one vector, each lane the scalar
@@ -401,7 +407,8 @@ AVX2 static inline __m256i hsum8(const __m256i *p)
     }
 #define X8_BOTH(type, BLOCK, W, SIGNED, M)                                                         \
     X8(AVX2, DOT_AVX2, avx2_##type##_x8, BLOCK, W, SIGNED, M)                                      \
-    X8(VNNI, DOT_VNNI, vnni_##type##_x8, BLOCK, W, SIGNED, M)
+    X8(VNNI, DOT_VNNI, vnni_##type##_x8, BLOCK, W, SIGNED, M)                                      \
+    X8(V512, DOT_V512, v512_##type##_x8, BLOCK, W, SIGNED, M)
 X8_BOTH(q4_0, struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
         0.0f)
 X8_BOTH(q4_1, struct ebb_block_q4_1, nibbles(b->qs), false, h2f(b->m))
@@ -449,6 +456,7 @@ X8_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
 
 #define AVX2_F16C __attribute__((target("avx2,f16c")))
 #define VNNI_F16C __attribute__((target("avx2,avxvnni,f16c")))
+#define V512_F16C __attribute__((target("avx2,avx512vnni,avx512vl,f16c")))
 #define R4(ISA, DOT, name, BLOCK, W, SIGNED, M)                                                    \
     ISA static void name(const void *row, uint64_t row_bytes, const void *act, uint64_t n,         \
                          float *out)                                                               \
@@ -457,7 +465,8 @@ X8_BOTH(q8_0, struct ebb_block_q8_0, load32(b->qs), true, 0.0f)
     }
 #define R4_BOTH(type, BLOCK, W, SIGNED, M)                                                         \
     R4(AVX2_F16C, DOT_AVX2, avx2_##type##_r4, BLOCK, W, SIGNED, M)                                 \
-    R4(VNNI_F16C, DOT_VNNI, vnni_##type##_r4, BLOCK, W, SIGNED, M)
+    R4(VNNI_F16C, DOT_VNNI, vnni_##type##_r4, BLOCK, W, SIGNED, M)                                 \
+    R4(V512_F16C, DOT_V512, v512_##type##_r4, BLOCK, W, SIGNED, M)
 R4_BOTH(q4_0, struct ebb_block_q4_0, _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8)), true,
         _mm_setzero_ps())
 #define MINS4                                                                                      \
@@ -578,19 +587,36 @@ void ebb_quant_q8k_act_row_fast(const float *x, uint64_t n, struct ebb_block_q8_
         ebb_quant_q8k_act_row(x, n, out);
 }
 
-/* AVX-VNNI (VEX dpbusd on 256-bit vectors): CPUID leaf 7, sub-leaf 1, EAX bit 4 (clang does not
- * know the name in __builtin_cpu_supports); the OS's YMM state is AVX2's check. */
-static bool have_vnni(void)
+/* The dpbusd this CPU has: 1 for AVX-VNNI (VEX on 256-bit vectors: CPUID leaf 7, sub-leaf 1, EAX
+ * bit 4, which clang does not know by name in __builtin_cpu_supports), 2 for AVX512-VNNI with
+ * AVX512VL (the EVEX form on 256-bit vectors; __builtin_cpu_supports checks that the OS saves
+ * the AVX-512 state), 0 for neither or with EBB_CPU_VNNI=0. CPUID is read once: in a virtual
+ * machine each CPUID exits to the hypervisor (microseconds), and the products look their
+ * function up per matrix (3% of a batched decode here before). Threads racing on the first
+ * call store the same value. */
+static int have_vnni(void)
 {
-    unsigned a = 0, b = 0, c = 0, d = 0;
+    static _Atomic int cpu = -1;
+    int v = atomic_load_explicit(&cpu, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = !have_simd()                                                                 ? 0
+            : __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u)                   ? 1
+            : __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") ? 2
+                                                                                         : 0;
+        atomic_store_explicit(&cpu, v, memory_order_relaxed);
+    }
     const char *off = getenv("EBB_CPU_VNNI");
-    return have_simd() && !(off && !strcmp(off, "0")) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
-           (a >> 4 & 1u);
+    return off && !strcmp(off, "0") ? 0 : v;
 }
 
 const char *ebb_quant_simd_name(void)
 {
-    return have_vnni() ? "avx2, avx-vnni" : have_simd() ? "avx2" : "scalar";
+    int v = have_vnni();
+    return v == 1        ? "avx2, avx-vnni"
+           : v == 2      ? "avx2, avx512-vnni"
+           : have_simd() ? "avx2"
+                         : "scalar";
 }
 
 #define SIMD(fn) fn
@@ -640,15 +666,17 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
 {
     static const struct {
         uint32_t type;
-        ebb_quant_dot_act4_fn avx2, vnni;
+        ebb_quant_dot_act4_fn avx2, vnni, v512;
     } tab[] = {
-        {EBB_GGML_Q4_0, avx2_q4_0_x8, vnni_q4_0_x8}, {EBB_GGML_Q4_1, avx2_q4_1_x8, vnni_q4_1_x8},
-        {EBB_GGML_Q5_0, avx2_q5_0_x8, vnni_q5_0_x8}, {EBB_GGML_Q5_1, avx2_q5_1_x8, vnni_q5_1_x8},
-        {EBB_GGML_Q8_0, avx2_q8_0_x8, vnni_q8_0_x8},
+#define T(T, t) {EBB_GGML_##T, avx2_##t##_x8, vnni_##t##_x8, v512_##t##_x8}
+        T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q5_1, q5_1), T(Q8_0, q8_0),
+#undef T
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
-        if (tab[i].type == type)
-            return have_vnni() ? tab[i].vnni : have_simd() ? tab[i].avx2 : NULL;
+        if (tab[i].type == type) {
+            int v = have_vnni();
+            return v == 1 ? tab[i].vnni : v == 2 ? tab[i].v512 : have_simd() ? tab[i].avx2 : NULL;
+        }
     return NULL;
 }
 
@@ -656,19 +684,21 @@ ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type)
 {
     static const struct {
         uint32_t type;
-        ebb_quant_dot_rows4_fn avx2, vnni;
+        ebb_quant_dot_rows4_fn avx2, vnni, v512;
     } tab[] = {
-        {EBB_GGML_Q4_0, avx2_q4_0_r4, vnni_q4_0_r4}, {EBB_GGML_Q4_1, avx2_q4_1_r4, vnni_q4_1_r4},
-        {EBB_GGML_Q5_0, avx2_q5_0_r4, vnni_q5_0_r4}, {EBB_GGML_Q5_1, avx2_q5_1_r4, vnni_q5_1_r4},
-        {EBB_GGML_Q8_0, avx2_q8_0_r4, vnni_q8_0_r4},
+#define T(T, t) {EBB_GGML_##T, avx2_##t##_r4, vnni_##t##_r4, v512_##t##_r4}
+        T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q5_1, q5_1), T(Q8_0, q8_0),
+#undef T
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
-        if (tab[i].type == type)
-            return !have_f16c() ? NULL : have_vnni() ? tab[i].vnni : tab[i].avx2;
+        if (tab[i].type == type) {
+            int v = have_vnni();
+            return !have_f16c() ? NULL : v == 1 ? tab[i].vnni : v == 2 ? tab[i].v512 : tab[i].avx2;
+        }
     return NULL;
 }
 
-bool ebb_quant_simd_vnni(void)
+int ebb_quant_simd_vnni(void)
 {
     return have_vnni();
 }
@@ -686,9 +716,9 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
     return NULL;
 }
 
-bool ebb_quant_simd_vnni(void)
+int ebb_quant_simd_vnni(void)
 {
-    return false;
+    return 0;
 }
 #endif
 

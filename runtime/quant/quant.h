@@ -201,7 +201,8 @@ typedef void (*ebb_quant_dot_act4_fn)(const void *row, const void *act, uint64_t
                                       float *out);
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type);
 /* The same for eight tokens (out[0..7]), for the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
- * with AVX-VNNI's dpbusd where the CPU has it, else AVX2; NULL elsewhere and for other types. */
+ * with VNNI's dpbusd where the CPU has it (ebb_quant_simd_vnni), else AVX2; NULL elsewhere and for
+ * other types. */
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
 /* One token against four weight rows (row, row + row_bytes, ..): out[r] has the bits
  * ebb_quant_get_dot_act(type, true) gives for row r; the token's blocks are loaded once for
@@ -210,9 +211,10 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type);
 typedef void (*ebb_quant_dot_rows4_fn)(const void *row, uint64_t row_bytes, const void *act,
                                        uint64_t n, float *out);
 ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type);
-/* Whether ebb_quant_get_dot_act8 takes AVX-VNNI on this CPU (EBB_CPU_VNNI=0: never, so that the
- * tests reach the AVX2 version on a CPU with both). */
-bool ebb_quant_simd_vnni(void);
+/* The dpbusd ebb_quant_get_dot_act8, ebb_quant_get_dot_rows4 and ebb_quant_get_rp8 take on this
+ * CPU: 1 AVX-VNNI, 2 AVX512-VNNI on 256-bit vectors (AVX512VL), 0 none, where they use AVX2's
+ * maddubs + madd (EBB_CPU_VNNI=0: 0 always, so that the tests reach the AVX2 versions too). */
+int ebb_quant_simd_vnni(void);
 /* quant-simd.c: ebb_quant_q8_act_row and ebb_quant_q8k_act_row with AVX2 (and F16C) where the
  * CPU has them, else the same functions; the same bits for finite inputs. */
 void ebb_quant_q8_act_row_fast(const float *x, uint64_t n, struct ebb_q8_act *out);

@@ -597,8 +597,14 @@ static void test_dot_act(void **state)
                          (double)want);
         }
     }
-    /* The eight-token products of the 32-block types, with AVX-VNNI where the CPU has it and
-     * with AVX2 (EBB_CPU_VNNI=0): each token's result has the one-token product's bits. */
+    /* The eight-token products of the 32-block types, with VNNI where the CPU has it (AVX-VNNI, or
+     * AVX512-VNNI on 256-bit vectors) and with AVX2 (EBB_CPU_VNNI=0): each token's result has the
+     * one-token product's bits. */
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512vl"))
+        assert_true(ebb_quant_simd_vnni() != 0); /* 2, or 1 where it has AVX-VNNI too */
+#endif
     static struct ebb_q8_act a8[8][N / 32];
     for (int t = 0; t < 8; t++) {
         for (int i = 0; i < N; i++)
@@ -622,7 +628,7 @@ static void test_dot_act(void **state)
                 if (memcmp(&want, &out[tk], sizeof(float)))
                     fail_msg("type %u token %d (%s): x8 %a, scalar %a", types[t], tk,
                              pass                    ? "avx2"
-                             : ebb_quant_simd_vnni() ? "avx-vnni"
+                             : ebb_quant_simd_vnni() ? ebb_quant_simd_name()
                                                      : "avx2",
                              (double)out[tk], (double)want);
             }
@@ -652,7 +658,7 @@ static void test_dot_act(void **state)
                 if (memcmp(&want, &out[r], sizeof(float)))
                     fail_msg("type %u row %d (%s): r4 %a, scalar %a", types[t], r,
                              pass                    ? "avx2"
-                             : ebb_quant_simd_vnni() ? "avx-vnni"
+                             : ebb_quant_simd_vnni() ? ebb_quant_simd_name()
                                                      : "avx2",
                              (double)out[r], (double)want);
             }
@@ -679,7 +685,7 @@ static void test_dot_act(void **state)
     assert_null(ebb_quant_get_dot_act(EBB_GGML_Q2_K, true));
 }
 
-/* The repacked eight-row products (quant-repack.c), with AVX-VNNI where the CPU has it and with
+/* The repacked eight-row products (quant-repack.c), with VNNI where the CPU has it and with
  * AVX2 (EBB_CPU_VNNI=0): seven tokens (four at once, then one at a time) of three groups of
  * eight random rows (a pair and a single group where the kernel pairs them), each result with
  * the scalar product's bits; one token's activations all zero. */
