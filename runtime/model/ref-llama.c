@@ -72,12 +72,31 @@ static float *rows(const struct ref *r, uint8_t b, const struct step *s)
     return r->buf[b] + (uint64_t)s->row0 * r->width[b];
 }
 
-/* Part i of the attention's (token, head) pairs: softmax(q k^T) v of each over the positions it
- * sees, in thread i's score buffer. */
+static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
+                            uint64_t i0, uint64_t i1);
+
+/* Part i of the attention's (step, token, head) triples, over the j->n steps at j->step (one, or
+ * a batch's slots of one token each): softmax(q k^T) v of each over the positions it sees, in
+ * thread i's score buffer. */
 static void attention_part(struct ref *r, const struct job *j, int part)
 {
-    const struct ebb__op *op = j->op;
-    const struct step *s = j->step;
+    const struct ebb__hparams *hp = &r->hp;
+    const uint32_t NH = hp->n_head;
+    const struct step *steps = j->step;
+    const uint64_t per = (uint64_t)steps[0].n * NH, n_all = per * j->n;
+    const uint64_t a0 = n_all * (uint32_t)part / (uint32_t)r->n_threads;
+    const uint64_t a1 = n_all * (uint32_t)(part + 1) / (uint32_t)r->n_threads;
+    for (uint64_t k = a0; k < a1;) {
+        uint64_t si = k / per, end = (si + 1) * per < a1 ? (si + 1) * per : a1;
+        attention_pairs(r, j->op, &steps[si], part, k - si * per, end - si * per);
+        k = end;
+    }
+}
+
+/* Pairs [i0, i1) of step s's (token, head) pairs, with thread part's score buffer. */
+static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
+                            uint64_t i0, uint64_t i1)
+{
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const uint32_t QD = NH * HD, KVD = NKV * HD;
@@ -88,9 +107,6 @@ static void attention_part(struct ref *r, const struct job *j, int part)
     const float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
     const uint32_t window = ebb__arch_window(hp, s->l);
     float *att = r->att + (uint64_t)part * r->n_ctx;
-    const uint64_t n_pairs = (uint64_t)s->n * NH;
-    const uint64_t i0 = n_pairs * (uint32_t)part / (uint32_t)r->n_threads;
-    const uint64_t i1 = n_pairs * (uint32_t)(part + 1) / (uint32_t)r->n_threads;
     for (uint64_t i = i0; i < i1; i++) {
         uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
         uint32_t n_kv = s->pos + t + 1;
@@ -113,7 +129,7 @@ static void attention_part(struct ref *r, const struct job *j, int part)
 /* Attention: keys b and values c of the batch into the cache at their positions, then token t
  * sees positions p0..pos+t, p0 = 0 or, in a windowed layer, the last `window` positions; query
  * head h reads KV head h / (NH / NKV). Writes dst (n, n_head * head_dim). */
-static void attention(struct ref *r, const struct ebb__op *op, const struct step *s)
+static void attention_store(struct ref *r, const struct ebb__op *op, const struct step *s)
 {
     const struct ebb__hparams *hp = &r->hp;
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
@@ -143,8 +159,23 @@ static void attention(struct ref *r, const struct ebb__op *op, const struct step
         if (r->q8)
             ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
     }
-    struct job j = {.run = attention_part, .op = op, .step = s};
+}
+
+/* The attention of n steps (a batch's slots, each one token; or one step of any tokens): each
+ * step's keys and values stored, then all their (token, head) pairs split between the threads
+ * in one job, each pair computed as alone (the same bits). */
+static void attention_steps(struct ref *r, const struct ebb__op *op, const struct step *steps,
+                            uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        attention_store(r, op, &steps[i]);
+    struct job j = {.run = attention_part, .op = op, .step = steps, .n = n};
     ebb__ref_run(r, &j);
+}
+
+static void attention(struct ref *r, const struct ebb__op *op, const struct step *s)
+{
+    attention_steps(r, op, s, 1);
 }
 
 static const struct rtensor *tensor(const struct ref *r, int16_t t, uint32_t l)
@@ -371,10 +402,15 @@ static ebb_err cpu_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
                 run_op(r, op, &s);
                 continue;
             }
-            for (uint32_t i = 0; i < n_seqs; i++) {
-                struct step one = {tok + i, seqs[i].seq, 1, seqs[i].pos, s.l, i};
-                run_op(r, op, &one);
+            struct step one[BATCH];
+            for (uint32_t i = 0; i < n_seqs; i++)
+                one[i] = (struct step){tok + i, seqs[i].seq, 1, seqs[i].pos, s.l, i};
+            if (op->kind == EBB__OP_ATTENTION) { /* the slots' heads in one job */
+                attention_steps(r, op, one, n_seqs);
+                continue;
             }
+            for (uint32_t i = 0; i < n_seqs; i++)
+                run_op(r, op, &one[i]);
         }
     s.l = 0;
     run_prog(r, a->output, a->n_output, &s);
