@@ -36,8 +36,8 @@ def main():
     ap.add_argument("ebb")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--models-dir", default=os.path.expanduser("~/.local/share/ebb/models"))
-    ap.add_argument("extra", nargs="*")
-    a = ap.parse_args()
+    a, extra = ap.parse_known_args()
+    a.extra = [x for x in extra if x != "--"]
     d = tempfile.mkdtemp(prefix="ebb-switch-")
     for m in (ct.SMOL, ct.GEMMA):
         os.symlink(os.path.join(a.models_dir, m + ".gguf"), os.path.join(d, m + ".gguf"))

@@ -64,8 +64,8 @@ def main():
     ap.add_argument("--log", help="the daemon's log goes here (its open and load timings)")
     ap.add_argument("--idle", action="store_true",
                     help="Gemma stays idle while SmolLM2 loads (no concurrent stream)")
-    ap.add_argument("extra", nargs="*")
-    a = ap.parse_args()
+    a, extra = ap.parse_known_args()
+    a.extra = [x for x in extra if x != "--"]
     d = tempfile.mkdtemp(prefix="ebb-cat-")
     for m in (SMOL, GEMMA):
         os.symlink(os.path.join(a.models_dir, m + ".gguf"), os.path.join(d, m + ".gguf"))
