@@ -95,4 +95,8 @@ ebb_err ebb__ref_host_layer(struct ebb__ref_host *h, uint32_t l, uint32_t seq, u
 /* Positions 0..n-1 of slot src's host KV rows to slot dst's (checked by the caller). */
 ebb_err ebb__ref_host_kv_copy(struct ebb__ref_host *h, uint32_t src, uint32_t dst, uint32_t n);
 
+/* The widest head whose keys and values the host engines (ref-llama.c) keep as fp16 in their
+ * cache (wider heads keep floats). */
+#define EBB__ATT_MAX_HD 1024
+
 #endif

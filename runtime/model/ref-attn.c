@@ -16,9 +16,15 @@ static float f16_round(float x)
 
 static void attn_head_c(const struct ebb__attn_head *a, float *att, float *out)
 {
-    float mx = -INFINITY;
+    float mx = -INFINITY, kb[EBB__ATT_MAX_HD];
     for (uint32_t p = a->p0; p < a->n_kv; p++) {
-        float sc = ebb__ref_dot_f32(a->q, a->k + (uint64_t)p * a->stride, a->hd) * a->scale;
+        const float *kp = a->k + (uint64_t)p * a->stride;
+        if (a->k16) {
+            for (uint32_t e = 0; e < a->hd; e++)
+                kb[e] = ebb_fp16_to_fp32(a->k16[(uint64_t)p * a->stride + e]);
+            kp = kb;
+        }
+        float sc = ebb__ref_dot_f32(a->q, kp, a->hd) * a->scale;
         att[p] = sc;
         mx = sc > mx ? sc : mx;
     }
@@ -32,6 +38,12 @@ static void attn_head_c(const struct ebb__attn_head *a, float *att, float *out)
         float w = att[p] / sum;
         if (a->f16_weights)
             w = f16_round(w);
+        if (a->v16) {
+            const uint16_t *vp = a->v16 + (uint64_t)p * a->stride;
+            for (uint32_t e = 0; e < a->hd; e++)
+                out[e] += w * ebb_fp16_to_fp32(vp[e]);
+            continue;
+        }
         const float *vp = a->v + (uint64_t)p * a->stride;
         for (uint32_t e = 0; e < a->hd; e++)
             out[e] += w * vp[e];
@@ -61,23 +73,31 @@ AVX2 static inline float close8(__m256 acc)
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u))) + 0.0f;
 }
 
+/* Eight cached floats at element i of row base: loaded, or (H) converted from fp16 by F16C. */
+#define KV8(H, f32, f16, i)                                                                        \
+    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((f16) + (i))))          \
+         : _mm256_loadu_ps((f32) + (i)))
+
 /* The scores of four positions at once (each q chunk loaded once), the weights through F16C,
- * and the output in chunks of 64 held in eight registers over all positions. hd % 8 == 0. */
-AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, float *out)
+ * and the output in chunks of 64 held in eight registers over all positions. hd % 8 == 0. H:
+ * the cache holds fp16 (k16, v16). */
+AVX2 static inline __attribute__((always_inline)) void
+attn_head_avx2_kv(const struct ebb__attn_head *a, float *att, float *out, const bool H)
 {
     const uint32_t hd = a->hd, p0 = a->p0, n_kv = a->n_kv;
     const uint64_t st = a->stride;
     float mx = -INFINITY;
     uint32_t p = p0;
     for (; p + 4 <= n_kv; p += 4) {
-        const float *k = a->k + (uint64_t)p * st;
+        const float *k = H ? NULL : a->k + (uint64_t)p * st;
+        const uint16_t *kh = H ? a->k16 + (uint64_t)p * st : NULL;
         __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         for (uint32_t i = 0; i < hd; i += 8) {
             __m256 qv = _mm256_loadu_ps(a->q + i);
-            c0 = _mm256_add_ps(c0, _mm256_mul_ps(qv, _mm256_loadu_ps(k + i)));
-            c1 = _mm256_add_ps(c1, _mm256_mul_ps(qv, _mm256_loadu_ps(k + st + i)));
-            c2 = _mm256_add_ps(c2, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 2 * st + i)));
-            c3 = _mm256_add_ps(c3, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 3 * st + i)));
+            c0 = _mm256_add_ps(c0, _mm256_mul_ps(qv, KV8(H, k, kh, i)));
+            c1 = _mm256_add_ps(c1, _mm256_mul_ps(qv, KV8(H, k, kh, st + i)));
+            c2 = _mm256_add_ps(c2, _mm256_mul_ps(qv, KV8(H, k, kh, 2 * st + i)));
+            c3 = _mm256_add_ps(c3, _mm256_mul_ps(qv, KV8(H, k, kh, 3 * st + i)));
         }
         att[p] = close8(c0) * a->scale;
         att[p + 1] = close8(c1) * a->scale;
@@ -85,11 +105,11 @@ AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, floa
         att[p + 3] = close8(c3) * a->scale;
     }
     for (; p < n_kv; p++) {
-        const float *k = a->k + (uint64_t)p * st;
+        const float *k = H ? NULL : a->k + (uint64_t)p * st;
+        const uint16_t *kh = H ? a->k16 + (uint64_t)p * st : NULL;
         __m256 c0 = _mm256_setzero_ps();
         for (uint32_t i = 0; i < hd; i += 8)
-            c0 =
-                _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a->q + i), _mm256_loadu_ps(k + i)));
+            c0 = _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a->q + i), KV8(H, k, kh, i)));
         att[p] = close8(c0) * a->scale;
     }
     for (p = p0; p < n_kv; p++)
@@ -108,12 +128,12 @@ AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, floa
         __m256 o[8];
         for (int j = 0; j < 8; j++)
             o[j] = _mm256_setzero_ps();
-        const float *v = a->v + e;
         for (p = p0; p < n_kv; p++) {
             __m256 w = _mm256_set1_ps(att[p]);
-            const float *vp = v + (uint64_t)p * st;
+            const float *vp = H ? NULL : a->v + e + (uint64_t)p * st;
+            const uint16_t *vh = H ? a->v16 + e + (uint64_t)p * st : NULL;
             for (int j = 0; j < 8; j++)
-                o[j] = _mm256_add_ps(o[j], _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8 * j)));
+                o[j] = _mm256_add_ps(o[j], _mm256_mul_ps(w, KV8(H, vp, vh, 8 * j)));
         }
         for (int j = 0; j < 8; j++)
             _mm256_storeu_ps(out + e + 8 * j, o[j]);
@@ -122,9 +142,28 @@ AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, floa
         __m256 o = _mm256_setzero_ps();
         for (p = p0; p < n_kv; p++)
             o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]),
-                                               _mm256_loadu_ps(a->v + (uint64_t)p * st + e)));
+                                               KV8(H, H ? NULL : a->v + (uint64_t)p * st,
+                                                   H ? a->v16 + (uint64_t)p * st : NULL, e)));
         _mm256_storeu_ps(out + e, o);
     }
+}
+
+AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, float *out)
+{
+    if (a->k16)
+        attn_head_avx2_kv(a, att, out, true);
+    else
+        attn_head_avx2_kv(a, att, out, false);
+}
+
+AVX2 static void f16_store_avx2(uint16_t *dst, const float *src, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = ebb_fp32_to_fp16(src[i]);
 }
 
 static bool have_avx2(void)
@@ -176,6 +215,20 @@ void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, f
     (void)simd;
 #endif
     attn_head_c(a, att, out);
+}
+
+void ebb__ref_f16_store(uint16_t *dst, const float *src, uint64_t n, bool simd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (simd && have_avx2()) {
+        f16_store_avx2(dst, src, n);
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = ebb_fp32_to_fp16(src[i]);
 }
 
 void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd)

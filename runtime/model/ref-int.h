@@ -94,11 +94,15 @@ struct ref {
     const struct ebb__arch *a;
     struct ebb__hparams hp;
     uint32_t n_ctx, n_seq;
-    uint32_t l0;         /* first layer with a KV cache: 0, or a host-layer engine's first */
-    struct rtensor *t;   /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
-    float *k_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;      /* (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *pc_k, *pc_v;  /* prompt-cache store: (n_layer, pc_len, n_head_kv * head_dim) */
+    uint32_t l0;       /* first layer with a KV cache: 0, or a host-layer engine's first */
+    struct rtensor *t; /* ((n_layer + 1) * n_tensors): globals first, then each layer's */
+    /* The KV cache, (n_layer - l0, n_seq, n_ctx, n_head_kv * head_dim) elements of kv_es bytes:
+     * floats, or with kv16 (llama.cpp's numerics without the Q8_0 cache, whose values are
+     * rounded to fp16 anyway) the fp16 values themselves, half the bytes and the same numbers. */
+    void *k_cache, *v_cache;
+    void *pc_k, *pc_v; /* prompt-cache store: (n_layer, pc_len, n_head_kv * head_dim), kv_es */
+    bool kv16;
+    uint32_t kv_es;      /* bytes per cached element: 4, or 2 with kv16 */
     uint32_t pc_len;     /* positions the store holds, 0: none */
     float *rope_cos;     /* (n_ctx, n_rot / 2) */
     float *rope_sin;     /* (n_ctx, n_rot / 2) */
@@ -190,12 +194,18 @@ struct ebb__attn_head {
     const float *q; /* (hd) */
     const float *k; /* (n_kv, stride) the head's keys at column 0 */
     const float *v; /* (n_kv, stride) */
+    /* Or, where non-NULL, the keys and values as fp16 (the same layout): converted exactly as they
+     * are read, so the results are those of their float values. hd <= EBB__ATT_MAX_HD. */
+    const uint16_t *k16, *v16;
     uint64_t stride;
     uint32_t hd, p0, n_kv;
     float scale;
     bool f16_weights;
 };
 void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out);
+/* dst[i] = src[i] rounded to fp16 (the rounding of ebb__ref_f16_round), i < n; with simd through
+ * F16C where the CPU has it. */
+void ebb__ref_f16_store(uint16_t *dst, const float *src, uint64_t n, bool simd);
 /* dst[i] = src[i] rounded to fp16 and back, i < n (dst may be src); with simd through F16C
  * where the CPU has it (the same values). */
 void ebb__ref_f16_round(float *dst, const float *src, uint64_t n, bool simd);

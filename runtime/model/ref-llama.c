@@ -72,6 +72,19 @@ static float *rows(const struct ref *r, uint8_t b, const struct step *s)
     return r->buf[b] + (uint64_t)s->row0 * r->width[b];
 }
 
+/* Element `at` of a KV cache (r->kv_es bytes each), as bytes. */
+static uint8_t *kv_el(const struct ref *r, void *cache, uint64_t at)
+{
+    return (uint8_t *)cache + at * r->kv_es;
+}
+
+/* Where layer l's keys (or values) of slot seq begin, in elements. */
+static uint64_t kv_slot(const struct ref *r, uint32_t l, uint32_t seq)
+{
+    const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
+    return ((uint64_t)(l - r->l0) * r->n_seq + seq) * r->n_ctx * KVD;
+}
+
 static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
                             uint64_t i0, uint64_t i1);
 
@@ -103,18 +116,21 @@ static void attention_pairs(struct ref *r, const struct ebb__op *op, const struc
     /* longrope's attention factor scales the rotated q and k: the logits by its square. */
     const float att_scale = hp->attn_factor * hp->attn_factor / sqrtf((float)HD);
     const float *q = rows(r, op->a, s);
-    const float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
-    const float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
+    const uint8_t *kc = kv_el(r, r->k_cache, kv_slot(r, s->l, s->seq));
+    const uint8_t *vc = kv_el(r, r->v_cache, kv_slot(r, s->l, s->seq));
     const uint32_t window = ebb__arch_window(hp, s->l);
     float *att = r->att + (uint64_t)part * r->n_ctx;
     for (uint64_t i = i0; i < i1; i++) {
         uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
         uint32_t n_kv = s->pos + t + 1;
         uint32_t kvh = h / (NH / NKV);
+        const uint64_t off = (uint64_t)kvh * HD * r->kv_es;
         const struct ebb__attn_head ah = {
             .q = q + (uint64_t)t * QD + h * HD,
-            .k = kc + kvh * HD,
-            .v = vc + kvh * HD,
+            .k = r->kv16 ? NULL : (const float *)(const void *)(kc + off),
+            .v = r->kv16 ? NULL : (const float *)(const void *)(vc + off),
+            .k16 = r->kv16 ? (const uint16_t *)(const void *)(kc + off) : NULL,
+            .v16 = r->kv16 ? (const uint16_t *)(const void *)(vc + off) : NULL,
             .stride = KVD,
             .hd = HD,
             .p0 = window && n_kv > window ? n_kv - window : 0,
@@ -135,10 +151,19 @@ static void attention_store(struct ref *r, const struct ebb__op *op, const struc
     const uint32_t HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const uint32_t QD = NH * HD, KVD = NKV * HD;
     float *q = rows(r, op->a, s), *k = rows(r, op->b, s), *v = rows(r, op->c, s);
-    float *kc = r->k_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
-    float *vc = r->v_cache + ((uint64_t)(s->l - r->l0) * r->n_seq + s->seq) * r->n_ctx * KVD;
+    const uint64_t slot = kv_slot(r, s->l, s->seq);
     for (uint32_t t = 0; t < s->n; t++) {
-        float *kd = kc + (uint64_t)(s->pos + t) * KVD, *vd = vc + (uint64_t)(s->pos + t) * KVD;
+        const uint64_t at = slot + (uint64_t)(s->pos + t) * KVD;
+        if (r->kv16) { /* the fp16 values themselves */
+            ebb__ref_f16_store((uint16_t *)(void *)kv_el(r, r->k_cache, at), k + (uint64_t)t * KVD,
+                               KVD, r->fast);
+            ebb__ref_f16_store((uint16_t *)(void *)kv_el(r, r->v_cache, at), v + (uint64_t)t * KVD,
+                               KVD, r->fast);
+            ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
+            continue;
+        }
+        float *kd = (float *)(void *)kv_el(r, r->k_cache, at);
+        float *vd = (float *)(void *)kv_el(r, r->v_cache, at);
         if (r->q8) {
             ebb__ref_f16_round(kd, k + (uint64_t)t * KVD, KVD, r->fast);
             ebb__ref_f16_round(vd, v + (uint64_t)t * KVD, KVD, r->fast);
@@ -149,8 +174,7 @@ static void attention_store(struct ref *r, const struct ebb__op *op, const struc
         if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
             for (uint32_t i = 0; i < KVD; i += 32) {
                 struct ebb_block_q8_0 blk;
-                float *kp = kc + (uint64_t)(s->pos + t) * KVD + i;
-                float *vp = vc + (uint64_t)(s->pos + t) * KVD + i;
+                float *kp = kd + i, *vp = vd + i;
                 ebb_quant_quantize_row(EBB_GGML_Q8_0, kp, &blk, 32);
                 ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, kp, 32);
                 ebb_quant_quantize_row(EBB_GGML_Q8_0, vp, &blk, 32);
@@ -466,29 +490,28 @@ static ebb_err ref_kv_copy(void *ctx, uint32_t src, uint32_t dst, uint32_t n, st
     (void)diag;
     struct ref *r = ctx;
     const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
-    for (uint32_t l = 0; l < r->hp.n_layer - r->l0; l++) {
-        uint64_t s = ((uint64_t)l * r->n_seq + src) * r->n_ctx * KVD;
-        uint64_t d = ((uint64_t)l * r->n_seq + dst) * r->n_ctx * KVD;
-        memcpy(r->k_cache + d, r->k_cache + s, sizeof(float) * n * KVD);
-        memcpy(r->v_cache + d, r->v_cache + s, sizeof(float) * n * KVD);
+    for (uint32_t l = r->l0; l < r->hp.n_layer; l++) {
+        uint64_t s = kv_slot(r, l, src), d = kv_slot(r, l, dst);
+        memcpy(kv_el(r, r->k_cache, d), kv_el(r, r->k_cache, s), r->kv_es * n * KVD);
+        memcpy(kv_el(r, r->v_cache, d), kv_el(r, r->v_cache, s), r->kv_es * n * KVD);
     }
     return EBB_OK;
 }
 
-/* The prompt-cache store in host memory: as many positions of every layer's K and V rows (fp32)
- * as bytes allows, allocated here once. */
+/* The prompt-cache store in host memory: as many positions of every layer's K and V rows (as the
+ * cache holds them, fp32 or fp16) as bytes allows, allocated here once. */
 static ebb_err ref_kv_store_new(void *ctx, uint64_t bytes, uint32_t *n_pos, struct ebb_diag *diag)
 {
     struct ref *r = ctx;
     const uint64_t NL = r->hp.n_layer - r->l0; /* layers with a KV cache */
-    const uint64_t per = 2 * sizeof(float) * NL * r->hp.n_head_kv * r->hp.head_dim;
+    const uint64_t per = 2ull * r->kv_es * NL * r->hp.n_head_kv * r->hp.head_dim;
     uint64_t n = per ? bytes / per : 0;
     n = n < UINT32_MAX ? n : UINT32_MAX;
     if (!n)
         return EBB_OK;
     const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
-    r->pc_k = malloc(sizeof(float) * NL * n * KVD);
-    r->pc_v = malloc(sizeof(float) * NL * n * KVD);
+    r->pc_k = malloc((uint64_t)r->kv_es * NL * n * KVD);
+    r->pc_v = malloc((uint64_t)r->kv_es * NL * n * KVD);
     if (!r->pc_k || !r->pc_v) {
         free(r->pc_k);
         free(r->pc_v);
@@ -509,11 +532,12 @@ static ebb_err ref_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
     struct ref *r = ctx;
     const uint64_t KVD = (uint64_t)r->hp.n_head_kv * r->hp.head_dim;
     for (uint32_t l = 0; l < r->hp.n_layer - r->l0; l++) {
-        uint64_t c = ((uint64_t)l * r->n_seq + seq) * r->n_ctx * KVD;
+        uint64_t c = kv_slot(r, l + r->l0, seq);
         uint64_t p = ((uint64_t)l * r->pc_len + at) * KVD;
-        float *ck = r->k_cache + c, *cv = r->v_cache + c, *pk = r->pc_k + p, *pv = r->pc_v + p;
-        memcpy(save ? pk : ck, save ? ck : pk, sizeof(float) * n * KVD);
-        memcpy(save ? pv : cv, save ? cv : pv, sizeof(float) * n * KVD);
+        uint8_t *ck = kv_el(r, r->k_cache, c), *cv = kv_el(r, r->v_cache, c);
+        uint8_t *pk = kv_el(r, r->pc_k, p), *pv = kv_el(r, r->pc_v, p);
+        memcpy(save ? pk : ck, save ? ck : pk, r->kv_es * n * KVD);
+        memcpy(save ? pv : cv, save ? cv : pv, r->kv_es * n * KVD);
     }
     return EBB_OK;
 }
@@ -540,7 +564,7 @@ static void ref_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_
 {
     const struct ref *r = ctx;
     const struct ebb__arch *a = r->a;
-    uint64_t w = 0, kv = 0, row = 2 * sizeof(float) * r->hp.n_head_kv * r->hp.head_dim;
+    uint64_t w = 0, kv = 0, row = 2ull * r->kv_es * r->hp.n_head_kv * r->hp.head_dim;
     for (uint32_t i = 0; i < a->n_input; i++)
         w += op_bytes(r, &a->input[i], 0);
     for (uint32_t i = 0; i < a->n_output; i++)
@@ -743,6 +767,14 @@ static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hpara
     return m;
 }
 
+static void *alloc_kv(uint64_t n, uint32_t es, bool *fail)
+{
+    void *p = n && n < (UINT64_MAX / es) ? calloc(n, es) : NULL;
+    if (!p)
+        *fail = true;
+    return p;
+}
+
 static void *alloc_floats(uint64_t n, bool *fail)
 {
     void *p = n && n < (UINT64_MAX / sizeof(float)) ? calloc(n, sizeof(float)) : NULL;
@@ -809,8 +841,13 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     bool fail = false;
     const uint32_t KVD = hp->n_head_kv * hp->head_dim, max_in = max_matmul_in(a, hp);
     uint64_t kv = (uint64_t)(hp->n_layer - r->l0) * r->n_seq * n_ctx * KVD;
-    r->k_cache = alloc_floats(kv ? kv : 1, &fail);
-    r->v_cache = alloc_floats(kv ? kv : 1, &fail);
+    /* fp16 in the cache where llama.cpp's numerics round K and V to fp16 anyway (device "cpu",
+     * "ref-q8", the host layers) and no Q8_0 round trip follows (--kv-type q8_0). */
+    r->kv16 = p->device && (!strcmp(p->device, "cpu") || !strcmp(p->device, "ref-q8")) &&
+              p->kv_type != EBB_KV_Q8_0 && hp->head_dim <= EBB__ATT_MAX_HD;
+    r->kv_es = r->kv16 ? 2 : 4;
+    r->k_cache = alloc_kv(kv ? kv : 1, r->kv_es, &fail);
+    r->v_cache = alloc_kv(kv ? kv : 1, r->kv_es, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     if (hp->swa && hp->rope_base_swa > 0) {

@@ -68,6 +68,7 @@ static void attn_same_as_c(void **state)
     enum { MAXHD = 256, STRIDE = 2 * MAXHD, MAXKV = 300 };
     static float q[MAXHD], k[MAXKV * STRIDE], v[MAXKV * STRIDE], att[MAXKV];
     static float o_c[MAXHD], o_s[MAXHD];
+    static uint16_t k16[MAXKV * STRIDE], v16[MAXKV * STRIDE];
     static const uint32_t hds[] = {256, 64, 72, 40, 8};
     uint64_t s = 7;
     for (int trial = 0; trial < 120; trial++) {
@@ -93,6 +94,36 @@ static void attn_same_as_c(void **state)
         ebb__ref_attn_head(&a, false, att, o_c);
         ebb__ref_attn_head(&a, true, att, o_s);
         assert_memory_equal(o_c, o_s, hd * sizeof(float));
+        /* The same keys and values held as fp16 (the CPU device's cache) give the bits of their
+         * values held as floats, in both paths. */
+        for (uint64_t i = 0; i < (uint64_t)n_kv * STRIDE; i++) {
+            k16[i] = ebb_fp32_to_fp16(k[i]);
+            v16[i] = ebb_fp32_to_fp16(v[i]);
+            k[i] = ebb_fp16_to_fp32(k16[i]);
+            v[i] = ebb_fp16_to_fp32(v16[i]);
+        }
+        ebb__ref_attn_head(&a, true, att, o_c);
+        struct ebb__attn_head h = a;
+        h.k = h.v = NULL;
+        h.k16 = k16 + (trial % 2 ? MAXHD : 0);
+        h.v16 = v16 + (trial % 2 ? MAXHD : 0);
+        ebb__ref_attn_head(&h, false, att, o_s);
+        assert_memory_equal(o_c, o_s, hd * sizeof(float));
+        ebb__ref_attn_head(&h, true, att, o_s);
+        assert_memory_equal(o_c, o_s, hd * sizeof(float));
+    }
+    /* The store into an fp16 cache rounds as ebb__ref_f16_round does. */
+    static float x[1003], xr[1003];
+    static uint16_t xh[1003];
+    for (int i = 0; i < 1003; i++)
+        x[i] = ((float)(rnd(&s) % 2000001) - 1000000.0f) / (i % 7 ? 1000.0f : 1e9f);
+    for (int simd = 0; simd < 2; simd++) {
+        ebb__ref_f16_store(xh, x, 1003, simd);
+        ebb__ref_f16_round(xr, x, 1003, simd);
+        for (int i = 0; i < 1003; i++) {
+            float back = ebb_fp16_to_fp32(xh[i]);
+            assert_memory_equal(&back, &xr[i], sizeof(float));
+        }
     }
 }
 
