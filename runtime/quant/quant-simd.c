@@ -1,9 +1,9 @@
 /* The 8-bit activation products of quant.c (ebb_quant_dot_q8_act, ebb_quant_dot_q8k_act) with
  * the CPU's vector unit: the same integer sums per block, computed 32 lanes at a time, then the
  * same float steps in the same order, so that each result has the same bits as the scalar one
- * (tests/unit/test-quant.c checks every type against it). AVX2 is chosen at run time, so one
- * x86-64 binary runs everywhere; on arm64 the NEON dot-product versions are compiled in where
- * the build targets the dotprod extension. Other CPUs get the scalar functions. */
+ * (tests/unit/test-quant.c checks every type against it). AVX2 (with AVX-VNNI or AVX512-VNNI
+ * where present) is chosen at run time, so one x86-64 binary runs everywhere. Other CPUs, arm64
+ * included (no NEON version yet), get the scalar functions. */
 #include "quant.h"
 
 #include <math.h>

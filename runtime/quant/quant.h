@@ -188,8 +188,8 @@ float ebb_quant_dot_q8k_act(uint32_t type, const void *row, const struct ebb_blo
 /* quant-simd.c: the 8-bit products above for one weight type as a function pointer, act being
  * struct ebb_q8_act blocks (ebb_quant_q8_act_supported types) or struct ebb_block_q8_k blocks
  * (ebb_quant_q8k_act_supported types); NULL for other types. With simd, the version for this
- * CPU's vector unit (AVX2 on x86-64, detected at run time; NEON dotprod on arm64 builds that
- * have it) where one exists, else the scalar one; both give the same bits, because the integer
+ * CPU's vector unit (AVX2 on x86-64, detected at run time; none yet on arm64) where one
+ * exists, else the scalar one; both give the same bits, because the integer
  * sums are exact and the float steps are the same in the same order. */
 typedef float (*ebb_quant_dot_act_fn)(const void *row, const void *act, uint64_t n);
 ebb_quant_dot_act_fn ebb_quant_get_dot_act(uint32_t type, bool simd);
@@ -237,8 +237,8 @@ uint64_t ebb_quant_rp8_bytes(uint32_t type, uint64_t n);
 void ebb_quant_rp8_pack(uint32_t type, const void *rows, uint64_t row_bytes, uint64_t n, void *dst);
 /* out[ib] = the sum of the 32 q of block ib, for ib < nb. */
 void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out);
-/* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2" (with ", avx-vnni" where the
- * eight-token products take it), "neon-dotprod" or "scalar". */
+/* The vector unit ebb_quant_get_dot_act(.., true) uses: "avx2" (with ", avx-vnni" or ",
+ * avx512-vnni" where the eight-token, four-row and repacked products take it) or "scalar". */
 const char *ebb_quant_simd_name(void);
 
 #endif
