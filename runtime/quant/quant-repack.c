@@ -12,11 +12,14 @@
  *
  * Layouts, per group of 8 rows, blocks in order; "q[k][r][4]" is 32 bytes per k: row r's
  * weights 4k..4k+3 of the block:
- *   Q4_0, 160 bytes a block of 32: qs[4][8][4] as Q4_1's, d float[8].
- *   Q4_1, 192 bytes a block of 32: qs[4][8][4] (the file's bytes 4k..4k+3 of row r: low
- *         nibbles weights 4k..4k+3, high nibbles 16 + 4k..16 + 4k + 3), d float[8], m float[8].
- *   Q8_0, 288 bytes a block of 32: q[8][8][4] (the stored signed q), d float[8].
- *   Q5_0, 288 bytes a block of 32: q[8][8][4] (0..31, the stored q), d float[8].
+ *   Q4_0, 144 bytes a block of 32 (the file's 8 x 18): qs[4][8][4] as Q4_1's, d fp16[8].
+ *   Q4_1, 160 bytes a block of 32 (8 x 20): qs[4][8][4] (the file's bytes 4k..4k+3 of row r: low
+ *         nibbles weights 4k..4k+3, high nibbles 16 + 4k..16 + 4k + 3), d fp16[8], m fp16[8].
+ *   Q8_0, 272 bytes a block of 32 (8 x 34): q[8][8][4] (the stored signed q), d fp16[8].
+ *   Q5_0, 272 bytes a block of 32: q[8][8][4] (0..31, the stored q), d fp16[8].
+ *   (The 32-block types keep their scales as the file's fp16, converted by F16C as they are read,
+ *   exactly: a decode step reads these bytes once per token, so they cost no more than the
+ *   file's; the K-quants' scales, a few bytes in 1408 or 2464, are stored decoded.)
  *   Q4_K, 1408 bytes a block of 256: qs[4 chunks][8][8][4] (the file's nibble bytes of chunk c,
  *         low nibble group 2c, high 2c + 1), sc uint8[8 groups][8], mn int16[8 groups][8][2]
  *         (each min twice, for madd against two 16-sums), d float[8], dmin float[8].
@@ -26,16 +29,21 @@
 
 #include <string.h>
 
-#define Q4_0_BYTES 160
-#define Q4_1_BYTES 192
-#define Q5_0_BYTES 288
-#define Q8_0_BYTES 288
+#define Q4_0_BYTES 144
+#define Q4_1_BYTES 160
+#define Q5_0_BYTES 272
+#define Q8_0_BYTES 272
 #define Q4_K_BYTES 1408
 #define Q6_K_BYTES 2464
 
 static void put_f32(uint8_t *p, float f)
 {
     memcpy(p, &f, sizeof(f));
+}
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    memcpy(p, &v, sizeof(v));
 }
 
 static void put_i16(uint8_t *p, int16_t v)
@@ -62,9 +70,9 @@ static void pack_q4(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t
             const uint8_t *qs = min ? b1->qs : b0->qs;
             for (int k = 0; k < 4; k++)
                 memcpy(dst + 32 * k + 4 * r, qs + 4 * k, 4);
-            put_f32(dst + 128 + 4 * r, ebb_fp16_to_fp32(min ? b1->d : b0->d));
+            put_u16(dst + 128 + 2 * r, min ? b1->d : b0->d);
             if (min)
-                put_f32(dst + 160 + 4 * r, ebb_fp16_to_fp32(b1->m));
+                put_u16(dst + 144 + 2 * r, b1->m);
         }
 }
 
@@ -75,7 +83,7 @@ static void pack_q8_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8
             const struct ebb_block_q8_0 *b =
                 (const struct ebb_block_q8_0 *)(const void *)(rows + r * row_bytes) + ib;
             put_q32(dst, r, (const uint8_t *)b->qs);
-            put_f32(dst + 256 + 4 * r, ebb_fp16_to_fp32(b->d));
+            put_u16(dst + 256 + 2 * r, b->d);
         }
 }
 
@@ -91,7 +99,7 @@ static void pack_q5_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8
             for (int j = 0; j < 32; j++)
                 w[j] = (uint8_t)((b->qs[j & 15] >> (j < 16 ? 0 : 4) & 15) | (qh >> j & 1) << 4);
             put_q32(dst, r, w);
-            put_f32(dst + 256 + 4 * r, ebb_fp16_to_fp32(b->d));
+            put_u16(dst + 256 + 2 * r, b->d);
         }
 }
 
@@ -191,9 +199,9 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2")))
-#define VNNI __attribute__((target("avx2,avxvnni")))
-#define V512 __attribute__((target("avx2,avx512vnni,avx512vl")))
+#define AVX2 __attribute__((target("avx2,f16c")))
+#define VNNI __attribute__((target("avx2,avxvnni,f16c")))
+#define V512 __attribute__((target("avx2,avx512vnni,avx512vl,f16c")))
 #define INLINE inline __attribute__((always_inline))
 
 /* Four activation bytes at p in every lane. */
@@ -205,6 +213,8 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
     })
 #define LOAD(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define LOADF(p) _mm256_loadu_ps((const float *)(const void *)(p))
+/* Eight fp16 scales as floats (F16C: exact). */
+#define LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 
 /* acc + the four-byte dot products of unsigned w (<= 63 here, so maddubs cannot saturate) and
  * signed a, lane by lane. */
@@ -250,7 +260,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                 }                                                                                  \
             }                                                                                      \
             for (int i = 0; i < ng; i++) {                                                         \
-                __m256 d = LOADF(g + gb * (uint64_t)i + 128);                                      \
+                __m256 d = LOADH(g + gb * (uint64_t)i + 128);                                      \
                 for (int t = 0; t < nt; t++) {                                                     \
                     __m256i is = MIN ? acc[i][t]                                                   \
                                      : _mm256_sub_epi32(acc[i][t],                                 \
@@ -260,7 +270,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                                                  _mm256_cvtepi32_ps(is)));                         \
                     if (MIN)                                                                       \
                         summ[i][t] = _mm256_add_ps(                                                \
-                            summ[i][t], _mm256_mul_ps(LOADF(g + gb * (uint64_t)i + 160),           \
+                            summ[i][t], _mm256_mul_ps(LOADH(g + gb * (uint64_t)i + 144),           \
                                                       _mm256_set1_ps(x[t][ib].s)));                \
                 }                                                                                  \
             }                                                                                      \
@@ -305,7 +315,7 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
                 }                                                                                  \
             }                                                                                      \
             for (int i = 0; i < ng; i++) {                                                         \
-                __m256 d = LOADF(g + gb * (uint64_t)i + 256);                                      \
+                __m256 d = LOADH(g + gb * (uint64_t)i + 256);                                      \
                 for (int t = 0; t < nt; t++) {                                                     \
                     __m256i is = OFF ? _mm256_sub_epi32(                                           \
                                            acc[i][t], _mm256_set1_epi32(OFF * asum[t * nb + ib]))  \
@@ -525,7 +535,7 @@ ebb_quant_rp8_fn ebb_quant_get_rp8(uint32_t type)
         T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q8_0, q8_0), T(Q4_K, q4_k), T(Q6_K, q6_k),
 #undef T
     };
-    if (!__builtin_cpu_supports("avx2"))
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c"))
         return NULL;
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
         if (tab[i].type == type) {
