@@ -703,10 +703,10 @@ static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_
 /* Device "cpu": every single matrix of the layers' products and the output head in a type with a
  * repacked product (ebb_quant_get_rp8) gets a copy of its rows in groups of eight, which prefill
  * and decode read instead of the mapping (the Q4_0, Q4_1 and Q8_0 copies are the file's bytes,
- * Q5_0's 1.55x, Q4_K's 1.22x, Q6_K's 1.47x): one sequential stream a group of rows, which the CPU's prefetchers
- * follow, and no horizontal sums (docs/PERFORMANCE.md, "Decode on the repacked rows"). A tied
- * head's copy is the embedding's size again; the embedding's lookups keep reading the mapping
- * (EBB_CPU_REPACK_HEAD=0 leaves the head on the file's rows: 160 MiB less for the 1B shape,
+ * Q5_0's 1.55x, Q4_K's 1.22x, Q6_K's 1.47x): one sequential stream a group of rows, which the CPU's
+ * prefetchers follow, and no horizontal sums (docs/PERFORMANCE.md, "Decode on the repacked rows").
+ * A tied head's copy is the embedding's size again; the embedding's lookups keep reading the
+ * mapping (EBB_CPU_REPACK_HEAD=0 leaves the head on the file's rows: 160 MiB less for the 1B shape,
  * 180 MiB for Gemma 3 270M, some 6% of their decode).
  * The copy is made only where it takes at most half of the memory the host probes call
  * available (MemAvailable, the cgroup's limit), so that a model near the machine's size is not
