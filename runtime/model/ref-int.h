@@ -73,6 +73,9 @@ struct job {
     float *y;                   /* (n, n_out) */
     uint32_t n;
     bool deq; /* without xa: dequantize each row even for one token (prefill's sums) */
+    /* elementwise ops split between the threads (ref-llama.c): the second input, the length */
+    const float *b;
+    uint64_t nd;
     /* attention: the op and its step (ref-llama.c) */
     const struct ebb__op *op;
     const void *step;
