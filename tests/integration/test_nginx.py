@@ -272,7 +272,10 @@ def daemon_at(farm, upstream):
 
 def test_sigterm_drain_no_client_error(farm):
     port = farm["nginx"].port
-    streams = streams_on_every_daemon(port, farm["daemons"], 40)
+    # Long enough that the victim's stream outlasts the probes below: once its last request
+    # ends, a drained daemon exits and closes them (40 tokens took ~0.8 s on a quiet machine,
+    # the probes' second request comes ~0.6 s after the first tokens: a race the test lost).
+    streams = streams_on_every_daemon(port, farm["daemons"], 200)
     victim = daemon_at(farm, streams[0].upstream)
     # Connections to the victim opened before the signal: they see the drain answers.
     probe, probe2 = (socket.create_connection(("127.0.0.1", victim.port)) for _ in range(2))
