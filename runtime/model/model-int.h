@@ -98,5 +98,9 @@ ebb_err ebb__ref_host_kv_copy(struct ebb__ref_host *h, uint32_t src, uint32_t ds
 /* The widest head whose keys and values the host engines (ref-llama.c) keep as fp16 in their
  * cache (wider heads keep floats). */
 #define EBB__ATT_MAX_HD 1024
+/* Whether a host engine of device ("cpu", "ref-q8", "ref") keeps its KV cache as fp16 (2 bytes an
+ * element) rather than floats: where llama.cpp's numerics round K and V to fp16 anyway and no
+ * Q8_0 round trip (kv_type EBB_KV_Q8_0) follows. */
+bool ebb__ref_kv16(const char *device, int kv_type, uint32_t head_dim);
 
 #endif

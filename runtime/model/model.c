@@ -149,12 +149,10 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
             rc = ebb_diag_set(diag, rc, "%s", d2.msg);
             goto out;
         }
-        /* the OpenCL engine halves or Q8_0 blocks; the reference floats, and devices "cpu" and
-         * "ref-q8" halves unless a Q8_0 round trip follows (ref-llama.c, kv16) */
-        bool h16 = host && (!strcmp(dev, "cpu") || !strcmp(dev, "ref-q8")) &&
-                   p->kv_type != EBB_KV_Q8_0 && m->hp.head_dim <= EBB__ATT_MAX_HD;
+        /* the OpenCL engine halves or Q8_0 blocks, the host engines floats or halves */
         uint64_t row = !host ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim)
-                             : (uint64_t)m->hp.head_dim * (h16 ? 2 : 4);
+                             : (uint64_t)m->hp.head_dim *
+                                   (ebb__ref_kv16(dev, p->kv_type, m->hp.head_dim) ? 2 : 4);
         m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * row;
     }
 out:

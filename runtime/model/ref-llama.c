@@ -85,27 +85,6 @@ static uint64_t kv_slot(const struct ref *r, uint32_t l, uint32_t seq)
     return ((uint64_t)(l - r->l0) * r->n_seq + seq) * r->n_ctx * KVD;
 }
 
-static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
-                            uint64_t i0, uint64_t i1);
-
-/* Part i of the attention's (step, token, head) triples, over the j->n steps at j->step (one, or
- * a batch's slots of one token each): softmax(q k^T) v of each over the positions it sees, in
- * thread i's score buffer. */
-static void attention_part(struct ref *r, const struct job *j, int part)
-{
-    const struct ebb__hparams *hp = &r->hp;
-    const uint32_t NH = hp->n_head;
-    const struct step *steps = j->step;
-    const uint64_t per = (uint64_t)steps[0].n * NH, n_all = per * j->n;
-    const uint64_t a0 = n_all * (uint32_t)part / (uint32_t)r->n_threads;
-    const uint64_t a1 = n_all * (uint32_t)(part + 1) / (uint32_t)r->n_threads;
-    for (uint64_t k = a0; k < a1;) {
-        uint64_t si = k / per, end = (si + 1) * per < a1 ? (si + 1) * per : a1;
-        attention_pairs(r, j->op, &steps[si], part, k - si * per, end - si * per);
-        k = end;
-    }
-}
-
 /* Pairs [i0, i1) of step s's (token, head) pairs, with thread part's score buffer. */
 static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
                             uint64_t i0, uint64_t i1)
@@ -142,9 +121,26 @@ static void attention_pairs(struct ref *r, const struct ebb__op *op, const struc
     }
 }
 
-/* Attention: keys b and values c of the batch into the cache at their positions, then token t
- * sees positions p0..pos+t, p0 = 0 or, in a windowed layer, the last `window` positions; query
- * head h reads KV head h / (NH / NKV). Writes dst (n, n_head * head_dim). */
+/* Part i of the attention's (step, token, head) triples, over the j->n steps at j->step (one, or
+ * a batch's slots of one token each): softmax(q k^T) v of each over the positions it sees, in
+ * thread i's score buffer. */
+static void attention_part(struct ref *r, const struct job *j, int part)
+{
+    const struct ebb__hparams *hp = &r->hp;
+    const uint32_t NH = hp->n_head;
+    const struct step *steps = j->step;
+    const uint64_t per = (uint64_t)steps[0].n * NH, n_all = per * j->n;
+    const uint64_t a0 = n_all * (uint32_t)part / (uint32_t)r->n_threads;
+    const uint64_t a1 = n_all * (uint32_t)(part + 1) / (uint32_t)r->n_threads;
+    for (uint64_t k = a0; k < a1;) {
+        uint64_t si = k / per, end = (si + 1) * per < a1 ? (si + 1) * per : a1;
+        attention_pairs(r, j->op, &steps[si], part, k - si * per, end - si * per);
+        k = end;
+    }
+}
+
+/* Keys b and values c of step s's tokens into the cache at their positions (rounded to fp16 with
+ * llama.cpp's numerics, and the queries too). */
 static void attention_store(struct ref *r, const struct ebb__op *op, const struct step *s)
 {
     const struct ebb__hparams *hp = &r->hp;
@@ -154,32 +150,28 @@ static void attention_store(struct ref *r, const struct ebb__op *op, const struc
     const uint64_t slot = kv_slot(r, s->l, s->seq);
     for (uint32_t t = 0; t < s->n; t++) {
         const uint64_t at = slot + (uint64_t)(s->pos + t) * KVD;
-        if (r->kv16) { /* the fp16 values themselves */
-            ebb__ref_f16_store((uint16_t *)(void *)kv_el(r, r->k_cache, at), k + (uint64_t)t * KVD,
-                               KVD, r->fast);
-            ebb__ref_f16_store((uint16_t *)(void *)kv_el(r, r->v_cache, at), v + (uint64_t)t * KVD,
-                               KVD, r->fast);
-            ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
-            continue;
-        }
-        float *kd = (float *)(void *)kv_el(r, r->k_cache, at);
-        float *vd = (float *)(void *)kv_el(r, r->v_cache, at);
-        if (r->q8) {
-            ebb__ref_f16_round(kd, k + (uint64_t)t * KVD, KVD, r->fast);
-            ebb__ref_f16_round(vd, v + (uint64_t)t * KVD, KVD, r->fast);
+        void *kp = kv_el(r, r->k_cache, at), *vp = kv_el(r, r->v_cache, at);
+        if (r->kv16) { /* the fp16 values themselves (kv16: q8, no kv_q8) */
+            ebb__ref_f16_store(kp, k + (uint64_t)t * KVD, KVD, r->fast);
+            ebb__ref_f16_store(vp, v + (uint64_t)t * KVD, KVD, r->fast);
         } else {
-            memcpy(kd, k + (uint64_t)t * KVD, KVD * sizeof(float));
-            memcpy(vd, v + (uint64_t)t * KVD, KVD * sizeof(float));
-        }
-        if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
-            for (uint32_t i = 0; i < KVD; i += 32) {
-                struct ebb_block_q8_0 blk;
-                float *kp = kd + i, *vp = vd + i;
-                ebb_quant_quantize_row(EBB_GGML_Q8_0, kp, &blk, 32);
-                ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, kp, 32);
-                ebb_quant_quantize_row(EBB_GGML_Q8_0, vp, &blk, 32);
-                ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, vp, 32);
+            float *kd = kp, *vd = vp;
+            if (r->q8) {
+                ebb__ref_f16_round(kd, k + (uint64_t)t * KVD, KVD, r->fast);
+                ebb__ref_f16_round(vd, v + (uint64_t)t * KVD, KVD, r->fast);
+            } else {
+                memcpy(kd, k + (uint64_t)t * KVD, KVD * sizeof(float));
+                memcpy(vd, v + (uint64_t)t * KVD, KVD * sizeof(float));
             }
+            if (r->kv_q8) /* the values the OpenCL engine's Q8_0 cache gives back */
+                for (uint32_t i = 0; i < KVD; i += 32) {
+                    struct ebb_block_q8_0 blk;
+                    ebb_quant_quantize_row(EBB_GGML_Q8_0, kd + i, &blk, 32);
+                    ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, kd + i, 32);
+                    ebb_quant_quantize_row(EBB_GGML_Q8_0, vd + i, &blk, 32);
+                    ebb_quant_dequantize_row(EBB_GGML_Q8_0, &blk, vd + i, 32);
+                }
+        }
         if (r->q8)
             ebb__ref_f16_round(q + (uint64_t)t * QD, q + (uint64_t)t * QD, QD, r->fast);
     }
@@ -197,6 +189,9 @@ static void attention_steps(struct ref *r, const struct ebb__op *op, const struc
     ebb__ref_run(r, &j);
 }
 
+/* Attention: keys b and values c of the batch into the cache at their positions, then token t
+ * sees positions p0..pos+t, p0 = 0 or, in a windowed layer, the last `window` positions; query
+ * head h reads KV head h / (NH / NKV). Writes dst (n, n_head * head_dim). */
 static void attention(struct ref *r, const struct ebb__op *op, const struct step *s)
 {
     attention_steps(r, op, s, 1);
@@ -732,8 +727,9 @@ static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_
  * Q5_0's 1.55x, Q4_K's 1.22x, Q6_K's 1.47x): one sequential stream a group of rows, which the CPU's
  * prefetchers follow, and no horizontal sums (docs/PERFORMANCE.md, "Decode on the repacked rows").
  * A tied head's copy is the embedding's size again; the embedding's lookups keep reading the
- * mapping (EBB_CPU_REPACK_HEAD=0 leaves the head on the file's rows: 160 MiB less for the 1B shape,
- * 180 MiB for Gemma 3 270M, some 6% of their decode).
+ * mapping (EBB_CPU_REPACK_HEAD=0 leaves the head on the file's rows: with float scales that
+ * measured 156 MiB less peak RSS for the 1B shape and 180 MiB for Gemma 3 270M, and some 6% of
+ * their decode).
  * The copy is made only where it takes at most half of the memory the host probes call
  * available (MemAvailable, the cgroup's limit), so that a model near the machine's size is not
  * pushed over it by a speed-up: EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does. */
@@ -793,7 +789,8 @@ static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hpara
     return m;
 }
 
-static void *alloc_kv(uint64_t n, uint32_t es, bool *fail)
+/* n zeroed elements of es bytes; *fail set where that cannot be had. */
+static void *alloc_elems(uint64_t n, uint32_t es, bool *fail)
 {
     void *p = n && n < (UINT64_MAX / es) ? calloc(n, es) : NULL;
     if (!p)
@@ -803,10 +800,13 @@ static void *alloc_kv(uint64_t n, uint32_t es, bool *fail)
 
 static void *alloc_floats(uint64_t n, bool *fail)
 {
-    void *p = n && n < (UINT64_MAX / sizeof(float)) ? calloc(n, sizeof(float)) : NULL;
-    if (!p)
-        *fail = true;
-    return p;
+    return alloc_elems(n, sizeof(float), fail);
+}
+
+bool ebb__ref_kv16(const char *device, int kv_type, uint32_t head_dim)
+{
+    return device && (!strcmp(device, "cpu") || !strcmp(device, "ref-q8")) &&
+           kv_type != EBB_KV_Q8_0 && head_dim <= EBB__ATT_MAX_HD;
 }
 
 /* Writes a zero to each page of the n floats at p (calloc's large blocks are mapped pages that
@@ -867,13 +867,10 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     bool fail = false;
     const uint32_t KVD = hp->n_head_kv * hp->head_dim, max_in = max_matmul_in(a, hp);
     uint64_t kv = (uint64_t)(hp->n_layer - r->l0) * r->n_seq * n_ctx * KVD;
-    /* fp16 in the cache where llama.cpp's numerics round K and V to fp16 anyway (device "cpu",
-     * "ref-q8", the host layers) and no Q8_0 round trip follows (--kv-type q8_0). */
-    r->kv16 = p->device && (!strcmp(p->device, "cpu") || !strcmp(p->device, "ref-q8")) &&
-              p->kv_type != EBB_KV_Q8_0 && hp->head_dim <= EBB__ATT_MAX_HD;
+    r->kv16 = ebb__ref_kv16(p->device, p->kv_type, hp->head_dim);
     r->kv_es = r->kv16 ? 2 : 4;
-    r->k_cache = alloc_kv(kv ? kv : 1, r->kv_es, &fail);
-    r->v_cache = alloc_kv(kv ? kv : 1, r->kv_es, &fail);
+    r->k_cache = alloc_elems(kv ? kv : 1, r->kv_es, &fail);
+    r->v_cache = alloc_elems(kv ? kv : 1, r->kv_es, &fail);
     r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     if (hp->swa && hp->rope_base_swa > 0) {
@@ -941,9 +938,9 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     free(ff);
     if (cpu && (rc = repack(r, diag)))
         goto out;
-    /* Decode (one token) on the repacked rows too, where they exist: ~5 instructions a block
-     * per row instead of ~25 (no horizontal sum per block), the same bits, some 10-20% more
-     * bytes read (docs/PERFORMANCE.md, "Decode on the repacked rows");
+    /* Decode (one token) on the repacked rows too, where they exist: no horizontal sum per
+     * block, one sequential stream per group, the same bits (docs/PERFORMANCE.md, "Decode on
+     * the repacked rows");
      * EBB_CPU_REPACK_DECODE=0 reads the mapping's rows for fewer than four tokens. */
     const char *rd = getenv("EBB_CPU_REPACK_DECODE");
     r->rp8_min = rd && !strcmp(rd, "0") ? 4 : 1;

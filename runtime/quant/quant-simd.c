@@ -662,40 +662,43 @@ ebb_quant_dot_act4_fn ebb_quant_get_dot_act4(uint32_t type)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* The 32-block types' eight-token (x8) and four-row (r4) products by dpbusd, indexed by
+ * have_vnni(): [0] AVX2's maddubs + madd, [1] AVX-VNNI, [2] AVX512-VNNI. */
+static const struct {
+    uint32_t type;
+    ebb_quant_dot_act4_fn x8[3];
+    ebb_quant_dot_rows4_fn r4[3];
+} vnni_tab[] = {
+#define T(T, t)                                                                                    \
+    {                                                                                              \
+        EBB_GGML_##T, {avx2_##t##_x8, vnni_##t##_x8, v512_##t##_x8},                               \
+        {                                                                                          \
+            avx2_##t##_r4, vnni_##t##_r4, v512_##t##_r4                                            \
+        }                                                                                          \
+    }
+    T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q5_1, q5_1), T(Q8_0, q8_0),
+#undef T
+};
+
+/* type's row of vnni_tab, or -1. */
+static int vnni_row(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof(vnni_tab) / sizeof(vnni_tab[0]); i++)
+        if (vnni_tab[i].type == type)
+            return (int)i;
+    return -1;
+}
+
 ebb_quant_dot_act4_fn ebb_quant_get_dot_act8(uint32_t type)
 {
-    static const struct {
-        uint32_t type;
-        ebb_quant_dot_act4_fn avx2, vnni, v512;
-    } tab[] = {
-#define T(T, t) {EBB_GGML_##T, avx2_##t##_x8, vnni_##t##_x8, v512_##t##_x8}
-        T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q5_1, q5_1), T(Q8_0, q8_0),
-#undef T
-    };
-    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
-        if (tab[i].type == type) {
-            int v = have_vnni();
-            return v == 1 ? tab[i].vnni : v == 2 ? tab[i].v512 : have_simd() ? tab[i].avx2 : NULL;
-        }
-    return NULL;
+    int i = vnni_row(type);
+    return i < 0 || !have_simd() ? NULL : vnni_tab[i].x8[have_vnni()];
 }
 
 ebb_quant_dot_rows4_fn ebb_quant_get_dot_rows4(uint32_t type)
 {
-    static const struct {
-        uint32_t type;
-        ebb_quant_dot_rows4_fn avx2, vnni, v512;
-    } tab[] = {
-#define T(T, t) {EBB_GGML_##T, avx2_##t##_r4, vnni_##t##_r4, v512_##t##_r4}
-        T(Q4_0, q4_0), T(Q4_1, q4_1), T(Q5_0, q5_0), T(Q5_1, q5_1), T(Q8_0, q8_0),
-#undef T
-    };
-    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
-        if (tab[i].type == type) {
-            int v = have_vnni();
-            return !have_f16c() ? NULL : v == 1 ? tab[i].vnni : v == 2 ? tab[i].v512 : tab[i].avx2;
-        }
-    return NULL;
+    int i = vnni_row(type);
+    return i < 0 || !have_f16c() ? NULL : vnni_tab[i].r4[have_vnni()];
 }
 
 int ebb_quant_simd_vnni(void)

@@ -611,13 +611,18 @@ static void test_dot_act(void **state)
             x[i] = rndf(-3, 3) * (float)(t + 1);
         ebb_quant_q8_act_row(x, N, a8[t]);
     }
+    /* With them, the four-row products of the same types: one token against four different
+     * rows, each row's result with the one-row product's bits. */
+    static uint8_t rows4[4][sizeof(struct ebb_block_q8_0) * (N / 32)];
     for (int pass = 0; pass < 2; pass++) {
         if (pass)
             setenv("EBB_CPU_VNNI", "0", 1);
         for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
             ebb_quant_dot_act4_fn f8 = ebb_quant_get_dot_act8(types[t]);
+            ebb_quant_dot_rows4_fn fr = ebb_quant_get_dot_rows4(types[t]);
             if (ebb_quant_q8k_act_supported(types[t]) || !f8) {
                 assert_true(!f8 || !ebb_quant_q8k_act_supported(types[t]));
+                assert_true(!fr || !ebb_quant_q8k_act_supported(types[t]));
                 continue;
             }
             random_row(types[t], row, blk[t] * (uint64_t)(N / 32), N / 32);
@@ -627,42 +632,22 @@ static void test_dot_act(void **state)
                 float want = ebb_quant_dot_q8_act(types[t], row, a8[tk], N);
                 if (memcmp(&want, &out[tk], sizeof(float)))
                     fail_msg("type %u token %d (%s): x8 %a, scalar %a", types[t], tk,
-                             pass                    ? "avx2"
-                             : ebb_quant_simd_vnni() ? ebb_quant_simd_name()
-                                                     : "avx2",
-                             (double)out[tk], (double)want);
+                             ebb_quant_simd_name(), (double)out[tk], (double)want);
             }
-        }
-        if (pass)
-            assert_false(ebb_quant_simd_vnni());
-        unsetenv("EBB_CPU_VNNI");
-    }
-    /* The four-row products of the 32-block types (VNNI and AVX2 as above): one token against
-     * four different rows, each row's result with the one-row product's bits. */
-    static uint8_t rows4[4][sizeof(struct ebb_block_q8_0) * (N / 32)];
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass)
-            setenv("EBB_CPU_VNNI", "0", 1);
-        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
-            ebb_quant_dot_rows4_fn fr = ebb_quant_get_dot_rows4(types[t]);
-            if (ebb_quant_q8k_act_supported(types[t]) || !fr) {
-                assert_true(!fr || !ebb_quant_q8k_act_supported(types[t]));
-                continue;
-            }
+            if (!fr)
+                continue; /* no F16C */
             for (int r = 0; r < 4; r++)
                 random_row(types[t], rows4[r], blk[t] * (uint64_t)(N / 32), N / 32);
-            float out[4];
             fr(rows4, sizeof(rows4[0]), a8[5], N, out);
             for (int r = 0; r < 4; r++) {
                 float want = ebb_quant_dot_q8_act(types[t], rows4[r], a8[5], N);
                 if (memcmp(&want, &out[r], sizeof(float)))
                     fail_msg("type %u row %d (%s): r4 %a, scalar %a", types[t], r,
-                             pass                    ? "avx2"
-                             : ebb_quant_simd_vnni() ? ebb_quant_simd_name()
-                                                     : "avx2",
-                             (double)out[r], (double)want);
+                             ebb_quant_simd_name(), (double)out[r], (double)want);
             }
         }
+        if (pass)
+            assert_false(ebb_quant_simd_vnni());
         unsetenv("EBB_CPU_VNNI");
     }
 #if defined(__x86_64__)
