@@ -932,23 +932,47 @@ typedef float2 mql_sc;
  * nibbles), KB even and dividing 8 (a step within one super-block); the scales are decoded from
  * the header as the fragments are read. */
 #define MQA_K 1
+#define MQA_Q8 0
 #define MQA_AKW (4 * (MS_KB + 1))
+#define MQA_SN 0
+#elif defined(W_Q80)
+/* Raw Q8_0 (W_Q80): a row keeps the step's KB blocks (KB even) as they lie, 34 bytes each (the
+ * half d, then 32 quant bytes): MQA_Q8W words, copied 4 bytes at a time (a pair of blocks is 68
+ * bytes from a 4-byte boundary when a row's blocks are an even count), padded to an odd multiple
+ * of 4 words (conflict-free fragment reads); an even block's quant words straddle two staged
+ * words (2 bytes in) and are put together as they are read. */
+#define MQA_K 0
+#define MQA_Q8 1
+#define MQA_Q8W (17 * MS_KB / 2)
+#define MQA_AKW ((MQA_Q8W + 3) / 4 * 4 + ((MQA_Q8W + 3) / 4 % 2 ? 0 : 4))
 #define MQA_SN 0
 #else
 #define MQA_K 0
+#define MQA_Q8 0
 #define MQA_AKW (4 * (MS_KB + 1 + (MS_KB & 1)))
 #define MQA_SN (2 * MS_KB)
 #endif
 #define MQA_XKW (8 * MS_KB + 4)
 #define MQA_STAGE (4 * (MQL_R * MQA_AKW + MQA_SN * MQL_R + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
-#if MQL_NST == 3 && 3 * MQA_STAGE > 49152
+/* MQL_KDEC (raw Q4_K): the step's sub-block scales of every row decoded once into lk (a row's
+ * MS_KB, padded by one: conflict-free reads) after the stage has arrived, one more barrier a step,
+ * instead of by each lane of a row's four as it reads its fragments. */
+#if MQA_K && defined(MQL_KDEC) && MQL_KDEC
+#define MQA_KD 1
+#define MQA_LK (8 * MQL_R * (MS_KB + 1))
+#else
+#define MQA_KD 0
+#define MQA_LK 0
+#endif
+#if MQL_NST == 3 && 3 * MQA_STAGE + MQA_LK > 49152
 #define MQA_NST 2 /* three stages do not fit: two */
 #else
 #define MQA_NST MQL_NST
 #endif
-#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
+#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE + MQA_LK <= 49152 &&                   \
     ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
-     (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0))
+     (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0) ||                             \
+     (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0))
 #define MQL_A 1
 #else
 #define MQL_A 0
@@ -975,6 +999,31 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
                                       (ulong)(b0 >> 3) * 144;
             cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u,
                        p + (k ? 16 + 32 * ((b0 & 7) >> 1) + 16 * (k - 1) : 0), 16);
+        }
+    }
+#elif MQA_Q8
+    /* Word k of row r: bytes 4k.. of the step's blocks; a pair of blocks past nb as zeros. Rows
+     * of an odd number of blocks (2-byte aligned) are read as two halves a word and stored
+     * directly, bytes past the row's end as zeros (the same words, not in flight). */
+    ulong rowb = (ulong)nb * 34;
+    bool al = (nb & 1) == 0 && (w_off & 3) == 0;
+    (void)ss;
+#pragma unroll
+    for (int n = 0; n < (MQL_R * MQA_Q8W + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MQL_R * MQA_Q8W) {
+            int r = c / MQA_Q8W, k = c % MQA_Q8W;
+            const __global uchar *p = w_a + w_off + (ulong)min(row0 + r, n_out - 1) * rowb +
+                                      (ulong)b0 * 34 + 4 * k;
+            uint dst = sa + (uint)(r * MQA_AKW + k) * 4u;
+            if (al) {
+                cp_async4(dst, p, b0 + 2 * (k / 17) < nb ? 4 : 0);
+            } else {
+                int left = (nb - b0) * 34 - 4 * k; /* bytes of the row from p on */
+                uint lo = left >= 2 ? *(const __global ushort *)p : 0u;
+                uint hi = left >= 4 ? *(const __global ushort *)(p + 2) : 0u;
+                st_shared32(dst, lo | hi << 16);
+            }
         }
     }
 #else
@@ -1028,6 +1077,19 @@ inline float2 mqa_k4_dm(__local const uint *h, int j)
     return (float2)(dd.x * (float)sc, -dd.y * (float)mn);
 }
 #endif
+#if MQA_Q8
+/* Quant word u (bytes 4u..4u + 3: u < 4 the first 16 weights, 4.. the second) of block kb of a
+ * staged raw Q8_0 row h, and the block's d. */
+inline uint mqa_q8w(__local const uint *h, int kb, int u)
+{
+    int w = (34 * kb + 2) / 4 + u;
+    return kb & 1 ? h[w] : (h[w] >> 16) | (h[w + 1] << 16);
+}
+inline float mqa_q8d(__local const uint *h, int kb)
+{
+    return vload_half(17 * kb, (__local const half *)h);
+}
+#endif
 #endif
 #if defined(MQ_QW8)
 #define MQL_QW(o, b, k, v, dm) MQ_QW8(o, b, k, &(v)[0], &(v)[1], dm)
@@ -1075,13 +1137,23 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 {
 #if MQL_A
     __local uint la[MQA_NST * MQL_R * MQA_AKW] __attribute__((aligned(16)));
-    __local float2 ls[MQA_SN ? MQA_NST * MQL_R * MS_KB : 4] __attribute__((aligned(16)));
+#if MQA_SN
+    __local float2 ls[MQA_NST * MQL_R * MS_KB] __attribute__((aligned(16)));
+#endif
     __local uint lx[MQA_NST * MS_T * MQA_XKW] __attribute__((aligned(16)));
     __local float2 lh[MQA_NST * MS_T * MS_KB] __attribute__((aligned(16)));
+#if MQA_KD
+    __local float2 lk[MQL_R * (MS_KB + 1)];
+#endif
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
     int ns = (nb + MS_KB - 1) / MS_KB, rw = 16 * MS_MI * warp;
-    uint sa = local_saddr(la), ss = local_saddr(ls), sx = local_saddr(lx), sh = local_saddr(lh);
+#if MQA_SN
+    uint ss = local_saddr(ls);
+#else
+    uint ss = 0u; /* the scales are in la */
+#endif
+    uint sa = local_saddr(la), sx = local_saddr(lx), sh = local_saddr(lh);
     float acc[MS_MI][MS_T / 8][4];
     MMA_ZERO(acc, MS_MI, MS_T / 8);
 #pragma unroll
@@ -1109,9 +1181,17 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         CP_COMMIT();
         int st = s % MQA_NST;
         __local const uint *A = la + st * MQL_R * MQA_AKW, *X = lx + st * MS_T * MQA_XKW;
-        __local const float2 *S = ls + st * MQL_R * MS_KB, *H = lh + st * MS_T * MS_KB;
-#if MQA_K
-        (void)S;
+#if MQA_SN
+        __local const float2 *S = ls + st * MQL_R * MS_KB;
+#endif
+        __local const float2 *H = lh + st * MS_T * MS_KB;
+#if MQA_KD
+        for (int e = lid; e < MQL_R * MS_KB; e += MQL_NT)
+            lk[e / MS_KB * (MS_KB + 1) + e % MS_KB] =
+                mqa_k4_dm(A + e / MS_KB * MQA_AKW, (s * MS_KB + e % MS_KB) & 7);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#if MQA_K && !MQA_KD
 #pragma unroll 1 /* the scales' decoding of both sub-blocks at once spills registers */
 #else
 #pragma unroll
@@ -1131,8 +1211,21 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 a[i][1] = (hb[wq] >> nsh) & 0x0F0F0F0Fu;
                 a[i][2] = (ha[wq + 4] >> nsh) & 0x0F0F0F0Fu;
                 a[i][3] = (hb[wq + 4] >> nsh) & 0x0F0F0F0Fu;
+#if MQA_KD
+                f[i][0] = lk[ra * (MS_KB + 1) + kb];
+                f[i][1] = lk[rb * (MS_KB + 1) + kb];
+#else
                 f[i][0] = mqa_k4_dm(ha, (s * MS_KB + kb) & 7);
                 f[i][1] = mqa_k4_dm(hb, (s * MS_KB + kb) & 7);
+#endif
+#elif MQA_Q8
+                __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
+                a[i][0] = mqa_q8w(ha, kb, q);
+                a[i][1] = mqa_q8w(hb, kb, q);
+                a[i][2] = mqa_q8w(ha, kb, 4 + q);
+                a[i][3] = mqa_q8w(hb, kb, 4 + q);
+                f[i][0] = (float2)(mqa_q8d(ha, kb), 0.0f);
+                f[i][1] = (float2)(mqa_q8d(hb, kb), 0.0f);
 #else
                 uint w0 = A[ra * MQA_AKW + 4 * kb + q], w1 = A[rb * MQA_AKW + 4 * kb + q];
                 a[i][0] = MQ_SIGNED(w0 & 0x0F0F0F0Fu);

@@ -84,6 +84,19 @@ inline void cp_async8(uint dst, const __global void *src, int n)
                  :
                  : "r"(dst), "l"((ulong)(size_t)src), "r"(n));
 }
+/* cp_async4: 4 bytes (both 4-byte aligned), through the L1. st_shared32 stores a word at a
+ * shared address (where a copy cannot be asynchronous: matmul_mmql's raw Q8_0 rows of an odd
+ * number of blocks, 2-byte aligned). */
+inline void cp_async4(uint dst, const __global void *src, int n)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :
+                 : "r"(dst), "l"((ulong)(size_t)src), "r"(n));
+}
+inline void st_shared32(uint dst, uint v)
+{
+    asm volatile("st.shared.u32 [%0], %1;" : : "r"(dst), "r"(v));
+}
 #define CP_COMMIT() asm volatile("cp.async.commit_group;")
 #define CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";")
 #define LDSM_X4_T(r0, r1, r2, r3, addr)                                                          \

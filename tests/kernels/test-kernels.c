@@ -662,7 +662,10 @@ static void test_mma(void)
     struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
     struct ebb_cl_layout q80 = {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
-    test_mma_tiles(&q80, tq, 288, true); /* and raw Q8_0: two words a lane */
+    /* and raw Q8_0: two words a lane; 9 blocks, so on PTX 2-byte aligned rows staged without
+     * cp.async */
+    test_mma_tiles(&q80, tq, 288, true);
+    test_mma_tiles(&q80, tq, 448, true); /* 14 blocks: rows 4-byte aligned, cp.async (PTX) */
     test_mma_tiles(&q6k, tq, 512, true); /* and raw Q6_K: six bits a byte, a scale a half */
     struct ebb_cl_layout q50 = {EBB_GGML_Q5_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q50, tq, 288, true); /* and raw Q5_0: five bits a byte */
@@ -674,6 +677,12 @@ static void test_mma(void)
     test_mma_tiles(&q4k, tq, 512, true);
     test_mma_tiles(&q5k, tq, 512, true);
     test_mma_tiles(&q6k, tq, 512, true);
+    /* Raw Q8_0 with steps of 4 blocks: 14 blocks, the last step's second pair past n_in (copied
+     * as zeros on PTX); raw Q4_K with the other way of reading its scales (MQL_KDEC). */
+    test_mma_tiles(&q80, tq, 448, true);
+    tq.mmq_kdec = !tq.mmq_kdec;
+    printf("  (raw Q4_K's scales with MQL_KDEC %u)\n", tq.mmq_kdec);
+    test_mma_tiles(&q4k, tq, 512, true);
 }
 
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
