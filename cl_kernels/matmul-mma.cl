@@ -701,15 +701,6 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #define MQ_SIGNED(v) (v)
 #endif
 #if MV_PTX
-/* An int32 product as a float. With MQ_FCVT, through the float bits of 1.5 x 2^23 + c less 1.5 x
- * 2^23 (exact for |c| < 2^22; a block's product is at most 32 x 127 x 128 = 520192): an integer add
- * and a float subtraction, where the conversion instruction runs at a quarter of the float rate
- * or less (four a fragment). */
-#if defined(MQ_FCVT) && MQ_FCVT
-#define MQ_I2F(c) (as_float((c) + 0x4B400000) - 12582912.0f)
-#else
-#define MQ_I2F(c) ((float)(c))
-#endif
 /* One fragment of matmul_mmq's / matmul_mmql's products added to acc (rows g, g + 8; tokens
  * 2q, 2q + 1): A's words a00, a01 (rows g, g + 8, weights 4q.. of the block's first 16), a10,
  * a11 (the second 16), B's b0, b1 (the token's inputs likewise), the rows' block scales f0, f1
@@ -725,7 +716,7 @@ inline __attribute__((always_inline)) void mq_frag(float acc[4], uint a00, uint 
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         float4 w = e >> 1 ? f1 : f0;
-        acc[e] += (e & 1 ? x1 : x0).x * (MQ_I2F(c0[e]) * w.x + MQ_I2F(c1[e]) * w.z);
+        acc[e] += (e & 1 ? x1 : x0).x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
     }
 #else
     int c[4];
@@ -735,9 +726,9 @@ inline __attribute__((always_inline)) void mq_frag(float acc[4], uint a00, uint 
         float4 w = e >> 1 ? f1 : f0;
         float2 x = e & 1 ? x1 : x0;
 #if defined(W_QOFF)
-        acc[e] += MQ_I2F(c[e]) * (w.x * x.x);
+        acc[e] += (float)c[e] * (w.x * x.x);
 #else
-        acc[e] += MQ_I2F(c[e]) * (w.x * x.x) + w.y * x.y;
+        acc[e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
 #endif
     }
 #endif

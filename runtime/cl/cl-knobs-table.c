@@ -216,11 +216,6 @@ const struct knob ebb__cl_knobs[] = {
           "raw Q4_K and Q8_0 weights, and of its inputs with cp.async, unpacking the nibbles as it "
           "reads them (after the async probe; where MMQNST stages fit in 48 KiB)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
-    BOOL1("MMQFCVT", mmq_fcvt,
-          "matmul_mmq's and matmul_mmql's int32 products become floats through the float bits of "
-          "1.5 x 2^23 + c (an integer add and a float subtraction) instead of the conversion "
-          "instruction",
-          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("MMQKDEC", mmq_kdec,
           "with MMQASYNC, raw Q4_K's sub-block scales are decoded once a step into local memory "
           "(one more barrier a step) instead of by each lane as it reads its fragments",
