@@ -921,8 +921,8 @@ typedef float2 mql_sc;
  * its A fragments (no warp shares them, so no unpacking is repeated), so no word passes through
  * registers on its way to local memory. A row keeps MQA_AKW words (4 a block, padded to an odd
  * multiple of 4: conflict-free fragment reads), a token MQA_XKW. Blocks past n_in are copied as
- * zeros (no source bytes). Where the stages do not fit in 48 KiB, the tile stages through
- * registers as above. */
+ * zeros (no source bytes). Raw Q4_K and raw Q8_0 (below) are copied the same way, as they lie.
+ * Where the stages do not fit in 48 KiB, the tile stages through registers as above. */
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
@@ -954,22 +954,12 @@ typedef float2 mql_sc;
 #endif
 #define MQA_XKW (8 * MS_KB + 4)
 #define MQA_STAGE (4 * (MQL_R * MQA_AKW + MQA_SN * MQL_R + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
-/* MQL_KDEC (raw Q4_K): the step's sub-block scales of every row decoded once into lk (a row's
- * MS_KB, padded by one: conflict-free reads) after the stage has arrived, one more barrier a step,
- * instead of by each lane of a row's four as it reads its fragments. */
-#if MQA_K && defined(MQL_KDEC) && MQL_KDEC
-#define MQA_KD 1
-#define MQA_LK (8 * MQL_R * (MS_KB + 1))
-#else
-#define MQA_KD 0
-#define MQA_LK 0
-#endif
-#if MQL_NST == 3 && 3 * MQA_STAGE + MQA_LK > 49152
+#if MQL_NST == 3 && 3 * MQA_STAGE > 49152
 #define MQA_NST 2 /* three stages do not fit: two */
 #else
 #define MQA_NST MQL_NST
 #endif
-#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE + MQA_LK <= 49152 &&                   \
+#if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
     ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
      (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0) ||                             \
      (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0))
@@ -1142,9 +1132,6 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #endif
     __local uint lx[MQA_NST * MS_T * MQA_XKW] __attribute__((aligned(16)));
     __local float2 lh[MQA_NST * MS_T * MS_KB] __attribute__((aligned(16)));
-#if MQA_KD
-    __local float2 lk[MQL_R * (MS_KB + 1)];
-#endif
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
     int ns = (nb + MS_KB - 1) / MS_KB, rw = 16 * MS_MI * warp;
@@ -1185,13 +1172,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         __local const float2 *S = ls + st * MQL_R * MS_KB;
 #endif
         __local const float2 *H = lh + st * MS_T * MS_KB;
-#if MQA_KD
-        for (int e = lid; e < MQL_R * MS_KB; e += MQL_NT)
-            lk[e / MS_KB * (MS_KB + 1) + e % MS_KB] =
-                mqa_k4_dm(A + e / MS_KB * MQA_AKW, (s * MS_KB + e % MS_KB) & 7);
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-#if MQA_K && !MQA_KD
+#if MQA_K
 #pragma unroll 1 /* the scales' decoding of both sub-blocks at once spills registers */
 #else
 #pragma unroll
@@ -1211,13 +1192,8 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 a[i][1] = (hb[wq] >> nsh) & 0x0F0F0F0Fu;
                 a[i][2] = (ha[wq + 4] >> nsh) & 0x0F0F0F0Fu;
                 a[i][3] = (hb[wq + 4] >> nsh) & 0x0F0F0F0Fu;
-#if MQA_KD
-                f[i][0] = lk[ra * (MS_KB + 1) + kb];
-                f[i][1] = lk[rb * (MS_KB + 1) + kb];
-#else
                 f[i][0] = mqa_k4_dm(ha, (s * MS_KB + kb) & 7);
                 f[i][1] = mqa_k4_dm(hb, (s * MS_KB + kb) & 7);
-#endif
 #elif MQA_Q8
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
                 a[i][0] = mqa_q8w(ha, kb, q);

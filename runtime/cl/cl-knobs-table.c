@@ -216,10 +216,6 @@ const struct knob ebb__cl_knobs[] = {
           "raw Q4_K and Q8_0 weights, and of its inputs with cp.async, unpacking the nibbles as it "
           "reads them (after the async probe; where MMQNST stages fit in 48 KiB)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
-    BOOL1("MMQKDEC", mmq_kdec,
-          "with MMQASYNC, raw Q4_K's sub-block scales are decoded once a step into local memory "
-          "(one more barrier a step) instead of by each lane as it reads its fragments",
-          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     UINT1("MMQNST", mmq_nst, "2|3",
           "with MMQASYNC, the steps of copies in flight (stages; 2 where 3 do not fit in 48 KiB)",
           {DC_ANY, {2}}, {DC_NVIDIA, {3}}),

@@ -150,6 +150,10 @@ struct ebb_cl_layout ebb_cl_layout_tune(struct ebb_cl *cl, const struct ebb_cl_t
     if (type == EBB_GGML_Q4_0 && tu->mmq_async && tu->mmq_stage && tu->mm_mma && tu->mmq &&
         ebb_cl_layout_fits(di, &cand[1], n_in, n_out))
         return cand[1];
+    /* ...and Q8_0 tiles from the raw blocks only (1.32x register staging's pp512 there, H200,
+     * Llama-3.1-8B shape): raw, untimed. */
+    if (type == EBB_GGML_Q8_0 && tu->mmq_async && tu->mmq_stage && tu->mm_mma && tu->mmq)
+        return cand[0];
 
     char dir[900], path[1000], line[16] = {0};
     uint64_t h = 0xcbf29ce484222325ull;

@@ -678,11 +678,8 @@ static void test_mma(void)
     test_mma_tiles(&q5k, tq, 512, true);
     test_mma_tiles(&q6k, tq, 512, true);
     /* Raw Q8_0 with steps of 4 blocks: 14 blocks, the last step's second pair past n_in (copied
-     * as zeros on PTX); raw Q4_K with the other way of reading its scales (MQL_KDEC). */
+     * as zeros on PTX). */
     test_mma_tiles(&q80, tq, 448, true);
-    tq.mmq_kdec = !tq.mmq_kdec;
-    printf("  (raw Q4_K's scales with MQL_KDEC %u)\n", tq.mmq_kdec);
-    test_mma_tiles(&q4k, tq, 512, true);
 }
 
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
@@ -1296,7 +1293,12 @@ static void test_tune(void)
     CHECK(l.order == EBB_CL_ORDER_SPLIT && l.storage == EBB_CL_STORE_BUFFER && !line[0],
           "with MQL_ASYNC Q4_0 went %s, cached '%s'", ebb_cl_layout_name(&l, name, sizeof(name)),
           line);
-    printf("  tune with prefill's cp.async tiles: Q4_0 split, not timed\n");
+    l = ebb_cl_layout_tune(cl, &ta, EBB_GGML_Q8_0, n_in, rows, n_out / 2);
+    tune_answer(dir, NULL, line, sizeof(line));
+    CHECK(l.order == EBB_CL_ORDER_RAW && l.storage == EBB_CL_STORE_BUFFER && !line[0],
+          "with MQL_ASYNC Q8_0 went %s, cached '%s'", ebb_cl_layout_name(&l, name, sizeof(name)),
+          line);
+    printf("  tune with prefill's cp.async tiles: Q4_0 split, Q8_0 raw, not timed\n");
     free(rows);
     unsetenv("EBB_CL_TUNE");
     char cmd[700];
