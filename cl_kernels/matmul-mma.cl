@@ -926,14 +926,25 @@ typedef float2 mql_sc;
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
-#if defined(W_QK8N)
+#if defined(W_QK8N) || defined(W_Q5K)
 /* Raw Q4_K (W_QK8N): a row keeps its super-block's 16-byte header (d, dmin, the packed scales)
  * and the step's KB / 2 chunks of 32 quant bytes (sub-blocks 2c and 2c + 1 in the low and high
  * nibbles), KB even and dividing 8 (a step within one super-block); the scales are decoded from
- * the header as the fragments are read. */
+ * the header as the fragments are read. Raw Q5_K (W_Q5K; 176-byte super-blocks, 16-byte aligned
+ * as Q4_K's 144) keeps its 32 bytes of high bits (bit j of byte l: weight l of sub-block j) after
+ * the header, then the chunks: MQA_KP 16-byte pieces a row. */
 #define MQA_K 1
 #define MQA_Q8 0
-#define MQA_AKW (4 * (MS_KB + 1))
+#if defined(W_Q5K)
+#define MQA_K5 1
+#define MQA_SBB 176
+#define MQA_KP (MS_KB + 3)
+#else
+#define MQA_K5 0
+#define MQA_SBB 144
+#define MQA_KP (MS_KB + 1)
+#endif
+#define MQA_AKW (4 * MQA_KP)
 #define MQA_SN 0
 #elif defined(W_Q80)
 /* Raw Q8_0 (W_Q80): a row keeps the step's KB blocks (KB even) as they lie, 34 bytes each (the
@@ -961,7 +972,7 @@ typedef float2 mql_sc;
 #endif
 #if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
     ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
-     (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0) ||                             \
+     (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0 && MQA_KP % 2 == 1) ||          \
      (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0))
 #define MQL_A 1
 #else
@@ -977,18 +988,20 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
 {
     int nb = n_in / 32;
 #if MQA_K
-    /* Piece k of row r: 0 the header, 1.. the 16-byte pieces of the step's quant bytes. */
-    ulong rowb = (ulong)(n_in / 256) * 144;
+    /* Piece k of row r: 0 the header, (Q5_K) 1 and 2 the high bits, then the 16-byte pieces
+     * of the step's quant bytes. */
+    ulong rowb = (ulong)(n_in / 256) * MQA_SBB;
+    const int hb = MQA_K5 ? 3 : 1, qb = MQA_K5 ? 48 : 16; /* first quant piece, its byte */
     (void)ss;
 #pragma unroll
-    for (int n = 0; n < (MQL_R * (MS_KB + 1) + MQL_NT - 1) / MQL_NT; n++) {
+    for (int n = 0; n < (MQL_R * MQA_KP + MQL_NT - 1) / MQL_NT; n++) {
         int c = lid + n * MQL_NT;
-        if (c < MQL_R * (MS_KB + 1)) {
-            int r = c / (MS_KB + 1), k = c % (MS_KB + 1);
+        if (c < MQL_R * MQA_KP) {
+            int r = c / MQA_KP, k = c % MQA_KP;
             const __global uchar *p = w_a + w_off + (ulong)min(row0 + r, n_out - 1) * rowb +
-                                      (ulong)(b0 >> 3) * 144;
+                                      (ulong)(b0 >> 3) * MQA_SBB;
             cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u,
-                       p + (k ? 16 + 32 * ((b0 & 7) >> 1) + 16 * (k - 1) : 0), 16);
+                       p + (k >= hb ? qb + 32 * ((b0 & 7) >> 1) + 16 * (k - hb) : 16 * k), 16);
         }
     }
 #elif MQA_Q8
@@ -1187,11 +1200,20 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 /* Sub-block kb of the step: chunk kb / 2, its nibble by kb's parity (the step
                  * starts on an even sub-block); weights 4q.. are word q, 16 + 4q.. word 4 + q. */
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
-                int wq = 4 + 8 * (kb >> 1) + q, nsh = 4 * (kb & 1);
+                int wq = 4 * (MQA_K5 ? 3 : 1) + 8 * (kb >> 1) + q, nsh = 4 * (kb & 1);
                 a[i][0] = (ha[wq] >> nsh) & 0x0F0F0F0Fu;
                 a[i][1] = (hb[wq] >> nsh) & 0x0F0F0F0Fu;
                 a[i][2] = (ha[wq + 4] >> nsh) & 0x0F0F0F0Fu;
                 a[i][3] = (hb[wq + 4] >> nsh) & 0x0F0F0F0Fu;
+#if MQA_K5
+                /* The fifth bit: bit j of the high-bit bytes of weights 4q.. (word 4 + q) and
+                 * 16 + 4q.. (word 8 + q), as bit 4 of each byte. */
+                int jh = (s * MS_KB + kb) & 7;
+                a[i][0] |= ((ha[4 + q] >> jh) & 0x01010101u) << 4;
+                a[i][1] |= ((hb[4 + q] >> jh) & 0x01010101u) << 4;
+                a[i][2] |= ((ha[8 + q] >> jh) & 0x01010101u) << 4;
+                a[i][3] |= ((hb[8 + q] >> jh) & 0x01010101u) << 4;
+#endif
                 f[i][0] = mqa_k4_dm(ha, (s * MS_KB + kb) & 7);
                 f[i][1] = mqa_k4_dm(hb, (s * MS_KB + kb) & 7);
 #elif MQA_Q8

@@ -362,6 +362,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
                      l->type == EBB_GGML_Q6_K   ? "#define W_QH2 1\n#define W_QOFF 32\n"
                      : l->type == EBB_GGML_Q5_0 ? "#define W_QOFF 16\n"
                      : l->type == EBB_GGML_Q8_0 ? "#define W_QOFF 0\n#define W_Q80 1\n"
+                     : l->type == EBB_GGML_Q5_K ? "#define W_Q5K 1\n"
                                                 : "");
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;
