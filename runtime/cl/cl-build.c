@@ -105,8 +105,11 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          l->type == EBB_GGML_Q4_0 &&
          (rc = tile_kernel(cl, l, tu, tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))) ||
-        (p.matmul_mmq && tu->mmq_stage && ebb_cl_layout_kquant(l) &&
+        (p.matmul_mmq && tu->mmq_stage && ebb_cl_layout_kquant(l) && l->type != EBB_GGML_Q5_K &&
          (rc = tile_kernel(cl, l, tu, tu->mmqk_t, tu->mmqk_mi, tu->mmqk_w, tu->mmqk_kb, pro,
+                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))) ||
+        (p.matmul_mmq && tu->mmq_stage && l->type == EBB_GGML_Q5_K &&
+         (rc = tile_kernel(cl, l, tu, tu->mmqk5_t, tu->mmqk5_mi, tu->mmqk5_w, tu->mmqk5_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))))
         goto out;
     *out = p;
@@ -298,19 +301,24 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     }
     case EBB_CL_WK_MMQL:
     case EBB_CL_WK_MMQLK:
+    case EBB_CL_WK_MMQLK5:
     case EBB_CL_WK_MMQLB:
     case EBB_CL_WK_MMQLS: {
-        bool kq = k == EBB_CL_WK_MMQLK, pf = k == EBB_CL_WK_MMQL, bt = k == EBB_CL_WK_MMQLB;
+        bool kq = k == EBB_CL_WK_MMQLK, k5 = k == EBB_CL_WK_MMQLK5, pf = k == EBB_CL_WK_MMQL,
+             bt = k == EBB_CL_WK_MMQLB;
         uint32_t mi = bt   ? tu->mmqs_mi
                       : kq ? tu->mmqk_mi
+                      : k5 ? tu->mmqk5_mi
                       : pf ? tu->mmql_mi
                            : tu->mms_mi,
                  tt = bt   ? tu->mmqs_t
                       : kq ? tu->mmqk_t
+                      : k5 ? tu->mmqk5_t
                       : pf ? tu->mmql_t
                            : tu->mms_t,
                  w = bt   ? tu->mmqs_w
                      : kq ? tu->mmqk_w
+                     : k5 ? tu->mmqk5_w
                      : pf ? tu->mmql_w
                           : tu->mms_w;
         size_t wg = 32 * (size_t)(w ? w : 4), r = 16 * (size_t)(mi ? mi : 1) * (wg / 32);

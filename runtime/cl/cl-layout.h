@@ -148,7 +148,8 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQL,       /* matmul_mmql with the mmql_* tile: (32 mmql_w nt / mmql_t,
                              n_out / (16 mmql_mi mmql_w)), tokens first */
     EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
-    EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (K-quants; the same) */
+    EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (Q4_K, Q6_K; the same) */
+    EBB_CL_WK_MMQLK5,     /* matmul_mmql with the mmqk5_* tile (Q5_K; the same) */
     EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */

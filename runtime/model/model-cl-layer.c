@@ -148,6 +148,7 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     size_t g[2], l[2];
     enum ebb_cl_wkernel kind = batch                              ? EBB_CL_WK_MMQLB
                                : !m->tu.mmq_stage                 ? EBB_CL_WK_MMQ
+                               : w->layout.type == EBB_GGML_Q5_K  ? EBB_CL_WK_MMQLK5
                                : ebb_cl_layout_kquant(&w->layout) ? EBB_CL_WK_MMQLK
                                                                   : EBB_CL_WK_MMQL;
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
