@@ -1378,6 +1378,17 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 }
             }
 }
+
+/* How this build of matmul_mmql stages its tiles, for reports (`ebb bench`'s kernels line):
+ * o[0] = the cp.async stages (0: through registers). One work-item. */
+__kernel void mmql_info(__global int *o)
+{
+#if MQL_A
+    o[0] = MQA_NST;
+#else
+    o[0] = 0;
+#endif
+}
 #endif
 
 /* matmul_mmq's inputs: n_tok rows of x (stride x_ld, n_in inputs, a multiple of 32) as int8

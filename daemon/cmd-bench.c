@@ -425,6 +425,9 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
     char xj[2048];
     if (ebb_model_expert_cache_json(b->m, xj, sizeof(xj)))
         json_object_set_new(j, "expert_cache", json_loads(xj, 0, NULL));
+    char kl[1024];
+    if (ebb_model_kernels(b->m, kl, sizeof(kl)))
+        json_object_set_new(j, "kernels", json_string(kl));
     const struct batch_res *br = &r->br;
     double bpf = br->prefill_ms > 0 ? 1e3 * (double)(n_prompt * n_batch) / br->prefill_ms : 0;
     double bdec = br->decode_ms > 0 ? 1e3 * steps * (double)n_batch / br->decode_ms : 0;
@@ -468,6 +471,9 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
     if (r->counted && n_gen > 1)
         printf("launches   %.1f kernels and %.2f host syncs per decoded token\n", r->launches,
                r->syncs);
+    char kl[1024];
+    if (ebb_model_kernels(b->m, kl, sizeof(kl)))
+        printf("kernels    %s\n", kl);
     const struct ebb_spec_stats *sst = &b->sst;
     if (b->spec)
         printf("spec       %s: %llu drafted, %llu accepted (%.1f%%) in %llu passes + %llu "

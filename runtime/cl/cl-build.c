@@ -120,6 +120,27 @@ out:
     return rc;
 }
 
+int ebb_cl_mmql_stages(struct ebb_cl *cl, cl_kernel k)
+{
+    cl_program prog = NULL;
+    cl_kernel ki = NULL;
+    cl_mem b = NULL;
+    cl_int e = CL_SUCCESS, v = -1;
+    if (!k || clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof(prog), &prog, NULL) != CL_SUCCESS ||
+        ebb_cl_kernel(prog, "mmql_info", &ki, NULL))
+        return -1;
+    b = clCreateBuffer(cl->ctx, CL_MEM_WRITE_ONLY, sizeof(v), NULL, &e);
+    size_t one = 1;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(b)};
+    if (e || ebb_cl_set_args(ki, 0, a, 1, NULL) || ebb_cl_run(cl, ki, 1, &one, &one, NULL) ||
+        ebb_cl_read(cl, b, 0, sizeof(v), &v, NULL))
+        v = -1;
+    if (b)
+        clReleaseMemObject(b);
+    clReleaseKernel(ki);
+    return v;
+}
+
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
 {
     if (p->matvec)

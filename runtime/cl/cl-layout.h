@@ -246,6 +246,10 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            struct ebb_diag *diag);
 void ebb_cl_wprog_fini(struct ebb_cl_wprog *p);
 
+/* How the program of k (a matmul_mmql) stages its tiles: the cp.async stages, 0 through
+ * registers, -1 when that cannot be asked (it runs the program's mmql_info once). */
+int ebb_cl_mmql_stages(struct ebb_cl *cl, cl_kernel k);
+
 /* Builds moe.cl's mixture-of-experts kernels (moe_route, moe_gather, moe_down, and
  * moe_gather_q8 / moe_down_q8 where ebb_cl_layout_has_kq8) for expert stacks placed in layout l
  * (one weight of n_expert x rows-per-expert rows). */

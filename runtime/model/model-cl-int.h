@@ -228,6 +228,8 @@ struct clm {
     struct ebb_cl_hostmap map;
     struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
     bool have_layout[MAX_TYPES];
+    uint16_t paths[MAX_TYPES]; /* per ggml type: 1 << enum clm_path for each kind of product of
+                                  several rows that ran (ebb__clm_kernels) */
     struct ebb_cl_wprog progs[MAX_PROGS];
     uint32_t n_progs;
     cl_program ops;
@@ -396,6 +398,26 @@ void ebb__clm_drop_pages(const struct ebb_gguf_tensor *t);
 /* The backend interface's decode_bytes (model.h, ebb_model_decode_bytes): the weights as
  * placed (streamed layers as their templates), the experts a token uses, fp16 KV. */
 void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out);
+
+/* The kernels that multiplied several rows (prefill chunks, batched steps) of the dense weights
+ * (model-cl-layer.c records them; `ebb bench`'s kernels line): */
+enum clm_path {
+    CLM_P_MMQL,  /* matmul_mmql with the prefill tile (mmql_*, mmqk_*, mmqk5_*) */
+    CLM_P_MMQLB, /* matmul_mmql with the batch tile (mmqs_*) */
+    CLM_P_MMQ,   /* matmul_mmq (mmq_stage off) */
+    CLM_P_Q8R,   /* matvec_q8r */
+    CLM_P_MMS,   /* matmul_mms */
+    CLM_P_MMP,   /* matmul_mms, the second tile */
+    CLM_P_MMA,   /* matmul_mma / matmul_mmb */
+    CLM_P_GEMM,  /* matmul_gemm */
+    CLM_P_COOP,  /* matmul_coop */
+    CLM_P_MM,    /* matmul */
+    CLM_P_CPU,   /* matvec_cpu */
+    CLM_P_N
+};
+/* model.h's ebb_model_kernels: "TYPE/LAYOUT: kernel [tile] [staging], ...; ..." for each weight
+ * type whose products of several rows ran, on the first device. */
+size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap);
 
 /* Bytes of one position of one KV head in a layer's cache: head_dim halves, or head_dim / 32
  * Q8_0 blocks (model-types.h's ebb_kv_type_bytes). */

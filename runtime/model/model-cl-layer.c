@@ -156,6 +156,73 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
+/* Records that a product of several rows of w ran through path (ebb__clm_kernels). */
+static void note_path(struct clm *m, const struct ebb_cl_weight *w, enum clm_path path)
+{
+    if (w->layout.type < MAX_TYPES)
+        m->paths[w->layout.type] |= (uint16_t)(1u << path);
+}
+
+size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
+{
+    struct clm *m = ctx;
+    static const char *const names[CLM_P_N] = {
+        "matmul_mmql",  "matmul_mmql", "matmul_mmq",  "matvec_q8r", "matmul_mms", "matmul_mms",
+        "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",     "matvec_cpu"};
+    const struct ebb_cl_tuning *tu = &m->tu;
+    size_t used = 0;
+    if (cap)
+        buf[0] = 0;
+#define KPUT(...)                                                                                  \
+    do {                                                                                           \
+        int n_ =                                                                                   \
+            snprintf(buf + (used < cap ? used : cap), used < cap ? cap - used : 0, __VA_ARGS__);   \
+        used += n_ > 0 ? (size_t)n_ : 0;                                                           \
+    } while (0)
+    for (uint32_t t = 0; t < MAX_TYPES; t++) {
+        if (!m->paths[t] || !m->have_layout[t])
+            continue;
+        char ln[64];
+        struct ebb_cl_wprog *p = NULL;
+        ebb__clm_prog_for(m, &m->layout[t], &p, NULL);
+        KPUT("%s%s:", used ? "; " : "", ebb_cl_layout_name(&m->layout[t], ln, sizeof(ln)));
+        bool first = true;
+        for (int k = 0; k < CLM_P_N; k++) {
+            if (!(m->paths[t] & (1u << k)))
+                continue;
+            KPUT("%s %s", first ? "" : ",", names[k]);
+            first = false;
+            if (k == CLM_P_MMQL || k == CLM_P_MMQLB) {
+                bool k5 = t == EBB_GGML_Q5_K, kq = ebb_cl_layout_kquant(&m->layout[t]);
+                uint32_t tile[4] = {tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb};
+                if (k == CLM_P_MMQLB)
+                    tile[0] = tu->mmqs_t, tile[1] = tu->mmqs_mi, tile[2] = tu->mmqs_w,
+                    tile[3] = tu->mmqs_kb;
+                else if (k5)
+                    tile[0] = tu->mmqk5_t, tile[1] = tu->mmqk5_mi, tile[2] = tu->mmqk5_w,
+                    tile[3] = tu->mmqk5_kb;
+                else if (kq)
+                    tile[0] = tu->mmqk_t, tile[1] = tu->mmqk_mi, tile[2] = tu->mmqk_w,
+                    tile[3] = tu->mmqk_kb;
+                int st =
+                    p ? ebb_cl_mmql_stages(m->cl, k == CLM_P_MMQL ? p->matmul_mmqp : p->matmul_mmqs)
+                      : -1;
+                KPUT(" %u,%u,%u,%u", tile[0], tile[1], tile[2], tile[3]);
+                if (st > 0)
+                    KPUT(" cp.async %d stages", st);
+                else if (!st)
+                    KPUT(" registers");
+                if (k == CLM_P_MMQLB)
+                    KPUT(" (batch)");
+            } else if (k == CLM_P_MMP) {
+                KPUT(" (second tile)");
+            }
+        }
+    }
+#undef KPUT
+    return used;
+}
+
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
                         struct ebb_diag *diag)
@@ -177,6 +244,7 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && w->n_in % 32 == 0) {
         if ((rc = q8r_quantize(m, x, x_ld, (int)w->n_in, nw, glu, nt, diag)))
             return rc;
+        note_path(m, w, CLM_P_Q8R);
         return q8r_run(m, w, p->matvec_q8r, y, y_ld, y_off, res, nt, diag);
     }
     /* Longer products of 4-bit weights on tensor cores with the weights loaded straight into
@@ -184,13 +252,17 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
-    if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide)
+    if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
+        note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);
+    }
     /* a batch's steps of mmqs..mmq - 1 rows: the same int8 products with a smaller tile */
-    if (mms && p->matmul_mmqs && m->mq_x && (uint32_t)nt >= m->tu.mmqs && w->n_in <= m->mq_wide)
+    if (mms && p->matmul_mmqs && m->mq_x && (uint32_t)nt >= m->tu.mmqs && w->n_in <= m->mq_wide) {
+        note_path(m, w, CLM_P_MMQLB);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqs, true, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);
+    }
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
     enum ebb_cl_wkernel kind = !mm ? EBB_CL_WK_MATVEC
@@ -205,6 +277,12 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     if (!mms && p->matvec_cpu && (kind == EBB_CL_WK_MATVEC || (uint32_t)nt <= m->tu.mvcpu_max))
         kind = EBB_CL_WK_MVCPU;
     bool mv = kind == EBB_CL_WK_MATVEC || kind == EBB_CL_WK_MVCPU; /* matvec's arguments */
+    if (mm) {
+        static const enum clm_path pk[] = {CLM_P_N,   CLM_P_MM,  CLM_P_COOP, CLM_P_GEMM,
+                                           CLM_P_MMA, CLM_P_CPU, CLM_P_MMS,  CLM_P_MMP};
+        if ((size_t)kind < sizeof(pk) / sizeof(pk[0]) && pk[kind] != CLM_P_N)
+            note_path(m, w, pk[kind]);
+    }
     cl_kernel ks[] = {p->matvec,
                       p->matmul,
                       p->matmul_coop,
@@ -258,6 +336,8 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
         return rc;
     int off = 0;
     for (uint32_t i = 0; i < n; i++) {
+        if (q8r)
+            note_path(m, &w[i], CLM_P_Q8R);
         rc = q8    ? q8_matvec(m, &w[i], kq[i], y, off, NULL, diag)
              : q8r ? q8r_run(m, &w[i], kq[i], y, y_ld, off, NULL, nt, diag)
                    : ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);

@@ -1139,6 +1139,7 @@ static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *h
     m->iface.free = clm_free;
     m->iface.counters = clm_counters;
     m->iface.decode_bytes = ebb__clm_decode_bytes;
+    m->iface.kernels = ebb__clm_kernels;
     *out = m;
     m = NULL;
 out:

@@ -59,6 +59,8 @@ struct ebb__backend_i {
     void (*stream_set_wake)(void *ctx, void (*fn)(void *u), void *u);
     /* Optional: model.h's ebb_model_expert_cache (thread-safe); false when there is none. */
     bool (*expert_cache)(void *ctx, struct ebb_model_expert_cache *out);
+    /* Optional: model.h's ebb_model_kernels (engine thread). */
+    size_t (*kernels)(void *ctx, char *buf, size_t cap);
 };
 
 /* Backend constructors. Each runs family a's description (checked against g by the caller),

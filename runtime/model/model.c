@@ -302,6 +302,13 @@ bool ebb_model_counters(const struct ebb_model *m, struct ebb_model_counters *ou
     return m->iface->counters && m->iface->counters(m->ctx, out);
 }
 
+size_t ebb_model_kernels(const struct ebb_model *m, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = 0;
+    return m->iface->kernels ? m->iface->kernels(m->ctx, buf, cap) : 0;
+}
+
 void ebb_model_decode_bytes(const struct ebb_model *m, uint32_t depth,
                             struct ebb_model_decode_bytes *out)
 {

@@ -141,6 +141,12 @@ bool ebb_model_expert_cache(const struct ebb_model *m, struct ebb_model_expert_c
 size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t cap);
 size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, size_t cap);
 
+/* Engine thread, after evaluations: which kernels multiplied several rows (prefill chunks,
+ * batched steps) of each dense weight type so far, as one line ("Q4_K/raw/buffer: matmul_mmql
+ * 64,2,4,4 cp.async 2 stages, matvec_q8r; ..."); the length needed, like snprintf; 0 (and buf
+ * "") for backends that do not say or when none ran. */
+size_t ebb_model_kernels(const struct ebb_model *m, char *buf, size_t cap);
+
 /* The bytes one decoded token reads after depth earlier positions (struct
  * ebb_model_decode_bytes, model-types.h). */
 void ebb_model_decode_bytes(const struct ebb_model *m, uint32_t depth,

@@ -64,7 +64,21 @@ assert abs(launches - want) < 1e-6 * want, (launches, want)
 # names the report files under attention and products on this llama
 kn = {k["name"] for k in st["prefill"]["kernels"]}
 assert any(n.startswith("attn_") for n in kn) and any(n.startswith("mat") for n in kn), kn
+# "kernels": per weight type the products of several rows that ran; each kernel it names ran in
+# the profiled prefill (the 16-token prompt: no batch here)
+kl = d["kernels"]
+names = set()
+for part in kl.split("; "):
+    ty, _, ks = part.partition(": ")
+    assert "/" in ty and ks, kl
+    for k in ks.split(", "):
+        n = k.split(" ")[0]
+        names |= {"matmul_mma", "matmul_mmb"} & kn if n == "matmul_mma/b" else {n}
+assert names and names <= kn, (names, kn, kl)
 PY
+expect_out_re() { grep -Eq "$1" "$tmp/out" || fail "bench: no line matching '$1' in: $(head -c 1500 "$tmp/out")"; }
+expect_status 0 "$ebb" bench "${args[@]}"
+expect_out_re "^kernels    [A-Z0-9_]+/(raw|split)/[a-z0-9]+: mat"
 
 # With --batch: the batch's decode steps as a third phase, one run of all its steps, launches
 # by stage and kernel agreeing; the text report names it.
