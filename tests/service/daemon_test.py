@@ -424,7 +424,8 @@ def test_sighup_model(ebb, home):
     def read_stream():
         box["events"] = stream_events(sr)
         box["t_end"] = time.time()
-    sc, sr = stream_start(port, "smol-copy", 250, "Count from 1 to 1000, one per line.")
+    # (500 tokens: on a loaded machine the reload has taken longer than 250 tokens' decode)
+    sc, sr = stream_start(port, "smol-copy", 500, "Count from 1 to 1000, one per line.")
     th = threading.Thread(target=read_stream, daemon=True)
     th.start()
     n.msgs.clear()
