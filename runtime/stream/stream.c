@@ -361,8 +361,8 @@ size_t ebb_stream_slot_size(const struct ebb_stream *s)
 
 /* No --stream-io: cached reads leave the streamed layers in the page cache, which a cgroup
  * charges to the limit it has and unified memory shares with the model, so the kernel then
- * reclaims (or thrashes) what the plan counted on. direct bypasses the cache where the file
- * system takes O_DIRECT; dontneed drops each range after reading it elsewhere. The cache is
+ * reclaims (or thrashes) what the plan counted on; dontneed drops each range after reading
+ * it (direct, which bypasses the cache, ran slower end to end: pick_cache). The cache is
  * kept where it costs nothing: no cgroup limit binds and the device has its own memory, or
  * the host has twice the streamed bytes free (a budget or forced residency below what the
  * machine holds: warm cached reads run at memory speed, direct ones at the disk's). */
@@ -393,19 +393,20 @@ static void pick_cache(struct ebb_stream *s)
                      "twice over",
                      r->available / 1048576.0, streamed / 1048576.0);
     } else {
-        int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-        if (fd >= 0)
-            close(fd);
-        s->cache = fd >= 0 ? EBB_STREAM_DIRECT : EBB_STREAM_DONTNEED;
+        /* dontneed rather than direct: both leave no page cache charged (0 failed charges in a
+         * 400 MiB v1 group), and on a quiet machine the 1B shape decoded 3.64-4.02 tok/s with
+         * dontneed against 2.16-3.06 with direct (docs/PERFORMANCE.md, issue 35's table,
+         * 2026-11-30); it also needs no O_DIRECT support from the file system. */
+        s->cache = EBB_STREAM_DONTNEED;
         if (limited)
             snprintf(s->cache_why, sizeof(s->cache_why),
-                     "cgroup v%d %.200s limits memory: no page cache charged%s", r->cg_version,
-                     r->cg_path, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
+                     "cgroup v%d %.200s limits memory: no page cache charged", r->cg_version,
+                     r->cg_path);
         else
             snprintf(s->cache_why, sizeof(s->cache_why),
                      "the device shares host memory and less than twice the %.0f MiB streamed "
-                     "is free: no page cache beside the model%s",
-                     streamed / 1048576.0, fd >= 0 ? "" : " (no O_DIRECT on this file system)");
+                     "is free: no page cache beside the model",
+                     streamed / 1048576.0);
     }
     ebb_log(EBB_LOG_INFO, "stream", "stream-io %s (no --stream-io given): %s", names[s->cache],
             s->cache_why);
