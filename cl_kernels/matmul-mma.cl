@@ -921,7 +921,7 @@ typedef float2 mql_sc;
  * its A fragments (no warp shares them, so no unpacking is repeated), so no word passes through
  * registers on its way to local memory. A row keeps MQA_AKW words (4 a block, padded to an odd
  * multiple of 4: conflict-free fragment reads), a token MQA_XKW. Blocks past n_in are copied as
- * zeros (no source bytes). Raw Q4_K and raw Q8_0 (below) are copied the same way, as they lie.
+ * zeros (no source bytes). Raw Q4_K, Q5_K and Q8_0 (below) are copied the same way, as they lie.
  * Where the stages do not fit in 48 KiB, the tile stages through registers as above. */
 #ifndef MQL_NST
 #define MQL_NST 2

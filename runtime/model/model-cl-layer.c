@@ -155,7 +155,6 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
-/* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 /* Records that a product of several rows of w ran through path (ebb__clm_kernels). */
 static void note_path(struct clm *m, const struct ebb_cl_weight *w, enum clm_path path)
 {
@@ -223,6 +222,7 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     return used;
 }
 
+/* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
                         struct ebb_diag *diag)
