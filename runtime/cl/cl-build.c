@@ -92,25 +92,21 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         goto out;
     /* The prefill tiles: matmul_mms's second tile and matmul_mmq's, each the same sources
      * built again with that shape; the kernel keeps its program alive. */
+    uint32_t pt[4]; /* matmul_mmql's prefill tile for l */
+    ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(l), pt);
     if ((p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max &&
          (rc = tile_kernel(cl, l, tu, tu->mmp_t, tu->mmp_mi, tu->mmp_w, tu->mmp_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mms", &p.matmul_mmp, diag))) ||
         (p.matmul_mmq && !tu->mmq_stage &&
          (rc = tile_kernel(cl, l, tu, tu->mmq_t, tu->mmq_mi, tu->mmq_w, tu->mmq_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmq", &p.matmul_mmqp, diag))) ||
-        (p.matmul_mmq && tu->mmq_stage && !ebb_cl_layout_kquant(l) &&
-         (rc = tile_kernel(cl, l, tu, tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))) ||
+        (p.matmul_mmq && tu->mmq_stage &&
+         (rc = tile_kernel(cl, l, tu, pt[0], pt[1], pt[2], pt[3], pro, sizeof(pro), srcs, n_src,
+                           "matmul_mmql", &p.matmul_mmqp, diag))) ||
         (p.matmul_mmq && tu->mmq_stage && tu->mmqs && tu->mmqs < tu->mmq &&
          l->type == EBB_GGML_Q4_0 &&
          (rc = tile_kernel(cl, l, tu, tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))) ||
-        (p.matmul_mmq && tu->mmq_stage && ebb_cl_layout_kquant(l) && l->type != EBB_GGML_Q5_K &&
-         (rc = tile_kernel(cl, l, tu, tu->mmqk_t, tu->mmqk_mi, tu->mmqk_w, tu->mmqk_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))) ||
-        (p.matmul_mmq && tu->mmq_stage && l->type == EBB_GGML_Q5_K &&
-         (rc = tile_kernel(cl, l, tu, tu->mmqk5_t, tu->mmqk5_mi, tu->mmqk5_w, tu->mmqk5_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqp, diag))))
+                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -325,23 +321,9 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     case EBB_CL_WK_MMQLK5:
     case EBB_CL_WK_MMQLB:
     case EBB_CL_WK_MMQLS: {
-        bool kq = k == EBB_CL_WK_MMQLK, k5 = k == EBB_CL_WK_MMQLK5, pf = k == EBB_CL_WK_MMQL,
-             bt = k == EBB_CL_WK_MMQLB;
-        uint32_t mi = bt   ? tu->mmqs_mi
-                      : kq ? tu->mmqk_mi
-                      : k5 ? tu->mmqk5_mi
-                      : pf ? tu->mmql_mi
-                           : tu->mms_mi,
-                 tt = bt   ? tu->mmqs_t
-                      : kq ? tu->mmqk_t
-                      : k5 ? tu->mmqk5_t
-                      : pf ? tu->mmql_t
-                           : tu->mms_t,
-                 w = bt   ? tu->mmqs_w
-                     : kq ? tu->mmqk_w
-                     : k5 ? tu->mmqk5_w
-                     : pf ? tu->mmql_w
-                          : tu->mms_w;
+        uint32_t tile[4];
+        ebb_cl_mmql_tile(tu, k, tile);
+        uint32_t tt = tile[0], mi = tile[1], w = tile[2];
         size_t wg = 32 * (size_t)(w ? w : 4), r = 16 * (size_t)(mi ? mi : 1) * (wg / 32);
         size_t t = tt ? tt : 64;
         g[0] = wg * ((nt + t - 1) / t), g[1] = (n_out + r - 1) / r;

@@ -146,11 +146,9 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
     size_t g[2], l[2];
-    enum ebb_cl_wkernel kind = batch                              ? EBB_CL_WK_MMQLB
-                               : !m->tu.mmq_stage                 ? EBB_CL_WK_MMQ
-                               : w->layout.type == EBB_GGML_Q5_K  ? EBB_CL_WK_MMQLK5
-                               : ebb_cl_layout_kquant(&w->layout) ? EBB_CL_WK_MMQLK
-                                                                  : EBB_CL_WK_MMQL;
+    enum ebb_cl_wkernel kind = batch              ? EBB_CL_WK_MMQLB
+                               : !m->tu.mmq_stage ? EBB_CL_WK_MMQ
+                                                  : ebb_cl_mmql_kind(&w->layout);
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
@@ -192,17 +190,9 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
             KPUT("%s %s", first ? "" : ",", names[k]);
             first = false;
             if (k == CLM_P_MMQL || k == CLM_P_MMQLB) {
-                bool k5 = t == EBB_GGML_Q5_K, kq = ebb_cl_layout_kquant(&m->layout[t]);
-                uint32_t tile[4] = {tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb};
-                if (k == CLM_P_MMQLB)
-                    tile[0] = tu->mmqs_t, tile[1] = tu->mmqs_mi, tile[2] = tu->mmqs_w,
-                    tile[3] = tu->mmqs_kb;
-                else if (k5)
-                    tile[0] = tu->mmqk5_t, tile[1] = tu->mmqk5_mi, tile[2] = tu->mmqk5_w,
-                    tile[3] = tu->mmqk5_kb;
-                else if (kq)
-                    tile[0] = tu->mmqk_t, tile[1] = tu->mmqk_mi, tile[2] = tu->mmqk_w,
-                    tile[3] = tu->mmqk_kb;
+                uint32_t tile[4];
+                ebb_cl_mmql_tile(
+                    tu, k == CLM_P_MMQLB ? EBB_CL_WK_MMQLB : ebb_cl_mmql_kind(&m->layout[t]), tile);
                 int st =
                     p ? ebb_cl_mmql_stages(m->cl, k == CLM_P_MMQL ? p->matmul_mmqp : p->matmul_mmqs)
                       : -1;

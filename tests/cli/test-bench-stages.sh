@@ -73,7 +73,10 @@ for part in kl.split("; "):
     assert "/" in ty and ks, kl
     for k in ks.split(", "):
         n = k.split(" ")[0]
-        names |= {"matmul_mma", "matmul_mmb"} & kn if n == "matmul_mma/b" else {n}
+        if n == "matmul_mma/b":  # either tensor-core GEMM
+            assert {"matmul_mma", "matmul_mmb"} & kn, (kn, kl)
+            continue
+        names.add(n)
 assert names and names <= kn, (names, kn, kl)
 PY
 expect_out_re() { grep -Eq "$1" "$tmp/out" || fail "bench: no line matching '$1' in: $(head -c 1500 "$tmp/out")"; }
