@@ -921,8 +921,8 @@ typedef float2 mql_sc;
  * its A fragments (no warp shares them, so no unpacking is repeated), so no word passes through
  * registers on its way to local memory. A row keeps MQA_AKW words (4 a block, padded to an odd
  * multiple of 4: conflict-free fragment reads), a token MQA_XKW. Blocks past n_in are copied as
- * zeros (no source bytes). Raw Q4_K, Q5_K and Q8_0 (below) are copied the same way, as they lie.
- * Where the stages do not fit in 48 KiB, the tile stages through registers as above. */
+ * zeros (no source bytes). Raw Q4_K, Q5_K, Q6_K and Q8_0 (below) are copied the same way, as
+ * they lie. Where the stages do not fit in 48 KiB, the tile stages through registers as above. */
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
@@ -935,6 +935,7 @@ typedef float2 mql_sc;
  * the header, then the chunks: MQA_KP 16-byte pieces a row. */
 #define MQA_K 1
 #define MQA_Q8 0
+#define MQA_K6 0
 #if defined(W_Q5K)
 #define MQA_K5 1
 #define MQA_SBB 176
@@ -946,6 +947,19 @@ typedef float2 mql_sc;
 #endif
 #define MQA_AKW (4 * MQA_KP)
 #define MQA_SN 0
+#elif defined(W_QH2) && defined(W_RAW)
+/* Raw Q6_K (W_QH2; 210-byte super-blocks, 2-byte aligned), KB 4: a step is half a super-block
+ * (n = (b0 & 7) / 4), whose parts are copied as they lie from the 4-byte boundary at or below
+ * each, one word more where that is 2 bytes below (sh, the row's shift in bits, kept in word
+ * MQA_K6SH): the half's 64 ql bytes (17 words from word 0), 32 qh bytes (9 from word 17), 8
+ * scales (3 from word 26) and d (word 29); each word read back is put together from two staged
+ * words when sh is 16. */
+#define MQA_K 0
+#define MQA_Q8 0
+#define MQA_K6 1
+#define MQA_K6SH 30
+#define MQA_AKW 36
+#define MQA_SN 0
 #elif defined(W_Q80)
 /* Raw Q8_0 (W_Q80): a row keeps the step's KB blocks (KB even) as they lie, 34 bytes each (the
  * half d, then 32 quant bytes): MQA_Q8W words, copied 4 bytes at a time (a pair of blocks is 68
@@ -954,12 +968,14 @@ typedef float2 mql_sc;
  * words (2 bytes in) and are put together as they are read. */
 #define MQA_K 0
 #define MQA_Q8 1
+#define MQA_K6 0
 #define MQA_Q8W (17 * MS_KB / 2)
 #define MQA_AKW ((MQA_Q8W + 3) / 4 * 4 + ((MQA_Q8W + 3) / 4 % 2 ? 0 : 4))
 #define MQA_SN 0
 #else
 #define MQA_K 0
 #define MQA_Q8 0
+#define MQA_K6 0
 #define MQA_AKW (4 * (MS_KB + 1 + (MS_KB & 1)))
 #define MQA_SN (2 * MS_KB)
 #endif
@@ -973,7 +989,7 @@ typedef float2 mql_sc;
 #if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
     ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
      (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0 && MQA_KP % 2 == 1) ||          \
-     (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0))
+     (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0) || (MQA_K6 && MS_KB == 4))
 #define MQL_A 1
 #else
 #define MQL_A 0
@@ -1002,6 +1018,35 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
                                       (ulong)(b0 >> 3) * MQA_SBB;
             cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u,
                        p + (k >= hb ? qb + 32 * ((b0 & 7) >> 1) + 16 * (k - hb) : 16 * k), 16);
+        }
+    }
+#elif MQA_K6
+    /* Word k of row r (k < 30): its part's word, from the 4-byte boundary at or below the part
+     * (sh 16: 2 bytes below, one word more); the extra word of a part is copied as zeros when
+     * sh is 0 (it would pass the super-block's end for the scales), d's word takes 2 bytes then.
+     * Each row's sh goes into word MQA_K6SH (a plain store: not in flight). */
+    ulong rowb = (ulong)(n_in / 256) * 210;
+    int hn = (b0 & 7) >> 2;
+    (void)ss;
+#pragma unroll
+    for (int n = 0; n < (MQL_R * 31 + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MQL_R * 31) {
+            int r = c / 31, k = c % 31;
+            ulong sb = w_off + (ulong)min(row0 + r, n_out - 1) * rowb + (ulong)(b0 >> 3) * 210;
+            uint sh = (uint)(sb & 2u) * 8u;
+            uint dst = sa + (uint)(r * MQA_AKW + k) * 4u;
+            if (k == 30) {
+                st_shared32(sa + (uint)(r * MQA_AKW + MQA_K6SH) * 4u, sh);
+                continue;
+            }
+            /* the part: byte offset in the super-block, its words with sh 0, the first word */
+            int off = k < 17 ? 64 * hn : k < 26 ? 128 + 32 * hn : k < 29 ? 192 + 8 * hn : 208;
+            int nw = k < 17 ? 16 : k < 26 ? 8 : k < 29 ? 2 : 1, k0 = k < 17 ? 0 : k < 26 ? 17 : k < 29 ? 26 : 29;
+            int i = k - k0;
+            const __global uchar *p = w_a + (sb + (ulong)off - sh / 8u) + 4 * i;
+            int bytes = k == 29 ? (sh ? 4 : 2) : i < nw || sh ? 4 : 0;
+            cp_async4(dst, bytes ? p : w_a + (sb & ~(ulong)3), bytes);
         }
     }
 #elif MQA_Q8
@@ -1078,6 +1123,13 @@ inline float2 mqa_k4_dm(__local const uint *h, int j)
     }
     float2 dd = vload_half2(0, (__local const half *)h);
     return (float2)(dd.x * (float)sc, -dd.y * (float)mn);
+}
+#endif
+#if MQA_K6
+/* Word i of a staged raw Q6_K row h (shift sh: 0 or 16 bits). */
+inline uint mqa_k6w(__local const uint *h, int i, uint sh)
+{
+    return sh ? (h[i] >> 16) | (h[i + 1] << 16) : h[i];
 }
 #endif
 #if MQA_Q8
@@ -1192,7 +1244,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #endif
         for (int kb = 0; kb < MS_KB; kb++) {
             uint a[MS_MI][4]; /* rows g, g + 8: first half (low nibbles), then second */
-            float2 f[MS_MI][2];
+            float4 f[MS_MI][2];
 #pragma unroll
             for (int i = 0; i < MS_MI; i++) {
                 int ra = rw + 16 * i + g, rb = ra + 8;
@@ -1214,24 +1266,45 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 a[i][2] |= ((ha[8 + q] >> jh) & 0x01010101u) << 4;
                 a[i][3] |= ((hb[8 + q] >> jh) & 0x01010101u) << 4;
 #endif
-                f[i][0] = mqa_k4_dm(ha, (s * MS_KB + kb) & 7);
-                f[i][1] = mqa_k4_dm(hb, (s * MS_KB + kb) & 7);
+                f[i][0] = (float4)(mqa_k4_dm(ha, (s * MS_KB + kb) & 7), 0.0f, 0.0f);
+                f[i][1] = (float4)(mqa_k4_dm(hb, (s * MS_KB + kb) & 7), 0.0f, 0.0f);
+#elif MQA_K6
+                /* Block kb of the half: weights 4q.. of its first 16 in ql word 8 (kb & 1) + q
+                 * (nibble by kb / 2) and qh word q (bits 2 kb..), of the second 16 four words on;
+                 * scales kb's pair of the half's eight, times d. */
+                __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
+                uint sa_ = ha[MQA_K6SH], sb_ = hb[MQA_K6SH];
+                int wl = 8 * (kb & 1) + q, ns = 4 * (kb >> 1), hs = 2 * kb;
+                a[i][0] = MQ_SIGNED(((mqa_k6w(ha, wl, sa_) >> ns) & 0x0F0F0F0Fu) |
+                                    (((mqa_k6w(ha, 17 + q, sa_) >> hs) & 0x03030303u) << 4));
+                a[i][1] = MQ_SIGNED(((mqa_k6w(hb, wl, sb_) >> ns) & 0x0F0F0F0Fu) |
+                                    (((mqa_k6w(hb, 17 + q, sb_) >> hs) & 0x03030303u) << 4));
+                a[i][2] = MQ_SIGNED(((mqa_k6w(ha, wl + 4, sa_) >> ns) & 0x0F0F0F0Fu) |
+                                    (((mqa_k6w(ha, 21 + q, sa_) >> hs) & 0x03030303u) << 4));
+                a[i][3] = MQ_SIGNED(((mqa_k6w(hb, wl + 4, sb_) >> ns) & 0x0F0F0F0Fu) |
+                                    (((mqa_k6w(hb, 21 + q, sb_) >> hs) & 0x03030303u) << 4));
+                uint sca = mqa_k6w(ha, 26 + (kb >> 1), sa_) >> (16 * (kb & 1));
+                uint scb = mqa_k6w(hb, 26 + (kb >> 1), sb_) >> (16 * (kb & 1));
+                float da = vload_half(sa_ ? 1 : 0, (__local const half *)(ha + 29));
+                float db = vload_half(sb_ ? 1 : 0, (__local const half *)(hb + 29));
+                f[i][0] = (float4)(da * (float)(char)sca, 0.0f, da * (float)(char)(sca >> 8), 0.0f);
+                f[i][1] = (float4)(db * (float)(char)scb, 0.0f, db * (float)(char)(scb >> 8), 0.0f);
 #elif MQA_Q8
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
                 a[i][0] = mqa_q8w(ha, kb, q);
                 a[i][1] = mqa_q8w(hb, kb, q);
                 a[i][2] = mqa_q8w(ha, kb, 4 + q);
                 a[i][3] = mqa_q8w(hb, kb, 4 + q);
-                f[i][0] = (float2)(mqa_q8d(ha, kb), 0.0f);
-                f[i][1] = (float2)(mqa_q8d(hb, kb), 0.0f);
+                f[i][0] = (float4)(mqa_q8d(ha, kb), 0.0f, 0.0f, 0.0f);
+                f[i][1] = (float4)(mqa_q8d(hb, kb), 0.0f, 0.0f, 0.0f);
 #else
                 uint w0 = A[ra * MQA_AKW + 4 * kb + q], w1 = A[rb * MQA_AKW + 4 * kb + q];
                 a[i][0] = MQ_SIGNED(w0 & 0x0F0F0F0Fu);
                 a[i][1] = MQ_SIGNED(w1 & 0x0F0F0F0Fu);
                 a[i][2] = MQ_SIGNED((w0 >> 4) & 0x0F0F0F0Fu);
                 a[i][3] = MQ_SIGNED((w1 >> 4) & 0x0F0F0F0Fu);
-                f[i][0] = S[ra * MS_KB + kb];
-                f[i][1] = S[rb * MS_KB + kb];
+                f[i][0] = (float4)(S[ra * MS_KB + kb], 0.0f, 0.0f);
+                f[i][1] = (float4)(S[rb * MS_KB + kb], 0.0f, 0.0f);
 #endif
             }
 #pragma unroll
@@ -1242,8 +1315,8 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 float2 bh1 = H[(8 * j + 2 * q + 1) * MS_KB + kb];
 #pragma unroll
                 for (int i = 0; i < MS_MI; i++)
-                    mq_frag(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1,
-                            MQL_F4(f[i][0]), MQL_F4(f[i][1]), bh0, bh1);
+                    mq_frag(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], bx0, bx1, f[i][0],
+                            f[i][1], bh0, bh1);
             }
         }
     }

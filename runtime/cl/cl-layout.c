@@ -202,9 +202,9 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
 
 enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l)
 {
-    return l->type == EBB_GGML_Q5_K                               ? EBB_CL_WK_MMQLK5
-           : l->type == EBB_GGML_Q4_K || l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK
-                                                                  : EBB_CL_WK_MMQL;
+    return l->type == EBB_GGML_Q5_K || l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK5
+           : l->type == EBB_GGML_Q4_K                           ? EBB_CL_WK_MMQLK
+                                                                : EBB_CL_WK_MMQL;
 }
 
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4])

@@ -185,8 +185,8 @@ bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tu
 /* True when layout l has matmul_mms's word accessors (W_QW, or W_QW8 for byte-wide weights;
  * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, Q8_0, Q6_K, Q5_0 and Q5_K. */
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
-/* The kind whose tile matmul_mmql's prefill products of layout l take: EBB_CL_WK_MMQLK5 (Q5_K:
- * mmqk5_*), EBB_CL_WK_MMQLK (Q4_K, Q6_K: mmqk_*), else EBB_CL_WK_MMQL (mmql_*). */
+/* The kind whose tile matmul_mmql's prefill products of layout l take: EBB_CL_WK_MMQLK5 (Q5_K,
+ * Q6_K: mmqk5_*), EBB_CL_WK_MMQLK (Q4_K: mmqk_*), else EBB_CL_WK_MMQL (mmql_*). */
 enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l);
 /* The tile T, MI, W, KB (as the tuning holds it, 0 where unset) of matmul_mmql kind k
  * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLB, _MMQLS) under tu. */

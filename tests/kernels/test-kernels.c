@@ -677,6 +677,9 @@ static void test_mma(void)
     test_mma_tiles(&q4k, tq, 512, true);
     test_mma_tiles(&q5k, tq, 512, true);
     test_mma_tiles(&q6k, tq, 512, true);
+    /* Raw Q6_K of one super-block a row: on PTX with cp.async, rows alternately 4- and 2-byte
+     * aligned (210-byte rows). */
+    test_mma_tiles(&q6k, tq, 256, true);
     /* Raw Q8_0 with steps of 4 blocks: 14 blocks, the last step's second pair past n_in (copied
      * as zeros on PTX). */
     test_mma_tiles(&q80, tq, 448, true);
