@@ -95,7 +95,8 @@ __kernel void rmsnorm_add(__global const float *x, int x_ld, __global const floa
  * layer whose cache holds fewer positions than the context (a sliding window's ring) keeps the
  * last n_ctx of them.
  * neox selects pairs (i, i + n_rot/2) instead of (2i, 2i+1). Dimensions past n_rot are copied.
- * Global size (head_dim / 2, n_head + n_head_kv, n_tok).
+ * Global size (head_dim / 2, G, n_tok) for any G >= 1: work-item (p, g, t) rotates pair p of
+ * heads g, g + G, ... by one angle (its sine and cosine computed once).
  * With KV_Q8 (--kv-type q8_0) the cache holds GGUF's Q8_0 blocks instead of halves: each run of
  * 32 values of a position's head is one half scale d = max |x| / 127 and 32 int8 q = round(x / d),
  * 34 bytes (KV_QB), so a head of HEAD_DIM values takes HEAD_DIM / 32 * 34 bytes and the value
@@ -124,14 +125,19 @@ inline float2 rope_cs(int p, int pos, int n_rot, float base, float freq_scale,
     return (float2)(c, s);
 }
 
+/* (a, b) rotated by the angle of cosine and sine cs. */
+inline float2 rope_apply(float a, float b, float2 cs)
+{
+    return (float2)(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
+}
+
 /* (a, b) of pair p rotated for position pos (unchanged past n_rot). */
 inline float2 rope_rotate(float a, float b, int p, int pos, int n_rot, float base,
                           float freq_scale, __global const float *ff)
 {
     if (p >= n_rot / 2)
         return (float2)(a, b);
-    float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
-    return (float2)(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
+    return rope_apply(a, b, rope_cs(p, pos, n_rot, base, freq_scale, ff));
 }
 
 #if defined(KV_Q8) && KV_Q8
@@ -175,11 +181,12 @@ inline void kv_put_q8(__global uchar *b, const float *x)
 #define KV_AT(c, off) ((c) + (off))
 #endif
 
-/* rope_kv's work for head h of one row at position pos (cache offset kv_base). */
+/* rope_kv's work for head h of one row at position pos (cache offset kv_base); cs: pair p's
+ * cosine and sine at pos (rope_cs). */
 inline void rope_kv_one(__global float *row, __global KV_T *kc, __global KV_T *vc, ulong kv_base,
                         int n_ctx, int pos, int p, int h, int n_head, int n_head_kv,
                         int head_dim, int n_rot, float base, float freq_scale, int neox,
-                        __global const float *ff)
+                        __global const float *ff, float2 cs)
 {
     __global float *v = row + h * head_dim; /* Q heads, then K heads */
 #if defined(KV_Q8) && KV_Q8
@@ -200,7 +207,7 @@ inline void rope_kv_one(__global float *row, __global KV_T *kc, __global KV_T *v
     }
 #endif
     int2 i = rope_pair(p, n_rot, neox);
-    float2 r = rope_rotate(v[i.x], v[i.y], p, pos, n_rot, base, freq_scale, ff);
+    float2 r = rope_apply(v[i.x], v[i.y], cs);
     if (h < n_head) {
         v[i.x] = r.x;
         v[i.y] = r.y;
@@ -222,23 +229,25 @@ __kernel void rope_kv(__global float *qkv, int qkv_ld, __global KV_T *kc, __glob
                       int head_dim, int n_rot, float base, float freq_scale, int neox,
                       __global const float *ff)
 {
-    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
-    rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, kv_base, n_ctx, pos0 + t, p, h, n_head,
-                n_head_kv, head_dim, n_rot, base, freq_scale, neox, ff);
+    int p = get_global_id(0), t = get_global_id(2), pos = pos0 + t;
+    float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
+    for (int h = get_global_id(1); h < n_head + n_head_kv; h += get_global_size(1))
+        rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, kv_base, n_ctx, pos, p, h, n_head,
+                    n_head_kv, head_dim, n_rot, base, freq_scale, neox, ff, cs);
 }
 
 /* rope_kv for a batch of rows of several slots: row t is at position rt[2t + 1] of KV slot
- * rt[2t] (cache offset rt[2t] * slot_stride). Global size (head_dim / 2, n_head + n_head_kv,
- * n_rows). */
+ * rt[2t] (cache offset rt[2t] * slot_stride). Global size as rope_kv's. */
 __kernel void rope_kv_rows(__global float *qkv, int qkv_ld, __global KV_T *kc, __global KV_T *vc,
                            __global const int *rt, ulong slot_stride, int n_ctx, int n_head,
                            int n_head_kv, int head_dim, int n_rot, float base, float freq_scale,
                            int neox, __global const float *ff)
 {
-    int p = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
-    rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, (ulong)rt[2 * t] * slot_stride, n_ctx,
-                rt[2 * t + 1], p, h, n_head, n_head_kv, head_dim, n_rot, base, freq_scale, neox,
-                ff);
+    int p = get_global_id(0), t = get_global_id(2), pos = rt[2 * t + 1];
+    float2 cs = rope_cs(p, pos, n_rot, base, freq_scale, ff);
+    for (int h = get_global_id(1); h < n_head + n_head_kv; h += get_global_size(1))
+        rope_kv_one(qkv + (size_t)t * qkv_ld, kc, vc, (ulong)rt[2 * t] * slot_stride, n_ctx, pos,
+                    p, h, n_head, n_head_kv, head_dim, n_rot, base, freq_scale, neox, ff, cs);
 }
 
 /* SwiGLU: y[t][i] = silu(g[t][i]) * g[t][n + i] (gate and up side by side in one row of 2n, as

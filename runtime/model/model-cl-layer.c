@@ -566,6 +566,13 @@ static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int 
                : ebb_cl_run(m->cl, m->k_attn_merge, 3, gm, NULL, diag);
 }
 
+/* rope_kv's second global size: work-items a pair of a row, each rotating up to 8 heads by
+ * the angle it computes once. */
+static size_t rope_groups(const struct ebb__hparams *hp)
+{
+    return (hp->n_head + hp->n_head_kv + 7) / 8;
+}
+
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
  * then attention of the nt queries into m->att (decode: in chunks, reduced when more than
  * one; with tu.att_rope the first decode pass does rope_kv's work itself). */
@@ -588,10 +595,11 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                               EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
                               EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(ff)};
-    size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)nt};
+    size_t rg[3] = {hp->head_dim / 2, rope_groups(hp), (size_t)nt},
+           rl[3] = {hp->head_dim / 2, 1, 1};
     bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
     if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 15, diag)) ||
-                        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, NULL, diag))))
+                        (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, rl, diag))))
         return rc;
 
     float scale = hp->attn_factor * hp->attn_factor / sqrtf((float)hp->head_dim); /* longrope */
@@ -738,10 +746,11 @@ static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct cl
                               EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
                               EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(ff)};
-    size_t rg[3] = {hp->head_dim / 2, hp->n_head + hp->n_head_kv, (size_t)rows->nt};
+    size_t rg[3] = {hp->head_dim / 2, rope_groups(hp), (size_t)rows->nt},
+           rl[3] = {hp->head_dim / 2, 1, 1};
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 15, diag)) ||
-        (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, NULL, diag)))
+        (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, rl, diag)))
         return rc;
     for (uint32_t i = 0; i < rows->n_parts; i++)
         if (rows->parts[i].n > 1 && (rc = attend_prefill_part(m, L, &rows->parts[i], diag)))

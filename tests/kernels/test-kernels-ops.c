@@ -243,7 +243,9 @@ static void test_rope(cl_program p, int neox, bool with_ff)
                              EBB_CL_ARG(hd),     EBB_CL_ARG(nrot), EBB_CL_ARG(fbase),
                              EBB_CL_ARG(fscale), EBB_CL_ARG(neox), EBB_CL_ARG(ff)};
     OK(ebb_cl_set_args(k, 0, a, 15, D));
-    size_t g[3] = {HD / 2, NH + NKV, T};
+    /* 3 work-items a pair of a row: each rotates every third head (as the engine's 8 heads an
+     * item, with heads left over). */
+    size_t g[3] = {HD / 2, 3, T};
     OK(ebb_cl_run(cl, k, 3, g, NULL, D));
     rd(qb, sizeof(out), out);
     uint16_t *kh = malloc(cache_n * 2), *vh = malloc(cache_n * 2);
@@ -476,7 +478,7 @@ static void test_attention_rows(cl_program p)
                              EBB_CL_ARG(nkv), EBB_CL_ARG(hd),   EBB_CL_ARG(nrot),  EBB_CL_ARG(base),
                              EBB_CL_ARG(fs),  EBB_CL_ARG(neox), EBB_CL_ARG(no_ff)};
     OK(ebb_cl_set_args(kr, 0, a, 15, D));
-    size_t g[3] = {HD / 2, NH + NKV, T};
+    size_t g[3] = {HD / 2, 2, T}; /* 2 work-items a pair of a row, each several heads */
     OK(ebb_cl_run(cl, kr, 3, g, NULL, D));
     for (int t = 0; t < T; t++) { /* rope_kv on one row at a time, from a sub-range copy */
         cl_mem one = buf(sizeof(float) * QKV_LD, qkv + t * QKV_LD);
