@@ -1466,35 +1466,40 @@ __kernel void mmql_info(__global int *o)
 
 /* matmul_mmq's inputs: n_tok rows of x (stride x_ld, n_in inputs, a multiple of 32) as int8
  * blocks of 32 at xq + t n_in and a (d, d s) for each at xh + t n_in / 32 (see matmul_mmq),
- * rounded as q8.cl rounds (q8_scale, q8_round). One work-item a block. Global size
- * (round_up(n_in / 32, 64), n_tok), local (64, 1). */
-__kernel void mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq,
-                           __global float2 *xh)
+ * rounded as q8.cl rounds (q8_scale, q8_round). Eight work-items a block, each loading and
+ * storing 4 of its values (a warp's loads and stores contiguous), the block's largest magnitude
+ * and sum through local memory. Global size (round_up(n_in / 4, 64), n_tok), local (64, 1)
+ * (ebb_cl_mmq_quantize_shape). */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
+mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __global float2 *xh)
 {
-    int b = get_global_id(0);
+    __local float am[64];
+    __local int sm[64];
+    int l = get_local_id(0), l0 = l & ~7, j = l & 7, b = get_global_id(0) >> 3;
     size_t t = get_global_id(1);
-    if (b >= n_in / 32)
-        return;
-    const __global float4 *p = (const __global float4 *)(x + t * x_ld + 32 * b);
-    float4 v[8];
-    float amax = 0.0f;
+    bool in = b < n_in / 32; /* past the row: no loads or stores, but in the barriers */
+    float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
+    float4 a = fabs(v);
+    am[l] = fmax(fmax(a.x, a.y), fmax(a.z, a.w));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float amax = am[l0];
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-        v[u] = p[u];
-        float4 a = fabs(v[u]);
-        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
-    }
+    for (int u = 1; u < 8; u++)
+        amax = fmax(amax, am[l0 + u]);
     float d = q8_scale(amax);
-    int s = 0;
-    __global char4 *o = (__global char4 *)(xq + t * n_in + 32 * b);
+    int4 qi = (int4)(q8_round(v.x, d), q8_round(v.y, d), q8_round(v.z, d), q8_round(v.w, d));
+    sm[l] = qi.x + qi.y + qi.z + qi.w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!in)
+        return;
+    ((__global char4 *)(xq + t * n_in + 32 * b))[j] = convert_char4(qi);
+    if (j == 0) {
+        int s = 0;
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-        int4 qi = (int4)(q8_round(v[u].x, d), q8_round(v[u].y, d), q8_round(v[u].z, d),
-                         q8_round(v[u].w, d));
-        s += qi.x + qi.y + qi.z + qi.w;
-        o[u] = convert_char4(qi);
+        for (int u = 0; u < 8; u++)
+            s += sm[l0 + u];
+        xh[t * (n_in / 32) + b] = (float2)(d, d * (float)s);
     }
-    xh[t * (n_in / 32) + b] = (float2)(d, d * (float)s);
 }
 #endif
 

@@ -258,6 +258,12 @@ void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2
     g[0] = ((size_t)n_out + rows - 1) / rows * l[0], g[1] = 1;
 }
 
+void ebb_cl_mmq_quantize_shape(uint32_t n_in, uint32_t nt, size_t g[2], size_t l[2])
+{
+    l[0] = 64, l[1] = 1;
+    g[0] = ((size_t)n_in / 4 + 63) / 64 * 64, g[1] = nt;
+}
+
 void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes)
 {
     *xl_bytes = n_in;

@@ -169,6 +169,9 @@ bool ebb_cl_qin_fits(const struct ebb_cl_tuning *tu, uint64_t local_mem, uint32_
 /* matvec_q8_qin's global and local size for n_out rows (qin_rows a work-group). */
 void ebb_cl_qin_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
 
+/* mmq_quantize's launch for nt rows of n_in inputs (8 work-items a block of 32). */
+void ebb_cl_mmq_quantize_shape(uint32_t n_in, uint32_t nt, size_t g[2], size_t l[2]);
+
 /* Local memory of matvec_q8_qin's two local arguments for n_in inputs: the int8 row, then its
  * per-32 scales (float2). */
 void ebb_cl_qin_local(uint32_t n_in, size_t *xl_bytes, size_t *dl_bytes);

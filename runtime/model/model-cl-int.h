@@ -283,6 +283,8 @@ struct clm {
     cl_mem mq_x, mq_h;          /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
                                    n_in as int8 and a float2 (d, d * sum) per 32 */
     uint32_t mq_wide;           /* that widest n_in */
+    bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
+                                   hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
                                    int decode rows */
     uint32_t max_chunks;        /* decode attention chunks of a full context */

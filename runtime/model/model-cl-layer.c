@@ -136,10 +136,14 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     struct ebb_cl_arg aq[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
                               EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h)};
-    size_t gq[2] = {((size_t)n_in / 32 + 63) / 64 * 64, (size_t)nt}, lq[2] = {64, 1};
-    ebb_err rc = ebb_cl_set_args(q, 0, aq, 5, diag);
-    if (rc || (rc = ebb_cl_run(m->cl, q, 2, gq, lq, diag)))
+    size_t gq[2], lq[2];
+    ebb_cl_mmq_quantize_shape((uint32_t)n_in, (uint32_t)nt, gq, lq);
+    ebb_err rc = EBB_OK;
+    /* A group's products after the first find their shared input quantized already. */
+    if (!m->mq_held &&
+        ((rc = ebb_cl_set_args(q, 0, aq, 5, diag)) || (rc = ebb_cl_run(m->cl, q, 2, gq, lq, diag))))
         return rc;
+    m->mq_held = m->mq_group;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(n_out), EBB_CL_ARG(m->mq_x),
                              EBB_CL_ARG(m->mq_h), EBB_CL_ARG(y),     EBB_CL_ARG(y_ld),
                              EBB_CL_ARG(y_off),   EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
@@ -325,17 +329,18 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
     if (q8r && (rc = q8r_quantize(m, x, x_ld, (int)w[0].n_in, nw, 0, nt, diag)))
         return rc;
     int off = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    rc = EBB_OK;
+    m->mq_group = !q8 && !q8r, m->mq_held = false; /* mmq_run's input quantized once */
+    for (uint32_t i = 0; i < n && !rc; i++) {
         if (q8r)
             note_path(m, &w[i], CLM_P_Q8R);
         rc = q8    ? q8_matvec(m, &w[i], kq[i], y, off, NULL, diag)
              : q8r ? q8r_run(m, &w[i], kq[i], y, y_ld, off, NULL, nt, diag)
                    : ebb__clm_wmul(m, &w[i], x, x_ld, y, y_ld, off, NULL, nw, nt, diag);
-        if (rc)
-            return rc;
         off += (int)w[i].n_out;
     }
-    return EBB_OK;
+    m->mq_group = m->mq_held = false;
+    return rc;
 }
 
 /* rmsnorm or rmsnorm_add (k) over nt rows of n_embd. */

@@ -703,7 +703,8 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
     struct ebb_cl_arg aq[] = {EBB_CL_ARG(xb), EBB_CL_ARG(ni), EBB_CL_ARG(ni), EBB_CL_ARG(qb),
                               EBB_CL_ARG(hb)};
     OK(ebb_cl_set_args(p->mmq_quantize, 0, aq, 5, D));
-    size_t gq[2] = {((size_t)n_in / 32 + 63) / 64 * 64, ntok}, lq[2] = {64, 1};
+    size_t gq[2], lq[2];
+    ebb_cl_mmq_quantize_shape(n_in, ntok, gq, lq);
     OK(ebb_cl_run(cl, p->mmq_quantize, 2, gq, lq, D));
     int8_t *xq = malloc(nq);
     float *xh = malloc(sizeof(float) * 2 * nh), *y = malloc(sizeof(float) * ntok * n_out);
