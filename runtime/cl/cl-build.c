@@ -207,22 +207,13 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag)
 {
-    return ebb_cl_ops_build_regs(cl, tu, head_dim, 0, out, diag);
-}
-
-ebb_err ebb_cl_ops_build_regs(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
-                              uint32_t regs, cl_program *out, struct ebb_diag *diag)
-{
     ebb_err rc = EBB_OK;
     char pro[512];
     const char *srcs[1 + N_OF(ebb__cl_ops_srcs)] = {pro};
     if ((rc = ebb_cl_ops_prologue(tu, head_dim, pro, sizeof(pro), diag)) ||
         (rc = ebb__cl_sources_get(ebb__cl_ops_srcs, N_OF(ebb__cl_ops_srcs), srcs + 1, diag)))
         return rc;
-    char opts[64] = "-cl-mad-enable";
-    if (regs && cl->info.nv_opts)
-        snprintf(opts, sizeof(opts), "-cl-mad-enable -cl-nv-maxrregcount=%u", regs);
-    rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), opts, out, diag);
+    rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), "-cl-mad-enable", out, diag);
     ebb__cl_sources_put(srcs + 1, N_OF(ebb__cl_ops_srcs));
     return rc;
 }

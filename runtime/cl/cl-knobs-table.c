@@ -295,10 +295,6 @@ const struct knob ebb__cl_knobs[] = {
           "attended positions from which decode uses the ATT_CHUNK_DEEP kernels (0: 64 of its "
           "chunks)",
           {DC_ANY, {0}}),
-    UINT1("ATT_DEEP_REGS", att_deep_regs, "0..255",
-          "registers a work-item of the ATT_CHUNK_DEEP kernels may use, on drivers with "
-          "cl_nv_compiler_options (-cl-nv-maxrregcount; 0: the compiler's choice)",
-          {DC_ANY, {0}}),
     BOOL1("KV_RING", kv_ring,
           "windowed layers keep rings of their window as caches; 0: whole-context caches (and a "
           "prompt-cache store)",

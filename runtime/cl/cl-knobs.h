@@ -139,8 +139,6 @@ struct ebb_cl_tuning {
     uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */
     uint32_t att_chunk_deep; /* decode attention's chunk deep in the context (0: none) */
     uint32_t att_deep_from;  /* attended positions from which it is used (0: 64 chunks) */
-    uint32_t att_deep_regs;  /* registers a work-item of those kernels may use, where the driver
-                                takes -cl-nv-maxrregcount (0: the compiler's choice) */
 };
 
 /* Work-group size of quantize_x8 (q8.cl). */

@@ -307,9 +307,5 @@ ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, c
  * head_dim (a multiple of 4). */
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag);
-/* The same with at most regs registers a work-item where the driver takes cl_nv_compiler_options
- * (0: the compiler's choice). */
-ebb_err ebb_cl_ops_build_regs(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
-                              uint32_t regs, cl_program *out, struct ebb_diag *diag);
 
 #endif

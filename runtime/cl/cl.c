@@ -117,7 +117,6 @@ static void fill_identity(cl_device_id d, const char *ext, struct ebb_cl_dev_inf
             o += sprintf(o, "%02x%s", u[i], i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
     }
     inf->amd_free_mem = strstr(ext, "cl_amd_device_attribute_query") != NULL;
-    inf->nv_opts = strstr(ext, "cl_nv_compiler_options") != NULL;
 }
 
 bool ebb_cl_free_memory(const struct ebb_cl *cl, uint64_t *free_bytes)

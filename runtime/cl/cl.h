@@ -54,7 +54,6 @@ struct ebb_cl_dev_info {
     bool idp;               /* cl_khr_integer_dot_product with packed 4 x 8-bit inputs
                                (CL_DEVICE_INTEGER_DOT_PRODUCT_INPUT_4x8BIT_PACKED_KHR) */
     uint32_t mem_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes */
-    bool nv_opts;           /* cl_nv_compiler_options (-cl-nv-maxrregcount) */
     /* Identity for matching the device in other APIs (NVML): the PCI address as
      * "dddd:bb:dd.f" (cl_khr_pci_bus_info, NVIDIA's or AMD's attribute queries) and the
      * cl_khr_device_uuid UUID as NVML spells it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",

@@ -157,8 +157,7 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
         m->att_chunk_deep = 0;
         return EBB_OK;
     }
-    ebb_err rc =
-        ebb_cl_ops_build_regs(m->cl, &td, m->hp.head_dim, m->tu.att_deep_regs, &m->ops_deep, diag);
+    ebb_err rc = ebb_cl_ops_build(m->cl, &td, m->hp.head_dim, &m->ops_deep, diag);
     if (rc || (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_part", &m->kd_part, diag)) ||
         (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_reduce", &m->kd_red, diag)) ||
         (m->k_attn_rope &&
