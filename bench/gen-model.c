@@ -87,6 +87,9 @@ static const struct shape shapes[] = {
      0, 0},
     {"qwen3-tiny", QWEN3, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
      0},
+    /* qwen3-tiny with rows of 256 (q4_k_m needs them). */
+    {"qwen3-tiny-k", QWEN3, 256, 3, 4, 2, 768, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 0, 0, 0,
+     0},
     {"qwen3-30b-a3b", QWEN3MOE, 2048, 48, 32, 4, 6144, 151936, 40960, 1e6f, false, 128, 1e-6f, 0, 0,
      128, 8, 768, 0},
     {"qwen3moe-tiny", QWEN3MOE, 128, 3, 4, 2, 384, 151936, 40960, 1e6f, false, 64, 1e-6f, 0, 0, 16,

@@ -104,7 +104,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          (rc = tile_kernel(cl, l, tu, pt[0], pt[1], pt[2], pt[3], pro, sizeof(pro), srcs, n_src,
                            "matmul_mmql", &p.matmul_mmqp, diag))) ||
         (p.matmul_mmq && tu->mmq_stage && tu->mmqs && tu->mmqs < tu->mmq &&
-         l->type == EBB_GGML_Q4_0 &&
+         (l->type == EBB_GGML_Q4_0 || tu->mmqs_all) &&
          (rc = tile_kernel(cl, l, tu, tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))))
         goto out;

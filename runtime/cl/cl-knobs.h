@@ -87,6 +87,8 @@ struct ebb_cl_tuning {
     uint32_t mmqs;      /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
                            of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
                            steps); 0 = never */
+    uint32_t mmqs_all;  /* 1: mmqs's products for every weight type with matmul_mmq, not only
+                           Q4_0 */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb;     /* matmul_mmql's tile: tokens, 16-row groups a
                                                       warp, warps (16 mmql_mi mmql_w rows), 32-blocks

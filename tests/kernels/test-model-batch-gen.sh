@@ -3,9 +3,10 @@
 # regenerates it with ebb-gen-model from the qwen2 vocabulary of scripts/fetch-vocabs.sh
 # ($EBB_VOCABS_DIR, default ~/.cache/ebb/vocabs; missing is a failure, as for the family tests)
 # and runs test-model-batch on it.
-# Usage: test-model-batch-gen.sh EBB-GEN-MODEL TEST-MODEL-BATCH WORKDIR [TYPE (q8_0)]
+# Usage: test-model-batch-gen.sh EBB-GEN-MODEL TEST-MODEL-BATCH WORKDIR [TYPE (q8_0)] [SHAPE
+# (qwen3-tiny)]
 set -e
-gen=$1 test=$2 work=$3 type=${4:-q8_0}
+gen=$1 test=$2 work=$3 type=${4:-q8_0} shape=${5:-qwen3-tiny}
 vocab=${EBB_VOCABS_DIR:-$HOME/.cache/ebb/vocabs}/ggml-vocab-qwen2.gguf
 if [ ! -f "$vocab" ]; then
     echo "missing $vocab: run scripts/fetch-vocabs.sh and set EBB_VOCABS_DIR" >&2
@@ -13,5 +14,5 @@ if [ ! -f "$vocab" ]; then
 fi
 mkdir -p "$work"
 model=$work/qwen3-tiny-batch.gguf
-"$gen" --shape qwen3-tiny --tokenizer-from "$vocab" --type "$type" --seed 1 -o "$model"
+"$gen" --shape "$shape" --tokenizer-from "$vocab" --type "$type" --seed 1 -o "$model"
 exec "$test" "$model"
