@@ -10,7 +10,9 @@ three files, loads all three through /models/load, then:
 Latency is from sending a non-streamed /v1/completions request to the end of its answer.
 
 usage: bench/gpu-multimodel.py EBB_BIN CHAT.gguf FIM.gguf EMBED.gguf [--n 40] [--clients 16]
-                               [-- extra serve flags]
+                               [--priority] [-- extra serve flags]
+--priority gives the completion model `priority = high` (a [model.NAME] section in a config
+file written for the run).
 Prints one JSON line: the completion latencies' medians (p50) and p90s alone and under load,
 their ratio, the chat tokens streamed and the embedding requests answered meanwhile.
 """
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("embed")
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--priority", action="store_true")
     a, extra = ap.parse_known_args()
     extra = [x for x in extra if x != "--"]
     d = tempfile.mkdtemp(prefix="ebb-mm-")
@@ -103,7 +106,12 @@ def main():
     for role in ("chat", "fim", "embed"):
         names[role] = role + "-" + os.path.splitext(os.path.basename(getattr(a, role)))[0]
         os.symlink(os.path.abspath(getattr(a, role)), os.path.join(d, names[role] + ".gguf"))
-    env = dict(os.environ, EBB_CONFIG="/dev/null")
+    conf = os.path.join(d, "ebb.conf")
+    with open(conf, "w") as f:
+        if a.priority:
+            f.write(f"[model.{names['fim']}]\npath = {os.path.join(d, names['fim'] + '.gguf')}\n"
+                    "priority = high\n")
+    env = dict(os.environ, EBB_CONFIG=conf)
     p = subprocess.Popen([a.ebb, "serve", "--models-dir", d, "--port", "0", "--ctx", "2048",
                           "--parallel", str(a.clients), "--keep-alive", "-1", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
@@ -135,6 +143,7 @@ def main():
         r = {"alone_p50_s": statistics.median(alone), "alone_p90_s": p90(alone),
              "loaded_p50_s": statistics.median(loaded), "loaded_p90_s": p90(loaded),
              "p50_ratio": statistics.median(loaded) / statistics.median(alone),
+             "priority": a.priority,
              "chat_chunks_per_s_meanwhile": chunks / secs, "chat_errors": counts["errors"],
              "embed_requests": counts["embeds"], "alone": alone, "loaded": loaded}
         print(json.dumps(r))

@@ -1,5 +1,5 @@
 /* Several models in one configuration: keep_alive durations and the [model.NAME] sections, each
- * one model of the catalogue with its own path, pin, keep_alive, ctx, parallel and chat
+ * one model of the catalogue with its own path, pin, priority, keep_alive, ctx, parallel and chat
  * template ("chat + FIM + embeddings" in one file). */
 #include "config.h"
 
@@ -87,14 +87,16 @@ ebb_err ebb_config_model_set(struct ebb_config *cfg, const char *name, const cha
         ok = ebb_config_keep_alive(value, &ka) && set_str(&m->keep_alive, value);
     else if (!strcmp(key, "pin"))
         ok = parse_bool(value, &m->pin);
+    else if (!strcmp(key, "priority"))
+        ok = (m->priority = !strcmp(value, "high")) || !strcmp(value, "normal");
     else if (!strcmp(key, "ctx"))
         ok = parse_u32(value, 1u << 24, &m->ctx);
     else if (!strcmp(key, "parallel"))
         ok = parse_u32(value, 256, &m->parallel) && m->parallel >= 1;
     else
         return ebb_diag_set(diag, EBB_EINVAL,
-                            "%s: not a key of a [model.NAME] section (path, pin, keep_alive, ctx, "
-                            "parallel, chat_template)",
+                            "%s: not a key of a [model.NAME] section (path, pin, priority, "
+                            "keep_alive, ctx, parallel, chat_template)",
                             key);
     if (!ok)
         return ebb_diag_set(diag, EBB_EINVAL, "%s: bad value '%.100s'", key, value);

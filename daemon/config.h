@@ -168,6 +168,7 @@ struct ebb_config_model {
     char *chat_template;    /* NULL: the global chat_template */
     char *keep_alive;       /* NULL: the global keep_alive */
     bool pin;               /* never unloaded */
+    bool priority;          /* priority = high: its jobs hold the other models' steps */
     uint32_t ctx, parallel; /* 0: the global ctx, parallel */
     int line;               /* of the section header, for messages */
 };

@@ -199,6 +199,7 @@ ebb_err ebb__serve_catalogue_build(const struct ebb_config *c, const struct ebb_
         snprintf(en->id, sizeof(en->id), "%s", m->name);
         en->named = true;
         en->pin = m->pin;
+        en->priority = m->priority;
         en->chat_template = m->chat_template;
         en->keep_alive = ka;
         if (m->keep_alive)
@@ -239,6 +240,7 @@ void ebb__serve_catalogue_api(const struct ebb_config *c, struct ebb__serve_cata
         if (c->models_budget && !m->sp.model.memory_budget)
             m->sp.model.memory_budget_auto = true;
         m->pin = e->pin;
+        m->sp.priority = e->priority;
         m->keep_alive = e->keep_alive;
     }
 }

@@ -93,6 +93,7 @@ struct ebb__serve_entry {
     const char *chat_template; /* the config's, or NULL */
     bool named;                /* a [model.NAME] section names it */
     bool pin;
+    bool priority; /* its jobs hold the other models' steps (ebb_sched_params.priority) */
     double keep_alive;
     uint32_t ctx, parallel;
 };

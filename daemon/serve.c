@@ -58,6 +58,7 @@ struct serve {
      * once a reload replaced cfg (the models' settings change with a restart) */
     struct ebb__serve_follow *follow;
     struct ebb_config *cat_cfg;
+    struct ebb_sched_gate *gate; /* shared by the models' engines (priority = high) */
 };
 
 static const char *template_of(const struct ebb_config *c)
@@ -479,8 +480,9 @@ static void log_catalogue(const struct serve *s)
 {
     const struct ebb_config *cfg = s->cfg;
     for (size_t i = 0; i < s->cat->n; i++)
-        ebb_log_info("serve", "model %s: %s%s", s->cat->e[i].id, s->cat->e[i].path,
-                     s->cat->e[i].pin ? " (pinned)" : "");
+        ebb_log_info("serve", "model %s: %s%s%s", s->cat->e[i].id, s->cat->e[i].path,
+                     s->cat->e[i].pin ? " (pinned)" : "",
+                     s->cat->e[i].priority ? " (priority)" : "");
     for (size_t i = 0; i < cfg->n_models; i++) {
         const struct ebb_config_model *m = &cfg->models[i];
         bool have = false;
@@ -532,11 +534,16 @@ static bool start_api(struct serve *s, const struct ebb__serve_opts *o, const ch
     ac.devices = s->n_dev ? s->dev_ptr : one_dev;
     ac.n_devices = s->n_dev ? s->n_dev : 1;
     if (s->catalogue) {
+        if (!(s->gate = ebb_sched_gate_new())) {
+            fprintf(stderr, "ebb serve: out of memory\n");
+            return false;
+        }
         struct ebb_sched_params sp = {
             .queue_cap = cfg->queue,
             .prefill_chunk = o->prefill_chunk,
             .spec_max = o->spec ? (o->draft_max ? o->draft_max : 8) : 0,
             .before_open = warm_before_open,
+            .gate = s->gate,
         };
         ebb__serve_catalogue_api(cfg, s->cat, &sp);
         ebb__serve_follow_template(s->follow, &sp);
@@ -681,6 +688,7 @@ static void serve_free(struct serve *s)
     for (size_t i = 0; i < EBB__SERVE_MAX_DEVICES; i++)
         ebb_sched_free(s->scheds[i]);
     ebb_api_free(s->api);
+    ebb_sched_gate_free(s->gate);
     if (s->loop_ok) {
         uv_run(&s->loop, UV_RUN_NOWAIT);
         if (uv_loop_close(&s->loop))

@@ -147,6 +147,9 @@ struct ebb_sched {
     void (*on_loaded)(void *ud, ebb_err rc, const char *msg);
     void *ud;
     void (*before_open)(void *ud, const struct ebb_model_params *mp);
+    struct ebb_sched_gate *gate; /* ebb_sched_params' */
+    bool priority;
+    bool gate_held; /* engine thread: this priority engine counts as busy at the gate */
     /* model swap (mu): the caller waits on swap_cv until the engine clears swap_pending */
     pthread_cond_t swap_cv;
     bool swap_pending;

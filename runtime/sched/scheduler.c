@@ -423,6 +423,80 @@ static void engine_settle(struct ebb_sched *s, struct ebb_model *m)
     pthread_mutex_lock(&s->mu);
 }
 
+/* ---- the gate between the schedulers of several models ---- */
+
+struct ebb_sched_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t busy;  /* priority engines with jobs */
+    uint64_t holds; /* steps that waited */
+    double held_s;
+};
+
+struct ebb_sched_gate *ebb_sched_gate_new(void)
+{
+    struct ebb_sched_gate *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    return g;
+}
+
+void ebb_sched_gate_free(struct ebb_sched_gate *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+void ebb_sched_gate_stats(struct ebb_sched_gate *g, uint64_t *holds, double *held_s)
+{
+    pthread_mutex_lock(&g->mu);
+    *holds = g->holds;
+    *held_s = g->held_s;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Engine thread of a priority scheduler: counts it as busy (on) or not at its gate. */
+static void gate_busy(struct ebb_sched *s, bool on)
+{
+    if (!s->gate || !s->priority || s->gate_held == on)
+        return;
+    pthread_mutex_lock(&s->gate->mu);
+    s->gate->busy = on ? s->gate->busy + 1 : s->gate->busy - 1;
+    if (!s->gate->busy)
+        pthread_cond_broadcast(&s->gate->cv);
+    pthread_mutex_unlock(&s->gate->mu);
+    s->gate_held = on;
+}
+
+/* Engine thread of another scheduler, before a step: waits while a priority engine is busy,
+ * EBB_SCHED_GATE_HOLD_S at most. (CLOCK_REALTIME: the condition variable's default clock,
+ * also on macOS, which cannot set another.) */
+static void gate_wait(struct ebb_sched *s)
+{
+    struct ebb_sched_gate *g = s->gate;
+    if (!g || s->priority)
+        return;
+    pthread_mutex_lock(&g->mu);
+    if (g->busy) {
+        double t0 = ebb__now_s();
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        long ns = dl.tv_nsec + (long)(EBB_SCHED_GATE_HOLD_S * 1e9);
+        dl.tv_sec += ns / 1000000000L;
+        dl.tv_nsec = ns % 1000000000L;
+        while (g->busy && pthread_cond_timedwait(&g->cv, &g->mu, &dl) == 0)
+            ;
+        g->holds++;
+        g->held_s += ebb__now_s() - t0;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
 static void *engine_main(void *arg)
 {
     struct ebb_sched *s = arg;
@@ -508,12 +582,18 @@ static void *engine_main(void *arg)
         if (quit && idle && !s->q_head)
             break;
         if (m) {
+            gate_busy(s, true);
+            gate_wait(s);
             ebb__sched_step(s, m, &st);
             pthread_mutex_lock(&s->mu);
             s->stats = st;
+            bool rest = s->n_active == 0 && !s->q_head;
             pthread_mutex_unlock(&s->mu);
+            if (rest)
+                gate_busy(s, false);
         }
     }
+    gate_busy(s, false);
     return NULL;
 }
 
@@ -533,6 +613,8 @@ ebb_err ebb_sched_new(const struct ebb_sched_params *p, struct ebb_sched **out,
     s->on_loaded = p->on_loaded;
     s->ud = p->ud;
     s->before_open = p->before_open;
+    s->gate = p->gate;
+    s->priority = p->priority;
     s->path = p->model.path ? strdup(p->model.path) : NULL;
     s->device = p->model.device ? strdup(p->model.device) : NULL;
     s->mp.path = s->path;

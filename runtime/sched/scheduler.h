@@ -133,9 +133,27 @@ struct ebb_sched_params {
     /* If set, called on the engine thread just before it opens the model (ud as above), for
      * work such as reading the weights into the page cache with progress reports. */
     void (*before_open)(void *ud, const struct ebb_model_params *mp);
+    /* Several schedulers of one daemon may share a gate (NULL: none): while an engine with
+     * priority set has jobs, the others hold each next step, up to EBB_SCHED_GATE_HOLD_S at a
+     * time, so that a latency-sensitive model (an editor's completion model) does not queue
+     * its steps behind another model's batches on the same device. */
+    struct ebb_sched_gate *gate;
+    bool priority;
 };
 
+/* Longest a step waits at a gate for the priority engines to fall idle, in seconds: a stream
+ * of priority requests slows the other models, never stops them. */
+#define EBB_SCHED_GATE_HOLD_S 0.25
+
 struct ebb_sched;
+struct ebb_sched_gate;
+
+/* A gate for ebb_sched_params.gate; NULL when out of memory. Free it after every scheduler
+ * that uses it. */
+struct ebb_sched_gate *ebb_sched_gate_new(void);
+void ebb_sched_gate_free(struct ebb_sched_gate *g);
+/* Steps that waited at g, and their total wait in seconds (any thread). */
+void ebb_sched_gate_stats(struct ebb_sched_gate *g, uint64_t *holds, double *held_s);
 
 /* Starts the engine thread, which opens the model and then serves jobs. Returns once the
  * thread runs; loading continues in the background. */

@@ -640,7 +640,8 @@ static void test_model_sections(void **state)
     const char *path = write_file("m.conf", "keep_alive = 10m\nmodels_budget = 2G\n"
                                             "[model.chat]\npath = /m/chat.gguf\npin = true\n"
                                             "ctx = 8192\nparallel = 2\n"
-                                            "[model.fim]\nkeep_alive = -1\n"
+                                            "priority = normal\n"
+                                            "[model.fim]\nkeep_alive = -1\npriority = high\n"
                                             "chat_template = chatml\n[serve]\nport = 9\n");
     struct ebb_config c;
     struct ebb_diag d = {{0}};
@@ -653,11 +654,13 @@ static void test_model_sections(void **state)
     assert_string_equal(c.models[0].name, "chat");
     assert_string_equal(c.models[0].path, "/m/chat.gguf");
     assert_true(c.models[0].pin);
+    assert_false(c.models[0].priority);
     assert_int_equal(c.models[0].ctx, 8192);
     assert_int_equal(c.models[0].parallel, 2);
     assert_string_equal(c.models[1].name, "fim");
     assert_null(c.models[1].path);
     assert_false(c.models[1].pin);
+    assert_true(c.models[1].priority);
     assert_string_equal(c.models[1].keep_alive, "-1");
     assert_string_equal(c.models[1].chat_template, "chatml");
     ebb_config_fini(&c);
@@ -665,6 +668,8 @@ static void test_model_sections(void **state)
     expect_file_error("[model.x]\ncolour = blue\n", EBB_EINVAL,
                       ":2: [model.x] colour: not a key of a [model.NAME] section");
     expect_file_error("[model.x]\npin = maybe\n", EBB_EINVAL, ":2: [model.x] pin: bad value");
+    expect_file_error("[model.x]\npriority = urgent\n", EBB_EINVAL,
+                      ":2: [model.x] priority: bad value");
     expect_file_error("[model.x]\nparallel = 0\n", EBB_EINVAL, ":2: [model.x] parallel");
     expect_file_error("[model.x]\nkeep_alive = soon\n", EBB_EINVAL, ":2: [model.x] keep_alive");
     expect_file_error("[model.]\npin = true\n", EBB_EINVAL, ":1: unknown section [model.]");
