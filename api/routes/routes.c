@@ -317,6 +317,22 @@ static void metrics_models(struct ebb_api *a, struct ebb__abuf *b)
         if (ebb__served_listed(a->models[i]))
             ebb__abuf_printf(b, "ebb_catalogue_model_loads_total{model=\"%s\"} %llu\n",
                              a->models[i]->id, (unsigned long long)a->models[i]->n_loads);
+    /* The gate of priority = high models (one for the daemon, in every model's parameters). */
+    struct ebb_sched_gate *g = a->n_models ? a->models[0]->sp.gate : NULL;
+    if (g) {
+        uint64_t holds;
+        double held_s;
+        ebb_sched_gate_stats(g, &holds, &held_s);
+        ebb__abuf_printf(b,
+                         "# HELP ebb_catalogue_priority_holds_total Engine steps of other models "
+                         "held while a priority = high model had requests.\n"
+                         "# TYPE ebb_catalogue_priority_holds_total counter\n"
+                         "ebb_catalogue_priority_holds_total %llu\n"
+                         "# HELP ebb_catalogue_priority_held_seconds_total Their total wait.\n"
+                         "# TYPE ebb_catalogue_priority_held_seconds_total counter\n"
+                         "ebb_catalogue_priority_held_seconds_total %.6f\n",
+                         (unsigned long long)holds, held_s);
+    }
     ebb__abuf_puts(b, "# HELP ebb_catalogue_model_unloads_total Unloads of the model since "
                       "start.\n# TYPE ebb_catalogue_model_unloads_total counter\n");
     for (size_t i = 0; i < a->n_models; i++)

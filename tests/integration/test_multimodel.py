@@ -275,6 +275,53 @@ def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
     assert counters(s, "ebb_catalogue_model_unloads_total") == {"chat": 0, "small": 1}
 
 
+
+def gauge(server, name):
+    """The value of the unlabelled metric name."""
+    for line in server.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_priority_model_holds_the_others(make_server, tmp_path):
+    """[model.fim] priority = high: while its long stream runs, a request to the other model
+    waits at the gate (ebb_catalogue_priority_holds_total counts its held steps) and still
+    completes; the stream is unharmed. Without a priority model nothing is held."""
+    need_models()
+    conf = tmp_path / "ebb.conf"
+    conf.write_text(
+        f"ctx = 256\nparallel = 1\nkeep_alive = -1\n"
+        f"[model.chat]\npath = {os.path.join(models_dir(), GEMMA_FILE)}\n"
+        f"[model.fim]\npath = {os.path.join(models_dir(), MODEL_FILE)}\npriority = high\n")
+    s = make_server("--config", str(conf), models=[])
+    assert "(priority)" in s.stderr()
+    for m in ("chat", "fim"):
+        st, o = chat(s, m)
+        assert st == 200, o
+    assert gauge(s, "ebb_catalogue_priority_holds_total") == 0
+    done = {}
+
+    def stream():
+        done["events"] = sse_events(s, "/v1/chat/completions", {
+            "model": "fim", "stream": True, "max_tokens": 120, "temperature": 0,
+            "ignore_eos": True, "messages": [{"role": "user", "content": "Count to fifty."}]})
+
+    t = threading.Thread(target=stream)
+    t.start()
+    t0 = time.time()
+    while counters(s, "ebb_catalogue_model_in_flight").get("fim", 0) < 1:
+        assert time.time() - t0 < 30
+        time.sleep(0.02)
+    st, o = chat(s, "chat", max_tokens=4)
+    t.join()
+    assert st == 200, o
+    assert o["usage"]["completion_tokens"] >= 1
+    events = done["events"][0]
+    assert events[-1] == "[DONE]"
+    assert gauge(s, "ebb_catalogue_priority_holds_total") >= 1
+    assert gauge(s, "ebb_catalogue_priority_held_seconds_total") > 0
+
 def residency(server):
     """{model: (resident, streamed)} of the loaded models that stream, from /models/status."""
     _, o = server.json("GET", "/models/status")
