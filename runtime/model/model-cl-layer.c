@@ -571,11 +571,13 @@ static ebb_err prefill_attention(struct clm *m, const struct ebb_cl_arg *a, int 
                : ebb_cl_run(m->cl, m->k_attn_merge, 3, gm, NULL, diag);
 }
 
-/* rope_kv's second global size: work-items a pair of a row, each rotating up to 8 heads by
- * the angle it computes once. */
-static size_t rope_groups(const struct ebb__hparams *hp)
+/* rope_kv's and rope_kv_rows' launch for nt rows: a work-item a pair of a row and up to 8 heads
+ * (the angle computed once for them), a head's pairs a work-group. */
+static void rope_shape(const struct ebb__hparams *hp, int nt, size_t g[3], size_t l[3])
 {
-    return (hp->n_head + hp->n_head_kv + 7) / 8;
+    g[0] = l[0] = hp->head_dim / 2;
+    g[1] = (hp->n_head + hp->n_head_kv + 7) / 8, g[2] = (size_t)nt;
+    l[1] = l[2] = 1;
 }
 
 /* A CLM_ATTN step: rope_kv rotates q and k in m->qkv and stores k and v in the layer's cache,
@@ -600,8 +602,8 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
                               EBB_CL_ARG(pos),    EBB_CL_ARG(nh),      EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot),   EBB_CL_ARG(base),
                               EBB_CL_ARG(fscale), EBB_CL_ARG(neox),    EBB_CL_ARG(ff)};
-    size_t rg[3] = {hp->head_dim / 2, rope_groups(hp), (size_t)nt},
-           rl[3] = {hp->head_dim / 2, 1, 1};
+    size_t rg[3], rl[3];
+    rope_shape(hp, nt, rg, rl);
     bool fused_rope = nt == 1 && m->k_attn_rope; /* attn_decode_rope does rope_kv's work */
     if (!fused_rope && ((rc = ebb_cl_set_args(m->k_rope, 0, ra, 15, diag)) ||
                         (rc = ebb_cl_run(m->cl, m->k_rope, 3, rg, rl, diag))))
@@ -751,8 +753,8 @@ static ebb_err attend_rows(struct clm *m, const struct layer *L, const struct cl
                               EBB_CL_ARG(n_ctx),  EBB_CL_ARG(nh),    EBB_CL_ARG(nkv),
                               EBB_CL_ARG(hd),     EBB_CL_ARG(n_rot), EBB_CL_ARG(base),
                               EBB_CL_ARG(fscale), EBB_CL_ARG(neox),  EBB_CL_ARG(ff)};
-    size_t rg[3] = {hp->head_dim / 2, rope_groups(hp), (size_t)rows->nt},
-           rl[3] = {hp->head_dim / 2, 1, 1};
+    size_t rg[3], rl[3];
+    rope_shape(hp, (int)rows->nt, rg, rl);
     ebb_err rc;
     if ((rc = ebb_cl_set_args(m->k_rope_rows, 0, ra, 15, diag)) ||
         (rc = ebb_cl_run(m->cl, m->k_rope_rows, 3, rg, rl, diag)))

@@ -229,6 +229,25 @@ def test_admin_needs_the_api_key(make_server, tmp_path):
     assert st == 200 and sorted(m["id"] for m in o["data"]) == [SMOL, GEMMA]
 
 
+def stream_started(server, model, max_tokens):
+    """Starts a streamed chat of max_tokens (ignore_eos) to model on a thread and returns once
+    the daemon counts it in flight: (the thread, a dict whose "events" its sse_events fill)."""
+    done = {}
+
+    def stream():
+        done["events"] = sse_events(server, "/v1/chat/completions", {
+            "model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "messages": [{"role": "user", "content": "Count to fifty."}]})
+
+    t = threading.Thread(target=stream)
+    t.start()
+    t0 = time.time()
+    while counters(server, "ebb_catalogue_model_in_flight").get(model, 0) < 1:
+        assert time.time() - t0 < 30
+        time.sleep(0.02)
+    return t, done
+
+
 def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
     """A budget that fits one model (SmolLM2 ~98 MiB, Gemma ~253 MiB, 300 MiB): while SmolLM2
     streams, Gemma is refused with 503 and Retry-After and the stream is unharmed; once SmolLM2
@@ -245,19 +264,7 @@ def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
     assert sorted(m["id"] for m in o["data"]) == ["chat", "small"]
     st, o = chat(s, "small")
     assert st == 200, o
-    done = {}
-
-    def stream():
-        done["events"] = sse_events(s, "/v1/chat/completions", {
-            "model": "small", "stream": True, "max_tokens": 60, "temperature": 0,
-            "ignore_eos": True, "messages": [{"role": "user", "content": "Count to fifty."}]})
-
-    t = threading.Thread(target=stream)
-    t.start()
-    t0 = time.time()
-    while counters(s, "ebb_catalogue_model_in_flight").get("small", 0) < 1:
-        assert time.time() - t0 < 30
-        time.sleep(0.02)
+    t, done = stream_started(s, "small", 60)
     st, hdrs, body = s.request("POST", "/v1/chat/completions", {
         "model": "chat", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
     t.join()
@@ -275,7 +282,6 @@ def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
     assert counters(s, "ebb_catalogue_model_unloads_total") == {"chat": 0, "small": 1}
 
 
-
 def gauge(server, name):
     """The value of the unlabelled metric name."""
     for line in server.metrics().splitlines():
@@ -287,7 +293,7 @@ def gauge(server, name):
 def test_priority_model_holds_the_others(make_server, tmp_path):
     """[model.fim] priority = high: while its long stream runs, a request to the other model
     waits at the gate (ebb_catalogue_priority_holds_total counts its held steps) and still
-    completes; the stream is unharmed. Without a priority model nothing is held."""
+    completes; the stream is unharmed. Requests one at a time hold nothing."""
     need_models()
     conf = tmp_path / "ebb.conf"
     conf.write_text(
@@ -300,19 +306,7 @@ def test_priority_model_holds_the_others(make_server, tmp_path):
         st, o = chat(s, m)
         assert st == 200, o
     assert gauge(s, "ebb_catalogue_priority_holds_total") == 0
-    done = {}
-
-    def stream():
-        done["events"] = sse_events(s, "/v1/chat/completions", {
-            "model": "fim", "stream": True, "max_tokens": 120, "temperature": 0,
-            "ignore_eos": True, "messages": [{"role": "user", "content": "Count to fifty."}]})
-
-    t = threading.Thread(target=stream)
-    t.start()
-    t0 = time.time()
-    while counters(s, "ebb_catalogue_model_in_flight").get("fim", 0) < 1:
-        assert time.time() - t0 < 30
-        time.sleep(0.02)
+    t, done = stream_started(s, "fim", 120)
     st, o = chat(s, "chat", max_tokens=4)
     t.join()
     assert st == 200, o
