@@ -20,12 +20,14 @@ gpu_llama_build() {
     # two builds into one folder break each other
     [ -f "$dir.started" ] && kill -0 "$(cat "$dir.started")" 2>/dev/null && return 0
     [ "$target" = llama-server ] && opt="-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF"
-    setsid bash -c "cmake -B $dir -S .llama-src -G Ninja -DGGML_CUDA=ON \
+    # in a subshell, so that it is not a job of the caller: a script's plain `wait` for its model
+    # writers must not wait for the build too (it did, minutes a call, until 2026-11-30)
+    (setsid bash -c "cmake -B $dir -S .llama-src -G Ninja -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF $opt \
       >$dir.log 2>&1 && ninja -C $dir -j12 $target >>$dir.log 2>&1; echo \$? >$dir.done" \
         </dev/null >/dev/null 2>&1 &
-    echo $! >"$dir.started"
+        echo $! >"$dir.started")
 }
 
 # gpu_llama_wait DIR: waits up to ten minutes for gpu_llama_build's build into DIR; succeeds when

@@ -231,8 +231,9 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
     BOOL1("MMQS_ALL", mmqs_all,
           "MMQS's products for every weight type matmul_mmq takes (K-quants, Q8_0, Q5_0, ...), "
-          "not only Q4_0 (0: those batches take matmul_mms's tiles; not yet measured on a GPU)",
-          {DC_ANY, {0}}),
+          "not only Q4_0 (0: those batches take matmul_mms's tiles; measured in "
+          "docs/PERFORMANCE.md)",
+          {DC_ANY, {1}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,
