@@ -157,6 +157,74 @@ inline void att_prefetch(float4 *kx, float4 *vx, const __global KV_T *kh,
     att_load_v(vx, vh, s0, n_ctx, pc, lid / ATT_VL, lid % ATT_VL);
 }
 
+/* ATT_DASYNC (the host sets it after ebb_cl_async_probe, f16 caches, where the staging fits the
+ * work-group's local memory): decode's work-groups copy the keys and values of their whole chunk
+ * into local memory with cp.async as they start (keys, then values, one group of copies each),
+ * so that all of the chunk's reads are in flight at once instead of a batch per work-item at a
+ * time; the scores wait for the keys only, the values' copies land meanwhile. A key row is
+ * padded by 8 halves (ATT_KR: the score lanes' reads of eight rows side by side spread over the
+ * banks), value rows are not (a value lane group reads a whole row). */
+#if defined(ATT_DASYNC) && ATT_DASYNC && MV_PTX && !(defined(KV_Q8) && KV_Q8) && HEAD_DIM % 8 == 0
+#define ATT_DA 1
+#else
+#define ATT_DA 0
+#endif
+#define ATT_KR (HEAD_DIM + 8)
+#define ATT_STAGE (ATT_DA ? ATT_CHUNK * (ATT_KR + HEAD_DIM) / 8 : 1) /* uint4s */
+
+#if ATT_DA
+/* Positions p0 .. p0 + pc - 1 of the KV head's cache kh / vh into st: keys at row j * ATT_KR,
+ * values after them at ATT_CHUNK * ATT_KR + j * HEAD_DIM (halves), 16 bytes a copy. */
+inline void att_stage(__local uint4 *st, const __global KV_T *kh, const __global KV_T *vh,
+                      int p0, int n_ctx, int pc)
+{
+    int lid = get_local_id(0), s0 = p0 % n_ctx;
+    uint sk = local_saddr(st), sv = sk + ATT_CHUNK * ATT_KR * 2u;
+    for (int e = lid; e < pc * (HEAD_DIM / 8); e += ATT_WG) {
+        int j = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        cp_async16(sk + (uint)(j * ATT_KR + d) * 2u,
+                   kh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM + d, 16);
+    }
+    CP_COMMIT();
+    for (int e = lid; e < pc * (HEAD_DIM / 8); e += ATT_WG) {
+        int j = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        cp_async16(sv + (uint)(j * HEAD_DIM + d) * 2u,
+                   vh + (size_t)att_slot(s0, j, n_ctx) * HEAD_DIM + d, 16);
+    }
+    CP_COMMIT();
+}
+#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc) att_stage((st), (kh), (vh), (p0), (n_ctx), (pc))
+#else
+#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc) att_prefetch((kx), (vx), (kh), (vh), (p0), (n_ctx), (pc))
+#endif
+
+/* att_load_k and att_load_v from the staged chunk (ATT_DA): rows clamped as there. */
+inline void att_load_kl(float4 *kx, __local const half *ks, int pc, int j0, int kl)
+{
+#pragma unroll
+    for (int u = 0; u < ATT_UK; u++) {
+        int j = max(min(j0 + u * ATT_KP, pc - 1), 0);
+#pragma unroll
+        for (int i = 0; i < ATT_DK; i++)
+            kx[u * ATT_DK + i] = vload_half4(kl + i * ATT_KL, ks + j * ATT_KR);
+    }
+}
+
+inline void att_load_vl(float4 *vx, __local const half *vs, int pc, int j0, int vl)
+{
+#pragma unroll
+    for (int u = 0; u < ATT_UV; u++) {
+        int j = max(min(j0 + u * ATT_VP, pc - 1), 0);
+#pragma unroll
+        for (int i = 0; i < ATT_DV; i++) {
+            int f = vl + i * ATT_VL;
+            vx[u * ATT_DV + i] = ATT_D4 % ATT_VL == 0 || f < ATT_D4
+                                     ? vload_half4(f, vs + j * HEAD_DIM)
+                                     : (float4)(0.0f);
+        }
+    }
+}
+
 /* Score lane kl's share of the dot products of a key (its ATT_DK float4s) with the ATT_G
  * staged queries. */
 inline void att_dot(float *s, const float4 *k, __local const float *qs, int kl)
@@ -231,10 +299,11 @@ inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global flo
  * local memory (as the cache holds them). kx and vx hold the work-item's first batches
  * (att_prefetch); later batches reuse them. */
 inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __global KV_T *kh,
-                        const __global KV_T *vh, int p0, int n_ctx, int pn,
-                        __local const KN_T *kn, __local const KN_T *vn, int c, int nc, int h0,
-                        __global float *po, __global float2 *pml, __global float *out)
+                        const __global KV_T *vh, __local const uint4 *st, int p0, int n_ctx,
+                        int pn, __local const KN_T *kn, __local const KN_T *vn, int c, int nc,
+                        int h0, __global float *po, __global float2 *pml, __global float *out)
 {
+    __local const half *ks = (__local const half *)st, *vs = ks + ATT_CHUNK * ATT_KR;
     __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
     __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *hl = bl + ATT_G * ATT_NB;
     int lid = get_local_id(0), s0 = p0 % n_ctx;
@@ -242,8 +311,14 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
 
     /* Scores (or their partials) of the cached positions, then the new token's. */
     int kl = lid % ATT_KL, kp = lid / ATT_KL;
+#if ATT_DA
+    CP_WAIT(1); /* this work-item's keys; the barrier, everyone's */
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     for (int j0 = kp; j0 < pc; j0 += ATT_UK * ATT_KP) {
-        if (j0 != kp)
+        if (ATT_DA)
+            att_load_kl(kx, ks, pc, j0, kl);
+        else if (j0 != kp)
             att_load_k(kx, kh, s0, n_ctx, pc, j0, kl);
 #pragma unroll
         for (int u = 0; u < ATT_UK; u++) {
@@ -298,6 +373,9 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
         vstore4(p, b, sc + g * ATT_CHUNK);
         bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
     }
+#if ATT_DA
+    CP_WAIT(0); /* the values (the barrier below makes everyone's visible) */
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < ATT_G) {
         float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
@@ -313,7 +391,9 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
     for (int i = 0; i < ATT_G * ATT_DV; i++)
         o[i] = (float4)(0.0f);
     for (int j0 = vp; vact && j0 < pc; j0 += ATT_UV * ATT_VP) {
-        if (j0 != vp)
+        if (ATT_DA)
+            att_load_vl(vx, vs, pc, j0, vl);
+        else if (j0 != vp)
             att_load_v(vx, vh, s0, n_ctx, pc, j0, vl);
 #pragma unroll
         for (int u = 0; u < ATT_UV; u++) {
@@ -382,12 +462,13 @@ __kernel void attn_decode_part(__global const float *q, __global const KV_T *kc,
     int p0 = att_first(n_kv, win) + c * ATT_CHUNK, pn = min(ATT_CHUNK, n_kv - p0);
     const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    __local uint4 st[ATT_STAGE];
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
-    att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
+    ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pn);
     for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
         vstore4(vload4(e, q + h0 * HEAD_DIM) * scale, e, lm);
     barrier(CLK_LOCAL_MEM_FENCE);
-    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
+    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
@@ -423,8 +504,9 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
     bool last = c == nc - 1;
     const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    __local uint4 st[ATT_STAGE];
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
-    att_prefetch(kx, vx, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
+    ATT_START(kx, vx, st, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
     const __global float *vr = qkv + (n_head + n_head_kv + hk) * HEAD_DIM;
     /* With hnq (Qwen 3, Gemma 3: head_norm folded in), each query head and the key head are
@@ -517,8 +599,8 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
         }
     }
 #endif
-    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c, nc,
-                h0, po, pml, out);
+    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c,
+                nc, h0, po, pml, out);
 }
 
 /* Decode's second pass, the partials of one head (n_chunks of them: outputs po[c][d], maxima
@@ -615,13 +697,14 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
     ulong kv_base = (ulong)rt[2 * r] * slot_stride;
     const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
+    __local uint4 st[ATT_STAGE];
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
-    att_prefetch(kx, vx, kh, vh, p0, n_ctx, pn);
+    ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pn);
     const __global float *q = qkv + (size_t)r * qkv_ld + h0 * HEAD_DIM;
     for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
         vstore4(vload4(e, q) * scale, e, lm);
     barrier(CLK_LOCAL_MEM_FENCE);
-    decode_part(lm, kx, vx, kh, vh, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
+    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }

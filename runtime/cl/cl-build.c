@@ -210,7 +210,10 @@ ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint
     ebb_err rc = EBB_OK;
     char pro[512];
     const char *srcs[1 + N_OF(ebb__cl_ops_srcs)] = {pro};
-    if ((rc = ebb_cl_ops_prologue(tu, head_dim, pro, sizeof(pro), diag)) ||
+    struct ebb_cl_tuning t = *tu;
+    if (!ebb_cl_att_stage_fits(&t, head_dim, cl->info.local_mem))
+        t.att_dasync = 0; /* decode attention's chunk through registers */
+    if ((rc = ebb_cl_ops_prologue(&t, head_dim, pro, sizeof(pro), diag)) ||
         (rc = ebb__cl_sources_get(ebb__cl_ops_srcs, N_OF(ebb__cl_ops_srcs), srcs + 1, diag)))
         return rc;
     rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), "-cl-mad-enable", out, diag);

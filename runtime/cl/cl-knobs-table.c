@@ -274,6 +274,11 @@ const struct knob ebb__cl_knobs[] = {
           "cp.async (the next tile's during this one's products) and reads the values with "
           "ldmatrix (after the async probe)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    BOOL1("ATT_DASYNC", att_dasync,
+          "with an f16 cache, decode attention's work-groups copy their chunk's keys and values "
+          "into local memory with cp.async as they start (after the async probe; where the "
+          "chunk fits the work-group's local memory)",
+          {DC_ANY, {0}}),
     BOOL1("ATTEX2", att_ex2,
           "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),

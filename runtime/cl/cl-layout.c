@@ -450,6 +450,23 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
     return floats * sizeof(float) + kv;
 }
 
+uint64_t ebb_cl_att_stage(const struct ebb_cl_tuning *tu, uint32_t head_dim)
+{
+    /* attention.cl's ATT_STAGE: a chunk's keys (rows of head_dim + 8 halves) and values */
+    if (!tu->att_dasync || !tu->mv_ptx || tu->kv_q8 || head_dim % 8)
+        return 0;
+    return (uint64_t)tu->att_chunk * (2 * head_dim + 8) * 2;
+}
+
+bool ebb_cl_att_stage_fits(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint64_t local_mem)
+{
+    uint64_t st = ebb_cl_att_stage(tu, head_dim), g = tu->att_g ? tu->att_g : 1;
+    /* with ebb_cl_att_local's arrays and attn_decode_rope's reduction scratch (wg + g + 1) */
+    return st && ebb_cl_att_local(tu, head_dim, (uint32_t)g) + st +
+                         4 * ((uint64_t)ebb_cl_att_wg(tu) + g + 1) <=
+                     local_mem;
+}
+
 ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, char *buf,
                             size_t cap, struct ebb_diag *diag)
 {
@@ -460,18 +477,19 @@ ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, c
                             "--kv-type q8_0 needs a head dimension that is a multiple of 32 "
                             "(this model's is %u)",
                             head_dim);
-    int n = snprintf(
-        buf, cap,
-        "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
-        "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
-        "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
-        "#define ATT_MMA %u\n#define ATT_ASYNC %u\n#define ATT_EX2 %u\n"
-        "#define ATT_MMA_W %u\n"
-        "#define MV_CPU %u\n%s%s",
-        tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk, tu->mv_ptx,
-        tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG, tu->att_g > 1 ? tu->att_g : 1u,
-        tu->att_mma && tu->mv_ptx ? 1u : 0u, tu->att_async && tu->mv_ptx ? 1u : 0u,
-        tu->att_ex2 && tu->mv_ptx ? 1u : 0u, ebb_cl_att_mma_wg(tu) / 32, tu->mv_cpu,
-        tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "", tu->kv_q8 ? "#define KV_Q8 1\n" : "");
+    int n =
+        snprintf(buf, cap,
+                 "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
+                 "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
+                 "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
+                 "#define ATT_MMA %u\n#define ATT_ASYNC %u\n#define ATT_EX2 %u\n"
+                 "#define ATT_MMA_W %u\n#define ATT_DASYNC %u\n"
+                 "#define MV_CPU %u\n%s%s",
+                 tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
+                 tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
+                 tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
+                 tu->att_async && tu->mv_ptx ? 1u : 0u, tu->att_ex2 && tu->mv_ptx ? 1u : 0u,
+                 ebb_cl_att_mma_wg(tu) / 32, ebb_cl_att_stage(tu, head_dim) ? 1u : 0u, tu->mv_cpu,
+                 tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "", tu->kv_q8 ? "#define KV_Q8 1\n" : "");
     return n < 0 || (size_t)n >= cap ? EBB_ERANGE : EBB_OK;
 }

@@ -280,6 +280,14 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 
+/* Bytes of local memory a decode attention work-group stages its chunk's keys and values in
+ * under tu (ATT_DASYNC), 0 where it does not. */
+uint64_t ebb_cl_att_stage(const struct ebb_cl_tuning *tu, uint32_t head_dim);
+
+/* Whether that staging fits local_mem bytes next to the work-group's other arrays: false where
+ * tu stages nothing. */
+bool ebb_cl_att_stage_fits(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint64_t local_mem);
+
 /* The dimensions of one work-group of decode attention's second pass (attention.cl's ATT_DS:
  * 32 where head_dim is a multiple of 32, else head_dim): its launches are (slice x rr, n_head x
  * head_dim / slice), a work-group per slice of each head. */

@@ -152,6 +152,8 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
 {
     struct ebb_cl_tuning td = m->tu;
     td.att_chunk = m->att_chunk_deep;
+    if (!ebb_cl_att_stage_fits(&td, m->hp.head_dim, m->cl->info.local_mem))
+        td.att_dasync = 0; /* this chunk's keys and values through registers */
     if (m->att_chunk_deep <= m->tu.att_chunk ||
         ebb_cl_att_local(&td, m->hp.head_dim, td.att_g) > m->cl->info.local_mem / 2) {
         m->att_chunk_deep = 0;
@@ -171,6 +173,8 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
 static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
 {
     m->tu.att_g = att_group(m);
+    if (!ebb_cl_att_stage_fits(&m->tu, m->hp.head_dim, m->cl->info.local_mem))
+        m->tu.att_dasync = 0;
     ebb_err rc = ebb_cl_ops_build(m->cl, &m->tu, m->hp.head_dim, &m->ops, diag);
     if (rc)
         return rc;
@@ -1071,6 +1075,8 @@ static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *h
     if (m->tu.att_async &&
         (!m->tu.att_mma || !m->tu.mv_ptx || m->tu.kv_q8 || !ebb_cl_async_probe(m->cl)))
         m->tu.att_async = 0; /* attn_prefill_mma stages its tiles through registers */
+    if (m->tu.att_dasync && (!m->tu.mv_ptx || m->tu.kv_q8 || !ebb_cl_async_probe(m->cl)))
+        m->tu.att_dasync = 0; /* decode attention's loads through registers */
     if (m->tu.mmq_async && (!m->tu.mm_mma || !m->tu.mv_ptx || !ebb_cl_async_probe(m->cl)))
         m->tu.mmq_async = 0; /* matmul_mmql stages its tiles through registers */
     /* the integer dot product builtins only for the 8-bit decode path, once they pass */

@@ -396,9 +396,10 @@ static void test_attention(cl_program p)
             }
         }
     }
-    printf("  attention decode (split over KV, chunk %u, %u heads a work-group; windows, rings; "
+    printf("  attention decode (split over KV, chunk %u, %u heads a work-group%s; windows, rings; "
            "1, 3 or 32 rows reducing) max abs err %.2e\n",
-           tu.att_chunk, ATT_G_OF(tu), worst);
+           tu.att_chunk, ATT_G_OF(tu),
+           ebb_cl_att_stage_fits(&tu, HD, cl->info.local_mem) ? ", staged (cp.async)" : "", worst);
 
     /* Prefill from position 0 and 290; through a window of 5 (most queries see only part of
      * the positions before them) and of 100 in a ring of 150 >= 100 + T - 1 positions, the
@@ -888,9 +889,12 @@ static void test_attention_shapes(void)
                 clReleaseMemObject(vc);
                 clReleaseMemObject(qb);
             }
-        printf("  attention decode head_dim %d, %u heads a work-group of %u, chunk %u%s (part, "
+        printf("  attention decode head_dim %d, %u heads a work-group of %u, chunk %u%s%s (part, "
                "rope, rope with head norms; windows, rings) max abs err %.2e\n",
-               hd, ATT_G_OF(tu), tu.att_wg, tu.att_chunk, tu.mv_cpu ? ", CPU loads" : "", worst);
+               hd, ATT_G_OF(tu), tu.att_wg, tu.att_chunk, tu.mv_cpu ? ", CPU loads" : "",
+               ebb_cl_att_stage_fits(&tu, (uint32_t)hd, cl->info.local_mem) ? ", staged (cp.async)"
+                                                                            : "",
+               worst);
         cl_kernel ks[] = {kp, kr, kred, krope, khn};
         for (int i = 0; i < 5; i++)
             clReleaseKernel(ks[i]);

@@ -1356,6 +1356,8 @@ int main(void)
     }
     if (tu.mmq_async && tu.mv_ptx)
         tu.mmq_async = ebb_cl_async_probe(cl); /* matmul_mmql's MQL_ASYNC (split 4-bit tiles) */
+    if (tu.att_dasync && tu.mv_ptx)
+        tu.att_dasync = ebb_cl_async_probe(cl); /* decode attention's staged chunks */
     if (tu.mv_idp) {
         /* A device listing cl_khr_integer_dot_product (or EBB_CL_IDP=1): the kernels below run
          * MV_IDP where the probe passes, as the engine would. */
