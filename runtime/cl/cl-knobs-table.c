@@ -277,8 +277,8 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("ATT_DASYNC", att_dasync,
           "with an f16 cache, decode attention's work-groups copy their chunk's keys and values "
           "into local memory with cp.async as they start (after the async probe; where the "
-          "chunk fits the work-group's local memory)",
-          {DC_ANY, {0}}),
+          "chunk fits the work-group's local memory; measured in docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("ATTEX2", att_ex2,
           "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
@@ -299,8 +299,9 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {32}}),
     UINT1("ATT_CHUNK_DEEP", att_chunk_deep, "0|32|64|128|256|512|1024",
           "decode attention deep in the context in chunks of N positions, a second build of its "
-          "kernels (0: none; used only when longer than ATT_CHUNK)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
+          "kernels (0: none; used only when longer than ATT_CHUNK; NVIDIA's 128 until "
+          "ATT_DASYNC's staged 64, measured in docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}),
     UINT1("ATT_DEEP_FROM", att_deep_from, "0..1073741824",
           "attended positions from which decode uses the ATT_CHUNK_DEEP kernels (0: 64 of its "
           "chunks)",
