@@ -88,10 +88,29 @@ inline int att_first(int n_kv, int win)
 #define ATT_VL (ATT_D4 < ATT_WG ? ATT_D4 : ATT_WG)
 #define ATT_DV ((ATT_D4 + ATT_VL - 1) / ATT_VL)
 #define ATT_VP (ATT_WG / ATT_VL)
+/* ATT_DASYNC (the host sets it after ebb_cl_async_probe, f16 caches, where the staging fits the
+ * work-group's local memory): decode's work-groups copy the keys and values of their whole chunk
+ * into local memory with cp.async as they start (keys, then values, one group of copies each),
+ * so that all of the chunk's reads are in flight at once instead of a batch per work-item at a
+ * time; the scores wait for the keys only, the values' copies land meanwhile. A key row is
+ * padded by 8 halves (ATT_KR: the score lanes' reads of eight rows side by side spread over the
+ * banks), value rows are not (a value lane group reads a whole row). */
+#if defined(ATT_DASYNC) && ATT_DASYNC && MV_PTX && !(defined(KV_Q8) && KV_Q8) && HEAD_DIM % 8 == 0
+#define ATT_DA 1
+#else
+#define ATT_DA 0
+#endif
+#define ATT_KR (HEAD_DIM + 8)
+#define ATT_STAGE (ATT_DA ? ATT_CHUNK * (ATT_KR + HEAD_DIM) / 8 : 1) /* uint4s */
+
 /* At most 8 float4s of keys and 8 of values in flight per work-item (registers). */
 #if defined(MV_CPU) && MV_CPU
 #define ATT_UK 1
 #define ATT_UV 1
+#elif ATT_DA
+/* From the staged chunk in local memory: no batches to keep in flight, registers spared. */
+#define ATT_UK 1
+#define ATT_UV 2
 #else
 #define ATT_KN ((ATT_CHUNK + ATT_KP - 1) / ATT_KP) /* key rounds of a whole chunk */
 #define ATT_VN ((ATT_CHUNK + ATT_VP - 1) / ATT_VP) /* value positions of a whole chunk */
@@ -104,7 +123,10 @@ inline int att_first(int n_kv, int win)
  * runtime/cl/cl-layout.c (ebb_cl_att_local) mirrors this. */
 #define ATT_SCR_K (ATT_KL > 1 ? ATT_G * ATT_CHUNK * ATT_KL : 4)
 #define ATT_SCR_V (ATT_VP > 1 ? ATT_VP * ATT_G * HEAD_DIM : 4)
-#define ATT_SCR (ATT_SCR_K > ATT_SCR_V ? ATT_SCR_K : ATT_SCR_V)
+/* Staged (ATT_DA), the partial outputs go to the keys' staging, no longer read by then, where
+ * it holds them (ATT_VSK): less local memory a work-group, more work-groups a multiprocessor. */
+#define ATT_VSK (ATT_DA && ATT_CHUNK * ATT_KR >= 2 * ATT_SCR_V)
+#define ATT_SCR (ATT_VSK || ATT_SCR_K > ATT_SCR_V ? ATT_SCR_K : ATT_SCR_V)
 #define ATT_NB (ATT_CHUNK / 4)
 #define ATT_LOCAL (ATT_G * (HEAD_DIM + ATT_CHUNK + 2 * ATT_NB + 1) + ATT_SCR)
 
@@ -157,20 +179,6 @@ inline void att_prefetch(float4 *kx, float4 *vx, const __global KV_T *kh,
     att_load_v(vx, vh, s0, n_ctx, pc, lid / ATT_VL, lid % ATT_VL);
 }
 
-/* ATT_DASYNC (the host sets it after ebb_cl_async_probe, f16 caches, where the staging fits the
- * work-group's local memory): decode's work-groups copy the keys and values of their whole chunk
- * into local memory with cp.async as they start (keys, then values, one group of copies each),
- * so that all of the chunk's reads are in flight at once instead of a batch per work-item at a
- * time; the scores wait for the keys only, the values' copies land meanwhile. A key row is
- * padded by 8 halves (ATT_KR: the score lanes' reads of eight rows side by side spread over the
- * banks), value rows are not (a value lane group reads a whole row). */
-#if defined(ATT_DASYNC) && ATT_DASYNC && MV_PTX && !(defined(KV_Q8) && KV_Q8) && HEAD_DIM % 8 == 0
-#define ATT_DA 1
-#else
-#define ATT_DA 0
-#endif
-#define ATT_KR (HEAD_DIM + 8)
-#define ATT_STAGE (ATT_DA ? ATT_CHUNK * (ATT_KR + HEAD_DIM) / 8 : 1) /* uint4s */
 
 #if ATT_DA
 /* Positions p0 .. p0 + pc - 1 of the KV head's cache kh / vh into st: keys at row j * ATT_KR,
@@ -297,15 +305,17 @@ inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global flo
  * come from the KV head's cache kh / vh (n_ctx positions, position p at p % n_ctx), except,
  * with kn, the chunk's last one (the new token's), whose key and value come from kn / vn in
  * local memory (as the cache holds them). kx and vx hold the work-item's first batches
- * (att_prefetch); later batches reuse them. */
+ * (att_prefetch); later batches reuse them. Staged (ATT_DA), keys and values come from st
+ * instead (att_stage), which with ATT_VSK also takes the partial outputs. */
 inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __global KV_T *kh,
-                        const __global KV_T *vh, __local const uint4 *st, int p0, int n_ctx,
+                        const __global KV_T *vh, __local uint4 *st, int p0, int n_ctx,
                         int pn, __local const KN_T *kn, __local const KN_T *vn, int c, int nc,
                         int h0, __global float *po, __global float2 *pml, __global float *out)
 {
     __local const half *ks = (__local const half *)st, *vs = ks + ATT_CHUNK * ATT_KR;
     __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
     __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *hl = bl + ATT_G * ATT_NB;
+    __local float *vscr = ATT_VSK ? (__local float *)st : scr; /* the partial outputs */
     int lid = get_local_id(0), s0 = p0 % n_ctx;
     int pc = kn ? pn - 1 : pn; /* positions read from the cache */
 
@@ -426,16 +436,16 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
             for (int i = 0; i < ATT_DV; i++) {
                 int f = vl + i * ATT_VL;
                 if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
-                    vstore4(o[g * ATT_DV + i], f, scr + (vp * ATT_G + g) * HEAD_DIM);
+                    vstore4(o[g * ATT_DV + i], f, vscr + (vp * ATT_G + g) * HEAD_DIM);
             }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ATT_VP > 1) {
         for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG) {
             int g = e / ATT_D4, f = e % ATT_D4;
-            float4 o4 = vload4(f, scr + g * HEAD_DIM);
+            float4 o4 = vload4(f, vscr + g * HEAD_DIM);
             for (int v = 1; v < ATT_VP; v++)
-                o4 += vload4(f, scr + (v * ATT_G + g) * HEAD_DIM);
+                o4 += vload4(f, vscr + (v * ATT_G + g) * HEAD_DIM);
             att_out(o4, f, h0 + g, hl[g], c, nc, po, out);
         }
     } else if (vact) {

@@ -444,7 +444,9 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
         kl = 2;
     uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
     uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
-    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (scr_k > scr_v ? scr_k : scr_v);
+    /* ATT_VSK: staged, the partial outputs in the keys' staging where it holds them */
+    bool vsk = ebb_cl_att_stage(tu, head_dim) && c * (head_dim + 8) >= 2 * scr_v;
+    uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (vsk || scr_k > scr_v ? scr_k : scr_v);
     /* attn_decode_rope's new key and value: halves, or floats and the blocks' scales (KV_Q8) */
     uint64_t kv = tu->kv_q8 ? (uint64_t)head_dim * 8 + head_dim / 32 * 4 : (uint64_t)head_dim * 4;
     return floats * sizeof(float) + kv;
