@@ -45,13 +45,16 @@ static void served_free(struct ebb__served *sv)
 }
 
 /* Reads what /v1/models says of a model that is not loaded: its architecture and trained
- * context (the file's header only; a file that cannot be read is listed without them). */
+ * context (the file's header only; a file that cannot be read is listed without them); under a
+ * budget, what its load would add to the file (ebb__served_bytes). */
 static void read_facts(struct ebb__served *sv)
 {
     struct ebb_gguf *g = NULL;
     if (ebb_gguf_open(sv->path, &g, NULL))
         return;
     sv->file_size = ebb_gguf_file_size(g);
+    if (sv->api->budget && ebb_model_memory_estimate(g, &sv->sp.model, &sv->est, NULL))
+        memset(&sv->est, 0, sizeof(sv->est));
     struct ebb_str arch = {0};
     if (ebb_gguf_get_str(g, "general.architecture", &arch) == EBB_OK && arch.n > 0) {
         size_t n =
@@ -532,16 +535,21 @@ bool ebb__served_pick(struct ebb__req *r)
 
 /* ---- loading and unloading ----------------------------------------------------------------- */
 
-uint64_t ebb__served_bytes(const struct ebb__served *sv)
+/* The KV cache at 16 KiB per token of context and slot: the family's real shapes are known only
+ * once the model is open, and the budget must be checked before. */
+static uint64_t kv_guess(const struct ebb__served *sv)
 {
-    /* The file, plus the KV cache at 16 KiB per token of context and slot: the family's real
-     * shapes are known only once the model is open, and the budget must be checked before. */
     uint64_t ctx =
         sv->sp.model.n_ctx ? sv->sp.model.n_ctx : (sv->n_ctx_train ? sv->n_ctx_train : 4096);
     uint64_t seq = sv->sp.model.n_seq ? sv->sp.model.n_seq : 1;
     if (ctx > 8192 && !sv->sp.model.n_ctx)
         ctx = 8192;
-    return sv->file_size + ctx * seq * 16384;
+    return ctx * seq * 16384;
+}
+
+uint64_t ebb__served_bytes(const struct ebb__served *sv)
+{
+    return sv->file_size + kv_guess(sv) + sv->est.store + sv->est.repack;
 }
 
 static bool loaded(const struct ebb__served *sv)
@@ -549,19 +557,36 @@ static bool loaded(const struct ebb__served *sv)
     return sv->sched != NULL;
 }
 
-/* The streamer's figures of a loaded, ready model; false when it does not stream. */
+/* The streamer's figures of a loaded, ready model, each with its prompt-cache store added: a
+ * model counts as its plan and its store, which the plan leaves out (the store is made after
+ * the streamer plans; served_stream_budget takes it off again). False when it does not
+ * stream. */
 static bool residency(const struct ebb__served *sv, struct ebb_model_residency *r)
 {
-    return sv->ready && sv->model && ebb_model_residency(sv->model, r);
+    if (!sv->ready || !sv->model || !ebb_model_residency(sv->model, r))
+        return false;
+    uint64_t store = ebb_model_kv_store_bytes(sv->model);
+    r->bytes += store;
+    r->bytes_min += store;
+    r->bytes_full += store;
+    return true;
 }
 
 uint64_t ebb__served_used(const struct ebb__served *sv)
 {
     struct ebb_model_residency r;
-    if (!residency(sv, &r))
+    if (residency(sv, &r))
+        /* A lent budget bounds the plan at once, before the engine has applied it. */
+        return sv->lent && sv->lent < r.bytes ? sv->lent : r.bytes;
+    if (!sv->ready || !sv->model)
         return ebb__served_bytes(sv);
-    /* A lent budget bounds the plan at once, before the engine has applied it. */
-    return sv->lent && sv->lent < r.bytes ? sv->lent : r.bytes;
+    /* No streamer: the file (read whole at the load: the host engines repack it or read it in
+     * place), what the engine allocated beside it (or, where it says nothing, the KV cache's
+     * guess) and the store. */
+    struct ebb_model_memory mm;
+    ebb_model_memory(sv->model, &mm);
+    uint64_t file = sv->file_size ? sv->file_size : ebb_gguf_file_size(ebb_model_gguf(sv->model));
+    return file + (mm.host ? mm.host : kv_guess(sv)) + mm.repack + mm.store;
 }
 
 static bool idle(const struct ebb__served *sv)
@@ -616,13 +641,16 @@ static uint64_t used_by_others(struct ebb_api *a, const struct ebb__served *skip
     return used;
 }
 
-/* A new streamer budget for every replica of sv (each on its own device); false when replica
- * 0's model does not stream. */
+/* A new streamer budget for every replica of sv (each on its own device): budget counts its
+ * prompt-cache store too (as residency's figures do), the streamer's plan does not; 0 is every
+ * layer. False when replica 0's model does not stream. */
 static bool served_stream_budget(struct ebb__served *sv, uint64_t budget)
 {
-    bool ok = ebb_sched_stream_budget(sv->sched, budget);
+    uint64_t store = ebb_model_kv_store_bytes(sv->model);
+    uint64_t plan = !budget ? 0 : budget > store ? budget - store : 1;
+    bool ok = ebb_sched_stream_budget(sv->sched, plan);
     for (size_t i = 1; ok && i < sv->n_rep; i++)
-        ebb_sched_stream_budget(sv->rep[i].sched, budget);
+        ebb_sched_stream_budget(sv->rep[i].sched, plan);
     return ok;
 }
 
@@ -653,8 +681,9 @@ static uint64_t shrink_idle(struct ebb_api *a, const struct ebb__served *skip, u
         if (!served_stream_budget(lru, target))
             continue;
         ebb_log(EBB_LOG_INFO, "http",
-                "%s is idle: its streamer budget goes %llu -> %llu MiB for another model", lru->id,
-                (unsigned long long)(now >> 20), (unsigned long long)(target >> 20));
+                "%s is idle: its streamer budget (its store included) goes %llu -> %llu MiB for "
+                "another model",
+                lru->id, (unsigned long long)(now >> 20), (unsigned long long)(target >> 20));
         lru->lent = target;
         lru->n_shrinks++;
         freed += now - target;
@@ -728,7 +757,8 @@ static void regrow(struct ebb__served *sv)
     uint64_t target = room >= r.bytes_full ? 0 : room; /* 0: every layer, the probes allowing */
     if (!served_stream_budget(sv, target))
         return;
-    ebb_log(EBB_LOG_INFO, "http", "%s is wanted again: its streamer budget goes %llu -> %s%llu MiB",
+    ebb_log(EBB_LOG_INFO, "http",
+            "%s is wanted again: its streamer budget (its store included) goes %llu -> %s%llu MiB",
             sv->id, (unsigned long long)(have >> 20), target ? "" : "all layers, ",
             (unsigned long long)((target ? target : r.bytes_full) >> 20));
     sv->lent = target;

@@ -285,10 +285,14 @@ void ebb__served_count(struct ebb__req *r);
 void ebb__served_release(struct ebb__req *r);
 /* Unloads sv now if it is idle, else once it is; false if not now (or not the API's to unload). */
 bool ebb__served_unload(struct ebb__served *sv, const char *why);
-/* The memory sv is counted for under the budget (its file and an estimate of its KV cache). */
+/* The memory sv is counted for under the budget before it loads: its file, an estimate of its
+ * KV cache, and what the load would add as its header tells (sv->est: the prompt-cache store,
+ * the CPU device's repacked weights). */
 uint64_t ebb__served_bytes(const struct ebb__served *sv);
-/* What a model counts against models_budget now: its streamer's plan (bounded by a lent
- * budget not yet applied) when it is loaded and streams, else ebb__served_bytes. */
+/* What a model counts against models_budget now. Loaded: its streamer's plan (bounded by a lent
+ * budget not yet applied) and its prompt-cache store; without a streamer (the host engines)
+ * its file, what the engine allocated beside it and its store (ebb_model_memory). Else
+ * ebb__served_bytes. */
 uint64_t ebb__served_used(const struct ebb__served *sv);
 /* "loaded", "loading", "failed" or "unloaded". */
 const char *ebb__served_state(const struct ebb__served *sv);
@@ -435,7 +439,7 @@ struct ebb__served {
     double load_secs; /* how long the last load took */
     uint64_t n_loads, n_unloads;
     bool unload_asked; /* /models/unload or keep_alive 0 while busy: unload once idle */
-    uint64_t lent;     /* the streamer budget it was shrunk to for another model; 0: none */
+    uint64_t lent;     /* what it was shrunk to for another model, store included; 0: none */
     uint64_t n_shrinks, n_regrows;
     bool shrink_tried; /* catalogue.c's shrink_idle: asked this round */
     /* Its file left the catalogue's source (catalogue_scan): out of the listings and the names,
@@ -443,6 +447,9 @@ struct ebb__served {
     bool gone;
     size_t n_refs;       /* requests whose sv it is */
     uint64_t facts_size; /* the file's size when read_facts last failed (a copy under way) */
+    /* Under a budget: what its load would add to the file, as its header tells
+     * (read_facts; ebb__served_bytes). */
+    struct ebb_model_memory est;
 };
 
 struct ebb_api {

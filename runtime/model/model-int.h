@@ -61,6 +61,9 @@ struct ebb__backend_i {
     bool (*expert_cache)(void *ctx, struct ebb_model_expert_cache *out);
     /* Optional: model.h's ebb_model_kernels (engine thread). */
     size_t (*kernels)(void *ctx, char *buf, size_t cap);
+    /* Optional: the host and repack bytes of model.h's ebb_model_memory (any thread); NULL:
+     * none outside the streamer's plan. */
+    void (*memory)(void *ctx, struct ebb_model_memory *out);
 };
 
 /* Backend constructors. Each runs family a's description (checked against g by the caller),
@@ -104,5 +107,11 @@ ebb_err ebb__ref_host_kv_copy(struct ebb__ref_host *h, uint32_t src, uint32_t ds
  * element) rather than floats: where llama.cpp's numerics round K and V to fp16 anyway and no
  * Q8_0 round trip (kv_type EBB_KV_Q8_0) follows. */
 bool ebb__ref_kv16(const char *device, int kv_type, uint32_t head_dim);
+
+/* The bytes device "cpu" would repack of g's matrices (ref-llama.c's repack(): its rules and
+ * environment variables, the memory probe read now), from the file's header; 0 where it would
+ * repack none. */
+uint64_t ebb__ref_repack_bytes(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                               const struct ebb_gguf *g);
 
 #endif

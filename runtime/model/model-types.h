@@ -223,4 +223,17 @@ struct ebb_model_decode_bytes {
     uint64_t kv;
 };
 
+/* Memory a model holds besides its file's mapping, once open (ebb_model_memory) or as opening
+ * it would make it (ebb_model_memory_estimate). The OpenCL engine's buffers are the layer
+ * streamer's plan (ebb_model_residency), so host and repack are 0 there; the host engines
+ * (devices "cpu", "ref", "ref-q8") have no plan and say here what they allocated. Each figure
+ * is what the memory can grow to, not the pages touched so far. */
+struct ebb_model_memory {
+    uint64_t store;  /* the prompt-cache store (ebb_model_kv_store_bytes) */
+    uint64_t repack; /* device "cpu": the weights' repacked copy (docs/ENGINE.md, "The CPU
+                        device") */
+    uint64_t host;   /* the host engines' other buffers: KV cache, dequantized vectors, scratch
+                        rows (0 in an estimate: the caller guesses the KV cache) */
+};
+
 #endif

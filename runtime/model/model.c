@@ -74,6 +74,22 @@ static const char *auto_device(const struct ebb_model_params *p)
     return needs_cl(p) || ebb_cl_has_gpu() ? "auto" : "cpu";
 }
 
+static bool host_device(const char *dev)
+{
+    return !strcmp(dev, "ref") || !strcmp(dev, "ref-q8") || !strcmp(dev, "cpu");
+}
+
+/* The bytes of one position of the prompt-cache store, every layer's keys and values: the OpenCL
+ * engine's halves or Q8_0 blocks, the host engines' floats or halves. */
+static uint64_t store_pos_bytes(const struct ebb__hparams *hp, const char *dev,
+                                enum ebb_kv_type kv_type)
+{
+    uint64_t row = !host_device(dev) ? ebb_kv_type_bytes(kv_type, hp->head_dim)
+                                     : (uint64_t)hp->head_dim *
+                                           (ebb__ref_kv16(dev, kv_type, hp->head_dim) ? 2 : 4);
+    return 2 * (uint64_t)hp->n_layer * hp->n_head_kv * row;
+}
+
 ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
                        struct ebb_diag *diag)
 {
@@ -121,7 +137,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
 
     struct ebb_model_params pd = *p; /* with "auto" resolved */
     const char *dev = pd.device = auto_device(p);
-    bool host = !strcmp(dev, "ref") || !strcmp(dev, "ref-q8") || !strcmp(dev, "cpu");
+    bool host = host_device(dev);
     if (host && p->expert_cache) {
         rc = ebb_diag_set(diag, EBB_EINVAL,
                           "--expert-cache needs the OpenCL engine (not device '%s')", dev);
@@ -149,11 +165,7 @@ ebb_err ebb_model_open(const struct ebb_model_params *p, struct ebb_model **out,
             rc = ebb_diag_set(diag, rc, "%s", d2.msg);
             goto out;
         }
-        /* the OpenCL engine halves or Q8_0 blocks, the host engines floats or halves */
-        uint64_t row = !host ? ebb_kv_type_bytes(p->kv_type, m->hp.head_dim)
-                             : (uint64_t)m->hp.head_dim *
-                                   (ebb__ref_kv16(dev, p->kv_type, m->hp.head_dim) ? 2 : 4);
-        m->pc_bytes = (uint64_t)m->pc_len * 2 * m->hp.n_layer * m->hp.n_head_kv * row;
+        m->pc_bytes = (uint64_t)m->pc_len * store_pos_bytes(&m->hp, dev, p->kv_type);
     }
 out:
     if (rc) {
@@ -494,6 +506,47 @@ uint32_t ebb_model_kv_store_len(const struct ebb_model *m)
 uint64_t ebb_model_kv_store_bytes(const struct ebb_model *m)
 {
     return m->pc_bytes;
+}
+
+void ebb_model_memory(const struct ebb_model *m, struct ebb_model_memory *out)
+{
+    struct ebb_model_memory mm = {0};
+    if (m->iface->memory)
+        m->iface->memory(m->ctx, &mm);
+    mm.store = m->pc_bytes;
+    *out = mm;
+}
+
+ebb_err ebb_model_memory_estimate(const struct ebb_gguf *g, const struct ebb_model_params *p,
+                                  struct ebb_model_memory *out, struct ebb_diag *diag)
+{
+    const struct ebb__arch *a;
+    struct ebb__hparams hp;
+    ebb_err rc = ebb__arch_read_hparams(g, &a, &hp, diag);
+    if (rc)
+        return rc;
+    struct ebb_model_ctx c;
+    ebb__model_ctx_choose(g, &hp, p->n_ctx, p->n_seq ? p->n_seq : 1, p->ctx_cap_trained, &c);
+    const char *dev = auto_device(p);
+    struct ebb_model_memory mm = {0};
+    if (!strcmp(dev, "cpu"))
+        mm.repack = ebb__ref_repack_bytes(a, &hp, g);
+    /* The OpenCL engine keeps no store where a windowed layer's cache is a ring (model-cl.c,
+     * clm_kv_store_new): where its window and one prefill chunk are shorter than the context.
+     * The chunk is the device's, known once open (128 on CPUs, 512 on GPUs), so here a window
+     * shorter than the context counts as a ring; the count after the load is the store made. */
+    const char *ring = getenv("EBB_CL_KV_RING");
+    bool rings = false;
+    for (uint32_t l = 0; !host_device(dev) && !(ring && !strcmp(ring, "0")) && l < hp.n_layer;
+         l++) {
+        uint32_t w = ebb__arch_window(&hp, l);
+        rings |= w && w < c.n_ctx;
+    }
+    uint64_t per = store_pos_bytes(&hp, dev, p->kv_type), n = per ? p->prompt_cache / per : 0;
+    if (!rings)
+        mm.store = (n < UINT32_MAX ? n : UINT32_MAX) * per;
+    *out = mm;
+    return EBB_OK;
 }
 
 static ebb_err kv_store_xfer(struct ebb_model *m, bool save, uint32_t seq, uint32_t at, uint32_t n,

@@ -179,6 +179,21 @@ ebb_err ebb_model_kv_copy(struct ebb_model *m, uint32_t src, uint32_t dst, uint3
 uint32_t ebb_model_kv_store_len(const struct ebb_model *m);
 /* Bytes the store took (0: none). */
 uint64_t ebb_model_kv_store_bytes(const struct ebb_model *m);
+
+/* Any thread: what m allocated at open besides its file's mapping and its streamer's plan
+ * (struct ebb_model_memory, model-types.h): its store, and on the host engines their repacked
+ * weights and other buffers. Fixed once open. */
+void ebb_model_memory(const struct ebb_model *m, struct ebb_model_memory *out);
+/* The same as opening g with p would make it, from g's header without opening the model, for
+ * a caller that must count a model before loading it (the daemon's models_budget): the store
+ * p->prompt_cache asks for where the engine p's device resolves to keeps one (not the OpenCL
+ * engine's windowed families whose window is shorter than the context: their layers keep
+ * rings), and on device "cpu" the repacked copy as its rules would make it (EBB_CPU_REPACK,
+ * half of the available memory, EBB_CPU_REPACK_HEAD); host stays 0. Device "auto" resolves as
+ * ebb_model_open resolves it (which may look for a GPU when no option needs the OpenCL
+ * engine). Fails as loading would for a file no family runs. */
+ebb_err ebb_model_memory_estimate(const struct ebb_gguf *g, const struct ebb_model_params *p,
+                                  struct ebb_model_memory *out, struct ebb_diag *diag);
 /* Copies slot seq's KV entries of positions 0..n-1 to store positions at..at+n-1 (save), or
  * store positions at..at+n-1 into slot seq's positions 0..n-1 (load), after which the slot
  * continues from position n as if it had evaluated the saved tokens. at + n past the store or

@@ -128,6 +128,9 @@ struct ref {
     uint32_t rp8_min;          /* the fewest tokens a product takes the repacked rows for */
     bool repack_head;          /* device "cpu": the output head repacked too */
     struct ref_moe moe;        /* allocated when the layer has a MOE op */
+    /* Host memory allocated at open (ebb_model_memory): the repacked weights, and the rest
+     * (KV cache, dequantized vectors, scratch rows; the store aside). */
+    uint64_t rp_total, host_bytes;
     /* Helper threads: n_threads - 1 of them; thread i computes part i of each product's output
      * rows (the caller part 0), so the results do not depend on the thread count. */
     int n_threads;

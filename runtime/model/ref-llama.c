@@ -602,6 +602,14 @@ static void ref_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_
     out->kv = kv;
 }
 
+/* iface.memory: what ref_new allocated (the store is model.c's figure). */
+static void ref_memory(void *ctx, struct ebb_model_memory *out)
+{
+    const struct ref *r = ctx;
+    out->repack = r->rp_total;
+    out->host = r->host_bytes;
+}
+
 static const struct ebb__backend_i ref_iface = {
     .name = "ref (plain C)",
     .eval = ref_eval,
@@ -610,6 +618,7 @@ static const struct ebb__backend_i ref_iface = {
     .kv_store_new = ref_kv_store_new,
     .kv_store_xfer = ref_kv_store_xfer,
     .decode_bytes = ref_decode_bytes,
+    .memory = ref_memory,
 };
 
 static const struct ebb__backend_i ref_q8_iface = {
@@ -620,6 +629,7 @@ static const struct ebb__backend_i ref_q8_iface = {
     .kv_store_new = ref_kv_store_new,
     .kv_store_xfer = ref_kv_store_xfer,
     .decode_bytes = ref_decode_bytes,
+    .memory = ref_memory,
 };
 
 /* A matrix (ne[0] = n_in per row, ne[1] = n_out rows) in a type the dot products support. */
@@ -676,49 +686,96 @@ static ebb_err load_tensors(struct ref *r, const struct ebb_gguf *g, struct ebb_
                                                      : get_mat(gt, &rt->m, diag);
             if (rc)
                 return rc;
+            if (rt->v)
+                r->host_bytes += sizeof(float) * gt->n_elements;
             rt->present = gt != NULL;
         }
     }
     return EBB_OK;
 }
 
-/* The matrices repack() copies: those of op (a layer's for layer l, or the output head's) in a
- * type with a repacked product (ebb_quant_get_rp8), single (not an expert stack), of 8 rows or
- * more, not copied yet. */
-static struct wmat *repack_mat(struct ref *r, const struct ebb__op *op, uint32_t l, uint64_t *gb)
+/* The bytes of the repacked copy of n_mat matrices of n_out rows of n_in elements of type:
+ * 0 where repack() leaves them on the file's rows (a type without a repacked product
+ * (ebb_quant_get_rp8), an expert stack, fewer than 8 rows). */
+static uint64_t repack_size(uint32_t type, uint32_t n_in, uint32_t n_out, uint32_t n_mat)
 {
-    *gb = 0;
-    if (op->kind != EBB__OP_MATMUL || op->t < 0)
-        return NULL;
-    struct wmat *w = &((struct rtensor *)tensor(r, op->t, l))->m;
-    ebb_quant_rp8_fn f = w->data && !w->rp ? ebb_quant_get_rp8(w->type) : NULL;
-    *gb = f ? ebb_quant_rp8_bytes(w->type, w->n_in) : 0;
-    return *gb && w->n_mat == 1 && w->n_out >= 8 ? w : NULL;
+    uint64_t gb = ebb_quant_get_rp8(type) ? ebb_quant_rp8_bytes(type, n_in) : 0;
+    return n_mat == 1 && n_out >= 8 ? gb * (n_out / 8) : 0;
 }
 
-/* Each matrix repack_mat takes, once: the layers' (layer after layer), then the output head's. */
-static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_t *gb)
+/* The matrix products repack() looks at, each once: the layers' (layer after layer), then the
+ * output head's when head. Returns the next one's op and writes its layer to *ol; NULL at the
+ * end. */
+static const struct ebb__op *repack_walk(const struct ebb__arch *a, uint32_t n_layer, bool head,
+                                         uint32_t *l, uint32_t *i, uint32_t *ol)
 {
-    const struct ebb__arch *a = r->a;
     for (;;) {
         const struct ebb__op *op;
-        uint32_t ol = 0;
-        if (*l < r->hp.n_layer) {
+        if (*l < n_layer) {
             if (*i >= a->n_layer_ops) {
                 ++*l, *i = 0;
                 continue;
             }
-            op = &a->layer[*i], ol = *l;
-        } else if (*i < a->n_output && r->repack_head) {
-            op = &a->output[*i];
+            op = &a->layer[*i], *ol = *l;
+        } else if (*i < a->n_output && head) {
+            op = &a->output[*i], *ol = 0;
         } else {
             return NULL;
         }
         ++*i;
-        struct wmat *w = repack_mat(r, op, ol, gb);
-        if (w)
-            return w;
+        if (op->kind == EBB__OP_MATMUL && op->t >= 0)
+            return op;
     }
+}
+
+/* The next matrix repack() copies, not copied yet, with the bytes of one group of its rows. */
+static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_t *gb)
+{
+    const struct ebb__op *op;
+    uint32_t ol;
+    while ((op = repack_walk(r->a, r->hp.n_layer, r->repack_head, l, i, &ol))) {
+        struct wmat *w = &((struct rtensor *)tensor(r, op->t, ol))->m;
+        if (w->data && !w->rp && repack_size(w->type, w->n_in, w->n_out, w->n_mat)) {
+            *gb = ebb_quant_rp8_bytes(w->type, w->n_in);
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* Whether repack() makes a copy of total bytes: EBB_CPU_REPACK=0 never, EBB_CPU_REPACK=1
+ * always, else where it takes at most half of the memory the host probes call available
+ * (written to *avail, 0 when no probe answers). */
+static bool repack_fits(uint64_t total, uint64_t *avail)
+{
+    const char *env = getenv("EBB_CPU_REPACK");
+    *avail = 0;
+    if (env && !strcmp(env, "0"))
+        return false;
+    if (env && !strcmp(env, "1"))
+        return true;
+    return !ebb_memprobe_host_available(avail) || total <= *avail / 2;
+}
+
+static bool repack_head_env(void)
+{
+    const char *head = getenv("EBB_CPU_REPACK_HEAD");
+    return !(head && !strcmp(head, "0"));
+}
+
+uint64_t ebb__ref_repack_bytes(const struct ebb__arch *a, const struct ebb__hparams *hp,
+                               const struct ebb_gguf *g)
+{
+    uint64_t total = 0, avail;
+    uint32_t l = 0, i = 0, ol;
+    const struct ebb__op *op;
+    while ((op = repack_walk(a, hp->n_layer, repack_head_env(), &l, &i, &ol))) {
+        const struct ebb_gguf_tensor *t;
+        if (!ebb__arch_tensor(a, hp, g, (uint32_t)op->t, ol, &t, NULL) && t && t->n_dims >= 2)
+            total += repack_size(t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
+                                 t->n_dims == 3 ? (uint32_t)t->ne[2] : 1);
+    }
+    return total && repack_fits(total, &avail) ? total : 0;
 }
 
 /* Device "cpu": every single matrix of the layers' products and the output head in a type with a
@@ -732,30 +789,28 @@ static struct wmat *repack_next(struct ref *r, uint32_t *l, uint32_t *i, uint64_
  * their decode).
  * The copy is made only where it takes at most half of the memory the host probes call
  * available (MemAvailable, the cgroup's limit), so that a model near the machine's size is not
- * pushed over it by a speed-up: EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does. */
+ * pushed over it by a speed-up: EBB_CPU_REPACK=0 never repacks, EBB_CPU_REPACK=1 always does.
+ * ebb__ref_repack_bytes tells the same from the file's header before the open. */
 static ebb_err repack(struct ref *r, struct ebb_diag *diag)
 {
-    const char *env = getenv("EBB_CPU_REPACK"), *head = getenv("EBB_CPU_REPACK_HEAD");
+    const char *env = getenv("EBB_CPU_REPACK");
     if (env && !strcmp(env, "0"))
         return EBB_OK;
-    r->repack_head = !(head && !strcmp(head, "0"));
-    uint64_t total = 0, gb;
+    r->repack_head = repack_head_env();
+    uint64_t total = 0, gb, avail;
     struct wmat *w;
     uint32_t l = 0, i = 0;
     while ((w = repack_next(r, &l, &i, &gb)))
         total += gb * (w->n_out / 8);
     if (!total)
         return EBB_OK;
-    if (!(env && !strcmp(env, "1"))) {
-        uint64_t avail = 0;
-        if (ebb_memprobe_host_available(&avail) && total > avail / 2) {
-            ebb_log(EBB_LOG_INFO, "model",
-                    "CPU device: products on the file's rows: their repacked copy (%.0f MiB) "
-                    "would take more than half of the %.0f MiB available (EBB_CPU_REPACK=1 "
-                    "makes it anyway)",
-                    (double)total / (1 << 20), (double)avail / (1 << 20));
-            return EBB_OK;
-        }
+    if (!repack_fits(total, &avail)) {
+        ebb_log(EBB_LOG_INFO, "model",
+                "CPU device: products on the file's rows: their repacked copy (%.0f MiB) "
+                "would take more than half of the %.0f MiB available (EBB_CPU_REPACK=1 "
+                "makes it anyway)",
+                (double)total / (1 << 20), (double)avail / (1 << 20));
+        return EBB_OK;
     }
     l = i = 0;
     while ((w = repack_next(r, &l, &i, &gb))) {
@@ -769,6 +824,7 @@ static ebb_err repack(struct ref *r, struct ebb_diag *diag)
                                w->rp + (uint64_t)(o / 8) * gb);
         w->rp_bytes = gb;
         w->rp8 = ebb_quant_get_rp8(w->type);
+        r->rp_total += gb * (w->n_out / 8);
     }
     return EBB_OK;
 }
@@ -789,18 +845,27 @@ static uint32_t max_matmul_in(const struct ebb__arch *a, const struct ebb__hpara
     return m;
 }
 
-/* n zeroed elements of es bytes; *fail set where that cannot be had. */
-static void *alloc_elems(uint64_t n, uint32_t es, bool *fail)
+/* calloc, the bytes counted in r->host_bytes (ebb_model_memory). */
+static void *ref_calloc(struct ref *r, uint64_t n, uint64_t es)
 {
-    void *p = n && n < (UINT64_MAX / es) ? calloc(n, es) : NULL;
+    void *p = calloc(n, es);
+    if (p)
+        r->host_bytes += n * es;
+    return p;
+}
+
+/* n zeroed elements of es bytes; *fail set where that cannot be had. */
+static void *alloc_elems(struct ref *r, uint64_t n, uint32_t es, bool *fail)
+{
+    void *p = n && n < (UINT64_MAX / es) ? ref_calloc(r, n, es) : NULL;
     if (!p)
         *fail = true;
     return p;
 }
 
-static void *alloc_floats(uint64_t n, bool *fail)
+static void *alloc_floats(struct ref *r, uint64_t n, bool *fail)
 {
-    return alloc_elems(n, sizeof(float), fail);
+    return alloc_elems(r, n, sizeof(float), fail);
 }
 
 bool ebb__ref_kv16(const char *device, int kv_type, uint32_t head_dim)
@@ -869,26 +934,26 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     uint64_t kv = (uint64_t)(hp->n_layer - r->l0) * r->n_seq * n_ctx * KVD;
     r->kv16 = ebb__ref_kv16(p->device, p->kv_type, hp->head_dim);
     r->kv_es = r->kv16 ? 2 : 4;
-    r->k_cache = alloc_elems(kv ? kv : 1, r->kv_es, &fail);
-    r->v_cache = alloc_elems(kv ? kv : 1, r->kv_es, &fail);
-    r->rope_cos = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
-    r->rope_sin = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+    r->k_cache = alloc_elems(r, kv ? kv : 1, r->kv_es, &fail);
+    r->v_cache = alloc_elems(r, kv ? kv : 1, r->kv_es, &fail);
+    r->rope_cos = alloc_floats(r, (uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+    r->rope_sin = alloc_floats(r, (uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     if (hp->swa && hp->rope_base_swa > 0) {
-        r->rope_cos_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
-        r->rope_sin_swa = alloc_floats((uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+        r->rope_cos_swa = alloc_floats(r, (uint64_t)n_ctx * (hp->n_rot / 2), &fail);
+        r->rope_sin_swa = alloc_floats(r, (uint64_t)n_ctx * (hp->n_rot / 2), &fail);
     }
     for (int b = 0; b < EBB__N_BUF; b++) {
         r->width[b] = ebb__arch_buf_width(hp, b);
-        r->buf[b] = alloc_floats((uint64_t)BATCH * r->width[b], &fail);
+        r->buf[b] = alloc_floats(r, (uint64_t)BATCH * r->width[b], &fail);
         touch_floats(r->buf[b], (uint64_t)BATCH * r->width[b]);
     }
     if (n_threads < 1)
         n_threads = 1;
     if (n_threads > EBB__REF_MAX_THREADS)
         n_threads = EBB__REF_MAX_THREADS;
-    r->att = alloc_floats((uint64_t)n_ctx * (uint32_t)n_threads, &fail);
+    r->att = alloc_floats(r, (uint64_t)n_ctx * (uint32_t)n_threads, &fail);
     for (int i = 0; i < n_threads; i++)
-        r->rowbuf[i] = alloc_floats(max_in, &fail);
+        r->rowbuf[i] = alloc_floats(r, max_in, &fail);
     bool cpu = p->device && !strcmp(p->device, "cpu");
     r->cpu = cpu;
     r->q8 = cpu || (p->device && !strcmp(p->device, "ref-q8"));
@@ -902,18 +967,19 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         goto out;
     }
     if (r->q8) {
-        r->xact = calloc((uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
+        r->xact = ref_calloc(r, (uint64_t)BATCH * (max_in / 32), sizeof(*r->xact));
         fail |= r->xact == NULL;
     }
     if (cpu) {
-        r->xsum = calloc((uint64_t)BATCH * (max_in / 32 ? max_in / 32 : 1), sizeof(*r->xsum));
+        r->xsum =
+            ref_calloc(r, (uint64_t)BATCH * (max_in / 32 ? max_in / 32 : 1), sizeof(*r->xsum));
         fail |= r->xsum == NULL;
-        r->gelu_tab = alloc_floats(EBB__GELU_TAB, &fail);
+        r->gelu_tab = alloc_floats(r, EBB__GELU_TAB, &fail);
         if (r->gelu_tab)
             ebb__ref_gelu_table(r->gelu_tab);
     }
     if (r->kq8 && max_in >= EBB_QK_K) {
-        r->xk = calloc((uint64_t)BATCH * (max_in / EBB_QK_K), sizeof(*r->xk));
+        r->xk = ref_calloc(r, (uint64_t)BATCH * (max_in / EBB_QK_K), sizeof(*r->xk));
         fail |= r->xk == NULL;
     }
     if (fail) {
@@ -927,7 +993,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         if (a->layer[i].kind == EBB__OP_MOE && !r->moe.logits && (rc = ebb__ref_moe_alloc(r, diag)))
             goto out;
     bool scaled;
-    float *ff = alloc_floats(hp->n_rot / 2 + 1, &fail);
+    float *ff = calloc(hp->n_rot / 2 + 1, sizeof(float));
     if (!ff || (rc = ebb__arch_rope_freqs(a, &r->hp, g, ff, &scaled, diag))) {
         if (!rc)
             rc = ebb_diag_set(diag, EBB_ENOMEM, "out of memory");

@@ -249,14 +249,14 @@ def stream_started(server, model, max_tokens):
 
 
 def test_budget_idle_model_gives_way_busy_one_does_not(make_server, tmp_path):
-    """A budget that fits one model (SmolLM2 ~98 MiB, Gemma ~253 MiB, 300 MiB): while SmolLM2
-    streams, Gemma is refused with 503 and Retry-After and the stream is unharmed; once SmolLM2
-    is idle, Gemma's load unloads it. Models and their settings come from [model.NAME]
-    sections of one config file."""
+    """A budget that fits one model (SmolLM2 ~98 MiB, Gemma ~253 MiB, each with a 16 MiB
+    prompt-cache store, 300 MiB): while SmolLM2 streams, Gemma is refused with 503 and
+    Retry-After and the stream is unharmed; once SmolLM2 is idle, Gemma's load unloads it.
+    Models and their settings come from [model.NAME] sections of one config file."""
     need_models()
     conf = tmp_path / "ebb.conf"
     conf.write_text(
-        f"models_budget = 300M\nctx = 128\nparallel = 1\n"
+        f"models_budget = 300M\nctx = 128\nparallel = 1\nprompt_cache = 16M\n"
         f"[model.chat]\npath = {os.path.join(models_dir(), GEMMA_FILE)}\n"
         f"[model.small]\npath = {os.path.join(models_dir(), MODEL_FILE)}\nkeep_alive = 1h\n")
     s = make_server("--config", str(conf), models=[])
@@ -335,14 +335,15 @@ def wait_streamed(server, model, timeout=30):
 
 def test_budget_idle_model_streams_layers_before_it_goes(make_server, tmp_path):
     """A budget that fits Gemma (about 275 MiB planned) and part of SmolLM2 (about 117 MiB with
-    every layer resident), 330M: Gemma's load makes the idle SmolLM2 stream its top layers
-    instead of unloading it; SmolLM2 wanted again takes layers back from the now idle Gemma as
-    far as the budget allows, still streaming some; both answer with the greedy text they gave
-    with every layer resident, and nothing was unloaded."""
+    every layer resident), each with a 16 MiB prompt-cache store that counts too, 362M: Gemma's
+    load makes the idle SmolLM2 stream its top layers instead of unloading it; SmolLM2 wanted
+    again takes layers back from the now idle Gemma as far as the budget allows, still
+    streaming some; both answer with the greedy text they gave with every layer resident, and
+    nothing was unloaded."""
     need_models()
     conf = tmp_path / "ebb.conf"
     conf.write_text(
-        f"models_budget = 330M\nctx = 128\nparallel = 1\nkeep_alive = 1h\n"
+        f"models_budget = 362M\nctx = 128\nparallel = 1\nkeep_alive = 1h\nprompt_cache = 16M\n"
         f"[model.chat]\npath = {os.path.join(models_dir(), GEMMA_FILE)}\n"
         f"[model.small]\npath = {os.path.join(models_dir(), MODEL_FILE)}\n")
     s = make_server("--config", str(conf), models=[])
@@ -367,3 +368,56 @@ def test_budget_idle_model_streams_layers_before_it_goes(make_server, tmp_path):
     assert re.search(r'ebb_catalogue_model_layers\{model="small",place="streamed"\} [1-9]', m)
     mem = counters(s, "ebb_catalogue_model_memory_bytes")
     assert set(mem) == {"chat", "small"}
+    assert sum(mem.values()) <= 362 << 20, mem
+
+
+def budget_server(make_server, tmp_path, budget, prompt_cache, *extra):
+    """A catalogue of SmolLM2 alone ([model.small]) under models_budget, ctx 128."""
+    conf = tmp_path / f"ebb-{budget}-{prompt_cache}.conf"
+    conf.write_text(
+        f"models_budget = {budget}\nctx = 128\nparallel = 1\nprompt_cache = {prompt_cache}\n"
+        f"[model.small]\npath = {os.path.join(models_dir(), MODEL_FILE)}\n")
+    return make_server("--config", str(conf), *extra, models=[])
+
+
+def loaded_bytes(server, model):
+    """Loads model and returns its memory_bytes from /models/status."""
+    st, o = server.json("POST", "/models/load", {"model": model})
+    assert st == 200, o
+    return o["memory_bytes"]
+
+
+def test_budget_counts_the_prompt_store(make_server, tmp_path):
+    """A model counts as its plan and its prompt-cache store, the store at its whole size
+    (prompt_cache, to the last whole position), whether or not prompts filled it: SmolLM2 with a
+    64 MiB store counts 64 MiB more than without one. Before the load it counts the store too:
+    under a 150 MiB budget SmolLM2 (a 94 MiB file, about 117 MiB planned) loads without a store
+    and is refused whole with one."""
+    need_models()
+    with_store = loaded_bytes(budget_server(make_server, tmp_path, "1G", "64M"), "small")
+    without = loaded_bytes(budget_server(make_server, tmp_path, "150M", "0"), "small")
+    assert 63 << 20 < with_store - without <= 64 << 20, (with_store, without)
+    s = budget_server(make_server, tmp_path, "150M", "64M")
+    st, o = s.json("POST", "/models/load", {"model": "small"})
+    assert st == 503, o
+    msg = o["error"]["message"]
+    assert "more than the whole 150 MiB budget" in msg, msg
+    assert int(re.search(r"needs about (\d+) MiB", msg).group(1)) >= 150, msg
+
+
+def test_budget_counts_the_cpu_repack(make_server, tmp_path):
+    """--device cpu has no streamer: a loaded model counts as its file, the engine's host
+    buffers (the weights' repacked copy, about the file's size again for Q4_1 with the tied
+    head, the KV cache and scratch rows) and its store. Before the load the estimate has the
+    repacked copy too, so a budget that the file and its KV cache would fit refuses it."""
+    need_models()
+    size = os.path.getsize(os.path.join(models_dir(), MODEL_FILE))
+    s = budget_server(make_server, tmp_path, "1G", "0", "--device", "cpu")
+    cpu = loaded_bytes(s, "small")
+    assert cpu > 1.8 * size, (cpu, size)
+    _, o = s.json("GET", "/models/status")
+    assert o["data"][0]["replicas"][0]["device"].startswith("cpu"), o
+    s = budget_server(make_server, tmp_path, "150M", "0", "--device", "cpu")
+    st, o = s.json("POST", "/models/load", {"model": "small"})
+    assert st == 503, o
+    assert "more than the whole 150 MiB budget" in o["error"]["message"], o

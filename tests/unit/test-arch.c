@@ -2,7 +2,9 @@
  * the files give them, every declared tensor present with its shape, and every tensor of the
  * file claimed by exactly one declaration (a description that forgets a tensor fails here).
  * Then the checks themselves on small GGUFs written from the descriptions: a missing tensor, a
- * wrong shape, an unknown architecture, a malformed description. The real models come from
+ * wrong shape, an unknown architecture, a malformed description. What a description implies
+ * for memory: the store and the CPU device's repacked copy told from a real file's header
+ * before an open, against what the open model holds. The real models come from
  * $EBB_MODELS_DIR (default ~/.local/share/ebb/models); their tests skip without them. */
 #include <math.h>
 #include <setjmp.h>
@@ -682,6 +684,63 @@ static void test_cl_plan(void **state)
     assert_non_null(strstr(d.msg, "qwen3moe's layer op 11 (rms_norm)"));
 }
 
+/* ebb_model_memory_estimate from the header is what ebb_model_memory says once the model is
+ * open on the CPU device: its repacked copy to the byte (walking the description's products,
+ * the tied head included) and the store to the byte; EBB_CPU_REPACK=0 makes no copy. The
+ * OpenCL engine repacks nothing, and keeps no store for a windowed family whose window is
+ * shorter than the context (Gemma 3's 512 positions), where the host engines keep one. */
+static void test_memory_estimate(void **state)
+{
+    (void)state;
+    const char *file = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    struct ebb_gguf *g = open_real(file);
+    char path[1024];
+    model_path(path, sizeof(path), file);
+    struct ebb_model_params p = {
+        .path = path, .device = "cpu", .n_ctx = 128, .n_seq = 1, .prompt_cache = 8 << 20};
+    struct ebb_model_memory est, got;
+    struct ebb_diag d = {{0}};
+    setenv("EBB_CPU_REPACK", "1", 1); /* whatever the memory available now */
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    /* Q4_1 copies are the file's bytes: the layers' matrices and the tied head, about the file
+     * again (98.4 MB) */
+    assert_true(est.repack > 80u << 20 && est.repack < ebb_gguf_file_size(g));
+    assert_true(est.store > (8u << 20) - 23040 && est.store <= 8u << 20);
+    assert_int_equal(est.host, 0);
+    struct ebb_model *m = NULL;
+    if (ebb_model_open(&p, &m, &d))
+        fail_msg("open %s on cpu: %s", path, d.msg);
+    ebb_model_memory(m, &got);
+    assert_int_equal(got.repack, est.repack);
+    assert_int_equal(got.store, est.store);
+    assert_int_equal(got.store, ebb_model_kv_store_bytes(m));
+    /* the fp16 KV cache (30 layers, 3 heads of 64, 128 positions) and the logits rows at
+     * least */
+    assert_true(got.host > 2ull * 30 * 3 * 64 * 2 * 128 + 64ull * 49152 * 4);
+    ebb_model_close(m);
+    setenv("EBB_CPU_REPACK", "0", 1);
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    assert_int_equal(est.repack, 0);
+    unsetenv("EBB_CPU_REPACK");
+    p.device = "cl:0:0";
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    assert_int_equal(est.repack, 0);
+    assert_true(est.store > 0);
+    ebb_gguf_close(g);
+
+    g = open_real("gemma-3-270m-q4_k_m.gguf");
+    p.n_ctx = 256;
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    assert_true(est.store > 0 && est.repack == 0);
+    p.n_ctx = 1024;
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    assert_int_equal(est.store, 0);
+    p.device = "cpu";
+    assert_int_equal(ebb_model_memory_estimate(g, &p, &est, &d), EBB_OK);
+    assert_true(est.store > 0 && est.repack > 0);
+    ebb_gguf_close(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -691,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_bad_description), cmocka_unit_test(test_cl_plan),
         cmocka_unit_test(test_llama3_rope),     cmocka_unit_test(test_experts),
         cmocka_unit_test(test_longrope),        cmocka_unit_test(test_ctx_choice),
+        cmocka_unit_test(test_memory_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
