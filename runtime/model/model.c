@@ -534,11 +534,10 @@ ebb_err ebb_model_memory_estimate(const struct ebb_gguf *g, const struct ebb_mod
     /* The OpenCL engine keeps no store where a windowed layer's cache is a ring (model-cl.c,
      * clm_kv_store_new): where its window and one prefill chunk are shorter than the context.
      * The chunk is the device's, known once open (128 on CPUs, 512 on GPUs), so here a window
-     * shorter than the context counts as a ring; the count after the load is the store made. */
-    const char *ring = getenv("EBB_CL_KV_RING");
+     * shorter than the context counts as a ring (as the tuning's default, kv_ring, has it:
+     * with EBB_CL_KV_RING=0 the count after the load is the store made). */
     bool rings = false;
-    for (uint32_t l = 0; !host_device(dev) && !(ring && !strcmp(ring, "0")) && l < hp.n_layer;
-         l++) {
+    for (uint32_t l = 0; !host_device(dev) && l < hp.n_layer; l++) {
         uint32_t w = ebb__arch_window(&hp, l);
         rings |= w && w < c.n_ctx;
     }

@@ -421,3 +421,61 @@ def test_budget_counts_the_cpu_repack(make_server, tmp_path):
     st, o = s.json("POST", "/models/load", {"model": "small"})
     assert st == 503, o
     assert "more than the whole 150 MiB budget" in o["error"]["message"], o
+
+
+def gen_model_bin():
+    """bench/ebb-gen-model next to EBB_BIN's daemon/ (EBB_GEN_MODEL overrides), as
+    test_families.py finds it."""
+    g = os.environ.get("EBB_GEN_MODEL")
+    if g:
+        return g
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(os.environ["EBB_BIN"]))),
+                        "bench", "ebb-gen-model")
+
+
+def test_three_models_through_openai_and_curl(tmp_path):
+    """The two real models and a random-weight one (ebb-gen-model, a tiny Llama 3 shape with
+    SmolLM2's vocabulary) in one catalogue: the official openai client lists all three and gets
+    a chat from each (the answer names the model asked for), and curl's request for the random
+    model by a unique prefix of its id answers with that model."""
+    need_models()
+    if not os.environ.get("EBB_BIN"):
+        pytest.skip("EBB_BIN is not set")
+    d = catalogue_dir(tmp_path)
+    rand = os.path.join(d, "rand-llama3.1-tiny-q8_0.gguf")
+    subprocess.run([gen_model_bin(), "--shape", "llama3.1-tiny", "--type", "q8_0", "--seed", "3",
+                    "--tokenizer-from", os.path.join(models_dir(), MODEL_FILE), "-o", rand],
+                   check=True, capture_output=True)
+    RAND = "rand-llama3.1-tiny-q8_0"
+    s = Server("--models-dir", d, "--ctx", "256", "--parallel", "1", "--keep-alive", "-1",
+               models=[])
+    try:
+        client = s.client()
+        ids = {m.id for m in client.models.list().data}
+        assert {SMOL, GEMMA, RAND} <= ids, ids
+        for m in (SMOL, GEMMA, RAND):
+            r = client.chat.completions.create(model=m, max_tokens=4, temperature=0,
+                                               messages=[{"role": "user", "content": "Hi"}])
+            assert r.model == m
+            assert r.choices[0].finish_reason in ("stop", "length")
+            assert r.usage.completion_tokens >= 1 and r.usage.prompt_tokens >= 1
+        body = json.dumps({"model": "rand-llama", "prompt": "def f(", "max_tokens": 3,
+                           "temperature": 0})
+        out = subprocess.run(["curl", "-sS", "--fail-with-body", "-H",
+                              "Content-Type: application/json", "-d", body,
+                              s.base + "/v1/completions"],
+                             check=True, capture_output=True, text=True, timeout=120)
+        ans = json.loads(out.stdout)
+        assert ans["model"] == RAND and ans["usage"]["completion_tokens"] >= 1, ans
+        # a name the catalogue does not hold: 404 model_not_found, with close names
+        out = subprocess.run(["curl", "-sS", "-w", "\n%{http_code}", "-H",
+                              "Content-Type: application/json", "-d",
+                              body.replace('"rand-llama"', '"rand-lama-tiny"'),
+                              s.base + "/v1/completions"],
+                             check=True, capture_output=True, text=True, timeout=60)
+        text, code = out.stdout.rsplit("\n", 1)
+        err = json.loads(text)["error"]
+        assert code == "404" and err["code"] == "model_not_found", out.stdout
+        assert RAND in err["message"], err
+    finally:
+        assert s.stop() == 0, s.stderr()
