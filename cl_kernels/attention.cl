@@ -179,7 +179,6 @@ inline void att_prefetch(float4 *kx, float4 *vx, const __global KV_T *kh,
     att_load_v(vx, vh, s0, n_ctx, pc, lid / ATT_VL, lid % ATT_VL);
 }
 
-
 #if ATT_DA
 /* Positions p0 .. p0 + pc - 1 of the KV head's cache kh / vh into st: keys at row j * ATT_KR,
  * values after them at ATT_CHUNK * ATT_KR + j * HEAD_DIM (halves), 16 bytes a copy. */
@@ -201,9 +200,12 @@ inline void att_stage(__local uint4 *st, const __global KV_T *kh, const __global
     }
     CP_COMMIT();
 }
-#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc) att_stage((st), (kh), (vh), (p0), (n_ctx), (pc))
+/* A decode work-group's first loads: its chunk staged, or each work-item's first batches. */
+#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc)                                               \
+    att_stage((st), (kh), (vh), (p0), (n_ctx), (pc))
 #else
-#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc) att_prefetch((kx), (vx), (kh), (vh), (p0), (n_ctx), (pc))
+#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc)                                               \
+    att_prefetch((kx), (vx), (kh), (vh), (p0), (n_ctx), (pc))
 #endif
 
 /* att_load_k and att_load_v from the staged chunk (ATT_DA): rows clamped as there. */
