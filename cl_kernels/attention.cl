@@ -101,7 +101,19 @@ inline int att_first(int n_kv, int win)
 #define ATT_DA 0
 #endif
 #define ATT_KR (HEAD_DIM + 8)
-#define ATT_STAGE (ATT_DA ? ATT_CHUNK * (ATT_KR + HEAD_DIM) / 8 : 1) /* uint4s */
+/* ATT_SUB < ATT_CHUNK: a work-group walks its chunk in sub-chunks of ATT_SUB positions
+ * (decode_part_sub), staged (ATT_DA) two buffers of ATT_SUB key rows deep: the next sub-chunk's
+ * keys (then values) are copied while this one's are worked on, so a chunk can be longer than
+ * local memory holds and the launch writes fewer partials. */
+#if !defined(ATT_SUB) || ATT_SUB <= 0 || ATT_SUB >= ATT_CHUNK
+#undef ATT_SUB
+#define ATT_SUB ATT_CHUNK
+#define ATT_SB 0
+#else
+#define ATT_SB 1
+#endif
+#define ATT_STAGE                                                                                  \
+    (!ATT_DA ? 1 : ATT_SB ? 2 * ATT_SUB * ATT_KR / 8 : ATT_CHUNK * (ATT_KR + HEAD_DIM) / 8)
 
 /* At most 8 float4s of keys and 8 of values in flight per work-item (registers). */
 #if defined(MV_CPU) && MV_CPU
@@ -121,11 +133,13 @@ inline int att_first(int n_kv, int win)
  * scores (ATT_G x ATT_CHUNK), the scratch shared by the partial scores and the partial
  * outputs, per-block maxima and sums (ATT_G x ATT_CHUNK / 4 each) and each head's sum.
  * runtime/cl/cl-layout.c (ebb_cl_att_local) mirrors this. */
-#define ATT_SCR_K (ATT_KL > 1 ? ATT_G * ATT_CHUNK * ATT_KL : 4)
+#define ATT_SCR_K (ATT_KL > 1 ? ATT_G * ATT_SUB * ATT_KL : 4)
 #define ATT_SCR_V (ATT_VP > 1 ? ATT_VP * ATT_G * HEAD_DIM : 4)
-/* Staged (ATT_DA), the partial outputs go to the keys' staging, no longer read by then, where
- * it holds them (ATT_VSK): less local memory a work-group, more work-groups a multiprocessor. */
-#define ATT_VSK (ATT_DA && ATT_CHUNK * ATT_KR >= 2 * ATT_SCR_V)
+/* Staged (ATT_DA), the partial outputs go to the keys' staging, no longer read by then (with
+ * sub-chunks, the whole staging: every read of it ends at a barrier), where it holds them
+ * (ATT_VSK): less local memory a work-group, more work-groups a multiprocessor. */
+#define ATT_VSK                                                                                    \
+    (ATT_DA && (ATT_SB ? ATT_STAGE * 4 >= ATT_SCR_V : ATT_CHUNK * ATT_KR >= 2 * ATT_SCR_V))
 #define ATT_SCR (ATT_VSK || ATT_SCR_K > ATT_SCR_V ? ATT_SCR_K : ATT_SCR_V)
 #define ATT_NB (ATT_CHUNK / 4)
 #define ATT_LOCAL (ATT_G * (HEAD_DIM + ATT_CHUNK + 2 * ATT_NB + 1) + ATT_SCR)
@@ -200,9 +214,31 @@ inline void att_stage(__local uint4 *st, const __global KV_T *kh, const __global
     }
     CP_COMMIT();
 }
-/* A decode work-group's first loads: its chunk staged, or each work-item's first batches. */
+/* Rows j0 .. j0 + cnt - 1 of a chunk (its first at slot s0) of the KV head's cache src into
+ * the local rows at shared address dst, pitch halves apart (ATT_SB's buffers). */
+inline void att_stage_rows(uint dst, int pitch, const __global KV_T *src, int s0, int n_ctx,
+                           int j0, int cnt)
+{
+    for (int e = get_local_id(0); e < cnt * (HEAD_DIM / 8); e += ATT_WG) {
+        int j = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        cp_async16(dst + (uint)(j * pitch + d) * 2u,
+                   src + (size_t)att_slot(s0, j0 + j, n_ctx) * HEAD_DIM + d, 16);
+    }
+}
+
+/* A decode work-group's first loads: its chunk staged (with sub-chunks, the first one's keys),
+ * or each work-item's first batches. */
+#if ATT_SB
+#define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc)                                               \
+    do {                                                                                           \
+        att_stage_rows(local_saddr(st), ATT_KR, (kh), (p0) % (n_ctx), (n_ctx), 0,                  \
+                       min(ATT_SUB, (pc)));                                                        \
+        CP_COMMIT();                                                                               \
+    } while (0)
+#else
 #define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc)                                               \
     att_stage((st), (kh), (vh), (p0), (n_ctx), (pc))
+#endif
 #else
 #define ATT_START(kx, vx, st, kh, vh, p0, n_ctx, pc)                                               \
     att_prefetch((kx), (vx), (kh), (vh), (p0), (n_ctx), (pc))
@@ -291,6 +327,56 @@ inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global flo
         vstore4(o / l, f, out + h * HEAD_DIM); /* one chunk: no reduction pass needed */
     else
         vstore4(o, f, po + ((size_t)h * nc + c) * HEAD_DIM);
+}
+
+/* The end of decode's first pass, for decode_part and decode_part_sub: the new token's value
+ * (with kn), the partial outputs o of value lane vl at positions vp, vp + ATT_VP, .. summed
+ * through vscr, and the work-group's outputs (att_out: normalised by hl with one chunk). */
+inline void att_finish(float4 *o, int vl, int vp, bool vact, __local const float *sc,
+                       __local float *vscr, __local const float *hl, __local const KN_T *kn,
+                       __local const KN_T *vn, int pn, int c, int nc, int h0,
+                       __global float *po, __global float *out)
+{
+    int lid = get_local_id(0);
+    if (kn && vact && vp == 0) {
+#pragma unroll
+        for (int i = 0; i < ATT_DV; i++) {
+            int f = vl + i * ATT_VL;
+            float4 v4 = ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? KN4(f, vn) : (float4)(0.0f);
+#pragma unroll
+            for (int g = 0; g < ATT_G; g++)
+                o[g * ATT_DV + i] += sc[g * ATT_CHUNK + pn - 1] * v4;
+        }
+    }
+    if (ATT_VP > 1 && vact) {
+#pragma unroll
+        for (int g = 0; g < ATT_G; g++)
+#pragma unroll
+            for (int i = 0; i < ATT_DV; i++) {
+                int f = vl + i * ATT_VL;
+                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
+                    vstore4(o[g * ATT_DV + i], f, vscr + (vp * ATT_G + g) * HEAD_DIM);
+            }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ATT_VP > 1) {
+        for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG) {
+            int g = e / ATT_D4, f = e % ATT_D4;
+            float4 o4 = vload4(f, vscr + g * HEAD_DIM);
+            for (int v = 1; v < ATT_VP; v++)
+                o4 += vload4(f, vscr + (v * ATT_G + g) * HEAD_DIM);
+            att_out(o4, f, h0 + g, hl[g], c, nc, po, out);
+        }
+    } else if (vact) {
+#pragma unroll
+        for (int g = 0; g < ATT_G; g++)
+#pragma unroll
+            for (int i = 0; i < ATT_DV; i++) {
+                int f = vl + i * ATT_VL;
+                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
+                    att_out(o[g * ATT_DV + i], f, h0 + g, hl[g], c, nc, po, out);
+            }
+    }
 }
 
 /* Decode, first pass (flash-decoding): work-group (c, hg) scores positions
@@ -421,46 +507,179 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
             }
         }
     }
-    if (kn && vact && vp == 0) {
+    att_finish(o, vl, vp, vact, sc, vscr, hl, kn, vn, pn, c, nc, h0, po, out);
+}
+
+#if ATT_SB
+#if ATT_SUB % ATT_VP
+#error "ATT_SUB must be a multiple of the value lanes' positions side by side (ATT_VP)"
+#endif
+/* Lane kl's share s of the scores of position b0 + j of a sub-chunk: the scores (ATT_KL 1) or
+ * the sub-chunk's partials. */
+inline void att_put_sub(const float *s, __local float *sc, __local float *scr, int b0, int j,
+                        int kl)
+{
 #pragma unroll
-        for (int i = 0; i < ATT_DV; i++) {
-            int f = vl + i * ATT_VL;
-            float4 v4 = ATT_D4 % ATT_VL == 0 || f < ATT_D4 ? KN4(f, vn) : (float4)(0.0f);
+    for (int g = 0; g < ATT_G; g++)
+        if (ATT_KL == 1)
+            sc[g * ATT_CHUNK + b0 + j] = s[g];
+        else
+            scr[(g * ATT_SUB + j) * ATT_KL + kl] = s[g];
+}
+
+/* decode_part over sub-chunks of ATT_SUB positions (ATT_SB): each sub-chunk's scores (their
+ * lanes' partials summed as decode_part sums them) into the chunk's row of scores, the chunk's
+ * softmax as decode_part's, then the values sub-chunk by sub-chunk. Staged (ATT_DA), two
+ * buffers of ATT_SUB rows at st take the keys of sub-chunk k + 1 (after the last one, the values
+ * of sub-chunk 0) while sub-chunk k's are read, then the values likewise (the first sub-chunk's
+ * keys are att_stage_rows' of ATT_START); unstaged, each work-item reads the cache as
+ * decode_part does. Every score and every output's sum over its positions takes decode_part's
+ * steps in its order: the results are decode_part's with the same ATT_CHUNK. */
+inline void decode_part_sub(__local float *lm, float4 *kx, float4 *vx, const __global KV_T *kh,
+                            const __global KV_T *vh, __local uint4 *st, int p0, int n_ctx,
+                            int pn, __local const KN_T *kn, __local const KN_T *vn, int c,
+                            int nc, int h0, __global float *po, __global float2 *pml,
+                            __global float *out)
+{
+    __local float *qs = lm, *sc = qs + ATT_G * HEAD_DIM, *scr = sc + ATT_G * ATT_CHUNK;
+    __local float *bm = scr + ATT_SCR, *bl = bm + ATT_G * ATT_NB, *hl = bl + ATT_G * ATT_NB;
+    __local float *vscr = ATT_VSK ? (__local float *)st : scr; /* the partial outputs */
+    int lid = get_local_id(0), s0 = p0 % n_ctx;
+    int pc = kn ? pn - 1 : pn; /* positions read from the cache */
+    int nsk = (pn + ATT_SUB - 1) / ATT_SUB; /* sub-chunks with scores (the new token's too) */
+    int nsv = (pc + ATT_SUB - 1) / ATT_SUB; /* sub-chunks with cached values */
+#if ATT_DA
+    uint sa = local_saddr(st), sbuf = ATT_SUB * ATT_KR * 2u; /* buffer b at sa + b * sbuf */
+#endif
+
+    /* Scores, sub-chunk by sub-chunk. */
+    int kl = lid % ATT_KL, kp = lid / ATT_KL;
+    for (int sb = 0; sb < nsk; sb++) {
+        int b0 = sb * ATT_SUB, cnt = min(ATT_SUB, pc - b0), n = min(ATT_SUB, pn - b0);
+#if ATT_DA
+        if (sb + 1 < nsk)
+            att_stage_rows(sa + (uint)((sb + 1) & 1) * sbuf, ATT_KR, kh, s0, n_ctx, b0 + ATT_SUB,
+                           min(ATT_SUB, pc - b0 - ATT_SUB));
+        else if (nsv > 0)
+            att_stage_rows(sa + (uint)(nsk & 1) * sbuf, HEAD_DIM, vh, s0, n_ctx, 0,
+                           min(ATT_SUB, pc));
+        CP_COMMIT();
+        CP_WAIT(1); /* this sub-chunk's keys; the barrier, everyone's */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const half *ks = (__local const half *)st + (sb & 1) * (ATT_SUB * ATT_KR);
+#endif
+        for (int j0 = kp; j0 < cnt; j0 += ATT_UK * ATT_KP) {
+#if ATT_DA
+            att_load_kl(kx, ks, cnt, j0, kl);
+#else
+            att_load_k(kx, kh, s0, n_ctx, pc, b0 + j0, kl);
+#endif
 #pragma unroll
-            for (int g = 0; g < ATT_G; g++)
-                o[g * ATT_DV + i] += sc[g * ATT_CHUNK + pn - 1] * v4;
+            for (int u = 0; u < ATT_UK; u++) {
+                float s[ATT_G];
+                att_dot(s, kx + u * ATT_DK, qs, kl);
+                if (j0 + u * ATT_KP < cnt)
+                    att_put_sub(s, sc, scr, b0, j0 + u * ATT_KP, kl);
+            }
+        }
+        if (kn && kp == 0 && pn - 1 < b0 + ATT_SUB && pn - 1 >= b0) {
+            float4 k4[ATT_DK];
+            float s[ATT_G];
+#pragma unroll
+            for (int i = 0; i < ATT_DK; i++)
+                k4[i] = KN4(kl + i * ATT_KL, kn);
+            att_dot(s, k4, qs, kl);
+            att_put_sub(s, sc, scr, b0, pn - 1 - b0, kl);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ATT_KL > 1) {
+            for (int e = lid; e < ATT_G * n; e += ATT_WG) {
+                int g = e / n, j = e % n;
+                float t = 0.0f;
+#pragma unroll
+                for (int k = 0; k < ATT_KL; k++)
+                    t += scr[(g * ATT_SUB + j) * ATT_KL + k];
+                sc[g * ATT_CHUNK + b0 + j] = t;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    if (ATT_VP > 1 && vact) {
-#pragma unroll
-        for (int g = 0; g < ATT_G; g++)
-#pragma unroll
-            for (int i = 0; i < ATT_DV; i++) {
-                int f = vl + i * ATT_VL;
-                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
-                    vstore4(o[g * ATT_DV + i], f, vscr + (vp * ATT_G + g) * HEAD_DIM);
-            }
+
+    /* The chunk's softmax, as decode_part's. */
+    int nb = (pn + 3) / 4;
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb, j = 4 * b;
+        float4 s4 = vload4(b, sc + g * ATT_CHUNK);
+        s4 = (float4)(s4.x, j + 1 < pn ? s4.y : -INFINITY, j + 2 < pn ? s4.z : -INFINITY,
+                      j + 3 < pn ? s4.w : -INFINITY);
+        vstore4(s4, b, sc + g * ATT_CHUNK);
+        bm[g * ATT_NB + b] = fmax(fmax(s4.x, s4.y), fmax(s4.z, s4.w));
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (ATT_VP > 1) {
-        for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG) {
-            int g = e / ATT_D4, f = e % ATT_D4;
-            float4 o4 = vload4(f, vscr + g * HEAD_DIM);
-            for (int v = 1; v < ATT_VP; v++)
-                o4 += vload4(f, vscr + (v * ATT_G + g) * HEAD_DIM);
-            att_out(o4, f, h0 + g, hl[g], c, nc, po, out);
-        }
-    } else if (vact) {
-#pragma unroll
-        for (int g = 0; g < ATT_G; g++)
-#pragma unroll
-            for (int i = 0; i < ATT_DV; i++) {
-                int f = vl + i * ATT_VL;
-                if (ATT_D4 % ATT_VL == 0 || f < ATT_D4)
-                    att_out(o[g * ATT_DV + i], f, h0 + g, hl[g], c, nc, po, out);
-            }
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb;
+        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
+        vstore4(p, b, sc + g * ATT_CHUNK);
+        bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < ATT_G) {
+        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
+        hl[lid] = lg;
+        pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
+    }
+
+    /* Values, sub-chunk by sub-chunk: lane vl's float4s over positions vp, vp + ATT_VP, .. */
+    int vl = lid % ATT_VL, vp = lid / ATT_VL;
+    bool vact = ATT_WG % ATT_VL == 0 || vp < ATT_VP;
+    float4 o[ATT_G * ATT_DV];
+#pragma unroll
+    for (int i = 0; i < ATT_G * ATT_DV; i++)
+        o[i] = (float4)(0.0f);
+    for (int sb = 0; sb < nsv; sb++) {
+        int b0 = sb * ATT_SUB, cnt = min(ATT_SUB, pc - b0);
+#if ATT_DA
+        if (sb + 1 < nsv) {
+            att_stage_rows(sa + (uint)((nsk + sb + 1) & 1) * sbuf, HEAD_DIM, vh, s0, n_ctx,
+                           b0 + ATT_SUB, min(ATT_SUB, pc - b0 - ATT_SUB));
+            CP_COMMIT();
+            CP_WAIT(1); /* this sub-chunk's values */
+        } else {
+            CP_WAIT(0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const half *vs = (__local const half *)st + ((nsk + sb) & 1) * (ATT_SUB * ATT_KR);
+#endif
+        for (int j0 = vp; vact && j0 < cnt; j0 += ATT_UV * ATT_VP) {
+#if ATT_DA
+            att_load_vl(vx, vs, cnt, j0, vl);
+#else
+            att_load_v(vx, vh, s0, n_ctx, pc, b0 + j0, vl);
+#endif
+#pragma unroll
+            for (int u = 0; u < ATT_UV; u++) {
+                int j = j0 + u * ATT_VP;
+                bool in = j < cnt;
+                j = b0 + min(j, cnt - 1);
+#pragma unroll
+                for (int g = 0; g < ATT_G; g++) {
+                    float p = in ? sc[g * ATT_CHUNK + j] : 0.0f;
+#pragma unroll
+                    for (int i = 0; i < ATT_DV; i++)
+                        o[g * ATT_DV + i] += p * vx[u * ATT_DV + i];
+                }
+            }
+        }
+#if ATT_DA
+        barrier(CLK_LOCAL_MEM_FENCE); /* the buffer takes sub-chunk sb + 2 next */
+#endif
+    }
+    att_finish(o, vl, vp, vact, sc, vscr, hl, kn, vn, pn, c, nc, h0, po, out);
 }
+#define ATT_PART decode_part_sub
+#else
+#define ATT_PART decode_part
+#endif
 
 __kernel void attn_decode_part(__global const float *q, __global const KV_T *kc,
                                __global const KV_T *vc, ulong kv_base, int n_ctx, int n_kv,
@@ -480,7 +699,7 @@ __kernel void attn_decode_part(__global const float *q, __global const KV_T *kc,
     for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
         vstore4(vload4(e, q + h0 * HEAD_DIM) * scale, e, lm);
     barrier(CLK_LOCAL_MEM_FENCE);
-    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
+    ATT_PART(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0, po, pml, out);
 }
 
 /* attn_decode_part with rope_kv's work for the new token (position n_kv - 1) fused in: each
@@ -611,7 +830,7 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
         }
     }
 #endif
-    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c,
+    ATT_PART(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, last ? kn : NULL, last ? vn : NULL, c,
                 nc, h0, po, pml, out);
 }
 
@@ -716,7 +935,7 @@ __kernel void attn_decode_rows(__global const float *qkv, int qkv_ld, __global c
     for (int e = lid; e < ATT_G * ATT_D4; e += ATT_WG)
         vstore4(vload4(e, q) * scale, e, lm);
     barrier(CLK_LOCAL_MEM_FENCE);
-    decode_part(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
+    ATT_PART(lm, kx, vx, kh, vh, st, p0, n_ctx, pn, NULL, NULL, c, nc, h0,
                 po + (size_t)z * n_head * max_nc * HEAD_DIM, pml + (size_t)z * n_head * max_nc,
                 out + (size_t)r * out_ld);
 }

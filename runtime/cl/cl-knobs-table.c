@@ -279,6 +279,11 @@ const struct knob ebb__cl_knobs[] = {
           "into local memory with cp.async as they start (after the async probe; where the "
           "chunk fits the work-group's local memory; measured in docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
+    UINT1("ATT_SUB", att_sub, "0|16|32|64|128|256|512",
+          "decode attention's work-group walks its chunk in sub-chunks of N positions (0 or not "
+          "shorter than ATT_CHUNK: none); with ATT_DASYNC two sub-chunks are staged, the next "
+          "one's copies in flight while this one is read, so chunks can outgrow local memory",
+          {DC_ANY, {0}}),
     BOOL1("ATTEX2", att_ex2,
           "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),

@@ -112,26 +112,28 @@ struct ebb_cl_tuning {
                             and reads values with ldmatrix (f16 caches; after the async probe) */
     uint32_t att_dasync; /* 1: decode attention stages its chunk's keys and values with
                             cp.async (f16 caches, after the async probe, where they fit) */
-    uint32_t att_ex2;    /* 1: attn_prefill_mma's probabilities through ex2.approx */
-    uint32_t att_mma_w;  /* attn_prefill_mma's warps a work-group: 4 (64 queries) or 8 (128) */
-    uint32_t att_g;      /* query heads per decode attention work-group (ATT_G): 1, or the
-                            model's group when att_gqa allows it (set by the engine) */
-    uint32_t kv_q8;      /* 1: the KV cache holds Q8_0 blocks instead of halves (KV_Q8: the
-                            rope and attention kernels; set by the engine from --kv-type) */
-    uint32_t mv_fold;    /* 1: decode folds the RMS norm and SwiGLU into each product (one
-                            launch each less: GPUs); 0: swiglu and the output head's rmsnorm
-                            run once per token first (CPUs, where a folded product recomputes
-                            them per row; with mv_cpu the layers' norms stay folded) */
-    uint32_t mv_cpu;     /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
-                            accumulators) where the layout has W_DEQ32: CPUs */
-    uint32_t mv_cpu_r;   /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
-    uint32_t mvcpu_max;  /* with mv_cpu: products of up to this many token rows run matvec_cpu
-                            once per row instead of the tiled matmul (batched decode steps) */
-    uint32_t topk_host;  /* 1: top-k of the logits on the host after reading them back (CPUs:
-                            a read is a copy, cheaper than the device passes) */
-    uint32_t norm_wg;    /* work-group size of row reductions */
-    uint32_t att_wg;     /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
-    uint32_t block_dec;  /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
+    uint32_t att_sub;   /* decode attention's sub-chunk (ATT_SUB): 0 or not shorter than att_chunk =
+                           none */
+    uint32_t att_ex2;   /* 1: attn_prefill_mma's probabilities through ex2.approx */
+    uint32_t att_mma_w; /* attn_prefill_mma's warps a work-group: 4 (64 queries) or 8 (128) */
+    uint32_t att_g;     /* query heads per decode attention work-group (ATT_G): 1, or the
+                           model's group when att_gqa allows it (set by the engine) */
+    uint32_t kv_q8;     /* 1: the KV cache holds Q8_0 blocks instead of halves (KV_Q8: the
+                           rope and attention kernels; set by the engine from --kv-type) */
+    uint32_t mv_fold;   /* 1: decode folds the RMS norm and SwiGLU into each product (one
+                           launch each less: GPUs); 0: swiglu and the output head's rmsnorm
+                           run once per token first (CPUs, where a folded product recomputes
+                           them per row; with mv_cpu the layers' norms stay folded) */
+    uint32_t mv_cpu;    /* 1: decode runs matvec_cpu (MV_CPU_R rows per work-item, 16-wide
+                           accumulators) where the layout has W_DEQ32: CPUs */
+    uint32_t mv_cpu_r;  /* matvec_cpu's rows per work-item (MV_CPU_R: 1, 2, 4 or 8) */
+    uint32_t mvcpu_max; /* with mv_cpu: products of up to this many token rows run matvec_cpu
+                           once per row instead of the tiled matmul (batched decode steps) */
+    uint32_t topk_host; /* 1: top-k of the logits on the host after reading them back (CPUs:
+                           a read is a copy, cheaper than the device passes) */
+    uint32_t norm_wg;   /* work-group size of row reductions */
+    uint32_t att_wg;    /* work-group size of decode attention (ATT_WG; norm_wg unless set) */
+    uint32_t block_dec; /* 1: whole-block decoders (W_DOT32/W_DEQ32) where the type has them */
     uint32_t att_tq, att_tk, att_chunk;
     /* Read by the engine (runtime/model), not by the kernels' prologues: */
     uint32_t kv_ring;    /* 1: windowed layers keep rings of their window as caches */

@@ -442,10 +442,12 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
         kl = 4;
     else if (!tu->mv_cpu && d4 % 2 == 0 && wg % 2 == 0)
         kl = 2;
-    uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl;
-    uint64_t scr_k = kl > 1 ? g * c * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
-    /* ATT_VSK: staged, the partial outputs in the keys' staging where it holds them */
-    bool vsk = ebb_cl_att_stage(tu, head_dim) && c * (head_dim + 8) >= 2 * scr_v;
+    uint64_t vl = d4 < wg ? d4 : wg, vp = wg / vl, sub = ebb_cl_att_sub(tu);
+    uint64_t scr_k = kl > 1 ? g * sub * kl : 4, scr_v = vp > 1 ? vp * g * head_dim : 4;
+    /* ATT_VSK: staged, the partial outputs in the keys' staging (with sub-chunks, the whole
+     * staging) where it holds them */
+    uint64_t st = ebb_cl_att_stage(tu, head_dim);
+    bool vsk = st && (sub < c ? st >= 4 * scr_v : c * (head_dim + 8) >= 2 * scr_v);
     uint64_t floats = g * (head_dim + c + 2 * (c / 4) + 1) + (vsk || scr_k > scr_v ? scr_k : scr_v);
     /* attn_decode_rope's new key and value: halves, or floats and the blocks' scales (KV_Q8) */
     uint64_t kv = tu->kv_q8 ? (uint64_t)head_dim * 8 + head_dim / 32 * 4 : (uint64_t)head_dim * 4;
@@ -454,10 +456,19 @@ uint64_t ebb_cl_att_local(const struct ebb_cl_tuning *tu, uint32_t head_dim, uin
 
 uint64_t ebb_cl_att_stage(const struct ebb_cl_tuning *tu, uint32_t head_dim)
 {
-    /* attention.cl's ATT_STAGE: a chunk's keys (rows of head_dim + 8 halves) and values */
+    /* attention.cl's ATT_STAGE: a chunk's keys (rows of head_dim + 8 halves) and values, or
+     * with sub-chunks two buffers of a sub-chunk's key rows */
     if (!tu->att_dasync || !tu->mv_ptx || tu->kv_q8 || head_dim % 8)
         return 0;
+    uint32_t sub = ebb_cl_att_sub(tu);
+    if (sub < tu->att_chunk)
+        return (uint64_t)2 * sub * (head_dim + 8) * 2;
     return (uint64_t)tu->att_chunk * (2 * head_dim + 8) * 2;
+}
+
+uint32_t ebb_cl_att_sub(const struct ebb_cl_tuning *tu)
+{
+    return tu->att_sub && tu->att_sub < tu->att_chunk ? tu->att_sub : tu->att_chunk;
 }
 
 bool ebb_cl_att_stage_fits(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint64_t local_mem)
@@ -479,19 +490,19 @@ ebb_err ebb_cl_ops_prologue(const struct ebb_cl_tuning *tu, uint32_t head_dim, c
                             "--kv-type q8_0 needs a head dimension that is a multiple of 32 "
                             "(this model's is %u)",
                             head_dim);
-    int n =
-        snprintf(buf, cap,
-                 "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
-                 "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
-                 "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
-                 "#define ATT_MMA %u\n#define ATT_ASYNC %u\n#define ATT_EX2 %u\n"
-                 "#define ATT_MMA_W %u\n#define ATT_DASYNC %u\n"
-                 "#define MV_CPU %u\n%s%s",
-                 tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq, tu->att_tk,
-                 tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
-                 tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
-                 tu->att_async && tu->mv_ptx ? 1u : 0u, tu->att_ex2 && tu->mv_ptx ? 1u : 0u,
-                 ebb_cl_att_mma_wg(tu) / 32, ebb_cl_att_stage(tu, head_dim) ? 1u : 0u, tu->mv_cpu,
-                 tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "", tu->kv_q8 ? "#define KV_Q8 1\n" : "");
+    int n = snprintf(buf, cap,
+                     "#define NORM_WG %u\n#define ATT_WG %u\n#define HEAD_DIM %u\n"
+                     "#define ATT_CHUNK %u\n#define ATT_TQ %u\n#define ATT_TK %u\n"
+                     "#define MV_PTX %u\n#define MV_IDP %u\n#define Q8_WG %u\n#define ATT_G %u\n"
+                     "#define ATT_MMA %u\n#define ATT_ASYNC %u\n#define ATT_EX2 %u\n"
+                     "#define ATT_MMA_W %u\n#define ATT_DASYNC %u\n#define ATT_SUB %u\n"
+                     "#define MV_CPU %u\n%s%s",
+                     tu->norm_wg, ebb_cl_att_wg(tu), head_dim, tu->att_chunk, tu->att_tq,
+                     tu->att_tk, tu->mv_ptx, tu->mv_idp && !tu->mv_ptx ? 1u : 0u, EBB_CL_Q8_WG,
+                     tu->att_g > 1 ? tu->att_g : 1u, tu->att_mma && tu->mv_ptx ? 1u : 0u,
+                     tu->att_async && tu->mv_ptx ? 1u : 0u, tu->att_ex2 && tu->mv_ptx ? 1u : 0u,
+                     ebb_cl_att_mma_wg(tu) / 32, ebb_cl_att_stage(tu, head_dim) ? 1u : 0u,
+                     ebb_cl_att_sub(tu), tu->mv_cpu, tu->mv_q8 ? "#define Q8_QUANTIZE 1\n" : "",
+                     tu->kv_q8 ? "#define KV_Q8 1\n" : "");
     return n < 0 || (size_t)n >= cap ? EBB_ERANGE : EBB_OK;
 }

@@ -284,6 +284,10 @@ uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
  * under tu (ATT_DASYNC), 0 where it does not. */
 uint64_t ebb_cl_att_stage(const struct ebb_cl_tuning *tu, uint32_t head_dim);
 
+/* Decode attention's sub-chunk under tu (ATT_SUB): att_sub where it is shorter than the chunk,
+ * else the chunk (no sub-chunks). */
+uint32_t ebb_cl_att_sub(const struct ebb_cl_tuning *tu);
+
 /* Whether that staging fits local_mem bytes next to the work-group's other arrays: false where
  * tu stages nothing. */
 bool ebb_cl_att_stage_fits(const struct ebb_cl_tuning *tu, uint32_t head_dim, uint64_t local_mem);
