@@ -69,6 +69,16 @@ class Server:
     def stderr(self):
         return "".join(self.stderr_lines[-50:])
 
+    def wait_log(self, text, timeout=5.0):
+        """Whether the daemon's stderr shows text within timeout seconds (its reader thread can
+        trail the daemon's answers)."""
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if any(text in line for line in self.stderr_lines):
+                return True
+            time.sleep(0.05)
+        return False
+
     def wait_ready(self, timeout=300):
         t0 = time.time()
         while time.time() - t0 < timeout:

@@ -301,7 +301,7 @@ def test_priority_model_holds_the_others(make_server, tmp_path):
         f"[model.chat]\npath = {os.path.join(models_dir(), GEMMA_FILE)}\n"
         f"[model.fim]\npath = {os.path.join(models_dir(), MODEL_FILE)}\npriority = high\n")
     s = make_server("--config", str(conf), models=[])
-    assert "(priority)" in s.stderr()
+    assert s.wait_log("(priority)"), s.stderr()
     for m in ("chat", "fim"):
         st, o = chat(s, m)
         assert st == 200, o
