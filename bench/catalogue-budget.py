@@ -29,8 +29,13 @@ import tempfile
 import threading
 import time
 
-SMOL = "SmolLM2-135M-Instruct.Q4_1"
-GEMMA = "gemma-3-270m-q4_k_m"
+from importlib import util
+
+spec = util.spec_from_file_location("ct", os.path.join(os.path.dirname(__file__),
+                                                       "catalogue-ttft.py"))
+ct = util.module_from_spec(spec)
+spec.loader.exec_module(ct)
+SMOL, GEMMA, req = ct.SMOL, ct.GEMMA, ct.req
 RAND = "rand-smollm2-135m-q8_0"
 MIB = 1 << 20
 
@@ -38,19 +43,6 @@ MIB = 1 << 20
 def size(s):
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMG]?)", s.strip().upper())
     return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": MIB, "G": 1 << 30}[m.group(2)])
-
-
-def req(port, method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request(method, path, body=json.dumps(body) if body else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(data) if data else None
-    except ValueError:
-        return r.status, data.decode(errors="replace")
 
 
 def status(port):

@@ -31,7 +31,10 @@ def req(port, method, path, body=None):
     r = c.getresponse()
     data = r.read()
     c.close()
-    return r.status, json.loads(data) if data else None
+    try:
+        return r.status, json.loads(data) if data else None
+    except ValueError:  # not JSON (a proxy's page, a cut body): the text as it came
+        return r.status, data.decode(errors="replace")
 
 
 def ttft(port, model, max_tokens=8, prompt="Say hello."):

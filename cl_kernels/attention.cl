@@ -329,6 +329,60 @@ inline void att_out(float4 o, int f, int h, float l, int c, int nc, __global flo
         vstore4(o, f, po + ((size_t)h * nc + c) * HEAD_DIM);
 }
 
+/* Decode's softmax over a chunk's pn scores of ATT_G heads (sc, rows ATT_CHUNK apart; with
+ * partials, their lanes' partial sums in scr are summed first), for decode_part and
+ * decode_part_sub. Blocks of 4 positions of one head a work-item: -inf past the chunk and each
+ * block's max (bm), then the blocks turned into exponentials (the head's max from the block
+ * maxima) with their sums (bl), then each head's max and sum into pml[h][c] and its sum into hl.
+ * Staged (ATT_DA) with wait_values, the work-item's copies of values are waited for before the
+ * last barrier. Every work-item must call it. */
+inline void att_softmax(__local float *sc, __local const float *scr, __local float *bm,
+                        __local float *bl, __local float *hl, __global float2 *pml, int pn,
+                        int h0, int nc, int c, bool partials, bool wait_values)
+{
+    int lid = get_local_id(0), nb = (pn + 3) / 4;
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb, j = 4 * b;
+        float4 s4;
+        if (!partials) {
+            s4 = vload4(b, sc + g * ATT_CHUNK);
+        } else {
+            float t[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                t[q] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < ATT_KL; k++)
+                    t[q] += scr[(g * ATT_CHUNK + j + q) * ATT_KL + k];
+            }
+            s4 = (float4)(t[0], t[1], t[2], t[3]);
+        }
+        s4 = (float4)(s4.x, j + 1 < pn ? s4.y : -INFINITY, j + 2 < pn ? s4.z : -INFINITY,
+                      j + 3 < pn ? s4.w : -INFINITY);
+        vstore4(s4, b, sc + g * ATT_CHUNK);
+        bm[g * ATT_NB + b] = fmax(fmax(s4.x, s4.y), fmax(s4.z, s4.w));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
+        int g = e / nb, b = e % nb;
+        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
+        vstore4(p, b, sc + g * ATT_CHUNK);
+        bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
+    }
+#if ATT_DA
+    if (wait_values)
+        CP_WAIT(0); /* the values (the barrier below makes everyone's visible) */
+#else
+    (void)wait_values;
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < ATT_G) {
+        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
+        hl[lid] = lg;
+        pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
+    }
+}
+
 /* The end of decode's first pass, for decode_part and decode_part_sub: the new token's value
  * (with kn), the partial outputs o of value lane vl at positions vp, vp + ATT_VP, .. summed
  * through vscr, and the work-group's outputs (att_out: normalised by hl with one chunk). */
@@ -437,49 +491,7 @@ inline void decode_part(__local float *lm, float4 *kx, float4 *vx, const __globa
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Blocks of 4 positions of one head a work-item: scores summed from their partials, -inf
-     * past the chunk, and each block's max. */
-    int nb = (pn + 3) / 4;
-    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
-        int g = e / nb, b = e % nb, j = 4 * b;
-        float4 s4;
-        if (ATT_KL == 1) {
-            s4 = vload4(b, sc + g * ATT_CHUNK);
-        } else {
-            float t[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                t[q] = 0.0f;
-#pragma unroll
-                for (int k = 0; k < ATT_KL; k++)
-                    t[q] += scr[(g * ATT_CHUNK + j + q) * ATT_KL + k];
-            }
-            s4 = (float4)(t[0], t[1], t[2], t[3]);
-        }
-        s4 = (float4)(s4.x, j + 1 < pn ? s4.y : -INFINITY, j + 2 < pn ? s4.z : -INFINITY,
-                      j + 3 < pn ? s4.w : -INFINITY);
-        vstore4(s4, b, sc + g * ATT_CHUNK);
-        bm[g * ATT_NB + b] = fmax(fmax(s4.x, s4.y), fmax(s4.z, s4.w));
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    /* The same blocks turned into exponentials (the head's max from the block maxima), and
-     * their sums. */
-    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
-        int g = e / nb, b = e % nb;
-        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
-        vstore4(p, b, sc + g * ATT_CHUNK);
-        bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
-    }
-#if ATT_DA
-    CP_WAIT(0); /* the values (the barrier below makes everyone's visible) */
-#endif
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < ATT_G) {
-        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
-        hl[lid] = lg;
-        pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
-    }
+    att_softmax(sc, scr, bm, bl, hl, pml, pn, h0, nc, c, ATT_KL > 1, true);
 
     /* Values: lane vl's float4s over positions vp, vp + ATT_VP, .. */
     int vl = lid % ATT_VL, vp = lid / ATT_VL;
@@ -605,29 +617,8 @@ inline void decode_part_sub(__local float *lm, float4 *kx, float4 *vx, const __g
         }
     }
 
-    /* The chunk's softmax, as decode_part's. */
-    int nb = (pn + 3) / 4;
-    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
-        int g = e / nb, b = e % nb, j = 4 * b;
-        float4 s4 = vload4(b, sc + g * ATT_CHUNK);
-        s4 = (float4)(s4.x, j + 1 < pn ? s4.y : -INFINITY, j + 2 < pn ? s4.z : -INFINITY,
-                      j + 3 < pn ? s4.w : -INFINITY);
-        vstore4(s4, b, sc + g * ATT_CHUNK);
-        bm[g * ATT_NB + b] = fmax(fmax(s4.x, s4.y), fmax(s4.z, s4.w));
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int e = lid; e < ATT_G * nb; e += ATT_WG) {
-        int g = e / nb, b = e % nb;
-        float4 p = exp(vload4(b, sc + g * ATT_CHUNK) - att_max(bm + g * ATT_NB, nb));
-        vstore4(p, b, sc + g * ATT_CHUNK);
-        bl[g * ATT_NB + b] = p.x + p.y + p.z + p.w;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < ATT_G) {
-        float mg = att_max(bm + lid * ATT_NB, nb), lg = att_sum(bl + lid * ATT_NB, nb);
-        hl[lid] = lg;
-        pml[(h0 + lid) * nc + c] = (float2)(mg, lg);
-    }
+    /* The chunk's softmax, as decode_part's (the values' first copies still in flight). */
+    att_softmax(sc, scr, bm, bl, hl, pml, pn, h0, nc, c, false, false);
 
     /* Values, sub-chunk by sub-chunk: lane vl's float4s over positions vp, vp + ATT_VP, .. */
     int vl = lid % ATT_VL, vp = lid / ATT_VL;

@@ -152,8 +152,6 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
 {
     struct ebb_cl_tuning td = m->tu;
     td.att_chunk = m->att_chunk_deep;
-    if (!ebb_cl_att_stage_fits(&td, m->hp.head_dim, m->cl->info.local_mem))
-        td.att_dasync = 0; /* this chunk's keys and values through registers */
     if (m->att_chunk_deep <= m->tu.att_chunk ||
         ebb_cl_att_local(&td, m->hp.head_dim, td.att_g) > m->cl->info.local_mem / 2) {
         m->att_chunk_deep = 0;
@@ -173,8 +171,6 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
 static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
 {
     m->tu.att_g = att_group(m);
-    if (!ebb_cl_att_stage_fits(&m->tu, m->hp.head_dim, m->cl->info.local_mem))
-        m->tu.att_dasync = 0;
     ebb_err rc = ebb_cl_ops_build(m->cl, &m->tu, m->hp.head_dim, &m->ops, diag);
     if (rc)
         return rc;
