@@ -282,8 +282,10 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("ATT_SUB", att_sub, "0|16|32|64|128|256|512",
           "decode attention's work-group walks its chunk in sub-chunks of N positions (0 or not "
           "shorter than ATT_CHUNK: none); with ATT_DASYNC two sub-chunks are staged, the next "
-          "one's copies in flight while this one is read, so chunks can outgrow local memory",
-          {DC_ANY, {0}}),
+          "one's copies in flight while this one is read, so chunks can outgrow local memory "
+          "(NVIDIA's 64: its deep kernels' chunks of 256 in sub-chunks of 64, measured in "
+          "docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {64}}),
     BOOL1("ATTEX2", att_ex2,
           "with ATTMMA, prefill attention's probabilities through ex2.approx (scores in base 2)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
@@ -304,9 +306,9 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {32}}),
     UINT1("ATT_CHUNK_DEEP", att_chunk_deep, "0|32|64|128|256|512|1024",
           "decode attention deep in the context in chunks of N positions, a second build of its "
-          "kernels (0: none; used only when longer than ATT_CHUNK; NVIDIA's 128 until "
-          "ATT_DASYNC's staged 64, measured in docs/PERFORMANCE.md)",
-          {DC_ANY, {0}}),
+          "kernels (0: none; used only when longer than ATT_CHUNK; NVIDIA's 256, walked in "
+          "ATT_SUB's staged sub-chunks, measured in docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {256}}),
     UINT1("ATT_DEEP_FROM", att_deep_from, "0..1073741824",
           "attended positions from which decode uses the ATT_CHUNK_DEEP kernels (0: 64 of its "
           "chunks)",
