@@ -344,6 +344,7 @@ struct report {
     const char *path;
     double t_load;
     unsigned long reps;
+    bool warm;             /* -r given: a warm-up run first (with -r 1 too) */
     struct spread pf, dec; /* tok/s over the runs */
     struct spread pf_ms, dec_ms;
     double *pf_runs, *dec_runs; /* (reps) tok/s of each run, in run order */
@@ -395,7 +396,7 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
         (json_int_t)ebb_model_n_ctx(b->m), "load_ms", r->t_load, "prefill_ms", r->pf_ms.median,
         "prefill_tok_s", r->pf.median, "decode_ms", r->dec_ms.median, "decode_tok_s", r->dec.median,
         "peak_rss_bytes", (json_int_t)ebb_peak_rss(), "tokens", jt, "repetitions",
-        (json_int_t)r->reps, "warmup", r->reps > 1 || b->depth, "depth", (json_int_t)b->depth,
+        (json_int_t)r->reps, "warmup", r->warm || b->depth, "depth", (json_int_t)b->depth,
         "decode_depth", (json_int_t)b->dpos, "prefill_tok_s_runs", jp, "decode_tok_s_runs", jd,
         "prefill_stats", spread_json(&r->pf), "decode_stats", spread_json(&r->dec));
     json_object_set_new(j, "kv_type", json_string(ebb_kv_type_name(b->kv_type)));
@@ -587,7 +588,7 @@ static ebb_err measure(struct bench *b, struct report *r, struct ebb_diag *d)
     ebb_err rc;
     if (b->depth && (rc = eval_depth(b, d)))
         return rc;
-    if ((r->reps > 1 || b->depth) && (rc = run_once(b, false, &pms, &dms, d)))
+    if ((r->warm || b->depth) && (rc = run_once(b, false, &pms, &dms, d)))
         return rc;
     double *v = calloc(4 * r->reps, sizeof(double));
     if (!v)
@@ -661,6 +662,7 @@ int ebb_cmd_bench(int argc, char **argv)
     };
     struct ebb_model_params mp = {.device = "auto", .n_seq = 1};
     unsigned long n_prompt = 128, n_gen = 64, ctx = 0, n_batch = 1, reps = 1, depth = 0;
+    bool warm = false;
     bool json = false, spec = false;
     const char *prompt_file = NULL, *draft = NULL;
     struct bench b = {0};
@@ -706,6 +708,7 @@ int ebb_cmd_bench(int argc, char **argv)
             ok = ebb_kv_type_parse(optarg, &mp.kv_type);
         } else if (c == 'r') {
             ok = parse_u(optarg, 1, 1000, &reps);
+            warm = true;
         } else if (c == 'd') {
             ok = parse_u(optarg, 1, 1 << 20, &depth);
         } else if (c == 'h') {
@@ -764,7 +767,7 @@ int ebb_cmd_bench(int argc, char **argv)
     mp.n_seq = (uint32_t)n_batch;
 
     int status = 1;
-    struct report r = {.path = mp.path, .reps = reps, .n_batch = n_batch};
+    struct report r = {.path = mp.path, .reps = reps, .warm = warm, .n_batch = n_batch};
     struct ebb_diag d = {{0}};
     ebb_err rc;
     if (b.stages) /* the queue must keep timestamps from its creation */

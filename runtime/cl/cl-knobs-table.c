@@ -310,8 +310,8 @@ const struct knob ebb__cl_knobs[] = {
           "ATT_SUB's staged sub-chunks, measured in docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {256}}),
     UINT1("ATT_DEEP_FROM", att_deep_from, "0..1073741824",
-          "attended positions from which decode uses the ATT_CHUNK_DEEP kernels (0: 64 of its "
-          "chunks)",
+          "attended positions from which decode uses the ATT_CHUNK_DEEP kernels (0: 24 of its "
+          "chunks, 6144 positions at NVIDIA's 256, where the H200 measured the two builds even)",
           {DC_ANY, {0}}),
     BOOL1("KV_RING", kv_ring,
           "windowed layers keep rings of their window as caches; 0: whole-context caches (and a "

@@ -1065,7 +1065,7 @@ static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *h
     m->n_batch = m->tu.batch;
     m->att_split_max = m->tu.att_split;
     m->att_chunk_deep = m->tu.att_chunk_deep;
-    m->att_deep_from = m->tu.att_deep_from ? m->tu.att_deep_from : 64 * m->att_chunk_deep;
+    m->att_deep_from = m->tu.att_deep_from ? m->tu.att_deep_from : 24 * m->att_chunk_deep;
     if ((m->tu.mm_mma || m->tu.att_mma) && m->tu.mv_ptx && !ebb_cl_mma_probe(m->cl))
         m->tu.mm_mma = m->tu.att_mma = 0; /* no tensor cores through PTX here: the fp32 GEMM */
     if (m->tu.att_async &&

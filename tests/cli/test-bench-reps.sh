@@ -1,6 +1,7 @@
 #!/bin/bash
 # `ebb bench -r N -d N` on SmolLM2 (OpenCL, PoCL in CI; the reference for the backend without
-# counters): usage errors exit 2; repetitions give per-run figures with their median and spread;
+# counters): usage errors exit 2; repetitions give per-run figures with their median and spread
+# (and a warm-up, -r 1 included);
 # a depth moves prefill and decode to that position; decode's bytes per token follow the model's
 # shape; the OpenCL engine counts launches and host syncs per decoded token, the reference none.
 #
@@ -37,16 +38,20 @@ expect_status 0 "$ebb" bench "${args[@]}" --json -r 2
 cp "$tmp/out" "$tmp/two.json"
 expect_status 0 "$ebb" bench "${args[@]}" --json -r 2 -d 32
 cp "$tmp/out" "$tmp/depth.json"
+expect_status 0 "$ebb" bench "${args[@]}" --json -r 1
+cp "$tmp/out" "$tmp/r1.json"
 expect_status 0 "$ebb" bench "${args[@]}" --json --device ref
 cp "$tmp/out" "$tmp/ref.json"
 python3 - "$tmp" <<'PY' || fail "bench -r/-d --json: $(head -c 900 "$tmp/depth.json")"
 import json, sys
 t = sys.argv[1]
-one, two, dep, ref = (json.load(open(f"{t}/{n}.json")) for n in ("one", "two", "depth", "ref"))
+one, two, dep, ref, r1 = (json.load(open(f"{t}/{n}.json")) for n in ("one", "two", "depth", "ref", "r1"))
 # SmolLM2-135M: 30 layers, 3 KV heads of 64; fp16 KV on OpenCL, f32 on the reference
 layers, kv_row = 30, 3 * 64
 assert one["repetitions"] == 1 and not one["warmup"] and one["depth"] == 0, one
 assert one["decode_depth"] == 8, one
+# -r 1 asked for: a warm-up, then the one measured run (as -r N's help says)
+assert r1["repetitions"] == 1 and r1["warmup"] and len(r1["prefill_tok_s_runs"]) == 1, r1
 for d in (two, dep):
     assert d["repetitions"] == 2 and d["warmup"], d
     for ph in ("prefill", "decode"):
