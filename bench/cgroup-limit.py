@@ -23,7 +23,8 @@ tokenizer of TOKENIZER_FROM (default SmolLM2-135M-Instruct.Q4_1.gguf under EBB_M
 
 Rows: no limit; LIMIT_MIB (default 400) with --memory-budget auto (the I/O mode ebb picks);
 the same with each --stream-io mode named; then with a fixed budget of LIMIT-20 MiB and each
-mode. Environment: GEN (tokens, default 16),
+mode. Environment: GEN (tokens, default 16), EBB_ARGS (more arguments for every run, e.g.
+"--device cl" for the OpenCL device where `auto` picks the CPU device),
 PROMPT (default "Hello, my name is"). Groups are made under this process's own memory cgroup
 and removed afterwards."""
 import http.client
@@ -94,7 +95,8 @@ def run(ebb, model, ver, parent, limit, extra):
             open(os.path.join(d, "cgroup.procs"), "w").write(str(os.getpid()))
     drop_cache(model)
     args = [ebb, "run", "-m", model, "-p", os.environ.get("PROMPT", "Hello, my name is"),
-            "-n", os.environ.get("GEN", "16"), "--temp", "0"] + extra
+            "-n", os.environ.get("GEN", "16"), "--temp", "0"] + extra + \
+        os.environ.get("EBB_ARGS", "").split()
     try:
         r = subprocess.run(args, preexec_fn=pre, capture_output=True, text=True, timeout=900)
         row = {"rc": r.returncode}
@@ -298,8 +300,10 @@ def main():
     for io in ("cached", "dontneed", "direct"):
         rows.append(("%d MiB cgroup, --memory-budget %s, --stream-io %s" % (limit, fixed, io),
                      limit, ["--memory-budget", fixed, "--stream-io", io]))
-    print("cgroup v%d under %s; %s; %s tokens" % (ver, parent, os.path.basename(model),
-                                                  os.environ.get("GEN", "16")))
+    print("cgroup v%d under %s; %s; %s tokens; %s" % (ver, parent, os.path.basename(model),
+                                                      os.environ.get("GEN", "16"),
+                                                      os.environ.get("EBB_ARGS", "") or
+                                                      "the default device"))
     print("| run | prefill ms | decode tok/s | failed charges | OOM kills | planner saw |")
     print("| --- | --- | --- | --- | --- | --- |")
     base = None
