@@ -1503,11 +1503,10 @@ mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __g
 }
 #endif
 
-#if MS_T == 16 || MS_T == 32
+#if MS_T == 16
 /* moe_group_mms: moe.cl's grouped prefill products (moe_group_gu's gate and up, moe_group_down's
- * down) on tensor cores: matmul_mms's tile with one tile of at most MS_T pairs (moe.cl's tiles
- * and perm, cut at 16 pairs as moe.cl's MOE_GT, or at MS_T where every product of the layer
- * runs here) for its tokens, and the rows of the pairs' expert e (rows e n_rows + r of the
+ * down) on tensor cores: matmul_mms's tile with one tile of pairs (moe.cl's MOE_GT = 16, its
+ * tiles and perm) for its tokens, and the rows of the pairs' expert e (rows e n_rows + r of the
  * stacked weight). y[t y_ld + y_off + j n_rows + r] = W[e n_rows + r] . in(t, j) for each pair
  * t k + j of the tile: in the pair's token's row of x (glu 0; moe_group_gu's places), or (glu 1)
  * the SwiGLU of its gate and up outputs x[t][j n_in + i] and x[t][(k + j) n_in + i]

@@ -85,7 +85,7 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (p.matmul_mmq &&
          ebb_cl_mmql_bytes(tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb) <= 48 * 1024 &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mmql", &p.matmul_mmql, diag))) ||
-        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && (tu->mms_t == 16 || tu->mms_t == 32) &&
+        (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) && tu->mms_t == 16 &&
          (rc = ebb_cl_kernel(p.prog, "moe_group_mms", &p.moe_group_mms, diag))) ||
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
@@ -196,7 +196,7 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                              struct ebb_diag *diag)
 {
     struct ebb_cl_tuning t = *tu;
-    t.mms_t = tu->mg_t == 32 ? 32 : 16;
+    t.mms_t = 16;
     t.mms_mi = tu->mg_mi;
     t.mms_w = tu->mg_w;
     t.mms_kb = tu->mg_kb;

@@ -249,10 +249,9 @@ const struct knob ebb__cl_knobs[] = {
      .doc = "matmul_mmql's tile for Q5_K and Q6_K weights, as MMQL_TILE (their cp.async stages "
             "fit 48 KiB in 64,1,4,4, not in MMQL_TILE_K's 64,2,4,4; Q6_K's need 4 blocks a step)"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
-     .part = {P(mg_t, "16|32"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
+     .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,
-     .doc = "moe_group_mms's tile T,MI[,W[,KB]]: its tokens are tiles of up to T (16 or 32) of an "
-     "expert's pairs where all three expert products take it (else moe.cl's 16), the rest as "
+     .doc = "moe_group_mms's tile 16,MI[,W[,KB]] (its tokens are moe.cl's 16 expert pairs), as "
      "MMS_TILE"},
     /* attention */
     BOOL1("ROPEATT", att_rope,

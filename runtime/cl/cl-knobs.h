@@ -95,9 +95,8 @@ struct ebb_cl_tuning {
                                                       a step */
     uint32_t mmqk_t, mmqk_mi, mmqk_w, mmqk_kb;     /* the same for Q4_K weights */
     uint32_t mmqk5_t, mmqk5_mi, mmqk5_w, mmqk5_kb; /* the same for Q5_K and Q6_K weights */
-    uint32_t mg_t, mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (mg_t expert pairs, 16 or 32, as
-                                          its tokens): as mms_t, mms_mi, mms_w, mms_kb
-                                          (ebb_cl_moe_mms_build) */
+    uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
+                                    mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
     uint32_t att_rope;   /* 1: decode attention rotates the new token's q and k and writes its
                             k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
     uint32_t att_hnorm;  /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key

@@ -270,10 +270,9 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
  * n_tiles), local (wg, 1). */
 uint32_t ebb_cl_moe_group_rows(const struct ebb_cl_tuning *tu, uint32_t *wg);
 
-/* The weight program of layout l built with moe_group_mms's tile (mms_t mg_t: 16 or 32, mg_mi,
- * mg_w, mg_kb; no second tile) into *out, whose moe_group_mms is then the grouped MoE prefill
- * product on tensor cores, or NULL where l or tu has no matmul_mms. Release with ebb_cl_wprog_fini.
- */
+/* The weight program of layout l built with moe_group_mms's tile (mms_t 16, mg_mi, mg_w,
+ * mg_kb; no second tile) into *out, whose moe_group_mms is then the grouped MoE prefill product
+ * on tensor cores, or NULL where l or tu has no matmul_mms. Release with ebb_cl_wprog_fini. */
 ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                              const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
                              struct ebb_diag *diag);

@@ -490,10 +490,6 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
 /* Whether ebb__clm_moe_group takes chunks of nt rows over stacks of n_out rows per expert
  * times a whole number of experts or slots (the same rules; nothing run). */
 bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt);
-/* The pairs a tile of b may hold for the products of ws (*gt): moe_group_mms's (EBB_CL_MOE_TILE's
- * 16 or 32) where all three run it, else moe.cl's 16; builds their programs on first use. */
-ebb_err ebb__clm_moe_group_gt(struct clm *m, const struct ebb_cl_weight *const ws[3], uint32_t *gt,
-                              struct ebb_diag *diag);
 /* Its three products alone over n_tiles tiles of b (p: the stacks' programs). */
 ebb_err ebb__clm_moe_group_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
                                   struct clm_moe_prog *const p[3], const struct clm_moe_gbufs *b,

@@ -3,9 +3,7 @@
  * with 8 experts each reads an expert's rows ~8 times when 128 experts share the chunk, more
  * with skewed routing. Here the chosen ids come back to the host (one blocking read a layer), the
  * (token, j) pairs are sorted by expert with a counting sort, each expert's pairs are cut into
- * tiles of at most MOE_GT (or of moe_group_mms's tile, 16 or 32 pairs, where all three products
- * run it: ebb__clm_moe_group_gt), and the gate, up and down kernels read each weight row once
- * per tile.
+ * tiles of at most MOE_GT, and the gate, up and down kernels read each weight row once per tile.
  * The down kernel writes each pair's output apart (yp) and moe_group_sum adds the weighted sum
  * over the k experts to the residual in the same order as moe_down. The scratch and the host
  * arrays are allocated on first use, at most m->n_batch x k pairs, never per step.
@@ -88,36 +86,9 @@ static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kerne
     return EBB_OK;
 }
 
-/* The settings, read once. */
-static void init(struct clm *m)
-{
-    struct clm_moe_group *g = &m->moe.grp;
-    if (!g->init) {
-        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
-        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
-        g->init = true;
-    }
-}
-
-ebb_err ebb__clm_moe_group_gt(struct clm *m, const struct ebb_cl_weight *const ws[3], uint32_t *gt,
-                              struct ebb_diag *diag)
-{
-    init(m);
-    *gt = MOE_GT;
-    for (int i = 0; i < 3; i++) {
-        cl_kernel km;
-        ebb_err rc = mms_kernel(m, ws[i], &km, diag);
-        if (rc || !km)
-            return rc;
-    }
-    if (m->tu.mg_t == 32)
-        *gt = 32;
-    return EBB_OK;
-}
-
-/* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles of at
- * most gt pairs; returns the number of tiles, or -1 when an id is out of range. */
-static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots, uint32_t gt)
+/* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles;
+ * returns the number of tiles, or -1 when an id is out of range. */
+static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
 {
     memset(g->h_cnt, 0, (size_t)n_slots * sizeof(uint32_t));
     for (size_t p = 0; p < n_pairs; p++) {
@@ -142,18 +113,29 @@ static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots,
     int n_tiles = 0;
     uint32_t start = 0;
     for (uint32_t e = 0; e < n_slots; e++) {
-        for (uint32_t s = start; s < g->h_cnt[e]; s += gt) {
+        for (uint32_t s = start; s < g->h_cnt[e]; s += MOE_GT) {
             int32_t *t = g->h_tiles + (size_t)n_tiles * 4;
             uint32_t n = g->h_cnt[e] - s;
             t[0] = (int32_t)e;
             t[1] = (int32_t)s;
-            t[2] = (int32_t)(n < gt ? n : gt);
+            t[2] = (int32_t)(n < MOE_GT ? n : MOE_GT);
             t[3] = 0;
             n_tiles++;
         }
         start = g->h_cnt[e];
     }
     return n_tiles;
+}
+
+/* The settings, read once. */
+static void init(struct clm *m)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (!g->init) {
+        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
+        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
+        g->init = true;
+    }
 }
 
 bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt)
@@ -246,10 +228,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     size_t n_pairs = (size_t)nt * (size_t)k;
     if ((rc = ebb_cl_read(m->cl, ids, 0, n_pairs * sizeof(int32_t), g->h_ids, diag)))
         return rc;
-    uint32_t gt;
-    if ((rc = ebb__clm_moe_group_gt(m, ws, &gt, diag)))
-        return rc;
-    int n_tiles = sort_pairs(g, n_pairs, n_slots, gt);
+    int n_tiles = sort_pairs(g, n_pairs, n_slots);
     if (n_tiles < 0)
         return ebb_diag_set(diag, EBB_EINVAL, "an expert id beyond the %u experts", n_slots);
     if (n_tiles == 0) /* every pair skipped (an expert-cache pass without its experts) */

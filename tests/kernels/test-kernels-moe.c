@@ -441,25 +441,6 @@ static double group_down_mag(const float *dn, const float *h, int y_ld, const in
     return mag;
 }
 
-/* The np pairs of ids (-1: skipped) sorted by expert into perm, each expert's cut into tiles of
- * at most gt (expert, first index, count, 0) as runtime/model/model-cl-moe-group.c cuts them;
- * returns the number of tiles. */
-static int group_tiles(const int *ids, int np, int gt, int *perm, int *tiles)
-{
-    int n_tiles = 0, n_sorted = 0;
-    for (int e = 0; e < MOE_E; e++) {
-        int start = n_sorted;
-        for (int q = 0; q < np; q++)
-            if (ids[q] == e)
-                perm[n_sorted++] = q;
-        for (int s = start; s < n_sorted; s += gt) {
-            int *tl = tiles + n_tiles++ * 4;
-            tl[0] = e, tl[1] = s, tl[2] = n_sorted - s < gt ? n_sorted - s : gt, tl[3] = 0;
-        }
-    }
-    return n_tiles;
-}
-
 /* The grouped prefill (moe_group_gu, moe_group_down, moe_group_sum) against moe_gather and
  * moe_down on the same inputs, within the dot-product bound: 20 tokens whose first expert is
  * expert 0 (two tiles, one full), the second spread over the others, one pair skipped (-1).
@@ -471,7 +452,7 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     if (!wg_rows || cl->info.max_wg < wg)
         return;
     enum { NP = MOEG_NT * MOE_K, Y_LD = 2 * MOE_K * MOE_F };
-    int ids[NP], perm[NP], tiles[NP * 4];
+    int ids[NP], perm[NP], tiles[NP * 4], n_tiles = 0, n_sorted = 0;
     float wts[NP];
     static float x[MOEG_NT * MOE_D], h[MOEG_NT * Y_LD], y0[MOEG_NT * Y_LD], y1[MOEG_NT * Y_LD];
     static float zero[MOEG_NT * Y_LD], d0[MOEG_NT * MOE_D], d1[MOEG_NT * MOE_D];
@@ -487,7 +468,17 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         x[i] = frand();
     for (int i = 0; i < MOEG_NT * Y_LD; i++)
         h[i] = 2.0f * frand();
-    int n_tiles = group_tiles(ids, NP, MOEG_GT, perm, tiles);
+    for (int e = 0; e < MOE_E; e++) {
+        int start = n_sorted;
+        for (int q = 0; q < NP; q++)
+            if (ids[q] == e)
+                perm[n_sorted++] = q;
+        for (int s = start; s < n_sorted; s += MOEG_GT) {
+            int *tl = tiles + n_tiles++ * 4;
+            tl[0] = e, tl[1] = s, tl[2] = n_sorted - s < MOEG_GT ? n_sorted - s : MOEG_GT,
+            tl[3] = 0;
+        }
+    }
     CHECK(tiles[2] == MOEG_GT && tiles[6] == MOEG_NT - MOEG_GT, "moe_group tiles %d %d", tiles[2],
           tiles[6]);
     cl_mem xb = buf(sizeof(x), x), hb = buf(sizeof(h), h), ib = buf(sizeof(ids), ids);
@@ -580,107 +571,94 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
            "err / bound %.2f\n",
            name, n_tiles, worst);
 
-    /* moe_group_mms (matmul_mms's tile over the same pairs, in the programs of
+    /* moe_group_mms (matmul_mms's tile over the same tiles, in the programs of
      * ebb_cl_moe_mms_build for tensor cores with 2 x 16 rows and 4 warps, the word accessors
-     * on; a stand-in without PTX), with its 16 pairs a tile (the tiles above: one full, one of
-     * 4 for expert 0) and with 32 (tiles cut at 32: expert 0's 20 pairs in one), against the
-     * same moe_gather and moe_down outputs, within fp16 rounding of weights and inputs: 2e-3 of
-     * the products' magnitude. */
+     * on; a stand-in without PTX)
+     * against the same moe_gather and moe_down outputs, within fp16 rounding of weights and
+     * inputs: 2e-3 of the products' magnitude. */
     /* Once a layout: the kernel does not depend on the row sharing or the 8-bit decode path the
      * later passes vary, and each check builds two whole weight programs. */
     static uint64_t mms_done;
     uint64_t bit = 1ull << (gw->layout.type % 64);
     bool mms_once = !(mms_done & bit);
     mms_done |= bit;
-    bool mms16 = false; /* the tiles of 16 ran: those of 32 must too */
-    for (int gt = 16; gt <= 32 && mms_once; gt *= 2) {
-        struct ebb_cl_tuning t = tu;
-        t.mm_mma = 1;
-        t.mg_t = (uint32_t)gt;
-        t.mg_mi = 2;
-        t.mg_w = 4;
-        t.block_dec = 0; /* the words of raw K-quants and Q8_0 (W_QW, W_QW8) */
-        struct ebb_cl_wprog wg_p = {0}, wd_p = {0};
-        int perm_t[NP], tiles_t[NP * 4], nt_t = group_tiles(ids, NP, gt, perm_t, tiles_t);
-        CHECK(tiles_t[2] == (gt == 16 ? 16 : MOEG_NT), "moe_group_mms tiles of %d: %d", gt,
-              tiles_t[2]);
-        cl_mem tbt = buf(sizeof(int) * 4 * nt_t, tiles_t), pbt = buf(sizeof(perm_t), perm_t);
+    struct ebb_cl_tuning t = tu;
+    t.mm_mma = 1;
+    t.mg_mi = 2;
+    t.mg_w = 4;
+    t.block_dec = 0; /* the words of raw K-quants and Q8_0 (W_QW, W_QW8) */
+    struct ebb_cl_wprog wg_p = {0}, wd_p = {0};
+    if (mms_once) {
         OK(ebb_cl_moe_mms_build(cl, &gw->layout, &t, &wg_p, D));
         OK(ebb_cl_moe_mms_build(cl, &dw->layout, &t, &wd_p, D));
-        CHECK(gt == 16 || !mms16 || (wg_p.moe_group_mms && wd_p.moe_group_mms),
-              "moe_group_mms (%s) not built with tiles of %d pairs", name, gt);
-        mms16 |= wg_p.moe_group_mms && wd_p.moe_group_mms;
-        if (wg_p.moe_group_mms && wd_p.moe_group_mms) {
-            double worst_m = 0;
-            cl_mem yb2 = buf(sizeof(zero), zero), ypb2 = buf(sizeof(float) * NP * MOE_D, NULL);
-            cl_mem db2 = buf(sizeof(d1), zero);
-            int glu = 0, dn_ld = MOE_K * MOE_D, dn_off = 0;
-            size_t lm[2] = {32 * t.mg_w, 1};
-            k = wg_p.moe_group_mms;
-            OK(ebb_cl_weight_set_args(gw, k, 0, D));
-            struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
-                                      EBB_CL_ARG(tbt),  EBB_CL_ARG(pbt),  EBB_CL_ARG(xb),
-                                      EBB_CL_ARG(x_ld), EBB_CL_ARG(glu),  EBB_CL_ARG(yb2),
-                                      EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
-            OK(ebb_cl_set_args(k, 2, am, 11, D));
-            size_t gm[2] = {(MOE_F + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)nt_t};
-            OK(ebb_cl_run(cl, k, 2, gm, lm, D));
-            static float y2[MOEG_NT * Y_LD];
-            rd(yb2, sizeof(y2), y2);
-            for (int q = 0; q < NP; q++) {
-                int t_ = q / MOE_K, j = q % MOE_K;
-                for (int r = 0; r < MOE_F; r++) {
-                    size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
-                    double mag = group_gate_mag(g, x, ids, q, r);
-                    double bound = 2e-3 * mag + 1e-5, err = fabs((double)y2[at] - y0[at]);
-                    worst_m = fmax(worst_m, err / bound);
-                    CHECK(err <= bound, "moe_group_mms gate %s t %d j %d r %d: %g vs moe_gather %g",
-                          name, t_, j, r, y2[at], y0[at]);
-                }
-            }
-            for (int i = 0; i < MOEG_NT * Y_LD; i++)
-                if (i % Y_LD < y_off)
-                    CHECK(y2[i] == 0.0f, "moe_group_mms %s wrote before y_off at %d", name, i);
-            glu = 1;
-            k = wd_p.moe_group_mms;
-            OK(ebb_cl_weight_set_args(dw, k, 0, D));
-            struct ebb_cl_arg dm[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
-                                      EBB_CL_ARG(tbt),   EBB_CL_ARG(pbt),    EBB_CL_ARG(hb),
-                                      EBB_CL_ARG(g_ld),  EBB_CL_ARG(glu),    EBB_CL_ARG(ypb2),
-                                      EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
-            OK(ebb_cl_set_args(k, 2, dm, 11, D));
-            size_t gdm[2] = {(MOE_D + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)nt_t};
-            OK(ebb_cl_run(cl, k, 2, gdm, lm, D));
-            k = kern(p, "moe_group_sum");
-            struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
-                                      EBB_CL_ARG(wb),     EBB_CL_ARG(ypb2), EBB_CL_ARG(db2),
-                                      EBB_CL_ARG(dn_out)};
-            OK(ebb_cl_set_args(k, 0, sm, 7, D));
-            OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
-            clReleaseKernel(k);
-            static float d2[MOEG_NT * MOE_D];
-            rd(db2, sizeof(d2), d2);
-            for (int t_ = 0; t_ < MOEG_NT; t_++)
-                for (int o = 0; o < MOE_D; o++) {
-                    double mag = group_down_mag(dn, h, Y_LD, ids, wts, t_, o);
-                    double bound = 2e-3 * mag + 1e-5,
-                           err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
-                    worst_m = fmax(worst_m, err / bound);
-                    CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name,
-                          t_, o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
-                }
-            clReleaseMemObject(yb2);
-            clReleaseMemObject(ypb2);
-            clReleaseMemObject(db2);
-            printf("  moe_group_mms (%s, %s, tiles of %d pairs) against moe_gather / moe_down, max "
-                   "err / bound %.2f\n",
-                   name, t.mv_ptx ? "tensor cores" : "stand-in", gt, worst_m);
-        }
-        ebb_cl_wprog_fini(&wg_p);
-        ebb_cl_wprog_fini(&wd_p);
-        clReleaseMemObject(tbt);
-        clReleaseMemObject(pbt);
     }
+    if (wg_p.moe_group_mms && wd_p.moe_group_mms) {
+        double worst_m = 0;
+        cl_mem yb2 = buf(sizeof(zero), zero), ypb2 = buf(sizeof(float) * NP * MOE_D, NULL);
+        cl_mem db2 = buf(sizeof(d1), zero);
+        int glu = 0, dn_ld = MOE_K * MOE_D, dn_off = 0;
+        size_t lm[2] = {32 * t.mg_w, 1};
+        k = wg_p.moe_group_mms;
+        OK(ebb_cl_weight_set_args(gw, k, 0, D));
+        struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(tb),   EBB_CL_ARG(pb),   EBB_CL_ARG(xb),
+                                  EBB_CL_ARG(x_ld), EBB_CL_ARG(glu),  EBB_CL_ARG(yb2),
+                                  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+        OK(ebb_cl_set_args(k, 2, am, 11, D));
+        size_t gm[2] = {(MOE_F + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)n_tiles};
+        OK(ebb_cl_run(cl, k, 2, gm, lm, D));
+        static float y2[MOEG_NT * Y_LD];
+        rd(yb2, sizeof(y2), y2);
+        for (int q = 0; q < NP; q++) {
+            int t_ = q / MOE_K, j = q % MOE_K;
+            for (int r = 0; r < MOE_F; r++) {
+                size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
+                double mag = group_gate_mag(g, x, ids, q, r);
+                double bound = 2e-3 * mag + 1e-5, err = fabs((double)y2[at] - y0[at]);
+                worst_m = fmax(worst_m, err / bound);
+                CHECK(err <= bound, "moe_group_mms gate %s t %d j %d r %d: %g vs moe_gather %g",
+                      name, t_, j, r, y2[at], y0[at]);
+            }
+        }
+        for (int i = 0; i < MOEG_NT * Y_LD; i++)
+            if (i % Y_LD < y_off)
+                CHECK(y2[i] == 0.0f, "moe_group_mms %s wrote before y_off at %d", name, i);
+        glu = 1;
+        k = wd_p.moe_group_mms;
+        OK(ebb_cl_weight_set_args(dw, k, 0, D));
+        struct ebb_cl_arg dm[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(tb),    EBB_CL_ARG(pb),     EBB_CL_ARG(hb),
+                                  EBB_CL_ARG(g_ld),  EBB_CL_ARG(glu),    EBB_CL_ARG(ypb2),
+                                  EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
+        OK(ebb_cl_set_args(k, 2, dm, 11, D));
+        size_t gdm[2] = {(MOE_D + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)n_tiles};
+        OK(ebb_cl_run(cl, k, 2, gdm, lm, D));
+        k = kern(p, "moe_group_sum");
+        struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
+                                  EBB_CL_ARG(wb),     EBB_CL_ARG(ypb2), EBB_CL_ARG(db2),
+                                  EBB_CL_ARG(dn_out)};
+        OK(ebb_cl_set_args(k, 0, sm, 7, D));
+        OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
+        clReleaseKernel(k);
+        static float d2[MOEG_NT * MOE_D];
+        rd(db2, sizeof(d2), d2);
+        for (int t_ = 0; t_ < MOEG_NT; t_++)
+            for (int o = 0; o < MOE_D; o++) {
+                double mag = group_down_mag(dn, h, Y_LD, ids, wts, t_, o);
+                double bound = 2e-3 * mag + 1e-5,
+                       err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
+                worst_m = fmax(worst_m, err / bound);
+                CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name, t_,
+                      o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
+            }
+        clReleaseMemObject(yb2);
+        clReleaseMemObject(ypb2);
+        clReleaseMemObject(db2);
+        printf("  moe_group_mms (%s, %s) against moe_gather / moe_down, max err / bound %.2f\n",
+               name, t.mv_ptx ? "tensor cores" : "stand-in", worst_m);
+    }
+    ebb_cl_wprog_fini(&wg_p);
+    ebb_cl_wprog_fini(&wd_p);
     cl_mem ms[] = {xb, hb, ib, wb, pb, tb, yb0, yb1, ypb, db0, db1};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
