@@ -994,13 +994,26 @@ typedef float2 mql_sc;
 #else
 #define MQL_A 0
 #endif
+/* MQL_G (moe_group_mmql's programs, ebb_cl_moe_mmql_build): a tile's token t takes its inputs
+ * from row mrow[t] of xq / xh (its pair's row; past the tile's n_tok pairs, the last one's), and
+ * the helpers below take mrow; otherwise token t of the work-group's tile is row t0 + t (past
+ * n_tok, the last). */
+#if defined(MQL_G) && MQL_G
+#define MQL_TROW(t) mrow[min((t), n_tok - 1)]
+#define MQL_MROW_ARG , __local const int *mrow
+#define MQL_MROW_PASS , mrow
+#else
+#define MQL_TROW(t) min(t0 + (t), n_tok - 1)
+#define MQL_MROW_ARG
+#define MQL_MROW_PASS
+#endif
 #if MQL_A
 /* matmul_mmql's copies of the step from block b0 into the stage at shared addresses sa (quant
  * words), ss (scales), sx (inputs), sh (input scales); rows past n_out and tokens past n_tok
  * repeat the last (their results are not written). */
 inline __attribute__((always_inline)) void
 mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
-         int n_tok, int lid, int row0, int t0, int b0, uint sa, uint ss, uint sx, uint sh)
+         int n_tok, int lid, int row0, int t0, int b0, uint sa, uint ss, uint sx, uint sh MQL_MROW_ARG)
 {
     int nb = n_in / 32;
 #if MQA_K
@@ -1092,7 +1105,7 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
         if (c < MS_T * MS_KB * 2) {
             int h = c & 1, kb = (c >> 1) % MS_KB, t = (c >> 1) / MS_KB, b = b0 + kb;
             cp_async16(sx + (uint)(t * MQA_XKW + 8 * kb + 4 * h) * 4u,
-                       xq + (size_t)min(t0 + t, n_tok - 1) * n_in + 32 * min(b, nb - 1) + 16 * h,
+                       xq + (size_t)MQL_TROW(t) * n_in + 32 * min(b, nb - 1) + 16 * h,
                        b < nb ? 16 : 0);
         }
     }
@@ -1102,7 +1115,7 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
         if (c < MS_T * MS_KB) {
             int t = c / MS_KB, kb = c % MS_KB, b = b0 + kb;
             cp_async8(sh + (uint)(t * MS_KB + kb) * 8u,
-                      xh + (size_t)min(t0 + t, n_tok - 1) * nb + min(b, nb - 1), b < nb ? 8 : 0);
+                      xh + (size_t)MQL_TROW(t) * nb + min(b, nb - 1), b < nb ? 8 : 0);
         }
     }
 }
@@ -1157,7 +1170,7 @@ inline float mqa_q8d(__local const uint *h, int kb)
 inline __attribute__((always_inline)) void
 mql_fetch(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
           int n_tok, int lid, int row0, int t0, int b0, uint wv[MQL_NWI][MQ_NV], mql_sc *wd,
-          uint4 *xv, float2 *hv)
+          uint4 *xv, float2 *hv MQL_MROW_ARG)
 {
     int nb = n_in / 32;
 #pragma unroll
@@ -1174,22 +1187,48 @@ mql_fetch(W_ARGS, int n_in, int n_out, __global const char *xq, __global const f
         if (it < MS_T * MS_KB * 2) {
             int h = it & 1, kb = (it >> 1) % MS_KB, t = (it >> 1) / MS_KB;
             int b = min(b0 + kb, nb - 1);
-            xv[n] = *(const __global uint4 *)(xq + (size_t)min(t0 + t, n_tok - 1) * n_in +
-                                              32 * b + 16 * h);
+            xv[n] = *(const __global uint4 *)(xq + (size_t)MQL_TROW(t) * n_in + 32 * b + 16 * h);
         }
     }
 #pragma unroll
     for (int n = 0; n < MQL_NHI; n++) {
         int it = lid + n * MQL_NT;
         if (it < MS_T * MS_KB)
-            hv[n] = xh[(size_t)min(t0 + it / MS_KB, n_tok - 1) * nb + min(b0 + it % MS_KB, nb - 1)];
+            hv[n] = xh[(size_t)MQL_TROW(it / MS_KB) * nb + min(b0 + it % MS_KB, nb - 1)];
     }
 }
 
+#if defined(MQL_G) && MQL_G
+/* moe_group_mmql: moe.cl's grouped prefill products (gate and up, down) on matmul_mmql's tiles,
+ * its tokens one tile of at most MS_T pairs of expert e (moe.cl's tiles and perm: tiles[g] =
+ * (e, first index into perm, count)), its rows those of e in the stacked weight (e n_rows + r).
+ * Pair p = perm[..] takes its inputs from row p / kdiv of xq / xh (kdiv k: its token's row of the
+ * quantized h; 1: its own row, mmq_quantize_glu's), and writes y[(p / k) y_ld + y_off + (p % k)
+ * n_rows + r] (moe_group_mms's places). Global (MQL_NT n_tiles, ceil(n_rows / MQL_R)), local
+ * (MQL_NT, 1); the same steps as matmul_mmql's over each pair's row. */
+__kernel __attribute__((reqd_work_group_size(MQL_NT, 1, 1))) void
+moe_group_mmql(W_ARGS, int n_in, int n_rows, int k, int kdiv, __global const int4 *tiles,
+               __global const int *perm, __global const char *xq, __global const float2 *xh,
+               __global float *y, int y_ld, int y_off)
+#else
 __kernel __attribute__((reqd_work_group_size(MQL_NT, 1, 1))) void
 matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
             __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
+#endif
 {
+#if defined(MQL_G) && MQL_G
+    int4 tl = tiles[get_group_id(0)];
+    int n_tok = tl.z, wb = tl.x * n_rows, n_out = wb + n_rows; /* weight rows wb..n_out - 1 */
+    __local int mrow[MS_T];
+    for (int t = get_local_id(0); t < MS_T; t += MQL_NT)
+        mrow[t] = perm[tl.y + min(t, n_tok - 1)] / kdiv;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#define MQL_T0 0
+#define MQL_ROW0 (wb + (int)get_group_id(1) * MQL_R)
+#else
+#define MQL_T0 ((int)get_group_id(0) * MS_T)
+#define MQL_ROW0 ((int)get_group_id(1) * MQL_R)
+#endif
 #if MQL_A
     __local uint la[MQA_NST * MQL_R * MQA_AKW] __attribute__((aligned(16)));
 #if MQA_SN
@@ -1198,7 +1237,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     __local uint lx[MQA_NST * MS_T * MQA_XKW] __attribute__((aligned(16)));
     __local float2 lh[MQA_NST * MS_T * MS_KB] __attribute__((aligned(16)));
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
+    int t0 = MQL_T0, row0 = MQL_ROW0, nb = n_in / 32;
     int ns = (nb + MS_KB - 1) / MS_KB, rw = 16 * MS_MI * warp;
 #if MQA_SN
     uint ss = local_saddr(ls);
@@ -1213,7 +1252,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         if (s < ns)
             mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, s * MS_KB,
                      sa + (uint)(s * MQL_R * MQA_AKW * 4), ss + (uint)(s * MQL_R * MS_KB * 8),
-                     sx + (uint)(s * MS_T * MQA_XKW * 4), sh + (uint)(s * MS_T * MS_KB * 8));
+                     sx + (uint)(s * MS_T * MQA_XKW * 4), sh + (uint)(s * MS_T * MS_KB * 8) MQL_MROW_PASS);
         CP_COMMIT();
     }
     for (int s = 0; s < ns; s++) {
@@ -1229,7 +1268,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         if (sn < ns)
             mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, sn * MS_KB,
                      sa + (uint)(pn * MQL_R * MQA_AKW * 4), ss + (uint)(pn * MQL_R * MS_KB * 8),
-                     sx + (uint)(pn * MS_T * MQA_XKW * 4), sh + (uint)(pn * MS_T * MS_KB * 8));
+                     sx + (uint)(pn * MS_T * MQA_XKW * 4), sh + (uint)(pn * MS_T * MS_KB * 8) MQL_MROW_PASS);
         CP_COMMIT();
         int st = s % MQA_NST;
         __local const uint *A = la + st * MQL_R * MQA_AKW, *X = lx + st * MS_T * MQA_XKW;
@@ -1325,7 +1364,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     __local mql_sc ls[MQL_R * MS_KB];
     __local float2 lh[MS_T * MS_KB];
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
-    int t0 = get_group_id(0) * MS_T, row0 = get_group_id(1) * MQL_R, nb = n_in / 32;
+    int t0 = MQL_T0, row0 = MQL_ROW0, nb = n_in / 32;
     int wk = lid & 3; /* the word of a block this item copies (MQL_NT is a multiple of 4) */
     float acc[MS_MI][MS_T / 8][4];
     MMA_ZERO(acc, MS_MI, MS_T / 8);
@@ -1334,11 +1373,11 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     uint4 xv[MQL_NXI];
     float2 hv[MQL_NHI];
 #if MQL_PF
-    mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, 0, wv, wd, xv, hv);
+    mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, 0, wv, wd, xv, hv MQL_MROW_PASS);
 #endif
     for (int b0 = 0; b0 < nb; b0 += MS_KB) {
 #if !MQL_PF
-        mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0, wv, wd, xv, hv);
+        mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0, wv, wd, xv, hv MQL_MROW_PASS);
 #endif
         /* The registers into local memory. */
 #pragma unroll
@@ -1372,7 +1411,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         barrier(CLK_LOCAL_MEM_FENCE);
         if (MQL_PF && b0 + MS_KB < nb)
             mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0 + MS_KB, wv, wd, xv,
-                      hv);
+                      hv MQL_MROW_PASS);
 #pragma unroll 1
         for (int kb = 0; kb < MS_KB; kb++) {
             int rw = 16 * MS_MI * warp;
@@ -1444,13 +1483,21 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
                 int tok = t0 + 8 * j + 2 * q + (e & 1);
                 if (row < n_out && tok < n_tok) {
+#if defined(MQL_G) && MQL_G
+                    int pr = perm[tl.y + tok];
+                    y[(size_t)(pr / k) * y_ld + y_off + (size_t)(pr % k) * n_rows + (row - wb)] =
+                        acc[i][j][e];
+#else
                     float v = acc[i][j][e];
                     if (res)
                         v += res[(size_t)tok * y_ld + y_off + row];
                     WRITE_Y(y, tok, y_off + row, v);
+#endif
                 }
             }
 }
+#undef MQL_T0
+#undef MQL_ROW0
 
 /* How this build of matmul_mmql stages its tiles, for reports (`ebb bench`'s kernels line):
  * o[0] = the cp.async stages (0: through registers). One work-item. */
@@ -1470,15 +1517,12 @@ __kernel void mmql_info(__global int *o)
  * storing 4 of its values (a warp's loads and stores contiguous), the block's largest magnitude
  * and sum through local memory. Global size (round_up(n_in / 4, 64), n_tok), local (64, 1)
  * (ebb_cl_mmq_quantize_shape). */
-__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
-mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __global float2 *xh)
+/* mmq_quantize's block of work-item l (lane j of 8) holding v of row t's block b (in: b within
+ * the row), am and sm its work-group's local arrays. */
+inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_in,
+                       __global char *xq, __global float2 *xh, __local float *am, __local int *sm)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), l0 = l & ~7, j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32; /* past the row: no loads or stores, but in the barriers */
-    float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
+    int l0 = l & ~7;
     float4 a = fabs(v);
     am[l] = fmax(fmax(a.x, a.y), fmax(a.z, a.w));
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1500,6 +1544,39 @@ mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __g
             s += sm[l0 + u];
         xh[t * (n_in / 32) + b] = (float2)(d, d * (float)s);
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
+mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __global float2 *xh)
+{
+    __local float am[64];
+    __local int sm[64];
+    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
+    size_t t = get_global_id(1);
+    bool in = b < n_in / 32; /* past the row: no loads or stores, but in the barriers */
+    float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
+    mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
+}
+
+/* mmq_quantize of the SwiGLU of moe_group_mms's gate and up outputs (moe_group_mmql's down
+ * inputs): row p (pair p of token p / k, expert slot j = p % k) is silu(g) u of x[(p / k) x_ld +
+ * j n_in + i] and x[(p / k) x_ld + (k + j) n_in + i], as ms_in4 computes it. Same shape. */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
+mmq_quantize_glu(__global const float *x, int x_ld, int n_in, int k, __global char *xq,
+                 __global float2 *xh)
+{
+    __local float am[64];
+    __local int sm[64];
+    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
+    size_t t = get_global_id(1);
+    bool in = b < n_in / 32;
+    float4 v = (float4)(0.0f);
+    if (in) {
+        const __global float *gp = x + (t / k) * x_ld + (t % k) * n_in + 32 * b;
+        float4 a = ((const __global float4 *)gp)[j];
+        v = a / (1.0f + exp(-a)) * ((const __global float4 *)(gp + k * n_in))[j];
+    }
+    mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
 }
 #endif
 

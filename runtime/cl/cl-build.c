@@ -204,6 +204,51 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
     return ebb_cl_wprog_build(cl, l, &t, out, diag);
 }
 
+ebb_err ebb_cl_moe_mmql_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                              const struct ebb_cl_tuning *tu, struct ebb_cl_moe_mmql *out,
+                              struct ebb_diag *diag)
+{
+    *out = (struct ebb_cl_moe_mmql){0};
+    uint32_t pt[4];
+    ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(l), pt);
+    if (!tu->mm_mma || !tu->mmq || !tu->mmq_stage || !ebb_cl_layout_has_qw(l, tu) ||
+        ebb_cl_mmql_bytes(pt[0], pt[1], pt[2], pt[3]) > 48 * 1024)
+        return EBB_OK;
+    struct ebb_cl_tuning tt = *tu;
+    tt.mms_t = pt[0];
+    tt.mms_mi = pt[1];
+    tt.mms_w = pt[2];
+    tt.mms_kb = pt[3];
+    char pro[2048];
+    const char *srcs[2 + N_OF(ebb__cl_wprog_srcs)] = {pro, "#define MQL_G 1\n"};
+    cl_program prog = NULL;
+    ebb_err rc;
+    if ((rc = ebb_cl_layout_prologue(l, &tt, pro, sizeof(pro), diag)) ||
+        (rc = ebb__cl_sources_get(ebb__cl_wprog_srcs, ebb__cl_n_wprog_srcs, srcs + 2, diag)))
+        return rc;
+    if (!(rc = ebb_cl_program_build(cl, srcs, N_OF(srcs), "-cl-mad-enable", &prog, diag)) &&
+        !(rc = ebb_cl_kernel(prog, "moe_group_mmql", &out->group, diag)) &&
+        !(rc = ebb_cl_kernel(prog, "mmq_quantize", &out->quantize, diag)))
+        rc = ebb_cl_kernel(prog, "mmq_quantize_glu", &out->quantize_glu, diag);
+    if (prog)
+        clReleaseProgram(prog);
+    ebb__cl_sources_put(srcs + 2, ebb__cl_n_wprog_srcs);
+    if (rc)
+        ebb_cl_moe_mmql_fini(out);
+    else
+        out->t = pt[0];
+    return rc;
+}
+
+void ebb_cl_moe_mmql_fini(struct ebb_cl_moe_mmql *k)
+{
+    cl_kernel ks[] = {k->group, k->quantize, k->quantize_glu};
+    for (size_t i = 0; i < N_OF(ks); i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    *k = (struct ebb_cl_moe_mmql){0};
+}
+
 ebb_err ebb_cl_ops_build(struct ebb_cl *cl, const struct ebb_cl_tuning *tu, uint32_t head_dim,
                          cl_program *out, struct ebb_diag *diag)
 {

@@ -334,6 +334,11 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MOE_MMS", moe_mms,
           "the grouped MoE products on tensor cores (moe_group_mms) where MMA is on",
           {DC_ANY, {1}}),
+    BOOL1("MOE_MMQL", moe_mmql,
+          "the grouped MoE products on matmul_mmql's int8 tiles (moe_group_mmql: the pairs' "
+          "inputs quantized, tiles of MMQL_TILE's tokens in pairs) where MMQ, MMQ_STAGE and "
+          "all three expert stacks allow it; before moe_group_mms (not yet run on a GPU)",
+          {DC_ANY, {0}}),
     BOOL1("MOEFUSE", moe_fuse,
           "MoE decode on 8-bit inputs in three launches a layer; 0: the seven of before",
           {DC_ANY, {1}}),

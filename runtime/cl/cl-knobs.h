@@ -140,6 +140,8 @@ struct ebb_cl_tuning {
     uint32_t split_gate; /* 1: a layer split's next stage is enqueued ahead behind a user event */
     uint32_t moe_group;  /* MoE steps of at least this many rows run grouped by expert (0: never) */
     uint32_t moe_mms;    /* 1: the grouped MoE products on tensor cores where there are some */
+    uint32_t moe_mmql;   /* 1: ... on matmul_mmql's int8 tiles (moe_group_mmql) where all three
+                            stacks have them */
     uint32_t moe_fuse;   /* 1: MoE decode on 8-bit inputs in its fused launches */
     uint32_t batch;      /* rows of a prefill chunk (a multiple of 32) */
     uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */

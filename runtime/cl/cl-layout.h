@@ -277,6 +277,19 @@ ebb_err ebb_cl_moe_mms_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                              const struct ebb_cl_tuning *tu, struct ebb_cl_wprog *out,
                              struct ebb_diag *diag);
 
+/* moe_group_mmql's kernels for the expert stacks of layout l (built with MQL_G and matmul_mmql's
+ * prefill tile for l): the grouped products, mmq_quantize (their gate and up inputs) and
+ * mmq_quantize_glu (their down inputs); t is the tile's pairs (MS_T). All NULL where l or tu
+ * has no matmul_mmql (tensor cores, tu->mmq and its staging, the word accessors). */
+struct ebb_cl_moe_mmql {
+    cl_kernel group, quantize, quantize_glu;
+    uint32_t t;
+};
+ebb_err ebb_cl_moe_mmql_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
+                              const struct ebb_cl_tuning *tu, struct ebb_cl_moe_mmql *out,
+                              struct ebb_diag *diag);
+void ebb_cl_moe_mmql_fini(struct ebb_cl_moe_mmql *k);
+
 /* Decode attention's work-group size under tu: att_wg, or norm_wg where it is unset. */
 uint32_t ebb_cl_att_wg(const struct ebb_cl_tuning *tu);
 

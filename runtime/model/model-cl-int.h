@@ -110,6 +110,15 @@ struct clm_moe_group {
         struct ebb_cl_wprog p;
     } mms[3];
     uint32_t n_mms;
+    bool no_mmql; /* EBB_CL_MOE_MMQL=0: never moe_group_mmql */
+    struct {      /* ebb_cl_moe_mmql_build's kernels, one per expert layout, on first use */
+        struct ebb_cl_layout l;
+        struct ebb_cl_moe_mmql k;
+    } mq[3];
+    uint32_t n_mq;
+    cl_mem xq, xh, pq, ph; /* moe_group_mmql's int8 inputs: the rows' (xq_rows of n_embd) and
+                              the pairs' (xq_rows k of n_ff_exp), with their (d, d s) */
+    size_t xq_rows;
     cl_kernel sum; /* moe_group_sum */
     cl_mem perm, tiles, yp;
     int32_t *h_ids, *h_perm, *h_tiles;
@@ -474,9 +483,11 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
 /* moe_route over nt rows of the scores into m->moe.ids and m->moe.w. */
 ebb_err ebb__clm_moe_route(struct clm *m, int nt, struct ebb_diag *diag);
 /* The grouped products (gate, up, down) of the three stacks ws over n_tiles tiles of b (whose
- * tiles and perm are on the device already), the same kernels as ebb__clm_moe_group. */
+ * tiles and perm are on the device already; nt: b's rows), the same kernels as
+ * ebb__clm_moe_group. */
 ebb_err ebb__clm_moe_grouped(struct clm *m, const struct ebb_cl_weight *const ws[3],
-                             const struct clm_moe_gbufs *b, int n_tiles, struct ebb_diag *diag);
+                             const struct clm_moe_gbufs *b, int nt, int n_tiles,
+                             struct ebb_diag *diag);
 void ebb__clm_moe_fini(struct clm *m);
 
 /* model-cl-moe-group.c: the experts' block of nt rows (m->h in, m->x updated) grouped by expert
@@ -490,10 +501,15 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
 /* Whether ebb__clm_moe_group takes chunks of nt rows over stacks of n_out rows per expert
  * times a whole number of experts or slots (the same rules; nothing run). */
 bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt);
-/* Its three products alone over n_tiles tiles of b (p: the stacks' programs). */
+/* The pairs a tile of b may hold for the products of ws (*gt): matmul_mmql's tile's tokens where
+ * moe_group_mmql takes all three (EBB_CL_MOE_MMQL), else moe.cl's 16; builds their kernels on
+ * first use. */
+ebb_err ebb__clm_moe_group_gt(struct clm *m, const struct ebb_cl_weight *const ws[3], uint32_t *gt,
+                              struct ebb_diag *diag);
+/* Its three products alone over n_tiles tiles of b (p: the stacks' programs; nt: b's rows). */
 ebb_err ebb__clm_moe_group_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
                                   struct clm_moe_prog *const p[3], const struct clm_moe_gbufs *b,
-                                  int n_tiles, struct ebb_diag *diag);
+                                  int nt, int n_tiles, struct ebb_diag *diag);
 /* Its sum: x (rows of n_embd) += sum_j w[t][j] yp[t k + j] for nt rows, j in order. */
 ebb_err ebb__clm_moe_group_sum(struct clm *m, cl_mem ids, cl_mem wts, cl_mem yp, cl_mem x, int nt,
                                struct ebb_diag *diag);

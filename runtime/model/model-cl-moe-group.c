@@ -59,6 +59,18 @@ static ebb_err kernels(struct clm *m, struct clm_moe_prog *const p[3], struct eb
     return rc;
 }
 
+/* The settings, read once. */
+static void init(struct clm *m)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (!g->init) {
+        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
+        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
+        g->no_mmql = !m->tu.moe_mmql;  /* EBB_CL_MOE_MMQL */
+        g->init = true;
+    }
+}
+
 /* moe_group_mms for the expert stack w (NULL where its layout has none): from the program
  * built with its tile for that layout, made on first use. */
 static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kernel *out,
@@ -86,9 +98,65 @@ static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kerne
     return EBB_OK;
 }
 
-/* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles;
- * returns the number of tiles, or -1 when an id is out of range. */
-static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
+/* moe_group_mmql's kernels for the expert stack w (NULL where they do not apply: the knob off,
+ * or w's layout without them), built on first use. */
+static ebb_err mmql_kernels(struct clm *m, const struct ebb_cl_weight *w,
+                            const struct ebb_cl_moe_mmql **out, struct ebb_diag *diag)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    *out = NULL;
+    if (g->no_mmql)
+        return EBB_OK;
+    uint32_t i = 0;
+    while (i < g->n_mq &&
+           (g->mq[i].l.type != w->layout.type || g->mq[i].l.storage != w->layout.storage ||
+            g->mq[i].l.order != w->layout.order))
+        i++;
+    if (i == g->n_mq) {
+        if (i == sizeof(g->mq) / sizeof(g->mq[0]))
+            return EBB_OK;
+        ebb_err rc = ebb_cl_moe_mmql_build(m->cl, &w->layout, &m->tu, &g->mq[i].k, diag);
+        if (rc)
+            return rc;
+        g->mq[i].l = w->layout;
+        g->n_mq++;
+    }
+    *out = g->mq[i].k.group ? &g->mq[i].k : NULL;
+    return EBB_OK;
+}
+
+/* moe_group_mmql's kernels for all three stacks in k (all NULL unless each has them). */
+static ebb_err mmql_all(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                        const struct ebb_cl_moe_mmql *k[3], struct ebb_diag *diag)
+{
+    for (int i = 0; i < 3; i++) {
+        ebb_err rc = mmql_kernels(m, ws[i], &k[i], diag);
+        if (rc || !k[i]) {
+            k[0] = k[1] = k[2] = NULL;
+            return rc;
+        }
+    }
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_moe_group_gt(struct clm *m, const struct ebb_cl_weight *const ws[3], uint32_t *gt,
+                              struct ebb_diag *diag)
+{
+    const struct ebb_cl_moe_mmql *k[3];
+    init(m);
+    *gt = MOE_GT;
+    ebb_err rc = mmql_all(m, ws, k, diag);
+    if (!rc && k[0]) {
+        *gt = k[0]->t;
+        for (int i = 1; i < 3; i++)
+            *gt = k[i]->t < *gt ? k[i]->t : *gt;
+    }
+    return rc;
+}
+
+/* Sorts the nt x k pairs of g->h_ids by expert into g->h_perm and cuts them into tiles of at
+ * most gt pairs; returns the number of tiles, or -1 when an id is out of range. */
+static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots, uint32_t gt)
 {
     memset(g->h_cnt, 0, (size_t)n_slots * sizeof(uint32_t));
     for (size_t p = 0; p < n_pairs; p++) {
@@ -113,29 +181,18 @@ static int sort_pairs(struct clm_moe_group *g, size_t n_pairs, uint32_t n_slots)
     int n_tiles = 0;
     uint32_t start = 0;
     for (uint32_t e = 0; e < n_slots; e++) {
-        for (uint32_t s = start; s < g->h_cnt[e]; s += MOE_GT) {
+        for (uint32_t s = start; s < g->h_cnt[e]; s += gt) {
             int32_t *t = g->h_tiles + (size_t)n_tiles * 4;
             uint32_t n = g->h_cnt[e] - s;
             t[0] = (int32_t)e;
             t[1] = (int32_t)s;
-            t[2] = (int32_t)(n < MOE_GT ? n : MOE_GT);
+            t[2] = (int32_t)(n < gt ? n : gt);
             t[3] = 0;
             n_tiles++;
         }
         start = g->h_cnt[e];
     }
     return n_tiles;
-}
-
-/* The settings, read once. */
-static void init(struct clm *m)
-{
-    struct clm_moe_group *g = &m->moe.grp;
-    if (!g->init) {
-        g->min_rows = m->tu.moe_group; /* EBB_CL_MOE_GROUP */
-        g->no_mms = !m->tu.moe_mms;    /* EBB_CL_MOE_MMS */
-        g->init = true;
-    }
 }
 
 bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt)
@@ -147,16 +204,90 @@ bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt)
            hp->n_embd % 32 == 0 && hp->n_ff_exp % 32 == 0 && rows && m->cl->info.max_wg >= wg;
 }
 
+/* moe_group_mmql's int8 inputs for up to rows rows (and k of pairs each), allocated once for
+ * the most rows a pass brings (a chunk, or a layer-major pass's xl_rows). */
+static ebb_err mmql_scratch(struct clm *m, size_t rows, struct ebb_diag *diag)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    if (g->xq)
+        return rows <= g->xq_rows
+                   ? EBB_OK
+                   : ebb_diag_set(diag, EBB_EINVAL, "%zu rows for the int8 expert inputs of %zu",
+                                  rows, g->xq_rows);
+    size_t n = m->n_batch > m->xl_rows ? m->n_batch : m->xl_rows, d = m->hp.n_embd;
+    size_t pf = n * m->hp.n_expert_used * m->hp.n_ff_exp;
+    ebb_err rc;
+    if ((rc = ebb__clm_alloc(m, n * d, &g->xq, "int8 expert inputs", diag)) ||
+        (rc = ebb__clm_alloc(m, n * d / 32 * 2 * sizeof(float), &g->xh, "int8 expert inputs",
+                             diag)) ||
+        (rc = ebb__clm_alloc(m, pf, &g->pq, "int8 expert down inputs", diag)) ||
+        (rc = ebb__clm_alloc(m, pf / 32 * 2 * sizeof(float), &g->ph, "int8 expert down inputs",
+                             diag)))
+        return rc;
+    g->xq_rows = n;
+    return rows <= n ? EBB_OK : mmql_scratch(m, rows, diag);
+}
+
+/* The three products through moe_group_mmql (k: its kernels for ws): b's nt rows of h quantized,
+ * gate and up, the pairs' SwiGLU quantized, down. */
+static ebb_err mmql_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
+                           const struct ebb_cl_moe_mmql *const k[3], const struct clm_moe_gbufs *b,
+                           int nt, int n_tiles, struct ebb_diag *diag)
+{
+    struct clm_moe_group *g = &m->moe.grp;
+    const struct ebb__hparams *hp = &m->hp;
+    int kk = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
+    int y_ld = 2 * kk * f, np = nt * kk;
+    ebb_err rc = mmql_scratch(m, (size_t)nt, diag);
+    size_t gq[2], lq[2];
+    struct ebb_cl_arg aq[] = {EBB_CL_ARG(b->h), EBB_CL_ARG(n_embd), EBB_CL_ARG(n_embd),
+                              EBB_CL_ARG(g->xq), EBB_CL_ARG(g->xh)};
+    ebb_cl_mmq_quantize_shape((uint32_t)n_embd, (uint32_t)nt, gq, lq);
+    if (rc || (rc = ebb_cl_set_args(k[0]->quantize, 0, aq, 5, diag)) ||
+        (rc = ebb_cl_run(m->cl, k[0]->quantize, 2, gq, lq, diag)))
+        return rc;
+    for (int i = 0; i < 3; i++) {
+        bool down = i == 2;
+        if (down) { /* the pairs' SwiGLU of their gate and up outputs, as int8 rows */
+            struct ebb_cl_arg ag[] = {EBB_CL_ARG(b->gu), EBB_CL_ARG(y_ld),  EBB_CL_ARG(f),
+                                      EBB_CL_ARG(kk),    EBB_CL_ARG(g->pq), EBB_CL_ARG(g->ph)};
+            ebb_cl_mmq_quantize_shape((uint32_t)f, (uint32_t)np, gq, lq);
+            if ((rc = ebb_cl_set_args(k[2]->quantize_glu, 0, ag, 6, diag)) ||
+                (rc = ebb_cl_run(m->cl, k[2]->quantize_glu, 2, gq, lq, diag)))
+                return rc;
+        }
+        int n_in = down ? f : n_embd, n_rows = down ? n_embd : f, kdiv = down ? 1 : kk;
+        int o_ld = down ? kk * n_embd : y_ld, o_off = down ? 0 : i * kk * f;
+        cl_mem xq = down ? g->pq : g->xq, xh = down ? g->ph : g->xh, y = down ? b->yp : b->gu;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows),   EBB_CL_ARG(kk),
+                                 EBB_CL_ARG(kdiv), EBB_CL_ARG(b->tiles), EBB_CL_ARG(b->perm),
+                                 EBB_CL_ARG(xq),   EBB_CL_ARG(xh),       EBB_CL_ARG(y),
+                                 EBB_CL_ARG(o_ld), EBB_CL_ARG(o_off)};
+        uint32_t pt[4];
+        ebb_cl_mmql_tile(&m->tu, ebb_cl_mmql_kind(&ws[i]->layout), pt);
+        size_t r = 16 * (size_t)pt[1] * pt[2], w = 32 * (size_t)pt[2];
+        size_t gm[2] = {w * (size_t)n_tiles, ((size_t)n_rows + r - 1) / r}, lm[2] = {w, 1};
+        if ((rc = ebb_cl_weight_set_args(ws[i], k[i]->group, 0, diag)) ||
+            (rc = ebb_cl_set_args(k[i]->group, 2, a, 11, diag)) ||
+            (rc = ebb_cl_run(m->cl, k[i]->group, 2, gm, lm, diag)))
+            return rc;
+    }
+    return EBB_OK;
+}
+
 ebb_err ebb__clm_moe_group_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
                                   struct clm_moe_prog *const p[3], const struct clm_moe_gbufs *b,
-                                  int n_tiles, struct ebb_diag *diag)
+                                  int nt, int n_tiles, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     int k = (int)hp->n_expert_used, f = (int)hp->n_ff_exp, n_embd = (int)hp->n_embd;
     uint32_t wg, rows = ebb_cl_moe_group_rows(&m->tu, &wg); /* a work-group's */
-    ebb_err rc = kernels(m, p, diag);
-    if (rc)
+    const struct ebb_cl_moe_mmql *mk[3];
+    ebb_err rc = kernels(m, p, diag); /* (moe_group_sum, which follows either way) */
+    if (rc || (rc = mmql_all(m, ws, mk, diag)))
         return rc;
+    if (mk[0])
+        return mmql_launch(m, ws, mk, b, nt, n_tiles, diag);
     int y_ld = 2 * k * f;
     size_t l[2] = {wg, 1};
     for (int i = 0; i < 3; i++) {
@@ -228,7 +359,10 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
     size_t n_pairs = (size_t)nt * (size_t)k;
     if ((rc = ebb_cl_read(m->cl, ids, 0, n_pairs * sizeof(int32_t), g->h_ids, diag)))
         return rc;
-    int n_tiles = sort_pairs(g, n_pairs, n_slots);
+    uint32_t gt;
+    if ((rc = ebb__clm_moe_group_gt(m, ws, &gt, diag)))
+        return rc;
+    int n_tiles = sort_pairs(g, n_pairs, n_slots, gt);
     if (n_tiles < 0)
         return ebb_diag_set(diag, EBB_EINVAL, "an expert id beyond the %u experts", n_slots);
     if (n_tiles == 0) /* every pair skipped (an expert-cache pass without its experts) */
@@ -248,7 +382,7 @@ ebb_err ebb__clm_moe_group(struct clm *m, const struct ebb_cl_weight *const ws[3
         return rc;
     struct clm_moe_gbufs b = {
         .h = m->h, .gu = mo->gu, .yp = g->yp, .perm = g->perm, .tiles = g->tiles};
-    if ((rc = ebb__clm_moe_group_launch(m, ws, p, &b, n_tiles, diag)))
+    if ((rc = ebb__clm_moe_group_launch(m, ws, p, &b, nt, n_tiles, diag)))
         return rc;
     return ebb__clm_moe_group_sum(m, ids, mo->w, g->yp, m->x, nt, diag);
 }
@@ -260,7 +394,9 @@ void ebb__clm_moe_group_fini(struct clm *m)
         clReleaseKernel(g->sum);
     for (uint32_t i = 0; i < g->n_mms; i++)
         ebb_cl_wprog_fini(&g->mms[i].p);
-    cl_mem ms[] = {g->perm, g->tiles, g->yp};
+    for (uint32_t i = 0; i < g->n_mq; i++)
+        ebb_cl_moe_mmql_fini(&g->mq[i].k);
+    cl_mem ms[] = {g->perm, g->tiles, g->yp, g->xq, g->xh, g->pq, g->ph};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         if (ms[i])
             clReleaseMemObject(ms[i]);

@@ -18,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MOE_GT 16 /* moe.cl: pairs a tile */
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -92,12 +90,12 @@ void ebb__clm_moe_long_fini(struct clm *m)
 }
 
 /* The pass's n_pairs pairs (ml->h_ids) sorted by expert, in the n_used experts' group order
- * (list), into h_perm, each expert's cut into tiles of at most MOE_GT (expert's slot, first
+ * (list), into h_perm, each expert's cut into tiles of at most tp pairs (expert's slot, first
  * index, count) into h_tiles; each group's tiles follow one another: gt[g] is group g's first
  * tile, gt[n_groups] their count. */
 static void sort_pairs(struct clm_moe_long *ml, size_t n_pairs, uint32_t n_expert,
                        const uint32_t *list, uint32_t n_used, const int32_t *group,
-                       const int32_t *slot, uint32_t *gt)
+                       const int32_t *slot, uint32_t tp, uint32_t *gt)
 {
     uint32_t *cnt = ml->h_cnt;
     memset(cnt, 0, (size_t)n_expert * sizeof(uint32_t));
@@ -114,12 +112,12 @@ static void sort_pairs(struct clm_moe_long *ml, size_t n_pairs, uint32_t n_exper
     uint32_t n_tiles = 0, start = 0;
     for (uint32_t i = 0; i < n_used; i++) { /* cnt[e] is now e's end */
         uint32_t e = list[i];
-        for (uint32_t s = start; s < cnt[e]; s += MOE_GT) {
+        for (uint32_t s = start; s < cnt[e]; s += tp) {
             int32_t *t = ml->h_tiles + (size_t)n_tiles * 4;
             uint32_t n = cnt[e] - s;
             t[0] = slot[e];
             t[1] = (int32_t)s;
-            t[2] = (int32_t)(n < MOE_GT ? n : MOE_GT);
+            t[2] = (int32_t)(n < tp ? n : tp);
             t[3] = 0;
             n_tiles++;
         }
@@ -175,17 +173,21 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
     uint32_t *gt = malloc(((size_t)ng + 1) * sizeof(uint32_t));
     if (!gt)
         return EBB_ENOMEM;
-    uint32_t n_used = 0;
+    uint32_t n_used = 0, tp;
     for (uint32_t e = 0; e < m->hp.n_expert; e++)
         n_used += group[e] >= 0;
-    sort_pairs(ml, n_pairs, m->hp.n_expert, list, n_used, group, slot, gt);
+    const struct ebb_cl_weight *xw = ebb__clm_xc_stacks(m, l);
+    const struct ebb_cl_weight *const ws[3] = {&xw[0], &xw[1], &xw[2]};
+    if ((rc = ebb__clm_moe_group_gt(m, ws, &tp, diag))) {
+        free(gt);
+        return rc;
+    }
+    sort_pairs(ml, n_pairs, m->hp.n_expert, list, n_used, group, slot, tp, gt);
     /* The host arrays stay as they are until the next layer's read-back, which follows every
      * write below in the queue. */
     rc = ebb_cl_check(clEnqueueWriteBuffer(m->cl->q, ml->b.perm, CL_FALSE, 0,
                                            n_pairs * sizeof(int32_t), ml->h_perm, 0, NULL, NULL),
                       diag, "uploading the layer-major expert pairs");
-    const struct ebb_cl_weight *xw = ebb__clm_xc_stacks(m, l);
-    const struct ebb_cl_weight *const ws[3] = {&xw[0], &xw[1], &xw[2]};
     cl_event prev = NULL; /* the marker after the previous group's products */
     if (!rc)
         rc = ebb__clm_xc_long_copy(m, 0, NULL, diag);
@@ -197,7 +199,7 @@ static ebb_err experts(struct clm *m, uint32_t l, uint32_t n, struct ebb_diag *d
                                                     (size_t)n_tiles * 4 * sizeof(int32_t),
                                                     ml->h_tiles + (size_t)gt[g] * 4, 0, NULL, NULL),
                                diag, "uploading the layer-major expert tiles")) ||
-            (rc = ebb__clm_moe_grouped(m, ws, &ml->b, n_tiles, diag)))
+            (rc = ebb__clm_moe_grouped(m, ws, &ml->b, (int)n, n_tiles, diag)))
             break;
         if (g + 1 < ng) {
             /* Group g + 1 goes into the half that group g - 1 read (with one slot, or after the

@@ -339,14 +339,15 @@ ebb_err ebb__clm_moe_route(struct clm *m, int nt, struct ebb_diag *diag)
 }
 
 ebb_err ebb__clm_moe_grouped(struct clm *m, const struct ebb_cl_weight *const ws[3],
-                             const struct clm_moe_gbufs *b, int n_tiles, struct ebb_diag *diag)
+                             const struct clm_moe_gbufs *b, int nt, int n_tiles,
+                             struct ebb_diag *diag)
 {
     struct clm_moe_prog *gp[3];
     ebb_err rc;
     for (int i = 0; i < 3; i++)
         if ((rc = prog_for(m, ws[i], &gp[i], diag)))
             return rc;
-    return ebb__clm_moe_group_launch(m, ws, gp, b, n_tiles, diag);
+    return ebb__clm_moe_group_launch(m, ws, gp, b, nt, n_tiles, diag);
 }
 
 ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,

@@ -659,6 +659,105 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     }
     ebb_cl_wprog_fini(&wg_p);
     ebb_cl_wprog_fini(&wd_p);
+
+    /* moe_group_mmql (matmul_mmql's tiles over the same tiles of 16 pairs, on int8 inputs: x's
+     * rows by mmq_quantize, the down inputs by mmq_quantize_glu from h) against moe_gather and
+     * moe_down: the int8 rounding of the inputs, 2e-2 of the products' magnitude (check_mmq's
+     * bound against float inputs). Once a layout, as above. */
+    struct ebb_cl_tuning tq = tu;
+    tq.mm_mma = 1;
+    tq.mmq = 1;
+    tq.mmq_stage = 1;
+    tq.block_dec = 0;
+    struct ebb_cl_moe_mmql kg = {0}, kd = {0};
+    if (mms_once) {
+        OK(ebb_cl_moe_mmql_build(cl, &gw->layout, &tq, &kg, D));
+        OK(ebb_cl_moe_mmql_build(cl, &dw->layout, &tq, &kd, D));
+    }
+    if (kg.group && kd.group) {
+        CHECK(kg.t >= MOEG_GT && kd.t >= MOEG_GT, "moe_group_mmql %s: tiles of %u / %u pairs", name,
+              kg.t, kd.t);
+        double worst_q = 0;
+        cl_mem xq = buf(MOEG_NT * MOE_D, NULL),
+               xh = buf(sizeof(float) * 2 * MOEG_NT * MOE_D / 32, NULL);
+        cl_mem pq = buf(NP * MOE_F, NULL), ph = buf(sizeof(float) * 2 * NP * MOE_F / 32, NULL);
+        cl_mem yb3 = buf(sizeof(zero), zero), ypb3 = buf(sizeof(float) * NP * MOE_D, NULL);
+        cl_mem db3 = buf(sizeof(d1), zero);
+        int nd = MOE_D, kdiv = MOE_K, one = 1, dn_ld = MOE_K * MOE_D, dn_off = 0;
+        size_t gq[2], lq[2];
+        struct ebb_cl_arg aq[] = {EBB_CL_ARG(xb), EBB_CL_ARG(nd), EBB_CL_ARG(nd), EBB_CL_ARG(xq),
+                                  EBB_CL_ARG(xh)};
+        OK(ebb_cl_set_args(kg.quantize, 0, aq, 5, D));
+        ebb_cl_mmq_quantize_shape(MOE_D, MOEG_NT, gq, lq);
+        OK(ebb_cl_run(cl, kg.quantize, 2, gq, lq, D));
+        uint32_t pt[4];
+        ebb_cl_mmql_tile(&tq, ebb_cl_mmql_kind(&gw->layout), pt);
+        size_t lg2[2] = {32 * (size_t)pt[2], 1}, r = 16 * (size_t)pt[1] * pt[2];
+        size_t gg2[2] = {lg2[0] * (size_t)n_tiles, (MOE_F + r - 1) / r};
+        OK(ebb_cl_weight_set_args(gw, kg.group, 0, D));
+        struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(kdiv), EBB_CL_ARG(tb),   EBB_CL_ARG(pb),
+                                  EBB_CL_ARG(xq),   EBB_CL_ARG(xh),   EBB_CL_ARG(yb3),
+                                  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+        OK(ebb_cl_set_args(kg.group, 2, am, 11, D));
+        OK(ebb_cl_run(cl, kg.group, 2, gg2, lg2, D));
+        static float y3[MOEG_NT * Y_LD];
+        rd(yb3, sizeof(y3), y3);
+        for (int q = 0; q < NP; q++) {
+            int t_ = q / MOE_K, j = q % MOE_K;
+            for (int r_ = 0; r_ < MOE_F; r_++) {
+                size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r_;
+                double bound = 2e-2 * group_gate_mag(g, x, ids, q, r_) + 1e-5;
+                double err = fabs((double)y3[at] - y0[at]);
+                worst_q = fmax(worst_q, err / bound);
+                CHECK(err <= bound, "moe_group_mmql gate %s t %d j %d r %d: %g vs moe_gather %g",
+                      name, t_, j, r_, y3[at], y0[at]);
+            }
+        }
+        for (int i = 0; i < MOEG_NT * Y_LD; i++)
+            if (i % Y_LD < y_off)
+                CHECK(y3[i] == 0.0f, "moe_group_mmql %s wrote before y_off at %d", name, i);
+        struct ebb_cl_arg aglu[] = {EBB_CL_ARG(hb), EBB_CL_ARG(g_ld), EBB_CL_ARG(dn_in),
+                                    EBB_CL_ARG(kk), EBB_CL_ARG(pq),   EBB_CL_ARG(ph)};
+        OK(ebb_cl_set_args(kd.quantize_glu, 0, aglu, 6, D));
+        ebb_cl_mmq_quantize_shape(MOE_F, NP, gq, lq);
+        OK(ebb_cl_run(cl, kd.quantize_glu, 2, gq, lq, D));
+        ebb_cl_mmql_tile(&tq, ebb_cl_mmql_kind(&dw->layout), pt);
+        size_t ld2[2] = {32 * (size_t)pt[2], 1}, rd_ = 16 * (size_t)pt[1] * pt[2];
+        size_t gd2[2] = {ld2[0] * (size_t)n_tiles, (MOE_D + rd_ - 1) / rd_};
+        OK(ebb_cl_weight_set_args(dw, kd.group, 0, D));
+        struct ebb_cl_arg dm[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                                  EBB_CL_ARG(one),   EBB_CL_ARG(tb),     EBB_CL_ARG(pb),
+                                  EBB_CL_ARG(pq),    EBB_CL_ARG(ph),     EBB_CL_ARG(ypb3),
+                                  EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
+        OK(ebb_cl_set_args(kd.group, 2, dm, 11, D));
+        OK(ebb_cl_run(cl, kd.group, 2, gd2, ld2, D));
+        k = kern(p, "moe_group_sum");
+        struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
+                                  EBB_CL_ARG(wb),     EBB_CL_ARG(ypb3), EBB_CL_ARG(db3),
+                                  EBB_CL_ARG(dn_out)};
+        OK(ebb_cl_set_args(k, 0, sm, 7, D));
+        OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
+        clReleaseKernel(k);
+        static float d3[MOEG_NT * MOE_D];
+        rd(db3, sizeof(d3), d3);
+        for (int t_ = 0; t_ < MOEG_NT; t_++)
+            for (int o = 0; o < MOE_D; o++) {
+                double bound = 2e-2 * group_down_mag(dn, h, Y_LD, ids, wts, t_, o) + 1e-5;
+                double err = fabs((double)d3[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
+                worst_q = fmax(worst_q, err / bound);
+                CHECK(err <= bound, "moe_group_mmql down %s t %d o %d: %g vs moe_down %g", name, t_,
+                      o, d3[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
+            }
+        cl_mem qs[] = {xq, xh, pq, ph, yb3, ypb3, db3};
+        for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+            clReleaseMemObject(qs[i]);
+        printf("  moe_group_mmql (%s, %s, tiles of %u / %u pairs) against moe_gather / moe_down, "
+               "max err / bound %.2f\n",
+               name, tq.mv_ptx ? "tensor cores" : "stand-in", kg.t, kd.t, worst_q);
+    }
+    ebb_cl_moe_mmql_fini(&kg);
+    ebb_cl_moe_mmql_fini(&kd);
     cl_mem ms[] = {xb, hb, ib, wb, pb, tb, yb0, yb1, ypb, db0, db1};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
