@@ -209,23 +209,23 @@ bool ebb__clm_moe_group_applies(struct clm *m, uint32_t nt)
 static ebb_err mmql_scratch(struct clm *m, size_t rows, struct ebb_diag *diag)
 {
     struct clm_moe_group *g = &m->moe.grp;
-    if (g->xq)
-        return rows <= g->xq_rows
-                   ? EBB_OK
-                   : ebb_diag_set(diag, EBB_EINVAL, "%zu rows for the int8 expert inputs of %zu",
-                                  rows, g->xq_rows);
-    size_t n = m->n_batch > m->xl_rows ? m->n_batch : m->xl_rows, d = m->hp.n_embd;
-    size_t pf = n * m->hp.n_expert_used * m->hp.n_ff_exp;
-    ebb_err rc;
-    if ((rc = ebb__clm_alloc(m, n * d, &g->xq, "int8 expert inputs", diag)) ||
-        (rc = ebb__clm_alloc(m, n * d / 32 * 2 * sizeof(float), &g->xh, "int8 expert inputs",
-                             diag)) ||
-        (rc = ebb__clm_alloc(m, pf, &g->pq, "int8 expert down inputs", diag)) ||
-        (rc = ebb__clm_alloc(m, pf / 32 * 2 * sizeof(float), &g->ph, "int8 expert down inputs",
-                             diag)))
-        return rc;
-    g->xq_rows = n;
-    return rows <= n ? EBB_OK : mmql_scratch(m, rows, diag);
+    if (!g->xq) {
+        size_t n = m->n_batch > m->xl_rows ? m->n_batch : m->xl_rows, d = m->hp.n_embd;
+        size_t pf = n * m->hp.n_expert_used * m->hp.n_ff_exp;
+        ebb_err rc;
+        if ((rc = ebb__clm_alloc(m, n * d, &g->xq, "int8 expert inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, n * d / 32 * 2 * sizeof(float), &g->xh, "int8 expert inputs",
+                                 diag)) ||
+            (rc = ebb__clm_alloc(m, pf, &g->pq, "int8 expert down inputs", diag)) ||
+            (rc = ebb__clm_alloc(m, pf / 32 * 2 * sizeof(float), &g->ph, "int8 expert down inputs",
+                                 diag)))
+            return rc;
+        g->xq_rows = n;
+    }
+    if (rows > g->xq_rows)
+        return ebb_diag_set(diag, EBB_EINVAL, "%zu rows for the int8 expert inputs of %zu", rows,
+                            g->xq_rows);
+    return EBB_OK;
 }
 
 /* The three products through moe_group_mmql (k: its kernels for ws): b's nt rows of h quantized,
