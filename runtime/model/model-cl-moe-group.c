@@ -71,6 +71,12 @@ static void init(struct clm *m)
     }
 }
 
+/* Whether the programs built for layout a serve layout b. */
+static bool same_layout(const struct ebb_cl_layout *a, const struct ebb_cl_layout *b)
+{
+    return a->type == b->type && a->storage == b->storage && a->order == b->order;
+}
+
 /* moe_group_mms for the expert stack w (NULL where its layout has none): from the program
  * built with its tile for that layout, made on first use. */
 static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kernel *out,
@@ -81,9 +87,7 @@ static ebb_err mms_kernel(struct clm *m, const struct ebb_cl_weight *w, cl_kerne
     if (g->no_mms || !m->tu.mm_mma)
         return EBB_OK;
     uint32_t i = 0;
-    while (i < g->n_mms &&
-           (g->mms[i].l.type != w->layout.type || g->mms[i].l.storage != w->layout.storage ||
-            g->mms[i].l.order != w->layout.order))
+    while (i < g->n_mms && !same_layout(&g->mms[i].l, &w->layout))
         i++;
     if (i == g->n_mms) {
         if (i == sizeof(g->mms) / sizeof(g->mms[0]))
@@ -105,12 +109,11 @@ static ebb_err mmql_kernels(struct clm *m, const struct ebb_cl_weight *w,
 {
     struct clm_moe_group *g = &m->moe.grp;
     *out = NULL;
+    init(m);
     if (g->no_mmql)
         return EBB_OK;
     uint32_t i = 0;
-    while (i < g->n_mq &&
-           (g->mq[i].l.type != w->layout.type || g->mq[i].l.storage != w->layout.storage ||
-            g->mq[i].l.order != w->layout.order))
+    while (i < g->n_mq && !same_layout(&g->mq[i].l, &w->layout))
         i++;
     if (i == g->n_mq) {
         if (i == sizeof(g->mq) / sizeof(g->mq[0]))

@@ -441,6 +441,83 @@ static double group_down_mag(const float *dn, const float *h, int y_ld, const in
     return mag;
 }
 
+/* moe_group_sum (program p) of the pairs' down outputs yp with the ids ib and weights wb onto
+ * db (MOEG_NT rows of MOE_D), read back into out. */
+static void group_sum(cl_program p, cl_mem ib, cl_mem wb, cl_mem yp, cl_mem db, float *out)
+{
+    int n = MOE_D, kk = MOE_K;
+    cl_kernel k = kern(p, "moe_group_sum");
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n),  EBB_CL_ARG(kk), EBB_CL_ARG(ib), EBB_CL_ARG(wb),
+                             EBB_CL_ARG(yp), EBB_CL_ARG(db), EBB_CL_ARG(n)};
+    OK(ebb_cl_set_args(k, 0, a, 7, D));
+    size_t g[2] = {MOE_D, MOEG_NT};
+    OK(ebb_cl_run(cl, k, 2, g, NULL, D));
+    clReleaseKernel(k);
+    rd(db, sizeof(float) * MOEG_NT * MOE_D, out);
+}
+
+/* moe_group_mmql (km, for weight w under tuning t) over n_tiles tiles (tb, pb) of rows of n_in
+ * int8 inputs (xq, xh) whose pair p reads row p / kdiv, n_rows outputs a pair into y. */
+static void group_mmql(const struct ebb_cl_weight *w, const struct ebb_cl_moe_mmql *km,
+                       const struct ebb_cl_tuning *t, int n_in, int n_rows, int kdiv, cl_mem tb,
+                       cl_mem pb, cl_mem xq, cl_mem xh, cl_mem y, int y_ld, int y_off, int n_tiles)
+{
+    int kk = MOE_K;
+    uint32_t pt[4];
+    ebb_cl_mmql_tile(t, ebb_cl_mmql_kind(&w->layout), pt);
+    size_t l[2] = {32 * (size_t)pt[2], 1}, r = 16 * (size_t)pt[1] * pt[2];
+    size_t g[2] = {l[0] * (size_t)n_tiles, ((size_t)n_rows + r - 1) / r};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(kdiv), EBB_CL_ARG(tb),     EBB_CL_ARG(pb),
+                             EBB_CL_ARG(xq),   EBB_CL_ARG(xh),     EBB_CL_ARG(y),
+                             EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
+    OK(ebb_cl_weight_set_args(w, km->group, 0, D));
+    OK(ebb_cl_set_args(km->group, 2, a, 11, D));
+    OK(ebb_cl_run(cl, km->group, 2, g, l, D));
+}
+
+/* The grouped gate outputs y (kernel kn) against moe_gather's y0, rows of y_ld with the k pairs'
+ * outputs from y_off on, within rel of each output's terms' magnitude plus ab; nothing written
+ * before y_off. Returns the worst error over its bound. */
+static double check_group_gate(const char *kn, const char *name, const float *y, const float *y0,
+                               int y_ld, int y_off, double rel, double ab, const float *g,
+                               const float *x, const int *ids)
+{
+    double worst = 0;
+    for (int q = 0; q < MOEG_NT * MOE_K; q++) {
+        int t = q / MOE_K, j = q % MOE_K;
+        for (int r = 0; r < MOE_F; r++) {
+            size_t at = (size_t)t * y_ld + (size_t)y_off + (size_t)j * MOE_F + r;
+            double bound = rel * group_gate_mag(g, x, ids, q, r) + ab;
+            double err = fabs((double)y[at] - y0[at]);
+            worst = fmax(worst, err / bound);
+            CHECK(err <= bound, "%s gate %s t %d j %d r %d: %g vs moe_gather %g", kn, name, t, j, r,
+                  y[at], y0[at]);
+        }
+    }
+    for (int i = 0; i < MOEG_NT * y_ld; i++)
+        if (i % y_ld < y_off)
+            CHECK(y[i] == 0.0f, "%s %s wrote before y_off at %d", kn, name, i);
+    return worst;
+}
+
+/* The grouped down outputs summed by moe_group_sum (d) against moe_down's d0, as above. */
+static double check_group_down(const char *kn, const char *name, const float *d, const float *d0,
+                               double rel, double ab, const float *dn, const float *h, int y_ld,
+                               const int *ids, const float *wts)
+{
+    double worst = 0;
+    for (int t = 0; t < MOEG_NT; t++)
+        for (int o = 0; o < MOE_D; o++) {
+            double bound = rel * group_down_mag(dn, h, y_ld, ids, wts, t, o) + ab;
+            double err = fabs((double)d[t * MOE_D + o] - d0[t * MOE_D + o]);
+            worst = fmax(worst, err / bound);
+            CHECK(err <= bound, "%s down %s t %d o %d: %g vs moe_down %g", kn, name, t, o,
+                  d[t * MOE_D + o], d0[t * MOE_D + o]);
+        }
+    return worst;
+}
+
 /* The grouped prefill (moe_group_gu, moe_group_down, moe_group_sum) against moe_gather and
  * moe_down on the same inputs, within the dot-product bound: 20 tokens whose first expert is
  * expert 0 (two tiles, one full), the second spread over the others, one pair skipped (-1).
@@ -510,21 +587,8 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     clReleaseKernel(k);
     rd(yb0, sizeof(y0), y0);
     rd(yb1, sizeof(y1), y1);
-    double worst = 0;
-    for (int q = 0; q < NP; q++) {
-        int t = q / MOE_K, j = q % MOE_K;
-        for (int r = 0; r < MOE_F; r++) {
-            size_t at = (size_t)t * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
-            double mag = group_gate_mag(g, x, ids, q, r);
-            double bound = 1e-5 * mag + 1e-6, err = fabs((double)y1[at] - y0[at]);
-            worst = fmax(worst, err / bound);
-            CHECK(err <= bound, "moe_group_gu %s t %d j %d r %d: %g vs moe_gather %g", name, t, j,
-                  r, y1[at], y0[at]);
-        }
-    }
-    for (int i = 0; i < MOEG_NT * Y_LD; i++)
-        if (i % Y_LD < y_off)
-            CHECK(y1[i] == 0.0f, "moe_group_gu %s wrote before y_off at %d", name, i);
+    double worst =
+        check_group_gate("moe_group_gu", name, y1, y0, Y_LD, y_off, 1e-5, 1e-6, g, x, ids);
 
     /* Down, then the weighted sum: moe_down (no residual: zeros) against moe_group_down and
      * moe_group_sum over zeros. */
@@ -548,25 +612,10 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
     size_t ggd[2] = {(MOE_D + wg_rows - 1) / wg_rows * wg, (size_t)n_tiles};
     OK(ebb_cl_run(cl, k, 2, ggd, lg, D));
     clReleaseKernel(k);
-    k = kern(p, "moe_group_sum");
-    struct ebb_cl_arg sa[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),  EBB_CL_ARG(ib),
-                              EBB_CL_ARG(wb),     EBB_CL_ARG(ypb), EBB_CL_ARG(db1),
-                              EBB_CL_ARG(dn_out)};
-    OK(ebb_cl_set_args(k, 0, sa, 7, D));
-    size_t gsum[2] = {MOE_D, MOEG_NT};
-    OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
-    clReleaseKernel(k);
     rd(db0, sizeof(d0), d0);
-    rd(db1, sizeof(d1), d1);
-    for (int t = 0; t < MOEG_NT; t++)
-        for (int o = 0; o < MOE_D; o++) {
-            double mag = group_down_mag(dn, h, Y_LD, ids, wts, t, o);
-            double bound = 1e-5 * mag + 1e-6,
-                   err = fabs((double)d1[t * MOE_D + o] - d0[t * MOE_D + o]);
-            worst = fmax(worst, err / bound);
-            CHECK(err <= bound, "moe_group_down %s t %d o %d: %g vs moe_down %g", name, t, o,
-                  d1[t * MOE_D + o], d0[t * MOE_D + o]);
-        }
+    group_sum(p, ib, wb, ypb, db1, d1);
+    worst = fmax(
+        worst, check_group_down("moe_group_down", name, d1, d0, 1e-5, 1e-6, dn, h, Y_LD, ids, wts));
     printf("  moe_group_gu / moe_group_down (%s, %d tiles) against moe_gather / moe_down, max "
            "err / bound %.2f\n",
            name, n_tiles, worst);
@@ -609,20 +658,8 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         OK(ebb_cl_run(cl, k, 2, gm, lm, D));
         static float y2[MOEG_NT * Y_LD];
         rd(yb2, sizeof(y2), y2);
-        for (int q = 0; q < NP; q++) {
-            int t_ = q / MOE_K, j = q % MOE_K;
-            for (int r = 0; r < MOE_F; r++) {
-                size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r;
-                double mag = group_gate_mag(g, x, ids, q, r);
-                double bound = 2e-3 * mag + 1e-5, err = fabs((double)y2[at] - y0[at]);
-                worst_m = fmax(worst_m, err / bound);
-                CHECK(err <= bound, "moe_group_mms gate %s t %d j %d r %d: %g vs moe_gather %g",
-                      name, t_, j, r, y2[at], y0[at]);
-            }
-        }
-        for (int i = 0; i < MOEG_NT * Y_LD; i++)
-            if (i % Y_LD < y_off)
-                CHECK(y2[i] == 0.0f, "moe_group_mms %s wrote before y_off at %d", name, i);
+        worst_m =
+            check_group_gate("moe_group_mms", name, y2, y0, Y_LD, y_off, 2e-3, 1e-5, g, x, ids);
         glu = 1;
         k = wd_p.moe_group_mms;
         OK(ebb_cl_weight_set_args(dw, k, 0, D));
@@ -633,24 +670,10 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         OK(ebb_cl_set_args(k, 2, dm, 11, D));
         size_t gdm[2] = {(MOE_D + 16 * t.mg_mi - 1) / (16 * t.mg_mi) * lm[0], (size_t)n_tiles};
         OK(ebb_cl_run(cl, k, 2, gdm, lm, D));
-        k = kern(p, "moe_group_sum");
-        struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
-                                  EBB_CL_ARG(wb),     EBB_CL_ARG(ypb2), EBB_CL_ARG(db2),
-                                  EBB_CL_ARG(dn_out)};
-        OK(ebb_cl_set_args(k, 0, sm, 7, D));
-        OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
-        clReleaseKernel(k);
         static float d2[MOEG_NT * MOE_D];
-        rd(db2, sizeof(d2), d2);
-        for (int t_ = 0; t_ < MOEG_NT; t_++)
-            for (int o = 0; o < MOE_D; o++) {
-                double mag = group_down_mag(dn, h, Y_LD, ids, wts, t_, o);
-                double bound = 2e-3 * mag + 1e-5,
-                       err = fabs((double)d2[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
-                worst_m = fmax(worst_m, err / bound);
-                CHECK(err <= bound, "moe_group_mms down %s t %d o %d: %g vs moe_down %g", name, t_,
-                      o, d2[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
-            }
+        group_sum(p, ib, wb, ypb2, db2, d2);
+        worst_m = fmax(worst_m, check_group_down("moe_group_mms", name, d2, d0, 2e-3, 1e-5, dn, h,
+                                                 Y_LD, ids, wts));
         clReleaseMemObject(yb2);
         clReleaseMemObject(ypb2);
         clReleaseMemObject(db2);
@@ -683,72 +706,28 @@ static void test_moe_group(cl_program p, const char *name, const struct ebb_cl_w
         cl_mem pq = buf(NP * MOE_F, NULL), ph = buf(sizeof(float) * 2 * NP * MOE_F / 32, NULL);
         cl_mem yb3 = buf(sizeof(zero), zero), ypb3 = buf(sizeof(float) * NP * MOE_D, NULL);
         cl_mem db3 = buf(sizeof(d1), zero);
-        int nd = MOE_D, kdiv = MOE_K, one = 1, dn_ld = MOE_K * MOE_D, dn_off = 0;
+        int nd = MOE_D, dn_ld = MOE_K * MOE_D, dn_off = 0;
         size_t gq[2], lq[2];
         struct ebb_cl_arg aq[] = {EBB_CL_ARG(xb), EBB_CL_ARG(nd), EBB_CL_ARG(nd), EBB_CL_ARG(xq),
                                   EBB_CL_ARG(xh)};
         OK(ebb_cl_set_args(kg.quantize, 0, aq, 5, D));
         ebb_cl_mmq_quantize_shape(MOE_D, MOEG_NT, gq, lq);
         OK(ebb_cl_run(cl, kg.quantize, 2, gq, lq, D));
-        uint32_t pt[4];
-        ebb_cl_mmql_tile(&tq, ebb_cl_mmql_kind(&gw->layout), pt);
-        size_t lg2[2] = {32 * (size_t)pt[2], 1}, r = 16 * (size_t)pt[1] * pt[2];
-        size_t gg2[2] = {lg2[0] * (size_t)n_tiles, (MOE_F + r - 1) / r};
-        OK(ebb_cl_weight_set_args(gw, kg.group, 0, D));
-        struct ebb_cl_arg am[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(rows), EBB_CL_ARG(kk),
-                                  EBB_CL_ARG(kdiv), EBB_CL_ARG(tb),   EBB_CL_ARG(pb),
-                                  EBB_CL_ARG(xq),   EBB_CL_ARG(xh),   EBB_CL_ARG(yb3),
-                                  EBB_CL_ARG(y_ld), EBB_CL_ARG(y_off)};
-        OK(ebb_cl_set_args(kg.group, 2, am, 11, D));
-        OK(ebb_cl_run(cl, kg.group, 2, gg2, lg2, D));
+        group_mmql(gw, &kg, &tq, n_in, rows, MOE_K, tb, pb, xq, xh, yb3, y_ld, y_off, n_tiles);
         static float y3[MOEG_NT * Y_LD];
         rd(yb3, sizeof(y3), y3);
-        for (int q = 0; q < NP; q++) {
-            int t_ = q / MOE_K, j = q % MOE_K;
-            for (int r_ = 0; r_ < MOE_F; r_++) {
-                size_t at = (size_t)t_ * Y_LD + (size_t)y_off + (size_t)j * MOE_F + r_;
-                double bound = 2e-2 * group_gate_mag(g, x, ids, q, r_) + 1e-5;
-                double err = fabs((double)y3[at] - y0[at]);
-                worst_q = fmax(worst_q, err / bound);
-                CHECK(err <= bound, "moe_group_mmql gate %s t %d j %d r %d: %g vs moe_gather %g",
-                      name, t_, j, r_, y3[at], y0[at]);
-            }
-        }
-        for (int i = 0; i < MOEG_NT * Y_LD; i++)
-            if (i % Y_LD < y_off)
-                CHECK(y3[i] == 0.0f, "moe_group_mmql %s wrote before y_off at %d", name, i);
+        worst_q =
+            check_group_gate("moe_group_mmql", name, y3, y0, Y_LD, y_off, 2e-2, 1e-5, g, x, ids);
         struct ebb_cl_arg aglu[] = {EBB_CL_ARG(hb), EBB_CL_ARG(g_ld), EBB_CL_ARG(dn_in),
                                     EBB_CL_ARG(kk), EBB_CL_ARG(pq),   EBB_CL_ARG(ph)};
         OK(ebb_cl_set_args(kd.quantize_glu, 0, aglu, 6, D));
         ebb_cl_mmq_quantize_shape(MOE_F, NP, gq, lq);
         OK(ebb_cl_run(cl, kd.quantize_glu, 2, gq, lq, D));
-        ebb_cl_mmql_tile(&tq, ebb_cl_mmql_kind(&dw->layout), pt);
-        size_t ld2[2] = {32 * (size_t)pt[2], 1}, rd_ = 16 * (size_t)pt[1] * pt[2];
-        size_t gd2[2] = {ld2[0] * (size_t)n_tiles, (MOE_D + rd_ - 1) / rd_};
-        OK(ebb_cl_weight_set_args(dw, kd.group, 0, D));
-        struct ebb_cl_arg dm[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
-                                  EBB_CL_ARG(one),   EBB_CL_ARG(tb),     EBB_CL_ARG(pb),
-                                  EBB_CL_ARG(pq),    EBB_CL_ARG(ph),     EBB_CL_ARG(ypb3),
-                                  EBB_CL_ARG(dn_ld), EBB_CL_ARG(dn_off)};
-        OK(ebb_cl_set_args(kd.group, 2, dm, 11, D));
-        OK(ebb_cl_run(cl, kd.group, 2, gd2, ld2, D));
-        k = kern(p, "moe_group_sum");
-        struct ebb_cl_arg sm[] = {EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),   EBB_CL_ARG(ib),
-                                  EBB_CL_ARG(wb),     EBB_CL_ARG(ypb3), EBB_CL_ARG(db3),
-                                  EBB_CL_ARG(dn_out)};
-        OK(ebb_cl_set_args(k, 0, sm, 7, D));
-        OK(ebb_cl_run(cl, k, 2, gsum, NULL, D));
-        clReleaseKernel(k);
+        group_mmql(dw, &kd, &tq, dn_in, dn_out, 1, tb, pb, pq, ph, ypb3, dn_ld, dn_off, n_tiles);
         static float d3[MOEG_NT * MOE_D];
-        rd(db3, sizeof(d3), d3);
-        for (int t_ = 0; t_ < MOEG_NT; t_++)
-            for (int o = 0; o < MOE_D; o++) {
-                double bound = 2e-2 * group_down_mag(dn, h, Y_LD, ids, wts, t_, o) + 1e-5;
-                double err = fabs((double)d3[t_ * MOE_D + o] - d0[t_ * MOE_D + o]);
-                worst_q = fmax(worst_q, err / bound);
-                CHECK(err <= bound, "moe_group_mmql down %s t %d o %d: %g vs moe_down %g", name, t_,
-                      o, d3[t_ * MOE_D + o], d0[t_ * MOE_D + o]);
-            }
+        group_sum(p, ib, wb, ypb3, db3, d3);
+        worst_q = fmax(worst_q, check_group_down("moe_group_mmql", name, d3, d0, 2e-2, 1e-5, dn, h,
+                                                 Y_LD, ids, wts));
         cl_mem qs[] = {xq, xh, pq, ph, yb3, ypb3, db3};
         for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
             clReleaseMemObject(qs[i]);
