@@ -16,7 +16,11 @@
 # Environment: EBB_SHAPE, EBB_TYPE (q4_0), EBB_MODEL_DIR (default /dev/shm/models where it has 16 GB, else /tmp/models), EBB_CHATS (the --long-chat sizes), EBB_BASE (an
 # earlier ebb binary's name on PATH, e.g. ebb-base), EBB_PARTS (default build,ebb,llama,serve:
 # a call is limited to 10 minutes, so the parts can go in two calls on the same warm machine,
-# e.g. build,llama then ebb,serve; the build and the file are kept in /tmp between them).
+# e.g. build,llama then ebb,serve; the build and the file are kept in /tmp between them),
+# EBB_CTX (the servers' context, default 33792), EBB_SERVE_ARGS and LLAMA_SERVER_ARGS (more
+# arguments for each server: issue 36's row is EBB_SHAPE=qwen3-30b-a3b EBB_TYPE=q4_k_m
+# EBB_PARTS=build,serve EBB_CHATS=4000 EBB_CTX=8192 EBB_SERVE_ARGS="--expert-cache 24"
+# LLAMA_SERVER_ARGS="-ot exps=CPU").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
 out=${OUT:-/tmp/out}
@@ -95,9 +99,11 @@ serve_run() { # label port command...
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
 }
-say "ebb serve --parallel 1 --ctx 33792"
-serve_run ebb 8093 ebb serve -m "$m" --port 8093 --parallel 1 --ctx 33792
+ctx=${EBB_CTX:-33792}
+say "ebb serve --parallel 1 --ctx $ctx ${EBB_SERVE_ARGS:-}"
+serve_run ebb 8093 ebb serve -m "$m" --port 8093 --parallel 1 --ctx "$ctx" ${EBB_SERVE_ARGS:-}
 if [ -x $lb/bin/llama-server ]; then
-    say "llama-server -np 1 -c 33792 -fa on"
-    serve_run llama 8094 $lb/bin/llama-server -m "$m" --port 8094 -np 1 -c 33792 -ngl 99 -fa on
+    say "llama-server -np 1 -c $ctx -fa on ${LLAMA_SERVER_ARGS:-}"
+    serve_run llama 8094 $lb/bin/llama-server -m "$m" --port 8094 -np 1 -c "$ctx" -ngl 99 -fa on \
+        ${LLAMA_SERVER_ARGS:-}
 fi
