@@ -232,7 +232,9 @@ static ebb_err mmql_scratch(struct clm *m, size_t rows, struct ebb_diag *diag)
 }
 
 /* The three products through moe_group_mmql (k: its kernels for ws): b's nt rows of h quantized,
- * gate and up, the pairs' SwiGLU quantized, down. */
+ * gate and up, the pairs' SwiGLU quantized, down. A layer-major pass through the expert cache
+ * calls this once per group of slots, so its rows and pairs are quantized again for each group
+ * (one or two a layer; not yet measured against the products). */
 static ebb_err mmql_launch(struct clm *m, const struct ebb_cl_weight *const ws[3],
                            const struct ebb_cl_moe_mmql *const k[3], const struct clm_moe_gbufs *b,
                            int nt, int n_tiles, struct ebb_diag *diag)
