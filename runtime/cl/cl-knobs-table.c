@@ -337,8 +337,9 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MOE_MMQL", moe_mmql,
           "the grouped MoE products on matmul_mmql's int8 tiles (moe_group_mmql: the pairs' "
           "inputs quantized, tiles of MMQL_TILE's tokens in pairs) where MMQ, MMQ_STAGE and "
-          "all three expert stacks allow it; before moe_group_mms (not yet run on a GPU)",
-          {DC_ANY, {0}}),
+          "all three expert stacks allow it; before moe_group_mms (NVIDIA's 1: Qwen3-30B-A3B "
+          "prefill 2.0x on the H200, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("MOEFUSE", moe_fuse,
           "MoE decode on 8-bit inputs in three launches a layer; 0: the seven of before",
           {DC_ANY, {1}}),
