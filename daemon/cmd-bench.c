@@ -545,6 +545,13 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (unsigned long long)xc.prefetched, (unsigned long long)xc.prefetch_hits,
                (unsigned long long)xc.prefetch_wasted);
     }
+    if (xc.on && xc.host_experts) {
+        double n_ls = xc.layer_steps ? (double)xc.layer_steps : 1.0;
+        printf("experts    on the host (EBB_EXPERT_HOST): %llu missed experts computed there "
+               "(%.2f a layer step), %.1f ms waiting for them (%.3f ms a layer step)\n",
+               (unsigned long long)xc.host_experts, (double)xc.host_experts / n_ls,
+               (double)xc.host_ns / 1e6, (double)xc.host_ns / 1e6 / n_ls);
+    }
     if (xc.on && xc.lm_layer_steps) {
         double n_ls = (double)xc.lm_layer_steps;
         printf("experts    long prompts: %llu layer-major passes, %llu layer steps, %llu experts "

@@ -57,7 +57,7 @@ EST = {
     "kernels": 140, "integration": 330, "cli/cgroup": 40, "cgroup-load": 20, "integration-b": 150, "integration-catalogue": 10, "model-gemma3": 130, "stream-1b": 100, "cli/spec": 85,
     "model-gemma3-long-cl": 87, "model-long-gemma3-f16-cl-b512": 96, "perplexity": 85,
     "model-gemma3-cl": 68, "model-gemma3-cl-q8": 71, "model-cl-q8": 73,
-    "model-expert-cache-cl": 81, "model-long-smollm2-f16-cl-b512": 68,
+    "model-expert-cache-cl": 105, "model-long-smollm2-f16-cl-b512": 68,
     "model-long-smollm2-f16-cl": 64, "model-long-gemma3-q8-cl-b512": 96,
     "model-long-smollm2-q8-cl-b512": 70, "perplexity-kvq8-cl": 20,
     "perplexity-gemma3-kvq8-cl": 20, "model": 52, "model-qwen3moe-tiny-cl-group-mms": 59,
@@ -70,6 +70,7 @@ EST = {
     "bench-reps": 10, "stream-model": 9, "model-qwen2-tiny": 8, "model-phi3-tiny": 8,
     "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-llama3.1-tiny": 6,
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
+    "model-qwen3moe-tiny-cl-xhost": 3,
     "model-mistral-window-cl": 5, "bench-batch": 4, "cpu-repack": 3, "nginx": 22, "cli/pull": 40,
     # The CPU device (2026-11-29, /usr/bin/time user on 2 loaded cores).
     "model-cpu": 21, "model-gemma3-cpu": 22, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,

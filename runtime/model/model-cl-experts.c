@@ -105,6 +105,7 @@ struct clm_xc {
     uint32_t l;
     int nt, t0;
     struct ebb_model_expert_cache d;
+    struct clm_xhost *xh; /* missed experts computed by the host (EBB_EXPERT_HOST), or NULL */
 };
 
 static uint64_t now_ns(void)
@@ -463,6 +464,8 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.expert_bytes = big;
     x->st.expert_bytes_min = small;
     x->st.threads = ebb_stream_pool_threads(x->threads);
+    if ((rc = ebb__clm_xh_open(m, x->src, x->tier_p, x->ebytes, &x->xh, diag)))
+        return rc;
     m->xc_g0 = x->g0;
     m->xc_token_bytes = (uint64_t)k * per_slot;
     char tier[128] = "";
@@ -647,7 +650,7 @@ static ebb_err copy_misses(struct clm *m, uint32_t l, uint32_t n, cl_event after
     return rc;
 }
 
-ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag)
+ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, cl_mem norm, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
     size_t n_ids = (size_t)nt * x->k;
@@ -664,6 +667,9 @@ ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *di
             return rc;
         }
     }
+    /* the host's experts read their input with the ids (the same wait) */
+    if (ebb__clm_xh_room(x->xh, l, nt) && (rc = ebb__clm_xh_read(m, x->xh, l, norm, diag)))
+        return rc;
     uint64_t t0 = now_ns();
     rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
     x->d.ids_ns = now_ns() - t0;
@@ -690,6 +696,8 @@ static void publish(struct clm *m)
     x->st.prefetched += x->d.prefetched;
     x->st.prefetch_hits += x->d.prefetch_hits;
     x->st.prefetch_wasted += x->d.prefetch_wasted;
+    x->st.host_experts += x->d.host_experts;
+    x->st.host_ns += x->d.host_ns;
     x->st.layer_steps++;
     pthread_mutex_unlock(&m->snap_mu);
 }
@@ -771,7 +779,14 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     size_t n_ids = (size_t)nt * k;
     *ready = false;
     if (t0 >= nt) {
-        ebb_err rc = x->pf_max ? prefetch(m, l, &x->d, diag) : EBB_OK;
+        ebb_err rc = EBB_OK;
+        if (ebb__clm_xh_pending(x->xh)) { /* after the layer's kernels: the host's sum added */
+            uint64_t w = 0;
+            rc = ebb__clm_xh_finish(m, x->xh, &w, diag);
+            x->d.host_ns += w;
+        }
+        if (!rc && x->pf_max)
+            rc = prefetch(m, l, &x->d, diag);
         publish(m);
         return rc;
     }
@@ -798,7 +813,7 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     /* Slots for the misses (never one this pass wants), then their copies. A pass after the
      * first overwrites slots the previous pass's kernels read: its copies wait for them. */
     ebb_err rc = EBB_OK;
-    uint32_t n_miss = 0;
+    uint32_t n_miss = 0, host = ebb__clm_xh_room(x->xh, l, nt);
     x->clock++;
     for (uint32_t i = 0; i < n && !rc; i++) {
         uint32_t e = x->list[i];
@@ -812,6 +827,14 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
                 *pf = 0;
                 d->prefetch_hits++;
             }
+        } else if (host) { /* left out of the slots (its ids stay -1): the host computes it */
+            uint32_t j = 0;
+            while (j + 1 < k && x->host_ids[j] != (int32_t)e)
+                j++;
+            ebb__clm_xh_add(x->xh, e, j);
+            d->host_experts++;
+            host--;
+            continue;
         } else {
             int32_t s = victim(x, l, x->want, d);
             if (s < 0) {
@@ -826,6 +849,9 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
         }
         used[slot_of[e]] = x->clock;
     }
+    /* the host's experts start now, on its threads, while this thread enqueues the rest */
+    if (!rc && d->host_experts && !ebb__clm_xh_pending(x->xh))
+        ebb__clm_xh_start(x->xh, l, &m->hp);
     cl_event after = NULL;
     if (!rc && n_miss && t0 > 0)
         rc = ebb_cl_check(clEnqueueMarkerWithWaitList(m->cl->q, 0, NULL, &after), diag,
@@ -1047,6 +1073,7 @@ void ebb__clm_xc_fini(struct clm *m)
     if (!x)
         return;
     ebb_stream_pool_free(x->threads); /* waits for a fill under way */
+    ebb__clm_xh_free(x->xh);          /* and for the host's experts */
     if (x->qio)
         clFinish(x->qio);
     clFinish(m->cl->q);

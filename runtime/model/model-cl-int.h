@@ -526,13 +526,34 @@ struct clm_xc;
 bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag);
-ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, struct ebb_diag *diag);
+ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, cl_mem norm, struct ebb_diag *diag);
 ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_mem *sids,
                          bool *ready, struct ebb_diag *diag);
 bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
 /* Layer l's three stacks over its slot pool (gate, up, down), as ebb__clm_xc_next gives them. */
 const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
+/* model-cl-xhost.c: missed experts of one-token steps computed by the host (EBB_EXPERT_HOST, 0
+ * or unset: off, *out NULL). Opened by ebb__clm_xc_open over its stacks' host bytes (the mapped
+ * file's, or the pinned tier's where it has one). ebb__clm_xh_room: experts layer l's step of nt
+ * rows may leave to the host (0 unless one row and the host has products for the layer's
+ * types); ebb__clm_xh_read enqueues the reads of the residual row, the router's weights and
+ * (once) the layer's norm vector before the ids' blocking read; ebb__clm_xh_add takes expert e
+ * (position j of the row's k); ebb__clm_xh_start starts the workers; ebb__clm_xh_finish, after
+ * the layer's kernels were enqueued, flushes, waits for the workers (*wait_ns), writes their
+ * sum and enqueues its addition to the residual. */
+struct clm_xhost;
+ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *const *tier,
+                         const uint64_t *ebytes, struct clm_xhost **out, struct ebb_diag *diag);
+void ebb__clm_xh_free(struct clm_xhost *h); /* accepts NULL; waits for a job under way */
+uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt);
+ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem norm,
+                         struct ebb_diag *diag);
+void ebb__clm_xh_add(struct clm_xhost *h, uint32_t e, uint32_t j);
+void ebb__clm_xh_start(struct clm_xhost *h, uint32_t l, const struct ebb__hparams *hp);
+bool ebb__clm_xh_pending(const struct clm_xhost *h);
+ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns,
+                           struct ebb_diag *diag);
 /* A layer-major pass of layer l (model-cl-moe-long.c): ebb__clm_xc_long_plan takes the pass's
  * n_pairs chosen ids (validated here): the distinct experts the layer's slots hold already are
  * group 0 where there are some (*kept_group; copied by no one), the others, in ascending order,

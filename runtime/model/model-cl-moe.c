@@ -367,7 +367,7 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
         const struct ebb_cl_weight *xs[3];
         cl_mem sids;
         bool ready = false;
-        rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, diag);
+        rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, L->norm[s->norm], diag);
         while (!rc && !(rc = ebb__clm_xc_next(m, xs, &sids, &ready, diag)) && ready)
             rc = run(m, xs, sids, nt, nw, false, diag);
         return rc;

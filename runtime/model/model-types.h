@@ -200,6 +200,10 @@ struct ebb_model_expert_cache {
      * bytes are in bytes_copied, their slots' previous experts in evictions), and of those
      * the ones that layer's step then used (also counted as hits) or did not. */
     uint64_t prefetched, prefetch_hits, prefetch_wasted;
+    /* EBB_EXPERT_HOST: missed experts of one-token steps computed by the host instead of copied
+     * (lookups = hits + misses + host_experts), and the engine thread's time waiting for them
+     * after the layer's kernels were enqueued. */
+    uint64_t host_experts, host_ns;
     /* Long prompts layer-major through the cache (docs/STREAMER.md, "Long prompts through the
      * expert cache"), counted apart from the lookups above: passes (evaluations run so), their
      * MoE layer steps, the groups of experts they copied (half the slots each) and the experts

@@ -385,7 +385,8 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         "\"evictions\":%llu,"
         "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
         "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
-        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"long_passes\":%llu,"
+        "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"host_experts\":%llu,"
+        "\"host_ns\":%llu,\"long_passes\":%llu,"
         "\"long_layer_steps\":%llu,\"long_groups\":%llu,\"long_copied\":%llu,"
         "\"long_kept\":%llu,\"long_bytes\":%llu,\"long_copy_ns\":%llu,\"long_fill_ns\":%llu,\"long_"
         "ids_ns\":%llu,"
@@ -397,7 +398,8 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         (unsigned long long)x.layer_steps, x.threads, (unsigned long long)x.host_bytes,
         (unsigned long long)x.fill_ns, (unsigned long long)x.ids_ns,
         (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
-        (unsigned long long)x.prefetch_wasted, (unsigned long long)x.lm_passes,
+        (unsigned long long)x.prefetch_wasted, (unsigned long long)x.host_experts,
+        (unsigned long long)x.host_ns, (unsigned long long)x.lm_passes,
         (unsigned long long)x.lm_layer_steps, (unsigned long long)x.lm_groups,
         (unsigned long long)x.lm_copied, (unsigned long long)x.lm_kept,
         (unsigned long long)x.lm_bytes, (unsigned long long)x.lm_copy_ns,
@@ -428,6 +430,8 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
         "# HELP ebb_expert_cache_prefetch_hits_total Prefetched experts the layer then used.\n" XC
         "# HELP ebb_expert_cache_prefetch_wasted_total Prefetched experts the layer did not "
         "use.\n" XC
+        "# HELP ebb_expert_cache_host_experts_total Missed experts computed by the host "
+        "(EBB_EXPERT_HOST).\n" XC
         "# HELP ebb_expert_cache_fill_seconds_total Engine thread time copying misses.\n"
         "# TYPE ebb_expert_cache_fill_seconds_total counter\n"
         "ebb_expert_cache_fill_seconds_total %.6f\n"
@@ -450,8 +454,9 @@ size_t ebb_model_expert_cache_prometheus(const struct ebb_model *m, char *buf, s
         "bytes_copied", "bytes_copied", (unsigned long long)x.bytes_copied, "prefetched",
         "prefetched", (unsigned long long)x.prefetched, "prefetch_hits", "prefetch_hits",
         (unsigned long long)x.prefetch_hits, "prefetch_wasted", "prefetch_wasted",
-        (unsigned long long)x.prefetch_wasted, (double)x.fill_ns / 1e9, "long_passes",
-        "long_passes", (unsigned long long)x.lm_passes, "long_layer_steps", "long_layer_steps",
+        (unsigned long long)x.prefetch_wasted, "host_experts", "host_experts",
+        (unsigned long long)x.host_experts, (double)x.fill_ns / 1e9, "long_passes", "long_passes",
+        (unsigned long long)x.lm_passes, "long_layer_steps", "long_layer_steps",
         (unsigned long long)x.lm_layer_steps, "long_copied", "long_copied",
         (unsigned long long)x.lm_copied, "long_bytes_copied", "long_bytes_copied",
         (unsigned long long)x.lm_bytes, (double)x.lm_copy_ns / 1e9, (double)x.lm_ns / 1e9);

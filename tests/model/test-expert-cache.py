@@ -27,7 +27,8 @@ three chunks and 6 rows with the grouped MoE products on (EBB_CL_MOE_GROUP=1) ru
 through the cache (docs/STREAMER.md, "Long prompts through the expert cache"): the same greedy
 ids as resident, as chunk after chunk and with 8 pinned slots, each expert copied once a layer a
 pass (the long_* counters), and through `ebb serve --expert-cache 4` in one pass with the
-resident server's text.
+resident server's text. Missed experts computed by the host (EBB_EXPERT_HOST) on both models:
+host_experts below.
 
 Usage: test-expert-cache.py EBB-GEN-MODEL EBB WORKDIR
 """
@@ -251,6 +252,52 @@ def mixed(gen_model, ebb, vocab, work, fail):
     return 0
 
 
+def host_experts(ebb, models, fail):
+    """EBB_EXPERT_HOST (docs/STREAMER.md, "Missed experts on the host"): up to N missed experts
+    of a one-token step left out of the slots and computed by the host's threads from the mapped
+    file. On qwen3moe-tiny (Q8_0: 32-block inputs) and the Q4_K/Q6_K mix (256-block inputs),
+    4 slots, N = 2 and N = 4 (every miss of a decode step), 1 and 2 threads: the load log says
+    so, the greedy ids equal the resident run's on two prompts (the host's 8-bit inputs, like
+    llama.cpp's CPU products, moved no pick here; the family test holds qwen3moe-tiny to
+    llama.cpp's ids under the near-tie rule the same way), lookups = hits + misses +
+    host_experts with host_experts > 0 and at most N a layer step, and the bytes copied are
+    the slot misses' alone. A value above the experts a token uses fails, naming it."""
+    for label, model in models:
+        for i in (0, 1):
+            p = run(ebb, model, PROMPTS[i])
+            if p.returncode:
+                fail(f"host experts, {label}, prompt {i}: resident run failed")
+                continue
+            base = json.loads(p.stdout)["tokens"]
+            for n, threads in (("2", "2"), ("4", "1"), ("4", "2")):
+                env = {"EBB_EXPERT_HOST": n, "EBB_EXPERT_HOST_THREADS": threads}
+                p = run(ebb, model, PROMPTS[i], ["--expert-cache", "4"], env)
+                name = f"host experts, {label}, prompt {i}, N={n}, {threads} threads"
+                if p.returncode:
+                    fail(f"{name}: failed: {p.stderr.strip()[-300:]}")
+                    continue
+                if f"up to {n} missed experts a one-token step computed on the host" not in p.stderr:
+                    fail(f"{name}: the load log does not say so: {p.stderr.strip()[-300:]}")
+                d = json.loads(p.stdout)
+                x = d.get("expert_cache") or {}
+                print(f"# {name}: {x.get('lookups')} lookups, {x.get('hits')} hits, "
+                      f"{x.get('misses')} misses, {x.get('host_experts')} on the host")
+                if d["tokens"] != base:
+                    fail(f"{name}: greedy ids differ from the resident run's: {d['tokens']} vs "
+                         f"{base}")
+                he = x.get("host_experts", 0)
+                if (he <= 0 or he > int(n) * x["layer_steps"] or
+                        x["lookups"] != x["hits"] + x["misses"] + he or x.get("host_ns", -1) < 0):
+                    fail(f"{name}: the counters do not add up: {x}")
+                if x["expert_bytes"] == x["expert_bytes_min"] and (
+                        x["bytes_copied"] != x["misses"] * x["expert_bytes"]):
+                    fail(f"{name}: bytes copied != slot misses x expert bytes: {x}")
+    p = run(ebb, models[0][1], PROMPTS[0], ["--expert-cache", "4"], {"EBB_EXPERT_HOST": "5"})
+    if p.returncode == 0 or "EBB_EXPERT_HOST=5" not in p.stderr:
+        fail(f"EBB_EXPERT_HOST=5 (more than the 4 experts a token uses): expected an error "
+             f"naming it, rc {p.returncode}: {p.stderr.strip()[-300:]}")
+
+
 def pinned_auto(ebb, model, work, fail):
     """EBB_EXPERT_PINNED unset: every expert goes into pinned host memory on a discrete device
     (EBB_TEST_STREAM_DISCRETE=1 here) when half the host's available memory (the probes' test
@@ -400,6 +447,8 @@ def main():
                          slots=N_EXPERT)
 
     bad += mixed(gen_model, ebb, vocab, work, fail)
+    host_experts(ebb, [("qwen3moe-tiny", model),
+                       ("qwen3moe-tiny-k", os.path.join(work, "qwen3moe-tiny-k.gguf"))], fail)
     pinned_auto(ebb, model, work, fail)
 
     # --expert-cache auto: sized from --memory-budget. A budget too small names its figures;

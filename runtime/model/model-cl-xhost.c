@@ -1,0 +1,344 @@
+/* Experts computed by the host beside the expert cache (EBB_EXPERT_HOST, docs/STREAMER.md "Missed
+ * experts on the host"). In a one-token step a miss costs its expert's bytes over the link
+ * before the device can use it; the host has every expert in its memory already (the pinned
+ * tier or the mapped file) and cores that are idle while the device works. Up to `max` of a
+ * step's misses are therefore left out of the slots and computed here, by worker threads, while
+ * the engine thread enqueues the copies and kernels of the others: the layer's MoE input (the
+ * residual row, RMS-normed here with the layer's norm vector) in 8-bit blocks, each expert's
+ * gate and up rows, SiLU(gate) x up, and its down rows, weighted by the router's weight. The
+ * sum is written to the device and added to the residual after the layer's expert kernels.
+ *
+ * An expert's work is cut along its n_ff_exp dimension into pieces of whole blocks of the down
+ * stack's type, so that no piece waits for another: piece [f0, f1) computes those gate and up
+ * rows, quantizes their SwiGLU, and takes the down rows' blocks of [f0, f1) only, a partial
+ * output that the owner sums with the others once the job is done. */
+#include "model-cl-int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "quant/quant.h"
+#include "stream/stream-pool.h"
+
+#define XH_MAX_THREADS 64
+#define XH_MAX_PIECES 32 /* pieces of one expert */
+
+struct clm_xhost {
+    uint32_t max; /* experts a step may leave to the host (0: off) */
+    uint32_t n_embd, n_ff, k, n_layer;
+    struct ebb_stream_pool *threads;
+    const uint8_t *const *src; /* (n_layer, 3) the stacks in the mapped file */
+    uint8_t *const *tier;      /* (n_layer) expert e's three records back to back, or NULL */
+    const uint64_t *ebytes;    /* (n_layer, 3) one expert of each stack */
+    uint32_t *type;            /* (n_layer, 3) the stacks' types */
+    bool *ok;                  /* (n_layer) the host has products for all three */
+    float *norm;               /* (n_layer, n_embd) the layers' norm vectors, read once */
+    bool *norm_read;           /* (n_layer) */
+    float *x, *w, *xn;         /* the residual row and the router's weights read back; x normed */
+    struct ebb_q8_act *xq;     /* xn in 32-blocks (a stack of a 32-block type) */
+    struct ebb_block_q8_k *xk; /* xn in 256-blocks (a K-quant stack) */
+    float *act;                /* (k, n_ff) SwiGLU outputs */
+    void *actq;                /* (k, n_ff) their 8-bit blocks (the down stack's format) */
+    size_t actq_es;            /* bytes of actq per expert */
+    float *part;               /* (k, XH_MAX_PIECES, n_embd) partial outputs */
+    float *y;                  /* (n_embd) their sum */
+    cl_mem yb;                 /* y on the device */
+    /* The step under way. */
+    uint32_t l, n, pieces, blk; /* layer, experts, pieces each, the down type's block */
+    uint32_t e[64];
+    float we[64];
+    bool pending;
+    uint64_t t_start, wait_ns, done;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The 8-bit block a weight type's products take: 256 (K-quants), 32 (the 32-block types), 0
+ * where the host has no product for it. */
+static uint32_t act_block(uint32_t type)
+{
+    if (!ebb_quant_get_dot_act(type, true))
+        return 0;
+    return ebb_quant_q8k_act_supported(type) ? EBB_QK_K : ebb_quant_q8_act_supported(type) ? 32 : 0;
+}
+
+static ebb_err env_u32(const char *name, uint32_t def, uint32_t hi, uint32_t *out,
+                       struct ebb_diag *diag)
+{
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*s)
+        return EBB_OK;
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*end || v > hi)
+        return ebb_diag_set(diag, EBB_EINVAL, "%s=%s: expected 0..%u", name, s, hi);
+    *out = (uint32_t)v;
+    return EBB_OK;
+}
+
+ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *const *tier,
+                         const uint64_t *ebytes, struct clm_xhost **out, struct ebb_diag *diag)
+{
+    const struct ebb__hparams *hp = &m->hp;
+    uint32_t max, threads;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t def_threads = online > 1 ? (uint32_t)(online < 32 ? online : 32) : 1;
+    ebb_err rc = env_u32("EBB_EXPERT_HOST", 0, hp->n_expert_used, &max, diag);
+    if (!rc)
+        rc = env_u32("EBB_EXPERT_HOST_THREADS", def_threads, XH_MAX_THREADS, &threads, diag);
+    *out = NULL;
+    if (rc || !max)
+        return rc;
+    if (hp->n_expert_used > 64)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "EBB_EXPERT_HOST: %u experts a token",
+                            hp->n_expert_used);
+    struct clm_xhost *h = calloc(1, sizeof(*h));
+    if (!h)
+        return EBB_ENOMEM;
+    *out = h;
+    uint32_t L = hp->n_layer, D = hp->n_embd, F = hp->n_ff_exp, k = hp->n_expert_used;
+    h->max = max;
+    h->n_embd = D;
+    h->n_ff = F;
+    h->k = k;
+    h->n_layer = L;
+    h->src = src;
+    /* the mapped file by default (the page cache, as llama.cpp's host products read it);
+     * EBB_EXPERT_HOST_TIER=1 reads the pinned tier where there is one */
+    const char *ts = getenv("EBB_EXPERT_HOST_TIER");
+    h->tier = ts && !strcmp(ts, "1") ? tier : NULL;
+    h->ebytes = ebytes;
+    h->type = calloc((size_t)L * 3, sizeof(uint32_t));
+    h->ok = calloc(L, sizeof(bool));
+    h->norm = calloc((size_t)L * D, sizeof(float));
+    h->norm_read = calloc(L, sizeof(bool));
+    h->x = calloc(D, sizeof(float));
+    h->w = calloc(k, sizeof(float));
+    h->xn = calloc(D, sizeof(float));
+    h->xq = calloc(D / 32 + 1, sizeof(*h->xq));
+    h->xk = calloc(D / EBB_QK_K + 1, sizeof(*h->xk));
+    h->act = calloc((size_t)k * F, sizeof(float));
+    h->actq_es = sizeof(struct ebb_q8_act) * (F / 32 + 1);
+    if (sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1) > h->actq_es)
+        h->actq_es = sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1);
+    h->actq = calloc(k, h->actq_es);
+    h->part = calloc((size_t)k * XH_MAX_PIECES * D, sizeof(float));
+    h->y = calloc(D, sizeof(float));
+    if (!h->type || !h->ok || !h->norm || !h->norm_read || !h->x || !h->w || !h->xn || !h->xq ||
+        !h->xk || !h->act || !h->actq || !h->part || !h->y)
+        return EBB_ENOMEM;
+    uint32_t n_ok = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        bool ok = true;
+        for (uint32_t r = 0; r < 3; r++) {
+            const struct ebb_cl_weight *w = ebb__clm_xc_stacks(m, l) + r;
+            uint32_t t = w->layout.type, b = act_block(t);
+            uint32_t n_in = r < 2 ? D : F, rows = r < 2 ? F : D;
+            h->type[l * 3 + r] = t;
+            /* whole blocks a row, and rows of whole bytes */
+            ok = ok && b && n_in % b == 0 && ebytes[l * 3 + r] % rows == 0;
+        }
+        h->ok[l] = ok;
+        n_ok += ok;
+    }
+    if ((rc = ebb_stream_pool_new(threads + 1, &h->threads, diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(float) * D, &h->yb, "the host experts' sum", diag)))
+        return rc;
+    fprintf(stderr,
+            "ebb: expert cache: up to %u missed experts a one-token step computed on the host "
+            "(%u threads; %u of %u layers have host products for their types)\n",
+            max, threads, n_ok, L);
+    return EBB_OK;
+}
+
+void ebb__clm_xh_free(struct clm_xhost *h)
+{
+    if (!h)
+        return;
+    ebb_stream_pool_free(h->threads);
+    if (h->yb)
+        clReleaseMemObject(h->yb);
+    free(h->type);
+    free(h->ok);
+    free(h->norm);
+    free(h->norm_read);
+    free(h->x);
+    free(h->w);
+    free(h->xn);
+    free(h->xq);
+    free(h->xk);
+    free(h->act);
+    free(h->actq);
+    free(h->part);
+    free(h->y);
+    free(h);
+}
+
+uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt)
+{
+    return h && nt == 1 && l < h->n_layer && h->ok[l] ? h->max : 0;
+}
+
+ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem norm,
+                         struct ebb_diag *diag)
+{
+    cl_int e = CL_SUCCESS;
+    h->n = 0;
+    if (!norm)
+        return ebb_diag_set(diag, EBB_EINVAL, "EBB_EXPERT_HOST: layer %u has no norm vector", l);
+    if (!h->norm_read[l]) {
+        e = clEnqueueReadBuffer(m->cl->q, norm, CL_FALSE, 0, sizeof(float) * h->n_embd,
+                                h->norm + (size_t)l * h->n_embd, 0, NULL, NULL);
+        h->norm_read[l] = !e;
+    }
+    if (!e)
+        e = clEnqueueReadBuffer(m->cl->q, m->x, CL_FALSE, 0, sizeof(float) * h->n_embd, h->x, 0,
+                                NULL, NULL);
+    if (!e)
+        e = clEnqueueReadBuffer(m->cl->q, m->moe.w, CL_FALSE, 0, sizeof(float) * h->k, h->w, 0,
+                                NULL, NULL);
+    return ebb_cl_check(e, diag, "reading the MoE input for the host's experts");
+}
+
+void ebb__clm_xh_add(struct clm_xhost *h, uint32_t e, uint32_t j)
+{
+    h->e[h->n] = e;
+    h->we[h->n] = h->w[j];
+    h->n++;
+}
+
+/* Expert i's stack r (0 gate, 1 up, 2 down) of layer l: its first byte. */
+static const uint8_t *stack(const struct clm_xhost *h, uint32_t l, uint32_t e, uint32_t r)
+{
+    const uint64_t *eb = h->ebytes + (size_t)l * 3;
+    if (h->tier) {
+        const uint8_t *p = h->tier[l] + (uint64_t)e * (eb[0] + eb[1] + eb[2]);
+        for (uint32_t q = 0; q < r; q++)
+            p += eb[q];
+        return p;
+    }
+    return h->src[(size_t)l * 3 + r] + (uint64_t)e * eb[r];
+}
+
+/* The input in the block format of a type's products. */
+static const void *input_for(const struct clm_xhost *h, uint32_t type)
+{
+    return ebb_quant_q8k_act_supported(type) ? (const void *)h->xk : (const void *)h->xq;
+}
+
+/* Piece i of the job: expert i / pieces, its n_ff range of piece i % pieces. */
+static void piece(void *ctx, uint32_t i)
+{
+    struct clm_xhost *h = ctx;
+    const uint32_t l = h->l, D = h->n_embd, F = h->n_ff, j = i / h->pieces, p = i % h->pieces;
+    const uint32_t nb = F / h->blk, b0 = nb * p / h->pieces, b1 = nb * (p + 1) / h->pieces;
+    const uint32_t f0 = b0 * h->blk, f1 = b1 * h->blk, e = h->e[j];
+    const uint32_t *ty = h->type + (size_t)l * 3;
+    const uint64_t *eb = h->ebytes + (size_t)l * 3;
+    float *act = h->act + (size_t)j * F, *part = h->part + ((size_t)j * XH_MAX_PIECES + p) * D;
+    if (f1 <= f0) {
+        memset(part, 0, sizeof(float) * D);
+        return;
+    }
+    ebb_quant_dot_act_fn dg = ebb_quant_get_dot_act(ty[0], true);
+    ebb_quant_dot_act_fn du = ebb_quant_get_dot_act(ty[1], true);
+    ebb_quant_dot_act_fn dd = ebb_quant_get_dot_act(ty[2], true);
+    const uint64_t rb_g = eb[0] / F, rb_u = eb[1] / F, rb_d = eb[2] / D;
+    const uint8_t *g = stack(h, l, e, 0), *u = stack(h, l, e, 1), *dn = stack(h, l, e, 2);
+    const void *xg = input_for(h, ty[0]), *xu = input_for(h, ty[1]);
+    for (uint32_t f = f0; f < f1; f++) {
+        float a = dg(g + f * rb_g, xg, D), b = du(u + f * rb_u, xu, D);
+        act[f] = a / (1.0f + expf(-a)) * b;
+    }
+    uint8_t *aq = (uint8_t *)h->actq + (size_t)j * h->actq_es;
+    const void *ain;
+    if (ebb_quant_q8k_act_supported(ty[2])) {
+        struct ebb_block_q8_k *k8 = (struct ebb_block_q8_k *)aq + f0 / EBB_QK_K;
+        ebb_quant_q8k_act_row_fast(act + f0, f1 - f0, k8);
+        ain = k8;
+    } else {
+        struct ebb_q8_act *q8 = (struct ebb_q8_act *)aq + f0 / 32;
+        ebb_quant_q8_act_row_fast(act + f0, f1 - f0, q8);
+        ain = q8;
+    }
+    /* the down rows' blocks of [f0, f1): a row's block b starts at b x (its bytes / nb) */
+    const uint64_t off = (uint64_t)b0 * (rb_d / nb);
+    const float we = h->we[j];
+    for (uint32_t d = 0; d < D; d++)
+        part[d] = we * dd(dn + d * rb_d + off, ain, f1 - f0);
+}
+
+void ebb__clm_xh_start(struct clm_xhost *h, uint32_t l, const struct ebb__hparams *hp)
+{
+    const uint32_t D = h->n_embd;
+    const float *nw = h->norm + (size_t)l * D;
+    double ss = 0;
+    for (uint32_t i = 0; i < D; i++)
+        ss += (double)h->x[i] * h->x[i];
+    float sc = 1.0f / sqrtf((float)(ss / D) + hp->rms_eps);
+    for (uint32_t i = 0; i < D; i++)
+        h->xn[i] = h->x[i] * sc * nw[i];
+    const uint32_t *ty = h->type + (size_t)l * 3;
+    if (ebb_quant_q8k_act_supported(ty[0]) || ebb_quant_q8k_act_supported(ty[1]))
+        ebb_quant_q8k_act_row_fast(h->xn, D, h->xk);
+    if (ebb_quant_q8_act_supported(ty[0]) || ebb_quant_q8_act_supported(ty[1]))
+        ebb_quant_q8_act_row_fast(h->xn, D, h->xq);
+    /* pieces of whole blocks of the down stack's type, about one task a thread in all */
+    uint32_t threads = ebb_stream_pool_threads(h->threads);
+    uint32_t workers = threads > 1 ? threads - 1 : 1;
+    h->l = l;
+    h->blk = act_block(ty[2]);
+    uint32_t nb = h->n_ff / h->blk, p = (workers + h->n - 1) / h->n;
+    p = p < 1 ? 1 : p;
+    p = p > nb ? nb : p;
+    h->pieces = p > XH_MAX_PIECES ? XH_MAX_PIECES : p;
+    h->t_start = now_ns();
+    h->pending = true;
+    ebb_stream_pool_start(h->threads, h->n * h->pieces, piece, h);
+}
+
+bool ebb__clm_xh_pending(const struct clm_xhost *h)
+{
+    return h && h->pending;
+}
+
+ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns,
+                           struct ebb_diag *diag)
+{
+    const uint32_t D = h->n_embd;
+    /* the device starts on what was enqueued while the host works */
+    ebb_err rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
+    uint64_t t0 = now_ns();
+    ebb_stream_pool_wait(h->threads);
+    *wait_ns = now_ns() - t0;
+    h->pending = false;
+    if (rc)
+        return rc;
+    memset(h->y, 0, sizeof(float) * D);
+    for (uint32_t j = 0; j < h->n; j++)
+        for (uint32_t p = 0; p < h->pieces; p++) {
+            const float *part = h->part + ((size_t)j * XH_MAX_PIECES + p) * D;
+            for (uint32_t d = 0; d < D; d++)
+                h->y[d] += part[d];
+        }
+    /* y stays untouched until this write has run: the next step's reads block on the same
+     * in-order queue before the host writes y again */
+    cl_int e =
+        clEnqueueWriteBuffer(m->cl->q, h->yb, CL_FALSE, 0, sizeof(float) * D, h->y, 0, NULL, NULL);
+    if (e)
+        return ebb_cl_check(e, diag, "writing the host experts' sum");
+    int ld = (int)D;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(m->x), EBB_CL_ARG(ld), EBB_CL_ARG(h->yb)};
+    size_t g[2] = {D, 1};
+    rc = ebb_cl_set_args(m->k_bias, 0, a, 3, diag);
+    return rc ? rc : ebb_cl_run(m->cl, m->k_bias, 2, g, NULL, diag);
+}
