@@ -70,7 +70,7 @@ EST = {
     "bench-reps": 10, "stream-model": 9, "model-qwen2-tiny": 8, "model-phi3-tiny": 8,
     "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-llama3.1-tiny": 6,
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
-    "model-qwen3moe-tiny-cl-xhost": 3, "cli/cpu-fuse": 20,
+    "model-qwen3moe-tiny-cl-xhost": 3,
     "model-mistral-window-cl": 5, "bench-batch": 4, "cpu-repack": 3, "nginx": 22, "cli/pull": 40,
     # The CPU device (2026-11-29, /usr/bin/time user on 2 loaded cores).
     "model-cpu": 21, "model-gemma3-cpu": 22, "perplexity-cpu": 24, "perplexity-gemma3-cpu": 45,

@@ -79,9 +79,6 @@ struct job {
     /* attention: the op and its step (ref-llama.c) */
     const struct ebb__op *op;
     const void *step;
-    /* several products of one input in one job (ebb__ref_matmul_n, r->fuse) */
-    const struct job *sub;
-    int n_sub;
 };
 
 /* A waiter's polling record with spin_adapt (ref-matmul.c): polls that saw the event and that ran
@@ -122,7 +119,6 @@ struct ref {
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
     bool kv_q8;      /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
     bool fast;       /* host layers and device "cpu": SIMD 8-bit dots where the CPU has them */
-    bool fuse;       /* products of one input in one job (EBB_CPU_FUSE, default on) */
     bool cpu;        /* device "cpu" */
     bool kq8;        /* device "cpu": K-quant weights on Q8_K activations too (ref-q8 keeps fp32) */
     float *gelu_tab; /* (EBB__GELU_TAB) device "cpu": the fp16 GELU by table, or NULL */
@@ -174,15 +170,6 @@ static inline float ebb__ref_dot_f32(const float *a, const float *b, uint32_t n)
  * exist for each) and stop_helper joins. The reference backend asks for 2 (1 with
  * EBB_REF_THREADS=1), device "cpu" for the physical cores. */
 void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n);
-/* Up to EBB__REF_MAX_FUSE products of the same input x (n rows) in one job of the threads, x
- * quantized once: each result has the bits ebb__ref_matmul gives it, with one wait for the
- * helpers instead of one a product. Only for matrices that ebb__ref_matmul_fuses accepts
- * pairwise (the first with each other). */
-#define EBB__REF_MAX_FUSE 4
-bool ebb__ref_matmul_fuses(const struct ref *r, const struct wmat *a, const struct wmat *b,
-                           uint32_t n);
-void ebb__ref_matmul_n(struct ref *r, const struct wmat *const *ws, int nw, const float *x,
-                       float *const *ys, uint32_t n);
 /* Runs j on every thread (j->run with each part) and returns when all parts are done. */
 void ebb__ref_run(struct ref *r, const struct job *j);
 void ebb__ref_start_helper(struct ref *r, int n_threads);

@@ -313,42 +313,10 @@ static void run_op(struct ref *r, const struct ebb__op *op, const struct step *s
     }
 }
 
-/* Ops i.. that are products of one input (q, k and v; gate and up) run as one job of the threads
- * where ebb__ref_matmul_fuses takes them (the same bits, one wait instead of one a product);
- * returns the ops run so, 0 where op i is not the first of two or more. */
-static uint32_t run_fused(struct ref *r, const struct ebb__op *ops, uint32_t i, uint32_t n_ops,
-                          const struct step *s)
-{
-    const struct wmat *ws[EBB__REF_MAX_FUSE];
-    float *ys[EBB__REF_MAX_FUSE];
-    uint32_t n = 0;
-    for (; i + n < n_ops && n < EBB__REF_MAX_FUSE; n++) {
-        const struct ebb__op *op = &ops[i + n];
-        const struct rtensor *w = op->t >= 0 ? tensor(r, op->t, s->l) : NULL;
-        if (op->kind != EBB__OP_MATMUL || op->a != ops[i].a || !w || !w->present || w->v ||
-            (n && !ebb__ref_matmul_fuses(r, ws[0], &w->m, s->n)))
-            break;
-        for (uint32_t k = 0; k < n; k++) /* no product reads another's output */
-            if (op->dst == ops[i + k].dst || op->a == ops[i + k].dst)
-                return 0;
-        ws[n] = &w->m;
-        ys[n] = rows(r, op->dst, s);
-    }
-    if (n < 2)
-        return 0;
-    ebb__ref_matmul_n(r, ws, (int)n, rows(r, ops[i].a, s), ys, s->n);
-    return n;
-}
-
 static void run_prog(struct ref *r, const struct ebb__op *ops, uint32_t n_ops, struct step *s)
 {
-    for (uint32_t i = 0; i < n_ops; i++) {
-        uint32_t f = run_fused(r, ops, i, n_ops, s);
-        if (f)
-            i += f - 1;
-        else
-            run_op(r, &ops[i], s);
-    }
+    for (uint32_t i = 0; i < n_ops; i++)
+        run_op(r, &ops[i], s);
 }
 
 /* ---- the forward pass for n <= BATCH tokens ---- */
@@ -476,11 +444,7 @@ static ebb_err cpu_eval_batch(void *ctx, const struct ebb_model_seq *seqs, uint3
         for (uint32_t k = 0; k < a->n_layer_ops; k++) {
             const struct ebb__op *op = &a->layer[k];
             if (op->kind != EBB__OP_ROPE && op->kind != EBB__OP_ATTENTION) {
-                uint32_t f = run_fused(r, a->layer, k, a->n_layer_ops, &s);
-                if (f)
-                    k += f - 1;
-                else
-                    run_op(r, op, &s);
+                run_op(r, op, &s);
                 continue;
             }
             struct step one[BATCH];
@@ -1047,8 +1011,6 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
     const char *rd = getenv("EBB_CPU_REPACK_DECODE");
     r->rp8_min = rd && !strcmp(rd, "0") ? 4 : 1;
     r->fast = host || cpu;
-    const char *fe = getenv("EBB_CPU_FUSE"); /* 0: each product its own job (comparisons) */
-    r->fuse = !(fe && !strcmp(fe, "0"));
     /* Host engines poll briefly (2000 pauses, some 0.1 ms) between products, then sleep
      * (EBB_HOST_SPINS sets the polls; 0 sleeps at once, for machines with fewer free cores than
      * threads). The CPU device polls as much unless EBB_HOST_SPINS is set, but each waiter stops

@@ -166,22 +166,19 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* A product's job: x quantized into r's activation buffers (unless quantize is false: they hold
- * it already, for a matrix of the same type and width), the kernels picked. */
-static struct job matmul_job(struct ref *r, const struct wmat *w, const float *x, float *y,
-                             uint32_t n, bool quantize)
+void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
 {
     /* The CPU device sums a float product as prefill does for any number of tokens, so that a
      * token's logits do not depend on how its prompt was split. */
     struct job j = {.run = matmul_part, .w = w, .x = x, .y = y, .n = n, .deq = r->cpu};
     if (r->q8 && ebb_quant_q8_act_supported(w->type)) {
-        for (uint32_t t = 0; t < n && quantize; t++)
+        for (uint32_t t = 0; t < n; t++)
             (r->fast ? ebb_quant_q8_act_row_fast : ebb_quant_q8_act_row)(
                 x + (uint64_t)t * w->n_in, w->n_in, r->xact + (uint64_t)t * (w->n_in / 32));
         j.xa = r->xact;
         j.xa_stride = sizeof(*r->xact) * (w->n_in / 32);
     } else if (r->kq8 && ebb_quant_q8k_act_supported(w->type)) {
-        for (uint32_t t = 0; t < n && quantize; t++)
+        for (uint32_t t = 0; t < n; t++)
             (r->fast ? ebb_quant_q8k_act_row_fast : ebb_quant_q8k_act_row)(
                 x + (uint64_t)t * w->n_in, w->n_in, r->xk + (uint64_t)t * (w->n_in / EBB_QK_K));
         j.xa = r->xk;
@@ -191,7 +188,7 @@ static struct job matmul_job(struct ref *r, const struct wmat *w, const float *x
         /* The products on the repacked rows (ref-llama.c: decode's too, by default). */
         j.rp8 = w->rp8;
         if (j.xa == r->xact) {
-            for (uint32_t t = 0; t < n && quantize; t++)
+            for (uint32_t t = 0; t < n; t++)
                 ebb_quant_q8_act_sums(r->xact + (uint64_t)t * (w->n_in / 32), w->n_in / 32,
                                       r->xsum + (uint64_t)t * (w->n_in / 32));
             j.xsum = r->xsum;
@@ -203,12 +200,6 @@ static struct job matmul_job(struct ref *r, const struct wmat *w, const float *x
         j.dot8 = r->fast && n >= 8 ? ebb_quant_get_dot_act8(w->type) : NULL;
         j.r4 = r->fast && n == 1 ? ebb_quant_get_dot_rows4(w->type) : NULL;
     }
-    return j;
-}
-
-void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float *y, uint32_t n)
-{
-    struct job j = matmul_job(r, w, x, y, n, true);
     if (r->n_threads < 2 || w->n_out < 64) {
         if (j.rp8) {
             matmul_groups(&j, 0, w->n_out / 8);
@@ -219,39 +210,6 @@ void ebb__ref_matmul(struct ref *r, const struct wmat *w, const float *x, float 
         return;
     }
     ebb__ref_run(r, &j);
-}
-
-/* Each thread's part of every product of a fused job, in order. */
-static void multi_part(struct ref *r, const struct job *j, int part)
-{
-    for (int i = 0; i < j->n_sub; i++)
-        matmul_part(r, &j->sub[i], part);
-}
-
-bool ebb__ref_matmul_fuses(const struct ref *r, const struct wmat *a, const struct wmat *b,
-                           uint32_t n)
-{
-    /* products of one job: the same input quantized once (same type and width), each on its
-     * repacked groups and wide enough to be split (as ebb__ref_matmul would split it) */
-    return r->fuse && r->n_threads > 1 && r->fast && n >= r->rp8_min && a->type == b->type &&
-           a->n_in == b->n_in && a->rp8 && b->rp8 && a->n_out >= 64 && b->n_out >= 64;
-}
-
-void ebb__ref_matmul_n(struct ref *r, const struct wmat *const *ws, int nw, const float *x,
-                       float *const *ys, uint32_t n)
-{
-    struct job sub[EBB__REF_MAX_FUSE];
-    if (nw < 1 || nw > EBB__REF_MAX_FUSE)
-        return;
-    for (int i = 0; i < nw; i++)
-        sub[i] = matmul_job(r, ws[i], x, ys[i], n, i == 0);
-    if (!sub[0].rp8) { /* (the caller checked ebb__ref_matmul_fuses; not reached) */
-        for (int i = 0; i < nw; i++)
-            ebb__ref_matmul(r, ws[i], x, ys[i], n);
-        return;
-    }
-    struct job m = {.run = multi_part, .sub = sub, .n_sub = nw};
-    ebb__ref_run(r, &m);
 }
 
 void ebb__ref_run(struct ref *r, const struct job *jp)
