@@ -15,7 +15,11 @@
  *   Q4_0, 144 bytes a block of 32 (the file's 8 x 18): qs[4][8][4] as Q4_1's, d fp16[8].
  *   Q4_1, 160 bytes a block of 32 (8 x 20): qs[4][8][4] (the file's bytes 4k..4k+3 of row r: low
  *         nibbles weights 4k..4k+3, high nibbles 16 + 4k..16 + 4k + 3), d fp16[8], m fp16[8].
- *   Q8_0, 272 bytes a block of 32 (8 x 34): q[8][8][4] (the stored signed q), d fp16[8].
+ *   Q8_0, 272 bytes a block of 32 (8 x 34): q[8][8][4], d fp16[8]. Where the products take
+ *         dpbusd (AVX-VNNI, AVX512-VNNI: ebb_quant_simd_vnni) q is stored as q + 128, unsigned,
+ *         and the products subtract 128 times the activations' block sum (exact in int32), so
+ *         that one dpbusd does what the signed bytes need two sign_epi8 for; AVX2's maddubs
+ *         would saturate on 255 x 127 pairs, so there the stored signed q stays.
  *   Q5_0, 272 bytes a block of 32: q[8][8][4] (0..31, the stored q), d fp16[8].
  *   (The 32-block types keep their scales as the file's fp16, converted by F16C as they are read,
  *   exactly: a decode step reads these bytes once per token, so they cost no more than the
@@ -78,11 +82,15 @@ static void pack_q4(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t
 
 static void pack_q8_0(const uint8_t *rows, uint64_t row_bytes, uint64_t n, uint8_t *dst)
 {
+    const bool biased = ebb_quant_simd_vnni() != 0;
     for (uint64_t ib = 0; ib < n / 32; ib++, dst += Q8_0_BYTES)
         for (int r = 0; r < 8; r++) {
             const struct ebb_block_q8_0 *b =
                 (const struct ebb_block_q8_0 *)(const void *)(rows + r * row_bytes) + ib;
-            put_q32(dst, r, (const uint8_t *)b->qs);
+            uint8_t w[32];
+            for (int j = 0; j < 32; j++)
+                w[j] = (uint8_t)((uint8_t)b->qs[j] + (biased ? 128u : 0u));
+            put_q32(dst, r, w);
             put_u16(dst + 256 + 2 * r, b->d);
         }
 }
@@ -521,7 +529,14 @@ void ebb_quant_q8_act_sums(const struct ebb_q8_act *x, uint64_t nb, int32_t *out
 RP_BOTH(q4_0, RP_Q4_0, true, n / 32 * Q4_0_BYTES)
 RP_BOTH(q4_1, RP_Q4_1, true, n / 32 * Q4_1_BYTES)
 RP_BOTH(q5_0, RP_Q5_0, true, n / 32 * Q5_0_BYTES)
-RP_BOTH(q8_0, RP_Q8_0, true, n / 32 * Q8_0_BYTES)
+/* Q8_0: AVX2 on the signed bytes; the dpbusd variants on q + 128 (pack_q8_0) */
+#define RP_Q8_0U(name, ISA, DOT) RP_Q8B(name, ISA, DOT, false, 128, Q8_0_BYTES)
+RP_Q8_0(avx2_q8_0, AVX2, DOT_AVX2)
+RP_Q8_0U(vnni_q8_0, VNNI, DOT_VNNI)
+RP_Q8_0U(v512_q8_0, V512, DOT_V512)
+RP_ENTRY(avx2_q8_0, AVX2, true, n / 32 * Q8_0_BYTES)
+RP_ENTRY(vnni_q8_0, VNNI, true, n / 32 * Q8_0_BYTES)
+RP_ENTRY(v512_q8_0, V512, true, n / 32 * Q8_0_BYTES)
 RP_BOTH(q4_k, RP_Q4_K, true, n / EBB_QK_K * Q4_K_BYTES)
 RP_BOTH(q6_k, RP_Q6_K, true, n / EBB_QK_K * Q6_K_BYTES)
 
