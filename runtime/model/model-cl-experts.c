@@ -115,10 +115,8 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A small count from the environment: def when unset, EBB_EINVAL naming it when not a number
- * within lo..hi. */
-static ebb_err env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
-                         struct ebb_diag *diag)
+ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
+                           struct ebb_diag *diag)
 {
     const char *env = getenv(name);
     *out = def;
@@ -267,10 +265,10 @@ static ebb_err staging_open(struct clm *m, uint64_t big, struct ebb_diag *diag)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t threads, pinned, def = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (uint32_t)ncpu;
     ebb_err rc;
-    if ((rc = env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
-        (rc = env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
-        (rc = env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)) ||
-        (rc = env_count("EBB_EXPERT_PINNED", 2, 0, 1, &pinned, diag)))
+    if ((rc = ebb__clm_env_count("EBB_EXPERT_THREADS", def, 1, XC_MAX_THREADS, &threads, diag)) ||
+        (rc = ebb__clm_env_count("EBB_EXPERT_BATCH", 2, 1, XC_MAX_BATCH, &x->batch, diag)) ||
+        (rc = ebb__clm_env_count("EBB_EXPERT_PREFETCH", 0, 0, 65536, &x->pf_max, diag)) ||
+        (rc = ebb__clm_env_count("EBB_EXPERT_PINNED", 2, 0, 1, &pinned, diag)))
         return rc;
     if (pinned == 2) {
         uint64_t experts = 0;

@@ -523,6 +523,10 @@ void ebb__clm_moe_group_fini(struct clm *m);
  * pool's weights and the slot table the expert kernels read in place of the ids (*ready), until
  * it returns with *ready false (the step's figures then published). */
 struct clm_xc;
+/* A small count from the environment: def when unset, EBB_EINVAL naming it when not a number
+ * within lo..hi. */
+ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
+                           struct ebb_diag *diag);
 bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag);

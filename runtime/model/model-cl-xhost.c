@@ -70,21 +70,6 @@ static uint32_t act_block(uint32_t type)
     return ebb_quant_q8k_act_supported(type) ? EBB_QK_K : ebb_quant_q8_act_supported(type) ? 32 : 0;
 }
 
-static ebb_err env_u32(const char *name, uint32_t def, uint32_t hi, uint32_t *out,
-                       struct ebb_diag *diag)
-{
-    const char *s = getenv(name);
-    *out = def;
-    if (!s || !*s)
-        return EBB_OK;
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-    if (*end || v > hi)
-        return ebb_diag_set(diag, EBB_EINVAL, "%s=%s: expected 0..%u", name, s, hi);
-    *out = (uint32_t)v;
-    return EBB_OK;
-}
-
 ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *const *tier,
                          const uint64_t *ebytes, struct clm_xhost **out, struct ebb_diag *diag)
 {
@@ -92,9 +77,10 @@ ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *cons
     uint32_t max, threads;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t def_threads = online > 1 ? (uint32_t)(online < 32 ? online : 32) : 1;
-    ebb_err rc = env_u32("EBB_EXPERT_HOST", 0, hp->n_expert_used, &max, diag);
+    ebb_err rc = ebb__clm_env_count("EBB_EXPERT_HOST", 0, 0, hp->n_expert_used, &max, diag);
     if (!rc)
-        rc = env_u32("EBB_EXPERT_HOST_THREADS", def_threads, XH_MAX_THREADS, &threads, diag);
+        rc = ebb__clm_env_count("EBB_EXPERT_HOST_THREADS", def_threads, 1, XH_MAX_THREADS, &threads,
+                                diag);
     *out = NULL;
     if (rc || !max)
         return rc;
