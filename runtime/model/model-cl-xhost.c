@@ -178,6 +178,10 @@ ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem 
                          struct ebb_diag *diag)
 {
     cl_int e = CL_SUCCESS;
+    if (h->pending) { /* a step that failed after its start: its workers end first */
+        ebb_stream_pool_wait(h->threads);
+        h->pending = false;
+    }
     h->n = 0;
     if (!norm)
         return ebb_diag_set(diag, EBB_EINVAL, "EBB_EXPERT_HOST: layer %u has no norm vector", l);
