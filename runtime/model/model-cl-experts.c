@@ -115,22 +115,6 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
-                           struct ebb_diag *diag)
-{
-    const char *env = getenv(name);
-    *out = def;
-    if (!env || !*env)
-        return EBB_OK;
-    char *end = NULL;
-    unsigned long v = strtoul(env, &end, 10);
-    if (end == env || *end || *env == '-' || v < lo || v > hi)
-        return ebb_diag_set(diag, EBB_EINVAL, "%s='%.40s': expected a number from %u to %u", name,
-                            env, lo, hi);
-    *out = (uint32_t)v;
-    return EBB_OK;
-}
-
 /* The setting: p->expert_cache, or EBB_EXPERT_CACHE when set (tests and the daemon). */
 static ebb_err setting(const struct ebb_model_params *p, uint32_t *out, struct ebb_diag *diag)
 {
@@ -462,7 +446,7 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     x->st.expert_bytes = big;
     x->st.expert_bytes_min = small;
     x->st.threads = ebb_stream_pool_threads(x->threads);
-    if ((rc = ebb__clm_xh_open(m, x->src, x->tier_p, x->ebytes, &x->xh, diag)))
+    if ((rc = ebb__clm_xh_open(m, x->w, x->src, x->tier_p, x->ebytes, &x->xh, diag)))
         return rc;
     m->xc_g0 = x->g0;
     m->xc_token_bytes = (uint64_t)k * per_slot;

@@ -1,8 +1,8 @@
 /* Private to the OpenCL forward pass (model-cl*.c): the engine's state and the functions its
  * files share. Calls go one way: model-cl.c -> model-cl-plan.c, and model-cl.c ->
  * model-cl-stream.c -> model-cl-moe-long.c -> model-cl-layer.c -> model-cl-moe.c ->
- * model-cl-moe-group.c -> model-cl-experts.c -> model-cl-place.c (a file may skip levels, never
- * go back up). */
+ * model-cl-moe-group.c -> model-cl-experts.c -> model-cl-xhost.c -> model-cl-place.c (a file may
+ * skip levels, never go back up). */
 #ifndef EBB_RUNTIME_MODEL_CL_INT_H
 #define EBB_RUNTIME_MODEL_CL_INT_H
 
@@ -385,6 +385,10 @@ void ebb__clm_split_hand_free(struct clm *m);
 ebb_err ebb__clm_plan(const struct ebb__arch *a, struct clm_plan *plan, struct ebb_diag *diag);
 
 /* model-cl-place.c */
+/* A small count from the environment: def when unset, EBB_EINVAL naming it when not a number
+ * within lo..hi. */
+ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
+                           struct ebb_diag *diag);
 /* The rows of a layer-major prefill: EBB_STREAM_LONG_ROWS (default LONG_ROWS, at most
  * LONG_ROWS_MAX, 0: off) in whole chunks, no more than the context asks; 0 under two chunks. */
 uint32_t ebb__clm_long_rows(const struct clm *m);
@@ -523,10 +527,6 @@ void ebb__clm_moe_group_fini(struct clm *m);
  * pool's weights and the slot table the expert kernels read in place of the ids (*ready), until
  * it returns with *ready false (the step's figures then published). */
 struct clm_xc;
-/* A small count from the environment: def when unset, EBB_EINVAL naming it when not a number
- * within lo..hi. */
-ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
-                           struct ebb_diag *diag);
 bool ebb__clm_xc_wanted(const struct ebb_model_params *p); /* asked for (valid or not) */
 ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct ebb_model_params *p,
                          struct ebb_diag *diag);
@@ -539,16 +539,19 @@ const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
 /* model-cl-xhost.c: missed experts of one-token steps computed by the host (EBB_EXPERT_HOST, 0
  * or unset: off, *out NULL). Opened by ebb__clm_xc_open over its stacks' host bytes (the mapped
- * file's, or the pinned tier's where it has one). ebb__clm_xh_room: experts layer l's step of nt
+ * file's, or the pinned tier's where it has one; stacks: its (n_layer, 3) weights, for their
+ * types). ebb__clm_xh_room: experts layer l's step of nt
  * rows may leave to the host (0 unless one row and the host has products for the layer's
  * types); ebb__clm_xh_read enqueues the reads of the residual row, the router's weights and
  * (once) the layer's norm vector before the ids' blocking read; ebb__clm_xh_add takes expert e
- * (position j of the row's k); ebb__clm_xh_start starts the workers; ebb__clm_xh_finish, after
- * the layer's kernels were enqueued, flushes, waits for the workers (*wait_ns), writes their
- * sum and enqueues its addition to the residual. */
+ * (position j of the row's k); ebb__clm_xh_start starts the workers on the experts' gate and up
+ * rows; ebb__clm_xh_finish, after the layer's kernels were enqueued, flushes, waits for them,
+ * runs the down rows on the workers and itself (*wait_ns: both), writes the sum and enqueues its
+ * addition to the residual. */
 struct clm_xhost;
-ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *const *tier,
-                         const uint64_t *ebytes, struct clm_xhost **out, struct ebb_diag *diag);
+ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
+                         const uint8_t *const *src, uint8_t *const *tier, const uint64_t *ebytes,
+                         struct clm_xhost **out, struct ebb_diag *diag);
 void ebb__clm_xh_free(struct clm_xhost *h); /* accepts NULL; waits for a job under way */
 uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt);
 ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem norm,

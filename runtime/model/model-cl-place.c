@@ -13,6 +13,22 @@
 
 #include "quant/quant.h"
 
+ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t hi, uint32_t *out,
+                           struct ebb_diag *diag)
+{
+    const char *env = getenv(name);
+    *out = def;
+    if (!env || !*env)
+        return EBB_OK;
+    char *end = NULL;
+    unsigned long v = strtoul(env, &end, 10);
+    if (end == env || *end || *env == '-' || v < lo || v > hi)
+        return ebb_diag_set(diag, EBB_EINVAL, "%s='%.40s': expected a number from %u to %u", name,
+                            env, lo, hi);
+    *out = (uint32_t)v;
+    return EBB_OK;
+}
+
 ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
                        struct ebb_diag *diag)
 {

@@ -8,10 +8,10 @@
  * gate and up rows, SiLU(gate) x up, and its down rows, weighted by the router's weight. The
  * sum is written to the device and added to the residual after the layer's expert kernels.
  *
- * An expert's work is cut along its n_ff_exp dimension into pieces of whole blocks of the down
- * stack's type, so that no piece waits for another: piece [f0, f1) computes those gate and up
- * rows, quantizes their SwiGLU, and takes the down rows' blocks of [f0, f1) only, a partial
- * output that the owner sums with the others once the job is done. */
+ * The work runs in two jobs over all the threads: the gate and up rows of every host expert
+ * (their SwiGLU), started at once, while the engine thread enqueues the device's work; then,
+ * once the engine thread has enqueued the layer's kernels, the SwiGLU in 8-bit blocks and the
+ * down rows, each output element summed over the host's experts in their order. */
 #include "model-cl-int.h"
 
 #include <math.h>
@@ -24,7 +24,7 @@
 #include "stream/stream-pool.h"
 
 #define XH_MAX_THREADS 64
-#define XH_MAX_PIECES 32 /* pieces of one expert */
+#define XH_ROWS 16 /* rows a task takes at least */
 
 struct clm_xhost {
     uint32_t max; /* experts a step may leave to the host (0: off) */
@@ -43,15 +43,13 @@ struct clm_xhost {
     float *act;                /* (k, n_ff) SwiGLU outputs */
     void *actq;                /* (k, n_ff) their 8-bit blocks (the down stack's format) */
     size_t actq_es;            /* bytes of actq per expert */
-    float *part;               /* (k, XH_MAX_PIECES, n_embd) partial outputs */
-    float *y;                  /* (n_embd) their sum */
+    float *y;                  /* (n_embd) the experts' weighted sum */
     cl_mem yb;                 /* y on the device */
-    /* The step under way. */
-    uint32_t l, n, pieces, blk; /* layer, experts, pieces each, the down type's block */
+    /* The step under way: its layer, its experts and their router weights, each job's tasks. */
+    uint32_t l, n, tasks;
     uint32_t e[64];
     float we[64];
     bool pending;
-    uint64_t t_start, wait_ns, done;
 };
 
 static uint64_t now_ns(void)
@@ -70,8 +68,9 @@ static uint32_t act_block(uint32_t type)
     return ebb_quant_q8k_act_supported(type) ? EBB_QK_K : ebb_quant_q8_act_supported(type) ? 32 : 0;
 }
 
-ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *const *tier,
-                         const uint64_t *ebytes, struct clm_xhost **out, struct ebb_diag *diag)
+ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
+                         const uint8_t *const *src, uint8_t *const *tier, const uint64_t *ebytes,
+                         struct clm_xhost **out, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
     uint32_t max, threads;
@@ -117,16 +116,15 @@ ebb_err ebb__clm_xh_open(struct clm *m, const uint8_t *const *src, uint8_t *cons
     if (sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1) > h->actq_es)
         h->actq_es = sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1);
     h->actq = calloc(k, h->actq_es);
-    h->part = calloc((size_t)k * XH_MAX_PIECES * D, sizeof(float));
     h->y = calloc(D, sizeof(float));
     if (!h->type || !h->ok || !h->norm || !h->norm_read || !h->x || !h->w || !h->xn || !h->xq ||
-        !h->xk || !h->act || !h->actq || !h->part || !h->y)
+        !h->xk || !h->act || !h->actq || !h->y)
         return EBB_ENOMEM;
     uint32_t n_ok = 0;
     for (uint32_t l = 0; l < L; l++) {
         bool ok = true;
         for (uint32_t r = 0; r < 3; r++) {
-            const struct ebb_cl_weight *w = ebb__clm_xc_stacks(m, l) + r;
+            const struct ebb_cl_weight *w = stacks + (size_t)l * 3 + r;
             uint32_t t = w->layout.type, b = act_block(t);
             uint32_t n_in = r < 2 ? D : F, rows = r < 2 ? F : D;
             h->type[l * 3 + r] = t;
@@ -164,7 +162,6 @@ void ebb__clm_xh_free(struct clm_xhost *h)
     free(h->xk);
     free(h->act);
     free(h->actq);
-    free(h->part);
     free(h->y);
     free(h);
 }
@@ -225,46 +222,63 @@ static const void *input_for(const struct clm_xhost *h, uint32_t type)
     return ebb_quant_q8k_act_supported(type) ? (const void *)h->xk : (const void *)h->xq;
 }
 
-/* Piece i of the job: expert i / pieces, its n_ff range of piece i % pieces. */
-static void piece(void *ctx, uint32_t i)
+/* Rows [a, b) of n split into `tasks` parts: part i's. */
+static void split(uint64_t n, uint32_t i, uint32_t tasks, uint64_t *a, uint64_t *b)
+{
+    *a = n * i / tasks;
+    *b = n * (i + 1) / tasks;
+}
+
+/* Task i of the first job: its share of the host experts' gate and up rows (expert j's row f is
+ * row j x n_ff + f of all), each SiLU(gate) x up into act. */
+static void gate_up(void *ctx, uint32_t i)
 {
     struct clm_xhost *h = ctx;
-    const uint32_t l = h->l, D = h->n_embd, F = h->n_ff, j = i / h->pieces, p = i % h->pieces;
-    const uint32_t nb = F / h->blk, b0 = nb * p / h->pieces, b1 = nb * (p + 1) / h->pieces;
-    const uint32_t f0 = b0 * h->blk, f1 = b1 * h->blk, e = h->e[j];
+    const uint32_t l = h->l, D = h->n_embd, F = h->n_ff;
     const uint32_t *ty = h->type + (size_t)l * 3;
-    const uint64_t *eb = h->ebytes + (size_t)l * 3;
-    float *act = h->act + (size_t)j * F, *part = h->part + ((size_t)j * XH_MAX_PIECES + p) * D;
-    if (f1 <= f0) {
-        memset(part, 0, sizeof(float) * D);
-        return;
-    }
+    const uint64_t *eb = h->ebytes + (size_t)l * 3, rb_g = eb[0] / F, rb_u = eb[1] / F;
     ebb_quant_dot_act_fn dg = ebb_quant_get_dot_act(ty[0], true);
     ebb_quant_dot_act_fn du = ebb_quant_get_dot_act(ty[1], true);
-    ebb_quant_dot_act_fn dd = ebb_quant_get_dot_act(ty[2], true);
-    const uint64_t rb_g = eb[0] / F, rb_u = eb[1] / F, rb_d = eb[2] / D;
-    const uint8_t *g = stack(h, l, e, 0), *u = stack(h, l, e, 1), *dn = stack(h, l, e, 2);
     const void *xg = input_for(h, ty[0]), *xu = input_for(h, ty[1]);
-    for (uint32_t f = f0; f < f1; f++) {
-        float a = dg(g + f * rb_g, xg, D), b = du(u + f * rb_u, xu, D);
-        act[f] = a / (1.0f + expf(-a)) * b;
+    uint64_t a, b;
+    split((uint64_t)h->n * F, i, h->tasks, &a, &b);
+    for (uint64_t r = a; r < b; r++) {
+        uint32_t j = (uint32_t)(r / F), f = (uint32_t)(r % F);
+        const uint8_t *g = stack(h, l, h->e[j], 0), *u = stack(h, l, h->e[j], 1);
+        float x = dg(g + f * rb_g, xg, D), y = du(u + f * rb_u, xu, D);
+        h->act[(size_t)j * F + f] = x / (1.0f + expf(-x)) * y;
     }
-    uint8_t *aq = (uint8_t *)h->actq + (size_t)j * h->actq_es;
-    const void *ain;
-    if (ebb_quant_q8k_act_supported(ty[2])) {
-        struct ebb_block_q8_k *k8 = (struct ebb_block_q8_k *)aq + f0 / EBB_QK_K;
-        ebb_quant_q8k_act_row_fast(act + f0, f1 - f0, k8);
-        ain = k8;
-    } else {
-        struct ebb_q8_act *q8 = (struct ebb_q8_act *)aq + f0 / 32;
-        ebb_quant_q8_act_row_fast(act + f0, f1 - f0, q8);
-        ain = q8;
+}
+
+/* Task i of the second job: its share of the output elements, each the host experts' down rows
+ * against their SwiGLU blocks, weighted and summed in the experts' order. */
+static void down(void *ctx, uint32_t i)
+{
+    struct clm_xhost *h = ctx;
+    const uint32_t l = h->l, D = h->n_embd, F = h->n_ff;
+    const uint64_t rb_d = h->ebytes[(size_t)l * 3 + 2] / D;
+    ebb_quant_dot_act_fn dd = ebb_quant_get_dot_act(h->type[(size_t)l * 3 + 2], true);
+    const uint8_t *dn[64];
+    for (uint32_t j = 0; j < h->n; j++)
+        dn[j] = stack(h, l, h->e[j], 2);
+    uint64_t a, b;
+    split(D, i, h->tasks, &a, &b);
+    for (uint64_t d = a; d < b; d++) {
+        float y = 0.0f;
+        for (uint32_t j = 0; j < h->n; j++)
+            y += h->we[j] * dd(dn[j] + d * rb_d, (const uint8_t *)h->actq + j * h->actq_es, F);
+        h->y[d] = y;
     }
-    /* the down rows' blocks of [f0, f1): a row's block b starts at b x (its bytes / nb) */
-    const uint64_t off = (uint64_t)b0 * (rb_d / nb);
-    const float we = h->we[j];
-    for (uint32_t d = 0; d < D; d++)
-        part[d] = we * dd(dn + d * rb_d + off, ain, f1 - f0);
+}
+
+/* Tasks for a job of `rows` rows: one a thread (the owner too when it takes part), none of
+ * fewer than XH_ROWS rows. */
+static uint32_t tasks_for(const struct clm_xhost *h, uint64_t rows, bool owner)
+{
+    uint32_t t = ebb_stream_pool_threads(h->threads);
+    t = owner || t < 2 ? t : t - 1;
+    uint64_t most = rows / XH_ROWS ? rows / XH_ROWS : 1;
+    return t > most ? (uint32_t)most : t;
 }
 
 void ebb__clm_xh_start(struct clm_xhost *h, uint32_t l, const struct ebb__hparams *hp)
@@ -282,18 +296,10 @@ void ebb__clm_xh_start(struct clm_xhost *h, uint32_t l, const struct ebb__hparam
         ebb_quant_q8k_act_row_fast(h->xn, D, h->xk);
     if (ebb_quant_q8_act_supported(ty[0]) || ebb_quant_q8_act_supported(ty[1]))
         ebb_quant_q8_act_row_fast(h->xn, D, h->xq);
-    /* pieces of whole blocks of the down stack's type, about one task a thread in all */
-    uint32_t threads = ebb_stream_pool_threads(h->threads);
-    uint32_t workers = threads > 1 ? threads - 1 : 1;
     h->l = l;
-    h->blk = act_block(ty[2]);
-    uint32_t nb = h->n_ff / h->blk, p = (workers + h->n - 1) / h->n;
-    p = p < 1 ? 1 : p;
-    p = p > nb ? nb : p;
-    h->pieces = p > XH_MAX_PIECES ? XH_MAX_PIECES : p;
-    h->t_start = now_ns();
+    h->tasks = tasks_for(h, (uint64_t)h->n * h->n_ff, false);
     h->pending = true;
-    ebb_stream_pool_start(h->threads, h->n * h->pieces, piece, h);
+    ebb_stream_pool_start(h->threads, h->tasks, gate_up, h);
 }
 
 bool ebb__clm_xh_pending(const struct clm_xhost *h)
@@ -309,17 +315,23 @@ ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns
     ebb_err rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
     uint64_t t0 = now_ns();
     ebb_stream_pool_wait(h->threads);
-    *wait_ns = now_ns() - t0;
     h->pending = false;
-    if (rc)
+    if (rc) {
+        *wait_ns = now_ns() - t0;
         return rc;
-    memset(h->y, 0, sizeof(float) * D);
-    for (uint32_t j = 0; j < h->n; j++)
-        for (uint32_t p = 0; p < h->pieces; p++) {
-            const float *part = h->part + ((size_t)j * XH_MAX_PIECES + p) * D;
-            for (uint32_t d = 0; d < D; d++)
-                h->y[d] += part[d];
-        }
+    }
+    /* the SwiGLU of each expert in the down stack's 8-bit blocks, then the down rows */
+    const uint32_t F = h->n_ff, td = h->type[(size_t)h->l * 3 + 2];
+    for (uint32_t j = 0; j < h->n; j++) {
+        uint8_t *aq = (uint8_t *)h->actq + j * h->actq_es;
+        if (ebb_quant_q8k_act_supported(td))
+            ebb_quant_q8k_act_row_fast(h->act + (size_t)j * F, F, (struct ebb_block_q8_k *)aq);
+        else
+            ebb_quant_q8_act_row_fast(h->act + (size_t)j * F, F, (struct ebb_q8_act *)aq);
+    }
+    h->tasks = tasks_for(h, D, true);
+    ebb_stream_pool_run(h->threads, h->tasks, down, h);
+    *wait_ns = now_ns() - t0;
     /* y stays untouched until this write has run: the next step's reads block on the same
      * in-order queue before the host writes y again */
     cl_int e =
