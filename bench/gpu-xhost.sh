@@ -6,7 +6,8 @@
 # Qwen3-30B-A3B shape as the Q4_K_M mix with ebb-gen-model (the vocabulary of
 # .device-carry/tok-qwen.gguf: llama.cpp's ggml-vocab-qwen2.gguf) into /dev/shm; then
 # `llama-bench -ngl 99 -ot exps=CPU -p 0 -n 64 -r 2` and, for each EBB_EXPERT_HOST setting in
-# EBB_HOST_LIST (default 0 1 2 3 4 8, then 0 again), `ebb bench --expert-cache 24
+# EBB_HOST_LIST (N[,threads[,spin_us]] each; default 0 2 3 4 6 auto, 4 on 8 threads, 4 with
+# workers that sleep between jobs, then 0 again), `ebb bench --expert-cache 24
 # --prompt-tokens 16 --gen-tokens 64 -r 2` with its experts lines. Logs in $OUT (or /tmp/out).
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-xhost.sh
 set -uo pipefail
@@ -25,8 +26,11 @@ if gpu_llama_wait /tmp/lb; then
     timeout 150 /tmp/lb/bin/llama-bench -m "$m" -ngl 99 -ot exps=CPU -p 0 -n 64 -r 2 2>&1 |
         grep -E '^\| [a-z]' | tee -a "$log"
 fi
-for n in ${EBB_HOST_LIST:-0 1 2 3 4 8 0}; do
-    say "EBB_EXPERT_HOST=$n"
-    EBB_EXPERT_HOST=$n timeout 90 ebb bench -m "$m" --expert-cache 24 --prompt-tokens 16 \
-        --gen-tokens 64 -r 2 2>&1 | grep -E '^(decode|experts|error)' | tee -a "$log"
+for spec in ${EBB_HOST_LIST:-0 2 3 4 6 auto 4,8 4,,0 0}; do
+    IFS=, read -r n threads spin <<<"$spec"
+    say "EBB_EXPERT_HOST=$n threads=${threads:-default} spin_us=${spin:-default}"
+    env EBB_EXPERT_HOST="$n" ${threads:+EBB_EXPERT_HOST_THREADS=$threads} \
+        ${spin:+EBB_EXPERT_HOST_SPIN_US=$spin} timeout 90 ebb bench -m "$m" --expert-cache 24 \
+        --prompt-tokens 16 --gen-tokens 64 -r 2 2>&1 | grep -E '^(decode|experts|error|ebb: expert)' |
+        tee -a "$log"
 done

@@ -551,6 +551,10 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                "(%.2f a layer step), %.1f ms waiting for them (%.3f ms a layer step)\n",
                (unsigned long long)xc.host_experts, (double)xc.host_experts / n_ls,
                (double)xc.host_ns / 1e6, (double)xc.host_ns / 1e6 / n_ls);
+        if (xc.host_cost_ns || xc.link_cost_ns)
+            printf("experts    auto share, costs of an expert lately: %.3f ms on the host, "
+                   "%.3f ms over the link\n",
+                   (double)xc.host_cost_ns / 1e6, (double)xc.link_cost_ns / 1e6);
     }
     if (xc.on && xc.lm_layer_steps) {
         double n_ls = (double)xc.lm_layer_steps;

@@ -101,6 +101,10 @@ struct clm_xc {
     struct ebb_model_expert_cache lm_d;
     bool prof;          /* qio profiles its commands (the layer-major copy times) */
     cl_event *first_ev; /* where enqueue_copies leaves its first write's event, or NULL */
+    /* With EBB_EXPERT_HOST=auto, a one-token step's first and last copies and their count:
+     * the link's time per expert, read at the next step's begin (the copies are over then). */
+    cl_event step_first, step_last;
+    uint32_t step_n;
     /* The layer step under way: its layer, rows, the first row of the next pass, figures. */
     uint32_t l;
     int nt, t0;
@@ -632,6 +636,25 @@ static ebb_err copy_misses(struct clm *m, uint32_t l, uint32_t n, cl_event after
     return rc;
 }
 
+/* The last one-token step's copies: their device time per expert to the host experts' choice
+ * (when measured), the events released. */
+static void step_copies_end(struct clm_xc *x, bool measure)
+{
+    cl_ulong t0 = 0, t1 = 0;
+    if (measure && x->step_first && x->step_last && x->step_n &&
+        !clGetEventProfilingInfo(x->step_first, CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                 NULL) &&
+        !clGetEventProfilingInfo(x->step_last, CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL) &&
+        t1 > t0)
+        ebb__clm_xh_link(x->xh, (t1 - t0) / x->step_n);
+    if (x->step_first)
+        clReleaseEvent(x->step_first);
+    if (x->step_last)
+        clReleaseEvent(x->step_last);
+    x->step_first = x->step_last = NULL;
+    x->step_n = 0;
+}
+
 ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, cl_mem norm, struct ebb_diag *diag)
 {
     struct clm_xc *x = m->xc;
@@ -655,6 +678,8 @@ ebb_err ebb__clm_xc_begin(struct clm *m, uint32_t l, int nt, cl_mem norm, struct
     uint64_t t0 = now_ns();
     rc = ebb_cl_read(m->cl, m->moe.ids, 0, sizeof(cl_int) * n_ids, x->host_ids, diag);
     x->d.ids_ns = now_ns() - t0;
+    if (x->step_first || x->step_last) /* the last step's copies ran before its kernels */
+        step_copies_end(x, !rc);
     for (size_t r = 0; r < n_ids && !rc; r++)
         if (x->host_ids[r] < 0 || (uint32_t)x->host_ids[r] >= x->n_expert)
             rc = ebb_diag_set(diag, EBB_EINVAL, "expert cache: the router chose expert %d",
@@ -680,6 +705,7 @@ static void publish(struct clm *m)
     x->st.prefetch_wasted += x->d.prefetch_wasted;
     x->st.host_experts += x->d.host_experts;
     x->st.host_ns += x->d.host_ns;
+    ebb__clm_xh_costs(x->xh, &x->st.host_cost_ns, &x->st.link_cost_ns);
     x->st.layer_steps++;
     pthread_mutex_unlock(&m->snap_mu);
 }
@@ -796,6 +822,12 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
      * first overwrites slots the previous pass's kernels read: its copies wait for them. */
     ebb_err rc = EBB_OK;
     uint32_t n_miss = 0, host = ebb__clm_xh_room(x->xh, l, nt);
+    if (host) {
+        uint32_t misses = 0;
+        for (uint32_t i = 0; i < n; i++)
+            misses += slot_of[x->list[i]] < 0;
+        host = ebb__clm_xh_pick(x->xh, misses);
+    }
     x->clock++;
     for (uint32_t i = 0; i < n && !rc; i++) {
         uint32_t e = x->list[i];
@@ -838,8 +870,20 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     if (!rc && n_miss && t0 > 0)
         rc = ebb_cl_check(clEnqueueMarkerWithWaitList(m->cl->q, 0, NULL, &after), diag,
                           "marking the end of an expert pass");
+    /* with the host's share picked by cost, a one-token step's copies are timed */
+    bool timed = !rc && n_miss && nt == 1 && x->prof && ebb__clm_xh_auto(x->xh) && !x->step_first;
+    if (timed)
+        x->first_ev = &x->step_first;
     if (!rc && n_miss)
         rc = copy_misses(m, l, n_miss, after, d, diag);
+    if (timed) {
+        x->first_ev = NULL;
+        if (!rc && x->step_first && x->last_copy) {
+            clRetainEvent(x->last_copy);
+            x->step_last = x->last_copy;
+            x->step_n = n_miss;
+        }
+    }
     if (after)
         clReleaseEvent(after);
     if (rc)
@@ -1056,6 +1100,7 @@ void ebb__clm_xc_fini(struct clm *m)
         return;
     ebb_stream_pool_free(x->threads); /* waits for a fill under way */
     ebb__clm_xh_free(x->xh);          /* and for the host's experts */
+    step_copies_end(x, false);
     if (x->qio)
         clFinish(x->qio);
     clFinish(m->cl->q);

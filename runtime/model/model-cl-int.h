@@ -537,9 +537,9 @@ bool ebb__clm_xc_report(void *ctx, struct ebb_model_expert_cache *out);
 /* Layer l's three stacks over its slot pool (gate, up, down), as ebb__clm_xc_next gives them. */
 const struct ebb_cl_weight *ebb__clm_xc_stacks(struct clm *m, uint32_t l);
 void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
-/* model-cl-xhost.c: missed experts of one-token steps computed by the host (EBB_EXPERT_HOST, 0
- * or unset: off, *out NULL). Opened by ebb__clm_xc_open over its stacks' host bytes (the mapped
- * file's, or the pinned tier's where it has one; stacks: its (n_layer, 3) weights, for their
+/* model-cl-xhost.c: missed experts of one-token steps computed by the host (EBB_EXPERT_HOST=N
+ * or auto; 0 or unset: off, *out NULL). Opened by ebb__clm_xc_open over its stacks' host bytes (the
+ * mapped file's, or the pinned tier's where it has one; stacks: its (n_layer, 3) weights, for their
  * types). ebb__clm_xh_room: experts layer l's step of nt
  * rows may leave to the host (0 unless one row and the host has products for the layer's
  * types); ebb__clm_xh_read enqueues the reads of the residual row, the router's weights and
@@ -554,6 +554,16 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
                          struct clm_xhost **out, struct ebb_diag *diag);
 void ebb__clm_xh_free(struct clm_xhost *h); /* accepts NULL; waits for a job under way */
 uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt);
+/* How many of a step's `misses` (after ebb__clm_xh_room said some may go) the host takes: the
+ * room, or with EBB_EXPERT_HOST=auto the share that evens the host's measured cost of an expert
+ * against the link's (half each until both are measured; one now and then where the share
+ * would be none, to measure the host again). ebb__clm_xh_link gives it a step's copy time per
+ * expert (the copy queue's profiling); ebb__clm_xh_auto: the setting is auto. */
+uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses);
+void ebb__clm_xh_link(struct clm_xhost *h, uint64_t ns_per_expert);
+bool ebb__clm_xh_auto(const struct clm_xhost *h);
+/* The averaged costs of an expert auto weighs (host, link; 0 unmeasured or not auto). */
+void ebb__clm_xh_costs(const struct clm_xhost *h, uint64_t *host_ns, uint64_t *link_ns);
 ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem norm,
                          struct ebb_diag *diag);
 void ebb__clm_xh_add(struct clm_xhost *h, uint32_t e, uint32_t j);

@@ -11,25 +11,38 @@
  * The work runs in two jobs over all the threads: the gate and up rows of every host expert
  * (their SwiGLU), started at once, while the engine thread enqueues the device's work; then,
  * once the engine thread has enqueued the layer's kernels, the SwiGLU in 8-bit blocks and the
- * down rows, each output element summed over the host's experts in their order. */
+ * down rows, each output element summed over the host's experts in their order. The threads
+ * (spin-pool.h) poll for the next job for EBB_EXPERT_HOST_SPIN_US after each one: two jobs a
+ * layer of a fraction of a millisecond each would otherwise pay a wake-up of every thread as
+ * long as the work itself. */
 #include "model-cl-int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "quant/quant.h"
-#include "stream/stream-pool.h"
+#include "stream/spin-pool.h"
 
 #define XH_MAX_THREADS 64
 #define XH_ROWS 16 /* rows a task takes at least */
+#define XH_TASKS 3 /* tasks a thread */
 
 struct clm_xhost {
     uint32_t max; /* experts a step may leave to the host (0: off) */
+    /* EBB_EXPERT_HOST=auto: each step's share picked from the measured costs of an expert on
+     * the host (host_ns, the threads' work) and over the link (link_ns, the copy queue's
+     * device time), both averaged over recent steps; `probe` counts steps that gave none. */
+    bool autop;
+    uint64_t host_ns, link_ns;
+    uint32_t probe;
+    uint64_t t_start;          /* the step's start (its gate and up rows) */
+    _Atomic uint64_t t_gu_end; /* the last gate/up task's end */
     uint32_t n_embd, n_ff, k, n_layer;
-    struct ebb_stream_pool *threads;
+    struct ebb_spin_pool *threads;
     const uint8_t *const *src; /* (n_layer, 3) the stacks in the mapped file */
     uint8_t *const *tier;      /* (n_layer) expert e's three records back to back, or NULL */
     const uint64_t *ebytes;    /* (n_layer, 3) one expert of each stack */
@@ -73,13 +86,20 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
                          struct clm_xhost **out, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
-    uint32_t max, threads;
+    uint32_t max, threads, spin_us;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t def_threads = online > 1 ? (uint32_t)(online < 32 ? online : 32) : 1;
-    ebb_err rc = ebb__clm_env_count("EBB_EXPERT_HOST", 0, 0, hp->n_expert_used, &max, diag);
+    const char *as = getenv("EBB_EXPERT_HOST");
+    bool autop = as && !strcmp(as, "auto");
+    ebb_err rc =
+        autop ? EBB_OK : ebb__clm_env_count("EBB_EXPERT_HOST", 0, 0, hp->n_expert_used, &max, diag);
+    if (autop)
+        max = hp->n_expert_used;
     if (!rc)
         rc = ebb__clm_env_count("EBB_EXPERT_HOST_THREADS", def_threads, 1, XH_MAX_THREADS, &threads,
                                 diag);
+    if (!rc)
+        rc = ebb__clm_env_count("EBB_EXPERT_HOST_SPIN_US", 2000, 0, 1000000, &spin_us, diag);
     *out = NULL;
     if (rc || !max)
         return rc;
@@ -92,6 +112,7 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
     *out = h;
     uint32_t L = hp->n_layer, D = hp->n_embd, F = hp->n_ff_exp, k = hp->n_expert_used;
     h->max = max;
+    h->autop = autop;
     h->n_embd = D;
     h->n_ff = F;
     h->k = k;
@@ -134,13 +155,16 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
         h->ok[l] = ok;
         n_ok += ok;
     }
-    if ((rc = ebb_stream_pool_new(threads + 1, &h->threads, diag)) ||
+    /* the engine thread is one of them (the down rows); the workers poll between the jobs of
+     * a decode and sleep once it stops */
+    if ((rc = ebb_spin_pool_new(threads, (uint64_t)spin_us * 1000, &h->threads, diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(float) * D, &h->yb, "the host experts' sum", diag)))
         return rc;
     fprintf(stderr,
-            "ebb: expert cache: up to %u missed experts a one-token step computed on the host "
+            "ebb: expert cache: up to %u missed experts a one-token step computed on the host%s "
             "(%u threads; %u of %u layers have host products for their types)\n",
-            max, threads, n_ok, L);
+            max, autop ? ", as many as the measured costs of host and link favour" : "", threads,
+            n_ok, L);
     return EBB_OK;
 }
 
@@ -148,7 +172,7 @@ void ebb__clm_xh_free(struct clm_xhost *h)
 {
     if (!h)
         return;
-    ebb_stream_pool_free(h->threads);
+    ebb_spin_pool_free(h->threads);
     if (h->yb)
         clReleaseMemObject(h->yb);
     free(h->type);
@@ -171,12 +195,50 @@ uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt)
     return h && nt == 1 && l < h->n_layer && h->ok[l] ? h->max : 0;
 }
 
+uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses)
+{
+    if (!h->autop)
+        return h->max;
+    if (!misses)
+        return 0;
+    uint64_t c = h->link_ns, w = h->host_ns;
+    if (!c || !w) /* nothing measured yet on one side: half each */
+        return (misses + 1) / 2;
+    uint32_t n = (uint32_t)(((uint64_t)misses * c + (c + w) / 2) / (c + w));
+    if (!n && ++h->probe % 32 == 0) /* the host's cost moves (other work): measure it again */
+        n = 1;
+    return n < h->max ? n : h->max;
+}
+
+/* An average over about eight steps. */
+static void ewma(uint64_t *avg, uint64_t v)
+{
+    *avg = *avg ? (*avg * 7 + v) / 8 : v;
+}
+
+void ebb__clm_xh_link(struct clm_xhost *h, uint64_t ns_per_expert)
+{
+    if (h && ns_per_expert)
+        ewma(&h->link_ns, ns_per_expert);
+}
+
+void ebb__clm_xh_costs(const struct clm_xhost *h, uint64_t *host_ns, uint64_t *link_ns)
+{
+    *host_ns = h && h->autop ? h->host_ns : 0;
+    *link_ns = h && h->autop ? h->link_ns : 0;
+}
+
+bool ebb__clm_xh_auto(const struct clm_xhost *h)
+{
+    return h && h->autop;
+}
+
 ebb_err ebb__clm_xh_read(struct clm *m, struct clm_xhost *h, uint32_t l, cl_mem norm,
                          struct ebb_diag *diag)
 {
     cl_int e = CL_SUCCESS;
     if (h->pending) { /* a step that failed after its start: its workers end first */
-        ebb_stream_pool_wait(h->threads);
+        ebb_spin_pool_wait(h->threads);
         h->pending = false;
     }
     h->n = 0;
@@ -251,6 +313,9 @@ static void gate_up(void *ctx, uint32_t i)
             h->act[(size_t)j * F + f] = x / (1.0f + expf(-x)) * y;
         }
     }
+    uint64_t t = now_ns(), prev = atomic_load(&h->t_gu_end);
+    while (t > prev && !atomic_compare_exchange_weak(&h->t_gu_end, &prev, t))
+        ;
 }
 
 /* Task i of the second job: its share of the output elements, each the host experts' down rows
@@ -274,12 +339,13 @@ static void down(void *ctx, uint32_t i)
     }
 }
 
-/* Tasks for a job of `rows` rows: one a thread (the owner too when it takes part), none of
- * fewer than XH_ROWS rows. */
+/* Tasks for a job of `rows` rows: XH_TASKS a thread (the owner too when it takes part), so that
+ * a thread that started late or lost its core holds up the job by a small share, none of fewer
+ * than XH_ROWS rows. */
 static uint32_t tasks_for(const struct clm_xhost *h, uint64_t rows, bool owner)
 {
-    uint32_t t = ebb_stream_pool_threads(h->threads);
-    t = owner || t < 2 ? t : t - 1;
+    uint32_t t = ebb_spin_pool_threads(h->threads);
+    t = (owner || t < 2 ? t : t - 1) * XH_TASKS;
     uint64_t most = rows / XH_ROWS ? rows / XH_ROWS : 1;
     return t > most ? (uint32_t)most : t;
 }
@@ -302,7 +368,9 @@ void ebb__clm_xh_start(struct clm_xhost *h, uint32_t l, const struct ebb__hparam
     h->l = l;
     h->tasks = tasks_for(h, (uint64_t)h->n * h->n_ff, false);
     h->pending = true;
-    ebb_stream_pool_start(h->threads, h->tasks, gate_up, h);
+    h->t_start = now_ns();
+    atomic_store(&h->t_gu_end, 0);
+    ebb_spin_pool_start(h->threads, h->tasks, gate_up, h);
 }
 
 bool ebb__clm_xh_pending(const struct clm_xhost *h)
@@ -317,7 +385,7 @@ ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns
     /* the device starts on what was enqueued while the host works */
     ebb_err rc = ebb_cl_check(clFlush(m->cl->q), diag, "flushing the compute queue");
     uint64_t t0 = now_ns();
-    ebb_stream_pool_wait(h->threads);
+    ebb_spin_pool_wait(h->threads);
     h->pending = false;
     if (rc) {
         *wait_ns = now_ns() - t0;
@@ -332,9 +400,15 @@ ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns
         else
             ebb_quant_q8_act_row_fast(h->act + (size_t)j * F, F, (struct ebb_q8_act *)aq);
     }
+    uint64_t t1 = now_ns();
     h->tasks = tasks_for(h, D, true);
-    ebb_stream_pool_run(h->threads, h->tasks, down, h);
-    *wait_ns = now_ns() - t0;
+    ebb_spin_pool_run(h->threads, h->tasks, down, h);
+    uint64_t t2 = now_ns(), gu_end = atomic_load(&h->t_gu_end);
+    *wait_ns = t2 - t0;
+    /* the host's cost of an expert: its gate/up job (start to the last task's end) and the rest
+     * (the SwiGLU blocks and the down job) */
+    if (h->n && gu_end > h->t_start)
+        ewma(&h->host_ns, (gu_end - h->t_start + t2 - t1) / h->n);
     /* y stays untouched until this write has run: the next step's reads block on the same
      * in-order queue before the host writes y again */
     cl_int e =

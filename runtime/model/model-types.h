@@ -204,6 +204,10 @@ struct ebb_model_expert_cache {
      * (lookups = hits + misses + host_experts), and the engine thread's time waiting for them
      * after the layer's kernels were enqueued. */
     uint64_t host_experts, host_ns;
+    /* EBB_EXPERT_HOST=auto: the averaged costs its choice weighs, in ns an expert: the host's
+     * threads (gate/up and down jobs) and the link (the copy queue's device time); 0 while
+     * unmeasured. */
+    uint64_t host_cost_ns, link_cost_ns;
     /* Long prompts layer-major through the cache (docs/STREAMER.md, "Long prompts through the
      * expert cache"), counted apart from the lookups above: passes (evaluations run so), their
      * MoE layer steps, the groups of experts they copied (half the slots each) and the experts

@@ -386,7 +386,7 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         "\"bytes_copied\":%llu,\"passes\":%llu,\"layer_steps\":%llu,"
         "\"threads\":%u,\"host_bytes\":%llu,\"fill_ns\":%llu,\"ids_ns\":%llu,\"prefetched\":%llu,"
         "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"host_experts\":%llu,"
-        "\"host_ns\":%llu,\"long_passes\":%llu,"
+        "\"host_ns\":%llu,\"host_cost_ns\":%llu,\"link_cost_ns\":%llu,\"long_passes\":%llu,"
         "\"long_layer_steps\":%llu,\"long_groups\":%llu,\"long_copied\":%llu,"
         "\"long_kept\":%llu,\"long_bytes\":%llu,\"long_copy_ns\":%llu,\"long_fill_ns\":%llu,\"long_"
         "ids_ns\":%llu,"
@@ -399,7 +399,8 @@ size_t ebb_model_expert_cache_json(const struct ebb_model *m, char *buf, size_t 
         (unsigned long long)x.fill_ns, (unsigned long long)x.ids_ns,
         (unsigned long long)x.prefetched, (unsigned long long)x.prefetch_hits,
         (unsigned long long)x.prefetch_wasted, (unsigned long long)x.host_experts,
-        (unsigned long long)x.host_ns, (unsigned long long)x.lm_passes,
+        (unsigned long long)x.host_ns, (unsigned long long)x.host_cost_ns,
+        (unsigned long long)x.link_cost_ns, (unsigned long long)x.lm_passes,
         (unsigned long long)x.lm_layer_steps, (unsigned long long)x.lm_groups,
         (unsigned long long)x.lm_copied, (unsigned long long)x.lm_kept,
         (unsigned long long)x.lm_bytes, (unsigned long long)x.lm_copy_ns,

@@ -256,7 +256,10 @@ def host_experts(ebb, models, fail):
     """EBB_EXPERT_HOST (docs/STREAMER.md, "Missed experts on the host"): up to N missed experts
     of a one-token step left out of the slots and computed by the host's threads from the mapped
     file. On qwen3moe-tiny (Q8_0: 32-block inputs) and the Q4_K/Q6_K mix (256-block inputs),
-    4 slots, N = 2 and N = 4 (every miss of a decode step), 1 and 2 threads: the load log says
+    4 slots, N = 2 and N = 4 (every miss of a decode step), 1, 2 and 3 threads (the engine
+    thread one of them), polling between jobs or sleeping at once, and N = auto (each step's
+    share from the measured costs of an expert on the host and over the link, both reported
+    and above 0 here, 0 without auto): the load log says
     so, the greedy ids equal the resident run's on two prompts (the host's 8-bit inputs, like
     llama.cpp's CPU products, moved no pick here; the family test holds qwen3moe-tiny to
     llama.cpp's ids under the near-tie rule the same way), lookups = hits + misses +
@@ -269,14 +272,17 @@ def host_experts(ebb, models, fail):
                 fail(f"host experts, {label}, prompt {i}: resident run failed")
                 continue
             base = json.loads(p.stdout)["tokens"]
-            for n, threads in (("2", "2"), ("4", "1"), ("4", "2")):
-                env = {"EBB_EXPERT_HOST": n, "EBB_EXPERT_HOST_THREADS": threads}
+            for n, threads, spin in (("2", "2", "2000"), ("4", "1", "2000"), ("4", "3", "0"),
+                                     ("auto", "2", "2000")):
+                most = "4" if n == "auto" else n
+                env = {"EBB_EXPERT_HOST": n, "EBB_EXPERT_HOST_THREADS": threads,
+                       "EBB_EXPERT_HOST_SPIN_US": spin}
                 p = run(ebb, model, PROMPTS[i], ["--expert-cache", "4"], env)
-                name = f"host experts, {label}, prompt {i}, N={n}, {threads} threads"
+                name = f"host experts, {label}, prompt {i}, N={n}, {threads} threads, spin {spin}"
                 if p.returncode:
                     fail(f"{name}: failed: {p.stderr.strip()[-300:]}")
                     continue
-                if f"up to {n} missed experts a one-token step computed on the host" not in p.stderr:
+                if f"up to {most} missed experts a one-token step computed on the host" not in p.stderr:
                     fail(f"{name}: the load log does not say so: {p.stderr.strip()[-300:]}")
                 d = json.loads(p.stdout)
                 x = d.get("expert_cache") or {}
@@ -286,9 +292,14 @@ def host_experts(ebb, models, fail):
                     fail(f"{name}: greedy ids differ from the resident run's: {d['tokens']} vs "
                          f"{base}")
                 he = x.get("host_experts", 0)
-                if (he <= 0 or he > int(n) * x["layer_steps"] or
+                if (he <= 0 or he > int(most) * x["layer_steps"] or
                         x["lookups"] != x["hits"] + x["misses"] + he or x.get("host_ns", -1) < 0):
                     fail(f"{name}: the counters do not add up: {x}")
+                if n == "auto" and not (x.get("host_cost_ns", 0) > 0 and
+                                        x.get("link_cost_ns", 0) > 0):
+                    fail(f"{name}: the costs auto weighs were not measured: {x}")
+                if n != "auto" and x.get("host_cost_ns") != 0:
+                    fail(f"{name}: a host cost reported without auto: {x}")
                 if x["expert_bytes"] == x["expert_bytes_min"] and (
                         x["bytes_copied"] != x["misses"] * x["expert_bytes"]):
                     fail(f"{name}: bytes copied != slot misses x expert bytes: {x}")
