@@ -30,7 +30,7 @@ for spec in ${EBB_HOST_LIST:-0 2 3 4 6 auto 4,8 4,,0 0}; do
     IFS=, read -r n threads spin <<<"$spec"
     say "EBB_EXPERT_HOST=$n threads=${threads:-default} spin_us=${spin:-default}"
     env EBB_EXPERT_HOST="$n" ${threads:+EBB_EXPERT_HOST_THREADS=$threads} \
-        ${spin:+EBB_EXPERT_HOST_SPIN_US=$spin} timeout 90 ebb bench -m "$m" --expert-cache 24 \
+        ${spin:+EBB_EXPERT_HOST_SPIN_US=$spin} timeout 150 ebb bench -m "$m" --expert-cache 24 \
         --prompt-tokens 16 --gen-tokens 64 -r 2 2>&1 | grep -E '^(decode|experts|error|ebb: expert)' |
         tee -a "$log"
 done

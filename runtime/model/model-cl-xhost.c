@@ -28,8 +28,9 @@
 #include "stream/spin-pool.h"
 
 #define XH_MAX_THREADS 64
-#define XH_ROWS 16 /* rows a task takes at least */
-#define XH_TASKS 3 /* tasks a thread */
+#define XH_ROWS 16   /* rows a task takes at least */
+#define XH_TASKS 3   /* tasks a thread */
+#define XH_PROBE 256 /* auto: steps between probes of the host's cost while its share is none */
 
 struct clm_xhost {
     uint32_t max; /* experts a step may leave to the host (0: off) */
@@ -205,14 +206,20 @@ uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses)
     if (!c || !w) /* nothing measured yet on one side: half each */
         return (misses + 1) / 2;
     uint32_t n = (uint32_t)(((uint64_t)misses * c + (c + w) / 2) / (c + w));
-    if (!n && ++h->probe % 32 == 0) /* the host's cost moves (other work): measure it again */
+    /* the host's cost moves (other work on its cores): measured again now and then; rarely,
+     * because the workers sleep by then and the probe pays their wake-up */
+    if (!n && ++h->probe % XH_PROBE == 0)
         n = 1;
     return n < h->max ? n : h->max;
 }
 
-/* An average over about eight steps. */
+/* An average over about eight steps; a sample above four times the average (a thread that lost
+ * its core, a wake-up from sleep) counts as four times it, so that one outlier does not set the
+ * share to none for long. */
 static void ewma(uint64_t *avg, uint64_t v)
 {
+    if (*avg && v > 4 * *avg)
+        v = 4 * *avg;
     *avg = *avg ? (*avg * 7 + v) / 8 : v;
 }
 
