@@ -821,8 +821,8 @@ ebb_err ebb__clm_xc_next(struct clm *m, const struct ebb_cl_weight *ws[3], cl_me
     /* Slots for the misses (never one this pass wants), then their copies. A pass after the
      * first overwrites slots the previous pass's kernels read: its copies wait for them. */
     ebb_err rc = EBB_OK;
-    uint32_t n_miss = 0, host = ebb__clm_xh_room(x->xh, l, nt);
-    if (host) {
+    uint32_t n_miss = 0, host = 0;
+    if (nt == 1 && x->xh) { /* the room ebb__clm_xc_begin found, shared by cost */
         uint32_t misses = 0;
         for (uint32_t i = 0; i < n; i++)
             misses += slot_of[x->list[i]] < 0;

@@ -553,12 +553,13 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
                          const uint8_t *const *src, uint8_t *const *tier, const uint64_t *ebytes,
                          struct clm_xhost **out, struct ebb_diag *diag);
 void ebb__clm_xh_free(struct clm_xhost *h); /* accepts NULL; waits for a job under way */
-uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt);
-/* How many of a step's `misses` (after ebb__clm_xh_room said some may go) the host takes: the
- * room, or with EBB_EXPERT_HOST=auto the share that evens the host's measured cost of an expert
- * against the link's (half each until both are measured; one now and then where the share
- * would be none, to measure the host again). ebb__clm_xh_link gives it a step's copy time per
- * expert (the copy queue's profiling); ebb__clm_xh_auto: the setting is auto. */
+uint32_t ebb__clm_xh_room(struct clm_xhost *h, uint32_t l, int nt);
+/* How many of a step's `misses` the host takes (after ebb__clm_xh_room, once a step, gave it
+ * room; 0 without): the room, or with EBB_EXPERT_HOST=auto the share that evens the host's
+ * measured cost of an expert against the link's (half each until both are measured; room
+ * none where even k misses would leave the host none, but one step in XH_PROBE probes the host
+ * with one). ebb__clm_xh_link gives it a step's copy time per expert (the copy queue's
+ * profiling); ebb__clm_xh_auto: the setting is auto. */
 uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses);
 void ebb__clm_xh_link(struct clm_xhost *h, uint64_t ns_per_expert);
 bool ebb__clm_xh_auto(const struct clm_xhost *h);

@@ -31,15 +31,22 @@
 #define XH_ROWS 16   /* rows a task takes at least */
 #define XH_TASKS 3   /* tasks a thread */
 #define XH_PROBE 256 /* auto: steps between probes of the host's cost while its share is none */
+#define XH_WIN 8     /* auto: samples of each cost kept */
+
+struct xh_cost {
+    uint64_t s[XH_WIN];
+    uint32_t n;
+};
 
 struct clm_xhost {
     uint32_t max; /* experts a step may leave to the host (0: off) */
     /* EBB_EXPERT_HOST=auto: each step's share picked from the measured costs of an expert on
-     * the host (host_ns, the threads' work) and over the link (link_ns, the copy queue's
-     * device time), both averaged over recent steps; `probe` counts steps that gave none. */
+     * the host (the threads' work) and over the link (the copy queue's device time), the least
+     * of each one's latest XH_WIN samples; `probe` counts steps given none. */
     bool autop;
-    uint64_t host_ns, link_ns;
+    struct xh_cost host, link;
     uint32_t probe;
+    uint32_t room;             /* the step's room (ebb__clm_xh_room) */
     uint64_t t_start;          /* the step's start (its gate and up rows) */
     _Atomic uint64_t t_gu_end; /* the last gate/up task's end */
     uint32_t n_embd, n_ff, k, n_layer;
@@ -51,6 +58,9 @@ struct clm_xhost {
     bool *ok;                  /* (n_layer) the host has products for all three */
     float *norm;               /* (n_layer, n_embd) the layers' norm vectors, read once */
     bool *norm_read;           /* (n_layer) */
+    cl_mem io;                 /* pinned: x, y, w */
+    float *io_p;               /* its mapping */
+    cl_command_queue q;        /* the queue that mapped it */
     float *x, *w, *xn;         /* the residual row and the router's weights read back; x normed */
     struct ebb_q8_act *xq;     /* xn in 32-blocks (a stack of a 32-block type) */
     struct ebb_block_q8_k *xk; /* xn in 256-blocks (a K-quant stack) */
@@ -128,8 +138,6 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
     h->ok = calloc(L, sizeof(bool));
     h->norm = calloc((size_t)L * D, sizeof(float));
     h->norm_read = calloc(L, sizeof(bool));
-    h->x = calloc(D, sizeof(float));
-    h->w = calloc(k, sizeof(float));
     h->xn = calloc(D, sizeof(float));
     h->xq = calloc(D / 32 + 1, sizeof(*h->xq));
     h->xk = calloc(D / EBB_QK_K + 1, sizeof(*h->xk));
@@ -138,10 +146,25 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
     if (sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1) > h->actq_es)
         h->actq_es = sizeof(struct ebb_block_q8_k) * (F / EBB_QK_K + 1);
     h->actq = calloc(k, h->actq_es);
-    h->y = calloc(D, sizeof(float));
-    if (!h->type || !h->ok || !h->norm || !h->norm_read || !h->x || !h->w || !h->xn || !h->xq ||
-        !h->xk || !h->act || !h->actq || !h->y)
+    if (!h->type || !h->ok || !h->norm || !h->norm_read || !h->xn || !h->xq || !h->xk || !h->act ||
+        !h->actq)
         return EBB_ENOMEM;
+    /* the residual row and the router's weights read back every step, and the sum written, in
+     * pinned memory: the device copies them straight, not through a bounce buffer */
+    cl_int e = CL_SUCCESS;
+    size_t io_bytes = sizeof(float) * ((size_t)2 * D + k);
+    h->io =
+        clCreateBuffer(m->cl->ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, io_bytes, NULL, &e);
+    if (!e)
+        h->io_p = clEnqueueMapBuffer(m->cl->q, h->io, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                     io_bytes, 0, NULL, NULL, &e);
+    if (e)
+        return ebb_diag_set(diag, EBB_ENOMEM, "EBB_EXPERT_HOST: pinning %zu bytes: %s", io_bytes,
+                            ebb_cl_err_name(e));
+    h->q = m->cl->q;
+    h->x = h->io_p;
+    h->y = h->io_p + D;
+    h->w = h->io_p + 2 * (size_t)D;
     uint32_t n_ok = 0;
     for (uint32_t l = 0; l < L; l++) {
         bool ok = true;
@@ -176,63 +199,89 @@ void ebb__clm_xh_free(struct clm_xhost *h)
     ebb_spin_pool_free(h->threads);
     if (h->yb)
         clReleaseMemObject(h->yb);
+    if (h->io_p) { /* nothing reads or writes it any more: the queue has finished */
+        clEnqueueUnmapMemObject(h->q, h->io, h->io_p, 0, NULL, NULL);
+        clFinish(h->q);
+    }
+    if (h->io)
+        clReleaseMemObject(h->io);
     free(h->type);
     free(h->ok);
     free(h->norm);
     free(h->norm_read);
-    free(h->x);
-    free(h->w);
     free(h->xn);
     free(h->xq);
     free(h->xk);
     free(h->act);
     free(h->actq);
-    free(h->y);
     free(h);
 }
 
-uint32_t ebb__clm_xh_room(const struct clm_xhost *h, uint32_t l, int nt)
+/* A cost's latest samples. */
+static void cost_add(struct xh_cost *c, uint64_t v)
 {
-    return h && nt == 1 && l < h->n_layer && h->ok[l] ? h->max : 0;
+    c->s[c->n++ % XH_WIN] = v;
+}
+
+/* The least of the latest samples: the time an expert takes when nothing gets in the way (a
+ * thread that lost its core, a wake-up from sleep only ever add); 0 with none. */
+static uint64_t cost_of(const struct xh_cost *c)
+{
+    uint64_t v = 0;
+    for (uint32_t i = 0; i < XH_WIN && i < c->n; i++)
+        if (!v || c->s[i] < v)
+            v = c->s[i];
+    return v;
+}
+
+/* auto: the share of `misses` that evens n x host cost against (misses - n) x link cost; -1
+ * while either is unmeasured. */
+static int share(const struct clm_xhost *h, uint32_t misses)
+{
+    uint64_t c = cost_of(&h->link), w = cost_of(&h->host);
+    if (!c || !w)
+        return -1;
+    return (int)(((uint64_t)misses * c + (c + w) / 2) / (c + w));
+}
+
+uint32_t ebb__clm_xh_room(struct clm_xhost *h, uint32_t l, int nt)
+{
+    if (!h)
+        return 0;
+    h->room = nt == 1 && l < h->n_layer && h->ok[l] ? h->max : 0;
+    /* auto: none where even a step whose k experts all missed would leave none to the host,
+     * so that such steps skip the input's reads too; but one now and then, to measure the host
+     * again (its cost moves with other work on its cores; rarely, because the threads sleep
+     * by then and the probe pays their wake-up) */
+    if (h->autop && h->room && !share(h, h->k))
+        h->room = ++h->probe % XH_PROBE == 0 ? 1 : 0;
+    return h->room;
 }
 
 uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses)
 {
-    if (!h->autop)
-        return h->max;
-    if (!misses)
+    if (!h || !h->room || !misses)
         return 0;
-    uint64_t c = h->link_ns, w = h->host_ns;
-    if (!c || !w) /* nothing measured yet on one side: half each */
-        return (misses + 1) / 2;
-    uint32_t n = (uint32_t)(((uint64_t)misses * c + (c + w) / 2) / (c + w));
-    /* the host's cost moves (other work on its cores): measured again now and then; rarely,
-     * because the workers sleep by then and the probe pays their wake-up */
-    if (!n && ++h->probe % XH_PROBE == 0)
+    if (!h->autop)
+        return h->room;
+    int n = share(h, misses);
+    if (n < 0) /* nothing measured yet on one side: half each */
+        n = (int)(misses + 1) / 2;
+    if (!n && h->room == 1) /* a probe */
         n = 1;
-    return n < h->max ? n : h->max;
-}
-
-/* An average over about eight steps; a sample above four times the average (a thread that lost
- * its core, a wake-up from sleep) counts as four times it, so that one outlier does not set the
- * share to none for long. */
-static void ewma(uint64_t *avg, uint64_t v)
-{
-    if (*avg && v > 4 * *avg)
-        v = 4 * *avg;
-    *avg = *avg ? (*avg * 7 + v) / 8 : v;
+    return (uint32_t)n < h->room ? (uint32_t)n : h->room;
 }
 
 void ebb__clm_xh_link(struct clm_xhost *h, uint64_t ns_per_expert)
 {
     if (h && ns_per_expert)
-        ewma(&h->link_ns, ns_per_expert);
+        cost_add(&h->link, ns_per_expert);
 }
 
 void ebb__clm_xh_costs(const struct clm_xhost *h, uint64_t *host_ns, uint64_t *link_ns)
 {
-    *host_ns = h && h->autop ? h->host_ns : 0;
-    *link_ns = h && h->autop ? h->link_ns : 0;
+    *host_ns = h && h->autop ? cost_of(&h->host) : 0;
+    *link_ns = h && h->autop ? cost_of(&h->link) : 0;
 }
 
 bool ebb__clm_xh_auto(const struct clm_xhost *h)
@@ -415,7 +464,7 @@ ebb_err ebb__clm_xh_finish(struct clm *m, struct clm_xhost *h, uint64_t *wait_ns
     /* the host's cost of an expert: its gate/up job (start to the last task's end) and the rest
      * (the SwiGLU blocks and the down job) */
     if (h->n && gu_end > h->t_start)
-        ewma(&h->host_ns, (gu_end - h->t_start + t2 - t1) / h->n);
+        cost_add(&h->host, (gu_end - h->t_start + t2 - t1) / h->n);
     /* y stays untouched until this write has run: the next step's reads block on the same
      * in-order queue before the host writes y again */
     cl_int e =
