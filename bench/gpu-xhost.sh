@@ -9,6 +9,8 @@
 # EBB_HOST_LIST (N[,threads[,spin_us]] each; default 0 2 3 4 6 auto, 4 on 8 threads, 4 with
 # workers that sleep between jobs, then 0 again), `ebb bench --expert-cache 24
 # --prompt-tokens 16 --gen-tokens 64 -r 2` with its experts lines. Logs in $OUT (or /tmp/out).
+# First, where .device-carry/bin has it, ebb-link-bw (bench/link-bw.c): the link's rate by
+# write size and an expert as three writes or one.
 # Usage (device): source .device-carry/env.sh; bash bench/gpu-xhost.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
@@ -18,6 +20,10 @@ log=$out/xhost.log
 export XDG_CACHE_HOME=/tmp/cache
 m=/dev/shm/models/qwen3-30b-a3b-q4_k_m.gguf
 gpu_llama_build llama-bench /tmp/lb
+if command -v ebb-link-bw >/dev/null; then # the link by write size (bench/link-bw.c)
+    say "ebb-link-bw"
+    ebb-link-bw "" 2048 2>&1 | tee -a "$log"
+fi
 say "gen $m"
 gpu_gen qwen3-30b-a3b q4_k_m "$m" .device-carry/tok-qwen.gguf
 ebb --version | tee -a "$log"
