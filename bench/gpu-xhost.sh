@@ -6,8 +6,8 @@
 # Qwen3-30B-A3B shape as the Q4_K_M mix with ebb-gen-model (the vocabulary of
 # .device-carry/tok-qwen.gguf: llama.cpp's ggml-vocab-qwen2.gguf) into /dev/shm; then
 # `llama-bench -ngl 99 -ot exps=CPU -p 0 -n 64 -r 2` and, for each EBB_EXPERT_HOST setting in
-# EBB_HOST_LIST (N[,threads[,spin_us]] each; default 0 2 3 4 6 auto, 4 on 8 threads, 4 with
-# workers that sleep between jobs, then 0 again), `ebb bench --expert-cache 24
+# EBB_HOST_LIST (N[,threads[,spin_us[,rect]]] each, rect 1: EBB_EXPERT_RECT=1; default 0, 0
+# with one write an expert, 2, 2 with one write, auto, then 0 again), `ebb bench --expert-cache 24
 # --prompt-tokens 16 --gen-tokens 64 -r 2` with its experts lines. Logs in $OUT (or /tmp/out).
 # First, where .device-carry/bin has it, ebb-link-bw (bench/link-bw.c): the link's rate by
 # write size and an expert as three writes or one.
@@ -32,11 +32,11 @@ if gpu_llama_wait /tmp/lb; then
     timeout 150 /tmp/lb/bin/llama-bench -m "$m" -ngl 99 -ot exps=CPU -p 0 -n 64 -r 2 2>&1 |
         grep -E '^\| [a-z]' | tee -a "$log"
 fi
-for spec in ${EBB_HOST_LIST:-0 2 3 4 6 auto 4,8 4,,0 0}; do
-    IFS=, read -r n threads spin <<<"$spec"
-    say "EBB_EXPERT_HOST=$n threads=${threads:-default} spin_us=${spin:-default}"
+for spec in ${EBB_HOST_LIST:-0 0,,,1 2 2,,,1 auto 0}; do
+    IFS=, read -r n threads spin rect <<<"$spec"
+    say "EBB_EXPERT_HOST=$n threads=${threads:-default} spin_us=${spin:-default} rect=${rect:-0}"
     env EBB_EXPERT_HOST="$n" ${threads:+EBB_EXPERT_HOST_THREADS=$threads} \
-        ${spin:+EBB_EXPERT_HOST_SPIN_US=$spin} timeout 150 ebb bench -m "$m" --expert-cache 24 \
+        ${spin:+EBB_EXPERT_HOST_SPIN_US=$spin} ${rect:+EBB_EXPERT_RECT=$rect} timeout 150 ebb bench -m "$m" --expert-cache 24 \
         --prompt-tokens 16 --gen-tokens 64 -r 2 2>&1 | grep -E '^(decode|experts|error|ebb: expert)' |
         tee -a "$log"
 done

@@ -30,6 +30,7 @@
 #define XC_MAX_THREADS 64
 #define XC_MAX_BATCH 16
 #define XC_ALIGN 4096u /* staging entries start on pages */
+#define XC_ALIGN_UP(b) (((b) + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN)
 #define XC_DECAY 64    /* layer steps between halvings of the use counts */
 
 /* A batch of experts of one layer to fill from the file into staging entries (a pool job). */
@@ -64,6 +65,10 @@ struct clm_xc {
     cl_command_queue qio;    /* the copies */
     cl_event last_copy;      /* the last write enqueued on qio */
     bool unwaited;           /* the compute queue has no barrier on last_copy yet */
+    /* EBB_EXPERT_RECT=1: each layer's three pools in one buffer (the stacks' weights at their
+     * offsets), and an expert's gate and up records (with its down record too where all three
+     * are the same size) copied by one rectangular write, rows a stack's pool apart. */
+    bool rect;
     struct ebb_stream_pool *threads; /* fill the staging (and the host tier at load) */
     struct xc_fill fill;             /* the demand batch */
     /* Prefetch (EBB_EXPERT_PREFETCH): at the end of layer l's step the threads fill up to pf_max
@@ -424,6 +429,10 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
     if (!x->expert_in || !x->used)
         return EBB_ENOMEM;
     memset(x->expert_in, 0xff, sizeof(int32_t) * L * n_slots);
+    uint32_t rect;
+    if ((rc = ebb__clm_env_count("EBB_EXPERT_RECT", 0, 0, 1, &rect, diag)))
+        return rc;
+    x->rect = rect;
     for (uint32_t j = 0; j < L * 3; j++) {
         struct ebb_cl_weight *w = &x->w[j];
         uint64_t eb = x->ebytes[j];
@@ -433,10 +442,26 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
                                 "--expert-cache: layer %u's expert stack %u has a type (%u) that "
                                 "cannot be read in the raw layout on this device",
                                 j / 3, j % 3, w->layout.type);
+        w->bytes = eb * n_slots;
+        if (x->rect) { /* the layer's three pools in one buffer, each from a page */
+            if (j % 3)
+                continue;
+            uint64_t o1 = XC_ALIGN_UP(x->ebytes[j] * n_slots),
+                     o2 = o1 + XC_ALIGN_UP(x->ebytes[j + 1] * n_slots);
+            if ((rc = ebb__clm_alloc(m, (size_t)(o2 + x->ebytes[j + 2] * n_slots), &x->pool[j],
+                                     "an expert pool", diag)))
+                return rc;
+            for (uint32_t r = 0; r < 3; r++) {
+                x->w[j + r].a = x->pool[j + r] = x->pool[j];
+                x->w[j + r].off = r == 0 ? 0 : r == 1 ? o1 : o2;
+                if (r)
+                    clRetainMemObject(x->pool[j]);
+            }
+            continue;
+        }
         if ((rc = ebb__clm_alloc(m, (size_t)(eb * n_slots), &x->pool[j], "an expert pool", diag)))
             return rc;
         w->a = x->pool[j];
-        w->bytes = eb * n_slots;
     }
     if ((rc = staging_open(m, big, diag)))
         return rc;
@@ -535,21 +560,42 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
     struct clm_xc *x = m->xc;
     cl_int e = CL_SUCCESS;
     cl_event last = NULL;
+    const uint64_t *eb = x->ebytes + (size_t)f->l * 3;
+    const struct ebb_cl_weight *w = x->w + (size_t)f->l * 3;
+    /* the records a rectangular write takes (EBB_EXPERT_RECT): gate and up where they are the
+     * same size, down too where it also is and the pools lie the same distance apart */
+    uint32_t rows = !x->rect || eb[0] != eb[1] ? 1
+                    : eb[2] == eb[0] && w[2].off - w[1].off == w[1].off ? 3
+                                                                        : 2;
     for (uint32_t j = 0; j < f->n && !e; j++) {
         uint64_t roff = 0;
-        for (uint32_t r = 0; r < 3 && !e; r++) {
-            uint64_t eb = x->ebytes[(size_t)f->l * 3 + r];
-            bool first = !j && !r, end = j + 1 == f->n && r == 2;
-            const uint8_t *from =
-                x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l) + roff
-                          : x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes + roff;
+        const uint8_t *rec = x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l)
+                                       : x->stage_p + (uint64_t)f->ent[j] * x->ent_bytes;
+        for (uint32_t r = 0; r < 3 && !e; r += r ? 1 : rows) {
+            uint32_t n_rec = r ? 1 : rows;
+            bool first = !j && !r, end = j + 1 == f->n && r + n_rec == 3;
             cl_event *ev = end ? &last : NULL;
-            if (first && x->first_ev && !*x->first_ev)
-                ev = x->first_ev; /* (first and end are never the same write: r differs) */
-            e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE,
-                                     (size_t)(eb * (uint64_t)f->slot[j]), (size_t)eb, from,
-                                     first && after ? 1 : 0, first && after ? &after : NULL, ev);
-            roff += eb;
+            if (first && !end && x->first_ev && !*x->first_ev)
+                ev = x->first_ev;
+            size_t dst = (size_t)(w[r].off + eb[r] * (uint64_t)f->slot[j]);
+            cl_uint n_after = first && after ? 1 : 0;
+            const cl_event *wait = n_after ? &after : NULL;
+            if (n_rec > 1) {
+                size_t bo[3] = {(size_t)(eb[0] * (uint64_t)f->slot[j]), 0, 0}, ho[3] = {0, 0, 0};
+                size_t region[3] = {(size_t)eb[0], n_rec, 1};
+                e = clEnqueueWriteBufferRect(x->qio, x->pool[(size_t)f->l * 3], CL_FALSE, bo, ho,
+                                             region, (size_t)w[1].off, 0, (size_t)eb[0], 0, rec,
+                                             n_after, wait, ev);
+            } else {
+                e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE, dst,
+                                         (size_t)eb[r], rec + roff, n_after, wait, ev);
+            }
+            if (!e && first && end && x->first_ev && !*x->first_ev) { /* one write in all */
+                clRetainEvent(last);
+                *x->first_ev = last;
+            }
+            for (uint32_t q = 0; q < n_rec; q++)
+                roff += eb[r + q];
         }
     }
     if (!e)

@@ -172,7 +172,9 @@ def long_prompts(ebb, model, fail):
             ("4 slots, layer-major", ["--expert-cache", "4"], GROUPED, 1),
             ("4 slots, chunk after chunk", ["--expert-cache", "4"],
              dict(GROUPED, EBB_STREAM_LONG_ROWS="0"), 0),
-            ("8 slots, pinned", ["--expert-cache", "8"], dict(GROUPED, EBB_EXPERT_PINNED="1"), 1)):
+            ("8 slots, pinned", ["--expert-cache", "8"], dict(GROUPED, EBB_EXPERT_PINNED="1"), 1),
+            ("4 slots, layer-major, one write an expert", ["--expert-cache", "4"],
+             dict(GROUPED, EBB_EXPERT_RECT="1"), 1)):
         p = run(ebb, model, LONG, args, env)
         if p.returncode:
             fail(f"long prompt, {label}: failed: {p.stderr.strip()[-300:]}")
@@ -213,14 +215,19 @@ def long_prompts(ebb, model, fail):
 def mixed(gen_model, ebb, vocab, work, fail):
     """The Q4_K_M mix as the real files have it: qwen3moe-tiny-k's down stacks are Q6_K in layer
     2 and Q4_K in layers 0 and 1, so a layer 2 expert is larger. Greedy ids must equal the
-    resident run's, and each miss copies one expert of its own layer's size: bytes copied =
+    resident run's (also with a layer's pools in one buffer and an expert's records in one
+    rectangular write, EBB_EXPERT_RECT=1, from the staging and from the pinned tier), and each miss copies one expert of its own layer's size: bytes copied =
     a x the small size + b x the large one with a + b = misses, both sizes seen."""
     model = os.path.join(work, "qwen3moe-tiny-k.gguf")
     subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
                     "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
     q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
     pinned = {"EBB_EXPERT_PINNED": "1"}  # every expert in pinned host memory, per layer's size
-    for i, env in ((0, None), (2, None), (0, q8), (2, pinned)):
+    # one buffer a layer: layers 0 and 1 take an expert in one write of three rows, layer 2 (its
+    # down records larger) gate and up in one and down in another
+    rect = {"EBB_EXPERT_RECT": "1"}
+    rect_pinned = {"EBB_EXPERT_RECT": "1", "EBB_EXPERT_PINNED": "1"}
+    for i, env in ((0, None), (2, None), (0, q8), (2, pinned), (0, rect), (2, rect_pinned)):
         p = run(ebb, model, PROMPTS[i], env_add=env)
         if p.returncode:
             fail(f"mixed, prompt {i}: resident run failed: {p.stderr.strip()[-300:]}")
@@ -233,7 +240,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 continue
             d = json.loads(p.stdout)
             x = d.get("expert_cache") or {}
-            label = "" if not env else " (pinned)" if env is pinned else " (8-bit decode)"
+            label = ("" if not env else " (pinned)" if env is pinned else
+                     " (8-bit decode)" if env is q8 else f" ({env})")
             print(f"# mixed, prompt {i}, {slots} slots{label}: {x}")
             if d["tokens"] != base:
                 fail(f"mixed, prompt {i}, {slots} slots: greedy ids differ from the resident "
@@ -243,7 +251,8 @@ def mixed(gen_model, ebb, vocab, work, fail):
                 fail(f"mixed, prompt {i}, {slots} slots: the experts' sizes do not differ "
                      f"between layers: {x}")
                 continue
-            if env is pinned and x.get("host_bytes") != N_EXPERT * ((N_LAYER - 1) * small + big):
+            if (env or {}).get("EBB_EXPERT_PINNED") == "1" and (
+                    x.get("host_bytes") != N_EXPERT * ((N_LAYER - 1) * small + big)):
                 fail(f"mixed, prompt {i}, pinned: host_bytes is not every expert's: {x}")
             extra = x["bytes_copied"] - x["misses"] * small
             if (x["lookups"] != x["hits"] + x["misses"] or extra <= 0 or
@@ -370,6 +379,10 @@ def main():
         ("4 slots, pinned", ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "1"}),
         ("8 slots, pinned, prefetch 4", ["--expert-cache", "8"],
          {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_PREFETCH": "4"}),
+        # a layer's three pools in one buffer, an expert's records in one rectangular write
+        ("4 slots, one write an expert", ["--expert-cache", "4"], {"EBB_EXPERT_RECT": "1"}),
+        ("4 slots, pinned, one write an expert", ["--expert-cache", "4"],
+         {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_RECT": "1"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
