@@ -31,7 +31,7 @@
 #define XC_MAX_BATCH 16
 #define XC_ALIGN 4096u /* staging entries start on pages */
 #define XC_ALIGN_UP(b) (((b) + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN)
-#define XC_DECAY 64    /* layer steps between halvings of the use counts */
+#define XC_DECAY 64 /* layer steps between halvings of the use counts */
 
 /* A batch of experts of one layer to fill from the file into staging entries (a pool job). */
 struct xc_fill {
@@ -564,7 +564,7 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
     const struct ebb_cl_weight *w = x->w + (size_t)f->l * 3;
     /* the records a rectangular write takes (EBB_EXPERT_RECT): gate and up where they are the
      * same size, down too where it also is and the pools lie the same distance apart */
-    uint32_t rows = !x->rect || eb[0] != eb[1] ? 1
+    uint32_t rows = !x->rect || eb[0] != eb[1]                          ? 1
                     : eb[2] == eb[0] && w[2].off - w[1].off == w[1].off ? 3
                                                                         : 2;
     for (uint32_t j = 0; j < f->n && !e; j++) {
