@@ -563,10 +563,8 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
     const uint64_t *eb = x->ebytes + (size_t)f->l * 3;
     const struct ebb_cl_weight *w = x->w + (size_t)f->l * 3;
     /* the records a rectangular write takes (EBB_EXPERT_RECT): gate and up where they are the
-     * same size, down too where it also is and the pools lie the same distance apart */
-    uint32_t rows = !x->rect || eb[0] != eb[1]                          ? 1
-                    : eb[2] == eb[0] && w[2].off - w[1].off == w[1].off ? 3
-                                                                        : 2;
+     * same size, down too where it also is (the pools then lie w[1].off apart, xc_open) */
+    uint32_t rows = !x->rect || eb[0] != eb[1] ? 1 : eb[2] == eb[0] ? 3 : 2;
     for (uint32_t j = 0; j < f->n && !e; j++) {
         uint64_t roff = 0;
         const uint8_t *rec = x->tier_p ? x->tier_p[f->l] + (uint64_t)f->e[j] * expert_size(x, f->l)
@@ -577,7 +575,6 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
             cl_event *ev = end ? &last : NULL;
             if (first && !end && x->first_ev && !*x->first_ev)
                 ev = x->first_ev;
-            size_t dst = (size_t)(w[r].off + eb[r] * (uint64_t)f->slot[j]);
             cl_uint n_after = first && after ? 1 : 0;
             const cl_event *wait = n_after ? &after : NULL;
             if (n_rec > 1) {
@@ -587,6 +584,7 @@ static ebb_err enqueue_copies(struct clm *m, struct xc_fill *f, cl_event after,
                                              region, (size_t)w[1].off, 0, (size_t)eb[0], 0, rec,
                                              n_after, wait, ev);
             } else {
+                size_t dst = (size_t)(w[r].off + eb[r] * (uint64_t)f->slot[j]);
                 e = clEnqueueWriteBuffer(x->qio, x->pool[(size_t)f->l * 3 + r], CL_FALSE, dst,
                                          (size_t)eb[r], rec + roff, n_after, wait, ev);
             }

@@ -542,8 +542,9 @@ void ebb__clm_xc_fini(struct clm *m); /* accepts an engine without a cache */
  * mapped file's, or the pinned tier's where it has one; stacks: its (n_layer, 3) weights, for their
  * types). ebb__clm_xh_room: experts layer l's step of nt
  * rows may leave to the host (0 unless one row and the host has products for the layer's
- * types); ebb__clm_xh_read enqueues the reads of the residual row, the router's weights and
- * (once) the layer's norm vector before the ids' blocking read; ebb__clm_xh_add takes expert e
+ * types; with auto also 0 where the measured costs would give the host none), kept for
+ * ebb__clm_xh_pick; ebb__clm_xh_read enqueues the reads of the residual row, the router's weights
+ * and (once) the layer's norm vector before the ids' blocking read; ebb__clm_xh_add takes expert e
  * (position j of the row's k); ebb__clm_xh_start starts the workers on the experts' gate and up
  * rows; ebb__clm_xh_finish, after the layer's kernels were enqueued, flushes, waits for them,
  * runs the down rows on the workers and itself (*wait_ns: both), writes the sum and enqueues its

@@ -12,9 +12,8 @@
  * (their SwiGLU), started at once, while the engine thread enqueues the device's work; then,
  * once the engine thread has enqueued the layer's kernels, the SwiGLU in 8-bit blocks and the
  * down rows, each output element summed over the host's experts in their order. The threads
- * (spin-pool.h) poll for the next job for EBB_EXPERT_HOST_SPIN_US after each one: two jobs a
- * layer of a fraction of a millisecond each would otherwise pay a wake-up of every thread as
- * long as the work itself. */
+ * (spin-pool.h) poll for the next job for EBB_EXPERT_HOST_SPIN_US after each one, so that two
+ * jobs a layer of a fraction of a millisecond each do not wait for every thread's wake-up. */
 #include "model-cl-int.h"
 
 #include <math.h>
