@@ -65,9 +65,11 @@ struct clm_xc {
     cl_command_queue qio;    /* the copies */
     cl_event last_copy;      /* the last write enqueued on qio */
     bool unwaited;           /* the compute queue has no barrier on last_copy yet */
-    /* EBB_EXPERT_RECT=1: each layer's three pools in one buffer (the stacks' weights at their
-     * offsets), and an expert's gate and up records (with its down record too where all three
-     * are the same size) copied by one rectangular write, rows a stack's pool apart. */
+    /* EBB_EXPERT_RECT (1, the default; 0 turns it off): each layer's three pools in one
+     * buffer (the stacks' weights at their offsets), and an expert's gate and up records (with
+     * its down record too where all three are the same size) copied by one rectangular write,
+     * rows a stack's pool apart. Off where a layer's pools would pass the device's largest
+     * buffer. */
     bool rect;
     struct ebb_stream_pool *threads; /* fill the staging (and the host tier at load) */
     struct xc_fill fill;             /* the demand batch */
@@ -430,9 +432,15 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
         return EBB_ENOMEM;
     memset(x->expert_in, 0xff, sizeof(int32_t) * L * n_slots);
     uint32_t rect;
-    if ((rc = ebb__clm_env_count("EBB_EXPERT_RECT", 0, 0, 1, &rect, diag)))
+    if ((rc = ebb__clm_env_count("EBB_EXPERT_RECT", 1, 0, 1, &rect, diag)))
         return rc;
     x->rect = rect;
+    for (uint32_t l = 0; l < L && x->rect; l++) { /* each layer's three pools fit one buffer */
+        const uint64_t *eb = x->ebytes + (size_t)l * 3;
+        if (XC_ALIGN_UP(eb[0] * n_slots) + XC_ALIGN_UP(eb[1] * n_slots) + eb[2] * n_slots >
+            m->cl->info.max_alloc)
+            x->rect = false;
+    }
     for (uint32_t j = 0; j < L * 3; j++) {
         struct ebb_cl_weight *w = &x->w[j];
         uint64_t eb = x->ebytes[j];
@@ -488,10 +496,10 @@ ebb_err ebb__clm_xc_open(struct clm *m, const struct ebb_gguf *g, const struct e
                  (double)x->tier_avail / (1 << 20));
     fprintf(stderr,
             "ebb: expert cache on: %u of %u experts per layer in device slots%s (%u layers, "
-            "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u%s)\n",
+            "%.1f MiB of %.1f MiB of experts; %u copy threads, batches of %u%s%s)\n",
             n_slots, E, autos ? ", sized from the budget" : "", L,
             (double)x->st.pool_bytes / (1 << 20), (double)experts / (1 << 20), x->st.threads,
-            x->batch, tier);
+            x->batch, tier, x->rect ? "" : "; three writes an expert");
     return EBB_OK;
 }
 

@@ -173,8 +173,8 @@ def long_prompts(ebb, model, fail):
             ("4 slots, chunk after chunk", ["--expert-cache", "4"],
              dict(GROUPED, EBB_STREAM_LONG_ROWS="0"), 0),
             ("8 slots, pinned", ["--expert-cache", "8"], dict(GROUPED, EBB_EXPERT_PINNED="1"), 1),
-            ("4 slots, layer-major, one write an expert", ["--expert-cache", "4"],
-             dict(GROUPED, EBB_EXPERT_RECT="1"), 1)):
+            ("4 slots, layer-major, three writes an expert", ["--expert-cache", "4"],
+             dict(GROUPED, EBB_EXPERT_RECT="0"), 1)):
         p = run(ebb, model, LONG, args, env)
         if p.returncode:
             fail(f"long prompt, {label}: failed: {p.stderr.strip()[-300:]}")
@@ -215,18 +215,21 @@ def long_prompts(ebb, model, fail):
 def mixed(gen_model, ebb, vocab, work, fail):
     """The Q4_K_M mix as the real files have it: qwen3moe-tiny-k's down stacks are Q6_K in layer
     2 and Q4_K in layers 0 and 1, so a layer 2 expert is larger. Greedy ids must equal the
-    resident run's (also with a layer's pools in one buffer and an expert's records in one
-    rectangular write, EBB_EXPERT_RECT=1, from the staging and from the pinned tier), and each miss copies one expert of its own layer's size: bytes copied =
+    resident run's (with a layer's pools in one buffer and an expert's records in one
+    rectangular write, the default, and with three pools and three writes, EBB_EXPERT_RECT=0,
+    from the staging and from the pinned tier), and each miss copies one expert of its own
+    layer's size: bytes copied =
     a x the small size + b x the large one with a + b = misses, both sizes seen."""
     model = os.path.join(work, "qwen3moe-tiny-k.gguf")
     subprocess.run([gen_model, "--shape", "qwen3moe-tiny-k", "--tokenizer-from", vocab, "--type",
                     "q4_k_m", "-o", model], check=True, stdout=subprocess.DEVNULL)
     q8 = {"EBB_CL_MVQ8": "1", "EBB_CL_KQ8": "1"}
     pinned = {"EBB_EXPERT_PINNED": "1"}  # every expert in pinned host memory, per layer's size
-    # one buffer a layer: layers 0 and 1 take an expert in one write of three rows, layer 2 (its
-    # down records larger) gate and up in one and down in another
-    rect = {"EBB_EXPERT_RECT": "1"}
-    rect_pinned = {"EBB_EXPERT_RECT": "1", "EBB_EXPERT_PINNED": "1"}
+    # by default one buffer a layer: layers 0 and 1 take an expert in one write of three rows,
+    # layer 2 (its down records larger) gate and up in one and down in another; RECT=0 takes
+    # three pools and three writes an expert
+    rect = {"EBB_EXPERT_RECT": "0"}
+    rect_pinned = {"EBB_EXPERT_RECT": "0", "EBB_EXPERT_PINNED": "1"}
     for i, env in ((0, None), (2, None), (0, q8), (2, pinned), (0, rect), (2, rect_pinned)):
         p = run(ebb, model, PROMPTS[i], env_add=env)
         if p.returncode:
@@ -379,10 +382,11 @@ def main():
         ("4 slots, pinned", ["--expert-cache", "4"], {"EBB_EXPERT_PINNED": "1"}),
         ("8 slots, pinned, prefetch 4", ["--expert-cache", "8"],
          {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_PREFETCH": "4"}),
-        # a layer's three pools in one buffer, an expert's records in one rectangular write
-        ("4 slots, one write an expert", ["--expert-cache", "4"], {"EBB_EXPERT_RECT": "1"}),
-        ("4 slots, pinned, one write an expert", ["--expert-cache", "4"],
-         {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_RECT": "1"}),
+        # three pools a layer and three writes an expert (the default: one buffer, one
+        # rectangular write)
+        ("4 slots, three writes an expert", ["--expert-cache", "4"], {"EBB_EXPERT_RECT": "0"}),
+        ("4 slots, pinned, three writes an expert", ["--expert-cache", "4"],
+         {"EBB_EXPERT_PINNED": "1", "EBB_EXPERT_RECT": "0"}),
     ]
     base_ids = {}
     for i, prompt in enumerate(PROMPTS):
