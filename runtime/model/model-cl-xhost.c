@@ -27,10 +27,10 @@
 #include "stream/spin-pool.h"
 
 #define XH_MAX_THREADS 64
-#define XH_ROWS 16   /* rows a task takes at least */
-#define XH_TASKS 3   /* tasks a thread */
-#define XH_PROBE 256 /* auto: steps between probes of the host's cost while its share is none */
-#define XH_WIN 8     /* auto: samples of each cost kept */
+#define XH_ROWS 16  /* rows a task takes at least */
+#define XH_TASKS 3  /* tasks a thread */
+#define XH_PROBE 64 /* auto: steps between probes of the host's cost while its share is none */
+#define XH_WIN 8    /* auto: samples of each cost kept */
 
 struct xh_cost {
     uint64_t s[XH_WIN];
@@ -252,10 +252,17 @@ uint32_t ebb__clm_xh_room(struct clm_xhost *h, uint32_t l, int nt)
     h->room = nt == 1 && l < h->n_layer && h->ok[l] ? h->max : 0;
     /* auto: none where even a step whose k experts all missed would leave none to the host,
      * so that such steps skip the input's reads too; but one now and then, to measure the host
-     * again (its cost moves with other work on its cores; rarely, because the threads sleep
-     * by then and the probe pays their wake-up) */
+     * again (its cost moves with other work on its cores). A probe costs the step little: one
+     * expert on the host beside k - 1 over the link. */
     if (h->autop && h->room && !share(h, h->k))
         h->room = ++h->probe % XH_PROBE == 0 ? 1 : 0;
+    /* workers asleep (after a prefill, or between probes) are woken now, while the device
+     * computes the router, so that the step's cost sample holds the host's work rather than
+     * their wake-up (H200, 2026-11-30: after a 512-token prefill the samples stayed at 1.97 ms
+     * an expert, against 0.05-0.09 ms in runs where the workers were busy, and held auto's share
+     * at none for the whole run; the wake-up is the presumed cause) */
+    if (h->room)
+        ebb_spin_pool_wake(h->threads);
     return h->room;
 }
 

@@ -23,7 +23,7 @@ struct ebb_spin_pool {
     uint64_t spin_ns;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
-    _Atomic uint32_t gen, next, idle, sleepers, waiting;
+    _Atomic uint32_t gen, next, idle, sleepers, waiting, wake;
     _Atomic bool stop;
     ebb_spin_task_fn fn;
     void *ctx;
@@ -88,10 +88,14 @@ static void *worker_main(void *arg)
         if (!poll_for(&p->gen, seen, true, p->spin_ns)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+            uint32_t woke = atomic_load(&p->wake);
+            while (atomic_load(&p->gen) == seen && atomic_load(&p->wake) == woke &&
+                   !atomic_load(&p->stop))
                 pthread_cond_wait(&p->work_cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
+            if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                continue; /* ebb_spin_pool_wake: poll again */
         }
         if (atomic_load(&p->stop))
             return NULL;
@@ -212,6 +216,21 @@ void ebb_spin_pool_start(struct ebb_spin_pool *p, uint32_t n, ebb_spin_task_fn f
         return;
     }
     post(p, n, fn, ctx);
+}
+
+void ebb_spin_pool_wake(struct ebb_spin_pool *p)
+{
+    if (!atomic_load(&p->sleepers))
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->wake, 1);
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+uint32_t ebb_spin_pool_sleeping(const struct ebb_spin_pool *p)
+{
+    return atomic_load(&((struct ebb_spin_pool *)p)->sleepers);
 }
 
 void ebb_spin_pool_counts(const struct ebb_spin_pool *p, uint64_t *jobs, uint64_t *slept)

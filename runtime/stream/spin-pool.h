@@ -48,6 +48,14 @@ void ebb_spin_pool_start(struct ebb_spin_pool *p, uint32_t n, ebb_spin_task_fn f
  * before it sleeps. */
 void ebb_spin_pool_wait(struct ebb_spin_pool *p);
 
+/* Wakes the workers that sleep, without a job: they poll for the next one for spin_ns again. For
+ * an owner that knows a job is coming shortly, so that its start does not pay their wake-up
+ * (a hint: a worker that falls asleep just after it sleeps on). Does nothing when none sleep. */
+void ebb_spin_pool_wake(struct ebb_spin_pool *p);
+
+/* Workers asleep now (a snapshot, for tests and diagnostics). */
+uint32_t ebb_spin_pool_sleeping(const struct ebb_spin_pool *p);
+
 /* Waits the owner spent asleep after its polls ran out, and jobs so far (the figures behind the
  * choice of spin_ns). */
 void ebb_spin_pool_counts(const struct ebb_spin_pool *p, uint64_t *jobs, uint64_t *slept);

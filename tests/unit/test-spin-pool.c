@@ -2,9 +2,11 @@
  * threads when the pool has workers; run returns only after all of them; start returns while a
  * job is under way and wait ends it; thousands of short jobs back to back lose nothing, with
  * workers that poll and with workers that sleep between jobs (spin 0) or after a pause longer
- * than their polls; a pool of one thread runs its jobs on the owner; NULL frees are harmless. */
+ * than their polls; a wake makes sleeping workers poll again and loses no job; a pool of one
+ * thread runs its jobs on the owner; NULL frees are harmless. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -154,6 +156,52 @@ static void many_sleeping(void **state)
     many_jobs(0);
 }
 
+/* Waits up to ms milliseconds for the pool's sleeping workers to number n; whether they did. */
+static bool sleeping_becomes(struct ebb_spin_pool *p, uint32_t n, int ms)
+{
+    for (int i = 0; i < ms; i++) {
+        if (ebb_spin_pool_sleeping(p) == n)
+            return true;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return ebb_spin_pool_sleeping(p) == n;
+}
+
+/* ebb_spin_pool_wake: workers asleep after their polls poll again without a job, and jobs
+ * after wakes (also wakes of workers that never poll, spin 0) run every task once. */
+static void wake(void **state)
+{
+    (void)state;
+    struct ebb_spin_pool *p = NULL;
+    assert_int_equal(ebb_spin_pool_new(3, 1500000000ull, &p, NULL), EBB_OK);
+    ebb_spin_pool_wake(p); /* none asleep: nothing happens */
+    assert_true(sleeping_becomes(p, 2, 10000));
+    ebb_spin_pool_wake(p);
+    assert_true(sleeping_becomes(p, 0, 1400));
+    struct job j;
+    job_init(&j, 1, 0);
+    ebb_spin_pool_run(p, N_TASK, task, &j);
+    each_once(&j, N_TASK);
+    ebb_spin_pool_free(p);
+    assert_int_equal(ebb_spin_pool_new(3, 0, &p, NULL), EBB_OK);
+    for (int r = 0; r < 1000; r++) {
+        uint32_t n = (uint32_t)(r % N_TASK) + 1;
+        job_init(&j, 1, 0);
+        ebb_spin_pool_wake(p);
+        if (r & 1) {
+            ebb_spin_pool_start(p, n, task, &j);
+            ebb_spin_pool_wake(p);
+            ebb_spin_pool_wait(p);
+        } else {
+            ebb_spin_pool_run(p, n, task, &j);
+        }
+        assert_int_equal(atomic_load(&j.done), (int)n);
+        each_once(&j, n);
+    }
+    ebb_spin_pool_free(p);
+}
+
 static void owner_only(void **state)
 {
     (void)state;
@@ -177,7 +225,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(run_jobs),     cmocka_unit_test(start_wait),
         cmocka_unit_test(many_polling), cmocka_unit_test(many_sleeping),
-        cmocka_unit_test(owner_only),
+        cmocka_unit_test(owner_only),   cmocka_unit_test(wake),
     };
     if (getenv("EBB_TEST_FILTER"))
         cmocka_set_test_filter(getenv("EBB_TEST_FILTER"));
