@@ -1,13 +1,14 @@
 /* Writes a random-weight GGUF of a real model's shape for benchmarks, streaming tests and the
  * family tests against llama.cpp: the tokenizer metadata is copied from a real GGUF (padded
  * with unused tokens up to the shape's vocabulary), weights are random Q4_0 (or Q8_0, Q5_0, Q5_K,
- * or the Q4_K_M mix) blocks scaled so that activations stay in a sane range through the layers. The
- * llama shapes keep their norms at 1; the other families' norms are random in [0.75, 1.25] and
- * their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one would show. The
- * output is a function of the arguments alone (splitmix64 from --seed): CI regenerates the files
- * the committed llama.cpp data was recorded on, byte for byte.
+ * Q6_K, or the Q4_K_M and Q5_K_M mixes) blocks scaled so that activations stay in a sane range
+ * through the layers. The llama shapes keep their norms at 1; the other families' norms are random
+ * in [0.75, 1.25] and their biases in [-0.5, 0.5], so that a backend that skipped or misplaced one
+ * would show. The output is a function of the arguments alone (splitmix64 from --seed): CI
+ * regenerates the files the committed llama.cpp data was recorded on, byte for byte.
  *
- *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf [--type q4_0|q8_0|q5_0|q5_k|q4_k_m]
+ *   ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf
+ *                 [--type q4_0|q8_0|q5_0|q5_k|q6_k|q4_k_m|q5_k_m]
  *                 [--seed N] [--layers N] [--chat-template FILE] -o OUT.gguf
  *
  * --chat-template stores FILE's text as tokenizer.chat_template (in place of the source's, if it
@@ -16,7 +17,9 @@
  * q4_k_m writes the types llama.cpp's Q4_K_M files use: Q4_K matrices, Q6_K for the output head
  * and for attn_v and ffn_down(_exps) in the first and last eighth of the layers and every third
  * one between; f32 norms and router (rows must be multiples of 256: of the tiny shapes only
- * qwen3moe-tiny-k, whose 3 layers get Q6_K down stacks in layer 2 and Q4_K in 0 and 1).
+ * qwen3moe-tiny-k, whose 3 layers get Q6_K down stacks in layer 2 and Q4_K in 0 and 1). q5_k_m
+ * is the same mix on Q5_K matrices (llama.cpp's Q5_K_M); q6_k is Q6_K throughout, the token
+ * embeddings and the output head too (llama.cpp's Q6_K files).
  *
  * Families and their GGUF names (as llama.cpp reads them): llama (Llama 3.1 shapes with
  * rope_freqs.weight); qwen2 (Qwen 2/2.5: biases attn_{q,k,v}.bias); qwen3
@@ -415,7 +418,7 @@ static char *read_text(const char *path)
 static int usage(FILE *f)
 {
     fprintf(f, "usage: ebb-gen-model --shape NAME --tokenizer-from MODEL.gguf\n"
-               "                     [--type q4_0|q8_0|q5_0|q5_k|q4_k_m]\n"
+               "                     [--type q4_0|q8_0|q5_0|q5_k|q6_k|q4_k_m|q5_k_m]\n"
                "                     [--seed N] [--layers N] [--chat-template FILE]\n"
                "                     -o OUT.gguf\n"
                "shapes:");
@@ -467,7 +470,8 @@ int main(int argc, char **argv)
         return usage(stderr);
     }
     uint32_t wtype;
-    bool mix = false; /* q4_k_m: Q4_K, and Q6_K where llama.cpp's Q4_K_M gives more bits */
+    bool mix = false; /* q4_k_m, q5_k_m: Q4_K or Q5_K, and Q6_K where llama.cpp's mixes give
+                         more bits */
     if (!strcmp(type_name, "q4_0"))
         wtype = EBB_GGML_Q4_0;
     else if (!strcmp(type_name, "q8_0"))
@@ -476,14 +480,20 @@ int main(int argc, char **argv)
         wtype = EBB_GGML_Q5_0;
     else if (!strcmp(type_name, "q5_k"))
         wtype = EBB_GGML_Q5_K;
+    else if (!strcmp(type_name, "q6_k"))
+        wtype = EBB_GGML_Q6_K;
     else if (!strcmp(type_name, "q4_k_m"))
         wtype = EBB_GGML_Q4_K, mix = true;
+    else if (!strcmp(type_name, "q5_k_m"))
+        wtype = EBB_GGML_Q5_K, mix = true;
     else {
-        fprintf(stderr, "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q5_k, q4_k_m)\n",
+        fprintf(stderr,
+                "ebb-gen-model: unsupported --type '%s' (q4_0, q8_0, q5_0, q5_k, q6_k, q4_k_m, "
+                "q5_k_m)\n",
                 type_name);
         return 2;
     }
-    if ((mix || wtype == EBB_GGML_Q5_K) &&
+    if ((mix || wtype == EBB_GGML_Q5_K || wtype == EBB_GGML_Q6_K) &&
         (sh->n_embd % 256 ||
          (sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head) * sh->n_head % 256 ||
          (sh->n_expert ? sh->n_ff_exp : sh->n_ff) % 256)) {
@@ -586,8 +596,8 @@ int main(int argc, char **argv)
         char nm[64];
         float se = 1.0f / sqrtf(qvar * sh->n_embd), sf = 1.0f / sqrtf(qvar * sh->n_ff);
         float sq = 1.0f / sqrtf(qvar * n_q);
-        /* Q4_K_M's attn_v and ffn_down: Q6_K in the first and last eighth of the layers and
-         * every third one between. */
+        /* Q4_K_M's (and Q5_K_M's) attn_v and ffn_down: Q6_K in the first and last eighth of
+         * the layers and every third one between. */
         const bool more =
             mix && (l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2);
         const uint32_t vt = more ? EBB_GGML_Q6_K : wtype;
@@ -682,11 +692,12 @@ int main(int argc, char **argv)
     kv_str(&w, "general.name", gname);
     kv_u32(&w, "general.alignment", (uint32_t)align);
     kv_u32(&w, "general.file_type",
-           mix                      ? 15
-           : wtype == EBB_GGML_Q4_0 ? 2
-           : wtype == EBB_GGML_Q5_0 ? 8
-           : wtype == EBB_GGML_Q5_K ? 17
-                                    : 7);
+           mix && wtype == EBB_GGML_Q4_K ? 15
+           : wtype == EBB_GGML_Q4_0      ? 2
+           : wtype == EBB_GGML_Q5_0      ? 8
+           : wtype == EBB_GGML_Q5_K      ? 17
+           : wtype == EBB_GGML_Q6_K      ? 18
+                                         : 7);
     kv_u32(&w, KEY("block_count"), n_layer);
     kv_u32(&w, KEY("context_length"), sh->n_ctx);
     kv_u32(&w, KEY("embedding_length"), sh->n_embd);
