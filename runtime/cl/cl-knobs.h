@@ -97,21 +97,24 @@ struct ebb_cl_tuning {
     uint32_t mmqk5_t, mmqk5_mi, mmqk5_w, mmqk5_kb; /* the same for Q5_K and Q6_K weights */
     uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
                                     mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
-    uint32_t att_rope;   /* 1: decode attention rotates the new token's q and k and writes its
-                            k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
-    uint32_t att_hnorm;  /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key
-                            heads (Qwen 3, Gemma 3: no head_norm launch in decode) */
-    uint32_t att_q8;     /* 1: with mv_q8, decode attention's reduction quantizes its output
-                            for the output projection (attn_decode_reduce_q8) */
-    uint32_t mma_pf;     /* 1: matmul_mma loads the next step during this one's products */
-    uint32_t att_gqa;    /* 1: a decode attention work-group serves every query head of its
-                            KV head (keys and values read once for the group) */
-    uint32_t att_mma;    /* 1: prefill attention on tensor cores (attn_prefill_mma, with
-                            mv_ptx after the mma probe, head dimensions 16..128) */
-    uint32_t att_async;  /* 1: attn_prefill_mma copies its key and value tiles with cp.async
-                            and reads values with ldmatrix (f16 caches; after the async probe) */
-    uint32_t att_dasync; /* 1: decode attention stages its chunk's keys and values with
-                            cp.async (f16 caches, after the async probe, where they fit) */
+    uint32_t att_rope;     /* 1: decode attention rotates the new token's q and k and writes its
+                              k and v to the cache itself (attn_decode_rope: no rope_kv launch) */
+    uint32_t att_hnorm;    /* 1: with att_rope, attn_decode_rope also RMS-norms the query and key
+                              heads (Qwen 3, Gemma 3: no head_norm launch in decode) */
+    uint32_t att_q8;       /* 1: with mv_q8, decode attention's reduction quantizes its output
+                              for the output projection (attn_decode_reduce_q8) */
+    uint32_t mma_pf;       /* 1: matmul_mma loads the next step during this one's products */
+    uint32_t att_gqa;      /* 1: a decode attention work-group serves every query head of its
+                              KV head (keys and values read once for the group) */
+    uint32_t att_gqa_from; /* with att_gqa, attended positions from which one-token decode
+                              groups the heads; below, one query head a work-group (a third
+                              build of the ops program; 0: grouped throughout) */
+    uint32_t att_mma;      /* 1: prefill attention on tensor cores (attn_prefill_mma, with
+                              mv_ptx after the mma probe, head dimensions 16..128) */
+    uint32_t att_async;    /* 1: attn_prefill_mma copies its key and value tiles with cp.async
+                              and reads values with ldmatrix (f16 caches; after the async probe) */
+    uint32_t att_dasync;   /* 1: decode attention stages its chunk's keys and values with
+                              cp.async (f16 caches, after the async probe, where they fit) */
     uint32_t att_sub;   /* decode attention's sub-chunk (ATT_SUB): 0 or not shorter than att_chunk =
                            none */
     uint32_t att_ex2;   /* 1: attn_prefill_mma's probabilities through ex2.approx */

@@ -232,6 +232,11 @@ struct clm {
     uint32_t att_chunk_deep, att_deep_from;
     cl_program ops_deep;
     cl_kernel kd_part, kd_rope, kd_red, kd_red_q8;
+    /* Shallow in the context (fewer than tu.att_gqa_from attended positions, where tu.att_g > 1):
+     * one query head a work-group (ops_shallow), so that a model with few KV heads runs more
+     * work-groups than it has KV heads. */
+    cl_program ops_shallow;
+    cl_kernel ks_part, ks_rope, ks_red, ks_red_q8;
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
     enum ebb_kv_type kv_type; /* the caches' element type (tu.kv_q8 for Q8_0 blocks) */
     struct ebb_cl_hostmap map;

@@ -614,11 +614,13 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         int n_kv = pos + 1;
         /* Deep in the context, the kernels of longer chunks (m->att_chunk_deep). */
         bool deep = m->att_chunk_deep && att_span(L, n_kv) >= (int)m->att_deep_from;
+        /* Shallow, one query head a work-group (m->ops_shallow). */
+        bool shallow = !deep && m->ops_shallow && att_span(L, n_kv) < (int)m->tu.att_gqa_from;
         int chunk = deep ? (int)m->att_chunk_deep : (int)m->tu.att_chunk;
-        cl_kernel k_part = deep ? m->kd_part : m->k_attn_part;
-        cl_kernel k_rope = deep ? m->kd_rope : m->k_attn_rope;
-        cl_kernel k_red = deep ? m->kd_red : m->k_attn_red;
-        cl_kernel k_red_q8 = deep ? m->kd_red_q8 : m->k_attn_red_q8;
+        cl_kernel k_part = deep ? m->kd_part : shallow ? m->ks_part : m->k_attn_part;
+        cl_kernel k_rope = deep ? m->kd_rope : shallow ? m->ks_rope : m->k_attn_rope;
+        cl_kernel k_red = deep ? m->kd_red : shallow ? m->ks_red : m->k_attn_red;
+        cl_kernel k_red_q8 = deep ? m->kd_red_q8 : shallow ? m->ks_red_q8 : m->k_attn_red_q8;
         int nc = (att_span(L, n_kv) + chunk - 1) / chunk;
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
          * quantizes the output for it: one launch of quantize_x8 less. */
@@ -634,7 +636,7 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         struct ebb_cl_arg bq[] = {EBB_CL_ARG(m->po), EBB_CL_ARG(m->pml), EBB_CL_ARG(nc),
                                   EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
         size_t wg = ebb_cl_att_wg(&m->tu);
-        size_t g1[2] = {(size_t)nc * wg, hp->n_head / m->tu.att_g}, l1[2] = {wg, 1};
+        size_t g1[2] = {(size_t)nc * wg, hp->n_head / (shallow ? 1 : m->tu.att_g)}, l1[2] = {wg, 1};
         size_t g2[2] = {att_red_wg(m, nc), hp->n_head * att_red_slices(m)}, l2[2] = {g2[0], 1};
         struct ebb_cl_arg ar[] = {EBB_CL_ARG(n_rot), EBB_CL_ARG(base), EBB_CL_ARG(fscale),
                                   EBB_CL_ARG(neox),  EBB_CL_ARG(ff),   EBB_CL_ARG(win)};

@@ -103,7 +103,8 @@ static void clm_free(void *ctx)
         m->k_swiglu,     m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
         m->k_bias,       m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
         m->k_attn_rows,  m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
-        m->k_attn_merge, m->kd_part,         m->kd_rope,        m->kd_red,      m->kd_red_q8};
+        m->k_attn_merge, m->kd_part,         m->kd_rope,        m->kd_red,      m->kd_red_q8,
+        m->ks_part,      m->ks_rope,         m->ks_red,         m->ks_red_q8};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -111,6 +112,8 @@ static void clm_free(void *ctx)
         clReleaseProgram(m->ops);
     if (m->ops_deep)
         clReleaseProgram(m->ops_deep);
+    if (m->ops_shallow)
+        clReleaseProgram(m->ops_shallow);
     ebb__clm_moe_long_fini(m);
     ebb__clm_moe_fini(m);
     ebb__clm_xc_fini(m);
@@ -168,6 +171,27 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
     return EBB_OK;
 }
 
+/* The one-token decode attention kernels for shallow contexts (one query head a work-group),
+ * from a third build of the ops program; none where the tuning groups none (att_g 1) or asks
+ * for the grouped kernels throughout (att_gqa_from 0). Their partials are laid out as the
+ * grouped kernels' (a head's chunk outputs in m->po), so the reductions are interchangeable. */
+static ebb_err build_shallow(struct clm *m, struct ebb_diag *diag)
+{
+    if (m->tu.att_g < 2 || !m->tu.att_gqa_from)
+        return EBB_OK;
+    struct ebb_cl_tuning ts = m->tu;
+    ts.att_g = 1;
+    ebb_err rc = ebb_cl_ops_build(m->cl, &ts, m->hp.head_dim, &m->ops_shallow, diag);
+    if (rc || (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_part", &m->ks_part, diag)) ||
+        (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_reduce", &m->ks_red, diag)) ||
+        (m->k_attn_rope &&
+         (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_rope", &m->ks_rope, diag))) ||
+        (m->k_attn_red_q8 &&
+         (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_reduce_q8", &m->ks_red_q8, diag))))
+        return rc;
+    return EBB_OK;
+}
+
 static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
 {
     m->tu.att_g = att_group(m);
@@ -217,7 +241,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
         return rc;
-    return build_deep(m, diag);
+    if ((rc = build_deep(m, diag)))
+        return rc;
+    return build_shallow(m, diag);
 }
 
 static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
