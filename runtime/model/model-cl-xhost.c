@@ -45,6 +45,7 @@ struct clm_xhost {
     bool autop;
     struct xh_cost host, link;
     uint32_t probe;
+    bool busy;                 /* the last step with room gave the host experts (true at first) */
     uint32_t room;             /* the step's room (ebb__clm_xh_room) */
     uint64_t t_start;          /* the step's start (its gate and up rows) */
     _Atomic uint64_t t_gu_end; /* the last gate/up task's end */
@@ -125,6 +126,7 @@ ebb_err ebb__clm_xh_open(struct clm *m, const struct ebb_cl_weight *stacks,
     uint32_t L = hp->n_layer, D = hp->n_embd, F = hp->n_ff_exp, k = hp->n_expert_used;
     h->max = max;
     h->autop = autop;
+    h->busy = true;
     h->n_embd = D;
     h->n_ff = F;
     h->k = k;
@@ -254,30 +256,40 @@ uint32_t ebb__clm_xh_room(struct clm_xhost *h, uint32_t l, int nt)
      * so that such steps skip the input's reads too; but one now and then, to measure the host
      * again (its cost moves with other work on its cores). A probe costs the step little: one
      * expert on the host beside k - 1 over the link. */
-    if (h->autop && h->room && !share(h, h->k))
-        h->room = ++h->probe % XH_PROBE == 0 ? 1 : 0;
+    bool probe = false;
+    if (h->autop && h->room && !share(h, h->k)) {
+        probe = ++h->probe % XH_PROBE == 0;
+        h->room = probe ? 1 : 0;
+    }
     /* workers asleep (after a prefill, or between probes) are woken now, while the device
      * computes the router, so that the step's cost sample holds the host's work rather than
      * their wake-up (H200, 2026-11-30: after a 512-token prefill the samples stayed at 1.97 ms
      * an expert, against 0.05-0.09 ms in runs where the workers were busy, and held auto's share
-     * at none for the whole run; the wake-up is the presumed cause) */
-    if (h->room)
+     * at none for the whole run; the wake-up is the presumed cause). Only for a probe or while
+     * the host has work: steps whose experts all hit leave the workers to sleep. */
+    if (h->room && (probe || h->busy))
         ebb_spin_pool_wake(h->threads);
     return h->room;
 }
 
 uint32_t ebb__clm_xh_pick(struct clm_xhost *h, uint32_t misses)
 {
-    if (!h || !h->room || !misses)
+    if (!h || !h->room)
         return 0;
-    if (!h->autop)
-        return h->room;
-    int n = share(h, misses);
-    if (n < 0) /* nothing measured yet on one side: half each */
-        n = (int)(misses + 1) / 2;
-    if (!n && h->room == 1) /* a probe */
-        n = 1;
-    return (uint32_t)n < h->room ? (uint32_t)n : h->room;
+    int n = (int)h->room;
+    if (!misses) {
+        n = 0;
+    } else if (h->autop) {
+        n = share(h, misses);
+        if (n < 0) /* nothing measured yet on one side: half each */
+            n = (int)(misses + 1) / 2;
+        if (!n && h->room == 1) /* a probe */
+            n = 1;
+        if ((uint32_t)n > h->room)
+            n = (int)h->room;
+    }
+    h->busy = n > 0;
+    return (uint32_t)n;
 }
 
 void ebb__clm_xh_link(struct clm_xhost *h, uint64_t ns_per_expert)
