@@ -218,6 +218,14 @@ struct clm_rows {
     int n_dec; /* batched (n_parts > 1): parts of one row, listed in m->dr */
 };
 
+/* One-token decode attention's kernels from a build of the ops program of its own (a tuning
+ * that differs from the engine's in its chunk or its query heads a work-group); the rope and
+ * q8 reductions only where the engine's own build has them. */
+struct clm_att_set {
+    cl_program ops; /* NULL: not built */
+    cl_kernel part, rope, red, red_q8;
+};
+
 struct clm {
     const struct ebb__arch *a;
     struct clm_plan plan;
@@ -227,16 +235,13 @@ struct clm {
     uint32_t n_batch; /* rows of a prefill chunk (the scratch's rows; the knob EBB_CL_BATCH) */
     uint32_t att_split_max; /* runs of keys a prefill attention launch may take (1: whole) */
     /* Decode attention deep in the context: chunks of att_chunk_deep positions (0: none) from
-     * att_deep_from attended positions on, with kernels of their own (ops_deep); fewer, longer
-     * work-groups there. */
+     * att_deep_from attended positions on, with kernels of their own (att_deep, a second build
+     * of the ops program); fewer, longer work-groups there. Shallow in it (fewer than
+     * tu.att_gqa_from attended positions, where tu.att_g > 1), one-token decode takes one query
+     * head a work-group (att_shallow, a third build), so that a model with few KV heads runs
+     * more work-groups than it has KV heads. */
     uint32_t att_chunk_deep, att_deep_from;
-    cl_program ops_deep;
-    cl_kernel kd_part, kd_rope, kd_red, kd_red_q8;
-    /* Shallow in the context (fewer than tu.att_gqa_from attended positions, where tu.att_g > 1):
-     * one query head a work-group (ops_shallow), so that a model with few KV heads runs more
-     * work-groups than it has KV heads. */
-    cl_program ops_shallow;
-    cl_kernel ks_part, ks_rope, ks_red, ks_red_q8;
+    struct clm_att_set att_deep, att_shallow;
     uint32_t n_ctx, n_seq, n_q, n_kv, n_qkv; /* n_q/n_kv: floats per token of Q and of K */
     enum ebb_kv_type kv_type; /* the caches' element type (tu.kv_q8 for Q8_0 blocks) */
     struct ebb_cl_hostmap map;

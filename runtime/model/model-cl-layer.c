@@ -614,13 +614,14 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         int n_kv = pos + 1;
         /* Deep in the context, the kernels of longer chunks (m->att_chunk_deep). */
         bool deep = m->att_chunk_deep && att_span(L, n_kv) >= (int)m->att_deep_from;
-        /* Shallow, one query head a work-group (m->ops_shallow). */
-        bool shallow = !deep && m->ops_shallow && att_span(L, n_kv) < (int)m->tu.att_gqa_from;
+        /* Shallow, one query head a work-group (m->att_shallow). */
+        bool shallow = !deep && m->att_shallow.ops && att_span(L, n_kv) < (int)m->tu.att_gqa_from;
+        const struct clm_att_set *as = deep ? &m->att_deep : shallow ? &m->att_shallow : NULL;
         int chunk = deep ? (int)m->att_chunk_deep : (int)m->tu.att_chunk;
-        cl_kernel k_part = deep ? m->kd_part : shallow ? m->ks_part : m->k_attn_part;
-        cl_kernel k_rope = deep ? m->kd_rope : shallow ? m->ks_rope : m->k_attn_rope;
-        cl_kernel k_red = deep ? m->kd_red : shallow ? m->ks_red : m->k_attn_red;
-        cl_kernel k_red_q8 = deep ? m->kd_red_q8 : shallow ? m->ks_red_q8 : m->k_attn_red_q8;
+        cl_kernel k_part = as ? as->part : m->k_attn_part;
+        cl_kernel k_rope = as ? as->rope : m->k_attn_rope;
+        cl_kernel k_red = as ? as->red : m->k_attn_red;
+        cl_kernel k_red_q8 = as ? as->red_q8 : m->k_attn_red_q8;
         int nc = (att_span(L, n_kv) + chunk - 1) / chunk;
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
          * quantizes the output for it: one launch of quantize_x8 less. */

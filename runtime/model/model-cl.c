@@ -56,6 +56,16 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
 #endif
 }
 
+static void att_set_fini(struct clm_att_set *s)
+{
+    cl_kernel ks[] = {s->part, s->rope, s->red, s->red_q8};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    if (s->ops)
+        clReleaseProgram(s->ops);
+}
+
 static void clm_free(void *ctx)
 {
     struct clm *m = ctx;
@@ -99,21 +109,18 @@ static void clm_free(void *ctx)
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
-        m->k_norm,       m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
-        m->k_swiglu,     m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
-        m->k_bias,       m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows,  m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
-        m->k_attn_merge, m->kd_part,         m->kd_rope,        m->kd_red,      m->kd_red_q8,
-        m->ks_part,      m->ks_rope,         m->ks_red,         m->ks_red_q8};
+        m->k_norm,      m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
+        m->k_swiglu,    m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
+        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
+        m->k_attn_rows, m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
+        m->k_attn_merge};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
     if (m->ops)
         clReleaseProgram(m->ops);
-    if (m->ops_deep)
-        clReleaseProgram(m->ops_deep);
-    if (m->ops_shallow)
-        clReleaseProgram(m->ops_shallow);
+    att_set_fini(&m->att_deep);
+    att_set_fini(&m->att_shallow);
     ebb__clm_moe_long_fini(m);
     ebb__clm_moe_fini(m);
     ebb__clm_xc_fini(m);
@@ -147,10 +154,23 @@ static uint32_t att_group(const struct clm *m)
     return g;
 }
 
-/* The decode attention kernels for deep contexts (m->att_chunk_deep positions a chunk), from a
- * second build of the ops program; none where the chunk is not longer than the tuning's (the
- * partials, m->po, are sized for the tuning's chunks) or its work-group's local memory would
- * not fit. */
+/* An attention set's kernels from the ops program built for tuning t. */
+static ebb_err att_set_build(struct clm *m, const struct ebb_cl_tuning *t, struct clm_att_set *s,
+                             struct ebb_diag *diag)
+{
+    ebb_err rc = ebb_cl_ops_build(m->cl, t, m->hp.head_dim, &s->ops, diag);
+    if (rc || (rc = ebb_cl_kernel(s->ops, "attn_decode_part", &s->part, diag)) ||
+        (rc = ebb_cl_kernel(s->ops, "attn_decode_reduce", &s->red, diag)) ||
+        (m->k_attn_rope && (rc = ebb_cl_kernel(s->ops, "attn_decode_rope", &s->rope, diag))) ||
+        (m->k_attn_red_q8 &&
+         (rc = ebb_cl_kernel(s->ops, "attn_decode_reduce_q8", &s->red_q8, diag))))
+        return rc;
+    return EBB_OK;
+}
+
+/* The decode attention kernels for deep contexts (m->att_chunk_deep positions a chunk); none
+ * where the chunk is not longer than the tuning's (the partials, m->po, are sized for the
+ * tuning's chunks) or its work-group's local memory would not fit. */
 static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
 {
     struct ebb_cl_tuning td = m->tu;
@@ -160,36 +180,20 @@ static ebb_err build_deep(struct clm *m, struct ebb_diag *diag)
         m->att_chunk_deep = 0;
         return EBB_OK;
     }
-    ebb_err rc = ebb_cl_ops_build(m->cl, &td, m->hp.head_dim, &m->ops_deep, diag);
-    if (rc || (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_part", &m->kd_part, diag)) ||
-        (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_reduce", &m->kd_red, diag)) ||
-        (m->k_attn_rope &&
-         (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_rope", &m->kd_rope, diag))) ||
-        (m->k_attn_red_q8 &&
-         (rc = ebb_cl_kernel(m->ops_deep, "attn_decode_reduce_q8", &m->kd_red_q8, diag))))
-        return rc;
-    return EBB_OK;
+    return att_set_build(m, &td, &m->att_deep, diag);
 }
 
-/* The one-token decode attention kernels for shallow contexts (one query head a work-group),
- * from a third build of the ops program; none where the tuning groups none (att_g 1) or asks
- * for the grouped kernels throughout (att_gqa_from 0). Their partials are laid out as the
- * grouped kernels' (a head's chunk outputs in m->po), so the reductions are interchangeable. */
+/* The one-token decode attention kernels for shallow contexts (one query head a work-group);
+ * none where the tuning groups none (att_g 1) or asks for the grouped kernels throughout
+ * (att_gqa_from 0). Their partials are laid out as the grouped kernels' (a head's chunk outputs
+ * in m->po), so the reductions are interchangeable. */
 static ebb_err build_shallow(struct clm *m, struct ebb_diag *diag)
 {
     if (m->tu.att_g < 2 || !m->tu.att_gqa_from)
         return EBB_OK;
     struct ebb_cl_tuning ts = m->tu;
     ts.att_g = 1;
-    ebb_err rc = ebb_cl_ops_build(m->cl, &ts, m->hp.head_dim, &m->ops_shallow, diag);
-    if (rc || (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_part", &m->ks_part, diag)) ||
-        (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_reduce", &m->ks_red, diag)) ||
-        (m->k_attn_rope &&
-         (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_rope", &m->ks_rope, diag))) ||
-        (m->k_attn_red_q8 &&
-         (rc = ebb_cl_kernel(m->ops_shallow, "attn_decode_reduce_q8", &m->ks_red_q8, diag))))
-        return rc;
-    return EBB_OK;
+    return att_set_build(m, &ts, &m->att_shallow, diag);
 }
 
 static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
