@@ -269,8 +269,10 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("ATTGQA_FROM", att_gqa_from, "0..1073741824",
           "with ATTGQA, attended positions from which one-token decode groups a KV head's query "
           "heads in one work-group; fewer take one query head a work-group, from a third build "
-          "of the attention kernels (0: grouped throughout; NVIDIA's 1024: Qwen3-30B-A3B's 4 KV "
-          "heads decoded 7-12% faster below it and 4-6% slower from 2048 on, docs/PERFORMANCE.md)",
+          "of the attention kernels (0: grouped throughout; NVIDIA's 1024: with EBB_CL_ATTGQA=0 for "
+          "whole runs, 8-layer Qwen3-30B-A3B files with 4 KV heads decoded 7-12% faster up to "
+          "1024 positions and 4-6% slower from 2048 on; this per-step form is not measured yet, "
+          "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1024}}),
     BOOL1("ATTMMA", att_mma,
           "prefill attention on tensor cores (attn_prefill_mma; with PTX after the mma probe)",
