@@ -13,7 +13,8 @@
 # (default all), and a second call on the same warm machine finds the build and the files
 # there. Rows: l8-q4_0 l8-q4_k_m l8-q8_0 l8-q5_k_m l8-q6_k q8b-q4_k_m moe batch32.
 # EBB_STAGES=ROW... adds an `ebb bench --stages -r 1` profile of those rows (per-kernel device
-# time). EBB_KT=1 runs the kernel tests' tensor-core and MoE sections first (test-kernels on
+# time). EBB_GEN=ROW... (default: the call's rows) names the rows whose files are written while
+# llama.cpp builds, so that a first call can write every row's file and run some. EBB_KT=1 runs the kernel tests' tensor-core and MoE sections first (test-kernels on
 # PATH, EBB_KT_ONLY=mmq and moe).
 # Logs in $OUT (or /tmp/out): table29.log.
 # Usage (device): source .device-carry/env.sh; EBB_ROWS="l8-q4_0 l8-q4_k_m" bash bench/gpu-table29.sh
@@ -25,6 +26,7 @@ log=$out/table29.log
 export XDG_CACHE_HOME=/tmp/cache
 d=/dev/shm/models
 rows=${EBB_ROWS:-l8-q4_0 l8-q4_k_m l8-q8_0 l8-q5_k_m l8-q6_k q8b-q4_k_m moe batch32}
+gen=${EBB_GEN:-$rows}
 gpu_llama_build "llama-bench llama-batched-bench" /tmp/lbb
 
 # the file of a row: shape, type, vocabulary
@@ -39,8 +41,8 @@ file_of() {
 
 say "ebb $(ebb --version); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 say "host $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
-say "writing the files of: $rows"
-for r in $rows; do
+say "writing the files of: $gen"
+for r in $gen; do
     read -r f shape type vocab <<<"$(file_of "$r")"
     gpu_gen "$shape" "$type" "$f" "$vocab" &
 done
