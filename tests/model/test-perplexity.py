@@ -8,7 +8,9 @@ values in DATA_DIR/perplexity/NAME.json, default smollm2)
 Environment: EBB_MODELS_DIR (default ~/.local/share/ebb/models; skipped when the model is
 absent), EBB_TEST_DEVICE (default ref), EBB_TEST_KV (--kv-type: f16, the default, or q8_0; the
 same bound against llama.cpp's f16-cache value, which q8_0 moved by +0.004% (SmolLM2) and +0.2%
-(Gemma 3) over the whole text on PoCL: docs/PERFORMANCE.md).
+(Gemma 3) over the whole text on PoCL: docs/PERFORMANCE.md), EBB_TEST_VS_ENV ("KEY=VALUE ...":
+a second evaluation with those variables set, whose perplexity must be within EBB_TEST_VS_TOL
+(default 0.002) of the first's as well, e.g. the f32 products against the int8 ones).
 """
 import json
 import os
@@ -16,6 +18,16 @@ import subprocess
 import sys
 
 TOL = 0.01
+VS_TOL = float(os.environ.get("EBB_TEST_VS_TOL", "0.002"))
+
+
+def evaluate(cmd, env):
+    """The JSON of one `ebb perplexity` run, None (its stderr printed) when it failed."""
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        print(out.stderr)
+        return None
+    return json.loads(out.stdout)
 
 
 def main():
@@ -35,11 +47,9 @@ def main():
            "--kv-type", os.environ.get("EBB_TEST_KV", "f16")]
     if chunks:
         cmd += ["--chunks", str(chunks)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        print(out.stderr)
+    got = evaluate(cmd, os.environ)
+    if got is None:
         return 1
-    got = json.loads(out.stdout)
     n_chunks = chunks or res["n_chunks"]
     assert got["n_tokens"] == res["n_tokens"], (got["n_tokens"], res["n_tokens"])
     assert got["n_chunks"] == n_chunks, (got["n_chunks"], n_chunks)
@@ -47,7 +57,19 @@ def main():
     print(f"ctx {ctx}, {n_chunks} windows, kv {got['kv_type']}: ebb {got['ppl']:.4f}, "
           f"llama.cpp {want:.4f}, "
           f"relative difference {100 * rel:.3f}% (limit {100 * TOL:.0f}%), {got['ms'] / 1e3:.1f} s")
-    return 0 if rel <= TOL else 1
+    ok = rel <= TOL
+    vs = os.environ.get("EBB_TEST_VS_ENV", "").split()
+    if vs:
+        env = dict(os.environ)
+        env.update(kv.split("=", 1) for kv in vs)
+        other = evaluate(cmd, env)
+        if other is None:
+            return 1
+        vrel = abs(got["ppl"] - other["ppl"]) / other["ppl"]
+        print(f"with {' '.join(vs)}: {other['ppl']:.4f}, relative difference {100 * vrel:.3f}% "
+              f"(limit {100 * VS_TOL:g}%), {other['ms'] / 1e3:.1f} s")
+        ok = ok and vrel <= VS_TOL
+    return 0 if ok else 1
 
 
 sys.exit(main())

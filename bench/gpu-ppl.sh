@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 29's accuracy check on the GPU machine: perplexity of the int8 tensor-core prefill (the
+# default on NVIDIA) against the f16 tiles (EBB_CL_MMQ=0, matmul_mms) on the same files, over
+# tests/data/perplexity/coriolanus.txt. Files: the real models given in EBB_PPL_MODELS (paths),
+# and random-weight ones written here by ebb-gen-model for EBB_PPL_GEN (SHAPE:TYPE ..., Llama
+# shapes with .device-carry/tok.gguf, Qwen shapes with .device-carry/tok-qwen.gguf) into
+# /dev/shm/models. EBB_PPL_CTX (default 512) and EBB_PPL_CHUNKS (default 2; 0: the whole text)
+# per file; a real model also at ctx 128 over the whole text. One line a run in $OUT/ppl.log
+# (or /tmp/out), with the relative difference of the two paths.
+# Usage (device): source .device-carry/env.sh; EBB_PPL_GEN="llama3-8b:q4_k_m" bash bench/gpu-ppl.sh
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
+out=${OUT:-/tmp/out}
+mkdir -p "$out" /dev/shm/models /tmp/cache
+log=$out/ppl.log
+export XDG_CACHE_HOME=/tmp/cache
+text=tests/data/perplexity/coriolanus.txt
+files=()
+for sm in ${EBB_PPL_GEN:-}; do
+    shape=${sm%%:*} type=${sm#*:} f=/dev/shm/models/$shape-$type.gguf vocab=.device-carry/tok.gguf
+    [[ $shape == qwen* ]] && vocab=.device-carry/tok-qwen.gguf
+    gpu_gen "$shape" "$type" "$f" "$vocab" &
+    files+=("$f:${EBB_PPL_CTX:-512}:${EBB_PPL_CHUNKS:-2}")
+done
+wait
+for f in ${EBB_PPL_MODELS:-}; do files+=("$f:128:0"); done
+say "ebb $(ebb --version); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+for spec in "${files[@]}"; do
+    IFS=: read -r f ctx chunks <<<"$spec"
+    args=(-m "$f" -f "$text" --ctx "$ctx" --json)
+    [ "$chunks" != 0 ] && args+=(--chunks "$chunks")
+    a=$(timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
+    b=$(EBB_CL_MMQ=0 timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
+    python3 - "$f" "$ctx" "$a" "$b" <<'PY' | tee -a "$log"
+import json, os, sys
+f, ctx, a, b = sys.argv[1:5]
+try:
+    a, b = json.loads(a), json.loads(b)
+except ValueError:
+    print(f"{os.path.basename(f)} ctx {ctx}: a run failed ({sys.argv[3]!r}, {sys.argv[4]!r})")
+    sys.exit(0)
+rel = (a["ppl"] - b["ppl"]) / b["ppl"]
+print(f"{os.path.basename(f)} ctx {ctx}, {a['n_chunks']} windows ({a['n_scored']} tokens scored): "
+      f"int8 {a['ppl']:.4f} ({a['ms'] / 1e3:.1f} s), f16 tiles {b['ppl']:.4f} "
+      f"({b['ms'] / 1e3:.1f} s): {100 * rel:+.3f}%")
+PY
+done
+say "done"
