@@ -14,8 +14,9 @@
 # there. Rows: l8-q4_0 l8-q4_k_m l8-q8_0 l8-q5_k_m l8-q6_k q8b-q4_k_m moe batch32.
 # EBB_STAGES=ROW... adds an `ebb bench --stages -r 1` profile of those rows (per-kernel device
 # time). EBB_GEN=ROW... (default: the call's rows) names the rows whose files are written while
-# llama.cpp builds, so that a first call can write every row's file and run some. EBB_KT=1 runs the kernel tests' tensor-core and MoE sections first (test-kernels on
-# PATH, EBB_KT_ONLY=mmq and moe).
+# llama.cpp builds, so that a first call can write every row's file and run some. EBB_KT=1 runs
+# the kernel tests' tensor-core and MoE sections first (test-kernels on PATH, EBB_KT_ONLY=mma and
+# moe).
 # Logs in $OUT (or /tmp/out): table29.log.
 # Usage (device): source .device-carry/env.sh; EBB_ROWS="l8-q4_0 l8-q4_k_m" bash bench/gpu-table29.sh
 set -uo pipefail
@@ -48,7 +49,7 @@ for r in $gen; do
 done
 wait
 if [ "${EBB_KT:-0}" = 1 ] && command -v test-kernels >/dev/null; then
-    for s in mmq moe; do
+    for s in mma moe; do
         say "test-kernels EBB_KT_ONLY=$s"
         EBB_KT_ONLY=$s timeout 240 test-kernels 2>&1 | tail -3 | tee -a "$log"
     done
