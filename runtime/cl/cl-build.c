@@ -210,7 +210,7 @@ ebb_err ebb_cl_moe_mmql_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
 {
     *out = (struct ebb_cl_moe_mmql){0};
     uint32_t pt[4];
-    ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(l), pt);
+    ebb_cl_mmql_tile(tu, ebb_cl_mmql_group_kind(l), pt);
     if (!tu->mm_mma || !tu->mmq || !tu->mmq_stage || !ebb_cl_layout_has_qw(l, tu) ||
         ebb_cl_mmql_bytes(pt[0], pt[1], pt[2], pt[3]) > 48 * 1024)
         return EBB_OK;
@@ -373,6 +373,7 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     case EBB_CL_WK_MMQL:
     case EBB_CL_WK_MMQLK:
     case EBB_CL_WK_MMQLK5:
+    case EBB_CL_WK_MMQLK6:
     case EBB_CL_WK_MMQLB:
     case EBB_CL_WK_MMQLS: {
         uint32_t tile[4];

@@ -246,8 +246,16 @@ const struct knob ebb__cl_knobs[] = {
     {.name = "MMQL_TILE_K5", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqk5_t, "8|16|32|64|128"), P(mmqk5_mi, "1|2|4"), P(mmqk5_w, "pow2 1..32"), P(mmqk5_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 1, 4, 4}}}, .check = mmql_tile_check,
-     .doc = "matmul_mmql's tile for Q5_K and Q6_K weights, as MMQL_TILE (their cp.async stages "
-            "fit 48 KiB in 64,1,4,4, not in MMQL_TILE_K's 64,2,4,4; Q6_K's need 4 blocks a step)"},
+     .doc = "matmul_mmql's tile for Q5_K weights (and Q6_K's in moe_group_mmql), as MMQL_TILE "
+            "(their cp.async stages fit 48 KiB in 64,1,4,4, not in MMQL_TILE_K's 64,2,4,4; Q6_K's "
+            "need 4 blocks a step)"},
+    {.name = "MMQL_TILE_K6", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
+     .part = {P(mmqk6_t, "8|16|32|64|128"), P(mmqk6_mi, "1|2|4"), P(mmqk6_w, "pow2 1..32"), P(mmqk6_kb, "1|2|4")},
+     .def = {{DC_ANY, {64, 1, 4, 4}}, {DC_NVIDIA, {128, 1, 8, 4}}}, .check = mmql_tile_check,
+     .doc = "matmul_mmql's tile for Q6_K weights in dense prefill, as MMQL_TILE (NVIDIA's "
+            "128,1,8,4 does not fit two cp.async stages: its words go through registers, unpacked "
+            "to int8 once a step; 8B Q6_K pp512 6146 tok/s against 4637 with 64,1,4,4 through "
+            "cp.async on an H200, docs/PERFORMANCE.md)"},
     {.name = "MOE_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P0("16"), P(mg_mi, "1|2|4"), P(mg_w, "pow2 1..32"), P(mg_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 8, 2}}, {DC_NVIDIA, {16, 2, 4, 2}}}, .check = mms_tile_check,

@@ -94,7 +94,8 @@ struct ebb_cl_tuning {
                                                       warp, warps (16 mmql_mi mmql_w rows), 32-blocks
                                                       a step */
     uint32_t mmqk_t, mmqk_mi, mmqk_w, mmqk_kb;     /* the same for Q4_K weights */
-    uint32_t mmqk5_t, mmqk5_mi, mmqk5_w, mmqk5_kb; /* the same for Q5_K and Q6_K weights */
+    uint32_t mmqk5_t, mmqk5_mi, mmqk5_w, mmqk5_kb; /* the same for Q5_K weights */
+    uint32_t mmqk6_t, mmqk6_mi, mmqk6_w, mmqk6_kb; /* the same for Q6_K weights */
     uint32_t mg_mi, mg_w, mg_kb; /* moe_group_mms's tile (16 expert pairs as its tokens): as
                                     mms_mi, mms_w, mms_kb (ebb_cl_moe_mms_build) */
     uint32_t att_rope;     /* 1: decode attention rotates the new token's q and k and writes its

@@ -200,11 +200,16 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
-enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l)
+enum ebb_cl_wkernel ebb_cl_mmql_group_kind(const struct ebb_cl_layout *l)
 {
     return l->type == EBB_GGML_Q5_K || l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK5
            : l->type == EBB_GGML_Q4_K                           ? EBB_CL_WK_MMQLK
                                                                 : EBB_CL_WK_MMQL;
+}
+
+enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l)
+{
+    return l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK6 : ebb_cl_mmql_group_kind(l);
 }
 
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4])
@@ -213,13 +218,15 @@ void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uin
         {tu->mmql_t, tu->mmql_mi, tu->mmql_w, tu->mmql_kb},
         {tu->mmqk_t, tu->mmqk_mi, tu->mmqk_w, tu->mmqk_kb},
         {tu->mmqk5_t, tu->mmqk5_mi, tu->mmqk5_w, tu->mmqk5_kb},
+        {tu->mmqk6_t, tu->mmqk6_mi, tu->mmqk6_w, tu->mmqk6_kb},
         {tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb},
         {tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb},
     };
     int i = k == EBB_CL_WK_MMQLK    ? 1
             : k == EBB_CL_WK_MMQLK5 ? 2
-            : k == EBB_CL_WK_MMQLB  ? 3
-            : k == EBB_CL_WK_MMQLS  ? 4
+            : k == EBB_CL_WK_MMQLK6 ? 3
+            : k == EBB_CL_WK_MMQLB  ? 4
+            : k == EBB_CL_WK_MMQLS  ? 5
                                     : 0;
     memcpy(tile, t[i], sizeof(t[i]));
 }

@@ -150,6 +150,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
     EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (Q4_K, Q6_K; the same) */
     EBB_CL_WK_MMQLK5,     /* matmul_mmql with the mmqk5_* tile (Q5_K; the same) */
+    EBB_CL_WK_MMQLK6,     /* matmul_mmql with the mmqk6_* tile (Q6_K; the same) */
     EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
@@ -188,9 +189,13 @@ bool ebb_cl_layout_has_q16(const struct ebb_cl_layout *l, const struct ebb_cl_tu
 /* True when layout l has matmul_mms's word accessors (W_QW, or W_QW8 for byte-wide weights;
  * W_QX) under tuning tu: the W_Q16 layouts, raw Q4_K, Q8_0, Q6_K, Q5_0 and Q5_K. */
 bool ebb_cl_layout_has_qw(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
-/* The kind whose tile matmul_mmql's prefill products of layout l take: EBB_CL_WK_MMQLK5 (Q5_K,
- * Q6_K: mmqk5_*), EBB_CL_WK_MMQLK (Q4_K: mmqk_*), else EBB_CL_WK_MMQL (mmql_*). */
+/* The kind whose tile matmul_mmql's prefill products of layout l take: EBB_CL_WK_MMQLK6 (Q6_K:
+ * mmqk6_*), EBB_CL_WK_MMQLK5 (Q5_K: mmqk5_*), EBB_CL_WK_MMQLK (Q4_K: mmqk_*), else
+ * EBB_CL_WK_MMQL (mmql_*). */
 enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l);
+/* The same for moe_group_mmql's grouped products, whose Q6_K weights keep the Q5_K tile (a
+ * tile's tokens are one expert's pairs: fewer than dense prefill's). */
+enum ebb_cl_wkernel ebb_cl_mmql_group_kind(const struct ebb_cl_layout *l);
 /* The tile T, MI, W, KB (as the tuning holds it, 0 where unset) of matmul_mmql kind k
  * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLB, _MMQLS) under tu. */
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4]);

@@ -269,7 +269,7 @@ static ebb_err mmql_launch(struct clm *m, const struct ebb_cl_weight *const ws[3
                                  EBB_CL_ARG(xq),   EBB_CL_ARG(xh),       EBB_CL_ARG(y),
                                  EBB_CL_ARG(o_ld), EBB_CL_ARG(o_off)};
         uint32_t pt[4];
-        ebb_cl_mmql_tile(&m->tu, ebb_cl_mmql_kind(&ws[i]->layout), pt);
+        ebb_cl_mmql_tile(&m->tu, ebb_cl_mmql_group_kind(&ws[i]->layout), pt);
         size_t r = 16 * (size_t)pt[1] * pt[2], w = 32 * (size_t)pt[2];
         size_t gm[2] = {w * (size_t)n_tiles, ((size_t)n_rows + r - 1) / r}, lm[2] = {w, 1};
         if ((rc = ebb_cl_weight_set_args(ws[i], k[i]->group, 0, diag)) ||

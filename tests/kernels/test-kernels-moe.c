@@ -464,7 +464,7 @@ static void group_mmql(const struct ebb_cl_weight *w, const struct ebb_cl_moe_mm
 {
     int kk = MOE_K;
     uint32_t pt[4];
-    ebb_cl_mmql_tile(t, ebb_cl_mmql_kind(&w->layout), pt);
+    ebb_cl_mmql_tile(t, ebb_cl_mmql_group_kind(&w->layout), pt);
     size_t l[2] = {32 * (size_t)pt[2], 1}, r = 16 * (size_t)pt[1] * pt[2];
     size_t g[2] = {l[0] * (size_t)n_tiles, ((size_t)n_rows + r - 1) / r};
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_rows), EBB_CL_ARG(kk),

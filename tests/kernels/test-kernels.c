@@ -536,6 +536,9 @@ static void test_image2d_shapes(void)
 
 static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
                            bool mms_only);
+/* With it set, test_mma_tiles takes this one tile (tokens, 16-row groups, warps) for matmul_mms,
+ * matmul_mmq and matmul_mmql, and no GEMM tile. */
+static const uint32_t *mma_one_tile;
 
 static void test_weights(void)
 {
@@ -683,6 +686,12 @@ static void test_mma(void)
     /* Raw Q8_0 with steps of 4 blocks: 14 blocks, the last step's second pair past n_in (copied
      * as zeros on PTX). */
     test_mma_tiles(&q80, tq, 448, true);
+    /* Raw Q6_K on NVIDIA's dense prefill tile for it (MMQL_TILE_K6 128,1,8,4: 128 tokens, 128
+     * rows; its staging exactly 48 KiB, through registers): 70 tokens, a partial token tile. */
+    static const uint32_t k6_tile[3] = {128, 1, 8};
+    mma_one_tile = k6_tile;
+    test_mma_tiles(&q6k, tq, 512, true);
+    mma_one_tile = NULL;
 }
 
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
@@ -835,15 +844,16 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
         if (!strstr(tl, tn))
             n_in = 0; /* no program below */
     }
-    for (size_t si = 0; n_in && si < (mms_only ? 2 : n_shapes); si++) {
+    for (size_t si = 0; n_in && si < (mma_one_tile ? 1 : mms_only ? 2 : n_shapes); si++) {
         /* the layout's words: two matmul_mms tiles suffice */
-        bool mma = !mms_only, ms = has_mms && si < n_ms;
+        bool mma = !mms_only && !mma_one_tile, ms = has_mms && si < n_ms;
         if (!mma && !ms)
             break;
         if (ms) {
-            t.mms_t = ms_shapes[si][0];
-            t.mms_mi = ms_shapes[si][1];
-            t.mms_w = ms_shapes[si][2];
+            const uint32_t *sh = mma_one_tile ? mma_one_tile : ms_shapes[si];
+            t.mms_t = sh[0];
+            t.mms_mi = sh[1];
+            t.mms_w = sh[2];
             t.mmq_t = t.mms_t;
             t.mmq_mi = t.mms_mi;
             t.mmq_w = t.mms_w;
