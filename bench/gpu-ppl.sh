@@ -4,8 +4,8 @@
 # tests/data/perplexity/coriolanus.txt. Files: the real models given in EBB_PPL_MODELS (paths),
 # and random-weight ones written here by ebb-gen-model for EBB_PPL_GEN (SHAPE:TYPE ..., Llama
 # shapes with .device-carry/tok.gguf, Qwen shapes with .device-carry/tok-qwen.gguf) into
-# /dev/shm/models. EBB_PPL_CTX (default 512) and EBB_PPL_CHUNKS (default 2; 0: the whole text)
-# per file; a real model also at ctx 128 over the whole text. One line a run in $OUT/ppl.log
+# /dev/shm/models. The random-weight files take EBB_PPL_CTX (default 512) and EBB_PPL_CHUNKS
+# (default 2; 0: the whole text); the real models windows of 128 over the whole text. One line a run in $OUT/ppl.log
 # (or /tmp/out), with the relative difference of the two paths.
 # Usage (device): source .device-carry/env.sh; EBB_PPL_GEN="llama3-8b:q4_k_m" bash bench/gpu-ppl.sh
 set -uo pipefail

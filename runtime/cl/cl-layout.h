@@ -148,7 +148,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQL,       /* matmul_mmql with the mmql_* tile: (32 mmql_w nt / mmql_t,
                              n_out / (16 mmql_mi mmql_w)), tokens first */
     EBB_CL_WK_MMQLS,      /* matmul_mmql with the mms_* tile (the same with mms_*) */
-    EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (Q4_K, Q6_K; the same) */
+    EBB_CL_WK_MMQLK,      /* matmul_mmql with the mmqk_* tile (Q4_K; the same) */
     EBB_CL_WK_MMQLK5,     /* matmul_mmql with the mmqk5_* tile (Q5_K; the same) */
     EBB_CL_WK_MMQLK6,     /* matmul_mmql with the mmqk6_* tile (Q6_K; the same) */
     EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
@@ -197,7 +197,7 @@ enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l);
  * tile's tokens are one expert's pairs: fewer than dense prefill's). */
 enum ebb_cl_wkernel ebb_cl_mmql_group_kind(const struct ebb_cl_layout *l);
 /* The tile T, MI, W, KB (as the tuning holds it, 0 where unset) of matmul_mmql kind k
- * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLB, _MMQLS) under tu. */
+ * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLK6, _MMQLB, _MMQLS) under tu. */
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4]);
 
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,
