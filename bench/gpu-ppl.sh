@@ -6,7 +6,10 @@
 # shapes with .device-carry/tok.gguf, Qwen shapes with .device-carry/tok-qwen.gguf) into
 # /dev/shm/models. The random-weight files take EBB_PPL_CTX (default 512) and EBB_PPL_CHUNKS
 # (default 2; 0: the whole text); the real models windows of 128 over the whole text. One line a run in $OUT/ppl.log
-# (or /tmp/out), with the relative difference of the two paths.
+# (or /tmp/out), with the relative difference of the two paths. EBB_PPL_JITTER="N ..." adds, for
+# the real models, an int8 run with EBB_CL_MMQ_JITTER=N for each N (the inputs' scales times
+# 1 + N 1e-6: other roundings of the same inputs), and the mean and spread of the int8 runs
+# against the f16 tiles.
 # Usage (device): source .device-carry/env.sh; EBB_PPL_GEN="llama3-8b:q4_k_m" bash bench/gpu-ppl.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
@@ -23,7 +26,8 @@ for sm in ${EBB_PPL_GEN:-}; do
     files+=("$f:${EBB_PPL_CTX:-512}:${EBB_PPL_CHUNKS:-2}")
 done
 wait
-for f in ${EBB_PPL_MODELS:-}; do files+=("$f:128:0"); done
+real=" "
+for f in ${EBB_PPL_MODELS:-}; do files+=("$f:128:0") real+="$f "; done
 say "ebb $(ebb --version); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 for spec in "${files[@]}"; do
     IFS=: read -r f ctx chunks <<<"$spec"
@@ -43,6 +47,28 @@ rel = (a["ppl"] - b["ppl"]) / b["ppl"]
 print(f"{os.path.basename(f)} ctx {ctx}, {a['n_chunks']} windows ({a['n_scored']} tokens scored): "
       f"int8 {a['ppl']:.4f} ({a['ms'] / 1e3:.1f} s), f16 tiles {b['ppl']:.4f} "
       f"({b['ms'] / 1e3:.1f} s): {100 * rel:+.3f}%")
+PY
+    [[ $real == *" $f "* ]] && [ -n "${EBB_PPL_JITTER:-}" ] || continue
+    js=("$a")
+    for j in $EBB_PPL_JITTER; do
+        js+=("$(EBB_CL_MMQ_JITTER=$j timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)")
+    done
+    python3 - "$f" "$b" "$EBB_PPL_JITTER" "${js[@]}" <<'PY' | tee -a "$log"
+import json, os, statistics, sys
+f, b, jit = sys.argv[1], json.loads(sys.argv[2])["ppl"], ["0"] + sys.argv[3].split()
+runs = []
+for j, a in zip(jit, sys.argv[4:]):
+    try:
+        runs.append((j, json.loads(a)["ppl"]))
+    except ValueError:
+        print(f"{os.path.basename(f)} jitter {j}: the run failed ({a!r})")
+rel = [100 * (p - b) / b for _, p in runs]
+print(f"{os.path.basename(f)}: int8 runs with jitter " +
+      ", ".join(f"{j}: {p:.4f}" for j, p in runs))
+if len(rel) > 1:
+    print(f"{os.path.basename(f)}: {len(rel)} int8 runs against the f16 tiles' {b:.4f}: "
+          f"mean {statistics.mean(rel):+.3f}%, sd {statistics.stdev(rel):.3f}%, "
+          f"range {min(rel):+.3f}% .. {max(rel):+.3f}%")
 PY
 done
 say "done"

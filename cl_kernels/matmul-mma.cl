@@ -1531,6 +1531,9 @@ inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_i
     for (int u = 1; u < 8; u++)
         amax = fmax(amax, am[l0 + u]);
     float d = q8_scale(amax);
+#if defined(MQ_JIT)
+    d *= 1.0f + 1e-6f * (float)MQ_JIT; /* MMQ_JITTER: accuracy studies only */
+#endif
     int4 qi = (int4)(q8_round(v.x, d), q8_round(v.y, d), q8_round(v.z, d), q8_round(v.w, d));
     sm[l] = qi.x + qi.y + qi.z + qi.w;
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -219,6 +219,11 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("MMQNST", mmq_nst, "2|3",
           "with MMQASYNC, the steps of copies in flight (stages; 2 where 3 do not fit in 48 KiB)",
           {DC_ANY, {2}}, {DC_NVIDIA, {3}}),
+    UINT1("MMQ_JITTER", mmq_jit, "0..1000",
+          "for accuracy studies: the int8 products' input scales (mmq_quantize's) multiplied by "
+          "1 + N x 1e-6, so that the inputs round differently and one file's perplexity can be "
+          "sampled over several roundings (0: off; docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}),
     {.name = "MMQL_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmql_t, "8|16|32|64|128"), P(mmql_mi, "1|2|4"), P(mmql_w, "pow2 1..32"), P(mmql_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 2, 4, 2}}}, .check = mmql_tile_check,
