@@ -92,8 +92,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         goto out;
     /* The prefill tiles: matmul_mms's second tile and matmul_mmq's, each the same sources
      * built again with that shape; the kernel keeps its program alive. */
-    uint32_t pt[4]; /* matmul_mmql's prefill tile for l */
+    uint32_t pt[4], bt[4]; /* matmul_mmql's prefill and batch tiles for l */
     ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(l), pt);
+    ebb_cl_mmql_tile(tu, ebb_cl_mmql_batch_kind(l), bt);
     if ((p.matmul_mms && tu->mms_big && tu->mms_big <= tu->mms_max &&
          (rc = tile_kernel(cl, l, tu, tu->mmp_t, tu->mmp_mi, tu->mmp_w, tu->mmp_kb, pro,
                            sizeof(pro), srcs, n_src, "matmul_mms", &p.matmul_mmp, diag))) ||
@@ -105,8 +106,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                            "matmul_mmql", &p.matmul_mmqp, diag))) ||
         (p.matmul_mmq && tu->mmq_stage && tu->mmqs && tu->mmqs < tu->mmq &&
          (l->type == EBB_GGML_Q4_0 || tu->mmqs_all) &&
-         (rc = tile_kernel(cl, l, tu, tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb, pro,
-                           sizeof(pro), srcs, n_src, "matmul_mmql", &p.matmul_mmqs, diag))))
+         (rc = tile_kernel(cl, l, tu, bt[0], bt[1], bt[2], bt[3], pro, sizeof(pro), srcs, n_src,
+                           "matmul_mmql", &p.matmul_mmqs, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -375,6 +376,7 @@ void ebb_cl_wkernel_shape(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k,
     case EBB_CL_WK_MMQLK5:
     case EBB_CL_WK_MMQLK6:
     case EBB_CL_WK_MMQLB:
+    case EBB_CL_WK_MMQLB6:
     case EBB_CL_WK_MMQLS: {
         uint32_t tile[4];
         ebb_cl_mmql_tile(tu, k, tile);

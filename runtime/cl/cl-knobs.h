@@ -92,6 +92,7 @@ struct ebb_cl_tuning {
     uint32_t mmqs_all;  /* 1: mmqs's products for every weight type with matmul_mmq, not only
                            Q4_0 */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */
+    uint32_t mmqs6_t, mmqs6_mi, mmqs6_w, mmqs6_kb; /* the same for Q6_K weights */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb;     /* matmul_mmql's tile: tokens, 16-row groups a
                                                       warp, warps (16 mmql_mi mmql_w rows), 32-blocks
                                                       a step */

@@ -212,6 +212,11 @@ enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l)
     return l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK6 : ebb_cl_mmql_group_kind(l);
 }
 
+enum ebb_cl_wkernel ebb_cl_mmql_batch_kind(const struct ebb_cl_layout *l)
+{
+    return l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLB6 : EBB_CL_WK_MMQLB;
+}
+
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4])
 {
     const uint32_t t[][4] = {
@@ -221,12 +226,14 @@ void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uin
         {tu->mmqk6_t, tu->mmqk6_mi, tu->mmqk6_w, tu->mmqk6_kb},
         {tu->mmqs_t, tu->mmqs_mi, tu->mmqs_w, tu->mmqs_kb},
         {tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb},
+        {tu->mmqs6_t, tu->mmqs6_mi, tu->mmqs6_w, tu->mmqs6_kb},
     };
     int i = k == EBB_CL_WK_MMQLK    ? 1
             : k == EBB_CL_WK_MMQLK5 ? 2
             : k == EBB_CL_WK_MMQLK6 ? 3
             : k == EBB_CL_WK_MMQLB  ? 4
             : k == EBB_CL_WK_MMQLS  ? 5
+            : k == EBB_CL_WK_MMQLB6 ? 6
                                     : 0;
     memcpy(tile, t[i], sizeof(t[i]));
 }

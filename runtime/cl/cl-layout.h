@@ -152,6 +152,7 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQLK5,     /* matmul_mmql with the mmqk5_* tile (Q5_K; the same) */
     EBB_CL_WK_MMQLK6,     /* matmul_mmql with the mmqk6_* tile (Q6_K; the same) */
     EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
+    EBB_CL_WK_MMQLB6,     /* matmul_mmql with the mmqs6_* tile (Q6_K's batched steps; the same) */
 };
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
@@ -196,8 +197,11 @@ enum ebb_cl_wkernel ebb_cl_mmql_kind(const struct ebb_cl_layout *l);
 /* The same for moe_group_mmql's grouped products, whose Q6_K weights keep the Q5_K tile (a
  * tile's tokens are one expert's pairs: fewer than dense prefill's). */
 enum ebb_cl_wkernel ebb_cl_mmql_group_kind(const struct ebb_cl_layout *l);
+/* The same for the products of a batch's steps (tu.mmqs..tu.mmq - 1 rows): EBB_CL_WK_MMQLB6
+ * (Q6_K: mmqs6_*), else EBB_CL_WK_MMQLB (mmqs_*). */
+enum ebb_cl_wkernel ebb_cl_mmql_batch_kind(const struct ebb_cl_layout *l);
 /* The tile T, MI, W, KB (as the tuning holds it, 0 where unset) of matmul_mmql kind k
- * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLK6, _MMQLB, _MMQLS) under tu. */
+ * (EBB_CL_WK_MMQL, _MMQLK, _MMQLK5, _MMQLK6, _MMQLB, _MMQLB6, _MMQLS) under tu. */
 void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uint32_t tile[4]);
 
 /* True when layout l has kq8.cl's 8-bit-input decode (W_KQ8) under tuning tu: raw Q8_0, Q5_0,

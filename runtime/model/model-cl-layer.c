@@ -150,7 +150,7 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
     size_t g[2], l[2];
-    enum ebb_cl_wkernel kind = batch              ? EBB_CL_WK_MMQLB
+    enum ebb_cl_wkernel kind = batch              ? ebb_cl_mmql_batch_kind(&w->layout)
                                : !m->tu.mmq_stage ? EBB_CL_WK_MMQ
                                                   : ebb_cl_mmql_kind(&w->layout);
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
@@ -195,8 +195,10 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
             first = false;
             if (k == CLM_P_MMQL || k == CLM_P_MMQLB) {
                 uint32_t tile[4];
-                ebb_cl_mmql_tile(
-                    tu, k == CLM_P_MMQLB ? EBB_CL_WK_MMQLB : ebb_cl_mmql_kind(&m->layout[t]), tile);
+                ebb_cl_mmql_tile(tu,
+                                 k == CLM_P_MMQLB ? ebb_cl_mmql_batch_kind(&m->layout[t])
+                                                  : ebb_cl_mmql_kind(&m->layout[t]),
+                                 tile);
                 int st =
                     p ? ebb_cl_mmql_stages(m->cl, k == CLM_P_MMQL ? p->matmul_mmqp : p->matmul_mmqs)
                       : -1;
