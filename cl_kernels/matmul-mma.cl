@@ -694,6 +694,30 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #else
 #define MQ_NV 1
 #endif
+/* (float)c, exactly, for |c| < 2^22, by an integer add and a float subtract: c added to the bits
+ * of 1.5 x 2^23 (whose last place is 1) is that float plus c, and 1.5 x 2^23 taken away again
+ * leaves c with no rounding. The products' int32 sums stay below 2^20 (32 x 128 x 127). With
+ * MQ_I2F (EBB_CL_MMQ_I2F) mq_frag converts its sums this way instead of with the conversion
+ * instruction, which NVIDIA's cards run at a fraction of the float adds' rate; the results are the
+ * same bits either way (test-kernels checks mq_i2f against (float)c over the whole range). */
+inline float mq_i2f(int c)
+{
+    return as_float(c + 0x4B400000) - 12582912.0f;
+}
+#if defined(MQ_I2F)
+#define MQ_F(c) mq_i2f(c)
+#else
+#define MQ_F(c) ((float)(c))
+#endif
+
+/* test-kernels: bad[0] counts the c = c0 + global id for which mq_i2f(c) and (float)c differ. */
+__kernel void mq_i2f_check(int c0, __global int *bad)
+{
+    int c = c0 + (int)get_global_id(0);
+    if (as_int(mq_i2f(c)) != as_int((float)c))
+        atomic_inc(bad);
+}
+
 #if MV_PTX && defined(W_QOFF) && W_QOFF > 0
 /* Quant bytes 0..127 less W_QOFF, each byte on its own (no borrow: bit 7 set first). */
 #define MQ_SIGNED(v) ((((v) | 0x80808080u) - 0x01010101u * W_QOFF) ^ 0x80808080u)
@@ -716,7 +740,7 @@ inline __attribute__((always_inline)) void mq_frag(float acc[4], uint a00, uint 
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         float4 w = e >> 1 ? f1 : f0;
-        acc[e] += (e & 1 ? x1 : x0).x * ((float)c0[e] * w.x + (float)c1[e] * w.z);
+        acc[e] += (e & 1 ? x1 : x0).x * (MQ_F(c0[e]) * w.x + MQ_F(c1[e]) * w.z);
     }
 #else
     int c[4];
@@ -726,9 +750,9 @@ inline __attribute__((always_inline)) void mq_frag(float acc[4], uint a00, uint 
         float4 w = e >> 1 ? f1 : f0;
         float2 x = e & 1 ? x1 : x0;
 #if defined(W_QOFF)
-        acc[e] += (float)c[e] * (w.x * x.x);
+        acc[e] += MQ_F(c[e]) * (w.x * x.x);
 #else
-        acc[e] += (float)c[e] * (w.x * x.x) + w.y * x.y;
+        acc[e] += MQ_F(c[e]) * (w.x * x.x) + w.y * x.y;
 #endif
     }
 #endif

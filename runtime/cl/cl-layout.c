@@ -280,6 +280,12 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
+    if (tu->mmq_i2f) {
+        n = snprintf(buf + used, cap - used, "#define MQ_I2F 1\n");
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
     if (tu->mmq_jit) {
         n = snprintf(buf + used, cap - used, "#define MQ_JIT %u\n", tu->mmq_jit);
         if (n < 0 || (size_t)n >= cap - used)

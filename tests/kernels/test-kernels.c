@@ -694,6 +694,33 @@ static void test_mma(void)
     mma_one_tile = NULL;
 }
 
+/* mq_i2f (matmul-mma.cl's exact int-to-float for mq_frag's sums with MMQ_I2F) against the
+ * device's own conversion for every c in [-2^22, 2^22), once: kernel mq_i2f_check of the program
+ * that holds k. */
+static void check_i2f(cl_kernel k)
+{
+    static bool done;
+    cl_program prog = NULL;
+    cl_kernel kc = NULL;
+    if (done || !k)
+        return;
+    done = true;
+    OK(ebb_cl_check(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof(prog), &prog, NULL), D,
+                    "program"));
+    OK(ebb_cl_kernel(prog, "mq_i2f_check", &kc, D));
+    int bad = 0, c0 = -(1 << 22);
+    cl_mem bb = buf(sizeof(bad), &bad);
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(c0), EBB_CL_ARG(bb)};
+    OK(ebb_cl_set_args(kc, 0, a, 2, D));
+    size_t g[1] = {(size_t)1 << 23}, l[1] = {256};
+    OK(ebb_cl_run(cl, kc, 1, g, l, D));
+    rd(bb, sizeof(bad), &bad);
+    CHECK(bad == 0, "mq_i2f: %d of 2^23 values differ from (float)c", bad);
+    printf("  mq_i2f equal to (float)c for every c in [-2^22, 2^22): %s\n", bad ? "no" : "yes");
+    clReleaseMemObject(bb);
+    clReleaseKernel(kc);
+}
+
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
  * in xb) and weight wt (n_out rows, w its rows dequantized), the residual res added in place
  * through rb: mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d
@@ -739,6 +766,7 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                   "%s mmq_quantize t %u block %u: (%g, %g) vs (%g, %g)", name, tk, b, xh[2 * hi],
                   xh[2 * hi + 1], d, d * (float)s);
         }
+    check_i2f(p->matmul_mmq);
     /* matmul_mmq, then matmul_mmql (where its staging fits), on the same inputs. */
     for (int v = 0; v < 2; v++) {
         cl_kernel k = v ? p->matmul_mmql : p->matmul_mmq;
