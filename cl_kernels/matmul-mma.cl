@@ -15,6 +15,34 @@
 #define MMQ 0
 #endif
 
+/* Integers to floats without the conversion instruction, which NVIDIA's cards run at a fraction
+ * of the float adds' rate (with MQ_I2F, EBB_CL_MMQ_I2F; the same bits either way, test-kernels
+ * checks both helpers over all their inputs). mq_i2f: (float)c, exactly, for |c| < 2^22: c
+ * added to the bits of 1.5 x 2^23 (whose last place is 1) is that float plus c, and taking 1.5 x
+ * 2^23 away again leaves c with no rounding (the int8 products' int32 sums stay below 2^20: 32 x
+ * 128 x 127). ms_s8f: the four signed bytes of v as floats (convert_float4(as_char4(v))), each
+ * byte plus 128 put into the low bits of 2^23 and 2^23 + 128 taken away. MQ_F and MS_S8F take
+ * them with MQ_I2F: mq_frag's sums (matmul_mmq, matmul_mmql, moe_group_mmql) and matmul_mms's
+ * byte-wide weights (W_QW8). */
+inline float mq_i2f(int c)
+{
+    return as_float(c + 0x4B400000) - 12582912.0f;
+}
+inline float4 ms_s8f(uint v)
+{
+    uint u = v ^ 0x80808080u;
+    return as_float4((uint4)(u & 0xFFu, (u >> 8) & 0xFFu, (u >> 16) & 0xFFu, u >> 24) |
+                     0x4B000000u) -
+           8388736.0f;
+}
+#if defined(MQ_I2F)
+#define MQ_F(c) mq_i2f(c)
+#define MS_S8F(v) ms_s8f(v)
+#else
+#define MQ_F(c) ((float)(c))
+#define MS_S8F(v) convert_float4(as_char4(v))
+#endif
+
 #if MM_MMA
 /* Prefill on tensor cores (NVIDIA, after the start-up probe): a tile of MA_R rows x MA_T tokens
  * (64 or 128 each), MA_K inputs per step: each step the weights, decoded through READ_W4, and
@@ -505,8 +533,8 @@ inline __attribute__((always_inline)) void ms_products(W_ARGS, int n_in, int war
                 for (int r = 0; r < 2; r++) { /* rows g (a0, a2) and g + 8 (a1, a3) */
                     float4 f = in ? dm[bb][i][r] : (float4)(0.0f);
 #if defined(W_QW8)
-                    float4 w0 = convert_float4(as_char4(v[bb][i][r][0])) * f.x + f.y;
-                    float4 w1 = convert_float4(as_char4(v[bb][i][r][1])) * f.z + f.w;
+                    float4 w0 = MS_S8F(v[bb][i][r][0]) * f.x + f.y;
+                    float4 w1 = MS_S8F(v[bb][i][r][1]) * f.z + f.w;
                     a[i][0][r] = mb_h2(w0.x, w0.y);
                     a[i][0][r + 2] = mb_h2(w0.z, w0.w);
                     a[i][1][r] = mb_h2(w1.x, w1.y);
@@ -694,27 +722,16 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
 #else
 #define MQ_NV 1
 #endif
-/* (float)c, exactly, for |c| < 2^22, by an integer add and a float subtract: c added to the bits
- * of 1.5 x 2^23 (whose last place is 1) is that float plus c, and 1.5 x 2^23 taken away again
- * leaves c with no rounding. The products' int32 sums stay below 2^20 (32 x 128 x 127). With
- * MQ_I2F (EBB_CL_MMQ_I2F) mq_frag converts its sums this way instead of with the conversion
- * instruction, which NVIDIA's cards run at a fraction of the float adds' rate; the results are the
- * same bits either way (test-kernels checks mq_i2f against (float)c over the whole range). */
-inline float mq_i2f(int c)
-{
-    return as_float(c + 0x4B400000) - 12582912.0f;
-}
-#if defined(MQ_I2F)
-#define MQ_F(c) mq_i2f(c)
-#else
-#define MQ_F(c) ((float)(c))
-#endif
-
-/* test-kernels: bad[0] counts the c = c0 + global id for which mq_i2f(c) and (float)c differ. */
+/* test-kernels: bad[0] counts the c = c0 + global id for which mq_i2f(c) and (float)c differ,
+ * and the first 2^16 work-items the words id | id << 16 (every byte value in every place) for
+ * which ms_s8f and convert_float4(as_char4(...)) differ. */
 __kernel void mq_i2f_check(int c0, __global int *bad)
 {
     int c = c0 + (int)get_global_id(0);
     if (as_int(mq_i2f(c)) != as_int((float)c))
+        atomic_inc(bad);
+    uint id = (uint)get_global_id(0), v = id | id << 16;
+    if (id < 65536u && any(as_int4(ms_s8f(v)) != as_int4(convert_float4(as_char4(v)))))
         atomic_inc(bad);
 }
 

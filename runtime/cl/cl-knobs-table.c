@@ -220,10 +220,10 @@ const struct knob ebb__cl_knobs[] = {
           "with MMQASYNC, the steps of copies in flight (stages; 2 where 3 do not fit in 48 KiB)",
           {DC_ANY, {2}}, {DC_NVIDIA, {3}}),
     BOOL1("MMQ_I2F", mmq_i2f,
-          "with PTX, the int8 tiles' int32 sums (matmul_mmq, matmul_mmql, moe_group_mmql) turned "
-          "into floats by an integer add and a float subtract instead of the conversion "
-          "instruction, which NVIDIA's cards run at a fraction of the adds' rate: the same bits; "
-          "not yet measured, so off",
+          "with PTX, the int8 tiles' int32 sums (matmul_mmq, matmul_mmql, moe_group_mmql) and "
+          "matmul_mms's byte-wide weights turned into floats by integer and float adds instead of "
+          "the conversion instruction, which NVIDIA's cards run at a fraction of the adds' rate: "
+          "the same bits; not yet measured, so off",
           {DC_ANY, {0}}),
     UINT1("MMQ_JITTER", mmq_jit, "0..1000",
           "for accuracy studies: the int8 products' input scales (mmq_quantize's) multiplied by "

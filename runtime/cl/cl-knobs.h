@@ -84,8 +84,8 @@ struct ebb_cl_tuning {
     uint32_t mmq_async; /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
                            cp.async, mmq_nst steps in flight (after the async probe) */
     uint32_t mmq_nst;   /* those steps: 2 or 3 */
-    uint32_t mmq_i2f;   /* 1: matmul_mmq's and matmul_mmql's int32 sums converted to float by an
-                           integer add and a float subtract (the same bits) */
+    uint32_t mmq_i2f;   /* 1: the int8 tiles' int32 sums and matmul_mms's byte-wide weights
+                           converted to float by integer and float adds (the same bits) */
     uint32_t mmq_jit;   /* accuracy studies: the int8 products' input scales times
                            (1 + mmq_jit 1e-6); 0 = off */
     uint32_t mmqs;      /* with mmq_stage: products of at least mmqs and fewer than mmq token rows

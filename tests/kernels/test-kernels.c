@@ -694,9 +694,10 @@ static void test_mma(void)
     mma_one_tile = NULL;
 }
 
-/* mq_i2f (matmul-mma.cl's exact int-to-float for mq_frag's sums with MMQ_I2F) against the
- * device's own conversion for every c in [-2^22, 2^22), once: kernel mq_i2f_check of the program
- * that holds k. */
+/* mq_i2f and ms_s8f (matmul-mma.cl's exact int-to-float for mq_frag's sums and matmul_mms's
+ * byte-wide weights with MMQ_I2F) against the device's own conversions, once: every c in [-2^22,
+ * 2^22) and every byte value in every place of a word (kernel mq_i2f_check of the program that
+ * holds k). */
 static void check_i2f(cl_kernel k)
 {
     static bool done;
@@ -715,8 +716,9 @@ static void check_i2f(cl_kernel k)
     size_t g[1] = {(size_t)1 << 23}, l[1] = {256};
     OK(ebb_cl_run(cl, kc, 1, g, l, D));
     rd(bb, sizeof(bad), &bad);
-    CHECK(bad == 0, "mq_i2f: %d of 2^23 values differ from (float)c", bad);
-    printf("  mq_i2f equal to (float)c for every c in [-2^22, 2^22): %s\n", bad ? "no" : "yes");
+    CHECK(bad == 0, "mq_i2f / ms_s8f: %d values differ from the conversions", bad);
+    printf("  mq_i2f, ms_s8f equal to the conversions (every c in [-2^22, 2^22), every byte): %s\n",
+           bad ? "no" : "yes");
     clReleaseMemObject(bb);
     clReleaseKernel(kc);
 }
