@@ -22,8 +22,8 @@
  * 2^23 away again leaves c with no rounding (the int8 products' int32 sums stay below 2^20: 32 x
  * 128 x 127). ms_s8f: the four signed bytes of v as floats (convert_float4(as_char4(v))), each
  * byte plus 128 put into the low bits of 2^23 and 2^23 + 128 taken away. MQ_F and MS_S8F take
- * them with MQ_I2F: mq_frag's sums (matmul_mmq, matmul_mmql, moe_group_mmql) and matmul_mms's
- * byte-wide weights (W_QW8). */
+ * them with MQ_I2F: mq_frag's sums (matmul_mmq, matmul_mmql, moe_group_mmql), matmul_mmql's
+ * staged K-quant scales and matmul_mms's byte-wide weights (W_QW8). */
 inline float mq_i2f(int c)
 {
     return as_float(c + 0x4B400000) - 12582912.0f;
@@ -1176,7 +1176,7 @@ inline float2 mqa_k4_dm(__local const uint *h, int j)
         mn = (e >> 4) | (((s1 >> sh) >> 6 & 3u) << 4);
     }
     float2 dd = vload_half2(0, (__local const half *)h);
-    return (float2)(dd.x * (float)sc, -dd.y * (float)mn);
+    return (float2)(dd.x * MQ_F((int)sc), -dd.y * MQ_F((int)mn));
 }
 #endif
 #if MQA_K6
@@ -1367,8 +1367,8 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 uint scb = mqa_k6w(hb, 26 + (kb >> 1), sb_) >> (16 * (kb & 1));
                 float da = vload_half(sa_ ? 1 : 0, (__local const half *)(ha + 29));
                 float db = vload_half(sb_ ? 1 : 0, (__local const half *)(hb + 29));
-                f[i][0] = (float4)(da * (float)(char)sca, 0.0f, da * (float)(char)(sca >> 8), 0.0f);
-                f[i][1] = (float4)(db * (float)(char)scb, 0.0f, db * (float)(char)(scb >> 8), 0.0f);
+                f[i][0] = (float4)(da * MQ_F((char)sca), 0.0f, da * MQ_F((char)(sca >> 8)), 0.0f);
+                f[i][1] = (float4)(db * MQ_F((char)scb), 0.0f, db * MQ_F((char)(scb >> 8)), 0.0f);
 #elif MQA_Q8
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
                 a[i][0] = mqa_q8w(ha, kb, q);
