@@ -322,10 +322,13 @@ def test_second_signal(ebb, home):
     print("ok: a second signal exits at once")
 
 
-def stream_start(port, model, max_tokens, prompt="Count from 1 to 100, one per line."):
+def stream_start(port, model, max_tokens, prompt="Count from 1 to 100, one per line.",
+                 ignore_eos=False):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = {"stream": True, "max_tokens": max_tokens, "temperature": 0,
             "messages": [{"role": "user", "content": prompt}]}
+    if ignore_eos:
+        body["ignore_eos"] = True  # all max_tokens of them, whatever the model would stop at
     if model:
         body["model"] = model
     c.request("POST", "/v1/chat/completions", body=json.dumps(body),
@@ -424,8 +427,10 @@ def test_sighup_model(ebb, home):
     def read_stream():
         box["events"] = stream_events(sr)
         box["t_end"] = time.time()
-    # (500 tokens: on a loaded machine the reload has taken longer than 250 tokens' decode)
-    sc, sr = stream_start(port, "smol-copy", 500, "Count from 1 to 1000, one per line.")
+    # (1000 tokens past any end of text: on a loaded machine the reload has taken longer than
+    # 250 tokens' decode, and once longer than a 500-token stream that may stop early)
+    sc, sr = stream_start(port, "smol-copy", 1000, "Count from 1 to 1000, one per line.",
+                          ignore_eos=True)
     th = threading.Thread(target=read_stream, daemon=True)
     th.start()
     n.msgs.clear()
