@@ -14,10 +14,16 @@
 #ifndef MMQ
 #define MMQ 0
 #endif
+#ifndef MQ_I2F
+#define MQ_I2F 0
+#endif
+#ifndef MQ_JIT
+#define MQ_JIT 0
+#endif
 
-/* Integers to floats without the conversion instruction, which NVIDIA's cards run at a fraction
- * of the float adds' rate (with MQ_I2F, EBB_CL_MMQ_I2F; the same bits either way, test-kernels
- * checks both helpers over all their inputs). mq_i2f: (float)c, exactly, for |c| < 2^22: c
+/* Integers to floats without the conversion instruction, which NVIDIA's published tables put at
+ * a fraction of the float adds' rate (not measured here; with MQ_I2F, EBB_CL_MMQ_I2F; the same
+ * bits either way, test-kernels checks both helpers over all their inputs). mq_i2f: (float)c, exactly, for |c| < 2^22: c
  * added to the bits of 1.5 x 2^23 (whose last place is 1) is that float plus c, and taking 1.5 x
  * 2^23 away again leaves c with no rounding (the int8 products' int32 sums stay below 2^20: 32 x
  * 128 x 127). ms_s8f: the four signed bytes of v as floats (convert_float4(as_char4(v))), each
@@ -35,7 +41,7 @@ inline float4 ms_s8f(uint v)
                      0x4B000000u) -
            8388736.0f;
 }
-#if defined(MQ_I2F)
+#if MQ_I2F
 #define MQ_F(c) mq_i2f(c)
 #define MS_S8F(v) ms_s8f(v)
 #else
@@ -1572,7 +1578,7 @@ inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_i
     for (int u = 1; u < 8; u++)
         amax = fmax(amax, am[l0 + u]);
     float d = q8_scale(amax);
-#if defined(MQ_JIT)
+#if MQ_JIT
     d *= 1.0f + 1e-6f * (float)MQ_JIT; /* MMQ_JITTER: accuracy studies only */
 #endif
     int4 qi = (int4)(q8_round(v.x, d), q8_round(v.y, d), q8_round(v.z, d), q8_round(v.w, d));

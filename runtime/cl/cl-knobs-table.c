@@ -222,8 +222,8 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MMQ_I2F", mmq_i2f,
           "with PTX, the int8 tiles' int32 sums (matmul_mmq, matmul_mmql, moe_group_mmql) and "
           "matmul_mms's byte-wide weights turned into floats by integer and float adds instead of "
-          "the conversion instruction, which NVIDIA's cards run at a fraction of the adds' rate: "
-          "the same bits; not yet measured, so off",
+          "the conversion instruction (presumed slower on NVIDIA, from its published rates): the "
+          "same bits; not yet measured, so off",
           {DC_ANY, {0}}),
     UINT1("MMQ_JITTER", mmq_jit, "0..1000",
           "for accuracy studies: the int8 products' input scales (mmq_quantize's) multiplied by "

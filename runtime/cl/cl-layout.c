@@ -266,7 +266,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         "#define MVR %u\n#define MV_CPU %u\n#define MV_CPU_R %u\n#define MS_T %u\n"
         "#define MS_MI %u\n#define MS_W %u\n#define MS_KB %u\n#define MVO %u\n#define MVU %u\n"
         "#define MVQ_WG %u\n#define MVQ_ROWS %u\n#define MV_IDP %u\n#define MMQ %u\n"
-        "#define MQL_ASYNC %u\n#define MQL_NST %u\n",
+        "#define MQL_ASYNC %u\n#define MQL_NST %u\n#define MQ_I2F %u\n#define MQ_JIT %u\n",
         ebb_cl_layout_name(l, name, sizeof(name)), tu->mv_wg, tu->mv_rows, tu->mm_t, tu->mm_k,
         tu->mm_wg, tu->mm_local, tu->norm_wg, tu->block_dec, tu->mv_flat, tu->mv_xlocal, ti->blk,
         tu->mv_ptx, tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) ? 1u : 0u, tu->mm_mma, tu->mma_r,
@@ -276,22 +276,11 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_wg : tu->mv_wg,
         tu->mv_ptx && tu->mvq_wg ? tu->mvq_rows : tu->mv_rows, tu->mv_idp && !tu->mv_ptx ? 1u : 0u,
         tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) ? 1u : 0u,
-        tu->mmq_async && tu->mv_ptx ? 1u : 0u, tu->mmq_nst == 3 ? 3u : 2u);
+        tu->mmq_async && tu->mv_ptx ? 1u : 0u, tu->mmq_nst == 3 ? 3u : 2u, tu->mmq_i2f ? 1u : 0u,
+        tu->mmq_jit);
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
-    if (tu->mmq_i2f) {
-        n = snprintf(buf + used, cap - used, "#define MQ_I2F 1\n");
-        if (n < 0 || (size_t)n >= cap - used)
-            return EBB_ERANGE;
-        used += (size_t)n;
-    }
-    if (tu->mmq_jit) {
-        n = snprintf(buf + used, cap - used, "#define MQ_JIT %u\n", tu->mmq_jit);
-        if (n < 0 || (size_t)n >= cap - used)
-            return EBB_ERANGE;
-        used += (size_t)n;
-    }
     const char *bits = ti->split == 8 ? "q8" : "q4";
     if (l->order == EBB_CL_ORDER_RAW)
         n = snprintf(buf + used, cap - used,
