@@ -955,6 +955,14 @@ typedef float2 mql_sc;
 #ifndef MQL_PF
 #define MQL_PF 1 /* the next step's loads in flight while the current step multiplies */
 #endif
+/* Orders a work-item's global stores before what follows for every other work-group (the
+ * slices' join in matmul_mmql): membar.gl through PTX, where the compiler's mem_fence may stop at
+ * the work-group; mem_fence elsewhere (PoCL's CPUs keep their caches coherent). */
+#if MV_PTX
+#define MQL_FENCE() __asm__ volatile("membar.gl;" ::: "memory")
+#else
+#define MQL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
 #define MQL_BYTES                                                                                  \
     (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
 #if MQL_BYTES <= 49152
@@ -1260,10 +1268,13 @@ moe_group_mmql(W_ARGS, int n_in, int n_rows, int k, int kdiv, __global const int
 #else
 __kernel __attribute__((reqd_work_group_size(MQL_NT, 1, 1))) void
 matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const float2 *xh,
-            __global float *y, int y_ld, int y_off, __global const float *res, int n_tok)
+            __global float *y, int y_ld, int y_off, __global const float *res, int n_tok,
+            __global float *part, __global int *cnt)
 #endif
 {
 #if defined(MQL_G) && MQL_G
+#define MQL_NZ 1
+#define MQL_Z 0
     int4 tl = tiles[get_group_id(0)];
     int n_tok = tl.z, wb = tl.x * n_rows, n_out = wb + n_rows; /* weight rows wb..n_out - 1 */
     __local int mrow[MS_T];
@@ -1275,6 +1286,9 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #else
 #define MQL_T0 ((int)get_group_id(0) * MS_T)
 #define MQL_ROW0 ((int)get_group_id(1) * MQL_R)
+#define MQL_NZ ((int)get_num_groups(2))
+#define MQL_Z ((int)get_group_id(2))
+    __local int zlast; /* with slices: this work-group's tile is complete (mql_join) */
 #endif
 #if MQL_A
     __local uint la[MQA_NST * MQL_R * MQA_AKW] __attribute__((aligned(16)));
@@ -1286,6 +1300,9 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     int lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, q = lane & 3;
     int t0 = MQL_T0, row0 = MQL_ROW0, nb = n_in / 32;
     int ns = (nb + MS_KB - 1) / MS_KB, rw = 16 * MS_MI * warp;
+    /* slice MQL_Z of MQL_NZ: steps sb..sb + ns - 1 */
+    int sb = ns * MQL_Z / MQL_NZ;
+    ns = ns * (MQL_Z + 1) / MQL_NZ - sb;
 #if MQA_SN
     uint ss = local_saddr(ls);
 #else
@@ -1297,7 +1314,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #pragma unroll
     for (int s = 0; s < MQA_NST - 1; s++) {
         if (s < ns)
-            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, s * MS_KB,
+            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, (sb + s) * MS_KB,
                      sa + (uint)(s * MQL_R * MQA_AKW * 4), ss + (uint)(s * MQL_R * MS_KB * 8),
                      sx + (uint)(s * MS_T * MQA_XKW * 4), sh + (uint)(s * MS_T * MS_KB * 8) MQL_MROW_PASS);
         CP_COMMIT();
@@ -1313,7 +1330,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         /* Step s + MQA_NST - 1 into the stage that every warp finished reading at step s - 1. */
         int sn = s + MQA_NST - 1, pn = sn % MQA_NST;
         if (sn < ns)
-            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, sn * MS_KB,
+            mqa_copy(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, (sb + sn) * MS_KB,
                      sa + (uint)(pn * MQL_R * MQA_AKW * 4), ss + (uint)(pn * MQL_R * MS_KB * 8),
                      sx + (uint)(pn * MS_T * MQA_XKW * 4), sh + (uint)(pn * MS_T * MS_KB * 8) MQL_MROW_PASS);
         CP_COMMIT();
@@ -1346,14 +1363,14 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 #if MQA_K5
                 /* The fifth bit: bit j of the high-bit bytes of weights 4q.. (word 4 + q) and
                  * 16 + 4q.. (word 8 + q), as bit 4 of each byte. */
-                int jh = (s * MS_KB + kb) & 7;
+                int jh = ((sb + s) * MS_KB + kb) & 7;
                 a[i][0] |= ((ha[4 + q] >> jh) & 0x01010101u) << 4;
                 a[i][1] |= ((hb[4 + q] >> jh) & 0x01010101u) << 4;
                 a[i][2] |= ((ha[8 + q] >> jh) & 0x01010101u) << 4;
                 a[i][3] |= ((hb[8 + q] >> jh) & 0x01010101u) << 4;
 #endif
-                f[i][0] = (float4)(mqa_k4_dm(ha, (s * MS_KB + kb) & 7), 0.0f, 0.0f);
-                f[i][1] = (float4)(mqa_k4_dm(hb, (s * MS_KB + kb) & 7), 0.0f, 0.0f);
+                f[i][0] = (float4)(mqa_k4_dm(ha, ((sb + s) * MS_KB + kb) & 7), 0.0f, 0.0f);
+                f[i][1] = (float4)(mqa_k4_dm(hb, ((sb + s) * MS_KB + kb) & 7), 0.0f, 0.0f);
 #elif MQA_K6
                 /* Block kb of the half: weights 4q.. of its first 16 in ql word 8 (kb & 1) + q
                  * (nibble by kb / 2) and qh word q (bits 2 kb..), of the second 16 four words on;
@@ -1419,10 +1436,14 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     mql_sc wd[MQL_NWI];
     uint4 xv[MQL_NXI];
     float2 hv[MQL_NHI];
+    /* slice MQL_Z of MQL_NZ: blocks bs..be - 1, whole steps */
+    int nst = (nb + MS_KB - 1) / MS_KB, bs = MS_KB * (nst * MQL_Z / MQL_NZ);
+    int be = min(nb, MS_KB * (nst * (MQL_Z + 1) / MQL_NZ));
 #if MQL_PF
-    mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, 0, wv, wd, xv, hv MQL_MROW_PASS);
+    if (bs < be)
+        mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, bs, wv, wd, xv, hv MQL_MROW_PASS);
 #endif
-    for (int b0 = 0; b0 < nb; b0 += MS_KB) {
+    for (int b0 = bs; b0 < be; b0 += MS_KB) {
 #if !MQL_PF
         mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0, wv, wd, xv, hv MQL_MROW_PASS);
 #endif
@@ -1456,7 +1477,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 lh[it] = hv[n];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (MQL_PF && b0 + MS_KB < nb)
+        if (MQL_PF && b0 + MS_KB < be)
             mql_fetch(W_PASS, n_in, n_out, xq, xh, n_tok, lid, row0, t0, b0 + MS_KB, wv, wd, xv,
                       hv MQL_MROW_PASS);
 #pragma unroll 1
@@ -1521,6 +1542,54 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #endif
+#if !(defined(MQL_G) && MQL_G)
+    /* With slices (global size MQL_NZ along dimension 2, ebb's MMQS_SPLIT): each work-group
+     * leaves its slice's sums in part (MQL_NZ planes of n_tok x n_out), then counts itself in its
+     * tile's cnt; the tile's last work-group (which resets the count for the next product) adds
+     * the planes up in plane order, so that the result does not depend on which slice ended
+     * last, and writes y as below. */
+    if (MQL_NZ > 1) {
+        __global float *pz = part + (size_t)MQL_Z * n_tok * n_out;
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_T / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
+                    int tok = t0 + 8 * j + 2 * q + (e & 1);
+                    if (row < n_out && tok < n_tok)
+                        pz[(size_t)tok * n_out + row] = acc[i][j][e];
+                }
+        MQL_FENCE();
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            int c = (int)get_group_id(0) + (int)get_num_groups(0) * (int)get_group_id(1);
+            zlast = atomic_inc(cnt + c) == MQL_NZ - 1;
+            if (zlast)
+                atomic_xchg(cnt + c, 0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!zlast)
+            return;
+        MQL_FENCE();
+        __global const volatile float *pv = part;
+#pragma unroll
+        for (int i = 0; i < MS_MI; i++)
+#pragma unroll
+            for (int j = 0; j < MS_T / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
+                    int tok = t0 + 8 * j + 2 * q + (e & 1);
+                    float v = 0.0f;
+                    if (row < n_out && tok < n_tok)
+                        for (int z = 0; z < MQL_NZ; z++)
+                            v += pv[((size_t)z * n_tok + tok) * n_out + row];
+                    acc[i][j][e] = v;
+                }
+    }
+#endif
 #pragma unroll
     for (int i = 0; i < MS_MI; i++)
 #pragma unroll
@@ -1545,6 +1614,8 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
 }
 #undef MQL_T0
 #undef MQL_ROW0
+#undef MQL_NZ
+#undef MQL_Z
 
 /* How this build of matmul_mmql stages its tiles, for reports (`ebb bench`'s kernels line):
  * o[0] = the cp.async stages (0: through registers). One work-item. */

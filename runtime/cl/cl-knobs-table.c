@@ -245,6 +245,12 @@ const struct knob ebb__cl_knobs[] = {
           "not only Q4_0 (0: those batches take matmul_mms's tiles; measured in "
           "docs/PERFORMANCE.md)",
           {DC_ANY, {1}}),
+    UINT1("MMQS_SPLIT", mmqs_split, "0..64",
+          "with MMQS: a batch's products whose tiles fill fewer than N work-groups a compute unit "
+          "split their inputs into up to 8 slices (more work-groups, each a part of the sums; the "
+          "tile's last work-group adds the slices in order: the same result whichever ends "
+          "first); 0: never",
+          {DC_ANY, {0}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,

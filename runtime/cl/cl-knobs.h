@@ -79,20 +79,23 @@ struct ebb_cl_tuning {
                      matmul_mms takes run matmul_mmq (8-bit inputs, int8 tensor-core
                      products) with the mmq_* tile; 0 = never */
     uint32_t mmq_t, mmq_mi, mmq_w, mmq_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
-    uint32_t mmq_stage; /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
-                           memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
-    uint32_t mmq_async; /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
-                           cp.async, mmq_nst steps in flight (after the async probe) */
-    uint32_t mmq_nst;   /* those steps: 2 or 3 */
-    uint32_t mmq_i2f;   /* 1: the int8 tiles' int32 sums and matmul_mms's byte-wide weights
-                           converted to float by integer and float adds (the same bits) */
-    uint32_t mmq_jit;   /* accuracy studies: the int8 products' input scales times
-                           (1 + mmq_jit 1e-6); 0 = off */
-    uint32_t mmqs;      /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
-                           of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
-                           steps); 0 = never */
-    uint32_t mmqs_all;  /* 1: mmqs's products for every weight type with matmul_mmq, not only
-                           Q4_0 */
+    uint32_t mmq_stage;  /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
+                            memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
+    uint32_t mmq_async;  /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
+                            cp.async, mmq_nst steps in flight (after the async probe) */
+    uint32_t mmq_nst;    /* those steps: 2 or 3 */
+    uint32_t mmq_i2f;    /* 1: the int8 tiles' int32 sums and matmul_mms's byte-wide weights
+                            converted to float by integer and float adds (the same bits) */
+    uint32_t mmq_jit;    /* accuracy studies: the int8 products' input scales times
+                            (1 + mmq_jit 1e-6); 0 = off */
+    uint32_t mmqs;       /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
+                            of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
+                            steps); 0 = never */
+    uint32_t mmqs_all;   /* 1: mmqs's products for every weight type with matmul_mmq, not only
+                            Q4_0 */
+    uint32_t mmqs_split; /* with mmqs: a product whose tiles fill fewer than mmqs_split
+                            work-groups a compute unit splits its inputs into slices (at most
+                            EBB_CL_MMQS_SPLIT_MAX; 0: never) */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */
     uint32_t mmqs6_t, mmqs6_mi, mmqs6_w, mmqs6_kb; /* the same for Q6_K weights */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb;     /* matmul_mmql's tile: tokens, 16-row groups a
@@ -160,6 +163,11 @@ struct ebb_cl_tuning {
 
 /* Work-group size of quantize_x8 (q8.cl). */
 #define EBB_CL_Q8_WG 256
+
+/* mmqs_split: the most slices a product's inputs are split into, and the most tiles (token tiles
+ * x row groups) a split product may have (matmul_mmql's counters, one a tile). */
+#define EBB_CL_MMQS_SPLIT_MAX 8
+#define EBB_CL_MMQS_TILES_MAX 4096
 
 /* Settings of the engine that are not kernel variants: where weights go, how the engine is
  * watched. Read from the environment at each use (tests change them between calls). */

@@ -283,25 +283,29 @@ struct clm {
     cl_mem pc;
     uint32_t pc_len;
     /* Scratch, allocated once. */
-    cl_mem ids;                 /* (n_batch) int */
-    cl_mem x, h;                /* (n_batch, n_embd) residual stream and normed copy */
-    cl_mem qkv;                 /* (n_batch, n_qkv) */
-    cl_mem att;                 /* (n_batch, n_q) */
-    cl_mem gu, ff;              /* (n_batch, 2 n_ff), (n_batch, n_ff) */
-    cl_mem hl;                  /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
-    cl_mem logits;              /* (N_OUT_ROWS, n_vocab) */
-    cl_mem apo, apml;           /* with k_attn_pre_mma: runs of keys' partials, (ATT_SPLIT_ROWS,
-                                   n_head, head_dim) and (ATT_SPLIT_ROWS, n_head) float2 */
-    cl_mem po, pml;             /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
-                                   max_chunks) float2 */
-    cl_mem tpv, tpi, tov, toi;  /* top-k partials (N_OUT_ROWS, topk_parts * TOPK_MAX) and
-                                   results (N_OUT_ROWS, TOPK_MAX) */
-    int topk_parts;             /* first-pass work-groups a row, 0: no device top-k */
-    cl_mem xq, xd;              /* with tu.mv_q8: a decode product's input as int8 (widest
-                                   n_in) and its per-32 (d, d * sum) float2 */
-    cl_mem mq_x, mq_h;          /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
-                                   n_in as int8 and a float2 (d, d * sum) per 32 */
-    uint32_t mq_wide;           /* that widest n_in */
+    cl_mem ids;                /* (n_batch) int */
+    cl_mem x, h;               /* (n_batch, n_embd) residual stream and normed copy */
+    cl_mem qkv;                /* (n_batch, n_qkv) */
+    cl_mem att;                /* (n_batch, n_q) */
+    cl_mem gu, ff;             /* (n_batch, 2 n_ff), (n_batch, n_ff) */
+    cl_mem hl;                 /* (N_OUT_ROWS, n_embd) normed rows whose logits are wanted */
+    cl_mem logits;             /* (N_OUT_ROWS, n_vocab) */
+    cl_mem apo, apml;          /* with k_attn_pre_mma: runs of keys' partials, (ATT_SPLIT_ROWS,
+                                  n_head, head_dim) and (ATT_SPLIT_ROWS, n_head) float2 */
+    cl_mem po, pml;            /* (n_dec_max, n_head, max_chunks, head_dim), (n_dec_max, n_head,
+                                  max_chunks) float2 */
+    cl_mem tpv, tpi, tov, toi; /* top-k partials (N_OUT_ROWS, topk_parts * TOPK_MAX) and
+                                  results (N_OUT_ROWS, TOPK_MAX) */
+    int topk_parts;            /* first-pass work-groups a row, 0: no device top-k */
+    cl_mem xq, xd;             /* with tu.mv_q8: a decode product's input as int8 (widest
+                                  n_in) and its per-32 (d, d * sum) float2 */
+    cl_mem mq_x, mq_h;         /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
+                                  n_in as int8 and a float2 (d, d * sum) per 32 */
+    uint32_t mq_wide;          /* that widest n_in */
+    cl_mem mq_part, mq_cnt;    /* with tu.mmqs_split: the slices' sums (mq_part_n floats) and a
+                                  count a tile (EBB_CL_MMQS_TILES_MAX ints, zero between
+                                  products) for matmul_mmql's split products */
+    size_t mq_part_n;
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)

@@ -126,6 +126,26 @@ static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
+/* The slices a batch's product of w (n_in inputs, n_out rows, nt tokens, tiles work-groups on
+ * kernel kind's tile) is split into: enough for tu.mmqs_split work-groups a compute unit, at most
+ * EBB_CL_MMQS_SPLIT_MAX, each slice at least 4 of the tile's steps, within mq_part and mq_cnt. */
+static size_t mmq_slices(const struct clm *m, enum ebb_cl_wkernel kind, int n_in, int n_out, int nt,
+                         size_t tiles)
+{
+    size_t want = (size_t)m->tu.mmqs_split * m->cl->info.compute_units;
+    if (!m->mq_part || !tiles || tiles >= want || tiles > EBB_CL_MMQS_TILES_MAX)
+        return 1;
+    uint32_t tile[4];
+    ebb_cl_mmql_tile(&m->tu, kind, tile);
+    size_t kb = tile[3] ? tile[3] : 2; /* the kernel's MS_KB when the tile leaves it out */
+    size_t steps = ((size_t)n_in / 32 + kb - 1) / kb, z = (want + tiles - 1) / tiles;
+    z = z < EBB_CL_MMQS_SPLIT_MAX ? z : EBB_CL_MMQS_SPLIT_MAX;
+    z = z < steps / 4 ? z : steps / 4;
+    while (z > 1 && z * (size_t)nt * (size_t)n_out > m->mq_part_n)
+        z--;
+    return z > 1 ? z : 1;
+}
+
 /* matmul_mmq for a product of nt >= tu.mmq token rows of w (kernel k: p->matmul_mmqp, with
  * the mmq_* tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
  * program), then the int8 products. */
@@ -149,12 +169,20 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
                              EBB_CL_ARG(y_off),   EBB_CL_ARG(res),   EBB_CL_ARG(nt)};
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
-    size_t g[2], l[2];
+    size_t g[3], l[3] = {0, 1, 1};
     enum ebb_cl_wkernel kind = batch              ? ebb_cl_mmql_batch_kind(&w->layout)
                                : !m->tu.mmq_stage ? EBB_CL_WK_MMQ
                                                   : ebb_cl_mmql_kind(&w->layout);
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
-    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+    if (kind == EBB_CL_WK_MMQ)
+        return ebb_cl_run(m->cl, k, 2, g, l, diag);
+    /* matmul_mmql: a batch's product whose tiles leave the compute units short of mmqs_split
+     * work-groups each is split into slices of its inputs (matmul-mma.cl) */
+    g[2] = batch ? mmq_slices(m, kind, n_in, n_out, nt, g[0] / l[0] * g[1]) : 1;
+    struct ebb_cl_arg az[] = {EBB_CL_ARG(m->mq_part), EBB_CL_ARG(m->mq_cnt)};
+    if ((rc = ebb_cl_set_args(k, 11, az, 2, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, k, 3, g, l, diag);
 }
 
 /* Records that a product of several rows of w ran through path (ebb__clm_kernels). */

@@ -102,10 +102,10 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {&m->ids, &m->x,   &m->h,      &m->qkv,  &m->att,  &m->gu,
-                         &m->ff,  &m->hl,  &m->logits, &m->po,   &m->pml,  &m->tpv,
-                         &m->tpi, &m->tov, &m->toi,    &m->xq,   &m->xd,   &m->rt,
-                         &m->dr,  &m->xl,  &m->apo,    &m->apml, &m->mq_x, &m->mq_h};
+    cl_mem *scratch[] = {&m->ids,  &m->x,      &m->h,    &m->qkv,     &m->att,   &m->gu,  &m->ff,
+                         &m->hl,   &m->logits, &m->po,   &m->pml,     &m->tpv,   &m->tpi, &m->tov,
+                         &m->toi,  &m->xq,     &m->xd,   &m->rt,      &m->dr,    &m->xl,  &m->apo,
+                         &m->apml, &m->mq_x,   &m->mq_h, &m->mq_part, &m->mq_cnt};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -317,6 +317,21 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                  "8-bit prefill inputs", diag)))
             return rc;
         m->mq_wide = (uint32_t)wide;
+        /* a batch's split products (mmqs..mmq - 1 rows): the slices' sums of the widest n_out
+         * among the layers' products (wider ones, the head's, are not split) */
+        if (m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq) {
+            size_t brows = (size_t)m->tu.mmq - 1 < m->n_batch ? (size_t)m->tu.mmq - 1 : m->n_batch;
+            cl_int zero = 0;
+            m->mq_part_n = EBB_CL_MMQS_SPLIT_MAX * brows * wide;
+            if ((rc = ebb__clm_alloc(m, m->mq_part_n * f, &m->mq_part, "split products", diag)) ||
+                (rc = ebb__clm_alloc(m, sizeof(cl_int) * EBB_CL_MMQS_TILES_MAX, &m->mq_cnt,
+                                     "split products", diag)) ||
+                (rc = ebb_cl_check(clEnqueueFillBuffer(m->cl->q, m->mq_cnt, &zero, sizeof(zero), 0,
+                                                       sizeof(cl_int) * EBB_CL_MMQS_TILES_MAX, 0,
+                                                       NULL, NULL),
+                                   diag, "clearing the split products' counts")))
+                return rc;
+        }
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);

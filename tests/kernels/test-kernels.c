@@ -769,10 +769,17 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                   xh[2 * hi + 1], d, d * (float)s);
         }
     check_i2f(p->matmul_mmq);
-    /* matmul_mmq, then matmul_mmql (where its staging fits), on the same inputs. */
-    for (int v = 0; v < 2; v++) {
+    /* matmul_mmq, then matmul_mmql (where its staging fits) whole and split into NZ slices of
+     * its inputs (a batch's split products, MMQS_SPLIT; n_in of 8 or 9 blocks gives slices of
+     * unequal steps), on the same inputs. The split run goes twice: the same bits both times
+     * (the slices are added in order, whichever ends last), and every tile's count back at 0. */
+    enum { NZ = 3 };
+    size_t n_tiles = 0;
+    cl_mem pb = buf(sizeof(float) * NZ * ntok * n_out, NULL), cb = NULL;
+    float *y1 = malloc(sizeof(float) * ntok * n_out);
+    for (int v = 0; v < 4; v++) {
         cl_kernel k = v ? p->matmul_mmql : p->matmul_mmq;
-        const char *kn = v ? "matmul_mmql" : "matmul_mmq";
+        const char *kn = v == 0 ? "matmul_mmq" : v == 1 ? "matmul_mmql" : "matmul_mmql/3";
         if (!k)
             continue;
         OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, rb, CL_TRUE, 0, sizeof(float) * ntok * n_out,
@@ -783,10 +790,37 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                                  EBB_CL_ARG(zero), EBB_CL_ARG(rb), EBB_CL_ARG(nt)};
         OK(ebb_cl_weight_set_args(wt, k, 0, D));
         OK(ebb_cl_set_args(k, 2, a, 9, D));
-        size_t g[2], lw[2];
+        size_t g[3], lw[3] = {0, 1, 1};
         ebb_cl_wkernel_shape(t, v ? EBB_CL_WK_MMQLS : EBB_CL_WK_MMQS, n_out, ntok, g, lw);
-        OK(ebb_cl_run(cl, k, 2, g, lw, D));
+        g[2] = v >= 2 ? NZ : 1;
+        if (v >= 2 && !cb) {
+            n_tiles = g[0] / lw[0] * g[1];
+            int *z = calloc(n_tiles, sizeof(int));
+            cb = buf(sizeof(int) * n_tiles, z);
+            free(z);
+        }
+        if (v) {
+            cl_mem pa = v >= 2 ? pb : NULL, ca = v >= 2 ? cb : NULL;
+            struct ebb_cl_arg az[] = {EBB_CL_ARG(pa), EBB_CL_ARG(ca)};
+            OK(ebb_cl_set_args(k, 11, az, 2, D));
+        }
+        OK(ebb_cl_run(cl, k, v ? 3 : 2, g, lw, D));
         rd(rb, sizeof(float) * ntok * n_out, y);
+        if (v == 2)
+            memcpy(y1, y, sizeof(float) * ntok * n_out);
+        if (v == 3) {
+            CHECK(!memcmp(y1, y, sizeof(float) * ntok * n_out),
+                  "%s matmul_mmql in %d slices: two runs differ", name, NZ);
+            int *z = malloc(sizeof(int) * n_tiles);
+            rd(cb, sizeof(int) * n_tiles, z);
+            size_t nz = 0;
+            for (size_t i = 0; i < n_tiles; i++)
+                nz += z[i] != 0;
+            CHECK(nz == 0, "%s matmul_mmql in %d slices: %zu of %zu tile counts not reset", name,
+                  NZ, nz, n_tiles);
+            free(z);
+            continue;
+        }
         double worst = 0, worst_f = 0;
         for (uint32_t tk = 0; tk < ntok; tk++)
             for (uint32_t o = 0; o < n_out; o++) {
@@ -813,9 +847,13 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
     }
     clReleaseMemObject(qb);
     clReleaseMemObject(hb);
+    clReleaseMemObject(pb);
+    if (cb)
+        clReleaseMemObject(cb);
     free(xq);
     free(xh);
     free(y);
+    free(y1);
 }
 
 /* The tensor-core GEMMs (matmul_mma, matmul_mmb) and the small-batch matmul_mms (only it with
