@@ -251,6 +251,10 @@ const struct knob ebb__cl_knobs[] = {
           "tile's last work-group adds the slices in order: the same result whichever ends "
           "first); 0: never",
           {DC_ANY, {0}}),
+    UINT1("MMQL_SPLIT", mmql_split, "0..64",
+          "with MMQ_STAGE: prefill's int8 products (MMQ rows and more) split as MMQS_SPLIT's, "
+          "their tile MMQL_TILE's (the slices' sums of at most 64 MiB); 0: never",
+          {DC_ANY, {0}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,

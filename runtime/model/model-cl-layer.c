@@ -126,13 +126,14 @@ static ebb_err q8r_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
-/* The slices a batch's product of w (n_in inputs, n_out rows, nt tokens, tiles work-groups on
- * kernel kind's tile) is split into: enough for tu.mmqs_split work-groups a compute unit, at most
- * EBB_CL_MMQS_SPLIT_MAX, each slice at least 4 of the tile's steps, within mq_part and mq_cnt. */
-static size_t mmq_slices(const struct clm *m, enum ebb_cl_wkernel kind, int n_in, int n_out, int nt,
-                         size_t tiles)
+/* The slices a product of w (n_in inputs, n_out rows, nt tokens, tiles work-groups on kernel
+ * kind's tile; batch: a batch's, on the mmqs_* tile) is split into: enough for tu.mmqs_split
+ * (batch) or tu.mmql_split (prefill) work-groups a compute unit, at most EBB_CL_MMQS_SPLIT_MAX,
+ * each slice at least 4 of the tile's steps, within mq_part and mq_cnt. */
+static size_t mmq_slices(const struct clm *m, enum ebb_cl_wkernel kind, bool batch, int n_in,
+                         int n_out, int nt, size_t tiles)
 {
-    size_t want = (size_t)m->tu.mmqs_split * m->cl->info.compute_units;
+    size_t want = (size_t)(batch ? m->tu.mmqs_split : m->tu.mmql_split) * m->cl->info.compute_units;
     if (!m->mq_part || !tiles || tiles >= want || tiles > EBB_CL_MMQS_TILES_MAX)
         return 1;
     uint32_t tile[4];
@@ -176,9 +177,10 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
     if (kind == EBB_CL_WK_MMQ)
         return ebb_cl_run(m->cl, k, 2, g, l, diag);
-    /* matmul_mmql: a batch's product whose tiles leave the compute units short of mmqs_split
-     * work-groups each is split into slices of its inputs (matmul-mma.cl) */
-    g[2] = batch ? mmq_slices(m, kind, n_in, n_out, nt, g[0] / l[0] * g[1]) : 1;
+    /* matmul_mmql: a product whose tiles leave the compute units short of mmqs_split (a batch's)
+     * or mmql_split (prefill's) work-groups each is split into slices of its inputs
+     * (matmul-mma.cl) */
+    g[2] = mmq_slices(m, kind, batch, n_in, n_out, nt, g[0] / l[0] * g[1]);
     struct ebb_cl_arg az[] = {EBB_CL_ARG(m->mq_part), EBB_CL_ARG(m->mq_cnt)};
     if ((rc = ebb_cl_set_args(k, 11, az, 2, diag)))
         return rc;

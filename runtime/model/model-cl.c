@@ -317,12 +317,19 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                  "8-bit prefill inputs", diag)))
             return rc;
         m->mq_wide = (uint32_t)wide;
-        /* a batch's split products (mmqs..mmq - 1 rows): the slices' sums of the widest n_out
-         * among the layers' products (wider ones, the head's, are not split) */
-        if (m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq) {
+        /* split products (a batch's of mmqs..mmq - 1 rows, prefill's): the slices' sums of the
+         * widest n_out among the layers' products (mmq_slices splits only what fits) */
+        bool bs = m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq;
+        if (bs || (m->tu.mmq_stage && m->tu.mmql_split)) {
             size_t brows = (size_t)m->tu.mmq - 1 < m->n_batch ? (size_t)m->tu.mmq - 1 : m->n_batch;
+            size_t pf = (size_t)EBB_CL_MMQS_SPLIT_MAX * m->n_batch * wide, cap = (size_t)16 << 20;
             cl_int zero = 0;
-            m->mq_part_n = EBB_CL_MMQS_SPLIT_MAX * brows * wide;
+            /* a batch's products any split; prefill's as many slices as fit in 64 MiB */
+            size_t part = bs ? EBB_CL_MMQS_SPLIT_MAX * brows * wide : 0;
+            pf = pf < cap ? pf : cap;
+            if (m->tu.mmq_stage && m->tu.mmql_split && pf > part)
+                part = pf;
+            m->mq_part_n = part;
             if ((rc = ebb__clm_alloc(m, m->mq_part_n * f, &m->mq_part, "split products", diag)) ||
                 (rc = ebb__clm_alloc(m, sizeof(cl_int) * EBB_CL_MMQS_TILES_MAX, &m->mq_cnt,
                                      "split products", diag)) ||
