@@ -22,8 +22,9 @@
 #endif
 
 /* Integers to floats without the conversion instruction, which NVIDIA's published tables put at
- * a fraction of the float adds' rate (not measured here; with MQ_I2F, EBB_CL_MMQ_I2F; the same
- * bits either way, test-kernels checks both helpers over all their inputs). mq_i2f: (float)c, exactly, for |c| < 2^22: c
+ * a fraction of the float adds' rate (with MQ_I2F, EBB_CL_MMQ_I2F, off: on an H200 it made 8B
+ * prefill 4.5-12% slower, docs/PERFORMANCE.md; the same bits either way, test-kernels checks
+ * both helpers over all their inputs). mq_i2f: (float)c, exactly, for |c| < 2^22: c
  * added to the bits of 1.5 x 2^23 (whose last place is 1) is that float plus c, and taking 1.5 x
  * 2^23 away again leaves c with no rounding (the int8 products' int32 sums stay below 2^20: 32 x
  * 128 x 127). ms_s8f: the four signed bytes of v as floats (convert_float4(as_char4(v))), each

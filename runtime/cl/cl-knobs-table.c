@@ -201,8 +201,9 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("MMQ", mmq, "0..1048576",
           "with MMA: products of at least N token rows of the weights matmul_mms takes run "
           "matmul_mmq (inputs quantized to int8 per 32-block, int8 tensor-core products) with "
-          "the MMQ_TILE tile (0: never)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {64}}),
+          "the MMQ_TILE tile (0: never; NVIDIA's 128: 64..127 rows on MMQS's tile, 8B Q4_K_M "
+          "pp64 3389 tok/s against 1774 with 64 on an H200, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
     {.name = "MMQ_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 2,
      .part = {P(mmq_t, "8|16|32|64"), P(mmq_mi, "1|2|4"), P(mmq_w, "pow2 1..32"), P(mmq_kb, "1|2|4")},
      .def = {{DC_ANY, {64, 4, 2, 1}}}, .check = mms_tile_check,
@@ -222,8 +223,8 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MMQ_I2F", mmq_i2f,
           "with PTX, the int8 tiles' int32 sums (matmul_mmq, matmul_mmql, moe_group_mmql) and "
           "matmul_mms's byte-wide weights turned into floats by integer and float adds instead of "
-          "the conversion instruction (presumed slower on NVIDIA, from its published rates): the "
-          "same bits; not yet measured, so off",
+          "the conversion instruction: the same bits; off (on an H200 8B pp512 was 4.5-12% "
+          "slower with it, docs/PERFORMANCE.md)",
           {DC_ANY, {0}}),
     UINT1("MMQ_JITTER", mmq_jit, "0..1000",
           "for accuracy studies: the int8 products' input scales (mmq_quantize's) multiplied by "
@@ -249,11 +250,14 @@ const struct knob ebb__cl_knobs[] = {
           "with MMQS: a batch's products whose tiles fill fewer than N work-groups a compute unit "
           "split their inputs into up to 8 slices (more work-groups, each a part of the sums; the "
           "tile's last work-group adds the slices in order: the same result whichever ends "
-          "first); 0: never",
-          {DC_ANY, {0}}),
+          "first); 0: never (NVIDIA's 4: 32 slots of 8B Q4_K_M 13.3 ms a step against 18.1 on an "
+          "H200, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {4}}),
     UINT1("MMQL_SPLIT", mmql_split, "0..64",
           "with MMQ_STAGE: prefill's int8 products (MMQ rows and more) split as MMQS_SPLIT's, "
-          "their tile MMQL_TILE's (the slices' sums of at most 64 MiB); 0: never",
+          "their tile MMQL_TILE's (the slices' sums of at most 64 MiB); 0: never (4 on an H200: "
+          "8B pp512 4-11% slower, Q4_0 pp128 24% slower, Q4_K_M pp128 9% faster; "
+          "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
