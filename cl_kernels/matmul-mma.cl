@@ -1543,7 +1543,24 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #endif
-#if !(defined(MQL_G) && MQL_G)
+    /* MQL_EACH(code): code for each of the work-item's fragment sums acc[i][j][e], at row and
+     * tok of the product (rows past n_out and tokens past n_tok skipped). */
+#define MQL_EACH(...)                                                                              \
+    _Pragma("unroll") for (int i = 0; i < MS_MI; i++)                                              \
+        _Pragma("unroll") for (int j = 0; j < MS_T / 8; j++)                                       \
+            _Pragma("unroll") for (int e = 0; e < 4; e++)                                          \
+    {                                                                                              \
+        int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;                           \
+        int tok = t0 + 8 * j + 2 * q + (e & 1);                                                    \
+        if (row < n_out && tok < n_tok) {                                                          \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    }
+#if defined(MQL_G) && MQL_G
+    MQL_EACH(int pr = perm[tl.y + tok];
+             y[(size_t)(pr / k) * y_ld + y_off + (size_t)(pr % k) * n_rows + (row - wb)] =
+                 acc[i][j][e];)
+#else
     /* With slices (global size MQL_NZ along dimension 2, ebb's MMQS_SPLIT): each work-group
      * leaves its slice's sums in part (MQL_NZ planes of n_tok x n_out), then counts itself in its
      * tile's cnt; the tile's last work-group (which resets the count for the next product) adds
@@ -1551,17 +1568,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
      * last, and writes y as below. */
     if (MQL_NZ > 1) {
         __global float *pz = part + (size_t)MQL_Z * n_tok * n_out;
-#pragma unroll
-        for (int i = 0; i < MS_MI; i++)
-#pragma unroll
-            for (int j = 0; j < MS_T / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
-                    int tok = t0 + 8 * j + 2 * q + (e & 1);
-                    if (row < n_out && tok < n_tok)
-                        pz[(size_t)tok * n_out + row] = acc[i][j][e];
-                }
+        MQL_EACH(pz[(size_t)tok * n_out + row] = acc[i][j][e];)
         MQL_FENCE();
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         if (lid == 0) {
@@ -1575,43 +1582,14 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
             return;
         MQL_FENCE();
         __global const volatile float *pv = part;
-#pragma unroll
-        for (int i = 0; i < MS_MI; i++)
-#pragma unroll
-            for (int j = 0; j < MS_T / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
-                    int tok = t0 + 8 * j + 2 * q + (e & 1);
-                    float v = 0.0f;
-                    if (row < n_out && tok < n_tok)
-                        for (int z = 0; z < MQL_NZ; z++)
-                            v += pv[((size_t)z * n_tok + tok) * n_out + row];
-                    acc[i][j][e] = v;
-                }
+        MQL_EACH(float v = 0.0f; for (int z = 0; z < MQL_NZ; z++) v +=
+                 pv[((size_t)z * n_tok + tok) * n_out + row];
+                 acc[i][j][e] = v;)
     }
+    MQL_EACH(float v = acc[i][j][e]; if (res) v += res[(size_t)tok * y_ld + y_off + row];
+             WRITE_Y(y, tok, y_off + row, v);)
 #endif
-#pragma unroll
-    for (int i = 0; i < MS_MI; i++)
-#pragma unroll
-        for (int j = 0; j < MS_T / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + 16 * MS_MI * warp + 16 * i + g + (e >> 1) * 8;
-                int tok = t0 + 8 * j + 2 * q + (e & 1);
-                if (row < n_out && tok < n_tok) {
-#if defined(MQL_G) && MQL_G
-                    int pr = perm[tl.y + tok];
-                    y[(size_t)(pr / k) * y_ld + y_off + (size_t)(pr % k) * n_rows + (row - wb)] =
-                        acc[i][j][e];
-#else
-                    float v = acc[i][j][e];
-                    if (res)
-                        v += res[(size_t)tok * y_ld + y_off + row];
-                    WRITE_Y(y, tok, y_off + row, v);
-#endif
-                }
-            }
+#undef MQL_EACH
 }
 #undef MQL_T0
 #undef MQL_ROW0
