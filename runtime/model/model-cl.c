@@ -319,17 +319,17 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         m->mq_wide = (uint32_t)wide;
         /* split products (a batch's of mmqs..mmq - 1 rows, prefill's): the slices' sums of the
          * widest n_out among the layers' products (mmq_slices splits only what fits) */
-        bool bs = m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq;
-        if (bs || (m->tu.mmq_stage && m->tu.mmql_split)) {
+        bool bs = m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq,
+             ps = m->tu.mmq_stage && m->tu.mmql_split;
+        if (bs || ps) {
+            /* a batch's products any split (mmq - 1 rows at most); prefill's as many slices as
+             * fit in 64 MiB */
             size_t brows = (size_t)m->tu.mmq - 1 < m->n_batch ? (size_t)m->tu.mmq - 1 : m->n_batch;
-            size_t pf = (size_t)EBB_CL_MMQS_SPLIT_MAX * m->n_batch * wide, cap = (size_t)16 << 20;
+            size_t bpart = bs ? EBB_CL_MMQS_SPLIT_MAX * brows * wide : 0;
+            size_t ppart = ps ? EBB_CL_MMQS_SPLIT_MAX * m->n_batch * wide : 0;
+            ppart = ppart < ((size_t)16 << 20) ? ppart : (size_t)16 << 20;
             cl_int zero = 0;
-            /* a batch's products any split; prefill's as many slices as fit in 64 MiB */
-            size_t part = bs ? EBB_CL_MMQS_SPLIT_MAX * brows * wide : 0;
-            pf = pf < cap ? pf : cap;
-            if (m->tu.mmq_stage && m->tu.mmql_split && pf > part)
-                part = pf;
-            m->mq_part_n = part;
+            m->mq_part_n = bpart > ppart ? bpart : ppart;
             if ((rc = ebb__clm_alloc(m, m->mq_part_n * f, &m->mq_part, "split products", diag)) ||
                 (rc = ebb__clm_alloc(m, sizeof(cl_int) * EBB_CL_MMQS_TILES_MAX, &m->mq_cnt,
                                      "split products", diag)) ||
