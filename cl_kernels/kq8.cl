@@ -169,6 +169,10 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
 }
 
 #if defined(ROW_SUM) /* the weight program (matvec.cl before this file); moe.cl has its own */
+/* matvec_q8's groups a work-item loads per step: 4 rather than 2 decoded Qwen3-8B Q4_K_M 7%
+ * faster on an H200 (docs/PERFORMANCE.md, twentieth session); a row of 4096 inputs is then one
+ * wait on memory instead of two. */
+#define KQU 4
 /* matvec_q8 for these types: y[y_off + o] = (res ? res[y_off + o] : 0) + sum over the 32-groups
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same
  * arguments, global and local sizes as the 4-bit matvec_q8 in matvec.cl (the two are never in
@@ -186,12 +190,17 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
-        /* two groups per step: two weight loads in flight */
-        for (; b + MVQ_WG < nb; b += 2 * MVQ_WG) {
-            float a0 = W_KQ8(row, b, xq, xd), a1 = W_KQ8(row, b + MVQ_WG, xq, xd);
-            acc += a0 + a1;
+        /* KQU groups per step: KQU weight loads in flight */
+        for (; b + (KQU - 1) * MVQ_WG < nb; b += KQU * MVQ_WG) {
+            float a[KQU];
+            for (int u = 0; u < KQU; u++)
+                a[u] = W_KQ8(row, b + u * MVQ_WG, xq, xd);
+            float s = a[0];
+            for (int u = 1; u < KQU; u++)
+                s += a[u];
+            acc += s;
         }
-        if (b < nb)
+        for (; b < nb; b += MVQ_WG)
             acc += W_KQ8(row, b, xq, xd);
     }
     float sum = Q8_ROW_SUM(acc);

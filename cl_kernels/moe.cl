@@ -62,9 +62,12 @@ inline void route_probs(const __global float *s, int n_expert, __local float *re
 {
     int lid = get_local_id(0);
     float mx = -INFINITY;
+    /* Every item loads (an index past n_expert reads the last score, then drops it): loads
+     * under a condition were each waited for in turn on NVIDIA's compiler. */
     for (int j = 0; j < MOE_ROUTE_E; j++) {
         int e = lid + j * MOE_ROUTE_WG;
-        p[j] = e < n_expert && lid < MOE_ROUTE_WG ? s[e] : -INFINITY;
+        float v = s[min(e, n_expert - 1)];
+        p[j] = e < n_expert && lid < MOE_ROUTE_WG ? v : -INFINITY;
         mx = fmax(mx, p[j]);
     }
     mx = route_reduce(red, mx, true);
@@ -440,10 +443,16 @@ __kernel void moe_gather_q8(W_ARGS, int n_in, int n_rows, int k, __global const 
         y[y_off + o] = sum;
 }
 
+#define MOE_DN_U 4 /* moe_down_q8: (expert, group) pairs a work-item has in flight */
+
 /* moe_down for one token on 8-bit inputs: the k experts' SwiGLU outputs quantized once by
  * quantize_x8 over the whole [gate | up] row (glu 1, k * n_in inputs: expert j's blocks start
  * at j * n_in / 32). y[o] = (res ? res[o] : 0) + sum_j w[j] (row ids[j] * n_out + o . h_j).
- * res may alias y. Global (n_out * MV_WG, 1), local (MV_WG, 1). */
+ * The k * n_in / 32 (expert, group) pairs of a row are spread over its MV_WG work-items,
+ * MOE_DN_U at a time with no branch between their loads (an index past the last pair reads the
+ * last one again and drops it; an id of -1, moe_gate_up_q8's zero block, reads expert 0 and
+ * drops it), so that a work-item waits once for MOE_DN_U groups' loads instead of once for each
+ * expert in turn. res may alias y. Global (n_out * MV_WG, 1), local (MV_WG, 1). */
 __kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
                           __global const float *wts, __global const int4 *xq,
                           __global const float2 *xd, __global float *y,
@@ -451,18 +460,20 @@ __kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int
 {
     int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
     __local float red[MV_WG];
-    int nb = n_in / 32;
+    int nb = n_in / 32, np = k * nb;
     float out = 0.0f;
-    for (int j = 0; j < k; j++) {
-        if (ids[j] < 0) /* (moe_gate_up_q8's zero block) */
-            continue;
-        int row = ids[j] * n_out + o;
-        const __global int4 *xqj = xq + (size_t)j * 2 * nb;
-        const __global float2 *xdj = xd + (size_t)j * nb;
-        float acc = 0.0f;
-        for (int b = lane; b < nb; b += MV_WG)
-            acc += W_KQ8(row, b, xqj, xdj);
-        out += wts[j] * acc;
+    for (int p0 = lane; p0 < np; p0 += MOE_DN_U * MV_WG) {
+        float part[MOE_DN_U];
+#pragma unroll
+        for (int u = 0; u < MOE_DN_U; u++) {
+            int p = min(p0 + u * MV_WG, np - 1), j = p / nb, b = p - j * nb, id = ids[j];
+            float wj = wts[j];
+            float v = W_KQ8(max(id, 0) * n_out + o, b, xq + (size_t)j * 2 * nb,
+                            xd + (size_t)j * nb);
+            part[u] = p0 + u * MV_WG < np && id >= 0 ? wj * v : 0.0f;
+        }
+        for (int u = 0; u < MOE_DN_U; u++)
+            out += part[u];
     }
     float sum = moe_sum_q8(red, lane, out);
     if (lane == 0)
@@ -508,8 +519,13 @@ inline float moe_row_sum(__local float *red, int lane, float v)
 #endif
 }
 
+/* Router rows a work-group of moe_router_q8 computes: at most MOE_Q8_WG / MV_WG; fewer spread
+ * the router's rows (f32, 1 MiB for 128 experts of 2048) over more compute units, the items of
+ * the other rows idle (the host's copy: EBB_CL_MOE_RT_ROWS, runtime/cl/cl-knobs.h). */
+#define MOE_RT_ROWS (MOE_Q8_WG / MV_WG < 2 ? MOE_Q8_WG / MV_WG : 2)
+
 /* The router's product and the experts' input in one launch, for one token on 8-bit inputs:
- * work-groups 0 .. n_rg - 1 (n_rg = ceil(n_expert / (MOE_Q8_WG / MV_WG))) compute the scores
+ * work-groups 0 .. n_rg - 1 (n_rg = ceil(n_expert / MOE_RT_ROWS)) compute the scores
  * of an f32 router r (n_expert rows of n_in at r_a + r_off) over x RMS-normed with nw, as the
  * router's matvec does (MV_WG items a row, the norm folded); the next ceil(n_in / MOE_Q8_WG)
  * quantize x normed with nw into xq / xd as quantize_x8 does (the gate and up stacks' input).
@@ -522,25 +538,27 @@ moe_router_q8(__global const float *x, int n_in, __global const float *nw, float
 {
     __local float red[MOE_Q8_WG];
     int lid = get_local_id(0), g = get_group_id(0);
-    int n_rg = (n_expert + MOE_Q8_WG / MV_WG - 1) / (MOE_Q8_WG / MV_WG);
-    int lane = lid % MV_WG, slot = lid / MV_WG, row = g * (MOE_Q8_WG / MV_WG) + slot;
+    int n_rg = (n_expert + MOE_RT_ROWS - 1) / MOE_RT_ROWS;
+    int lane = lid % MV_WG, slot = lid / MV_WG, row = g * MOE_RT_ROWS + slot;
     int i = (g - n_rg) * MOE_Q8_WG + lid;
     float ss = 0.0f, inv;
     if (g < n_rg) { /* (the branch is the work-group's: its barriers are uniform) */
+        /* The sum of squares and the row's product in one pass over x, each summed in the
+         * router matvec's order (the same bits), eight steps' loads in flight. An idle team
+         * (past MOE_RT_ROWS or n_expert) reads row 0 and drops it. */
+        float4 acc = (float4)(0.0f);
+        bool mine = slot < MOE_RT_ROWS && row < n_expert;
+        const __global float *wr =
+            (const __global float *)(r_a + r_off + (ulong)(mine ? row : 0) * (ulong)n_in * 4);
+#pragma unroll 8
         for (int j = lane * 4; j < n_in; j += MV_WG * 4) {
             float4 v = vload4(0, x + j);
             ss += dot(v, v);
+            acc += vload4(0, wr + j) * (v * vload4(0, nw + j));
         }
         inv = rsqrt(moe_row_sum(red + slot * MV_WG, lane, ss) / n_in + eps);
-        float4 acc = (float4)(0.0f);
-        if (row < n_expert) {
-            const __global float *wr =
-                (const __global float *)(r_a + r_off + (ulong)row * (ulong)n_in * 4);
-            for (int j = lane * 4; j < n_in; j += MV_WG * 4)
-                acc += vload4(0, wr + j) * (vload4(0, x + j) * vload4(0, nw + j));
-        }
         float sum = moe_row_sum(red + slot * MV_WG, lane, (acc.x + acc.y + acc.z + acc.w) * inv);
-        if (lane == 0 && row < n_expert)
+        if (lane == 0 && mine)
             scores[row] = sum;
     } else {
         for (int j = lid * 4; j < n_in; j += MOE_Q8_WG * 4) {
@@ -616,12 +634,15 @@ moe_gate_up_q8(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_r
             if (lid < MOE_ROUTE_WG && lid + q * MOE_ROUTE_WG < n_expert)
                 pl[lid + q * MOE_ROUTE_WG] = p[q];
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* An expert's rank: the experts before it in (probability down, id up). */
+        /* An expert's rank: the experts before it in (probability down, id up), counted over
+         * all of them with no early exit, so that the local loads go out back to back (a
+         * count stopped at k waited for each load in turn). */
         for (int q = 0; q < MOE_ROUTE_E; q++) {
             int e = lid + q * MOE_ROUTE_WG, rank = 0;
             if (lid >= MOE_ROUTE_WG || e >= n_expert)
                 continue;
-            for (int f = 0; f < n_expert && rank < k; f++)
+#pragma unroll 8
+            for (int f = 0; f < n_expert; f++)
                 rank += pl[f] > p[q] || (pl[f] == p[q] && f < e);
             if (rank < k)
                 sel_id[rank] = e, sel_p[rank] = p[q];
@@ -642,19 +663,37 @@ moe_gate_up_q8(W_ARGS, __global const uchar *u_a, ulong u_off, int n_in, int n_r
         id = ids[j];
     }
     /* Team slot takes rows slot, slot + MOE_GU_NT, ... of the 64 (gate 0..31, up 32..63), each
-     * summed over the groups b = lane, lane + MV_WG, ... in moe_gather_q8's order. */
+     * summed over the groups b = lane, lane + MV_WG, ... in moe_gather_q8's order. Where the
+     * teams divide 32 rows, a team's gate row and the up row at the same place are taken
+     * together with no branch between their dots, so that all MOE_GU_R rows' loads go out
+     * before the first is used (a branch around each row's dot, or a stack picked per row, had
+     * NVIDIA's compiler wait for each row's loads in turn). */
     float acc[MOE_GU_R];
     for (int q = 0; q < MOE_GU_R; q++)
         acc[q] = 0.0f;
-    for (int b = lane; b < n_in / 32; b += MV_WG) {
+#if 32 % MOE_GU_NT == 0
+#define MOE_GU_H (MOE_GU_R / 2) /* a team's gate rows (and up rows) */
+    if (id >= 0) /* (-1: the whole work-group, a zero block) */
+        for (int b = lane; b < n_in / 32; b += MV_WG) {
 #pragma unroll
-        for (int q = 0; q < MOE_GU_R; q++) {
-            int r = slot + q * MOE_GU_NT, row = id * n_rows + c * 32 + (r & 31);
-            if (r < 64 && id >= 0) /* (-1: the whole work-group, a zero block) */
-                acc[q] += r < 32 ? moe_kq8(w_a, w_off, n_in, row, b, xq, xd)
-                                 : moe_kq8(u_a, u_off, n_in, row, b, xq, xd);
+            for (int q = 0; q < MOE_GU_H; q++) {
+                int row = id * n_rows + c * 32 + slot + q * MOE_GU_NT;
+                acc[q] += moe_kq8(w_a, w_off, n_in, row, b, xq, xd);
+                acc[MOE_GU_H + q] += moe_kq8(u_a, u_off, n_in, row, b, xq, xd);
+            }
         }
-    }
+    /* acc[q] is row slot + q * MOE_GU_NT of the 64 for q < MOE_GU_H, and the up row 32 + slot
+     * + (q - MOE_GU_H) * MOE_GU_NT after: the same r = slot + q * MOE_GU_NT. */
+#else
+    if (id >= 0)
+        for (int b = lane; b < n_in / 32; b += MV_WG)
+            for (int q = 0; q < MOE_GU_R; q++) {
+                int r = slot + q * MOE_GU_NT, row = id * n_rows + c * 32 + (r & 31);
+                if (r < 64)
+                    acc[q] += r < 32 ? moe_kq8(w_a, w_off, n_in, row, b, xq, xd)
+                                     : moe_kq8(u_a, u_off, n_in, row, b, xq, xd);
+            }
+#endif
     for (int q = 0; q < MOE_GU_R; q++) {
         int r = slot + q * MOE_GU_NT;
         float sum = moe_sum_q8(red + slot * MV_WG, lane, acc[q]);

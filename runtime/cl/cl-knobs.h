@@ -165,6 +165,10 @@ struct ebb_cl_tuning {
 /* Work-group size of quantize_x8 (q8.cl). */
 #define EBB_CL_Q8_WG 256
 
+/* Router rows a work-group of moe_router_q8 computes (moe.cl's MOE_RT_ROWS), at most
+ * EBB_CL_Q8_WG / mv_wg: few, so that the router's rows are read by many compute units. */
+#define EBB_CL_MOE_RT_ROWS(mv_wg) (EBB_CL_Q8_WG / (mv_wg) < 2 ? EBB_CL_Q8_WG / (mv_wg) : 2)
+
 /* mmqs_split: the most slices a product's inputs are split into, and the most tiles (token tiles
  * x row groups) a split product may have (matmul_mmql's counters, one a tile). */
 #define EBB_CL_MMQS_SPLIT_MAX 8

@@ -183,6 +183,58 @@ static double q8_bound(const float *w, const double *x, int n, double *ref, doub
     return q;
 }
 
+/* moe_down_q8 over all MOE_E experts' slots, one of them -1 (the zero block of an expert-cache
+ * slot): each work-item takes several (expert, group) pairs, and the pairs run out part-way
+ * through a round. Returns the largest error over its bound. */
+static double test_moe_down_q8_all(cl_program p, const char *name, cl_kernel kq,
+                                   const struct ebb_cl_weight *dw, const float *dn)
+{
+    static const int ids[MOE_E] = {3, -1, 0, 5, 1, 2};
+    static const float wts[MOE_E] = {0.3f, 0.9f, -0.2f, 0.25f, 0.15f, 0.1f};
+    static float h[2 * MOE_E * MOE_F];
+    for (int i = 0; i < 2 * MOE_E * MOE_F; i++)
+        h[i] = 2.0f * sinf(0.37f * (float)i + 0.5f);
+    cl_mem hb = buf(sizeof(h), h), ib = buf(sizeof(ids), (void *)ids);
+    cl_mem wb = buf(sizeof(wts), (void *)wts), ob = buf(sizeof(float) * MOE_D, NULL);
+    cl_mem xq = buf(MOE_E * MOE_F, NULL), xd = buf(sizeof(float) * 2 * MOE_E * MOE_F / 32, NULL);
+    moe_quantize(kq, hb, MOE_E * MOE_F, 1, xq, xd);
+    int dn_in = MOE_F, dn_out = MOE_D, kk = MOE_E;
+    cl_mem nul = NULL;
+    cl_kernel k = kern(p, "moe_down_q8");
+    OK(ebb_cl_weight_set_args(dw, k, 0, D));
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
+                             EBB_CL_ARG(ib),    EBB_CL_ARG(wb),     EBB_CL_ARG(xq),
+                             EBB_CL_ARG(xd),    EBB_CL_ARG(ob),     EBB_CL_ARG(nul)};
+    OK(ebb_cl_set_args(k, 2, b, 9, D));
+    size_t gd[2] = {(size_t)MOE_D * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
+    OK(ebb_cl_run(cl, k, 2, gd, ls, D));
+    float out[MOE_D];
+    rd(ob, sizeof(out), out);
+    static double xs[MOE_E * MOE_F];
+    for (int i = 0; i < MOE_E * MOE_F; i++)
+        xs[i] = silu_d(h[i]) * h[MOE_E * MOE_F + i];
+    double worst = 0;
+    for (int o = 0; o < MOE_D; o++) {
+        double ref = 0, bound = 1e-6;
+        for (int j = 0; j < MOE_E; j++) {
+            if (ids[j] < 0)
+                continue;
+            const float *wr = dn + ((size_t)ids[j] * MOE_D + o) * MOE_F;
+            double r, mg, q = q8_bound(wr, xs + j * MOE_F, MOE_F, &r, &mg);
+            ref += wts[j] * r;
+            bound += fabs(wts[j]) * (q + 1e-4 * mg);
+        }
+        worst = fmax(worst, fabs(out[o] - ref) / bound);
+        CHECK(fabs(out[o] - ref) <= bound, "moe_down_q8 %s, %d slots, o %d: %g vs %g (bound %g)",
+              name, MOE_E, o, out[o], ref, bound);
+    }
+    clReleaseKernel(k);
+    cl_mem ms[] = {hb, ib, wb, ob, xq, xd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    return worst;
+}
+
 /* moe_gather_q8 and moe_down_q8 (decode, token 0 of x and h) after quantize_x8, against the
  * dequantized stacks within the input rounding bound. */
 static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weight *gw,
@@ -252,6 +304,7 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
     cl_mem ms[] = {xb, ib, wb, hb, yb, ob, xq, xd};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
+    worst = fmax(worst, test_moe_down_q8_all(p, name, kq, dw, dn));
     clReleaseKernel(kq);
     clReleaseProgram(ops);
     printf("  moe_gather_q8 / moe_down_q8 (%s) max err / bound %.2f\n", name, worst);
@@ -311,7 +364,7 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
                               EBB_CL_ARG(r.a), EBB_CL_ARG(roff), EBB_CL_ARG(n_e), EBB_CL_ARG(s1),
                               EBB_CL_ARG(xq1), EBB_CL_ARG(xd1)};
     OK(ebb_cl_set_args(kr, 0, ra, 10, D));
-    size_t rows = EBB_CL_Q8_WG / tu.mv_wg, rg = (E + rows - 1) / rows + qg / EBB_CL_Q8_WG;
+    size_t rows = EBB_CL_MOE_RT_ROWS(tu.mv_wg), rg = (E + rows - 1) / rows + qg / EBB_CL_Q8_WG;
     size_t rgs = rg * EBB_CL_Q8_WG;
     OK(ebb_cl_run(cl, kr, 1, &rgs, &ql, D));
     float sc0[E], sc1[E];
