@@ -461,6 +461,72 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
     printf("  moe_router_q8 / moe_gate_up_q8 (%s) equal to the launches they replace\n", name);
 }
 
+/* moe_gate_up_q8 routing itself over 301 experts (items holding three experts each), k 8 and 64,
+ * with ties within an item and across items: work-group 0's ids and weights against the CPU
+ * router, as test_moe_route_wide checks moe_route. The stacks are 301 experts of 32 rows; the
+ * products' inputs are zeros (only the routing is checked here). */
+static void test_moe_fused_wide(cl_program p, const struct ebb_cl_layout *l)
+{
+    enum { E = 301, R = 32, N = 64, KMAX = 64 };
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l->type, N, &rowb));
+    uint8_t *raw = malloc(rowb * E * R);
+    random_rows(l->type, E * R, N, raw, rowb);
+    struct ebb_cl_wsrc src = {raw, E * R};
+    struct ebb_cl_weight gw;
+    OK(ebb_cl_weight_new(cl, l, N, &src, 1, NULL, &gw, D));
+    free(raw);
+    static float s[E];
+    for (int i = 0; i < E; i++)
+        s[i] = 4.0f * frand();
+    s[5] = s[133] = s[261] = 6.0f; /* one item's three experts tie for first place */
+    s[300] = s[23] = s[7] = 5.0f;  /* then three items' */
+    static const int8_t zq[N] = {0};
+    static const float zd[2 * N / 32] = {0};
+    cl_mem sb = buf(sizeof(s), s), xq = buf(sizeof(zq), (void *)zq),
+           xd = buf(sizeof(zd), (void *)zd);
+    cl_mem ib = buf(sizeof(int) * KMAX, NULL), wb = buf(sizeof(float) * KMAX, NULL);
+    cl_mem gq = buf(KMAX * R, NULL), gd = buf(sizeof(float) * 2 * KMAX * R / 32, NULL);
+    cl_kernel ku = kern(p, "moe_gate_up_q8");
+    int ks[] = {8, KMAX};
+    for (int v = 0; v < 2; v++) {
+        int n_in = N, rows = R, kk = ks[v], n_e = E, norm = 1;
+        float scale = v ? 2.5f : 0.0f;
+        OK(ebb_cl_weight_set_args(&gw, ku, 0, D));
+        OK(ebb_cl_weight_set_args(&gw, ku, 2, D));
+        struct ebb_cl_arg a[] = {
+            EBB_CL_ARG(n_in), EBB_CL_ARG(rows),  EBB_CL_ARG(kk), EBB_CL_ARG(sb), EBB_CL_ARG(n_e),
+            EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ib), EBB_CL_ARG(wb), EBB_CL_ARG(xq),
+            EBB_CL_ARG(xd),   EBB_CL_ARG(gq),    EBB_CL_ARG(gd)};
+        OK(ebb_cl_set_args(ku, 4, a, 13, D));
+        size_t gs = (size_t)kk * (R / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
+        OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
+        int ids[KMAX], ri[KMAX];
+        float w[KMAX], rw[KMAX];
+        rd(ib, sizeof(int) * kk, ids);
+        rd(wb, sizeof(float) * kk, w);
+        moe_route_ref(s, E, kk, norm, scale, ri, rw);
+        for (int j = 0; j < kk; j++) {
+            CHECK(ids[j] == ri[j], "moe_gate_up_q8 routing %d of %d, slot %d: %d vs %d", kk, E, j,
+                  ids[j], ri[j]);
+            CHECK(fabsf(w[j] - rw[j]) <= 1e-5f * fabsf(rw[j]) + 1e-7f,
+                  "moe_gate_up_q8 routing %d of %d, slot %d: weight %g vs %g", kk, E, j, w[j],
+                  rw[j]);
+        }
+        CHECK(ids[0] == 5 && ids[1] == 133 && ids[2] == 261 && ids[3] == 7 && ids[4] == 23 &&
+                  ids[5] == 300,
+              "moe_gate_up_q8 routing ties: %d %d %d %d %d %d", ids[0], ids[1], ids[2], ids[3],
+              ids[4], ids[5]);
+    }
+    clReleaseKernel(ku);
+    cl_mem ms[] = {sb, xq, xd, ib, wb, gq, gd};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    ebb_cl_weight_fini(&gw);
+    printf("  moe_gate_up_q8 routing itself, top 8 and 64 of %d with ties (%s) checked\n", E,
+           ebb_ggml_type_name(l->type));
+}
+
 enum { MOEG_NT = 20, MOEG_GT = 16 /* moe.cl's MOE_GT */ };
 
 /* The sum of |terms| of pair q's gate output r (W_e[r] . x[t], e = ids[q]): the scale of its
@@ -915,6 +981,8 @@ static void test_moe_layout(const struct ebb_cl_layout *l, const int *ids, const
         struct ebb_cl_weight uw;
         float *u = moe_stack(l, MOE_F, MOE_D, &uw);
         test_moe_fused(p, name, &gw, &uw, x);
+        if (l->type == EBB_GGML_Q8_0)
+            test_moe_fused_wide(p, l);
         ebb_cl_weight_fini(&uw);
         free(u);
     }
