@@ -183,6 +183,23 @@ static double q8_bound(const float *w, const double *x, int n, double *ref, doub
     return q;
 }
 
+/* One moe_down_q8 launch over the down stack dw (k experts' rows of n_in, n_out a row), no
+ * residual: out = the weighted sum. */
+static void run_down_q8(cl_program p, const struct ebb_cl_weight *dw, int n_in, int n_out, int k,
+                        cl_mem ids, cl_mem wts, cl_mem xq, cl_mem xd, cl_mem out)
+{
+    cl_mem nul = NULL;
+    cl_kernel kd = kern(p, "moe_down_q8");
+    OK(ebb_cl_weight_set_args(dw, kd, 0, D));
+    struct ebb_cl_arg b[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids),  EBB_CL_ARG(wts),   EBB_CL_ARG(xq),
+                             EBB_CL_ARG(xd),   EBB_CL_ARG(out),   EBB_CL_ARG(nul)};
+    OK(ebb_cl_set_args(kd, 2, b, 9, D));
+    size_t gd[2] = {(size_t)n_out * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
+    OK(ebb_cl_run(cl, kd, 2, gd, ls, D));
+    clReleaseKernel(kd);
+}
+
 /* moe_down_q8 over all MOE_E experts' slots, one of them -1 (the zero block of an expert-cache
  * slot): each work-item takes several (expert, group) pairs, and the pairs run out part-way
  * through a round. Returns the largest error over its bound. */
@@ -198,16 +215,7 @@ static double test_moe_down_q8_all(cl_program p, const char *name, cl_kernel kq,
     cl_mem wb = buf(sizeof(wts), (void *)wts), ob = buf(sizeof(float) * MOE_D, NULL);
     cl_mem xq = buf(MOE_E * MOE_F, NULL), xd = buf(sizeof(float) * 2 * MOE_E * MOE_F / 32, NULL);
     moe_quantize(kq, hb, MOE_E * MOE_F, 1, xq, xd);
-    int dn_in = MOE_F, dn_out = MOE_D, kk = MOE_E;
-    cl_mem nul = NULL;
-    cl_kernel k = kern(p, "moe_down_q8");
-    OK(ebb_cl_weight_set_args(dw, k, 0, D));
-    struct ebb_cl_arg b[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
-                             EBB_CL_ARG(ib),    EBB_CL_ARG(wb),     EBB_CL_ARG(xq),
-                             EBB_CL_ARG(xd),    EBB_CL_ARG(ob),     EBB_CL_ARG(nul)};
-    OK(ebb_cl_set_args(k, 2, b, 9, D));
-    size_t gd[2] = {(size_t)MOE_D * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
-    OK(ebb_cl_run(cl, k, 2, gd, ls, D));
+    run_down_q8(p, dw, MOE_F, MOE_D, MOE_E, ib, wb, xq, xd, ob);
     float out[MOE_D];
     rd(ob, sizeof(out), out);
     static double xs[MOE_E * MOE_F];
@@ -228,7 +236,6 @@ static double test_moe_down_q8_all(cl_program p, const char *name, cl_kernel kq,
         CHECK(fabs(out[o] - ref) <= bound, "moe_down_q8 %s, %d slots, o %d: %g vs %g (bound %g)",
               name, MOE_E, o, out[o], ref, bound);
     }
-    clReleaseKernel(k);
     cl_mem ms[] = {hb, ib, wb, ob, xq, xd};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
@@ -274,16 +281,7 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
     clReleaseKernel(k);
     /* Down: the k experts' SwiGLU outputs quantized together (glu 1 over k * F inputs). */
     moe_quantize(kq, hb, MOE_K * MOE_F, 1, xq, xd);
-    int dn_in = MOE_F, dn_out = MOE_D;
-    cl_mem nul = NULL;
-    k = kern(p, "moe_down_q8");
-    OK(ebb_cl_weight_set_args(dw, k, 0, D));
-    struct ebb_cl_arg b[] = {EBB_CL_ARG(dn_in), EBB_CL_ARG(dn_out), EBB_CL_ARG(kk),
-                             EBB_CL_ARG(ib),    EBB_CL_ARG(wb),     EBB_CL_ARG(xq),
-                             EBB_CL_ARG(xd),    EBB_CL_ARG(ob),     EBB_CL_ARG(nul)};
-    OK(ebb_cl_set_args(k, 2, b, 9, D));
-    size_t gd[2] = {(size_t)MOE_D * tu.mv_wg, 1};
-    OK(ebb_cl_run(cl, k, 2, gd, ls, D));
+    run_down_q8(p, dw, MOE_F, MOE_D, MOE_K, ib, wb, xq, xd, ob);
     float out[MOE_D];
     rd(ob, sizeof(out), out);
     for (int i = 0; i < MOE_K * MOE_F; i++)
@@ -300,7 +298,6 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
         CHECK(fabs(out[o] - ref) <= bound, "moe_down_q8 %s o %d: %g vs %g (bound %g)", name, o,
               out[o], ref, bound);
     }
-    clReleaseKernel(k);
     cl_mem ms[] = {xb, ib, wb, hb, yb, ob, xq, xd};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
@@ -315,6 +312,25 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
  * moe_gate_up_q8 with given ids against moe_gather_q8 over the gate and the up stack and
  * quantize_x8 with glu 1, and with the router's scores against moe_route's ids and weights
  * (a tie among the scores) and the same blocks. gw and uw share a layout. */
+/* One moe_gate_up_q8 launch (kernel ku) over the gate stack gw and the up stack uw: k experts of
+ * rows rows of n_in, routing itself from scores (n_e of them) unless scores is NULL (then ids
+ * given); args in the kernel's order. */
+static void run_gate_up(cl_kernel ku, const struct ebb_cl_weight *gw,
+                        const struct ebb_cl_weight *uw, int n_in, int rows, int k, cl_mem scores,
+                        int n_e, int norm, float scale, cl_mem ids, cl_mem wts, cl_mem xq,
+                        cl_mem xd, cl_mem gq, cl_mem gd)
+{
+    OK(ebb_cl_weight_set_args(gw, ku, 0, D));
+    OK(ebb_cl_weight_set_args(uw, ku, 2, D));
+    struct ebb_cl_arg a[] = {
+        EBB_CL_ARG(n_in), EBB_CL_ARG(rows),  EBB_CL_ARG(k),   EBB_CL_ARG(scores), EBB_CL_ARG(n_e),
+        EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ids), EBB_CL_ARG(wts),    EBB_CL_ARG(xq),
+        EBB_CL_ARG(xd),   EBB_CL_ARG(gq),    EBB_CL_ARG(gd)};
+    OK(ebb_cl_set_args(ku, 4, a, 13, D));
+    size_t gs = (size_t)k * (size_t)(rows / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
+    OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
+}
+
 static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_weight *gw,
                            const struct ebb_cl_weight *uw, const float *x)
 {
@@ -413,16 +429,8 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
     /* Fused: first with moe_route's ids, then routing itself from the scores. */
     cl_kernel ku = kern(p, "moe_gate_up_q8");
     for (int v = 0; v < 2; v++) {
-        cl_mem scs = v ? sb : NULL, ids = v ? ib1 : ib;
-        OK(ebb_cl_weight_set_args(gw, ku, 0, D));
-        OK(ebb_cl_weight_set_args(uw, ku, 2, D));
-        struct ebb_cl_arg a[] = {
-            EBB_CL_ARG(n_in), EBB_CL_ARG(fr),    EBB_CL_ARG(kk),  EBB_CL_ARG(scs), EBB_CL_ARG(n_e),
-            EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ids), EBB_CL_ARG(wb1), EBB_CL_ARG(xq0),
-            EBB_CL_ARG(xd0),  EBB_CL_ARG(gq1),   EBB_CL_ARG(gd1)};
-        OK(ebb_cl_set_args(ku, 4, a, 13, D));
-        size_t gs = (size_t)K * (F / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
-        OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
+        run_gate_up(ku, gw, uw, n_in, fr, kk, v ? sb : NULL, n_e, norm, scale, v ? ib1 : ib, wb1,
+                    xq0, xd0, gq1, gd1);
         static int8_t a0[K * F], a1[K * F];
         static float b0[2 * K * F / 32], b1[2 * K * F / 32];
         rd(gq0, sizeof(a0), a0);
@@ -490,17 +498,9 @@ static void test_moe_fused_wide(cl_program p, const struct ebb_cl_layout *l)
     cl_kernel ku = kern(p, "moe_gate_up_q8");
     int ks[] = {8, KMAX};
     for (int v = 0; v < 2; v++) {
-        int n_in = N, rows = R, kk = ks[v], n_e = E, norm = 1;
+        int kk = ks[v], norm = 1;
         float scale = v ? 2.5f : 0.0f;
-        OK(ebb_cl_weight_set_args(&gw, ku, 0, D));
-        OK(ebb_cl_weight_set_args(&gw, ku, 2, D));
-        struct ebb_cl_arg a[] = {
-            EBB_CL_ARG(n_in), EBB_CL_ARG(rows),  EBB_CL_ARG(kk), EBB_CL_ARG(sb), EBB_CL_ARG(n_e),
-            EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ib), EBB_CL_ARG(wb), EBB_CL_ARG(xq),
-            EBB_CL_ARG(xd),   EBB_CL_ARG(gq),    EBB_CL_ARG(gd)};
-        OK(ebb_cl_set_args(ku, 4, a, 13, D));
-        size_t gs = (size_t)kk * (R / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
-        OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
+        run_gate_up(ku, &gw, &gw, N, R, kk, sb, E, norm, scale, ib, wb, xq, xd, gq, gd);
         int ids[KMAX], ri[KMAX];
         float w[KMAX], rw[KMAX];
         rd(ib, sizeof(int) * kk, ids);
