@@ -3,7 +3,9 @@
 # llama.cpp's CUDA llama-bench on the same random-weight files, each entry as the caller names it.
 # Builds llama-bench in the background (bench/lib-gpu.sh), writes the files once.
 #   EBB_CHECKS        ';'-separated "SHAPE:TYPE|ebb bench arguments|VAR=V,VAR=V" (settings may be
-#                     empty)
+#                     empty; EBB_BIN=NAME among them runs that binary from PATH instead of ebb,
+#                     e.g. a build of the session's starting commit carried next to it, for A/B
+#                     runs of two builds alternated in one call)
 #   EBB_LLAMA_CHECKS  ';'-separated "SHAPE:TYPE|llama-bench arguments"
 #   EBB_VOCAB_<shape with - and . as _>  a vocabulary GGUF for that shape (default
 #                     .device-carry/tok.gguf)
@@ -34,8 +36,10 @@ for c in "${checks[@]}"; do
     IFS='|' read -r f args env <<<"$c"
     f=$(echo "$f" | xargs)
     [ -z "$f" ] && continue
-    say "ebb $f $args ${env:+with $env}"
-    env ${env//,/ } timeout 300 ebb bench -m "$(model_of "$f")" $args 2>&1 |
+    bin=ebb
+    for kv in ${env//,/ }; do [[ $kv == EBB_BIN=* ]] && bin=${kv#EBB_BIN=}; done
+    say "$bin ($($bin --version 2>/dev/null)) $f $args ${env:+with $env}"
+    env ${env//,/ } timeout 300 "$bin" bench -m "$(model_of "$f")" $args 2>&1 |
         grep -E "prefill|decode|traffic|launches|experts|error" | tee -a "$log"
 done
 if [ "${#lchecks[@]}" -gt 0 ]; then
