@@ -78,6 +78,23 @@ AVX2 static inline float close8(__m256 acc)
     ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((f16) + (i))))          \
          : _mm256_loadu_ps((f32) + (i)))
 
+/* The scores att[p0..n_kv) turned into the softmax's weights in place, as attn_head_c does (the
+ * maximum, exp, their sum, each divided by it), rounded to fp16 with f16 (F16C). */
+AVX2 static inline void softmax_avx2(float *att, uint32_t p0, uint32_t n_kv, bool f16)
+{
+    float mx = -INFINITY, sum = 0;
+    for (uint32_t p = p0; p < n_kv; p++)
+        mx = att[p] > mx ? att[p] : mx;
+    for (uint32_t p = p0; p < n_kv; p++) {
+        att[p] = expf(att[p] - mx);
+        sum += att[p];
+    }
+    for (uint32_t p = p0; p < n_kv; p++) {
+        float w = att[p] / sum;
+        att[p] = f16 ? _cvtsh_ss(_cvtss_sh(w, _MM_FROUND_TO_NEAREST_INT)) : w;
+    }
+}
+
 /* The scores of four positions at once (each q chunk loaded once), the weights through F16C,
  * and the output in chunks of 64 held in eight registers over all positions. hd % 8 == 0. H:
  * the cache holds fp16 (k16, v16). */
@@ -86,7 +103,6 @@ attn_head_avx2_kv(const struct ebb__attn_head *a, float *att, float *out, const 
 {
     const uint32_t hd = a->hd, p0 = a->p0, n_kv = a->n_kv;
     const uint64_t st = a->stride;
-    float mx = -INFINITY;
     uint32_t p = p0;
     for (; p + 4 <= n_kv; p += 4) {
         const float *k = H ? NULL : a->k + (uint64_t)p * st;
@@ -112,17 +128,7 @@ attn_head_avx2_kv(const struct ebb__attn_head *a, float *att, float *out, const 
             c0 = _mm256_add_ps(c0, _mm256_mul_ps(_mm256_loadu_ps(a->q + i), KV8(H, k, kh, i)));
         att[p] = close8(c0) * a->scale;
     }
-    for (p = p0; p < n_kv; p++)
-        mx = att[p] > mx ? att[p] : mx;
-    float sum = 0;
-    for (p = p0; p < n_kv; p++) {
-        att[p] = expf(att[p] - mx);
-        sum += att[p];
-    }
-    for (p = p0; p < n_kv; p++) {
-        float w = att[p] / sum;
-        att[p] = a->f16_weights ? _cvtsh_ss(_cvtss_sh(w, _MM_FROUND_TO_NEAREST_INT)) : w;
-    }
+    softmax_avx2(att, p0, n_kv, a->f16_weights);
     uint32_t e = 0;
     for (; e + 64 <= hd; e += 64) {
         __m256 o[8];
@@ -147,6 +153,79 @@ attn_head_avx2_kv(const struct ebb__attn_head *a, float *att, float *out, const 
         _mm256_storeu_ps(out + e, o);
     }
 }
+
+/* attn_head_avx2_kv for G query heads that read the same keys and values (a's q, att and out
+ * for head 0; head h's at q + h * hd, att + h * ld, out + h * hd): each key and value chunk
+ * loaded (and converted from fp16) once for the G heads, each head's sums taken in the single
+ * head's order (positions' scores alike, the values over the positions in order), so each
+ * head's bits are those of attn_head_avx2_kv. Two positions' scores at once and the output in
+ * chunks of 16, so that G <= 4 heads' sums stay in registers. */
+AVX2 static inline __attribute__((always_inline)) void
+attn_heads_avx2_kv(const struct ebb__attn_head *a, const int G, float *att, uint64_t ld, float *out,
+                   const bool H)
+{
+    const uint32_t hd = a->hd, p0 = a->p0, n_kv = a->n_kv;
+    const uint64_t st = a->stride;
+    uint32_t p = p0;
+    for (; p < n_kv; p += 2) {
+        const bool two = p + 1 < n_kv;
+        const float *k = H ? NULL : a->k + (uint64_t)p * st;
+        const uint16_t *kh = H ? a->k16 + (uint64_t)p * st : NULL;
+        __m256 c[4][2];
+        for (int h = 0; h < G; h++)
+            c[h][0] = c[h][1] = _mm256_setzero_ps();
+        for (uint32_t i = 0; i < hd; i += 8) {
+            __m256 k0 = KV8(H, k, kh, i), k1 = two ? KV8(H, k, kh, st + i) : k0;
+            for (int h = 0; h < G; h++) {
+                __m256 qv = _mm256_loadu_ps(a->q + (uint64_t)h * hd + i);
+                c[h][0] = _mm256_add_ps(c[h][0], _mm256_mul_ps(qv, k0));
+                c[h][1] = _mm256_add_ps(c[h][1], _mm256_mul_ps(qv, k1));
+            }
+        }
+        for (int h = 0; h < G; h++) {
+            att[(uint64_t)h * ld + p] = close8(c[h][0]) * a->scale;
+            if (two)
+                att[(uint64_t)h * ld + p + 1] = close8(c[h][1]) * a->scale;
+        }
+    }
+    for (int h = 0; h < G; h++)
+        softmax_avx2(att + (uint64_t)h * ld, p0, n_kv, a->f16_weights);
+    for (uint32_t e = 0; e < hd; e += 16) {
+        const bool two = e + 8 < hd;
+        __m256 o[4][2];
+        for (int h = 0; h < G; h++)
+            o[h][0] = o[h][1] = _mm256_setzero_ps();
+        for (p = p0; p < n_kv; p++) {
+            const float *vp = H ? NULL : a->v + e + (uint64_t)p * st;
+            const uint16_t *vh = H ? a->v16 + e + (uint64_t)p * st : NULL;
+            __m256 v0 = KV8(H, vp, vh, 0), v1 = two ? KV8(H, vp, vh, 8) : v0;
+            for (int h = 0; h < G; h++) {
+                __m256 w = _mm256_set1_ps(att[(uint64_t)h * ld + p]);
+                o[h][0] = _mm256_add_ps(o[h][0], _mm256_mul_ps(w, v0));
+                o[h][1] = _mm256_add_ps(o[h][1], _mm256_mul_ps(w, v1));
+            }
+        }
+        for (int h = 0; h < G; h++) {
+            _mm256_storeu_ps(out + (uint64_t)h * hd + e, o[h][0]);
+            if (two)
+                _mm256_storeu_ps(out + (uint64_t)h * hd + e + 8, o[h][1]);
+        }
+    }
+}
+
+/* attn_heads_avx2_kv with G a constant (2, 3 or 4) and H decided. */
+#define ATTN_HEADS(G)                                                                              \
+    AVX2 static void attn_heads##G##_avx2(const struct ebb__attn_head *a, float *att, uint64_t ld, \
+                                          float *out)                                              \
+    {                                                                                              \
+        if (a->k16)                                                                                \
+            attn_heads_avx2_kv(a, G, att, ld, out, true);                                          \
+        else                                                                                       \
+            attn_heads_avx2_kv(a, G, att, ld, out, false);                                         \
+    }
+ATTN_HEADS(2)
+ATTN_HEADS(3)
+ATTN_HEADS(4)
 
 AVX2 static void attn_head_avx2(const struct ebb__attn_head *a, float *att, float *out)
 {
@@ -215,6 +294,27 @@ void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, f
     (void)simd;
 #endif
     attn_head_c(a, att, out);
+}
+
+void ebb__ref_attn_heads(const struct ebb__attn_head *a, uint32_t g, bool simd, float *att,
+                         uint64_t ld, float *out)
+{
+    struct ebb__attn_head cur = *a;
+    for (uint32_t h0 = 0, n; h0 < g; h0 += n) {
+        n = g - h0 > 4 ? 4 : g - h0;
+        cur.q = a->q + (uint64_t)h0 * a->hd;
+        float *at = att + h0 * ld, *o = out + (uint64_t)h0 * a->hd;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (simd && n > 1 && a->hd % 8 == 0 && have_avx2()) {
+            (n == 2   ? attn_heads2_avx2
+             : n == 3 ? attn_heads3_avx2
+                      : attn_heads4_avx2)(&cur, at, ld, o);
+            continue;
+        }
+#endif
+        n = 1; /* one head at a time */
+        ebb__ref_attn_head(&cur, simd, at, o);
+    }
 }
 
 void ebb__ref_f16_store(uint16_t *dst, const float *src, uint64_t n, bool simd)

@@ -58,6 +58,65 @@ static void same_as_generic(void **state)
     }
 }
 
+/* A head of width hd over n_kv positions for trial (a window from position p0 on every third,
+ * fp16 weights on even trials), its query at q; keys and values left to the caller. */
+static struct ebb__attn_head test_head(const float *q, uint32_t hd, uint32_t n_kv, uint64_t stride,
+                                       int trial, uint64_t *s)
+{
+    return (struct ebb__attn_head){
+        .q = q,
+        .stride = stride,
+        .hd = hd,
+        .p0 = trial % 3 == 0 ? rnd(s) % n_kv : 0,
+        .n_kv = n_kv,
+        .scale = 1.0f / sqrtf((float)hd),
+        .f16_weights = trial % 2 == 0,
+    };
+}
+
+/* ebb__ref_attn_heads over g = 1..9 query heads sharing keys and values (groups of up to four
+ * and the rest, both cache forms, widths with and without a tail of 8, odd and even lengths,
+ * windows) gives each head the bits of ebb__ref_attn_head alone. */
+static void attn_heads_same_as_one(void **state)
+{
+    (void)state;
+    enum { MAXHD = 256, STRIDE = 2 * MAXHD, MAXKV = 200, MAXG = 9, LD = MAXKV + 3 };
+    static float q[MAXG * MAXHD], k[MAXKV * STRIDE], v[MAXKV * STRIDE], att[MAXG * LD];
+    static float o_one[MAXG * MAXHD], o_g[MAXG * MAXHD];
+    static uint16_t k16[MAXKV * STRIDE], v16[MAXKV * STRIDE];
+    static const uint32_t hds[] = {64, 72, 40, 256, 8};
+    uint64_t s = 11;
+    for (int trial = 0; trial < 90; trial++) {
+        uint32_t hd = hds[trial % 5], n_kv = 1 + rnd(&s) % MAXKV, g = 1 + trial % MAXG;
+        for (uint32_t i = 0; i < g * hd; i++)
+            q[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / (trial % 4 ? 10000.0f : 250.0f);
+        for (uint64_t i = 0; i < (uint64_t)n_kv * STRIDE; i++) {
+            k16[i] = ebb_fp32_to_fp16(((float)(rnd(&s) % 20001) - 10000.0f) / 7000.0f);
+            v16[i] = ebb_fp32_to_fp16(((float)(rnd(&s) % 20001) - 10000.0f) / 3000.0f);
+            k[i] = ebb_fp16_to_fp32(k16[i]);
+            v[i] = ebb_fp16_to_fp32(v16[i]);
+        }
+        struct ebb__attn_head a = test_head(q, hd, n_kv, STRIDE, trial, &s);
+        if (trial % 2) {
+            a.k16 = k16 + MAXHD;
+            a.v16 = v16 + MAXHD;
+        } else {
+            a.k = k;
+            a.v = v;
+        }
+        for (int simd = 0; simd < 2; simd++) {
+            for (uint32_t h = 0; h < g; h++) {
+                struct ebb__attn_head one = a;
+                one.q = q + h * hd;
+                ebb__ref_attn_head(&one, simd, att, o_one + h * hd);
+            }
+            memset(o_g, 0xff, sizeof(o_g));
+            ebb__ref_attn_heads(&a, g, simd, att, LD, o_g);
+            assert_memory_equal(o_one, o_g, g * hd * sizeof(float));
+        }
+    }
+}
+
 /* Random heads of several widths (whole chunks of 64 and a tail of 8s), windows, lengths that
  * are and are not multiples of 4, with and without fp16 weights, keys from a wider row. */
 static void attn_same_as_c(void **state)
@@ -80,17 +139,9 @@ static void attn_same_as_c(void **state)
             k[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 7000.0f;
             v[i] = ((float)(rnd(&s) % 20001) - 10000.0f) / 3000.0f;
         }
-        struct ebb__attn_head a = {
-            .q = q,
-            .k = k + (trial % 2 ? MAXHD : 0),
-            .v = v + (trial % 2 ? MAXHD : 0),
-            .stride = STRIDE,
-            .hd = hd,
-            .p0 = trial % 3 == 0 ? rnd(&s) % n_kv : 0,
-            .n_kv = n_kv,
-            .scale = 1.0f / sqrtf((float)hd),
-            .f16_weights = trial % 2 == 0,
-        };
+        struct ebb__attn_head a = test_head(q, hd, n_kv, STRIDE, trial, &s);
+        a.k = k + (trial % 2 ? MAXHD : 0);
+        a.v = v + (trial % 2 ? MAXHD : 0);
         ebb__ref_attn_head(&a, false, att, o_c);
         ebb__ref_attn_head(&a, true, att, o_s);
         assert_memory_equal(o_c, o_s, hd * sizeof(float));
@@ -281,7 +332,9 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(same_as_generic),
                                        cmocka_unit_test(attn_same_as_c),
-                                       cmocka_unit_test(gelu_table), cmocka_unit_test(f16_round),
+                                       cmocka_unit_test(attn_heads_same_as_one),
+                                       cmocka_unit_test(gelu_table),
+                                       cmocka_unit_test(f16_round),
                                        cmocka_unit_test(matmul_repacked)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
