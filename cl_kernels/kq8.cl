@@ -170,7 +170,7 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
 
 #if defined(ROW_SUM) /* the weight program (matvec.cl before this file); moe.cl has its own */
 /* matvec_q8's groups a work-item loads per step. 4 decoded slower than 2 on an H200 (Llama-3-8B
- * and Qwen3-8B Q4_K_M 3-7%, docs/PERFORMANCE.md, twentieth session). */
+ * and Qwen3-8B Q4_K_M 2-8%, docs/PERFORMANCE.md, twentieth session). */
 #define KQU 2
 /* matvec_q8 for these types: y[y_off + o] = (res ? res[y_off + o] : 0) + sum over the 32-groups
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same

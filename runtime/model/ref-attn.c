@@ -301,7 +301,7 @@ void ebb__ref_attn_heads(const struct ebb__attn_head *a, uint32_t g, bool simd, 
 {
     struct ebb__attn_head cur = *a;
     for (uint32_t h0 = 0, n; h0 < g; h0 += n) {
-        n = g - h0 > 4 ? 4 : g - h0;
+        n = g - h0 > EBB__ATT_GROUP ? EBB__ATT_GROUP : g - h0;
         cur.q = a->q + (uint64_t)h0 * a->hd;
         float *at = att + h0 * ld, *o = out + (uint64_t)h0 * a->hd;
 #if defined(__x86_64__) && defined(__GNUC__)

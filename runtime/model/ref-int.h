@@ -114,7 +114,7 @@ struct ref {
     /* Activations for up to EBB__REF_BATCH tokens. */
     float *buf[EBB__N_BUF];     /* (EBB__REF_BATCH, width[b]) the description's buffers */
     uint32_t width[EBB__N_BUF]; /* ebb__arch_buf_width */
-    float *att; /* (n_threads, 4, n_ctx) attention scores, up to four heads a thread */
+    float *att; /* (n_threads, EBB__ATT_GROUP, n_ctx) attention scores, a group of heads each */
     float *rowbuf[EBB__REF_MAX_THREADS]; /* (max n_in) one dequantized weight row per thread */
     bool q8;                             /* llama.cpp numerics (device "ref-q8") */
     bool kv_q8;      /* --kv-type q8_0: keys and values rounded through Q8_0 blocks as stored */
@@ -209,10 +209,13 @@ struct ebb__attn_head {
     bool f16_weights;
 };
 void ebb__ref_attn_head(const struct ebb__attn_head *a, bool simd, float *att, float *out);
+/* The query heads ebb__ref_attn_heads takes together at most (its AVX2 kernels' sums in
+ * registers; more are taken in groups of this many). */
+enum { EBB__ATT_GROUP = 4 };
 /* ebb__ref_attn_head for g query heads that read the same keys and values: head h's query at
  * a->q + h * hd, its scores at att + h * ld (ld >= n_kv), its output at out + h * hd; the same
- * bits as g calls of ebb__ref_attn_head, each key and value read once for up to four heads
- * with simd (AVX2 and F16C). */
+ * bits as g calls of ebb__ref_attn_head, each key and value read once for up to EBB__ATT_GROUP
+ * heads with simd (AVX2 and F16C). */
 void ebb__ref_attn_heads(const struct ebb__attn_head *a, uint32_t g, bool simd, float *att,
                          uint64_t ld, float *out);
 /* dst[i] = src[i] rounded to fp16 (the rounding of ebb__ref_f16_round), i < n; with simd through

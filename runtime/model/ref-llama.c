@@ -85,11 +85,8 @@ static uint64_t kv_slot(const struct ref *r, uint32_t l, uint32_t seq)
     return ((uint64_t)(l - r->l0) * r->n_seq + seq) * r->n_ctx * KVD;
 }
 
-/* Query heads a thread's attention takes together (ebb__ref_attn_heads: one read of their
- * shared keys and values): its score buffer holds this many rows of n_ctx. */
-enum { ATT_HEADS = 4 };
-
-/* Pairs [i0, i1) of step s's (token, head) pairs, with thread part's score buffer. */
+/* Pairs [i0, i1) of step s's (token, head) pairs, with thread part's score buffer (a group of
+ * query heads' rows: ebb__ref_attn_heads takes a KV head's query heads together). */
 static void attention_pairs(struct ref *r, const struct ebb__op *op, const struct step *s, int part,
                             uint64_t i0, uint64_t i1)
 {
@@ -102,7 +99,7 @@ static void attention_pairs(struct ref *r, const struct ebb__op *op, const struc
     const uint8_t *kc = kv_el(r, r->k_cache, kv_slot(r, s->l, s->seq));
     const uint8_t *vc = kv_el(r, r->v_cache, kv_slot(r, s->l, s->seq));
     const uint32_t window = ebb__arch_window(hp, s->l), grp = NH / NKV;
-    float *att = r->att + (uint64_t)part * ATT_HEADS * r->n_ctx;
+    float *att = r->att + (uint64_t)part * EBB__ATT_GROUP * r->n_ctx;
     for (uint64_t i = i0; i < i1;) {
         uint32_t t = (uint32_t)(i / NH), h = (uint32_t)(i % NH);
         uint32_t n_kv = s->pos + t + 1;
@@ -110,7 +107,7 @@ static void attention_pairs(struct ref *r, const struct ebb__op *op, const struc
         /* The query heads after h that read the same KV head, in this part: taken together. */
         uint64_t g = grp - h % grp;
         g = g < i1 - i ? g : i1 - i;
-        g = g < ATT_HEADS ? g : ATT_HEADS;
+        g = g < EBB__ATT_GROUP ? g : EBB__ATT_GROUP;
         const uint64_t off = (uint64_t)kvh * HD * r->kv_es;
         const struct ebb__attn_head ah = {
             .q = q + (uint64_t)t * QD + h * HD,
@@ -961,7 +958,7 @@ static ebb_err ref_new(const struct ebb__arch *a, const struct ebb__hparams *hp,
         n_threads = 1;
     if (n_threads > EBB__REF_MAX_THREADS)
         n_threads = EBB__REF_MAX_THREADS;
-    r->att = alloc_floats(r, (uint64_t)n_ctx * ATT_HEADS * (uint32_t)n_threads, &fail);
+    r->att = alloc_floats(r, (uint64_t)n_ctx * EBB__ATT_GROUP * (uint32_t)n_threads, &fail);
     for (int i = 0; i < n_threads; i++)
         r->rowbuf[i] = alloc_floats(r, max_in, &fail);
     bool cpu = p->device && !strcmp(p->device, "cpu");
