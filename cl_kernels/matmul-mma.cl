@@ -967,9 +967,9 @@ typedef float2 mql_sc;
 #define MQL_BYTES                                                                                  \
     (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
 #if MQL_BYTES <= 49152
-/* MQL_ASYNC (the host sets it after ebb_cl_async_probe; PTX only), for Q4_0 weights in the split
- * 4-bit layout (W_SPLIT4 with W_QOFF: a row's blocks' 16 quant bytes in w_a, their (d, m) in w_b;
- * split Q4_1 keeps the register staging: its path is not run on a GPU by the tests): the work-items
+/* MQL_ASYNC (the host sets it after ebb_cl_async_probe; PTX only), for Q4_0 and Q4_1 weights in
+ * the split 4-bit layout (W_SPLIT4: a row's blocks' 16 quant bytes in w_a, their (d, m) in w_b;
+ * split Q4_1 is also what raw Q4_K becomes for prefill through k4_split): the work-items
  * copy the step's tiles with cp.async as they are in memory, the quant words still packed (two
  * weights a byte) into la, the scales into ls, the tokens' int8 blocks into lx and their (d, d s)
  * into lh, for MQL_NST steps in flight (stages: the next MQL_NST - 1 steps' copies go on while
@@ -1043,7 +1043,7 @@ typedef float2 mql_sc;
 #define MQA_NST MQL_NST
 #endif
 #if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
-    ((defined(W_SPLIT4) && defined(W_QOFF) && !MQ_H2) ||                                           \
+    ((defined(W_SPLIT4) && !MQ_H2) ||                                                              \
      (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0 && MQA_KP % 2 == 1) ||          \
      (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0) || (MQA_K6 && MS_KB == 4))
 #define MQL_A 1
@@ -1605,6 +1605,30 @@ __kernel void mmql_info(__global int *o)
 #else
     o[0] = 0;
 #endif
+}
+#endif
+
+#if defined(W_QK8N) && defined(W_RAW)
+/* Raw Q4_K rows rewritten as split Q4_1 planes for prefill's int8 products (the host's K4SPLIT:
+ * matmul_mmql of the split Q4_1 program then reads 16 quant bytes and a (d, m) a block, with no
+ * super-block header to decode in its inner loop). Block b (row b / (n_in / 32), sub-block kb =
+ * b % (n_in / 32)) goes to qa[b] in Q4_1's order (byte i: weight i in the low nibble, weight
+ * 16 + i in the high) and qs[b] = (d sc, -dmin m), the floats W_QK8N gives the raw path, so the
+ * weights are the same numbers. One work-item a block; global size n_out n_in / 32 rounded up. */
+__kernel void k4_split(W_ARGS, int n_in, int n_out, __global uint4 *qa, __global float2 *qs)
+{
+    size_t b = get_global_id(0), nb = (size_t)(n_in / 32);
+    if (b >= (size_t)n_out * nb)
+        return;
+    int o = (int)(b / nb), kb = (int)(b % nb);
+    uint v[4][2];
+    float4 dm = (float4)(0.0f);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        W_QK8N(o, kb, k, &v[k][0], &v[k][1], &dm);
+    qa[b] = (uint4)(v[0][0] | v[0][1] << 4, v[1][0] | v[1][1] << 4, v[2][0] | v[2][1] << 4,
+                    v[3][0] | v[3][1] << 4);
+    qs[b] = dm.xy;
 }
 #endif
 

@@ -107,7 +107,10 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (p.matmul_mmq && tu->mmq_stage && tu->mmqs && tu->mmqs < tu->mmq &&
          (l->type == EBB_GGML_Q4_0 || tu->mmqs_all) &&
          (rc = tile_kernel(cl, l, tu, bt[0], bt[1], bt[2], bt[3], pro, sizeof(pro), srcs, n_src,
-                           "matmul_mmql", &p.matmul_mmqs, diag))))
+                           "matmul_mmql", &p.matmul_mmqs, diag))) ||
+        (p.matmul_mmqp && tu->mmq_stage && tu->k4split && l->type == EBB_GGML_Q4_K &&
+         l->order == EBB_CL_ORDER_RAW && l->storage == EBB_CL_STORE_BUFFER &&
+         (rc = ebb_cl_kernel(p.prog, "k4_split", &p.k4_split, diag))))
         goto out;
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -178,6 +181,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->mmq_quantize);
     if (p->matmul_mmql)
         clReleaseKernel(p->matmul_mmql);
+    if (p->k4_split)
+        clReleaseKernel(p->k4_split);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));

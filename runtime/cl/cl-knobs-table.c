@@ -259,6 +259,13 @@ const struct knob ebb__cl_knobs[] = {
           "8B pp512 4-11% slower, Q4_0 pp128 24% slower, Q4_K_M pp128 9% faster; "
           "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}),
+    UINT1("K4SPLIT", k4split, "0..65536",
+          "with MMQ_STAGE: prefill's products of raw Q4_K weights over at least N token rows "
+          "first rewrite the weight as split Q4_1 planes into one scratch buffer (k4_split: the "
+          "same numbers; the scratch is the largest such weight's 0.75 bytes a weight, allocated "
+          "at load) and run matmul_mmql on those, whose inner loop has no super-block header to "
+          "decode; 0: never (docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,

@@ -233,6 +233,8 @@ struct ebb_cl_wprog {
                                 grouped prefill on tensor cores), with matmul_mms where
                                 tu->mms_t is 16, else NULL */
     cl_kernel matvec_cpu;    /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
+    cl_kernel k4_split;      /* raw Q4_K with tu->k4split and matmul_mmqp on the mmql_* tiles:
+                                the weight as split Q4_1 planes (matmul-mma.cl), else NULL */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

@@ -306,6 +306,10 @@ struct clm {
                                   count a tile (EBB_CL_MMQS_TILES_MAX ints, zero between
                                   products) for matmul_mmql's split products */
     size_t mq_part_n;
+    cl_mem k4_a, k4_b; /* with tu.k4split: a raw Q4_K weight rewritten for prefill as split
+                          Q4_1 planes (16 quant bytes and a float2 (d, m) a block), for
+                          the largest such weight of k4_blocks 32-blocks */
+    uint64_t k4_blocks;
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
@@ -442,6 +446,7 @@ enum clm_path {
     CLM_P_COOP,  /* matmul_coop */
     CLM_P_MM,    /* matmul */
     CLM_P_CPU,   /* matvec_cpu */
+    CLM_P_K4,    /* k4_split, then matmul_mmql on the split Q4_1 planes (tu.k4split) */
     CLM_P_N
 };
 /* model.h's ebb_model_kernels: "TYPE/LAYOUT: kernel [tile] [staging], ...; ..." for each weight

@@ -199,7 +199,7 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     struct clm *m = ctx;
     static const char *const names[CLM_P_N] = {
         "matmul_mmql",  "matmul_mmql", "matmul_mmq",  "matvec_q8r", "matmul_mms", "matmul_mms",
-        "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",     "matvec_cpu"};
+        "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",     "matvec_cpu", "k4_split"};
     const struct ebb_cl_tuning *tu = &m->tu;
     size_t used = 0;
     if (cap)
@@ -241,11 +241,64 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
                     KPUT(" (batch)");
             } else if (k == CLM_P_MMP) {
                 KPUT(" (second tile)");
+            } else if (k == CLM_P_K4) {
+                const struct ebb_cl_layout s = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER,
+                                                EBB_CL_ORDER_SPLIT};
+                struct ebb_cl_wprog *ps = NULL;
+                uint32_t tile[4];
+                ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(&s), tile);
+                int st = ebb__clm_prog_for(m, &s, &ps, NULL) == EBB_OK
+                             ? ebb_cl_mmql_stages(m->cl, ps->matmul_mmqp)
+                             : -1;
+                KPUT(" + matmul_mmql %u,%u,%u,%u on split Q4_1", tile[0], tile[1], tile[2],
+                     tile[3]);
+                if (st > 0)
+                    KPUT(" cp.async %d stages", st);
+                else if (!st)
+                    KPUT(" registers");
             }
         }
     }
 #undef KPUT
     return used;
+}
+
+/* A prefill product of raw Q4_K weight w (program p) through K4SPLIT: k4_split writes w as
+ * split Q4_1 planes into m->k4_a / m->k4_b (the same numbers), and matmul_mmql of the split Q4_1
+ * program multiplies those (mmq_run, the mmql_* tile). The in-order queue keeps the next
+ * product's rewrite of the planes after this one's reads. */
+static ebb_err k4_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
+                      cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
+                      struct ebb_diag *diag)
+{
+    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
+    if (nb > m->k4_blocks)
+        return ebb_diag_set(diag, EBB_ERANGE,
+                            "a Q4_K weight of %llu blocks past the %llu of "
+                            "its prefill planes",
+                            (unsigned long long)nb, (unsigned long long)m->k4_blocks);
+    struct ebb_cl_weight s = {.layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+                              .n_in = w->n_in,
+                              .n_out = w->n_out,
+                              .a = m->k4_a,
+                              .b = m->k4_b};
+    struct ebb_cl_wprog *ps = NULL;
+    ebb_err rc = ebb__clm_prog_for(m, &s.layout, &ps, diag);
+    if (rc)
+        return rc;
+    if (!ps->matmul_mmqp || !ps->mmq_quantize)
+        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "split Q4_1 has no matmul_mmql for K4SPLIT");
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k4_a),
+                             EBB_CL_ARG(m->k4_b)};
+    size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
+    if ((rc = ebb_cl_weight_set_args(w, p->k4_split, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->k4_split, 2, a, 4, diag)) ||
+        (rc = ebb_cl_run(m->cl, p->k4_split, 1, &g, &l, diag)))
+        return rc;
+    note_path(m, w, CLM_P_K4);
+    return mmq_run(m, &s, ps->mmq_quantize, ps->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
+                   nt, diag);
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
@@ -279,6 +332,8 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
+        if (p->k4_split && m->k4_a && (uint32_t)nt >= m->tu.k4split)
+            return k4_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
         note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);

@@ -102,10 +102,11 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {&m->ids,  &m->x,      &m->h,    &m->qkv,     &m->att,   &m->gu,  &m->ff,
-                         &m->hl,   &m->logits, &m->po,   &m->pml,     &m->tpv,   &m->tpi, &m->tov,
-                         &m->toi,  &m->xq,     &m->xd,   &m->rt,      &m->dr,    &m->xl,  &m->apo,
-                         &m->apml, &m->mq_x,   &m->mq_h, &m->mq_part, &m->mq_cnt};
+    cl_mem *scratch[] = {&m->ids,     &m->x,      &m->h,      &m->qkv,  &m->att,  &m->gu,
+                         &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
+                         &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
+                         &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
+                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -338,6 +339,33 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                                        NULL, NULL),
                                    diag, "clearing the split products' counts")))
                 return rc;
+        }
+    }
+    /* K4SPLIT's planes: the largest raw Q4_K weight a layer holds (placed, or streamed) */
+    if (m->mq_x && m->tu.mmq_stage && m->tu.k4split) {
+        uint64_t nb = 0;
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            for (int gi = 0; gi < MAX_GROUPS; gi++)
+                for (int i = 0; i < GROUP_MAX; i++) {
+                    const struct ebb_cl_weight *w[2] = {&m->layers[l].w[gi][i],
+                                                        m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
+                    for (int k = 0; k < 2; k++)
+                        if (w[k] && w[k]->layout.type == EBB_GGML_Q4_K &&
+                            w[k]->layout.order == EBB_CL_ORDER_RAW &&
+                            (uint64_t)w[k]->n_out * (w[k]->n_in / 32) > nb)
+                            nb = (uint64_t)w[k]->n_out * (w[k]->n_in / 32);
+                }
+        /* only where split Q4_1 has the int8 prefill tiles under this tuning (the W_Q16
+         * layouts' matmul_mms: tu.mv_q16); otherwise the raw tiles as without the knob */
+        const struct ebb_cl_layout sl = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+        struct ebb_cl_wprog *ps = NULL;
+        if (nb && (rc = ebb__clm_prog_for(m, &sl, &ps, diag)))
+            return rc;
+        if (nb && ps->matmul_mmqp && ps->mmq_quantize) {
+            if ((rc = ebb__clm_alloc(m, nb * 16, &m->k4_a, "Q4_K prefill planes", diag)) ||
+                (rc = ebb__clm_alloc(m, nb * 8, &m->k4_b, "Q4_K prefill planes", diag)))
+                return rc;
+            m->k4_blocks = nb;
         }
     }
     m->host_logits = malloc(f * hp->n_vocab);

@@ -536,6 +536,7 @@ static void test_image2d_shapes(void)
 
 static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
                            bool mms_only);
+static void test_k4_split(struct ebb_cl_tuning t);
 /* With it set, test_mma_tiles takes this one tile (tokens, 16-row groups, warps) for matmul_mms,
  * matmul_mmq and matmul_mmql, and no GEMM tile. */
 static const uint32_t *mma_one_tile;
@@ -662,6 +663,10 @@ static void test_mma(void)
     test_mma_tiles(&q6k, tu, 256, false);
     test_mma_tiles(&q40, tq, 288, true); /* matmul_mms on raw Q4_0 (NVIDIA's layout) */
     test_mma_tiles(&q41, tq, 288, true); /* and raw Q4_1 */
+    /* and split Q4_1 (on PTX through cp.async): what raw Q4_K becomes for prefill (K4SPLIT) */
+    const struct ebb_cl_layout q41s = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+    test_mma_tiles(&q41s, tq, 288, true);
+    test_k4_split(tq);
     struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
     struct ebb_cl_layout q80 = {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
@@ -989,6 +994,107 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
     free(res);
     free(y);
 #undef N_IN
+}
+
+/* K4SPLIT (t: the tuning of test_mma, with k4split on): k4_split's planes of a raw Q4_K weight
+ * of 200 rows of 768 inputs (3 super-blocks) against the host's own reading of the same bytes,
+ * exactly (16 quant bytes in Q4_1's order and (d sc, -dmin m) as floats a block); the planes
+ * dequantized as Q4_1 equal to the Q4_K rows; and matmul_mmql of the split Q4_1 program on
+ * those planes (check_mmq, with the Q4_K rows as the weights). */
+static void test_k4_split(struct ebb_cl_tuning t)
+{
+    enum { N_OUT = 200, N_IN = 768, NTOK = 70, NB = N_OUT * N_IN / 32 };
+    const struct ebb_cl_layout l = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW},
+                               ls = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+    t.mm_mma = 1;
+    t.mmq = t.mmq ? t.mmq : 32;
+    t.mmq_stage = 1;
+    t.k4split = 1;
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l.type, N_IN, &rowb));
+    uint8_t *raw = malloc(rowb * N_OUT), *qa = malloc((size_t)NB * 16);
+    float *qs = malloc(sizeof(float) * 2 * NB), *w = malloc(sizeof(float) * N_IN * N_OUT);
+    float *ws = malloc(sizeof(float) * N_IN * N_OUT), *x = malloc(sizeof(float) * NTOK * N_IN);
+    float *res = malloc(sizeof(float) * NTOK * N_OUT);
+    random_rows(l.type, N_OUT, N_IN, raw, rowb);
+    for (uint32_t o = 0; o < N_OUT; o++)
+        OK(ebb_quant_dequantize_row(l.type, raw + o * rowb, w + (size_t)o * N_IN, N_IN));
+    for (uint32_t i = 0; i < NTOK * N_IN; i++)
+        x[i] = frand();
+    for (uint32_t i = 0; i < NTOK * N_OUT; i++)
+        res[i] = frand();
+    struct ebb_cl_wsrc src[1] = {{raw, N_OUT}};
+    struct ebb_cl_weight wt, sw = {.layout = ls, .n_in = N_IN, .n_out = N_OUT};
+    OK(ebb_cl_weight_new(cl, &l, N_IN, src, 1, NULL, &wt, D));
+    struct ebb_cl_wprog p, ps;
+    OK(ebb_cl_wprog_build(cl, &l, &t, &p, D));
+    OK(ebb_cl_wprog_build(cl, &ls, &t, &ps, D));
+    CHECK(p.k4_split != NULL, "raw Q4_K with K4SPLIT: no k4_split");
+    CHECK(ps.matmul_mmql != NULL, "split Q4_1: no matmul_mmql");
+    sw.a = buf((size_t)NB * 16, NULL);
+    sw.b = buf(sizeof(float) * 2 * NB, NULL);
+    if (p.k4_split) {
+        int ni = N_IN, no = N_OUT;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no), EBB_CL_ARG(sw.a),
+                                 EBB_CL_ARG(sw.b)};
+        size_t lw = 64, g = (NB + 63) / 64 * 64;
+        OK(ebb_cl_weight_set_args(&wt, p.k4_split, 0, D));
+        OK(ebb_cl_set_args(p.k4_split, 2, a, 4, D));
+        OK(ebb_cl_run(cl, p.k4_split, 1, &g, &lw, D));
+        rd(sw.a, (size_t)NB * 16, qa);
+        rd(sw.b, sizeof(float) * 2 * NB, qs);
+        size_t bad_q = 0, bad_s = 0, bad_w = 0;
+        for (uint32_t b = 0; b < NB; b++) {
+            uint32_t o = b / (N_IN / 32), kb = b % (N_IN / 32), j = kb % 8;
+            const uint8_t *sb = raw + o * rowb + (kb / 8) * 144, *sc = sb + 4;
+            const uint8_t *q = sb + 16 + 32 * (j / 2);
+            for (int i = 0; i < 16; i++) {
+                int lo = (q[i] >> (4 * (j & 1))) & 15, hi = (q[16 + i] >> (4 * (j & 1))) & 15;
+                bad_q += qa[16 * (size_t)b + i] != (uint8_t)(lo | hi << 4);
+            }
+            int s6 = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+            int m6 = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            float d = ebb_fp16_to_fp32((uint16_t)(sb[0] | sb[1] << 8)),
+                  dmin = ebb_fp16_to_fp32((uint16_t)(sb[2] | sb[3] << 8));
+            float e0 = d * (float)s6, e1 = -dmin * (float)m6;
+            bad_s += memcmp(&qs[2 * b], &e0, 4) != 0 || memcmp(&qs[2 * b + 1], &e1, 4) != 0;
+            /* the block as Q4_1: d q + m */
+            for (int i = 0; i < 32; i++) {
+                int v = i < 16 ? qa[16 * (size_t)b + i] & 15 : qa[16 * (size_t)b + i - 16] >> 4;
+                ws[(size_t)o * N_IN + 32 * kb + i] = qs[2 * b] * (float)v + qs[2 * b + 1];
+            }
+        }
+        for (size_t i = 0; i < (size_t)N_IN * N_OUT; i++)
+            bad_w += fabsf(ws[i] - w[i]) > 1e-6f * fabsf(w[i]) + 1e-30f;
+        CHECK(bad_q == 0 && bad_s == 0,
+              "k4_split: %zu quant bytes and %zu scale pairs of %u "
+              "blocks differ from the host's",
+              bad_q, bad_s, NB);
+        CHECK(bad_w == 0, "k4_split: %zu of %u weights as Q4_1 differ from the Q4_K rows", bad_w,
+              N_IN * N_OUT);
+        printf("  k4_split: raw Q4_K %ux%u as split Q4_1 planes, quant bytes and scales equal to "
+               "the host's: %s\n",
+               N_OUT, N_IN, bad_q || bad_s || bad_w ? "no" : "yes");
+        if (ps.matmul_mmql) {
+            cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x),
+                   rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
+            check_mmq(&sw, &ps, &t, w, x, res, xb, rb, N_IN, N_OUT, NTOK, "Q4_K/k4_split");
+            clReleaseMemObject(xb);
+            clReleaseMemObject(rb);
+        }
+    }
+    clReleaseMemObject(sw.a);
+    clReleaseMemObject(sw.b);
+    ebb_cl_wprog_fini(&p);
+    ebb_cl_wprog_fini(&ps);
+    ebb_cl_weight_fini(&wt);
+    free(raw);
+    free(qa);
+    free(qs);
+    free(w);
+    free(ws);
+    free(x);
+    free(res);
 }
 
 static int count_files(const char *dir)
