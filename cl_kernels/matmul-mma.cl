@@ -710,7 +710,24 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
  * tiles of one row tile, which read the same weights, run together and share them through the
  * cache. Global size (32 MS_W ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local
  * (32 MS_W, 1). */
-#if defined(W_QK8N)
+#if defined(MQL_S8H) && MQL_S8H && defined(W_QW8) && defined(W_QH2)
+/* Raw Q6_K as k6_split rewrote it (the host's K6SPLIT builds matmul_mmq / matmul_mmql with
+ * MQL_S8H): at w_a + w_off, n_out n_in / 32 blocks of 32 bytes (weight i of a block in byte i,
+ * its six bits 0..63), then a float2 (d s0, d s1) a block (the halves' scales); the words and
+ * scales W_QW8 of the raw layout gives, so the same numbers. */
+inline void qw8_s8h(const __global uchar *w, int n_out, int nb, int o, int b, int k, uint *v0,
+                    uint *v1, float4 *dm)
+{
+    size_t blk = (size_t)o * nb + b;
+    const __global uint *q = (const __global uint *)(w + blk * 32);
+    *v0 = q[k];
+    *v1 = q[4 + k];
+    float2 s = ((const __global float2 *)(w + (size_t)n_out * nb * 32))[blk];
+    *dm = (float4)(s.x, -32.0f * s.x, s.y, -32.0f * s.y);
+}
+#define MQ_QW8(o, b, k, v0, v1, dm)                                                                \
+    qw8_s8h(w_a + w_off, n_out, n_in / 32, (o), (b), (k), (v0), (v1), (dm))
+#elif defined(W_QK8N)
 #define MQ_QW8(o, b, k, v0, v1, dm) W_QK8N(o, b, k, v0, v1, dm)
 #define MQ_H2 0
 #elif defined(W_QW8)
@@ -982,7 +999,17 @@ typedef float2 mql_sc;
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
-#if defined(W_QK8N) || defined(W_Q5K)
+#if defined(MQL_S8H) && MQL_S8H && defined(W_QH2)
+/* Q6_K as k6_split rewrote it (MQL_S8H, above): a row keeps the step's KB blocks of 32 bytes (8
+ * words each, 4-byte aligned: no realignment) and after them the blocks' (d s0, d s1), padded to
+ * an odd multiple of 4 words (64,2,4,2: 20 words a row, three stages in 48 KiB). */
+#define MQA_K 0
+#define MQA_Q8 0
+#define MQA_K6 0
+#define MQA_S8 1
+#define MQA_AKW ((10 * MS_KB + 3) / 4 * 4 + ((10 * MS_KB + 3) / 4 % 2 ? 0 : 4))
+#define MQA_SN 0
+#elif defined(W_QK8N) || defined(W_Q5K)
 /* Raw Q4_K (W_QK8N): a row keeps its super-block's 16-byte header (d, dmin, the packed scales)
  * and the step's KB / 2 chunks of 32 quant bytes (sub-blocks 2c and 2c + 1 in the low and high
  * nibbles), KB even and dividing 8 (a step within one super-block); the scales are decoded from
@@ -1035,6 +1062,9 @@ typedef float2 mql_sc;
 #define MQA_AKW (4 * (MS_KB + 1 + (MS_KB & 1)))
 #define MQA_SN (2 * MS_KB)
 #endif
+#ifndef MQA_S8
+#define MQA_S8 0
+#endif
 #define MQA_XKW (8 * MS_KB + 4)
 #define MQA_STAGE (4 * (MQL_R * MQA_AKW + MQA_SN * MQL_R + MS_T * MQA_XKW + 2 * MS_T * MS_KB))
 #if MQL_NST == 3 && 3 * MQA_STAGE > 49152
@@ -1045,7 +1075,7 @@ typedef float2 mql_sc;
 #if MV_PTX && defined(MQL_ASYNC) && MQL_ASYNC && MQA_NST * MQA_STAGE <= 49152 &&                   \
     ((defined(W_SPLIT4) && !MQ_H2) ||                                                              \
      (MQA_K && defined(W_RAW) && MS_KB % 2 == 0 && 8 % MS_KB == 0 && MQA_KP % 2 == 1) ||          \
-     (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0) || (MQA_K6 && MS_KB == 4))
+     (MQA_Q8 && defined(W_RAW) && MS_KB % 2 == 0) || (MQA_K6 && MS_KB == 4) || MQA_S8)
 #define MQL_A 1
 #else
 #define MQL_A 0
@@ -1087,6 +1117,26 @@ mqa_copy(W_ARGS, int n_in, int n_out, __global const char *xq, __global const fl
                                       (ulong)(b0 >> 3) * MQA_SBB;
             cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u,
                        p + (k >= hb ? qb + 32 * ((b0 & 7) >> 1) + 16 * (k - hb) : 16 * k), 16);
+        }
+    }
+#elif MQA_S8
+    /* Piece k of row r: k < 2 KB the quant bytes' 16-byte halves of block k / 2 (at word 4 k),
+     * then block kb's scale pair (at word 8 KB + 2 kb); blocks past nb as zeros. */
+    const __global uchar *wq = w_a + w_off, *ws = wq + (size_t)n_out * nb * 32;
+    (void)ss;
+#pragma unroll
+    for (int n = 0; n < (MQL_R * 3 * MS_KB + MQL_NT - 1) / MQL_NT; n++) {
+        int c = lid + n * MQL_NT;
+        if (c < MQL_R * 3 * MS_KB) {
+            int r = c / (3 * MS_KB), k = c % (3 * MS_KB);
+            int kb = k < 2 * MS_KB ? k >> 1 : k - 2 * MS_KB, b = b0 + kb;
+            size_t blk = (size_t)min(row0 + r, n_out - 1) * nb + min(b, nb - 1);
+            if (k < 2 * MS_KB)
+                cp_async16(sa + (uint)(r * MQA_AKW + 4 * k) * 4u, wq + blk * 32 + 16 * (k & 1),
+                           b < nb ? 16 : 0);
+            else
+                cp_async8(sa + (uint)(r * MQA_AKW + 8 * MS_KB + 2 * kb) * 4u, ws + blk * 8,
+                          b < nb ? 8 : 0);
         }
     }
 #elif MQA_K6
@@ -1393,6 +1443,17 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 float db = vload_half(sb_ ? 1 : 0, (__local const half *)(hb + 29));
                 f[i][0] = (float4)(da * MQ_F((char)sca), 0.0f, da * MQ_F((char)(sca >> 8)), 0.0f);
                 f[i][1] = (float4)(db * MQ_F((char)scb), 0.0f, db * MQ_F((char)(scb >> 8)), 0.0f);
+#elif MQA_S8
+                /* block kb: weights 4q.. in word 8 kb + q, 16 + 4q.. four words on, one a byte */
+                __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
+                a[i][0] = MQ_SIGNED(ha[8 * kb + q]);
+                a[i][1] = MQ_SIGNED(hb[8 * kb + q]);
+                a[i][2] = MQ_SIGNED(ha[8 * kb + 4 + q]);
+                a[i][3] = MQ_SIGNED(hb[8 * kb + 4 + q]);
+                float sa0 = as_float(ha[8 * MS_KB + 2 * kb]), sa1 = as_float(ha[8 * MS_KB + 2 * kb + 1]);
+                float sb0 = as_float(hb[8 * MS_KB + 2 * kb]), sb1 = as_float(hb[8 * MS_KB + 2 * kb + 1]);
+                f[i][0] = (float4)(sa0, 0.0f, sa1, 0.0f);
+                f[i][1] = (float4)(sb0, 0.0f, sb1, 0.0f);
 #elif MQA_Q8
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
                 a[i][0] = mqa_q8w(ha, kb, q);
@@ -1629,6 +1690,29 @@ __kernel void k4_split(W_ARGS, int n_in, int n_out, __global uint4 *qa, __global
     qa[b] = (uint4)(v[0][0] | v[0][1] << 4, v[1][0] | v[1][1] << 4, v[2][0] | v[2][1] << 4,
                     v[3][0] | v[3][1] << 4);
     qs[b] = dm.xy;
+}
+#endif
+
+#if defined(W_QW8) && defined(W_QH2) && defined(W_RAW) && !(defined(MQL_S8H) && MQL_S8H)
+/* Raw Q6_K rows rewritten for prefill's int8 products (the host's K6SPLIT; read back by MQL_S8H's
+ * qw8_s8h and staging, above): block b's 32 six-bit values a byte at qa + 32 b (W_QW8's words in
+ * order), its halves' scales (d s0, d s1) at qs[b], qs = (float2 *)(qa + 32 n_out n_in / 32).
+ * One work-item a block; global size n_out n_in / 32 rounded up. */
+__kernel void k6_split(W_ARGS, int n_in, int n_out, __global uint *qa)
+{
+    size_t b = get_global_id(0), nb = (size_t)(n_in / 32);
+    if (b >= (size_t)n_out * nb)
+        return;
+    int o = (int)(b / nb), kb = (int)(b % nb);
+    float4 dm = (float4)(0.0f);
+    uint v[4][2];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        W_QW8(o, kb, k, &v[k][0], &v[k][1], &dm);
+    __global uint4 *q4 = (__global uint4 *)(qa + 8 * b);
+    q4[0] = (uint4)(v[0][0], v[1][0], v[2][0], v[3][0]);
+    q4[1] = (uint4)(v[0][1], v[1][1], v[2][1], v[3][1]);
+    ((__global float2 *)(qa + 8 * (size_t)n_out * nb))[b] = dm.xz;
 }
 #endif
 

@@ -281,6 +281,12 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     if (n < 0 || (size_t)n >= cap)
         return EBB_ERANGE;
     size_t used = (size_t)n;
+    if (tu->mql_s8h) {
+        n = snprintf(buf + used, cap - used, "#define MQL_S8H 1\n");
+        if (n < 0 || (size_t)n >= cap - used)
+            return EBB_ERANGE;
+        used += (size_t)n;
+    }
     const char *bits = ti->split == 8 ? "q8" : "q4";
     if (l->order == EBB_CL_ORDER_RAW)
         n = snprintf(buf + used, cap - used,

@@ -150,9 +150,21 @@ static size_t mmq_slices(const struct clm *m, enum ebb_cl_wkernel kind, bool bat
 /* matmul_mmq for a product of nt >= tu.mmq token rows of w (kernel k: p->matmul_mmqp, with
  * the mmq_* tile): x's rows quantized into m->mq_x / m->mq_h by mmq_quantize (q of w's
  * program), then the int8 products. */
+static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
+                            bool batch, int kind_set, cl_mem x, int x_ld, cl_mem y, int y_ld,
+                            int y_off, cl_mem res, int nt, struct ebb_diag *diag);
 static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
                        bool batch, cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res,
                        int nt, struct ebb_diag *diag)
+{
+    return mmq_run_kind(m, w, q, k, batch, -1, x, x_ld, y, y_ld, y_off, res, nt, diag);
+}
+
+/* mmq_run with the tile of kind kind_set where it is not negative (K6SPLIT's mmql_* tile on a
+ * Q6_K weight). */
+static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
+                            bool batch, int kind_set, cl_mem x, int x_ld, cl_mem y, int y_ld,
+                            int y_off, cl_mem res, int nt, struct ebb_diag *diag)
 {
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     struct ebb_cl_arg aq[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
@@ -171,7 +183,8 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 9, diag)))
         return rc;
     size_t g[3], l[3] = {0, 1, 1};
-    enum ebb_cl_wkernel kind = batch              ? ebb_cl_mmql_batch_kind(&w->layout)
+    enum ebb_cl_wkernel kind = kind_set >= 0      ? (enum ebb_cl_wkernel)kind_set
+                               : batch            ? ebb_cl_mmql_batch_kind(&w->layout)
                                : !m->tu.mmq_stage ? EBB_CL_WK_MMQ
                                                   : ebb_cl_mmql_kind(&w->layout);
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
@@ -198,8 +211,9 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
 {
     struct clm *m = ctx;
     static const char *const names[CLM_P_N] = {
-        "matmul_mmql",  "matmul_mmql", "matmul_mmq",  "matvec_q8r", "matmul_mms", "matmul_mms",
-        "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",     "matvec_cpu", "k4_split"};
+        "matmul_mmql", "matmul_mmql",  "matmul_mmq",  "matvec_q8r",  "matmul_mms",
+        "matmul_mms",  "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",
+        "matvec_cpu",  "k4_split",     "k6_split"};
     const struct ebb_cl_tuning *tu = &m->tu;
     size_t used = 0;
     if (cap)
@@ -256,6 +270,15 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
                     KPUT(" cp.async %d stages", st);
                 else if (!st)
                     KPUT(" registers");
+            } else if (k == CLM_P_K6) {
+                uint32_t tile[4];
+                ebb_cl_mmql_tile(tu, EBB_CL_WK_MMQL, tile);
+                int st = p ? ebb_cl_mmql_stages(m->cl, p->matmul_mmq_s8) : -1;
+                KPUT(" + matmul_mmql %u,%u,%u,%u on its bytes", tile[0], tile[1], tile[2], tile[3]);
+                if (st > 0)
+                    KPUT(" cp.async %d stages", st);
+                else if (!st)
+                    KPUT(" registers");
             }
         }
     }
@@ -272,11 +295,6 @@ static ebb_err k4_run(struct clm *m, const struct ebb_cl_weight *w, const struct
                       struct ebb_diag *diag)
 {
     uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
-    if (nb > m->k4_blocks)
-        return ebb_diag_set(diag, EBB_ERANGE,
-                            "a Q4_K weight of %llu blocks past the %llu of "
-                            "its prefill planes",
-                            (unsigned long long)nb, (unsigned long long)m->k4_blocks);
     struct ebb_cl_weight s = {.layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
                               .n_in = w->n_in,
                               .n_out = w->n_out,
@@ -299,6 +317,30 @@ static ebb_err k4_run(struct clm *m, const struct ebb_cl_weight *w, const struct
     note_path(m, w, CLM_P_K4);
     return mmq_run(m, &s, ps->mmq_quantize, ps->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                    nt, diag);
+}
+
+/* The same through K6SPLIT for raw Q6_K weight w: k6_split writes w as a byte a weight and its
+ * halves' scales into m->k6, and p's matmul_mmq_s8 (matmul_mmql with MQL_S8H, the mmql_* tile)
+ * multiplies those. */
+static ebb_err k6_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
+                      cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
+                      struct ebb_diag *diag)
+{
+    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
+    struct ebb_cl_weight s = *w;
+    s.a = m->k6;
+    s.off = 0;
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k6)};
+    size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
+    ebb_err rc;
+    if ((rc = ebb_cl_weight_set_args(w, p->k6_split, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->k6_split, 2, a, 3, diag)) ||
+        (rc = ebb_cl_run(m->cl, p->k6_split, 1, &g, &l, diag)))
+        return rc;
+    note_path(m, w, CLM_P_K6);
+    return mmq_run_kind(m, &s, p->mmq_quantize, p->matmul_mmq_s8, false, EBB_CL_WK_MMQL, x, x_ld, y,
+                        y_ld, y_off, res, nt, diag);
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
@@ -332,8 +374,12 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
-        if (p->k4_split && m->k4_a && (uint32_t)nt >= m->tu.k4split)
+        uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
+        if (p->k4_split && m->k4_a && (uint32_t)nt >= m->tu.k4split && nb <= m->k4_blocks)
             return k4_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
+        if (p->k6_split && p->matmul_mmq_s8 && m->k6 && (uint32_t)nt >= m->tu.k6split &&
+            nb <= m->k6_blocks)
+            return k6_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
         note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);

@@ -106,7 +106,7 @@ static void clm_free(void *ctx)
                          &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
                          &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
                          &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
-                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b};
+                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k6};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -251,6 +251,24 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     return build_shallow(m, diag);
 }
 
+/* The most 32-blocks of a raw weight of type t among the layers' weights (placed, or as
+ * streamed). */
+static uint64_t layer_blocks_max(const struct clm *m, uint32_t t)
+{
+    uint64_t nb = 0;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        for (int gi = 0; gi < MAX_GROUPS; gi++)
+            for (int i = 0; i < GROUP_MAX; i++) {
+                const struct ebb_cl_weight *w[2] = {&m->layers[l].w[gi][i],
+                                                    m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
+                for (int k = 0; k < 2; k++)
+                    if (w[k] && w[k]->layout.type == t && w[k]->layout.order == EBB_CL_ORDER_RAW &&
+                        (uint64_t)w[k]->n_out * (w[k]->n_in / 32) > nb)
+                        nb = (uint64_t)w[k]->n_out * (w[k]->n_in / 32);
+            }
+    return nb;
+}
+
 static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
@@ -341,20 +359,10 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                 return rc;
         }
     }
-    /* K4SPLIT's planes: the largest raw Q4_K weight a layer holds (placed, or streamed) */
+    /* K4SPLIT's planes: the largest raw Q4_K weight a layer holds (placed, or streamed; the
+     * output's products go the raw way where they are larger) */
     if (m->mq_x && m->tu.mmq_stage && m->tu.k4split) {
-        uint64_t nb = 0;
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            for (int gi = 0; gi < MAX_GROUPS; gi++)
-                for (int i = 0; i < GROUP_MAX; i++) {
-                    const struct ebb_cl_weight *w[2] = {&m->layers[l].w[gi][i],
-                                                        m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
-                    for (int k = 0; k < 2; k++)
-                        if (w[k] && w[k]->layout.type == EBB_GGML_Q4_K &&
-                            w[k]->layout.order == EBB_CL_ORDER_RAW &&
-                            (uint64_t)w[k]->n_out * (w[k]->n_in / 32) > nb)
-                            nb = (uint64_t)w[k]->n_out * (w[k]->n_in / 32);
-                }
+        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q4_K);
         /* only where split Q4_1 has the int8 prefill tiles under this tuning (the W_Q16
          * layouts' matmul_mms: tu.mv_q16); otherwise the raw tiles as without the knob */
         const struct ebb_cl_layout sl = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
@@ -367,6 +375,13 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                 return rc;
             m->k4_blocks = nb;
         }
+    }
+    /* K6SPLIT's bytes, likewise for raw Q6_K */
+    if (m->mq_x && m->tu.mmq_stage && m->tu.k6split) {
+        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q6_K);
+        if (nb && (rc = ebb__clm_alloc(m, nb * 40, &m->k6, "Q6_K prefill bytes", diag)))
+            return rc;
+        m->k6_blocks = nb;
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);
