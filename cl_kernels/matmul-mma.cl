@@ -710,11 +710,12 @@ matmul_mms(W_ARGS, int n_in, int n_out, __global const float *x, int x_ld, __glo
  * tiles of one row tile, which read the same weights, run together and share them through the
  * cache. Global size (32 MS_W ceil(n_tok / MS_T), ceil(n_out / (16 MS_MI))), local
  * (32 MS_W, 1). */
-#if defined(MQL_S8H) && MQL_S8H && defined(W_QW8) && defined(W_QH2)
-/* Raw Q6_K as k6_split rewrote it (the host's K6SPLIT builds matmul_mmq / matmul_mmql with
- * MQL_S8H): at w_a + w_off, n_out n_in / 32 blocks of 32 bytes (weight i of a block in byte i,
- * its six bits 0..63), then a float2 (d s0, d s1) a block (the halves' scales); the words and
- * scales W_QW8 of the raw layout gives, so the same numbers. */
+#if defined(MQL_S8H) && MQL_S8H && defined(W_QW8) && (defined(W_QH2) || defined(W_Q5K))
+/* Raw Q6_K or Q5_K as k8_split rewrote it (the host's K8SPLIT builds matmul_mmq / matmul_mmql
+ * with MQL_S8H): at w_a + w_off, n_out n_in / 32 blocks of 32 bytes (weight i of a block in byte
+ * i: Q6_K's six bits 0..63, Q5_K's five 0..31), then a float2 a block: Q6_K's halves' scales
+ * (d s0, d s1), Q5_K's (d sc, -dmin m); the words and scales W_QW8 of the raw layout gives, so
+ * the same numbers. */
 inline void qw8_s8h(const __global uchar *w, int n_out, int nb, int o, int b, int k, uint *v0,
                     uint *v1, float4 *dm)
 {
@@ -723,7 +724,11 @@ inline void qw8_s8h(const __global uchar *w, int n_out, int nb, int o, int b, in
     *v0 = q[k];
     *v1 = q[4 + k];
     float2 s = ((const __global float2 *)(w + (size_t)n_out * nb * 32))[blk];
+#if defined(W_QH2)
     *dm = (float4)(s.x, -32.0f * s.x, s.y, -32.0f * s.y);
+#else
+    *dm = (float4)(s.x, s.y, s.x, s.y);
+#endif
 }
 #define MQ_QW8(o, b, k, v0, v1, dm)                                                                \
     qw8_s8h(w_a + w_off, n_out, n_in / 32, (o), (b), (k), (v0), (v1), (dm))
@@ -999,10 +1004,10 @@ typedef float2 mql_sc;
 #ifndef MQL_NST
 #define MQL_NST 2
 #endif
-#if defined(MQL_S8H) && MQL_S8H && defined(W_QH2)
-/* Q6_K as k6_split rewrote it (MQL_S8H, above): a row keeps the step's KB blocks of 32 bytes (8
- * words each, 4-byte aligned: no realignment) and after them the blocks' (d s0, d s1), padded to
- * an odd multiple of 4 words (64,2,4,2: 20 words a row, three stages in 48 KiB). */
+#if defined(MQL_S8H) && MQL_S8H && (defined(W_QH2) || defined(W_Q5K))
+/* Q6_K or Q5_K as k8_split rewrote it (MQL_S8H, above): a row keeps the step's KB blocks of 32
+ * bytes (8 words each, 4-byte aligned: no realignment) and after them the blocks' float2s, padded
+ * to an odd multiple of 4 words (64,2,4,2: 20 words a row, three stages in 48 KiB). */
 #define MQA_K 0
 #define MQA_Q8 0
 #define MQA_K6 0
@@ -1452,8 +1457,13 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
                 a[i][3] = MQ_SIGNED(hb[8 * kb + 4 + q]);
                 float sa0 = as_float(ha[8 * MS_KB + 2 * kb]), sa1 = as_float(ha[8 * MS_KB + 2 * kb + 1]);
                 float sb0 = as_float(hb[8 * MS_KB + 2 * kb]), sb1 = as_float(hb[8 * MS_KB + 2 * kb + 1]);
+#if MQ_H2 /* Q6_K: the halves' scales (the offset in the signed bytes) */
                 f[i][0] = (float4)(sa0, 0.0f, sa1, 0.0f);
                 f[i][1] = (float4)(sb0, 0.0f, sb1, 0.0f);
+#else /* Q5_K: (d sc, -dmin m) */
+                f[i][0] = (float4)(sa0, sa1, 0.0f, 0.0f);
+                f[i][1] = (float4)(sb0, sb1, 0.0f, 0.0f);
+#endif
 #elif MQA_Q8
                 __local const uint *ha = A + ra * MQA_AKW, *hb = A + rb * MQA_AKW;
                 a[i][0] = mqa_q8w(ha, kb, q);
@@ -1693,12 +1703,14 @@ __kernel void k4_split(W_ARGS, int n_in, int n_out, __global uint4 *qa, __global
 }
 #endif
 
-#if defined(W_QW8) && defined(W_QH2) && defined(W_RAW) && !(defined(MQL_S8H) && MQL_S8H)
-/* Raw Q6_K rows rewritten for prefill's int8 products (the host's K6SPLIT; read back by MQL_S8H's
- * qw8_s8h and staging, above): block b's 32 six-bit values a byte at qa + 32 b (W_QW8's words in
- * order), its halves' scales (d s0, d s1) at qs[b], qs = (float2 *)(qa + 32 n_out n_in / 32).
- * One work-item a block; global size n_out n_in / 32 rounded up. */
-__kernel void k6_split(W_ARGS, int n_in, int n_out, __global uint *qa)
+#if defined(W_QW8) && (defined(W_QH2) || defined(W_Q5K)) && defined(W_RAW) &&                     \
+    !(defined(MQL_S8H) && MQL_S8H)
+/* Raw Q6_K or Q5_K rows rewritten for prefill's int8 products (the host's K8SPLIT; read back by
+ * MQL_S8H's qw8_s8h and staging, above): block b's 32 values a byte at qa + 32 b (W_QW8's words
+ * in order), at qs[b] (qs = (float2 *)(qa + 32 n_out n_in / 32)) Q6_K's halves' scales
+ * (d s0, d s1) or Q5_K's (d sc, -dmin m). One work-item a block; global size n_out n_in / 32
+ * rounded up. */
+__kernel void k8_split(W_ARGS, int n_in, int n_out, __global uint *qa)
 {
     size_t b = get_global_id(0), nb = (size_t)(n_in / 32);
     if (b >= (size_t)n_out * nb)
@@ -1712,7 +1724,11 @@ __kernel void k6_split(W_ARGS, int n_in, int n_out, __global uint *qa)
     __global uint4 *q4 = (__global uint4 *)(qa + 8 * b);
     q4[0] = (uint4)(v[0][0], v[1][0], v[2][0], v[3][0]);
     q4[1] = (uint4)(v[0][1], v[1][1], v[2][1], v[3][1]);
+#if defined(W_QH2)
     ((__global float2 *)(qa + 8 * (size_t)n_out * nb))[b] = dm.xz;
+#else
+    ((__global float2 *)(qa + 8 * (size_t)n_out * nb))[b] = dm.xy;
+#endif
 }
 #endif
 

@@ -112,14 +112,15 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          l->order == EBB_CL_ORDER_RAW && l->storage == EBB_CL_STORE_BUFFER &&
          (rc = ebb_cl_kernel(p.prog, "k4_split", &p.k4_split, diag))))
         goto out;
-    /* K6SPLIT: k6_split, and matmul_mmql on the mmql_* tile reading what it writes */
-    if (p.matmul_mmqp && tu->mmq_stage && tu->k6split && !tu->mql_s8h && l->type == EBB_GGML_Q6_K &&
-        l->order == EBB_CL_ORDER_RAW && l->storage == EBB_CL_STORE_BUFFER) {
+    /* K8SPLIT (Q6_K, Q5_K): k8_split, and matmul_mmql on the mmql_* tile reading what it writes */
+    if (p.matmul_mmqp && tu->mmq_stage && tu->k8split && !tu->mql_s8h &&
+        (l->type == EBB_GGML_Q6_K || l->type == EBB_GGML_Q5_K) && l->order == EBB_CL_ORDER_RAW &&
+        l->storage == EBB_CL_STORE_BUFFER) {
         struct ebb_cl_tuning t8 = *tu;
         uint32_t qt[4];
         t8.mql_s8h = 1;
         ebb_cl_mmql_tile(tu, EBB_CL_WK_MMQL, qt);
-        if ((rc = ebb_cl_kernel(p.prog, "k6_split", &p.k6_split, diag)) ||
+        if ((rc = ebb_cl_kernel(p.prog, "k8_split", &p.k8_split, diag)) ||
             (rc = tile_kernel(cl, l, &t8, qt[0], qt[1], qt[2], qt[3], pro, sizeof(pro), srcs, n_src,
                               "matmul_mmql", &p.matmul_mmq_s8, diag)))
             goto out;
@@ -195,8 +196,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mmql);
     if (p->k4_split)
         clReleaseKernel(p->k4_split);
-    if (p->k6_split)
-        clReleaseKernel(p->k6_split);
+    if (p->k8_split)
+        clReleaseKernel(p->k8_split);
     if (p->matmul_mmq_s8)
         clReleaseKernel(p->matmul_mmq_s8);
     if (p->prog)

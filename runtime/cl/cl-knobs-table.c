@@ -266,12 +266,12 @@ const struct knob ebb__cl_knobs[] = {
           "at load) and run matmul_mmql on those, whose inner loop has no super-block header to "
           "decode; 0: never (docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
-    UINT1("K6SPLIT", k6split, "0..65536",
-          "K4SPLIT for raw Q6_K weights: the weight rewritten as a byte a weight (its six bits) "
-          "and a float2 of the halves' scales a block (k6_split: the same numbers; 1.25 bytes a "
-          "weight of scratch for the largest such layer weight), multiplied by matmul_mmql on "
-          "the MMQL_TILE tile, which stages it with no realignment; 0: never "
-          "(docs/PERFORMANCE.md)",
+    UINT1("K8SPLIT", k8split, "0..65536",
+          "K4SPLIT for raw Q6_K and Q5_K weights: the weight rewritten as a byte a weight (its six "
+          "or five bits) and a float2 a block (Q6_K's halves' scales, Q5_K's scale and min; "
+          "k8_split: the same numbers; 1.25 bytes a weight of scratch for the largest such layer "
+          "weight), multiplied by matmul_mmql on the MMQL_TILE tile, which stages it with no "
+          "realignment; 0: never (docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},

@@ -99,9 +99,10 @@ struct ebb_cl_tuning {
     uint32_t mmql_split; /* the same for prefill's products on the mmql_* tiles (mmq_stage) */
     uint32_t k4split;    /* prefill's raw Q4_K products of at least this many rows rewrite the
                             weight as split Q4_1 first (k4_split), 0: never */
-    uint32_t k6split;    /* the same for raw Q6_K weights (k6_split, matmul_mmql with MQL_S8H) */
-    uint32_t mql_s8h;    /* not a knob: the program's matmul_mmq / matmul_mmql read Q6_K weights
-                            as k6_split wrote them (MQL_S8H) */
+    uint32_t k8split;    /* the same for raw Q6_K and Q5_K weights (k8_split, matmul_mmql
+                            with MQL_S8H) */
+    uint32_t mql_s8h;    /* not a knob: the program's matmul_mmq / matmul_mmql read Q6_K / Q5_K
+                            weights as k8_split wrote them (MQL_S8H) */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */
     uint32_t mmqs6_t, mmqs6_mi, mmqs6_w, mmqs6_kb; /* the same for Q6_K weights */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb;     /* matmul_mmql's tile: tokens, 16-row groups a

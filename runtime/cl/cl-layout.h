@@ -235,10 +235,10 @@ struct ebb_cl_wprog {
     cl_kernel matvec_cpu;    /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
     cl_kernel k4_split;      /* raw Q4_K with tu->k4split and matmul_mmqp on the mmql_* tiles:
                                 the weight as split Q4_1 planes (matmul-mma.cl), else NULL */
-    cl_kernel k6_split;      /* raw Q6_K with tu->k6split and matmul_mmqp on the mmql_* tiles:
-                                the weight as a byte a weight and its halves' scales, else NULL */
-    cl_kernel matmul_mmq_s8; /* with k6_split: matmul_mmql built with MQL_S8H on the mmql_* tile
-                                (reads what k6_split wrote) */
+    cl_kernel k8_split; /* raw Q6_K / Q5_K with tu->k8split and matmul_mmqp on the mmql_* tiles:
+                           the weight as a byte a weight and its halves' scales, else NULL */
+    cl_kernel matmul_mmq_s8; /* with k8_split: matmul_mmql built with MQL_S8H on the mmql_* tile
+                                (reads what k8_split wrote) */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

@@ -310,10 +310,10 @@ struct clm {
                           Q4_1 planes (16 quant bytes and a float2 (d, m) a block), for
                           the largest such weight of k4_blocks 32-blocks */
     uint64_t k4_blocks;
-    cl_mem k6; /* with tu.k6split: a raw Q6_K weight as k6_split writes it (32 bytes
+    cl_mem k8; /* with tu.k8split: a raw Q6_K / Q5_K weight as k8_split writes it (32 bytes
                   and a float2 a block), for the largest such layer weight of
-                  k6_blocks 32-blocks */
-    uint64_t k6_blocks;
+                  k8_blocks 32-blocks */
+    uint64_t k8_blocks;
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
@@ -451,7 +451,7 @@ enum clm_path {
     CLM_P_MM,    /* matmul */
     CLM_P_CPU,   /* matvec_cpu */
     CLM_P_K4,    /* k4_split, then matmul_mmql on the split Q4_1 planes (tu.k4split) */
-    CLM_P_K6,    /* k6_split, then matmul_mmql with MQL_S8H on its bytes (tu.k6split) */
+    CLM_P_K8,    /* k8_split, then matmul_mmql with MQL_S8H on its bytes (tu.k8split) */
     CLM_P_N
 };
 /* model.h's ebb_model_kernels: "TYPE/LAYOUT: kernel [tile] [staging], ...; ..." for each weight

@@ -160,7 +160,7 @@ static ebb_err mmq_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q
     return mmq_run_kind(m, w, q, k, batch, -1, x, x_ld, y, y_ld, y_off, res, nt, diag);
 }
 
-/* mmq_run with the tile of kind kind_set where it is not negative (K6SPLIT's mmql_* tile on a
+/* mmq_run with the tile of kind kind_set where it is not negative (K8SPLIT's mmql_* tile on a
  * Q6_K weight). */
 static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_kernel q, cl_kernel k,
                             bool batch, int kind_set, cl_mem x, int x_ld, cl_mem y, int y_ld,
@@ -213,7 +213,7 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     static const char *const names[CLM_P_N] = {
         "matmul_mmql", "matmul_mmql",  "matmul_mmq",  "matvec_q8r",  "matmul_mms",
         "matmul_mms",  "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",
-        "matvec_cpu",  "k4_split",     "k6_split"};
+        "matvec_cpu",  "k4_split",     "k8_split"};
     const struct ebb_cl_tuning *tu = &m->tu;
     size_t used = 0;
     if (cap)
@@ -270,7 +270,7 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
                     KPUT(" cp.async %d stages", st);
                 else if (!st)
                     KPUT(" registers");
-            } else if (k == CLM_P_K6) {
+            } else if (k == CLM_P_K8) {
                 uint32_t tile[4];
                 ebb_cl_mmql_tile(tu, EBB_CL_WK_MMQL, tile);
                 int st = p ? ebb_cl_mmql_stages(m->cl, p->matmul_mmq_s8) : -1;
@@ -319,26 +319,26 @@ static ebb_err k4_run(struct clm *m, const struct ebb_cl_weight *w, const struct
                    nt, diag);
 }
 
-/* The same through K6SPLIT for raw Q6_K weight w: k6_split writes w as a byte a weight and its
- * halves' scales into m->k6, and p's matmul_mmq_s8 (matmul_mmql with MQL_S8H, the mmql_* tile)
- * multiplies those. */
-static ebb_err k6_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
+/* The same through K8SPLIT for raw Q6_K or Q5_K weight w: k8_split writes w as a byte a weight
+ * and a float2 a block into m->k8, and p's matmul_mmq_s8 (matmul_mmql with MQL_S8H, the mmql_*
+ * tile) multiplies those. */
+static ebb_err k8_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
                       cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
                       struct ebb_diag *diag)
 {
     uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
     struct ebb_cl_weight s = *w;
-    s.a = m->k6;
+    s.a = m->k8;
     s.off = 0;
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k6)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k8)};
     size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
     ebb_err rc;
-    if ((rc = ebb_cl_weight_set_args(w, p->k6_split, 0, diag)) ||
-        (rc = ebb_cl_set_args(p->k6_split, 2, a, 3, diag)) ||
-        (rc = ebb_cl_run(m->cl, p->k6_split, 1, &g, &l, diag)))
+    if ((rc = ebb_cl_weight_set_args(w, p->k8_split, 0, diag)) ||
+        (rc = ebb_cl_set_args(p->k8_split, 2, a, 3, diag)) ||
+        (rc = ebb_cl_run(m->cl, p->k8_split, 1, &g, &l, diag)))
         return rc;
-    note_path(m, w, CLM_P_K6);
+    note_path(m, w, CLM_P_K8);
     return mmq_run_kind(m, &s, p->mmq_quantize, p->matmul_mmq_s8, false, EBB_CL_WK_MMQL, x, x_ld, y,
                         y_ld, y_off, res, nt, diag);
 }
@@ -377,9 +377,9 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
         uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
         if (p->k4_split && m->k4_a && (uint32_t)nt >= m->tu.k4split && nb <= m->k4_blocks)
             return k4_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
-        if (p->k6_split && p->matmul_mmq_s8 && m->k6 && (uint32_t)nt >= m->tu.k6split &&
-            nb <= m->k6_blocks)
-            return k6_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
+        if (p->k8_split && p->matmul_mmq_s8 && m->k8 && (uint32_t)nt >= m->tu.k8split &&
+            nb <= m->k8_blocks)
+            return k8_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
         note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);

@@ -106,7 +106,7 @@ static void clm_free(void *ctx)
                          &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
                          &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
                          &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
-                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k6};
+                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k8};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -376,12 +376,13 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
             m->k4_blocks = nb;
         }
     }
-    /* K6SPLIT's bytes, likewise for raw Q6_K */
-    if (m->mq_x && m->tu.mmq_stage && m->tu.k6split) {
-        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q6_K);
-        if (nb && (rc = ebb__clm_alloc(m, nb * 40, &m->k6, "Q6_K prefill bytes", diag)))
+    /* K8SPLIT's bytes, likewise for raw Q6_K and Q5_K */
+    if (m->mq_x && m->tu.mmq_stage && m->tu.k8split) {
+        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q6_K), n5 = layer_blocks_max(m, EBB_GGML_Q5_K);
+        nb = nb > n5 ? nb : n5;
+        if (nb && (rc = ebb__clm_alloc(m, nb * 40, &m->k8, "Q6_K / Q5_K prefill bytes", diag)))
             return rc;
-        m->k6_blocks = nb;
+        m->k8_blocks = nb;
     }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);

@@ -537,7 +537,7 @@ static void test_image2d_shapes(void)
 static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_in,
                            bool mms_only);
 static void test_k4_split(struct ebb_cl_tuning t);
-static void test_k6_split(struct ebb_cl_tuning t);
+static void test_k8_split(struct ebb_cl_tuning t, uint32_t type);
 /* With it set, test_mma_tiles takes this one tile (tokens, 16-row groups, warps) for matmul_mms,
  * matmul_mmq and matmul_mmql, and no GEMM tile. */
 static const uint32_t *mma_one_tile;
@@ -668,7 +668,8 @@ static void test_mma(void)
     const struct ebb_cl_layout q41s = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
     test_mma_tiles(&q41s, tq, 288, true);
     test_k4_split(tq);
-    test_k6_split(tq); /* and raw Q6_K as a byte a weight (K6SPLIT) */
+    test_k8_split(tq, EBB_GGML_Q6_K); /* and raw Q6_K and Q5_K as a byte a weight (K8SPLIT) */
+    test_k8_split(tq, EBB_GGML_Q5_K);
     struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
     test_mma_tiles(&q4k, tq, 512, true); /* and raw Q4_K: two scales a word */
     struct ebb_cl_layout q80 = {EBB_GGML_Q8_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
@@ -1099,21 +1100,23 @@ static void test_k4_split(struct ebb_cl_tuning t)
     free(res);
 }
 
-/* K6SPLIT (t: test_mma's tuning with k6split on): k6_split's bytes of a raw Q6_K weight of 200
- * rows of 768 inputs, dequantized (s (q - 32), a scale a half), equal to the Q6_K rows, every
- * byte within six bits; then matmul_mmq and matmul_mmql built with MQL_S8H (the program that
- * reads those bytes; on PTX matmul_mmql stages them through cp.async) on them (check_mmq, the
- * Q6_K rows as the weights). */
-static void test_k6_split(struct ebb_cl_tuning t)
+/* K8SPLIT (t: test_mma's tuning with k8split on), for raw Q6_K and Q5_K (type): k8_split's bytes
+ * of a weight of 200 rows of 768 inputs, dequantized (Q6_K: s (q - 32), a scale a half; Q5_K:
+ * d q + m), equal to the rows, every byte within six (five) bits; then matmul_mmq and
+ * matmul_mmql built with MQL_S8H (the program that reads those bytes; on PTX matmul_mmql stages
+ * them through cp.async) on them (check_mmq, the rows as the weights). */
+static void test_k8_split(struct ebb_cl_tuning t, uint32_t type)
 {
     enum { N_OUT = 200, N_IN = 768, NTOK = 70, NB = N_OUT * N_IN / 32 };
-    const struct ebb_cl_layout l = {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    const struct ebb_cl_layout l = {type, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    const bool k6 = type == EBB_GGML_Q6_K;
+    const char *tn = k6 ? "Q6_K" : "Q5_K";
     t.mm_mma = 1;
     t.mmq = t.mmq ? t.mmq : 32;
     t.mmq_stage = 1;
-    t.k6split = 1;
+    t.k8split = 1;
     struct ebb_cl_tuning t8 = t;
-    t8.k6split = 0;
+    t8.k8split = 0;
     t8.mql_s8h = 1;
     uint64_t rowb = 0;
     OK(ebb_ggml_row_bytes(l.type, N_IN, &rowb));
@@ -1133,37 +1136,39 @@ static void test_k6_split(struct ebb_cl_tuning t)
     struct ebb_cl_wprog p, p8;
     OK(ebb_cl_wprog_build(cl, &l, &t, &p, D));
     OK(ebb_cl_wprog_build(cl, &l, &t8, &p8, D));
-    CHECK(p.k6_split != NULL && p.matmul_mmq_s8 != NULL,
-          "raw Q6_K with K6SPLIT: no k6_split or matmul_mmql with MQL_S8H");
+    CHECK(p.k8_split != NULL && p.matmul_mmq_s8 != NULL,
+          "raw %s with K8SPLIT: no k8_split or matmul_mmql with MQL_S8H", tn);
     struct ebb_cl_weight sw = wt;
     sw.a = buf((size_t)NB * 40, NULL);
     sw.off = 0;
-    if (p.k6_split) {
+    if (p.k8_split) {
         int ni = N_IN, no = N_OUT;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no), EBB_CL_ARG(sw.a)};
         size_t lw = 64, g = (NB + 63) / 64 * 64;
-        OK(ebb_cl_weight_set_args(&wt, p.k6_split, 0, D));
-        OK(ebb_cl_set_args(p.k6_split, 2, a, 3, D));
-        OK(ebb_cl_run(cl, p.k6_split, 1, &g, &lw, D));
+        OK(ebb_cl_weight_set_args(&wt, p.k8_split, 0, D));
+        OK(ebb_cl_set_args(p.k8_split, 2, a, 3, D));
+        OK(ebb_cl_run(cl, p.k8_split, 1, &g, &lw, D));
         rd(sw.a, (size_t)NB * 40, kb);
         const float *sc = (const float *)(kb + (size_t)NB * 32);
         size_t bad_q = 0, bad_w = 0;
         for (size_t i = 0; i < (size_t)N_IN * N_OUT; i++) {
             size_t b = i / 32;
             int q = kb[i];
-            bad_q += q > 63;
-            float v = sc[2 * b + (i % 32) / 16] * (float)(q - 32);
+            bad_q += q > (k6 ? 63 : 31);
+            float v = k6 ? sc[2 * b + (i % 32) / 16] * (float)(q - 32)
+                         : sc[2 * b] * (float)q + sc[2 * b + 1];
             bad_w += fabsf(v - w[i]) > 1e-6f * fabsf(w[i]) + 1e-30f;
         }
         CHECK(bad_q == 0 && bad_w == 0,
-              "k6_split: %zu bytes past six bits, %zu of %u weights differ from the Q6_K rows",
+              "k8_split %s: %zu bytes past its bits, %zu of %u weights differ from the rows", tn,
               bad_q, bad_w, N_IN * N_OUT);
-        printf("  k6_split: raw Q6_K %ux%u as a byte a weight and the halves' scales, equal to "
-               "the Q6_K rows: %s\n",
-               N_OUT, N_IN, bad_q || bad_w ? "no" : "yes");
+        printf("  k8_split: raw %s %ux%u as a byte a weight and a float2 a block, equal to the "
+               "rows: %s\n",
+               tn, N_OUT, N_IN, bad_q || bad_w ? "no" : "yes");
         cl_mem xb = buf(sizeof(float) * NTOK * N_IN, x),
                rb = buf(sizeof(float) * NTOK * N_OUT, NULL);
-        check_mmq(&sw, &p8, &t8, w, x, res, xb, rb, N_IN, N_OUT, NTOK, "Q6_K/k6_split");
+        check_mmq(&sw, &p8, &t8, w, x, res, xb, rb, N_IN, N_OUT, NTOK,
+                  k6 ? "Q6_K/k8_split" : "Q5_K/k8_split");
         clReleaseMemObject(xb);
         clReleaseMemObject(rb);
     }
