@@ -415,6 +415,9 @@ ebb_err ebb__clm_env_count(const char *name, uint32_t def, uint32_t lo, uint32_t
  * LONG_ROWS_MAX, 0: off) in whole chunks, no more than the context asks; 0 under two chunks. */
 uint32_t ebb__clm_long_rows(const struct clm *m);
 /* One device buffer of bytes, failing with a message that names what when it is too large. */
+/* The bytes of the K-quant rewrites' scratch (K4SPLIT, K8SPLIT) for the layers' weights placed
+ * or templated so far under m->tu, and (k4, k8; may be NULL) the 32-blocks of each part. */
+uint64_t ebb__clm_ksplit_bytes(const struct clm *m, uint64_t *k4, uint64_t *k8);
 ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
                        struct ebb_diag *diag);
 /* The weight kernels' program for layout l (built on first use). */

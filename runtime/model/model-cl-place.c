@@ -45,6 +45,39 @@ ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *wha
     return EBB_OK;
 }
 
+/* The most 32-blocks of a raw weight of type t among the layers' weights (placed, or as
+ * streamed). */
+static uint64_t layer_blocks_max(const struct clm *m, uint32_t t)
+{
+    uint64_t nb = 0;
+    for (uint32_t l = 0; (m->layers || m->tmpl) && l < m->hp.n_layer; l++)
+        for (int gi = 0; gi < MAX_GROUPS; gi++)
+            for (int i = 0; i < GROUP_MAX; i++) {
+                const struct ebb_cl_weight *w[2] = {m->layers ? &m->layers[l].w[gi][i] : NULL,
+                                                    m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
+                for (int k = 0; k < 2; k++)
+                    if (w[k] && w[k]->layout.type == t && w[k]->layout.order == EBB_CL_ORDER_RAW &&
+                        (uint64_t)w[k]->n_out * (w[k]->n_in / 32) > nb)
+                        nb = (uint64_t)w[k]->n_out * (w[k]->n_in / 32);
+            }
+    return nb;
+}
+
+uint64_t ebb__clm_ksplit_bytes(const struct clm *m, uint64_t *k4, uint64_t *k8)
+{
+    const struct ebb_cl_tuning *tu = &m->tu;
+    bool mq = tu->mm_mma && tu->mmq && tu->mms_max && tu->mmq_stage;
+    uint64_t b4 = mq && tu->k4split ? layer_blocks_max(m, EBB_GGML_Q4_K) : 0;
+    uint64_t b6 = mq && tu->k8split ? layer_blocks_max(m, EBB_GGML_Q6_K) : 0;
+    uint64_t b5 = mq && tu->k8split ? layer_blocks_max(m, EBB_GGML_Q5_K) : 0;
+    b6 = b6 > b5 ? b6 : b5;
+    if (k4)
+        *k4 = b4;
+    if (k8)
+        *k8 = b6;
+    return 24 * b4 + 40 * b6;
+}
+
 ebb_err ebb__clm_find(const struct ebb_gguf *g, const char *name, uint64_t n_in, uint64_t n_out,
                       const struct ebb_gguf_tensor **out, struct ebb_diag *diag)
 {

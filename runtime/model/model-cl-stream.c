@@ -302,7 +302,8 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
         .layer_bytes = lb,
         .fixed_bytes = tensor_bytes(g, en) + tensor_bytes(g, on) +
                        f * hp->n_embd * (1 + (uint64_t)m->plan.n_norms * n_layer),
-        .runtime_bytes = scratch + (16u << 20), /* plus programs and queues */
+        /* plus the K-quant rewrites' scratch, programs and queues */
+        .runtime_bytes = scratch + ebb__clm_ksplit_bytes(m, NULL, NULL) + (16u << 20),
         /* in the device's memory: the mapped slots (unified), or the two device buffers the
          * streamed layers are copied into (discrete; the pinned slots are host memory) */
         .staging_bytes = m->unified ? (uint64_t)m->n_slots * slot : 2 * (uint64_t)m->max_layer,

@@ -251,22 +251,36 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
     return build_shallow(m, diag);
 }
 
-/* The most 32-blocks of a raw weight of type t among the layers' weights (placed, or as
- * streamed). */
-static uint64_t layer_blocks_max(const struct clm *m, uint32_t t)
+/* The K-quant rewrites' scratch (K4SPLIT, K8SPLIT) where it can be had: a device that cannot
+ * hold it (one buffer past its largest allocation, or none left) runs prefill on the raw tiles,
+ * with a note on stderr, rather than refusing the model. */
+static void alloc_ksplit(struct clm *m)
 {
-    uint64_t nb = 0;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++)
-        for (int gi = 0; gi < MAX_GROUPS; gi++)
-            for (int i = 0; i < GROUP_MAX; i++) {
-                const struct ebb_cl_weight *w[2] = {&m->layers[l].w[gi][i],
-                                                    m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
-                for (int k = 0; k < 2; k++)
-                    if (w[k] && w[k]->layout.type == t && w[k]->layout.order == EBB_CL_ORDER_RAW &&
-                        (uint64_t)w[k]->n_out * (w[k]->n_in / 32) > nb)
-                        nb = (uint64_t)w[k]->n_out * (w[k]->n_in / 32);
-            }
-    return nb;
+    uint64_t b4 = 0, b8 = 0;
+    ebb__clm_ksplit_bytes(m, &b4, &b8);
+    struct ebb_diag d = {{0}};
+    if (b4) {
+        /* only where split Q4_1 has the int8 prefill tiles under this tuning (the W_Q16
+         * layouts' matmul_mms: tu.mv_q16) */
+        const struct ebb_cl_layout sl = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
+        struct ebb_cl_wprog *ps = NULL;
+        if (ebb__clm_prog_for(m, &sl, &ps, &d) || !ps->matmul_mmqp || !ps->mmq_quantize)
+            b4 = 0;
+    }
+    if (b4 && (ebb__clm_alloc(m, b4 * 16, &m->k4_a, "Q4_K prefill planes", &d) ||
+               ebb__clm_alloc(m, b4 * 8, &m->k4_b, "Q4_K prefill planes", &d))) {
+        fprintf(stderr, "ebb: %s: Q4_K prefill takes the raw tiles (EBB_CL_K4SPLIT)\n", d.msg);
+        release(&m->k4_a);
+        release(&m->k4_b);
+        b4 = 0;
+    }
+    m->k4_blocks = b4;
+    if (b8 && ebb__clm_alloc(m, b8 * 40, &m->k8, "Q6_K / Q5_K prefill bytes", &d)) {
+        fprintf(stderr, "ebb: %s: Q6_K / Q5_K prefill takes the raw tiles (EBB_CL_K8SPLIT)\n",
+                d.msg);
+        b8 = 0;
+    }
+    m->k8_blocks = b8;
 }
 
 static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
@@ -359,31 +373,10 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                 return rc;
         }
     }
-    /* K4SPLIT's planes: the largest raw Q4_K weight a layer holds (placed, or streamed; the
-     * output's products go the raw way where they are larger) */
-    if (m->mq_x && m->tu.mmq_stage && m->tu.k4split) {
-        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q4_K);
-        /* only where split Q4_1 has the int8 prefill tiles under this tuning (the W_Q16
-         * layouts' matmul_mms: tu.mv_q16); otherwise the raw tiles as without the knob */
-        const struct ebb_cl_layout sl = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
-        struct ebb_cl_wprog *ps = NULL;
-        if (nb && (rc = ebb__clm_prog_for(m, &sl, &ps, diag)))
-            return rc;
-        if (nb && ps->matmul_mmqp && ps->mmq_quantize) {
-            if ((rc = ebb__clm_alloc(m, nb * 16, &m->k4_a, "Q4_K prefill planes", diag)) ||
-                (rc = ebb__clm_alloc(m, nb * 8, &m->k4_b, "Q4_K prefill planes", diag)))
-                return rc;
-            m->k4_blocks = nb;
-        }
-    }
-    /* K8SPLIT's bytes, likewise for raw Q6_K and Q5_K */
-    if (m->mq_x && m->tu.mmq_stage && m->tu.k8split) {
-        uint64_t nb = layer_blocks_max(m, EBB_GGML_Q6_K), n5 = layer_blocks_max(m, EBB_GGML_Q5_K);
-        nb = nb > n5 ? nb : n5;
-        if (nb && (rc = ebb__clm_alloc(m, nb * 40, &m->k8, "Q6_K / Q5_K prefill bytes", diag)))
-            return rc;
-        m->k8_blocks = nb;
-    }
+    /* the K-quant rewrites' scratch: the largest such weight a layer holds (placed, or
+     * streamed; the output's products go the raw way where they are larger) */
+    if (m->mq_x)
+        alloc_ksplit(m);
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);
     m->host_ids = malloc(sizeof(int32_t) * m->n_batch);

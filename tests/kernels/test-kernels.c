@@ -999,6 +999,38 @@ static void test_mma_tiles(const struct ebb_cl_layout *l, struct ebb_cl_tuning t
 #undef N_IN
 }
 
+/* The inputs of the rewrite checks below: n_out random rows of n_in inputs of type (raw, rowb
+ * bytes a row), dequantized (w), ntok rows of inputs (x) and a residual (res). */
+struct kcase {
+    uint8_t *raw;
+    uint64_t rowb;
+    float *w, *x, *res;
+};
+
+static void kcase_init(struct kcase *c, uint32_t type, uint32_t n_out, uint32_t n_in, uint32_t ntok)
+{
+    OK(ebb_ggml_row_bytes(type, n_in, &c->rowb));
+    c->raw = malloc(c->rowb * n_out);
+    c->w = malloc(sizeof(float) * n_in * n_out);
+    c->x = malloc(sizeof(float) * ntok * n_in);
+    c->res = malloc(sizeof(float) * ntok * n_out);
+    random_rows(type, n_out, n_in, c->raw, c->rowb);
+    for (uint32_t o = 0; o < n_out; o++)
+        OK(ebb_quant_dequantize_row(type, c->raw + o * c->rowb, c->w + (size_t)o * n_in, n_in));
+    for (uint32_t i = 0; i < ntok * n_in; i++)
+        c->x[i] = frand();
+    for (uint32_t i = 0; i < ntok * n_out; i++)
+        c->res[i] = frand();
+}
+
+static void kcase_fini(struct kcase *c)
+{
+    free(c->raw);
+    free(c->w);
+    free(c->x);
+    free(c->res);
+}
+
 /* K4SPLIT (t: the tuning of test_mma, with k4split on): k4_split's planes of a raw Q4_K weight
  * of 200 rows of 768 inputs (3 super-blocks) against the host's own reading of the same bytes,
  * exactly (16 quant bytes in Q4_1's order and (d sc, -dmin m) as floats a block); the planes
@@ -1013,19 +1045,13 @@ static void test_k4_split(struct ebb_cl_tuning t)
     t.mmq = t.mmq ? t.mmq : 32;
     t.mmq_stage = 1;
     t.k4split = 1;
-    uint64_t rowb = 0;
-    OK(ebb_ggml_row_bytes(l.type, N_IN, &rowb));
-    uint8_t *raw = malloc(rowb * N_OUT), *qa = malloc((size_t)NB * 16);
-    float *qs = malloc(sizeof(float) * 2 * NB), *w = malloc(sizeof(float) * N_IN * N_OUT);
-    float *ws = malloc(sizeof(float) * N_IN * N_OUT), *x = malloc(sizeof(float) * NTOK * N_IN);
-    float *res = malloc(sizeof(float) * NTOK * N_OUT);
-    random_rows(l.type, N_OUT, N_IN, raw, rowb);
-    for (uint32_t o = 0; o < N_OUT; o++)
-        OK(ebb_quant_dequantize_row(l.type, raw + o * rowb, w + (size_t)o * N_IN, N_IN));
-    for (uint32_t i = 0; i < NTOK * N_IN; i++)
-        x[i] = frand();
-    for (uint32_t i = 0; i < NTOK * N_OUT; i++)
-        res[i] = frand();
+    struct kcase c;
+    kcase_init(&c, l.type, N_OUT, N_IN, NTOK);
+    const uint8_t *raw = c.raw;
+    const uint64_t rowb = c.rowb;
+    const float *w = c.w, *x = c.x, *res = c.res;
+    uint8_t *qa = malloc((size_t)NB * 16);
+    float *qs = malloc(sizeof(float) * 2 * NB), *ws = malloc(sizeof(float) * N_IN * N_OUT);
     struct ebb_cl_wsrc src[1] = {{raw, N_OUT}};
     struct ebb_cl_weight wt, sw = {.layout = ls, .n_in = N_IN, .n_out = N_OUT};
     OK(ebb_cl_weight_new(cl, &l, N_IN, src, 1, NULL, &wt, D));
@@ -1091,13 +1117,10 @@ static void test_k4_split(struct ebb_cl_tuning t)
     ebb_cl_wprog_fini(&p);
     ebb_cl_wprog_fini(&ps);
     ebb_cl_weight_fini(&wt);
-    free(raw);
+    kcase_fini(&c);
     free(qa);
     free(qs);
-    free(w);
     free(ws);
-    free(x);
-    free(res);
 }
 
 /* K8SPLIT (t: test_mma's tuning with k8split on), for raw Q6_K and Q5_K (type): k8_split's bytes
@@ -1118,19 +1141,11 @@ static void test_k8_split(struct ebb_cl_tuning t, uint32_t type)
     struct ebb_cl_tuning t8 = t;
     t8.k8split = 0;
     t8.mql_s8h = 1;
-    uint64_t rowb = 0;
-    OK(ebb_ggml_row_bytes(l.type, N_IN, &rowb));
-    uint8_t *raw = malloc(rowb * N_OUT), *kb = malloc((size_t)NB * 40);
-    float *w = malloc(sizeof(float) * N_IN * N_OUT), *x = malloc(sizeof(float) * NTOK * N_IN);
-    float *res = malloc(sizeof(float) * NTOK * N_OUT);
-    random_rows(l.type, N_OUT, N_IN, raw, rowb);
-    for (uint32_t o = 0; o < N_OUT; o++)
-        OK(ebb_quant_dequantize_row(l.type, raw + o * rowb, w + (size_t)o * N_IN, N_IN));
-    for (uint32_t i = 0; i < NTOK * N_IN; i++)
-        x[i] = frand();
-    for (uint32_t i = 0; i < NTOK * N_OUT; i++)
-        res[i] = frand();
-    struct ebb_cl_wsrc src[1] = {{raw, N_OUT}};
+    struct kcase c;
+    kcase_init(&c, l.type, N_OUT, N_IN, NTOK);
+    const float *w = c.w, *x = c.x, *res = c.res;
+    uint8_t *kb = malloc((size_t)NB * 40);
+    struct ebb_cl_wsrc src[1] = {{c.raw, N_OUT}};
     struct ebb_cl_weight wt;
     OK(ebb_cl_weight_new(cl, &l, N_IN, src, 1, NULL, &wt, D));
     struct ebb_cl_wprog p, p8;
@@ -1176,11 +1191,8 @@ static void test_k8_split(struct ebb_cl_tuning t, uint32_t type)
     ebb_cl_wprog_fini(&p);
     ebb_cl_wprog_fini(&p8);
     ebb_cl_weight_fini(&wt);
-    free(raw);
+    kcase_fini(&c);
     free(kb);
-    free(w);
-    free(x);
-    free(res);
 }
 
 static int count_files(const char *dir)
