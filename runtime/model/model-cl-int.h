@@ -310,6 +310,7 @@ struct clm {
                           Q4_1 planes (16 quant bytes and a float2 (d, m) a block), for
                           the largest such weight of k4_blocks 32-blocks */
     uint64_t k4_blocks;
+    struct ebb_cl_wprog *k4_prog; /* with k4_a: the split Q4_1 program that multiplies them */
     cl_mem k8; /* with tu.k8split: a raw Q6_K / Q5_K weight as k8_split writes it (32 bytes
                   and a float2 a block), for the largest such layer weight of
                   k8_blocks 32-blocks */

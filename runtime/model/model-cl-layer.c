@@ -237,16 +237,26 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
                 continue;
             KPUT("%s %s", first ? "" : ",", names[k]);
             first = false;
-            if (k == CLM_P_MMQL || k == CLM_P_MMQLB) {
+            if (k == CLM_P_MMQL || k == CLM_P_MMQLB || k == CLM_P_K4 || k == CLM_P_K8) {
+                /* the tile and staging of the matmul_mmql that ran: the weight's own (prefill,
+                 * batch), or after a rewrite the mmql_* tile's of what it multiplies */
+                const struct ebb_cl_layout *l = &m->layout[t];
+                enum ebb_cl_wkernel kind = k == CLM_P_MMQL    ? ebb_cl_mmql_kind(l)
+                                           : k == CLM_P_MMQLB ? ebb_cl_mmql_batch_kind(l)
+                                                              : EBB_CL_WK_MMQL;
+                cl_kernel km = k == CLM_P_K4      ? (m->k4_prog ? m->k4_prog->matmul_mmqp : NULL)
+                               : !p               ? NULL
+                               : k == CLM_P_MMQL  ? p->matmul_mmqp
+                               : k == CLM_P_MMQLB ? p->matmul_mmqs
+                                                  : p->matmul_mmq_s8;
                 uint32_t tile[4];
-                ebb_cl_mmql_tile(tu,
-                                 k == CLM_P_MMQLB ? ebb_cl_mmql_batch_kind(&m->layout[t])
-                                                  : ebb_cl_mmql_kind(&m->layout[t]),
-                                 tile);
-                int st =
-                    p ? ebb_cl_mmql_stages(m->cl, k == CLM_P_MMQL ? p->matmul_mmqp : p->matmul_mmqs)
-                      : -1;
-                KPUT(" %u,%u,%u,%u", tile[0], tile[1], tile[2], tile[3]);
+                ebb_cl_mmql_tile(tu, kind, tile);
+                int st = ebb_cl_mmql_stages(m->cl, km);
+                KPUT("%s %u,%u,%u,%u%s", k == CLM_P_K4 || k == CLM_P_K8 ? " + matmul_mmql" : "",
+                     tile[0], tile[1], tile[2], tile[3],
+                     k == CLM_P_K4   ? " on split Q4_1"
+                     : k == CLM_P_K8 ? " on its bytes"
+                                     : "");
                 if (st > 0)
                     KPUT(" cp.async %d stages", st);
                 else if (!st)
@@ -255,30 +265,6 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
                     KPUT(" (batch)");
             } else if (k == CLM_P_MMP) {
                 KPUT(" (second tile)");
-            } else if (k == CLM_P_K4) {
-                const struct ebb_cl_layout s = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER,
-                                                EBB_CL_ORDER_SPLIT};
-                struct ebb_cl_wprog *ps = NULL;
-                uint32_t tile[4];
-                ebb_cl_mmql_tile(tu, ebb_cl_mmql_kind(&s), tile);
-                int st = ebb__clm_prog_for(m, &s, &ps, NULL) == EBB_OK
-                             ? ebb_cl_mmql_stages(m->cl, ps->matmul_mmqp)
-                             : -1;
-                KPUT(" + matmul_mmql %u,%u,%u,%u on split Q4_1", tile[0], tile[1], tile[2],
-                     tile[3]);
-                if (st > 0)
-                    KPUT(" cp.async %d stages", st);
-                else if (!st)
-                    KPUT(" registers");
-            } else if (k == CLM_P_K8) {
-                uint32_t tile[4];
-                ebb_cl_mmql_tile(tu, EBB_CL_WK_MMQL, tile);
-                int st = p ? ebb_cl_mmql_stages(m->cl, p->matmul_mmq_s8) : -1;
-                KPUT(" + matmul_mmql %u,%u,%u,%u on its bytes", tile[0], tile[1], tile[2], tile[3]);
-                if (st > 0)
-                    KPUT(" cp.async %d stages", st);
-                else if (!st)
-                    KPUT(" registers");
             }
         }
     }
@@ -286,61 +272,27 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     return used;
 }
 
-/* A prefill product of raw Q4_K weight w (program p) through K4SPLIT: k4_split writes w as
- * split Q4_1 planes into m->k4_a / m->k4_b (the same numbers), and matmul_mmql of the split Q4_1
- * program multiplies those (mmq_run, the mmql_* tile). The in-order queue keeps the next
- * product's rewrite of the planes after this one's reads. */
-static ebb_err k4_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
-                      cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
-                      struct ebb_diag *diag)
+/* A prefill product of raw K-quant weight w through its rewrite (K4SPLIT, K8SPLIT): kernel kr
+ * of w's program (k4_split, k8_split) writes w into s's planes (s: the rewritten weight, its a
+ * and, for split Q4_1, b), and kernel k (with q, the inputs' mmq_quantize) multiplies s on the
+ * mmql_* tile. The in-order queue keeps the next product's rewrite after this one's reads. */
+static ebb_err ksplit_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel kr,
+                          const struct ebb_cl_weight *s, cl_kernel q, cl_kernel k,
+                          enum clm_path path, cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off,
+                          cl_mem res, int nt, struct ebb_diag *diag)
 {
     uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
-    struct ebb_cl_weight s = {.layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
-                              .n_in = w->n_in,
-                              .n_out = w->n_out,
-                              .a = m->k4_a,
-                              .b = m->k4_b};
-    struct ebb_cl_wprog *ps = NULL;
-    ebb_err rc = ebb__clm_prog_for(m, &s.layout, &ps, diag);
-    if (rc)
-        return rc;
-    if (!ps->matmul_mmqp || !ps->mmq_quantize)
-        return ebb_diag_set(diag, EBB_EUNSUPPORTED, "split Q4_1 has no matmul_mmql for K4SPLIT");
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k4_a),
-                             EBB_CL_ARG(m->k4_b)};
-    size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
-    if ((rc = ebb_cl_weight_set_args(w, p->k4_split, 0, diag)) ||
-        (rc = ebb_cl_set_args(p->k4_split, 2, a, 4, diag)) ||
-        (rc = ebb_cl_run(m->cl, p->k4_split, 1, &g, &l, diag)))
-        return rc;
-    note_path(m, w, CLM_P_K4);
-    return mmq_run(m, &s, ps->mmq_quantize, ps->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
-                   nt, diag);
-}
-
-/* The same through K8SPLIT for raw Q6_K or Q5_K weight w: k8_split writes w as a byte a weight
- * and a float2 a block into m->k8, and p's matmul_mmq_s8 (matmul_mmql with MQL_S8H, the mmql_*
- * tile) multiplies those. */
-static ebb_err k8_run(struct clm *m, const struct ebb_cl_weight *w, const struct ebb_cl_wprog *p,
-                      cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res, int nt,
-                      struct ebb_diag *diag)
-{
-    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
-    struct ebb_cl_weight s = *w;
-    s.a = m->k8;
-    s.off = 0;
-    int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(m->k8)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(s->a),
+                             EBB_CL_ARG(s->b)};
     size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
     ebb_err rc;
-    if ((rc = ebb_cl_weight_set_args(w, p->k8_split, 0, diag)) ||
-        (rc = ebb_cl_set_args(p->k8_split, 2, a, 3, diag)) ||
-        (rc = ebb_cl_run(m->cl, p->k8_split, 1, &g, &l, diag)))
+    if ((rc = ebb_cl_weight_set_args(w, kr, 0, diag)) ||
+        (rc = ebb_cl_set_args(kr, 2, a, s->b ? 4 : 3, diag)) ||
+        (rc = ebb_cl_run(m->cl, kr, 1, &g, &l, diag)))
         return rc;
-    note_path(m, w, CLM_P_K8);
-    return mmq_run_kind(m, &s, p->mmq_quantize, p->matmul_mmq_s8, false, EBB_CL_WK_MMQL, x, x_ld, y,
-                        y_ld, y_off, res, nt, diag);
+    note_path(m, w, path);
+    return mmq_run_kind(m, s, q, k, false, EBB_CL_WK_MMQL, x, x_ld, y, y_ld, y_off, res, nt, diag);
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
@@ -375,11 +327,28 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
         uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
-        if (p->k4_split && m->k4_a && (uint32_t)nt >= m->tu.k4split && nb <= m->k4_blocks)
-            return k4_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
+        if (p->k4_split && m->k4_prog && (uint32_t)nt >= m->tu.k4split && nb <= m->k4_blocks) {
+            /* K4SPLIT: k4_split's split Q4_1 planes, multiplied by that layout's matmul_mmql */
+            struct ebb_cl_weight s = {
+                .layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+                .n_in = w->n_in,
+                .n_out = w->n_out,
+                .a = m->k4_a,
+                .b = m->k4_b};
+            return ksplit_run(m, w, p->k4_split, &s, m->k4_prog->mmq_quantize,
+                              m->k4_prog->matmul_mmqp, CLM_P_K4, x, x_ld, y, y_ld, y_off, res, nt,
+                              diag);
+        }
         if (p->k8_split && p->matmul_mmq_s8 && m->k8 && (uint32_t)nt >= m->tu.k8split &&
-            nb <= m->k8_blocks)
-            return k8_run(m, w, p, x, x_ld, y, y_ld, y_off, res, nt, diag);
+            nb <= m->k8_blocks) {
+            /* K8SPLIT: k8_split's byte a weight, multiplied by the matmul_mmql built to read it */
+            struct ebb_cl_weight s = *w;
+            s.a = m->k8;
+            s.b = NULL;
+            s.off = 0;
+            return ksplit_run(m, w, p->k8_split, &s, p->mmq_quantize, p->matmul_mmq_s8, CLM_P_K8, x,
+                              x_ld, y, y_ld, y_off, res, nt, diag);
+        }
         note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);

@@ -259,11 +259,11 @@ static void alloc_ksplit(struct clm *m)
     uint64_t b4 = 0, b8 = 0;
     ebb__clm_ksplit_bytes(m, &b4, &b8);
     struct ebb_diag d = {{0}};
+    struct ebb_cl_wprog *ps = NULL;
     if (b4) {
         /* only where split Q4_1 has the int8 prefill tiles under this tuning (the W_Q16
          * layouts' matmul_mms: tu.mv_q16) */
         const struct ebb_cl_layout sl = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT};
-        struct ebb_cl_wprog *ps = NULL;
         if (ebb__clm_prog_for(m, &sl, &ps, &d) || !ps->matmul_mmqp || !ps->mmq_quantize)
             b4 = 0;
     }
@@ -275,6 +275,7 @@ static void alloc_ksplit(struct clm *m)
         b4 = 0;
     }
     m->k4_blocks = b4;
+    m->k4_prog = b4 ? ps : NULL;
     if (b8 && ebb__clm_alloc(m, b8 * 40, &m->k8, "Q6_K / Q5_K prefill bytes", &d)) {
         fprintf(stderr, "ebb: %s: Q6_K / Q5_K prefill takes the raw tiles (EBB_CL_K8SPLIT)\n",
                 d.msg);
