@@ -124,6 +124,11 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
             (rc = tile_kernel(cl, l, &t8, qt[0], qt[1], qt[2], qt[3], pro, sizeof(pro), srcs, n_src,
                               "matmul_mmql", &p.matmul_mmq_s8, diag)))
             goto out;
+        ebb_cl_mmql_tile(tu, EBB_CL_WK_MMQLB, qt);
+        if (p.matmul_mmqs &&
+            (rc = tile_kernel(cl, l, &t8, qt[0], qt[1], qt[2], qt[3], pro, sizeof(pro), srcs, n_src,
+                              "matmul_mmql", &p.matmul_mmqs_s8, diag)))
+            goto out;
     }
     *out = p;
     memset(&p, 0, sizeof(p));
@@ -200,6 +205,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->k8_split);
     if (p->matmul_mmq_s8)
         clReleaseKernel(p->matmul_mmq_s8);
+    if (p->matmul_mmqs_s8)
+        clReleaseKernel(p->matmul_mmqs_s8);
     if (p->prog)
         clReleaseProgram(p->prog);
     memset(p, 0, sizeof(p[0]));

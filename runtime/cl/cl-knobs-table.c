@@ -260,8 +260,8 @@ const struct knob ebb__cl_knobs[] = {
           "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}),
     UINT1("K4SPLIT", k4split, "0..65536",
-          "with MMQ_STAGE: prefill's products of raw Q4_K weights over at least N token rows "
-          "first rewrite the weight as split Q4_1 planes into one scratch buffer (k4_split: the "
+          "with MMQ_STAGE: products of raw Q4_K weights over at least N token rows (prefill's, "
+          "and a batch's under MMQ rows on the MMQS tile) first rewrite the weight as split Q4_1 planes into one scratch buffer (k4_split: the "
           "same numbers; the scratch is the largest such weight's 0.75 bytes a weight, allocated "
           "at load) and run matmul_mmql on those, whose inner loop has no super-block header to "
           "decode; 0: never (docs/PERFORMANCE.md)",
@@ -273,11 +273,24 @@ const struct knob ebb__cl_knobs[] = {
           "weight), multiplied by matmul_mmql on the MMQL_TILE tile, which stages it with no "
           "realignment; 0: never (docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {128}}),
+    UINT1("KSPLIT_KEEP", ks_keep, "0..100",
+          "with K4SPLIT / K8SPLIT and every layer resident (no memory budget): where the "
+          "rewrites of the layers' raw Q4_K, Q6_K and Q5_K weights take at most N% of the "
+          "device's memory (0.75 bytes a Q4_K weight, 1.25 a Q6_K or Q5_K one: more than the "
+          "weights themselves; 5.3 GiB for an 8B Q4_K_M), each is rewritten once at load and "
+          "kept beside it, and prefill's and a batch's products (MMQS rows and more) read it "
+          "with no rewrite a product; decode keeps the raw weights. 0: never (a rewrite a "
+          "product, over the knobs' rows only). NVIDIA's 10: an 8B Q4_K_M keeps them on an "
+          "80 GiB card, not on a 48 GiB one (on an H200 32 slots stepped in 11.1 ms against "
+          "13.7, pp512 +6%; docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {10}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs_t, "8|16|32|64|128"), P(mmqs_mi, "1|2|4"), P(mmqs_w, "pow2 1..32"), P(mmqs_kb, "1|2|4")},
-     .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,
+     .def = {{DC_ANY, {16, 1, 4, 2}}, {DC_NVIDIA, {16, 1, 4, 4}}}, .check = mmql_tile_check,
      .doc = "matmul_mmql's tile for MMQS's products (fewer tokens and rows a work-group than "
-     "MMQL_TILE's: more work-groups for a batch's few rows), as MMQL_TILE"},
+     "MMQL_TILE's: more work-groups for a batch's few rows), as MMQL_TILE (NVIDIA's four "
+     "blocks a step: 32 slots of 8B Q4_0 8.5-8.6 ms a step against 9.4-9.6 with two on an "
+     "H200, docs/PERFORMANCE.md)"},
     {.name = "MMQS_TILE_K6", .where = T_TUNING, .n_parts = 4, .min_parts = 3,
      .part = {P(mmqs6_t, "8|16|32|64|128"), P(mmqs6_mi, "1|2|4"), P(mmqs6_w, "pow2 1..32"), P(mmqs6_kb, "1|2|4")},
      .def = {{DC_ANY, {16, 1, 4, 2}}}, .check = mmql_tile_check,

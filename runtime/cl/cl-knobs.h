@@ -97,10 +97,15 @@ struct ebb_cl_tuning {
                             work-groups a compute unit splits its inputs into slices (at most
                             EBB_CL_MMQS_SPLIT_MAX; 0: never) */
     uint32_t mmql_split; /* the same for prefill's products on the mmql_* tiles (mmq_stage) */
-    uint32_t k4split;    /* prefill's raw Q4_K products of at least this many rows rewrite the
-                            weight as split Q4_1 first (k4_split), 0: never */
+    uint32_t k4split;    /* raw Q4_K products of at least this many rows (prefill's, a
+                            batch's) rewrite the weight as split Q4_1 first (k4_split), 0:
+                            never */
     uint32_t k8split;    /* the same for raw Q6_K and Q5_K weights (k8_split, matmul_mmql
                             with MQL_S8H) */
+    uint32_t ks_keep;    /* the rewrites of the layers' raw K-quant weights made once at load
+                            and kept beside them (prefill and batches read those) where they
+                            take at most this percentage of the device's memory, 0: made for
+                            each product */
     uint32_t mql_s8h;    /* not a knob: the program's matmul_mmq / matmul_mmql read Q6_K / Q5_K
                             weights as k8_split wrote them (MQL_S8H) */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */

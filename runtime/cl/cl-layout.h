@@ -45,6 +45,9 @@ struct ebb_cl_weight {
     uint64_t bytes;       /* device bytes this weight allocated (0 when zero-copy) */
     bool zero_copy;       /* a is a shared buffer over host memory, not owned */
     uint32_t i2d[4];      /* IMAGE2D: quant image width, height; scale image width, height */
+    cl_mem ka, kb; /* raw Q4_K / Q6_K / Q5_K with KSPLIT_KEEP: the weight as k4_split wrote it
+                      (ka the quant plane, kb the float2 plane) or as k8_split did (ka), kept
+                      from load; else NULL */
 };
 
 /* One source of rows for ebb_cl_weight_new: n_out rows in the GGUF file's layout. Several
@@ -237,8 +240,10 @@ struct ebb_cl_wprog {
                                 the weight as split Q4_1 planes (matmul-mma.cl), else NULL */
     cl_kernel k8_split; /* raw Q6_K / Q5_K with tu->k8split and matmul_mmqp on the mmql_* tiles:
                            the weight as a byte a weight and its halves' scales, else NULL */
-    cl_kernel matmul_mmq_s8; /* with k8_split: matmul_mmql built with MQL_S8H on the mmql_* tile
-                                (reads what k8_split wrote) */
+    cl_kernel matmul_mmq_s8;  /* with k8_split: matmul_mmql built with MQL_S8H on the mmql_* tile
+                                 (reads what k8_split wrote) */
+    cl_kernel matmul_mmqs_s8; /* with k8_split and matmul_mmqs: the same on the mmqs_* tile
+                                 (a batch's products on k8_split's bytes) */
 };
 
 /* Builds and runs mma.cl's probe (one m16n8k16 tile through inline PTX) and checks the result

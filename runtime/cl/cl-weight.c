@@ -326,6 +326,10 @@ uint64_t ebb_cl_weight_read_bytes(const struct ebb_cl_weight *w)
 
 void ebb_cl_weight_fini(struct ebb_cl_weight *w)
 {
+    if (w->kb)
+        clReleaseMemObject(w->kb);
+    if (w->ka)
+        clReleaseMemObject(w->ka);
     if (w->img)
         clReleaseMemObject(w->img);
     if (w->b)

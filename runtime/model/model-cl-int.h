@@ -247,8 +247,10 @@ struct clm {
     struct ebb_cl_hostmap map;
     struct ebb_cl_layout layout[MAX_TYPES]; /* per ggml type, once chosen */
     bool have_layout[MAX_TYPES];
-    uint16_t paths[MAX_TYPES]; /* per ggml type: 1 << enum clm_path for each kind of product of
-                                  several rows that ran (ebb__clm_kernels) */
+    uint16_t paths[MAX_TYPES];      /* per ggml type: 1 << enum clm_path for each kind of product of
+                                       several rows that ran (ebb__clm_kernels) */
+    uint16_t kept_paths[MAX_TYPES]; /* the same for CLM_P_K4.. CLM_P_K8B on rewrites kept at
+                                       load (KSPLIT_KEEP) */
     struct ebb_cl_wprog progs[MAX_PROGS];
     uint32_t n_progs;
     cl_program ops;
@@ -315,6 +317,8 @@ struct clm {
                   and a float2 a block), for the largest such layer weight of
                   k8_blocks 32-blocks */
     uint64_t k8_blocks;
+    uint64_t kept_bytes;        /* KSPLIT_KEEP: device bytes of the rewrites kept beside the layers'
+                                   weights (ebb_cl_weight ka, kb) */
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
@@ -456,6 +460,8 @@ enum clm_path {
     CLM_P_CPU,   /* matvec_cpu */
     CLM_P_K4,    /* k4_split, then matmul_mmql on the split Q4_1 planes (tu.k4split) */
     CLM_P_K8,    /* k8_split, then matmul_mmql with MQL_S8H on its bytes (tu.k8split) */
+    CLM_P_K4B,   /* CLM_P_K4 on the batch tile (mmqs_*) */
+    CLM_P_K8B,   /* CLM_P_K8 on the batch tile */
     CLM_P_N
 };
 /* model.h's ebb_model_kernels: "TYPE/LAYOUT: kernel [tile] [staging], ...; ..." for each weight
@@ -478,6 +484,10 @@ ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int g
                              struct ebb_diag *diag);
 ebb_err ebb__clm_wmul(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                       int y_ld, int y_off, cl_mem res, cl_mem nw, int nt, struct ebb_diag *diag);
+/* Raw K-quant weight w rewritten by kernel kr of its program (k4_split: split Q4_1 planes a and
+ * b; k8_split: a byte a weight and a float2 a block in a, b NULL), one launch. */
+ebb_err ebb__clm_ksplit_write(struct clm *m, const struct ebb_cl_weight *w, cl_kernel kr, cl_mem a,
+                              cl_mem b, struct ebb_diag *diag);
 /* y = rmsnorm(x) * w over nt rows of n_embd. */
 ebb_err ebb__clm_rmsnorm(struct clm *m, cl_mem x, cl_mem w, cl_mem y, int nt,
                          struct ebb_diag *diag);

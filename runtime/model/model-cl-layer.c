@@ -213,7 +213,7 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     static const char *const names[CLM_P_N] = {
         "matmul_mmql", "matmul_mmql",  "matmul_mmq",  "matvec_q8r",  "matmul_mms",
         "matmul_mms",  "matmul_mma/b", "matmul_gemm", "matmul_coop", "matmul",
-        "matvec_cpu",  "k4_split",     "k8_split"};
+        "matvec_cpu",  "k4_split",     "k8_split",    "k4_split",    "k8_split"};
     const struct ebb_cl_tuning *tu = &m->tu;
     size_t used = 0;
     if (cap)
@@ -225,43 +225,59 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
         used += n_ > 0 ? (size_t)n_ : 0;                                                           \
     } while (0)
     for (uint32_t t = 0; t < MAX_TYPES; t++) {
-        if (!m->paths[t] || !m->have_layout[t])
+        if (!(m->paths[t] | m->kept_paths[t]) || !m->have_layout[t])
             continue;
         char ln[64];
         struct ebb_cl_wprog *p = NULL;
         ebb__clm_prog_for(m, &m->layout[t], &p, NULL);
         KPUT("%s%s:", used ? "; " : "", ebb_cl_layout_name(&m->layout[t], ln, sizeof(ln)));
         bool first = true;
-        for (int k = 0; k < CLM_P_N; k++) {
-            if (!(m->paths[t] & (1u << k)))
+        /* the rewrites' paths once for each product's rewrite and once for those kept */
+        for (int kk = 0; kk < CLM_P_N + 4; kk++) {
+            int k = kk < CLM_P_N ? kk : CLM_P_K4 + (kk - CLM_P_N);
+            bool kept = kk >= CLM_P_N;
+            bool rw = k == CLM_P_K4 || k == CLM_P_K8 || k == CLM_P_K4B || k == CLM_P_K8B;
+            bool k4 = k == CLM_P_K4 || k == CLM_P_K4B, bt = k == CLM_P_K4B || k == CLM_P_K8B;
+            if (!((kept ? m->kept_paths[t] : m->paths[t]) & (1u << k)))
                 continue;
-            KPUT("%s %s", first ? "" : ",", names[k]);
+            if (kept)
+                KPUT("%s", first ? "" : ",");
+            else
+                KPUT("%s %s", first ? "" : ",", names[k]);
             first = false;
-            if (k == CLM_P_MMQL || k == CLM_P_MMQLB || k == CLM_P_K4 || k == CLM_P_K8) {
+            if (k == CLM_P_MMQL || k == CLM_P_MMQLB || rw) {
                 /* the tile and staging of the matmul_mmql that ran: the weight's own (prefill,
                  * batch), or after a rewrite the mmql_* tile's of what it multiplies */
                 const struct ebb_cl_layout *l = &m->layout[t];
                 enum ebb_cl_wkernel kind = k == CLM_P_MMQL    ? ebb_cl_mmql_kind(l)
                                            : k == CLM_P_MMQLB ? ebb_cl_mmql_batch_kind(l)
+                                           : bt               ? EBB_CL_WK_MMQLB
                                                               : EBB_CL_WK_MMQL;
-                cl_kernel km = k == CLM_P_K4      ? (m->k4_prog ? m->k4_prog->matmul_mmqp : NULL)
-                               : !p               ? NULL
+                const struct ebb_cl_wprog *pk = k4 ? m->k4_prog : p;
+                cl_kernel km = !pk                ? NULL
                                : k == CLM_P_MMQL  ? p->matmul_mmqp
                                : k == CLM_P_MMQLB ? p->matmul_mmqs
-                                                  : p->matmul_mmq_s8;
+                               : k == CLM_P_K4    ? pk->matmul_mmqp
+                               : k == CLM_P_K4B   ? pk->matmul_mmqs
+                               : k == CLM_P_K8    ? pk->matmul_mmq_s8
+                                                  : pk->matmul_mmqs_s8;
                 uint32_t tile[4];
                 ebb_cl_mmql_tile(tu, kind, tile);
                 int st = ebb_cl_mmql_stages(m->cl, km);
-                KPUT("%s %u,%u,%u,%u%s", k == CLM_P_K4 || k == CLM_P_K8 ? " + matmul_mmql" : "",
+                KPUT("%s %u,%u,%u,%u%s%s",
+                     kept ? " matmul_mmql"
+                     : rw ? " + matmul_mmql"
+                          : "",
                      tile[0], tile[1], tile[2], tile[3],
-                     k == CLM_P_K4   ? " on split Q4_1"
-                     : k == CLM_P_K8 ? " on its bytes"
-                                     : "");
+                     k4   ? " on split Q4_1"
+                     : rw ? " on its bytes"
+                          : "",
+                     kept ? " kept from load" : "");
                 if (st > 0)
                     KPUT(" cp.async %d stages", st);
                 else if (!st)
                     KPUT(" registers");
-                if (k == CLM_P_MMQLB)
+                if (k == CLM_P_MMQLB || bt)
                     KPUT(" (batch)");
             } else if (k == CLM_P_MMP) {
                 KPUT(" (second tile)");
@@ -272,27 +288,72 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
     return used;
 }
 
-/* A prefill product of raw K-quant weight w through its rewrite (K4SPLIT, K8SPLIT): kernel kr
- * of w's program (k4_split, k8_split) writes w into s's planes (s: the rewritten weight, its a
- * and, for split Q4_1, b), and kernel k (with q, the inputs' mmq_quantize) multiplies s on the
- * mmql_* tile. The in-order queue keeps the next product's rewrite after this one's reads. */
-static ebb_err ksplit_run(struct clm *m, const struct ebb_cl_weight *w, cl_kernel kr,
-                          const struct ebb_cl_weight *s, cl_kernel q, cl_kernel k,
-                          enum clm_path path, cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off,
-                          cl_mem res, int nt, struct ebb_diag *diag)
+ebb_err ebb__clm_ksplit_write(struct clm *m, const struct ebb_cl_weight *w, cl_kernel kr, cl_mem a,
+                              cl_mem b, struct ebb_diag *diag)
 {
     uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(s->a),
-                             EBB_CL_ARG(s->b)};
+    struct ebb_cl_arg args[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(a), EBB_CL_ARG(b)};
     size_t l = 64, g = (size_t)((nb + l - 1) / l * l);
     ebb_err rc;
     if ((rc = ebb_cl_weight_set_args(w, kr, 0, diag)) ||
-        (rc = ebb_cl_set_args(kr, 2, a, s->b ? 4 : 3, diag)) ||
-        (rc = ebb_cl_run(m->cl, kr, 1, &g, &l, diag)))
+        (rc = ebb_cl_set_args(kr, 2, args, b ? 4 : 3, diag)))
         return rc;
-    note_path(m, w, path);
-    return mmq_run_kind(m, s, q, k, false, EBB_CL_WK_MMQL, x, x_ld, y, y_ld, y_off, res, nt, diag);
+    return ebb_cl_run(m->cl, kr, 1, &g, &l, diag);
+}
+
+/* A product of nt rows of raw K-quant weight w (program p) through its rewrite (K4SPLIT:
+ * split Q4_1 planes multiplied by that layout's matmul_mmql; K8SPLIT: a byte a weight
+ * multiplied by the matmul_mmql built to read it): the rewrite kept from load where w has one
+ * (KSPLIT_KEEP), else written into the scratch first where the knobs and the scratch allow it
+ * (the in-order queue keeps the next product's rewrite after this one's reads). batch: a
+ * batch's step on the mmqs_* tile, else prefill's mmql_* tile. EBB_EUNSUPPORTED (nothing run)
+ * where neither applies. */
+static ebb_err ksplit_try(struct clm *m, const struct ebb_cl_weight *w, struct ebb_cl_wprog *p,
+                          bool batch, cl_mem x, int x_ld, cl_mem y, int y_ld, int y_off, cl_mem res,
+                          int nt, struct ebb_diag *diag)
+{
+    uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
+    bool kept = w->ka != NULL;
+    struct ebb_cl_weight s;
+    cl_kernel k, q, kr;
+    enum clm_path path;
+    if (p->k4_split && m->k4_prog) {
+        k = batch ? m->k4_prog->matmul_mmqs : m->k4_prog->matmul_mmqp;
+        if (!k || (!kept && ((uint32_t)nt < m->tu.k4split || nb > m->k4_blocks)))
+            return EBB_EUNSUPPORTED;
+        s = (struct ebb_cl_weight){
+            .layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
+            .n_in = w->n_in,
+            .n_out = w->n_out,
+            .a = kept ? w->ka : m->k4_a,
+            .b = kept ? w->kb : m->k4_b};
+        q = m->k4_prog->mmq_quantize;
+        kr = p->k4_split;
+        path = batch ? CLM_P_K4B : CLM_P_K4;
+    } else if (p->k8_split && m->k8) {
+        k = batch ? p->matmul_mmqs_s8 : p->matmul_mmq_s8;
+        if (!k || (!kept && ((uint32_t)nt < m->tu.k8split || nb > m->k8_blocks)))
+            return EBB_EUNSUPPORTED;
+        s = *w;
+        s.a = kept ? w->ka : m->k8;
+        s.b = NULL;
+        s.off = 0;
+        q = p->mmq_quantize;
+        kr = p->k8_split;
+        path = batch ? CLM_P_K8B : CLM_P_K8;
+    } else {
+        return EBB_EUNSUPPORTED;
+    }
+    ebb_err rc;
+    if (!kept && (rc = ebb__clm_ksplit_write(m, w, kr, s.a, s.b, diag)))
+        return rc;
+    if (w->layout.type < MAX_TYPES) {
+        uint16_t *pm = kept ? m->kept_paths : m->paths;
+        pm[w->layout.type] |= (uint16_t)(1u << path);
+    }
+    return mmq_run_kind(m, &s, q, k, batch, batch ? EBB_CL_WK_MMQLB : EBB_CL_WK_MMQL, x, x_ld, y,
+                        y_ld, y_off, res, nt, diag);
 }
 
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
@@ -326,35 +387,18 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
     if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
-        uint64_t nb = (uint64_t)w->n_out * (w->n_in / 32);
-        if (p->k4_split && m->k4_prog && (uint32_t)nt >= m->tu.k4split && nb <= m->k4_blocks) {
-            /* K4SPLIT: k4_split's split Q4_1 planes, multiplied by that layout's matmul_mmql */
-            struct ebb_cl_weight s = {
-                .layout = {EBB_GGML_Q4_1, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_SPLIT},
-                .n_in = w->n_in,
-                .n_out = w->n_out,
-                .a = m->k4_a,
-                .b = m->k4_b};
-            return ksplit_run(m, w, p->k4_split, &s, m->k4_prog->mmq_quantize,
-                              m->k4_prog->matmul_mmqp, CLM_P_K4, x, x_ld, y, y_ld, y_off, res, nt,
-                              diag);
-        }
-        if (p->k8_split && p->matmul_mmq_s8 && m->k8 && (uint32_t)nt >= m->tu.k8split &&
-            nb <= m->k8_blocks) {
-            /* K8SPLIT: k8_split's byte a weight, multiplied by the matmul_mmql built to read it */
-            struct ebb_cl_weight s = *w;
-            s.a = m->k8;
-            s.b = NULL;
-            s.off = 0;
-            return ksplit_run(m, w, p->k8_split, &s, p->mmq_quantize, p->matmul_mmq_s8, CLM_P_K8, x,
-                              x_ld, y, y_ld, y_off, res, nt, diag);
-        }
+        rc = ksplit_try(m, w, p, false, x, x_ld, y, y_ld, y_off, res, nt, diag);
+        if (rc != EBB_EUNSUPPORTED)
+            return rc;
         note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);
     }
     /* a batch's steps of mmqs..mmq - 1 rows: the same int8 products with a smaller tile */
     if (mms && p->matmul_mmqs && m->mq_x && (uint32_t)nt >= m->tu.mmqs && w->n_in <= m->mq_wide) {
+        rc = ksplit_try(m, w, p, true, x, x_ld, y, y_ld, y_off, res, nt, diag);
+        if (rc != EBB_EUNSUPPORTED)
+            return rc;
         note_path(m, w, CLM_P_MMQLB);
         return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqs, true, x, x_ld, y, y_ld, y_off, res,
                        nt, diag);

@@ -284,6 +284,88 @@ static void alloc_ksplit(struct clm *m)
     m->k8_blocks = b8;
 }
 
+/* The program of raw K-quant layer weight w whose rewrite KSPLIT_KEEP would keep (k4: split
+ * Q4_1 planes, else k8_split's bytes), or NULL. */
+static struct ebb_cl_wprog *keep_prog(struct clm *m, const struct ebb_cl_weight *w, bool *k4,
+                                      struct ebb_diag *diag, ebb_err *rc)
+{
+    uint32_t t = w->layout.type;
+    struct ebb_cl_wprog *p = NULL;
+    *rc = EBB_OK;
+    if (!w->a || w->layout.order != EBB_CL_ORDER_RAW || w->n_in % 32 ||
+        (t != EBB_GGML_Q4_K && t != EBB_GGML_Q6_K && t != EBB_GGML_Q5_K) ||
+        (*rc = ebb__clm_prog_for(m, &w->layout, &p, diag)))
+        return NULL;
+    *k4 = p->k4_split && m->k4_prog;
+    return *k4 || (p->k8_split && m->k8) ? p : NULL;
+}
+
+/* KSPLIT_KEEP: each resident layer's raw Q4_K / Q6_K / Q5_K weight (not the expert stacks,
+ * which take moe.cl's kernels) rewritten once (ebb__clm_ksplit_write) into buffers of its own
+ * (ka, kb), which prefill's and a batch's products then read (model-cl-layer.c), where all of
+ * them take at most ks_keep percent of the device's memory. Only where every layer is
+ * resident with no budget (STREAMING: the plan's bytes do not count these). A buffer the
+ * device refuses ends the keeping with a note; the weights left take a rewrite a product as
+ * without the knob. */
+static ebb_err keep_ksplit(struct clm *m, struct ebb_diag *diag)
+{
+    if (!m->tu.ks_keep || STREAMING(m) || !m->layers || (!m->k4_prog && !m->k8))
+        return EBB_OK;
+    bool moe[MAX_GROUPS] = {false};
+    for (uint32_t s = 0; s < m->plan.n_steps; s++)
+        for (int i = 1; m->plan.steps[s].kind == CLM_MOE && i <= 3; i++)
+            if (m->plan.steps[s].group + i < MAX_GROUPS)
+                moe[m->plan.steps[s].group + i] = true;
+    ebb_err rc;
+    uint64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t l = 0; l < m->hp.n_layer; l++)
+            for (int gi = 0; gi < MAX_GROUPS; gi++)
+                for (int i = 0; i < GROUP_MAX && !moe[gi]; i++) {
+                    struct ebb_cl_weight *w = &m->layers[l].w[gi][i];
+                    bool k4 = false;
+                    struct ebb_cl_wprog *p = keep_prog(m, w, &k4, diag, &rc);
+                    if (rc)
+                        return rc;
+                    if (!p)
+                        continue;
+                    size_t nb = (size_t)w->n_out * (w->n_in / 32);
+                    if (!pass) {
+                        total += nb * (k4 ? 24 : 40);
+                        continue;
+                    }
+                    struct ebb_diag d = {{0}};
+                    if (ebb__clm_alloc(m, nb * (k4 ? 16 : 40), &w->ka, "kept K-quant rewrites",
+                                       &d) ||
+                        (k4 && ebb__clm_alloc(m, nb * 8, &w->kb, "kept K-quant rewrites", &d))) {
+                        fprintf(stderr,
+                                "ebb: %s: the rest of the weights are rewritten a product "
+                                "(EBB_CL_KSPLIT_KEEP)\n",
+                                d.msg);
+                        release(&w->ka);
+                        release(&w->kb);
+                        goto done;
+                    }
+                    if ((rc = ebb__clm_ksplit_write(m, w, k4 ? p->k4_split : p->k8_split, w->ka,
+                                                    w->kb, diag)))
+                        return rc;
+                    m->kept_bytes += nb * (k4 ? 24 : 40);
+                }
+        if (!pass && (!total || total > m->cl->info.global_mem / 100 * m->tu.ks_keep)) {
+            if (total)
+                ebb_log(EBB_LOG_INFO, "model",
+                        "K-quant rewrites not kept: %.1f MiB, over %u%% of the device's memory "
+                        "(EBB_CL_KSPLIT_KEEP)",
+                        total / 1048576.0, m->tu.ks_keep);
+            return EBB_OK;
+        }
+    }
+done:
+    ebb_log(EBB_LOG_INFO, "model", "K-quant rewrites kept from load: %.1f MiB of %.1f",
+            m->kept_bytes / 1048576.0, total / 1048576.0);
+    return ebb_cl_check(clFinish(m->cl->q), diag, "rewriting the K-quant weights");
+}
+
 static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
 {
     const struct ebb__hparams *hp = &m->hp;
@@ -376,8 +458,11 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     }
     /* the K-quant rewrites' scratch: the largest such weight a layer holds (placed, or
      * streamed; the output's products go the raw way where they are larger) */
-    if (m->mq_x)
+    if (m->mq_x) {
         alloc_ksplit(m);
+        if ((rc = keep_ksplit(m, diag)))
+            return rc;
+    }
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);
     m->host_ids = malloc(sizeof(int32_t) * m->n_batch);
