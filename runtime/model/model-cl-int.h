@@ -312,11 +312,14 @@ struct clm {
                           Q4_1 planes (16 quant bytes and a float2 (d, m) a block), for
                           the largest such weight of k4_blocks 32-blocks */
     uint64_t k4_blocks;
-    struct ebb_cl_wprog *k4_prog; /* with k4_a: the split Q4_1 program that multiplies them */
+    struct ebb_cl_wprog *k4_prog; /* with k4_a (released when every rewrite is kept): the
+                                     split Q4_1 program that multiplies them */
     cl_mem k8; /* with tu.k8split: a raw Q6_K / Q5_K weight as k8_split writes it (32 bytes
                   and a float2 a block), for the largest such layer weight of
                   k8_blocks 32-blocks */
     uint64_t k8_blocks;
+    bool k8_on;                 /* k8 was allocated at load (K8SPLIT's rewrites may run; with every
+                                   rewrite kept, KSPLIT_KEEP, k8 is released and k8_blocks 0) */
     uint64_t kept_bytes;        /* KSPLIT_KEEP: device bytes of the rewrites kept beside the layers'
                                    weights (ebb_cl_weight ka, kb) */
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h

@@ -331,7 +331,7 @@ static ebb_err ksplit_try(struct clm *m, const struct ebb_cl_weight *w, struct e
         q = m->k4_prog->mmq_quantize;
         kr = p->k4_split;
         path = batch ? CLM_P_K4B : CLM_P_K4;
-    } else if (p->k8_split && m->k8) {
+    } else if (p->k8_split && m->k8_on) {
         k = batch ? p->matmul_mmqs_s8 : p->matmul_mmq_s8;
         if (!k || (!kept && ((uint32_t)nt < m->tu.k8split || nb > m->k8_blocks)))
             return EBB_EUNSUPPORTED;

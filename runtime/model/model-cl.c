@@ -282,6 +282,7 @@ static void alloc_ksplit(struct clm *m)
         b8 = 0;
     }
     m->k8_blocks = b8;
+    m->k8_on = b8 != 0;
 }
 
 /* The program of raw K-quant layer weight w whose rewrite KSPLIT_KEEP would keep (k4: split
@@ -297,7 +298,7 @@ static struct ebb_cl_wprog *keep_prog(struct clm *m, const struct ebb_cl_weight 
         (*rc = ebb__clm_prog_for(m, &w->layout, &p, diag)))
         return NULL;
     *k4 = p->k4_split && m->k4_prog;
-    return *k4 || (p->k8_split && m->k8) ? p : NULL;
+    return *k4 || (p->k8_split && m->k8_on) ? p : NULL;
 }
 
 /* KSPLIT_KEEP: each resident layer's raw Q4_K / Q6_K / Q5_K weight (not the expert stacks,
@@ -306,10 +307,11 @@ static struct ebb_cl_wprog *keep_prog(struct clm *m, const struct ebb_cl_weight 
  * them take at most ks_keep percent of the device's memory. Only where every layer is
  * resident with no budget (STREAMING: the plan's bytes do not count these). A buffer the
  * device refuses ends the keeping with a note; the weights left take a rewrite a product as
- * without the knob. */
+ * without the knob. With every one kept, the scratch of the rewrites a product goes (the
+ * output head, the only other such product, is larger than it). */
 static ebb_err keep_ksplit(struct clm *m, struct ebb_diag *diag)
 {
-    if (!m->tu.ks_keep || STREAMING(m) || !m->layers || (!m->k4_prog && !m->k8))
+    if (!m->tu.ks_keep || STREAMING(m) || !m->layers || (!m->k4_prog && !m->k8_on))
         return EBB_OK;
     bool moe[MAX_GROUPS] = {false};
     for (uint32_t s = 0; s < m->plan.n_steps; s++)
@@ -363,7 +365,15 @@ static ebb_err keep_ksplit(struct clm *m, struct ebb_diag *diag)
 done:
     ebb_log(EBB_LOG_INFO, "model", "K-quant rewrites kept from load: %.1f MiB of %.1f",
             m->kept_bytes / 1048576.0, total / 1048576.0);
-    return ebb_cl_check(clFinish(m->cl->q), diag, "rewriting the K-quant weights");
+    if ((rc = ebb_cl_check(clFinish(m->cl->q), diag, "rewriting the K-quant weights")))
+        return rc;
+    if (m->kept_bytes == total) {
+        release(&m->k4_a);
+        release(&m->k4_b);
+        release(&m->k8);
+        m->k4_blocks = m->k8_blocks = 0;
+    }
+    return EBB_OK;
 }
 
 static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
