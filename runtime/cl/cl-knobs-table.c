@@ -281,7 +281,7 @@ const struct knob ebb__cl_knobs[] = {
           "kept beside it, and prefill's and a batch's products (MMQS rows and more) read it "
           "with no rewrite a product; decode keeps the raw weights. 0: never (a rewrite a "
           "product, over the knobs' rows only). NVIDIA's 10: an 8B Q4_K_M keeps them on an "
-          "80 GiB card, not on a 48 GiB one (on an H200 32 slots stepped in 11.1 ms against "
+          "80 GiB card, not on a 48 GiB one (computed from their size; on an H200 32 slots stepped in 11.1 ms against "
           "13.7, pp512 +6%; docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {10}}),
     {.name = "MMQS_TILE", .where = T_TUNING, .n_parts = 4, .min_parts = 3,

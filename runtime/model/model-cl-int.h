@@ -426,6 +426,9 @@ uint32_t ebb__clm_long_rows(const struct clm *m);
 /* The bytes of the K-quant rewrites' scratch (K4SPLIT, K8SPLIT) for the layers' weights placed
  * or templated so far under m->tu, and (k4, k8; may be NULL) the 32-blocks of each part. */
 uint64_t ebb__clm_ksplit_bytes(const struct clm *m, uint64_t *k4, uint64_t *k8);
+/* Whether weight group gi of a layer is an expert stack (a CLM_MOE step's groups after its
+ * router), whose products are moe.cl's, not weight products. */
+bool ebb__clm_expert_group(const struct clm *m, uint32_t gi);
 ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *what,
                        struct ebb_diag *diag);
 /* The weight kernels' program for layout l (built on first use). */

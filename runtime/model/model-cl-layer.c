@@ -200,11 +200,17 @@ static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_ker
     return ebb_cl_run(m->cl, k, 3, g, l, diag);
 }
 
+/* Sets path's bit for w's type in paths (m->paths, or m->kept_paths). */
+static void note_path_in(uint16_t *paths, const struct ebb_cl_weight *w, enum clm_path path)
+{
+    if (w->layout.type < MAX_TYPES)
+        paths[w->layout.type] |= (uint16_t)(1u << path);
+}
+
 /* Records that a product of several rows of w ran through path (ebb__clm_kernels). */
 static void note_path(struct clm *m, const struct ebb_cl_weight *w, enum clm_path path)
 {
-    if (w->layout.type < MAX_TYPES)
-        m->paths[w->layout.type] |= (uint16_t)(1u << path);
+    note_path_in(m->paths, w, path);
 }
 
 size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
@@ -232,9 +238,11 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap)
         ebb__clm_prog_for(m, &m->layout[t], &p, NULL);
         KPUT("%s%s:", used ? "; " : "", ebb_cl_layout_name(&m->layout[t], ln, sizeof(ln)));
         bool first = true;
-        /* the rewrites' paths once for each product's rewrite and once for those kept */
-        for (int kk = 0; kk < CLM_P_N + 4; kk++) {
-            int k = kk < CLM_P_N ? kk : CLM_P_K4 + (kk - CLM_P_N);
+        /* every path, then the rewrites' again for the products on rewrites kept from load */
+        static const int kept_k[] = {CLM_P_K4, CLM_P_K8, CLM_P_K4B, CLM_P_K8B};
+        const int n_kept = (int)(sizeof(kept_k) / sizeof(kept_k[0]));
+        for (int kk = 0; kk < CLM_P_N + n_kept; kk++) {
+            int k = kk < CLM_P_N ? kk : kept_k[kk - CLM_P_N];
             bool kept = kk >= CLM_P_N;
             bool rw = k == CLM_P_K4 || k == CLM_P_K8 || k == CLM_P_K4B || k == CLM_P_K8B;
             bool k4 = k == CLM_P_K4 || k == CLM_P_K4B, bt = k == CLM_P_K4B || k == CLM_P_K8B;
@@ -348,10 +356,7 @@ static ebb_err ksplit_try(struct clm *m, const struct ebb_cl_weight *w, struct e
     ebb_err rc;
     if (!kept && (rc = ebb__clm_ksplit_write(m, w, kr, s.a, s.b, diag)))
         return rc;
-    if (w->layout.type < MAX_TYPES) {
-        uint16_t *pm = kept ? m->kept_paths : m->paths;
-        pm[w->layout.type] |= (uint16_t)(1u << path);
-    }
+    note_path_in(kept ? m->kept_paths : m->paths, w, path);
     return mmq_run_kind(m, &s, q, k, batch, batch ? EBB_CL_WK_MMQLB : EBB_CL_WK_MMQL, x, x_ld, y,
                         y_ld, y_off, res, nt, diag);
 }

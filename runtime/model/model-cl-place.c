@@ -45,14 +45,24 @@ ebb_err ebb__clm_alloc(struct clm *m, size_t bytes, cl_mem *out, const char *wha
     return EBB_OK;
 }
 
+bool ebb__clm_expert_group(const struct clm *m, uint32_t gi)
+{
+    for (uint32_t si = 0; si < m->plan.n_steps; si++) {
+        const struct clm_step *s = &m->plan.steps[si];
+        if (s->kind == CLM_MOE && gi > s->group && gi <= s->group + 3u)
+            return true;
+    }
+    return false;
+}
+
 /* The most 32-blocks of a raw weight of type t among the layers' weights (placed, or as
- * streamed). */
+ * streamed) whose products are weight products (not the expert stacks: moe.cl's). */
 static uint64_t layer_blocks_max(const struct clm *m, uint32_t t)
 {
     uint64_t nb = 0;
     for (uint32_t l = 0; (m->layers || m->tmpl) && l < m->hp.n_layer; l++)
-        for (int gi = 0; gi < MAX_GROUPS; gi++)
-            for (int i = 0; i < GROUP_MAX; i++) {
+        for (uint32_t gi = 0; gi < MAX_GROUPS; gi++)
+            for (int i = 0; i < GROUP_MAX && !ebb__clm_expert_group(m, gi); i++) {
                 const struct ebb_cl_weight *w[2] = {m->layers ? &m->layers[l].w[gi][i] : NULL,
                                                     m->tmpl ? &m->tmpl[l].w[gi][i] : NULL};
                 for (int k = 0; k < 2; k++)
@@ -443,12 +453,8 @@ static uint64_t group_bytes(const struct clm *m, const struct layer *L, uint32_t
     uint64_t b = 0;
     for (uint32_t i = 0; i < L->n_w[gi]; i++)
         b += ebb_cl_weight_read_bytes(&L->w[gi][i]);
-    for (uint32_t si = 0; si < m->plan.n_steps; si++) {
-        const struct clm_step *s = &m->plan.steps[si];
-        if (s->kind == CLM_MOE && gi > s->group && gi <= s->group + 3u && m->hp.n_expert)
-            return b / m->hp.n_expert * m->hp.n_expert_used;
-    }
-    return b;
+    return ebb__clm_expert_group(m, gi) && m->hp.n_expert ? b / m->hp.n_expert * m->hp.n_expert_used
+                                                          : b;
 }
 
 void ebb__clm_decode_bytes(void *ctx, uint32_t depth, struct ebb_model_decode_bytes *out)

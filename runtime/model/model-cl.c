@@ -313,17 +313,12 @@ static ebb_err keep_ksplit(struct clm *m, struct ebb_diag *diag)
 {
     if (!m->tu.ks_keep || STREAMING(m) || !m->layers || (!m->k4_prog && !m->k8_on))
         return EBB_OK;
-    bool moe[MAX_GROUPS] = {false};
-    for (uint32_t s = 0; s < m->plan.n_steps; s++)
-        for (int i = 1; m->plan.steps[s].kind == CLM_MOE && i <= 3; i++)
-            if (m->plan.steps[s].group + i < MAX_GROUPS)
-                moe[m->plan.steps[s].group + i] = true;
     ebb_err rc;
     uint64_t total = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t l = 0; l < m->hp.n_layer; l++)
-            for (int gi = 0; gi < MAX_GROUPS; gi++)
-                for (int i = 0; i < GROUP_MAX && !moe[gi]; i++) {
+            for (uint32_t gi = 0; gi < MAX_GROUPS; gi++)
+                for (int i = 0; i < GROUP_MAX && !ebb__clm_expert_group(m, gi); i++) {
                     struct ebb_cl_weight *w = &m->layers[l].w[gi][i];
                     bool k4 = false;
                     struct ebb_cl_wprog *p = keep_prog(m, w, &k4, diag, &rc);
