@@ -167,7 +167,7 @@ static ebb_err from_budget(struct clm *m, const struct ebb_gguf *g, uint64_t bud
         m->n_batch * f *
             (2 * (uint64_t)hp->n_embd + m->n_qkv + m->n_q + 3 * (uint64_t)hp->n_ff + hp->n_expert +
              2 * hp->n_expert_used + 2 * (uint64_t)hp->n_expert_used * hp->n_ff_exp) +
-        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + (16u << 20);
+        (uint64_t)ebb__clm_out_rows(m) * f * (hp->n_embd + (uint64_t)hp->n_vocab) + (16u << 20);
     if (m->tu.moe_group) { /* the layer-major pass's rows and buffers (model-cl-moe-long.c) */
         uint32_t rows = ebb__clm_long_rows(m);
         bufs += (uint64_t)rows * f * hp->n_embd + ebb__clm_xc_long_bytes(m, rows);

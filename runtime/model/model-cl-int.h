@@ -38,8 +38,11 @@
  * speculative draft's verification, a short follow-up) keep the cache's lookups and hits; from
  * 64 rows of 8 experts a 128-expert layer's every expert is likely chosen anyway. */
 #define MOE_LONG_MIN 64
-#define N_OUT_ROWS 16 /* rows of the logits scratch (logits_all runs in groups of this) */
-#define TOPK_MAX 64   /* as in ops.cl, and its work-group size and tile of logits */
+/* Rows of the logits scratch: a batch's wanted rows go through the output head in groups of
+ * one per slot, from N_OUT_ROWS up to N_OUT_MAX (clm_out_rows); logits_all too. */
+#define N_OUT_ROWS 16
+#define N_OUT_MAX 64
+#define TOPK_MAX 64 /* as in ops.cl, and its work-group size and tile of logits */
 #define TOPK_WG 256
 #define TOPK_TILE 1024      /* logits a first-pass work-group takes (TOPK_WG x TOPK_E) */
 #define TOPK_PARTS_MAX 1024 /* first-pass work-groups a row may have (TOPK_OWN x TOPK_WG) */
@@ -479,6 +482,16 @@ size_t ebb__clm_kernels(void *ctx, char *buf, size_t cap);
 static inline size_t ebb__clm_kv_row(const struct clm *m)
 {
     return (size_t)ebb_kv_type_bytes(m->kv_type, m->hp.head_dim);
+}
+
+/* Rows of the logits scratch (hl, logits, the top-k buffers): one per slot a chunk can hold,
+ * at least N_OUT_ROWS and at most N_OUT_MAX, so that a batch's step of up to N_OUT_MAX slots
+ * runs its output head as one product (the int8 batch tile from tu.mmqs rows) and one wait. */
+static inline uint32_t ebb__clm_out_rows(const struct clm *m)
+{
+    uint32_t n = m->n_seq < m->n_batch ? m->n_seq : m->n_batch;
+    n = n < N_OUT_MAX ? n : N_OUT_MAX;
+    return n > N_OUT_ROWS ? n : N_OUT_ROWS;
 }
 
 /* model-cl-layer.c */

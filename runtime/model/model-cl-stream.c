@@ -290,8 +290,8 @@ ebb_err ebb__clm_stream_open(struct clm *m, const struct ebb_gguf *g,
     uint64_t scratch =
         nb * f * (2 * hp->n_embd + m->n_qkv + m->n_q + 3 * hp->n_ff) +
         (uint64_t)m->xl_rows * f * hp->n_embd +
-        N_OUT_ROWS * f * (hp->n_embd + (uint64_t)hp->n_vocab) + f * (uint64_t)hp->n_vocab +
-        dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2) +
+        (uint64_t)ebb__clm_out_rows(m) * f * (hp->n_embd + (uint64_t)hp->n_vocab) +
+        f * (uint64_t)hp->n_vocab + dec_rows * f * hp->n_head * chunks * (hp->head_dim + 2) +
         /* split prefill attention's partials (tensor-core GPUs) */
         (m->tu.att_mma && m->tu.mv_ptx ? ATT_SPLIT_ROWS * f * (m->n_q + 2 * hp->n_head) : 0);
     char en[96], on[96];

@@ -386,6 +386,7 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         m->tu.topk_host = 1;
     m->topk_parts = m->tu.topk_host ? 0 : (int)parts;
     parts = m->topk_parts ? parts : 1;
+    size_t out = ebb__clm_out_rows(m);
     ebb_err rc;
     if ((rc = ebb__clm_alloc(m, m->n_batch * sizeof(cl_int), &m->ids, "token ids", diag)) ||
         (rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_embd, &m->x, "activations", diag)) ||
@@ -394,8 +395,8 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         (rc = ebb__clm_alloc(m, m->n_batch * f * m->n_q, &m->att, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, m->n_batch * f * 2 * hp->n_ff, &m->gu, "activations", diag)) ||
         (rc = ebb__clm_alloc(m, m->n_batch * f * hp->n_ff, &m->ff, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_embd, &m->hl, "activations", diag)) ||
-        (rc = ebb__clm_alloc(m, N_OUT_ROWS * f * hp->n_vocab, &m->logits, "logits", diag)) ||
+        (rc = ebb__clm_alloc(m, out * f * hp->n_embd, &m->hl, "activations", diag)) ||
+        (rc = ebb__clm_alloc(m, out * f * hp->n_vocab, &m->logits, "logits", diag)) ||
         (rc = ebb__clm_alloc(m, rows * f * hp->n_head * max_chunks * hp->head_dim, &m->po,
                              "attention", diag)) ||
         (rc = ebb__clm_alloc(m, rows * 2 * f * hp->n_head * max_chunks, &m->pml, "attention",
@@ -405,15 +406,14 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         (m->xl_rows && (STREAMING(m) || m->ml.on) &&
          (rc = ebb__clm_alloc(m, (size_t)m->xl_rows * f * hp->n_embd, &m->xl,
                               "layer-major prefill rows", diag))) ||
-        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * parts * TOPK_MAX, &m->tpi, "top-k",
-                             diag)) ||
+        (rc = ebb__clm_alloc(m, f * out * parts * TOPK_MAX, &m->tpv, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * out * parts * TOPK_MAX, &m->tpi, "top-k", diag)) ||
         (m->k_attn_pre_mma &&
          ((rc = ebb__clm_alloc(m, ATT_SPLIT_ROWS * f * m->n_q, &m->apo, "attention", diag)) ||
           (rc = ebb__clm_alloc(m, ATT_SPLIT_ROWS * 2 * f * hp->n_head, &m->apml, "attention",
                                diag)))) ||
-        (rc = ebb__clm_alloc(m, f * N_OUT_ROWS * TOPK_MAX, &m->tov, "top-k", diag)) ||
-        (rc = ebb__clm_alloc(m, sizeof(cl_int) * N_OUT_ROWS * TOPK_MAX, &m->toi, "top-k", diag)))
+        (rc = ebb__clm_alloc(m, f * out * TOPK_MAX, &m->tov, "top-k", diag)) ||
+        (rc = ebb__clm_alloc(m, sizeof(cl_int) * out * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
@@ -471,8 +471,8 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
     m->host_logits = malloc(f * hp->n_vocab);
     m->host_h = malloc(f * m->n_batch * hp->n_embd);
     m->host_ids = malloc(sizeof(int32_t) * m->n_batch);
-    m->host_ti = malloc(sizeof(int32_t) * N_OUT_ROWS * TOPK_MAX);
-    m->host_tv = malloc(f * N_OUT_ROWS * TOPK_MAX);
+    m->host_ti = malloc(sizeof(int32_t) * ebb__clm_out_rows(m) * TOPK_MAX);
+    m->host_tv = malloc(f * ebb__clm_out_rows(m) * TOPK_MAX);
     m->host_rt = malloc(sizeof(int32_t) * 2 * m->n_batch);
     m->host_dr = malloc(sizeof(int32_t) * m->n_batch);
     m->bparts = calloc(m->n_seq, sizeof(*m->bparts));
@@ -512,7 +512,7 @@ static ebb_err head_rows(struct clm *m, int nr, struct ebb_diag *diag)
                          NULL, nr, diag);
 }
 
-/* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= N_OUT_ROWS). */
+/* Logits of normed rows h[r0..r0+nr) into the logits scratch (nr <= ebb__clm_out_rows). */
 static ebb_err head(struct clm *m, int r0, int nr, struct ebb_diag *diag)
 {
     ebb_err rc = head_copy(m, r0, 0, nr, diag);
@@ -821,8 +821,9 @@ static ebb_err clm_eval(void *ctx, uint32_t seq, const int32_t *tokens, uint32_t
         if ((rc = ebb__clm_rmsnorm(o, o->x, o->output_norm, o->h, nt, diag)))
             goto out;
         if (out && out->logits_all) {
-            for (int r = 0; r < nt; r += N_OUT_ROWS) {
-                int nr = nt - r < N_OUT_ROWS ? nt - r : N_OUT_ROWS;
+            const int g = (int)ebb__clm_out_rows(o);
+            for (int r = 0; r < nt; r += g) {
+                int nr = nt - r < g ? nt - r : g;
                 size_t row = sizeof(float) * o->hp.n_vocab;
                 if ((rc = head(o, r, nr, diag)) ||
                     (rc = read_back(o, o->logits, 0, row * nr,
@@ -960,26 +961,39 @@ static ebb_err batch_group(struct clm *m, const struct ebb_model_seq *seqs,
 }
 
 /* The last rows' logits and top-k: the wanted rows gathered into the head's input, in groups
- * of N_OUT_ROWS. */
+ * of ebb__clm_out_rows (a batch's step of up to N_OUT_MAX slots: one group); rows that follow
+ * each other in h (a step's decode rows) move with one copy. */
 static ebb_err batch_last(struct clm *m, const struct ebb_model_seq *seqs,
                           const struct clm_rows *rows, struct ebb_diag *diag)
 {
-    const struct clm_part *grp[N_OUT_ROWS];
-    int nr = 0;
+    const struct clm_part *grp[N_OUT_MAX];
+    const int g = (int)ebb__clm_out_rows(m);
+    /* the last run rows, from h's row from, wait to be copied to hl's rows nr - run.. */
+    int nr = 0, run = 0, from = 0;
     ebb_err rc;
     for (uint32_t i = 0; i < rows->n_parts; i++) {
         const struct clm_part *p = &rows->parts[i];
         if (!wants_last(seqs, p))
             continue;
-        if ((rc = head_copy(m, p->r0 + p->n - 1, nr, 1, diag)))
-            return rc;
-        grp[nr++] = p;
-        if (nr == N_OUT_ROWS) {
-            if ((rc = batch_group(m, seqs, grp, nr, diag)))
+        int r = p->r0 + p->n - 1;
+        if (run && r != from + run) {
+            if ((rc = head_copy(m, from, nr - run, run, diag)))
                 return rc;
-            nr = 0;
+            run = 0;
+        }
+        if (!run)
+            from = r;
+        run++;
+        grp[nr++] = p;
+        if (nr == g) {
+            if ((rc = head_copy(m, from, nr - run, run, diag)) ||
+                (rc = batch_group(m, seqs, grp, nr, diag)))
+                return rc;
+            nr = run = 0;
         }
     }
+    if (run && (rc = head_copy(m, from, nr - run, run, diag)))
+        return rc;
     return nr ? batch_group(m, seqs, grp, nr, diag) : EBB_OK;
 }
 
@@ -1004,8 +1018,9 @@ static ebb_err batch_outputs(struct clm *m, const struct ebb_model_seq *seqs,
         struct ebb_model_out *o = seqs[p->src].out;
         if (o && o->hidden_sum)
             add_rows(m, p->r0, p->n, o->hidden_sum);
-        for (int r = 0; o && o->logits_all && r < p->n && !rc; r += N_OUT_ROWS) {
-            int n = p->n - r < N_OUT_ROWS ? p->n - r : N_OUT_ROWS;
+        const int g = (int)ebb__clm_out_rows(m);
+        for (int r = 0; o && o->logits_all && r < p->n && !rc; r += g) {
+            int n = p->n - r < g ? p->n - r : g;
             if (!(rc = head(m, p->r0 + r, n, diag)))
                 rc = read_back(m, m->logits, 0, sizeof(float) * nv * (size_t)n,
                                o->logits_all + (size_t)(p->off + (uint32_t)r) * nv, diag);

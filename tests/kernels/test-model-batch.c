@@ -5,7 +5,10 @@
  *      128-row chunk boundary; every output field (logits, logits_all, top_k, hidden_sum);
  *   2. greedy continuations of 8 prompts of different lengths, prefilled in one batch and
  *      decoded together for 32 steps, against each prompt alone;
- *   3. bad batches (a slot twice, past the context, a slot out of range) refused.
+ *   3. bad batches (a slot twice, past the context, a slot out of range) refused;
+ *   4. with EBB_TEST_WIDE=1, on a second instance of N_WIDE slots, steps wider than the output
+ *      head's largest group (N_OUT_MAX, 64): a batch of short prompts and a decode step of
+ *      every slot in another order, some rows without outputs, against each part alone.
  * Logits within logit_tol (the batched products run the tiled matmul where a lone token runs
  * matvec, which rounds differently); argmax and greedy ids equal except where the lone run's
  * top-2 margin is below margin_tol (a near tie). Usage: test-model-batch [MODEL.gguf] (default
@@ -257,6 +260,91 @@ static void test_errors(struct ebb_model *m)
     CHECK(rc == EBB_EINVAL, "an empty batch: %s", ebb_err_name(rc));
 }
 
+static double now_s(void);
+
+/* 4. Steps of N_WIDE slots (the engine's output head takes the wanted rows in groups of at most
+ * 64, the rows that follow each other in one copy): a batch of 2-4-token prompts, then one
+ * token each in reverse slot order; every seventh part wants no output, every fourth a top-k. */
+#define N_WIDE 72
+static void test_wide(const struct ebb_model_params *base)
+{
+    struct ebb_model_params p = *base;
+    p.n_seq = N_WIDE;
+    p.n_ctx = 64;
+    struct ebb_model *m = NULL;
+    struct ebb_diag d = {{0}};
+    ebb_err rc = ebb_model_open(&p, &m, &d);
+    CHECK(!rc, "open with %d slots: %s", N_WIDE, d.msg);
+    if (rc)
+        return;
+    float *lg[2] = {calloc((size_t)nv * N_WIDE, sizeof(float)),
+                    calloc((size_t)nv * N_WIDE, sizeof(float))};
+    static int32_t toks[N_WIDE][4], tid[2][N_WIDE][8];
+    static float tv[2][N_WIDE][8];
+    static uint32_t hist[N_WIDE], len[N_WIDE];
+    struct ebb_model_out out[2][N_WIDE];
+    struct ebb_model_seq parts[N_WIDE];
+    float worst = 0;
+    int rows = 0;
+    for (int step = 0; step < 2 && lg[0] && lg[1]; step++) {
+        for (int i = 0; i < N_WIDE; i++) {
+            len[i] = step ? 1 : 2 + (uint32_t)i % 3;
+            for (uint32_t k = 0; k < len[i]; k++)
+                toks[i][k] = tok((int)(hist[i] + k), 200 + i);
+            for (int v = 0; v < 2; v++) {
+                out[v][i] = (struct ebb_model_out){.logits = lg[v] + (size_t)i * nv};
+                if (i % 4 == 1)
+                    out[v][i] = (struct ebb_model_out){
+                        .top_k = 8, .top_ids = tid[v][i], .top_logits = tv[v][i]};
+            }
+        }
+        for (int i = 0; i < N_WIDE; i++) { /* alone */
+            rc = ebb_model_eval(m, (uint32_t)i, toks[i], len[i], hist[i], &out[0][i], &d);
+            CHECK(!rc, "wide step %d, slot %d alone: %s", step, i, d.msg);
+        }
+        for (int i = 0; i < N_WIDE; i++) {
+            int s = step ? N_WIDE - 1 - i : i;
+            parts[i] = (struct ebb_model_seq){.seq = (uint32_t)s,
+                                              .tokens = toks[s],
+                                              .n = len[s],
+                                              .pos = hist[s],
+                                              .out = s % 7 == 3 ? NULL : &out[1][s]};
+        }
+        rc = ebb_model_eval_batch(m, parts, N_WIDE, &d);
+        CHECK(!rc, "wide step %d batched: %s", step, d.msg);
+        for (int i = 0; !rc && i < N_WIDE; i++) {
+            if (i % 7 == 3)
+                continue;
+            rows++;
+            if (i % 4 == 1) {
+                for (int j = 0; j < 8; j++) {
+                    int nx = j < 7 ? j + 1 : j, pv = j ? j - 1 : j;
+                    CHECK(tid[0][i][j] == tid[1][i][j] ||
+                              fabsf(tv[0][i][j] - tv[0][i][nx]) < margin_tol ||
+                              fabsf(tv[0][i][j] - tv[0][i][pv]) < margin_tol,
+                          "wide step %d slot %d top-k rank %d: %d alone, %d batched", step, i, j,
+                          tid[0][i][j], tid[1][i][j]);
+                    CHECK(fabsf(tv[0][i][j] - tv[1][i][j]) < logit_tol,
+                          "wide step %d slot %d top-k rank %d: logit %g alone, %g batched", step, i,
+                          j, tv[0][i][j], tv[1][i][j]);
+                }
+                continue;
+            }
+            float md = max_diff(lg[0] + (size_t)i * nv, lg[1] + (size_t)i * nv, nv);
+            worst = fmaxf(worst, md);
+            CHECK(md < logit_tol, "wide step %d slot %d: logits differ by %g", step, i, md);
+        }
+        for (int i = 0; i < N_WIDE; i++)
+            hist[i] += len[i];
+    }
+    printf("  %d slots, a batch and a decode step: %d rows with outputs, logits max |diff| %.5f\n",
+           N_WIDE, rows, worst);
+    CHECK(rows == 2 * (N_WIDE - N_WIDE / 7 - (N_WIDE % 7 > 3)), "%d rows checked", rows);
+    free(lg[0]);
+    free(lg[1]);
+    ebb_model_close(m);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -311,6 +399,11 @@ int main(int argc, char **argv)
     printf("  (%.1f s, %.1f s)\n", t1 - t0, now_s() - t1);
     test_errors(m);
     ebb_model_close(m);
+    if (getenv("EBB_TEST_WIDE") && atoi(getenv("EBB_TEST_WIDE"))) {
+        t0 = now_s();
+        test_wide(&p);
+        printf("  (%.1f s)\n", now_s() - t0);
+    }
     printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;
 }
