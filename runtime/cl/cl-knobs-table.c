@@ -238,9 +238,10 @@ const struct knob ebb__cl_knobs[] = {
      "32-blocks a step"},
     UINT1("MMQS", mmqs, "0..1048576",
           "with MMQ_STAGE: products of at least N and fewer than MMQ token rows of Q4_0 weights "
-          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile (0: never; measured in "
-          "docs/PERFORMANCE.md)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
+          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile (0: never; NVIDIA's 9, "
+          "the first row count past Q8R's: 16 slots of 8B Q4_K_M 7.1 ms a step against 15.0 "
+          "with 32 on an H200, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {9}}),
     BOOL1("MMQS_ALL", mmqs_all,
           "MMQS's products for every weight type matmul_mmq takes (K-quants, Q8_0, Q5_0, ...), "
           "not only Q4_0 (0: those batches take matmul_mms's tiles; measured in "
