@@ -81,7 +81,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          (rc = ebb_cl_kernel(p.prog, "matmul_mms", &p.matmul_mms, diag))) ||
         (tu->mm_mma && tu->mmq && ebb_cl_layout_has_qw(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matmul_mmq", &p.matmul_mmq, diag)) ||
-          (rc = ebb_cl_kernel(p.prog, "mmq_quantize", &p.mmq_quantize, diag)))) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize", &p.mmq_quantize, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_norm", &p.mmq_quant_nw, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_swiglu", &p.mmq_quant_glu, diag)))) ||
         (p.matmul_mmq &&
          ebb_cl_mmql_bytes(tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb) <= 48 * 1024 &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mmql", &p.matmul_mmql, diag))) ||
@@ -197,6 +199,10 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matmul_mmqs);
     if (p->mmq_quantize)
         clReleaseKernel(p->mmq_quantize);
+    if (p->mmq_quant_nw)
+        clReleaseKernel(p->mmq_quant_nw);
+    if (p->mmq_quant_glu)
+        clReleaseKernel(p->mmq_quant_glu);
     if (p->matmul_mmql)
         clReleaseKernel(p->matmul_mmql);
     if (p->k4_split)

@@ -242,6 +242,11 @@ const struct knob ebb__cl_knobs[] = {
           "the first row count past Q8R's: 16 slots of 8B Q4_K_M 7.1 ms a step against 15.0 "
           "with 32 on an H200, docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {9}}),
+    BOOL1("MMQ_FOLD", mmq_fold,
+          "the RMS norm or SwiGLU before int8 products (MMQ, MMQS) folded into the quantization "
+          "of their input (mmq_quantize_norm, mmq_quantize_swiglu: one launch instead of two, the "
+          "same numbers); 0: rmsnorm or swiglu, then mmq_quantize",
+          {DC_ANY, {1}}),
     BOOL1("MMQS_ALL", mmqs_all,
           "MMQS's products for every weight type matmul_mmq takes (K-quants, Q8_0, Q5_0, ...), "
           "not only Q4_0 (0: those batches take matmul_mms's tiles; measured in "

@@ -91,6 +91,7 @@ struct ebb_cl_tuning {
     uint32_t mmqs;       /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
                             of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
                             steps); 0 = never */
+    uint32_t mmq_fold;   /* 1: a norm or SwiGLU before int8 products folded into their quantize */
     uint32_t mmqs_all;   /* 1: mmqs's products for every weight type with matmul_mmq, not only
                             Q4_0 */
     uint32_t mmqs_split; /* with mmqs: a product whose tiles fill fewer than mmqs_split

@@ -325,6 +325,7 @@ struct clm {
                                    rewrite kept, KSPLIT_KEEP, k8 is released and k8_blocks 0) */
     uint64_t kept_bytes;        /* KSPLIT_KEEP: device bytes of the rewrites kept beside the layers'
                                    weights (ebb_cl_weight ka, kb) */
+    bool mq_ready;              /* mmq_fold quantized the next group's input already */
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)

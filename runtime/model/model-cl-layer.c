@@ -361,6 +361,25 @@ static ebb_err ksplit_try(struct clm *m, const struct ebb_cl_weight *w, struct e
                         y_ld, y_off, res, nt, diag);
 }
 
+/* Which int8 tile wmul_glu's product of nt rows of w (no norm or gate folded) runs on:
+ * matmul_mmqp (prefill's, from tu.mmq rows), matmul_mmqs (a batch's steps of tu.mmqs..tu.mmq - 1
+ * rows), ksplit_try's rewrites of either included; every one quantizes its input with
+ * mmq_quantize into m->mq_x / m->mq_h first. MMQ_NONE: decode's matvecs, matvec_q8r's rows, the
+ * f16 tiles. */
+enum mmq_tile { MMQ_NONE, MMQ_PREFILL, MMQ_BATCH };
+static enum mmq_tile mmq_tile_of(const struct clm *m, const struct ebb_cl_weight *w,
+                                 const struct ebb_cl_wprog *p, int nt)
+{
+    if (nt < 2 || (uint32_t)nt > m->tu.mms_max || !p->matmul_mms || w->n_in % 32 || !m->mq_x ||
+        w->n_in > m->mq_wide || ((uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r))
+        return MMQ_NONE;
+    if (p->matmul_mmqp && (uint32_t)nt >= m->tu.mmq)
+        return MMQ_PREFILL;
+    if (p->matmul_mmqs && (uint32_t)nt >= m->tu.mmqs)
+        return MMQ_BATCH;
+    return MMQ_NONE;
+}
+
 /* wmul with, for decode, SwiGLU folded in (glu: x rows are [gate | up], see matvec.cl). */
 static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, int x_ld, cl_mem y,
                         int y_ld, int y_off, cl_mem res, cl_mem nw, int glu, int nt,
@@ -391,22 +410,15 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
     bool mms = nt > 1 && (uint32_t)nt <= m->tu.mms_max && p->matmul_mms && !nw && !glu &&
                w->n_in % 32 == 0;
     bool mmp = mms && p->matmul_mmp && (uint32_t)nt >= m->tu.mms_big;
-    if (mms && p->matmul_mmqp && m->mq_x && (uint32_t)nt >= m->tu.mmq && w->n_in <= m->mq_wide) {
-        rc = ksplit_try(m, w, p, false, x, x_ld, y, y_ld, y_off, res, nt, diag);
+    enum mmq_tile tile = nw || glu ? MMQ_NONE : mmq_tile_of(m, w, p, nt);
+    if (tile != MMQ_NONE) {
+        bool batch = tile == MMQ_BATCH;
+        rc = ksplit_try(m, w, p, batch, x, x_ld, y, y_ld, y_off, res, nt, diag);
         if (rc != EBB_EUNSUPPORTED)
             return rc;
-        note_path(m, w, m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
-        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqp, false, x, x_ld, y, y_ld, y_off, res,
-                       nt, diag);
-    }
-    /* a batch's steps of mmqs..mmq - 1 rows: the same int8 products with a smaller tile */
-    if (mms && p->matmul_mmqs && m->mq_x && (uint32_t)nt >= m->tu.mmqs && w->n_in <= m->mq_wide) {
-        rc = ksplit_try(m, w, p, true, x, x_ld, y, y_ld, y_off, res, nt, diag);
-        if (rc != EBB_EUNSUPPORTED)
-            return rc;
-        note_path(m, w, CLM_P_MMQLB);
-        return mmq_run(m, w, p->mmq_quantize, p->matmul_mmqs, true, x, x_ld, y, y_ld, y_off, res,
-                       nt, diag);
+        note_path(m, w, batch ? CLM_P_MMQLB : m->tu.mmq_stage ? CLM_P_MMQL : CLM_P_MMQ);
+        return mmq_run(m, w, p->mmq_quantize, batch ? p->matmul_mmqs : p->matmul_mmqp, batch, x,
+                       x_ld, y, y_ld, y_off, res, nt, diag);
     }
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     bool mm = nt > 1;
@@ -481,7 +493,9 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
         return rc;
     int off = 0;
     rc = EBB_OK;
-    m->mq_group = !q8 && !q8r, m->mq_held = false; /* mmq_run's input quantized once */
+    /* mmq_run's input quantized once (or already, by mmq_fold) */
+    m->mq_group = !q8 && !q8r, m->mq_held = m->mq_ready;
+    m->mq_ready = false;
     for (uint32_t i = 0; i < n && !rc; i++) {
         if (q8r)
             note_path(m, &w[i], CLM_P_Q8R);
@@ -558,6 +572,40 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
     return rc ? rc : rmsnorm_add(m, m->h, L->norm[s->post - 1], m->x, nt, diag);
 }
 
+/* Where all n products of w (one input) of nt rows take int8 tiles (mmq_tile_of): their input
+ * quantized from rows of x (stride x_ld) with the RMS norm (nw) or SwiGLU (glu: x rows are
+ * [gate | up]) folded, in one launch (mmq_quantize_norm / mmq_quantize_swiglu of w[0]'s
+ * program, the same floats as rmsnorm's or swiglu's) instead of two; m->mq_ready tells
+ * wmul_group that the input is there. EBB_EUNSUPPORTED (nothing enqueued) where they do not. */
+static ebb_err mmq_fold(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
+                        int x_ld, cl_mem nw, int glu, int nt, struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p = NULL;
+    if (!m->tu.mmq_fold)
+        return EBB_EUNSUPPORTED;
+    for (uint32_t i = 0; i < n; i++)
+        if (w[i].n_in != w[0].n_in || ebb__clm_prog_for(m, &w[i].layout, &p, NULL) ||
+            mmq_tile_of(m, &w[i], p, nt) == MMQ_NONE)
+            return EBB_EUNSUPPORTED;
+    ebb_err rc = ebb__clm_prog_for(m, &w[0].layout, &p, diag);
+    cl_kernel k = glu ? p->mmq_quant_glu : p->mmq_quant_nw;
+    if (rc || !k || (!glu && m->tu.norm_wg > 64)) /* (mmq_quantize_norm's sums: rmsnorm's) */
+        return rc ? rc : EBB_EUNSUPPORTED;
+    int n_in = (int)w[0].n_in;
+    float eps = m->hp.rms_eps;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(x),      EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
+                             EBB_CL_ARG(nw),     EBB_CL_ARG(eps),  EBB_CL_ARG(m->mq_x),
+                             EBB_CL_ARG(m->mq_h)};
+    size_t g[2], l[2];
+    ebb_cl_mmq_quantize_shape((uint32_t)n_in, (uint32_t)nt, g, l);
+    if ((rc =
+             glu ? ebb_cl_set_args(k, 3, a + 5, 2, diag) : ebb_cl_set_args(k, 3, a + 3, 4, diag)) ||
+        (rc = ebb_cl_set_args(k, 0, a, 3, diag)) || (rc = ebb_cl_run(m->cl, k, 2, g, l, diag)))
+        return rc;
+    m->mq_ready = true;
+    return EBB_OK;
+}
+
 static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
                           struct ebb_diag *diag)
 {
@@ -585,9 +633,9 @@ static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm
         cl_mem nw = L->norm[s->norm];
         if (fold_norm)
             return wmul_group(m, w, n_w, in, in_ld, out, out_ld, nw, nt, diag);
-        if ((rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag)))
-            return rc;
-        return wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
+        if ((rc = mmq_fold(m, w, n_w, in, in_ld, nw, 0, nt, diag)) == EBB_EUNSUPPORTED)
+            rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag);
+        return rc ? rc : wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
     }
     if (m->att_q8 && s->in == CLM_ATT && nt == 1) { /* attend quantized it (att_q8_ok) */
         m->att_q8 = false;
@@ -597,6 +645,15 @@ static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm
         return ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
     if (fold) /* SwiGLU / GeGLU folded into the product */
         return wmul_glu(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, s->glu, nt, diag);
+    if (s->glu == CLM_GLU_SILU) {
+        rc = mmq_fold(m, w, 1, in, in_ld, NULL, 1, nt, diag);
+        if (rc != EBB_EUNSUPPORTED) {
+            if (rc)
+                return rc;
+            m->mq_ready = false, m->mq_held = true; /* the product's input, quantized already */
+            return ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
+        }
+    }
     cl_kernel kg = s->glu == CLM_GLU_GELU ? m->k_geglu : m->k_swiglu;
     struct ebb_cl_arg sa[] = {EBB_CL_ARG(in), EBB_CL_ARG(in_ld), EBB_CL_ARG(m->ff),
                               EBB_CL_ARG(n_ff), EBB_CL_ARG(n_ff)};

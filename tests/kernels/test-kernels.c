@@ -731,6 +731,83 @@ static void check_i2f(cl_kernel k)
     clReleaseKernel(kc);
 }
 
+/* mmq_quantize_norm and mmq_quantize_swiglu (program p's mmq_quant_nw / mmq_quant_glu) on x
+ * (ntok rows of n_in, in xb): the first on the rows RMS-normed and scaled by a weight, the second
+ * (where n_in / 32 is even) on the SwiGLU of each row's halves, both against the host's norm or
+ * gate (in doubles) and q8.cl's rounding: one step off at most (the device sums the squares and
+ * rounds the exponential in another order), the scales within 1e-5. */
+static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem xb, uint32_t n_in,
+                           uint32_t ntok, const char *name)
+{
+    CHECK(p->mmq_quant_nw && p->mmq_quant_glu, "%s: no mmq_quantize_norm / _swiglu", name);
+    if (!p->mmq_quant_nw || !p->mmq_quant_glu)
+        return;
+    size_t nq = (size_t)ntok * n_in, nh = nq / 32;
+    float *nw = malloc(sizeof(float) * n_in), *v = malloc(sizeof(float) * nq);
+    float *xh = malloc(sizeof(float) * 2 * nh);
+    int8_t *xq = malloc(nq);
+    for (uint32_t i = 0; i < n_in; i++)
+        nw[i] = 0.5f + 0.1f * (float)(i % 7);
+    cl_mem qb = buf(nq, NULL), hb = buf(sizeof(float) * 2 * nh, NULL), wb = buf(4 * n_in, nw);
+    int ni = (int)n_in, off = 0, moved = 0, seen = 0;
+    float eps = 1e-5f;
+    for (int glu = 0; glu < 2; glu++) {
+        int n = glu ? ni / 2 : ni;
+        if (glu && (n_in / 32) % 2)
+            break;
+        struct ebb_cl_arg an[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni), EBB_CL_ARG(n), EBB_CL_ARG(wb),
+                                  EBB_CL_ARG(eps), EBB_CL_ARG(qb), EBB_CL_ARG(hb)};
+        struct ebb_cl_arg ag[] = {EBB_CL_ARG(xb), EBB_CL_ARG(ni), EBB_CL_ARG(n), EBB_CL_ARG(qb),
+                                  EBB_CL_ARG(hb)};
+        cl_kernel k = glu ? p->mmq_quant_glu : p->mmq_quant_nw;
+        OK(glu ? ebb_cl_set_args(k, 0, ag, 5, D) : ebb_cl_set_args(k, 0, an, 7, D));
+        size_t g[2], l[2];
+        ebb_cl_mmq_quantize_shape((uint32_t)n, ntok, g, l);
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
+        rd(qb, (size_t)ntok * n, xq);
+        rd(hb, sizeof(float) * 2 * ntok * (n / 32), xh);
+        for (uint32_t tk = 0; tk < ntok; tk++) {
+            const float *r = x + (size_t)tk * n_in;
+            double ss = 0;
+            for (int i = 0; i < ni; i++)
+                ss += (double)r[i] * r[i];
+            for (int i = 0; i < n; i++) {
+                double g2 = r[i];
+                v[i] = glu ? (float)(g2 / (1.0 + exp(-g2)) * r[n + i])
+                           : (float)(r[i] / sqrt(ss / ni + eps) * nw[i]);
+            }
+            for (int b = 0; b < n / 32; b++) {
+                float amax = 0.0f;
+                for (int i = 0; i < 32; i++)
+                    amax = fmaxf(amax, fabsf(v[32 * b + i]));
+                float d = amax / 127.0f;
+                size_t hi = (size_t)tk * (n / 32) + b;
+                for (int i = 0; i < 32; i++) {
+                    int e = d > 0.0f ? (int)rintf(v[32 * b + i] / d) : 0;
+                    int q = xq[(size_t)tk * n + 32 * b + i];
+                    moved += e != q;
+                    seen++;
+                    CHECK(abs(e - q) <= 1, "%s mmq_quantize_%s t %u i %d: %d vs %d", name,
+                          glu ? "swiglu" : "norm", tk, 32 * b + i, q, e);
+                }
+                CHECK(fabsf(xh[2 * hi] - d) <= 1e-5f * d,
+                      "%s mmq_quantize_%s t %u block %d: %g vs %g", name, glu ? "swiglu" : "norm",
+                      tk, b, xh[2 * hi], d);
+            }
+        }
+        off++;
+    }
+    printf("  %-34s mmq_quantize_norm%s: %d of %d values one step off the host's\n", name,
+           off > 1 ? ", _swiglu" : "", moved, seen);
+    clReleaseMemObject(qb);
+    clReleaseMemObject(hb);
+    clReleaseMemObject(wb);
+    free(nw);
+    free(v);
+    free(xh);
+    free(xq);
+}
+
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
  * in xb) and weight wt (n_out rows, w its rows dequantized), the residual res added in place
  * through rb: mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d
@@ -777,6 +854,7 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
                   xh[2 * hi + 1], d, d * (float)s);
         }
     check_i2f(p->matmul_mmq);
+    check_mmq_fold(p, x, xb, n_in, ntok, name);
     /* matmul_mmq, then matmul_mmql (where its staging fits) whole and split into NZ slices of
      * its inputs (a batch's split products, MMQS_SPLIT; n_in of 8 or 9 blocks gives slices of
      * unequal steps), on the same inputs. The split run goes twice: the same bits both times
