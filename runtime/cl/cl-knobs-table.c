@@ -238,10 +238,11 @@ const struct knob ebb__cl_knobs[] = {
      "32-blocks a step"},
     UINT1("MMQS", mmqs, "0..1048576",
           "with MMQ_STAGE: products of at least N and fewer than MMQ token rows of Q4_0 weights "
-          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile (0: never; NVIDIA's 9, "
-          "the first row count past Q8R's: 16 slots of 8B Q4_K_M 7.1 ms a step against 15.0 "
-          "with 32 on an H200, docs/PERFORMANCE.md)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {9}}),
+          "(batched decode steps) run matmul_mmql with the MMQS_TILE tile, where Q8R's "
+          "matvec_q8r does not take them (0: never; NVIDIA's 2: K-quants from 2 rows, Q4_0 past "
+          "Q8R's rows; on an H200 8 slots of 8B Q4_K_M 6.9 ms a step against 14.2 on "
+          "matmul_mms, 16 slots 7.1 against 15.0, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {2}}),
     BOOL1("MMQ_FOLD", mmq_fold,
           "the RMS norm or SwiGLU before int8 products (MMQ, MMQS) folded into the quantization "
           "of their input (mmq_quantize_norm, mmq_quantize_swiglu: one launch instead of two, the "
