@@ -143,8 +143,9 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {0}}, {DC_IDP, {1}}),
     UINT1("Q8R", q8r_max, "0..1024",
           "with MVQ8: products of 2..N token rows quantize their inputs and run matvec_q8r (0: "
-          "never)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {8}}),
+          "never; NVIDIA's 6: 8B Q4_0 on an H200, 6 slots 5.85 ms a step against 6.02 on "
+          "MMQS's tile, 8 slots 7.08 against 5.78, docs/PERFORMANCE.md)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {6}}),
     UINT1("MVR", mvr, "4|8|16", "matvec_q8r's rows per weight read", {DC_ANY, {8}},
           {DC_NVIDIA, {4}}),
     UINT1("MVO", mvo, "1|2|4", "matvec_q8r's output rows per MV_WG work-items", {DC_ANY, {1}},
