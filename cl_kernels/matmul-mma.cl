@@ -1783,8 +1783,8 @@ mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __g
 }
 
 /* mmq_quantize of the RMS norm of each row times nw, the same floats as ops.cl's rmsnorm writes
- * (its first NORM_WG work-items sum the squares in its order and add them up in its tree; the
- * scaling in its order), so that a norm and the products after it are one launch fewer with the
+ * (its first NORM_WG work-items sum the squares as it does, act.cl's norm_sq_part, and add them
+ * up in its tree; the scaling in its order), so that a norm and the products after it are one launch fewer with the
  * same results: each work-group sums its row itself (read again from cache by each of its
  * n_in / 256 work-groups). Same shape as mmq_quantize; NORM_WG at most 64. */
 __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
@@ -1796,21 +1796,7 @@ mmq_quantize_norm(__global const float *x, int x_ld, int n_in, __global const fl
     int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
     size_t t = get_global_id(1);
     const __global float *xr = x + t * x_ld;
-    float ss = 0.0f;
-    if (l < NORM_WG) {
-        int i = l;
-        for (; i + 3 * NORM_WG < n_in; i += 4 * NORM_WG) {
-            float a = xr[i], c = xr[i + NORM_WG], e = xr[i + 2 * NORM_WG],
-                  f = xr[i + 3 * NORM_WG];
-            ss += a * a;
-            ss += c * c;
-            ss += e * e;
-            ss += f * f;
-        }
-        for (; i < n_in; i += NORM_WG)
-            ss += xr[i] * xr[i];
-    }
-    am[l] = ss;
+    am[l] = l < NORM_WG ? norm_sq_part(xr, n_in, l) : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int h = NORM_WG / 2; h > 0; h >>= 1) {
         if (l < h)
@@ -1824,30 +1810,12 @@ mmq_quantize_norm(__global const float *x, int x_ld, int n_in, __global const fl
     mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
 }
 
-/* mmq_quantize of the SwiGLU of each row's gate and up halves (x[t x_ld + i], x[t x_ld + n_in +
- * i]), each value as ops.cl's swiglu computes it: the down product's input in one launch. Same
- * shape as mmq_quantize. */
-__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
-mmq_quantize_swiglu(__global const float *x, int x_ld, int n_in, __global char *xq,
-                    __global float2 *xh)
-{
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const __global float *r = x + t * x_ld + 32 * b + 4 * j;
-    for (int u = 0; in && u < 4; u++) {
-        float a = r[u];
-        v[u] = a / (1.0f + exp(-a)) * r[n_in + u];
-    }
-    mmq_quant4((float4)(v[0], v[1], v[2], v[3]), in, l, j, b, t, n_in, xq, xh, am, sm);
-}
-
-/* mmq_quantize of the SwiGLU of moe_group_mms's gate and up outputs (moe_group_mmql's down
- * inputs): row p (pair p of token p / k, expert slot j = p % k) is silu(g) u of x[(p / k) x_ld +
- * j n_in + i] and x[(p / k) x_ld + (k + j) n_in + i], as ms_in4 computes it. Same shape. */
+/* mmq_quantize of the SwiGLU of gate and up outputs: row p (pair p of token p / k, expert slot
+ * j = p % k) is silu(g) u of x[(p / k) x_ld + j n_in + i] and x[(p / k) x_ld + (k + j) n_in + i],
+ * each value as ops.cl's swiglu computes it (act.cl's silu_mul). With k 1 the dense products'
+ * [gate | up] rows (MMQ_FOLD: the down product's input in one launch, the same floats as swiglu
+ * and mmq_quantize); with the experts' k, moe_group_mms's outputs (moe_group_mmql's down
+ * inputs). Same shape as mmq_quantize. */
 __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
 mmq_quantize_glu(__global const float *x, int x_ld, int n_in, int k, __global char *xq,
                  __global float2 *xh)
@@ -1857,13 +1825,11 @@ mmq_quantize_glu(__global const float *x, int x_ld, int n_in, int k, __global ch
     int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
     size_t t = get_global_id(1);
     bool in = b < n_in / 32;
-    float4 v = (float4)(0.0f);
-    if (in) {
-        const __global float *gp = x + (t / k) * x_ld + (t % k) * n_in + 32 * b;
-        float4 a = ((const __global float4 *)gp)[j];
-        v = a / (1.0f + exp(-a)) * ((const __global float4 *)(gp + k * n_in))[j];
-    }
-    mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const __global float *gp = x + (t / k) * x_ld + (t % k) * n_in + 32 * b + 4 * j;
+    for (int u = 0; in && u < 4; u++)
+        v[u] = silu_mul(gp[u], gp[k * n_in + u]);
+    mmq_quant4((float4)(v[0], v[1], v[2], v[3]), in, l, j, b, t, n_in, xq, xh, am, sm);
 }
 #endif
 

@@ -48,18 +48,7 @@ inline void rmsnorm_row(__global const float *x, int x_ld, __global const float 
 {
     int t = get_global_id(1), lid = get_local_id(0), n4 = n / 4;
     const __global float *xr = x + (size_t)t * x_ld;
-    float ss = 0.0f;
-    int i = lid;
-    for (; i + 3 * NORM_WG < n; i += 4 * NORM_WG) {
-        float a = xr[i], b = xr[i + NORM_WG], c = xr[i + 2 * NORM_WG], d = xr[i + 3 * NORM_WG];
-        ss += a * a;
-        ss += b * b;
-        ss += c * c;
-        ss += d * d;
-    }
-    for (; i < n; i += NORM_WG)
-        ss += xr[i] * xr[i];
-    ss = wg_sum(ss, tmp);
+    float ss = wg_sum(norm_sq_part(xr, n, lid), tmp);
     float inv = rsqrt(ss / n + eps);
     __global float *yr = y + (size_t)t * y_ld;
     for (int j = lid; j < n4; j += NORM_WG) {
@@ -256,8 +245,7 @@ __kernel void swiglu(__global const float *g, int g_ld, __global float *y, int y
 {
     int i = get_global_id(0), t = get_global_id(1);
     const __global float *r = g + (size_t)t * g_ld;
-    float a = r[i];
-    y[(size_t)t * y_ld + i] = a / (1.0f + exp(-a)) * r[n + i];
+    y[(size_t)t * y_ld + i] = silu_mul(r[i], r[n + i]);
 }
 
 /* GeGLU: y[t][i] = gelu_tanh(g[t][i]) * g[t][n + i] (act.cl), swiglu's layout. Global size

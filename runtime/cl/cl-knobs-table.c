@@ -246,7 +246,7 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {0}}, {DC_NVIDIA, {2}}),
     BOOL1("MMQ_FOLD", mmq_fold,
           "the RMS norm or SwiGLU before int8 products (MMQ, MMQS) folded into the quantization "
-          "of their input (mmq_quantize_norm, mmq_quantize_swiglu: one launch instead of two, the "
+          "of their input (mmq_quantize_norm, mmq_quantize_glu: one launch instead of two, the "
           "same numbers); 0: rmsnorm or swiglu, then mmq_quantize",
           {DC_ANY, {1}}),
     BOOL1("MMQS_ALL", mmqs_all,

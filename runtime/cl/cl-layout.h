@@ -231,7 +231,7 @@ struct ebb_cl_wprog {
                                 rows of Q4_0), else NULL */
     cl_kernel mmq_quantize;  /* matmul_mmq's inputs, with matmul_mmq */
     cl_kernel mmq_quant_nw;  /* with it: mmq_quantize_norm (rows RMS-normed first) */
-    cl_kernel mmq_quant_glu; /* with it: mmq_quantize_swiglu (SwiGLU of gate and up halves) */
+    cl_kernel mmq_quant_glu; /* with it: mmq_quantize_glu (SwiGLU of gate and up halves) */
     cl_kernel matmul_mmql;   /* with matmul_mmq: matmul_mmql on the mms_* tile where its
                                 staging fits local memory, else NULL */
     cl_kernel moe_group_mms; /* matmul_mms's tile over a tile of expert pairs (moe.cl's

@@ -591,16 +591,17 @@ static ebb_err mmq_fold(struct clm *m, const struct ebb_cl_weight *w, uint32_t n
     cl_kernel k = glu ? p->mmq_quant_glu : p->mmq_quant_nw;
     if (rc || !k || (!glu && m->tu.norm_wg > 64)) /* (mmq_quantize_norm's sums: rmsnorm's) */
         return rc ? rc : EBB_EUNSUPPORTED;
-    int n_in = (int)w[0].n_in;
+    int n_in = (int)w[0].n_in, k1 = 1;
     float eps = m->hp.rms_eps;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(x),      EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
-                             EBB_CL_ARG(nw),     EBB_CL_ARG(eps),  EBB_CL_ARG(m->mq_x),
-                             EBB_CL_ARG(m->mq_h)};
+    struct ebb_cl_arg an[] = {EBB_CL_ARG(x),      EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
+                              EBB_CL_ARG(nw),     EBB_CL_ARG(eps),  EBB_CL_ARG(m->mq_x),
+                              EBB_CL_ARG(m->mq_h)};
+    struct ebb_cl_arg ag[] = {EBB_CL_ARG(x),  EBB_CL_ARG(x_ld),    EBB_CL_ARG(n_in),
+                              EBB_CL_ARG(k1), EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h)};
     size_t g[2], l[2];
     ebb_cl_mmq_quantize_shape((uint32_t)n_in, (uint32_t)nt, g, l);
-    if ((rc =
-             glu ? ebb_cl_set_args(k, 3, a + 5, 2, diag) : ebb_cl_set_args(k, 3, a + 3, 4, diag)) ||
-        (rc = ebb_cl_set_args(k, 0, a, 3, diag)) || (rc = ebb_cl_run(m->cl, k, 2, g, l, diag)))
+    if ((rc = glu ? ebb_cl_set_args(k, 0, ag, 6, diag) : ebb_cl_set_args(k, 0, an, 7, diag)) ||
+        (rc = ebb_cl_run(m->cl, k, 2, g, l, diag)))
         return rc;
     m->mq_ready = true;
     return EBB_OK;

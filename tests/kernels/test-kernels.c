@@ -731,15 +731,15 @@ static void check_i2f(cl_kernel k)
     clReleaseKernel(kc);
 }
 
-/* mmq_quantize_norm and mmq_quantize_swiglu (program p's mmq_quant_nw / mmq_quant_glu) on x
+/* mmq_quantize_norm and mmq_quantize_glu (program p's mmq_quant_nw / mmq_quant_glu) on x
  * (ntok rows of n_in, in xb): the first on the rows RMS-normed and scaled by a weight, the second
- * (where n_in / 32 is even) on the SwiGLU of each row's halves, both against the host's norm or
- * gate (in doubles) and q8.cl's rounding: one step off at most (the device sums the squares and
+ * (where n_in / 32 is even) on the SwiGLU of each row's halves (k 1), both against the host's norm
+ * or gate (in doubles) and q8.cl's rounding: one step off at most (the device sums the squares and
  * rounds the exponential in another order), the scales within 1e-5. */
 static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem xb, uint32_t n_in,
                            uint32_t ntok, const char *name)
 {
-    CHECK(p->mmq_quant_nw && p->mmq_quant_glu, "%s: no mmq_quantize_norm / _swiglu", name);
+    CHECK(p->mmq_quant_nw && p->mmq_quant_glu, "%s: no mmq_quantize_norm / _glu", name);
     if (!p->mmq_quant_nw || !p->mmq_quant_glu)
         return;
     size_t nq = (size_t)ntok * n_in, nh = nq / 32;
@@ -749,7 +749,7 @@ static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem 
     for (uint32_t i = 0; i < n_in; i++)
         nw[i] = 0.5f + 0.1f * (float)(i % 7);
     cl_mem qb = buf(nq, NULL), hb = buf(sizeof(float) * 2 * nh, NULL), wb = buf(4 * n_in, nw);
-    int ni = (int)n_in, off = 0, moved = 0, seen = 0;
+    int ni = (int)n_in, one = 1, off = 0, moved = 0, seen = 0;
     float eps = 1e-5f;
     for (int glu = 0; glu < 2; glu++) {
         int n = glu ? ni / 2 : ni;
@@ -757,10 +757,10 @@ static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem 
             break;
         struct ebb_cl_arg an[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni), EBB_CL_ARG(n), EBB_CL_ARG(wb),
                                   EBB_CL_ARG(eps), EBB_CL_ARG(qb), EBB_CL_ARG(hb)};
-        struct ebb_cl_arg ag[] = {EBB_CL_ARG(xb), EBB_CL_ARG(ni), EBB_CL_ARG(n), EBB_CL_ARG(qb),
-                                  EBB_CL_ARG(hb)};
+        struct ebb_cl_arg ag[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni), EBB_CL_ARG(n),
+                                  EBB_CL_ARG(one), EBB_CL_ARG(qb), EBB_CL_ARG(hb)};
         cl_kernel k = glu ? p->mmq_quant_glu : p->mmq_quant_nw;
-        OK(glu ? ebb_cl_set_args(k, 0, ag, 5, D) : ebb_cl_set_args(k, 0, an, 7, D));
+        OK(glu ? ebb_cl_set_args(k, 0, ag, 6, D) : ebb_cl_set_args(k, 0, an, 7, D));
         size_t g[2], l[2];
         ebb_cl_mmq_quantize_shape((uint32_t)n, ntok, g, l);
         OK(ebb_cl_run(cl, k, 2, g, l, D));
@@ -788,17 +788,17 @@ static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem 
                     moved += e != q;
                     seen++;
                     CHECK(abs(e - q) <= 1, "%s mmq_quantize_%s t %u i %d: %d vs %d", name,
-                          glu ? "swiglu" : "norm", tk, 32 * b + i, q, e);
+                          glu ? "glu" : "norm", tk, 32 * b + i, q, e);
                 }
                 CHECK(fabsf(xh[2 * hi] - d) <= 1e-5f * d,
-                      "%s mmq_quantize_%s t %u block %d: %g vs %g", name, glu ? "swiglu" : "norm",
-                      tk, b, xh[2 * hi], d);
+                      "%s mmq_quantize_%s t %u block %d: %g vs %g", name, glu ? "glu" : "norm", tk,
+                      b, xh[2 * hi], d);
             }
         }
         off++;
     }
     printf("  %-34s mmq_quantize_norm%s: %d of %d values one step off the host's\n", name,
-           off > 1 ? ", _swiglu" : "", moved, seen);
+           off > 1 ? ", _glu" : "", moved, seen);
     clReleaseMemObject(qb);
     clReleaseMemObject(hb);
     clReleaseMemObject(wb);
