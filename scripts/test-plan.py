@@ -89,6 +89,15 @@ EST = {
     # and ran last, alone on one core for 3 minutes; 110 s of it the mixed batch, the rest 32
     # greedy steps, now 8 under ASan (tests/kernels/meson.build).
     "asan:model-batch-cpu": 150,
+    # Seconds in the fresh-clone run of 2026-12-01 (11:39, commit 845626b), where, missing here,
+    # each was counted 2 s and the kernels suite's small-test job held them all: the int8
+    # stand-in's perplexity, the batch tests on the int8 tiles (mmqs with its 72-slot steps).
+    "perplexity-int8-cl": 200, "model-batch-qwen3-mmqs": 160,
+    "model-batch-qwen3-ksplit-q4_k_m": 115, "model-batch-qwen3-ksplit-q5_k_m": 85,
+    "model-batch-qwen3-ksplit-q4_k_m-keep": 45, "model-batch-qwen3-q5_k_m": 24,
+    "model-batch-qwen3-q6_k": 20, "asan:model-batch-qwen3-mmqs": 85,
+    "asan:model-batch-qwen3-ksplit-q4_k_m": 25, "asan:model-batch-qwen3-ksplit-q5_k_m": 24,
+    "asan:model-batch-qwen3-ksplit-q4_k_m-keep": 24,
 }
 DEFAULT = 2
 BIG = 20  # tests estimated at this or more get a job of their own

@@ -652,7 +652,9 @@ static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm
             if (rc)
                 return rc;
             m->mq_ready = false, m->mq_held = true; /* the product's input, quantized already */
-            return ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
+            rc = ebb__clm_wmul(m, &w[0], m->ff, n_ff, out, out_ld, 0, res, NULL, nt, diag);
+            m->mq_held = false; /* (also where the product failed before its launch) */
+            return rc;
         }
     }
     cl_kernel kg = s->glu == CLM_GLU_GELU ? m->k_geglu : m->k_swiglu;
