@@ -574,7 +574,7 @@ static ebb_err proj(struct clm *m, const struct layer *L, const struct clm_step 
 
 /* Where all n products of w (one input) of nt rows take int8 tiles (mmq_tile_of): their input
  * quantized from rows of x (stride x_ld) with the RMS norm (nw) or SwiGLU (glu: x rows are
- * [gate | up]) folded, in one launch (mmq_quantize_norm / mmq_quantize_swiglu of w[0]'s
+ * [gate | up]) folded, in one launch (mmq_quantize_norm / mmq_quantize_glu with k 1, of w[0]'s
  * program, the same floats as rmsnorm's or swiglu's) instead of two; m->mq_ready tells
  * wmul_group that the input is there. EBB_EUNSUPPORTED (nothing enqueued) where they do not. */
 static ebb_err mmq_fold(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, cl_mem x,
