@@ -703,22 +703,36 @@ __kernel void attn_decode_part(__global const float *q, __global const KV_T *kc,
  * less. */
 #define ATT_RP (HEAD_DIM / 2)
 #define ATT_RG (ATT_WG > ATT_RP ? ATT_WG / ATT_RP : 1)
-__kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __global KV_T *vc,
-                               ulong kv_base, int n_ctx, int n_kv, int n_head, int n_head_kv,
-                               float scale, __global float *po, __global float2 *pml,
-                               __global float *out, int n_rot, float base, float freq_scale,
-                               int neox, __global const float *ff, int win,
-                               __global const float *hnq, __global const float *hnk, float hn_eps)
-{
-    __local float lm[ATT_LOCAL];
+/* attn_decode_rope's arguments, and its local memory (declared in a kernel, passed to
+ * att_rope_body by ATT_ROPE_LOCAL_ARGS): lm, the new key and value (kn, vn; halves, or floats
+ * with the 8-bit cache's block scales in kd_), the head norms' sums (hr, hs), the staged chunk
+ * (st). */
+#define ATT_ROPE_PARAMS                                                                            \
+    __global const float *qkv, __global KV_T *kc, __global KV_T *vc, ulong kv_base, int n_ctx,    \
+        int n_kv, int n_head, int n_head_kv, float scale, __global float *po,                      \
+        __global float2 *pml, __global float *out, int n_rot, float base, float freq_scale,        \
+        int neox, __global const float *ff, int win, __global const float *hnq,                    \
+        __global const float *hnk, float hn_eps
+#define ATT_ROPE_ARGS                                                                              \
+    qkv, kc, vc, kv_base, n_ctx, n_kv, n_head, n_head_kv, scale, po, pml, out, n_rot, base,      \
+        freq_scale, neox, ff, win, hnq, hnk, hn_eps
 #if defined(KV_Q8) && KV_Q8
-    __local float kn[HEAD_DIM], vn[HEAD_DIM];
-    __local ushort kd_[2 * (HEAD_DIM / 32)]; /* the blocks' scales as halves */
+#define ATT_ROPE_LOCALS                                                                            \
+    __local float lm[ATT_LOCAL], kn[HEAD_DIM], vn[HEAD_DIM], hr[ATT_WG], hs[ATT_G + 1];           \
+    __local ushort kd_[2 * (HEAD_DIM / 32)]; /* the blocks' scales as halves */                    \
+    __local uint4 st[ATT_STAGE];
+#define ATT_ROPE_LOCAL_ARGS lm, kn, vn, kd_, hr, hs, st
 #else
-    __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */
-    __local half *kn = (__local half *)kn_, *vn = (__local half *)vn_;
+#define ATT_ROPE_LOCALS                                                                            \
+    __local float lm[ATT_LOCAL], hr[ATT_WG], hs[ATT_G + 1];                                       \
+    __local ushort kn_[HEAD_DIM], vn_[HEAD_DIM]; /* halves (no cl_khr_fp16 needed) */              \
+    __local uint4 st[ATT_STAGE];
+#define ATT_ROPE_LOCAL_ARGS lm, (__local half *)kn_, (__local half *)vn_, NULL, hr, hs, st
 #endif
-    __local float hr[ATT_WG], hs[ATT_G + 1];
+inline void att_rope_body(ATT_ROPE_PARAMS, __local float *lm, __local KN_T *kn, __local KN_T *vn,
+                          __local ushort *kd_, __local float *hr, __local float *hs,
+                          __local uint4 *st)
+{
     int c = get_group_id(0), h0 = get_group_id(1) * ATT_G, lid = get_local_id(0);
     int nc = get_num_groups(0), group = n_head / n_head_kv;
     int hk = h0 / group, pos = n_kv - 1;
@@ -726,7 +740,6 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
     bool last = c == nc - 1;
     const __global KV_T *kh = KV_AT(kc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
     const __global KV_T *vh = KV_AT(vc, kv_base + (size_t)hk * n_ctx * HEAD_DIM);
-    __local uint4 st[ATT_STAGE];
     float4 kx[ATT_UK * ATT_DK], vx[ATT_UV * ATT_DV];
     ATT_START(kx, vx, st, kh, vh, p0, n_ctx, last ? pn - 1 : pn);
     const __global float *kr = qkv + (n_head + hk) * HEAD_DIM;
@@ -825,6 +838,12 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
                 nc, h0, po, pml, out);
 }
 
+__kernel void attn_decode_rope(ATT_ROPE_PARAMS)
+{
+    ATT_ROPE_LOCALS
+    att_rope_body(ATT_ROPE_ARGS, ATT_ROPE_LOCAL_ARGS);
+}
+
 /* Decode's second pass, the partials of one head (n_chunks of them: outputs po[c][d], maxima
  * and sums pml[c]) combined into output dimension d of one slice of ATT_DS dimensions (a block
  * of 32 where HEAD_DIM allows, else the whole head). A work-group takes one slice of one head,
@@ -844,14 +863,16 @@ __kernel void attn_decode_rope(__global const float *qkv, __global KV_T *kc, __g
 #define ATT_NS (HEAD_DIM / ATT_DS) /* slices a head */
 #define ATT_RR_MAX 32
 #define ATT_RED_LOCAL (ATT_RR_MAX * (ATT_DS + 2))
-inline float att_combine(const __global float *po, const __global float2 *pml, int n_chunks,
-                         __local float *red)
+/* Chunks c0, c0 + step, .. < n_chunks of output dimension d (po's chunks HEAD_DIM floats apart)
+ * merged by a running max: returns the output's sum, the max and the sum of exponentials in *mp
+ * and *lp (-inf, 0 and 0 where it has no chunk). The partials are read as volatile: in
+ * attn_decode_rope_q8 other work-groups of the same launch wrote them. */
+inline float att_merge(const volatile __global float *po, const volatile __global float2 *pml,
+                       int c0, int step, int n_chunks, int d, float *mp, float *lp)
 {
-    int lid = get_local_id(0), d = lid % ATT_DS, r = lid / ATT_DS;
-    int rr = (int)get_local_size(0) / ATT_DS;
     float m = -INFINITY, l = 0.0f, o = 0.0f;
 #pragma unroll 4
-    for (int c = r; c < n_chunks; c += rr) {
+    for (int c = c0; c < n_chunks; c += step) {
         float2 ml = pml[c];
         float mn = fmax(m, ml.x); /* a chunk holds a position: its max is finite */
         float a = exp(m - mn), b = exp(ml.x - mn);
@@ -859,6 +880,17 @@ inline float att_combine(const __global float *po, const __global float2 *pml, i
         o = o * a + po[(size_t)c * HEAD_DIM + d] * b;
         m = mn;
     }
+    *mp = m;
+    *lp = l;
+    return o;
+}
+
+inline float att_combine(const __global float *po, const __global float2 *pml, int n_chunks,
+                         __local float *red)
+{
+    int lid = get_local_id(0), d = lid % ATT_DS, r = lid / ATT_DS;
+    int rr = (int)get_local_size(0) / ATT_DS;
+    float m, l, o = att_merge(po, pml, r, rr, n_chunks, d, &m, &l);
     if (rr == 1)
         return o / l;
     __local float *rm = red + ATT_RR_MAX * ATT_DS, *rl = rm + ATT_RR_MAX;

@@ -978,14 +978,6 @@ typedef float2 mql_sc;
 #ifndef MQL_PF
 #define MQL_PF 1 /* the next step's loads in flight while the current step multiplies */
 #endif
-/* Orders a work-item's global stores before what follows for every other work-group (the
- * slices' join in matmul_mmql): membar.gl through PTX, where the compiler's mem_fence may stop at
- * the work-group; mem_fence elsewhere (PoCL's CPUs keep their caches coherent). */
-#if MV_PTX
-#define MQL_FENCE() __asm__ volatile("membar.gl;" ::: "memory")
-#else
-#define MQL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
-#endif
 #define MQL_BYTES                                                                                  \
     (4 * (MQL_R * MQL_KW + MS_T * MQL_KW + MQL_SN * MQL_R * MS_KB + 2 * MS_T * MS_KB))
 #if MQL_BYTES <= 49152
@@ -1640,7 +1632,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
     if (MQL_NZ > 1) {
         __global float *pz = part + (size_t)MQL_Z * n_tok * n_out;
         MQL_EACH(pz[(size_t)tok * n_out + row] = acc[i][j][e];)
-        MQL_FENCE();
+        GLOBAL_FENCE();
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         if (lid == 0) {
             int c = (int)get_group_id(0) + (int)get_num_groups(0) * (int)get_group_id(1);
@@ -1651,7 +1643,7 @@ matmul_mmql(W_ARGS, int n_in, int n_out, __global const char *xq, __global const
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!zlast)
             return;
-        MQL_FENCE();
+        GLOBAL_FENCE();
         __global const volatile float *pv = part;
         MQL_EACH(float v = 0.0f; for (int z = 0; z < MQL_NZ; z++) v +=
                  pv[((size_t)z * n_tok + tok) * n_out + row];

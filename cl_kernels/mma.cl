@@ -11,6 +11,16 @@
 #define MV_PTX 0
 #endif
 
+/* Orders a work-item's global stores before what follows for every other work-group (a
+ * launch's last work-group joining what the others wrote: matmul_mmql's slices,
+ * attn_decode_rope_q8's chunks): membar.gl through PTX, where the compiler's mem_fence may stop
+ * at the work-group; mem_fence elsewhere (PoCL's CPUs keep their caches coherent). */
+#if MV_PTX
+#define GLOBAL_FENCE() __asm__ volatile("membar.gl;" ::: "memory")
+#else
+#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+
 #if MV_PTX
 /* c += A B for one 16 x 8 x 16 tile (see the layouts above). */
 inline void mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1)

@@ -269,5 +269,56 @@ __kernel void attn_decode_reduce_q8(__global const float *po, __global const flo
     if ((i & 31) == 0)
         xd[i / 32] = (float2)(dq, dq * s);
 }
+
+/* attn_decode_rope with attn_decode_reduce_q8's work done by the last work-group of each head
+ * group: every work-group leaves its chunk's partials in po / pml as attn_decode_rope does (out
+ * NULL), then counts itself in cnt[head group]; the group's last (which resets the count for
+ * the next launch) merges each head's chunks one after another, a row of 32 work-items a slice
+ * of 32 dimensions (attn_decode_reduce_q8's merge with one row a slice: the same floats; the
+ * host runs that one with more rows past 8 chunks, whose sums round differently), and writes
+ * each slice as one int8 block into xq / xd as attn_decode_reduce_q8 does. One launch a layer
+ * less (the host's EBB_CL_ATT_FOLD). Global and local size as attn_decode_rope's; cnt holds a
+ * zero for each head group. */
+#if ATT_WG % 32 == 0
+__kernel void attn_decode_rope_q8(ATT_ROPE_PARAMS, __global int *cnt, __global char *xq,
+                                  __global float2 *xd)
+{
+    ATT_ROPE_LOCALS
+    __local int last_;
+    __local float red[ATT_WG];
+    att_rope_body(ATT_ROPE_ARGS, ATT_ROPE_LOCAL_ARGS);
+    int lid = get_local_id(0), hg = get_group_id(1), nc = get_num_groups(0);
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        last_ = atomic_inc(cnt + hg) == nc - 1;
+        if (last_)
+            atomic_xchg(cnt + hg, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool last = last_;
+    GLOBAL_FENCE();
+    int r = lid / 32, d = lid % 32;
+    /* Rounds of ATT_WG / 32 slices; every work-item of every work-group in each (block32's
+     * barriers; an early return of the others broke PoCL's work-group loops), the last one's
+     * active. */
+    for (int b = 0; b < ATT_G * ATT_NS; b += ATT_WG / 32) {
+        int e = b + r, h = hg * ATT_G + e / ATT_NS, o = e % ATT_NS * ATT_DS;
+        bool act = last && e < ATT_G * ATT_NS;
+        float m, l, v = 0.0f;
+        if (act)
+            v = att_merge(po + (size_t)h * nc * HEAD_DIM + o, pml + h * nc, 0, 1, nc, d, &m, &l) /
+                l;
+        float dq = block32(red, lid, fabs(v), 1) / 127.0f;
+        int q = dq > 0.0f ? convert_int_rte(v / dq) : 0;
+        float s = block32(red, lid, (float)q, 0);
+        int i = h * HEAD_DIM + o + d; /* the output's index */
+        if (act)
+            xq[i] = (char)q;
+        if (act && d == 0)
+            xd[i / 32] = (float2)(dq, dq * s);
+    }
+}
+#endif
 #endif
 #endif

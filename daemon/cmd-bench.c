@@ -190,6 +190,7 @@ struct bench {
     struct ebb_spec_params sp;
     struct ebb_spec_stats sst;
     struct ebb_model_counters dec;                 /* summed over the measured runs' decodes */
+    uint64_t dec_ns;                               /* their wall time, summed */
     bool stages;                                   /* --stages: profile the measured runs */
     struct ebb_bench_stages st_pf, st_dec, st_bat; /* st_bat: --batch's decode steps */
 };
@@ -237,6 +238,8 @@ static ebb_err run_once(struct bench *b, bool counted, double *prefill_ms, doubl
     if (counted) {
         b->dec.launches += c1.launches - c0.launches;
         b->dec.syncs += c1.syncs - c0.syncs;
+        b->dec.wait_ns += c1.wait_ns - c0.wait_ns;
+        b->dec_ns += (uint64_t)(*decode_ms * 1e6);
     }
     return EBB_OK;
 }
@@ -352,6 +355,7 @@ struct report {
     double gbps;                /* (bytes_w + bytes_kv) per token over the median token time */
     bool counted;               /* the backend counts launches and syncs */
     double launches, syncs;     /* per decoded token */
+    double wait_us, host_us;    /* per decoded token: blocked in the syncs, the rest of the wall */
     unsigned long n_batch;
     struct batch_res br;
 };
@@ -407,8 +411,9 @@ static void report_json(const struct bench *b, const struct report *r, json_t *s
                                       (json_int_t)(r->bytes_w + r->bytes_kv), "gb_s", r->gbps));
     if (r->counted && n_gen > 1)
         json_object_set_new(j, "decode_counters",
-                            json_pack("{s:f, s:f}", "launches_per_token", r->launches,
-                                      "syncs_per_token", r->syncs));
+                            json_pack("{s:f, s:f, s:f, s:f}", "launches_per_token", r->launches,
+                                      "syncs_per_token", r->syncs, "sync_wait_us_per_token",
+                                      r->wait_us, "host_us_per_token", r->host_us));
     if (b->spec) { /* the verification rows give no top logit per token */
         json_decref(jl);
         json_object_set_new(j, "spec", spec_json(&b->sst, b->dm != NULL));
@@ -470,8 +475,9 @@ static void report_text(const struct bench *b, const struct report *r, json_t *s
                (double)(r->bytes_w + r->bytes_kv) / (1 << 20), (double)r->bytes_w / (1 << 20),
                (double)r->bytes_kv / (1 << 20), r->gbps);
     if (r->counted && n_gen > 1)
-        printf("launches   %.1f kernels and %.2f host syncs per decoded token\n", r->launches,
-               r->syncs);
+        printf("launches   %.1f kernels and %.2f host syncs per decoded token; a token %.1f us "
+               "blocked in them, %.1f us outside them (enqueueing, sampling)\n",
+               r->launches, r->syncs, r->wait_us, r->host_us);
     char kl[1024];
     if (ebb_model_kernels(b->m, kl, sizeof(kl)))
         printf("kernels    %s\n", kl);
@@ -629,6 +635,8 @@ static ebb_err measure(struct bench *b, struct report *r, struct ebb_diag *d)
     if (r->counted && tokens > 0) {
         r->launches = (double)b->dec.launches / tokens;
         r->syncs = (double)b->dec.syncs / tokens;
+        r->wait_us = (double)b->dec.wait_ns / tokens / 1e3;
+        r->host_us = (double)(b->dec_ns - b->dec.wait_ns) / tokens / 1e3;
     }
     return EBB_OK;
 }

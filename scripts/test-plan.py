@@ -68,7 +68,7 @@ EST = {
     "model-hybrid": 12, "model-qwen3moe-tiny-cl-q8": 12, "daemon-sighup-model": 11,
     "model-qwen3moe-tiny-q8": 10, "model-qwen3moe-tiny-cl-group": 10, "model-batch-qwen3": 10,
     "bench-reps": 10, "stream-model": 9, "model-qwen2-tiny": 8, "model-phi3-tiny": 8,
-    "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-llama3.1-tiny": 6,
+    "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-qwen3-tiny-cl-fold": 9, "model-llama3.1-tiny": 6,
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
     "model-qwen3moe-tiny-cl-xhost": 3,
     "model-mistral-window-cl": 5, "bench-batch": 4, "cpu-repack": 3, "nginx": 22, "cli/pull": 40,

@@ -349,6 +349,13 @@ const struct knob ebb__cl_knobs[] = {
           "decoded 7-11% faster after 512 prompt tokens than with 0, Qwen3-8B by under 1%, "
           "docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1024}}),
+    UINT1("ATT_FOLD", att_fold, "0..64",
+          "with ATTQ8 and ROPEATT, one-token decode attention of at most N chunks runs "
+          "attn_decode_rope_q8: the last work-group of each head group merges the chunks (one "
+          "after another, as attn_decode_reduce_q8 with one row a slice) and quantizes the "
+          "output projection's input, one launch a layer less (where ATT_WG is a multiple of "
+          "32); 0: never",
+          {DC_ANY, {0}}, {DC_NVIDIA, {32}}),
     BOOL1("ATTMMA", att_mma,
           "prefill attention on tensor cores (attn_prefill_mma; with PTX after the mma probe)",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),

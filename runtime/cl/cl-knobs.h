@@ -131,6 +131,9 @@ struct ebb_cl_tuning {
     uint32_t att_gqa_from; /* with att_gqa, attended positions from which one-token decode
                               groups the heads; below, one query head a work-group (a third
                               build of the ops program; 0: grouped throughout) */
+    uint32_t att_fold;     /* with att_q8 and att_rope, one-token decode of at most this many
+                              chunks (0..64) runs attn_decode_rope_q8: the last work-group of
+                              a head group merges the chunks and quantizes (0: never) */
     uint32_t att_mma;      /* 1: prefill attention on tensor cores (attn_prefill_mma, with
                               mv_ptx after the mma probe, head dimensions 16..128) */
     uint32_t att_async;    /* 1: attn_prefill_mma copies its key and value tiles with cp.async

@@ -109,11 +109,74 @@ void ebb__cl_prof_close(struct ebb_cl *cl)
     }
 }
 
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* EBB_DBG_HOSTTIME=1 (a development aid, docs/PERFORMANCE.md "Reading ebb bench"): the engine
+ * thread's time in clSetKernelArg and in clEnqueueNDRangeKernel, the latter by kernel, printed
+ * on stderr at exit. */
+static int dbg_on = -1;
+static double ht_arg, ht_enq;
+static unsigned long ht_n, ht_na;
+static struct {
+    cl_kernel k;
+    double s;
+    unsigned long n;
+    char name[48];
+    cl_uint na;
+} ht_k[128];
+static void dbg_print(void)
+{
+    fprintf(stderr, "ebb: host %lu launches: %lu clSetKernelArg %.3f s, enqueue %.3f s\n", ht_n,
+            ht_na, ht_arg, ht_enq);
+    for (int i = 0; i < 128 && ht_k[i].k; i++) {
+        fprintf(stderr, "ebb: host enqueue %-28s %2u args %8lu launches %7.2f us each\n",
+                ht_k[i].name, ht_k[i].na, ht_k[i].n, ht_k[i].s * 1e6 / (double)ht_k[i].n);
+    }
+}
+static void dbg_add(cl_kernel k, double s)
+{
+    for (int i = 0; i < 128; i++)
+        if (!ht_k[i].k || ht_k[i].k == k) {
+            if (!ht_k[i].k) {
+                clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(ht_k[i].name), ht_k[i].name,
+                                NULL);
+                clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof(cl_uint), &ht_k[i].na, NULL);
+                ht_k[i].name[47] = 0;
+            }
+            ht_k[i].k = k, ht_k[i].s += s, ht_k[i].n++;
+            return;
+        }
+}
+static void dbg_init(void)
+{
+    if (dbg_on >= 0)
+        return;
+    dbg_on = getenv("EBB_DBG_HOSTTIME") != NULL;
+    if (dbg_on)
+        atexit(dbg_print);
+}
+cl_int ebb__cl_setarg(cl_kernel k, cl_uint i, size_t size, const void *p)
+{
+    dbg_init();
+    if (!dbg_on)
+        return clSetKernelArg(k, i, size, p);
+    double t0 = mono_s();
+    cl_int e = clSetKernelArg(k, i, size, p);
+    ht_arg += mono_s() - t0;
+    ht_na++;
+    return e;
+}
+
 ebb_err ebb_cl_set_args(cl_kernel k, cl_uint first, const struct ebb_cl_arg *a, size_t n,
                         struct ebb_diag *diag)
 {
     for (size_t i = 0; i < n; i++) {
-        cl_int e = clSetKernelArg(k, first + (cl_uint)i, a[i].size, a[i].p);
+        cl_int e = ebb__cl_setarg(k, first + (cl_uint)i, a[i].size, a[i].p);
         if (e) {
             char name[64] = "?";
             clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
@@ -159,13 +222,6 @@ static void prof_print(void)
     if (prof_state == 3)
         fprintf(stderr, "ebb: profile %-32s %8lu launches %9.4f s (device idle between launches)\n",
                 "(gaps)", prof_gap_n, prof_gap_s);
-}
-
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* The table slot of kernel k's name, or with device timestamps of its name and global size
@@ -342,8 +398,16 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
             return EBB_OK;
     }
     cl_event ev = NULL;
+    dbg_init();
+    double th = dbg_on ? mono_s() : 0;
     cl_int e = clEnqueueNDRangeKernel(cl->q, k, dims, NULL, g, local, 0, NULL,
                                       prof_state == 3 || rec.on ? &ev : NULL);
+    if (dbg_on) {
+        double dt = mono_s() - th;
+        ht_enq += dt, ht_n++;
+        dbg_add(k, dt);
+    }
+
     if (e) {
         char name[64] = "?";
         clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL);
@@ -373,7 +437,9 @@ ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *g
 ebb_err ebb_cl_finish(struct ebb_cl *cl, struct ebb_diag *diag)
 {
     cl->n_sync++;
+    double t0 = mono_s();
     ebb_err rc = ebb_cl_check(clFinish(cl->q), diag, "clFinish");
+    cl->wait_ns += (uint64_t)((mono_s() - t0) * 1e9);
     if (prof_state == 3)
         prof_drain();
     return rc;
@@ -383,7 +449,9 @@ ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst
                     struct ebb_diag *diag)
 {
     cl->n_sync++;
+    double t0 = mono_s();
     cl_int e = clEnqueueReadBuffer(cl->q, b, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    cl->wait_ns += (uint64_t)((mono_s() - t0) * 1e9);
     if (prof_state == 3)
         prof_drain();
     return ebb_cl_check(e, diag, "reading results");

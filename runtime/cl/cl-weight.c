@@ -345,14 +345,14 @@ ebb_err ebb_cl_weight_set_args(const struct ebb_cl_weight *w, cl_kernel k, cl_ui
     cl_int e;
     if (w->layout.order == EBB_CL_ORDER_RAW) {
         cl_ulong off = w->off;
-        e = clSetKernelArg(k, first, sizeof(cl_mem), &w->a);
+        e = ebb__cl_setarg(k, first, sizeof(cl_mem), &w->a);
         if (!e)
-            e = clSetKernelArg(k, first + 1, sizeof(off), &off);
+            e = ebb__cl_setarg(k, first + 1, sizeof(off), &off);
     } else {
         const cl_mem *q = w->layout.storage == EBB_CL_STORE_IMAGE1D ? &w->img : &w->a;
-        e = clSetKernelArg(k, first, sizeof(cl_mem), q);
+        e = ebb__cl_setarg(k, first, sizeof(cl_mem), q);
         if (!e)
-            e = clSetKernelArg(k, first + 1, sizeof(cl_mem), &w->b);
+            e = ebb__cl_setarg(k, first + 1, sizeof(cl_mem), &w->b);
     }
     return ebb_cl_check(e, diag, "clSetKernelArg(weight)");
 }

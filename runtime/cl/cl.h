@@ -71,8 +71,9 @@ struct ebb_cl {
     struct ebb_cl_dev_info info;
     /* What the engine asked of the queue since open, for `ebb bench` (plain increments on the
      * engine thread, nothing allocated): kernels enqueued by ebb_cl_run, and host
-     * synchronisations through ebb_cl_finish and ebb_cl_read (blocking reads). */
-    uint64_t n_launch, n_sync;
+     * synchronisations through ebb_cl_finish and ebb_cl_read (blocking reads), and the wall
+     * time the engine thread spent blocked in those (ns). */
+    uint64_t n_launch, n_sync, wait_ns;
 };
 
 /* Returns the symbolic name of an OpenCL error code ("CL_OUT_OF_RESOURCES"). */
@@ -157,6 +158,7 @@ ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst
 
 /* Enqueues k over dims dimensions; global sizes are rounded up to multiples of local (when
  * local is non-NULL). Does not wait. Counted in n_launch. */
+cl_int ebb__cl_setarg(cl_kernel k, cl_uint i, size_t size, const void *p);
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag);
 

@@ -226,7 +226,7 @@ struct clm_rows {
  * q8 reductions only where the engine's own build has them. */
 struct clm_att_set {
     cl_program ops; /* NULL: not built */
-    cl_kernel part, rope, red, red_q8;
+    cl_kernel part, rope, red, red_q8, rope_q8;
 };
 
 struct clm {
@@ -263,6 +263,8 @@ struct clm {
     cl_kernel k_q8r;               /* quantize_x8_rows, with tu.mv_q8 and tu.q8r_max > 1 */
     cl_kernel k_attn_red_q8;       /* attn_decode_reduce_q8, with tu.mv_q8 */
     cl_kernel k_attn_rope;         /* attn_decode_rope, with tu.att_rope */
+    cl_kernel k_attn_rope_q8;      /* attn_decode_rope_q8, with tu.att_fold, k_attn_rope and
+                                      k_attn_red_q8 where the ops program has it */
     cl_kernel k_attn_pre_mma;      /* attn_prefill_mma, with tu.att_mma on PTX devices */
     cl_kernel k_attn_merge;        /* attn_prefill_merge, with k_attn_pre_mma */
     bool hn_fold;                  /* decode: the head_norm step left its work to the next
@@ -307,6 +309,8 @@ struct clm {
     cl_mem mq_x, mq_h;         /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
                                   n_in as int8 and a float2 (d, d * sum) per 32 */
     uint32_t mq_wide;          /* that widest n_in */
+    cl_mem att_cnt;            /* with k_attn_rope_q8: a count a head group (n_head ints, zero
+                                  between launches) */
     cl_mem mq_part, mq_cnt;    /* with tu.mmqs_split: the slices' sums (mq_part_n floats) and a
                                   count a tile (EBB_CL_MMQS_TILES_MAX ints, zero between
                                   products) for matmul_mmql's split products */

@@ -835,8 +835,11 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         cl_kernel k_red_q8 = as ? as->red_q8 : m->k_attn_red_q8;
         int nc = (att_span(L, n_kv) + chunk - 1) / chunk;
         /* With 8-bit inputs for the output projection, the reduction (run even for one chunk)
-         * quantizes the output for it: one launch of quantize_x8 less. */
+         * quantizes the output for it: one launch of quantize_x8 less; with few chunks, the
+         * attention's last work-groups do it (attn_decode_rope_q8), one launch less again. */
         bool q8 = att_q8_ok(m, L, si);
+        cl_kernel k_fold = as ? as->rope_q8 : m->k_attn_rope_q8;
+        bool fold = q8 && fused_rope && k_fold && nc <= (int)m->tu.att_fold;
         cl_mem att = q8 ? NULL : m->att;
         struct ebb_cl_arg a[] = {EBB_CL_ARG(m->qkv),  EBB_CL_ARG(L->kc),  EBB_CL_ARG(L->vc),
                                  EBB_CL_ARG(kv_base), EBB_CL_ARG(n_ctx),  EBB_CL_ARG(n_kv),
@@ -856,12 +859,18 @@ static ebb_err attend(struct clm *m, const struct layer *L, uint32_t seq, int nt
         float hn_eps = hp->rms_eps;
         struct ebb_cl_arg hn[] = {EBB_CL_ARG(hnq), EBB_CL_ARG(hnk), EBB_CL_ARG(hn_eps)};
         m->hn_fold = false;
-        cl_kernel kp = fused_rope ? k_rope : k_part;
+        struct ebb_cl_arg fa[] = {EBB_CL_ARG(m->att_cnt), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};
+        cl_kernel kp = fold ? k_fold : fused_rope ? k_rope : k_part;
         if ((rc = ebb_cl_set_args(kp, 0, a, fused_rope ? 12 : 13, diag)) ||
             (fused_rope && (rc = ebb_cl_set_args(kp, 12, ar, 6, diag))) ||
             (fused_rope && (rc = ebb_cl_set_args(kp, 18, hn, 3, diag))) ||
+            (fold && (rc = ebb_cl_set_args(kp, 21, fa, 3, diag))) ||
             (rc = ebb_cl_run(m->cl, kp, 2, g1, l1, diag)))
             return rc;
+        if (fold) {
+            m->att_q8 = true;
+            return EBB_OK;
+        }
         if (q8) {
             if ((rc = ebb_cl_set_args(k_red_q8, 0, bq, 5, diag)) ||
                 (rc = ebb_cl_run(m->cl, k_red_q8, 2, g2, l2, diag)))

@@ -216,41 +216,35 @@ static ebb_err place_group(struct clm *m, const struct ebb_gguf *g, const char *
 {
     const struct ebb_gguf_tensor *t[GROUP_MAX] = {NULL};
     struct ebb_cl_wsrc src[GROUP_MAX];
-    uint64_t total = 0;
     ebb_err rc;
     for (uint32_t i = 0; i < n; i++) {
         if ((rc = ebb__clm_find(g, names[i], n_in, rows[i], &t[i], diag)))
             return rc;
         src[i].data = t[i]->data;
         src[i].n_out = rows[i];
-        total += (uint64_t)rows[i] * n_in;
     }
-    bool same = true;
-    for (uint32_t i = 1; i < n; i++)
-        same = same && t[i]->type == t[0]->type;
-    struct ebb_cl_layout l = pick(m, t[0], total);
-    bool contiguous = true;
-    for (uint32_t i = 1; i < n; i++)
-        contiguous = contiguous && (const uint8_t *)t[i]->data ==
-                                       (const uint8_t *)t[i - 1]->data + t[i - 1]->size;
-    bool fuse = same && (l.order != EBB_CL_ORDER_RAW || !m->map.buf || contiguous);
+    /* Runs of tensors of one type (q, k and v of a Q4_K_M file whose v is Q6_K: q and k) are
+     * stacked along their outputs into one weight, a product a run; a raw layout mapped from
+     * the file only where the run's bytes follow each other there. */
+    *n_out = 0;
     struct ebb_cl_wprog *p = NULL;
-    if (fuse) {
-        *n_out = 1;
-        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, src, n, &m->map, &out[0], diag)))
-            return prefix(diag, rc, names[0]);
-        if (!out[0].zero_copy)
-            for (uint32_t i = 0; i < n; i++)
-                drop_file_pages(m, t[i]);
-        return ebb__clm_prog_for(m, &l, &p, diag);
-    }
-    *n_out = n;
-    for (uint32_t i = 0; i < n; i++) {
-        l = pick(m, t[i], (uint64_t)rows[i] * n_in);
-        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], 1, &m->map, &out[i], diag)))
+    for (uint32_t i = 0, e; i < n; i = e) {
+        bool contiguous = true;
+        uint64_t run = (uint64_t)rows[i] * n_in;
+        for (e = i + 1; e < n && t[e]->type == t[i]->type; e++) {
+            contiguous = contiguous && (const uint8_t *)t[e]->data ==
+                                           (const uint8_t *)t[e - 1]->data + t[e - 1]->size;
+            run += (uint64_t)rows[e] * n_in;
+        }
+        struct ebb_cl_layout l = pick(m, t[i], run);
+        if (e > i + 1 && l.order == EBB_CL_ORDER_RAW && m->map.buf && !contiguous)
+            e = i + 1, l = pick(m, t[i], (uint64_t)rows[i] * n_in);
+        struct ebb_cl_weight *w = &out[(*n_out)++];
+        if ((rc = ebb_cl_weight_new(m->cl, &l, n_in, &src[i], e - i, &m->map, w, diag)))
             return prefix(diag, rc, names[i]);
-        if (!out[i].zero_copy)
-            drop_file_pages(m, t[i]);
+        if (!w->zero_copy)
+            for (uint32_t k = i; k < e; k++)
+                drop_file_pages(m, t[k]);
         if ((rc = ebb__clm_prog_for(m, &l, &p, diag)))
             return rc;
     }

@@ -58,7 +58,7 @@ static ebb_err stream_open(struct clm *m, const struct ebb_gguf *g,
 
 static void att_set_fini(struct clm_att_set *s)
 {
-    cl_kernel ks[] = {s->part, s->rope, s->red, s->red_q8};
+    cl_kernel ks[] = {s->part, s->rope, s->red, s->red_q8, s->rope_q8};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -106,15 +106,15 @@ static void clm_free(void *ctx)
                          &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
                          &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
                          &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
-                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k8};
+                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k8,   &m->att_cnt};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
-        m->k_norm,      m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
-        m->k_swiglu,    m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
-        m->k_bias,      m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
-        m->k_attn_rows, m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
-        m->k_attn_merge};
+        m->k_norm,       m->k_rope,          m->k_attn_part,    m->k_attn_red,  m->k_attn_pre,
+        m->k_swiglu,     m->k_topk1,         m->k_topk2,        m->k_q8,        m->k_q8r,
+        m->k_bias,       m->k_head_norm,     m->k_attn_red_q8,  m->k_attn_rope, m->k_rope_rows,
+        m->k_attn_rows,  m->k_attn_red_rows, m->k_attn_pre_mma, m->k_geglu,     m->k_norm_add,
+        m->k_attn_merge, m->k_attn_rope_q8};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -155,6 +155,19 @@ static uint32_t att_group(const struct clm *m)
     return g;
 }
 
+/* Kernel name of prog into *out where the program has it (a kernel under a build condition),
+ * else NULL. */
+static ebb_err opt_kernel(cl_program prog, const char *name, cl_kernel *out, struct ebb_diag *diag)
+{
+    cl_int e;
+    *out = clCreateKernel(prog, name, &e);
+    if (e == CL_INVALID_KERNEL_NAME) {
+        *out = NULL;
+        return EBB_OK;
+    }
+    return ebb_cl_check(e, diag, name);
+}
+
 /* An attention set's kernels from the ops program built for tuning t. */
 static ebb_err att_set_build(struct clm *m, const struct ebb_cl_tuning *t, struct clm_att_set *s,
                              struct ebb_diag *diag)
@@ -164,7 +177,8 @@ static ebb_err att_set_build(struct clm *m, const struct ebb_cl_tuning *t, struc
         (rc = ebb_cl_kernel(s->ops, "attn_decode_reduce", &s->red, diag)) ||
         (m->k_attn_rope && (rc = ebb_cl_kernel(s->ops, "attn_decode_rope", &s->rope, diag))) ||
         (m->k_attn_red_q8 &&
-         (rc = ebb_cl_kernel(s->ops, "attn_decode_reduce_q8", &s->red_q8, diag))))
+         (rc = ebb_cl_kernel(s->ops, "attn_decode_reduce_q8", &s->red_q8, diag))) ||
+        (m->k_attn_rope_q8 && (rc = opt_kernel(s->ops, "attn_decode_rope_q8", &s->rope_q8, diag))))
         return rc;
     return EBB_OK;
 }
@@ -245,6 +259,9 @@ static ebb_err build_kernels(struct clm *m, struct ebb_diag *diag)
         return rc;
     if (m->tu.mv_q8 && m->tu.att_q8 && m->hp.head_dim % 32 == 0 &&
         (rc = ebb_cl_kernel(m->ops, "attn_decode_reduce_q8", &m->k_attn_red_q8, diag)))
+        return rc;
+    if (m->tu.att_fold && m->k_attn_rope && m->k_attn_red_q8 &&
+        (rc = opt_kernel(m->ops, "attn_decode_rope_q8", &m->k_attn_rope_q8, diag)))
         return rc;
     if ((rc = build_deep(m, diag)))
         return rc;
@@ -415,6 +432,15 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
         (rc = ebb__clm_alloc(m, f * out * TOPK_MAX, &m->tov, "top-k", diag)) ||
         (rc = ebb__clm_alloc(m, sizeof(cl_int) * out * TOPK_MAX, &m->toi, "top-k", diag)))
         return rc;
+    if (m->k_attn_rope_q8) {
+        cl_int zero = 0;
+        size_t n = sizeof(cl_int) * hp->n_head;
+        if ((rc = ebb__clm_alloc(m, n, &m->att_cnt, "attention", diag)) ||
+            (rc = ebb_cl_check(clEnqueueFillBuffer(m->cl->q, m->att_cnt, &zero, sizeof(zero), 0, n,
+                                                   0, NULL, NULL),
+                               diag, "clearing the attention's counts")))
+            return rc;
+    }
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
@@ -1195,9 +1221,10 @@ static ebb_err clm_kv_store_xfer(void *ctx, bool save, uint32_t seq, uint32_t at
 static bool clm_counters(void *ctx, struct ebb_model_counters *out)
 {
     const struct clm *m = ctx;
-    out->launches = out->syncs = 0;
+    out->launches = out->syncs = out->wait_ns = 0;
     for (const struct clm *s = m; s; s = s->next) { /* a layer split's stages summed */
         out->launches += s->cl->n_launch;
+        out->wait_ns += s->cl->wait_ns;
         out->syncs += s->cl->n_sync + ebb_stream_cl_waits(s->sc);
     }
     return true;

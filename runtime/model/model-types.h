@@ -172,6 +172,7 @@ struct ebb_model_seq {
 struct ebb_model_counters {
     uint64_t launches;
     uint64_t syncs;
+    uint64_t wait_ns; /* wall time blocked in the queues' syncs (the streamer's waits apart) */
 };
 
 /* The expert cache's figures (ebb_model_params.expert_cache). Every MoE layer's pass looks up

@@ -697,6 +697,55 @@ static void test_attention_mma_hd(cl_program p, int hd, bool q8)
     free(ref);
 }
 
+/* attn_decode_rope_q8 (the reduction and quantization by each head group's last work-group)
+ * against attn_decode_rope with no output (partials for every chunk count) then
+ * attn_decode_reduce_q8 with one row a slice (rr 1, the fold's merge order): the same int8
+ * blocks and scales to the bit, twice in a row (the counts reset by the launch).
+ * kd is attn_decode_rope with its arguments a / ar / ah (the output a[11] set to NULL here and
+ * restored); returns 1. */
+static int check_fold(cl_kernel kd, cl_kernel kq8, cl_kernel kfold, struct ebb_cl_arg *a,
+                      const struct ebb_cl_arg *ar, const struct ebb_cl_arg *ah, cl_mem cnt,
+                      cl_mem xqb, cl_mem xdb, int nc, const size_t *g1, const size_t *l1, size_t ds,
+                      int nh, int hd, int n_kv, int8_t *xq, float *xd)
+{
+    cl_mem none = NULL;
+    struct ebb_cl_arg keep = a[11];
+    a[11] = EBB_CL_ARG(none);
+    size_t nq = (size_t)nh * hd, nd = sizeof(float) * 2 * nq / 32;
+    int8_t *fq = malloc(nq);
+    float *fd = malloc(nd);
+    OK(ebb_cl_set_args(kd, 0, a, 12, D));
+    OK(ebb_cl_run(cl, kd, 2, g1, l1, D));
+    struct ebb_cl_arg bq[] = {a[9], a[10], EBB_CL_ARG(nc), EBB_CL_ARG(xqb), EBB_CL_ARG(xdb)};
+    size_t g2[2] = {ds, nq / ds}, l2[2] = {ds, 1};
+    OK(ebb_cl_set_args(kq8, 0, bq, 5, D));
+    OK(ebb_cl_run(cl, kq8, 2, g2, l2, D));
+    rd(xqb, nq, xq);
+    rd(xdb, nd, xd);
+    struct ebb_cl_arg fa[] = {EBB_CL_ARG(cnt), EBB_CL_ARG(xqb), EBB_CL_ARG(xdb)};
+    OK(ebb_cl_set_args(kfold, 0, a, 12, D));
+    OK(ebb_cl_set_args(kfold, 12, ar, 6, D));
+    OK(ebb_cl_set_args(kfold, 18, ah, 3, D));
+    OK(ebb_cl_set_args(kfold, 21, fa, 3, D));
+    for (int round = 0; round < 2; round++) {
+        memset(fq, 0, nq);
+        memset(fd, 0, nd);
+        OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, xqb, CL_TRUE, 0, nq, fq, 0, NULL, NULL), D,
+                        "write"));
+        OK(ebb_cl_run(cl, kfold, 2, g1, l1, D));
+        rd(xqb, nq, fq);
+        rd(xdb, nd, fd);
+        CHECK(!memcmp(fq, xq, nq) && !memcmp(fd, xd, nd),
+              "attn_decode_rope_q8 hd %d n_kv %d (%d chunks) round %d: int8 blocks differ from "
+              "attn_decode_rope + attn_decode_reduce_q8's",
+              hd, n_kv, nc, round);
+    }
+    a[11] = keep;
+    free(fq);
+    free(fd);
+    return 1;
+}
+
 /* Decode attention under other shapes and tunings than the device's own: head dimensions 64
  * to 256 (96: a head of float4s no power of two), one query head a work-group or a GQA group,
  * work-groups of 16 to 256, the GPU split (4 work-items a key, loads batched) on this device.
@@ -768,6 +817,12 @@ static void test_attention_shapes(void)
         cl_mem xqb = buf((size_t)nh * hd, NULL), xdb = buf(sizeof(float) * 2 * nh * hd / 32, NULL);
         int8_t *xq = malloc((size_t)nh * hd);
         float *xd = malloc(sizeof(float) * 2 * nh * hd / 32);
+        /* attn_decode_rope_q8 where this build has it (work-groups of a multiple of 32) */
+        cl_int fe;
+        cl_kernel kfold = kq8 ? clCreateKernel(p, "attn_decode_rope_q8", &fe) : NULL;
+        kfold = kq8 && !fe ? kfold : NULL;
+        int zeros[64] = {0}, n_fold = 0;
+        cl_mem cnt = buf(sizeof(zeros), zeros);
         for (size_t li = 0; li < sizeof(cases) / sizeof(cases[0]); li++)
             for (int rope = 0; rope < 3; rope++) {
                 int n_kv = cases[li].n_kv, win = cases[li].win, ring = cases[li].ring;
@@ -832,6 +887,9 @@ static void test_attention_shapes(void)
                             hd, rr, n_kv, bk, amax, xd[2 * bk + 1], dq * sum);
                     }
                 }
+                if (kfold && rope)
+                    n_fold += check_fold(kd, kq8, kfold, a, ar, ah, cnt, xqb, xdb, nc, g1, l1, ds,
+                                         nh, hd, n_kv, xq, xd);
                 memcpy(qr, qkv, sizeof(float) * ld);
                 memcpy(k2, kh, cache_n * 2);
                 memcpy(v2, vh, cache_n * 2);
@@ -890,11 +948,15 @@ static void test_attention_shapes(void)
                 clReleaseMemObject(qb);
             }
         printf("  attention decode head_dim %d, %u heads a work-group of %u, chunk %u%s%s (part, "
-               "rope, rope with head norms; windows, rings) max abs err %.2e\n",
+               "rope, rope with head norms; windows, rings) max abs err %.2e; "
+               "attn_decode_rope_q8 equal to rope + reduce_q8 in %d cases\n",
                hd, ATT_G_OF(tu), tu.att_wg, tu.att_chunk, tu.mv_cpu ? ", CPU loads" : "",
                ebb_cl_att_stage_fits(&tu, (uint32_t)hd, cl->info.local_mem) ? ", staged (cp.async)"
                                                                             : "",
-               worst);
+               worst, n_fold);
+        if (kfold)
+            clReleaseKernel(kfold);
+        clReleaseMemObject(cnt);
         cl_kernel ks[] = {kp, kr, kred, krope, khn};
         for (int i = 0; i < 5; i++)
             clReleaseKernel(ks[i]);
