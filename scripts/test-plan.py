@@ -68,7 +68,7 @@ EST = {
     "model-hybrid": 12, "model-qwen3moe-tiny-cl-q8": 12, "daemon-sighup-model": 11,
     "model-qwen3moe-tiny-q8": 10, "model-qwen3moe-tiny-cl-group": 10, "model-batch-qwen3": 10,
     "bench-reps": 10, "stream-model": 9, "model-qwen2-tiny": 8, "model-phi3-tiny": 8,
-    "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-qwen3-tiny-cl-fold": 9, "model-llama3.1-tiny": 6,
+    "model-qwen3-tiny": 6, "model-qwen3-tiny-cl": 7, "model-qwen3-tiny-cl-fold": 60, "model-llama3.1-tiny": 6,
     "model-llama3.1-tiny-cl": 5, "model-qwen3moe-tiny-cl": 7, "layers": 5,
     "model-qwen3moe-tiny-cl-xhost": 3,
     "model-mistral-window-cl": 5, "bench-batch": 4, "cpu-repack": 3, "nginx": 22, "cli/pull": 40,
@@ -92,7 +92,7 @@ EST = {
     # Seconds in the fresh-clone run of 2026-12-01 (11:39, commit 845626b), where, missing here,
     # each was counted 2 s and the kernels suite's small-test job held them all: the int8
     # stand-in's perplexity, the batch tests on the int8 tiles (mmqs with its 72-slot steps).
-    "perplexity-int8-cl": 200, "model-batch-qwen3-mmqs": 160,
+    "perplexity-int8-cl": 280, "model-batch-qwen3-mmqs": 160,
     "model-batch-qwen3-ksplit-q4_k_m": 115, "model-batch-qwen3-ksplit-q5_k_m": 85,
     "model-batch-qwen3-ksplit-q4_k_m-keep": 45, "model-batch-qwen3-q5_k_m": 24,
     "model-batch-qwen3-q6_k": 20, "asan:model-batch-qwen3-mmqs": 85,
