@@ -141,7 +141,6 @@ static struct result run_case(struct ebb_cl *cl, const struct kdesc *kd, cl_mem 
 
 /* Two threads, each with its own queue and kernel object, enqueueing n launches of k1 at once. */
 struct thr {
-    struct ebb_cl *cl;
     cl_command_queue q;
     struct kdesc kd;
     cl_mem (*bufs)[8];
@@ -163,7 +162,7 @@ static double two_threads(struct ebb_cl *cl, cl_program prog, cl_mem bufs[2][8],
     double best = 1e30;
     for (int i = 0; i < 2; i++) {
         cl_int e;
-        t[i] = (struct thr){.cl = cl, .bufs = bufs, .n = n};
+        t[i] = (struct thr){.bufs = bufs, .n = n};
         t[i].q = clCreateCommandQueue(cl->ctx, cl->dev, 0, &e);
         t[i].kd = (struct kdesc){"k1", "", 1, 0, false, NULL};
         if (!e)
