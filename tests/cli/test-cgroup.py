@@ -226,24 +226,36 @@ def drop_cache(path):
 
 LOW = 100  # MiB: below what the model holds with every layer resident (about 155 MiB); where
 # its pages are charged to the group and cannot be reclaimed, the first limit the kernel takes
+HEADROOM = 32  # MiB over the group's usage where LOW is refused (see lower)
+
+
+def usage_bytes(g):
+    return int(g.stat("memory.usage_in_bytes").strip() or g.stat("memory.current").strip() or 0)
 
 
 def lower(g, low=None):
-    """Sets `low` MiB (LOW by default), or where the kernel refuses that (v1 answers EBUSY to a limit it cannot
-    reclaim the group's usage under) the first 10 MiB step up it takes plus 32 MiB, so that the
-    group is not left at the edge of an OOM kill before ebb's next probe; returns the limit."""
+    """Sets `low` MiB (LOW by default), or where the kernel refuses that (v1 answers EBUSY to a
+    limit it cannot reclaim the group's usage under, once it has reclaimed what it could) the
+    group's usage then, rounded up to 10 MiB, plus HEADROOM; returns the limit. Never a limit
+    at the usage: v1 takes one as soon as the usage is under it, all of that usage can be anon
+    (the model file's pages charged to another group), and ebb's re-plan allocates its staging
+    slots: once in CI a limit so set (the old 10 MiB walk) had the group's OOM killer take the
+    daemon (kernel log: "memory: usage 174080kB, limit 174080kB")."""
     low = low or LOW
-    for mib in range(low, 401, 10):
+    try:
+        g.set_limit(low * MiB)
+        return low
+    except OSError as e:
+        print("limit %d MiB refused (%s); usage %d" % (low, e, usage_bytes(g)))
+    first = max(low, -(-usage_bytes(g) // (10 * MiB)) * 10) + HEADROOM
+    for mib in range(first, first + 400, 10):
         try:
             g.set_limit(mib * MiB)
-            if mib > low:
-                mib += 32
-                g.set_limit(mib * MiB)
             return mib
-        except OSError as e:
-            print("limit %d MiB refused (%s); usage %s" % (mib, e, g.stat(
-                "memory.usage_in_bytes").strip() or g.stat("memory.current").strip()))
-    raise AssertionError("the kernel refused every limit up to 400 MiB")
+        except OSError as e:  # the usage grew by more than HEADROOM since it was read
+            print("limit %d MiB refused (%s); usage %d" % (mib, e, usage_bytes(g)))
+    raise AssertionError("the kernel refused every limit from %d MiB to %d MiB" % (
+        first, first + 390))
 
 
 def shrunk_after_change(log):
@@ -355,11 +367,48 @@ def test_repick(parent):
         g.remove()
 
 
-def metrics(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
-    c.close()
+def daemon_state(p, g, log, reader=None):
+    """How the daemon in group g stands, for a failure's message: its exit status (a negative
+    one is the signal: -9 is what the group's OOM killer sends), the group's OOM kills, failcnt,
+    usage and limit, and the tail of its log (read to its end when it exited)."""
+    rc = p.poll()
+    if rc is not None and reader:
+        reader.join(timeout=5)
+    lim = (g.stat("memory.limit_in_bytes") or g.stat("memory.max")).strip()
+    how = "running" if rc is None else "exited with status %d%s" % (
+        rc, " (SIGKILL: the OOM killer's signal)" if rc == -9 else "")
+    return "ebb serve %s; group: %d OOM kills, failcnt %s, usage %d, limit %s; log tail:\n%s" % (
+        how, oom_kills(g), g.stat("memory.failcnt").strip() or "n/a", usage_bytes(g), lim,
+        "\n".join(log[-30:]))
+
+
+def metrics(port, p=None, g=None, log=(), reader=None, tries=4):
+    """/metrics, its ebb_stream_* values. With the daemon's process p (in group g): a request
+    that fails (reset, refused, timed out) fails the test at once if the daemon exited, with
+    daemon_state's account, and is retried (tries in all, each failure printed) while it runs."""
+    for attempt in range(1, tries + 1):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                c.request("GET", "/metrics")
+                r = c.getresponse()
+                text = r.read().decode()
+            finally:
+                c.close()
+            assert r.status == 200, "GET /metrics answered %d:\n%s" % (r.status, text)
+            break
+        except (OSError, http.client.HTTPException) as e:
+            if p is None:
+                raise
+            try:  # a daemon being killed closes its sockets before it can be reaped
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+            if p.poll() is not None or attempt == tries:
+                raise AssertionError("GET /metrics failed (%r, attempt %d of %d): %s" % (
+                    e, attempt, tries, daemon_state(p, g, log, reader))) from e
+            print("GET /metrics failed (%r) with ebb serve running: retrying" % e)
+            time.sleep(0.5)
     out = {}
     for line in text.splitlines():
         m = re.match(r"^(ebb_stream_[a-z_]+) ([\d.e+]+)$", line)
@@ -379,9 +428,14 @@ def test_serve(parent):
                           "--memory-budget", "auto", "--parallel", "1"], preexec_fn=g.enter,
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log, statuses, stop = [], [], threading.Event()
-    threading.Thread(target=lambda: [log.append(l.rstrip()) for l in p.stderr],
-                     daemon=True).start()
+    reader = threading.Thread(target=lambda: [log.append(l.rstrip()) for l in p.stderr],
+                              daemon=True)
+    reader.start()
     load = None
+
+    def scrape():
+        return metrics(port, p, g, log, reader)
+
     try:
         port = None
         deadline = time.monotonic() + 120
@@ -392,7 +446,7 @@ def test_serve(parent):
             if "listening on http://" in line:
                 port = int(line.rsplit(":", 1)[1].strip().strip("/"))
         assert port, "ebb serve did not start:\n" + "\n".join(log)
-        while "ebb_stream_layers_total" not in metrics(port):  # the model loads after listen
+        while "ebb_stream_layers_total" not in scrape():  # the model loads after listen
             assert time.monotonic() < deadline and p.poll() is None, "\n".join(log)
             time.sleep(0.5)
 
@@ -418,7 +472,7 @@ def test_serve(parent):
         def wait_for(what, ok, timeout=60):
             t0 = time.monotonic()
             while time.monotonic() - t0 < timeout:
-                m = metrics(port)
+                m = scrape()
                 if ok(m):
                     print("%s after %.1f s: %s" % (what, time.monotonic() - t0, {
                         k: m.get(k) for k in ("ebb_stream_memory_limit_changes_total",
@@ -427,9 +481,9 @@ def test_serve(parent):
                     return m
                 time.sleep(0.5)
             raise AssertionError("%s: not seen in /metrics within %d s: %s" % (
-                what, timeout, metrics(port)))
+                what, timeout, scrape()))
 
-        m0 = metrics(port)
+        m0 = scrape()
         assert m0.get("ebb_stream_cgroup_limit_bytes") == 2048 * MiB, m0
         total = m0["ebb_stream_layers_total"]
         low = lower(g)
@@ -445,8 +499,9 @@ def test_serve(parent):
         stop.set()
         load.join()
         print("%d requests: %s" % (len(statuses), sorted(set(map(str, statuses)))))
-        assert statuses and all(st == 200 for st in statuses), statuses
-        assert oom_kills(g) == 0, "OOM kill in the group"
+        assert statuses and all(st == 200 for st in statuses), "%s\n%s" % (
+            statuses, daemon_state(p, g, log, reader))
+        assert oom_kills(g) == 0, "OOM kill in the group: " + daemon_state(p, g, log, reader)
         assert sum("memory limit changed" in l for l in log) >= 2, "\n".join(log)
     finally:
         stop.set()
