@@ -150,6 +150,96 @@ inline void q8_block(__local float *red, int lid, float v, float inv, bool w, __
         *qd = (float2)(d * inv, d * inv * s);
 }
 
+/* Orders a work-item's global stores before what follows for every other work-group (a
+ * launch's last work-group joining what the others wrote): membar.gl through PTX, where the
+ * compiler's mem_fence may stop at the work-group; mem_fence elsewhere (PoCL's CPUs keep their
+ * caches coherent). mma.cl has the same. */
+#ifndef GLOBAL_FENCE
+#if MV_PTX
+#define GLOBAL_FENCE() __asm__ volatile("membar.gl;" ::: "memory")
+#else
+#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+#endif
+
+/* Whether the calling work-group is the last of its launch to get here, for all of its
+ * work-items (each calls it after its global stores): every work-group counts itself in *cnt
+ * after a fence; the last resets *cnt for the next launch and, after a second fence, sees what
+ * the others stored (to be read through volatile pointers). */
+inline bool q8_last_group(__global int *cnt, __local int *last_)
+{
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0 && get_local_id(1) == 0) {
+        int n = (int)(get_num_groups(0) * get_num_groups(1));
+        *last_ = atomic_inc(cnt) == n - 1;
+        if (*last_)
+            atomic_xchg(cnt, 0);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bool last = *last_;
+    GLOBAL_FENCE();
+    return last;
+}
+
+/* quantize_x8 of one row with the norm folded (nw given, glu 0), done by a single work-group
+ * of nl work-items (lid 0 .. nl - 1) on a row x that other work-groups of its launch wrote:
+ * the same bytes into xq and scales into xd as quantize_x8. The norm's sum of squares is
+ * quantize_x8's to the bit: the Q8_WG partials of its work-items (each over inputs 4 vl ..
+ * 4 vl + 3, 4 (vl + Q8_WG) .., as q8_ss_part), then its order of adding them up, written out
+ * here as trees over red (Q8_WG floats): with MV_PTX each warp's butterfly (lane 0's sum is the
+ * tree a[l] += a[l + s], s = 16 .. 1, within the warp) and the warps' sums in order; without,
+ * its tree over all Q8_WG. A block's max and its sum of int8 values are exact in any order, so
+ * each work-item takes whole blocks. Work-items of every work-group call it (its barriers);
+ * only where act is true does it read or write. n_in a multiple of 32. */
+inline void q8_row_group(const volatile __global float *x, int n_in, const __global float *nw,
+                         float eps, __global char *xq, __global float2 *xd, __local float *red,
+                         int lid, int nl, bool act)
+{
+    for (int vl = lid; vl < Q8_WG; vl += nl) {
+        float ss = 0.0f;
+        for (int j = vl * 4; act && j < n_in; j += Q8_WG * 4) {
+            float4 v = (float4)(x[j], x[j + 1], x[j + 2], x[j + 3]);
+            ss += dot(v, v);
+        }
+        red[vl] = ss;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if MV_PTX
+    for (int s = 16; s > 0; s >>= 1) {
+        for (int t = lid; t < Q8_WG / 32 * s; t += nl) {
+            int i = t / s * 32 + t % s;
+            red[i] += red[i + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float ss = 0.0f;
+    for (int k = 0; k < Q8_WG / 32; k++)
+        ss += red[k * 32];
+#else
+    for (int s = Q8_WG / 2; s > 0; s >>= 1) {
+        for (int t = lid; t < s; t += nl)
+            red[t] += red[t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float ss = red[0];
+#endif
+    float inv = rsqrt(ss / n_in + eps);
+    for (int b = lid; act && b < n_in / 32; b += nl) {
+        int i0 = b * 32;
+        float amax = 0.0f, s = 0.0f;
+        for (int i = i0; i < i0 + 32; i++)
+            amax = fmax(amax, fabs(x[i] * nw[i]));
+        float d = q8_scale(amax);
+        for (int i = i0; i < i0 + 32; i++) {
+            int qi = q8_round(x[i] * nw[i], d);
+            xq[i] = (char)qi;
+            s += (float)qi;
+        }
+        xd[b] = (float2)(d * inv, d * inv * s);
+    }
+}
+
 #if defined(Q8_QUANTIZE) || defined(Q8_QIN)
 /* The pieces of quantize_x8 that matvec_q8_qin (matvec.cl, tuning qin) repeats inside each of
  * its work-groups: written once here so that both compute the same numbers. */

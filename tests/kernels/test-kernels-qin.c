@@ -100,6 +100,126 @@ static void test_qin_case(const struct ebb_cl_layout *l, struct ebb_cl_tuning t,
     free(y1);
 }
 
+/* matvec_q8n (tuning next_q: a layer's last product leaving the next product's input
+ * quantized) against matvec_q8 then quantize_x8 of its outputs with a norm: the outputs (the
+ * residual added in place), the int8 blocks and their scales to the bit, and the count left at
+ * zero, twice in a row. One weight of layout l, n_out (a multiple of 32) x n_in, under t. */
+static void test_nextq_case(const struct ebb_cl_layout *l, struct ebb_cl_tuning t, uint32_t n_out,
+                            uint32_t n_in)
+{
+    char name[64];
+    ebb_cl_layout_name(l, name, sizeof(name));
+    uint64_t rowb = 0;
+    OK(ebb_ggml_row_bytes(l->type, n_in, &rowb));
+    uint8_t *raw = malloc(rowb * n_out);
+    random_rows(l->type, n_out, n_in, raw, rowb);
+    struct ebb_cl_wsrc src[1] = {{raw, n_out}};
+    struct ebb_cl_weight wt;
+    OK(ebb_cl_weight_new(cl, l, n_in, src, 1, NULL, &wt, D));
+    struct ebb_cl_wprog p;
+    t.next_q = 1;
+    OK(ebb_cl_wprog_build(cl, l, &t, &p, D));
+    CHECK(p.matvec_q8 && p.matvec_q8n, "nextq: %s has no matvec_q8n", name);
+    cl_program ops;
+    cl_kernel kq;
+    OK(ebb_cl_ops_build(cl, &t, 64, &ops, D));
+    OK(ebb_cl_kernel(ops, "quantize_x8", &kq, D));
+    float *x = malloc(sizeof(float) * n_in), *nw = malloc(sizeof(float) * n_out);
+    float *res = malloc(sizeof(float) * n_out), *y0 = malloc(sizeof(float) * n_out);
+    float *y1 = malloc(sizeof(float) * n_out);
+    int8_t *q0 = malloc(n_out), *q1 = malloc(n_out);
+    float *d0 = malloc(sizeof(float) * 2 * (n_out / 32)),
+          *d1 = malloc(sizeof(float) * 2 * (n_out / 32));
+    for (uint32_t i = 0; i < n_in; i++)
+        x[i] = 3.0f * frand();
+    for (uint32_t o = 0; o < n_out; o++)
+        nw[o] = 0.5f + frand(), res[o] = 8.0f * frand();
+    cl_mem xb = buf(sizeof(float) * n_in, x), nwb = buf(sizeof(float) * n_out, nw);
+    cl_mem ya = buf(sizeof(float) * n_out, NULL), yc = buf(sizeof(float) * n_out, NULL);
+    cl_mem xq = buf(n_in, NULL), xd = buf(sizeof(float) * 2 * (n_in / 32), NULL);
+    cl_mem nqa = buf(n_out, NULL), nda = buf(sizeof(float) * 2 * (n_out / 32), NULL);
+    cl_mem nqc = buf(n_out, NULL), ndc = buf(sizeof(float) * 2 * (n_out / 32), NULL);
+    cl_int zero = 0;
+    cl_mem cb = buf(sizeof(zero), &zero);
+    const float eps = 1e-5f;
+    int ni = (int)n_in, no = (int)n_out, glu = 0, off = 0;
+    cl_mem nul = NULL;
+    size_t qg = (n_in + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
+    size_t og = (n_out + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG;
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < 2; i++)
+            OK(ebb_cl_check(clEnqueueWriteBuffer(cl->q, i ? yc : ya, CL_TRUE, 0,
+                                                 sizeof(float) * n_out, res, 0, NULL, NULL),
+                            D, "write"));
+        struct ebb_cl_arg qa[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni), EBB_CL_ARG(nul), EBB_CL_ARG(eps),
+                                  EBB_CL_ARG(glu), EBB_CL_ARG(xq), EBB_CL_ARG(xd)};
+        OK(ebb_cl_set_args(kq, 0, qa, 7, D));
+        OK(ebb_cl_run(cl, kq, 1, &qg, &ql, D));
+        /* the launch pair */
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),  EBB_CL_ARG(xq), EBB_CL_ARG(xd),
+                                 EBB_CL_ARG(ya), EBB_CL_ARG(off), EBB_CL_ARG(ya)};
+        OK(ebb_cl_weight_set_args(&wt, p.matvec_q8, 0, D));
+        OK(ebb_cl_set_args(p.matvec_q8, 2, a, 7, D));
+        size_t g[2], lw[2];
+        ebb_cl_q8_shape(&t, n_out, g, lw);
+        OK(ebb_cl_run(cl, p.matvec_q8, 2, g, lw, D));
+        struct ebb_cl_arg qb[] = {EBB_CL_ARG(ya),  EBB_CL_ARG(no),  EBB_CL_ARG(nwb),
+                                  EBB_CL_ARG(eps), EBB_CL_ARG(glu), EBB_CL_ARG(nqa),
+                                  EBB_CL_ARG(nda)};
+        OK(ebb_cl_set_args(kq, 0, qb, 7, D));
+        OK(ebb_cl_run(cl, kq, 1, &og, &ql, D));
+        /* the fused kernel (its input as the pair's: quantize_x8 leaves xq alone) */
+        struct ebb_cl_arg b[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),  EBB_CL_ARG(xq),  EBB_CL_ARG(xd),
+                                 EBB_CL_ARG(yc), EBB_CL_ARG(yc),  EBB_CL_ARG(nwb), EBB_CL_ARG(eps),
+                                 EBB_CL_ARG(cb), EBB_CL_ARG(nqc), EBB_CL_ARG(ndc)};
+        OK(ebb_cl_weight_set_args(&wt, p.matvec_q8n, 0, D));
+        OK(ebb_cl_set_args(p.matvec_q8n, 2, b, 11, D));
+        OK(ebb_cl_run(cl, p.matvec_q8n, 2, g, lw, D));
+        rd(ya, sizeof(float) * n_out, y0);
+        rd(yc, sizeof(float) * n_out, y1);
+        rd(nqa, n_out, q0);
+        rd(nqc, n_out, q1);
+        rd(nda, sizeof(float) * 2 * (n_out / 32), d0);
+        rd(ndc, sizeof(float) * 2 * (n_out / 32), d1);
+        cl_int left = -1;
+        rd(cb, sizeof(left), &left);
+        int dq = 0, dd = 0;
+        for (uint32_t i = 0; i < n_out; i++)
+            dq += q0[i] != q1[i];
+        for (uint32_t i = 0; i < 2 * (n_out / 32); i++)
+            dd += memcmp(&d0[i], &d1[i], sizeof(float)) != 0;
+        CHECK(!memcmp(y0, y1, sizeof(float) * n_out),
+              "%s matvec_q8n (%u x %u, run %d): outputs differ from matvec_q8's (%.9g vs %.9g)",
+              name, n_out, n_in, run, y1[0], y0[0]);
+        CHECK(!dq && !dd,
+              "%s matvec_q8n (%u x %u, run %d): %d int8 values and %d scales of %u differ from "
+              "quantize_x8's",
+              name, n_out, n_in, run, dq, dd, 2 * (n_out / 32));
+        CHECK(left == 0, "%s matvec_q8n (%u x %u, run %d): the count left at %d", name, n_out, n_in,
+              run, left);
+        for (uint32_t o = 0; o < n_out; o++) /* the next run from other residuals and inputs */
+            res[o] = -0.5f * res[o] + 0.25f;
+        for (uint32_t i = 0; i < n_in; i++)
+            x[i] = 0.75f * x[i] - 0.1f;
+        OK(ebb_cl_check(
+            clEnqueueWriteBuffer(cl->q, xb, CL_TRUE, 0, sizeof(float) * n_in, x, 0, NULL, NULL), D,
+            "write"));
+    }
+    size_t g[2], lw[2];
+    ebb_cl_q8_shape(&t, n_out, g, lw);
+    printf("  %-34s matvec_q8n %4u x %4u, work-groups of %zu: equal to matvec_q8 + quantize_x8\n",
+           name, n_out, n_in, lw[0]);
+    cl_mem ms[] = {xb, nwb, ya, yc, xq, xd, nqa, nda, nqc, ndc, cb};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    clReleaseKernel(kq);
+    clReleaseProgram(ops);
+    ebb_cl_wprog_fini(&p);
+    ebb_cl_weight_fini(&wt);
+    free(raw), free(x), free(nw), free(res), free(y0), free(y1), free(q0), free(q1), free(d0),
+        free(d1);
+}
+
 /* When decode takes matvec_q8_qin: the knob's levels, the length cap, local memory. */
 static void test_qin_fits(struct ebb_cl_tuning t)
 {
@@ -166,6 +286,23 @@ static void test_qin(void)
             test_qin_case(&q41, t, 37, 544);
             test_qin_case(&q40s, t, 37, 544);
         }
+    }
+    /* matvec_q8n (tuning next_q), 4-bit and K-quant weights, a row a work-item and NVIDIA's
+     * warp x 4: outputs of 256 (one quantize_x8 work-group's width) and 2080 (more than one,
+     * not a multiple of it) */
+    struct ebb_cl_layout q4k = {EBB_GGML_Q4_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    struct ebb_cl_layout q6k = {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    static const uint32_t nq_shapes[][2] = {{1, 1}, {32, 4}};
+    for (size_t s = 0; s < sizeof(nq_shapes) / sizeof(nq_shapes[0]); s++) {
+        if (nq_shapes[s][0] * nq_shapes[s][1] > cl->info.max_wg ||
+            (t.mv_ptx && nq_shapes[s][0] % 32))
+            continue;
+        t.mv_wg = t.mvq_wg = nq_shapes[s][0];
+        t.mv_rows = t.mvq_rows = nq_shapes[s][1];
+        test_nextq_case(&q40, t, 256, 512);
+        test_nextq_case(&q40, t, 2080, 512);
+        test_nextq_case(&q4k, t, 2080, 512);
+        test_nextq_case(&q6k, t, 256, 512);
     }
     /* matvec_q8_qin with more rows a work-group than matvec_q8 (EBB_CL_QIN_ROWS) */
     t.mv_wg = t.mvq_wg = 32;
