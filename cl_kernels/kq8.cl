@@ -237,6 +237,10 @@ __kernel void matvec_q8n(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         y[row] = sum;
     }
     bool last = q8_last_group(cnt, &last_);
+#if MV_PTX
+    if (!last) /* (the whole work-group; PoCL's work-group loops want every one at the barriers) */
+        return;
+#endif
     q8_row_group(y, n_out, nw, eps, nq, nd, qred, get_local_id(0), get_local_size(0), last);
 }
 #endif

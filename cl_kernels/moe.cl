@@ -505,6 +505,10 @@ __kernel void moe_down_q8n(W_ARGS, int n_in, int n_out, int k, __global const in
     if (lane == 0)
         y[o] = (res ? res[o] : 0.0f) + sum;
     bool last = q8_last_group(cnt, &last_);
+#if MV_PTX
+    if (!last) /* (the whole work-group; PoCL's work-group loops want every one at the barriers) */
+        return;
+#endif
     q8_row_group(y, n_out, nw, eps, nq, nd, red, lane, MV_WG, last);
 }
 

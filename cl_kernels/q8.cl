@@ -182,36 +182,79 @@ inline bool q8_last_group(__global int *cnt, __local int *last_)
     return last;
 }
 
+/* Four floats at p (16-byte aligned) that other work-groups of the launch stored before a
+ * GLOBAL_FENCE and a count: with PTX through ld.global.cg (from the L2, not an L1 that may
+ * hold the line as it was before their stores), loads the compiler may keep in flight together
+ * (its volatile loads waited for each other: 25-28 us a row of 2048-4096 on the H200); plain
+ * volatile loads elsewhere. */
+#if MV_PTX
+inline float4 q8_ld4(const volatile __global float *p)
+{
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"((ulong)(size_t)p));
+    return v;
+}
+#else
+inline float4 q8_ld4(const volatile __global float *p)
+{
+    return (float4)(p[0], p[1], p[2], p[3]);
+}
+#endif
+
 /* quantize_x8 of one row with the norm folded (nw given, glu 0), done by a single work-group
  * of nl work-items (lid 0 .. nl - 1) on a row x that other work-groups of its launch wrote:
  * the same bytes into xq and scales into xd as quantize_x8. The norm's sum of squares is
  * quantize_x8's to the bit: the Q8_WG partials of its work-items (each over inputs 4 vl ..
- * 4 vl + 3, 4 (vl + Q8_WG) .., as q8_ss_part), then its order of adding them up, written out
- * here as trees over red (Q8_WG floats): with MV_PTX each warp's butterfly (lane 0's sum is the
- * tree a[l] += a[l + s], s = 16 .. 1, within the warp) and the warps' sums in order; without,
- * its tree over all Q8_WG. A block's max and its sum of int8 values are exact in any order, so
- * each work-item takes whole blocks. Work-items of every work-group call it (its barriers);
- * only where act is true does it read or write. n_in a multiple of 32. */
+ * 4 vl + 3, 4 (vl + Q8_WG) .., as q8_ss_part), then its order of adding them up: with MV_PTX
+ * each warp's butterfly (warp_sum, where nl is a multiple of 32 so that a warp here holds
+ * quantize_x8's warp; else written out as the tree a[l] += a[l + s], s = 16 .. 1, lane 0's
+ * sum) and the warps' sums in order; without, its tree over all Q8_WG, written out over red
+ * (Q8_WG floats). A block's max and its sum of int8 values are exact in any order, so each
+ * work-item takes whole blocks. Work-items of every work-group call it (its barriers); only
+ * where act is true does it read or write. n_in a multiple of 32. */
 inline void q8_row_group(const volatile __global float *x, int n_in, const __global float *nw,
                          float eps, __global char *xq, __global float2 *xd, __local float *red,
                          int lid, int nl, bool act)
 {
-    for (int vl = lid; vl < Q8_WG; vl += nl) {
-        float ss = 0.0f;
-        for (int j = vl * 4; act && j < n_in; j += Q8_WG * 4) {
-            float4 v = (float4)(x[j], x[j + 1], x[j + 2], x[j + 3]);
-            ss += dot(v, v);
+    /* the partials, four of quantize_x8's work-items at a time (their loads in flight together) */
+    for (int v0 = lid; v0 < Q8_WG; v0 += 4 * nl) {
+        float ss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int jj = 0; act && jj < n_in; jj += Q8_WG * 4) {
+            float4 v[4];
+            for (int u = 0; u < 4; u++) {
+                int j = (v0 + u * nl) * 4 + jj;
+                v[u] = v0 + u * nl < Q8_WG && j < n_in ? q8_ld4(x + j) : (float4)(0.0f);
+            }
+            for (int u = 0; u < 4; u++)
+                if (v0 + u * nl < Q8_WG && (v0 + u * nl) * 4 + jj < n_in)
+                    ss[u] += dot(v[u], v[u]);
         }
-        red[vl] = ss;
+        for (int u = 0; u < 4; u++) {
+            int vl = v0 + u * nl;
+#if MV_PTX
+            if (nl % 32 == 0) { /* (vl and lid in the same lane) */
+                float w = warp_sum(ss[u]);
+                if (vl < Q8_WG && (vl & 31) == 0)
+                    red[vl] = w;
+                continue;
+            }
+#endif
+            if (vl < Q8_WG)
+                red[vl] = ss[u];
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #if MV_PTX
-    for (int s = 16; s > 0; s >>= 1) {
-        for (int t = lid; t < Q8_WG / 32 * s; t += nl) {
-            int i = t / s * 32 + t % s;
-            red[i] += red[i + s];
+    if (nl % 32) {
+        for (int s = 16; s > 0; s >>= 1) {
+            for (int t = lid; t < Q8_WG / 32 * s; t += nl) {
+                int i = t / s * 32 + t % s;
+                red[i] += red[i + s];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
     float ss = 0.0f;
     for (int k = 0; k < Q8_WG / 32; k++)
@@ -226,17 +269,23 @@ inline void q8_row_group(const volatile __global float *x, int n_in, const __glo
 #endif
     float inv = rsqrt(ss / n_in + eps);
     for (int b = lid; act && b < n_in / 32; b += nl) {
-        int i0 = b * 32;
-        float amax = 0.0f, s = 0.0f;
-        for (int i = i0; i < i0 + 32; i++)
-            amax = fmax(amax, fabs(x[i] * nw[i]));
-        float d = q8_scale(amax);
-        for (int i = i0; i < i0 + 32; i++) {
-            int qi = q8_round(x[i] * nw[i], d);
-            xq[i] = (char)qi;
-            s += (float)qi;
+        float4 v[8];
+        float amax = 0.0f;
+        for (int k = 0; k < 8; k++)
+            v[k] = q8_ld4(x + b * 32 + 4 * k) * vload4(0, nw + b * 32 + 4 * k);
+        for (int k = 0; k < 8; k++) {
+            float4 a = fabs(v[k]);
+            amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
         }
-        xd[b] = (float2)(d * inv, d * inv * s);
+        float d = q8_scale(amax);
+        int s = 0;
+        for (int k = 0; k < 8; k++) {
+            int4 q = (int4)(q8_round(v[k].x, d), q8_round(v[k].y, d), q8_round(v[k].z, d),
+                            q8_round(v[k].w, d));
+            vstore4(convert_char4(q), 0, xq + b * 32 + 4 * k);
+            s += q.x + q.y + q.z + q.w;
+        }
+        xd[b] = (float2)(d * inv, d * inv * (float)s);
     }
 }
 
