@@ -176,9 +176,16 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same
  * arguments, global and local sizes as the 4-bit matvec_q8 in matvec.cl (the two are never in
  * one program). */
-inline float matvec_q8_acc(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                           __global const float2 *xd, int row, int lane)
+__kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
+                        __global const float2 *xd, __global float *y, int y_off,
+                        __global const float *res)
 {
+    int row = get_global_id(0) / MVQ_WG;
+    int lane = get_local_id(0) % MVQ_WG;
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = get_local_id(0) / MVQ_WG;
+    __local float red[MVQ_WG * MVQ_ROWS];
+#endif
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
@@ -195,53 +202,12 @@ inline float matvec_q8_acc(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         for (; b < nb; b += MVQ_WG)
             acc += W_KQ8(row, b, xq, xd);
     }
-    return acc;
-}
-
-__kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                        __global const float2 *xd, __global float *y, int y_off,
-                        __global const float *res)
-{
-    int row = get_global_id(0) / MVQ_WG;
-    int lane = get_local_id(0) % MVQ_WG;
-#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
-    int slot = get_local_id(0) / MVQ_WG;
-    __local float red[MVQ_WG * MVQ_ROWS];
-#endif
-    float sum = Q8_ROW_SUM(matvec_q8_acc(W_PASS, n_in, n_out, xq, xd, row, lane));
+    float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
     if (res)
         sum += res[y_off + row];
     y[y_off + row] = sum;
-}
-
-/* matvec_q8n for these types: matvec_q8 above with matvec.cl's matvec_q8n's tail. */
-__kernel void matvec_q8n(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                         __global const float2 *xd, __global float *y,
-                         __global const float *res, __global const float *nw, float eps,
-                         __global int *cnt, __global char *nq, __global float2 *nd)
-{
-    int row = get_global_id(0) / MVQ_WG;
-    int lane = get_local_id(0) % MVQ_WG;
-#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
-    int slot = get_local_id(0) / MVQ_WG;
-    __local float red[MVQ_WG * MVQ_ROWS];
-#endif
-    __local float qred[Q8_WG];
-    __local int last_;
-    float sum = Q8_ROW_SUM(matvec_q8_acc(W_PASS, n_in, n_out, xq, xd, row, lane));
-    if (lane == 0 && row < n_out) {
-        if (res)
-            sum += res[row];
-        y[row] = sum;
-    }
-    bool last = q8_last_group(cnt, &last_);
-#if MV_PTX
-    if (!last) /* (the whole work-group; PoCL's work-group loops want every one at the barriers) */
-        return;
-#endif
-    q8_row_group(y, n_out, nw, eps, nq, nd, qred, get_local_id(0), get_local_size(0), last);
 }
 #endif
 

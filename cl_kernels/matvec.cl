@@ -290,9 +290,16 @@ inline int q4q8_dot(uint4 v, const __global int4 *xw)
  * quantize_x8 (xq int8, xd per-block (d, d * sum)): y[y_off + o] = (res ? res[y_off + o] : 0)
  * + sum_b d_w xd.x * dot(q_w, xq) + m_w * xd.y. The norm and SwiGLU folds happened in
  * quantize_x8. Global size (n_out * MV_WG, 1), local (MV_WG * MV_ROWS, 1). */
-inline float matvec_q8_acc(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                           __global const float2 *xd, int row, int lane)
+__kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
+                        __global const float2 *xd, __global float *y, int y_off,
+                        __global const float *res)
 {
+    int row = get_global_id(0) / MVQ_WG;
+    int lane = get_local_id(0) % MVQ_WG;
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = get_local_id(0) / MVQ_WG;
+    __local float red[MVQ_WG * MVQ_ROWS];
+#endif
     float acc = 0.0f;
     if (row < n_out) {
         int nb = n_in / 32, b = lane;
@@ -317,58 +324,12 @@ inline float matvec_q8_acc(W_ARGS, int n_in, int n_out, __global const int4 *xq,
             acc += dm0.x * d0.x * (float)q4q8_dot(v0, xq + 2 * b) + dm0.y * d0.y;
         }
     }
-    return acc;
-}
-
-__kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                        __global const float2 *xd, __global float *y, int y_off,
-                        __global const float *res)
-{
-    int row = get_global_id(0) / MVQ_WG;
-    int lane = get_local_id(0) % MVQ_WG;
-#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
-    int slot = get_local_id(0) / MVQ_WG;
-    __local float red[MVQ_WG * MVQ_ROWS];
-#endif
-    float sum = Q8_ROW_SUM(matvec_q8_acc(W_PASS, n_in, n_out, xq, xd, row, lane));
+    float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
     if (res)
         sum += res[y_off + row];
     y[y_off + row] = sum;
-}
-
-/* matvec_q8 with the next product's input quantized in the same launch (the host's
- * EBB_CL_NEXTQ): y as matvec_q8's (y_off 0), then the launch's last work-group (cnt: a zero
- * before, left zero) quantizes y's n_out outputs normed with nw into nq / nd as quantize_x8 does
- * (glu 0; q8.cl's q8_row_group): a layer's last product (the feed-forward's down) leaves the
- * next layer's first products' input, or the output head's, with no quantize_x8 launch of its
- * own. n_out a multiple of 32. Global and local sizes as matvec_q8's. */
-__kernel void matvec_q8n(W_ARGS, int n_in, int n_out, __global const int4 *xq,
-                         __global const float2 *xd, __global float *y,
-                         __global const float *res, __global const float *nw, float eps,
-                         __global int *cnt, __global char *nq, __global float2 *nd)
-{
-    int row = get_global_id(0) / MVQ_WG;
-    int lane = get_local_id(0) % MVQ_WG;
-#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
-    int slot = get_local_id(0) / MVQ_WG;
-    __local float red[MVQ_WG * MVQ_ROWS];
-#endif
-    __local float qred[Q8_WG];
-    __local int last_;
-    float sum = Q8_ROW_SUM(matvec_q8_acc(W_PASS, n_in, n_out, xq, xd, row, lane));
-    if (lane == 0 && row < n_out) {
-        if (res)
-            sum += res[row];
-        y[row] = sum;
-    }
-    bool last = q8_last_group(cnt, &last_);
-#if MV_PTX
-    if (!last) /* (the whole work-group; PoCL's work-group loops want every one at the barriers) */
-        return;
-#endif
-    q8_row_group(y, n_out, nw, eps, nq, nd, qred, get_local_id(0), get_local_size(0), last);
 }
 #if defined(Q8_QIN) && (!MV_PTX || (MVQ_WG * QIN_ROWS) % 32 == 0)
 #define QIN_L (MVQ_WG * QIN_ROWS) /* work-items of a matvec_q8_qin work-group */

@@ -15,12 +15,10 @@
  * launch's last work-group joining what the others wrote: matmul_mmql's slices,
  * attn_decode_rope_q8's chunks): membar.gl through PTX, where the compiler's mem_fence may stop
  * at the work-group; mem_fence elsewhere (PoCL's CPUs keep their caches coherent). */
-#ifndef GLOBAL_FENCE /* (q8.cl has the same) */
 #if MV_PTX
 #define GLOBAL_FENCE() __asm__ volatile("membar.gl;" ::: "memory")
 #else
 #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
-#endif
 #endif
 
 #if MV_PTX

@@ -453,10 +453,13 @@ __kernel void moe_gather_q8(W_ARGS, int n_in, int n_rows, int k, __global const 
  * last one again and drops it; an id of -1, moe_gate_up_q8's zero block, reads expert 0 and
  * drops it), so that a work-item waits once for MOE_DN_U groups' loads instead of once for each
  * expert in turn. res may alias y. Global (n_out * MV_WG, 1), local (MV_WG, 1). */
-inline float moe_down_row(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
+__kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
                           __global const float *wts, __global const int4 *xq,
-                          __global const float2 *xd, __local float *red, int o, int lane)
+                          __global const float2 *xd, __global float *y,
+                          __global const float *res)
 {
+    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
+    __local float red[MV_WG];
     int nb = n_in / 32, np = k * nb;
     float out = 0.0f;
     for (int p0 = lane; p0 < np; p0 += MOE_DN_U * MV_WG) {
@@ -472,44 +475,9 @@ inline float moe_down_row(W_ARGS, int n_in, int n_out, int k, __global const int
         for (int u = 0; u < MOE_DN_U; u++)
             out += part[u];
     }
-    return moe_sum_q8(red, lane, out);
-}
-
-__kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
-                          __global const float *wts, __global const int4 *xq,
-                          __global const float2 *xd, __global float *y,
-                          __global const float *res)
-{
-    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
-    __local float red[MV_WG];
-    float sum = moe_down_row(W_PASS, n_in, n_out, k, ids, wts, xq, xd, red, o, lane);
+    float sum = moe_sum_q8(red, lane, out);
     if (lane == 0)
         y[o] = (res ? res[o] : 0.0f) + sum;
-}
-
-/* moe_down_q8 with the next product's input quantized in the same launch (the host's
- * EBB_CL_NEXTQ): y as moe_down_q8's, then the launch's last work-group (cnt: a zero before, left
- * zero) quantizes y normed with nw into nq / nd as quantize_x8 does (glu 0; q8_row_group): the
- * next layer's first products, or the output head's, run with no quantize_x8 of their own.
- * n_out a multiple of 32. Global and local size as moe_down_q8's. */
-__kernel void moe_down_q8n(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
-                           __global const float *wts, __global const int4 *xq,
-                           __global const float2 *xd, __global float *y,
-                           __global const float *res, __global const float *nw, float eps,
-                           __global int *cnt, __global char *nq, __global float2 *nd)
-{
-    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
-    __local float red[MV_WG > Q8_WG ? MV_WG : Q8_WG];
-    __local int last_;
-    float sum = moe_down_row(W_PASS, n_in, n_out, k, ids, wts, xq, xd, red, o, lane);
-    if (lane == 0)
-        y[o] = (res ? res[o] : 0.0f) + sum;
-    bool last = q8_last_group(cnt, &last_);
-#if MV_PTX
-    if (!last) /* (the whole work-group; PoCL's work-group loops want every one at the barriers) */
-        return;
-#endif
-    q8_row_group(y, n_out, nw, eps, nq, nd, red, lane, MV_WG, last);
 }
 
 #ifndef MV_FLAT

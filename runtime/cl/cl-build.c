@@ -70,13 +70,11 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (rc = ebb_cl_kernel(p.prog, "get_rows", &p.get_rows, diag)) ||
         (tu->mv_q8 && ebb_cl_layout_has_q16(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
-          (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)) ||
-          (tu->next_q && (rc = ebb_cl_kernel(p.prog, "matvec_q8n", &p.matvec_q8n, diag))))) ||
+          (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag)))) ||
         (tu->mv_q8 && qin_wg &&
          (rc = ebb_cl_kernel(p.prog, "matvec_q8_qin", &p.matvec_q8_qin, diag))) ||
         (ebb_cl_layout_has_kq8(l, tu) &&
-         ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
-          (tu->next_q && (rc = ebb_cl_kernel(p.prog, "matvec_q8n", &p.matvec_q8n, diag))))) ||
+         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
@@ -181,8 +179,6 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matvec_q8);
     if (p->matvec_q8r)
         clReleaseKernel(p->matvec_q8r);
-    if (p->matvec_q8n)
-        clReleaseKernel(p->matvec_q8n);
     if (p->matvec_q8_qin)
         clReleaseKernel(p->matvec_q8_qin);
     if (p->matmul_mma)

@@ -433,12 +433,6 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MOEFUSE", moe_fuse,
           "MoE decode on 8-bit inputs in three launches a layer; 0: the seven of before",
           {DC_ANY, {1}}),
-    BOOL1("NEXTQ", next_q,
-          "with MVQ8, one-token decode's last product of a layer (the feed-forward's down: "
-          "matvec_q8n, MoE's moe_down_q8n) quantizes the next layer's (or the output head's) "
-          "normed input in its last work-group, as quantize_x8 does: one launch a layer less "
-          "(off: on the H200 decode was 2-7% slower with it, docs/PERFORMANCE.md)",
-          {DC_ANY, {0}}),
     /* the engine's other settings (struct ebb_cl_env) */
     {.name = "LAYOUT", .where = T_ENV, .words = "auto|raw|split|image|image2d", .n_parts = 1,
      .min_parts = 1, .part = {PE(layout, "0..4")}, .def = {{DC_ANY, {0}}},

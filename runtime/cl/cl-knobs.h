@@ -171,9 +171,6 @@ struct ebb_cl_tuning {
     uint32_t moe_mmql;   /* 1: ... on matmul_mmql's int8 tiles (moe_group_mmql) where all three
                             stacks have them */
     uint32_t moe_fuse;   /* 1: MoE decode on 8-bit inputs in its fused launches */
-    uint32_t next_q;     /* 1: one-token decode's last product of a layer quantizes the next
-                            product's normed input in its last work-group (matvec_q8n,
-                            moe_down_q8n) */
     uint32_t batch;      /* rows of a prefill chunk (a multiple of 32) */
     uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */
     uint32_t att_chunk_deep; /* decode attention's chunk deep in the context (0: none) */

@@ -219,7 +219,6 @@ struct ebb_cl_wprog {
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
     cl_kernel matvec_q8r;    /* with matvec_q8 */
-    cl_kernel matvec_q8n;    /* with matvec_q8: and the next product's input (tuning next_q) */
     cl_kernel matvec_q8_qin; /* with matvec_q8 of 4-bit weights where ebb_cl_qin_wg, else NULL */
     cl_kernel matmul_mma;    /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mmb;    /* with tu->mm_mma, else NULL */

@@ -97,7 +97,6 @@ struct clm_moe_prog {
     cl_kernel gather, down;
     cl_kernel gather2;              /* raw layouts: the gate and up stacks in one launch */
     cl_kernel gather_q8, down_q8;   /* decode on 8-bit inputs, where the layout has kq8 */
-    cl_kernel down_q8n;             /* ... down_q8 and the next product's input (tu.next_q) */
     cl_kernel gate_up_q8;           /* ... gate and up stacks, SwiGLU and its quantization */
     cl_kernel router_q8;            /* ... an f32 router's product and the experts' input */
     cl_kernel group_gu, group_down; /* prefill grouped by expert (model-cl-moe-group.c) */
@@ -312,15 +311,6 @@ struct clm {
     uint32_t mq_wide;          /* that widest n_in */
     cl_mem att_cnt;            /* with k_attn_rope_q8: a count a head group (n_head ints, zero
                                   between launches) */
-    cl_mem nq_cnt;             /* with tu.next_q: moe_down_q8n's and matvec_q8n's count (one
-                                  int, zero between launches) */
-    cl_mem next_nw;            /* while stage_layers runs one token through a layer: the norm
-                                  that the step after the layer applies to m->x (the next
-                                  layer's first product's, or the output head's), else NULL */
-    cl_mem step_nw;            /* next_nw while the layer's last step runs, else NULL */
-    cl_mem q8_pre;             /* the norm with which the last launch left m->x quantized in
-                                  m->xq / m->xd (moe_down_q8n), for ebb__clm_q8_quantize to
-                                  skip its own; NULL: none */
     cl_mem mq_part, mq_cnt;    /* with tu.mmqs_split: the slices' sums (mq_part_n floats) and a
                                   count a tile (EBB_CL_MMQS_TILES_MAX ints, zero between
                                   products) for matmul_mmql's split products */

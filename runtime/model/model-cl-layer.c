@@ -36,29 +36,6 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
-/* matvec_q8n (kernel k): m->x += w's product of m->xq / m->xd, and m->x normed with
- * m->step_nw left quantized in m->xq / m->xd for the next product (m->q8_pre), in one launch:
- * a layer's last product (tu.next_q). */
-static ebb_err q8_matvec_next(struct clm *m, const struct ebb_cl_weight *w, cl_kernel k,
-                              struct ebb_diag *diag)
-{
-    int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    float eps = m->hp.rms_eps;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),       EBB_CL_ARG(n_out), EBB_CL_ARG(m->xq),
-                             EBB_CL_ARG(m->xd),      EBB_CL_ARG(m->x),  EBB_CL_ARG(m->x),
-                             EBB_CL_ARG(m->step_nw), EBB_CL_ARG(eps),   EBB_CL_ARG(m->nq_cnt),
-                             EBB_CL_ARG(m->xq),      EBB_CL_ARG(m->xd)};
-    ebb_err rc;
-    if ((rc = ebb_cl_weight_set_args(w, k, 0, diag)) || (rc = ebb_cl_set_args(k, 2, a, 11, diag)))
-        return rc;
-    size_t g[2], l[2];
-    ebb_cl_q8_shape(&m->tu, (uint32_t)n_out, g, l);
-    if ((rc = ebb_cl_run(m->cl, k, 2, g, l, diag)))
-        return rc;
-    m->q8_pre = m->step_nw;
-    return EBB_OK;
-}
-
 /* matvec_q8_qin for w's product of x (glu: x holds [gate | up]) when decode lets it quantize
  * its own input (tuning qin, ebb_cl_qin_fits), else NULL. */
 static cl_kernel qin_kernel(struct clm *m, const struct ebb_cl_weight *w, int glu)
@@ -420,9 +397,6 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
             return qin_matvec(m, w, kqin, x, nw, glu, y, y_off, res, diag);
         if ((rc = ebb__clm_q8_quantize(m, x, (int)w->n_in, nw, glu, diag)))
             return rc;
-        if (m->step_nw && m->nq_cnt && p->matvec_q8n && y == m->x && !y_off && res == m->x &&
-            w->n_out == m->hp.n_embd && w->n_out % 32 == 0)
-            return q8_matvec_next(m, w, p->matvec_q8n, diag);
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
     if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && w->n_in % 32 == 0) {
@@ -1093,10 +1067,6 @@ ebb_err ebb__clm_layer_steps(struct clm *m, const struct layer *L, const struct 
     for (uint32_t i = from; i < to; i++) {
         const struct clm_step *s = &m->plan.steps[i];
         ebb_err rc;
-        if (i > from) /* (the quantized input a layer's last launch left: the next's first step) */
-            m->q8_pre = NULL;
-        /* the layer's last step may leave the next product's input quantized (tu.next_q) */
-        m->step_nw = i + 1 == m->plan.n_steps ? m->next_nw : NULL;
         switch ((enum clm_step_kind)s->kind) {
         case CLM_ATTN:
             rc = attend_rows(m, L, rows, i, diag);
@@ -1114,7 +1084,6 @@ ebb_err ebb__clm_layer_steps(struct clm *m, const struct layer *L, const struct 
             rc = proj(m, L, s, nt, diag);
             break;
         }
-        m->step_nw = NULL;
         if (rc)
             return rc;
     }

@@ -49,8 +49,7 @@ static ebb_err prog_for(struct clm *m, const struct ebb_cl_weight *w, struct clm
         ((rc = ebb_cl_kernel(p->prog, "moe_gather_q8", &p->gather_q8, diag)) ||
          (rc = ebb_cl_kernel(p->prog, "moe_down_q8", &p->down_q8, diag)) ||
          (rc = ebb_cl_kernel(p->prog, "moe_gate_up_q8", &p->gate_up_q8, diag)) ||
-         (rc = ebb_cl_kernel(p->prog, "moe_router_q8", &p->router_q8, diag)) ||
-         (m->tu.next_q && (rc = ebb_cl_kernel(p->prog, "moe_down_q8n", &p->down_q8n, diag)))))
+         (rc = ebb_cl_kernel(p->prog, "moe_router_q8", &p->router_q8, diag))))
         return rc;
     *out = p;
     return EBB_OK;
@@ -201,24 +200,14 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3],
         if (rc || (rc = ebb__clm_q8_quantize(m, mo->gu, k * f, NULL, 1, diag)))
             return rc;
     }
-    /* With the next product's norm known (m->step_nw: the layer's last step), moe_down_q8n
-     * also leaves its input quantized for it (ebb__clm_q8_quantize then skips its launch). */
-    cl_mem nw_next =
-        m->step_nw && m->nq_cnt && p[2]->down_q8n && n_embd % 32 == 0 ? m->step_nw : NULL;
-    cl_kernel kd = nw_next ? p[2]->down_q8n : p[2]->down_q8;
-    float eps = m->hp.rms_eps;
-    struct ebb_cl_arg a[] = {EBB_CL_ARG(f),       EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
-                             EBB_CL_ARG(ids),     EBB_CL_ARG(mo->w),  EBB_CL_ARG(dq),
-                             EBB_CL_ARG(dd),      EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x),
-                             EBB_CL_ARG(nw_next), EBB_CL_ARG(eps),    EBB_CL_ARG(m->nq_cnt),
-                             EBB_CL_ARG(m->xq),   EBB_CL_ARG(m->xd)};
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(f),   EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
+                             EBB_CL_ARG(ids), EBB_CL_ARG(mo->w),  EBB_CL_ARG(dq),
+                             EBB_CL_ARG(dd),  EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x)};
     size_t g[2] = {(size_t)n_embd * m->tu.mv_wg, 1};
-    if ((rc = ebb_cl_weight_set_args(w[2], kd, 0, diag)) ||
-        (rc = ebb_cl_set_args(kd, 2, a, nw_next ? 14 : 9, diag)) ||
-        (rc = ebb_cl_run(m->cl, kd, 2, g, l, diag)))
+    if ((rc = ebb_cl_weight_set_args(w[2], p[2]->down_q8, 0, diag)) ||
+        (rc = ebb_cl_set_args(p[2]->down_q8, 2, a, 9, diag)))
         return rc;
-    m->q8_pre = nw_next;
-    return EBB_OK;
+    return ebb_cl_run(m->cl, p[2]->down_q8, 2, g, l, diag);
 }
 
 /* m->x += the weighted sum of the chosen experts' down rows over their SwiGLU outputs. */
@@ -378,7 +367,6 @@ ebb_err ebb__clm_moe_experts(struct clm *m, const struct layer *L, const struct 
         const struct ebb_cl_weight *xs[3];
         cl_mem sids;
         bool ready = false;
-        m->step_nw = NULL; /* (passes, and the host's experts added after: no moe_down_q8n) */
         rc = ebb__clm_xc_begin(m, (uint32_t)(L - m->layers), nt, L->norm[s->norm], diag);
         while (!rc && !(rc = ebb__clm_xc_next(m, xs, &sids, &ready, diag)) && ready)
             rc = run(m, xs, sids, nt, nw, false, diag);
@@ -399,8 +387,6 @@ void ebb__clm_moe_fini(struct clm *m)
             clReleaseKernel(mo->progs[i].gather_q8);
         if (mo->progs[i].down_q8)
             clReleaseKernel(mo->progs[i].down_q8);
-        if (mo->progs[i].down_q8n)
-            clReleaseKernel(mo->progs[i].down_q8n);
         if (mo->progs[i].group_gu)
             clReleaseKernel(mo->progs[i].group_gu);
         if (mo->progs[i].group_down)

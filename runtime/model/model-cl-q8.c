@@ -7,12 +7,6 @@
 ebb_err ebb__clm_q8_quantize(struct clm *m, cl_mem x, int n_in, cl_mem nw, int glu,
                              struct ebb_diag *diag)
 {
-    /* ... unless the launch before left this very input there (moe_down_q8n: m->x, all n_embd
-     * of it, normed with q8_pre). */
-    bool pre = m->q8_pre && m->q8_pre == nw && x == m->x && !glu && n_in == (int)m->hp.n_embd;
-    m->q8_pre = NULL;
-    if (pre)
-        return EBB_OK;
     float eps = m->hp.rms_eps;
     struct ebb_cl_arg qa[] = {EBB_CL_ARG(x),   EBB_CL_ARG(n_in),  EBB_CL_ARG(nw),   EBB_CL_ARG(eps),
                               EBB_CL_ARG(glu), EBB_CL_ARG(m->xq), EBB_CL_ARG(m->xd)};

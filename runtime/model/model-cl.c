@@ -102,11 +102,11 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {
-        &m->ids,     &m->x,      &m->h,    &m->qkv,  &m->att, &m->gu,      &m->ff,    &m->hl,
-        &m->logits,  &m->po,     &m->pml,  &m->tpv,  &m->tpi, &m->tov,     &m->toi,   &m->xq,
-        &m->xd,      &m->rt,     &m->dr,   &m->xl,   &m->apo, &m->apml,    &m->mq_x,  &m->mq_h,
-        &m->mq_part, &m->mq_cnt, &m->k4_a, &m->k4_b, &m->k8,  &m->att_cnt, &m->nq_cnt};
+    cl_mem *scratch[] = {&m->ids,     &m->x,      &m->h,      &m->qkv,  &m->att,  &m->gu,
+                         &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
+                         &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
+                         &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
+                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k8,   &m->att_cnt};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -441,14 +441,6 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                diag, "clearing the attention's counts")))
             return rc;
     }
-    if (m->tu.next_q && m->tu.mv_q8) { /* moe_down_q8n's and matvec_q8n's count */
-        cl_int zero = 0;
-        if ((rc = ebb__clm_alloc(m, sizeof(zero), &m->nq_cnt, "8-bit inputs", diag)) ||
-            (rc = ebb_cl_check(clEnqueueFillBuffer(m->cl->q, m->nq_cnt, &zero, sizeof(zero), 0,
-                                                   sizeof(zero), 0, NULL, NULL),
-                               diag, "clearing the next input's count")))
-            return rc;
-    }
     if (m->tu.mv_q8) {
         size_t wide = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
         wide = wide > m->n_q ? wide : m->n_q;
@@ -682,8 +674,6 @@ static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct e
 
 static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
-    for (struct clm *s = m; s; s = s->next)
-        s->q8_pre = NULL;
     ebb_err rc = embed(m, rows->nt, diag);
     /* A layer split's stages in order: split_send waits for a stage's rows and writes them to
      * the next stage, whose layers are enqueued after it (with the SPLIT_GATE knob on, every
@@ -699,21 +689,6 @@ static ebb_err forward(struct clm *m, const struct clm_rows *rows, struct ebb_di
     return rc;
 }
 
-/* For one token through layer l of stage m (not streamed): the norm that the step after the
- * layer applies to m->x, where it is known to be a product's folded norm: the next layer's first
- * step's, or after the model's last layer the output head's (head_decode); else NULL. */
-static cl_mem next_norm(const struct clm *m, uint32_t l, int nt)
-{
-    const struct clm_step *s0 = &m->plan.steps[0];
-    if (nt != 1 || !m->tu.next_q || STREAMING(m))
-        return NULL;
-    if (l + 1 < m->l1)
-        return s0->kind == CLM_PROJ && s0->in == CLM_X && s0->norm >= 0 && !s0->glu
-                   ? m->layers[l + 1].norm[s0->norm]
-                   : NULL;
-    return l + 1 == m->hp.n_layer && !m->next ? m->output_norm : NULL;
-}
-
 /* Layers l0..l1-1 of stage m for the chunk's rows, from m->x to m->x. */
 static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct ebb_diag *diag)
 {
@@ -721,13 +696,10 @@ static ebb_err stage_layers(struct clm *m, const struct clm_rows *rows, struct e
     for (uint32_t l = m->l0; l < m->l1; l++) {
         if (STREAMING(m) && l == m->first_host)
             return ebb__clm_host_layers(m, rows, diag); /* the rest, on the host */
-        if (!STREAMING(m) || ebb_stream_is_resident(m->st, l)) {
-            m->next_nw = next_norm(m, l, rows->nt);
+        if (!STREAMING(m) || ebb_stream_is_resident(m->st, l))
             rc = ebb__clm_layer(m, &m->layers[l], rows, diag);
-            m->next_nw = NULL;
-        } else {
+        else
             rc = ebb__clm_streamed_layer(m, l, rows, 1, diag);
-        }
         if (rc)
             return rc;
     }

@@ -242,104 +242,6 @@ static double test_moe_down_q8_all(cl_program p, const char *name, cl_kernel kq,
     return worst;
 }
 
-/* moe_down_q8n against moe_down_q8 and then quantize_x8 of its output with a norm, to the bit:
- * the outputs (the residual added in place), the next product's int8 blocks and scales, and the
- * count left at zero, twice in a row, for a down stack of n_out rows (one that fills quantize_x8's
- * work-items more than once, one that does not, neither a multiple of the other). */
-static void test_moe_down_q8n(cl_program p, const char *name, cl_kernel kq,
-                              const struct ebb_cl_layout *l, int n_out)
-{
-    enum { E = MOE_E, F = MOE_F };
-    static const int ids[E] = {2, 4, -1, 0, 5, 1};
-    static const float wts[E] = {0.35f, -0.15f, 0.9f, 0.2f, 0.3f, 0.05f};
-    struct ebb_cl_weight dw;
-    float *dn = moe_stack(l, (uint32_t)n_out, F, &dw);
-    static float h[2 * E * F];
-    float *res = malloc(sizeof(float) * n_out), *nwv = malloc(sizeof(float) * n_out);
-    for (int i = 0; i < 2 * E * F; i++)
-        h[i] = 2.0f * frand();
-    for (int i = 0; i < n_out; i++)
-        res[i] = 4.0f * frand(), nwv[i] = 0.5f + frand();
-    res[5] = 40.0f; /* one large input: a block whose scale it sets */
-    cl_mem hb = buf(sizeof(h), h), ib = buf(sizeof(ids), (void *)ids);
-    cl_mem wb = buf(sizeof(wts), (void *)wts), nb = buf(sizeof(float) * n_out, nwv);
-    cl_mem gq = buf(E * F, NULL), gd = buf(sizeof(float) * 2 * E * F / 32, NULL);
-    cl_mem y0 = buf(sizeof(float) * n_out, NULL), y1 = buf(sizeof(float) * n_out, NULL);
-    cl_mem q0 = buf((size_t)n_out, NULL), d0 = buf(sizeof(float) * 2 * (size_t)n_out / 32, NULL);
-    cl_mem q1 = buf((size_t)n_out, NULL), d1 = buf(sizeof(float) * 2 * (size_t)n_out / 32, NULL);
-    cl_int zero = 0;
-    cl_mem cb = buf(sizeof(zero), &zero);
-    moe_quantize(kq, hb, E * F, 1, gq, gd);
-    cl_kernel kd = kern(p, "moe_down_q8"), kn = kern(p, "moe_down_q8n");
-    int n_in = F, kk = E, glu = 0;
-    float eps = 1e-6f;
-    size_t gs[2] = {(size_t)n_out * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
-    size_t qg = ((size_t)n_out + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG * EBB_CL_Q8_WG, ql = EBB_CL_Q8_WG;
-    int8_t *a0 = malloc((size_t)n_out), *a1 = malloc((size_t)n_out);
-    float *b0 = malloc(sizeof(float) * 2 * n_out / 32),
-          *b1 = malloc(sizeof(float) * 2 * n_out / 32);
-    float *o0 = malloc(sizeof(float) * n_out), *o1 = malloc(sizeof(float) * n_out);
-    for (int run = 0; run < 2; run++) {
-        OK(ebb_cl_check(
-            clEnqueueWriteBuffer(cl->q, y0, CL_TRUE, 0, sizeof(float) * n_out, res, 0, NULL, NULL),
-            D, "write"));
-        OK(ebb_cl_check(
-            clEnqueueWriteBuffer(cl->q, y1, CL_TRUE, 0, sizeof(float) * n_out, res, 0, NULL, NULL),
-            D, "write"));
-        OK(ebb_cl_weight_set_args(&dw, kd, 0, D));
-        struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(kk),
-                                 EBB_CL_ARG(ib),   EBB_CL_ARG(wb),    EBB_CL_ARG(gq),
-                                 EBB_CL_ARG(gd),   EBB_CL_ARG(y0),    EBB_CL_ARG(y0)};
-        OK(ebb_cl_set_args(kd, 2, a, 9, D));
-        OK(ebb_cl_run(cl, kd, 2, gs, ls, D));
-        struct ebb_cl_arg qa[] = {EBB_CL_ARG(y0),  EBB_CL_ARG(n_out), EBB_CL_ARG(nb),
-                                  EBB_CL_ARG(eps), EBB_CL_ARG(glu),   EBB_CL_ARG(q0),
-                                  EBB_CL_ARG(d0)};
-        OK(ebb_cl_set_args(kq, 0, qa, 7, D));
-        OK(ebb_cl_run(cl, kq, 1, &qg, &ql, D));
-        OK(ebb_cl_weight_set_args(&dw, kn, 0, D));
-        struct ebb_cl_arg an[] = {
-            EBB_CL_ARG(n_in), EBB_CL_ARG(n_out), EBB_CL_ARG(kk), EBB_CL_ARG(ib), EBB_CL_ARG(wb),
-            EBB_CL_ARG(gq),   EBB_CL_ARG(gd),    EBB_CL_ARG(y1), EBB_CL_ARG(y1), EBB_CL_ARG(nb),
-            EBB_CL_ARG(eps),  EBB_CL_ARG(cb),    EBB_CL_ARG(q1), EBB_CL_ARG(d1)};
-        OK(ebb_cl_set_args(kn, 2, an, 14, D));
-        OK(ebb_cl_run(cl, kn, 2, gs, ls, D));
-        rd(y0, sizeof(float) * n_out, o0);
-        rd(y1, sizeof(float) * n_out, o1);
-        rd(q0, (size_t)n_out, a0);
-        rd(q1, (size_t)n_out, a1);
-        rd(d0, sizeof(float) * 2 * n_out / 32, b0);
-        rd(d1, sizeof(float) * 2 * n_out / 32, b1);
-        cl_int left = -1;
-        rd(cb, sizeof(left), &left);
-        int dq = 0, dd = 0;
-        for (int i = 0; i < n_out; i++)
-            dq += a0[i] != a1[i];
-        for (int i = 0; i < 2 * n_out / 32; i++)
-            dd += memcmp(&b0[i], &b1[i], sizeof(float)) != 0;
-        CHECK(!memcmp(o0, o1, sizeof(float) * n_out),
-              "moe_down_q8n %s (%d rows, run %d): the "
-              "outputs differ from moe_down_q8's (%g vs %g)",
-              name, n_out, run, o1[0], o0[0]);
-        CHECK(dq == 0 && dd == 0,
-              "moe_down_q8n %s (%d rows, run %d): %d int8 values and %d "
-              "scales of %d differ from quantize_x8's (d %g vs %g)",
-              name, n_out, run, dq, dd, 2 * n_out / 32, b1[0], b0[0]);
-        CHECK(left == 0, "moe_down_q8n %s (%d rows, run %d): the count left at %d", name, n_out,
-              run, left);
-        for (int i = 0; i < n_out; i++) /* the next run from other residuals */
-            res[i] = -0.5f * res[i] + 0.25f;
-    }
-    printf("  moe_down_q8n (%s, %d rows) equal to moe_down_q8 + quantize_x8\n", name, n_out);
-    clReleaseKernel(kd);
-    clReleaseKernel(kn);
-    cl_mem ms[] = {hb, ib, wb, nb, gq, gd, y0, y1, q0, d0, q1, d1, cb};
-    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
-        clReleaseMemObject(ms[i]);
-    free(a0), free(a1), free(b0), free(b1), free(o0), free(o1), free(res), free(nwv), free(dn);
-    ebb_cl_weight_fini(&dw);
-}
-
 /* moe_gather_q8 and moe_down_q8 (decode, token 0 of x and h) after quantize_x8, against the
  * dequantized stacks within the input rounding bound. */
 static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weight *gw,
@@ -400,8 +302,6 @@ static void test_moe_q8(cl_program p, const char *name, const struct ebb_cl_weig
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
         clReleaseMemObject(ms[i]);
     worst = fmax(worst, test_moe_down_q8_all(p, name, kq, dw, dn));
-    test_moe_down_q8n(p, name, kq, &dw->layout, MOE_D);
-    test_moe_down_q8n(p, name, kq, &dw->layout, 2080);
     clReleaseKernel(kq);
     clReleaseProgram(ops);
     printf("  moe_gather_q8 / moe_down_q8 (%s) max err / bound %.2f\n", name, worst);
