@@ -444,38 +444,68 @@ __kernel void moe_gather_q8(W_ARGS, int n_in, int n_rows, int k, __global const 
 }
 
 #define MOE_DN_U 4 /* moe_down_q8: (expert, group) pairs a work-item has in flight */
+#ifndef MOE_DN_L
+#define MOE_DN_L MV_WG /* moe_down_q8's work-items a row (the host's EBB_CL_MOE_DN_L) */
+#endif
+
+/* The sum of v over moe_down_q8's MOE_DN_L work-items of a row: moe_sum_q8 where they are
+ * MV_WG; else each warp's shuffle sum and the warps' in order (PTX), or a tree. */
+inline float moe_dn_sum(__local float *red, int lane, float v)
+{
+#if MOE_DN_L == MV_WG
+    return moe_sum_q8(red, lane, v);
+#elif MV_PTX && MOE_DN_L % 32 == 0
+    float w = warp_sum(v);
+    if ((lane & 31) == 0)
+        red[lane >> 5] = w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = 0.0f;
+    for (int k = 0; k < MOE_DN_L / 32; k++)
+        s += red[k];
+    return s;
+#else
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = MOE_DN_L / 2; s > 0; s >>= 1) {
+        if (lane < s)
+            red[lane] += red[lane + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+#endif
+}
 
 /* moe_down for one token on 8-bit inputs: the k experts' SwiGLU outputs quantized once by
  * quantize_x8 over the whole [gate | up] row (glu 1, k * n_in inputs: expert j's blocks start
  * at j * n_in / 32). y[o] = (res ? res[o] : 0) + sum_j w[j] (row ids[j] * n_out + o . h_j).
- * The k * n_in / 32 (expert, group) pairs of a row are spread over its MV_WG work-items,
+ * The k * n_in / 32 (expert, group) pairs of a row are spread over its MOE_DN_L work-items,
  * MOE_DN_U at a time with no branch between their loads (an index past the last pair reads the
  * last one again and drops it; an id of -1, moe_gate_up_q8's zero block, reads expert 0 and
  * drops it), so that a work-item waits once for MOE_DN_U groups' loads instead of once for each
- * expert in turn. res may alias y. Global (n_out * MV_WG, 1), local (MV_WG, 1). */
+ * expert in turn. res may alias y. Global (n_out * MOE_DN_L, 1), local (MOE_DN_L, 1). */
 __kernel void moe_down_q8(W_ARGS, int n_in, int n_out, int k, __global const int *ids,
                           __global const float *wts, __global const int4 *xq,
                           __global const float2 *xd, __global float *y,
                           __global const float *res)
 {
-    int o = get_global_id(0) / MV_WG, lane = get_local_id(0) % MV_WG;
-    __local float red[MV_WG];
+    int o = get_global_id(0) / MOE_DN_L, lane = get_local_id(0) % MOE_DN_L;
+    __local float red[MOE_DN_L];
     int nb = n_in / 32, np = k * nb;
     float out = 0.0f;
-    for (int p0 = lane; p0 < np; p0 += MOE_DN_U * MV_WG) {
+    for (int p0 = lane; p0 < np; p0 += MOE_DN_U * MOE_DN_L) {
         float part[MOE_DN_U];
 #pragma unroll
         for (int u = 0; u < MOE_DN_U; u++) {
-            int p = min(p0 + u * MV_WG, np - 1), j = p / nb, b = p - j * nb, id = ids[j];
+            int p = min(p0 + u * MOE_DN_L, np - 1), j = p / nb, b = p - j * nb, id = ids[j];
             float wj = wts[j];
             float v = W_KQ8(max(id, 0) * n_out + o, b, xq + (size_t)j * 2 * nb,
                             xd + (size_t)j * nb);
-            part[u] = p0 + u * MV_WG < np && id >= 0 ? wj * v : 0.0f;
+            part[u] = p0 + u * MOE_DN_L < np && id >= 0 ? wj * v : 0.0f;
         }
         for (int u = 0; u < MOE_DN_U; u++)
             out += part[u];
     }
-    float sum = moe_sum_q8(red, lane, out);
+    float sum = moe_dn_sum(red, lane, out);
     if (lane == 0)
         y[o] = (res ? res[o] : 0.0f) + sum;
 }
@@ -591,7 +621,9 @@ moe_router_q8(__global const float *x, int n_in, __global const float *nw, float
     }
 }
 
-#define MOE_GU_WG 256                  /* moe_gate_up_q8's work-group */
+#ifndef MOE_GU_WG
+#define MOE_GU_WG 256 /* moe_gate_up_q8's work-group (the host's EBB_CL_MOE_GU_WG) */
+#endif
 #define MOE_GU_NT (MOE_GU_WG / MV_WG) /* its row teams of MV_WG items */
 #define MOE_GU_R ((64 + MOE_GU_NT - 1) / MOE_GU_NT) /* rows a team */
 

@@ -433,6 +433,15 @@ const struct knob ebb__cl_knobs[] = {
     BOOL1("MOEFUSE", moe_fuse,
           "MoE decode on 8-bit inputs in three launches a layer; 0: the seven of before",
           {DC_ANY, {1}}),
+    UINT1("MOE_GU_WG", moe_gu_wg, "256|512|1024",
+          "moe_gate_up_q8's work-group: its 64 rows (32 of the gate, 32 of the up stack) over "
+          "this many work-items, teams of MV_WG a row (more: fewer rows a team, more loads in "
+          "flight on the card)",
+          {DC_ANY, {256}}),
+    UINT1("MOE_DN_L", moe_dn_l, "0|32|64|128|256",
+          "moe_down_q8's work-items a row (its k experts' pairs of groups spread over them); 0: "
+          "MV_WG's",
+          {DC_ANY, {0}}),
     /* the engine's other settings (struct ebb_cl_env) */
     {.name = "LAYOUT", .where = T_ENV, .words = "auto|raw|split|image|image2d", .n_parts = 1,
      .min_parts = 1, .part = {PE(layout, "0..4")}, .def = {{DC_ANY, {0}}},

@@ -227,6 +227,10 @@ static void fit_device(struct ebb_cl_tuning *t, const struct ebb_cl_dev_info *di
         t->att_wg /= 2;
     while (t->att_tq > di->max_wg)
         t->att_tq /= 2;
+    while (t->moe_gu_wg > 256 && t->moe_gu_wg > di->max_wg)
+        t->moe_gu_wg /= 2;
+    while (t->moe_dn_l > 32 && t->moe_dn_l > di->max_wg)
+        t->moe_dn_l /= 2;
     /* local memory: matmul stages mm_t x mm_k floats; attention 2 x att_tk x head_dim (up to
      * 256) floats */
     while ((uint64_t)t->mm_t * t->mm_k * 4 > di->local_mem / 2 && t->mm_k > 32)

@@ -171,6 +171,8 @@ struct ebb_cl_tuning {
     uint32_t moe_mmql;   /* 1: ... on matmul_mmql's int8 tiles (moe_group_mmql) where all three
                             stacks have them */
     uint32_t moe_fuse;   /* 1: MoE decode on 8-bit inputs in its fused launches */
+    uint32_t moe_gu_wg;  /* moe_gate_up_q8's work-group (256, 512 or 1024; moe.cl's MOE_GU_WG) */
+    uint32_t moe_dn_l;   /* moe_down_q8's work-items a row (0: mv_wg; moe.cl's MOE_DN_L) */
     uint32_t batch;      /* rows of a prefill chunk (a multiple of 32) */
     uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */
     uint32_t att_chunk_deep; /* decode attention's chunk deep in the context (0: none) */

@@ -157,6 +157,10 @@ enum ebb_cl_wkernel {
     EBB_CL_WK_MMQLB,      /* matmul_mmql with the mmqs_* tile (batched steps; the same) */
     EBB_CL_WK_MMQLB6,     /* matmul_mmql with the mmqs6_* tile (Q6_K's batched steps; the same) */
 };
+/* moe_gate_up_q8's work-group (moe.cl's MOE_GU_WG) and moe_down_q8's work-items a row
+ * (MOE_DN_L) under tu. */
+uint32_t ebb_cl_moe_gu_wg(const struct ebb_cl_tuning *tu);
+uint32_t ebb_cl_moe_dn_l(const struct ebb_cl_tuning *tu);
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
 

@@ -13,7 +13,6 @@
 #include "model-cl-int.h"
 
 #define MOE_ROUTE_WG 128 /* moe.cl's moe_route work-group: one per token */
-#define MOE_GU_WG 256    /* moe.cl's moe_gate_up_q8 work-group: one per 32 rows of an expert */
 
 #include <stdlib.h>
 
@@ -148,7 +147,8 @@ static bool gate_up_fused(struct clm *m, const struct ebb_cl_weight *const w[3])
 {
     struct clm_moe_prog *p[3];
     return m->moe.fuse && q8_progs(m, w, p, NULL) == EBB_OK && p[0] == p[1] && p[0]->gate_up_q8 &&
-           m->hp.n_expert <= 1024 && m->hp.n_expert_used <= 64 && m->tu.mv_wg <= MOE_GU_WG;
+           m->hp.n_expert <= 1024 && m->hp.n_expert_used <= 64 &&
+           m->tu.mv_wg <= ebb_cl_moe_gu_wg(&m->tu);
 }
 
 /* Decode (one token) on 8-bit inputs, where the three stacks' layouts have kq8 (kq8.cl): the
@@ -179,7 +179,8 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3],
                                  EBB_CL_ARG(scale),  EBB_CL_ARG(ids),      EBB_CL_ARG(mo->w),
                                  EBB_CL_ARG(m->xq),  EBB_CL_ARG(m->xd),    EBB_CL_ARG(mo->gq),
                                  EBB_CL_ARG(mo->gd)};
-        size_t g = (size_t)k * (size_t)(f / 32) * MOE_GU_WG, lg = MOE_GU_WG;
+        /* a work-group per 32 rows of an expert */
+        size_t lg = ebb_cl_moe_gu_wg(&m->tu), g = (size_t)k * (size_t)(f / 32) * lg;
         if ((rc = ebb_cl_weight_set_args(w[0], p[0]->gate_up_q8, 0, diag)) ||
             (rc = ebb_cl_weight_set_args(w[1], p[0]->gate_up_q8, 2, diag)) ||
             (rc = ebb_cl_set_args(p[0]->gate_up_q8, 4, a, 13, diag)) ||
@@ -203,11 +204,11 @@ static ebb_err experts_q8(struct clm *m, const struct ebb_cl_weight *const w[3],
     struct ebb_cl_arg a[] = {EBB_CL_ARG(f),   EBB_CL_ARG(n_embd), EBB_CL_ARG(k),
                              EBB_CL_ARG(ids), EBB_CL_ARG(mo->w),  EBB_CL_ARG(dq),
                              EBB_CL_ARG(dd),  EBB_CL_ARG(m->x),   EBB_CL_ARG(m->x)};
-    size_t g[2] = {(size_t)n_embd * m->tu.mv_wg, 1};
+    size_t dl = ebb_cl_moe_dn_l(&m->tu), g[2] = {(size_t)n_embd * dl, 1}, ld[2] = {dl, 1};
     if ((rc = ebb_cl_weight_set_args(w[2], p[2]->down_q8, 0, diag)) ||
         (rc = ebb_cl_set_args(p[2]->down_q8, 2, a, 9, diag)))
         return rc;
-    return ebb_cl_run(m->cl, p[2]->down_q8, 2, g, l, diag);
+    return ebb_cl_run(m->cl, p[2]->down_q8, 2, g, ld, diag);
 }
 
 /* m->x += the weighted sum of the chosen experts' down rows over their SwiGLU outputs. */

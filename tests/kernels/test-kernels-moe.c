@@ -195,7 +195,7 @@ static void run_down_q8(cl_program p, const struct ebb_cl_weight *dw, int n_in, 
                              EBB_CL_ARG(ids),  EBB_CL_ARG(wts),   EBB_CL_ARG(xq),
                              EBB_CL_ARG(xd),   EBB_CL_ARG(out),   EBB_CL_ARG(nul)};
     OK(ebb_cl_set_args(kd, 2, b, 9, D));
-    size_t gd[2] = {(size_t)n_out * tu.mv_wg, 1}, ls[2] = {tu.mv_wg, 1};
+    size_t dl = ebb_cl_moe_dn_l(&tu), gd[2] = {(size_t)n_out * dl, 1}, ls[2] = {dl, 1};
     OK(ebb_cl_run(cl, kd, 2, gd, ls, D));
     clReleaseKernel(kd);
 }
@@ -327,7 +327,7 @@ static void run_gate_up(cl_kernel ku, const struct ebb_cl_weight *gw,
         EBB_CL_ARG(norm), EBB_CL_ARG(scale), EBB_CL_ARG(ids), EBB_CL_ARG(wts),    EBB_CL_ARG(xq),
         EBB_CL_ARG(xd),   EBB_CL_ARG(gq),    EBB_CL_ARG(gd)};
     OK(ebb_cl_set_args(ku, 4, a, 13, D));
-    size_t gs = (size_t)k * (size_t)(rows / 32) * 256, ls = 256; /* moe.cl's MOE_GU_WG */
+    size_t ls = ebb_cl_moe_gu_wg(&tu), gs = (size_t)k * (size_t)(rows / 32) * ls;
     OK(ebb_cl_run(cl, ku, 1, &gs, &ls, D));
 }
 
@@ -1037,5 +1037,17 @@ static void test_moe(void)
         for (size_t i = 0; i < 3; i++)
             test_moe_layout(&ls[i], ids, w);
     }
+    /* ... with moe_gate_up_q8's widest work-group (EBB_CL_MOE_GU_WG: 2 rows a team of 32) and
+     * moe_down_q8's rows over 64 work-items (EBB_CL_MOE_DN_L: two warps' sums, or a tree),
+     * 32 work-items a row elsewhere */
+    tu = keep;
+    tu.mv_q8 = 1;
+    tu.kq8 = 1;
+    tu.mv_wg = 32;
+    tu.moe_gu_wg = cl->info.max_wg >= 1024 ? 1024 : 256;
+    tu.moe_dn_l = cl->info.max_wg >= 64 ? 64 : 0;
+    printf("  (8-bit inputs, moe_gate_up_q8 work-groups of %u, moe_down_q8 rows of %u)\n",
+           ebb_cl_moe_gu_wg(&tu), ebb_cl_moe_dn_l(&tu));
+    test_moe_layout(&ls[0], ids, w);
     tu = keep;
 }
