@@ -15,13 +15,13 @@
 #endif
 #define MOE_MAX_K 64 /* EBB__MAX_EXPERT_USED */
 
-/* Sum of v over the MV_WG work-items of a work-group, returned to each (all must call). */
-inline float moe_sum(__local float *red, int lane, float v)
+/* Sum of v over the n (a power of 2) work-items of lanes 0 .. n - 1 by a tree over red,
+ * returned to each (all must call). */
+inline float moe_tree_sum(__local float *red, int lane, float v, int n)
 {
-#if MV_WG > 1
     red[lane] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = MV_WG / 2; s > 0; s >>= 1) {
+    for (int s = n / 2; s > 0; s >>= 1) {
         if (lane < s)
             red[lane] += red[lane + s];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -29,6 +29,13 @@ inline float moe_sum(__local float *red, int lane, float v)
     float sum = red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return sum;
+}
+
+/* ... over the MV_WG work-items of a work-group. */
+inline float moe_sum(__local float *red, int lane, float v)
+{
+#if MV_WG > 1
+    return moe_tree_sum(red, lane, v, MV_WG);
 #else
     return v;
 #endif
@@ -464,14 +471,7 @@ inline float moe_dn_sum(__local float *red, int lane, float v)
         s += red[k];
     return s;
 #else
-    red[lane] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = MOE_DN_L / 2; s > 0; s >>= 1) {
-        if (lane < s)
-            red[lane] += red[lane + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return red[0];
+    return moe_tree_sum(red, lane, v, MOE_DN_L);
 #endif
 }
 
