@@ -551,8 +551,10 @@ inline float moe_row_sum(__local float *red, int lane, float v)
 
 /* Router rows a work-group of moe_router_q8 computes: at most MOE_Q8_WG / MV_WG; fewer spread
  * the router's rows (f32, 1 MiB for 128 experts of 2048) over more compute units, the items of
- * the other rows idle (the host's copy: EBB_CL_MOE_RT_ROWS, runtime/cl/cl-knobs.h). */
+ * the other rows idle (the host's EBB_CL_MOE_RT_ROWS, ebb_cl_moe_rt_rows). */
+#ifndef MOE_RT_ROWS
 #define MOE_RT_ROWS (MOE_Q8_WG / MV_WG < 2 ? MOE_Q8_WG / MV_WG : 2)
+#endif
 
 /* The router's product and the experts' input in one launch, for one token on 8-bit inputs:
  * work-groups 0 .. n_rg - 1 (n_rg = ceil(n_expert / MOE_RT_ROWS)) compute the scores

@@ -306,11 +306,12 @@ ebb_err ebb_cl_moe_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
                          const struct ebb_cl_tuning *tu, cl_program *out, struct ebb_diag *diag)
 {
     ebb_err rc = EBB_OK;
-    char pro[2048], def[96];
+    char pro[2048], def[128];
     const char *srcs[2 + N_OF(ebb__cl_moe_srcs)] = {pro, def};
-    /* moe_gate_up_q8's work-group and moe_down_q8's work-items a row */
-    snprintf(def, sizeof(def), "#define MOE_GU_WG %u\n#define MOE_DN_L %u\n", ebb_cl_moe_gu_wg(tu),
-             ebb_cl_moe_dn_l(tu));
+    /* moe_gate_up_q8's work-group, moe_down_q8's work-items a row, moe_router_q8's rows */
+    snprintf(def, sizeof(def),
+             "#define MOE_GU_WG %u\n#define MOE_DN_L %u\n#define MOE_RT_ROWS %u\n",
+             ebb_cl_moe_gu_wg(tu), ebb_cl_moe_dn_l(tu), ebb_cl_moe_rt_rows(tu));
     if ((rc = ebb_cl_layout_prologue(l, tu, pro, sizeof(pro), diag)) ||
         (rc = ebb__cl_sources_get(ebb__cl_moe_srcs, N_OF(ebb__cl_moe_srcs), srcs + 2, diag)))
         return rc;
@@ -327,6 +328,13 @@ uint32_t ebb_cl_moe_gu_wg(const struct ebb_cl_tuning *tu)
 uint32_t ebb_cl_moe_dn_l(const struct ebb_cl_tuning *tu)
 {
     return tu->moe_dn_l ? tu->moe_dn_l : tu->mv_wg;
+}
+
+uint32_t ebb_cl_moe_rt_rows(const struct ebb_cl_tuning *tu)
+{
+    uint32_t teams = tu->mv_wg ? EBB_CL_Q8_WG / tu->mv_wg : 1,
+             r = tu->moe_rt_rows ? tu->moe_rt_rows : 2;
+    return r < teams ? r : teams ? teams : 1;
 }
 
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2])

@@ -436,11 +436,16 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("MOE_GU_WG", moe_gu_wg, "256|512|1024",
           "moe_gate_up_q8's work-group: its 64 rows (32 of the gate, 32 of the up stack) over "
           "this many work-items, teams of MV_WG a row (more: fewer rows a team, more loads in "
-          "flight on the card)",
-          {DC_ANY, {256}}),
+          "flight on the card; NVIDIA's 512: Qwen3-30B-A3B decode +6% on the H200 with "
+          "MOE_DN_L 64, docs/PERFORMANCE.md)",
+          {DC_ANY, {256}}, {DC_NVIDIA, {512}}),
     UINT1("MOE_DN_L", moe_dn_l, "0|32|64|128|256",
           "moe_down_q8's work-items a row (its k experts' pairs of groups spread over them); 0: "
-          "MV_WG's",
+          "MV_WG's (NVIDIA's 64, with MOE_GU_WG 512)",
+          {DC_ANY, {0}}, {DC_NVIDIA, {64}}),
+    UINT1("MOE_RT_ROWS", moe_rt_rows, "0|1|2|4|8",
+          "moe_router_q8's router rows a work-group (of EBB_CL_Q8_WG work-items, MV_WG a row; at "
+          "most EBB_CL_Q8_WG / MV_WG): fewer spread the router over more compute units; 0: 2",
           {DC_ANY, {0}}),
     /* the engine's other settings (struct ebb_cl_env) */
     {.name = "LAYOUT", .where = T_ENV, .words = "auto|raw|split|image|image2d", .n_parts = 1,

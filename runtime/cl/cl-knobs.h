@@ -173,18 +173,16 @@ struct ebb_cl_tuning {
     uint32_t moe_fuse;   /* 1: MoE decode on 8-bit inputs in its fused launches */
     uint32_t moe_gu_wg;  /* moe_gate_up_q8's work-group (256, 512 or 1024; moe.cl's MOE_GU_WG) */
     uint32_t moe_dn_l;   /* moe_down_q8's work-items a row (0: mv_wg; moe.cl's MOE_DN_L) */
-    uint32_t batch;      /* rows of a prefill chunk (a multiple of 32) */
-    uint32_t att_split;  /* at most this many runs of keys a prefill attention launch */
+    uint32_t moe_rt_rows;    /* moe_router_q8's router rows a work-group (0: 2; moe.cl's
+                                MOE_RT_ROWS) */
+    uint32_t batch;          /* rows of a prefill chunk (a multiple of 32) */
+    uint32_t att_split;      /* at most this many runs of keys a prefill attention launch */
     uint32_t att_chunk_deep; /* decode attention's chunk deep in the context (0: none) */
     uint32_t att_deep_from;  /* attended positions from which it is used (0: 64 chunks) */
 };
 
 /* Work-group size of quantize_x8 (q8.cl). */
 #define EBB_CL_Q8_WG 256
-
-/* Router rows a work-group of moe_router_q8 computes (moe.cl's MOE_RT_ROWS), at most
- * EBB_CL_Q8_WG / mv_wg: few, so that the router's rows are read by many compute units. */
-#define EBB_CL_MOE_RT_ROWS(mv_wg) (EBB_CL_Q8_WG / (mv_wg) < 2 ? EBB_CL_Q8_WG / (mv_wg) : 2)
 
 /* mmqs_split: the most slices a product's inputs are split into, and the most tiles (token tiles
  * x row groups) a split product may have (matmul_mmql's counters, one a tile). */

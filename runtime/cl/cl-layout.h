@@ -161,6 +161,9 @@ enum ebb_cl_wkernel {
  * (MOE_DN_L) under tu. */
 uint32_t ebb_cl_moe_gu_wg(const struct ebb_cl_tuning *tu);
 uint32_t ebb_cl_moe_dn_l(const struct ebb_cl_tuning *tu);
+/* moe_router_q8's router rows a work-group under tu (moe.cl's MOE_RT_ROWS): EBB_CL_MOE_RT_ROWS's
+ * (2 unless set), at most EBB_CL_Q8_WG / mv_wg. */
+uint32_t ebb_cl_moe_rt_rows(const struct ebb_cl_tuning *tu);
 /* matvec_q8's global and local sizes for n_out rows (MVQ_WG work-items a row). */
 void ebb_cl_q8_shape(const struct ebb_cl_tuning *tu, uint32_t n_out, size_t g[2], size_t l[2]);
 

@@ -314,7 +314,7 @@ ebb_err ebb__clm_moe_router(struct clm *m, const struct layer *L, const struct c
                              EBB_CL_ARG(eps),      EBB_CL_ARG(r->a),       EBB_CL_ARG(off),
                              EBB_CL_ARG(n_expert), EBB_CL_ARG(mo->scores), EBB_CL_ARG(m->xq),
                              EBB_CL_ARG(m->xd)};
-    size_t rows = EBB_CL_MOE_RT_ROWS(m->tu.mv_wg), n_rg = ((size_t)n_expert + rows - 1) / rows;
+    size_t rows = ebb_cl_moe_rt_rows(&m->tu), n_rg = ((size_t)n_expert + rows - 1) / rows;
     size_t n_qg = ((size_t)n_embd + EBB_CL_Q8_WG - 1) / EBB_CL_Q8_WG;
     size_t g = (n_rg + n_qg) * EBB_CL_Q8_WG, l = EBB_CL_Q8_WG;
     ebb_err rc = ebb_cl_set_args(mo->q8->router_q8, 0, a, 10, diag);

@@ -380,7 +380,7 @@ static void test_moe_fused(cl_program p, const char *name, const struct ebb_cl_w
                               EBB_CL_ARG(r.a), EBB_CL_ARG(roff), EBB_CL_ARG(n_e), EBB_CL_ARG(s1),
                               EBB_CL_ARG(xq1), EBB_CL_ARG(xd1)};
     OK(ebb_cl_set_args(kr, 0, ra, 10, D));
-    size_t rows = EBB_CL_MOE_RT_ROWS(tu.mv_wg), rg = (E + rows - 1) / rows + qg / EBB_CL_Q8_WG;
+    size_t rows = ebb_cl_moe_rt_rows(&tu), rg = (E + rows - 1) / rows + qg / EBB_CL_Q8_WG;
     size_t rgs = rg * EBB_CL_Q8_WG;
     OK(ebb_cl_run(cl, kr, 1, &rgs, &ql, D));
     float sc0[E], sc1[E];
@@ -1037,17 +1037,23 @@ static void test_moe(void)
         for (size_t i = 0; i < 3; i++)
             test_moe_layout(&ls[i], ids, w);
     }
-    /* ... with moe_gate_up_q8's widest work-group (EBB_CL_MOE_GU_WG: 2 rows a team of 32) and
-     * moe_down_q8's rows over 64 work-items (EBB_CL_MOE_DN_L: two warps' sums, or a tree),
-     * 32 work-items a row elsewhere */
-    tu = keep;
-    tu.mv_q8 = 1;
-    tu.kq8 = 1;
-    tu.mv_wg = 32;
-    tu.moe_gu_wg = cl->info.max_wg >= 1024 ? 1024 : 256;
-    tu.moe_dn_l = cl->info.max_wg >= 64 ? 64 : 0;
-    printf("  (8-bit inputs, moe_gate_up_q8 work-groups of %u, moe_down_q8 rows of %u)\n",
-           ebb_cl_moe_gu_wg(&tu), ebb_cl_moe_dn_l(&tu));
-    test_moe_layout(&ls[0], ids, w);
+    /* ... with moe_gate_up_q8's wider work-groups (EBB_CL_MOE_GU_WG: 4 or 2 rows a team of 32),
+     * moe_down_q8's rows over 64 or 128 work-items (EBB_CL_MOE_DN_L: two or four warps' sums,
+     * or a tree) and moe_router_q8's rows one or eight a work-group (EBB_CL_MOE_RT_ROWS), 32
+     * work-items a row elsewhere */
+    static const uint32_t shapes[2][3] = {{512, 64, 1}, {1024, 128, 8}};
+    for (size_t i = 0; i < 2; i++) {
+        tu = keep;
+        tu.mv_q8 = 1;
+        tu.kq8 = 1;
+        tu.mv_wg = 32;
+        tu.moe_gu_wg = cl->info.max_wg >= shapes[i][0] ? shapes[i][0] : 256;
+        tu.moe_dn_l = cl->info.max_wg >= shapes[i][1] ? shapes[i][1] : 0;
+        tu.moe_rt_rows = shapes[i][2];
+        printf("  (8-bit inputs, moe_gate_up_q8 work-groups of %u, moe_down_q8 rows of %u, "
+               "moe_router_q8 %u rows a work-group)\n",
+               ebb_cl_moe_gu_wg(&tu), ebb_cl_moe_dn_l(&tu), ebb_cl_moe_rt_rows(&tu));
+        test_moe_layout(&ls[0], ids, w);
+    }
     tu = keep;
 }
