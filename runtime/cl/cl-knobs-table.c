@@ -445,10 +445,8 @@ const struct knob ebb__cl_knobs[] = {
           {DC_ANY, {0}}, {DC_NVIDIA, {64}}),
     UINT1("MOE_RT_ROWS", moe_rt_rows, "0|1|2|4|8",
           "moe_router_q8's router rows a work-group (of EBB_CL_Q8_WG work-items, MV_WG a row; at "
-          "most EBB_CL_Q8_WG / MV_WG): fewer spread the router over more compute units; 0: 2 "
-          "(NVIDIA's 8: every work-item of a work-group on a row, Qwen3-30B-A3B decode +1-3% in "
-          "three paired runs on the H200, docs/PERFORMANCE.md)",
-          {DC_ANY, {0}}, {DC_NVIDIA, {8}}),
+          "most EBB_CL_Q8_WG / MV_WG): fewer spread the router over more compute units; 0: 2",
+          {DC_ANY, {0}}),
     /* the engine's other settings (struct ebb_cl_env) */
     {.name = "LAYOUT", .where = T_ENV, .words = "auto|raw|split|image|image2d", .n_parts = 1,
      .min_parts = 1, .part = {PE(layout, "0..4")}, .def = {{DC_ANY, {0}}},
