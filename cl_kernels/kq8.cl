@@ -21,11 +21,9 @@
 
 #if defined(W_KQ8)
 
-/* The int8 input block b as eight words. */
-inline int8 kq8_x(const __global int4 *xq, int b)
-{
-    return (int8)(xq[2 * b], xq[2 * b + 1]);
-}
+/* The int8 input block b of xq (global or local int4s) as eight words: W_KQ8 passes it and the
+ * block's scales xd[b] by value, so that its inputs may be in either memory. */
+#define KQ8_X(xq, b) ((int8)((xq)[2 * (b)], (xq)[2 * (b) + 1]))
 
 /* Dots of 32 unsigned (q) or signed bytes with 32 signed input bytes. */
 inline int kq8_dot_us(uint8 q, int8 x)
@@ -98,62 +96,60 @@ inline uint8 kq8_q5(uint4 qs, uint h)
 }
 
 inline float kq8_raw_q8_0(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 34;
-    int8 q = as_int8(kq8_ld_a2(p + 2)), x = kq8_x(xq, b);
+    int8 q = as_int8(kq8_ld_a2(p + 2));
     int s = kq8_dot16_ss(q.lo, x.lo) + kq8_dot16_ss(q.hi, x.hi);
-    return LD_HALF(p) * xd[b].x * (float)s;
+    return LD_HALF(p) * dx.x * (float)s;
 }
 
 inline float kq8_raw_q5_0(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 22;
     ushort2 hh = vload2(0, (const __global ushort *)(p + 2));
     uint4 qs = as_uint4(vload8(0, (const __global ushort *)(p + 6)));
-    int s = kq8_dot_us(kq8_q5(qs, (uint)hh.x | ((uint)hh.y << 16)), kq8_x(xq, b));
-    float2 dx = xd[b];
+    int s = kq8_dot_us(kq8_q5(qs, (uint)hh.x | ((uint)hh.y << 16)), x);
     return LD_HALF(p) * (dx.x * (float)s - 16.0f * dx.y);
 }
 
 inline float kq8_raw_q5_1(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)b * 24;
     uint h = *(const __global uint *)(p + 4);
     uint4 qs = vload4(0, (const __global uint *)(p + 8));
-    int s = kq8_dot_us(kq8_q5(qs, h), kq8_x(xq, b));
-    float2 dx = xd[b];
+    int s = kq8_dot_us(kq8_q5(qs, h), x);
     return LD_HALF(p) * dx.x * (float)s + LD_HALF(p + 2) * dx.y;
 }
 
 inline float kq8_raw_q4_k(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 144;
     int g = b & 7;
     uint8 v = kq8_ld_a16(p + 16 + 32 * (g >> 1));
     uint8 q = (v >> (uint)(4 * (g & 1))) & 0x0F0F0F0Fu;
-    float2 sm = kq8_k4_sm(p + 4, g), dx = xd[b];
-    int s = kq8_dot_us(q, kq8_x(xq, b));
+    float2 sm = kq8_k4_sm(p + 4, g);
+    int s = kq8_dot_us(q, x);
     return LD_HALF(p) * sm.x * dx.x * (float)s - LD_HALF(p + 2) * sm.y * dx.y;
 }
 
 inline float kq8_raw_q5_k(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 176;
     int g = b & 7;
     uint8 v = kq8_ld_a16(p + 48 + 32 * (g >> 1)), h = kq8_ld_a16(p + 16);
     uint8 q = ((v >> (uint)(4 * (g & 1))) & 0x0F0F0F0Fu) | (((h >> (uint)g) & 0x01010101u) << 4);
-    float2 sm = kq8_k4_sm(p + 4, g), dx = xd[b];
-    int s = kq8_dot_us(q, kq8_x(xq, b));
+    float2 sm = kq8_k4_sm(p + 4, g);
+    int s = kq8_dot_us(q, x);
     return LD_HALF(p) * sm.x * dx.x * (float)s - LD_HALF(p + 2) * sm.y * dx.y;
 }
 
 inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
-                          const __global int4 *xq, const __global float2 *xd)
+                          int8 x, float2 dx)
 {
     const __global uchar *p = w + (ulong)o * rowb + (ulong)(b >> 3) * 210;
     int g = b & 7, n = g >> 2, qd = g & 3;
@@ -162,16 +158,35 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
               (((h >> (uint)(2 * qd)) & 0x03030303u) << 4);
     /* q - 32 per byte without borrows between bytes: 0..63 | 0x80 minus 32 stays >= 0x60,
      * and flipping bit 7 back gives the two's complement byte of q - 32. */
-    int8 sq = as_int8(((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u), x = kq8_x(xq, b);
+    int8 sq = as_int8(((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
     const __global char *sc = (const __global char *)p + 192 + n * 8 + 2 * qd;
     int s = (int)sc[0] * kq8_dot16_ss(sq.lo, x.lo) + (int)sc[1] * kq8_dot16_ss(sq.hi, x.hi);
-    return LD_HALF(p + 208) * xd[b].x * (float)s;
+    return LD_HALF(p + 208) * dx.x * (float)s;
 }
 
 #if defined(ROW_SUM) /* the weight program (matvec.cl before this file); moe.cl has its own */
 /* matvec_q8's groups a work-item loads per step. 4 decoded slower than 2 on an H200 (Llama-3-8B
  * and Qwen3-8B Q4_K_M 2-8%, docs/PERFORMANCE.md, twentieth session). */
 #define KQU 2
+/* Row row's sum over lane's groups b = lane, lane + MVQ_WG, .. of the nb of the input xq / xd
+ * (global or local), KQU groups a step (KQU weight loads in flight), added in one order for
+ * matvec_q8 and matvec_q8_qin. */
+#define KQ8_ROW(acc, row, lane, nb, xq, xd)                                                      \
+    do {                                                                                       \
+        int b_ = (lane);                                                                       \
+        for (; b_ + (KQU - 1) * MVQ_WG < (nb); b_ += KQU * MVQ_WG) {                           \
+            float a_[KQU];                                                                     \
+            for (int u_ = 0; u_ < KQU; u_++)                                                   \
+                a_[u_] = W_KQ8((row), b_ + u_ * MVQ_WG, (xq), (xd));                           \
+            float s_ = a_[0];                                                                  \
+            for (int u_ = 1; u_ < KQU; u_++)                                                   \
+                s_ += a_[u_];                                                                  \
+            (acc) += s_;                                                                       \
+        }                                                                                      \
+        for (; b_ < (nb); b_ += MVQ_WG)                                                        \
+            (acc) += W_KQ8((row), b_, (xq), (xd));                                             \
+    } while (0)
+
 /* matvec_q8 for these types: y[y_off + o] = (res ? res[y_off + o] : 0) + sum over the 32-groups
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same
  * arguments, global and local sizes as the 4-bit matvec_q8 in matvec.cl (the two are never in
@@ -187,21 +202,8 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     __local float red[MVQ_WG * MVQ_ROWS];
 #endif
     float acc = 0.0f;
-    if (row < n_out) {
-        int nb = n_in / 32, b = lane;
-        /* KQU groups per step: KQU weight loads in flight */
-        for (; b + (KQU - 1) * MVQ_WG < nb; b += KQU * MVQ_WG) {
-            float a[KQU];
-            for (int u = 0; u < KQU; u++)
-                a[u] = W_KQ8(row, b + u * MVQ_WG, xq, xd);
-            float s = a[0];
-            for (int u = 1; u < KQU; u++)
-                s += a[u];
-            acc += s;
-        }
-        for (; b < nb; b += MVQ_WG)
-            acc += W_KQ8(row, b, xq, xd);
-    }
+    if (row < n_out)
+        KQ8_ROW(acc, row, lane, n_in / 32, xq, xd);
     float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
@@ -209,6 +211,38 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         sum += res[y_off + row];
     y[y_off + row] = sum;
 }
+
+#if defined(QIN_ON)
+/* matvec_q8 quantizing its own input (tuning qin), as matvec.cl's matvec_q8_qin for 4-bit
+ * weights: each work-group turns x into int8 blocks in local memory (qin_fill, quantize_x8's
+ * numbers), then sums its QIN_ROWS rows as matvec_q8 does: the outputs are quantize_x8 +
+ * matvec_q8's to the bit, one launch instead of two. Same arguments, global and local sizes as
+ * the 4-bit matvec_q8_qin. */
+__kernel __attribute__((reqd_work_group_size(QIN_L, 1, 1))) void
+matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global const float *nw,
+              float eps, int glu, __global float *y, int y_off, __global const float *res,
+              __local int4 *xl, __local float2 *dl)
+{
+    __local float qred[Q8_WG];
+    int lid = get_local_id(0);
+    int row = get_group_id(0) * QIN_ROWS + lid / MVQ_WG;
+    int lane = lid % MVQ_WG;
+    qin_fill(x, n_in, nw, eps, glu, xl, dl, qred);
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = lid / MVQ_WG;
+    __local float red[MVQ_WG * QIN_ROWS];
+#endif
+    float acc = 0.0f;
+    if (row < n_out)
+        KQ8_ROW(acc, row, lane, n_in / 32, xl, dl);
+    float sum = Q8_ROW_SUM(acc);
+    if (lane != 0 || row >= n_out)
+        return;
+    if (res)
+        sum += res[y_off + row];
+    y[y_off + row] = sum;
+}
+#endif
 #endif
 
 #endif

@@ -263,6 +263,98 @@ __kernel void matvec(W_ARGS, int n_in, int n_out, __global const float *x, int x
     WRITE_Y(y, t, y_off + row, sum);
 }
 
+/* matvec_q8_qin (tuning qin): decode's 8-bit-input products quantizing their own input, for
+ * the 4-bit weights (below) and kq8.cl's block types; its input's quantization is here once. */
+#if defined(Q8_QIN) && (defined(W_Q16) || defined(W_KQ8)) && \
+    (!MV_PTX || (MVQ_WG * QIN_ROWS) % 32 == 0)
+#define QIN_ON 1
+#define QIN_L (MVQ_WG * QIN_ROWS) /* work-items of a matvec_q8_qin work-group */
+/* Inputs a work-item folds and quantizes at once: a quarter block with PTX (the four lanes of a
+ * block combine by shuffles), a whole block otherwise (no exchange between work-items). */
+#if MV_PTX
+#define QIN_E 8
+#else
+#define QIN_E 32
+#endif
+/* v combined over the 32 / QIN_E work-items of a block (max when is_max, else sum). */
+inline float qin_block(float v, int is_max)
+{
+#if MV_PTX
+    for (int s = 1; s < 32 / QIN_E; s <<= 1) {
+        float o;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=f"(o)
+                     : "f"(v), "r"(s));
+        v = is_max ? fmax(v, o) : v + o;
+    }
+#else
+    (void)is_max;
+#endif
+    return v;
+}
+
+/* The float row x (the norm folded with nw, the gate's activation with glu, as quantize_x8
+ * takes them) as the int8 blocks xl and their scales dl in local memory, the same numbers as
+ * quantize_x8 computes (its norm's sum in its order: Q8_WG partials of q8_ss_part, added up
+ * as its work-group adds them); qred holds Q8_WG floats. Every work-item of the group calls
+ * it; xl and dl are ready when it returns. */
+inline void qin_fill(const __global float *x, int n_in, const __global float *nw, float eps,
+                     int glu, __local int4 *xl, __local float2 *dl, __local float *qred)
+{
+    int lid = get_local_id(0);
+    float inv = 1.0f;
+    if (nw) {
+#if MV_PTX /* quantize_x8's warps: shuffle sums of 32 partials, then the Q8_WG / 32 in order */
+        for (int vl = lid; vl < Q8_WG; vl += QIN_L) { /* (whole warps: QIN_L % 32 == 0) */
+            float ss = warp_sum(q8_ss_part(x, n_in, vl));
+            if ((vl & 31) == 0)
+                qred[vl >> 5] = ss;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float ss = 0.0f;
+        for (int k = 0; k < Q8_WG / 32; k++)
+            ss += qred[k];
+        inv = rsqrt(ss / n_in + eps);
+#else /* quantize_x8's tree over Q8_WG partials, QIN_L work-items standing in for them */
+        for (int vl = lid; vl < Q8_WG; vl += QIN_L)
+            qred[vl] = q8_ss_part(x, n_in, vl);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = Q8_WG / 2; s > 0; s >>= 1) {
+            for (int vl = lid; vl < s; vl += QIN_L)
+                qred[vl] += qred[vl + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        inv = rsqrt(qred[0] / n_in + eps);
+#endif
+    }
+    /* QIN_E inputs a work-item; the loop's bound is the same for the whole group (shuffles).
+     * Four int8 a word, stored as the bytes quantize_x8 stores one at a time. */
+    __local int *xw = (__local int *)xl;
+    for (int t0 = 0; t0 < n_in / QIN_E; t0 += QIN_L) {
+        int t = t0 + lid, i0 = t * QIN_E;
+        bool in = t < n_in / QIN_E;
+        float v[QIN_E], amax = 0.0f;
+        for (int e = 0; e < QIN_E; e++) {
+            v[e] = in ? q8_in(x, n_in, nw, glu, i0 + e) : 0.0f;
+            amax = fmax(amax, fabs(v[e]));
+        }
+        float d = q8_scale(qin_block(amax, 1));
+        int qs = 0;
+        for (int e = 0; e < QIN_E; e += 4) {
+            int q0 = q8_round(v[e], d), q1 = q8_round(v[e + 1], d);
+            int q2 = q8_round(v[e + 2], d), q3 = q8_round(v[e + 3], d);
+            qs += q0 + q1 + q2 + q3;
+            if (in)
+                xw[(i0 + e) / 4] = as_int((char4)((char)q0, (char)q1, (char)q2, (char)q3));
+        }
+        float s = qin_block((float)qs, 0); /* (integers: exact in any order) */
+        if (in && i0 % 32 == 0)
+            dl[i0 / 32] = (float2)(d * inv, d * inv * s);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
+
 #if defined(W_Q16) && MV_Q8
 #ifndef MVU
 #define MVU 2 /* matvec_q8's blocks a lane per step */
@@ -331,32 +423,7 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
         sum += res[y_off + row];
     y[y_off + row] = sum;
 }
-#if defined(Q8_QIN) && (!MV_PTX || (MVQ_WG * QIN_ROWS) % 32 == 0)
-#define QIN_L (MVQ_WG * QIN_ROWS) /* work-items of a matvec_q8_qin work-group */
-/* Inputs a work-item folds and quantizes at once: a quarter block with PTX (the four lanes of a
- * block combine by shuffles), a whole block otherwise (no exchange between work-items). */
-#if MV_PTX
-#define QIN_E 8
-#else
-#define QIN_E 32
-#endif
-/* v combined over the 32 / QIN_E work-items of a block (max when is_max, else sum). */
-inline float qin_block(float v, int is_max)
-{
-#if MV_PTX
-    for (int s = 1; s < 32 / QIN_E; s <<= 1) {
-        float o;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
-                     : "=f"(o)
-                     : "f"(v), "r"(s));
-        v = is_max ? fmax(v, o) : v + o;
-    }
-#else
-    (void)is_max;
-#endif
-    return v;
-}
-
+#if defined(QIN_ON)
 /* matvec_q8 with its input's quantization inside (tuning qin): each work-group first turns the
  * float row x (the norm folded with nw, the gate's activation with glu, as quantize_x8 takes
  * them) into the int8 blocks xl and their scales dl in local memory, computing the same numbers
@@ -382,56 +449,7 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
     if (row < n_out && b + (MVU - 1) * MVQ_WG < nb)
         for (int u = 0; u < MVU; u++)
             W_Q16(row, b + u * MVQ_WG, &w4[u], &dm[u]);
-    float inv = 1.0f;
-    if (nw) {
-#if MV_PTX /* quantize_x8's warps: shuffle sums of 32 partials, then the Q8_WG / 32 in order */
-        for (int vl = lid; vl < Q8_WG; vl += QIN_L) { /* (whole warps: QIN_L % 32 == 0) */
-            float ss = warp_sum(q8_ss_part(x, n_in, vl));
-            if ((vl & 31) == 0)
-                qred[vl >> 5] = ss;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float ss = 0.0f;
-        for (int k = 0; k < Q8_WG / 32; k++)
-            ss += qred[k];
-        inv = rsqrt(ss / n_in + eps);
-#else /* quantize_x8's tree over Q8_WG partials, QIN_L work-items standing in for them */
-        for (int vl = lid; vl < Q8_WG; vl += QIN_L)
-            qred[vl] = q8_ss_part(x, n_in, vl);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int s = Q8_WG / 2; s > 0; s >>= 1) {
-            for (int vl = lid; vl < s; vl += QIN_L)
-                qred[vl] += qred[vl + s];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        inv = rsqrt(qred[0] / n_in + eps);
-#endif
-    }
-    /* QIN_E inputs a work-item; the loop's bound is the same for the whole group (shuffles).
-     * Four int8 a word, stored as the bytes quantize_x8 stores one at a time. */
-    __local int *xw = (__local int *)xl;
-    for (int t0 = 0; t0 < n_in / QIN_E; t0 += QIN_L) {
-        int t = t0 + lid, i0 = t * QIN_E;
-        bool in = t < n_in / QIN_E;
-        float v[QIN_E], amax = 0.0f;
-        for (int e = 0; e < QIN_E; e++) {
-            v[e] = in ? q8_in(x, n_in, nw, glu, i0 + e) : 0.0f;
-            amax = fmax(amax, fabs(v[e]));
-        }
-        float d = q8_scale(qin_block(amax, 1));
-        int qs = 0;
-        for (int e = 0; e < QIN_E; e += 4) {
-            int q0 = q8_round(v[e], d), q1 = q8_round(v[e + 1], d);
-            int q2 = q8_round(v[e + 2], d), q3 = q8_round(v[e + 3], d);
-            qs += q0 + q1 + q2 + q3;
-            if (in)
-                xw[(i0 + e) / 4] = as_int((char4)((char)q0, (char)q1, (char)q2, (char)q3));
-        }
-        float s = qin_block((float)qs, 0); /* (integers: exact in any order) */
-        if (in && i0 % 32 == 0)
-            dl[i0 / 32] = (float2)(d * inv, d * inv * s);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    qin_fill(x, n_in, nw, eps, glu, xl, dl, qred);
 
 #if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
     int slot = lid / MVQ_WG;

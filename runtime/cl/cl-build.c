@@ -56,7 +56,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (rc = ebb__cl_sources_get(ebb__cl_wprog_srcs, ebb__cl_n_wprog_srcs, srcs + 2, diag)))
         goto out;
     /* matvec_q8_qin (tuning qin) and the helpers of q8.cl it shares with quantize_x8 */
-    uint32_t qin_wg = ebb_cl_layout_has_q16(l, tu) ? ebb_cl_qin_wg(tu) : 0;
+    uint32_t qin_wg =
+        ebb_cl_layout_has_q16(l, tu) || ebb_cl_layout_has_kq8(l, tu) ? ebb_cl_qin_wg(tu) : 0;
     char qdef[96] = "";
     if (qin_wg)
         snprintf(qdef, sizeof(qdef), "#define Q8_QIN 1\n#define QIN_ROWS %u\n#define Q8_WG %u\n",

@@ -364,7 +364,7 @@ ebb_err ebb_cl_layout_prologue(const struct ebb_cl_layout *l, const struct ebb_c
     if (ebb_cl_layout_has_kq8(l, tu)) {
         n = snprintf(buf + used, cap - used,
                      "#define W_KQ8(o, b, xq, xd) kq8_raw_%s(w_a + w_off, "
-                     "(ulong)(n_in / %u) * %u, (o), (b), (xq), (xd))\n",
+                     "(ulong)(n_in / %u) * %u, (o), (b), KQ8_X((xq), (b)), (xd)[(b)])\n",
                      ti->dec, ti->blk, ti->tsize);
         if (n < 0 || (size_t)n >= cap - used)
             return EBB_ERANGE;

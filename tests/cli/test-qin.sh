@@ -1,9 +1,10 @@
 #!/bin/bash
-# Decode's 4-bit products quantizing their own input (EBB_CL_QIN, matvec_q8_qin) on the 8-bit
-# decode path forced on whatever OpenCL device runs (PoCL in CI): greedy ids equal to the launch
-# pair's (quantize_x8 + matvec_q8) with the knob at 0, 1 and 2, and fewer launches a token at
-# each level, on SmolLM2 (Q4_1) and a random-weight llama3.1-tiny in Q4_0 (ebb-gen-model, from
-# the llama-spm vocab of scripts/fetch-vocabs.sh).
+# Decode's 8-bit-input products quantizing their own input (EBB_CL_QIN, matvec_q8_qin) on the
+# 8-bit decode path forced on whatever OpenCL device runs (PoCL in CI): greedy ids equal to the
+# launch pair's (quantize_x8 + matvec_q8) with the knob at 0, 1 and 2, and fewer launches a token
+# at each level, on SmolLM2 (Q4_1), Gemma 3 270M (Q4_K_M: kq8.cl's Q4_K / Q6_K / Q8_0 products,
+# GeGLU) and a random-weight llama3.1-tiny in Q4_0 (ebb-gen-model, from the llama-spm vocab of
+# scripts/fetch-vocabs.sh).
 #
 #   test-qin.sh EBB_BINARY EBB_GEN_MODEL
 set -u
@@ -15,6 +16,7 @@ ebb=$1 gen=$2
 export EBB_CL_BLOCKDEC=0 EBB_CL_MVQ8=1 EBB_CL_MVQ16=1
 
 models=("$smol")
+[ -f "$gemma" ] && models+=("$gemma") || fail "missing model $gemma"
 vocab=${EBB_VOCABS_DIR:-$HOME/.cache/ebb/vocabs}/ggml-vocab-llama-spm.gguf
 if [ -f "$vocab" ]; then
     "$gen" --shape llama3.1-tiny --tokenizer-from "$vocab" --type q4_0 --seed 3 \

@@ -115,7 +115,9 @@ int main(int argc, char **argv)
     }
     fputs(pro, stdout);
     /* ebb_cl_wprog_build's second source: matvec_q8_qin's defines */
-    uint32_t qin_wg = weight && ebb_cl_layout_has_q16(&l, &tu) ? ebb_cl_qin_wg(&tu) : 0;
+    uint32_t qin_wg = weight && (ebb_cl_layout_has_q16(&l, &tu) || ebb_cl_layout_has_kq8(&l, &tu))
+                          ? ebb_cl_qin_wg(&tu)
+                          : 0;
     if (qin_wg)
         printf("#define Q8_QIN 1\n#define QIN_ROWS %u\n#define Q8_WG %u\n", tu.qin_rows,
                EBB_CL_Q8_WG);

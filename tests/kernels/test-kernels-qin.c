@@ -1,4 +1,5 @@
-/* matvec_q8_qin (tuning qin: decode's 4-bit products quantizing their own input) against the
+/* matvec_q8_qin (tuning qin: decode's 8-bit-input products quantizing their own input: the
+ * 4-bit weights of matvec.cl and the other block types of kq8.cl) against the
  * launch pair it replaces, quantize_x8 then matvec_q8: the same outputs to the bit for plain
  * inputs, the RMS norm folded, SwiGLU and GeGLU folded, over input lengths below, at and above
  * the work-group's width and not multiples of it, and several work-group shapes. Included by
@@ -173,4 +174,27 @@ static void test_qin(void)
     t.qin_rows = 8;
     if (32 * 8 <= cl->info.max_wg)
         test_qin_case(&q40, t, 37, 2048);
+    /* kq8.cl's matvec_q8_qin for the other raw block types: 544 inputs (17 groups) for the
+     * 32-block types, 768 (3 super-blocks) for the K-quants, one work-item a row (not on PTX),
+     * a warp x 4 and a warp x 8 (more rows than matvec_q8's); Q4_K and Q6_K (the Q4_K_M mixes'
+     * attention) also at 2048 inputs. */
+    static const uint32_t kq_types[] = {EBB_GGML_Q8_0, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
+                                        EBB_GGML_Q4_K, EBB_GGML_Q5_K, EBB_GGML_Q6_K};
+    static const uint32_t kq_shapes[][3] = {{1, 1, 1}, {32, 4, 4}, {32, 4, 8}};
+    t.kq8 = 1;
+    for (size_t s = 0; s < sizeof(kq_shapes) / sizeof(kq_shapes[0]); s++) {
+        t.mv_wg = t.mvq_wg = kq_shapes[s][0];
+        t.mv_rows = t.mvq_rows = kq_shapes[s][1];
+        t.qin_rows = kq_shapes[s][2];
+        if (kq_shapes[s][0] * kq_shapes[s][2] > cl->info.max_wg ||
+            (t.mv_ptx && (kq_shapes[s][0] % 32 || !ebb_cl_qin_wg(&t))))
+            continue;
+        for (size_t i = 0; i < sizeof(kq_types) / sizeof(kq_types[0]); i++) {
+            struct ebb_cl_layout l = {kq_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+            bool k256 = ebb_ggml_type_info(kq_types[i])->block_size == 256;
+            test_qin_case(&l, t, 37, k256 ? 768 : 544);
+            if (s == 1 && (kq_types[i] == EBB_GGML_Q4_K || kq_types[i] == EBB_GGML_Q6_K))
+                test_qin_case(&l, t, 37, 2048);
+        }
+    }
 }
