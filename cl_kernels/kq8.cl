@@ -168,24 +168,26 @@ inline float kq8_raw_q6_k(const __global uchar *w, ulong rowb, int o, int b,
 /* matvec_q8's groups a work-item loads per step. 4 decoded slower than 2 on an H200 (Llama-3-8B
  * and Qwen3-8B Q4_K_M 2-8%, docs/PERFORMANCE.md, twentieth session). */
 #define KQU 2
-/* Row row's sum over lane's groups b = lane, lane + MVQ_WG, .. of the nb of the input xq / xd
- * (global or local), KQU groups a step (KQU weight loads in flight), added in one order for
- * matvec_q8 and matvec_q8_qin. */
-#define KQ8_ROW(acc, row, lane, nb, xq, xd)                                                      \
+/* A row's sum over lane's groups b = lane, lane + MVQ_WG, .. of nb, KQU groups a step (KQU
+ * weight loads in flight), added in one order for matvec_q8, matvec_q8_qin and matvec_q8_mix:
+ * T(b, ...) is group b's term, KQ8_T (this program's W_KQ8) or KQ8_TF (a named kq8_raw_*). */
+#define KQ8_ROW(acc, lane, nb, T, ...)                                                          \
     do {                                                                                       \
         int b_ = (lane);                                                                       \
         for (; b_ + (KQU - 1) * MVQ_WG < (nb); b_ += KQU * MVQ_WG) {                           \
             float a_[KQU];                                                                     \
             for (int u_ = 0; u_ < KQU; u_++)                                                   \
-                a_[u_] = W_KQ8((row), b_ + u_ * MVQ_WG, (xq), (xd));                           \
+                a_[u_] = T(b_ + u_ * MVQ_WG, __VA_ARGS__);                                     \
             float s_ = a_[0];                                                                  \
             for (int u_ = 1; u_ < KQU; u_++)                                                   \
                 s_ += a_[u_];                                                                  \
             (acc) += s_;                                                                       \
         }                                                                                      \
         for (; b_ < (nb); b_ += MVQ_WG)                                                        \
-            (acc) += W_KQ8((row), b_, (xq), (xd));                                             \
+            (acc) += T(b_, __VA_ARGS__);                                                       \
     } while (0)
+#define KQ8_T(b, row, xq, xd) W_KQ8((row), (b), (xq), (xd))
+#define KQ8_TF(b, f, w, rowb, row, xq, xd) f((w), (rowb), (row), (b), KQ8_X((xq), (b)), (xd)[(b)])
 
 /* matvec_q8 for these types: y[y_off + o] = (res ? res[y_off + o] : 0) + sum over the 32-groups
  * b of W_KQ8(o, b), the input quantized by quantize_x8 (norm and SwiGLU folded there). Same
@@ -203,13 +205,53 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
 #endif
     float acc = 0.0f;
     if (row < n_out)
-        KQ8_ROW(acc, row, lane, n_in / 32, xq, xd);
+        KQ8_ROW(acc, lane, n_in / 32, KQ8_T, row, xq, xd);
     float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;
     if (res)
         sum += res[y_off + row];
     y[y_off + row] = sum;
+}
+
+/* GGML's ids of the types matvec_q8_mix takes as its second weight (the host's
+ * ebb_cl_kq8_mix_type) */
+#define KQ8_MIX_Q8_0 8
+#define KQ8_MIX_Q4_K 12
+#define KQ8_MIX_Q5_K 13
+#define KQ8_MIX_Q6_K 14
+/* matvec_q8 over two weights stacked along the output, one launch: rows 0 .. n_a - 1 are this
+ * program's weight (W_ARGS), rows n_a .. n_out - 1 the rows of u (u_a + u_off: raw blocks of
+ * GGML type tb, one of KQ8_MIX_*, e.g. attn_v in Q6_K after q and k in Q4_K), both over the
+ * input xq / xd; each row summed as matvec_q8 sums it, y[y_off + o] (no residual). The host
+ * keeps a work-group's rows in one weight where n_a allows (the branch is then uniform). Global
+ * and local sizes as matvec_q8's for n_out rows. */
+__kernel void matvec_q8_mix(W_ARGS, int n_in, int n_a, int n_out, __global const uchar *u_a,
+                            ulong u_off, int tb, __global const int4 *xq,
+                            __global const float2 *xd, __global float *y, int y_off)
+{
+    int row = get_global_id(0) / MVQ_WG;
+    int lane = get_local_id(0) % MVQ_WG;
+#if MVQ_WG > 1 && !(MV_PTX && MVQ_WG == 32)
+    int slot = get_local_id(0) / MVQ_WG;
+    __local float red[MVQ_WG * MVQ_ROWS];
+#endif
+    float acc = 0.0f;
+    int nb = n_in / 32, r = row - n_a;
+    const __global uchar *u = u_a + u_off;
+    if (row < n_a)
+        KQ8_ROW(acc, lane, nb, KQ8_T, row, xq, xd);
+    else if (row < n_out && tb == KQ8_MIX_Q6_K)
+        KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q6_k, u, (ulong)(nb / 8) * 210, r, xq, xd);
+    else if (row < n_out && tb == KQ8_MIX_Q4_K)
+        KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q4_k, u, (ulong)(nb / 8) * 144, r, xq, xd);
+    else if (row < n_out && tb == KQ8_MIX_Q5_K)
+        KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q5_k, u, (ulong)(nb / 8) * 176, r, xq, xd);
+    else if (row < n_out && tb == KQ8_MIX_Q8_0)
+        KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q8_0, u, (ulong)nb * 34, r, xq, xd);
+    float sum = Q8_ROW_SUM(acc);
+    if (lane == 0 && row < n_out)
+        y[y_off + row] = sum;
 }
 
 #if defined(QIN_ON)
@@ -234,7 +276,7 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
 #endif
     float acc = 0.0f;
     if (row < n_out)
-        KQ8_ROW(acc, row, lane, n_in / 32, xl, dl);
+        KQ8_ROW(acc, lane, n_in / 32, KQ8_T, row, xl, dl);
     float sum = Q8_ROW_SUM(acc);
     if (lane != 0 || row >= n_out)
         return;

@@ -75,7 +75,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_q8 && qin_wg &&
          (rc = ebb_cl_kernel(p.prog, "matvec_q8_qin", &p.matvec_q8_qin, diag))) ||
         (ebb_cl_layout_has_kq8(l, tu) &&
-         (rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag))) ||
+         ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "matvec_q8_mix", &p.matvec_q8_mix, diag)))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
@@ -182,6 +183,8 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->matvec_q8r);
     if (p->matvec_q8_qin)
         clReleaseKernel(p->matvec_q8_qin);
+    if (p->matvec_q8_mix)
+        clReleaseKernel(p->matvec_q8_mix);
     if (p->matmul_mma)
         clReleaseKernel(p->matmul_mma);
     if (p->matmul_mmb)

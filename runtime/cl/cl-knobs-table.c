@@ -135,6 +135,10 @@ const struct knob ebb__cl_knobs[] = {
           "with MVQ8, raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights also run on the int8 "
           "inputs (kq8.cl); 0: the float matvec",
           {DC_ANY, {1}}),
+    BOOL1("KQ8MIX", kq8_mix,
+          "with KQ8, a group of two decode products of one input in different types (q and k in "
+          "Q4_K, v in Q6_K: the Q4_K_M mixes) in one launch (matvec_q8_mix); 0: a launch each",
+          {DC_ANY, {1}}),
     BOOL1("PTX", mv_ptx, "NVIDIA inline PTX (dp4a, warp shuffles, mma.sync); NVIDIA devices only",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("IDP", mv_idp,

@@ -39,6 +39,8 @@ struct ebb_cl_tuning {
     uint32_t mv_h8;         /* 1: matvec reads raw F16 / BF16 rows eight weights a step (W_RD8) */
     uint32_t kq8;           /* 1: with mv_q8, decode of raw Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and
                                Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
+    uint32_t kq8_mix;       /* 1: with kq8, two stacked products of one input in different kq8
+                               types (q and k in Q4_K, v in Q6_K) in one matvec_q8_mix launch */
     uint32_t q8r_max;       /* with mv_q8: products of 2..q8r_max token rows quantize their
                                inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
                                weight read, instead of the tiled kernels; 0 = never */

@@ -200,6 +200,13 @@ bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tu
            l->storage == EBB_CL_STORE_BUFFER;
 }
 
+bool ebb_cl_kq8_mix_type(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu)
+{
+    uint32_t t = l->type;
+    return tu->kq8_mix && ebb_cl_layout_has_kq8(l, tu) &&
+           (t == EBB_GGML_Q8_0 || t == EBB_GGML_Q4_K || t == EBB_GGML_Q5_K || t == EBB_GGML_Q6_K);
+}
+
 enum ebb_cl_wkernel ebb_cl_mmql_group_kind(const struct ebb_cl_layout *l)
 {
     return l->type == EBB_GGML_Q5_K || l->type == EBB_GGML_Q6_K ? EBB_CL_WK_MMQLK5

@@ -218,6 +218,10 @@ void ebb_cl_mmql_tile(const struct ebb_cl_tuning *tu, enum ebb_cl_wkernel k, uin
  * Q5_1, Q4_K, Q5_K or Q6_K blocks in a buffer, with tu->mv_q8 and tu->kq8. */
 bool ebb_cl_layout_has_kq8(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
 
+/* True when a weight of layout l may be matvec_q8_mix's second weight under tu (kq8.cl's
+ * KQ8_MIX_* types: raw Q8_0, Q4_K, Q5_K, Q6_K, with tu->kq8_mix). */
+bool ebb_cl_kq8_mix_type(const struct ebb_cl_layout *l, const struct ebb_cl_tuning *tu);
+
 /* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (weights
  * against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16 (4-bit
  * blocks, matvec.cl) or W_KQ8 (kq8.cl), else NULL; matvec_q8r with W_Q16 only. */
@@ -226,7 +230,8 @@ struct ebb_cl_wprog {
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
     cl_kernel matvec_q8r;    /* with matvec_q8 */
-    cl_kernel matvec_q8_qin; /* with matvec_q8 of 4-bit weights where ebb_cl_qin_wg, else NULL */
+    cl_kernel matvec_q8_qin; /* with matvec_q8 where ebb_cl_qin_wg, else NULL */
+    cl_kernel matvec_q8_mix; /* with matvec_q8 of kq8.cl's types, else NULL */
     cl_kernel matmul_mma;    /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mmb;    /* with tu->mm_mma, else NULL */
     cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */

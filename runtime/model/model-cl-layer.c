@@ -36,6 +36,34 @@ static ebb_err q8_matvec(struct clm *m, const struct ebb_cl_weight *w, cl_kernel
     return ebb_cl_run(m->cl, k, 2, g, l, diag);
 }
 
+/* matvec_q8_mix (w[0]'s program) for the two products w[0], w[1] of one input in different kq8
+ * types where tuning kq8_mix takes them (the Q4_K_M mixes' q and k in Q4_K, v in Q6_K): one
+ * launch over the 8-bit input already quantized, y[0 ..] as two matvec_q8 launches write it. */
+static ebb_err q8_mix(struct clm *m, const struct ebb_cl_weight w[2], cl_mem y,
+                      struct ebb_diag *diag)
+{
+    struct ebb_cl_wprog *p = NULL;
+    if (w[0].layout.type == w[1].layout.type || !ebb_cl_layout_has_kq8(&w[0].layout, &m->tu) ||
+        !ebb_cl_kq8_mix_type(&w[1].layout, &m->tu) || w[1].off % 16 ||
+        ebb__clm_prog_for(m, &w[0].layout, &p, NULL) || !p->matvec_q8_mix)
+        return EBB_EUNSUPPORTED;
+    int n_in = (int)w[0].n_in, n_a = (int)w[0].n_out, n_out = (int)(w[0].n_out + w[1].n_out);
+    int tb = (int)w[1].layout.type, y_off = 0;
+    cl_ulong u_off = w[1].off;
+    struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),   EBB_CL_ARG(n_a),   EBB_CL_ARG(n_out),
+                             EBB_CL_ARG(w[1].a), EBB_CL_ARG(u_off), EBB_CL_ARG(tb),
+                             EBB_CL_ARG(m->xq),  EBB_CL_ARG(m->xd), EBB_CL_ARG(y),
+                             EBB_CL_ARG(y_off)};
+    ebb_err rc;
+    cl_kernel k = p->matvec_q8_mix;
+    if ((rc = ebb_cl_weight_set_args(&w[0], k, 0, diag)) ||
+        (rc = ebb_cl_set_args(k, 2, a, 10, diag)))
+        return rc;
+    size_t g[2], l[2];
+    ebb_cl_q8_shape(&m->tu, (uint32_t)n_out, g, l);
+    return ebb_cl_run(m->cl, k, 2, g, l, diag);
+}
+
 /* matvec_q8_qin for w's product of x (glu: x holds [gate | up]) when decode lets it quantize
  * its own input (tuning qin, ebb_cl_qin_fits), else NULL. */
 static cl_kernel qin_kernel(struct clm *m, const struct ebb_cl_weight *w, int glu)
@@ -496,6 +524,10 @@ static ebb_err wmul_group(struct clm *m, const struct ebb_cl_weight *w, uint32_t
     /* mmq_run's input quantized once (or already, by mmq_fold) */
     m->mq_group = !q8 && !q8r, m->mq_held = m->mq_ready;
     m->mq_ready = false;
+    if (q8 && n == 2 && (rc = q8_mix(m, w, y, diag)) != EBB_EUNSUPPORTED)
+        n = 0; /* (one launch for both: matvec_q8_mix took them) */
+    else
+        rc = EBB_OK;
     for (uint32_t i = 0; i < n && !rc; i++) {
         if (q8r)
             note_path(m, &w[i], CLM_P_Q8R);

@@ -48,5 +48,32 @@ assert launches[0] > launches[1] > launches[2], launches
 PY
 done
 
+# The K-quant mix's q and k in Q4_K with v in Q6_K (one layer of qwen3moe-tiny-k's three) in one
+# matvec_q8_mix launch (EBB_CL_KQ8MIX, default 1) or a launch each: the same greedy ids, one
+# launch less a token.
+if [ -f "$vocab" ]; then
+    "$gen" --shape qwen3moe-tiny-k --tokenizer-from "$vocab" --type q4_k_m --seed 3 \
+        -o "$tmp/moe-k.gguf" > /dev/null || fail "ebb-gen-model qwen3moe-tiny-k q4_k_m"
+    for x in 0 1; do
+        EBB_CL_KQ8MIX=$x expect_status 0 "$ebb" run -m "$tmp/moe-k.gguf" -p "Once upon a time" \
+            -n 20 --temp 0 --json
+        cp "$tmp/out" "$tmp/mix$x.json"
+        EBB_CL_KQ8MIX=$x expect_status 0 "$ebb" bench -m "$tmp/moe-k.gguf" --prompt-tokens 8 \
+            --gen-tokens 8 --json
+        cp "$tmp/out" "$tmp/mixb$x.json"
+    done
+    python3 - "$tmp" <<'PY' || fail "EBB_CL_KQ8MIX changed the output or the launches"
+import json, sys
+tmp = sys.argv[1]
+runs = [json.load(open(f"{tmp}/mix{x}.json"))["tokens"] for x in range(2)]
+launches = [json.load(open(f"{tmp}/mixb{x}.json"))["decode_counters"]["launches_per_token"]
+            for x in range(2)]
+print(f"  qwen3moe-tiny-k Q4_K_M: {len(runs[0])} greedy tokens, launches a token {launches} "
+      "(EBB_CL_KQ8MIX=0, 1)")
+assert len(runs[0]) == 20 and runs[1] == runs[0], runs
+assert launches[1] == launches[0] - 1, launches
+PY
+fi
+
 [ "$fails" -eq 0 ] || exit 1
 echo OK

@@ -198,3 +198,125 @@ static void test_qin(void)
         }
     }
 }
+
+/* matvec_q8_mix (tuning kq8_mix: two products of one input in different kq8 types in one
+ * launch) against matvec_q8 of each weight: weight a (n_a rows, type ta: the program's) and b
+ * (n_b rows of type tb), the same 8-bit input, outputs side by side compared to the bit. */
+static void test_mix_case(struct ebb_cl_tuning t, uint32_t ta, uint32_t tb, uint32_t n_a,
+                          uint32_t n_b, uint32_t n_in)
+{
+    const uint32_t ty[2] = {ta, tb}, n[2] = {n_a, n_b};
+    struct ebb_cl_weight wt[2];
+    struct ebb_cl_wprog p[2];
+    uint8_t *raw[2];
+    for (int i = 0; i < 2; i++) {
+        struct ebb_cl_layout l = {ty[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+        uint64_t rowb = 0;
+        OK(ebb_ggml_row_bytes(ty[i], n_in, &rowb));
+        raw[i] = malloc(rowb * n[i]);
+        random_rows(ty[i], n[i], n_in, raw[i], rowb);
+        struct ebb_cl_wsrc src[1] = {{raw[i], n[i]}};
+        OK(ebb_cl_weight_new(cl, &l, n_in, src, 1, NULL, &wt[i], D));
+        OK(ebb_cl_wprog_build(cl, &l, &t, &p[i], D));
+    }
+    CHECK(p[0].matvec_q8_mix && ebb_cl_kq8_mix_type(&wt[1].layout, &t),
+          "kq8 mix: %s has no matvec_q8_mix or %s is not taken", ebb_ggml_type_info(ta)->name,
+          ebb_ggml_type_info(tb)->name);
+    uint32_t n_out = n_a + n_b;
+    int8_t *xq = malloc(n_in);
+    float *xd = malloc(sizeof(float) * 2 * (n_in / 32)), *y0 = malloc(sizeof(float) * n_out);
+    float *y1 = malloc(sizeof(float) * n_out);
+    for (uint32_t i = 0; i < n_in; i++)
+        xq[i] = (int8_t)(rand() % 255 - 127);
+    for (uint32_t b = 0; b < n_in / 32; b++) {
+        xd[2 * b] = 0.01f + 0.02f * frand();
+        xd[2 * b + 1] = frand() - 0.5f;
+    }
+    cl_mem xqb = buf(n_in, xq), xdb = buf(sizeof(float) * 2 * (n_in / 32), xd);
+    cl_mem yb = buf(sizeof(float) * n_out, NULL);
+    cl_mem none = NULL;
+    size_t g[2], lw[2];
+    int ni = (int)n_in, off = 0;
+    for (int i = 0; i < 2 && p[0].matvec_q8_mix; i++) { /* the two launches */
+        int no = (int)n[i];
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni), EBB_CL_ARG(no),  EBB_CL_ARG(xqb), EBB_CL_ARG(xdb),
+                                 EBB_CL_ARG(yb), EBB_CL_ARG(off), EBB_CL_ARG(none)};
+        OK(ebb_cl_weight_set_args(&wt[i], p[i].matvec_q8, 0, D));
+        OK(ebb_cl_set_args(p[i].matvec_q8, 2, a, 7, D));
+        ebb_cl_q8_shape(&t, n[i], g, lw);
+        OK(ebb_cl_run(cl, p[i].matvec_q8, 2, g, lw, D));
+        off += no;
+    }
+    rd(yb, sizeof(float) * n_out, y0);
+    float nan = NAN;
+    OK(ebb_cl_check(
+        clEnqueueFillBuffer(cl->q, yb, &nan, sizeof(nan), 0, sizeof(float) * n_out, 0, NULL, NULL),
+        D, "fill"));
+    if (p[0].matvec_q8_mix) { /* the one launch */
+        int na = (int)n_a, no = (int)n_out, itb = (int)tb, zero = 0;
+        cl_ulong u_off = wt[1].off;
+        struct ebb_cl_arg a[] = {EBB_CL_ARG(ni),      EBB_CL_ARG(na),    EBB_CL_ARG(no),
+                                 EBB_CL_ARG(wt[1].a), EBB_CL_ARG(u_off), EBB_CL_ARG(itb),
+                                 EBB_CL_ARG(xqb),     EBB_CL_ARG(xdb),   EBB_CL_ARG(yb),
+                                 EBB_CL_ARG(zero)};
+        OK(ebb_cl_weight_set_args(&wt[0], p[0].matvec_q8_mix, 0, D));
+        OK(ebb_cl_set_args(p[0].matvec_q8_mix, 2, a, 10, D));
+        ebb_cl_q8_shape(&t, n_out, g, lw);
+        OK(ebb_cl_run(cl, p[0].matvec_q8_mix, 2, g, lw, D));
+    }
+    rd(yb, sizeof(float) * n_out, y1);
+    int bad = 0;
+    for (uint32_t o = 0; o < n_out; o++)
+        if (memcmp(&y0[o], &y1[o], sizeof(float)) && bad++ < 3)
+            CHECK(0, "kq8 mix %s + %s n_in %u o %u: %.9g vs %.9g (matvec_q8)",
+                  ebb_ggml_type_info(ta)->name, ebb_ggml_type_info(tb)->name, n_in, o, y1[o],
+                  y0[o]);
+    CHECK(!bad, "kq8 mix %s + %s: %d of %u outputs differ", ebb_ggml_type_info(ta)->name,
+          ebb_ggml_type_info(tb)->name, bad, n_out);
+    printf("  matvec_q8_mix %-5s %3u rows + %-5s %3u rows, n_in %4u, %u x %u: %s\n",
+           ebb_ggml_type_info(ta)->name, n_a, ebb_ggml_type_info(tb)->name, n_b, n_in, t.mvq_wg,
+           t.mvq_rows, bad ? "DIFFER" : "identical to two matvec_q8");
+    cl_mem ms[] = {xqb, xdb, yb};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+        clReleaseMemObject(ms[i]);
+    for (int i = 0; i < 2; i++) {
+        ebb_cl_wprog_fini(&p[i]);
+        ebb_cl_weight_fini(&wt[i]);
+        free(raw[i]);
+    }
+    free(xq);
+    free(xd);
+    free(y0);
+    free(y1);
+}
+
+/* matvec_q8_mix over each second type it takes, behind Q4_K and Q5_K (the K-quant mixes' q and
+ * k) and Q8_0: 37 + 13 rows (a work-group straddling the two weights), 768 inputs, one
+ * work-item a row (not on PTX) and a warp x 4 (NVIDIA's). */
+static void test_kq8mix(void)
+{
+    struct ebb_cl_tuning t = tu;
+    t.mv_q8 = 1;
+    t.kq8 = 1;
+    t.kq8_mix = 1;
+    static const uint32_t shapes[][2] = {{1, 1}, {32, 4}};
+    static const uint32_t pairs[][2] = {{EBB_GGML_Q4_K, EBB_GGML_Q6_K},
+                                        {EBB_GGML_Q4_K, EBB_GGML_Q8_0},
+                                        {EBB_GGML_Q5_K, EBB_GGML_Q6_K},
+                                        {EBB_GGML_Q6_K, EBB_GGML_Q4_K},
+                                        {EBB_GGML_Q8_0, EBB_GGML_Q5_K}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        if (shapes[s][0] * shapes[s][1] > cl->info.max_wg || (t.mv_ptx && shapes[s][0] % 32))
+            continue;
+        t.mv_wg = t.mvq_wg = shapes[s][0];
+        t.mv_rows = t.mvq_rows = shapes[s][1];
+        for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+            test_mix_case(t, pairs[i][0], pairs[i][1], 37, 13, 768);
+    }
+    /* a type it does not take second: Q5_0 */
+    struct ebb_cl_layout q50 = {EBB_GGML_Q5_0, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    CHECK(!ebb_cl_kq8_mix_type(&q50, &t), "kq8 mix: Q5_0 taken as the second weight");
+    t.kq8_mix = 0;
+    struct ebb_cl_layout q6k = {EBB_GGML_Q6_K, EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
+    CHECK(!ebb_cl_kq8_mix_type(&q6k, &t), "kq8 mix: taken with EBB_CL_KQ8MIX=0");
+}

@@ -1740,6 +1740,7 @@ int main(void)
     SECTION(ops)
     SECTION(moe)
     SECTION(qin)
+    SECTION(kq8mix)
     SECTION(kvq8)
 #undef SECTION
     ebb_cl_close(cl);
