@@ -223,9 +223,10 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
 /* matvec_q8 over two weights stacked along the output, one launch: rows 0 .. n_a - 1 are this
  * program's weight (W_ARGS), rows n_a .. n_out - 1 the rows of u (u_a + u_off: raw blocks of
  * GGML type tb, one of KQ8_MIX_*, e.g. attn_v in Q6_K after q and k in Q4_K), both over the
- * input xq / xd; each row summed as matvec_q8 sums it, y[y_off + o] (no residual). The host
- * keeps a work-group's rows in one weight where n_a allows (the branch is then uniform). Global
- * and local sizes as matvec_q8's for n_out rows. */
+ * input xq / xd; each row summed as matvec_q8 sums it, y[y_off + o] (no residual). Where n_a
+ * is a multiple of a work-group's rows (q and k: heads of 64-256), each work-group's rows lie in
+ * one weight and the branch is uniform in it. Global and local sizes as matvec_q8's for n_out
+ * rows. */
 __kernel void matvec_q8_mix(W_ARGS, int n_in, int n_a, int n_out, __global const uchar *u_a,
                             ulong u_off, int tb, __global const int4 *xq,
                             __global const float2 *xd, __global float *y, int y_off)
