@@ -206,12 +206,7 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     float acc = 0.0f;
     if (row < n_out)
         KQ8_ROW(acc, lane, n_in / 32, KQ8_T, row, xq, xd);
-    float sum = Q8_ROW_SUM(acc);
-    if (lane != 0 || row >= n_out)
-        return;
-    if (res)
-        sum += res[y_off + row];
-    y[y_off + row] = sum;
+    q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 
 /* GGML's ids of the types matvec_q8_mix takes as its second weight (the host's
@@ -250,9 +245,7 @@ __kernel void matvec_q8_mix(W_ARGS, int n_in, int n_a, int n_out, __global const
         KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q5_k, u, (ulong)(nb / 8) * 176, r, xq, xd);
     else if (row < n_out && tb == KQ8_MIX_Q8_0)
         KQ8_ROW(acc, lane, nb, KQ8_TF, kq8_raw_q8_0, u, (ulong)nb * 34, r, xq, xd);
-    float sum = Q8_ROW_SUM(acc);
-    if (lane == 0 && row < n_out)
-        y[y_off + row] = sum;
+    q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, NULL);
 }
 
 #if defined(QIN_ON)
@@ -278,12 +271,7 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
     float acc = 0.0f;
     if (row < n_out)
         KQ8_ROW(acc, lane, n_in / 32, KQ8_T, row, xl, dl);
-    float sum = Q8_ROW_SUM(acc);
-    if (lane != 0 || row >= n_out)
-        return;
-    if (res)
-        sum += res[y_off + row];
-    y[y_off + row] = sum;
+    q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 #endif
 #endif

@@ -104,6 +104,15 @@ inline float q8_row_sum(__local float *red, int lane, float v)
 #else
 #define Q8_ROW_SUM(v) ROW_SUM(v) /* (MVQ_WG is MV_WG without PTX) */
 #endif
+/* The 8-bit-input products' store: lane 0 of a row (row < n_out) writes its sum, plus res's
+ * where given, at y[y_off + row]. */
+inline void q8_row_store(float sum, int lane, int row, int n_out, __global float *y, int y_off,
+                         __global const float *res)
+{
+    if (lane != 0 || row >= n_out)
+        return;
+    y[y_off + row] = res ? sum + res[y_off + row] : sum;
+}
 
 /* One quarter of a 4-bit block in matvec's W_Q16 path: quant bytes 4k..4k+3 (word vk) against
  * inputs 4k.. and 4k+16.. of block b, the norm and SwiGLU folds applied. Written out (not a
@@ -416,12 +425,7 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
             acc += dm0.x * d0.x * (float)q4q8_dot(v0, xq + 2 * b) + dm0.y * d0.y;
         }
     }
-    float sum = Q8_ROW_SUM(acc);
-    if (lane != 0 || row >= n_out)
-        return;
-    if (res)
-        sum += res[y_off + row];
-    y[y_off + row] = sum;
+    q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 #if defined(QIN_ON)
 /* matvec_q8 with its input's quantization inside (tuning qin): each work-group first turns the
@@ -476,12 +480,7 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
             acc += dm0.x * d0.x * (float)q4q8_dotx(w0, xl[2 * b], xl[2 * b + 1]) + dm0.y * d0.y;
         }
     }
-    float sum = Q8_ROW_SUM(acc);
-    if (lane != 0 || row >= n_out)
-        return;
-    if (res)
-        sum += res[y_off + row];
-    y[y_off + row] = sum;
+    q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 #endif
 #ifndef MVR
