@@ -2,13 +2,13 @@
 # Issue 29's accuracy check on the GPU machine: perplexity of the int8 tensor-core prefill (the
 # default on NVIDIA) against the f16 tiles (EBB_CL_MMQ=0, matmul_mms) on the same files, over
 # tests/data/perplexity/coriolanus.txt, or the text EBB_PPL_TEXT names (scripts/fetch-texts.sh's
-# whole play, ten times as many tokens, carried in .device-carry). Files: the real models given
-# in EBB_PPL_MODELS (paths), and random-weight ones written here by ebb-gen-model for EBB_PPL_GEN
-# (SHAPE:TYPE ..., Llama shapes with .device-carry/tok.gguf, Qwen shapes with
+# whole play, about eleven times as many tokens, carried in .device-carry). Files: the real
+# models given in EBB_PPL_MODELS (paths), and random-weight ones written here by ebb-gen-model
+# for EBB_PPL_GEN (SHAPE:TYPE ..., Llama shapes with .device-carry/tok.gguf, Qwen shapes with
 # .device-carry/tok-qwen.gguf) into /dev/shm/models. The random-weight files take EBB_PPL_CTX
 # (default 512) and EBB_PPL_CHUNKS (default 2; 0: the whole text); the real models windows of
-# 128 over the whole text. One line a run in $OUT/ppl.log
-# (or /tmp/out), with the relative difference of the two paths. EBB_PPL_JITTER="N ..." adds, for
+# 128 over the whole text. One line a run in $OUT/ppl.log (or /tmp/out), with the relative
+# difference of the two paths. EBB_PPL_JITTER="N ..." adds, for
 # the real models, an int8 run with EBB_CL_MMQ_JITTER=N for each N (the inputs' scales times
 # 1 + N 1e-6: other roundings of the same inputs), and the mean and spread of the int8 runs
 # against the f16 tiles.

