@@ -11,7 +11,9 @@
 # difference of the two paths. EBB_PPL_JITTER="N ..." adds, for
 # the real models, an int8 run with EBB_CL_MMQ_JITTER=N for each N (the inputs' scales times
 # 1 + N 1e-6: other roundings of the same inputs), and the mean and spread of the int8 runs
-# against the f16 tiles.
+# against the f16 tiles. EBB_PPL_ALSO="KEY=VALUE ...[;KEY=VALUE ...]" adds, for every file, an
+# int8 run with each group of variables set (e.g. EBB_CL_MMQ_RES=0: one pass of 8-bit inputs
+# everywhere), against the same f16 figure.
 # Usage (device): source .device-carry/env.sh; EBB_PPL_GEN="llama3-8b:q4_k_m" bash bench/gpu-ppl.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib-gpu.sh"
@@ -51,6 +53,23 @@ print(f"{os.path.basename(f)} ctx {ctx}, {a['n_chunks']} windows ({a['n_scored']
       f"int8 {a['ppl']:.4f} ({a['ms'] / 1e3:.1f} s), f16 tiles {b['ppl']:.4f} "
       f"({b['ms'] / 1e3:.1f} s): {100 * rel:+.3f}%")
 PY
+    IFS=';' read -ra alsos <<<"${EBB_PPL_ALSO:-}"
+    for also in "${alsos[@]}"; do
+        # shellcheck disable=SC2086 # (KEY=VALUE words)
+        c=$(env $also timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
+        python3 - "$f" "$ctx" "$c" "$b" "$also" <<'PY' | tee -a "$log"
+import json, os, sys
+f, ctx, c, b, also = sys.argv[1:6]
+try:
+    c, b = json.loads(c), json.loads(b)
+except ValueError:
+    print(f"{os.path.basename(f)} ctx {ctx} with {also}: a run failed ({sys.argv[3]!r})")
+    sys.exit(0)
+rel = (c["ppl"] - b["ppl"]) / b["ppl"]
+print(f"{os.path.basename(f)} ctx {ctx} with {also}: int8 {c['ppl']:.4f} "
+      f"({c['ms'] / 1e3:.1f} s) against the f16 tiles' {b['ppl']:.4f}: {100 * rel:+.3f}%")
+PY
+    done
     [[ $real == *" $f "* ]] && [ -n "${EBB_PPL_JITTER:-}" ] || continue
     js=("$a")
     for j in $EBB_PPL_JITTER; do

@@ -1731,8 +1731,9 @@ __kernel void k8_split(W_ARGS, int n_in, int n_out, __global uint *qa)
  * and sum through local memory. Global size (round_up(n_in / 4, 64), n_tok), local (64, 1)
  * (ebb_cl_mmq_quantize_shape). */
 /* mmq_quantize's block of work-item l (lane j of 8) holding v of row t's block b (in: b within
- * the row), am and sm its work-group's local arrays. */
-inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_in,
+ * the row), am and sm its work-group's local arrays. Returns what the rounding left of v
+ * (v - d q), the second pass's input (mmq_quant_res). */
+inline float4 mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_in,
                        __global char *xq, __global float2 *xh, __local float *am, __local int *sm)
 {
     int l0 = l & ~7;
@@ -1750,8 +1751,9 @@ inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_i
     int4 qi = (int4)(q8_round(v.x, d), q8_round(v.y, d), q8_round(v.z, d), q8_round(v.w, d));
     sm[l] = qi.x + qi.y + qi.z + qi.w;
     barrier(CLK_LOCAL_MEM_FENCE);
+    float4 left = v - d * convert_float4(qi);
     if (!in)
-        return;
+        return left;
     ((__global char4 *)(xq + t * n_in + 32 * b))[j] = convert_char4(qi);
     if (j == 0) {
         int s = 0;
@@ -1760,6 +1762,21 @@ inline void mmq_quant4(float4 v, bool in, int l, int j, int b, size_t t, int n_i
             s += sm[l0 + u];
         xh[t * (n_in / 32) + b] = (float2)(d, d * (float)s);
     }
+    return left;
+}
+
+/* MMQ_RES's two passes: v rounded into xq / xh as mmq_quantize rounds it, and what that left
+ * rounded the same way into xq2 / xh2 (a block's second scale about 1/254 of its first), so that
+ * the sum of the two int8 products (matmul_mmql run on each, the second adding to the first's
+ * output) carries about 15 bits of each input instead of 8. Every work-item of the group calls
+ * it (the barriers of both passes). */
+inline void mmq_quant_res(float4 v, bool in, int l, int j, int b, size_t t, int n_in,
+                          __global char *xq, __global float2 *xh, __global char *xq2,
+                          __global float2 *xh2, __local float *am, __local int *sm)
+{
+    float4 left = mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
+    barrier(CLK_LOCAL_MEM_FENCE); /* am and sm are the second pass's */
+    mmq_quant4(left, in, l, j, b, t, n_in, xq2, xh2, am, sm);
 }
 
 __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
@@ -1772,6 +1789,39 @@ mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __g
     bool in = b < n_in / 32; /* past the row: no loads or stores, but in the barriers */
     float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
     mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
+}
+
+/* mmq_quantize in two passes (mmq_quant_res; MMQ_RES): x's rows into xq / xh as mmq_quantize
+ * writes them, what their rounding left into xq2 / xh2. Same shape as mmq_quantize. */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
+mmq_quantize_res(__global const float *x, int x_ld, int n_in, __global char *xq,
+                 __global float2 *xh, __global char *xq2, __global float2 *xh2)
+{
+    __local float am[64];
+    __local int sm[64];
+    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
+    size_t t = get_global_id(1);
+    bool in = b < n_in / 32;
+    float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
+    mmq_quant_res(v, in, l, j, b, t, n_in, xq, xh, xq2, xh2, am, sm);
+}
+
+/* The RMS norm of x's row t times nw as ops.cl's rmsnorm computes it, for work-item l's 4
+ * values of block b (zeros past the row: in false); am the work-group's 64 floats, free again
+ * on return. Every work-item of the group calls it. */
+inline float4 mmq_norm4(const __global float *xr, int n_in, const __global float *nw, float eps,
+                        int l, int j, int b, bool in, __local float *am)
+{
+    am[l] = l < NORM_WG ? norm_sq_part(xr, n_in, l) : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = NORM_WG / 2; h > 0; h >>= 1) {
+        if (l < h)
+            am[l] += am[l + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float inv = rsqrt(am[0] / n_in + eps);
+    barrier(CLK_LOCAL_MEM_FENCE); /* am is mmq_quant4's next */
+    return in ? vload4(j, xr + 32 * b) * inv * vload4(j, nw + 32 * b) : (float4)(0.0f);
 }
 
 /* mmq_quantize of the RMS norm of each row times nw, the same floats as ops.cl's rmsnorm writes
@@ -1787,19 +1837,24 @@ mmq_quantize_norm(__global const float *x, int x_ld, int n_in, __global const fl
     __local int sm[64];
     int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
     size_t t = get_global_id(1);
-    const __global float *xr = x + t * x_ld;
-    am[l] = l < NORM_WG ? norm_sq_part(xr, n_in, l) : 0.0f;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = NORM_WG / 2; h > 0; h >>= 1) {
-        if (l < h)
-            am[l] += am[l + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float inv = rsqrt(am[0] / n_in + eps);
-    barrier(CLK_LOCAL_MEM_FENCE); /* am is mmq_quant4's next */
     bool in = b < n_in / 32;
-    float4 v = in ? vload4(j, xr + 32 * b) * inv * vload4(j, nw + 32 * b) : (float4)(0.0f);
+    float4 v = mmq_norm4(x + t * x_ld, n_in, nw, eps, l, j, b, in, am);
     mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
+}
+
+/* mmq_quantize_norm in two passes (mmq_quant_res; MMQ_RES). Same shape as mmq_quantize. */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
+mmq_quantize_norm_res(__global const float *x, int x_ld, int n_in, __global const float *nw,
+                      float eps, __global char *xq, __global float2 *xh, __global char *xq2,
+                      __global float2 *xh2)
+{
+    __local float am[64];
+    __local int sm[64];
+    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
+    size_t t = get_global_id(1);
+    bool in = b < n_in / 32;
+    float4 v = mmq_norm4(x + t * x_ld, n_in, nw, eps, l, j, b, in, am);
+    mmq_quant_res(v, in, l, j, b, t, n_in, xq, xh, xq2, xh2, am, sm);
 }
 
 /* mmq_quantize of the SwiGLU of gate and up outputs: row p (pair p of token p / k, expert slot

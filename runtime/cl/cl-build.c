@@ -85,7 +85,9 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          ((rc = ebb_cl_kernel(p.prog, "matmul_mmq", &p.matmul_mmq, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "mmq_quantize", &p.mmq_quantize, diag)) ||
           (rc = ebb_cl_kernel(p.prog, "mmq_quantize_norm", &p.mmq_quant_nw, diag)) ||
-          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_glu", &p.mmq_quant_glu, diag)))) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_glu", &p.mmq_quant_glu, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_res", &p.mmq_quant_r, diag)) ||
+          (rc = ebb_cl_kernel(p.prog, "mmq_quantize_norm_res", &p.mmq_quant_nw_r, diag)))) ||
         (p.matmul_mmq &&
          ebb_cl_mmql_bytes(tu->mms_t, tu->mms_mi, tu->mms_w, tu->mms_kb) <= 48 * 1024 &&
          (rc = ebb_cl_kernel(p.prog, "matmul_mmql", &p.matmul_mmql, diag))) ||
@@ -207,6 +209,10 @@ void ebb_cl_wprog_fini(struct ebb_cl_wprog *p)
         clReleaseKernel(p->mmq_quant_nw);
     if (p->mmq_quant_glu)
         clReleaseKernel(p->mmq_quant_glu);
+    if (p->mmq_quant_r)
+        clReleaseKernel(p->mmq_quant_r);
+    if (p->mmq_quant_nw_r)
+        clReleaseKernel(p->mmq_quant_nw_r);
     if (p->matmul_mmql)
         clReleaseKernel(p->matmul_mmql);
     if (p->k4_split)

@@ -253,6 +253,20 @@ const struct knob ebb__cl_knobs[] = {
           "of their input (mmq_quantize_norm, mmq_quantize_glu: one launch instead of two, the "
           "same numbers); 0: rmsnorm or swiglu, then mmq_quantize",
           {DC_ANY, {1}}),
+    UINT1("MMQ_RES", mmq_res, "0..1048576",
+          "models of at most N embedding values (n_embd): the int8 tiles' products (MMQ's and "
+          "MMQS's: prefill and a batch's steps) of the normed inputs (q/k/v, gate/up) and of the "
+          "attention's output (o) run twice, on the 8-bit inputs and on what their rounding left "
+          "quantized again (mmq_quantize_norm_res, mmq_quantize_res: about 15 bits an input for "
+          "twice those products' work); the down product keeps one pass. 0: never. Small models "
+          "lose the most to 8-bit inputs (on an H200 SmolLM2-135M's perplexity +0.35% over the "
+          "f16 tiles in one pass, +0.08% in two; its pp512 a fifth to a third slower, "
+          "docs/PERFORMANCE.md)",
+          {DC_ANY, {1024}}),
+    UINT1("MMQ_RES_OPS", mmq_res_ops, "0..7",
+          "with MMQ_RES: the products that take its two passes, a sum of 1 (q/k/v), 2 (o) and "
+          "4 (gate/up)",
+          {DC_ANY, {7}}),
     BOOL1("MMQS_ALL", mmqs_all,
           "MMQS's products for every weight type matmul_mmq takes (K-quants, Q8_0, Q5_0, ...), "
           "not only Q4_0 (0: those batches take matmul_mms's tiles; measured in "

@@ -81,36 +81,41 @@ struct ebb_cl_tuning {
                      matmul_mms takes run matmul_mmq (8-bit inputs, int8 tensor-core
                      products) with the mmq_* tile; 0 = never */
     uint32_t mmq_t, mmq_mi, mmq_w, mmq_kb; /* that tile (as mms_t, mms_mi, mms_w, mms_kb) */
-    uint32_t mmq_stage;  /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
-                            memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
-    uint32_t mmq_async;  /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
-                            cp.async, mmq_nst steps in flight (after the async probe) */
-    uint32_t mmq_nst;    /* those steps: 2 or 3 */
-    uint32_t mmq_i2f;    /* 1: the int8 tiles' int32 sums and matmul_mms's byte-wide weights
-                            converted to float by integer and float adds (the same bits) */
-    uint32_t mmq_jit;    /* accuracy studies: the int8 products' input scales times
-                            (1 + mmq_jit 1e-6); 0 = off */
-    uint32_t mmqs;       /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
-                            of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
-                            steps); 0 = never */
-    uint32_t mmq_fold;   /* 1: a norm or SwiGLU before int8 products folded into their quantize */
-    uint32_t mmqs_all;   /* 1: mmqs's products for every weight type with matmul_mmq, not only
-                            Q4_0 */
-    uint32_t mmqs_split; /* with mmqs: a product whose tiles fill fewer than mmqs_split
-                            work-groups a compute unit splits its inputs into slices (at most
-                            EBB_CL_MMQS_SPLIT_MAX; 0: never) */
-    uint32_t mmql_split; /* the same for prefill's products on the mmql_* tiles (mmq_stage) */
-    uint32_t k4split;    /* raw Q4_K products of at least this many rows (prefill's, a
-                            batch's) rewrite the weight as split Q4_1 first (k4_split), 0:
-                            never */
-    uint32_t k8split;    /* the same for raw Q6_K and Q5_K weights (k8_split, matmul_mmql
-                            with MQL_S8H) */
-    uint32_t ks_keep;    /* the rewrites of the layers' raw K-quant weights made once at load
-                            and kept beside them (prefill and batches read those) where they
-                            take at most this percentage of the device's memory, 0: made for
-                            each product */
-    uint32_t mql_s8h;    /* not a knob: the program's matmul_mmq / matmul_mmql read Q6_K / Q5_K
-                            weights as k8_split wrote them (MQL_S8H) */
+    uint32_t mmq_stage;   /* 1: prefill's int8 products run matmul_mmql (tiles staged in local
+                             memory) with the mmql_* tile instead of matmul_mmq's mmq_* tile */
+    uint32_t mmq_async;   /* 1: matmul_mmql copies split Q4_0 weights' tiles and its inputs with
+                             cp.async, mmq_nst steps in flight (after the async probe) */
+    uint32_t mmq_nst;     /* those steps: 2 or 3 */
+    uint32_t mmq_i2f;     /* 1: the int8 tiles' int32 sums and matmul_mms's byte-wide weights
+                             converted to float by integer and float adds (the same bits) */
+    uint32_t mmq_jit;     /* accuracy studies: the int8 products' input scales times
+                             (1 + mmq_jit 1e-6); 0 = off */
+    uint32_t mmqs;        /* with mmq_stage: products of at least mmqs and fewer than mmq token rows
+                             of Q4_0 weights run matmul_mmql with the mmqs_* tile (batched decode
+                             steps); 0 = never */
+    uint32_t mmq_fold;    /* 1: a norm or SwiGLU before int8 products folded into their quantize */
+    uint32_t mmq_res;     /* models of at most this n_embd: the int8 tiles' products (prefill,
+                             a batch's) of normed inputs (q/k/v, gate/up) and the attention's
+                             output (o) run on two passes of 8-bit inputs (the rounding's
+                             remainder quantized again); 0 = never */
+    uint32_t mmq_res_ops; /* with mmq_res: which products, bits 1 q/k/v, 2 o, 4 gate/up */
+    uint32_t mmqs_all;    /* 1: mmqs's products for every weight type with matmul_mmq, not only
+                             Q4_0 */
+    uint32_t mmqs_split;  /* with mmqs: a product whose tiles fill fewer than mmqs_split
+                             work-groups a compute unit splits its inputs into slices (at most
+                             EBB_CL_MMQS_SPLIT_MAX; 0: never) */
+    uint32_t mmql_split;  /* the same for prefill's products on the mmql_* tiles (mmq_stage) */
+    uint32_t k4split;     /* raw Q4_K products of at least this many rows (prefill's, a
+                             batch's) rewrite the weight as split Q4_1 first (k4_split), 0:
+                             never */
+    uint32_t k8split;     /* the same for raw Q6_K and Q5_K weights (k8_split, matmul_mmql
+                             with MQL_S8H) */
+    uint32_t ks_keep;     /* the rewrites of the layers' raw K-quant weights made once at load
+                             and kept beside them (prefill and batches read those) where they
+                             take at most this percentage of the device's memory, 0: made for
+                             each product */
+    uint32_t mql_s8h;     /* not a knob: the program's matmul_mmq / matmul_mmql read Q6_K / Q5_K
+                             weights as k8_split wrote them (MQL_S8H) */
     uint32_t mmqs_t, mmqs_mi, mmqs_w, mmqs_kb;     /* that tile, as mmql_* */
     uint32_t mmqs6_t, mmqs6_mi, mmqs6_w, mmqs6_kb; /* the same for Q6_K weights */
     uint32_t mmql_t, mmql_mi, mmql_w, mmql_kb;     /* matmul_mmql's tile: tokens, 16-row groups a

@@ -229,29 +229,31 @@ struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
-    cl_kernel matvec_q8r;    /* with matvec_q8 */
-    cl_kernel matvec_q8_qin; /* with matvec_q8 where ebb_cl_qin_wg, else NULL */
-    cl_kernel matvec_q8_mix; /* with matvec_q8 of kq8.cl's types, else NULL */
-    cl_kernel matmul_mma;    /* with tu->mm_mma, else NULL */
-    cl_kernel matmul_mmb;    /* with tu->mm_mma, else NULL */
-    cl_kernel matmul_mms;    /* with tu->mm_mma where the layout has W_QW, else NULL */
-    cl_kernel matmul_mmp;    /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
-    cl_kernel matmul_mmq;    /* with matmul_mms where tu->mmq: its tile on 8-bit inputs */
-    cl_kernel matmul_mmqp;   /* the same with the mmq_* tile (prefill), with matmul_mmq; with
-                                tu->mmq_stage matmul_mmql with the mmql_* tile */
-    cl_kernel matmul_mmqs;   /* matmul_mmql with the mmqs_* tile (batched steps of mmqs..mmq - 1
-                                rows of Q4_0), else NULL */
-    cl_kernel mmq_quantize;  /* matmul_mmq's inputs, with matmul_mmq */
-    cl_kernel mmq_quant_nw;  /* with it: mmq_quantize_norm (rows RMS-normed first) */
-    cl_kernel mmq_quant_glu; /* with it: mmq_quantize_glu (SwiGLU of gate and up halves) */
-    cl_kernel matmul_mmql;   /* with matmul_mmq: matmul_mmql on the mms_* tile where its
-                                staging fits local memory, else NULL */
-    cl_kernel moe_group_mms; /* matmul_mms's tile over a tile of expert pairs (moe.cl's
-                                grouped prefill on tensor cores), with matmul_mms where
-                                tu->mms_t is 16, else NULL */
-    cl_kernel matvec_cpu;    /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
-    cl_kernel k4_split;      /* raw Q4_K with tu->k4split and matmul_mmqp on the mmql_* tiles:
-                                the weight as split Q4_1 planes (matmul-mma.cl), else NULL */
+    cl_kernel matvec_q8r;     /* with matvec_q8 */
+    cl_kernel matvec_q8_qin;  /* with matvec_q8 where ebb_cl_qin_wg, else NULL */
+    cl_kernel matvec_q8_mix;  /* with matvec_q8 of kq8.cl's types, else NULL */
+    cl_kernel matmul_mma;     /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mmb;     /* with tu->mm_mma, else NULL */
+    cl_kernel matmul_mms;     /* with tu->mm_mma where the layout has W_QW, else NULL */
+    cl_kernel matmul_mmp;     /* matmul_mms with the mmp_* tile, where tu->mms_big, else NULL */
+    cl_kernel matmul_mmq;     /* with matmul_mms where tu->mmq: its tile on 8-bit inputs */
+    cl_kernel matmul_mmqp;    /* the same with the mmq_* tile (prefill), with matmul_mmq; with
+                                 tu->mmq_stage matmul_mmql with the mmql_* tile */
+    cl_kernel matmul_mmqs;    /* matmul_mmql with the mmqs_* tile (batched steps of mmqs..mmq - 1
+                                 rows of Q4_0), else NULL */
+    cl_kernel mmq_quantize;   /* matmul_mmq's inputs, with matmul_mmq */
+    cl_kernel mmq_quant_nw;   /* with it: mmq_quantize_norm (rows RMS-normed first) */
+    cl_kernel mmq_quant_glu;  /* with it: mmq_quantize_glu (SwiGLU of gate and up halves) */
+    cl_kernel mmq_quant_r;    /* with it: mmq_quantize_res (MMQ_RES's two passes) */
+    cl_kernel mmq_quant_nw_r; /* with it: mmq_quantize_norm_res */
+    cl_kernel matmul_mmql;    /* with matmul_mmq: matmul_mmql on the mms_* tile where its
+                                 staging fits local memory, else NULL */
+    cl_kernel moe_group_mms;  /* matmul_mms's tile over a tile of expert pairs (moe.cl's
+                                 grouped prefill on tensor cores), with matmul_mms where
+                                 tu->mms_t is 16, else NULL */
+    cl_kernel matvec_cpu;     /* with tu->mv_cpu where the layout has W_DEQ32, else NULL */
+    cl_kernel k4_split;       /* raw Q4_K with tu->k4split and matmul_mmqp on the mmql_* tiles:
+                                 the weight as split Q4_1 planes (matmul-mma.cl), else NULL */
     cl_kernel k8_split; /* raw Q6_K / Q5_K with tu->k8split and matmul_mmqp on the mmql_* tiles:
                            the weight as a byte a weight and its halves' scales, else NULL */
     cl_kernel matmul_mmq_s8;  /* with k8_split: matmul_mmql built with MQL_S8H on the mmql_* tile

@@ -309,6 +309,9 @@ struct clm {
     cl_mem mq_x, mq_h;         /* with tu.mmq: matmul_mmq's inputs, n_batch rows of the widest
                                   n_in as int8 and a float2 (d, d * sum) per 32 */
     uint32_t mq_wide;          /* that widest n_in */
+    cl_mem mq_x2, mq_h2;       /* with tu.mmq_res (n_embd within it): MMQ_RES's second pass,
+                                  n_batch rows of mq_wide2 as mq_x and mq_h hold theirs */
+    uint32_t mq_wide2;         /* their width: the wider of n_embd and the attention's n_q */
     cl_mem att_cnt;            /* with k_attn_rope_q8: a count a head group (n_head ints, zero
                                   between launches) */
     cl_mem mq_part, mq_cnt;    /* with tu.mmqs_split: the slices' sums (mq_part_n floats) and a
@@ -332,6 +335,7 @@ struct clm {
     bool mq_ready;              /* mmq_fold quantized the next group's input already */
     bool mq_group, mq_held;     /* in wmul_group (one input for all products); mq_x and mq_h
                                    hold that input quantized */
+    bool mq_res;                /* the next products run MMQ_RES's two passes (proj_inner) */
     cl_mem rt, dr;              /* batched: (n_batch) int2 (KV slot, position) per row, (n_dec_max)
                                    int decode rows */
     uint32_t max_chunks;        /* decode attention chunks of a full context */

@@ -195,14 +195,24 @@ static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_ker
                             int y_off, cl_mem res, int nt, struct ebb_diag *diag)
 {
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
-    struct ebb_cl_arg aq[] = {EBB_CL_ARG(x), EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
-                              EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h)};
+    struct ebb_cl_arg aq[] = {EBB_CL_ARG(x),       EBB_CL_ARG(x_ld),    EBB_CL_ARG(n_in),
+                              EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h), EBB_CL_ARG(m->mq_x2),
+                              EBB_CL_ARG(m->mq_h2)};
     size_t gq[2], lq[2];
     ebb_cl_mmq_quantize_shape((uint32_t)n_in, (uint32_t)nt, gq, lq);
     ebb_err rc = EBB_OK;
+    /* MMQ_RES (proj_inner's m->mq_res): the input in two passes, the product run on each, the
+     * second adding to the first's output. */
+    bool two = m->mq_res;
+    if (two) {
+        struct ebb_cl_wprog *p = NULL;
+        if ((rc = ebb__clm_prog_for(m, &w->layout, &p, diag)))
+            return rc;
+        q = p->mmq_quant_r;
+    }
     /* A group's products after the first find their shared input quantized already. */
-    if (!m->mq_held &&
-        ((rc = ebb_cl_set_args(q, 0, aq, 5, diag)) || (rc = ebb_cl_run(m->cl, q, 2, gq, lq, diag))))
+    if (!m->mq_held && ((rc = ebb_cl_set_args(q, 0, aq, two ? 7 : 5, diag)) ||
+                        (rc = ebb_cl_run(m->cl, q, 2, gq, lq, diag))))
         return rc;
     m->mq_held = m->mq_group;
     struct ebb_cl_arg a[] = {EBB_CL_ARG(n_in),    EBB_CL_ARG(n_out), EBB_CL_ARG(m->mq_x),
@@ -216,16 +226,25 @@ static ebb_err mmq_run_kind(struct clm *m, const struct ebb_cl_weight *w, cl_ker
                                : !m->tu.mmq_stage ? EBB_CL_WK_MMQ
                                                   : ebb_cl_mmql_kind(&w->layout);
     ebb_cl_wkernel_shape(&m->tu, kind, (uint32_t)n_out, (uint32_t)nt, g, l);
-    if (kind == EBB_CL_WK_MMQ)
-        return ebb_cl_run(m->cl, k, 2, g, l, diag);
-    /* matmul_mmql: a product whose tiles leave the compute units short of mmqs_split (a batch's)
-     * or mmql_split (prefill's) work-groups each is split into slices of its inputs
-     * (matmul-mma.cl) */
-    g[2] = mmq_slices(m, kind, batch, n_in, n_out, nt, g[0] / l[0] * g[1]);
-    struct ebb_cl_arg az[] = {EBB_CL_ARG(m->mq_part), EBB_CL_ARG(m->mq_cnt)};
-    if ((rc = ebb_cl_set_args(k, 11, az, 2, diag)))
+    int dims = 2;
+    if (kind != EBB_CL_WK_MMQ) {
+        /* matmul_mmql: a product whose tiles leave the compute units short of mmqs_split (a
+         * batch's) or mmql_split (prefill's) work-groups each is split into slices of its
+         * inputs (matmul-mma.cl) */
+        g[2] = mmq_slices(m, kind, batch, n_in, n_out, nt, g[0] / l[0] * g[1]);
+        struct ebb_cl_arg az[] = {EBB_CL_ARG(m->mq_part), EBB_CL_ARG(m->mq_cnt)};
+        if ((rc = ebb_cl_set_args(k, 11, az, 2, diag)))
+            return rc;
+        dims = 3;
+    }
+    if ((rc = ebb_cl_run(m->cl, k, (cl_uint)dims, g, l, diag)) || !two)
         return rc;
-    return ebb_cl_run(m->cl, k, 3, g, l, diag);
+    /* the second pass: y += W (what the first pass's rounding left), in queue order after it */
+    struct ebb_cl_arg a2[] = {EBB_CL_ARG(m->mq_x2), EBB_CL_ARG(m->mq_h2)};
+    struct ebb_cl_arg ar[] = {EBB_CL_ARG(y)};
+    if ((rc = ebb_cl_set_args(k, 4, a2, 2, diag)) || (rc = ebb_cl_set_args(k, 9, ar, 1, diag)))
+        return rc;
+    return ebb_cl_run(m->cl, k, (cl_uint)dims, g, l, diag);
 }
 
 /* Sets path's bit for w's type in paths (m->paths, or m->kept_paths). */
@@ -620,23 +639,42 @@ static ebb_err mmq_fold(struct clm *m, const struct ebb_cl_weight *w, uint32_t n
             mmq_tile_of(m, &w[i], p, nt) == MMQ_NONE)
             return EBB_EUNSUPPORTED;
     ebb_err rc = ebb__clm_prog_for(m, &w[0].layout, &p, diag);
-    cl_kernel k = glu ? p->mmq_quant_glu : p->mmq_quant_nw;
+    bool two = m->mq_res && !glu; /* (proj_inner's: the norm's groups only) */
+    cl_kernel k = glu ? p->mmq_quant_glu : two ? p->mmq_quant_nw_r : p->mmq_quant_nw;
     if (rc || !k || (!glu && m->tu.norm_wg > 64)) /* (mmq_quantize_norm's sums: rmsnorm's) */
         return rc ? rc : EBB_EUNSUPPORTED;
     int n_in = (int)w[0].n_in, k1 = 1;
     float eps = m->hp.rms_eps;
-    struct ebb_cl_arg an[] = {EBB_CL_ARG(x),      EBB_CL_ARG(x_ld), EBB_CL_ARG(n_in),
-                              EBB_CL_ARG(nw),     EBB_CL_ARG(eps),  EBB_CL_ARG(m->mq_x),
-                              EBB_CL_ARG(m->mq_h)};
+    struct ebb_cl_arg an[] = {EBB_CL_ARG(x),       EBB_CL_ARG(x_ld),     EBB_CL_ARG(n_in),
+                              EBB_CL_ARG(nw),      EBB_CL_ARG(eps),      EBB_CL_ARG(m->mq_x),
+                              EBB_CL_ARG(m->mq_h), EBB_CL_ARG(m->mq_x2), EBB_CL_ARG(m->mq_h2)};
     struct ebb_cl_arg ag[] = {EBB_CL_ARG(x),  EBB_CL_ARG(x_ld),    EBB_CL_ARG(n_in),
                               EBB_CL_ARG(k1), EBB_CL_ARG(m->mq_x), EBB_CL_ARG(m->mq_h)};
     size_t g[2], l[2];
     ebb_cl_mmq_quantize_shape((uint32_t)n_in, (uint32_t)nt, g, l);
-    if ((rc = glu ? ebb_cl_set_args(k, 0, ag, 6, diag) : ebb_cl_set_args(k, 0, an, 7, diag)) ||
+    if ((rc = glu ? ebb_cl_set_args(k, 0, ag, 6, diag)
+                  : ebb_cl_set_args(k, 0, an, two ? 9 : 7, diag)) ||
         (rc = ebb_cl_run(m->cl, k, 2, g, l, diag)))
         return rc;
     m->mq_ready = true;
     return EBB_OK;
+}
+
+/* Whether the n products of w (one input of nt rows: the norm's, or the attention's output)
+ * run MMQ_RES's two passes: a model within tu.mmq_res (mq_x2 allocated), every product of at
+ * most mq_wide2 inputs on an int8 tile (prefill's, or a batch's: the same products of fewer
+ * rows, e.g. a window's halves in `ebb perplexity`) with the two-pass quantize kernels built. */
+static bool mmq_res_ok(struct clm *m, const struct ebb_cl_weight *w, uint32_t n, int nt)
+{
+    if (!m->mq_x2)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ebb_cl_wprog *p = NULL;
+        if (w[i].n_in > m->mq_wide2 || ebb__clm_prog_for(m, &w[i].layout, &p, NULL) ||
+            mmq_tile_of(m, &w[i], p, nt) == MMQ_NONE || !p->mmq_quant_r || !p->mmq_quant_nw_r)
+            return false;
+    }
+    return true;
 }
 
 static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm_step *s, int nt,
@@ -666,16 +704,26 @@ static ebb_err proj_inner(struct clm *m, const struct layer *L, const struct clm
         cl_mem nw = L->norm[s->norm];
         if (fold_norm)
             return wmul_group(m, w, n_w, in, in_ld, out, out_ld, nw, nt, diag);
+        /* MMQ_RES_OPS: 1 the q/k/v group, 4 gate/up (and any other normed group) */
+        m->mq_res =
+            (m->tu.mmq_res_ops & (s->out == CLM_QKV ? 1u : 4u)) && mmq_res_ok(m, w, n_w, nt);
         if ((rc = mmq_fold(m, w, n_w, in, in_ld, nw, 0, nt, diag)) == EBB_EUNSUPPORTED)
             rc = ebb__clm_rmsnorm(m, in, nw, m->h, nt, diag);
-        return rc ? rc : wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
+        if (!rc)
+            rc = wmul_group(m, w, n_w, m->h, n_embd, out, out_ld, NULL, nt, diag);
+        m->mq_res = false;
+        return rc;
     }
     if (m->att_q8 && s->in == CLM_ATT && nt == 1) { /* attend quantized it (att_q8_ok) */
         m->att_q8 = false;
         return q8_matvec(m, &w[0], q8_kernel(m, &w[0], diag), out, 0, res, diag);
     }
-    if (!s->glu)
-        return ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
+    if (!s->glu) {
+        m->mq_res = s->in == CLM_ATT && (m->tu.mmq_res_ops & 2u) && mmq_res_ok(m, w, 1, nt);
+        rc = ebb__clm_wmul(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, nt, diag);
+        m->mq_res = false;
+        return rc;
+    }
     if (fold) /* SwiGLU / GeGLU folded into the product */
         return wmul_glu(m, &w[0], in, in_ld, out, out_ld, 0, res, NULL, s->glu, nt, diag);
     if (s->glu == CLM_GLU_SILU) {

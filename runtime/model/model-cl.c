@@ -102,11 +102,11 @@ static void clm_free(void *ctx)
     ebb_cl_weight_fini(&m->output);
     release(&m->output_norm);
     release(&m->rope_ff);
-    cl_mem *scratch[] = {&m->ids,     &m->x,      &m->h,      &m->qkv,  &m->att,  &m->gu,
-                         &m->ff,      &m->hl,     &m->logits, &m->po,   &m->pml,  &m->tpv,
-                         &m->tpi,     &m->tov,    &m->toi,    &m->xq,   &m->xd,   &m->rt,
-                         &m->dr,      &m->xl,     &m->apo,    &m->apml, &m->mq_x, &m->mq_h,
-                         &m->mq_part, &m->mq_cnt, &m->k4_a,   &m->k4_b, &m->k8,   &m->att_cnt};
+    cl_mem *scratch[] = {
+        &m->ids,     &m->x,      &m->h,    &m->qkv,  &m->att, &m->gu,      &m->ff,    &m->hl,
+        &m->logits,  &m->po,     &m->pml,  &m->tpv,  &m->tpi, &m->tov,     &m->toi,   &m->xq,
+        &m->xd,      &m->rt,     &m->dr,   &m->xl,   &m->apo, &m->apml,    &m->mq_x,  &m->mq_h,
+        &m->mq_part, &m->mq_cnt, &m->k4_a, &m->k4_b, &m->k8,  &m->att_cnt, &m->mq_x2, &m->mq_h2};
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         release(scratch[i]);
     cl_kernel ks[] = {
@@ -464,6 +464,15 @@ static ebb_err alloc_scratch(struct clm *m, struct ebb_diag *diag)
                                  "8-bit prefill inputs", diag)))
             return rc;
         m->mq_wide = (uint32_t)wide;
+        /* MMQ_RES's second pass: the normed inputs and the attention's output */
+        size_t w2 = hp->n_embd > m->n_q ? hp->n_embd : m->n_q;
+        if (hp->n_embd <= m->tu.mmq_res &&
+            ((rc = ebb__clm_alloc(m, (size_t)m->n_batch * w2, &m->mq_x2,
+                                  "8-bit prefill inputs' second pass", diag)) ||
+             (rc = ebb__clm_alloc(m, (size_t)m->n_batch * 2 * f * (w2 / 32), &m->mq_h2,
+                                  "8-bit prefill inputs' second pass", diag))))
+            return rc;
+        m->mq_wide2 = m->mq_x2 ? (uint32_t)w2 : 0;
         /* split products (a batch's of mmqs..mmq - 1 rows, prefill's): the slices' sums of the
          * widest n_out among the layers' products (mmq_slices splits only what fits) */
         bool bs = m->tu.mmqs && m->tu.mmqs_split && m->tu.mmqs < m->tu.mmq,
@@ -1348,12 +1357,13 @@ static ebb_err stage_new(const struct ebb__arch *a, const struct ebb__hparams *h
     char qin[48] = "";
     if (m->k_q8 && ebb_cl_qin_wg(&m->tu))
         snprintf(qin, sizeof(qin), ", quantized in the products (qin %u)", m->tu.qin);
-    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s%s)", m->cl->info.name,
+    snprintf(m->name, sizeof(m->name), "opencl (%s%s%s%s%s%s)", m->cl->info.name,
              m->k_q8 ? ", 8-bit decode inputs" : "", qin,
              m->k_q8 && m->tu.mv_idp ? ", integer dot product builtins" : "",
              !m->tu.mm_mma || !m->tu.mv_ptx ? ""
              : m->mq_x                      ? ", int8 tensor-core prefill"
-                                            : ", f16 tensor-core prefill");
+                                            : ", f16 tensor-core prefill",
+             m->mq_x2 ? ", two-pass 8-bit prefill inputs (mmq_res)" : "");
     m->iface.name = m->name;
     m->iface.eval = clm_eval;
     m->iface.eval_batch = clm_eval_batch;

@@ -808,6 +808,94 @@ static void check_mmq_fold(const struct ebb_cl_wprog *p, const float *x, cl_mem 
     free(xq);
 }
 
+/* mmq_quantize_res and mmq_quantize_norm_res (MMQ_RES's two passes, program p's mmq_quant_r /
+ * mmq_quant_nw_r) on x (ntok rows of n_in, in xb), against the host's rows (x itself, or RMS-normed
+ * times a weight in doubles): the first pass as mmq_quantize rounds (one step off at most), each
+ * block's second scale at most 1/254 of its first, and the two passes together (d1 q1 + d2 q2)
+ * within half a second-pass step of the value (plus 1e-5 of the block's largest magnitude for the
+ * norm's float sums). */
+static void check_mmq_res(const struct ebb_cl_wprog *p, const float *x, cl_mem xb, uint32_t n_in,
+                          uint32_t ntok, const char *name)
+{
+    CHECK(p->mmq_quant_r && p->mmq_quant_nw_r, "%s: no mmq_quantize_res / _norm_res", name);
+    if (!p->mmq_quant_r || !p->mmq_quant_nw_r)
+        return;
+    size_t nq = (size_t)ntok * n_in, nh = nq / 32;
+    float *nw = malloc(sizeof(float) * n_in), *v = malloc(sizeof(float) * n_in);
+    float *h1 = malloc(sizeof(float) * 2 * nh), *h2 = malloc(sizeof(float) * 2 * nh);
+    int8_t *q1 = malloc(nq), *q2 = malloc(nq);
+    for (uint32_t i = 0; i < n_in; i++)
+        nw[i] = 0.5f + 0.1f * (float)(i % 7);
+    cl_mem wb = buf(4 * n_in, nw), qb1 = buf(nq, NULL), qb2 = buf(nq, NULL);
+    cl_mem hb1 = buf(sizeof(float) * 2 * nh, NULL), hb2 = buf(sizeof(float) * 2 * nh, NULL);
+    int ni = (int)n_in, moved = 0;
+    float eps = 1e-5f;
+    double worst = 0; /* the largest error of the two passes, in second-pass steps */
+    for (int norm = 0; norm < 2; norm++) {
+        struct ebb_cl_arg ap[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni),  EBB_CL_ARG(ni), EBB_CL_ARG(qb1),
+                                  EBB_CL_ARG(hb1), EBB_CL_ARG(qb2), EBB_CL_ARG(hb2)};
+        struct ebb_cl_arg an[] = {EBB_CL_ARG(xb),  EBB_CL_ARG(ni),  EBB_CL_ARG(ni),
+                                  EBB_CL_ARG(wb),  EBB_CL_ARG(eps), EBB_CL_ARG(qb1),
+                                  EBB_CL_ARG(hb1), EBB_CL_ARG(qb2), EBB_CL_ARG(hb2)};
+        cl_kernel k = norm ? p->mmq_quant_nw_r : p->mmq_quant_r;
+        OK(norm ? ebb_cl_set_args(k, 0, an, 9, D) : ebb_cl_set_args(k, 0, ap, 7, D));
+        size_t g[2], l[2];
+        ebb_cl_mmq_quantize_shape(n_in, ntok, g, l);
+        OK(ebb_cl_run(cl, k, 2, g, l, D));
+        rd(qb1, nq, q1);
+        rd(qb2, nq, q2);
+        rd(hb1, sizeof(float) * 2 * nh, h1);
+        rd(hb2, sizeof(float) * 2 * nh, h2);
+        const char *kn = norm ? "mmq_quantize_norm_res" : "mmq_quantize_res";
+        for (uint32_t tk = 0; tk < ntok; tk++) {
+            const float *r = x + (size_t)tk * n_in;
+            double ss = 0;
+            for (uint32_t i = 0; i < n_in; i++)
+                ss += (double)r[i] * r[i];
+            for (uint32_t i = 0; i < n_in; i++)
+                v[i] = norm ? (float)(r[i] / sqrt(ss / ni + eps) * nw[i]) : r[i];
+            for (uint32_t b = 0; b < n_in / 32; b++) {
+                float amax = 0.0f;
+                for (int i = 0; i < 32; i++)
+                    amax = fmaxf(amax, fabsf(v[32 * b + i]));
+                size_t hi = (size_t)tk * (n_in / 32) + b;
+                float d = amax / 127.0f, d1 = h1[2 * hi], d2 = h2[2 * hi];
+                CHECK(fabsf(d1 - d) <= 1e-5f * d, "%s %s t %u block %u: first scale %g vs %g", name,
+                      kn, tk, b, d1, d);
+                CHECK(d2 <= d1 / 254.0f * 1.001f, "%s %s t %u block %u: second scale %g of %g",
+                      name, kn, tk, b, d2, d1);
+                for (int i = 0; i < 32; i++) {
+                    size_t at = (size_t)tk * n_in + 32 * b + i;
+                    int e = d > 0.0f ? (int)rintf(v[32 * b + i] / d) : 0;
+                    moved += e != q1[at];
+                    CHECK(abs(e - q1[at]) <= 1, "%s %s t %u i %u: %d vs %d", name, kn, tk,
+                          32 * b + i, q1[at], e);
+                    double got = (double)d1 * q1[at] + (double)d2 * q2[at];
+                    double err = fabs(got - v[32 * b + i]), lim = 0.5 * d2 + 1e-5 * amax;
+                    CHECK(err <= lim + 1e-30, "%s %s t %u i %u: %g from %g (limit %g)", name, kn,
+                          tk, 32 * b + i, got, v[32 * b + i], lim);
+                    if (d2 > 0.0f && err / d2 > worst)
+                        worst = err / d2;
+                }
+            }
+        }
+    }
+    printf("  %-34s mmq_quantize_res, _norm_res: %d first-pass values one step off the host's, "
+           "two passes within %.2f of a second step\n",
+           name, moved, worst);
+    clReleaseMemObject(wb);
+    clReleaseMemObject(qb1);
+    clReleaseMemObject(qb2);
+    clReleaseMemObject(hb1);
+    clReleaseMemObject(hb2);
+    free(nw);
+    free(v);
+    free(h1);
+    free(h2);
+    free(q1);
+    free(q2);
+}
+
 /* matmul_mmq and matmul_mmql (program p, built with tuning t's mms_* tile) on x (NTOK rows of n_in,
  * in xb) and weight wt (n_out rows, w its rows dequantized), the residual res added in place
  * through rb: mmq_quantize's int8 blocks against the host's rounding of the same inputs (q8.cl's: d
@@ -855,6 +943,7 @@ static void check_mmq(const struct ebb_cl_weight *wt, const struct ebb_cl_wprog 
         }
     check_i2f(p->matmul_mmq);
     check_mmq_fold(p, x, xb, n_in, ntok, name);
+    check_mmq_res(p, x, xb, n_in, ntok, name);
     /* matmul_mmq, then matmul_mmql (where its staging fits) whole and split into NZ slices of
      * its inputs (a batch's split products, MMQS_SPLIT; n_in of 8 or 9 blocks gives slices of
      * unequal steps), on the same inputs. The split run goes twice: the same bits both times
