@@ -34,41 +34,36 @@ real=" "
 for f in ${EBB_PPL_MODELS:-}; do files+=("$f:128:0") real+="$f "; done
 say "ebb $(ebb --version); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 say "text $text ($(wc -c <"$text") bytes, sha256 $(sha256sum "$text" | cut -c1-16)...)"
+# One line in the log: FILE's int8 run A (JSON) against the f16 tiles' B at CTX, LABEL after it.
+compare() {
+    python3 - "$@" <<'PY' | tee -a "$log"
+import json, os, sys
+f, ctx, label, a, b = sys.argv[1:6]
+name = f"{os.path.basename(f)} ctx {ctx}{label}"
+try:
+    a, b = json.loads(a), json.loads(b)
+except ValueError:
+    print(f"{name}: a run failed ({sys.argv[4]!r}, {sys.argv[5]!r})")
+    sys.exit(0)
+rel = (a["ppl"] - b["ppl"]) / b["ppl"]
+print(f"{name}, {a['n_chunks']} windows ({a['n_scored']} tokens scored): "
+      f"int8 {a['ppl']:.4f} ({a['ms'] / 1e3:.1f} s), f16 tiles {b['ppl']:.4f} "
+      f"({b['ms'] / 1e3:.1f} s): {100 * rel:+.3f}%")
+PY
+}
+
 for spec in "${files[@]}"; do
     IFS=: read -r f ctx chunks <<<"$spec"
     args=(-m "$f" -f "$text" --ctx "$ctx" --json)
     [ "$chunks" != 0 ] && args+=(--chunks "$chunks")
     a=$(timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
     b=$(EBB_CL_MMQ=0 timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
-    python3 - "$f" "$ctx" "$a" "$b" <<'PY' | tee -a "$log"
-import json, os, sys
-f, ctx, a, b = sys.argv[1:5]
-try:
-    a, b = json.loads(a), json.loads(b)
-except ValueError:
-    print(f"{os.path.basename(f)} ctx {ctx}: a run failed ({sys.argv[3]!r}, {sys.argv[4]!r})")
-    sys.exit(0)
-rel = (a["ppl"] - b["ppl"]) / b["ppl"]
-print(f"{os.path.basename(f)} ctx {ctx}, {a['n_chunks']} windows ({a['n_scored']} tokens scored): "
-      f"int8 {a['ppl']:.4f} ({a['ms'] / 1e3:.1f} s), f16 tiles {b['ppl']:.4f} "
-      f"({b['ms'] / 1e3:.1f} s): {100 * rel:+.3f}%")
-PY
+    compare "$f" "$ctx" "" "$a" "$b"
     IFS=';' read -ra alsos <<<"${EBB_PPL_ALSO:-}"
     for also in "${alsos[@]}"; do
         # shellcheck disable=SC2086 # (KEY=VALUE words)
         c=$(env $also timeout 300 ebb perplexity "${args[@]}" 2>/dev/null | tail -1)
-        python3 - "$f" "$ctx" "$c" "$b" "$also" <<'PY' | tee -a "$log"
-import json, os, sys
-f, ctx, c, b, also = sys.argv[1:6]
-try:
-    c, b = json.loads(c), json.loads(b)
-except ValueError:
-    print(f"{os.path.basename(f)} ctx {ctx} with {also}: a run failed ({sys.argv[3]!r})")
-    sys.exit(0)
-rel = (c["ppl"] - b["ppl"]) / b["ppl"]
-print(f"{os.path.basename(f)} ctx {ctx} with {also}: int8 {c['ppl']:.4f} "
-      f"({c['ms'] / 1e3:.1f} s) against the f16 tiles' {b['ppl']:.4f}: {100 * rel:+.3f}%")
-PY
+        compare "$f" "$ctx" " with $also" "$c" "$b"
     done
     [[ $real == *" $f "* ]] && [ -n "${EBB_PPL_JITTER:-}" ] || continue
     js=("$a")

@@ -1779,14 +1779,19 @@ inline void mmq_quant_res(float4 v, bool in, int l, int j, int b, size_t t, int 
     mmq_quant4(left, in, l, j, b, t, n_in, xq2, xh2, am, sm);
 }
 
+/* A quantize kernel's work-item: its group's local arrays am and sm (mmq_quant4's), lane j of 8
+ * in block b of row t, in: b within the row (past it: no loads or stores, but in the barriers). */
+#define MQ_ITEM                                                                                    \
+    __local float am[64];                                                                          \
+    __local int sm[64];                                                                            \
+    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;                                 \
+    size_t t = get_global_id(1);                                                                   \
+    bool in = b < n_in / 32
+
 __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
 mmq_quantize(__global const float *x, int x_ld, int n_in, __global char *xq, __global float2 *xh)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32; /* past the row: no loads or stores, but in the barriers */
+    MQ_ITEM;
     float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
     mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
 }
@@ -1797,11 +1802,7 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
 mmq_quantize_res(__global const float *x, int x_ld, int n_in, __global char *xq,
                  __global float2 *xh, __global char *xq2, __global float2 *xh2)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32;
+    MQ_ITEM;
     float4 v = in ? ((const __global float4 *)(x + t * x_ld + 32 * b))[j] : (float4)(0.0f);
     mmq_quant_res(v, in, l, j, b, t, n_in, xq, xh, xq2, xh2, am, sm);
 }
@@ -1833,11 +1834,7 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
 mmq_quantize_norm(__global const float *x, int x_ld, int n_in, __global const float *nw,
                   float eps, __global char *xq, __global float2 *xh)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32;
+    MQ_ITEM;
     float4 v = mmq_norm4(x + t * x_ld, n_in, nw, eps, l, j, b, in, am);
     mmq_quant4(v, in, l, j, b, t, n_in, xq, xh, am, sm);
 }
@@ -1848,11 +1845,7 @@ mmq_quantize_norm_res(__global const float *x, int x_ld, int n_in, __global cons
                       float eps, __global char *xq, __global float2 *xh, __global char *xq2,
                       __global float2 *xh2)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32;
+    MQ_ITEM;
     float4 v = mmq_norm4(x + t * x_ld, n_in, nw, eps, l, j, b, in, am);
     mmq_quant_res(v, in, l, j, b, t, n_in, xq, xh, xq2, xh2, am, sm);
 }
@@ -1867,11 +1860,7 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
 mmq_quantize_glu(__global const float *x, int x_ld, int n_in, int k, __global char *xq,
                  __global float2 *xh)
 {
-    __local float am[64];
-    __local int sm[64];
-    int l = get_local_id(0), j = l & 7, b = get_global_id(0) >> 3;
-    size_t t = get_global_id(1);
-    bool in = b < n_in / 32;
+    MQ_ITEM;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const __global float *gp = x + (t / k) * x_ld + (t % k) * n_in + 32 * b + 4 * j;
     for (int u = 0; in && u < 4; u++)
