@@ -209,6 +209,25 @@ __kernel void matvec_q8(W_ARGS, int n_in, int n_out, __global const int4 *xq,
     q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 
+/* matvec_q8r for these types (matvec.cl's frame and arguments, global and local sizes): group
+ * b of each of the work-item's MVO rows against each of its nr token rows, W_KQ8 summed as
+ * matvec_q8r sums the 4-bit products (one group after another). The group's bytes come from
+ * memory for the first token row and from cache for the others. */
+__kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
+                         __global const float2 *xd, __global float *y, int y_ld, int y_off,
+                         __global const float *res, int n_tok)
+{
+    Q8R_FRAME;
+    if (row0 < n_out)
+        for (int b = lane; b < nb; b += MV_WG)
+            for (int r = 0; r < MVR; r++)
+                if (r < nr)
+                    for (int o = 0; o < MVO; o++)
+                        acc[o][r] += W_KQ8(min(row0 + o, n_out - 1), b, xq0 + (size_t)r * xs,
+                                           xd0 + (size_t)r * nb);
+    Q8R_STORE;
+}
+
 /* GGML's ids of the types matvec_q8_mix takes as its second weight (the host's
  * ebb_cl_kq8_mix_type) */
 #define KQ8_MIX_Q8_0 8

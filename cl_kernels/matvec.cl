@@ -364,6 +364,53 @@ inline void qin_fill(const __global float *x, int n_in, const __global float *nw
 }
 #endif
 
+#ifndef MVR
+#define MVR 8
+#endif
+#ifndef MVO
+#define MVO 1
+#endif
+/* matvec_q8r's frame (this file's for 4-bit weights, kq8.cl's for the other block types):
+ * Q8R_FRAME declares the work-item's first output row row0, its lane of MV_WG, the token rows
+ * t0..t0 + nr - 1 it takes (at most MVR), their inputs xq0 / xd0 (xs int4s, nb scales a row) and
+ * the sums acc[MVO][MVR] at zero; Q8R_STORE adds each row's lanes and has lane 0 write
+ * y[(t0 + r) * y_ld + y_off + row0 + o], plus res's where given. */
+#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
+#define Q8R_RED                                                                                    \
+    int slot = get_local_id(0) / MV_WG;                                                            \
+    __local float red[MV_WG * MV_ROWS]
+#else
+#define Q8R_RED (void)0
+#endif
+#if MV_PTX && MV_WG == 32
+#define Q8R_SUM(v) warp_sum(v)
+#else
+#define Q8R_SUM(v) ROW_SUM(v)
+#endif
+#define Q8R_FRAME                                                                                  \
+    int row0 = get_global_id(0) / MV_WG * MVO;                                                     \
+    int lane = get_local_id(0) % MV_WG;                                                            \
+    int t0 = get_global_id(1) * MVR, nr = min(MVR, n_tok - t0);                                    \
+    Q8R_RED;                                                                                       \
+    int nb = n_in / 32, xs = n_in / 16;                                                            \
+    const __global int4 *xq0 = xq + (size_t)t0 * xs;                                               \
+    const __global float2 *xd0 = xd + (size_t)t0 * nb;                                             \
+    float acc[MVO][MVR];                                                                           \
+    for (int o_ = 0; o_ < MVO; o_++)                                                               \
+        for (int r_ = 0; r_ < MVR; r_++)                                                           \
+            acc[o_][r_] = 0.0f
+#define Q8R_STORE                                                                                  \
+    for (int o = 0; o < MVO; o++) {                                                                \
+        int row = row0 + o;                                                                        \
+        for (int r = 0; r < MVR; r++) {                                                            \
+            float sum = Q8R_SUM(acc[o][r]);                                                        \
+            if (lane == 0 && row < n_out && r < nr) {                                              \
+                size_t i = (size_t)(t0 + r) * y_ld + y_off + row;                                  \
+                y[i] = res ? res[i] + sum : sum;                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #if defined(W_Q16) && MV_Q8
 #ifndef MVU
 #define MVU 2 /* matvec_q8's blocks a lane per step */
@@ -483,12 +530,6 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
     q8_row_store(Q8_ROW_SUM(acc), lane, row, n_out, y, y_off, res);
 }
 #endif
-#ifndef MVR
-#define MVR 8
-#endif
-#ifndef MVO
-#define MVO 1
-#endif
 /* matvec_q8 over up to MVR token rows at once (continuous batching's small batches, short
  * prefills): each 4-bit weight block is loaded and unpacked once for all the rows, so a step
  * of MVR rows reads the weights once, as one decode token does. A work-item group of MV_WG
@@ -496,25 +537,12 @@ matvec_q8_qin(W_ARGS, int n_in, int n_out, __global const float *x, __global con
  * weight rows (the inputs' loads otherwise outnumber the weights' MVR to 1). The rows come from
  * quantize_x8_rows: row t's bytes at xq + t * n_in, its scales at xd + t * n_in / 32; y and res
  * rows are y_ld apart (res may alias y). Global size (ceil(n_out / MVO) * MV_WG,
- * ceil(n_tok / MVR)), local as matvec_q8. */
+ * ceil(n_tok / MVR)), local as matvec_q8. kq8.cl has the same kernel for its block types. */
 __kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
                          __global const float2 *xd, __global float *y, int y_ld, int y_off,
                          __global const float *res, int n_tok)
 {
-    int row0 = get_global_id(0) / MV_WG * MVO;
-    int lane = get_local_id(0) % MV_WG;
-    int t0 = get_global_id(1) * MVR, nr = min(MVR, n_tok - t0);
-#if MV_WG > 1 && !(MV_PTX && MV_WG == 32)
-    int slot = get_local_id(0) / MV_WG;
-    __local float red[MV_WG * MV_ROWS];
-#endif
-    int nb = n_in / 32, xs = n_in / 16;
-    const __global int4 *xq0 = xq + (size_t)t0 * xs;
-    const __global float2 *xd0 = xd + (size_t)t0 * nb;
-    float acc[MVO][MVR];
-    for (int o = 0; o < MVO; o++)
-        for (int r = 0; r < MVR; r++)
-            acc[o][r] = 0.0f;
+    Q8R_FRAME;
     if (row0 < n_out) {
         for (int b = lane; b < nb; b += MV_WG) {
             uint4 v[MVO];
@@ -535,20 +563,7 @@ __kernel void matvec_q8r(W_ARGS, int n_in, int n_out, __global const int4 *xq,
             }
         }
     }
-    for (int o = 0; o < MVO; o++) {
-        int row = row0 + o;
-        for (int r = 0; r < MVR; r++) {
-#if MV_PTX && MV_WG == 32
-            float sum = warp_sum(acc[o][r]);
-#else
-            float sum = ROW_SUM(acc[o][r]);
-#endif
-            if (lane == 0 && row < n_out && r < nr) {
-                size_t i = (size_t)(t0 + r) * y_ld + y_off + row;
-                y[i] = res ? res[i] + sum : sum;
-            }
-        }
-    }
+    Q8R_STORE;
 }
 #endif
 

@@ -76,7 +76,8 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
          (rc = ebb_cl_kernel(p.prog, "matvec_q8_qin", &p.matvec_q8_qin, diag))) ||
         (ebb_cl_layout_has_kq8(l, tu) &&
          ((rc = ebb_cl_kernel(p.prog, "matvec_q8", &p.matvec_q8, diag)) ||
-          (rc = ebb_cl_kernel(p.prog, "matvec_q8_mix", &p.matvec_q8_mix, diag)))) ||
+          (rc = ebb_cl_kernel(p.prog, "matvec_q8_mix", &p.matvec_q8_mix, diag)) ||
+          (tu->kq8r > 1 && (rc = ebb_cl_kernel(p.prog, "matvec_q8r", &p.matvec_q8r, diag))))) ||
         (tu->mm_mma && ((rc = ebb_cl_kernel(p.prog, "matmul_mma", &p.matmul_mma, diag)) ||
                         (rc = ebb_cl_kernel(p.prog, "matmul_mmb", &p.matmul_mmb, diag)))) ||
         (tu->mm_mma && ebb_cl_layout_has_qw(l, tu) &&
@@ -96,6 +97,10 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
+    if (p.matvec_q8r)
+        p.q8r_rows = !ebb_cl_layout_has_kq8(l, tu) ? tu->q8r_max
+                     : tu->kq8r < tu->q8r_max      ? tu->kq8r
+                                                   : tu->q8r_max;
     /* The prefill tiles: matmul_mms's second tile and matmul_mmq's, each the same sources
      * built again with that shape; the kernel keeps its program alive. */
     uint32_t pt[4], bt[4]; /* matmul_mmql's prefill and batch tiles for l */

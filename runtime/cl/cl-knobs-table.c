@@ -139,6 +139,13 @@ const struct knob ebb__cl_knobs[] = {
           "with KQ8, a group of two decode products of one input in different types (q and k in "
           "Q4_K, v in Q6_K: the Q4_K_M mixes) in one launch (matvec_q8_mix); 0: a launch each",
           {DC_ANY, {1}}),
+    UINT1("KQ8R", kq8r, "0..1024",
+          "with KQ8 and Q8R, products of 2..min(Q8R, N) token rows of those types also run "
+          "matvec_q8r (kq8.cl's: each group of a row against every token row, the group's bytes "
+          "read again from cache for each; 0 or 1: never). 2 (8B on an H200: 2 slots of Q4_K_M "
+          "4.87 ms a step against 7.13 on MMQS's tile, Q8_0 5.49 against 8.77; 4 slots 7.05 "
+          "against 6.81, docs/PERFORMANCE.md)",
+          {DC_ANY, {2}}),
     BOOL1("PTX", mv_ptx, "NVIDIA inline PTX (dp4a, warp shuffles, mma.sync); NVIDIA devices only",
           {DC_ANY, {0}}, {DC_NVIDIA, {1}}),
     BOOL1("IDP", mv_idp,
@@ -244,8 +251,8 @@ const struct knob ebb__cl_knobs[] = {
     UINT1("MMQS", mmqs, "0..1048576",
           "with MMQ_STAGE: products of at least N and fewer than MMQ token rows of Q4_0 weights "
           "(batched decode steps) run matmul_mmql with the MMQS_TILE tile, where Q8R's "
-          "matvec_q8r does not take them (0: never; NVIDIA's 2: K-quants from 2 rows, Q4_0 past "
-          "Q8R's rows; on an H200 8 slots of 8B Q4_K_M 6.9 ms a step against 14.2 on "
+          "matvec_q8r does not take them (0: never; NVIDIA's 2: K-quants past KQ8R's rows, Q4_0 "
+          "past Q8R's; on an H200 8 slots of 8B Q4_K_M 6.9 ms a step against 14.2 on "
           "matmul_mms, 16 slots 7.1 against 15.0, docs/PERFORMANCE.md)",
           {DC_ANY, {0}}, {DC_NVIDIA, {2}}),
     BOOL1("MMQ_FOLD", mmq_fold,

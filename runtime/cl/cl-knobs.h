@@ -41,6 +41,8 @@ struct ebb_cl_tuning {
                                Q6_K weights also runs on int8 inputs (kq8.cl's matvec_q8) */
     uint32_t kq8_mix;       /* 1: with kq8, two stacked products of one input in different kq8
                                types (q and k in Q4_K, v in Q6_K) in one matvec_q8_mix launch */
+    uint32_t kq8r;          /* with kq8 and q8r_max: kq8.cl's matvec_q8r for products of
+                               2..min(q8r_max, kq8r) rows; 0 or 1 = never */
     uint32_t q8r_max;       /* with mv_q8: products of 2..q8r_max token rows quantize their
                                inputs (quantize_x8_rows) and run matvec_q8r, MVR rows per
                                weight read, instead of the tiled kernels; 0 = never */

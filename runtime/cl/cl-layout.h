@@ -224,12 +224,15 @@ bool ebb_cl_kq8_mix_type(const struct ebb_cl_layout *l, const struct ebb_cl_tuni
 
 /* A program of the weight kernels (matvec, matmul, get_rows) for one layout; matvec_q8 (weights
  * against quantize_x8's int8 input) only where tu->mv_q8 and the layout has W_Q16 (4-bit
- * blocks, matvec.cl) or W_KQ8 (kq8.cl), else NULL; matvec_q8r with W_Q16 only. */
+ * blocks, matvec.cl) or W_KQ8 (kq8.cl), else NULL; matvec_q8r with it (W_KQ8: where
+ * tu->kq8r). */
 struct ebb_cl_wprog {
     struct ebb_cl_layout layout;
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
-    cl_kernel matvec_q8r;     /* with matvec_q8 */
+    cl_kernel matvec_q8r;     /* with matvec_q8 (W_KQ8: where tu->kq8r > 1), else NULL */
+    uint32_t q8r_rows;        /* matvec_q8r's most token rows: tu->q8r_max, for W_KQ8 at most
+                                 tu->kq8r; 0 without it */
     cl_kernel matvec_q8_qin;  /* with matvec_q8 where ebb_cl_qin_wg, else NULL */
     cl_kernel matvec_q8_mix;  /* with matvec_q8 of kq8.cl's types, else NULL */
     cl_kernel matmul_mma;     /* with tu->mm_mma, else NULL */

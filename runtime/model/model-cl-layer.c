@@ -107,14 +107,25 @@ static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct 
     return p->matvec_q8;
 }
 
-/* matvec_q8r for a product of nt token rows of w, where it takes them (2..tu.q8r_max rows,
- * 8-bit inputs), else NULL. */
+/* The most token rows matvec_q8r of w's program p takes (its q8r_rows; 0 where it has none,
+ * the rows are not 32-blocks, or kq8.cl's 16-byte loads would meet a misaligned weight). */
+static uint32_t q8r_rows(const struct clm *m, const struct ebb_cl_weight *w,
+                         const struct ebb_cl_wprog *p)
+{
+    if (!p->matvec_q8r || !m->k_q8r || w->n_in % 32 ||
+        (w->off % 16 && ebb_cl_layout_has_kq8(&w->layout, &m->tu)))
+        return 0;
+    return p->q8r_rows;
+}
+
+/* matvec_q8r for a product of nt token rows of w, where it takes them (2..q8r_rows, 8-bit
+ * inputs), else NULL. */
 static cl_kernel q8r_kernel(struct clm *m, const struct ebb_cl_weight *w, int nt,
                             struct ebb_diag *diag)
 {
     struct ebb_cl_wprog *p = NULL;
-    if (nt < 2 || (uint32_t)nt > m->tu.q8r_max || !m->k_q8r || w->n_in % 32 ||
-        ebb__clm_prog_for(m, &w->layout, &p, diag))
+    if (nt < 2 || (uint32_t)nt > m->tu.q8r_max || ebb__clm_prog_for(m, &w->layout, &p, diag) ||
+        (uint32_t)nt > q8r_rows(m, w, p))
         return NULL;
     return p->matvec_q8r;
 }
@@ -418,7 +429,7 @@ static enum mmq_tile mmq_tile_of(const struct clm *m, const struct ebb_cl_weight
                                  const struct ebb_cl_wprog *p, int nt)
 {
     if (nt < 2 || (uint32_t)nt > m->tu.mms_max || !p->matmul_mms || w->n_in % 32 || !m->mq_x ||
-        w->n_in > m->mq_wide || ((uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r))
+        w->n_in > m->mq_wide || (uint32_t)nt <= q8r_rows(m, w, p))
         return MMQ_NONE;
     if (p->matmul_mmqp && (uint32_t)nt >= m->tu.mmq)
         return MMQ_PREFILL;
@@ -446,7 +457,7 @@ static ebb_err wmul_glu(struct clm *m, const struct ebb_cl_weight *w, cl_mem x, 
             return rc;
         return q8_matvec(m, w, p->matvec_q8, y, y_off, res, diag);
     }
-    if (nt > 1 && (uint32_t)nt <= m->tu.q8r_max && p->matvec_q8r && m->k_q8r && w->n_in % 32 == 0) {
+    if (nt > 1 && (uint32_t)nt <= q8r_rows(m, w, p)) {
         if ((rc = q8r_quantize(m, x, x_ld, (int)w->n_in, nw, glu, nt, diag)))
             return rc;
         note_path(m, w, CLM_P_Q8R);

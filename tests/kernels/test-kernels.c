@@ -617,7 +617,8 @@ static void test_weights(void)
      * test_matvec_q8 against the dequantized rows) with one work-item per row and with 8
      * (the two-groups-a-step loop, its tail, idle lanes and the row reduction): 544 inputs (17
      * groups, not a multiple of 256) for the 32-block types, 768 (3 super-blocks) for the
-     * K-quants, 37 rows. */
+     * K-quants, 37 rows; and their matvec_q8r over several token rows (test_matvec_q8r), with
+     * 8 work-items a row two output rows a group (37: a partial last pair). */
     static const uint32_t kq_types[] = {EBB_GGML_Q8_0, EBB_GGML_Q5_0, EBB_GGML_Q5_1,
                                         EBB_GGML_Q4_K, EBB_GGML_Q5_K, EBB_GGML_Q6_K};
     static const uint32_t kq_wg[] = {1, 8};
@@ -627,14 +628,18 @@ static void test_weights(void)
         tu.kq8 = 1;
         tu.mv_wg = kq_wg[k];
         tu.mv_rows = kq_wg[k] > 1 ? 4 : keep.mv_rows;
-        printf("  (8-bit inputs for the other block types, %u work-items per row)\n", tu.mv_wg);
+        tu.kq8r = 8;
+        tu.mvo = kq_wg[k] > 1 ? 2 : 1;
+        printf("  (8-bit inputs for the other block types, %u work-items per row, matvec_q8r %u "
+               "output rows a group)\n",
+               tu.mv_wg, tu.mvo);
         for (size_t i = 0; i < sizeof(kq_types) / sizeof(kq_types[0]); i++) {
             struct ebb_cl_layout l = {kq_types[i], EBB_CL_STORE_BUFFER, EBB_CL_ORDER_RAW};
             uint32_t n_in = ebb_ggml_type_info(kq_types[i])->block_size == 256 ? 768 : 544;
             struct ebb_cl_wprog p;
             OK(ebb_cl_wprog_build(cl, &l, &tu, &p, D));
-            CHECK(p.matvec_q8 != NULL && p.matvec_q8r == NULL, "kq8: %s has no matvec_q8",
-                  ebb_ggml_type_info(kq_types[i])->name);
+            CHECK(p.matvec_q8 != NULL && p.matvec_q8r != NULL,
+                  "kq8: %s has no matvec_q8 or matvec_q8r", ebb_ggml_type_info(kq_types[i])->name);
             ebb_cl_wprog_fini(&p);
             test_weight_layout(&l, 37, n_in);
         }

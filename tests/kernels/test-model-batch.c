@@ -29,6 +29,10 @@
  * matvec_q8, a batch's quantize the rows the norm kernel wrote, through matvec_q8r), the int8
  * rounding lands at different points: qwen3-tiny Q4_0 within 0.07. */
 static float logit_tol = 0.02f, margin_tol = 0.05f;
+/* The mixed batch's hidden sums within hs_tol of their norm. With 8-bit inputs a part alone
+ * of a few rows runs matvec_q8r on int8 inputs where the batch's 194 rows run the tiles: 0.5%
+ * (observed on PoCL, qwen3-tiny-k: 0.21% in Q5_K_M, 0.11% in Q6_K, 0.04% in Q4_0). */
+static float hs_tol = 1e-3f;
 #define N_SEQ 8
 #define N_GEN 32
 static int n_gen = N_GEN; /* EBB_TEST_STEPS can lower it */
@@ -167,7 +171,7 @@ static void test_mixed(struct ebb_model *m)
            "%.5f, hidden sum %.5f (norm %.1f)\n",
            N_SEQ, worst, ma, mh, sqrt(nr));
     CHECK(ma < logit_tol, "logits_all differ by %g", ma);
-    CHECK(nr > 0 && mh < 1e-3f * (float)sqrt(nr), "hidden sums differ by %g", mh);
+    CHECK(nr > 0 && mh < hs_tol * (float)sqrt(nr), "hidden sums differ by %g", mh);
     for (int v = 0; v < 2; v++) {
         free(lg[v]);
         free(all[v]);
@@ -391,6 +395,7 @@ int main(int argc, char **argv)
     if (strstr(ebb_model_device_name(m), "8-bit decode inputs")) {
         logit_tol = 0.15f;
         margin_tol = 0.3f;
+        hs_tol = 5e-3f;
     }
     double t0 = now_s();
     test_mixed(m);
