@@ -31,7 +31,7 @@ run() { # ROWS KNOBS...
 }
 IFS=';' read -r -a sets <<<"${EBB_DP_ALSO:-}"
 [ ${#sets[@]} -gt 0 ] || sets=("")
-for r in $(seq 1 "${EBB_DP_ROUNDS:-2}"); do
+for _ in $(seq 1 "${EBB_DP_ROUNDS:-2}"); do
     for s in "${sets[@]}"; do
         read -r -a kv <<<"$s"
         for n in ${EBB_DP_ROWS:-16 32 64}; do run "$n" ${kv[@]+"${kv[@]}"}; done
