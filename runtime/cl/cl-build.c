@@ -97,10 +97,6 @@ ebb_err ebb_cl_wprog_build(struct ebb_cl *cl, const struct ebb_cl_layout *l,
         (tu->mv_cpu && ebb_cl_layout_has_deq32(l, tu) &&
          (rc = ebb_cl_kernel(p.prog, "matvec_cpu", &p.matvec_cpu, diag))))
         goto out;
-    if (p.matvec_q8r)
-        p.q8r_rows = !ebb_cl_layout_has_kq8(l, tu) ? tu->q8r_max
-                     : tu->kq8r < tu->q8r_max      ? tu->kq8r
-                                                   : tu->q8r_max;
     /* The prefill tiles: matmul_mms's second tile and matmul_mmq's, each the same sources
      * built again with that shape; the kernel keeps its program alive. */
     uint32_t pt[4], bt[4]; /* matmul_mmql's prefill and batch tiles for l */

@@ -231,8 +231,6 @@ struct ebb_cl_wprog {
     cl_program prog;
     cl_kernel matvec, matmul, matmul_coop, matmul_gemm, get_rows, matvec_q8;
     cl_kernel matvec_q8r;     /* with matvec_q8 (W_KQ8: where tu->kq8r > 1), else NULL */
-    uint32_t q8r_rows;        /* matvec_q8r's most token rows: tu->q8r_max, for W_KQ8 at most
-                                 tu->kq8r; 0 without it */
     cl_kernel matvec_q8_qin;  /* with matvec_q8 where ebb_cl_qin_wg, else NULL */
     cl_kernel matvec_q8_mix;  /* with matvec_q8 of kq8.cl's types, else NULL */
     cl_kernel matmul_mma;     /* with tu->mm_mma, else NULL */

@@ -107,19 +107,20 @@ static cl_kernel q8_kernel(struct clm *m, const struct ebb_cl_weight *w, struct 
     return p->matvec_q8;
 }
 
-/* The most token rows matvec_q8r of w's program p takes (its q8r_rows; 0 where it has none,
- * the rows are not 32-blocks, or kq8.cl's 16-byte loads would meet a misaligned weight). */
+/* The most token rows matvec_q8r of w's program p takes: tu.q8r_max, for kq8.cl's types at
+ * most tu.kq8r; 0 where it has none, the rows are not 32-blocks, or kq8.cl's 16-byte loads
+ * would meet a misaligned weight. */
 static uint32_t q8r_rows(const struct clm *m, const struct ebb_cl_weight *w,
                          const struct ebb_cl_wprog *p)
 {
-    if (!p->matvec_q8r || !m->k_q8r || w->n_in % 32 ||
-        (w->off % 16 && ebb_cl_layout_has_kq8(&w->layout, &m->tu)))
+    bool kq8 = ebb_cl_layout_has_kq8(&w->layout, &m->tu);
+    if (!p->matvec_q8r || !m->k_q8r || w->n_in % 32 || (kq8 && w->off % 16))
         return 0;
-    return p->q8r_rows;
+    return kq8 && m->tu.kq8r < m->tu.q8r_max ? m->tu.kq8r : m->tu.q8r_max;
 }
 
-/* matvec_q8r for a product of nt token rows of w, where it takes them (2..q8r_rows, 8-bit
- * inputs), else NULL. */
+/* matvec_q8r for a product of nt token rows of w, where it takes them (2..q8r_rows rows,
+ * 8-bit inputs), else NULL. */
 static cl_kernel q8r_kernel(struct clm *m, const struct ebb_cl_weight *w, int nt,
                             struct ebb_diag *diag)
 {
