@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 34's data-parallel ratio from one GPU's engine steps: an 8B Q4_0 (random weights, Llama-3
 # shape, written by ebb-gen-model into /dev/shm) decoded as a batch of 16, 32 and 64 slots
-# (`ebb bench --batch N --prompt-tokens 128 --gen-tokens 64`), ms a step and tok/s, then the
-# ratio two GPUs at 32 rows each make against one at 64 (64 clients): 2 x tok/s(32) / tok/s(64).
+# (`ebb bench --batch N --prompt-tokens 128 --gen-tokens 64`): the aggregate tok/s and ms a step
+# of each, from which the ratio two GPUs at 32 rows each make against one at 64 (64 clients) is
+# the 64-slot step's ms over the 32-slot step's (not printed: computed by hand in the docs).
 # EBB_DP_STAGES=1 adds an `--stages` profile of each (per-kernel device time of the batch's
 # steps). EBB_DP_ALSO="K=V K=V;K=V" repeats the runs with those knobs (one set per ';').
 # EBB_DP_ROWS (default "16 32 64"), EBB_DP_TYPE (default q4_0), EBB_DP_ROUNDS (default 2).
