@@ -80,6 +80,8 @@ static ebb_err hold_put(struct ebb_think_stream *s, const char *p, size_t n)
 
 static void hold_drop(struct ebb_think_stream *s, size_t k)
 {
+    if (!k)
+        return; /* also: nothing was ever held, hold is NULL */
     memmove(s->hold, s->hold + k, s->n - k);
     s->n -= k;
 }
@@ -131,7 +133,7 @@ static ebb_err drain(struct ebb_think_stream *s, bool final, ebb_think_cb cb, vo
                 s->seen = true;
                 continue;
             }
-            bool maybe = rest < OPEN_LEN && !memcmp(s->hold + p, open_tag, rest);
+            bool maybe = rest < OPEN_LEN && (!rest || !memcmp(s->hold + p, open_tag, rest));
             if (maybe && !final && p <= MAX_LEAD)
                 return EBB_OK;
             s->st = ST_CONTENT;

@@ -669,6 +669,9 @@ static void test_think_split(void **state)
         /* A second <think> later is content. */
         think_case("<think>a</think>b<think>c</think>", false, step, "a", "b<think>c</think>");
     }
+    /* No output at all (an error before the first token): nothing was ever held. */
+    think_case("", false, 1, "", "");
+    think_case("", true, 1, "", "");
     char *r = NULL, *c = NULL;
     size_t nr = 0, nc = 0;
     const char *t = "<think>why</think>\nso";
