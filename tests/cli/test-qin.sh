@@ -30,7 +30,7 @@ for m in "${models[@]}"; do
     name=$(basename "$m")
     for q in 0 1 2; do
         EBB_CL_QIN=$q expect_status 0 "$ebb" run -m "$m" -p "Once upon a time, in a valley" \
-            -n 40 --temp 0 --json
+            -n 16 --temp 0 --json
         cp "$tmp/out" "$tmp/run$q.json"
         EBB_CL_QIN=$q expect_status 0 "$ebb" bench -m "$m" --prompt-tokens 8 --gen-tokens 8 --json
         cp "$tmp/out" "$tmp/bench$q.json"
