@@ -157,7 +157,9 @@ ebb_err ebb_cl_read(struct ebb_cl *cl, cl_mem b, size_t off, size_t n, void *dst
                     struct ebb_diag *diag);
 
 /* Enqueues k over dims dimensions; global sizes are rounded up to multiples of local (when
- * local is non-NULL). Does not wait. Counted in n_launch. */
+ * local is non-NULL). local NULL: the implementation picks, except on a CPU device with dims > 1,
+ * where it is (the largest power of two up to 64 dividing global[0], 1, 1), the same for any
+ * row count (PoCL builds a kernel once per local size). Does not wait. Counted in n_launch. */
 cl_int ebb__cl_setarg(cl_kernel k, cl_uint i, size_t size, const void *p);
 ebb_err ebb_cl_run(struct ebb_cl *cl, cl_kernel k, cl_uint dims, const size_t *global,
                    const size_t *local, struct ebb_diag *diag);
