@@ -91,10 +91,9 @@ EST = {
     "asan:model-batch-cpu": 150,
     # The int8 stand-in's perplexity and the random-weight batch tests were first counted from
     # the fresh-clone run of 2026-12-01 (11:39, commit 845626b; missing here, each had been
-    # counted 2 s and the kernels suite's small-test job held them all); their figures now:
-    # 2026-12-02: perplexity-int8-cl on 2 windows, not 4 (280 -> 140: its two runs' evaluation
-    # halves; 2 windows 73 s wall here warm, 4 between 145 and 202 s). Under ASan+UBSan the
-    # random-weight batch tests take 8 greedy steps, those on the int8 tiles 3
+    # counted 2 s and the kernels suite's small-test job held them all); their figures now are
+    # the later ones below. Before them, 2026-12-02: perplexity-int8-cl on 2 windows, not 4; under
+    # ASan+UBSan the random-weight batch tests take 8 greedy steps, those on the int8 tiles 3
     # (tests/kernels/meson.build): their seconds in the CI run of 2026-12-02 (08:51, commit
     # dcbe936; the figures above were 2 to 3 times short of it) scaled by the wall time each
     # saved here, warm and alone (before -> after): qwen3 3.06 -> 2.15 s, q8 7.44 -> 5.91, q5_k_m
